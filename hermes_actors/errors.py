@@ -1,0 +1,100 @@
+"""Exceptions raised by hermes-actors.
+
+Every error names the object at fault and, where there is one, the fix.
+
+    HermesError
+    ├── ConfigError            a configuration value is wrong (carries the field path)
+    ├── RoutingError           a session source or key cannot be routed/parsed
+    ├── StoreError             the database refused an operation (keeps the apsw cause)
+    │   ├── SchemaVersionError the database was written by a newer hermes-actors
+    │   ├── SessionNotFoundError  no session matches an id, prefix or title
+    │   ├── AmbiguousSessionError a prefix matches several sessions (names them)
+    │   ├── TitleInUseError    another session holds the title (names it)
+    │   └── SessionClosedError the session has ended and cannot take new turns
+    ├── TitleError             a title is invalid after sanitising (too long)
+    └── PlatformError          a platform adapter failed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousSessionError",
+    "ConfigError",
+    "HermesError",
+    "PlatformError",
+    "RoutingError",
+    "SchemaVersionError",
+    "SessionClosedError",
+    "SessionNotFoundError",
+    "StoreError",
+    "TitleError",
+    "TitleInUseError",
+]
+
+
+class HermesError(Exception):
+    """Base class of every error hermes-actors raises on purpose."""
+
+
+class ConfigError(HermesError):
+    """A configuration value is invalid; ``path`` names the field (``runtime.max_live_actors``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+class RoutingError(HermesError):
+    """A session source cannot produce a key, or a string is not a session key."""
+
+
+class StoreError(HermesError):
+    """The store refused an operation; ``__cause__`` keeps the apsw exception when there is one."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is newer than this code understands; nothing was changed."""
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        super().__init__(
+            f"{path} has schema version {found}, but this hermes-actors supports up to {supported}; "
+            "upgrade hermes-actors (the database was left untouched)"
+        )
+        self.found = found
+        self.supported = supported
+
+
+class SessionNotFoundError(StoreError):
+    """No session matches the given id, id prefix or title."""
+
+
+class AmbiguousSessionError(StoreError):
+    """An id prefix matches more than one session; ``candidates`` lists them."""
+
+    def __init__(self, reference: str, candidates: list[str]) -> None:
+        shown = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
+        super().__init__(
+            f"'{reference}' matches {len(candidates)} sessions: {shown}; type more of the id"
+        )
+        self.candidates = candidates
+
+
+class TitleInUseError(StoreError):
+    """Another session already holds the title; ``holder`` is its id."""
+
+    def __init__(self, title: str, holder: str) -> None:
+        super().__init__(f"Title '{title}' is already in use by session {holder}")
+        self.title = title
+        self.holder = holder
+
+
+class SessionClosedError(StoreError):
+    """The session has ended; open a new one or reopen it first."""
+
+
+class TitleError(HermesError):
+    """A title is unusable even after sanitising (for example, longer than 100 characters)."""
+
+
+class PlatformError(HermesError):
+    """A platform adapter failed to receive or deliver."""

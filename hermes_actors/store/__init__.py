@@ -1,0 +1,35 @@
+"""Persistence on APSW: schema, migrations, the store library and full-text search."""
+
+from __future__ import annotations
+
+from hermes_actors.store.connection import Synchronous, open_connection
+from hermes_actors.store.migrations import SCHEMA_VERSION, migrate
+from hermes_actors.store.records import (
+    EndReason,
+    FtsHit,
+    FtsResult,
+    MessageRecord,
+    NewMessage,
+    Role,
+    SessionRecord,
+    SourceCount,
+    StoreStats,
+)
+from hermes_actors.store.store import Store
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "EndReason",
+    "FtsHit",
+    "FtsResult",
+    "MessageRecord",
+    "NewMessage",
+    "Role",
+    "SessionRecord",
+    "SourceCount",
+    "Store",
+    "StoreStats",
+    "Synchronous",
+    "migrate",
+    "open_connection",
+]

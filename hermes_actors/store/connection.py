@@ -1,0 +1,90 @@
+"""Opening APSW connections with the settings every hermes-actors connection needs.
+
+One function per setting, each saying why. A connection has one owner thread; the writer and every reader open
+their own.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import apsw
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store.tokenizer import register_tokenizer
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "Synchronous", "open_connection"]
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+
+class Synchronous(enum.StrEnum):
+    """How hard a commit waits for the disk.
+
+    ``NORMAL`` (the default) survives a killed process: WAL commits are durable once written to the OS.
+    ``FULL`` also survives power loss, at an fsync per commit.
+    """
+
+    OFF = "OFF"
+    NORMAL = "NORMAL"
+    FULL = "FULL"
+
+
+def _use_wal(connection: apsw.Connection) -> None:
+    """WAL lets readers read while the single writer commits, and makes commits one sequential append."""
+    mode = connection.execute("PRAGMA journal_mode = WAL").get
+    if str(mode).lower() != "wal":
+        raise StoreError(f"could not switch {connection.filename!r} to WAL (got {mode!r}); use a local file")
+
+
+def _enforce_foreign_keys(connection: apsw.Connection) -> None:
+    """Foreign keys keep transcripts, routes and leases from pointing at deleted sessions; SQLite's default is off."""
+    connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _set_busy_timeout(connection: apsw.Connection, milliseconds: int) -> None:
+    """Wait for another process's write lock (a terminal chat, a checkpoint) instead of failing at once."""
+    connection.set_busy_timeout(milliseconds)
+
+
+def _set_synchronous(connection: apsw.Connection, level: Synchronous) -> None:
+    """Choose durability against commit cost; see :class:`Synchronous`."""
+    connection.execute(f"PRAGMA synchronous = {level.value}")
+
+
+def _keep_temporaries_in_memory(connection: apsw.Connection) -> None:
+    """Sorts for listings and FTS merges stay off the disk, which may be small or slow."""
+    connection.execute("PRAGMA temp_store = MEMORY")
+
+
+def open_connection(
+    path: str | Path,
+    *,
+    readonly: bool = False,
+    synchronous: Synchronous | str = Synchronous.NORMAL,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+) -> apsw.Connection:
+    """Open ``path`` with WAL, foreign keys, a busy timeout and the ``hermes_words`` tokenizer.
+
+    A writable connection creates the file when missing. Migrations are not applied here; see
+    :func:`hermes_actors.store.migrations.migrate`.
+    """
+    try:
+        level = Synchronous(str(synchronous).upper())
+    except ValueError:
+        choices = ", ".join(s.value for s in Synchronous)
+        raise StoreError(f"synchronous must be one of {choices}, not {synchronous!r}") from None
+    flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    try:
+        connection = apsw.Connection(str(path), flags=flags)
+        _set_busy_timeout(connection, busy_timeout_ms)
+        register_tokenizer(connection)
+        if not readonly:
+            _use_wal(connection)
+        _enforce_foreign_keys(connection)
+        _set_synchronous(connection, level)
+        _keep_temporaries_in_memory(connection)
+    except apsw.Error as exc:
+        raise StoreError(f"cannot open database {str(path)!r}: {exc}") from exc
+    return connection

@@ -1,0 +1,150 @@
+"""Typed rows the store returns and accepts: frozen msgspec Structs, safe to pass between actors."""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+__all__ = [
+    "EndReason",
+    "FtsHit",
+    "FtsResult",
+    "MessageRecord",
+    "NewMessage",
+    "Role",
+    "SessionRecord",
+    "SourceCount",
+    "StoreStats",
+]
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class EndReason(enum.StrEnum):
+    """Why a session ended. The first reason recorded wins."""
+
+    NEW_SESSION = "new_session"
+    SESSION_RESET = "session_reset"
+    IDLE = "idle"
+    DAILY = "daily"
+    COMPRESSION = "compression"
+    SESSION_SWITCH = "session_switch"
+    USER_EXIT = "user_exit"
+    HANDOFF = "handoff"
+    IMPORTED = "imported"
+
+
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``sessions``."""
+
+    id: str
+    source: str
+    started_at: float
+    last_active_at: float
+    user_id: str | None = None
+    user_name: str | None = None
+    chat_id: str | None = None
+    chat_type: str | None = None
+    chat_name: str | None = None
+    thread_id: str | None = None
+    scope_id: str | None = None
+    account_id: str | None = None
+    routing_key: str | None = None
+    model: str | None = None
+    title: str | None = None
+    system_prompt: str | None = None
+    parent_session_id: str | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    message_count: int = 0
+    tool_call_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the session has not ended."""
+        return self.ended_at is None
+
+
+class NewMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message to append; ``created_at`` defaults to the time of the append."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: str | None = None  # JSON array text
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    token_count: int | None = None
+    created_at: float | None = None
+    platform_message_id: str | None = None
+    input_tokens: int = 0  # counted on the session, not stored per message
+    output_tokens: int = 0
+
+
+class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``messages``."""
+
+    id: int
+    session_id: str
+    role: str
+    content: str | None
+    created_at: float
+    tool_calls: str | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    token_count: int | None = None
+    platform_message_id: str | None = None
+
+
+class FtsHit(msgspec.Struct, frozen=True, kw_only=True):
+    """A message that matched a full-text query; ``snippet`` marks matches with ``>>>``/``<<<``."""
+
+    message_id: int
+    session_id: str
+    role: str
+    created_at: float
+    snippet: str
+    rank: float
+
+
+class FtsResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of a full-text query: hits, or an ``error`` saying what is wrong and a ``suggestion``."""
+
+    query: str
+    hits: list[FtsHit] = msgspec.field(default_factory=list)
+    error: str | None = None
+    suggestion: str | None = None
+    index: str | None = None  # "words" or "trigram": which index answered
+
+    @property
+    def ok(self) -> bool:
+        """Whether the query ran (it may still have no hits)."""
+        return self.error is None
+
+
+class SourceCount(msgspec.Struct, frozen=True, kw_only=True):
+    """Sessions and messages of one source platform."""
+
+    source: str
+    sessions: int
+    messages: int
+
+
+class StoreStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the store's size."""
+
+    sessions: int
+    live_sessions: int
+    messages: int
+    by_source: list[SourceCount]
+    database_bytes: int
+    schema_version: int

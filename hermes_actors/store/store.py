@@ -1,0 +1,464 @@
+"""The store: sessions, transcripts, titles and the routing directory over one APSW connection.
+
+A plain synchronous library. The connection belongs to the thread that uses it; the daemon gives its writing
+``Store`` to one actor and opens read-only ``Store`` objects elsewhere. Every method that writes runs in one
+transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn must commit several together.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import apsw
+import msgspec
+
+from hermes_actors.errors import (
+    AmbiguousSessionError,
+    SessionClosedError,
+    SessionNotFoundError,
+    StoreError,
+    TitleInUseError,
+)
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import fts
+from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, open_connection
+from hermes_actors.store.migrations import migrate, schema_version
+from hermes_actors.store.records import (
+    EndReason,
+    FtsResult,
+    MessageRecord,
+    NewMessage,
+    SessionRecord,
+    SourceCount,
+    StoreStats,
+)
+from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
+
+__all__ = ["Store"]
+
+_SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
+_MESSAGE_COLUMNS = ", ".join(f for f in MessageRecord.__struct_fields__)
+_PREFIX_CANDIDATES = 11
+_tool_calls_decoder = msgspec.json.Decoder(list[Any])
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(**dict(zip(SessionRecord.__struct_fields__, row, strict=True)))
+
+
+def _message(row: tuple[Any, ...]) -> MessageRecord:
+    return MessageRecord(**dict(zip(MessageRecord.__struct_fields__, row, strict=True)))
+
+
+def _count_tool_calls(message: NewMessage) -> int:
+    if message.tool_calls is None:
+        return 0
+    try:
+        return len(_tool_calls_decoder.decode(message.tool_calls))
+    except msgspec.DecodeError as exc:
+        raise StoreError(f"tool_calls must be a JSON array of calls: {exc}; nothing was appended") from exc
+
+
+class Store:
+    """Sessions, messages, titles and routes in one SQLite database.
+
+    Open with :meth:`open`; it migrates a writable database to the current schema.
+    """
+
+    def __init__(self, connection: apsw.Connection, *, clock: Callable[[], float] = time.time) -> None:
+        self._db = connection
+        self._clock = clock
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        readonly: bool = False,
+        synchronous: Synchronous | str = Synchronous.NORMAL,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> Store:
+        """Open (and, unless ``readonly``, create and migrate) the database at ``path``."""
+        connection = open_connection(
+            path, readonly=readonly, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+        )
+        try:
+            if not readonly:
+                migrate(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return cls(connection, clock=clock)
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """The underlying connection, for the store package and tests."""
+        return self._db
+
+    @property
+    def path(self) -> str:
+        """The database file name."""
+        return str(self._db.filename)
+
+    def close(self) -> None:
+        """Close the connection; the store is unusable afterwards."""
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run the block in one transaction (a savepoint when nested); an exception rolls it back."""
+        with self._db:
+            yield
+
+    # -- sessions ----------------------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        source: SessionSource | str,
+        *,
+        session_id: str | None = None,
+        kind: SessionKind = SessionKind.GATEWAY,
+        routing_key: str | None = None,
+        model: str | None = None,
+        title: str | None = None,
+        system_prompt: str | None = None,
+        parent_session_id: str | None = None,
+        started_at: float | None = None,
+    ) -> SessionRecord:
+        """Insert a live session and return it. ``source`` is a :class:`SessionSource` or a platform name.
+
+        Raises :class:`TitleInUseError` when another session holds ``title`` (after sanitising).
+        """
+        now = self._clock() if started_at is None else started_at
+        origin = source if isinstance(source, SessionSource) else SessionSource(platform=source)
+        record = SessionRecord(
+            id=session_id or new_session_id(kind),
+            source=origin.platform,
+            started_at=now,
+            last_active_at=now,
+            user_id=origin.user_id_alt or origin.user_id,
+            user_name=origin.user_name,
+            chat_id=origin.chat_id,
+            chat_type=origin.chat_type,
+            chat_name=origin.chat_name,
+            thread_id=origin.thread_id,
+            scope_id=origin.scope_id,
+            account_id=origin.account_id,
+            routing_key=routing_key,
+            model=model,
+            title=sanitize_title(title),
+            system_prompt=system_prompt,
+            parent_session_id=parent_session_id,
+        )
+        values = msgspec.structs.astuple(record)
+        placeholders = ", ".join("?" * len(values))
+        with self._db:
+            self._check_title_free(record.title, record.id)
+            try:
+                self._db.execute(f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({placeholders})", values)
+            except apsw.ConstraintError as exc:
+                if self.find_session(record.id) is not None:
+                    raise StoreError(f"a session with id {record.id} already exists; pick another id") from exc
+                raise StoreError(f"cannot create session {record.id}: {exc}") from exc
+        return record
+
+    def find_session(self, session_id: str) -> SessionRecord | None:
+        """Return the session with exactly this id, or ``None``."""
+        row = self._db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).get
+        return _session(row) if row is not None else None
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        """Return the session with exactly this id; raise :class:`SessionNotFoundError` if there is none."""
+        record = self.find_session(session_id)
+        if record is None:
+            raise SessionNotFoundError(f"no session has id {session_id!r}; list them with 'hermesctl sessions list'")
+        return record
+
+    def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
+        """End a live session with ``reason``; a session that already ended keeps its first reason."""
+        reason = EndReason(reason)
+        with self._db:
+            self._db.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+                (self._clock() if at is None else at, reason.value, session_id),
+            )
+            return self.get_session(session_id)
+
+    def reopen_session(self, session_id: str) -> SessionRecord:
+        """Make an ended session live again (``/resume`` of an ended session)."""
+        with self._db:
+            self._db.execute(
+                "UPDATE sessions SET ended_at = NULL, end_reason = NULL, last_active_at = ? WHERE id = ?",
+                (self._clock(), session_id),
+            )
+            return self.get_session(session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its messages and routes; its children stay, without a parent. Return if it existed."""
+        with self._db:
+            # Deleting the messages first runs the FTS triggers row by row before the cascade.
+            self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            return self._db.changes() > 0
+
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        order: Literal["last_active", "started"] = "last_active",
+    ) -> list[SessionRecord]:
+        """Return sessions, most recently active (or started) first.
+
+        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all.
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        if source is not None:
+            clauses.append("source = ?")
+            params.append(source)
+        if ended is not None:
+            clauses.append("ended_at IS NOT NULL" if ended else "ended_at IS NULL")
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        column = "last_active_at" if order == "last_active" else "started_at"
+        params.append(-1 if limit is None else limit)
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT ?"
+        return [_session(row) for row in self._db.execute(sql, params)]
+
+    # -- messages ----------------------------------------------------------------------------------------------
+
+    def append_messages(
+        self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None
+    ) -> list[int]:
+        """Append ``messages`` to a live session in one transaction; return their ids in order.
+
+        Updates the session's message, tool-call and token counters and its last activity. Raises
+        :class:`SessionNotFoundError` or :class:`SessionClosedError`, appending nothing.
+        """
+        now = self._clock() if at is None else at
+        tool_calls = sum(_count_tool_calls(m) for m in messages)
+        ids: list[int] = []
+        with self._db:
+            ended = self._db.execute("SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)).get
+            if ended is None:
+                raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
+            if ended:
+                raise SessionClosedError(
+                    f"session {session_id} has ended; reopen it or start a new one before appending"
+                )
+            for m in messages:
+                self._db.execute(
+                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_name, tool_call_id, "
+                    "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        session_id,
+                        m.role.value,
+                        m.content,
+                        m.tool_calls,
+                        m.tool_name,
+                        m.tool_call_id,
+                        m.token_count,
+                        now if m.created_at is None else m.created_at,
+                        m.platform_message_id,
+                    ),
+                )
+                ids.append(self._db.last_insert_rowid())
+            self._db.execute(
+                "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
+                "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                "last_active_at = max(last_active_at, ?) WHERE id = ?",
+                (
+                    len(messages),
+                    tool_calls,
+                    sum(m.input_tokens for m in messages),
+                    sum(m.output_tokens for m in messages),
+                    now,
+                    session_id,
+                ),
+            )
+        return ids
+
+    def load_transcript(self, session_id: str) -> list[MessageRecord]:
+        """Return the session's messages in id order; raise :class:`SessionNotFoundError` for an unknown id."""
+        rows = self._db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+        ).fetchall()
+        if not rows:
+            self.get_session(session_id)
+        return [_message(row) for row in rows]
+
+    # -- titles and resolution ---------------------------------------------------------------------------------
+
+    def _check_title_free(self, title: str | None, session_id: str) -> None:
+        if title is None:
+            return
+        holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
+        if holder is not None and holder != session_id:
+            raise TitleInUseError(title, str(holder))
+
+    def set_title(self, session_id: str, title: str | None) -> str | None:
+        """Sanitise and set the title (``None`` or blank clears it); return what was stored.
+
+        Raises :class:`TitleError` for an over-long title and :class:`TitleInUseError` when another session holds
+        it.
+        """
+        clean = sanitize_title(title)
+        with self._db:
+            self._check_title_free(clean, session_id)
+            self._db.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
+            if self._db.changes() == 0:
+                self.get_session(session_id)
+        return clean
+
+    def _lineage_titles(self, base: str) -> list[str]:
+        # A range scan on the title index: every title that starts with "<base> #".
+        rows = self._db.execute(
+            "SELECT title FROM sessions WHERE title = ? OR (title >= ? AND title < ?)",
+            (base, base + " #", base + " $"),
+        )
+        return [str(title) for (title,) in rows]
+
+    def next_lineage_title(self, title: str) -> str:
+        """Return the title a compression child of a session titled ``title`` should take (``"t #N"``)."""
+        return next_lineage_title(title, self._lineage_titles(lineage_base(title)))
+
+    def find_by_title(self, title: str) -> SessionRecord | None:
+        """Return the session titled ``title``, preferring the newest numbered variant of its lineage."""
+        clean = sanitize_title(title)
+        if clean is None:
+            return None
+        candidates = [t for t in self._lineage_titles(clean) if lineage_base(t) == clean]
+        if not candidates:
+            exact = self._db.execute("SELECT id FROM sessions WHERE title = ?", (clean,)).get
+            return self.find_session(str(exact)) if exact is not None else None
+        newest = max(candidates, key=lineage_number)
+        holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (newest,)).get
+        return self.find_session(str(holder))
+
+    def resolve_session(self, reference: str) -> SessionRecord:
+        """Find the session a user typed: exact id, then unique id prefix, then title.
+
+        Raises :class:`AmbiguousSessionError` (naming the candidates) for a prefix of several ids and
+        :class:`SessionNotFoundError` when nothing matches.
+        """
+        text = reference.strip()
+        if not text:
+            raise SessionNotFoundError("an empty session reference matches nothing; give an id, prefix or title")
+        exact = self.find_session(text)
+        if exact is not None:
+            return exact
+        prefixed = [
+            str(sid)
+            for (sid,) in self._db.execute(
+                "SELECT id FROM sessions WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (text, text + "\U0010ffff", _PREFIX_CANDIDATES),
+            )
+        ]
+        if len(prefixed) == 1:
+            return self.get_session(prefixed[0])
+        if prefixed:
+            raise AmbiguousSessionError(text, prefixed)
+        titled = self.find_by_title(text)
+        if titled is not None:
+            return titled
+        raise SessionNotFoundError(
+            f"no session matches {text!r} by id, id prefix or title; list them with 'hermesctl sessions list'"
+        )
+
+    # -- routing directory -------------------------------------------------------------------------------------
+
+    def get_route(self, routing_key: str) -> str | None:
+        """Return the session id ``routing_key`` points at, or ``None``."""
+        row = self._db.execute("SELECT session_id FROM routes WHERE routing_key = ?", (routing_key,)).get
+        return None if row is None else str(row)
+
+    def set_route(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` (creating or replacing the entry)."""
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT INTO routes (routing_key, session_id, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
+                    "updated_at = excluded.updated_at",
+                    (routing_key, session_id, self._clock()),
+                )
+        except apsw.ConstraintError as exc:
+            raise SessionNotFoundError(
+                f"cannot route {routing_key!r} to {session_id!r}: no such session"
+            ) from exc
+
+    def unbind_route(self, routing_key: str) -> bool:
+        """Remove the entry for ``routing_key``; return whether there was one."""
+        with self._db:
+            self._db.execute("DELETE FROM routes WHERE routing_key = ?", (routing_key,))
+            return self._db.changes() > 0
+
+    def routes_to(self, session_id: str) -> list[str]:
+        """Return every routing key pointing at ``session_id``."""
+        rows = self._db.execute(
+            "SELECT routing_key FROM routes WHERE session_id = ? ORDER BY routing_key", (session_id,)
+        )
+        return [str(key) for (key,) in rows]
+
+    def repoint_routes(self, from_session_id: str, to_session_id: str) -> int:
+        """Move every route of ``from_session_id`` to ``to_session_id`` (compression); return how many moved."""
+        with self._db:
+            self.get_session(to_session_id)
+            self._db.execute(
+                "UPDATE routes SET session_id = ?, updated_at = ? WHERE session_id = ?",
+                (to_session_id, self._clock(), from_session_id),
+            )
+            return self._db.changes()
+
+    # -- search and statistics ---------------------------------------------------------------------------------
+
+    def fts_query(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        roles: Sequence[str] | None = None,
+        session_id: str | None = None,
+        order: fts.Order = "relevance",
+    ) -> FtsResult:
+        """Run a full-text query over messages; never raises for a malformed query (see :mod:`.fts`)."""
+        return fts.query_messages(self._db, query, limit=limit, roles=roles, session_id=session_id, order=order)
+
+    def stats(self) -> StoreStats:
+        """Return session and message totals, per-source counts and the database size on disk."""
+        rows = self._db.execute(
+            "SELECT source, count(*), total(message_count), sum(ended_at IS NULL) FROM sessions "
+            "GROUP BY source ORDER BY count(*) DESC, source"
+        ).fetchall()
+        by_source = [SourceCount(source=str(s), sessions=int(n), messages=int(m)) for s, n, m, _ in rows]
+        size = 0
+        for suffix in ("", "-wal"):
+            try:
+                size += os.path.getsize(self.path + suffix)
+            except OSError:
+                pass
+        return StoreStats(
+            sessions=sum(c.sessions for c in by_source),
+            live_sessions=sum(int(live) for *_, live in rows),
+            messages=int(self._db.execute("SELECT count(*) FROM messages").get),
+            by_source=by_source,
+            database_bytes=size,
+            schema_version=schema_version(self._db),
+        )

@@ -1,0 +1,83 @@
+"""Session titles: sanitising and lineage numbering.
+
+A title is unique across all sessions, at most :data:`MAX_TITLE_LENGTH` characters after sanitising. A
+compression child of "my project" is titled "my project #2", then "#3"; resolving a title prefers the newest
+numbered variant.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+from hermes_actors.errors import TitleError
+
+__all__ = [
+    "MAX_TITLE_LENGTH",
+    "lineage_base",
+    "lineage_number",
+    "lineage_title",
+    "next_lineage_title",
+    "sanitize_title",
+]
+
+MAX_TITLE_LENGTH = 100
+
+# Zero-width and bidi-override characters: U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF.
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_LINEAGE_SUFFIX = re.compile(r"^(?P<base>.*\S) #(?P<n>[1-9]\d{0,8})$")
+
+
+def _drop_control(ch: str) -> str:
+    if unicodedata.category(ch) != "Cc":
+        return ch
+    return " " if ch.isspace() else ""
+
+
+def sanitize_title(raw: str | None) -> str | None:
+    """Return ``raw`` cleaned for use as a title, or ``None`` when nothing is left (which clears a title).
+
+    Removes control, zero-width and bidi-override characters and collapses runs of white space. Raises
+    :class:`TitleError` when the result is longer than :data:`MAX_TITLE_LENGTH` characters.
+    """
+    if raw is None:
+        return None
+    visible = _INVISIBLE.sub("", "".join(_drop_control(ch) for ch in raw))
+    title = " ".join(visible.split())
+    if not title:
+        return None
+    if len(title) > MAX_TITLE_LENGTH:
+        raise TitleError(
+            f"title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}, so shorten it"
+        )
+    return title
+
+
+def lineage_number(title: str) -> int:
+    """Return N for ``"base #N"``, 1 for a title without a lineage suffix."""
+    match = _LINEAGE_SUFFIX.match(title)
+    return int(match["n"]) if match else 1
+
+
+def lineage_base(title: str) -> str:
+    """Return ``title`` without its ``" #N"`` lineage suffix."""
+    match = _LINEAGE_SUFFIX.match(title)
+    return match["base"] if match else title
+
+
+def lineage_title(base: str, number: int) -> str:
+    """Return the title of the ``number``-th session of the lineage of ``base`` (1 is ``base`` itself)."""
+    return base if number <= 1 else f"{base} #{number}"
+
+
+def next_lineage_title(title: str, taken: Iterable[str]) -> str:
+    """Return the next free lineage title after ``title``, given the titles already ``taken`` in its lineage.
+
+    The result is cut so it stays within :data:`MAX_TITLE_LENGTH`.
+    """
+    base = lineage_base(title)
+    used = {lineage_number(t) for t in taken if lineage_base(t) == base}
+    number = max(used | {lineage_number(title)}) + 1
+    suffix = f" #{number}"
+    return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix

@@ -1,0 +1,197 @@
+-- hermes-actors state database, schema version 1.
+--
+-- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
+-- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
+-- transaction and PRAGMA user_version = 1; older databases are upgraded by the steps in
+-- hermes_actors/store/migrations.py, which must end in exactly this schema.
+--
+-- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
+-- kept in sync by the triggers below.
+--   messages_fts      tokenizer hermes_words: SQLite's unicode61 (diacritics folded) with every Chinese,
+--                     Japanese or Korean character emitted as its own token, so one- and two-character CJK
+--                     queries are indexed lookups (a phrase of unigrams), not LIKE scans.
+--   messages_fts_cjk  the built-in trigram tokenizer, detail=none, over messages that contain CJK text only;
+--                     serves CJK substring queries of three or more characters with LIKE.
+-- The hermes_words tokenizer is registered by hermes_actors.store.connection on every connection; a plain
+-- sqlite3 shell can read every table but cannot write messages (the triggers need the tokenizer).
+
+CREATE TABLE sessions (
+    id                TEXT PRIMARY KEY,
+    source            TEXT NOT NULL,              -- platform name: cli, telegram, slack, api_server, ...
+    user_id           TEXT,
+    user_name         TEXT,
+    chat_id           TEXT,
+    chat_type         TEXT,
+    chat_name         TEXT,
+    thread_id         TEXT,
+    scope_id          TEXT,                       -- workspace / tenant / guild
+    account_id        TEXT,                       -- which of our bot accounts received it
+    routing_key       TEXT,                       -- the key that created it (routes may move later)
+    model             TEXT,
+    title             TEXT,
+    system_prompt     TEXT,                       -- snapshot taken when the session started
+    parent_session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+    started_at        REAL NOT NULL,              -- unix seconds
+    ended_at          REAL,
+    end_reason        TEXT,
+    message_count     INTEGER NOT NULL DEFAULT 0,
+    tool_call_count   INTEGER NOT NULL DEFAULT 0,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    last_active_at    REAL NOT NULL,
+    CHECK ((ended_at IS NULL) = (end_reason IS NULL))
+);
+CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;
+CREATE INDEX sessions_last_active ON sessions (last_active_at);
+CREATE INDEX sessions_source ON sessions (source, last_active_at);
+CREATE INDEX sessions_parent ON sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
+
+-- Order within a session is by id, never by created_at.
+CREATE TABLE messages (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id          TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    role                TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+    content             TEXT,
+    tool_calls          TEXT,                     -- JSON array, as the agent produced it
+    tool_name           TEXT,
+    tool_call_id        TEXT,
+    token_count         INTEGER,
+    created_at          REAL NOT NULL,
+    platform_message_id TEXT
+);
+CREATE INDEX messages_session ON messages (session_id, id);
+
+CREATE VIRTUAL TABLE messages_fts USING fts5 (
+    content, content = 'messages', content_rowid = 'id', tokenize = 'hermes_words'
+);
+CREATE VIRTUAL TABLE messages_fts_cjk USING fts5 (
+    content, content = 'messages', content_rowid = 'id', tokenize = 'trigram remove_diacritics 1',
+    detail = none
+);
+
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.content IS NOT NULL BEGIN
+    INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages WHEN old.content IS NOT NULL BEGIN
+    INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts (messages_fts, rowid, content)
+        SELECT 'delete', old.id, old.content WHERE old.content IS NOT NULL;
+    INSERT INTO messages_fts (rowid, content) SELECT new.id, new.content WHERE new.content IS NOT NULL;
+END;
+-- The character class lists the CJK blocks hermes_words splits (kana, CJK ideographs, Hangul, compatibility
+-- ideographs, half-width kana, supplementary ideographs); GLOB compares code points.
+CREATE TRIGGER messages_fts_cjk_insert AFTER INSERT ON messages
+    WHEN new.content GLOB '*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*' BEGIN
+    INSERT INTO messages_fts_cjk (rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_cjk_delete AFTER DELETE ON messages
+    WHEN old.content GLOB '*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*' BEGIN
+    INSERT INTO messages_fts_cjk (messages_fts_cjk, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_cjk_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO messages_fts_cjk (messages_fts_cjk, rowid, content)
+        SELECT 'delete', old.id, old.content
+        WHERE old.content GLOB '*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*';
+    INSERT INTO messages_fts_cjk (rowid, content)
+        SELECT new.id, new.content
+        WHERE new.content GLOB '*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*';
+END;
+
+-- The routing directory: which session a routing key (hermes_actors.routing.build_session_key) reaches now.
+-- /resume, handoff and compression only re-point rows here.
+CREATE TABLE routes (
+    routing_key TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    updated_at  REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX routes_session ON routes (session_id);
+
+-- Durable inbound queue and dedupe: a row is committed before the platform is acknowledged, and its turn
+-- marks it done in the same transaction that writes the transcript. The unique key drops redeliveries.
+CREATE TABLE inbox (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    platform            TEXT NOT NULL,
+    account_id          TEXT NOT NULL DEFAULT '',
+    platform_message_id TEXT NOT NULL,
+    routing_key         TEXT NOT NULL,
+    session_id          TEXT,                     -- set when a turn picks it up
+    payload             BLOB NOT NULL,            -- msgspec-encoded inbound message
+    received_at         REAL NOT NULL,
+    state               TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'rejected')),
+    completed_at        REAL,
+    UNIQUE (platform, account_id, platform_message_id)
+);
+CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';
+CREATE INDEX inbox_completed ON inbox (completed_at) WHERE completed_at IS NOT NULL;
+
+-- Replies committed with their turn and not yet confirmed delivered.
+CREATE TABLE outbox (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id          TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+    platform            TEXT NOT NULL,
+    account_id          TEXT NOT NULL DEFAULT '',
+    chat_id             TEXT,
+    thread_id           TEXT,
+    payload             BLOB NOT NULL,            -- msgspec-encoded outbound message
+    created_at          REAL NOT NULL,
+    attempts            INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at     REAL NOT NULL DEFAULT 0,
+    sent_at             REAL,
+    platform_message_id TEXT,
+    last_error          TEXT
+);
+CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) WHERE sent_at IS NULL;
+
+-- Poll positions (Telegram getUpdates offset, iLink get_updates_buf), written in the transaction that
+-- commits the inbox rows they cover.
+CREATE TABLE poll_cursors (
+    platform   TEXT NOT NULL,
+    account_id TEXT NOT NULL DEFAULT '',
+    cursor     TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (platform, account_id)
+) WITHOUT ROWID;
+
+-- /sethome: where handoff and notifications go on each platform account.
+CREATE TABLE home_channels (
+    platform   TEXT NOT NULL,
+    account_id TEXT NOT NULL DEFAULT '',
+    chat_id    TEXT NOT NULL,
+    thread_id  TEXT,
+    set_by     TEXT,
+    set_at     REAL NOT NULL,
+    PRIMARY KEY (platform, account_id)
+) WITHOUT ROWID;
+
+-- What the agent chose to remember about a user (save-memory turns); later sessions of that user get them.
+CREATE TABLE memories (
+    id                INTEGER PRIMARY KEY,
+    user_key          TEXT NOT NULL,              -- platform-qualified user: '<platform>:<participant id>'
+    content           TEXT NOT NULL,
+    source_session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+    created_at        REAL NOT NULL
+);
+CREATE INDEX memories_user ON memories (user_key, id);
+
+-- Cross-process ownership of a session's turns (a terminal chat without the daemon).
+CREATE TABLE leases (
+    session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    owner       TEXT NOT NULL,                    -- '<hostname>:<pid>:<random>'
+    acquired_at REAL NOT NULL,
+    expires_at  REAL NOT NULL
+) WITHOUT ROWID;
+
+-- Durable deadlines for the supervisor's timer service (idle/daily resets, auto-prune).
+CREATE TABLE timers (
+    name       TEXT PRIMARY KEY,                  -- '<kind>:<subject>', e.g. 'reset:<session id>'
+    due_at     REAL NOT NULL,
+    payload    BLOB
+) WITHOUT ROWID;
+CREATE INDEX timers_due ON timers (due_at);
+
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
