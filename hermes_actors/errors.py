@@ -73,9 +73,7 @@ class AmbiguousSessionError(StoreError):
 
     def __init__(self, reference: str, candidates: list[str]) -> None:
         shown = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
-        super().__init__(
-            f"'{reference}' matches {len(candidates)} sessions: {shown}; type more of the id"
-        )
+        super().__init__(f"'{reference}' matches {len(candidates)} sessions: {shown}; type more of the id")
         self.candidates = candidates
 
 

@@ -190,9 +190,7 @@ def parse_session_key(key: str) -> SessionKey:
         scope_id=_unescape(scope, key, "the scope", tenancy=True) if "." in head else None,
         account_id=_unescape(account, key, "the account", tenancy=True) if "~" in parts[2] else None,
         chat_type=_unescape(parts[3], key, "the chat type", tenancy=False),
-        ids=tuple(
-            _unescape(part, key, f"id {number}", tenancy=False) for number, part in enumerate(parts[4:], 1)
-        ),
+        ids=tuple(_unescape(part, key, f"id {number}", tenancy=False) for number, part in enumerate(parts[4:], 1)),
     )
 
 
@@ -243,8 +241,7 @@ def migrate_legacy_slack_key(
     if not observed_scope_id:
         return LegacyKeyDecision(
             action=LegacyKeyAction.REFUSE,
-            reason="no workspace has seen this DM yet, so none can claim it; "
-            "it stays reachable by session id",
+            reason="no workspace has seen this DM yet, so none can claim it; it stays reachable by session id",
         )
     if dm_already_claimed:
         return LegacyKeyDecision(
@@ -266,9 +263,7 @@ def _unescape(text: str, key: str, where: str, *, tenancy: bool) -> str:
         for char in ".~":
             if char in text:
                 code = _TENANCY_ESCAPES[char]
-                raise RoutingError(
-                    f"{key!r} is not a session key: unescaped {char!r} in {where}; write it as {code}"
-                )
+                raise RoutingError(f"{key!r} is not a session key: unescaped {char!r} in {where}; write it as {code}")
     unescapes = _TENANCY_UNESCAPES if tenancy else _ID_UNESCAPES
     first, *rest = text.split("%")
     decoded = [first]

@@ -48,9 +48,7 @@ def sanitize_title(raw: str | None) -> str | None:
     if not title:
         return None
     if len(title) > MAX_TITLE_LENGTH:
-        raise TitleError(
-            f"title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}, so shorten it"
-        )
+        raise TitleError(f"title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}, so shorten it")
     return title
 
 

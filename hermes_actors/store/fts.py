@@ -50,7 +50,7 @@ def _cjk_substrings(parsed: apsw.fts5query.QUERY) -> list[str] | None:
             return None
         if part.prefix or part.plus is not None or part.initial:
             return None
-        if len(part.phrase) < 3 or not _ONLY_CJK.fullmatch(part.phrase):
+        if not isinstance(part.phrase, str) or len(part.phrase) < 3 or not _ONLY_CJK.fullmatch(part.phrase):
             return None
         substrings.append(part.phrase)
     return substrings
@@ -124,9 +124,7 @@ def query_messages(
         return _refuse(query, f"the search index refused the query ({message}); quote words to search them literally")
 
 
-def _query_words(
-    db: apsw.Connection, query: str, where: str, params: list[Any], limit: int, order: Order
-) -> FtsResult:
+def _query_words(db: apsw.Connection, query: str, where: str, params: list[Any], limit: int, order: Order) -> FtsResult:
     sql = (
         "SELECT m.id, m.session_id, m.role, m.created_at, "
         f"snippet(messages_fts, 0, '>>>', '<<<', '…', {SNIPPET_TOKENS}), rank "
@@ -159,7 +157,12 @@ def _query_trigram(
     rows = db.execute(sql, [*(f"%{s}%" for s in substrings), *params, limit])
     hits = [
         FtsHit(
-            message_id=mid, session_id=sid, role=role, created_at=at, snippet=_mark(content or "", substrings), rank=0.0
+            message_id=mid,
+            session_id=sid,
+            role=role,
+            created_at=at,
+            snippet=_mark(content or "", substrings),
+            rank=0.0,
         )
         for mid, sid, role, at, content in rows
     ]

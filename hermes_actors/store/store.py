@@ -7,10 +7,10 @@ transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn mu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -66,6 +66,29 @@ def _count_tool_calls(message: NewMessage) -> int:
         raise StoreError(f"tool_calls must be a JSON array of calls: {exc}; nothing was appended") from exc
 
 
+class _Transaction:
+    """APSW's connection context manager, typed to show that it never swallows an exception."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: apsw.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._db.__exit__(exc_type, exc, tb)
+
+
+def _as_int(value: object) -> int:
+    if not isinstance(value, int | float):
+        raise StoreError(f"expected a number from the database, got {value!r}")
+    return int(value)
+
+
 class Store:
     """Sessions, messages, titles and routes in one SQLite database.
 
@@ -87,9 +110,7 @@ class Store:
         clock: Callable[[], float] = time.time,
     ) -> Store:
         """Open (and, unless ``readonly``, create and migrate) the database at ``path``."""
-        connection = open_connection(
-            path, readonly=readonly, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
-        )
+        connection = open_connection(path, readonly=readonly, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         try:
             if not readonly:
                 migrate(connection)
@@ -120,11 +141,12 @@ class Store:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Run the block in one transaction (a savepoint when nested); an exception rolls it back."""
-        with self._db:
-            yield
+    def transaction(self) -> _Transaction:
+        """Return a context manager running its block in one transaction (a savepoint when nested).
+
+        An exception leaving the block rolls it back and propagates.
+        """
+        return _Transaction(self._db)
 
     # -- sessions ----------------------------------------------------------------------------------------------
 
@@ -168,7 +190,7 @@ class Store:
         )
         values = msgspec.structs.astuple(record)
         placeholders = ", ".join("?" * len(values))
-        with self._db:
+        with self.transaction():
             self._check_title_free(record.title, record.id)
             try:
                 self._db.execute(f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({placeholders})", values)
@@ -193,7 +215,7 @@ class Store:
     def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
         """End a live session with ``reason``; a session that already ended keeps its first reason."""
         reason = EndReason(reason)
-        with self._db:
+        with self.transaction():
             self._db.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
                 (self._clock() if at is None else at, reason.value, session_id),
@@ -202,7 +224,7 @@ class Store:
 
     def reopen_session(self, session_id: str) -> SessionRecord:
         """Make an ended session live again (``/resume`` of an ended session)."""
-        with self._db:
+        with self.transaction():
             self._db.execute(
                 "UPDATE sessions SET ended_at = NULL, end_reason = NULL, last_active_at = ? WHERE id = ?",
                 (self._clock(), session_id),
@@ -211,7 +233,7 @@ class Store:
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its messages and routes; its children stay, without a parent. Return if it existed."""
-        with self._db:
+        with self.transaction():
             # Deleting the messages first runs the FTS triggers row by row before the cascade.
             self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -244,9 +266,7 @@ class Store:
 
     # -- messages ----------------------------------------------------------------------------------------------
 
-    def append_messages(
-        self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None
-    ) -> list[int]:
+    def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append ``messages`` to a live session in one transaction; return their ids in order.
 
         Updates the session's message, tool-call and token counters and its last activity. Raises
@@ -255,7 +275,7 @@ class Store:
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
         ids: list[int] = []
-        with self._db:
+        with self.transaction():
             ended = self._db.execute("SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)).get
             if ended is None:
                 raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
@@ -320,7 +340,7 @@ class Store:
         it.
         """
         clean = sanitize_title(title)
-        with self._db:
+        with self.transaction():
             self._check_title_free(clean, session_id)
             self._db.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
             if self._db.changes() == 0:
@@ -392,7 +412,7 @@ class Store:
     def set_route(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` (creating or replacing the entry)."""
         try:
-            with self._db:
+            with self.transaction():
                 self._db.execute(
                     "INSERT INTO routes (routing_key, session_id, updated_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
@@ -400,13 +420,11 @@ class Store:
                     (routing_key, session_id, self._clock()),
                 )
         except apsw.ConstraintError as exc:
-            raise SessionNotFoundError(
-                f"cannot route {routing_key!r} to {session_id!r}: no such session"
-            ) from exc
+            raise SessionNotFoundError(f"cannot route {routing_key!r} to {session_id!r}: no such session") from exc
 
     def unbind_route(self, routing_key: str) -> bool:
         """Remove the entry for ``routing_key``; return whether there was one."""
-        with self._db:
+        with self.transaction():
             self._db.execute("DELETE FROM routes WHERE routing_key = ?", (routing_key,))
             return self._db.changes() > 0
 
@@ -419,7 +437,7 @@ class Store:
 
     def repoint_routes(self, from_session_id: str, to_session_id: str) -> int:
         """Move every route of ``from_session_id`` to ``to_session_id`` (compression); return how many moved."""
-        with self._db:
+        with self.transaction():
             self.get_session(to_session_id)
             self._db.execute(
                 "UPDATE routes SET session_id = ?, updated_at = ? WHERE session_id = ?",
@@ -447,17 +465,15 @@ class Store:
             "SELECT source, count(*), total(message_count), sum(ended_at IS NULL) FROM sessions "
             "GROUP BY source ORDER BY count(*) DESC, source"
         ).fetchall()
-        by_source = [SourceCount(source=str(s), sessions=int(n), messages=int(m)) for s, n, m, _ in rows]
+        by_source = [SourceCount(source=str(s), sessions=_as_int(n), messages=_as_int(m)) for s, n, m, _ in rows]
         size = 0
         for suffix in ("", "-wal"):
-            try:
+            with contextlib.suppress(OSError):
                 size += os.path.getsize(self.path + suffix)
-            except OSError:
-                pass
         return StoreStats(
             sessions=sum(c.sessions for c in by_source),
-            live_sessions=sum(int(live) for *_, live in rows),
-            messages=int(self._db.execute("SELECT count(*) FROM messages").get),
+            live_sessions=sum(_as_int(live) for *_, live in rows),
+            messages=_as_int(self._db.execute("SELECT count(*) FROM messages").get),
             by_source=by_source,
             database_bytes=size,
             schema_version=schema_version(self._db),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import cast
 
 import apsw
 
@@ -37,9 +38,7 @@ def contains_cjk(text: str) -> bool:
     return CJK_CHARACTER.search(text) is not None
 
 
-def _split_token(
-    base: apsw.FTS5Tokenizer, utf8: bytes, start: int, end: int, flags: int, out: list[_Token]
-) -> None:
+def _split_token(base: apsw.FTS5Tokenizer, utf8: bytes, start: int, end: int, flags: int, out: list[_Token]) -> None:
     """Append the pieces of the unicode61 token ``utf8[start:end]`` that contains CJK characters."""
     position = start
     for piece in _CJK_SPLIT.findall(utf8[start:end].decode("utf-8")):
@@ -48,7 +47,7 @@ def _split_token(
             out.append((position, position + len(encoded), piece))
         else:
             # Re-tokenize the non-CJK run so its folding matches what unicode61 does elsewhere.
-            for sub_start, sub_end, token in base(encoded, flags, None):
+            for sub_start, sub_end, token in cast(list[_Token], base(encoded, flags, None)):
                 out.append((position + sub_start, position + sub_end, token))
         position += len(encoded)
 
@@ -57,7 +56,7 @@ def _hermes_words(connection: apsw.Connection, args: list[str]) -> _Tokenizer:
     base = connection.fts5_tokenizer("unicode61", ["remove_diacritics", "2", *args])
 
     def tokenize(utf8: bytes, flags: int, locale: str | None) -> list[_Token]:
-        tokens: list[_Token] = base(utf8, flags, locale)
+        tokens = cast(list[_Token], base(utf8, flags, locale))
         if _CJK_LEAD_BYTE.search(utf8) is None:
             # Every CJK character starts with a UTF-8 lead byte from 0xE1 to 0xF0: most text stops here.
             return tokens

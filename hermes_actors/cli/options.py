@@ -1,0 +1,52 @@
+"""Options and error handling shared by ``hermesd`` and ``hermesctl``."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import click
+
+from hermes_actors.errors import HermesError
+
+__all__ = ["DATABASE_NAME", "database_path", "home_option", "reports_errors", "resolve_home"]
+
+DATABASE_NAME = "state.db"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def resolve_home(home: str | None) -> Path:
+    """Return ``home``, else ``$HERMES_HOME``, else ``~/.hermes``."""
+    chosen = home or os.environ.get("HERMES_HOME") or "~/.hermes"
+    return Path(chosen).expanduser()
+
+
+def database_path(home: Path) -> Path:
+    """Return the state database inside ``home``."""
+    return home / DATABASE_NAME
+
+
+home_option = click.option(
+    "--home",
+    type=click.Path(file_okay=False, dir_okay=True),
+    default=None,
+    help="State directory (default: $HERMES_HOME or ~/.hermes).",
+)
+
+
+def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn library errors into ``Error: ...`` and exit status 1, in one place."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except HermesError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper
