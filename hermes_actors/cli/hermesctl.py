@@ -18,7 +18,9 @@ __all__ = ["main"]
 
 def _open(home: str | None, *, readonly: bool = True) -> Store:
     path = database_path(resolve_home(home))
-    if readonly and not path.exists():
+    if not readonly:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.exists():
         raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
     return Store.open(path, readonly=readonly)
 

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from hermes_actors.cli import hermesctl, hermesd
+from hermes_actors.store import NewMessage, Role, Store
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def test_hermesd_creates_the_home_and_database_on_defaults(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    result = CliRunner().invoke(hermesd.main, [])
+    assert result.exit_code == 0, result.output
+    assert (home / "state.db").exists()
+    assert "schema version 1" in result.output
+    assert "0 sessions (0 live), 0 messages" in result.output
+
+
+def test_hermesctl_reports_a_missing_database_with_the_fix(home: Path) -> None:
+    result = CliRunner().invoke(hermesctl.main, ["sessions", "stats", "--home", str(home)])
+    assert result.exit_code == 1
+    assert (
+        result.output
+        == f"Error: no database at {home / 'state.db'}; run 'hermesd' or 'hermesctl db migrate' to create it\n"
+    )
+
+
+def test_stats_and_search_read_what_the_store_wrote(home: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(hermesctl.main, ["db", "migrate", "--home", str(home)]).exit_code == 0
+    with Store.open(home / "state.db") as store:
+        session = store.create_session("telegram")
+        store.append_messages(session.id, [NewMessage(role=Role.USER, content="deploy the docker image")])
+    stats = runner.invoke(hermesctl.main, ["sessions", "stats", "--home", str(home)])
+    assert stats.exit_code == 0
+    assert "Total sessions: 1\nTotal messages: 1\n  telegram: 1 sessions\n" in stats.output
+    as_json = json.loads(runner.invoke(hermesctl.main, ["sessions", "stats", "--json", "--home", str(home)]).output)
+    assert as_json["messages"] == 1
+    found = runner.invoke(hermesctl.main, ["sessions", "search", "docker", "--home", str(home)])
+    assert found.exit_code == 0
+    assert ">>>docker<<<" in found.output
+    assert session.id in found.output
+
+
+def test_a_malformed_search_is_an_error_line_with_a_suggestion(home: Path) -> None:
+    runner = CliRunner()
+    runner.invoke(hermesctl.main, ["db", "migrate", "--home", str(home)])
+    result = runner.invoke(hermesctl.main, ["sessions", "search", "c++", "--home", str(home)])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: the query is not valid search syntax: expected a search term at character 3; "
+        'quote words to search them literally (try: "c++")\n'
+    )
+
+
+def test_db_check_passes_on_a_healthy_database(home: Path) -> None:
+    runner = CliRunner()
+    runner.invoke(hermesctl.main, ["db", "migrate", "--home", str(home)])
+    result = runner.invoke(hermesctl.main, ["db", "check", "--home", str(home)])
+    assert (result.exit_code, result.output) == (0, "ok\n")
+
+
+def test_db_check_reports_a_stale_search_index(home: Path) -> None:
+    runner = CliRunner()
+    runner.invoke(hermesctl.main, ["db", "migrate", "--home", str(home)])
+    with Store.open(home / "state.db") as store:
+        session = store.create_session("cli")
+        store.append_messages(session.id, [NewMessage(role=Role.USER, content="hello world")])
+        # Change the text behind the index's back, as a foreign tool without the triggers would.
+        store.connection.execute("DROP TRIGGER messages_fts_update")
+        store.connection.execute("UPDATE messages SET content = 'something else'")
+    result = runner.invoke(hermesctl.main, ["db", "check", "--home", str(home)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: database check failed:\nmessages_fts:")
+
+
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name, command in group.commands.items():
+        found.append((prefix + name, command))
+        if isinstance(command, click.Group):
+            found.extend(_commands(command, prefix + name + " "))
+    return found
+
+
+def test_every_command_has_help_text() -> None:
+    assert hermesd.main.help
+    assert CliRunner().invoke(hermesd.main, ["--help"]).exit_code == 0
+    assert hermesctl.main.help
+    for name, command in _commands(hermesctl.main):
+        assert command.help, f"hermesctl {name} has no help text"
+        result = CliRunner().invoke(hermesctl.main, [*name.split(), "--help"])
+        assert result.exit_code == 0, name
