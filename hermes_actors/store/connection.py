@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from types import TracebackType
 
 import apsw
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store.tokenizer import register_tokenizer
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "Synchronous", "open_connection"]
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "Synchronous", "Transaction", "open_connection"]
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 
@@ -29,6 +30,26 @@ class Synchronous(enum.StrEnum):
     OFF = "OFF"
     NORMAL = "NORMAL"
     FULL = "FULL"
+
+
+class Transaction:
+    """``with Transaction(db):`` runs the block in one transaction (a savepoint when nested).
+
+    APSW's own connection context manager, typed to show that it never swallows an exception.
+    """
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: apsw.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._db.__exit__(exc_type, exc, tb)
 
 
 def _use_wal(connection: apsw.Connection) -> None:

@@ -28,7 +28,8 @@ from hermes_actors.errors import (
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import fts
-from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, open_connection
+from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, Transaction, open_connection
+from hermes_actors.store.durable import Inbox, KeyValues, Leases, Outbox, Timers
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.records import (
     EndReason,
@@ -66,23 +67,6 @@ def _count_tool_calls(message: NewMessage) -> int:
         raise StoreError(f"tool_calls must be a JSON array of calls: {exc}; nothing was appended") from exc
 
 
-class _Transaction:
-    """APSW's connection context manager, typed to show that it never swallows an exception."""
-
-    __slots__ = ("_db",)
-
-    def __init__(self, db: apsw.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.__enter__()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._db.__exit__(exc_type, exc, tb)
-
-
 def _as_int(value: object) -> int:
     if not isinstance(value, int | float):
         raise StoreError(f"expected a number from the database, got {value!r}")
@@ -98,6 +82,11 @@ class Store:
     def __init__(self, connection: apsw.Connection, *, clock: Callable[[], float] = time.time) -> None:
         self._db = connection
         self._clock = clock
+        self.inbox = Inbox(connection, clock)
+        self.outbox = Outbox(connection, clock)
+        self.leases = Leases(connection, clock)
+        self.timers = Timers(connection, clock)
+        self.kv = KeyValues(connection, clock)
 
     @classmethod
     def open(
@@ -141,12 +130,12 @@ class Store:
     ) -> None:
         self.close()
 
-    def transaction(self) -> _Transaction:
+    def transaction(self) -> Transaction:
         """Return a context manager running its block in one transaction (a savepoint when nested).
 
         An exception leaving the block rolls it back and propagates.
         """
-        return _Transaction(self._db)
+        return Transaction(self._db)
 
     # -- sessions ----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,269 @@
+"""The durable queues and small tables around the transcript: inbox, outbox, leases, timers, cursors, meta.
+
+Each class wraps the store's connection and clock; ``Store`` exposes them as ``store.inbox``, ``store.outbox``,
+``store.leases``, ``store.timers`` and ``store.kv``. Methods that write run in one transaction and nest inside
+``Store.transaction()``, so a turn commits its inbox completion, transcript and outbox row together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+import msgspec
+
+from hermes_actors.store.connection import Transaction
+
+__all__ = ["Inbox", "InboxRow", "KeyValues", "Leases", "Outbox", "OutboxRow", "TimerRow", "Timers"]
+
+
+class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed inbound message."""
+
+    id: int
+    platform: str
+    account_id: str
+    platform_message_id: str
+    routing_key: str
+    payload: bytes
+    received_at: float
+    state: str
+    session_id: str | None = None
+
+
+class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A reply waiting for delivery; ``attempts > 0`` means a send may already have reached the platform."""
+
+    id: int
+    session_id: str | None
+    platform: str
+    account_id: str
+    chat_id: str | None
+    thread_id: str | None
+    payload: bytes
+    created_at: float
+    attempts: int
+    next_attempt_at: float
+
+
+class TimerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A durable deadline."""
+
+    name: str
+    due_at: float
+    payload: bytes | None = None
+
+
+class _Table:
+    __slots__ = ("_clock", "_db")
+
+    def __init__(self, db: apsw.Connection, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+
+
+_INBOX_COLUMNS = "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id"
+_OUTBOX_COLUMNS = (
+    "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
+)
+
+
+def _inbox_row(row: tuple[Any, ...]) -> InboxRow:
+    return InboxRow(**dict(zip(InboxRow.__struct_fields__, row, strict=True)))
+
+
+def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
+    return OutboxRow(**dict(zip(OutboxRow.__struct_fields__, row, strict=True)))
+
+
+class Inbox(_Table):
+    """Durable inbound queue with dedupe on (platform, account, platform message id)."""
+
+    def add(
+        self, *, platform: str, account_id: str, platform_message_id: str, routing_key: str, payload: bytes
+    ) -> int | None:
+        """Commit an inbound message; return its row id, or ``None`` when it was seen before (a redelivery)."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING",
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock()),
+            )
+            return self._db.last_insert_rowid() if self._db.changes() else None
+
+    def complete(self, inbox_id: int, *, session_id: str | None, state: str = "done") -> None:
+        """Mark a row answered (``done``) or refused (``rejected``)."""
+        with Transaction(self._db):
+            self._db.execute(
+                "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ?",
+                (state, session_id, self._clock(), inbox_id),
+            )
+
+    def pending(self) -> list[InboxRow]:
+        """Return every row without a completed turn, oldest first."""
+        rows = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE state = 'pending' ORDER BY id")
+        return [_inbox_row(r) for r in rows]
+
+    def get(self, inbox_id: int) -> InboxRow | None:
+        """Return one row, or ``None``."""
+        row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
+        return _inbox_row(row) if row is not None else None
+
+    def prune_completed(self, before: float) -> int:
+        """Forget completed rows older than ``before`` (their dedupe window ends); return how many."""
+        with Transaction(self._db):
+            self._db.execute("DELETE FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ?", (before,))
+            return self._db.changes()
+
+
+class Outbox(_Table):
+    """Replies committed with their turn, delivered afterwards."""
+
+    def add(
+        self,
+        *,
+        session_id: str | None,
+        platform: str,
+        account_id: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        payload: bytes,
+    ) -> int:
+        """Queue a reply; return its row id."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock()),
+            )
+            return self._db.last_insert_rowid()
+
+    def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        """Return undelivered rows in id order (per chat, that is the order to send them in)."""
+        where = "sent_at IS NULL" + (" AND platform = ?" if platform is not None else "")
+        params: tuple[Any, ...] = (platform, limit) if platform is not None else (limit,)
+        rows = self._db.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
+        return [_outbox_row(r) for r in rows]
+
+    def begin_attempt(self, outbox_id: int) -> int:
+        """Count a send attempt before it is made; return the attempt number (1 for the first)."""
+        with Transaction(self._db):
+            self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", (outbox_id,))
+            return int(self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (outbox_id,)).get or 0)
+
+    def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
+        """Record delivery."""
+        with Transaction(self._db):
+            self._db.execute(
+                "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
+                (self._clock(), platform_message_id, outbox_id),
+            )
+
+    def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
+        """Record a failed attempt and when to try again."""
+        with Transaction(self._db):
+            self._db.execute(
+                "UPDATE outbox SET last_error = ?, next_attempt_at = ? WHERE id = ?", (error, retry_at, outbox_id)
+            )
+
+
+class Leases(_Table):
+    """Cross-process ownership of sessions: one row per owned session, renewed by heartbeat, expiring."""
+
+    def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:
+        """Take or renew the lease; return ``None`` on success or the current holder's owner string."""
+        now = self._clock()
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO leases (session_id, owner, acquired_at, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
+                "expires_at = excluded.expires_at WHERE leases.owner = excluded.owner OR leases.expires_at < ?",
+                (session_id, owner, now, now + ttl_s, now),
+            )
+            if self._db.changes():
+                return None
+            return str(self._db.execute("SELECT owner FROM leases WHERE session_id = ?", (session_id,)).get)
+
+    def heartbeat(self, owner: str, ttl_s: float) -> int:
+        """Extend every lease ``owner`` holds; return how many."""
+        with Transaction(self._db):
+            self._db.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (self._clock() + ttl_s, owner))
+            return self._db.changes()
+
+    def release(self, session_id: str, owner: str) -> bool:
+        """Give the lease up; return whether ``owner`` held it."""
+        with Transaction(self._db):
+            self._db.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner))
+            return self._db.changes() > 0
+
+    def release_all(self, owner: str) -> int:
+        """Give up every lease ``owner`` holds (clean shutdown)."""
+        with Transaction(self._db):
+            self._db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+            return self._db.changes()
+
+    def holder(self, session_id: str) -> str | None:
+        """Return the owner of a lease that has not expired, or ``None``."""
+        row = self._db.execute(
+            "SELECT owner FROM leases WHERE session_id = ? AND expires_at >= ?", (session_id, self._clock())
+        ).get
+        return None if row is None else str(row)
+
+
+class Timers(_Table):
+    """Durable deadlines, named so that setting one again replaces it."""
+
+    def set(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Create or move the deadline ``name``."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+                "SET due_at = excluded.due_at, payload = excluded.payload",
+                (name, due_at, payload),
+            )
+
+    def cancel(self, name: str) -> bool:
+        """Remove the deadline; return whether it existed."""
+        with Transaction(self._db):
+            self._db.execute("DELETE FROM timers WHERE name = ?", (name,))
+            return self._db.changes() > 0
+
+    def all(self) -> list[TimerRow]:
+        """Return every deadline, earliest first."""
+        rows = self._db.execute("SELECT name, due_at, payload FROM timers ORDER BY due_at, name")
+        return [TimerRow(name=str(n), due_at=float(d), payload=p) for n, d, p in rows]
+
+
+class KeyValues(_Table):
+    """Small durable values: ``meta`` entries and platform poll cursors."""
+
+    def get_meta(self, key: str) -> str | None:
+        """Return a meta value, or ``None``."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).get
+        return None if row is None else str(row)
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a meta value."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def get_cursor(self, platform: str, account_id: str = "") -> str | None:
+        """Return a platform's poll cursor (Telegram offset, iLink sync buffer), or ``None``."""
+        row = self._db.execute(
+            "SELECT cursor FROM poll_cursors WHERE platform = ? AND account_id = ?", (platform, account_id)
+        ).get
+        return None if row is None else str(row)
+
+    def set_cursor(self, platform: str, cursor: str, account_id: str = "") -> None:
+        """Store a poll cursor; call it in the transaction that commits the inbox rows it covers."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO poll_cursors (platform, account_id, cursor, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (platform, account_id) DO UPDATE SET cursor = excluded.cursor, "
+                "updated_at = excluded.updated_at",
+                (platform, account_id, cursor, self._clock()),
+            )
