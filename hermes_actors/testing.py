@@ -1,8 +1,16 @@
-"""Fakes for tests of hermes-actors and of code built on it."""
+"""Fakes for tests of hermes-actors and of code built on it (adapter authors included)."""
 
 from __future__ import annotations
 
-__all__ = ["FakeClock"]
+import itertools
+import queue
+import threading
+
+from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.routing import SessionSource
+from platforms.base import SendError
+
+__all__ = ["FakeClock", "FakePlatform"]
 
 
 class FakeClock:
@@ -10,10 +18,96 @@ class FakeClock:
 
     def __init__(self, start: float = 1_764_460_800.0) -> None:
         self.now = start
+        self._lock = threading.Lock()
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by ``seconds``."""
-        self.now += seconds
+        with self._lock:
+            self.now += seconds
+
+
+class FakePlatform:
+    """A platform in memory: ``push()`` sends a user message through a gateway, ``pop()`` takes the next reply.
+
+    Give it to the gateway as a sender and call :meth:`attach` with the gateway (anything with an ``accept``
+    method). ``fail_next(n)`` makes the next ``n`` sends fail.
+    """
+
+    idempotent_sends = False
+
+    def __init__(self, platform: str = "fake", *, account_id: str | None = None) -> None:
+        self.platform = platform
+        self.account_id = account_id
+        self.sent: list[OutboundMessage] = []
+        self._replies: queue.SimpleQueue[OutboundMessage] = queue.SimpleQueue()
+        self._ids = itertools.count(1)
+        self._failures = 0
+        self._failure_unknown = False
+        self._lock = threading.Lock()
+        self._gateway: _Accepts | None = None
+
+    def attach(self, gateway: _Accepts) -> None:
+        """Send pushed messages to ``gateway.accept``."""
+        self._gateway = gateway
+
+    def message(
+        self,
+        text: str,
+        *,
+        chat_id: str = "chat-1",
+        user_id: str = "user-1",
+        chat_type: str = "dm",
+        thread_id: str | None = None,
+        message_id: str | None = None,
+    ) -> InboundMessage:
+        """Build the inbound message this platform would produce."""
+        return InboundMessage(
+            source=SessionSource(
+                platform=self.platform,
+                account_id=self.account_id,
+                chat_type=chat_type,
+                chat_id=chat_id,
+                thread_id=thread_id,
+                user_id=user_id,
+            ),
+            text=text,
+            message_id=message_id or f"m{next(self._ids)}",
+        )
+
+    def push(self, text: str, **fields: str | None) -> object:
+        """Send a user message through the attached gateway; return what ``accept`` returned."""
+        if self._gateway is None:
+            raise RuntimeError("FakePlatform.push needs a gateway: call attach(gateway) first")
+        return self._gateway.accept(self.message(text, **fields))  # type: ignore[arg-type]
+
+    def fail_next(self, count: int, *, outcome_unknown: bool = False) -> None:
+        """Make the next ``count`` sends raise :class:`SendError`."""
+        with self._lock:
+            self._failures = count
+            self._failure_unknown = outcome_unknown
+
+    def send(self, message: OutboundMessage) -> str | None:
+        """Record the reply (the ReplySender protocol)."""
+        with self._lock:
+            if self._failures > 0:
+                self._failures -= 1
+                raise SendError(
+                    "fake platform refused the send", retry_after_s=0.0, outcome_unknown=self._failure_unknown
+                )
+            self.sent.append(message)
+        self._replies.put(message)
+        return f"sent-{len(self.sent)}"
+
+    def pop(self, timeout: float = 10.0) -> OutboundMessage:
+        """Return the next reply sent, waiting up to ``timeout``; raise ``TimeoutError`` when none comes."""
+        try:
+            return self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no reply on {self.platform} within {timeout} s") from None
+
+
+class _Accepts:
+    def accept(self, inbound: InboundMessage) -> object: ...

@@ -1,0 +1,134 @@
+"""Agents: what runs a turn on a transcript.
+
+An :class:`Agent` is called from a session's turn, never concurrently for one session. The built-in
+:class:`EchoAgent` is deterministic and is the embedded default; ``hermes_actors.agents_openai`` talks to any
+OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+
+from hermes_actors.store.records import MessageRecord, Role
+
+__all__ = [
+    "Agent",
+    "AgentError",
+    "AgentMessage",
+    "AgentReply",
+    "EchoAgent",
+    "Memory",
+    "TurnInput",
+]
+
+
+class AgentError(Exception):
+    """The agent could not produce a reply (the endpoint failed, timed out or answered nonsense)."""
+
+
+class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message the agent produced: assistant text and/or tool calls, or a tool result."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: str | None = None  # JSON array, OpenAI shape
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of a turn: the messages to store (in order), the text to send, token counts."""
+
+    messages: tuple[AgentMessage, ...]
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
+    """What a turn gives the agent: the session, its system prompt, history and the new user text."""
+
+    session_id: str
+    history: Sequence[MessageRecord]
+    user_text: str
+    system_prompt: str | None = None
+    memories: Sequence[str] = ()
+
+
+class Memory(msgspec.Struct, frozen=True, kw_only=True):
+    """Something the agent wants kept about a user for later sessions."""
+
+    content: str
+
+
+class Agent(Protocol):
+    """Runs turns. Implementations must be safe to call from several sessions' threads at once."""
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        """Answer ``turn.user_text`` given the history; raise :class:`AgentError` on failure."""
+        ...
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        """Return a summary of ``history`` that a continuation session can start from."""
+        ...
+
+    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
+        """Return what is worth remembering about the user from ``history`` (may be empty)."""
+        ...
+
+
+_TOOL_REQUEST = re.compile(r"^/?tool\s+(?P<name>[\w.-]+)\s*(?P<args>.*)$", re.DOTALL)
+_REMEMBER = re.compile(r"\bremember\s+(?:that\s+)?(?P<fact>.+)", re.IGNORECASE)
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class EchoAgent:
+    """A deterministic agent: replies ``echo: <text>``.
+
+    ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
+    whole message shape is exercised. ``remember <fact>`` in a session makes its save-memory turn keep the fact.
+    """
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        """Echo the user text, or act out a tool call."""
+        text = turn.user_text
+        match = _TOOL_REQUEST.match(text.strip())
+        if match is None:
+            reply = f"echo: {text}"
+            messages: tuple[AgentMessage, ...] = (AgentMessage(role=Role.ASSISTANT, content=reply),)
+        else:
+            name, args = match["name"], match["args"].strip()
+            call_id = f"call_{len(turn.history)}"
+            call = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+            result = f"{name} ran with {args!r}"
+            reply = f"echo: {name} said {result!r}"
+            messages = (
+                AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
+                AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id),
+                AgentMessage(role=Role.ASSISTANT, content=reply),
+            )
+        prompt = sum(_estimate_tokens(m.content or "") for m in turn.history) + _estimate_tokens(text)
+        return AgentReply(
+            messages=messages,
+            text=reply,
+            input_tokens=prompt,
+            output_tokens=sum(_estimate_tokens(m.content or m.tool_calls or "") for m in messages),
+        )
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        """List the user's messages, newest last."""
+        asked = [m.content for m in history if m.role == Role.USER and m.content]
+        return "Summary of the conversation so far: " + " | ".join(asked[-20:])
+
+    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
+        """Keep every ``remember ...`` the user said."""
+        facts = [_REMEMBER.search(m.content) for m in history if m.role == Role.USER and m.content]
+        return [Memory(content=f["fact"].strip()) for f in facts if f is not None]

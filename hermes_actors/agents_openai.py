@@ -1,0 +1,321 @@
+"""An :class:`~hermes_actors.agent.Agent` for any OpenAI-compatible chat-completions endpoint.
+
+OpenAI itself, vLLM, llama.cpp, Ollama and the like. Tools are not offered to the model and not executed: tool
+calls a model returns anyway are stored on the assistant message and named in the reply text, and calls that never
+got a result are left out of later requests (the API rejects them). Running tools is future work.
+
+Every failure of the endpoint becomes :class:`~hermes_actors.agent.AgentError` naming the endpoint, the model,
+what went wrong and what to check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, cast
+
+try:
+    import openai
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionMessage,
+        ChatCompletionMessageParam,
+        ChatCompletionMessageToolCallUnionParam,
+    )
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "hermes_actors.agents_openai needs the openai package; install it with: pip install 'hermes-actors[openai]'"
+    ) from error
+
+from hermes_actors.agent import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.store.records import MessageRecord, Role
+
+__all__ = ["OpenAIAgent"]
+
+_log = logging.getLogger(__name__)
+
+_PLACEHOLDER_API_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
+
+_SUMMARY_INSTRUCTION = (
+    "Summarise the conversation above so that a new session can continue it: the user's goals, the facts and "
+    "decisions established, open questions and what was being worked on last. Plain prose, at most 300 words."
+)
+_MEMORY_INSTRUCTION = (
+    "List what is worth remembering about the user from the conversation above for future conversations: stable "
+    "facts, preferences, ongoing projects. Answer only with a JSON array of short strings, or [] if nothing is."
+)
+
+
+class OpenAIAgent:
+    """Runs turns, summaries and memory extraction on a chat-completions endpoint.
+
+    ``api_key`` defaults to the environment variable ``api_key_env``, or a placeholder when that is unset.
+    ``timeout_s`` and ``max_retries`` configure the client; each call's own ``timeout_s`` bounds every attempt.
+    An injected ``client`` is used as given (``base_url`` then only names the endpoint in errors). Safe to call
+    from several threads at once; :meth:`close` releases the connection pool.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        temperature: float | None = None,
+        client: openai.OpenAI | None = None,
+    ) -> None:
+        if not base_url:
+            raise ValueError("OpenAIAgent needs a base_url such as http://127.0.0.1:8000/v1; set agent.base_url")
+        if not model:
+            raise ValueError("OpenAIAgent needs a model name; set agent.model")
+        self.base_url = base_url
+        self.model = model
+        self.temperature = temperature
+        self._api_key_env = api_key_env
+        self._owns_client = client is None
+        if client is None:
+            key = api_key if api_key is not None else os.environ.get(api_key_env) or _PLACEHOLDER_API_KEY
+            client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
+        self._client = client
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgent(base_url={self.base_url!r}, model={self.model!r})"
+
+    def __enter__(self) -> OpenAIAgent:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the client this agent created (an injected client is left to its owner)."""
+        if self._owns_client:
+            self._client.close()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        """Send system prompt, memories, history and the user text; return the model's one assistant message."""
+        messages: list[ChatCompletionMessageParam] = []
+        system = _system_text(turn.system_prompt, turn.memories)
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.extend(_history_messages(turn.history))
+        messages.append({"role": "user", "content": turn.user_text})
+        message, input_tokens, output_tokens = self._complete(messages, timeout_s)
+        calls = _dump_tool_calls(message.tool_calls)
+        content = message.content or None
+        if content is None and not calls:
+            raise AgentError(f"{self._where} answered an empty message (no content, no tool calls); retry the turn")
+        return AgentReply(
+            messages=(
+                AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=json.dumps(calls) if calls else None),
+            ),
+            text=content if content is not None else _called_tools_text(calls),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        """Ask the model for a summary a continuation session can start from; ``""`` for an empty history."""
+        messages = _history_messages(history)
+        if not messages:
+            return ""
+        messages.append({"role": "user", "content": _SUMMARY_INSTRUCTION})
+        message, _, _ = self._complete(messages, timeout_s)
+        summary = (message.content or "").strip()
+        if not summary:
+            raise AgentError(
+                f"{self._where} answered an empty summary; retry, or use a model that follows instructions"
+            )
+        return summary
+
+    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
+        """Ask the model for a JSON array of facts about the user; a reply without one yields ``[]`` (logged)."""
+        messages = _history_messages(history)
+        if not messages:
+            return []
+        messages.append({"role": "user", "content": _MEMORY_INSTRUCTION})
+        message, _, _ = self._complete(messages, timeout_s)
+        reply = message.content or ""
+        facts = _find_string_array(reply)
+        if facts is None:
+            _log.warning(
+                "%s gave no JSON array of strings for memories; keeping none. Reply: %.200r", self._where, reply
+            )
+            return []
+        kept = dict.fromkeys(fact.strip() for fact in facts)
+        return [Memory(content=fact) for fact in kept if fact]
+
+    @property
+    def _where(self) -> str:
+        return f"agent endpoint {self.base_url} (model {self.model!r})"
+
+    def _complete(
+        self, messages: list[ChatCompletionMessageParam], timeout_s: float
+    ) -> tuple[ChatCompletionMessage, int, int]:
+        """Call the endpoint once (with the client's retries); return the first choice's message and token counts."""
+        where = self._where
+        temperature = openai.omit if self.temperature is None else self.temperature
+        try:
+            response: object = self._client.chat.completions.create(
+                model=self.model, messages=messages, temperature=temperature, timeout=timeout_s
+            )
+        except openai.APITimeoutError as err:
+            raise AgentError(
+                f"{where} timed out: no answer within {timeout_s:g} s{_retried(err.request.headers)}; "
+                "check that the server is running and not overloaded, or raise the agent timeout"
+            ) from err
+        except openai.APIConnectionError as err:
+            raise AgentError(
+                f"cannot connect to {where}: {err.__cause__ or err}{_retried(err.request.headers)}; "
+                "check agent.base_url and that the server is running"
+            ) from err
+        except openai.APIStatusError as err:
+            raise AgentError(self._status_problem(err)) from err
+        except (openai.OpenAIError, ValueError) as err:  # ValueError: a body that is not JSON
+            raise AgentError(
+                f"{where} answered something that is not a chat completion ({err}); "
+                "check that agent.base_url points at an OpenAI-compatible /v1 endpoint"
+            ) from err
+        choices: object = getattr(response, "choices", None)
+        if not isinstance(response, ChatCompletion) or not isinstance(choices, list) or not choices:
+            raise AgentError(
+                f"{where} answered with no choices; check that agent.base_url points at an OpenAI-compatible "
+                "/v1 endpoint and that agent.model is served there"
+            )
+        message: object = getattr(choices[0], "message", None)
+        if not isinstance(message, ChatCompletionMessage):
+            raise AgentError(f"{where} answered a choice without a message; check the server's chat-completions API")
+        usage = response.usage
+        return message, _count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0))
+
+    def _status_problem(self, err: openai.APIStatusError) -> str:
+        status = err.status_code
+        body: object = err.body
+        detail = body.get("message") if isinstance(body, dict) else None
+        detail = str(detail or err.message)[:300]
+        if status in (401, 403):
+            fix = f"check the API key (agent.api_key or the {self._api_key_env} environment variable)"
+        elif status == 404:
+            fix = "check agent.base_url (usually ending in /v1) and that agent.model is served there"
+        elif status == 429:
+            fix = "the server is rate limiting; lower the load or raise agent.max_retries"
+        elif status >= 500:
+            fix = "the server failed; check its log and that agent.model is loaded"
+        else:
+            fix = "the server rejected the request; check agent.model and the server's log"
+        return f"{self._where} answered HTTP {status}{_retried(err.request.headers)}: {detail}; {fix}"
+
+
+def _history_messages(history: Iterable[MessageRecord]) -> list[ChatCompletionMessageParam]:
+    """Convert stored messages to chat-completions messages, oldest first.
+
+    Messages with neither content nor tool calls are skipped, and so are tool calls without a stored result and
+    results without a preceding call, which the API would reject.
+    """
+    records = list(history)
+    answered = {r.tool_call_id for r in records if r.role == Role.TOOL and r.tool_call_id}
+    called: set[str] = set()
+    out: list[ChatCompletionMessageParam] = []
+    for record in records:
+        if record.role == Role.USER:
+            if record.content:
+                out.append({"role": "user", "content": record.content})
+        elif record.role == Role.SYSTEM:
+            if record.content:
+                out.append({"role": "system", "content": record.content})
+        elif record.role == Role.ASSISTANT:
+            calls = _parse_tool_calls(record)
+            kept = [call for call in calls if call.get("id") in answered]
+            content = record.content or (_called_tools_text(calls) if calls and not kept else None)
+            if content is None and not kept:
+                continue
+            message: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": content}
+            if kept:
+                message["tool_calls"] = cast(list[ChatCompletionMessageToolCallUnionParam], kept)
+                called.update(str(call["id"]) for call in kept)
+            out.append(message)
+        elif record.role == Role.TOOL:
+            if record.tool_call_id in called:
+                out.append({"role": "tool", "content": record.content or "", "tool_call_id": record.tool_call_id})
+            else:
+                _log.debug("message %d: tool result without a matching call left out of the request", record.id)
+        else:
+            _log.warning("message %d has unknown role %r; left out of the request", record.id, record.role)
+    return out
+
+
+def _find_string_array(text: str) -> list[str] | None:
+    """Return the first JSON array of strings anywhere in ``text`` (code fences and prose around it are fine)."""
+    decoder = json.JSONDecoder()
+    start = text.find("[")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return value
+        start = text.find("[", start + 1)
+    return None
+
+
+def _system_text(prompt: str | None, memories: Sequence[str]) -> str | None:
+    parts = [prompt] if prompt else []
+    facts = [fact.strip() for fact in memories if fact.strip()]
+    if facts:
+        parts.append("Known about the user:\n" + "\n".join(f"- {fact}" for fact in facts))
+    return "\n\n".join(parts) or None
+
+
+def _parse_tool_calls(record: MessageRecord) -> list[dict[str, Any]]:
+    if not record.tool_calls:
+        return []
+    try:
+        value: object = json.loads(record.tool_calls)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(call, dict) for call in value):
+        _log.warning("message %d: tool_calls is not a JSON array of objects; calls left out", record.id)
+        return []
+    return cast(list[dict[str, Any]], value)
+
+
+def _dump_tool_calls(calls: Iterable[object] | None) -> list[dict[str, Any]]:
+    dumped: list[dict[str, Any]] = []
+    for call in calls or ():
+        if isinstance(call, openai.BaseModel):
+            dumped.append(call.model_dump(mode="json", exclude_none=True))
+        elif isinstance(call, dict):
+            dumped.append(cast(dict[str, Any], call))
+    return dumped
+
+
+def _called_tools_text(calls: Sequence[dict[str, Any]]) -> str:
+    names = []
+    for call in calls:
+        spec: object = call.get("function") or call.get("custom")
+        name = spec.get("name") if isinstance(spec, dict) else None
+        names.append(str(name or "?"))
+    return f"[called tools: {', '.join(names)}]"
+
+
+def _retried(request_headers: Any) -> str:
+    # The client stamps each attempt with how many retries preceded it; the failing one tells the total.
+    try:
+        retries = int(request_headers.get("x-stainless-retry-count", "0"))
+    except (TypeError, ValueError):
+        return ""
+    return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -1,0 +1,42 @@
+"""Runtime settings. The YAML loader of the daemon fills these; tests construct them directly."""
+
+from __future__ import annotations
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+from hermes_actors.routing import KeyPolicy
+
+__all__ = ["RuntimeConfig"]
+
+
+class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How the actor runtime behaves (the ``runtime:`` section of ``config.yaml``)."""
+
+    passivate_after_s: float = 300.0
+    max_live_actors: int = 5000
+    pending_soft_limit: int = 4  # queued messages from which a session's next turn merges them
+    pending_hard_limit: int = 64  # queued messages beyond which new ones are refused with a reply
+    max_concurrent_agent_calls: int = 256
+    agent_timeout_s: float = 120.0
+    lease_ttl_s: float = 30.0
+    lease_wait_s: float = 10.0
+    outbox_retry_base_s: float = 1.0
+    outbox_retry_max_s: float = 300.0
+    ask_timeout_s: float = 30.0
+    key_policy: KeyPolicy = KeyPolicy()
+
+    def __post_init__(self) -> None:
+        if self.passivate_after_s <= 0:
+            raise ConfigError("runtime.passivate_after_s", "must be a positive number of seconds")
+        if not 1 <= self.max_live_actors <= 15000:
+            raise ConfigError(
+                "runtime.max_live_actors",
+                "must be between 1 and 15000 (each live actor is an OS thread; a process dies near 22000)",
+            )
+        if not 1 <= self.pending_soft_limit <= self.pending_hard_limit:
+            raise ConfigError("runtime.pending_soft_limit", "must be at least 1 and at most runtime.pending_hard_limit")
+        if self.max_concurrent_agent_calls < 1:
+            raise ConfigError("runtime.max_concurrent_agent_calls", "must be at least 1")
+        if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
+            raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")

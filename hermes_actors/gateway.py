@@ -1,0 +1,214 @@
+"""The gateway: the durable edge in front of the supervisor, and the runtime that wires everything up.
+
+``Gateway.accept(inbound)`` dedupes on (platform, account, platform message id) and commits the inbox row before
+it returns, so an adapter acknowledges the platform only once the message is safe. At start the gateway replays
+every committed inbox row without a completed turn (in id order, so per session in order) and queues every unsent
+outbox row.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pykka
+
+from hermes_actors.agent import Agent, EchoAgent
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.messages import InboundMessage, decode_inbound, encode
+from hermes_actors.outbox import OutboxRouter
+from hermes_actors.routing import build_session_key
+from hermes_actors.session import Delivery, TurnOutcome
+from hermes_actors.store import Store, Synchronous
+from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.writer import StoreWriter
+from hermes_actors.supervisor import Deliver, PassivationTick, Rebind, SupervisorActor, SupervisorStatistics
+from hermes_actors.timers import TimerService
+from platforms.base import ReplySender
+
+__all__ = ["AcceptResult", "Gateway", "lease_owner_alive", "new_lease_owner"]
+
+_log = logging.getLogger(__name__)
+
+
+class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``accept`` did: the inbox row, or ``duplicate`` for a redelivery already seen."""
+
+    routing_key: str
+    inbox_id: int | None
+    duplicate: bool
+
+
+def new_lease_owner() -> str:
+    """Return this process's lease owner string: ``host:pid:start``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
+
+
+def lease_owner_alive(owner: str) -> bool:
+    """Return False only when ``owner`` is a process of this host that no longer exists."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Gateway:
+    """The runtime of one process: store writer, readers, supervisor, outboxes and timers."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        config: RuntimeConfig | None = None,
+        agent: Agent | None = None,
+        senders: Iterable[ReplySender] = (),
+        synchronous: Synchronous | str = Synchronous.NORMAL,
+        on_turn: Callable[[TurnOutcome], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        tick_interval_s: float = 5.0,
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.lease_owner = new_lease_owner()
+        self._clock = clock
+        self._writer = StoreWriter(Store.open(path, synchronous=synchronous, clock=clock))
+        self._readers = ReaderPool(path)
+        self._outbox = OutboxRouter(
+            self._writer,
+            retry_base_s=self.config.outbox_retry_base_s,
+            retry_max_s=self.config.outbox_retry_max_s,
+            clock=clock,
+        )
+        for sender in senders:
+            self._outbox.register(sender)
+        self._agent_pool = ThreadPoolExecutor(self.config.max_concurrent_agent_calls, thread_name_prefix="hermes-agent")
+        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(
+            config=self.config,
+            writer=self._writer,
+            readers=self._readers,
+            agent=agent or EchoAgent(),
+            agent_pool=self._agent_pool,
+            outbox=self._outbox,
+            lease_owner=self.lease_owner,
+            on_turn=on_turn,
+            clock=clock,
+        )
+        self.timers = TimerService(writer=self._writer, clock=clock)
+        self.timers.every("passivation", tick_interval_s, self.tick)
+        self._closed = threading.Event()
+        self._recover()
+        self.timers.start()
+
+    # -- edge ----------------------------------------------------------------------------------------------------
+
+    def accept(self, inbound: InboundMessage) -> AcceptResult:
+        """Commit ``inbound`` to the inbox (or recognise a redelivery) and queue its turn; return once it is safe."""
+        source = inbound.source
+        key = build_session_key(source, self.config.key_policy)
+        inbox_id = self._writer.call(
+            lambda store: store.inbox.add(
+                platform=source.platform,
+                account_id=source.account_id or "",
+                platform_message_id=inbound.message_id,
+                routing_key=key,
+                payload=encode(inbound),
+            ),
+            timeout=self.config.ask_timeout_s,
+        )
+        if inbox_id is None:
+            return AcceptResult(routing_key=key, inbox_id=None, duplicate=True)
+        self._supervisor.tell(Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=inbound)))
+        return AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=False)
+
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` from now on."""
+        self._supervisor.ask(Rebind(routing_key=routing_key, session_id=session_id), timeout=self.config.ask_timeout_s)
+
+    def session_for(self, routing_key: str) -> str | None:
+        """Return the session ``routing_key`` reaches now."""
+        result: str | None = self._supervisor.proxy().session_for(routing_key).get(timeout=self.config.ask_timeout_s)
+        return result
+
+    def statistics(self) -> SupervisorStatistics:
+        """Return the supervisor's snapshot."""
+        stats: SupervisorStatistics = self._supervisor.proxy().statistics().get(timeout=self.config.ask_timeout_s)
+        return stats
+
+    def tick(self) -> None:
+        """Passivate idle actors, renew leases and retry due replies (the timer calls this periodically)."""
+        self._supervisor.tell(PassivationTick())
+        self._outbox.retry_due()
+
+    def read(self) -> Any:
+        """Borrow a read-only store: ``with gateway.read() as store: ...``."""
+        return self._readers.reader()
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no turn is queued or running and no reply waits in memory; return whether that happened."""
+        deadline = time.monotonic() + timeout
+        pause = 0.001
+        while time.monotonic() < deadline:
+            stats = self.statistics()
+            if stats.queued_messages == 0 and stats.running == 0 and self._outbox.pending() == 0:
+                return True
+            threading.Event().wait(pause)
+            pause = min(pause * 2, 0.05)
+        return False
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        def pending_work(store: Store) -> tuple[list[Any], list[Any]]:
+            dead = [
+                owner
+                for (owner,) in store.connection.execute("SELECT DISTINCT owner FROM leases")
+                if not lease_owner_alive(str(owner))
+            ]
+            for owner in dead:
+                store.leases.release_all(str(owner))
+            return store.inbox.pending(), store.outbox.unsent(limit=1_000_000)
+
+        inbox, outbox = self._writer.call(pending_work)
+        for row in inbox:
+            self._supervisor.tell(
+                Deliver(
+                    routing_key=row.routing_key, delivery=Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+                )
+            )
+        queued = self._outbox.redeliver(outbox)
+        if inbox or outbox:
+            _log.info("recovery: replaying %d inbound messages, delivering %d replies", len(inbox), queued)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish queued turns (up to ``timeout``), deliver what can be, release leases and close the store."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.wait_idle(timeout)
+        self.timers.stop()
+        self._supervisor.stop(timeout=timeout)
+        self._agent_pool.shutdown(wait=False, cancel_futures=True)
+        self._outbox.stop(timeout=timeout)
+        self._writer.call(lambda store: store.leases.release_all(self.lease_owner))
+        self._writer.stop(timeout)
+        self._readers.close()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,169 @@
+"""Delivery of committed replies: one outbox actor per platform.
+
+Replies reach a chat in the order they were committed. An attempt is counted in the store before the adapter is
+called, so after a crash a row with attempts but no ``sent_at`` is known to have an unknown outcome: it is sent
+once more with ``possible_duplicate`` set (unless the adapter says sends are idempotent). A failed send is retried
+with exponential backoff; later replies to the same chat wait behind it, other chats do not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pykka
+
+from hermes_actors.messages import OutboundMessage, decode_outbound
+from hermes_actors.store.durable import OutboxRow
+from hermes_actors.store.writer import StoreWriter
+from platforms.base import ReplySender, SendError
+
+__all__ = ["OutboxActor", "OutboxRouter", "RetryTick"]
+
+_log = logging.getLogger(__name__)
+
+
+class _Deliver(msgspec.Struct, frozen=True, kw_only=True):
+    outbox_id: int
+    message: OutboundMessage
+    attempts: int = 0
+
+
+class RetryTick(msgspec.Struct, frozen=True, kw_only=True):
+    """Timer → outbox: retry chats whose head reply is due again."""
+
+
+_ChatKey = tuple[str, str | None, str | None]
+
+
+class OutboxActor(pykka.ThreadingActor):
+    """Sends one platform's replies through its adapter; see the module docstring."""
+
+    use_daemon_thread = True
+
+    def __init__(
+        self,
+        sender: ReplySender,
+        writer: StoreWriter,
+        *,
+        retry_base_s: float = 1.0,
+        retry_max_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self._sender = sender
+        self._writer = writer
+        self._retry_base = retry_base_s
+        self._retry_max = retry_max_s
+        self._clock = clock
+        self._chats: dict[_ChatKey, deque[_Deliver]] = {}
+        self._retry_at: dict[_ChatKey, float] = {}
+        self._failures: dict[_ChatKey, int] = {}
+        self._unknown: set[int] = set()
+
+    def on_receive(self, message: Any) -> Any:
+        match message:
+            case _Deliver():
+                key = (message.message.account_id, message.message.chat_id, message.message.thread_id)
+                self._chats.setdefault(key, deque()).append(message)
+                self._drain(key)
+            case RetryTick():
+                now = self._clock()
+                for key in [k for k, at in self._retry_at.items() if at <= now]:
+                    del self._retry_at[key]
+                    self._drain(key)
+            case _:
+                raise TypeError(f"OutboxActor got an unknown message {message!r}")
+        return None
+
+    def pending(self) -> int:
+        """Return how many replies wait in memory (call through ``ask``/proxy)."""
+        return sum(len(q) for q in self._chats.values())
+
+    def _drain(self, key: _ChatKey) -> None:
+        queue = self._chats.get(key)
+        while queue and key not in self._retry_at:
+            if not self._send(key, queue[0]):
+                return
+            queue.popleft()
+        if queue is not None and not queue:
+            del self._chats[key]
+
+    def _send(self, key: _ChatKey, item: _Deliver) -> bool:
+        self._writer.call(lambda store: store.outbox.begin_attempt(item.outbox_id))
+        message = item.message
+        unknown = item.attempts > 0 or item.outbox_id in self._unknown
+        if unknown and not self._sender.idempotent_sends and not message.possible_duplicate:
+            # An earlier attempt may have reached the platform: it was cut by a crash or timed out.
+            message = msgspec.structs.replace(message, possible_duplicate=True)
+        try:
+            platform_id = self._sender.send(message)
+        except SendError as exc:
+            if exc.outcome_unknown:
+                self._unknown.add(item.outbox_id)
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            backoff = min(self._retry_max, self._retry_base * 2 ** (failures - 1))
+            delay = exc.retry_after_s if exc.retry_after_s is not None else backoff
+            retry_at = self._clock() + delay
+            self._retry_at[key] = retry_at
+            _log.warning(
+                "outbox %s: reply %d failed (%s); retry in %.1f s", message.platform, item.outbox_id, exc, delay
+            )
+            error = str(exc)
+            self._writer.submit(lambda store: store.outbox.mark_failed(item.outbox_id, error, retry_at))
+            return False
+        self._failures.pop(key, None)
+        self._unknown.discard(item.outbox_id)
+        self._writer.submit(lambda store: store.outbox.mark_sent(item.outbox_id, platform_id))
+        return True
+
+
+class OutboxRouter:
+    """The :class:`~hermes_actors.session.OutboxSink` of the runtime: routes replies to their platform's actor."""
+
+    def __init__(self, writer: StoreWriter, **actor_options: Any) -> None:
+        self._writer = writer
+        self._options = actor_options
+        self._actors: dict[str, pykka.ActorRef[Any]] = {}
+
+    def register(self, sender: ReplySender) -> None:
+        """Start the outbox actor of ``sender.platform``."""
+        self._actors[sender.platform] = OutboxActor.start(sender, self._writer, **self._options)
+
+    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
+        """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered."""
+        actor = self._actors.get(message.platform)
+        if actor is None:
+            _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
+            return
+        actor.tell(_Deliver(outbox_id=outbox_id, message=message))
+
+    def redeliver(self, rows: list[OutboxRow]) -> int:
+        """Queue unsent rows found at start (in id order); return how many went to an actor."""
+        queued = 0
+        for row in rows:
+            message = decode_outbound(row.payload)
+            if message.platform in self._actors:
+                self._actors[message.platform].tell(_Deliver(outbox_id=row.id, message=message, attempts=row.attempts))
+                queued += 1
+        return queued
+
+    def retry_due(self) -> None:
+        """Ask every outbox actor to retry what is due."""
+        for actor in self._actors.values():
+            actor.tell(RetryTick())
+
+    def pending(self, timeout: float = 10.0) -> int:
+        """Return replies waiting in every outbox actor."""
+        return sum(actor.proxy().pending().get(timeout=timeout) for actor in self._actors.values())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every outbox actor after what it has queued."""
+        for actor in self._actors.values():
+            actor.stop(timeout=timeout)
+        self._actors.clear()

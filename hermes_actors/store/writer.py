@@ -1,0 +1,149 @@
+"""The single writing connection, on a thread of its own, with group commit.
+
+Every write in the daemon is a function of the :class:`Store` submitted here. The writer takes the first queued
+function, then everything else already queued (up to ``max_batch``), runs each in its own savepoint inside one
+transaction and commits once: writes that arrive while a commit is in flight share the next one, and a lone write
+is committed at once, never held back by a timer. A function that raises rolls back only its own savepoint and
+its caller gets the exception; a failed commit (a full disk, say) fails every function of the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import apsw
+import msgspec
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store.store import Store
+
+__all__ = ["StoreWriter", "WriterClosedError", "WriterStatistics"]
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+_STOP = object()
+
+
+class WriterClosedError(StoreError):
+    """The writer has stopped and takes no more writes."""
+
+
+class WriterStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the writer's work."""
+
+    writes: int
+    commits: int
+    largest_batch: int
+    queued: int
+
+
+class _Job:
+    __slots__ = ("future", "work")
+
+    def __init__(self, work: Callable[[Store], Any]) -> None:
+        self.work = work
+        self.future: Future[Any] = Future()
+
+
+class StoreWriter:
+    """Owns a writable :class:`Store` and runs submitted writes on its thread, committing them in groups."""
+
+    def __init__(self, store: Store, *, max_batch: int = 512, name: str = "hermes-store-writer") -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._writes = 0
+        self._commits = 0
+        self._largest = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable[[Store], T]) -> Future[T]:
+        """Queue ``work(store)`` for the next commit; the future resolves after that commit."""
+        job = _Job(work)
+        with self._lock:
+            if self._closed.is_set():
+                raise WriterClosedError("the store writer has stopped; no more writes are accepted")
+            self._queue.put(job)
+        return job.future
+
+    def call(self, work: Callable[[Store], T], *, timeout: float | None = 30.0) -> T:
+        """Run ``work(store)`` in the next commit and return its result (or raise its exception)."""
+        return self.submit(work).result(timeout=timeout)
+
+    def statistics(self) -> WriterStatistics:
+        """Return counts of writes and commits so far."""
+        return WriterStatistics(
+            writes=self._writes, commits=self._commits, largest_batch=self._largest, queued=self._queue.qsize()
+        )
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Commit what is queued, then stop the thread and close the store's connection."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _take_batch(self) -> tuple[list[_Job], bool]:
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        batch: list[_Job] = [first]  # type: ignore[list-item]
+        while len(batch) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)  # type: ignore[arg-type]
+        return batch, False
+
+    def _run(self) -> None:
+        try:
+            stopping = False
+            while not stopping:
+                batch, stopping = self._take_batch()
+                if batch:
+                    self._commit(batch)
+        finally:
+            self._store.close()
+
+    def _commit(self, batch: list[_Job]) -> None:
+        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        db = self._store.connection
+        try:
+            with self._store.transaction():
+                for job in batch:
+                    try:
+                        with self._store.transaction():
+                            outcomes.append((job, job.work(self._store), None))
+                    except Exception as exc:
+                        outcomes.append((job, None, exc))
+        except apsw.Error as exc:
+            _log.error("store commit of %d writes failed: %s", len(batch), exc)
+            failure = StoreError(f"the database refused the commit ({exc}); nothing of this write was saved")
+            failure.__cause__ = exc
+            for job in batch:
+                job.future.set_exception(failure)
+            return
+        finally:
+            if db.in_transaction:  # a failed COMMIT can leave the transaction open
+                db.execute("ROLLBACK")
+        self._writes += len(batch)
+        self._commits += 1
+        self._largest = max(self._largest, len(batch))
+        for job, result, error in outcomes:
+            if error is None:
+                job.future.set_result(result)
+            else:
+                job.future.set_exception(error)

@@ -1,0 +1,150 @@
+"""The timer service: one thread and a heap of deadlines, never a ``threading.Timer`` per session.
+
+Durable deadlines (idle/daily resets, auto-prune) are rows of the ``timers`` table, written through the store
+writer and loaded again at start; recurring in-memory ticks (passivation, outbox retries) are not stored. The clock
+is injected: tests move a fake clock and call :meth:`TimerService.poke` to make the thread look again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from hermes_actors.store.writer import StoreWriter
+
+__all__ = ["TimerService"]
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[str, bytes | None], None]
+
+
+class TimerService:
+    """Runs callbacks when their deadlines pass; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        writer: StoreWriter | None = None,
+        clock: Callable[[], float] = time.time,
+        max_wait_s: float = 1.0,
+    ) -> None:
+        self._writer = writer
+        self._clock = clock
+        self._max_wait = max_wait_s
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, str]] = []
+        self._due: dict[str, tuple[float, int]] = {}  # name -> live heap entry (others are stale)
+        self._payloads: dict[str, bytes | None] = {}
+        self._recurring: dict[str, tuple[float, Callable[[], None]]] = {}
+        self._handlers: list[tuple[str, Handler]] = []
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="hermes-timers", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; pending deadlines stay in the store."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def on(self, prefix: str, handler: Handler) -> None:
+        """Call ``handler(name, payload)`` for durable deadlines whose name starts with ``prefix``."""
+        self._handlers.append((prefix, handler))
+
+    def every(self, name: str, interval_s: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` every ``interval_s`` seconds (in memory only)."""
+        with self._cond:
+            self._recurring[name] = (interval_s, callback)
+            self._push(name, self._clock() + interval_s)
+
+    def schedule(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Create or move the durable deadline ``name``."""
+        if self._writer is not None:
+            self._writer.submit(lambda store: store.timers.set(name, due_at, payload))
+        self.load(name, due_at, payload)
+
+    def load(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Arm a deadline already stored (at start) without writing it again."""
+        with self._cond:
+            self._payloads[name] = payload
+            self._push(name, due_at)
+
+    def cancel(self, name: str) -> None:
+        """Remove a deadline."""
+        with self._cond:
+            self._due.pop(name, None)
+            self._payloads.pop(name, None)
+            self._recurring.pop(name, None)
+        if self._writer is not None:
+            self._writer.submit(lambda store: store.timers.cancel(name))
+
+    def pending(self) -> dict[str, float]:
+        """Return the armed deadlines by name."""
+        with self._cond:
+            return {name: due for name, (due, _) in self._due.items()}
+
+    def poke(self) -> None:
+        """Look at the clock again now (after a fake clock moved)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _push(self, name: str, due_at: float) -> None:
+        seq = next(self._seq)
+        self._due[name] = (due_at, seq)
+        heapq.heappush(self._heap, (due_at, seq, name))
+        self._cond.notify_all()
+
+    def _next_due(self) -> tuple[str, float] | None:
+        while self._heap:
+            due, seq, name = self._heap[0]
+            if self._due.get(name) == (due, seq):
+                return name, due
+            heapq.heappop(self._heap)  # cancelled or moved
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                head = self._next_due()
+                now = self._clock()
+                if head is None or head[1] > now:
+                    wait = self._max_wait if head is None else min(self._max_wait, head[1] - now)
+                    self._cond.wait(wait)
+                    continue
+                name, _ = head
+                heapq.heappop(self._heap)
+                del self._due[name]
+                payload = self._payloads.pop(name, None)
+                recurring = self._recurring.get(name)
+                if recurring is not None:
+                    self._push(name, now + recurring[0])
+            self._fire(name, payload, recurring[1] if recurring else None)
+
+    def _fire(self, name: str, payload: bytes | None, callback: Callable[[], None] | None) -> None:
+        try:
+            if callback is not None:
+                callback()
+                return
+            for prefix, handler in self._handlers:
+                if name.startswith(prefix):
+                    handler(name, payload)
+                    break
+            else:
+                _log.warning("timer %s fired with no handler; dropped", name)
+            if self._writer is not None and name not in self._due:
+                self._writer.submit(lambda store: store.timers.cancel(name))
+        except Exception:
+            _log.exception("timer %s failed", name)
