@@ -171,7 +171,7 @@ class OpenAIAgent:
         except openai.APITimeoutError as err:
             raise AgentError(
                 f"{where} timed out: no answer within {timeout_s:g} s{_retried(err.request.headers)}; "
-                "check that the server is running and not overloaded, or raise the agent timeout"
+                "check that the server is running and not overloaded, or raise runtime.agent_timeout_s"
             ) from err
         except openai.APIConnectionError as err:
             raise AgentError(

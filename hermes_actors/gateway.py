@@ -9,8 +9,6 @@ outbox row.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +21,7 @@ import pykka
 
 from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.messages import InboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
 from hermes_actors.routing import build_session_key
@@ -34,7 +33,7 @@ from hermes_actors.supervisor import Deliver, PassivationTick, Rebind, Superviso
 from hermes_actors.timers import TimerService
 from platforms.base import ReplySender
 
-__all__ = ["AcceptResult", "Gateway", "lease_owner_alive", "new_lease_owner"]
+__all__ = ["AcceptResult", "Gateway"]
 
 _log = logging.getLogger(__name__)
 
@@ -45,26 +44,6 @@ class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str
     inbox_id: int | None
     duplicate: bool
-
-
-def new_lease_owner() -> str:
-    """Return this process's lease owner string: ``host:pid:start``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
-
-
-def lease_owner_alive(owner: str) -> bool:
-    """Return False only when ``owner`` is a process of this host that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Gateway:

@@ -9,6 +9,7 @@ row, so after a crash a turn either happened entirely or is replayed from the in
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ import msgspec
 import pykka
 
 from hermes_actors.agent import Agent, AgentError, AgentReply, TurnInput
+from hermes_actors.leases import describe_owner
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import MessageRecord, NewMessage, Role, Store
@@ -124,6 +126,10 @@ def _reply_for(source: SessionSource, session_id: str, text: str, reply_to: str 
     )
 
 
+def _release_lease(store: Store, *, session_id: str, owner: str) -> bool:
+    return store.leases.release(session_id, owner)
+
+
 class SessionTurns:
     """The turn logic of one session, driven by :class:`SessionActor` (or any single thread).
 
@@ -144,6 +150,7 @@ class SessionTurns:
         lease_owner: str,
         lease_ttl_s: float = 30.0,
         lease_wait_s: float = 10.0,
+        owner_alive: Callable[[str], bool] = lambda owner: True,
         create_with: tuple[SessionSource, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -152,6 +159,7 @@ class SessionTurns:
         self._lease_ttl = lease_ttl_s
         self._lease_wait = lease_wait_s
         self._lease_held = False
+        self._owner_alive = owner_alive
         self._writer = writer
         self._agent = agent
         self._pool = agent_pool
@@ -206,6 +214,12 @@ class SessionTurns:
             if holder is None:
                 self._lease_held = True
                 return None
+            if not self._owner_alive(holder):
+                _log.info(
+                    "session %s: taking over the lease of %s, which is no longer running", self.session_id, holder
+                )
+                self._writer.call(functools.partial(_release_lease, session_id=self.session_id, owner=holder))
+                continue
             if time.monotonic() >= deadline:
                 return holder
             threading.Event().wait(min(pause, max(0.0, deadline - time.monotonic())))
@@ -220,7 +234,7 @@ class SessionTurns:
     def _refuse_busy(self, deliveries: Sequence[Delivery], holder: str) -> TurnOutcome:
         first = deliveries[0].message
         text = (
-            f"This conversation is busy in another process ({holder}); "
+            f"This conversation is busy in {describe_owner(holder)}; "
             "your message was not run. Send it again when that process has finished."
         )
         outbound = _reply_for(first.source, self.session_id, text, first.message_id)

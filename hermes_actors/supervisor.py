@@ -22,6 +22,7 @@ import pykka
 from hermes_actors.agent import Agent
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.leases import lease_owner_alive
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.session import (
@@ -298,6 +299,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 lease_owner=self._lease_owner,
                 lease_ttl_s=self._config.lease_ttl_s,
                 lease_wait_s=self._config.lease_wait_s,
+                owner_alive=lease_owner_alive,
                 create_with=create_with,
                 clock=self._clock,
             )

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_actors.agent import Agent
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.gateway import Gateway
+from hermes_actors.store import MessageRecord
+from hermes_actors.testing import FakePlatform
+
+MakeGateway = Callable[..., tuple[Gateway, FakePlatform]]
+
+
+@pytest.fixture
+def make_gateway(db_path: Path) -> Iterator[MakeGateway]:
+    """Start gateways on the test's database; every one is stopped at the end."""
+    started: list[Gateway] = []
+
+    def make(*, agent: Agent | None = None, platform: str = "fake", **options: Any) -> tuple[Gateway, FakePlatform]:
+        clock = options.pop("clock", None)
+        fake = FakePlatform(platform)
+        extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        gateway = Gateway(db_path, config=RuntimeConfig(**options), agent=agent, senders=[fake], **extra)
+        fake.attach(gateway)
+        started.append(gateway)
+        return gateway, fake
+
+    yield make
+    for gateway in started:
+        gateway.stop(timeout=10)
+
+
+def assert_turns_are_contiguous(transcript: Sequence[MessageRecord]) -> list[str]:
+    """Check that every echo reply follows exactly the user messages of its turn; return the user texts in order."""
+    pending: list[str] = []
+    users: list[str] = []
+    for message in transcript:
+        if message.role == "user":
+            pending.append(message.content or "")
+            users.append(message.content or "")
+        elif message.role == "assistant" and message.content is not None:
+            assert pending, f"reply {message.content!r} follows no user message"
+            assert message.content == "echo: " + "\n".join(pending), "a turn's messages are not contiguous"
+            pending = []
+    assert not pending, f"user messages without a reply: {pending}"
+    return users

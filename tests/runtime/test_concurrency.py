@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from hermes_actors.routing import SessionSource, build_session_key
+from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
+
+
+@pytest.mark.slow
+def test_a_thousand_sessions_of_twenty_turns_from_four_producers_stay_complete_and_ordered(
+    make_gateway: MakeGateway,
+) -> None:
+    gateway, fake = make_gateway(max_live_actors=5000)
+    sessions, turns, producers = 1000, 20, 4
+    errors: list[BaseException] = []
+
+    def produce(worker: int) -> None:
+        try:
+            for turn in range(turns):
+                for chat in range(worker, sessions, producers):
+                    fake.push(f"c{chat} t{turn}", chat_id=f"chat-{chat}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors
+    assert gateway.wait_idle(120)
+    with gateway.read() as store:
+        assert store.stats().sessions == sessions
+        for chat in range(sessions):
+            session_id = store.get_route(f"agent:main:fake:dm:chat-{chat}")
+            assert session_id is not None
+            users = assert_turns_are_contiguous(store.load_transcript(session_id))
+            assert users == [f"c{chat} t{turn}" for turn in range(turns)]
+        assert store.inbox.pending() == []
+        assert store.outbox.unsent() == []
+
+
+def test_one_session_behind_two_routing_keys_never_interleaves_turns(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway(pending_soft_limit=1000, pending_hard_limit=1000)
+    fake.push("start", chat_id="telegram-chat")
+    fake.pop()
+    assert gateway.wait_idle()
+    first_key = build_session_key(SessionSource(platform="fake", chat_id="telegram-chat"))
+    second_key = build_session_key(SessionSource(platform="fake", chat_id="terminal"))
+    session_id = gateway.session_for(first_key)
+    assert session_id is not None
+    gateway.rebind(second_key, session_id)  # what /resume does
+    assert gateway.session_for(second_key) == session_id
+
+    def produce(chat_id: str) -> None:
+        for i in range(100):
+            fake.push(f"{chat_id} {i}", chat_id=chat_id)
+
+    threads = [threading.Thread(target=produce, args=(c,)) for c in ("telegram-chat", "terminal")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert gateway.wait_idle(60)
+    with gateway.read() as store:
+        assert store.stats().sessions == 1
+        users = assert_turns_are_contiguous(store.load_transcript(session_id))
+        assert len(users) == 201
+        for chat_id in ("telegram-chat", "terminal"):
+            mine = [u for u in users if u.startswith(chat_id + " ")]
+            assert mine == [f"{chat_id} {i}" for i in range(100)]
+        assert sorted(store.routes_to(session_id)) == sorted([first_key, second_key])
