@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+from typing import Protocol
 
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
@@ -109,5 +110,5 @@ class FakePlatform:
             raise TimeoutError(f"no reply on {self.platform} within {timeout} s") from None
 
 
-class _Accepts:
-    def accept(self, inbound: InboundMessage) -> object: ...
+class _Accepts(Protocol):
+    def accept(self, inbound: InboundMessage, /) -> object: ...
