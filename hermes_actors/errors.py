@@ -10,7 +10,8 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── SessionNotFoundError  no session matches an id, prefix or title
     │   ├── AmbiguousSessionError a prefix matches several sessions (names them)
     │   ├── TitleInUseError    another session holds the title (names it)
-    │   └── SessionClosedError the session has ended and cannot take new turns
+    │   ├── SessionClosedError the session has ended and cannot take new turns
+    │   └── SessionBusyError   another process holds the session's lease
     ├── TitleError             a title is invalid after sanitising (too long)
     └── PlatformError          a platform adapter failed
 """
@@ -24,6 +25,7 @@ __all__ = [
     "PlatformError",
     "RoutingError",
     "SchemaVersionError",
+    "SessionBusyError",
     "SessionClosedError",
     "SessionNotFoundError",
     "StoreError",
@@ -96,3 +98,7 @@ class TitleError(HermesError):
 
 class PlatformError(HermesError):
     """A platform adapter failed to receive or deliver."""
+
+
+class SessionBusyError(StoreError):
+    """Another process runs this session's turns (it holds the lease)."""

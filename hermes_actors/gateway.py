@@ -137,12 +137,15 @@ class Gateway:
         return self._readers.reader()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until no turn is queued or running and no reply waits in memory; return whether that happened."""
+        """Wait until no turn is queued or running and no reply can be sent right now; return whether it happened.
+
+        Replies waiting for a retry do not count: they move only when the clock reaches their retry time.
+        """
         deadline = time.monotonic() + timeout
         pause = 0.001
         while time.monotonic() < deadline:
             stats = self.statistics()
-            if stats.queued_messages == 0 and stats.running == 0 and self._outbox.pending() == 0:
+            if stats.queued_messages == 0 and stats.running == 0 and self._outbox.in_flight() == 0:
                 return True
             threading.Event().wait(pause)
             pause = min(pause * 2, 0.05)

@@ -80,9 +80,9 @@ class OutboxActor(pykka.ThreadingActor):
                 raise TypeError(f"OutboxActor got an unknown message {message!r}")
         return None
 
-    def pending(self) -> int:
-        """Return how many replies wait in memory (call through ``ask``/proxy)."""
-        return sum(len(q) for q in self._chats.values())
+    def in_flight(self) -> int:
+        """Return how many replies can be sent now, not counting chats waiting for a retry (call via proxy)."""
+        return sum(len(q) for key, q in self._chats.items() if key not in self._retry_at)
 
     def _drain(self, key: _ChatKey) -> None:
         queue = self._chats.get(key)
@@ -158,9 +158,9 @@ class OutboxRouter:
         for actor in self._actors.values():
             actor.tell(RetryTick())
 
-    def pending(self, timeout: float = 10.0) -> int:
-        """Return replies waiting in every outbox actor."""
-        return sum(actor.proxy().pending().get(timeout=timeout) for actor in self._actors.values())
+    def in_flight(self, timeout: float = 10.0) -> int:
+        """Return replies every outbox actor could send now (chats waiting for a retry do not count)."""
+        return sum(actor.proxy().in_flight().get(timeout=timeout) for actor in self._actors.values())
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every outbox actor after what it has queued."""

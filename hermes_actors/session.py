@@ -21,7 +21,7 @@ import msgspec
 import pykka
 
 from hermes_actors.agent import Agent, AgentError, AgentReply, TurnInput
-from hermes_actors.leases import describe_owner
+from hermes_actors.leases import describe_owner, wait_for_lease
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import MessageRecord, NewMessage, Role, Store
@@ -205,25 +205,16 @@ class SessionTurns:
 
     def _acquire_lease(self) -> str | None:
         """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy."""
-        deadline = time.monotonic() + self._lease_wait
-        pause = 0.02
-        while True:
-            holder = self._writer.call(
+        holder = wait_for_lease(
+            lambda: self._writer.call(
                 lambda store: store.leases.acquire(self.session_id, self._lease_owner, self._lease_ttl)
-            )
-            if holder is None:
-                self._lease_held = True
-                return None
-            if not self._owner_alive(holder):
-                _log.info(
-                    "session %s: taking over the lease of %s, which is no longer running", self.session_id, holder
-                )
-                self._writer.call(functools.partial(_release_lease, session_id=self.session_id, owner=holder))
-                continue
-            if time.monotonic() >= deadline:
-                return holder
-            threading.Event().wait(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.5)
+            ),
+            lambda dead: self._writer.call(functools.partial(_release_lease, session_id=self.session_id, owner=dead)),
+            wait_s=self._lease_wait,
+            owner_alive=self._owner_alive,
+        )
+        self._lease_held = holder is None
+        return holder
 
     def release_lease(self) -> None:
         """Give the lease up without waiting for the commit (the actor is stopping)."""

@@ -95,9 +95,7 @@ class FakePlatform:
         with self._lock:
             if self._failures > 0:
                 self._failures -= 1
-                raise SendError(
-                    "fake platform refused the send", retry_after_s=0.0, outcome_unknown=self._failure_unknown
-                )
+                raise SendError("fake platform refused the send", outcome_unknown=self._failure_unknown)
             self.sent.append(message)
         self._replies.put(message)
         return f"sent-{len(self.sent)}"

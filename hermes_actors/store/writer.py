@@ -42,6 +42,15 @@ class WriterStatistics(msgspec.Struct, frozen=True, kw_only=True):
     queued: int
 
 
+def _full(exc: apsw.FullError) -> StoreError:
+    error = StoreError(
+        "the database or its disk is full; nothing of this write was saved (earlier writes are safe). "
+        "Free disk space, or prune old sessions with 'hermesctl sessions prune'"
+    )
+    error.__cause__ = exc
+    return error
+
+
 class _Job:
     __slots__ = ("future", "work")
 
@@ -127,11 +136,17 @@ class StoreWriter:
                     try:
                         with self._store.transaction():
                             outcomes.append((job, job.work(self._store), None))
+                    except apsw.FullError as exc:
+                        outcomes.append((job, None, _full(exc)))
                     except Exception as exc:
                         outcomes.append((job, None, exc))
         except apsw.Error as exc:
             _log.error("store commit of %d writes failed: %s", len(batch), exc)
-            failure = StoreError(f"the database refused the commit ({exc}); nothing of this write was saved")
+            failure = (
+                _full(exc)
+                if isinstance(exc, apsw.FullError)
+                else StoreError(f"the database refused the commit ({exc}); nothing of this write was saved")
+            )
             failure.__cause__ = exc
             for job in batch:
                 job.future.set_exception(failure)

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from hermes_actors.messages import OutboundMessage, encode
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import NewMessage, Role, Store
+from hermes_actors.testing import FakeClock, FakePlatform
+from tests.runtime.conftest import MakeGateway
+
+
+def test_a_failed_send_is_retried_with_backoff_and_marked_sent(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    gateway, fake = make_gateway(clock=clock, outbox_retry_base_s=10)
+    fake.fail_next(2)
+    fake.push("hello")
+    assert gateway.wait_idle()  # the reply waits in the outbox actor until its retry is due
+    assert fake.sent == []
+    with gateway.read() as store:
+        (row,) = store.outbox.unsent()
+        assert row.attempts == 1
+        assert row.next_attempt_at == clock.now + 10
+    clock.advance(10)
+    gateway.tick()
+    assert gateway.wait_idle()
+    assert fake.sent == []  # the second attempt failed too: backoff doubles
+    clock.advance(20)
+    gateway.tick()
+    reply = fake.pop()
+    assert reply.text == "echo: hello"
+    assert not reply.possible_duplicate  # the platform refused outright: no copy can exist
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.outbox.unsent() == []
+
+
+def test_a_retry_after_an_unknown_outcome_is_flagged_as_a_possible_duplicate(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    gateway, fake = make_gateway(clock=clock)
+    fake.fail_next(1, outcome_unknown=True)
+    fake.push("hello")
+    assert gateway.wait_idle()
+    clock.advance(1)
+    gateway.tick()
+    assert fake.pop().possible_duplicate
+
+
+def test_replies_to_one_chat_keep_their_order_behind_a_failure(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    gateway, fake = make_gateway(clock=clock)
+    fake.fail_next(1)
+    fake.push("first")
+    assert gateway.wait_idle()
+    fake.push("second")
+    fake.push("other chat", chat_id="chat-2")
+    assert fake.pop().text == "echo: other chat"  # a different chat is not held up
+    assert gateway.wait_idle()
+    clock.advance(1)
+    gateway.tick()
+    assert [fake.pop().text, fake.pop().text] == ["echo: first", "echo: second"]
+
+
+def test_recovery_replays_unanswered_messages_and_delivers_unsent_replies(db_path: Path) -> None:
+    platform = FakePlatform("fake")
+    source = SessionSource(platform="fake", chat_id="chat-1", user_id="user-1")
+    with Store.open(db_path) as store:
+        # What a crashed gateway left: a committed turn whose reply was being sent, and a message with no turn.
+        session = store.create_session(source, routing_key="agent:main:fake:dm:chat-1")
+        store.set_route("agent:main:fake:dm:chat-1", session.id)
+        store.append_messages(
+            session.id,
+            [NewMessage(role=Role.USER, content="before"), NewMessage(role=Role.ASSISTANT, content="echo: before")],
+        )
+        reply = OutboundMessage(platform="fake", chat_id="chat-1", text="echo: before", session_id=session.id)
+        row = store.outbox.add(
+            session_id=session.id,
+            platform="fake",
+            account_id="",
+            chat_id="chat-1",
+            thread_id=None,
+            payload=encode(reply),
+        )
+        store.outbox.begin_attempt(row)  # the crash hit between the attempt and its confirmation
+        store.inbox.add(
+            platform="fake",
+            account_id="",
+            platform_message_id="m-after",
+            routing_key="agent:main:fake:dm:chat-1",
+            payload=encode(platform.message("after", message_id="m-after")),
+        )
+    from hermes_actors.gateway import Gateway
+
+    gateway = Gateway(db_path, senders=[platform])
+    try:
+        first = platform.pop()
+        assert (first.text, first.possible_duplicate) == ("echo: before", True)
+        second = platform.pop()
+        assert (second.text, second.possible_duplicate) == ("echo: after", False)
+        assert gateway.wait_idle()
+        with gateway.read() as store:
+            contents = [m.content for m in store.load_transcript(session.id)]
+            assert contents == ["before", "echo: before", "after", "echo: after"]
+            assert store.inbox.pending() == []
+            assert store.outbox.unsent() == []
+    finally:
+        gateway.stop()

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store import NewMessage, Role, SessionRecord, Store
+from hermes_actors.store.writer import StoreWriter, WriterClosedError
+
+
+@pytest.fixture
+def writer(db_path: Path) -> Iterator[StoreWriter]:
+    started = StoreWriter(Store.open(db_path))
+    yield started
+    started.stop()
+
+
+def test_a_lone_write_is_committed_at_once(writer: StoreWriter, db_path: Path) -> None:
+    session = writer.call(lambda store: store.create_session("cli"))
+    with Store.open(db_path, readonly=True) as reader:
+        assert reader.get_session(session.id) == session
+    assert writer.statistics().commits == 1
+
+
+def create(store: Store, *, session_id: str) -> SessionRecord:
+    return store.create_session("cli", session_id=session_id)
+
+
+def test_writes_queued_behind_a_commit_share_the_next_one(writer: StoreWriter) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+
+    def slow(store: Store) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    first = writer.submit(slow)
+    assert entered.wait(10)
+    futures = [writer.submit(functools.partial(create, session_id=f"s{i}")) for i in range(50)]
+    release.set()
+    first.result(10)
+    assert [f.result(10).id for f in futures] == [f"s{i}" for i in range(50)]
+    stats = writer.statistics()
+    assert (stats.writes, stats.commits, stats.largest_batch) == (51, 2, 50)
+
+
+def test_a_failing_write_rolls_back_only_itself(writer: StoreWriter) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold(store: Store) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    def fail(store: Store) -> None:
+        store.create_session("cli", session_id="doomed")
+        raise ValueError("this write is wrong")
+
+    writer.submit(hold)
+    assert entered.wait(10)
+    before = writer.submit(lambda store: store.create_session("cli", session_id="before"))
+    failing = writer.submit(fail)
+    after = writer.submit(lambda store: store.create_session("cli", session_id="after"))
+    release.set()
+    assert before.result(10).id == "before"
+    assert after.result(10).id == "after"
+    with pytest.raises(ValueError, match="this write is wrong"):
+        failing.result(10)
+    assert writer.call(lambda store: store.find_session("doomed")) is None
+
+
+def test_a_full_database_fails_the_write_with_the_fix_and_keeps_earlier_writes(writer: StoreWriter) -> None:
+    session = writer.call(lambda store: store.create_session("cli"))
+    writer.call(lambda store: store.append_messages(session.id, [NewMessage(role=Role.USER, content="kept")]))
+
+    def cap(store: Store) -> None:
+        pages = store.connection.execute("PRAGMA page_count").get
+        store.connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    writer.call(cap)
+    with pytest.raises(StoreError, match=r"full; nothing of this write was saved.*Free disk space"):
+        writer.call(
+            lambda store: store.append_messages(session.id, [NewMessage(role=Role.USER, content="x" * 200_000)])
+        )
+    transcript = writer.call(lambda store: store.load_transcript(session.id))
+    assert [m.content for m in transcript] == ["kept"]
+
+
+def test_a_stopped_writer_refuses_new_writes(db_path: Path) -> None:
+    writer = StoreWriter(Store.open(db_path))
+    pending = writer.submit(lambda store: store.create_session("cli", session_id="last"))
+    writer.stop()
+    assert pending.result(1).id == "last"  # queued before the stop: committed
+    with pytest.raises(WriterClosedError, match="no more writes"):
+        writer.submit(lambda store: None)
