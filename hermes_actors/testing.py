@@ -5,13 +5,20 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.base import SendError
 
-__all__ = ["FakeClock", "FakePlatform"]
+if TYPE_CHECKING:
+    from hermes_actors.agent import Agent
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["FakeClock", "FakePlatform", "open_fake_gateway"]
 
 
 class FakeClock:
@@ -110,3 +117,29 @@ class FakePlatform:
 
 class _Accepts(Protocol):
     def accept(self, inbound: InboundMessage, /) -> object: ...
+
+
+@contextmanager
+def open_fake_gateway(
+    path: str | Path,
+    *,
+    agent: Agent | None = None,
+    platform: str = "fake",
+    clock: Callable[[], float] | None = None,
+    **runtime: Any,
+) -> Iterator[tuple[Gateway, FakePlatform]]:
+    """Run a gateway on ``path`` with one :class:`FakePlatform`; ``runtime`` fields go to ``RuntimeConfig``.
+
+    ``with open_fake_gateway(tmp_path / "state.db") as (gateway, fake): fake.push("hi"); fake.pop()``
+    """
+    from hermes_actors.config import RuntimeConfig
+    from hermes_actors.gateway import Gateway
+
+    fake = FakePlatform(platform)
+    extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    gateway = Gateway(path, config=RuntimeConfig(**runtime), agent=agent, senders=[fake], **extra)
+    fake.attach(gateway)
+    try:
+        yield gateway, fake
+    finally:
+        gateway.stop(timeout=10)

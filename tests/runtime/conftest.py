@@ -1,16 +1,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hermes_actors.agent import Agent
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.gateway import Gateway
 from hermes_actors.store import MessageRecord
-from hermes_actors.testing import FakePlatform
+from hermes_actors.testing import FakePlatform, open_fake_gateway
 
 MakeGateway = Callable[..., tuple[Gateway, FakePlatform]]
 
@@ -18,20 +18,12 @@ MakeGateway = Callable[..., tuple[Gateway, FakePlatform]]
 @pytest.fixture
 def make_gateway(db_path: Path) -> Iterator[MakeGateway]:
     """Start gateways on the test's database; every one is stopped at the end."""
-    started: list[Gateway] = []
+    with ExitStack() as stack:
 
-    def make(*, agent: Agent | None = None, platform: str = "fake", **options: Any) -> tuple[Gateway, FakePlatform]:
-        clock = options.pop("clock", None)
-        fake = FakePlatform(platform)
-        extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
-        gateway = Gateway(db_path, config=RuntimeConfig(**options), agent=agent, senders=[fake], **extra)
-        fake.attach(gateway)
-        started.append(gateway)
-        return gateway, fake
+        def make(*, agent: Agent | None = None, **options: Any) -> tuple[Gateway, FakePlatform]:
+            return stack.enter_context(open_fake_gateway(db_path, agent=agent, **options))
 
-    yield make
-    for gateway in started:
-        gateway.stop(timeout=10)
+        yield make
 
 
 def assert_turns_are_contiguous(transcript: Sequence[MessageRecord]) -> list[str]:

@@ -219,3 +219,58 @@ def test_rapid_fire_messages_beyond_the_soft_limit_merge_into_one_turn(make_gate
         (session,) = store.list_sessions()
         assert assert_turns_are_contiguous(store.load_transcript(session.id)) == ["first", "a", "b", "c", "d", "e"]
         assert store.inbox.pending() == []
+
+
+class CountingAgent(EchoAgent):
+    """Holds every call until released and records the most calls that ran at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.release = threading.Event()
+        self.two_running = threading.Event()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            if self.running >= 2:
+                self.two_running.set()
+        assert self.release.wait(10)
+        with self.lock:
+            self.running -= 1
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+
+def test_concurrent_agent_calls_are_capped_across_sessions(make_gateway: MakeGateway) -> None:
+    agent = CountingAgent()
+    gateway, fake = make_gateway(agent=agent, max_concurrent_agent_calls=2)
+    for i in range(6):
+        fake.push(f"hi {i}", chat_id=f"chat-{i}")
+    assert agent.two_running.wait(5)
+    assert gateway.statistics().running == 6  # every session has its turn started, four wait for a slot
+    agent.release.set()
+    assert gateway.wait_idle()
+    assert agent.most == 2
+    assert len(fake.sent) == 6
+
+
+def test_messages_arriving_while_actors_passivate_are_run_in_order_by_the_next_activation(
+    make_gateway: MakeGateway,
+) -> None:
+    clock = FakeClock()
+    gateway, fake = make_gateway(passivate_after_s=1, clock=clock, pending_soft_limit=1000, pending_hard_limit=1000)
+    for round_ in range(30):
+        clock.advance(2)
+        gateway.tick()  # passivation starts; the pushes below race with the actors stopping
+        for chat in range(3):
+            fake.push(f"r{round_}", chat_id=f"chat-{chat}")
+    assert gateway.wait_idle()
+    assert gateway.statistics().activations > 3
+    with gateway.read() as store:
+        for chat in range(3):
+            session_id = store.get_route(f"agent:main:fake:dm:chat-{chat}")
+            assert session_id is not None
+            users = assert_turns_are_contiguous(store.load_transcript(session_id))
+            assert users == [f"r{i}" for i in range(30)]
