@@ -134,7 +134,8 @@ class SupervisorActor(pykka.ThreadingActor):
         self._lease_owner = lease_owner
         self._on_turn = on_turn
         self._clock = clock
-        self._routes: dict[str, str] = {}
+        self._routes: dict[str, str] = {}  # cache of the directory for sessions with a live entry
+        self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
@@ -201,12 +202,19 @@ class SupervisorActor(pykka.ThreadingActor):
             kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
             session_id = new_session_id(kind)
             self._live[session_id] = _Live(create_with=(source, routing_key))
-        self._routes[routing_key] = session_id
+        self._cache_route(routing_key, session_id)
         return session_id
+
+    def _cache_route(self, routing_key: str, session_id: str) -> None:
+        previous = self._routes.get(routing_key)
+        if previous is not None and previous != session_id:
+            self._keys.get(previous, set()).discard(routing_key)
+        self._routes[routing_key] = session_id
+        self._keys.setdefault(session_id, set()).add(routing_key)
 
     def _rebind(self, message: Rebind) -> None:
         self._writer.call(lambda store: store.set_route(message.routing_key, message.session_id))
-        self._routes[message.routing_key] = message.session_id
+        self._cache_route(message.routing_key, message.session_id)
 
     # -- turns ---------------------------------------------------------------------------------------------------
 
@@ -369,3 +377,6 @@ class SupervisorActor(pykka.ThreadingActor):
             self._dispatch(message.session_id, state)  # messages that arrived while it stopped
         else:
             del self._live[message.session_id]
+            for key in self._keys.pop(message.session_id, set()):  # the store has them; keep memory bounded
+                if self._routes.get(key) == message.session_id:
+                    del self._routes[key]
