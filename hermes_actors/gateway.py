@@ -139,13 +139,15 @@ class Gateway:
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until no turn is queued or running and no reply can be sent right now; return whether it happened.
 
-        Replies waiting for a retry do not count: they move only when the clock reaches their retry time.
+        Replies waiting for a retry do not count: they move only when the clock reaches their retry time. Writes
+        submitted before it returns (delivery confirmations) are committed.
         """
         deadline = time.monotonic() + timeout
         pause = 0.001
         while time.monotonic() < deadline:
             stats = self.statistics()
             if stats.queued_messages == 0 and stats.running == 0 and self._outbox.in_flight() == 0:
+                self._writer.call(lambda store: None)  # what was submitted so far is committed now
                 return True
             threading.Event().wait(pause)
             pause = min(pause * 2, 0.05)
@@ -165,13 +167,11 @@ class Gateway:
             return store.inbox.pending(), store.outbox.unsent(limit=1_000_000)
 
         inbox, outbox = self._writer.call(pending_work)
-        for row in inbox:
-            self._supervisor.tell(
-                Deliver(
-                    routing_key=row.routing_key, delivery=Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
-                )
-            )
+        # Old replies first: a replayed turn's new reply to the same chat must not overtake them.
         queued = self._outbox.redeliver(outbox)
+        for row in inbox:
+            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+            self._supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
         if inbox or outbox:
             _log.info("recovery: replaying %d inbound messages, delivering %d replies", len(inbox), queued)
 

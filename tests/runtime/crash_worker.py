@@ -4,7 +4,8 @@ Run ``python -m tests.runtime.crash_worker --db PATH --log PATH``. Each stdin li
 ``{"chat": ..., "user": ..., "id": ..., "text": ...}``; the worker commits it through ``Gateway.accept`` and only
 then acknowledges it on stdout with ``ACK <id>`` (``DUP <id>`` for a redelivery it had already committed). Every
 reply the gateway delivers is appended to the log as one JSON line and fsync'ed before the send returns, then
-announced as ``SENT <reply_to>`` so a test can kill the worker between a delivery and its ``mark_sent``. The worker
+announced as ``SENT <reply_to>`` so a test can kill the worker between a delivery and its ``mark_sent``; a line left
+half-written by a kill is cut at the next start, as a platform drops a request cut mid-way. The worker
 prints ``READY`` once the gateway has started (recovery included) and, at stdin EOF, waits for the gateway to be
 idle, stops it, prints ``DONE`` and exits 0.
 """
@@ -27,7 +28,7 @@ from hermes_actors.gateway import Gateway
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.testing import FakePlatform
 
-__all__ = ["PLATFORM", "Delivered", "LogSender", "Posted", "main"]
+__all__ = ["PLATFORM", "Delivered", "LogSender", "Posted", "discard_torn_tail", "main"]
 
 PLATFORM = "crashfake"
 
@@ -70,14 +71,15 @@ class LogSender:
     platform = PLATFORM
     idempotent_sends = False
 
-    def __init__(self, log: TextIO, stdout: _Stdout) -> None:
-        self._log = log
+    def __init__(self, log: Path, stdout: _Stdout) -> None:
+        self._fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._stdout = stdout
         self._encoder = msgspec.json.Encoder()
+        self._lock = threading.Lock()
         self._count = 0
 
     def send(self, message: OutboundMessage) -> str | None:
-        """Append ``message`` to the log and fsync it, then announce it on stdout."""
+        """Append ``message`` to the log in one write and fsync it, then announce it on stdout."""
         line = Delivered(
             reply_to=message.reply_to,
             session_id=message.session_id,
@@ -85,12 +87,41 @@ class LogSender:
             text=message.text,
             possible_duplicate=message.possible_duplicate,
         )
-        self._log.write(self._encoder.encode(line).decode() + "\n")
-        self._log.flush()
-        os.fsync(self._log.fileno())
+        data = self._encoder.encode(line) + b"\n"
+        if not self._lock.acquire(blocking=False):
+            # The runtime promises one sending thread per platform; say so loudly if it breaks that.
+            print(f"crash_worker: concurrent send of the reply to {message.reply_to}", file=sys.stderr, flush=True)
+            self._lock.acquire()
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write to the delivery log: {written} of {len(data)} bytes")
+            os.fsync(self._fd)
+            self._count += 1
+            count = self._count
+        finally:
+            self._lock.release()
         self._stdout.line(f"SENT {message.reply_to}")
-        self._count += 1
-        return f"{PLATFORM}-{os.getpid()}-{self._count}"
+        return f"{PLATFORM}-{os.getpid()}-{count}"
+
+    def close(self) -> None:
+        """Close the log (after the gateway has stopped)."""
+        os.close(self._fd)
+
+
+def discard_torn_tail(path: Path) -> bytes:
+    """Cut the half-written last line a killed worker may leave (its platform never got it); return what was cut.
+
+    A ``write`` of a line that crosses a page boundary can stop half-way when SIGKILL arrives.
+    """
+    if not path.exists():
+        return b""
+    with path.open("r+b") as log:
+        data = log.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
+            log.truncate(keep)
+    return data[keep:]
 
 
 def _serve(gateway: Gateway, stdin: TextIO, stdout: _Stdout) -> None:
@@ -113,9 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(threadName)s %(message)s")
     stdout = _Stdout(sys.stdout)
+    torn = discard_torn_tail(args.log)
+    if torn:
+        print(f"crash_worker: discarded a torn delivery line: {torn!r}", file=sys.stderr)
     config = RuntimeConfig(lease_wait_s=1.0, outbox_retry_base_s=0.05, outbox_retry_max_s=1.0, ask_timeout_s=10.0)
-    with args.log.open("a", encoding="utf-8") as log:
-        gateway = Gateway(args.db, config=config, senders=[LogSender(log, stdout)], tick_interval_s=0.5)
+    sender = LogSender(args.log, stdout)
+    try:
+        gateway = Gateway(args.db, config=config, senders=[sender], tick_interval_s=0.5)
         try:
             stdout.line("READY")
             _serve(gateway, sys.stdin, stdout)
@@ -124,6 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
         finally:
             gateway.stop()
+    finally:
+        sender.close()
     stdout.line("DONE")
     return 0
 

@@ -8,6 +8,7 @@ exactly one turn per message, contiguous transcripts in acknowledgement order, a
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import random
 import signal
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import IO
 
 import msgspec
+import pytest
 
-from hermes_actors.messages import decode_outbound
+from hermes_actors.messages import OutboundMessage, decode_outbound
 from hermes_actors.store import Store
 from tests.runtime.conftest import assert_turns_are_contiguous
 from tests.runtime.crash_worker import Delivered, Posted
@@ -43,6 +45,7 @@ class Worker:
         self.stderr_path = stderr
         self._kill_after = kill_after
         self._seen = 0
+        self._ended = False
         self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         with stderr.open("w") as err:
             self.process = subprocess.Popen(
@@ -79,10 +82,14 @@ class Worker:
 
     def next_line(self) -> str | None:
         """Return the next stdout line, or ``None`` once stdout has ended."""
+        if self._ended:
+            return None
         try:
-            return self._lines.get(timeout=WAIT_S)
+            line = self._lines.get(timeout=WAIT_S)
         except queue.Empty:
             raise AssertionError(f"the worker wrote nothing for {WAIT_S} s; {self.describe()}") from None
+        self._ended = line is None
+        return line
 
     def wait_ready(self) -> bool:
         """Wait for ``READY``; return False when the worker died first (killed on purpose)."""
@@ -122,10 +129,8 @@ class Worker:
             self.process.kill()
         self.process.wait(timeout=WAIT_S)
         if self.process.stdin is not None and not self.process.stdin.closed:
-            try:
+            with contextlib.suppress(BrokenPipeError):
                 self.process.stdin.close()
-            except BrokenPipeError:
-                pass
         self._reader.join(WAIT_S)
         if self.process.stdout is not None:
             self.process.stdout.close()
@@ -136,7 +141,6 @@ class Platform:
 
     def __init__(self, rng: random.Random, *, chats: int, messages: int) -> None:
         self.rng = rng
-        self.chats = chats
         self.unposted: list[Posted] = []
         for n in range(messages):
             chat = rng.randrange(chats)
@@ -205,24 +209,22 @@ class CrashRun:
         ``sent``: right after a random one of the first replies this run delivers.
         """
         batch = self.platform.next_batch(new, resend_acked=resend_acked)
+        # Each chat with a never-posted message gets at least one reply in this run, so that many SENT lines come.
+        fresh_chats = len({m.chat for m in batch if m.id not in self.platform.posted})
         kill_after: tuple[frozenset[str], int]
         if mode == "ready" or not batch:
             kill_after = (frozenset({"READY"}), 1)
-        elif mode == "answers":
-            kill_after = (frozenset({"ACK", "DUP"}), rng.randint(1, len(batch)))
+        elif mode == "sent" and fresh_chats:
+            kill_after = (frozenset({"SENT"}), rng.randint(1, fresh_chats))
         else:
-            # Each chat with a new message gets at least one reply, so this many replies always come.
-            chats = len({m.chat for m in batch if m.id not in self.platform.posted})
-            kill_after = (frozenset({"SENT"}), rng.randint(1, max(1, chats)))
+            kill_after = (frozenset({"ACK", "DUP"}), rng.randint(1, len(batch)))
         worker = self._start(kill_after)
         try:
             if worker.wait_ready():
                 worker.post(batch)
                 self.platform.take_responses(worker, batch)
-                while worker.next_line() is not None:  # what is left until the kill; answers past the batch: none
+                while worker.next_line() is not None:  # replies delivered until the kill
                     pass
-            else:
-                self.platform.posted.update(m.id for m in batch if m.id in self.platform.posted)
             status = worker.wait_exit()
             assert status == -signal.SIGKILL, f"the worker was to be killed; {worker.describe()}"
             self.kills += 1
@@ -241,7 +243,7 @@ class CrashRun:
             rest = []
             while (line := worker.next_line()) is not None:
                 rest.append(line)
-            assert rest and rest[-1] == "DONE", f"no DONE: {rest[-3:]}; {worker.describe()}"
+            assert rest[-1:] == ["DONE"], f"no DONE: {rest[-3:]}; {worker.describe()}"
             assert all(line.startswith("SENT ") for line in rest[:-1]), rest
             assert worker.wait_exit() == 0, worker.describe()
         finally:
@@ -297,14 +299,16 @@ def assert_crash_safe(db: Path, log: Path, platform: Platform) -> Summary:
                     merged += run > 1
                     run = 0
         acked_by_chat: dict[str | None, list[str]] = defaultdict(list)
-        for message in platform.acked.values():
-            acked_by_chat[message.chat].append(message.id)
+        for posted in platform.acked.values():
+            acked_by_chat[posted.chat].append(posted.id)
         assert dict(by_chat) == dict(acked_by_chat), "user messages are not in acknowledgement order per chat"
 
         rows = db_conn.execute("SELECT id, session_id, payload FROM outbox ORDER BY id").fetchall()
         assert len(rows) == turns, f"{len(rows)} outbox rows for {turns} turns"
-        replies = {}
+        replies: dict[str, tuple[int, OutboundMessage]] = {}
         for outbox_id, session_id, payload in rows:
+            assert isinstance(outbox_id, int)
+            assert isinstance(payload, bytes)
             reply = decode_outbound(payload)
             assert reply.session_id == session_id
             assert reply.reply_to is not None
@@ -318,9 +322,18 @@ def assert_crash_safe(db: Path, log: Path, platform: Platform) -> Summary:
     for reply_to, (outbox_id, reply) in replies.items():
         copies = by_reply.get(reply_to, [])
         assert copies, f"outbox row {outbox_id} (reply to {reply_to}) was marked sent but never delivered"
-        assert all((c.session_id, c.text) == (reply.session_id, reply.text) for c in copies), copies
+        expected = (reply.session_id, reply.chat_id, reply.text)
+        assert all((c.session_id, c.chat_id, c.text) == expected for c in copies), copies
         unflagged = [c for c in copies[1:] if not c.possible_duplicate]
         assert not unflagged, f"reply to {reply_to} delivered again without possible_duplicate: {copies}"
+    committed: dict[str | None, list[str]] = defaultdict(list)
+    for reply_to, (_, reply) in replies.items():  # in outbox id order
+        committed[reply.chat_id].append(reply_to)
+    first_delivered: dict[str | None, list[str]] = defaultdict(list)
+    for first, copies in by_reply.items():  # in order of first delivery
+        if first is not None:
+            first_delivered[copies[0].chat_id].append(first)
+    assert first_delivered == committed, "a chat got its replies in another order than they were committed"
     return Summary(
         sessions=len(sessions),
         turns=turns,
@@ -355,3 +368,4 @@ def test_a_gateway_killed_two_dozen_times_at_random_points_loses_and_repeats_not
     assert run.kills == len(modes) >= 20
     summary = assert_crash_safe(run.db, run.log, platform)
     assert summary.sessions == 20
+    assert summary.flagged_redeliveries > 0, "no kill fell between a delivery and its mark_sent"
