@@ -15,7 +15,19 @@ import msgspec
 
 from hermes_actors.store.connection import Transaction
 
-__all__ = ["Inbox", "InboxRow", "KeyValues", "Leases", "Outbox", "OutboxRow", "TimerRow", "Timers"]
+__all__ = [
+    "HomeChannel",
+    "HomeChannels",
+    "Inbox",
+    "InboxRow",
+    "KeyValues",
+    "Leases",
+    "Memories",
+    "Outbox",
+    "OutboxRow",
+    "TimerRow",
+    "Timers",
+]
 
 
 class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -267,3 +279,64 @@ class KeyValues(_Table):
                 "updated_at = excluded.updated_at",
                 (platform, account_id, cursor, self._clock()),
             )
+
+
+class HomeChannel(msgspec.Struct, frozen=True, kw_only=True):
+    """Where handoff and notifications go on one platform account (``/sethome``)."""
+
+    platform: str
+    account_id: str
+    chat_id: str
+    thread_id: str | None = None
+    set_by: str | None = None
+
+
+class HomeChannels(_Table):
+    """The ``/sethome`` table."""
+
+    def set(self, home: HomeChannel) -> None:
+        """Make ``home`` the home channel of its platform account."""
+        with Transaction(self._db):
+            self._db.execute(
+                "INSERT INTO home_channels (platform, account_id, chat_id, thread_id, set_by, set_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id) DO UPDATE SET "
+                "chat_id = excluded.chat_id, thread_id = excluded.thread_id, set_by = excluded.set_by, "
+                "set_at = excluded.set_at",
+                (home.platform, home.account_id, home.chat_id, home.thread_id, home.set_by, self._clock()),
+            )
+
+    def get(self, platform: str, account_id: str = "") -> HomeChannel | None:
+        """Return the home channel of a platform account, or ``None``."""
+        row = self._db.execute(
+            "SELECT chat_id, thread_id, set_by FROM home_channels WHERE platform = ? AND account_id = ?",
+            (platform, account_id),
+        ).fetchone()
+        if row is None:
+            return None
+        chat_id, thread_id, set_by = row
+        return HomeChannel(
+            platform=platform, account_id=account_id, chat_id=str(chat_id), thread_id=thread_id, set_by=set_by
+        )
+
+
+class Memories(_Table):
+    """Notes the agent kept about a user (save-memory turns), given to that user's later sessions."""
+
+    def add(self, user_key: str, contents: list[str], *, source_session_id: str | None) -> int:
+        """Store notes about ``user_key``; return how many."""
+        with Transaction(self._db):
+            now = self._clock()
+            self._db.executemany(
+                "INSERT INTO memories (user_key, content, source_session_id, created_at) VALUES (?, ?, ?, ?)",
+                [(user_key, content, source_session_id, now) for content in contents],
+            )
+        return len(contents)
+
+    def for_user(self, user_key: str, *, limit: int = 50) -> list[str]:
+        """Return the newest ``limit`` notes about ``user_key``, oldest first."""
+        rows = self._db.execute(
+            "SELECT content FROM (SELECT id, content FROM memories WHERE user_key = ? ORDER BY id DESC LIMIT ?) "
+            "ORDER BY id",
+            (user_key, limit),
+        )
+        return [str(content) for (content,) in rows]

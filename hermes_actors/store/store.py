@@ -29,7 +29,7 @@ from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import fts
 from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, Transaction, open_connection
-from hermes_actors.store.durable import Inbox, KeyValues, Leases, Outbox, Timers
+from hermes_actors.store.durable import HomeChannels, Inbox, KeyValues, Leases, Memories, Outbox, Timers
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.records import (
     EndReason,
@@ -87,6 +87,8 @@ class Store:
         self.leases = Leases(connection, clock)
         self.timers = Timers(connection, clock)
         self.kv = KeyValues(connection, clock)
+        self.homes = HomeChannels(connection, clock)
+        self.memories = Memories(connection, clock)
 
     @classmethod
     def open(
@@ -416,6 +418,13 @@ class Store:
         with self.transaction():
             self._db.execute("DELETE FROM routes WHERE routing_key = ?", (routing_key,))
             return self._db.changes() > 0
+
+    def unbind_session(self, session_id: str) -> list[str]:
+        """Remove every route to ``session_id``; return the keys that pointed at it."""
+        with self.transaction():
+            keys = self.routes_to(session_id)
+            self._db.execute("DELETE FROM routes WHERE session_id = ?", (session_id,))
+        return keys
 
     def routes_to(self, session_id: str) -> list[str]:
         """Return every routing key pointing at ``session_id``."""
