@@ -25,6 +25,12 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     outbox_retry_max_s: float = 300.0
     ask_timeout_s: float = 30.0
     key_policy: KeyPolicy = KeyPolicy()
+    reset_triggers: tuple[str, ...] = ("/new", "/reset")
+    resume_any_user: bool = False  # /resume may pick sessions of other users (an admin setting)
+    compress_at_messages: int = 5000
+    compress_at_ratio: float = 0.85  # of the agent's context window, in estimated prompt tokens
+    context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
+    protected_recent_messages: int = 4  # copied verbatim into a compression child
 
     def __post_init__(self) -> None:
         if self.passivate_after_s <= 0:
@@ -38,5 +44,9 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("runtime.pending_soft_limit", "must be at least 1 and at most runtime.pending_hard_limit")
         if self.max_concurrent_agent_calls < 1:
             raise ConfigError("runtime.max_concurrent_agent_calls", "must be at least 1")
+        if not self.reset_triggers or not all(t.startswith("/") for t in self.reset_triggers):
+            raise ConfigError("runtime.reset_triggers", "must be a non-empty list of commands starting with '/'")
+        if not 0 < self.compress_at_ratio <= 1 or self.compress_at_messages < 4:
+            raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
         if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
             raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")

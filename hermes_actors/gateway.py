@@ -25,12 +25,12 @@ from hermes_actors.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.messages import InboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
 from hermes_actors.routing import build_session_key
-from hermes_actors.session import Delivery, TurnOutcome
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.supervisor import Deliver, PassivationTick, Rebind, SupervisorActor, SupervisorStatistics
 from hermes_actors.timers import TimerService
+from hermes_actors.turns import Delivery, SessionServices, TurnOutcome
 from platforms.base import ReplySender
 
 __all__ = ["AcceptResult", "Gateway"]
@@ -75,17 +75,18 @@ class Gateway:
         for sender in senders:
             self._outbox.register(sender)
         self._agent_pool = ThreadPoolExecutor(self.config.max_concurrent_agent_calls, thread_name_prefix="hermes-agent")
-        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(
-            config=self.config,
+        self._services = SessionServices(
             writer=self._writer,
             readers=self._readers,
             agent=agent or EchoAgent(),
             agent_pool=self._agent_pool,
             outbox=self._outbox,
+            config=self.config,
             lease_owner=self.lease_owner,
-            on_turn=on_turn,
+            owner_alive=lease_owner_alive,
             clock=clock,
         )
+        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(self._services, on_turn=on_turn)
         self.timers = TimerService(writer=self._writer, clock=clock)
         self.timers.every("passivation", tick_interval_s, self.tick)
         self._closed = threading.Event()

@@ -3,7 +3,8 @@
 :class:`SessionTurns` holds the logic (load the transcript once, call the agent, commit everything of the turn in
 one transaction, hand the reply to the outbox); :class:`SessionActor` is only its mailbox and thread. A turn's
 commit holds the user message(s), the agent's messages, token counts, the inbox rows' completion and the outbox
-row, so after a crash a turn either happened entirely or is replayed from the inbox.
+row, so after a crash a turn either happened entirely or is replayed from the inbox. Lifecycle steps (ending a
+session, titles, compression into a child session) run here too, in order with the turns.
 """
 
 from __future__ import annotations
@@ -11,106 +12,63 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any, Protocol
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import msgspec
 import pykka
 
-from hermes_actors.agent import Agent, AgentError, AgentReply, TurnInput
+from hermes_actors.agent import AgentError, AgentReply, TurnInput
+from hermes_actors.errors import HermesError, TitleInUseError
+from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
-from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import MessageRecord, NewMessage, Role, Store
-from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.writer import StoreWriter
+from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
+from hermes_actors.turns import (
+    CancelToken,
+    Compress,
+    Delivery,
+    EndSession,
+    RunTurn,
+    SessionServices,
+    SessionStopped,
+    SetTitle,
+    TurnFinished,
+    TurnOutcome,
+)
 
-__all__ = [
-    "CancelToken",
-    "Delivery",
-    "RunTurn",
-    "SessionActor",
-    "SessionStopped",
-    "SessionTurns",
-    "TurnFinished",
-    "TurnOutcome",
-]
+__all__ = ["SessionActor", "SessionTurns", "estimate_tokens", "source_of", "user_key"]
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class CancelToken:
-    """Set by ``/stop`` (and later ``/new``) to invalidate a running turn; its late result is dropped."""
-
-    __slots__ = ("_event", "cancelled")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self._event = threading.Event()
-
-    def cancel(self) -> None:
-        """Invalidate the turn and wake whoever waits on it."""
-        self.cancelled = True
-        self._event.set()
-
-    def wake(self) -> None:
-        """Wake the waiter without cancelling (the agent finished)."""
-        self._event.set()
-
-    def wait(self, timeout: float) -> bool:
-        """Wait until woken or ``timeout``; return whether woken."""
-        return self._event.wait(timeout)
+def estimate_tokens(messages: Sequence[MessageRecord]) -> int:
+    """Estimate the prompt tokens of ``messages`` (four characters a token)."""
+    return sum(len(m.content or "") + len(m.tool_calls or "") for m in messages) // 4
 
 
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
-    """A committed inbound message and its inbox row."""
-
-    inbox_id: int
-    message: InboundMessage
-
-
-class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
-    """Supervisor → session: run one turn over ``deliveries`` (several when rapid-fire text was merged)."""
-
-    deliveries: tuple[Delivery, ...]
-    token: CancelToken
-    reply_override: str | None = None  # a control reply (``/stop``): no agent call
-
-
-class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
-    """Session → supervisor: the turn is committed; send the next one."""
-
-    session_id: str
-    outcome: TurnOutcome | None = None
+def source_of(record: SessionRecord) -> SessionSource:
+    """Return the source a session was opened from."""
+    return SessionSource(
+        platform=record.source,
+        account_id=record.account_id,
+        scope_id=record.scope_id,
+        chat_type=record.chat_type or "dm",
+        chat_id=record.chat_id,
+        thread_id=record.thread_id,
+        user_id=record.user_id,
+        chat_name=record.chat_name,
+        user_name=record.user_name,
+    )
 
 
-class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
-    """Session → supervisor: the actor has stopped (passivated or evicted)."""
-
-    session_id: str
-    actor_urn: str
-
-
-class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """What a turn did, for statistics and tests."""
-
-    session_id: str
-    inbox_ids: tuple[int, ...]
-    outbox_id: int | None
-    stored_messages: int
-    cancelled: bool = False
-    failed: str | None = None
-
-
-class OutboxSink(Protocol):
-    """Where committed replies go for delivery."""
-
-    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Deliver the reply committed as row ``outbox_id``."""
-        ...
+def user_key(source: SessionSource) -> str | None:
+    """Return the platform-qualified user a session belongs to (memories are kept per user), or ``None``."""
+    participant = source.participant_id
+    return None if participant is None else f"{source.platform}:{participant}"
 
 
 def _reply_for(source: SessionSource, session_id: str, text: str, reply_to: str | None) -> OutboundMessage:
@@ -126,6 +84,17 @@ def _reply_for(source: SessionSource, session_id: str, text: str, reply_to: str 
     )
 
 
+def _queue_reply(store: Store, outbound: OutboundMessage) -> int:
+    return store.outbox.add(
+        session_id=outbound.session_id,
+        platform=outbound.platform,
+        account_id=outbound.account_id,
+        chat_id=outbound.chat_id,
+        thread_id=outbound.thread_id,
+        payload=encode(outbound),
+    )
+
+
 def _release_lease(store: Store, *, session_id: str, owner: str) -> bool:
     return store.leases.release(session_id, owner)
 
@@ -134,58 +103,58 @@ class SessionTurns:
     """The turn logic of one session, driven by :class:`SessionActor` (or any single thread).
 
     ``create_with`` is the (source, routing key) of a session that does not exist yet: its first turn creates the
-    session row and the route in the same transaction as the turn.
+    session row (with ``title``, when one was asked for) and the route in the same transaction as the turn.
     """
 
     def __init__(
         self,
         session_id: str,
+        services: SessionServices,
         *,
-        writer: StoreWriter,
-        readers: ReaderPool,
-        agent: Agent,
-        agent_pool: Executor,
-        outbox: OutboxSink,
-        agent_timeout_s: float,
-        lease_owner: str,
-        lease_ttl_s: float = 30.0,
-        lease_wait_s: float = 10.0,
-        owner_alive: Callable[[str], bool] = lambda owner: True,
         create_with: tuple[SessionSource, str] | None = None,
-        clock: Callable[[], float] = time.time,
+        title: str | None = None,
     ) -> None:
         self.session_id = session_id
-        self._lease_owner = lease_owner
-        self._lease_ttl = lease_ttl_s
-        self._lease_wait = lease_wait_s
-        self._lease_held = False
-        self._owner_alive = owner_alive
-        self._writer = writer
-        self._agent = agent
-        self._pool = agent_pool
-        self._outbox = outbox
-        self._timeout = agent_timeout_s
+        self._services = services
+        self._writer = services.writer
+        self._clock = services.clock
+        self._timeout = services.config.agent_timeout_s
         self._create_with = create_with
-        self._clock = clock
-        self._system_prompt: str | None = None
+        self._pending_title = title
+        self._lease_held = False
+        self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
+        self._memories: list[str] = []
+        # Conversation-scoped state, dropped by a reset (model overrides and the like).
+        self.overrides: dict[str, str] = {}
         if create_with is None:
-            with readers.reader() as store:
-                record = store.get_session(session_id)
-                self._system_prompt = record.system_prompt
+            with services.readers.reader() as store:
+                self._record = store.get_session(session_id)
                 self._history = store.load_transcript(session_id)
+                self._load_memories(store, source_of(self._record))
+        else:
+            with services.readers.reader() as store:
+                self._load_memories(store, create_with[0])
+
+    def _load_memories(self, store: Store, source: SessionSource) -> None:
+        key = user_key(source)
+        self._memories = store.memories.for_user(key) if key is not None else []
 
     @property
     def history(self) -> Sequence[MessageRecord]:
         """The cached transcript."""
         return self._history
 
-    def _call_agent(self, text: str, token: CancelToken) -> AgentReply | str | None:
-        """Return the reply, an error text for the user, or ``None`` when the turn was cancelled."""
-        turn = TurnInput(
-            session_id=self.session_id, history=self._history, user_text=text, system_prompt=self._system_prompt
-        )
-        future: Future[AgentReply] = self._pool.submit(self._agent.run_turn, turn, timeout_s=self._timeout)
+    @property
+    def memories(self) -> Sequence[str]:
+        """What earlier sessions remembered about this session's user."""
+        return self._memories
+
+    # -- agent calls -------------------------------------------------------------------------------------------
+
+    def _in_pool(self, call: Callable[[], T], token: CancelToken) -> T | str | None:
+        """Run ``call`` in the agent pool; return its result, an error text for the user, or ``None`` if cancelled."""
+        future: Future[T] = self._services.agent_pool.submit(call)
         future.add_done_callback(lambda _: token.wake())
         token.wait(self._timeout)
         if token.cancelled:
@@ -203,15 +172,28 @@ class SessionTurns:
             _log.exception("session %s: agent raised", self.session_id)
             return f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again."
 
+    def _call_agent(self, text: str, token: CancelToken) -> AgentReply | str | None:
+        turn = TurnInput(
+            session_id=self.session_id,
+            history=self._history,
+            user_text=text,
+            system_prompt=self._record.system_prompt if self._record else None,
+            memories=self._memories,
+        )
+        agent = self._services.agent
+        return self._in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
+
+    # -- leases ------------------------------------------------------------------------------------------------
+
     def _acquire_lease(self) -> str | None:
         """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy."""
+        config = self._services.config
+        owner = self._services.lease_owner
         holder = wait_for_lease(
-            lambda: self._writer.call(
-                lambda store: store.leases.acquire(self.session_id, self._lease_owner, self._lease_ttl)
-            ),
+            lambda: self._writer.call(lambda store: store.leases.acquire(self.session_id, owner, config.lease_ttl_s)),
             lambda dead: self._writer.call(functools.partial(_release_lease, session_id=self.session_id, owner=dead)),
-            wait_s=self._lease_wait,
-            owner_alive=self._owner_alive,
+            wait_s=config.lease_wait_s,
+            owner_alive=self._services.owner_alive,
         )
         self._lease_held = holder is None
         return holder
@@ -220,55 +202,68 @@ class SessionTurns:
         """Give the lease up without waiting for the commit (the actor is stopping)."""
         if self._lease_held:
             self._lease_held = False
-            self._writer.submit(lambda store: store.leases.release(self.session_id, self._lease_owner))
+            owner = self._services.lease_owner
+            self._writer.submit(lambda store: store.leases.release(self.session_id, owner))
 
-    def _refuse_busy(self, deliveries: Sequence[Delivery], holder: str) -> TurnOutcome:
+    # -- turns -------------------------------------------------------------------------------------------------
+
+    def _answer(self, deliveries: Sequence[Delivery], text: str, *, state: str = "done") -> TurnOutcome:
+        """Complete ``deliveries`` with a reply and nothing in the transcript."""
         first = deliveries[0].message
-        text = (
-            f"This conversation is busy in {describe_owner(holder)}; "
-            "your message was not run. Send it again when that process has finished."
-        )
         outbound = _reply_for(first.source, self.session_id, text, first.message_id)
 
-        def refuse(store: Store) -> int:
+        def answer(store: Store) -> int:
             for delivery in deliveries:
-                store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state="rejected")
-            return store.outbox.add(
-                session_id=self.session_id,
-                platform=outbound.platform,
-                account_id=outbound.account_id,
-                chat_id=outbound.chat_id,
-                thread_id=outbound.thread_id,
-                payload=encode(outbound),
-            )
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state=state)
+            return _queue_reply(store, outbound)
 
-        outbox_id = self._writer.call(refuse)
-        self._outbox.deliver(outbox_id, outbound)
+        outbox_id = self._writer.call(answer)
+        self._services.outbox.deliver(outbox_id, outbound)
         return TurnOutcome(
             session_id=self.session_id,
             inbox_ids=tuple(d.inbox_id for d in deliveries),
             outbox_id=outbox_id,
             stored_messages=0,
-            failed=text,
+            failed=text if state == "rejected" else None,
         )
 
     def run(self, request: RunTurn) -> TurnOutcome:
-        """Run one turn and commit it; return what happened."""
+        """Run one turn (or lifecycle step) and commit it; return what happened."""
         deliveries = request.deliveries
         if not self._lease_held and self._create_with is None:
             holder = self._acquire_lease()
             if holder is not None:
-                return self._refuse_busy(deliveries, holder)
+                busy = (
+                    f"This conversation is busy in {describe_owner(holder)}; "
+                    "your message was not run. Send it again when that process has finished."
+                )
+                return self._answer(deliveries, busy, state="rejected")
+        match request.control:
+            case EndSession():
+                return self._end(request.control, deliveries, request.token)
+            case SetTitle():
+                return self._set_title(request.control, deliveries)
+            case Compress():
+                return self._compress(deliveries, request.token, reply=True)
+            case None:
+                pass
+        if request.reply_override is not None:
+            return self._answer(deliveries, request.reply_override)
+        if self._needs_compression():
+            outcome = self._compress((), request.token, reply=False)
+            if outcome.continued_by is not None:
+                return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
+        return self._converse(deliveries, request.token)
+
+    def _converse(self, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
         first = deliveries[0].message
         text = "\n".join(d.message.text for d in deliveries)
-        reply: AgentReply | str | None
-        reply = request.reply_override if request.reply_override is not None else self._call_agent(text, request.token)
-        cancelled = request.token.cancelled and request.reply_override is None
+        reply = self._call_agent(text, token)
+        cancelled = token.cancelled
         now = self._clock()
         new = [
             NewMessage(role=Role.USER, content=d.message.text, platform_message_id=d.message.message_id, created_at=now)
             for d in deliveries
-            if request.reply_override is None
         ]
         reply_text: str | None = None
         if isinstance(reply, AgentReply) and not cancelled:
@@ -292,7 +287,28 @@ class SessionTurns:
         outbound = (
             _reply_for(first.source, self.session_id, reply_text, first.message_id) if reply_text is not None else None
         )
-        outbox_id, ids = self._writer.call(lambda store: self._commit(store, deliveries, new, outbound))
+
+        def commit(store: Store) -> tuple[int | None, list[int]]:
+            self._ensure_row(store)
+            ids = store.append_messages(self.session_id, new)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
+            return (_queue_reply(store, outbound) if outbound is not None else None), ids
+
+        outbox_id, ids = self._writer.call(commit)
+        self._remember(ids, new, now)
+        if outbound is not None and outbox_id is not None:
+            self._services.outbox.deliver(outbox_id, outbound)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=len(ids),
+            cancelled=cancelled,
+            failed=reply if isinstance(reply, str) else None,
+        )
+
+    def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
         self._history.extend(
             MessageRecord(
                 id=i,
@@ -307,44 +323,166 @@ class SessionTurns:
             )
             for i, m in zip(ids, new, strict=True)
         )
+
+    def _ensure_row(self, store: Store) -> bool:
+        """Create the session row on its first commit; return whether the row exists."""
+        if self._create_with is None:
+            return True
+        source, routing_key = self._create_with
+        title = self._pending_title
+        try:
+            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key, title=title)
+        except (TitleInUseError, HermesError) as exc:
+            if title is None:
+                raise
+            _log.info("session %s: title %r not applied: %s", self.session_id, title, exc)
+            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key)
+        store.set_route(routing_key, self.session_id)
+        config = self._services.config
+        self._lease_held = store.leases.acquire(self.session_id, self._services.lease_owner, config.lease_ttl_s) is None
+        self._record = record
+        self._create_with = None
+        self._pending_title = None
+        return True
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def _origin(self, deliveries: Sequence[Delivery]) -> tuple[SessionSource | None, str | None]:
+        if deliveries:
+            return deliveries[0].message.source, deliveries[0].message.message_id
+        return (source_of(self._record) if self._record else None), None
+
+    def _end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
+        """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
+        notes: list[str] = []
+        if control.save_memories and self._history:
+            agent = self._services.agent
+            history = list(self._history)
+            saved = self._in_pool(lambda: agent.save_memories(history, timeout_s=self._timeout), CancelToken())
+            if isinstance(saved, list):
+                notes = [m.content for m in saved]
+            else:
+                _log.warning("session %s: save-memory turn failed: %s", self.session_id, saved)
+        self.overrides.clear()
+        source, reply_to = self._origin(deliveries)
+        outbound = (
+            _reply_for(source, self.session_id, control.reply, reply_to)
+            if control.reply is not None and source is not None
+            else None
+        )
+        owner = self._services.lease_owner
+
+        def commit(store: Store) -> int | None:
+            if self._create_with is None:
+                record = store.get_session(self.session_id)
+                key = user_key(source_of(record))
+                if notes and key is not None:
+                    store.memories.add(key, notes, source_session_id=self.session_id)
+                store.end_session(self.session_id, control.reason)
+                store.unbind_session(self.session_id)
+                store.leases.release(self.session_id, owner)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
+            return _queue_reply(store, outbound) if outbound is not None else None
+
+        outbox_id = self._writer.call(commit)
+        self._lease_held = False
         if outbound is not None and outbox_id is not None:
-            self._outbox.deliver(outbox_id, outbound)
+            self._services.outbox.deliver(outbox_id, outbound)
         return TurnOutcome(
             session_id=self.session_id,
             inbox_ids=tuple(d.inbox_id for d in deliveries),
             outbox_id=outbox_id,
-            stored_messages=len(ids),
-            cancelled=cancelled,
-            failed=reply if isinstance(reply, str) and request.reply_override is None else None,
+            stored_messages=0,
+            ended=True,
         )
 
-    def _commit(
-        self,
-        store: Store,
-        deliveries: Sequence[Delivery],
-        new: list[NewMessage],
-        outbound: OutboundMessage | None,
-    ) -> tuple[int | None, list[int]]:
-        if self._create_with is not None and store.find_session(self.session_id) is None:
-            source, routing_key = self._create_with
-            store.create_session(source, session_id=self.session_id, routing_key=routing_key)
-            store.set_route(routing_key, self.session_id)
-            self._lease_held = store.leases.acquire(self.session_id, self._lease_owner, self._lease_ttl) is None
-        ids = store.append_messages(self.session_id, new) if new else []
-        for delivery in deliveries:
-            store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
-        outbox_id = None
-        if outbound is not None:
-            outbox_id = store.outbox.add(
-                session_id=self.session_id,
-                platform=outbound.platform,
-                account_id=outbound.account_id,
-                chat_id=outbound.chat_id,
-                thread_id=outbound.thread_id,
-                payload=encode(outbound),
+    def _set_title(self, control: SetTitle, deliveries: Sequence[Delivery]) -> TurnOutcome:
+        if control.text is None or not control.text.strip():
+            current = self._record.title if self._record else self._pending_title
+            text = f"Title: {current}" if current else "This session has no title yet; set one with /title <text>."
+            return self._answer(deliveries, text)
+        if self._create_with is not None:
+            self._pending_title = control.text
+            return self._answer(deliveries, f"The title will be set to '{control.text}' when the session starts.")
+        try:
+            title = self._writer.call(lambda store: store.set_title(self.session_id, control.text))
+        except HermesError as exc:
+            return self._answer(deliveries, f"Title not changed: {exc}")
+        if self._record is not None:
+            self._record = msgspec.structs.replace(self._record, title=title)
+        return self._answer(deliveries, f"Title set to '{title}'." if title else "Title cleared.")
+
+    def _needs_compression(self) -> bool:
+        config = self._services.config
+        if len(self._history) < 4:
+            return False
+        window = int(getattr(self._services.agent, "context_window", config.context_window))
+        return (
+            len(self._history) >= config.compress_at_messages
+            or estimate_tokens(self._history) >= config.compress_at_ratio * window
+        )
+
+    def _compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
+        """Summarise into a child session that takes over every routing key of this one."""
+        if self._create_with is not None or self._record is None or len(self._history) < 4:
+            if not deliveries:
+                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+            return self._answer(deliveries, "Nothing to compress yet: this session has fewer than 4 messages.")
+        agent = self._services.agent
+        history = list(self._history)
+        summary = self._in_pool(lambda: agent.summarize(history, timeout_s=self._timeout), token)
+        if not isinstance(summary, str) or summary.startswith("Sorry, the agent"):
+            failure = summary or "the compression was cancelled"
+            _log.warning("session %s: compression failed: %s", self.session_id, failure)
+            if not deliveries:
+                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+            return self._answer(deliveries, f"Compression failed; the session is unchanged. {failure}")
+        parent = self._record
+        kind = SessionKind.CLI if parent.source == "cli" else SessionKind.GATEWAY
+        child_id = new_session_id(kind)
+        keep = self._services.config.protected_recent_messages
+        recent = [m for m in history if m.role in ("user", "assistant") and m.content][-keep:] if keep else []
+        carried = [NewMessage(role=Role.SYSTEM, content=f"[Summary of the conversation so far]\n{summary}")]
+        carried += [NewMessage(role=Role(m.role), content=m.content) for m in recent]
+        source, reply_to = self._origin(deliveries)
+        owner = self._services.lease_owner
+
+        def commit(store: Store) -> tuple[int, OutboundMessage] | None:
+            title = store.next_lineage_title(parent.title) if parent.title else None
+            child = store.create_session(
+                source_of(parent),
+                session_id=child_id,
+                routing_key=parent.routing_key,
+                model=parent.model,
+                title=title,
+                system_prompt=parent.system_prompt,
+                parent_session_id=parent.id,
             )
-        self._create_with = None
-        return outbox_id, ids
+            store.append_messages(child.id, carried)
+            store.end_session(parent.id, EndReason.COMPRESSION)
+            store.repoint_routes(parent.id, child.id)
+            store.leases.release(parent.id, owner)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=parent.id)
+            if not reply or source is None:
+                return None
+            text = f"Compressed {len(history)} messages; the conversation continues as {child.title or child.id}."
+            outbound = _reply_for(source, child.id, text, reply_to)
+            return _queue_reply(store, outbound), outbound
+
+        queued = self._writer.call(commit)
+        self._lease_held = False
+        if queued is not None:
+            self._services.outbox.deliver(*queued)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=queued[0] if queued is not None else None,
+            stored_messages=len(carried),
+            ended=True,
+            continued_by=child_id,
+        )
 
 
 class SessionActor(pykka.ThreadingActor):

@@ -1,47 +1,49 @@
-"""The supervisor: the routing directory, session activation, backpressure and passivation.
+"""The supervisor: the routing directory, session activation, backpressure, passivation and lifecycle routing.
 
 One pykka actor. It maps routing keys to session ids (cached, persisted through the store), keeps one
-:class:`~hermes_actors.session.SessionActor` per live session id, and holds each session's queue of committed
-messages: a session actor gets one :class:`~hermes_actors.session.RunTurn` at a time and asks for the next by
-finishing. Because the queue lives here, a stopping actor's new messages simply wait for its next activation, in
-order, and ``/resume`` or handoff only re-point directory entries (:meth:`SupervisorActor.rebind`).
+:class:`~hermes_actors.session.SessionActor` per live session id, and holds each session's queue of work: a session
+actor gets one :class:`~hermes_actors.turns.RunTurn` at a time and asks for the next by finishing. Because the queue
+lives here, a stopping actor's new messages wait for its next activation, in order, and ``/resume``, handoff and
+compression only re-point directory entries. Commands that change where a key leads (``/new``, ``/reset``,
+``/resume``, resets by timer) take effect here at once, so a message that arrives while a session is ending goes
+to its successor, never to the ended session.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import Any
 
 import msgspec
 import pykka
 
-from hermes_actors.agent import Agent
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.commands import Command, CommandName, parse_command
+from hermes_actors.errors import HermesError
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.leases import lease_owner_alive
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
-from hermes_actors.session import (
+from hermes_actors.session import SessionActor, SessionTurns
+from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store.durable import HomeChannel
+from hermes_actors.turns import (
     CancelToken,
+    Compress,
+    Control,
     Delivery,
-    OutboxSink,
+    EndSession,
     RunTurn,
-    SessionActor,
+    SessionServices,
     SessionStopped,
-    SessionTurns,
+    SetTitle,
     TurnFinished,
     TurnOutcome,
 )
-from hermes_actors.store import Store
-from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.writer import StoreWriter
 
 __all__ = [
     "Deliver",
+    "EndDue",
     "PassivationTick",
     "Rebind",
     "StopSession",
@@ -50,7 +52,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-_STOP_COMMANDS = frozenset({"/stop"})
 
 
 class Deliver(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,6 +74,14 @@ class StopSession(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str
 
 
+class EndDue(msgspec.Struct, frozen=True, kw_only=True):
+    """Timer → supervisor: end ``session_id`` for ``reason`` after a save-memory turn, telling the user ``notice``."""
+
+    session_id: str
+    reason: EndReason
+    notice: str | None = None
+
+
 class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
     """Timer → supervisor: passivate idle actors and renew leases."""
 
@@ -91,19 +100,33 @@ class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     rejected: int
 
 
+class _ControlWork(msgspec.Struct, frozen=True, kw_only=True):
+    control: Control
+    delivery: Delivery | None = None
+
+
+_Work = Delivery | _ControlWork
+
+
 class _Live:
     """What the supervisor knows of one session with an actor (or a queue waiting for one)."""
 
-    __slots__ = ("busy", "create_with", "last_used", "queue", "ref", "stopping", "token")
+    __slots__ = ("busy", "create_with", "hold_until", "last_used", "queue", "ref", "stopping", "title", "token")
 
-    def __init__(self, create_with: tuple[SessionSource, str] | None) -> None:
+    def __init__(self, create_with: tuple[SessionSource, str] | None, *, title: str | None = None) -> None:
         self.ref: pykka.ActorRef[Any] | None = None
-        self.queue: deque[Delivery] = deque()
+        self.queue: deque[_Work] = deque()
         self.busy = False
         self.stopping = False
         self.token = CancelToken()
         self.last_used = 0.0
         self.create_with = create_with
+        self.title = title
+        self.hold_until: str | None = None  # a session whose end must commit before this one runs
+
+
+def _text(work: _Work) -> str:
+    return work.message.text if isinstance(work, Delivery) else ""
 
 
 class SupervisorActor(pykka.ThreadingActor):
@@ -113,30 +136,27 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def __init__(
         self,
+        services: SessionServices,
         *,
-        config: RuntimeConfig,
-        writer: StoreWriter,
-        readers: ReaderPool,
-        agent: Agent,
-        agent_pool: Executor,
-        outbox: OutboxSink,
-        lease_owner: str,
         on_turn: Callable[[TurnOutcome], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        on_activity: Callable[[str, SessionSource | None], None] | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__()
-        self._config = config
-        self._writer = writer
-        self._readers = readers
-        self._agent = agent
-        self._pool = agent_pool
-        self._outbox = outbox
-        self._lease_owner = lease_owner
+        self._services = services
+        self._config = services.config
+        self._writer = services.writer
+        self._readers = services.readers
+        self._clock = services.clock
         self._on_turn = on_turn
-        self._clock = clock
+        self._on_activity = on_activity
+        self._on_end = on_end
         self._routes: dict[str, str] = {}  # cache of the directory for sessions with a live entry
         self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
+        self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
+        self._pending_titles: dict[str, str] = {}  # routing key -> title for its next session
+        self._resume_lists: dict[str, list[str]] = {}  # routing key -> ids shown by its last bare /resume
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
 
@@ -151,9 +171,11 @@ class SupervisorActor(pykka.ThreadingActor):
             case SessionStopped():
                 self._stopped(message)
             case Rebind():
-                self._rebind(message)
+                self._rebind(message.routing_key, message.session_id)
             case StopSession():
-                self._stop_turn(message.routing_key)
+                self._cancel_running(self._cached(message.routing_key))
+            case EndDue():
+                self._end_by_timer(message)
             case PassivationTick():
                 self._passivate_idle()
             case _:
@@ -161,7 +183,7 @@ class SupervisorActor(pykka.ThreadingActor):
         return None
 
     def statistics(self) -> SupervisorStatistics:
-        """Return a snapshot (call through the proxy or ``ask``)."""
+        """Return a snapshot (call through the proxy)."""
         return SupervisorStatistics(
             live_actors=self._actors,
             running=sum(1 for s in self._live.values() if s.busy),
@@ -171,12 +193,8 @@ class SupervisorActor(pykka.ThreadingActor):
         )
 
     def session_for(self, routing_key: str) -> str | None:
-        """Return the session id ``routing_key`` reaches now, or ``None``."""
-        cached = self._routes.get(routing_key)
-        if cached is not None:
-            return cached
-        with self._readers.reader() as store:
-            return store.get_route(routing_key)
+        """Return the session id ``routing_key`` reaches now, or ``None`` (call through the proxy)."""
+        return self._existing(routing_key)
 
     def on_stop(self) -> None:
         refs = [state.ref for state in self._live.values() if state.ref is not None]
@@ -185,25 +203,10 @@ class SupervisorActor(pykka.ThreadingActor):
         for ref in refs:
             ref.stop(block=True, timeout=self._config.ask_timeout_s)
 
-    # -- routing -----------------------------------------------------------------------------------------------
+    # -- directory ---------------------------------------------------------------------------------------------
 
-    def _resolve(self, routing_key: str, source: SessionSource) -> str:
-        """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
-        session_id = self._routes.get(routing_key)
-        if session_id is not None:
-            return session_id
-        with self._readers.reader() as store:
-            session_id = store.get_route(routing_key)
-            if session_id is not None:
-                record = store.find_session(session_id)
-                if record is None or not record.is_live:
-                    session_id = None
-        if session_id is None:
-            kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
-            session_id = new_session_id(kind)
-            self._live[session_id] = _Live(create_with=(source, routing_key))
-        self._cache_route(routing_key, session_id)
-        return session_id
+    def _cached(self, routing_key: str) -> str | None:
+        return self._routes.get(routing_key)
 
     def _cache_route(self, routing_key: str, session_id: str) -> None:
         previous = self._routes.get(routing_key)
@@ -212,22 +215,62 @@ class SupervisorActor(pykka.ThreadingActor):
         self._routes[routing_key] = session_id
         self._keys.setdefault(session_id, set()).add(routing_key)
 
-    def _rebind(self, message: Rebind) -> None:
-        self._writer.call(lambda store: store.set_route(message.routing_key, message.session_id))
-        self._cache_route(message.routing_key, message.session_id)
+    def _forget_keys(self, session_id: str) -> None:
+        for key in self._keys.pop(session_id, set()):
+            if self._routes.get(key) == session_id:
+                del self._routes[key]
 
-    # -- turns ---------------------------------------------------------------------------------------------------
+    def _existing(self, routing_key: str) -> str | None:
+        """Return the live session ``routing_key`` leads to, without creating one."""
+        session_id = self._routes.get(routing_key)
+        if session_id is None:
+            with self._readers.reader() as store:
+                session_id = store.get_route(routing_key)
+                if session_id is not None and (session_id not in self._live or self._live[session_id].ref is None):
+                    record = store.find_session(session_id)
+                    if record is None or not record.is_live:
+                        session_id = None
+            if session_id is not None:
+                self._cache_route(routing_key, session_id)
+        if session_id in self._ending:
+            return None
+        return session_id
+
+    def _resolve(self, routing_key: str, source: SessionSource) -> str:
+        """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
+        session_id = self._existing(routing_key)
+        if session_id is not None:
+            return session_id
+        previous = self._routes.get(routing_key) or self._stored_route(routing_key)
+        kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
+        session_id = new_session_id(kind)
+        state = self._live[session_id] = _Live(
+            create_with=(source, routing_key), title=self._pending_titles.pop(routing_key, None)
+        )
+        if previous in self._ending:
+            state.hold_until = previous
+        self._cache_route(routing_key, session_id)
+        return session_id
+
+    def _stored_route(self, routing_key: str) -> str | None:
+        with self._readers.reader() as store:
+            return store.get_route(routing_key)
+
+    def _rebind(self, routing_key: str, session_id: str) -> None:
+        self._writer.call(lambda store: store.set_route(routing_key, session_id))
+        self._cache_route(routing_key, session_id)
+
+    # -- delivery and turns ------------------------------------------------------------------------------------
 
     def _deliver(self, message: Deliver) -> None:
         delivery = message.delivery
-        source = delivery.message.source
-        session_id = self._resolve(message.routing_key, source)
-        state = self._live.get(session_id)
-        if state is None:
-            state = self._live[session_id] = _Live(create_with=None)
-        self._live.move_to_end(session_id)
-        state.last_used = self._clock()
-        if delivery.message.text.strip().lower() in _STOP_COMMANDS:
+        command = parse_command(delivery.message.text, reset_triggers=self._config.reset_triggers)
+        if command is not None and command.name is not CommandName.STOP:
+            self._command(message.routing_key, delivery, command)
+            return
+        session_id = self._resolve(message.routing_key, delivery.message.source)
+        state = self._state(session_id)
+        if command is not None:  # /stop: invalidate the running turn now, answer in order
             state.token.cancel()
             state.queue.append(delivery)
         elif len(state.queue) >= self._config.pending_hard_limit:
@@ -237,7 +280,16 @@ class SupervisorActor(pykka.ThreadingActor):
             state.queue.append(delivery)
         self._dispatch(session_id, state)
 
-    def _reject(self, session_id: str, delivery: Delivery, queued: int) -> None:
+    def _state(self, session_id: str) -> _Live:
+        state = self._live.get(session_id)
+        if state is None:
+            state = self._live[session_id] = _Live(create_with=None)
+        self._live.move_to_end(session_id)
+        state.last_used = self._clock()
+        return state
+
+    def _reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
+        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
         source = delivery.message.source
         reply = OutboundMessage(
             platform=source.platform,
@@ -247,16 +299,13 @@ class SupervisorActor(pykka.ThreadingActor):
             user_id=source.participant_id,
             session_id=session_id,
             reply_to=delivery.message.message_id,
-            text=(
-                f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
-                "Wait for the replies, then send it again."
-            ),
+            text=text,
         )
 
-        def refuse(store: Store) -> int:
-            store.inbox.complete(delivery.inbox_id, session_id=None, state="rejected")
+        def answer(store: Store) -> int:
+            store.inbox.complete(delivery.inbox_id, session_id=session_id, state=state)
             return store.outbox.add(
-                session_id=None,
+                session_id=session_id,
                 platform=reply.platform,
                 account_id=reply.account_id,
                 chat_id=reply.chat_id,
@@ -264,53 +313,54 @@ class SupervisorActor(pykka.ThreadingActor):
                 payload=encode(reply),
             )
 
+        self._services.outbox.deliver(self._writer.call(answer), reply)
+
+    def _reject(self, session_id: str, delivery: Delivery, queued: int) -> None:
         self._counts["rejected"] += 1
-        self._outbox.deliver(self._writer.call(refuse), reply)
+        self._reply_now(
+            delivery,
+            f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
+            "Wait for the replies, then send it again.",
+            session_id=None,
+            state="rejected",
+        )
 
     def _dispatch(self, session_id: str, state: _Live) -> None:
         """Hand the next turn to the session's actor if it is free, activating it first when needed."""
-        if state.busy or state.stopping or not state.queue:
+        if state.busy or state.stopping or not state.queue or state.hold_until is not None:
             return
         if state.ref is None:
             self._activate(session_id, state)
         head = state.queue[0]
-        if head.message.text.strip().lower() in _STOP_COMMANDS:
+        if isinstance(head, _ControlWork):
+            state.queue.popleft()
+            deliveries = (head.delivery,) if head.delivery is not None else ()
+            turn = RunTurn(deliveries=deliveries, token=CancelToken(), control=head.control)
+        elif parse_command(head.message.text) is not None:  # /stop, queued behind the turn it stopped
             state.queue.popleft()
             turn = RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
         elif len(state.queue) >= self._config.pending_soft_limit:
-            # Rapid-fire text: one turn answers everything queued up to the next /stop.
+            # Rapid-fire text: one turn answers everything queued up to the next command.
             merged: list[Delivery] = []
-            while state.queue and state.queue[0].message.text.strip().lower() not in _STOP_COMMANDS:
-                merged.append(state.queue.popleft())
+            while state.queue and isinstance(state.queue[0], Delivery) and parse_command(_text(state.queue[0])) is None:
+                merged.append(state.queue.popleft())  # type: ignore[arg-type]
             state.token = CancelToken()
             turn = RunTurn(deliveries=tuple(merged), token=state.token)
         else:
+            state.queue.popleft()
             state.token = CancelToken()
-            turn = RunTurn(deliveries=(state.queue.popleft(),), token=state.token)
+            turn = RunTurn(deliveries=(head,), token=state.token)
         state.busy = True
         assert state.ref is not None
         state.ref.tell(turn)
 
     def _activate(self, session_id: str, state: _Live) -> None:
-        create_with = state.create_with
-        state.create_with = None
+        create_with, title = state.create_with, state.title
+        state.create_with = state.title = None
+        services = self._services
 
         def make_turns() -> SessionTurns:
-            return SessionTurns(
-                session_id,
-                writer=self._writer,
-                readers=self._readers,
-                agent=self._agent,
-                agent_pool=self._pool,
-                outbox=self._outbox,
-                agent_timeout_s=self._config.agent_timeout_s,
-                lease_owner=self._lease_owner,
-                lease_ttl_s=self._config.lease_ttl_s,
-                lease_wait_s=self._config.lease_wait_s,
-                owner_alive=lease_owner_alive,
-                create_with=create_with,
-                clock=self._clock,
-            )
+            return SessionTurns(session_id, services, create_with=create_with, title=title)
 
         state.ref = SessionActor.start(make_turns, self.actor_ref)
         self._actors += 1
@@ -319,26 +369,229 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _finished(self, message: TurnFinished) -> None:
         self._counts["turns"] += 1
-        state = self._live.get(message.session_id)
-        if self._on_turn is not None and message.outcome is not None:
-            self._on_turn(message.outcome)
+        session_id = message.session_id
+        outcome = message.outcome
+        state = self._live.get(session_id)
+        if self._on_turn is not None and outcome is not None:
+            self._on_turn(outcome)
         if state is None:
             return
         state.busy = False
         state.last_used = self._clock()
-        self._live.move_to_end(message.session_id)
-        self._dispatch(message.session_id, state)
+        self._live.move_to_end(session_id)
+        if outcome is not None and outcome.ended:
+            self._retire(session_id, state, outcome)
+            return
+        if outcome is not None and outcome.stored_messages and self._on_activity is not None:
+            self._on_activity(session_id, None)
+        self._dispatch(session_id, state)
 
-    def _stop_turn(self, routing_key: str) -> None:
-        session_id = self._routes.get(routing_key)
+    def _retire(self, session_id: str, state: _Live, outcome: TurnOutcome) -> None:
+        """The session ended: hand its keys and remaining queue to its successor and stop its actor."""
+        self._ending.discard(session_id)
+        keys = self._keys.get(session_id, set()).copy()
+        self._forget_keys(session_id)
+        if self._on_end is not None:
+            self._on_end(session_id)
+        if outcome.continued_by is not None:
+            child = outcome.continued_by
+            for key in keys:
+                self._cache_route(key, child)
+            successor = self._state(child)
+            successor.queue.extendleft(reversed([*outcome.requeue, *state.queue]))
+            state.queue.clear()
+            self._dispatch(child, successor)
+        elif state.queue:
+            # Work queued behind the end (only possible through keys re-resolved before it): route it anew.
+            leftovers = list(state.queue)
+            state.queue.clear()
+            for work in leftovers:
+                if isinstance(work, Delivery):
+                    self._deliver(Deliver(routing_key=work.message.source.platform, delivery=work))
+        for other_id, other in list(self._live.items()):
+            if other.hold_until == session_id:
+                other.hold_until = None
+                self._dispatch(other_id, other)
+        self._passivate(session_id, state)
+
+    def _cancel_running(self, session_id: str | None) -> None:
         state = self._live.get(session_id) if session_id is not None else None
         if state is not None:
             state.token.cancel()
 
-    # -- passivation ---------------------------------------------------------------------------------------------
+    def _queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
+        state = self._state(session_id)
+        state.queue.append(_ControlWork(control=control, delivery=delivery))
+        self._dispatch(session_id, state)
+
+    # -- commands ----------------------------------------------------------------------------------------------
+
+    def _command(self, routing_key: str, delivery: Delivery, command: Command) -> None:
+        try:
+            match command.name:
+                case CommandName.NEW | CommandName.RESET:
+                    self._reset(routing_key, delivery, command)
+                case CommandName.RESUME:
+                    self._resume(routing_key, delivery, command.argument)
+                case CommandName.TITLE:
+                    self._title(routing_key, delivery, command.argument)
+                case CommandName.COMPRESS:
+                    session_id = self._existing(routing_key)
+                    if session_id is None:
+                        self._reply_now(delivery, "Nothing to compress: no conversation yet.", session_id=None)
+                    else:
+                        self._queue_control(session_id, Compress(), delivery)
+                case CommandName.SESSIONS:
+                    self._sessions(delivery, command.argument)
+                case CommandName.SETHOME:
+                    self._sethome(delivery)
+                case CommandName.HANDOFF:
+                    self._reply_now(
+                        delivery,
+                        "Handoff needs the platform adapters, which this gateway does not have yet.",
+                        session_id=self._existing(routing_key),
+                    )
+                case CommandName.STOP:  # handled in _deliver
+                    raise AssertionError("unreachable")
+        except HermesError as exc:
+            self._reply_now(delivery, f"{command.name.value}: {exc}", session_id=self._existing(routing_key))
+
+    def _reset(self, routing_key: str, delivery: Delivery, command: Command) -> None:
+        reason = EndReason.NEW_SESSION if command.name is CommandName.NEW else EndReason.SESSION_RESET
+        title = command.argument or None
+        note = ""
+        if title is not None:
+            with self._readers.reader() as store:
+                holder = store.find_by_title(title)
+            if holder is not None and holder.title == title.strip():
+                note = f" The title '{title}' is already in use by session {holder.id}, so it was not applied."
+            else:
+                self._pending_titles[routing_key] = title
+                note = f" Its title will be '{title}'."
+        old = self._existing(routing_key)
+        reply = "Started a new session." + note
+        if old is None:
+            self._reply_now(delivery, reply, session_id=None)
+            return
+        self._cancel_running(old)  # a late result of the running turn is dropped
+        self._ending.add(old)
+        self._forget_keys(old)  # every key of the old session re-resolves to a successor
+        self._queue_control(old, EndSession(reason=reason, reply=reply), delivery)
+
+    def _end_by_timer(self, message: EndDue) -> None:
+        session_id = message.session_id
+        if session_id in self._ending:
+            return
+        state = self._live.get(session_id)
+        if state is not None and (state.busy or state.queue):
+            return  # active again: the timer is moved by that activity
+        self._ending.add(session_id)
+        self._forget_keys(session_id)
+        self._queue_control(
+            session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None
+        )
+
+    def _resume(self, routing_key: str, delivery: Delivery, argument: str) -> None:
+        source = delivery.message.source
+        current = self._existing(routing_key)
+        with self._readers.reader() as store:
+            if not argument:
+                mine = self._resumable(store, source)
+                self._resume_lists[routing_key] = [s.id for s in mine]
+                if not mine:
+                    text = "You have no titled sessions here yet; name one with /title <text>."
+                else:
+                    lines = [f"{n}. {s.title} ({s.id})" for n, s in enumerate(mine, 1)]
+                    text = "Your sessions:\n" + "\n".join(lines) + "\nResume one with /resume <number, id or title>."
+                self._reply_now(delivery, text, session_id=current)
+                return
+            listed = self._resume_lists.get(routing_key, [])
+            if argument.isdigit() and 1 <= int(argument) <= len(listed):
+                target = store.get_session(listed[int(argument) - 1])
+            else:
+                target = store.resolve_session(argument)
+            if not self._config.resume_any_user and not self._owns(source, target):
+                self._reply_now(delivery, f"Session {target.id} is not one of yours here.", session_id=current)
+                return
+            from hermes_actors.store.lineage import lineage_tip
+
+            tip = store.get_session(lineage_tip(store, target.id))
+        if tip.id in self._ending:
+            self._reply_now(delivery, f"Session {tip.id} is ending; start a new one with /new.", session_id=current)
+            return
+        if not tip.is_live:
+            self._writer.call(lambda store: store.reopen_session(tip.id))
+        self._rebind(routing_key, tip.id)
+        self._reply_now(delivery, f"Resumed {tip.title or tip.id}.", session_id=tip.id)
+
+    def _resumable(self, store: Store, source: SessionSource) -> list[SessionRecord]:
+        sessions = store.list_sessions(source=source.platform, limit=200)
+        return [s for s in sessions if s.title and (self._config.resume_any_user or self._owns(source, s))][:20]
+
+    @staticmethod
+    def _owns(source: SessionSource, record: SessionRecord) -> bool:
+        return record.source == source.platform and record.user_id == source.participant_id
+
+    def _title(self, routing_key: str, delivery: Delivery, argument: str) -> None:
+        session_id = self._existing(routing_key)
+        if session_id is None:
+            if not argument:
+                self._reply_now(delivery, "No conversation yet; /title <text> names the next one.", session_id=None)
+                return
+            with self._readers.reader() as store:
+                holder = store.find_by_title(argument)
+            if holder is not None and holder.title == argument.strip():
+                self._reply_now(
+                    delivery, f"Title '{argument}' is already in use by session {holder.id}.", session_id=None
+                )
+                return
+            self._pending_titles[routing_key] = argument
+            self._reply_now(
+                delivery, f"The title will be set to '{argument}' when the session starts.", session_id=None
+            )
+            return
+        self._queue_control(session_id, SetTitle(text=argument or None), delivery)
+
+    def _sessions(self, delivery: Delivery, query: str) -> None:
+        source = delivery.message.source
+        with self._readers.reader() as store:
+            if query:
+                result = store.fts_query(query, limit=10)
+                if result.error is not None:
+                    self._reply_now(delivery, f"Search failed: {result.error}", session_id=None)
+                    return
+                ids = list(dict.fromkeys(h.session_id for h in result.hits))
+                found = [store.get_session(i) for i in ids]
+                mine = [s for s in found if self._config.resume_any_user or self._owns(source, s)]
+            else:
+                mine = [s for s in store.list_sessions(source=source.platform, limit=50) if self._owns(source, s)][:10]
+        if not mine:
+            self._reply_now(delivery, "No sessions found.", session_id=None)
+            return
+        lines = [f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine]
+        self._reply_now(delivery, "\n".join(lines), session_id=None)
+
+    def _sethome(self, delivery: Delivery) -> None:
+        source = delivery.message.source
+        if source.chat_id is None:
+            self._reply_now(delivery, "This chat has no id on its platform, so it cannot be home.", session_id=None)
+            return
+        home = HomeChannel(
+            platform=source.platform,
+            account_id=source.account_id or "",
+            chat_id=source.chat_id,
+            thread_id=source.thread_id,
+            set_by=source.participant_id,
+        )
+        self._writer.call(lambda store: store.homes.set(home))
+        self._reply_now(delivery, f"This chat is now the home channel for {source.platform}.", session_id=None)
+
+    # -- passivation -------------------------------------------------------------------------------------------
 
     def _passivate(self, session_id: str, state: _Live) -> None:
         if state.ref is None or state.stopping:
+            if state.ref is None and not state.queue and state.create_with is None:
+                self._live.pop(session_id, None)
             return
         state.stopping = True
         state.ref.stop(block=False)
@@ -363,7 +616,8 @@ class SupervisorActor(pykka.ThreadingActor):
             if state.ref is not None and not state.busy and not state.queue:
                 self._passivate(session_id, state)
                 self._counts["passivations"] += 1
-        self._writer.submit(lambda store: store.leases.heartbeat(self._lease_owner, self._config.lease_ttl_s))
+        owner, ttl = self._services.lease_owner, self._config.lease_ttl_s
+        self._writer.submit(lambda store: store.leases.heartbeat(owner, ttl))
 
     def _stopped(self, message: SessionStopped) -> None:
         state = self._live.get(message.session_id)
@@ -374,9 +628,7 @@ class SupervisorActor(pykka.ThreadingActor):
         state.stopping = False
         state.busy = False
         if state.queue:
-            self._dispatch(message.session_id, state)  # messages that arrived while it stopped
+            self._dispatch(message.session_id, state)  # work that arrived while it stopped
         else:
             del self._live[message.session_id]
-            for key in self._keys.pop(message.session_id, set()):  # the store has them; keep memory bounded
-                if self._routes.get(key) == message.session_id:
-                    del self._routes[key]
+            self._forget_keys(message.session_id)  # the store has them; keep memory bounded

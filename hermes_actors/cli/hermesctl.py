@@ -56,9 +56,11 @@ def db_check(home: str | None) -> None:
         problems = [str(row[0]) for row in store.connection.execute("PRAGMA integrity_check") if row[0] != "ok"]
         problems += [f"foreign key: {row}" for row in store.connection.execute("PRAGMA foreign_key_check")]
     with _open(home, readonly=False) as store:
-        for table in ("messages_fts", "messages_fts_cjk"):
+        # rank 1 also compares an index with the messages table; the CJK index holds CJK messages only, so it is
+        # checked for internal consistency (rank 0).
+        for table, rank in (("messages_fts", 1), ("messages_fts_cjk", 0)):
             try:
-                store.connection.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', 1)")
+                store.connection.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', {rank})")
             except Exception as exc:  # apsw raises CorruptError for a stale index
                 problems.append(f"{table}: {exc}; rebuild it with 'hermesctl db optimize'")
     if problems:

@@ -1,0 +1,330 @@
+"""Session reset policy: when an idle or daily reset is due, and the ``session_reset:`` section that sets it.
+
+Everything here is pure: no I/O and no clock reads. Times are unix seconds; "local" time is the ``tz`` argument,
+or the system's local zone when it is ``None``. The supervisor asks :func:`next_reset` where to arm a session's
+timer, :func:`reset_due` whether a reset is due when it fires (or when the next message arrives), and
+:func:`bg_process_blocks_reset` whether a background process pins the session anyway.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from datetime import date, datetime, time, timedelta, tzinfo
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+from hermes_actors.store.records import EndReason
+
+__all__ = [
+    "PlatformResetOverride",
+    "ResetConfig",
+    "ResetMode",
+    "ResetOverride",
+    "ResetPolicy",
+    "bg_process_blocks_reset",
+    "daily_deadline",
+    "decode_reset_config",
+    "idle_deadline",
+    "is_idle_expired",
+    "next_reset",
+    "reset_due",
+    "should_notify",
+]
+
+_SECTION = "session_reset"
+
+
+class ResetMode(enum.StrEnum):
+    """Which automatic resets a session gets; ``both`` means whichever comes first."""
+
+    NONE = "none"
+    IDLE = "idle"
+    DAILY = "daily"
+    BOTH = "both"
+
+
+def _check(path: str, values: ResetPolicy | ResetOverride | ResetConfig) -> None:
+    """Raise ConfigError for the first value out of range; unset values pass (types are msgspec's job)."""
+    idle_minutes, at_hour, max_age = values.idle_minutes, values.at_hour, values.bg_process_max_age_hours
+    if not isinstance(idle_minutes, msgspec.UnsetType) and not idle_minutes >= 1:
+        raise ConfigError(f"{path}.idle_minutes", "must be at least 1 (minutes of inactivity)")
+    if not isinstance(at_hour, msgspec.UnsetType) and not 0 <= at_hour <= 23:
+        raise ConfigError(f"{path}.at_hour", "must be 0..23 (an hour of the local day)")
+    if not isinstance(max_age, msgspec.UnsetType) and not max_age >= 0:  # also refuses NaN
+        raise ConfigError(f"{path}.bg_process_max_age_hours", "must be a non-negative number of hours")
+
+
+class ResetPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """The reset rules of one session, after overrides (see :meth:`ResetConfig.policy_for`)."""
+
+    mode: ResetMode = ResetMode.NONE
+    idle_minutes: int = 1440
+    at_hour: int = 4
+    notify: bool = True
+    notify_exclude_platforms: tuple[str, ...] = ("api_server", "webhook")
+    bg_process_max_age_hours: float = 24.0
+
+    def __post_init__(self) -> None:
+        _check(_SECTION, self)
+
+
+class ResetOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Some of :class:`ResetPolicy`'s fields; those left unset keep the value of the less specific level."""
+
+    mode: ResetMode | msgspec.UnsetType = msgspec.UNSET
+    idle_minutes: int | msgspec.UnsetType = msgspec.UNSET
+    at_hour: int | msgspec.UnsetType = msgspec.UNSET
+    notify: bool | msgspec.UnsetType = msgspec.UNSET
+    notify_exclude_platforms: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
+    bg_process_max_age_hours: float | msgspec.UnsetType = msgspec.UNSET
+
+    def apply(self, policy: ResetPolicy) -> ResetPolicy:
+        """Return ``policy`` with the fields this override sets replaced."""
+        changes = {field: getattr(self, field) for field in _POLICY_FIELDS}
+        changes = {field: value for field, value in changes.items() if value is not msgspec.UNSET}
+        return msgspec.structs.replace(policy, **changes) if changes else policy
+
+
+class PlatformResetOverride(ResetOverride, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A platform's override, with further overrides for chat types on that platform."""
+
+    chat_types: dict[str, ResetOverride] = {}
+
+
+_POLICY_FIELDS = tuple(field.name for field in msgspec.structs.fields(ResetPolicy))
+
+
+class ResetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``session_reset:`` section: base rules plus partial overrides per chat type and per platform.
+
+    ::
+
+        session_reset:
+          mode: idle                  # none | idle | daily | both
+          idle_minutes: 1440
+          at_hour: 4
+          notify: true
+          notify_exclude_platforms: [api_server, webhook]
+          bg_process_max_age_hours: 24
+          chat_types:                 # any chat type, on every platform
+            group: {mode: none}
+          platforms:
+            telegram:
+              mode: daily
+              chat_types:             # this chat type on this platform only
+                group: {mode: both, idle_minutes: 120}
+
+    An override holds any of the six base fields and changes only those. :meth:`policy_for` applies, most
+    specific last: the base, ``chat_types[chat_type]``, ``platforms[platform]``,
+    ``platforms[platform].chat_types[chat_type]``.
+    """
+
+    mode: ResetMode = ResetMode.NONE
+    idle_minutes: int = 1440
+    at_hour: int = 4
+    notify: bool = True
+    notify_exclude_platforms: tuple[str, ...] = ("api_server", "webhook")
+    bg_process_max_age_hours: float = 24.0
+    chat_types: dict[str, ResetOverride] = {}
+    platforms: dict[str, PlatformResetOverride] = {}
+
+    def __post_init__(self) -> None:
+        _check(_SECTION, self)
+        for chat_type, override in self.chat_types.items():
+            _check(f"{_SECTION}.chat_types.{chat_type}", override)
+        for platform, platform_override in self.platforms.items():
+            _check(f"{_SECTION}.platforms.{platform}", platform_override)
+            for chat_type, override in platform_override.chat_types.items():
+                _check(f"{_SECTION}.platforms.{platform}.chat_types.{chat_type}", override)
+
+    @property
+    def base(self) -> ResetPolicy:
+        """The policy of a platform and chat type that no override names."""
+        return ResetPolicy(**{field: getattr(self, field) for field in _POLICY_FIELDS})
+
+    def policy_for(self, platform: str, chat_type: str | None) -> ResetPolicy:
+        """Return the policy of sessions on ``platform`` in chats of ``chat_type`` (``None``: no chat type)."""
+        platform_override = self.platforms.get(platform)
+        layers = [
+            None if chat_type is None else self.chat_types.get(chat_type),
+            platform_override,
+            None if chat_type is None or platform_override is None else platform_override.chat_types.get(chat_type),
+        ]
+        policy = self.base
+        for layer in layers:
+            if layer is not None:
+                policy = layer.apply(policy)
+        return policy
+
+
+# The type of the values of each dict-valued field, for finding which key msgspec's "[...]" stands for.
+_ENTRY_TYPES: dict[str, type[msgspec.Struct]] = {"chat_types": ResetOverride, "platforms": PlatformResetOverride}
+_AT_PATH = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
+_AT_KEY = re.compile(r"^(?P<message>.*?) - at `key` in `(?P<path>\$[^`]*)`$")
+_PATH_TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>\d+|\.\.\.)\]")
+_UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
+_INVALID_ENUM = re.compile(r"^Invalid enum value ")
+
+
+def decode_reset_config(obj: object, *, path: str = _SECTION) -> ResetConfig:
+    """Decode the ``session_reset:`` section from plain data (parsed YAML or JSON; ``None`` means all defaults).
+
+    Raises :class:`ConfigError` naming the field (``session_reset.platforms.telegram.mode``) for an unknown
+    field, a value of the wrong type, or a value out of range; ``path`` is the section's own path.
+    """
+    try:
+        return msgspec.convert({} if obj is None else obj, ResetConfig)
+    except msgspec.ValidationError as exc:
+        raise _translate(str(exc), obj, path) from None
+    except ConfigError as exc:  # a range check in __post_init__, which only knows the default section path
+        if path == _SECTION:
+            raise
+        message = str(exc)[len(exc.path) + 2 :]
+        raise ConfigError(path + exc.path[len(_SECTION) :], message) from None
+
+
+def _translate(text: str, obj: object, section: str) -> ConfigError:
+    """Turn msgspec's ``message - at `$.a[...].b``` into a ConfigError with a dotted path and the real keys."""
+    key_match = _AT_KEY.match(text)
+    match = key_match or _AT_PATH.match(text)
+    message, at = (match["message"], match["path"]) if match else (text, "$")
+    names, struct = _resolve(at, obj)
+    if key_match is not None:
+        message += " (for a key)"
+    elif (unknown := _UNKNOWN_FIELD.match(message)) is not None:
+        names.append(f".{unknown['field']}")
+        expected = ", ".join(field.name for field in msgspec.structs.fields(struct))
+        message = f"unknown field (expected one of: {expected})"
+    elif _INVALID_ENUM.match(message) and names[-1:] == [".mode"]:
+        message += f" (expected one of: {', '.join(ResetMode)})"
+    return ConfigError(section + "".join(names), message)
+
+
+def _resolve(at: str, obj: object) -> tuple[list[str], type[msgspec.Struct]]:
+    """Return the segments of the path ``at`` with each ``[...]`` replaced by its key, and the struct reached."""
+    names: list[str] = []
+    struct: type[msgspec.Struct] = ResetConfig
+    entry: type[msgspec.Struct] | None = None
+    node = obj
+    for token in _PATH_TOKEN.finditer(at):
+        field, index = token["field"], token["index"]
+        if field is not None:
+            names.append(f".{field}")
+            entry = _ENTRY_TYPES.get(field)
+            node = node.get(field) if isinstance(node, dict) else None
+        elif index == "..." and isinstance(node, dict) and entry is not None:
+            key, node = _first_invalid(node, entry)
+            names.append(f".{key}")
+            struct = entry
+        else:
+            names.append(f"[{index}]")
+    return names, struct
+
+
+def _first_invalid(entries: dict[object, object], entry: type[msgspec.Struct]) -> tuple[str, object]:
+    # msgspec checks entries in order and reports the first failure, so the first entry that fails alone is it.
+    for key, value in entries.items():
+        try:
+            msgspec.convert(value, entry)
+        except msgspec.ValidationError:
+            return str(key), value
+    return "...", None
+
+
+def idle_deadline(last_active: float, policy: ResetPolicy) -> float:
+    """Return the instant after which a session last active at ``last_active`` is idle-expired."""
+    return last_active + policy.idle_minutes * 60
+
+
+def is_idle_expired(now: float, last_active: float, policy: ResetPolicy) -> bool:
+    """Return whether ``now`` is strictly after the idle deadline (whatever the policy's mode)."""
+    return now > idle_deadline(last_active, policy)
+
+
+def daily_deadline(last_active: float, policy: ResetPolicy, tz: tzinfo | None = None) -> float:
+    """Return the first local ``at_hour:00`` strictly after ``last_active``.
+
+    Activity before today's ``at_hour`` resets at it; activity at or after it resets tomorrow. On a day when
+    ``at_hour:00`` falls in a daylight-saving gap the reset is at the end of the gap (the transition instant);
+    on a day when it occurs twice, at its first occurrence.
+    """
+    day = _wall(last_active, tz).date()
+    while True:
+        deadline = _first_instant_at(day, policy.at_hour, tz)
+        if deadline > last_active:
+            return deadline
+        day += timedelta(days=1)
+
+
+def next_reset(policy: ResetPolicy, last_active: float, tz: tzinfo | None = None) -> tuple[float, EndReason] | None:
+    """Return when the session resets if nothing happens before, and why; ``None`` when its mode is ``none``.
+
+    With ``both``, the earlier deadline wins (the idle one on a tie).
+    """
+    idle = (idle_deadline(last_active, policy), EndReason.IDLE)
+    if policy.mode == ResetMode.IDLE:
+        return idle
+    if policy.mode == ResetMode.NONE:
+        return None
+    daily = (daily_deadline(last_active, policy, tz), EndReason.DAILY)
+    if policy.mode == ResetMode.DAILY:
+        return daily
+    return idle if idle[0] <= daily[0] else daily
+
+
+def reset_due(now: float, last_active: float, policy: ResetPolicy, tz: tzinfo | None = None) -> EndReason | None:
+    """Return why the session must reset at ``now``, or ``None`` if it need not.
+
+    Idle is due strictly after its deadline, daily from its deadline on; with ``both``, idle wins if both are due.
+    The background-process guard is separate: see :func:`bg_process_blocks_reset`.
+    """
+    if policy.mode in (ResetMode.IDLE, ResetMode.BOTH) and is_idle_expired(now, last_active, policy):
+        return EndReason.IDLE
+    if policy.mode in (ResetMode.DAILY, ResetMode.BOTH) and now >= daily_deadline(last_active, policy, tz):
+        return EndReason.DAILY
+    return None
+
+
+def bg_process_blocks_reset(process_started_at: float | None, now: float, policy: ResetPolicy) -> bool:
+    """Return whether a background process started at ``process_started_at`` keeps the session from resetting.
+
+    It does while it is younger than ``bg_process_max_age_hours``; ``None`` means the session has none.
+    """
+    if process_started_at is None:
+        return False
+    return now - process_started_at < policy.bg_process_max_age_hours * 3600
+
+
+def should_notify(policy: ResetPolicy, platform: str) -> bool:
+    """Return whether users on ``platform`` are told that their session was reset."""
+    return policy.notify and platform not in policy.notify_exclude_platforms
+
+
+def _wall(instant: float, tz: tzinfo | None) -> datetime:
+    """Return the naive local wall time of ``instant``."""
+    return datetime.fromtimestamp(instant, tz).replace(tzinfo=None)
+
+
+def _first_instant_at(day: date, hour: int, tz: tzinfo | None) -> float:
+    """Return the first instant whose local wall time is ``day`` at ``hour:00`` or, in a gap, just past it."""
+    wall = datetime.combine(day, time(hour))
+    # fold=0 and fold=1 pick the offset before and after a transition (PEP 495); naive means local time.
+    instants = sorted({wall.replace(tzinfo=tz, fold=fold).timestamp() for fold in (0, 1)})
+    existing = [instant for instant in instants if _wall(instant, tz) == wall]
+    if existing:
+        return existing[0]  # the first occurrence when the clock goes back
+    # In a gap: one reading lies before the transition, the other after it. The transition instant is the first
+    # whose wall time is not before ``wall``; transitions fall on whole seconds.
+    low, high = math.floor(instants[0]), math.ceil(instants[-1])
+    if _wall(low, tz) >= wall:
+        return float(low)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _wall(middle, tz) >= wall:
+            high = middle
+        else:
+            low = middle
+    return float(high)

@@ -1,0 +1,162 @@
+"""Messages between the supervisor and session actors, and what a session needs from the runtime."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Protocol
+
+import msgspec
+
+from hermes_actors.agent import Agent
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.records import EndReason
+from hermes_actors.store.writer import StoreWriter
+
+__all__ = [
+    "CancelToken",
+    "Compress",
+    "Control",
+    "Delivery",
+    "EndSession",
+    "OutboxSink",
+    "RunTurn",
+    "SessionServices",
+    "SessionStopped",
+    "SetTitle",
+    "TurnFinished",
+    "TurnOutcome",
+]
+
+
+class CancelToken:
+    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped."""
+
+    __slots__ = ("_event", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        """Invalidate the turn and wake whoever waits on it."""
+        self.cancelled = True
+        self._event.set()
+
+    def wake(self) -> None:
+        """Wake the waiter without cancelling (the agent finished)."""
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until woken or ``timeout``; return whether woken."""
+        return self._event.wait(timeout)
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed inbound message and its inbox row."""
+
+    inbox_id: int
+    message: InboundMessage
+
+
+class EndSession(msgspec.Struct, frozen=True, kw_only=True):
+    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
+
+    reason: EndReason
+    reply: str | None = None
+    save_memories: bool = False
+
+
+class SetTitle(msgspec.Struct, frozen=True, kw_only=True):
+    """``/title [text]``: show the title, or set it."""
+
+    text: str | None = None
+
+
+class Compress(msgspec.Struct, frozen=True, kw_only=True):
+    """``/compress``: summarise into a continuation session."""
+
+
+Control = EndSession | SetTitle | Compress
+
+
+class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
+    """Supervisor → session: one turn over ``deliveries`` (several when rapid-fire text was merged).
+
+    With ``reply_override`` the turn only answers (``/stop``); with ``control`` it runs a lifecycle step.
+    """
+
+    deliveries: tuple[Delivery, ...]
+    token: CancelToken
+    reply_override: str | None = None
+    control: Control | None = None
+
+
+class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a turn did. ``ended`` means the session is over; ``continued_by`` names its compression child, and
+    ``requeue`` the deliveries that child must run first (they were not run here)."""
+
+    session_id: str
+    inbox_ids: tuple[int, ...]
+    outbox_id: int | None
+    stored_messages: int
+    cancelled: bool = False
+    failed: str | None = None
+    ended: bool = False
+    continued_by: str | None = None
+    requeue: tuple[Delivery, ...] = ()
+
+
+class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
+    """Session → supervisor: the turn is committed; send the next one."""
+
+    session_id: str
+    outcome: TurnOutcome | None = None
+
+
+class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
+    """Session → supervisor: the actor has stopped (passivated, evicted or ended)."""
+
+    session_id: str
+    actor_urn: str
+
+
+class OutboxSink(Protocol):
+    """Where committed replies go for delivery."""
+
+    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
+        """Deliver the reply committed as row ``outbox_id``."""
+        ...
+
+
+class SessionServices:
+    """The runtime parts every session uses, shared by all of them."""
+
+    __slots__ = ("agent", "agent_pool", "clock", "config", "lease_owner", "outbox", "owner_alive", "readers", "writer")
+
+    def __init__(
+        self,
+        *,
+        writer: StoreWriter,
+        readers: ReaderPool,
+        agent: Agent,
+        agent_pool: Executor,
+        outbox: OutboxSink,
+        config: RuntimeConfig,
+        lease_owner: str,
+        owner_alive: Callable[[str], bool] = lambda owner: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.writer = writer
+        self.readers = readers
+        self.agent = agent
+        self.agent_pool = agent_pool
+        self.outbox = outbox
+        self.config = config
+        self.lease_owner = lease_owner
+        self.owner_alive = owner_alive
+        self.clock = clock
