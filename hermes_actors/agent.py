@@ -67,7 +67,12 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Agent(Protocol):
-    """Runs turns. Implementations must be safe to call from several sessions' threads at once."""
+    """Runs turns. Implementations must be safe to call from several sessions' threads at once.
+
+    Optional methods a reset calls when present, each bounded by a timeout: ``release_session(session_id, *,
+    timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and ``interrupt_background(session_id,
+    *, timeout_s)`` (stop its in-flight background tasks).
+    """
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         """Answer ``turn.user_text`` given the history; raise :class:`AgentError` on failure."""

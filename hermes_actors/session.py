@@ -43,6 +43,7 @@ __all__ = ["SessionActor", "SessionTurns", "estimate_tokens", "source_of", "user
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+CLEANUP_TIMEOUT_S = 5.0  # how long a reset waits for the agent to release a session's resources
 
 
 def estimate_tokens(messages: Sequence[MessageRecord]) -> int:
@@ -152,17 +153,18 @@ class SessionTurns:
 
     # -- agent calls -------------------------------------------------------------------------------------------
 
-    def _in_pool(self, call: Callable[[], T], token: CancelToken) -> T | str | None:
+    def _in_pool(self, call: Callable[[], T], token: CancelToken, timeout: float | None = None) -> T | str | None:
         """Run ``call`` in the agent pool; return its result, an error text for the user, or ``None`` if cancelled."""
+        timeout = self._timeout if timeout is None else timeout
         future: Future[T] = self._services.agent_pool.submit(call)
         future.add_done_callback(lambda _: token.wake())
-        token.wait(self._timeout)
+        token.wait(timeout)
         if token.cancelled:
             return None
         if not future.done():
             future.cancel()
-            _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, self._timeout)
-            return f"Sorry, the agent did not answer within {self._timeout:.0f} s. Your message is saved; try again."
+            _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)
+            return f"Sorry, the agent did not answer within {timeout:.0f} s. Your message is saved; try again."
         try:
             return future.result()
         except AgentError as exc:
@@ -363,7 +365,7 @@ class SessionTurns:
                 notes = [m.content for m in saved]
             else:
                 _log.warning("session %s: save-memory turn failed: %s", self.session_id, saved)
-        self.overrides.clear()
+        self._release_agent_state()
         source, reply_to = self._origin(deliveries)
         outbound = (
             _reply_for(source, self.session_id, control.reply, reply_to)
@@ -396,6 +398,19 @@ class SessionTurns:
             stored_messages=0,
             ended=True,
         )
+
+    def _release_agent_state(self) -> None:
+        """Reset steps 3-5: release the agent's resources (bounded), drop conversation state, stop background work."""
+        agent = self._services.agent
+        for hook in ("release_session", "interrupt_background"):
+            call = getattr(agent, hook, None)
+            if call is None:
+                continue
+            bound: Callable[[], object] = functools.partial(call, self.session_id, timeout_s=CLEANUP_TIMEOUT_S)
+            outcome = self._in_pool(bound, CancelToken(), CLEANUP_TIMEOUT_S)
+            if isinstance(outcome, str):
+                _log.warning("session %s: agent %s did not finish: %s", self.session_id, hook, outcome)
+        self.overrides.clear()
 
     def _set_title(self, control: SetTitle, deliveries: Sequence[Delivery]) -> TurnOutcome:
         if control.text is None or not control.text.strip():

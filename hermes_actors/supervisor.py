@@ -23,7 +23,7 @@ from hermes_actors.commands import Command, CommandName, parse_command
 from hermes_actors.errors import HermesError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
-from hermes_actors.routing import SessionSource
+from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.session import SessionActor, SessionTurns
 from hermes_actors.store import EndReason, SessionRecord, Store
 from hermes_actors.store.durable import HomeChannel
@@ -155,6 +155,7 @@ class SupervisorActor(pykka.ThreadingActor):
         self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
         self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
+        self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
         self._pending_titles: dict[str, str] = {}  # routing key -> title for its next session
         self._resume_lists: dict[str, list[str]] = {}  # routing key -> ids shown by its last bare /resume
         self._actors = 0
@@ -215,6 +216,13 @@ class SupervisorActor(pykka.ThreadingActor):
         self._routes[routing_key] = session_id
         self._keys.setdefault(session_id, set()).add(routing_key)
 
+    def _begin_end(self, session_id: str) -> None:
+        """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
+        self._ending.add(session_id)
+        for key in self._keys.get(session_id, set()):
+            self._successor_of[key] = session_id
+        self._forget_keys(session_id)
+
     def _forget_keys(self, session_id: str) -> None:
         for key in self._keys.pop(session_id, set()):
             if self._routes.get(key) == session_id:
@@ -241,7 +249,7 @@ class SupervisorActor(pykka.ThreadingActor):
         session_id = self._existing(routing_key)
         if session_id is not None:
             return session_id
-        previous = self._routes.get(routing_key) or self._stored_route(routing_key)
+        previous = self._successor_of.get(routing_key) or self._stored_route(routing_key)
         kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
         session_id = new_session_id(kind)
         state = self._live[session_id] = _Live(
@@ -389,6 +397,8 @@ class SupervisorActor(pykka.ThreadingActor):
     def _retire(self, session_id: str, state: _Live, outcome: TurnOutcome) -> None:
         """The session ended: hand its keys and remaining queue to its successor and stop its actor."""
         self._ending.discard(session_id)
+        for key in [k for k, ending in self._successor_of.items() if ending == session_id]:
+            del self._successor_of[key]
         keys = self._keys.get(session_id, set()).copy()
         self._forget_keys(session_id)
         if self._on_end is not None:
@@ -407,7 +417,8 @@ class SupervisorActor(pykka.ThreadingActor):
             state.queue.clear()
             for work in leftovers:
                 if isinstance(work, Delivery):
-                    self._deliver(Deliver(routing_key=work.message.source.platform, delivery=work))
+                    key = build_session_key(work.message.source, self._config.key_policy)
+                    self._deliver(Deliver(routing_key=key, delivery=work))
         for other_id, other in list(self._live.items()):
             if other.hold_until == session_id:
                 other.hold_until = None
@@ -474,8 +485,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._reply_now(delivery, reply, session_id=None)
             return
         self._cancel_running(old)  # a late result of the running turn is dropped
-        self._ending.add(old)
-        self._forget_keys(old)  # every key of the old session re-resolves to a successor
+        self._begin_end(old)
         self._queue_control(old, EndSession(reason=reason, reply=reply), delivery)
 
     def _end_by_timer(self, message: EndDue) -> None:
@@ -485,8 +495,7 @@ class SupervisorActor(pykka.ThreadingActor):
         state = self._live.get(session_id)
         if state is not None and (state.busy or state.queue):
             return  # active again: the timer is moved by that activity
-        self._ending.add(session_id)
-        self._forget_keys(session_id)
+        self._begin_end(session_id)
         self._queue_control(
             session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None
         )

@@ -1,0 +1,249 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.store import MessageRecord
+from hermes_actors.store.lineage import lineage_chain
+from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
+from tests.runtime.test_turns import GatedAgent
+
+KEY = "agent:main:fake:dm:chat-1"
+
+
+class RecordingAgent(EchoAgent):
+    """Echoes, and records the reset hooks and summaries asked of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.memories_seen: list[list[str]] = []
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.memories_seen.append(list(turn.memories))
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+    def release_session(self, session_id: str, *, timeout_s: float) -> None:
+        self.calls.append(f"release {session_id}")
+
+    def interrupt_background(self, session_id: str, *, timeout_s: float) -> None:
+        self.calls.append(f"interrupt {session_id}")
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        self.calls.append(f"summarize {len(history)}")
+        return super().summarize(history, timeout_s=timeout_s)
+
+
+def test_new_ends_the_session_and_the_next_message_opens_a_fresh_one(make_gateway: MakeGateway) -> None:
+    agent = RecordingAgent()
+    gateway, fake = make_gateway(agent=agent)
+    fake.push("first conversation")
+    fake.pop()
+    assert gateway.wait_idle()
+    old = gateway.session_for(KEY)
+    assert old is not None
+    fake.push("/new")
+    assert fake.pop().text == "Started a new session."
+    fake.push("second conversation")
+    assert fake.pop().text == "echo: second conversation"
+    assert gateway.wait_idle()
+    new = gateway.session_for(KEY)
+    assert new is not None
+    assert new != old
+    assert agent.calls == [f"release {old}", f"interrupt {old}"]
+    with gateway.read() as store:
+        ended = store.get_session(old)
+        assert (ended.end_reason, ended.is_live) == ("new_session", False)
+        assert [m.content for m in store.load_transcript(old)] == ["first conversation", "echo: first conversation"]
+        assert [m.content for m in store.load_transcript(new)] == ["second conversation", "echo: second conversation"]
+        assert store.routes_to(old) == []
+        assert store.inbox.pending() == []
+
+
+def test_reset_ends_with_session_reset_and_a_title_goes_to_the_next_session(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway()
+    fake.push("hello")
+    fake.pop()
+    assert gateway.wait_idle()
+    old = gateway.session_for(KEY)
+    fake.push("/reset payments refactor")
+    assert fake.pop().text == "Started a new session. Its title will be 'payments refactor'."
+    fake.push("go")
+    fake.pop()
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert old is not None
+        assert store.get_session(old).end_reason == "session_reset"
+        new = store.resolve_session("payments refactor")
+        assert new.id == gateway.session_for(KEY)
+
+
+def test_a_title_collision_on_new_is_reported_and_not_fatal(make_gateway: MakeGateway) -> None:
+    _, fake = make_gateway()
+    fake.push("/title taken", chat_id="other")
+    fake.pop()
+    fake.push("hi", chat_id="other")
+    fake.pop()
+    fake.push("/new taken")
+    reply = fake.pop().text
+    assert reply.startswith("Started a new session. The title 'taken' is already in use by session ")
+    fake.push("works anyway")
+    assert fake.pop().text == "echo: works anyway"
+
+
+def test_a_turn_invalidated_by_new_never_delivers_its_late_reply(make_gateway: MakeGateway) -> None:
+    agent = GatedAgent()
+    gateway, fake = make_gateway(agent=agent)
+    fake.push("slow question")
+    assert agent.started.wait(5)
+    old = gateway.session_for(KEY)
+    fake.push("/new")
+    fake.push("after the reset")  # arrives while the reset is in progress
+    agent.release.set()
+    assert gateway.wait_idle()
+    texts = [m.text for m in fake.sent]
+    assert "echo: slow question" not in texts
+    assert texts == ["Started a new session.", "echo: after the reset"]
+    with gateway.read() as store:
+        assert old is not None
+        assert [m.content for m in store.load_transcript(old)] == ["slow question"]
+        new = gateway.session_for(KEY)
+        assert new is not None
+        assert [m.content for m in store.load_transcript(new)] == ["after the reset", "echo: after the reset"]
+
+
+def test_title_before_the_first_message_is_applied_when_the_session_starts(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway()
+    fake.push("/title research notes")
+    assert fake.pop().text == "The title will be set to 'research notes' when the session starts."
+    fake.push("hello")
+    fake.pop()
+    fake.push("/title")
+    assert fake.pop().text == "Title: research notes"
+    fake.push("/title better notes")
+    assert fake.pop().text == "Title set to 'better notes'."
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.resolve_session("better notes").id == gateway.session_for(KEY)
+
+
+def test_resume_lists_picks_by_number_and_refuses_other_users_sessions(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway()
+    fake.push("/title alpha")
+    fake.pop()
+    fake.push("alpha work")
+    fake.pop()
+    assert gateway.wait_idle()
+    alpha = gateway.session_for(KEY)
+    fake.push("/new beta")
+    fake.pop()
+    fake.push("beta work")
+    fake.pop()
+    fake.push("/title mallory's", chat_id="mallory-chat", user_id="mallory")
+    fake.pop()
+    fake.push("secret", chat_id="mallory-chat", user_id="mallory")
+    fake.pop()
+    fake.push("/resume")
+    listing = fake.pop().text
+    assert listing.startswith("Your sessions:\n1. beta (")
+    assert "\n2. alpha (" in listing
+    assert "mallory" not in listing
+    fake.push("/resume 2")
+    assert fake.pop().text == "Resumed alpha."
+    assert gateway.session_for(KEY) == alpha
+    fake.push("back in alpha")
+    fake.pop()
+    fake.push("/resume mallory's")
+    assert fake.pop().text.endswith("is not one of yours here.")
+    fake.push("/resume nothing-like-this")
+    assert fake.pop().text.startswith("resume: no session matches 'nothing-like-this'")
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert alpha is not None
+        assert [m.content for m in store.load_transcript(alpha)][-2:] == ["back in alpha", "echo: back in alpha"]
+
+
+def test_compress_continues_in_a_lineage_child_that_takes_over_every_key(make_gateway: MakeGateway) -> None:
+    agent = RecordingAgent()
+    gateway, fake = make_gateway(agent=agent, protected_recent_messages=2)
+    fake.push("/title project")
+    fake.pop()
+    for i in range(3):
+        fake.push(f"step {i}")
+        fake.pop()
+    assert gateway.wait_idle()
+    parent = gateway.session_for(KEY)
+    assert parent is not None
+    gateway.rebind("agent:main:fake:dm:terminal", parent)
+    fake.push("/compress")
+    reply = fake.pop().text
+    assert reply == "Compressed 6 messages; the conversation continues as project #2."
+    fake.push("after compression")
+    assert fake.pop().text == "echo: after compression"
+    assert gateway.wait_idle()
+    child = gateway.session_for(KEY)
+    assert child is not None
+    assert gateway.session_for("agent:main:fake:dm:terminal") == child
+    with gateway.read() as store:
+        assert store.get_session(parent).end_reason == "compression"
+        record = store.get_session(child)
+        assert (record.parent_session_id, record.title) == (parent, "project #2")
+        contents = [m.content or "" for m in store.load_transcript(child)]
+        assert contents[0].startswith("[Summary of the conversation so far]")
+        assert contents[1:] == ["step 2", "echo: step 2", "after compression", "echo: after compression"]
+        assert lineage_chain(store, parent) == [parent, child]
+        assert store.resolve_session("project").id == child
+    fake.push("/resume project")
+    assert fake.pop().text == "Resumed project #2."
+
+
+def test_compression_under_concurrent_messages_keeps_every_message_in_order(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway(compress_at_messages=10, pending_soft_limit=1000, pending_hard_limit=1000)
+    sent = [f"m{i}" for i in range(40)]
+
+    def produce() -> None:
+        for text in sent:
+            fake.push(text)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    producer.join(30)
+    assert gateway.wait_idle(30)
+    with gateway.read() as store:
+        tip = gateway.session_for(KEY)
+        assert tip is not None
+        chain = lineage_chain(store, tip)
+        assert len(chain) >= 3
+        users: list[str] = []
+        for session_id in chain:
+            transcript = [m for m in store.load_transcript(session_id) if m.role != "system"]
+            if session_id != chain[0]:
+                transcript = transcript[4:]  # the protected recent messages repeat the parent's last ones
+            users += assert_turns_are_contiguous(transcript)
+        assert users == sent
+        assert store.inbox.pending() == []
+
+
+def test_sethome_and_sessions_answer_from_the_store(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway()
+    fake.push("/sethome")
+    assert fake.pop().text == "This chat is now the home channel for fake."
+    fake.push("/title kube notes")
+    fake.pop()
+    fake.push("kubernetes is fun")
+    fake.pop()
+    fake.push("/sessions kubernetes")
+    assert fake.pop().text.startswith("kube notes (")
+    fake.push("/sessions")
+    assert fake.pop().text.startswith("kube notes (")
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        home = store.homes.get("fake")
+        assert home is not None
+        assert home.chat_id == "chat-1"
+
+
+def test_unknown_slash_commands_go_to_the_agent(make_gateway: MakeGateway) -> None:
+    _, fake = make_gateway()
+    fake.push("/weather Las Vegas")
+    assert fake.pop().text == "echo: /weather Las Vegas"
