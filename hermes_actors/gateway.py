@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.messages import InboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
+from hermes_actors.policy import ResetConfig
+from hermes_actors.resets import ResetScheduler, background_hook
 from hermes_actors.routing import build_session_key
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.readers import ReaderPool
@@ -60,6 +63,8 @@ class Gateway:
         on_turn: Callable[[TurnOutcome], None] | None = None,
         clock: Callable[[], float] = time.time,
         tick_interval_s: float = 5.0,
+        reset: ResetConfig | None = None,
+        tz: tzinfo | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
         self.lease_owner = new_lease_owner()
@@ -86,11 +91,23 @@ class Gateway:
             owner_alive=lease_owner_alive,
             clock=clock,
         )
-        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(self._services, on_turn=on_turn)
         self.timers = TimerService(writer=self._writer, clock=clock)
+        self.resets = ResetScheduler(
+            reset or ResetConfig(),
+            self.timers,
+            lambda due: self._supervisor.tell(due),
+            clock=clock,
+            tz=tz,
+            background_started_at=background_hook(self._services.agent),
+        )
+        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(
+            self._services, on_turn=on_turn, on_activity=self.resets.touch, on_end=self.resets.forget
+        )
         self.timers.every("passivation", tick_interval_s, self.tick)
         self._closed = threading.Event()
         self._recover()
+        with self._readers.reader() as store:
+            self.resets.rebuild(store)
         self.timers.start()
 
     # -- edge ----------------------------------------------------------------------------------------------------

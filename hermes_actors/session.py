@@ -308,6 +308,7 @@ class SessionTurns:
             stored_messages=len(ids),
             cancelled=cancelled,
             failed=reply if isinstance(reply, str) else None,
+            origin=source_of(self._record) if self._record is not None else None,
         )
 
     def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:

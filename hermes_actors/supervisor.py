@@ -391,7 +391,7 @@ class SupervisorActor(pykka.ThreadingActor):
             self._retire(session_id, state, outcome)
             return
         if outcome is not None and outcome.stored_messages and self._on_activity is not None:
-            self._on_activity(session_id, None)
+            self._on_activity(session_id, outcome.origin)
         self._dispatch(session_id, state)
 
     def _retire(self, session_id: str, state: _Live, outcome: TurnOutcome) -> None:
@@ -495,6 +495,11 @@ class SupervisorActor(pykka.ThreadingActor):
         state = self._live.get(session_id)
         if state is not None and (state.busy or state.queue):
             return  # active again: the timer is moved by that activity
+        if state is None or state.create_with is None:
+            with self._readers.reader() as store:
+                record = store.find_session(session_id)
+            if record is None or not record.is_live:
+                return  # ended (or pruned) meanwhile
         self._begin_end(session_id)
         self._queue_control(
             session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None

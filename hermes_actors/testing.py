@@ -128,7 +128,8 @@ def open_fake_gateway(
     clock: Callable[[], float] | None = None,
     **runtime: Any,
 ) -> Iterator[tuple[Gateway, FakePlatform]]:
-    """Run a gateway on ``path`` with one :class:`FakePlatform`; ``runtime`` fields go to ``RuntimeConfig``.
+    """Run a gateway on ``path`` with one :class:`FakePlatform`; ``runtime`` fields go to ``RuntimeConfig``
+    (except ``reset``, ``tz`` and ``on_turn``, which go to the gateway).
 
     ``with open_fake_gateway(tmp_path / "state.db") as (gateway, fake): fake.push("hi"); fake.pop()``
     """
@@ -137,6 +138,9 @@ def open_fake_gateway(
 
     fake = FakePlatform(platform)
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    for option in ("reset", "tz", "on_turn"):
+        if option in runtime:
+            extra[option] = runtime.pop(option)
     gateway = Gateway(path, config=RuntimeConfig(**runtime), agent=agent, senders=[fake], **extra)
     fake.attach(gateway)
     try:

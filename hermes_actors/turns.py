@@ -13,6 +13,7 @@ import msgspec
 from hermes_actors.agent import Agent
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.routing import SessionSource
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.records import EndReason
 from hermes_actors.store.writer import StoreWriter
@@ -109,6 +110,7 @@ class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     ended: bool = False
     continued_by: str | None = None
     requeue: tuple[Delivery, ...] = ()
+    origin: SessionSource | None = None  # where the session was opened (its reset policy depends on it)
 
 
 class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,139 @@
+"""Idle and daily resets on the timer service.
+
+After every turn that stores messages, the session's deadline (``reset:<session id>``, a durable timer row) moves
+to the next reset its policy allows. When a deadline passes, the supervisor runs a save-memory turn, ends the
+session with ``idle`` or ``daily``, unbinds its keys and tells the user where the policy says so. At start, every
+live session gets its deadline again from its last activity, so sessions without a live actor reset on time too.
+A session whose agent reports a background process younger than ``bg_process_max_age_hours`` is not reset; its
+deadline moves to when that process gets too old.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from datetime import tzinfo
+from typing import Any
+
+import msgspec
+
+from hermes_actors.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import EndReason, Store
+from hermes_actors.supervisor import EndDue
+from hermes_actors.timers import TimerService
+
+__all__ = ["PREFIX", "ResetScheduler"]
+
+PREFIX = "reset:"
+_log = logging.getLogger(__name__)
+
+
+class _Due(msgspec.Struct, frozen=True, kw_only=True):
+    reason: EndReason
+    platform: str
+    chat_type: str | None
+    last_active: float
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_Due)
+
+_NOTICES = {
+    EndReason.IDLE: "This conversation was reset after {minutes} minutes without messages. Your next message "
+    "starts a new one; /resume brings this one back.",
+    EndReason.DAILY: "This conversation was reset for the day. Your next message starts a new one; /resume brings "
+    "this one back.",
+}
+
+
+def _firing_time(deadline: float, reason: EndReason) -> float:
+    """Timers fire once the clock reaches their time; an idle reset is due only strictly after its deadline."""
+    return math.nextafter(deadline, math.inf) if reason is EndReason.IDLE else deadline
+
+
+class ResetScheduler:
+    """Arms, moves and fires the reset deadlines of sessions; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ResetConfig,
+        timers: TimerService,
+        end: Callable[[EndDue], None],
+        *,
+        clock: Callable[[], float],
+        tz: tzinfo | None = None,
+        background_started_at: Callable[[str], float | None] | None = None,
+    ) -> None:
+        self._config = config
+        self._timers = timers
+        self._end = end
+        self._clock = clock
+        self._tz = tz
+        self._background = background_started_at
+        timers.on(PREFIX, self._fire)
+
+    def touch(self, session_id: str, origin: SessionSource | None, last_active: float | None = None) -> None:
+        """Move the session's deadline after activity at ``last_active`` (default: now)."""
+        if origin is None:
+            return
+        policy = self._config.policy_for(origin.platform, origin.chat_type)
+        when = self._clock() if last_active is None else last_active
+        upcoming = next_reset(policy, when, self._tz)
+        name = PREFIX + session_id
+        if upcoming is None:
+            if name in self._timers.pending():
+                self._timers.cancel(name)
+            return
+        due_at, reason = upcoming
+        payload = _Due(reason=reason, platform=origin.platform, chat_type=origin.chat_type, last_active=when)
+        self._timers.schedule(name, _firing_time(due_at, reason), _encoder.encode(payload))
+
+    def forget(self, session_id: str) -> None:
+        """Drop the deadline of a session that ended."""
+        if PREFIX + session_id in self._timers.pending():
+            self._timers.cancel(PREFIX + session_id)
+
+    def rebuild(self, store: Store) -> int:
+        """Arm a deadline for every live session from its last activity (at start); return how many were armed."""
+        armed = 0
+        for record in store.list_sessions(ended=False, limit=None):
+            origin = SessionSource(platform=record.source, chat_type=record.chat_type or "dm")
+            policy = self._config.policy_for(origin.platform, origin.chat_type)
+            upcoming = next_reset(policy, record.last_active_at, self._tz)
+            if upcoming is None:
+                continue
+            due_at, reason = upcoming
+            payload = _Due(
+                reason=reason, platform=origin.platform, chat_type=origin.chat_type, last_active=record.last_active_at
+            )
+            self._timers.load(PREFIX + record.id, _firing_time(due_at, reason), _encoder.encode(payload))
+            armed += 1
+        return armed
+
+    def _fire(self, name: str, payload: bytes | None) -> None:
+        session_id = name.removeprefix(PREFIX)
+        if payload is None:
+            _log.warning("reset timer %s has no payload; dropped", name)
+            return
+        due = _decoder.decode(payload)
+        policy = self._config.policy_for(due.platform, due.chat_type)
+        now = self._clock()
+        started = self._background(session_id) if self._background is not None else None
+        if bg_process_blocks_reset(started, now, policy):
+            assert started is not None
+            retry_at = started + policy.bg_process_max_age_hours * 3600
+            _log.info("session %s keeps a background process; its reset waits until %.0f", session_id, retry_at)
+            self._timers.schedule(name, retry_at, payload)
+            return
+        notice = None
+        if should_notify(policy, due.platform):
+            notice = _NOTICES[due.reason].format(minutes=policy.idle_minutes)
+        self._end(EndDue(session_id=session_id, reason=due.reason, notice=notice))
+
+
+def background_hook(agent: Any) -> Callable[[str], float | None] | None:
+    """Return the agent's ``background_started_at(session_id)`` method, if it has one."""
+    hook = getattr(agent, "background_started_at", None)
+    return hook if callable(hook) else None

@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from hermes_actors.agent import EchoAgent, Memory
+from hermes_actors.policy import decode_reset_config
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import MessageRecord, Store
+from hermes_actors.testing import FakeClock
+from hermes_actors.turns import TurnOutcome
+from tests.runtime.conftest import MakeGateway
+from tests.runtime.test_lifecycle import RecordingAgent
+
+KEY = "agent:main:fake:dm:chat-1"
+UTC = ZoneInfo("UTC")
+
+
+class Ends:
+    """Collects the outcomes of ended sessions, to wait on them without sleeping."""
+
+    def __init__(self) -> None:
+        self.ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def __call__(self, outcome: TurnOutcome) -> None:
+        if outcome.ended:
+            self.ended.put(outcome.session_id)
+
+    def next(self, timeout: float = 5.0) -> str:
+        return self.ended.get(timeout=timeout)
+
+
+def idle(minutes: int = 10, **fields: object) -> object:
+    return decode_reset_config({"mode": "idle", "idle_minutes": minutes, **fields})
+
+
+def test_an_idle_session_resets_strictly_after_its_deadline_with_memories_saved_first(
+    make_gateway: MakeGateway,
+) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    agent = RecordingAgent()
+    gateway, fake = make_gateway(agent=agent, clock=clock, reset=idle(10), on_turn=ends, tz=UTC)
+    fake.push("remember that I like green tea")
+    fake.pop()
+    assert gateway.wait_idle()
+    old = gateway.session_for(KEY)
+    clock.advance(600)  # exactly at the deadline: not yet idle
+    gateway.timers.poke()
+    assert gateway.wait_idle()
+    assert ends.ended.empty()
+    clock.advance(0.001)
+    gateway.timers.poke()
+    assert ends.next() == old
+    notice = fake.pop().text
+    assert notice.startswith("This conversation was reset after 10 minutes without messages.")
+    fake.push("hello again")
+    assert fake.pop().text == "echo: hello again"
+    assert gateway.wait_idle()
+    assert agent.memories_seen[-1] == ["I like green tea"]
+    with gateway.read() as store:
+        assert old is not None
+        assert store.get_session(old).end_reason == "idle"
+        assert gateway.session_for(KEY) != old
+        assert store.memories.for_user("fake:user-1") == ["I like green tea"]
+
+
+def test_activity_moves_the_deadline(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    gateway, fake = make_gateway(clock=clock, reset=idle(10), on_turn=ends)
+    fake.push("one")
+    fake.pop()
+    clock.advance(500)
+    fake.push("two")
+    fake.pop()
+    assert gateway.wait_idle()
+    clock.advance(200)  # 700 s after the first message, 200 s after the last
+    gateway.timers.poke()
+    assert gateway.wait_idle()
+    assert ends.ended.empty()
+    assert gateway.timers.pending()[f"reset:{gateway.session_for(KEY)}"] > clock.now
+
+
+def test_excluded_platforms_and_notify_false_get_no_notice(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    gateway, fake = make_gateway(
+        clock=clock, reset=idle(1, notify_exclude_platforms=["fake"]), on_turn=ends, platform="fake"
+    )
+    fake.push("hi")
+    fake.pop()
+    assert gateway.wait_idle()
+    clock.advance(61)
+    gateway.timers.poke()
+    ends.next()
+    assert gateway.wait_idle()
+    assert [m.text for m in fake.sent] == ["echo: hi"]
+
+
+def test_a_platform_override_can_switch_resets_off(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    config = decode_reset_config({"mode": "idle", "idle_minutes": 1, "platforms": {"fake": {"mode": "none"}}})
+    gateway, fake = make_gateway(clock=clock, reset=config)
+    fake.push("hi")
+    fake.pop()
+    assert gateway.wait_idle()
+    assert gateway.timers.pending() == {"passivation": gateway.timers.pending()["passivation"]}
+
+
+class BackgroundAgent(EchoAgent):
+    def __init__(self, started_at: float) -> None:
+        self.started_at = started_at
+
+    def background_started_at(self, session_id: str) -> float | None:
+        return self.started_at
+
+
+def test_a_young_background_process_keeps_the_session_until_it_is_too_old(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    agent = BackgroundAgent(started_at=clock.now)
+    gateway, fake = make_gateway(agent=agent, clock=clock, reset=idle(10, bg_process_max_age_hours=1), on_turn=ends)
+    fake.push("start a devbox")
+    fake.pop()
+    assert gateway.wait_idle()
+    session = gateway.session_for(KEY)
+    clock.advance(601)
+    gateway.timers.poke()
+    assert gateway.wait_idle()
+    assert ends.ended.empty()
+    assert gateway.timers.pending()[f"reset:{session}"] == agent.started_at + 3600
+    clock.advance(3600)
+    gateway.timers.poke()
+    assert ends.next() == session
+
+
+def test_sessions_without_an_actor_are_reset_from_the_store_at_start(make_gateway: MakeGateway, db_path: Path) -> None:
+    clock = FakeClock()
+    with Store.open(db_path, clock=clock) as store:
+        old = store.create_session(SessionSource(platform="fake", chat_id="chat-1"), routing_key=KEY)
+        store.set_route(KEY, old.id)
+    clock.advance(3600)
+    ends = Ends()
+    gateway, _ = make_gateway(clock=clock, reset=idle(10), on_turn=ends)
+    assert ends.next() == old.id
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.get_session(old.id).end_reason == "idle"
+        assert store.get_route(KEY) is None
+
+
+class SlowMemoryAgent(EchoAgent):
+    def __init__(self) -> None:
+        self.saving = threading.Event()
+        self.release = threading.Event()
+
+    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
+        self.saving.set()
+        assert self.release.wait(10)
+        return []
+
+
+def test_a_message_during_a_reset_lands_in_the_new_session(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    agent = SlowMemoryAgent()
+    gateway, fake = make_gateway(agent=agent, clock=clock, reset=idle(1, notify=False), on_turn=ends)
+    fake.push("before")
+    fake.pop()
+    assert gateway.wait_idle()
+    old = gateway.session_for(KEY)
+    clock.advance(61)
+    gateway.timers.poke()
+    assert agent.saving.wait(5)  # the save-memory turn is running
+    fake.push("during the reset")
+    agent.release.set()
+    assert ends.next() == old
+    assert fake.pop().text == "echo: during the reset"
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert old is not None
+        assert [m.content for m in store.load_transcript(old)] == ["before", "echo: before"]
+        new = gateway.session_for(KEY)
+        assert new is not None
+        assert new != old
+        assert [m.content for m in store.load_transcript(new)] == ["during the reset", "echo: during the reset"]
