@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 1.
+-- hermes-actors state database, schema version 2.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 1; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 2; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -162,6 +162,7 @@ CREATE TABLE home_channels (
     thread_id  TEXT,
     set_by     TEXT,
     set_at     REAL NOT NULL,
+    chat_type  TEXT,                              -- added in version 2: handoff builds the home chat's key
     PRIMARY KEY (platform, account_id)
 ) WITHOUT ROWID;
 

@@ -595,6 +595,7 @@ class SupervisorActor(pykka.ThreadingActor):
             account_id=source.account_id or "",
             chat_id=source.chat_id,
             thread_id=source.thread_id,
+            chat_type=source.chat_type,
             set_by=source.participant_id,
         )
         self._writer.call(lambda store: store.homes.set(home))

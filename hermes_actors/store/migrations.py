@@ -17,10 +17,15 @@ from hermes_actors.errors import SchemaVersionError, StoreError
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _v2_home_channel_chat_type(connection: apsw.Connection) -> None:
+    connection.execute("ALTER TABLE home_channels ADD COLUMN chat_type TEXT")
+
 
 # version -> function that upgrades a database from version - 1 to version.
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {}
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2_home_channel_chat_type}
 
 
 def schema_sql() -> str:

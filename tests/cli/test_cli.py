@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_actors.cli import hermesctl, hermesd
-from hermes_actors.store import NewMessage, Role, Store
+from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def test_hermesd_creates_the_home_and_database_on_defaults(home: Path, monkeypat
     result = CliRunner().invoke(hermesd.main, [])
     assert result.exit_code == 0, result.output
     assert (home / "state.db").exists()
-    assert "schema version 1" in result.output
+    assert f"schema version {SCHEMA_VERSION}" in result.output
     assert "0 sessions (0 live), 0 messages" in result.output
 
 

@@ -54,3 +54,34 @@ def test_a_readonly_store_reads_what_the_writer_committed(db_path: Path) -> None
             assert reader.get_session("20261130_120000_abcdef").source == "cli"
             with pytest.raises(apsw.ReadOnlyError):
                 reader.connection.execute("DELETE FROM sessions")
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _shape(connection: apsw.Connection) -> dict[str, object]:
+    """The schema as SQLite sees it: every table's columns and every index's columns, not the DDL text."""
+    shape: dict[str, object] = {}
+    for kind, name in connection.execute("SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"):
+        if kind == "table":
+            shape[f"table {name}"] = connection.execute(f"SELECT * FROM pragma_table_xinfo('{name}')").fetchall()
+        elif kind == "index":
+            shape[f"index {name}"] = connection.execute(f"SELECT * FROM pragma_index_xinfo('{name}')").fetchall()
+        else:
+            shape[f"{kind} {name}"] = True
+    return shape
+
+
+def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_path: Path) -> None:
+    old = open_connection(tmp_path / "old.db")
+    old.execute((FIXTURES / "schema_v1.sql").read_text(encoding="utf-8"))
+    old.execute("PRAGMA user_version = 1")
+    old.execute("INSERT INTO home_channels (platform, account_id, chat_id, set_at) VALUES ('telegram', '', '42', 0)")
+    assert migrate(old) == 1
+    fresh = open_connection(tmp_path / "fresh.db")
+    migrate(fresh)
+    assert _shape(old) == _shape(fresh)
+    assert schema_version(old) == SCHEMA_VERSION
+    assert old.execute("SELECT chat_id, chat_type FROM home_channels").fetchall() == [("42", None)]
+    old.close()
+    fresh.close()

@@ -15,7 +15,7 @@ from hermes_actors.errors import (
     TitleInUseError,
 )
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store
 from hermes_actors.testing import FakeClock
 
 
@@ -268,7 +268,7 @@ def test_stats_count_sessions_messages_and_bytes(store: Store) -> None:
         ("cli", 1, 0),
     ]
     assert stats.database_bytes > 0
-    assert stats.schema_version == 1
+    assert stats.schema_version == SCHEMA_VERSION
 
 
 _texts = st.one_of(st.none(), st.text(max_size=300))
