@@ -23,7 +23,7 @@ import pykka
 from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.leases import lease_owner_alive, new_lease_owner
-from hermes_actors.messages import InboundMessage, decode_inbound, encode
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
 from hermes_actors.policy import ResetConfig
 from hermes_actors.resets import ResetScheduler, background_hook
@@ -31,7 +31,14 @@ from hermes_actors.routing import build_session_key
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
-from hermes_actors.supervisor import Deliver, PassivationTick, Rebind, SupervisorActor, SupervisorStatistics
+from hermes_actors.supervisor import (
+    Deliver,
+    HandoffResult,
+    PassivationTick,
+    Rebind,
+    SupervisorActor,
+    SupervisorStatistics,
+)
 from hermes_actors.timers import TimerService
 from hermes_actors.turns import Delivery, SessionServices, TurnOutcome
 from platforms.base import ReplySender
@@ -76,6 +83,7 @@ class Gateway:
             retry_base_s=self.config.outbox_retry_base_s,
             retry_max_s=self.config.outbox_retry_max_s,
             clock=clock,
+            on_result=self._delivery_report,
         )
         for sender in senders:
             self._outbox.register(sender)
@@ -149,6 +157,11 @@ class Gateway:
         """Passivate idle actors, renew leases and retry due replies (the timer calls this periodically)."""
         self._supervisor.tell(PassivationTick())
         self._outbox.retry_due()
+
+    def _delivery_report(self, message: OutboundMessage, error: str | None) -> None:
+        """Tell the supervisor how a handoff's first message went (other deliveries need no report)."""
+        if message.session_id is not None and (message.reply_to or "").startswith("handoff-"):
+            self._supervisor.tell(HandoffResult(session_id=message.session_id, error=error))
 
     def read(self) -> Any:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""

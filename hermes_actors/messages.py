@@ -45,6 +45,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     """A reply for a platform to deliver.
 
     ``possible_duplicate`` is set when an earlier attempt may have reached the platform before a crash.
+    ``no_retry`` replies (a handoff's first message) are given up after one failed attempt and reported.
     """
 
     platform: str
@@ -56,6 +57,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     reply_to: str | None = None
     possible_duplicate: bool = False
+    no_retry: bool = False
 
 
 _encoder = msgspec.msgpack.Encoder()

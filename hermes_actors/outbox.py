@@ -20,7 +20,7 @@ import pykka
 from hermes_actors.messages import OutboundMessage, decode_outbound
 from hermes_actors.store.durable import OutboxRow
 from hermes_actors.store.writer import StoreWriter
-from platforms.base import ReplySender, SendError
+from platforms.base import ReplySender, SendError, ThreadCreator
 
 __all__ = ["OutboxActor", "OutboxRouter", "RetryTick"]
 
@@ -53,8 +53,10 @@ class OutboxActor(pykka.ThreadingActor):
         retry_base_s: float = 1.0,
         retry_max_s: float = 300.0,
         clock: Callable[[], float] = time.time,
+        on_result: Callable[[OutboundMessage, str | None], None] | None = None,
     ) -> None:
         super().__init__()
+        self._on_result = on_result
         self._sender = sender
         self._writer = writer
         self._retry_base = retry_base_s
@@ -103,6 +105,12 @@ class OutboxActor(pykka.ThreadingActor):
         try:
             platform_id = self._sender.send(message)
         except SendError as exc:
+            if message.no_retry:
+                reason = str(exc)
+                _log.warning("outbox %s: reply %d failed and is given up: %s", message.platform, item.outbox_id, reason)
+                self._writer.submit(lambda store: store.outbox.abandon(item.outbox_id, reason))
+                self._report(message, reason)
+                return True  # gone from the queue: later replies to the chat go on
             if exc.outcome_unknown:
                 self._unknown.add(item.outbox_id)
             failures = self._failures.get(key, 0) + 1
@@ -120,7 +128,15 @@ class OutboxActor(pykka.ThreadingActor):
         self._failures.pop(key, None)
         self._unknown.discard(item.outbox_id)
         self._writer.submit(lambda store: store.outbox.mark_sent(item.outbox_id, platform_id))
+        self._report(message, None)
         return True
+
+    def _report(self, message: OutboundMessage, error: str | None) -> None:
+        if self._on_result is not None:
+            try:
+                self._on_result(message, error)
+            except Exception:
+                _log.exception("outbox %s: the delivery report failed", message.platform)
 
 
 class OutboxRouter:
@@ -130,10 +146,23 @@ class OutboxRouter:
         self._writer = writer
         self._options = actor_options
         self._actors: dict[str, pykka.ActorRef[Any]] = {}
+        self._senders: dict[str, ReplySender] = {}
 
     def register(self, sender: ReplySender) -> None:
         """Start the outbox actor of ``sender.platform``."""
+        self._senders[sender.platform] = sender
         self._actors[sender.platform] = OutboxActor.start(sender, self._writer, **self._options)
+
+    def enabled(self, platform: str) -> bool:
+        """Return whether replies can be sent to ``platform``."""
+        return platform in self._actors
+
+    def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
+        """Open a thread for a handoff; ``None`` when the platform has no threads. Raises ``SendError``."""
+        sender = self._senders.get(platform)
+        if sender is None or not isinstance(sender, ThreadCreator):
+            return None
+        return sender.create_thread(chat_id, title, account_id=account_id)
 
     def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
         """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered."""

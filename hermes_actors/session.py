@@ -23,14 +23,15 @@ from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
-from hermes_actors.messages import OutboundMessage, encode
-from hermes_actors.routing import SessionSource
+from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
 from hermes_actors.turns import (
     CancelToken,
     Compress,
     Delivery,
     EndSession,
+    Handoff,
     RunTurn,
     SessionServices,
     SessionStopped,
@@ -38,11 +39,16 @@ from hermes_actors.turns import (
     TurnFinished,
     TurnOutcome,
 )
+from platforms.base import SendError
 
 __all__ = ["SessionActor", "SessionTurns", "estimate_tokens", "source_of", "user_key"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+HANDOFF_PROMPT = (
+    "[handoff] This conversation was just handed off here from {platform}. Say so briefly, summarise where we "
+    "were, and continue from there."
+)
 CLEANUP_TIMEOUT_S = 5.0  # how long a reset waits for the agent to release a session's resources
 
 
@@ -86,8 +92,11 @@ def _reply_for(source: SessionSource, session_id: str, text: str, reply_to: str 
 
 
 def _queue_reply(store: Store, outbound: OutboundMessage) -> int:
+    session_id = outbound.session_id
+    if session_id is not None and store.find_session(session_id) is None:
+        session_id = None  # its first turn has not committed yet: no row to refer to
     return store.outbox.add(
-        session_id=outbound.session_id,
+        session_id=session_id,
         platform=outbound.platform,
         account_id=outbound.account_id,
         chat_id=outbound.chat_id,
@@ -247,6 +256,8 @@ class SessionTurns:
                 return self._set_title(request.control, deliveries)
             case Compress():
                 return self._compress(deliveries, request.token, reply=True)
+            case Handoff():
+                return self._handoff(request.control, deliveries, request.token)
             case None:
                 pass
         if request.reply_override is not None:
@@ -257,7 +268,7 @@ class SessionTurns:
                 return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
         return self._converse(deliveries, request.token)
 
-    def _converse(self, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
+    def _converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:
         first = deliveries[0].message
         text = "\n".join(d.message.text for d in deliveries)
         reply = self._call_agent(text, token)
@@ -289,6 +300,8 @@ class SessionTurns:
         outbound = (
             _reply_for(first.source, self.session_id, reply_text, first.message_id) if reply_text is not None else None
         )
+        if outbound is not None and no_retry:
+            outbound = msgspec.structs.replace(outbound, no_retry=True)
 
         def commit(store: Store) -> tuple[int | None, list[int]]:
             self._ensure_row(store)
@@ -499,6 +512,57 @@ class SessionTurns:
             ended=True,
             continued_by=child_id,
         )
+
+    def _handoff(self, control: Handoff, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
+        """Bind the platform's home chat (a new thread where it has threads) here and run the handoff turn there."""
+        origin = deliveries[0].message if deliveries else None
+        outbox = self._services.outbox
+        if not outbox.enabled(control.platform):
+            return self._answer(deliveries, f"Handoff failed: {control.platform} is not enabled on this gateway.")
+        if self._create_with is not None or self._record is None:
+            return self._answer(deliveries, "Nothing to hand off yet: send a message first.")
+        with self._services.readers.reader() as store:
+            home = store.homes.get(control.platform)
+        if home is None:
+            return self._answer(
+                deliveries,
+                f"Handoff failed: {control.platform} has no home channel. Run /sethome in the {control.platform} "
+                "chat that should take over, then try again.",
+            )
+        title = self._record.title or f"Handoff of {self.session_id}"
+        thread_id = home.thread_id
+        try:
+            thread_id = (
+                outbox.create_thread(control.platform, home.chat_id, title, account_id=home.account_id) or thread_id
+            )
+        except SendError as exc:
+            _log.info("session %s: no thread for the handoff (%s); using the home channel", self.session_id, exc)
+        target = SessionSource(
+            platform=control.platform,
+            account_id=home.account_id or None,
+            chat_type=home.chat_type or "dm",
+            chat_id=home.chat_id,
+            thread_id=thread_id,
+            user_id=home.set_by,
+        )
+        key = build_session_key(target, self._services.config.key_policy)
+
+        def bind(store: Store) -> str | None:
+            previous = store.get_route(key)
+            store.set_route(key, self.session_id)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
+            return previous
+
+        previous = self._writer.call(bind)
+        came_from = origin.source.platform if origin is not None else self._record.source
+        prompt = InboundMessage(
+            source=target,
+            text=HANDOFF_PROMPT.format(platform=came_from),
+            message_id=f"handoff-{self.session_id}-{len(self._history)}",
+        )
+        outcome = self._converse([Delivery(inbox_id=0, message=prompt)], token, no_retry=True)
+        return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
 
 
 class SessionActor(pykka.ThreadingActor):

@@ -33,6 +33,7 @@ from hermes_actors.turns import (
     Control,
     Delivery,
     EndSession,
+    Handoff,
     RunTurn,
     SessionServices,
     SessionStopped,
@@ -44,6 +45,7 @@ from hermes_actors.turns import (
 __all__ = [
     "Deliver",
     "EndDue",
+    "HandoffResult",
     "PassivationTick",
     "Rebind",
     "StopSession",
@@ -80,6 +82,13 @@ class EndDue(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     reason: EndReason
     notice: str | None = None
+
+
+class HandoffResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outbox → supervisor: the first message of ``session_id``'s handoff was delivered, or failed with ``error``."""
+
+    session_id: str
+    error: str | None = None
 
 
 class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,12 +167,22 @@ class SupervisorActor(pykka.ThreadingActor):
         self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
         self._pending_titles: dict[str, str] = {}  # routing key -> title for its next session
         self._resume_lists: dict[str, list[str]] = {}  # routing key -> ids shown by its last bare /resume
+        self._handoffs: dict[str, tuple[SessionSource, str, str | None, str]] = {}  # session -> origin, key, before, to
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
 
     # -- messages ----------------------------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            self._handle(message)
+        except Exception:
+            # One bad message must not take the directory down with it; an unanswered inbound message stays
+            # pending in the inbox and is replayed at the next start.
+            _log.exception("supervisor: handling %s failed", type(message).__name__)
+        return None
+
+    def _handle(self, message: Any) -> None:
         match message:
             case Deliver():
                 self._deliver(message)
@@ -177,11 +196,12 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._cancel_running(self._cached(message.routing_key))
             case EndDue():
                 self._end_by_timer(message)
+            case HandoffResult():
+                self._handoff_result(message)
             case PassivationTick():
                 self._passivate_idle()
             case _:
                 raise TypeError(f"SupervisorActor got an unknown message {message!r}")
-        return None
 
     def statistics(self) -> SupervisorStatistics:
         """Return a snapshot (call through the proxy)."""
@@ -311,9 +331,11 @@ class SupervisorActor(pykka.ThreadingActor):
         )
 
         def answer(store: Store) -> int:
-            store.inbox.complete(delivery.inbox_id, session_id=session_id, state=state)
+            # A session whose first turn has not committed yet has no row to refer to.
+            known = session_id if session_id is not None and store.find_session(session_id) else None
+            store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
             return store.outbox.add(
-                session_id=session_id,
+                session_id=known,
                 platform=reply.platform,
                 account_id=reply.account_id,
                 chat_id=reply.chat_id,
@@ -390,6 +412,12 @@ class SupervisorActor(pykka.ThreadingActor):
         if outcome is not None and outcome.ended:
             self._retire(session_id, state, outcome)
             return
+        if outcome is not None and outcome.rebound:
+            for key in outcome.rebound:
+                self._cache_route(key, session_id)
+            if session_id in self._handoffs:
+                origin, _, _, target = self._handoffs[session_id]
+                self._handoffs[session_id] = (origin, outcome.rebound[0], outcome.handoff_previous, target)
         if outcome is not None and outcome.stored_messages and self._on_activity is not None:
             self._on_activity(session_id, outcome.origin)
         self._dispatch(session_id, state)
@@ -457,11 +485,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 case CommandName.SETHOME:
                     self._sethome(delivery)
                 case CommandName.HANDOFF:
-                    self._reply_now(
-                        delivery,
-                        "Handoff needs the platform adapters, which this gateway does not have yet.",
-                        session_id=self._existing(routing_key),
-                    )
+                    self._handoff(routing_key, delivery, command.argument)
                 case CommandName.STOP:  # handled in _deliver
                     raise AssertionError("unreachable")
         except HermesError as exc:
@@ -584,6 +608,69 @@ class SupervisorActor(pykka.ThreadingActor):
             return
         lines = [f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine]
         self._reply_now(delivery, "\n".join(lines), session_id=None)
+
+    def _handoff(self, routing_key: str, delivery: Delivery, platform: str) -> None:
+        session_id = self._existing(routing_key)
+        if not platform:
+            self._reply_now(delivery, "Usage: /handoff <platform>, e.g. /handoff telegram.", session_id=session_id)
+            return
+        if session_id is None:
+            self._reply_now(delivery, "Nothing to hand off yet: send a message first.", session_id=None)
+            return
+        state = self._live.get(session_id)
+        if state is not None and (state.busy or state.queue):
+            self._reply_now(
+                delivery, "A reply is still being written; hand off once it has arrived.", session_id=session_id
+            )
+            return
+        self._handoffs[session_id] = (delivery.message.source, "", None, platform)
+        self._queue_control(session_id, Handoff(platform=platform), delivery)
+
+    def _handoff_result(self, message: HandoffResult) -> None:
+        record = self._handoffs.pop(message.session_id, None)
+        if record is None:
+            return
+        origin, key, previous, platform = record
+        if message.error is None:
+            self._send_now(origin, f"Handed off to {platform}; the conversation continues there.", message.session_id)
+            return
+        if key:
+            if previous is not None:
+                self._rebind(key, previous)
+            else:
+                self._writer.call(lambda store: store.unbind_route(key))
+                if self._routes.get(key) == message.session_id:
+                    del self._routes[key]
+                self._keys.get(message.session_id, set()).discard(key)
+        self._send_now(
+            origin,
+            f"Handoff to {platform} failed: {message.error}. The conversation stays here; try again later.",
+            message.session_id,
+        )
+
+    def _send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
+        """Send a message to ``source``'s chat that answers no inbound message (a later report)."""
+        reply = OutboundMessage(
+            platform=source.platform,
+            account_id=source.account_id or "",
+            chat_id=source.chat_id,
+            thread_id=source.thread_id,
+            user_id=source.participant_id,
+            session_id=session_id,
+            text=text,
+        )
+
+        def queue(store: Store) -> int:
+            return store.outbox.add(
+                session_id=session_id if session_id is not None and store.find_session(session_id) else None,
+                platform=reply.platform,
+                account_id=reply.account_id,
+                chat_id=reply.chat_id,
+                thread_id=reply.thread_id,
+                payload=encode(reply),
+            )
+
+        self._services.outbox.deliver(self._writer.call(queue), reply)
 
     def _sethome(self, delivery: Delivery) -> None:
         source = delivery.message.source

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from hermes_actors.agent import Agent
     from hermes_actors.gateway import Gateway
 
-__all__ = ["FakeClock", "FakePlatform", "open_fake_gateway"]
+__all__ = ["FakeClock", "FakePlatform", "FakeThreadedPlatform", "open_fake_gateway"]
 
 
 class FakeClock:
@@ -113,6 +113,22 @@ class FakePlatform:
             return self._replies.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError(f"no reply on {self.platform} within {timeout} s") from None
+
+
+class FakeThreadedPlatform(FakePlatform):
+    """A :class:`FakePlatform` with threads: ``create_thread`` opens ``thread-N`` (or fails, when told to)."""
+
+    def __init__(self, platform: str = "fake", *, account_id: str | None = None) -> None:
+        super().__init__(platform, account_id=account_id)
+        self.threads: list[tuple[str, str]] = []
+        self.thread_failure: str | None = None
+
+    def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
+        """Open a thread in ``chat_id`` (the ThreadCreator protocol)."""
+        if self.thread_failure is not None:
+            raise SendError(self.thread_failure)
+        self.threads.append((chat_id, title))
+        return f"thread-{len(self.threads)}"
 
 
 class _Accepts(Protocol):

@@ -24,6 +24,7 @@ __all__ = [
     "Control",
     "Delivery",
     "EndSession",
+    "Handoff",
     "OutboxSink",
     "RunTurn",
     "SessionServices",
@@ -82,7 +83,13 @@ class Compress(msgspec.Struct, frozen=True, kw_only=True):
     """``/compress``: summarise into a continuation session."""
 
 
-Control = EndSession | SetTitle | Compress
+class Handoff(msgspec.Struct, frozen=True, kw_only=True):
+    """``/handoff <platform>``: bind the platform's home chat to this session and continue there."""
+
+    platform: str
+
+
+Control = EndSession | SetTitle | Compress | Handoff
 
 
 class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,6 +118,8 @@ class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     continued_by: str | None = None
     requeue: tuple[Delivery, ...] = ()
     origin: SessionSource | None = None  # where the session was opened (its reset policy depends on it)
+    rebound: tuple[str, ...] = ()  # routing keys this turn pointed at the session (handoff)
+    handoff_previous: str | None = None  # the session the handoff key led to before
 
 
 class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,6 +141,14 @@ class OutboxSink(Protocol):
 
     def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
         """Deliver the reply committed as row ``outbox_id``."""
+        ...
+
+    def enabled(self, platform: str) -> bool:
+        """Return whether replies can be sent to ``platform``."""
+        ...
+
+    def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
+        """Open a thread on ``platform`` for a handoff; ``None`` when it has none. Raises ``SendError``."""
         ...
 
 

@@ -5,12 +5,12 @@ Adapters import only :mod:`hermes_actors.messages` and :mod:`hermes_actors.routi
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import OutboundMessage
 
-__all__ = ["ReplySender", "SendError"]
+__all__ = ["ReplySender", "SendError", "ThreadCreator"]
 
 
 class SendError(PlatformError):
@@ -38,4 +38,13 @@ class ReplySender(Protocol):
 
     def send(self, message: OutboundMessage) -> str | None:
         """Deliver ``message``; return the platform's message id, or raise :class:`SendError`."""
+        ...
+
+
+@runtime_checkable
+class ThreadCreator(Protocol):
+    """A sender on a platform with threads (Telegram topics, Discord threads, Slack thread anchors)."""
+
+    def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
+        """Open a thread in ``chat_id`` and return its thread id, or raise :class:`SendError`."""
         ...

@@ -153,7 +153,7 @@ class Outbox(_Table):
 
     def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
         """Return undelivered rows in id order (per chat, that is the order to send them in)."""
-        where = "sent_at IS NULL" + (" AND platform = ?" if platform is not None else "")
+        where = "sent_at IS NULL AND abandoned_at IS NULL" + (" AND platform = ?" if platform is not None else "")
         params: tuple[Any, ...] = (platform, limit) if platform is not None else (limit,)
         rows = self._db.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
         return [_outbox_row(r) for r in rows]
@@ -170,6 +170,13 @@ class Outbox(_Table):
             self._db.execute(
                 "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
                 (self._clock(), platform_message_id, outbox_id),
+            )
+
+    def abandon(self, outbox_id: int, reason: str) -> None:
+        """Give a reply up: it is never sent (a handoff whose delivery failed)."""
+        with Transaction(self._db):
+            self._db.execute(
+                "UPDATE outbox SET abandoned_at = ?, last_error = ? WHERE id = ?", (self._clock(), reason, outbox_id)
             )
 
     def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:

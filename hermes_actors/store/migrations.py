@@ -20,12 +20,18 @@ __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 SCHEMA_VERSION = 2
 
 
-def _v2_home_channel_chat_type(connection: apsw.Connection) -> None:
+def _v2_handoff_columns(connection: apsw.Connection) -> None:
     connection.execute("ALTER TABLE home_channels ADD COLUMN chat_type TEXT")
+    connection.execute("ALTER TABLE outbox ADD COLUMN abandoned_at REAL")
+    connection.execute("DROP INDEX outbox_unsent")
+    connection.execute(
+        "CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) "
+        "WHERE sent_at IS NULL AND abandoned_at IS NULL"
+    )
 
 
 # version -> function that upgrades a database from version - 1 to version.
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2_home_channel_chat_type}
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2_handoff_columns}
 
 
 def schema_sql() -> str:

@@ -140,9 +140,10 @@ CREATE TABLE outbox (
     next_attempt_at     REAL NOT NULL DEFAULT 0,
     sent_at             REAL,
     platform_message_id TEXT,
-    last_error          TEXT
+    last_error          TEXT,
+    abandoned_at        REAL                      -- added in version 2: a reply given up (a failed handoff)
 );
-CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) WHERE sent_at IS NULL;
+CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) WHERE sent_at IS NULL AND abandoned_at IS NULL;
 
 -- Poll positions (Telegram getUpdates offset, iLink get_updates_buf), written in the transaction that
 -- commits the inbox rows they cover.

@@ -83,5 +83,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     assert _shape(old) == _shape(fresh)
     assert schema_version(old) == SCHEMA_VERSION
     assert old.execute("SELECT chat_id, chat_type FROM home_channels").fetchall() == [("42", None)]
+    index = old.execute("SELECT sql FROM sqlite_schema WHERE name = 'outbox_unsent'").get
+    assert "abandoned_at IS NULL" in str(index)
     old.close()
     fresh.close()
