@@ -7,7 +7,7 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
-__all__ = ["RuntimeConfig"]
+__all__ = ["RuntimeConfig", "SessionsConfig"]
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,3 +50,16 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
         if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
             raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")
+
+
+class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``sessions:`` section: automatic pruning of old ended sessions (off by default)."""
+
+    auto_prune: bool = False
+    retention_days: float = 90
+    vacuum_after_prune: bool = True
+    min_interval_hours: float = 24
+
+    def __post_init__(self) -> None:
+        if self.retention_days < 0 or self.min_interval_hours < 0:
+            raise ConfigError("sessions", "retention_days and min_interval_hours must not be negative")

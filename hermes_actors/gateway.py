@@ -21,7 +21,7 @@ import msgspec
 import pykka
 
 from hermes_actors.agent import Agent, EchoAgent
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
@@ -29,6 +29,7 @@ from hermes_actors.policy import ResetConfig
 from hermes_actors.resets import ResetScheduler, background_hook
 from hermes_actors.routing import build_session_key
 from hermes_actors.store import Store, Synchronous
+from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.supervisor import (
@@ -59,6 +60,8 @@ class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
 class Gateway:
     """The runtime of one process: store writer, readers, supervisor, outboxes and timers."""
 
+    pruned: PruneResult | None = None  # what auto-prune did at start, if it ran
+
     def __init__(
         self,
         path: str | Path,
@@ -72,11 +75,25 @@ class Gateway:
         tick_interval_s: float = 5.0,
         reset: ResetConfig | None = None,
         tz: tzinfo | None = None,
+        sessions: SessionsConfig | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
         self.lease_owner = new_lease_owner()
         self._clock = clock
-        self._writer = StoreWriter(Store.open(path, synchronous=synchronous, clock=clock))
+        store = Store.open(path, synchronous=synchronous, clock=clock)
+        if sessions is not None and sessions.auto_prune:
+            # Before the writer owns the connection: a prune commits in batches, outside any group commit.
+            self.pruned = auto_prune(
+                store,
+                enabled=True,
+                retention_days=sessions.retention_days,
+                vacuum_after_prune=sessions.vacuum_after_prune,
+                min_interval_hours=sessions.min_interval_hours,
+                now=clock(),
+            )
+            if self.pruned is not None:
+                _log.info("auto-prune removed %d ended sessions", self.pruned.sessions_deleted)
+        self._writer = StoreWriter(store)
         self._readers = ReaderPool(path)
         self._outbox = OutboxRouter(
             self._writer,

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
-from hermes_actors.store import MessageRecord
+from hermes_actors.config import SessionsConfig
+from hermes_actors.gateway import Gateway
+from hermes_actors.store import MessageRecord, Store
 from hermes_actors.store.lineage import lineage_chain
+from hermes_actors.testing import FakeClock
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
 from tests.runtime.test_turns import GatedAgent
 
@@ -247,3 +251,24 @@ def test_unknown_slash_commands_go_to_the_agent(make_gateway: MakeGateway) -> No
     _, fake = make_gateway()
     fake.push("/weather Las Vegas")
     assert fake.pop().text == "echo: /weather Las Vegas"
+
+
+def test_auto_prune_runs_at_start_at_most_once_per_interval(db_path: Path) -> None:
+    clock = FakeClock()
+    with Store.open(db_path, clock=clock) as store:
+        old = store.create_session("telegram")
+        store.end_session(old.id, "idle")
+        live = store.create_session("telegram")
+    clock.advance(91 * 86400)
+    settings = SessionsConfig(auto_prune=True, retention_days=90, min_interval_hours=24)
+    first = Gateway(db_path, clock=clock, sessions=settings)
+    first.stop()
+    assert first.pruned is not None
+    assert first.pruned.session_ids == [old.id]
+    second = Gateway(db_path, clock=clock, sessions=settings)
+    second.stop()
+    assert second.pruned is None  # within min_interval_hours of the last run
+    with Store.open(db_path, readonly=True) as store:
+        assert store.find_session(old.id) is None
+        assert store.find_session(live.id) is not None
+        assert float(store.kv.get_meta("last_auto_prune") or 0) == clock.now
