@@ -23,7 +23,7 @@ from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
-from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
 from hermes_actors.turns import (
@@ -38,6 +38,8 @@ from hermes_actors.turns import (
     SetTitle,
     TurnFinished,
     TurnOutcome,
+    queue_reply,
+    reply_for,
 )
 from platforms.base import SendError
 
@@ -76,33 +78,6 @@ def user_key(source: SessionSource) -> str | None:
     """Return the platform-qualified user a session belongs to (memories are kept per user), or ``None``."""
     participant = source.participant_id
     return None if participant is None else f"{source.platform}:{participant}"
-
-
-def _reply_for(source: SessionSource, session_id: str, text: str, reply_to: str | None) -> OutboundMessage:
-    return OutboundMessage(
-        platform=source.platform,
-        account_id=source.account_id or "",
-        chat_id=source.chat_id,
-        thread_id=source.thread_id,
-        user_id=source.participant_id,
-        session_id=session_id,
-        text=text,
-        reply_to=reply_to,
-    )
-
-
-def _queue_reply(store: Store, outbound: OutboundMessage) -> int:
-    session_id = outbound.session_id
-    if session_id is not None and store.find_session(session_id) is None:
-        session_id = None  # its first turn has not committed yet: no row to refer to
-    return store.outbox.add(
-        session_id=session_id,
-        platform=outbound.platform,
-        account_id=outbound.account_id,
-        chat_id=outbound.chat_id,
-        thread_id=outbound.thread_id,
-        payload=encode(outbound),
-    )
 
 
 def _release_lease(store: Store, *, session_id: str, owner: str) -> bool:
@@ -221,12 +196,12 @@ class SessionTurns:
     def _answer(self, deliveries: Sequence[Delivery], text: str, *, state: str = "done") -> TurnOutcome:
         """Complete ``deliveries`` with a reply and nothing in the transcript."""
         first = deliveries[0].message
-        outbound = _reply_for(first.source, self.session_id, text, first.message_id)
+        outbound = reply_for(first.source, self.session_id, text, first.message_id)
 
         def answer(store: Store) -> int:
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state=state)
-            return _queue_reply(store, outbound)
+            return queue_reply(store, outbound)
 
         outbox_id = self._writer.call(answer)
         self._services.outbox.deliver(outbox_id, outbound)
@@ -298,7 +273,7 @@ class SessionTurns:
         elif isinstance(reply, str):
             reply_text = reply
         outbound = (
-            _reply_for(first.source, self.session_id, reply_text, first.message_id) if reply_text is not None else None
+            reply_for(first.source, self.session_id, reply_text, first.message_id) if reply_text is not None else None
         )
         if outbound is not None and no_retry:
             outbound = msgspec.structs.replace(outbound, no_retry=True)
@@ -308,7 +283,7 @@ class SessionTurns:
             ids = store.append_messages(self.session_id, new)
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
-            return (_queue_reply(store, outbound) if outbound is not None else None), ids
+            return (queue_reply(store, outbound) if outbound is not None else None), ids
 
         outbox_id, ids = self._writer.call(commit)
         self._remember(ids, new, now)
@@ -382,7 +357,7 @@ class SessionTurns:
         self._release_agent_state()
         source, reply_to = self._origin(deliveries)
         outbound = (
-            _reply_for(source, self.session_id, control.reply, reply_to)
+            reply_for(source, self.session_id, control.reply, reply_to)
             if control.reply is not None and source is not None
             else None
         )
@@ -399,7 +374,7 @@ class SessionTurns:
                 store.leases.release(self.session_id, owner)
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
-            return _queue_reply(store, outbound) if outbound is not None else None
+            return queue_reply(store, outbound) if outbound is not None else None
 
         outbox_id = self._writer.call(commit)
         self._lease_held = False
@@ -497,8 +472,8 @@ class SessionTurns:
             if not reply or source is None:
                 return None
             text = f"Compressed {len(history)} messages; the conversation continues as {child.title or child.id}."
-            outbound = _reply_for(source, child.id, text, reply_to)
-            return _queue_reply(store, outbound), outbound
+            outbound = reply_for(source, child.id, text, reply_to)
+            return queue_reply(store, outbound), outbound
 
         queued = self._writer.call(commit)
         self._lease_held = False

@@ -22,7 +22,6 @@ import pykka
 from hermes_actors.commands import Command, CommandName, parse_command
 from hermes_actors.errors import HermesError
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.session import SessionActor, SessionTurns
 from hermes_actors.store import EndReason, SessionRecord, Store
@@ -40,6 +39,8 @@ from hermes_actors.turns import (
     SetTitle,
     TurnFinished,
     TurnOutcome,
+    queue_reply,
+    reply_for,
 )
 
 __all__ = [
@@ -318,30 +319,12 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
         """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
-        source = delivery.message.source
-        reply = OutboundMessage(
-            platform=source.platform,
-            account_id=source.account_id or "",
-            chat_id=source.chat_id,
-            thread_id=source.thread_id,
-            user_id=source.participant_id,
-            session_id=session_id,
-            reply_to=delivery.message.message_id,
-            text=text,
-        )
+        reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
 
         def answer(store: Store) -> int:
-            # A session whose first turn has not committed yet has no row to refer to.
             known = session_id if session_id is not None and store.find_session(session_id) else None
             store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
-            return store.outbox.add(
-                session_id=known,
-                platform=reply.platform,
-                account_id=reply.account_id,
-                chat_id=reply.chat_id,
-                thread_id=reply.thread_id,
-                payload=encode(reply),
-            )
+            return queue_reply(store, reply)
 
         self._services.outbox.deliver(self._writer.call(answer), reply)
 
@@ -504,6 +487,7 @@ class SupervisorActor(pykka.ThreadingActor):
                 self._pending_titles[routing_key] = title
                 note = f" Its title will be '{title}'."
         old = self._existing(routing_key)
+        self._resume_lists.pop(routing_key, None)  # conversation-scoped: a numbered list belongs to the old one
         reply = "Started a new session." + note
         if old is None:
             self._reply_now(delivery, reply, session_id=None)
@@ -650,27 +634,8 @@ class SupervisorActor(pykka.ThreadingActor):
 
     def _send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
         """Send a message to ``source``'s chat that answers no inbound message (a later report)."""
-        reply = OutboundMessage(
-            platform=source.platform,
-            account_id=source.account_id or "",
-            chat_id=source.chat_id,
-            thread_id=source.thread_id,
-            user_id=source.participant_id,
-            session_id=session_id,
-            text=text,
-        )
-
-        def queue(store: Store) -> int:
-            return store.outbox.add(
-                session_id=session_id if session_id is not None and store.find_session(session_id) else None,
-                platform=reply.platform,
-                account_id=reply.account_id,
-                chat_id=reply.chat_id,
-                thread_id=reply.thread_id,
-                payload=encode(reply),
-            )
-
-        self._services.outbox.deliver(self._writer.call(queue), reply)
+        reply = reply_for(source, session_id, text)
+        self._services.outbox.deliver(self._writer.call(lambda store: queue_reply(store, reply)), reply)
 
     def _sethome(self, delivery: Delivery) -> None:
         source = delivery.message.source

@@ -12,8 +12,9 @@ import msgspec
 
 from hermes_actors.agent import Agent
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource
+from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.records import EndReason
 from hermes_actors.store.writer import StoreWriter
@@ -32,6 +33,8 @@ __all__ = [
     "SetTitle",
     "TurnFinished",
     "TurnOutcome",
+    "queue_reply",
+    "reply_for",
 ]
 
 
@@ -179,3 +182,32 @@ class SessionServices:
         self.lease_owner = lease_owner
         self.owner_alive = owner_alive
         self.clock = clock
+
+
+def reply_for(source: SessionSource, session_id: str | None, text: str, reply_to: str | None = None) -> OutboundMessage:
+    """Return a message to ``source``'s chat (and thread) from ``session_id``."""
+    return OutboundMessage(
+        platform=source.platform,
+        account_id=source.account_id or "",
+        chat_id=source.chat_id,
+        thread_id=source.thread_id,
+        user_id=source.participant_id,
+        session_id=session_id,
+        text=text,
+        reply_to=reply_to,
+    )
+
+
+def queue_reply(store: Store, outbound: OutboundMessage) -> int:
+    """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id."""
+    session_id = outbound.session_id
+    if session_id is not None and store.find_session(session_id) is None:
+        session_id = None  # its first turn has not committed yet: no row to refer to
+    return store.outbox.add(
+        session_id=session_id,
+        platform=outbound.platform,
+        account_id=outbound.account_id,
+        chat_id=outbound.chat_id,
+        thread_id=outbound.thread_id,
+        payload=encode(outbound),
+    )
