@@ -58,6 +58,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     user_text: str
     system_prompt: str | None = None
     memories: Sequence[str] = ()
+    history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,7 +121,7 @@ class EchoAgent:
                 AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id),
                 AgentMessage(role=Role.ASSISTANT, content=reply),
             )
-        prompt = sum(_estimate_tokens(m.content or "") for m in turn.history) + _estimate_tokens(text)
+        prompt = turn.history_tokens + _estimate_tokens(text)
         return AgentReply(
             messages=messages,
             text=reply,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import tzinfo
 from pathlib import Path
@@ -44,9 +44,17 @@ from hermes_actors.timers import TimerService
 from hermes_actors.turns import Delivery, SessionServices, TurnOutcome
 from platforms.base import ReplySender
 
-__all__ = ["AcceptResult", "Gateway"]
+__all__ = ["AcceptResult", "Gateway", "PollCursor"]
 
 _log = logging.getLogger(__name__)
+
+
+class PollCursor(msgspec.Struct, frozen=True, kw_only=True):
+    """A platform's poll position, stored with the inbox rows it covers."""
+
+    platform: str
+    cursor: str
+    account_id: str = ""
 
 
 class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,22 +147,39 @@ class Gateway:
 
     def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Commit ``inbound`` to the inbox (or recognise a redelivery) and queue its turn; return once it is safe."""
-        source = inbound.source
-        key = build_session_key(source, self.config.key_policy)
-        inbox_id = self._writer.call(
-            lambda store: store.inbox.add(
-                platform=source.platform,
-                account_id=source.account_id or "",
-                platform_message_id=inbound.message_id,
-                routing_key=key,
-                payload=encode(inbound),
-            ),
-            timeout=self.config.ask_timeout_s,
-        )
-        if inbox_id is None:
-            return AcceptResult(routing_key=key, inbox_id=None, duplicate=True)
-        self._supervisor.tell(Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=inbound)))
-        return AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=False)
+        (result,) = self.accept_many([inbound])
+        return result
+
+    def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
+        """Commit a batch of inbound messages in one transaction, with the poll ``cursor`` that covers them.
+
+        A platform whose position is only confirmed by the next poll (Telegram ``getUpdates`` offsets, iLink
+        ``get_updates_buf``) stores that position here, so after a crash it neither skips nor replays the batch.
+        """
+        keyed = [(build_session_key(m.source, self.config.key_policy), m) for m in batch]
+
+        def commit(store: Store) -> list[int | None]:
+            ids = [
+                store.inbox.add(
+                    platform=m.source.platform,
+                    account_id=m.source.account_id or "",
+                    platform_message_id=m.message_id,
+                    routing_key=key,
+                    payload=encode(m),
+                )
+                for key, m in keyed
+            ]
+            if cursor is not None:
+                store.kv.set_cursor(cursor.platform, cursor.cursor, cursor.account_id)
+            return ids
+
+        ids = self._writer.call(commit, timeout=self.config.ask_timeout_s)
+        results: list[AcceptResult] = []
+        for (key, message), inbox_id in zip(keyed, ids, strict=True):
+            if inbox_id is not None:
+                self._supervisor.tell(Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=message)))
+            results.append(AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None))
+        return results
 
     def rebind(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` from now on."""

@@ -1,9 +1,11 @@
 """Delivery of committed replies: one outbox actor per platform.
 
-Replies reach a chat in the order they were committed. An attempt is counted in the store before the adapter is
-called, so after a crash a row with attempts but no ``sent_at`` is known to have an unknown outcome: it is sent
-once more with ``possible_duplicate`` set (unless the adapter says sends are idempotent). A failed send is retried
-with exponential backoff; later replies to the same chat wait behind it, other chats do not.
+Replies reach a chat in the order they were committed. Attempts are counted in the store before the adapter is
+called, in one write for everything the actor is about to send, so after a crash a row with attempts but no
+``sent_at`` has an unknown outcome: it is sent once more with ``possible_duplicate`` set (unless the adapter says
+sends are idempotent). A row counted but not sent because an earlier reply to its chat failed is flagged the same
+way after a crash, which errs on the side of the flag. A failed send is retried with exponential backoff; later
+replies to the same chat wait behind it, other chats do not.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pykka
@@ -35,6 +37,10 @@ class _Deliver(msgspec.Struct, frozen=True, kw_only=True):
 
 class RetryTick(msgspec.Struct, frozen=True, kw_only=True):
     """Timer → outbox: retry chats whose head reply is due again."""
+
+
+class _Flush(msgspec.Struct, frozen=True, kw_only=True):
+    """Self → outbox: send what is queued (after the deliveries already in the mailbox have been queued)."""
 
 
 _ChatKey = tuple[str, str | None, str | None]
@@ -66,18 +72,22 @@ class OutboxActor(pykka.ThreadingActor):
         self._retry_at: dict[_ChatKey, float] = {}
         self._failures: dict[_ChatKey, int] = {}
         self._unknown: set[int] = set()
+        self._flush_pending = False
 
     def on_receive(self, message: Any) -> Any:
         match message:
             case _Deliver():
                 key = (message.message.account_id, message.message.chat_id, message.message.thread_id)
                 self._chats.setdefault(key, deque()).append(message)
-                self._drain(key)
+                self._schedule_flush()
             case RetryTick():
                 now = self._clock()
                 for key in [k for k, at in self._retry_at.items() if at <= now]:
                     del self._retry_at[key]
-                    self._drain(key)
+                self._schedule_flush()
+            case _Flush():
+                self._flush_pending = False
+                self._flush()
             case _:
                 raise TypeError(f"OutboxActor got an unknown message {message!r}")
         return None
@@ -86,17 +96,34 @@ class OutboxActor(pykka.ThreadingActor):
         """Return how many replies can be sent now, not counting chats waiting for a retry (call via proxy)."""
         return sum(len(q) for key, q in self._chats.items() if key not in self._retry_at)
 
-    def _drain(self, key: _ChatKey) -> None:
-        queue = self._chats.get(key)
-        while queue and key not in self._retry_at:
-            if not self._send(key, queue[0]):
-                return
-            queue.popleft()
-        if queue is not None and not queue:
-            del self._chats[key]
+    def _schedule_flush(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.actor_ref.tell(_Flush())
 
-    def _send(self, key: _ChatKey, item: _Deliver) -> bool:
-        self._writer.call(lambda store: store.outbox.begin_attempt(item.outbox_id))
+    def _flush(self) -> None:
+        ready = [key for key in self._chats if key not in self._retry_at]
+        ids = [item.outbox_id for key in ready for item in self._chats[key]]
+        if not ids:
+            return
+        self._writer.call(lambda store: store.outbox.begin_attempts(ids))
+        sent: list[tuple[int, str | None]] = []
+        for key in ready:
+            queue = self._chats[key]
+            while queue:
+                outcome, platform_id = self._send(key, queue[0])
+                if outcome == "failed":
+                    break
+                item = queue.popleft()
+                if outcome == "sent":
+                    sent.append((item.outbox_id, platform_id))
+            if not queue:
+                del self._chats[key]
+        if sent:
+            self._writer.submit(lambda store: store.outbox.mark_sent_many(sent))
+
+    def _send(self, key: _ChatKey, item: _Deliver) -> tuple[Literal["sent", "failed", "abandoned"], str | None]:
+        """Send one reply whose attempt is already counted; return what happened and the platform's message id."""
         message = item.message
         unknown = item.attempts > 0 or item.outbox_id in self._unknown
         if unknown and not self._sender.idempotent_sends and not message.possible_duplicate:
@@ -110,7 +137,7 @@ class OutboxActor(pykka.ThreadingActor):
                 _log.warning("outbox %s: reply %d failed and is given up: %s", message.platform, item.outbox_id, reason)
                 self._writer.submit(lambda store: store.outbox.abandon(item.outbox_id, reason))
                 self._report(message, reason)
-                return True  # gone from the queue: later replies to the chat go on
+                return "abandoned", None  # later replies to the chat go on
             if exc.outcome_unknown:
                 self._unknown.add(item.outbox_id)
             failures = self._failures.get(key, 0) + 1
@@ -124,12 +151,11 @@ class OutboxActor(pykka.ThreadingActor):
             )
             error = str(exc)
             self._writer.submit(lambda store: store.outbox.mark_failed(item.outbox_id, error, retry_at))
-            return False
+            return "failed", None
         self._failures.pop(key, None)
         self._unknown.discard(item.outbox_id)
-        self._writer.submit(lambda store: store.outbox.mark_sent(item.outbox_id, platform_id))
         self._report(message, None)
-        return True
+        return "sent", platform_id
 
     def _report(self, message: OutboundMessage, error: str | None) -> None:
         if self._on_result is not None:

@@ -109,6 +109,7 @@ class SessionTurns:
         self._lease_held = False
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
+        self._tokens = 0  # estimate_tokens(self._history), kept up to date
         self._memories: list[str] = []
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
@@ -116,6 +117,7 @@ class SessionTurns:
             with services.readers.reader() as store:
                 self._record = store.get_session(session_id)
                 self._history = store.load_transcript(session_id)
+                self._tokens = estimate_tokens(self._history)
                 self._load_memories(store, source_of(self._record))
         else:
             with services.readers.reader() as store:
@@ -165,6 +167,7 @@ class SessionTurns:
             user_text=text,
             system_prompt=self._record.system_prompt if self._record else None,
             memories=self._memories,
+            history_tokens=self._tokens,
         )
         agent = self._services.agent
         return self._in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
@@ -300,6 +303,7 @@ class SessionTurns:
         )
 
     def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
+        start = len(self._history)
         self._history.extend(
             MessageRecord(
                 id=i,
@@ -314,6 +318,7 @@ class SessionTurns:
             )
             for i, m in zip(ids, new, strict=True)
         )
+        self._tokens += estimate_tokens(self._history[start:])
 
     def _ensure_row(self, store: Store) -> bool:
         """Create the session row on its first commit; return whether the row exists."""
@@ -422,10 +427,7 @@ class SessionTurns:
         if len(self._history) < 4:
             return False
         window = int(getattr(self._services.agent, "context_window", config.context_window))
-        return (
-            len(self._history) >= config.compress_at_messages
-            or estimate_tokens(self._history) >= config.compress_at_ratio * window
-        )
+        return len(self._history) >= config.compress_at_messages or self._tokens >= config.compress_at_ratio * window
 
     def _compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
         """Summarise into a child session that takes over every routing key of this one."""

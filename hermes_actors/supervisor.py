@@ -271,8 +271,7 @@ class SupervisorActor(pykka.ThreadingActor):
         if session_id is not None:
             return session_id
         previous = self._successor_of.get(routing_key) or self._stored_route(routing_key)
-        kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
-        session_id = new_session_id(kind)
+        session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY)
         state = self._live[session_id] = _Live(
             create_with=(source, routing_key), title=self._pending_titles.pop(routing_key, None)
         )
@@ -280,6 +279,16 @@ class SupervisorActor(pykka.ThreadingActor):
             state.hold_until = previous
         self._cache_route(routing_key, session_id)
         return session_id
+
+    def _fresh_id(self, kind: SessionKind) -> str:
+        """Return a new session id that no live entry and no stored session has (ids repeat with 2^-32 odds)."""
+        while True:
+            session_id = new_session_id(kind)
+            if session_id in self._live:
+                continue
+            with self._readers.reader() as store:
+                if store.find_session(session_id) is None:
+                    return session_id
 
     def _stored_route(self, routing_key: str) -> str | None:
         with self._readers.reader() as store:

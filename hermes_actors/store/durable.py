@@ -164,12 +164,22 @@ class Outbox(_Table):
             self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", (outbox_id,))
             return int(self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (outbox_id,)).get or 0)
 
+    def begin_attempts(self, outbox_ids: list[int]) -> None:
+        """Count a send attempt of each row, before the sends are made (one write for a batch)."""
+        with Transaction(self._db):
+            self._db.executemany("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in outbox_ids])
+
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
         """Record delivery."""
+        self.mark_sent_many([(outbox_id, platform_message_id)])
+
+    def mark_sent_many(self, sent: list[tuple[int, str | None]]) -> None:
+        """Record the delivery of several rows: (row id, platform message id) pairs."""
+        now = self._clock()
         with Transaction(self._db):
-            self._db.execute(
+            self._db.executemany(
                 "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
-                (self._clock(), platform_message_id, outbox_id),
+                [(now, platform_id, outbox_id) for outbox_id, platform_id in sent],
             )
 
     def abandon(self, outbox_id: int, reason: str) -> None:

@@ -28,6 +28,7 @@ def _v2_handoff_columns(connection: apsw.Connection) -> None:
         "CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) "
         "WHERE sent_at IS NULL AND abandoned_at IS NULL"
     )
+    connection.execute("CREATE INDEX leases_owner ON leases (owner)")
 
 
 # version -> function that upgrades a database from version - 1 to version.

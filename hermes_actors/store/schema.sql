@@ -184,6 +184,7 @@ CREATE TABLE leases (
     acquired_at REAL NOT NULL,
     expires_at  REAL NOT NULL
 ) WITHOUT ROWID;
+CREATE INDEX leases_owner ON leases (owner);      -- added in version 2: heartbeats renew one owner's leases
 
 -- Durable deadlines for the supervisor's timer service (idle/daily resets, auto-prune).
 CREATE TABLE timers (

@@ -104,3 +104,18 @@ def test_recovery_replays_unanswered_messages_and_delivers_unsent_replies(db_pat
             assert store.outbox.unsent() == []
     finally:
         gateway.stop()
+
+
+def test_a_polled_batch_commits_with_its_cursor_and_dedupes_a_replayed_poll(make_gateway: MakeGateway) -> None:
+    from hermes_actors.gateway import PollCursor
+
+    gateway, fake = make_gateway()
+    batch = [fake.message(f"update {i}", message_id=f"u{i}", chat_id=f"chat-{i}") for i in range(5)]
+    results = gateway.accept_many(batch, cursor=PollCursor(platform="fake", cursor="1005"))
+    assert [r.duplicate for r in results] == [False] * 5
+    replay = gateway.accept_many([*batch[3:], fake.message("update 5", message_id="u5")])
+    assert [r.duplicate for r in replay] == [True, True, False]
+    assert gateway.wait_idle()
+    assert sorted(m.text for m in fake.sent) == sorted(f"echo: update {i}" for i in range(6))
+    with gateway.read() as store:
+        assert store.kv.get_cursor("fake") == "1005"
