@@ -11,7 +11,22 @@ from collections.abc import Sequence
 
 import msgspec
 
-__all__ = ["DEFAULT_RESET_TRIGGERS", "Command", "CommandName", "parse_command"]
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store.lineage import lineage_tip
+
+__all__ = [
+    "DEFAULT_RESET_TRIGGERS",
+    "Command",
+    "CommandName",
+    "ResumeChoice",
+    "choose_resume_target",
+    "list_resumable",
+    "list_sessions_text",
+    "owns",
+    "parse_command",
+    "resume_listing_text",
+]
 
 DEFAULT_RESET_TRIGGERS = ("/new", "/reset")
 
@@ -69,3 +84,61 @@ def parse_command(text: str, *, reset_triggers: Sequence[str] = DEFAULT_RESET_TR
         return Command(name=name, argument=argument)
     fixed = _FIXED.get(word)
     return None if fixed is None else Command(name=fixed, argument=argument)
+
+
+def owns(source: SessionSource, record: SessionRecord) -> bool:
+    """Return whether ``record`` belongs to the sender of ``source`` (same platform and user)."""
+    return record.source == source.platform and record.user_id == source.participant_id
+
+
+def list_resumable(store: Store, source: SessionSource, *, any_user: bool = False) -> list[SessionRecord]:
+    """Return the titled sessions ``/resume`` offers the sender, most recently active first (at most 20)."""
+    sessions = store.list_sessions(source=source.platform, limit=200)
+    return [s for s in sessions if s.title and (any_user or owns(source, s))][:20]
+
+
+def resume_listing_text(sessions: Sequence[SessionRecord]) -> str:
+    """Return the numbered list a bare ``/resume`` answers with."""
+    if not sessions:
+        return "You have no titled sessions here yet; name one with /title <text>."
+    lines = [f"{n}. {s.title} ({s.id})" for n, s in enumerate(sessions, 1)]
+    return "Your sessions:\n" + "\n".join(lines) + "\nResume one with /resume <number, id or title>."
+
+
+class ResumeChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """The session ``/resume <argument>`` leads to (the newest of its lineage), or why there is none."""
+
+    target: SessionRecord | None = None
+    refusal: str | None = None
+
+
+def choose_resume_target(
+    store: Store, source: SessionSource, argument: str, listed: Sequence[str], *, any_user: bool = False
+) -> ResumeChoice:
+    """Resolve ``argument`` (a number from the last listing, an id, a unique prefix or a title).
+
+    Raises the store's lookup errors (not found, ambiguous prefix) for the caller to report.
+    """
+    if argument.isdigit() and 1 <= int(argument) <= len(listed):
+        target = store.get_session(listed[int(argument) - 1])
+    else:
+        target = store.resolve_session(argument)
+    if not any_user and not owns(source, target):
+        return ResumeChoice(refusal=f"Session {target.id} is not one of yours here.")
+    return ResumeChoice(target=store.get_session(lineage_tip(store, target.id)))
+
+
+def list_sessions_text(store: Store, source: SessionSource, query: str, *, any_user: bool = False) -> str:
+    """Answer ``/sessions [query]``: the sender's recent sessions, or those whose messages match ``query``."""
+    if query:
+        result = store.fts_query(query, limit=10)
+        if result.error is not None:
+            return f"Search failed: {result.error}"
+        ids = list(dict.fromkeys(h.session_id for h in result.hits))
+        found = [s for s in (store.find_session(i) for i in ids) if s is not None]
+        mine = [s for s in found if any_user or owns(source, s)]
+    else:
+        mine = [s for s in store.list_sessions(source=source.platform, limit=50) if owns(source, s)][:10]
+    if not mine:
+        return "No sessions found."
+    return "\n".join(f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine)

@@ -19,12 +19,20 @@ from typing import Any
 import msgspec
 import pykka
 
-from hermes_actors.commands import Command, CommandName, parse_command
+from hermes_actors.commands import (
+    Command,
+    CommandName,
+    choose_resume_target,
+    list_resumable,
+    list_sessions_text,
+    parse_command,
+    resume_listing_text,
+)
 from hermes_actors.errors import HermesError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.session import SessionActor, SessionTurns
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, Store
 from hermes_actors.store.durable import HomeChannel
 from hermes_actors.turns import (
     CancelToken,
@@ -525,28 +533,19 @@ class SupervisorActor(pykka.ThreadingActor):
     def _resume(self, routing_key: str, delivery: Delivery, argument: str) -> None:
         source = delivery.message.source
         current = self._existing(routing_key)
+        any_user = self._config.resume_any_user
         with self._readers.reader() as store:
             if not argument:
-                mine = self._resumable(store, source)
-                self._resume_lists[routing_key] = [s.id for s in mine]
-                if not mine:
-                    text = "You have no titled sessions here yet; name one with /title <text>."
-                else:
-                    lines = [f"{n}. {s.title} ({s.id})" for n, s in enumerate(mine, 1)]
-                    text = "Your sessions:\n" + "\n".join(lines) + "\nResume one with /resume <number, id or title>."
-                self._reply_now(delivery, text, session_id=current)
+                offered = list_resumable(store, source, any_user=any_user)
+                self._resume_lists[routing_key] = [s.id for s in offered]
+                self._reply_now(delivery, resume_listing_text(offered), session_id=current)
                 return
             listed = self._resume_lists.get(routing_key, [])
-            if argument.isdigit() and 1 <= int(argument) <= len(listed):
-                target = store.get_session(listed[int(argument) - 1])
-            else:
-                target = store.resolve_session(argument)
-            if not self._config.resume_any_user and not self._owns(source, target):
-                self._reply_now(delivery, f"Session {target.id} is not one of yours here.", session_id=current)
-                return
-            from hermes_actors.store.lineage import lineage_tip
-
-            tip = store.get_session(lineage_tip(store, target.id))
+            choice = choose_resume_target(store, source, argument, listed, any_user=any_user)
+        tip = choice.target
+        if tip is None:
+            self._reply_now(delivery, choice.refusal or "Nothing to resume.", session_id=current)
+            return
         if tip.id in self._ending:
             self._reply_now(delivery, f"Session {tip.id} is ending; start a new one with /new.", session_id=current)
             return
@@ -554,14 +553,6 @@ class SupervisorActor(pykka.ThreadingActor):
             self._writer.call(lambda store: store.reopen_session(tip.id))
         self._rebind(routing_key, tip.id)
         self._reply_now(delivery, f"Resumed {tip.title or tip.id}.", session_id=tip.id)
-
-    def _resumable(self, store: Store, source: SessionSource) -> list[SessionRecord]:
-        sessions = store.list_sessions(source=source.platform, limit=200)
-        return [s for s in sessions if s.title and (self._config.resume_any_user or self._owns(source, s))][:20]
-
-    @staticmethod
-    def _owns(source: SessionSource, record: SessionRecord) -> bool:
-        return record.source == source.platform and record.user_id == source.participant_id
 
     def _title(self, routing_key: str, delivery: Delivery, argument: str) -> None:
         session_id = self._existing(routing_key)
@@ -584,23 +575,9 @@ class SupervisorActor(pykka.ThreadingActor):
         self._queue_control(session_id, SetTitle(text=argument or None), delivery)
 
     def _sessions(self, delivery: Delivery, query: str) -> None:
-        source = delivery.message.source
         with self._readers.reader() as store:
-            if query:
-                result = store.fts_query(query, limit=10)
-                if result.error is not None:
-                    self._reply_now(delivery, f"Search failed: {result.error}", session_id=None)
-                    return
-                ids = list(dict.fromkeys(h.session_id for h in result.hits))
-                found = [store.get_session(i) for i in ids]
-                mine = [s for s in found if self._config.resume_any_user or self._owns(source, s)]
-            else:
-                mine = [s for s in store.list_sessions(source=source.platform, limit=50) if self._owns(source, s)][:10]
-        if not mine:
-            self._reply_now(delivery, "No sessions found.", session_id=None)
-            return
-        lines = [f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine]
-        self._reply_now(delivery, "\n".join(lines), session_id=None)
+            text = list_sessions_text(store, delivery.message.source, query, any_user=self._config.resume_any_user)
+        self._reply_now(delivery, text, session_id=None)
 
     def _handoff(self, routing_key: str, delivery: Delivery, platform: str) -> None:
         session_id = self._existing(routing_key)
