@@ -70,9 +70,10 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
 class Agent(Protocol):
     """Runs turns. Implementations must be safe to call from several sessions' threads at once.
 
-    Optional methods a reset calls when present, each bounded by a timeout: ``release_session(session_id, *,
-    timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and ``interrupt_background(session_id,
-    *, timeout_s)`` (stop its in-flight background tasks).
+    An agent with ``runs_inline = True`` promises never to block; sessions then call it on their own thread (no
+    timeout, no pool slot). Optional methods a reset calls when present, each bounded by a timeout:
+    ``release_session(session_id, *, timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and
+    ``interrupt_background(session_id, *, timeout_s)`` (stop its in-flight background tasks).
     """
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
@@ -101,7 +102,11 @@ class EchoAgent:
 
     ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
     whole message shape is exercised. ``remember <fact>`` in a session makes its save-memory turn keep the fact.
+    It never blocks, so sessions call it on their own thread (``runs_inline``) instead of the agent pool; a
+    subclass that blocks must set ``runs_inline = False``.
     """
+
+    runs_inline = True
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         """Echo the user text, or act out a tool call."""

@@ -170,7 +170,17 @@ class SessionTurns:
             history_tokens=self._tokens,
         )
         agent = self._services.agent
+        if getattr(agent, "runs_inline", False):
+            # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
+            return self._inline(lambda: agent.run_turn(turn, timeout_s=self._timeout))
         return self._in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
+
+    def _inline(self, call: Callable[[], AgentReply]) -> AgentReply | str:
+        try:
+            return call()
+        except Exception as exc:
+            _log.exception("session %s: agent raised", self.session_id)
+            return f"Sorry, the agent failed: {exc}. Your message is saved; try again."
 
     # -- leases ------------------------------------------------------------------------------------------------
 

@@ -33,23 +33,31 @@ class Synchronous(enum.StrEnum):
 
 
 class Transaction:
-    """``with Transaction(db):`` runs the block in one transaction (a savepoint when nested).
+    """``with Transaction(db):`` runs the block in one transaction; nested, in a savepoint.
 
-    APSW's own connection context manager, typed to show that it never swallows an exception.
+    APSW's own connection context manager, typed to show that it never swallows an exception. With
+    ``savepoint=False`` a nested block adds no savepoint and relies on the enclosing one: the store's methods use
+    that, since the writer already gives every job its own savepoint, and a statement pair per method per turn is
+    measurable.
     """
 
-    __slots__ = ("_db",)
+    __slots__ = ("_active", "_db", "_savepoint")
 
-    def __init__(self, db: apsw.Connection) -> None:
+    def __init__(self, db: apsw.Connection, *, savepoint: bool = True) -> None:
         self._db = db
+        self._savepoint = savepoint
+        self._active = False
 
     def __enter__(self) -> None:
-        self._db.__enter__()
+        self._active = self._savepoint or not self._db.in_transaction
+        if self._active:
+            self._db.__enter__()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._db.__exit__(exc_type, exc, tb)
+        if self._active:
+            self._db.__exit__(exc_type, exc, tb)
 
 
 def _use_wal(connection: apsw.Connection) -> None:

@@ -96,7 +96,7 @@ class Inbox(_Table):
         self, *, platform: str, account_id: str, platform_message_id: str, routing_key: str, payload: bytes
     ) -> int | None:
         """Commit an inbound message; return its row id, or ``None`` when it was seen before (a redelivery)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at) "
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING",
@@ -106,7 +106,7 @@ class Inbox(_Table):
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: str = "done") -> None:
         """Mark a row answered (``done``) or refused (``rejected``)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ?",
                 (state, session_id, self._clock(), inbox_id),
@@ -124,7 +124,7 @@ class Inbox(_Table):
 
     def prune_completed(self, before: float) -> int:
         """Forget completed rows older than ``before`` (their dedupe window ends); return how many."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ?", (before,))
             return self._db.changes()
 
@@ -143,7 +143,7 @@ class Outbox(_Table):
         payload: bytes,
     ) -> int:
         """Queue a reply; return its row id."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -160,13 +160,13 @@ class Outbox(_Table):
 
     def begin_attempt(self, outbox_id: int) -> int:
         """Count a send attempt before it is made; return the attempt number (1 for the first)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", (outbox_id,))
             return int(self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (outbox_id,)).get or 0)
 
     def begin_attempts(self, outbox_ids: list[int]) -> None:
         """Count a send attempt of each row, before the sends are made (one write for a batch)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.executemany("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in outbox_ids])
 
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
@@ -176,7 +176,7 @@ class Outbox(_Table):
     def mark_sent_many(self, sent: list[tuple[int, str | None]]) -> None:
         """Record the delivery of several rows: (row id, platform message id) pairs."""
         now = self._clock()
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.executemany(
                 "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
                 [(now, platform_id, outbox_id) for outbox_id, platform_id in sent],
@@ -184,14 +184,14 @@ class Outbox(_Table):
 
     def abandon(self, outbox_id: int, reason: str) -> None:
         """Give a reply up: it is never sent (a handoff whose delivery failed)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "UPDATE outbox SET abandoned_at = ?, last_error = ? WHERE id = ?", (self._clock(), reason, outbox_id)
             )
 
     def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
         """Record a failed attempt and when to try again."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "UPDATE outbox SET last_error = ?, next_attempt_at = ? WHERE id = ?", (error, retry_at, outbox_id)
             )
@@ -203,7 +203,7 @@ class Leases(_Table):
     def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:
         """Take or renew the lease; return ``None`` on success or the current holder's owner string."""
         now = self._clock()
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO leases (session_id, owner, acquired_at, expires_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
@@ -216,19 +216,19 @@ class Leases(_Table):
 
     def heartbeat(self, owner: str, ttl_s: float) -> int:
         """Extend every lease ``owner`` holds; return how many."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (self._clock() + ttl_s, owner))
             return self._db.changes()
 
     def release(self, session_id: str, owner: str) -> bool:
         """Give the lease up; return whether ``owner`` held it."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner))
             return self._db.changes() > 0
 
     def release_all(self, owner: str) -> int:
         """Give up every lease ``owner`` holds (clean shutdown)."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
             return self._db.changes()
 
@@ -245,7 +245,7 @@ class Timers(_Table):
 
     def set(self, name: str, due_at: float, payload: bytes | None = None) -> None:
         """Create or move the deadline ``name``."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
                 "SET due_at = excluded.due_at, payload = excluded.payload",
@@ -254,7 +254,7 @@ class Timers(_Table):
 
     def cancel(self, name: str) -> bool:
         """Remove the deadline; return whether it existed."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM timers WHERE name = ?", (name,))
             return self._db.changes() > 0
 
@@ -274,7 +274,7 @@ class KeyValues(_Table):
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a meta value."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
@@ -289,7 +289,7 @@ class KeyValues(_Table):
 
     def set_cursor(self, platform: str, cursor: str, account_id: str = "") -> None:
         """Store a poll cursor; call it in the transaction that commits the inbox rows it covers."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO poll_cursors (platform, account_id, cursor, updated_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (platform, account_id) DO UPDATE SET cursor = excluded.cursor, "
@@ -314,7 +314,7 @@ class HomeChannels(_Table):
 
     def set(self, home: HomeChannel) -> None:
         """Make ``home`` the home channel of its platform account."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO home_channels (platform, account_id, chat_id, thread_id, chat_type, set_by, set_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id) DO UPDATE SET "
@@ -358,7 +358,7 @@ class Memories(_Table):
 
     def add(self, user_key: str, contents: list[str], *, source_session_id: str | None) -> int:
         """Store notes about ``user_key``; return how many."""
-        with Transaction(self._db):
+        with Transaction(self._db, savepoint=False):
             now = self._clock()
             self._db.executemany(
                 "INSERT INTO memories (user_key, content, source_session_id, created_at) VALUES (?, ?, ?, ?)",

@@ -135,9 +135,15 @@ class Store:
     def transaction(self) -> Transaction:
         """Return a context manager running its block in one transaction (a savepoint when nested).
 
-        An exception leaving the block rolls it back and propagates.
+        An exception leaving the block rolls it back and propagates. Inside it, the store's methods add no
+        savepoints of their own: a method that raises may leave part of its writes, so let its exception leave
+        the block rather than catch it inside.
         """
         return Transaction(self._db)
+
+    def _atomic(self) -> Transaction:
+        """A method's own transaction, or nothing extra inside an enclosing one (see :meth:`transaction`)."""
+        return Transaction(self._db, savepoint=False)
 
     # -- sessions ----------------------------------------------------------------------------------------------
 
@@ -181,7 +187,7 @@ class Store:
         )
         values = msgspec.structs.astuple(record)
         placeholders = ", ".join("?" * len(values))
-        with self.transaction():
+        with self._atomic():
             self._check_title_free(record.title, record.id)
             try:
                 self._db.execute(f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({placeholders})", values)
@@ -206,7 +212,7 @@ class Store:
     def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
         """End a live session with ``reason``; a session that already ended keeps its first reason."""
         reason = EndReason(reason)
-        with self.transaction():
+        with self._atomic():
             self._db.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
                 (self._clock() if at is None else at, reason.value, session_id),
@@ -215,7 +221,7 @@ class Store:
 
     def reopen_session(self, session_id: str) -> SessionRecord:
         """Make an ended session live again (``/resume`` of an ended session)."""
-        with self.transaction():
+        with self._atomic():
             self._db.execute(
                 "UPDATE sessions SET ended_at = NULL, end_reason = NULL, last_active_at = ? WHERE id = ?",
                 (self._clock(), session_id),
@@ -224,7 +230,7 @@ class Store:
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its messages and routes; its children stay, without a parent. Return if it existed."""
-        with self.transaction():
+        with self._atomic():
             # Deleting the messages first runs the FTS triggers row by row before the cascade.
             self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -266,7 +272,7 @@ class Store:
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
         ids: list[int] = []
-        with self.transaction():
+        with self._atomic():
             ended = self._db.execute("SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)).get
             if ended is None:
                 raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
@@ -331,7 +337,7 @@ class Store:
         it.
         """
         clean = sanitize_title(title)
-        with self.transaction():
+        with self._atomic():
             self._check_title_free(clean, session_id)
             self._db.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
             if self._db.changes() == 0:
@@ -403,7 +409,7 @@ class Store:
     def set_route(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` (creating or replacing the entry)."""
         try:
-            with self.transaction():
+            with self._atomic():
                 self._db.execute(
                     "INSERT INTO routes (routing_key, session_id, updated_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
@@ -415,13 +421,13 @@ class Store:
 
     def unbind_route(self, routing_key: str) -> bool:
         """Remove the entry for ``routing_key``; return whether there was one."""
-        with self.transaction():
+        with self._atomic():
             self._db.execute("DELETE FROM routes WHERE routing_key = ?", (routing_key,))
             return self._db.changes() > 0
 
     def unbind_session(self, session_id: str) -> list[str]:
         """Remove every route to ``session_id``; return the keys that pointed at it."""
-        with self.transaction():
+        with self._atomic():
             keys = self.routes_to(session_id)
             self._db.execute("DELETE FROM routes WHERE session_id = ?", (session_id,))
         return keys
@@ -435,7 +441,7 @@ class Store:
 
     def repoint_routes(self, from_session_id: str, to_session_id: str) -> int:
         """Move every route of ``from_session_id`` to ``to_session_id`` (compression); return how many moved."""
-        with self.transaction():
+        with self._atomic():
             self.get_session(to_session_id)
             self._db.execute(
                 "UPDATE routes SET session_id = ?, updated_at = ? WHERE session_id = ?",

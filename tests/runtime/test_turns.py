@@ -23,6 +23,8 @@ class HistoryAgent(EchoAgent):
 class GatedAgent(EchoAgent):
     """Blocks each turn until released, telling the test when a turn has started."""
 
+    runs_inline = False  # it blocks: run it in the agent pool, where /stop and timeouts can leave it behind
+
     def __init__(self) -> None:
         self.started = threading.Event()
         self.release = threading.Event()
@@ -224,6 +226,8 @@ def test_rapid_fire_messages_beyond_the_soft_limit_merge_into_one_turn(make_gate
 
 class CountingAgent(EchoAgent):
     """Holds every call until released and records the most calls that ran at once."""
+
+    runs_inline = False
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
