@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,7 @@ class Gateway:
         if message.session_id is not None and (message.reply_to or "").startswith("handoff-"):
             self._supervisor.tell(HandoffResult(session_id=message.session_id, error=error))
 
-    def read(self) -> Any:
+    def read(self) -> AbstractContextManager[Store]:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""
         return self._readers.reader()
 

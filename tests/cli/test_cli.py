@@ -65,6 +65,10 @@ def test_a_malformed_search_is_an_error_line_with_a_suggestion(home: Path) -> No
 def test_db_check_passes_on_a_healthy_database(home: Path) -> None:
     runner = CliRunner()
     runner.invoke(hermesctl.main, ["db", "migrate", "--home", str(home)])
+    with Store.open(home / "state.db") as store:
+        session = store.create_session("cli")
+        # The CJK index holds only the second message: the check must not call that a stale index.
+        store.append_messages(session.id, [NewMessage(role=Role.USER, content=t) for t in ("hello", "你好世界")])
     result = runner.invoke(hermesctl.main, ["db", "check", "--home", str(home)])
     assert (result.exit_code, result.output) == (0, "ok\n")
 
