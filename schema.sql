@@ -64,9 +64,9 @@ CREATE INDEX messages_session ON messages (session_id, id);
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
     content, content = 'messages', content_rowid = 'id', tokenize = 'hermes_words'
 );
+-- Plain trigram (no remove_diacritics, which would stop FTS5 from answering LIKE from the index).
 CREATE VIRTUAL TABLE messages_fts_cjk USING fts5 (
-    content, content = 'messages', content_rowid = 'id', tokenize = 'trigram remove_diacritics 1',
-    detail = none
+    content, content = 'messages', content_rowid = 'id', tokenize = 'trigram', detail = none
 );
 
 CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.content IS NOT NULL BEGIN

@@ -28,7 +28,9 @@ SNIPPET_TOKENS = 16
 Order = Literal["relevance", "newest", "oldest"]
 
 _ONLY_CJK = re.compile(f"(?:{CJK_CHARACTER.pattern})+")
-_ORDER_BY = {"relevance": "rank", "newest": "m.id DESC", "oldest": "m.id"}
+# Ordering by the FTS table's own rowid lets FTS5 walk its doclists in order and stop at the LIMIT; ordering by
+# m.id would sort every match (and build every snippet) first.
+_ORDER_BY = {"relevance": "rank", "newest": "messages_fts.rowid DESC", "oldest": "messages_fts.rowid"}
 
 
 def quote_words(query: str) -> str:
@@ -148,7 +150,7 @@ def _query_trigram(
     order: Order,
 ) -> FtsResult:
     likes = " AND ".join("f.content LIKE ?" for _ in substrings)
-    direction = "m.id" if order == "oldest" else "m.id DESC"
+    direction = "f.rowid" if order == "oldest" else "f.rowid DESC"
     sql = (
         "SELECT m.id, m.session_id, m.role, m.created_at, m.content "
         "FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid "

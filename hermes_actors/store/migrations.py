@@ -19,6 +19,9 @@ __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
 SCHEMA_VERSION = 2
 
+# The CJK character class of schema.sql's trigram triggers.
+CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
+
 
 def _v2_handoff_columns(connection: apsw.Connection) -> None:
     connection.execute("ALTER TABLE home_channels ADD COLUMN chat_type TEXT")
@@ -29,6 +32,16 @@ def _v2_handoff_columns(connection: apsw.Connection) -> None:
         "WHERE sent_at IS NULL AND abandoned_at IS NULL"
     )
     connection.execute("CREATE INDEX leases_owner ON leases (owner)")
+    # Version 1 declared the trigram index with remove_diacritics, which keeps LIKE from using it: rebuild it.
+    connection.execute("DROP TABLE messages_fts_cjk")
+    connection.execute(
+        "CREATE VIRTUAL TABLE messages_fts_cjk USING fts5 (content, content = 'messages', content_rowid = 'id', "
+        "tokenize = 'trigram', detail = none)"
+    )
+    connection.execute(
+        "INSERT INTO messages_fts_cjk (rowid, content) SELECT id, content FROM messages WHERE content GLOB ?",
+        (CJK_GLOB,),
+    )
 
 
 # version -> function that upgrades a database from version - 1 to version.

@@ -188,3 +188,23 @@ def test_the_length_limit_is_named_in_the_error(store: Store) -> None:
 def test_no_query_made_of_fts_syntax_characters_raises(store: Store, query: str) -> None:
     result = store.fts_query(query)
     assert result.ok or result.error
+
+
+def test_long_cjk_and_newest_queries_are_answered_from_the_indexes(store: Store, corpus: dict[str, int]) -> None:
+    def plan(sql: str, *params: object) -> str:
+        return " | ".join(str(row[-1]) for row in store.connection.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+    trigram = plan(
+        "SELECT m.id FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid "
+        "WHERE f.content LIKE ? ORDER BY f.rowid DESC LIMIT 10",
+        "%全文搜索%",
+    )
+    assert "VIRTUAL TABLE INDEX" in trigram
+    assert "SEARCH m USING INTEGER PRIMARY KEY" in trigram
+    assert "SCAN m" not in trigram
+    newest = plan(
+        "SELECT m.id FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        "WHERE messages_fts MATCH ? ORDER BY messages_fts.rowid DESC LIMIT 10",
+        "docker",
+    )
+    assert "TEMP B-TREE" not in newest  # no sort of every match before the LIMIT

@@ -77,6 +77,9 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     old.execute((FIXTURES / "schema_v1.sql").read_text(encoding="utf-8"))
     old.execute("PRAGMA user_version = 1")
     old.execute("INSERT INTO home_channels (platform, account_id, chat_id, set_at) VALUES ('telegram', '', '42', 0)")
+    old.execute("INSERT INTO sessions (id, source, started_at, last_active_at) VALUES ('s1', 'cli', 0, 0)")
+    for text in ("plain english", "我们来讨论全文搜索"):
+        old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'user', ?, 0)", (text,))
     assert migrate(old) == 1
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)
@@ -85,5 +88,14 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     assert old.execute("SELECT chat_id, chat_type FROM home_channels").fetchall() == [("42", None)]
     index = old.execute("SELECT sql FROM sqlite_schema WHERE name = 'outbox_unsent'").get
     assert "abandoned_at IS NULL" in str(index)
+    # The rebuilt trigram index holds the CJK message, answers LIKE from the index, and stays in sync.
+    assert old.execute("SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'").fetchall() == [(2,)]
+    plan = " ".join(
+        str(r[-1])
+        for r in old.execute("EXPLAIN QUERY PLAN SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'")
+    )
+    assert "VIRTUAL TABLE INDEX" in plan
+    old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'user', '新的全文搜索', 0)")
+    assert len(old.execute("SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'").fetchall()) == 2
     old.close()
     fresh.close()
