@@ -5,12 +5,15 @@ tool message, each a ``(role, content)`` pair. Message lengths are lognormal per
 assistant 350, tool 500 characters; capped at 4,000). Exactly a quarter of the messages (``n // 4``) are
 Chinese: whole sessions are chosen in a seeded order until the quota is met, the last one partly. English text
 comes from a Zipf-weighted vocabulary of common English words, technical terms and generated pseudo-words;
-Chinese text from a Zipf-weighted set of 3,000 CJK Unified Ideographs (the most common characters first), with
-Chinese punctuation and occasional embedded ASCII words such as ``Python``. A Chinese message has 0.4 times the
-characters an English one would (a character carries about a word), so its UTF-8 size is similar.
+Chinese text from a Zipf-weighted list of 8,000 words (common one-character particles first, then made-up words
+of one to four characters, mostly two) whose characters are drawn Zipf-weighted from a set of 3,000 CJK Unified
+Ideographs (the most common characters first, filled up from U+4E00), with Chinese punctuation and occasional
+embedded ASCII words such as ``Python``. Words make character trigrams recur as in real text; characters drawn
+one by one would make almost every trigram unique. A Chinese message has 0.4 times the characters an English one
+would, so its UTF-8 size is similar.
 
-Everything is seeded: the same ``(n_messages, seed)`` always gives the same corpus. The functions here use
-``random.Random`` only, so generation runs at a few hundred thousand messages per second of CPU... per ten.
+Everything is seeded: the same ``(n_messages, seed)`` always gives the same corpus (``random.Random`` only,
+no global state).
 """
 
 from __future__ import annotations
@@ -55,17 +58,23 @@ _CHINESE_SHARE_DIVISOR: Final = 4
 _CHINESE_LENGTH_FACTOR: Final = 0.4
 _VOCABULARY_SIZE: Final = 4000
 _CJK_SET_SIZE: Final = 3000
+_TABLE_SIZE: Final = 1 << 18
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
 
 # Function words, roughly in English frequency order; they take the top Zipf ranks.
-_FUNCTION_WORDS: Final = (
+_FUNCTION_WORDS: Final = _words(
     "the of and to a in is that it for you was on are with as i be this have not at or by from but they "
     "we an can if will your all would there their what so which do one about more when up out my has its "
     "been no them some could then than into other only also just how these our should like may any each "
     "because those very most such here where after before over both while through between without again "
     "does did had were me us he she his her him who why now well still even much many few every must"
-).split()
+)
 
-_COMMON_WORDS: Final = (
+_COMMON_WORDS: Final = _words(
     "time people way year day thing man world life hand part child eye woman place work week case point "
     "number group problem fact question answer idea result change reason example line end side kind head "
     "house service friend power hour game night area money story issue term level order team minute word "
@@ -84,15 +93,15 @@ _COMMON_WORDS: Final = (
     "good new first last long great little own old right big high different small large next early young "
     "important public bad same able simple clear sure easy hard quick slow fast recent current previous "
     "possible likely main local remote default empty full safe stable latest final real whole common"
-).split()
+)
 
-_TECH_WORDS: Final = (
+_TECH_WORDS: Final = _words(
     "python docker kubernetes sqlite postgres redis nginx linux ubuntu github gitlab json yaml toml csv html "
     "css javascript typescript rust golang java http https api rest graphql websocket telegram slack discord "
     "whatsapp signal matrix openai anthropic llm gpt embedding vector gateway daemon systemd cron webhook "
     "oauth jwt ssh tls dns cdn aws gcp azure s3 lambda terraform ansible pytest mypy ruff pip venv npm yarn "
     "node react vue django flask fastapi asyncio pandas numpy regex unicode utf8 markdown latex pdf"
-).split()
+)
 
 _ASCII_IN_CHINESE: Final = (
     "Python",
@@ -131,28 +140,40 @@ _COMMON_CJK: Final = (
     "拉黑且随格尽剑讲布杀微怕母调局根曾准团段终乐切级克精哪官示冷域哥病急该类统存错费试验调查服务器数据库用户"
 )
 _CJK_FIRST: Final = 0x4E00
+# Single-character function words; they take the top ranks of the Chinese word list.
+_CJK_PARTICLES: Final = "的了是在我有和就不人都一这也你他要会说到着那吗呢吧个们很"
+_CJK_WORDS: Final = 8000
 _CJK_END_CLAUSE: Final = ("，", "，", "，", "、", "：", "；")
 _CJK_END_SENTENCE: Final = ("。", "。", "。", "。", "？", "！")
 _EN_END_SENTENCE: Final = (".", ".", ".", ".", ".", "?", "!", ":")
 
-_WORD_RE: Final = re.compile(r"[a-z]+")
+_TOKEN_RE: Final = re.compile(r"[a-z0-9]+")  # what unicode61 makes of the ASCII text
 _CJK_RUN_RE: Final = re.compile(r"[\u4e00-\u9fff]+")
 _CJK_RE: Final = re.compile(r"[\u4e00-\u9fff]")
 
 
-def _zipf_cumulative(n: int, *, exponent: float, offset: float) -> list[float]:
-    """Cumulative Zipf-Mandelbrot weights ``1 / (rank + offset) ** exponent`` for ranks 1..n."""
-    return list(itertools.accumulate(1.0 / (rank + offset) ** exponent for rank in range(1, n + 1)))
+def _zipf_table(symbols: Sequence[str], *, exponent: float, offset: float) -> list[str]:
+    """A list in which each symbol fills a share of slots proportional to ``1 / (rank + offset) ** exponent``.
+
+    Drawing uniformly from it (``rng.choices(table, k=n)``) is a Zipf-Mandelbrot draw, about twice as fast as
+    ``choices`` with cumulative weights; every symbol keeps at least one slot.
+    """
+    weights = [1.0 / (rank + offset) ** exponent for rank in range(1, len(symbols) + 1)]
+    scale = _TABLE_SIZE / sum(weights)
+    table: list[str] = []
+    for symbol, weight in zip(symbols, weights, strict=True):
+        table.extend(itertools.repeat(symbol, max(1, round(weight * scale))))
+    return table
 
 
 def _pseudo_words(rng: random.Random, count: int, taken: set[str]) -> list[str]:
-    """Pronounceable, distinct, made-up words of one to four syllables."""
-    onsets = "b c d f g h j k l m n p r s t v w z br cl dr fl gr pl pr sh st th tr ch".split()
-    vowels = "a e i o u a e i o ea ou ai io".split()
+    """Pronounceable, distinct, made-up words of one to three syllables."""
+    onsets = _words("b c d f g h j k l m n p r s t v w z br cl dr fl gr pl pr sh st th tr ch")
+    vowels = _words("a e i o u a e i o ea ou ai io")
     codas = ["", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "ck", "x"]
     words: list[str] = []
     while len(words) < count:
-        syllables = rng.choices((1, 2, 3, 4), weights=(2, 5, 3, 1))[0]
+        syllables = rng.choices((1, 2, 3), weights=(3, 5, 2))[0]
         word = "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(syllables))
         if 3 <= len(word) <= 14 and word not in taken:
             taken.add(word)
@@ -173,22 +194,24 @@ class _Vocabulary:
         head = content[: 2 * len(_COMMON_WORDS)]
         rng.shuffle(head)
         self.words: list[str] = function_words + head + content[len(head) :]
-        self.word_weights = _zipf_cumulative(len(self.words), exponent=1.05, offset=1.7)
+        self.word_table = _zipf_table(self.words, exponent=1.05, offset=1.7)
         self.stopwords = frozenset(self.words[:60])
-        total = self.word_weights[-1]
-        previous = 0.0
-        mean_length = 0.0
-        for word, cumulative in zip(self.words, self.word_weights, strict=True):
-            mean_length += len(word) * (cumulative - previous) / total
-            previous = cumulative
-        self.chars_per_word = mean_length + 1.0  # the separating space
+        # Mean characters per drawn word, with the separating space.
+        self.chars_per_word = sum(map(len, self.word_table)) / len(self.word_table) + 1.0
 
         common = list(dict.fromkeys(_COMMON_CJK))
         known = set(common)
         filler = (chr(c) for c in itertools.count(_CJK_FIRST) if chr(c) not in known)
         self.cjk: list[str] = common + list(itertools.islice(filler, _CJK_SET_SIZE - len(common)))
-        self.cjk_weights = _zipf_cumulative(len(self.cjk), exponent=1.0, offset=2.0)
+        self.cjk_table = _zipf_table(self.cjk, exponent=1.0, offset=2.0)
         self.cjk_stop = frozenset(self.cjk[:30])
+        # Chinese words: the particles, then made-up words of one to four Zipf-drawn characters, mostly two.
+        cjk_words = dict.fromkeys(_CJK_PARTICLES)
+        while len(cjk_words) < _CJK_WORDS:
+            size = rng.choices((1, 2, 3, 4), weights=(15, 60, 15, 10))[0]
+            cjk_words.setdefault("".join(rng.choices(self.cjk_table, k=size)), None)
+        self.cjk_word_table = _zipf_table(list(cjk_words), exponent=1.0, offset=2.7)
+        self.cjk_chars_per_word = sum(map(len, self.cjk_word_table)) / len(self.cjk_word_table)
 
 
 def _length(rng: random.Random, role: str) -> int:
@@ -198,67 +221,66 @@ def _length(rng: random.Random, role: str) -> int:
 
 def _english(rng: random.Random, vocab: _Vocabulary, role: str, chars: int) -> str:
     n = max(1, round(chars / vocab.chars_per_word))
-    words = rng.choices(vocab.words, cum_weights=vocab.word_weights, k=n)
-    randrange = rng.randrange
+    words = rng.choices(vocab.word_table, k=n)
+    rnd = rng.random
     if role == "tool":
-        # Tool output: key/value lines, paths and numbers among the words.
+        # Tool output: lines of words with key=value pairs, paths and JSON-ish numbers among them.
         for i in range(0, n, 6):
-            pick = randrange(5)
+            pick = int(rnd() * 5)
             if pick == 0:
-                words[i] = f"{words[i]}={randrange(100000)}"
+                words[i] = f"{words[i]}={int(rnd() * 100000)}"
             elif pick == 1:
-                words[i] = f"/srv/{words[i]}/{words[min(i + 1, n - 1)]}.py:{randrange(1, 900)}"
+                words[i] = f"/srv/{words[i]}/{words[min(i + 1, n - 1)]}.py:{1 + int(rnd() * 900)}"
             elif pick == 2:
-                words[i] = f'"{words[i]}": {randrange(1000)},'
-        lines: list[str] = []
-        for start in range(0, n, 9):
-            lines.append(" ".join(words[start : start + 9]))
-        text = "\n".join(lines)
+                words[i] = f'"{words[i]}": {int(rnd() * 1000)},'
+        text = "\n".join(" ".join(words[start : start + 9]) for start in range(0, n, 9))
+        return text[:chars]  # the longer tokens above would otherwise stretch the length distribution
+    sentences: list[str] = []
+    start = 0
+    while start < n:
+        size = 4 + int(rnd() * 14)
+        chunk = words[start : start + size]
+        if len(chunk) > 7:
+            chunk[2 + int(rnd() * (len(chunk) - 4))] += ","
+        if role == "assistant" and len(chunk) > 3 and rnd() < 0.08:
+            chunk[1 + int(rnd() * (len(chunk) - 2))] += " —"  # LLM prose has em dashes
+        sentence = " ".join(chunk)
+        sentences.append(sentence[0].upper() + sentence[1:] + _EN_END_SENTENCE[int(rnd() * 8)])
+        start += size
+    if role == "assistant" and len(sentences) > 4 and rnd() < 0.33:
+        # A markdown list in about a third of the longer answers.
+        cut = len(sentences) // 2
+        text = " ".join(sentences[:cut]) + "\n\n" + "\n".join(f"- {s}" for s in sentences[cut:])
     else:
-        sentences: list[str] = []
-        start = 0
-        while start < n:
-            size = 4 + randrange(14)
-            chunk = words[start : start + size]
-            if len(chunk) > 7:
-                chunk[randrange(2, len(chunk) - 2)] += ","
-            if role == "assistant" and randrange(12) == 0 and len(chunk) > 3:
-                chunk[randrange(1, len(chunk) - 1)] += " —"  # LLM prose has em dashes
-            sentence = " ".join(chunk)
-            sentences.append(sentence[0].upper() + sentence[1:] + _EN_END_SENTENCE[randrange(8)])
-            start += size
-        if role == "assistant" and len(sentences) > 4 and randrange(3) == 0:
-            # A markdown list in about a third of the longer answers.
-            cut = len(sentences) // 2
-            text = " ".join(sentences[:cut]) + "\n\n" + "\n".join(f"- {s}" for s in sentences[cut:])
-        else:
-            text = " ".join(sentences)
+        text = " ".join(sentences)
     return text[:_MAX_CHARS]
 
 
 def _chinese(rng: random.Random, vocab: _Vocabulary, role: str, chars: int) -> str:
-    n = max(1, round(chars * _CHINESE_LENGTH_FACTOR))
-    characters = rng.choices(vocab.cjk, cum_weights=vocab.cjk_weights, k=n)
-    randrange = rng.randrange
-    parts: list[str] = []
+    n = max(1, round(chars * _CHINESE_LENGTH_FACTOR / vocab.cjk_chars_per_word))
+    words = rng.choices(vocab.cjk_word_table, k=n)
+    rnd = rng.random
+    clauses: list[str] = []
     start = 0
     while start < n:
-        size = 3 + randrange(12)
-        clause = "".join(characters[start : start + size])
-        if randrange(7) == 0:
-            word = _ASCII_IN_CHINESE[randrange(len(_ASCII_IN_CHINESE))]
-            at = randrange(len(clause) + 1)
-            glue = " " if randrange(2) else ""
-            clause = f"{clause[:at]}{glue}{word}{glue}{clause[at:]}"
-        elif randrange(15) == 0:
-            clause += str(randrange(2, 2000))
-        parts.append(clause)
+        size = 2 + int(rnd() * 6)
+        clause = "".join(words[start : start + size])
         start += size
-        parts.append(_CJK_END_SENTENCE[randrange(6)] if randrange(3) == 0 else _CJK_END_CLAUSE[randrange(6)])
-    if parts[-1] in _CJK_END_CLAUSE:
-        parts[-1] = "。"
-    separator = "\n" if role == "tool" else ""
-    return separator.join(parts)[:_MAX_CHARS]
+        roll = rnd()
+        if roll < 0.14:
+            word = _ASCII_IN_CHINESE[int(rnd() * len(_ASCII_IN_CHINESE))]
+            at = int(rnd() * (len(clause) + 1))
+            glue = " " if rnd() < 0.5 else ""
+            clause = f"{clause[:at]}{glue}{word}{glue}{clause[at:]}"
+        elif roll < 0.2:
+            clause += str(2 + int(rnd() * 2000))
+        if start >= n or rnd() < 0.33:
+            clauses.append(clause + _CJK_END_SENTENCE[int(rnd() * 6)])
+            if role == "tool" and start < n:
+                clauses.append("\n")
+        else:
+            clauses.append(clause + _CJK_END_CLAUSE[int(rnd() * 6)])
+    return "".join(clauses)[:_MAX_CHARS]
 
 
 def _structure(rng: random.Random, n_messages: int) -> list[list[list[str]]]:
@@ -344,14 +366,14 @@ def count_cjk_messages(sessions: Sequence[Session]) -> int:
     return sum(1 for _, content in iter_messages(sessions) if is_chinese(content))
 
 
-def batches(sessions: Sequence[Session], turn_size: int) -> list[list[Message]]:
+def batches(sessions: Sequence[Session], turn_size: int) -> list[list[list[Message]]]:
     """Per session, its messages in append batches: natural turns when ``turn_size`` is 0, else fixed chunks.
 
     Returns one list of batches per session.
     """
     if turn_size < 0:
         raise ValueError(f"turn_size must be >= 0, not {turn_size}")
-    out: list[list[Message]] = []
+    out: list[list[list[Message]]] = []
     for session in sessions:
         if turn_size == 0:
             out.append([list(turn) for turn in session])
@@ -425,15 +447,15 @@ def sample_queries(sessions: Sequence[Session], count: int, *, seed: int = DEFAU
 def _query(rng: random.Random, vocab: _Vocabulary, kind: str, content: str) -> str | None:
     if kind.startswith("zh"):
         size = int(kind[3:])
-        runs = [r for r in _CJK_RUN_RE.findall(content) if len(r) >= size]
+        runs: list[str] = [r for r in _CJK_RUN_RE.findall(content) if len(r) >= size]
         if not runs:
             return None
         run = rng.choice(runs)
         at = rng.randrange(len(run) - size + 1)
         piece = run[at : at + size]
         return None if size == 1 and piece in vocab.cjk_stop else piece
-    tokens = _WORD_RE.findall(content.lower())
-    content_words = [t for t in tokens if t not in vocab.stopwords]
+    tokens: list[str] = _TOKEN_RE.findall(content.lower())
+    content_words = [t for t in tokens if t.isalpha() and t not in vocab.stopwords]
     if not content_words:
         return None
     if kind == "en_word":
@@ -442,9 +464,10 @@ def _query(rng: random.Random, vocab: _Vocabulary, kind: str, content: str) -> s
         distinct = sorted(set(content_words))
         return " ".join(rng.sample(distinct, 2)) if len(distinct) >= 2 else None
     if kind == "en_phrase":
-        pairs = [
-            (a, b) for a, b in itertools.pairwise(tokens) if a not in vocab.stopwords or b not in vocab.stopwords
-        ]
-        return '"{} {}"'.format(*rng.choice(pairs)) if pairs else None
+        pairs = [(a, b) for a, b in itertools.pairwise(tokens) if a not in vocab.stopwords or b not in vocab.stopwords]
+        if not pairs:
+            return None
+        first, second = rng.choice(pairs)
+        return f'"{first} {second}"'
     long_words = [w for w in content_words if len(w) >= 5]
     return rng.choice(long_words)[:3] + "*" if long_words else None

@@ -1,0 +1,799 @@
+"""Turn throughput and latency of the whole runtime, memory per live actor, and the raw APSW ceiling.
+
+Every figure goes the full path: ``Gateway.accept`` (inbox commit) → supervisor → session actor → agent →
+turn commit → outbox actor → ``FakePlatform.send``. Each measurement runs on a fresh temporary database
+(synchronous NORMAL). Run ``python bench/throughput.py --help``; bench/README.md explains every line it prints.
+Not a test: pytest does not collect it (it is outside ``tests`` and its name does not start with ``test_``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import gc
+import os
+import pstats
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol, TypeVar
+
+# Run from a checkout without installing: the repository root goes first, so the working tree is measured.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.gateway import Gateway
+from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import MessageRecord, Synchronous, migrate, open_connection
+from hermes_actors.store.writer import WriterStatistics
+from hermes_actors.testing import FakePlatform
+
+PLATFORM = "bench"
+NO_MERGING = 10**6  # pending_soft_limit = pending_hard_limit: every message is its own turn, none is refused
+SLOW_AGENT_DELAY_S = 0.05
+WARMUP_TURNS = 20
+PARTS = ("serial", "aggregate", "slow", "activate", "ceiling")
+TARGETS = (
+    ("one session turns/s", 500.0),
+    ("aggregate turns/s", 2000.0),
+    ("aggregate / ceiling", 0.5),
+    ("50ms agent / aggregate", 0.8),
+)
+REPLY_TIMEOUT_S = 120.0
+
+R = TypeVar("R")
+_figures: dict[str, float] = {}
+
+
+def figure(name: str, value: float | int, unit: str = "", note: str = "") -> None:
+    """Print one figure as ``name: value unit (note)`` and remember it for the summary."""
+    _figures[name] = float(value)
+    if isinstance(value, float):
+        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    else:
+        text = str(value)
+    line = f"{name}: {text}"
+    if unit:
+        line += f" {unit}"
+    if note:
+        line += f" ({note})"
+    print(line, flush=True)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Return the nearest-rank percentile of ``values`` (``fraction`` in 0..1)."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def rss_kib() -> int:
+    """Return this process's resident set size in KiB (``VmRSS`` of /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS line in /proc/self/status")
+
+
+# Thread name prefixes → the part of the runtime they belong to (pykka names actor threads "<Class>-<n>").
+THREAD_GROUPS = (
+    ("hermes-store-writer", "writer"),
+    ("SupervisorActor", "supervisor"),
+    ("SessionActor", "session actors"),
+    ("hermes-agent", "agent pool"),
+    ("OutboxActor", "outbox actor"),
+    ("producer", "producers"),
+    ("MainThread", "bench main"),
+)
+
+
+def thread_group(name: str) -> str:
+    """Return the part of the runtime a thread named ``name`` belongs to."""
+    return next((group for prefix, group in THREAD_GROUPS if name.startswith(prefix)), "other")
+
+
+def thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """Return the CPU seconds each live thread has used so far, by thread ident, with its group.
+
+    Producer threads may end while this runs (reading the clock of an ended thread is undefined), so they are
+    left out: they measure themselves with ``time.thread_time``.
+    """
+    used: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None or thread_group(thread.name) == "producers":
+            continue
+        try:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            used[thread.ident] = (thread_group(thread.name), time.clock_gettime(clock))
+        except OSError:  # the thread ended between enumerate() and the clock read
+            continue
+    return used
+
+
+@dataclass
+class CpuWindow:
+    """CPU use of the process over a measured window: by thread group, and context switches."""
+
+    by_group: dict[str, float]
+    user_s: float
+    system_s: float
+    context_switches: int
+    wall_s: float
+
+
+class CpuMeter:
+    """Reads per-thread CPU clocks and ``getrusage`` at the start and the end of a window."""
+
+    def __init__(self) -> None:
+        self._threads = thread_cpu_s()
+        self._usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._wall = time.perf_counter()
+
+    def stop(self) -> CpuWindow:
+        """Close the window (call it while the runtime's threads are still alive)."""
+        wall = time.perf_counter() - self._wall
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        by_group: dict[str, float] = {}
+        for ident, (group, used) in thread_cpu_s().items():
+            before = self._threads.get(ident, (group, 0.0))[1]
+            by_group[group] = by_group.get(group, 0.0) + used - before
+        switches = usage.ru_nvcsw + usage.ru_nivcsw - self._usage.ru_nvcsw - self._usage.ru_nivcsw
+        return CpuWindow(
+            by_group=by_group,
+            user_s=usage.ru_utime - self._usage.ru_utime,
+            system_s=usage.ru_stime - self._usage.ru_stime,
+            context_switches=switches,
+            wall_s=wall,
+        )
+
+    @staticmethod
+    def describe(window: CpuWindow) -> str:
+        """``N% of C cores busy, S% of it in the kernel``."""
+        cores = os.cpu_count() or 1
+        used = window.user_s + window.system_s
+        return (
+            f"user+sys of the process: {used / window.wall_s / cores:.0%} of {cores} cores busy, "
+            f"{window.system_s / max(used, 1e-9):.0%} of it in the kernel"
+        )
+
+
+class ThreadProfiler:
+    """cProfile in every thread started while it is on (``threading.setprofile``) and in the calling thread.
+
+    ``save(directory)`` writes one pstats file per thread group (``writer.prof``, ``session-actors.prof``, ...)
+    and ``all.prof``. cProfile times are wall time per thread: blocking calls (``acquire``, ``wait``) count.
+    """
+
+    def __init__(self) -> None:
+        self._profiles: list[tuple[str, cProfile.Profile]] = []
+        self._lock = threading.Lock()
+
+    def _start_in_thread(self, frame: FrameType, event: str, arg: Any) -> None:
+        profile = cProfile.Profile()
+        with self._lock:
+            self._profiles.append((thread_group(threading.current_thread().name), profile))
+        profile.enable()  # replaces this hook in the thread
+
+    def start(self) -> None:
+        """Profile the calling thread and every thread started from now on."""
+        threading.setprofile(self._start_in_thread)
+        self._start_in_thread(sys._getframe(), "call", None)
+
+    def save(self, directory: Path) -> None:
+        """Stop profiling the calling thread and write the merged statistics per thread group."""
+        threading.setprofile(None)
+        directory.mkdir(parents=True, exist_ok=True)
+        groups: dict[str, list[cProfile.Profile]] = {}
+        with self._lock:
+            for group, profile in self._profiles:
+                groups.setdefault(group, []).append(profile)
+        for profile in groups.get("bench main", []):
+            profile.disable()
+        everything: pstats.Stats | None = None
+        for group, profiles in groups.items():
+            stats = pstats.Stats(profiles[0])
+            for profile in profiles[1:]:
+                stats.add(profile)
+            stats.dump_stats(directory / f"{group.replace(' ', '-')}.prof")
+            if everything is None:
+                everything = pstats.Stats(profiles[0])
+                profiles = profiles[1:]
+            for profile in profiles:
+                everything.add(profile)
+        if everything is not None:
+            everything.dump_stats(directory / "all.prof")
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages of the machine (other processes compete for the cores)."""
+    return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
+
+
+PR_FUTEX_HASH = 78  # <linux/prctl.h>, Linux 6.16
+PR_FUTEX_HASH_SET_SLOTS = 1
+
+
+def set_futex_hash_slots(slots: int) -> None:
+    """Resize this process's private futex hash (``0``: use the global one); raise ``OSError`` if refused.
+
+    Since Linux 6.16 a threaded process gets a private futex hash sized for its CPUs (16 slots on 2 cores), so
+    with thousands of actor threads every futex wake walks a long bucket.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, slots, 0, 0) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"prctl(PR_FUTEX_HASH_SET_SLOTS, {slots}): {os.strerror(error)}")
+    print(f"# futex hash: {slots} private slots" if slots else "# futex hash: the global one", flush=True)
+
+
+# -- the platform and the agents -------------------------------------------------------------------------------
+
+
+class TimedPlatform(FakePlatform):
+    """A :class:`FakePlatform` that timestamps every reply by the inbound message it answers and counts them.
+
+    ``wait_for(n)`` returns once ``n`` replies have been sent in all; only the sender thread that reaches the
+    awaited count wakes the waiter, so counting costs one lock per reply.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(PLATFORM)
+        self.replied_at: dict[str, float] = {}
+        self.count = 0
+        self._target = 0
+        self._done = threading.Condition()
+
+    def send(self, message: OutboundMessage) -> str | None:
+        """Send through :class:`FakePlatform`, then record when and count."""
+        platform_id = super().send(message)
+        now = time.perf_counter()
+        with self._done:
+            if message.reply_to is not None:
+                self.replied_at[message.reply_to] = now
+            self.count += 1
+            if self.count >= self._target:
+                self._done.notify_all()
+        return platform_id
+
+    def wait_for(self, count: int, timeout: float = REPLY_TIMEOUT_S) -> None:
+        """Block until ``count`` replies were sent in all; raise ``TimeoutError`` after ``timeout``."""
+        with self._done:
+            self._target = count
+            if not self._done.wait_for(lambda: self.count >= count, timeout):
+                raise TimeoutError(f"only {self.count} of {count} replies within {timeout:.0f} s")
+
+    def inbound(self, text: str, *, session: int, message_id: str) -> InboundMessage:
+        """Build the message user ``session`` sends in its own direct chat."""
+        return self.message(text, chat_id=f"chat-{session}", user_id=f"user-{session}", message_id=message_id)
+
+
+class SlowAgent:
+    """:class:`EchoAgent` after waiting ``delay_s`` per turn, as if a model answered (the thread sleeps)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self._delay = delay_s
+        self._echo = EchoAgent()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        """Wait, then echo."""
+        threading.Event().wait(self._delay)
+        return self._echo.run_turn(turn, timeout_s=timeout_s)
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        """Echo's summary."""
+        return self._echo.summarize(history, timeout_s=timeout_s)
+
+    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
+        """Echo's memories."""
+        return self._echo.save_memories(history, timeout_s=timeout_s)
+
+
+class FinishedTurn(Protocol):
+    """What the bench reads of the runtime's ``TurnOutcome`` (passed to the gateway's ``on_turn``)."""
+
+    @property
+    def inbox_ids(self) -> tuple[int, ...]:
+        """The inbox rows the turn answered."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """A started gateway on a fresh database and its timed platform."""
+
+    gateway: Gateway
+    platform: TimedPlatform
+    turn_done_at: dict[int, float]  # inbox id → when the supervisor heard its turn had committed
+
+    def writer_statistics(self) -> WriterStatistics:
+        """The store writer's counts (the gateway keeps its writer private; a benchmark may look)."""
+        return self.gateway._writer.statistics()
+
+    def settle_writes(self) -> None:
+        """Wait until every write queued so far (the outbox's ``mark_sent``, say) has committed."""
+        self.gateway._writer.call(lambda store: None)
+
+
+@contextmanager
+def runtime(
+    config: RuntimeConfig, *, agent: EchoAgent | SlowAgent | None = None, tick_interval_s: float = 5.0
+) -> Iterator[Runtime]:
+    """Start a gateway with ``config`` on a fresh database in a temporary directory; stop it afterwards."""
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory:
+        platform = TimedPlatform()
+        turn_done_at: dict[int, float] = {}
+
+        def turn_done(outcome: FinishedTurn) -> None:
+            now = time.perf_counter()
+            for inbox_id in outcome.inbox_ids:
+                turn_done_at[inbox_id] = now
+
+        gateway = Gateway(
+            Path(directory) / "state.db",
+            config=config,
+            agent=agent or EchoAgent(),
+            senders=[platform],
+            synchronous=Synchronous.NORMAL,
+            tick_interval_s=tick_interval_s,
+            on_turn=turn_done,
+        )
+        platform.attach(gateway)
+        try:
+            yield Runtime(gateway, platform, turn_done_at)
+        finally:
+            gateway.stop(timeout=60)
+
+
+def throughput_config(*, max_live_actors: int = 5000, max_concurrent_agent_calls: int = 256) -> RuntimeConfig:
+    """The runtime settings of the throughput runs: no merging of queued messages, so one message is one turn."""
+    return RuntimeConfig(
+        pending_soft_limit=NO_MERGING,
+        pending_hard_limit=NO_MERGING,
+        max_live_actors=max_live_actors,
+        max_concurrent_agent_calls=max_concurrent_agent_calls,
+    )
+
+
+# -- 1. one session, one turn at a time --------------------------------------------------------------------------
+
+
+@dataclass
+class SerialResult:
+    turns_s: float
+    latencies_s: list[float]
+    writer: WriterStatistics
+    cpu: CpuWindow
+
+
+def run_serial(turns: int) -> SerialResult:
+    """Drive one session: send a message, wait for its reply, repeat. Warm-up turns are not counted."""
+    with runtime(throughput_config()) as rt:
+        platform, accept = rt.platform, rt.gateway.accept
+        latencies: list[float] = []
+        for i in range(WARMUP_TURNS):
+            accept(platform.inbound(f"turn {i}", session=0, message_id=f"s{i}"))
+            platform.wait_for(i + 1)
+        rt.settle_writes()
+        before = rt.writer_statistics()
+        meter = CpuMeter()
+        for i in range(WARMUP_TURNS, WARMUP_TURNS + turns):
+            message_id = f"s{i}"
+            sent = time.perf_counter()
+            accept(platform.inbound(f"turn {i}", session=0, message_id=message_id))
+            platform.wait_for(i + 1)
+            latencies.append(platform.replied_at[message_id] - sent)
+        cpu = meter.stop()
+        rt.settle_writes()
+        after = rt.writer_statistics()
+    writer = WriterStatistics(
+        writes=after.writes - before.writes - 1,  # less the settling call
+        commits=after.commits - before.commits - 1,
+        largest_batch=after.largest_batch,
+        queued=0,
+    )
+    return SerialResult(turns_s=turns / cpu.wall_s, latencies_s=latencies, writer=writer, cpu=cpu)
+
+
+# -- 2 and 3. many sessions at once --------------------------------------------------------------------------------
+
+
+@dataclass
+class AggregateResult:
+    turns_s: float
+    latencies_s: list[float]
+    accept_s: float  # until the producers had handed over every message
+    accept_calls_s: list[float]  # how long each Gateway.accept call took (the inbox commit)
+    committed_s: float  # until the supervisor heard of the last turn's commit
+    outbox_lag_s: list[float]  # turn committed → reply sent, per message
+    writer: WriterStatistics
+    turns: int
+    cpu: CpuWindow
+
+
+def run_aggregate(
+    sessions: int, turns: int, producers: int, *, agent: EchoAgent | SlowAgent | None = None, agent_calls: int = 256
+) -> AggregateResult:
+    """``producers`` threads send ``turns`` messages to each of ``sessions`` chats without waiting for replies.
+
+    Producer ``k`` owns the sessions ``k, k + producers, ...`` and sends round by round (message ``t`` to all its
+    sessions, then ``t + 1``), so each session's messages are accepted in order. The run ends at the last reply.
+    """
+    config = throughput_config(max_concurrent_agent_calls=agent_calls, max_live_actors=max(5000, sessions))
+    with runtime(config, agent=agent) as rt:
+        platform, accept = rt.platform, rt.gateway.accept
+        # Warm up: every session is activated (first turn) before the clock starts, so this measures turns only.
+        for s in range(sessions):
+            accept(platform.inbound("hello", session=s, message_id=f"w{s}"))
+        platform.wait_for(sessions)
+        rt.gateway.wait_idle()
+        rt.settle_writes()
+        before = rt.writer_statistics()
+        accepted_at: dict[str, float] = {}
+        accept_calls: list[float] = []
+        inbox_ids: dict[str, int] = {}
+        accept_done: list[float] = []
+        producer_cpu: list[float] = []
+        gate = threading.Barrier(producers + 1)
+
+        def produce(k: int) -> None:
+            owned = range(k, sessions, producers)
+            gate.wait()
+            cpu_started = time.thread_time()
+            for t in range(turns):
+                for s in owned:
+                    message_id = f"a{s}.{t}"
+                    message = platform.inbound(f"message {t} of session {s}", session=s, message_id=message_id)
+                    accepted_at[message_id] = sent = time.perf_counter()
+                    result = accept(message)
+                    accept_calls.append(time.perf_counter() - sent)
+                    if result.inbox_id is not None:
+                        inbox_ids[message_id] = result.inbox_id
+            accept_done.append(time.perf_counter())
+            producer_cpu.append(time.thread_time() - cpu_started)
+
+        threads = [threading.Thread(target=produce, args=(k,), name=f"producer-{k}") for k in range(producers)]
+        for thread in threads:
+            thread.start()
+        meter = CpuMeter()
+        gate.wait()
+        started = time.perf_counter()
+        total = sessions * turns
+        platform.wait_for(sessions + total)
+        cpu = meter.stop()
+        finished = max(platform.replied_at[m] for m in accepted_at)
+        for thread in threads:
+            thread.join()
+        cpu.by_group["producers"] = sum(producer_cpu)  # they ended before the window closed
+        after = rt.writer_statistics()
+        rt.gateway.wait_idle()
+        stats = rt.gateway.statistics()
+        if stats.rejected or stats.turns < sessions + total:
+            raise RuntimeError(f"expected {sessions + total} turns and no refusals, got {stats}")
+    latencies = [platform.replied_at[m] - at for m, at in accepted_at.items()]
+    done_at = {m: rt.turn_done_at[i] for m, i in inbox_ids.items()}
+    writer = WriterStatistics(
+        writes=after.writes - before.writes,
+        commits=after.commits - before.commits,
+        largest_batch=after.largest_batch,
+        queued=0,
+    )
+    return AggregateResult(
+        turns_s=total / (finished - started),
+        latencies_s=latencies,
+        accept_s=max(accept_done) - started,
+        accept_calls_s=accept_calls,
+        committed_s=max(done_at.values()) - started,
+        outbox_lag_s=[platform.replied_at[m] - at for m, at in done_at.items()],
+        writer=writer,
+        turns=total,
+        cpu=cpu,
+    )
+
+
+# -- 4. memory per live actor and activation time ----------------------------------------------------------------
+
+
+@dataclass
+class ActivationResult:
+    rss_kib_per_actor: float
+    activate_s: float
+    live_actors: int
+    cpu: CpuWindow
+
+
+def run_activation(sessions: int, producers: int) -> ActivationResult:
+    """Send one first message to each of ``sessions`` new chats and wait for every reply.
+
+    RSS is read after a warm-up session, and again once every reply is sent and every actor is still live (the
+    supervisor's passivation tick is pushed out of the run), after a full garbage collection both times.
+    """
+    config = throughput_config(max_live_actors=12000, max_concurrent_agent_calls=256)
+    with runtime(config, tick_interval_s=3600.0) as rt:
+        platform, accept = rt.platform, rt.gateway.accept
+        accept(platform.inbound("warm-up", session=-1, message_id="warm-up"))
+        platform.wait_for(1)
+        gc.collect()
+        rss_before = rss_kib()
+        gate = threading.Barrier(producers + 1)
+
+        def produce(k: int) -> None:
+            gate.wait()
+            for s in range(k, sessions, producers):
+                accept(platform.inbound("hello", session=s, message_id=f"f{s}"))
+
+        threads = [threading.Thread(target=produce, args=(k,), name=f"producer-{k}") for k in range(producers)]
+        for thread in threads:
+            thread.start()
+        meter = CpuMeter()
+        gate.wait()
+        started = time.perf_counter()
+        platform.wait_for(1 + sessions)
+        elapsed = time.perf_counter() - started
+        cpu = meter.stop()
+        for thread in threads:
+            thread.join()
+        gc.collect()
+        rss_after = rss_kib()
+        live = rt.gateway.statistics().live_actors
+    return ActivationResult(
+        rss_kib_per_actor=(rss_after - rss_before) / sessions, activate_s=elapsed, live_actors=live, cpu=cpu
+    )
+
+
+# -- 5. the raw ceiling ------------------------------------------------------------------------------------------
+
+_INSERT_SESSION = (
+    "INSERT INTO sessions (id, source, user_id, chat_id, chat_type, routing_key, started_at, last_active_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_INBOX = (
+    "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_COMPLETE_INBOX = "UPDATE inbox SET state = 'done', session_id = ?, completed_at = ? WHERE id = ?"
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, role, content, token_count, created_at, platform_message_id) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_COUNT_SESSION = (
+    "UPDATE sessions SET message_count = message_count + 2, input_tokens = input_tokens + ?, "
+    "output_tokens = output_tokens + ?, last_active_at = max(last_active_at, ?) WHERE id = ?"
+)
+_INSERT_OUTBOX = (
+    "INSERT INTO outbox (session_id, platform, account_id, chat_id, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SENT_OUTBOX = "UPDATE outbox SET sent_at = ?, platform_message_id = ? WHERE id = ?"
+
+
+def run_ceiling(sessions: int, turns: int, per_transaction: int) -> float:
+    """Write the rows of ``sessions * turns`` echo turns with plain APSW statements; return turns per second.
+
+    The rows and payloads are the runtime's (msgpack-encoded inbound and outbound messages, FTS triggers on the
+    messages); they are built before the clock starts, so only SQLite and the APSW calls are timed.
+    """
+    plan: list[tuple[str, str, str, str, bytes, bytes]] = []
+    for t in range(turns):
+        for s in range(sessions):
+            text = f"message {t} of session {s}"
+            source = SessionSource(platform=PLATFORM, chat_id=f"chat-{s}", user_id=f"user-{s}")
+            message_id = f"a{s}.{t}"
+            inbound = encode(InboundMessage(source=source, text=text, message_id=message_id))
+            reply = f"echo: {text}"
+            outbound = encode(
+                OutboundMessage(
+                    platform=PLATFORM, text=reply, chat_id=f"chat-{s}", user_id=f"user-{s}", reply_to=message_id
+                )
+            )
+            plan.append((f"session-{s}", message_id, text, reply, inbound, outbound))
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory:
+        db = open_connection(Path(directory) / "ceiling.db", synchronous=Synchronous.NORMAL)
+        try:
+            migrate(db)
+            now = time.time()
+            with db:
+                db.executemany(
+                    _INSERT_SESSION,
+                    [
+                        (f"session-{s}", PLATFORM, f"user-{s}", f"chat-{s}", "dm", f"key-{s}", now, now)
+                        for s in range(sessions)
+                    ],
+                )
+            started = time.perf_counter()
+            for first in range(0, len(plan), per_transaction):
+                with db:
+                    for session_id, message_id, text, reply, inbound, outbound in plan[first : first + per_transaction]:
+                        now = time.time()
+                        db.execute(_INSERT_INBOX, (PLATFORM, "", message_id, session_id, inbound, now))
+                        inbox_id = db.last_insert_rowid()
+                        db.execute(_INSERT_MESSAGE, (session_id, "user", text, None, now, message_id))
+                        db.execute(_INSERT_MESSAGE, (session_id, "assistant", reply, None, now, None))
+                        db.execute(_COUNT_SESSION, (8, 8, now, session_id))
+                        db.execute(_COMPLETE_INBOX, (session_id, now, inbox_id))
+                        db.execute(_INSERT_OUTBOX, (session_id, PLATFORM, "", session_id, outbound, now))
+                        db.execute(_SENT_OUTBOX, (now, "sent", db.last_insert_rowid()))
+            elapsed = time.perf_counter() - started
+        finally:
+            db.close()
+    return len(plan) / elapsed
+
+
+# -- main ----------------------------------------------------------------------------------------------------------
+
+
+def median_of(runs: int, measure: Callable[[], float]) -> float:
+    """Run ``measure`` ``runs`` times and return the median."""
+    return statistics.median(measure() for _ in range(runs))
+
+
+def report_aggregate(prefix: str, result: AggregateResult, note: str, *, by_thread: bool = False) -> None:
+    """Print the figures of one many-session run."""
+    figure(f"{prefix} turns/s", result.turns_s, "turns/s", note)
+    figure(f"{prefix} latency p50", percentile(result.latencies_s, 0.5) * 1000, "ms", "accept → reply sent")
+    figure(f"{prefix} latency p99", percentile(result.latencies_s, 0.99) * 1000, "ms")
+    figure(f"{prefix} accept phase", result.accept_s, "s", "until the producers had handed over every message")
+    figure(f"{prefix} accept call p50", percentile(result.accept_calls_s, 0.5) * 1000, "ms", "the inbox commit")
+    figure(
+        f"{prefix} turns committed/s",
+        result.turns / result.committed_s,
+        "turns/s",
+        "as the supervisor hears of them, before the outbox sends",
+    )
+    figure(f"{prefix} outbox lag p50", percentile(result.outbox_lag_s, 0.5) * 1000, "ms", "turn committed → reply sent")
+    figure(f"{prefix} outbox lag p99", percentile(result.outbox_lag_s, 0.99) * 1000, "ms")
+    w = result.writer
+    figure(
+        f"{prefix} writes per commit",
+        w.writes / max(1, w.commits),
+        "",
+        f"{w.writes} writes in {w.commits} commits, largest batch {w.largest_batch}",
+    )
+    cpu = result.cpu
+    figure(f"{prefix} CPU per turn", (cpu.user_s + cpu.system_s) / result.turns * 1e6, "µs", CpuMeter.describe(cpu))
+    figure(f"{prefix} context switches per turn", cpu.context_switches / result.turns)
+    if by_thread:
+        for group, used in sorted(cpu.by_group.items(), key=lambda item: -item[1]):
+            figure(f"{prefix} CPU {group}", used / cpu.wall_s * 100, "% of one core", f"{used:.2f} s")
+
+
+def median_run(runs: list[R], key: Callable[[R], float]) -> R:
+    """Return the run with the median ``key`` (the upper middle one of an even count)."""
+    return sorted(runs, key=key)[len(runs) // 2]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the parts asked for and print their figures, then the targets."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--serial-turns", type=int, default=2000, help="turns of the one-session run")
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions of the aggregate runs")
+    parser.add_argument("--turns", type=int, default=10, help="timed turns per session in the aggregate runs")
+    parser.add_argument("--producers", type=int, default=4, help="threads calling Gateway.accept")
+    parser.add_argument("--agent-calls", type=int, default=256, help="max_concurrent_agent_calls of the 50 ms run")
+    parser.add_argument("--activate", type=int, default=10000, help="sessions activated for RSS and activation time")
+    parser.add_argument("--ceiling-tx", type=int, default=5000, help="turns per transaction of the raw ceiling")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each throughput figure (medians printed)")
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
+    parser.add_argument(
+        "--futex-hash-slots",
+        type=int,
+        metavar="N",
+        help="Linux >= 6.16: give the process N private futex hash slots (0: the global hash) before starting",
+    )
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="cProfile every thread; write pstats files per thread group to DIR"
+    )
+    args = parser.parse_args(argv)
+    if args.futex_hash_slots is not None:
+        set_futex_hash_slots(args.futex_hash_slots)
+    profiler = ThreadProfiler() if args.profile else None
+    if profiler is not None:
+        profiler.start()
+    parts = set(args.only or PARTS)
+    started = time.perf_counter()
+    print(f"# load average before: {load_average()}; {os.cpu_count()} cores", flush=True)
+    print(
+        f"# synchronous NORMAL, pending_soft_limit = pending_hard_limit = {NO_MERGING} (every message is its own "
+        f"turn), throughput figures are medians of {args.repeats} runs",
+        flush=True,
+    )
+    if "serial" in parts:
+        serial = median_run([run_serial(args.serial_turns) for _ in range(args.repeats)], lambda r: r.turns_s)
+        figure("one session turns/s", serial.turns_s, "turns/s", f"{args.serial_turns} turns, one at a time")
+        figure("one session latency p50", percentile(serial.latencies_s, 0.5) * 1000, "ms", "accept → reply sent")
+        figure("one session latency p99", percentile(serial.latencies_s, 0.99) * 1000, "ms")
+        tenth = max(1, len(serial.latencies_s) // 10)
+        figure(
+            "one session latency p50 first 10%",
+            percentile(serial.latencies_s[:tenth], 0.5) * 1000,
+            "ms",
+            f"turns 1-{tenth}, short history",
+        )
+        figure(
+            "one session latency p50 last 10%",
+            percentile(serial.latencies_s[-tenth:], 0.5) * 1000,
+            "ms",
+            f"the last {tenth} turns, history of ~{2 * (WARMUP_TURNS + args.serial_turns)} messages",
+        )
+        w = serial.writer
+        figure(
+            "one session commits per turn",
+            w.commits / args.serial_turns,
+            "",
+            f"{w.writes / args.serial_turns:.2f} writes per turn, {w.writes} in {w.commits} commits",
+        )
+        cpu = serial.cpu
+        figure(
+            "one session CPU per turn",
+            (cpu.user_s + cpu.system_s) / args.serial_turns * 1e6,
+            "µs",
+            CpuMeter.describe(cpu),
+        )
+    shape = f"{args.sessions} sessions x {args.turns} turns, {args.producers} producers"
+    if "aggregate" in parts:
+        runs = [run_aggregate(args.sessions, args.turns, args.producers) for _ in range(args.repeats)]
+        report_aggregate("aggregate", median_run(runs, lambda r: r.turns_s), f"echo agent, {shape}", by_thread=True)
+    if "slow" in parts:
+        agent = SlowAgent(SLOW_AGENT_DELAY_S)
+        runs = [
+            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls)
+            for _ in range(args.repeats)
+        ]
+        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {shape}"
+        report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note)
+        if "aggregate turns/s" in _figures:
+            figure("50ms agent / aggregate", _figures["50ms agent turns/s"] / _figures["aggregate turns/s"])
+    if "activate" in parts:
+        activation = run_activation(args.activate, args.producers)
+        figure(
+            "RSS per live actor",
+            activation.rss_kib_per_actor,
+            "KiB",
+            f"VmRSS growth over {args.activate} first messages / {args.activate}; {activation.live_actors} live actors",
+        )
+        figure(
+            f"activate {args.activate} sessions", activation.activate_s, "s", "first message each, until all replied"
+        )
+        cpu = activation.cpu
+        figure(
+            "activation CPU per session",
+            (cpu.user_s + cpu.system_s) / args.activate * 1e6,
+            "µs",
+            CpuMeter.describe(cpu),
+        )
+    if "ceiling" in parts:
+        ceiling = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, args.ceiling_tx))
+        figure("raw APSW ceiling", ceiling, "turns/s", f"{args.ceiling_tx} turns per transaction, same rows as a turn")
+        if "aggregate turns/s" in _figures:
+            figure("aggregate / ceiling", _figures["aggregate turns/s"] / ceiling)
+        small = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, 1))
+        figure("raw APSW one turn per transaction", small, "turns/s", "what a commit per turn costs, for comparison")
+    for name, target in TARGETS:
+        if name in _figures:
+            value = _figures[name]
+            verdict = "met" if value >= target else "MISSED"
+            print(
+                f"target {name} >= {target:g}: {verdict} ({value:.3g})"
+                if target < 10
+                else f"target {name} >= {target:g}: {verdict} ({value:.0f})",
+                flush=True,
+            )
+    figure("total runtime", time.perf_counter() - started, "s")
+    print(f"# load average after: {load_average()}", flush=True)
+    if profiler is not None and args.profile is not None:
+        profiler.save(args.profile)
+        print(f"# profiles written to {args.profile}/ (python -m pstats {args.profile}/writer.prof)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
