@@ -54,7 +54,7 @@ def test_new_ends_the_session_and_the_next_message_opens_a_fresh_one(make_gatewa
     new = gateway.session_for(KEY)
     assert new is not None
     assert new != old
-    assert agent.calls == [f"release {old}", f"interrupt {old}"]
+    assert agent.calls[-2:] == [f"release {old}", f"interrupt {old}"]
     with gateway.read() as store:
         ended = store.get_session(old)
         assert (ended.end_reason, ended.is_live) == ("new_session", False)
@@ -272,3 +272,51 @@ def test_auto_prune_runs_at_start_at_most_once_per_interval(db_path: Path) -> No
         assert store.find_session(old.id) is None
         assert store.find_session(live.id) is not None
         assert float(store.kv.get_meta("last_auto_prune") or 0) == clock.now
+
+
+class GatedRecordingAgent(RecordingAgent):
+    """Records the reset hooks and blocks turns that mention "long" until released."""
+
+    runs_inline = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        if "long" in turn.user_text:
+            self.started.set()
+            assert self.release.wait(10)
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+
+def test_the_seven_reset_steps_are_each_observable(make_gateway: MakeGateway) -> None:
+    agent = GatedRecordingAgent()
+    gateway, fake = make_gateway(agent=agent)
+    fake.push("/title first", chat_id="elsewhere")
+    fake.pop()
+    fake.push("hello", chat_id="elsewhere")  # a titled session of the same user, in another chat
+    fake.pop()
+    fake.push("/resume")  # a numbered list: conversation-scoped state of this chat
+    assert fake.pop().text.startswith("Your sessions:\n1. first (")
+    fake.push("a long task")
+    assert agent.started.wait(5)
+    old = gateway.session_for(KEY)
+    fake.push("/new")
+    # 1 and 2: the running turn is invalidated and its slot freed while the agent is still busy with it.
+    assert fake.pop().text == "Started a new session."
+    assert gateway.wait_idle()
+    assert gateway.statistics().running == 0
+    # 3 and 5: the agent was asked to release the session's resources and stop its background work.
+    assert agent.calls[-2:] == [f"release {old}", f"interrupt {old}"]
+    agent.release.set()
+    # 4: the old numbered /resume list is gone: "1" is now looked up as an id or title, and matches nothing.
+    fake.push("/resume 1")
+    assert fake.pop().text.startswith("resume: no session matches '1'")
+    # 6: the next message opens a fresh session; 7 was the notice above. The late reply never arrives.
+    fake.push("fresh start")
+    assert fake.pop().text == "echo: fresh start"
+    assert gateway.wait_idle()
+    assert "echo: a long task" not in [m.text for m in fake.sent]
+    assert gateway.session_for(KEY) not in (None, old)
