@@ -64,3 +64,7 @@ def test_a_plain_connection_without_the_tokenizer_can_still_read_sessions(store:
     plain = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
     assert plain.execute("SELECT id FROM sessions").get == "20261130_120000_abcdef"
     plain.close()
+
+
+def test_writers_checkpoint_the_wal_every_ten_thousand_pages(store: Store) -> None:
+    assert store.connection.execute("PRAGMA wal_autocheckpoint").get == 10_000
