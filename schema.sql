@@ -16,7 +16,8 @@
 -- sqlite3 shell can read every table but cannot write messages (the triggers need the tokenizer).
 
 CREATE TABLE sessions (
-    id                TEXT PRIMARY KEY,
+    ref               INTEGER PRIMARY KEY,        -- compact key for messages (version 2); ids are 24 bytes
+    id                TEXT NOT NULL UNIQUE,
     source            TEXT NOT NULL,              -- platform name: cli, telegram, slack, api_server, ...
     user_id           TEXT,
     user_name         TEXT,
@@ -46,10 +47,11 @@ CREATE INDEX sessions_last_active ON sessions (last_active_at);
 CREATE INDEX sessions_source ON sessions (source, last_active_at);
 CREATE INDEX sessions_parent ON sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
 
--- Order within a session is by id, never by created_at.
+-- Order within a session is by id, never by created_at. A message names its session by sessions.ref (an integer)
+-- rather than its 24-byte id: that is most of a message's row and index overhead.
 CREATE TABLE messages (
     id                  INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id          TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    session_ref         INTEGER NOT NULL REFERENCES sessions (ref) ON DELETE CASCADE,
     role                TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     content             TEXT,
     tool_calls          TEXT,                     -- JSON array, as the agent produced it
@@ -59,7 +61,7 @@ CREATE TABLE messages (
     created_at          REAL NOT NULL,
     platform_message_id TEXT
 );
-CREATE INDEX messages_session ON messages (session_id, id);
+CREATE INDEX messages_session ON messages (session_ref, id);
 
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
     content, content = 'messages', content_rowid = 'id', tokenize = 'hermes_words'

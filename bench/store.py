@@ -49,7 +49,11 @@ START_TIME = 1_796_000_000.0  # 2026-11-30 00:53 UTC, so created_at values look 
 SECONDS_PER_BATCH = 3.0
 
 _INSERT_SESSION = "INSERT INTO sessions (id, source, started_at, last_active_at) VALUES (?, ?, ?, ?)"
-_INSERT_MESSAGE = "INSERT INTO messages (session_id, role, content, created_at) VALUES (?, ?, ?, ?)"
+# The same rows append_messages writes: a message names its session by sessions.ref, looked up by id.
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_ref, role, content, created_at) "
+    "VALUES ((SELECT ref FROM sessions WHERE id = ?), ?, ?, ?)"
+)
 
 
 def figure(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:

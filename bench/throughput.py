@@ -563,8 +563,8 @@ _INSERT_INBOX = (
 )
 _COMPLETE_INBOX = "UPDATE inbox SET state = 'done', session_id = ?, completed_at = ? WHERE id = ?"
 _INSERT_MESSAGE = (
-    "INSERT INTO messages (session_id, role, content, token_count, created_at, platform_message_id) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO messages (session_ref, role, content, token_count, created_at, platform_message_id) "
+    "VALUES ((SELECT ref FROM sessions WHERE id = ?), ?, ?, ?, ?, ?)"
 )
 _COUNT_SESSION = (
     "UPDATE sessions SET message_count = message_count + 2, input_tokens = input_tokens + ?, "

@@ -65,7 +65,7 @@ def _filters(roles: Sequence[str] | None, session_id: str | None) -> tuple[str, 
         clauses.append(f"m.role IN ({', '.join('?' * len(roles))})")
         params.extend(roles)
     if session_id is not None:
-        clauses.append("m.session_id = ?")
+        clauses.append("s.id = ?")
         params.append(session_id)
     return "".join(f" AND {c}" for c in clauses), params
 
@@ -128,9 +128,9 @@ def query_messages(
 
 def _query_words(db: apsw.Connection, query: str, where: str, params: list[Any], limit: int, order: Order) -> FtsResult:
     sql = (
-        "SELECT m.id, m.session_id, m.role, m.created_at, "
+        "SELECT m.id, s.id, m.role, m.created_at, "
         f"snippet(messages_fts, 0, '>>>', '<<<', '…', {SNIPPET_TOKENS}), rank "
-        "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+        "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid JOIN sessions s ON s.ref = m.session_ref "
         f"WHERE messages_fts MATCH ?{where} ORDER BY {_ORDER_BY[order]} LIMIT ?"
     )
     hits = [
@@ -152,8 +152,8 @@ def _query_trigram(
     likes = " AND ".join("f.content LIKE ?" for _ in substrings)
     direction = "f.rowid" if order == "oldest" else "f.rowid DESC"
     sql = (
-        "SELECT m.id, m.session_id, m.role, m.created_at, m.content "
-        "FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid "
+        "SELECT m.id, s.id, m.role, m.created_at, m.content "
+        "FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.ref = m.session_ref "
         f"WHERE {likes}{where} ORDER BY {direction} LIMIT ?"
     )
     rows = db.execute(sql, [*(f"%{s}%" for s in substrings), *params, limit])

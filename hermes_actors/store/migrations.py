@@ -8,6 +8,7 @@ written. The version is read again under the write lock, so two processes starti
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from importlib import resources
 
@@ -23,7 +24,8 @@ SCHEMA_VERSION = 2
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
 
 
-def _v2_handoff_columns(connection: apsw.Connection) -> None:
+def _v2(connection: apsw.Connection) -> None:
+    """Handoff columns, the leases owner index, a plain trigram index, and messages keyed by sessions.ref."""
     connection.execute("ALTER TABLE home_channels ADD COLUMN chat_type TEXT")
     connection.execute("ALTER TABLE outbox ADD COLUMN abandoned_at REAL")
     connection.execute("DROP INDEX outbox_unsent")
@@ -42,10 +44,53 @@ def _v2_handoff_columns(connection: apsw.Connection) -> None:
         "INSERT INTO messages_fts_cjk (rowid, content) SELECT id, content FROM messages WHERE content GLOB ?",
         (CJK_GLOB,),
     )
+    _rebuild_sessions_and_messages(connection)
+
+
+def _schema_statements(table: str) -> list[str]:
+    """Return the statements of schema.sql that create ``table`` or an index or trigger on it, in file order."""
+    statements: list[str] = []
+    pending = ""
+    for line in schema_sql().splitlines(keepends=True):
+        pending += line
+        if not apsw.complete(pending):
+            continue
+        statement = "\n".join(ln for ln in pending.splitlines() if not ln.lstrip().startswith("--")).strip()
+        pending = ""
+        target = re.search(r"\bON (\w+)", statement) if not statement.startswith("CREATE TABLE") else None
+        if statement.startswith(f"CREATE TABLE {table} ") or (target is not None and target[1] == table):
+            statements.append(statement)
+    return statements
+
+
+def _rebuild_sessions_and_messages(connection: apsw.Connection) -> None:
+    """Give sessions an integer ``ref`` and point messages at it (foreign keys are off while this runs)."""
+    columns = [str(row[1]) for row in connection.execute("PRAGMA table_info(sessions)") if row[1] != "id"]
+    listed = ", ".join(columns)
+    message_columns = [
+        str(row[1]) for row in connection.execute("PRAGMA table_info(messages)") if row[1] not in ("id", "session_id")
+    ]
+    message_listed = ", ".join(message_columns)
+    sessions_ddl, messages_ddl = _schema_statements("sessions"), _schema_statements("messages")
+    create_sessions, create_messages = sessions_ddl[0], messages_ddl[0]
+    connection.execute(create_sessions.replace("CREATE TABLE sessions ", "CREATE TABLE sessions_v2 ", 1))
+    connection.execute(f"INSERT INTO sessions_v2 (ref, id, {listed}) SELECT rowid, id, {listed} FROM sessions")
+    connection.execute(create_messages.replace("CREATE TABLE messages ", "CREATE TABLE messages_v2 ", 1))
+    connection.execute(
+        f"INSERT INTO messages_v2 (id, session_ref, {message_listed}) "
+        f"SELECT m.id, s.ref, {', '.join('m.' + c for c in message_columns)} "
+        "FROM messages m JOIN sessions_v2 s ON s.id = m.session_id ORDER BY m.id"
+    )
+    connection.execute("DROP TABLE messages")  # its index and triggers go with it
+    connection.execute("DROP TABLE sessions")
+    connection.execute("ALTER TABLE sessions_v2 RENAME TO sessions")
+    connection.execute("ALTER TABLE messages_v2 RENAME TO messages")
+    for statement in sessions_ddl[1:] + messages_ddl[1:]:  # their indexes and triggers
+        connection.execute(statement)
 
 
 # version -> function that upgrades a database from version - 1 to version.
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2_handoff_columns}
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2}
 
 
 def schema_sql() -> str:
@@ -73,6 +118,9 @@ def migrate(connection: apsw.Connection) -> int:
     _refuse_newer(connection, found)
     if found == SCHEMA_VERSION:
         return found
+    # Steps may rebuild tables; with foreign keys on, dropping a parent table would cascade into its children.
+    # The switch only works outside a transaction, and the keys are checked before the commit instead.
+    connection.execute("PRAGMA foreign_keys = OFF")
     try:
         connection.execute("BEGIN IMMEDIATE")
         try:
@@ -83,6 +131,9 @@ def migrate(connection: apsw.Connection) -> int:
             else:
                 for version in range(found + 1, SCHEMA_VERSION + 1):
                     STEPS[version](connection)
+                broken = connection.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise StoreError(f"migration left {len(broken)} rows with dangling references, e.g. {broken[0]}")
             connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             connection.execute("ROLLBACK")
@@ -93,6 +144,8 @@ def migrate(connection: apsw.Connection) -> int:
             f"migrating {connection.filename!r} from schema version {found} failed: {exc}; "
             "the database was left as it was"
         ) from exc
+    finally:
+        connection.execute("PRAGMA foreign_keys = ON")
     return found
 
 

@@ -101,17 +101,19 @@ def _count_messages(store: Store, ids: Sequence[str]) -> int:
     total = 0
     for start in range(0, len(ids), DEFAULT_BATCH_SIZE):
         chunk = ids[start : start + DEFAULT_BATCH_SIZE]
-        total += _number(store, f"SELECT count(*) FROM messages WHERE session_id IN ({_marks(chunk)})", chunk)
+        refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(chunk)})"
+        total += _number(store, f"SELECT count(*) FROM messages WHERE session_ref IN ({refs})", chunk)
     return total
 
 
 def _delete_batch(store: Store, ids: Sequence[str], cutoff: float) -> tuple[list[str], int]:
     db = store.connection
     eligible = f"SELECT id FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
+    eligible_refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
     with store.transaction():
         # A write first takes the write lock at once, so nothing can reopen a session between the re-check
         # here and the delete below. Deleting messages before sessions runs the FTS triggers row by row.
-        db.execute(f"DELETE FROM messages WHERE session_id IN ({eligible})", (*ids, cutoff))
+        db.execute(f"DELETE FROM messages WHERE session_ref IN ({eligible_refs})", (*ids, cutoff))
         messages = db.changes()
         found = {str(sid) for (sid,) in db.execute(eligible, (*ids, cutoff))}
         deleted = [sid for sid in ids if sid in found]

@@ -45,7 +45,8 @@ from hermes_actors.titles import lineage_base, lineage_number, next_lineage_titl
 __all__ = ["Store"]
 
 _SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
-_MESSAGE_COLUMNS = ", ".join(f for f in MessageRecord.__struct_fields__)
+# Messages refer to their session by sessions.ref; a transcript query puts the session id back as ?1.
+_MESSAGE_COLUMNS = ", ".join("?1" if f == "session_id" else f for f in MessageRecord.__struct_fields__)
 _PREFIX_CANDIDATES = 11
 _tool_calls_decoder = msgspec.json.Decoder(list[Any])
 
@@ -232,7 +233,9 @@ class Store:
         """Delete a session, its messages and routes; its children stay, without a parent. Return if it existed."""
         with self._atomic():
             # Deleting the messages first runs the FTS triggers row by row before the cascade.
-            self._db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            self._db.execute(
+                "DELETE FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?)", (session_id,)
+            )
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             return self._db.changes() > 0
 
@@ -273,19 +276,22 @@ class Store:
         tool_calls = sum(_count_tool_calls(m) for m in messages)
         ids: list[int] = []
         with self._atomic():
-            ended = self._db.execute("SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)).get
-            if ended is None:
+            row = self._db.execute(
+                "SELECT ref, ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
                 raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
+            ref, ended = row
             if ended:
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
             for m in messages:
                 self._db.execute(
-                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_name, tool_call_id, "
+                    "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
                     "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        session_id,
+                        ref,
                         m.role.value,
                         m.content,
                         m.tool_calls,
@@ -315,7 +321,9 @@ class Store:
     def load_transcript(self, session_id: str) -> list[MessageRecord]:
         """Return the session's messages in id order; raise :class:`SessionNotFoundError` for an unknown id."""
         rows = self._db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?1) ORDER BY id",
+            (session_id,),
         ).fetchall()
         if not rows:
             self.get_session(session_id)

@@ -80,7 +80,17 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     old.execute("INSERT INTO sessions (id, source, started_at, last_active_at) VALUES ('s1', 'cli', 0, 0)")
     for text in ("plain english", "我们来讨论全文搜索"):
         old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'user', ?, 0)", (text,))
+    old.execute("INSERT INTO routes (routing_key, session_id, updated_at) VALUES ('agent:main:cli:dm', 's1', 0)")
     assert migrate(old) == 1
+    # Rebuilt tables keep their rows and the rows that refer to them (no cascade ran while they were swapped).
+    assert old.execute("SELECT ref, id FROM sessions").fetchall() == [(1, "s1")]
+    assert old.execute("SELECT id, session_ref, content FROM messages ORDER BY id").fetchall() == [
+        (1, 1, "plain english"),
+        (2, 1, "我们来讨论全文搜索"),
+    ]
+    assert old.execute("SELECT session_id FROM routes").fetchall() == [("s1",)]
+    assert old.execute("SELECT name, seq FROM sqlite_sequence WHERE name = 'messages'").fetchall() == [("messages", 2)]
+    assert old.execute("PRAGMA foreign_keys").get == 1
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)
     assert _shape(old) == _shape(fresh)
@@ -95,7 +105,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
         for r in old.execute("EXPLAIN QUERY PLAN SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'")
     )
     assert "VIRTUAL TABLE INDEX" in plan
-    old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'user', '新的全文搜索', 0)")
+    old.execute("INSERT INTO messages (session_ref, role, content, created_at) VALUES (1, 'user', '新的全文搜索', 0)")
     assert len(old.execute("SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'").fetchall()) == 2
     old.close()
     fresh.close()
