@@ -296,7 +296,7 @@ class SessionTurns:
             ids = store.append_messages(self.session_id, new)
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
-            return (queue_reply(store, outbound) if outbound is not None else None), ids
+            return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids
 
         outbox_id, ids = self._writer.call(commit)
         self._remember(ids, new, now)

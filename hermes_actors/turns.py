@@ -198,10 +198,13 @@ def reply_for(source: SessionSource, session_id: str | None, text: str, reply_to
     )
 
 
-def queue_reply(store: Store, outbound: OutboundMessage) -> int:
-    """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id."""
+def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False) -> int:
+    """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id.
+
+    ``session_exists`` skips the lookup when the caller has just written to the session.
+    """
     session_id = outbound.session_id
-    if session_id is not None and store.find_session(session_id) is None:
+    if session_id is not None and not session_exists and store.find_session(session_id) is None:
         session_id = None  # its first turn has not committed yet: no row to refer to
     return store.outbox.add(
         session_id=session_id,

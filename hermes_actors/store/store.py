@@ -274,7 +274,6 @@ class Store:
         """
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
-        ids: list[int] = []
         with self._atomic():
             row = self._db.execute(
                 "SELECT ref, ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)
@@ -286,10 +285,10 @@ class Store:
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
-            for m in messages:
-                self._db.execute(
-                    "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
-                    "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._db.executemany(
+                "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
+                "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
                     (
                         ref,
                         m.role.value,
@@ -300,20 +299,24 @@ class Store:
                         m.token_count,
                         now if m.created_at is None else m.created_at,
                         m.platform_message_id,
-                    ),
-                )
-                ids.append(self._db.last_insert_rowid())
+                    )
+                    for m in messages
+                ],
+            )
+            # One connection writes, and AUTOINCREMENT hands out ids in order: the batch's ids are consecutive.
+            last = self._db.last_insert_rowid()
+            ids = list(range(last - len(messages) + 1, last + 1)) if messages else []
             self._db.execute(
                 "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
                 "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                "last_active_at = max(last_active_at, ?) WHERE id = ?",
+                "last_active_at = max(last_active_at, ?) WHERE ref = ?",
                 (
                     len(messages),
                     tool_calls,
                     sum(m.input_tokens for m in messages),
                     sum(m.output_tokens for m in messages),
                     now,
-                    session_id,
+                    ref,
                 ),
             )
         return ids
