@@ -127,7 +127,26 @@ class StoreWriter:
         finally:
             self._store.close()
 
+    def _commit_one(self, job: _Job) -> None:
+        """A lone write needs no savepoint of its own: its transaction is all there is to roll back."""
+        db = self._store.connection
+        try:
+            with self._store.transaction():
+                result = job.work(self._store)
+        except Exception as exc:
+            if db.in_transaction:  # a failed COMMIT can leave the transaction open
+                db.execute("ROLLBACK")
+            job.future.set_exception(_full(exc) if isinstance(exc, apsw.FullError) else exc)
+            return
+        self._writes += 1
+        self._commits += 1
+        self._largest = max(self._largest, 1)
+        job.future.set_result(result)
+
     def _commit(self, batch: list[_Job]) -> None:
+        if len(batch) == 1:
+            self._commit_one(batch[0])
+            return
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
         db = self._store.connection
         try:
