@@ -750,6 +750,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {shape}"
         report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note)
+        # The echo agent runs on the session's own thread; an agent that waits runs in the agent pool. The
+        # same pooled path with no wait isolates what the 50 ms waits cost once they overlap.
+        pooled = SlowAgent(0.0)
+        runs = [
+            run_aggregate(args.sessions, args.turns, args.producers, agent=pooled, agent_calls=args.agent_calls)
+            for _ in range(args.repeats)
+        ]
+        report_aggregate("pooled 0ms agent", median_run(runs, lambda r: r.turns_s), f"agent pool, no wait, {shape}")
+        figure("50ms agent / pooled 0ms agent", _figures["50ms agent turns/s"] / _figures["pooled 0ms agent turns/s"])
         if "aggregate turns/s" in _figures:
             figure("50ms agent / aggregate", _figures["50ms agent turns/s"] / _figures["aggregate turns/s"])
     if "activate" in parts:
