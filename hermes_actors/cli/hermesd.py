@@ -1,8 +1,9 @@
 """``hermesd``: the gateway daemon.
 
-The actor runtime and the adapters are not part of this release yet; today ``hermesd`` prepares
-``$HERMES_HOME``, creates or migrates the state database and reports what it holds, so a fresh machine can
-check its installation end to end.
+The actor runtime exists (``hermes_actors.gateway.Gateway``), but no entry point that would feed it is built yet
+(the OpenAI-compatible API, webhooks, the control socket, platform adapters). Until then ``hermesd`` prepares
+``$HERMES_HOME``, creates or migrates the state database and reports what it holds, so a fresh machine can check
+its installation end to end.
 """
 
 from __future__ import annotations
@@ -34,4 +35,4 @@ def main(home: str | None, synchronous: str) -> None:
     click.echo(f"hermesd: home {root}")
     click.echo(f"hermesd: database {database_path(root)} (schema version {stats.schema_version})")
     click.echo(f"hermesd: {stats.sessions} sessions ({stats.live_sessions} live), {stats.messages} messages")
-    click.echo("hermesd: the gateway runtime is not in this release; nothing is served yet")
+    click.echo("hermesd: no entry point (HTTP API, webhooks, control socket, adapters) is built yet; exiting")
