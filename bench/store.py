@@ -37,6 +37,7 @@ from corpus import (
     iter_messages,
     sample_queries,
 )
+from report import figure_line
 
 from hermes_actors.store import NewMessage, Role, Store, Synchronous, migrate, open_connection
 
@@ -58,16 +59,7 @@ _INSERT_MESSAGE = (
 
 def figure(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:
     """Print one figure as ``name: value unit (note)``."""
-    if isinstance(value, float):
-        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
-    else:
-        text = str(value)
-    line = f"{name}: {text}"
-    if unit:
-        line += f" {unit}"
-    if note:
-        line += f" ({note})"
-    print(line, flush=True)
+    print(figure_line(name, value, unit, note), flush=True)
 
 
 @dataclass(frozen=True)

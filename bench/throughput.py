@@ -30,6 +30,8 @@ from typing import Any, Protocol, TypeVar
 # Run from a checkout without installing: the repository root goes first, so the working tree is measured.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from report import figure_line
+
 from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.gateway import Gateway
@@ -59,16 +61,7 @@ _figures: dict[str, float] = {}
 def figure(name: str, value: float | int, unit: str = "", note: str = "") -> None:
     """Print one figure as ``name: value unit (note)`` and remember it for the summary."""
     _figures[name] = float(value)
-    if isinstance(value, float):
-        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
-    else:
-        text = str(value)
-    line = f"{name}: {text}"
-    if unit:
-        line += f" {unit}"
-    if note:
-        line += f" ({note})"
-    print(line, flush=True)
+    print(figure_line(name, value, unit, note), flush=True)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
