@@ -46,6 +46,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
 
     ``possible_duplicate`` is set when an earlier attempt may have reached the platform before a crash.
     ``no_retry`` replies (a handoff's first message) are given up after one failed attempt and reported.
+    ``answers`` lists the platform message ids of every inbound message the reply answers (a turn may merge
+    several), so request/response platforms (the HTTP API, the terminal) can complete each waiting request.
     """
 
     platform: str
@@ -58,6 +60,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     reply_to: str | None = None
     possible_duplicate: bool = False
     no_retry: bool = False
+    answers: tuple[str, ...] = ()
 
 
 _encoder = msgspec.msgpack.Encoder()

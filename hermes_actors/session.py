@@ -74,6 +74,11 @@ def source_of(record: SessionRecord) -> SessionSource:
     )
 
 
+def _answered(deliveries: Sequence[Delivery]) -> tuple[str, ...]:
+    """The platform message ids a reply to ``deliveries`` answers."""
+    return tuple(d.message.message_id for d in deliveries)
+
+
 def user_key(source: SessionSource) -> str | None:
     """Return the platform-qualified user a session belongs to (memories are kept per user), or ``None``."""
     participant = source.participant_id
@@ -209,7 +214,7 @@ class SessionTurns:
     def _answer(self, deliveries: Sequence[Delivery], text: str, *, state: str = "done") -> TurnOutcome:
         """Complete ``deliveries`` with a reply and nothing in the transcript."""
         first = deliveries[0].message
-        outbound = reply_for(first.source, self.session_id, text, first.message_id)
+        outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=_answered(deliveries))
 
         def answer(store: Store) -> int:
             for delivery in deliveries:
@@ -286,7 +291,9 @@ class SessionTurns:
         elif isinstance(reply, str):
             reply_text = reply
         outbound = (
-            reply_for(first.source, self.session_id, reply_text, first.message_id) if reply_text is not None else None
+            reply_for(first.source, self.session_id, reply_text, first.message_id, answers=_answered(deliveries))
+            if reply_text is not None
+            else None
         )
         if outbound is not None and no_retry:
             outbound = msgspec.structs.replace(outbound, no_retry=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -184,8 +184,15 @@ class SessionServices:
         self.clock = clock
 
 
-def reply_for(source: SessionSource, session_id: str | None, text: str, reply_to: str | None = None) -> OutboundMessage:
-    """Return a message to ``source``'s chat (and thread) from ``session_id``."""
+def reply_for(
+    source: SessionSource,
+    session_id: str | None,
+    text: str,
+    reply_to: str | None = None,
+    *,
+    answers: Sequence[str] = (),
+) -> OutboundMessage:
+    """Return a message to ``source``'s chat (and thread) from ``session_id``, answering the ``answers`` ids."""
     return OutboundMessage(
         platform=source.platform,
         account_id=source.account_id or "",
@@ -195,6 +202,7 @@ def reply_for(source: SessionSource, session_id: str | None, text: str, reply_to
         session_id=session_id,
         text=text,
         reply_to=reply_to,
+        answers=tuple(answers) if answers else ((reply_to,) if reply_to else ()),
     )
 
 

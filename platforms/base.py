@@ -1,16 +1,21 @@
 """What the runtime needs of a platform adapter.
 
-Adapters import only :mod:`hermes_actors.messages` and :mod:`hermes_actors.routing` from the runtime.
+Adapters build on :mod:`hermes_actors.messages` and :mod:`hermes_actors.routing`; they reach the runtime only
+through the :class:`~hermes_actors.gateway.Gateway` handed to :meth:`Adapter.start`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import OutboundMessage
 
-__all__ = ["ReplySender", "SendError", "ThreadCreator"]
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["Adapter", "ReplySender", "SendError", "ThreadCreator"]
 
 
 class SendError(PlatformError):
@@ -47,4 +52,30 @@ class ThreadCreator(Protocol):
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
         """Open a thread in ``chat_id`` and return its thread id, or raise :class:`SendError`."""
+        ...
+
+
+class Adapter(Protocol):
+    """A platform entry point the daemon starts and stops.
+
+    It is built from its config section before the gateway exists (the gateway needs its reply senders), then
+    started with the gateway, into which it feeds inbound messages with ``gateway.accept``.
+    """
+
+    platform: str
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The reply senders to register with the gateway's outbox."""
+        ...
+
+    def start(self, gateway: Gateway) -> None:
+        """Start receiving (bind servers, start polls); raise :class:`PlatformError` if it cannot."""
+        ...
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop receiving; return within about ``timeout`` seconds."""
+        ...
+
+    def describe(self) -> list[str]:
+        """Lines for the daemon's banner: where this entry point listens and how to talk to it."""
         ...

@@ -10,9 +10,10 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from hermes_actors.errors import HermesError
+from hermes_actors.errors import HermesError, StoreError
+from hermes_actors.store import Store
 
-__all__ = ["DATABASE_NAME", "database_path", "home_option", "reports_errors", "resolve_home"]
+__all__ = ["DATABASE_NAME", "database_path", "home_option", "open_store", "reports_errors", "resolve_home"]
 
 DATABASE_NAME = "state.db"
 
@@ -50,3 +51,13 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise click.ClickException(str(exc)) from exc
 
     return wrapper
+
+
+def open_store(home: str | None, *, readonly: bool = True) -> Store:
+    """Open the store under ``home``; a missing database is an error naming the command that creates it."""
+    path = database_path(resolve_home(home))
+    if not readonly:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.exists():
+        raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
+    return Store.open(path, readonly=readonly)
