@@ -10,7 +10,7 @@ from hermes_actors.routing import KeyPolicy
 __all__ = ["RuntimeConfig", "SessionsConfig"]
 
 
-class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
+class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the actor runtime behaves (the ``runtime:`` section of ``config.yaml``)."""
 
     passivate_after_s: float = 300.0
@@ -52,7 +52,7 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")
 
 
-class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True):
+class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``sessions:`` section: automatic pruning of old ended sessions (off by default)."""
 
     auto_prune: bool = False

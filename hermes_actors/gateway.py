@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import tzinfo
@@ -85,8 +85,14 @@ class Gateway:
         reset: ResetConfig | None = None,
         tz: tzinfo | None = None,
         sessions: SessionsConfig | None = None,
+        recover_platforms: Collection[str] | None = None,
+        schedule_resets: bool = True,
     ) -> None:
+        """``recover_platforms`` limits start-up replay to those platforms' rows (``hermesctl chat`` without a
+        daemon replays only terminal turns); ``schedule_resets=False`` arms no reset timers (a short-lived
+        in-process gateway must not end other platforms' sessions)."""
         self.config = config or RuntimeConfig()
+        self._recover_platforms = None if recover_platforms is None else frozenset(recover_platforms)
         self.lease_owner = new_lease_owner()
         self._clock = clock
         store = Store.open(path, synchronous=synchronous, clock=clock)
@@ -140,8 +146,9 @@ class Gateway:
         self.timers.every("passivation", tick_interval_s, self.tick)
         self._closed = threading.Event()
         self._recover()
-        with self._readers.reader() as store:
-            self.resets.rebuild(store)
+        if schedule_resets:
+            with self._readers.reader() as store:
+                self.resets.rebuild(store)
         self.timers.start()
 
     # -- edge ----------------------------------------------------------------------------------------------------
@@ -196,6 +203,20 @@ class Gateway:
         stats: SupervisorStatistics = self._supervisor.proxy().statistics().get(timeout=self.config.ask_timeout_s)
         return stats
 
+    def backlog(self) -> tuple[int, int]:
+        """Return (inbound messages without a finished turn, replies not yet sent or given up)."""
+        with self.read() as store:
+            return store.inbox.depth(), store.outbox.backlog()
+
+    def replace_sender(self, sender: ReplySender) -> None:
+        """Deliver ``sender.platform``'s replies through ``sender`` from now on (an adapter reloaded by SIGHUP)."""
+        self._outbox.replace(sender)
+
+    def reconfigure_resets(self, reset: ResetConfig) -> int:
+        """Apply new reset policies to every live session now; return how many deadlines are armed."""
+        with self.read() as store:
+            return self.resets.reconfigure(reset, store)
+
     def tick(self) -> None:
         """Passivate idle actors, renew leases and retry due replies (the timer calls this periodically)."""
         self._supervisor.tell(PassivationTick())
@@ -241,6 +262,9 @@ class Gateway:
             return store.inbox.pending(), store.outbox.unsent(limit=1_000_000)
 
         inbox, outbox = self._writer.call(pending_work)
+        if self._recover_platforms is not None:
+            inbox = [row for row in inbox if row.platform in self._recover_platforms]
+            outbox = [row for row in outbox if row.platform in self._recover_platforms]
         # Old replies first: a replayed turn's new reply to the same chat must not overtake them.
         queued = self._outbox.redeliver(outbox)
         for row in inbox:
@@ -250,17 +274,22 @@ class Gateway:
             _log.info("recovery: replaying %d inbound messages, delivering %d replies", len(inbox), queued)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish queued turns (up to ``timeout``), deliver what can be, release leases and close the store."""
+        """Finish queued turns (up to ``timeout``), deliver what can be, release leases and close the store.
+
+        ``timeout`` bounds the drain; stopping the actors afterwards gets a few seconds of its own, so a zero drain
+        (a start that failed) still closes everything.
+        """
         if self._closed.is_set():
             return
         self._closed.set()
         self.wait_idle(timeout)
+        closing = max(timeout, 5.0)
         self.timers.stop()
-        self._supervisor.stop(timeout=timeout)
+        self._supervisor.stop(timeout=closing)
         self._agent_pool.shutdown(wait=False, cancel_futures=True)
-        self._outbox.stop(timeout=timeout)
+        self._outbox.stop(timeout=closing)
         self._writer.call(lambda store: store.leases.release_all(self.lease_owner))
-        self._writer.stop(timeout)
+        self._writer.stop(closing)
         self._readers.close()
 
     def __enter__(self) -> Gateway:

@@ -179,6 +179,16 @@ class OutboxRouter:
         self._senders[sender.platform] = sender
         self._actors[sender.platform] = OutboxActor.start(sender, self._writer, **self._options)
 
+    def replace(self, sender: ReplySender, timeout: float = 10.0) -> None:
+        """Swap ``sender.platform``'s sender: the old actor finishes what it holds, then the new one takes over.
+
+        Replies still queued in the store for the platform (unsent rows) are picked up by the new actor's retries.
+        """
+        old = self._actors.pop(sender.platform, None)
+        if old is not None:
+            old.stop(timeout=timeout)
+        self.register(sender)
+
     def enabled(self, platform: str) -> bool:
         """Return whether replies can be sent to ``platform``."""
         return platform in self._actors

@@ -83,7 +83,7 @@ class ResetScheduler:
         upcoming = next_reset(policy, when, self._tz)
         name = PREFIX + session_id
         if upcoming is None:
-            if name in self._timers.pending():
+            if self._timers.armed(name):
                 self._timers.cancel(name)
             return
         due_at, reason = upcoming
@@ -92,7 +92,7 @@ class ResetScheduler:
 
     def forget(self, session_id: str) -> None:
         """Drop the deadline of a session that ended."""
-        if PREFIX + session_id in self._timers.pending():
+        if self._timers.armed(PREFIX + session_id):
             self._timers.cancel(PREFIX + session_id)
 
     def rebuild(self, store: Store) -> int:
@@ -111,6 +111,15 @@ class ResetScheduler:
             self._timers.load(PREFIX + record.id, _firing_time(due_at, reason), _encoder.encode(payload))
             armed += 1
         return armed
+
+    def reconfigure(self, config: ResetConfig, store: Store) -> int:
+        """Switch to ``config`` and re-arm (or cancel) every live session's deadline; return how many are armed."""
+        self._config = config
+        live = store.list_sessions(ended=False, limit=None)
+        for record in live:
+            origin = SessionSource(platform=record.source, chat_type=record.chat_type or "dm")
+            self.touch(record.id, origin, record.last_active_at)
+        return sum(self._timers.armed(PREFIX + record.id) for record in live)
 
     def _fire(self, name: str, payload: bytes | None) -> None:
         session_id = name.removeprefix(PREFIX)

@@ -63,7 +63,7 @@ class SessionSource(msgspec.Struct, frozen=True, kw_only=True):
         return self.user_id_alt or self.user_id or None
 
 
-class KeyPolicy(msgspec.Struct, frozen=True, kw_only=True):
+class KeyPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How sources map to sessions. A namespace of ``""`` or ``"default"`` means ``"main"``."""
 
     namespace: str = "main"

@@ -89,6 +89,11 @@ class TimerService:
         if self._writer is not None:
             self._writer.submit(lambda store: store.timers.cancel(name))
 
+    def armed(self, name: str) -> bool:
+        """Return whether ``name`` has a deadline."""
+        with self._cond:
+            return name in self._due
+
     def pending(self) -> dict[str, float]:
         """Return the armed deadlines by name."""
         with self._cond:

@@ -1,18 +1,541 @@
-"""``hermesctl sessions``: list, show, export, rename, delete, prune and count sessions."""
+"""``hermesctl sessions``: list, browse, show, export, rename, delete, prune and count sessions.
+
+Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
+prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
+and progress bars go to stderr, so stdout carries only the listing or JSON a script asked for.
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import click
 import msgspec
 
+from hermes_actors.cli.formatting import (
+    format_bytes,
+    format_timestamp,
+    one_line,
+    plural,
+    relative_time,
+    render_table,
+    terminal_safe,
+    truncate,
+)
 from hermes_actors.cli.options import home_option, open_store, reports_errors
+from hermes_actors.errors import SessionBusyError
+from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
+from hermes_actors.store.lineage import lineage_chain
+from hermes_actors.store.prune import PruneFilter, PruneResult, prune_sessions
 
-__all__ = ["sessions"]
+__all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
+
+TITLE_WIDTH = 40
+TOOL_ARGS_WIDTH = 80
+TOOL_RESULT_LINES = 10
+
+_AGE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[mhdw])")
+_AGE_UNITS = {"m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
+_AGE_FORMS = "a number and a unit: 30m (minutes), 12h (hours), 90d (days) or 2w (weeks)"
+_CHOICE = re.compile(r"[0-9]+")
+
+
+class Age(msgspec.Struct, frozen=True, kw_only=True):
+    """A span typed on the command line (``90d``), kept as typed for messages."""
+
+    text: str
+    seconds: float
+
+    @property
+    def days(self) -> float:
+        """The span in days, as :class:`PruneFilter` takes it."""
+        return self.seconds / 86_400.0
+
+
+DEFAULT_PRUNE_AGE = Age(text="90d", seconds=90 * 86_400.0)
+
+
+def parse_age(text: str) -> Age:
+    """Parse ``30m``, ``12h``, ``90d`` or ``2w``; raise ``ValueError`` naming the accepted forms."""
+    match = _AGE.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not an age; give {_AGE_FORMS}")
+    return Age(text=match[0], seconds=float(match["number"]) * _AGE_UNITS[match["unit"]])
+
+
+class AgeType(click.ParamType[Age, Any]):
+    """A click parameter type for :func:`parse_age`; a bad value is a usage error (exit status 2)."""
+
+    name = "age"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Age:
+        if isinstance(value, Age):
+            return value
+        try:
+            return parse_age(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Details(msgspec.Struct, frozen=True, kw_only=True):
+    record: SessionRecord
+    lineage: list[str]
+    children: list[str]
+    running_in: str | None
+
+
+def _load_details(store: Store, record: SessionRecord) -> _Details:
+    return _Details(
+        record=record,
+        lineage=lineage_chain(store, record.id),
+        children=child_session_ids(store, record.id),
+        running_in=store.leases.holder(record.id),
+    )
+
+
+def _open_writable(home: str | None) -> Store:
+    open_store(home).close()  # a missing database is an error naming the fix, not a new empty file
+    return open_store(home, readonly=False)
+
+
+def _ask(text: str) -> str:
+    try:
+        return str(click.prompt(text, default="", show_default=False))
+    except click.Abort:
+        click.echo("", err=True)  # end the prompt's line
+        raise click.ClickException(
+            "no choice was read: standard input ended; run 'hermesctl sessions browse' in a terminal, or use "
+            "'hermesctl sessions list' and 'hermesctl sessions show ID'"
+        ) from None
+
+
+def _confirm(question: str, *, yes: bool) -> bool:
+    if yes:
+        return True
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        click.echo("", err=True)
+        raise click.ClickException(
+            "no answer was read from standard input; pass --yes to go ahead without asking"
+        ) from None
+
+
+def _title(record: SessionRecord) -> str:
+    return one_line(record.title) if record.title else "—"
+
+
+def _status(record: SessionRecord) -> str:
+    return "live" if record.ended_at is None else f"ended ({record.end_reason})"
+
+
+def _session_table(records: list[SessionRecord], *, now: float, numbered: bool = False) -> list[str]:
+    headers = ["ID", "TITLE", "SOURCE", "MESSAGES", "LAST ACTIVE", "STATUS"]
+    rows = [
+        [
+            r.id,
+            truncate(_title(r), TITLE_WIDTH),
+            one_line(r.source),
+            str(r.message_count),
+            relative_time(r.last_active_at, now=now),
+            _status(r),
+        ]
+        for r in records
+    ]
+    if numbered:
+        headers.insert(0, "#")
+        for number, row in enumerate(rows, start=1):
+            row.insert(0, str(number))
+    counts = headers.index("MESSAGES")
+    return render_table(headers, rows, right_aligned=(0, counts) if numbered else (counts,))
+
+
+def _origin(record: SessionRecord) -> str:
+    parts = [record.source]
+    if record.chat_type:
+        parts.append(record.chat_type)
+    if record.chat_id:
+        parts.append(f"chat {record.chat_id}" + (f" ({record.chat_name})" if record.chat_name else ""))
+    if record.thread_id:
+        parts.append(f"thread {record.thread_id}")
+    if record.user_id or record.user_name:
+        who = record.user_name or record.user_id
+        parts.append(f"user {who}" + (f" ({record.user_id})" if record.user_name and record.user_id else ""))
+    return one_line(" · ".join(p for p in parts if p))
+
+
+def _summary_lines(details: _Details, *, now: float) -> list[str]:
+    """The metadata block ``show`` prints first (and ``browse`` prints for the chosen session)."""
+    r = details.record
+    fields: list[tuple[str, str]] = [("Session", r.id), ("Title", _title(r)), ("Source", _origin(r))]
+    if r.model:
+        fields.append(("Model", one_line(r.model)))
+    fields.append(("Started", f"{format_timestamp(r.started_at)} ({relative_time(r.started_at, now=now)})"))
+    if r.ended_at is not None:
+        fields.append(("Ended", f"{format_timestamp(r.ended_at)} ({r.end_reason})"))
+    else:
+        fields.append(("Status", f"live, last active {relative_time(r.last_active_at, now=now)}"))
+    if details.running_in:
+        fields.append(("Running", f"in {details.running_in}"))
+    if r.parent_session_id:
+        fields.append(("Parent", r.parent_session_id))
+    if details.children:
+        fields.append(("Children", ", ".join(details.children)))
+    if len(details.lineage) > 1:
+        position = details.lineage.index(r.id) + 1
+        fields.append(("Lineage", f"{' → '.join(details.lineage)} ({position} of {len(details.lineage)})"))
+    fields.append(("Messages", f"{r.message_count} ({plural(r.tool_call_count, 'tool call')})"))
+    fields.append(("Tokens", f"{r.input_tokens} in, {r.output_tokens} out"))
+    return [f"{label + ':':<10}{value}" for label, value in fields]
+
+
+def _tool_call_text(call: object) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    source = function if isinstance(function, dict) else call if isinstance(call, dict) else {}
+    name = str(source.get("name") or "?")
+    arguments = source.get("arguments", "")
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return f"[tool call: {one_line(name)}({truncate(one_line(args), TOOL_ARGS_WIDTH)})]"
+
+
+def _tool_calls_text(raw: str) -> list[str]:
+    try:
+        calls = json.loads(raw)
+    except ValueError:
+        return [f"[tool calls: {truncate(one_line(raw), TOOL_ARGS_WIDTH)}]"]
+    return [_tool_call_text(call) for call in (calls if isinstance(calls, list) else [calls])]
+
+
+def _indent(lines: list[str], first: str, rest: str) -> list[str]:
+    return [(first if i == 0 else rest) + line for i, line in enumerate(lines)]
+
+
+def _message_lines(message: MessageRecord) -> list[str]:
+    stamp = f"[{format_timestamp(message.created_at)}]"
+    body = terminal_safe(message.content or "").splitlines()
+    if message.role == Role.TOOL:
+        label = f"[tool result: {one_line(message.tool_name or '?')}]"
+        shown = body[:TOOL_RESULT_LINES]
+        if len(body) > len(shown):
+            shown.append(f"… {len(body) - len(shown)} more lines")
+        return _indent([f"{stamp} {label}", *shown], "    ↳ ", "      ")
+    if message.tool_calls:
+        body += _tool_calls_text(message.tool_calls)
+    return _indent(body or [""], f"{stamp} {message.role}: ", "    ")
+
+
+def _transcript_lines(messages: list[MessageRecord], omitted: int) -> list[str]:
+    lines = [f"… {plural(omitted, 'earlier message')} …"] if omitted else []
+    for message in messages:
+        lines.extend(_message_lines(message))
+    return lines
 
 
 @click.group()
 def sessions() -> None:
-    """List, search and count sessions."""
+    """List, browse, show, export, rename, delete, prune, search and count sessions."""
+
+
+@sessions.command("list")
+@home_option
+@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform (cli, telegram, ...).")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Most to list; 0: all.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full records as a JSON array.")
+@reports_errors
+def sessions_list(home: str | None, source: str | None, limit: int, as_json: bool) -> None:
+    """List sessions, most recently active first.
+
+    Example: hermesctl sessions list --source telegram --limit 5
+    """
+    with open_store(home) as store:
+        records = store.list_sessions(source=source, limit=limit or None)
+    if as_json:
+        click.echo(msgspec.json.encode(records).decode())
+    elif not records:
+        click.echo("No sessions" + (f" from {source}" if source else "") + ".")
+    else:
+        for line in _session_table(records, now=time.time()):
+            click.echo(line)
+
+
+def _pick(records: list[SessionRecord]) -> SessionRecord | None:
+    shown = records
+    while True:
+        for line in _session_table(shown, now=time.time(), numbered=True):
+            click.echo(line)
+        answer = _ask("Number to open, text to filter (empty: all), q to quit").strip()
+        if answer.lower() in ("q", "quit"):
+            return None
+        if _CHOICE.fullmatch(answer):
+            if 1 <= int(answer) <= len(shown):
+                return shown[int(answer) - 1]
+            click.echo(f"Pick a number from 1 to {len(shown)}.")
+            continue
+        needle = answer.casefold()
+        matches = [r for r in records if needle in r.id.casefold() or needle in (r.title or "").casefold()]
+        if not matches:
+            click.echo(f"No session here has {answer!r} in its title or id.")
+        shown = matches or records
+
+
+@sessions.command("browse")
+@home_option
+@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most sessions to offer.")
+@reports_errors
+def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
+    """Pick a session from a numbered list and print how to resume it.
+
+    Type a number to pick, other text to filter by title or id, an empty line to see all again, q to quit.
+
+    Example: hermesctl sessions browse --source cli
+    """
+    with open_store(home) as store:
+        records = store.list_sessions(source=source, limit=limit)
+        if not records:
+            click.echo("No sessions" + (f" from {source}" if source else "") + ".")
+            return
+        picked = _pick(records)
+        if picked is None:
+            return
+        details = _load_details(store, store.get_session(picked.id))
+    click.echo("")
+    for line in _summary_lines(details, now=time.time()):
+        click.echo(line)
+    click.echo("")
+    click.echo(f"Resume it with: hermesctl chat --resume {picked.id}")
+
+
+@sessions.command("show")
+@home_option
+@click.argument("reference", metavar="ID|PREFIX|TITLE")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the last N messages.")
+@click.option("--json", "as_json", is_flag=True, help="Print the session, its lineage and messages as JSON.")
+@reports_errors
+def sessions_show(home: str | None, reference: str, limit: int | None, as_json: bool) -> None:
+    """Show a session's details and transcript; name it by id, unique id prefix or title.
+
+    Example: hermesctl sessions show 20261102_1403 --limit 20
+    """
+    with open_store(home) as store:
+        record = store.resolve_session(reference)
+        details = _load_details(store, record)
+        messages = store.load_transcript(record.id)
+    omitted = max(0, len(messages) - limit) if limit is not None else 0
+    messages = messages[omitted:]
+    if as_json:
+        view = {
+            "session": record,
+            "lineage": details.lineage,
+            "children": details.children,
+            "running_in": details.running_in,
+            "omitted_messages": omitted,
+            "messages": messages,
+        }
+        click.echo(msgspec.json.encode(view).decode())
+        return
+    for line in _summary_lines(details, now=time.time()):
+        click.echo(line)
+    click.echo("")
+    for line in _transcript_lines(messages, omitted) or ["(no messages)"]:
+        click.echo(line)
+
+
+def _write_stream(lines: Iterable[bytes]) -> None:
+    stream = sys.stdout.buffer
+    for line in lines:
+        stream.write(line)
+    stream.flush()
+
+
+def _write_file(path: Path, lines: Iterable[bytes], total: int) -> None:
+    """Write ``lines`` to a temporary file beside ``path`` and rename it: ``path`` gets all of them or nothing."""
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}; choose a writable path") from exc
+    partial = Path(name)
+    try:
+        with (
+            os.fdopen(fd, "wb") as handle,
+            click.progressbar(length=total, label=f"Exporting to {path}", file=sys.stderr) as bar,
+        ):
+            for line in lines:
+                handle.write(line)
+                bar.update(1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise click.ClickException(
+            f"writing {path} failed: {exc.strerror or exc}; nothing was written (free space or choose another path)"
+        ) from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+@sessions.command("export")
+@home_option
+@click.argument("out", default="-", metavar="[OUT|-]")
+@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
+@click.option("--session-id", "reference", metavar="ID", help="Only this session (id, unique id prefix or title).")
+@reports_errors
+def sessions_export(home: str | None, out: str, source: str | None, reference: str | None) -> None:
+    """Write sessions as JSON lines: one session per line, with its metadata and all its messages in order.
+
+    OUT is a file, written whole or not at all, or - (the default) for standard output.
+
+    Example: hermesctl sessions export backup.jsonl --source telegram
+    """
+    # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
+    with open_store(home) as store, store.transaction():
+        session_id = store.resolve_session(reference).id if reference is not None else None
+        total = count_exports(store, source=source, session_id=session_id)
+        lines = (encode_export_line(e) for e in iter_exports(store, source=source, session_id=session_id))
+        if out == "-":
+            _write_stream(lines)
+            return
+        _write_file(Path(out), lines, total)
+    click.echo(f"Exported {plural(total, 'session')} to {out}.", err=True)
+
+
+@sessions.command("delete")
+@home_option
+@click.argument("reference", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@reports_errors
+def sessions_delete(home: str | None, reference: str, yes: bool) -> None:
+    """Delete a session and its messages; sessions it started stay, without a parent.
+
+    Example: hermesctl sessions delete 20261102_140312_ab12cd34 --yes
+    """
+    with _open_writable(home) as store:
+        record = store.resolve_session(reference)
+        holder = store.leases.holder(record.id)
+        if holder is not None:
+            raise SessionBusyError(
+                f"session {record.id} is running in {holder}; stop that process or end the session first"
+            )
+        title = f"'{_title(record)}'" if record.title else "(untitled)"
+        question = f"Delete session {record.id} {title} ({plural(record.message_count, 'message')}, {_status(record)})?"
+        if not _confirm(question, yes=yes):
+            click.echo("Nothing deleted.")
+            return
+        if not store.delete_session(record.id):
+            click.echo(f"Session {record.id} was already gone.")
+            return
+    click.echo(f"Deleted session {record.id} and {plural(record.message_count, 'message')}.")
+
+
+@sessions.command("rename")
+@home_option
+@click.argument("reference", metavar="ID")
+@click.argument("words", metavar="TITLE...", nargs=-1, required=True)
+@reports_errors
+def sessions_rename(home: str | None, reference: str, words: tuple[str, ...]) -> None:
+    """Set a session's title (the words joined by spaces); a blank title clears it. Titles are unique.
+
+    Example: hermesctl sessions rename 20261102_1403 deploy notes
+    """
+    with _open_writable(home) as store:
+        record = store.resolve_session(reference)
+        stored = store.set_title(record.id, " ".join(words))
+    if stored is None:
+        click.echo(f"Cleared the title of session {record.id}.")
+    else:
+        click.echo(f"Session {record.id} is now titled '{stored}'.")
+
+
+def _prune_scope(count: int | None, *, source: str | None, age: Age | None) -> str:
+    """``3 ended cli sessions older than 90d``; without a count, ``ended cli sessions older than 90d``."""
+    noun = f"ended {source + ' ' if source else ''}session"
+    return (plural(count, noun) if count is not None else noun + "s") + (f" older than {age.text}" if age else "")
+
+
+def _free_bytes(store: Store) -> int:
+    db = store.connection
+    return int(db.execute("PRAGMA freelist_count").get) * int(db.execute("PRAGMA page_size").get)
+
+
+def _echo_prune_preview(preview: PruneResult, scope: str) -> None:
+    click.echo(f"Would delete {scope} ({plural(preview.messages_deleted, 'message')}).")
+    for session_id in preview.session_ids:
+        click.echo(f"  {session_id}")
+    if preview.sessions_deleted > len(preview.session_ids):
+        click.echo(f"  … and {preview.sessions_deleted - len(preview.session_ids)} more")
+
+
+def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int) -> None:
+    click.echo(f"Deleted {scope} and {plural(result.messages_deleted, 'message')}.")
+    if result.vacuumed:
+        freed = max(0, result.bytes_before - result.bytes_after)
+        before, after = format_bytes(result.bytes_before), format_bytes(result.bytes_after)
+        click.echo(f"Freed {format_bytes(freed)}: the database went from {before} to {after}.")
+    elif free_bytes:
+        click.echo(
+            f"{format_bytes(free_bytes)} of free pages stay in the file for new data; "
+            "'hermesctl db optimize' or 'prune --vacuum' gives them back to the disk."
+        )
+
+
+@sessions.command("prune")
+@home_option
+@click.option("--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d.")
+@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
+@click.option("--dry-run", is_flag=True, help="Print what would be deleted and change nothing.")
+@click.option("--vacuum", is_flag=True, help="Compact the file afterwards (holds the write lock while it runs).")
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@reports_errors
+def sessions_prune(
+    home: str | None, age: Age | None, source: str | None, dry_run: bool, vacuum: bool, yes: bool, as_json: bool
+) -> None:
+    """Delete ended sessions and their messages; live sessions are never pruned.
+
+    With no filter it deletes sessions that ended more than 90 days ago. Any filter replaces that default:
+    --source cli alone deletes every ended cli session, whatever its age.
+
+    Example: hermesctl sessions prune --older-than 30d --source telegram --dry-run
+    """
+    if age is None and source is None:
+        age = DEFAULT_PRUNE_AGE
+    criteria = PruneFilter(older_than_days=age.days if age else 0, source=source)
+    now = time.time()  # the preview and the prune judge ages against the same moment
+    with open_store(home) if dry_run else _open_writable(home) as store:
+        preview = prune_sessions(store, criteria, dry_run=True, now=now)
+        if dry_run or preview.sessions_deleted == 0:
+            if as_json:
+                click.echo(msgspec.json.encode(preview).decode())
+            elif preview.sessions_deleted == 0:
+                click.echo(f"No {_prune_scope(None, source=source, age=age)} to delete.")
+            else:
+                _echo_prune_preview(preview, _prune_scope(preview.sessions_deleted, source=source, age=age))
+            return
+        scope = _prune_scope(preview.sessions_deleted, source=source, age=age)
+        question = f"Delete {scope} ({plural(preview.messages_deleted, 'message')})?"
+        if not _confirm(question, yes=yes):
+            click.echo("Nothing deleted.", err=as_json)
+            return
+        with click.progressbar(length=preview.sessions_deleted, label="Pruning", file=sys.stderr) as bar:
+            result = prune_sessions(
+                store, criteria, now=now, vacuum=vacuum, progress=lambda done, _total: bar.update(done - bar.pos)
+            )
+        free_bytes = _free_bytes(store)
+    if as_json:
+        click.echo(msgspec.json.encode(result).decode())
+    else:
+        _echo_prune_result(result, _prune_scope(result.sessions_deleted, source=source, age=age), free_bytes)
 
 
 @sessions.command("stats")
@@ -20,7 +543,10 @@ def sessions() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @reports_errors
 def sessions_stats(home: str | None, as_json: bool) -> None:
-    """Print totals, per-source counts and the database size."""
+    """Print totals, per-source counts and the database size.
+
+    Example: hermesctl sessions stats --json
+    """
     with open_store(home) as store:
         stats = store.stats()
     if as_json:
@@ -30,4 +556,5 @@ def sessions_stats(home: str | None, as_json: bool) -> None:
     click.echo(f"Total messages: {stats.messages}")
     for count in stats.by_source:
         click.echo(f"  {count.source}: {count.sessions} sessions")
+    click.echo(f"Live sessions: {stats.live_sessions} ({stats.sessions - stats.live_sessions} ended)")
     click.echo(f"Database size: {stats.database_bytes / 1_000_000:.1f} MB")

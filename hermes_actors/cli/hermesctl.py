@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from hermes_actors.cli.ctl_chat import chat
+from hermes_actors.cli.ctl_daemon import config, status
 from hermes_actors.cli.ctl_db import db
 from hermes_actors.cli.ctl_search import search
 from hermes_actors.cli.ctl_sessions import sessions
@@ -21,5 +23,5 @@ def main() -> None:
 
 
 sessions.add_command(search)
-main.add_command(db)
-main.add_command(sessions)
+for command in (chat, status, config, db, sessions):
+    main.add_command(command)

@@ -1,38 +1,68 @@
 """``hermesd``: the gateway daemon.
 
-The actor runtime exists (``hermes_actors.gateway.Gateway``), but no entry point that would feed it is built yet
-(the OpenAI-compatible API, webhooks, the control socket, platform adapters). Until then ``hermesd`` prepares
-``$HERMES_HOME``, creates or migrates the state database and reports what it holds, so a fresh machine can check
-its installation end to end.
+It writes ``$HERMES_HOME/config.yaml`` with commented defaults on first start, checks it (a bad file exits 2 naming
+the field), and runs :class:`hermes_actors.daemon.Daemon` until SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
+from pathlib import Path
+
 import click
 
-from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
-from hermes_actors.store import Store
+from hermes_actors.cli.options import home_option, resolve_home
+from hermes_actors.daemon import Daemon
+from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.logs import configure_logging
+from hermes_actors.settings import CONFIG_NAME, load_settings, write_default_config
 
 __all__ = ["main"]
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @home_option
 @click.option(
-    "--synchronous",
-    type=click.Choice(["NORMAL", "FULL"], case_sensitive=False),
-    default="NORMAL",
-    show_default=True,
-    help="Commit durability: NORMAL survives crashes, FULL also power loss.",
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Configuration file (default: HOME/config.yaml, created with commented defaults when absent).",
 )
-@reports_errors
-def main(home: str | None, synchronous: str) -> None:
-    """Prepare the state directory and database, then report their state."""
+@click.option("-v", "--verbose", count=True, help="More log detail (-v: debug).")
+@click.option("-q", "--quiet", count=True, help="Less log detail (-q: warnings, -qq: errors).")
+def main(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
+    """Run the gateway: the OpenAI-compatible API, webhooks and the control socket, on loopback by default.
+
+    \b
+    Examples:
+      hermesd                                  # defaults; ~/.hermes or $HERMES_HOME
+      hermesd --home /srv/hermes -v
+      curl http://127.0.0.1:8642/v1/chat/completions -H 'Content-Type: application/json' \\
+           -d '{"model": "hermes-agent", "messages": [{"role": "user", "content": "hello"}]}'
+    """
     root = resolve_home(home)
-    root.mkdir(parents=True, exist_ok=True)
-    with Store.open(database_path(root), synchronous=synchronous) as store:
-        stats = store.stats()
-    click.echo(f"hermesd: home {root}")
-    click.echo(f"hermesd: database {database_path(root)} (schema version {stats.schema_version})")
-    click.echo(f"hermesd: {stats.sessions} sessions ({stats.live_sessions} live), {stats.messages} messages")
-    click.echo("hermesd: no entry point (HTTP API, webhooks, control socket, adapters) is built yet; exiting")
+    config_path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if config_file is None and write_default_config(config_path):
+            click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
+        settings = load_settings(config_path)
+    except ConfigError as exc:
+        click.echo(f"Error: configuration {config_path}: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"Error: cannot prepare {root}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
+    configure_logging(max(logging.DEBUG, min(logging.ERROR, level)))
+    daemon = Daemon(root, config_path, settings, out=sys.stdout)
+    try:
+        code = daemon.run()
+    except HermesError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)

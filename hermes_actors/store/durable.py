@@ -117,6 +117,11 @@ class Inbox(_Table):
         rows = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE state = 'pending' ORDER BY id")
         return [_inbox_row(r) for r in rows]
 
+    def depth(self) -> int:
+        """Count the rows without a completed turn."""
+        row = self._db.execute("SELECT count(*) FROM inbox WHERE state = 'pending'").fetchone()
+        return int(row[0]) if row else 0
+
     def get(self, inbox_id: int) -> InboxRow | None:
         """Return one row, or ``None``."""
         row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
@@ -150,6 +155,11 @@ class Outbox(_Table):
                 (session_id, platform, account_id, chat_id, thread_id, payload, self._clock()),
             )
             return self._db.last_insert_rowid()
+
+    def backlog(self) -> int:
+        """Count the replies neither sent nor given up."""
+        row = self._db.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL").fetchone()
+        return int(row[0]) if row else 0
 
     def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
         """Return undelivered rows in id order (per chat, that is the order to send them in)."""

@@ -8,21 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_actors.cli import hermesctl, hermesd
-from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store
+from hermes_actors.store import NewMessage, Role, Store
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
-
-
-def test_hermesd_creates_the_home_and_database_on_defaults(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    result = CliRunner().invoke(hermesd.main, [])
-    assert result.exit_code == 0, result.output
-    assert (home / "state.db").exists()
-    assert f"schema version {SCHEMA_VERSION}" in result.output
-    assert "0 sessions (0 live), 0 messages" in result.output
 
 
 def test_hermesctl_reports_a_missing_database_with_the_fix(home: Path) -> None:

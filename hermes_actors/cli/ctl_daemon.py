@@ -1,0 +1,124 @@
+"""``hermesctl status`` and ``hermesctl config check``: the daemon's state and the configuration file."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+import msgspec
+
+from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
+from hermes_actors.control import connect
+from hermes_actors.daemon import socket_path
+from hermes_actors.errors import ConfigError
+from hermes_actors.settings import CONFIG_NAME, Settings, load_settings
+from hermes_actors.store import Store
+
+__all__ = ["config", "home_settings", "status"]
+
+NOT_RUNNING = 3  # as systemctl status: the program is not running
+
+
+def home_settings(root: Path) -> Settings:
+    """Load ``root/config.yaml`` (defaults when absent); a bad file is an error that names the check command."""
+    try:
+        return load_settings(root / CONFIG_NAME)
+    except ConfigError as exc:
+        raise click.ClickException(
+            f"configuration {root / CONFIG_NAME}: {exc}; check it with 'hermesctl config check'"
+        ) from None
+
+
+def _uptime(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s"
+
+
+def _offline_backlog(root: Path) -> tuple[int, int] | None:
+    path = database_path(root)
+    if not path.exists():
+        return None
+    with Store.open(path, readonly=True) as store:
+        return store.inbox.depth(), store.outbox.backlog()
+
+
+@click.command("status")
+@home_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@reports_errors
+def status(home: str | None, as_json: bool) -> None:
+    """Show whether hermesd runs on the home, its actors, backlog and entry points (exit 3 when not running).
+
+    \b
+    Examples:
+      hermesctl status
+      hermesctl status --json | jq .inbox_depth
+    """
+    root = resolve_home(home)
+    settings = home_settings(root)
+    client = connect(socket_path(root, settings))
+    if client is None:
+        backlog = _offline_backlog(root)
+        if as_json:
+            payload = {"running": False, "home": str(root)}
+            if backlog is not None:
+                payload |= {"inbox_depth": backlog[0], "outbox_backlog": backlog[1]}
+            click.echo(msgspec.json.encode(payload).decode())
+        else:
+            click.echo(f"hermesd is not running on {root}; start it with: hermesd --home {root}")
+            if backlog is not None:
+                click.echo(f"  waiting in the store: {backlog[0]} inbound messages, {backlog[1]} replies")
+        sys.exit(NOT_RUNNING)
+    with client:
+        state = client.status()
+    if as_json:
+        click.echo(msgspec.json.encode({"running": True, **msgspec.to_builtins(state)}).decode())
+        return
+    click.echo(f"hermesd running (pid {state.pid}, up {_uptime(time.time() - state.started_at)}) on {state.home}")
+    click.echo(f"  agent: {state.agent}")
+    click.echo(
+        f"  live actors: {state.live_actors}   running turns: {state.running_turns}   queued: {state.queued_messages}"
+    )
+    click.echo(f"  inbox depth: {state.inbox_depth}   outbox backlog: {state.outbox_backlog}")
+    for platform in state.platforms:
+        click.echo(f"  {platform.name}: {platform.state}")
+        for line in platform.detail:
+            click.echo(f"    {line}")
+
+
+@click.group("config")
+def config() -> None:
+    """Check the configuration file."""
+
+
+@config.command("check")
+@home_option
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="File to check.")
+def config_check(home: str | None, config_file: str | None) -> None:
+    """Check config.yaml: exit 0 when valid, 2 with the field path and the fix when not.
+
+    \b
+    Examples:
+      hermesctl config check
+      hermesctl config check --config ./staging.yaml
+    """
+    path = Path(config_file).expanduser() if config_file else resolve_home(home) / CONFIG_NAME
+    if not path.exists():
+        click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
+        return
+    try:
+        settings = load_settings(path)
+    except ConfigError as exc:
+        click.echo(f"Error: {path}: {exc}", err=True)
+        sys.exit(2)
+    agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
+    enabled = [n for n in ("api_server", "webhook") if getattr(settings.platforms, n).enabled]
+    click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")

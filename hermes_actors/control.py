@@ -1,0 +1,332 @@
+"""The daemon's control socket: ``$HERMES_HOME/hermesd.sock``, a Unix socket only its owner can open (mode 0600).
+
+Frames are a 4-byte big-endian length and a msgpack-encoded msgspec Struct; requests and replies are tagged
+unions, so a client and a daemon of different versions fail with a clear "unknown request" instead of garbage.
+One connection carries any number of request/reply pairs in order (``hermesctl chat`` keeps one open).
+
+The server is a thread per connection: the clients are a handful of terminals and admin commands, and a blocking
+chat request may wait minutes for its turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from hermes_actors.errors import HermesError
+
+__all__ = [
+    "Bind",
+    "BindReply",
+    "Chat",
+    "ChatReply",
+    "ControlClient",
+    "ControlError",
+    "ControlServer",
+    "ErrorReply",
+    "PlatformState",
+    "Status",
+    "StatusReply",
+    "connect",
+]
+
+_log = logging.getLogger(__name__)
+
+MAX_FRAME = 16 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+# A sockaddr_un path holds 108 bytes with its terminating NUL on Linux.
+MAX_SOCKET_PATH = 107
+
+
+class ControlError(HermesError):
+    """The control socket failed: no daemon, a broken frame, or the daemon answered an error."""
+
+
+class Status(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask for the daemon's state."""
+
+
+class PlatformState(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry point: its name, whether it runs, and banner lines (where it listens)."""
+
+    name: str
+    state: str  # running | stopped | failed
+    detail: list[str] = []
+
+
+class StatusReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The daemon's state."""
+
+    pid: int
+    home: str
+    database: str
+    started_at: float
+    agent: str
+    live_actors: int
+    running_turns: int
+    queued_messages: int
+    inbox_depth: int
+    outbox_backlog: int
+    platforms: list[PlatformState]
+
+
+class Chat(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Run one terminal turn: ``text`` from the terminal ``chat_id`` of ``user_id``; wait for the reply."""
+
+    chat_id: str
+    user_id: str
+    text: str
+    message_id: str
+    user_name: str | None = None
+    timeout_s: float = 600.0
+
+
+class ChatReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The turn's reply and the session that answered."""
+
+    session_id: str | None
+    text: str
+
+
+class Bind(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Point the terminal ``chat_id`` of ``user_id`` at ``session_id`` (``/resume`` from the command line)."""
+
+    chat_id: str
+    user_id: str
+    session_id: str
+
+
+class BindReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The routing key that now reaches the session."""
+
+    routing_key: str
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The request failed; ``message`` says why and what to do."""
+
+    message: str
+
+
+Request = Status | Chat | Bind
+Reply = StatusReply | ChatReply | BindReply | ErrorReply
+
+_encoder = msgspec.msgpack.Encoder()
+_requests = msgspec.msgpack.Decoder(Request)
+_replies = msgspec.msgpack.Decoder(Reply)
+
+
+def _send(sock: socket.socket, message: msgspec.Struct) -> None:
+    body = _encoder.encode(message)
+    sock.sendall(_HEADER.pack(len(body)) + body)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            if remaining == size:
+                return None  # clean end between frames
+            raise ControlError("the control connection closed in the middle of a frame")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(sock: socket.socket) -> bytes | None:
+    header = _receive_exactly(sock, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ControlError(f"control frame of {size} bytes is over the {MAX_FRAME}-byte limit")
+    body = _receive_exactly(sock, size)
+    if body is None:
+        raise ControlError("the control connection closed after a frame header")
+    return body
+
+
+def check_socket_path(path: Path) -> None:
+    """Raise :class:`ControlError` if ``path`` is too long for a Unix socket, naming the fix."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ControlError(
+            f"control socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
+            "set daemon.socket in config.yaml to a shorter absolute path"
+        )
+
+
+class ControlServer:
+    """Serves control requests on a Unix socket with ``handler``; one thread per connection."""
+
+    def __init__(self, path: Path, handler: Callable[[Status | Chat | Bind], msgspec.Struct]) -> None:
+        check_socket_path(path)
+        self.path = path
+        self._handler = handler
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Bind the socket with mode 0600 (replacing a stale one) and start accepting."""
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()  # the caller holds the pid lock: no live daemon owns this socket
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # the socket is created 0600: no window where others could connect
+        try:
+            listener.bind(os.fspath(self.path))
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, 0o600)
+        listener.listen(16)
+        self._listener = listener
+        self._thread = threading.Thread(target=self._accept_loop, name="hermes-control", daemon=True)
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._closing.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return  # closed by stop()
+            with self._lock:
+                self._connections.add(connection)
+            threading.Thread(target=self._serve, args=(connection,), name="hermes-control-conn", daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        try:
+            while not self._closing.is_set():
+                try:
+                    body = _receive(connection)
+                except (ControlError, OSError) as exc:
+                    _log.warning("control connection dropped: %s", exc)
+                    return
+                if body is None:
+                    return
+                try:
+                    request = _requests.decode(body)
+                except msgspec.DecodeError as exc:
+                    reply: msgspec.Struct = ErrorReply(
+                        message=f"unknown or malformed control request ({exc}); are hermesctl and hermesd the same"
+                        " version?"
+                    )
+                else:
+                    try:
+                        reply = self._handler(request)
+                    except HermesError as exc:
+                        reply = ErrorReply(message=str(exc))
+                    except Exception as exc:
+                        _log.exception("control request %s failed", type(request).__name__)
+                        reply = ErrorReply(message=f"the daemon failed on {type(request).__name__}: {exc}")
+                try:
+                    _send(connection, reply)
+                except OSError:
+                    return
+        finally:
+            with self._lock:
+                self._connections.discard(connection)
+            connection.close()
+
+    def stop(self) -> None:
+        """Stop accepting, close open connections and remove the socket file."""
+        self._closing.set()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes the thread blocked in accept(); close() alone does not
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+        with self._lock:
+            for connection in list(self._connections):
+                with contextlib.suppress(OSError):  # already closed by the peer
+                    connection.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(5)
+        self.path.unlink(missing_ok=True)
+
+
+class ControlClient:
+    """A connection to a running daemon; use :func:`connect`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def request(self, message: Status | Chat | Bind, *, timeout: float | None = 30.0) -> Reply:
+        """Send ``message`` and return the reply; an :class:`ErrorReply` becomes :class:`ControlError`."""
+        self._sock.settimeout(timeout)
+        try:
+            _send(self._sock, message)
+            body = _receive(self._sock)
+        except TimeoutError:
+            raise ControlError(f"the daemon did not answer {type(message).__name__} within {timeout} s") from None
+        except OSError as exc:
+            raise ControlError(f"the control connection failed: {exc}") from None
+        if body is None:
+            raise ControlError("the daemon closed the control connection (is it stopping?)")
+        try:
+            reply = _replies.decode(body)
+        except msgspec.DecodeError as exc:
+            raise ControlError(
+                f"malformed reply from the daemon ({exc}); are hermesctl and hermesd the same version?"
+            ) from None
+        if isinstance(reply, ErrorReply):
+            raise ControlError(reply.message)
+        return reply
+
+    def status(self) -> StatusReply:
+        """The daemon's state."""
+        reply = self.request(Status())
+        if not isinstance(reply, StatusReply):
+            raise ControlError(f"expected a status reply, got {type(reply).__name__}")
+        return reply
+
+    def chat(self, message: Chat) -> ChatReply:
+        """Run one terminal turn and return its reply."""
+        reply = self.request(message, timeout=message.timeout_s + 5)
+        if not isinstance(reply, ChatReply):
+            raise ControlError(f"expected a chat reply, got {type(reply).__name__}")
+        return reply
+
+    def bind(self, message: Bind) -> BindReply:
+        """Point a terminal chat at a session."""
+        reply = self.request(message)
+        if not isinstance(reply, BindReply):
+            raise ControlError(f"expected a bind reply, got {type(reply).__name__}")
+        return reply
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._sock.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def connect(path: Path, *, timeout: float = 5.0) -> ControlClient | None:
+    """Connect to the daemon at ``path``; ``None`` when no daemon listens there."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(os.fspath(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+    except OSError as exc:
+        sock.close()
+        raise ControlError(f"cannot connect to the daemon at {path}: {exc}") from None
+    return ControlClient(sock)

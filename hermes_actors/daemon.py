@@ -1,0 +1,381 @@
+"""``hermesd``'s body: one gateway, its entry points and the control socket, under a pid lock, driven by signals.
+
+Start: take ``$HERMES_HOME/hermesd.pid`` with an exclusive ``flock`` (a crashed daemon's lock dies with it, so a
+stale file never blocks a start; a live one refuses the second daemon by pid), build the agent and the adapters
+from the settings, open the gateway (which recovers unanswered messages and unsent replies), start the adapters
+and the control socket, print the banner. SIGTERM/SIGINT: stop the entry points, let queued turns finish up to
+``daemon.drain_timeout_s``, commit and exit 0; what did not finish stays in the inbox and runs at the next start.
+SIGHUP: re-read ``config.yaml``; reset policies and entry points change in place, sessions and actors stay; a bad
+file is logged and the running configuration kept.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import tzinfo
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+import msgspec
+
+from hermes_actors.agent import Agent, EchoAgent
+from hermes_actors.cli.options import database_path
+from hermes_actors.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
+from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.gateway import Gateway
+from hermes_actors.settings import AgentSettings, PlatformsSettings, Settings, load_settings
+from hermes_actors.terminal import TerminalChannel
+from platforms.api_server import ApiServer
+from platforms.base import Adapter
+from platforms.webhook import WebhookAdapter
+
+__all__ = ["Daemon", "DaemonRunningError", "PidLock", "build_adapters", "build_agent", "socket_path"]
+
+_log = logging.getLogger("hermesd")
+
+PID_NAME = "hermesd.pid"
+
+
+class DaemonRunningError(HermesError):
+    """Another daemon holds this home's pid lock."""
+
+
+def socket_path(home: Path, settings: Settings) -> Path:
+    """The control socket of the daemon on ``home``."""
+    return home / settings.daemon.socket
+
+
+class PidLock:
+    """An exclusive ``flock`` on ``home/hermesd.pid`` that holds the daemon's pid for as long as it lives."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / PID_NAME
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`DaemonRunningError` naming the running daemon's pid."""
+        handle = self.path.open("a+", encoding="ascii")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "unknown"
+            handle.close()
+            raise DaemonRunningError(
+                f"another hermesd (pid {pid}) is running on {self.path.parent}; stop it with 'kill -TERM {pid}' "
+                "or start this one with a different --home"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        """Remove the pid file and drop the lock."""
+        if self._handle is None:
+            return
+        self.path.unlink(missing_ok=True)
+        self._handle.close()
+        self._handle = None
+
+
+def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
+    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set."""
+    if settings.uses_echo:
+        return EchoAgent()
+    from hermes_actors.agents_openai import OpenAIAgent
+
+    assert settings.base_url is not None  # checked by AgentSettings
+    assert settings.model is not None
+    return OpenAIAgent(
+        base_url=settings.base_url,
+        model=settings.model,
+        api_key=environ.get(settings.api_key_env),
+        api_key_env=settings.api_key_env,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+        temperature=settings.temperature,
+    )
+
+
+def build_adapters(platforms: PlatformsSettings, environ: Mapping[str, str]) -> dict[str, Adapter]:
+    """One adapter per enabled entry point, by platform name."""
+    adapters: dict[str, Adapter] = {}
+    if platforms.api_server.enabled:
+        adapters["api_server"] = ApiServer(platforms.api_server, environ=environ)
+    if platforms.webhook.enabled:
+        adapters["webhook"] = WebhookAdapter(platforms.webhook, environ=environ)
+    return adapters
+
+
+def _timezone(settings: Settings) -> tzinfo | None:
+    if settings.daemon.timezone is None:
+        return None
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(settings.daemon.timezone)
+
+
+class Daemon:
+    """The running daemon on one home directory."""
+
+    def __init__(
+        self,
+        home: Path,
+        config_path: Path,
+        settings: Settings,
+        *,
+        environ: Mapping[str, str] | None = None,
+        out: IO[str] | None = None,
+    ) -> None:
+        self.home = home
+        self.config_path = config_path
+        self.settings = settings
+        self._environ = dict(os.environ if environ is None else environ)
+        self._out = out
+        self._lock = PidLock(home)
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._adapters: dict[str, Adapter] = {}
+        self._failed: dict[str, str] = {}
+        self._terminal = TerminalChannel()
+        self._gateway: Gateway | None = None
+        self._control: ControlServer | None = None
+        self._started_at = time.time()
+        self._agent_name = (
+            "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
+        )
+
+    # -- start and stop ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take the pid lock and start everything; raise :class:`HermesError` (and undo) if something cannot."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self._start()
+        except BaseException:
+            self.shutdown(drain_timeout=0)
+            raise
+
+    def _start(self) -> None:
+        settings = self.settings
+        runtime = settings.runtime
+        if settings.agent.context_window is not None:
+            runtime = msgspec.structs.replace(runtime, context_window=settings.agent.context_window)
+        adapters = build_adapters(settings.platforms, self._environ)
+        senders = [sender for adapter in adapters.values() for sender in adapter.senders()]
+        self._gateway = Gateway(
+            database_path(self.home),
+            config=runtime,
+            agent=build_agent(settings.agent, self._environ),
+            senders=[*senders, self._terminal.waiters],
+            reset=settings.session_reset,
+            tz=_timezone(settings),
+            sessions=settings.sessions,
+        )
+        self._terminal.attach(self._gateway)
+        if self._gateway.pruned is not None:
+            _log.info("auto-prune: %d ended sessions removed", self._gateway.pruned.sessions_deleted)
+        for name, adapter in adapters.items():
+            adapter.start(self._gateway)  # a port in use is fatal at start: the operator asked for that port
+            self._adapters[name] = adapter
+            _log.info("%s started: %s", name, "; ".join(adapter.describe()))
+        self._control = ControlServer(socket_path(self.home, settings), self._handle)
+        self._control.start()
+        _log.info("control socket at %s", self._control.path)
+
+    def shutdown(self, drain_timeout: float | None = None) -> None:
+        """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
+        bound = self.settings.daemon.drain_timeout_s if drain_timeout is None else drain_timeout
+        for name, adapter in list(self._adapters.items()):
+            try:
+                adapter.stop(timeout=min(bound, 10.0) or 1.0)
+            except Exception:
+                _log.exception("%s did not stop cleanly", name)
+        self._adapters.clear()
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
+        if self._gateway is not None:
+            started = time.monotonic()
+            self._gateway.stop(timeout=bound)
+            _log.info("gateway stopped after %.1f s of draining", time.monotonic() - started)
+            self._gateway = None
+        self._lock.release()
+
+    # -- the main loop -------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start, print the banner, serve until SIGTERM/SIGINT (reloading on SIGHUP), shut down; return 0."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        try:
+            self.start()
+            self._print(self.banner())
+            while not self._stop.is_set():
+                self._reload.wait(0.5)
+                if self._reload.is_set() and not self._stop.is_set():
+                    self._reload.clear()
+                    self.reload()
+            _log.info("stopping: draining turns for up to %.0f s", self.settings.daemon.drain_timeout_s)
+            self.shutdown()
+            _log.info("stopped")
+            return 0
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self._reload.set()
+        else:
+            self._stop.set()
+            self._reload.set()  # wake the loop
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to shut down (as SIGTERM does)."""
+        self._stop.set()
+        self._reload.set()
+
+    def reload(self) -> None:
+        """Re-read the configuration file and apply what can change while running."""
+        try:
+            fresh = load_settings(self.config_path)
+        except ConfigError as exc:
+            _log.error("reload refused, keeping the running configuration: %s", exc)
+            return
+        gateway = self._gateway
+        assert gateway is not None
+        if fresh.session_reset != self.settings.session_reset:
+            armed = gateway.reconfigure_resets(fresh.session_reset)
+            _log.info("reset policies reloaded: %d sessions have a reset deadline", armed)
+        if fresh.platforms != self.settings.platforms:
+            self._reload_adapters(fresh.platforms)
+        for section in ("agent", "runtime", "sessions", "daemon"):
+            if getattr(fresh, section) != getattr(self.settings, section):
+                _log.warning("config section %r changed; it takes effect when hermesd restarts", section)
+        self.settings = msgspec.structs.replace(
+            self.settings, session_reset=fresh.session_reset, platforms=fresh.platforms
+        )
+        _log.info("configuration reloaded from %s", self.config_path)
+
+    def _reload_adapters(self, platforms: PlatformsSettings) -> None:
+        gateway = self._gateway
+        assert gateway is not None
+        old = self.settings.platforms
+        for name in ("api_server", "webhook"):
+            if getattr(platforms, name) == getattr(old, name):
+                continue
+            current = self._adapters.pop(name, None)
+            if current is not None:
+                current.stop()
+                _log.info("%s stopped for reload", name)
+            try:
+                fresh = build_adapters(
+                    msgspec.structs.replace(_disabled(), **{name: getattr(platforms, name)}), self._environ
+                )
+            except ConfigError as exc:
+                self._failed[name] = str(exc)
+                _log.error("%s not restarted: %s", name, exc)
+                continue
+            for adapter in fresh.values():
+                for sender in adapter.senders():
+                    gateway.replace_sender(sender)
+                try:
+                    adapter.start(gateway)
+                except HermesError as exc:
+                    self._failed[name] = str(exc)
+                    _log.error("%s not restarted: %s", name, exc)
+                    continue
+                self._failed.pop(name, None)
+                self._adapters[name] = adapter
+                _log.info("%s restarted: %s", name, "; ".join(adapter.describe()))
+
+    # -- control requests ----------------------------------------------------------------------------------------
+
+    def _handle(self, request: Status | Chat | Bind) -> msgspec.Struct:
+        match request:
+            case Status():
+                return self.status()
+            case Chat():
+                return self._terminal.chat(request)
+            case Bind():
+                return self._terminal.bind(request)
+
+    def status(self) -> StatusReply:
+        """The daemon's state for ``hermesctl status``."""
+        gateway = self._gateway
+        assert gateway is not None
+        stats = gateway.statistics()
+        inbox, outbox = gateway.backlog()
+        platforms = [PlatformState(name=n, state="running", detail=a.describe()) for n, a in self._adapters.items()]
+        platforms += [PlatformState(name=n, state="failed", detail=[e]) for n, e in self._failed.items()]
+        configured = {n for n in ("api_server", "webhook") if getattr(self.settings.platforms, n).enabled}
+        platforms += [PlatformState(name=n, state="disabled") for n in ("api_server", "webhook") if n not in configured]
+        return StatusReply(
+            pid=os.getpid(),
+            home=str(self.home),
+            database=str(database_path(self.home)),
+            started_at=self._started_at,
+            agent=self._agent_name,
+            live_actors=stats.live_actors,
+            running_turns=stats.running,
+            queued_messages=stats.queued_messages,
+            inbox_depth=inbox,
+            outbox_backlog=outbox,
+            platforms=platforms,
+        )
+
+    # -- output --------------------------------------------------------------------------------------------------
+
+    def adapters(self) -> Sequence[Adapter]:
+        """The running entry points."""
+        return list(self._adapters.values())
+
+    def banner(self) -> str:
+        """Where everything is and how to talk to it."""
+        lines = [
+            f"hermesd {_version()} running (pid {os.getpid()})",
+            f"  home:     {self.home}",
+            f"  database: {database_path(self.home)}",
+            f"  config:   {self.config_path}",
+            f"  agent:    {self._agent_name}",
+        ]
+        for adapter in self._adapters.values():
+            lines += [f"  {line}" for line in adapter.describe()]
+        lines += [
+            f"  control socket: {socket_path(self.home, self.settings)}",
+            "  talk to it:     hermesctl chat        (or: echo hello | hermesctl chat)",
+            "  state:          hermesctl status      stop: Ctrl-C or kill -TERM " + str(os.getpid()),
+        ]
+        return "\n".join(lines)
+
+    def _print(self, text: str) -> None:
+        if self._out is not None:
+            self._out.write(text + "\n")
+            self._out.flush()
+
+
+def _disabled() -> PlatformsSettings:
+    """All entry points off (the start of a one-adapter rebuild)."""
+    from platforms.api_server import ApiServerConfig
+    from platforms.webhook import WebhookConfig
+
+    return PlatformsSettings(api_server=ApiServerConfig(enabled=False), webhook=WebhookConfig(enabled=False))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hermes-actors")
+    except PackageNotFoundError:
+        return "(source)"

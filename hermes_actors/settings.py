@@ -1,0 +1,314 @@
+"""The daemon's configuration file, ``$HERMES_HOME/config.yaml``: its schema, loader and first-start template.
+
+Every section is optional and every field has a default, so an empty file (or none) is a working configuration:
+the echo agent, the OpenAI-compatible API and the webhook endpoint on loopback. A wrong value is a
+:class:`ConfigError` whose path names the field (``runtime.max_live_actors``, ``platforms.webhook.routes.x.secret``)
+and whose message says what is expected; unknown fields are errors too, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.errors import ConfigError
+from hermes_actors.policy import ResetConfig, decode_reset_config
+from platforms.api_server import ApiServerConfig
+from platforms.webhook import WebhookConfig, new_webhook_secret
+
+__all__ = [
+    "CONFIG_NAME",
+    "AgentSettings",
+    "DaemonSettings",
+    "PlatformsSettings",
+    "Settings",
+    "decode_settings",
+    "default_config_text",
+    "load_settings",
+]
+
+CONFIG_NAME = "config.yaml"
+
+
+class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    temperature: float | None = None
+    context_window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and not re.match(r"^https?://", self.base_url):
+            raise ConfigError("agent.base_url", "must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
+        if self.base_url is not None and not self.model:
+            raise ConfigError("agent.model", "is required with agent.base_url (the model name the endpoint serves)")
+        if self.timeout_s <= 0 or self.max_retries < 0:
+            raise ConfigError("agent", "timeout_s must be positive and max_retries not negative")
+        if self.context_window is not None and self.context_window < 1024:
+            raise ConfigError("agent.context_window", "must be at least 1024 tokens")
+
+    @property
+    def uses_echo(self) -> bool:
+        """Whether the built-in echo agent answers (no endpoint configured)."""
+        return self.base_url is None
+
+
+class PlatformsSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms:`` section: one entry per built-in entry point."""
+
+    api_server: ApiServerConfig = ApiServerConfig()
+    webhook: WebhookConfig = WebhookConfig()
+
+
+class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``daemon:`` section: the control socket, shutdown drain, time zone and log level."""
+
+    socket: str = "hermesd.sock"  # relative to $HERMES_HOME
+    drain_timeout_s: float = 30.0
+    timezone: str | None = None  # IANA name for daily resets; default: the machine's local zone
+    log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
+
+    def __post_init__(self) -> None:
+        if self.drain_timeout_s < 0:
+            raise ConfigError("daemon.drain_timeout_s", "must not be negative")
+        if self.timezone is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ConfigError(
+                    "daemon.timezone", f"unknown time zone {self.timezone!r}; use an IANA name such as Europe/Berlin"
+                ) from None
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """All of ``config.yaml``."""
+
+    agent: AgentSettings = AgentSettings()
+    runtime: RuntimeConfig = RuntimeConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    session_reset: ResetConfig = ResetConfig()
+    platforms: PlatformsSettings = PlatformsSettings()
+    daemon: DaemonSettings = DaemonSettings()
+
+
+_SECTIONS: dict[str, type[msgspec.Struct]] = {
+    "agent": AgentSettings,
+    "runtime": RuntimeConfig,
+    "sessions": SessionsConfig,
+    "platforms": PlatformsSettings,
+    "daemon": DaemonSettings,
+}
+_AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
+_TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>[^\]]*)\]")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
+
+
+def decode_settings(data: object) -> Settings:
+    """Build :class:`Settings` from parsed YAML (``None``: all defaults); raise :class:`ConfigError` on a bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("config.yaml", f"must be a mapping of sections, got {type(data).__name__}")
+    known = {*_SECTIONS, "session_reset"}
+    for name in data:
+        if name not in known:
+            raise ConfigError(str(name), f"unknown section (expected one of: {', '.join(sorted(known))})")
+    values: dict[str, Any] = {}
+    for name, struct in _SECTIONS.items():
+        values[name] = _decode_section(data.get(name), struct, name)
+    values["session_reset"] = decode_reset_config(data.get("session_reset"))
+    return Settings(**values)
+
+
+def _empty_sections(obj: object, kind: object) -> object:
+    """Read a nested section left empty (``api_server:`` with every line commented out, so YAML null) as ``{}``."""
+    if obj is None and (
+        typing.get_origin(kind) is dict or (isinstance(kind, type) and issubclass(kind, msgspec.Struct))
+    ):
+        return {}
+    if isinstance(obj, dict) and isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+        return {key: _empty_sections(value, _field_type(kind, str(key))) for key, value in obj.items()}
+    if isinstance(obj, dict) and _value_type(kind) is not None:
+        return {key: _empty_sections(value, _value_type(kind)) for key, value in obj.items()}
+    return obj
+
+
+def _decode_section(obj: object, struct: type[msgspec.Struct], section: str) -> Any:
+    try:
+        return msgspec.convert(_empty_sections(obj, struct), struct)
+    except msgspec.ValidationError as exc:
+        raise _translate(str(exc), obj, struct, section) from None
+    except ConfigError as exc:
+        if exc.path.startswith(section) or section != "platforms":
+            raise
+        raise ConfigError(f"{section}.{exc.path}", str(exc)[len(exc.path) + 2 :]) from None
+
+
+def _translate(text: str, obj: object, struct: type[msgspec.Struct], section: str) -> ConfigError:
+    """Turn msgspec's ``message - at `$.a[...].b``` into a dotted path with real dictionary keys."""
+    match = _AT.match(text)
+    message, at = (match["message"], match["path"]) if match else (text, "$")
+    names: list[str] = [section]
+    node: object = obj
+    kind: object = struct
+    for token in _TOKEN.finditer(at):
+        if token["field"] is not None:
+            names.append(token["field"])
+            node = node.get(token["field"]) if isinstance(node, dict) else None
+            kind = _field_type(kind, token["field"])
+        elif isinstance(node, dict):
+            key, node = _first_invalid(node, _value_type(kind))
+            names.append(key)
+            kind = _value_type(kind)
+        else:
+            names[-1] += f"[{token['index']}]"
+    unknown = _UNKNOWN.match(message)
+    if unknown is not None:
+        names.append(unknown["field"])
+        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+            expected = ", ".join(f.name for f in msgspec.structs.fields(kind))
+            message = f"unknown field (expected one of: {expected})"
+        else:
+            message = "unknown field"
+    return ConfigError(".".join(names), message)
+
+
+def _field_type(kind: object, name: str) -> object:
+    if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+        for field in msgspec.structs.fields(kind):
+            if field.name == name:
+                return _unwrap(field.type)
+    return None
+
+
+def _value_type(kind: object) -> object:
+    args = typing.get_args(kind)
+    return _unwrap(args[1]) if typing.get_origin(kind) is dict and len(args) == 2 else None
+
+
+def _unwrap(kind: object) -> object:
+    """``X | None`` → ``X``."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        options = [a for a in typing.get_args(kind) if a is not type(None)]
+        return options[0] if len(options) == 1 else kind
+    return kind
+
+
+def _first_invalid(entries: dict[Any, Any], entry: object) -> tuple[str, object]:
+    # msgspec reports a failing dict value as "[...]": the first entry that fails on its own is the one.
+    if isinstance(entry, type):
+        for key, value in entries.items():
+            try:
+                msgspec.convert(value, entry)
+            except (msgspec.ValidationError, ConfigError):
+                return str(key), value
+    return "...", None
+
+
+def load_settings(path: Path) -> Settings:
+    """Read and check ``path``; a missing file is all defaults. Raises :class:`ConfigError` naming the field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot be read ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(str(path), f"is not valid YAML{line}: {problem}") from None
+    return decode_settings(data)
+
+
+def write_default_config(path: Path) -> bool:
+    """Create ``path`` with the commented defaults (and a fresh webhook secret) unless it exists; return whether."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds a secret
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(default_config_text(new_webhook_secret()))
+    return True
+
+
+def default_config_text(webhook_secret: str) -> str:
+    """The first-start ``config.yaml``: every setting at its default, commented out, and one webhook route."""
+    return f"""\
+# hermes-actors configuration. Every setting is optional; the commented values are the defaults.
+# Check this file with: hermesctl config check        Reload a running daemon with: kill -HUP $(cat hermesd.pid)
+
+agent:
+  # An OpenAI-compatible chat-completions endpoint. Without base_url the built-in echo agent answers.
+  # base_url: http://127.0.0.1:8000/v1
+  # model: my-model
+  # api_key_env: OPENAI_API_KEY      # the environment variable holding the key
+  # timeout_s: 120
+  # max_retries: 2
+  # context_window: 128000
+
+platforms:
+  api_server:
+    # enabled: true
+    # host: 127.0.0.1                # a non-loopback host requires a key
+    # port: 8642
+    # key: null                      # bearer key; or set the variable named by key_env
+    # key_env: HERMES_API_KEY
+    # model_name: hermes-agent
+    # request_timeout_s: 300
+    # max_body_bytes: 4194304
+    # keepalive_s: 15                # SSE keep-alive comment interval while a streamed turn runs
+  webhook:
+    # enabled: true
+    # host: 127.0.0.1
+    # port: 8644
+    routes:
+      default:
+        # Standard Webhooks secret: sign requests to POST /webhooks/default with it.
+        secret: {webhook_secret}
+        # text: text                 # where the message text is in the JSON body (dotted path)
+        # chat_id: chat_id
+        # user_id: user_id
+        # callback_url: http://127.0.0.1:9000/replies   # where replies are POSTed; else only stored
+
+runtime:
+  # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
+  # max_live_actors: 5000
+  # pending_soft_limit: 4
+  # pending_hard_limit: 64
+  # max_concurrent_agent_calls: 256
+  # agent_timeout_s: 120
+  # reset_triggers: [/new, /reset]
+
+sessions:
+  # auto_prune: false                # delete ended sessions older than retention_days at start
+  # retention_days: 90
+
+session_reset:
+  # mode: none                       # none | idle | daily | both
+  # idle_minutes: 1440
+  # at_hour: 4
+
+daemon:
+  # socket: hermesd.sock             # control socket, relative to the home directory
+  # drain_timeout_s: 30              # SIGTERM waits this long for running turns
+  # timezone: null                   # for daily resets; default: the machine's zone
+  # log_level: info
+"""

@@ -1,0 +1,97 @@
+"""The control socket: frames, errors, permissions."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from hermes_actors.control import (
+    Bind,
+    Chat,
+    ChatReply,
+    ControlError,
+    ControlServer,
+    Status,
+    check_socket_path,
+    connect,
+)
+from hermes_actors.errors import SessionNotFoundError
+
+
+def _handler(request: Status | Chat | Bind) -> msgspec.Struct:
+    match request:
+        case Chat():
+            return ChatReply(session_id="s1", text=f"echo: {request.text}")
+        case Bind():
+            raise SessionNotFoundError(f"no session {request.session_id!r}")
+        case Status():
+            raise RuntimeError("boom")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ControlServer]:
+    control = ControlServer(tmp_path / "c.sock", _handler)
+    control.start()
+    try:
+        yield control
+    finally:
+        control.stop()
+
+
+def test_requests_and_replies_round_trip_on_one_connection(server: ControlServer) -> None:
+    client = connect(server.path)
+    assert client is not None
+    with client:
+        for text in ("one", "two", "三"):
+            reply = client.chat(Chat(chat_id="t", user_id="u", text=text, message_id=text))
+            assert reply == ChatReply(session_id="s1", text=f"echo: {text}")
+
+
+def test_handler_errors_come_back_as_clear_errors_and_the_connection_survives(server: ControlServer) -> None:
+    client = connect(server.path)
+    assert client is not None
+    with client:
+        with pytest.raises(ControlError, match="no session 'nope'"):
+            client.bind(Bind(chat_id="t", user_id="u", session_id="nope"))
+        with pytest.raises(ControlError, match="failed on Status: boom"):
+            client.status()
+        assert client.chat(Chat(chat_id="t", user_id="u", text="still", message_id="m")).text == "echo: still"
+
+
+def test_a_malformed_frame_gets_an_error_reply_and_an_oversized_one_closes_the_connection(
+    server: ControlServer,
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+        raw.settimeout(5)
+        raw.connect(str(server.path))
+        body = b"\x93not msgpack of a request"
+        raw.sendall(struct.pack(">I", len(body)) + body)
+        (size,) = struct.unpack(">I", raw.recv(4))
+        reply = msgspec.msgpack.decode(raw.recv(size))
+        assert reply["type"] == "ErrorReply"
+        assert "same version" in reply["message"]
+        raw.sendall(struct.pack(">I", 1 << 30))
+        assert raw.recv(4) == b""  # refused: closed, no allocation of a gigabyte
+    client = connect(server.path)
+    assert client is not None
+    with client:
+        assert client.chat(Chat(chat_id="t", user_id="u", text="ok", message_id="m")).text == "echo: ok"
+
+
+def test_the_socket_is_private_and_removed_on_stop(tmp_path: Path) -> None:
+    control = ControlServer(tmp_path / "p.sock", _handler)
+    control.start()
+    assert control.path.stat().st_mode & 0o777 == 0o600
+    control.stop()
+    assert not control.path.exists()
+    assert connect(control.path) is None
+
+
+def test_a_path_too_long_for_a_unix_socket_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ControlError, match=r"daemon\.socket"):
+        check_socket_path(tmp_path / ("x" * 120))

@@ -1,0 +1,95 @@
+"""config.yaml: defaults, the first-start template, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hermes_actors.errors import ConfigError
+from hermes_actors.policy import ResetMode
+from hermes_actors.settings import Settings, decode_settings, default_config_text, load_settings, write_default_config
+
+SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+
+def test_no_file_and_an_empty_file_are_the_defaults(tmp_path: Path) -> None:
+    assert load_settings(tmp_path / "absent.yaml") == Settings()
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_settings(tmp_path / "empty.yaml") == Settings()
+
+
+def test_the_first_start_template_parses_to_the_defaults_plus_one_webhook_route(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    assert write_default_config(path)
+    assert path.stat().st_mode & 0o777 == 0o600  # it holds the webhook secret
+    assert not write_default_config(path)  # never overwrites
+    settings = load_settings(path)
+    assert settings.agent == Settings().agent
+    assert settings.runtime == Settings().runtime
+    assert settings.platforms.api_server == Settings().platforms.api_server
+    assert list(settings.platforms.webhook.routes) == ["default"]
+    assert settings.platforms.webhook.routes["default"].secret is not None
+    assert settings.platforms.webhook.routes["default"].secret.startswith("whsec_")
+
+
+def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
+    # Uncommenting every "# key: value" line must give a valid file: the template documents real fields.
+    lines = []
+    for line in default_config_text(SECRET).splitlines():
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith("# ") and ":" in stripped and not stripped.startswith("# Standard"):
+            candidate = stripped[2:].split("  #")[0].rstrip()
+            key = candidate.split(":", 1)[0]
+            if key.isidentifier():
+                lines.append(indent + candidate)
+                continue
+        lines.append(line)
+    data = yaml.safe_load("\n".join(lines))
+    data["agent"]["base_url"] = "http://127.0.0.1:8000/v1"  # the example endpoint, with its model
+    settings = decode_settings(data)
+    assert settings.agent.model == "my-model"
+    assert settings.session_reset.mode == ResetMode.NONE
+    assert settings.platforms.webhook.routes["default"].callback_url == "http://127.0.0.1:9000/replies"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "words"),
+    [
+        ("runtime:\n  max_live_actors: lots\n", "runtime.max_live_actors", "Expected `int`"),
+        ("runtime:\n  max_live_actor: 10\n", "runtime.max_live_actor", "unknown field"),
+        ("runtime:\n  max_live_actors: 99999\n", "runtime.max_live_actors", "between 1 and 15000"),
+        ("runtime:\n  key_policy:\n    namespce: x\n", "runtime.key_policy.namespce", "unknown field"),
+        ("agent:\n  base_url: http://127.0.0.1:1/v1\n", "agent.model", "required"),
+        ("agent:\n  base_url: ftp://x\n  model: m\n", "agent.base_url", "http"),
+        ("platforms:\n  telegrm: {}\n", "platforms.telegrm", "unknown field"),
+        ("platforms:\n  api_server:\n    port: seventy\n", "platforms.api_server.port", "Expected `int`"),
+        ("platforms:\n  webhook:\n    routes:\n      ok:\n        secret: nope\n", "platforms.webhook.routes.ok", ""),
+        ("session_reset:\n  mode: sometimes\n", "session_reset.mode", "expected one of"),
+        ("daemon:\n  timezone: Mars/Olympus\n", "daemon.timezone", "IANA"),
+        ("runtim:\n  x: 1\n", "runtim", "unknown section"),
+        ("- just\n- a list\n", "config.yaml", "mapping"),
+    ],
+)
+def test_a_bad_field_is_named_with_its_path(tmp_path: Path, text: str, path: str, words: str) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_settings(file)
+    assert error.value.path.startswith(path), str(error.value)
+    assert words in str(error.value)
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("runtime:\n  passivate_after_s: 3\n  max_live_actors: [1\n")
+    with pytest.raises(ConfigError, match=r"not valid YAML at line \d+"):
+        load_settings(file)
+
+
+def test_an_empty_nested_section_means_its_defaults() -> None:
+    settings = decode_settings({"platforms": {"api_server": None, "webhook": {"routes": None}}, "agent": None})
+    assert settings.platforms.api_server == Settings().platforms.api_server
+    assert settings.platforms.webhook.routes == {}
