@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import tzinfo
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 import msgspec
 
@@ -30,11 +30,10 @@ from hermes_actors.cli.options import database_path
 from hermes_actors.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
 from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.gateway import Gateway
-from hermes_actors.settings import AgentSettings, PlatformsSettings, Settings, load_settings
+from hermes_actors.settings import AgentSettings, Settings, load_settings
 from hermes_actors.terminal import TerminalChannel
-from platforms.api_server import ApiServer
+from platforms import registry
 from platforms.base import Adapter
-from platforms.webhook import WebhookAdapter
 
 __all__ = ["Daemon", "DaemonRunningError", "PidLock", "build_adapters", "build_agent", "socket_path"]
 
@@ -106,14 +105,11 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
     )
 
 
-def build_adapters(platforms: PlatformsSettings, environ: Mapping[str, str]) -> dict[str, Adapter]:
-    """One adapter per enabled entry point, by platform name."""
-    adapters: dict[str, Adapter] = {}
-    if platforms.api_server.enabled:
-        adapters["api_server"] = ApiServer(platforms.api_server, environ=environ)
-    if platforms.webhook.enabled:
-        adapters["webhook"] = WebhookAdapter(platforms.webhook, environ=environ)
-    return adapters
+def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
+    """One adapter per enabled platform section, by platform name."""
+    return {
+        name: registry.build(name, config, environ) for name, config in platforms.items() if registry.enabled(config)
+    }
 
 
 def _timezone(settings: Settings) -> tzinfo | None:
@@ -267,21 +263,20 @@ class Daemon:
         )
         _log.info("configuration reloaded from %s", self.config_path)
 
-    def _reload_adapters(self, platforms: PlatformsSettings) -> None:
+    def _reload_adapters(self, platforms: Mapping[str, Any]) -> None:
         gateway = self._gateway
         assert gateway is not None
         old = self.settings.platforms
-        for name in ("api_server", "webhook"):
-            if getattr(platforms, name) == getattr(old, name):
+        for name in sorted({*platforms, *old}):
+            if platforms.get(name) == old.get(name):
                 continue
             current = self._adapters.pop(name, None)
             if current is not None:
                 current.stop()
                 _log.info("%s stopped for reload", name)
+            self._failed.pop(name, None)
             try:
-                fresh = build_adapters(
-                    msgspec.structs.replace(_disabled(), **{name: getattr(platforms, name)}), self._environ
-                )
+                fresh = build_adapters({name: platforms[name]} if name in platforms else {}, self._environ)
             except ConfigError as exc:
                 self._failed[name] = str(exc)
                 _log.error("%s not restarted: %s", name, exc)
@@ -318,8 +313,11 @@ class Daemon:
         inbox, outbox = gateway.backlog()
         platforms = [PlatformState(name=n, state="running", detail=a.describe()) for n, a in self._adapters.items()]
         platforms += [PlatformState(name=n, state="failed", detail=[e]) for n, e in self._failed.items()]
-        configured = {n for n in ("api_server", "webhook") if getattr(self.settings.platforms, n).enabled}
-        platforms += [PlatformState(name=n, state="disabled") for n in ("api_server", "webhook") if n not in configured]
+        platforms += [
+            PlatformState(name=n, state="disabled")
+            for n, config in self.settings.platforms.items()
+            if not registry.enabled(config) and n not in self._failed
+        ]
         return StatusReply(
             pid=os.getpid(),
             home=str(self.home),
@@ -362,14 +360,6 @@ class Daemon:
         if self._out is not None:
             self._out.write(text + "\n")
             self._out.flush()
-
-
-def _disabled() -> PlatformsSettings:
-    """All entry points off (the start of a one-adapter rebuild)."""
-    from platforms.api_server import ApiServerConfig
-    from platforms.webhook import WebhookConfig
-
-    return PlatformsSettings(api_server=ApiServerConfig(enabled=False), webhook=WebhookConfig(enabled=False))
 
 
 def _version() -> str:

@@ -21,15 +21,15 @@ import yaml
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.policy import ResetConfig, decode_reset_config
-from platforms.api_server import ApiServerConfig
-from platforms.webhook import WebhookConfig, new_webhook_secret
+from platforms.registry import PLATFORMS, config_type
+from platforms.webhook import new_webhook_secret
 
 __all__ = [
     "CONFIG_NAME",
     "AgentSettings",
     "DaemonSettings",
-    "PlatformsSettings",
     "Settings",
+    "decode_platforms",
     "decode_settings",
     "default_config_text",
     "load_settings",
@@ -65,11 +65,25 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return self.base_url is None
 
 
-class PlatformsSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``platforms:`` section: one entry per built-in entry point."""
+def _default_platforms() -> dict[str, Any]:
+    return {name: config_type(name)() for name, spec in PLATFORMS.items() if spec.on_by_default}
 
-    api_server: ApiServerConfig = ApiServerConfig()
-    webhook: WebhookConfig = WebhookConfig()
+
+def decode_platforms(obj: object) -> dict[str, Any]:
+    """Decode the ``platforms:`` section: each key is a platform of :data:`platforms.registry.PLATFORMS`.
+
+    The API server and the webhook endpoint run unless their section says ``enabled: false``; every other
+    platform runs when it has a section.
+    """
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, dict):
+        raise ConfigError("platforms", f"must be a mapping of platform names to sections, got {type(obj).__name__}")
+    configs = _default_platforms()
+    for name, section in obj.items():
+        struct = config_type(str(name))
+        configs[str(name)] = _decode_section(section, struct, f"platforms.{name}")
+    return configs
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -101,7 +115,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     runtime: RuntimeConfig = RuntimeConfig()
     sessions: SessionsConfig = SessionsConfig()
     session_reset: ResetConfig = ResetConfig()
-    platforms: PlatformsSettings = PlatformsSettings()
+    platforms: dict[str, Any] = msgspec.field(default_factory=_default_platforms)  # name -> its config Struct
     daemon: DaemonSettings = DaemonSettings()
 
 
@@ -109,7 +123,6 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "agent": AgentSettings,
     "runtime": RuntimeConfig,
     "sessions": SessionsConfig,
-    "platforms": PlatformsSettings,
     "daemon": DaemonSettings,
 }
 _AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
@@ -123,7 +136,7 @@ def decode_settings(data: object) -> Settings:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("config.yaml", f"must be a mapping of sections, got {type(data).__name__}")
-    known = {*_SECTIONS, "session_reset"}
+    known = {*_SECTIONS, "session_reset", "platforms"}
     for name in data:
         if name not in known:
             raise ConfigError(str(name), f"unknown section (expected one of: {', '.join(sorted(known))})")
@@ -131,6 +144,7 @@ def decode_settings(data: object) -> Settings:
     for name, struct in _SECTIONS.items():
         values[name] = _decode_section(data.get(name), struct, name)
     values["session_reset"] = decode_reset_config(data.get("session_reset"))
+    values["platforms"] = decode_platforms(data.get("platforms"))
     return Settings(**values)
 
 
@@ -153,9 +167,11 @@ def _decode_section(obj: object, struct: type[msgspec.Struct], section: str) -> 
     except msgspec.ValidationError as exc:
         raise _translate(str(exc), obj, struct, section) from None
     except ConfigError as exc:
-        if exc.path.startswith(section) or section != "platforms":
+        if exc.path.startswith(section) or not section.startswith("platforms."):
             raise
-        raise ConfigError(f"{section}.{exc.path}", str(exc)[len(exc.path) + 2 :]) from None
+        # a platform's own check names its field relative to the section (or as platforms.<name>.<field>)
+        relative = exc.path.removeprefix("platforms.").split(".", 1)[-1] if "." in exc.path else exc.path
+        raise ConfigError(f"{section}.{relative}", str(exc)[len(exc.path) + 2 :]) from None
 
 
 def _translate(text: str, obj: object, struct: type[msgspec.Struct], section: str) -> ConfigError:

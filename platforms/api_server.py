@@ -34,7 +34,7 @@ from aiohttp.typedefs import Handler
 from hermes_actors.errors import ConfigError, HermesError, PlatformError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
-from platforms.base import ReplySender
+from platforms.base import Capabilities, ReplySender
 from platforms.http_host import HttpHost
 from platforms.waiters import ReplyWaiters
 
@@ -345,6 +345,7 @@ class ApiServer:
     """
 
     platform = _PLATFORM
+    capabilities = Capabilities()
 
     def __init__(self, config: ApiServerConfig, *, environ: Mapping[str, str] | None = None) -> None:
         self.config = config

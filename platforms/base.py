@@ -9,13 +9,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import msgspec
+
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import OutboundMessage
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
 
-__all__ = ["Adapter", "ReplySender", "SendError", "ThreadCreator"]
+__all__ = ["Adapter", "Capabilities", "ReplySender", "SendError", "ThreadCreator"]
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a platform can do with replies; the runtime and commands adapt to it."""
+
+    threads: bool = False  # topics/threads exist (a handoff can open one)
+    edits: bool = False  # a sent message can be edited (streamed replies)
+    typing: bool = False  # a typing indicator can be shown while a turn runs
+    max_message_chars: int | None = None  # longer replies are split by the sender
 
 
 class SendError(PlatformError):
@@ -63,6 +74,7 @@ class Adapter(Protocol):
     """
 
     platform: str
+    capabilities: Capabilities
 
     def senders(self) -> Sequence[ReplySender]:
         """The reply senders to register with the gateway's outbox."""

@@ -18,16 +18,12 @@ import base64
 import binascii
 import hashlib
 import hmac
-import http.client
 import logging
 import os
 import re
 import secrets
-import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -37,7 +33,9 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
-from platforms.base import ReplySender, SendError
+from platforms import http_client
+from platforms.base import Capabilities, ReplySender, SendError
+from platforms.http_client import shown
 from platforms.http_host import HttpHost
 
 if TYPE_CHECKING:
@@ -341,6 +339,7 @@ class WebhookAdapter:
     """
 
     platform = _PLATFORM
+    capabilities = Capabilities()
 
     def __init__(
         self,
@@ -397,7 +396,7 @@ class WebhookAdapter:
         line += f"(Standard Webhooks signature, {route.secret_origin})"
         if route.callback is None:
             return line + "; replies stay in the transcript (no callback_url)"
-        return line + f"; replies POSTed to {_shown(route.callback)}"
+        return line + f"; replies POSTed to {shown(route.callback)}"
 
     async def _receive(self, request: web.Request) -> web.Response:
         name = request.match_info["route"]
@@ -436,42 +435,10 @@ class WebhookAdapter:
         return _answer(202, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})
 
 
-def _shown(url: SplitResult) -> str:
-    """A callback URL for logs and the banner, without credentials or query string."""
-    port = f":{url.port}" if url.port else ""
-    return f"{url.scheme}://{url.hostname}{port}{url.path}"
-
-
 def _callback_id(message: OutboundMessage) -> str:
     """A ``webhook-id`` that is the same for every attempt at one reply and differs between replies."""
     identity = msgspec.json.encode([message.session_id, message.reply_to, message.answers, message.text])
     return "msg_" + hashlib.sha256(identity).hexdigest()[:32]
-
-
-def _retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date), capped at an hour."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        seconds = float(value)
-    else:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = when.timestamp() - now
-    return min(max(seconds, 0.0), _MAX_RETRY_AFTER_S)
-
-
-def _excerpt(response: http.client.HTTPResponse) -> str:
-    """The start of an error response's body, for the log; empty if it cannot be read."""
-    try:
-        return response.read(_EXCERPT_BYTES).decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException):
-        return ""
 
 
 class _CallbackSender:
@@ -518,42 +485,12 @@ class _CallbackSender:
 
     def _post(self, name: str, url: SplitResult, body: bytes, headers: dict[str, str]) -> None:
         """Send one POST; raise :class:`SendError` unless the callback answers 2xx."""
-        assert url.hostname is not None  # _callback_target accepts only URLs with a host
-        where = f"webhook route '{name}': callback {_shown(url)}"
-        connection: http.client.HTTPConnection
-        if url.scheme == "https":
-            connection = http.client.HTTPSConnection(
-                url.hostname, url.port, timeout=self._timeout, context=ssl.create_default_context()
-            )
-        else:
-            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=self._timeout)
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        where = f"webhook route '{name}': callback {shown(url)}"
         try:
-            try:
-                connection.request("POST", path, body=body, headers=headers)
-            except (OSError, http.client.HTTPException) as exc:
-                raise SendError(f"{where} cannot be reached ({exc}); it will be retried") from exc
-            try:
-                response = connection.getresponse()
-            except (OSError, http.client.HTTPException) as exc:
-                raise SendError(
-                    f"{where} did not answer after the reply was sent ({exc or type(exc).__name__}); "
-                    "it will be retried and flagged as a possible duplicate",
-                    outcome_unknown=True,
-                ) from exc
-            status = response.status
-            if status < 300:
-                return
-            retry_after = response.getheader("retry-after")
-            excerpt = _excerpt(response)
-        finally:
-            connection.close()
-        if status == 429:
-            wait = _retry_after(retry_after, self._clock())
-            raise SendError(f"{where} asked to slow down (HTTP 429); it will be retried", retry_after_s=wait)
-        if status >= 500:
-            raise SendError(f"{where} failed with HTTP {status}: {excerpt!r}; it will be retried")
-        raise SendError(
-            f"{where} refused the reply with HTTP {status}: {excerpt!r}; check callback_url and the receiver "
-            "(it will be retried with backoff)"
-        )
+            result = http_client.request("POST", url.geturl(), body=body, headers=headers, timeout=self._timeout)
+        except http_client.HttpError as exc:
+            raise http_client.send_error(exc, where) from exc
+        if result.status >= 300:
+            hint = "; check callback_url and the receiver" if 400 <= result.status < 500 else ""
+            error = http_client.status_error(result, where, now=self._clock())
+            raise SendError(str(error) + hint, retry_after_s=error.retry_after_s) from None

@@ -15,6 +15,7 @@ from hermes_actors.daemon import socket_path
 from hermes_actors.errors import ConfigError
 from hermes_actors.settings import CONFIG_NAME, Settings, load_settings
 from hermes_actors.store import Store
+from platforms import registry
 
 __all__ = ["config", "home_settings", "status"]
 
@@ -120,5 +121,5 @@ def config_check(home: str | None, config_file: str | None) -> None:
         click.echo(f"Error: {path}: {exc}", err=True)
         sys.exit(2)
     agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
-    enabled = [n for n in ("api_server", "webhook") if getattr(settings.platforms, n).enabled]
+    enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]
     click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")

@@ -316,4 +316,4 @@ def test_a_first_start_writes_the_commented_default_config(tmp_path: Path, monke
     assert "wrote the default configuration" in result.output
     assert config_file.stat().st_mode & 0o777 == 0o600
     assert "# base_url: http://127.0.0.1:8000/v1" in config_file.read_text()
-    assert list(seen[0].platforms.webhook.routes) == ["default"]
+    assert list(seen[0].platforms["webhook"].routes) == ["default"]

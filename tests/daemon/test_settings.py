@@ -28,10 +28,10 @@ def test_the_first_start_template_parses_to_the_defaults_plus_one_webhook_route(
     settings = load_settings(path)
     assert settings.agent == Settings().agent
     assert settings.runtime == Settings().runtime
-    assert settings.platforms.api_server == Settings().platforms.api_server
-    assert list(settings.platforms.webhook.routes) == ["default"]
-    assert settings.platforms.webhook.routes["default"].secret is not None
-    assert settings.platforms.webhook.routes["default"].secret.startswith("whsec_")
+    assert settings.platforms["api_server"] == Settings().platforms["api_server"]
+    assert list(settings.platforms["webhook"].routes) == ["default"]
+    assert settings.platforms["webhook"].routes["default"].secret is not None
+    assert settings.platforms["webhook"].routes["default"].secret.startswith("whsec_")
 
 
 def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
@@ -52,7 +52,7 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
     settings = decode_settings(data)
     assert settings.agent.model == "my-model"
     assert settings.session_reset.mode == ResetMode.NONE
-    assert settings.platforms.webhook.routes["default"].callback_url == "http://127.0.0.1:9000/replies"
+    assert settings.platforms["webhook"].routes["default"].callback_url == "http://127.0.0.1:9000/replies"
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
         ("runtime:\n  key_policy:\n    namespce: x\n", "runtime.key_policy.namespce", "unknown field"),
         ("agent:\n  base_url: http://127.0.0.1:1/v1\n", "agent.model", "required"),
         ("agent:\n  base_url: ftp://x\n  model: m\n", "agent.base_url", "http"),
-        ("platforms:\n  telegrm: {}\n", "platforms.telegrm", "unknown field"),
+        ("platforms:\n  telegrm: {}\n", "platforms.telegrm", "unknown platform"),
         ("platforms:\n  api_server:\n    port: seventy\n", "platforms.api_server.port", "Expected `int`"),
         ("platforms:\n  webhook:\n    routes:\n      ok:\n        secret: nope\n", "platforms.webhook.routes.ok", ""),
         ("session_reset:\n  mode: sometimes\n", "session_reset.mode", "expected one of"),
@@ -91,5 +91,5 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 
 def test_an_empty_nested_section_means_its_defaults() -> None:
     settings = decode_settings({"platforms": {"api_server": None, "webhook": {"routes": None}}, "agent": None})
-    assert settings.platforms.api_server == Settings().platforms.api_server
-    assert settings.platforms.webhook.routes == {}
+    assert settings.platforms["api_server"] == Settings().platforms["api_server"]
+    assert settings.platforms["webhook"].routes == {}

@@ -498,13 +498,13 @@ def test_callback_failures_become_send_errors_that_say_what_happened(receiver: R
         sender_for(f"http://127.0.0.1:{closed_port}/hook").send(reply())
     assert not refused.value.outcome_unknown
     stalled = sender_for(receiver.host.url + "/stall", timeout_s=0.2)
-    with pytest.raises(SendError, match="did not answer after the reply was sent") as timed_out:
+    with pytest.raises(SendError, match="did not answer after the request was sent") as timed_out:
         stalled.send(reply())
     assert timed_out.value.outcome_unknown
     receiver.release.set()
     sender = sender_for(receiver.url)
     receiver.script.extend([(404, {}), (503, {}), (429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})])
-    with pytest.raises(SendError, match="refused the reply with HTTP 404"):
+    with pytest.raises(SendError, match="refused the request with HTTP 404"):
         sender.send(reply())
     with pytest.raises(SendError, match="failed with HTTP 503") as unavailable:
         sender.send(reply())

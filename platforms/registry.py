@@ -1,0 +1,87 @@
+"""Which platforms exist, where their code lives, and which run when ``config.yaml`` says nothing.
+
+A platform module defines a config Struct (its ``platforms.<name>`` section) and an adapter class built as
+``Adapter(config, environ=...)``. Modules load lazily: a daemon pays only for the platforms it runs, and a platform
+whose optional SDK is not installed fails with a message naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+from platforms.base import Adapter
+
+__all__ = ["PLATFORMS", "PlatformSpec", "adapter_factory", "build", "config_type", "enabled"]
+
+
+class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One platform: its module, config and adapter class names, and whether it runs without a section."""
+
+    name: str
+    module: str
+    config: str
+    adapter: str
+    on_by_default: bool = False
+    extra: str | None = None  # the pip extra that installs its SDK, if it needs one
+
+
+PLATFORMS: dict[str, PlatformSpec] = {
+    spec.name: spec
+    for spec in (
+        PlatformSpec(
+            name="api_server",
+            module="platforms.api_server",
+            config="ApiServerConfig",
+            adapter="ApiServer",
+            on_by_default=True,
+        ),
+        PlatformSpec(
+            name="webhook",
+            module="platforms.webhook",
+            config="WebhookConfig",
+            adapter="WebhookAdapter",
+            on_by_default=True,
+        ),
+        PlatformSpec(name="telegram", module="platforms.telegram", config="TelegramConfig", adapter="TelegramAdapter"),
+        PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
+        PlatformSpec(name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter"),
+        PlatformSpec(name="wechat", module="platforms.wechat", config="WechatConfig", adapter="WechatAdapter"),
+    )
+}
+
+
+def _load(spec: PlatformSpec, attribute: str) -> Any:
+    try:
+        module = importlib.import_module(spec.module)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'hermes-actors[{spec.extra}]'" if spec.extra else ""
+        raise ConfigError(f"platforms.{spec.name}", f"this platform cannot be loaded ({exc}){hint}") from None
+    return getattr(module, attribute)
+
+
+def config_type(name: str) -> type[msgspec.Struct]:
+    """The config Struct of platform ``name``; :class:`ConfigError` for an unknown name."""
+    spec = PLATFORMS.get(name)
+    if spec is None:
+        raise ConfigError(f"platforms.{name}", f"unknown platform (expected one of: {', '.join(PLATFORMS)})")
+    return cast(type[msgspec.Struct], _load(spec, spec.config))
+
+
+def adapter_factory(name: str) -> Callable[..., Adapter]:
+    """The adapter class of platform ``name``, called as ``factory(config, environ=...)``."""
+    return cast(Callable[..., Adapter], _load(PLATFORMS[name], PLATFORMS[name].adapter))
+
+
+def enabled(config: msgspec.Struct) -> bool:
+    """Whether a platform section asks for its adapter to run (``enabled: false`` turns it off)."""
+    return bool(getattr(config, "enabled", True))
+
+
+def build(name: str, config: msgspec.Struct, environ: Mapping[str, str]) -> Adapter:
+    """Construct platform ``name``'s adapter from its config."""
+    return adapter_factory(name)(config, environ=environ)
