@@ -49,7 +49,9 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(name="telegram", module="platforms.telegram", config="TelegramConfig", adapter="TelegramAdapter"),
         PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
-        PlatformSpec(name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter"),
+        PlatformSpec(
+            name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
+        ),
         PlatformSpec(name="wechat", module="platforms.wechat", config="WechatConfig", adapter="WechatAdapter"),
     )
 }
