@@ -235,6 +235,7 @@ class LifecycleCommands:
             chat_id=source.chat_id,
             thread_id=source.thread_id,
             chat_type=source.chat_type,
+            scope_id=source.scope_id,
             set_by=source.participant_id,
         )
         self._writer.call(lambda store: store.homes.set(home))

@@ -534,6 +534,7 @@ class SessionTurns:
         target = SessionSource(
             platform=control.platform,
             account_id=home.account_id or None,
+            scope_id=home.scope_id,
             chat_type=home.chat_type or "dm",
             chat_id=home.chat_id,
             thread_id=thread_id,

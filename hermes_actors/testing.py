@@ -70,12 +70,14 @@ class FakePlatform:
         chat_type: str = "dm",
         thread_id: str | None = None,
         message_id: str | None = None,
+        scope_id: str | None = None,
     ) -> InboundMessage:
         """Build the inbound message this platform would produce."""
         return InboundMessage(
             source=SessionSource(
                 platform=self.platform,
                 account_id=self.account_id,
+                scope_id=scope_id,
                 chat_type=chat_type,
                 chat_id=chat_id,
                 thread_id=thread_id,

@@ -317,6 +317,7 @@ class HomeChannel(msgspec.Struct, frozen=True, kw_only=True):
     thread_id: str | None = None
     chat_type: str | None = None
     set_by: str | None = None
+    scope_id: str | None = None
 
 
 class HomeChannels(_Table):
@@ -326,16 +327,17 @@ class HomeChannels(_Table):
         """Make ``home`` the home channel of its platform account."""
         with Transaction(self._db, savepoint=False):
             self._db.execute(
-                "INSERT INTO home_channels (platform, account_id, chat_id, thread_id, chat_type, set_by, set_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id) DO UPDATE SET "
+                "INSERT INTO home_channels (platform, account_id, chat_id, thread_id, chat_type, scope_id, set_by, "
+                "set_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id) DO UPDATE SET "
                 "chat_id = excluded.chat_id, thread_id = excluded.thread_id, chat_type = excluded.chat_type, "
-                "set_by = excluded.set_by, set_at = excluded.set_at",
+                "scope_id = excluded.scope_id, set_by = excluded.set_by, set_at = excluded.set_at",
                 (
                     home.platform,
                     home.account_id,
                     home.chat_id,
                     home.thread_id,
                     home.chat_type,
+                    home.scope_id,
                     home.set_by,
                     self._clock(),
                 ),
@@ -346,19 +348,20 @@ class HomeChannels(_Table):
         where = "platform = ?" + ("" if account_id is None else " AND account_id = ?")
         params = (platform,) if account_id is None else (platform, account_id)
         row = self._db.execute(
-            "SELECT account_id, chat_id, thread_id, chat_type, set_by FROM home_channels "
+            "SELECT account_id, chat_id, thread_id, chat_type, scope_id, set_by FROM home_channels "
             f"WHERE {where} ORDER BY set_at DESC LIMIT 1",
             params,
         ).fetchone()
         if row is None:
             return None
-        account, chat_id, thread_id, chat_type, set_by = row
+        account, chat_id, thread_id, chat_type, scope_id, set_by = row
         return HomeChannel(
             platform=platform,
             account_id=str(account),
             chat_id=str(chat_id),
             thread_id=thread_id,
             chat_type=chat_type,
+            scope_id=scope_id,
             set_by=set_by,
         )
 

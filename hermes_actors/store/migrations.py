@@ -18,7 +18,7 @@ from hermes_actors.errors import SchemaVersionError, StoreError
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -90,7 +90,12 @@ def _rebuild_sessions_and_messages(connection: apsw.Connection) -> None:
 
 
 # version -> function that upgrades a database from version - 1 to version.
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2}
+def _v3(connection: apsw.Connection) -> None:
+    """The home channel's workspace/tenant, so a handoff reaches the key its replies will arrive under."""
+    connection.execute("ALTER TABLE home_channels ADD COLUMN scope_id TEXT")
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3}
 
 
 def schema_sql() -> str:

@@ -2,7 +2,7 @@
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 2; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 3; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -166,6 +166,7 @@ CREATE TABLE home_channels (
     set_by     TEXT,
     set_at     REAL NOT NULL,
     chat_type  TEXT,                              -- added in version 2: handoff builds the home chat's key
+    scope_id   TEXT,                              -- added in version 3: the workspace/tenant part of that key
     PRIMARY KEY (platform, account_id)
 ) WITHOUT ROWID;
 

@@ -135,3 +135,17 @@ def test_a_failed_delivery_leaves_the_session_where_it_was(setup: Setup) -> None
         assert store.outbox.unsent() == []  # the failed first message is given up, not retried later
     setup.cli.push("still here?", chat_id="terminal")
     assert setup.cli.pop().text == "echo: still here?"
+
+
+def test_a_handoff_to_a_workspace_scoped_home_binds_the_key_its_replies_arrive_under(setup: Setup) -> None:
+    session = start_conversation(setup)
+    setup.telegram.push("/sethome", chat_id="C1", chat_type="group", user_id="alice", scope_id="T9")
+    assert setup.telegram.pop().text == "This chat is now the home channel for telegram."
+    setup.cli.push("/handoff telegram", chat_id="terminal")
+    assert setup.telegram.pop().thread_id == "thread-1"
+    assert setup.gateway.session_for("agent:main:telegram.T9:group:C1:thread-1") == session
+    setup.telegram.push("in the thread", chat_id="C1", chat_type="group", thread_id="thread-1", scope_id="T9")
+    assert setup.telegram.pop().text == "echo: in the thread"
+    assert setup.gateway.wait_idle()
+    with setup.gateway.read() as store:
+        assert [m.content for m in store.load_transcript(session)][-2:] == ["in the thread", "echo: in the thread"]

@@ -1,0 +1,366 @@
+"""A local Slack: the Web API's ``chat.postMessage`` on loopback, and Slack's side of the Events API.
+
+:class:`FakeSlack` serves ``POST /api/chat.postMessage`` as Slack does: a Bearer bot token (``not_authed`` /
+``invalid_auth`` otherwise), a JSON or form body, ``{"ok": true, "channel", "ts", "message"}`` on success and
+``{"ok": false, "error": ...}`` with HTTP 200 on refusal, ``msg_too_long`` past 40,000 characters, and whatever a
+test scripts with :meth:`FakeSlack.fail_next` (HTTP 429 with ``Retry-After``, ``ratelimited``, 5xx). Every
+accepted post is recorded with its arrival time.
+
+The event helpers build Events API payloads (``event_callback`` envelopes around ``message`` and ``app_mention``
+events, ``url_verification``) and :func:`deliver` POSTs them the way Slack does: signed with the app's signing
+secret (``v0=`` + hex HMAC-SHA256 of ``v0:<timestamp>:<body>``), with ``X-Slack-Retry-Num`` and
+``X-Slack-Retry-Reason`` on redeliveries. :func:`deliver_until_acknowledged` follows Slack's retry policy: up to
+three retries when the answer is not a 2xx within 3 s, none when the app says ``X-Slack-No-Retry: 1``.
+Written from Slack's documentation, independently of the adapter's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import itertools
+import json
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from aiohttp import web
+
+from platforms.http_host import HttpHost
+
+__all__ = [
+    "Answer",
+    "FakeSlack",
+    "Posted",
+    "app_mention",
+    "deliver",
+    "deliver_until_acknowledged",
+    "event_callback",
+    "message",
+    "sign",
+    "url_verification",
+]
+
+MAX_TEXT_CHARS = 40_000
+_event_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Posted:
+    """One accepted ``chat.postMessage``: its token, fields, the ts Slack gave it and when it arrived."""
+
+    token: str
+    channel: str
+    text: str
+    thread_ts: str | None
+    ts: str
+    at: float  # time.monotonic() on arrival
+
+
+@dataclass(frozen=True)
+class _Failure:
+    status: int
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeSlack:
+    """The Web API of one or more workspaces: ``tokens`` maps each valid bot token to its team id."""
+
+    tokens: Mapping[str, str]
+    posted: list[Posted] = field(default_factory=list)
+    attempts: list[float] = field(default_factory=list)  # arrival time of every authenticated call
+    _arrivals: queue.SimpleQueue[Posted] = field(default_factory=queue.SimpleQueue)
+    _script: deque[_Failure | None] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _seconds: itertools.count[int] = field(default_factory=lambda: itertools.count(1_764_460_800))
+
+    def __post_init__(self) -> None:
+        app = web.Application()
+        app.router.add_post("/api/chat.postMessage", self._post_message)
+        self.host = HttpHost(app, name="fake-slack")
+
+    @property
+    def api_base_url(self) -> str:
+        """What ``platforms.slack.api_base_url`` should be."""
+        return self.host.url + "/api"
+
+    def start(self) -> FakeSlack:
+        self.host.start()
+        return self
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def fail_next(
+        self,
+        *,
+        status: int = 200,
+        error: str | None = None,
+        retry_after: str | None = None,
+        count: int = 1,
+        after: int = 0,
+    ) -> None:
+        """Answer ``count`` authenticated calls, after ``after`` normal ones, with HTTP ``status`` and
+        ``{"ok": false, "error": ...}`` (``ratelimited`` for 429, ``fatal_error`` otherwise, unless given)."""
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        body: dict[str, Any] = {"ok": False, "error": error or ("ratelimited" if status == 429 else "fatal_error")}
+        with self._lock:
+            self._script.extend([None] * after)
+            self._script.extend(_Failure(status, headers, body) for _ in range(count))
+
+    def take(self, timeout: float = 10.0) -> Posted:
+        """The next accepted post, waiting up to ``timeout``."""
+        try:
+            return self._arrivals.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"nothing was posted to the fake Slack within {timeout} s") from None
+
+    def drain(self) -> list[Posted]:
+        """Every post that arrived and was not taken yet."""
+        taken: list[Posted] = []
+        while not self._arrivals.empty():
+            taken.append(self._arrivals.get())
+        return taken
+
+    def nothing_more(self, wait: float = 0.2) -> bool:
+        """Whether no further post arrives within ``wait`` seconds."""
+        try:
+            extra = self._arrivals.get(timeout=wait)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected post {extra}")
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        authorization = request.headers.get("Authorization", "")
+        if not authorization.startswith("Bearer "):
+            return web.json_response({"ok": False, "error": "not_authed"})
+        token = authorization.removeprefix("Bearer ")
+        if token not in self.tokens:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        raw = await request.read()
+        with self._lock:
+            self.attempts.append(arrived)
+            failure = self._script.popleft() if self._script else None
+        if failure is not None:
+            return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        fields = self._fields(request.content_type, raw)
+        if fields is None:
+            return web.json_response({"ok": False, "error": "invalid_json"})
+        channel, text, thread_ts = fields.get("channel"), fields.get("text"), fields.get("thread_ts")
+        if not isinstance(channel, str) or not channel:
+            return web.json_response({"ok": False, "error": "channel_not_found"})
+        if not isinstance(text, str) or not text.strip():
+            return web.json_response({"ok": False, "error": "no_text"})
+        if len(text) > MAX_TEXT_CHARS:
+            return web.json_response({"ok": False, "error": "msg_too_long"})
+        ts = f"{next(self._seconds)}.000100"
+        posted = Posted(
+            token=token,
+            channel=channel,
+            text=text,
+            thread_ts=thread_ts if isinstance(thread_ts, str) else None,
+            ts=ts,
+            at=arrived,
+        )
+        with self._lock:
+            self.posted.append(posted)
+        self._arrivals.put(posted)
+        message: dict[str, Any] = {"type": "message", "text": text, "user": "UBOT", "bot_id": "BBOT", "ts": ts}
+        if posted.thread_ts:
+            message["thread_ts"] = posted.thread_ts
+        return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    @staticmethod
+    def _fields(content_type: str, raw: bytes) -> dict[str, Any] | None:
+        if content_type == "application/x-www-form-urlencoded":
+            return dict(parse_qsl(raw.decode("utf-8", "replace")))
+        try:
+            decoded = json.loads(raw)
+        except ValueError:
+            return None
+        return decoded if isinstance(decoded, dict) else None
+
+
+# -- Slack's side of the Events API ----------------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """``X-Slack-Signature`` for ``body`` sent at ``timestamp``."""
+    basestring = b"v0:" + timestamp.encode() + b":" + body
+    return "v0=" + hmac.new(secret.encode(), basestring, hashlib.sha256).hexdigest()
+
+
+def message(
+    text: str,
+    *,
+    channel: str = "C1",
+    user: str = "U1",
+    ts: str = "1764460800.000100",
+    channel_type: str = "channel",
+    thread_ts: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A ``message`` event as a ``message.channels`` / ``.groups`` / ``.im`` / ``.mpim`` subscription sends it."""
+    event: dict[str, Any] = {
+        "type": "message",
+        "channel": channel,
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "event_ts": ts,
+        "channel_type": channel_type,
+        "client_msg_id": f"cm-{ts}",
+    }
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return event | extra
+
+
+def app_mention(
+    text: str,
+    *,
+    channel: str = "C1",
+    user: str = "U1",
+    ts: str = "1764460800.000100",
+    thread_ts: str | None = None,
+    bot_user: str = "UBOT",
+) -> dict[str, Any]:
+    """An ``app_mention`` event (no ``channel_type``; the text starts with the bot's mention)."""
+    event: dict[str, Any] = {
+        "type": "app_mention",
+        "channel": channel,
+        "user": user,
+        "text": f"<@{bot_user}> {text}",
+        "ts": ts,
+        "event_ts": ts,
+    }
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    return event
+
+
+def event_callback(
+    event: Mapping[str, Any],
+    *,
+    team: str = "T1",
+    event_id: str | None = None,
+    bot_user: str = "UBOT",
+    api_app_id: str = "A1",
+) -> dict[str, Any]:
+    """The envelope around ``event``, with the ``authorizations`` entry naming the bot user."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team,
+        "api_app_id": api_app_id,
+        "event": dict(event),
+        "type": "event_callback",
+        "event_id": event_id or f"Ev{next(_event_ids):08d}",
+        "event_time": 1764460800,
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": team,
+                "user_id": bot_user,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+    }
+
+
+def url_verification(challenge: str) -> dict[str, Any]:
+    """The request Slack sends when a Request URL is saved."""
+    return {"token": "legacy-verification-token", "challenge": challenge, "type": "url_verification"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the app answered: status, lower-cased headers, the JSON body (or ``None``) and how long it took."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: Any
+    seconds: float
+
+
+def deliver(
+    url: str,
+    payload: Any,
+    secret: str,
+    *,
+    timestamp: float | None = None,
+    retry: tuple[int, str] | None = None,
+    headers: Mapping[str, str | None] | None = None,
+    timeout: float = 10.0,
+) -> Answer:
+    """POST ``payload`` (JSON-encoded unless bytes) to ``url`` signed with ``secret``, as Slack does.
+
+    ``retry`` is (``X-Slack-Retry-Num``, ``X-Slack-Retry-Reason``); ``headers`` overrides or (with ``None``)
+    removes headers, for forged requests.
+    """
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    stamp = str(int(time.time() if timestamp is None else timestamp))
+    sent = {
+        "Content-Type": "application/json",
+        "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": sign(secret, stamp, body),
+    }
+    if retry is not None:
+        sent |= {"X-Slack-Retry-Num": str(retry[0]), "X-Slack-Retry-Reason": retry[1]}
+    for name, value in (headers or {}).items():
+        sent.pop(name, None)
+        if value is not None:
+            sent[name] = value
+    parts = urlsplit(url)
+    started = time.monotonic()
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        connection.request("POST", parts.path, body=body, headers=sent)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    try:
+        decoded = json.loads(data) if data else None
+    except ValueError:
+        decoded = None
+    return Answer(
+        status=response.status,
+        headers={k.lower(): v for k, v in response.getheaders()},
+        body=decoded,
+        seconds=time.monotonic() - started,
+    )
+
+
+def deliver_until_acknowledged(url: str, payload: Any, secret: str, *, max_retries: int = 3) -> list[int | str]:
+    """Deliver like Slack: retry while the answer is no 2xx within 3 s; return each attempt's status or error."""
+    outcomes: list[int | str] = []
+    for attempt in range(max_retries + 1):
+        retry = None
+        if attempt:
+            previous = outcomes[-1]
+            reason = "http_timeout" if previous == "timeout" else "http_error"
+            retry = (attempt, reason if isinstance(previous, int) or reason == "http_timeout" else "connection_failed")
+        try:
+            answer = deliver(url, payload, secret, retry=retry, timeout=3.0)
+        except TimeoutError:
+            outcomes.append("timeout")
+            continue
+        except OSError as exc:
+            outcomes.append(type(exc).__name__)
+            continue
+        outcomes.append(answer.status)
+        if 200 <= answer.status < 300 or answer.headers.get("x-slack-no-retry") == "1":
+            break
+    return outcomes
