@@ -1,0 +1,759 @@
+"""The Feishu/Lark platform against a real gateway, a real loopback server and a fake Open Platform.
+
+The fake (``feishu_fake``) encrypts, signs and builds events as Feishu documents them, independently of the
+adapter's own code, so a mistake on one side cannot hide in the other. App ``main`` has an encrypt key (events
+arrive sealed and signed); app ``plain`` has none (the verification token is the only check).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.errors import ConfigError
+from hermes_actors.gateway import Gateway
+from hermes_actors.messages import OutboundMessage
+from hermes_actors.testing import FakeClock
+from platforms.base import SendError, ThreadCreator
+from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
+from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.feishu_fake import Failure, FakeFeishu, deliver, url_verification
+
+MAIN_ID = "cli_a1b2c3d4e5f60001"
+PLAIN_ID = "cli_a1b2c3d4e5f60002"
+ENCRYPT_KEY = "kJ4mQ8vX2pL6tN0r"
+REPO = Path(__file__).resolve().parents[2]
+_DELETE = object()  # a mutation that removes a field
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeFeishu]:
+    fake = FakeFeishu()
+    fake.add_app(MAIN_ID, app_secret="main-secret", verification_token="main-token", encrypt_key=ENCRYPT_KEY)
+    fake.add_app(PLAIN_ID, app_secret="plain-secret", verification_token="plain-token")
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+def apps_for(fake: FakeFeishu) -> dict[str, FeishuApp]:
+    main, plain = fake.apps[MAIN_ID], fake.apps[PLAIN_ID]
+    return {
+        "main": FeishuApp(
+            app_id=MAIN_ID,
+            app_secret=main.app_secret,
+            verification_token=main.verification_token,
+            encrypt_key=main.encrypt_key,
+            base_url=fake.base_url,
+        ),
+        "plain": FeishuApp(
+            app_id=PLAIN_ID,
+            app_secret=plain.app_secret,
+            verification_token=plain.verification_token,
+            base_url=fake.base_url + "/",
+        ),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Feishu:
+    adapter: FeishuAdapter
+    gateway: Gateway
+    fake: FakeFeishu
+    clock: FakeClock
+
+    def url(self, app: str = "main") -> str:
+        return f"{self.adapter.url}/feishu/events/{app}"
+
+    def event(self, text: str | None = "hello", app: str = "main", **fields: Any) -> dict[str, Any]:
+        return self.fake.message_event(MAIN_ID if app == "main" else PLAIN_ID, text, **fields)
+
+    def push(self, payload: Any, app: str = "main", **options: Any) -> tuple[int, dict[str, Any]]:
+        """Deliver ``payload`` the way Feishu delivers ``app``'s events (sealed and signed for ``main``)."""
+        options.setdefault("encrypt_key", ENCRYPT_KEY if app == "main" else None)
+        return deliver(self.url(app), payload, **options)
+
+    def say(self, text: str | None = "hello", app: str = "main", **fields: Any) -> str:
+        """Deliver a message event; return its routing key."""
+        status, answer = self.push(self.event(text, app, **fields), app)
+        assert (status, answer.get("accepted")) == (200, True), answer
+        return str(answer["routing_key"])
+
+    def session_of(self, routing_key: str) -> str:
+        session_id = self.gateway.session_for(routing_key)
+        assert session_id is not None, f"no session for {routing_key}"
+        return session_id
+
+    def transcript(self, routing_key: str) -> list[tuple[str, str | None]]:
+        with self.gateway.read() as store:
+            return [(m.role, m.content) for m in store.load_transcript(self.session_of(routing_key))]
+
+
+StartFeishu = Callable[..., Feishu]
+
+
+@pytest.fixture
+def start_feishu(tmp_path: Path, fake: FakeFeishu) -> Iterator[StartFeishu]:
+    """Start a gateway on ``tmp_path`` with the adapter on port 0; everything is stopped at the end."""
+    with ExitStack() as stack:
+
+        def start(**options: Any) -> Feishu:
+            clock = FakeClock()
+            options.setdefault("apps", apps_for(fake))
+            adapter = FeishuAdapter(FeishuConfig(port=0, **options), environ={}, clock=clock)
+            gateway = Gateway(
+                tmp_path / "state.db",
+                config=RuntimeConfig(outbox_retry_base_s=0.05),
+                senders=adapter.senders(),
+                clock=clock,
+            )
+            stack.callback(gateway.stop)
+            adapter.start(gateway)
+            stack.callback(adapter.stop)
+            return Feishu(adapter=adapter, gateway=gateway, fake=fake, clock=clock)
+
+        yield start
+
+
+def stored(feishu: Feishu) -> tuple[int, int]:
+    """(pending inbox rows, sessions) in the store."""
+    with feishu.gateway.read() as store:
+        return len(store.inbox.pending()), len(store.list_sessions())
+
+
+# -- URL verification ---------------------------------------------------------------------------------------------
+
+
+def test_the_url_verification_challenge_is_answered_within_a_second_sealed_or_plain(
+    start_feishu: StartFeishu,
+) -> None:
+    feishu = start_feishu()
+    cases = [
+        ("main", "main-token", {"signed": False}),  # Feishu does not sign the challenge
+        ("main", "main-token", {}),
+        ("plain", "plain-token", {}),
+    ]
+    for app, token, options in cases:
+        started = time.monotonic()
+        status, answer = feishu.push(url_verification(token, f"challenge-{app}"), app, **options)
+        assert time.monotonic() - started < 1.0
+        assert (status, answer) == (200, {"challenge": f"challenge-{app}"})
+    status, answer = feishu.push(url_verification("stolen-token"), "plain")
+    assert (status, answer) == (401, {"error": "the verification token does not match app 'plain''s"})
+    status, answer = feishu.push(url_verification("main-token"), "main", encrypt_key="another-key", signed=False)
+    assert (status, answer) == (401, {"error": "the body cannot be decrypted with the encrypt key of app 'main'"})
+    assert stored(feishu) == (0, 0)
+
+
+# -- chats, groups, threads and tenants ----------------------------------------------------------------------------
+
+
+def test_a_direct_message_gets_its_own_session_and_the_reply_goes_to_the_chat(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    status, answer = feishu.push(feishu.event("hello", chat_id="oc_dm1", event_id="ev-1", message_id="om_in1"))
+    key = "agent:main:feishu.tenant-a~main:dm:oc_dm1"
+    assert (status, answer) == (200, {"accepted": True, "duplicate": False, "routing_key": key})
+    (sent,) = feishu.fake.wait_sent(1)
+    assert (sent.app_id, sent.chat_id, sent.text, sent.reply_to, sent.in_thread) == (
+        MAIN_ID,
+        "oc_dm1",
+        "echo: hello",
+        None,
+        False,
+    )
+    assert feishu.gateway.wait_idle()
+    assert feishu.transcript(key) == [("user", "hello"), ("assistant", "echo: hello")]
+    with feishu.gateway.read() as store:
+        (session,) = store.list_sessions()
+        (inbox,) = store.connection.execute("SELECT platform_message_id FROM inbox").fetchall()
+        (sent_id,) = store.connection.execute("SELECT platform_message_id FROM outbox").fetchall()
+    assert (session.scope_id, session.account_id, session.chat_type) == ("tenant-a", "main", "dm")
+    assert session.user_id == "on_alice"  # the union_id: stable across the tenant's apps
+    assert inbox == ("ev-1",)  # deduplicated on the event id
+    assert sent_id == (sent.message_id,)
+    (call,) = feishu.fake.calls
+    assert call.path == "/open-apis/im/v1/messages"
+    assert call.query == {"receive_id_type": "chat_id"}
+    assert call.authorization is not None
+    assert call.authorization.startswith("Bearer t-")
+    assert feishu.fake.token_requests == [MAIN_ID]
+
+
+def test_group_members_each_get_a_session_and_mentions_read_as_names(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    mention = [("@_user_1", "Hermes")]
+    alice = feishu.say("@_user_1 hi", chat_type="group", chat_id="oc_g", mentions=mention)
+    bob = feishu.say("@_user_1 hey", chat_type="group", chat_id="oc_g", union_id="on_bob", open_id="ou_bob")
+    nameless = feishu.say("hi all @_all", chat_type="group", chat_id="oc_g", union_id="", open_id="ou_carol")
+    assert [alice, bob, nameless] == [
+        "agent:main:feishu.tenant-a~main:group:oc_g:on_alice",
+        "agent:main:feishu.tenant-a~main:group:oc_g:on_bob",
+        "agent:main:feishu.tenant-a~main:group:oc_g:ou_carol",  # no union_id: the open_id stands in
+    ]
+    assert feishu.gateway.wait_idle()
+    assert len({feishu.session_of(key) for key in (alice, bob, nameless)}) == 3
+    assert feishu.transcript(alice)[0] == ("user", "@Hermes hi")
+    assert feishu.transcript(bob)[0] == ("user", "@_user_1 hey")  # no mentions list: the placeholder stays
+    assert feishu.transcript(nameless)[0] == ("user", "hi all @all")
+    assert sorted(m.text for m in feishu.fake.wait_sent(3)) == [
+        "echo: @Hermes hi",
+        "echo: @_user_1 hey",
+        "echo: hi all @all",
+    ]
+    assert {m.chat_id for m in feishu.fake.sent} == {"oc_g"}
+
+
+def test_a_thread_is_one_shared_session_and_replies_go_into_the_thread(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    thread = {"chat_type": "group", "chat_id": "oc_g", "thread_id": "omt_1"}
+    keys = [
+        feishu.say("first post", message_id="om_root", **thread),  # a topic's first post is its own root
+        feishu.say("reply", root_id="om_root", **thread),
+        feishu.say("me too", root_id="om_root", union_id="on_bob", **thread),
+    ]
+    assert set(keys) == {"agent:main:feishu.tenant-a~main:group:oc_g:om_root"}
+    sent = feishu.fake.wait_sent(3)
+    assert feishu.gateway.wait_idle()
+    assert [role for role, _ in feishu.transcript(keys[0])] == ["user", "assistant"] * 3
+    assert {(m.reply_to, m.in_thread, m.thread_id, m.chat_id) for m in sent} == {("om_root", True, "omt_1", "oc_g")}
+    assert {call.path for call in feishu.fake.calls} == {"/open-apis/im/v1/messages/om_root/reply"}
+
+
+def test_two_tenants_and_two_apps_with_the_same_chat_id_never_share_a_session(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    same = {"chat_type": "group", "chat_id": "oc_same", "union_id": "on_same"}
+    keys = [
+        feishu.say("a", **same),
+        feishu.say("b", tenant_key="tenant-b", **same),
+        feishu.say("c", app="plain", **same),
+        feishu.say("d", chat_type="p2p", chat_id="oc_same"),
+    ]
+    assert keys == [
+        "agent:main:feishu.tenant-a~main:group:oc_same:on_same",
+        "agent:main:feishu.tenant-b~main:group:oc_same:on_same",
+        "agent:main:feishu.tenant-a~plain:group:oc_same:on_same",
+        "agent:main:feishu.tenant-a~main:dm:oc_same",
+    ]
+    assert feishu.gateway.wait_idle()
+    assert len({feishu.session_of(key) for key in keys}) == 4
+    replies = {(m.app_id, m.text) for m in feishu.fake.wait_sent(4)}
+    assert replies == {(MAIN_ID, "echo: a"), (MAIN_ID, "echo: b"), (PLAIN_ID, "echo: c"), (MAIN_ID, "echo: d")}
+    assert sorted(feishu.fake.token_requests) == [MAIN_ID, PLAIN_ID]  # each app's token, fetched once
+
+
+def test_attachments_become_stand_ins_and_posts_become_text(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    post = {
+        "title": "Plan",
+        "content": [
+            [{"tag": "text", "text": "ask "}, {"tag": "at", "user_id": "@_user_1", "user_name": "Hermes"}],
+            [{"tag": "a", "text": "the doc", "href": "https://x"}, {"tag": "img", "image_key": "img_1"}],
+        ],
+    }
+    cases = [
+        ("image", json.dumps({"image_key": "img_v2_1"}), "[image]"),
+        ("file", json.dumps({"file_key": "file_1", "file_name": "a.pdf"}), "[file]"),
+        ("media", json.dumps({"file_key": "file_2"}), "[video]"),
+        ("hongbao", "{}", "[hongbao]"),
+        ("post", json.dumps(post), "Plan\nask @Hermes\nthe doc[image]"),
+        ("post", json.dumps({"zh_cn": {"title": "", "content": [[{"tag": "text", "text": "你好"}]]}}), "你好"),
+    ]
+    for number, (kind, content, _) in enumerate(cases):
+        feishu.say(None, chat_id=f"oc_{number}", message_type=kind, content=content)
+    assert feishu.gateway.wait_idle()
+    for number, (_, _, text) in enumerate(cases):
+        assert feishu.transcript(f"agent:main:feishu.tenant-a~main:dm:oc_{number}")[0] == ("user", text)
+
+
+def test_events_without_a_user_message_are_acknowledged_and_ignored(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    other = feishu.event()
+    other["header"]["event_type"] = "im.chat.member.bot.added_v1"
+    other["event"] = {"chat_id": "oc_x", "operator_id": {"open_id": "ou_1"}}
+    cases = [
+        (other, "event type 'im.chat.member.bot.added_v1' is not handled"),
+        (feishu.event(sender_type="app", message_id="om_bot"), "message om_bot comes from a 'app', not a user"),
+        (feishu.event(chat_type="secret", message_id="om_s"), "message om_s is in a chat of unknown type 'secret'"),
+        (feishu.event("   ", message_id="om_blank"), "message om_blank has no text"),
+    ]
+    for payload, reason in cases:
+        assert feishu.push(payload) == (200, {"ignored": reason})
+    assert stored(feishu) == (0, 0)
+
+
+# -- refused requests ---------------------------------------------------------------------------------------------
+
+
+def test_bad_signatures_tokens_and_keys_are_refused_with_401_and_nothing_is_stored(
+    start_feishu: StartFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    feishu = start_feishu()
+    signature = {"X-Lark-Signature": "0" * 64}
+    cases: list[tuple[Any, str, dict[str, Any], str]] = [
+        (feishu.event(), "main", {"headers": signature}, "X-Lark-Signature does not match"),
+        (feishu.event(), "main", {"signing_key": "guessed-key"}, "X-Lark-Signature does not match"),
+        (feishu.event(), "main", {"encrypt_key": "guessed-key"}, "X-Lark-Signature does not match"),
+        (feishu.event(), "main", {"encrypt_key": "guessed-key", "signed": False}, "cannot be decrypted"),
+        (feishu.event(), "main", {"signed": False}, "unsigned event"),
+        (feishu.event(), "main", {"headers": {"X-Lark-Request-Nonce": ""}}, "X-Lark-Signature does not match"),
+        (feishu.event(), "main", {"signed": False, "headers": {"X-Lark-Signature": "ab"}}, "go together"),
+        (feishu.event(), "main", {"encrypt_key": None}, "its events arrive encrypted; refused a plain one"),
+        (feishu.event(token="stolen"), "main", {}, "the verification token does not match app 'main''s"),
+        (feishu.event(app="plain", token="stolen"), "plain", {}, "the verification token does not match"),
+        (feishu.event(app="plain", token=""), "plain", {}, "the verification token does not match"),
+    ]
+    for payload, app, options, reason in cases:
+        status, answer = feishu.push(payload, app, **options)
+        assert status == 401, (options, answer)
+        assert reason in answer["error"]
+    assert "feishu app 'main': refused a request (401 X-Lark-Signature does not match" in caplog.text
+    assert stored(feishu) == (0, 0)
+    assert feishu.fake.sent == []
+
+
+def test_malformed_unknown_and_oversized_requests_get_400_404_and_413(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu(max_body_bytes=4096)
+
+    def plain(**fields: Any) -> dict[str, Any]:
+        return feishu.event(app="plain", **fields)
+
+    def changed(path: str, value: Any) -> dict[str, Any]:
+        payload = plain()
+        *parents, last = path.split(".")
+        target = payload
+        for part in parents:
+            target = target[part]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[last] = value
+        return payload
+
+    bad: list[tuple[Any, str]] = [
+        (b"{not json", "the body is not valid JSON"),
+        (b'{"schema": "2.0", "header": {"event_id": "\xff"}}', "the body is not valid JSON (Invalid UTF-8"),
+        (b"[1, 2]", "the body is not in Feishu's event format (Expected `object`, got `array`)"),
+        ({"encrypt": "c2VhbGVk"}, "the body is encrypted but app 'plain' has no encrypt key"),
+        (changed("schema", "1.0"), "only event schema 2.0 is handled"),
+        (changed("header.app_id", MAIN_ID), f"the event is for app '{MAIN_ID}', but this URL is app 'plain'"),
+        (changed("header.event_id", 7), "Expected `str`, got `int` - at `$.header.event_id`"),
+        (changed("header.event_id", ""), "Expected `str` of length >= 1 - at `$.header.event_id`"),
+        (changed("header.event_id", _DELETE), "Object missing required field `event_id` - at `$.header`"),
+        (changed("event.message.chat_id", _DELETE), "Object missing required field `chat_id` - at `$.event.message`"),
+        (changed("event.message.chat_id", "x" * 300), "length <= 256 - at `$.event.message.chat_id`"),
+        (changed("event.sender", "ou_1"), "Expected `object`, got `str` - at `$.event.sender`"),
+        (changed("event.message.mentions", [{"key": 1}]), "at `$.event.message.mentions[0].key`"),
+        (changed("event.message.content", "not json"), "$.event.message.content is not a text message's JSON"),
+        (changed("event.message.content", '{"text": 5}'), "$.event.message.content is not a text message's JSON"),
+        (plain(message_type="post", content="[]"), "$.event.message.content is not a post message's JSON"),
+    ]
+    v1 = {"uuid": "u1", "token": "plain-token", "ts": "1", "type": "event_callback", "event": {"type": "message"}}
+    bad.append((v1, "only event schema 2.0 is handled"))
+    for payload, reason in bad:
+        status, answer = feishu.push(payload, "plain")
+        assert status == 400, (payload, answer)
+        assert reason in answer["error"], answer
+    assert feishu.push(plain(), "nope") == (404, {"error": "no feishu app 'nope'; add it under platforms.feishu.apps"})
+    status, answer = feishu.push(plain(text="x" * 5000), "plain")
+    assert (status, answer) == (413, {"error": "the body is larger than 4096 bytes (platforms.feishu.max_body_bytes)"})
+    assert stored(feishu) == (0, 0)
+    assert feishu.say("still here", app="plain") == "agent:main:feishu.tenant-a~plain:dm:oc_chat"
+
+
+def test_a_message_that_cannot_be_stored_gets_503_so_feishu_delivers_it_again(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    feishu.gateway.stop()
+    status, answer = feishu.push(feishu.event())
+    assert (status, answer) == (503, {"error": "the message could not be stored; deliver it again later"})
+
+
+# -- retries and redeliveries -------------------------------------------------------------------------------------
+
+
+def test_a_retried_event_runs_one_turn_even_after_a_restart(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    payload = feishu.event("once", event_id="ev-retried")
+    answers = [feishu.push(payload)[1] for _ in range(3)]
+    assert [answer["duplicate"] for answer in answers] == [False, True, True]
+    feishu.fake.wait_sent(1)
+    assert feishu.gateway.wait_idle()
+    key = answers[0]["routing_key"]
+    assert feishu.transcript(key) == [("user", "once"), ("assistant", "echo: once")]
+    feishu.adapter.stop()
+    feishu.gateway.stop()
+    again = start_feishu()  # the same database: Feishu retries for hours, across restarts
+    status, answer = again.push(payload)
+    assert (status, answer["duplicate"]) == (200, True)
+    assert again.gateway.wait_idle()
+    assert [m.text for m in again.fake.sent] == ["echo: once"]
+    assert again.transcript(key) == [("user", "once"), ("assistant", "echo: once")]
+
+
+def test_a_rate_limited_reply_is_retried_when_x_ogw_ratelimit_reset_says(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    limit = Failure(429, 99991400, "request trigger frequency limit", {"x-ogw-ratelimit-reset": "7"})
+    feishu.fake.fail_next(limit)
+    feishu.say("hello")
+    feishu.fake.wait_calls(1)
+    assert feishu.gateway.wait_idle()
+    with feishu.gateway.read() as store:
+        (row,) = store.outbox.unsent()
+    assert row.next_attempt_at == pytest.approx(feishu.clock.now + 7)  # not the 0.05 s backoff
+    feishu.clock.advance(6.5)
+    feishu.gateway.tick()
+    assert feishu.gateway.wait_idle()
+    assert len(feishu.fake.calls) == 1
+    feishu.clock.advance(0.5)
+    feishu.gateway.tick()
+    (sent,) = feishu.fake.wait_sent(1)
+    assert sent.text == "echo: hello"
+    first, second = feishu.fake.calls
+    assert first.json()["uuid"] == second.json()["uuid"] == sent.uuid  # the same reply part both times
+
+
+def test_a_server_error_is_retried_with_backoff_and_the_reply_arrives_once(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    feishu.fake.fail_next(Failure(500, 1500, "internal error"), Failure(503, 1503, "internal error"))
+    feishu.say("hello")
+    feishu.fake.wait_calls(1)
+    assert feishu.gateway.wait_idle()
+    for backoff in (0.05, 0.1):
+        with feishu.gateway.read() as store:
+            (row,) = store.outbox.unsent()
+        assert row.next_attempt_at == pytest.approx(feishu.clock.now + backoff)
+        calls = len(feishu.fake.calls)
+        feishu.clock.advance(backoff)
+        feishu.gateway.tick()
+        feishu.fake.wait_calls(calls + 1)
+        assert feishu.gateway.wait_idle()
+    assert [m.text for m in feishu.fake.wait_sent(1)] == ["echo: hello"]
+    assert [call.status for call in feishu.fake.calls] == [500, 503, 200]
+    with feishu.gateway.read() as store:
+        assert store.outbox.unsent() == []
+
+
+# -- the sender on its own ----------------------------------------------------------------------------------------
+
+
+def sender_for(fake: FakeFeishu, clock: FakeClock | None = None, **options: Any) -> FeishuAdapter:
+    return FeishuAdapter(FeishuConfig(apps=apps_for(fake), **options), environ={}, clock=clock or FakeClock())
+
+
+def reply(
+    text: str = "hi", *, app: str = "main", chat: str | None = "oc_1", thread: str | None = None
+) -> OutboundMessage:
+    return OutboundMessage(
+        platform="feishu", text=text, account_id=app, chat_id=chat, thread_id=thread, session_id="s1", answers=("e1",)
+    )
+
+
+def test_the_tenant_token_is_cached_refreshed_before_it_expires_and_after_a_refusal(fake: FakeFeishu) -> None:
+    clock = FakeClock()
+    sender = sender_for(fake, clock).sender
+    sender.send(reply("one"))
+    sender.send(reply("two"))
+    assert fake.token_requests == [MAIN_ID]
+    clock.advance(7200 - 301)  # still more than 5 minutes left
+    sender.send(reply("three"))
+    assert fake.token_requests == [MAIN_ID]
+    clock.advance(2)
+    sender.send(reply("four"))
+    assert fake.token_requests == [MAIN_ID] * 2
+    fake.revoke_tokens()
+    sender.send(reply("five"))  # refused with 99991663, then sent with a fresh token at once
+    assert fake.token_requests == [MAIN_ID] * 3
+    assert [m.text for m in fake.sent] == ["one", "two", "three", "four", "five"]
+    assert [call.code for call in fake.calls[-2:]] == [99991663, 0]
+
+
+def test_a_long_reply_is_split_under_the_request_limit_in_order(fake: FakeFeishu) -> None:
+    sender = sender_for(fake).sender
+    words = " ".join(f"word{n}" for n in range(40_000))  # ~350 KB of text
+    cjk = "飞书消息。" * 40_000  # 3 bytes a character
+    for text in (words, cjk):
+        first = sender.send(reply(text))
+        assert first is not None
+    sent = fake.sent
+    assert len(sent) > 4
+    assert all(len(call.body) <= 150 * 1024 for call in fake.calls)
+    assert sent[0].message_id == "om_sent1"
+    assert " ".join(m.text for m in sent if m.text.startswith("word")) == words
+    assert "".join(m.text for m in sent if not m.text.startswith("word")) == cjk
+    assert len({m.uuid for m in sent}) == len(sent)
+
+
+def test_send_failures_become_send_errors_that_say_what_happened(fake: FakeFeishu) -> None:
+    sender = sender_for(fake, http_timeout_s=0.3).sender
+    fake.fail_next(Failure(400, 99991400, "request trigger frequency limit", {"x-ogw-ratelimit-reset": "3"}))
+    with pytest.raises(SendError, match=r"asked to slow down \(HTTP 400, code 99991400\)") as limited:
+        sender.send(reply())
+    assert limited.value.retry_after_s == 3
+    fake.fail_next(Failure(400, 230020, "rate limited in this chat"))
+    with pytest.raises(SendError, match="code 230020") as chat_limited:
+        sender.send(reply())
+    assert chat_limited.value.retry_after_s == 1.0
+    fake.fail_next(Failure(400, 230002, "Bot is not in the chat"))
+    with pytest.raises(SendError, match=r"failed with code 230002 \(Bot is not in the chat, HTTP 400\); add the bot"):
+        sender.send(reply())
+    fake.fail_next(Failure(504, 0, stall_s=1.0))
+    with pytest.raises(SendError, match="did not answer after the request was sent") as lost:
+        sender.send(reply())
+    assert lost.value.outcome_unknown
+    fake.revoke_tokens()
+    fake.apps[MAIN_ID] = dataclasses.replace(fake.apps[MAIN_ID], app_secret="rotated")
+    with pytest.raises(SendError, match=r"check app_id and app_secret of platforms\.feishu\.apps\.main") as refused:
+        sender.send(reply())
+    assert not refused.value.outcome_unknown
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    apps = {"main": msgspec.structs.replace(apps_for(fake)["main"], base_url=f"http://127.0.0.1:{closed}")}
+    with pytest.raises(SendError, match=r"tenant access token.*cannot be reached") as unreachable:
+        FeishuAdapter(FeishuConfig(apps=apps), environ={}).sender.send(reply())
+    assert not unreachable.value.outcome_unknown
+    assert sender.send(reply(app="gone")) is None  # an app no longer configured: the reply stays in the transcript
+    assert sender.send(reply(chat=None)) is None
+
+
+def test_a_thread_for_a_handoff_is_a_root_message_that_replies_go_under(fake: FakeFeishu) -> None:
+    sender = sender_for(fake).sender
+    assert isinstance(sender, ThreadCreator)
+    with pytest.raises(SendError, match="name one of: main, plain"):
+        sender.create_thread("oc_g", "Handoff")
+    root = sender.create_thread("oc_g", "Handoff from the terminal", account_id="plain")
+    sender.send(reply("continuing here", app="plain", chat="oc_g", thread=root))
+    opened, continued = fake.sent
+    assert (opened.message_id, opened.chat_id, opened.text, opened.app_id) == (
+        root,
+        "oc_g",
+        "Handoff from the terminal",
+        PLAIN_ID,
+    )
+    assert (continued.reply_to, continued.in_thread, continued.chat_id) == (root, True, "oc_g")
+
+
+# -- fuzzing ------------------------------------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+_paths = st.sampled_from(
+    [
+        "schema",
+        "header",
+        "header.event_id",
+        "header.event_type",
+        "header.token",
+        "header.app_id",
+        "header.tenant_key",
+        "event",
+        "event.sender",
+        "event.sender.sender_id",
+        "event.sender.sender_id.union_id",
+        "event.sender.sender_type",
+        "event.message",
+        "event.message.message_id",
+        "event.message.chat_id",
+        "event.message.chat_type",
+        "event.message.message_type",
+        "event.message.content",
+        "event.message.mentions",
+        "event.message.thread_id",
+        "event.message.root_id",
+    ]
+)
+_mutations = st.lists(st.tuples(_paths, st.just(_DELETE) | _json | st.text(max_size=300)), max_size=3)
+_tampering = st.sampled_from(["none", "none", "unsigned", "bad-signature", "wrong-key", "unsealed", "plain-app"])
+
+
+def _mutate(payload: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    target: Any = payload
+    for part in parents:
+        target = target.get(part) if isinstance(target, dict) else None
+    if not isinstance(target, dict):
+        return
+    if value is _DELETE:
+        target.pop(last, None)
+    else:
+        target[last] = value
+
+
+def test_hostile_requests_get_a_clear_4xx_and_the_adapter_keeps_working(
+    start_feishu: StartFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    feishu = start_feishu(max_body_bytes=16 * 1024)
+    caplog.set_level(logging.WARNING, logger="platforms.feishu")
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        body=st.none() | st.binary(max_size=64) | _json.map(lambda p: json.dumps(p).encode()),
+        text=st.text(max_size=50)
+        | st.builds(lambda unit, n: unit * n, st.text(min_size=1, max_size=4), st.integers(1000, 6000)),
+        mutations=_mutations,
+        tampering=_tampering,
+    )
+    def check(body: bytes | None, text: str, mutations: list[tuple[str, Any]], tampering: str) -> None:
+        payload: Any = body
+        if body is None:
+            payload = feishu.event(text, chat_type="group", chat_id="oc_fuzz")
+            for path, value in mutations:
+                _mutate(payload, path, value)
+        choices: dict[str, dict[str, Any]] = {
+            "none": {},
+            "unsigned": {"signed": False},
+            "bad-signature": {"headers": {"X-Lark-Signature": "f" * 64}},
+            "wrong-key": {"encrypt_key": "wrong-key"},
+            "unsealed": {"encrypt_key": None},
+            "plain-app": {},
+        }
+        options = choices[tampering]
+        caplog.clear()
+        status, answer = feishu.push(payload, "plain" if tampering == "plain-app" else "main", **options)
+        event(f"HTTP {status}")
+        assert status in (200, 400, 401, 413)
+        if status == 200:
+            assert answer.get("accepted") is True or isinstance(answer.get("ignored"), str)
+        else:
+            assert isinstance(answer["error"], str)
+            assert f"refused a request ({status} " in caplog.text
+        if tampering in ("unsigned", "bad-signature", "wrong-key", "unsealed"):
+            assert status != 200  # never accepted
+
+    check()
+    assert feishu.gateway.wait_idle()
+    key = feishu.say("still here", chat_id="oc_after")
+    assert feishu.gateway.wait_idle()
+    assert feishu.transcript(key) == [("user", "still here"), ("assistant", "echo: still here")]
+    assert any(m.text == "echo: still here" and m.chat_id == "oc_after" for m in feishu.fake.sent)
+
+
+# -- configuration ------------------------------------------------------------------------------------------------
+
+_APP = {"app_id": "cli_1", "app_secret": "s", "verification_token": "t"}
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "problem"),
+    [
+        ({"apps": {"a": {"app_id": "cli_1", "verification_token": "t"}}}, "apps.a.app_secret", "is required; copy it"),
+        ({"apps": {"a": {"app_id": "cli_1", "app_secret": "s"}}}, "apps.a.verification_token", "is required"),
+        ({"apps": {"a": {**_APP, "app_secret_env": "S"}}}, "apps.a.app_secret_env", "not both"),
+        ({"apps": {"a": {**_APP, "encrypt_key": " "}}}, "apps.a.encrypt_key", "is empty"),
+        ({"apps": {"a": {**_APP, "encrypt_key_env": "1X"}}}, "apps.a.encrypt_key_env", "environment variable name"),
+        ({"apps": {"a": {**_APP, "app_id": " "}}}, "apps.a.app_id", "must not be empty"),
+        ({"apps": {"a": {**_APP, "base_url": "ftp://open.feishu.cn"}}}, "apps.a.base_url", LARK_BASE_URL),
+        ({"apps": {"a": {**_APP, "base_url": "https://x:99999"}}}, "apps.a.base_url", "http(s) URL"),
+        ({"apps": {"bad name": _APP}}, "apps.bad name", "an app name is 1 to 64"),
+        ({"apps": {"a": _APP, "b": _APP}}, "apps.b.app_id", "app 'a' has the same app_id"),
+        ({"port": 70000}, "port", "is not a TCP port"),
+        ({"host": " "}, "host", "must not be empty"),
+        ({"chat_messages_per_second": 0}, "chat_messages_per_second", "must be a positive number"),
+    ],
+)
+def test_a_bad_section_is_a_config_error_naming_its_field(section: dict[str, Any], path: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        msgspec.convert(section, FeishuConfig)  # as the daemon loads config.yaml
+    assert error.value.path == f"platforms.feishu.{path}"
+    assert problem in str(error.value)
+
+
+def test_unknown_config_fields_are_refused() -> None:
+    with pytest.raises(msgspec.ValidationError, match="app_secert"):
+        msgspec.convert({"apps": {"a": {**_APP, "app_secert": "s"}}}, FeishuConfig)
+
+
+def test_secrets_from_the_environment_are_read_when_the_adapter_is_built() -> None:
+    app = FeishuApp(app_id="cli_1", app_secret_env="FS_SECRET", verification_token="t", encrypt_key_env="FS_KEY")
+    config = FeishuConfig(apps={"a": app})
+    adapter = FeishuAdapter(config, environ={"FS_SECRET": "s", "FS_KEY": "k"})
+    assert "secrets from $FS_SECRET, $FS_KEY, config.yaml" in adapter.describe()[0]
+    with pytest.raises(ConfigError, match="environment variable FS_KEY is not set") as missing:
+        FeishuAdapter(config, environ={"FS_SECRET": "s"})
+    assert missing.value.path == "platforms.feishu.apps.a.encrypt_key_env"
+
+
+def test_an_encrypt_key_without_cryptography_is_a_config_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers", None)  # as if not installed
+    sealed = FeishuConfig(apps={"a": FeishuApp(**_APP, encrypt_key="k")})
+    with pytest.raises(ConfigError, match=r"install it with: pip install 'hermes-actors\[feishu\]'") as error:
+        FeishuAdapter(sealed, environ={})
+    assert error.value.path == "platforms.feishu.apps.a.encrypt_key"
+    FeishuAdapter(FeishuConfig(apps={"a": FeishuApp(**_APP)}), environ={})  # without a key it is not needed
+
+
+def test_the_module_loads_and_runs_plain_apps_without_cryptography() -> None:
+    code = (
+        "import sys; sys.modules['cryptography'] = None\n"
+        "from platforms import registry\n"
+        "import msgspec\n"
+        "section = {'apps': {'a': {'app_id': 'c', 'app_secret': 's', 'verification_token': 't'}}}\n"
+        "config = msgspec.convert(section, registry.config_type('feishu'))\n"
+        "print(registry.build('feishu', config, {}).describe()[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Feishu app 'a' (c): events at POST http://127.0.0.1:8646/feishu/events/a")
+
+
+def test_the_banner_names_each_app_url_and_how_events_are_checked(start_feishu: StartFeishu) -> None:
+    (empty,) = FeishuAdapter(FeishuConfig(), environ={}).describe()
+    assert empty.startswith("Feishu: http://127.0.0.1:8646 has no apps; add one under platforms.feishu.apps")
+    feishu = start_feishu()
+    base = feishu.adapter.url
+    assert feishu.adapter.describe() == [
+        f"Feishu app 'main' ({MAIN_ID}): events at POST {base}/feishu/events/main (encrypted and signed with the "
+        f"encrypt key; secrets in config.yaml); replies through {feishu.fake.base_url}; images and files arrive as "
+        "[image]/[file]",
+        f"Feishu app 'plain' ({PLAIN_ID}): events at POST {base}/feishu/events/plain (verification token only; set "
+        f"encrypt_key for encrypted, signed events; secrets in config.yaml); replies through {feishu.fake.base_url}; "
+        "images and files arrive as [image]/[file]",
+    ]
+
+
+# -- crash between accept and reply -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path: Path, fake: FakeFeishu) -> None:
+    db = tmp_path / "state.db"
+    config = FeishuConfig(port=0, apps=apps_for(fake))
+    payload = fake.message_event(MAIN_ID, "survive", chat_id="oc_crash", event_id="ev-crash")
+    worker = AdapterWorker.start(db, "feishu", config, agent="hold")
+    try:
+        status, _ = fake.push(worker.url() + "/feishu/events/main", payload, MAIN_ID)
+        assert status == 200
+        assert wait_for_inbox(db, 1) == [("ev-crash", "pending")]
+    finally:
+        worker.kill()
+    assert fake.sent == []
+    worker = AdapterWorker.start(db, "feishu", config, agent="echo")
+    try:
+        (sent,) = fake.wait_sent(1, timeout=20)
+        # Feishu retries the event it saw no answer for: it is recognised, and nothing more is sent.
+        status, answer = fake.push(worker.url() + "/feishu/events/main", payload, MAIN_ID)
+        assert (status, answer["duplicate"]) == (200, True)
+    finally:
+        worker.stop()
+    assert (sent.chat_id, sent.text) == ("oc_crash", "echo: survive")
+    assert [m.text for m in fake.sent] == ["echo: survive"]
+    assert [state for _, state in inbox_rows(db)] == ["done"]
