@@ -1,0 +1,134 @@
+"""The ``platforms.wechat`` section: the bot accounts to poll and how messages are batched, deduped and sent.
+
+Each account is one iLink bot (one QR login): its name is the account segment of every session key it opens, so
+two bots never share a conversation even when the same person writes to both.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["DEFAULT_BASE_URL", "WechatAccount", "WechatConfig", "is_bot_token"]
+
+DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
+
+_SECTION = "platforms.wechat"
+_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_@.\-]{1,128}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
+
+
+class WechatAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One bot (``platforms.wechat.accounts.<name>``): its bot token, or the environment variable holding it,
+    and the API base URL the QR login returned (``baseurl``)."""
+
+    token: str | None = None
+    token_env: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+
+
+class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.wechat`` section of ``config.yaml``.
+
+    ``batch_window_s``: messages from one sender in one chat this close together become one turn;
+    ``long_chunk_wait_s`` replaces it after a message of at least ``long_chunk_chars`` characters (WeChat splits a
+    long paste into such chunks). ``dedupe_window_s``: the same text from the same sender in the same chat within
+    it is a resend and is dropped. ``max_message_chars``: longer replies are split. ``poll_timeout_s``: the long
+    poll's wait until the server suggests its own. Failed polls back off from ``retry_base_s`` to
+    ``retry_max_s``; an expired session waits ``session_expired_backoff_s``, a rate limit
+    ``rate_limit_backoff_s``. ``sends_per_second_per_chat`` paces replies to one chat.
+    """
+
+    enabled: bool = True
+    accounts: dict[str, WechatAccount] = msgspec.field(default_factory=dict)
+    batch_window_s: float = 3.0
+    long_chunk_chars: int = 1800
+    long_chunk_wait_s: float = 8.0
+    dedupe_window_s: float = 300.0
+    max_message_chars: int = 2000
+    poll_timeout_s: float = 35.0
+    send_timeout_s: float = 15.0
+    retry_base_s: float = 2.0
+    retry_max_s: float = 30.0
+    session_expired_backoff_s: float = 600.0
+    rate_limit_backoff_s: float = 30.0
+    sends_per_second_per_chat: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, account in self.accounts.items():
+            _check_account(name, account)
+        _at_least(0.0, batch_window_s=self.batch_window_s, dedupe_window_s=self.dedupe_window_s)
+        _positive(
+            poll_timeout_s=self.poll_timeout_s,
+            send_timeout_s=self.send_timeout_s,
+            retry_base_s=self.retry_base_s,
+            retry_max_s=self.retry_max_s,
+            session_expired_backoff_s=self.session_expired_backoff_s,
+            rate_limit_backoff_s=self.rate_limit_backoff_s,
+            sends_per_second_per_chat=self.sends_per_second_per_chat,
+        )
+        if self.long_chunk_wait_s < self.batch_window_s:
+            raise ConfigError(
+                f"{_SECTION}.long_chunk_wait_s", "must be at least batch_window_s (it is the longer wait after a chunk)"
+            )
+        if self.long_chunk_chars < 1:
+            raise ConfigError(f"{_SECTION}.long_chunk_chars", "must be a positive number of characters")
+        if self.max_message_chars < 16:
+            raise ConfigError(f"{_SECTION}.max_message_chars", "must be at least 16; the default is 2000")
+        if self.retry_max_s < self.retry_base_s:
+            raise ConfigError(f"{_SECTION}.retry_max_s", "must be at least retry_base_s")
+
+
+def _at_least(minimum: float, **values: float) -> None:
+    for field, value in values.items():
+        if not value >= minimum:  # also refuses NaN
+            raise ConfigError(f"{_SECTION}.{field}", f"must be a number of seconds, at least {minimum:g}")
+
+
+def _positive(**values: float) -> None:
+    for field, value in values.items():
+        if not value > 0:
+            raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+
+
+def _check_account(name: str, account: WechatAccount) -> None:
+    path = f"{_SECTION}.accounts.{name}"
+    if not _ACCOUNT_NAME.fullmatch(name):
+        raise ConfigError(
+            path, "an account name is 1 to 128 letters, digits, '_', '-', '.' or '@' (the bot id, such as abc@im.bot)"
+        )
+    if account.token is None and account.token_env is None:
+        raise ConfigError(
+            f"{path}.token",
+            "every account needs its bot token (bot_token from the iLink QR login); set token, or name an "
+            "environment variable holding it in token_env",
+        )
+    if account.token is not None and account.token_env is not None:
+        raise ConfigError(f"{path}.token_env", "set either token or token_env, not both")
+    if account.token is not None and not is_bot_token(account.token):
+        raise ConfigError(f"{path}.token", "must be the bot token as printed by the QR login (printable ASCII)")
+    if account.token_env is not None and not _ENV_NAME.fullmatch(account.token_env):
+        raise ConfigError(f"{path}.token_env", "must be an environment variable name such as HERMES_WECHAT_TOKEN")
+    if not _is_base_url(account.base_url):
+        raise ConfigError(
+            f"{path}.base_url", f"must be an http:// or https:// URL with a host, such as {DEFAULT_BASE_URL}"
+        )
+
+
+def is_bot_token(text: str) -> bool:
+    """Whether ``text`` can be a bot token: it travels in an HTTP header, so printable ASCII without spaces."""
+    return _TOKEN.fullmatch(text) is not None
+
+
+def _is_base_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
