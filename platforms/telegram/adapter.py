@@ -1,0 +1,228 @@
+"""The Telegram adapter: polls or serves webhooks for every configured bot and sends their replies.
+
+Webhook bots share one HTTP server: Telegram POSTs each update to ``/telegram/<bot>`` with the bot's secret in
+``X-Telegram-Bot-Api-Secret-Token``. The answer is 200 once the message is committed to the inbox (or the update
+starts no turn); Telegram retries anything else, and the inbox recognises the retry. A request the adapter cannot
+use gets ``{"error": ...}``: 404 unknown bot, 401 missing or wrong secret, 413 too large, 400 not an update,
+503 when the message could not be stored (so Telegram delivers it again).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from hermes_actors.errors import ConfigError
+from hermes_actors.messages import InboundMessage
+from platforms.base import Capabilities, ReplySender
+from platforms.http_client import shown
+from platforms.http_host import HttpHost
+from platforms.telegram.api import BotApi, BotApiError
+from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
+from platforms.telegram.polling import Poller
+from platforms.telegram.sender import MAX_MESSAGE_UTF16, TelegramSender
+from platforms.telegram.updates import ALLOWED_UPDATES, PLATFORM, UpdateError, decode_update, inbound_from_update
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["SECRET_HEADER", "TelegramAdapter"]
+
+_log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+
+class _Bot(msgspec.Struct, frozen=True, kw_only=True):
+    """A configured bot with its secrets read."""
+
+    name: str
+    config: TelegramBot
+    api: BotApi
+    secret: bytes | None  # the webhook secret_token
+    origin: str  # for the banner: where the token comes from
+
+
+def _secret(env: Mapping[str, str], path: str, value: str | None, variable: str | None, what: str) -> str | None:
+    if variable is None:
+        return value
+    found = env.get(variable)
+    if not found:
+        raise ConfigError(f"{path}_env", f"environment variable {variable} is not set; export {what} in it")
+    return found
+
+
+def _resolve(name: str, bot: TelegramBot, config: TelegramConfig, env: Mapping[str, str]) -> _Bot:
+    path = f"platforms.telegram.bots.{name}"
+    token = _secret(env, f"{path}.token", bot.token, bot.token_env, "the bot token from @BotFather")
+    assert token is not None  # TelegramConfig requires token or token_env
+    if bot.token_env is not None:
+        check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
+    secret = _secret(env, f"{path}.secret_token", bot.secret_token, bot.secret_token_env, "the webhook secret")
+    if secret is not None and bot.secret_token_env is not None:
+        check_secret_token(secret, f"{path}.secret_token_env", f"the value of {bot.secret_token_env}")
+    origin = f"token from ${bot.token_env}" if bot.token_env else "token in config.yaml"
+    api = BotApi(name, token, config.api_base, timeout_s=config.request_timeout_s)
+    return _Bot(name=name, config=bot, api=api, secret=None if secret is None else secret.encode(), origin=origin)
+
+
+def _answer(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class TelegramAdapter:
+    """Every bot of a :class:`TelegramConfig`: long polls, the webhook server, and the reply sender.
+
+    Tokens and secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here, so a
+    missing one is a :class:`ConfigError` before anything starts. ``clock`` stamps received messages;
+    ``monotonic`` paces replies.
+    """
+
+    platform = PLATFORM
+    capabilities = Capabilities(threads=True, max_message_chars=MAX_MESSAGE_UTF16)
+
+    def __init__(
+        self,
+        config: TelegramConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        env = os.environ if environ is None else environ
+        self._bots = {name: _resolve(name, bot, config, env) for name, bot in config.bots.items()}
+        self._clock = clock
+        apis = {name: bot.api for name, bot in self._bots.items()}
+        self._sender = TelegramSender(apis, config, clock=monotonic)
+        self._gateway: Gateway | None = None
+        self._host: HttpHost | None = None
+        self._poller: Poller | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the webhook server (the configured address until it has started)."""
+        if self._host is not None:
+            return self._host.url
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        return f"http://{host}:{self.config.port}"
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
+        return [self._sender]
+
+    def start(self, gateway: Gateway) -> None:
+        """Serve the webhook bots, register their ``webhook_url``s, and start polling the others."""
+        self._gateway = gateway
+        hooked = [bot for bot in self._bots.values() if bot.config.mode == "webhook"]
+        polled = [bot.api for bot in self._bots.values() if bot.config.mode == "polling"]
+        if hooked:
+            app = web.Application(client_max_size=self.config.max_body_bytes)
+            app.router.add_post("/telegram/{bot}", self._receive)
+            host = HttpHost(app, host=self.config.host, port=self.config.port, name="telegram")
+            host.start()
+            self._host = host
+            for bot in hooked:
+                self._register(bot)
+        if polled:
+            self._poller = Poller(polled, gateway, self.config, clock=self._clock)
+            self._poller.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop polling and serving; a batch being committed finishes first."""
+        if self._poller is not None:
+            self._poller.stop(timeout)
+        if self._host is not None:
+            self._host.stop(timeout)
+
+    def describe(self) -> list[str]:
+        """One banner line per bot: how updates arrive and how replies leave."""
+        if not self._bots:
+            return [
+                "Telegram: no bots; add one under platforms.telegram.bots in config.yaml "
+                "(token_env: TELEGRAM_BOT_TOKEN holding the token from @BotFather)"
+            ]
+        return [self._describe(bot) for bot in self._bots.values()]
+
+    def _describe(self, bot: _Bot) -> str:
+        line = f"Telegram bot '{bot.name}' ({bot.origin}): "
+        if bot.config.mode == "webhook":
+            line += f"webhook POST {self.url}/telegram/{bot.name} (checks {SECRET_HEADER})"
+            if bot.config.webhook_url is not None:
+                line += f", registered as {shown(bot.config.webhook_url)}"
+        else:
+            line += f"long-polls {shown(self.config.api_base)} getUpdates"
+        return line + "; replies by sendMessage in parts of 4096 UTF-16 units; media arrive as stand-ins like [image]"
+
+    def _register(self, bot: _Bot) -> None:
+        """``setWebhook`` with the bot's URL and secret; a failure is logged (the webhook may be set already)."""
+        url = bot.config.webhook_url
+        if url is None or bot.secret is None:
+            return
+        params = {"url": url, "secret_token": bot.secret.decode(), "allowed_updates": list(ALLOWED_UPDATES)}
+        try:
+            bot.api.call("setWebhook", params)
+        except BotApiError as exc:
+            _log.error("telegram bot %r: could not register its webhook %s (%s)", bot.name, shown(url), exc)
+        else:
+            _log.info("telegram bot %r: webhook registered as %s", bot.name, shown(url))
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        name = request.match_info["bot"]
+        try:
+            inbound = await self._read_update(name, request)
+        except _Refused as exc:
+            _log.info("telegram bot %r: refused a webhook request (%d %s)", name, exc.status, exc.reason)
+            return _answer(exc.status, {"error": exc.reason})
+        if inbound is None:
+            return _answer(200, {"ok": True, "accepted": False})
+        return await self._accept(inbound)
+
+    async def _read_update(self, name: str, request: web.Request) -> InboundMessage | None:
+        bot = self._bots.get(name)
+        if bot is None or bot.config.mode != "webhook" or bot.secret is None:
+            raise _Refused(404, f"no webhook bot {name!r}; add it under platforms.telegram.bots with mode: webhook")
+        offered = request.headers.get(SECRET_HEADER)
+        if offered is None:
+            raise _Refused(401, f"the {SECRET_HEADER} header is missing")
+        if not hmac.compare_digest(offered.encode("utf-8", "replace"), bot.secret):
+            raise _Refused(401, f"the {SECRET_HEADER} header does not match the bot's secret_token")
+        limit = self.config.max_body_bytes
+        too_large = _Refused(413, f"the body is larger than {limit} bytes (platforms.telegram.max_body_bytes)")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large from None
+        try:
+            return inbound_from_update(decode_update(body), name, received_at=self._clock())
+        except UpdateError as exc:
+            raise _Refused(400, str(exc)) from None
+
+    async def _accept(self, inbound: InboundMessage) -> web.Response:
+        gateway, host = self._gateway, self._host
+        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
+            return _answer(503, {"error": "the telegram adapter is not started"})
+        try:
+            result = await host.blocking(lambda: gateway.accept(inbound))
+        except Exception:
+            _log.exception(
+                "telegram bot %r: could not accept message %s", inbound.source.account_id, inbound.message_id
+            )
+            return _answer(503, {"error": "the message could not be stored; Telegram will deliver it again"})
+        return _answer(200, {"ok": True, "accepted": True, "duplicate": result.duplicate})

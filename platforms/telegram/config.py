@@ -1,0 +1,162 @@
+"""The ``platforms.telegram`` section of ``config.yaml``: the Bot API address, the bots, and send rates.
+
+Each bot is an account: its name in ``bots`` is the ``account_id`` of every message it receives, so it is part of
+the session key (two bots that see the same chat id never share a session). Tokens and webhook secrets can live in
+environment variables named here; the adapter reads them when it is built.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["DEFAULT_BASE_URL", "MODES", "TelegramBot", "TelegramConfig", "check_secret_token", "check_token"]
+
+DEFAULT_BASE_URL = "https://api.telegram.org"
+MODES = ("polling", "webhook")
+
+_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,128}")  # <bot id>:<secret>, as @BotFather hands it out
+_SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook accepts as secret_token
+_MAX_POLL_TIMEOUT_S = 50  # the Bot API holds a long poll for at most about this long
+_SECTION = "platforms.telegram"
+
+
+class TelegramBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One bot (``platforms.telegram.bots.<name>``).
+
+    ``token`` (or the environment variable named by ``token_env``) is the token from @BotFather. ``mode`` is
+    ``polling`` (``getUpdates``) or ``webhook`` (Telegram POSTs updates to ``/telegram/<name>``, each carrying
+    ``secret_token`` in the ``X-Telegram-Bot-Api-Secret-Token`` header). With ``webhook_url`` set the adapter
+    registers that public URL with ``setWebhook`` at start; without it, register it yourself.
+    """
+
+    token: str | None = None
+    token_env: str | None = None
+    mode: str = "polling"
+    secret_token: str | None = None
+    secret_token_env: str | None = None
+    webhook_url: str | None = None
+
+
+class TelegramConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.telegram`` section; nothing runs when ``enabled`` is false or there are no bots.
+
+    ``base_url`` is where the Bot API lives (calls go to ``{base_url}/bot{token}/{method}``). ``host``/``port``
+    serve the webhook bots. The rates pace replies below Telegram's flood limits: per chat, per group chat (per
+    minute) and per bot; ``chat_burst`` messages may leave at once (the parts of one split reply).
+    """
+
+    enabled: bool = True
+    base_url: str = DEFAULT_BASE_URL
+    bots: dict[str, TelegramBot] = msgspec.field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8645
+    max_body_bytes: int = 1024 * 1024
+    poll_timeout_s: int = 30
+    poll_retry_s: float = 1.0
+    poll_retry_max_s: float = 60.0
+    request_timeout_s: float = 15.0
+    chat_messages_per_second: float = 1.0
+    chat_burst: int = 3
+    group_messages_per_minute: float = 20.0
+    bot_messages_per_second: float = 30.0
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ConfigError(
+                f"{_SECTION}.base_url", f"must be an http(s) URL such as {DEFAULT_BASE_URL} (no query or fragment)"
+            )
+        if not self.host.strip():
+            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
+        if not 1 <= self.poll_timeout_s <= _MAX_POLL_TIMEOUT_S:
+            raise ConfigError(
+                f"{_SECTION}.poll_timeout_s",
+                f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long Telegram holds a long poll open",
+            )
+        for field in ("poll_retry_s", "poll_retry_max_s", "request_timeout_s"):
+            if getattr(self, field) <= 0:
+                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number of seconds")
+        if self.poll_retry_max_s < self.poll_retry_s:
+            raise ConfigError(f"{_SECTION}.poll_retry_max_s", "must not be smaller than poll_retry_s")
+        for field in ("chat_messages_per_second", "group_messages_per_minute", "bot_messages_per_second"):
+            if getattr(self, field) <= 0:
+                raise ConfigError(f"{_SECTION}.{field}", "must be a positive rate")
+        if self.chat_burst < 1:
+            raise ConfigError(f"{_SECTION}.chat_burst", "must be at least 1 message")
+        for name, bot in self.bots.items():
+            _check_bot(name, bot)
+
+    @property
+    def api_base(self) -> str:
+        """``base_url`` without a trailing slash."""
+        return self.base_url.rstrip("/")
+
+
+def check_token(token: str, path: str, what: str = "") -> str:
+    """Return ``token`` if it has the shape of a bot token; else :class:`ConfigError` at ``path``."""
+    if not _TOKEN.fullmatch(token):
+        subject = f"{what} must" if what else "must"
+        raise ConfigError(
+            path, f"{subject} be a bot token as @BotFather gives it: '<digits>:<letters, digits, _ or ->'"
+        )
+    return token
+
+
+def check_secret_token(secret: str, path: str, what: str = "") -> str:
+    """Return ``secret`` if ``setWebhook`` accepts it as ``secret_token``; else :class:`ConfigError` at ``path``."""
+    if not _SECRET_TOKEN.fullmatch(secret):
+        subject = f"{what} must" if what else "must"
+        raise ConfigError(
+            path,
+            f"{subject} be 1 to 256 letters, digits, '_' or '-' (what Telegram accepts as a webhook secret_token); "
+            'generate one with: python -c "import secrets;print(secrets.token_urlsafe(32))"',
+        )
+    return secret
+
+
+def _check_bot(name: str, bot: TelegramBot) -> None:
+    path = f"{_SECTION}.bots.{name}"
+    if not _BOT_NAME.fullmatch(name):
+        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
+    _check_either(path, "token", bot.token, bot.token_env, "TELEGRAM_BOT_TOKEN", "the token from @BotFather")
+    if bot.token is not None:
+        check_token(bot.token, f"{path}.token")
+    if bot.mode not in MODES:
+        raise ConfigError(f"{path}.mode", f"must be one of {', '.join(MODES)}")
+    if bot.mode == "webhook" or bot.secret_token is not None or bot.secret_token_env is not None:
+        _check_either(
+            path, "secret_token", bot.secret_token, bot.secret_token_env, "TELEGRAM_WEBHOOK_SECRET", "a webhook secret"
+        )
+    if bot.secret_token is not None:
+        check_secret_token(bot.secret_token, f"{path}.secret_token")
+    if bot.webhook_url is not None:
+        if bot.mode != "webhook":
+            raise ConfigError(f"{path}.webhook_url", "is only used with mode: webhook; remove it or set the mode")
+        parts = urlsplit(bot.webhook_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"{path}.webhook_url",
+                f"must be the public https:// URL Telegram should POST to (it reaches /telegram/{name} here)",
+            )
+
+
+def _check_either(path: str, field: str, value: str | None, env: str | None, example_env: str, what: str) -> None:
+    if value is None and env is None:
+        raise ConfigError(
+            f"{path}.{field}", f"is required: set {field} to {what}, or {field}_env to a variable holding it"
+        )
+    if value is not None and env is not None:
+        raise ConfigError(f"{path}.{field}_env", f"set either {field} or {field}_env, not both")
+    if env is not None and not _ENV_NAME.fullmatch(env):
+        raise ConfigError(f"{path}.{field}_env", f"must be an environment variable name such as {example_env}")

@@ -1,0 +1,241 @@
+"""``getUpdates`` long polls, one task per bot on one background event loop.
+
+Telegram forgets an update only when a later ``getUpdates`` asks for a higher ``offset``. So each batch is
+committed to the inbox with ``gateway.accept_many(..., cursor=next offset)``: the inbox rows and the stored offset
+land in one transaction. A crash before that commit leaves the old offset stored, Telegram still holds the
+updates and sends them again; a crash after it stores the new offset, which the next poll (after a restart too)
+sends, confirming the batch. Nothing is lost and nothing is processed twice; the inbox's dedupe on
+``<chat>:<message>`` catches the rest.
+
+An update that does not decode is logged and stepped over (its ``update_id`` still moves the offset), so one bad
+update cannot stall a bot. Failed polls back off (``poll_retry_s`` doubling to ``poll_retry_max_s``, or
+Telegram's ``retry_after``); a refused token or a webhook still set (409) is logged with the fix. ``stop()``
+cancels the polls in flight, so it returns at once rather than after the long-poll timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import msgspec
+
+from hermes_actors.gateway import PollCursor
+from hermes_actors.messages import InboundMessage
+from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
+from platforms.telegram.config import TelegramConfig
+from platforms.telegram.updates import (
+    ALLOWED_UPDATES,
+    PLATFORM,
+    UpdateError,
+    decode_update,
+    inbound_from_update,
+    update_id_of,
+)
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["Poller", "read_offset"]
+
+_log = logging.getLogger(__name__)
+
+_GRACE_S = 15.0  # beyond the long-poll timeout, how long an answer may take before the poll counts as failed
+_MAX_BATCH = 100  # getUpdates' own upper bound
+
+
+def read_offset(gateway: Gateway, bot: str) -> int | None:
+    """The stored ``getUpdates`` offset of ``bot``, or ``None`` (first start, or a value that is not a number)."""
+    with gateway.read() as store:
+        stored = store.kv.get_cursor(PLATFORM, bot)
+    if stored is None:
+        return None
+    try:
+        return int(stored)
+    except ValueError:
+        _log.warning("telegram bot %r: stored offset %r is not a number; polling from Telegram's oldest", bot, stored)
+        return None
+
+
+class _Batch(msgspec.Struct, frozen=True, kw_only=True):
+    """What one poll brought: the messages to accept and the offset that confirms all of it."""
+
+    messages: list[InboundMessage]
+    next_offset: int | None
+
+
+class Poller:
+    """Long-polls every bot in ``bots`` and feeds their messages to ``gateway``."""
+
+    def __init__(
+        self,
+        bots: Sequence[BotApi],
+        gateway: Gateway,
+        config: TelegramConfig,
+        *,
+        clock: Callable[[], float],
+    ) -> None:
+        self._bots = list(bots)
+        self._gateway = gateway
+        self._config = config
+        self._clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Read each bot's stored offset and start polling."""
+        offsets = {bot.name: read_offset(self._gateway, bot.name) for bot in self._bots}
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._run(offsets, started))
+            except BaseException as exc:
+                if not started.done():  # failed before the polls began: start() raises it
+                    started.set_exception(exc)
+                else:
+                    _log.exception("telegram: the poll loop ended with an error")
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="hermes-telegram-poll", daemon=True)
+        self._thread.start()
+        started.result(timeout=30)
+
+    async def _run(self, offsets: dict[str, int | None], started: concurrent.futures.Future[None]) -> None:
+        async with aiohttp.ClientSession() as session:
+            self._tasks = [
+                asyncio.create_task(self._poll(session, bot, offsets[bot.name]), name=f"telegram-poll-{bot.name}")
+                for bot in self._bots
+            ]
+            started.set_result(None)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel the polls (a batch being committed finishes first) and wait up to ``timeout`` for the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+
+        def cancel() -> None:
+            for task in self._tasks:
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:  # the loop closed in between: the polls have ended already
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            _log.warning("telegram: the poll thread did not stop within %.1f s", timeout)
+
+    async def _poll(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> None:
+        failures = 0
+        while True:
+            try:
+                batch = await self._fetch(session, bot, offset)
+                if batch.messages or (batch.next_offset is not None and batch.next_offset != offset):
+                    self._commit(bot, batch)
+                    offset = batch.next_offset
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except BotApiError as exc:
+                failures += 1
+                await asyncio.sleep(self._failed(bot, exc, failures))
+            except Exception:
+                failures += 1
+                wait = self._backoff(failures)
+                _log.exception("telegram bot %r: the poll failed; polling again in %.1f s", bot.name, wait)
+                await asyncio.sleep(wait)
+
+    async def _fetch(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> _Batch:
+        params: dict[str, Any] = {
+            "timeout": self._config.poll_timeout_s,
+            "limit": _MAX_BATCH,
+            "allowed_updates": list(ALLOWED_UPDATES),
+        }
+        if offset is not None:
+            params["offset"] = offset
+        where = f"telegram bot '{bot.name}': getUpdates"
+        timeout = aiohttp.ClientTimeout(total=self._config.poll_timeout_s + _GRACE_S)
+        try:
+            async with session.post(bot.url("getUpdates"), json=params, timeout=timeout) as response:
+                body = await response.read()
+                headers = {k.lower(): v for k, v in response.headers.items()}
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BotApiError(f"{where}: {bot.redact(str(exc) or type(exc).__name__)}") from None
+        items = result_as(read_answer(status, headers, body, where), list[msgspec.Raw], where)
+        if items is None:
+            raise BotApiError(f"{where}: the result is not a list of updates")
+        return self._read_batch(bot, items, offset, where)
+
+    def _read_batch(self, bot: BotApi, items: list[msgspec.Raw], offset: int | None, where: str) -> _Batch:
+        messages: list[InboundMessage] = []
+        highest = None if offset is None else offset - 1
+        numbered = 0
+        for raw in items:
+            update_id = update_id_of(raw)
+            if update_id is None:
+                _log.warning("telegram bot %r: skipped an update without an update_id: %.200r", bot.name, bytes(raw))
+                continue
+            numbered += 1
+            highest = update_id if highest is None else max(highest, update_id)
+            try:
+                inbound = inbound_from_update(decode_update(raw), bot.name, received_at=self._clock())
+            except UpdateError as exc:
+                _log.warning("telegram bot %r: skipped update %d: %s", bot.name, update_id, exc)
+                continue
+            if inbound is not None:
+                messages.append(inbound)
+        if items and not numbered:  # nothing to step over: polling again at once would get the same answer
+            raise BotApiError(f"{where}: no update in the answer has an update_id")
+        return _Batch(messages=messages, next_offset=None if highest is None else highest + 1)
+
+    def _commit(self, bot: BotApi, batch: _Batch) -> None:
+        cursor = None
+        if batch.next_offset is not None:
+            cursor = PollCursor(platform=PLATFORM, cursor=str(batch.next_offset), account_id=bot.name)
+        # Blocking on purpose: a cancelled poll still finishes its commit, so stop() never splits a batch.
+        self._gateway.accept_many(batch.messages, cursor=cursor)
+
+    def _failed(self, bot: BotApi, exc: BotApiError, failures: int) -> float:
+        """Log a failed poll; return how long to wait before the next one."""
+        wait = self._backoff(failures)
+        if exc.retry_after_s is not None:
+            wait = exc.retry_after_s
+            _log.warning("telegram bot %r: Telegram asked to wait %.0f s before polling again", bot.name, wait)
+        elif exc.status in (401, 404):
+            wait = self._config.poll_retry_max_s
+            _log.error(
+                "telegram bot %r: Telegram refused the token (%s); check platforms.telegram.bots.%s.token or the "
+                "variable named by token_env; trying again in %.0f s",
+                bot.name,
+                exc.description,
+                bot.name,
+                wait,
+            )
+        elif exc.status == 409:
+            _log.error(
+                "telegram bot %r: %s; another program polls with this token, or a webhook is set for it (remove it "
+                "with deleteWebhook, or set mode: webhook); trying again in %.1f s",
+                bot.name,
+                exc.description,
+                wait,
+            )
+        else:
+            _log.warning("telegram bot %r: the poll failed (%s); polling again in %.1f s", bot.name, exc, wait)
+        return wait
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** (failures - 1)))

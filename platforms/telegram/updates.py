@@ -1,0 +1,234 @@
+"""Telegram ``Update`` objects in, :class:`InboundMessage` out: the one place the Bot API's shapes are read.
+
+Only ``message`` and ``channel_post`` updates start turns; anything else (edits, reactions, service messages such
+as "X joined") is acknowledged and dropped. Chats map to chat types as SPEC section 2 has them: ``private`` is
+``dm``, ``group`` and ``supergroup`` are ``group``, ``channel`` is ``channel``. A message in a forum topic
+(``is_topic_message``) carries the topic's ``message_thread_id`` as its thread, so a topic is one shared
+conversation; a plain reply chain in a group is not a topic and stays in the group's per-user session.
+
+The inbound message id is ``<chat id>:<message id>``: Telegram numbers messages per chat, so the pair names one
+message for one bot forever. A redelivered update (a webhook retry, a ``getUpdates`` answer that was never
+confirmed) collides with it in the gateway's durable inbox. ``update_id`` is not used: it restarts at random
+after a week without updates.
+
+Attachments are a later issue; for now a photo, file, sticker or voice note becomes a short stand-in such as
+``[image]`` followed by its caption, so the agent knows something arrived.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from hermes_actors.errors import PlatformError
+from hermes_actors.messages import InboundMessage
+from hermes_actors.routing import SessionSource
+
+__all__ = [
+    "ALLOWED_UPDATES",
+    "PLATFORM",
+    "Chat",
+    "Message",
+    "Update",
+    "UpdateError",
+    "User",
+    "decode_update",
+    "inbound_from_update",
+    "update_id_of",
+]
+
+PLATFORM = "telegram"
+ALLOWED_UPDATES = ("message", "channel_post")  # what getUpdates and setWebhook ask Telegram for
+
+_MAX_ID = 2**63  # Telegram ids fit in 52 bits; anything past 64 is not from Telegram
+_CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
+
+
+class UpdateError(PlatformError):
+    """An update is not one Telegram would send (malformed JSON, a field of the wrong type, an id out of range)."""
+
+
+class User(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    first_name: str = ""
+    last_name: str | None = None
+    username: str | None = None
+
+
+class Chat(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    type: str
+    title: str | None = None
+    username: str | None = None
+    first_name: str | None = None
+    last_name: str | None = None
+
+
+class Document(msgspec.Struct, frozen=True, kw_only=True):
+    file_name: str | None = None
+
+
+class Sticker(msgspec.Struct, frozen=True, kw_only=True):
+    emoji: str | None = None
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of a Telegram ``Message`` this adapter reads; Telegram adds fields often, the rest are ignored."""
+
+    message_id: int
+    chat: Chat
+    sender: User | None = msgspec.field(default=None, name="from")
+    sender_chat: Chat | None = None
+    message_thread_id: int | None = None
+    is_topic_message: bool = False
+    text: str | None = None
+    caption: str | None = None
+    photo: Any = None
+    animation: Any = None
+    video: Any = None
+    video_note: Any = None
+    voice: Any = None
+    audio: Any = None
+    document: Document | None = None
+    sticker: Sticker | None = None
+    location: Any = None
+    venue: Any = None
+    contact: Any = None
+    poll: Any = None
+    dice: Any = None
+
+
+class Update(msgspec.Struct, frozen=True, kw_only=True):
+    """A Telegram ``Update``: its id and the message kinds that start turns."""
+
+    update_id: int
+    message: Message | None = None
+    channel_post: Message | None = None
+
+
+class UpdateId(msgspec.Struct, frozen=True, kw_only=True):
+    """Just the id of an update, to step past one that does not decode."""
+
+    update_id: int
+
+
+_decode = msgspec.json.Decoder(Update).decode
+_decode_id = msgspec.json.Decoder(UpdateId).decode
+
+# Media without text, in the order they are tested (an animation also carries a document).
+_STAND_INS = (
+    ("photo", "[image]"),
+    ("animation", "[animation]"),
+    ("video", "[video]"),
+    ("video_note", "[video message]"),
+    ("voice", "[voice message]"),
+    ("audio", "[audio]"),
+    ("location", "[location]"),
+    ("venue", "[venue]"),
+    ("contact", "[contact]"),
+    ("poll", "[poll]"),
+    ("dice", "[dice]"),
+)
+
+
+def decode_update(body: bytes | str) -> Update:
+    """Decode one update; :class:`UpdateError` says what is wrong and where (``$.message.chat.id``)."""
+    try:
+        return _decode(body)
+    except msgspec.ValidationError as exc:
+        raise UpdateError(f"not a Telegram update: {exc}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise UpdateError(f"not valid JSON: {exc}") from None
+
+
+def update_id_of(body: bytes | str) -> int | None:
+    """The ``update_id`` of an update that may not decode as a whole, or ``None``."""
+    try:
+        return _decode_id(body).update_id
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None
+
+
+def inbound_from_update(update: Update, account_id: str, *, received_at: float | None = None) -> InboundMessage | None:
+    """The inbound message of ``update`` received by bot ``account_id``; ``None`` for updates that start no turn.
+
+    Raises :class:`UpdateError` for values Telegram never sends (an id past 64 bits, an unknown chat type).
+    """
+    message = update.message or update.channel_post
+    if message is None:
+        return None
+    text = _text_of(message)
+    if text is None:
+        return None
+    chat = message.chat
+    chat_type = _CHAT_TYPES.get(chat.type)
+    if chat_type is None:
+        raise UpdateError(f"the chat type {chat.type!r} is not one of {', '.join(_CHAT_TYPES)}")
+    chat_id = _id(chat.id, "chat.id")
+    thread_id = None
+    if message.is_topic_message and message.message_thread_id is not None:
+        thread_id = _id(message.message_thread_id, "message_thread_id")
+    user_id, user_name = _sender_of(message)
+    source = SessionSource(
+        platform=PLATFORM,
+        account_id=account_id,
+        chat_type=chat_type,
+        chat_id=chat_id,
+        thread_id=thread_id,
+        user_id=user_id,
+        chat_name=_chat_name(chat),
+        user_name=user_name,
+    )
+    message_id = f"{chat_id}:{_id(message.message_id, 'message_id')}"
+    return InboundMessage(source=source, text=text, message_id=message_id, received_at=received_at)
+
+
+def _id(value: int, field: str) -> str:
+    if not -_MAX_ID < value < _MAX_ID:
+        raise UpdateError(f"the message's {field} is out of range for a Telegram id")
+    return str(value)
+
+
+def _text_of(message: Message) -> str | None:
+    """The text, the caption after a media stand-in, or ``None`` for a message with neither (a service message)."""
+    if message.text is not None and message.text.strip():
+        return message.text
+    stand_in = _stand_in(message)
+    caption = (message.caption or "").strip()
+    if stand_in is None:
+        return caption or None
+    return f"{stand_in} {caption}" if caption else stand_in
+
+
+def _stand_in(message: Message) -> str | None:
+    for field, stand_in in _STAND_INS:
+        if getattr(message, field) is not None:
+            return stand_in
+    if message.sticker is not None:
+        return f"[sticker {message.sticker.emoji}]" if message.sticker.emoji else "[sticker]"
+    if message.document is not None:
+        return f"[file: {message.document.file_name}]" if message.document.file_name else "[file]"
+    return None
+
+
+def _sender_of(message: Message) -> tuple[str | None, str | None]:
+    """The sender's stable id and display name: the user, or the chat a message was sent on behalf of.
+
+    Anonymous group admins and linked channels post as ``sender_chat`` (``from`` is then a placeholder bot), so
+    that chat is the participant; a channel post has no sender but its channel.
+    """
+    if message.sender_chat is not None:
+        return _id(message.sender_chat.id, "sender_chat.id"), _chat_name(message.sender_chat)
+    sender = message.sender
+    if sender is None:
+        return None, None
+    full = " ".join(part for part in (sender.first_name, sender.last_name) if part)
+    return _id(sender.id, "from.id"), (f"@{sender.username}" if sender.username else full or None)
+
+
+def _chat_name(chat: Chat) -> str | None:
+    if chat.title:
+        return chat.title
+    full = " ".join(part for part in (chat.first_name, chat.last_name) if part)
+    return full or (f"@{chat.username}" if chat.username else None)
