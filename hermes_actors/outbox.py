@@ -132,7 +132,7 @@ class OutboxActor(pykka.ThreadingActor):
         try:
             platform_id = self._sender.send(message)
         except SendError as exc:
-            if message.no_retry:
+            if message.no_retry or exc.permanent:
                 reason = str(exc)
                 _log.warning("outbox %s: reply %d failed and is given up: %s", message.platform, item.outbox_id, reason)
                 self._writer.submit(lambda store: store.outbox.abandon(item.outbox_id, reason))

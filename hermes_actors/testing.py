@@ -54,6 +54,7 @@ class FakePlatform:
         self._ids = itertools.count(1)
         self._failures = 0
         self._failure_unknown = False
+        self._failure_permanent = False
         self._lock = threading.Lock()
         self._gateway: _Accepts | None = None
 
@@ -93,18 +94,23 @@ class FakePlatform:
             raise RuntimeError("FakePlatform.push needs a gateway: call attach(gateway) first")
         return self._gateway.accept(self.message(text, **fields))  # type: ignore[arg-type]
 
-    def fail_next(self, count: int, *, outcome_unknown: bool = False) -> None:
+    def fail_next(self, count: int, *, outcome_unknown: bool = False, permanent: bool = False) -> None:
         """Make the next ``count`` sends raise :class:`SendError`."""
         with self._lock:
             self._failures = count
             self._failure_unknown = outcome_unknown
+            self._failure_permanent = permanent
 
     def send(self, message: OutboundMessage) -> str | None:
         """Record the reply (the ReplySender protocol)."""
         with self._lock:
             if self._failures > 0:
                 self._failures -= 1
-                raise SendError("fake platform refused the send", outcome_unknown=self._failure_unknown)
+                raise SendError(
+                    "fake platform refused the send",
+                    outcome_unknown=self._failure_unknown,
+                    permanent=self._failure_permanent,
+                )
             self.sent.append(message)
         self._replies.put(message)
         return f"sent-{len(self.sent)}"

@@ -33,13 +33,23 @@ class SendError(PlatformError):
     """A reply could not be sent.
 
     ``retry_after_s`` is the platform's own hint (HTTP 429 ``retry_after``); ``outcome_unknown`` says the
-    platform may have received it anyway (a timeout after the request left), so a retry may duplicate it.
+    platform may have received it anyway (a timeout after the request left), so a retry may duplicate it;
+    ``permanent`` says no retry can succeed (the user blocked the bot, the chat is gone): the outbox gives the
+    reply up, records why, and goes on with the chat's later replies.
     """
 
-    def __init__(self, message: str, *, retry_after_s: float | None = None, outcome_unknown: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        outcome_unknown: bool = False,
+        permanent: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.outcome_unknown = outcome_unknown
+        self.permanent = permanent
 
 
 class ReplySender(Protocol):

@@ -204,9 +204,20 @@ class TelegramSender:
             text = f"{exc}; it will be retried and flagged as a possible duplicate"
         elif exc.status == 429:
             text = f"{what}: Telegram asked to slow down ({exc.description}); it will be retried"
+        elif _permanent(exc):
+            text = f"{exc}; no retry can succeed, so the reply is given up"
         else:
             text = f"{exc}; it will be retried"
-        return SendError(text, retry_after_s=exc.retry_after_s, outcome_unknown=exc.outcome_unknown)
+        return SendError(
+            text, retry_after_s=exc.retry_after_s, outcome_unknown=exc.outcome_unknown, permanent=_permanent(exc)
+        )
+
+
+def _permanent(exc: BotApiError) -> bool:
+    """403: the bot was blocked, kicked or the user is gone; 400 ... not found: the chat or topic no longer exists."""
+    if exc.outcome_unknown:
+        return False
+    return exc.status == 403 or (exc.status == 400 and "not found" in exc.description.lower())
 
 
 def _quoted_message(message: OutboundMessage) -> int | None:

@@ -443,7 +443,7 @@ def test_send_failures_become_send_errors_that_say_what_happened(fake: TelegramF
     fake.fail("sendMessage", 403, "Forbidden: bot was blocked by the user")
     with pytest.raises(SendError, match="Forbidden: bot was blocked by the user") as refused:
         sender.send(reply)
-    assert (refused.value.retry_after_s, refused.value.outcome_unknown) == (None, False)
+    assert (refused.value.retry_after_s, refused.value.outcome_unknown, refused.value.permanent) == (None, False, True)
     assert TOKEN not in str(refused.value)
     fake.fail("sendMessage", 429, "Too Many Requests: retry after 3", retry_after=3)
     with pytest.raises(SendError, match="Telegram asked to slow down") as limited:

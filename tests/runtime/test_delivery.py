@@ -60,6 +60,21 @@ def test_replies_to_one_chat_keep_their_order_behind_a_failure(make_gateway: Mak
     assert [fake.pop().text, fake.pop().text] == ["echo: first", "echo: second"]
 
 
+def test_a_permanent_failure_gives_the_reply_up_and_the_chat_goes_on(make_gateway: MakeGateway) -> None:
+    gateway, fake = make_gateway(clock=FakeClock())
+    fake.fail_next(1, permanent=True)
+    fake.push("to a blocked bot")
+    assert gateway.wait_idle()
+    fake.push("after")
+    assert fake.pop().text == "echo: after"  # not held behind the refused reply, no retry needed
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.outbox.unsent() == []
+        (reason,) = store.connection.execute("SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL").fetchone()
+    assert reason == "fake platform refused the send"
+    assert [m.text for m in fake.sent] == ["echo: after"]
+
+
 def test_recovery_replays_unanswered_messages_and_delivers_unsent_replies(db_path: Path) -> None:
     platform = FakePlatform("fake")
     source = SessionSource(platform="fake", chat_id="chat-1", user_id="user-1")
