@@ -303,6 +303,27 @@ platforms:
         # chat_id: chat_id
         # user_id: user_id
         # callback_url: http://127.0.0.1:9000/replies   # where replies are POSTed; else only stored
+  # A platform runs when it has a section here. Each account's name is part of its session keys.
+  # telegram:
+  #   bots:
+  #     main:
+  #       token_env: TELEGRAM_BOT_TOKEN  # long-polls getUpdates; or mode: webhook with secret_token_env
+  # slack:
+  #   apps:
+  #     main:
+  #       signing_secret_env: SLACK_SIGNING_SECRET
+  #       bot_token_env: SLACK_BOT_TOKEN  # Request URL: https://<public host>/slack/events/main
+  # feishu:
+  #   apps:
+  #     main:
+  #       app_id: cli_example
+  #       app_secret_env: FEISHU_APP_SECRET
+  #       verification_token_env: FEISHU_VERIFICATION_TOKEN
+  #       encrypt_key_env: FEISHU_ENCRYPT_KEY  # needs: pip install 'hermes-actors[feishu]'
+  # wechat:
+  #   accounts:
+  #     main:
+  #       token_env: WECHAT_ILINK_TOKEN
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

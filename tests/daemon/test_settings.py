@@ -35,24 +35,25 @@ def test_the_first_start_template_parses_to_the_defaults_plus_one_webhook_route(
 
 
 def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
-    # Uncommenting every "# key: value" line must give a valid file: the template documents real fields.
+    # Uncommenting every "# key: value" line (nested blocks too) must give a valid file: the template documents
+    # real fields of real sections.
     lines = []
     for line in default_config_text(SECRET).splitlines():
         stripped = line.lstrip()
         indent = line[: len(line) - len(stripped)]
-        if stripped.startswith("# ") and ":" in stripped and not stripped.startswith("# Standard"):
-            candidate = stripped[2:].split("  #")[0].rstrip()
-            key = candidate.split(":", 1)[0]
-            if key.isidentifier():
-                lines.append(indent + candidate)
-                continue
-        lines.append(line)
+        candidate = stripped[2:].split("  #")[0].rstrip() if stripped.startswith("# ") else ""
+        key = candidate.strip().split(":", 1)[0]
+        if ":" in candidate and key.isidentifier():
+            lines.append(indent + candidate)
+        else:
+            lines.append(line)
     data = yaml.safe_load("\n".join(lines))
     data["agent"]["base_url"] = "http://127.0.0.1:8000/v1"  # the example endpoint, with its model
     settings = decode_settings(data)
     assert settings.agent.model == "my-model"
     assert settings.session_reset.mode == ResetMode.NONE
     assert settings.platforms["webhook"].routes["default"].callback_url == "http://127.0.0.1:9000/replies"
+    assert set(settings.platforms) == {"api_server", "webhook", "telegram", "slack", "feishu", "wechat"}
 
 
 @pytest.mark.parametrize(
