@@ -53,6 +53,10 @@ PLATFORMS: dict[str, PlatformSpec] = {
             name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
         ),
         PlatformSpec(name="wechat", module="platforms.wechat", config="WechatConfig", adapter="WechatAdapter"),
+        PlatformSpec(name="discord", module="platforms.discord", config="DiscordConfig", adapter="DiscordAdapter"),
+        PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
+        PlatformSpec(name="matrix", module="platforms.matrix", config="MatrixConfig", adapter="MatrixAdapter"),
+        PlatformSpec(name="signal", module="platforms.signal", config="SignalConfig", adapter="SignalAdapter"),
     )
 }
 
