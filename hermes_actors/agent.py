@@ -15,6 +15,7 @@ from typing import Protocol
 import msgspec
 
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.tools import SESSION_SEARCH, Tool, error_json, find_tool
 
 __all__ = [
     "Agent",
@@ -51,7 +52,7 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
-    """What a turn gives the agent: the session, its system prompt, history and the new user text."""
+    """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools."""
 
     session_id: str
     history: Sequence[MessageRecord]
@@ -59,6 +60,7 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: str | None = None
     memories: Sequence[str] = ()
     history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
+    tools: Sequence[Tool] = ()  # what the agent may call this turn (sessions offer session_search)
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +92,7 @@ class Agent(Protocol):
 
 
 _TOOL_REQUEST = re.compile(r"^/?tool\s+(?P<name>[\w.-]+)\s*(?P<args>.*)$", re.DOTALL)
+_SEARCH_REQUEST = re.compile(r"^search:\s*(?P<query>.*)$", re.DOTALL)
 _REMEMBER = re.compile(r"\bremember\s+(?:that\s+)?(?P<fact>.+)", re.IGNORECASE)
 
 
@@ -97,35 +100,75 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def _tool_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...]:
+    """Act out a call of tool ``name``: the call, a made-up result and a final answer."""
+    call_id = f"call_{len(turn.history)}"
+    call = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
+    result = f"{name} ran with {args!r}"
+    return (
+        AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
+        AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id),
+        AgentMessage(role=Role.ASSISTANT, content=f"echo: {name} said {result!r}"),
+    )
+
+
+def _search_turn(turn: TurnInput, query: str) -> tuple[AgentMessage, ...]:
+    """Call the turn's session_search tool with ``query``: the call, its result and a summary of the hits."""
+    arguments = {"query": query}
+    call_id = f"call_{len(turn.history)}"
+    call = [
+        {"id": call_id, "type": "function", "function": {"name": SESSION_SEARCH, "arguments": json.dumps(arguments)}}
+    ]
+    tool = find_tool(turn.tools, SESSION_SEARCH)
+    result = tool.run(arguments) if tool is not None else error_json(f"this turn offers no {SESSION_SEARCH} tool")
+    return (
+        AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
+        AgentMessage(role=Role.TOOL, content=result, tool_name=SESSION_SEARCH, tool_call_id=call_id),
+        AgentMessage(role=Role.ASSISTANT, content="echo: " + _summarise_search(result)),
+    )
+
+
+def _summarise_search(result: str) -> str:
+    answer = json.loads(result)
+    if answer.get("error"):
+        suggestion = f" (try: {answer['suggestion']})" if answer.get("suggestion") else ""
+        return f"search failed: {answer['error']}{suggestion}"
+    hits = answer.get("hits") or []
+    if answer.get("shape") == "browse":
+        recent = [session["session_id"] for session in answer.get("sessions") or []]
+        return f"recent sessions: {', '.join(recent)}" if recent else "there are no other sessions"
+    if not hits:
+        return "search found nothing"
+    found = "; ".join(f"{hit['session_id']}: {hit['snippet']}" for hit in hits)
+    return f"search found {len(hits)}: {found}"
+
+
 class EchoAgent:
     """A deterministic agent: replies ``echo: <text>``.
 
     ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
-    whole message shape is exercised. ``remember <fact>`` in a session makes its save-memory turn keep the fact.
-    It never blocks, so sessions call it on their own thread (``runs_inline``) instead of the agent pool; a
-    subclass that blocks must set ``runs_inline = False``.
+    whole message shape is exercised; ``search: <query>`` does the same with a real call of the turn's
+    ``session_search`` tool and answers with the session ids and snippets it found. ``remember <fact>`` in a
+    session makes its save-memory turn keep the fact. It never blocks (a search is a few indexed reads), so
+    sessions call it on their own thread (``runs_inline``) instead of the agent pool; a subclass that blocks
+    must set ``runs_inline = False``.
     """
 
     runs_inline = True
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        """Echo the user text, or act out a tool call."""
+        """Echo the user text, act out a tool call, or search earlier sessions."""
         text = turn.user_text
+        search = _SEARCH_REQUEST.match(text.strip())
         match = _TOOL_REQUEST.match(text.strip())
-        if match is None:
-            reply = f"echo: {text}"
-            messages: tuple[AgentMessage, ...] = (AgentMessage(role=Role.ASSISTANT, content=reply),)
+        messages: tuple[AgentMessage, ...]
+        if search is not None:
+            messages = _search_turn(turn, search["query"].strip())
+        elif match is not None:
+            messages = _tool_turn(turn, match["name"], match["args"].strip())
         else:
-            name, args = match["name"], match["args"].strip()
-            call_id = f"call_{len(turn.history)}"
-            call = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
-            result = f"{name} ran with {args!r}"
-            reply = f"echo: {name} said {result!r}"
-            messages = (
-                AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
-                AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id),
-                AgentMessage(role=Role.ASSISTANT, content=reply),
-            )
+            messages = (AgentMessage(role=Role.ASSISTANT, content=f"echo: {text}"),)
+        reply = messages[-1].content or ""
         prompt = turn.history_tokens + _estimate_tokens(text)
         return AgentReply(
             messages=messages,

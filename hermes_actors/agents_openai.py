@@ -1,8 +1,13 @@
 """An :class:`~hermes_actors.agent.Agent` for any OpenAI-compatible chat-completions endpoint.
 
-OpenAI itself, vLLM, llama.cpp, Ollama and the like. Tools are not offered to the model and not executed: tool
-calls a model returns anyway are stored on the assistant message and named in the reply text, and calls that never
-got a result are left out of later requests (the API rejects them). Running tools is future work.
+OpenAI itself, vLLM, llama.cpp, Ollama and the like. The turn's tools (``TurnInput.tools``: every session offers
+``session_search``) are offered as function tools. When the model answers with tool calls, each is run (an unknown
+tool or arguments that are not a JSON object get an error result the model can read), the results are appended
+and the model is asked again, for at most :data:`MAX_TOOL_ROUNDS` rounds; the last request offers no tools, so the
+model has to answer in words. Every assistant and tool message of the turn goes into the reply, in order, and the
+whole turn stays within the call's ``timeout_s``. Tool calls that come back when no tools were offered are stored
+on the assistant message and named in the reply text, and calls that never got a result are left out of later
+requests (the API rejects them).
 
 Every failure of the endpoint becomes :class:`~hermes_actors.agent.AgentError` naming the endpoint, the model,
 what went wrong and what to check.
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, cast
@@ -25,6 +31,7 @@ try:
         ChatCompletionMessage,
         ChatCompletionMessageParam,
         ChatCompletionMessageToolCallUnionParam,
+        ChatCompletionToolUnionParam,
     )
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -33,8 +40,11 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from hermes_actors.agent import AgentError, AgentMessage, AgentReply, Memory, TurnInput
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.tools import Tool, error_json, find_tool
 
-__all__ = ["OpenAIAgent"]
+__all__ = ["MAX_TOOL_ROUNDS", "OpenAIAgent"]
+
+MAX_TOOL_ROUNDS = 5  # model answers with tool calls that a turn runs before it insists on words
 
 _log = logging.getLogger(__name__)
 
@@ -102,26 +112,54 @@ class OpenAIAgent:
             self._client.close()
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        """Send system prompt, memories, history and the user text; return the model's one assistant message."""
+        """Send system prompt, memories, history and the user text; run tool calls; return the turn's messages."""
+        deadline = time.monotonic() + timeout_s
         messages: list[ChatCompletionMessageParam] = []
         system = _system_text(turn.system_prompt, turn.memories)
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.extend(_history_messages(turn.history))
         messages.append({"role": "user", "content": turn.user_text})
-        message, input_tokens, output_tokens = self._complete(messages, timeout_s)
-        calls = _dump_tool_calls(message.tool_calls)
-        content = message.content or None
-        if content is None and not calls:
-            raise AgentError(f"{self._where} answered an empty message (no content, no tool calls); retry the turn")
-        return AgentReply(
-            messages=(
-                AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=json.dumps(calls) if calls else None),
-            ),
-            text=content if content is not None else _called_tools_text(calls),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-        )
+        offered = [cast(ChatCompletionToolUnionParam, tool.openai_spec()) for tool in turn.tools]
+        produced: list[AgentMessage] = []
+        input_tokens = output_tokens = 0
+        for round_number in range(MAX_TOOL_ROUNDS + 1):
+            tools = offered if offered and round_number < MAX_TOOL_ROUNDS else None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentError(
+                    f"{self._where} used up the turn's {timeout_s:g} s after {round_number} tool rounds; "
+                    "raise runtime.agent_timeout_s or check why the tools are slow"
+                )
+            message, used_in, used_out = self._complete(messages, timeout_s, tools=tools, left_s=left)
+            input_tokens += used_in
+            output_tokens += used_out
+            calls = _dump_tool_calls(message.tool_calls)
+            content = message.content or None
+            if tools is None or not calls:
+                if content is None and not calls:
+                    raise AgentError(
+                        f"{self._where} answered an empty message (no content, no tool calls); retry the turn"
+                    )
+                dumped = json.dumps(calls) if calls else None
+                produced.append(AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=dumped))
+                text = content if content is not None else _called_tools_text(calls)
+                return AgentReply(
+                    messages=tuple(produced), text=text, input_tokens=input_tokens, output_tokens=output_tokens
+                )
+            produced.append(AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=json.dumps(calls)))
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": cast(list[ChatCompletionMessageToolCallUnionParam], calls),
+                }
+            )
+            for call in calls:
+                name, call_id, result = _run_tool_call(turn.tools, call)
+                produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
+                messages.append({"role": "tool", "content": result, "tool_call_id": call_id})
+        raise AssertionError("unreachable: the last round offers no tools")  # pragma: no cover
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
         """Ask the model for a summary a continuation session can start from; ``""`` for an empty history."""
@@ -159,14 +197,26 @@ class OpenAIAgent:
         return f"agent endpoint {self.base_url} (model {self.model!r})"
 
     def _complete(
-        self, messages: list[ChatCompletionMessageParam], timeout_s: float
+        self,
+        messages: list[ChatCompletionMessageParam],
+        timeout_s: float,
+        *,
+        tools: list[ChatCompletionToolUnionParam] | None = None,
+        left_s: float | None = None,
     ) -> tuple[ChatCompletionMessage, int, int]:
-        """Call the endpoint once (with the client's retries); return the first choice's message and token counts."""
+        """Call the endpoint once (with the client's retries); return the first choice's message and token counts.
+
+        ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given.
+        """
         where = self._where
         temperature = openai.omit if self.temperature is None else self.temperature
         try:
             response: object = self._client.chat.completions.create(
-                model=self.model, messages=messages, temperature=temperature, timeout=timeout_s
+                model=self.model,
+                messages=messages,
+                temperature=temperature,
+                tools=openai.omit if tools is None else tools,
+                timeout=timeout_s if left_s is None else left_s,
             )
         except openai.APITimeoutError as err:
             raise AgentError(
@@ -297,6 +347,25 @@ def _dump_tool_calls(calls: Iterable[object] | None) -> list[dict[str, Any]]:
         elif isinstance(call, dict):
             dumped.append(cast(dict[str, Any], call))
     return dumped
+
+
+def _run_tool_call(tools: Sequence[Tool], call: dict[str, Any]) -> tuple[str, str, str]:
+    """Run one tool call of the model; return (tool name, call id, result text)."""
+    call_id = str(call.get("id") or "")
+    spec: object = call.get("function") or call.get("custom")
+    name = str(spec.get("name") or "?") if isinstance(spec, dict) else "?"
+    tool = find_tool(tools, name) if call.get("type", "function") == "function" else None
+    if tool is None:
+        available = ", ".join(t.name for t in tools)
+        return name, call_id, error_json(f"there is no function tool named {name!r}; the tools are: {available}")
+    raw: object = spec.get("arguments") if isinstance(spec, dict) else None
+    try:
+        arguments: object = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError as exc:
+        return name, call_id, error_json(f"the arguments of {name} are not JSON ({exc}); send a JSON object")
+    if not isinstance(arguments, dict):
+        return name, call_id, error_json(f"the arguments of {name} must be a JSON object, not {raw!r:.100}")
+    return name, call_id, tool.run(cast(dict[str, Any], arguments))
 
 
 def _called_tools_text(calls: Sequence[dict[str, Any]]) -> str:

@@ -26,6 +26,7 @@ from hermes_actors.leases import describe_owner, wait_for_lease
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
+from hermes_actors.tools import session_search_tool
 from hermes_actors.turns import (
     CancelToken,
     Compress,
@@ -173,6 +174,7 @@ class SessionTurns:
             system_prompt=self._record.system_prompt if self._record else None,
             memories=self._memories,
             history_tokens=self._tokens,
+            tools=(session_search_tool(self._services.readers.reader, self.session_id),),
         )
         agent = self._services.agent
         if getattr(agent, "runs_inline", False):

@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server on loopback, for tests.
 
 Each ``POST /v1/chat/completions`` takes the next scripted :class:`Scripted` response; ``GET /v1/models`` lists
-one model. Every request is recorded (parsed JSON body, lower-cased headers) before it is answered.
+one model. A tool loop is scripted as ``completion(None, tool_calls=[tool_call(...)])`` then a final
+``completion("answer")``. Every request is recorded (parsed JSON body, lower-cased headers) before it is answered.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-__all__ = ["ChatServer", "Recorded", "Scripted", "completion", "failure", "open_chat_server"]
+__all__ = ["ChatServer", "Recorded", "Scripted", "completion", "failure", "open_chat_server", "tool_call"]
 
 _CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
@@ -69,6 +70,12 @@ def completion(
             "total_tokens": prompt_tokens + completion_tokens,
         }
     return Scripted(body=body)
+
+
+def tool_call(call_id: str, name: str, arguments: Mapping[str, Any] | str) -> dict[str, Any]:
+    """One function tool call as a model returns it; a mapping is sent as JSON text, a string as it is."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
 
 
 def failure(status: int, message: str, *, retry_after_ms: int | None = 1) -> Scripted:

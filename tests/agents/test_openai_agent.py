@@ -5,16 +5,18 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import openai
 import pytest
 
 from hermes_actors.agent import Agent, AgentError, AgentMessage, Memory, TurnInput
-from hermes_actors.agents_openai import OpenAIAgent
+from hermes_actors.agents_openai import MAX_TOOL_ROUNDS, OpenAIAgent
+from hermes_actors.store import NewMessage, Store
 from hermes_actors.store.records import MessageRecord, Role
-from tests.agents.chat_server import ChatServer, Scripted, completion, failure, open_chat_server
+from hermes_actors.tools import Tool, session_search_tool
+from tests.agents.chat_server import ChatServer, Scripted, completion, failure, open_chat_server, tool_call
 
 KEY_ENV = "HERMES_TEST_OPENAI_KEY"
 MakeAgent = Callable[..., OpenAIAgent]
@@ -306,3 +308,132 @@ def test_an_injected_client_is_used_and_left_open(server: ChatServer) -> None:
 def test_the_server_lists_its_model(server: ChatServer) -> None:
     with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
         assert [model.id for model in client.models.list()] == ["test-model"]
+
+
+# -- tools -------------------------------------------------------------------------------------------------------
+
+
+def lookup_tool(seen: list[dict[str, Any]]) -> Tool:
+    def handle(arguments: dict[str, Any]) -> str:
+        seen.append(arguments)
+        return json.dumps({"found": arguments.get("q")})
+
+    parameters = {"type": "object", "properties": {"q": {"type": "string"}}}
+    return Tool(name="lookup", description="Look a thing up.", parameters=parameters, handler=handle)
+
+
+def tool_turn(text: str, *tools: Tool) -> TurnInput:
+    return TurnInput(session_id="s1", history=(), user_text=text, tools=tools)
+
+
+def test_a_turn_without_tools_offers_none(agent: OpenAIAgent, server: ChatServer) -> None:
+    server.script(completion("ok"))
+    agent.run_turn(turn("hi"), timeout_s=5)
+    assert "tools" not in server.completion_bodies[0]
+
+
+def test_the_turns_tools_are_offered_as_function_tools(agent: OpenAIAgent, server: ChatServer) -> None:
+    server.script(completion("no need"))
+    reply = agent.run_turn(tool_turn("hi", lookup_tool([])), timeout_s=5)
+    assert reply.text == "no need"
+    assert server.completion_bodies[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "description": "Look a thing up.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+    ]
+
+
+def test_a_tool_call_is_run_and_the_model_asked_again_with_its_result(agent: OpenAIAgent, server: ChatServer) -> None:
+    seen: list[dict[str, Any]] = []
+    asked = tool_call("call_1", "lookup", {"q": "oslo"})
+    server.script(
+        completion(None, tool_calls=[asked], prompt_tokens=10, completion_tokens=3),
+        completion("Oslo is sunny.", prompt_tokens=20, completion_tokens=5),
+    )
+    reply = agent.run_turn(tool_turn("weather?", lookup_tool(seen)), timeout_s=5)
+    assert seen == [{"q": "oslo"}]
+    call_message, result, final = reply.messages
+    assert (call_message.role, call_message.content) == (Role.ASSISTANT, None)
+    assert json.loads(call_message.tool_calls or "") == [asked]
+    assert result == AgentMessage(
+        role=Role.TOOL, content='{"found": "oslo"}', tool_name="lookup", tool_call_id="call_1"
+    )
+    assert final == AgentMessage(role=Role.ASSISTANT, content="Oslo is sunny.")
+    assert reply.text == "Oslo is sunny."
+    assert (reply.input_tokens, reply.output_tokens) == (30, 8)
+    first, second = server.completion_bodies
+    assert second["messages"] == [
+        *first["messages"],
+        {"role": "assistant", "content": None, "tool_calls": [asked]},
+        {"role": "tool", "content": '{"found": "oslo"}', "tool_call_id": "call_1"},
+    ]
+
+
+def test_an_unknown_tool_or_bad_arguments_get_an_error_result(agent: OpenAIAgent, server: ChatServer) -> None:
+    seen: list[dict[str, Any]] = []
+    calls = [
+        tool_call("call_a", "weather", {"city": "Oslo"}),
+        tool_call("call_b", "lookup", "{not json"),
+        tool_call("call_c", "lookup", "[1, 2]"),
+    ]
+    server.script(completion(None, tool_calls=calls), completion("Sorry, I could not look that up."))
+    reply = agent.run_turn(tool_turn("weather?", lookup_tool(seen)), timeout_s=5)
+    assert seen == []
+    errors = [json.loads(m.content or "")["error"] for m in reply.messages if m.role == Role.TOOL]
+    assert errors[0] == "there is no function tool named 'weather'; the tools are: lookup"
+    assert errors[1].startswith("the arguments of lookup are not JSON (")
+    assert errors[2] == "the arguments of lookup must be a JSON object, not '[1, 2]'"
+    assert [m.tool_call_id for m in reply.messages if m.role == Role.TOOL] == ["call_a", "call_b", "call_c"]
+    assert reply.text == "Sorry, I could not look that up."
+
+
+def test_tool_rounds_are_bounded_and_the_last_request_offers_no_tools(agent: OpenAIAgent, server: ChatServer) -> None:
+    seen: list[dict[str, Any]] = []
+    rounds = [completion(None, tool_calls=[tool_call(f"call_{i}", "lookup", {"q": str(i)})]) for i in range(6)]
+    server.script(*rounds)
+    reply = agent.run_turn(tool_turn("loop forever", lookup_tool(seen)), timeout_s=5)
+    bodies = server.completion_bodies
+    assert len(bodies) == MAX_TOOL_ROUNDS + 1
+    assert all("tools" in body for body in bodies[:-1])
+    assert "tools" not in bodies[-1]
+    assert len(seen) == MAX_TOOL_ROUNDS
+    assert len(reply.messages) == 2 * MAX_TOOL_ROUNDS + 1
+    assert reply.text == "[called tools: lookup]"  # the model called a tool anyway: stored, not run
+
+
+def test_slow_tools_cannot_stretch_a_turn_past_its_timeout(agent: OpenAIAgent, server: ChatServer) -> None:
+    def slow(arguments: dict[str, Any]) -> str:
+        time.sleep(0.4)  # a tool that takes its time, not a synchronisation
+        return "{}"
+
+    tool = Tool(name="slow", description="Takes a while.", parameters={"type": "object"}, handler=slow)
+    server.script(completion(None, tool_calls=[tool_call("call_1", "slow", {})]), completion("done"))
+    with pytest.raises(AgentError, match=r"used up the turn's 0\.3 s after 1 tool rounds"):
+        agent.run_turn(tool_turn("go", tool), timeout_s=0.3)
+    assert len(server.completion_bodies) == 1
+
+
+def test_the_model_can_search_earlier_sessions(agent: OpenAIAgent, server: ChatServer, store: Store) -> None:
+    earlier = store.create_session("telegram").id
+    store.append_messages(earlier, [NewMessage(role=Role.USER, content="my locker code is 4417")])
+
+    @contextmanager
+    def read() -> Iterator[Store]:
+        yield store
+
+    search = session_search_tool(read, "s1")
+    server.script(
+        completion(None, tool_calls=[tool_call("call_1", "session_search", {"query": "locker"})]),
+        completion("Your locker code is 4417."),
+    )
+    reply = agent.run_turn(tool_turn("what was my locker code?", search), timeout_s=5)
+    assert reply.text == "Your locker code is 4417."
+    found = json.loads(reply.messages[1].content or "")
+    assert [hit["session_id"] for hit in found["hits"]] == [earlier]
+    assert server.completion_bodies[0]["tools"][0]["function"]["name"] == "session_search"
+    assert server.completion_bodies[1]["messages"][-1]["content"] == reply.messages[1].content

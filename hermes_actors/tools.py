@@ -1,0 +1,137 @@
+"""Tools an agent may call during a turn, and the one every session offers: ``session_search``.
+
+A :class:`Tool` is what a chat-completions endpoint needs to offer a function (name, description, JSON-schema
+parameters) plus :meth:`Tool.run`, which takes the decoded arguments and returns JSON text for the tool message.
+``run`` never raises: bad arguments and failures come back as ``{"error": ...}`` so the model can correct itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import msgspec
+
+from hermes_actors.search import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, Sort, session_search
+from hermes_actors.store import Role, Store
+
+__all__ = ["SESSION_SEARCH", "Tool", "error_json", "find_tool", "session_search_tool"]
+
+_log = logging.getLogger(__name__)
+
+SESSION_SEARCH = "session_search"
+
+
+class Tool(msgspec.Struct, frozen=True, kw_only=True):
+    """A function the agent can call: ``handler`` gets the decoded arguments and returns JSON text."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[[dict[str, Any]], str]
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        """Call the tool; return its JSON result, or ``{"error": ...}`` when it fails (it never raises)."""
+        try:
+            return self.handler(arguments)
+        except Exception as exc:
+            _log.exception("tool %s failed with arguments %.300r", self.name, arguments)
+            return error_json(f"{self.name} failed ({type(exc).__name__}: {exc}); try again or change the arguments")
+
+    def openai_spec(self) -> dict[str, Any]:
+        """The tool as a chat-completions ``tools`` entry."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def error_json(message: str) -> str:
+    """A tool result that reports ``message`` as an error."""
+    return msgspec.json.encode({"error": message}).decode()
+
+
+class _SearchArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a model may pass to session_search; ``null`` means the default."""
+
+    query: str | None = None
+    session_id: str | None = None
+    around_message_id: int | None = None
+    window: int | None = None
+    role_filter: list[str] | None = None
+    sort: Sort | None = None
+    limit: int | None = None
+    source: str | None = None
+
+
+_DESCRIPTION = (
+    "Search earlier conversations with this user and others on this gateway. Shapes: "
+    'query -> discovery (FTS5 syntax: words, "exact phrase", prefix*, AND/OR/NOT; title matches first, '
+    "then matching messages, one hit per conversation, this conversation excluded; each hit has session_id, "
+    "title, source, times, a snippet with >>>matches<<<, the surrounding window, bookends and counts); "
+    "session_id + around_message_id -> scroll the messages around one message; session_id alone -> read that "
+    "session (first 20 and last 10 messages when long); no arguments -> browse the most recent conversations. "
+    "Times are unix seconds."
+)
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What to look for (FTS5 syntax). Omit to browse or read."},
+        "session_id": {"type": "string", "description": "A session to read or scroll (from a hit)."},
+        "around_message_id": {"type": "integer", "description": "With session_id: the message to scroll around."},
+        "window": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_WINDOW,
+            "description": f"Messages on each side of a match or scroll anchor (default {DEFAULT_WINDOW}).",
+        },
+        "role_filter": {
+            "type": "array",
+            "items": {"type": "string", "enum": [r.value for r in Role]},
+            "description": "Roles whose messages discovery searches (default user and assistant).",
+        },
+        "sort": {"type": "string", "enum": ["relevance", "newest", "oldest"], "description": "Discovery order."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "description": f"Most conversations discovery returns (default {DEFAULT_LIMIT}).",
+        },
+        "source": {"type": "string", "description": "Only sessions from this platform (telegram, slack, cli, ...)."},
+    },
+    "additionalProperties": False,
+}
+
+
+def session_search_tool(read: Callable[[], AbstractContextManager[Store]], current_session_id: str) -> Tool:
+    """The ``session_search`` tool for a turn of ``current_session_id``; ``read`` lends a read-only store."""
+
+    def handle(arguments: dict[str, Any]) -> str:
+        try:
+            args = msgspec.convert(arguments, _SearchArguments)
+        except msgspec.ValidationError as exc:
+            return error_json(f"bad arguments for {SESSION_SEARCH}: {exc}; see the parameter schema")
+        with read() as store:
+            result = session_search(
+                store,
+                query=args.query,
+                session_id=args.session_id,
+                around_message_id=args.around_message_id,
+                window=DEFAULT_WINDOW if args.window is None else args.window,
+                role_filter=args.role_filter,
+                sort=args.sort or "relevance",
+                limit=DEFAULT_LIMIT if args.limit is None else args.limit,
+                current_session_id=current_session_id,
+                source=args.source,
+            )
+        return msgspec.json.encode(result).decode()
+
+    return Tool(name=SESSION_SEARCH, description=_DESCRIPTION, parameters=_PARAMETERS, handler=handle)
+
+
+def find_tool(tools: Sequence[Tool], name: str) -> Tool | None:
+    """The tool called ``name``, or ``None``."""
+    return next((tool for tool in tools if tool.name == name), None)
