@@ -275,16 +275,19 @@ def _pick(records: list[SessionRecord]) -> SessionRecord | None:
         answer = _ask("Number to open, text to filter (empty: all), q to quit").strip()
         if answer.lower() in ("q", "quit"):
             return None
-        if _CHOICE.fullmatch(answer):
-            if 1 <= int(answer) <= len(shown):
-                return shown[int(answer) - 1]
-            click.echo(f"Pick a number from 1 to {len(shown)}.")
-            continue
-        needle = answer.casefold()
+        number = _CHOICE.fullmatch(answer) is not None
+        if number and 1 <= int(answer) <= len(shown):
+            return shown[int(answer) - 1]
+        needle = answer.casefold()  # digits beyond the list may still be part of an id
         matches = [r for r in records if needle in r.id.casefold() or needle in (r.title or "").casefold()]
         if not matches:
-            click.echo(f"No session here has {answer!r} in its title or id.")
-        shown = matches or records
+            click.echo(
+                f"Pick a number from 1 to {len(shown)}."
+                if number
+                else f"No session here has {answer!r} in its title or id."
+            )
+            continue
+        shown = matches
 
 
 @sessions.command("browse")

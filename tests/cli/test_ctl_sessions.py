@@ -241,6 +241,10 @@ def test_browse_filters_by_title_or_id_then_numbers_the_matches(home: Path, stor
     assert result.stdout.endswith(f"hermesctl chat --resume {wanted.id}\n")
     by_id = run(home, "sessions", "browse", input=f"{wanted.id[-5:]}\n1\n")
     assert by_id.stdout.endswith(f"hermesctl chat --resume {wanted.id}\n")
+    digits = make_session(store, active_ago=4 * HOUR, title="numbered")
+    store.connection.execute("UPDATE sessions SET id = '20260101_000000_00012345' WHERE id = ?", (digits.id,))
+    by_digits = run(home, "sessions", "browse", input="12345\n1\n")  # not item 12345 of a 4-item list
+    assert by_digits.stdout.endswith("hermesctl chat --resume 20260101_000000_00012345\n")
 
 
 def test_browse_says_so_when_a_filter_or_number_matches_nothing(home: Path, store: Store) -> None:
