@@ -117,6 +117,7 @@ class SessionTurns:
         self._history: list[MessageRecord] = []
         self._tokens = 0  # estimate_tokens(self._history), kept up to date
         self._memories: list[str] = []
+        self._tools = (session_search_tool(services.readers.reader, session_id),)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
         if create_with is None:
@@ -174,7 +175,7 @@ class SessionTurns:
             system_prompt=self._record.system_prompt if self._record else None,
             memories=self._memories,
             history_tokens=self._tokens,
-            tools=(session_search_tool(self._services.readers.reader, self.session_id),),
+            tools=self._tools,
         )
         agent = self._services.agent
         if getattr(agent, "runs_inline", False):
