@@ -275,17 +275,16 @@ def _pick(records: list[SessionRecord]) -> SessionRecord | None:
         answer = _ask("Number to open, text to filter (empty: all), q to quit").strip()
         if answer.lower() in ("q", "quit"):
             return None
-        number = _CHOICE.fullmatch(answer) is not None
-        if number and 1 <= int(answer) <= len(shown):
-            return shown[int(answer) - 1]
-        needle = answer.casefold()  # digits beyond the list may still be part of an id
+        # A short number picks from the list; a long run of digits is part of an id (20261130_...) and filters.
+        if _CHOICE.fullmatch(answer) and len(answer) <= max(2, len(str(len(records)))):
+            if 1 <= int(answer) <= len(shown):
+                return shown[int(answer) - 1]
+            click.echo(f"Pick a number from 1 to {len(shown)}.")
+            continue
+        needle = answer.casefold()
         matches = [r for r in records if needle in r.id.casefold() or needle in (r.title or "").casefold()]
         if not matches:
-            click.echo(
-                f"Pick a number from 1 to {len(shown)}."
-                if number
-                else f"No session here has {answer!r} in its title or id."
-            )
+            click.echo(f"No session here has {answer!r} in its title or id.")
             continue
         shown = matches
 
