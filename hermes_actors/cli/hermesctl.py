@@ -11,6 +11,7 @@ import click
 from hermes_actors.cli.ctl_chat import chat
 from hermes_actors.cli.ctl_daemon import config, status
 from hermes_actors.cli.ctl_db import db
+from hermes_actors.cli.ctl_import import import_hermes
 from hermes_actors.cli.ctl_search import search
 from hermes_actors.cli.ctl_sessions import sessions
 
@@ -23,5 +24,5 @@ def main() -> None:
 
 
 sessions.add_command(search)
-for command in (chat, status, config, db, sessions):
+for command in (chat, status, config, db, sessions, import_hermes):
     main.add_command(command)

@@ -1,0 +1,215 @@
+"""``hermesctl import-hermes PATH/state.db``: move a reference-system history into hermes-actors.
+
+A thin shell over :func:`hermes_actors.importer.import_hermes`. Unless ``--yes``, a dry run comes first and its
+summary and a question go to stderr; the import then runs with a progress bar on stderr, and the summary (or
+the report as JSON) goes to stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+import click
+import msgspec
+
+from hermes_actors import importer
+from hermes_actors.cli.formatting import one_line, plural
+from hermes_actors.cli.options import database_path, home_option, open_store, reports_errors, resolve_home
+from hermes_actors.errors import SchemaVersionError, StoreError
+from hermes_actors.importer import ImportReport, RouteAction, SourceDatabaseError
+from hermes_actors.store import Store
+from hermes_actors.store.migrations import SCHEMA_VERSION, schema_version
+
+__all__ = ["import_hermes"]
+
+_NOT_MIGRATED = (RouteAction.REFUSED, RouteAction.CONFLICT, RouteAction.SKIPPED)
+
+
+class _ProgressBar:
+    """A progress callback drawing a click progress bar on stderr, created at the first call (which has the total)."""
+
+    def __init__(self, label: str, stack: contextlib.ExitStack) -> None:
+        self._label = label
+        self._stack = stack
+        self._bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = self._stack.enter_context(
+                click.progressbar(length=max(total, 1), label=self._label, file=sys.stderr)
+            )
+        self._bar.update(done - self._bar.pos)
+
+
+def _run(source: Path, store: Store | None, *, dry_run: bool, label: str) -> ImportReport:
+    with contextlib.ExitStack() as stack:
+        return importer.import_hermes(source, store, dry_run=dry_run, progress=_ProgressBar(label, stack))
+
+
+@contextlib.contextmanager
+def _existing_store(path: Path) -> Iterator[Store | None]:
+    """The store read-only when the database exists, else ``None``: a dry run must not create it.
+
+    A dry run reads the current schema, so a database at another version is an error naming the fix.
+    """
+    if not path.exists():
+        yield None
+        return
+    with Store.open(path, readonly=True) as store:
+        try:
+            found = schema_version(store.connection)
+        except apsw.Error as exc:
+            raise StoreError(f"cannot read {path}: {exc}; is it a hermes-actors database?") from exc
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
+        if found < SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has schema version {found}; run 'hermesctl db migrate' first (or import with --yes, "
+                "which upgrades it)"
+            )
+        yield store
+
+
+def _refuse_same_file(source: Path, target: Path) -> None:
+    with contextlib.suppress(OSError):
+        if os.path.samefile(source, target):
+            raise SourceDatabaseError(
+                f"{source} is the database of this hermes-actors home too; pass --home to import into another "
+                "state directory (both systems default to ~/.hermes)"
+            )
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        click.echo("", err=True)
+        raise click.ClickException(
+            "no answer was read from standard input; pass --yes to import without asking"
+        ) from None
+
+
+def _question(preview: ImportReport, target: Path) -> str:
+    messages = plural(preview.messages_imported, "message")
+    if preview.compacted_imported:
+        messages += f", {preview.compacted_imported} compacted"
+    sessions = preview.sessions_imported + preview.sessions_updated
+    return (
+        f"Import {plural(sessions, 'session')} ({messages}) and {plural(preview.routes_migrated, 'route')} "
+        f"from {preview.source} into {target}?"
+    )
+
+
+def _route_line(report: ImportReport) -> str:
+    parts = [f"{n} {action.value.replace('_', ' ')}" for action, n in report.route_counts().items()]
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return f"{report.routes_migrated} of {report.routes_in_source} migrated{detail}"
+
+
+def _summary_lines(report: ImportReport, target: Path) -> list[str]:
+    verb = "Would import" if report.dry_run else "Imported"
+    lines = [
+        f"{verb} from {report.source} (schema version {report.schema_version}) into {target}:",
+        f"  sessions: {report.sessions_imported} new, {report.sessions_updated} updated, "
+        f"{report.sessions_unchanged} already imported, {report.sessions_skipped} skipped "
+        f"(of {report.sessions_in_source})",
+        f"  messages: {report.messages_imported} imported, {report.messages_skipped} skipped, "
+        f"{plural(report.compacted_imported, 'compacted row')} kept in '<id>{importer.COMPACTED_SUFFIX}' sessions",
+        f"  routes: {_route_line(report)}",
+    ]
+    lines += _section("Skipped sessions:", [f"{n.session_id}: {n.reason}" for n in report.skipped_sessions])
+    lines += _section("Skipped messages:", [f"{reason}: {n}" for reason, n in report.skipped_messages.items()])
+    lines += _section(
+        "Messages to note:", [f"{n.session_id} #{n.source_message_id}: {n.reason}" for n in report.message_notes]
+    )
+    lines += _section(
+        "Titles changed:",
+        [f"{n.session_id}: {n.source_title!r} -> {n.title!r}: {n.reason}" for n in report.titles],
+    )
+    lines += _section("Parent links dropped:", [f"{n.session_id}: {n.reason}" for n in report.parent_links_dropped])
+    lines += _section(
+        "Routes not migrated:",
+        [
+            f"{n.action.value} {n.key} (session {n.session_id}): {n.reason}"
+            for n in report.routes
+            if n.action in _NOT_MIGRATED
+        ],
+    )
+    lines += _section(
+        "Routes kept for the first Slack workspace to claim:",
+        [f"{n.key} (session {n.session_id})" for n in report.routes if n.action is RouteAction.KEPT_FOR_CLAIM],
+    )
+    lines += _section("End reasons mapped:", [f"{old!r} -> {new}" for old, new in report.end_reasons.items()])
+    lines += _section(
+        "Values that were not UTF-8 (repaired; the original bytes are in meta):",
+        [f"{v.table} {v.row} {v.column}: {v.meta_key}" for v in report.repaired_values],
+    )
+    lines += _section(
+        "Not carried over (no place for them here):",
+        [f"{column}: {plural(n, 'row')}" for column, n in report.not_carried.items()],
+    )
+    lines += _section("Warnings:", report.warnings)
+    return [_terminal_line(line) for line in lines]
+
+
+def _terminal_line(line: str) -> str:
+    """``line`` made safe for a terminal (titles and keys come from strangers), its indent kept."""
+    indent = len(line) - len(line.lstrip(" "))
+    return " " * indent + one_line(line)
+
+
+def _section(title: str, items: list[str]) -> list[str]:
+    return [title, *(f"  {item}" for item in items)] if items else []
+
+
+def _echo_report(report: ImportReport, target: Path, *, as_json: bool, err: bool = False) -> None:
+    if as_json and not err:
+        click.echo(msgspec.json.encode(report).decode())
+        return
+    for line in _summary_lines(report, target):
+        click.echo(line, err=err)
+
+
+@click.command("import-hermes")
+@home_option
+@click.argument("state_db", metavar="PATH/state.db", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print what would be imported and write nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Import without asking first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@reports_errors
+def import_hermes(home: str | None, state_db: Path, dry_run: bool, yes: bool, as_json: bool) -> None:
+    """Import sessions, messages and routes from the reference system's state.db (schema version 22).
+
+    The file is only read, in one snapshot, so the other system may keep running. Running it again imports
+    nothing twice (only what the other system added since), and an interrupted run can simply be run again.
+    Slack keys without a workspace follow the migration rule: a known workspace moves the key, a DM waits for
+    the first workspace to claim it, a channel or group is not routed (its session stays reachable by id).
+
+    Example: hermesctl import-hermes ~/hermes-backup/state.db --dry-run
+    """
+    target = database_path(resolve_home(home))
+    _refuse_same_file(state_db, target)
+    importer.HermesSource.open(state_db).close()  # a bad file is an error before anything else happens
+    if dry_run or not yes:
+        with _existing_store(target) as store:
+            preview = _run(state_db, store, dry_run=True, label="Reading")
+        if dry_run:
+            _echo_report(preview, target, as_json=as_json)
+            return
+        if not preview.changed:
+            click.echo("Nothing new to import.", err=as_json)
+            _echo_report(preview, target, as_json=as_json)
+            return
+        _echo_report(preview, target, as_json=as_json, err=True)
+        if not _confirm(_question(preview, target)):
+            click.echo("Nothing imported.", err=as_json)
+            return
+    with open_store(home, readonly=False) as store:
+        report = _run(state_db, store, dry_run=False, label="Importing")
+    _echo_report(report, target, as_json=as_json)

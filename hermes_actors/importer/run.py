@@ -1,0 +1,504 @@
+"""One import run: sessions parents first, in batches of whole sessions, then the routing table.
+
+Each batch of sessions (about ``batch_messages`` source rows) commits in one transaction together with its
+ledger entries, so a run that is killed leaves whole sessions behind and the next run carries on after them.
+Routes go last, once every session they may reach exists.
+
+What goes where:
+
+- A source row with ``active = 1`` is part of its session's live transcript, here as there, in id order.
+- Rows compacted away there (``active = 0, compacted = 1``) are what the reference system still searches but no
+  longer shows the model. They go to a session of their own, ``<id>-compacted``: ended (``imported``), a child
+  of the session, so they stay searchable and out of the transcript a resumed session replays.
+- Rewound rows (``active = 0, compacted = 0``) were taken back by the user; the reference system neither shows
+  nor searches them, and they are not imported (the report counts them).
+- A row whose role is none of ours (``developer`` is read as ``system``) is skipped and listed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from hermes_actors.errors import TitleError
+from hermes_actors.importer.content import hermes_content, store_content
+from hermes_actors.importer.keys import translate_key
+from hermes_actors.importer.report import (
+    MIGRATED_ROUTES,
+    ImportReport,
+    MessageNote,
+    RouteNote,
+    SessionNote,
+    TitleNote,
+    ValueNote,
+)
+from hermes_actors.importer.routes import import_routes, key_sources
+from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
+from hermes_actors.importer.target import Ledger, MessageRow, Target
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import EndReason, Role, SessionRecord, Store
+from hermes_actors.titles import MAX_TITLE_LENGTH, sanitize_title
+
+__all__ = ["COMPACTED_SUFFIX", "DEFAULT_BATCH_MESSAGES", "Progress", "import_hermes"]
+
+DEFAULT_BATCH_MESSAGES = 5000
+COMPACTED_SUFFIX = "-compacted"
+
+Progress = Callable[[int, int], None]
+"""Called after each session with (source rows done, source rows in all)."""
+
+_END_REASONS: dict[str, EndReason] = {
+    **{reason.value: reason for reason in EndReason},
+    "branched": EndReason.SESSION_SWITCH,  # the user moved on to a branch of it
+    "reset": EndReason.SESSION_RESET,
+    "new": EndReason.NEW_SESSION,
+    "exit": EndReason.USER_EXIT,
+}
+_ROLES: dict[str, Role] = {**{role.value: role for role in Role}, "developer": Role.SYSTEM}
+_REWOUND = "rewound in the source (it neither shows nor searches them)"
+
+
+def _tool_call_count(tool_calls: str | None) -> int:
+    if not tool_calls:
+        return 0
+    try:
+        calls = json.loads(tool_calls)
+    except (ValueError, RecursionError):
+        return 0
+    return len(calls) if isinstance(calls, list) else 0
+
+
+def _parents_first(stubs: Sequence[SessionStub]) -> tuple[list[SessionStub], set[str]]:
+    """Order sessions so a parent comes before its children; return the order and the ids whose parent link
+    closes a cycle (it is dropped)."""
+    by_id = {stub.id: stub for stub in stubs}
+    done: set[str] = set()
+    cut: set[str] = set()
+    order: list[SessionStub] = []
+    for stub in stubs:
+        chain: list[SessionStub] = []
+        on_chain: set[str] = set()
+        current: SessionStub | None = stub
+        while current is not None and current.id not in done and current.id not in on_chain:
+            chain.append(current)
+            on_chain.add(current.id)
+            parent = current.parent_session_id
+            current = by_id.get(parent) if parent is not None else None
+        if current is not None and current.id in on_chain:
+            cut.add(chain[-1].id)  # its parent is already on the chain: a cycle
+        for member in reversed(chain):
+            order.append(member)
+            done.add(member.id)
+    return order, cut
+
+
+def _batches(order: Sequence[SessionStub], counts: dict[str, int], limit: int) -> Iterable[list[SessionStub]]:
+    batch: list[SessionStub] = []
+    weight = 0
+    for stub in order:
+        batch.append(stub)
+        weight += counts.get(stub.id, 0) + 1
+        if weight >= limit:
+            yield batch
+            batch, weight = [], 0
+    if batch:
+        yield batch
+
+
+def _row(message: HermesMessage, role: Role) -> MessageRow:
+    return (
+        role.value,
+        store_content(message.content),
+        message.tool_calls,
+        message.tool_name,
+        message.tool_call_id,
+        message.token_count,
+        message.timestamp,
+        message.platform_message_id,
+    )
+
+
+def _bare_record(session: HermesSession) -> SessionRecord:
+    """The session's row here from its source fields alone: no title, parent, end, key or counters yet."""
+    origin = session.origin or SessionSource(platform=session.source)
+    return SessionRecord(
+        id=session.id,
+        source=session.source,
+        started_at=session.started_at,
+        last_active_at=session.started_at,
+        user_id=origin.user_id_alt or session.user_id or origin.user_id,
+        user_name=origin.user_name,
+        chat_id=session.chat_id or origin.chat_id,
+        chat_type=session.chat_type or (origin.chat_type if session.origin is not None else None),
+        chat_name=origin.chat_name or session.display_name,
+        thread_id=session.thread_id or origin.thread_id,
+        scope_id=session.scope_id,
+        model=session.model,
+        system_prompt=session.system_prompt,
+    )
+
+
+class _Import:
+    """The state of one run: the source, the target and the report being gathered."""
+
+    def __init__(self, source: HermesSource, target: Target) -> None:
+        self.source = source
+        self.target = target
+        self.stubs = source.session_stubs()
+        self.source_ids = {stub.id for stub in self.stubs}
+        self.sessions_imported = 0
+        self.sessions_updated = 0
+        self.sessions_unchanged = 0
+        self.messages_imported = 0
+        self.compacted_imported = 0
+        self.messages_skipped = 0
+        self.skipped_sessions: list[SessionNote] = []
+        self.skipped_messages: dict[str, int] = {}
+        self.message_notes: list[MessageNote] = []
+        self.titles: list[TitleNote] = []
+        self.parent_links_dropped: list[SessionNote] = []
+        self.end_reasons: dict[str, str] = {}
+        self.routes: list[RouteNote] = []
+        self.repaired: list[ValueNote] = []
+        self.warnings: list[str] = []
+        self.cut_parents: set[str] = set()
+
+    # -- sessions ----------------------------------------------------------------------------------------------
+
+    def import_sessions(self, progress: Progress | None, batch_messages: int) -> None:
+        order, self.cut_parents = _parents_first(self.stubs)
+        rows = self.source.message_counts()
+        total = sum(rows.get(stub.id, 0) for stub in order)
+        done = 0
+        if progress is not None:
+            progress(0, total)
+        for batch in _batches(order, rows, batch_messages):
+            with self.target.transaction():
+                for stub in batch:
+                    self._session(stub)
+                    done += rows.get(stub.id, 0)
+                    if progress is not None:
+                        progress(done, total)
+
+    def _skip_session(self, session_id: str, reason: str) -> None:
+        self.skipped_sessions.append(SessionNote(session_id=session_id, reason=reason))
+
+    def _session(self, stub: SessionStub) -> None:
+        if not stub.readable_id:
+            self._skip_session(stub.id, "its id is not valid UTF-8, so no reference to it could be kept")
+            return
+        ledger = self.target.ledger(stub.id)
+        exists = self.target.session_ended(stub.id) is not None
+        if ledger is None and exists:
+            self._skip_session(stub.id, "a session with this id already exists here and was not imported")
+            return
+        if ledger is not None and not exists:
+            self._skip_session(stub.id, "it was imported earlier and deleted here since; it is not imported again")
+            return
+        session = self.source.session(stub.id)
+        if session is None:
+            self._skip_session(stub.id, "its row could not be read back from the source")
+            return
+        if ledger is None:
+            self._new_session(session)
+        else:
+            self._update_session(session, ledger)
+
+    def _classify(
+        self, session_id: str, messages: Iterable[HermesMessage]
+    ) -> tuple[list[MessageRow], list[MessageRow]]:
+        """Split rows into (live rows, compacted rows), counting and noting what is skipped."""
+        live: list[MessageRow] = []
+        compacted: list[MessageRow] = []
+        for message in messages:
+            role = _ROLES.get(message.role)
+            if not message.active and not message.compacted:
+                self._skip_message(_REWOUND)
+                continue
+            if role is None:
+                reason = f"its role {message.role!r} is none of system, user, assistant, tool"
+                self._skip_message(
+                    reason, MessageNote(source_message_id=message.id, session_id=session_id, reason=reason)
+                )
+                continue
+            row = _row(message, role)
+            if row[1] is not None and hermes_content(row[1]) != message.content:
+                self.message_notes.append(
+                    MessageNote(
+                        source_message_id=message.id,
+                        session_id=session_id,
+                        reason="its plain content looks like a rendering followed by a structured value; "
+                        "hermes_content() cannot tell it from one",
+                    )
+                )
+            for repair in message.repairs:
+                self._keep_raw(repair.table, repair.row, repair.column, repair.raw)
+            (live if message.active else compacted).append(row)
+        return live, compacted
+
+    def _skip_message(self, reason: str, note: MessageNote | None = None) -> None:
+        self.skipped_messages[reason] = self.skipped_messages.get(reason, 0) + 1
+        self.messages_skipped += 1
+        if note is not None:
+            self.message_notes.append(note)
+
+    def _keep_raw(self, table: str, row: str, column: str, raw: bytes) -> None:
+        meta_key = self.target.keep_raw(f"{table}:{row}:{column}", raw)
+        self.repaired.append(ValueNote(table=table, row=row, column=column, meta_key=meta_key))
+
+    def _new_session(self, session: HermesSession) -> None:
+        messages = list(self.source.messages(session.id))
+        live, compacted = self._classify(session.id, messages)
+        last_active = max([session.started_at, *(row[6] for row in live)])
+        ended_at, end_reason = self._end(session, last_active)
+        record = msgspec.structs.replace(
+            _bare_record(session),
+            last_active_at=last_active,
+            routing_key=self._routing_key(session),
+            title=self._title(session),
+            parent_session_id=self._parent(session),
+            ended_at=ended_at,
+            end_reason=end_reason,
+            message_count=len(live),
+            tool_call_count=sum(_tool_call_count(row[2]) for row in live),
+            input_tokens=session.input_tokens,
+            output_tokens=session.output_tokens,
+        )
+        self.target.insert_session(record)
+        tail = self.target.append(session.id, live)
+        for repair in session.repairs:
+            self._keep_raw(repair.table, repair.row, repair.column, repair.raw)
+        if compacted:
+            self._add_compacted(record, compacted)
+        self.target.set_ledger(
+            session.id,
+            Ledger(
+                source_session_id=session.id,
+                part="transcript",
+                last_source_message_id=max((m.id for m in messages), default=0),
+                last_message_id=tail,
+                source_end_reason=session.end_reason,
+                imported_at=self.target.now(),
+            ),
+        )
+        self.sessions_imported += 1
+        self.messages_imported += len(live)
+
+    def _update_session(self, session: HermesSession, ledger: Ledger) -> None:
+        messages = list(self.source.messages(session.id, after_id=ledger.last_source_message_id))
+        source_ended = session.ended_at is not None or session.end_reason is not None
+        must_end = source_ended and not self.target.session_ended(session.id)
+        if not messages and not must_end:
+            self.sessions_unchanged += 1
+            return
+        if messages and self.target.local_tail(session.id) != ledger.last_message_id:
+            self._skip_session(
+                session.id,
+                f"it has new messages both here and in the source since it was imported; the source's "
+                f"{len(messages)} new rows were not imported, so the two transcripts do not interleave",
+            )
+            return
+        live, compacted = self._classify(session.id, messages)
+        tail = self.target.append(session.id, live)
+        last_active = max([session.started_at, *(row[6] for row in live)])
+        self.target.add_to_session(
+            session.id,
+            messages=len(live),
+            tool_calls=sum(_tool_call_count(row[2]) for row in live),
+            last_active_at=last_active,
+            tokens=(session.input_tokens, session.output_tokens),
+        )
+        if must_end:
+            ended_at, reason = self._end(session, last_active)
+            self.target.end_session(session.id, ended_at or last_active, reason or EndReason.IMPORTED.value)
+        if compacted:
+            self._add_compacted(_bare_record(session), compacted)
+        self.target.set_ledger(
+            session.id,
+            msgspec.structs.replace(
+                ledger,
+                last_source_message_id=max([ledger.last_source_message_id, *(m.id for m in messages)]),
+                last_message_id=tail,
+                source_end_reason=session.end_reason,
+            ),
+        )
+        self.sessions_updated += 1
+        self.messages_imported += len(live)
+
+    def _add_compacted(self, owner: SessionRecord, rows: list[MessageRow]) -> None:
+        """Put rows the source compacted away into ``<owner>-compacted`` (creating it on first use)."""
+        archive_id = owner.id + COMPACTED_SUFFIX
+        ledger = self.target.ledger(archive_id)
+        exists = self.target.session_ended(archive_id) is not None
+        if exists and (ledger is None or ledger.source_session_id != owner.id):
+            for _ in rows:
+                self._skip_message(f"compacted away, and the id {archive_id} for them is taken here")
+            return
+        if not exists:
+            if ledger is not None:  # deleted here after an earlier import
+                for _ in rows:
+                    self._skip_message(f"compacted away, and {archive_id} was deleted here after an earlier import")
+                return
+            first, last = rows[0][6], rows[-1][6]
+            self.target.insert_session(
+                msgspec.structs.replace(
+                    owner,
+                    id=archive_id,
+                    routing_key=None,
+                    title=None,
+                    system_prompt=None,
+                    parent_session_id=owner.id,
+                    started_at=first,
+                    last_active_at=first,
+                    ended_at=max(first, last),
+                    end_reason=EndReason.IMPORTED.value,
+                    message_count=0,
+                    tool_call_count=0,
+                    input_tokens=0,
+                    output_tokens=0,
+                )
+            )
+        tail = self.target.append(archive_id, rows)
+        self.target.add_to_session(
+            archive_id,
+            messages=len(rows),
+            tool_calls=sum(_tool_call_count(row[2]) for row in rows),
+            last_active_at=rows[-1][6],
+        )
+        self.target.set_ledger(
+            archive_id,
+            Ledger(
+                source_session_id=owner.id,
+                part="compacted",
+                last_source_message_id=0,
+                last_message_id=tail,
+                imported_at=self.target.now(),
+            ),
+        )
+        self.compacted_imported += len(rows)
+
+    def _end(self, session: HermesSession, last_active: float) -> tuple[float | None, str | None]:
+        if session.ended_at is None and session.end_reason is None:
+            return None, None
+        ours = _END_REASONS.get(session.end_reason or "", EndReason.IMPORTED)
+        if ours.value != session.end_reason:
+            self.end_reasons[session.end_reason or "(none)"] = ours.value
+        return (session.ended_at if session.ended_at is not None else last_active), ours.value
+
+    def _title(self, session: HermesSession) -> str | None:
+        wanted = session.title
+        if wanted is None:
+            return None
+        try:
+            clean = sanitize_title(wanted)
+            reason = "sanitised: control, zero-width and bidi characters removed, white space collapsed"
+        except TitleError:
+            clean = sanitize_title(wanted[:MAX_TITLE_LENGTH])
+            reason = f"shortened to {MAX_TITLE_LENGTH} characters"
+        if clean is None:
+            self.titles.append(
+                TitleNote(
+                    session_id=session.id, source_title=wanted, title=None, reason="nothing left after sanitising"
+                )
+            )
+            return None
+        if clean != wanted:
+            self.titles.append(TitleNote(session_id=session.id, source_title=wanted, title=clean, reason=reason))
+        holder = self.target.title_holder(clean)
+        if holder is None or holder == session.id:
+            return clean
+        suffixed = self.target.free_lineage_title(clean)
+        self.titles.append(
+            TitleNote(
+                session_id=session.id,
+                source_title=wanted,
+                title=suffixed,
+                reason=f"Title '{clean}' is already in use by session {holder}",
+            )
+        )
+        return suffixed
+
+    def _parent(self, session: HermesSession) -> str | None:
+        parent = session.parent_session_id
+        if parent is None:
+            return None
+        if session.id in self.cut_parents:
+            reason = f"its parent {parent} is its own descendant (a cycle); the link was dropped"
+        elif self.target.ledger(parent) is not None and self.target.session_ended(parent) is not None:
+            return parent
+        elif parent in self.source_ids:
+            reason = f"its parent {parent} was not imported (see the skipped sessions); the link was dropped"
+        else:
+            reason = f"its parent {parent} is not in the source database; the link was dropped"
+        self.parent_links_dropped.append(SessionNote(session_id=session.id, reason=reason))
+        return None
+
+    def _routing_key(self, session: HermesSession) -> str | None:
+        if not session.session_key:
+            return None
+        translated = translate_key(session.session_key, key_sources(session), scope_id=session.scope_id)
+        return translated.key or session.session_key
+
+    def import_routes(self) -> int:
+        """Import the routing table (after every session); return how many entries the source has."""
+        notes, warnings, entries = import_routes(self.source, self.target, self.source_ids)
+        self.routes.extend(notes)
+        self.warnings.extend(warnings)
+        return entries
+
+    # -- the report --------------------------------------------------------------------------------------------
+
+    def report(self, *, dry_run: bool, routes_in_source: int) -> ImportReport:
+        return ImportReport(
+            source=str(self.source.path),
+            schema_version=self.source.version,
+            dry_run=dry_run,
+            sessions_in_source=len(self.stubs),
+            sessions_skipped=len(self.skipped_sessions),
+            routes_in_source=routes_in_source,
+            routes_migrated=sum(note.action in MIGRATED_ROUTES for note in self.routes),
+            skipped_sessions=self.skipped_sessions,
+            skipped_messages=self.skipped_messages,
+            message_notes=self.message_notes,
+            titles=self.titles,
+            parent_links_dropped=self.parent_links_dropped,
+            end_reasons=self.end_reasons,
+            routes=self.routes,
+            repaired_values=self.repaired,
+            not_carried=self.source.uncarried_values(),
+            warnings=self.warnings,
+            sessions_imported=self.sessions_imported,
+            sessions_updated=self.sessions_updated,
+            sessions_unchanged=self.sessions_unchanged,
+            messages_imported=self.messages_imported,
+            compacted_imported=self.compacted_imported,
+            messages_skipped=self.messages_skipped,
+        )
+
+
+def import_hermes(
+    source_path: str | Path,
+    store: Store | None,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    batch_messages: int = DEFAULT_BATCH_MESSAGES,
+    clock: Callable[[], float] = time.time,
+) -> ImportReport:
+    """Import the reference system's ``state.db`` at ``source_path`` into ``store``; return what was done.
+
+    The source is read-only and read as one snapshot. Sessions commit in batches of about ``batch_messages``
+    source rows, so a killed run can be run again and completes; a second run imports nothing twice. With
+    ``dry_run`` nothing is written and ``store`` may be ``None`` (an empty target) or read-only. Raises
+    :class:`.SourceDatabaseError` for a missing, unreadable or foreign file or another schema version.
+    """
+    target = Target(store, dry_run=dry_run, clock=clock)
+    with HermesSource.open(source_path) as source:
+        run = _Import(source, target)
+        run.import_sessions(progress, max(1, batch_messages))
+        routes_in_source = run.import_routes()
+        return run.report(dry_run=dry_run, routes_in_source=routes_in_source)
