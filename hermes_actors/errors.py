@@ -13,7 +13,8 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── SessionClosedError the session has ended and cannot take new turns
     │   └── SessionBusyError   another process holds the session's lease
     ├── TitleError             a title is invalid after sanitising (too long)
-    └── PlatformError          a platform adapter failed
+    ├── PlatformError          a platform adapter failed
+    └── SourceDatabaseError    import-hermes cannot read the other system's database (hermes_actors.importer)
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from hermes_actors.commands import (
 )
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.lifecycle import LifecycleCommands
-from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.routing import LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
 from hermes_actors.session import SessionActor, SessionTurns
 from hermes_actors.store import EndReason, Store
 from hermes_actors.turns import (
@@ -263,7 +263,7 @@ class SupervisorActor(LifecycleCommands, pykka.ThreadingActor):
 
     def _resolve(self, routing_key: str, source: SessionSource) -> str:
         """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
-        session_id = self._existing(routing_key)
+        session_id = self._existing(routing_key) or self._claim_legacy_dm(routing_key, source)
         if session_id is not None:
             return session_id
         previous = self._successor_of.get(routing_key) or self._stored_route(routing_key)
@@ -275,6 +275,41 @@ class SupervisorActor(LifecycleCommands, pykka.ThreadingActor):
             state.hold_until = previous
         self._cache_route(routing_key, session_id)
         return session_id
+
+    def _claim_legacy_dm(self, routing_key: str, source: SessionSource) -> str | None:
+        """Move an imported scope-less Slack DM route to the first workspace that sees the DM (SPEC section 2).
+
+        Hermes keys name no workspace (and no account): ``agent:main:slack:dm:D1``. The first workspace to see D1
+        claims that transcript; the old key is deleted in the same transaction, so no second workspace can.
+        """
+        if source.platform != "slack" or not source.scope_id or source.chat_type != "dm":
+            return None
+        policy = self._services.config.key_policy
+        candidates = {
+            build_session_key(msgspec.structs.replace(source, scope_id=None), policy),
+            build_session_key(msgspec.structs.replace(source, scope_id=None, account_id=None), policy),
+        }
+        for legacy in sorted(candidates, key=len, reverse=True):  # the account's own legacy key first
+            session_id = self._existing(legacy)
+            if session_id is None:
+                continue
+            decision = migrate_legacy_slack_key(
+                legacy, recorded_scope_id=None, observed_scope_id=source.scope_id, dm_already_claimed=False
+            )
+            if decision.action != LegacyKeyAction.CLAIM:
+                continue
+
+            def claim(store: Store, legacy: str = legacy, session_id: str = session_id) -> None:
+                store.set_route(routing_key, session_id)
+                store.unbind_route(legacy)
+
+            self._writer.call(claim)
+            self._routes.pop(legacy, None)
+            self._keys.get(session_id, set()).discard(legacy)
+            self._cache_route(routing_key, session_id)
+            _log.info("workspace %s claimed the Slack DM transcript of %s (%s)", source.scope_id, legacy, session_id)
+            return session_id
+        return None
 
     def _fresh_id(self, kind: SessionKind) -> str:
         """Return a new session id that no live entry and no stored session has (ids repeat with 2^-32 odds)."""
