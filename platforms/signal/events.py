@@ -1,0 +1,280 @@
+"""Listening to signal-cli's event stream: one ``GET /api/v1/events?account=...`` per account, reconnecting.
+
+Each account has its own Server-Sent Events connection on one background event loop. An event is decoded,
+normalised (:mod:`platforms.signal.envelopes`) and committed to the inbox before the next is read, with the
+event's ``id`` (newer signal-cli) stored as the account's cursor in the same transaction. When the stream drops
+(signal-cli restarted, the connection was reset, or no byte, not even the 15 s keep-alive, came for
+``idle_timeout_s``), it reconnects after ``reconnect_base_s``, doubling to ``reconnect_max_s`` while it fails.
+
+What happens to messages during a drop, and what this relies on:
+
+- SSE itself replays nothing. signal-cli's HTTP daemon subscribes to an account only while one of its event
+  streams is connected: with ``--receive-mode=on-connection`` (or ``manual``) it stops fetching from the Signal
+  server when the last stream closes, so messages sent meanwhile stay queued on the Signal server and are
+  delivered when the stream is back. With the default ``on-start`` it keeps fetching (and acknowledging to
+  Signal) with nobody listening, and what arrives then reaches no stream: run the daemon with
+  ``--receive-mode=on-connection``.
+- signal-cli versions that number their events keep the last 1000 and send those after ``Last-Event-ID`` to a
+  client that reconnects with it; every reconnect (and every start, from the stored cursor) sends it. Older
+  versions ignore the header.
+- An envelope written to a connection in the instant it broke is lost on daemons without that buffer: signal-cli
+  has acknowledged it to Signal by then. That window is what remains.
+- Anything delivered twice (the replay overlapping what was committed, Signal resending an unacknowledged
+  envelope) has the same ``<sender uuid>:<timestamp>`` id and is dropped by the durable inbox.
+
+An event that cannot be committed is retried (the stream waits) until it is stored or the adapter stops; a bad
+event is logged and stepped over. ``stop()`` cancels the streams at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import aiohttp
+
+from hermes_actors.gateway import PollCursor
+from hermes_actors.messages import InboundMessage
+from platforms.signal.config import SignalConfig
+from platforms.signal.envelopes import PLATFORM, EventError, Skipped, decode_event, inbound_from_event
+from platforms.signal.sse import Oversized, SseEvent, SseParser
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["EVENT_TYPES", "EventStreams", "events_url"]
+
+_log = logging.getLogger(__name__)
+
+EVENT_TYPES = ("receive", "message")  # signal-cli names its events "receive"; "message" is SSE's default
+_COMMIT_RETRY_MAX_S = 30.0
+_EXCERPT = 300
+
+_HINTS = {
+    400: "signal-cli has no such account; register or link it in signal-cli (signal-cli -a ACCOUNT register, or "
+    "signal-cli link), or remove it from platforms.signal.accounts",
+    404: "there is no event stream at this address; is platforms.signal.url signal-cli's daemon --http "
+    "(version 0.13 or later)?",
+    405: "this address does not serve signal-cli's event stream; check platforms.signal.url",
+    421: "signal-cli refused the Host header; point platforms.signal.url at the address the daemon listens on "
+    "(127.0.0.1 or localhost)",
+}
+
+
+def events_url(base: str, account: str) -> str:
+    """The event stream of ``account`` (the ``+`` of a number must be escaped in the query)."""
+    return f"{base.rstrip('/')}/api/v1/events?account={quote(account, safe='')}"
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class _Account:
+    """One account's stream state: the last event id seen, and how many connects failed in a row."""
+
+    def __init__(self, name: str, last_id: str | None) -> None:
+        self.name = name
+        self.last_id = last_id
+        self.failures = 0
+        self.connected = False
+
+
+class EventStreams:
+    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``gateway``."""
+
+    def __init__(
+        self,
+        accounts: Sequence[str],
+        gateway: Gateway,
+        config: SignalConfig,
+        *,
+        clock: Callable[[], float],
+    ) -> None:
+        self._accounts = list(accounts)
+        self._gateway = gateway
+        self._config = config
+        self._clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = threading.Event()
+
+    def start(self) -> None:
+        """Read each account's stored event id and connect."""
+        states = [_Account(name, self._stored_id(name)) for name in self._accounts]
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._run(states, started))
+            except BaseException as exc:
+                if not started.done():
+                    started.set_exception(exc)
+                else:
+                    _log.exception("signal: the event loop ended with an error")
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="hermes-signal-events", daemon=True)
+        self._thread.start()
+        started.result(timeout=30)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the streams (an event being committed finishes first); wait up to ``timeout`` for the thread."""
+        self._stopping.set()
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+
+        def cancel() -> None:
+            for task in self._tasks:
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:  # the loop closed in between: the streams have ended already
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            _log.warning("signal: the event thread did not stop within %.1f s", timeout)
+
+    def _stored_id(self, account: str) -> str | None:
+        with self._gateway.read() as store:
+            return store.kv.get_cursor(PLATFORM, account)
+
+    async def _run(self, states: list[_Account], started: concurrent.futures.Future[None]) -> None:
+        async with aiohttp.ClientSession() as session:
+            self._tasks = [
+                asyncio.create_task(self._listen(session, state), name=f"signal-events-{state.name}")
+                for state in states
+            ]
+            started.set_result(None)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _listen(self, session: aiohttp.ClientSession, state: _Account) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._stream(session, state)
+                problem = "the daemon closed the event stream"
+            except asyncio.CancelledError:
+                raise
+            except _Refused as exc:
+                hint = _HINTS.get(exc.status, "check that platforms.signal.url is signal-cli's daemon --http")
+                problem = f"the event stream was refused ({exc}); {hint}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                problem = f"the event stream failed ({type(exc).__name__}: {str(exc)[:200] or 'no detail'})"
+            except Exception:
+                _log.exception("signal account %s: the event stream failed unexpectedly", state.name)
+                problem = "the event stream failed unexpectedly"
+            if self._stopping.is_set():
+                return
+            if state.connected:
+                state.connected = False
+                state.failures = 0  # it worked until now: the first reconnect is quick
+            state.failures += 1
+            wait = self._backoff(state.failures)
+            level = logging.WARNING if state.failures == 1 else logging.ERROR
+            _log.log(level, "signal account %s: %s; reconnecting in %.1f s", state.name, problem, wait)
+            await asyncio.sleep(wait)
+
+    async def _stream(self, session: aiohttp.ClientSession, state: _Account) -> None:
+        url = events_url(self._config.base, state.name)
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if state.last_id:
+            headers["Last-Event-ID"] = state.last_id
+        config = self._config
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=config.connect_timeout_s, sock_read=config.idle_timeout_s
+        )
+        async with session.get(url, headers=headers, timeout=timeout) as response:
+            if response.status != 200:
+                detail = (await response.content.read(_EXCERPT)).decode("utf-8", "replace")
+                raise _Refused(response.status, repr(detail) if detail else "no body")
+            kind = response.headers.get("Content-Type", "")
+            if not kind.lower().startswith("text/event-stream"):
+                raise _Refused(response.status, f"Content-Type {kind[:60]!r} is not text/event-stream")
+            if state.failures:
+                _log.info("signal account %s: the event stream is back after %d failures", state.name, state.failures)
+            else:
+                _log.info("signal account %s: listening to %s", state.name, url)
+            state.connected = True
+            parser = SseParser(config.max_event_bytes, last_id=state.last_id)
+            async for chunk in response.content.iter_any():
+                for item in parser.feed(chunk):
+                    self._handle(state, item)
+                    if self._stopping.is_set():
+                        return
+
+    def _handle(self, state: _Account, item: SseEvent | Oversized) -> None:
+        if isinstance(item, Oversized):
+            _log.warning(
+                "signal account %s: skipped an event of more than %d bytes (platforms.signal.max_event_bytes)",
+                state.name,
+                self._config.max_event_bytes,
+            )
+            return
+        if item.event not in EVENT_TYPES:
+            _log.debug("signal account %s: ignored a %r event", state.name, item.event[:40])
+        else:
+            self._receive(state, item)
+        state.last_id = item.id
+
+    def _receive(self, state: _Account, item: SseEvent) -> None:
+        try:
+            found = inbound_from_event(decode_event(item.data), state.name, received_at=self._clock())
+        except EventError as exc:
+            _log.warning("signal account %s: skipped event %s: %s", state.name, item.id or "without id", exc)
+            return
+        if isinstance(found, Skipped):
+            where = item.id or "without id"
+            _log.log(found.level, "signal account %s: skipped event %s: %s", state.name, where, found.reason)
+            return
+        self._commit(state, found, item.id)
+
+    def _commit(self, state: _Account, inbound: InboundMessage, event_id: str | None) -> None:
+        """Store ``inbound`` with the event id; retry until it is stored or the adapter stops."""
+        cursor = None if event_id is None else PollCursor(platform=PLATFORM, cursor=event_id, account_id=state.name)
+        delay = self._config.reconnect_base_s
+        while True:
+            try:
+                # Blocking on purpose: the stream waits, and stop() never leaves an event half stored.
+                (result,) = self._gateway.accept_many([inbound], cursor=cursor)
+            except Exception:
+                if self._stopping.is_set():
+                    _log.error(
+                        "signal account %s: stopped before message %s could be stored; it is lost unless signal-cli "
+                        "delivers it again",
+                        state.name,
+                        inbound.message_id,
+                    )
+                    return
+                _log.exception(
+                    "signal account %s: could not store message %s; trying again in %.1f s",
+                    state.name,
+                    inbound.message_id,
+                    delay,
+                )
+                self._stopping.wait(delay)
+                delay = min(delay * 2, _COMMIT_RETRY_MAX_S)
+                continue
+            if result.duplicate:
+                _log.info(
+                    "signal account %s: message %s was stored before; no new turn", state.name, inbound.message_id
+                )
+            return
+
+    def _backoff(self, failures: int) -> float:
+        config = self._config
+        return float(min(config.reconnect_max_s, config.reconnect_base_s * 2 ** min(failures - 1, 30)))
