@@ -1,0 +1,222 @@
+"""The WhatsApp entry point: one webhook URL for every configured number, and the reply sender.
+
+Meta calls ``/whatsapp/webhook``: ``GET`` once to verify it (the handshake echoes ``hub.challenge`` as text when
+``hub.verify_token`` matches a number's verify token, 403 otherwise), then ``POST`` for every notification. A POST
+counts only when ``X-Hub-Signature-256`` matches the raw body under the app secret of the numbers it speaks for;
+anything else is 401 and nothing is stored. Messages are answered 200 only after ``gateway.accept_many`` has
+committed them all in one transaction; a notification that cannot be stored gets a 503, which Meta retries.
+Delivery receipts (``statuses``) are logged, a failed one at warning with its error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from hermes_actors.messages import InboundMessage, decode_inbound
+from platforms.base import Capabilities, ReplySender
+from platforms.http_client import shown
+from platforms.http_host import HttpHost
+from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
+from platforms.whatsapp.events import (
+    PLATFORM,
+    SIGNATURE_HEADER,
+    Parsed,
+    Rejected,
+    answer_handshake,
+    decode_notification,
+    parse_notification,
+    signed_by,
+)
+from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
+from platforms.whatsapp.window import WINDOW_S, ServiceWindows
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+    from hermes_actors.store import Store
+
+__all__ = ["WEBHOOK_PATH", "WhatsappAdapter", "accepted_since"]
+
+_log = logging.getLogger(__name__)
+
+WEBHOOK_PATH = "/whatsapp/webhook"
+
+
+class WhatsappAdapter:
+    """The WhatsApp Cloud API entry point for the numbers of a :class:`WhatsappConfig`, and their sender.
+
+    Secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here, so a missing one is
+    a :class:`~hermes_actors.errors.ConfigError` before anything starts. ``clock`` is the wall clock the
+    24-hour window is measured with.
+    """
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        config: WhatsappConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self._numbers = resolve_numbers(config, os.environ if environ is None else environ)
+        self._secrets = {name: number.app_secret for name, number in self._numbers.items()}
+        self._verify_tokens = [number.verify_token for number in self._numbers.values()]
+        self._clock = clock
+        self.windows = ServiceWindows(clock=clock)
+        self.capabilities = Capabilities(max_message_chars=config.max_message_chars)
+        self.sender = WhatsappSender(self._numbers, config, self.windows, clock=clock)
+        self._gateway: Gateway | None = None
+        self._host: HttpHost | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the server (the configured address until it has started)."""
+        if self._host is not None:
+            return self._host.url
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        return f"http://{host}:{self.config.port}"
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The Cloud API sender."""
+        return [self.sender]
+
+    def start(self, gateway: Gateway) -> None:
+        """Load the 24-hour windows from the inbox, then serve the webhook (:class:`PlatformError` if it cannot
+        bind)."""
+        with gateway.read() as store:
+            known = self.windows.load(accepted_since(store, self._clock() - WINDOW_S))
+        if known:
+            _log.info("whatsapp: %d chats wrote in the last 24 hours (from the inbox)", known)
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_get(WEBHOOK_PATH, self._handshake)
+        app.router.add_post(WEBHOOK_PATH, self._receive)
+        host = HttpHost(app, host=self.config.host, port=self.config.port, name="whatsapp")
+        self._gateway, self._host = gateway, host
+        host.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server; requests in progress get up to ``timeout`` seconds."""
+        if self._host is not None:
+            self._host.stop(timeout)
+
+    def describe(self) -> list[str]:
+        """One banner line per number: the callback URL, where its secrets come from and where replies go."""
+        callback = f"{self.url}{WEBHOOK_PATH}"
+        if not self._numbers:
+            return [
+                f"WhatsApp: {callback} has no numbers; add one under platforms.whatsapp.numbers in config.yaml "
+                "(keyed by phone_number_id, with app_secret_env, verify_token_env and access_token_env)"
+            ]
+        base = f"{self.config.graph_base}/{self.config.graph_version}"
+        return [
+            f"WhatsApp number {name}: callback URL {callback} (verify token handshake, X-Hub-Signature-256, "
+            f"{number.origins}); replies via {shown(f'{base}/{name}/messages')} within the 24-hour window, "
+            f"{number.messages_per_second:g}/s (media arrive as [image]-style stand-ins)"
+            for name, number in self._numbers.items()
+        ]
+
+    async def _handshake(self, request: web.Request) -> web.Response:
+        try:
+            challenge = answer_handshake(request.query, self._verify_tokens)
+        except Rejected as exc:
+            _log.info("whatsapp webhook: refused a verification handshake (%d %s)", exc.status, exc.reason)
+            return web.Response(status=exc.status, text=exc.reason, content_type="text/plain")
+        _log.info("whatsapp webhook: answered the verification handshake")
+        return web.Response(text=challenge, content_type="text/plain")
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._read(request)
+            signed = signed_by(request.headers.get(SIGNATURE_HEADER), body, self._secrets)
+            notification = decode_notification(body)
+            parsed = parse_notification(notification, numbers=self._numbers.keys(), signed=signed, now=self._clock())
+        except Rejected as exc:
+            _log.info("whatsapp webhook: refused a request (%d %s)", exc.status, exc.reason)
+            return web.json_response({"error": exc.reason}, status=exc.status)
+        self._log_parsed(parsed)
+        if not parsed.inbound:
+            return _ok(accepted=0, duplicates=0, routing_keys=[], ignored=parsed.skipped)
+        return await self._accept(parsed)
+
+    async def _read(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        too_large = Rejected(413, f"the body is larger than {limit} bytes (platforms.whatsapp.max_body_bytes)")
+        if request.content_length is not None and request.content_length > limit:
+            raise too_large
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large from None
+
+    def _log_parsed(self, parsed: Parsed) -> None:
+        for reason in parsed.skipped:
+            _log.info("whatsapp webhook: skipped %s", reason)
+        for number, error in parsed.errors:
+            _log.warning("whatsapp number %s: WhatsApp reported an error: %s", number, error)
+        for number, status in parsed.statuses:
+            if status.status != "failed":
+                _log.debug("whatsapp number %s: reply %s is %s", number, status.id[:80], status.status[:20])
+                continue
+            errors = "; ".join(error.describe() for error in status.errors) or "no error given"
+            hint = (
+                " (the 24-hour window had closed: a template message is needed)"
+                if any(error.code == RE_ENGAGEMENT for error in status.errors)
+                else ""
+            )
+            _log.warning(
+                "whatsapp number %s: reply %s to %s was not delivered: %s%s",
+                number,
+                status.id[:80],
+                (status.recipient_id or "?")[:40],
+                errors,
+                hint,
+            )
+
+    async def _accept(self, parsed: Parsed) -> web.Response:
+        gateway, host = self._gateway, self._host
+        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
+            return web.json_response({"error": "the WhatsApp adapter is not started"}, status=503)
+        batch: list[InboundMessage] = parsed.inbound
+        for inbound in batch:  # before the commit: the reply may be sent before accept_many returns here
+            self.windows.note(inbound)
+        try:
+            results = await host.blocking(lambda: gateway.accept_many(batch))
+        except Exception:
+            # Not stored: a 5xx makes Meta deliver the notification again.
+            ids = ", ".join(inbound.message_id[:80] for inbound in batch)
+            _log.exception("whatsapp webhook: could not accept messages %s", ids)
+            return web.json_response({"error": "the messages could not be stored; WhatsApp will retry"}, status=503)
+        duplicates = [inbound.message_id for inbound, result in zip(batch, results, strict=True) if result.duplicate]
+        for message_id in duplicates:
+            _log.info("whatsapp webhook: message %s was already stored", message_id[:80])
+        return _ok(
+            accepted=len(results) - len(duplicates),
+            duplicates=len(duplicates),
+            routing_keys=[result.routing_key for result in results],
+            ignored=parsed.skipped,
+        )
+
+
+def accepted_since(store: Store, since: float) -> Iterator[InboundMessage]:
+    """The WhatsApp messages the inbox accepted at or after ``since`` (answered or not), oldest first."""
+    rows = store.connection.execute(
+        "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (PLATFORM, since)
+    ).fetchall()
+    for (payload,) in rows:
+        if isinstance(payload, bytes):
+            try:
+                yield decode_inbound(payload)
+            except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
+                continue
+
+
+def _ok(**fields: Any) -> web.Response:
+    return web.json_response({"ok": True, **fields})

@@ -1,0 +1,399 @@
+"""What Meta sends the webhook: the ``GET`` handshake, ``X-Hub-Signature-256``, and ``whatsapp_business_account``
+notifications turned into inbound messages.
+
+A notification is ``{"object": "whatsapp_business_account", "entry": [{"id": <WABA>, "changes": [{"field":
+"messages", "value": {...}}]}]}``. A ``messages`` value names our number (``metadata.phone_number_id``), the
+senders (``contacts[]``: ``wa_id`` and profile name), their ``messages[]`` and the delivery receipts of our own
+replies (``statuses[]``). Other fields (template reviews, account updates) are ignored.
+
+A message with a ``group_id`` is from a group (``…:group:<group_id>:<wa_id>``); any other is a direct chat with
+its sender (``…:dm:<wa_id>``). The account is the number's ``phone_number_id``; there is no scope, since the
+number belongs to exactly one business account. Text, interactive replies (button and list choices) and template
+quick-reply buttons become text; media, locations and contact cards become stand-ins such as ``[image]``
+(with the caption, if any) until attachments are built; reactions and system notices start no turn. The inbound
+message id is the ``wamid``: Meta retries an unacknowledged notification for days with the same ids, and the
+durable inbox keeps one. ``received_at`` is the message's own ``timestamp`` (when the user sent it), which is
+what the 24-hour window runs from.
+
+Everything is checked before anything is stored: a payload that is not a notification, or has one malformed
+message, is refused whole with a 400, so a notification is never half accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import msgspec
+
+from hermes_actors.messages import InboundMessage
+from hermes_actors.routing import SessionSource
+
+__all__ = [
+    "PLATFORM",
+    "SIGNATURE_HEADER",
+    "Notification",
+    "Parsed",
+    "Rejected",
+    "Status",
+    "answer_handshake",
+    "decode_notification",
+    "parse_notification",
+    "signed_by",
+]
+
+PLATFORM = "whatsapp"
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+
+_SIGNATURE = re.compile(r"sha256=([0-9a-fA-F]{64})")
+_WAMID = re.compile(r"[\x21-\x7e]{1,256}")  # wamid.<base64>: printable ASCII without spaces
+_USER_ID = re.compile(r"[A-Za-z0-9._+-]{1,128}")  # a wa_id is the phone number's digits
+_GROUP_ID = re.compile(r"[A-Za-z0-9._+/=-]{1,256}")
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_CHALLENGE = re.compile(r"[\x21-\x7e]{1,256}")
+_TYPE = re.compile(r"[a-z_]{1,40}")
+_MEDIA = ("image", "video", "audio", "sticker", "document")
+_SKIPPED_TYPES = {
+    "reaction": "a reaction (reactions start no turn)",
+    "system": "a system notice (a number change or similar)",
+    "request_welcome": "a first-contact notice without text",
+}
+
+
+class Rejected(Exception):
+    """A request the adapter refuses: the HTTP status and the reason sent back."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+# -- the handshake and the signature -----------------------------------------------------------------------------
+
+
+def answer_handshake(query: Mapping[str, str], verify_tokens: Collection[str]) -> str:
+    """The ``hub.challenge`` to echo for a valid subscription handshake, or :class:`Rejected` (400/403)."""
+    mode, token, challenge = query.get("hub.mode"), query.get("hub.verify_token"), query.get("hub.challenge")
+    if mode != "subscribe":
+        raise Rejected(400, "not a webhook handshake: hub.mode must be 'subscribe'")
+    if challenge is None or not _CHALLENGE.fullmatch(challenge):
+        raise Rejected(400, "hub.challenge is missing or not 1 to 256 printable characters")
+    offered = (token or "").encode()
+    if not token or not any(hmac.compare_digest(offered, known.encode()) for known in verify_tokens):
+        raise Rejected(403, "hub.verify_token does not match the verify_token of any configured number")
+    return challenge
+
+
+def signed_by(header: str | None, body: bytes, secrets: Mapping[str, bytes]) -> set[str]:
+    """The numbers (keys of ``secrets``) whose app secret signed ``body``; :class:`Rejected` (401) when none did."""
+    if header is None:
+        raise Rejected(401, f"unsigned request: the {SIGNATURE_HEADER} header is required")
+    found = _SIGNATURE.fullmatch(header.strip())
+    if found is None:
+        raise Rejected(401, f"{SIGNATURE_HEADER} must be 'sha256=' and 64 hex digits")
+    offered = found[1].lower().encode()
+    digests: dict[bytes, bool] = {}
+    numbers: set[str] = set()
+    for number, secret in secrets.items():
+        if secret not in digests:  # numbers of one app share its secret
+            digest = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+            digests[secret] = hmac.compare_digest(offered, digest)
+        if digests[secret]:
+            numbers.add(number)
+    if not numbers:
+        raise Rejected(401, f"{SIGNATURE_HEADER} does not match the body and the app secret of any configured number")
+    return numbers
+
+
+# -- the notification --------------------------------------------------------------------------------------------
+
+
+class _Change(msgspec.Struct, frozen=True, kw_only=True):
+    field: str
+    value: dict[str, Any]  # typed once ``field`` says it is a ``messages`` value
+
+
+class _Entry(msgspec.Struct, frozen=True, kw_only=True):
+    id: str | None = None
+    changes: list[_Change] = msgspec.field(default_factory=list)
+
+
+class Notification(msgspec.Struct, frozen=True, kw_only=True):
+    """The outer webhook body."""
+
+    object: str
+    entry: list[_Entry] = msgspec.field(default_factory=list)
+
+
+class _Metadata(msgspec.Struct, frozen=True, kw_only=True):
+    phone_number_id: str
+    display_phone_number: str | None = None
+
+
+class _Profile(msgspec.Struct, frozen=True, kw_only=True):
+    name: str | None = None
+
+
+class _Contact(msgspec.Struct, frozen=True, kw_only=True):
+    wa_id: str | None = None
+    profile: _Profile | None = None
+
+
+class _Text(msgspec.Struct, frozen=True, kw_only=True):
+    body: str = ""
+
+
+class _Choice(msgspec.Struct, frozen=True, kw_only=True):
+    id: str | None = None
+    title: str = ""
+    description: str | None = None
+
+
+class _FlowReply(msgspec.Struct, frozen=True, kw_only=True):
+    body: str | None = None
+    name: str | None = None
+
+
+class _Interactive(msgspec.Struct, frozen=True, kw_only=True):
+    type: str = ""
+    button_reply: _Choice | None = None
+    list_reply: _Choice | None = None
+    nfm_reply: _FlowReply | None = None
+
+
+class _Button(msgspec.Struct, frozen=True, kw_only=True):
+    text: str = ""
+    payload: str | None = None
+
+
+class _Media(msgspec.Struct, frozen=True, kw_only=True):
+    caption: str | None = None
+    filename: str | None = None
+    mime_type: str | None = None
+
+
+class _Location(msgspec.Struct, frozen=True, kw_only=True):
+    latitude: float | None = None
+    longitude: float | None = None
+    name: str | None = None
+    address: str | None = None
+
+
+class _Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One user message (the fields read; media objects and the rest are only named)."""
+
+    id: str
+    sender: str = msgspec.field(name="from")
+    timestamp: str
+    type: str
+    group_id: str | None = None
+    text: _Text | None = None
+    interactive: _Interactive | None = None
+    button: _Button | None = None
+    image: _Media | None = None
+    video: _Media | None = None
+    audio: _Media | None = None
+    sticker: _Media | None = None
+    document: _Media | None = None
+    location: _Location | None = None
+
+
+class _ErrorData(msgspec.Struct, frozen=True, kw_only=True):
+    details: str | None = None
+
+
+class _Error(msgspec.Struct, frozen=True, kw_only=True):
+    code: int | None = None
+    title: str | None = None
+    message: str | None = None
+    error_data: _ErrorData | None = None
+
+    def describe(self) -> str:
+        """``code title: details`` for a log line."""
+        details = (self.error_data.details if self.error_data else None) or self.message or ""
+        return f"{self.code} {self.title or ''}: {details}".strip(" :")[:300]
+
+
+class Status(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery receipt for one of our replies: ``sent``, ``delivered``, ``read`` or ``failed``."""
+
+    id: str = ""
+    status: str = ""
+    recipient_id: str | None = None
+    errors: list[_Error] = msgspec.field(default_factory=list)
+
+
+class _Value(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: _Metadata
+    contacts: list[_Contact] = msgspec.field(default_factory=list)
+    messages: list[_Message] = msgspec.field(default_factory=list)
+    statuses: list[Status] = msgspec.field(default_factory=list)
+    errors: list[_Error] = msgspec.field(default_factory=list)
+
+
+_decode = msgspec.json.Decoder(Notification).decode
+
+
+def decode_notification(body: bytes) -> Notification:
+    """The outer notification, or :class:`Rejected` (400) naming what is wrong."""
+    try:
+        return _decode(body)
+    except msgspec.ValidationError as exc:
+        raise Rejected(400, f"the body is not a webhook notification ({exc})") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise Rejected(400, f"the body is not valid JSON ({exc})") from None
+
+
+class Parsed(msgspec.Struct, frozen=True, kw_only=True):
+    """What a notification holds: messages to accept, receipts, and one line per thing skipped."""
+
+    inbound: list[InboundMessage]
+    statuses: list[tuple[str, Status]]  # (our number, receipt)
+    errors: list[tuple[str, str]]  # (our number, an error Meta reported for it)
+    skipped: list[str]
+
+
+def parse_notification(
+    notification: Notification, *, numbers: Collection[str], signed: Collection[str], now: float
+) -> Parsed:
+    """Check every change of ``notification`` and map its messages; :class:`Rejected` if any part is broken.
+
+    ``numbers`` are the configured phone number ids, ``signed`` those whose app secret signed the request: a
+    change for a configured number signed with another app's secret is refused (403).
+    """
+    parsed = Parsed(inbound=[], statuses=[], errors=[], skipped=[])
+    if notification.object != "whatsapp_business_account":
+        parsed.skipped.append(f"a notification for {notification.object[:40]!r}, not whatsapp_business_account")
+        return parsed
+    for e, entry in enumerate(notification.entry):
+        for c, change in enumerate(entry.changes):
+            where = f"$.entry[{e}].changes[{c}].value"
+            if change.field != "messages":
+                parsed.skipped.append(f"a {change.field[:40]!r} change (only messages are read)")
+                continue
+            try:
+                value = msgspec.convert(change.value, _Value)
+            except msgspec.ValidationError as exc:
+                raise Rejected(400, f"{where} is not a messages value ({_at(exc, where)})") from None
+            number = value.metadata.phone_number_id
+            if number not in numbers:
+                parsed.skipped.append(
+                    f"a change for phone number id {number[:40]!r}, which is not configured "
+                    "(add it under platforms.whatsapp.numbers to answer it)"
+                )
+                continue
+            if number not in signed:
+                raise Rejected(403, f"number {number} belongs to an app whose secret did not sign this request")
+            _parse_value(value, number, where, now, parsed)
+    return parsed
+
+
+def _at(exc: msgspec.ValidationError, where: str) -> str:
+    return str(exc).replace("`$", f"`{where}", 1)
+
+
+def _parse_value(value: _Value, number: str, where: str, now: float, parsed: Parsed) -> None:
+    names = {c.wa_id: c.profile.name for c in value.contacts if c.wa_id and c.profile and c.profile.name}
+    for i, message in enumerate(value.messages):
+        here = f"{where}.messages[{i}]"
+        inbound = _to_inbound(message, number, names, here, now)
+        if isinstance(inbound, str):
+            parsed.skipped.append(f"message {message.id[:80]}: {inbound}")
+        else:
+            parsed.inbound.append(inbound)
+    parsed.statuses.extend((number, status) for status in value.statuses)
+    parsed.errors.extend((number, error.describe()) for error in value.errors)
+
+
+def _checked(value: str | None, pattern: re.Pattern[str], field: str) -> str:
+    if value is None:
+        raise Rejected(400, f"{field} is missing")
+    if not pattern.fullmatch(value):
+        raise Rejected(400, f"{field} {value[:40]!r} is not a valid WhatsApp id")
+    return value
+
+
+def _to_inbound(
+    message: _Message, number: str, names: Mapping[str, str], where: str, now: float
+) -> InboundMessage | str:
+    """The inbound message, or why it starts no turn; :class:`Rejected` when it is malformed."""
+    wamid = _checked(message.id, _WAMID, f"{where}.id")
+    sender = _checked(message.sender, _USER_ID, f"{where}.from")
+    group = _checked(message.group_id, _GROUP_ID, f"{where}.group_id") if message.group_id is not None else None
+    if not _TIMESTAMP.fullmatch(message.timestamp):
+        raise Rejected(400, f"{where}.timestamp must be Unix seconds as a string of digits")
+    if message.type in _SKIPPED_TYPES:
+        return _SKIPPED_TYPES[message.type]
+    text = _text_of(message)
+    if not text.strip():
+        return "a message without text"
+    source = SessionSource(
+        platform=PLATFORM,
+        account_id=number,
+        chat_type="group" if group else "dm",
+        chat_id=group or sender,
+        user_id=sender,
+        user_name=names.get(sender) or None,
+        message_id=wamid,
+    )
+    # A clock ahead of ours would hold the window open longer than Meta does: never later than now.
+    sent_at = min(float(message.timestamp), now)
+    return InboundMessage(source=source, text=text, message_id=wamid, received_at=sent_at)
+
+
+def _text_of(message: _Message) -> str:
+    """The message as the agent should read it: text, the chosen option, or a stand-in with any caption."""
+    kind = message.type
+    if kind == "text":
+        return message.text.body if message.text else ""
+    if kind == "interactive" and message.interactive is not None:
+        return _choice(message.interactive)
+    if kind == "button" and message.button is not None:
+        return message.button.text or message.button.payload or "[button]"
+    if kind in _MEDIA:
+        media: _Media | None = getattr(message, kind)
+        return _media(kind, media)
+    if kind == "location":
+        return _place(message.location)
+    if kind == "contacts":
+        return "[contact card]"
+    if kind == "unsupported":
+        return "[unsupported message]"
+    return f"[{kind if _TYPE.fullmatch(kind) else 'unknown'} message]"
+
+
+def _choice(interactive: _Interactive) -> str:
+    choice = interactive.button_reply or interactive.list_reply
+    if choice is not None and choice.title:
+        return choice.title
+    if interactive.nfm_reply is not None:
+        return interactive.nfm_reply.body or "[form reply]"
+    return "[interactive reply]"
+
+
+def _label(text: str | None) -> str:
+    return " ".join((text or "").replace("]", ")").split())[:80]
+
+
+def _media(kind: str, media: _Media | None) -> str:
+    name = _label(media.filename) if media is not None else ""
+    stand_in = f"[{kind}: {name}]" if name else f"[{kind}]"
+    caption = (media.caption or "").strip() if media is not None else ""
+    return f"{caption}\n{stand_in}" if caption else stand_in
+
+
+def _place(location: _Location | None) -> str:
+    if location is None:
+        return "[location]"
+    words = ", ".join(_label(part) for part in (location.name, location.address) if part and _label(part))
+    point = (
+        f"{location.latitude:.5f}, {location.longitude:.5f}"
+        if location.latitude is not None and location.longitude is not None
+        else ""
+    )
+    inside = "; ".join(part for part in (words, point) if part)
+    return f"[location: {inside}]" if inside else "[location]"

@@ -1,0 +1,378 @@
+"""A local WhatsApp Cloud API: the Graph API's ``messages`` endpoint on loopback, and Meta's side of the webhook.
+
+:class:`FakeGraph` serves ``POST /<version>/<phone_number_id>/messages`` as the Graph API does: a Bearer access
+token (HTTP 401 with ``OAuthException`` code 190 otherwise, 403 code 10 for a token of another number), a JSON
+body with ``messaging_product: whatsapp``, ``recipient_type``, ``to``, ``type: text`` and ``text.body`` of at
+most 4,096 characters (HTTP 400 with code 100 or 131008 otherwise), ``{"messaging_product", "contacts",
+"messages": [{"id": "wamid..."}]}`` on success, and whatever a test scripts with :meth:`FakeGraph.fail_next`
+(an ``{"error": {"message", "type", "code", "error_data", "fbtrace_id"}}`` body with any status, code and
+``Retry-After``). Every accepted message is recorded with its arrival time.
+
+The webhook helpers build ``whatsapp_business_account`` notifications (messages of every type, group messages,
+contacts, delivery statuses) and :func:`deliver` POSTs them as Meta does, signed with the app secret
+(``X-Hub-Signature-256: sha256=`` + hex HMAC-SHA256 of the raw body); :func:`handshake` makes the ``GET``
+verification request. Written from Meta's documentation, independently of the adapter's code.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import http.client
+import itertools
+import json
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from aiohttp import web
+
+from platforms.http_host import HttpHost
+
+__all__ = [
+    "Answer",
+    "FakeGraph",
+    "Sent",
+    "deliver",
+    "handshake",
+    "message",
+    "notification",
+    "sign",
+    "status",
+    "text_message",
+]
+
+MAX_TEXT_CHARS = 4096
+_wamids = itertools.count(1)
+
+
+def new_wamid() -> str:
+    """A fresh id shaped like a real ``wamid``."""
+    raw = f"\x15\x02\x00\x11\x18\x12{next(_wamids):020d}".encode()
+    return "wamid." + base64.b64encode(b"HBgL" + raw).decode()
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One accepted message: the number it was sent from, its token, fields, the id given and arrival time."""
+
+    number: str
+    token: str
+    to: str
+    recipient_type: str
+    body: str
+    context: str | None
+    id: str
+    at: float  # time.monotonic() on arrival
+
+
+@dataclass(frozen=True)
+class _Failure:
+    status: int
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def _error(code: int, message: str, *, kind: str = "OAuthException", details: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"message": message, "type": kind, "code": code, "fbtrace_id": "AbCdEfGhIjK"}
+    if details is not None:
+        error["error_data"] = {"messaging_product": "whatsapp", "details": details}
+    return {"error": error}
+
+
+@dataclass
+class FakeGraph:
+    """The Graph API for some numbers: ``tokens`` maps each valid access token to the phone number id it serves."""
+
+    tokens: Mapping[str, str]
+    version: str = "v21.0"
+    sent: list[Sent] = field(default_factory=list)
+    attempts: list[float] = field(default_factory=list)  # arrival time of every authenticated call
+    _arrivals: queue.SimpleQueue[Sent] = field(default_factory=queue.SimpleQueue)
+    _script: deque[_Failure | None] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{version}/{number}/messages", self._messages)
+        self.host = HttpHost(app, name="fake-graph")
+
+    @property
+    def base_url(self) -> str:
+        """What ``platforms.whatsapp.graph_base_url`` should be."""
+        return self.host.url
+
+    def start(self) -> FakeGraph:
+        self.host.start()
+        return self
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def fail_next(
+        self,
+        *,
+        status: int = 400,
+        code: int = 131000,
+        message: str = "Something went wrong",
+        details: str | None = None,
+        retry_after: str | None = None,
+        count: int = 1,
+        after: int = 0,
+    ) -> None:
+        """Answer ``count`` authenticated calls, after ``after`` normal ones, with HTTP ``status`` and a Graph
+        error body carrying ``code``."""
+        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        body = _error(code, message, details=details or message)
+        with self._lock:
+            self._script.extend([None] * after)
+            self._script.extend(_Failure(status, headers, body) for _ in range(count))
+
+    def take(self, timeout: float = 10.0) -> Sent:
+        """The next accepted message, waiting up to ``timeout``."""
+        try:
+            return self._arrivals.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"nothing was sent to the fake Graph API within {timeout} s") from None
+
+    def drain(self) -> list[Sent]:
+        """Every message that arrived and was not taken yet."""
+        taken: list[Sent] = []
+        while not self._arrivals.empty():
+            taken.append(self._arrivals.get())
+        return taken
+
+    def nothing_more(self, wait: float = 0.2) -> bool:
+        """Whether no further message arrives within ``wait`` seconds."""
+        try:
+            extra = self._arrivals.get(timeout=wait)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected message {extra}")
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
+        if request.match_info["version"] != self.version:
+            return web.json_response(_error(2500, "Unknown path components"), status=400)
+        number = request.match_info["number"]
+        authorization = request.headers.get("Authorization", "")
+        token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+        if token is None or token not in self.tokens:
+            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
+        if self.tokens[token] != number:
+            return web.json_response(_error(10, "Application does not have permission for this action"), status=403)
+        raw = await request.read()
+        with self._lock:
+            self.attempts.append(arrived)
+            failure = self._script.popleft() if self._script else None
+        if failure is not None:
+            return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        try:
+            fields = json.loads(raw)
+        except ValueError:
+            return web.json_response(_error(100, "Invalid parameter", details="the body is not JSON"), status=400)
+        refused = self._refusal(fields)
+        if refused is not None:
+            return web.json_response(refused, status=400)
+        to, text = fields["to"], fields["text"]["body"]
+        context = fields.get("context")
+        quoted = context.get("message_id") if isinstance(context, dict) else None
+        sent = Sent(
+            number=number,
+            token=token,
+            to=to,
+            recipient_type=fields.get("recipient_type", "individual"),
+            body=text,
+            context=quoted if isinstance(quoted, str) else None,
+            id=new_wamid(),
+            at=arrived,
+        )
+        with self._lock:
+            self.sent.append(sent)
+        self._arrivals.put(sent)
+        answer: dict[str, Any] = {"messaging_product": "whatsapp", "messages": [{"id": sent.id}]}
+        if sent.recipient_type == "individual":
+            answer["contacts"] = [{"input": to, "wa_id": to}]
+        return web.json_response(answer)
+
+    @staticmethod
+    def _refusal(fields: Any) -> dict[str, Any] | None:
+        if not isinstance(fields, dict) or fields.get("messaging_product") != "whatsapp":
+            return _error(100, "The parameter messaging_product is required.")
+        if fields.get("recipient_type", "individual") not in ("individual", "group"):
+            return _error(100, "Invalid parameter", details="recipient_type must be individual or group")
+        if not isinstance(fields.get("to"), str) or not fields["to"]:
+            return _error(131008, "Required parameter is missing", details="The parameter to is required.")
+        if fields.get("type", "text") != "text":
+            return _error(131009, "Parameter value is not valid", details="only text is faked")
+        text = fields.get("text")
+        body = text.get("body") if isinstance(text, dict) else None
+        if not isinstance(body, str) or not body:
+            return _error(131008, "Required parameter is missing", details="The parameter text['body'] is required.")
+        if len(body) > MAX_TEXT_CHARS:
+            return _error(100, "Invalid parameter", details="Param text['body'] must be at most 4096 characters long.")
+        return None
+
+
+# -- Meta's side of the webhook --------------------------------------------------------------------------------
+
+
+def sign(secret: str, body: bytes) -> str:
+    """``X-Hub-Signature-256`` for ``body`` under the app secret ``secret``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def message(kind: str, sender: str = "15551234567", *, wamid: str | None = None, **content: Any) -> dict[str, Any]:
+    """A ``messages[]`` entry of type ``kind`` with its content objects (``image={...}``, ``group_id=...``)."""
+    return {
+        "from": sender,
+        "id": wamid or new_wamid(),
+        "timestamp": str(int(time.time())),
+        "type": kind,
+        **content,
+    }
+
+
+def text_message(
+    body: str,
+    sender: str = "15551234567",
+    *,
+    wamid: str | None = None,
+    timestamp: float | None = None,
+    group_id: str | None = None,
+) -> dict[str, Any]:
+    """A text message from ``sender`` (in group ``group_id`` if given), sent at ``timestamp`` (now)."""
+    entry = message("text", sender, wamid=wamid, text={"body": body})
+    if timestamp is not None:
+        entry["timestamp"] = str(int(timestamp))
+    if group_id is not None:
+        entry["group_id"] = group_id
+    return entry
+
+
+def status(
+    wamid: str, state: str, recipient: str = "15551234567", *, errors: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """A ``statuses[]`` entry: a delivery receipt for a message we sent."""
+    entry: dict[str, Any] = {
+        "id": wamid,
+        "status": state,
+        "timestamp": str(int(time.time())),
+        "recipient_id": recipient,
+    }
+    if state != "failed":
+        entry["conversation"] = {"id": "c0ffee", "origin": {"type": "service"}}
+        entry["pricing"] = {"billable": True, "pricing_model": "PMP", "category": "service"}
+    if errors:
+        entry["errors"] = [dict(error) for error in errors]
+    return entry
+
+
+def notification(
+    number: str,
+    messages: Sequence[Mapping[str, Any]] = (),
+    *,
+    names: Mapping[str, str] | None = None,
+    statuses: Sequence[Mapping[str, Any]] = (),
+    waba: str = "102290129340398",
+    display_phone_number: str = "15550783881",
+) -> dict[str, Any]:
+    """A ``whatsapp_business_account`` notification for ``number`` with ``contacts[]`` built from the senders."""
+    value: dict[str, Any] = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": display_phone_number, "phone_number_id": number},
+    }
+    senders = list(dict.fromkeys(str(m.get("from")) for m in messages))
+    if messages:
+        value["contacts"] = [
+            {"profile": {"name": (names or {}).get(sender, f"User {sender[-4:]}")}, "wa_id": sender}
+            for sender in senders
+        ]
+        value["messages"] = [dict(m) for m in messages]
+    if statuses:
+        value["statuses"] = [dict(s) for s in statuses]
+    return {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": waba, "changes": [{"value": value, "field": "messages"}]}],
+    }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the webhook answered: status, lower-cased headers, the body (JSON-decoded when it is) and the time."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: Any
+    text: str
+    seconds: float
+
+
+def _exchange(
+    method: str, url: str, *, body: bytes | None = None, headers: Mapping[str, str] | None = None, timeout: float
+) -> Answer:
+    parts = urlsplit(url)
+    started = time.monotonic()
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, path, body=body, headers=dict(headers or {}))
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    text = data.decode("utf-8", "replace")
+    try:
+        decoded = json.loads(data) if data else None
+    except ValueError:
+        decoded = None
+    return Answer(
+        status=response.status,
+        headers={k.lower(): v for k, v in response.getheaders()},
+        body=decoded,
+        text=text,
+        seconds=time.monotonic() - started,
+    )
+
+
+def deliver(
+    url: str,
+    payload: Any,
+    secret: str,
+    *,
+    headers: Mapping[str, str | None] | None = None,
+    timeout: float = 10.0,
+) -> Answer:
+    """POST ``payload`` (JSON-encoded unless bytes) to ``url`` signed with ``secret``, as Meta does.
+
+    ``headers`` overrides or (with ``None``) removes headers, for forged requests.
+    """
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    sent: dict[str, str] = {
+        "Content-Type": "application/json",
+        "User-Agent": "facebookexternalua",
+        "X-Hub-Signature-256": sign(secret, body),
+    }
+    for name, value in (headers or {}).items():
+        sent.pop(name, None)
+        if value is not None:
+            sent[name] = value
+    return _exchange("POST", url, body=body, headers=sent, timeout=timeout)
+
+
+def handshake(
+    url: str, *, mode: str | None = "subscribe", token: str | None, challenge: str | None = "1158201444"
+) -> Answer:
+    """The ``GET`` Meta sends when the callback URL is saved (a ``None`` parameter is left out)."""
+    query = {
+        name: value
+        for name, value in (("hub.mode", mode), ("hub.verify_token", token), ("hub.challenge", challenge))
+        if value is not None
+    }
+    return _exchange("GET", f"{url}?{urlencode(query)}", timeout=10.0)
