@@ -1,0 +1,113 @@
+"""The Matrix adapter: a ``/sync`` long poll per account and one sender for every account's replies.
+
+Access tokens named by ``access_token_env`` are read when the adapter is built, so a missing one is a
+:class:`~hermes_actors.errors.ConfigError` before anything starts. The poller and the sender share the accounts'
+committed room details (:class:`~platforms.matrix.state.Snapshots`): the sender quotes the answered message in
+group rooms only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from hermes_actors.errors import ConfigError
+from platforms.base import Capabilities, ReplySender
+from platforms.http_client import shown
+from platforms.matrix.client import Homeserver
+from platforms.matrix.config import MatrixAccount, MatrixConfig, is_access_token
+from platforms.matrix.events import PLATFORM
+from platforms.matrix.sender import MatrixSender
+from platforms.matrix.state import Snapshots
+from platforms.matrix.sync import Account, Poller
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["MatrixAdapter"]
+
+_MAX_ESCAPED_CHAR_BYTES = 6  # "\u001f": the most one character takes in an event's JSON
+
+
+def _token(name: str, account: MatrixAccount, environ: Mapping[str, str]) -> str:
+    if account.access_token_env is None:
+        assert account.access_token is not None  # MatrixConfig requires one of the two
+        return account.access_token
+    path = f"platforms.matrix.accounts.{name}.access_token_env"
+    token = environ.get(account.access_token_env, "")
+    if not token:
+        raise ConfigError(path, f"environment variable {account.access_token_env} is not set; export the access token")
+    if not is_access_token(token):
+        raise ConfigError(path, f"the value of {account.access_token_env} is not an access token (printable ASCII)")
+    return token
+
+
+class MatrixAdapter:
+    """Every account of a :class:`MatrixConfig`: ``/sync`` long polls and the reply sender.
+
+    ``clock`` (unix time) stamps received messages; ``monotonic`` paces replies.
+    """
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        config: MatrixConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        env = os.environ if environ is None else environ
+        self.capabilities = Capabilities(
+            threads=True, max_message_chars=config.max_message_bytes // _MAX_ESCAPED_CHAR_BYTES
+        )
+        self._homeservers = {
+            name: Homeserver(name, account.homeserver, _token(name, account, env), timeout_s=config.request_timeout_s)
+            for name, account in config.accounts.items()
+        }
+        self._clock = clock
+        self._rooms = Snapshots()
+        self._sender = MatrixSender(self._homeservers, config, self._rooms, clock=monotonic)
+        self._poller: Poller | None = None
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The one sender for every account's replies (it also opens threads for handoffs)."""
+        return [self._sender]
+
+    def start(self, gateway: Gateway) -> None:
+        """Load each account's stored state and start its ``/sync`` long poll."""
+        if not self._homeservers:
+            return
+        accounts = [
+            Account(name=name, api=api, auto_join=self.config.accounts[name].auto_join)
+            for name, api in self._homeservers.items()
+        ]
+        self._poller = Poller(accounts, gateway, self.config, self._rooms, clock=self._clock)
+        self._poller.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop polling; a commit under way finishes first."""
+        if self._poller is not None:
+            self._poller.stop(timeout)
+
+    def describe(self) -> list[str]:
+        """One banner line per account: where it syncs, where its token comes from, what it does."""
+        if not self._homeservers:
+            return [
+                "Matrix: no accounts; add one under platforms.matrix.accounts in config.yaml "
+                "(homeserver: https://matrix.example.org, access_token_env: MATRIX_ACCESS_TOKEN)"
+            ]
+        lines = []
+        for name, account in self.config.accounts.items():
+            origin = f"token from ${account.access_token_env}" if account.access_token_env else "token in config.yaml"
+            joins = "joins invites" if account.auto_join else "does not join invites"
+            lines.append(
+                f"Matrix account '{name}' ({origin}): /sync long poll on {shown(account.homeserver)}; {joins}; "
+                f"replies with transaction ids in parts of {self.config.max_message_bytes} bytes; media arrive as "
+                "stand-ins like [image: name]; end-to-end encrypted rooms are not read"
+            )
+        return lines

@@ -1,0 +1,131 @@
+"""The ``platforms.matrix`` section of ``config.yaml``: the bot accounts, how they sync, and how replies are paced.
+
+Each account is one Matrix user with an access token on its homeserver. Its name in ``accounts`` is the
+``account_id`` of every message it receives, so two bot accounts that share a room never share a session. The
+homeserver belongs to the account (it is where the account lives), so it needs no key segment of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["MatrixAccount", "MatrixConfig", "is_access_token"]
+
+_SECTION = "platforms.matrix"
+_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")  # it travels in an Authorization header
+_MAX_POLL_TIMEOUT_S = 120
+_MAX_EVENT_BYTES = 60_000  # an event is at most 65,536 bytes with its envelope and signatures
+
+
+class MatrixAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One bot user (``platforms.matrix.accounts.<name>``).
+
+    ``homeserver`` is the base URL of its client-server API (``https://matrix.example.org``; requests go to
+    ``{homeserver}/_matrix/client/v3/...``). ``access_token`` (or the environment variable named by
+    ``access_token_env``) is the token of a logged-in device of the bot. With ``auto_join`` the bot joins every
+    room it is invited to.
+    """
+
+    homeserver: str = ""
+    access_token: str | None = None
+    access_token_env: str | None = None
+    auto_join: bool = True
+
+
+class MatrixConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.matrix`` section; nothing runs when ``enabled`` is false or there are no accounts.
+
+    ``poll_timeout_s``: how long the homeserver holds a ``/sync`` open. ``timeline_limit``: events per room in
+    one sync; more make the timeline ``limited`` (a gap), which is closed by fetching up to ``backfill_limit``
+    missed events (0: only report gaps). ``answer_history``: on an account's first sync (nothing stored yet),
+    answer the messages already in its rooms instead of starting from now. ``max_message_bytes``: longer replies
+    are split (counted as the UTF-8 bytes of the JSON-escaped text). Replies are paced per room at
+    ``room_messages_per_second`` with bursts of ``room_burst`` (the parts of one reply).
+    """
+
+    enabled: bool = True
+    accounts: dict[str, MatrixAccount] = msgspec.field(default_factory=dict)
+    poll_timeout_s: int = 30
+    poll_retry_s: float = 1.0
+    poll_retry_max_s: float = 60.0
+    request_timeout_s: float = 15.0
+    timeline_limit: int = 50
+    backfill_limit: int = 500
+    answer_history: bool = False
+    max_message_bytes: int = 32_000
+    room_messages_per_second: float = 1.0
+    room_burst: int = 3
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.poll_timeout_s <= _MAX_POLL_TIMEOUT_S:
+            raise ConfigError(
+                f"{_SECTION}.poll_timeout_s",
+                f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long the homeserver holds a /sync open",
+            )
+        for field in ("poll_retry_s", "poll_retry_max_s", "request_timeout_s", "room_messages_per_second"):
+            if not getattr(self, field) > 0:  # also refuses NaN
+                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+        if self.poll_retry_max_s < self.poll_retry_s:
+            raise ConfigError(f"{_SECTION}.poll_retry_max_s", "must not be smaller than poll_retry_s")
+        if not 1 <= self.timeline_limit <= 1000:
+            raise ConfigError(f"{_SECTION}.timeline_limit", "must be 1..1000 events per room and sync")
+        if not 0 <= self.backfill_limit <= 100_000:
+            raise ConfigError(
+                f"{_SECTION}.backfill_limit", "must be 0..100000 events (0 only reports a gap, fetching nothing)"
+            )
+        if not 1024 <= self.max_message_bytes <= _MAX_EVENT_BYTES:
+            raise ConfigError(
+                f"{_SECTION}.max_message_bytes",
+                f"must be 1024..{_MAX_EVENT_BYTES} bytes: a Matrix event is at most 64 KiB with its envelope",
+            )
+        if self.room_burst < 1:
+            raise ConfigError(f"{_SECTION}.room_burst", "must be at least 1 message")
+        for name, account in self.accounts.items():
+            _check_account(name, account)
+
+
+def is_access_token(text: str) -> bool:
+    """Whether ``text`` can be an access token: printable ASCII without spaces (it goes in a header)."""
+    return _TOKEN.fullmatch(text) is not None
+
+
+def _check_account(name: str, account: MatrixAccount) -> None:
+    path = f"{_SECTION}.accounts.{name}"
+    if not _ACCOUNT_NAME.fullmatch(name):
+        raise ConfigError(
+            path, "an account name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)"
+        )
+    if not account.homeserver:
+        raise ConfigError(
+            f"{path}.homeserver",
+            "is required: the client-server API base URL of the bot's homeserver, such as https://matrix.example.org",
+        )
+    try:
+        parts = urlsplit(account.homeserver)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ConfigError(
+            f"{path}.homeserver", "must be an http(s) URL such as https://matrix.example.org (no query or fragment)"
+        )
+    if account.access_token is None and account.access_token_env is None:
+        raise ConfigError(
+            f"{path}.access_token",
+            "is required: set access_token to the bot device's token, or access_token_env to a variable holding it",
+        )
+    if account.access_token is not None and account.access_token_env is not None:
+        raise ConfigError(f"{path}.access_token_env", "set either access_token or access_token_env, not both")
+    if account.access_token is not None and not is_access_token(account.access_token):
+        raise ConfigError(f"{path}.access_token", "must be an access token (printable ASCII without spaces)")
+    if account.access_token_env is not None and not _ENV_NAME.fullmatch(account.access_token_env):
+        raise ConfigError(
+            f"{path}.access_token_env", "must be an environment variable name such as MATRIX_ACCESS_TOKEN"
+        )
