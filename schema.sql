@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 2.
+-- hermes-actors state database, schema version 4.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 3; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 4; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -71,16 +71,17 @@ CREATE VIRTUAL TABLE messages_fts_cjk USING fts5 (
     content, content = 'messages', content_rowid = 'id', tokenize = 'trigram', detail = none
 );
 
-CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.content IS NOT NULL BEGIN
+-- Every message is a document, a NULL content (a tool call) an empty one: the index then matches the table row
+-- for row, which is what FTS5's integrity-check (hermesctl db check) compares (version 4).
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
     INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
 END;
-CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages WHEN old.content IS NOT NULL BEGIN
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
     INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
 END;
 CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
-    INSERT INTO messages_fts (messages_fts, rowid, content)
-        SELECT 'delete', old.id, old.content WHERE old.content IS NOT NULL;
-    INSERT INTO messages_fts (rowid, content) SELECT new.id, new.content WHERE new.content IS NOT NULL;
+    INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
 END;
 -- The character class lists the CJK blocks hermes_words splits (kana, CJK ideographs, Hangul, compatibility
 -- ideographs, half-width kana, supplementary ideographs); GLOB compares code points.
@@ -100,6 +101,25 @@ CREATE TRIGGER messages_fts_cjk_update AFTER UPDATE OF content ON messages BEGIN
         SELECT new.id, new.content
         WHERE new.content GLOB '*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*';
 END;
+
+-- Files that came with user messages (version 4). The bytes are never in the database: they live once under the
+-- media directory beside the database file ($HERMES_HOME/media), named by their sha256; a row only describes them.
+-- Rows go with their message; a file goes when the last row naming it is deleted (hermes_actors.store.attachments).
+CREATE TABLE attachments (
+    id          INTEGER PRIMARY KEY,
+    message_id  INTEGER NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL,                    -- image, audio, video, document
+    mime_type   TEXT,
+    size        INTEGER,                          -- bytes, when known
+    path        TEXT,                             -- relative to the media directory; NULL when nothing was saved
+    sha256      TEXT,                             -- hex digest of the saved bytes
+    source_url  TEXT,                             -- where the platform offered it, if anywhere
+    name        TEXT,                             -- the file name the sender gave
+    error       TEXT,                             -- why it was not read (too large, kind not allowed, download failed)
+    created_at  REAL NOT NULL
+);
+CREATE INDEX attachments_message ON attachments (message_id);
+CREATE INDEX attachments_path ON attachments (path) WHERE path IS NOT NULL;
 
 -- The routing directory: which session a routing key (hermes_actors.routing.build_session_key) reaches now.
 -- /resume, handoff and compression only re-point rows here.

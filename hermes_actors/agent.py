@@ -14,10 +14,13 @@ from typing import Protocol
 
 import msgspec
 
+from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.titles import MAX_TITLE_LENGTH
 from hermes_actors.tools import SESSION_SEARCH, Tool, error_json, find_tool
 
 __all__ = [
+    "ECHO_TITLE_WORDS",
     "Agent",
     "AgentError",
     "AgentMessage",
@@ -25,6 +28,7 @@ __all__ = [
     "EchoAgent",
     "Memory",
     "TurnInput",
+    "echo_title",
 ]
 
 
@@ -55,12 +59,15 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools."""
 
     session_id: str
-    history: Sequence[MessageRecord]
+    history: Sequence[MessageRecord]  # each content cut to runtime.model_message_cap_chars (``hygiene``)
     user_text: str
     system_prompt: str | None = None
     memories: Sequence[str] = ()
     history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
     tools: Sequence[Tool] = ()  # what the agent may call this turn (sessions offer session_search)
+    # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
+    # an agent that takes some natively (images, for a vision model) sends them with this turn only.
+    attachments: Sequence[Attachment] = ()
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,7 +82,10 @@ class Agent(Protocol):
     An agent with ``runs_inline = True`` promises never to block; sessions then call it on their own thread (no
     timeout, no pool slot). Optional methods a reset calls when present, each bounded by a timeout:
     ``release_session(session_id, *, timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and
-    ``interrupt_background(session_id, *, timeout_s)`` (stop its in-flight background tasks).
+    ``interrupt_background(session_id, *, timeout_s)`` (stop its in-flight background tasks). Optional too:
+    ``title(first_user_text, first_reply, *, timeout_s) -> str``, a short descriptive title (3-7 words) for a
+    session after its first exchange, asked in the background (:mod:`hermes_actors.titling`); raise
+    :class:`AgentError` when there is none.
     """
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
@@ -94,6 +104,8 @@ class Agent(Protocol):
 _TOOL_REQUEST = re.compile(r"^/?tool\s+(?P<name>[\w.-]+)\s*(?P<args>.*)$", re.DOTALL)
 _SEARCH_REQUEST = re.compile(r"^search:\s*(?P<query>.*)$", re.DOTALL)
 _REMEMBER = re.compile(r"\bremember\s+(?:that\s+)?(?P<fact>.+)", re.IGNORECASE)
+_TITLE_TRIM = " .,;:!?…'\"`()[]{}<>*_~-—。，；：！？「」"
+ECHO_TITLE_WORDS = 7
 
 
 def _estimate_tokens(text: str) -> int:
@@ -186,3 +198,20 @@ class EchoAgent:
         """Keep every ``remember ...`` the user said."""
         facts = [_REMEMBER.search(m.content) for m in history if m.role == Role.USER and m.content]
         return [Memory(content=f["fact"].strip()) for f in facts if f is not None]
+
+    def title(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str:
+        """Title a session by the first words of its first user message (see :func:`echo_title`)."""
+        return echo_title(first_user_text)
+
+
+def echo_title(text: str) -> str:
+    """The echo agent's title for a session whose first message is ``text``: its first seven words at most,
+    capitalised, without punctuation at either end; fewer than three words are prefixed with "Conversation
+    about" and an empty text gives "Conversation without words"."""
+    words = " ".join(text.split()[:ECHO_TITLE_WORDS]).strip(_TITLE_TRIM).split()
+    if not words:
+        return "Conversation without words"
+    if len(words) < 3:
+        words = ["Conversation", "about", *words]
+    title = " ".join(words)[:MAX_TITLE_LENGTH].rstrip()
+    return title[:1].upper() + title[1:]

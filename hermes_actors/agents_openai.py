@@ -15,11 +15,14 @@ what went wrong and what to check.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
@@ -28,10 +31,12 @@ try:
     from openai.types.chat import (
         ChatCompletion,
         ChatCompletionAssistantMessageParam,
+        ChatCompletionContentPartParam,
         ChatCompletionMessage,
         ChatCompletionMessageParam,
         ChatCompletionMessageToolCallUnionParam,
         ChatCompletionToolUnionParam,
+        ChatCompletionUserMessageParam,
     )
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -39,10 +44,12 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     ) from error
 
 from hermes_actors.agent import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.titles import MAX_TITLE_LENGTH
 from hermes_actors.tools import Tool, error_json, find_tool
 
-__all__ = ["MAX_TOOL_ROUNDS", "OpenAIAgent"]
+__all__ = ["MAX_TOOL_ROUNDS", "TITLE_EXCERPT_CHARS", "OpenAIAgent"]
 
 MAX_TOOL_ROUNDS = 5  # model answers with tool calls that a turn runs before it insists on words
 
@@ -58,6 +65,13 @@ _MEMORY_INSTRUCTION = (
     "List what is worth remembering about the user from the conversation above for future conversations: stable "
     "facts, preferences, ongoing projects. Answer only with a JSON array of short strings, or [] if nothing is."
 )
+_TITLE_INSTRUCTION = (
+    "Write a short descriptive title for the conversation above: 3 to 7 words, in the language of the user, "
+    "no quotes, no final punctuation. Answer with the title only."
+)
+TITLE_EXCERPT_CHARS = 2000  # of the first message and reply sent for a title: the gist is at the start
+_TITLE_PREFIX = re.compile(r"^\s*(?:#+\s+)?(?:(?:\*\*)?title(?:\*\*)?\s*[:：]\s*)?", re.IGNORECASE)
+_TITLE_QUOTES = "\"'`*_“”‘’«»「」『』"
 
 
 class OpenAIAgent:
@@ -66,7 +80,9 @@ class OpenAIAgent:
     ``api_key`` defaults to the environment variable ``api_key_env``, or a placeholder when that is unset.
     ``timeout_s`` and ``max_retries`` configure the client; each call's own ``timeout_s`` bounds every attempt.
     An injected ``client`` is used as given (``base_url`` then only names the endpoint in errors). Safe to call
-    from several threads at once; :meth:`close` releases the connection pool.
+    from several threads at once; :meth:`close` releases the connection pool. A ``vision`` model gets the images
+    of a turn's attachments as ``image_url`` parts of that turn's user message (a saved file as a base64 data
+    URL, else its source URL); later turns send only the text stand-in the transcript kept.
     """
 
     def __init__(
@@ -80,6 +96,7 @@ class OpenAIAgent:
         max_retries: int = 2,
         temperature: float | None = None,
         client: openai.OpenAI | None = None,
+        vision: bool = False,
     ) -> None:
         if not base_url:
             raise ValueError("OpenAIAgent needs a base_url such as http://127.0.0.1:8000/v1; set agent.base_url")
@@ -88,6 +105,7 @@ class OpenAIAgent:
         self.base_url = base_url
         self.model = model
         self.temperature = temperature
+        self.vision = vision
         self._api_key_env = api_key_env
         self._owns_client = client is None
         if client is None:
@@ -119,7 +137,7 @@ class OpenAIAgent:
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.extend(_history_messages(turn.history))
-        messages.append({"role": "user", "content": turn.user_text})
+        messages.append(_user_message(turn.user_text, turn.attachments if self.vision else ()))
         offered = [cast(ChatCompletionToolUnionParam, tool.openai_spec()) for tool in turn.tools]
         produced: list[AgentMessage] = []
         input_tokens = output_tokens = 0
@@ -191,6 +209,20 @@ class OpenAIAgent:
             return []
         kept = dict.fromkeys(fact.strip() for fact in facts)
         return [Memory(content=fact) for fact in kept if fact]
+
+    def title(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str:
+        """Ask the model for a 3-7 word title of a session's first exchange; quotes and a "Title:" label are
+        stripped and an over-long answer is cut at a word. Raises :class:`AgentError` for an empty answer."""
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": first_user_text[:TITLE_EXCERPT_CHARS]},
+            {"role": "assistant", "content": first_reply[:TITLE_EXCERPT_CHARS]},
+            {"role": "user", "content": _TITLE_INSTRUCTION},
+        ]
+        message, _, _ = self._complete(messages, timeout_s)
+        title = _clean_title(message.content or "")
+        if not title:
+            raise AgentError(f"{self._where} answered an empty title; the session stays untitled")
+        return title
 
     @property
     def _where(self) -> str:
@@ -315,6 +347,46 @@ def _find_string_array(text: str) -> list[str] | None:
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return value
         start = text.find("[", start + 1)
+    return None
+
+
+def _clean_title(answer: str) -> str:
+    """The title in a model's ``answer``: its first non-empty line without a Markdown heading mark, a "Title:"
+    label, quotes or final punctuation, cut at a word to fit :data:`~hermes_actors.titles.MAX_TITLE_LENGTH`."""
+    line = next((line for line in answer.splitlines() if line.strip()), "")
+    title, previous = _TITLE_PREFIX.sub("", line), None
+    while title != previous:  # quotes and final punctuation nest either way round: "「x」。", "'x.'"
+        previous, title = title, title.strip().strip(_TITLE_QUOTES).rstrip(".。!！")
+    words = title.split()
+    while len(" ".join(words)) > MAX_TITLE_LENGTH and len(words) > 1:
+        words.pop()
+    return " ".join(words)[:MAX_TITLE_LENGTH]
+
+
+def _user_message(text: str, attachments: Sequence[Attachment]) -> ChatCompletionUserMessageParam:
+    """The turn's user message: its text, and each image attachment as an ``image_url`` part after it."""
+    parts: list[ChatCompletionContentPartParam] = []
+    for attachment in attachments:
+        url = _image_url(attachment) if attachment.kind == "image" else None
+        if url is not None:
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    if not parts:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": [{"type": "text", "text": text}, *parts]}
+
+
+def _image_url(attachment: Attachment) -> str | None:
+    """A saved image as a base64 data URL, else its http(s) source URL; ``None`` (logged) if neither works."""
+    if attachment.path is not None:
+        try:
+            data = Path(attachment.path).read_bytes()
+        except OSError as exc:
+            _log.warning("image %s cannot be read (%s); the model gets its text stand-in only", attachment.path, exc)
+            return None
+        mime = attachment.mime_type or "image/png"
+        return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+    if attachment.source_url is not None and attachment.source_url.startswith(("http://", "https://")):
+        return attachment.source_url
     return None
 
 

@@ -7,7 +7,9 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
-__all__ = ["RuntimeConfig", "SessionsConfig"]
+__all__ = ["MIN_MESSAGE_CAP_CHARS", "RuntimeConfig", "SessionsConfig"]
+
+MIN_MESSAGE_CAP_CHARS = 500
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,6 +33,8 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     compress_at_ratio: float = 0.85  # of the agent's context window, in estimated prompt tokens
     context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
     protected_recent_messages: int = 4  # copied verbatim into a compression child
+    auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.titling``)
+    model_message_cap_chars: int = 16_000  # per message of history sent to the model; 0: no cap (``hygiene``)
 
     def __post_init__(self) -> None:
         if self.passivate_after_s <= 0:
@@ -50,6 +54,12 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
         if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
             raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")
+        if self.model_message_cap_chars != 0 and self.model_message_cap_chars < MIN_MESSAGE_CAP_CHARS:
+            raise ConfigError(
+                "runtime.model_message_cap_chars",
+                f"must be 0 (no cap) or at least {MIN_MESSAGE_CAP_CHARS} characters (a cut message keeps its "
+                "head and tail around a marker of about 150 characters)",
+            )
 
 
 class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

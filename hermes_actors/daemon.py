@@ -102,6 +102,7 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
         timeout_s=settings.timeout_s,
         max_retries=settings.max_retries,
         temperature=settings.temperature,
+        vision=settings.vision,
     )
 
 
@@ -177,6 +178,7 @@ class Daemon:
             reset=settings.session_reset,
             tz=_timezone(settings),
             sessions=settings.sessions,
+            media=settings.media,
         )
         self._terminal.attach(self._gateway)
         if self._gateway.pruned is not None:

@@ -3,7 +3,8 @@
 ``Gateway.accept(inbound)`` dedupes on (platform, account, platform message id) and commits the inbox row before
 it returns, so an adapter acknowledges the platform only once the message is safe. At start the gateway replays
 every committed inbox row without a completed turn (in id order, so per session in order) and queues every unsent
-outbox row.
+outbox row. ``gateway.media`` is the media store adapters save attachments into before they accept a message:
+``media/`` beside the database, so ``$HERMES_HOME/media`` for the daemon.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import pykka
 from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.leases import lease_owner_alive, new_lease_owner
+from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
 from hermes_actors.outbox import OutboxRouter
 from hermes_actors.policy import ResetConfig
 from hermes_actors.resets import ResetScheduler, background_hook
 from hermes_actors.routing import build_session_key
 from hermes_actors.store import Store, Synchronous
+from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -87,11 +90,17 @@ class Gateway:
         sessions: SessionsConfig | None = None,
         recover_platforms: Collection[str] | None = None,
         schedule_resets: bool = True,
+        media: MediaConfig | None = None,
+        describe_media: Describe | None = None,
     ) -> None:
         """``recover_platforms`` limits start-up replay to those platforms' rows (``hermesctl chat`` without a
         daemon replays only terminal turns); ``schedule_resets=False`` arms no reset timers (a short-lived
-        in-process gateway must not end other platforms' sessions)."""
+        in-process gateway must not end other platforms' sessions). ``media`` limits attachments and
+        ``describe_media`` replaces its ``describe`` step."""
         self.config = config or RuntimeConfig()
+        self.media = MediaStore(
+            media_dir_for(path) or Path(path).parent / MEDIA_DIR_NAME, media, describe=describe_media
+        )
         self._recover_platforms = None if recover_platforms is None else frozenset(recover_platforms)
         self.lease_owner = new_lease_owner()
         self._clock = clock

@@ -20,12 +20,24 @@ __all__ = [
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):
-    """A file that came with a message: a local path or URL and its media type."""
+    """A file that came with a message, as a record: the bytes are in the media store, never in a message.
 
-    kind: str  # image, audio, document, ...
-    uri: str
+    ``path`` is the local cache file (absolute, under ``$HERMES_HOME/media``) once the bytes were saved;
+    ``source_url`` is where the platform offered it (an image URL may be all there is). ``error`` says why it was
+    not read (too large, a kind not allowed, a failed download); such an attachment has no ``path``.
+    ``description`` is a text stand-in made when it was saved (a plain-text document's first kilobytes, or what a
+    configured describe step said). Build them with :class:`hermes_actors.media.MediaStore`.
+    """
+
+    kind: str  # image, audio, video, document
     mime_type: str | None = None
     name: str | None = None
+    size: int | None = None  # bytes, when known
+    path: str | None = None
+    sha256: str | None = None
+    source_url: str | None = None
+    error: str | None = None
+    description: str | None = None
 
 
 class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +60,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``no_retry`` replies (a handoff's first message) are given up after one failed attempt and reported.
     ``answers`` lists the platform message ids of every inbound message the reply answers (a turn may merge
     several), so request/response platforms (the HTTP API, the terminal) can complete each waiting request.
+    ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
+    for every reply, so a platform's idempotency key can include it.
     """
 
     platform: str
@@ -61,6 +75,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     possible_duplicate: bool = False
     no_retry: bool = False
     answers: tuple[str, ...] = ()
+    outbox_id: int | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -124,7 +124,7 @@ class OutboxActor(pykka.ThreadingActor):
 
     def _send(self, key: _ChatKey, item: _Deliver) -> tuple[Literal["sent", "failed", "abandoned"], str | None]:
         """Send one reply whose attempt is already counted; return what happened and the platform's message id."""
-        message = item.message
+        message = msgspec.structs.replace(item.message, outbox_id=item.outbox_id)
         unknown = item.attempts > 0 or item.outbox_id in self._unknown
         if unknown and not self._sender.idempotent_sends and not message.possible_duplicate:
             # An earlier attempt may have reached the platform: it was cut by a crash or timed out.

@@ -2,9 +2,9 @@
 
 :class:`SessionTurns` holds the logic (load the transcript once, call the agent, commit everything of the turn in
 one transaction, hand the reply to the outbox); :class:`SessionActor` is only its mailbox and thread. A turn's
-commit holds the user message(s), the agent's messages, token counts, the inbox rows' completion and the outbox
-row, so after a crash a turn either happened entirely or is replayed from the inbox. Lifecycle steps (ending a
-session, titles, compression into a child session) run here too, in order with the turns.
+commit holds the user message(s) and their attachment rows, the agent's messages, token counts, the inbox rows'
+completion and the outbox row, so after a crash a turn either happened entirely or is replayed from the inbox.
+Lifecycle steps (ending a session, titles, compression into a child session) run here too, in order with the turns.
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ import pykka
 
 from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.errors import HermesError, TitleInUseError
+from hermes_actors.hygiene import ModelHistory
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.media import for_agent, unread_note, user_content
+from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
+from hermes_actors.titling import AutoTitle
 from hermes_actors.tools import session_search_tool
 from hermes_actors.turns import (
     CancelToken,
@@ -80,6 +83,13 @@ def _answered(deliveries: Sequence[Delivery]) -> tuple[str, ...]:
     return tuple(d.message.message_id for d in deliveries)
 
 
+def _record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Sequence[int], now: float) -> None:
+    """Commit the attachment rows of each delivery's user message (the first ``len(deliveries)`` of ``ids``)."""
+    for delivery, message_id in zip(deliveries, ids, strict=False):
+        for attachment in delivery.message.attachments:
+            store.attachments.add(message_id, attachment, at=now)
+
+
 def user_key(source: SessionSource) -> str | None:
     """Return the platform-qualified user a session belongs to (memories are kept per user), or ``None``."""
     participant = source.participant_id
@@ -115,16 +125,16 @@ class SessionTurns:
         self._lease_held = False
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
-        self._tokens = 0  # estimate_tokens(self._history), kept up to date
         self._memories: list[str] = []
         self._tools = (session_search_tool(services.readers.reader, session_id),)
+        self._model_history = ModelHistory(services.config.model_message_cap_chars)  # what the model is sent
+        self._auto_title = AutoTitle(services, session_id)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
         if create_with is None:
             with services.readers.reader() as store:
                 self._record = store.get_session(session_id)
                 self._history = store.load_transcript(session_id)
-                self._tokens = estimate_tokens(self._history)
                 self._load_memories(store, source_of(self._record))
         else:
             with services.readers.reader() as store:
@@ -167,15 +177,18 @@ class SessionTurns:
             _log.exception("session %s: agent raised", self.session_id)
             return f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again."
 
-    def _call_agent(self, text: str, token: CancelToken) -> AgentReply | str | None:
+    def _call_agent(
+        self, text: str, token: CancelToken, attachments: Sequence[Attachment] = ()
+    ) -> AgentReply | str | None:
         turn = TurnInput(
             session_id=self.session_id,
-            history=self._history,
+            history=self._model_history.of(self._history),
             user_text=text,
             system_prompt=self._record.system_prompt if self._record else None,
             memories=self._memories,
-            history_tokens=self._tokens,
+            history_tokens=self._model_history.tokens(self._history),
             tools=self._tools,
+            attachments=attachments,
         )
         agent = self._services.agent
         if getattr(agent, "runs_inline", False):
@@ -237,6 +250,7 @@ class SessionTurns:
     def run(self, request: RunTurn) -> TurnOutcome:
         """Run one turn (or lifecycle step) and commit it; return what happened."""
         deliveries = request.deliveries
+        self._record = self._auto_title.applied(self._record)  # a background title stored since the last turn
         if not self._lease_held and self._create_with is None:
             holder = self._acquire_lease()
             if holder is not None:
@@ -266,13 +280,14 @@ class SessionTurns:
 
     def _converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:
         first = deliveries[0].message
-        text = "\n".join(d.message.text for d in deliveries)
-        reply = self._call_agent(text, token)
+        # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
+        contents = [user_content(d.message) for d in deliveries]
+        reply = self._call_agent("\n".join(contents), token, for_agent(d.message for d in deliveries))
         cancelled = token.cancelled
         now = self._clock()
         new = [
-            NewMessage(role=Role.USER, content=d.message.text, platform_message_id=d.message.message_id, created_at=now)
-            for d in deliveries
+            NewMessage(role=Role.USER, content=content, platform_message_id=d.message.message_id, created_at=now)
+            for d, content in zip(deliveries, contents, strict=True)
         ]
         reply_text: str | None = None
         if isinstance(reply, AgentReply) and not cancelled:
@@ -293,6 +308,9 @@ class SessionTurns:
             reply_text = reply.text
         elif isinstance(reply, str):
             reply_text = reply
+        unread = unread_note(d.message for d in deliveries)
+        if reply_text is not None and unread is not None:
+            reply_text = f"{unread}\n\n{reply_text}"
         outbound = (
             reply_for(first.source, self.session_id, reply_text, first.message_id, answers=_answered(deliveries))
             if reply_text is not None
@@ -304,6 +322,7 @@ class SessionTurns:
         def commit(store: Store) -> tuple[int | None, list[int]]:
             self._ensure_row(store)
             ids = store.append_messages(self.session_id, new)
+            _record_attachments(store, deliveries, ids, now)
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
             return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids
@@ -312,6 +331,13 @@ class SessionTurns:
         self._remember(ids, new, now)
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
+        self._auto_title.after_exchange(  # after the reply has left: a title never delays it
+            self._record,
+            self._history,
+            added=len(ids),
+            user_text="\n".join(d.message.text for d in deliveries),
+            reply_text=reply.text if isinstance(reply, AgentReply) and not cancelled else None,
+        )
         return TurnOutcome(
             session_id=self.session_id,
             inbox_ids=tuple(d.inbox_id for d in deliveries),
@@ -323,7 +349,6 @@ class SessionTurns:
         )
 
     def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
-        start = len(self._history)
         self._history.extend(
             MessageRecord(
                 id=i,
@@ -338,7 +363,6 @@ class SessionTurns:
             )
             for i, m in zip(ids, new, strict=True)
         )
-        self._tokens += estimate_tokens(self._history[start:])
 
     def _ensure_row(self, store: Store) -> bool:
         """Create the session row on its first commit; return whether the row exists."""
@@ -447,7 +471,8 @@ class SessionTurns:
         if len(self._history) < 4:
             return False
         window = int(getattr(self._services.agent, "context_window", config.context_window))
-        return len(self._history) >= config.compress_at_messages or self._tokens >= config.compress_at_ratio * window
+        tokens = self._model_history.tokens(self._history)  # the prompt as sent: capped messages count capped
+        return len(self._history) >= config.compress_at_messages or tokens >= config.compress_at_ratio * window
 
     def _compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
         """Summarise into a child session that takes over every routing key of this one."""

@@ -20,6 +20,7 @@ import yaml
 
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.errors import ConfigError
+from hermes_actors.media import MediaConfig
 from hermes_actors.policy import ResetConfig, decode_reset_config
 from platforms.registry import PLATFORMS, config_type
 from platforms.webhook import new_webhook_secret
@@ -39,7 +40,10 @@ CONFIG_NAME = "config.yaml"
 
 
 class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers."""
+    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers.
+
+    ``vision: true`` says the model takes images: a turn's image attachments are sent to it as image parts.
+    """
 
     base_url: str | None = None
     model: str | None = None
@@ -48,6 +52,7 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_retries: int = 2
     temperature: float | None = None
     context_window: int | None = None
+    vision: bool = False
 
     def __post_init__(self) -> None:
         if self.base_url is not None and not re.match(r"^https?://", self.base_url):
@@ -117,6 +122,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     session_reset: ResetConfig = ResetConfig()
     platforms: dict[str, Any] = msgspec.field(default_factory=_default_platforms)  # name -> its config Struct
     daemon: DaemonSettings = DaemonSettings()
+    media: MediaConfig = MediaConfig()
 
 
 _SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -124,6 +130,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "runtime": RuntimeConfig,
     "sessions": SessionsConfig,
     "daemon": DaemonSettings,
+    "media": MediaConfig,
 }
 _AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
 _TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>[^\]]*)\]")
@@ -279,6 +286,7 @@ agent:
   # timeout_s: 120
   # max_retries: 2
   # context_window: 128000
+  # vision: false                    # true: the model takes images (they are sent with the turn they came in)
 
 platforms:
   api_server:
@@ -324,6 +332,20 @@ platforms:
   #   accounts:
   #     main:
   #       token_env: WECHAT_ILINK_TOKEN
+  # whatsapp:
+  #   numbers:
+  #     "106540352242922":             # the phone_number_id (WhatsApp > API Setup), not the phone number
+  #       app_secret_env: WHATSAPP_APP_SECRET
+  #       verify_token_env: WHATSAPP_VERIFY_TOKEN
+  #       access_token_env: WHATSAPP_ACCESS_TOKEN  # callback URL: https://<public host>/whatsapp/webhook
+  # matrix:
+  #   accounts:
+  #     main:
+  #       homeserver: https://matrix.example.org
+  #       access_token_env: MATRIX_ACCESS_TOKEN
+  # signal:
+  #   url: http://127.0.0.1:8080       # signal-cli daemon --http 127.0.0.1:8080 --receive-mode=on-connection
+  #   accounts: ["+15550001"]
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
@@ -333,6 +355,8 @@ runtime:
   # max_concurrent_agent_calls: 256
   # agent_timeout_s: 120
   # reset_triggers: [/new, /reset]
+  # auto_titles: true                # title a session after its first exchange
+  # model_message_cap_chars: 16000   # per message of history sent to the model; 0: no cap
 
 sessions:
   # auto_prune: false                # delete ended sessions older than retention_days at start
@@ -342,6 +366,13 @@ session_reset:
   # mode: none                       # none | idle | daily | both
   # idle_minutes: 1440
   # at_hour: 4
+
+media:
+  # Files that come with messages are saved once under <home>/media and listed in the transcript.
+  # max_bytes: 20971520              # larger files are not read; the reply says so
+  # allowed_kinds: [image, audio, video, document]
+  # excerpt_bytes: 4096              # a text file's first bytes go into the conversation as its stand-in
+  # describe: null                   # module:function(path, attachment) -> a short description
 
 daemon:
   # socket: hermesd.sock             # control socket, relative to the home directory

@@ -10,6 +10,11 @@ A request is answered the durable way: its message is committed to the inbox, th
 and the reply reaches the waiting request through :class:`~platforms.waiters.ReplyWaiters`. A client that stops
 waiting (timeout, disconnect, server stop) loses only the wait: the turn continues and its reply is stored.
 Every error, ours or aiohttp's, leaves in OpenAI's error shape, so clients raise their usual exceptions.
+
+Images come as ``image_url`` content parts of the newest user message. A base64 ``data:`` URL is saved into the
+gateway's media store (one over ``media.max_bytes`` is refused before it is decoded: the turn still runs on the
+text and the reply says the image could not be read); an http(s) URL is recorded as the attachment's source URL
+and not fetched, so the server never makes requests on a client's behalf (a vision model gets the URL itself).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes_actors.errors import ConfigError, HermesError, PlatformError
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.media import MediaStore, kind_of
+from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from platforms.base import Capabilities, ReplySender
 from platforms.http_host import HttpHost
@@ -91,9 +97,15 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 # -- the request, decoded once at the edge ---------------------------------------------------------------------
 
 
+class _ImageUrl(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    detail: str | None = None
+
+
 class _ContentPart(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     text: str | None = None
+    image_url: _ImageUrl | None = None
 
 
 class _ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,28 +324,55 @@ def _decode_chat(body: bytes) -> _ChatRequest:
         ) from None
 
 
-def _new_turn_text(messages: Sequence[_ChatMessage]) -> str:
-    """Return the text of the newest user message: the only part of the request that is a new turn."""
+def _new_turn(messages: Sequence[_ChatMessage]) -> tuple[str, list[str]]:
+    """Return the text and image URLs of the newest user message: the only part of the request that is a new turn."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message.role != "user":
             continue
         content = message.content
+        images: list[str] = []
         if isinstance(content, list):
             for part_index, part in enumerate(content):
-                if part.type != "text":
-                    raise _ApiError(
-                        400,
-                        f"content part type {part.type!r} is not supported; only 'text' parts are "
-                        "(attachments come later): send the image or file as a link in the text",
-                        code="unsupported_content",
-                        param=f"messages[{index}].content[{part_index}].type",
-                    )
-            content = "\n".join(part.text or "" for part in content)
-        if not content or not content.strip():
-            raise _ApiError(400, "the newest user message has no text; send some", param=f"messages[{index}].content")
-        return content
+                images.extend(_image_of(part, f"messages[{index}].content[{part_index}]"))
+            content = "\n".join(part.text or "" for part in content if part.type == "text")
+        if (not content or not content.strip()) and not images:
+            raise _ApiError(
+                400, "the newest user message has no text or image; send some", param=f"messages[{index}].content"
+            )
+        return content or "", images
     raise _ApiError(400, "messages holds no message with role 'user'; add one", param="messages")
+
+
+def _image_of(part: _ContentPart, where: str) -> list[str]:
+    """The image URL of a content part (none for a text part); a 400 for any other kind of part."""
+    if part.type == "text":
+        return []
+    if part.type != "image_url":
+        raise _ApiError(
+            400,
+            f"content part type {part.type!r} is not supported; only 'text' and 'image_url' parts are: send other "
+            "files as a link in the text",
+            code="unsupported_content",
+            param=f"{where}.type",
+        )
+    if part.image_url is None or not part.image_url.url.strip():
+        raise _ApiError(400, "an image_url part needs image_url.url", param=f"{where}.image_url")
+    return [part.image_url.url.strip()]
+
+
+def _image_attachment(media: MediaStore, url: str) -> Attachment:
+    """Save a ``data:`` image into the media store; record an http(s) one by its URL; refuse anything else."""
+    if url.startswith(("http://", "https://")):
+        return media.link(url, kind="image")
+    if not url.startswith("data:"):
+        return media.refuse("only data: and http(s) image URLs are accepted", kind="image", source_url=url[:200])
+    header, _, payload = url[len("data:") :].partition(",")
+    mime, *parameters = header.split(";")
+    mime = mime.strip().lower() or "image/png"
+    if "base64" not in parameters:
+        return media.refuse("only base64 data: URLs are read", kind=kind_of(mime), mime_type=mime)
+    return media.save_base64(payload, kind=kind_of(mime), mime_type=mime)
 
 
 class ApiServer:
@@ -495,12 +534,15 @@ class ApiServer:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         chat = _decode_chat(await request.read())
-        text = _new_turn_text(chat.messages)
+        text, images = _new_turn(chat.messages)
+        attachments = await self._attachments(images) if images else ()
         named = request.headers.get(SESSION_HEADER, "").strip() or None
         name = named or chat.user or f"api-{uuid.uuid4().hex}"
         source = SessionSource(platform=_PLATFORM, chat_type="dm", chat_id=name, user_id=chat.user or name)
         turn_id = uuid.uuid4().hex
-        inbound = InboundMessage(source=source, text=text, message_id=f"api-{turn_id}", received_at=time.time())
+        inbound = InboundMessage(
+            source=source, text=text, message_id=f"api-{turn_id}", attachments=attachments, received_at=time.time()
+        )
         pending = self._waiters.expect(inbound.message_id)
         reply = asyncio.wrap_future(pending)
         try:
@@ -522,6 +564,14 @@ class ApiServer:
             reply.cancel()  # a reply that comes later only goes to the transcript
 
     # -- a turn ----------------------------------------------------------------------------------------------
+
+    async def _attachments(self, images: Sequence[str]) -> tuple[Attachment, ...]:
+        """The request's images as attachments, saved into the gateway's media store off the loop."""
+        gateway, host = self._gateway, self._host
+        if gateway is None or host is None:
+            raise _ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
+        media = gateway.media
+        return await host.blocking(lambda: tuple(_image_attachment(media, url) for url in images))
 
     async def _submit(self, inbound: InboundMessage, *, continues: str | None) -> str:
         """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503."""

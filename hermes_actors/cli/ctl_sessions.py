@@ -30,8 +30,11 @@ from hermes_actors.cli.formatting import (
     terminal_safe,
     truncate,
 )
-from hermes_actors.cli.options import home_option, open_store, reports_errors
-from hermes_actors.errors import SessionBusyError
+from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.errors import ConfigError, SessionBusyError
+from hermes_actors.hygiene import is_capped, is_summary
+from hermes_actors.settings import CONFIG_NAME, load_settings
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
 from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
 from hermes_actors.store.lineage import lineage_chain
@@ -219,25 +222,45 @@ def _indent(lines: list[str], first: str, rest: str) -> list[str]:
     return [(first if i == 0 else rest) + line for i, line in enumerate(lines)]
 
 
-def _message_lines(message: MessageRecord) -> list[str]:
+def _marks(message: MessageRecord, cap: int) -> str:
+    """What ``show`` notes about how the model sees ``message``: a compression summary, cut to the cap."""
+    marks = ["[summary]"] if is_summary(message) else []
+    if is_capped(message, cap):
+        marks.append(f"[capped for the model at {cap:,} chars]")
+    return "".join(f" {mark}" for mark in marks)
+
+
+def _message_lines(message: MessageRecord, cap: int = 0) -> list[str]:
     stamp = f"[{format_timestamp(message.created_at)}]"
     body = terminal_safe(message.content or "").splitlines()
+    marks = _marks(message, cap)
     if message.role == Role.TOOL:
-        label = f"[tool result: {one_line(message.tool_name or '?')}]"
+        label = f"[tool result: {one_line(message.tool_name or '?')}]{marks}"
         shown = body[:TOOL_RESULT_LINES]
         if len(body) > len(shown):
             shown.append(f"… {len(body) - len(shown)} more lines")
         return _indent([f"{stamp} {label}", *shown], "    ↳ ", "      ")
     if message.tool_calls:
         body += _tool_calls_text(message.tool_calls)
-    return _indent(body or [""], f"{stamp} {message.role}: ", "    ")
+    return _indent(body or [""], f"{stamp} {message.role}{marks}: ", "    ")
 
 
-def _transcript_lines(messages: list[MessageRecord], omitted: int) -> list[str]:
+def _transcript_lines(messages: list[MessageRecord], omitted: int, cap: int = 0) -> list[str]:
     lines = [f"… {plural(omitted, 'earlier message')} …"] if omitted else []
     for message in messages:
-        lines.extend(_message_lines(message))
+        lines.extend(_message_lines(message, cap))
     return lines
+
+
+def _model_cap(home: str | None) -> int:
+    """``runtime.model_message_cap_chars`` of the home's config (the default when the file is broken, with a
+    warning: ``show`` only reads)."""
+    try:
+        return load_settings(resolve_home(home) / CONFIG_NAME).runtime.model_message_cap_chars
+    except ConfigError as exc:
+        default = RuntimeConfig().model_message_cap_chars
+        click.echo(f"Warning: {exc}; marking messages capped at the default {default:,} characters", err=True)
+        return default
 
 
 @click.group()
@@ -326,6 +349,9 @@ def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
 def sessions_show(home: str | None, reference: str, limit: int | None, as_json: bool) -> None:
     """Show a session's details and transcript; name it by id, unique id prefix or title.
 
+    A message longer than runtime.model_message_cap_chars (config.yaml) is marked [capped for the model at N
+    chars]: the model is sent its head and tail only. A compression summary is marked [summary].
+
     Example: hermesctl sessions show 20261102_1403 --limit 20
     """
     with open_store(home) as store:
@@ -334,6 +360,7 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
         messages = store.load_transcript(record.id)
     omitted = max(0, len(messages) - limit) if limit is not None else 0
     messages = messages[omitted:]
+    cap = _model_cap(home)
     if as_json:
         view = {
             "session": record,
@@ -341,6 +368,7 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
             "children": details.children,
             "running_in": details.running_in,
             "omitted_messages": omitted,
+            "model_message_cap_chars": cap,  # a longer message's content is cut when sent to the model
             "messages": messages,
         }
         click.echo(msgspec.json.encode(view).decode())
@@ -348,7 +376,7 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
     for line in _summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
-    for line in _transcript_lines(messages, omitted) or ["(no messages)"]:
+    for line in _transcript_lines(messages, omitted, cap) or ["(no messages)"]:
         click.echo(line)
 
 

@@ -1,9 +1,10 @@
 """Reading whole sessions out of the store: the JSONL export, and a session's direct children.
 
-An export line is one session with all its messages in id order (:class:`SessionExport`), so a file of them can
-be read back a line at a time. Sessions are read in pages of :data:`PAGE_SIZE` and one transcript at a time, so
-exporting a large database holds one session in memory, not the database. Run the iteration inside
-``store.transaction()`` to read one consistent snapshot while the daemon keeps writing.
+An export line is one session with all its messages in id order and the attachments of those messages
+(:class:`SessionExport`; each attachment names its message), so a file of them can be read back a line at a time.
+Sessions are read in pages of :data:`PAGE_SIZE` and one transcript at a time, so exporting a large database holds
+one session in memory, not the database. Run the iteration inside ``store.transaction()`` to read one consistent
+snapshot while the daemon keeps writing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.store.records import MessageRecord, SessionRecord
 from hermes_actors.store.store import Store
 
@@ -37,11 +39,16 @@ _encoder = msgspec.json.Encoder()
 _LINE_BREAKS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
-class SessionExport(msgspec.Struct, frozen=True, kw_only=True):
-    """One line of an export: a session's metadata and all its messages, oldest first."""
+class SessionExport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One line of an export: a session's metadata and all its messages, oldest first.
+
+    ``attachments`` lists the files of those messages (by ``message_id``, in message order); a session without
+    any leaves the key out, so its line reads as it did before attachments existed.
+    """
 
     session: SessionRecord
     messages: list[MessageRecord]
+    attachments: list[AttachmentRecord] = msgspec.field(default_factory=list)
 
 
 _decoder = msgspec.json.Decoder(SessionExport)
@@ -91,7 +98,11 @@ def iter_exports(store: Store, *, source: str | None = None, session_id: str | N
         ).fetchall()
         for row in page:
             ref, session = int(row[0]), _session(row[1:])
-            yield SessionExport(session=session, messages=_transcript(store, ref, session.id))
+            yield SessionExport(
+                session=session,
+                messages=_transcript(store, ref, session.id),
+                attachments=store.attachments.for_session(session.id),
+            )
         if len(page) < PAGE_SIZE:
             return
         after = int(page[-1][0])

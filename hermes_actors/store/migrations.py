@@ -18,7 +18,7 @@ from hermes_actors.errors import SchemaVersionError, StoreError
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -95,7 +95,23 @@ def _v3(connection: apsw.Connection) -> None:
     connection.execute("ALTER TABLE home_channels ADD COLUMN scope_id TEXT")
 
 
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3}
+def _v4(connection: apsw.Connection) -> None:
+    """The attachments table, and messages without content (tool calls) indexed as empty documents.
+
+    Before, the word index skipped such rows, and FTS5's integrity-check (which compares the index with the
+    table row for row) reported every healthy store holding a tool call as corrupt.
+    """
+    for statement in _schema_statements("attachments"):
+        connection.execute(statement)
+    for trigger in ("messages_fts_insert", "messages_fts_delete", "messages_fts_update"):
+        connection.execute(f"DROP TRIGGER {trigger}")
+    for statement in _schema_statements("messages"):
+        if re.match(r"CREATE TRIGGER messages_fts_(insert|delete|update) ", statement):
+            connection.execute(statement)
+    connection.execute("INSERT INTO messages_fts (rowid, content) SELECT id, NULL FROM messages WHERE content IS NULL")
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4}
 
 
 def schema_sql() -> str:

@@ -1,9 +1,10 @@
 """Pruning: delete ended sessions older than a cut, by hand (``hermesctl sessions prune``) or on a schedule.
 
 Only ended sessions are ever deleted, judged by ``ended_at`` (when the conversation stopped, not when it was last
-read). A deleted session takes its messages (and their full-text index rows), routes and lease with it; its
-children stay, without a parent; outbox rows and memories keep their text and lose the link. Sessions go in
-batches, one transaction each, so a large prune never holds the write lock for long.
+read). A deleted session takes its messages (and their full-text index rows), attachments, routes and lease with
+it; its children stay, without a parent; outbox rows and memories keep their text and lose the link. Sessions go in
+batches, one transaction each, so a large prune never holds the write lock for long; after each batch commits, the
+media files its attachments named and no remaining row names are removed.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
     session_ids: list[str]
     vacuumed: bool = False
     dry_run: bool = False
+    files_deleted: int = 0  # media files of the deleted attachments that no other row named
 
 
 def _number(store: Store, sql: str, params: Sequence[object] = ()) -> int:
@@ -106,20 +108,22 @@ def _count_messages(store: Store, ids: Sequence[str]) -> int:
     return total
 
 
-def _delete_batch(store: Store, ids: Sequence[str], cutoff: float) -> tuple[list[str], int]:
+def _delete_batch(store: Store, ids: Sequence[str], cutoff: float) -> tuple[list[str], int, int]:
+    """Delete the still-eligible sessions of ``ids``; return them, their message count and media files removed."""
     db = store.connection
     eligible = f"SELECT id FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
     eligible_refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
     with store.transaction():
         # A write first takes the write lock at once, so nothing can reopen a session between the re-check
         # here and the delete below. Deleting messages before sessions runs the FTS triggers row by row.
+        files = store.attachments.delete_for_sessions(eligible_refs, (*ids, cutoff))
         db.execute(f"DELETE FROM messages WHERE session_ref IN ({eligible_refs})", (*ids, cutoff))
         messages = db.changes()
         found = {str(sid) for (sid,) in db.execute(eligible, (*ids, cutoff))}
         deleted = [sid for sid in ids if sid in found]
         if deleted:
             db.execute(f"DELETE FROM sessions WHERE id IN ({_marks(deleted)})", deleted)
-    return deleted, messages
+    return deleted, messages, store.attachments.remove_unreferenced(files)
 
 
 def prune_sessions(
@@ -157,11 +161,12 @@ def prune_sessions(
             dry_run=True,
         )
     listed: list[str] = []
-    sessions = messages = 0
+    sessions = messages = files = 0
     for start in range(0, len(ids), batch_size):
-        deleted, batch_messages = _delete_batch(store, ids[start : start + batch_size], cutoff)
+        deleted, batch_messages, batch_files = _delete_batch(store, ids[start : start + batch_size], cutoff)
         sessions += len(deleted)
         messages += batch_messages
+        files += batch_files
         listed.extend(deleted[: MAX_LISTED_IDS - len(listed)])
         if progress is not None:
             progress(min(start + batch_size, len(ids)), len(ids))
@@ -175,6 +180,7 @@ def prune_sessions(
         bytes_after=_database_bytes(store),
         session_ids=listed,
         vacuumed=vacuumed,
+        files_deleted=files,
     )
 
 

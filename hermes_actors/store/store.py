@@ -28,6 +28,7 @@ from hermes_actors.errors import (
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import fts
+from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, Transaction, open_connection
 from hermes_actors.store.durable import HomeChannels, Inbox, KeyValues, Leases, Memories, Outbox, Timers
 from hermes_actors.store.migrations import migrate, schema_version
@@ -90,6 +91,7 @@ class Store:
         self.kv = KeyValues(connection, clock)
         self.homes = HomeChannels(connection, clock)
         self.memories = Memories(connection, clock)
+        self.attachments = Attachments(connection, clock)
 
     @classmethod
     def open(
@@ -230,14 +232,20 @@ class Store:
             return self.get_session(session_id)
 
     def delete_session(self, session_id: str) -> bool:
-        """Delete a session, its messages and routes; its children stay, without a parent. Return if it existed."""
+        """Delete a session, its messages, attachments and routes; its children stay, without a parent.
+
+        Return whether it existed. Once the deletion has committed, the media files of its attachments that no
+        other row names are removed (see :mod:`hermes_actors.store.attachments`).
+        """
+        refs = "SELECT ref FROM sessions WHERE id = ?"
         with self._atomic():
+            files = self.attachments.delete_for_sessions(refs, (session_id,))
             # Deleting the messages first runs the FTS triggers row by row before the cascade.
-            self._db.execute(
-                "DELETE FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?)", (session_id,)
-            )
+            self._db.execute(f"DELETE FROM messages WHERE session_ref = ({refs})", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            return self._db.changes() > 0
+            existed = self._db.changes() > 0
+        self.attachments.remove_unreferenced(files)
+        return existed
 
     def list_sessions(
         self,

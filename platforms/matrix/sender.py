@@ -75,6 +75,7 @@ def transaction_id(message: OutboundMessage, part: int) -> str:
             message.reply_to,
             message.answers,
             message.text,
+            message.outbox_id,  # two identical notices to one room are still two replies
         ]
     )
     return f"hermes-{hashlib.sha256(identity).hexdigest()[:40]}-{part}"

@@ -4,7 +4,8 @@ Webhook bots share one HTTP server: Telegram POSTs each update to ``/telegram/<b
 ``X-Telegram-Bot-Api-Secret-Token``. The answer is 200 once the message is committed to the inbox (or the update
 starts no turn); Telegram retries anything else, and the inbox recognises the retry. A request the adapter cannot
 use gets ``{"error": ...}``: 404 unknown bot, 401 missing or wrong secret, 413 too large, 400 not an update,
-503 when the message could not be stored (so Telegram delivers it again).
+503 when the message could not be stored (so Telegram delivers it again). Photos and documents are downloaded
+into the media store before the message is accepted, in either mode (:mod:`platforms.telegram.files`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -26,9 +28,18 @@ from platforms.http_client import shown
 from platforms.http_host import HttpHost
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
+from platforms.telegram.files import attach_files
 from platforms.telegram.polling import Poller
 from platforms.telegram.sender import MAX_MESSAGE_UTF16, TelegramSender
-from platforms.telegram.updates import ALLOWED_UPDATES, PLATFORM, UpdateError, decode_update, inbound_from_update
+from platforms.telegram.updates import (
+    ALLOWED_UPDATES,
+    PLATFORM,
+    TelegramFile,
+    UpdateError,
+    decode_update,
+    files_of,
+    inbound_from_update,
+)
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
@@ -166,7 +177,10 @@ class TelegramAdapter:
                 line += f", registered as {shown(bot.config.webhook_url)}"
         else:
             line += f"long-polls {shown(self.config.api_base)} getUpdates"
-        return line + "; replies by sendMessage in parts of 4096 UTF-16 units; media arrive as stand-ins like [image]"
+        return line + (
+            "; replies by sendMessage in parts of 4096 UTF-16 units; photos and documents are saved as attachments, "
+            "other media arrive as stand-ins like [voice message]"
+        )
 
     def _register(self, bot: _Bot) -> None:
         """``setWebhook`` with the bot's URL and secret; a failure is logged (the webhook may be set already)."""
@@ -184,15 +198,26 @@ class TelegramAdapter:
     async def _receive(self, request: web.Request) -> web.Response:
         name = request.match_info["bot"]
         try:
-            inbound = await self._read_update(name, request)
+            read = await self._read_update(name, request)
         except _Refused as exc:
             _log.info("telegram bot %r: refused a webhook request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason})
-        if inbound is None:
+        if read is None:
             return _answer(200, {"ok": True, "accepted": False})
+        inbound, files = read
+        if files and self._gateway is not None:
+            async with aiohttp.ClientSession() as session:
+                inbound = await attach_files(
+                    inbound,
+                    files,
+                    bot=self._bots[name].api,
+                    media=self._gateway.media,
+                    session=session,
+                    timeout_s=self.config.request_timeout_s,
+                )
         return await self._accept(inbound)
 
-    async def _read_update(self, name: str, request: web.Request) -> InboundMessage | None:
+    async def _read_update(self, name: str, request: web.Request) -> tuple[InboundMessage, list[TelegramFile]] | None:
         bot = self._bots.get(name)
         if bot is None or bot.config.mode != "webhook" or bot.secret is None:
             raise _Refused(404, f"no webhook bot {name!r}; add it under platforms.telegram.bots with mode: webhook")
@@ -210,9 +235,11 @@ class TelegramAdapter:
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
         try:
-            return inbound_from_update(decode_update(body), name, received_at=self._clock())
+            update = decode_update(body)
+            inbound = inbound_from_update(update, name, received_at=self._clock())
         except UpdateError as exc:
             raise _Refused(400, str(exc)) from None
+        return None if inbound is None else (inbound, files_of(update))
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
         gateway, host = self._gateway, self._host

@@ -7,6 +7,10 @@ updates and sends them again; a crash after it stores the new offset, which the 
 sends, confirming the batch. Nothing is lost and nothing is processed twice; the inbox's dedupe on
 ``<chat>:<message>`` catches the rest.
 
+Photos and documents are downloaded into the media store (:mod:`platforms.telegram.files`) before their batch is
+committed, so the inbox rows hold attachment records and a crash before the commit only downloads them again (the
+media store writes the same bytes once).
+
 An update that does not decode is logged and stepped over (its ``update_id`` still moves the offset), so one bad
 update cannot stall a bot. Failed polls back off (``poll_retry_s`` doubling to ``poll_retry_max_s``, or
 Telegram's ``retry_after``); a refused token or a webhook still set (409) is logged with the fix. ``stop()``
@@ -29,11 +33,14 @@ from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
+from platforms.telegram.files import attach_files
 from platforms.telegram.updates import (
     ALLOWED_UPDATES,
     PLATFORM,
+    TelegramFile,
     UpdateError,
     decode_update,
+    files_of,
     inbound_from_update,
     update_id_of,
 )
@@ -67,6 +74,7 @@ class _Batch(msgspec.Struct, frozen=True, kw_only=True):
 
     messages: list[InboundMessage]
     next_offset: int | None
+    files: list[tuple[int, list[TelegramFile]]] = msgspec.field(default_factory=list)  # message index -> to fetch
 
 
 class Poller:
@@ -178,10 +186,27 @@ class Poller:
         items = result_as(read_answer(status, headers, body, where), list[msgspec.Raw], where)
         if items is None:
             raise BotApiError(f"{where}: the result is not a list of updates")
-        return self._read_batch(bot, items, offset, where)
+        return await self._download(session, bot, self._read_batch(bot, items, offset, where))
+
+    async def _download(self, session: aiohttp.ClientSession, bot: BotApi, batch: _Batch) -> _Batch:
+        """The batch with its messages' photos and documents saved into the media store as attachments."""
+        if not batch.files:
+            return batch
+        messages = list(batch.messages)
+        for index, files in batch.files:
+            messages[index] = await attach_files(
+                messages[index],
+                files,
+                bot=bot,
+                media=self._gateway.media,
+                session=session,
+                timeout_s=self._config.request_timeout_s,
+            )
+        return _Batch(messages=messages, next_offset=batch.next_offset)
 
     def _read_batch(self, bot: BotApi, items: list[msgspec.Raw], offset: int | None, where: str) -> _Batch:
         messages: list[InboundMessage] = []
+        files: list[tuple[int, list[TelegramFile]]] = []
         highest = None if offset is None else offset - 1
         numbered = 0
         for raw in items:
@@ -192,15 +217,19 @@ class Poller:
             numbered += 1
             highest = update_id if highest is None else max(highest, update_id)
             try:
-                inbound = inbound_from_update(decode_update(raw), bot.name, received_at=self._clock())
+                update = decode_update(raw)
+                inbound = inbound_from_update(update, bot.name, received_at=self._clock())
             except UpdateError as exc:
                 _log.warning("telegram bot %r: skipped update %d: %s", bot.name, update_id, exc)
                 continue
             if inbound is not None:
+                wanted = files_of(update)
+                if wanted:
+                    files.append((len(messages), wanted))
                 messages.append(inbound)
         if items and not numbered:  # nothing to step over: polling again at once would get the same answer
             raise BotApiError(f"{where}: no update in the answer has an update_id")
-        return _Batch(messages=messages, next_offset=None if highest is None else highest + 1)
+        return _Batch(messages=messages, next_offset=None if highest is None else highest + 1, files=files)
 
     def _commit(self, bot: BotApi, batch: _Batch) -> None:
         cursor = None

@@ -11,17 +11,21 @@ message for one bot forever. A redelivered update (a webhook retry, a ``getUpdat
 confirmed) collides with it in the gateway's durable inbox. ``update_id`` is not used: it restarts at random
 after a week without updates.
 
-Attachments are a later issue; for now a photo, file, sticker or voice note becomes a short stand-in such as
-``[image]`` followed by its caption, so the agent knows something arrived.
+Media leave a short stand-in such as ``[image]`` before the caption in the text, so every message has text.
+Photos (the largest size) and documents are also listed by :func:`files_of` as :class:`TelegramFile`, which
+:mod:`platforms.telegram.files` downloads into the media store as the message's attachments; stickers, voice
+notes and the rest stay stand-ins.
 """
 
 from __future__ import annotations
 
+import mimetypes
 from typing import Any
 
 import msgspec
 
 from hermes_actors.errors import PlatformError
+from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 
@@ -30,10 +34,12 @@ __all__ = [
     "PLATFORM",
     "Chat",
     "Message",
+    "TelegramFile",
     "Update",
     "UpdateError",
     "User",
     "decode_update",
+    "files_of",
     "inbound_from_update",
     "update_id_of",
 ]
@@ -66,7 +72,27 @@ class Chat(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Document(msgspec.Struct, frozen=True, kw_only=True):
+    file_id: str | None = None
     file_name: str | None = None
+    mime_type: str | None = None
+    file_size: int | None = None
+
+
+class PhotoSize(msgspec.Struct, frozen=True, kw_only=True):
+    file_id: str
+    width: int = 0
+    height: int = 0
+    file_size: int | None = None
+
+
+class TelegramFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A file of a message to fetch with ``getFile``: its id, and what the update says about it."""
+
+    file_id: str
+    kind: str  # image or document (a document's kind follows its MIME type)
+    mime_type: str | None = None
+    name: str | None = None
+    size: int | None = None
 
 
 class Sticker(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,6 +208,43 @@ def inbound_from_update(update: Update, account_id: str, *, received_at: float |
     )
     message_id = f"{chat_id}:{_id(message.message_id, 'message_id')}"
     return InboundMessage(source=source, text=text, message_id=message_id, received_at=received_at)
+
+
+def files_of(update: Update) -> list[TelegramFile]:
+    """The photo (its largest size) and document of ``update``'s message, to download as attachments."""
+    message = update.message or update.channel_post
+    if message is None:
+        return []
+    found: list[TelegramFile] = []
+    sizes = _photo_sizes(message.photo)
+    if sizes:
+        largest = max(sizes, key=lambda size: (size.width * size.height, size.file_size or 0))
+        found.append(
+            TelegramFile(
+                file_id=largest.file_id, kind="image", mime_type="image/jpeg", name="photo.jpg", size=largest.file_size
+            )
+        )
+    document = message.document
+    if document is not None and document.file_id:
+        mime = document.mime_type or (mimetypes.guess_type(document.file_name)[0] if document.file_name else None)
+        found.append(
+            TelegramFile(
+                file_id=document.file_id,
+                kind=kind_of(mime),
+                mime_type=mime,
+                name=document.file_name,
+                size=document.file_size,
+            )
+        )
+    return found
+
+
+def _photo_sizes(photo: object) -> list[PhotoSize]:
+    """The sizes of a message's ``photo`` (Telegram sends several); none when it is not the shape Telegram sends."""
+    try:
+        return msgspec.convert(photo, list[PhotoSize]) if photo is not None else []
+    except msgspec.ValidationError:
+        return []
 
 
 def _id(value: int, field: str) -> str:

@@ -123,7 +123,7 @@ def test_the_echo_agent_says_so_when_a_turn_offers_no_search_tool() -> None:
 
 
 def test_an_echo_search_turn_through_a_gateway_finds_another_session_and_stores_the_call(db_path: Path) -> None:
-    with open_fake_gateway(db_path) as (gateway, fake):
+    with open_fake_gateway(db_path, auto_titles=False) as (gateway, fake):
         fake.push("the deploy password rotates on fridays", chat_id="ops")
         assert fake.pop().text == "echo: the deploy password rotates on fridays"
         assert gateway.wait_idle()
@@ -152,7 +152,7 @@ def test_an_echo_search_turn_through_a_gateway_finds_another_session_and_stores_
 
 
 def test_an_echo_search_does_not_find_its_own_session(db_path: Path) -> None:
-    with open_fake_gateway(db_path) as (gateway, fake):
+    with open_fake_gateway(db_path, auto_titles=False) as (gateway, fake):
         fake.push("remember the word zeppelin")
         fake.pop()
         fake.push("search: zeppelin")

@@ -60,6 +60,8 @@ def test_db_check_passes_on_a_healthy_database(home: Path) -> None:
         session = store.create_session("cli")
         # The CJK index holds only the second message: the check must not call that a stale index.
         store.append_messages(session.id, [NewMessage(role=Role.USER, content=t) for t in ("hello", "你好世界")])
+        # A tool call has no content: still a healthy store.
+        store.append_messages(session.id, [NewMessage(role=Role.ASSISTANT, content=None, tool_calls="[]")])
     result = runner.invoke(hermesctl.main, ["db", "check", "--home", str(home)])
     assert (result.exit_code, result.output) == (0, "ok\n")
 

@@ -43,7 +43,7 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
         indent = line[: len(line) - len(stripped)]
         candidate = stripped[2:].split("  #")[0].rstrip() if stripped.startswith("# ") else ""
         key = candidate.strip().split(":", 1)[0]
-        if ":" in candidate and key.isidentifier():
+        if ":" in candidate and (key.isidentifier() or key.strip('"').isdigit()):
             lines.append(indent + candidate)
         else:
             lines.append(line)
@@ -53,7 +53,17 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
     assert settings.agent.model == "my-model"
     assert settings.session_reset.mode == ResetMode.NONE
     assert settings.platforms["webhook"].routes["default"].callback_url == "http://127.0.0.1:9000/replies"
-    assert set(settings.platforms) == {"api_server", "webhook", "telegram", "slack", "feishu", "wechat"}
+    assert set(settings.platforms) == {
+        "api_server",
+        "webhook",
+        "telegram",
+        "slack",
+        "feishu",
+        "wechat",
+        "whatsapp",
+        "matrix",
+        "signal",
+    }
 
 
 @pytest.mark.parametrize(

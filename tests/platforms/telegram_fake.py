@@ -4,8 +4,9 @@ It keeps a queue of updates per bot with Telegram's confirmation rule (``getUpda
 update below it; a newer poll ends an older one with 409), long polls that wait for updates, the webhook switch
 (``setWebhook``/``deleteWebhook``; ``getUpdates`` is refused while one is set), ``sendMessage`` (4096 UTF-16
 units, forum topics, flood control answering 429 with ``parameters.retry_after``, groups upgraded to supergroups
-answering with ``migrate_to_chat_id``) and ``createForumTopic``. Tests queue updates, script failures and read
-what was called::
+answering with ``migrate_to_chat_id``), ``createForumTopic``, and files: ``getFile`` for a file added with
+:meth:`TelegramFake.add_file` and its download from ``{base}/file/bot{token}/{file_path}`` (recorded as method
+``file``). Tests queue updates, script failures and read what was called::
 
     with TelegramFake() as fake:
         fake.add_bot(TOKEN)
@@ -156,9 +157,11 @@ class TelegramFake:
         self._last_send: dict[int | str, float] = {}
         self._failures: defaultdict[str, deque[_Failure]] = defaultdict(deque)
         self._calls: list[Call] = []
+        self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self._closing = False
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._host = HttpHost(app, name="telegram-fake")
 
     # -- lifecycle
@@ -195,6 +198,11 @@ class TelegramFake:
         """Make ``chat_id`` a forum supergroup with ``topics`` open (``createForumTopic`` opens more)."""
         with self._lock:
             self._forums.setdefault(chat_id, set()).update(topics)
+
+    def add_file(self, file_id: str, data: bytes, *, file_path: str | None = None) -> None:
+        """Make ``getFile`` know ``file_id`` (at ``file_path``, default ``documents/<file_id>``) and serve ``data``."""
+        with self._lock:
+            self._files[file_id] = (file_path or f"documents/{file_id}", data)
 
     def migrate(self, chat_id: int, supergroup_id: int) -> None:
         """Group ``chat_id`` became supergroup ``supergroup_id``: sends to it answer 400 with migrate_to_chat_id."""
@@ -322,6 +330,7 @@ class TelegramFake:
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
             "createforumtopic": self._create_forum_topic,
+            "getfile": self._get_file,
             "setwebhook": self._set_webhook,
             "deletewebhook": self._delete_webhook,
         }.get(method)
@@ -419,6 +428,24 @@ class TelegramFake:
             topic = next(self._topic_ids)
             self._forums[chat_id].add(topic)
         return _ok({"message_thread_id": topic, "name": name, "icon_color": _TOPIC_ICON})
+
+    async def _get_file(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
+        file_id = params.get("file_id")
+        with self._lock:
+            known = self._files.get(file_id) if isinstance(file_id, str) else None
+        if known is None:
+            return _error(400, "Bad Request: invalid file_id")
+        path, data = known
+        return _ok({"file_id": file_id, "file_unique_id": f"u-{file_id}", "file_size": len(data), "file_path": path})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        token, path = request.match_info["token"], request.match_info["path"]
+        with self._lock:
+            known = token in self._bots
+            found = next((data for stored, data in self._files.values() if stored == path), None)
+        if not known or found is None:
+            return self._record(token, "file", {"path": path}, web.Response(status=404, text="Not Found"))
+        return self._record(token, "file", {"path": path}, web.Response(body=found))
 
     async def _set_webhook(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
         if not isinstance(params.get("url"), str):

@@ -336,9 +336,9 @@ def test_concurrent_requests_to_one_session_all_get_a_reply(running: Running) ->
 
 # -- malformed input ------------------------------------------------------------------------------------------
 
-IMAGE_PARTS = [
+AUDIO_PARTS = [  # image parts are attachments now; audio input is not taken
     {"type": "text", "text": "look"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
 ]
 
 
@@ -360,12 +360,12 @@ IMAGE_PARTS = [
             id="no-user-message",
         ),
         pytest.param(
-            json.dumps({"messages": [{"role": "user", "content": IMAGE_PARTS}]}).encode(),
+            json.dumps({"messages": [{"role": "user", "content": AUDIO_PARTS}]}).encode(),
             "/v1/chat/completions",
             "POST",
             400,
             "messages[0].content[1].type",
-            id="image-part",
+            id="audio-part",
         ),
         pytest.param(b"x" * 8192, "/v1/chat/completions", "POST", 413, None, id="too-large"),
         pytest.param(None, "/v1/embeddings", "POST", 404, None, id="unknown-path"),

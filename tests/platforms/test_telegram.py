@@ -6,6 +6,7 @@ way Telegram does; replies are read back from what the fake received.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.gateway import Gateway
+from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
@@ -120,6 +122,7 @@ def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
             clock: Callable[[], float] = time.time,
             gateway_for: Callable[[Gateway], Gateway] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
+            media: MediaConfig | None = None,
         ) -> Running:
             adapter = TelegramAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock)
             gateway = Gateway(
@@ -128,6 +131,7 @@ def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
                 senders=[*adapter.senders(), *extra_senders],
                 clock=clock,
                 tick_interval_s=0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
@@ -235,6 +239,8 @@ def test_channel_posts_media_stand_ins_and_service_messages(fake: TelegramFake, 
     telegram = start()
     channel = group_chat(-100999, "News", kind="channel")
     chat = private_chat(ALICE)
+    fake.add_file("p", b"\xff\xd8 a jpeg", file_path="photos/file_1.jpg")
+    fake.add_file("d", b"%PDF-1.7 a report", file_path="documents/report.pdf")
     fake.push(TOKEN, message(channel, None, "breaking", kind="channel_post", sender_chat=channel))
     fake.push(TOKEN, message(chat, ALICE, photo=[{"file_id": "p", "width": 1, "height": 1}], caption="look"))
     fake.push(TOKEN, message(chat, ALICE, document={"file_id": "d", "file_name": "report.pdf"}))
@@ -243,17 +249,90 @@ def test_channel_posts_media_stand_ins_and_service_messages(fake: TelegramFake, 
     last = fake.push(TOKEN, message(group_chat(-100777, "Team"), None, new_chat_members=[BOB]))  # no turn
     fake.push(TOKEN, {"edited_message": message(chat, ALICE, "edited", message_id=1)["message"]})  # no turn
     texts = {p["text"] for p in wait_sent(fake, 5)}
-    assert texts == {
+    assert {text.split("\n")[0] for text in texts} == {
         "echo: breaking",
         "echo: [image] look",
         "echo: [file: report.pdf]",
         "echo: [sticker 👍]",
         "echo: [voice message]",
     }
+    # The photo and the document were downloaded: their stand-ins follow the text (stickers, voice: text only).
+    media = str(telegram.gateway.media.directory)
+    attached = sorted(text.split("\n", 1)[1] for text in texts if "\n" in text)
+    assert [line.split(", saved at ")[0] for line in attached] == [
+        "[attached document report.pdf (application/pdf, 17 bytes)",
+        "[attached image photo.jpg (image/jpeg, 9 bytes)",
+    ]
+    assert all(f", saved at {media}/" in line for line in attached)
     fake.wait_for(lambda: telegram.cursor() == str(last + 2))  # dropped updates are confirmed all the same
     assert telegram.gateway.wait_idle()
     assert len(fake.sent(TOKEN)) == 5
     assert telegram.session_of("agent:main:telegram~main:channel:-100999:-100999") is not None
+
+
+def test_a_photo_arrives_as_an_image_attachment_downloaded_through_the_bot_api(
+    fake: TelegramFake, start: Start, tmp_path: Path
+) -> None:
+    telegram = start(media=MediaConfig(max_bytes=1024))
+    chat = private_chat(ALICE)
+    jpeg = b"\xff\xd8\xff\xe0" + bytes(range(200))
+    fake.add_file("large", jpeg, file_path="photos/file_7.jpg")
+    sizes = [{"file_id": "thumb", "width": 90, "height": 60}, {"file_id": "large", "width": 900, "height": 600}]
+    fake.push(TOKEN, message(chat, ALICE, photo=sizes, caption="what is this?", message_id=70))
+    (reply,) = wait_sent(fake, 1)
+    assert telegram.gateway.wait_idle()
+    # Only the largest size was asked for and downloaded, once, into the media store, named by its sha256.
+    assert [c.params["file_id"] for c in fake.calls("getFile")] == ["large"]
+    assert [c.params["path"] for c in fake.calls("file")] == ["photos/file_7.jpg"]
+    digest = hashlib.sha256(jpeg).hexdigest()
+    cached = tmp_path / "media" / digest[:2] / f"{digest}.jpg"
+    assert cached.read_bytes() == jpeg
+    assert (
+        reply["text"]
+        == f"echo: [image] what is this?\n[attached image photo.jpg (image/jpeg, 204 bytes), saved at {cached}]"
+    )
+    session = telegram.session_of("agent:main:telegram~main:dm:5001")
+    assert session is not None
+    with telegram.gateway.read() as store:
+        (row,) = store.attachments.for_session(session)
+        (user, _) = store.load_transcript(session)
+    assert (row.message_id, row.kind, row.mime_type, row.size, row.sha256, row.name, row.error) == (
+        user.id,
+        "image",
+        "image/jpeg",
+        204,
+        digest,
+        "photo.jpg",
+        None,
+    )
+    assert row.path == f"{digest[:2]}/{digest}.jpg"  # relative to the media directory
+    assert row.source_url is None  # the download URL holds the token
+
+
+def test_a_photo_over_the_limit_or_unknown_to_telegram_is_not_read_and_the_text_still_runs(
+    fake: TelegramFake, start: Start, tmp_path: Path
+) -> None:
+    start(media=MediaConfig(max_bytes=1024))
+    chat = private_chat(ALICE)
+    fake.add_file("big", bytes(4096), file_path="photos/big.jpg")
+    big = [{"file_id": "big", "width": 4000, "height": 3000, "file_size": 4096}]
+    fake.push(TOKEN, message(chat, ALICE, photo=big, caption="too big?", message_id=80))
+    fake.push(TOKEN, message(chat, ALICE, document={"file_id": "gone", "file_name": "notes.txt"}, message_id=81))
+    first, second = (p["text"] for p in wait_sent(fake, 2))
+    assert first == (
+        "I could not read photo.jpg: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: [image] too big?\n[image photo.jpg was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert second.startswith(
+        "I could not read notes.txt: Telegram did not hand it over (Bad Request: invalid file_id)."
+    )
+    assert second.endswith(
+        "echo: [file: notes.txt]\n[document notes.txt was not read: Telegram did not hand it over "
+        "(Bad Request: invalid file_id)]"
+    )
+    assert [c.params["file_id"] for c in fake.calls("getFile")] == ["gone"]  # the update said the photo is too big
+    assert fake.calls("file") == []
+    assert not (tmp_path / "media").exists()
 
 
 # -- the offset and crashes --------------------------------------------------------------------------------------
@@ -611,6 +690,24 @@ def test_malformed_and_oversized_webhook_bodies_get_4xx_and_the_adapter_keeps_wo
     assert [p["text"] for p in wait_sent(fake, 1)] == ["echo: still here"]
 
 
+def test_a_webhook_document_is_downloaded_before_the_update_is_answered(
+    fake: TelegramFake, start: Start, tmp_path: Path
+) -> None:
+    fake.add_bot(OTHER_TOKEN)
+    telegram = start(webhook_config(fake))
+    fake.add_file("doc-1", b"line one\nline two\n", file_path="documents/file_3.txt")
+    document = {"file_id": "doc-1", "file_name": "notes.txt", "mime_type": "text/plain", "file_size": 18}
+    update = {"update_id": 30, **message(private_chat(ALICE), ALICE, message_id=30, document=document)}
+    assert post_update(telegram.adapter.url + "/telegram/hook", update, SECRET)[0] == 200
+    assert [c.params["path"] for c in fake.calls("file", TOKEN)] == ["documents/file_3.txt"]  # before the 200
+    (reply,) = wait_sent(fake, 1)
+    digest = hashlib.sha256(b"line one\nline two\n").hexdigest()
+    assert reply["text"] == (
+        f"echo: [file: notes.txt]\n[attached document notes.txt (text/plain, 18 bytes), saved at "
+        f"{tmp_path / 'media' / digest[:2] / digest}.txt]\nIts text:\nline one\nline two\n"
+    )
+
+
 def test_a_webhook_update_that_cannot_be_stored_gets_503_so_telegram_sends_it_again(
     fake: TelegramFake, start: Start
 ) -> None:
@@ -843,7 +940,8 @@ def test_the_banner_says_how_each_bot_receives_and_replies(fake: TelegramFake, s
     assert hook == (
         f"Telegram bot 'hook' (token in config.yaml): webhook POST {telegram.adapter.url}/telegram/hook "
         f"(checks {SECRET_HEADER}), registered as https://bots.example.com/telegram/hook; replies by sendMessage "
-        "in parts of 4096 UTF-16 units; media arrive as stand-ins like [image]"
+        "in parts of 4096 UTF-16 units; photos and documents are saved as attachments, other media arrive as "
+        "stand-ins like [voice message]"
     )
     assert poller.startswith(f"Telegram bot 'poller' (token in config.yaml): long-polls {fake.base_url} getUpdates")
     assert TOKEN not in hook + poller

@@ -80,6 +80,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     old.execute("INSERT INTO sessions (id, source, started_at, last_active_at) VALUES ('s1', 'cli', 0, 0)")
     for text in ("plain english", "我们来讨论全文搜索"):
         old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'user', ?, 0)", (text,))
+    old.execute("INSERT INTO messages (session_id, role, content, created_at) VALUES ('s1', 'assistant', NULL, 0)")
     old.execute("INSERT INTO routes (routing_key, session_id, updated_at) VALUES ('agent:main:cli:dm', 's1', 0)")
     assert migrate(old) == 1
     # Rebuilt tables keep their rows and the rows that refer to them (no cascade ran while they were swapped).
@@ -87,9 +88,12 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     assert old.execute("SELECT id, session_ref, content FROM messages ORDER BY id").fetchall() == [
         (1, 1, "plain english"),
         (2, 1, "我们来讨论全文搜索"),
+        (3, 1, None),
     ]
     assert old.execute("SELECT session_id FROM routes").fetchall() == [("s1",)]
-    assert old.execute("SELECT name, seq FROM sqlite_sequence WHERE name = 'messages'").fetchall() == [("messages", 2)]
+    assert old.execute("SELECT name, seq FROM sqlite_sequence WHERE name = 'messages'").fetchall() == [("messages", 3)]
+    # A message without content (a tool call) is an empty document: the index matches the table row for row.
+    old.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
     assert old.execute("PRAGMA foreign_keys").get == 1
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)

@@ -1,0 +1,163 @@
+"""Automatic titles: a session is titled after its first exchange, in the background, once.
+
+When a session's first user message and the agent's reply have committed (and the reply has gone to the outbox),
+its :class:`AutoTitle` asks the agent's optional ``title(first_user_text, first_reply, *, timeout_s)`` for a short
+descriptive title. The call runs in the agent pool, so it never delays a reply (an agent with ``runs_inline`` never
+blocks: it is asked on the session's thread once the reply has left). What it answers is sanitised
+(:func:`~hermes_actors.titles.sanitize_title`) and written by the store writer only while the session is still
+untitled: a title set meanwhile by hand (``/title``, ``hermesctl sessions rename``) or queued before the first
+message wins. A title another session holds takes the lineage suffix (``"base #2"``). The call gets the shorter of
+:data:`TITLE_TIMEOUT_S` and ``runtime.agent_timeout_s`` as its ``timeout_s`` and must keep to it, like a turn; an
+answer that comes later (on the runtime's clock) is discarded. A failure (the agent raised, answered late, or gave
+an unusable title) is logged and leaves the session untitled; it is not retried, and a session whose first
+exchange has passed is never titled automatically (a compression child inherits its parent's lineage title).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+import msgspec
+
+from hermes_actors.agent import AgentError
+from hermes_actors.errors import HermesError
+from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.titles import sanitize_title
+from hermes_actors.turns import SessionServices
+
+__all__ = ["TITLE_TIMEOUT_S", "AutoTitle", "store_auto_title"]
+
+TITLE_TIMEOUT_S = 30.0  # at most; a shorter runtime.agent_timeout_s bounds it too
+
+_log = logging.getLogger(__name__)
+
+TitleCall = Callable[..., str]
+
+
+def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
+    """Give ``session_id`` the title ``title`` unless it has one (run it in the writer: the check and the write
+    commit together); return the title stored, ``None`` when the session is gone or titled already.
+
+    A title held by another session takes the next lineage number (``"title #2"``).
+    """
+    record = store.find_session(session_id)
+    if record is None or record.title is not None:
+        return None
+    holder = store.connection.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
+    if holder is not None and holder != session_id:
+        title = store.next_lineage_title(title)
+    return store.set_title(session_id, title)
+
+
+def _first_exchange_ends_here(history: Sequence[MessageRecord], added: int) -> bool:
+    """Whether the first assistant message of ``history`` is among its last ``added`` messages."""
+    first_reply = next((i for i, m in enumerate(history) if m.role == Role.ASSISTANT), None)
+    return first_reply is not None and first_reply >= len(history) - added
+
+
+class AutoTitle:
+    """The automatic title of one session, driven by its turns (on the session's thread).
+
+    :meth:`after_exchange` starts the job after the first exchange; :meth:`applied` folds the stored title into
+    the session's cached record once the job has finished.
+    """
+
+    __slots__ = ("_decided", "_future", "_services", "session_id")
+
+    def __init__(self, services: SessionServices, session_id: str) -> None:
+        self._services = services
+        self.session_id = session_id
+        self._decided = not services.config.auto_titles  # True once this session needs no more thought
+        self._future: Future[str | None] | None = None
+
+    @property
+    def job(self) -> Future[str | None] | None:
+        """The running or finished job (its result is the title stored, or ``None``); ``None`` before it starts."""
+        return self._future
+
+    def after_exchange(
+        self,
+        record: SessionRecord | None,
+        history: Sequence[MessageRecord],
+        *,
+        added: int,
+        user_text: str,
+        reply_text: str | None,
+    ) -> None:
+        """Start the title job if the turn that just committed ``added`` messages of ``history`` (with the reply
+        ``reply_text``; ``None`` when the agent gave none) was the session's first exchange and it has no title."""
+        if self._decided or reply_text is None or record is None:
+            return
+        self._decided = True  # whatever happens next, this session's title is settled here
+        if record.title is not None or not _first_exchange_ends_here(history, added):
+            return
+        call: TitleCall | None = getattr(self._services.agent, "title", None)
+        if call is None:
+            _log.debug("session %s: the agent offers no title call; the session stays untitled", self.session_id)
+            return
+        if getattr(self._services.agent, "runs_inline", False):
+            # It never blocks: ask it here, after the reply has left, and wait for the write, so the next turn (a
+            # /compress that numbers the child's title after this one) already sees the title.
+            self._future = Future()
+            self._future.set_result(self._ask_and_store(call, user_text, reply_text))
+        else:
+            try:
+                self._future = self._services.agent_pool.submit(self._ask_and_store, call, user_text, reply_text)
+            except RuntimeError as exc:  # the pool has shut down: the runtime is stopping
+                _log.info("session %s: no automatic title: %s", self.session_id, exc)
+
+    def applied(self, record: SessionRecord | None) -> SessionRecord | None:
+        """Return ``record`` with the automatic title once the job has stored one (a title set since wins)."""
+        future = self._future
+        if future is None or not future.done() or future.cancelled() or record is None or record.title is not None:
+            return record
+        title = future.result()
+        return record if title is None else msgspec.structs.replace(record, title=title)
+
+    def _ask(self, call: TitleCall, user_text: str, reply_text: str) -> str | None:
+        """Ask the agent; return the sanitised title or ``None`` (logged)."""
+        timeout = min(TITLE_TIMEOUT_S, self._services.config.agent_timeout_s)
+        clock = self._services.clock
+        started = clock()
+        try:
+            answer = call(user_text, reply_text, timeout_s=timeout)
+            took = clock() - started
+            if took > timeout:
+                _log.warning(
+                    "session %s: no automatic title: the agent took %.1f s, longer than %g s; it stays untitled",
+                    self.session_id,
+                    took,
+                    timeout,
+                )
+                return None
+            title = sanitize_title(answer if isinstance(answer, str) else None)
+        except (AgentError, HermesError) as exc:
+            _log.warning("session %s: no automatic title: %s; it stays untitled", self.session_id, exc)
+            return None
+        except Exception:
+            _log.exception("session %s: no automatic title: the agent's title call raised", self.session_id)
+            return None
+        if title is None:
+            _log.warning("session %s: no automatic title: the agent answered %r", self.session_id, answer)
+        return title
+
+    def _write(self, store: Store, title: str) -> str | None:
+        stored = store_auto_title(store, self.session_id, title)
+        if stored is None:
+            _log.info("session %s: automatic title %r not needed: the session has a title", self.session_id, title)
+        else:
+            _log.info("session %s: titled %r automatically", self.session_id, stored)
+        return stored
+
+    def _ask_and_store(self, call: TitleCall, user_text: str, reply_text: str) -> str | None:
+        """Ask, then write and wait for the commit; return the title stored (``None``: none, logged)."""
+        title = self._ask(call, user_text, reply_text)
+        if title is None:
+            return None
+        try:
+            return self._services.writer.call(lambda store: self._write(store, title))
+        except Exception as exc:  # the writer has stopped (shutdown), the database refused the write
+            _log.warning("session %s: automatic title %r not stored: %s", self.session_id, title, exc)
+            return None
