@@ -21,7 +21,7 @@ import pykka
 
 from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.errors import HermesError, TitleInUseError
-from hermes_actors.hygiene import ModelHistory
+from hermes_actors.hygiene import ModelHistory, is_summary
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
 from hermes_actors.media import for_agent, unread_note, user_content
@@ -468,7 +468,10 @@ class SessionTurns:
 
     def _needs_compression(self) -> bool:
         config = self._services.config
-        if len(self._history) < 4:
+        # A compression child starts with the summary and the protected recent messages: it compresses again only
+        # after 4 new ones, so a summary that alone is over the threshold cannot start a child on every turn.
+        carried = config.protected_recent_messages + 1 if self._history and is_summary(self._history[0]) else 0
+        if len(self._history) - carried < 4:
             return False
         window = int(getattr(self._services.agent, "context_window", config.context_window))
         tokens = self._model_history.tokens(self._history)  # the prompt as sent: capped messages count capped

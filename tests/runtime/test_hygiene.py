@@ -202,6 +202,23 @@ def test_capped_history_does_not_force_a_compression(make_gateway: MakeGateway) 
         gateway.stop()
 
 
+def test_a_summary_over_the_threshold_does_not_compress_again_on_every_turn(make_gateway: MakeGateway) -> None:
+    log = pasted_log(lines=280)
+    # The echo agent's summary quotes every user message: alone it is over the threshold.
+    gateway, fake = make_gateway(model_message_cap_chars=0, context_window=16_000)
+    key = "agent:main:fake:dm:loop"
+    for turn in range(4):
+        fake.push(f"{turn} {log}", chat_id="loop", message_id=f"loop-{turn}")
+        fake.pop()
+    assert gateway.wait_idle()
+    child = gateway.session_for(key)
+    fake.push("short question", chat_id="loop", message_id="loop-next")
+    assert fake.pop().text.endswith("short question")
+    assert gateway.wait_idle()
+    assert gateway.session_for(key) == child  # the carried messages alone did not start another child
+    gateway.stop()
+
+
 def write_config(home: Path, runtime: dict[str, object]) -> None:
     (home / "config.yaml").write_text(json.dumps({"runtime": runtime}), encoding="utf-8")
 
