@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from hermes_actors.importer.content import HERMES_JSON_PREFIX, split_content
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
@@ -71,7 +72,13 @@ def is_summary(message: MessageRecord) -> bool:
 
 
 def cap_message(message: MessageRecord, cap: int) -> MessageRecord:
-    """Return ``message`` as the model sees it: its content cut to ``cap`` (the same object when it fits)."""
+    """Return ``message`` as the model sees it: its content cut to ``cap`` (the same object when it fits).
+
+    A message imported from the reference system with multimodal content stores its text rendering followed by
+    the original ``"\x00json:"`` value (base64 images included): the model gets the text only.
+    """
+    if message.content is not None and HERMES_JSON_PREFIX in message.content:
+        message = msgspec.structs.replace(message, content=split_content(message.content)[0])
     if not is_capped(message, cap) or message.content is None:
         return message
     content = cap_text(message.content, cap, session_id=message.session_id, message_id=message.id)
@@ -103,9 +110,9 @@ class ModelHistory:
         return self._cap
 
     def of(self, transcript: Sequence[MessageRecord]) -> Sequence[MessageRecord]:
-        """Return ``transcript`` with every message capped (``transcript`` itself when there is no cap)."""
+        """Return ``transcript`` as the model sees it: every message capped, imported structured values left out."""
         self._catch_up(transcript)
-        return self._capped if self._cap > 0 else transcript
+        return self._capped
 
     def tokens(self, transcript: Sequence[MessageRecord]) -> int:
         """Estimate the prompt tokens of the capped ``transcript`` (four characters a token)."""
@@ -117,7 +124,6 @@ class ModelHistory:
             self._source, self._capped, self._chars, self._seen = transcript, [], 0, 0
         for message in transcript[self._seen :]:
             sent = cap_message(message, self._cap)
-            if self._cap > 0:
-                self._capped.append(sent)
+            self._capped.append(sent)
             self._chars += len(sent.content or "") + len(sent.tool_calls or "")
         self._seen = len(transcript)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import msgspec
+
+from hermes_actors.importer.content import split_content
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = ["recap_lines"]
@@ -47,7 +50,12 @@ def _tool_names(record: MessageRecord) -> list[str]:
 
 def recap_lines(messages: Sequence[MessageRecord]) -> list[str]:
     """Render the recap of a transcript (oldest first) as lines for a terminal."""
-    shown = [m for m in messages if m.role in (Role.USER, Role.ASSISTANT)]
+    # An imported multimodal message stores its text then the original structured value: show the text only.
+    shown = [
+        msgspec.structs.replace(m, content=split_content(m.content)[0]) if m.content and "\x00json:" in m.content else m
+        for m in messages
+        if m.role in (Role.USER, Role.ASSISTANT)
+    ]
     starts = [i for i, m in enumerate(shown) if m.role == Role.USER]
     first = starts[-EXCHANGES] if len(starts) > EXCHANGES else 0
     window = shown[first:]

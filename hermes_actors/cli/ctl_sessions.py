@@ -34,6 +34,7 @@ from hermes_actors.cli.options import home_option, open_store, reports_errors, r
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, SessionBusyError
 from hermes_actors.hygiene import is_capped, is_summary
+from hermes_actors.importer.content import split_content
 from hermes_actors.settings import CONFIG_NAME, load_settings
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
 from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
@@ -232,7 +233,7 @@ def _marks(message: MessageRecord, cap: int) -> str:
 
 def _message_lines(message: MessageRecord, cap: int = 0) -> list[str]:
     stamp = f"[{format_timestamp(message.created_at)}]"
-    body = terminal_safe(message.content or "").splitlines()
+    body = terminal_safe(split_content(message.content or "")[0]).splitlines()  # imported multimodal: text only
     marks = _marks(message, cap)
     if message.role == Role.TOOL:
         label = f"[tool result: {one_line(message.tool_name or '?')}]{marks}"

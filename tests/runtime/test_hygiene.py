@@ -15,6 +15,7 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.config import MIN_MESSAGE_CAP_CHARS, RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.hygiene import HEAD_SHARE, ModelHistory, cap_message, cap_text, is_capped, is_summary
+from hermes_actors.importer.content import store_content
 from hermes_actors.search import session_search
 from hermes_actors.store import MessageRecord, Role
 from tests.runtime.conftest import MakeGateway
@@ -122,7 +123,7 @@ def test_the_model_history_caps_new_messages_only_and_starts_over_for_a_new_tran
     assert view.tokens(transcript) == sum(len(m.content or "") for m in second) // 4
     other = [message("c", id=9)]
     assert [m.content for m in view.of(other)] == ["c"]
-    assert ModelHistory(0).of(transcript) is transcript
+    assert all(sent is kept for sent, kept in zip(ModelHistory(0).of(transcript), transcript, strict=True))
 
 
 @pytest.mark.parametrize("cap", [1, 100, MIN_MESSAGE_CAP_CHARS - 1, -5])
@@ -280,3 +281,18 @@ def test_sessions_show_uses_the_default_cap_and_marks_nothing_with_cap_zero(
     assert broken.exit_code == 0, broken.output
     assert "Warning: runtime.model_message_cap_chars: must be 0 (no cap) or at least 500" in broken.stderr
     assert broken.stdout.count("[capped for the model at 16,000 chars]") == 2
+
+
+def test_an_imported_multimodal_message_reaches_the_model_as_its_text_only() -> None:
+    parts = [
+        {"type": "text", "text": "look at this"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
+    structured = "\x00json:" + json.dumps(parts)
+    stored = message(store_content(structured))
+    for cap in (0, 500):
+        (sent,) = ModelHistory(cap).of([stored])
+        assert sent.content is not None
+        assert "base64" not in sent.content
+        assert sent.content.startswith("look at this")
+        assert "\x00" not in sent.content
