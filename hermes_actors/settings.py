@@ -332,6 +332,10 @@ platforms:
   #   accounts:
   #     main:
   #       token_env: WECHAT_ILINK_TOKEN
+  # discord:
+  #   bots:
+  #     main:
+  #       token_env: DISCORD_BOT_TOKEN   # enable "Message Content Intent" on the bot's page
   # whatsapp:
   #   numbers:
   #     "106540352242922":             # the phone_number_id (WhatsApp > API Setup), not the phone number

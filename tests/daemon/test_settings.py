@@ -60,6 +60,7 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
         "slack",
         "feishu",
         "wechat",
+        "discord",
         "whatsapp",
         "matrix",
         "signal",

@@ -1,0 +1,146 @@
+"""The Discord adapter: a gateway websocket per bot in, REST replies out, threads for handoffs.
+
+Built from a :class:`~platforms.discord.config.DiscordConfig`; tokens named by ``token_env`` are read here, so a
+missing one is a :class:`ConfigError` before anything starts. ``start`` launches the bots' gateway connections in
+the background (a refused token is logged with the fix; the daemon keeps running its other platforms).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+from platforms.base import Capabilities, ReplySender
+from platforms.discord.config import DiscordConfig, check_token
+from platforms.discord.events import PLATFORM, ChannelCache
+from platforms.discord.rest import RestClient
+from platforms.discord.sender import DiscordSender
+from platforms.discord.shard import Shard, Shards
+from platforms.http_client import shown
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["DiscordAdapter"]
+
+_log = logging.getLogger(__name__)
+
+
+class _Bot(msgspec.Struct, frozen=True, kw_only=True):
+    """A configured bot with its token read."""
+
+    name: str
+    token: str
+    origin: str  # for the banner: where the token comes from
+
+
+def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _Bot:
+    bot = config.bots[name]
+    path = f"platforms.discord.bots.{name}"
+    if bot.token_env is None:
+        assert bot.token is not None  # DiscordConfig requires token or token_env
+        return _Bot(name=name, token=bot.token, origin="token in config.yaml")
+    token = environ.get(bot.token_env, "").strip()
+    if not token:
+        raise ConfigError(f"{path}.token_env", f"environment variable {bot.token_env} is not set; export the token")
+    check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
+    return _Bot(name=name, token=token, origin=f"token from ${bot.token_env}")
+
+
+class DiscordAdapter:
+    """Every bot of a :class:`DiscordConfig`: its gateway connection and the shared reply sender.
+
+    ``clock`` stamps received messages; ``monotonic`` times rate-limit buckets; ``rng`` jitters heartbeats and
+    reconnects.
+    """
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        config: DiscordConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        env = os.environ if environ is None else environ
+        self._bots = {name: _resolve(name, config, env) for name in config.bots}
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.capabilities = Capabilities(threads=True, max_message_chars=config.max_message_chars)
+        self.cache = ChannelCache()
+        self._rest = {
+            name: RestClient(
+                name,
+                bot.token,
+                config.api_base,
+                timeout_s=config.request_timeout_s,
+                requests_per_second=config.requests_per_second,
+                clock=monotonic,
+            )
+            for name, bot in self._bots.items()
+        }
+        self._sender = DiscordSender(self._rest, self.cache, max_message_chars=config.max_message_chars)
+        self._shards: Shards | None = None
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The one sender for every bot's replies (it also opens handoff threads)."""
+        return [self._sender]
+
+    def start(self, gateway: Gateway) -> None:
+        """Connect every bot to the gateway, resuming a stored session where there is one."""
+        if not self._bots:
+            _log.warning("discord: no bots are configured; add one under platforms.discord.bots")
+            return
+        shards = [
+            Shard(
+                bot.name,
+                bot.token,
+                self._rest[bot.name],
+                gateway,
+                self.config,
+                self.cache,
+                clock=self._clock,
+                rng=self._rng,
+            )
+            for bot in self._bots.values()
+        ]
+        self._shards = Shards(shards)
+        self._shards.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the connections (resumably, so a restart soon after misses nothing)."""
+        if self._shards is not None:
+            self._shards.stop(timeout)
+
+    def status(self) -> dict[str, str]:
+        """Each bot's connection state: ``starting``, ``connected``, ``reconnecting (...)`` or ``stopped: ...``."""
+        if self._shards is None:
+            return dict.fromkeys(self._bots, "not started")
+        return {shard.name: shard.status for shard in self._shards.shards}
+
+    def describe(self) -> list[str]:
+        """One banner line per bot: where it connects and how it replies."""
+        if not self._bots:
+            return [
+                "Discord: no bots; add one under platforms.discord.bots in config.yaml "
+                "(token_env: DISCORD_BOT_TOKEN holding the token from the Developer Portal's Bot page)"
+            ]
+        where = shown(self.config.gateway_url) if self.config.gateway_url else "the URL from GET /gateway/bot"
+        content = "" if self.config.message_content_intent else " without the Message Content intent"
+        return [
+            f"Discord bot '{bot.name}' ({bot.origin}): gateway websocket to {where}{content}; replies via "
+            f"{shown(self.config.api_base)} in parts of {self.config.max_message_chars} characters; "
+            "attachments arrive as stand-ins like [image: name]"
+            for bot in self._bots.values()
+        ]

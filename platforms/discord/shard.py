@@ -1,0 +1,514 @@
+"""The gateway websocket of each bot: hello, heartbeats, identify or resume, and dispatches into the inbox.
+
+One :class:`Shard` per bot (shard 0 of 1; a bot in more than 2,500 guilds needs sharding, which is not built) and
+one background event loop for all of them (:class:`Shards`). A connection goes: ``op 10`` Hello gives the
+heartbeat interval; ``op 1`` heartbeats carry the last sequence number, the first after a random fraction of the
+interval; ``op 2`` Identify (token and intents) starts a session and ``READY`` names it (``session_id``,
+``resume_gateway_url``); or ``op 6`` Resume (session id and last sequence) continues one and Discord replays every
+event after that sequence, then sends ``RESUMED``. A heartbeat without an ``op 11`` ACK before the next one means a
+zombie connection: it is closed and resumed. ``op 7`` asks for a reconnect (resume); ``op 9`` invalidates the
+session (resume when ``d`` is true, else identify anew after Discord's 1 to 5 s).
+
+Nothing received is lost: a ``MESSAGE_CREATE`` counts as received only once ``gateway.accept_many`` has committed it,
+together with the session id and its sequence number (the resume state, kept as the bot's poll cursor). Only then
+does the sequence advance, so a drop, a failed commit or a crash resumes from the last committed event and Discord
+replays the rest; a replayed event the inbox already holds is recognised by its message id. The state survives a
+restart: a new process resumes the stored session (Discord keeps it for a while), so messages sent while the
+daemon was down are delivered too. Connections end with close code 4000, never 1000, which would end the session.
+
+Close codes 4004 (token refused), 4010 to 4014 (shard, version, intents) cannot be fixed by reconnecting: the shard
+logs the fix and stops. Other failures reconnect with exponential backoff (``reconnect_min_s`` to
+``reconnect_max_s``, with jitter); after a connection that lasted a while, the first attempt is immediate. A
+message that cannot be committed is backed off on its own count, so a full disk does not spin resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import msgspec
+from yarl import URL
+
+from hermes_actors.gateway import PollCursor
+from hermes_actors.messages import InboundMessage
+from platforms.discord.config import DiscordConfig
+from platforms.discord.events import (
+    PLATFORM,
+    Channel,
+    ChannelCache,
+    EventError,
+    Frame,
+    GuildCreate,
+    Hello,
+    Message,
+    Ready,
+    Skipped,
+    ThreadListSync,
+    decode_data,
+    decode_frame,
+    inbound_from_message,
+    skip_reason,
+)
+from platforms.discord.rest import RestClient, RestError
+
+if TYPE_CHECKING:
+    from hermes_actors.gateway import Gateway
+
+__all__ = ["INTENTS", "MESSAGE_CONTENT", "ResumeState", "Shard", "Shards", "read_resume_state"]
+
+_log = logging.getLogger(__name__)
+
+GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
+INTENTS = GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT
+RESUMABLE_CLOSE = 4000  # any code but 1000/1001 keeps the session resumable
+_CLOSE_TIMEOUT_S = 2.0  # how long a closing handshake may take before the socket is dropped
+_LOOKUPS = 3  # attempts at GET /channels/{id} for a channel not in the cache
+_STABLE_S = 5.0  # a connection that lasted this long resets the backoff: its drop is reconnected at once
+_FATAL = {
+    4004: "Discord refused the token; copy the bot token again from the Developer Portal (Bot page)",
+    4010: "Discord refused the shard; sharding is not built",
+    4011: "the bot is in too many guilds for one connection (sharding required), which is not built",
+    4012: "Discord refused the gateway version; this adapter speaks v10",
+    4013: "Discord refused the intents value",
+    4014: (
+        "the bot may not use the Message Content intent; enable 'Message Content Intent' on the Bot page of the "
+        "Developer Portal, or set platforms.discord.message_content_intent: false"
+    ),
+}
+_NEW_SESSION = {4007: "the resume sequence was refused", 4009: "the session timed out"}
+_CHANNEL_EVENTS = frozenset({"CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE"})
+
+
+class ResumeState(msgspec.Struct, frozen=True, kw_only=True):
+    """What resuming a session needs, stored as the bot's poll cursor with the inbox rows it covers."""
+
+    session_id: str
+    seq: int | None
+    resume_gateway_url: str
+    user_id: str
+
+
+def read_resume_state(gateway: Gateway, bot: str) -> ResumeState | None:
+    """The stored resume state of ``bot``, or ``None`` (first start, or a value that does not decode)."""
+    with gateway.read() as store:
+        stored = store.kv.get_cursor(PLATFORM, bot)
+    if stored is None:
+        return None
+    try:
+        return msgspec.json.decode(stored, type=ResumeState)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        _log.warning("discord bot %r: the stored session does not decode (%s); starting a new one", bot, exc)
+        return None
+
+
+class _Next(msgspec.Struct, frozen=True, kw_only=True):
+    """How a connection ended and when to connect again (``wait_s`` ``None``: by the backoff)."""
+
+    reason: str
+    wait_s: float | None = None
+
+
+class _Fatal(Exception):
+    """Reconnecting cannot help (the token or the intents were refused)."""
+
+
+class _NotStored(Exception):
+    """A message could not be committed; the connection is resumed later so that Discord replays it."""
+
+
+class _Protocol(Exception):
+    """The server broke the handshake (no Hello)."""
+
+
+def _versioned(url: str) -> str:
+    return str(URL(url).update_query(v="10", encoding="json"))
+
+
+class Shard:
+    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``gateway`` until cancelled."""
+
+    def __init__(
+        self,
+        name: str,
+        token: str,
+        rest: RestClient,
+        gateway: Gateway,
+        config: DiscordConfig,
+        cache: ChannelCache,
+        *,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.name = name
+        self._token = token
+        self._rest = rest
+        self._gateway = gateway
+        self._config = config
+        self._cache = cache
+        self._clock = clock
+        self._rng = rng
+        self._resume = read_resume_state(gateway, name)
+        self._seq = self._resume.seq if self._resume is not None else None
+        self._user_id = self._resume.user_id if self._resume is not None else None
+        self._acked = True
+        self._established = False
+        self._store_failures = 0
+        self.status = "starting"
+
+    @property
+    def intents(self) -> int:
+        return INTENTS if self._config.message_content_intent else INTENTS & ~MESSAGE_CONTENT
+
+    async def run(self, http: aiohttp.ClientSession) -> None:
+        """Keep a session going until cancelled or refused for good."""
+        failures = 0
+        while True:
+            self._established = False
+            began = time.monotonic()
+            try:
+                ended = await self._connect(http)
+            except _Fatal as exc:
+                self.status = f"stopped: {exc}"
+                _log.error("discord bot %r: %s; not reconnecting", self.name, exc)
+                return
+            except _NotStored as exc:  # backed off on its own count: resuming at once would fail the same way
+                self._store_failures += 1
+                ended = _Next(reason=str(exc), wait_s=self._backoff(self._store_failures))
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, RestError, EventError, _Protocol) as exc:
+                ended = _Next(reason=f"the connection failed ({str(exc) or type(exc).__name__})")
+            except Exception:
+                _log.exception("discord bot %r: the connection failed unexpectedly", self.name)
+                ended = _Next(reason="an unexpected error")
+            stable = self._established and time.monotonic() - began >= _STABLE_S
+            failures = 0 if stable else failures + 1
+            wait = ended.wait_s if ended.wait_s is not None else self._backoff(failures)
+            how = "resuming" if self._resume is not None else "identifying"
+            self.status = f"reconnecting ({ended.reason})"
+            _log.info("discord bot %r: %s; %s in %.1f s", self.name, ended.reason, how, wait)
+            await asyncio.sleep(wait)
+
+    def _backoff(self, failures: int) -> float:
+        if failures == 0:
+            return 0.0
+        base = min(self._config.reconnect_max_s, self._config.reconnect_min_s * 2.0 ** (failures - 1))
+        return base * (0.5 + self._rng.random() / 2)
+
+    # -- one connection
+
+    async def _connect(self, http: aiohttp.ClientSession) -> _Next:
+        resume = self._resume
+        url = resume.resume_gateway_url if resume is not None else await self._gateway_url()
+        timeout = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=_CLOSE_TIMEOUT_S)
+        async with http.ws_connect(
+            _versioned(url),
+            timeout=timeout,
+            max_msg_size=self._config.max_frame_bytes,
+            autoping=True,
+            autoclose=False,  # aiohttp would answer Discord's close with 1000, which ends the session
+        ) as ws:
+            try:
+                hello = await self._hello(ws)
+                if isinstance(hello, _Next):
+                    return hello
+                self._acked = True
+                await self._send(ws, self._resume_payload(resume) if resume is not None else self._identify_payload())
+                reader = asyncio.create_task(self._read(ws))
+                beat = asyncio.create_task(self._heartbeat(ws, hello.heartbeat_interval / 1000))
+                try:
+                    done, _ = await asyncio.wait({reader, beat}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (reader, beat):
+                        task.cancel()
+                    await asyncio.gather(reader, beat, return_exceptions=True)
+                return (reader if reader in done else beat).result()
+            finally:
+                if not ws.closed:
+                    await ws.close(code=RESUMABLE_CLOSE)
+
+    async def _gateway_url(self) -> str:
+        if self._config.gateway_url is not None:
+            return self._config.gateway_url
+        try:
+            found = await asyncio.to_thread(self._rest.gateway_bot)
+        except RestError as exc:
+            if exc.status == 401:
+                raise _Fatal(f"{exc}: Discord refused the token; copy it again from the Developer Portal") from None
+            raise
+        limit = found.session_start_limit
+        if limit.remaining <= 0:
+            wait = min(limit.reset_after / 1000, 86_400.0)
+            _log.warning("discord bot %r: no session starts left today; waiting %.0f s", self.name, wait)
+            await asyncio.sleep(wait)
+        if URL(found.url).scheme not in ("ws", "wss"):
+            raise _Protocol(f"GET /gateway/bot answered {found.url[:100]!r}, which is not a ws(s):// URL")
+        return found.url
+
+    async def _hello(self, ws: aiohttp.ClientWebSocketResponse) -> Hello | _Next:
+        try:
+            message = await ws.receive(timeout=self._config.hello_timeout_s)
+        except TimeoutError:
+            raise _Protocol(f"no Hello within {self._config.hello_timeout_s:.0f} s") from None
+        if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            return self._closed(ws.close_code, message.extra)
+        if message.type is not aiohttp.WSMsgType.TEXT:
+            raise _Protocol(f"expected Hello, got a {message.type.name} frame")
+        frame = decode_frame(message.data)
+        if frame.op != 10:
+            raise _Protocol(f"expected Hello (op 10) first, got op {frame.op}")
+        return decode_data(frame, Hello)
+
+    def _identify_payload(self) -> dict[str, Any]:
+        properties = {"os": sys.platform, "browser": "hermes-actors", "device": "hermes-actors"}
+        return {"op": 2, "d": {"token": self._token, "intents": self.intents, "properties": properties}}
+
+    def _resume_payload(self, resume: ResumeState) -> dict[str, Any]:
+        return {"op": 6, "d": {"token": self._token, "session_id": resume.session_id, "seq": self._seq}}
+
+    async def _send(self, ws: aiohttp.ClientWebSocketResponse, payload: dict[str, Any]) -> None:
+        await ws.send_str(msgspec.json.encode(payload).decode())
+
+    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> _Next:
+        await asyncio.sleep(interval * self._rng.random())
+        while True:
+            if not self._acked:
+                _log.warning(
+                    "discord bot %r: no heartbeat ACK within %.1f s, so the connection is a zombie; reconnecting",
+                    self.name,
+                    interval,
+                )
+                return _Next(reason="the connection stopped answering heartbeats", wait_s=0.0)
+            self._acked = False
+            await self._send(ws, {"op": 1, "d": self._seq})
+            await asyncio.sleep(interval)
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> _Next:
+        while True:
+            message = await ws.receive()
+            if message.type is aiohttp.WSMsgType.TEXT:
+                ended = await self._frame(ws, message.data)
+                if ended is not None:
+                    return ended
+            elif message.type is aiohttp.WSMsgType.BINARY:
+                _log.warning(
+                    "discord bot %r: ignored a binary gateway frame of %d bytes (JSON text frames were asked for)",
+                    self.name,
+                    len(message.data),
+                )
+            elif message.type is aiohttp.WSMsgType.ERROR:
+                return self._broken(message.data)
+            else:  # CLOSE, CLOSING, CLOSED
+                return self._closed(ws.close_code, message.extra)
+
+    def _closed(self, code: int | None, reason: object) -> _Next:
+        said = f"{code}" + (f" {str(reason)[:100]!r}" if reason else "")
+        if code in _FATAL:
+            raise _Fatal(f"Discord closed the connection ({said}): {_FATAL[code]}")
+        if code in _NEW_SESSION:
+            self._forget_session()
+            return _Next(reason=f"Discord closed the connection ({said}: {_NEW_SESSION[code]})")
+        return _Next(reason=f"the connection closed ({said})")
+
+    def _broken(self, error: object) -> _Next:
+        if isinstance(error, aiohttp.WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
+            # Resuming would replay the same frame: start a new session past it.
+            _log.error(
+                "discord bot %r: a gateway frame exceeded max_frame_bytes (%d); starting a new session, events "
+                "of the old one are lost; raise platforms.discord.max_frame_bytes",
+                self.name,
+                self._config.max_frame_bytes,
+            )
+            self._forget_session()
+        return _Next(reason=f"the connection broke ({error})")
+
+    def _forget_session(self) -> None:
+        self._resume = None
+        self._seq = None
+
+    # -- payloads
+
+    async def _frame(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> _Next | None:
+        try:
+            frame = decode_frame(text)
+        except EventError as exc:
+            _log.warning("discord bot %r: ignored a gateway frame: %s", self.name, exc)
+            return None
+        match frame.op:
+            case 0:
+                await self._dispatch(frame)
+            case 1:
+                await self._send(ws, {"op": 1, "d": self._seq})
+            case 7:
+                return _Next(reason="Discord asked for a reconnect (op 7)", wait_s=0.0)
+            case 9:
+                if bytes(frame.d).strip() == b"true":
+                    return _Next(reason="Discord invalidated the session, resumable (op 9)", wait_s=0.0)
+                self._forget_session()
+                wait = self._rng.uniform(self._config.identify_wait_min_s, self._config.identify_wait_max_s)
+                return _Next(reason="Discord invalidated the session (op 9)", wait_s=wait)
+            case 11:
+                self._acked = True
+            case _:
+                _log.debug("discord bot %r: ignored op %d", self.name, frame.op)
+        return None
+
+    async def _dispatch(self, frame: Frame) -> None:
+        try:
+            match frame.t:
+                case "READY":
+                    await self._ready(decode_data(frame, Ready), frame.s)
+                case "RESUMED":
+                    self._established = True
+                    self.status = "connected"
+                    _log.info("discord bot %r: resumed session at sequence %s", self.name, self._seq)
+                case "MESSAGE_CREATE":
+                    await self._message(frame)
+                case "GUILD_CREATE":
+                    guild = decode_data(frame, GuildCreate)
+                    if not guild.unavailable:
+                        self._cache.put([*guild.channels, *guild.threads], guild.id)
+                case "THREAD_LIST_SYNC":
+                    synced = decode_data(frame, ThreadListSync)
+                    self._cache.put(synced.threads, synced.guild_id)
+                case kind if kind in _CHANNEL_EVENTS:
+                    self._cache.put([decode_data(frame, Channel)])
+        except EventError as exc:
+            _log.warning("discord bot %r: skipped event %s (sequence %s): %s", self.name, frame.t, frame.s, exc)
+        if frame.s is not None:
+            self._seq = frame.s
+
+    async def _ready(self, ready: Ready, seq: int | None) -> None:
+        self._resume = ResumeState(
+            session_id=ready.session_id,
+            seq=seq,
+            resume_gateway_url=ready.resume_gateway_url,
+            user_id=ready.user.id,
+        )
+        self._user_id = ready.user.id
+        self._established = True
+        self.status = "connected"
+        _log.info("discord bot %r: connected as %s (user %s)", self.name, ready.user.username, ready.user.id)
+        try:
+            await asyncio.to_thread(self._gateway.accept_many, [], cursor=self._cursor(self._resume))
+        except Exception as exc:
+            _log.warning("discord bot %r: could not store the new session (%s)", self.name, exc)
+
+    def _cursor(self, state: ResumeState) -> PollCursor:
+        return PollCursor(platform=PLATFORM, cursor=msgspec.json.encode(state).decode(), account_id=self.name)
+
+    async def _message(self, frame: Frame) -> None:
+        message = decode_data(frame, Message)
+        outcome: InboundMessage | Skipped | None = skip_reason(message, self._user_id)
+        if outcome is None:  # only now is the channel worth a lookup
+            channel: Channel | None
+            if message.guild_id is None:  # a DM: remembered so that replies there do not quote
+                channel = Channel(id=message.channel_id, type=1)
+                self._cache.put([channel])
+            else:
+                channel = await self._channel_of(message)
+            outcome = inbound_from_message(
+                message, self.name, own_user_id=self._user_id, channel=channel, received_at=self._clock()
+            )
+        if isinstance(outcome, Skipped):
+            level = logging.DEBUG if outcome.quiet else logging.INFO
+            _log.log(level, "discord bot %r: skipped message %s: %s", self.name, message.id, outcome.reason)
+            return
+        cursor = None
+        if self._resume is not None and frame.s is not None:
+            cursor = self._cursor(msgspec.structs.replace(self._resume, seq=frame.s))
+        try:
+            (result,) = await asyncio.to_thread(self._gateway.accept_many, [outcome], cursor=cursor)
+        except Exception as exc:
+            _log.exception("discord bot %r: could not store message %s", self.name, message.id)
+            raise _NotStored(f"message {message.id} could not be stored ({exc})") from exc
+        self._store_failures = 0
+        if result.duplicate:
+            _log.info("discord bot %r: message %s was already stored (a replayed event)", self.name, message.id)
+
+    async def _channel_of(self, message: Message) -> Channel | None:
+        found = self._cache.get(message.channel_id)
+        if found is not None:
+            return found
+        for attempt in range(_LOOKUPS):
+            try:
+                channel = await asyncio.to_thread(self._rest.get_channel, message.channel_id)
+            except RestError as exc:
+                if exc.status in (401, 403, 404) or attempt + 1 == _LOOKUPS:
+                    _log.warning(
+                        "discord bot %r: cannot tell what channel %s is (%s); its message is keyed as a channel, "
+                        "not a thread",
+                        self.name,
+                        message.channel_id,
+                        exc,
+                    )
+                    return None
+                await asyncio.sleep(min(exc.retry_after_s or 0.25 * 2**attempt, 5.0))
+            else:
+                self._cache.put([channel], message.guild_id)
+                return self._cache.get(channel.id)
+        return None  # pragma: no cover - the loop returns
+
+
+class Shards:
+    """Runs every bot's :class:`Shard` on one background event loop."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        self.shards = list(shards)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._run(started))
+            except BaseException as exc:
+                if not started.done():
+                    started.set_exception(exc)
+                else:
+                    _log.exception("discord: the gateway loop ended with an error")
+            finally:
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="hermes-discord-gateway", daemon=True)
+        self._thread.start()
+        started.result(timeout=30)
+
+    async def _run(self, started: concurrent.futures.Future[None]) -> None:
+        async with aiohttp.ClientSession() as http:
+            self._tasks = [asyncio.create_task(shard.run(http), name=f"discord-{shard.name}") for shard in self.shards]
+            started.set_result(None)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+
+        def cancel() -> None:
+            for task in self._tasks:
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:  # the loop closed in between
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            _log.warning("discord: the gateway thread did not stop within %.1f s", timeout)
