@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors import search
+import hermes_actors.search.discovery as search
 from hermes_actors.cli import hermesctl
 from hermes_actors.search import SearchHit, SearchMessage, SearchResult, session_search
 from hermes_actors.store import EndReason, NewMessage, Role, Store

@@ -6,6 +6,10 @@ checked before it reaches SQLite: empty, over-long, NUL-bearing or unparsable qu
 are searched literally. Queries made only of CJK phrases of three or more characters go to the trigram index
 (``messages_fts_cjk``) as substring matches; everything else, including one- and two-character CJK queries, goes
 to ``messages_fts`` (see :mod:`hermes_actors.store.tokenizer`).
+
+:func:`check_query`, :func:`cjk_substrings` and the ``refuse*`` envelopes are public so that
+:func:`hermes_actors.search.session_search` refuses the same queries with the same words and routes the same
+queries to the trigram index as :func:`query_messages` does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,16 @@ import apsw.fts5query
 from hermes_actors.store.records import FtsHit, FtsResult
 from hermes_actors.store.tokenizer import CJK_CHARACTER
 
-__all__ = ["MAX_QUERY_LENGTH", "Order", "query_messages", "quote_words"]
+__all__ = [
+    "MAX_QUERY_LENGTH",
+    "Order",
+    "check_query",
+    "cjk_substrings",
+    "query_messages",
+    "quote_words",
+    "refuse",
+    "refuse_index_error",
+]
 
 MAX_QUERY_LENGTH = 1000
 SNIPPET_TOKENS = 16
@@ -38,13 +51,58 @@ def quote_words(query: str) -> str:
     return " ".join('"' + word.replace('"', '""') + '"' for word in query.split())
 
 
-def _refuse(query: str, error: str, *, suggest: bool = True) -> FtsResult:
+def refuse(query: str, error: str, *, suggest: bool = True) -> FtsResult:
+    """The envelope of a query that did not run: ``error``, and with ``suggest`` its words quoted to search."""
     suggestion = quote_words(query.replace("\x00", "")) if suggest else None
     return FtsResult(query=query, error=error, suggestion=suggestion or None)
 
 
-def _cjk_substrings(parsed: apsw.fts5query.QUERY) -> list[str] | None:
-    """Return the substrings when ``parsed`` is an AND of plain CJK phrases of 3+ characters, else ``None``."""
+def refuse_index_error(query: str, exc: apsw.Error) -> FtsResult:
+    """The envelope of a query the parser lets through but FTS5 refuses (an unknown column filter, say)."""
+    message = str(exc).removeprefix("SQLError: ").removeprefix("fts5: ")
+    return refuse(query, f"the search index refused the query ({message}); quote words to search them literally")
+
+
+def check_query(query: str, *, echo_chars: int | None = None) -> apsw.fts5query.QUERY | FtsResult:
+    """``query`` parsed, or the envelope refusing it: it holds a NUL, is over :data:`MAX_QUERY_LENGTH`
+    characters, is blank, or is not FTS5 syntax.
+
+    An over-long query is echoed in its envelope cut to ``echo_chars`` characters and "…" (whole when ``None``).
+    """
+    refused = _check_text(query, echo_chars)
+    return refused if refused is not None else _parse(query)
+
+
+def _check_text(query: str, echo_chars: int | None) -> FtsResult | None:
+    if "\x00" in query:
+        return refuse(query, "the query contains a NUL character; remove it")
+    if len(query) > MAX_QUERY_LENGTH:
+        return refuse(
+            query if echo_chars is None else query[:echo_chars] + "…",
+            f"the query is {len(query)} characters long; the limit is {MAX_QUERY_LENGTH}, so use fewer words",
+            suggest=False,
+        )
+    if not query.strip():
+        return refuse(query, "the query is empty; give at least one word", suggest=False)
+    return None
+
+
+def _parse(query: str) -> apsw.fts5query.QUERY | FtsResult:
+    try:
+        return apsw.fts5query.parse_query_string(query)
+    except apsw.fts5query.ParseError as exc:
+        return refuse(
+            query,
+            f"the query is not valid search syntax: {exc.message.lower()} at character {exc.position + 1}; "
+            "quote words to search them literally",
+        )
+
+
+def cjk_substrings(parsed: apsw.fts5query.QUERY) -> list[str] | None:
+    """Return the substrings when ``parsed`` is an AND of plain CJK phrases of 3+ characters, else ``None``.
+
+    Those queries go to the trigram index as substring matches; every other query goes to the word index.
+    """
     parts = parsed.queries if isinstance(parsed, apsw.fts5query.AND) else [parsed]
     substrings: list[str] = []
     for part in parts:
@@ -93,37 +151,24 @@ def query_messages(
     order: Order = "relevance",
 ) -> FtsResult:
     """Run ``query`` against the message indexes; see the module docstring. Never raises for bad queries."""
-    if "\x00" in query:
-        return _refuse(query, "the query contains a NUL character; remove it")
-    if len(query) > MAX_QUERY_LENGTH:
-        return _refuse(
-            query,
-            f"the query is {len(query)} characters long; the limit is {MAX_QUERY_LENGTH}, so use fewer words",
-            suggest=False,
-        )
-    if not query.strip():
-        return _refuse(query, "the query is empty; give at least one word", suggest=False)
+    # The order is checked between the text and the syntax: a bad order outranks a syntax error, not a NUL.
+    refused = _check_text(query, None)
+    if refused is not None:
+        return refused
     if order not in _ORDER_BY:
-        return _refuse(query, f"sort must be one of {', '.join(_ORDER_BY)}, not {order!r}", suggest=False)
-    try:
-        parsed = apsw.fts5query.parse_query_string(query)
-    except apsw.fts5query.ParseError as exc:
-        return _refuse(
-            query,
-            f"the query is not valid search syntax: {exc.message.lower()} at character {exc.position + 1}; "
-            "quote words to search them literally",
-        )
+        return refuse(query, f"sort must be one of {', '.join(_ORDER_BY)}, not {order!r}", suggest=False)
+    parsed = _parse(query)
+    if isinstance(parsed, FtsResult):
+        return parsed
     where, params = _filters(roles, session_id)
     limit = max(1, min(int(limit), 1000))
-    substrings = _cjk_substrings(parsed)
+    substrings = cjk_substrings(parsed)
     try:
         if substrings is not None:
             return _query_trigram(db, query, substrings, where, params, limit, order)
         return _query_words(db, query, where, params, limit, order)
     except apsw.Error as exc:
-        # What the parser above lets through but FTS5 refuses (an unknown column filter, say).
-        message = str(exc).removeprefix("SQLError: ").removeprefix("fts5: ")
-        return _refuse(query, f"the search index refused the query ({message}); quote words to search them literally")
+        return refuse_index_error(query, exc)
 
 
 def _query_words(db: apsw.Connection, query: str, where: str, params: list[Any], limit: int, order: Order) -> FtsResult:

@@ -1,0 +1,184 @@
+"""session_search: the arguments checked and clamped, and the shape they ask for answered.
+
+Scroll, read and browse are a few LIMITed queries each and live here; discovery has its own module. Every
+problem with what a caller passed becomes a :class:`SearchResult` whose ``error`` names it and the fix, in the
+order the checks appear in :func:`_search`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import apsw
+
+from hermes_actors.search.discovery import MAX_LIMIT, discover
+from hermes_actors.search.lineages import Lineages, json_list
+from hermes_actors.search.query import parse
+from hermes_actors.search.shapes import SearchResult, SessionInfo, Shape, Sort
+from hermes_actors.search.transcript import (
+    INFO_COLUMNS,
+    cut,
+    first_messages,
+    last_messages,
+    messages_around,
+    open_session,
+    session_info,
+)
+from hermes_actors.store import Role, Store
+from hermes_actors.store.records import EndReason
+
+__all__ = ["DEFAULT_LIMIT", "DEFAULT_WINDOW", "MAX_LIMIT", "MAX_WINDOW", "session_search"]
+
+DEFAULT_WINDOW = 5
+MAX_WINDOW = 20
+DEFAULT_LIMIT = 3
+READ_ALL_UP_TO = 30  # a longer session is read as its first READ_HEAD and last READ_TAIL messages
+READ_HEAD = 20
+READ_TAIL = 10
+PREVIEW_CHARS = 160
+
+_SORTS = ("relevance", "newest", "oldest")
+_DEFAULT_ROLES = (Role.USER.value, Role.ASSISTANT.value)
+
+
+def session_search(
+    store: Store,
+    *,
+    query: str | None = None,
+    session_id: str | None = None,
+    around_message_id: int | None = None,
+    window: int = DEFAULT_WINDOW,
+    role_filter: Sequence[str] | None = None,
+    sort: Sort = "relevance",
+    limit: int = DEFAULT_LIMIT,
+    current_session_id: str | None = None,
+    source: str | None = None,
+) -> SearchResult:
+    """Search the store; the shape follows from the arguments (see :mod:`hermes_actors.search`). Never raises for
+    input.
+
+    Runs in one read transaction, so every query of a search sees the same snapshot of the store.
+    """
+    with store.transaction():
+        return _search(
+            store, query, session_id, around_message_id, window, role_filter, sort, limit, current_session_id, source
+        )
+
+
+def _search(
+    store: Store,
+    query: str | None,
+    session_id: str | None,
+    around_message_id: int | None,
+    window: int,
+    role_filter: Sequence[str] | None,
+    sort: Sort,
+    limit: int,
+    current_session_id: str | None,
+    source: str | None,
+) -> SearchResult:
+    span = _clamp(window, 1, MAX_WINDOW, DEFAULT_WINDOW)
+    count = _clamp(limit, 1, MAX_LIMIT, DEFAULT_LIMIT)
+    if session_id is not None:
+        shape: Shape = "read" if around_message_id is None else "scroll"
+        if query is not None and query.strip():
+            return SearchResult(
+                shape=shape,
+                query=query,
+                error="query and session_id do not go together: drop session_id to search every session, "
+                "or drop query to read that session",
+            )
+        found = open_session(store, session_id)
+        if isinstance(found, str):
+            return SearchResult(shape=shape, error=found)
+        ref, info = found
+        if around_message_id is None:
+            return _read(store.connection, ref, info)
+        return _scroll(store.connection, ref, info, around_message_id, span)
+    if around_message_id is not None:
+        return SearchResult(
+            shape="scroll", error="around_message_id needs session_id: pass the session_id of the hit it came from"
+        )
+    if sort not in _SORTS:
+        shape = "browse" if query is None else "discovery"
+        return SearchResult(shape=shape, query=query, error=f"sort must be one of {', '.join(_SORTS)}, not {sort!r}")
+    if query is None or not query.strip():
+        return _browse(store, count, sort, current_session_id, source)
+    roles = _roles(role_filter)
+    if isinstance(roles, str):
+        return SearchResult(shape="discovery", query=query, error=roles)
+    parsed = parse(query)
+    if isinstance(parsed, SearchResult):
+        return parsed
+    return discover(store, query, parsed, roles, sort, count, span, current_session_id, source)
+
+
+def _clamp(value: object, low: int, high: int, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return max(low, min(high, value))
+
+
+def _roles(role_filter: Sequence[str] | None) -> tuple[str, ...] | str:
+    """The roles to search (user and assistant unless given), or an error text naming an unknown role."""
+    chosen = [role_filter] if isinstance(role_filter, str) else list(role_filter or ())
+    if not chosen:
+        return _DEFAULT_ROLES
+    known = [r.value for r in Role]
+    unknown = [r for r in chosen if r not in known]
+    if unknown:
+        return f"role_filter has {unknown[0]!r}; roles are {', '.join(known)}"
+    return tuple(dict.fromkeys(chosen))
+
+
+def _read(db: apsw.Connection, ref: int, info: SessionInfo) -> SearchResult:
+    total = int(db.execute("SELECT count(*) FROM messages WHERE session_ref = ?", (ref,)).get or 0)
+    if total <= READ_ALL_UP_TO:
+        return SearchResult(shape="read", session=info, messages=first_messages(db, ref, total))
+    return SearchResult(
+        shape="read",
+        session=info,
+        messages=first_messages(db, ref, READ_HEAD) + last_messages(db, ref, READ_TAIL),
+        omitted=total - READ_HEAD - READ_TAIL,
+    )
+
+
+def _scroll(db: apsw.Connection, ref: int, info: SessionInfo, anchor: object, span: int) -> SearchResult:
+    if isinstance(anchor, bool) or not isinstance(anchor, int):
+        return SearchResult(shape="scroll", session=info, error=f"around_message_id must be an integer, not {anchor!r}")
+    owner = db.execute("SELECT session_ref FROM messages WHERE id = ?", (anchor,)).get if abs(anchor) < 2**63 else None
+    if owner != ref:
+        return SearchResult(
+            shape="scroll",
+            session=info,
+            error=f"message {anchor} is not in session {info.session_id}; "
+            "pass a message id from that session (a hit's message_id or window)",
+        )
+    window, before, after = messages_around(db, ref, anchor, span)
+    return SearchResult(shape="scroll", session=info, messages=window, messages_before=before, messages_after=after)
+
+
+def _browse(store: Store, count: int, sort: Sort, current: str | None, source: str | None) -> SearchResult:
+    """Lineage tips, most recently active first (``oldest``: least recently), the caller's lineage skipped."""
+    db = store.connection
+    lineages = Lineages(store)
+    skip = lineages.members(lineages.root_of_session(current)) if current is not None else set()
+    direction = "ASC" if sort == "oldest" else "DESC"
+    where = "" if source is None else "AND s.source = :source "
+    sql = (
+        f"SELECT {', '.join('s.' + c.strip() for c in INFO_COLUMNS.split(','))} FROM sessions AS s "
+        "WHERE NOT (s.end_reason = :compressed "
+        "AND EXISTS (SELECT 1 FROM sessions AS c WHERE c.parent_session_id = s.id)) "
+        f"AND s.ref NOT IN (SELECT value FROM json_each(:skip)) {where}"
+        f"ORDER BY s.last_active_at {direction}, s.id {direction} LIMIT :count"
+    )
+    params = {"compressed": EndReason.COMPRESSION.value, "skip": json_list(skip), "source": source, "count": count}
+    sessions = []
+    for row in db.execute(sql, params).fetchall():
+        preview = db.execute(
+            "SELECT content FROM messages WHERE session_ref = ? AND role = 'user' AND content IS NOT NULL "
+            "ORDER BY id LIMIT 1",
+            (row[0],),
+        ).get
+        sessions.append(session_info(row, cut(str(preview), PREVIEW_CHARS)[0] if preview is not None else None)[1])
+    return SearchResult(shape="browse", sessions=sessions)
