@@ -4,8 +4,9 @@ Each configured app (the account) has its own Request URL, ``POST /slack/events/
 secret: a request counts only if ``X-Slack-Signature`` is ``v0=`` plus the hex HMAC-SHA256 of
 ``v0:<X-Slack-Request-Timestamp>:<raw body>`` and the timestamp is within five minutes of our clock (an old
 request replayed later is refused). The ``url_verification`` challenge is answered; an event is answered 200 only
-after ``gateway.accept`` has committed it (a few milliseconds, well inside Slack's 3 s), so an acknowledged event
-is never lost, and an event that could not be stored gets a 503 that Slack retries.
+after ``gateway.accept`` has committed it (a few milliseconds, well inside Slack's 3 s, plus the time to fetch its
+files when it has some), so an acknowledged event is never lost, and an event that could not be stored gets a 503
+that Slack retries.
 
 Slack redelivers an event it thinks was missed (``X-Slack-Retry-Num``, same ``event_id``) and delivers one user
 message twice when the app subscribes to both ``message.*`` and ``app_mention`` (two ``event_id``s, one channel
@@ -17,7 +18,11 @@ The workspace (``team_id``) is the key's scope and the app its account: ``agent:
 event and an ``app_mention`` for the same message (which has no ``channel_type``) agree on. ``thread_ts`` is the
 thread; with ``reply_in_thread`` a top-level channel message is answered in a thread under it and that thread is
 its session. Bots' messages (ours included) and subtypes that are not new user text (edits, deletions, joins)
-are logged and skipped; files arrive as stand-ins such as ``[image: plot.png]`` until attachments are built.
+are logged and skipped. Files keep a stand-in such as ``[image: plot.png]`` in the text and are downloaded with
+the app's bot token into the media store before the event is accepted (:mod:`platforms.slack_files`), so the
+stored message carries their attachment records; a file over ``media.max_bytes`` (Slack says its size) is refused
+without being fetched. A copy of an event that arrives while the first copy's files are still downloading (Slack's
+retry after 3 s, or the ``app_mention`` twin) waits for it rather than fetching them again.
 
 Replies go through ``chat.postMessage`` with the app's bot token, into the thread, split at
 ``max_message_chars`` counted after escaping ``&``, ``<`` and ``>`` (Slack renders the agent's text literally,
@@ -32,6 +37,7 @@ same events.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -44,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -55,6 +62,7 @@ from platforms.base import Capabilities, ReplySender, SendError
 from platforms.http_client import shown
 from platforms.http_host import HttpHost
 from platforms.ratelimit import Rate, RateLimiter
+from platforms.slack_files import SlackFile, attach_files, downloadable
 from platforms.text import split_message
 
 if TYPE_CHECKING:
@@ -227,11 +235,6 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     authorizations: list[_Authorization] = msgspec.field(default_factory=list)
 
 
-class _File(msgspec.Struct, frozen=True, kw_only=True):
-    name: str | None = None
-    mimetype: str | None = None
-
-
 class _Profile(msgspec.Struct, frozen=True, kw_only=True):
     display_name: str | None = None
     real_name: str | None = None
@@ -247,7 +250,7 @@ class _MessageEvent(msgspec.Struct, frozen=True, kw_only=True):
     channel_type: str | None = None
     thread_ts: str | None = None
     team: str | None = None
-    files: list[_File] = msgspec.field(default_factory=list)
+    files: list[SlackFile] = msgspec.field(default_factory=list)
     user_profile: _Profile | None = None
 
 
@@ -277,7 +280,7 @@ def _unescape(text: str) -> str:
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
-def _stand_in(file: _File) -> str:
+def _stand_in(file: SlackFile) -> str:
     kind = (file.mimetype or "").partition("/")[0]
     label = kind if kind in ("image", "audio", "video") else "file"
     name = (file.name or "").replace("]", ")")[:80]
@@ -303,8 +306,9 @@ class _Skipped(msgspec.Struct, frozen=True, kw_only=True):
 
 def _to_inbound(
     app: _App, envelope: _Envelope, *, reply_in_thread: bool, received_at: float
-) -> InboundMessage | _Skipped:
-    """Map an ``event_callback`` to an inbound message or a :class:`_Skipped`; :class:`_Rejected` if broken."""
+) -> tuple[InboundMessage, list[SlackFile]] | _Skipped:
+    """Map an ``event_callback`` to an inbound message and its files, or a :class:`_Skipped`; :class:`_Rejected`
+    if broken."""
     raw = envelope.event
     if raw is None:
         raise _Rejected(400, "$.event is missing from an event_callback")
@@ -352,7 +356,8 @@ def _to_inbound(
         user_name=(profile.display_name or profile.real_name or None) if profile is not None else None,
         message_id=ts,
     )
-    return InboundMessage(source=source, text=text, message_id=f"{team}:{channel}:{ts}", received_at=received_at)
+    inbound = InboundMessage(source=source, text=text, message_id=f"{team}:{channel}:{ts}", received_at=received_at)
+    return inbound, event.files
 
 
 def _answer(status: int, body: Mapping[str, Any], *, no_retry: bool = False) -> web.Response:
@@ -385,6 +390,8 @@ class SlackAdapter:
         self.sender = SlackSender(self._apps, config)
         self._gateway: Gateway | None = None
         self._host: HttpHost | None = None
+        # Messages whose files are being fetched -> whether that copy was then stored (on the server's loop only).
+        self._fetching: dict[tuple[str, str], asyncio.Future[bool]] = {}
 
     @property
     def url(self) -> str:
@@ -422,7 +429,8 @@ class SlackAdapter:
         threads = "top-level channel messages answered in a thread" if self.config.reply_in_thread else "no threads"
         return [
             f"Slack app '{app.name}': Events API Request URL POST {self.url}/slack/events/{app.name} "
-            f"(signed, {app.origin}); replies via {api} ({threads}; files arrive as [file] stand-ins)"
+            f"(signed, {app.origin}); replies via {api} ({threads}); files are downloaded with the bot token "
+            "(files:read scope) as attachments"
             for app in self._apps.values()
         ]
 
@@ -444,19 +452,59 @@ class SlackAdapter:
             if envelope.type != "event_callback":
                 _log.info("slack app %r: ignored a %r request", name, envelope.type[:40])
                 return _answer(200, {"ok": True, "ignored": envelope.type[:40]})
-            inbound = _to_inbound(app, envelope, reply_in_thread=self.config.reply_in_thread, received_at=self._clock())
+            read = _to_inbound(app, envelope, reply_in_thread=self.config.reply_in_thread, received_at=self._clock())
         except _Rejected as exc:
             _log.info("slack app %r: refused a request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason}, no_retry=exc.status != 401)
         event_id = (envelope.event_id or "without id")[:40]
-        if isinstance(inbound, _Skipped):
-            level = logging.DEBUG if inbound.quiet else logging.INFO
-            _log.log(level, "slack app %r: skipped event %s: %s", name, event_id, inbound.reason)
-            return _answer(200, {"ok": True, "ignored": inbound.reason})
+        if isinstance(read, _Skipped):
+            level = logging.DEBUG if read.quiet else logging.INFO
+            _log.log(level, "slack app %r: skipped event %s: %s", name, event_id, read.reason)
+            return _answer(200, {"ok": True, "ignored": read.reason})
         if retry is not None:
             reason = request.headers.get("X-Slack-Retry-Reason", "unknown")
             _log.info("slack app %r: event %s is Slack's retry %s (%s)", name, event_id, retry[:8], reason[:40])
-        return await self._accept(inbound)
+        inbound, files = read
+        if not any(downloadable(file) for file in files):
+            return await self._accept(inbound)
+        return await self._accept_with_files(app, inbound, files)
+
+    async def _accept_with_files(self, app: _App, inbound: InboundMessage, files: list[SlackFile]) -> web.Response:
+        """Download ``files`` as attachments, then accept; a copy arriving meanwhile waits for this one."""
+        key = (app.name, inbound.message_id)
+        first = self._fetching.get(key)
+        if first is not None:
+            _log.info("slack app %r: message %s is being fetched already; waiting for it", app.name, inbound.message_id)
+            if await asyncio.shield(first):
+                return await self._accept(inbound)  # stored by the first copy: recognised as a duplicate
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._fetching[key] = done
+        stored = False
+        try:
+            inbound = await self._attach(app, inbound, files)
+            answer = await self._accept(inbound)
+            stored = answer.status == 200
+            return answer
+        finally:
+            if self._fetching.get(key) is done:
+                del self._fetching[key]
+            done.set_result(stored)
+
+    async def _attach(self, app: _App, inbound: InboundMessage, files: list[SlackFile]) -> InboundMessage:
+        gateway = self._gateway
+        if gateway is None:  # pragma: no cover - the server runs only after start()
+            return inbound
+        async with aiohttp.ClientSession() as session:
+            return await attach_files(
+                inbound,
+                files,
+                app_name=app.name,
+                bot_token=app.bot_token,
+                api_base_url=self.config.api_base_url,
+                media=gateway.media,
+                session=session,
+                timeout_s=self.config.http_timeout_s,
+            )
 
     async def _read(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes

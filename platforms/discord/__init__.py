@@ -5,8 +5,9 @@
 The protocol is spoken directly over aiohttp's websocket client (discord.py cannot be pointed at another gateway).
 Modules: :mod:`~platforms.discord.config` (the section), :mod:`~platforms.discord.events` (payloads to inbound
 messages, the channel cache), :mod:`~platforms.discord.shard` (the websocket session: heartbeats, identify, resume),
-:mod:`~platforms.discord.rest` (REST calls and rate-limit buckets), :mod:`~platforms.discord.sender` (replies and
-threads) and :mod:`~platforms.discord.adapter` (the lifecycle).
+:mod:`~platforms.discord.files` (attachments from the CDN into the media store), :mod:`~platforms.discord.rest`
+(REST calls and rate-limit buckets), :mod:`~platforms.discord.sender` (replies and threads) and
+:mod:`~platforms.discord.adapter` (the lifecycle).
 """
 
 from __future__ import annotations

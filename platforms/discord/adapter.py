@@ -2,7 +2,8 @@
 
 Built from a :class:`~platforms.discord.config.DiscordConfig`; tokens named by ``token_env`` are read here, so a
 missing one is a :class:`ConfigError` before anything starts. ``start`` launches the bots' gateway connections in
-the background (a refused token is logged with the fix; the daemon keeps running its other platforms).
+the background (a refused token is logged with the fix; the daemon keeps running its other platforms). Messages'
+attachments are fetched into ``gateway.media`` before they are accepted (:mod:`platforms.discord.files`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,6 @@ class DiscordAdapter:
         return [
             f"Discord bot '{bot.name}' ({bot.origin}): gateway websocket to {where}{content}; replies via "
             f"{shown(self.config.api_base)} in parts of {self.config.max_message_chars} characters; "
-            "attachments arrive as stand-ins like [image: name]"
+            "attachments are downloaded into the media store (a stand-in like [image: name] stays in the text)"
             for bot in self._bots.values()
         ]

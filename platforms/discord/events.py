@@ -14,8 +14,9 @@ types come from :class:`ChannelCache`, filled from ``GUILD_CREATE``, ``THREAD_*`
 Only user text starts turns: messages from bots (our own replies come back as ``MESSAGE_CREATE`` too), webhooks
 and system messages (joins, pins, thread notices) are skipped. Our own ``<@id>`` mention is removed from the text.
 The inbound message id is the message's snowflake, unique across Discord, so an event Discord replays on resume
-collides with the first copy in the durable inbox. Attachments are a later issue; for now they arrive as
-stand-ins such as ``[image: plot.png]``.
+collides with the first copy in the durable inbox. Each attachment leaves a stand-in such as ``[image: plot.png]``
+in the text (so a message of files alone still has text); the files themselves are fetched into the media store
+by :mod:`platforms.discord.files` before the message is accepted.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "GuildCreate",
     "Hello",
     "Message",
+    "MessageAttachment",
     "Ready",
     "Skipped",
     "ThreadListSync",
@@ -127,9 +129,16 @@ class _Member(msgspec.Struct, frozen=True, kw_only=True):
     nick: str | None = None
 
 
-class _Attachment(msgspec.Struct, frozen=True, kw_only=True):
+class MessageAttachment(msgspec.Struct, frozen=True, kw_only=True):
+    """An entry of a message's ``attachments`` (the fields used): ``url`` is a signed CDN address and
+    ``content_type`` is absent when Discord does not know the type. Discord always sends ``filename``, ``size`` and
+    ``url``; they default here so that a payload missing one still yields the message (the file is then refused,
+    saying why)."""
+
     filename: str = ""
+    size: int | None = None  # bytes
     content_type: str | None = None
+    url: str | None = None
 
 
 class _Sticker(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,7 +156,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     type: int = 0
     webhook_id: Snowflake | None = None
     member: _Member | None = None
-    attachments: list[_Attachment] = msgspec.field(default_factory=list)
+    attachments: list[MessageAttachment] = msgspec.field(default_factory=list)
     sticker_items: list[_Sticker] = msgspec.field(default_factory=list)
 
 
@@ -224,7 +233,7 @@ def skip_reason(message: Message, own_user_id: str | None) -> Skipped | None:
     return None
 
 
-def _stand_in(attachment: _Attachment) -> str:
+def _stand_in(attachment: MessageAttachment) -> str:
     kind = (attachment.content_type or "").partition("/")[0]
     label = kind if kind in ("image", "audio", "video") else "file"
     name = attachment.filename.replace("]", ")")[:80]

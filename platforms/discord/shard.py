@@ -16,6 +16,11 @@ replays the rest; a replayed event the inbox already holds is recognised by its 
 restart: a new process resumes the stored session (Discord keeps it for a while), so messages sent while the
 daemon was down are delivered too. Connections end with close code 4000, never 1000, which would end the session.
 
+A message's attachments are downloaded into the media store before it is committed (:mod:`platforms.discord.files`),
+so its inbox row already names them. Frames are handled in order, so the ones after it (heartbeat ACKs among them)
+wait unread meanwhile: a missing ACK counts as a zombie connection only when no frame was being handled since the
+heartbeat went out.
+
 Close codes 4004 (token refused), 4010 to 4014 (shard, version, intents) cannot be fixed by reconnecting: the shard
 logs the fix and stops. Other failures reconnect with exponential backoff (``reconnect_min_s`` to
 ``reconnect_max_s``, with jitter); after a connection that lasted a while, the first attempt is immediate. A
@@ -58,6 +63,7 @@ from platforms.discord.events import (
     inbound_from_message,
     skip_reason,
 )
+from platforms.discord.files import attach_files
 from platforms.discord.rest import RestClient, RestError
 
 if TYPE_CHECKING:
@@ -160,8 +166,11 @@ class Shard:
         self._seq = self._resume.seq if self._resume is not None else None
         self._user_id = self._resume.user_id if self._resume is not None else None
         self._acked = True
+        self._busy = False  # a frame is being handled: later ones, ACKs among them, wait unread
+        self._busy_since_beat = False
         self._established = False
         self._store_failures = 0
+        self._http: aiohttp.ClientSession | None = None
         self.status = "starting"
 
     @property
@@ -170,6 +179,7 @@ class Shard:
 
     async def run(self, http: aiohttp.ClientSession) -> None:
         """Keep a session going until cancelled or refused for good."""
+        self._http = http
         failures = 0
         while True:
             self._established = False
@@ -219,7 +229,7 @@ class Shard:
                 hello = await self._hello(ws)
                 if isinstance(hello, _Next):
                     return hello
-                self._acked = True
+                self._acked, self._busy_since_beat = True, False
                 await self._send(ws, self._resume_payload(resume) if resume is not None else self._identify_payload())
                 reader = asyncio.create_task(self._read(ws))
                 beat = asyncio.create_task(self._heartbeat(ws, hello.heartbeat_interval / 1000))
@@ -279,7 +289,7 @@ class Shard:
     async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> _Next:
         await asyncio.sleep(interval * self._rng.random())
         while True:
-            if not self._acked:
+            if not self._acked and not self._busy and not self._busy_since_beat:
                 _log.warning(
                     "discord bot %r: no heartbeat ACK within %.1f s, so the connection is a zombie; reconnecting",
                     self.name,
@@ -287,6 +297,7 @@ class Shard:
                 )
                 return _Next(reason="the connection stopped answering heartbeats", wait_s=0.0)
             self._acked = False
+            self._busy_since_beat = self._busy
             await self._send(ws, {"op": 1, "d": self._seq})
             await asyncio.sleep(interval)
 
@@ -294,7 +305,11 @@ class Shard:
         while True:
             message = await ws.receive()
             if message.type is aiohttp.WSMsgType.TEXT:
-                ended = await self._frame(ws, message.data)
+                self._busy = self._busy_since_beat = True
+                try:
+                    ended = await self._frame(ws, message.data)
+                finally:
+                    self._busy = False
                 if ended is not None:
                     return ended
             elif message.type is aiohttp.WSMsgType.BINARY:
@@ -421,6 +436,8 @@ class Shard:
             level = logging.DEBUG if outcome.quiet else logging.INFO
             _log.log(level, "discord bot %r: skipped message %s: %s", self.name, message.id, outcome.reason)
             return
+        if message.attachments:
+            outcome = await self._attach(outcome, message)
         cursor = None
         if self._resume is not None and frame.s is not None:
             cursor = self._cursor(msgspec.structs.replace(self._resume, seq=frame.s))
@@ -432,6 +449,18 @@ class Shard:
         self._store_failures = 0
         if result.duplicate:
             _log.info("discord bot %r: message %s was already stored (a replayed event)", self.name, message.id)
+
+    async def _attach(self, inbound: InboundMessage, message: Message) -> InboundMessage:
+        """``inbound`` with the files of ``message`` saved into the gateway's media store (or refused, saying why)."""
+        assert self._http is not None  # set by run()
+        return await attach_files(
+            inbound,
+            message.attachments,
+            media=self._gateway.media,
+            session=self._http,
+            timeout_s=self._config.request_timeout_s,
+            where=f"discord bot {self.name!r}",
+        )
 
     async def _channel_of(self, message: Message) -> Channel | None:
         found = self._cache.get(message.channel_id)

@@ -5,7 +5,8 @@ token and encrypt key). URL-verification challenges are answered at once, encryp
 against the verification token and, with an encrypt key, the ``X-Lark-Signature``, then AES-256-CBC decrypted
 (:mod:`platforms.feishu.events`). ``im.message.receive_v1`` messages from p2p chats, groups and threads become
 inbound messages deduplicated on ``event_id``; replies go out through the IM API with cached tenant access tokens
-(:mod:`platforms.feishu.sender`). Images, files and other attachments arrive as a stand-in such as ``[image]``.
+(:mod:`platforms.feishu.sender`). Images, files, audio and video keep a stand-in such as ``[image]`` in the text
+and are downloaded into the media store as the message's attachments (:mod:`platforms.feishu.files`).
 Sending uses self-built (internal) app credentials; the base URL is ``https://open.feishu.cn`` or, for Lark,
 ``https://open.larksuite.com``.
 """

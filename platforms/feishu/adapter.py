@@ -4,7 +4,8 @@ An event is acknowledged (HTTP 200) only once its message is committed to the in
 Feishu wants the answer within 3 s and retries otherwise, which the durable dedupe on ``event_id`` absorbs. A
 request the adapter cannot use gets a small JSON ``{"error": ...}`` saying why: 404 unknown app, 413 too large,
 401 unauthenticated (verification token, signature, encryption), 400 malformed; 503 if the message could not be
-stored, so Feishu delivers it again later.
+stored, so Feishu delivers it again later. The images and files a message names are downloaded into the media
+store before it is accepted (:mod:`platforms.feishu.files`), with the tenant access token the sender caches.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.feishu.config import AppKeys, FeishuConfig, resolve_apps
-from platforms.feishu.events import PLATFORM, Challenge, Ignored, Rejected, open_event
+from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, Rejected, open_event
+from platforms.feishu.files import attach_resources
 from platforms.feishu.sender import FeishuSender
 from platforms.http_client import shown
 from platforms.http_host import HttpHost
@@ -134,7 +137,8 @@ class FeishuAdapter:
         )
         return (
             f"Feishu app '{app.name}' ({app.app_id}): events at POST {self.url}/feishu/events/{app.name} ({checks}; "
-            f"{app.origins}); replies through {shown(app.base_url)}; images and files arrive as [image]/[file]"
+            f"{app.origins}); replies through {shown(app.base_url)}; images, files, audio and video are downloaded as "
+            "attachments (im:message or im:message:readonly)"
         )
 
     async def _receive(self, request: web.Request) -> web.Response:
@@ -154,7 +158,27 @@ class FeishuAdapter:
         if isinstance(opened, Ignored):
             _log.debug("feishu app %r: ignored an event (%s)", name, opened.reason)
             return _answer(200, {"ignored": opened.reason})
-        return await self._accept(opened)
+        return await self._accept(await self._attach(app, opened))
+
+    async def _attach(self, app: AppKeys, received: Received) -> InboundMessage:
+        """The message with the files it names downloaded as attachments."""
+        gateway, host = self._gateway, self._host
+        if not received.resources or gateway is None or host is None:
+            return received.inbound
+
+        async def token(refused: str | None) -> str:
+            return await host.blocking(lambda: self._sender.tenant_token(app.name, refused))
+
+        async with aiohttp.ClientSession() as session:
+            return await attach_resources(
+                received.inbound,
+                received.resources,
+                app=app,
+                token=token,
+                media=gateway.media,
+                session=session,
+                timeout_s=self.config.http_timeout_s,
+            )
 
     async def _read(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes

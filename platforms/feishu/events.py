@@ -7,6 +7,10 @@ challenge is the one request Feishu does not sign, so an unsigned request is ans
 that carries the app's verification token; every event must then carry the token too. The ``cryptography``
 package (the ``feishu`` extra) is imported only when an encrypted body arrives.
 
+Images, files, audio and video keep a stand-in such as ``[image]`` in the text; the keys their ``content``
+names come with the message (:class:`Received`) for :mod:`platforms.feishu.files` to download before the
+message is accepted.
+
 The event id is the inbound message id: Feishu retries an unacknowledged event for hours under the same
 ``event_id``, and the gateway's inbox drops the repeats durably. Sessions are keyed by the tenant (scope), the app
 (account), the chat, the thread's root message and the sender's ``union_id`` (stable across a tenant's apps).
@@ -27,8 +31,9 @@ import msgspec
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.feishu.config import AppKeys
+from platforms.feishu.files import Resource, resources_of
 
-__all__ = ["PLATFORM", "Challenge", "Ignored", "Rejected", "open_event"]
+__all__ = ["PLATFORM", "Challenge", "Ignored", "Received", "Rejected", "open_event"]
 
 PLATFORM = "feishu"
 MESSAGE_EVENT = "im.message.receive_v1"
@@ -72,6 +77,13 @@ class Ignored(msgspec.Struct, frozen=True, kw_only=True):
     """An authentic event that holds no user message (another event type, a bot's message): answer 200."""
 
     reason: str
+
+
+class Received(msgspec.Struct, frozen=True, kw_only=True):
+    """A user message to accept, and the files its content names (to download first)."""
+
+    inbound: InboundMessage
+    resources: tuple[Resource, ...] = ()
 
 
 # -- the wire format (decoded once, at the edge; errors name the field path) ----------------------------------
@@ -217,7 +229,7 @@ def _check_token(app: AppKeys, token: str | None) -> None:
 
 def open_event(
     app: AppKeys, headers: Mapping[str, str], body: bytes, *, received_at: float
-) -> Challenge | Ignored | InboundMessage:
+) -> Challenge | Ignored | Received:
     """Authenticate and decode one request to ``app``'s URL; raise :class:`Rejected` with the HTTP answer.
 
     ``headers`` must have lower-case names (or be case-insensitive, as aiohttp's are).
@@ -266,7 +278,7 @@ def open_event(
 # -- messages ---------------------------------------------------------------------------------------------------
 
 
-def _to_inbound(app: AppKeys, envelope: _MessageEnvelope, received_at: float) -> Ignored | InboundMessage:
+def _to_inbound(app: AppKeys, envelope: _MessageEnvelope, received_at: float) -> Ignored | Received:
     message, sender = envelope.event.message, envelope.event.sender
     if sender.sender_type != "user":
         return Ignored(reason=f"message {message.message_id} comes from a {sender.sender_type!r}, not a user")
@@ -291,7 +303,19 @@ def _to_inbound(app: AppKeys, envelope: _MessageEnvelope, received_at: float) ->
         user_id_alt=ids.union_id or None,
         message_id=message.message_id,
     )
-    return InboundMessage(source=source, text=text, message_id=envelope.header.event_id, received_at=received_at)
+    inbound = InboundMessage(source=source, text=text, message_id=envelope.header.event_id, received_at=received_at)
+    return Received(inbound=inbound, resources=tuple(_resources(message)))
+
+
+def _resources(message: _Message) -> list[Resource]:
+    """The files ``message`` names; none when its content is not the JSON object Feishu sends (the stand-in stays)."""
+    if message.message_type == "text":
+        return []
+    try:
+        content = _any_object.decode(message.content)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return []
+    return resources_of(message.message_type, content)
 
 
 def _text_of(message: _Message) -> str:

@@ -207,6 +207,19 @@ class FeishuSender:
             ids.append(self._post(app, message.chat_id, message.thread_id, part, f"{key}-{index}", what))
         return ids[0]
 
+    def tenant_token(self, account_id: str, refused: str | None = None) -> str:
+        """App ``account_id``'s tenant access token, from the cache or fetched (so this may block).
+
+        ``refused`` is a token Feishu just refused: it is dropped and a fresh one fetched. Raises
+        :class:`SendError` when no token can be had (the attachment downloads share this cache with the sends).
+        """
+        app = self._apps.get(account_id)
+        if app is None:
+            raise SendError(f"feishu: no app {account_id!r} is configured; add it under platforms.feishu.apps")
+        if refused is not None:
+            self._tokens.forget(app, refused)
+        return self._tokens.get(app)
+
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
         """Post ``title`` to ``chat_id`` and return its message id: replies to it open the thread."""
         app = self._apps.get(account_id)

@@ -2,7 +2,8 @@
 
 ``config`` is the ``platforms.whatsapp`` section (numbers keyed by ``phone_number_id``, the account in keys),
 ``events`` what Meta sends (the verification handshake, ``X-Hub-Signature-256``, notifications turned into
-inbound messages deduplicated on the ``wamid``), ``window`` the 24-hour customer service window per user,
+inbound messages deduplicated on the ``wamid``), ``files`` the media of those messages downloaded into the
+media store as attachments, ``window`` the 24-hour customer service window per user,
 ``sender`` the replies (split, paced per number and per user, refused outside the window), and ``adapter`` the
 webhook server that ties them to the gateway.
 """

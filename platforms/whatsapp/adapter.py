@@ -5,7 +5,9 @@ Meta calls ``/whatsapp/webhook``: ``GET`` once to verify it (the handshake echoe
 counts only when ``X-Hub-Signature-256`` matches the raw body under the app secret of the numbers it speaks for;
 anything else is 401 and nothing is stored. Messages are answered 200 only after ``gateway.accept_many`` has
 committed them all in one transaction; a notification that cannot be stored gets a 503, which Meta retries.
-Delivery receipts (``statuses``) are logged, a failed one at warning with its error.
+Delivery receipts (``statuses``) are logged, a failed one at warning with its error. The images, audio, video and
+documents of a notification's messages are downloaded into the media store before the commit
+(:mod:`platforms.whatsapp.files`), so the stored messages carry their attachment records.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -34,6 +37,7 @@ from platforms.whatsapp.events import (
     parse_notification,
     signed_by,
 )
+from platforms.whatsapp.files import attach_media
 from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 
@@ -119,7 +123,7 @@ class WhatsappAdapter:
         return [
             f"WhatsApp number {name}: callback URL {callback} (verify token handshake, X-Hub-Signature-256, "
             f"{number.origins}); replies via {shown(f'{base}/{name}/messages')} within the 24-hour window, "
-            f"{number.messages_per_second:g}/s (media arrive as [image]-style stand-ins)"
+            f"{number.messages_per_second:g}/s; images, audio, video and documents are downloaded as attachments"
             for name, number in self._numbers.items()
         ]
 
@@ -144,7 +148,32 @@ class WhatsappAdapter:
         self._log_parsed(parsed)
         if not parsed.inbound:
             return _ok(accepted=0, duplicates=0, routing_keys=[], ignored=parsed.skipped)
-        return await self._accept(parsed)
+        return await self._accept(await self._attach(parsed))
+
+    async def _attach(self, parsed: Parsed) -> Parsed:
+        """``parsed`` with each message's media downloaded into the media store as its attachment."""
+        gateway = self._gateway
+        if not parsed.media or gateway is None:
+            return parsed
+        inbound: list[InboundMessage] = []
+        base, version = self.config.graph_base, self.config.graph_version
+        async with aiohttp.ClientSession() as session:
+            for message in parsed.inbound:
+                ref = parsed.media.get(message.message_id)
+                number = self._numbers.get(message.source.account_id or "")
+                if ref is not None and number is not None:
+                    message = await attach_media(
+                        message,
+                        ref,
+                        number=number,
+                        graph_base=base,
+                        graph_version=version,
+                        media=gateway.media,
+                        session=session,
+                        timeout_s=self.config.http_timeout_s,
+                    )
+                inbound.append(message)
+        return msgspec.structs.replace(parsed, inbound=inbound)
 
     async def _read(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes

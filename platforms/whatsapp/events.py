@@ -10,10 +10,12 @@ A message with a ``group_id`` is from a group (``…:group:<group_id>:<wa_id>``)
 its sender (``…:dm:<wa_id>``). The account is the number's ``phone_number_id``; there is no scope, since the
 number belongs to exactly one business account. Text, interactive replies (button and list choices) and template
 quick-reply buttons become text; media, locations and contact cards become stand-ins such as ``[image]``
-(with the caption, if any) until attachments are built; reactions and system notices start no turn. The inbound
-message id is the ``wamid``: Meta retries an unacknowledged notification for days with the same ids, and the
-durable inbox keeps one. ``received_at`` is the message's own ``timestamp`` (when the user sent it), which is
-what the 24-hour window runs from.
+(with the caption, if any), and the media id of an image, audio, video or document is listed in
+:attr:`Parsed.media` for :mod:`platforms.whatsapp.files` to download before the message is accepted (stickers
+stay stand-ins); reactions and system notices start no turn. The inbound message id is the ``wamid``: Meta
+retries an unacknowledged notification for days with the same ids, and the durable inbox keeps one.
+``received_at`` is the message's own ``timestamp`` (when the user sent it), which is what the 24-hour window runs
+from.
 
 Everything is checked before anything is stored: a payload that is not a notification, or has one malformed
 message, is refused whole with a 400, so a notification is never half accepted.
@@ -29,8 +31,10 @@ from typing import Any
 
 import msgspec
 
+from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms.whatsapp.files import MediaRef
 
 __all__ = [
     "PLATFORM",
@@ -56,6 +60,8 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _CHALLENGE = re.compile(r"[\x21-\x7e]{1,256}")
 _TYPE = re.compile(r"[a-z_]{1,40}")
 _MEDIA = ("image", "video", "audio", "sticker", "document")
+_DOWNLOADED = ("image", "video", "audio", "document")
+_MEDIA_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _SKIPPED_TYPES = {
     "reaction": "a reaction (reactions start no turn)",
     "system": "a system notice (a number change or similar)",
@@ -171,9 +177,11 @@ class _Button(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Media(msgspec.Struct, frozen=True, kw_only=True):
+    id: str | None = None
     caption: str | None = None
     filename: str | None = None
     mime_type: str | None = None
+    sha256: str | None = None
 
 
 class _Location(msgspec.Struct, frozen=True, kw_only=True):
@@ -249,12 +257,14 @@ def decode_notification(body: bytes) -> Notification:
 
 
 class Parsed(msgspec.Struct, frozen=True, kw_only=True):
-    """What a notification holds: messages to accept, receipts, and one line per thing skipped."""
+    """What a notification holds: messages to accept (and the media to download for them), receipts, and one line
+    per thing skipped."""
 
     inbound: list[InboundMessage]
     statuses: list[tuple[str, Status]]  # (our number, receipt)
     errors: list[tuple[str, str]]  # (our number, an error Meta reported for it)
     skipped: list[str]
+    media: dict[str, MediaRef] = msgspec.field(default_factory=dict)  # inbound message id -> its file
 
 
 def parse_notification(
@@ -303,8 +313,11 @@ def _parse_value(value: _Value, number: str, where: str, now: float, parsed: Par
         inbound = _to_inbound(message, number, names, here, now)
         if isinstance(inbound, str):
             parsed.skipped.append(f"message {message.id[:80]}: {inbound}")
-        else:
-            parsed.inbound.append(inbound)
+            continue
+        parsed.inbound.append(inbound)
+        ref = _media_ref(message)
+        if ref is not None:
+            parsed.media[inbound.message_id] = ref
     parsed.statuses.extend((number, status) for status in value.statuses)
     parsed.errors.extend((number, error.describe()) for error in value.errors)
 
@@ -364,6 +377,19 @@ def _text_of(message: _Message) -> str:
     if kind == "unsupported":
         return "[unsupported message]"
     return f"[{kind if _TYPE.fullmatch(kind) else 'unknown'} message]"
+
+
+def _media_ref(message: _Message) -> MediaRef | None:
+    """The file to download for an image, audio, video or document message (none without a usable media id)."""
+    if message.type not in _DOWNLOADED:
+        return None
+    media: _Media | None = getattr(message, message.type)
+    if media is None or media.id is None or not _MEDIA_ID.fullmatch(media.id):
+        return None
+    mime = (media.mime_type or "").split(";", 1)[0].strip().lower() or None  # audio/ogg; codecs=opus
+    kind = kind_of(mime) if message.type == "document" else message.type
+    name = (media.filename or "").strip()[:200] or None
+    return MediaRef(media_id=media.id, kind=kind, mime_type=mime, name=name, sha256=media.sha256)
 
 
 def _choice(interactive: _Interactive) -> str:

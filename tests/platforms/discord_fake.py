@@ -12,7 +12,13 @@ The REST API (``/api/v10``) answers ``GET /gateway/bot``, ``GET /channels/{id}``
 (2,000 characters, ``enforce_nonce``, echoing the bot's own message over the gateway as Discord does) and
 ``POST /channels/{id}/threads``, with ``Authorization: Bot <token>``, ``X-RateLimit-*`` headers per channel bucket,
 429 with JSON ``retry_after`` (per bucket or ``global``), and Discord's JSON error codes. Failures can be
-scripted, including an answer lost after the message was created::
+scripted, including an answer lost after the message was created.
+
+The CDN (``/attachments/{channel_id}/{attachment_id}/{filename}``) serves the files of :meth:`DiscordFake.attachment`
+as Discord's does: only at the signed URL of the attachment object (``ex`` expiry, ``is`` issue time, ``hm``
+signature; anything else is a 404, "This content is no longer available."), without asking for credentials. Every
+download is recorded with its headers (:meth:`DiscordFake.downloads`); failed and slow answers can be scripted.
+In short::
 
     with DiscordFake() as fake:
         fake.add_bot(TOKEN, "900")
@@ -27,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import math
@@ -37,16 +45,19 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
 from platforms.http_host import HttpHost
 
-__all__ = ["API_PREFIX", "MESSAGES_BUCKET", "Call", "DiscordFake", "Sent", "user"]
+__all__ = ["API_PREFIX", "CDN_PREFIX", "MESSAGES_BUCKET", "Call", "DiscordFake", "Download", "Sent", "user"]
 
 T = TypeVar("T")
 
 API_PREFIX = "/api/v10"
+CDN_PREFIX = "/attachments"
+_GONE = "This content is no longer available."
 MESSAGES_BUCKET = "80c17d2f203122d936070c88c8d10f33"  # what Discord names the messages route's bucket
 _OTHER_BUCKET = "41f9cd5d28af77da04563bcb1d67fdfd"
 _MESSAGE_CONTENT = 1 << 15
@@ -88,6 +99,24 @@ class Sent:
     channel_id: str
     body: dict[str, Any]
     message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Download:
+    """One request to the CDN: its path, query, headers (lower-cased names) and the status answered."""
+
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    status: int
+
+
+@dataclass
+class _File:
+    data: bytes
+    content_type: str | None
+    delay_s: float = 0.0
+    failures: deque[int] = field(default_factory=deque)  # statuses to answer before the file
 
 
 @dataclass
@@ -173,6 +202,9 @@ class DiscordFake:
         self._failures: defaultdict[str, deque[_Failure]] = defaultdict(deque)
         self._global_until = 0.0
         self._closing = False
+        self._files: dict[str, _File] = {}  # CDN path -> file
+        self._downloads: list[Download] = []
+        self._cdn_key = uuid.uuid4().bytes  # signs attachment URLs
         app = web.Application()
         app.on_startup.append(self._remember_loop)
         app.router.add_get("/gateway", self._gateway)
@@ -181,6 +213,7 @@ class DiscordFake:
         app.router.add_get(API_PREFIX + "/channels/{channel_id}", self._get_channel)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/threads", self._start_thread)
+        app.router.add_get(CDN_PREFIX + "/{channel_id}/{attachment_id}/{filename}", self._cdn)
         self._host = HttpHost(app, name="discord-fake")
 
     # -- lifecycle
@@ -283,6 +316,47 @@ class DiscordFake:
         """Answer every REST request with a global 429 for ``seconds``."""
         with self._lock:
             self._global_until = time.monotonic() + seconds
+
+    def attachment(
+        self,
+        channel_id: str,
+        filename: str,
+        data: bytes,
+        *,
+        content_type: str | None = "image/png",
+        size: int | None = None,
+        expires_in_s: float = 86_400.0,
+        delay_s: float = 0.0,
+    ) -> dict[str, Any]:
+        """Upload ``data`` to the CDN; return the attachment object for a message's ``attachments``.
+
+        ``size`` is what the object claims (default: the real size); ``content_type`` ``None`` leaves the field out,
+        as Discord does for types it does not know. The URL's signature expires after ``expires_in_s``; the CDN
+        waits ``delay_s`` before it answers.
+        """
+        attachment_id = _snowflake()
+        path = f"{CDN_PREFIX}/{channel_id}/{attachment_id}/{quote(filename)}"
+        issued = int(time.time())
+        expires = int(issued + expires_in_s)
+        query = f"ex={expires:x}&is={issued:x}&hm={self._signature(path, expires, issued)}&"
+        with self._lock:
+            self._files[path] = _File(data=data, content_type=content_type, delay_s=delay_s)
+        found: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(data) if size is None else size,
+            "url": f"{self._host.url}{path}?{query}",
+            "proxy_url": f"{self._host.url}{path}?{query}",
+        }
+        if content_type is not None:
+            found["content_type"] = content_type
+        return found
+
+    def fail_download(self, attachment: dict[str, Any], status: int, *, times: int = 1) -> None:
+        """Answer the next ``times`` downloads of ``attachment`` (an object from :meth:`attachment`) with ``status``."""
+        path = attachment["url"].removeprefix(self._host.url).partition("?")[0]
+        with self._lock:
+            self._files[path].failures.extend([status] * times)
 
     # -- events
 
@@ -421,6 +495,11 @@ class DiscordFake:
                 for s in self._sent
                 if (token is None or s.token == token) and (channel_id is None or s.channel_id == channel_id)
             ]
+
+    def downloads(self) -> list[Download]:
+        """Every request to the CDN, oldest first."""
+        with self._lock:
+            return list(self._downloads)
 
     def texts(self, token: str | None = None) -> list[str]:
         return [s.body["content"] for s in self.sent(token)]
@@ -676,6 +755,38 @@ class DiscordFake:
             conn.closed_by_server = True
             conn.close_code = code
         await conn.ws.close(code=code, message=reason.encode())
+
+    # -- the CDN
+
+    def _signature(self, path: str, expires: int, issued: int) -> str:
+        return hmac.new(self._cdn_key, f"{path}|{expires:x}|{issued:x}".encode(), hashlib.sha256).hexdigest()
+
+    def _signed(self, request: web.Request) -> bool:
+        """Whether the request carries a valid, unexpired signature for its path."""
+        try:
+            expires, issued = int(request.query["ex"], 16), int(request.query["is"], 16)
+        except (KeyError, ValueError):
+            return False
+        expected = self._signature(request.rel_url.raw_path, expires, issued)
+        return hmac.compare_digest(request.query.get("hm", ""), expected) and time.time() < expires
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:
+            file = self._files.get(request.rel_url.raw_path) if self._signed(request) else None
+            failure = file.failures.popleft() if file is not None and file.failures else None
+        if file is not None and file.delay_s > 0:
+            await asyncio.sleep(file.delay_s)
+        if file is None:
+            response = web.Response(status=404, text=_GONE)
+        elif failure is not None:
+            response = web.Response(status=failure, text=f"HTTP {failure}")
+        else:
+            response = web.Response(body=file.data, content_type=file.content_type or "application/octet-stream")
+        with self._lock:
+            headers = {name.lower(): value for name, value in request.headers.items()}
+            self._downloads.append(Download(request.rel_url.raw_path, dict(request.query), headers, response.status))
+            self._lock.notify_all()
+        return response
 
     # -- the REST API
 

@@ -6,6 +6,11 @@ Both halves of the platform, written from Feishu's documentation and independent
   ``POST /open-apis/im/v1/messages?receive_id_type=chat_id`` and ``POST /open-apis/im/v1/messages/<id>/reply``,
   with bearer tokens checked (99991661 missing, 99991663 invalid), the ``uuid`` dedupe, the 150 KB body limit,
   and scripted failures (HTTP 429 with code 99991400 and ``x-ogw-ratelimit-reset``, 5xx, error codes);
+- ``GET /open-apis/im/v1/messages/<id>/resources/<key>?type=image|file`` for a resource added with
+  :meth:`FakeFeishu.add_resource`: the bytes with their ``Content-Type`` (and ``Content-Length``, unless the
+  resource is sent chunked) for a valid tenant token and the right ``type``; a JSON error answer otherwise (the
+  token codes above, 234001 for a wrong type or a key that is not in the message). Every request is recorded;
+  :meth:`FakeFeishu.fail_next_download` scripts failures;
 - the event push to an app's request URL: :meth:`FakeFeishu.message_event` builds an ``im.message.receive_v1``
   event (schema 2.0), :func:`url_verification` a challenge, and :func:`deliver` POSTs one, AES-256-CBC encrypted
   and signed (``X-Lark-Signature``) when the app has an encrypt key.
@@ -39,6 +44,7 @@ __all__ = [
     "Failure",
     "FakeApp",
     "FakeFeishu",
+    "ResourceCall",
     "SentMessage",
     "deliver",
     "seal",
@@ -98,6 +104,25 @@ class ApiCall:
 
 
 @dataclass(frozen=True)
+class ResourceCall:
+    """One resource download request: the message, the key, the ``type`` asked for and the answer's status."""
+
+    message_id: str
+    key: str
+    type: str | None
+    authorization: str | None
+    status: int
+
+
+@dataclass(frozen=True)
+class _Resource:
+    type: str
+    data: bytes
+    content_type: str
+    chunked: bool
+
+
+@dataclass(frozen=True)
 class Failure:
     """A scripted answer for the next IM API request."""
 
@@ -118,6 +143,9 @@ class FakeFeishu:
         self.calls: list[ApiCall] = []
         self.sent: list[SentMessage] = []
         self.failures: deque[Failure] = deque()
+        self.downloads: list[ResourceCall] = []
+        self.download_failures: deque[Failure] = deque()
+        self._resources: dict[tuple[str, str], _Resource] = {}
         self._tokens: dict[str, str] = {}  # live token -> app id
         self._messages: dict[str, str] = {}  # message id -> chat id
         self._threads: dict[str, str] = {}  # root message id -> thread id
@@ -128,6 +156,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
         self.host = HttpHost(app, name="fake-feishu")
 
     # -- control -------------------------------------------------------------------------------------------------
@@ -158,6 +187,25 @@ class FakeFeishu:
         """Answer the next IM API requests with ``failures``, in order."""
         with self._changed:
             self.failures.extend(failures)
+
+    def add_resource(
+        self,
+        message_id: str,
+        key: str,
+        data: bytes,
+        *,
+        type: str = "image",
+        content_type: str = "image/png",
+        chunked: bool = False,
+    ) -> None:
+        """Make ``key`` a resource of message ``message_id``, fetched with ``?type=<type>``."""
+        with self._changed:
+            self._resources[(message_id, key)] = _Resource(type, data, content_type, chunked)
+
+    def fail_next_download(self, *failures: Failure) -> None:
+        """Answer the next resource downloads with ``failures``, in order."""
+        with self._changed:
+            self.download_failures.extend(failures)
 
     def revoke_tokens(self) -> None:
         """Invalidate every token handed out (as when one expires early): requests then get 99991663."""
@@ -271,6 +319,41 @@ class FakeFeishu:
             self._tokens[token] = app.app_id
             self.token_requests.append(app.app_id)
         return web.json_response({"code": 0, "msg": "ok", "tenant_access_token": token, "expire": self.token_expire_s})
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        message_id, key = request.match_info["message_id"], request.match_info["file_key"]
+        kind = request.query.get("type")
+        authorization = request.headers.get("Authorization")
+        with self._changed:
+            failure = self.download_failures.popleft() if self.download_failures else None
+            app_id = self._tokens.get((authorization or "").removeprefix("Bearer "))
+            resource = self._resources.get((message_id, key))
+        status, answer = 200, None
+        if failure is not None:
+            status, answer = failure.status, {"code": failure.code, "msg": failure.msg}
+        elif not (authorization or "").startswith("Bearer "):
+            status, answer = 400, TOKEN_MISSING
+        elif app_id is None:
+            status, answer = 400, TOKEN_INVALID
+        elif resource is None or kind != resource.type:
+            status, answer = 400, {"code": 234001, "msg": "Invalid request param."}
+        with self._changed:
+            self.downloads.append(ResourceCall(message_id, key, kind, authorization, status))
+            self._changed.notify_all()
+        if answer is not None or resource is None:
+            return web.json_response(answer, status=status, headers=failure.headers if failure else None)
+        if not resource.chunked:
+            return web.Response(body=resource.data, headers={"Content-Type": resource.content_type})
+        response = web.StreamResponse(headers={"Content-Type": resource.content_type})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        try:
+            for start in range(0, len(resource.data), 1024):
+                await response.write(resource.data[start : start + 1024])
+            await response.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass  # the client stopped reading (it refused the rest)
+        return response
 
     async def _create(self, request: web.Request) -> web.Response:
         return await self._message(request, None)

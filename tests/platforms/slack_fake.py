@@ -6,6 +6,14 @@
 test scripts with :meth:`FakeSlack.fail_next` (HTTP 429 with ``Retry-After``, ``ratelimited``, 5xx). Every
 accepted post is recorded with its arrival time.
 
+Files added with :meth:`FakeSlack.add_file` are served as Slack serves them: ``GET
+/files-pri/<team>-<id>/download/<name>`` (the ``url_private_download`` of the file object it returns, which a
+message event carries in ``files[]``) with the bytes and the file's ``Content-Type`` for a Bearer bot token of the
+file's workspace, and Slack's sign-in page (HTTP 200, ``text/html``) for any other request; ``GET
+/api/files.info?file=<id>`` answers ``{"ok": true, "file": {...}}``. Every download request is recorded;
+:meth:`FakeSlack.fail_next_download` scripts an error status, :meth:`FakeSlack.hold_downloads` keeps downloads
+waiting until released.
+
 The event helpers build Events API payloads (``event_callback`` envelopes around ``message`` and ``app_mention``
 events, ``url_verification``) and :func:`deliver` POSTs them the way Slack does: signed with the app's signing
 secret (``v0=`` + hex HMAC-SHA256 of ``v0:<timestamp>:<body>``), with ``X-Slack-Retry-Num`` and
@@ -16,6 +24,7 @@ Written from Slack's documentation, independently of the adapter's code.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import http.client
@@ -36,6 +45,7 @@ from platforms.http_host import HttpHost
 
 __all__ = [
     "Answer",
+    "Download",
     "FakeSlack",
     "Posted",
     "app_mention",
@@ -64,6 +74,26 @@ class Posted:
 
 
 @dataclass(frozen=True)
+class Download:
+    """One request for a file's bytes: the file id, the Bearer token (``None``: none) and the status answered."""
+
+    file_id: str
+    token: str | None
+    status: int
+
+
+@dataclass(frozen=True)
+class _File:
+    team: str
+    name: str
+    mimetype: str
+    data: bytes
+
+
+_SIGN_IN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Slack</body></html>"
+
+
+@dataclass(frozen=True)
 class _Failure:
     status: int
     headers: dict[str, str]
@@ -81,10 +111,17 @@ class FakeSlack:
     _script: deque[_Failure | None] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _seconds: itertools.count[int] = field(default_factory=lambda: itertools.count(1_764_460_800))
+    downloads: list[Download] = field(default_factory=list)
+    _files: dict[str, _File] = field(default_factory=dict)
+    _download_script: deque[int] = field(default_factory=deque)
+    download_arrived: threading.Event = field(default_factory=threading.Event)  # set by the first download request
+    _held: threading.Event | None = None
 
     def __post_init__(self) -> None:
         app = web.Application()
         app.router.add_post("/api/chat.postMessage", self._post_message)
+        app.router.add_get("/api/files.info", self._files_info)
+        app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
         self.host = HttpHost(app, name="fake-slack")
 
     @property
@@ -115,6 +152,58 @@ class FakeSlack:
         with self._lock:
             self._script.extend([None] * after)
             self._script.extend(_Failure(status, headers, body) for _ in range(count))
+
+    def add_file(
+        self, file_id: str, data: bytes, *, name: str, mimetype: str, team: str = "T1", size: int | None = None
+    ) -> dict[str, Any]:
+        """Host ``data`` as file ``file_id`` of ``team``; return its file object as a message event carries it
+        (``size`` overrides the size it states)."""
+        with self._lock:
+            self._files[file_id] = _File(team=team, name=name, mimetype=mimetype, data=data)
+        return self.file_object(file_id) | ({"size": size} if size is not None else {})
+
+    def file_object(self, file_id: str) -> dict[str, Any]:
+        """The file object Slack gives for ``file_id`` (in ``files[]`` of an event and from ``files.info``)."""
+        with self._lock:
+            file = self._files[file_id]
+        base = f"{self.host.url}/files-pri/{file.team}-{file_id}"
+        return {
+            "id": file_id,
+            "created": 1764460800,
+            "timestamp": 1764460800,
+            "name": file.name,
+            "title": file.name,
+            "mimetype": file.mimetype,
+            "filetype": file.name.rsplit(".", 1)[-1],
+            "user": "U1",
+            "user_team": file.team,
+            "editable": False,
+            "size": len(file.data),
+            "mode": "hosted",
+            "is_external": False,
+            "external_type": "",
+            "is_public": False,
+            "url_private": f"{base}/{file.name}",
+            "url_private_download": f"{base}/download/{file.name}",
+            "permalink": f"https://example.slack.com/files/U1/{file_id}/{file.name}",
+            "file_access": "visible",
+        }
+
+    def remove_file(self, file_id: str) -> None:
+        """Delete a hosted file: its download is then 404 and ``files.info`` says ``file_not_found``."""
+        with self._lock:
+            del self._files[file_id]
+
+    def fail_next_download(self, status: int, count: int = 1) -> None:
+        """Answer the next ``count`` authorised downloads with HTTP ``status`` (an HTML error page)."""
+        with self._lock:
+            self._download_script.extend([status] * count)
+
+    def hold_downloads(self) -> threading.Event:
+        """Keep every download waiting until the returned event is set."""
+        held = threading.Event()
+        self._held = held
+        return held
 
     def take(self, timeout: float = 10.0) -> Posted:
         """The next accepted post, waiting up to ``timeout``."""
@@ -178,6 +267,51 @@ class FakeSlack:
         if posted.thread_ts:
             message["thread_ts"] = posted.thread_ts
         return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    def _team_of(self, request: web.Request) -> tuple[str | None, str | None]:
+        """(the Bearer token, its team) of a request; the team is ``None`` for a missing or unknown token."""
+        authorization = request.headers.get("Authorization", "")
+        token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+        return token, self.tokens.get(token) if token is not None else None
+
+    async def _files_info(self, request: web.Request) -> web.Response:
+        token, team = self._team_of(request)
+        if token is None:
+            return web.json_response({"ok": False, "error": "not_authed"})
+        if team is None:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        file_id = request.query.get("file", "")
+        with self._lock:
+            file = self._files.get(file_id)
+        if file is None or file.team != team:
+            return web.json_response({"ok": False, "error": "file_not_found"})
+        return web.json_response({"ok": True, "file": self.file_object(file_id)})
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        team_file, name = request.match_info["team_file"], request.match_info["name"]
+        file_team, _, file_id = team_file.partition("-")
+        token, team = self._team_of(request)
+        self.download_arrived.set()
+        held = self._held
+        if held is not None:
+            await asyncio.to_thread(held.wait, 10)
+        with self._lock:
+            file = self._files.get(file_id)
+            scripted = self._download_script.popleft() if self._download_script and team is not None else None
+            if team is None or team != file_team:
+                status = 200  # Slack sends whoever is not signed in to its sign-in page
+            elif scripted is not None:
+                status = scripted
+            elif file is None or file.name != name:
+                status = 404
+            else:
+                status = 200
+            self.downloads.append(Download(file_id=file_id, token=token, status=status))
+        if team is None or team != file_team:
+            return web.Response(body=_SIGN_IN_PAGE, content_type="text/html")
+        if status != 200 or file is None:
+            return web.Response(status=status, body=b"<html>error</html>", content_type="text/html")
+        return web.Response(body=file.data, headers={"Content-Type": file.mimetype})
 
     @staticmethod
     def _fields(content_type: str, raw: bytes) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ restarts, kills) is provoked on the fake.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -26,7 +27,9 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.gateway import Gateway
+from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -44,10 +47,11 @@ from platforms.discord import (
     decode_frame,
     inbound_from_message,
 )
-from platforms.discord.events import Channel, Skipped
+from platforms.discord.events import Channel, MessageAttachment, Skipped
+from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.discord_fake import MESSAGES_BUCKET, DiscordFake, user
+from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"
@@ -56,6 +60,7 @@ GUILD, GENERAL, THREAD, FORUM = "1001", "2001", "2002", "2003"
 ALICE = user("501", "alice", global_name="Alice")
 BOB = user("502", "bob")
 MESSAGES = "POST /channels/{channel_id}/messages"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
 
 
 # -- harness -----------------------------------------------------------------------------------------------------
@@ -136,6 +141,12 @@ class Running:
             rows = store.connection.execute("SELECT platform_message_id FROM inbox ORDER BY id").fetchall()
         return [str(row[0]) for row in rows]
 
+    def attachments(self, key: str) -> list[AttachmentRecord]:
+        session = self.session_of(key)
+        assert session is not None, f"no session for {key}"
+        with self.gateway.read() as store:
+            return store.attachments.for_session(session)
+
     def stored_session(self, bot: str = "main") -> ResumeState | None:
         with self.gateway.read() as store:
             cursor = store.kv.get_cursor("discord", bot)
@@ -160,6 +171,7 @@ def start(tmp_path: Path, make_fake: MakeFake, fake: DiscordFake) -> Iterator[St
             gateway_for: Callable[[Gateway], Gateway] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
             rng: random.Random | None = None,
+            media: MediaConfig | None = None,
         ) -> Running:
             adapter = DiscordAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock, rng=rng)
             gateway = Gateway(
@@ -168,6 +180,7 @@ def start(tmp_path: Path, make_fake: MakeFake, fake: DiscordFake) -> Iterator[St
                 senders=[*adapter.senders(), *extra_senders],
                 clock=clock,
                 tick_interval_s=0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
@@ -185,6 +198,12 @@ def wait_texts(fake: DiscordFake, count: int, token: str = TOKEN) -> list[str]:
 
 def key(*parts: str, bot: str = "main") -> str:
     return ":".join([f"agent:main:discord.{GUILD}~{bot}", "group", *parts])
+
+
+def cached(tmp_path: Path, data: bytes, suffix: str) -> Path:
+    """Where the media store keeps ``data``: named by its sha256 under ``media/``."""
+    digest = hashlib.sha256(data).hexdigest()
+    return tmp_path / "media" / digest[:2] / f"{digest}{suffix}"
 
 
 # -- chats, threads and accounts ---------------------------------------------------------------------------------
@@ -288,8 +307,8 @@ def test_two_bots_in_one_guild_never_share_a_session_and_ignore_each_other(fake:
     assert len(fake.sent()) == 4
 
 
-def test_bots_webhooks_and_system_messages_start_no_turn_and_attachments_become_stand_ins(
-    fake: DiscordFake, start: Start
+def test_bots_webhooks_and_system_messages_start_no_turn_and_attachments_keep_their_stand_ins(
+    fake: DiscordFake, start: Start, tmp_path: Path
 ) -> None:
     discord = start()
     fake.wait_ready(TOKEN)
@@ -297,16 +316,180 @@ def test_bots_webhooks_and_system_messages_start_no_turn_and_attachments_become_
     fake.post(GENERAL, user("778", "hook"), "from a webhook", webhook_id="778")
     fake.post(GENERAL, ALICE, "", type=7)  # a member joined
     fake.post(GENERAL, ALICE, "", embeds=[{"title": "link preview"}])  # nothing to read
-    attachment = {"id": "1", "filename": "plot.png", "content_type": "image/png", "size": 10, "url": "x"}
+    attachment = fake.attachment(GENERAL, "plot.png", PNG)
     fake.post(GENERAL, ALICE, f"<@{BOT_ID}> what is this?", attachments=[attachment])
     fake.post(GENERAL, BOB, f"<@!{BOT_ID}>", sticker_items=[{"id": "5", "name": "wave", "format_type": 1}])
     fake.post(GENERAL, BOB, f"<@{BOT_ID}>")  # a bare mention still asks for an answer
     texts = wait_texts(fake, 3)
     assert discord.gateway.wait_idle()
+    saved = cached(tmp_path, PNG, ".png")
     assert sorted(texts) == sorted(
-        ["echo: what is this?\n[image: plot.png]", "echo: [sticker: wave]", f"echo: <@{BOT_ID}>"]
+        [
+            "echo: what is this?\n[image: plot.png]\n"
+            f"[attached image plot.png (image/png, 108 bytes), saved at {saved}]",
+            "echo: [sticker: wave]",
+            f"echo: <@{BOT_ID}>",
+        ]
     )
     assert len(discord.inbox()) == 3
+
+
+# -- attachments -------------------------------------------------------------------------------------------------
+
+
+def test_attachments_are_downloaded_from_the_cdn_into_the_media_store_before_the_message_is_accepted(
+    fake: DiscordFake, start: Start, tmp_path: Path
+) -> None:
+    discord = start()
+    fake.wait_ready(TOKEN)
+    notes = b"line one\nline two\n"
+    image = fake.attachment(GENERAL, "plot.png", PNG)
+    document = fake.attachment(GENERAL, "notes.txt", notes, content_type=None)  # a type Discord does not know
+    fake.post(GENERAL, ALICE, "look", attachments=[image, document])
+    (reply,) = wait_texts(fake, 1)
+    assert discord.gateway.wait_idle()
+    png, txt = cached(tmp_path, PNG, ".png"), cached(tmp_path, notes, ".txt")
+    assert png.read_bytes() == PNG
+    assert txt.read_bytes() == notes
+    assert reply == (
+        "echo: look\n[image: plot.png]\n[file: notes.txt]\n"
+        f"[attached image plot.png (image/png, 108 bytes), saved at {png}]\n"
+        f"[attached document notes.txt (text/plain, 18 bytes), saved at {txt}]\nIts text:\nline one\nline two\n"
+    )
+    # Each file was fetched once, at its signed URL, and nothing of the bot's credentials went to the CDN.
+    downloads = fake.downloads()
+    assert [d.path for d in downloads] == [
+        f"{CDN_PREFIX}/{GENERAL}/{image['id']}/plot.png",
+        f"{CDN_PREFIX}/{GENERAL}/{document['id']}/notes.txt",
+    ]
+    assert all(d.status == 200 and {"ex", "is", "hm"} <= d.query.keys() for d in downloads)
+    assert all("authorization" not in d.headers and TOKEN not in repr(d.headers) for d in downloads)
+    rows = discord.attachments(key(GENERAL, "501"))
+    assert [(r.kind, r.mime_type, r.name, r.size, r.sha256, r.error) for r in rows] == [
+        ("image", "image/png", "plot.png", 108, hashlib.sha256(PNG).hexdigest(), None),
+        ("document", "text/plain", "notes.txt", 18, hashlib.sha256(notes).hexdigest(), None),
+    ]
+    # The source URL is kept without its expiring signature.
+    assert [r.source_url for r in rows] == [image["url"].partition("?")[0], document["url"].partition("?")[0]]
+    assert all(r.source_url is not None and "?" not in r.source_url for r in rows)
+
+
+def test_an_attachment_over_the_limit_is_refused_before_its_download_and_the_text_still_runs(
+    fake: DiscordFake, start: Start, tmp_path: Path
+) -> None:
+    discord = start(media=MediaConfig(max_bytes=1024))
+    fake.wait_ready(TOKEN)
+    big = fake.attachment(GENERAL, "big.png", bytes(4096))
+    fake.post(GENERAL, ALICE, "too big?", attachments=[big])
+    (reply,) = wait_texts(fake, 1)
+    assert reply == (
+        "I could not read big.png: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: too big?\n[image: big.png]\n[image big.png was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert fake.downloads() == []  # the size in the attachment object was enough
+    assert not (tmp_path / "media").exists()
+    assert discord.gateway.wait_idle()
+    (row,) = discord.attachments(key(GENERAL, "501"))
+    assert (row.kind, row.size, row.path, row.error) == ("image", 4096, None, "it is 4 KB, over the 1 KB limit")
+    assert row.source_url == big["url"].partition("?")[0]
+
+
+def test_a_file_larger_than_its_attachment_object_says_is_cut_off_at_the_limit(
+    fake: DiscordFake, start: Start, tmp_path: Path
+) -> None:
+    start(media=MediaConfig(max_bytes=1024))
+    fake.wait_ready(TOKEN)
+    liar = fake.attachment(GENERAL, "small.png", bytes(4096), size=100)
+    fake.post(GENERAL, ALICE, "small, surely", attachments=[liar])
+    (reply,) = wait_texts(fake, 1)
+    assert reply.startswith("I could not read small.png: it is 4 KB, over the 1 KB limit.\n\n")
+    assert [d.status for d in fake.downloads()] == [200]  # refused on the answer's Content-Length
+    assert not (tmp_path / "media").exists()
+
+
+def test_a_failed_download_becomes_a_refused_attachment_that_says_why(
+    fake: DiscordFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    discord = start()
+    fake.wait_ready(TOKEN)
+    broken = fake.attachment(GENERAL, "broken.png", PNG)
+    fake.fail_download(broken, 503)
+    expired = fake.attachment(GENERAL, "old.png", PNG, expires_in_s=-60)
+    nowhere = {"id": "7", "filename": "lost.pdf", "size": 10, "content_type": "application/pdf"}
+    fake.post(GENERAL, ALICE, "three files", attachments=[broken, expired, nowhere])
+    (reply,) = wait_texts(fake, 1)
+    problems = [
+        "its download failed (HTTP 503)",
+        "Discord's CDN no longer serves it (HTTP 404: the link expired or the file was deleted); send it again",
+        "Discord gave no download address for it",
+    ]
+    names = ["broken.png", "old.png", "lost.pdf"]
+    assert reply == (
+        " ".join(f"I could not read {name}: {problem}." for name, problem in zip(names, problems, strict=True))
+        + "\n\necho: three files\n[image: broken.png]\n[image: old.png]\n[file: lost.pdf]\n"
+        + "\n".join(
+            f"[{kind} {name} was not read: {problem}]"
+            for kind, name, problem in zip(["image", "image", "document"], names, problems, strict=True)
+        )
+    )
+    assert [d.status for d in fake.downloads()] == [503, 404]
+    assert not (tmp_path / "media").exists()
+    assert discord.gateway.wait_idle()
+    assert [r.error for r in discord.attachments(key(GENERAL, "501"))] == problems
+    assert "hm=" not in caplog.text  # the signature stays out of the logs
+    assert f"{CDN_PREFIX}/{GENERAL}/{broken['id']}/broken.png" in caplog.text
+
+
+def test_a_download_slower_than_the_heartbeat_interval_is_not_taken_for_a_zombie_connection(
+    make_fake: MakeFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    quick = make_fake(heartbeat_interval_ms=100)
+    discord = start(make_config(quick))
+    quick.wait_ready(TOKEN)
+    slow = quick.attachment(GENERAL, "slow.png", PNG, delay_s=0.6)
+    quick.post(GENERAL, ALICE, "take your time", attachments=[slow])
+    (reply,) = wait_texts(quick, 1)
+    assert reply.startswith("echo: take your time\n[image: slow.png]\n[attached image slow.png")
+    assert cached(tmp_path, PNG, ".png").read_bytes() == PNG
+    assert len(quick.connections()) == 1
+    assert quick.resumes(TOKEN) == []
+    assert "zombie" not in caplog.text
+    assert discord.gateway.wait_idle()
+
+
+@pytest.mark.parametrize(
+    ("fields", "mime_type"),
+    [
+        ({"filename": "a.png", "content_type": "image/png"}, "image/png"),
+        ({"filename": "a.txt", "content_type": "text/plain; charset=utf-8"}, "text/plain"),
+        ({"filename": "voice-message.ogg", "content_type": "audio/ogg"}, "audio/ogg"),
+        ({"filename": "report.pdf"}, "application/pdf"),
+        ({"filename": "no-suffix"}, None),
+    ],
+)
+def test_an_attachments_type_is_discords_content_type_else_guessed_from_its_name(
+    fields: dict[str, Any], mime_type: str | None
+) -> None:
+    assert mime_type_of(msgspec.convert(fields, MessageAttachment)) == mime_type
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        (
+            "https://cdn.discordapp.com/attachments/1/2/plot.png?ex=66&is=65&hm=abc&",
+            "https://cdn.discordapp.com/attachments/1/2/plot.png",
+        ),
+        ("http://127.0.0.1:8080/attachments/1/2/a%20b.png#frag", "http://127.0.0.1:8080/attachments/1/2/a%20b.png"),
+        ("ftp://cdn.discordapp.com/x.png", None),
+        ("x", None),
+        ("http://[", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_source_url_keeps_an_http_address_without_its_signature(url: str | None, kept: str | None) -> None:
+    assert source_url_of(url) == kept
 
 
 # -- the websocket: heartbeats, resume and reconnects ------------------------------------------------------------
@@ -857,7 +1040,15 @@ _messages = st.fixed_dictionaries(
         "webhook_id": _snowflakes,
         "member": st.fixed_dictionaries({}, optional={"nick": st.text() | _json}) | _json,
         "attachments": st.lists(
-            st.fixed_dictionaries({}, optional={"filename": st.text() | _json, "content_type": st.text() | _json}),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "filename": st.text() | _json,
+                    "content_type": st.text() | _json,
+                    "size": st.integers() | _json,
+                    "url": st.sampled_from(["", "x", "ftp://cdn/x.png", "http://["]),  # nothing to fetch
+                },
+            ),
             max_size=2,
         )
         | _json,
@@ -971,7 +1162,8 @@ def test_the_banner_says_how_each_bot_connects_and_replies(fake: DiscordFake) ->
     (line,) = adapter.describe()
     assert line == (
         "Discord bot 'main' (token in config.yaml): gateway websocket to the URL from GET /gateway/bot; replies via "
-        f"{fake.api_base} in parts of 2000 characters; attachments arrive as stand-ins like [image: name]"
+        f"{fake.api_base} in parts of 2000 characters; attachments are downloaded into the media store (a stand-in "
+        "like [image: name] stays in the text)"
     )
     assert TOKEN not in line
     assert adapter.capabilities.threads

@@ -8,6 +8,7 @@ arrive sealed and signed); app ``plain`` has none (the verification token is the
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import socket
@@ -27,7 +28,8 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.gateway import Gateway
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.media import MediaConfig
+from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.testing import FakeClock
 from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
@@ -112,7 +114,7 @@ def start_feishu(tmp_path: Path, fake: FakeFeishu) -> Iterator[StartFeishu]:
     """Start a gateway on ``tmp_path`` with the adapter on port 0; everything is stopped at the end."""
     with ExitStack() as stack:
 
-        def start(**options: Any) -> Feishu:
+        def start(*, media: MediaConfig | None = None, **options: Any) -> Feishu:
             clock = FakeClock()
             options.setdefault("apps", apps_for(fake))
             adapter = FeishuAdapter(FeishuConfig(port=0, **options), environ={}, clock=clock)
@@ -121,6 +123,7 @@ def start_feishu(tmp_path: Path, fake: FakeFeishu) -> Iterator[StartFeishu]:
                 config=RuntimeConfig(outbox_retry_base_s=0.05),
                 senders=adapter.senders(),
                 clock=clock,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway)
@@ -258,6 +261,13 @@ def test_two_tenants_and_two_apps_with_the_same_chat_id_never_share_a_session(st
 
 def test_attachments_become_stand_ins_and_posts_become_text(start_feishu: StartFeishu) -> None:
     feishu = start_feishu()
+    for message_id, key, kind, mime in (
+        ("om_0", "img_v2_1", "image", "image/png"),
+        ("om_1", "file_1", "file", "application/pdf"),
+        ("om_2", "file_2", "file", "video/mp4"),
+        ("om_4", "img_1", "image", "image/jpeg"),
+    ):
+        feishu.fake.add_resource(message_id, key, f"bytes of {key}".encode(), type=kind, content_type=mime)
     post = {
         "title": "Plan",
         "content": [
@@ -274,10 +284,130 @@ def test_attachments_become_stand_ins_and_posts_become_text(start_feishu: StartF
         ("post", json.dumps({"zh_cn": {"title": "", "content": [[{"tag": "text", "text": "你好"}]]}}), "你好"),
     ]
     for number, (kind, content, _) in enumerate(cases):
-        feishu.say(None, chat_id=f"oc_{number}", message_type=kind, content=content)
+        feishu.say(None, chat_id=f"oc_{number}", message_type=kind, content=content, message_id=f"om_{number}")
     assert feishu.gateway.wait_idle()
+    attached = {
+        0: "[attached image (image/png, 17 bytes), saved at ",
+        1: "[attached document a.pdf (application/pdf, 15 bytes), saved at ",
+        2: "[attached video (video/mp4, 15 bytes), saved at ",
+        4: "[attached image (image/jpeg, 14 bytes), saved at ",
+    }
     for number, (_, _, text) in enumerate(cases):
-        assert feishu.transcript(f"agent:main:feishu.tenant-a~main:dm:oc_{number}")[0] == ("user", text)
+        ((role, stored), _) = feishu.transcript(f"agent:main:feishu.tenant-a~main:dm:oc_{number}")
+        assert stored is not None
+        if number in attached:
+            assert (role, stored.partition("\n[attached")[0]) == ("user", text)
+            assert f"\n{attached[number]}{feishu.gateway.media.directory}/" in f"\n{stored}"
+        else:
+            assert (role, stored) == ("user", text)
+    assert [(d.message_id, d.key, d.type, d.status) for d in feishu.fake.downloads] == [
+        ("om_0", "img_v2_1", "image", 200),
+        ("om_1", "file_1", "file", 200),
+        ("om_2", "file_2", "file", 200),
+        ("om_4", "img_1", "image", 200),
+    ]
+
+
+def test_an_image_is_downloaded_with_the_tenant_token_before_the_event_is_acknowledged(
+    start_feishu: StartFeishu, tmp_path: Path
+) -> None:
+    feishu = start_feishu()
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
+    feishu.fake.add_resource("om_img", "img_v3_abc", png, type="image", content_type="image/png")
+    content = json.dumps({"image_key": "img_v3_abc"})
+    key = feishu.say(None, message_type="image", content=content, message_id="om_img", chat_id="oc_img")
+    digest = hashlib.sha256(png).hexdigest()
+    cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
+    assert cached.read_bytes() == png
+    with feishu.gateway.read() as store:
+        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+    assert isinstance(payload, bytes)
+    (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
+    assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (
+        "image",
+        "image/png",
+        len(png),
+        digest,
+        None,
+    )
+    (sent,) = feishu.fake.wait_sent(1)
+    assert sent.text == f"echo: [image]\n[attached image (image/png, {len(png)} bytes), saved at {cached}]"
+    (download,) = feishu.fake.downloads
+    (send,) = feishu.fake.calls
+    assert download.authorization == send.authorization  # one cached tenant token for both
+    assert feishu.fake.token_requests == [MAIN_ID]
+    with feishu.gateway.read() as store:
+        (row,) = store.attachments.for_session(feishu.session_of(key))
+    assert (row.sha256, row.error) == (digest, None)
+
+
+def test_a_refused_token_is_replaced_once_and_the_file_still_arrives(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    feishu.say("warm the token cache", chat_id="oc_t")
+    feishu.fake.wait_sent(1)
+    feishu.fake.revoke_tokens()
+    feishu.fake.add_resource("om_f", "file_9", b"hello, file", type="file", content_type="text/plain")
+    content = json.dumps({"file_key": "file_9", "file_name": "hello.txt"})
+    feishu.say(None, message_type="file", content=content, message_id="om_f", chat_id="oc_f")
+    assert [d.status for d in feishu.fake.downloads] == [400, 200]
+    assert feishu.fake.token_requests == [MAIN_ID, MAIN_ID]
+    (_, sent) = feishu.fake.wait_sent(2)
+    assert sent.text.startswith("echo: [file]\n[attached document hello.txt (text/plain, 11 bytes), saved at ")
+    assert sent.text.endswith("Its text:\nhello, file")
+
+
+def test_files_over_the_limit_are_refused_from_their_size_and_the_text_still_runs(
+    start_feishu: StartFeishu, tmp_path: Path
+) -> None:
+    feishu = start_feishu(media=MediaConfig(max_bytes=1024, allowed_kinds=("image", "document", "video")))
+    feishu.fake.add_resource("om_big", "img_big", bytes(4096), type="image", content_type="image/png")
+    feishu.fake.add_resource("om_chunked", "file_c", bytes(4096), type="file", content_type="video/mp4", chunked=True)
+    post = {"content": [[{"tag": "text", "text": "see"}, {"tag": "img", "image_key": "img_big"}]]}
+    feishu.say(None, message_type="post", content=json.dumps(post), message_id="om_big", chat_id="oc_1")
+    media_message = json.dumps({"file_key": "file_c", "file_name": "clip.mp4", "image_key": "img_thumb"})
+    feishu.say(None, message_type="media", content=media_message, message_id="om_chunked", chat_id="oc_2")
+    voice = json.dumps({"file_key": "file_voice", "duration": 2000})
+    feishu.say(None, message_type="audio", content=voice, message_id="om_voice", chat_id="oc_3")
+    replies = {m.chat_id: m.text for m in feishu.fake.wait_sent(3)}
+    # The size Feishu announced (Content-Length) is refused before the body is read ...
+    assert replies["oc_1"] == (
+        "I could not read the image: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: see[image]\n[image was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    # ... one sent without a length is cut off once it passes the limit ...
+    assert replies["oc_2"] == (
+        "I could not read clip.mp4: it is over the 1 KB limit.\n\n"
+        "echo: [video]\n[video clip.mp4 was not read: it is over the 1 KB limit]"
+    )
+    # ... and a kind that is not accepted is not even asked for.
+    assert replies["oc_3"].startswith("I could not read the audio: audio files are not accepted here")
+    assert [d.key for d in feishu.fake.downloads] == ["img_big", "file_c"]
+    assert not (tmp_path / "media").exists()
+
+
+def test_files_feishu_will_not_hand_over_become_refused_attachments_that_say_why(
+    start_feishu: StartFeishu, tmp_path: Path
+) -> None:
+    feishu = start_feishu()
+    feishu.fake.add_resource("om_ok", "img_ok", b"fine", type="image")
+    feishu.fake.fail_next_download(Failure(status=500, code=0, msg="boom"))
+    content = json.dumps({"image_key": "img_ok"})
+    feishu.say("first", message_type="image", content=content, message_id="om_ok", chat_id="oc_1")
+    unknown = json.dumps({"file_key": "file_missing", "file_name": "notes.txt"})
+    feishu.say(None, message_type="file", content=unknown, message_id="om_missing", chat_id="oc_2")
+    feishu.fake.fail_next_download(Failure(status=429, code=99991400, msg="request trigger frequency limit"))
+    feishu.say(None, message_type="image", content=content, message_id="om_ok", chat_id="oc_3", event_id="ev-3")
+    replies = {m.chat_id: m.text for m in feishu.fake.wait_sent(3)}
+    assert replies["oc_1"].startswith("I could not read the image: Feishu would not hand it over (code 0: boom).")
+    assert replies["oc_2"].startswith(
+        "I could not read notes.txt: Feishu would not hand it over (code 234001: Invalid request param.)."
+    )
+    assert replies["oc_3"].startswith(
+        "I could not read the image: Feishu asked to slow down; send it again in a minute."
+    )
+    assert replies["oc_1"].endswith("echo: [image]\n[image was not read: Feishu would not hand it over (code 0: boom)]")
+    assert [d.status for d in feishu.fake.downloads] == [500, 400, 429]
+    assert not (tmp_path / "media").exists()
 
 
 def test_events_without_a_user_message_are_acknowledged_and_ignored(start_feishu: StartFeishu) -> None:
@@ -722,11 +852,11 @@ def test_the_banner_names_each_app_url_and_how_events_are_checked(start_feishu: 
     base = feishu.adapter.url
     assert feishu.adapter.describe() == [
         f"Feishu app 'main' ({MAIN_ID}): events at POST {base}/feishu/events/main (encrypted and signed with the "
-        f"encrypt key; secrets in config.yaml); replies through {feishu.fake.base_url}; images and files arrive as "
-        "[image]/[file]",
+        f"encrypt key; secrets in config.yaml); replies through {feishu.fake.base_url}; images, files, audio and video "
+        "are downloaded as attachments (im:message or im:message:readonly)",
         f"Feishu app 'plain' ({PLAIN_ID}): events at POST {base}/feishu/events/plain (verification token only; set "
         f"encrypt_key for encrypted, signed events; secrets in config.yaml); replies through {feishu.fake.base_url}; "
-        "images and files arrive as [image]/[file]",
+        "images, files, audio and video are downloaded as attachments (im:message or im:message:readonly)",
     ]
 
 

@@ -6,6 +6,7 @@ and replies are read back from the fake's ``chat.postMessage``, so both wire dir
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -25,7 +26,8 @@ from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.gateway import Gateway
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.media import MediaConfig
+from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -33,6 +35,7 @@ from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.slack_fake import (
     Answer,
+    Download,
     FakeSlack,
     app_mention,
     deliver,
@@ -100,7 +103,11 @@ def start_slack(tmp_path: Path, slack: FakeSlack) -> Iterator[StartSlack]:
     with ExitStack() as stack:
 
         def start(
-            apps: Mapping[str, SlackApp] | None = None, *, agent: EchoAgent | None = None, **options: Any
+            apps: Mapping[str, SlackApp] | None = None,
+            *,
+            agent: EchoAgent | None = None,
+            media: MediaConfig | None = None,
+            **options: Any,
         ) -> Slack:
             config = SlackConfig(port=0, api_base_url=slack.api_base_url, apps=dict(apps or main_app()), **options)
             adapter = SlackAdapter(config, environ={})
@@ -110,6 +117,7 @@ def start_slack(tmp_path: Path, slack: FakeSlack) -> Iterator[StartSlack]:
                 agent=agent,
                 senders=[*adapter.senders()],
                 tick_interval_s=0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway)
@@ -393,6 +401,164 @@ def test_entities_are_decoded_our_mention_is_dropped_files_get_stand_ins_and_rep
     assert slack.take().text == "echo: [image: plot.png]\n[file: notes.pdf]"
     transcript = running.transcript("agent:main:slack.T1~main:dm:D1")
     assert transcript[0] == ("user", "is 1 < 2 && 3 > 2? ask <@U2>")
+
+
+# -- files ---------------------------------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(120))
+
+
+def shared(text: str, *files: Mapping[str, Any], ts: str = TS, channel: str = "D1") -> dict[str, Any]:
+    """A ``file_share`` message in a DM carrying ``files``."""
+    return message(text, channel=channel, channel_type="im", ts=ts, subtype="file_share", files=list(files))
+
+
+def test_a_shared_file_is_downloaded_with_the_bot_token_before_the_event_is_acknowledged(
+    start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
+) -> None:
+    running = start_slack()
+    answer = running.post(shared("what is this?", slack.add_file("F1", PNG, name="plot.png", mimetype="image/png")))
+    assert answer.status == 200
+    assert slack.downloads == [Download(file_id="F1", token=TOKEN, status=200)]
+    digest = hashlib.sha256(PNG).hexdigest()
+    cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
+    assert cached.read_bytes() == PNG
+    # The acknowledged inbox row already names the saved file.
+    with running.gateway.read() as store:
+        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+    assert isinstance(payload, bytes)
+    (attachment,) = decode_inbound(payload).attachments
+    assert (attachment.kind, attachment.name, attachment.size, attachment.sha256, attachment.path) == (
+        "image",
+        "plot.png",
+        len(PNG),
+        digest,
+        str(cached),
+    )
+    assert attachment.source_url is None  # a private URL is useless without the token
+    assert slack.take().text == (
+        "echo: what is this?\n[image: plot.png]\n"
+        f"[attached image plot.png (image/png, {len(PNG)} bytes), saved at {cached}]"
+    )
+    session = running.gateway.session_for("agent:main:slack.T1~main:dm:D1")
+    assert session is not None
+    with running.gateway.read() as store:
+        (row,) = store.attachments.for_session(session)
+    assert (row.sha256, row.error) == (digest, None)
+
+
+def test_a_file_over_the_limit_is_refused_without_being_fetched_and_the_text_still_runs(
+    start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
+) -> None:
+    running = start_slack(media=MediaConfig(max_bytes=1024))
+    big = slack.add_file("F2", bytes(4096), name="scan.pdf", mimetype="application/pdf")
+    assert running.post(shared("please read", big)).status == 200
+    assert slack.take().text == (
+        "I could not read scan.pdf: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: please read\n[file: scan.pdf]\n[document scan.pdf was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert slack.downloads == []
+    # A file that states a small size but sends more is cut off at the limit and refused all the same.
+    liar = slack.add_file("F3", bytes(4096), name="liar.pdf", mimetype="application/pdf", size=10)
+    assert running.post(shared("and this", liar, ts=LATER_TS)).status == 200
+    assert slack.take().text.startswith("I could not read liar.pdf: it is 4 KB, over the 1 KB limit.")
+    assert [d.file_id for d in slack.downloads] == ["F3"]
+    assert not (tmp_path / "media").exists()
+
+
+def test_files_that_cannot_be_fetched_become_refused_attachments_that_say_why(
+    start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
+) -> None:
+    running = start_slack()
+    broken = slack.add_file("F4", b"abc", name="broken.txt", mimetype="text/plain")
+    slack.fail_next_download(500)
+    gone = slack.add_file("F5", b"abc", name="gone.txt", mimetype="text/plain")
+    slack.remove_file("F5")
+    elsewhere = slack.add_file("F6", PNG, name="other.png", mimetype="image/png", team="T2")  # not our workspace
+    deleted = {"id": "F7", "mode": "tombstone", "name": "old.png", "mimetype": "image/png"}
+    outside = slack.add_file("F8", PNG, name="leak.png", mimetype="image/png") | {
+        "url_private_download": "https://files.example.com/leak.png"
+    }
+    running.post(shared("five files", broken, gone, elsewhere, deleted, outside))
+    reply = slack.take().text
+    assert reply.split("\n\n")[0] == (
+        "I could not read broken.txt: its download failed (HTTP 500). "
+        "I could not read gone.txt: its download failed (HTTP 404). "
+        "I could not read other.png: Slack answered with its sign-in page instead of the file; give the app the "
+        "files:read scope and reinstall it. "
+        "I could not read old.png: it was deleted. "
+        "I could not read leak.png: Slack offered it from an address outside slack.com, where the bot token is not "
+        "sent."
+    )
+    assert reply.split("\n\n", 1)[1].startswith("echo: five files\n[file: broken.txt]")
+    assert [(d.file_id, d.status) for d in slack.downloads] == [("F4", 500), ("F5", 404), ("F6", 200)]
+    assert not (tmp_path / "media").exists()
+
+
+def test_a_file_named_only_by_its_id_is_looked_up_with_files_info(
+    start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
+) -> None:
+    running = start_slack()
+    slack.add_file("F9", b"col1,col2\n1,2\n", name="data.csv", mimetype="text/csv")
+    running.post(
+        shared("", {"id": "F9", "file_access": "check_file_info"}, {"id": "F10", "file_access": "check_file_info"})
+    )
+    reply = slack.take().text
+    assert reply.startswith(
+        "I could not read the document: Slack does not know it any more (deleted, or the app cannot see it)."
+    )
+    assert "[attached document data.csv (text/csv, 14 bytes), saved at " in reply
+    assert "Its text:\ncol1,col2\n1,2\n" in reply
+    assert [d.file_id for d in slack.downloads] == ["F9"]
+
+
+class LogSeen(logging.Handler):
+    """Sets ``seen`` once a record containing ``text`` is logged (from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.INFO)
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_nothing(
+    start_slack: StartSlack, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_slack(reply_in_thread=False)
+    file = slack.add_file("F11", PNG, name="plot.png", mimetype="image/png")
+    release = slack.hold_downloads()
+    event = message("<@UBOT> look", subtype="file_share", files=[file])
+    mention = app_mention("look", ts=TS) | {"files": [file]}
+    answers: dict[str, Answer] = {}
+    waiting = LogSeen("is being fetched already")
+    caplog.set_level(logging.INFO, logger="platforms.slack")
+    logging.getLogger("platforms.slack").addHandler(waiting)
+
+    def post(name: str, payload: dict[str, Any], event_id: str) -> None:
+        answers[name] = running.post(payload, event_id=event_id)
+
+    first = threading.Thread(target=post, args=("message", event, "Ev1"))
+    second = threading.Thread(target=post, args=("mention", mention, "Ev2"))
+    try:
+        first.start()
+        assert slack.download_arrived.wait(10)
+        second.start()
+        assert waiting.seen.wait(10), "the second copy never waited for the first"
+    finally:
+        release.set()
+        first.join(10)
+        second.join(10)
+        logging.getLogger("platforms.slack").removeHandler(waiting)
+    assert (answers["message"].status, answers["message"].body["duplicate"]) == (200, False)
+    assert (answers["mention"].status, answers["mention"].body["duplicate"]) == (200, True)
+    assert [d.file_id for d in slack.downloads] == ["F11"]
+    assert slack.take().text.startswith("echo: look\n[image: plot.png]\n[attached image plot.png")
+    assert running.gateway.wait_idle()
+    assert slack.nothing_more()
 
 
 def test_a_long_reply_is_split_into_posts_within_the_limit_in_its_thread(
@@ -726,7 +892,8 @@ def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(s
     assert running.adapter.describe() == [
         f"Slack app 'main': Events API Request URL POST {base}/slack/events/main (signed, signing secret in "
         f"config.yaml, bot token in config.yaml); replies via {running.adapter.config.api_base_url}/chat.postMessage "
-        "(top-level channel messages answered in a thread; files arrive as [file] stand-ins)"
+        "(top-level channel messages answered in a thread); files are downloaded with the bot token (files:read "
+        "scope) as attachments"
     ]
 
 

@@ -6,6 +6,8 @@ adapter), and replies are read back from the fake's ``messages`` endpoint, so bo
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import threading
@@ -25,7 +27,8 @@ from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.gateway import Gateway
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.media import MediaConfig
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.routing import SessionSource
 from hermes_actors.testing import FakePlatform
 from platforms import registry
@@ -35,6 +38,7 @@ from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
+    MediaCall,
     deliver,
     handshake,
     message,
@@ -132,6 +136,7 @@ def start_whatsapp(tmp_path: Path, graph: FakeGraph) -> Iterator[StartWhatsapp]:
             *,
             agent: EchoAgent | None = None,
             clock: Callable[[], float] = time.time,
+            media: MediaConfig | None = None,
             **options: Any,
         ) -> Running:
             config = WhatsappConfig(
@@ -144,6 +149,7 @@ def start_whatsapp(tmp_path: Path, graph: FakeGraph) -> Iterator[StartWhatsapp]:
                 agent=agent,
                 senders=[*adapter.senders()],
                 tick_interval_s=0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway)
@@ -506,6 +512,13 @@ def test_interactive_replies_are_text_and_other_types_become_stand_ins(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
 ) -> None:
     running = start_whatsapp()
+    for media_id, mime in (("1", "image/jpeg"), ("2", "application/pdf"), ("3", "audio/ogg")):
+        graph.add_media(media_id, f"media {media_id}".encode(), mime_type=mime, number=NUMBER)
+    attached = {
+        "image": "[attached image (image/jpeg, 7 bytes), saved at ",
+        "document": "[attached document report].pdf (application/pdf, 7 bytes), saved at ",
+        "audio": "[attached audio (audio/ogg, 7 bytes), saved at ",
+    }
     cases: list[tuple[dict[str, Any], str]] = [
         (
             message("interactive", interactive={"type": "button_reply", "button_reply": {"id": "y", "title": "Yes"}}),
@@ -544,7 +557,13 @@ def test_interactive_replies_are_text_and_other_types_become_stand_ins(
     ]
     for entry, text in cases:
         running.say(entry)
-        assert graph.take().body == f"echo: {text}", entry["type"]
+        body = graph.take().body
+        if entry["type"] in attached:  # downloaded: the stand-in, then the attachment's line
+            assert body.partition("\n[attached")[0] == f"echo: {text}", entry["type"]
+            assert f"\n{attached[entry['type']]}{running.gateway.media.directory}/" in body
+        else:
+            assert body == f"echo: {text}", entry["type"]
+    assert [call.media_id for call in graph.downloads] == ["1", "2", "3"]  # the sticker is not fetched
     skipped = [
         message("reaction", reaction={"message_id": "wamid.X", "emoji": "👍"}),
         message("system", system={"body": "User A changed from 1 to 2", "type": "user_changed_number"}),
@@ -560,6 +579,104 @@ def test_interactive_replies_are_text_and_other_types_become_stand_ins(
     ]
     assert "skipped message" in caplog.text
     assert graph.nothing_more()
+
+
+# -- media ----------------------------------------------------------------------------------------------------------
+
+JPEG = b"\xff\xd8\xff\xe0" + bytes(range(150))
+
+
+def test_an_image_is_looked_up_and_downloaded_with_the_access_token_before_the_commit(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph, tmp_path: Path
+) -> None:
+    running = start_whatsapp()
+    image = graph.add_media("1044", JPEG, mime_type="image/jpeg", number=NUMBER) | {"caption": "what is this?"}
+    running.say(message("image", image=image))
+    assert graph.lookups == [MediaCall(media_id="1044", token=TOKEN, status=200)]
+    assert graph.downloads == [MediaCall(media_id="1044", token=TOKEN, status=200)]
+    digest = hashlib.sha256(JPEG).hexdigest()
+    cached = tmp_path / "media" / digest[:2] / f"{digest}.jpg"
+    assert cached.read_bytes() == JPEG
+    with running.gateway.read() as store:
+        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+    assert isinstance(payload, bytes)
+    (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
+    assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (
+        "image",
+        "image/jpeg",
+        len(JPEG),
+        digest,
+        None,
+    )
+    assert graph.take().body == (
+        f"echo: what is this?\n[image]\n[attached image (image/jpeg, {len(JPEG)} bytes), saved at {cached}]"
+    )
+    session = running.gateway.session_for(DM_KEY)
+    assert session is not None
+    with running.gateway.read() as store:
+        (row,) = store.attachments.for_session(session)
+    assert (row.sha256, row.error) == (digest, None)
+
+
+def test_media_over_the_limit_is_refused_from_its_file_size_without_a_download(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph, tmp_path: Path
+) -> None:
+    running = start_whatsapp(media=MediaConfig(max_bytes=1024))
+    video = graph.add_media("2055", bytes(4096), mime_type="video/mp4", number=NUMBER) | {"caption": "watch"}
+    running.say(message("video", video=video))
+    assert graph.take().body == (
+        "I could not read the video: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: watch\n[video]\n[video was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert [call.media_id for call in graph.lookups] == ["2055"]
+    assert graph.downloads == []
+    assert not (tmp_path / "media").exists()
+
+
+def test_media_that_cannot_be_fetched_become_refused_attachments_and_the_batch_is_still_stored(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph, tmp_path: Path
+) -> None:
+    running = start_whatsapp(two_numbers())
+    broken = graph.add_media("3001", b"%PDF-1.7", mime_type="application/pdf", number=NUMBER)
+    graph.fail_next_download(500)
+    theirs = graph.add_media("3002", JPEG, mime_type="image/jpeg", number=OTHER_NUMBER)
+    unknown = {"mime_type": "audio/ogg; codecs=opus", "id": "3003", "voice": True}
+    fine = graph.add_media("3004", JPEG, mime_type="image/jpeg", number=NUMBER)
+    answer = running.say(
+        message("document", document=broken | {"filename": "plan.pdf"}),
+        message("image", image=theirs),
+        message("audio", OTHER_USER, audio=unknown),
+        message("image", OTHER_USER, image=fine),
+    )
+    assert answer.body["accepted"] == 4
+    replies = {(sent.to, sent.body.split("\n\n")[0]) for sent in (graph.take() for _ in range(4))}
+    assert (USER, "I could not read plan.pdf: its download failed (HTTP 500).") in replies
+    no_longer = "WhatsApp no longer has it (media stay downloadable for 30 days)."
+    assert (USER, f"I could not read the image: {no_longer}") in replies
+    assert (OTHER_USER, f"I could not read the audio: {no_longer}") in replies
+    assert (OTHER_USER, "echo: [image]") in {(to, text.split("\n")[0]) for to, text in replies}
+    assert [(c.media_id, c.status) for c in graph.lookups] == [
+        ("3001", 200),
+        ("3002", 400),
+        ("3003", 400),
+        ("3004", 200),
+    ]
+    assert [(c.media_id, c.status) for c in graph.downloads] == [("3001", 500), ("3004", 200)]
+    assert [p.name for p in (tmp_path / "media").rglob("*") if p.is_file()] == [
+        f"{hashlib.sha256(JPEG).hexdigest()}.jpg"
+    ]
+
+
+def test_a_sha256_unlike_the_one_stated_is_logged_and_the_file_kept(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_whatsapp()
+    image = graph.add_media("4001", JPEG, mime_type="image/jpeg", number=NUMBER)
+    stated = base64.b64encode(hashlib.sha256(b"other bytes").digest()).decode()
+    with caplog.at_level(logging.WARNING, logger="platforms.whatsapp"):
+        running.say(message("image", image=image | {"sha256": stated}))
+        assert "[attached image (image/jpeg" in graph.take().body
+    assert f"not the {hashlib.sha256(b'other bytes').hexdigest()} WhatsApp stated; it is kept" in caplog.text
 
 
 def test_a_long_reply_is_split_into_messages_within_the_limit(start_whatsapp: StartWhatsapp, graph: FakeGraph) -> None:
@@ -957,7 +1074,7 @@ def test_the_registry_builds_the_adapter_and_the_banner_names_the_callback_url(s
     assert running.adapter.describe() == [
         f"WhatsApp number {NUMBER}: callback URL {base}/whatsapp/webhook (verify token handshake, X-Hub-Signature-256, "
         f"secrets from config.yaml); replies via {graph_base}/v21.0/{NUMBER}/messages within the 24-hour window, "
-        "80/s (media arrive as [image]-style stand-ins)"
+        "80/s; images, audio, video and documents are downloaded as attachments"
     ]
 
 

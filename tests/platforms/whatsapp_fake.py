@@ -8,6 +8,13 @@ most 4,096 characters (HTTP 400 with code 100 or 131008 otherwise), ``{"messagin
 (an ``{"error": {"message", "type", "code", "error_data", "fbtrace_id"}}`` body with any status, code and
 ``Retry-After``). Every accepted message is recorded with its arrival time.
 
+Media added with :meth:`FakeGraph.add_media` are served the Cloud API's two-step way: ``GET /<version>/<media
+id>`` (with the same Bearer token, and ``phone_number_id`` checked when given) answers ``{"messaging_product",
+"url", "mime_type", "sha256", "file_size", "id"}`` or a Graph error (code 100 for an unknown id); the ``url``
+(``/whatsapp_business/attachments/?mid=…``, as on ``lookaside.fbsbx.com``) gives the bytes to a valid token and
+HTTP 401 to anyone else. Lookups and downloads are recorded; :meth:`FakeGraph.fail_next_download` scripts a
+download status.
+
 The webhook helpers build ``whatsapp_business_account`` notifications (messages of every type, group messages,
 contacts, delivery statuses) and :func:`deliver` POSTs them as Meta does, signed with the app secret
 (``X-Hub-Signature-256: sha256=`` + hex HMAC-SHA256 of the raw body); :func:`handshake` makes the ``GET``
@@ -38,6 +45,7 @@ from platforms.http_host import HttpHost
 __all__ = [
     "Answer",
     "FakeGraph",
+    "MediaCall",
     "Sent",
     "deliver",
     "handshake",
@@ -73,6 +81,22 @@ class Sent:
 
 
 @dataclass(frozen=True)
+class MediaCall:
+    """A media lookup or download: the media id, the Bearer token sent (``None``: none) and the status answered."""
+
+    media_id: str
+    token: str | None
+    status: int
+
+
+@dataclass(frozen=True)
+class _Media:
+    number: str
+    data: bytes
+    mime_type: str
+
+
+@dataclass(frozen=True)
 class _Failure:
     status: int
     headers: dict[str, str]
@@ -97,10 +121,16 @@ class FakeGraph:
     _arrivals: queue.SimpleQueue[Sent] = field(default_factory=queue.SimpleQueue)
     _script: deque[_Failure | None] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    lookups: list[MediaCall] = field(default_factory=list)
+    downloads: list[MediaCall] = field(default_factory=list)
+    _media: dict[str, _Media] = field(default_factory=dict)
+    _download_script: deque[int] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         app = web.Application()
         app.router.add_post("/{version}/{number}/messages", self._messages)
+        app.router.add_get("/whatsapp_business/attachments/", self._download)
+        app.router.add_get("/{version}/{media_id}", self._lookup)
         self.host = HttpHost(app, name="fake-graph")
 
     @property
@@ -133,6 +163,18 @@ class FakeGraph:
         with self._lock:
             self._script.extend([None] * after)
             self._script.extend(_Failure(status, headers, body) for _ in range(count))
+
+    def add_media(self, media_id: str, data: bytes, *, mime_type: str, number: str) -> dict[str, Any]:
+        """Hold ``data`` as media ``media_id`` received by ``number``; return the media object a webhook carries."""
+        with self._lock:
+            self._media[media_id] = _Media(number=number, data=data, mime_type=mime_type)
+        digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
+        return {"mime_type": mime_type, "sha256": digest, "id": media_id}
+
+    def fail_next_download(self, status: int, count: int = 1) -> None:
+        """Answer the next ``count`` authorised downloads with HTTP ``status``."""
+        with self._lock:
+            self._download_script.extend([status] * count)
 
     def take(self, timeout: float = 10.0) -> Sent:
         """The next accepted message, waiting up to ``timeout``."""
@@ -200,6 +242,52 @@ class FakeGraph:
         if sent.recipient_type == "individual":
             answer["contacts"] = [{"input": to, "wa_id": to}]
         return web.json_response(answer)
+
+    def _token(self, request: web.Request) -> str | None:
+        authorization = request.headers.get("Authorization", "")
+        return authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+
+    async def _lookup(self, request: web.Request) -> web.Response:
+        media_id, token = request.match_info["media_id"], self._token(request)
+        with self._lock:
+            media = self._media.get(media_id)
+        number = request.query.get("phone_number_id")
+        status, answer = 200, None
+        if request.match_info["version"] != self.version:
+            status, answer = 400, _error(2500, "Unknown path components")
+        elif token is None or token not in self.tokens:
+            status, answer = 401, _error(190, "Invalid OAuth access token - Cannot parse access token")
+        elif media is None or (number is not None and number != media.number) or self.tokens[token] != media.number:
+            message = f"Unsupported get request. Object with ID '{media_id}' does not exist"
+            status, answer = 400, _error(100, message, kind="GraphMethodException")
+        with self._lock:
+            self.lookups.append(MediaCall(media_id=media_id, token=token, status=status))
+        if answer is not None or media is None:
+            return web.json_response(answer, status=status)
+        digest = base64.b64encode(hashlib.sha256(media.data).digest()).decode()
+        url = f"{self.host.url}/whatsapp_business/attachments/?mid={media_id}&ext=1764464400&hash=ATtz0p1Qd"
+        return web.json_response(
+            {
+                "messaging_product": "whatsapp",
+                "url": url,
+                "mime_type": media.mime_type,
+                "sha256": digest,
+                "file_size": len(media.data),
+                "id": media_id,
+            }
+        )
+
+    async def _download(self, request: web.Request) -> web.Response:
+        media_id, token = request.query.get("mid", ""), self._token(request)
+        with self._lock:
+            media = self._media.get(media_id)
+            authorised = token is not None and token in self.tokens
+            scripted = self._download_script.popleft() if authorised and self._download_script else None
+            status = 401 if not authorised else scripted or (404 if media is None else 200)
+            self.downloads.append(MediaCall(media_id=media_id, token=token, status=status))
+        if status != 200 or media is None:
+            return web.Response(status=status, text="", content_type="text/plain")
+        return web.Response(body=media.data, headers={"Content-Type": media.mime_type})
 
     @staticmethod
     def _refusal(fields: Any) -> dict[str, Any] | None:
