@@ -16,15 +16,16 @@ wrongly suggest that ``!room:a.org`` seen from ``b.org`` is a different conversa
 
 Modules: :mod:`~platforms.matrix.config` (the section), :mod:`~platforms.matrix.wire` (the API's JSON and
 errors), :mod:`~platforms.matrix.events` (room events to inbound messages), :mod:`~platforms.matrix.state` (the
-stored sync position and room details), :mod:`~platforms.matrix.client` (requests), :mod:`~platforms.matrix.sync`
-(the long polls, invites, gaps), :mod:`~platforms.matrix.sender` (replies) and :mod:`~platforms.matrix.adapter`.
+stored sync position and room details), :mod:`~platforms.matrix.client` (requests), :mod:`~platforms.matrix.files`
+(media downloads), :mod:`~platforms.matrix.sync` (the long polls, invites, gaps), :mod:`~platforms.matrix.sender`
+(replies) and :mod:`~platforms.matrix.adapter`.
 """
 
 from __future__ import annotations
 
 from platforms.matrix.adapter import MatrixAdapter
 from platforms.matrix.config import MatrixAccount, MatrixConfig
-from platforms.matrix.events import PLATFORM, Incoming, inbound_message, incoming_of
+from platforms.matrix.events import PLATFORM, Incoming, MatrixFile, inbound_message, incoming_of
 from platforms.matrix.sender import MatrixSender, transaction_id, wire_length
 from platforms.matrix.wire import ApiError, EventError, SyncError, decode_event, decode_sync, repair_json
 
@@ -36,6 +37,7 @@ __all__ = [
     "MatrixAccount",
     "MatrixAdapter",
     "MatrixConfig",
+    "MatrixFile",
     "MatrixSender",
     "SyncError",
     "decode_event",

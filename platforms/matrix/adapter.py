@@ -107,7 +107,8 @@ class MatrixAdapter:
             joins = "joins invites" if account.auto_join else "does not join invites"
             lines.append(
                 f"Matrix account '{name}' ({origin}): /sync long poll on {shown(account.homeserver)}; {joins}; "
-                f"replies with transaction ids in parts of {self.config.max_message_bytes} bytes; media arrive as "
-                "stand-ins like [image: name]; end-to-end encrypted rooms are not read"
+                f"replies with transaction ids in parts of {self.config.max_message_bytes} bytes; images, files, "
+                "audio and video are downloaded into the media store (authenticated media API); end-to-end "
+                "encrypted rooms and files are not read"
             )
         return lines

@@ -1,8 +1,9 @@
 """One account's client-server API: ``{homeserver}/_matrix/client/v3/...`` with its access token.
 
 The poller calls it asynchronously (``/sync`` long polls, joins, backfill pages, member lists) on its event loop;
-the sender calls :meth:`Homeserver.put` from the outbox thread. The token travels in the ``Authorization`` header,
-never in a URL, so nothing logged can hold it. Every failure is an :class:`~platforms.matrix.wire.ApiError`.
+the sender calls :meth:`Homeserver.put` from the outbox thread. Files are fetched from the authenticated media API
+(:meth:`Homeserver.media_url`, Matrix 1.11), with the same token. The token travels in the ``Authorization``
+header, never in a URL, so nothing logged can hold it. Every failure is an :class:`~platforms.matrix.wire.ApiError`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from yarl import URL
 from platforms import http_client
 from platforms.matrix.wire import ApiError, api_error
 
-__all__ = ["CLIENT_PREFIX", "Homeserver", "room_path"]
+__all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "Homeserver", "room_path"]
 
 CLIENT_PREFIX = "/_matrix/client/v3"
+MEDIA_PREFIX = "/_matrix/client/v1/media"
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
@@ -42,7 +44,13 @@ class Homeserver:
         suffix = f"?{urlencode(query)}" if query else ""
         return f"{self.base_url}{CLIENT_PREFIX}{path}{suffix}"
 
-    def _headers(self) -> dict[str, str]:
+    def media_url(self, server_name: str, media_id: str) -> str:
+        """Where the file ``mxc://{server_name}/{media_id}`` is downloaded (both parts percent-encoded)."""
+        parts = "/".join(quote(part, safe="") for part in (server_name, media_id))
+        return f"{self.base_url}{MEDIA_PREFIX}/download/{parts}"
+
+    def headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of every request (it holds the token: never log it)."""
         return {"Authorization": f"Bearer {self._token}"}
 
     async def call(
@@ -61,7 +69,7 @@ class Homeserver:
         try:
             # encoded=True: the path is sent as built, so ids stay percent-encoded exactly as room_path made them.
             url = URL(self.url(path, query), encoded=True)
-            async with session.request(method, url, json=body, headers=self._headers(), timeout=limit) as response:
+            async with session.request(method, url, json=body, headers=self.headers(), timeout=limit) as response:
                 data = await response.read()
                 headers = {k.lower(): v for k, v in response.headers.items()}
                 status = response.status
@@ -77,7 +85,7 @@ class Homeserver:
         """A blocking ``PUT`` (sends from the outbox thread); the body of a 2xx answer, else :class:`ApiError`."""
         try:
             result = http_client.request(
-                "PUT", self.url(path), json_body=body, headers=self._headers(), timeout=self._timeout
+                "PUT", self.url(path), json_body=body, headers=self.headers(), timeout=self._timeout
             )
         except http_client.HttpError as exc:
             unknown = isinstance(exc, http_client.NoAnswer)

@@ -3,9 +3,11 @@
 ``m.room.message`` with ``msgtype`` ``m.text``, ``m.notice`` or ``m.emote`` starts a turn with its ``body`` (an
 emote as ``* body``; the quoted fallback of a rich reply, lines starting with ``>``, is cut off). Media
 (``m.image``, ``m.file``, ``m.audio``, ``m.video``, ``m.location``) and ``m.sticker`` become stand-ins such as
-``[image: cat.png]`` followed by a caption when there is one, until attachments are built. Edits (``m.replace``),
-key-verification requests and every other event type start nothing. An ``m.room.encrypted`` event cannot be read
-(end-to-end encryption is not built) and is reported by the poller.
+``[image: cat.png]`` followed by a caption when there is one; the file of an image, file, audio clip or video is
+described by :class:`MatrixFile` for :mod:`platforms.matrix.files` to download. A file sent end-to-end encrypted
+(``content.file`` instead of ``content.url``) is described with the reason it cannot be read. Edits
+(``m.replace``), key-verification requests and every other event type start nothing. An ``m.room.encrypted``
+event cannot be read (end-to-end encryption is not built) and is reported by the poller.
 
 ``content.m.relates_to`` with ``rel_type: m.thread`` puts a message in the thread of its root event, whose id is
 the thread id. The inbound message id is the event id: it names one event in one room forever, so any redelivery
@@ -14,18 +16,21 @@ the thread id. The inbound message id is the event id: it names one event in one
 
 from __future__ import annotations
 
+import mimetypes
 import re
 
 import msgspec
 
+from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
-from platforms.matrix.wire import EventError, MessageContent, RoomEvent, decode_as
+from platforms.matrix.wire import EventError, MediaContent, MediaInfo, MessageContent, RoomEvent, decode_as
 
 __all__ = [
     "ENCRYPTED",
     "PLATFORM",
     "Incoming",
+    "MatrixFile",
     "checked_event_id",
     "checked_room_id",
     "checked_user_id",
@@ -39,6 +44,7 @@ ENCRYPTED = "m.room.encrypted"
 _MESSAGE = "m.room.message"
 _STICKER = "m.sticker"
 _STAND_INS = {"m.image": "image", "m.file": "file", "m.audio": "audio", "m.video": "video", "m.location": "location"}
+_FILE_KINDS = {"m.image": "image", "m.audio": "audio", "m.video": "video", "m.file": None}  # None: by MIME type
 # Grammar of the ids (printable ASCII, at most 255 bytes); room ids of room version 12 have no server part.
 _ROOM_ID = re.compile(r"![\x21-\x7e]{1,254}")
 _EVENT_ID = re.compile(r"\$[\x21-\x7e]{1,254}")
@@ -46,13 +52,29 @@ _USER_ID = re.compile(r"@[\x21-\x39\x3b-\x7e]{1,253}:[\x21-\x7e]{1,253}")
 _FALLBACK = re.compile(r"(?:>[^\n]*\n)+\n")
 
 
+class MatrixFile(msgspec.Struct, frozen=True, kw_only=True):
+    """The file of a media message: its ``mxc://`` URI and what the event says of it.
+
+    ``problem`` says why it cannot be fetched at all (sent end-to-end encrypted, no URI); ``size`` and
+    ``mime_type`` come from the content's ``info`` and are ``None`` when it does not say (or says nonsense).
+    """
+
+    kind: str  # image, audio, video or document
+    url: str | None = None
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    problem: str | None = None
+
+
 class Incoming(msgspec.Struct, frozen=True, kw_only=True):
-    """A room message that starts a turn, before the room around it is known."""
+    """A room message that starts a turn, before the room around it is known; ``file`` is its media, if any."""
 
     event_id: str
     sender: str
     text: str
     thread_id: str | None = None
+    file: MatrixFile | None = None
 
 
 def checked_room_id(value: str) -> str:
@@ -97,7 +119,8 @@ def incoming_of(event: RoomEvent) -> Incoming | None:
         if relation.event_id is None:
             raise EventError(f"the thread relation of {event_id} names no root event")
         thread_id = checked_event_id(relation.event_id, "thread root")
-    return Incoming(event_id=event_id, sender=sender, text=text, thread_id=thread_id)
+    file = _file_of(event, content) if event.type == _MESSAGE else None
+    return Incoming(event_id=event_id, sender=sender, text=text, thread_id=thread_id, file=file)
 
 
 def inbound_message(
@@ -126,6 +149,30 @@ def inbound_message(
         message_id=incoming.event_id,
     )
     return InboundMessage(source=source, text=incoming.text, message_id=incoming.event_id, received_at=received_at)
+
+
+def _file_of(event: RoomEvent, content: MessageContent) -> MatrixFile | None:
+    """The file of an ``m.image``, ``m.file``, ``m.audio`` or ``m.video`` message; ``None`` for other messages."""
+    msgtype = content.msgtype or ""
+    if msgtype not in _FILE_KINDS:
+        return None
+    name = (content.filename or "").strip() or (content.body or "").strip() or None
+    # The fields are untyped, so this decodes whenever the text did; only a well-formed info is used.
+    media = decode_as(event.content, MediaContent, "the media content")
+    try:
+        info = msgspec.convert(media.info, MediaInfo) if isinstance(media.info, dict) else MediaInfo()
+    except msgspec.ValidationError:
+        info = MediaInfo()  # a malformed info only costs the early size check and the type
+    mime = info.mimetype.strip().lower() if info.mimetype and info.mimetype.strip() else None
+    mime = mime or (mimetypes.guess_type(name, strict=False)[0] if name else None)
+    size = info.size if info.size is not None and info.size >= 0 else None
+    kind = _FILE_KINDS[msgtype] or kind_of(mime)
+    if media.file is not None and media.url is None:
+        problem = "it was sent end-to-end encrypted, and this adapter cannot decrypt files"
+        return MatrixFile(kind=kind, name=name, mime_type=mime, size=size, problem=problem)
+    if not isinstance(media.url, str) or not media.url:
+        return MatrixFile(kind=kind, name=name, mime_type=mime, size=size, problem="the message names no file to fetch")
+    return MatrixFile(kind=kind, url=media.url, name=name, mime_type=mime, size=size)
 
 
 def _text_of(event_type: str, content: MessageContent) -> str | None:

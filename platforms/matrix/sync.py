@@ -15,6 +15,10 @@ the room and the last event seen; the newest missed messages are answered, older
 first sync (nothing stored) the messages already in its rooms are history and are not answered unless
 ``answer_history`` is set; in a room the bot has just joined, messages from before its join are not answered.
 
+The file of an image, file, audio or video message is downloaded into the media store while its answer is read
+(:mod:`platforms.matrix.files`), so the inbox row committed with the new ``since`` already holds the attachment
+record; a crash before that commit only downloads it again (the media store writes the same bytes once).
+
 A request that failed on the homeserver's side (no answer, 5xx, 429) fails the whole sync, which is asked again
 from the same ``since`` after a backoff (``retry_after_ms`` for 429); a refused access token (``M_UNKNOWN_TOKEN``)
 is logged with the fix and tried again every ``poll_retry_max_s``. Malformed rooms and events are logged and
@@ -45,6 +49,7 @@ from platforms.matrix.events import (
     inbound_message,
     incoming_of,
 )
+from platforms.matrix.files import attach_file
 from platforms.matrix.state import AccountState, Draft, Snapshots, decode_state, encode_state
 from platforms.matrix.timeline import after_join, backfill, decode_events, note_state, page_filter, sync_filter, unique
 from platforms.matrix.wire import (
@@ -445,17 +450,25 @@ class Poller:
             direct = draft.is_direct(room_id)
             if direct is None:
                 direct = await self._count_members(session, account, draft, room_id)
-            messages.append(
-                inbound_message(
-                    incoming,
-                    account_id=account.name,
-                    room_id=room_id,
-                    direct=direct,
-                    room_name=draft.room(room_id).name,
-                    user_name=names.get(incoming.sender),
-                    received_at=self._clock(),
-                )
+            inbound = inbound_message(
+                incoming,
+                account_id=account.name,
+                room_id=room_id,
+                direct=direct,
+                room_name=draft.room(room_id).name,
+                user_name=names.get(incoming.sender),
+                received_at=self._clock(),
             )
+            if incoming.file is not None:
+                inbound = await attach_file(
+                    inbound,
+                    incoming.file,
+                    api=account.api,
+                    media=self._gateway.media,
+                    session=session,
+                    timeout_s=self._config.request_timeout_s,
+                )
+            messages.append(inbound)
         return messages
 
     def _fresh(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -28,6 +28,8 @@ __all__ = [
     "EventError",
     "InvitedRoom",
     "JoinedRoom",
+    "MediaContent",
+    "MediaInfo",
     "MessageContent",
     "MessagesPage",
     "RoomEvent",
@@ -157,6 +159,26 @@ class MessageContent(msgspec.Struct, frozen=True, kw_only=True):
     body: str | None = None
     filename: str | None = None
     relates_to: Relation | None = msgspec.field(default=None, name="m.relates_to")
+
+
+class MediaContent(msgspec.Struct, frozen=True, kw_only=True):
+    """The file fields of ``m.image``, ``m.file``, ``m.audio`` and ``m.video`` contents, read apart from the text.
+
+    They stay untyped here so a malformed ``info`` or ``url`` costs the attachment, never the message's text:
+    ``url`` is the ``mxc://`` URI of an unencrypted file, ``file`` the ``EncryptedFile`` of an end-to-end encrypted
+    one, ``info`` holds ``mimetype`` and ``size`` (:class:`MediaInfo`).
+    """
+
+    url: Any = None
+    file: Any = None
+    info: Any = None
+
+
+class MediaInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``info`` of a media content, as far as it is read: the MIME type and the size in bytes."""
+
+    mimetype: str | None = None
+    size: int | None = None
 
 
 class MemberContent(msgspec.Struct, frozen=True, kw_only=True):

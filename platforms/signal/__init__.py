@@ -5,8 +5,9 @@ list the accounts under ``platforms.signal.accounts``; each account's number is 
 messages, so accounts never share sessions. Modules: :mod:`~platforms.signal.config` (the section),
 :mod:`~platforms.signal.sse` (the event-stream format), :mod:`~platforms.signal.envelopes` (signal-cli's receive
 events to inbound messages), :mod:`~platforms.signal.events` (the streams, reconnects, and what a drop does to
-messages), :mod:`~platforms.signal.rpc` (JSON-RPC calls and errors), :mod:`~platforms.signal.sender` (replies)
-and :mod:`~platforms.signal.adapter` (the lifecycle).
+messages), :mod:`~platforms.signal.rpc` (JSON-RPC calls and errors), :mod:`~platforms.signal.files` (attachments
+fetched with ``getAttachment``), :mod:`~platforms.signal.sender` (replies) and :mod:`~platforms.signal.adapter`
+(the lifecycle).
 """
 
 from __future__ import annotations

@@ -87,6 +87,7 @@ class SignalAdapter:
             f"Signal account {account}: events from {shown(events_url(self.config.base, account))} (SSE, "
             f"reconnects with backoff; run signal-cli daemon --http with --receive-mode=on-connection so messages wait "
             f"on the Signal server while it is down); replies by JSON-RPC send to {rpc_url} in parts of "
-            f"{self.config.max_message_chars} characters; attachments arrive as stand-ins like [image]"
+            f"{self.config.max_message_chars} characters; attachments are fetched with JSON-RPC getAttachment into "
+            "the media store"
             for account in self.config.accounts
         ]

@@ -8,8 +8,9 @@ write it, or with the subscription form's ``params.result``, is read too.
 Only an envelope with a ``dataMessage`` that carries something to answer starts a turn. Receipts, typing
 indicators, calls, stories, edits, sync messages (what this account sent from another device, a note to self)
 and anything sent by the account itself are skipped, as are reactions, deletions, group updates and
-disappearing-message settings. Attachments, stickers, contacts and polls become stand-ins such as ``[image]``
-until attachments are built; mention placeholders (U+FFFC) become ``@name``.
+disappearing-message settings. Attachments, stickers, contacts and polls become stand-ins such as ``[image]``, and
+each attachment is also described by a :class:`SignalFile` (:func:`files_of`) for :mod:`platforms.signal.files` to
+fetch; mention placeholders (U+FFFC) become ``@name``.
 
 Keys: the sender's ACI (``sourceUuid``) is the stable user id and the participant (``user_id_alt``; the phone
 number, when shared, is ``user_id`` and the display name falls back to it). A direct chat is
@@ -28,6 +29,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.errors import PlatformError
+from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.signal.config import is_uuid
@@ -38,8 +40,10 @@ __all__ = [
     "Envelope",
     "EventError",
     "Notification",
+    "SignalFile",
     "Skipped",
     "decode_event",
+    "files_of",
     "inbound_from_event",
 ]
 
@@ -54,6 +58,7 @@ _MAX_TIMESTAMP = 2**63
 _MAX_PRINTED = 256  # names, file names and signal-cli exception texts are cut to this
 _PLACEHOLDER = "\ufffc"  # where Signal put a mention in the text
 _LONG_TEXT = "text/x-signal-plain"
+_ATTACHMENT_ID = re.compile(r"[A-Za-z0-9_.=+-]{1,256}")  # a file name in signal-cli's attachments directory
 
 
 class EventError(PlatformError):
@@ -74,8 +79,23 @@ class GroupInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """An attachment as signal-cli lists it; ``id`` and ``size`` stay untyped (a bad one costs the file, not the
+    message)."""
+
     content_type: str | None = None
     filename: str | None = None
+    id: Any = None
+    size: Any = None
+
+
+class SignalFile(msgspec.Struct, frozen=True, kw_only=True):
+    """An attachment to fetch with ``getAttachment``: signal-cli's id (``None``: it gave none) and what it says."""
+
+    id: str | None
+    kind: str
+    mime_type: str | None = None
+    name: str | None = None
+    size: int | None = None
 
 
 class Mention(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -200,6 +220,19 @@ def inbound_from_event(
         user_name=_printable(envelope.source_name) or number,
     )
     return InboundMessage(source=source, text=text, message_id=f"{sender}:{timestamp}", received_at=received_at)
+
+
+def files_of(event: Notification) -> list[SignalFile]:
+    """The attachments of the message in ``event`` (the long text of a long message too), to fetch by id."""
+    data = event.envelope.data_message if event.envelope is not None else None
+    found: list[SignalFile] = []
+    for attachment in (data.attachments if data is not None else None) or []:
+        mime = (attachment.content_type or "").strip().lower() or None
+        ident = attachment.id if isinstance(attachment.id, str) and _ATTACHMENT_ID.fullmatch(attachment.id) else None
+        size = attachment.size if type(attachment.size) is int and attachment.size >= 0 else None
+        name = _printable(attachment.filename)
+        found.append(SignalFile(id=ident, kind=kind_of(mime), mime_type=mime, name=name, size=size))
+    return found
 
 
 def _unreadable(envelope: Envelope, account: str, problem: str | None) -> Skipped:

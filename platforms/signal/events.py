@@ -22,6 +22,9 @@ What happens to messages during a drop, and what this relies on:
 - Anything delivered twice (the replay overlapping what was committed, Signal resending an unacknowledged
   envelope) has the same ``<sender uuid>:<timestamp>`` id and is dropped by the durable inbox.
 
+A message's attachments are fetched into the media store (:mod:`platforms.signal.files`) before it is committed,
+so its inbox row holds the attachment records; the stream waits meanwhile, as it does for the commit.
+
 An event that cannot be committed is retried (the stream waits) until it is stored or the adapter stops; a bad
 event is logged and stepped over. ``stop()`` cancels the streams at once.
 """
@@ -41,7 +44,15 @@ import aiohttp
 from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
 from platforms.signal.config import SignalConfig
-from platforms.signal.envelopes import PLATFORM, EventError, Skipped, decode_event, inbound_from_event
+from platforms.signal.envelopes import (
+    PLATFORM,
+    EventError,
+    Skipped,
+    decode_event,
+    files_of,
+    inbound_from_event,
+)
+from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
 
 if TYPE_CHECKING:
@@ -213,11 +224,11 @@ class EventStreams:
             parser = SseParser(config.max_event_bytes, last_id=state.last_id)
             async for chunk in response.content.iter_any():
                 for item in parser.feed(chunk):
-                    self._handle(state, item)
+                    await self._handle(session, state, item)
                     if self._stopping.is_set():
                         return
 
-    def _handle(self, state: _Account, item: SseEvent | Oversized) -> None:
+    async def _handle(self, session: aiohttp.ClientSession, state: _Account, item: SseEvent | Oversized) -> None:
         if isinstance(item, Oversized):
             _log.warning(
                 "signal account %s: skipped an event of more than %d bytes (platforms.signal.max_event_bytes)",
@@ -228,12 +239,13 @@ class EventStreams:
         if item.event not in EVENT_TYPES:
             _log.debug("signal account %s: ignored a %r event", state.name, item.event[:40])
         else:
-            self._receive(state, item)
+            await self._receive(session, state, item)
         state.last_id = item.id
 
-    def _receive(self, state: _Account, item: SseEvent) -> None:
+    async def _receive(self, session: aiohttp.ClientSession, state: _Account, item: SseEvent) -> None:
         try:
-            found = inbound_from_event(decode_event(item.data), state.name, received_at=self._clock())
+            event = decode_event(item.data)
+            found = inbound_from_event(event, state.name, received_at=self._clock())
         except EventError as exc:
             _log.warning("signal account %s: skipped event %s: %s", state.name, item.id or "without id", exc)
             return
@@ -241,6 +253,17 @@ class EventStreams:
             where = item.id or "without id"
             _log.log(found.level, "signal account %s: skipped event %s: %s", state.name, where, found.reason)
             return
+        files = files_of(event)
+        if files:  # fetched before the commit, so the stored message holds their records
+            found = await attach_files(
+                found,
+                files,
+                account=state.name,
+                rpc_url=self._config.base + "/api/v1/rpc",
+                media=self._gateway.media,
+                session=session,
+                timeout_s=self._config.request_timeout_s,
+            )
         self._commit(state, found, item.id)
 
     def _commit(self, state: _Account, inbound: InboundMessage, event_id: str | None) -> None:

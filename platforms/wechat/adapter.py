@@ -9,6 +9,10 @@ polled again after ``session_expired_backoff_s``; a rate limit (-2) waits ``rate
 back off from ``retry_base_s`` to ``retry_max_s``. Nothing ends the threads but :meth:`WechatAdapter.stop`, which
 aborts a poll the server is holding.
 
+The images, voice, files and video of an answer are downloaded from WeChat's CDN and decrypted into the media
+store (:mod:`platforms.wechat.files`) on the poll thread before the answer's messages are batched and committed,
+so the stored state and turns hold attachment records, never the keys that open the files.
+
 Keys: a direct chat is ``agent:main:wechat~<account>:dm:<sender>``; a group (the message has a ``group_id``) is
 ``agent:main:wechat~<account>:group:<group_id>:<sender>`` (per sender unless the key policy says otherwise).
 """
@@ -33,6 +37,7 @@ from platforms.http_client import HttpError, HttpResult, retry_after_seconds, sh
 from platforms.ratelimit import Rate
 from platforms.wechat.batching import AccountState, Batcher, SeenWindow, decode_state, encode_state
 from platforms.wechat.config import WechatConfig, is_bot_token
+from platforms.wechat.files import fetch_media
 from platforms.wechat.sender import AccountAuth, ContextTokens, WechatSender
 from platforms.wechat.wire import (
     BASE_INFO,
@@ -234,12 +239,23 @@ class _Account:
         pieces: list[Piece] = []
         for index, raw in enumerate(messages):
             try:
-                piece = decode_message(raw)
+                decoded = decode_message(raw)
             except Malformed as exc:
                 _log.warning("wechat account %r: skipped msgs[%d] of a getupdates answer: %s", self.name, index, exc)
                 continue
-            if piece is not None:
-                pieces.append(piece)
+            if decoded is None:
+                continue
+            piece, refs = decoded
+            if refs and self._gateway is not None:
+                attachments = fetch_media(
+                    refs,
+                    media=self._gateway.media,
+                    cdn_base_url=self._config.cdn_base_url,
+                    timeout_s=self._config.download_timeout_s,
+                    account=self.name,
+                )
+                piece = msgspec.structs.replace(piece, attachments=attachments)
+            pieces.append(piece)
         return pieces
 
     def _receive(self, pieces: list[Piece], buf: str | None) -> None:
@@ -319,7 +335,10 @@ class _Account:
             user_id=first.user_id,
         )
         text = "\n".join(piece.text for piece in batch)
-        return InboundMessage(source=source, text=text, message_id=first.message_id, received_at=self._clock())
+        attachments = tuple(attachment for piece in batch for attachment in piece.attachments)
+        return InboundMessage(
+            source=source, text=text, message_id=first.message_id, attachments=attachments, received_at=self._clock()
+        )
 
 
 def _resolve(name: str, config: WechatConfig, environ: Mapping[str, str]) -> AccountAuth:
@@ -403,6 +422,6 @@ class WechatAdapter:
             lines.append(
                 f"WeChat account '{name}': long-polling {shown(self._auth[name].url('getupdates'))} ({origin}); "
                 f"messages within {self.config.batch_window_s:g} s are one turn; images, voice, files and video "
-                "arrive as [image], [voice], [file] and [video]"
+                f"are downloaded from {shown(self.config.cdn_base_url)} and decrypted into the media store"
             )
         return lines

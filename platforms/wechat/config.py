@@ -13,9 +13,10 @@ import msgspec
 
 from hermes_actors.errors import ConfigError
 
-__all__ = ["DEFAULT_BASE_URL", "WechatAccount", "WechatConfig", "is_bot_token"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_CDN_BASE_URL", "WechatAccount", "WechatConfig", "is_bot_token"]
 
 DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
+DEFAULT_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"  # where iLink media is downloaded
 
 _SECTION = "platforms.wechat"
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_@.\-]{1,128}")
@@ -41,7 +42,9 @@ class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     it is a resend and is dropped. ``max_message_chars``: longer replies are split. ``poll_timeout_s``: the long
     poll's wait until the server suggests its own. Failed polls back off from ``retry_base_s`` to
     ``retry_max_s``; an expired session waits ``session_expired_backoff_s``, a rate limit
-    ``rate_limit_backoff_s``. ``sends_per_second_per_chat`` paces replies to one chat.
+    ``rate_limit_backoff_s``. ``sends_per_second_per_chat`` paces replies to one chat. Images, voice, files and
+    video are downloaded from ``cdn_base_url`` (``{cdn_base_url}/download?encrypted_query_param=...``), each
+    within ``download_timeout_s``.
     """
 
     enabled: bool = True
@@ -58,6 +61,8 @@ class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     session_expired_backoff_s: float = 600.0
     rate_limit_backoff_s: float = 30.0
     sends_per_second_per_chat: float = 1.0
+    cdn_base_url: str = DEFAULT_CDN_BASE_URL
+    download_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name, account in self.accounts.items():
@@ -71,7 +76,13 @@ class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             session_expired_backoff_s=self.session_expired_backoff_s,
             rate_limit_backoff_s=self.rate_limit_backoff_s,
             sends_per_second_per_chat=self.sends_per_second_per_chat,
+            download_timeout_s=self.download_timeout_s,
         )
+        if not _is_base_url(self.cdn_base_url):
+            raise ConfigError(
+                f"{_SECTION}.cdn_base_url",
+                f"must be an http:// or https:// URL with a host, such as {DEFAULT_CDN_BASE_URL}",
+            )
         if self.long_chunk_wait_s < self.batch_window_s:
             raise ConfigError(
                 f"{_SECTION}.long_chunk_wait_s", "must be at least batch_window_s (it is the longer wait after a chunk)"

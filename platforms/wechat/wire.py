@@ -9,6 +9,14 @@ opaque ``get_updates_buf`` cursor and answers ``msgs``, the next ``get_updates_b
 ``message_type`` (1 a user, 2 a bot), ``create_time_ms``, ``context_token`` (echoed in replies) and ``item_list``,
 whose items have a ``type`` (1 text in ``text_item.text``, 2 image, 3 voice, 4 file, 5 video).
 
+A media item (``image_item``, ``voice_item``, ``file_item``, ``video_item``) carries a ``media`` object: the
+``encrypt_query_param`` that names the encrypted file on WeChat's CDN and its AES-128 key ``aes_key`` (base64 of
+the 16 key bytes, or of their 32 hex digits); an image may carry the key as hex in ``image_item.aeskey`` too. A
+file's ``len`` and a video's ``video_size`` give the size, an image's ``mid_size`` the size WeChat states for it.
+Each becomes a :class:`MediaRef` for :mod:`platforms.wechat.files` to fetch; a media item that names no file or
+no key becomes one with the reason it cannot be fetched. These fields are read leniently: a malformed one costs
+the file, never the message's text.
+
 Answers are decoded once, at the edge, with typed decoders; one malformed message or item is skipped with a reason
 and never spoils the rest of its answer.
 """
@@ -19,6 +27,8 @@ import base64
 import contextlib
 import hashlib
 import http.client
+import mimetypes
+import re
 import secrets
 import socket
 import ssl
@@ -28,6 +38,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from hermes_actors.media import kind_of
+from hermes_actors.messages import Attachment
 from platforms.http_client import HttpResult, NoAnswer, Unreachable, shown
 
 __all__ = [
@@ -37,6 +49,7 @@ __all__ = [
     "SESSION_EXPIRED",
     "LongPoll",
     "Malformed",
+    "MediaRef",
     "Piece",
     "SendAnswer",
     "Updates",
@@ -57,6 +70,12 @@ _MESSAGE_TYPE_BOT = 2
 _TEXT = 1
 _STAND_INS = {2: "[image]", 3: "[voice]", 4: "[file]", 5: "[video]"}
 _TRUNCATED = "\n[message truncated]"
+_MEDIA_KINDS = {2: "image", 3: "audio", 4: "document", 5: "video"}
+_MEDIA_FIELDS = {2: "image_item", 3: "voice_item", 4: "file_item", 5: "video_item"}
+_SIZE_FIELDS = {2: "mid_size", 4: "len", 5: "video_size"}
+_MIME_TYPES = {3: "audio/silk", 5: "video/mp4"}  # WeChat voice is SILK; videos are MP4
+_MAX_PARAM_CHARS = 8192
+_DIGITS = re.compile(r"[0-9]{1,15}")
 
 
 class Malformed(Exception):
@@ -109,6 +128,34 @@ class _Item(msgspec.Struct, frozen=True, kw_only=True):
     text_item: _TextItem | None = None
     voice_item: _TextItem | None = None  # its ``text`` is WeChat's transcript
     file_item: _FileItem | None = None
+
+
+class _MediaItem(msgspec.Struct, frozen=True, kw_only=True):
+    """The media fields of an item, untyped: they are checked one by one (:func:`_media_ref`)."""
+
+    type: Any = None
+    image_item: Any = None
+    voice_item: Any = None
+    file_item: Any = None
+    video_item: Any = None
+
+
+class MediaRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A file an item names on WeChat's CDN: where (``query``: its ``encrypt_query_param``), how to decrypt it
+    (``aes_key`` as sent, base64; ``hex_key`` an image's ``aeskey``), and what it is.
+
+    ``problem`` says why it cannot be fetched (no file or no key named). It holds what opens the file, so it is
+    never stored: only the attachment made from it is.
+    """
+
+    kind: str  # image, audio, video or document
+    query: str | None = None
+    aes_key: str | None = None
+    hex_key: str | None = None
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    problem: str | None = None
 
 
 class _Message(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +211,8 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     """One inbound message, normalised; pieces from one sender become one turn when they come close together.
 
     ``typed`` is true when every item was text, so the text is what the sender typed (and a resend of it can be
-    recognised by its hash); stand-ins such as ``[image]`` are not.
+    recognised by its hash); stand-ins such as ``[image]`` are not. ``attachments`` are the records of the files
+    its items named, once fetched (:mod:`platforms.wechat.files`); a turn of several pieces carries them all.
     """
 
     message_id: str
@@ -175,6 +223,7 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     context_token: str | None = None
     created_ms: int | None = None
     typed: bool = True
+    attachments: tuple[Attachment, ...] = ()
 
 
 def _identifier(value: object, field: str) -> str:
@@ -200,8 +249,47 @@ def _item_text(raw: msgspec.Raw, index: int) -> tuple[str, bool]:
     return stand_in, False
 
 
-def decode_message(raw: msgspec.Raw) -> Piece | None:
-    """Normalise one entry of ``msgs``; ``None`` for a bot's own message; :class:`Malformed` for a bad one."""
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _size(value: Any) -> int | None:
+    """A size WeChat states: a number, or (``file_item.len``) its digits as a string."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return None
+
+
+def _media_ref(raw: msgspec.Raw) -> MediaRef | None:
+    """The file a media item names, or ``None`` for an item that is not one (text, an unknown type)."""
+    try:
+        item = msgspec.json.decode(raw, type=_MediaItem)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if type(item.type) is not int or item.type not in _MEDIA_KINDS:
+        return None
+    found = getattr(item, _MEDIA_FIELDS[item.type])
+    fields: dict[str, Any] = found if isinstance(found, dict) else {}
+    media: dict[str, Any] = fields["media"] if isinstance(fields.get("media"), dict) else {}
+    name = _text(fields.get("file_name"))
+    mime = _MIME_TYPES.get(item.type) or (mimetypes.guess_type(name, strict=False)[0] if name else None)
+    kind = _MEDIA_KINDS[item.type] if item.type != 4 else kind_of(mime)
+    size = _size(fields.get(_SIZE_FIELDS[item.type])) if item.type in _SIZE_FIELDS else None
+    query = _text(media.get("encrypt_query_param"))
+    aes_key, hex_key = _text(media.get("aes_key")), _text(fields.get("aeskey"))
+    ref = MediaRef(kind=kind, query=query, aes_key=aes_key, hex_key=hex_key, name=name, mime_type=mime, size=size)
+    if query is None or len(query) > _MAX_PARAM_CHARS:
+        return msgspec.structs.replace(ref, query=None, problem="WeChat named no file to download for it")
+    if aes_key is None and hex_key is None:
+        return msgspec.structs.replace(ref, problem="WeChat sent no key to decrypt it")
+    return ref
+
+
+def decode_message(raw: msgspec.Raw) -> tuple[Piece, tuple[MediaRef, ...]] | None:
+    """Normalise one entry of ``msgs`` and find the files its items name; ``None`` for a bot's own message;
+    :class:`Malformed` for a bad one."""
     message: _Message = _decode(_message, raw, "the message")
     if message.message_type == _MESSAGE_TYPE_BOT:
         return None
@@ -211,10 +299,14 @@ def decode_message(raw: msgspec.Raw) -> Piece | None:
         raise Malformed("item_list is missing or empty: the message has no content")
     texts: list[str] = []
     typed = True
+    refs: list[MediaRef] = []
     for index, item in enumerate(message.item_list):
         text, was_typed = _item_text(item, index)
         texts.append(text)
         typed = typed and was_typed
+        ref = None if was_typed else _media_ref(item)
+        if ref is not None:
+            refs.append(ref)
     text = "\n".join(texts)
     if not text.strip():
         raise Malformed("the message has only empty text")
@@ -226,7 +318,7 @@ def decode_message(raw: msgspec.Raw) -> Piece | None:
         message_id = "content-" + hashlib.sha256(identity).hexdigest()[:32]
     else:
         message_id = _identifier(str(message.message_id), "message_id")
-    return Piece(
+    piece = Piece(
         message_id=message_id,
         chat_type="group" if group else "dm",
         chat_id=group or sender,
@@ -236,6 +328,7 @@ def decode_message(raw: msgspec.Raw) -> Piece | None:
         created_ms=message.create_time_ms,
         typed=typed,
     )
+    return piece, tuple(refs)
 
 
 # -- the long poll --------------------------------------------------------------------------------------------------

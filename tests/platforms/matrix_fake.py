@@ -7,9 +7,12 @@ timelines (``limited`` with a ``prev_batch`` when more events arrived than the f
 left rooms and ``m.direct`` account data. A sync with nothing to answer waits up to its ``timeout``.
 ``/rooms/{roomId}/messages?dir=b`` pages backwards from a ``prev_batch``; ``PUT .../send/{type}/{txnId}`` makes an
 event and remembers the transaction id per access token (a repeat answers the same event id);
-``POST /join/{roomId}`` needs an invite. Errors are ``{"errcode", "error"}``: ``M_UNKNOWN_TOKEN``,
-``M_MISSING_TOKEN``, ``M_FORBIDDEN``, ``M_LIMIT_EXCEEDED`` with ``retry_after_ms`` and ``Retry-After``. Tests add
-users and rooms, post messages as users, queue raw events, script failures and read what happened::
+``POST /join/{roomId}`` needs an invite. ``GET /_matrix/client/v1/media/download/{serverName}/{mediaId}`` (the
+authenticated media API) serves what :meth:`MatrixFake.upload` stored, with its ``Content-Type`` and
+``Content-Length``, to any valid token; an unknown file is ``M_NOT_FOUND``. Errors are ``{"errcode", "error"}``:
+``M_UNKNOWN_TOKEN``, ``M_MISSING_TOKEN``, ``M_FORBIDDEN``, ``M_LIMIT_EXCEEDED`` with ``retry_after_ms`` and
+``Retry-After``. Tests add users and rooms, post messages as users, upload files, queue raw events, script failures
+and read what happened::
 
     with MatrixFake() as hs:
         hs.add_user(TOKEN, "@bot:example.org")
@@ -42,6 +45,7 @@ __all__ = ["Call", "MatrixFake"]
 T = TypeVar("T")
 
 _PREFIX = "/_matrix/client/v3"
+_MEDIA = "/_matrix/client/v1/media"
 _DEFAULT_TIMELINE_LIMIT = 10
 
 
@@ -116,10 +120,13 @@ class MatrixFake:
         self._txns: dict[tuple[str, str], str] = {}  # (access token, txn id) -> event id
         self._failures: defaultdict[str, deque[_Failure]] = defaultdict(deque)
         self._calls: list[Call] = []
+        self._media: dict[tuple[str, str], tuple[bytes, str, bool]] = {}  # (server, id) -> (bytes, type, cut)
+        self._media_ids = itertools.count(1)
         self._closing = False
         self.send_summaries = True  # False: leave summary.m.joined_member_count out, as some servers do
         app = web.Application(client_max_size=4 * 1024 * 1024)
         app.router.add_route("*", _PREFIX + "/{tail:.*}", self._handle)
+        app.router.add_route("*", _MEDIA + "/{tail:.*}", self._handle)
         self._host = HttpHost(app, name="matrix-fake")
 
     # -- lifecycle
@@ -223,6 +230,23 @@ class MatrixFake:
             event = self._append(room_id, event_type, sender, full)
             assert event.event_id is not None
             return event.event_id
+
+    def upload(
+        self,
+        data: bytes,
+        content_type: str = "application/octet-stream",
+        *,
+        server: str | None = None,
+        cut: bool = False,
+    ) -> str:
+        """Store a file in the media repository (of ``server``, by default this one); return its ``mxc://`` URI.
+
+        A ``cut`` file is served broken: its whole ``Content-Length``, half its bytes, then the connection closes.
+        """
+        with self._lock:
+            key = (server or self.server_name, f"media{next(self._media_ids)}")
+            self._media[key] = (data, content_type, cut)
+        return f"mxc://{key[0]}/{key[1]}"
 
     def push_raw(self, room_id: str, raw: bytes) -> None:
         """Put ``raw`` (any bytes) in the room's timeline as it is: a hostile or broken event."""
@@ -363,14 +387,15 @@ class MatrixFake:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         began = time.monotonic()
-        tail = request.raw_path.split("?")[0].removeprefix(_PREFIX)
+        path = request.raw_path.split("?")[0]
+        tail = path.removeprefix(_PREFIX) if path.startswith(_PREFIX + "/") else "/v1-media" + path.removeprefix(_MEDIA)
         endpoint, args = _route(request.method, tail)
         query = dict(request.query)
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
         body: Any = None
 
-        def record(response: web.Response, status: int | None = None) -> web.Response:
+        def record(response: web.StreamResponse, status: int | None = None) -> web.StreamResponse:
             answered = response.status if status is None else status
             with self._lock:
                 self._calls.append(Call(token, endpoint, tail, query, body, answered, time.monotonic(), began))
@@ -412,9 +437,13 @@ class MatrixFake:
             "whoami": self._whoami,
             "joined_members": self._joined_members,
         }.get(endpoint)
-        if handler is None:
+        answer: web.StreamResponse
+        if endpoint == "download":  # streamed: it needs the request
+            answer = await self._download(request, args)
+        elif handler is None:
             return record(_error(404, "M_UNRECOGNIZED", "Unrecognized request"))
-        answer = await handler(user_id, token, args, query, body)
+        else:
+            answer = await handler(user_id, token, args, query, body)
         if scripted is not None:  # drop: the work is done, the answer is lost
             if request.transport is not None:
                 request.transport.close()
@@ -425,6 +454,21 @@ class MatrixFake:
         self, user_id: str, token: str, args: list[str], query: dict[str, str], body: Any
     ) -> web.Response:
         return web.json_response({"user_id": user_id, "device_id": "HERMESDEV"})
+
+    async def _download(self, request: web.Request, args: list[str]) -> web.StreamResponse:
+        with self._lock:
+            found = self._media.get((args[0], args[1]))
+        if found is None:
+            return _error(404, "M_NOT_FOUND", "Not found")
+        data, content_type, cut = found
+        if not cut:
+            return web.Response(body=data, content_type=content_type)
+        response = web.StreamResponse(headers={"Content-Type": content_type, "Content-Length": str(len(data))})
+        await response.prepare(request)
+        await response.write(data[: len(data) // 2])
+        if request.transport is not None:
+            request.transport.close()
+        return response
 
     async def _joined_members(
         self, user_id: str, token: str, args: list[str], query: dict[str, str], body: Any
@@ -601,12 +645,15 @@ class MatrixFake:
 
 
 def _route(method: str, tail: str) -> tuple[str, list[str]]:
-    """The endpoint name of a request path under ``/_matrix/client/v3`` and its decoded path arguments."""
+    """The endpoint name of a request path and its decoded path arguments; ``tail`` is the path under
+    ``/_matrix/client/v3``, or under ``/_matrix/client/v1/media`` prefixed with ``/v1-media``."""
     parts = [unquote(part) for part in tail.strip("/").split("/")]
     if method == "GET" and parts == ["sync"]:
         return "sync", []
     if method == "GET" and parts == ["account", "whoami"]:
         return "whoami", []
+    if method == "GET" and len(parts) == 4 and parts[:2] == ["v1-media", "download"]:
+        return "download", parts[2:]
     if method == "POST" and len(parts) == 2 and parts[0] == "join":
         return "join", [parts[1]]
     if len(parts) == 3 and parts[0] == "rooms" and method == "GET" and parts[2] in ("messages", "joined_members"):

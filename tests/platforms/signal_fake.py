@@ -15,16 +15,21 @@ Written from signal-cli's man page (signal-cli-jsonrpc(5)) and its HTTP handler,
   with ``result`` or ``error``: -32700 unparsable, -32600 not a request, -32601 unknown method, -32602 no or an
   unknown ``account``, -1 an empty message. ``send`` needs exactly one of ``recipient`` and ``groupId`` and
   answers ``{"timestamp": ..., "results": [{"recipientAddress": {...}, "type": "SUCCESS"}]}``.
+- ``getAttachment`` (signal-cli's GetAttachmentCommand) takes ``id`` and exactly one of ``recipient`` and
+  ``groupId``, and answers ``{"data": "<base64>"}`` for a file stored with :meth:`FakeSignalCli.add_attachment`;
+  an unknown id is -1 ``Could not find attachment with ID: ...`` (signal-cli's UserErrorException).
 
 Tests queue envelopes with :meth:`FakeSignalCli.push` (built by :func:`message`, :func:`receipt`, ...), write raw
 bytes into streams with :meth:`push_raw`, cut (:meth:`drop`) or freeze (:meth:`stall`) open streams, script
-answers (:meth:`refuse_streams`, :meth:`answer_send` with the error builders below), and read :attr:`sent`,
-:attr:`connections` and :attr:`protocol_errors` (requests that broke the protocol).
+answers (:meth:`refuse_streams`, :meth:`answer_send` with the error builders below), store attachment files
+(:meth:`add_attachment`), and read :attr:`sent`, :attr:`attachment_calls`, :attr:`connections` and
+:attr:`protocol_errors` (requests that broke the protocol).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import queue
@@ -305,7 +310,9 @@ class FakeSignalCli:
         self.max_text_chars = max_text_chars
         self.sent: queue.SimpleQueue[Sent] = queue.SimpleQueue()
         self.connections: list[Connection] = []
+        self.attachment_calls: list[dict[str, Any]] = []  # the params of every getAttachment
         self.protocol_errors: list[str] = []
+        self._attachments: dict[str, bytes] = {}
         self._lock = threading.Condition()
         self._prefix = f"{int(time.time() * 1000)}-"
         self._sequence = itertools.count(1)
@@ -403,6 +410,11 @@ class FakeSignalCli:
             self._send_script.append(
                 _Scripted(status=status, error=error, result=result, body=body, headers=dict(headers or {}))
             )
+
+    def add_attachment(self, attachment_id: str, data: bytes) -> None:
+        """Store ``data`` as the attachment ``attachment_id`` (what signal-cli downloaded when it received it)."""
+        with self._lock:
+            self._attachments[attachment_id] = data
 
     def take_sent(self, timeout: float = 10.0) -> Sent:
         """The next ``send`` request, waiting up to ``timeout`` seconds."""
@@ -543,16 +555,23 @@ class FakeSignalCli:
         request_id = body.get("id")
         if request_id is None:
             return self._error(None, -32600, "id must be set", "a request without an id gets no answer")
-        if body["method"] != "send":
-            return self._error(request_id, -32601, "Method not implemented", f"unexpected method {body['method']!r}")
+        method = body["method"]
+        if method not in ("send", "getAttachment"):
+            return self._error(request_id, -32601, "Method not implemented", f"unexpected method {method!r}")
         params = body.get("params")
         if not isinstance(params, dict):
-            return self._error(request_id, -32602, "Method requires valid account parameter", "send without params")
+            return self._error(
+                request_id, -32602, "Method requires valid account parameter", f"{method} without params"
+            )
         account = params.get("account")
         if account is None:
-            return self._error(request_id, -32602, "Method requires valid account parameter", "send without account")
+            return self._error(
+                request_id, -32602, "Method requires valid account parameter", f"{method} without account"
+            )
         if account not in self.accounts:
             return self._error(request_id, -32602, "Specified account does not exist")
+        if method == "getAttachment":
+            return self._get_attachment(request_id, params)
         problem = self._check_send(params)
         if problem is not None:
             return self._error(request_id, -1, problem, f"send params: {problem}")
@@ -572,6 +591,20 @@ class FakeSignalCli:
             "timestamp": _timestamp(None),
             "results": [{"recipientAddress": {"uuid": str(target), "number": None}, "type": "SUCCESS"}],
         }
+        return web.json_response({"jsonrpc": "2.0", "result": result, "id": request_id})
+
+    def _get_attachment(self, request_id: Any, params: dict[str, Any]) -> web.Response:
+        with self._lock:
+            self.attachment_calls.append(params)
+        attachment_id = params.get("id")
+        if not isinstance(attachment_id, str) or (params.get("recipient") is None) == (params.get("groupId") is None):
+            problem = "getAttachment needs an id and exactly one of recipient and groupId"
+            return self._error(request_id, -32602, problem, f"getAttachment params: {params!r}")
+        with self._lock:
+            data = self._attachments.get(attachment_id)
+        if data is None:
+            return self._error(request_id, -1, f"Could not find attachment with ID: {attachment_id}")
+        result = {"data": base64.b64encode(data).decode()}
         return web.json_response({"jsonrpc": "2.0", "result": result, "id": request_id})
 
     def _check_send(self, params: Mapping[str, Any]) -> str | None:

@@ -6,6 +6,7 @@ the events the fake made for the bot's ``PUT .../send/m.room.message/{txnId}`` c
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -24,7 +25,8 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.gateway import Gateway
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.media import KINDS, MediaConfig
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
@@ -115,6 +117,12 @@ class Running:
         with self.gateway.read() as store:
             return decode_state(store.kv.get_cursor("matrix", name), name)
 
+    def inbound(self) -> list[InboundMessage]:
+        """The messages of the inbox rows, as the adapter accepted them."""
+        with self.gateway.read() as store:
+            found = store.connection.execute("SELECT payload FROM inbox ORDER BY id")
+            return [decode_inbound(payload) for (payload,) in found]
+
     def inbox(self) -> list[tuple[str, str, str]]:
         """(account, event id, routing key) of every inbox row."""
         with self.gateway.read() as store:
@@ -139,6 +147,7 @@ def start(tmp_path: Path, hs: MatrixFake) -> Iterator[Start]:
             gateway_for: Callable[[Gateway], Gateway] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
             ready: bool = True,
+            media: MediaConfig | None = None,
         ) -> Running:
             config = config or make_config(hs)
             adapter = MatrixAdapter(config, environ={}, clock=clock, monotonic=clock)
@@ -148,6 +157,7 @@ def start(tmp_path: Path, hs: MatrixFake) -> Iterator[Start]:
                 senders=[*adapter.senders(), *extra_senders],
                 clock=clock,
                 tick_interval_s=0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
@@ -353,6 +363,110 @@ def test_notices_emotes_media_replies_and_stickers_start_turns_and_edits_and_enc
     assert "edited" not in received
     assert "verify me" not in received
     assert caplog.text.count("is end-to-end encrypted and this adapter cannot read encrypted messages") == 1
+
+
+DM_KEY = "agent:main:matrix~main:dm:!dm%3Aexample.org"
+
+
+def test_an_image_and_a_file_arrive_as_attachments_fetched_with_the_token_from_the_authenticated_media_api(
+    hs: MatrixFake, start: Start, tmp_path: Path
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start(media=MediaConfig(max_bytes=1024))
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
+    image = hs.upload(png, "image/png", server="elsewhere.example:8448")  # remote media: the homeserver fetches it
+    info = {"mimetype": "image/png", "size": len(png), "w": 10, "h": 10}
+    hs.post(DM, ALICE, "what is this?", msgtype="m.image", filename="cat.png", url=image, info=info)
+    (first,) = wait_sent(hs, 1)
+    notes = hs.upload(b"line one\nline two\n", "text/plain")
+    hs.post(DM, ALICE, "notes.txt", msgtype="m.file", url=notes)  # no info: the type follows the name
+    second = wait_sent(hs, 2)[1]
+    assert matrix.gateway.wait_idle()
+    digest = hashlib.sha256(png).hexdigest()
+    cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
+    assert cached.read_bytes() == png
+    assert first["body"] == (
+        f"echo: [image: cat.png] what is this?\n[attached image cat.png (image/png, 108 bytes), saved at {cached}]"
+    )
+    notes_digest = hashlib.sha256(b"line one\nline two\n").hexdigest()
+    assert second["body"] == (
+        "echo: [file: notes.txt]\n[attached document notes.txt (text/plain, 18 bytes), saved at "
+        f"{tmp_path / 'media' / notes_digest[:2] / notes_digest}.txt]\nIts text:\nline one\nline two\n"
+    )
+    # Downloaded once each from the authenticated endpoint, with the bot's token in the Authorization header.
+    downloads = hs.calls("download")
+    assert [(c.token, c.path, c.status) for c in downloads] == [
+        (TOKEN, "/v1-media/download/elsewhere.example%3A8448/media1", 200),
+        (TOKEN, "/v1-media/download/example.org/media2", 200),
+    ]
+    session = matrix.session_of(DM_KEY)
+    assert session is not None
+    with matrix.gateway.read() as store:
+        rows = store.attachments.for_session(session)
+    assert [(r.kind, r.mime_type, r.size, r.sha256, r.name, r.source_url, r.error) for r in rows] == [
+        ("image", "image/png", 108, digest, "cat.png", image, None),
+        ("document", "text/plain", 18, notes_digest, "notes.txt", notes, None),
+    ]
+
+
+def test_a_file_over_the_limit_is_refused_before_it_is_downloaded_and_the_text_still_runs(
+    hs: MatrixFake, start: Start, tmp_path: Path
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    start(media=MediaConfig(max_bytes=1024))
+    big = hs.upload(bytes(4096), "image/png")
+    info = {"mimetype": "image/png", "size": 4096}
+    hs.post(DM, ALICE, "too big?", msgtype="m.image", filename="big.png", url=big, info=info)
+    (reply,) = wait_sent(hs, 1)
+    assert reply["body"] == (
+        "I could not read big.png: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: [image: big.png] too big?\n[image big.png was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert hs.calls("download") == []  # info.size said so: nothing was fetched
+    # Without info.size, the answer's Content-Length refuses it before its body is read.
+    hs.post(DM, ALICE, "video.mp4", msgtype="m.video", url=hs.upload(bytes(2048), "video/mp4"))
+    second = wait_sent(hs, 2)[1]
+    assert second["body"].startswith("I could not read video.mp4: it is 2 KB, over the 1 KB limit.\n\n")
+    assert second["body"].endswith("[video video.mp4 was not read: it is 2 KB, over the 1 KB limit]")
+    assert len(hs.calls("download")) == 1
+    assert not (tmp_path / "media").exists()
+
+
+def test_a_failed_or_encrypted_download_becomes_a_refused_attachment_that_names_the_reason(
+    hs: MatrixFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    hs.fail("download", 502, "M_TOO_LARGE", "Remote media too large", after=1)  # the second download
+    hs.post(DM, ALICE, "gone.png", msgtype="m.image", url="mxc://example.org/gone")
+    hs.post(DM, ALICE, "huge.bin", msgtype="m.file", url=hs.upload(b"x"))
+    hs.post(DM, ALICE, "cut.ogg", msgtype="m.audio", url=hs.upload(b"ogg data", "audio/ogg", cut=True))
+    encrypted = {"url": "mxc://example.org/e", "key": {"k": "x"}, "iv": "y", "hashes": {}, "v": "v2"}
+    hs.post(DM, ALICE, "secret.pdf", msgtype="m.file", file=encrypted)
+    hs.post(DM, ALICE, "bad.png", msgtype="m.image", url="https://example.org/not-mxc.png")
+    hs.wait_for(lambda: len(matrix.inbox()) == 5)
+    assert matrix.gateway.wait_idle()
+    expected = [
+        ("gone.png", "image", "the homeserver does not have it (M_NOT_FOUND)"),
+        ("huge.bin", "document", "the homeserver would not fetch it: it is too large there (M_TOO_LARGE)"),
+        ("cut.ogg", "audio", "its download broke off"),
+        ("secret.pdf", "document", "it was sent end-to-end encrypted, and this adapter cannot decrypt files"),
+        ("bad.png", "image", "'https://example.org/not-mxc.png' is not an mxc:// URI"),
+    ]
+    stored = [message.attachments for message in matrix.inbound()]
+    assert [[(a.name, a.kind, a.error) for a in attachments] for attachments in stored] == [[e] for e in expected]
+    assert all(a.path is None for attachments in stored for a in attachments)
+    # The texts ran, and the replies (a turn may answer several of them) say what could not be read.
+    assert (
+        "[image: gone.png]\n[image gone.png was not read: the homeserver does not have it (M_NOT_FOUND)]"
+        in "\n".join(str(text) for text in matrix.user_texts(DM_KEY))
+    )
+    replies = "\n".join(hs.texts(BOT))
+    for name, _, problem in expected:
+        assert f"I could not read {name}: {problem}." in replies
+    assert [c.status for c in hs.calls("download")] == [404, 502, 200]
+    assert not (tmp_path / "media").exists()
+    assert TOKEN not in caplog.text
 
 
 def test_a_redelivered_event_starts_one_turn(hs: MatrixFake, start: Start, caplog: pytest.LogCaptureFixture) -> None:
@@ -942,9 +1056,15 @@ _relation = st.fixed_dictionaries(
 _content = st.fixed_dictionaries(
     {},
     optional={
-        "msgtype": st.sampled_from(["m.text", "m.notice", "m.emote", "m.image", "m.file", "m.location", "x"]) | _json,
+        "msgtype": st.sampled_from(
+            ["m.text", "m.notice", "m.emote", "m.image", "m.file", "m.audio", "m.video", "m.location", "x"]
+        )
+        | _json,
         "body": st.text(max_size=300) | _json,
         "filename": st.text(max_size=20) | _json,
+        "url": st.sampled_from(["mxc://example.org/abc", "mxc://bad", ""]) | _json,
+        "info": st.fixed_dictionaries({}, optional={"size": st.integers() | _json, "mimetype": _json}) | _json,
+        "file": _json,
         "m.relates_to": _relation | _json,
     },
 )
@@ -975,6 +1095,10 @@ def test_any_event_decodes_to_a_message_none_or_an_event_error(body: bytes) -> N
     if incoming is not None:
         assert incoming.text.strip()
         assert incoming.event_id.startswith("$")
+        if incoming.file is not None:  # a file to fetch, or the reason it cannot be
+            assert incoming.file.kind in KINDS
+            assert incoming.file.size is None or incoming.file.size >= 0
+            assert (incoming.file.url is None) != (incoming.file.problem is None)
         inbound = inbound_message(incoming, account_id="main", room_id=DM, direct=False, received_at=0.0)
         assert build_session_key(inbound.source).startswith("agent:main:matrix~main:group:!dm%3Aexample.org:")
         msgspec.msgpack.encode(inbound)  # it can be stored
@@ -1115,8 +1239,8 @@ def test_the_banner_says_how_each_account_receives_and_replies(hs: MatrixFake) -
     main, quiet = adapter.describe()
     assert main == (
         f"Matrix account 'main' (token in config.yaml): /sync long poll on {hs.base_url}; joins invites; replies "
-        "with transaction ids in parts of 32000 bytes; media arrive as stand-ins like [image: name]; end-to-end "
-        "encrypted rooms are not read"
+        "with transaction ids in parts of 32000 bytes; images, files, audio and video are downloaded into the media "
+        "store (authenticated media API); end-to-end encrypted rooms and files are not read"
     )
     assert "does not join invites" in quiet
     assert TOKEN not in main + quiet

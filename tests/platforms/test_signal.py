@@ -8,6 +8,7 @@ file fast.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -25,13 +26,14 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.gateway import AcceptResult, Gateway, PollCursor
+from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.signal import PLATFORM, EventError, SignalAdapter, SignalConfig, decode_event, inbound_from_event
-from platforms.signal.envelopes import Skipped
+from platforms.signal.envelopes import Skipped, files_of
 from platforms.signal.sender import SignalSender
 from platforms.signal.sse import Oversized, SseEvent, SseParser
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
@@ -133,7 +135,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
     """Start a gateway on ``tmp_path`` with the adapter; ``fake_gateway_clock`` gives the gateway a FakeClock."""
     with ExitStack() as stack:
 
-        def run(config: SignalConfig, *, fake_gateway_clock: bool = False) -> Running:
+        def run(config: SignalConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Running:
             clock = FakeClock(start=time.time())
             # With a fake gateway clock, pacing runs on it too: a penalty for a rate limit ends when it is advanced.
             adapter = SignalAdapter(
@@ -145,6 +147,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
                 senders=adapter.senders(),
                 clock=clock if fake_gateway_clock else time.time,
                 tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway)
@@ -248,6 +251,98 @@ def test_receipts_typing_sync_and_own_messages_start_no_turn_and_attachments_bec
     daemon.push(ACCOUNT, message(ALICE, "marker"))
     running.wait_rows(5)
     assert running.texts() == ["[image]", "see this\n[file: report.pdf]", "hi @Bob!", "[sticker]", "marker"]
+
+
+def test_attachments_are_fetched_with_get_attachment_into_the_media_store_before_the_message_is_stored(
+    daemon: FakeSignalCli, start: Start, tmp_path: Path
+) -> None:
+    running = start(fast(daemon.url), media=MediaConfig(max_bytes=1024))
+    jpeg = b"\xff\xd8\xff\xe0" + bytes(range(96))
+    long_text = "a long message, " * 20
+    daemon.add_attachment("Xy7_photo.jpg", jpeg)
+    daemon.add_attachment("long_1.txt", long_text.encode())
+    daemon.add_attachment("report.pdf", b"%PDF-1.7 a report")
+    photo = {"id": "Xy7_photo.jpg", "contentType": "image/jpeg", "filename": "photo.jpg", "size": len(jpeg)}
+    long_part = {"id": "long_1.txt", "contentType": "text/x-signal-plain", "size": len(long_text)}
+    daemon.push(ACCOUNT, message(ALICE, "see this", attachments=[photo]))
+    assert daemon.take_sent().text == (
+        f"echo: see this\n[image]\n[attached image photo.jpg (image/jpeg, 100 bytes), saved at "
+        f"{tmp_path / 'media' / hashlib.sha256(jpeg).hexdigest()[:2] / hashlib.sha256(jpeg).hexdigest()}.jpg]"
+    )
+    pdf = {"id": "report.pdf", "contentType": "application/pdf", "filename": "report.pdf", "size": 17}
+    daemon.push(ACCOUNT, message(BOB, "the start", group=GROUP, attachments=[long_part, pdf]))
+    daemon.take_sent()
+    assert running.gateway.wait_idle()
+    first, second = running.inbound()
+    (image,) = first.attachments
+    assert (image.kind, image.mime_type, image.size, image.name, image.error) == (
+        "image",
+        "image/jpeg",
+        100,
+        "photo.jpg",
+        None,
+    )
+    assert image.sha256 == hashlib.sha256(jpeg).hexdigest()
+    assert Path(str(image.path)).read_bytes() == jpeg
+    # The rest of a long message is a plain-text attachment: its text becomes its stand-in.
+    rest, report = second.attachments
+    assert (rest.kind, rest.mime_type, rest.description) == (
+        "document",
+        "text/x-signal-plain",
+        f"Its text:\n{long_text}",
+    )
+    assert (report.name, report.mime_type, report.size) == ("report.pdf", "application/pdf", 17)
+    # Asked for in the chat they came in: the sender of a direct message, the group of a group message.
+    assert daemon.attachment_calls == [
+        {"account": ACCOUNT, "id": "Xy7_photo.jpg", "recipient": ALICE.uuid},
+        {"account": ACCOUNT, "id": "long_1.txt", "groupId": GROUP},
+        {"account": ACCOUNT, "id": "report.pdf", "groupId": GROUP},
+    ]
+    assert daemon.protocol_errors == []
+
+
+def test_an_attachment_over_the_limit_is_refused_before_it_is_fetched_and_the_text_still_runs(
+    daemon: FakeSignalCli, start: Start, tmp_path: Path
+) -> None:
+    start(fast(daemon.url), media=MediaConfig(max_bytes=1024))
+    daemon.add_attachment("big.jpg", bytes(4096))
+    big = {"id": "big.jpg", "contentType": "image/jpeg", "filename": "big.jpg", "size": 4096}
+    daemon.push(ACCOUNT, message(ALICE, "too big?", attachments=[big]))
+    assert daemon.take_sent().text == (
+        "I could not read big.jpg: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: too big?\n[image]\n[image big.jpg was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert daemon.attachment_calls == []  # the envelope said so: nothing was fetched
+    # Without a size in the envelope it is fetched, and refused from the length of its base64.
+    daemon.add_attachment("clip.mp4", bytes(2048))
+    daemon.push(
+        ACCOUNT, message(ALICE, None, attachments=[{"id": "clip.mp4", "contentType": "video/mp4", "size": None}])
+    )
+    assert daemon.take_sent().text.startswith("I could not read the video: it is 2 KB, over the 1 KB limit.\n\n")
+    assert [call["id"] for call in daemon.attachment_calls] == ["clip.mp4"]
+    assert not (tmp_path / "media").exists()
+
+
+def test_an_attachment_signal_cli_cannot_hand_over_becomes_a_refused_attachment_saying_why(
+    daemon: FakeSignalCli, start: Start, tmp_path: Path
+) -> None:
+    running = start(fast(daemon.url))
+    gone = {"id": "gone.png", "contentType": "image/png", "filename": "gone.png"}
+    no_id = {"contentType": "audio/aac", "filename": "voice.aac", "id": None}
+    daemon.push(ACCOUNT, message(ALICE, "two files", attachments=[gone, no_id]))
+    reply = daemon.take_sent().text
+    assert reply.startswith(
+        "I could not read gone.png: signal-cli does not have it (Could not find attachment with ID: gone.png); it "
+        "keeps no files when run with --ignore-attachments, or when it could not download them from Signal. "
+        "I could not read voice.aac: signal-cli gave no id to fetch it by.\n\necho: two files\n[image]\n[audio]\n"
+    )
+    (stored,) = running.inbound()
+    assert [(a.kind, a.name, a.path) for a in stored.attachments] == [
+        ("image", "gone.png", None),
+        ("audio", "voice.aac", None),
+    ]
+    assert [call["id"] for call in daemon.attachment_calls] == ["gone.png"]
+    assert not (tmp_path / "media").exists()
 
 
 def test_a_redelivered_envelope_runs_one_turn(daemon: FakeSignalCli, start: Start) -> None:
@@ -640,7 +735,14 @@ _data_message = st.fixed_dictionaries(
     optional={
         "message": _json,
         "groupInfo": _json | st.fixed_dictionaries({"groupId": _json, "type": _json}),
-        "attachments": _json | st.lists(st.fixed_dictionaries({"contentType": _json}), max_size=2),
+        "attachments": _json
+        | st.lists(
+            st.fixed_dictionaries(
+                {"contentType": _json},
+                optional={"id": _json | st.just("Ab_12.jpg"), "size": _json, "filename": st.text(max_size=8)},
+            ),
+            max_size=2,
+        ),
         "mentions": _json,
         "reaction": _json,
     },
@@ -664,7 +766,8 @@ _event_data = st.one_of(
 def test_any_event_data_decodes_to_a_message_a_skip_or_an_event_error(data: bytes) -> None:
     text = data.decode("utf-8", "replace")  # what the SSE parser hands on
     try:
-        found: InboundMessage | Skipped | EventError = inbound_from_event(decode_event(text), ACCOUNT)
+        decoded = decode_event(text)
+        found: InboundMessage | Skipped | EventError = inbound_from_event(decoded, ACCOUNT)
     except EventError as exc:
         found = exc
     if isinstance(found, EventError):
@@ -678,7 +781,42 @@ def test_any_event_data_decodes_to_a_message_a_skip_or_an_event_error(data: byte
         sender, _, stamp = found.message_id.rpartition(":")
         assert stamp.isdigit()
         assert sender == found.source.participant_id
+        for file in files_of(decoded):  # each attachment is a file to fetch by id, or one without
+            assert file.kind in KINDS
+            assert file.size is None or file.size >= 0
+            event("with attachments")
         event("message")
+
+
+_attachment = st.fixed_dictionaries(
+    {},
+    optional={
+        "contentType": st.none() | st.sampled_from(["image/png", "text/x-signal-plain", "application/pdf"]) | _json,
+        "id": st.none() | st.text(max_size=12) | _json,
+        "size": st.integers(-5, 2**40) | _json,
+        "filename": st.none() | st.text(max_size=12) | _json,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(attachments=st.lists(_attachment, min_size=1, max_size=3))
+def test_any_attachments_give_one_file_each_to_fetch_or_an_event_error(attachments: list[dict[str, Any]]) -> None:
+    envelope = message(ALICE, "with files", attachments=attachments)
+    try:
+        decoded = decode_event(json.dumps({"account": ACCOUNT, "envelope": envelope}))
+        found = inbound_from_event(decoded, ACCOUNT)
+    except EventError:
+        event("event error")  # a contentType or filename of the wrong type: signal-cli never writes one
+        return
+    assert isinstance(found, InboundMessage)
+    files = files_of(decoded)
+    assert len(files) == len(attachments)
+    for file in files:
+        assert file.kind in KINDS
+        assert file.size is None or file.size >= 0
+        assert file.id is None or (file.id.strip() and "/" not in file.id)
+        event("fetchable" if file.id is not None else "without id")
 
 
 def frames(events: list[tuple[str | None, str, str]]) -> bytes:
@@ -795,6 +933,7 @@ def test_the_adapter_is_built_through_the_registry_and_describes_each_account() 
     )
     assert "--receive-mode=on-connection" in lines[0]
     assert "replies by JSON-RPC send to http://127.0.0.1:9/api/v1/rpc in parts of 2000 characters" in lines[1]
+    assert lines[1].endswith("attachments are fetched with JSON-RPC getAttachment into the media store")
     assert "no accounts" in SignalAdapter(SignalConfig(), environ={}).describe()[0]
     assert msgspec.json.decode(msgspec.json.encode(config), type=SignalConfig) == config
 

@@ -7,8 +7,10 @@ Batching windows are shortened (0.2 s, 1.5 s after a long chunk) to keep the fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
@@ -24,14 +26,15 @@ from hypothesis import strategies as st
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.gateway import Gateway
-from hermes_actors.messages import OutboundMessage, decode_inbound
+from hermes_actors.media import KINDS, MediaConfig
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from platforms import registry
 from platforms.base import Adapter
 from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfig
 from platforms.wechat.batching import AccountState, Batcher, decode_state
-from platforms.wechat.wire import Piece
+from platforms.wechat.wire import Malformed, Piece, decode_message
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.wechat_fake import RATE_LIMITED, SESSION_TIMEOUT, FakeIlink, Sent
 
@@ -47,9 +50,11 @@ def ilink() -> Iterator[FakeIlink]:
 
 
 def fast(url: str, accounts: Mapping[str, str] | None = None, **options: Any) -> WechatConfig:
-    """A config with short windows and backoffs; ``accounts`` maps account names to bot tokens."""
+    """A config with short windows and backoffs; ``accounts`` maps account names to bot tokens. Media comes from
+    the fake's CDN at ``url``, so no test reaches WeChat's."""
     accounts = {"bot-a": TOKEN_A} if accounts is None else accounts
     settings: dict[str, Any] = {
+        "cdn_base_url": url + "/c2c",
         "batch_window_s": 0.2,
         "long_chunk_chars": 50,
         "long_chunk_wait_s": 1.5,
@@ -88,6 +93,11 @@ class Wechat:
     def texts(self) -> list[str]:
         return [row.text for row in self.rows()]
 
+    def inbound(self) -> list[InboundMessage]:
+        with self.gateway.read() as store:
+            found = store.connection.execute("SELECT payload FROM inbox ORDER BY id")
+            return [decode_inbound(payload) for (payload,) in found]
+
     def session_of(self, routing_key: str) -> str:
         with self.gateway.read() as store:
             session_id = store.get_route(routing_key)
@@ -107,7 +117,9 @@ def start_wechat(tmp_path: Path) -> Iterator[StartWechat]:
     """Start a gateway on ``tmp_path`` with the adapter; ``retry_clock`` makes the gateway's clock a FakeClock."""
     with ExitStack() as stack:
 
-        def start(config: WechatConfig, *, fake_gateway_clock: bool = False) -> Wechat:
+        def start(
+            config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None
+        ) -> Wechat:
             clock = FakeClock(start=time.time())
             adapter = WechatAdapter(config, environ={}, clock=clock)
             gateway = Gateway(
@@ -116,6 +128,7 @@ def start_wechat(tmp_path: Path) -> Iterator[StartWechat]:
                 senders=adapter.senders(),
                 clock=clock if fake_gateway_clock else time.time,
                 tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+                media=media,
             )
             stack.callback(gateway.stop)
             adapter.start(gateway)
@@ -386,6 +399,127 @@ def test_images_voice_and_files_arrive_as_stand_ins_and_bot_messages_are_ignored
     ]
 
 
+# -- media ------------------------------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+
+
+def cached(tmp_path: Path, data: bytes, suffix: str) -> Path:
+    digest = hashlib.sha256(data).hexdigest()
+    return tmp_path / "media" / digest[:2] / f"{digest}{suffix}"
+
+
+def test_images_files_and_voice_are_downloaded_from_the_cdn_decrypted_and_kept_through_batching(
+    ilink: FakeIlink, start_wechat: StartWechat, tmp_path: Path
+) -> None:
+    wechat = start_wechat(fast(ilink.url, cdn_base_url=ilink.cdn_url), media=MediaConfig(max_bytes=1024))
+    pdf = b"%PDF-1.7 the quarterly report"
+    silk = b"#!SILK_V3" + bytes(40)
+    image = ilink.media_item(2, PNG, mid_size=len(PNG) + 8)
+    report = ilink.media_item(4, pdf, key_form="raw", file_name="report.pdf", len=str(len(pdf)))
+    voice = ilink.media_item(3, silk, text="call me")
+    # Alice's image and question come together: one turn, which carries the image.
+    ilink.push(
+        TOKEN_A,
+        ilink.message("wxid_alice", items=[image]),
+        ilink.message("wxid_alice", "what is this?"),
+        ilink.message("wxid_bob", items=[report]),
+        ilink.message("wxid_carol", items=[voice]),
+    )
+    texts = {sent.msg["to_user_id"]: sent.text for sent in replies(ilink, 3)}
+    assert texts["wxid_alice"] == (
+        "echo: [image]\nwhat is this?\n[attached image (image/png, 72 bytes), saved at "
+        f"{cached(tmp_path, PNG, '.png')}]"
+    )
+    assert texts["wxid_bob"] == (
+        "echo: [file: report.pdf]\n[attached document report.pdf (application/pdf, 29 bytes), saved at "
+        f"{cached(tmp_path, pdf, '.pdf')}]"
+    )
+    assert texts["wxid_carol"] == (
+        f"echo: [voice] call me\n[attached audio (audio/silk, 49 bytes), saved at {cached(tmp_path, silk, '')}]"
+    )
+    assert wechat.gateway.wait_idle()
+    by_sender = {m.source.user_id: m.attachments for m in wechat.inbound()}
+    assert [(a.kind, a.sha256, a.error) for a in by_sender["wxid_alice"]] == [
+        ("image", hashlib.sha256(PNG).hexdigest(), None)
+    ]
+    assert cached(tmp_path, pdf, ".pdf").read_bytes() == pdf
+    assert cached(tmp_path, silk, "").read_bytes() == silk
+    assert len(ilink.downloads) == 3
+    # Nothing that opens a file is kept: not in the stored state, not in the records.
+    stored = json.dumps([msgspec.to_builtins(m) for m in wechat.inbound()]) + (wechat.cursor() or "")
+    for item in (image, report, voice):
+        media = next(value for key, value in item.items() if key.endswith("_item"))["media"]
+        assert media["encrypt_query_param"] not in stored
+        assert media["aes_key"] not in stored
+
+
+def test_a_file_over_the_limit_is_refused_before_it_is_downloaded_and_the_text_still_runs(
+    ilink: FakeIlink, start_wechat: StartWechat, tmp_path: Path
+) -> None:
+    start_wechat(fast(ilink.url, cdn_base_url=ilink.cdn_url), media=MediaConfig(max_bytes=1024))
+    big = ilink.media_item(4, bytes(4096), file_name="big.pdf", len="4096")
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", items=[{"type": 1, "text_item": {"text": "too big?"}}, big]))
+    (reply,) = replies(ilink, 1)
+    assert reply.text == (
+        "I could not read big.pdf: it is 4 KB, over the 1 KB limit.\n\n"
+        "echo: too big?\n[file: big.pdf]\n[document big.pdf was not read: it is 4 KB, over the 1 KB limit]"
+    )
+    assert ilink.downloads == []  # WeChat said how large it is: nothing was fetched
+    # An image WeChat gives no size for is refused on the CDN's Content-Length, before its body is read.
+    ilink.push(TOKEN_A, ilink.message("wxid_bob", items=[ilink.media_item(2, bytes(2048))]))
+    (second,) = replies(ilink, 1)
+    assert second.text.startswith("I could not read the image: it is 2 KB, over the 1 KB limit.\n\necho: [image]")
+    assert len(ilink.downloads) == 1
+    assert not (tmp_path / "media").exists()
+
+
+def test_a_failed_download_or_decryption_becomes_a_refused_attachment_that_says_why(
+    ilink: FakeIlink, start_wechat: StartWechat, tmp_path: Path
+) -> None:
+    wechat = start_wechat(fast(ilink.url, cdn_base_url=ilink.cdn_url))
+    param, _ = ilink.upload(b"some bytes")
+    items = [
+        ilink.media_item(4, param="enc-unknown", key=bytes(16), file_name="gone.txt"),
+        ilink.media_item(5, b"video bytes" * 10, cut=True),
+        ilink.media_item(4, param=param, key=bytes(range(16)), key_form="raw", file_name="wrong-key.bin"),
+        ilink.media_item(4, key=bytes(16), file_name="no-file.txt"),
+        ilink.media_item(3, param=param),
+        {"type": 2, "image_item": {"url": "x"}},
+    ]
+    ilink.push(TOKEN_A, *(ilink.message(f"wxid_{index}", items=[item]) for index, item in enumerate(items)))
+    replies(ilink, len(items))
+    assert wechat.gateway.wait_idle()
+    found = {m.source.user_id: m.attachments for m in wechat.inbound()}
+    assert [[(a.kind, a.name, a.error) for a in found[f"wxid_{index}"]] for index in range(len(items))] == [
+        [("document", "gone.txt", "its download failed (HTTP 404)")],
+        [("video", None, "its download broke off")],
+        [("document", "wrong-key.bin", "it could not be decrypted with the key WeChat sent")],
+        [("document", "no-file.txt", "WeChat named no file to download for it")],
+        [("audio", None, "WeChat sent no key to decrypt it")],
+        [("image", None, "WeChat named no file to download for it")],
+    ]
+    assert sorted(ilink.downloads) == sorted(
+        ["enc-unknown", items[1]["video_item"]["media"]["encrypt_query_param"], param]
+    )
+    assert not (tmp_path / "media").exists()
+
+
+def test_without_cryptography_a_file_is_refused_naming_the_extra_to_install(
+    ilink: FakeIlink, start_wechat: StartWechat, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers", None)  # import fails as if missing
+    start_wechat(fast(ilink.url, cdn_base_url=ilink.cdn_url))
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", items=[ilink.media_item(2, PNG)]))
+    (reply,) = replies(ilink, 1)
+    assert reply.text.startswith(
+        "I could not read the image: decrypting WeChat files needs the 'cryptography' package "
+        "(pip install 'hermes-actors[feishu]').\n\necho: [image]"
+    )
+    assert ilink.downloads == []  # not fetched when it cannot be decrypted
+    assert "pip install 'hermes-actors[feishu]'" in caplog.text
+
+
 # -- errors from iLink -------------------------------------------------------------------------------------------
 
 
@@ -532,8 +666,26 @@ _json = st.recursive(
 _field = st.sampled_from(
     ["message_id", "from_user_id", "group_id", "message_type", "create_time_ms", "context_token", "item_list"]
 )
+_media = st.fixed_dictionaries(
+    {},
+    optional={
+        "media": _json | st.fixed_dictionaries({}, optional={"encrypt_query_param": _json, "aes_key": _json}),
+        "file_name": _json,
+        "len": _json | st.sampled_from(["12", "-1", "9" * 30]),
+        "aeskey": _json | st.just("00" * 16),
+        "text": _json,
+    },
+)
 _item = st.fixed_dictionaries(
-    {}, optional={"type": _json | st.integers(0, 6), "text_item": _json | st.fixed_dictionaries({"text": _json})}
+    {},
+    optional={
+        "type": _json | st.integers(0, 6),
+        "text_item": _json | st.fixed_dictionaries({"text": _json}),
+        "image_item": _json | _media,
+        "voice_item": _json | _media,
+        "file_item": _json | _media,
+        "video_item": _json | _media,
+    },
 )
 _message = st.dictionaries(_field, _json | st.lists(_item, max_size=3), max_size=7) | _json
 _answers = st.one_of(
@@ -553,6 +705,56 @@ _answers = st.one_of(
         ).encode()
     ),
 )
+
+
+_media_fields = {2: "image_item", 3: "voice_item", 4: "file_item", 5: "video_item"}
+_media_item = st.integers(2, 5).flatmap(
+    lambda kind: st.fixed_dictionaries(
+        {
+            "type": st.just(kind),
+            _media_fields[kind]: st.fixed_dictionaries(
+                {"file_name": st.none() | st.text(max_size=12), "text": st.none() | st.text(max_size=12)},
+                optional={
+                    "media": _json
+                    | st.fixed_dictionaries(
+                        {}, optional={"encrypt_query_param": _json | st.just("enc-1"), "aes_key": _json}
+                    ),
+                    "len": _json | st.sampled_from(["12", "-1", "9" * 30]),
+                    "mid_size": _json,
+                    "video_size": _json,
+                    "aeskey": _json | st.just("00" * 16),
+                },
+            ),
+        }
+    )
+)
+_user_message = st.fixed_dictionaries(
+    {
+        "from_user_id": st.just("wxid_alice"),
+        "message_id": st.integers(1, 2**40),
+        "item_list": st.lists(_media_item | _item, min_size=1, max_size=3),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(message=_message | _user_message)
+def test_any_message_decodes_to_a_piece_and_its_files_or_is_malformed(message: Any) -> None:
+    try:
+        decoded = decode_message(msgspec.Raw(json.dumps(message).encode()))
+    except Malformed:
+        event("malformed")  # the reason is logged by the adapter
+        return
+    if decoded is None:
+        event("a bot's message")
+        return
+    piece, refs = decoded
+    assert piece.text.strip()
+    event("with files" if refs else "message")
+    for ref in refs:  # a file to fetch, or the reason it cannot be
+        assert ref.kind in KINDS
+        assert ref.size is None or ref.size >= 0
+        assert (ref.problem is None) == (ref.query is not None and (ref.aes_key or ref.hex_key) is not None)
 
 
 def test_hostile_getupdates_answers_are_logged_and_skipped_and_the_adapter_keeps_working(
@@ -616,6 +818,10 @@ def test_the_adapter_is_built_through_the_registry_and_describes_each_account() 
     assert "(token in config.yaml)" in lines[0]
     assert "(token from $WX_B)" in lines[1]
     assert "http://127.0.0.1:9/ilink/bot/getupdates" in lines[1]
+    assert lines[0].endswith(
+        "images, voice, files and video are downloaded from https://novac2c.cdn.weixin.qq.com/c2c and decrypted "
+        "into the media store"
+    )
     assert "no accounts" in WechatAdapter(WechatConfig(), environ={}).describe()[0]
 
 
@@ -632,6 +838,8 @@ def test_the_adapter_is_built_through_the_registry_and_describes_each_account() 
         ({"long_chunk_wait_s": 1}, "platforms.wechat.long_chunk_wait_s", "at least batch_window_s"),
         ({"max_message_chars": 3}, "platforms.wechat.max_message_chars", "at least 16"),
         ({"retry_base_s": 0}, "platforms.wechat.retry_base_s", "positive"),
+        ({"cdn_base_url": "novac2c.cdn.weixin.qq.com"}, "platforms.wechat.cdn_base_url", "http"),
+        ({"download_timeout_s": 0}, "platforms.wechat.download_timeout_s", "positive"),
     ],
 )
 def test_a_bad_section_is_a_config_error_naming_its_field(section: dict[str, Any], path: str, problem: str) -> None:

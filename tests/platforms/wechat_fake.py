@@ -7,6 +7,12 @@ unknown token is answered like an expired session (``ret``/``errcode`` -14). Tes
 :meth:`FakeIlink.push`, script answers (errors, hostile bodies) with :meth:`answer_poll` and :meth:`answer_send`,
 and read what the client did from :attr:`sent`, :attr:`polls` and :attr:`protocol_errors` (requests that broke
 the protocol: wrong headers, wrong body shape, text over the limit).
+
+It is WeChat's media CDN too: ``GET /c2c/download?encrypted_query_param=...`` serves a file stored with
+:meth:`FakeIlink.upload`, AES-128-ECB encrypted with PKCS#7 padding under a fresh key, as the real CDN does;
+:meth:`media_item` builds the item that names it (``media.encrypt_query_param`` and ``media.aes_key``, as base64
+of the key's hex digits or of its bytes, and an image's hex ``aeskey``). :attr:`downloads` lists the parameters
+asked for.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import binascii
 import itertools
 import json
 import queue
+import secrets
 import threading
 import time
 from collections import defaultdict, deque
@@ -25,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from cryptography.hazmat.primitives import padding
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from platforms.http_host import HttpHost
 
@@ -97,11 +106,15 @@ class FakeIlink:
         self._poll_script: dict[str, deque[_Scripted]] = defaultdict(deque)
         self._send_script: deque[_Scripted] = deque()
         self._ids = itertools.count(7_000_000_001)
+        self.downloads: list[str] = []  # the encrypted_query_param of every CDN download
+        self._media: dict[str, tuple[bytes, bool]] = {}  # param -> (ciphertext, cut)
+        self._params = itertools.count(1)
         self._changed = threading.Condition()
         self._closing = False
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/ilink/bot/getupdates", self._getupdates)
         app.router.add_post("/ilink/bot/sendmessage", self._sendmessage)
+        app.router.add_get("/c2c/download", self._download)
         self.host = HttpHost(app, name="fake-ilink")
 
     # -- control -------------------------------------------------------------------------------------------------
@@ -109,6 +122,11 @@ class FakeIlink:
     @property
     def url(self) -> str:
         return self.host.url
+
+    @property
+    def cdn_url(self) -> str:
+        """What ``platforms.wechat.cdn_base_url`` should be."""
+        return self.host.url + "/c2c"
 
     def start(self) -> FakeIlink:
         self.host.start()
@@ -154,6 +172,49 @@ class FakeIlink:
         if group_id is not None:
             message["group_id"] = group_id
         return message
+
+    def upload(self, data: bytes, *, cut: bool = False) -> tuple[str, bytes]:
+        """Store ``data`` encrypted under a fresh key; return its ``encrypt_query_param`` and the key.
+
+        A ``cut`` file is served broken: its whole ``Content-Length``, half its bytes, then the connection closes.
+        """
+        key = secrets.token_bytes(16)
+        padder = padding.PKCS7(128).padder()
+        padded = padder.update(data) + padder.finalize()
+        encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+        param = f"enc-{next(self._params)}-" + base64.urlsafe_b64encode(secrets.token_bytes(24)).decode()
+        with self._changed:
+            self._media[param] = (encryptor.update(padded) + encryptor.finalize(), cut)
+        return param, key
+
+    def media_item(
+        self,
+        item_type: int,
+        data: bytes | None = None,
+        *,
+        param: str | None = None,
+        key: bytes | None = None,
+        key_form: str = "hex",
+        cut: bool = False,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """An item of ``item_type`` (2 image, 3 voice, 4 file, 5 video) naming ``data`` on the CDN (uploaded here),
+        or ``param`` and ``key`` as given. ``key_form`` is how ``media.aes_key`` carries the key: ``hex`` (base64
+        of its hex digits, as the official plugin sends it) or ``raw`` (base64 of its bytes); an image also gets
+        the hex ``aeskey``. ``fields`` go into the item's object (``file_name``, ``len``, ``mid_size``)."""
+        if data is not None:
+            param, key = self.upload(data, cut=cut)
+        media: dict[str, Any] = {"encrypt_type": 1}
+        if param is not None:
+            media["encrypt_query_param"] = param
+        if key is not None:
+            encoded = key.hex().encode() if key_form == "hex" else key
+            media["aes_key"] = base64.b64encode(encoded).decode()
+        inner: dict[str, Any] = {"media": media, **fields}
+        if item_type == 2 and key is not None:
+            inner["aeskey"] = key.hex()
+        name = {2: "image_item", 3: "voice_item", 4: "file_item", 5: "video_item"}[item_type]
+        return {"type": item_type, name: inner}
 
     def push(self, token: str, *messages: dict[str, Any]) -> None:
         """Queue ``messages`` for ``token``'s bot; they are delivered together in the next poll."""
@@ -293,6 +354,25 @@ class FakeIlink:
         if self.longpolling_timeout_ms is not None:
             answer["longpolling_timeout_ms"] = self.longpolling_timeout_ms
         return web.json_response(answer)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        param = request.query.get("encrypted_query_param", "")
+        with self._changed:
+            self.downloads.append(param)
+            found = self._media.get(param)
+        if found is None:
+            return web.Response(status=404, text="not found")
+        data, cut = found
+        if not cut:
+            return web.Response(body=data, content_type="application/octet-stream")
+        response = web.StreamResponse(
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        )
+        await response.prepare(request)
+        await response.write(data[: len(data) // 2])
+        if request.transport is not None:
+            request.transport.close()
+        return response
 
     def _check_message(self, body: dict[str, Any]) -> str | None:
         msg = body.get("msg")
