@@ -41,7 +41,7 @@ from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from platforms.base import Capabilities, ReplySender
-from platforms.http_host import HttpHost
+from platforms.http_host import HttpAdapter
 from platforms.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
@@ -375,19 +375,21 @@ def _image_attachment(media: MediaStore, url: str) -> Attachment:
     return media.save_base64(payload, kind=kind_of(mime), mime_type=mime)
 
 
-class ApiServer:
+class ApiServer(HttpAdapter[ApiServerConfig]):
     """The OpenAI-compatible API as a platform adapter (``platform = "api_server"``).
 
     Built before the gateway (its :meth:`senders` go to the gateway's outbox), then started with the gateway.
     ``environ`` replaces ``os.environ`` when looking up ``config.key_env``. Raises :class:`ConfigError` when the
-    host is not loopback and no key is configured.
+    host is not loopback and no key is configured. When it stops, waiting requests are answered 503 (their turns
+    continue and are stored).
     """
 
     platform = _PLATFORM
     capabilities = Capabilities()
+    server_name = _PLATFORM
 
     def __init__(self, config: ApiServerConfig, *, environ: Mapping[str, str] | None = None) -> None:
-        self.config = config
+        super().__init__(config)
         env = os.environ if environ is None else environ
         from_env = env.get(config.key_env) if config.key_env else None
         self._key = config.key or from_env or None
@@ -400,8 +402,6 @@ class ApiServer:
                 "or serve on 127.0.0.1",
             )
         self._waiters = ReplyWaiters(_PLATFORM)
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
         self._started_at = int(time.time())
         self._stopping: asyncio.Future[None] | None = None  # created on the server's loop, done once it stops
 
@@ -412,14 +412,6 @@ class ApiServer:
         return [self._waiters]
 
     @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the configured address until it is started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
-
-    @property
     def key_required(self) -> bool:
         """Whether requests to ``/v1/*`` must carry the bearer key."""
         return self._key is not None
@@ -428,15 +420,7 @@ class ApiServer:
         """Serve the API for ``gateway``; raise :class:`PlatformError` if the address cannot be bound."""
         if self._host is not None:
             raise PlatformError("api_server: start() was already called; build a new ApiServer to serve again")
-        self._gateway = gateway
-        host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=_PLATFORM)
-        host.start()
-        self._host = host
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop serving; waiting requests are answered 503 (their turns continue and are stored)."""
-        if self._host is not None:
-            self._host.stop(timeout)
+        super().start(gateway)
 
     def describe(self) -> list[str]:
         """Banner lines: the base URL, a curl example and whether a key is required."""
@@ -469,12 +453,15 @@ class ApiServer:
         app = web.Application(
             client_max_size=self.config.max_body_bytes, middlewares=[self._error_middleware, self._auth_middleware]
         )
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
+        self._add_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
+
+    def _add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
 
     async def _on_startup(self, app: web.Application) -> None:
         self._stopping = asyncio.get_running_loop().create_future()

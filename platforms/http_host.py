@@ -3,6 +3,11 @@
 The runtime is threads and actors; aiohttp is asyncio. A :class:`HttpHost` owns one event loop on one thread,
 binds the listening socket before :meth:`HttpHost.start` returns (so a port in use is an error at start, not a
 log line later) and stops within a bound. Handlers call blocking runtime methods through :meth:`HttpHost.blocking`.
+
+Every adapter a platform pushes to (webhooks, Slack, Feishu, WhatsApp, Telegram webhooks, the API server) has the
+same server lifecycle, so :class:`HttpAdapter` owns it once: the address, start and stop, reading a body within
+``max_body_bytes`` and committing a message off the loop. What differs (routes, answer shapes, log wording) stays
+in each adapter; a request it refuses is a :class:`Refused` it turns into its own answer.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
 
-__all__ = ["HttpHost"]
+if TYPE_CHECKING:
+    from hermes_actors.gateway import AcceptResult, Gateway
+    from hermes_actors.messages import InboundMessage
+
+__all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "read_body"]
 
 _log = logging.getLogger(__name__)
 
@@ -108,3 +117,112 @@ class HttpHost:
         if thread.is_alive():
             _log.warning("%s: server thread did not stop within %.1f s", self.name, timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Refused(Exception):
+    """A request an adapter refuses: the HTTP status and the reason sent back."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
+    """The body of ``request``; :class:`Refused` (413, naming ``setting``) if it is longer than ``limit`` bytes.
+
+    A ``Content-Length`` over the limit is refused before reading; a body without one is cut off by aiohttp's
+    ``client_max_size`` (the same limit), which is refused alike.
+    """
+    too_large = Refused(413, f"the body is larger than {limit} bytes ({setting})")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+
+
+class ServedConfig(Protocol):
+    """The part of an adapter's config that says where its server listens and how large a body may be."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+
+C = TypeVar("C", bound=ServedConfig)
+
+
+class HttpAdapter(Generic[C]):
+    """The server half of an adapter a platform pushes requests to, on ``config.host:config.port``.
+
+    Subclasses set :attr:`server_name` (the ``platforms.<name>`` config section, also the server thread's name)
+    and add their handlers in :meth:`_add_routes`; handlers read bodies with :meth:`_read_body` and commit
+    messages with :meth:`_accept_blocking`.
+    """
+
+    server_name: ClassVar[str]
+
+    def __init__(self, config: C) -> None:
+        self.config = config
+        self._gateway: Gateway | None = None
+        self._host: HttpHost | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the server (the configured address until it has started)."""
+        if self._host is not None:
+            return self._host.url
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        return f"http://{host}:{self.config.port}"
+
+    def start(self, gateway: Gateway) -> None:
+        """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
+        host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
+        # Set before binding: a request may arrive as soon as the socket listens.
+        self._gateway, self._host = gateway, host
+        try:
+            host.start()
+        except BaseException:
+            self._host = None
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server; requests in progress get up to ``timeout`` seconds."""
+        if self._host is not None:
+            self._host.stop(timeout)
+
+    def _application(self) -> web.Application:
+        """The application to serve: bodies limited to ``max_body_bytes``, with the routes of :meth:`_add_routes`."""
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        self._add_routes(app)
+        return app
+
+    def _add_routes(self, app: web.Application) -> None:
+        """Add the adapter's handlers to ``app``."""
+        raise NotImplementedError
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The body of ``request``, or :class:`Refused` 413 naming ``platforms.<server_name>.max_body_bytes``."""
+        return await read_body(request, self.config.max_body_bytes, f"platforms.{self.server_name}.max_body_bytes")
+
+    async def _accept_blocking(self, inbound: InboundMessage, log: logging.Logger, failed: str) -> AcceptResult | None:
+        """``gateway.accept(inbound)`` off the loop, or ``None`` if the message was not stored.
+
+        A failure is logged with its stack on ``log`` as ``failed`` (a format taking the account and the message
+        id); the caller answers ``None`` with a 5xx, so the platform delivers the message again.
+        """
+        gateway, host = self._gateway, self._host
+        try:
+            if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
+                raise PlatformError(f"{self.server_name}: the adapter is not started")
+            return await host.blocking(lambda: gateway.accept(inbound))
+        except Exception:
+            log.exception(failed, inbound.source.account_id, inbound.message_id)
+            return None

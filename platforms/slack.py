@@ -47,7 +47,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -60,13 +60,10 @@ from hermes_actors.routing import SessionSource
 from platforms import http_client
 from platforms.base import Capabilities, ReplySender, SendError
 from platforms.http_client import shown
-from platforms.http_host import HttpHost
+from platforms.http_host import HttpAdapter, Refused
 from platforms.ratelimit import Rate, RateLimiter
 from platforms.slack_files import SlackFile, attach_files, downloadable
 from platforms.text import split_message
-
-if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
 
 __all__ = ["MAX_TEXT_CHARS", "REPLAY_WINDOW_S", "SlackAdapter", "SlackApp", "SlackConfig", "SlackSender"]
 
@@ -193,30 +190,21 @@ def _resolve(name: str, app: SlackApp, environ: Mapping[str, str]) -> _App:
 # -- receiving ---------------------------------------------------------------------------------------------------
 
 
-class _Rejected(Exception):
-    """A request the adapter refuses: the HTTP status and the reason sent back."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 def _verify(key: bytes, headers: Mapping[str, str], body: bytes, now: float) -> None:
-    """Check ``X-Slack-Signature`` and the replay window, or raise :class:`_Rejected` (401)."""
+    """Check ``X-Slack-Signature`` and the replay window, or raise :class:`Refused` (401)."""
     timestamp = headers.get("X-Slack-Request-Timestamp")
     offered = headers.get("X-Slack-Signature")
     if timestamp is None or offered is None:
-        raise _Rejected(401, "unsigned request: X-Slack-Request-Timestamp and X-Slack-Signature are required")
+        raise Refused(401, "unsigned request: X-Slack-Request-Timestamp and X-Slack-Signature are required")
     if not _TIMESTAMP.fullmatch(timestamp):
-        raise _Rejected(401, "X-Slack-Request-Timestamp must be an integer number of Unix seconds")
+        raise Refused(401, "X-Slack-Request-Timestamp must be an integer number of Unix seconds")
     skew = now - int(timestamp)
     if abs(skew) > REPLAY_WINDOW_S:
         when = f"{skew:.0f} s old" if skew > 0 else f"{-skew:.0f} s in the future"
-        raise _Rejected(401, f"X-Slack-Request-Timestamp is {when}, outside the {REPLAY_WINDOW_S} s window")
+        raise Refused(401, f"X-Slack-Request-Timestamp is {when}, outside the {REPLAY_WINDOW_S} s window")
     digest = hmac.new(key, b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
     if not (offered.isascii() and hmac.compare_digest(offered.encode(), f"v0={digest}".encode())):
-        raise _Rejected(401, "X-Slack-Signature does not match the body and the app's signing secret")
+        raise Refused(401, "X-Slack-Signature does not match the body and the app's signing secret")
 
 
 class _Authorization(msgspec.Struct, frozen=True, kw_only=True):
@@ -261,17 +249,17 @@ def _decode(body: bytes) -> _Envelope:
     try:
         return _decode_envelope(body)
     except msgspec.ValidationError as exc:
-        raise _Rejected(400, f"the body is not an Events API payload ({exc})") from None
+        raise Refused(400, f"the body is not an Events API payload ({exc})") from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise _Rejected(400, f"the body is not valid JSON ({exc})") from None
+        raise Refused(400, f"the body is not valid JSON ({exc})") from None
 
 
 def _checked_id(value: str | None, pattern: re.Pattern[str], field: str) -> str:
     if value is None:
-        raise _Rejected(400, f"{field} is missing")
+        raise Refused(400, f"{field} is missing")
     if not pattern.fullmatch(value):
         what = "a Slack ts such as 1764460800.000100" if pattern is _TS else "a Slack id such as C0123ABCD"
-        raise _Rejected(400, f"{field} {value[:40]!r} is not {what}")
+        raise Refused(400, f"{field} {value[:40]!r} is not {what}")
     return value
 
 
@@ -307,14 +295,14 @@ class _Skipped(msgspec.Struct, frozen=True, kw_only=True):
 def _to_inbound(
     app: _App, envelope: _Envelope, *, reply_in_thread: bool, received_at: float
 ) -> tuple[InboundMessage, list[SlackFile]] | _Skipped:
-    """Map an ``event_callback`` to an inbound message and its files, or a :class:`_Skipped`; :class:`_Rejected`
+    """Map an ``event_callback`` to an inbound message and its files, or a :class:`_Skipped`; :class:`Refused`
     if broken."""
     raw = envelope.event
     if raw is None:
-        raise _Rejected(400, "$.event is missing from an event_callback")
+        raise Refused(400, "$.event is missing from an event_callback")
     kind, subtype = raw.get("type"), raw.get("subtype")
     if not isinstance(kind, str) or not isinstance(subtype, str | None):
-        raise _Rejected(400, "$.event.type must be a string (and $.event.subtype a string when present)")
+        raise Refused(400, "$.event.type must be a string (and $.event.subtype a string when present)")
     if kind not in ("message", "app_mention"):
         return _Skipped(reason=f"a {kind[:40]!r} event is not a message")
     if subtype in _EDITS:
@@ -326,10 +314,10 @@ def _to_inbound(
     try:
         event = msgspec.convert(raw, _MessageEvent)
     except msgspec.ValidationError as exc:
-        raise _Rejected(400, f"$.event is not a message event ({exc})") from None
+        raise Refused(400, f"$.event is not a message event ({exc})") from None
     team = _checked_id(envelope.team_id or event.team, _SLACK_ID, "$.team_id")
     if app.team_id is not None and team != app.team_id:
-        raise _Rejected(403, f"app {app.name!r} accepts workspace {app.team_id} only, not {team}")
+        raise Refused(403, f"app {app.name!r} accepts workspace {app.team_id} only, not {team}")
     channel = _checked_id(event.channel, _SLACK_ID, "$.event.channel")
     user = _checked_id(event.user, _SLACK_ID, "$.event.user")
     ts = _checked_id(event.ts, _TS, "$.event.ts")
@@ -366,7 +354,7 @@ def _answer(status: int, body: Mapping[str, Any], *, no_retry: bool = False) -> 
     return web.json_response(dict(body), status=status, headers=headers)
 
 
-class SlackAdapter:
+class SlackAdapter(HttpAdapter[SlackConfig]):
     """The Slack entry point: an Events API server for the apps of a :class:`SlackConfig`, and their sender.
 
     Secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here, so a missing one is
@@ -374,6 +362,7 @@ class SlackAdapter:
     """
 
     platform = _PLATFORM
+    server_name = "slack"
 
     def __init__(
         self,
@@ -382,41 +371,22 @@ class SlackAdapter:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         env = os.environ if environ is None else environ
         self._apps = {name: _resolve(name, app, env) for name, app in config.apps.items()}
         self._clock = clock
         self.capabilities = Capabilities(threads=True, max_message_chars=config.max_message_chars)
         self.sender = SlackSender(self._apps, config)
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
         # Messages whose files are being fetched -> whether that copy was then stored (on the server's loop only).
         self._fetching: dict[tuple[str, str], asyncio.Future[bool]] = {}
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the configured address until it has started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
 
     def senders(self) -> Sequence[ReplySender]:
         """The ``chat.postMessage`` sender (it also opens handoff threads)."""
         return [self.sender]
 
-    def start(self, gateway: Gateway) -> None:
-        """Serve ``POST /slack/events/<app>``; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+    def _add_routes(self, app: web.Application) -> None:
+        """Serve ``POST /slack/events/<app>``."""
         app.router.add_post("/slack/events/{app}", self._receive)
-        host = HttpHost(app, host=self.config.host, port=self.config.port, name="slack")
-        self._gateway, self._host = gateway, host
-        host.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
-            self._host.stop(timeout)
 
     def describe(self) -> list[str]:
         """One banner line per app: its Request URL, where its secrets come from and where replies go."""
@@ -440,8 +410,8 @@ class SlackAdapter:
         try:
             app = self._apps.get(name)
             if app is None:
-                raise _Rejected(404, f"no Slack app {name!r}; add it under platforms.slack.apps")
-            body = await self._read(request)
+                raise Refused(404, f"no Slack app {name!r}; add it under platforms.slack.apps")
+            body = await self._read_body(request)
             _verify(app.signing_key, request.headers, body, self._clock())
             envelope = _decode(body)
             if envelope.type == "url_verification":
@@ -453,7 +423,7 @@ class SlackAdapter:
                 _log.info("slack app %r: ignored a %r request", name, envelope.type[:40])
                 return _answer(200, {"ok": True, "ignored": envelope.type[:40]})
             read = _to_inbound(app, envelope, reply_in_thread=self.config.reply_in_thread, received_at=self._clock())
-        except _Rejected as exc:
+        except Refused as exc:
             _log.info("slack app %r: refused a request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason}, no_retry=exc.status != 401)
         event_id = (envelope.event_id or "without id")[:40]
@@ -506,25 +476,9 @@ class SlackAdapter:
                 timeout_s=self.config.http_timeout_s,
             )
 
-    async def _read(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        too_large = _Rejected(413, f"the body is larger than {limit} bytes (platforms.slack.max_body_bytes)")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
-
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
-            return _answer(503, {"error": "the Slack adapter is not started"})
-        try:
-            result = await host.blocking(lambda: gateway.accept(inbound))
-        except Exception:
-            # Not stored: a 5xx makes Slack deliver the event again.
-            _log.exception("slack app %r: could not accept message %s", inbound.source.account_id, inbound.message_id)
+        result = await self._accept_blocking(inbound, _log, "slack app %r: could not accept message %s")
+        if result is None:  # not stored: a 5xx makes Slack deliver the event again
             return _answer(503, {"error": "the event could not be stored; Slack will retry it"})
         if result.duplicate:
             _log.info("slack app %r: message %s was already stored", inbound.source.account_id, inbound.message_id)

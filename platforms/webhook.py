@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import msgspec
@@ -36,10 +36,7 @@ from hermes_actors.routing import SessionSource
 from platforms import http_client
 from platforms.base import Capabilities, ReplySender, SendError
 from platforms.http_client import shown
-from platforms.http_host import HttpHost
-
-if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+from platforms.http_host import HttpAdapter, Refused
 
 __all__ = ["TOLERANCE_S", "WebhookAdapter", "WebhookConfig", "WebhookReply", "WebhookRoute", "new_webhook_secret"]
 
@@ -224,35 +221,26 @@ def _resolve(name: str, route: WebhookRoute, environ: Mapping[str, str]) -> _Rou
     return _Route(name=name, config=route, key=key, secret_origin=origin, callback=callback, callback_key=callback_key)
 
 
-class _Rejected(Exception):
-    """A request the adapter refuses: the HTTP status and the reason sent back."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 def _verify(key: bytes, headers: Mapping[str, str], body: bytes, now: float) -> str:
-    """Check the Standard Webhooks headers of a request; return its ``webhook-id`` or raise :class:`_Rejected`."""
+    """Check the Standard Webhooks headers of a request; return its ``webhook-id`` or raise :class:`Refused`."""
     webhook_id = headers.get("webhook-id")
     timestamp = headers.get("webhook-timestamp")
     signatures = headers.get("webhook-signature")
     if webhook_id is None or timestamp is None or signatures is None:
-        raise _Rejected(401, "unsigned request: webhook-id, webhook-timestamp and webhook-signature are required")
+        raise Refused(401, "unsigned request: webhook-id, webhook-timestamp and webhook-signature are required")
     if not _WEBHOOK_ID.fullmatch(webhook_id):
-        raise _Rejected(401, "webhook-id must be 1 to 256 printable ASCII characters")
+        raise Refused(401, "webhook-id must be 1 to 256 printable ASCII characters")
     if not _TIMESTAMP.fullmatch(timestamp):
-        raise _Rejected(401, "webhook-timestamp must be an integer number of Unix seconds")
+        raise Refused(401, "webhook-timestamp must be an integer number of Unix seconds")
     skew = now - int(timestamp)
     if skew > TOLERANCE_S:
-        raise _Rejected(401, f"webhook-timestamp is {skew:.0f} s old, over the {TOLERANCE_S} s tolerance")
+        raise Refused(401, f"webhook-timestamp is {skew:.0f} s old, over the {TOLERANCE_S} s tolerance")
     if skew < -TOLERANCE_S:
-        raise _Rejected(401, f"webhook-timestamp is {-skew:.0f} s in the future, over the {TOLERANCE_S} s tolerance")
+        raise Refused(401, f"webhook-timestamp is {-skew:.0f} s in the future, over the {TOLERANCE_S} s tolerance")
     expected = _sign(key, webhook_id, timestamp, body).encode()
     offered = [s.partition(",") for s in signatures.split() if s.isascii()]
     if not any(v == "v1" and hmac.compare_digest(sig.encode(), expected) for v, _, sig in offered):
-        raise _Rejected(401, "webhook-signature does not match the body and the route's secret")
+        raise Refused(401, "webhook-signature does not match the body and the route's secret")
     return webhook_id
 
 
@@ -266,7 +254,7 @@ def _lookup(payload: dict[str, Any], path: str) -> Any:
     walked = "$"
     for key in path.split("."):
         if not isinstance(value, dict):
-            raise _Rejected(400, f"{walked} is not a JSON object, so $.{path} cannot be read")
+            raise Refused(400, f"{walked} is not a JSON object, so $.{path} cannot be read")
         value = value.get(key, _MISSING)
         walked += "." + key
         if value is _MISSING or value is None:
@@ -280,10 +268,10 @@ def _id_at(payload: dict[str, Any], path: str | None) -> str | None:
     if value is _MISSING:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _Rejected(400, f"$.{path} must be a string or an integer, not {_json_type(value)}")
+        raise Refused(400, f"$.{path} must be a string or an integer, not {_json_type(value)}")
     text = str(value)
     if len(text) > _MAX_ID_CHARS:
-        raise _Rejected(400, f"$.{path} is longer than {_MAX_ID_CHARS} characters")
+        raise Refused(400, f"$.{path} is longer than {_MAX_ID_CHARS} characters")
     return text or None
 
 
@@ -293,28 +281,28 @@ def _json_type(value: Any) -> str:
 
 
 def _to_inbound(route: _Route, webhook_id: str, body: bytes, received_at: float) -> InboundMessage:
-    """Map a verified body onto an inbound message, or raise :class:`_Rejected` (400) naming the field."""
+    """Map a verified body onto an inbound message, or raise :class:`Refused` (400) naming the field."""
     try:
         payload = _payload_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _Rejected(400, f"the body must be a JSON object ({exc})") from None
+        raise Refused(400, f"the body must be a JSON object ({exc})") from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise _Rejected(400, f"the body is not valid JSON ({exc})") from None
+        raise Refused(400, f"the body is not valid JSON ({exc})") from None
     mapping = route.config
     text = _lookup(payload, mapping.text)
     if text is _MISSING:
-        raise _Rejected(400, f"$.{mapping.text} is missing; it holds the message text")
+        raise Refused(400, f"$.{mapping.text} is missing; it holds the message text")
     if not isinstance(text, str):
-        raise _Rejected(400, f"$.{mapping.text} must be a string, not {_json_type(text)}")
+        raise Refused(400, f"$.{mapping.text} must be a string, not {_json_type(text)}")
     if not text.strip():
-        raise _Rejected(400, f"$.{mapping.text} is empty")
+        raise Refused(400, f"$.{mapping.text} is empty")
     chat_id = _id_at(payload, mapping.chat_id)
     user_id = _id_at(payload, mapping.user_id)
     if chat_id is None and user_id is None:
-        raise _Rejected(400, f"the payload has neither $.{mapping.chat_id} nor $.{mapping.user_id}; send one of them")
+        raise Refused(400, f"the payload has neither $.{mapping.chat_id} nor $.{mapping.user_id}; send one of them")
     user_name = _MISSING if mapping.user_name is None else _lookup(payload, mapping.user_name)
     if user_name is not _MISSING and not isinstance(user_name, str):
-        raise _Rejected(400, f"$.{mapping.user_name} must be a string, not {_json_type(user_name)}")
+        raise Refused(400, f"$.{mapping.user_name} must be a string, not {_json_type(user_name)}")
     source = SessionSource(
         platform=_PLATFORM,
         account_id=route.name,
@@ -331,7 +319,7 @@ def _answer(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
 
 
-class WebhookAdapter:
+class WebhookAdapter(HttpAdapter[WebhookConfig]):
     """The webhook entry point: an HTTP server for the routes of a :class:`WebhookConfig` and their callbacks.
 
     Secrets named by ``secret_env`` are read from ``environ`` (default ``os.environ``) here, so a missing one is a
@@ -340,6 +328,7 @@ class WebhookAdapter:
 
     platform = _PLATFORM
     capabilities = Capabilities()
+    server_name = "webhook"
 
     def __init__(
         self,
@@ -349,38 +338,19 @@ class WebhookAdapter:
         clock: Callable[[], float] = time.time,
         http_timeout_s: float = 10.0,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         env = os.environ if environ is None else environ
         self._routes = {name: _resolve(name, route, env) for name, route in config.routes.items()}
         self._clock = clock
         self._sender = _CallbackSender(self._routes, clock=clock, timeout_s=http_timeout_s)
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the configured address until it has started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
 
     def senders(self) -> Sequence[ReplySender]:
         """The callback sender for replies to webhook sessions."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
-        """Serve ``POST /webhooks/<route>``; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+    def _add_routes(self, app: web.Application) -> None:
+        """Serve ``POST /webhooks/<route>``."""
         app.router.add_post("/webhooks/{route}", self._receive)
-        host = HttpHost(app, host=self.config.host, port=self.config.port, name="webhook")
-        self._gateway, self._host = gateway, host
-        host.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
-            self._host.stop(timeout)
 
     def describe(self) -> list[str]:
         """One banner line per route: its URL, how requests are signed and where replies go."""
@@ -403,34 +373,18 @@ class WebhookAdapter:
         try:
             route = self._routes.get(name)
             if route is None:
-                raise _Rejected(404, f"no webhook route {name!r}; add it under platforms.webhook.routes")
-            body = await self._read(request)
+                raise Refused(404, f"no webhook route {name!r}; add it under platforms.webhook.routes")
+            body = await self._read_body(request)
             webhook_id = _verify(route.key, request.headers, body, self._clock())
             inbound = _to_inbound(route, webhook_id, body, self._clock())
-        except _Rejected as exc:
+        except Refused as exc:
             _log.info("webhook %r: refused a request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason})
         return await self._accept(inbound)
 
-    async def _read(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        too_large = _Rejected(413, f"the body is larger than {limit} bytes (platforms.webhook.max_body_bytes)")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
-
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
-            return _answer(503, {"error": "the webhook adapter is not started"})
-        try:
-            result = await host.blocking(lambda: gateway.accept(inbound))
-        except Exception:
-            # The message is not stored: the sender should deliver it again later.
-            _log.exception("webhook %r: could not accept message %s", inbound.source.account_id, inbound.message_id)
+        result = await self._accept_blocking(inbound, _log, "webhook %r: could not accept message %s")
+        if result is None:  # not stored: the sender should deliver it again later
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})
         return _answer(202, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})
 

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -23,15 +23,12 @@ from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.feishu.config import AppKeys, FeishuConfig, resolve_apps
-from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, Rejected, open_event
+from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, open_event
 from platforms.feishu.files import attach_resources
 from platforms.feishu.sender import FeishuSender
 from platforms.http_client import shown
-from platforms.http_host import HttpHost
+from platforms.http_host import HttpAdapter, Refused
 from platforms.ratelimit import Rate
-
-if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
 
 __all__ = ["EXTRA_HINT", "FeishuAdapter"]
 
@@ -59,7 +56,7 @@ def _answer(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
 
 
-class FeishuAdapter:
+class FeishuAdapter(HttpAdapter[FeishuConfig]):
     """Serves ``POST /feishu/events/<app>`` for each app of a :class:`FeishuConfig` and sends their replies.
 
     Secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here. ``clock`` stamps
@@ -68,6 +65,7 @@ class FeishuAdapter:
 
     platform = PLATFORM
     capabilities = Capabilities(threads=True)  # the size limit is in bytes (150 KB a request); the sender splits
+    server_name = "feishu"
 
     def __init__(
         self,
@@ -76,7 +74,7 @@ class FeishuAdapter:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         self._apps = resolve_apps(config, os.environ if environ is None else environ)
         _require_cryptography(self._apps)
         self._clock = clock
@@ -87,16 +85,6 @@ class FeishuAdapter:
             chat_rate=Rate(per_second=config.chat_messages_per_second, burst=config.chat_messages_per_second),
             app_rate=Rate(per_second=config.app_messages_per_second, burst=config.app_messages_per_second),
         )
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the configured address until it has started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
 
     @property
     def sender(self) -> FeishuSender:
@@ -107,18 +95,9 @@ class FeishuAdapter:
         """The sender of every app's replies."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
-        """Serve the event URLs; raise :class:`~hermes_actors.errors.PlatformError` if the port cannot be bound."""
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+    def _add_routes(self, app: web.Application) -> None:
+        """Serve the event URLs, ``POST /feishu/events/<app>``."""
         app.router.add_post("/feishu/events/{app}", self._receive)
-        host = HttpHost(app, host=self.config.host, port=self.config.port, name="feishu")
-        self._gateway, self._host = gateway, host
-        host.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
-            self._host.stop(timeout)
 
     def describe(self) -> list[str]:
         """One banner line per app: its event URL, how events are checked, and where replies go."""
@@ -146,10 +125,10 @@ class FeishuAdapter:
         try:
             app = self._apps.get(name)
             if app is None:
-                raise Rejected(404, f"no feishu app {name!r}; add it under platforms.feishu.apps")
-            body = await self._read(request)
+                raise Refused(404, f"no feishu app {name!r}; add it under platforms.feishu.apps")
+            body = await self._read_body(request)
             opened = open_event(app, request.headers, body, received_at=self._clock())
-        except Rejected as exc:
+        except Refused as exc:
             _log.warning("feishu app %r: refused a request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason})
         if isinstance(opened, Challenge):
@@ -180,24 +159,8 @@ class FeishuAdapter:
                 timeout_s=self.config.http_timeout_s,
             )
 
-    async def _read(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        too_large = Rejected(413, f"the body is larger than {limit} bytes (platforms.feishu.max_body_bytes)")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
-
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
-            return _answer(503, {"error": "the feishu adapter is not started"})
-        try:
-            result = await host.blocking(lambda: gateway.accept(inbound))
-        except Exception:
-            # Not stored: answering non-200 makes Feishu deliver the event again later.
-            _log.exception("feishu app %r: could not accept event %s", inbound.source.account_id, inbound.message_id)
+        result = await self._accept_blocking(inbound, _log, "feishu app %r: could not accept event %s")
+        if result is None:  # not stored: answering non-200 makes Feishu deliver the event again later
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})
         return _answer(200, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})

@@ -32,8 +32,9 @@ from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.feishu.config import AppKeys
 from platforms.feishu.files import Resource, resources_of
+from platforms.http_host import Refused
 
-__all__ = ["PLATFORM", "Challenge", "Ignored", "Received", "Rejected", "open_event"]
+__all__ = ["PLATFORM", "Challenge", "Ignored", "Received", "open_event"]
 
 PLATFORM = "feishu"
 MESSAGE_EVENT = "im.message.receive_v1"
@@ -56,15 +57,6 @@ _SIGNATURE_HEADERS = ("x-lark-request-timestamp", "x-lark-request-nonce", "x-lar
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 _Name = Annotated[str, msgspec.Meta(max_length=256)]
-
-
-class Rejected(Exception):
-    """A request the adapter refuses: the HTTP status and the reason sent back."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class Challenge(msgspec.Struct, frozen=True, kw_only=True):
@@ -163,9 +155,9 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise Rejected(400, f"{what} is not in Feishu's event format ({exc})") from None
+        raise Refused(400, f"{what} is not in Feishu's event format ({exc})") from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise Rejected(400, f"{what} is not valid JSON ({exc})") from None
+        raise Refused(400, f"{what} is not valid JSON ({exc})") from None
 
 
 # -- authentication and decryption ----------------------------------------------------------------------------
@@ -178,11 +170,11 @@ def _signed(app: AppKeys, headers: Mapping[str, str], body: bytes) -> bool:
         return False
     timestamp, nonce, signature = values
     if timestamp is None or nonce is None or signature is None:
-        raise Rejected(401, "X-Lark-Request-Timestamp, X-Lark-Request-Nonce and X-Lark-Signature go together")
+        raise Refused(401, "X-Lark-Request-Timestamp, X-Lark-Request-Nonce and X-Lark-Signature go together")
     assert app.encrypt_key is not None
     expected = hashlib.sha256((timestamp + nonce + app.encrypt_key).encode() + body).hexdigest()
     if not hmac.compare_digest(signature.strip().lower().encode(), expected.encode()):
-        raise Rejected(401, f"X-Lark-Signature does not match the body and the encrypt key of app {app.name!r}")
+        raise Refused(401, f"X-Lark-Signature does not match the body and the encrypt key of app {app.name!r}")
     return True
 
 
@@ -212,25 +204,25 @@ def _unseal(app: AppKeys, sealed: str, *, signed: bool) -> tuple[bytes, _Outer]:
     status = 400 if signed else 401
     plain = _decrypt(app.aes_key, sealed)
     if plain is None:
-        raise Rejected(status, f"the body cannot be decrypted with the encrypt key of app {app.name!r}")
+        raise Refused(status, f"the body cannot be decrypted with the encrypt key of app {app.name!r}")
     try:
         outer = _outer.decode(plain)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-        raise Rejected(status, f"the decrypted body is not in Feishu's event format ({exc})") from None
+        raise Refused(status, f"the decrypted body is not in Feishu's event format ({exc})") from None
     if outer.encrypt is not None:
-        raise Rejected(400, "the decrypted body is sealed again")
+        raise Refused(400, "the decrypted body is sealed again")
     return plain, outer
 
 
 def _check_token(app: AppKeys, token: str | None) -> None:
     if token is None or not hmac.compare_digest(token.encode(), app.verification_token.encode()):
-        raise Rejected(401, f"the verification token does not match app {app.name!r}'s")
+        raise Refused(401, f"the verification token does not match app {app.name!r}'s")
 
 
 def open_event(
     app: AppKeys, headers: Mapping[str, str], body: bytes, *, received_at: float
 ) -> Challenge | Ignored | Received:
-    """Authenticate and decode one request to ``app``'s URL; raise :class:`Rejected` with the HTTP answer.
+    """Authenticate and decode one request to ``app``'s URL; raise :class:`Refused` with the HTTP answer.
 
     ``headers`` must have lower-case names (or be case-insensitive, as aiohttp's are).
     """
@@ -239,7 +231,7 @@ def open_event(
     signed = False
     if outer.encrypt is not None:
         if app.aes_key is None:
-            raise Rejected(
+            raise Refused(
                 400,
                 f"the body is encrypted but app {app.name!r} has no encrypt key; set "
                 f"platforms.feishu.apps.{app.name}.encrypt_key to the app's Encrypt Key",
@@ -247,14 +239,14 @@ def open_event(
         signed = _signed(app, headers, body)
         plain, outer = _unseal(app, outer.encrypt, signed=signed)
     elif app.aes_key is not None:
-        raise Rejected(401, f"app {app.name!r} has an encrypt key, so its events arrive encrypted; refused a plain one")
+        raise Refused(401, f"app {app.name!r} has an encrypt key, so its events arrive encrypted; refused a plain one")
     if outer.type == "url_verification":
         _check_token(app, outer.token)
         if not outer.challenge:
-            raise Rejected(400, "a url_verification request needs a challenge")
+            raise Refused(400, "a url_verification request needs a challenge")
         return Challenge(challenge=outer.challenge)
     if app.aes_key is not None and not signed:
-        raise Rejected(
+        raise Refused(
             401,
             "unsigned event: X-Lark-Signature, X-Lark-Request-Timestamp and X-Lark-Request-Nonce are required "
             "when the app has an encrypt key",
@@ -262,9 +254,9 @@ def open_event(
     header = outer.header
     _check_token(app, header.token if header is not None else outer.token)
     if outer.schema != "2.0" or header is None:
-        raise Rejected(400, "only event schema 2.0 is handled; choose the v2.0 event format for the app's events")
+        raise Refused(400, "only event schema 2.0 is handled; choose the v2.0 event format for the app's events")
     if header.app_id != app.app_id:
-        raise Rejected(
+        raise Refused(
             400,
             f"the event is for app {header.app_id!r}, but this URL is app {app.name!r} ({app.app_id}); "
             f"give each app its own request URL, /feishu/events/<name>",
@@ -324,12 +316,12 @@ def _text_of(message: _Message) -> str:
         try:
             text = _text_content.decode(message.content).text
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-            raise Rejected(400, f"$.event.message.content is not a text message's JSON ({exc})") from None
+            raise Refused(400, f"$.event.message.content is not a text message's JSON ({exc})") from None
     elif message.message_type == "post":
         try:
             text = _post_text(_any_object.decode(message.content))
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-            raise Rejected(400, f"$.event.message.content is not a post message's JSON ({exc})") from None
+            raise Refused(400, f"$.event.message.content is not a post message's JSON ({exc})") from None
     else:
         return _PLACEHOLDERS.get(message.message_type, f"[{message.message_type}]")
     names = {mention.key: mention.name for mention in message.mentions or () if mention.name}

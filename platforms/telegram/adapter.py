@@ -25,7 +25,7 @@ from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.http_client import shown
-from platforms.http_host import HttpHost
+from platforms.http_host import HttpAdapter, Refused
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
 from platforms.telegram.files import attach_files
@@ -88,14 +88,7 @@ def _answer(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class TelegramAdapter:
+class TelegramAdapter(HttpAdapter[TelegramConfig]):
     """Every bot of a :class:`TelegramConfig`: long polls, the webhook server, and the reply sender.
 
     Tokens and secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here, so a
@@ -105,6 +98,7 @@ class TelegramAdapter:
 
     platform = PLATFORM
     capabilities = Capabilities(threads=True, max_message_chars=MAX_MESSAGE_UTF16)
+    server_name = "telegram"
 
     def __init__(
         self,
@@ -114,23 +108,13 @@ class TelegramAdapter:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         env = os.environ if environ is None else environ
         self._bots = {name: _resolve(name, bot, config, env) for name, bot in config.bots.items()}
         self._clock = clock
         apis = {name: bot.api for name, bot in self._bots.items()}
         self._sender = TelegramSender(apis, config, clock=monotonic)
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
         self._poller: Poller | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the webhook server (the configured address until it has started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
@@ -142,11 +126,7 @@ class TelegramAdapter:
         hooked = [bot for bot in self._bots.values() if bot.config.mode == "webhook"]
         polled = [bot.api for bot in self._bots.values() if bot.config.mode == "polling"]
         if hooked:
-            app = web.Application(client_max_size=self.config.max_body_bytes)
-            app.router.add_post("/telegram/{bot}", self._receive)
-            host = HttpHost(app, host=self.config.host, port=self.config.port, name="telegram")
-            host.start()
-            self._host = host
+            super().start(gateway)
             for bot in hooked:
                 self._register(bot)
         if polled:
@@ -157,8 +137,11 @@ class TelegramAdapter:
         """Stop polling and serving; a batch being committed finishes first."""
         if self._poller is not None:
             self._poller.stop(timeout)
-        if self._host is not None:
-            self._host.stop(timeout)
+        super().stop(timeout)
+
+    def _add_routes(self, app: web.Application) -> None:
+        """Serve the webhook bots, ``POST /telegram/<bot>``."""
+        app.router.add_post("/telegram/{bot}", self._receive)
 
     def describe(self) -> list[str]:
         """One banner line per bot: how updates arrive and how replies leave."""
@@ -199,7 +182,7 @@ class TelegramAdapter:
         name = request.match_info["bot"]
         try:
             read = await self._read_update(name, request)
-        except _Refused as exc:
+        except Refused as exc:
             _log.info("telegram bot %r: refused a webhook request (%d %s)", name, exc.status, exc.reason)
             return _answer(exc.status, {"error": exc.reason})
         if read is None:
@@ -220,36 +203,22 @@ class TelegramAdapter:
     async def _read_update(self, name: str, request: web.Request) -> tuple[InboundMessage, list[TelegramFile]] | None:
         bot = self._bots.get(name)
         if bot is None or bot.config.mode != "webhook" or bot.secret is None:
-            raise _Refused(404, f"no webhook bot {name!r}; add it under platforms.telegram.bots with mode: webhook")
+            raise Refused(404, f"no webhook bot {name!r}; add it under platforms.telegram.bots with mode: webhook")
         offered = request.headers.get(SECRET_HEADER)
         if offered is None:
-            raise _Refused(401, f"the {SECRET_HEADER} header is missing")
+            raise Refused(401, f"the {SECRET_HEADER} header is missing")
         if not hmac.compare_digest(offered.encode("utf-8", "replace"), bot.secret):
-            raise _Refused(401, f"the {SECRET_HEADER} header does not match the bot's secret_token")
-        limit = self.config.max_body_bytes
-        too_large = _Refused(413, f"the body is larger than {limit} bytes (platforms.telegram.max_body_bytes)")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
+            raise Refused(401, f"the {SECRET_HEADER} header does not match the bot's secret_token")
+        body = await self._read_body(request)
         try:
             update = decode_update(body)
             inbound = inbound_from_update(update, name, received_at=self._clock())
         except UpdateError as exc:
-            raise _Refused(400, str(exc)) from None
+            raise Refused(400, str(exc)) from None
         return None if inbound is None else (inbound, files_of(update))
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
-            return _answer(503, {"error": "the telegram adapter is not started"})
-        try:
-            result = await host.blocking(lambda: gateway.accept(inbound))
-        except Exception:
-            _log.exception(
-                "telegram bot %r: could not accept message %s", inbound.source.account_id, inbound.message_id
-            )
+        result = await self._accept_blocking(inbound, _log, "telegram bot %r: could not accept message %s")
+        if result is None:
             return _answer(503, {"error": "the message could not be stored; Telegram will deliver it again"})
         return _answer(200, {"ok": True, "accepted": True, "duplicate": result.duplicate})

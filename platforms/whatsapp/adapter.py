@@ -25,13 +25,12 @@ from aiohttp import web
 from hermes_actors.messages import InboundMessage, decode_inbound
 from platforms.base import Capabilities, ReplySender
 from platforms.http_client import shown
-from platforms.http_host import HttpHost
+from platforms.http_host import HttpAdapter, Refused
 from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
 from platforms.whatsapp.events import (
     PLATFORM,
     SIGNATURE_HEADER,
     Parsed,
-    Rejected,
     answer_handshake,
     decode_notification,
     parse_notification,
@@ -52,7 +51,7 @@ _log = logging.getLogger(__name__)
 WEBHOOK_PATH = "/whatsapp/webhook"
 
 
-class WhatsappAdapter:
+class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
     """The WhatsApp Cloud API entry point for the numbers of a :class:`WhatsappConfig`, and their sender.
 
     Secrets named by ``*_env`` fields are read from ``environ`` (default ``os.environ``) here, so a missing one is
@@ -61,6 +60,7 @@ class WhatsappAdapter:
     """
 
     platform = PLATFORM
+    server_name = "whatsapp"
 
     def __init__(
         self,
@@ -69,7 +69,7 @@ class WhatsappAdapter:
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.config = config
+        super().__init__(config)
         self._numbers = resolve_numbers(config, os.environ if environ is None else environ)
         self._secrets = {name: number.app_secret for name, number in self._numbers.items()}
         self._verify_tokens = [number.verify_token for number in self._numbers.values()]
@@ -77,16 +77,6 @@ class WhatsappAdapter:
         self.windows = ServiceWindows(clock=clock)
         self.capabilities = Capabilities(max_message_chars=config.max_message_chars)
         self.sender = WhatsappSender(self._numbers, config, self.windows, clock=clock)
-        self._gateway: Gateway | None = None
-        self._host: HttpHost | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://host:port`` of the server (the configured address until it has started)."""
-        if self._host is not None:
-            return self._host.url
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.config.port}"
 
     def senders(self) -> Sequence[ReplySender]:
         """The Cloud API sender."""
@@ -99,17 +89,12 @@ class WhatsappAdapter:
             known = self.windows.load(accepted_since(store, self._clock() - WINDOW_S))
         if known:
             _log.info("whatsapp: %d chats wrote in the last 24 hours (from the inbox)", known)
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        super().start(gateway)
+
+    def _add_routes(self, app: web.Application) -> None:
+        """Serve the webhook: ``GET`` for the verification handshake, ``POST`` for notifications."""
         app.router.add_get(WEBHOOK_PATH, self._handshake)
         app.router.add_post(WEBHOOK_PATH, self._receive)
-        host = HttpHost(app, host=self.config.host, port=self.config.port, name="whatsapp")
-        self._gateway, self._host = gateway, host
-        host.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
-            self._host.stop(timeout)
 
     def describe(self) -> list[str]:
         """One banner line per number: the callback URL, where its secrets come from and where replies go."""
@@ -130,7 +115,7 @@ class WhatsappAdapter:
     async def _handshake(self, request: web.Request) -> web.Response:
         try:
             challenge = answer_handshake(request.query, self._verify_tokens)
-        except Rejected as exc:
+        except Refused as exc:
             _log.info("whatsapp webhook: refused a verification handshake (%d %s)", exc.status, exc.reason)
             return web.Response(status=exc.status, text=exc.reason, content_type="text/plain")
         _log.info("whatsapp webhook: answered the verification handshake")
@@ -138,11 +123,11 @@ class WhatsappAdapter:
 
     async def _receive(self, request: web.Request) -> web.Response:
         try:
-            body = await self._read(request)
+            body = await self._read_body(request)
             signed = signed_by(request.headers.get(SIGNATURE_HEADER), body, self._secrets)
             notification = decode_notification(body)
             parsed = parse_notification(notification, numbers=self._numbers.keys(), signed=signed, now=self._clock())
-        except Rejected as exc:
+        except Refused as exc:
             _log.info("whatsapp webhook: refused a request (%d %s)", exc.status, exc.reason)
             return web.json_response({"error": exc.reason}, status=exc.status)
         self._log_parsed(parsed)
@@ -174,16 +159,6 @@ class WhatsappAdapter:
                     )
                 inbound.append(message)
         return msgspec.structs.replace(parsed, inbound=inbound)
-
-    async def _read(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
-        too_large = Rejected(413, f"the body is larger than {limit} bytes (platforms.whatsapp.max_body_bytes)")
-        if request.content_length is not None and request.content_length > limit:
-            raise too_large
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise too_large from None
 
     def _log_parsed(self, parsed: Parsed) -> None:
         for reason in parsed.skipped:

@@ -34,6 +34,7 @@ import msgspec
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms.http_host import Refused
 from platforms.whatsapp.files import MediaRef
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "SIGNATURE_HEADER",
     "Notification",
     "Parsed",
-    "Rejected",
     "Status",
     "answer_handshake",
     "decode_notification",
@@ -69,38 +69,29 @@ _SKIPPED_TYPES = {
 }
 
 
-class Rejected(Exception):
-    """A request the adapter refuses: the HTTP status and the reason sent back."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 # -- the handshake and the signature -----------------------------------------------------------------------------
 
 
 def answer_handshake(query: Mapping[str, str], verify_tokens: Collection[str]) -> str:
-    """The ``hub.challenge`` to echo for a valid subscription handshake, or :class:`Rejected` (400/403)."""
+    """The ``hub.challenge`` to echo for a valid subscription handshake, or :class:`Refused` (400/403)."""
     mode, token, challenge = query.get("hub.mode"), query.get("hub.verify_token"), query.get("hub.challenge")
     if mode != "subscribe":
-        raise Rejected(400, "not a webhook handshake: hub.mode must be 'subscribe'")
+        raise Refused(400, "not a webhook handshake: hub.mode must be 'subscribe'")
     if challenge is None or not _CHALLENGE.fullmatch(challenge):
-        raise Rejected(400, "hub.challenge is missing or not 1 to 256 printable characters")
+        raise Refused(400, "hub.challenge is missing or not 1 to 256 printable characters")
     offered = (token or "").encode()
     if not token or not any(hmac.compare_digest(offered, known.encode()) for known in verify_tokens):
-        raise Rejected(403, "hub.verify_token does not match the verify_token of any configured number")
+        raise Refused(403, "hub.verify_token does not match the verify_token of any configured number")
     return challenge
 
 
 def signed_by(header: str | None, body: bytes, secrets: Mapping[str, bytes]) -> set[str]:
-    """The numbers (keys of ``secrets``) whose app secret signed ``body``; :class:`Rejected` (401) when none did."""
+    """The numbers (keys of ``secrets``) whose app secret signed ``body``; :class:`Refused` (401) when none did."""
     if header is None:
-        raise Rejected(401, f"unsigned request: the {SIGNATURE_HEADER} header is required")
+        raise Refused(401, f"unsigned request: the {SIGNATURE_HEADER} header is required")
     found = _SIGNATURE.fullmatch(header.strip())
     if found is None:
-        raise Rejected(401, f"{SIGNATURE_HEADER} must be 'sha256=' and 64 hex digits")
+        raise Refused(401, f"{SIGNATURE_HEADER} must be 'sha256=' and 64 hex digits")
     offered = found[1].lower().encode()
     digests: dict[bytes, bool] = {}
     numbers: set[str] = set()
@@ -111,7 +102,7 @@ def signed_by(header: str | None, body: bytes, secrets: Mapping[str, bytes]) -> 
         if digests[secret]:
             numbers.add(number)
     if not numbers:
-        raise Rejected(401, f"{SIGNATURE_HEADER} does not match the body and the app secret of any configured number")
+        raise Refused(401, f"{SIGNATURE_HEADER} does not match the body and the app secret of any configured number")
     return numbers
 
 
@@ -247,13 +238,13 @@ _decode = msgspec.json.Decoder(Notification).decode
 
 
 def decode_notification(body: bytes) -> Notification:
-    """The outer notification, or :class:`Rejected` (400) naming what is wrong."""
+    """The outer notification, or :class:`Refused` (400) naming what is wrong."""
     try:
         return _decode(body)
     except msgspec.ValidationError as exc:
-        raise Rejected(400, f"the body is not a webhook notification ({exc})") from None
+        raise Refused(400, f"the body is not a webhook notification ({exc})") from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise Rejected(400, f"the body is not valid JSON ({exc})") from None
+        raise Refused(400, f"the body is not valid JSON ({exc})") from None
 
 
 class Parsed(msgspec.Struct, frozen=True, kw_only=True):
@@ -270,7 +261,7 @@ class Parsed(msgspec.Struct, frozen=True, kw_only=True):
 def parse_notification(
     notification: Notification, *, numbers: Collection[str], signed: Collection[str], now: float
 ) -> Parsed:
-    """Check every change of ``notification`` and map its messages; :class:`Rejected` if any part is broken.
+    """Check every change of ``notification`` and map its messages; :class:`Refused` if any part is broken.
 
     ``numbers`` are the configured phone number ids, ``signed`` those whose app secret signed the request: a
     change for a configured number signed with another app's secret is refused (403).
@@ -288,7 +279,7 @@ def parse_notification(
             try:
                 value = msgspec.convert(change.value, _Value)
             except msgspec.ValidationError as exc:
-                raise Rejected(400, f"{where} is not a messages value ({_at(exc, where)})") from None
+                raise Refused(400, f"{where} is not a messages value ({_at(exc, where)})") from None
             number = value.metadata.phone_number_id
             if number not in numbers:
                 parsed.skipped.append(
@@ -297,7 +288,7 @@ def parse_notification(
                 )
                 continue
             if number not in signed:
-                raise Rejected(403, f"number {number} belongs to an app whose secret did not sign this request")
+                raise Refused(403, f"number {number} belongs to an app whose secret did not sign this request")
             _parse_value(value, number, where, now, parsed)
     return parsed
 
@@ -324,21 +315,21 @@ def _parse_value(value: _Value, number: str, where: str, now: float, parsed: Par
 
 def _checked(value: str | None, pattern: re.Pattern[str], field: str) -> str:
     if value is None:
-        raise Rejected(400, f"{field} is missing")
+        raise Refused(400, f"{field} is missing")
     if not pattern.fullmatch(value):
-        raise Rejected(400, f"{field} {value[:40]!r} is not a valid WhatsApp id")
+        raise Refused(400, f"{field} {value[:40]!r} is not a valid WhatsApp id")
     return value
 
 
 def _to_inbound(
     message: _Message, number: str, names: Mapping[str, str], where: str, now: float
 ) -> InboundMessage | str:
-    """The inbound message, or why it starts no turn; :class:`Rejected` when it is malformed."""
+    """The inbound message, or why it starts no turn; :class:`Refused` when it is malformed."""
     wamid = _checked(message.id, _WAMID, f"{where}.id")
     sender = _checked(message.sender, _USER_ID, f"{where}.from")
     group = _checked(message.group_id, _GROUP_ID, f"{where}.group_id") if message.group_id is not None else None
     if not _TIMESTAMP.fullmatch(message.timestamp):
-        raise Rejected(400, f"{where}.timestamp must be Unix seconds as a string of digits")
+        raise Refused(400, f"{where}.timestamp must be Unix seconds as a string of digits")
     if message.type in _SKIPPED_TYPES:
         return _SKIPPED_TYPES[message.type]
     text = _text_of(message)
