@@ -24,10 +24,10 @@ import msgspec
 from hermes_actors.agent import AgentError
 from hermes_actors.errors import HermesError
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
-from hermes_actors.titles import sanitize_title
+from hermes_actors.titles import MAX_TITLE_LENGTH, lineage_base, sanitize_title
 from hermes_actors.turns import SessionServices
 
-__all__ = ["TITLE_TIMEOUT_S", "AutoTitle", "store_auto_title"]
+__all__ = ["TITLE_TIMEOUT_S", "AutoTitle", "free_numbered_title", "store_auto_title"]
 
 TITLE_TIMEOUT_S = 30.0  # at most; a shorter runtime.agent_timeout_s bounds it too
 
@@ -47,8 +47,38 @@ def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
         return None
     holder = store.connection.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
     if holder is not None and holder != session_id:
-        title = store.next_lineage_title(title)
+        title = free_numbered_title(store, title)
     return store.set_title(session_id, title)
+
+
+def free_numbered_title(store: Store, title: str) -> str:
+    """Return ``"<title> #N"`` for a free N near the top of the numbers taken, in O(log N) index lookups.
+
+    Automatic titles of unrelated sessions collide often ("Hello there" thousands of times), so scanning every
+    "<title> #N" to find the largest N (what a compression lineage does, with a handful of members) would make
+    each new session cost more than the last. Doubling finds a free number, bisection walks back to the first
+    free one after the taken run; a gap lower down (a deleted session) is left alone.
+    """
+    base = lineage_base(title)
+
+    def numbered(number: int) -> str:
+        suffix = f" #{number}"
+        return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
+
+    def taken(number: int) -> bool:
+        row = store.connection.execute("SELECT 1 FROM sessions WHERE title = ?", (numbered(number),)).get
+        return row is not None
+
+    low, high = 1, 2  # "#1" is the bare title, which is taken
+    while taken(high):
+        low, high = high, high * 2
+    while high - low > 1:  # taken(low) (or low is the bare title), not taken(high)
+        middle = (low + high) // 2
+        if taken(middle):
+            low = middle
+        else:
+            high = middle
+    return numbered(high)
 
 
 def _first_exchange_ends_here(history: Sequence[MessageRecord], added: int) -> bool:

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from hermes_actors.agent import AgentError, AgentReply, EchoAgent, Memory, TurnInput, echo_title
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.gateway import Gateway
-from hermes_actors.store import MessageRecord
+from hermes_actors.store import MessageRecord, Store
 from hermes_actors.testing import FakeClock
+from hermes_actors.titling import free_numbered_title
 from tests.runtime.conftest import MakeGateway
 
 KEY = "agent:main:fake:dm:chat-1"
@@ -332,3 +333,16 @@ def test_listings_and_resume_show_the_automatic_title(make_gateway: MakeGateway,
     assert "Deploy the staging cluster tonight" in listed.stdout
     assert session_id is not None
     assert session_id in listed.stdout
+
+
+def test_free_numbered_titles_follow_the_taken_run_in_few_lookups(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "titles.db") as store:
+        for number in range(1, 41):
+            record = store.create_session("cli")
+            store.set_title(record.id, "Hello there" if number == 1 else f"Hello there #{number}")
+        assert free_numbered_title(store, "Hello there") == "Hello there #41"
+        gap = store.find_by_title("Hello there #7")
+        assert gap is not None
+        store.set_title(gap.id, None)  # a hole lower down is left alone: the next one still goes on top
+        assert free_numbered_title(store, "Hello there") == "Hello there #41"
+        assert free_numbered_title(store, "Only me") == "Only me #2"
