@@ -12,6 +12,7 @@ in each adapter; a request it refuses is a :class:`Refused` it turns into its ow
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import logging
@@ -159,7 +160,7 @@ class ServedConfig(Protocol):
 C = TypeVar("C", bound=ServedConfig)
 
 
-class HttpAdapter(Generic[C]):
+class HttpAdapter(abc.ABC, Generic[C]):
     """The server half of an adapter a platform pushes requests to, on ``config.host:config.port``.
 
     Subclasses set :attr:`server_name` (the ``platforms.<name>`` config section, also the server thread's name)
@@ -204,9 +205,9 @@ class HttpAdapter(Generic[C]):
         self._add_routes(app)
         return app
 
+    @abc.abstractmethod
     def _add_routes(self, app: web.Application) -> None:
         """Add the adapter's handlers to ``app``."""
-        raise NotImplementedError
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The body of ``request``, or :class:`Refused` 413 naming ``platforms.<server_name>.max_body_bytes``."""

@@ -896,9 +896,7 @@ def test_hostile_stream_bytes_are_logged_and_skipped_and_the_adapter_keeps_worki
     daemon.wait_connections(1)
     markers = iter(range(1_000_000))
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(raw=_stream_bytes)
-    def check(raw: bytes) -> None:
+    def survive(raw: bytes) -> None:
         daemon.push_raw(ACCOUNT, raw)
         marker = f"marker {next(markers)}"
         daemon.push(ACCOUNT, message(ALICE, marker))
@@ -907,7 +905,15 @@ def test_hostile_stream_bytes_are_logged_and_skipped_and_the_adapter_keeps_worki
             assert time.monotonic() < deadline, f"the adapter stopped taking messages after {raw[:80]!r}"
             time.sleep(0.005)
 
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(raw=_stream_bytes)
+    def check(raw: bytes) -> None:
+        survive(raw)
+
     check()
+    # The kinds the asserts below name, whatever the random draw held.
+    survive(b"event:receive\ndata:{not json\n\n")
+    survive(b"event:receive\ndata:" + b"y" * 70_000 + b"\n\n")
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("platforms.signal"))
     assert "skipped event" in logged
     assert "not valid JSON" in logged

@@ -764,16 +764,23 @@ def test_hostile_getupdates_answers_are_logged_and_skipped_and_the_adapter_keeps
     wechat = start_wechat(fast(ilink.url, batch_window_s=0.0))
     ilink.wait_polls(1)
 
-    @settings(max_examples=60, deadline=None)
-    @given(body=_answers)
-    def check(body: bytes) -> None:
+    def serve(body: bytes) -> bool:
         logged_before = len(caplog.records)
         ilink.answer_poll(TOKEN_A, body)
         served = len(ilink.polls)
         ilink.wait_polls(served + 2)  # it was served, and the adapter has come back for more
-        event("logged" if len(caplog.records) > logged_before else "taken as it came")
+        return len(caplog.records) > logged_before
+
+    @settings(max_examples=60, deadline=None)
+    @given(body=_answers)
+    def check(body: bytes) -> None:
+        event("logged" if serve(body) else "taken as it came")
 
     check()
+    # The kinds the asserts below name, whatever the random draw held.
+    serve(b"{not json")
+    serve(b'{"ret": 0, "msgs": "not a list"}')
+    serve(b'{"ret": 0, "msgs": [{"from_user_id": 7, "item_list": "x"}]}')
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("platforms.wechat"))
     assert "is not valid JSON" in logged
     assert "has the wrong shape" in logged
