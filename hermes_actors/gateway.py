@@ -241,7 +241,8 @@ class Gateway:
         return self._readers.reader()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until no turn is queued or running and no reply can be sent right now; return whether it happened.
+        """Wait until no turn is queued or running, no background job (an automatic title) runs and no reply can be
+        sent right now; return whether it happened.
 
         Replies waiting for a retry do not count: they move only when the clock reaches their retry time. Writes
         submitted before it returns (delivery confirmations) are committed.
@@ -250,7 +251,8 @@ class Gateway:
         pause = 0.001
         while time.monotonic() < deadline:
             stats = self.statistics()
-            if stats.queued_messages == 0 and stats.running == 0 and self._outbox.in_flight() == 0:
+            idle = stats.queued_messages == 0 and stats.running == 0 and self._services.background.running() == 0
+            if idle and self._outbox.in_flight() == 0:
                 self._writer.call(lambda store: None)  # what was submitted so far is committed now
                 return True
             threading.Event().wait(pause)

@@ -137,6 +137,8 @@ class AutoTitle:
                 self._future = self._services.agent_pool.submit(self._ask_and_store, call, user_text, reply_text)
             except RuntimeError as exc:  # the pool has shut down: the runtime is stopping
                 _log.info("session %s: no automatic title: %s", self.session_id, exc)
+            else:
+                self._services.background.track(self._future)
 
     def applied(self, record: SessionRecord | None) -> SessionRecord | None:
         """Return ``record`` with the automatic title once the job has stored one (a title set since wins)."""

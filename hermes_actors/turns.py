@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from typing import Protocol
+from concurrent.futures import Executor, Future
+from typing import Any, Protocol
 
 import msgspec
 
@@ -155,10 +155,46 @@ class OutboxSink(Protocol):
         ...
 
 
+class BackgroundJobs:
+    """Counts work sessions start beside their turns (automatic titles), so ``Gateway.wait_idle`` can wait for it."""
+
+    __slots__ = ("_lock", "_running")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def track(self, future: Future[Any]) -> None:
+        """Count ``future`` until it is done."""
+        with self._lock:
+            self._running += 1
+        future.add_done_callback(self._finished)
+
+    def _finished(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def running(self) -> int:
+        """How many tracked jobs have not finished."""
+        with self._lock:
+            return self._running
+
+
 class SessionServices:
     """The runtime parts every session uses, shared by all of them."""
 
-    __slots__ = ("agent", "agent_pool", "clock", "config", "lease_owner", "outbox", "owner_alive", "readers", "writer")
+    __slots__ = (
+        "agent",
+        "agent_pool",
+        "background",
+        "clock",
+        "config",
+        "lease_owner",
+        "outbox",
+        "owner_alive",
+        "readers",
+        "writer",
+    )
 
     def __init__(
         self,
@@ -182,6 +218,7 @@ class SessionServices:
         self.lease_owner = lease_owner
         self.owner_alive = owner_alive
         self.clock = clock
+        self.background = BackgroundJobs()
 
 
 def reply_for(

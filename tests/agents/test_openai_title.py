@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,14 +97,9 @@ def test_a_gateway_titles_a_session_from_the_model_after_the_first_reply(
         assert fake.pop().text == "Sure, let us start with the ledger."
         session_id = gateway.session_for("agent:main:fake:dm:chat-1")
         assert session_id is not None
-        pause = threading.Event()
-        for _ in range(500):  # the title job runs in the agent pool, which wait_idle does not cover
-            with gateway.read() as store:
-                title = store.get_session(session_id).title
-            if title is not None:
-                break
-            pause.wait(0.01)
-        assert title == "Payments Refactor Plan"
+        assert gateway.wait_idle()  # it also waits for the title job in the agent pool
+        with gateway.read() as store:
+            assert store.get_session(session_id).title == "Payments Refactor Plan"
     turn, titling = server.completion_bodies
     assert "tools" in turn
     assert [m["content"] for m in titling["messages"][:2]] == [
