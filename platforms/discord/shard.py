@@ -30,11 +30,9 @@ message that cannot be committed is backed off on its own count, so a full disk 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,6 +63,7 @@ from platforms.discord.events import (
 )
 from platforms.discord.files import attach_files
 from platforms.discord.rest import RestClient, RestError
+from platforms.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
@@ -491,53 +490,14 @@ class Shards:
 
     def __init__(self, shards: Sequence[Shard]) -> None:
         self.shards = list(shards)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._thread = TaskThread(
+            name="hermes-discord-gateway", label="discord: the gateway", log=_log, shutdown_executor=True
+        )
 
     def start(self) -> None:
         """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._run(started))
-            except BaseException as exc:
-                if not started.done():
-                    started.set_exception(exc)
-                else:
-                    _log.exception("discord: the gateway loop ended with an error")
-            finally:
-                loop.run_until_complete(loop.shutdown_default_executor())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="hermes-discord-gateway", daemon=True)
-        self._thread.start()
-        started.result(timeout=30)
-
-    async def _run(self, started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as http:
-            self._tasks = [asyncio.create_task(shard.run(http), name=f"discord-{shard.name}") for shard in self.shards]
-            started.set_result(None)
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._thread.start(lambda http: {f"discord-{shard.name}": shard.run(http) for shard in self.shards})
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
-            return
-
-        def cancel() -> None:
-            for task in self._tasks:
-                task.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:  # the loop closed in between
-            return
-        thread.join(timeout)
-        if thread.is_alive():
-            _log.warning("discord: the gateway thread did not stop within %.1f s", timeout)
+        self._thread.stop(timeout)

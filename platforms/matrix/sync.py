@@ -28,9 +28,7 @@ stepped over. ``stop()`` cancels the polls in flight; a commit under way finishe
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -66,6 +64,7 @@ from platforms.matrix.wire import (
     decode_as,
     decode_sync,
 )
+from platforms.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
@@ -128,9 +127,7 @@ class Poller:
         self._page_filter = page_filter()
         self._encrypted_seen: set[tuple[str, str]] = set()
         self._own_users: set[str] = set()  # every account's user: bots of ours never answer each other
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._thread = TaskThread(name="hermes-matrix-sync", label="matrix: the sync", log=_log)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -139,56 +136,20 @@ class Poller:
         states = {account.name: self._stored(account.name) for account in self._accounts}
         for name, state in states.items():
             self._snapshots.put(name, state)
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._run(states, started))
-            except BaseException as exc:
-                if not started.done():
-                    started.set_exception(exc)
-                else:
-                    _log.exception("matrix: the sync loop ended with an error")
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="hermes-matrix-sync", daemon=True)
-        self._thread.start()
-        started.result(timeout=30)
+        self._thread.start(
+            lambda session: {
+                f"matrix-{account.name}": self._poll(session, account, states[account.name])
+                for account in self._accounts
+            }
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel the polls (a commit under way finishes first) and wait up to ``timeout`` for the thread."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
-            return
-
-        def cancel() -> None:
-            for task in self._tasks:
-                task.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:  # the loop closed in between: the polls have ended already
-            return
-        thread.join(timeout)
-        if thread.is_alive():
-            _log.warning("matrix: the sync thread did not stop within %.1f s", timeout)
+        self._thread.stop(timeout)
 
     def _stored(self, account: str) -> AccountState:
         with self._gateway.read() as store:
             return decode_state(store.kv.get_cursor(PLATFORM, account), account)
-
-    async def _run(self, states: dict[str, AccountState], started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as session:
-            self._tasks = [
-                asyncio.create_task(self._poll(session, account, states[account.name]), name=f"matrix-{account.name}")
-                for account in self._accounts
-            ]
-            started.set_result(None)
-            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 

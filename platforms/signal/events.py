@@ -32,7 +32,6 @@ event is logged and stepped over. ``stop()`` cancels the streams at once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -54,6 +53,7 @@ from platforms.signal.envelopes import (
 )
 from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
+from platforms.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
@@ -114,65 +114,24 @@ class EventStreams:
         self._gateway = gateway
         self._config = config
         self._clock = clock
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._thread = TaskThread(name="hermes-signal-events", label="signal: the event", log=_log)
         self._stopping = threading.Event()
 
     def start(self) -> None:
         """Read each account's stored event id and connect."""
         states = [_Account(name, self._stored_id(name)) for name in self._accounts]
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._run(states, started))
-            except BaseException as exc:
-                if not started.done():
-                    started.set_exception(exc)
-                else:
-                    _log.exception("signal: the event loop ended with an error")
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="hermes-signal-events", daemon=True)
-        self._thread.start()
-        started.result(timeout=30)
+        self._thread.start(
+            lambda session: {f"signal-events-{state.name}": self._listen(session, state) for state in states}
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the streams (an event being committed finishes first); wait up to ``timeout`` for the thread."""
         self._stopping.set()
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
-            return
-
-        def cancel() -> None:
-            for task in self._tasks:
-                task.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:  # the loop closed in between: the streams have ended already
-            return
-        thread.join(timeout)
-        if thread.is_alive():
-            _log.warning("signal: the event thread did not stop within %.1f s", timeout)
+        self._thread.stop(timeout)
 
     def _stored_id(self, account: str) -> str | None:
         with self._gateway.read() as store:
             return store.kv.get_cursor(PLATFORM, account)
-
-    async def _run(self, states: list[_Account], started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as session:
-            self._tasks = [
-                asyncio.create_task(self._listen(session, state), name=f"signal-events-{state.name}")
-                for state in states
-            ]
-            started.set_result(None)
-            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _listen(self, session: aiohttp.ClientSession, state: _Account) -> None:
         while not self._stopping.is_set():

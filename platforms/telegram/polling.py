@@ -20,9 +20,7 @@ cancels the polls in flight, so it returns at once rather than after the long-po
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +29,7 @@ import msgspec
 
 from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
+from platforms.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
 from platforms.telegram.files import attach_files
@@ -92,59 +91,20 @@ class Poller:
         self._gateway = gateway
         self._config = config
         self._clock = clock
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._thread = TaskThread(name="hermes-telegram-poll", label="telegram: the poll", log=_log)
 
     def start(self) -> None:
         """Read each bot's stored offset and start polling."""
         offsets = {bot.name: read_offset(self._gateway, bot.name) for bot in self._bots}
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._run(offsets, started))
-            except BaseException as exc:
-                if not started.done():  # failed before the polls began: start() raises it
-                    started.set_exception(exc)
-                else:
-                    _log.exception("telegram: the poll loop ended with an error")
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="hermes-telegram-poll", daemon=True)
-        self._thread.start()
-        started.result(timeout=30)
-
-    async def _run(self, offsets: dict[str, int | None], started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as session:
-            self._tasks = [
-                asyncio.create_task(self._poll(session, bot, offsets[bot.name]), name=f"telegram-poll-{bot.name}")
-                for bot in self._bots
-            ]
-            started.set_result(None)
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._thread.start(
+            lambda session: {
+                f"telegram-poll-{bot.name}": self._poll(session, bot, offsets[bot.name]) for bot in self._bots
+            }
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel the polls (a batch being committed finishes first) and wait up to ``timeout`` for the thread."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
-            return
-
-        def cancel() -> None:
-            for task in self._tasks:
-                task.cancel()
-
-        try:
-            loop.call_soon_threadsafe(cancel)
-        except RuntimeError:  # the loop closed in between: the polls have ended already
-            return
-        thread.join(timeout)
-        if thread.is_alive():
-            _log.warning("telegram: the poll thread did not stop within %.1f s", timeout)
+        self._thread.stop(timeout)
 
     async def _poll(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> None:
         failures = 0
