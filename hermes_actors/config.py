@@ -25,6 +25,9 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     lease_wait_s: float = 10.0
     outbox_retry_base_s: float = 1.0
     outbox_retry_max_s: float = 300.0
+    # Answered inbox rows are the durable dedupe record (platforms redeliver for up to 7 days: WhatsApp); they and
+    # delivered outbox rows are deleted once older than this.
+    queue_retention_days: float = 8.0
     ask_timeout_s: float = 30.0
     key_policy: KeyPolicy = KeyPolicy()
     reset_triggers: tuple[str, ...] = ("/new", "/reset")
@@ -52,6 +55,11 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("runtime.reset_triggers", "must be a non-empty list of commands starting with '/'")
         if not 0 < self.compress_at_ratio <= 1 or self.compress_at_messages < 4:
             raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
+        if self.queue_retention_days < 1:
+            raise ConfigError(
+                "runtime.queue_retention_days",
+                "must be at least 1 day: answered inbox rows are what recognises a platform's redelivery",
+            )
         if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
             raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")
         if self.model_message_cap_chars != 0 and self.model_message_cap_chars < MIN_MESSAGE_CAP_CHARS:

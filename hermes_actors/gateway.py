@@ -9,11 +9,12 @@ outbox row. ``gateway.media`` is the media store adapters save attachments into 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import tzinfo
 from pathlib import Path
@@ -35,7 +36,7 @@ from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.writer import StoreWriter
+from hermes_actors.store.writer import StoreWriter, WriterClosedError
 from hermes_actors.supervisor import (
     Deliver,
     HandoffResult,
@@ -51,6 +52,9 @@ from platforms.base import ReplySender
 __all__ = ["AcceptResult", "Gateway", "PollCursor"]
 
 _log = logging.getLogger(__name__)
+
+QUEUE_PRUNE_INTERVAL_S = 3600.0
+QUEUE_PRUNE_CHUNK = 5000
 
 
 class PollCursor(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +157,7 @@ class Gateway:
             self._services, on_turn=on_turn, on_activity=self.resets.touch, on_end=self.resets.forget
         )
         self.timers.every("passivation", tick_interval_s, self.tick)
+        self.timers.every("queue-prune", QUEUE_PRUNE_INTERVAL_S, self.prune_queues)
         self._closed = threading.Event()
         self._recover()
         if schedule_resets:
@@ -230,6 +235,35 @@ class Gateway:
         """Passivate idle actors, renew leases and retry due replies (the timer calls this periodically)."""
         self._supervisor.tell(PassivationTick())
         self._outbox.retry_due()
+
+    def prune_queues(self) -> None:
+        """Delete answered inbox rows and finished outbox rows older than ``runtime.queue_retention_days``.
+
+        Without it both tables grow with every message forever. The inbox rows are how a platform's redelivery is
+        recognised, so the retention must outlast every platform's retry window. Rows go in chunks of
+        :data:`QUEUE_PRUNE_CHUNK`, each its own commit, so a large backlog (the first prune after an upgrade)
+        never holds up turns for long.
+        """
+        before = self._clock() - self.config.queue_retention_days * 86400
+
+        def prune(store: Store) -> int:
+            inbox = store.inbox.prune_completed(before, limit=QUEUE_PRUNE_CHUNK)
+            outbox = store.outbox.prune_finished(before, limit=QUEUE_PRUNE_CHUNK)
+            if inbox or outbox:
+                _log.info("pruned %d answered inbox rows and %d finished replies", inbox, outbox)
+            return max(inbox, outbox)
+
+        def again(done: Future[int]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result() == QUEUE_PRUNE_CHUNK:
+                self._submit_quietly(prune, again)
+
+        self._submit_quietly(prune, again)
+
+    def _submit_quietly(self, work: Callable[[Store], int], then: Callable[[Future[int]], None]) -> None:
+        with contextlib.suppress(WriterClosedError):  # stopping: the next start prunes
+            future = self._writer.submit(work)
+            future.add_done_callback(then)  # before tracking: the next chunk is counted before this one ends
+            self._services.background.track(future)
 
     def _delivery_report(self, message: OutboundMessage, error: str | None) -> None:
         """Tell the supervisor how a handoff's first message went (other deliveries need no report)."""

@@ -361,6 +361,7 @@ runtime:
   # reset_triggers: [/new, /reset]
   # auto_titles: true                # title a session after its first exchange
   # model_message_cap_chars: 16000   # per message of history sent to the model; 0: no cap
+  # queue_retention_days: 8          # answered inbox rows (the redelivery dedupe) and sent replies are kept this long
 
 sessions:
   # auto_prune: false                # delete ended sessions older than retention_days at start

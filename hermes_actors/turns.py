@@ -156,7 +156,7 @@ class OutboxSink(Protocol):
 
 
 class BackgroundJobs:
-    """Counts work sessions start beside their turns (automatic titles), so ``Gateway.wait_idle`` can wait for it."""
+    """Counts work started beside the turns (automatic titles, queue pruning), so ``Gateway.wait_idle`` can wait."""
 
     __slots__ = ("_lock", "_running")
 

@@ -127,15 +127,30 @@ class Inbox(_Table):
         row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
         return _inbox_row(row) if row is not None else None
 
-    def prune_completed(self, before: float) -> int:
-        """Forget completed rows older than ``before`` (their dedupe window ends); return how many."""
+    def prune_completed(self, before: float, *, limit: int = -1) -> int:
+        """Forget completed rows older than ``before`` (their dedupe window ends), at most ``limit`` (-1: all) of
+        them; return how many."""
         with Transaction(self._db, savepoint=False):
-            self._db.execute("DELETE FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ?", (before,))
+            self._db.execute(
+                "DELETE FROM inbox WHERE id IN "
+                "(SELECT id FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ? LIMIT ?)",
+                (before, limit),
+            )
             return self._db.changes()
 
 
 class Outbox(_Table):
     """Replies committed with their turn, delivered afterwards."""
+
+    def prune_finished(self, before: float, *, limit: int = -1) -> int:
+        """Forget replies sent or given up before ``before``, at most ``limit`` (-1: all) of them; return how many."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute(
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE (sent_at IS NOT NULL AND sent_at < ?) "
+                "OR (abandoned_at IS NOT NULL AND abandoned_at < ?) LIMIT ?)",
+                (before, before, limit),
+            )
+            return self._db.changes()
 
     def add(
         self,

@@ -2,6 +2,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import hermes_actors.gateway as gateway_module
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.errors import ConfigError
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import NewMessage, Role, Store
@@ -134,3 +139,36 @@ def test_a_polled_batch_commits_with_its_cursor_and_dedupes_a_replayed_poll(make
     assert sorted(m.text for m in fake.sent) == sorted(f"echo: update {i}" for i in range(6))
     with gateway.read() as store:
         assert store.kv.get_cursor("fake") == "1005"
+
+
+def test_old_answered_inbox_rows_and_sent_replies_are_pruned_in_chunks(
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_module, "QUEUE_PRUNE_CHUNK", 2)  # several chunks, each its own commit
+    clock = FakeClock()
+    gateway, fake = make_gateway(clock=clock, queue_retention_days=2)
+    for n in range(5):
+        fake.push(f"old {n}", message_id=f"old-{n}")
+        fake.pop()
+    assert gateway.wait_idle()
+    clock.advance(3 * 86400)
+    fake.push("recent", message_id="recent")
+    fake.pop()
+    assert gateway.wait_idle()
+    gateway.prune_queues()
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        inbox = [str(m) for (m,) in store.connection.execute("SELECT platform_message_id FROM inbox")]
+        outbox = store.connection.execute("SELECT count(*) FROM outbox").get
+    assert inbox == ["recent"]
+    assert outbox == 1
+    # The transcript is untouched: only the queues are trimmed.
+    session = gateway.session_for("agent:main:fake:dm:chat-1")
+    assert session is not None
+    with gateway.read() as store:
+        assert len(store.load_transcript(session)) == 12
+
+
+def test_a_retention_under_a_day_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^runtime\.queue_retention_days: must be at least 1 day"):
+        RuntimeConfig(queue_retention_days=0.5)
