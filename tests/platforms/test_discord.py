@@ -52,6 +52,7 @@ from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
+from tests.platforms.running import RunningAdapter
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"
@@ -118,28 +119,9 @@ class HalfRandom(random.Random):
 
 
 @dataclass(frozen=True)
-class Running:
-    adapter: DiscordAdapter
-    gateway: Gateway
-
-    def stop(self) -> None:
-        self.adapter.stop()
-        self.gateway.stop()
-
-    def session_of(self, key: str) -> str | None:
-        with self.gateway.read() as store:
-            return store.get_route(key)
-
-    def transcript(self, key: str) -> list[tuple[str, str | None]]:
-        session = self.session_of(key)
-        assert session is not None, f"no session for {key}"
-        with self.gateway.read() as store:
-            return [(m.role, m.content) for m in store.load_transcript(session)]
-
+class Running(RunningAdapter[DiscordAdapter]):
     def inbox(self) -> list[str]:
-        with self.gateway.read() as store:
-            rows = store.connection.execute("SELECT platform_message_id FROM inbox ORDER BY id").fetchall()
-        return [str(row[0]) for row in rows]
+        return [message_id for (message_id,) in self.inbox_rows("platform_message_id")]
 
     def attachments(self, key: str) -> list[AttachmentRecord]:
         session = self.session_of(key)

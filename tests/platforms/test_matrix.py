@@ -49,6 +49,7 @@ from platforms.matrix.state import AccountState, decode_state
 from platforms.matrix.wire import MAX_DEPTH
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.matrix_fake import MatrixFake
+from tests.platforms.running import RunningAdapter
 
 TOKEN = "syt_Ym90_hermes_bot_0001"
 OTHER_TOKEN = "syt_Ym90_second_bot_0002"
@@ -92,24 +93,7 @@ def account(hs: MatrixFake, token: str = TOKEN, **options: Any) -> MatrixAccount
 
 
 @dataclass(frozen=True)
-class Running:
-    adapter: MatrixAdapter
-    gateway: Gateway
-
-    def stop(self) -> None:
-        self.adapter.stop()
-        self.gateway.stop()
-
-    def session_of(self, key: str) -> str | None:
-        with self.gateway.read() as store:
-            return store.get_route(key)
-
-    def transcript(self, key: str) -> list[tuple[str, str | None]]:
-        session = self.session_of(key)
-        assert session is not None, f"no session for {key}"
-        with self.gateway.read() as store:
-            return [(m.role, m.content) for m in store.load_transcript(session)]
-
+class Running(RunningAdapter[MatrixAdapter]):
     def user_texts(self, key: str) -> list[str | None]:
         return [text for role, text in self.transcript(key) if role == "user"]
 
@@ -123,13 +107,9 @@ class Running:
             found = store.connection.execute("SELECT payload FROM inbox ORDER BY id")
             return [decode_inbound(payload) for (payload,) in found]
 
-    def inbox(self) -> list[tuple[str, str, str]]:
+    def inbox(self) -> list[tuple[str, ...]]:
         """(account, event id, routing key) of every inbox row."""
-        with self.gateway.read() as store:
-            rows = store.connection.execute(
-                "SELECT account_id, platform_message_id, routing_key FROM inbox ORDER BY id"
-            ).fetchall()
-        return [(str(a), str(m), str(k)) for a, m, k in rows]
+        return self.inbox_rows("account_id", "platform_message_id", "routing_key")
 
 
 Start = Callable[..., Running]

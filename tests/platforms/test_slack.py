@@ -33,6 +33,7 @@ from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.running import RunningAdapter
 from tests.platforms.slack_fake import (
     Answer,
     Download,
@@ -66,9 +67,7 @@ def main_app(**fields: Any) -> dict[str, SlackApp]:
 
 
 @dataclass(frozen=True)
-class Slack:
-    adapter: SlackAdapter
-    gateway: Gateway
+class Slack(RunningAdapter[SlackAdapter]):
     db: Path
 
     def url(self, app: str = "main") -> str:
@@ -81,17 +80,9 @@ class Slack:
         envelope_fields = {k: kw.pop(k) for k in ("event_id", "bot_user") if k in kw}
         return deliver(self.url(app), event_callback(event, team=team, **envelope_fields), secret, **kw)
 
-    def inbox(self) -> list[tuple[str, str]]:
+    def inbox(self) -> list[tuple[str, ...]]:
         """(platform message id, routing key) of every inbox row."""
-        with self.gateway.read() as store:
-            rows = store.connection.execute("SELECT platform_message_id, routing_key FROM inbox ORDER BY id")
-            return [(str(a), str(b)) for a, b in rows.fetchall()]
-
-    def transcript(self, routing_key: str) -> list[tuple[str, str | None]]:
-        session_id = self.gateway.session_for(routing_key)
-        assert session_id is not None, f"no session for {routing_key}"
-        with self.gateway.read() as store:
-            return [(m.role, m.content) for m in store.load_transcript(session_id)]
+        return self.inbox_rows("platform_message_id", "routing_key")
 
 
 StartSlack = Callable[..., Slack]

@@ -41,6 +41,7 @@ from platforms.telegram import (
 )
 from platforms.text import utf16_length
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
+from tests.platforms.running import RunningAdapter
 from tests.platforms.telegram_fake import Call, TelegramFake, group_chat, message, post_update, private_chat, user
 
 TOKEN = "111111:" + "A" * 35
@@ -80,32 +81,13 @@ def make_config(fake: TelegramFake, bots: Mapping[str, TelegramBot] | None = Non
 
 
 @dataclass(frozen=True)
-class Running:
-    adapter: TelegramAdapter
-    gateway: Gateway
-
-    def stop(self) -> None:
-        self.adapter.stop()
-        self.gateway.stop()
-
-    def session_of(self, key: str) -> str | None:
-        with self.gateway.read() as store:
-            return store.get_route(key)
-
-    def transcript(self, key: str) -> list[tuple[str, str | None]]:
-        session = self.session_of(key)
-        assert session is not None, f"no session for {key}"
-        with self.gateway.read() as store:
-            return [(m.role, m.content) for m in store.load_transcript(session)]
-
+class Running(RunningAdapter[TelegramAdapter]):
     def cursor(self, bot: str = "main") -> str | None:
         with self.gateway.read() as store:
             return store.kv.get_cursor("telegram", bot)
 
     def inbox(self) -> list[str]:
-        with self.gateway.read() as store:
-            rows = store.connection.execute("SELECT platform_message_id FROM inbox ORDER BY id").fetchall()
-        return [str(row[0]) for row in rows]
+        return [message_id for (message_id,) in self.inbox_rows("platform_message_id")]
 
 
 Start = Callable[..., Running]

@@ -35,6 +35,7 @@ from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.running import RunningAdapter
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -80,9 +81,7 @@ def two_numbers() -> dict[str | int, WhatsappNumber]:
 
 
 @dataclass(frozen=True)
-class Running:
-    adapter: WhatsappAdapter
-    gateway: Gateway
+class Running(RunningAdapter[WhatsappAdapter]):
     db: Path
 
     @property
@@ -98,17 +97,9 @@ class Running:
         assert answer.status == 200, answer
         return answer
 
-    def inbox(self) -> list[tuple[str, str]]:
+    def inbox(self) -> list[tuple[str, ...]]:
         """(platform message id, routing key) of every inbox row."""
-        with self.gateway.read() as store:
-            rows = store.connection.execute("SELECT platform_message_id, routing_key FROM inbox ORDER BY id")
-            return [(str(a), str(b)) for a, b in rows.fetchall()]
-
-    def transcript(self, routing_key: str) -> list[tuple[str, str | None]]:
-        session_id = self.gateway.session_for(routing_key)
-        assert session_id is not None, f"no session for {routing_key}"
-        with self.gateway.read() as store:
-            return [(m.role, m.content) for m in store.load_transcript(session_id)]
+        return self.inbox_rows("platform_message_id", "routing_key")
 
     def given_up(self, count: int = 1, timeout: float = 10.0) -> list[str]:
         """Wait for ``count`` replies given up by the outbox; return the reason recorded for each."""
