@@ -30,7 +30,6 @@ import hmac
 import http.client
 import itertools
 import json
-import queue
 import threading
 import time
 from collections import deque
@@ -42,6 +41,7 @@ from urllib.parse import parse_qsl, urlsplit
 from aiohttp import web
 
 from platforms.http_host import HttpHost
+from tests.platforms.support import Arrivals
 
 __all__ = [
     "Answer",
@@ -107,7 +107,7 @@ class FakeSlack:
     tokens: Mapping[str, str]
     posted: list[Posted] = field(default_factory=list)
     attempts: list[float] = field(default_factory=list)  # arrival time of every authenticated call
-    _arrivals: queue.SimpleQueue[Posted] = field(default_factory=queue.SimpleQueue)
+    _arrivals: Arrivals[Posted] = field(default_factory=lambda: Arrivals("posted", "the fake Slack"))
     _script: deque[_Failure | None] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _seconds: itertools.count[int] = field(default_factory=lambda: itertools.count(1_764_460_800))
@@ -207,25 +207,15 @@ class FakeSlack:
 
     def take(self, timeout: float = 10.0) -> Posted:
         """The next accepted post, waiting up to ``timeout``."""
-        try:
-            return self._arrivals.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"nothing was posted to the fake Slack within {timeout} s") from None
+        return self._arrivals.take(timeout)
 
     def drain(self) -> list[Posted]:
         """Every post that arrived and was not taken yet."""
-        taken: list[Posted] = []
-        while not self._arrivals.empty():
-            taken.append(self._arrivals.get())
-        return taken
+        return self._arrivals.drain()
 
     def nothing_more(self, wait: float = 0.2) -> bool:
         """Whether no further post arrives within ``wait`` seconds."""
-        try:
-            extra = self._arrivals.get(timeout=wait)
-        except queue.Empty:
-            return True
-        raise AssertionError(f"unexpected post {extra}")
+        return self._arrivals.nothing_more(wait)
 
     async def _post_message(self, request: web.Request) -> web.Response:
         arrived = time.monotonic()

@@ -52,7 +52,7 @@ from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
-from tests.platforms.running import RunningAdapter
+from tests.platforms.support import RunningAdapter
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"

@@ -49,7 +49,7 @@ from platforms.matrix.state import AccountState, decode_state
 from platforms.matrix.wire import MAX_DEPTH
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.matrix_fake import MatrixFake
-from tests.platforms.running import RunningAdapter
+from tests.platforms.support import RunningAdapter
 
 TOKEN = "syt_Ym90_hermes_bot_0001"
 OTHER_TOKEN = "syt_Ym90_second_bot_0002"

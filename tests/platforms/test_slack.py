@@ -33,7 +33,6 @@ from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.running import RunningAdapter
 from tests.platforms.slack_fake import (
     Answer,
     Download,
@@ -46,6 +45,7 @@ from tests.platforms.slack_fake import (
     sign,
     url_verification,
 )
+from tests.platforms.support import LogRecords, RunningAdapter
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 OTHER_SECRET = "0123456789abcdef0123456789abcdef"
@@ -739,22 +739,11 @@ def _hostile(draw: st.DrawFn) -> tuple[bytes, str]:
     return body, signing
 
 
-class _Records(logging.Handler):
-    """Keeps every record (hypothesis examples cannot share pytest's function-scoped caplog)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_working(
     start_slack: StartSlack, slack: FakeSlack
 ) -> None:
     running = start_slack(max_body_bytes=64 * 1024, messages_per_second=1000.0)
-    handler = _Records()
+    handler = LogRecords()
     records = handler.records
     logger = logging.getLogger("platforms.slack")
     logger.addHandler(handler)

@@ -41,7 +41,7 @@ from platforms.telegram import (
 )
 from platforms.text import utf16_length
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.running import RunningAdapter
+from tests.platforms.support import RunningAdapter
 from tests.platforms.telegram_fake import Call, TelegramFake, group_chat, message, post_update, private_chat, user
 
 TOKEN = "111111:" + "A" * 35

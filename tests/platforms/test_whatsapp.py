@@ -35,7 +35,7 @@ from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.running import RunningAdapter
+from tests.platforms.support import LogRecords, RunningAdapter
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -894,22 +894,11 @@ def _hostile(draw: st.DrawFn) -> tuple[bytes, str]:
     return body, signing
 
 
-class _Records(logging.Handler):
-    """Keeps every record (hypothesis examples cannot share pytest's function-scoped caplog)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_working(
     start_whatsapp: StartWhatsapp, graph: FakeGraph
 ) -> None:
     running = start_whatsapp(max_body_bytes=64 * 1024, recipient_burst=10_000)
-    handler = _Records()
+    handler = LogRecords()
     records = handler.records
     logger = logging.getLogger("platforms.whatsapp")
     logger.addHandler(handler)

@@ -29,7 +29,6 @@ import hmac
 import http.client
 import itertools
 import json
-import queue
 import threading
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from urllib.parse import urlencode, urlsplit
 from aiohttp import web
 
 from platforms.http_host import HttpHost
+from tests.platforms.support import Arrivals
 
 __all__ = [
     "Answer",
@@ -118,7 +118,7 @@ class FakeGraph:
     version: str = "v21.0"
     sent: list[Sent] = field(default_factory=list)
     attempts: list[float] = field(default_factory=list)  # arrival time of every authenticated call
-    _arrivals: queue.SimpleQueue[Sent] = field(default_factory=queue.SimpleQueue)
+    _arrivals: Arrivals[Sent] = field(default_factory=lambda: Arrivals("sent", "the fake Graph API"))
     _script: deque[_Failure | None] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     lookups: list[MediaCall] = field(default_factory=list)
@@ -178,25 +178,15 @@ class FakeGraph:
 
     def take(self, timeout: float = 10.0) -> Sent:
         """The next accepted message, waiting up to ``timeout``."""
-        try:
-            return self._arrivals.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"nothing was sent to the fake Graph API within {timeout} s") from None
+        return self._arrivals.take(timeout)
 
     def drain(self) -> list[Sent]:
         """Every message that arrived and was not taken yet."""
-        taken: list[Sent] = []
-        while not self._arrivals.empty():
-            taken.append(self._arrivals.get())
-        return taken
+        return self._arrivals.drain()
 
     def nothing_more(self, wait: float = 0.2) -> bool:
         """Whether no further message arrives within ``wait`` seconds."""
-        try:
-            extra = self._arrivals.get(timeout=wait)
-        except queue.Empty:
-            return True
-        raise AssertionError(f"unexpected message {extra}")
+        return self._arrivals.nothing_more(wait)
 
     async def _messages(self, request: web.Request) -> web.Response:
         arrived = time.monotonic()
