@@ -20,7 +20,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from report import figure_line
 
 from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
+from hermes_actors.gateway import AcceptResult, Gateway
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import MessageRecord, Synchronous, migrate, open_connection
@@ -415,7 +417,13 @@ class AggregateResult:
 
 
 def run_aggregate(
-    sessions: int, turns: int, producers: int, *, agent: EchoAgent | SlowAgent | None = None, agent_calls: int = 256
+    sessions: int,
+    turns: int,
+    producers: int,
+    *,
+    agent: EchoAgent | SlowAgent | None = None,
+    agent_calls: int = 256,
+    window: int = 1,
 ) -> AggregateResult:
     """``producers`` threads send ``turns`` messages to each of ``sessions`` chats without waiting for replies.
 
@@ -424,7 +432,7 @@ def run_aggregate(
     """
     config = throughput_config(max_concurrent_agent_calls=agent_calls, max_live_actors=max(5000, sessions))
     with runtime(config, agent=agent) as rt:
-        platform, accept = rt.platform, rt.gateway.accept
+        platform, accept, submit = rt.platform, rt.gateway.accept, rt.gateway.submit
         # Warm up: every session is activated (first turn) before the clock starts, so this measures turns only.
         for s in range(sessions):
             accept(platform.inbound("hello", session=s, message_id=f"w{s}"))
@@ -443,15 +451,25 @@ def run_aggregate(
             owned = range(k, sessions, producers)
             gate.wait()
             cpu_started = time.thread_time()
+            in_flight: deque[tuple[str, float, Future[AcceptResult]]] = deque()
+
+            def settle_oldest() -> None:
+                message_id, sent, pending = in_flight.popleft()
+                result = pending.result(timeout=REPLY_TIMEOUT_S)
+                accept_calls.append(time.perf_counter() - sent)
+                if result.inbox_id is not None:
+                    inbox_ids[message_id] = result.inbox_id
+
             for t in range(turns):
                 for s in owned:
                     message_id = f"a{s}.{t}"
                     message = platform.inbound(f"message {t} of session {s}", session=s, message_id=message_id)
                     accepted_at[message_id] = sent = time.perf_counter()
-                    result = accept(message)
-                    accept_calls.append(time.perf_counter() - sent)
-                    if result.inbox_id is not None:
-                        inbox_ids[message_id] = result.inbox_id
+                    in_flight.append((message_id, sent, submit(message)))
+                    if len(in_flight) >= window:
+                        settle_oldest()
+            while in_flight:
+                settle_oldest()
             accept_done.append(time.perf_counter())
             producer_cpu.append(time.thread_time() - cpu_started)
 
@@ -671,6 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=1000, help="sessions of the aggregate runs")
     parser.add_argument("--turns", type=int, default=10, help="timed turns per session in the aggregate runs")
     parser.add_argument("--producers", type=int, default=4, help="threads calling Gateway.accept")
+    parser.add_argument("--window", type=int, default=1, help="accepts each producer keeps in flight")
     parser.add_argument("--agent-calls", type=int, default=256, help="max_concurrent_agent_calls of the 50 ms run")
     parser.add_argument("--activate", type=int, default=10000, help="sessions activated for RSS and activation time")
     parser.add_argument("--ceiling-tx", type=int, default=5000, help="turns per transaction of the raw ceiling")
@@ -733,7 +752,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     shape = f"{args.sessions} sessions x {args.turns} turns, {args.producers} producers"
     if "aggregate" in parts:
-        runs = [run_aggregate(args.sessions, args.turns, args.producers) for _ in range(args.repeats)]
+        runs = [
+            run_aggregate(args.sessions, args.turns, args.producers, window=args.window) for _ in range(args.repeats)
+        ]
         report_aggregate("aggregate", median_run(runs, lambda r: r.turns_s), f"echo agent, {shape}", by_thread=True)
     if "slow" in parts:
         agent = SlowAgent(SLOW_AGENT_DELAY_S)

@@ -169,8 +169,7 @@ class Gateway:
 
     def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Commit ``inbound`` to the inbox (or recognise a redelivery) and queue its turn; return once it is safe."""
-        (result,) = self.accept_many([inbound])
-        return result
+        return self.submit(inbound).result(timeout=self.config.ask_timeout_s)
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
         """Commit a batch of inbound messages in one transaction, with the poll ``cursor`` that covers them.
@@ -178,30 +177,53 @@ class Gateway:
         A platform whose position is only confirmed by the next poll (Telegram ``getUpdates`` offsets, iLink
         ``get_updates_buf``) stores that position here, so after a crash it neither skips nor replays the batch.
         """
+        return self.submit_many(batch, cursor=cursor).result(timeout=self.config.ask_timeout_s)
+
+    def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
+        """:meth:`accept` without waiting: the future resolves once the inbox row has committed.
+
+        For an entry point with many requests in flight (an HTTP server): acknowledge each request when its
+        future resolves. Messages submitted in order are committed, and their turns queued, in that order.
+        """
+        commit, dispatch = self._inbox_commit([inbound], None)
+        return self._writer.submit(lambda store: commit(store)[0], then=lambda result: dispatch([result]))
+
+    def submit_many(
+        self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None
+    ) -> Future[list[AcceptResult]]:
+        """:meth:`accept_many` without waiting: the future resolves once the batch (and ``cursor``) committed."""
+        commit, dispatch = self._inbox_commit(batch, cursor)
+        return self._writer.submit(commit, then=dispatch)
+
+    def _inbox_commit(
+        self, batch: Sequence[InboundMessage], cursor: PollCursor | None
+    ) -> tuple[Callable[[Store], list[AcceptResult]], Callable[[list[AcceptResult]], None]]:
+        """The write that stores ``batch`` in the inbox, and what queues its turns once that has committed."""
         keyed = [(build_session_key(m.source, self.config.key_policy), m) for m in batch]
 
-        def commit(store: Store) -> list[int | None]:
-            ids = [
-                store.inbox.add(
+        def commit(store: Store) -> list[AcceptResult]:
+            results = []
+            for key, m in keyed:
+                inbox_id = store.inbox.add(
                     platform=m.source.platform,
                     account_id=m.source.account_id or "",
                     platform_message_id=m.message_id,
                     routing_key=key,
                     payload=encode(m),
                 )
-                for key, m in keyed
-            ]
+                results.append(AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None))
             if cursor is not None:
                 store.kv.set_cursor(cursor.platform, cursor.cursor, cursor.account_id)
-            return ids
+            return results
 
-        ids = self._writer.call(commit, timeout=self.config.ask_timeout_s)
-        results: list[AcceptResult] = []
-        for (key, message), inbox_id in zip(keyed, ids, strict=True):
-            if inbox_id is not None:
-                self._supervisor.tell(Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=message)))
-            results.append(AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None))
-        return results
+        def dispatch(results: list[AcceptResult]) -> None:
+            # On the writer thread, right after the commit: turns are queued in commit order.
+            for (_, message), result in zip(keyed, results, strict=True):
+                if result.inbox_id is not None:
+                    delivery = Delivery(inbox_id=result.inbox_id, message=message)
+                    self._supervisor.tell(Deliver(routing_key=result.routing_key, delivery=delivery))
+
+        return commit, dispatch
 
     def rebind(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` from now on."""

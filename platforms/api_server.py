@@ -41,7 +41,7 @@ from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from platforms.base import Capabilities, ReplySender
-from platforms.http_host import HttpAdapter
+from platforms.http_host import HttpAdapter, committed
 from platforms.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
@@ -566,7 +566,10 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         if gateway is None or host is None:
             raise _ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
         try:
-            return await host.blocking(partial(_accept, gateway, inbound, continues))
+            if continues is not None:
+                await host.blocking(partial(_continue, gateway, inbound, continues))
+            accepted = await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
+            return accepted.routing_key
         except Exception as exc:
             if isinstance(exc, HermesError):
                 _log.warning("api_server: the gateway refused a message: %s", exc)
@@ -680,16 +683,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         return response
 
 
-def _accept(gateway: Gateway, inbound: InboundMessage, continues: str | None) -> str:
-    """Hand ``inbound`` to the gateway (blocking); return its routing key.
-
-    ``continues`` is the session header: when it is the id of a live stored session and the request's routing key
-    leads nowhere yet, the key is first pointed at that session, so a client continues it by naming it.
-    """
+def _continue(gateway: Gateway, inbound: InboundMessage, continues: str) -> None:
+    """Point the request's routing key at the session ``continues`` names, if that is a live stored session and
+    the key leads nowhere yet (blocking): a client continues a session by naming it in the header."""
     routing_key = build_session_key(inbound.source, gateway.config.key_policy)
-    if continues is not None:
-        with gateway.read() as store:
-            record = store.find_session(continues)
-        if record is not None and record.is_live and gateway.session_for(routing_key) is None:
-            gateway.rebind(routing_key, record.id)
-    return gateway.accept(inbound).routing_key
+    with gateway.read() as store:
+        record = store.find_session(continues)
+    if record is not None and record.is_live and gateway.session_for(routing_key) is None:
+        gateway.rebind(routing_key, record.id)

@@ -28,11 +28,22 @@ if TYPE_CHECKING:
     from hermes_actors.gateway import AcceptResult, Gateway
     from hermes_actors.messages import InboundMessage
 
-__all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "read_body"]
+__all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body"]
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T:
+    """Await a writer future (``gateway.submit``) on the running loop, for at most ``timeout_s``.
+
+    On a timeout the write may still commit later; the platform's redelivery is then recognised as a duplicate.
+    """
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"the store did not commit the message within {timeout_s:g} s") from None
 
 
 class HttpHost:
@@ -165,7 +176,7 @@ class HttpAdapter(abc.ABC, Generic[C]):
 
     Subclasses set :attr:`server_name` (the ``platforms.<name>`` config section, also the server thread's name)
     and add their handlers in :meth:`_add_routes`; handlers read bodies with :meth:`_read_body` and commit
-    messages with :meth:`_accept_blocking`.
+    messages with :meth:`_accept_inbound`.
     """
 
     server_name: ClassVar[str]
@@ -213,17 +224,19 @@ class HttpAdapter(abc.ABC, Generic[C]):
         """The body of ``request``, or :class:`Refused` 413 naming ``platforms.<server_name>.max_body_bytes``."""
         return await read_body(request, self.config.max_body_bytes, f"platforms.{self.server_name}.max_body_bytes")
 
-    async def _accept_blocking(self, inbound: InboundMessage, log: logging.Logger, failed: str) -> AcceptResult | None:
-        """``gateway.accept(inbound)`` off the loop, or ``None`` if the message was not stored.
+    async def _accept_inbound(self, inbound: InboundMessage, log: logging.Logger, failed: str) -> AcceptResult | None:
+        """Commit ``inbound`` through ``gateway.submit`` and await the commit, or ``None`` if it was not stored.
 
-        A failure is logged with its stack on ``log`` as ``failed`` (a format taking the account and the message
-        id); the caller answers ``None`` with a 5xx, so the platform delivers the message again.
+        No thread waits for the commit: the loop awaits the writer's future, so every request in flight shares
+        the next group commit. A failure is logged with its stack on ``log`` as ``failed`` (a format taking the
+        account and the message id); the caller answers ``None`` with a 5xx, so the platform delivers the message
+        again.
         """
-        gateway, host = self._gateway, self._host
+        gateway = self._gateway
         try:
-            if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
+            if gateway is None:  # pragma: no cover - the server runs only after start()
                 raise PlatformError(f"{self.server_name}: the adapter is not started")
-            return await host.blocking(lambda: gateway.accept(inbound))
+            return await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
         except Exception:
             log.exception(failed, inbound.source.account_id, inbound.message_id)
             return None

@@ -477,7 +477,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
             )
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        result = await self._accept_blocking(inbound, _log, "slack app %r: could not accept message %s")
+        result = await self._accept_inbound(inbound, _log, "slack app %r: could not accept message %s")
         if result is None:  # not stored: a 5xx makes Slack deliver the event again
             return _answer(503, {"error": "the event could not be stored; Slack will retry it"})
         if result.duplicate:

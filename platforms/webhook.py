@@ -383,7 +383,7 @@ class WebhookAdapter(HttpAdapter[WebhookConfig]):
         return await self._accept(inbound)
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        result = await self._accept_blocking(inbound, _log, "webhook %r: could not accept message %s")
+        result = await self._accept_inbound(inbound, _log, "webhook %r: could not accept message %s")
         if result is None:  # not stored: the sender should deliver it again later
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})
         return _answer(202, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})

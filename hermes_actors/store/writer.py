@@ -52,11 +52,22 @@ def _full(exc: apsw.FullError) -> StoreError:
 
 
 class _Job:
-    __slots__ = ("future", "work")
+    __slots__ = ("future", "then", "work")
 
-    def __init__(self, work: Callable[[Store], Any]) -> None:
+    def __init__(self, work: Callable[[Store], Any], then: Callable[[Any], object] | None) -> None:
         self.work = work
+        self.then = then
         self.future: Future[Any] = Future()
+
+    def succeed(self, result: Any) -> None:
+        """Run ``then(result)`` (on the writer thread, after the commit), then resolve the future."""
+        if self.then is not None:
+            try:
+                self.then(result)
+            except Exception as exc:
+                self.future.set_exception(exc)
+                return
+        self.future.set_result(result)
 
 
 class StoreWriter:
@@ -74,9 +85,13 @@ class StoreWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, work: Callable[[Store], T]) -> Future[T]:
-        """Queue ``work(store)`` for the next commit; the future resolves after that commit."""
-        job = _Job(work)
+    def submit(self, work: Callable[[Store], T], *, then: Callable[[T], object] | None = None) -> Future[T]:
+        """Queue ``work(store)`` for the next commit; the future resolves after that commit.
+
+        ``then(result)`` runs on the writer thread once the commit is durable and before the future resolves
+        (jobs' ``then`` calls run in commit order); if it raises, the future carries its exception instead.
+        """
+        job = _Job(work, then)
         with self._lock:
             if self._closed.is_set():
                 raise WriterClosedError("the store writer has stopped; no more writes are accepted")
@@ -141,7 +156,7 @@ class StoreWriter:
         self._writes += 1
         self._commits += 1
         self._largest = max(self._largest, 1)
-        job.future.set_result(result)
+        job.succeed(result)
 
     def _commit(self, batch: list[_Job]) -> None:
         if len(batch) == 1:
@@ -178,6 +193,6 @@ class StoreWriter:
         self._largest = max(self._largest, len(batch))
         for job, result, error in outcomes:
             if error is None:
-                job.future.set_result(result)
+                job.succeed(result)
             else:
                 job.future.set_exception(error)

@@ -160,7 +160,7 @@ class FeishuAdapter(HttpAdapter[FeishuConfig]):
             )
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        result = await self._accept_blocking(inbound, _log, "feishu app %r: could not accept event %s")
+        result = await self._accept_inbound(inbound, _log, "feishu app %r: could not accept event %s")
         if result is None:  # not stored: answering non-200 makes Feishu deliver the event again later
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})
         return _answer(200, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})

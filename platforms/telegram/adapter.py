@@ -218,7 +218,7 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         return None if inbound is None else (inbound, files_of(update))
 
     async def _accept(self, inbound: InboundMessage) -> web.Response:
-        result = await self._accept_blocking(inbound, _log, "telegram bot %r: could not accept message %s")
+        result = await self._accept_inbound(inbound, _log, "telegram bot %r: could not accept message %s")
         if result is None:
             return _answer(503, {"error": "the message could not be stored; Telegram will deliver it again"})
         return _answer(200, {"ok": True, "accepted": True, "duplicate": result.duplicate})

@@ -25,7 +25,7 @@ from aiohttp import web
 from hermes_actors.messages import InboundMessage, decode_inbound
 from platforms.base import Capabilities, ReplySender
 from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused
+from platforms.http_host import HttpAdapter, Refused, committed
 from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
 from platforms.whatsapp.events import (
     PLATFORM,
@@ -185,14 +185,14 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
             )
 
     async def _accept(self, parsed: Parsed) -> web.Response:
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:  # pragma: no cover - the server runs only after start()
+        gateway = self._gateway
+        if gateway is None:  # pragma: no cover - the server runs only after start()
             return web.json_response({"error": "the WhatsApp adapter is not started"}, status=503)
         batch: list[InboundMessage] = parsed.inbound
         for inbound in batch:  # before the commit: the reply may be sent before accept_many returns here
             self.windows.note(inbound)
         try:
-            results = await host.blocking(lambda: gateway.accept_many(batch))
+            results = await committed(gateway.submit_many(batch), gateway.config.ask_timeout_s)
         except Exception:
             # Not stored: a 5xx makes Meta deliver the notification again.
             ids = ", ".join(inbound.message_id[:80] for inbound in batch)

@@ -97,3 +97,36 @@ def test_a_stopped_writer_refuses_new_writes(db_path: Path) -> None:
     assert pending.result(1).id == "last"  # queued before the stop: committed
     with pytest.raises(WriterClosedError, match="no more writes"):
         writer.submit(lambda store: None)
+
+
+def test_then_runs_after_the_commit_in_commit_order_and_its_failure_fails_only_its_write(
+    writer: StoreWriter, db_path: Path
+) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    seen: list[tuple[str, bool]] = []
+
+    def hold(store: Store) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    def committed(record: SessionRecord) -> None:
+        with Store.open(db_path, readonly=True) as reader:  # durable by now: another connection sees it
+            seen.append((record.id, reader.find_session(record.id) is not None))
+
+    def refuse(record: SessionRecord) -> None:
+        raise RuntimeError(f"could not hand {record.id} on")
+
+    writer.submit(hold)
+    assert entered.wait(10)
+    futures = [writer.submit(functools.partial(create, session_id=f"t{i}"), then=committed) for i in range(5)]
+    refused = writer.submit(functools.partial(create, session_id="refused"), then=refuse)
+    failed = writer.submit(lambda store: store.create_session("cli", session_id="t0"), then=committed)
+    release.set()
+    assert [f.result(10).id for f in futures] == [f"t{i}" for i in range(5)]
+    assert seen == [(f"t{i}", True) for i in range(5)]  # a failed write (t0 again) runs no then
+    with pytest.raises(RuntimeError, match="could not hand refused on"):
+        refused.result(10)
+    with pytest.raises(Exception, match=r"UNIQUE|exists"):
+        failed.result(10)
+    assert writer.call(lambda store: store.find_session("refused")) is not None  # committed; only then failed
