@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 # Run from a checkout without installing: the repository root goes first, so the working tree is measured.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pykka
 from report import figure_line
 
 from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
@@ -47,7 +48,7 @@ PLATFORM = "bench"
 NO_MERGING = 10**6  # pending_soft_limit = pending_hard_limit: every message is its own turn, none is refused
 SLOW_AGENT_DELAY_S = 0.05
 WARMUP_TURNS = 20
-PARTS = ("serial", "aggregate", "slow", "activate", "ceiling")
+PARTS = ("serial", "aggregate", "slow", "activate", "handoff", "ceiling")
 TARGETS = (
     ("one session turns/s", 500.0),
     ("aggregate turns/s", 2000.0),
@@ -167,7 +168,8 @@ class ThreadProfiler:
     """cProfile in every thread started while it is on (``threading.setprofile``) and in the calling thread.
 
     ``save(directory)`` writes one pstats file per thread group (``writer.prof``, ``session-actors.prof``, ...)
-    and ``all.prof``. cProfile times are wall time per thread: blocking calls (``acquire``, ``wait``) count.
+    and ``all.prof``. Times are CPU time per thread (``time.thread_time``): blocking and waiting for the GIL do
+    not count.
     """
 
     def __init__(self) -> None:
@@ -175,7 +177,7 @@ class ThreadProfiler:
         self._lock = threading.Lock()
 
     def _start_in_thread(self, frame: FrameType, event: str, arg: Any) -> None:
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.thread_time)  # CPU time of this thread: waits for the GIL do not count
         with self._lock:
             self._profiles.append((thread_group(threading.current_thread().name), profile))
         profile.enable()  # replaces this hook in the thread
@@ -562,7 +564,40 @@ def run_activation(sessions: int, producers: int) -> ActivationResult:
     )
 
 
-# -- 5. the raw ceiling ------------------------------------------------------------------------------------------
+# -- 5. what one thread hand-off costs ---------------------------------------------------------------------------
+
+
+class _Echo(pykka.ThreadingActor):
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+
+@dataclass
+class HandoffResult:
+    wall_us: float
+    cpu_us: float
+
+
+def run_handoff(round_trips: int) -> HandoffResult:
+    """Time ``ask`` round trips to an idle pykka actor: two thread hand-offs each (there and back).
+
+    Every turn crosses threads several times (producer → writer → supervisor → session actor → writer → outbox
+    actor → writer); this is the price of one crossing on this machine, with nothing else to do.
+    """
+    echo = _Echo.start()
+    try:
+        for i in range(200):
+            echo.ask(i)
+        cpu_started, started = time.process_time(), time.perf_counter()
+        for i in range(round_trips):
+            echo.ask(i)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        echo.stop()
+    return HandoffResult(wall_us=wall / round_trips / 2 * 1e6, cpu_us=cpu / round_trips / 2 * 1e6)
+
+
+# -- 6. the raw ceiling ------------------------------------------------------------------------------------------
 
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, source, user_id, chat_id, chat_type, routing_key, started_at, last_active_at) "
@@ -647,13 +682,25 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
     return statistics.median(measure() for _ in range(runs))
 
 
-def report_aggregate(prefix: str, result: AggregateResult, note: str, *, by_thread: bool = False) -> None:
-    """Print the figures of one many-session run."""
+def report_aggregate(
+    prefix: str, result: AggregateResult, note: str, *, by_thread: bool = False, brief: bool = False
+) -> None:
+    """Print the figures of one many-session run (``brief``: throughput, latency, accept call and CPU only)."""
     figure(f"{prefix} turns/s", result.turns_s, "turns/s", note)
     figure(f"{prefix} latency p50", percentile(result.latencies_s, 0.5) * 1000, "ms", "accept → reply sent")
     figure(f"{prefix} latency p99", percentile(result.latencies_s, 0.99) * 1000, "ms")
+    cpu = result.cpu
+    if brief:
+        figure(f"{prefix} accept call p50", percentile(result.accept_calls_s, 0.5) * 1000, "ms", "its inbox commit")
+        figure(f"{prefix} CPU per turn", (cpu.user_s + cpu.system_s) / result.turns * 1e6, "µs", CpuMeter.describe(cpu))
+        return
     figure(f"{prefix} accept phase", result.accept_s, "s", "until the producers had handed over every message")
-    figure(f"{prefix} accept call p50", percentile(result.accept_calls_s, 0.5) * 1000, "ms", "the inbox commit")
+    figure(
+        f"{prefix} accept call p50",
+        percentile(result.accept_calls_s, 0.5) * 1000,
+        "ms",
+        "submit → its inbox commit, as the producer saw it",
+    )
     figure(
         f"{prefix} turns committed/s",
         result.turns / result.committed_s,
@@ -669,7 +716,6 @@ def report_aggregate(prefix: str, result: AggregateResult, note: str, *, by_thre
         "",
         f"{w.writes} writes in {w.commits} commits, largest batch {w.largest_batch}",
     )
-    cpu = result.cpu
     figure(f"{prefix} CPU per turn", (cpu.user_s + cpu.system_s) / result.turns * 1e6, "µs", CpuMeter.describe(cpu))
     figure(f"{prefix} context switches per turn", cpu.context_switches / result.turns)
     if by_thread:
@@ -689,7 +735,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=1000, help="sessions of the aggregate runs")
     parser.add_argument("--turns", type=int, default=10, help="timed turns per session in the aggregate runs")
     parser.add_argument("--producers", type=int, default=4, help="threads calling Gateway.accept")
-    parser.add_argument("--window", type=int, default=1, help="accepts each producer keeps in flight")
+    parser.add_argument(
+        "--window", type=int, default=16, help="accepts each producer keeps in flight (Gateway.submit); 1: accept"
+    )
     parser.add_argument("--agent-calls", type=int, default=256, help="max_concurrent_agent_calls of the 50 ms run")
     parser.add_argument("--activate", type=int, default=10000, help="sessions activated for RSS and activation time")
     parser.add_argument("--ceiling-tx", type=int, default=5000, help="turns per transaction of the raw ceiling")
@@ -751,27 +799,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             CpuMeter.describe(cpu),
         )
     shape = f"{args.sessions} sessions x {args.turns} turns, {args.producers} producers"
+    pipelined = f"{shape}, {args.window} accepts in flight each"
     if "aggregate" in parts:
         runs = [
             run_aggregate(args.sessions, args.turns, args.producers, window=args.window) for _ in range(args.repeats)
         ]
-        report_aggregate("aggregate", median_run(runs, lambda r: r.turns_s), f"echo agent, {shape}", by_thread=True)
+        report_aggregate("aggregate", median_run(runs, lambda r: r.turns_s), f"echo agent, {pipelined}", by_thread=True)
+        runs = [run_aggregate(args.sessions, args.turns, args.producers, window=1) for _ in range(args.repeats)]
+        report_aggregate(
+            "aggregate one at a time",
+            median_run(runs, lambda r: r.turns_s),
+            f"echo agent, {shape}, each waiting for its accept",
+            brief=True,
+        )
     if "slow" in parts:
         agent = SlowAgent(SLOW_AGENT_DELAY_S)
         runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls)
+            run_aggregate(
+                args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls, window=args.window
+            )
             for _ in range(args.repeats)
         ]
-        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {shape}"
+        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {pipelined}"
         report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note)
         # The echo agent runs on the session's own thread; an agent that waits runs in the agent pool. The
         # same pooled path with no wait isolates what the 50 ms waits cost once they overlap.
         pooled = SlowAgent(0.0)
         runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, agent=pooled, agent_calls=args.agent_calls)
+            run_aggregate(
+                args.sessions,
+                args.turns,
+                args.producers,
+                agent=pooled,
+                agent_calls=args.agent_calls,
+                window=args.window,
+            )
             for _ in range(args.repeats)
         ]
-        report_aggregate("pooled 0ms agent", median_run(runs, lambda r: r.turns_s), f"agent pool, no wait, {shape}")
+        report_aggregate("pooled 0ms agent", median_run(runs, lambda r: r.turns_s), f"agent pool, no wait, {pipelined}")
         figure("50ms agent / pooled 0ms agent", _figures["50ms agent turns/s"] / _figures["pooled 0ms agent turns/s"])
         if "aggregate turns/s" in _figures:
             figure("50ms agent / aggregate", _figures["50ms agent turns/s"] / _figures["aggregate turns/s"])
@@ -793,11 +858,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "µs",
             CpuMeter.describe(cpu),
         )
+    if "handoff" in parts:
+        handoffs = median_run([run_handoff(20000) for _ in range(args.repeats)], lambda r: r.cpu_us)
+        figure("thread hand-off", handoffs.cpu_us, "µs CPU", f"{handoffs.wall_us:.1f} µs wall; pykka ask, halved")
     if "ceiling" in parts:
         ceiling = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, args.ceiling_tx))
         figure("raw APSW ceiling", ceiling, "turns/s", f"{args.ceiling_tx} turns per transaction, same rows as a turn")
         if "aggregate turns/s" in _figures:
             figure("aggregate / ceiling", _figures["aggregate turns/s"] / ceiling)
+        # Half the ceiling leaves this much CPU per turn to a process that keeps one core busy (one GIL).
+        figure("CPU per turn at half the ceiling", 2e6 / ceiling, "µs", "on one core, for everything a turn does")
         small = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, 1))
         figure("raw APSW one turn per transaction", small, "turns/s", "what a commit per turn costs, for comparison")
     for name, target in TARGETS:
