@@ -821,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for _ in range(args.repeats)
         ]
         note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {pipelined}"
-        report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note)
+        report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note, by_thread=True)
         # The echo agent runs on the session's own thread; an agent that waits runs in the agent pool. The
         # same pooled path with no wait isolates what the 50 ms waits cost once they overlap.
         pooled = SlowAgent(0.0)

@@ -160,8 +160,7 @@ class SessionTurns:
         """Run ``call`` in the agent pool; return its result, an error text for the user, or ``None`` if cancelled."""
         timeout = self._timeout if timeout is None else timeout
         future: Future[T] = self._services.agent_pool.submit(call)
-        future.add_done_callback(lambda _: token.wake())
-        token.wait(timeout)
+        token.wait_for(future, timeout)
         if token.cancelled:
             return None
         if not future.done():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,27 +39,45 @@ __all__ = [
 ]
 
 
-class CancelToken:
-    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped."""
+def _open(latch: threading.Lock) -> None:
+    """Release ``latch`` unless it is open already (a call's end and ``/stop`` may both open it)."""
+    with contextlib.suppress(RuntimeError):
+        latch.release()
 
-    __slots__ = ("_event", "cancelled")
+
+class CancelToken:
+    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped.
+
+    A turn may make several agent calls (a summary, then the reply); :meth:`wait_for` gives each call a latch of
+    its own, which the call's end or :meth:`cancel` opens, so one call's end never counts for the next one. A
+    plain lock is the latch: no ``threading.Event`` and its condition variable per call.
+    """
+
+    __slots__ = ("_latch", "cancelled")
 
     def __init__(self) -> None:
         self.cancelled = False
-        self._event = threading.Event()
+        self._latch: threading.Lock | None = None  # the latch of the call being waited for, if any
 
     def cancel(self) -> None:
-        """Invalidate the turn and wake whoever waits on it."""
+        """Invalidate the turn and wake the call waiting on it."""
         self.cancelled = True
-        self._event.set()
+        latch = self._latch
+        if latch is not None:
+            _open(latch)
 
-    def wake(self) -> None:
-        """Wake the waiter without cancelling (the agent finished)."""
-        self._event.set()
-
-    def wait(self, timeout: float) -> bool:
-        """Wait until woken or ``timeout``; return whether woken."""
-        return self._event.wait(timeout)
+    def wait_for(self, call: Future[Any], timeout: float) -> None:
+        """Wait until ``call`` is done, the turn is cancelled, or ``timeout`` seconds have passed."""
+        latch = threading.Lock()
+        latch.acquire()
+        self._latch = latch  # before the check: a cancel from now on opens this latch
+        try:
+            if self.cancelled:
+                return
+            call.add_done_callback(lambda _: _open(latch))
+            latch.acquire(timeout=timeout)
+        finally:
+            self._latch = None
 
 
 class Delivery(msgspec.Struct, frozen=True, kw_only=True):

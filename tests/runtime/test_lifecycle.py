@@ -4,7 +4,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agent import AgentError, AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import SessionsConfig
 from hermes_actors.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
@@ -320,3 +320,26 @@ def test_the_seven_reset_steps_are_each_observable(make_gateway: MakeGateway) ->
     assert gateway.wait_idle()
     assert "echo: a long task" not in [m.text for m in fake.sent]
     assert gateway.session_for(KEY) not in (None, old)
+
+
+class FailingSummaryAgent(EchoAgent):
+    """A pooled agent (it may block) that echoes but cannot summarise."""
+
+    runs_inline = False
+
+    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
+        raise AgentError("the summary model is down")
+
+
+def test_a_failed_automatic_compression_still_answers_the_turn_with_the_agent(make_gateway: MakeGateway) -> None:
+    # The summary and the reply are two agent calls of one turn: the first one's completion must not be taken
+    # for the second one's (which answered "did not answer within N s" at once before).
+    gateway, fake = make_gateway(agent=FailingSummaryAgent(), compress_at_messages=4, agent_timeout_s=30)
+    for i in range(3):
+        fake.push(f"m{i}")
+        assert fake.pop().text == f"echo: m{i}"
+    with gateway.read() as store:
+        session_id = gateway.session_for(KEY)
+        assert session_id is not None
+        assert len(store.load_transcript(session_id)) == 6
+    assert gateway.session_for(KEY) == session_id  # the compression failed: no child took over
