@@ -54,6 +54,10 @@ TARGETS = (
     ("aggregate turns/s", 2000.0),
     ("aggregate / ceiling", 0.5),
     ("50ms agent / aggregate", 0.8),
+    # The same three with producers that wait for each accept before the next (no accepts in flight).
+    ("aggregate one at a time turns/s", 2000.0),
+    ("aggregate one at a time / ceiling", 0.5),
+    ("50ms agent / aggregate, one at a time", 0.8),
 )
 REPLY_TIMEOUT_S = 120.0
 
@@ -814,32 +818,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if "slow" in parts:
         agent = SlowAgent(SLOW_AGENT_DELAY_S)
+        calls, window = args.agent_calls, args.window
         runs = [
-            run_aggregate(
-                args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls, window=args.window
-            )
+            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=calls, window=window)
             for _ in range(args.repeats)
         ]
-        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {args.agent_calls}, {pipelined}"
-        report_aggregate("50ms agent", median_run(runs, lambda r: r.turns_s), note, by_thread=True)
+        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {calls}, {pipelined}"
+        slow = median_run(runs, lambda r: r.turns_s)
+        report_aggregate("50ms agent", slow, note, by_thread=True)
+        figure(
+            "50ms agent calls waiting at once",
+            SLOW_AGENT_DELAY_S * slow.turns_s,
+            "",
+            "on average: 50 ms × turns/s (1 = no overlap)",
+        )
         # The echo agent runs on the session's own thread; an agent that waits runs in the agent pool. The
         # same pooled path with no wait isolates what the 50 ms waits cost once they overlap.
         pooled = SlowAgent(0.0)
         runs = [
-            run_aggregate(
-                args.sessions,
-                args.turns,
-                args.producers,
-                agent=pooled,
-                agent_calls=args.agent_calls,
-                window=args.window,
-            )
+            run_aggregate(args.sessions, args.turns, args.producers, agent=pooled, agent_calls=calls, window=window)
             for _ in range(args.repeats)
         ]
         report_aggregate("pooled 0ms agent", median_run(runs, lambda r: r.turns_s), f"agent pool, no wait, {pipelined}")
         figure("50ms agent / pooled 0ms agent", _figures["50ms agent turns/s"] / _figures["pooled 0ms agent turns/s"])
         if "aggregate turns/s" in _figures:
             figure("50ms agent / aggregate", _figures["50ms agent turns/s"] / _figures["aggregate turns/s"])
+        runs = [
+            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=calls, window=1)
+            for _ in range(args.repeats)
+        ]
+        report_aggregate(
+            "50ms agent one at a time",
+            median_run(runs, lambda r: r.turns_s),
+            f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, {shape}, each waiting for its accept",
+            brief=True,
+        )
+        if "aggregate one at a time turns/s" in _figures:
+            figure(
+                "50ms agent / aggregate, one at a time",
+                _figures["50ms agent one at a time turns/s"] / _figures["aggregate one at a time turns/s"],
+            )
     if "activate" in parts:
         activation = run_activation(args.activate, args.producers)
         figure(
@@ -864,8 +882,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "ceiling" in parts:
         ceiling = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, args.ceiling_tx))
         figure("raw APSW ceiling", ceiling, "turns/s", f"{args.ceiling_tx} turns per transaction, same rows as a turn")
-        if "aggregate turns/s" in _figures:
-            figure("aggregate / ceiling", _figures["aggregate turns/s"] / ceiling)
+        for name in ("aggregate", "aggregate one at a time"):
+            if f"{name} turns/s" in _figures:
+                figure(f"{name} / ceiling", _figures[f"{name} turns/s"] / ceiling)
         # Half the ceiling leaves this much CPU per turn to a process that keeps one core busy (one GIL).
         figure("CPU per turn at half the ceiling", 2e6 / ceiling, "µs", "on one core, for everything a turn does")
         small = median_of(args.repeats, lambda: run_ceiling(args.sessions, args.turns, 1))
