@@ -19,6 +19,7 @@ from typing import Any, Literal
 import msgspec
 import pykka
 
+from hermes_actors.actors import RuntimeActor
 from hermes_actors.messages import OutboundMessage, decode_outbound
 from hermes_actors.store.durable import OutboxRow
 from hermes_actors.store.writer import StoreWriter
@@ -46,7 +47,7 @@ class _Flush(msgspec.Struct, frozen=True, kw_only=True):
 _ChatKey = tuple[str, str | None, str | None]
 
 
-class OutboxActor(pykka.ThreadingActor):
+class OutboxActor(RuntimeActor):
     """Sends one platform's replies through its adapter; see the module docstring."""
 
     use_daemon_thread = True

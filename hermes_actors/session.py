@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 import pykka
 
+from hermes_actors.actors import RuntimeActor
 from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.hygiene import ModelHistory, is_summary
@@ -590,7 +591,7 @@ class SessionTurns:
         return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
 
 
-class SessionActor(pykka.ThreadingActor):
+class SessionActor(RuntimeActor):
     """The mailbox and thread of one session; the supervisor is its only sender."""
 
     use_daemon_thread = True

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import pykka
 
+from hermes_actors.actors import RuntimeActor
 from hermes_actors.commands import (
     CommandName,
     parse_command,
@@ -137,7 +138,7 @@ def _text(work: _Work) -> str:
     return work.message.text if isinstance(work, Delivery) else ""
 
 
-class SupervisorActor(LifecycleCommands, pykka.ThreadingActor):
+class SupervisorActor(LifecycleCommands, RuntimeActor):
     """Owns the routing directory and the session actors; see the module docstring."""
 
     use_daemon_thread = True
