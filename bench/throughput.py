@@ -804,28 +804,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     shape = f"{args.sessions} sessions x {args.turns} turns, {args.producers} producers"
     pipelined = f"{shape}, {args.window} accepts in flight each"
-    if "aggregate" in parts:
+
+    def median_aggregate(*, agent: EchoAgent | SlowAgent | None = None, window: int) -> AggregateResult:
         runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, window=args.window) for _ in range(args.repeats)
+            run_aggregate(
+                args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls, window=window
+            )
+            for _ in range(args.repeats)
         ]
-        report_aggregate("aggregate", median_run(runs, lambda r: r.turns_s), f"echo agent, {pipelined}", by_thread=True)
-        runs = [run_aggregate(args.sessions, args.turns, args.producers, window=1) for _ in range(args.repeats)]
+        return median_run(runs, lambda r: r.turns_s)
+
+    if "aggregate" in parts:
+        report_aggregate("aggregate", median_aggregate(window=args.window), f"echo agent, {pipelined}", by_thread=True)
         report_aggregate(
             "aggregate one at a time",
-            median_run(runs, lambda r: r.turns_s),
+            median_aggregate(window=1),
             f"echo agent, {shape}, each waiting for its accept",
             brief=True,
         )
     if "slow" in parts:
         agent = SlowAgent(SLOW_AGENT_DELAY_S)
-        calls, window = args.agent_calls, args.window
-        runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=calls, window=window)
-            for _ in range(args.repeats)
-        ]
-        note = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, max_concurrent_agent_calls {calls}, {pipelined}"
-        slow = median_run(runs, lambda r: r.turns_s)
-        report_aggregate("50ms agent", slow, note, by_thread=True)
+        delay = f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent"
+        slow = median_aggregate(agent=agent, window=args.window)
+        report_aggregate(
+            "50ms agent", slow, f"{delay}, max_concurrent_agent_calls {args.agent_calls}, {pipelined}", by_thread=True
+        )
         figure(
             "50ms agent calls waiting at once",
             SLOW_AGENT_DELAY_S * slow.turns_s,
@@ -834,23 +837,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         # The echo agent runs on the session's own thread; an agent that waits runs in the agent pool. The
         # same pooled path with no wait isolates what the 50 ms waits cost once they overlap.
-        pooled = SlowAgent(0.0)
-        runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, agent=pooled, agent_calls=calls, window=window)
-            for _ in range(args.repeats)
-        ]
-        report_aggregate("pooled 0ms agent", median_run(runs, lambda r: r.turns_s), f"agent pool, no wait, {pipelined}")
+        pooled = median_aggregate(agent=SlowAgent(0.0), window=args.window)
+        report_aggregate("pooled 0ms agent", pooled, f"agent pool, no wait, {pipelined}")
         figure("50ms agent / pooled 0ms agent", _figures["50ms agent turns/s"] / _figures["pooled 0ms agent turns/s"])
         if "aggregate turns/s" in _figures:
             figure("50ms agent / aggregate", _figures["50ms agent turns/s"] / _figures["aggregate turns/s"])
-        runs = [
-            run_aggregate(args.sessions, args.turns, args.producers, agent=agent, agent_calls=calls, window=1)
-            for _ in range(args.repeats)
-        ]
         report_aggregate(
             "50ms agent one at a time",
-            median_run(runs, lambda r: r.turns_s),
-            f"{SLOW_AGENT_DELAY_S * 1000:.0f} ms agent, {shape}, each waiting for its accept",
+            median_aggregate(agent=agent, window=1),
+            f"{delay}, {shape}, each waiting for its accept",
             brief=True,
         )
         if "aggregate one at a time turns/s" in _figures:

@@ -5,7 +5,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from hermes_actors.gateway import AcceptResult
+from hermes_actors.gateway import AcceptResult, Gateway
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store.writer import WriterClosedError
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
@@ -34,6 +34,11 @@ def test_a_thousand_sessions_of_twenty_turns_from_four_producers_stay_complete_a
         thread.join(120)
     assert not errors
     assert gateway.wait_idle(120)
+    assert_every_chat_has_all_its_turns_in_order(gateway, sessions, turns)
+
+
+def assert_every_chat_has_all_its_turns_in_order(gateway: Gateway, sessions: int, turns: int) -> None:
+    """Chats ``chat-0`` .. were sent ``c<chat> t<turn>`` for every turn: check each transcript and the queues."""
     with gateway.read() as store:
         assert store.stats().sessions == sessions
         for chat in range(sessions):
@@ -110,13 +115,7 @@ def test_messages_submitted_without_waiting_keep_their_order_and_each_turn_runs_
     assert again.duplicate
     assert again.inbox_id is None
     assert gateway.wait_idle(60)
-    with gateway.read() as store:
-        for chat in range(sessions):
-            session_id = store.get_route(f"agent:main:fake:dm:chat-{chat}")
-            assert session_id is not None
-            users = assert_turns_are_contiguous(store.load_transcript(session_id))
-            assert users == [f"c{chat} t{turn}" for turn in range(turns)]
-        assert store.inbox.pending() == []
+    assert_every_chat_has_all_its_turns_in_order(gateway, sessions, turns)
     assert len(fake.sent) == sessions * turns
 
 
