@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -9,7 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hermes_actors import policy as policy_module
@@ -199,11 +200,14 @@ def test_without_a_zone_the_local_zone_is_used() -> None:
     last_active=st.floats(min_value=utc(2020, 1, 1), max_value=utc(2032, 1, 1)),
     at_hour=st.integers(min_value=0, max_value=23),
 )
+# A fraction of a microsecond before 11:00 local: datetime.fromtimestamp rounds it up to 11:00 itself.
+@example(name="Australia/Lord_Howe", last_active=1956527999.9999998, at_hour=11)
 def test_the_daily_deadline_is_the_next_at_hour_in_local_time(name: str, last_active: float, at_hour: int) -> None:
     tz = zone(name)
     deadline = daily_deadline(last_active, daily(at_hour), tz)
     assert last_active < deadline <= last_active + DAY + HOUR
-    before, after = (datetime.fromtimestamp(instant, tz) for instant in (last_active, deadline))
+    # Whole seconds, rounded down: hours begin on a whole second, and rounding to the microsecond could cross one.
+    before, after = (datetime.fromtimestamp(math.floor(instant), tz) for instant in (last_active, deadline))
     assert after.date() == before.date() + timedelta(days=0 if before.hour < at_hour else 1)
     if (after.hour, after.minute, after.second) != (at_hour, 0, 0):  # at_hour:00 fell in a gap: its end
         just_before = datetime.fromtimestamp(deadline - 1, tz)
