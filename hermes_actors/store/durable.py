@@ -7,7 +7,7 @@ Each class wraps the store's connection and clock; ``Store`` exposes them as ``s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import apsw
@@ -282,6 +282,20 @@ class Timers(_Table):
         with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM timers WHERE name = ?", (name,))
             return self._db.changes() > 0
+
+    def apply(self, changes: Mapping[str, tuple[float, bytes | None] | None]) -> None:
+        """Set each named deadline to its ``(due_at, payload)``, or remove it where the change is ``None``."""
+        upserts = [(name, change[0], change[1]) for name, change in changes.items() if change is not None]
+        removals = [(name,) for name, change in changes.items() if change is None]
+        with Transaction(self._db, savepoint=False):
+            if upserts:
+                self._db.executemany(
+                    "INSERT INTO timers (name, due_at, payload) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+                    "SET due_at = excluded.due_at, payload = excluded.payload",
+                    upserts,
+                )
+            if removals:
+                self._db.executemany("DELETE FROM timers WHERE name = ?", removals)
 
     def all(self) -> list[TimerRow]:
         """Return every deadline, earliest first."""

@@ -81,6 +81,35 @@ def test_durable_deadlines_are_stored_for_the_next_start(writer: StoreWriter) ->
     assert [(r.name, r.due_at, r.payload) for r in rows] == [("reset:s9", clock.now + 3600, b"daily")]
 
 
+def test_deadline_changes_queued_behind_a_commit_are_stored_by_one_write_with_the_latest_of_each(
+    writer: StoreWriter,
+) -> None:
+    # A session's deadline moves at every turn: 300 moves must not cost 300 writer jobs.
+    clock = FakeClock()
+    timers = TimerService(writer=writer, clock=clock)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(store: Store) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    writer.submit(hold)
+    assert entered.wait(10)
+    before = writer.statistics().writes
+    for turn in range(100):
+        for session in range(3):
+            timers.schedule(f"reset:s{session}", clock.now + 60 + turn, b"idle")
+    timers.cancel("reset:s2")
+    release.set()
+    rows = writer.call(lambda store: store.timers.all())
+    assert [(r.name, r.due_at, r.payload) for r in rows] == [
+        ("reset:s0", clock.now + 159, b"idle"),
+        ("reset:s1", clock.now + 159, b"idle"),
+    ]
+    assert writer.statistics().writes - before == 3  # the held job, one flush of 301 changes, the read
+    assert timers.pending() == {"reset:s0": clock.now + 159, "reset:s1": clock.now + 159}
+
+
 def test_recurring_ticks_repeat_at_their_interval() -> None:
     clock = FakeClock()
     ticks = threading.Semaphore(0)
