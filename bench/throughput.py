@@ -39,6 +39,7 @@ from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.gateway import AcceptResult, Gateway
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.policy import ResetConfig, ResetMode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import MessageRecord, Synchronous, migrate, open_connection
 from hermes_actors.store.writer import WriterStatistics
@@ -328,7 +329,11 @@ class Runtime:
 
 @contextmanager
 def runtime(
-    config: RuntimeConfig, *, agent: EchoAgent | SlowAgent | None = None, tick_interval_s: float = 5.0
+    config: RuntimeConfig,
+    *,
+    agent: EchoAgent | SlowAgent | None = None,
+    tick_interval_s: float = 5.0,
+    reset: ResetConfig | None = None,
 ) -> Iterator[Runtime]:
     """Start a gateway with ``config`` on a fresh database in a temporary directory; stop it afterwards."""
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory:
@@ -347,6 +352,7 @@ def runtime(
             senders=[platform],
             synchronous=Synchronous.NORMAL,
             tick_interval_s=tick_interval_s,
+            reset=reset,
             on_turn=turn_done,
         )
         platform.attach(gateway)
@@ -430,6 +436,7 @@ def run_aggregate(
     agent: EchoAgent | SlowAgent | None = None,
     agent_calls: int = 256,
     window: int = 1,
+    reset: ResetConfig | None = None,
 ) -> AggregateResult:
     """``producers`` threads send ``turns`` messages to each of ``sessions`` chats without waiting for replies.
 
@@ -437,7 +444,7 @@ def run_aggregate(
     sessions, then ``t + 1``), so each session's messages are accepted in order. The run ends at the last reply.
     """
     config = throughput_config(max_concurrent_agent_calls=agent_calls, max_live_actors=max(5000, sessions))
-    with runtime(config, agent=agent) as rt:
+    with runtime(config, agent=agent, reset=reset) as rt:
         platform, accept, submit = rt.platform, rt.gateway.accept, rt.gateway.submit
         # Warm up: every session is activated (first turn) before the clock starts, so this measures turns only.
         for s in range(sessions):
@@ -805,10 +812,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = f"{args.sessions} sessions x {args.turns} turns, {args.producers} producers"
     pipelined = f"{shape}, {args.window} accepts in flight each"
 
-    def median_aggregate(*, agent: EchoAgent | SlowAgent | None = None, window: int) -> AggregateResult:
+    def median_aggregate(
+        *, agent: EchoAgent | SlowAgent | None = None, window: int, reset: ResetConfig | None = None
+    ) -> AggregateResult:
         runs = [
             run_aggregate(
-                args.sessions, args.turns, args.producers, agent=agent, agent_calls=args.agent_calls, window=window
+                args.sessions,
+                args.turns,
+                args.producers,
+                agent=agent,
+                agent_calls=args.agent_calls,
+                window=window,
+                reset=reset,
             )
             for _ in range(args.repeats)
         ]
@@ -820,6 +835,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "aggregate one at a time",
             median_aggregate(window=1),
             f"echo agent, {shape}, each waiting for its accept",
+            brief=True,
+        )
+        # Every turn moves the session's reset deadline (a durable row) when a reset policy is on.
+        report_aggregate(
+            "aggregate with resets",
+            median_aggregate(window=args.window, reset=ResetConfig(mode=ResetMode.BOTH)),
+            f"echo agent, {pipelined}, session_reset mode both",
             brief=True,
         )
     if "slow" in parts:
