@@ -77,6 +77,7 @@ class Gateway:
     """The runtime of one process: store writer, readers, supervisor, outboxes and timers."""
 
     pruned: PruneResult | None = None  # what auto-prune did at start, if it ran
+    timers: TimerService  # set in __init__ after the outbox, whose retries it wakes
 
     def __init__(
         self,
@@ -129,6 +130,7 @@ class Gateway:
             retry_max_s=self.config.outbox_retry_max_s,
             clock=clock,
             on_result=self._delivery_report,
+            wake_at=lambda name, due_at, callback: self.timers.once(name, due_at, callback),
         )
         for sender in senders:
             self._outbox.register(sender)

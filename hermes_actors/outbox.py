@@ -45,6 +45,7 @@ class _Flush(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _ChatKey = tuple[str, str | None, str | None]
+WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
 
 
 class OutboxActor(RuntimeActor):
@@ -61,9 +62,11 @@ class OutboxActor(RuntimeActor):
         retry_max_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[OutboundMessage, str | None], None] | None = None,
+        wake_at: WakeAt | None = None,
     ) -> None:
         super().__init__()
         self._on_result = on_result
+        self._wake_at = wake_at
         self._sender = sender
         self._writer = writer
         self._retry_base = retry_base_s
@@ -85,6 +88,7 @@ class OutboxActor(RuntimeActor):
                 now = self._clock()
                 for key in [k for k, at in self._retry_at.items() if at <= now]:
                     del self._retry_at[key]
+                self._arm_retry()
                 self._schedule_flush()
             case _Flush():
                 self._flush_pending = False
@@ -122,6 +126,16 @@ class OutboxActor(RuntimeActor):
                 del self._chats[key]
         if sent:
             self._writer.submit(lambda store: store.outbox.mark_sent_many(sent))
+        self._arm_retry()
+
+    def _arm_retry(self) -> None:
+        """Ask for a :class:`RetryTick` when the earliest waiting chat is due (a 429's Retry-After: 1 means 1 s, not
+        the next gateway tick)."""
+        if self._wake_at is not None and self._retry_at:
+            actor = self.actor_ref
+            self._wake_at(
+                f"outbox-retry:{self._sender.platform}", min(self._retry_at.values()), lambda: actor.tell(RetryTick())
+            )
 
     def _send(self, key: _ChatKey, item: _Deliver) -> tuple[Literal["sent", "failed", "abandoned"], str | None]:
         """Send one reply whose attempt is already counted; return what happened and the platform's message id."""

@@ -55,6 +55,7 @@ class FakePlatform:
         self._failures = 0
         self._failure_unknown = False
         self._failure_permanent = False
+        self._failure_retry_after: float | None = None
         self._lock = threading.Lock()
         self._gateway: _Accepts | None = None
 
@@ -94,12 +95,20 @@ class FakePlatform:
             raise RuntimeError("FakePlatform.push needs a gateway: call attach(gateway) first")
         return self._gateway.accept(self.message(text, **fields))  # type: ignore[arg-type]
 
-    def fail_next(self, count: int, *, outcome_unknown: bool = False, permanent: bool = False) -> None:
-        """Make the next ``count`` sends raise :class:`SendError`."""
+    def fail_next(
+        self,
+        count: int,
+        *,
+        outcome_unknown: bool = False,
+        permanent: bool = False,
+        retry_after_s: float | None = None,
+    ) -> None:
+        """Make the next ``count`` sends raise :class:`SendError` (``retry_after_s``: as a 429 with Retry-After)."""
         with self._lock:
             self._failures = count
             self._failure_unknown = outcome_unknown
             self._failure_permanent = permanent
+            self._failure_retry_after = retry_after_s
 
     def send(self, message: OutboundMessage) -> str | None:
         """Record the reply (the ReplySender protocol)."""
@@ -110,6 +119,7 @@ class FakePlatform:
                     "fake platform refused the send",
                     outcome_unknown=self._failure_unknown,
                     permanent=self._failure_permanent,
+                    retry_after_s=self._failure_retry_after,
                 )
             self.sent.append(message)
         self._replies.put(message)
@@ -153,7 +163,7 @@ def open_fake_gateway(
     **runtime: Any,
 ) -> Iterator[tuple[Gateway, FakePlatform]]:
     """Run a gateway on ``path`` with one :class:`FakePlatform`; ``runtime`` fields go to ``RuntimeConfig``
-    (except ``reset``, ``tz`` and ``on_turn``, which go to the gateway).
+    (except ``reset``, ``tz``, ``on_turn`` and ``tick_interval_s``, which go to the gateway).
 
     ``with open_fake_gateway(tmp_path / "state.db") as (gateway, fake): fake.push("hi"); fake.pop()``
     """
@@ -162,7 +172,7 @@ def open_fake_gateway(
 
     fake = FakePlatform(platform)
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
-    for option in ("reset", "tz", "on_turn"):
+    for option in ("reset", "tz", "on_turn", "tick_interval_s"):
         if option in runtime:
             extra[option] = runtime.pop(option)
     gateway = Gateway(path, config=RuntimeConfig(**runtime), agent=agent, senders=[fake], **extra)

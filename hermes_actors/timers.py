@@ -52,6 +52,7 @@ class TimerService:
         self._due: dict[str, tuple[float, int]] = {}  # name -> live heap entry (others are stale)
         self._payloads: dict[str, bytes | None] = {}
         self._recurring: dict[str, tuple[float, Callable[[], None]]] = {}
+        self._once: dict[str, Callable[[], None]] = {}
         self._handlers: list[tuple[str, Handler]] = []
         self._seq = itertools.count()
         self._stopped = False
@@ -83,6 +84,12 @@ class TimerService:
             self._recurring[name] = (interval_s, callback)
             self._push(name, self._clock() + interval_s)
 
+    def once(self, name: str, due_at: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once at ``due_at`` (in memory only); arming ``name`` again moves it."""
+        with self._cond:
+            self._once[name] = callback
+            self._push(name, due_at)
+
     def schedule(self, name: str, due_at: float, payload: bytes | None = None) -> None:
         """Create or move the durable deadline ``name``."""
         self._persist(name, (due_at, payload))
@@ -100,7 +107,9 @@ class TimerService:
             self._due.pop(name, None)
             self._payloads.pop(name, None)
             self._recurring.pop(name, None)
-        self._persist(name, None)
+            in_memory = self._once.pop(name, None) is not None
+        if not in_memory:
+            self._persist(name, None)
 
     def armed(self, name: str) -> bool:
         """Return whether ``name`` has a deadline."""
@@ -173,9 +182,11 @@ class TimerService:
                 del self._due[name]
                 payload = self._payloads.pop(name, None)
                 recurring = self._recurring.get(name)
+                callback = self._once.pop(name, None)
                 if recurring is not None:
                     self._push(name, now + recurring[0])
-            self._fire(name, payload, recurring[1] if recurring else None)
+                    callback = recurring[1]
+            self._fire(name, payload, callback)
 
     def _fire(self, name: str, payload: bytes | None, callback: Callable[[], None] | None) -> None:
         try:

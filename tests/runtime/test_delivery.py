@@ -172,3 +172,18 @@ def test_old_answered_inbox_rows_and_sent_replies_are_pruned_in_chunks(
 def test_a_retention_under_a_day_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"^runtime\.queue_retention_days: must be at least 1 day"):
         RuntimeConfig(queue_retention_days=0.5)
+
+
+def test_a_reply_refused_with_retry_after_is_sent_again_when_that_time_comes_not_at_the_next_tick(
+    make_gateway: MakeGateway,
+) -> None:
+    # The gateway's periodic tick is an hour away: only the retry's own timer can send the reply again.
+    gateway, fake = make_gateway(tick_interval_s=3600.0)
+    fake.fail_next(1, retry_after_s=0.2)
+    fake.push("hello")
+    reply = fake.pop(timeout=10)
+    assert reply.text == "echo: hello"
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.outbox.unsent() == []
+        assert store.timers.all() == []  # the retry's wake-up is not a durable deadline

@@ -123,3 +123,35 @@ def test_recurring_ticks_repeat_at_their_interval() -> None:
             assert ticks.acquire(timeout=5)
     finally:
         timers.stop()
+
+
+def test_a_one_shot_callback_fires_once_moves_when_armed_again_and_is_never_stored(writer: StoreWriter) -> None:
+    clock = FakeClock()
+    calls: list[float] = []
+    fired = threading.Semaphore(0)
+    timers = TimerService(writer=writer, clock=clock)
+    timers.start()
+
+    def wake() -> None:
+        calls.append(clock.now)
+        fired.release()
+
+    try:
+        timers.once("retry", clock.now + 10, wake)
+        timers.once("retry", clock.now + 20, wake)  # moved later
+        timers.once("gone", clock.now + 5, wake)
+        timers.cancel("gone")
+        clock.advance(15)
+        timers.poke()
+        assert not fired.acquire(timeout=0.2)
+        clock.advance(10)
+        timers.poke()
+        assert fired.acquire(timeout=5)
+        clock.advance(100)
+        timers.poke()
+        assert not fired.acquire(timeout=0.2)
+        assert len(calls) == 1
+        assert timers.pending() == {}
+    finally:
+        timers.stop()
+    assert writer.call(lambda store: store.timers.all()) == []
