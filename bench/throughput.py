@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import ctypes
 import gc
 import os
 import pstats
@@ -37,6 +36,7 @@ from report import figure_line
 
 from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.futex import futex_slots_for, size_futex_hash
 from hermes_actors.gateway import AcceptResult, Gateway
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.policy import ResetConfig, ResetMode
@@ -222,21 +222,19 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text(encoding="ascii").split()[:3])
 
 
-PR_FUTEX_HASH = 78  # <linux/prctl.h>, Linux 6.16
-PR_FUTEX_HASH_SET_SLOTS = 1
+ACTIVATION_MAX_LIVE = 12000  # max_live_actors of the activation run, the most threads any part starts
 
 
-def set_futex_hash_slots(slots: int) -> None:
-    """Resize this process's private futex hash (``0``: use the global one); raise ``OSError`` if refused.
-
-    Since Linux 6.16 a threaded process gets a private futex hash sized for its CPUs (16 slots on 2 cores), so
-    with thousands of actor threads every futex wake walks a long bucket.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, slots, 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"prctl(PR_FUTEX_HASH_SET_SLOTS, {slots}): {os.strerror(error)}")
-    print(f"# futex hash: {slots} private slots" if slots else "# futex hash: the global one", flush=True)
+def size_futex_hash_as_hermesd(slots: int | None) -> None:
+    """Size the futex hash as hermesd does at start (``hermes_actors.futex``), or to ``slots`` (-1: leave it)."""
+    if slots is None:
+        slots = futex_slots_for(ACTIVATION_MAX_LIVE + 256 + 64)
+    if slots < 0:
+        print("# futex hash: the kernel's default", flush=True)
+    elif size_futex_hash(slots):
+        print(f"# futex hash: {slots} private slots" if slots else "# futex hash: the global one", flush=True)
+    else:
+        print(f"# futex hash: the kernel refused {slots} slots (older than 6.16?); its default", flush=True)
 
 
 # -- the platform and the agents -------------------------------------------------------------------------------
@@ -542,7 +540,7 @@ def run_activation(sessions: int, producers: int) -> ActivationResult:
     RSS is read after a warm-up session, and again once every reply is sent and every actor is still live (the
     supervisor's passivation tick is pushed out of the run), after a full garbage collection both times.
     """
-    config = throughput_config(max_live_actors=12000, max_concurrent_agent_calls=256)
+    config = throughput_config(max_live_actors=ACTIVATION_MAX_LIVE, max_concurrent_agent_calls=256)
     with runtime(config, tick_interval_s=3600.0) as rt:
         platform, accept = rt.platform, rt.gateway.accept
         accept(platform.inbound("warm-up", session=-1, message_id="warm-up"))
@@ -758,14 +756,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--futex-hash-slots",
         type=int,
         metavar="N",
-        help="Linux >= 6.16: give the process N private futex hash slots (0: the global hash) before starting",
+        help="Linux >= 6.16: N private futex hash slots (0: the global hash, -1: the kernel's default); "
+        "default: sized as hermesd sizes it",
     )
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile every thread; write pstats files per thread group to DIR"
     )
     args = parser.parse_args(argv)
-    if args.futex_hash_slots is not None:
-        set_futex_hash_slots(args.futex_hash_slots)
+    size_futex_hash_as_hermesd(args.futex_hash_slots)
     profiler = ThreadProfiler() if args.profile else None
     if profiler is not None:
         profiler.start()

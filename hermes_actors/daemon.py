@@ -29,6 +29,7 @@ from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.cli.options import database_path
 from hermes_actors.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
 from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.futex import futex_slots_for, size_futex_hash
 from hermes_actors.gateway import Gateway
 from hermes_actors.settings import AgentSettings, Settings, load_settings
 from hermes_actors.terminal import TerminalChannel
@@ -168,6 +169,10 @@ class Daemon:
         runtime = settings.runtime
         if settings.agent.context_window is not None:
             runtime = msgspec.structs.replace(runtime, context_window=settings.agent.context_window)
+        # One thread per live session, plus the agent pool and the rest: size the futex hash for them.
+        slots = futex_slots_for(runtime.max_live_actors + runtime.max_concurrent_agent_calls + 64)
+        if size_futex_hash(slots):
+            _log.info("futex hash: %d private slots for up to %d live sessions", slots, runtime.max_live_actors)
         adapters = build_adapters(settings.platforms, self._environ)
         senders = [sender for adapter in adapters.values() for sender in adapter.senders()]
         self._gateway = Gateway(
