@@ -10,6 +10,7 @@ replies to the same chat wait behind it, other chats do not.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -133,9 +134,12 @@ class OutboxActor(RuntimeActor):
         the next gateway tick)."""
         if self._wake_at is not None and self._retry_at:
             actor = self.actor_ref
-            self._wake_at(
-                f"outbox-retry:{self._sender.platform}", min(self._retry_at.values()), lambda: actor.tell(RetryTick())
-            )
+
+            def wake() -> None:
+                with contextlib.suppress(pykka.ActorDeadError):  # stopped or replaced (a reload) since
+                    actor.tell(RetryTick())
+
+            self._wake_at(f"outbox-retry:{self._sender.platform}", min(self._retry_at.values()), wake)
 
     def _send(self, key: _ChatKey, item: _Deliver) -> tuple[Literal["sent", "failed", "abandoned"], str | None]:
         """Send one reply whose attempt is already counted; return what happened and the platform's message id."""
