@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import re
+import time as system_time
 from datetime import date, datetime, time, timedelta, tzinfo
 
 import msgspec
@@ -308,8 +310,32 @@ def _wall(instant: float, tz: tzinfo | None) -> datetime:
     return datetime.fromtimestamp(instant, tz).replace(tzinfo=None)
 
 
+_INSTANTS: dict[tuple[date, int, object], float] = {}  # (day, hour, zone) -> _first_instant_at, for touch()
+_INSTANTS_MAX = 4096
+
+
+def _zone_key(tz: tzinfo | None) -> object:
+    """What the wall clock of ``tz`` depends on; for local time (``None``), what ``TZ`` and ``time.tzset()`` set."""
+    if tz is not None:
+        return tz
+    return ("local", os.environ.get("TZ"), system_time.timezone, system_time.altzone, system_time.tzname)
+
+
 def _first_instant_at(day: date, hour: int, tz: tzinfo | None) -> float:
-    """Return the first instant whose local wall time is ``day`` at ``hour:00`` or, in a gap, just past it."""
+    """Return the first instant whose local wall time is ``day`` at ``hour:00`` or, in a gap, just past it.
+
+    Remembered per (day, hour, zone): every turn of a session with a daily reset asks for today's or tomorrow's.
+    """
+    key = (day, hour, _zone_key(tz))
+    instant = _INSTANTS.get(key)
+    if instant is None:
+        if len(_INSTANTS) >= _INSTANTS_MAX:
+            _INSTANTS.clear()
+        instant = _INSTANTS[key] = _compute_first_instant_at(day, hour, tz)
+    return instant
+
+
+def _compute_first_instant_at(day: date, hour: int, tz: tzinfo | None) -> float:
     wall = datetime.combine(day, time(hour))
     # fold=0 and fold=1 pick the offset before and after a transition (PEP 495); naive means local time.
     instants = sorted({wall.replace(tzinfo=tz, fold=fold).timestamp() for fold in (0, 1)})

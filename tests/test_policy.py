@@ -195,6 +195,18 @@ def test_without_a_zone_the_local_zone_is_used() -> None:
     assert daily_deadline(utc(2026, 6, 10, 3, 30), daily(0)) == utc(2026, 6, 10, 4)
 
 
+def test_remembered_deadlines_follow_a_change_of_the_local_zone(new_york_local_time: None) -> None:
+    # Deadlines are remembered per day and zone; for local time the zone is whatever TZ says right now.
+    last_active = utc(2026, 3, 7, 17)
+    assert daily_deadline(last_active, daily(2)) == utc(2026, 3, 8, 7)  # New York, remembered
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    assert daily_deadline(last_active, daily(2)) == utc(2026, 3, 8, 2)
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    assert daily_deadline(last_active, daily(2)) == utc(2026, 3, 8, 7)
+
+
 @given(
     name=st.sampled_from(["UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kolkata"]),
     last_active=st.floats(min_value=utc(2020, 1, 1), max_value=utc(2032, 1, 1)),
