@@ -18,9 +18,10 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from hermes_actors.errors import PlatformError
 
@@ -44,6 +45,26 @@ async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T
         return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
     except TimeoutError:
         raise TimeoutError(f"the store did not commit the message within {timeout_s:g} s") from None
+
+
+class _ServerLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server log, where a request its HTTP parser refuses is an info line instead of an error.
+
+    aiohttp answers a request it cannot parse (a control character in a header, a line too long) with a plain
+    400 before any handler runs, and logs it with a stack at ERROR as if the server had failed. That is the
+    client's fault; the server's own failures (anything else) stay errors.
+    """
+
+    def __init__(self, server_name: str) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"))
+        self.server_name = server_name
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError) and 400 <= exc_info.code < 500:
+            refused = " ".join(exc_info.message.split())[:200]
+            self.info("%s: refused a malformed HTTP request (%d %s)", self.server_name, exc_info.code, refused)
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 class HttpHost:
@@ -103,7 +124,8 @@ class HttpHost:
             ) from exc
 
     async def _setup(self) -> int:
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        log = _ServerLog(self.name)
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0, logger=log)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._requested_port)
         await site.start()

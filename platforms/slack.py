@@ -57,7 +57,7 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import http_client
+from platforms import http_client, json_guard
 from platforms.base import Capabilities, ReplySender, SendError
 from platforms.http_client import shown
 from platforms.http_host import HttpAdapter, Refused
@@ -242,15 +242,15 @@ class _MessageEvent(msgspec.Struct, frozen=True, kw_only=True):
     user_profile: _Profile | None = None
 
 
-_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+_decode_envelope = msgspec.json.Decoder(_Envelope)
 
 
 def _decode(body: bytes) -> _Envelope:
     try:
-        return _decode_envelope(body)
+        return json_guard.decode(_decode_envelope, body)
     except msgspec.ValidationError as exc:
         raise Refused(400, f"the body is not an Events API payload ({exc})") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise Refused(400, f"the body is not valid JSON ({exc})") from None
 
 

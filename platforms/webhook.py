@@ -33,7 +33,7 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import http_client
+from platforms import http_client, json_guard
 from platforms.base import Capabilities, ReplySender, SendError
 from platforms.http_client import shown
 from platforms.http_host import HttpAdapter, Refused
@@ -283,10 +283,10 @@ def _json_type(value: Any) -> str:
 def _to_inbound(route: _Route, webhook_id: str, body: bytes, received_at: float) -> InboundMessage:
     """Map a verified body onto an inbound message, or raise :class:`Refused` (400) naming the field."""
     try:
-        payload = _payload_decoder.decode(body)
+        payload = json_guard.decode(_payload_decoder, body)
     except msgspec.ValidationError as exc:
         raise Refused(400, f"the body must be a JSON object ({exc})") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise Refused(400, f"the body is not valid JSON ({exc})") from None
     mapping = route.config
     text = _lookup(payload, mapping.text)

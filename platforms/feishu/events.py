@@ -30,6 +30,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms import json_guard
 from platforms.feishu.config import AppKeys
 from platforms.feishu.files import Resource, resources_of
 from platforms.http_host import Refused
@@ -153,10 +154,10 @@ _any_object = msgspec.json.Decoder(dict[str, Any])
 
 def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
     try:
-        return decoder.decode(data)
+        return json_guard.decode(decoder, data)
     except msgspec.ValidationError as exc:
         raise Refused(400, f"{what} is not in Feishu's event format ({exc})") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise Refused(400, f"{what} is not valid JSON ({exc})") from None
 
 
@@ -206,8 +207,8 @@ def _unseal(app: AppKeys, sealed: str, *, signed: bool) -> tuple[bytes, _Outer]:
     if plain is None:
         raise Refused(status, f"the body cannot be decrypted with the encrypt key of app {app.name!r}")
     try:
-        outer = _outer.decode(plain)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        outer = json_guard.decode(_outer, plain)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise Refused(status, f"the decrypted body is not in Feishu's event format ({exc})") from None
     if outer.encrypt is not None:
         raise Refused(400, "the decrypted body is sealed again")
@@ -304,8 +305,8 @@ def _resources(message: _Message) -> list[Resource]:
     if message.message_type == "text":
         return []
     try:
-        content = _any_object.decode(message.content)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        content = json_guard.decode(_any_object, message.content)
+    except (msgspec.ValidationError, msgspec.DecodeError):
         return []
     return resources_of(message.message_type, content)
 
@@ -314,13 +315,13 @@ def _text_of(message: _Message) -> str:
     """The message as text: its words with @mentions named; attachments as a short stand-in such as ``[image]``."""
     if message.message_type == "text":
         try:
-            text = _text_content.decode(message.content).text
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+            text = json_guard.decode(_text_content, message.content).text
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise Refused(400, f"$.event.message.content is not a text message's JSON ({exc})") from None
     elif message.message_type == "post":
         try:
-            text = _post_text(_any_object.decode(message.content))
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+            text = _post_text(json_guard.decode(_any_object, message.content))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise Refused(400, f"$.event.message.content is not a post message's JSON ({exc})") from None
     else:
         return _PLACEHOLDERS.get(message.message_type, f"[{message.message_type}]")

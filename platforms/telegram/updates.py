@@ -28,6 +28,7 @@ from hermes_actors.errors import PlatformError
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms import json_guard
 
 __all__ = [
     "ALLOWED_UPDATES",
@@ -139,7 +140,7 @@ class UpdateId(msgspec.Struct, frozen=True, kw_only=True):
     update_id: int
 
 
-_decode = msgspec.json.Decoder(Update).decode
+_decoder = msgspec.json.Decoder(Update)
 _decode_id = msgspec.json.Decoder(UpdateId).decode
 
 # Media without text, in the order they are tested (an animation also carries a document).
@@ -161,10 +162,10 @@ _STAND_INS = (
 def decode_update(body: bytes | str) -> Update:
     """Decode one update; :class:`UpdateError` says what is wrong and where (``$.message.chat.id``)."""
     try:
-        return _decode(body)
+        return json_guard.decode(_decoder, body)
     except msgspec.ValidationError as exc:
         raise UpdateError(f"not a Telegram update: {exc}") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise UpdateError(f"not valid JSON: {exc}") from None
 
 

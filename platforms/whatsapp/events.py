@@ -34,6 +34,7 @@ import msgspec
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms import json_guard
 from platforms.http_host import Refused
 from platforms.whatsapp.files import MediaRef
 
@@ -234,16 +235,16 @@ class _Value(msgspec.Struct, frozen=True, kw_only=True):
     errors: list[_Error] = msgspec.field(default_factory=list)
 
 
-_decode = msgspec.json.Decoder(Notification).decode
+_decoder = msgspec.json.Decoder(Notification)
 
 
 def decode_notification(body: bytes) -> Notification:
     """The outer notification, or :class:`Refused` (400) naming what is wrong."""
     try:
-        return _decode(body)
+        return json_guard.decode(_decoder, body)
     except msgspec.ValidationError as exc:
         raise Refused(400, f"the body is not a webhook notification ({exc})") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except msgspec.DecodeError as exc:
         raise Refused(400, f"the body is not valid JSON ({exc})") from None
 
 
