@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import msgspec
 
+from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.search import session_search
+from hermes_actors.store import SessionFilter, SessionRecord, Store
 from hermes_actors.store.lineage import lineage_tip
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "list_sessions_text",
     "owns",
     "parse_command",
+    "reachable",
     "resume_listing_text",
+    "title_holder_text",
 ]
 
 DEFAULT_RESET_TRIGGERS = ("/new", "/reset")
@@ -87,14 +91,29 @@ def parse_command(text: str, *, reset_triggers: Sequence[str] = DEFAULT_RESET_TR
 
 
 def owns(source: SessionSource, record: SessionRecord) -> bool:
-    """Return whether ``record`` belongs to the sender of ``source`` (same platform and user)."""
-    return record.source == source.platform and record.user_id == source.participant_id
+    """Return whether ``record`` belongs to the sender of ``source`` (the whole principal: platform, scope,
+    account and participant)."""
+    return Principal.of(source).owns(record)
+
+
+def reachable(source: SessionSource, *, any_user: bool = False) -> SessionFilter:
+    """The sessions the sender of ``source`` may name in a command: their own, or with ``any_user`` (an admin
+    setting) every user's of the same platform, workspace and bot account, never another tenant's."""
+    principal = Principal.of(source)
+    return principal.tenant() if any_user else principal.sessions()
+
+
+def title_holder_text(source: SessionSource | None, title: str, holder: SessionRecord) -> str:
+    """Why ``title`` cannot be used: it names the holding session only when that is the sender's own."""
+    if source is not None and owns(source, holder):
+        return f"Title '{title}' is already in use by session {holder.id}"
+    return f"Title '{title}' is already taken; choose another"
 
 
 def list_resumable(store: Store, source: SessionSource, *, any_user: bool = False) -> list[SessionRecord]:
     """Return the titled sessions ``/resume`` offers the sender, most recently active first (at most 20)."""
-    sessions = store.list_sessions(source=source.platform, limit=200)
-    return [s for s in sessions if s.title and (any_user or owns(source, s))][:20]
+    sessions = store.list_sessions(limit=200, visible=reachable(source, any_user=any_user))
+    return [s for s in sessions if s.title][:20]
 
 
 def resume_listing_text(sessions: Sequence[SessionRecord]) -> str:
@@ -115,30 +134,33 @@ class ResumeChoice(msgspec.Struct, frozen=True, kw_only=True):
 def choose_resume_target(
     store: Store, source: SessionSource, argument: str, listed: Sequence[str], *, any_user: bool = False
 ) -> ResumeChoice:
-    """Resolve ``argument`` (a number from the last listing, an id, a unique prefix or a title).
+    """Resolve ``argument`` (a number from the last listing, an id, a unique prefix or a title) among the
+    sessions the sender may reach; another principal's session is not found, exactly like a missing one.
 
     Raises the store's lookup errors (not found, ambiguous prefix) for the caller to report.
     """
+    visible = reachable(source, any_user=any_user)
     if argument.isdigit() and 1 <= int(argument) <= len(listed):
-        target = store.get_session(listed[int(argument) - 1])
+        target = store.resolve_session(listed[int(argument) - 1], visible=visible)
     else:
-        target = store.resolve_session(argument)
-    if not any_user and not owns(source, target):
-        return ResumeChoice(refusal=f"Session {target.id} is not one of yours here.")
+        target = store.resolve_session(argument, visible=visible)
     return ResumeChoice(target=store.get_session(lineage_tip(store, target.id)))
 
 
-def list_sessions_text(store: Store, source: SessionSource, query: str, *, any_user: bool = False) -> str:
-    """Answer ``/sessions [query]``: the sender's recent sessions, or those whose messages match ``query``."""
+def list_sessions_text(
+    store: Store, source: SessionSource, query: str, *, any_user: bool = False, limit: int = 10
+) -> str:
+    """Answer ``/sessions [query]``: the sender's recent sessions, or those whose messages or titles match
+    ``query`` (through ``session_search`` discovery, restricted to the sessions the sender may reach)."""
+    visible = reachable(source, any_user=any_user)
     if query:
-        result = store.fts_query(query, limit=10)
+        result = session_search(store, query=query, limit=limit, visible=visible)
         if result.error is not None:
             return f"Search failed: {result.error}"
-        ids = list(dict.fromkeys(h.session_id for h in result.hits))
-        found = [s for s in (store.find_session(i) for i in ids) if s is not None]
-        mine = [s for s in found if any_user or owns(source, s)]
+        found = [store.find_session(hit.session_id) for hit in result.hits]
+        mine = [s for s in found if s is not None]
     else:
-        mine = [s for s in store.list_sessions(source=source.platform, limit=50) if owns(source, s)][:10]
+        mine = store.list_sessions(limit=limit, visible=visible)
     if not mine:
         return "No sessions found."
     return "\n".join(f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
-__all__ = ["MIN_MESSAGE_CAP_CHARS", "RuntimeConfig", "SessionsConfig"]
+__all__ = ["MIN_MESSAGE_CAP_CHARS", "RuntimeConfig", "SearchScope", "SessionsConfig"]
 
 MIN_MESSAGE_CAP_CHARS = 500
 
@@ -70,13 +72,29 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             )
 
 
+class SearchScope(enum.StrEnum):
+    """How far the agent's ``session_search`` tool reaches (``sessions.search_scope``)."""
+
+    USER = "user"  # the asking principal's own sessions
+    CHAT = "chat"  # every session of the asking chat (a group's other members too), same tenant and bot account
+    TENANT = "tenant"  # every session of the workspace/tenant and bot account
+    ALL = "all"  # every session of every platform (a gateway with one user)
+
+
 class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``sessions:`` section: automatic pruning of old ended sessions (off by default)."""
+    """The ``sessions:`` section: automatic pruning of old ended sessions (off by default), and how far the
+    agent's ``session_search`` reaches (``search_scope``, overridable per platform in ``search_scope_platforms``)."""
 
     auto_prune: bool = False
     retention_days: float = 90
     vacuum_after_prune: bool = True
     min_interval_hours: float = 24
+    search_scope: SearchScope = SearchScope.USER
+    search_scope_platforms: dict[str, SearchScope] = {}
+
+    def search_scope_for(self, platform: str) -> SearchScope:
+        """The search scope of sessions opened on ``platform``."""
+        return self.search_scope_platforms.get(platform, self.search_scope)
 
     def __post_init__(self) -> None:
         if self.retention_days < 0 or self.min_interval_hours < 0:

@@ -145,6 +145,7 @@ class Gateway:
             lease_owner=self.lease_owner,
             owner_alive=lease_owner_alive,
             clock=clock,
+            sessions=sessions,
         )
         self.timers = TimerService(writer=self._writer, clock=clock)
         self.resets = ResetScheduler(

@@ -18,6 +18,7 @@ from hermes_actors.commands import (
     list_resumable,
     list_sessions_text,
     resume_listing_text,
+    title_holder_text,
 )
 from hermes_actors.errors import HermesError
 from hermes_actors.routing import SessionSource
@@ -100,7 +101,8 @@ class LifecycleCommands:
             with self._readers.reader() as store:
                 holder = store.find_by_title(title)
             if holder is not None and holder.title == title.strip():
-                note = f" The title '{title}' is already in use by session {holder.id}, so it was not applied."
+                why = title_holder_text(delivery.message.source, title, holder)
+                note = f" The t{why[1:]}, so it was not applied."
             else:
                 self._pending_titles[routing_key] = title
                 note = f" Its title will be '{title}'."
@@ -164,9 +166,8 @@ class LifecycleCommands:
             with self._readers.reader() as store:
                 holder = store.find_by_title(argument)
             if holder is not None and holder.title == argument.strip():
-                self._reply_now(
-                    delivery, f"Title '{argument}' is already in use by session {holder.id}.", session_id=None
-                )
+                why = title_holder_text(delivery.message.source, argument, holder)
+                self._reply_now(delivery, f"{why}.", session_id=None)
                 return
             self._pending_titles[routing_key] = argument
             self._reply_now(

@@ -23,6 +23,7 @@ __all__ = [
     "SessionKey",
     "SessionSource",
     "build_session_key",
+    "format_platform_segment",
     "format_session_key",
     "is_session_key",
     "migrate_legacy_slack_key",
@@ -148,6 +149,17 @@ def build_session_key(source: SessionSource, policy: KeyPolicy = _DEFAULT_POLICY
     )
 
 
+def format_platform_segment(platform: str, scope_id: str | None = None, account_id: str | None = None) -> str:
+    """Return the ``<platform>[.<scope_id>][~<account_id>]`` segment of a key, each part percent-encoded (an
+    empty scope or account counts as absent)."""
+    segment = platform.translate(_TENANCY_TABLE)
+    if scope_id:
+        segment += "." + scope_id.translate(_TENANCY_TABLE)
+    if account_id:
+        segment += "~" + account_id.translate(_TENANCY_TABLE)
+    return segment
+
+
 def format_session_key(key: SessionKey) -> str:
     """Return the string form of ``key``; the inverse of :func:`parse_session_key`.
 
@@ -158,11 +170,7 @@ def format_session_key(key: SessionKey) -> str:
             f"cannot format {key!r}: a component is empty; use None for an absent scope or account "
             "and leave absent ids out"
         )
-    platform = key.platform.translate(_TENANCY_TABLE)
-    if key.scope_id is not None:
-        platform += "." + key.scope_id.translate(_TENANCY_TABLE)
-    if key.account_id is not None:
-        platform += "~" + key.account_id.translate(_TENANCY_TABLE)
+    platform = format_platform_segment(key.platform, key.scope_id, key.account_id)
     parts = [_PREFIX, key.namespace.translate(_TENANCY_TABLE), platform, key.chat_type.translate(_ID_TABLE)]
     parts.extend(part.translate(_ID_TABLE) for part in key.ids)
     return ":".join(parts)

@@ -21,12 +21,14 @@ import pykka
 
 from hermes_actors.actors import RuntimeActor
 from hermes_actors.agent import AgentError, AgentReply, TurnInput
+from hermes_actors.commands import title_holder_text
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.hygiene import ModelHistory, is_summary
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
 from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
+from hermes_actors.principal import Principal, visible_sessions
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
 from hermes_actors.titling import AutoTitle
@@ -92,9 +94,8 @@ def _record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Seque
 
 
 def user_key(source: SessionSource) -> str | None:
-    """Return the platform-qualified user a session belongs to (memories are kept per user), or ``None``."""
-    participant = source.participant_id
-    return None if participant is None else f"{source.platform}:{participant}"
+    """Return the key of the principal a session belongs to (memories are kept per principal), or ``None``."""
+    return Principal.of(source).memory_key
 
 
 def _release_lease(store: Store, *, session_id: str, owner: str) -> bool:
@@ -127,7 +128,6 @@ class SessionTurns:
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
         self._memories: list[str] = []
-        self._tools = (session_search_tool(services.readers.reader, session_id),)
         self._model_history = ModelHistory(services.config.model_message_cap_chars)  # what the model is sent
         self._auto_title = AutoTitle(services, session_id)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
@@ -137,9 +137,14 @@ class SessionTurns:
                 self._record = store.get_session(session_id)
                 self._history = store.load_transcript(session_id)
                 self._load_memories(store, source_of(self._record))
+            origin = source_of(self._record)
         else:
             with services.readers.reader() as store:
                 self._load_memories(store, create_with[0])
+            origin = create_with[0]
+        scope = services.sessions.search_scope_for(origin.platform)
+        visible = visible_sessions(origin, scope)
+        self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
 
     def _load_memories(self, store: Store, source: SessionSource) -> None:
         key = user_key(source)
@@ -460,11 +465,21 @@ class SessionTurns:
             return self._answer(deliveries, f"The title will be set to '{control.text}' when the session starts.")
         try:
             title = self._writer.call(lambda store: store.set_title(self.session_id, control.text))
+        except TitleInUseError as exc:
+            return self._answer(deliveries, f"Title not changed: {self._title_taken(exc)}")
         except HermesError as exc:
             return self._answer(deliveries, f"Title not changed: {exc}")
         if self._record is not None:
             self._record = msgspec.structs.replace(self._record, title=title)
         return self._answer(deliveries, f"Title set to '{title}'." if title else "Title cleared.")
+
+    def _title_taken(self, exc: TitleInUseError) -> str:
+        """Why a title was refused, naming the holder only when it is one of this principal's sessions."""
+        with self._services.readers.reader() as store:
+            holder = store.find_session(exc.holder)
+        if holder is None:
+            return f"Title '{exc.title}' is already taken; choose another"
+        return title_holder_text(source_of(self._record) if self._record else None, exc.title, holder)
 
     def _needs_compression(self) -> bool:
         config = self._services.config

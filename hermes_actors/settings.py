@@ -366,6 +366,8 @@ runtime:
 sessions:
   # auto_prune: false                # delete ended sessions older than retention_days at start
   # retention_days: 90
+  # search_scope: user               # what the agent's session_search sees: user | chat | tenant | all
+  # search_scope_platforms: {{}}     # per platform, e.g. {{cli: all}}
 
 session_reset:
   # mode: none                       # none | idle | daily | both

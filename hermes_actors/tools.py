@@ -14,8 +14,9 @@ from typing import Any
 
 import msgspec
 
+from hermes_actors.config import SearchScope
 from hermes_actors.search import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, Sort, session_search
-from hermes_actors.store import Role, Store
+from hermes_actors.store import Role, SessionFilter, Store
 
 __all__ = ["SESSION_SEARCH", "Tool", "error_json", "find_tool", "session_search_tool"]
 
@@ -66,8 +67,15 @@ class _SearchArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     source: str | None = None
 
 
+_SCOPES = {
+    SearchScope.USER: "earlier conversations with this user (only theirs: nobody else's are visible)",
+    SearchScope.CHAT: "earlier conversations in this chat, with this user and the chat's other members",
+    SearchScope.TENANT: "earlier conversations of this workspace and bot account, with any of its users",
+    SearchScope.ALL: "earlier conversations with every user on every platform of this gateway",
+}
+
 _DESCRIPTION = (
-    "Search earlier conversations with this user and others on this gateway. Shapes: "
+    "Search {scope}. Shapes: "
     'query -> discovery (FTS5 syntax: words, "exact phrase", prefix*, AND/OR/NOT; title matches first, '
     "then matching messages, one hit per conversation, this conversation excluded; each hit has session_id, "
     "title, source, times, a snippet with >>>matches<<<, the surrounding window, bookends and counts); "
@@ -106,8 +114,18 @@ _PARAMETERS: dict[str, Any] = {
 }
 
 
-def session_search_tool(read: Callable[[], AbstractContextManager[Store]], current_session_id: str) -> Tool:
-    """The ``session_search`` tool for a turn of ``current_session_id``; ``read`` lends a read-only store."""
+def session_search_tool(
+    read: Callable[[], AbstractContextManager[Store]],
+    current_session_id: str,
+    *,
+    visible: SessionFilter | None = None,
+    scope: SearchScope = SearchScope.ALL,
+) -> Tool:
+    """The ``session_search`` tool for a turn of ``current_session_id``; ``read`` lends a read-only store.
+
+    ``visible`` is what the asking principal may see under ``scope`` (see
+    :func:`hermes_actors.principal.visible_sessions`); the tool's description tells the model that scope.
+    """
 
     def handle(arguments: dict[str, Any]) -> str:
         try:
@@ -126,10 +144,12 @@ def session_search_tool(read: Callable[[], AbstractContextManager[Store]], curre
                 limit=DEFAULT_LIMIT if args.limit is None else args.limit,
                 current_session_id=current_session_id,
                 source=args.source,
+                visible=visible,
             )
         return msgspec.json.encode(result).decode()
 
-    return Tool(name=SESSION_SEARCH, description=_DESCRIPTION, parameters=_PARAMETERS, handler=handle)
+    description = _DESCRIPTION.format(scope=_SCOPES[scope])
+    return Tool(name=SESSION_SEARCH, description=description, parameters=_PARAMETERS, handler=handle)
 
 
 def find_tool(tools: Sequence[Tool], name: str) -> Tool | None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import msgspec
 
 from hermes_actors.agent import Agent
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import Store
@@ -212,6 +212,7 @@ class SessionServices:
         "outbox",
         "owner_alive",
         "readers",
+        "sessions",
         "writer",
     )
 
@@ -227,6 +228,7 @@ class SessionServices:
         lease_owner: str,
         owner_alive: Callable[[str], bool] = lambda owner: True,
         clock: Callable[[], float] = time.time,
+        sessions: SessionsConfig | None = None,
     ) -> None:
         self.writer = writer
         self.readers = readers
@@ -237,6 +239,7 @@ class SessionServices:
         self.lease_owner = lease_owner
         self.owner_alive = owner_alive
         self.clock = clock
+        self.sessions = sessions or SessionsConfig()
         self.background = BackgroundJobs()
 
 

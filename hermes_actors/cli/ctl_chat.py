@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import click
+import msgspec
 
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
@@ -71,6 +72,7 @@ class _InProcess:
             senders=[self._channel.waiters],
             recover_platforms={PLATFORM},
             schedule_resets=False,
+            sessions=msgspec.structs.replace(settings.sessions, auto_prune=False),  # the daemon prunes, not a chat
         )
         self._channel.attach(self._gateway)
 

@@ -24,7 +24,7 @@ from hermes_actors.search.transcript import (
     open_session,
     session_info,
 )
-from hermes_actors.store import Role, Store
+from hermes_actors.store import Role, SessionFilter, Store
 from hermes_actors.store.records import EndReason
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_WINDOW", "MAX_LIMIT", "MAX_WINDOW", "session_search"]
@@ -53,15 +53,21 @@ def session_search(
     limit: int = DEFAULT_LIMIT,
     current_session_id: str | None = None,
     source: str | None = None,
+    visible: SessionFilter | None = None,
 ) -> SearchResult:
     """Search the store; the shape follows from the arguments (see :mod:`hermes_actors.search`). Never raises for
     input.
 
-    Runs in one read transaction, so every query of a search sees the same snapshot of the store.
+    ``visible`` limits every shape to the sessions that pass it (the asking principal's, for the agent's tool):
+    a session outside it is answered exactly like one that does not exist. ``source`` narrows further to one
+    platform. Runs in one read transaction, so every query of a search sees the same snapshot of the store.
     """
+    scope = visible or SessionFilter()
+    if source is not None:
+        scope = scope.also(source=source)
     with store.transaction():
         return _search(
-            store, query, session_id, around_message_id, window, role_filter, sort, limit, current_session_id, source
+            store, query, session_id, around_message_id, window, role_filter, sort, limit, current_session_id, scope
         )
 
 
@@ -75,7 +81,7 @@ def _search(
     sort: Sort,
     limit: int,
     current_session_id: str | None,
-    source: str | None,
+    scope: SessionFilter,
 ) -> SearchResult:
     span = _clamp(window, 1, MAX_WINDOW, DEFAULT_WINDOW)
     count = _clamp(limit, 1, MAX_LIMIT, DEFAULT_LIMIT)
@@ -88,7 +94,7 @@ def _search(
                 error="query and session_id do not go together: drop session_id to search every session, "
                 "or drop query to read that session",
             )
-        found = open_session(store, session_id)
+        found = open_session(store, session_id, scope)
         if isinstance(found, str):
             return SearchResult(shape=shape, error=found)
         ref, info = found
@@ -103,14 +109,14 @@ def _search(
         shape = "browse" if query is None else "discovery"
         return SearchResult(shape=shape, query=query, error=f"sort must be one of {', '.join(_SORTS)}, not {sort!r}")
     if query is None or not query.strip():
-        return _browse(store, count, sort, current_session_id, source)
+        return _browse(store, count, sort, current_session_id, scope)
     roles = _roles(role_filter)
     if isinstance(roles, str):
         return SearchResult(shape="discovery", query=query, error=roles)
     parsed = parse(query)
     if isinstance(parsed, SearchResult):
         return parsed
-    return discover(store, query, parsed, roles, sort, count, span, current_session_id, source)
+    return discover(store, query, parsed, roles, sort, count, span, current_session_id, scope)
 
 
 def _clamp(value: object, low: int, high: int, default: int) -> int:
@@ -158,21 +164,21 @@ def _scroll(db: apsw.Connection, ref: int, info: SessionInfo, anchor: object, sp
     return SearchResult(shape="scroll", session=info, messages=window, messages_before=before, messages_after=after)
 
 
-def _browse(store: Store, count: int, sort: Sort, current: str | None, source: str | None) -> SearchResult:
+def _browse(store: Store, count: int, sort: Sort, current: str | None, scope: SessionFilter) -> SearchResult:
     """Lineage tips, most recently active first (``oldest``: least recently), the caller's lineage skipped."""
     db = store.connection
     lineages = Lineages(store)
     skip = lineages.members(lineages.root_of_session(current)) if current is not None else set()
     direction = "ASC" if sort == "oldest" else "DESC"
-    where = "" if source is None else "AND s.source = :source "
+    condition, values = scope.sql("s")
     sql = (
         f"SELECT {', '.join('s.' + c.strip() for c in INFO_COLUMNS.split(','))} FROM sessions AS s "
-        "WHERE NOT (s.end_reason = :compressed "
+        "WHERE NOT (s.end_reason = ? "
         "AND EXISTS (SELECT 1 FROM sessions AS c WHERE c.parent_session_id = s.id)) "
-        f"AND s.ref NOT IN (SELECT value FROM json_each(:skip)) {where}"
-        f"ORDER BY s.last_active_at {direction}, s.id {direction} LIMIT :count"
+        f"AND s.ref NOT IN (SELECT value FROM json_each(?)) AND {condition} "
+        f"ORDER BY s.last_active_at {direction}, s.id {direction} LIMIT ?"
     )
-    params = {"compressed": EndReason.COMPRESSION.value, "skip": json_list(skip), "source": source, "count": count}
+    params = [EndReason.COMPRESSION.value, json_list(skip), *values, count]
     sessions = []
     for row in db.execute(sql, params).fetchall():
         preview = db.execute(

@@ -33,7 +33,7 @@ from hermes_actors.search.transcript import (
     messages_around,
     session_info,
 )
-from hermes_actors.store import Store
+from hermes_actors.store import SessionFilter, Store
 from hermes_actors.store.fts import SNIPPET_TOKENS, cjk_substrings, refuse_index_error
 
 __all__ = ["DF_SAMPLE", "MAX_LIMIT", "RELEVANCE_WINDOW", "WINDOW_CHARS", "discover"]
@@ -56,11 +56,11 @@ def discover(
     limit: int,
     span: int,
     current: str | None,
-    source: str | None,
+    scope: SessionFilter,
 ) -> SearchResult:
     """Title hits, then message hits, for the checked query ``parsed``: at most ``limit``, one per lineage,
     never the lineage of session ``current``."""
-    return _Discovery(store, query, parsed, roles, sort, limit, span, current, source).run()
+    return _Discovery(store, query, parsed, roles, sort, limit, span, current, scope).run()
 
 
 class _Discovery:
@@ -76,7 +76,7 @@ class _Discovery:
         limit: int,
         span: int,
         current: str | None,
-        source: str | None,
+        scope: SessionFilter,
     ) -> None:
         self.store = store
         self.db = store.connection
@@ -86,7 +86,7 @@ class _Discovery:
         self.sort = sort
         self.limit = limit
         self.span = span
-        self.source = source
+        self.scope = scope
         self.lineages = Lineages(store)
         self.taken: set[str] = set()
         self.excluded: set[int] = set()
@@ -123,9 +123,9 @@ class _Discovery:
     def _title_hits(self) -> None:
         params: list[Any] = []
         where = self.matcher.prefilter(params)
-        if self.source is not None:
-            where += " AND source = ?"
-            params.append(self.source)
+        condition, values = self.scope.sql()
+        where += f" AND {condition}"
+        params.extend(values)
         direction = "ASC" if self.sort == "oldest" else "DESC"
         sql = (
             f"SELECT {INFO_COLUMNS} FROM sessions WHERE title IS NOT NULL AND {where} "
@@ -179,8 +179,10 @@ class _Discovery:
                 " AND ".join("messages_fts_cjk.content LIKE ?" for _ in substrings),
                 [f"%{s}%" for s in substrings],
             )
-        join = " JOIN sessions AS s ON s.ref = m.session_ref" if self.source is not None else ""
-        source = " AND s.source = ?" if self.source is not None else ""
+        condition, values = self.scope.sql("s")
+        scoped = condition != "1"
+        join = " JOIN sessions AS s ON s.ref = m.session_ref" if scoped else ""
+        source = f" AND {condition}" if scoped else ""
         keyset = f" AND {table}.rowid {'<' if descending else '>'} ?"
         sql = (
             f"SELECT {table}.rowid, {rank}, m.session_ref FROM {table} JOIN messages AS m ON m.id = {table}.rowid"
@@ -189,8 +191,8 @@ class _Discovery:
             f" ORDER BY {table}.rowid {'DESC' if descending else 'ASC'} LIMIT ?"
         )
         params.append(msgspec.json.encode(list(self.roles)).decode())
-        if self.source is not None:
-            params.append(self.source)
+        if scoped:
+            params.extend(values)
         return sql, params
 
     def _message_hits(self, substrings: list[str] | None) -> None:

@@ -14,7 +14,7 @@ import apsw
 
 from hermes_actors.errors import HermesError
 from hermes_actors.search.shapes import SearchMessage, SessionInfo
-from hermes_actors.store import Store
+from hermes_actors.store import SessionFilter, Store
 
 __all__ = [
     "BOOKEND",
@@ -56,13 +56,19 @@ def session_info(row: Sequence[Any], preview: str | None = None) -> tuple[int, S
     )
 
 
-def open_session(store: Store, session_id: str) -> tuple[int, SessionInfo] | str:
-    """The session by exact id, else by unique id prefix or title; an error text naming it when none matches."""
+def open_session(store: Store, session_id: str, scope: SessionFilter | None = None) -> tuple[int, SessionInfo] | str:
+    """The session by exact id, else by unique id prefix or title; an error text naming it when none matches.
+
+    A session outside ``scope`` is not there: it gets the same error text as an id nothing has.
+    """
     db = store.connection
-    row = db.execute(f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    condition, values = (scope or SessionFilter()).sql()
+    row = db.execute(
+        f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = ? AND {condition}", (session_id, *values)
+    ).fetchone()
     if row is None and session_id.strip() and "\x00" not in session_id:
         try:
-            resolved = store.resolve_session(session_id)
+            resolved = store.resolve_session(session_id, visible=scope)
         except HermesError as exc:
             return str(exc)
         row = db.execute(f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = ?", (resolved.id,)).fetchone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -13,6 +14,7 @@ __all__ = [
     "MessageRecord",
     "NewMessage",
     "Role",
+    "SessionFilter",
     "SessionRecord",
     "SourceCount",
     "StoreStats",
@@ -148,3 +150,52 @@ class StoreStats(msgspec.Struct, frozen=True, kw_only=True):
     by_source: list[SourceCount]
     database_bytes: int
     schema_version: int
+
+
+_FILTER_COLUMNS = ("source", "scope_id", "account_id", "chat_id", "user_id")
+
+
+class SessionFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which sessions a caller may see: each field that is not ``UNSET`` must equal that column of ``sessions``.
+
+    ``None`` and ``""`` are the same (absent), as in routing. An empty filter matches every session.
+    """
+
+    source: str | msgspec.UnsetType = msgspec.UNSET
+    scope_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    account_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    chat_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    user_id: str | msgspec.UnsetType | None = msgspec.UNSET
+    nothing: bool = False  # two requirements on one column that disagree: no session passes
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        pairs = []
+        for column in _FILTER_COLUMNS:
+            value = getattr(self, column)
+            if value is not msgspec.UNSET:
+                pairs.append((column, value or ""))
+        return pairs
+
+    def sql(self, alias: str = "") -> tuple[str, list[Any]]:
+        """An SQL condition over ``sessions`` (``alias.`` before each column) and its parameters; ``1`` when empty."""
+        prefix = f"{alias}." if alias else ""
+        if self.nothing:
+            return "0", []
+        pairs = self._pairs()
+        if not pairs:
+            return "1", []
+        clauses = [f"coalesce({prefix}{column}, '') = ?" for column, _ in pairs]
+        return "(" + " AND ".join(clauses) + ")", [value for _, value in pairs]
+
+    def matches(self, record: SessionRecord) -> bool:
+        """Whether ``record`` passes the filter."""
+        return not self.nothing and all((getattr(record, column) or "") == value for column, value in self._pairs())
+
+    def also(self, **columns: str | None) -> SessionFilter:
+        """This filter with ``columns`` required too (a platform filter on top of a visibility rule); a column
+        already required to hold another value makes a filter that nothing passes."""
+        for column, value in columns.items():
+            held = getattr(self, column)
+            if held is not msgspec.UNSET and (held or "") != (value or ""):
+                return msgspec.structs.replace(self, nothing=True)
+        return msgspec.structs.replace(self, **columns)

@@ -37,6 +37,7 @@ from hermes_actors.store.records import (
     FtsResult,
     MessageRecord,
     NewMessage,
+    SessionFilter,
     SessionRecord,
     SourceCount,
     StoreStats,
@@ -254,13 +255,19 @@ class Store:
         ended: bool | None = None,
         limit: int | None = 20,
         order: Literal["last_active", "started"] = "last_active",
+        visible: SessionFilter | None = None,
     ) -> list[SessionRecord]:
         """Return sessions, most recently active (or started) first.
 
-        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all.
+        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all;
+        ``visible`` keeps the sessions a caller may see.
         """
         clauses: list[str] = []
         params: list[Any] = []
+        if visible is not None:
+            condition, values = visible.sql()
+            clauses.append(condition)
+            params.extend(values)
         if source is not None:
             clauses.append("source = ?")
             params.append(source)
@@ -375,43 +382,50 @@ class Store:
         """Return the title a compression child of a session titled ``title`` should take (``"t #N"``)."""
         return next_lineage_title(title, self._lineage_titles(lineage_base(title)))
 
-    def find_by_title(self, title: str) -> SessionRecord | None:
-        """Return the session titled ``title``, preferring the newest numbered variant of its lineage."""
+    def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
+        """Return the session titled ``title``, preferring the newest numbered variant of its lineage.
+
+        With ``visible``, only sessions that pass it count: another principal's title is not found.
+        """
         clean = sanitize_title(title)
         if clean is None:
             return None
-        candidates = [t for t in self._lineage_titles(clean) if lineage_base(t) == clean]
-        if not candidates:
-            exact = self._db.execute("SELECT id FROM sessions WHERE title = ?", (clean,)).get
-            return self.find_session(str(exact)) if exact is not None else None
-        newest = max(candidates, key=lineage_number)
-        holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (newest,)).get
-        return self.find_session(str(holder))
+        lineage = sorted(
+            (t for t in self._lineage_titles(clean) if lineage_base(t) == clean), key=lineage_number, reverse=True
+        )
+        for candidate in lineage or [clean]:
+            holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (candidate,)).get
+            record = self.find_session(str(holder)) if holder is not None else None
+            if record is not None and (visible is None or visible.matches(record)):
+                return record
+        return None
 
-    def resolve_session(self, reference: str) -> SessionRecord:
+    def resolve_session(self, reference: str, *, visible: SessionFilter | None = None) -> SessionRecord:
         """Find the session a user typed: exact id, then unique id prefix, then title.
 
         Raises :class:`AmbiguousSessionError` (naming the candidates) for a prefix of several ids and
-        :class:`SessionNotFoundError` when nothing matches.
+        :class:`SessionNotFoundError` when nothing matches. With ``visible``, sessions that do not pass it are
+        not there at all: they match nothing and are never named as candidates.
         """
         text = reference.strip()
         if not text:
             raise SessionNotFoundError("an empty session reference matches nothing; give an id, prefix or title")
         exact = self.find_session(text)
-        if exact is not None:
+        if exact is not None and (visible is None or visible.matches(exact)):
             return exact
+        condition, values = (visible or SessionFilter()).sql()
         prefixed = [
             str(sid)
             for (sid,) in self._db.execute(
-                "SELECT id FROM sessions WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-                (text, text + "\U0010ffff", _PREFIX_CANDIDATES),
+                f"SELECT id FROM sessions WHERE id >= ? AND id < ? AND {condition} ORDER BY id LIMIT ?",
+                (text, text + "\U0010ffff", *values, _PREFIX_CANDIDATES),
             )
         ]
         if len(prefixed) == 1:
             return self.get_session(prefixed[0])
         if prefixed:
             raise AmbiguousSessionError(text, prefixed)
-        titled = self.find_by_title(text)
+        titled = self.find_by_title(text, visible=visible)
         if titled is not None:
             return titled
         raise SessionNotFoundError(

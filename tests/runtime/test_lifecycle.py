@@ -157,8 +157,10 @@ def test_resume_lists_picks_by_number_and_refuses_other_users_sessions(make_gate
     assert gateway.session_for(KEY) == alpha
     fake.push("back in alpha")
     fake.pop()
-    fake.push("/resume mallory's")
-    assert fake.pop().text.endswith("is not one of yours here.")
+    fake.push("/resume mallory's")  # another user's session is answered exactly as a missing one (SPEC section 9)
+    assert fake.pop().text == """resume: no session matches "mallory's" by id, id prefix or title; """ + (
+        "list them with 'hermesctl sessions list'"
+    )
     fake.push("/resume nothing-like-this")
     assert fake.pop().text.startswith("resume: no session matches 'nothing-like-this'")
     assert gateway.wait_idle()
