@@ -1,11 +1,12 @@
 """Feishu event subscription v2 requests: unseal, authenticate, and turn ``im.message.receive_v1`` into a message.
 
 A request is checked in the order that leaks least: with an encrypt key, the ``X-Lark-Signature`` (hex SHA-256 of
-timestamp + nonce + encrypt key + raw body) when the headers are present, then the AES-256-CBC body is decrypted
-(key: SHA-256 of the encrypt key; IV: the first 16 bytes of the base64 data; PKCS#7 padding). The URL-verification
-challenge is the one request Feishu does not sign, so an unsigned request is answered only when it is a challenge
-that carries the app's verification token; every event must then carry the token too. The ``cryptography``
-package (the ``feishu`` extra) is imported only when an encrypted body arrives.
+timestamp + nonce + encrypt key + raw body) when the headers are present, its ``X-Lark-Request-Timestamp`` within
+five minutes of our clock as Slack's must be (a signed request recorded and sent again later is refused), then the
+AES-256-CBC body is decrypted (key: SHA-256 of the encrypt key; IV: the first 16 bytes of the base64 data; PKCS#7
+padding). The URL-verification challenge is the one request Feishu does not sign, so an unsigned request is
+answered only when it is a challenge that carries the app's verification token; every event must then carry the
+token too. The ``cryptography`` package (the ``feishu`` extra) is imported only when an encrypted body arrives.
 
 Images, files, audio and video keep a stand-in such as ``[image]`` in the text; the keys their ``content``
 names come with the message (:class:`Received`) for :mod:`platforms.feishu.files` to download before the
@@ -35,9 +36,10 @@ from platforms.feishu.config import AppKeys
 from platforms.feishu.files import Resource, resources_of
 from platforms.http_host import Refused
 
-__all__ = ["PLATFORM", "Challenge", "Ignored", "Received", "open_event"]
+__all__ = ["PLATFORM", "REPLAY_WINDOW_S", "Challenge", "Ignored", "Received", "open_event"]
 
 PLATFORM = "feishu"
+REPLAY_WINDOW_S = 300  # how far X-Lark-Request-Timestamp may be from our clock, either way
 MESSAGE_EVENT = "im.message.receive_v1"
 
 _CHAT_TYPES = {"p2p": "dm", "group": "group"}
@@ -55,6 +57,7 @@ _PLACEHOLDERS = {
 }
 _MENTION = re.compile(r"@_(?:user_\d+|all)")
 _SIGNATURE_HEADERS = ("x-lark-request-timestamp", "x-lark-request-nonce", "x-lark-signature")
+_TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 _Name = Annotated[str, msgspec.Meta(max_length=256)]
@@ -164,14 +167,21 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes, what: str) -> Any:
 # -- authentication and decryption ----------------------------------------------------------------------------
 
 
-def _signed(app: AppKeys, headers: Mapping[str, str], body: bytes) -> bool:
-    """Whether the request carries a valid signature; ``False`` without signature headers, 401 for a bad one."""
+def _signed(app: AppKeys, headers: Mapping[str, str], body: bytes, now: float) -> bool:
+    """Whether the request carries a valid signature; ``False`` without signature headers, 401 for a bad one or
+    one made outside the replay window (a signed request recorded and sent again later)."""
     values = [headers.get(name) for name in _SIGNATURE_HEADERS]
     if all(value is None for value in values):
         return False
     timestamp, nonce, signature = values
     if timestamp is None or nonce is None or signature is None:
         raise Refused(401, "X-Lark-Request-Timestamp, X-Lark-Request-Nonce and X-Lark-Signature go together")
+    if not _TIMESTAMP.fullmatch(timestamp):
+        raise Refused(401, "X-Lark-Request-Timestamp must be an integer number of Unix seconds")
+    skew = now - int(timestamp)
+    if abs(skew) > REPLAY_WINDOW_S:
+        when = f"{skew:.0f} s old" if skew > 0 else f"{-skew:.0f} s in the future"
+        raise Refused(401, f"X-Lark-Request-Timestamp is {when}, outside the {REPLAY_WINDOW_S} s window")
     assert app.encrypt_key is not None
     expected = hashlib.sha256((timestamp + nonce + app.encrypt_key).encode() + body).hexdigest()
     if not hmac.compare_digest(signature.strip().lower().encode(), expected.encode()):
@@ -225,7 +235,8 @@ def open_event(
 ) -> Challenge | Ignored | Received:
     """Authenticate and decode one request to ``app``'s URL; raise :class:`Refused` with the HTTP answer.
 
-    ``headers`` must have lower-case names (or be case-insensitive, as aiohttp's are).
+    ``headers`` must have lower-case names (or be case-insensitive, as aiohttp's are). ``received_at`` is the
+    time now by the adapter's clock: it stamps the message and bounds a signature's timestamp.
     """
     outer = _decode(_outer, body, "the body")
     plain = body
@@ -237,7 +248,7 @@ def open_event(
                 f"the body is encrypted but app {app.name!r} has no encrypt key; set "
                 f"platforms.feishu.apps.{app.name}.encrypt_key to the app's Encrypt Key",
             )
-        signed = _signed(app, headers, body)
+        signed = _signed(app, headers, body, received_at)
         plain, outer = _unseal(app, outer.encrypt, signed=signed)
     elif app.aes_key is not None:
         raise Refused(401, f"app {app.name!r} has an encrypt key, so its events arrive encrypted; refused a plain one")

@@ -34,7 +34,7 @@ from hermes_actors.testing import FakeClock
 from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.feishu_fake import Failure, FakeFeishu, deliver, url_verification
+from tests.platforms.feishu_fake import Failure, FakeFeishu, deliver, seal, sign, url_verification
 
 MAIN_ID = "cli_a1b2c3d4e5f60001"
 PLAIN_ID = "cli_a1b2c3d4e5f60002"
@@ -457,6 +457,52 @@ def test_bad_signatures_tokens_and_keys_are_refused_with_401_and_nothing_is_stor
     assert "feishu app 'main': refused a request (401 X-Lark-Signature does not match" in caplog.text
     assert stored(feishu) == (0, 0)
     assert feishu.fake.sent == []
+
+
+def signed_at(feishu: Feishu, timestamp: int, text: str) -> tuple[int, dict[str, Any]]:
+    """Deliver a message event to app ``main`` sealed and correctly signed, as made at ``timestamp``."""
+    body = seal(json.dumps(feishu.event(text, chat_id="oc_replay")).encode(), ENCRYPT_KEY)
+    headers = {
+        "X-Lark-Request-Timestamp": str(timestamp),
+        "X-Lark-Request-Nonce": "n0nce",
+        "X-Lark-Signature": sign(str(timestamp), "n0nce", ENCRYPT_KEY, body),
+    }
+    return deliver(feishu.url(), body, headers=headers)
+
+
+def test_a_signed_request_older_or_newer_than_five_minutes_is_refused_as_a_replay(
+    start_feishu: StartFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    feishu = start_feishu()
+    now = int(feishu.clock.now)
+    for timestamp, when in (
+        (now - 301, "301 s old"),
+        (now + 301, "301 s in the future"),
+        (now - 86_400, "86400 s old"),
+    ):
+        status, answer = signed_at(feishu, timestamp, "replayed")
+        assert (status, answer) == (
+            401,
+            {"error": f"X-Lark-Request-Timestamp is {when}, outside the 300 s window"},
+        )
+    for timestamp in ("1764460800.5", "-1", "soon"):
+        status, answer = deliver(
+            feishu.url(),
+            feishu.event("odd clock"),
+            encrypt_key=ENCRYPT_KEY,
+            headers={"X-Lark-Request-Timestamp": timestamp},
+        )
+        assert (status, answer) == (
+            401,
+            {"error": "X-Lark-Request-Timestamp must be an integer number of Unix seconds"},
+        )
+    assert "refused a request (401 X-Lark-Request-Timestamp is 301 s old" in caplog.text
+    assert stored(feishu) == (0, 0)
+    for timestamp in (now - 300, now + 300, now):
+        status, answer = signed_at(feishu, timestamp, f"fresh at {timestamp - now}")
+        assert (status, answer.get("accepted")) == (200, True), answer
+    assert feishu.gateway.wait_idle()
+    assert sorted(m.text for m in feishu.fake.sent) == ["echo: fresh at -300", "echo: fresh at 0", "echo: fresh at 300"]
 
 
 def test_malformed_unknown_and_oversized_requests_get_400_404_and_413(start_feishu: StartFeishu) -> None:
