@@ -459,15 +459,21 @@ def test_bad_signatures_tokens_and_keys_are_refused_with_401_and_nothing_is_stor
     assert feishu.fake.sent == []
 
 
-def signed_at(feishu: Feishu, timestamp: int, text: str) -> tuple[int, dict[str, Any]]:
-    """Deliver a message event to app ``main`` sealed and correctly signed, as made at ``timestamp``."""
-    body = seal(json.dumps(feishu.event(text, chat_id="oc_replay")).encode(), ENCRYPT_KEY)
+def deliver_signed_at(url: str, payload: dict[str, Any], timestamp: float) -> tuple[int, dict[str, Any]]:
+    """Deliver ``payload`` to app ``main``'s ``url`` sealed and correctly signed, as if sent at ``timestamp``."""
+    body = seal(json.dumps(payload).encode(), ENCRYPT_KEY)
+    when = str(int(timestamp))
     headers = {
-        "X-Lark-Request-Timestamp": str(timestamp),
+        "X-Lark-Request-Timestamp": when,
         "X-Lark-Request-Nonce": "n0nce",
-        "X-Lark-Signature": sign(str(timestamp), "n0nce", ENCRYPT_KEY, body),
+        "X-Lark-Signature": sign(when, "n0nce", ENCRYPT_KEY, body),
     }
-    return deliver(feishu.url(), body, headers=headers)
+    return deliver(url, body, headers=headers)
+
+
+def signed_at(feishu: Feishu, timestamp: int, text: str) -> tuple[int, dict[str, Any]]:
+    """Deliver a message event to app ``main`` as if sent at ``timestamp``."""
+    return deliver_signed_at(feishu.url(), feishu.event(text, chat_id="oc_replay"), timestamp)
 
 
 def test_a_signed_request_older_or_newer_than_five_minutes_is_refused_as_a_replay(
@@ -485,12 +491,12 @@ def test_a_signed_request_older_or_newer_than_five_minutes_is_refused_as_a_repla
             401,
             {"error": f"X-Lark-Request-Timestamp is {when}, outside the 300 s window"},
         )
-    for timestamp in ("1764460800.5", "-1", "soon"):
+    for odd in ("1764460800.5", "-1", "soon"):
         status, answer = deliver(
             feishu.url(),
             feishu.event("odd clock"),
             encrypt_key=ENCRYPT_KEY,
-            headers={"X-Lark-Request-Timestamp": timestamp},
+            headers={"X-Lark-Request-Timestamp": odd},
         )
         assert (status, answer) == (
             401,
@@ -919,7 +925,8 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     payload = fake.message_event(MAIN_ID, "survive", chat_id="oc_crash", event_id="ev-crash")
     worker = AdapterWorker.start(db, "feishu", config, agent="hold")
     try:
-        status, _ = fake.push(worker.url() + "/feishu/events/main", payload, MAIN_ID)
+        # The worker's clock is the real one: the request is signed now.
+        status, _ = deliver_signed_at(worker.url() + "/feishu/events/main", payload, time.time())
         assert status == 200
         assert wait_for_inbox(db, 1) == [("ev-crash", "pending")]
     finally:
@@ -929,7 +936,7 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     try:
         (sent,) = fake.wait_sent(1, timeout=20)
         # Feishu retries the event it saw no answer for: it is recognised, and nothing more is sent.
-        status, answer = fake.push(worker.url() + "/feishu/events/main", payload, MAIN_ID)
+        status, answer = deliver_signed_at(worker.url() + "/feishu/events/main", payload, time.time())
         assert (status, answer["duplicate"]) == (200, True)
     finally:
         worker.stop()
