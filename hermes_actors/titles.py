@@ -1,8 +1,9 @@
 """Session titles: sanitising and lineage numbering.
 
-A title is unique across all sessions, at most :data:`MAX_TITLE_LENGTH` characters after sanitising. A
-compression child of "my project" is titled "my project #2", then "#3"; resolving a title prefers the newest
-numbered variant.
+A title is unique across all sessions, at most :data:`MAX_TITLE_LENGTH` characters after sanitising, which removes
+control and format characters (so two titles cannot differ only by a zero-width or tag character) and collapses
+white space. A compression child of "my project" is titled "my project #2", then "#3"; resolving a title prefers
+the newest numbered variant.
 """
 
 from __future__ import annotations
@@ -24,26 +25,33 @@ __all__ = [
 
 MAX_TITLE_LENGTH = 100
 
-# Zero-width and bidi-override characters: U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF.
+# Zero-width and bidi-override characters: U+200B-U+200F, U+2028-U+202E, U+2060-U+2069, U+FEFF. Most are format
+# characters (category Cf), which go anyway; the line and paragraph separators U+2028 and U+2029 are not.
 _INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _LINEAGE_SUFFIX = re.compile(r"^(?P<base>.*\S) #(?P<n>[1-9]\d{0,8})$")
 
 
-def _drop_control(ch: str) -> str:
-    if unicodedata.category(ch) != "Cc":
-        return ch
-    return " " if ch.isspace() else ""
+def _visible(ch: str) -> str:
+    """``ch`` itself, or what replaces it: nothing for a format character (category Cf: soft hyphens, bidi
+    marks, tag characters, ...) or a control character, a space for a control character that is white space."""
+    category = unicodedata.category(ch)
+    if category == "Cf":
+        return ""
+    if category == "Cc":
+        return " " if ch.isspace() else ""
+    return ch
 
 
 def sanitize_title(raw: str | None) -> str | None:
     """Return ``raw`` cleaned for use as a title, or ``None`` when nothing is left (which clears a title).
 
-    Removes control, zero-width and bidi-override characters and collapses runs of white space. Raises
+    Removes control characters, every format character (Unicode category Cf, which holds the zero-width and
+    bidi-override ones), the line and paragraph separators, and collapses runs of white space. Raises
     :class:`TitleError` when the result is longer than :data:`MAX_TITLE_LENGTH` characters.
     """
     if raw is None:
         return None
-    visible = _INVISIBLE.sub("", "".join(_drop_control(ch) for ch in raw))
+    visible = _INVISIBLE.sub("", "".join(_visible(ch) for ch in raw))
     title = " ".join(visible.split())
     if not title:
         return None

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hermes_actors.errors import TitleError
@@ -36,6 +38,16 @@ SANITISING = [
     ("", None),
     ("   ", None),
     ("\u200b\u200e\ufeff", None),
+    ("soft\u00adhyphen", "softhyphen"),
+    ("arabic\u061cmark", "arabicmark"),
+    ("mongolian\u180evowel", "mongolianvowel"),
+    ("deprecated \u206a\u206b\u206c\u206d\u206e\u206fformat", "deprecated format"),
+    ("interlinear\ufff9\ufffa\ufffb", "interlinear"),
+    ("tagged\U000e0001\U000e0065\U000e006e\U000e007f", "tagged"),
+    ("flag 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f", "flag 🏴"),
+    ("\u2029paragraph", "paragraph"),
+    ("next\x85line", "next line"),
+    ("\U000e0020\u00ad\u180e", None),
     (None, None),
 ]
 
@@ -56,6 +68,27 @@ def test_the_limit_counts_characters_after_sanitising() -> None:
 def test_an_over_long_title_names_the_limit_and_the_fix() -> None:
     with pytest.raises(TitleError, match="title is 101 characters long; the limit is 100, so shorten it"):
         sanitize_title("y" * 101)
+
+
+_INVISIBLE_CATEGORIES = ("Cf", "Cc")
+_mixed = st.text(
+    st.characters(categories=["Cf", "Cc", "Zs", "Zl", "Zp", "Ll", "Lo", "Nd", "So"])
+    | st.sampled_from("\u00ad\U000e0001"),
+    max_size=200,
+)
+
+
+@given(st.text(max_size=200) | _mixed)
+@example("a\u200b\u00adb")
+@example("\U000e0001\U000e0020x\U000e007f")
+def test_sanitising_is_idempotent_and_leaves_no_control_or_format_character(raw: str) -> None:
+    try:
+        once = sanitize_title(raw)
+    except TitleError:
+        return
+    assert sanitize_title(once) == once
+    if once is not None:
+        assert [ch for ch in once if unicodedata.category(ch) in _INVISIBLE_CATEGORIES] == []
 
 
 @given(st.text(max_size=200))
