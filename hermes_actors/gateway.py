@@ -301,18 +301,30 @@ class Gateway:
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until no turn is queued or running, no background job (an automatic title) runs and no reply can be
-        sent right now; return whether it happened.
+        sent right now; return whether it happened within ``timeout``.
 
         Replies waiting for a retry do not count: they move only when the clock reaches their retry time. Writes
-        submitted before it returns (delivery confirmations) are committed.
+        submitted before it returns (delivery confirmations) are committed. A supervisor or writer too slow to
+        answer counts as busy, not as an error.
         """
         deadline = time.monotonic() + timeout
         pause = 0.001
         while time.monotonic() < deadline:
-            stats = self.statistics()
-            idle = stats.queued_messages == 0 and stats.running == 0 and self._services.background.running() == 0
+            try:
+                stats = self.statistics()
+            except pykka.Timeout:
+                stats = None
+            idle = (
+                stats is not None
+                and stats.queued_messages == 0
+                and stats.running == 0
+                and self._services.background.running() == 0
+            )
             if idle and self._outbox.in_flight() == 0:
-                self._writer.call(lambda store: None)  # what was submitted so far is committed now
+                try:  # what was submitted so far is committed now
+                    self._writer.call(lambda store: None, timeout=max(deadline - time.monotonic(), 0.1))
+                except (TimeoutError, WriterClosedError):
+                    return False
                 return True
             threading.Event().wait(pause)
             pause = min(pause * 2, 0.05)
@@ -344,20 +356,23 @@ class Gateway:
             _log.info("recovery: replaying %d inbound messages, delivering %d replies", len(inbox), queued)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish queued turns (up to ``timeout``), deliver what can be, release leases and close the store.
+        """Finish queued turns and send what can be sent (up to ``timeout``), release leases and close the store.
 
-        ``timeout`` bounds the drain; stopping the actors afterwards gets a few seconds of its own, so a zero drain
-        (a start that failed) still closes everything.
+        ``timeout`` bounds the drain, the outbox's sends in progress included: a reply not sent by then stays
+        queued in the store for the next start (one whose send was cut has its attempt counted, so it goes again
+        flagged as a possible duplicate). Stopping the other actors afterwards gets a few seconds of its own, so
+        a zero drain (a start that failed) still closes everything.
         """
         if self._closed.is_set():
             return
         self._closed.set()
+        deadline = time.monotonic() + timeout
         self.wait_idle(timeout)
         closing = max(timeout, 5.0)
         self.timers.stop()
         self._supervisor.stop(timeout=closing)
         self._agent_pool.shutdown(wait=False, cancel_futures=True)
-        self._outbox.stop(timeout=closing)
+        self._outbox.stop(timeout=max(deadline - time.monotonic(), 0.0))
         self._writer.call(lambda store: store.leases.release_all(self.lease_owner))
         self._writer.stop(closing)
         self._readers.close()

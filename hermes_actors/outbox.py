@@ -1,56 +1,117 @@
-"""Delivery of committed replies: one outbox actor per platform.
+"""Delivery of committed replies: one outbox actor per platform, one lane per chat.
 
-Replies reach a chat in the order they were committed. Attempts are counted in the store before the adapter is
-called, in one write for everything the actor is about to send, so after a crash a row with attempts but no
-``sent_at`` has an unknown outcome: it is sent once more with ``possible_duplicate`` set (unless the adapter says
-sends are idempotent). A row counted but not sent because an earlier reply to its chat failed is flagged the same
-way after a crash, which errs on the side of the flag. A failed send is retried with exponential backoff; later
-replies to the same chat wait behind it, other chats do not.
+The actor keeps a queue (a lane) per chat, keyed by (account, chat, thread), and hands the head of each lane to
+its :class:`~hermes_actors.lanes.LaneWorkers`: at most one send per chat at a time, so replies reach a chat in
+the order they were committed, and as many chats at once as there are workers, so a chat whose send is slow or
+paced by the platform's rate limit holds up only itself. Senders are therefore called from several threads at
+once, never twice at once for one chat.
+
+On its worker, right before its send, each reply's attempt is counted in the store (and waited for); right after
+the send returns it is marked sent (submitted, not waited for). After a crash a row with attempts but no
+``sent_at`` is the one whose outcome is unknown: it is sent once more with ``possible_duplicate`` set (unless the
+adapter says sends are idempotent), and every reply marked sent stays sent. A failed send is retried with
+exponential backoff or after the platform's ``retry_after``; later replies to the chat wait behind it, other
+chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
+something other than :class:`~platforms.base.SendError` is logged and treated as a failure of unknown outcome.
+
+``in_flight`` is answered from a :class:`~hermes_actors.lanes.Gauge`, never by asking the actor, and ``stop`` and
+``replace`` wait for the sends in progress only up to their timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pykka
 
 from hermes_actors.actors import RuntimeActor
+from hermes_actors.lanes import Gauge, LaneWorkers
 from hermes_actors.messages import OutboundMessage, decode_outbound
 from hermes_actors.store.durable import OutboxRow
-from hermes_actors.store.writer import StoreWriter
+from hermes_actors.store.writer import StoreWriter, WriterClosedError
 from platforms.base import ReplySender, SendError, ThreadCreator
 
-__all__ = ["OutboxActor", "OutboxRouter", "RetryTick"]
+if TYPE_CHECKING:
+    from hermes_actors.store import Store
+
+__all__ = ["LANES_PER_PLATFORM", "OutboxActor", "OutboxRouter"]
 
 _log = logging.getLogger(__name__)
 
-
-class _Deliver(msgspec.Struct, frozen=True, kw_only=True):
-    outbox_id: int
-    message: OutboundMessage
-    attempts: int = 0
-
-
-class RetryTick(msgspec.Struct, frozen=True, kw_only=True):
-    """Timer → outbox: retry chats whose head reply is due again."""
-
-
-class _Flush(msgspec.Struct, frozen=True, kw_only=True):
-    """Self → outbox: send what is queued (after the deliveries already in the mailbox have been queued)."""
-
+LANES_PER_PLATFORM = 16  # sends in progress at once per platform: chats beyond that wait for a free worker
+ATTEMPT_TIMEOUT_S = 10.0  # counting an attempt waits this long for the writer; then the send is retried later
+RELEASE_TIMEOUT_S = 5.0  # how long replace() waits for the old actor to hand over what it holds
 
 _ChatKey = tuple[str, str | None, str | None]
 WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
 
 
+class _Deliver(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → outbox: send a committed reply; ``suspect``: an earlier attempt may have reached the platform."""
+
+    outbox_id: int
+    message: OutboundMessage
+    suspect: bool = False
+
+
+class _RetryTick(msgspec.Struct, frozen=True, kw_only=True):
+    """Router or timer → outbox: retry the chats whose head reply is due again."""
+
+
+class _Sent(msgspec.Struct, frozen=True, kw_only=True):
+    """Worker → outbox: the head of ``key`` was delivered (and its mark submitted)."""
+
+    key: _ChatKey
+    outbox_id: int
+    message: OutboundMessage
+
+
+class _Failed(msgspec.Struct, frozen=True, kw_only=True):
+    """Worker → outbox: the head of ``key`` was not delivered, or may not have been (``unknown``)."""
+
+    key: _ChatKey
+    outbox_id: int
+    message: OutboundMessage
+    error: str
+    retry_after_s: float | None = None
+    unknown: bool = False
+    permanent: bool = False
+
+
+class _Stop(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → outbox: send nothing more; once no send is in progress, resolve ``done`` with the replies still
+    held (oldest first) and stop."""
+
+    done: Future[list[_Deliver]]
+
+
+class _Release(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → a stopping outbox: resolve ``done`` now, with the replies whose sends are still in progress too."""
+
+    done: Future[list[_Deliver]]
+
+
+class _Handover(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → a new outbox: the replies the one it replaces held; they go before anything delivered since."""
+
+    items: list[_Deliver]
+
+
 class OutboxActor(RuntimeActor):
-    """Sends one platform's replies through its adapter; see the module docstring."""
+    """Sends one platform's replies through its adapter; see the module docstring.
+
+    ``gauge`` counts the replies that can be sent now or are being sent, plus messages on their way to the actor;
+    ``held`` actors queue what they get and send nothing until their :class:`_Handover` arrives.
+    """
 
     use_daemon_thread = True
 
@@ -59,6 +120,9 @@ class OutboxActor(RuntimeActor):
         sender: ReplySender,
         writer: StoreWriter,
         *,
+        gauge: Gauge | None = None,
+        lanes: int = LANES_PER_PLATFORM,
+        held: bool = False,
         retry_base_s: float = 1.0,
         retry_max_s: float = 300.0,
         clock: Callable[[], float] = time.time,
@@ -66,115 +130,207 @@ class OutboxActor(RuntimeActor):
         wake_at: WakeAt | None = None,
     ) -> None:
         super().__init__()
-        self._on_result = on_result
-        self._wake_at = wake_at
+        self.gauge = gauge if gauge is not None else Gauge()
         self._sender = sender
         self._writer = writer
+        self._workers = LaneWorkers(f"outbox-{sender.platform}", lanes)
+        self._held = held
         self._retry_base = retry_base_s
         self._retry_max = retry_max_s
         self._clock = clock
+        self._on_result = on_result
+        self._wake_at = wake_at
         self._chats: dict[_ChatKey, deque[_Deliver]] = {}
+        self._ready: deque[_ChatKey] = deque()  # lanes whose head waits for a worker, longest waiting first
+        self._waiting: set[_ChatKey] = set()  # the keys in _ready
+        self._busy: set[_ChatKey] = set()  # lanes whose head is being sent
         self._retry_at: dict[_ChatKey, float] = {}
         self._failures: dict[_ChatKey, int] = {}
-        self._unknown: set[int] = set()
-        self._flush_pending = False
+        self._suspect: set[int] = set()  # replies an attempt of which may have reached the platform
+        self._stopping: Future[list[_Deliver]] | None = None
+        self._finished = False  # what was held has been handed to whoever stopped the actor
 
     def on_receive(self, message: Any) -> Any:
-        match message:
-            case _Deliver():
-                key = (message.message.account_id, message.message.chat_id, message.message.thread_id)
-                self._chats.setdefault(key, deque()).append(message)
-                self._schedule_flush()
-            case RetryTick():
-                now = self._clock()
-                for key in [k for k, at in self._retry_at.items() if at <= now]:
-                    del self._retry_at[key]
-                self._arm_retry()
-                self._schedule_flush()
-            case _Flush():
-                self._flush_pending = False
-                self._flush()
-            case _:
-                raise TypeError(f"OutboxActor got an unknown message {message!r}")
+        try:
+            self._handle(message)
+        except Exception:
+            # The mailbox goes on: replies this lost track of are still unsent rows, which the next start sends.
+            _log.exception("outbox %s: handling %s failed", self._sender.platform, type(message).__name__)
         return None
 
-    def in_flight(self) -> int:
-        """Return how many replies can be sent now, not counting chats waiting for a retry (call via proxy)."""
-        return sum(len(q) for key, q in self._chats.items() if key not in self._retry_at)
+    def on_stop(self) -> None:
+        self._workers.close()
+        held = sum(len(lane) for lane in self._chats.values())
+        if held:
+            _log.info("outbox %s: stopped with %d replies queued in the store", self._sender.platform, held)
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_pending:
-            self._flush_pending = True
-            self.actor_ref.tell(_Flush())
+    def _handle(self, message: Any) -> None:
+        if self._finished:
+            return  # what arrives between the hand-over and the stop: the store has it
+        match message:
+            case _Deliver():
+                self._queue(message)
+            case _Sent():
+                self._done(message.key)
+                self._suspect.discard(message.outbox_id)
+                self._report(message.message, None)
+                self._advance(message.key)
+            case _Failed():
+                self._done(message.key)
+                self._failed(message)
+            case _RetryTick():
+                self.gauge.add(-1)
+                self._retry_due()
+            case _Handover():
+                self._take_over(message.items)
+            case _Stop():
+                self._stopping = message.done
+            case _Release():
+                heads = [lane[0] for key, lane in self._chats.items() if key in self._busy]
+                self._suspect.update(item.outbox_id for item in heads)  # counted, outcome unknown
+                self._busy.clear()
+                self._resolve(message.done)
+            case _:
+                raise TypeError(f"OutboxActor got an unknown message {message!r}")
+        if self._stopping is None:
+            self._pump()
+        elif not self._busy and not self._finished:
+            self._resolve(self._stopping)
 
-    def _flush(self) -> None:
-        ready = [key for key in self._chats if key not in self._retry_at]
-        ids = [item.outbox_id for key in ready for item in self._chats[key]]
-        if not ids:
+    # -- lanes ---------------------------------------------------------------------------------------------------
+
+    def _queue(self, item: _Deliver) -> None:
+        key = (item.message.account_id, item.message.chat_id, item.message.thread_id)
+        self._chats.setdefault(key, deque()).append(item)
+        if key in self._retry_at:
+            self.gauge.add(-1)  # it waits for the chat's retry, which counts it again
+        else:
+            self._enqueue(key)
+
+    def _enqueue(self, key: _ChatKey) -> None:
+        if key not in self._waiting and key not in self._busy and key not in self._retry_at and key in self._chats:
+            self._waiting.add(key)
+            self._ready.append(key)
+
+    def _pump(self) -> None:
+        """Hand the heads of waiting lanes to free workers."""
+        while not self._held and self._ready and len(self._busy) < self._workers.size:
+            key = self._ready.popleft()
+            self._waiting.discard(key)
+            item = self._chats[key][0]
+            message = msgspec.structs.replace(item.message, outbox_id=item.outbox_id)
+            suspect = item.suspect or item.outbox_id in self._suspect
+            if suspect and not self._sender.idempotent_sends and not message.possible_duplicate:
+                # An earlier attempt may have reached the platform: it was cut by a crash or timed out.
+                message = msgspec.structs.replace(message, possible_duplicate=True)
+            self._busy.add(key)
+            try:
+                self._workers.run(_Attempt(self, key, item.outbox_id, message))
+            except RuntimeError:
+                self._busy.discard(key)
+                raise
+
+    def _done(self, key: _ChatKey) -> None:
+        self._busy.discard(key)
+
+    def _advance(self, key: _ChatKey) -> None:
+        """The head of ``key`` left (sent or given up): the next reply of the chat waits for a worker."""
+        lane = self._chats[key]
+        lane.popleft()
+        self.gauge.add(-1)
+        self._failures.pop(key, None)
+        if lane:
+            self._enqueue(key)  # behind the lanes already waiting: a long backlog takes turns with the others
+        else:
+            del self._chats[key]
+
+    def _failed(self, failure: _Failed) -> None:
+        key, outbox_id, message = failure.key, failure.outbox_id, failure.message
+        platform = self._sender.platform
+        if message.no_retry or failure.permanent:
+            reason = failure.error
+            _log.warning("outbox %s: reply %d failed and is given up: %s", platform, outbox_id, reason)
+            self._submit(lambda store: store.outbox.abandon(outbox_id, reason))
+            self._suspect.discard(outbox_id)
+            self._report(message, reason)
+            self._advance(key)  # later replies to the chat go on
             return
-        self._writer.call(lambda store: store.outbox.begin_attempts(ids))
-        sent: list[tuple[int, str | None]] = []
-        for key in ready:
-            queue = self._chats[key]
-            while queue:
-                outcome, platform_id = self._send(key, queue[0])
-                if outcome == "failed":
-                    break
-                item = queue.popleft()
-                if outcome == "sent":
-                    sent.append((item.outbox_id, platform_id))
-            if not queue:
-                del self._chats[key]
-        if sent:
-            self._writer.submit(lambda store: store.outbox.mark_sent_many(sent))
+        if failure.unknown:
+            self._suspect.add(outbox_id)
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        backoff = min(self._retry_max, self._retry_base * 2 ** (failures - 1))
+        delay = failure.retry_after_s if failure.retry_after_s is not None else backoff
+        retry_at = self._clock() + delay
+        self._retry_at[key] = retry_at
+        self.gauge.add(-len(self._chats[key]))  # the chat's replies wait for the retry
+        _log.warning("outbox %s: reply %d failed (%s); retry in %.1f s", platform, outbox_id, failure.error, delay)
+        error = failure.error
+        self._submit(lambda store: store.outbox.mark_failed(outbox_id, error, retry_at))
+        self._arm_retry()
+
+    def _retry_due(self) -> None:
+        now = self._clock()
+        for key in [k for k, at in self._retry_at.items() if at <= now]:
+            del self._retry_at[key]
+            if key in self._chats:
+                self.gauge.add(len(self._chats[key]))
+                self._enqueue(key)
         self._arm_retry()
 
     def _arm_retry(self) -> None:
-        """Ask for a :class:`RetryTick` when the earliest waiting chat is due (a 429's Retry-After: 1 means 1 s, not
-        the next gateway tick)."""
-        if self._wake_at is not None and self._retry_at:
-            actor = self.actor_ref
+        """Ask for a retry tick when the earliest waiting chat is due (a 429's Retry-After: 1 means 1 s, not the
+        next gateway tick)."""
+        if self._wake_at is None or not self._retry_at or self._stopping is not None:
+            return
+        actor, gauge = self.actor_ref, self.gauge
 
-            def wake() -> None:
-                with contextlib.suppress(pykka.ActorDeadError):  # stopped or replaced (a reload) since
-                    actor.tell(RetryTick())
+        def wake() -> None:
+            tick_outbox(actor, gauge)
 
-            self._wake_at(f"outbox-retry:{self._sender.platform}", min(self._retry_at.values()), wake)
-
-    def _send(self, key: _ChatKey, item: _Deliver) -> tuple[Literal["sent", "failed", "abandoned"], str | None]:
-        """Send one reply whose attempt is already counted; return what happened and the platform's message id."""
-        message = msgspec.structs.replace(item.message, outbox_id=item.outbox_id)
-        unknown = item.attempts > 0 or item.outbox_id in self._unknown
-        if unknown and not self._sender.idempotent_sends and not message.possible_duplicate:
-            # An earlier attempt may have reached the platform: it was cut by a crash or timed out.
-            message = msgspec.structs.replace(message, possible_duplicate=True)
         try:
-            platform_id = self._sender.send(message)
-        except SendError as exc:
-            if message.no_retry or exc.permanent:
-                reason = str(exc)
-                _log.warning("outbox %s: reply %d failed and is given up: %s", message.platform, item.outbox_id, reason)
-                self._writer.submit(lambda store: store.outbox.abandon(item.outbox_id, reason))
-                self._report(message, reason)
-                return "abandoned", None  # later replies to the chat go on
-            if exc.outcome_unknown:
-                self._unknown.add(item.outbox_id)
-            failures = self._failures.get(key, 0) + 1
-            self._failures[key] = failures
-            backoff = min(self._retry_max, self._retry_base * 2 ** (failures - 1))
-            delay = exc.retry_after_s if exc.retry_after_s is not None else backoff
-            retry_at = self._clock() + delay
-            self._retry_at[key] = retry_at
-            _log.warning(
-                "outbox %s: reply %d failed (%s); retry in %.1f s", message.platform, item.outbox_id, exc, delay
+            self._wake_at(f"outbox-retry:{self._sender.platform}", min(self._retry_at.values()), wake)
+        except Exception:
+            _log.exception(
+                "outbox %s: arming the retry timer failed; the gateway's tick retries", self._sender.platform
             )
-            error = str(exc)
-            self._writer.submit(lambda store: store.outbox.mark_failed(item.outbox_id, error, retry_at))
-            return "failed", None
-        self._failures.pop(key, None)
-        self._unknown.discard(item.outbox_id)
-        self._report(message, None)
-        return "sent", platform_id
+
+    # -- hand-over and stop --------------------------------------------------------------------------------------
+
+    def _take_over(self, items: list[_Deliver]) -> None:
+        """Put the replies of the actor this one replaces before the ones delivered here since."""
+        later = self._chats
+        self._chats = {}
+        self._ready.clear()
+        self._waiting.clear()
+        for item in [*items, *(item for lane in later.values() for item in lane)]:
+            key = (item.message.account_id, item.message.chat_id, item.message.thread_id)
+            self._chats.setdefault(key, deque()).append(item)
+            self._enqueue(key)
+        self._held = False
+
+    def _resolve(self, done: Future[list[_Deliver]]) -> None:
+        """Give what is held (oldest first) to whoever stopped this actor, and stop."""
+        self._finished = True
+        items = sorted(
+            (
+                msgspec.structs.replace(item, suspect=item.suspect or item.outbox_id in self._suspect)
+                for lane in self._chats.values()
+                for item in lane
+            ),
+            key=lambda item: item.outbox_id,
+        )
+        if not done.done():
+            done.set_result(items)
+        self.stop()
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _submit(self, work: Callable[[Store], object]) -> None:
+        try:
+            self._writer.submit(work)
+        except WriterClosedError:
+            _log.warning("outbox %s: the store is closed; the reply's state is not recorded", self._sender.platform)
 
     def _report(self, message: OutboundMessage, error: str | None) -> None:
         if self._on_result is not None:
@@ -184,29 +340,111 @@ class OutboxActor(RuntimeActor):
                 _log.exception("outbox %s: the delivery report failed", message.platform)
 
 
+class _Attempt:
+    """One send on a lane worker: count the attempt, send, mark sent at once, tell the actor what happened."""
+
+    __slots__ = ("_actor", "_key", "_message", "_outbox_id", "_sender", "_writer")
+
+    def __init__(self, outbox: OutboxActor, key: _ChatKey, outbox_id: int, message: OutboundMessage) -> None:
+        self._actor = outbox.actor_ref
+        self._sender = outbox._sender
+        self._writer = outbox._writer
+        self._key = key
+        self._outbox_id = outbox_id
+        self._message = message
+
+    def __call__(self) -> None:
+        self._tell(self._attempt())
+
+    def _attempt(self) -> _Sent | _Failed:
+        outbox_id, message = self._outbox_id, self._message
+        try:
+            self._writer.call(lambda store: store.outbox.begin_attempt(outbox_id), timeout=ATTEMPT_TIMEOUT_S)
+        except Exception as exc:  # a writer timeout or a closed store: nothing was sent
+            return self._failure(f"its attempt could not be counted ({exc!r}), so it was not sent")
+        try:
+            platform_id = self._sender.send(message)
+        except SendError as exc:
+            return self._failure(
+                str(exc), retry_after_s=exc.retry_after_s, unknown=exc.outcome_unknown, permanent=exc.permanent
+            )
+        except Exception as exc:
+            _log.exception("outbox %s: the sender failed on reply %d", message.platform, outbox_id)
+            return self._failure(f"the sender failed: {exc!r}", unknown=True)
+        try:
+            self._writer.submit(lambda store: store.outbox.mark_sent(outbox_id, platform_id))
+        except WriterClosedError:
+            _log.warning(
+                "outbox %s: reply %d was sent after the store closed; the next start sends it again, flagged",
+                message.platform,
+                outbox_id,
+            )
+        return _Sent(key=self._key, outbox_id=outbox_id, message=message)
+
+    def _failure(
+        self, error: str, *, retry_after_s: float | None = None, unknown: bool = False, permanent: bool = False
+    ) -> _Failed:
+        return _Failed(
+            key=self._key,
+            outbox_id=self._outbox_id,
+            message=self._message,
+            error=error,
+            retry_after_s=retry_after_s,
+            unknown=unknown,
+            permanent=permanent,
+        )
+
+    def _tell(self, outcome: _Sent | _Failed) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):  # stopped meanwhile: the store has what matters
+            self._actor.tell(outcome)
+
+
+def tick_outbox(actor: pykka.ActorRef[Any], gauge: Gauge) -> None:
+    """Tell ``actor`` to retry what is due, counted in ``gauge`` until it has looked."""
+    gauge.add(1)
+    try:
+        actor.tell(_RetryTick())
+    except pykka.ActorDeadError:  # stopped or replaced (a reload) since
+        gauge.add(-1)
+
+
 class OutboxRouter:
     """The :class:`~hermes_actors.session.OutboxSink` of the runtime: routes replies to their platform's actor."""
 
     def __init__(self, writer: StoreWriter, **actor_options: Any) -> None:
         self._writer = writer
         self._options = actor_options
-        self._actors: dict[str, pykka.ActorRef[Any]] = {}
+        self._actors: dict[str, tuple[pykka.ActorRef[Any], Gauge]] = {}
         self._senders: dict[str, ReplySender] = {}
+        self._lock = threading.Lock()  # a reply is told to the actor that is current when it is routed
 
     def register(self, sender: ReplySender) -> None:
         """Start the outbox actor of ``sender.platform``."""
-        self._senders[sender.platform] = sender
-        self._actors[sender.platform] = OutboxActor.start(sender, self._writer, **self._options)
+        with self._lock:
+            self._senders[sender.platform] = sender
+            self._actors[sender.platform] = self._start(sender, held=False)
 
     def replace(self, sender: ReplySender, timeout: float = 10.0) -> None:
-        """Swap ``sender.platform``'s sender: the old actor finishes what it holds, then the new one takes over.
+        """Swap ``sender.platform``'s sender (an adapter reloaded by SIGHUP).
 
-        Replies still queued in the store for the platform (unsent rows) are picked up by the new actor's retries.
+        The new actor takes replies at once and sends them after the ones the old actor still holds, which it
+        gets once the old one's sends in progress return (up to ``timeout``; a send still hanging then is left to
+        finish, and its reply is handed over flagged as a possible duplicate).
         """
-        old = self._actors.pop(sender.platform, None)
-        if old is not None:
-            old.stop(timeout=timeout)
-        self.register(sender)
+        with self._lock:
+            old = self._actors.get(sender.platform)
+            fresh = self._start(sender, held=old is not None)
+            self._senders[sender.platform] = sender
+            self._actors[sender.platform] = fresh
+        if old is None:
+            return
+        items = self._drain(sender.platform, old[0], time.monotonic() + timeout)
+        actor, gauge = fresh
+        gauge.add(len(items))
+        try:
+            actor.tell(_Handover(items=items))
+        except pykka.ActorDeadError:
+            gauge.add(-len(items))
 
     def enabled(self, platform: str) -> bool:
         """Return whether replies can be sent to ``platform``."""
@@ -221,33 +459,111 @@ class OutboxRouter:
 
     def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
         """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered."""
-        actor = self._actors.get(message.platform)
-        if actor is None:
+        if not self._tell(_Deliver(outbox_id=outbox_id, message=message)):
             _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
-            return
-        actor.tell(_Deliver(outbox_id=outbox_id, message=message))
 
     def redeliver(self, rows: list[OutboxRow]) -> int:
         """Queue unsent rows found at start (in id order); return how many went to an actor."""
         queued = 0
         for row in rows:
-            message = decode_outbound(row.payload)
-            if message.platform in self._actors:
-                self._actors[message.platform].tell(_Deliver(outbox_id=row.id, message=message, attempts=row.attempts))
-                queued += 1
+            queued += self._tell(
+                _Deliver(outbox_id=row.id, message=decode_outbound(row.payload), suspect=row.attempts > 0)
+            )
         return queued
+
+    def notify(self, message: OutboundMessage) -> None:
+        """Send ``message`` once, on a thread of its own, without an outbox row (the store could not take one: a
+        notice that a turn was not saved). A failure is logged, not retried."""
+        sender = self._senders.get(message.platform)
+        if sender is None:
+            return
+
+        def send() -> None:
+            try:
+                sender.send(message)
+            except Exception as exc:
+                _log.warning("outbox %s: a notice could not be sent: %s", message.platform, exc)
+
+        threading.Thread(target=send, name=f"hermes-notice-{message.platform}", daemon=True).start()
 
     def retry_due(self) -> None:
         """Ask every outbox actor to retry what is due."""
-        for actor in self._actors.values():
-            actor.tell(RetryTick())
+        for actor, gauge in list(self._actors.values()):
+            tick_outbox(actor, gauge)
 
-    def in_flight(self, timeout: float = 10.0) -> int:
-        """Return replies every outbox actor could send now (chats waiting for a retry do not count)."""
-        return sum(actor.proxy().in_flight().get(timeout=timeout) for actor in self._actors.values())
+    def in_flight(self) -> int:
+        """Return the replies being sent or that can be sent now (chats waiting for a retry do not count); never
+        waits for an actor."""
+        return sum(gauge.value() for _, gauge in list(self._actors.values()))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every outbox actor after what it has queued."""
-        for actor in self._actors.values():
-            actor.stop(timeout=timeout)
-        self._actors.clear()
+        """Stop every outbox actor: nothing more is sent, and sends in progress get up to ``timeout`` to return.
+
+        Replies not sent stay queued in the store for the next start; one whose send was still in progress has
+        its attempt counted, so it goes again flagged as a possible duplicate.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            actors = list(self._actors.items())
+            self._actors.clear()
+        stopping = [(platform, actor, self._ask_stop(actor)) for platform, (actor, _) in actors]
+        for platform, actor, done in stopping:
+            if done is not None and self._wait(platform, done, deadline) is None:
+                actor.stop(block=False)
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _start(self, sender: ReplySender, *, held: bool) -> tuple[pykka.ActorRef[Any], Gauge]:
+        gauge = Gauge()
+        return OutboxActor.start(sender, self._writer, gauge=gauge, held=held, **self._options), gauge
+
+    def _tell(self, item: _Deliver) -> bool:
+        with self._lock:
+            current = self._actors.get(item.message.platform)
+            if current is None:
+                return False
+            actor, gauge = current
+            gauge.add(1)
+            try:
+                actor.tell(item)
+            except pykka.ActorDeadError:
+                gauge.add(-1)
+                return False
+        return True
+
+    def _ask_stop(self, actor: pykka.ActorRef[Any]) -> Future[list[_Deliver]] | None:
+        done: Future[list[_Deliver]] = Future()
+        try:
+            actor.tell(_Stop(done=done))
+        except pykka.ActorDeadError:
+            return None
+        return done
+
+    def _wait(self, platform: str, done: Future[list[_Deliver]], deadline: float) -> list[_Deliver] | None:
+        """What a stopping actor held, or ``None`` when its sends in progress outlast ``deadline``."""
+        try:
+            return done.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            _log.warning(
+                "outbox %s: sends still in progress at the stop are left to finish; their replies stay queued and "
+                "go again, flagged, at the next start",
+                platform,
+            )
+            return None
+
+    def _drain(self, platform: str, actor: pykka.ActorRef[Any], deadline: float) -> list[_Deliver]:
+        """Stop ``actor`` and return the replies it held, its sends in progress included after ``deadline``."""
+        done = self._ask_stop(actor)
+        if done is None:
+            return []
+        items = self._wait(platform, done, deadline)
+        if items is not None:
+            return items
+        released: Future[list[_Deliver]] = Future()
+        try:
+            actor.tell(_Release(done=released))
+            return released.result(timeout=RELEASE_TIMEOUT_S)
+        except (pykka.ActorDeadError, FutureTimeout):
+            _log.error("outbox %s: the old actor handed nothing over; its replies go at the next start", platform)
+            actor.stop(block=False)
+            return []

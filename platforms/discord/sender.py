@@ -6,9 +6,11 @@ after the parts already posted (remembered in memory). In a guild the first part
 answers, so in a busy channel each member sees which answer is theirs. Mentions in the agent's text never ping
 anyone (``allowed_mentions`` is empty): a user cannot make the bot ping ``@everyone``.
 
-A reply that answers messages carries a ``nonce`` derived from the reply and the part, with ``enforce_nonce``:
-Discord answers a repeat within a few minutes with the message it already created, so a retry after a lost answer
-does not post twice. Beyond that window a retry can duplicate, so sends do not count as idempotent.
+A reply from the outbox (or one that answers messages) carries a ``nonce`` derived from its outbox id, the reply
+and the part, with ``enforce_nonce``: Discord answers a repeat within a few minutes with the message it already
+created, so a retry after a lost answer, or after a crash between the send and its confirmation, does not post
+twice (the outbox id is the row's, the same after a restart). Beyond that window a retry can duplicate, so sends
+do not count as idempotent.
 
 Pacing is :mod:`platforms.discord.rest`'s buckets; a 429 comes back as ``SendError(retry_after_s=...)``. Refusals
 no retry can fix (unknown channel, missing access or permissions, a user who takes no DMs, a body Discord rejects)
@@ -136,7 +138,7 @@ class DiscordSender:
         self, rest: RestClient, channel: str, message: OutboundMessage, text: str, index: int, identity: str
     ) -> str | None:
         body: dict[str, Any] = {"content": text, "allowed_mentions": {"parse": []}}
-        if message.answers:  # a reply to messages is unique; a bare notice may repeat on purpose
+        if message.answers or message.outbox_id is not None:  # unique replies; a bare notice may repeat on purpose
             body["nonce"] = hashlib.sha256(f"{identity}:{index}".encode()).hexdigest()[:25]
             body["enforce_nonce"] = True
         if index == 0 and self._quotes(channel, message.reply_to):
@@ -170,8 +172,17 @@ def _send_error(exc: RestError) -> SendError:
 
 
 def _identity(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies."""
+    """The same for every attempt at one reply (in any process: the outbox id is the row's), different between
+    replies."""
     identity = msgspec.json.encode(
-        [message.account_id, message.chat_id, message.thread_id, message.session_id, message.answers, message.text]
+        [
+            message.outbox_id,  # two identical notices to one channel are still two replies
+            message.account_id,
+            message.chat_id,
+            message.thread_id,
+            message.session_id,
+            message.answers,
+            message.text,
+        ]
     )
     return hashlib.sha256(identity).hexdigest()

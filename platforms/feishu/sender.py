@@ -2,10 +2,11 @@
 
 A reply to a chat is ``POST /open-apis/im/v1/messages?receive_id_type=chat_id``; a reply in a thread goes to
 ``POST /open-apis/im/v1/messages/<root message>/reply`` with ``reply_in_thread``. Each part of a reply carries a
-``uuid`` derived from the reply and the part's position, so a retry within Feishu's one-hour window does not post
-it twice. Tokens come from ``POST /open-apis/auth/v3/tenant_access_token/internal`` (self-built apps) and are
-reused until shortly before their ``expire``; a send refused for its token (99991661, 99991663, 99991664) fetches a
-new one and tries once more at once. Rate limits (HTTP 429, code 99991400, or 230020 for one chat) become
+``uuid`` derived from the reply's outbox id, the reply and the part's position, so a retry within Feishu's
+one-hour window does not post it twice, also after a restart (the outbox id is the row's). Tokens come from
+``POST /open-apis/auth/v3/tenant_access_token/internal`` (self-built apps) and are reused until shortly before
+their ``expire``; a send refused for its token (99991661, 99991663, 99991664) fetches a new one and tries once
+more at once. Rate limits (HTTP 429, code 99991400, or 230020 for one chat) become
 ``SendError(retry_after_s=...)`` from ``x-ogw-ratelimit-reset`` or ``Retry-After``.
 """
 
@@ -278,9 +279,11 @@ class FeishuSender:
 
 
 def _reply_key(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies; with ``-<part>`` it is the ``uuid``."""
+    """The same for every attempt at one reply (in any process: the outbox id is the row's), different between
+    replies; with ``-<part>`` it is the ``uuid``."""
     identity = msgspec.json.encode(
         [
+            message.outbox_id,  # two identical notices to one chat are still two replies
             message.account_id,
             message.chat_id,
             message.thread_id,

@@ -6,8 +6,9 @@ durably in the store, written before the turn that will need it is committed, so
 still has it. (They live as extra poll-cursor rows under :data:`TOKEN_PLATFORM`, the one durable key-value write
 an adapter has; see the adapter docs.)
 
-A long reply leaves as several messages. Each part has a ``client_id`` derived from the reply and its index, and
-the sender remembers how many parts of a reply went out, so a retry after part 3 failed starts at part 3.
+A long reply leaves as several messages. Each part has a ``client_id`` derived from the reply (its outbox id
+included, so it is the same after a restart) and its index, and the sender remembers how many parts of a reply
+went out, so a retry after part 3 failed starts at part 3.
 """
 
 from __future__ import annotations
@@ -109,8 +110,11 @@ class ContextTokens:
 
 
 def _reply_id(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies."""
-    identity = msgspec.json.encode([message.session_id, message.reply_to, message.answers, message.text])
+    """The same for every attempt at one reply (in any process: the outbox id is the row's), different between
+    replies."""
+    identity = msgspec.json.encode(
+        [message.outbox_id, message.session_id, message.reply_to, message.answers, message.text]
+    )
     return "hermes-" + hashlib.sha256(identity).hexdigest()[:24]
 
 

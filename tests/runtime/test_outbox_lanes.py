@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 
 from hermes_actors.messages import OutboundMessage, encode
@@ -17,7 +18,9 @@ from hermes_actors.outbox import OutboxRouter
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock
-from platforms.base import SendError
+from platforms.base import ReplySender, SendError
+from platforms.discord import DiscordAdapter, DiscordBot, DiscordConfig
+from tests.platforms.discord_fake import DiscordFake
 
 T = TypeVar("T")
 PLATFORM = "lanes"
@@ -92,8 +95,8 @@ def routers() -> Iterator[Callable[..., OutboxRouter]]:
     """Make outbox routers; each is stopped at the end (after the test has released its gates)."""
     made: list[OutboxRouter] = []
 
-    def make(writer: StoreWriter, *senders: GatedSender, **options: object) -> OutboxRouter:
-        router = OutboxRouter(writer, **options)  # type: ignore[arg-type]
+    def make(writer: StoreWriter, *senders: ReplySender, **options: object) -> OutboxRouter:
+        router = OutboxRouter(writer, **options)
         for sender in senders:
             router.register(sender)
         made.append(router)
@@ -104,13 +107,20 @@ def routers() -> Iterator[Callable[..., OutboxRouter]]:
         router.stop(timeout=WAIT_S)
 
 
-def queue_reply(writer: StoreWriter, chat: str, text: str) -> tuple[int, OutboundMessage]:
+def queue_reply(
+    writer: StoreWriter, chat: str, text: str, *, reply: OutboundMessage | None = None
+) -> tuple[int, OutboundMessage]:
     """Commit a reply to ``chat`` as a turn would; return its outbox id and message."""
-    reply = OutboundMessage(platform=PLATFORM, chat_id=chat, text=text)
+    reply = reply or OutboundMessage(platform=PLATFORM, chat_id=chat, text=text)
 
     def add(store: Store) -> int:
         return store.outbox.add(
-            session_id=None, platform=PLATFORM, account_id="", chat_id=chat, thread_id=None, payload=encode(reply)
+            session_id=reply.session_id,
+            platform=reply.platform,
+            account_id=reply.account_id,
+            chat_id=chat,
+            thread_id=reply.thread_id,
+            payload=encode(reply),
         )
 
     return writer.call(add), reply
@@ -179,9 +189,10 @@ def test_replies_sent_before_a_crash_are_not_sent_again_after_the_restart(
     writer.call(lambda store: None)  # what the lane submitted before the hanging send is committed now
     # The crash: the store keeps what was committed; the hanging send never returns in this process.
     assert unsent(db_path) == [(ids[3], 1), (ids[4], 0), (ids[5], 0)]
-    release.set()
-    router.stop(timeout=WAIT_S)
+    router.stop(timeout=0.1)
     writer.stop()
+    release.set()  # the send returns into a process that is gone: its delivery is never recorded
+    assert sender.arrived("reply 3").wait(WAIT_S)
 
     restarted = StoreWriter(Store.open(db_path))
     try:
@@ -289,3 +300,40 @@ def test_a_replaced_sender_takes_over_the_replies_the_old_one_still_held_in_orde
     assert old.sent == []
     writer.call(lambda store: None)
     assert unsent(db_path) == []
+
+
+DISCORD_TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
+
+
+def test_a_discord_reply_sent_again_after_a_crash_carries_the_same_nonce_and_is_posted_once(
+    db_path: Path, routers: Callable[..., OutboxRouter]
+) -> None:
+    with DiscordFake() as fake:
+        fake.add_bot(DISCORD_TOKEN, "900")
+        fake.add_guild("1001", "Guild", bots=[DISCORD_TOKEN])
+        fake.add_channel("2001", "1001", "general")
+        config = DiscordConfig(api_base_url=fake.api_base, bots={"main": DiscordBot(token=DISCORD_TOKEN)})
+
+        def new_sender() -> ReplySender:  # a new process: nothing remembered in memory
+            (sender,) = DiscordAdapter(config, environ={}).senders()
+            return sender
+
+        reply = OutboundMessage(platform="discord", account_id="main", chat_id="2001", text="once")
+        writer = StoreWriter(Store.open(db_path))
+        outbox_id, _ = queue_reply(writer, "2001", "once", reply=reply)
+        # The process that crashed: the attempt was counted and the send went out; the crash beat its mark.
+        writer.call(lambda store: store.outbox.begin_attempt(outbox_id))
+        new_sender().send(msgspec.structs.replace(reply, outbox_id=outbox_id))
+        writer.stop()
+
+        restarted = StoreWriter(Store.open(db_path))
+        try:
+            router = routers(restarted, new_sender())
+            assert router.redeliver(restarted.call(lambda store: store.outbox.unsent())) == 1
+            wait_until(lambda: unsent(db_path) == [])
+        finally:
+            restarted.stop()
+        first, second = fake.calls("POST /channels/2001/messages")
+        assert first.body["nonce"] == second.body["nonce"]  # derived from the outbox id: the same in both processes
+        assert second.body["enforce_nonce"] is True
+        assert fake.texts(DISCORD_TOKEN) == ["once"]  # Discord answered the repeat with the message it had
