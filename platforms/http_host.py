@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from hermes_actors.gateway import AcceptResult, Gateway
     from hermes_actors.messages import InboundMessage
 
-__all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body"]
+__all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body", "unreadable"]
 
 _log = logging.getLogger(__name__)
 
@@ -48,11 +48,12 @@ async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T
 
 
 class _ServerLog(logging.LoggerAdapter[logging.Logger]):
-    """aiohttp's server log, where a request its HTTP parser refuses is an info line instead of an error.
+    """aiohttp's server log, where a request the client got wrong is an info line instead of an error.
 
     aiohttp answers a request it cannot parse (a control character in a header, a line too long) with a plain
-    400 before any handler runs, and logs it with a stack at ERROR as if the server had failed. That is the
-    client's fault; the server's own failures (anything else) stay errors.
+    400 before any handler runs, and once a handler has answered it drains the rest of the body, failing again
+    on one that cannot be read (a ``Content-Encoding`` it is not in); both it logs with a stack at ERROR, as if
+    the server had failed. They are the client's fault; the server's own failures (anything else) stay errors.
     """
 
     def __init__(self, server_name: str) -> None:
@@ -63,8 +64,29 @@ class _ServerLog(logging.LoggerAdapter[logging.Logger]):
         if isinstance(exc_info, HttpProcessingError) and 400 <= exc_info.code < 500:
             refused = " ".join(exc_info.message.split())[:200]
             self.info("%s: refused a malformed HTTP request (%d %s)", self.server_name, exc_info.code, refused)
-            return
-        super().exception(msg, *args, exc_info=exc_info, **kwargs)
+        elif isinstance(exc_info, web.RequestPayloadError):
+            self.info("%s: a request body could not be read (%s)", self.server_name, unreadable(exc_info))
+        else:
+            super().exception(msg, *args, exc_info=exc_info, **kwargs)
+
+
+async def _expect(request: web.Request) -> None:
+    """Answer an ``Expect`` header as aiohttp does, also when its value is not UTF-8 (aiohttp's own answer fails
+    on such a value, with a 500 and an error logged)."""
+    expect = request.headers.get("Expect", "")
+    if request.version < (1, 1):  # HTTP/1.0 has no expectations
+        return
+    if expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"unknown Expect: {ascii(expect)[1:-1][:100]}; only 100-continue is")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the 100 is not part of the response
+
+
+def _answer_expect_safely(app: web.Application) -> None:
+    """Give every route of ``app`` :func:`_expect` as its ``Expect`` handler."""
+    for route in app.router.routes():
+        # aiohttp has no public setter; routes are added with the default handler by add_get, add_post, ...
+        route._expect_handler = _expect
 
 
 class HttpHost:
@@ -124,6 +146,7 @@ class HttpHost:
             ) from exc
 
     async def _setup(self) -> int:
+        _answer_expect_safely(self.app)
         log = _ServerLog(self.name)
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0, logger=log)
         await runner.setup()
@@ -166,7 +189,8 @@ async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
     """The body of ``request``; :class:`Refused` (413, naming ``setting``) if it is longer than ``limit`` bytes.
 
     A ``Content-Length`` over the limit is refused before reading; a body without one is cut off by aiohttp's
-    ``client_max_size`` (the same limit), which is refused alike.
+    ``client_max_size`` (the same limit), which is refused alike. A body that cannot be read as it says it is
+    sent (a ``Content-Encoding`` it is not in, a broken chunk) is :class:`Refused` 400.
     """
     too_large = Refused(413, f"the body is larger than {limit} bytes ({setting})")
     if request.content_length is not None and request.content_length > limit:
@@ -175,6 +199,13 @@ async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise too_large from None
+    except web.RequestPayloadError as exc:
+        raise Refused(400, f"the body cannot be read ({unreadable(exc)})") from None
+
+
+def unreadable(exc: web.RequestPayloadError) -> str:
+    """Why aiohttp could not read a request body, on one line."""
+    return " ".join(str(exc).split())[:200]
 
 
 class ServedConfig(Protocol):
