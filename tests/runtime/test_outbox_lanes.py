@@ -7,12 +7,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 import msgspec
 import pytest
 
+from hermes_actors.lanes import LaneWorkers
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.outbox import OutboxRouter
 from hermes_actors.store import Store
@@ -44,6 +46,8 @@ class GatedSender:
         self._counts: dict[str, int] = {}
         self._arrived: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        self._sending: set[str] = set()
+        self.overlaps = 0  # sends that began while another send to the same chat was in progress
         self.fail_with: dict[str, list[BaseException]] = {}
 
     def gate(self, chat: str, *, after: int = 0) -> threading.Event:
@@ -61,6 +65,16 @@ class GatedSender:
 
     def send(self, message: OutboundMessage) -> str | None:
         chat = message.chat_id or ""
+        with self._lock:
+            self.overlaps += chat in self._sending
+            self._sending.add(chat)
+        try:
+            return self._send(chat, message)
+        finally:
+            with self._lock:
+                self._sending.discard(chat)
+
+    def _send(self, chat: str, message: OutboundMessage) -> str | None:
         with self._lock:
             seen = self._counts.get(chat, 0)
             self._counts[chat] = seen + 1
@@ -171,6 +185,7 @@ def test_a_chat_with_twenty_queued_replies_stuck_in_a_send_does_not_hold_up_anot
     release.set()
     assert sender.arrived("backlog 19").wait(WAIT_S)
     assert sender.texts("channel") == [f"backlog {n}" for n in range(20)]  # in committed order
+    assert sender.overlaps == 0  # one send at a time per chat
 
 
 def test_replies_sent_before_a_crash_are_not_sent_again_after_the_restart(
@@ -337,3 +352,26 @@ def test_a_discord_reply_sent_again_after_a_crash_carries_the_same_nonce_and_is_
         assert first.body["nonce"] == second.body["nonce"]  # derived from the outbox id: the same in both processes
         assert second.body["enforce_nonce"] is True
         assert fake.texts(DISCORD_TOKEN) == ["once"]  # Discord answered the repeat with the message it had
+
+
+def test_lane_workers_start_threads_only_when_all_are_busy_and_never_more_than_their_size() -> None:
+    workers = LaneWorkers("test-lane-workers", 2)
+    release = threading.Event()
+    started = [threading.Event() for _ in range(3)]
+
+    def job(n: int) -> None:
+        started[n].set()
+        assert release.wait(WAIT_S)
+
+    try:
+        for n in range(3):
+            workers.run(partial(job, n))
+        assert started[0].wait(WAIT_S)
+        assert started[1].wait(WAIT_S)
+        running = [t for t in threading.enumerate() if t.name.startswith("test-lane-workers-")]
+        assert len(running) == 2  # the third job waits for a free worker
+        release.set()
+        assert started[2].wait(WAIT_S)
+    finally:
+        release.set()
+        workers.close()
