@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import threading
 import time
@@ -539,3 +540,80 @@ def test_stopping_the_server_answers_waiting_requests_503(start: Start) -> None:
     assert "turn continues" in payload["error"]["message"]
     agent.gate.set()
     assert running.gateway.wait_idle(10)
+
+
+# -- hostile input ----------------------------------------------------------------------------------------------
+
+
+def test_json_nested_a_thousand_deep_gets_a_400_naming_the_depth_and_logs_no_error(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    deep = b'{"messages": [{"role": "user", "content": "hi"}], "tools": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    for body in (deep, b"[" * 100_000, b'{"a": ' * 5000 + b"1" + b"}" * 5000):
+        status, _, payload = running.request(body, headers={"Authorization": f"Bearer {KEY}"})
+        assert status == 400, payload
+        assert set(payload["error"]) == {"message", "type", "param", "code"}
+        assert payload["error"]["code"] == "invalid_json"
+        assert "JSON nested deeper than 64 levels" in payload["error"]["message"]
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert ask(running, "still fine")[0] == "echo: still fine"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(b"caf\xc3\xa9", id="utf-8"),
+        pytest.param(b"\xff\xfe", id="invalid-utf-8"),
+        pytest.param(b"a\tb", id="tab"),
+        pytest.param(b"../sessions", id="dot-dot"),
+        pytest.param(b"a/b", id="slash"),
+        pytest.param(b"a\\b", id="backslash"),
+        pytest.param(b"x" * 257, id="too-long"),
+    ],
+)
+def test_a_session_header_that_is_not_a_plain_name_gets_a_400_naming_the_header(
+    running: Running, value: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    headers: dict[str, Any] = {"Authorization": f"Bearer {KEY}", SESSION_HEADER: value}
+    status, _, payload = running.request({"messages": chat("hi")}, headers=headers)
+    assert status == 400, payload
+    error = payload["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "invalid_header", SESSION_HEADER)
+    assert error["message"].startswith(f"{SESSION_HEADER} must be")
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    with running.gateway.read() as store:
+        assert store.list_sessions() == []  # refused before anything was stored
+
+
+@pytest.mark.parametrize("value", [b"a\x01b", b"a\x7fb", b"a\x00b"], ids=["control", "delete", "nul"])
+def test_a_control_character_in_a_header_is_refused_by_the_http_parser_without_an_error_line(
+    running: Running, value: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp's parser refuses these bytes before any handler runs (a plain-text 400); it is no server error."""
+    caplog.set_level(logging.INFO)
+    connection = running.connection()
+    try:
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps({"messages": chat("hi")}).encode(),
+            headers={"Authorization": f"Bearer {KEY}", SESSION_HEADER: value},
+        )
+        assert connection.getresponse().status == 400
+    finally:
+        connection.close()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert "api_server: refused a malformed HTTP request (400 Invalid header value char" in caplog.text
+    assert ask(running, "still fine")[0] == "echo: still fine"
+
+
+def test_a_session_header_of_256_printable_characters_is_a_name(running: Running) -> None:
+    name = "s" * 250 + "-._~:@"
+    reply, session_id = ask(running, "hi", **{SESSION_HEADER: name})
+    assert reply == "echo: hi"
+    for padded in (name, f"  {name}\t"):  # the spaces around it are not part of the name
+        status, headers, payload = running.request(
+            {"messages": chat("again")}, headers={"Authorization": f"Bearer {KEY}", SESSION_HEADER: padded}
+        )
+        assert (status, payload["choices"][0]["message"]["content"]) == (200, "echo: again")
+        assert headers[SESSION_HEADER] == session_id
