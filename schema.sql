@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 4.
+-- hermes-actors state database, schema version 5.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 4; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 5; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -143,6 +143,7 @@ CREATE TABLE inbox (
     received_at         REAL NOT NULL,
     state               TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'rejected')),
     completed_at        REAL,
+    owner               TEXT,                     -- version 5: the lease owner whose process runs the turn
     UNIQUE (platform, account_id, platform_message_id)
 );
 CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';
@@ -193,19 +194,21 @@ CREATE TABLE home_channels (
 -- What the agent chose to remember about a user (save-memory turns); later sessions of that user get them.
 CREATE TABLE memories (
     id                INTEGER PRIMARY KEY,
-    user_key          TEXT NOT NULL,              -- platform-qualified user: '<platform>:<participant id>'
+    user_key          TEXT NOT NULL,              -- the principal: '<platform>[.<scope>][~<account>]:<participant>'
     content           TEXT NOT NULL,
     source_session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
     created_at        REAL NOT NULL
 );
 CREATE INDEX memories_user ON memories (user_key, id);
 
--- Cross-process ownership of a session's turns (a terminal chat without the daemon).
+-- Cross-process ownership of a session's turns (a terminal chat without the daemon). The epoch comes from
+-- meta 'lease_epoch', a counter that only grows, so no two tenures of a session share one.
 CREATE TABLE leases (
     session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
     owner       TEXT NOT NULL,                    -- '<hostname>:<pid>:<random>'
     acquired_at REAL NOT NULL,
-    expires_at  REAL NOT NULL
+    expires_at  REAL NOT NULL,
+    epoch       INTEGER NOT NULL DEFAULT 0        -- version 5: grows on every take-over; turn commits check it
 ) WITHOUT ROWID;
 CREATE INDEX leases_owner ON leases (owner);      -- added in version 2: heartbeats renew one owner's leases
 

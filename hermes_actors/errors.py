@@ -11,7 +11,9 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── AmbiguousSessionError a prefix matches several sessions (names them)
     │   ├── TitleInUseError    another session holds the title (names it)
     │   ├── SessionClosedError the session has ended and cannot take new turns
-    │   └── SessionBusyError   another process holds the session's lease
+    │   ├── SessionBusyError   another process holds the session's lease
+    │   ├── LeaseLostError     the lease was taken over mid-turn: the turn's commit is rolled back
+    │   └── StaleTurnError     another turn completed the message already: the duplicate is rolled back
     ├── TitleError             a title is invalid after sanitising (too long)
     ├── PlatformError          a platform adapter failed
     └── SourceDatabaseError    import-hermes cannot read the other system's database (hermes_actors.importer)
@@ -23,12 +25,14 @@ __all__ = [
     "AmbiguousSessionError",
     "ConfigError",
     "HermesError",
+    "LeaseLostError",
     "PlatformError",
     "RoutingError",
     "SchemaVersionError",
     "SessionBusyError",
     "SessionClosedError",
     "SessionNotFoundError",
+    "StaleTurnError",
     "StoreError",
     "TitleError",
     "TitleInUseError",
@@ -103,3 +107,11 @@ class PlatformError(HermesError):
 
 class SessionBusyError(StoreError):
     """Another process runs this session's turns (it holds the lease)."""
+
+
+class LeaseLostError(StoreError):
+    """This process's lease on a session expired and another process took it; the write was rolled back."""
+
+
+class StaleTurnError(StoreError):
+    """A turn's inbox row was completed by another turn already; the duplicate was rolled back."""

@@ -25,6 +25,7 @@ import pykka
 
 from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.errors import StoreError
 from hermes_actors.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
@@ -34,6 +35,8 @@ from hermes_actors.resets import ResetScheduler, background_hook
 from hermes_actors.routing import build_session_key
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
+from hermes_actors.store.connection import check_writable
+from hermes_actors.store.durable import InboxRow, OutboxRow
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
@@ -161,6 +164,8 @@ class Gateway:
         )
         self.timers.every("passivation", tick_interval_s, self.tick)
         self.timers.every("queue-prune", QUEUE_PRUNE_INTERVAL_S, self.prune_queues)
+        self.timers.every("inbox-released", tick_interval_s, self._replay_released)
+        self._deferred: dict[int, InboxRow] = {}  # pending rows of another live process, by id (see _recover)
         self._closed = threading.Event()
         self._recover()
         if schedule_resets:
@@ -213,6 +218,7 @@ class Gateway:
                     platform_message_id=m.message_id,
                     routing_key=key,
                     payload=encode(m),
+                    owner=self.lease_owner,
                 )
                 results.append(AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None))
             if cursor is not None:
@@ -330,30 +336,115 @@ class Gateway:
             pause = min(pause * 2, 0.05)
         return False
 
+    _STORE_PROBE_TIMEOUT_S = 2.0
+    _STORE_VERDICT_S = 1.0
+    _store_verdict: tuple[float, str | None] = (float("-inf"), None)  # (when, why not), for store_unwritable_reason
+
+    def store_unwritable_reason(self) -> str | None:
+        """Why the store cannot take writes now (a full or read-only disk, a read-only file, a writer that does not
+        answer within 2 s), or ``None`` when it can.
+
+        The probe is :func:`~hermes_actors.store.connection.check_writable` on the writer's thread: a look at the
+        disk and a write that changes nothing, so nothing is committed. The verdict is kept for a second, so
+        ``/health`` stays cheap however often it is asked.
+        """
+        checked_at, reason = self._store_verdict
+        if time.monotonic() - checked_at < self._STORE_VERDICT_S:
+            return reason
+        try:
+            probe = self._writer.submit(lambda store: check_writable(store.connection))
+            probe.result(timeout=self._STORE_PROBE_TIMEOUT_S)
+            reason = None
+        except StoreError as exc:
+            reason = str(exc)
+        except TimeoutError:
+            reason = (
+                f"the store writer did not answer within {self._STORE_PROBE_TIMEOUT_S:.0f} s (a long write, or a "
+                "lock another process holds); see the log"
+            )
+        self._store_verdict = (time.monotonic(), reason)
+        return reason
+
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        def pending_work(store: Store) -> tuple[list[Any], list[Any]]:
-            dead = [
-                owner
-                for (owner,) in store.connection.execute("SELECT DISTINCT owner FROM leases")
-                if not lease_owner_alive(str(owner))
-            ]
-            for owner in dead:
-                store.leases.release_all(str(owner))
-            return store.inbox.pending(), store.outbox.unsent(limit=1_000_000)
+        """Replay what an earlier process left: unanswered inbox rows (in id order) and unsent replies.
+
+        A row is replayed here only if this process may run it: its owner (the process that accepted it) is gone,
+        and the session it leads to is not leased by another live process; this process then claims the row and
+        takes that lease in the same transaction. Rows of a live owner are left to it and looked at again every
+        tick (:meth:`_replay_released`), so a turn is never run by two processes.
+        """
+        platforms = self._recover_platforms
+
+        def pending_work(store: Store) -> tuple[list[InboxRow], list[OutboxRow]]:
+            for (holder,) in store.connection.execute("SELECT DISTINCT owner FROM leases"):
+                if not lease_owner_alive(str(holder)):
+                    store.leases.release_all(str(holder))
+            outbox = store.outbox.unsent(limit=1_000_000)
+            if platforms is not None:
+                outbox = [row for row in outbox if row.platform in platforms]
+            return self._claim_pending(store), outbox
 
         inbox, outbox = self._writer.call(pending_work)
-        if self._recover_platforms is not None:
-            inbox = [row for row in inbox if row.platform in self._recover_platforms]
-            outbox = [row for row in outbox if row.platform in self._recover_platforms]
         # Old replies first: a replayed turn's new reply to the same chat must not overtake them.
         queued = self._outbox.redeliver(outbox)
-        for row in inbox:
-            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
-            self._supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
+        self._replay(inbox)
         if inbox or outbox:
             _log.info("recovery: replaying %d inbound messages, delivering %d replies", len(inbox), queued)
+        if self._deferred:
+            _log.info("recovery: %d inbound messages belong to another live process; left to it", len(self._deferred))
+
+    def _claim_pending(self, store: Store) -> list[InboxRow]:
+        """Inside a write: claim the pending rows this process may run (see :meth:`_recover`); defer the others."""
+        owner, ttl = self.lease_owner, self.config.lease_ttl_s
+        claimed: list[InboxRow] = []
+        deferred: dict[int, InboxRow] = {}
+        blocked: set[str] = set()  # routing keys with a deferred row: later rows of theirs wait too (order)
+        for row in store.inbox.pending():
+            if self._recover_platforms is not None and row.platform not in self._recover_platforms:
+                continue
+            if row.owner == owner:
+                continue  # accepted by this process: already queued
+            mine = row.owner is None or not lease_owner_alive(row.owner)
+            session_id = store.get_route(row.routing_key)
+            if mine and session_id is not None and store.find_session(session_id) is not None:
+                granted = store.leases.grant(session_id, owner, ttl)
+                if isinstance(granted, str) and not lease_owner_alive(granted):
+                    store.leases.release(session_id, granted)
+                    granted = store.leases.grant(session_id, owner, ttl)
+                mine = isinstance(granted, int)
+            if not mine or row.routing_key in blocked:
+                deferred[row.id] = row
+                blocked.add(row.routing_key)
+                continue
+            store.inbox.claim(row.id, owner)
+            claimed.append(row)
+        self._deferred = deferred
+        return claimed
+
+    def _replay(self, rows: Sequence[InboxRow]) -> None:
+        for row in rows:
+            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+            self._supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
+
+    def _replay_released(self) -> None:
+        """Replay deferred rows whose owner has finished them, died or released the session (a timer calls this)."""
+        if not self._deferred or self._closed.is_set():
+            return
+
+        def claim(store: Store) -> list[InboxRow]:
+            still = store.inbox.pending_among(list(self._deferred))
+            self._deferred = {i: row for i, row in self._deferred.items() if i in still}
+            if not self._deferred:
+                return []
+            return self._claim_pending(store)
+
+        with contextlib.suppress(WriterClosedError, TimeoutError):
+            rows = self._writer.call(claim, timeout=self.config.ask_timeout_s)
+            if rows:
+                _log.info("replaying %d inbound messages another process left", len(rows))
+            self._replay(rows)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish queued turns and send what can be sent (up to ``timeout``), release leases and close the store.

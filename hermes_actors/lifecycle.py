@@ -126,8 +126,11 @@ class LifecycleCommands:
         if state is None or state.create_with is None:
             with self._readers.reader() as store:
                 record = store.find_session(session_id)
+                holder = store.leases.holder(session_id)
             if record is None or not record.is_live:
                 return  # ended (or pruned) meanwhile
+            if holder is not None and holder != self._services.lease_owner and self._services.owner_alive(holder):
+                return  # another live process runs this session's turns: a reset is for the lease holder to do
         self._begin_end(session_id)
         self._queue_control(
             session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None

@@ -61,7 +61,9 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``answers`` lists the platform message ids of every inbound message the reply answers (a turn may merge
     several), so request/response platforms (the HTTP API, the terminal) can complete each waiting request.
     ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
-    for every reply, so a platform's idempotency key can include it.
+    for every reply, so a platform's idempotency key can include it. ``error`` marks a notice that the message
+    could not be handled (``storage_unavailable``: it could not be saved yet); request/response entry points answer
+    it as an error, not as the agent's reply.
     """
 
     platform: str
@@ -76,6 +78,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     no_retry: bool = False
     answers: tuple[str, ...] = ()
     outbox_id: int | None = None
+    error: str | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

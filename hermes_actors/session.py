@@ -22,7 +22,7 @@ import pykka
 from hermes_actors.actors import RuntimeActor
 from hermes_actors.agent import AgentError, AgentReply, TurnInput
 from hermes_actors.commands import title_holder_text
-from hermes_actors.errors import HermesError, TitleInUseError
+from hermes_actors.errors import HermesError, LeaseLostError, StaleTurnError, StoreError, TitleInUseError
 from hermes_actors.hygiene import ModelHistory, is_summary
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.leases import describe_owner, wait_for_lease
@@ -125,6 +125,7 @@ class SessionTurns:
         self._create_with = create_with
         self._pending_title = title
         self._lease_held = False
+        self._epoch = 0  # the tenure of this process's lease: every commit checks it (Leases.fence)
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
         self._memories: list[str] = []
@@ -132,10 +133,9 @@ class SessionTurns:
         self._auto_title = AutoTitle(services, session_id)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
-        if create_with is None:
+        if create_with is None:  # the transcript is read once the lease is taken (_acquire_lease)
             with services.readers.reader() as store:
                 self._record = store.get_session(session_id)
-                self._history = store.load_transcript(session_id)
                 self._load_memories(store, source_of(self._record))
             origin = source_of(self._record)
         else:
@@ -211,17 +211,55 @@ class SessionTurns:
     # -- leases ------------------------------------------------------------------------------------------------
 
     def _acquire_lease(self) -> str | None:
-        """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy."""
+        """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy.
+
+        Under a new lease the transcript is read again: another process may have written turns since it was read.
+        """
         config = self._services.config
         owner = self._services.lease_owner
+        granted: list[int] = []
+
+        def try_acquire() -> str | None:
+            result = self._writer.call(lambda store: store.leases.grant(self.session_id, owner, config.lease_ttl_s))
+            if isinstance(result, str):
+                return result
+            granted.append(result)
+            return None
+
         holder = wait_for_lease(
-            lambda: self._writer.call(lambda store: store.leases.acquire(self.session_id, owner, config.lease_ttl_s)),
+            try_acquire,
             lambda dead: self._writer.call(functools.partial(_release_lease, session_id=self.session_id, owner=dead)),
             wait_s=config.lease_wait_s,
             owner_alive=self._services.owner_alive,
         )
         self._lease_held = holder is None
+        if self._lease_held:
+            self._epoch = granted[-1]
+            self._reload()
         return holder
+
+    def _reload(self) -> None:
+        """Read the session and its transcript as the store has them now."""
+        with self._services.readers.reader() as store:
+            self._record = store.get_session(self.session_id)
+            self._history = store.load_transcript(self.session_id)
+
+    def _fence(self, store: Store) -> None:
+        """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
+        if self._create_with is None:
+            config = self._services.config
+            store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)
+
+    def lost_lease(self) -> None:
+        """The lease was taken over: forget it, so the next turn takes it again and reads the transcript anew."""
+        self._lease_held = False
+
+    def still_pending(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """The deliveries whose inbox rows no turn has completed yet (a replay may find some done already)."""
+        ids = [d.inbox_id for d in deliveries if d.inbox_id > 0]
+        with self._services.readers.reader() as store:
+            pending = store.inbox.pending_among(ids)
+        return [d for d in deliveries if d.inbox_id <= 0 or d.inbox_id in pending]
 
     def release_lease(self) -> None:
         """Give the lease up without waiting for the commit (the actor is stopping)."""
@@ -229,6 +267,23 @@ class SessionTurns:
             self._lease_held = False
             owner = self._services.lease_owner
             self._writer.submit(lambda store: store.leases.release(self.session_id, owner))
+
+    def tell_unsaved(self, request: RunTurn, error: str) -> None:
+        """Tell the senders of ``request`` that their message could not be saved (not stored: the store is what
+        failed); the supervisor runs the turn again later."""
+        for delivery in request.deliveries[:1]:
+            first = delivery.message
+            text = (
+                f"Your message could not be saved: {error}. It is kept and will be answered as soon as the gateway "
+                "can write again; nothing needs to be sent again."
+            )
+            notice = reply_for(
+                first.source, self.session_id, text, first.message_id, answers=_answered(request.deliveries)
+            )
+            try:
+                self._services.outbox.notify(msgspec.structs.replace(notice, error="storage_unavailable"))
+            except Exception:
+                _log.exception("session %s: the notice of an unsaved turn could not be sent", self.session_id)
 
     # -- turns -------------------------------------------------------------------------------------------------
 
@@ -259,11 +314,25 @@ class SessionTurns:
         if not self._lease_held and self._create_with is None:
             holder = self._acquire_lease()
             if holder is not None:
+                refused = isinstance(request.control, EndSession)
+                if not deliveries:  # a timer's reset: the lease holder's own timers decide
+                    return TurnOutcome(
+                        session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0, not_ended=refused
+                    )
                 busy = (
                     f"This conversation is busy in {describe_owner(holder)}; "
                     "your message was not run. Send it again when that process has finished."
                 )
-                return self._answer(deliveries, busy, state="rejected")
+                return msgspec.structs.replace(self._answer(deliveries, busy, state="rejected"), not_ended=refused)
+        if deliveries:
+            fresh = self.still_pending(deliveries)
+            if len(fresh) < len(deliveries):
+                done = [d.inbox_id for d in deliveries if d not in fresh]
+                _log.info("session %s: inbox rows %s were answered by another turn already", self.session_id, done)
+                if not fresh:
+                    return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+                deliveries = tuple(fresh)
+                request = msgspec.structs.replace(request, deliveries=deliveries)
         match request.control:
             case EndSession():
                 return self._end(request.control, deliveries, request.token)
@@ -325,11 +394,15 @@ class SessionTurns:
             outbound = msgspec.structs.replace(outbound, no_retry=True)
 
         def commit(store: Store) -> tuple[int | None, list[int]]:
+            self._fence(store)
+            for delivery in deliveries:
+                if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
+                    raise StaleTurnError(
+                        f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
+                    )
             self._ensure_row(store)
             ids = store.append_messages(self.session_id, new)
             _record_attachments(store, deliveries, ids, now)
-            for delivery in deliveries:
-                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
             return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids
 
         outbox_id, ids = self._writer.call(commit)
@@ -384,7 +457,9 @@ class SessionTurns:
             record = store.create_session(source, session_id=self.session_id, routing_key=routing_key)
         store.set_route(routing_key, self.session_id)
         config = self._services.config
-        self._lease_held = store.leases.acquire(self.session_id, self._services.lease_owner, config.lease_ttl_s) is None
+        granted = store.leases.grant(self.session_id, self._services.lease_owner, config.lease_ttl_s)
+        self._lease_held = isinstance(granted, int)
+        self._epoch = granted if isinstance(granted, int) else 0
         self._record = record
         self._create_with = None
         self._pending_title = None
@@ -419,6 +494,7 @@ class SessionTurns:
 
         def commit(store: Store) -> int | None:
             if self._create_with is None:
+                self._fence(store)
                 record = store.get_session(self.session_id)
                 key = user_key(source_of(record))
                 if notes and key is not None:
@@ -464,7 +540,13 @@ class SessionTurns:
             self._pending_title = control.text
             return self._answer(deliveries, f"The title will be set to '{control.text}' when the session starts.")
         try:
-            title = self._writer.call(lambda store: store.set_title(self.session_id, control.text))
+            text = control.text
+
+            def retitle(store: Store) -> str | None:
+                self._fence(store)
+                return store.set_title(self.session_id, text)
+
+            title = self._writer.call(retitle)
         except TitleInUseError as exc:
             return self._answer(deliveries, f"Title not changed: {self._title_taken(exc)}")
         except HermesError as exc:
@@ -518,6 +600,7 @@ class SessionTurns:
         owner = self._services.lease_owner
 
         def commit(store: Store) -> tuple[int, OutboundMessage] | None:
+            self._fence(store)
             title = store.next_lineage_title(parent.title) if parent.title else None
             child = store.create_session(
                 source_of(parent),
@@ -589,6 +672,7 @@ class SessionTurns:
         key = build_session_key(target, self._services.config.key_policy)
 
         def bind(store: Store) -> str | None:
+            self._fence(store)
             previous = store.get_route(key)
             store.set_route(key, self.session_id)
             for delivery in deliveries:
@@ -627,12 +711,28 @@ class SessionActor(RuntimeActor):
             case RunTurn():
                 assert self._turns is not None
                 outcome: TurnOutcome | None = None
+                retry: RunTurn | None = None
+                error: str | None = None
                 try:
                     outcome = self._turns.run(message)
+                except LeaseLostError as exc:
+                    _log.warning("session %s: %s", self._session_id, exc)
+                    self._turns.lost_lease()
+                    retry = message
+                except StaleTurnError as exc:
+                    _log.info("session %s: %s", self._session_id, exc)
+                except StoreError as exc:
+                    # A full or read-only disk, a refused commit: nothing of the turn was saved. The caller hears so
+                    # now; the turn runs again (before any later message of this session) once the store takes it.
+                    _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
+                    error = str(exc)
+                    retry = message
+                    self._turns.tell_unsaved(message, error)
                 except Exception:
                     _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
                 finally:
-                    self._tell_supervisor(TurnFinished(session_id=self._session_id, outcome=outcome))
+                    finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
+                    self._tell_supervisor(finished)
                 return None
             case _:
                 raise TypeError(f"SessionActor got an unknown message {message!r}")

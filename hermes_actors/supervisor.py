@@ -55,6 +55,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+RETRY_BASE_S = 1.0  # the first wait after the store refused a turn; doubled after each failure in a row
+RETRY_MAX_S = 30.0
+
 
 class Deliver(msgspec.Struct, frozen=True, kw_only=True):
     """Edge → supervisor: a committed inbound message for ``routing_key``."""
@@ -120,7 +123,19 @@ _Work = Delivery | _ControlWork
 class _Live:
     """What the supervisor knows of one session with an actor (or a queue waiting for one)."""
 
-    __slots__ = ("busy", "create_with", "hold_until", "last_used", "queue", "ref", "stopping", "title", "token")
+    __slots__ = (
+        "busy",
+        "create_with",
+        "failures",
+        "hold_until",
+        "last_used",
+        "paused_until",
+        "queue",
+        "ref",
+        "stopping",
+        "title",
+        "token",
+    )
 
     def __init__(self, create_with: tuple[SessionSource, str] | None, *, title: str | None = None) -> None:
         self.ref: pykka.ActorRef[Any] | None = None
@@ -132,6 +147,8 @@ class _Live:
         self.create_with = create_with
         self.title = title
         self.hold_until: str | None = None  # a session whose end must commit before this one runs
+        self.failures = 0  # turns in a row the store refused to save
+        self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
 
 
 def _text(work: _Work) -> str:
@@ -383,6 +400,10 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         """Hand the next turn to the session's actor if it is free, activating it first when needed."""
         if state.busy or state.stopping or not state.queue or state.hold_until is not None:
             return
+        if state.paused_until is not None:
+            if state.paused_until > self._clock():
+                return  # the tick dispatches it when the pause is over
+            state.paused_until = None
         if state.ref is None:
             self._activate(session_id, state)
         head = state.queue[0]
@@ -433,6 +454,13 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         state.busy = False
         state.last_used = self._clock()
         self._live.move_to_end(session_id)
+        if message.retry is not None:
+            self._requeue(session_id, state, message)
+            return
+        state.failures = 0
+        if outcome is not None and outcome.not_ended and session_id in self._ending:
+            self._abort_end(session_id, state)
+            return
         if outcome is not None and outcome.ended:
             self._retire(session_id, state, outcome)
             return
@@ -444,6 +472,40 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 self._handoffs[session_id] = (origin, outcome.rebound[0], outcome.handoff_previous, target)
         if outcome is not None and outcome.stored_messages and self._on_activity is not None:
             self._on_activity(session_id, outcome.origin)
+        self._dispatch(session_id, state)
+
+    def _requeue(self, session_id: str, state: _Live, message: TurnFinished) -> None:
+        """Put a turn that saved nothing back at the head of the session's queue: it runs again before anything
+        queued after it. After a store failure the session waits, longer after each failure in a row."""
+        turn = message.retry
+        assert turn is not None
+        items: list[_Work]
+        if turn.control is not None:
+            items = [_ControlWork(control=turn.control, delivery=turn.deliveries[0] if turn.deliveries else None)]
+        else:
+            items = list(turn.deliveries)
+        state.queue.extendleft(reversed(items))
+        if message.error is not None:
+            state.failures += 1
+            pause = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (state.failures - 1))
+            state.paused_until = self._clock() + pause
+            _log.warning("session %s: retrying its turn in %.0f s (%s)", session_id, pause, message.error)
+        self._dispatch(session_id, state)
+
+    def _abort_end(self, session_id: str, state: _Live) -> None:
+        """An end that could not run (another process holds the lease): the session keeps its keys, and what was
+        queued for a successor comes back to it, in order."""
+        self._ending.discard(session_id)
+        keys = [key for key, ending in self._successor_of.items() if ending == session_id]
+        for key in keys:
+            del self._successor_of[key]
+        for other_id, other in list(self._live.items()):
+            if other.hold_until == session_id and other.ref is None:
+                state.queue.extend(other.queue)
+                del self._live[other_id]
+                self._forget_keys(other_id)
+        for key in keys:
+            self._cache_route(key, session_id)
         self._dispatch(session_id, state)
 
     def _retire(self, session_id: str, state: _Live, outcome: TurnOutcome) -> None:
@@ -510,7 +572,11 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 excess -= 1
 
     def _passivate_idle(self) -> None:
-        cutoff = self._clock() - self._config.passivate_after_s
+        now = self._clock()
+        for session_id, state in list(self._live.items()):
+            if state.paused_until is not None and state.paused_until <= now:
+                self._dispatch(session_id, state)
+        cutoff = now - self._config.passivate_after_s
         for session_id, state in list(self._live.items()):
             if state.last_used > cutoff:
                 break  # ordered by last use: the rest are more recent

@@ -56,6 +56,7 @@ class TimerService:
         self._handlers: list[tuple[str, Handler]] = []
         self._seq = itertools.count()
         self._stopped = False
+        self._fired: dict[str, int] = {}  # name -> how many times it has fired and been handled
         # Row changes not handed to the writer yet: name -> (due_at, payload), or None to delete the row.
         self._unwritten: dict[str, tuple[float, bytes | None] | None] = {}
         self._flush_queued = False
@@ -120,6 +121,16 @@ class TimerService:
         """Return the armed deadlines by name."""
         with self._cond:
             return {name: due for name, (due, _) in self._due.items()}
+
+    def fire_count(self, name: str) -> int:
+        """How many times ``name`` has fired and its handler returned."""
+        with self._cond:
+            return self._fired.get(name, 0)
+
+    def wait_fired(self, name: str, count: int, timeout: float) -> bool:
+        """Wait until ``name`` has fired ``count`` times in all (see :meth:`fire_count`); return whether it did."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._fired.get(name, 0) >= count, timeout)
 
     def poke(self) -> None:
         """Look at the clock again now (after a fake clock moved)."""
@@ -203,3 +214,7 @@ class TimerService:
                 self._persist(name, None)
         except Exception:
             _log.exception("timer %s failed", name)
+        finally:
+            with self._cond:
+                self._fired[name] = self._fired.get(name, 0) + 1
+                self._cond.notify_all()

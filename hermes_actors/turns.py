@@ -142,6 +142,7 @@ class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     origin: SessionSource | None = None  # where the session was opened (its reset policy depends on it)
     rebound: tuple[str, ...] = ()  # routing keys this turn pointed at the session (handoff)
     handoff_previous: str | None = None  # the session the handoff key led to before
+    not_ended: bool = False  # an end asked for could not run here (another process holds the lease)
 
 
 class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +150,8 @@ class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
 
     session_id: str
     outcome: TurnOutcome | None = None
+    retry: RunTurn | None = None  # nothing of this turn was saved (lease lost, store failed): run it again first
+    error: str | None = None  # why the store failed; the supervisor waits before the retry
 
 
 class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,6 +174,10 @@ class OutboxSink(Protocol):
 
     def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
         """Open a thread on ``platform`` for a handoff; ``None`` when it has none. Raises ``SendError``."""
+        ...
+
+    def notify(self, message: OutboundMessage) -> None:
+        """Send ``message`` once, best effort, without an outbox row (the store could not take one)."""
         ...
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -37,17 +38,19 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes_actors.errors import ConfigError, HermesError, PlatformError
+from hermes_actors.ids import is_session_id
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
+from platforms import json_guard
 from platforms.base import Capabilities, ReplySender
-from platforms.http_host import HttpAdapter, committed
+from platforms.http_host import HttpAdapter, committed, unreadable
 from platforms.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
     from hermes_actors.gateway import Gateway
 
-__all__ = ["SESSION_HEADER", "ApiServer", "ApiServerConfig"]
+__all__ = ["SESSION_HEADER", "ApiServer", "ApiServerConfig", "key_fingerprint"]
 
 _log = logging.getLogger(__name__)
 
@@ -127,8 +130,10 @@ class _ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
 
 
-_decode_request = msgspec.json.Decoder(_ChatRequest).decode
+_request_decoder = msgspec.json.Decoder(_ChatRequest)
 _FIELD_PATH = re.compile(r" - at `\$\.?(?P<path>.*)`$")
+_MAX_SESSION_NAME = 256
+_SESSION_NAME = re.compile(rf"[\x20-\x7e]{{1,{_MAX_SESSION_NAME}}}")
 
 # -- the responses ----------------------------------------------------------------------------------------------
 
@@ -310,18 +315,40 @@ def _is_loopback(host: str) -> bool:
 
 
 def _decode_chat(body: bytes) -> _ChatRequest:
-    """Decode a chat-completions body; a malformed one becomes a 400 naming the field path."""
+    """Decode a chat-completions body; a malformed one becomes a 400 naming the field path or the problem."""
     try:
-        return _decode_request(body)
+        return json_guard.decode(_request_decoder, body)
     except msgspec.ValidationError as exc:
         match = _FIELD_PATH.search(str(exc))
         raise _ApiError(
             400, f"invalid request body: {exc}", code="invalid_value", param=match["path"] if match else None
         ) from None
+    except json_guard.NestingError as exc:
+        raise _ApiError(400, f"request body is {exc}; send a flatter JSON object", code="invalid_json") from None
     except msgspec.DecodeError as exc:
         raise _ApiError(
             400, f"request body is not valid JSON ({exc}); send a JSON object", code="invalid_json"
         ) from None
+
+
+def _session_named(headers: Mapping[str, str]) -> str | None:
+    """The session or conversation ``X-Hermes-Session-Id`` names, ``None`` when it is absent or blank.
+
+    A name is 1 to 256 printable ASCII characters without ``/``, ``\\`` or ``..``: it becomes a chat id, turns up
+    in logs and paths, and is matched against stored session ids, so anything else is a 400 naming the header.
+    """
+    value = headers.get(SESSION_HEADER, "").strip()
+    if not value:
+        return None
+    if not _SESSION_NAME.fullmatch(value) or "/" in value or "\\" in value or ".." in value:
+        raise _ApiError(
+            400,
+            f"{SESSION_HEADER} must be 1 to {_MAX_SESSION_NAME} printable ASCII characters without '/', '\\' "
+            "or '..'; send the session id a response of this API returned in its header",
+            code="invalid_header",
+            param=SESSION_HEADER,
+        )
+    return value
 
 
 def _new_turn(messages: Sequence[_ChatMessage]) -> tuple[str, list[str]]:
@@ -394,6 +421,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         from_env = env.get(config.key_env) if config.key_env else None
         self._key = config.key or from_env or None
         self._key_from_env = config.key is None and self._key is not None
+        self._scope = key_fingerprint(self._key) if self._key is not None else None  # sessions made with this key
         if self._key is None and not _is_loopback(config.host):
             raise ConfigError(
                 "platforms.api_server.key",
@@ -484,6 +512,8 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
                 "is used, so send less history, or raise platforms.api_server.max_body_bytes",
                 code="request_too_large",
             ).response()
+        except web.RequestPayloadError as exc:
+            return _ApiError(400, f"request body cannot be read ({unreadable(exc)})", code="invalid_body").response()
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -513,19 +543,30 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     # -- routes ----------------------------------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json({"status": "ok", "platform": _PLATFORM, "waiting": self._waiters.waiting()})
+        """200 while the gateway can take messages; 503 naming the reason when it cannot (the store cannot be
+        written: a full or read-only disk), so a load balancer stops sending turns that would fail."""
+        gateway, host = self._gateway, self._host
+        reason = "the API server is not started"
+        if gateway is not None and host is not None:
+            reason = await host.blocking(gateway.store_unwritable_reason) or ""
+        body = {"platform": _PLATFORM, "waiting": self._waiters.waiting()}
+        if reason:
+            return _json({"status": "unavailable", "reason": reason, **body}, status=503)
+        return _json({"status": "ok", **body})
 
     async def _models(self, request: web.Request) -> web.Response:
         model = _Model(id=self.config.model_name, object="model", created=self._started_at, owned_by="hermes-actors")
         return _json(_ModelList(object="list", data=[model]))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        named = _session_named(request.headers)
         chat = _decode_chat(await request.read())
         text, images = _new_turn(chat.messages)
         attachments = await self._attachments(images) if images else ()
-        named = request.headers.get(SESSION_HEADER, "").strip() or None
         name = named or chat.user or f"api-{uuid.uuid4().hex}"
-        source = SessionSource(platform=_PLATFORM, chat_type="dm", chat_id=name, user_id=chat.user or name)
+        source = SessionSource(
+            platform=_PLATFORM, scope_id=self._scope, chat_type="dm", chat_id=name, user_id=chat.user or name
+        )
         turn_id = uuid.uuid4().hex
         inbound = InboundMessage(
             source=source, text=text, message_id=f"api-{turn_id}", attachments=attachments, received_at=time.time()
@@ -570,6 +611,8 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
                 await host.blocking(partial(_continue, gateway, inbound, continues))
             accepted = await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
             return accepted.routing_key
+        except _ApiError:
+            raise
         except Exception as exc:
             if isinstance(exc, HermesError):
                 _log.warning("api_server: the gateway refused a message: %s", exc)
@@ -637,6 +680,8 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         except _WaitEnded as ended:
             return (await self._abandoned(ended.why, turn)).response()
         headers = {SESSION_HEADER: message.session_id} if message.session_id else None
+        if message.error is not None:
+            return _ApiError(503, message.text, type="server_error", code=message.error, headers=headers).response()
         return _json(turn.completion(message.text), headers=headers)
 
     async def _stream(
@@ -653,6 +698,9 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
             message = await self._wait(request, reply, turn, tick_s)
         except _WaitEnded as ended:
             return (await self._abandoned(ended.why, turn)).response()
+        if message is not None and message.error is not None:
+            headers = {SESSION_HEADER: message.session_id} if message.session_id else None
+            return _ApiError(503, message.text, type="server_error", code=message.error, headers=headers).response()
         session_id = message.session_id if message is not None else await self._session_hint(turn.routing_key)
         response = web.StreamResponse(
             headers={"Cache-Control": "no-cache", **({SESSION_HEADER: session_id} if session_id else {})}
@@ -672,6 +720,10 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
                     return response
                 if message is None:
                     await response.write(_KEEP_ALIVE)
+            if message.error is not None:  # the turn could not be saved: an error event, not the agent's words
+                await response.write(_sse(_ApiError(503, message.text, type="server_error", code=message.error).body))
+                await response.write_eof()
+                return response
             await response.write(turn.chunk(_Delta(content=message.text)))
             await response.write(turn.chunk(_Delta(), "stop"))
             if include_usage:
@@ -683,11 +735,33 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         return response
 
 
+def key_fingerprint(key: str) -> str:
+    """The scope of sessions made with bearer ``key``: ``k`` and 16 hex digits of its SHA-256 (never the key)."""
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def _continue(gateway: Gateway, inbound: InboundMessage, continues: str) -> None:
-    """Point the request's routing key at the session ``continues`` names, if that is a live stored session and
-    the key leads nowhere yet (blocking): a client continues a session by naming it in the header."""
-    routing_key = build_session_key(inbound.source, gateway.config.key_policy)
+    """Point the request's routing key at the session ``continues`` names (blocking): a client continues a session
+    by naming it in the header.
+
+    Only sessions this API created, with the same key when a key is set (the source's scope is the key's
+    fingerprint), are continued; another platform's or another key's session gets the 404 an unknown id gets. A
+    header that is not shaped like a session id names a conversation of the client's own choosing.
+    """
     with gateway.read() as store:
         record = store.find_session(continues)
-    if record is not None and record.is_live and gateway.session_for(routing_key) is None:
+    ours = record is not None and record.source == _PLATFORM and record.scope_id == inbound.source.scope_id
+    if record is None or not ours:
+        if record is None and not is_session_id(continues):
+            return
+        raise _ApiError(
+            404,
+            f"no session {continues[:100]!r}; start a conversation without {SESSION_HEADER}, or send the id a "
+            "response of this API returned in its header",
+            code="session_not_found",
+            param=SESSION_HEADER,
+        )
+    assert record is not None
+    routing_key = build_session_key(inbound.source, gateway.config.key_policy)
+    if record.is_live and gateway.session_for(routing_key) is None:
         gateway.rebind(routing_key, record.id)

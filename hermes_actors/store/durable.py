@@ -7,12 +7,13 @@ Each class wraps the store's connection and clock; ``Store`` exposes them as ``s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import apsw
 import msgspec
 
+from hermes_actors.errors import LeaseLostError
 from hermes_actors.store.connection import Transaction
 
 __all__ = [
@@ -42,6 +43,7 @@ class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
     received_at: float
     state: str
     session_id: str | None = None
+    owner: str | None = None  # the lease owner of the process that accepted (or since claimed) the row
 
 
 class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,7 +77,9 @@ class _Table:
         self._clock = clock
 
 
-_INBOX_COLUMNS = "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id"
+_INBOX_COLUMNS = (
+    "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner"
+)
 _OUTBOX_COLUMNS = (
     "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
 )
@@ -93,24 +97,55 @@ class Inbox(_Table):
     """Durable inbound queue with dedupe on (platform, account, platform message id)."""
 
     def add(
-        self, *, platform: str, account_id: str, platform_message_id: str, routing_key: str, payload: bytes
+        self,
+        *,
+        platform: str,
+        account_id: str,
+        platform_message_id: str,
+        routing_key: str,
+        payload: bytes,
+        owner: str | None = None,
     ) -> int | None:
-        """Commit an inbound message; return its row id, or ``None`` when it was seen before (a redelivery)."""
+        """Commit an inbound message; return its row id, or ``None`` when it was seen before (a redelivery).
+
+        ``owner`` is the lease owner of the accepting process: its turn is that process's to run, and another
+        process's recovery leaves the row alone while that owner lives.
+        """
         with Transaction(self._db, savepoint=False):
             self._db.execute(
-                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING",
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock()),
+                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
+                "owner) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) "
+                "DO NOTHING",
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner),
             )
             return self._db.last_insert_rowid() if self._db.changes() else None
 
-    def complete(self, inbox_id: int, *, session_id: str | None, state: str = "done") -> None:
-        """Mark a row answered (``done``) or refused (``rejected``)."""
+    def complete(self, inbox_id: int, *, session_id: str | None, state: str = "done") -> bool:
+        """Mark a pending row answered (``done``) or refused (``rejected``); return whether it was pending.
+
+        A row another turn completed already is left as it is: a caller that expected it pending ran a turn twice.
+        """
         with Transaction(self._db, savepoint=False):
             self._db.execute(
-                "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ?",
+                "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ? AND state = 'pending'",
                 (state, session_id, self._clock(), inbox_id),
             )
+            return self._db.changes() > 0
+
+    def claim(self, inbox_id: int, owner: str) -> None:
+        """Make ``owner`` the process that runs the pending row's turn (recovery after its owner died)."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute("UPDATE inbox SET owner = ? WHERE id = ? AND state = 'pending'", (owner, inbox_id))
+
+    def pending_among(self, inbox_ids: Sequence[int]) -> set[int]:
+        """Return which of ``inbox_ids`` are still pending."""
+        if not inbox_ids:
+            return set()
+        rows = self._db.execute(
+            "SELECT id FROM inbox WHERE state = 'pending' AND id IN (SELECT value FROM json_each(?))",
+            (msgspec.json.encode(list(inbox_ids)).decode(),),
+        )
+        return {int(inbox_id) for (inbox_id,) in rows}
 
     def pending(self) -> list[InboxRow]:
         """Return every row without a completed turn, oldest first."""
@@ -223,21 +258,70 @@ class Outbox(_Table):
 
 
 class Leases(_Table):
-    """Cross-process ownership of sessions: one row per owned session, renewed by heartbeat, expiring."""
+    """Cross-process ownership of sessions: one row per owned session, renewed by heartbeat, expiring.
+
+    Every take-over (a new owner, or the same owner after its row was gone) gets a new ``epoch`` from a counter
+    that only grows, so a turn computed under one tenure cannot commit under another: see :meth:`fence`.
+    """
+
+    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
+        """Take or renew the lease; return its epoch, or the current holder's owner string when it is held."""
+        now = self._clock()
+        with Transaction(self._db, savepoint=False):
+            held = self._db.execute(
+                "SELECT owner, epoch, expires_at FROM leases WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if held is not None and held[0] == owner:
+                self._db.execute(
+                    "UPDATE leases SET expires_at = ? WHERE session_id = ?", (max(now + ttl_s, held[2]), session_id)
+                )
+                return int(held[1])
+            if held is not None and held[2] >= now:
+                return str(held[0])
+            epoch = self._next_epoch()
+            self._db.execute(
+                "INSERT INTO leases (session_id, owner, acquired_at, expires_at, epoch) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
+                "expires_at = excluded.expires_at, epoch = excluded.epoch",
+                (session_id, owner, now, now + ttl_s, epoch),
+            )
+            return epoch
+
+    def _next_epoch(self) -> int:
+        row = self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('lease_epoch', '1') ON CONFLICT (key) DO UPDATE "
+            "SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) RETURNING value"
+        ).get
+        return int(str(row))
 
     def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:
         """Take or renew the lease; return ``None`` on success or the current holder's owner string."""
-        now = self._clock()
+        granted = self.grant(session_id, owner, ttl_s)
+        return granted if isinstance(granted, str) else None
+
+    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
+        """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it.
+
+        Raises :class:`LeaseLostError` otherwise (the lease expired and another process took it, even if it has
+        given it up since): the caller's transaction must roll back, its work was computed from a stale history.
+        """
         with Transaction(self._db, savepoint=False):
             self._db.execute(
-                "INSERT INTO leases (session_id, owner, acquired_at, expires_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
-                "expires_at = excluded.expires_at WHERE leases.owner = excluded.owner OR leases.expires_at < ?",
-                (session_id, owner, now, now + ttl_s, now),
+                "UPDATE leases SET expires_at = max(expires_at, ?) WHERE session_id = ? AND owner = ? AND epoch = ?",
+                (self._clock() + ttl_s, session_id, owner, epoch),
             )
-            if self._db.changes():
-                return None
-            return str(self._db.execute("SELECT owner FROM leases WHERE session_id = ?", (session_id,)).get)
+            if self._db.changes() == 0:
+                raise LeaseLostError(
+                    f"this process no longer holds the lease of session {session_id} (epoch {epoch}): another "
+                    "process took it over; the turn is rolled back and runs again under a new lease"
+                )
+
+    def epoch_of(self, session_id: str, owner: str) -> int | None:
+        """Return the epoch of ``owner``'s lease on ``session_id``, or ``None`` when it does not hold it."""
+        row = self._db.execute(
+            "SELECT epoch FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner)
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def heartbeat(self, owner: str, ttl_s: float) -> int:
         """Extend every lease ``owner`` holds; return how many."""

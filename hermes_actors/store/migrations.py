@@ -15,10 +15,11 @@ from importlib import resources
 import apsw
 
 from hermes_actors.errors import SchemaVersionError, StoreError
+from hermes_actors.routing import format_platform_segment
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -111,7 +112,27 @@ def _v4(connection: apsw.Connection) -> None:
     connection.execute("INSERT INTO messages_fts (rowid, content) SELECT id, NULL FROM messages WHERE content IS NULL")
 
 
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4}
+def _v5(connection: apsw.Connection) -> None:
+    """Lease epochs (fencing), the owner of each inbox row, and memories keyed by the whole principal.
+
+    A memory written under ``<platform>:<participant>`` by a session that had a workspace or bot account moves to
+    ``<platform>.<scope>~<account>:<participant>``, the key that session's principal has now.
+    """
+    connection.execute("ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0")
+    connection.execute("ALTER TABLE inbox ADD COLUMN owner TEXT")
+    rows = connection.execute(
+        "SELECT m.id, s.source, s.scope_id, s.account_id, s.user_id FROM memories AS m "
+        "JOIN sessions AS s ON s.id = m.source_session_id "
+        "WHERE coalesce(s.scope_id, '') != '' OR coalesce(s.account_id, '') != ''"
+    ).fetchall()
+    for memory_id, platform, scope_id, account_id, user_id in rows:
+        if user_id:
+            segment = format_platform_segment(str(platform), str(scope_id or ""), str(account_id or ""))
+            key = f"{segment}:{user_id}"
+            connection.execute("UPDATE memories SET user_key = ? WHERE id = ?", (key, memory_id))
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 
 def schema_sql() -> str:

@@ -51,6 +51,17 @@ def _full(exc: apsw.FullError) -> StoreError:
     return error
 
 
+def _refused(exc: Exception) -> Exception:
+    """The error a caller should see: a full disk as the :class:`StoreError` that says so, also when SQLite rolled
+    the transaction back itself and the rollback on the way out failed ("no transaction is active")."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, apsw.FullError):
+            return _full(cause)
+        cause = cause.__context__
+    return exc
+
+
 class _Job:
     __slots__ = ("future", "then", "work")
 
@@ -151,7 +162,7 @@ class StoreWriter:
         except Exception as exc:
             if db.in_transaction:  # a failed COMMIT can leave the transaction open
                 db.execute("ROLLBACK")
-            job.future.set_exception(_full(exc) if isinstance(exc, apsw.FullError) else exc)
+            job.future.set_exception(_refused(exc))
             return
         self._writes += 1
         self._commits += 1
@@ -170,15 +181,14 @@ class StoreWriter:
                     try:
                         with self._store.transaction():
                             outcomes.append((job, job.work(self._store), None))
-                    except apsw.FullError as exc:
-                        outcomes.append((job, None, _full(exc)))
                     except Exception as exc:
-                        outcomes.append((job, None, exc))
+                        outcomes.append((job, None, _refused(exc)))
         except apsw.Error as exc:
             _log.error("store commit of %d writes failed: %s", len(batch), exc)
+            refused = _refused(exc)
             failure = (
-                _full(exc)
-                if isinstance(exc, apsw.FullError)
+                refused
+                if isinstance(refused, StoreError)
                 else StoreError(f"the database refused the commit ({exc}); nothing of this write was saved")
             )
             failure.__cause__ = exc

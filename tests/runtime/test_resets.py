@@ -108,7 +108,11 @@ def test_a_platform_override_can_switch_resets_off(make_gateway: MakeGateway) ->
     fake.push("hi")
     fake.pop()
     assert gateway.wait_idle()
-    assert set(gateway.timers.pending()) == {"passivation", "queue-prune"}  # the recurring ticks: no reset armed
+    assert set(gateway.timers.pending()) == {
+        "passivation",
+        "queue-prune",
+        "inbox-released",
+    }  # the recurring ticks: no reset armed
 
 
 class BackgroundAgent(EchoAgent):
@@ -128,11 +132,15 @@ def test_a_young_background_process_keeps_the_session_until_it_is_too_old(make_g
     fake.pop()
     assert gateway.wait_idle()
     session = gateway.session_for(KEY)
+    name = f"reset:{session}"
+    fired = gateway.timers.fire_count(name)
     clock.advance(601)
     gateway.timers.poke()
+    # Wait for the idle deadline to have fired and been handled: until then it still reads last activity + 600.
+    assert gateway.timers.wait_fired(name, fired + 1, timeout=10)
     assert gateway.wait_idle()
     assert ends.ended.empty()
-    assert gateway.timers.pending()[f"reset:{session}"] == agent.started_at + 3600
+    assert gateway.timers.pending()[name] == agent.started_at + 3600
     clock.advance(3600)
     gateway.timers.poke()
     assert ends.next() == session

@@ -113,3 +113,32 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(tmp_
     assert len(old.execute("SELECT rowid FROM messages_fts_cjk WHERE content LIKE '%全文搜索%'").fetchall()) == 2
     old.close()
     fresh.close()
+
+
+def test_version_5_adds_lease_epochs_and_inbox_owners_and_moves_memories_to_the_principal_key(tmp_path: Path) -> None:
+    from hermes_actors.routing import SessionSource
+
+    with Store.open(tmp_path / "v4.db") as old:
+        scoped = old.create_session(SessionSource(platform="slack", scope_id="T1", user_id="U1"))
+        plain = old.create_session(SessionSource(platform="telegram", user_id="42"))
+        old.memories.add("slack:U1", ["likes pelicans"], source_session_id=scoped.id)
+        old.memories.add("telegram:42", ["likes tea"], source_session_id=plain.id)
+        # What version 4 was: the same schema without version 5's columns, memories under '<platform>:<user>'.
+        old.connection.execute("ALTER TABLE leases DROP COLUMN epoch")
+        old.connection.execute("ALTER TABLE inbox DROP COLUMN owner")
+        old.connection.execute("PRAGMA user_version = 4")
+    connection = open_connection(tmp_path / "v4.db")
+    assert migrate(connection) == 4
+    keys = {str(content): str(key) for content, key in connection.execute("SELECT content, user_key FROM memories")}
+    assert keys == {"likes pelicans": "slack.T1:U1", "likes tea": "telegram:42"}
+    columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(leases)")}
+    assert "epoch" in columns
+    connection.close()
+    with Store.open(tmp_path / "v4.db") as upgraded:
+        first = upgraded.leases.grant(plain.id, "host:1:1", 30)
+        assert upgraded.leases.grant(plain.id, "host:1:1", 30) == first  # a renewal keeps the tenure
+        upgraded.leases.release(plain.id, "host:1:1")
+        second = upgraded.leases.grant(plain.id, "host:1:1", 30)
+        assert isinstance(first, int)
+        assert isinstance(second, int)
+        assert second > first  # a new tenure, even for the same owner

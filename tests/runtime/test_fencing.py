@@ -1,0 +1,85 @@
+"""Fenced turn commits: a process whose lease was taken over while it was paused or slow never commits a turn
+computed from the history it had; the message is run again under a fresh lease (or refused while busy)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.gateway import Gateway
+from hermes_actors.testing import FakeClock, FakePlatform
+from tests.runtime.test_turns import GatedAgent
+
+KEY = "agent:main:fake:dm:chat-1"
+
+
+def test_a_turn_whose_lease_was_taken_over_mid_turn_is_rolled_back(db_path: Path) -> None:
+    clock = FakeClock()
+    config = RuntimeConfig(lease_ttl_s=30, lease_wait_s=0.2)
+    slow_agent = GatedAgent()
+    first_fake, second_fake = FakePlatform(), FakePlatform()
+    first = Gateway(db_path, config=config, agent=slow_agent, senders=[first_fake], clock=clock, tick_interval_s=3600)
+    second: Gateway | None = None
+    try:
+        first_fake.attach(first)
+        slow_agent.release.set()
+        first_fake.push("one")
+        assert first_fake.pop().text == "echo: one"
+        assert first.wait_idle()
+        session_id = first.session_for(KEY)
+        assert session_id is not None
+        slow_agent.release.clear()
+        slow_agent.started.clear()
+        first_fake.push("two, computed from a history that will be stale")
+        assert slow_agent.started.wait(10)
+        clock.advance(31)  # the first process is paused past its lease
+        second = Gateway(db_path, config=config, senders=[second_fake], clock=clock, tick_interval_s=3600)
+        second_fake.attach(second)
+        second_fake.push("three", chat_id="chat-2", message_id="second-1")  # ids of its own: m1 is the first's
+        second.rebind("agent:main:fake:dm:chat-2", session_id)
+        # The first message to chat-2 opened its own session; the next one reaches the shared one.
+        second_fake.pop()
+        second_fake.push("four", chat_id="chat-2", message_id="second-2")
+        assert second_fake.pop().text == "echo: four"
+        slow_agent.release.set()  # the paused process wakes up and tries to commit "two"
+        refused = first_fake.pop()
+        assert refused.text.startswith("This conversation is busy in process")
+        assert first.wait_idle()
+        with first.read() as store:
+            users = [m.content for m in store.load_transcript(session_id) if m.role == "user"]
+        assert users == ["one", "four"]
+    finally:
+        slow_agent.release.set()
+        if second is not None:
+            second.stop(timeout=10)
+        first.stop(timeout=10)
+
+
+def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path: Path) -> None:
+    from hermes_actors.store import Store
+    from hermes_actors.turns import Delivery
+
+    fake = FakePlatform()
+    gateway = Gateway(db_path, config=RuntimeConfig(), senders=[fake])
+    try:
+        fake.attach(gateway)
+        fake.push("hello")
+        assert fake.pop().text == "echo: hello"
+        assert gateway.wait_idle()
+        with Store.open(db_path) as store:
+            row = store.inbox.get(1)  # the answered row of "hello"
+        from hermes_actors.messages import decode_inbound
+        from hermes_actors.supervisor import Deliver
+
+        # What a second process's stale replay would hand the supervisor: the same, already answered, row.
+        assert row is not None
+        delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+        gateway._supervisor.tell(Deliver(routing_key=KEY, delivery=delivery))
+        assert gateway.wait_idle()
+        session_id = gateway.session_for(KEY)
+        assert session_id is not None
+        with gateway.read() as store:
+            users = [m.content for m in store.load_transcript(session_id) if m.role == "user"]
+        assert users == ["hello"]
+    finally:
+        gateway.stop(timeout=10)

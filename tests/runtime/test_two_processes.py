@@ -1,0 +1,157 @@
+"""Exactly one turn per message across processes: a second process never replays a turn its owner is running.
+
+Real processes on one home: ``hermesctl chat`` without a daemon (in-process turns under the session lease) and
+``hermesd``, against a scripted OpenAI-compatible model on 127.0.0.1 that records every request it gets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_actors.store import Store
+from tests.agents.chat_server import ChatServer, Scripted, completion, open_chat_server
+from tests.daemon.test_daemon import Daemon, start_daemon
+
+pytestmark = pytest.mark.slow
+
+SLOW_TURN_S = 3.0  # how long the model takes over the in-flight message: long enough to start another process
+
+
+def _config(model: ChatServer) -> str:
+    return f"""
+agent:
+  base_url: {model.base_url}
+  model: test-model
+  max_retries: 0
+runtime:
+  auto_titles: false
+daemon:
+  drain_timeout_s: 10
+platforms:
+  api_server:
+    port: 0
+  webhook:
+    port: 0
+"""
+
+
+def _hermesctl() -> list[str]:
+    installed = Path(sys.executable).parent / "hermesctl"
+    return [str(installed)] if installed.exists() else [sys.executable, "-m", "hermes_actors.cli.hermesctl"]
+
+
+def _chat(home: Path, *args: str, stdin: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "HERMES_HOME": str(home), "OPENAI_API_KEY": "unused"}
+    lines = home / f"stdin-{time.monotonic_ns()}.txt"
+    lines.write_text(stdin)
+    with lines.open() as piped:
+        return subprocess.Popen(
+            [*_hermesctl(), "chat", "--home", str(home), *args],
+            stdin=piped,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+
+def _finish(process: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def _wait_for_request(model: ChatServer, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _asked(model, text):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the model was never asked {text!r}")
+
+
+def _asked(model: ChatServer, text: str) -> int:
+    """How many model calls had ``text`` as their newest user message."""
+    count = 0
+    for body in model.completion_bodies:
+        users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        count += bool(users) and users[-1] == text
+    return count
+
+
+@pytest.fixture
+def model() -> Iterator[ChatServer]:
+    with open_chat_server() as server:
+        yield server
+
+
+@pytest.fixture
+def home(tmp_path: Path, model: ChatServer) -> Path:
+    root = tmp_path / "home"
+    root.mkdir()
+    (root / "config.yaml").write_text(_config(model))
+    return root
+
+
+def _session_with_history(home: Path, model: ChatServer) -> str:
+    model.script(completion("hello back"))
+    code, out, err = _finish(_chat(home, stdin="hello\n"))
+    assert code == 0, err
+    found = re.search(r"resume it with: hermesctl chat --resume (\S+)", out + err)
+    assert found is not None, out + err
+    return found[1]
+
+
+def _script_slow_answer(model: ChatServer) -> None:
+    """The next model call answers after SLOW_TURN_S; any later (duplicate) call gets a quick spare answer."""
+    answer = completion("the slow answer")
+    model.script(Scripted(status=answer.status, body=answer.body, delay_s=SLOW_TURN_S))
+    model.script(*(completion(f"spare {n}") for n in range(4)))
+
+
+def _users(home: Path, session_id: str) -> list[str | None]:
+    with Store.open(home / "state.db", readonly=True) as store:
+        return [m.content for m in store.load_transcript(session_id) if m.role == "user"]
+
+
+def test_a_second_standalone_chat_does_not_replay_the_first_ones_turn(home: Path, model: ChatServer) -> None:
+    session = _session_with_history(home, model)
+    _script_slow_answer(model)
+    first = _chat(home, "--resume", session, stdin="question one\n")
+    _wait_for_request(model, "question one")
+    second = _chat(home, "--resume", session, stdin="")  # starts, recovers, leaves
+    code, _, err = _finish(second)
+    assert code == 0, err
+    code, out, err = _finish(first)
+    assert code == 0, err
+    assert "the slow answer" in out
+    assert _users(home, session) == ["hello", "question one"]
+    assert _asked(model, "question one") == 1
+
+
+def test_a_daemon_started_mid_turn_leaves_the_turn_to_its_owner(home: Path, model: ChatServer) -> None:
+    session = _session_with_history(home, model)
+    _script_slow_answer(model)
+    first = _chat(home, "--resume", session, stdin="question one\n")
+    _wait_for_request(model, "question one")
+    process = start_daemon(home)
+    try:
+        daemon = Daemon(home, process)
+        code, out, err = _finish(first)
+        assert code == 0, err
+        assert "the slow answer" in out
+        stopped, _, daemon_err = daemon.stop()
+        assert stopped == 0, daemon_err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    assert _users(home, session) == ["hello", "question one"]
+    assert _asked(model, "question one") == 1
