@@ -7,14 +7,20 @@ and the control socket, print the banner. SIGTERM/SIGINT: stop the entry points,
 ``daemon.drain_timeout_s``, commit and exit 0; what did not finish stays in the inbox and runs at the next start.
 SIGHUP: re-read ``config.yaml``; reset policies and entry points change in place, sessions and actors stay; a bad
 file is logged and the running configuration kept.
+
+Before anything runs, the home is checked: a full or read-only disk, a read-only ``state.db`` or home directory
+refuse the start with :class:`HomeUnusableError` (one line naming the file and the fix; ``hermesd`` exits 2), and a
+home other users can open gets one warning. The state files are made 0600 and a new home 0700 whatever the umask.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -23,20 +29,32 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+import apsw
 import msgspec
 
 from hermes_actors.agent import Agent, EchoAgent
 from hermes_actors.cli.options import database_path
 from hermes_actors.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
-from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.errors import ConfigError, HermesError, StoreError
 from hermes_actors.futex import futex_slots_for, size_futex_hash
 from hermes_actors.gateway import Gateway
 from hermes_actors.settings import AgentSettings, Settings, load_settings
+from hermes_actors.store import Store
+from hermes_actors.store.connection import StoreUnwritableError, check_disk, check_writable, read_only_problem
 from hermes_actors.terminal import TerminalChannel
 from platforms import registry
 from platforms.base import Adapter
 
-__all__ = ["Daemon", "DaemonRunningError", "PidLock", "build_adapters", "build_agent", "socket_path"]
+__all__ = [
+    "Daemon",
+    "DaemonRunningError",
+    "HomeUnusableError",
+    "PidLock",
+    "build_adapters",
+    "build_agent",
+    "check_home",
+    "socket_path",
+]
 
 _log = logging.getLogger("hermesd")
 
@@ -45,6 +63,62 @@ PID_NAME = "hermesd.pid"
 
 class DaemonRunningError(HermesError):
     """Another daemon holds this home's pid lock."""
+
+
+class HomeUnusableError(HermesError):
+    """The home cannot hold the daemon's state: its disk is full or read-only, or a state file is read-only.
+
+    The message names the file and the fix; ``hermesd`` prints it as one line and exits 2.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"{problem}, then start hermesd again")
+
+
+def check_home(home: Path) -> None:
+    """Raise :class:`HomeUnusableError` if ``home``'s disk is full or mounted read-only (``home`` exists)."""
+    try:
+        check_disk(home)
+    except StoreUnwritableError as exc:
+        raise HomeUnusableError(str(exc)) from exc
+
+
+def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
+    """The start-up refusal a failure during start amounts to (a full disk, a read-only file), or ``None``."""
+    if isinstance(exc, HomeUnusableError):
+        return exc
+    if isinstance(exc, StoreUnwritableError):
+        return HomeUnusableError(str(exc))
+    cause = exc.__cause__
+    if isinstance(exc, StoreError) and isinstance(cause, apsw.FullError | apsw.ReadOnlyError):
+        try:
+            check_disk(home)
+        except StoreUnwritableError as disk:
+            return HomeUnusableError(str(disk))
+        if isinstance(cause, apsw.ReadOnlyError):
+            return HomeUnusableError(read_only_problem(database_path(home)))
+        return HomeUnusableError(f"the disk holding {home} is full ({exc}); free space on it")
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        try:
+            check_disk(home)
+        except StoreUnwritableError as disk:
+            return HomeUnusableError(str(disk))
+        if exc.errno == errno.EROFS:
+            return HomeUnusableError(
+                f"{home} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
+            )
+        return HomeUnusableError(f"the disk holding {home} is full ({exc.strerror}); free space on it")
+    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
+        path = Path(exc.filename)
+        return HomeUnusableError(read_only_problem(path if path.exists() else path.parent))
+    if exc.errno == errno.EFBIG:
+        return HomeUnusableError(
+            f"{exc.filename or home} may not grow past this process's file size limit; raise the limit "
+            "(ulimit -f unlimited)"
+        )
+    return None
 
 
 def socket_path(home: Path, settings: Settings) -> Path:
@@ -60,8 +134,18 @@ class PidLock:
         self._handle: IO[str] | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise :class:`DaemonRunningError` naming the running daemon's pid."""
-        handle = self.path.open("a+", encoding="ascii")
+        """Take the lock or raise :class:`DaemonRunningError` naming the running daemon's pid.
+
+        The file is 0600 whatever the umask (an older install's is tightened); ``OSError`` if it cannot be made.
+        """
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        handle = os.fdopen(descriptor, "a+", encoding="ascii")
+        try:
+            if os.fstat(descriptor).st_mode & 0o077:
+                os.fchmod(descriptor, 0o600)
+        except OSError:
+            handle.close()
+            raise
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -155,14 +239,45 @@ class Daemon:
     # -- start and stop ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take the pid lock and start everything; raise :class:`HermesError` (and undo) if something cannot."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
+        """Check the home, take the pid lock and start everything; raise :class:`HermesError` (and undo) if
+        something cannot: :class:`HomeUnusableError` for a full or read-only disk or state file."""
         try:
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._warn_if_open()
+            check_home(self.home)
+            self._lock.acquire()
+        except OSError as exc:
+            raise _refusal(exc, self.home) or exc from None
+        try:
+            self._check_store()
             self._start()
-        except BaseException:
-            self.shutdown(drain_timeout=0)
+        except BaseException as exc:
+            refusal = _refusal(exc, self.home)
+            try:
+                self.shutdown(drain_timeout=0)
+            except Exception as stopping:
+                if refusal is None:
+                    raise
+                _log.error("not everything stopped cleanly after the refused start: %s", stopping)
+            if refusal is not None:
+                raise refusal from exc
             raise
+
+    def _warn_if_open(self) -> None:
+        """One warning when other users may open the home: every transcript is inside it."""
+        found = self.home.stat()
+        if found.st_mode & 0o077:
+            _log.warning(
+                "the home is open to other users (mode %04o), who can reach every transcript in it; make it private "
+                "with chmod 700 %s",
+                stat.S_IMODE(found.st_mode),
+                self.home,
+            )
+
+    def _check_store(self) -> None:
+        """Open (creating or migrating) the database and probe a write, so a read-only one refuses the start."""
+        with Store.open(database_path(self.home)) as store:
+            check_writable(store.connection)
 
     def _start(self) -> None:
         settings = self.settings

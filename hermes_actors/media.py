@@ -14,7 +14,7 @@ gets images as image parts), and the user message stored in the transcript gets 
 saved (the first kilobytes of a plain-text document, or what the configured ``describe`` step said). The
 description is made once, at the edge, and travels in the record, so a replayed turn does not run it again.
 Later turns carry only that text, never the bytes. Deleting a session removes the files no other row names
-(:mod:`hermes_actors.store.attachments`).
+(:mod:`hermes_actors.store.attachments`). Files are 0600 and directories 0700 whatever the umask.
 """
 
 from __future__ import annotations
@@ -145,8 +145,20 @@ class MediaStore:
 
     def __init__(self, directory: str | Path, config: MediaConfig | None = None, *, describe: Describe | None = None):
         self.directory = Path(directory).resolve()
+        self._tighten()
         self.config = config or MediaConfig()
         self._describe = describe if describe is not None else _load_describe(self.config.describe)
+
+    def _tighten(self) -> None:
+        """Take group and other access from a media directory an older install left open: it holds what users sent."""
+        try:
+            mode = self.directory.stat().st_mode
+            if mode & 0o077:
+                self.directory.chmod(mode & 0o700)
+        except FileNotFoundError:
+            pass  # made 0700 with the first file
+        except OSError as exc:
+            _log.warning("media: cannot make %s private to its owner: %s", self.directory, exc.strerror or exc)
 
     def check(self, kind: str, size: int | None) -> str | None:
         """Why an attachment of ``kind`` and ``size`` bytes (``None``: not known yet) would be refused, or ``None``."""
@@ -263,11 +275,26 @@ class MediaStore:
         return described.strip()
 
 
+def _make_directories(directory: Path) -> None:
+    """Create ``directory`` and its missing parents 0700 whatever the umask (existing ones are left as they are)."""
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for created in reversed(missing):
+        created.mkdir(mode=0o700, exist_ok=True)
+        created.chmod(0o700)  # mkdir's mode is reduced by the umask, never widened
+
+
 def _write_once(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` unless it is there already: a temporary file, flushed, renamed into place."""
+    """Write ``data`` to ``target`` unless it is there already: a temporary file, flushed, renamed into place.
+
+    Files are 0600 (``mkstemp``) and the directories 0700, so attachments are private to the owner.
+    """
     if target.is_file() and target.stat().st_size == len(data):
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.parent.is_dir():
+        _make_directories(target.parent)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
     try:
         with os.fdopen(handle, "wb") as out:

@@ -262,7 +262,7 @@ def load_settings(path: Path) -> Settings:
 
 def write_default_config(path: Path) -> bool:
     """Create ``path`` with the commented defaults (and a fresh webhook secret) unless it exists; return whether."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds a secret
     except FileExistsError:

@@ -1,19 +1,22 @@
 """``hermesd``: the gateway daemon.
 
 It writes ``$HERMES_HOME/config.yaml`` with commented defaults on first start, checks it (a bad file exits 2 naming
-the field), and runs :class:`hermes_actors.daemon.Daemon` until SIGTERM or Ctrl-C.
+the field), and runs :class:`hermes_actors.daemon.Daemon` until SIGTERM or Ctrl-C. A home it cannot use (a full or
+read-only disk, a read-only state file) exits 2 with one line naming the file and the fix. Its umask keeps group
+and other bits off, so whatever it creates (including SQLite's ``-wal``/``-shm``) is private to its owner.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from hermes_actors.cli.options import home_option, resolve_home
-from hermes_actors.daemon import Daemon
+from hermes_actors.daemon import Daemon, HomeUnusableError, check_home
 from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.logs import configure_logging
 from hermes_actors.settings import CONFIG_NAME, load_settings, write_default_config
@@ -44,13 +47,26 @@ def main(home: str | None, config_file: str | None, verbose: int, quiet: int) ->
       curl http://127.0.0.1:8642/v1/chat/completions -H 'Content-Type: application/json' \\
            -d '{"model": "hermes-agent", "messages": [{"role": "user", "content": "hello"}]}'
     """
+    previous_umask = os.umask(0o077)
+    os.umask(previous_umask | 0o077)
+    try:
+        _serve(home, config_file, verbose, quiet)
+    finally:
+        os.umask(previous_umask)  # matters only when called in-process (tests); the daemon exits here
+
+
+def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
     root = resolve_home(home)
     config_path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_home(root)
         if config_file is None and write_default_config(config_path):
             click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
         settings = load_settings(config_path)
+    except HomeUnusableError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     except ConfigError as exc:
         click.echo(f"Error: configuration {config_path}: {exc}", err=True)
         sys.exit(2)
@@ -62,6 +78,9 @@ def main(home: str | None, config_file: str | None, verbose: int, quiet: int) ->
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
         code = daemon.run()
+    except HomeUnusableError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     except HermesError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)

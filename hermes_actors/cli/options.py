@@ -57,7 +57,7 @@ def open_store(home: str | None, *, readonly: bool = True) -> Store:
     """Open the store under ``home``; a missing database is an error naming the command that creates it."""
     path = database_path(resolve_home(home))
     if not readonly:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the database itself is made 0600
     elif not path.exists():
         raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
     return Store.open(path, readonly=readonly)
