@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
@@ -160,9 +160,6 @@ class OutboxActor(RuntimeActor):
 
     def on_stop(self) -> None:
         self._workers.close()
-        held = sum(len(lane) for lane in self._chats.values())
-        if held:
-            _log.info("outbox %s: stopped with %d replies queued in the store", self._sender.platform, held)
 
     def _handle(self, message: Any) -> None:
         if self._finished:
@@ -508,8 +505,13 @@ class OutboxRouter:
             self._actors.clear()
         stopping = [(platform, actor, self._ask_stop(actor)) for platform, (actor, _) in actors]
         for platform, actor, done in stopping:
-            if done is not None and self._wait(platform, done, deadline) is None:
+            if done is None:
+                continue
+            items = self._wait(platform, done, deadline)
+            if items is None:
                 actor.stop(block=False)
+            elif items:
+                _log.info("outbox %s: %d replies stay queued in the store for the next start", platform, len(items))
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
@@ -560,10 +562,12 @@ class OutboxRouter:
         if items is not None:
             return items
         released: Future[list[_Deliver]] = Future()
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):  # its last send returned meanwhile: ``done`` has it all
             actor.tell(_Release(done=released))
-            return released.result(timeout=RELEASE_TIMEOUT_S)
-        except (pykka.ActorDeadError, FutureTimeout):
-            _log.error("outbox %s: the old actor handed nothing over; its replies go at the next start", platform)
-            actor.stop(block=False)
-            return []
+        finished, _ = wait([done, released], timeout=RELEASE_TIMEOUT_S, return_when=FIRST_COMPLETED)
+        for future in (done, released):
+            if future in finished:
+                return future.result()
+        _log.error("outbox %s: the old actor handed nothing over; its replies go at the next start", platform)
+        actor.stop(block=False)
+        return []
