@@ -546,11 +546,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         """200 while the gateway can take messages; 503 naming the reason when it cannot (the store cannot be
         written: a full or read-only disk), so a load balancer stops sending turns that would fail."""
         gateway, host = self._gateway, self._host
-        reason = "the API server is not started"
+        reason: str | None = "the API server is not started"
         if gateway is not None and host is not None:
-            reason = await host.blocking(gateway.store_unwritable_reason) or ""
+            reason = await host.blocking(gateway.store_unwritable_reason)
         body = {"platform": _PLATFORM, "waiting": self._waiters.waiting()}
-        if reason:
+        if reason is not None:
             return _json({"status": "unavailable", "reason": reason, **body}, status=503)
         return _json({"status": "ok", **body})
 
