@@ -346,7 +346,7 @@ class Gateway:
 
         The probe is :func:`~hermes_actors.store.connection.check_writable` on the writer's thread: a look at the
         disk and a write that changes nothing, so nothing is committed. The verdict is kept for a second, so
-        ``/health`` stays cheap however often it is asked.
+        ``/health`` stays cheap however often it is asked. A stopped gateway has no verdict (``None``).
         """
         checked_at, reason = self._store_verdict
         if time.monotonic() - checked_at < self._STORE_VERDICT_S:
@@ -355,6 +355,8 @@ class Gateway:
             probe = self._writer.submit(lambda store: check_writable(store.connection))
             probe.result(timeout=self._STORE_PROBE_TIMEOUT_S)
             reason = None
+        except WriterClosedError:
+            reason = None  # stopped on purpose, not a store fault: hermesd stops its entry points before this
         except StoreError as exc:
             reason = str(exc)
         except TimeoutError:
