@@ -176,8 +176,8 @@ class OutboxActor(RuntimeActor):
                 self._done(message.key)
                 self._failed(message)
             case _RetryTick():
-                self.gauge.add(-1)
                 self._retry_due()
+                self.gauge.add(-1)  # after the due chats are counted again, so the gauge never dips between
             case _Handover():
                 self._take_over(message.items)
             case _Stop():
@@ -231,7 +231,8 @@ class OutboxActor(RuntimeActor):
         self._busy.discard(key)
 
     def _advance(self, key: _ChatKey) -> None:
-        """The head of ``key`` left (sent or given up): the next reply of the chat waits for a worker."""
+        """The head of ``key`` left (sent or given up, its write submitted): the next reply of the chat waits for a
+        worker."""
         lane = self._chats[key]
         lane.popleft()
         self.gauge.add(-1)
@@ -260,10 +261,10 @@ class OutboxActor(RuntimeActor):
         delay = failure.retry_after_s if failure.retry_after_s is not None else backoff
         retry_at = self._clock() + delay
         self._retry_at[key] = retry_at
-        self.gauge.add(-len(self._chats[key]))  # the chat's replies wait for the retry
         _log.warning("outbox %s: reply %d failed (%s); retry in %.1f s", platform, outbox_id, failure.error, delay)
         error = failure.error
         self._submit(lambda store: store.outbox.mark_failed(outbox_id, error, retry_at))
+        self.gauge.add(-len(self._chats[key]))  # the chat's replies wait for the retry (after the write: wait_idle)
         self._arm_retry()
 
     def _retry_due(self) -> None:
