@@ -201,6 +201,9 @@ async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
         raise too_large from None
     except web.RequestPayloadError as exc:
         raise Refused(400, f"the body cannot be read ({unreadable(exc)})") from None
+    except ConnectionResetError:
+        # The client went away before its body was complete: nothing to answer, and no fault of ours.
+        raise Refused(400, "the client closed the connection before its body was complete") from None
 
 
 def unreadable(exc: web.RequestPayloadError) -> str:

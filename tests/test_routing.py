@@ -31,6 +31,7 @@ def test_the_public_names_are_pinned() -> None:
         "SessionKey",
         "SessionSource",
         "build_session_key",
+        "format_platform_segment",
         "format_session_key",
         "is_session_key",
         "migrate_legacy_slack_key",
