@@ -16,20 +16,13 @@ from tests.platforms.test_api_server import KEY, Running, Start, chat
 start = test_api_server.start  # a gateway and an API server on 127.0.0.1
 
 
-class GatedAgent(EchoAgent):
-    """Echoes; a turn whose text starts with ``wait`` holds until ``gate`` opens, after ``entered`` is set."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.entered = threading.Event()
+class GatedAgent(test_api_server.GatedAgent):
+    """The API tests' gated agent, holding only turns whose text starts with ``wait``."""
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         if turn.user_text.startswith("wait"):
-            self.entered.set()
-            assert self.gate.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
+            return super().run_turn(turn, timeout_s=timeout_s)
+        return EchoAgent.run_turn(self, turn, timeout_s=timeout_s)
 
 
 def _limit_pages(gateway: Gateway, pages: int | None) -> None:
