@@ -56,7 +56,8 @@ class ReplySender(Protocol):
     """Sends replies to one platform.
 
     ``idempotent_sends`` is true when the platform drops a repeated send of the same reply by itself, so a
-    retry after an unknown outcome needs no duplicate flag.
+    retry after an unknown outcome needs no duplicate flag. The outbox calls ``send`` from several threads at
+    once, one per chat (never two sends to one chat at a time): shared state in a sender needs a lock.
     """
 
     platform: str

@@ -390,8 +390,11 @@ class WebhookAdapter(HttpAdapter[WebhookConfig]):
 
 
 def _callback_id(message: OutboundMessage) -> str:
-    """A ``webhook-id`` that is the same for every attempt at one reply and differs between replies."""
-    identity = msgspec.json.encode([message.session_id, message.reply_to, message.answers, message.text])
+    """A ``webhook-id`` that is the same for every attempt at one reply (after a restart too: it includes the outbox
+    row id) and differs between replies, even two with the same text, so the receiver can drop a resend."""
+    identity = msgspec.json.encode(
+        [message.outbox_id, message.session_id, message.reply_to, message.answers, message.text]
+    )
     return "msg_" + hashlib.sha256(identity).hexdigest()[:32]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -103,6 +104,7 @@ class TelegramSender:
         self._limits = {name: _Limits(config, clock) for name in bots}
         self._sleep = sleep
         self._progress: OrderedDict[str, list[str | None]] = OrderedDict()  # reply identity -> ids of the parts sent
+        self._progress_lock = threading.Lock()  # the outbox sends to several chats at once
         self._migrated: dict[tuple[str, str], str] = {}  # (bot, old group id) -> supergroup id
 
     def send(self, message: OutboundMessage) -> str | None:
@@ -120,12 +122,14 @@ class TelegramSender:
             return None
         parts = split_message(message.text, MAX_MESSAGE_UTF16, length=utf16_length)
         identity = _reply_identity(message)
-        sent = self._progress.get(identity, [])
+        with self._progress_lock:
+            sent = list(self._progress.get(identity, []))
         for index in range(len(sent), len(parts)):
             sent.append(self._send_part(api, message, parts[index], quote=index == 0))
             if index + 1 < len(parts):
                 self._remember(identity, sent)
-        self._progress.pop(identity, None)
+        with self._progress_lock:
+            self._progress.pop(identity, None)
         return sent[0]
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
@@ -154,10 +158,11 @@ class TelegramSender:
         return self._bots.get(account_id)
 
     def _remember(self, identity: str, sent: list[str | None]) -> None:
-        self._progress[identity] = sent
-        self._progress.move_to_end(identity)
-        while len(self._progress) > _REMEMBERED_REPLIES:
-            self._progress.popitem(last=False)
+        with self._progress_lock:
+            self._progress[identity] = list(sent)
+            self._progress.move_to_end(identity)
+            while len(self._progress) > _REMEMBERED_REPLIES:
+                self._progress.popitem(last=False)
 
     def _send_part(self, api: BotApi, message: OutboundMessage, text: str, *, quote: bool) -> str | None:
         assert message.chat_id is not None

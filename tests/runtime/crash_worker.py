@@ -76,6 +76,8 @@ class LogSender:
         self._stdout = stdout
         self._encoder = msgspec.json.Encoder()
         self._lock = threading.Lock()
+        self._chats_lock = threading.Lock()
+        self._chats: set[str | None] = set()  # chats with a send in progress
         self._count = 0
 
     def send(self, message: OutboundMessage) -> str | None:
@@ -88,10 +90,12 @@ class LogSender:
             possible_duplicate=message.possible_duplicate,
         )
         data = self._encoder.encode(line) + b"\n"
-        if not self._lock.acquire(blocking=False):
-            # The runtime promises one sending thread per platform; say so loudly if it breaks that.
-            print(f"crash_worker: concurrent send of the reply to {message.reply_to}", file=sys.stderr, flush=True)
-            self._lock.acquire()
+        with self._chats_lock:
+            if message.chat_id in self._chats:
+                # The runtime promises one send at a time per chat; say so loudly if it breaks that.
+                print(f"crash_worker: concurrent send of the reply to {message.reply_to}", file=sys.stderr, flush=True)
+            self._chats.add(message.chat_id)
+        self._lock.acquire()  # one write to the log at a time (sends to other chats run at once)
         try:
             written = os.write(self._fd, data)
             if written != len(data):
@@ -101,6 +105,8 @@ class LogSender:
             count = self._count
         finally:
             self._lock.release()
+            with self._chats_lock:
+                self._chats.discard(message.chat_id)
         self._stdout.line(f"SENT {message.reply_to}")
         return f"{PLATFORM}-{os.getpid()}-{count}"
 
