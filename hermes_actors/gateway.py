@@ -427,7 +427,7 @@ class Gateway:
 
     def _replay(self, rows: Sequence[InboxRow]) -> None:
         for row in rows:
-            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
             self._supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
 
     def _replay_released(self) -> None:

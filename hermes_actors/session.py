@@ -255,8 +255,14 @@ class SessionTurns:
         self._lease_held = False
 
     def still_pending(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
-        """The deliveries whose inbox rows no turn has completed yet (a replay may find some done already)."""
-        ids = [d.inbox_id for d in deliveries if d.inbox_id > 0]
+        """The deliveries whose inbox rows no turn has completed yet (a replay may find some done already).
+
+        Only replayed deliveries are looked up: a fresh one was committed by this process just now, and the commit
+        refuses a row that is not pending anyway (:class:`StaleTurnError`).
+        """
+        ids = [d.inbox_id for d in deliveries if d.inbox_id > 0 and d.replayed]
+        if not ids:
+            return list(deliveries)
         with self._services.readers.reader() as store:
             pending = store.inbox.pending_among(ids)
         return [d for d in deliveries if d.inbox_id <= 0 or d.inbox_id in pending]

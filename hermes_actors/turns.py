@@ -85,6 +85,7 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
     inbox_id: int
     message: InboundMessage
+    replayed: bool = False  # handed over by recovery: another turn may have answered it since (checked first)
 
 
 class EndSession(msgspec.Struct, frozen=True, kw_only=True):

@@ -73,7 +73,7 @@ def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path:
 
         # What a second process's stale replay would hand the supervisor: the same, already answered, row.
         assert row is not None
-        delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload))
+        delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
         gateway._supervisor.tell(Deliver(routing_key=KEY, delivery=delivery))
         assert gateway.wait_idle()
         session_id = gateway.session_for(KEY)
