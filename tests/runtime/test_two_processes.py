@@ -18,7 +18,7 @@ import pytest
 
 from hermes_actors.store import Store
 from tests.agents.chat_server import ChatServer, Scripted, completion, open_chat_server
-from tests.daemon.test_daemon import Daemon, start_daemon
+from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +26,7 @@ SLOW_TURN_S = 3.0  # how long the model takes over the in-flight message: long e
 
 
 def _config(model: ChatServer) -> str:
+    """The daemon tests' configuration (ports 0, a webhook route), with the scripted model as the agent."""
     return f"""
 agent:
   base_url: {model.base_url}
@@ -33,14 +34,7 @@ agent:
   max_retries: 0
 runtime:
   auto_titles: false
-daemon:
-  drain_timeout_s: 10
-platforms:
-  api_server:
-    port: 0
-  webhook:
-    port: 0
-"""
+{CONFIG}"""
 
 
 def _hermesctl() -> list[str]:
