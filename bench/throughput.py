@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pykka
 from report import figure_line
 
-from hermes_actors.agent import AgentReply, EchoAgent, Memory, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.futex import futex_slots_for, size_futex_hash
-from hermes_actors.gateway import AcceptResult, Gateway
+from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
-from hermes_actors.policy import ResetConfig, ResetMode
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
+from hermes_actors.runtime.gateway import AcceptResult, Gateway
 from hermes_actors.store import MessageRecord, Synchronous, migrate, open_connection
 from hermes_actors.store.writer import WriterStatistics
 from hermes_actors.testing import FakePlatform
@@ -226,7 +226,8 @@ ACTIVATION_MAX_LIVE = 12000  # max_live_actors of the activation run, the most t
 
 
 def size_futex_hash_as_hermesd(slots: int | None) -> None:
-    """Size the futex hash as hermesd does at start (``hermes_actors.futex``), or to ``slots`` (-1: leave it)."""
+    """Size the futex hash as hermesd does at start (``hermes_actors.runtime.futex``), or to ``slots`` (-1: leave
+    it)."""
     if slots is None:
         slots = futex_slots_for(ACTIVATION_MAX_LIVE + 256 + 64)
     if slots < 0:

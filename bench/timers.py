@@ -23,10 +23,10 @@ from pathlib import Path
 # Run from a checkout without installing: the repository root goes first, so the working tree is measured.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock
-from hermes_actors.timers import TimerService
 
 DAY_S = 86_400.0
 PAYLOAD = b"idle"

@@ -38,7 +38,7 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     compress_at_ratio: float = 0.85  # of the agent's context window, in estimated prompt tokens
     context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
     protected_recent_messages: int = 4  # copied verbatim into a compression child
-    auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.titling``)
+    auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.lifecycle.auto_titles``)
     model_message_cap_chars: int = 16_000  # per message of history sent to the model; 0: no cap (``hygiene``)
 
     def __post_init__(self) -> None:

@@ -15,8 +15,8 @@ from hermes_actors.routing import SessionSource
 from platforms.base import SendError
 
 if TYPE_CHECKING:
-    from hermes_actors.agent import Agent
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.agents.base import Agent
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["FakeClock", "FakePlatform", "FakeThreadedPlatform", "open_fake_gateway"]
 
@@ -168,7 +168,7 @@ def open_fake_gateway(
     ``with open_fake_gateway(tmp_path / "state.db") as (gateway, fake): fake.push("hi"); fake.pop()``
     """
     from hermes_actors.config import RuntimeConfig
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
     fake = FakePlatform(platform)
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}

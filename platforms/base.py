@@ -1,7 +1,7 @@
 """What the runtime needs of a platform adapter.
 
 Adapters build on :mod:`hermes_actors.messages` and :mod:`hermes_actors.routing`; they reach the runtime only
-through the :class:`~hermes_actors.gateway.Gateway` handed to :meth:`Adapter.start`.
+through the :class:`~hermes_actors.runtime.gateway.Gateway` handed to :meth:`Adapter.start`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hermes_actors.errors import PlatformError
 from hermes_actors.messages import OutboundMessage
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["Adapter", "Capabilities", "ReplySender", "SendError", "ThreadCreator"]
 

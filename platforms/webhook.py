@@ -33,10 +33,10 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import http_client, json_guard
 from platforms.base import Capabilities, ReplySender, SendError
-from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused
+from platforms.support import http_client, json_guard
+from platforms.support.http_client import shown
+from platforms.support.http_host import HttpAdapter, Refused
 
 __all__ = ["TOLERANCE_S", "WebhookAdapter", "WebhookConfig", "WebhookReply", "WebhookRoute", "new_webhook_secret"]
 

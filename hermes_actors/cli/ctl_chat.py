@@ -21,15 +21,15 @@ import msgspec
 
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
-from hermes_actors.control import Bind, BindReply, Chat, ChatReply, ControlClient, connect
-from hermes_actors.daemon import build_agent, socket_path
+from hermes_actors.daemon.config_file import Settings
+from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlClient, connect
+from hermes_actors.daemon.process import build_agent, socket_path
 from hermes_actors.errors import SessionNotFoundError
-from hermes_actors.gateway import Gateway
-from hermes_actors.recap import recap_lines
-from hermes_actors.settings import Settings
+from hermes_actors.lifecycle.recap import recap_lines
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.terminal import PLATFORM, TerminalChannel
 from hermes_actors.store import Store
 from hermes_actors.store.lineage import lineage_tip
-from hermes_actors.terminal import PLATFORM, TerminalChannel
 
 __all__ = ["chat"]
 

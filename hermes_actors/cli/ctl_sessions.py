@@ -20,6 +20,7 @@ from typing import Any
 import click
 import msgspec
 
+from hermes_actors.agents.history import is_capped, is_summary
 from hermes_actors.cli.formatting import (
     format_bytes,
     format_timestamp,
@@ -32,10 +33,9 @@ from hermes_actors.cli.formatting import (
 )
 from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
-from hermes_actors.hygiene import is_capped, is_summary
 from hermes_actors.importer.content import split_content
-from hermes_actors.settings import CONFIG_NAME, load_settings
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
 from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
 from hermes_actors.store.lineage import lineage_chain

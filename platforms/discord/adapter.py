@@ -24,10 +24,10 @@ from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
 from platforms.discord.shard import Shard, Shards
-from platforms.http_client import shown
+from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["DiscordAdapter"]
 

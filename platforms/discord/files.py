@@ -3,7 +3,7 @@
 An attachment object carries its ``filename``, ``size``, ``content_type`` (absent when Discord does not know the
 type) and ``url``, a signed address on ``cdn.discordapp.com`` whose query (``ex``, ``is``, ``hm``) expires after
 about a day. The size is checked against the media limits before anything is fetched; the download is a plain GET
-of that URL, read no further than ``media.max_bytes`` (:func:`platforms.downloads.fetch`). The CDN wants no
+of that URL, read no further than ``media.max_bytes`` (:func:`platforms.support.downloads.fetch`). The CDN wants no
 credentials: the bot token belongs to the REST API and is never sent here. The record keeps the URL without its
 query as ``source_url``: it says where the file came from, while the signature would be a stale capability (and is
 kept out of the logs too). Every failure (no address, a link Discord no longer serves, a broken download) becomes
@@ -23,10 +23,10 @@ import msgspec
 
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
-from platforms import downloads
 from platforms.discord.events import MessageAttachment
-from platforms.downloads import DownloadFailed
-from platforms.http_client import shown
+from platforms.support import downloads
+from platforms.support.downloads import DownloadFailed
+from platforms.support.http_client import shown
 
 __all__ = ["attach_files", "mime_type_of", "source_url_of"]
 

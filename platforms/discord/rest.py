@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from hermes_actors.errors import PlatformError
-from platforms import http_client
 from platforms.discord.events import Channel
-from platforms.ratelimit import Rate, RateLimiter
+from platforms.support import http_client
+from platforms.support.ratelimit import Rate, RateLimiter
 
 __all__ = ["MESSAGES_ROUTE", "THREADS_ROUTE", "Buckets", "GatewayBot", "RestClient", "RestError"]
 

@@ -33,7 +33,7 @@ from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient, RestError
-from platforms.text import split_message
+from platforms.support.text import split_message
 
 __all__ = ["MAX_THREAD_NAME", "DiscordSender"]
 

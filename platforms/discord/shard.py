@@ -41,8 +41,8 @@ import aiohttp
 import msgspec
 from yarl import URL
 
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
+from hermes_actors.runtime.gateway import PollCursor
 from platforms.discord.config import DiscordConfig
 from platforms.discord.events import (
     PLATFORM,
@@ -63,10 +63,10 @@ from platforms.discord.events import (
 )
 from platforms.discord.files import attach_files
 from platforms.discord.rest import RestClient, RestError
-from platforms.task_thread import TaskThread
+from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["INTENTS", "MESSAGE_CONTENT", "ResumeState", "Shard", "Shards", "read_resume_state"]
 

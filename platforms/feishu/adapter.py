@@ -26,9 +26,9 @@ from platforms.feishu.config import AppKeys, FeishuConfig, resolve_apps
 from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, open_event
 from platforms.feishu.files import attach_resources
 from platforms.feishu.sender import FeishuSender
-from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused
-from platforms.ratelimit import Rate
+from platforms.support.http_client import shown
+from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.ratelimit import Rate
 
 __all__ = ["EXTRA_HINT", "FeishuAdapter"]
 

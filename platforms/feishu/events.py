@@ -31,10 +31,10 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import json_guard
 from platforms.feishu.config import AppKeys
 from platforms.feishu.files import Resource, resources_of
-from platforms.http_host import Refused
+from platforms.support import json_guard
+from platforms.support.http_host import Refused
 
 __all__ = ["PLATFORM", "REPLAY_WINDOW_S", "Challenge", "Ignored", "Received", "open_event"]
 

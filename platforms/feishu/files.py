@@ -24,10 +24,10 @@ import msgspec
 
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
-from platforms import downloads
 from platforms.base import SendError
-from platforms.downloads import DownloadFailed
 from platforms.feishu.config import AppKeys
+from platforms.support import downloads
+from platforms.support.downloads import DownloadFailed
 
 __all__ = ["Resource", "TokenSource", "attach_resources", "resources_of"]
 

@@ -23,12 +23,12 @@ from urllib.parse import quote
 import msgspec
 
 from hermes_actors.messages import OutboundMessage
-from platforms import http_client
 from platforms.base import SendError
 from platforms.feishu.config import AppKeys
 from platforms.feishu.events import PLATFORM
-from platforms.ratelimit import Rate, RateLimiter
-from platforms.text import split_message
+from platforms.support import http_client
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 
 __all__ = ["MAX_CONTENT_BYTES", "FeishuSender", "content_bytes", "content_json"]
 

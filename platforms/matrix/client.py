@@ -15,8 +15,8 @@ from urllib.parse import quote, urlencode
 import aiohttp
 from yarl import URL
 
-from platforms import http_client
 from platforms.matrix.wire import ApiError, api_error
+from platforms.support import http_client
 
 __all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "Homeserver", "room_path"]
 

@@ -38,8 +38,8 @@ from platforms.matrix.config import MatrixConfig
 from platforms.matrix.events import PLATFORM
 from platforms.matrix.state import Snapshots
 from platforms.matrix.wire import ApiError
-from platforms.ratelimit import Rate, RateLimiter
-from platforms.text import split_message
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 
 __all__ = ["MAX_SLEEP_S", "MatrixSender", "transaction_id", "wire_length"]
 

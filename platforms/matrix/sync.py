@@ -36,8 +36,8 @@ from urllib.parse import quote
 import aiohttp
 import msgspec
 
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
+from hermes_actors.runtime.gateway import PollCursor
 from platforms.matrix.client import Homeserver, room_path
 from platforms.matrix.config import MatrixConfig
 from platforms.matrix.events import (
@@ -64,10 +64,10 @@ from platforms.matrix.wire import (
     decode_as,
     decode_sync,
 )
-from platforms.task_thread import TaskThread
+from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["Account", "Poller"]
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from hermes_actors.errors import PlatformError
-from platforms.http_client import retry_after_seconds
+from platforms.support.http_client import retry_after_seconds
 
 __all__ = [
     "MAX_DEPTH",

@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from platforms.base import Capabilities, ReplySender
-from platforms.http_client import shown
 from platforms.signal.config import SignalConfig
 from platforms.signal.envelopes import PLATFORM
 from platforms.signal.events import EventStreams, events_url
 from platforms.signal.sender import SignalSender
+from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["SignalAdapter"]
 

@@ -40,8 +40,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
+from hermes_actors.runtime.gateway import PollCursor
 from platforms.signal.config import SignalConfig
 from platforms.signal.envelopes import (
     PLATFORM,
@@ -53,10 +53,10 @@ from platforms.signal.envelopes import (
 )
 from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
-from platforms.task_thread import TaskThread
+from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["EVENT_TYPES", "EventStreams", "events_url"]
 

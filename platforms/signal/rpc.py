@@ -8,8 +8,8 @@ error talking to Signal, -4 untrusted identities, -5 a rate limit (newer version
 recipient, ``data.response.results[].type`` says why per recipient (``UNREGISTERED_FAILURE``,
 ``IDENTITY_FAILURE``, ``RATE_LIMIT_FAILURE`` with ``retryAfterSeconds``, ``NETWORK_FAILURE``, ...).
 
-A failure before the request left (the daemon is down) is :class:`~platforms.http_client.Unreachable`; one after
-it left without an answer is :class:`~platforms.http_client.NoAnswer` (Signal may have delivered the message).
+A failure before the request left (the daemon is down) is :class:`~platforms.support.http_client.Unreachable`; one after
+it left without an answer is :class:`~platforms.support.http_client.NoAnswer` (Signal may have delivered the message).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.errors import PlatformError
-from platforms import http_client
+from platforms.support import http_client
 
 __all__ = [
     "INTERNAL_ERROR",

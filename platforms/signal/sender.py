@@ -6,7 +6,8 @@ message it answers (``quoteTimestamp``/``quoteAuthor`` from the inbound id ``<uu
 group each person sees which answer is theirs. The account is the reply's ``account_id``.
 
 A reply longer than the limit leaves as several messages cut at paragraph, line or sentence ends
-(:func:`platforms.text.split_message`); if a later part fails, the outbox retries the reply and the parts already
+(:func:`platforms.support.text.split_message`); if a later part fails, the outbox retries the reply and the parts
+already
 sent are remembered (in memory) and not sent again. Signal has no idempotency key, so after an unknown outcome a
 retry may duplicate a message. Sends to one chat are paced; a longer wait hands the reply back to the outbox.
 
@@ -31,13 +32,13 @@ from typing import Any
 import msgspec
 
 from hermes_actors.messages import OutboundMessage
-from platforms import http_client
 from platforms.base import SendError
-from platforms.ratelimit import Rate, RateLimiter
 from platforms.signal import rpc
 from platforms.signal.config import SignalConfig, is_uuid
 from platforms.signal.envelopes import PLATFORM
-from platforms.text import split_message
+from platforms.support import http_client
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 
 __all__ = ["MAX_SLEEP_S", "SignalSender", "send_target"]
 

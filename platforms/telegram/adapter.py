@@ -24,8 +24,8 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
-from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused
+from platforms.support.http_client import shown
+from platforms.support.http_host import HttpAdapter, Refused
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
 from platforms.telegram.files import attach_files
@@ -42,7 +42,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["SECRET_HEADER", "TelegramAdapter"]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from hermes_actors.errors import PlatformError
-from platforms import http_client
+from platforms.support import http_client
 
 __all__ = ["BotApi", "BotApiError", "read_answer", "result_as"]
 

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import msgspec
 
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
-from platforms.task_thread import TaskThread
+from hermes_actors.runtime.gateway import PollCursor
+from platforms.support.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
 from platforms.telegram.files import attach_files
@@ -45,7 +45,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["Poller", "read_offset"]
 

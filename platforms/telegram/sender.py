@@ -1,7 +1,7 @@
 """Replies to Telegram: ``sendMessage`` split at 4096 UTF-16 units, paced per chat, and forum topics for handoffs.
 
 A reply longer than Telegram's limit leaves as several messages, cut at paragraph, line or sentence boundaries
-(:func:`platforms.text.split_message` counting UTF-16 code units, as Telegram does). If part 3 of 4 fails, the
+(:func:`platforms.support.text.split_message` counting UTF-16 code units, as Telegram does). If part 3 of 4 fails, the
 outbox retries the reply and this sender remembers, in memory, which parts already went, so the chat does not
 see parts 1 and 2 twice; only a crash in between can repeat them. Telegram has no way to mark a message as a
 possible duplicate, so a reply the outbox flags that way is sent as it is.
@@ -28,11 +28,11 @@ import msgspec
 
 from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
-from platforms.ratelimit import Rate, RateLimiter
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message, utf16_length
 from platforms.telegram.api import BotApi, BotApiError, result_as
 from platforms.telegram.config import TelegramConfig
 from platforms.telegram.updates import PLATFORM
-from platforms.text import split_message, utf16_length
 
 __all__ = ["MAX_MESSAGE_UTF16", "MAX_SLEEP_S", "MAX_TOPIC_NAME", "TelegramSender"]
 

@@ -28,7 +28,7 @@ from hermes_actors.errors import PlatformError
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import json_guard
+from platforms.support import json_guard
 
 __all__ = [
     "ALLOWED_UPDATES",

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.gateway import PollCursor
 from platforms.base import Capabilities, ReplySender
-from platforms.http_client import HttpError, HttpResult, retry_after_seconds, shown
-from platforms.ratelimit import Rate
+from platforms.support.http_client import HttpError, HttpResult, retry_after_seconds, shown
+from platforms.support.ratelimit import Rate
 from platforms.wechat.batching import AccountState, Batcher, SeenWindow, decode_state, encode_state
 from platforms.wechat.config import WechatConfig, is_bot_token
 from platforms.wechat.files import fetch_media
@@ -53,7 +53,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["PLATFORM", "WechatAdapter"]
 

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.gateway import PollCursor
 from hermes_actors.messages import OutboundMessage
-from platforms import http_client
+from hermes_actors.runtime.gateway import PollCursor
 from platforms.base import SendError
-from platforms.ratelimit import Rate, RateLimiter
-from platforms.text import split_message
+from platforms.support import http_client
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 from platforms.wechat.wire import (
     BASE_INFO,
     RATE_LIMITED,
@@ -39,7 +39,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
 __all__ = ["TOKEN_PLATFORM", "AccountAuth", "ContextTokens", "WechatSender"]
 

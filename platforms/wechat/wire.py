@@ -40,7 +40,7 @@ import msgspec
 
 from hermes_actors.media import kind_of
 from hermes_actors.messages import Attachment
-from platforms.http_client import HttpResult, NoAnswer, Unreachable, shown
+from platforms.support.http_client import HttpResult, NoAnswer, Unreachable, shown
 
 __all__ = [
     "BASE_INFO",

@@ -24,8 +24,8 @@ from aiohttp import web
 
 from hermes_actors.messages import InboundMessage, decode_inbound
 from platforms.base import Capabilities, ReplySender
-from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused, committed
+from platforms.support.http_client import shown
+from platforms.support.http_host import HttpAdapter, Refused, committed
 from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
 from platforms.whatsapp.events import (
     PLATFORM,
@@ -41,7 +41,7 @@ from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
     from hermes_actors.store import Store
 
 __all__ = ["WEBHOOK_PATH", "WhatsappAdapter", "accepted_since"]

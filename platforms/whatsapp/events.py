@@ -34,8 +34,8 @@ import msgspec
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import json_guard
-from platforms.http_host import Refused
+from platforms.support import json_guard
+from platforms.support.http_host import Refused
 from platforms.whatsapp.files import MediaRef
 
 __all__ = [

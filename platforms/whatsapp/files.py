@@ -22,8 +22,8 @@ import msgspec
 
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import Attachment, InboundMessage
-from platforms import downloads
-from platforms.downloads import DownloadFailed
+from platforms.support import downloads
+from platforms.support.downloads import DownloadFailed
 from platforms.whatsapp.config import NumberKeys
 
 __all__ = ["MediaRef", "attach_media"]

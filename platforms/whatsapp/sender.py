@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 import msgspec
 
 from hermes_actors.messages import OutboundMessage
-from platforms import http_client
 from platforms.base import SendError
-from platforms.ratelimit import Rate, RateLimiter
-from platforms.text import split_message
+from platforms.support import http_client
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 from platforms.whatsapp.config import NumberKeys, WhatsappConfig
 from platforms.whatsapp.events import PLATFORM
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows

@@ -11,11 +11,11 @@ from typing import Any
 import openai
 import pytest
 
-from hermes_actors.agent import Agent, AgentError, AgentMessage, Memory, TurnInput
-from hermes_actors.agents_openai import MAX_TOOL_ROUNDS, OpenAIAgent
+from hermes_actors.agents.base import Agent, AgentError, AgentMessage, Memory, TurnInput
+from hermes_actors.agents.openai_chat import MAX_TOOL_ROUNDS, OpenAIAgent
+from hermes_actors.agents.tools import Tool, session_search_tool
 from hermes_actors.store import NewMessage, Store
 from hermes_actors.store.records import MessageRecord, Role
-from hermes_actors.tools import Tool, session_search_tool
 from tests.agents.chat_server import ChatServer, Scripted, completion, failure, open_chat_server, tool_call
 
 KEY_ENV = "HERMES_TEST_OPENAI_KEY"
@@ -235,7 +235,7 @@ def test_save_memories_keeps_none_and_logs_when_the_reply_has_no_array(
     agent: OpenAIAgent, server: ChatServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.script(completion("I'd rather not say [unclosed"))
-    with caplog.at_level(logging.WARNING, logger="hermes_actors.agents_openai"):
+    with caplog.at_level(logging.WARNING, logger="hermes_actors.agents.openai_chat"):
         assert agent.save_memories([message(1, Role.USER, "hi")], timeout_s=5) == []
     assert "no JSON array" in caplog.text
 

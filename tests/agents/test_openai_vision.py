@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from hermes_actors.agents_openai import OpenAIAgent
+from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.daemon import build_agent
-from hermes_actors.gateway import Gateway
+from hermes_actors.daemon.config_file import decode_settings
+from hermes_actors.daemon.process import build_agent
 from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
-from hermes_actors.settings import decode_settings
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform
 from tests.agents.chat_server import ChatServer, completion, open_chat_server
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from hermes_actors.agent import EchoAgent, TurnInput
-from hermes_actors.gateway import AcceptResult
+from hermes_actors.agents.base import EchoAgent, TurnInput
+from hermes_actors.agents.tools import SESSION_SEARCH, Tool, session_search_tool
+from hermes_actors.runtime.gateway import AcceptResult
 from hermes_actors.store import NewMessage, Role, Store
 from hermes_actors.testing import open_fake_gateway
-from hermes_actors.tools import SESSION_SEARCH, Tool, session_search_tool
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hermes_actors.control import (
+from hermes_actors.daemon.control import (
     Bind,
     Chat,
     ChatReply,

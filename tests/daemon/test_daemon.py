@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from hermes_actors.cli import hermesd as hermesd_cli
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.control import StatusReply, connect
-from hermes_actors.settings import Settings
+from hermes_actors.daemon.config_file import Settings
+from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.store import Store
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()

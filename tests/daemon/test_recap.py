@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hermes_actors.recap import recap_lines
+from hermes_actors.lifecycle.recap import recap_lines
 from hermes_actors.store.records import MessageRecord, Role
 
 

@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hermes_actors.daemon.config_file import (
+    Settings,
+    decode_settings,
+    default_config_text,
+    load_settings,
+    write_default_config,
+)
 from hermes_actors.errors import ConfigError
-from hermes_actors.policy import ResetMode
-from hermes_actors.settings import Settings, decode_settings, default_config_text, load_settings, write_default_config
+from hermes_actors.lifecycle.policy import ResetMode
 
 SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 

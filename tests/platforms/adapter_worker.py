@@ -18,9 +18,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from platforms import registry
 
 

@@ -49,7 +49,7 @@ from urllib.parse import quote
 
 from aiohttp import WSMsgType, web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 
 __all__ = ["API_PREFIX", "CDN_PREFIX", "MESSAGES_BUCKET", "Call", "DiscordFake", "Download", "Sent", "user"]
 

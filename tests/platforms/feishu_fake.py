@@ -37,7 +37,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 
 __all__ = [
     "ApiCall",

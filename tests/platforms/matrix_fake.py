@@ -38,7 +38,7 @@ from urllib.parse import unquote
 import msgspec
 from aiohttp import web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 
 __all__ = ["Call", "MatrixFake"]
 

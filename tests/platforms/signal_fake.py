@@ -42,7 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 
 __all__ = [
     "Connection",

@@ -40,7 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 from tests.platforms.support import Arrivals
 
 __all__ = [
@@ -126,7 +126,7 @@ class FakeSlack:
 
     @property
     def api_base_url(self) -> str:
-        """What ``platforms.slack.api_base_url`` should be."""
+        """What ``platforms.slack.adapter.api_base_url`` should be."""
         return self.host.url + "/api"
 
     def start(self) -> FakeSlack:

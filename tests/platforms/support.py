@@ -13,7 +13,7 @@ import queue
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from platforms.base import Adapter
 
 __all__ = ["Arrivals", "LogRecords", "RunningAdapter"]

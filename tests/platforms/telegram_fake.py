@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 
 __all__ = [
     "Call",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_actors.agent import EchoAgent
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import NewMessage, Role, Store
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig, key_fingerprint

@@ -17,13 +17,13 @@ import msgspec
 import openai
 import pytest
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store.records import MessageRecord
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
-from platforms.waiters import ReplyWaiters
+from platforms.support.waiters import ReplyWaiters
 
 KEY = "sk-hermes-test"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import SESSION_HEADER
 from tests.platforms import test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start, chat

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry

@@ -18,8 +18,8 @@ from aiohttp import web
 
 from hermes_actors.media import MediaConfig, MediaStore
 from hermes_actors.messages import Attachment
-from platforms.downloads import DownloadFailed, Fetched, download, fetch
-from platforms.http_host import HttpHost
+from platforms.support.downloads import DownloadFailed, Fetched, download, fetch
+from platforms.support.http_host import HttpHost
 
 T = TypeVar("T")
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock
 from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig

@@ -3,7 +3,7 @@
 Whatever arrives (random bytes, random or deeply nested JSON, huge strings within the body limit, wrong content
 types and encodings, random header values), correctly signed where the entry point checks signatures, the answer
 is never a 5xx, nothing logs at ERROR, and the next valid request is answered as usual. JSON nested past
-:data:`platforms.json_guard.MAX_DEPTH` is a 400 naming the depth on every entry point, in its own error shape.
+:data:`platforms.support.json_guard.MAX_DEPTH` is a 400 naming the depth on every entry point, in its own error shape.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
-from platforms import json_guard
+from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
-from platforms.http_host import HttpAdapter
-from platforms.slack import SlackAdapter, SlackApp, SlackConfig
+from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig
+from platforms.support import json_guard
+from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber

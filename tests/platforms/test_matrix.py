@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator

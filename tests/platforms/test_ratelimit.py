@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from platforms.ratelimit import Rate, RateLimiter
+from platforms.support.ratelimit import Rate, RateLimiter
 
 
 class Clock:

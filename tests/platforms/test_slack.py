@@ -22,16 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
-from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
+from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.slack_fake import (
     Answer,
@@ -145,7 +145,10 @@ def test_the_url_verification_challenge_is_answered_when_signed(start_slack: Sta
 
 def test_an_unknown_app_is_404(start_slack: StartSlack) -> None:
     answer = deliver(f"{start_slack().adapter.url}/slack/events/nope", url_verification("x"), SECRET)
-    assert (answer.status, answer.body) == (404, {"error": "no Slack app 'nope'; add it under platforms.slack.apps"})
+    assert (answer.status, answer.body) == (
+        404,
+        {"error": "no Slack app 'nope'; add it under platforms.slack.adapter.apps"},
+    )
 
 
 # -- keys and where replies go -----------------------------------------------------------------------------------
@@ -334,7 +337,7 @@ def test_an_event_that_cannot_be_stored_gets_a_503_that_slack_retries(
 ) -> None:
     running = start_slack()
     running.gateway.stop()  # the store is gone: accept fails
-    with caplog.at_level(logging.ERROR, logger="platforms.slack"):
+    with caplog.at_level(logging.ERROR, logger="platforms.slack.adapter"):
         outcomes = deliver_until_acknowledged(running.url(), event_callback(message("lost?")), SECRET)
     assert outcomes == [503, 503, 503, 503]
     assert f"could not accept message T1:C1:{TS}" in caplog.text
@@ -365,7 +368,7 @@ def test_bot_own_edited_deleted_and_non_message_events_are_skipped_with_a_log_li
         ({"type": "channel_created", "channel": {"id": "C9", "name": "new"}}, "'channel_created' event"),
         (message("   "), "a message without text or files"),
     ]
-    with caplog.at_level(logging.DEBUG, logger="platforms.slack"):
+    with caplog.at_level(logging.DEBUG, logger="platforms.slack.adapter"):
         for event, reason in skipped:
             answer = running.post(event)
             assert answer.status == 200, event
@@ -526,8 +529,8 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
     mention = app_mention("look", ts=TS) | {"files": [file]}
     answers: dict[str, Answer] = {}
     waiting = LogSeen("is being fetched already")
-    caplog.set_level(logging.INFO, logger="platforms.slack")
-    logging.getLogger("platforms.slack").addHandler(waiting)
+    caplog.set_level(logging.INFO, logger="platforms.slack.adapter")
+    logging.getLogger("platforms.slack.adapter").addHandler(waiting)
 
     def post(name: str, payload: dict[str, Any], event_id: str) -> None:
         answers[name] = running.post(payload, event_id=event_id)
@@ -543,7 +546,7 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
         release.set()
         first.join(10)
         second.join(10)
-        logging.getLogger("platforms.slack").removeHandler(waiting)
+        logging.getLogger("platforms.slack.adapter").removeHandler(waiting)
     assert (answers["message"].status, answers["message"].body["duplicate"]) == (200, False)
     assert (answers["mention"].status, answers["mention"].body["duplicate"]) == (200, True)
     assert [d.file_id for d in slack.downloads] == ["F11"]
@@ -745,7 +748,7 @@ def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_w
     running = start_slack(max_body_bytes=64 * 1024, messages_per_second=1000.0)
     handler = LogRecords()
     records = handler.records
-    logger = logging.getLogger("platforms.slack")
+    logger = logging.getLogger("platforms.slack.adapter")
     logger.addHandler(handler)
     previous_level = logger.level
     logger.setLevel(logging.DEBUG)
@@ -798,40 +801,40 @@ def test_an_oversized_body_is_413(start_slack: StartSlack) -> None:
 @pytest.mark.parametrize(
     ("section", "path", "problem"),
     [
-        ({"apps": {"a": {"bot_token": TOKEN}}}, "platforms.slack.apps.a.signing_secret", "is required"),
-        ({"apps": {"a": {"signing_secret": SECRET}}}, "platforms.slack.apps.a.bot_token", "is required"),
+        ({"apps": {"a": {"bot_token": TOKEN}}}, "platforms.slack.adapter.apps.a.signing_secret", "is required"),
+        ({"apps": {"a": {"signing_secret": SECRET}}}, "platforms.slack.adapter.apps.a.bot_token", "is required"),
         (
             {"apps": {"a": {"signing_secret": SECRET, "signing_secret_env": "S", "bot_token": TOKEN}}},
-            "platforms.slack.apps.a.signing_secret_env",
+            "platforms.slack.adapter.apps.a.signing_secret_env",
             "not both",
         ),
         (
             {"apps": {"a": {"signing_secret": SECRET, "bot_token_env": "1X"}}},
-            "platforms.slack.apps.a.bot_token_env",
+            "platforms.slack.adapter.apps.a.bot_token_env",
             "environment variable name",
         ),
         (
             {"apps": {"a": {"signing_secret": " s ", "bot_token": TOKEN}}},
-            "platforms.slack.apps.a.signing_secret",
+            "platforms.slack.adapter.apps.a.signing_secret",
             "spaces",
         ),
         (
             {"apps": {"a b": {"signing_secret": SECRET, "bot_token": TOKEN}}},
-            "platforms.slack.apps.a b",
+            "platforms.slack.adapter.apps.a b",
             "an app name is 1 to 64",
         ),
         (
             {"apps": {"a": {"signing_secret": SECRET, "bot_token": TOKEN, "team_id": "team one"}}},
-            "platforms.slack.apps.a.team_id",
+            "platforms.slack.adapter.apps.a.team_id",
             "workspace id",
         ),
-        ({"port": 70000}, "platforms.slack.port", "not a TCP port"),
-        ({"host": " "}, "platforms.slack.host", "must not be empty"),
-        ({"api_base_url": "slack.com/api"}, "platforms.slack.api_base_url", "http(s) URL"),
-        ({"max_message_chars": 50_000}, "platforms.slack.max_message_chars", "between 100 and 40000"),
-        ({"messages_per_second": 0}, "platforms.slack.messages_per_second", "positive"),
-        ({"max_body_bytes": 10}, "platforms.slack.max_body_bytes", "at least 1024"),
-        ({"http_timeout_s": 0}, "platforms.slack.http_timeout_s", "positive"),
+        ({"port": 70000}, "platforms.slack.adapter.port", "not a TCP port"),
+        ({"host": " "}, "platforms.slack.adapter.host", "must not be empty"),
+        ({"api_base_url": "slack.com/api"}, "platforms.slack.adapter.api_base_url", "http(s) URL"),
+        ({"max_message_chars": 50_000}, "platforms.slack.adapter.max_message_chars", "between 100 and 40000"),
+        ({"messages_per_second": 0}, "platforms.slack.adapter.messages_per_second", "positive"),
+        ({"max_body_bytes": 10}, "platforms.slack.adapter.max_body_bytes", "at least 1024"),
+        ({"http_timeout_s": 0}, "platforms.slack.adapter.http_timeout_s", "positive"),
     ],
 )
 def test_a_bad_section_is_a_config_error_naming_its_field(section: dict[str, Any], path: str, problem: str) -> None:
@@ -857,7 +860,7 @@ def test_secrets_from_the_environment_are_read_when_the_adapter_is_built(slack: 
     assert slack.take().token == TOKEN
     with pytest.raises(ConfigError, match="SLACK_BOT is not set") as missing:
         SlackAdapter(config, environ={"SLACK_SIGNING": SECRET})
-    assert missing.value.path == "platforms.slack.apps.env.bot_token_env"
+    assert missing.value.path == "platforms.slack.adapter.apps.env.bot_token_env"
 
 
 def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(start_slack: StartSlack) -> None:
@@ -865,7 +868,7 @@ def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(s
     assert empty.capabilities.threads
     assert empty.capabilities.max_message_chars == 3900
     (line,) = empty.describe()
-    assert line.startswith("Slack: http://127.0.0.1:8647 has no apps; add one under platforms.slack.apps")
+    assert line.startswith("Slack: http://127.0.0.1:8647 has no apps; add one under platforms.slack.adapter.apps")
     running = start_slack()
     base = running.adapter.url
     assert not base.endswith(":0")

@@ -24,12 +24,13 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.support.text import utf16_length
 from platforms.telegram import (
     SECRET_HEADER,
     TelegramAdapter,
@@ -39,7 +40,6 @@ from platforms.telegram import (
     decode_update,
     inbound_from_update,
 )
-from platforms.text import utf16_length
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.support import RunningAdapter
 from tests.platforms.telegram_fake import Call, TelegramFake, group_chat, message, post_update, private_chat, user

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from platforms.text import split_message, utf16_length
+from platforms.support.text import split_message, utf16_length
 
 
 def test_short_text_is_one_part() -> None:

@@ -31,11 +31,11 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
-from hermes_actors.gateway import Gateway
 from hermes_actors.messages import OutboundMessage
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock
 from platforms.base import Adapter, ReplySender, SendError
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute, new_webhook_secret
 
 SECRET = "whsec_" + base64.b64encode(b"route secret, 32 bytes long....!").decode()

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from platforms import registry

@@ -39,7 +39,7 @@ from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
 
-from platforms.http_host import HttpHost
+from platforms.support.http_host import HttpHost
 from tests.platforms.support import Arrivals
 
 __all__ = [

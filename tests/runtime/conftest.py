@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hermes_actors.agent import Agent
-from hermes_actors.gateway import Gateway
+from hermes_actors.agents.base import Agent
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord
 from hermes_actors.testing import FakePlatform, open_fake_gateway
 

@@ -24,8 +24,8 @@ from typing import TextIO
 import msgspec
 
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
 from hermes_actors.messages import OutboundMessage
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform
 
 __all__ = ["PLATFORM", "Delivered", "LogSender", "Posted", "discard_torn_tail", "main"]

@@ -1,6 +1,6 @@
 """A second process for lease tests: ``python -m tests.runtime.lease_holder DB SESSION_ID WAIT_S``.
 
-It takes the session's lease with :func:`hermes_actors.leases.hold_lease`, prints ``HELD <owner>`` (or ``BUSY
+It takes the session's lease with :func:`hermes_actors.runtime.leases.hold_lease`, prints ``HELD <owner>`` (or ``BUSY
 <message>`` and exits 3), then holds it until a line arrives on stdin, releases it and prints ``RELEASED``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from hermes_actors.errors import SessionBusyError
-from hermes_actors.leases import hold_lease, new_lease_owner
+from hermes_actors.runtime.leases import hold_lease, new_lease_owner
 from hermes_actors.store import Store
 
 

@@ -21,12 +21,12 @@ import msgspec
 import pytest
 
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.daemon.config_file import decode_settings
 from hermes_actors.errors import ConfigError
-from hermes_actors.gateway import Gateway
 from hermes_actors.media import MediaConfig, MediaStore, format_size, stand_in
 from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
-from hermes_actors.settings import decode_settings
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store, open_connection
 from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.export import decode_export_line, encode_export_line, iter_exports

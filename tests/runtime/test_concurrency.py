@@ -5,8 +5,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from hermes_actors.gateway import AcceptResult, Gateway
 from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.runtime.gateway import AcceptResult, Gateway
 from hermes_actors.store.writer import WriterClosedError
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
 

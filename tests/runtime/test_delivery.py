@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-import hermes_actors.gateway as gateway_module
+import hermes_actors.runtime.gateway as gateway_module
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import OutboundMessage, encode
@@ -108,7 +108,7 @@ def test_recovery_replays_unanswered_messages_and_delivers_unsent_replies(db_pat
             routing_key="agent:main:fake:dm:chat-1",
             payload=encode(platform.message("after", message_id="m-after")),
         )
-    from hermes_actors.gateway import Gateway
+    from hermes_actors.runtime.gateway import Gateway
 
     gateway = Gateway(db_path, senders=[platform])
     try:
@@ -127,7 +127,7 @@ def test_recovery_replays_unanswered_messages_and_delivers_unsent_replies(db_pat
 
 
 def test_a_polled_batch_commits_with_its_cursor_and_dedupes_a_replayed_poll(make_gateway: MakeGateway) -> None:
-    from hermes_actors.gateway import PollCursor
+    from hermes_actors.runtime.gateway import PollCursor
 
     gateway, fake = make_gateway()
     batch = [fake.message(f"update {i}", message_id=f"u{i}", chat_id=f"chat-{i}") for i in range(5)]

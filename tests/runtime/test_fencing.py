@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock, FakePlatform
 from tests.runtime.test_turns import GatedAgent
 
@@ -56,8 +56,8 @@ def test_a_turn_whose_lease_was_taken_over_mid_turn_is_rolled_back(db_path: Path
 
 
 def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path: Path) -> None:
+    from hermes_actors.runtime.protocol import Delivery
     from hermes_actors.store import Store
-    from hermes_actors.turns import Delivery
 
     fake = FakePlatform()
     gateway = Gateway(db_path, config=RuntimeConfig(), senders=[fake])
@@ -69,7 +69,7 @@ def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path:
         with Store.open(db_path) as store:
             row = store.inbox.get(1)  # the answered row of "hello"
         from hermes_actors.messages import decode_inbound
-        from hermes_actors.supervisor import Deliver
+        from hermes_actors.runtime.supervisor import Deliver
 
         # What a second process's stale replay would hand the supervisor: the same, already answered, row.
         assert row is not None

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform, FakeThreadedPlatform
 from tests.runtime.test_turns import GatedAgent
 

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_actors.agent import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.history import HEAD_SHARE, ModelHistory, cap_message, cap_text, is_capped, is_summary
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.config import MIN_MESSAGE_CAP_CHARS, RuntimeConfig
 from hermes_actors.errors import ConfigError
-from hermes_actors.hygiene import HEAD_SHARE, ModelHistory, cap_message, cap_text, is_capped, is_summary
 from hermes_actors.importer.content import store_content
 from hermes_actors.search import session_search
 from hermes_actors.store import MessageRecord, Role

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.config import RuntimeConfig, SearchScope
-from hermes_actors.gateway import Gateway
 from hermes_actors.messages import InboundMessage
 from hermes_actors.principal import Principal, visible_sessions
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import Store
 from hermes_actors.testing import FakePlatform
 from tests.runtime.test_lifecycle import RecordingAgent

@@ -4,9 +4,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from hermes_actors.agent import AgentError, AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import AgentError, AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import SessionsConfig
-from hermes_actors.gateway import Gateway
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.store.lineage import lineage_chain
 from hermes_actors.testing import FakeClock

@@ -14,9 +14,9 @@ from typing import TypeVar
 import msgspec
 import pytest
 
-from hermes_actors.lanes import LaneWorkers
 from hermes_actors.messages import OutboundMessage, encode
-from hermes_actors.outbox import OutboxRouter
+from hermes_actors.runtime.lanes import LaneWorkers
+from hermes_actors.runtime.outbox import OutboxRouter
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock

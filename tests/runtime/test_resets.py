@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from hermes_actors.agent import EchoAgent, Memory
-from hermes_actors.policy import decode_reset_config
+from hermes_actors.agents.base import EchoAgent, Memory
+from hermes_actors.lifecycle.policy import decode_reset_config
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.protocol import TurnOutcome
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.testing import FakeClock
-from hermes_actors.turns import TurnOutcome
 from tests.runtime.conftest import MakeGateway
 from tests.runtime.test_lifecycle import RecordingAgent
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_actors.gateway import Gateway
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import NewMessage, Role, Store
 from hermes_actors.testing import FakePlatform
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock
-from hermes_actors.timers import TimerService
 
 
 @pytest.fixture

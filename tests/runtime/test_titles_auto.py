@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hermes_actors.agent import AgentError, AgentReply, EchoAgent, Memory, TurnInput, echo_title
+from hermes_actors.agents.base import AgentError, AgentReply, EchoAgent, Memory, TurnInput, echo_title
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.gateway import Gateway
+from hermes_actors.lifecycle.auto_titles import free_numbered_title
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.testing import FakeClock
-from hermes_actors.titling import free_numbered_title
 from tests.runtime.conftest import MakeGateway
 
 KEY = "agent:main:fake:dm:chat-1"
@@ -158,7 +158,7 @@ def test_a_title_given_with_new_wins(make_gateway: MakeGateway) -> None:
 def test_a_title_set_by_hand_while_the_title_call_runs_wins(
     make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hermes_actors.titling")
+    caplog.set_level(logging.INFO, logger="hermes_actors.lifecycle.auto_titles")
     agent = BlockingTitleAgent()
     gateway, fake = make_gateway(agent=agent)
     fake.push("first words of a long conversation")
@@ -266,7 +266,9 @@ def test_a_failing_title_call_leaves_the_session_untitled_and_is_logged(
     assert gateway.wait_idle()
     assert title_of(gateway) is None
     warnings = [
-        r.getMessage() for r in caplog.records if r.name == "hermes_actors.titling" and r.levelno >= logging.WARNING
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "hermes_actors.lifecycle.auto_titles" and r.levelno >= logging.WARNING
     ]
     assert len(warnings) == 1
     assert "no automatic title" in warnings[0]

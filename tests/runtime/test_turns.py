@@ -5,8 +5,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from hermes_actors.agent import AgentError, AgentMessage, AgentReply, EchoAgent, Memory, TurnInput
-from hermes_actors.gateway import AcceptResult
+from hermes_actors.agents.base import AgentError, AgentMessage, AgentReply, EchoAgent, Memory, TurnInput
+from hermes_actors.runtime.gateway import AcceptResult
 from hermes_actors.store import MessageRecord, Role
 from hermes_actors.testing import FakeClock
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from hermes_actors import policy as policy_module
 from hermes_actors.errors import ConfigError
-from hermes_actors.policy import (
+from hermes_actors.lifecycle import policy as policy_module
+from hermes_actors.lifecycle.policy import (
     PlatformResetOverride,
     ResetConfig,
     ResetMode,

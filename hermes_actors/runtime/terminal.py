@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from hermes_actors.control import Bind, BindReply, Chat, ChatReply, ControlError
+from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
 from hermes_actors.errors import SessionNotFoundError
-from hermes_actors.gateway import Gateway
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
-from platforms.waiters import ReplyWaiters
+from hermes_actors.runtime.gateway import Gateway
+from platforms.support.waiters import ReplyWaiters
 
 __all__ = ["PLATFORM", "TerminalChannel"]
 

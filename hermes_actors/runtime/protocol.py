@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from hermes_actors.agent import Agent
+from hermes_actors.agents.base import Agent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, encode
 from hermes_actors.routing import SessionSource

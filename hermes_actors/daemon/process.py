@@ -32,16 +32,16 @@ from typing import IO, Any
 import apsw
 import msgspec
 
-from hermes_actors.agent import Agent, EchoAgent
+from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.cli.options import database_path
-from hermes_actors.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
+from hermes_actors.daemon.config_file import AgentSettings, Settings, load_settings
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
 from hermes_actors.errors import ConfigError, HermesError, StoreError
-from hermes_actors.futex import futex_slots_for, size_futex_hash
-from hermes_actors.gateway import Gateway
-from hermes_actors.settings import AgentSettings, Settings, load_settings
+from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.terminal import TerminalChannel
 from hermes_actors.store import Store
 from hermes_actors.store.connection import StoreUnwritableError, check_disk, check_writable, read_only_problem
-from hermes_actors.terminal import TerminalChannel
 from platforms import registry
 from platforms.base import Adapter
 
@@ -175,7 +175,7 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
     """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set."""
     if settings.uses_echo:
         return EchoAgent()
-    from hermes_actors.agents_openai import OpenAIAgent
+    from hermes_actors.agents.openai_chat import OpenAIAgent
 
     assert settings.base_url is not None  # checked by AgentSettings
     assert settings.model is not None

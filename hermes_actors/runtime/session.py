@@ -19,21 +19,20 @@ from typing import Any, TypeVar
 import msgspec
 import pykka
 
-from hermes_actors.actors import RuntimeActor
-from hermes_actors.agent import AgentError, AgentReply, TurnInput
-from hermes_actors.commands import title_holder_text
+from hermes_actors.agents.base import AgentError, AgentReply, TurnInput
+from hermes_actors.agents.history import ModelHistory, is_summary
+from hermes_actors.agents.tools import session_search_tool
 from hermes_actors.errors import HermesError, LeaseLostError, StaleTurnError, StoreError, TitleInUseError
-from hermes_actors.hygiene import ModelHistory, is_summary
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.leases import describe_owner, wait_for_lease
+from hermes_actors.lifecycle.auto_titles import AutoTitle
+from hermes_actors.lifecycle.commands import title_holder_text
 from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.principal import Principal, visible_sessions
 from hermes_actors.routing import SessionSource, build_session_key
-from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
-from hermes_actors.titling import AutoTitle
-from hermes_actors.tools import session_search_tool
-from hermes_actors.turns import (
+from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.leases import describe_owner, wait_for_lease
+from hermes_actors.runtime.protocol import (
     CancelToken,
     Compress,
     Delivery,
@@ -48,6 +47,7 @@ from hermes_actors.turns import (
     queue_reply,
     reply_for,
 )
+from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
 from platforms.base import SendError
 
 __all__ = ["SessionActor", "SessionTurns", "estimate_tokens", "source_of", "user_key"]

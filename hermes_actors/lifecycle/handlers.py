@@ -1,7 +1,7 @@
 """The supervisor's lifecycle commands: ``/new``, ``/reset``, ``/resume``, ``/title``, ``/compress``,
 ``/sessions``, ``/sethome``, ``/handoff`` and resets by timer.
 
-A mixin of :class:`~hermes_actors.supervisor.SupervisorActor`, kept apart so the directory and its actors stay
+A mixin of :class:`~hermes_actors.runtime.supervisor.SupervisorActor`, kept apart so the directory and its actors stay
 readable: the methods run on the supervisor's thread and use its state. Commands that change where a routing key
 leads take effect here at once; work on a session's transcript goes to its actor as a control turn.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from hermes_actors.commands import (
+from hermes_actors.errors import HermesError
+from hermes_actors.lifecycle.commands import (
     Command,
     CommandName,
     choose_resume_target,
@@ -20,18 +21,17 @@ from hermes_actors.commands import (
     resume_listing_text,
     title_holder_text,
 )
-from hermes_actors.errors import HermesError
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.protocol import Compress, Delivery, EndSession, Handoff, SetTitle, queue_reply, reply_for
 from hermes_actors.store import EndReason
 from hermes_actors.store.durable import HomeChannel
-from hermes_actors.turns import Compress, Delivery, EndSession, Handoff, SetTitle, queue_reply, reply_for
 
 if TYPE_CHECKING:
     from hermes_actors.config import RuntimeConfig
+    from hermes_actors.runtime.protocol import Control, SessionServices
+    from hermes_actors.runtime.supervisor import EndDue, HandoffResult, _Live
     from hermes_actors.store.readers import ReaderPool
     from hermes_actors.store.writer import StoreWriter
-    from hermes_actors.supervisor import EndDue, HandoffResult, _Live
-    from hermes_actors.turns import Control, SessionServices
 
 
 __all__ = ["LifecycleCommands"]

@@ -22,8 +22,8 @@ import msgspec
 
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
-from platforms import downloads
-from platforms.downloads import DownloadFailed, Fetched
+from platforms.support import downloads
+from platforms.support.downloads import DownloadFailed, Fetched
 
 __all__ = ["SlackFile", "attach_files", "downloadable"]
 

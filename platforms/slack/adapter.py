@@ -19,7 +19,7 @@ event and an ``app_mention`` for the same message (which has no ``channel_type``
 thread; with ``reply_in_thread`` a top-level channel message is answered in a thread under it and that thread is
 its session. Bots' messages (ours included) and subtypes that are not new user text (edits, deletions, joins)
 are logged and skipped. Files keep a stand-in such as ``[image: plot.png]`` in the text and are downloaded with
-the app's bot token into the media store before the event is accepted (:mod:`platforms.slack_files`), so the
+the app's bot token into the media store before the event is accepted (:mod:`platforms.slack.files`), so the
 stored message carries their attachment records; a file over ``media.max_bytes`` (Slack says its size) is refused
 without being fetched. A copy of an event that arrives while the first copy's files are still downloading (Slack's
 retry after 3 s, or the ``app_mention`` twin) waits for it rather than fetching them again.
@@ -57,13 +57,13 @@ from aiohttp import web
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
-from platforms import http_client, json_guard
 from platforms.base import Capabilities, ReplySender, SendError
-from platforms.http_client import shown
-from platforms.http_host import HttpAdapter, Refused
-from platforms.ratelimit import Rate, RateLimiter
-from platforms.slack_files import SlackFile, attach_files, downloadable
-from platforms.text import split_message
+from platforms.slack.files import SlackFile, attach_files, downloadable
+from platforms.support import http_client, json_guard
+from platforms.support.http_client import shown
+from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
 
 __all__ = ["MAX_TEXT_CHARS", "REPLAY_WINDOW_S", "SlackAdapter", "SlackApp", "SlackConfig", "SlackSender"]
 
@@ -83,7 +83,7 @@ _PROGRESS_KEPT = 1_000  # partly sent replies remembered for a resumed retry
 
 
 class SlackApp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One Slack app (``platforms.slack.apps.<name>``); the name is the account in session keys.
+    """One Slack app (``platforms.slack.adapter.apps.<name>``); the name is the account in session keys.
 
     ``signing_secret`` and ``bot_token`` (``xoxb-...``) come from the app's settings page, or from the
     environment variables named by ``signing_secret_env`` and ``bot_token_env``. ``team_id`` limits the app to one
@@ -98,7 +98,7 @@ class SlackApp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``platforms.slack`` section; Slack posts events to ``http://host:port/slack/events/<app>``."""
+    """The ``platforms.slack.adapter`` section; Slack posts events to ``http://host:port/slack/events/<app>``."""
 
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -112,7 +112,7 @@ class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     apps: dict[str, SlackApp] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        field = "platforms.slack"
+        field = "platforms.slack.adapter"
         if not self.host.strip():
             raise ConfigError(f"{field}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
         if not 0 <= self.port <= 65535:
@@ -135,7 +135,7 @@ class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 def _check_app(name: str, app: SlackApp) -> None:
-    path = f"platforms.slack.apps.{name}"
+    path = f"platforms.slack.adapter.apps.{name}"
     if not _APP_NAME.fullmatch(name):
         raise ConfigError(path, "an app name is 1 to 64 letters, digits, '_' or '-' (the URL is /slack/events/<name>)")
     for what, value, env in (
@@ -173,7 +173,7 @@ def _secret(name: str, what: str, value: str | None, env: str | None, environ: M
         return value or ""
     found = environ.get(env, "").strip()
     if not found:
-        raise ConfigError(f"platforms.slack.apps.{name}.{what}_env", f"environment variable {env} is not set")
+        raise ConfigError(f"platforms.slack.adapter.apps.{name}.{what}_env", f"environment variable {env} is not set")
     return found
 
 
@@ -392,7 +392,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         """One banner line per app: its Request URL, where its secrets come from and where replies go."""
         if not self._apps:
             return [
-                f"Slack: {self.url} has no apps; add one under platforms.slack.apps in config.yaml "
+                f"Slack: {self.url} has no apps; add one under platforms.slack.adapter.apps in config.yaml "
                 "(signing_secret and bot_token from api.slack.com/apps)"
             ]
         api = shown(self.config.api_base_url.rstrip("/") + "/chat.postMessage")
@@ -410,7 +410,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         try:
             app = self._apps.get(name)
             if app is None:
-                raise Refused(404, f"no Slack app {name!r}; add it under platforms.slack.apps")
+                raise Refused(404, f"no Slack app {name!r}; add it under platforms.slack.adapter.apps")
             body = await self._read_body(request)
             _verify(app.signing_key, request.headers, body, self._clock())
             envelope = _decode(body)
@@ -505,7 +505,7 @@ _HINTS = {
     "channel_not_found": "the channel does not exist or the app cannot see it; invite the app to it",
     "not_in_channel": "the app is not in the channel; invite it with /invite",
     "is_archived": "the channel is archived; unarchive it or send elsewhere",
-    "msg_too_long": "the text is too long; lower platforms.slack.max_message_chars",
+    "msg_too_long": "the text is too long; lower platforms.slack.adapter.max_message_chars",
 }
 
 
@@ -565,7 +565,7 @@ class SlackSender:
         if app is None and not account_id and len(self._apps) == 1:
             app = next(iter(self._apps.values()))
         if app is None:
-            raise SendError(f"slack: no app {account_id!r} is configured; add it under platforms.slack.apps")
+            raise SendError(f"slack: no app {account_id!r} is configured; add it under platforms.slack.adapter.apps")
         return app
 
     def _post(self, app: _App, channel: str, text: str, thread_ts: str | None) -> str:

@@ -25,7 +25,7 @@ import msgspec
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore, format_size
 from hermes_actors.messages import Attachment
-from platforms.http_client import shown
+from platforms.support.http_client import shown
 
 __all__ = ["DownloadFailed", "Fetched", "download", "fetch", "save"]
 

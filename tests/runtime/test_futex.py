@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from hermes_actors.futex import futex_slots_for, size_futex_hash
+from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 
 
 def test_the_hash_gets_a_power_of_two_slots_at_or_above_the_threads_within_bounds() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_actors.commands import Command, CommandName, parse_command
+from hermes_actors.lifecycle.commands import Command, CommandName, parse_command
 
 CASES = [
     ("/new", Command(name=CommandName.NEW)),

@@ -1,4 +1,4 @@
-"""An :class:`~hermes_actors.agent.Agent` for any OpenAI-compatible chat-completions endpoint.
+"""An :class:`~hermes_actors.agents.base.Agent` for any OpenAI-compatible chat-completions endpoint.
 
 OpenAI itself, vLLM, llama.cpp, Ollama and the like. The turn's tools (``TurnInput.tools``: every session offers
 ``session_search``) are offered as function tools. When the model answers with tool calls, each is run (an unknown
@@ -9,7 +9,7 @@ whole turn stays within the call's ``timeout_s``. Tool calls that come back when
 on the assistant message and named in the reply text, and calls that never got a result are left out of later
 requests (the API rejects them).
 
-Every failure of the endpoint becomes :class:`~hermes_actors.agent.AgentError` naming the endpoint, the model,
+Every failure of the endpoint becomes :class:`~hermes_actors.agents.base.AgentError` naming the endpoint, the model,
 what went wrong and what to check.
 """
 
@@ -40,14 +40,15 @@ try:
     )
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "hermes_actors.agents_openai needs the openai package; install it with: pip install 'hermes-actors[openai]'"
+        "hermes_actors.agents.openai_chat needs the openai package; install it with: "
+        "pip install 'hermes-actors[openai]'"
     ) from error
 
-from hermes_actors.agent import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.agents.base import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.agents.tools import Tool, error_json, find_tool
+from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
-from hermes_actors.titles import MAX_TITLE_LENGTH
-from hermes_actors.tools import Tool, error_json, find_tool
 
 __all__ = ["MAX_TOOL_ROUNDS", "TITLE_EXCERPT_CHARS", "OpenAIAgent"]
 
@@ -352,7 +353,8 @@ def _find_string_array(text: str) -> list[str] | None:
 
 def _clean_title(answer: str) -> str:
     """The title in a model's ``answer``: its first non-empty line without a Markdown heading mark, a "Title:"
-    label, quotes or final punctuation, cut at a word to fit :data:`~hermes_actors.titles.MAX_TITLE_LENGTH`."""
+    label, quotes or final punctuation, cut at a word to fit
+    :data:`~hermes_actors.lifecycle.titles.MAX_TITLE_LENGTH`."""
     line = next((line for line in answer.splitlines() if line.strip()), "")
     title, previous = _TITLE_PREFIX.sub("", line), None
     while title != previous:  # quotes and final punctuation nest either way round: "「x」。", "'x.'"

@@ -26,8 +26,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from hermes_actors.errors import PlatformError
 
 if TYPE_CHECKING:
-    from hermes_actors.gateway import AcceptResult, Gateway
     from hermes_actors.messages import InboundMessage
+    from hermes_actors.runtime.gateway import AcceptResult, Gateway
 
 __all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body", "unreadable"]
 

@@ -20,8 +20,8 @@ import yaml
 
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.errors import ConfigError
+from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
 from hermes_actors.media import MediaConfig
-from hermes_actors.policy import ResetConfig, decode_reset_config
 from platforms.registry import PLATFORMS, config_type
 from platforms.webhook import new_webhook_secret
 

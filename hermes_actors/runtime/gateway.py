@@ -23,24 +23,18 @@ from typing import Any
 import msgspec
 import pykka
 
-from hermes_actors.agent import Agent, EchoAgent
+from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.errors import StoreError
-from hermes_actors.leases import lease_owner_alive, new_lease_owner
+from hermes_actors.lifecycle.policy import ResetConfig
+from hermes_actors.lifecycle.resets import ResetScheduler, background_hook
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
-from hermes_actors.outbox import OutboxRouter
-from hermes_actors.policy import ResetConfig
-from hermes_actors.resets import ResetScheduler, background_hook
 from hermes_actors.routing import build_session_key
-from hermes_actors.store import Store, Synchronous
-from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
-from hermes_actors.store.connection import check_writable
-from hermes_actors.store.durable import InboxRow, OutboxRow
-from hermes_actors.store.prune import PruneResult, auto_prune
-from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.writer import StoreWriter, WriterClosedError
-from hermes_actors.supervisor import (
+from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
+from hermes_actors.runtime.outbox import OutboxRouter
+from hermes_actors.runtime.protocol import Delivery, SessionServices, TurnOutcome
+from hermes_actors.runtime.supervisor import (
     Deliver,
     HandoffResult,
     PassivationTick,
@@ -48,8 +42,14 @@ from hermes_actors.supervisor import (
     SupervisorActor,
     SupervisorStatistics,
 )
-from hermes_actors.timers import TimerService
-from hermes_actors.turns import Delivery, SessionServices, TurnOutcome
+from hermes_actors.runtime.timers import TimerService
+from hermes_actors.store import Store, Synchronous
+from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
+from hermes_actors.store.connection import check_writable
+from hermes_actors.store.durable import InboxRow, OutboxRow
+from hermes_actors.store.prune import PruneResult, auto_prune
+from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.writer import StoreWriter, WriterClosedError
 from platforms.base import ReplySender
 
 __all__ = ["AcceptResult", "Gateway", "PollCursor"]

@@ -1,7 +1,7 @@
 """Delivery of committed replies: one outbox actor per platform, one lane per chat.
 
 The actor keeps a queue (a lane) per chat, keyed by (account, chat, thread), and hands the head of each lane to
-its :class:`~hermes_actors.lanes.LaneWorkers`: at most one send per chat at a time, so replies reach a chat in
+its :class:`~hermes_actors.runtime.lanes.LaneWorkers`: at most one send per chat at a time, so replies reach a chat in
 the order they were committed, and as many chats at once as there are workers, so a chat whose send is slow or
 paced by the platform's rate limit holds up only itself. Senders are therefore called from several threads at
 once, never twice at once for one chat.
@@ -14,7 +14,8 @@ exponential backoff or after the platform's ``retry_after``; later replies to th
 chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
 something other than :class:`~platforms.base.SendError` is logged and treated as a failure of unknown outcome.
 
-``in_flight`` is answered from a :class:`~hermes_actors.lanes.Gauge`, never by asking the actor, and ``stop`` and
+``in_flight`` is answered from a :class:`~hermes_actors.runtime.lanes.Gauge`, never by asking the actor, and ``stop``
+and
 ``replace`` wait for the sends in progress only up to their timeout.
 """
 
@@ -33,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pykka
 
-from hermes_actors.actors import RuntimeActor
-from hermes_actors.lanes import Gauge, LaneWorkers
 from hermes_actors.messages import OutboundMessage, decode_outbound
+from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.lanes import Gauge, LaneWorkers
 from hermes_actors.store.durable import OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 from platforms.base import ReplySender, SendError, ThreadCreator
@@ -407,7 +408,8 @@ def tick_outbox(actor: pykka.ActorRef[Any], gauge: Gauge) -> None:
 
 
 class OutboxRouter:
-    """The :class:`~hermes_actors.session.OutboxSink` of the runtime: routes replies to their platform's actor."""
+    """The :class:`~hermes_actors.runtime.session.OutboxSink` of the runtime: routes replies to their platform's
+    actor."""
 
     def __init__(self, writer: StoreWriter, **actor_options: Any) -> None:
         self._writer = writer

@@ -1,12 +1,14 @@
 """The supervisor: the routing directory, session activation, backpressure, passivation and lifecycle routing.
 
 One pykka actor. It maps routing keys to session ids (cached, persisted through the store), keeps one
-:class:`~hermes_actors.session.SessionActor` per live session id, and holds each session's queue of work: a session
-actor gets one :class:`~hermes_actors.turns.RunTurn` at a time and asks for the next by finishing. Because the queue
+:class:`~hermes_actors.runtime.session.SessionActor` per live session id, and holds each session's queue of work: a
+session
+actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by finishing. Because
+the queue
 lives here, a stopping actor's new messages wait for its next activation, in order, and ``/resume``, handoff and
 compression only re-point directory entries. Commands that change where a key leads (``/new``, ``/reset``,
 ``/resume``, resets by timer) take effect here at once, so a message that arrives while a session is ending goes
-to its successor, never to the ended session; their handlers live in :mod:`hermes_actors.lifecycle`.
+to its successor, never to the ended session; their handlers live in :mod:`hermes_actors.lifecycle.handlers`.
 """
 
 from __future__ import annotations
@@ -19,17 +21,15 @@ from typing import Any
 import msgspec
 import pykka
 
-from hermes_actors.actors import RuntimeActor
-from hermes_actors.commands import (
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.lifecycle.commands import (
     CommandName,
     parse_command,
 )
-from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.lifecycle import LifecycleCommands
+from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.routing import LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
-from hermes_actors.session import SessionActor, SessionTurns
-from hermes_actors.store import EndReason, Store
-from hermes_actors.turns import (
+from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.protocol import (
     CancelToken,
     Control,
     Delivery,
@@ -41,6 +41,8 @@ from hermes_actors.turns import (
     queue_reply,
     reply_for,
 )
+from hermes_actors.runtime.session import SessionActor, SessionTurns
+from hermes_actors.store import EndReason, Store
 
 __all__ = [
     "Deliver",

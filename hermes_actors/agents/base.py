@@ -1,7 +1,7 @@
 """Agents: what runs a turn on a transcript.
 
 An :class:`Agent` is called from a session's turn, never concurrently for one session. The built-in
-:class:`EchoAgent` is deterministic and is the embedded default; ``hermes_actors.agents_openai`` talks to any
+:class:`EchoAgent` is deterministic and is the embedded default; ``hermes_actors.agents.openai_chat`` talks to any
 OpenAI-compatible endpoint.
 """
 
@@ -14,10 +14,10 @@ from typing import Protocol
 
 import msgspec
 
+from hermes_actors.agents.tools import SESSION_SEARCH, Tool, error_json, find_tool
+from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
-from hermes_actors.titles import MAX_TITLE_LENGTH
-from hermes_actors.tools import SESSION_SEARCH, Tool, error_json, find_tool
 
 __all__ = [
     "ECHO_TITLE_WORDS",
@@ -84,7 +84,7 @@ class Agent(Protocol):
     ``release_session(session_id, *, timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and
     ``interrupt_background(session_id, *, timeout_s)`` (stop its in-flight background tasks). Optional too:
     ``title(first_user_text, first_reply, *, timeout_s) -> str``, a short descriptive title (3-7 words) for a
-    session after its first exchange, asked in the background (:mod:`hermes_actors.titling`); raise
+    session after its first exchange, asked in the background (:mod:`hermes_actors.lifecycle.auto_titles`); raise
     :class:`AgentError` when there is none.
     """
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import msgspec
 
-from hermes_actors.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
+from hermes_actors.lifecycle.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.supervisor import EndDue
+from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import EndReason, Store
-from hermes_actors.supervisor import EndDue
-from hermes_actors.timers import TimerService
 
 __all__ = ["PREFIX", "ResetScheduler"]
 

@@ -1,0 +1,1 @@
+"""``hermesd``: the daemon process, its configuration file, control socket and logs."""

@@ -1,0 +1,1 @@
+"""Session lifecycle: slash commands, reset policy and timers, compression, titles, resume recaps."""

@@ -1,0 +1,1 @@
+"""The actor runtime: edge, supervisor, session actors and turns, outbox, timers, leases."""
