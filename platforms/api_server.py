@@ -7,7 +7,7 @@ one), and the reply's session id comes back in the same header, so a client can 
 that session, even one opened on another platform.
 
 A request is answered the durable way: its message is committed to the inbox, the turn runs in the session's actor
-and the reply reaches the waiting request through :class:`~platforms.support.waiters.ReplyWaiters`. A client that stops
+and the reply reaches the waiting request through :class:`~hermes_actors.waiters.ReplyWaiters`. A client that stops
 waiting (timeout, disconnect, server stop) loses only the wait: the turn continues and its reply is stored.
 Every error, ours or aiohttp's, leaves in OpenAI's error shape, so clients raise their usual exceptions.
 
@@ -42,10 +42,10 @@ from hermes_actors.ids import is_session_id
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.waiters import ReplyWaiters
 from platforms.base import Capabilities, ReplySender
 from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter, committed, unreadable
-from platforms.support.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
     from hermes_actors.runtime.gateway import Gateway

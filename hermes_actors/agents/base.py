@@ -15,9 +15,9 @@ from typing import Protocol
 import msgspec
 
 from hermes_actors.agents.tools import SESSION_SEARCH, Tool, error_json, find_tool
-from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.titles import MAX_TITLE_LENGTH
 
 __all__ = [
     "ECHO_TITLE_WORDS",

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hermes_actors.importer.content import HERMES_JSON_PREFIX, split_content
+from hermes_actors.store.content import HERMES_JSON_PREFIX, split_content
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [

@@ -46,9 +46,9 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from hermes_actors.agents.base import AgentError, AgentMessage, AgentReply, Memory, TurnInput
 from hermes_actors.agents.tools import Tool, error_json, find_tool
-from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
+from hermes_actors.titles import MAX_TITLE_LENGTH
 
 __all__ = ["MAX_TOOL_ROUNDS", "TITLE_EXCERPT_CHARS", "OpenAIAgent"]
 
@@ -354,7 +354,7 @@ def _find_string_array(text: str) -> list[str] | None:
 def _clean_title(answer: str) -> str:
     """The title in a model's ``answer``: its first non-empty line without a Markdown heading mark, a "Title:"
     label, quotes or final punctuation, cut at a word to fit
-    :data:`~hermes_actors.lifecycle.titles.MAX_TITLE_LENGTH`."""
+    :data:`~hermes_actors.titles.MAX_TITLE_LENGTH`."""
     line = next((line for line in answer.splitlines() if line.strip()), "")
     title, previous = _TITLE_PREFIX.sub("", line), None
     while title != previous:  # quotes and final punctuation nest either way round: "「x」。", "'x.'"

@@ -24,10 +24,10 @@ from hermes_actors.cli.options import database_path, home_option, reports_errors
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlClient, connect
 from hermes_actors.daemon.process import build_agent, socket_path
+from hermes_actors.daemon.terminal import PLATFORM, TerminalChannel
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.lifecycle.recap import recap_lines
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.terminal import PLATFORM, TerminalChannel
 from hermes_actors.store import Store
 from hermes_actors.store.lineage import lineage_tip
 

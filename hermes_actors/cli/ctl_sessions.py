@@ -35,8 +35,8 @@ from hermes_actors.cli.options import home_option, open_store, reports_errors, r
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
-from hermes_actors.importer.content import split_content
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.store.content import split_content
 from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
 from hermes_actors.store.lineage import lineage_chain
 from hermes_actors.store.prune import PruneFilter, PruneResult, prune_sessions

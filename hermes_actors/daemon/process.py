@@ -36,10 +36,10 @@ from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.cli.options import database_path
 from hermes_actors.daemon.config_file import AgentSettings, Settings, load_settings
 from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
+from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.errors import ConfigError, HermesError, StoreError
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.terminal import TerminalChannel
 from hermes_actors.store import Store
 from hermes_actors.store.connection import StoreUnwritableError, check_disk, check_writable, read_only_problem
 from platforms import registry

@@ -13,11 +13,11 @@ applying the seeds' Slack rules to scope-less keys. It is idempotent and resumab
 
 from __future__ import annotations
 
-from hermes_actors.importer.content import HERMES_JSON_PREFIX, hermes_content, split_content, store_content
 from hermes_actors.importer.report import ImportReport, MessageNote, RouteAction, RouteNote, SessionNote, TitleNote
 from hermes_actors.importer.run import COMPACTED_SUFFIX, DEFAULT_BATCH_MESSAGES, Progress, import_hermes
 from hermes_actors.importer.source import HERMES_SCHEMA_VERSION, HermesSource, SourceDatabaseError
 from hermes_actors.importer.target import LEDGER_PREFIX, RAW_PREFIX, Ledger
+from hermes_actors.store.content import HERMES_JSON_PREFIX, hermes_content, split_content, store_content
 
 __all__ = [
     "COMPACTED_SUFFIX",

@@ -25,7 +25,6 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.errors import TitleError
-from hermes_actors.importer.content import hermes_content, store_content
 from hermes_actors.importer.keys import translate_key
 from hermes_actors.importer.report import (
     MIGRATED_ROUTES,
@@ -39,9 +38,10 @@ from hermes_actors.importer.report import (
 from hermes_actors.importer.routes import import_routes, key_sources
 from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
 from hermes_actors.importer.target import Ledger, MessageRow, Target
-from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH, sanitize_title
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import EndReason, Role, SessionRecord, Store
+from hermes_actors.store.content import hermes_content, store_content
+from hermes_actors.titles import MAX_TITLE_LENGTH, sanitize_title
 
 __all__ = ["COMPACTED_SUFFIX", "DEFAULT_BATCH_MESSAGES", "Progress", "import_hermes"]
 

@@ -23,8 +23,8 @@ import apsw
 import msgspec
 
 from hermes_actors.errors import HermesError
-from hermes_actors.importer.content import decode_text
 from hermes_actors.routing import SessionSource
+from hermes_actors.store.content import decode_text
 
 __all__ = [
     "HERMES_SCHEMA_VERSION",

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from hermes_actors.lifecycle.titles import lineage_base, next_lineage_title
 from hermes_actors.store import SessionRecord, Store
+from hermes_actors.titles import lineage_base, next_lineage_title
 
 __all__ = ["LEDGER_PREFIX", "RAW_PREFIX", "Ledger", "MessageRow", "Target"]
 

@@ -4,7 +4,7 @@ When a session's first user message and the agent's reply have committed (and th
 its :class:`AutoTitle` asks the agent's optional ``title(first_user_text, first_reply, *, timeout_s)`` for a short
 descriptive title. The call runs in the agent pool, so it never delays a reply (an agent with ``runs_inline`` never
 blocks: it is asked on the session's thread once the reply has left). What it answers is sanitised
-(:func:`~hermes_actors.lifecycle.titles.sanitize_title`) and written by the store writer only while the session is still
+(:func:`~hermes_actors.titles.sanitize_title`) and written by the store writer only while the session is still
 untitled: a title set meanwhile by hand (``/title``, ``hermesctl sessions rename``) or queued before the first
 message wins. A title another session holds takes the lineage suffix (``"base #2"``). The call gets the shorter of
 :data:`TITLE_TIMEOUT_S` and ``runtime.agent_timeout_s`` as its ``timeout_s`` and must keep to it, like a turn; an
@@ -23,9 +23,9 @@ import msgspec
 
 from hermes_actors.agents.base import AgentError
 from hermes_actors.errors import HermesError
-from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH, lineage_base, sanitize_title
 from hermes_actors.runtime.protocol import SessionServices
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.titles import MAX_TITLE_LENGTH, lineage_base, sanitize_title
 
 __all__ = ["TITLE_TIMEOUT_S", "AutoTitle", "free_numbered_title", "store_auto_title"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hermes_actors.importer.content import split_content
+from hermes_actors.store.content import split_content
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = ["recap_lines"]

@@ -26,7 +26,6 @@ from hermes_actors.errors import (
     TitleInUseError,
 )
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.lifecycle.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import fts
 from hermes_actors.store.attachments import Attachments
@@ -43,6 +42,7 @@ from hermes_actors.store.records import (
     SourceCount,
     StoreStats,
 )
+from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
 
 __all__ = ["Store"]
 

@@ -7,8 +7,8 @@ import pytest
 
 from hermes_actors.agents.base import AgentError
 from hermes_actors.agents.openai_chat import TITLE_EXCERPT_CHARS, OpenAIAgent
-from hermes_actors.lifecycle.titles import MAX_TITLE_LENGTH
 from hermes_actors.testing import open_fake_gateway
+from hermes_actors.titles import MAX_TITLE_LENGTH
 from tests.agents.chat_server import ChatServer, completion, failure, open_chat_server
 
 

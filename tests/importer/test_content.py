@@ -5,7 +5,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_actors.importer.content import (
+from hermes_actors.store.content import (
     HERMES_JSON_PREFIX,
     decode_text,
     hermes_content,

@@ -22,8 +22,8 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store.records import MessageRecord
+from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
-from platforms.support.waiters import ReplyWaiters
 
 KEY = "sk-hermes-test"
 

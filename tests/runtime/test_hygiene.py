@@ -15,9 +15,9 @@ from hermes_actors.agents.history import HEAD_SHARE, ModelHistory, cap_message, 
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.config import MIN_MESSAGE_CAP_CHARS, RuntimeConfig
 from hermes_actors.errors import ConfigError
-from hermes_actors.importer.content import store_content
 from hermes_actors.search import session_search
 from hermes_actors.store import MessageRecord, Role
+from hermes_actors.store.content import store_content
 from tests.runtime.conftest import MakeGateway
 
 KEY = "agent:main:fake:dm:chat-1"

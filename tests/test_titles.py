@@ -7,7 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hermes_actors.errors import TitleError
-from hermes_actors.lifecycle.titles import (
+from hermes_actors.titles import (
     MAX_TITLE_LENGTH,
     lineage_base,
     lineage_number,

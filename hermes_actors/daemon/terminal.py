@@ -15,7 +15,7 @@ from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.gateway import Gateway
-from platforms.support.waiters import ReplyWaiters
+from hermes_actors.waiters import ReplyWaiters
 
 __all__ = ["PLATFORM", "TerminalChannel"]
 
