@@ -185,7 +185,11 @@ def test_imports_run_only_downwards() -> None:
 def _runs_sql(path: Path) -> list[int]:
     lines = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Attribute) and node.attr in ("execute", "executemany", "cursor", "executescript"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("execute", "executemany", "executescript", "cursor")
+        ):
             lines.append(node.lineno)
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
