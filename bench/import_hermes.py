@@ -148,7 +148,7 @@ def run_ceiling(source: Path, folder: Path) -> float:
     ).fetchall()
     db.close()
     with Store.open(folder / "ceiling.db") as store:
-        conn = store.connection
+        conn = store._connection
         with store.transaction():
             for session_id in dict.fromkeys(str(row[0]) for row in rows):
                 conn.execute(
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"a second run into the first store: {again.sessions_unchanged} sessions unchanged, "
                 f"{again.messages_imported} messages imported",
             )
-            store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = (folder / "import-0.db").stat().st_size
         figure("store_size", size / 1e6, "MB", f"{size / source.stat().st_size:.2f} of the reference database")
         elapsed, _, preview = run_import(source, folder, args.runs, dry_run=True, batch=args.batch_messages)

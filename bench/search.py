@@ -227,8 +227,8 @@ def build(path: Path, messages: int, seed: int) -> Planted:
         planted = Planted(rare_words=rare_words, rare_cjk=rare_cjk, chains=plan.chains, titled=titled)
         store.kv.set_meta(META_KEY, _signature(messages, seed))
         store.kv.set_meta(META_KEY + ".planted", planted.encode())
-        store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        store.connection.execute("PRAGMA optimize")
+        store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._connection.execute("PRAGMA optimize")
     figure("build_total", time.perf_counter() - started, "s", f"{os.path.getsize(path) / 1e6:.0f} MB database")
     return planted
 
@@ -296,7 +296,7 @@ def _next_word(store: Store, word: str) -> str | None:
     """The word after ``word`` in a message holding it, for a rare two-word phrase."""
     result = store.fts_query(word, limit=5)
     for hit in result.hits:
-        content = str(store.connection.execute("SELECT content FROM messages WHERE id = ?", (hit.message_id,)).get)
+        content = str(store._connection.execute("SELECT content FROM messages WHERE id = ?", (hit.message_id,)).get)
         words = [w.strip(".,?!:—") for w in content.split()]
         for first, second in itertools.pairwise(words):
             if first == word and second.isalpha():
@@ -411,11 +411,11 @@ def report_spread(name: str, wall: Sequence[float], cpu: Sequence[float], note: 
 
 def run_scroll(store: Store, count: int, repeats: int, rng: random.Random) -> tuple[list[float], list[float]]:
     """Scroll around ``count`` random messages and read their sessions; the median seconds of each."""
-    top = int(store.connection.execute("SELECT max(id) FROM messages").get or 0)
+    top = int(store._connection.execute("SELECT max(id) FROM messages").get or 0)
     scrolls: list[float] = []
     reads: list[float] = []
     for _ in range(count):
-        row = store.connection.execute(
+        row = store._connection.execute(
             "SELECT m.id, s.id FROM messages AS m JOIN sessions AS s ON s.ref = m.session_ref WHERE m.id >= ? LIMIT 1",
             (rng.randint(1, top),),
         ).fetchone()
@@ -432,7 +432,7 @@ def run_scroll(store: Store, count: int, repeats: int, rng: random.Random) -> tu
 
 def describe(store: Store, planted: Planted) -> None:
     """The ``db_*`` lines: what the store holds."""
-    db = store.connection
+    db = store._connection
     messages = int(db.execute("SELECT count(*) FROM messages").get or 0)
     sessions = int(db.execute("SELECT count(*) FROM sessions").get or 0)
     figure("db_messages", messages, "messages", f"{sessions} sessions, {planted.chains} compression chains")

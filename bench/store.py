@@ -504,10 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             vs_ceiling, vs_ceiling_cpu = report_writes(chunks, args.turn_size, args.ceiling_tx)
 
             # Bytes on disk per byte of content.
-            ratio = checkpointed_size(store.connection, batch_path) / content
+            ratio = checkpointed_size(store._connection, batch_path) / content
             figure("bytes_per_content_byte", f"{ratio:.3f}", note=f"{batch_path.stat().st_size / 1e6:.1f} MB file")
             figure("ceiling_bytes_per_content_byte", f"{ceiling_ratio:.3f}")
-            report_dbstat(store.connection, content, plan.chinese_bytes)
+            report_dbstat(store._connection, content, plan.chinese_bytes)
 
             # Full-text discovery through a read-only store.
             queries = sample_queries(plan.sessions, args.queries, seed=args.seed)

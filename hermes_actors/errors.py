@@ -5,7 +5,8 @@ Every error names the object at fault and, where there is one, the fix.
     HermesError
     ├── ConfigError            a configuration value is wrong (carries the field path)
     ├── RoutingError           a session source or key cannot be routed/parsed
-    ├── StoreError             the database refused an operation (keeps the apsw cause)
+    ├── StoreError             the database refused an operation (keeps the apsw cause; ``fault`` says why)
+    │   ├── StoreBusyError     another process held the database past the busy timeout (names the step)
     │   ├── SchemaVersionError the database was written by a newer hermes-actors
     │   ├── SessionNotFoundError  no session matches an id, prefix or title
     │   ├── AmbiguousSessionError a prefix matches several sessions (names them)
@@ -21,6 +22,8 @@ Every error names the object at fault and, where there is one, the fix.
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "AmbiguousSessionError",
     "ConfigError",
@@ -33,7 +36,9 @@ __all__ = [
     "SessionClosedError",
     "SessionNotFoundError",
     "StaleTurnError",
+    "StoreBusyError",
     "StoreError",
+    "StoreFault",
     "TitleError",
     "TitleInUseError",
 ]
@@ -55,8 +60,44 @@ class RoutingError(HermesError):
     """A session source cannot produce a key, or a string is not a session key."""
 
 
+class StoreFault(enum.StrEnum):
+    """Why the database refused a write, where the store could tell: what a caller may act on without the cause."""
+
+    FULL = "full"
+    """The database or its disk is full (or a quota or file size limit was reached)."""
+    READ_ONLY = "read-only"
+    """The file, its directory or its filesystem refuses writes."""
+    BUSY = "busy"
+    """Another connection held the write lock past the busy timeout."""
+
+
 class StoreError(HermesError):
-    """The store refused an operation; ``__cause__`` keeps the apsw exception when there is one."""
+    """The store refused an operation; ``__cause__`` keeps the apsw exception when there is one.
+
+    ``fault`` is the kind of refusal when the store recognised it (a full disk, a read-only file, a held lock),
+    ``None`` otherwise.
+    """
+
+    fault: StoreFault | None = None
+
+    def __init__(self, *args: object, fault: StoreFault | None = None) -> None:
+        super().__init__(*args)
+        if fault is not None:
+            self.fault = fault
+
+
+class StoreBusyError(StoreError):
+    """Another process held the database while ``step`` ran (``hermesctl db optimize``); nothing was changed after
+    the last completed step."""
+
+    fault = StoreFault.BUSY
+
+    def __init__(self, step: str) -> None:
+        super().__init__(
+            f"the database stayed busy while {step}: another process (hermesd, a terminal chat) holds it; stop that "
+            "process or retry later"
+        )
+        self.step = step
 
 
 class SchemaVersionError(StoreError):

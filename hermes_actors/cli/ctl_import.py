@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import apsw
 import click
 import msgspec
 
@@ -24,7 +23,7 @@ from hermes_actors.cli.options import database_path, home_option, open_store, re
 from hermes_actors.errors import SchemaVersionError, StoreError
 from hermes_actors.importer import ImportReport, RouteAction, SourceDatabaseError
 from hermes_actors.store import Store
-from hermes_actors.store.migrations import SCHEMA_VERSION, schema_version
+from hermes_actors.store.migrations import SCHEMA_VERSION
 
 __all__ = ["import_hermes"]
 
@@ -62,10 +61,7 @@ def _existing_store(path: Path) -> Iterator[Store | None]:
         yield None
         return
     with Store.open(path, readonly=True) as store:
-        try:
-            found = schema_version(store.connection)
-        except apsw.Error as exc:
-            raise StoreError(f"cannot read {path}: {exc}; is it a hermes-actors database?") from exc
+        found = store.schema_version()
         if found > SCHEMA_VERSION:
             raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
         if found < SCHEMA_VERSION:

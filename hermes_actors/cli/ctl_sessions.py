@@ -494,11 +494,6 @@ def _prune_scope(count: int | None, *, source: str | None, age: Age | None) -> s
     return (plural(count, noun) if count is not None else noun + "s") + (f" older than {age.text}" if age else "")
 
 
-def _free_bytes(store: Store) -> int:
-    db = store.connection
-    return int(db.execute("PRAGMA freelist_count").get) * int(db.execute("PRAGMA page_size").get)
-
-
 def _echo_prune_preview(preview: PruneResult, scope: str) -> None:
     click.echo(f"Would delete {scope} ({plural(preview.messages_deleted, 'message')}).")
     for session_id in preview.session_ids:
@@ -562,7 +557,7 @@ def sessions_prune(
             result = prune_sessions(
                 store, criteria, now=now, vacuum=vacuum, progress=lambda done, _total: bar.update(done - bar.pos)
             )
-        free_bytes = _free_bytes(store)
+        free_bytes = store.free_bytes()
     if as_json:
         click.echo(msgspec.json.encode(result).decode())
     else:

@@ -29,7 +29,6 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-import apsw
 import msgspec
 
 from hermes_actors.agents.base import Agent, EchoAgent
@@ -37,11 +36,11 @@ from hermes_actors.cli.options import database_path
 from hermes_actors.daemon.config_file import AgentSettings, Settings, load_settings
 from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
 from hermes_actors.daemon.terminal import TerminalChannel
-from hermes_actors.errors import ConfigError, HermesError, StoreError
+from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import Store
-from hermes_actors.store.connection import StoreUnwritableError, check_disk, check_writable, read_only_problem
+from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
 from platforms.base import Adapter
 
@@ -89,13 +88,12 @@ def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
         return exc
     if isinstance(exc, StoreUnwritableError):
         return HomeUnusableError(str(exc))
-    cause = exc.__cause__
-    if isinstance(exc, StoreError) and isinstance(cause, apsw.FullError | apsw.ReadOnlyError):
+    if isinstance(exc, StoreError) and exc.fault in (StoreFault.FULL, StoreFault.READ_ONLY):
         try:
             check_disk(home)
         except StoreUnwritableError as disk:
             return HomeUnusableError(str(disk))
-        if isinstance(cause, apsw.ReadOnlyError):
+        if exc.fault is StoreFault.READ_ONLY:
             return HomeUnusableError(read_only_problem(database_path(home)))
         return HomeUnusableError(f"the disk holding {home} is full ({exc}); free space on it")
     if not isinstance(exc, OSError):
@@ -277,7 +275,7 @@ class Daemon:
     def _check_store(self) -> None:
         """Open (creating or migrating) the database and probe a write, so a read-only one refuses the start."""
         with Store.open(database_path(self.home)) as store:
-            check_writable(store.connection)
+            store.check_writable()
 
     def _start(self) -> None:
         settings = self.settings

@@ -1,8 +1,9 @@
 """Our store as the importer sees it: what is there already, and the writes an import makes.
 
-The store's own methods create sessions as live and stamp times from the clock; an import must write sessions
-with their original times, end reasons and counters, into sessions that may have ended. So the writes here are
-raw SQL against ``schema.sql``'s tables, in the caller's transaction (:meth:`Target.transaction`).
+The store's everyday methods create sessions as live and stamp times from the clock; an import must write sessions
+with their original times, end reasons and counters, into sessions that may have ended. So the writes here use the
+store's methods for rows written as they are (:meth:`Store.insert_session`, :meth:`Store.insert_messages`,
+:meth:`Store.add_counts`), in the caller's transaction (:meth:`Target.transaction`).
 
 What was imported is recorded in ``meta``, one entry per session (the *ledger*, :class:`Ledger`), in the same
 transaction as the session's rows: the highest message id of the source imported into it and the highest
@@ -20,12 +21,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import msgspec
 
 from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store.records import MessageRow
 from hermes_actors.titles import lineage_base, next_lineage_title
 
 __all__ = ["LEDGER_PREFIX", "RAW_PREFIX", "Ledger", "MessageRow", "Target"]
@@ -33,11 +35,6 @@ __all__ = ["LEDGER_PREFIX", "RAW_PREFIX", "Ledger", "MessageRow", "Target"]
 LEDGER_PREFIX = "import-hermes:session:"
 RAW_PREFIX = "import-hermes:raw:"
 
-# (role, content, tool_calls, tool_name, tool_call_id, token_count, created_at, platform_message_id)
-MessageRow = tuple[str, str | None, str | None, str | None, str | None, int | None, float, str | None]
-
-_SESSION_COLUMNS = ", ".join(SessionRecord.__struct_fields__)
-_SESSION_PLACEHOLDERS = ", ".join("?" * len(SessionRecord.__struct_fields__))
 _LINEAGE_PROBES = 1000
 
 
@@ -81,46 +78,32 @@ class Target:
             return contextlib.nullcontext()
         return self._store.transaction()
 
-    def _rows(self, sql: str, params: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
-        if self._store is not None:
-            yield from self._store.connection.execute(sql, params)
-
-    def _value(self, sql: str, params: Sequence[Any]) -> Any:
-        return next((row[0] for row in self._rows(sql, params)), None)
-
     # -- reads -------------------------------------------------------------------------------------------------
 
     def ledger(self, session_id: str) -> Ledger | None:
         """Return what an earlier import recorded for ``session_id``, or ``None``."""
         if session_id in self._ledgers:
             return self._ledgers[session_id]
-        value = self._value("SELECT value FROM meta WHERE key = ?", (LEDGER_PREFIX + session_id,))
+        value = None if self._store is None else self._store.kv.get_meta(LEDGER_PREFIX + session_id)
         return None if value is None else _ledger_decoder.decode(str(value))
 
     def session_ended(self, session_id: str) -> bool | None:
         """Return whether the session has ended here, or ``None`` when there is no such session."""
         if session_id in self._sessions:
             return self._sessions[session_id]
-        ended = self._value("SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,))
-        return None if ended is None else bool(ended)
+        record = None if self._store is None else self._store.find_session(session_id)
+        return None if record is None else record.ended_at is not None
 
     def title_holder(self, title: str) -> str | None:
         """Return the id of the session holding ``title`` here, or ``None``."""
         if title in self._titles:
             return self._titles[title]
-        holder = self._value("SELECT id FROM sessions WHERE title = ?", (title,))
-        return None if holder is None else str(holder)
+        return None if self._store is None else self._store.title_holder(title)
 
     def free_lineage_title(self, title: str) -> str:
         """Return the next lineage title after ``title`` (``"t #N"``) that no session holds."""
         base = lineage_base(title)
-        taken = [
-            str(t)
-            for (t,) in self._rows(
-                "SELECT title FROM sessions WHERE title = ? OR (title >= ? AND title < ?)",
-                (base, base + " #", base + " $"),
-            )
-        ]
+        taken = [] if self._store is None else self._store.lineage_titles(base)
         taken += [t for t in self._titles if lineage_base(t) == base]
         for _ in range(_LINEAGE_PROBES):
             candidate = next_lineage_title(title, taken)
@@ -133,30 +116,25 @@ class Target:
         """Return the highest message id of the session here (0: none)."""
         if session_id in self._tails:
             return self._tails[session_id]
-        tail = self._value(
-            "SELECT max(id) FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?)", (session_id,)
-        )
-        return int(tail or 0)
+        return 0 if self._store is None else self._store.last_message_id(session_id)
 
     def route(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches here, or ``None``."""
         if routing_key in self._routes:
             return self._routes[routing_key]
-        found = self._value("SELECT session_id FROM routes WHERE routing_key = ?", (routing_key,))
-        return None if found is None else str(found)
+        return None if self._store is None else self._store.get_route(routing_key)
 
     # -- writes ------------------------------------------------------------------------------------------------
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> None:
-        if not self.dry_run and self._store is not None:
-            self._store.connection.execute(sql, params)
+    def _writes(self) -> Store | None:
+        """The store to write to, ``None`` in a dry run."""
+        return None if self.dry_run else self._store
 
     def insert_session(self, record: SessionRecord) -> None:
         """Insert ``record`` as it is (times, end, counters), its title already checked to be free."""
-        self._execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({_SESSION_PLACEHOLDERS})",
-            msgspec.structs.astuple(record),
-        )
+        store = self._writes()
+        if store is not None:
+            store.insert_session(record)
         if self.dry_run:
             self._sessions[record.id] = record.ended_at is not None
             if record.title is not None:
@@ -164,17 +142,11 @@ class Target:
 
     def append(self, session_id: str, rows: Sequence[MessageRow]) -> int:
         """Append message rows to the session (in this order); return its highest message id afterwards."""
-        if self.dry_run or self._store is None:
+        store = self._writes()
+        if store is None:
             self._tails[session_id] = self.local_tail(session_id) + len(rows)
             return self._tails[session_id]
-        if rows:
-            db = self._store.connection
-            ref = db.execute("SELECT ref FROM sessions WHERE id = ?", (session_id,)).get
-            db.executemany(
-                "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
-                "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(ref, *row) for row in rows],
-            )
+        store.insert_messages(session_id, rows)
         return self.local_tail(session_id)
 
     def add_to_session(
@@ -187,38 +159,32 @@ class Target:
         tokens: tuple[int, int] | None = None,
     ) -> None:
         """Count appended messages on the session; ``tokens`` replaces its (input, output) token counts."""
-        self._execute(
-            "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
-            "last_active_at = max(last_active_at, ?), input_tokens = coalesce(?, input_tokens), "
-            "output_tokens = coalesce(?, output_tokens) WHERE id = ?",
-            (messages, tool_calls, last_active_at, *(tokens or (None, None)), session_id),
-        )
+        store = self._writes()
+        if store is not None:
+            store.add_counts(
+                session_id, messages=messages, tool_calls=tool_calls, last_active_at=last_active_at, tokens=tokens
+            )
 
     def end_session(self, session_id: str, ended_at: float, reason: str) -> None:
         """End a live session with ``reason`` at ``ended_at`` (a session that has ended keeps its first reason)."""
-        self._execute(
-            "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
-            (ended_at, reason, session_id),
-        )
+        store = self._writes()
+        if store is not None:
+            store.end_session(session_id, reason, at=ended_at)
         if self.dry_run:
             self._sessions[session_id] = True
 
     def set_route(self, routing_key: str, session_id: str, updated_at: float | None) -> None:
         """Point ``routing_key`` at ``session_id``, dated ``updated_at`` (the source's time) or now."""
-        self._execute(
-            "INSERT INTO routes (routing_key, session_id, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
-            "updated_at = excluded.updated_at",
-            (routing_key, session_id, self._clock() if updated_at is None else updated_at),
-        )
+        store = self._writes()
+        if store is not None:
+            store.set_route(routing_key, session_id, at=self._clock() if updated_at is None else updated_at)
         if self.dry_run:
             self._routes[routing_key] = session_id
 
     def _set_meta(self, key: str, value: str) -> None:
-        self._execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
+        store = self._writes()
+        if store is not None:
+            store.kv.set_meta(key, value)
 
     def set_ledger(self, session_id: str, ledger: Ledger) -> None:
         """Record what an import put into ``session_id``."""

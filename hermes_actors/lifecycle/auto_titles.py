@@ -45,7 +45,7 @@ def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
     record = store.find_session(session_id)
     if record is None or record.title is not None:
         return None
-    holder = store.connection.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
+    holder = store.title_holder(title)
     if holder is not None and holder != session_id:
         title = free_numbered_title(store, title)
     return store.set_title(session_id, title)
@@ -66,8 +66,7 @@ def free_numbered_title(store: Store, title: str) -> str:
         return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
 
     def taken(number: int) -> bool:
-        row = store.connection.execute("SELECT 1 FROM sessions WHERE title = ?", (numbered(number),)).get
-        return row is not None
+        return store.title_holder(numbered(number)) is not None
 
     low, high = 1, 2  # "#1" is the bare title, which is taken
     while taken(high):

@@ -45,7 +45,6 @@ from hermes_actors.runtime.supervisor import (
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
-from hermes_actors.store.connection import check_writable
 from hermes_actors.store.durable import InboxRow, OutboxRow
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
@@ -352,7 +351,7 @@ class Gateway:
         if time.monotonic() - checked_at < self._STORE_VERDICT_S:
             return reason
         try:
-            probe = self._writer.submit(lambda store: check_writable(store.connection))
+            probe = self._writer.submit(lambda store: store.check_writable())
             probe.result(timeout=self._STORE_PROBE_TIMEOUT_S)
             reason = None
         except WriterClosedError:
@@ -380,9 +379,9 @@ class Gateway:
         platforms = self._recover_platforms
 
         def pending_work(store: Store) -> tuple[list[InboxRow], list[OutboxRow]]:
-            for (holder,) in store.connection.execute("SELECT DISTINCT owner FROM leases"):
-                if not lease_owner_alive(str(holder)):
-                    store.leases.release_all(str(holder))
+            for holder in store.leases.owners():
+                if not lease_owner_alive(holder):
+                    store.leases.release_all(holder)
             outbox = store.outbox.unsent(limit=1_000_000)
             if platforms is not None:
                 outbox = [row for row in outbox if row.platform in platforms]

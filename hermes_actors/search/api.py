@@ -99,8 +99,8 @@ def _search(
             return SearchResult(shape=shape, error=found)
         ref, info = found
         if around_message_id is None:
-            return _read(store.connection, ref, info)
-        return _scroll(store.connection, ref, info, around_message_id, span)
+            return _read(store._connection, ref, info)
+        return _scroll(store._connection, ref, info, around_message_id, span)
     if around_message_id is not None:
         return SearchResult(
             shape="scroll", error="around_message_id needs session_id: pass the session_id of the hit it came from"
@@ -166,7 +166,7 @@ def _scroll(db: apsw.Connection, ref: int, info: SessionInfo, anchor: object, sp
 
 def _browse(store: Store, count: int, sort: Sort, current: str | None, scope: SessionFilter) -> SearchResult:
     """Lineage tips, most recently active first (``oldest``: least recently), the caller's lineage skipped."""
-    db = store.connection
+    db = store._connection
     lineages = Lineages(store)
     skip = lineages.members(lineages.root_of_session(current)) if current is not None else set()
     direction = "ASC" if sort == "oldest" else "DESC"

@@ -79,7 +79,7 @@ class _Discovery:
         scope: SessionFilter,
     ) -> None:
         self.store = store
-        self.db = store.connection
+        self.db = store._connection
         self.query = query
         self.parsed = parsed
         self.roles = roles

@@ -38,13 +38,13 @@ class Lineages:
         """The root session id of the lineage of session ``ref``."""
         found = self._roots.get(ref)
         if found is None:
-            sid = str(self._store.connection.execute("SELECT id FROM sessions WHERE ref = ?", (ref,)).get)
+            sid = str(self._store._connection.execute("SELECT id FROM sessions WHERE ref = ?", (ref,)).get)
             found = self._roots[ref] = lineage_root(self._store, sid)
         return found
 
     def members(self, root: str) -> set[int]:
         """The refs of every session in the lineage rooted at ``root``."""
-        return {int(ref) for (ref,) in self._store.connection.execute(_MEMBERS, {"root": root})}
+        return {int(ref) for (ref,) in self._store._connection.execute(_MEMBERS, {"root": root})}
 
     def root_of_session(self, session_id: str) -> str:
         """The root of ``session_id``'s lineage; the id itself when it is not stored (yet)."""

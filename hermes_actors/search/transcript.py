@@ -61,7 +61,7 @@ def open_session(store: Store, session_id: str, scope: SessionFilter | None = No
 
     A session outside ``scope`` is not there: it gets the same error text as an id nothing has.
     """
-    db = store.connection
+    db = store._connection
     condition, values = (scope or SessionFilter()).sql()
     row = db.execute(
         f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = ? AND {condition}", (session_id, *values)

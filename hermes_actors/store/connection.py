@@ -20,7 +20,7 @@ from types import TracebackType
 
 import apsw
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreFault
 from hermes_actors.store.tokenizer import register_tokenizer
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Transaction",
     "check_disk",
     "check_writable",
+    "fault_of",
     "open_connection",
     "read_only_problem",
 ]
@@ -48,6 +49,17 @@ _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 class StoreUnwritableError(StoreError):
     """The database cannot take writes: its disk is full or read-only, or the file is read-only for this user."""
+
+
+def fault_of(exc: BaseException) -> StoreFault | None:
+    """The :class:`StoreFault` an apsw exception amounts to (a full disk, a read-only file, a held lock), if any."""
+    if isinstance(exc, apsw.FullError):
+        return StoreFault.FULL
+    if isinstance(exc, apsw.ReadOnlyError):
+        return StoreFault.READ_ONLY
+    if isinstance(exc, apsw.BusyError):
+        return StoreFault.BUSY
+    return None
 
 
 class Synchronous(enum.StrEnum):
@@ -272,7 +284,7 @@ def _open_failure(path: Path, connection: apsw.Connection | None, exc: apsw.Erro
             f"cannot open database {path}: it may not grow past this process's file size limit; raise the limit "
             "(ulimit -f unlimited)"
         )
-    return StoreError(f"cannot open database {str(path)!r}: {exc}")
+    return StoreError(f"cannot open database {str(path)!r}: {exc}", fault=fault_of(exc))
 
 
 def open_connection(

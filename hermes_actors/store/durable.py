@@ -173,6 +173,14 @@ class Inbox(_Table):
             )
             return self._db.changes()
 
+    def payloads_since(self, platform: str, since: float) -> list[bytes]:
+        """Return the payloads of ``platform``'s rows received at or after ``since`` (answered or not), oldest
+        first."""
+        rows = self._db.execute(
+            "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (platform, since)
+        ).fetchall()
+        return [payload for (payload,) in rows if isinstance(payload, bytes)]
+
 
 class Outbox(_Table):
     """Replies committed with their turn, delivered afterwards."""
@@ -340,6 +348,10 @@ class Leases(_Table):
         with Transaction(self._db, savepoint=False):
             self._db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
             return self._db.changes()
+
+    def owners(self) -> list[str]:
+        """Return every owner holding at least one lease, expired or not (recovery looks for dead ones)."""
+        return [str(owner) for (owner,) in self._db.execute("SELECT DISTINCT owner FROM leases")]
 
     def holder(self, session_id: str) -> str | None:
         """Return the owner of a lease that has not expired, or ``None``."""

@@ -69,7 +69,7 @@ def _where(source: str | None, session_id: str | None) -> tuple[str, list[Any]]:
 def count_exports(store: Store, *, source: str | None = None, session_id: str | None = None) -> int:
     """Return how many sessions :func:`iter_exports` with the same arguments yields."""
     where, params = _where(source, session_id)
-    return int(store.connection.execute(f"SELECT count(*) FROM sessions WHERE 1{where}", params).get)
+    return int(store._connection.execute(f"SELECT count(*) FROM sessions WHERE 1{where}", params).get)
 
 
 def _session(columns: tuple[Any, ...]) -> SessionRecord:
@@ -77,7 +77,7 @@ def _session(columns: tuple[Any, ...]) -> SessionRecord:
 
 
 def _transcript(store: Store, ref: int, session_id: str) -> list[MessageRecord]:
-    rows = store.connection.execute(
+    rows = store._connection.execute(
         f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_ref = ?2 ORDER BY id", (session_id, ref)
     )
     return [MessageRecord(**dict(zip(MessageRecord.__struct_fields__, row, strict=True))) for row in rows]
@@ -92,7 +92,7 @@ def iter_exports(store: Store, *, source: str | None = None, session_id: str | N
     where, params = _where(source, session_id)
     after = 0
     while True:
-        page: list[tuple[Any, ...]] = store.connection.execute(
+        page: list[tuple[Any, ...]] = store._connection.execute(
             f"SELECT ref, {_SESSION_COLUMNS} FROM sessions WHERE ref > ?{where} ORDER BY ref LIMIT {PAGE_SIZE}",
             [after, *params],
         ).fetchall()
@@ -123,7 +123,7 @@ def decode_export_line(line: bytes | str) -> SessionExport:
 
 def child_session_ids(store: Store, session_id: str) -> list[str]:
     """Return the ids of the sessions whose parent is ``session_id``, oldest first (any end reason)."""
-    rows = store.connection.execute(
+    rows = store._connection.execute(
         "SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,)
     )
     return [str(sid) for (sid,) in rows]

@@ -54,7 +54,7 @@ def _not_found(session_id: str) -> SessionNotFoundError:
 
 
 def _single(store: Store, sql: str, session_id: str) -> str:
-    found = store.connection.execute(sql, {"id": session_id}).get
+    found = store._connection.execute(sql, {"id": session_id}).get
     if found is None:
         raise _not_found(session_id)
     return str(found)
@@ -81,7 +81,7 @@ def lineage_chain(store: Store, session_id: str) -> list[str]:
 
     Raises :class:`SessionNotFoundError` for an unknown id.
     """
-    rows = [str(sid) for sid, _ in store.connection.execute(_CHAIN, {"id": session_id})]
+    rows = [str(sid) for sid, _ in store._connection.execute(_CHAIN, {"id": session_id})]
     chain = list(dict.fromkeys(rows))  # only a parent cycle repeats an id
     if not chain:
         raise _not_found(session_id)

@@ -16,6 +16,7 @@ import apsw
 
 from hermes_actors.errors import SchemaVersionError, StoreError
 from hermes_actors.routing import format_platform_segment
+from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
@@ -184,7 +185,8 @@ def migrate(connection: apsw.Connection) -> int:
     except apsw.Error as exc:
         raise StoreError(
             f"migrating {connection.filename!r} from schema version {found} failed: {exc}; "
-            "the database was left as it was"
+            "the database was left as it was",
+            fault=fault_of(exc),
         ) from exc
     finally:
         connection.execute("PRAGMA foreign_keys = ON")

@@ -65,7 +65,7 @@ class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _number(store: Store, sql: str, params: Sequence[object] = ()) -> int:
-    value = store.connection.execute(sql, params).get
+    value = store._connection.execute(sql, params).get
     if not isinstance(value, int):
         raise StoreError(f"expected a number from {sql!r}, got {value!r}")
     return value
@@ -76,14 +76,14 @@ def _database_bytes(store: Store) -> int:
 
 
 def _require_no_transaction(store: Store) -> None:
-    if store.connection.in_transaction:
+    if store._connection.in_transaction:
         raise StoreError("VACUUM cannot run inside a transaction; prune with vacuum outside store.transaction()")
 
 
 def _vacuum(store: Store) -> None:
-    store.connection.execute("VACUUM")
+    store._connection.execute("VACUUM")
     # VACUUM writes the compacted database to the WAL; the checkpoint moves it back and shortens the file.
-    store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 def _marks(values: Sequence[object]) -> str:
@@ -96,7 +96,7 @@ def _candidates(store: Store, criteria: PruneFilter, cutoff: float) -> list[str]
     if criteria.source is not None:
         sql += " AND source = ?"
         params.append(criteria.source)
-    return [str(sid) for (sid,) in store.connection.execute(sql + " ORDER BY ended_at, id", params)]
+    return [str(sid) for (sid,) in store._connection.execute(sql + " ORDER BY ended_at, id", params)]
 
 
 def _count_messages(store: Store, ids: Sequence[str]) -> int:
@@ -110,7 +110,7 @@ def _count_messages(store: Store, ids: Sequence[str]) -> int:
 
 def _delete_batch(store: Store, ids: Sequence[str], cutoff: float) -> tuple[list[str], int, int]:
     """Delete the still-eligible sessions of ``ids``; return them, their message count and media files removed."""
-    db = store.connection
+    db = store._connection
     eligible = f"SELECT id FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
     eligible_refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
     with store.transaction():

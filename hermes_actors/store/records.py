@@ -12,7 +12,9 @@ __all__ = [
     "FtsHit",
     "FtsResult",
     "MessageRecord",
+    "MessageRow",
     "NewMessage",
+    "OptimizeResult",
     "Role",
     "SessionFilter",
     "SessionRecord",
@@ -107,6 +109,11 @@ class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
     platform_message_id: str | None = None
 
 
+MessageRow = tuple[str, str | None, str | None, str | None, str | None, int | None, float, str | None]
+"""A message as an import writes it: (role, content, tool_calls, tool_name, tool_call_id, token_count, created_at,
+platform_message_id)."""
+
+
 class FtsHit(msgspec.Struct, frozen=True, kw_only=True):
     """A message that matched a full-text query; ``snippet`` marks matches with ``>>>``/``<<<``."""
 
@@ -153,6 +160,16 @@ class StoreStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _FILTER_COLUMNS = ("source", "scope_id", "account_id", "chat_id", "user_id")
+
+
+class OptimizeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Store.optimize`` did: messages in each rebuilt search index and the file size around it."""
+
+    messages_indexed: int
+    cjk_indexed: int
+    wal_kept: bool  # a reader kept the WAL from being emptied; it shrinks at the next checkpoint
+    bytes_before: int
+    bytes_after: int
 
 
 class SessionFilter(msgspec.Struct, frozen=True, kw_only=True):

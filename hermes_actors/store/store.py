@@ -7,8 +7,6 @@ transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn mu
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,16 +25,24 @@ from hermes_actors.errors import (
 )
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import fts
+from hermes_actors.store import fts, maintenance
 from hermes_actors.store.attachments import Attachments
-from hermes_actors.store.connection import DEFAULT_BUSY_TIMEOUT_MS, Synchronous, Transaction, open_connection
+from hermes_actors.store.connection import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    Synchronous,
+    Transaction,
+    check_writable,
+    open_connection,
+)
 from hermes_actors.store.durable import HomeChannels, Inbox, KeyValues, Leases, Memories, Outbox, Timers
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.records import (
     EndReason,
     FtsResult,
     MessageRecord,
+    MessageRow,
     NewMessage,
+    OptimizeResult,
     SessionFilter,
     SessionRecord,
     SourceCount,
@@ -115,8 +121,8 @@ class Store:
         return cls(connection, clock=clock)
 
     @property
-    def connection(self) -> apsw.Connection:
-        """The underlying connection, for the store package and tests."""
+    def _connection(self) -> apsw.Connection:
+        """The underlying connection: for the store package's own modules (and white-box tests) only."""
         return self._db
 
     @property
@@ -200,6 +206,16 @@ class Store:
                     raise StoreError(f"a session with id {record.id} already exists; pick another id") from exc
                 raise StoreError(f"cannot create session {record.id}: {exc}") from exc
         return record
+
+    def insert_session(self, record: SessionRecord) -> None:
+        """Insert ``record`` exactly as it is (times, end, counters), for an import: its title must be free."""
+        values = msgspec.structs.astuple(record)
+        placeholders = ", ".join("?" * len(values))
+        with self._atomic():
+            try:
+                self._db.execute(f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES ({placeholders})", values)
+            except apsw.ConstraintError as exc:
+                raise StoreError(f"cannot insert session {record.id}: {exc}") from exc
 
     def find_session(self, session_id: str) -> SessionRecord | None:
         """Return the session with exactly this id, or ``None``."""
@@ -336,6 +352,45 @@ class Store:
             )
         return ids
 
+    def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
+        """Append message rows as they are to a session, live or ended (an import); its counters are left alone
+        (see :meth:`add_counts`)."""
+        if not rows:
+            return
+        with self._atomic():
+            ref = self._db.execute("SELECT ref FROM sessions WHERE id = ?", (session_id,)).get
+            self._db.executemany(
+                "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
+                "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(ref, *row) for row in rows],
+            )
+
+    def add_counts(
+        self,
+        session_id: str,
+        *,
+        messages: int,
+        tool_calls: int,
+        last_active_at: float,
+        tokens: tuple[int, int] | None = None,
+    ) -> None:
+        """Count messages written by :meth:`insert_messages` on the session; ``tokens`` replaces its (input, output)
+        token counts."""
+        with self._atomic():
+            self._db.execute(
+                "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
+                "last_active_at = max(last_active_at, ?), input_tokens = coalesce(?, input_tokens), "
+                "output_tokens = coalesce(?, output_tokens) WHERE id = ?",
+                (messages, tool_calls, last_active_at, *(tokens or (None, None)), session_id),
+            )
+
+    def last_message_id(self, session_id: str) -> int:
+        """Return the highest message id of the session (0: no messages, or no such session)."""
+        tail = self._db.execute(
+            "SELECT max(id) FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?)", (session_id,)
+        ).get
+        return int(tail or 0)
+
     def load_transcript(self, session_id: str) -> list[MessageRecord]:
         """Return the session's messages in id order; raise :class:`SessionNotFoundError` for an unknown id."""
         rows = self._db.execute(
@@ -349,12 +404,17 @@ class Store:
 
     # -- titles and resolution ---------------------------------------------------------------------------------
 
+    def title_holder(self, title: str) -> str | None:
+        """Return the id of the session holding exactly ``title`` (no sanitising), or ``None``."""
+        holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
+        return None if holder is None else str(holder)
+
     def _check_title_free(self, title: str | None, session_id: str) -> None:
         if title is None:
             return
-        holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
+        holder = self.title_holder(title)
         if holder is not None and holder != session_id:
-            raise TitleInUseError(title, str(holder))
+            raise TitleInUseError(title, holder)
 
     def set_title(self, session_id: str, title: str | None) -> str | None:
         """Sanitise and set the title (``None`` or blank clears it); return what was stored.
@@ -370,8 +430,9 @@ class Store:
                 self.get_session(session_id)
         return clean
 
-    def _lineage_titles(self, base: str) -> list[str]:
-        # A range scan on the title index: every title that starts with "<base> #".
+    def lineage_titles(self, base: str) -> list[str]:
+        """Return ``base`` and every title that starts with ``"<base> #"`` that a session holds."""
+        # A range scan on the title index.
         rows = self._db.execute(
             "SELECT title FROM sessions WHERE title = ? OR (title >= ? AND title < ?)",
             (base, base + " #", base + " $"),
@@ -380,7 +441,7 @@ class Store:
 
     def next_lineage_title(self, title: str) -> str:
         """Return the title a compression child of a session titled ``title`` should take (``"t #N"``)."""
-        return next_lineage_title(title, self._lineage_titles(lineage_base(title)))
+        return next_lineage_title(title, self.lineage_titles(lineage_base(title)))
 
     def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
         """Return the session titled ``title``, preferring the newest numbered variant of its lineage.
@@ -391,11 +452,11 @@ class Store:
         if clean is None:
             return None
         lineage = sorted(
-            (t for t in self._lineage_titles(clean) if lineage_base(t) == clean), key=lineage_number, reverse=True
+            (t for t in self.lineage_titles(clean) if lineage_base(t) == clean), key=lineage_number, reverse=True
         )
         for candidate in lineage or [clean]:
-            holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (candidate,)).get
-            record = self.find_session(str(holder)) if holder is not None else None
+            holder = self.title_holder(candidate)
+            record = self.find_session(holder) if holder is not None else None
             if record is not None and (visible is None or visible.matches(record)):
                 return record
         return None
@@ -439,15 +500,15 @@ class Store:
         row = self._db.execute("SELECT session_id FROM routes WHERE routing_key = ?", (routing_key,)).get
         return None if row is None else str(row)
 
-    def set_route(self, routing_key: str, session_id: str) -> None:
-        """Point ``routing_key`` at ``session_id`` (creating or replacing the entry)."""
+    def set_route(self, routing_key: str, session_id: str, *, at: float | None = None) -> None:
+        """Point ``routing_key`` at ``session_id`` (creating or replacing the entry), dated ``at`` or now."""
         try:
             with self._atomic():
                 self._db.execute(
                     "INSERT INTO routes (routing_key, session_id, updated_at) VALUES (?, ?, ?) "
                     "ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
                     "updated_at = excluded.updated_at",
-                    (routing_key, session_id, self._clock()),
+                    (routing_key, session_id, self._clock() if at is None else at),
                 )
         except apsw.ConstraintError as exc:
             raise SessionNotFoundError(f"cannot route {routing_key!r} to {session_id!r}: no such session") from exc
@@ -503,10 +564,7 @@ class Store:
             "GROUP BY source ORDER BY count(*) DESC, source"
         ).fetchall()
         by_source = [SourceCount(source=str(s), sessions=_as_int(n), messages=_as_int(m)) for s, n, m, _ in rows]
-        size = 0
-        for suffix in ("", "-wal"):
-            with contextlib.suppress(OSError):
-                size += os.path.getsize(self.path + suffix)
+        size = maintenance.file_bytes(self.path)
         return StoreStats(
             sessions=sum(c.sessions for c in by_source),
             live_sessions=sum(_as_int(live) for *_, live in rows),
@@ -515,3 +573,39 @@ class Store:
             database_bytes=size,
             schema_version=schema_version(self._db),
         )
+
+    # -- maintenance -------------------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """Return the database's schema version (0 for a new file); :class:`StoreError` if it cannot be read."""
+        try:
+            return schema_version(self._db)
+        except apsw.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}; is it a hermes-actors database?") from exc
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreUnwritableError` naming the problem and the fix unless the database takes a write now.
+
+        See :func:`hermes_actors.store.connection.check_writable`; run it where the store's owner runs.
+        """
+        check_writable(self._db)
+
+    def check_integrity(self) -> list[str]:
+        """Run SQLite's integrity and foreign key checks; return one line per problem (none: healthy)."""
+        return maintenance.check_integrity(self._db)
+
+    def check_search_indexes(self) -> list[str]:
+        """Check both full-text indexes against the messages (needs a writable store); one line per stale index."""
+        return maintenance.check_search_indexes(self._db)
+
+    def optimize(self) -> OptimizeResult:
+        """Rebuild both search indexes, refresh the planner's statistics, vacuum and checkpoint the file.
+
+        It holds the write lock throughout; :class:`StoreBusyError` names the step at which another process's
+        lock outlasted the busy timeout.
+        """
+        return maintenance.optimize(self._db)
+
+    def free_bytes(self) -> int:
+        """Return the bytes of free pages in the file (reused by new data; a VACUUM gives them back)."""
+        return maintenance.free_bytes(self._db)

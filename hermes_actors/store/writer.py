@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import apsw
 import msgspec
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreFault
+from hermes_actors.store.connection import fault_of
 from hermes_actors.store.store import Store
 
 __all__ = ["StoreWriter", "WriterClosedError", "WriterStatistics"]
@@ -45,7 +46,8 @@ class WriterStatistics(msgspec.Struct, frozen=True, kw_only=True):
 def _full(exc: apsw.FullError) -> StoreError:
     error = StoreError(
         "the database or its disk is full; nothing of this write was saved (earlier writes are safe). "
-        "Free disk space, or prune old sessions with 'hermesctl sessions prune'"
+        "Free disk space, or prune old sessions with 'hermesctl sessions prune'",
+        fault=StoreFault.FULL,
     )
     error.__cause__ = exc
     return error
@@ -155,7 +157,7 @@ class StoreWriter:
 
     def _commit_one(self, job: _Job) -> None:
         """A lone write needs no savepoint of its own: its transaction is all there is to roll back."""
-        db = self._store.connection
+        db = self._store._connection
         try:
             with self._store.transaction():
                 result = job.work(self._store)
@@ -174,7 +176,7 @@ class StoreWriter:
             self._commit_one(batch[0])
             return
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
-        db = self._store.connection
+        db = self._store._connection
         try:
             with self._store.transaction():
                 for job in batch:
@@ -189,7 +191,9 @@ class StoreWriter:
             failure = (
                 refused
                 if isinstance(refused, StoreError)
-                else StoreError(f"the database refused the commit ({exc}); nothing of this write was saved")
+                else StoreError(
+                    f"the database refused the commit ({exc}); nothing of this write was saved", fault=fault_of(exc)
+                )
             )
             failure.__cause__ = exc
             for job in batch:

@@ -211,15 +211,11 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
 
 def accepted_since(store: Store, since: float) -> Iterator[InboundMessage]:
     """The WhatsApp messages the inbox accepted at or after ``since`` (answered or not), oldest first."""
-    rows = store.connection.execute(
-        "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (PLATFORM, since)
-    ).fetchall()
-    for (payload,) in rows:
-        if isinstance(payload, bytes):
-            try:
-                yield decode_inbound(payload)
-            except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
-                continue
+    for payload in store.inbox.payloads_since(PLATFORM, since):
+        try:
+            yield decode_inbound(payload)
+        except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
+            continue
 
 
 def _ok(**fields: Any) -> web.Response:

@@ -73,8 +73,8 @@ def test_db_check_reports_a_stale_search_index(home: Path) -> None:
         session = store.create_session("cli")
         store.append_messages(session.id, [NewMessage(role=Role.USER, content="hello world")])
         # Change the text behind the index's back, as a foreign tool without the triggers would.
-        store.connection.execute("DROP TRIGGER messages_fts_update")
-        store.connection.execute("UPDATE messages SET content = 'something else'")
+        store._connection.execute("DROP TRIGGER messages_fts_update")
+        store._connection.execute("UPDATE messages SET content = 'something else'")
     result = runner.invoke(hermesctl.main, ["db", "check", "--home", str(home)])
     assert result.exit_code == 1
     assert result.output.startswith("Error: database check failed:\nmessages_fts:")

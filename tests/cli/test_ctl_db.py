@@ -28,7 +28,7 @@ def run(home: Path, *args: str) -> Result:
 
 
 def number(store: Store, sql: str) -> int:
-    value = store.connection.execute(sql).get
+    value = store._connection.execute(sql).get
     assert isinstance(value, int)
     return value
 
@@ -39,10 +39,10 @@ def test_optimize_repairs_a_stale_search_index(home: Path, store: Store) -> None
         session.id, [NewMessage(role=Role.USER, content=t) for t in ("hello world", "你好世界朋友", "plain")]
     )
     # Change the text behind the indexes' backs, as a foreign tool without the triggers would.
-    store.connection.execute("DROP TRIGGER messages_fts_update")
-    store.connection.execute("DROP TRIGGER messages_fts_cjk_update")
-    store.connection.execute("UPDATE messages SET content = 'something else' WHERE content = 'hello world'")
-    store.connection.execute("UPDATE messages SET content = '早上好世界' WHERE content = 'plain'")
+    store._connection.execute("DROP TRIGGER messages_fts_update")
+    store._connection.execute("DROP TRIGGER messages_fts_cjk_update")
+    store._connection.execute("UPDATE messages SET content = 'something else' WHERE content = 'hello world'")
+    store._connection.execute("UPDATE messages SET content = '早上好世界' WHERE content = 'plain'")
     assert run(home, "db", "check").exit_code == 1
 
     result = run(home, "db", "optimize")

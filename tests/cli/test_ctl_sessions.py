@@ -90,7 +90,7 @@ def ids(store: Store) -> set[str]:
 
 
 def message_count(store: Store) -> int:
-    value = store.connection.execute("SELECT count(*) FROM messages").get
+    value = store._connection.execute("SELECT count(*) FROM messages").get
     assert isinstance(value, int)
     return value
 
@@ -211,7 +211,7 @@ def test_list_json_prints_the_full_records(home: Path, store: Store) -> None:
 
 def test_list_keeps_hostile_titles_on_one_line(home: Path, store: Store) -> None:
     make_session(store, active_ago=HOUR, title="x" * 30 + "你好" * 20)
-    store.connection.execute("UPDATE sessions SET title = 'evil\x1b[2J title'")  # written around the sanitiser
+    store._connection.execute("UPDATE sessions SET title = 'evil\x1b[2J title'")  # written around the sanitiser
     result = run(home, "sessions", "list")
     assert "\x1b" not in result.stdout
     assert "evil[2J title" in result.stdout
@@ -242,7 +242,7 @@ def test_browse_filters_by_title_or_id_then_numbers_the_matches(home: Path, stor
     by_id = run(home, "sessions", "browse", input=f"{wanted.id[-5:]}\n1\n")
     assert by_id.stdout.endswith(f"hermesctl chat --resume {wanted.id}\n")
     digits = make_session(store, active_ago=4 * HOUR, title="numbered")
-    store.connection.execute("UPDATE sessions SET id = '20260101_000000_00012345' WHERE id = ?", (digits.id,))
+    store._connection.execute("UPDATE sessions SET id = '20260101_000000_00012345' WHERE id = ?", (digits.id,))
     by_digits = run(home, "sessions", "browse", input="12345\n1\n")  # not item 12345 of a 4-item list
     assert by_digits.stdout.endswith("hermesctl chat --resume 20260101_000000_00012345\n")
 

@@ -154,7 +154,7 @@ def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def _user_messages(home: Path) -> list[tuple[str, str]]:
     with Store.open(home / "state.db", readonly=True) as store:
-        rows = store.connection.execute(
+        rows = store._connection.execute(
             "SELECT s.source, m.content FROM messages m JOIN sessions s ON s.ref = m.session_ref "
             "WHERE m.role = 'user' ORDER BY m.id"
         ).fetchall()

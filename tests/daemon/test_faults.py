@@ -229,14 +229,14 @@ def test_health_is_503_while_another_process_holds_the_write_lock(tmp_path: Path
         running = Daemon(home, process)
         assert _health(running.api)[0] == 200
         with Store.open(home / "state.db") as other:
-            other.connection.execute("BEGIN IMMEDIATE")
+            other._connection.execute("BEGIN IMMEDIATE")
             try:
                 assert _health_becomes(running.api, 503)["reason"] == (
                     "the store writer did not answer within 2 s (a long write, or a lock another process holds); "
                     "see the log"
                 )
             finally:
-                other.connection.execute("ROLLBACK")
+                other._connection.execute("ROLLBACK")
         assert _health_becomes(running.api, 200)["status"] == "ok"
     finally:
         if process.poll() is None:

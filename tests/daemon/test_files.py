@@ -113,7 +113,7 @@ def _leave_an_old_install(home: Path) -> None:
         "import os, sys\n"
         "from hermes_actors.store import Store\n"
         "store = Store.open(sys.argv[1])\n"
-        "store.connection.execute(\"INSERT INTO meta (key, value) VALUES ('old', 'install')\")\n"
+        "store.kv.set_meta('old', 'install')\n"
         "os._exit(0)\n"  # killed: the -wal and -shm stay behind
     )
     subprocess.run([sys.executable, "-c", code, str(home / "state.db")], check=True, timeout=30)
@@ -152,7 +152,7 @@ def test_an_old_install_is_tightened_and_an_open_home_gets_one_warning(tmp_path:
         warnings[0],
     )
     with Store.open(home / "state.db", readonly=True) as store:
-        assert store.connection.execute("SELECT value FROM meta WHERE key = 'old'").get == "install"
+        assert store._connection.execute("SELECT value FROM meta WHERE key = 'old'").get == "install"
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask 022", "umask 000"])

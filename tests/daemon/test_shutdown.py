@@ -98,7 +98,7 @@ platforms:
 def _outbox(home: Path) -> list[tuple[str, int, bool]]:
     """(text, attempts, sent) of every reply in the store, in commit order."""
     with Store.open(home / "state.db", readonly=True) as store:
-        rows = store.connection.execute("SELECT payload, attempts, sent_at FROM outbox ORDER BY id").fetchall()
+        rows = store._connection.execute("SELECT payload, attempts, sent_at FROM outbox ORDER BY id").fetchall()
     found = []
     for payload, attempts, sent_at in rows:
         assert isinstance(payload, bytes)

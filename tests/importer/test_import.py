@@ -44,7 +44,7 @@ def source_session_ids(path: Path) -> list[str]:
 
 def dump(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     """Every row an import writes, for comparing two stores."""
-    db = store.connection
+    db = store._connection
     return {
         "sessions": db.execute("SELECT * FROM sessions ORDER BY id").fetchall(),
         "messages": db.execute("SELECT * FROM messages ORDER BY id").fetchall(),
@@ -327,7 +327,7 @@ def test_a_run_that_failed_midway_completes_on_the_next_run(hostile: Hostile, ta
 
     with pytest.raises(KeyboardInterrupt):
         import_hermes(hostile.path, target, progress=fail_later, batch_messages=3, clock=fixed_clock)
-    partial = target.connection.execute("SELECT count(*) FROM sessions").get
+    partial = target._connection.execute("SELECT count(*) FROM sessions").get
     assert 0 < partial < len(source_session_ids(hostile.path))
 
     import_hermes(hostile.path, target, clock=fixed_clock)
@@ -536,7 +536,7 @@ def test_an_empty_reference_database_imports_nothing(tmp_path: Path, target: Sto
 
 
 def test_the_imported_store_passes_its_integrity_checks(imported: Imported) -> None:
-    db = imported.store.connection
+    db = imported.store._connection
     assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     # The word index matches the messages table row for row (rank 1; a NULL content is an empty document), and

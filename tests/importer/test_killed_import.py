@@ -43,7 +43,7 @@ def build(path: Path) -> None:
 
 
 def rows(store: Store) -> tuple[list[tuple[object, ...]], ...]:
-    db = store.connection
+    db = store._connection
     return (
         db.execute("SELECT * FROM sessions ORDER BY id").fetchall(),
         db.execute("SELECT * FROM messages ORDER BY id").fetchall(),
@@ -72,9 +72,9 @@ def test_an_import_killed_midway_is_completed_by_running_it_again(tmp_path: Path
         assert child.wait(timeout=30) == -signal.SIGKILL
 
     with Store.open(target) as store:
-        sessions = store.connection.execute("SELECT count(*) FROM sessions").get
+        sessions = store._connection.execute("SELECT count(*) FROM sessions").get
         assert 0 < sessions < SESSIONS  # whole batches committed, the open one rolled back
-        assert store.connection.execute("SELECT count(*) FROM messages").get == sessions * MESSAGES_PER_SESSION
+        assert store._connection.execute("SELECT count(*) FROM messages").get == sessions * MESSAGES_PER_SESSION
         report = import_hermes(source, store)
         assert report.sessions_unchanged == sessions
         assert report.sessions_imported == SESSIONS - sessions

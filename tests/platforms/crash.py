@@ -85,7 +85,7 @@ def inbox_rows(db: Path) -> list[tuple[str, str]]:
     if not db.exists():
         return []
     with Store.open(db, readonly=True) as store:
-        rows = store.connection.execute("SELECT platform_message_id, state FROM inbox ORDER BY id").fetchall()
+        rows = store._connection.execute("SELECT platform_message_id, state FROM inbox ORDER BY id").fetchall()
     return [(str(message_id), str(state)) for message_id, state in rows]
 
 

@@ -30,7 +30,7 @@ def _limit_pages(gateway: Gateway, pages: int | None) -> None:
     disk), or lift the cap."""
 
     def cap(store: object) -> None:
-        connection = store.connection  # type: ignore[attr-defined]
+        connection = store._connection  # type: ignore[attr-defined]
         limit = pages if pages is not None else int(connection.execute("PRAGMA page_count").get)
         connection.execute(f"PRAGMA max_page_count = {limit}")
 

@@ -186,8 +186,8 @@ def test_a_direct_message_gets_its_own_session_and_the_reply_goes_to_the_chat(st
     assert feishu.transcript(key) == [("user", "hello"), ("assistant", "echo: hello")]
     with feishu.gateway.read() as store:
         (session,) = store.list_sessions()
-        (inbox,) = store.connection.execute("SELECT platform_message_id FROM inbox").fetchall()
-        (sent_id,) = store.connection.execute("SELECT platform_message_id FROM outbox").fetchall()
+        (inbox,) = store._connection.execute("SELECT platform_message_id FROM inbox").fetchall()
+        (sent_id,) = store._connection.execute("SELECT platform_message_id FROM outbox").fetchall()
     assert (session.scope_id, session.account_id, session.chat_type) == ("tenant-a", "main", "dm")
     assert session.user_id == "on_alice"  # the union_id: stable across the tenant's apps
     assert inbox == ("ev-1",)  # deduplicated on the event id
@@ -323,7 +323,7 @@ def test_an_image_is_downloaded_with_the_tenant_token_before_the_event_is_acknow
     cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
     assert cached.read_bytes() == png
     with feishu.gateway.read() as store:
-        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
     assert isinstance(payload, bytes)
     (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
     assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (

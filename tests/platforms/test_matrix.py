@@ -104,7 +104,7 @@ class Running(RunningAdapter[MatrixAdapter]):
     def inbound(self) -> list[InboundMessage]:
         """The messages of the inbox rows, as the adapter accepted them."""
         with self.gateway.read() as store:
-            found = store.connection.execute("SELECT payload FROM inbox ORDER BY id")
+            found = store._connection.execute("SELECT payload FROM inbox ORDER BY id")
             return [decode_inbound(payload) for (payload,) in found]
 
     def inbox(self) -> list[tuple[str, ...]]:

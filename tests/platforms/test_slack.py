@@ -419,7 +419,7 @@ def test_a_shared_file_is_downloaded_with_the_bot_token_before_the_event_is_ackn
     assert cached.read_bytes() == PNG
     # The acknowledged inbox row already names the saved file.
     with running.gateway.read() as store:
-        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
     assert isinstance(payload, bytes)
     (attachment,) = decode_inbound(payload).attachments
     assert (attachment.kind, attachment.name, attachment.size, attachment.sha256, attachment.path) == (

@@ -106,7 +106,7 @@ class Running(RunningAdapter[WhatsappAdapter]):
         deadline = time.monotonic() + timeout
         while True:
             with self.gateway.read() as store:
-                rows = store.connection.execute(
+                rows = store._connection.execute(
                     "SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id"
                 ).fetchall()
             if len(rows) >= count or time.monotonic() > deadline:
@@ -589,7 +589,7 @@ def test_an_image_is_looked_up_and_downloaded_with_the_access_token_before_the_c
     cached = tmp_path / "media" / digest[:2] / f"{digest}.jpg"
     assert cached.read_bytes() == JPEG
     with running.gateway.read() as store:
-        ((payload,),) = store.connection.execute("SELECT payload FROM inbox").fetchall()
+        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
     assert isinstance(payload, bytes)
     (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
     assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (

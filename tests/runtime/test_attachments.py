@@ -340,7 +340,7 @@ def test_deleting_a_session_removes_its_media_files_but_keeps_one_another_sessio
     assert store.delete_session("s-delete")
     assert files_under(media.directory) == [Path(str(shared.path))]
     assert not Path(str(own.path)).parent.exists()  # its emptied shard directory went too
-    assert store.connection.execute("SELECT count(*) FROM attachments").get == 1
+    assert store._connection.execute("SELECT count(*) FROM attachments").get == 1
     assert store.delete_session("s-keep")
     assert files_under(media.directory) == []
 
@@ -428,10 +428,10 @@ def test_a_version_3_database_gains_the_attachments_table_and_keeps_its_rows(tmp
         old.create_session("cli", session_id="s1")
         old.append_messages("s1", [NewMessage(role=Role.USER, content="before attachments")])
         # What version 3 was: the same schema without the attachments table (and version 5's columns).
-        old.connection.execute("DROP TABLE attachments")
-        old.connection.execute("ALTER TABLE leases DROP COLUMN epoch")
-        old.connection.execute("ALTER TABLE inbox DROP COLUMN owner")
-        old.connection.execute("PRAGMA user_version = 3")
+        old._connection.execute("DROP TABLE attachments")
+        old._connection.execute("ALTER TABLE leases DROP COLUMN epoch")
+        old._connection.execute("ALTER TABLE inbox DROP COLUMN owner")
+        old._connection.execute("PRAGMA user_version = 3")
     connection = open_connection(tmp_path / "old.db")
     assert migrate(connection) == 3
     assert schema_version(connection) == SCHEMA_VERSION == 5

@@ -267,7 +267,7 @@ def assert_crash_safe(db: Path, log: Path, platform: Platform) -> Summary:
     lines = log.read_text(encoding="utf-8").splitlines()
     delivered = [_log_decoder.decode(line) for line in lines]
     with Store.open(db, readonly=True) as store:
-        db_conn = store.connection
+        db_conn = store._connection
         assert store.inbox.pending() == []
         not_done = db_conn.execute("SELECT platform_message_id, state FROM inbox WHERE state != 'done'").fetchall()
         assert not_done == [], f"inbox rows not answered by a turn: {not_done}"

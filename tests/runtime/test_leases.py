@@ -64,7 +64,7 @@ def test_a_session_held_by_another_process_gets_a_busy_reply_then_works_once_rel
     assert gateway.wait_idle()
     with gateway.read() as store:
         assert [m.content for m in store.load_transcript(session_id)] == ["now?", "echo: now?"]
-        state = store.connection.execute("SELECT state FROM inbox WHERE platform_message_id = 'm1'").get
+        state = store._connection.execute("SELECT state FROM inbox WHERE platform_message_id = 'm1'").get
         assert state == "rejected"
 
 

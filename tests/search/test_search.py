@@ -470,7 +470,7 @@ def scattered(store: Store, clock: FakeClock) -> None:
 def test_relevance_orders_sessions_as_fts5_bm25_does(store: Store, scattered: None, query: str) -> None:
     expected = [
         str(sid)
-        for (sid,) in store.connection.execute(
+        for (sid,) in store._connection.execute(
             "SELECT s.id FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
             "JOIN sessions AS s ON s.ref = m.session_ref WHERE messages_fts MATCH ? ORDER BY rank LIMIT 10",
             (query,),

@@ -41,7 +41,7 @@ def open_umask() -> Iterator[None]:
 def test_a_new_database_and_its_wal_and_shm_are_0600_even_under_umask_000(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with Store.open(path) as store:
-        store.connection.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
+        store._connection.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
         names = [path, tmp_path / "state.db-wal", tmp_path / "state.db-shm"]
         assert {name.name: _mode(name) for name in names} == {name.name: 0o600 for name in names}
 
@@ -50,7 +50,7 @@ def test_a_writable_open_tightens_an_older_installs_files_and_a_reader_leaves_th
     path = tmp_path / "state.db"
     holder = Store.open(path)  # keeps the -wal and -shm in place, as a running older daemon would
     try:
-        holder.connection.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
+        holder._connection.execute("INSERT INTO meta (key, value) VALUES ('k', 'v')")
         names = [path, tmp_path / "state.db-wal", tmp_path / "state.db-shm"]
         for name in names:
             name.chmod(0o644)
@@ -64,10 +64,10 @@ def test_a_writable_open_tightens_an_older_installs_files_and_a_reader_leaves_th
 
 def test_check_writable_passes_on_a_healthy_store_and_commits_nothing(store: Store) -> None:
     wal = Path(store.path + "-wal")
-    store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    check_writable(store.connection)
+    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    check_writable(store._connection)
     with store.transaction():
-        check_writable(store.connection)
+        check_writable(store._connection)
     assert wal.stat().st_size == 0
 
 
@@ -101,7 +101,7 @@ def test_a_nearly_full_disk_is_named_with_what_is_free_and_what_is_needed(
 def test_a_read_only_mount_is_named_with_the_fix(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_disk(monkeypatch, _Disk(10 * MIN_FREE_BYTES, read_only=True))
     with pytest.raises(StoreUnwritableError) as raised:
-        check_writable(store.connection)
+        check_writable(store._connection)
     directory = Path(store.path).parent
     assert str(raised.value) == f"{directory} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
 
@@ -113,7 +113,7 @@ def test_a_write_lock_held_elsewhere_fails_the_probe_after_the_busy_timeout(tmp_
     other.execute("BEGIN IMMEDIATE")
     try:
         with Store.open(path, busy_timeout_ms=10) as store, pytest.raises(StoreUnwritableError) as raised:
-            check_writable(store.connection)
+            check_writable(store._connection)
     finally:
         other.execute("ROLLBACK")
         other.close()

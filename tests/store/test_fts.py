@@ -93,7 +93,7 @@ def test_japanese_korean_and_mixed_script_queries_match(store: Store, corpus: di
 def test_short_cjk_queries_are_answered_from_the_index_not_a_scan(store: Store, corpus: dict[str, int]) -> None:
     plan = " ".join(
         str(row[-1])
-        for row in store.connection.execute(
+        for row in store._connection.execute(
             "EXPLAIN QUERY PLAN SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", ("分词",)
         )
     )
@@ -167,7 +167,7 @@ def test_a_malformed_query_never_raises_and_never_answers_wrongly(
         assert result.hits == []
         assert result.error
         assert "quote" in result.error or "limit" in result.error or "empty" in result.error or "NUL" in result.error
-    assert store.connection.execute("SELECT count(*) FROM messages").get == len(MESSAGES)
+    assert store._connection.execute("SELECT count(*) FROM messages").get == len(MESSAGES)
 
 
 def test_the_suggestion_of_a_refused_query_is_a_literal_search_that_runs(store: Store, corpus: dict[str, int]) -> None:
@@ -192,7 +192,7 @@ def test_no_query_made_of_fts_syntax_characters_raises(store: Store, query: str)
 
 def test_long_cjk_and_newest_queries_are_answered_from_the_indexes(store: Store, corpus: dict[str, int]) -> None:
     def plan(sql: str, *params: object) -> str:
-        return " | ".join(str(row[-1]) for row in store.connection.execute("EXPLAIN QUERY PLAN " + sql, params))
+        return " | ".join(str(row[-1]) for row in store._connection.execute("EXPLAIN QUERY PLAN " + sql, params))
 
     trigram = plan(
         "SELECT m.id FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid "

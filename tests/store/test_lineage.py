@@ -68,7 +68,7 @@ def test_the_newest_child_of_a_compressed_session_continues_it(store: Store, clo
 def test_a_parent_cycle_ends_the_walk_instead_of_hanging(store: Store, lineage: list[str]) -> None:
     first, second, third = lineage
     store.end_session(third, EndReason.COMPRESSION)
-    store.connection.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (third, first))
+    store._connection.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?", (third, first))
 
     assert lineage_chain(store, second) == [third, first, second]
     assert lineage_root(store, second) == third

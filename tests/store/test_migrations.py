@@ -21,7 +21,7 @@ def test_an_empty_file_is_migrated_to_the_current_version(db_path: Path) -> None
 
 def test_a_newer_database_is_refused_and_left_untouched(db_path: Path) -> None:
     with Store.open(db_path) as opened:
-        opened.connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        opened._connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     before = db_path.read_bytes()
     with pytest.raises(SchemaVersionError) as info:
         Store.open(db_path)
@@ -53,7 +53,7 @@ def test_a_readonly_store_reads_what_the_writer_committed(db_path: Path) -> None
         with Store.open(db_path, readonly=True) as reader:
             assert reader.get_session("20261130_120000_abcdef").source == "cli"
             with pytest.raises(apsw.ReadOnlyError):
-                reader.connection.execute("DELETE FROM sessions")
+                reader._connection.execute("DELETE FROM sessions")
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -124,9 +124,9 @@ def test_version_5_adds_lease_epochs_and_inbox_owners_and_moves_memories_to_the_
         old.memories.add("slack:U1", ["likes pelicans"], source_session_id=scoped.id)
         old.memories.add("telegram:42", ["likes tea"], source_session_id=plain.id)
         # What version 4 was: the same schema without version 5's columns, memories under '<platform>:<user>'.
-        old.connection.execute("ALTER TABLE leases DROP COLUMN epoch")
-        old.connection.execute("ALTER TABLE inbox DROP COLUMN owner")
-        old.connection.execute("PRAGMA user_version = 4")
+        old._connection.execute("ALTER TABLE leases DROP COLUMN epoch")
+        old._connection.execute("ALTER TABLE inbox DROP COLUMN owner")
+        old._connection.execute("PRAGMA user_version = 4")
     connection = open_connection(tmp_path / "v4.db")
     assert migrate(connection) == 4
     keys = {str(content): str(key) for content, key in connection.execute("SELECT content, user_key FROM memories")}

@@ -47,19 +47,19 @@ def make_session(
 
 
 def count(store: Store, table: str) -> int:
-    value = store.connection.execute(f"SELECT count(*) FROM {table}").get
+    value = store._connection.execute(f"SELECT count(*) FROM {table}").get
     assert isinstance(value, int)
     return value
 
 
 def check_fts_integrity(store: Store) -> None:
-    store.connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
     # The trigram index holds CJK messages only, so it can be checked against itself but not against `messages`.
-    store.connection.execute("INSERT INTO messages_fts_cjk (messages_fts_cjk, rank) VALUES ('integrity-check', 0)")
+    store._connection.execute("INSERT INTO messages_fts_cjk (messages_fts_cjk, rank) VALUES ('integrity-check', 0)")
 
 
 def indexed_rowids(store: Store, table: str, query: str) -> list[int]:
-    return [rowid for (rowid,) in store.connection.execute(f"SELECT rowid FROM {table}(?) ORDER BY rowid", (query,))]
+    return [rowid for (rowid,) in store._connection.execute(f"SELECT rowid FROM {table}(?) ORDER BY rowid", (query,))]
 
 
 def test_only_ended_sessions_older_than_the_cut_are_deleted(store: Store, clock: FakeClock) -> None:
@@ -163,7 +163,7 @@ def test_a_dry_run_changes_nothing_and_reports_what_would_go(store: Store, clock
 def test_vacuum_shrinks_the_database_file(store: Store, clock: FakeClock, db_path: Path) -> None:
     make_session(store, clock, days_ago=100, texts=tuple(f"{i} " + "lorem ipsum " * 800 for i in range(200)))
     make_session(store, clock, days_ago=1)
-    store.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     file_before = os.path.getsize(db_path)
 
     result = prune_sessions(store, PruneFilter(), vacuum=True, now=clock())

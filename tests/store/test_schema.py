@@ -16,7 +16,7 @@ def test_packaged_schema_equals_the_top_level_schema_sql() -> None:
 
 
 def test_the_database_has_every_table_the_spec_lists(store: Store) -> None:
-    names = {str(n) for (n,) in store.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    names = {str(n) for (n,) in store._connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     for required in [
         "sessions",
         "messages",
@@ -37,23 +37,23 @@ def test_the_database_has_every_table_the_spec_lists(store: Store) -> None:
 
 def test_connections_use_wal_foreign_keys_and_the_chosen_synchronous_level(db_path: Path) -> None:
     with Store.open(db_path, synchronous="full") as opened:
-        db = opened.connection
+        db = opened._connection
         assert db.execute("PRAGMA journal_mode").get == "wal"
         assert db.execute("PRAGMA foreign_keys").get == 1
         assert db.execute("PRAGMA synchronous").get == 2  # FULL
     with Store.open(db_path) as opened:
-        assert opened.connection.execute("PRAGMA synchronous").get == 1  # NORMAL
+        assert opened._connection.execute("PRAGMA synchronous").get == 1  # NORMAL
 
 
 def test_fts_tables_are_external_content_so_text_is_stored_once(store: Store) -> None:
     sql = {
         str(n): str(s)
-        for n, s in store.connection.execute("SELECT name, sql FROM sqlite_schema WHERE name LIKE 'messages_fts%'")
+        for n, s in store._connection.execute("SELECT name, sql FROM sqlite_schema WHERE name LIKE 'messages_fts%'")
         if s is not None
     }
     assert "content = 'messages'" in sql["messages_fts"]
     assert "content = 'messages'" in sql["messages_fts_cjk"]
-    shadow = {str(n) for (n,) in store.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    shadow = {str(n) for (n,) in store._connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     # An external-content table has no _content shadow table holding a copy of the text.
     assert "messages_fts_content" not in shadow
     assert "messages_fts_cjk_content" not in shadow
@@ -67,4 +67,4 @@ def test_a_plain_connection_without_the_tokenizer_can_still_read_sessions(store:
 
 
 def test_writers_checkpoint_the_wal_every_ten_thousand_pages(store: Store) -> None:
-    assert store.connection.execute("PRAGMA wal_autocheckpoint").get == 10_000
+    assert store._connection.execute("PRAGMA wal_autocheckpoint").get == 10_000

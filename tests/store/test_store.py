@@ -175,9 +175,9 @@ def test_deleting_a_session_orphans_its_children_and_clears_its_search_rows(stor
     assert store.get_session(child.id).parent_session_id is None
     assert store.get_route("agent:main:cli:dm") is None
     assert store.fts_query("kubernetes").hits == []
-    assert store.connection.execute("SELECT count(*) FROM messages").get == 0
+    assert store._connection.execute("SELECT count(*) FROM messages").get == 0
     assert not store.delete_session(parent.id)
-    store.connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
 
 
 def test_titles_are_sanitised_unique_and_clearable(store: Store) -> None:

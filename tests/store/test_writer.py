@@ -78,8 +78,8 @@ def test_a_full_database_fails_the_write_with_the_fix_and_keeps_earlier_writes(w
     writer.call(lambda store: store.append_messages(session.id, [NewMessage(role=Role.USER, content="kept")]))
 
     def cap(store: Store) -> None:
-        pages = store.connection.execute("PRAGMA page_count").get
-        store.connection.execute(f"PRAGMA max_page_count = {pages}")
+        pages = store._connection.execute("PRAGMA page_count").get
+        store._connection.execute(f"PRAGMA max_page_count = {pages}")
 
     writer.call(cap)
     with pytest.raises(StoreError, match=r"full; nothing of this write was saved.*Free disk space"):

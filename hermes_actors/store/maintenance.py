@@ -1,0 +1,116 @@
+"""Keeping the database healthy: integrity checks, rebuilding the search indexes, compaction and its size on disk.
+
+Functions over one connection, behind ``Store.check_integrity``, ``Store.check_search_indexes``, ``Store.optimize``
+and ``Store.free_bytes``; ``hermesctl db`` and ``hermesctl sessions prune`` are thin shells over them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import apsw
+
+from hermes_actors.errors import StoreBusyError
+from hermes_actors.store.migrations import CJK_GLOB
+from hermes_actors.store.records import OptimizeResult
+
+__all__ = [
+    "check_integrity",
+    "check_search_indexes",
+    "file_bytes",
+    "free_bytes",
+    "optimize",
+    "rebuild_search_indexes",
+]
+
+_SEARCH_INDEXES = (("messages_fts", 1), ("messages_fts_cjk", 0))
+"""Each FTS index with the integrity-check rank it takes: rank 1 also compares an index with the messages table;
+the CJK index holds CJK messages only, so it is checked for internal consistency (rank 0)."""
+
+
+def file_bytes(path: str) -> int:
+    """The database's size on disk: the main file and its WAL."""
+    size = 0
+    for suffix in ("", "-wal"):
+        with contextlib.suppress(OSError):
+            size += os.path.getsize(path + suffix)
+    return size
+
+
+def free_bytes(db: apsw.Connection) -> int:
+    """The bytes of free pages inside the file: space new data reuses, and that a VACUUM gives back to the disk."""
+    return int(db.execute("PRAGMA freelist_count").get) * int(db.execute("PRAGMA page_size").get)
+
+
+def check_integrity(db: apsw.Connection) -> list[str]:
+    """Run SQLite's integrity and foreign key checks; return one line per problem (none: healthy)."""
+    problems = [str(row[0]) for row in db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+    problems += [f"foreign key: {row}" for row in db.execute("PRAGMA foreign_key_check")]
+    return problems
+
+
+def check_search_indexes(db: apsw.Connection) -> list[str]:
+    """Check both full-text indexes (it needs a writable connection); return one line per stale index."""
+    problems = []
+    for table, rank in _SEARCH_INDEXES:
+        try:
+            db.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', {rank})")
+        except apsw.Error as exc:  # CorruptError for a stale index
+            problems.append(f"{table}: {exc}; rebuild it with 'hermesctl db optimize'")
+    return problems
+
+
+def rebuild_search_indexes(db: apsw.Connection) -> tuple[int, int]:
+    """Rebuild both FTS indexes from ``messages``; return how many messages each now holds.
+
+    The word index takes every message, so FTS5's own 'rebuild' fits it. The trigram index holds only messages
+    with CJK text (its triggers choose them), and its 'rebuild' would read every message; it is emptied and
+    refilled with the rows the triggers would have chosen instead.
+    """
+    db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+    db.execute("INSERT INTO messages_fts_cjk (messages_fts_cjk) VALUES ('delete-all')")
+    db.execute(
+        "INSERT INTO messages_fts_cjk (rowid, content) SELECT id, content FROM messages WHERE content GLOB ?",
+        (CJK_GLOB,),
+    )
+    cjk = db.changes()
+    for table, _ in _SEARCH_INDEXES:
+        db.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # merge the segments into one
+    words = int(db.execute("SELECT count(*) FROM messages WHERE content IS NOT NULL").get)
+    return words, cjk
+
+
+def optimize(db: apsw.Connection) -> OptimizeResult:
+    """Rebuild the search indexes, refresh the planner's statistics, vacuum and checkpoint, holding the write lock.
+
+    Raises :class:`StoreBusyError` naming the step when another connection holds the database past the busy
+    timeout; the rebuild and analysis commit together or not at all.
+    """
+    step = "waiting for the write lock"
+    before = file_bytes(db.filename)
+    try:
+        db.execute("BEGIN IMMEDIATE")  # the write lock first: a stale read snapshot could not upgrade later
+        try:
+            step = "rebuilding the search indexes"
+            words, cjk = rebuild_search_indexes(db)
+            step = "analyzing"
+            db.execute("ANALYZE")
+            db.execute("PRAGMA optimize")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        step = "vacuuming"
+        db.execute("VACUUM")
+        step = "checkpointing"
+        readers_in_the_way = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
+    except apsw.BusyError as exc:
+        raise StoreBusyError(step) from exc
+    return OptimizeResult(
+        messages_indexed=words,
+        cjk_indexed=cjk,
+        wal_kept=bool(readers_in_the_way),
+        bytes_before=before,
+        bytes_after=file_bytes(db.filename),
+    )
