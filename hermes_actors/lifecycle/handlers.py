@@ -24,7 +24,7 @@ from hermes_actors.lifecycle.commands import (
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.protocol import Compress, Delivery, EndSession, Handoff, SetTitle, queue_reply, reply_for
 from hermes_actors.store import EndReason
-from hermes_actors.store.durable import HomeChannel
+from hermes_actors.store.records import HomeChannel
 
 if TYPE_CHECKING:
     from hermes_actors.config import RuntimeConfig

@@ -45,9 +45,9 @@ from hermes_actors.runtime.supervisor import (
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
-from hermes_actors.store.durable import InboxRow, OutboxRow
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.records import InboxRow, OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 from platforms.base import ReplySender
 

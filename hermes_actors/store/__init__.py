@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from hermes_actors.store.connection import Synchronous, open_connection
+from hermes_actors.store.interface import StoreInterface
 from hermes_actors.store.migrations import SCHEMA_VERSION, migrate
 from hermes_actors.store.records import (
     EndReason,
     FtsHit,
     FtsResult,
+    InboxState,
     MessageRecord,
     NewMessage,
     Role,
@@ -23,6 +25,7 @@ __all__ = [
     "EndReason",
     "FtsHit",
     "FtsResult",
+    "InboxState",
     "MessageRecord",
     "NewMessage",
     "Role",
@@ -30,6 +33,7 @@ __all__ = [
     "SessionRecord",
     "SourceCount",
     "Store",
+    "StoreInterface",
     "StoreStats",
     "Synchronous",
     "migrate",

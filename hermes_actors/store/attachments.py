@@ -24,31 +24,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import apsw
-import msgspec
 
 from hermes_actors.messages import Attachment
+from hermes_actors.store.records import AttachmentRecord
 
 __all__ = ["MEDIA_DIR_NAME", "AttachmentRecord", "Attachments", "media_dir_for"]
 
 MEDIA_DIR_NAME = "media"
 
 _log = logging.getLogger(__name__)
-
-
-class AttachmentRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of ``attachments``; ``path`` is relative to the media directory (absolute if saved elsewhere)."""
-
-    id: int
-    message_id: int
-    kind: str
-    created_at: float
-    mime_type: str | None = None
-    size: int | None = None
-    path: str | None = None
-    sha256: str | None = None
-    source_url: str | None = None
-    name: str | None = None
-    error: str | None = None
 
 
 def _record(row: tuple[Any, ...]) -> AttachmentRecord:

@@ -15,6 +15,7 @@ import logging
 import os
 import pwd
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +29,7 @@ __all__ = [
     "MIN_FREE_BYTES",
     "StoreUnwritableError",
     "Synchronous",
+    "Table",
     "Transaction",
     "check_disk",
     "check_writable",
@@ -100,6 +102,16 @@ class Transaction:
     ) -> None:
         if self._active:
             self._db.__exit__(exc_type, exc, tb)
+
+
+class Table:
+    """The base of the store's table classes (``store.inbox``, ``store.leases`` ...): a connection and a clock."""
+
+    __slots__ = ("_clock", "_db")
+
+    def __init__(self, db: apsw.Connection, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
 
 
 def _choose_page_size(connection: apsw.Connection, page_size: int) -> None:

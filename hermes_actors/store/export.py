@@ -10,13 +10,14 @@ snapshot while the daemon keeps writing.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hermes_actors.store.attachments import AttachmentRecord
-from hermes_actors.store.records import MessageRecord, SessionRecord
-from hermes_actors.store.store import Store
+from hermes_actors.store.records import AttachmentRecord, MessageRecord, SessionRecord
+
+if TYPE_CHECKING:
+    from hermes_actors.store.store import Store
 
 __all__ = [
     "PAGE_SIZE",

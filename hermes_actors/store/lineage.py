@@ -8,9 +8,13 @@ session it has already visited and after :data:`MAX_DEPTH` steps, so a corrupt p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.store.records import EndReason
-from hermes_actors.store.store import Store
+
+if TYPE_CHECKING:
+    from hermes_actors.store.store import Store
 
 __all__ = ["MAX_DEPTH", "lineage_chain", "lineage_root", "lineage_tip"]
 

@@ -13,11 +13,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.store import Store
+
+if TYPE_CHECKING:
+    from hermes_actors.store.store import Store
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

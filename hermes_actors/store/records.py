@@ -8,18 +8,24 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "AttachmentRecord",
     "EndReason",
     "FtsHit",
     "FtsResult",
+    "HomeChannel",
+    "InboxRow",
+    "InboxState",
     "MessageRecord",
     "MessageRow",
     "NewMessage",
     "OptimizeResult",
+    "OutboxRow",
     "Role",
     "SessionFilter",
     "SessionRecord",
     "SourceCount",
     "StoreStats",
+    "TimerRow",
 ]
 
 
@@ -170,6 +176,83 @@ class OptimizeResult(msgspec.Struct, frozen=True, kw_only=True):
     wal_kept: bool  # a reader kept the WAL from being emptied; it shrinks at the next checkpoint
     bytes_before: int
     bytes_after: int
+
+
+class InboxState(enum.StrEnum):
+    """Where an inbox row stands; the stored text is the value."""
+
+    PENDING = "pending"
+    """Accepted, its turn not yet committed."""
+    DONE = "done"
+    """Answered: its turn committed."""
+    REJECTED = "rejected"
+    """Refused (backpressure, a closed session); the refusal is the reply."""
+
+
+class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed inbound message."""
+
+    id: int
+    platform: str
+    account_id: str
+    platform_message_id: str
+    routing_key: str
+    payload: bytes
+    received_at: float
+    state: InboxState
+    session_id: str | None = None
+    owner: str | None = None  # the lease owner of the process that accepted (or since claimed) the row
+
+
+class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A reply waiting for delivery; ``attempts > 0`` means a send may already have reached the platform."""
+
+    id: int
+    session_id: str | None
+    platform: str
+    account_id: str
+    chat_id: str | None
+    thread_id: str | None
+    payload: bytes
+    created_at: float
+    attempts: int
+    next_attempt_at: float
+
+
+class TimerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A durable deadline."""
+
+    name: str
+    due_at: float
+    payload: bytes | None = None
+
+
+class HomeChannel(msgspec.Struct, frozen=True, kw_only=True):
+    """Where handoff and notifications go on one platform account (``/sethome``)."""
+
+    platform: str
+    account_id: str
+    chat_id: str
+    thread_id: str | None = None
+    chat_type: str | None = None
+    set_by: str | None = None
+    scope_id: str | None = None
+
+
+class AttachmentRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``attachments``; ``path`` is relative to the media directory (absolute if saved elsewhere)."""
+
+    id: int
+    message_id: int
+    kind: str
+    created_at: float
+    mime_type: str | None = None
+    size: int | None = None
+    path: str | None = None
+    sha256: str | None = None
+    source_url: str | None = None
+    name: str | None = None
+    error: str | None = None
 
 
 class SessionFilter(msgspec.Struct, frozen=True, kw_only=True):

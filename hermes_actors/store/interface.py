@@ -1,0 +1,337 @@
+"""The store as the rest of hermes-actors sees it: a ``Protocol`` per concern, and :class:`StoreInterface` joining them.
+
+:class:`~hermes_actors.store.Store` (APSW/SQLite) satisfies every protocol here structurally; a second backend
+implements the same methods and runs through the same contract tests (``tests/store``, one fixture parameter per
+implementation). The records exchanged are the Structs of :mod:`hermes_actors.store.records`.
+
+Every method that writes runs in one transaction, or joins the caller's :meth:`StoreInterface.transaction`. Errors
+are :class:`~hermes_actors.errors.StoreError` and its subclasses; ``StoreError.fault`` says whether the database
+was full, read-only or busy, so no caller needs the backend's own exception types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from hermes_actors.ids import SessionKind
+from hermes_actors.routing import SessionSource
+from hermes_actors.store.records import (
+    EndReason,
+    FtsResult,
+    MessageRecord,
+    MessageRow,
+    NewMessage,
+    OptimizeResult,
+    SessionFilter,
+    SessionRecord,
+    StoreStats,
+)
+from hermes_actors.store.table_interface import (
+    AttachmentIndex,
+    CursorTable,
+    HomeChannelTable,
+    InboxQueue,
+    LeaseTable,
+    MemoryTable,
+    OutboxQueue,
+    TimerTable,
+)
+
+if TYPE_CHECKING:
+    from hermes_actors.store.export import SessionExport
+    from hermes_actors.store.fts import Order
+    from hermes_actors.store.prune import PruneFilter, PruneResult
+
+__all__ = [
+    "AttachmentIndex",
+    "CursorTable",
+    "HomeChannelTable",
+    "InboxQueue",
+    "LeaseTable",
+    "Maintenance",
+    "MemoryTable",
+    "OutboxQueue",
+    "SessionDirectory",
+    "StoreInterface",
+    "TimerTable",
+    "Transcripts",
+]
+
+
+@runtime_checkable
+class SessionDirectory(Protocol):
+    """Sessions, their titles and lineages, and the routing directory (routing key -> session id)."""
+
+    def create_session(
+        self,
+        source: SessionSource | str,
+        *,
+        session_id: str | None = None,
+        kind: SessionKind = SessionKind.GATEWAY,
+        routing_key: str | None = None,
+        model: str | None = None,
+        title: str | None = None,
+        system_prompt: str | None = None,
+        parent_session_id: str | None = None,
+        started_at: float | None = None,
+    ) -> SessionRecord:
+        """Insert a live session and return it (:class:`TitleInUseError` when its title is taken)."""
+        ...
+
+    def insert_session(self, record: SessionRecord) -> None:
+        """Insert a record as it is (an import: original times, end and counters)."""
+        ...
+
+    def find_session(self, session_id: str) -> SessionRecord | None:
+        """The session with exactly this id, or ``None``."""
+        ...
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        """The session with exactly this id (:class:`SessionNotFoundError` when there is none)."""
+        ...
+
+    def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
+        """End a live session; an ended one keeps its first reason."""
+        ...
+
+    def reopen_session(self, session_id: str) -> SessionRecord:
+        """Make an ended session live again."""
+        ...
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its messages, attachments and routes; whether it existed."""
+        ...
+
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        order: Literal["last_active", "started"] = "last_active",
+        visible: SessionFilter | None = None,
+    ) -> list[SessionRecord]:
+        """Sessions, most recently active (or started) first."""
+        ...
+
+    def title_holder(self, title: str) -> str | None:
+        """The id of the session holding exactly ``title``, or ``None``."""
+        ...
+
+    def set_title(self, session_id: str, title: str | None) -> str | None:
+        """Sanitise and set (or clear) the title; the title stored."""
+        ...
+
+    def lineage_titles(self, base: str) -> list[str]:
+        """``base`` and every ``"<base> #N"`` title a session holds."""
+        ...
+
+    def next_lineage_title(self, title: str) -> str:
+        """The title a compression child of a session titled ``title`` takes."""
+        ...
+
+    def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
+        """The session titled ``title``, preferring the newest numbered variant of its lineage."""
+        ...
+
+    def resolve_session(self, reference: str, *, visible: SessionFilter | None = None) -> SessionRecord:
+        """The session a user typed: exact id, unique id prefix, then title."""
+        ...
+
+    def lineage_root(self, session_id: str) -> str:
+        """The first session of the compression lineage ``session_id`` belongs to."""
+        ...
+
+    def lineage_tip(self, session_id: str) -> str:
+        """The newest session continuing ``session_id`` through compressions."""
+        ...
+
+    def lineage_chain(self, session_id: str) -> list[str]:
+        """The lineage through ``session_id``, root first and tip last."""
+        ...
+
+    def get_route(self, routing_key: str) -> str | None:
+        """The session id ``routing_key`` points at, or ``None``."""
+        ...
+
+    def set_route(self, routing_key: str, session_id: str, *, at: float | None = None) -> None:
+        """Point ``routing_key`` at ``session_id``."""
+        ...
+
+    def unbind_route(self, routing_key: str) -> bool:
+        """Remove one route; whether there was one."""
+        ...
+
+    def unbind_session(self, session_id: str) -> list[str]:
+        """Remove every route to ``session_id``; the keys removed."""
+        ...
+
+    def routes_to(self, session_id: str) -> list[str]:
+        """Every routing key pointing at ``session_id``."""
+        ...
+
+    def repoint_routes(self, from_session_id: str, to_session_id: str) -> int:
+        """Move every route of one session to another; how many moved."""
+        ...
+
+
+@runtime_checkable
+class Transcripts(Protocol):
+    """The messages of sessions: appending, loading, full-text search and totals."""
+
+    def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
+        """Append to a live session in one transaction, updating its counters; the new message ids."""
+        ...
+
+    def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
+        """Append rows as they are (an import), counters untouched."""
+        ...
+
+    def add_counts(
+        self,
+        session_id: str,
+        *,
+        messages: int,
+        tool_calls: int,
+        last_active_at: float,
+        tokens: tuple[int, int] | None = None,
+    ) -> None:
+        """Count rows written by :meth:`insert_messages` on their session."""
+        ...
+
+    def last_message_id(self, session_id: str) -> int:
+        """The highest message id of the session (0: none)."""
+        ...
+
+    def load_transcript(self, session_id: str) -> list[MessageRecord]:
+        """The session's messages in order."""
+        ...
+
+    def fts_query(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        roles: Sequence[str] | None = None,
+        session_id: str | None = None,
+        order: Order = "relevance",
+    ) -> FtsResult:
+        """A full-text query over messages; a malformed query is an answer, never an exception."""
+        ...
+
+    def stats(self) -> StoreStats:
+        """Session and message totals, per-source counts, size on disk."""
+        ...
+
+
+@runtime_checkable
+class Maintenance(Protocol):
+    """Opening, transactions, health checks, compaction, pruning and export."""
+
+    @property
+    def path(self) -> str:
+        """Where the database lives."""
+        ...
+
+    def close(self) -> None:
+        """Close the store."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """A block run in one transaction (nested: a savepoint); the store's methods join it."""
+        ...
+
+    def schema_version(self) -> int:
+        """The database's schema version."""
+        ...
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreUnwritableError` unless the database takes a write now."""
+        ...
+
+    def check_integrity(self) -> list[str]:
+        """Integrity and foreign key problems, one line each."""
+        ...
+
+    def check_search_indexes(self) -> list[str]:
+        """Stale full-text indexes, one line each."""
+        ...
+
+    def optimize(self) -> OptimizeResult:
+        """Rebuild the search indexes, analyze, vacuum, checkpoint (:class:`StoreBusyError` names the step)."""
+        ...
+
+    def free_bytes(self) -> int:
+        """Bytes of free pages in the file."""
+        ...
+
+    def prune_sessions(
+        self,
+        filter: PruneFilter,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        now: float | None = None,
+    ) -> PruneResult:
+        """Delete the ended sessions ``filter`` selects, oldest first."""
+        ...
+
+    def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
+        """How many sessions :meth:`iter_exports` yields."""
+        ...
+
+    def iter_exports(self, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
+        """Sessions with their transcripts and attachments, for ``sessions export``."""
+        ...
+
+    def child_session_ids(self, session_id: str) -> list[str]:
+        """The sessions whose parent is ``session_id``."""
+        ...
+
+
+@runtime_checkable
+class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
+    """The whole store: the protocols above, with the tables around the transcript as attributes."""
+
+    @property
+    def inbox(self) -> InboxQueue:
+        """The inbound queue."""
+        ...
+
+    @property
+    def outbox(self) -> OutboxQueue:
+        """The outbound queue."""
+        ...
+
+    @property
+    def leases(self) -> LeaseTable:
+        """Session ownership across processes."""
+        ...
+
+    @property
+    def timers(self) -> TimerTable:
+        """Durable deadlines."""
+        ...
+
+    @property
+    def kv(self) -> CursorTable:
+        """Meta values and poll cursors."""
+        ...
+
+    @property
+    def homes(self) -> HomeChannelTable:
+        """Home channels."""
+        ...
+
+    @property
+    def memories(self) -> MemoryTable:
+        """Notes about users."""
+        ...
+
+    @property
+    def attachments(self) -> AttachmentIndex:
+        """Message attachments."""
+        ...

@@ -1,0 +1,105 @@
+"""The durable outbound queue: replies committed with their turn and delivered afterwards.
+
+A row is unsent until ``sent_at`` or ``abandoned_at`` is set; ``attempts`` counts sends begun, so a row with
+``attempts > 0`` may already have reached the platform.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_actors.store.connection import Table, Transaction
+from hermes_actors.store.records import OutboxRow
+
+__all__ = ["Outbox"]
+
+_OUTBOX_COLUMNS = (
+    "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
+)
+
+
+def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
+    return OutboxRow(**dict(zip(OutboxRow.__struct_fields__, row, strict=True)))
+
+
+class Outbox(Table):
+    """Replies committed with their turn, delivered afterwards."""
+
+    def prune_finished(self, before: float, *, limit: int = -1) -> int:
+        """Forget replies sent or given up before ``before``, at most ``limit`` (-1: all) of them; return how many."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute(
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE (sent_at IS NOT NULL AND sent_at < ?) "
+                "OR (abandoned_at IS NOT NULL AND abandoned_at < ?) LIMIT ?)",
+                (before, before, limit),
+            )
+            return self._db.changes()
+
+    def add(
+        self,
+        *,
+        session_id: str | None,
+        platform: str,
+        account_id: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        payload: bytes,
+    ) -> int:
+        """Queue a reply; return its row id."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute(
+                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock()),
+            )
+            return self._db.last_insert_rowid()
+
+    def backlog(self) -> int:
+        """Count the replies neither sent nor given up."""
+        row = self._db.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL").fetchone()
+        return int(row[0]) if row else 0
+
+    def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        """Return undelivered rows in id order (per chat, that is the order to send them in)."""
+        where = "sent_at IS NULL AND abandoned_at IS NULL" + (" AND platform = ?" if platform is not None else "")
+        params: tuple[Any, ...] = (platform, limit) if platform is not None else (limit,)
+        rows = self._db.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
+        return [_outbox_row(r) for r in rows]
+
+    def begin_attempt(self, outbox_id: int) -> int:
+        """Count a send attempt before it is made; return the attempt number (1 for the first)."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", (outbox_id,))
+            return int(self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (outbox_id,)).get or 0)
+
+    def begin_attempts(self, outbox_ids: list[int]) -> None:
+        """Count a send attempt of each row, before the sends are made (one write for a batch)."""
+        with Transaction(self._db, savepoint=False):
+            self._db.executemany("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in outbox_ids])
+
+    def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
+        """Record delivery."""
+        self.mark_sent_many([(outbox_id, platform_message_id)])
+
+    def mark_sent_many(self, sent: list[tuple[int, str | None]]) -> None:
+        """Record the delivery of several rows: (row id, platform message id) pairs."""
+        now = self._clock()
+        with Transaction(self._db, savepoint=False):
+            self._db.executemany(
+                "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
+                [(now, platform_id, outbox_id) for outbox_id, platform_id in sent],
+            )
+
+    def abandon(self, outbox_id: int, reason: str) -> None:
+        """Give a reply up: it is never sent (a handoff whose delivery failed)."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute(
+                "UPDATE outbox SET abandoned_at = ?, last_error = ? WHERE id = ?", (self._clock(), reason, outbox_id)
+            )
+
+    def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
+        """Record a failed attempt and when to try again."""
+        with Transaction(self._db, savepoint=False):
+            self._db.execute(
+                "UPDATE outbox SET last_error = ?, next_attempt_at = ? WHERE id = ?", (error, retry_at, outbox_id)
+            )

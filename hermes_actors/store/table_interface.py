@@ -1,0 +1,260 @@
+"""The protocols of the store's tables around the transcript: ``store.inbox``, ``store.outbox``, ``store.leases``,
+``store.timers``, ``store.kv``, ``store.homes``, ``store.memories`` and ``store.attachments``.
+
+Re-exported by :mod:`hermes_actors.store.interface`, where :class:`~.interface.StoreInterface` joins them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from hermes_actors.messages import Attachment
+from hermes_actors.store.records import AttachmentRecord, HomeChannel, InboxRow, InboxState, OutboxRow, TimerRow
+
+__all__ = [
+    "AttachmentIndex",
+    "CursorTable",
+    "HomeChannelTable",
+    "InboxQueue",
+    "LeaseTable",
+    "MemoryTable",
+    "OutboxQueue",
+    "TimerTable",
+]
+
+
+@runtime_checkable
+class InboxQueue(Protocol):
+    """The durable inbound queue (``store.inbox``), deduplicated on (platform, account, platform message id)."""
+
+    def add(
+        self,
+        *,
+        platform: str,
+        account_id: str,
+        platform_message_id: str,
+        routing_key: str,
+        payload: bytes,
+        owner: str | None = None,
+    ) -> int | None:
+        """Commit an inbound message; its row id, ``None`` for a redelivery."""
+        ...
+
+    def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState | str = InboxState.DONE) -> bool:
+        """Mark a pending row answered or refused; whether it was pending."""
+        ...
+
+    def claim(self, inbox_id: int, owner: str) -> None:
+        """Make ``owner`` the process that runs the pending row's turn."""
+        ...
+
+    def pending_among(self, inbox_ids: Sequence[int]) -> set[int]:
+        """Which of ``inbox_ids`` are still pending."""
+        ...
+
+    def pending(self) -> list[InboxRow]:
+        """Every pending row, oldest first."""
+        ...
+
+    def depth(self) -> int:
+        """How many rows are pending."""
+        ...
+
+    def get(self, inbox_id: int) -> InboxRow | None:
+        """One row, or ``None``."""
+        ...
+
+    def prune_completed(self, before: float, *, limit: int = -1) -> int:
+        """Forget completed rows older than ``before``; how many."""
+        ...
+
+    def payloads_since(self, platform: str, since: float) -> list[bytes]:
+        """The payloads of a platform's rows received since ``since``, oldest first."""
+        ...
+
+
+@runtime_checkable
+class OutboxQueue(Protocol):
+    """Replies committed with their turn and delivered afterwards (``store.outbox``)."""
+
+    def add(
+        self,
+        *,
+        session_id: str | None,
+        platform: str,
+        account_id: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        payload: bytes,
+    ) -> int:
+        """Queue a reply; its row id."""
+        ...
+
+    def backlog(self) -> int:
+        """How many replies are neither sent nor given up."""
+        ...
+
+    def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        """Undelivered rows in id order."""
+        ...
+
+    def begin_attempt(self, outbox_id: int) -> int:
+        """Count a send attempt before it is made; the attempt number."""
+        ...
+
+    def begin_attempts(self, outbox_ids: list[int]) -> None:
+        """Count a send attempt of each row."""
+        ...
+
+    def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
+        """Record delivery."""
+        ...
+
+    def mark_sent_many(self, sent: list[tuple[int, str | None]]) -> None:
+        """Record the delivery of several rows."""
+        ...
+
+    def abandon(self, outbox_id: int, reason: str) -> None:
+        """Give a reply up."""
+        ...
+
+    def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
+        """Record a failed attempt and when to try again."""
+        ...
+
+    def prune_finished(self, before: float, *, limit: int = -1) -> int:
+        """Forget replies sent or given up before ``before``; how many."""
+        ...
+
+
+@runtime_checkable
+class LeaseTable(Protocol):
+    """Cross-process session ownership with fencing epochs (``store.leases``)."""
+
+    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
+        """Take or renew the lease: its epoch, or the current holder."""
+        ...
+
+    def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:
+        """Take or renew the lease: ``None``, or the current holder."""
+        ...
+
+    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
+        """Check inside the caller's transaction that the lease is still held at ``epoch`` (:class:`LeaseLostError`)."""
+        ...
+
+    def epoch_of(self, session_id: str, owner: str) -> int | None:
+        """The epoch of ``owner``'s lease, or ``None``."""
+        ...
+
+    def heartbeat(self, owner: str, ttl_s: float) -> int:
+        """Extend every lease of ``owner``; how many."""
+        ...
+
+    def release(self, session_id: str, owner: str) -> bool:
+        """Give one lease up; whether ``owner`` held it."""
+        ...
+
+    def release_all(self, owner: str) -> int:
+        """Give up every lease of ``owner``; how many."""
+        ...
+
+    def owners(self) -> list[str]:
+        """Every owner holding a lease, expired or not."""
+        ...
+
+    def holder(self, session_id: str) -> str | None:
+        """The owner of an unexpired lease, or ``None``."""
+        ...
+
+
+@runtime_checkable
+class TimerTable(Protocol):
+    """Durable named deadlines (``store.timers``)."""
+
+    def set(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Create or move a deadline."""
+        ...
+
+    def cancel(self, name: str) -> bool:
+        """Remove a deadline; whether it existed."""
+        ...
+
+    def apply(self, changes: Mapping[str, tuple[float, bytes | None] | None]) -> None:
+        """Set or remove several deadlines together."""
+        ...
+
+    def all(self) -> list[TimerRow]:
+        """Every deadline, earliest first."""
+        ...
+
+
+@runtime_checkable
+class CursorTable(Protocol):
+    """Small durable values: ``meta`` entries and platform poll cursors (``store.kv``)."""
+
+    def get_meta(self, key: str) -> str | None:
+        """A meta value, or ``None``."""
+        ...
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a meta value."""
+        ...
+
+    def get_cursor(self, platform: str, account_id: str = "") -> str | None:
+        """A platform's poll cursor, or ``None``."""
+        ...
+
+    def set_cursor(self, platform: str, cursor: str, account_id: str = "") -> None:
+        """Store a poll cursor (in the transaction of the inbox rows it covers)."""
+        ...
+
+
+@runtime_checkable
+class HomeChannelTable(Protocol):
+    """Where handoffs and notifications go per platform account (``store.homes``)."""
+
+    def set(self, home: HomeChannel) -> None:
+        """Make ``home`` its account's home channel."""
+        ...
+
+    def get(self, platform: str, account_id: str | None = None) -> HomeChannel | None:
+        """The home channel of a platform account, or ``None``."""
+        ...
+
+
+@runtime_checkable
+class MemoryTable(Protocol):
+    """Notes the agent kept about a user (``store.memories``)."""
+
+    def add(self, user_key: str, contents: list[str], *, source_session_id: str | None) -> int:
+        """Store notes about a user; how many."""
+        ...
+
+    def for_user(self, user_key: str, *, limit: int = 50) -> list[str]:
+        """The newest notes about a user, oldest first."""
+        ...
+
+
+@runtime_checkable
+class AttachmentIndex(Protocol):
+    """The files of messages (``store.attachments``)."""
+
+    @property
+    def media_dir(self) -> Path | None:
+        """Where the attachments' files live."""
+        ...
+
+    def add(self, message_id: int, attachment: Attachment, *, at: float | None = None) -> int:
+        """Record a file of a message; the row id."""
+        ...
+
+    def for_session(self, session_id: str) -> list[AttachmentRecord]:
+        """Every attachment of a session's messages, in order."""
+        ...
+
+    def remove_unreferenced(self, paths: Iterable[str]) -> int:
+        """Delete the files among ``paths`` that no row names; how many."""
+        ...
