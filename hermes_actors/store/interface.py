@@ -275,8 +275,21 @@ class Maintenance(Protocol):
         vacuum: bool = False,
         progress: Callable[[int, int], None] | None = None,
         now: float | None = None,
+        batch_size: int = ...,
     ) -> PruneResult:
-        """Delete the ended sessions ``filter`` selects, oldest first."""
+        """Delete the ended sessions ``filter`` selects, oldest first, ``batch_size`` per transaction."""
+        ...
+
+    def auto_prune(
+        self,
+        *,
+        enabled: bool,
+        retention_days: float = 90,
+        vacuum_after_prune: bool = True,
+        min_interval_hours: float = 24,
+        now: float,
+    ) -> PruneResult | None:
+        """Prune by retention unless disabled or the last run is recent (``None``: nothing was done)."""
         ...
 
     def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:

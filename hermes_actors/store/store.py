@@ -174,6 +174,26 @@ class Store(TranscriptRows):
             self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
         )
 
+    def auto_prune(
+        self,
+        *,
+        enabled: bool,
+        retention_days: float = 90,
+        vacuum_after_prune: bool = True,
+        min_interval_hours: float = 24,
+        now: float,
+    ) -> prune.PruneResult | None:
+        """Prune ended sessions past ``retention_days`` unless disabled or recently done (see
+        :func:`.prune.auto_prune`)."""
+        return prune.auto_prune(
+            self,
+            enabled=enabled,
+            retention_days=retention_days,
+            vacuum_after_prune=vacuum_after_prune,
+            min_interval_hours=min_interval_hours,
+            now=now,
+        )
+
     def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
         """Return how many sessions :meth:`iter_exports` yields."""
         return export.count_exports(self, source=source, session_id=session_id)

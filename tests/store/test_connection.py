@@ -62,12 +62,12 @@ def test_a_writable_open_tightens_an_older_installs_files_and_a_reader_leaves_th
         holder.close()
 
 
-def test_check_writable_passes_on_a_healthy_store_and_commits_nothing(store: Store) -> None:
-    wal = Path(store.path + "-wal")
-    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    check_writable(store._connection)
-    with store.transaction():
-        check_writable(store._connection)
+def test_check_writable_passes_on_a_healthy_store_and_commits_nothing(sqlite_store: Store) -> None:
+    wal = Path(sqlite_store.path + "-wal")
+    sqlite_store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    check_writable(sqlite_store._connection)
+    with sqlite_store.transaction():
+        check_writable(sqlite_store._connection)
     assert wal.stat().st_size == 0
 
 
@@ -98,11 +98,11 @@ def test_a_nearly_full_disk_is_named_with_what_is_free_and_what_is_needed(
     )
 
 
-def test_a_read_only_mount_is_named_with_the_fix(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_read_only_mount_is_named_with_the_fix(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_disk(monkeypatch, _Disk(10 * MIN_FREE_BYTES, read_only=True))
     with pytest.raises(StoreUnwritableError) as raised:
-        check_writable(store._connection)
-    directory = Path(store.path).parent
+        check_writable(sqlite_store._connection)
+    directory = Path(sqlite_store.path).parent
     assert str(raised.value) == f"{directory} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
 
 

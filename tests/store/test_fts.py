@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.store import FtsResult, NewMessage, Role, Store
+from hermes_actors.store import FtsResult, NewMessage, Role, Store, StoreInterface
 
 MESSAGES = [
     (Role.USER, "How do I deploy the docker image to kubernetes?"),
@@ -19,7 +19,7 @@ MESSAGES = [
 
 
 @pytest.fixture
-def corpus(store: Store) -> dict[str, int]:
+def corpus(store: StoreInterface) -> dict[str, int]:
     session = store.create_session("cli")
     ids = store.append_messages(session.id, [NewMessage(role=r, content=c) for r, c in MESSAGES])
     return {c: i for (_, c), i in zip(MESSAGES, ids, strict=True)}
@@ -35,25 +35,25 @@ def ids(result: FtsResult) -> set[int]:
     return {h.message_id for h in result.hits}
 
 
-def test_an_english_word_matches_case_insensitively(store: Store, corpus: dict[str, int]) -> None:
+def test_an_english_word_matches_case_insensitively(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("Kubernetes")) == {corpus[MESSAGES[0][1]]}
 
 
-def test_words_are_anded_by_default(store: Store, corpus: dict[str, int]) -> None:
+def test_words_are_anded_by_default(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("docker image")) == {corpus[MESSAGES[0][1]], corpus[MESSAGES[6][1]]}
     assert ids(store.fts_query("docker kubectl")) == set()
 
 
-def test_a_phrase_matches_only_adjacent_words(store: Store, corpus: dict[str, int]) -> None:
+def test_a_phrase_matches_only_adjacent_words(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query('"the docker image"')) == {corpus[MESSAGES[0][1]]}
     assert ids(store.fts_query('"image docker"')) == set()
 
 
-def test_a_prefix_query_matches_word_starts(store: Store, corpus: dict[str, int]) -> None:
+def test_a_prefix_query_matches_word_starts(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("deploy*")) == {corpus[MESSAGES[0][1]], corpus[MESSAGES[1][1]]}
 
 
-def test_boolean_operators_work(store: Store, corpus: dict[str, int]) -> None:
+def test_boolean_operators_work(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("kubectl OR java")) == {corpus[MESSAGES[1][1]], corpus[MESSAGES[2][1]]}
     assert ids(store.fts_query("docker NOT kubernetes")) == {corpus[MESSAGES[6][1]]}
     assert ids(store.fts_query("(docker OR python) AND image")) == {
@@ -62,20 +62,22 @@ def test_boolean_operators_work(store: Store, corpus: dict[str, int]) -> None:
     }
 
 
-def test_a_one_character_chinese_query_finds_its_message(store: Store, corpus: dict[str, int]) -> None:
+def test_a_one_character_chinese_query_finds_its_message(store: StoreInterface, corpus: dict[str, int]) -> None:
     result = store.fts_query("搜")
     assert result.index == "words"
     assert ids(result) == {corpus[MESSAGES[3][1]]}
     assert ">>>搜<<<" in result.hits[0].snippet
 
 
-def test_a_two_character_chinese_query_matches_adjacent_characters_only(store: Store, corpus: dict[str, int]) -> None:
+def test_a_two_character_chinese_query_matches_adjacent_characters_only(
+    store: StoreInterface, corpus: dict[str, int]
+) -> None:
     assert ids(store.fts_query("分词")) == {corpus[MESSAGES[3][1]]}
     assert ids(store.fts_query("词分")) == set()
     assert ">>>分词<<<" in store.fts_query("分词").hits[0].snippet
 
 
-def test_a_four_character_chinese_query_uses_the_trigram_index(store: Store, corpus: dict[str, int]) -> None:
+def test_a_four_character_chinese_query_uses_the_trigram_index(store: StoreInterface, corpus: dict[str, int]) -> None:
     result = store.fts_query("全文搜索")
     assert result.index == "trigram"
     assert ids(result) == {corpus[MESSAGES[3][1]]}
@@ -83,17 +85,17 @@ def test_a_four_character_chinese_query_uses_the_trigram_index(store: Store, cor
     assert ids(store.fts_query("搜索全文")) == set()
 
 
-def test_japanese_korean_and_mixed_script_queries_match(store: Store, corpus: dict[str, int]) -> None:
+def test_japanese_korean_and_mixed_script_queries_match(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("天気")) == {corpus[MESSAGES[4][1]]}
     assert ids(store.fts_query("검색")) == {corpus[MESSAGES[5][1]]}
     assert ids(store.fts_query("python")) == {corpus[MESSAGES[2][1]], corpus[MESSAGES[7][1]]}
     assert ids(store.fts_query("爬虫 python")) == {corpus[MESSAGES[7][1]]}
 
 
-def test_short_cjk_queries_are_answered_from_the_index_not_a_scan(store: Store, corpus: dict[str, int]) -> None:
+def test_short_cjk_queries_are_answered_from_the_index_not_a_scan(sqlite_store: Store, corpus: dict[str, int]) -> None:
     plan = " ".join(
         str(row[-1])
-        for row in store._connection.execute(
+        for row in sqlite_store._connection.execute(
             "EXPLAIN QUERY PLAN SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", ("分词",)
         )
     )
@@ -101,7 +103,7 @@ def test_short_cjk_queries_are_answered_from_the_index_not_a_scan(store: Store, 
     assert "messages" not in plan.replace("messages_fts", "")
 
 
-def test_roles_and_session_filter_the_hits(store: Store, corpus: dict[str, int]) -> None:
+def test_roles_and_session_filter_the_hits(store: StoreInterface, corpus: dict[str, int]) -> None:
     assert ids(store.fts_query("docker", roles=["tool"])) == {corpus[MESSAGES[6][1]]}
     other = store.create_session("cli")
     store.append_messages(other.id, [NewMessage(role=Role.USER, content="docker again")])
@@ -109,7 +111,7 @@ def test_roles_and_session_filter_the_hits(store: Store, corpus: dict[str, int])
     assert [h.session_id for h in store.fts_query("docker", session_id=other.id).hits] == [other.id]
 
 
-def test_newest_and_oldest_order_by_message_id(store: Store, corpus: dict[str, int]) -> None:
+def test_newest_and_oldest_order_by_message_id(store: StoreInterface, corpus: dict[str, int]) -> None:
     newest = [h.message_id for h in store.fts_query("docker", order="newest").hits]
     assert newest == sorted(newest, reverse=True)
     oldest = [h.message_id for h in store.fts_query("docker", order="oldest").hits]
@@ -157,9 +159,9 @@ MALFORMED = [
 
 @pytest.mark.parametrize("query", MALFORMED, ids=lambda q: repr(q[:20]))
 def test_a_malformed_query_never_raises_and_never_answers_wrongly(
-    store: Store, corpus: dict[str, int], query: str
+    sqlite_store: Store, corpus: dict[str, int], query: str
 ) -> None:
-    result = store.fts_query(query)
+    result = sqlite_store.fts_query(query)
     if result.ok:
         # Accepted as valid syntax: then every hit must contain a searched word (no silent reinterpretation).
         assert result.hits == [] or all(">>>" in h.snippet for h in result.hits)
@@ -167,17 +169,19 @@ def test_a_malformed_query_never_raises_and_never_answers_wrongly(
         assert result.hits == []
         assert result.error
         assert "quote" in result.error or "limit" in result.error or "empty" in result.error or "NUL" in result.error
-    assert store._connection.execute("SELECT count(*) FROM messages").get == len(MESSAGES)
+    assert sqlite_store._connection.execute("SELECT count(*) FROM messages").get == len(MESSAGES)
 
 
-def test_the_suggestion_of_a_refused_query_is_a_literal_search_that_runs(store: Store, corpus: dict[str, int]) -> None:
+def test_the_suggestion_of_a_refused_query_is_a_literal_search_that_runs(
+    store: StoreInterface, corpus: dict[str, int]
+) -> None:
     refused = store.fts_query("c++ docker:")
     assert not refused.ok
     assert refused.suggestion == '"c++" "docker:"'
     assert store.fts_query(refused.suggestion).ok
 
 
-def test_the_length_limit_is_named_in_the_error(store: Store) -> None:
+def test_the_length_limit_is_named_in_the_error(store: StoreInterface) -> None:
     result = store.fts_query("word " * 1000)
     assert result.error is not None
     assert "5000 characters long; the limit is 1000" in result.error
@@ -185,14 +189,14 @@ def test_the_length_limit_is_named_in_the_error(store: Store) -> None:
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(query=st.text(alphabet=st.sampled_from(list("ab中文 \"()*:^+-{}NOTANDOR\x00\\'")), max_size=40))
-def test_no_query_made_of_fts_syntax_characters_raises(store: Store, query: str) -> None:
+def test_no_query_made_of_fts_syntax_characters_raises(store: StoreInterface, query: str) -> None:
     result = store.fts_query(query)
     assert result.ok or result.error
 
 
-def test_long_cjk_and_newest_queries_are_answered_from_the_indexes(store: Store, corpus: dict[str, int]) -> None:
+def test_long_cjk_and_newest_queries_are_answered_from_the_indexes(sqlite_store: Store, corpus: dict[str, int]) -> None:
     def plan(sql: str, *params: object) -> str:
-        return " | ".join(str(row[-1]) for row in store._connection.execute("EXPLAIN QUERY PLAN " + sql, params))
+        return " | ".join(str(row[-1]) for row in sqlite_store._connection.execute("EXPLAIN QUERY PLAN " + sql, params))
 
     trigram = plan(
         "SELECT m.id FROM messages_fts_cjk f JOIN messages m ON m.id = f.rowid "

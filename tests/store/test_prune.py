@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.store.prune import (
     LAST_AUTO_PRUNE_KEY,
     PruneFilter,
     PruneResult,
-    auto_prune,
     prune_sessions,
 )
 from hermes_actors.testing import FakeClock
+from tests.store.support import sqlite_connection
 
 DAY = 86_400.0
 HOUR = 3_600.0
@@ -26,7 +26,7 @@ def user(text: str) -> NewMessage:
 
 
 def make_session(
-    store: Store,
+    store: StoreInterface,
     clock: FakeClock,
     *,
     days_ago: float,
@@ -46,28 +46,32 @@ def make_session(
     return record.id
 
 
-def count(store: Store, table: str) -> int:
-    value = store._connection.execute(f"SELECT count(*) FROM {table}").get
+def count(store: StoreInterface, table: str) -> int:
+    value = sqlite_connection(store).execute(f"SELECT count(*) FROM {table}").get
     assert isinstance(value, int)
     return value
 
 
-def check_fts_integrity(store: Store) -> None:
-    store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+def check_fts_integrity(store: StoreInterface) -> None:
+    sqlite_connection(store).execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
     # The trigram index holds CJK messages only, so it can be checked against itself but not against `messages`.
-    store._connection.execute("INSERT INTO messages_fts_cjk (messages_fts_cjk, rank) VALUES ('integrity-check', 0)")
+    sqlite_connection(store).execute(
+        "INSERT INTO messages_fts_cjk (messages_fts_cjk, rank) VALUES ('integrity-check', 0)"
+    )
 
 
-def indexed_rowids(store: Store, table: str, query: str) -> list[int]:
-    return [rowid for (rowid,) in store._connection.execute(f"SELECT rowid FROM {table}(?) ORDER BY rowid", (query,))]
+def indexed_rowids(store: StoreInterface, table: str, query: str) -> list[int]:
+    return [
+        rowid for (rowid,) in sqlite_connection(store).execute(f"SELECT rowid FROM {table}(?) ORDER BY rowid", (query,))
+    ]
 
 
-def test_only_ended_sessions_older_than_the_cut_are_deleted(store: Store, clock: FakeClock) -> None:
+def test_only_ended_sessions_older_than_the_cut_are_deleted(store: StoreInterface, clock: FakeClock) -> None:
     old_ended = make_session(store, clock, days_ago=100)
     old_live = make_session(store, clock, days_ago=100, ended=False)
     young_ended = make_session(store, clock, days_ago=10)
 
-    result = prune_sessions(store, PruneFilter(older_than_days=90), now=clock())
+    result = store.prune_sessions(PruneFilter(older_than_days=90), now=clock())
 
     assert result.sessions_deleted == 1
     assert result.messages_deleted == 1
@@ -79,32 +83,32 @@ def test_only_ended_sessions_older_than_the_cut_are_deleted(store: Store, clock:
     assert not result.dry_run
 
 
-def test_the_cut_is_judged_by_ended_at_not_by_last_activity(store: Store, clock: FakeClock) -> None:
+def test_the_cut_is_judged_by_ended_at_not_by_last_activity(store: StoreInterface, clock: FakeClock) -> None:
     record = store.create_session("cli", started_at=clock() - 200 * DAY)
     store.end_session(record.id, EndReason.USER_EXIT, at=clock() - 30 * DAY)
 
-    assert prune_sessions(store, PruneFilter(older_than_days=90), now=clock()).sessions_deleted == 0
-    assert prune_sessions(store, PruneFilter(older_than_days=20), now=clock()).session_ids == [record.id]
+    assert store.prune_sessions(PruneFilter(older_than_days=90), now=clock()).sessions_deleted == 0
+    assert store.prune_sessions(PruneFilter(older_than_days=20), now=clock()).session_ids == [record.id]
 
 
-def test_the_source_filter_keeps_sessions_of_other_platforms(store: Store, clock: FakeClock) -> None:
+def test_the_source_filter_keeps_sessions_of_other_platforms(store: StoreInterface, clock: FakeClock) -> None:
     telegram = make_session(store, clock, days_ago=100, source="telegram")
     slack = make_session(store, clock, days_ago=100, source="slack")
 
-    result = prune_sessions(store, PruneFilter(source="slack"), now=clock())
+    result = store.prune_sessions(PruneFilter(source="slack"), now=clock())
 
     assert result.session_ids == [slack]
     assert store.find_session(telegram) is not None
 
 
-def test_sessions_go_oldest_first(store: Store, clock: FakeClock) -> None:
+def test_sessions_go_oldest_first(store: StoreInterface, clock: FakeClock) -> None:
     newer = make_session(store, clock, days_ago=95)
     older = make_session(store, clock, days_ago=120)
 
-    assert prune_sessions(store, PruneFilter(), now=clock()).session_ids == [older, newer]
+    assert store.prune_sessions(PruneFilter(), now=clock()).session_ids == [older, newer]
 
 
-def test_children_are_orphaned_and_keep_their_rows(store: Store, clock: FakeClock) -> None:
+def test_children_are_orphaned_and_keep_their_rows(store: StoreInterface, clock: FakeClock) -> None:
     parent = make_session(store, clock, days_ago=100, texts=("parent words",), reason=EndReason.COMPRESSION)
     child = make_session(store, clock, days_ago=100, ended=False, texts=("child words",), parent=parent)
     store.set_route("agent:main:telegram:dm:1", parent)
@@ -112,7 +116,7 @@ def test_children_are_orphaned_and_keep_their_rows(store: Store, clock: FakeCloc
     store.leases.acquire(parent, "host:1:a", ttl_s=60)
     store.leases.acquire(child, "host:1:a", ttl_s=60)
 
-    prune_sessions(store, PruneFilter(), now=clock())
+    store.prune_sessions(PruneFilter(), now=clock())
 
     orphan = store.get_session(child)
     assert orphan.parent_session_id is None
@@ -123,13 +127,13 @@ def test_children_are_orphaned_and_keep_their_rows(store: Store, clock: FakeCloc
     assert count(store, "messages") == 1
 
 
-def test_deleted_messages_leave_the_full_text_indexes(store: Store, clock: FakeClock) -> None:
+def test_deleted_messages_leave_the_full_text_indexes(store: StoreInterface, clock: FakeClock) -> None:
     make_session(store, clock, days_ago=100, texts=("zebra crossing", "斑马线上的猫"))
     kept = make_session(store, clock, days_ago=1, texts=("zebra stripes",))
     assert len(store.fts_query("zebra").hits) == 2
     assert len(store.fts_query("斑马线").hits) == 1
 
-    prune_sessions(store, PruneFilter(), now=clock())
+    store.prune_sessions(PruneFilter(), now=clock())
 
     check_fts_integrity(store)
     kept_ids = [m.id for m in store.load_transcript(kept)]
@@ -140,12 +144,12 @@ def test_deleted_messages_leave_the_full_text_indexes(store: Store, clock: FakeC
     assert store.fts_query("斑马线").hits == []
 
 
-def test_a_dry_run_changes_nothing_and_reports_what_would_go(store: Store, clock: FakeClock) -> None:
+def test_a_dry_run_changes_nothing_and_reports_what_would_go(store: StoreInterface, clock: FakeClock) -> None:
     old = make_session(store, clock, days_ago=100, texts=("one", "two", "three"))
     make_session(store, clock, days_ago=100, ended=False)
     calls: list[tuple[int, int]] = []
 
-    result = prune_sessions(store, PruneFilter(), dry_run=True, vacuum=True, progress=lambda *a: calls.append(a))
+    result = store.prune_sessions(PruneFilter(), dry_run=True, vacuum=True, progress=lambda *a: calls.append(a))
 
     assert result == PruneResult(
         sessions_deleted=1,
@@ -160,45 +164,47 @@ def test_a_dry_run_changes_nothing_and_reports_what_would_go(store: Store, clock
     assert calls == []
 
 
-def test_vacuum_shrinks_the_database_file(store: Store, clock: FakeClock, db_path: Path) -> None:
-    make_session(store, clock, days_ago=100, texts=tuple(f"{i} " + "lorem ipsum " * 800 for i in range(200)))
-    make_session(store, clock, days_ago=1)
-    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+def test_vacuum_shrinks_the_database_file(sqlite_store: Store, clock: FakeClock, db_path: Path) -> None:
+    make_session(sqlite_store, clock, days_ago=100, texts=tuple(f"{i} " + "lorem ipsum " * 800 for i in range(200)))
+    make_session(sqlite_store, clock, days_ago=1)
+    sqlite_store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     file_before = os.path.getsize(db_path)
 
-    result = prune_sessions(store, PruneFilter(), vacuum=True, now=clock())
+    result = prune_sessions(sqlite_store, PruneFilter(), vacuum=True, now=clock())
 
     assert result.vacuumed
     assert result.bytes_after < result.bytes_before / 4
     assert os.path.getsize(db_path) < file_before / 4
-    check_fts_integrity(store)
+    check_fts_integrity(sqlite_store)
 
 
-def test_without_vacuum_the_freed_pages_stay_in_the_file(store: Store, clock: FakeClock) -> None:
+def test_without_vacuum_the_freed_pages_stay_in_the_file(store: StoreInterface, clock: FakeClock) -> None:
     make_session(store, clock, days_ago=100, texts=tuple("lorem ipsum " * 800 for _ in range(20)))
 
-    result = prune_sessions(store, PruneFilter(), now=clock())
+    result = store.prune_sessions(PruneFilter(), now=clock())
 
     assert not result.vacuumed
     assert result.bytes_after == result.bytes_before
 
 
-def test_vacuum_is_skipped_when_nothing_was_deleted(store: Store, clock: FakeClock) -> None:
+def test_vacuum_is_skipped_when_nothing_was_deleted(store: StoreInterface, clock: FakeClock) -> None:
     make_session(store, clock, days_ago=1)
 
-    assert not prune_sessions(store, PruneFilter(), vacuum=True, now=clock()).vacuumed
+    assert not store.prune_sessions(PruneFilter(), vacuum=True, now=clock()).vacuumed
 
 
-def test_vacuum_inside_a_transaction_is_refused_before_anything_is_deleted(store: Store, clock: FakeClock) -> None:
+def test_vacuum_inside_a_transaction_is_refused_before_anything_is_deleted(
+    store: StoreInterface, clock: FakeClock
+) -> None:
     old = make_session(store, clock, days_ago=100)
 
     with store.transaction(), pytest.raises(StoreError, match="VACUUM cannot run inside a transaction"):
-        prune_sessions(store, PruneFilter(), vacuum=True, now=clock())
+        store.prune_sessions(PruneFilter(), vacuum=True, now=clock())
 
     assert store.find_session(old) is not None
 
 
-def test_each_batch_commits_before_progress_is_reported(store: Store, clock: FakeClock, db_path: Path) -> None:
+def test_each_batch_commits_before_progress_is_reported(store: StoreInterface, clock: FakeClock, db_path: Path) -> None:
     ids = [make_session(store, clock, days_ago=100 + i) for i in range(5)]
     calls: list[tuple[int, int, int]] = []
 
@@ -207,13 +213,13 @@ def test_each_batch_commits_before_progress_is_reported(store: Store, clock: Fak
         def progress(done: int, total: int) -> None:
             calls.append((done, total, count(reader, "sessions")))
 
-        result = prune_sessions(store, PruneFilter(), progress=progress, now=clock(), batch_size=2)
+        result = store.prune_sessions(PruneFilter(), progress=progress, now=clock(), batch_size=2)
 
     assert calls == [(2, 5, 3), (4, 5, 1), (5, 5, 0)]
     assert result.session_ids == ids[::-1]
 
 
-def test_a_session_reopened_during_the_prune_is_skipped(store: Store, clock: FakeClock) -> None:
+def test_a_session_reopened_during_the_prune_is_skipped(store: StoreInterface, clock: FakeClock) -> None:
     ids = [make_session(store, clock, days_ago=100 + i) for i in range(4)]
     newest = ids[0]
 
@@ -221,47 +227,47 @@ def test_a_session_reopened_during_the_prune_is_skipped(store: Store, clock: Fak
         if done == 2:
             store.reopen_session(newest)
 
-    result = prune_sessions(store, PruneFilter(), progress=reopen_once, now=clock(), batch_size=2)
+    result = store.prune_sessions(PruneFilter(), progress=reopen_once, now=clock(), batch_size=2)
 
     assert result.sessions_deleted == 3
     assert newest not in result.session_ids
     assert store.get_session(newest).is_live
 
 
-def test_the_listed_ids_are_capped(store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_listed_ids_are_capped(store: StoreInterface, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("hermes_actors.store.prune.MAX_LISTED_IDS", 2)
     for i in range(3):
         make_session(store, clock, days_ago=100 + i, texts=())
 
-    result = prune_sessions(store, PruneFilter(), now=clock(), batch_size=1)
+    result = store.prune_sessions(PruneFilter(), now=clock(), batch_size=1)
 
     assert result.sessions_deleted == 3
     assert len(result.session_ids) == 2
 
 
-def test_bad_arguments_are_refused(store: Store) -> None:
+def test_bad_arguments_are_refused(store: StoreInterface) -> None:
     with pytest.raises(ValueError, match="older_than_days must be 0 or more"):
-        prune_sessions(store, PruneFilter(older_than_days=-1))
+        store.prune_sessions(PruneFilter(older_than_days=-1))
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
-        prune_sessions(store, PruneFilter(), batch_size=0)
+        store.prune_sessions(PruneFilter(), batch_size=0)
 
 
 # -- auto-prune -------------------------------------------------------------------------------------------------
 
 
-def test_disabled_auto_prune_does_nothing(store: Store, clock: FakeClock) -> None:
+def test_disabled_auto_prune_does_nothing(store: StoreInterface, clock: FakeClock) -> None:
     old = make_session(store, clock, days_ago=100)
 
-    assert auto_prune(store, enabled=False, now=clock()) is None
+    assert store.auto_prune(enabled=False, now=clock()) is None
     assert store.find_session(old) is not None
     assert store.kv.get_meta(LAST_AUTO_PRUNE_KEY) is None
 
 
-def test_the_first_auto_prune_runs_and_records_its_time(store: Store, clock: FakeClock) -> None:
+def test_the_first_auto_prune_runs_and_records_its_time(store: StoreInterface, clock: FakeClock) -> None:
     old = make_session(store, clock, days_ago=100)
     young = make_session(store, clock, days_ago=20)
 
-    result = auto_prune(store, enabled=True, retention_days=30, now=clock())
+    result = store.auto_prune(enabled=True, retention_days=30, now=clock())
 
     assert result is not None
     assert result.session_ids == [old]
@@ -270,25 +276,25 @@ def test_the_first_auto_prune_runs_and_records_its_time(store: Store, clock: Fak
     assert store.kv.get_meta(LAST_AUTO_PRUNE_KEY) == str(clock())
 
 
-def test_auto_prune_within_the_interval_is_skipped_and_after_it_runs(store: Store, clock: FakeClock) -> None:
-    assert auto_prune(store, enabled=True, now=clock()) is not None
+def test_auto_prune_within_the_interval_is_skipped_and_after_it_runs(store: StoreInterface, clock: FakeClock) -> None:
+    assert store.auto_prune(enabled=True, now=clock()) is not None
     old = make_session(store, clock, days_ago=100)
 
     clock.advance(23 * HOUR)
-    assert auto_prune(store, enabled=True, now=clock()) is None
+    assert store.auto_prune(enabled=True, now=clock()) is None
     assert store.find_session(old) is not None
 
     clock.advance(1 * HOUR)
-    result = auto_prune(store, enabled=True, now=clock())
+    result = store.auto_prune(enabled=True, now=clock())
     assert result is not None
     assert result.session_ids == [old]
     assert store.kv.get_meta(LAST_AUTO_PRUNE_KEY) == str(clock())
 
 
-def test_auto_prune_without_vacuum_leaves_the_pages(store: Store, clock: FakeClock) -> None:
+def test_auto_prune_without_vacuum_leaves_the_pages(store: StoreInterface, clock: FakeClock) -> None:
     make_session(store, clock, days_ago=100)
 
-    result = auto_prune(store, enabled=True, vacuum_after_prune=False, now=clock())
+    result = store.auto_prune(enabled=True, vacuum_after_prune=False, now=clock())
 
     assert result is not None
     assert result.sessions_deleted == 1
@@ -297,13 +303,13 @@ def test_auto_prune_without_vacuum_leaves_the_pages(store: Store, clock: FakeClo
 
 @pytest.mark.parametrize("value", ["yesterday", "", "nan", "inf"])
 def test_a_corrupt_last_run_counts_as_never(
-    store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture, value: str
+    store: StoreInterface, clock: FakeClock, caplog: pytest.LogCaptureFixture, value: str
 ) -> None:
     store.kv.set_meta(LAST_AUTO_PRUNE_KEY, value)
     old = make_session(store, clock, days_ago=100)
 
     with caplog.at_level(logging.WARNING, logger="hermes_actors.store.prune"):
-        result = auto_prune(store, enabled=True, now=clock())
+        result = store.auto_prune(enabled=True, now=clock())
 
     assert result is not None
     assert result.session_ids == [old]
@@ -311,7 +317,7 @@ def test_a_corrupt_last_run_counts_as_never(
     assert store.kv.get_meta(LAST_AUTO_PRUNE_KEY) == str(clock())
 
 
-def test_a_last_run_in_the_future_counts_as_never(store: Store, clock: FakeClock) -> None:
+def test_a_last_run_in_the_future_counts_as_never(store: StoreInterface, clock: FakeClock) -> None:
     store.kv.set_meta(LAST_AUTO_PRUNE_KEY, str(clock() + DAY))
 
-    assert auto_prune(store, enabled=True, now=clock()) is not None
+    assert store.auto_prune(enabled=True, now=clock()) is not None

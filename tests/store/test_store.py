@@ -15,7 +15,7 @@ from hermes_actors.errors import (
     TitleInUseError,
 )
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store
+from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.testing import FakeClock
 
 
@@ -23,7 +23,7 @@ def user(text: str) -> NewMessage:
     return NewMessage(role=Role.USER, content=text)
 
 
-def test_a_created_session_carries_its_source_fields(store: Store) -> None:
+def test_a_created_session_carries_its_source_fields(store: StoreInterface) -> None:
     source = SessionSource(
         platform="slack",
         scope_id="T9",
@@ -47,7 +47,7 @@ def test_a_created_session_carries_its_source_fields(store: Store) -> None:
     assert loaded.is_live
 
 
-def test_gateway_and_cli_sessions_get_ids_of_their_kind(store: Store) -> None:
+def test_gateway_and_cli_sessions_get_ids_of_their_kind(store: StoreInterface) -> None:
     from hermes_actors.ids import SessionKind
 
     gateway = store.create_session("telegram")
@@ -56,13 +56,13 @@ def test_gateway_and_cli_sessions_get_ids_of_their_kind(store: Store) -> None:
     assert len(cli.id.rsplit("_", 1)[1]) == 6
 
 
-def test_a_duplicate_session_id_is_refused_with_a_clear_error(store: Store) -> None:
+def test_a_duplicate_session_id_is_refused_with_a_clear_error(store: StoreInterface) -> None:
     store.create_session("cli", session_id="20261130_120000_abcdef")
     with pytest.raises(StoreError, match="already exists"):
         store.create_session("cli", session_id="20261130_120000_abcdef")
 
 
-def test_the_first_end_reason_wins(store: Store, clock: FakeClock) -> None:
+def test_the_first_end_reason_wins(store: StoreInterface, clock: FakeClock) -> None:
     session = store.create_session("cli")
     first = store.end_session(session.id, EndReason.IDLE)
     clock.advance(60)
@@ -71,7 +71,7 @@ def test_the_first_end_reason_wins(store: Store, clock: FakeClock) -> None:
     assert second.ended_at == first.ended_at
 
 
-def test_reopening_makes_an_ended_session_live_again(store: Store) -> None:
+def test_reopening_makes_an_ended_session_live_again(store: StoreInterface) -> None:
     session = store.create_session("cli")
     store.end_session(session.id, EndReason.USER_EXIT)
     reopened = store.reopen_session(session.id)
@@ -79,7 +79,7 @@ def test_reopening_makes_an_ended_session_live_again(store: Store) -> None:
     assert reopened.end_reason is None
 
 
-def test_unknown_sessions_raise_not_found(store: Store) -> None:
+def test_unknown_sessions_raise_not_found(store: StoreInterface) -> None:
     with pytest.raises(SessionNotFoundError, match="hermesctl sessions list"):
         store.get_session("nope")
     with pytest.raises(SessionNotFoundError):
@@ -90,7 +90,7 @@ def test_unknown_sessions_raise_not_found(store: Store) -> None:
         store.append_messages("nope", [user("hi")])
 
 
-def test_a_batch_is_appended_in_one_transaction_and_counted(store: Store, clock: FakeClock) -> None:
+def test_a_batch_is_appended_in_one_transaction_and_counted(store: StoreInterface, clock: FakeClock) -> None:
     session = store.create_session("cli")
     clock.advance(10)
     ids = store.append_messages(
@@ -117,7 +117,7 @@ def test_a_batch_is_appended_in_one_transaction_and_counted(store: Store, clock:
     assert transcript[2].tool_name == "terminal"
 
 
-def test_a_bad_batch_appends_nothing(store: Store) -> None:
+def test_a_bad_batch_appends_nothing(store: StoreInterface) -> None:
     session = store.create_session("cli")
     with pytest.raises(StoreError, match="tool_calls must be a JSON array"):
         store.append_messages(session.id, [user("ok"), NewMessage(role=Role.ASSISTANT, tool_calls="{broken")])
@@ -125,14 +125,14 @@ def test_a_bad_batch_appends_nothing(store: Store) -> None:
     assert store.get_session(session.id).message_count == 0
 
 
-def test_an_ended_session_takes_no_more_messages(store: Store) -> None:
+def test_an_ended_session_takes_no_more_messages(store: StoreInterface) -> None:
     session = store.create_session("cli")
     store.end_session(session.id, EndReason.NEW_SESSION)
     with pytest.raises(SessionClosedError, match="has ended"):
         store.append_messages(session.id, [user("late reply")])
 
 
-def test_a_transaction_groups_several_writes_and_rolls_back_together(store: Store) -> None:
+def test_a_transaction_groups_several_writes_and_rolls_back_together(store: StoreInterface) -> None:
     session = store.create_session("cli")
 
     def failing_turn() -> None:
@@ -147,7 +147,7 @@ def test_a_transaction_groups_several_writes_and_rolls_back_together(store: Stor
     assert store.get_route("agent:main:cli:dm") is None
 
 
-def test_listing_filters_by_source_and_state_and_orders_by_activity(store: Store, clock: FakeClock) -> None:
+def test_listing_filters_by_source_and_state_and_orders_by_activity(store: StoreInterface, clock: FakeClock) -> None:
     a = store.create_session("telegram")
     clock.advance(1)
     b = store.create_session("cli")
@@ -164,23 +164,23 @@ def test_listing_filters_by_source_and_state_and_orders_by_activity(store: Store
     assert [s.id for s in store.list_sessions(order="started")] == [c.id, b.id, a.id]
 
 
-def test_deleting_a_session_orphans_its_children_and_clears_its_search_rows(store: Store) -> None:
-    parent = store.create_session("cli")
-    store.append_messages(parent.id, [user("kubernetes deployment notes")])
-    store.set_route("agent:main:cli:dm", parent.id)
-    child = store.create_session("cli", parent_session_id=parent.id)
-    assert store.fts_query("kubernetes").hits
-    assert store.delete_session(parent.id)
-    assert store.find_session(parent.id) is None
-    assert store.get_session(child.id).parent_session_id is None
-    assert store.get_route("agent:main:cli:dm") is None
-    assert store.fts_query("kubernetes").hits == []
-    assert store._connection.execute("SELECT count(*) FROM messages").get == 0
-    assert not store.delete_session(parent.id)
-    store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+def test_deleting_a_session_orphans_its_children_and_clears_its_search_rows(sqlite_store: Store) -> None:
+    parent = sqlite_store.create_session("cli")
+    sqlite_store.append_messages(parent.id, [user("kubernetes deployment notes")])
+    sqlite_store.set_route("agent:main:cli:dm", parent.id)
+    child = sqlite_store.create_session("cli", parent_session_id=parent.id)
+    assert sqlite_store.fts_query("kubernetes").hits
+    assert sqlite_store.delete_session(parent.id)
+    assert sqlite_store.find_session(parent.id) is None
+    assert sqlite_store.get_session(child.id).parent_session_id is None
+    assert sqlite_store.get_route("agent:main:cli:dm") is None
+    assert sqlite_store.fts_query("kubernetes").hits == []
+    assert sqlite_store._connection.execute("SELECT count(*) FROM messages").get == 0
+    assert not sqlite_store.delete_session(parent.id)
+    sqlite_store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
 
 
-def test_titles_are_sanitised_unique_and_clearable(store: Store) -> None:
+def test_titles_are_sanitised_unique_and_clearable(store: StoreInterface) -> None:
     a = store.create_session("cli")
     b = store.create_session("cli")
     assert store.set_title(a.id, "  refactoring\u200b   auth\n") == "refactoring auth"
@@ -197,7 +197,7 @@ def test_titles_are_sanitised_unique_and_clearable(store: Store) -> None:
         store.create_session("cli", title="refactoring  auth")
 
 
-def test_lineage_titles_number_compression_children(store: Store) -> None:
+def test_lineage_titles_number_compression_children(store: StoreInterface) -> None:
     root = store.create_session("cli", title="my project")
     assert store.next_lineage_title("my project") == "my project #2"
     two = store.create_session("cli", title=store.next_lineage_title("my project"), parent_session_id=root.id)
@@ -209,7 +209,7 @@ def test_lineage_titles_number_compression_children(store: Store) -> None:
     assert store.next_lineage_title("my project") == "my project #4"
 
 
-def test_references_resolve_by_id_then_unique_prefix_then_title(store: Store) -> None:
+def test_references_resolve_by_id_then_unique_prefix_then_title(store: StoreInterface) -> None:
     a = store.create_session("cli", session_id="20261130_101500_a1b2c3d4", title="alpha")
     b = store.create_session("cli", session_id="20261130_101500_a1ffffff")
     store.create_session("cli", session_id="20261129_090000_00000000", title="20261130_1")
@@ -230,7 +230,7 @@ def test_references_resolve_by_id_then_unique_prefix_then_title(store: Store) ->
         store.resolve_session("  ")
 
 
-def test_prefix_resolution_is_not_fooled_by_like_wildcards(store: Store) -> None:
+def test_prefix_resolution_is_not_fooled_by_like_wildcards(store: StoreInterface) -> None:
     store.create_session("cli", session_id="20261130_101500_abcdef")
     with pytest.raises(SessionNotFoundError):
         store.resolve_session("2026113__10")
@@ -238,7 +238,7 @@ def test_prefix_resolution_is_not_fooled_by_like_wildcards(store: Store) -> None
         store.resolve_session("%")
 
 
-def test_routes_bind_rebind_list_and_unbind(store: Store, clock: FakeClock) -> None:
+def test_routes_bind_rebind_list_and_unbind(store: StoreInterface, clock: FakeClock) -> None:
     a = store.create_session("telegram")
     b = store.create_session("telegram")
     store.set_route("agent:main:telegram:dm:1", a.id)
@@ -255,7 +255,7 @@ def test_routes_bind_rebind_list_and_unbind(store: Store, clock: FakeClock) -> N
         store.set_route("agent:main:x:dm", "missing")
 
 
-def test_stats_count_sessions_messages_and_bytes(store: Store) -> None:
+def test_stats_count_sessions_messages_and_bytes(store: StoreInterface) -> None:
     a = store.create_session("telegram")
     store.create_session("cli")
     store.create_session("telegram")
@@ -282,7 +282,9 @@ _texts = st.one_of(st.none(), st.text(max_size=300))
         max_size=6,
     )
 )
-def test_appended_messages_load_back_unchanged(store: Store, batch: list[tuple[Role, str | None, str | None]]) -> None:
+def test_appended_messages_load_back_unchanged(
+    store: StoreInterface, batch: list[tuple[Role, str | None, str | None]]
+) -> None:
     session = store.create_session("cli")
     messages = [NewMessage(role=r, content=c, tool_name=t) for r, c, t in batch]
     store.append_messages(session.id, messages)

@@ -1,0 +1,79 @@
+"""Contract tests of the tables around the transcript, written against the store interface only."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_actors.errors import LeaseLostError
+from hermes_actors.store import InboxState, StoreInterface
+from hermes_actors.testing import FakeClock
+
+
+def _accept(store: StoreInterface, message_id: str, *, platform: str = "telegram") -> int | None:
+    return store.inbox.add(
+        platform=platform, account_id="", platform_message_id=message_id, routing_key="k", payload=b"p"
+    )
+
+
+def test_an_inbox_row_is_pending_until_completed_and_a_redelivery_is_refused(store: StoreInterface) -> None:
+    first = _accept(store, "m1")
+    assert first is not None
+    assert _accept(store, "m1") is None
+    row = store.inbox.get(first)
+    assert row is not None
+    assert row.state is InboxState.PENDING
+    assert store.inbox.depth() == 1
+    assert store.inbox.complete(first, session_id=None, state=InboxState.REJECTED)
+    assert not store.inbox.complete(first, session_id=None)  # completed once only
+    done = store.inbox.get(first)
+    assert done is not None
+    assert done.state == "rejected"  # a StrEnum: the stored text is unchanged
+    assert store.inbox.pending() == []
+    assert store.inbox.pending_among([first]) == set()
+
+
+def test_inbox_payloads_since_keep_to_one_platform(store: StoreInterface, clock: FakeClock) -> None:
+    _accept(store, "old")
+    clock.advance(10)
+    _accept(store, "new")
+    _accept(store, "other", platform="signal")
+    assert store.inbox.payloads_since("telegram", clock() - 1) == [b"p"]
+
+
+def test_outbox_rows_are_unsent_until_sent_or_abandoned(store: StoreInterface) -> None:
+    ids = [
+        store.outbox.add(session_id=None, platform="telegram", account_id="", chat_id="c", thread_id=None, payload=b"x")
+        for _ in range(3)
+    ]
+    assert store.outbox.backlog() == 3
+    assert store.outbox.begin_attempt(ids[0]) == 1
+    store.outbox.mark_sent(ids[0], "p1")
+    store.outbox.abandon(ids[1], "handoff failed")
+    assert [row.id for row in store.outbox.unsent()] == [ids[2]]
+    assert store.outbox.unsent("signal") == []
+
+
+def test_a_lease_fences_a_turn_after_another_owner_took_it(store: StoreInterface, clock: FakeClock) -> None:
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", 10)
+    assert isinstance(epoch, int)
+    assert store.leases.grant("s1", "b", 10) == "a"
+    assert store.leases.owners() == ["a"]
+    clock.advance(11)
+    assert isinstance(store.leases.grant("s1", "b", 10), int)
+    with pytest.raises(LeaseLostError):
+        store.leases.fence("s1", "a", epoch, 10)
+    assert store.leases.holder("s1") == "b"
+    assert store.leases.release_all("b") == 1
+    assert store.leases.owners() == []
+
+
+def test_timers_and_cursors_are_replaced_by_name(store: StoreInterface) -> None:
+    store.timers.set("idle", 5.0)
+    store.timers.apply({"idle": (7.0, b"x"), "daily": (6.0, None)})
+    assert [(t.name, t.due_at) for t in store.timers.all()] == [("daily", 6.0), ("idle", 7.0)]
+    assert store.timers.cancel("daily")
+    store.kv.set_cursor("telegram", "41")
+    store.kv.set_cursor("telegram", "42")
+    store.kv.set_meta("k", "v")
+    assert (store.kv.get_cursor("telegram"), store.kv.get_meta("k")) == ("42", "v")
