@@ -7,7 +7,6 @@ and progress bars go to stderr, so stdout carries only the listing or JSON a scr
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -15,95 +14,34 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import click
 import msgspec
 
-from hermes_actors.agents.history import is_capped, is_summary
+from hermes_actors.cli.ages import DEFAULT_PRUNE_AGE, Age, AgeType, parse_age
 from hermes_actors.cli.formatting import (
     format_bytes,
-    format_timestamp,
-    one_line,
     plural,
-    relative_time,
-    render_table,
-    terminal_safe,
-    truncate,
 )
 from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.session_text import (
+    load_details,
+    session_table,
+    status_text,
+    summary_lines,
+    title_text,
+    transcript_lines,
+)
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
-from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
-from hermes_actors.store.content import split_content
-from hermes_actors.store.export import child_session_ids, count_exports, encode_export_line, iter_exports
-from hermes_actors.store.lineage import lineage_chain
+from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store.export import count_exports, encode_export_line, iter_exports
 from hermes_actors.store.prune import PruneFilter, PruneResult, prune_sessions
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
 
-TITLE_WIDTH = 40
-TOOL_ARGS_WIDTH = 80
-TOOL_RESULT_LINES = 10
-
-_AGE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[mhdw])")
-_AGE_UNITS = {"m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
-_AGE_FORMS = "a number and a unit: 30m (minutes), 12h (hours), 90d (days) or 2w (weeks)"
 _CHOICE = re.compile(r"[0-9]+")
-
-
-class Age(msgspec.Struct, frozen=True, kw_only=True):
-    """A span typed on the command line (``90d``), kept as typed for messages."""
-
-    text: str
-    seconds: float
-
-    @property
-    def days(self) -> float:
-        """The span in days, as :class:`PruneFilter` takes it."""
-        return self.seconds / 86_400.0
-
-
-DEFAULT_PRUNE_AGE = Age(text="90d", seconds=90 * 86_400.0)
-
-
-def parse_age(text: str) -> Age:
-    """Parse ``30m``, ``12h``, ``90d`` or ``2w``; raise ``ValueError`` naming the accepted forms."""
-    match = _AGE.fullmatch(text.strip().lower())
-    if match is None:
-        raise ValueError(f"{text!r} is not an age; give {_AGE_FORMS}")
-    return Age(text=match[0], seconds=float(match["number"]) * _AGE_UNITS[match["unit"]])
-
-
-class AgeType(click.ParamType[Age, Any]):
-    """A click parameter type for :func:`parse_age`; a bad value is a usage error (exit status 2)."""
-
-    name = "age"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Age:
-        if isinstance(value, Age):
-            return value
-        try:
-            return parse_age(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class _Details(msgspec.Struct, frozen=True, kw_only=True):
-    record: SessionRecord
-    lineage: list[str]
-    children: list[str]
-    running_in: str | None
-
-
-def _load_details(store: Store, record: SessionRecord) -> _Details:
-    return _Details(
-        record=record,
-        lineage=lineage_chain(store, record.id),
-        children=child_session_ids(store, record.id),
-        running_in=store.leases.holder(record.id),
-    )
 
 
 def _open_writable(home: str | None) -> Store:
@@ -132,125 +70,6 @@ def _confirm(question: str, *, yes: bool) -> bool:
         raise click.ClickException(
             "no answer was read from standard input; pass --yes to go ahead without asking"
         ) from None
-
-
-def _title(record: SessionRecord) -> str:
-    return one_line(record.title) if record.title else "—"
-
-
-def _status(record: SessionRecord) -> str:
-    return "live" if record.ended_at is None else f"ended ({record.end_reason})"
-
-
-def _session_table(records: list[SessionRecord], *, now: float, numbered: bool = False) -> list[str]:
-    headers = ["ID", "TITLE", "SOURCE", "MESSAGES", "LAST ACTIVE", "STATUS"]
-    rows = [
-        [
-            r.id,
-            truncate(_title(r), TITLE_WIDTH),
-            one_line(r.source),
-            str(r.message_count),
-            relative_time(r.last_active_at, now=now),
-            _status(r),
-        ]
-        for r in records
-    ]
-    if numbered:
-        headers.insert(0, "#")
-        for number, row in enumerate(rows, start=1):
-            row.insert(0, str(number))
-    counts = headers.index("MESSAGES")
-    return render_table(headers, rows, right_aligned=(0, counts) if numbered else (counts,))
-
-
-def _origin(record: SessionRecord) -> str:
-    parts = [record.source]
-    if record.chat_type:
-        parts.append(record.chat_type)
-    if record.chat_id:
-        parts.append(f"chat {record.chat_id}" + (f" ({record.chat_name})" if record.chat_name else ""))
-    if record.thread_id:
-        parts.append(f"thread {record.thread_id}")
-    if record.user_id or record.user_name:
-        who = record.user_name or record.user_id
-        parts.append(f"user {who}" + (f" ({record.user_id})" if record.user_name and record.user_id else ""))
-    return one_line(" · ".join(p for p in parts if p))
-
-
-def _summary_lines(details: _Details, *, now: float) -> list[str]:
-    """The metadata block ``show`` prints first (and ``browse`` prints for the chosen session)."""
-    r = details.record
-    fields: list[tuple[str, str]] = [("Session", r.id), ("Title", _title(r)), ("Source", _origin(r))]
-    if r.model:
-        fields.append(("Model", one_line(r.model)))
-    fields.append(("Started", f"{format_timestamp(r.started_at)} ({relative_time(r.started_at, now=now)})"))
-    if r.ended_at is not None:
-        fields.append(("Ended", f"{format_timestamp(r.ended_at)} ({r.end_reason})"))
-    else:
-        fields.append(("Status", f"live, last active {relative_time(r.last_active_at, now=now)}"))
-    if details.running_in:
-        fields.append(("Running", f"in {details.running_in}"))
-    if r.parent_session_id:
-        fields.append(("Parent", r.parent_session_id))
-    if details.children:
-        fields.append(("Children", ", ".join(details.children)))
-    if len(details.lineage) > 1:
-        position = details.lineage.index(r.id) + 1
-        fields.append(("Lineage", f"{' → '.join(details.lineage)} ({position} of {len(details.lineage)})"))
-    fields.append(("Messages", f"{r.message_count} ({plural(r.tool_call_count, 'tool call')})"))
-    fields.append(("Tokens", f"{r.input_tokens} in, {r.output_tokens} out"))
-    return [f"{label + ':':<10}{value}" for label, value in fields]
-
-
-def _tool_call_text(call: object) -> str:
-    function = call.get("function") if isinstance(call, dict) else None
-    source = function if isinstance(function, dict) else call if isinstance(call, dict) else {}
-    name = str(source.get("name") or "?")
-    arguments = source.get("arguments", "")
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f"[tool call: {one_line(name)}({truncate(one_line(args), TOOL_ARGS_WIDTH)})]"
-
-
-def _tool_calls_text(raw: str) -> list[str]:
-    try:
-        calls = json.loads(raw)
-    except ValueError:
-        return [f"[tool calls: {truncate(one_line(raw), TOOL_ARGS_WIDTH)}]"]
-    return [_tool_call_text(call) for call in (calls if isinstance(calls, list) else [calls])]
-
-
-def _indent(lines: list[str], first: str, rest: str) -> list[str]:
-    return [(first if i == 0 else rest) + line for i, line in enumerate(lines)]
-
-
-def _marks(message: MessageRecord, cap: int) -> str:
-    """What ``show`` notes about how the model sees ``message``: a compression summary, cut to the cap."""
-    marks = ["[summary]"] if is_summary(message) else []
-    if is_capped(message, cap):
-        marks.append(f"[capped for the model at {cap:,} chars]")
-    return "".join(f" {mark}" for mark in marks)
-
-
-def _message_lines(message: MessageRecord, cap: int = 0) -> list[str]:
-    stamp = f"[{format_timestamp(message.created_at)}]"
-    body = terminal_safe(split_content(message.content or "")[0]).splitlines()  # imported multimodal: text only
-    marks = _marks(message, cap)
-    if message.role == Role.TOOL:
-        label = f"[tool result: {one_line(message.tool_name or '?')}]{marks}"
-        shown = body[:TOOL_RESULT_LINES]
-        if len(body) > len(shown):
-            shown.append(f"… {len(body) - len(shown)} more lines")
-        return _indent([f"{stamp} {label}", *shown], "    ↳ ", "      ")
-    if message.tool_calls:
-        body += _tool_calls_text(message.tool_calls)
-    return _indent(body or [""], f"{stamp} {message.role}{marks}: ", "    ")
-
-
-def _transcript_lines(messages: list[MessageRecord], omitted: int, cap: int = 0) -> list[str]:
-    lines = [f"… {plural(omitted, 'earlier message')} …"] if omitted else []
-    for message in messages:
-        lines.extend(_message_lines(message, cap))
-    return lines
 
 
 def _model_cap(home: str | None) -> int:
@@ -287,14 +106,14 @@ def sessions_list(home: str | None, source: str | None, limit: int, as_json: boo
     elif not records:
         click.echo("No sessions" + (f" from {source}" if source else "") + ".")
     else:
-        for line in _session_table(records, now=time.time()):
+        for line in session_table(records, now=time.time()):
             click.echo(line)
 
 
 def _pick(records: list[SessionRecord]) -> SessionRecord | None:
     shown = records
     while True:
-        for line in _session_table(shown, now=time.time(), numbered=True):
+        for line in session_table(shown, now=time.time(), numbered=True):
             click.echo(line)
         answer = _ask("Number to open, text to filter (empty: all), q to quit").strip()
         if answer.lower() in ("q", "quit"):
@@ -333,9 +152,9 @@ def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
         picked = _pick(records)
         if picked is None:
             return
-        details = _load_details(store, store.get_session(picked.id))
+        details = load_details(store, store.get_session(picked.id))
     click.echo("")
-    for line in _summary_lines(details, now=time.time()):
+    for line in summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
     click.echo(f"Resume it with: hermesctl chat --resume {picked.id}")
@@ -357,7 +176,7 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
     """
     with open_store(home) as store:
         record = store.resolve_session(reference)
-        details = _load_details(store, record)
+        details = load_details(store, record)
         messages = store.load_transcript(record.id)
     omitted = max(0, len(messages) - limit) if limit is not None else 0
     messages = messages[omitted:]
@@ -374,10 +193,10 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
         }
         click.echo(msgspec.json.encode(view).decode())
         return
-    for line in _summary_lines(details, now=time.time()):
+    for line in summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
-    for line in _transcript_lines(messages, omitted, cap) or ["(no messages)"]:
+    for line in transcript_lines(messages, omitted, cap) or ["(no messages)"]:
         click.echo(line)
 
 
@@ -458,8 +277,9 @@ def sessions_delete(home: str | None, reference: str, yes: bool) -> None:
             raise SessionBusyError(
                 f"session {record.id} is running in {holder}; stop that process or end the session first"
             )
-        title = f"'{_title(record)}'" if record.title else "(untitled)"
-        question = f"Delete session {record.id} {title} ({plural(record.message_count, 'message')}, {_status(record)})?"
+        title = f"'{title_text(record)}'" if record.title else "(untitled)"
+        messages = plural(record.message_count, "message")
+        question = f"Delete session {record.id} {title} ({messages}, {status_text(record)})?"
         if not _confirm(question, yes=yes):
             click.echo("Nothing deleted.")
             return

@@ -17,15 +17,13 @@ What goes where:
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
 
 from hermes_actors.errors import TitleError
-from hermes_actors.importer.keys import translate_key
 from hermes_actors.importer.report import (
     MIGRATED_ROUTES,
     ImportReport,
@@ -35,12 +33,21 @@ from hermes_actors.importer.report import (
     TitleNote,
     ValueNote,
 )
-from hermes_actors.importer.routes import import_routes, key_sources
+from hermes_actors.importer.routes import import_routes
+from hermes_actors.importer.rows import (
+    END_REASONS,
+    ROLES,
+    bare_record,
+    batches,
+    message_row,
+    parents_first,
+    routing_key,
+    tool_call_count,
+)
 from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
 from hermes_actors.importer.target import Ledger, MessageRow, Target
-from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, Role, SessionRecord, Store
-from hermes_actors.store.content import hermes_content, store_content
+from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store.content import hermes_content
 from hermes_actors.titles import MAX_TITLE_LENGTH, sanitize_title
 
 __all__ = ["COMPACTED_SUFFIX", "DEFAULT_BATCH_MESSAGES", "Progress", "import_hermes"]
@@ -51,95 +58,7 @@ COMPACTED_SUFFIX = "-compacted"
 Progress = Callable[[int, int], None]
 """Called after each session with (source rows done, source rows in all)."""
 
-_END_REASONS: dict[str, EndReason] = {
-    **{reason.value: reason for reason in EndReason},
-    "branched": EndReason.SESSION_SWITCH,  # the user moved on to a branch of it
-    "reset": EndReason.SESSION_RESET,
-    "new": EndReason.NEW_SESSION,
-    "exit": EndReason.USER_EXIT,
-}
-_ROLES: dict[str, Role] = {**{role.value: role for role in Role}, "developer": Role.SYSTEM}
 _REWOUND = "rewound in the source (it neither shows nor searches them)"
-
-
-def _tool_call_count(tool_calls: str | None) -> int:
-    if not tool_calls:
-        return 0
-    try:
-        calls = json.loads(tool_calls)
-    except (ValueError, RecursionError):
-        return 0
-    return len(calls) if isinstance(calls, list) else 0
-
-
-def _parents_first(stubs: Sequence[SessionStub]) -> tuple[list[SessionStub], set[str]]:
-    """Order sessions so a parent comes before its children; return the order and the ids whose parent link
-    closes a cycle (it is dropped)."""
-    by_id = {stub.id: stub for stub in stubs}
-    done: set[str] = set()
-    cut: set[str] = set()
-    order: list[SessionStub] = []
-    for stub in stubs:
-        chain: list[SessionStub] = []
-        on_chain: set[str] = set()
-        current: SessionStub | None = stub
-        while current is not None and current.id not in done and current.id not in on_chain:
-            chain.append(current)
-            on_chain.add(current.id)
-            parent = current.parent_session_id
-            current = by_id.get(parent) if parent is not None else None
-        if current is not None and current.id in on_chain:
-            cut.add(chain[-1].id)  # its parent is already on the chain: a cycle
-        for member in reversed(chain):
-            order.append(member)
-            done.add(member.id)
-    return order, cut
-
-
-def _batches(order: Sequence[SessionStub], counts: dict[str, int], limit: int) -> Iterable[list[SessionStub]]:
-    batch: list[SessionStub] = []
-    weight = 0
-    for stub in order:
-        batch.append(stub)
-        weight += counts.get(stub.id, 0) + 1
-        if weight >= limit:
-            yield batch
-            batch, weight = [], 0
-    if batch:
-        yield batch
-
-
-def _row(message: HermesMessage, role: Role) -> MessageRow:
-    return (
-        role.value,
-        store_content(message.content),
-        message.tool_calls,
-        message.tool_name,
-        message.tool_call_id,
-        message.token_count,
-        message.timestamp,
-        message.platform_message_id,
-    )
-
-
-def _bare_record(session: HermesSession) -> SessionRecord:
-    """The session's row here from its source fields alone: no title, parent, end, key or counters yet."""
-    origin = session.origin or SessionSource(platform=session.source)
-    return SessionRecord(
-        id=session.id,
-        source=session.source,
-        started_at=session.started_at,
-        last_active_at=session.started_at,
-        user_id=origin.user_id_alt or session.user_id or origin.user_id,
-        user_name=origin.user_name,
-        chat_id=session.chat_id or origin.chat_id,
-        chat_type=session.chat_type or (origin.chat_type if session.origin is not None else None),
-        chat_name=origin.chat_name or session.display_name,
-        thread_id=session.thread_id or origin.thread_id,
-        scope_id=session.scope_id,
-        model=session.model,
-        system_prompt=session.system_prompt,
-    )
 
 
 class _Import:
@@ -170,13 +89,13 @@ class _Import:
     # -- sessions ----------------------------------------------------------------------------------------------
 
     def import_sessions(self, progress: Progress | None, batch_messages: int) -> None:
-        order, self.cut_parents = _parents_first(self.stubs)
+        order, self.cut_parents = parents_first(self.stubs)
         rows = self.source.message_counts()
         total = sum(rows.get(stub.id, 0) for stub in order)
         done = 0
         if progress is not None:
             progress(0, total)
-        for batch in _batches(order, rows, batch_messages):
+        for batch in batches(order, rows, batch_messages):
             with self.target.transaction():
                 for stub in batch:
                     self._session(stub)
@@ -215,7 +134,7 @@ class _Import:
         live: list[MessageRow] = []
         compacted: list[MessageRow] = []
         for message in messages:
-            role = _ROLES.get(message.role)
+            role = ROLES.get(message.role)
             if not message.active and not message.compacted:
                 self._skip_message(_REWOUND)
                 continue
@@ -225,7 +144,7 @@ class _Import:
                     reason, MessageNote(source_message_id=message.id, session_id=session_id, reason=reason)
                 )
                 continue
-            row = _row(message, role)
+            row = message_row(message, role)
             if row[1] is not None and hermes_content(row[1]) != message.content:
                 self.message_notes.append(
                     MessageNote(
@@ -256,15 +175,15 @@ class _Import:
         last_active = max([session.started_at, *(row[6] for row in live)])
         ended_at, end_reason = self._end(session, last_active)
         record = msgspec.structs.replace(
-            _bare_record(session),
+            bare_record(session),
             last_active_at=last_active,
-            routing_key=self._routing_key(session),
+            routing_key=routing_key(session),
             title=self._title(session),
             parent_session_id=self._parent(session),
             ended_at=ended_at,
             end_reason=end_reason,
             message_count=len(live),
-            tool_call_count=sum(_tool_call_count(row[2]) for row in live),
+            tool_call_count=sum(tool_call_count(row[2]) for row in live),
             input_tokens=session.input_tokens,
             output_tokens=session.output_tokens,
         )
@@ -308,7 +227,7 @@ class _Import:
         self.target.add_to_session(
             session.id,
             messages=len(live),
-            tool_calls=sum(_tool_call_count(row[2]) for row in live),
+            tool_calls=sum(tool_call_count(row[2]) for row in live),
             last_active_at=last_active,
             tokens=(session.input_tokens, session.output_tokens),
         )
@@ -316,7 +235,7 @@ class _Import:
             ended_at, reason = self._end(session, last_active)
             self.target.end_session(session.id, ended_at or last_active, reason or EndReason.IMPORTED.value)
         if compacted:
-            self._add_compacted(_bare_record(session), compacted)
+            self._add_compacted(bare_record(session), compacted)
         self.target.set_ledger(
             session.id,
             msgspec.structs.replace(
@@ -366,7 +285,7 @@ class _Import:
         self.target.add_to_session(
             archive_id,
             messages=len(rows),
-            tool_calls=sum(_tool_call_count(row[2]) for row in rows),
+            tool_calls=sum(tool_call_count(row[2]) for row in rows),
             last_active_at=rows[-1][6],
         )
         self.target.set_ledger(
@@ -384,7 +303,7 @@ class _Import:
     def _end(self, session: HermesSession, last_active: float) -> tuple[float | None, str | None]:
         if session.ended_at is None and session.end_reason is None:
             return None, None
-        ours = _END_REASONS.get(session.end_reason or "", EndReason.IMPORTED)
+        ours = END_REASONS.get(session.end_reason or "", EndReason.IMPORTED)
         if ours.value != session.end_reason:
             self.end_reasons[session.end_reason or "(none)"] = ours.value
         return (session.ended_at if session.ended_at is not None else last_active), ours.value
@@ -436,12 +355,6 @@ class _Import:
             reason = f"its parent {parent} is not in the source database; the link was dropped"
         self.parent_links_dropped.append(SessionNote(session_id=session.id, reason=reason))
         return None
-
-    def _routing_key(self, session: HermesSession) -> str | None:
-        if not session.session_key:
-            return None
-        translated = translate_key(session.session_key, key_sources(session), scope_id=session.scope_id)
-        return translated.key or session.session_key
 
     def import_routes(self) -> int:
         """Import the routing table (after every session); return how many entries the source has."""

@@ -14,16 +14,25 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import apsw
-import msgspec
 
 from hermes_actors.errors import HermesError
-from hermes_actors.routing import SessionSource
+from hermes_actors.importer.source_records import (
+    HermesMessage,
+    HermesRoute,
+    HermesSession,
+    Repair,
+    SessionStub,
+    int_value,
+    json_value,
+    origin_value,
+    route_value,
+    timestamp_value,
+)
 from hermes_actors.store.content import decode_text
 
 __all__ = [
@@ -66,7 +75,6 @@ _CARRIED = {
 _REQUIRED_TABLES = ("sessions", "messages", "gateway_routing")
 _ROUTING_COLUMNS = ("scope", "session_key", "entry_json", "updated_at")
 _SESSIONS_JSON = ("sessions.json", os.path.join("sessions", "sessions.json"))
-_ORIGIN_FIELDS = ("chat_id", "chat_type", "thread_id", "user_id", "user_id_alt", "chat_name", "user_name")
 
 
 class SourceDatabaseError(HermesError):
@@ -79,129 +87,6 @@ class SourceDatabaseError(HermesError):
     def __init__(self, message: str, *, found_version: int | None = None) -> None:
         super().__init__(message)
         self.found_version = found_version
-
-
-class Repair(msgspec.Struct, frozen=True, kw_only=True):
-    """A text value of the source that was not UTF-8: where it was, and its original bytes."""
-
-    table: str
-    row: str
-    column: str
-    raw: bytes
-
-
-class SessionStub(msgspec.Struct, frozen=True, kw_only=True):
-    """What ordering needs of a session; ``readable_id`` is false when its id is not UTF-8 (it is skipped)."""
-
-    id: str
-    parent_session_id: str | None
-    started_at: float
-    readable_id: bool = True
-
-
-class HermesSession(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of the source's ``sessions``, with ``origin_json`` decoded into a :class:`SessionSource`."""
-
-    id: str
-    source: str
-    started_at: float
-    user_id: str | None = None
-    session_key: str | None = None
-    chat_id: str | None = None
-    chat_type: str | None = None
-    thread_id: str | None = None
-    display_name: str | None = None
-    origin: SessionSource | None = None
-    model: str | None = None
-    system_prompt: str | None = None
-    parent_session_id: str | None = None
-    ended_at: float | None = None
-    end_reason: str | None = None
-    title: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    repairs: tuple[Repair, ...] = ()
-
-    @property
-    def scope_id(self) -> str | None:
-        """The workspace the session's origin recorded (``scope_id``, or ``guild_id``), if any."""
-        return self.origin.scope_id if self.origin is not None else None
-
-
-class HermesMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of the source's ``messages``; ``active`` rows are the live transcript."""
-
-    id: int
-    role: str
-    content: str | None
-    timestamp: float
-    tool_call_id: str | None = None
-    tool_calls: str | None = None
-    tool_name: str | None = None
-    token_count: int | None = None
-    platform_message_id: str | None = None
-    active: bool = True
-    compacted: bool = False
-    repairs: tuple[Repair, ...] = ()
-
-
-class HermesRoute(msgspec.Struct, frozen=True, kw_only=True):
-    """A routing entry: ``key`` reaches ``session_id``. ``problem`` says why an entry cannot be used."""
-
-    found_in: str  # "gateway_routing" or the sessions.json path
-    key: str
-    session_id: str | None = None
-    origin: SessionSource | None = None
-    updated_at: float | None = None
-    problem: str | None = None
-
-
-def _text(value: Any) -> str | None:
-    """A JSON scalar as text: ids may be numbers (Telegram chat ids); empty strings count as absent."""
-    if value is None or isinstance(value, bool | dict | list):
-        return None
-    text = value if isinstance(value, str) else str(value)
-    return text or None
-
-
-def _origin(value: Any, fallback_platform: str | None) -> SessionSource | None:
-    if not isinstance(value, dict):
-        return None
-    platform = _text(value.get("platform")) or fallback_platform
-    if platform is None:
-        return None
-    fields = {name: _text(value.get(name)) for name in _ORIGIN_FIELDS}
-    return SessionSource(
-        platform=platform,
-        scope_id=_text(value.get("scope_id")) or _text(value.get("guild_id")),
-        chat_type=fields.pop("chat_type") or "dm",
-        **fields,
-    )
-
-
-def _json(text: str | None) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _timestamp(value: Any) -> float | None:
-    """A number, or an ISO datetime (naive ones are local time) as unix seconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
 def _select(columns: tuple[str, ...] | list[str], text: tuple[str, ...] | list[str]) -> str:
@@ -301,14 +186,14 @@ class HermesSource:
                     repairs.append(Repair(table="sessions", row=session_id, column=name, raw=bytes(raw)))
             else:
                 values[name] = raw
-        origin = _origin(_json(values.pop("origin_json")), values["source"])
+        origin = origin_value(json_value(values.pop("origin_json")), values["source"])
         return HermesSession(
             **{k: v for k, v in values.items() if k not in _SESSION_NUMBERS},
             origin=origin,
             started_at=float(values["started_at"] or 0.0),
             ended_at=float(values["ended_at"]) if values["ended_at"] is not None else None,
-            input_tokens=_int(values["input_tokens"]),
-            output_tokens=_int(values["output_tokens"]),
+            input_tokens=int_value(values["input_tokens"]),
+            output_tokens=int_value(values["output_tokens"]),
             repairs=tuple(repairs),
         )
 
@@ -359,7 +244,7 @@ class HermesSource:
         for raw_key, raw_entry, updated in rows:
             key, _ = decode_text(raw_key)
             entry, _ = decode_text(raw_entry)
-            routes.append(_route("gateway_routing", key or "", _json(entry), _timestamp(updated)))
+            routes.append(route_value("gateway_routing", key or "", json_value(entry), timestamp_value(updated)))
         warnings: list[str] = []
         for name in _SESSIONS_JSON:
             path = self.path.parent / name
@@ -375,7 +260,7 @@ class HermesSource:
                 continue
             for key, entry in document.items():
                 if key != "_README":
-                    routes.append(_route(str(path), key, entry, None))
+                    routes.append(route_value(str(path), key, entry, None))
         return routes, warnings
 
     # -- what is not carried over ------------------------------------------------------------------------------
@@ -395,21 +280,6 @@ class HermesSource:
             row = self._db.execute(f"SELECT {sums} FROM {table}").fetchone() or ()
             counts.update({f"{table}.{name}": int(n) for name, n in zip(extra, row, strict=True) if n})
         return counts
-
-
-def _route(found_in: str, key: str, entry: Any, updated_at: float | None) -> HermesRoute:
-    if not isinstance(entry, dict):
-        return HermesRoute(found_in=found_in, key=key, problem="its entry is not a JSON object")
-    session_id = _text(entry.get("session_id"))
-    if session_id is None:
-        return HermesRoute(found_in=found_in, key=key, problem="its entry names no session_id")
-    return HermesRoute(
-        found_in=found_in,
-        key=key,
-        session_id=session_id,
-        origin=_origin(entry.get("origin"), _text(entry.get("platform"))),
-        updated_at=updated_at if updated_at is not None else _timestamp(entry.get("updated_at")),
-    )
 
 
 def _columns(db: apsw.Connection, table: str) -> set[str]:
