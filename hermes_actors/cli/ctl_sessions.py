@@ -36,8 +36,8 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
 from hermes_actors.store import SessionRecord, Store
-from hermes_actors.store.export import count_exports, encode_export_line, iter_exports
-from hermes_actors.store.prune import PruneFilter, PruneResult, prune_sessions
+from hermes_actors.store.export import encode_export_line
+from hermes_actors.store.prune import PruneFilter, PruneResult
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
 
@@ -251,8 +251,8 @@ def sessions_export(home: str | None, out: str, source: str | None, reference: s
     # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
     with open_store(home) as store, store.transaction():
         session_id = store.resolve_session(reference).id if reference is not None else None
-        total = count_exports(store, source=source, session_id=session_id)
-        lines = (encode_export_line(e) for e in iter_exports(store, source=source, session_id=session_id))
+        total = store.count_exports(source=source, session_id=session_id)
+        lines = (encode_export_line(e) for e in store.iter_exports(source=source, session_id=session_id))
         if out == "-":
             _write_stream(lines)
             return
@@ -359,7 +359,7 @@ def sessions_prune(
     criteria = PruneFilter(older_than_days=age.days if age else 0, source=source)
     now = time.time()  # the preview and the prune judge ages against the same moment
     with open_store(home) if dry_run else _open_writable(home) as store:
-        preview = prune_sessions(store, criteria, dry_run=True, now=now)
+        preview = store.prune_sessions(criteria, dry_run=True, now=now)
         if dry_run or preview.sessions_deleted == 0:
             if as_json:
                 click.echo(msgspec.json.encode(preview).decode())
@@ -374,8 +374,8 @@ def sessions_prune(
             click.echo("Nothing deleted.", err=as_json)
             return
         with click.progressbar(length=preview.sessions_deleted, label="Pruning", file=sys.stderr) as bar:
-            result = prune_sessions(
-                store, criteria, now=now, vacuum=vacuum, progress=lambda done, _total: bar.update(done - bar.pos)
+            result = store.prune_sessions(
+                criteria, now=now, vacuum=vacuum, progress=lambda done, _total: bar.update(done - bar.pos)
             )
         free_bytes = store.free_bytes()
     if as_json:

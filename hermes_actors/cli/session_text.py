@@ -16,7 +16,7 @@ from hermes_actors.cli.formatting import (
     terminal_safe,
     truncate,
 )
-from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.store import MessageRecord, Role, SessionRecord, StoreInterface
 from hermes_actors.store.content import split_content
 
 __all__ = [
@@ -45,7 +45,7 @@ class SessionDetails(msgspec.Struct, frozen=True, kw_only=True):
     running_in: str | None
 
 
-def load_details(store: Store, record: SessionRecord) -> SessionDetails:
+def load_details(store: StoreInterface, record: SessionRecord) -> SessionDetails:
     """Read what ``show`` says about ``record``."""
     return SessionDetails(
         record=record,

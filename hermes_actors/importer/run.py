@@ -46,7 +46,7 @@ from hermes_actors.importer.rows import (
 )
 from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
 from hermes_actors.importer.target import Ledger, MessageRow, Target
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.content import hermes_content
 from hermes_actors.titles import MAX_TITLE_LENGTH, sanitize_title
 
@@ -395,7 +395,7 @@ class _Import:
 
 def import_hermes(
     source_path: str | Path,
-    store: Store | None,
+    store: StoreInterface | None,
     *,
     dry_run: bool = False,
     progress: Progress | None = None,

@@ -26,7 +26,7 @@ from typing import Literal
 
 import msgspec
 
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store import SessionRecord, StoreInterface
 from hermes_actors.store.records import MessageRow
 from hermes_actors.titles import lineage_base, next_lineage_title
 
@@ -60,7 +60,7 @@ _ledger_decoder = msgspec.json.Decoder(Ledger)
 class Target:
     """Reads and writes of an import against ``store`` (``None``: an empty store, dry runs only)."""
 
-    def __init__(self, store: Store | None, *, dry_run: bool, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: StoreInterface | None, *, dry_run: bool, clock: Callable[[], float] = time.time) -> None:
         if store is None and not dry_run:
             raise ValueError("a real import needs a store; pass dry_run=True to plan against an empty one")
         self._store = store
@@ -126,7 +126,7 @@ class Target:
 
     # -- writes ------------------------------------------------------------------------------------------------
 
-    def _writes(self) -> Store | None:
+    def _writes(self) -> StoreInterface | None:
         """The store to write to, ``None`` in a dry run."""
         return None if self.dry_run else self._store
 
