@@ -1,4 +1,5 @@
-"""Persistence on APSW: schema, migrations, the store library and full-text search."""
+"""Persistence, the only place SQL runs: the typed interface (:mod:`.interface`) and its APSW implementation
+(:class:`Store`), with the schema, migrations and full-text search."""
 
 from __future__ import annotations
 

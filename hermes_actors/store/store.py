@@ -43,7 +43,8 @@ __all__ = ["Store"]
 
 
 class Store(TranscriptRows):
-    """Sessions, messages, titles and routes in one SQLite database.
+    """Sessions, messages, titles, routes and the tables around them in one SQLite database: the APSW
+    implementation of :class:`~hermes_actors.store.interface.StoreInterface`.
 
     Open with :meth:`open`; it migrates a writable database to the current schema.
     """
