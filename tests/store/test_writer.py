@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.errors import StoreError
+from hermes_actors.errors import StoreError, StoreFault
 from hermes_actors.store import NewMessage, Role, SessionRecord, Store
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
@@ -88,6 +88,20 @@ def test_a_full_database_fails_the_write_with_the_fix_and_keeps_earlier_writes(w
         )
     transcript = writer.call(lambda store: store.load_transcript(session.id))
     assert [m.content for m in transcript] == ["kept"]
+
+
+def test_a_full_database_says_so_in_the_errors_fault(writer: StoreWriter) -> None:
+    session = writer.call(lambda store: store.create_session("cli"))
+
+    def cap(store: Store) -> None:
+        store._connection.execute(f"PRAGMA max_page_count = {store._connection.execute('PRAGMA page_count').get}")
+
+    writer.call(cap)
+    with pytest.raises(StoreError) as refused:
+        writer.call(
+            lambda store: store.append_messages(session.id, [NewMessage(role=Role.USER, content="x" * 200_000)])
+        )
+    assert refused.value.fault is StoreFault.FULL
 
 
 def test_a_stopped_writer_refuses_new_writes(db_path: Path) -> None:
