@@ -170,6 +170,6 @@ def _browse(reads: SearchReads, count: int, sort: Sort, current: str | None, sco
     skip = lineages.members(lineages.root_of_session(current)) if current is not None else set()
     sessions = []
     for row in reads.lineage_tips(count, oldest_first=sort == "oldest", skip=skip, scope=scope):
-        preview = reads.first_user_text(row.ref)
+        preview = reads.first_user_text(row[0])
         sessions.append(session_info(row, cut(preview, PREVIEW_CHARS)[0] if preview is not None else None)[1])
     return SearchResult(shape="browse", sessions=sessions)

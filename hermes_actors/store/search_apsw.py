@@ -121,15 +121,16 @@ class StoreSearchReads:
 
     def session(self, session_id: str, scope: SessionFilter) -> SessionRow | None:
         condition, values = scope.sql()
-        row = self._db.execute(f"{_SESSION_BY_ID} AND {condition}", (session_id, *values)).fetchone()
-        return None if row is None else SessionRow._make(row)
+        return cast(
+            SessionRow | None, self._db.execute(f"{_SESSION_BY_ID} AND {condition}", (session_id, *values)).fetchone()
+        )
 
     def resolve_session(self, reference: str, scope: SessionFilter) -> SessionRow:
         resolved = self._store.resolve_session(reference, visible=scope)
-        return SessionRow._make(self._db.execute(_SESSION_BY_ID, (resolved.id,)).fetchall()[0])
+        return cast(SessionRow, self._db.execute(_SESSION_BY_ID, (resolved.id,)).fetchall()[0])
 
     def session_by_ref(self, ref: int) -> SessionRow:
-        return SessionRow._make(self._db.execute(_SESSION_BY_REF, (ref,)).fetchall()[0])
+        return cast(SessionRow, self._db.execute(_SESSION_BY_REF, (ref,)).fetchall()[0])
 
     def lineage_tips(self, count: int, *, oldest_first: bool, skip: set[int], scope: SessionFilter) -> list[SessionRow]:
         direction = "ASC" if oldest_first else "DESC"
@@ -142,7 +143,7 @@ class StoreSearchReads:
             f"ORDER BY s.last_active_at {direction}, s.id {direction} LIMIT ?"
         )
         params = [EndReason.COMPRESSION.value, _json_list(skip), *values, count]
-        return [SessionRow._make(row) for row in self._db.execute(sql, params).fetchall()]
+        return cast(list[SessionRow], self._db.execute(sql, params).fetchall())
 
     def titled_sessions(self, query: SearchQuery, *, oldest_first: bool, scope: SessionFilter) -> Iterator[SessionRow]:
         params: list[Any] = []
@@ -154,8 +155,7 @@ class StoreSearchReads:
             f"SELECT {_SESSION} FROM sessions WHERE title IS NOT NULL AND {where} AND {condition} "
             f"ORDER BY last_active_at {direction}, id {direction}"
         )
-        for row in self._db.execute(sql, params):
-            yield SessionRow._make(row)
+        yield from cast(Iterator[SessionRow], self._db.execute(sql, params))
 
     # -- lineages ---------------------------------------------------------------------------------------------
 
@@ -174,7 +174,7 @@ class StoreSearchReads:
     # -- messages of one session ------------------------------------------------------------------------------
 
     def _messages(self, sql: str, params: tuple[int, ...]) -> list[MessageRow]:
-        return [MessageRow._make(row) for row in self._db.execute(sql, params)]
+        return cast(list[MessageRow], self._db.execute(sql, params).fetchall())
 
     def first_messages(self, ref: int, count: int) -> list[MessageRow]:
         return self._messages(_FIRST, (ref, count))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import apsw
 
@@ -34,30 +34,12 @@ __all__ = [
 ]
 
 
-class SessionRow(NamedTuple):
-    """What a search shows of a session."""
+SessionRow = tuple[int, str, str, float, float, str | None, float | None, str | None, int, str | None]
+"""What a search shows of a session: (ref, id, source, started_at, last_active_at, title, ended_at, end_reason,
+message_count, parent_session_id). A plain tuple, as SQLite returns it: a search reads many."""
 
-    ref: int
-    id: str
-    source: str
-    started_at: float
-    last_active_at: float
-    title: str | None
-    ended_at: float | None
-    end_reason: str | None
-    message_count: int
-    parent_session_id: str | None
-
-
-class MessageRow(NamedTuple):
-    """What a search shows of a message."""
-
-    id: int
-    role: str
-    content: str | None
-    created_at: float
-    tool_name: str | None
-
+MessageRow = tuple[int, str, str | None, float, str | None]
+"""What a search shows of a message: (id, role, content, created_at, tool_name), a plain tuple."""
 
 Candidate = tuple[int, float | None, int]
 """A message that matches a query: (message id, score or ``None`` when the page is not ranked, session ref)."""
