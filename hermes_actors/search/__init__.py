@@ -22,6 +22,9 @@ for a query), and out-of-range numbers are clamped.
 The modules: :mod:`.api` (the entry point, scroll, read, browse), :mod:`.discovery` (and its bounds),
 :mod:`.query` (checking a query, matching titles, marking snippets), :mod:`.rank` (bounded BM25),
 :mod:`.transcript` (messages and sessions as results), :mod:`.lineages` and :mod:`.shapes` (the result Structs).
+None of them runs SQL: they read through :class:`hermes_actors.store.search_reads.SearchReads` (the APSW store's
+is :meth:`Store.search_reads <hermes_actors.store.Store.search_reads>`), and the parsed query is
+:class:`hermes_actors.store.search_query.SearchQuery`.
 """
 
 from __future__ import annotations

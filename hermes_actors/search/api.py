@@ -1,6 +1,7 @@
 """session_search: the arguments checked and clamped, and the shape they ask for answered.
 
-Scroll, read and browse are a few LIMITed queries each and live here; discovery has its own module. Every
+Scroll, read and browse are a few bounded reads each (:class:`~hermes_actors.store.search_reads.SearchReads`,
+on the store passed in) and live here; discovery has its own module. Every
 problem with what a caller passed becomes a :class:`SearchResult` whose ``error`` names it and the fix, in the
 order the checks appear in :func:`_search`.
 """
@@ -9,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import apsw
-
 from hermes_actors.search.discovery import MAX_LIMIT, discover
-from hermes_actors.search.lineages import Lineages, json_list
+from hermes_actors.search.lineages import Lineages
 from hermes_actors.search.query import parse
 from hermes_actors.search.shapes import SearchResult, SessionInfo, Shape, Sort
 from hermes_actors.search.transcript import (
-    INFO_COLUMNS,
     cut,
     first_messages,
     last_messages,
@@ -24,8 +22,9 @@ from hermes_actors.search.transcript import (
     open_session,
     session_info,
 )
-from hermes_actors.store import Role, SessionFilter, Store
-from hermes_actors.store.records import EndReason
+from hermes_actors.store import Role, SessionFilter
+from hermes_actors.store.interface import StoreInterface
+from hermes_actors.store.search_reads import SearchReads
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_WINDOW", "MAX_LIMIT", "MAX_WINDOW", "session_search"]
 
@@ -42,7 +41,7 @@ _DEFAULT_ROLES = (Role.USER.value, Role.ASSISTANT.value)
 
 
 def session_search(
-    store: Store,
+    store: StoreInterface,
     *,
     query: str | None = None,
     session_id: str | None = None,
@@ -65,14 +64,15 @@ def session_search(
     scope = visible or SessionFilter()
     if source is not None:
         scope = scope.also(source=source)
-    with store.transaction():
+    reads = store.search_reads()
+    with reads.snapshot():
         return _search(
-            store, query, session_id, around_message_id, window, role_filter, sort, limit, current_session_id, scope
+            reads, query, session_id, around_message_id, window, role_filter, sort, limit, current_session_id, scope
         )
 
 
 def _search(
-    store: Store,
+    reads: SearchReads,
     query: str | None,
     session_id: str | None,
     around_message_id: int | None,
@@ -94,13 +94,13 @@ def _search(
                 error="query and session_id do not go together: drop session_id to search every session, "
                 "or drop query to read that session",
             )
-        found = open_session(store, session_id, scope)
+        found = open_session(reads, session_id, scope)
         if isinstance(found, str):
             return SearchResult(shape=shape, error=found)
         ref, info = found
         if around_message_id is None:
-            return _read(store._connection, ref, info)
-        return _scroll(store._connection, ref, info, around_message_id, span)
+            return _read(reads, ref, info)
+        return _scroll(reads, ref, info, around_message_id, span)
     if around_message_id is not None:
         return SearchResult(
             shape="scroll", error="around_message_id needs session_id: pass the session_id of the hit it came from"
@@ -109,14 +109,14 @@ def _search(
         shape = "browse" if query is None else "discovery"
         return SearchResult(shape=shape, query=query, error=f"sort must be one of {', '.join(_SORTS)}, not {sort!r}")
     if query is None or not query.strip():
-        return _browse(store, count, sort, current_session_id, scope)
+        return _browse(reads, count, sort, current_session_id, scope)
     roles = _roles(role_filter)
     if isinstance(roles, str):
         return SearchResult(shape="discovery", query=query, error=roles)
-    parsed = parse(query)
+    parsed = parse(reads, query)
     if isinstance(parsed, SearchResult):
         return parsed
-    return discover(store, query, parsed, roles, sort, count, span, current_session_id, scope)
+    return discover(reads, query, parsed, roles, sort, count, span, current_session_id, scope)
 
 
 def _clamp(value: object, low: int, high: int, default: int) -> int:
@@ -137,22 +137,22 @@ def _roles(role_filter: Sequence[str] | None) -> tuple[str, ...] | str:
     return tuple(dict.fromkeys(chosen))
 
 
-def _read(db: apsw.Connection, ref: int, info: SessionInfo) -> SearchResult:
-    total = int(db.execute("SELECT count(*) FROM messages WHERE session_ref = ?", (ref,)).get or 0)
+def _read(reads: SearchReads, ref: int, info: SessionInfo) -> SearchResult:
+    total = reads.count_messages(ref)
     if total <= READ_ALL_UP_TO:
-        return SearchResult(shape="read", session=info, messages=first_messages(db, ref, total))
+        return SearchResult(shape="read", session=info, messages=first_messages(reads, ref, total))
     return SearchResult(
         shape="read",
         session=info,
-        messages=first_messages(db, ref, READ_HEAD) + last_messages(db, ref, READ_TAIL),
+        messages=first_messages(reads, ref, READ_HEAD) + last_messages(reads, ref, READ_TAIL),
         omitted=total - READ_HEAD - READ_TAIL,
     )
 
 
-def _scroll(db: apsw.Connection, ref: int, info: SessionInfo, anchor: object, span: int) -> SearchResult:
+def _scroll(reads: SearchReads, ref: int, info: SessionInfo, anchor: object, span: int) -> SearchResult:
     if isinstance(anchor, bool) or not isinstance(anchor, int):
         return SearchResult(shape="scroll", session=info, error=f"around_message_id must be an integer, not {anchor!r}")
-    owner = db.execute("SELECT session_ref FROM messages WHERE id = ?", (anchor,)).get if abs(anchor) < 2**63 else None
+    owner = reads.message_session(anchor) if abs(anchor) < 2**63 else None
     if owner != ref:
         return SearchResult(
             shape="scroll",
@@ -160,31 +160,16 @@ def _scroll(db: apsw.Connection, ref: int, info: SessionInfo, anchor: object, sp
             error=f"message {anchor} is not in session {info.session_id}; "
             "pass a message id from that session (a hit's message_id or window)",
         )
-    window, before, after = messages_around(db, ref, anchor, span)
+    window, before, after = messages_around(reads, ref, anchor, span)
     return SearchResult(shape="scroll", session=info, messages=window, messages_before=before, messages_after=after)
 
 
-def _browse(store: Store, count: int, sort: Sort, current: str | None, scope: SessionFilter) -> SearchResult:
+def _browse(reads: SearchReads, count: int, sort: Sort, current: str | None, scope: SessionFilter) -> SearchResult:
     """Lineage tips, most recently active first (``oldest``: least recently), the caller's lineage skipped."""
-    db = store._connection
-    lineages = Lineages(store)
+    lineages = Lineages(reads)
     skip = lineages.members(lineages.root_of_session(current)) if current is not None else set()
-    direction = "ASC" if sort == "oldest" else "DESC"
-    condition, values = scope.sql("s")
-    sql = (
-        f"SELECT {', '.join('s.' + c.strip() for c in INFO_COLUMNS.split(','))} FROM sessions AS s "
-        "WHERE NOT (s.end_reason = ? "
-        "AND EXISTS (SELECT 1 FROM sessions AS c WHERE c.parent_session_id = s.id)) "
-        f"AND s.ref NOT IN (SELECT value FROM json_each(?)) AND {condition} "
-        f"ORDER BY s.last_active_at {direction}, s.id {direction} LIMIT ?"
-    )
-    params = [EndReason.COMPRESSION.value, json_list(skip), *values, count]
     sessions = []
-    for row in db.execute(sql, params).fetchall():
-        preview = db.execute(
-            "SELECT content FROM messages WHERE session_ref = ? AND role = 'user' AND content IS NOT NULL "
-            "ORDER BY id LIMIT 1",
-            (row[0],),
-        ).get
-        sessions.append(session_info(row, cut(str(preview), PREVIEW_CHARS)[0] if preview is not None else None)[1])
+    for row in reads.lineage_tips(count, oldest_first=sort == "oldest", skip=skip, scope=scope):
+        preview = reads.first_user_text(row[0])
+        sessions.append(session_info(row, cut(preview, PREVIEW_CHARS)[0] if preview is not None else None)[1])
     return SearchResult(shape="browse", sessions=sessions)

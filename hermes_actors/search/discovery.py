@@ -1,12 +1,13 @@
 """Discovery: the sessions a query finds, one hit per lineage, at a cost that does not grow with the store.
 
-Discovery never loads a session: hits are found by keyset pages over the FTS index (the caller's lineage, and
-each lineage already reported, excluded in SQL), and each hit is built from LIMITed queries on
-``messages (session_ref, id)``. ``relevance`` ranks the newest :data:`RELEVANCE_WINDOW` matching messages (all
-of them when fewer match; otherwise the result's ``note`` says so) by BM25 (:mod:`hermes_actors.search.rank`,
-with document frequencies counted among at most :data:`DF_SAMPLE` matches); ``newest``/``oldest`` walk the
-index in order. CJK queries of three or more characters use the trigram index, which has no rank: there
-``relevance`` means ``newest``. Title hits come first, then message hits.
+Discovery never loads a session: hits are found by keyset pages over the full-text index (the caller's
+lineage, and each lineage already reported, excluded by the store inside the page's query), and each hit is
+built from LIMITed reads of its session's messages (:class:`~hermes_actors.store.search_reads.SearchReads`).
+``relevance`` ranks the newest :data:`RELEVANCE_WINDOW` matching messages (all of them when fewer match;
+otherwise the result's ``note`` says so) by BM25 (:mod:`hermes_actors.search.rank`, with document frequencies
+counted among at most :data:`DF_SAMPLE` matches); ``newest``/``oldest`` walk the index in order. CJK queries of
+three or more characters use the trigram index, which has no rank: there ``relevance`` means ``newest``. Title
+hits come first, then message hits.
 
 The bounds live here, read when a search runs, so a test can lower them.
 """
@@ -14,27 +15,16 @@ The bounds live here, read when a search runs, so a test can lower them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
 
-import apsw
-import apsw.fts5query as fq
-import msgspec
-
-from hermes_actors.search.lineages import Lineages, json_list
+from hermes_actors.search.lineages import Lineages
 from hermes_actors.search.query import Matcher, Range, as_result, highlight, refuse_query
-from hermes_actors.search.rank import RANK_FUNCTION, phrase_frequencies, ranker_on
+from hermes_actors.search.rank import Ranker, phrase_frequencies
 from hermes_actors.search.shapes import SearchHit, SearchResult, SessionInfo, Sort
-from hermes_actors.search.transcript import (
-    INFO_COLUMNS,
-    bookends,
-    count_messages,
-    cut,
-    first_messages,
-    messages_around,
-    session_info,
-)
-from hermes_actors.store import SessionFilter, Store
-from hermes_actors.store.fts import SNIPPET_TOKENS, cjk_substrings, refuse_index_error
+from hermes_actors.search.transcript import bookends, cut, first_messages, messages_around, session_info
+from hermes_actors.store import SessionFilter
+from hermes_actors.store.fts import SNIPPET_TOKENS
+from hermes_actors.store.search_query import SearchQuery
+from hermes_actors.store.search_reads import IndexRefusedError, SearchReads
 
 __all__ = ["DF_SAMPLE", "MAX_LIMIT", "RELEVANCE_WINDOW", "WINDOW_CHARS", "discover"]
 
@@ -48,9 +38,9 @@ _MAX_PAGES = MAX_LIMIT + 2  # every page after the first yields a new lineage, s
 
 
 def discover(
-    store: Store,
+    reads: SearchReads,
     query: str,
-    parsed: fq.QUERY,
+    parsed: SearchQuery,
     roles: tuple[str, ...],
     sort: Sort,
     limit: int,
@@ -60,7 +50,7 @@ def discover(
 ) -> SearchResult:
     """Title hits, then message hits, for the checked query ``parsed``: at most ``limit``, one per lineage,
     never the lineage of session ``current``."""
-    return _Discovery(store, query, parsed, roles, sort, limit, span, current, scope).run()
+    return _Discovery(reads, query, parsed, roles, sort, limit, span, current, scope).run()
 
 
 class _Discovery:
@@ -68,9 +58,9 @@ class _Discovery:
 
     def __init__(
         self,
-        store: Store,
+        reads: SearchReads,
         query: str,
-        parsed: fq.QUERY,
+        parsed: SearchQuery,
         roles: tuple[str, ...],
         sort: Sort,
         limit: int,
@@ -78,8 +68,7 @@ class _Discovery:
         current: str | None,
         scope: SessionFilter,
     ) -> None:
-        self.store = store
-        self.db = store._connection
+        self.reads = reads
         self.query = query
         self.parsed = parsed
         self.roles = roles
@@ -87,7 +76,7 @@ class _Discovery:
         self.limit = limit
         self.span = span
         self.scope = scope
-        self.lineages = Lineages(store)
+        self.lineages = Lineages(reads)
         self.taken: set[str] = set()
         self.excluded: set[int] = set()
         if current is not None:
@@ -96,7 +85,7 @@ class _Discovery:
             self.excluded = self.lineages.members(root)
         self.hits: list[SearchHit] = []
         self.note: str | None = None
-        self.matcher = Matcher(self.db, parsed)
+        self.matcher = Matcher(reads, parsed)
 
     def run(self) -> SearchResult:
         if not self.matcher.has_words():
@@ -108,9 +97,9 @@ class _Discovery:
         try:
             self._title_hits()
             if len(self.hits) < self.limit:
-                self._message_hits(cjk_substrings(self.parsed))
-        except apsw.Error as exc:
-            return as_result(refuse_index_error(self.query, exc))  # what the parser lets through but FTS5 refuses
+                self._message_hits()
+        except IndexRefusedError as exc:
+            return as_result(exc.refusal(self.query))  # what the parser lets through but the index refuses
         return SearchResult(shape="discovery", query=self.query, hits=self.hits, note=self.note)
 
     def _take(self, ref: int, root: str) -> None:
@@ -121,17 +110,7 @@ class _Discovery:
     # -- titles ----------------------------------------------------------------------------------------------
 
     def _title_hits(self) -> None:
-        params: list[Any] = []
-        where = self.matcher.prefilter(params)
-        condition, values = self.scope.sql()
-        where += f" AND {condition}"
-        params.extend(values)
-        direction = "ASC" if self.sort == "oldest" else "DESC"
-        sql = (
-            f"SELECT {INFO_COLUMNS} FROM sessions WHERE title IS NOT NULL AND {where} "
-            f"ORDER BY last_active_at {direction}, id {direction}"
-        )
-        for row in self.db.execute(sql, params):
+        for row in self.reads.titled_sessions(self.parsed, oldest_first=self.sort == "oldest", scope=self.scope):
             ref, info = session_info(row)
             if ref in self.excluded:
                 continue
@@ -149,8 +128,8 @@ class _Discovery:
                 return
 
     def _title_hit(self, ref: int, info: SessionInfo, root: str, snippet: str) -> SearchHit:
-        window = first_messages(self.db, ref, 2 * self.span + 1, chars=WINDOW_CHARS)
-        _, end = bookends(self.db, ref, window)
+        window = first_messages(self.reads, ref, 2 * self.span + 1, chars=WINDOW_CHARS)
+        _, end = bookends(self.reads, ref, window)
         return SearchHit(
             session_id=info.session_id,
             source=info.source,
@@ -162,53 +141,35 @@ class _Discovery:
             lineage_root=None if root == info.session_id else root,
             window=window,
             bookend_end=end,
-            messages_after=count_messages(self.db, ref, ">", window[-1].id) if window else 0,
+            messages_after=self.reads.count_after(ref, window[-1].id) if window else 0,
         )
 
     # -- messages --------------------------------------------------------------------------------------------
 
-    def _candidate_sql(self, substrings: list[str] | None) -> tuple[str, list[Any]]:
-        """SQL for one keyset page of matching messages: (message id, score or NULL, session ref), in rowid order."""
-        descending = self.sort != "oldest"
-        if substrings is None:
-            table, rank = "messages_fts", f"{RANK_FUNCTION}(messages_fts)" if self.sort == "relevance" else "NULL"
-            match, params = "messages_fts MATCH ?", [self.query]
-        else:
-            table, rank = "messages_fts_cjk", "NULL"
-            match, params = (
-                " AND ".join("messages_fts_cjk.content LIKE ?" for _ in substrings),
-                [f"%{s}%" for s in substrings],
-            )
-        condition, values = self.scope.sql("s")
-        scoped = condition != "1"
-        join = " JOIN sessions AS s ON s.ref = m.session_ref" if scoped else ""
-        source = f" AND {condition}" if scoped else ""
-        keyset = f" AND {table}.rowid {'<' if descending else '>'} ?"
-        sql = (
-            f"SELECT {table}.rowid, {rank}, m.session_ref FROM {table} JOIN messages AS m ON m.id = {table}.rowid"
-            f"{join} WHERE {match} AND m.role IN (SELECT value FROM json_each(?)){source}"
-            f" AND m.session_ref NOT IN (SELECT value FROM json_each(?)){keyset}"
-            f" ORDER BY {table}.rowid {'DESC' if descending else 'ASC'} LIMIT ?"
-        )
-        params.append(msgspec.json.encode(list(self.roles)).decode())
-        if scoped:
-            params.extend(values)
-        return sql, params
-
-    def _message_hits(self, substrings: list[str] | None) -> None:
-        sql, params = self._candidate_sql(substrings)
-        ranked = self.sort == "relevance" and substrings is None
+    def _message_hits(self) -> None:
+        """Message hits from keyset pages over the index: ranked by BM25 for ``relevance`` (one page of at most
+        RELEVANCE_WINDOW, the newest), else in the page order, later pages only filling up the limit."""
+        ranked = self.sort == "relevance" and self.parsed.substrings is None
         if ranked:
-            ranker_on(self.db).prepare(phrase_frequencies(self.db, self.parsed, DF_SAMPLE))
+            self.reads.rank_function(Ranker).prepare(phrase_frequencies(self.reads, self.parsed, DF_SAMPLE))
         page = RELEVANCE_WINDOW if ranked else _FIRST_PAGE
-        bound = 2**63 - 1 if self.sort != "oldest" else -(2**63)
+        bound: int | None = None
         for number in range(_MAX_PAGES):
-            rows = self.db.execute(sql, [*params, json_list(self.excluded), bound, page]).fetchall()
+            rows = self.reads.match_page(
+                self.parsed,
+                roles=self.roles,
+                scope=self.scope,
+                ranked=ranked,
+                oldest_first=self.sort == "oldest",
+                excluded=self.excluded,
+                beyond=bound,
+                size=page,
+            )
             order: Sequence[int] = range(len(rows))
             if ranked:
-                order = sorted(order, key=lambda i: -cast(float, rows[i][1]))
+                order = sorted(order, key=lambda i: -(rows[i][1] or 0.0))
             for index in order:
-                mid, ref = int(cast(int, rows[index][0])), int(cast(int, rows[index][2]))
+                mid, _, ref = rows[index]
                 if ref in self.excluded:
                     continue
                 root = self.lineages.root(ref)
@@ -226,21 +187,20 @@ class _Discovery:
                 )
             if len(self.hits) == self.limit or len(rows) < page:
                 return
-            bound = int(cast(int, rows[-1][0]))
+            bound = rows[-1][0]
             page = min(page * 4, RELEVANCE_WINDOW)
 
     def _message_hit(self, mid: int, ref: int, root: str) -> SearchHit:
-        row = self.db.execute(f"SELECT {INFO_COLUMNS} FROM sessions WHERE ref = ?", (ref,)).fetchall()[0]
-        _, info = session_info(row)
-        window, before, after = messages_around(self.db, ref, mid, self.span, chars=WINDOW_CHARS)
-        start, end = bookends(self.db, ref, window)
+        _, info = session_info(self.reads.session_by_ref(ref))
+        window, before, after = messages_around(self.reads, ref, mid, self.span, chars=WINDOW_CHARS)
+        start, end = bookends(self.reads, ref, window)
         return SearchHit(
             session_id=info.session_id,
             source=info.source,
             started_at=info.started_at,
             last_active_at=info.last_active_at,
             matched="message",
-            snippet=self._snippet(self.db.execute("SELECT content FROM messages WHERE id = ?", (mid,)).get),
+            snippet=self._snippet(self.reads.message_content(mid)),
             title=info.title,
             lineage_root=None if root == info.session_id else root,
             message_id=mid,

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from hermes_actors.store.export import SessionExport
     from hermes_actors.store.fts import Order
     from hermes_actors.store.prune import PruneFilter, PruneResult
+    from hermes_actors.store.search_reads import SearchReads
 
 __all__ = [
     "AttachmentIndex",
@@ -180,6 +181,10 @@ class SessionDirectory(Protocol):
 @runtime_checkable
 class Transcripts(Protocol):
     """The messages of sessions: appending, loading, full-text search and totals."""
+
+    def search_reads(self) -> SearchReads:
+        """The bounded reads ``session_search`` makes (:mod:`hermes_actors.store.search_reads`)."""
+        ...
 
     def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append to a live session in one transaction, updating its counters; the new message ids."""

@@ -36,6 +36,7 @@ from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import OptimizeResult
+from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
 
@@ -147,6 +148,12 @@ class Store(TranscriptRows):
         return maintenance.free_bytes(self._db)
 
     # -- lineages, pruning and export (SQL in their own modules) -----------------------------------------------
+
+    def search_reads(self) -> SearchReads:
+        """Return the reads ``session_search`` makes, on this store's connection (one per search)."""
+        from hermes_actors.store.search_apsw import StoreSearchReads  # it builds on this module
+
+        return StoreSearchReads(self)
 
     def lineage_root(self, session_id: str) -> str:
         """Return the first session of the compression lineage ``session_id`` belongs to."""
