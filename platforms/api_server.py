@@ -48,7 +48,7 @@ from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter, committed, unreadable
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["SESSION_HEADER", "ApiServer", "ApiServerConfig", "key_fingerprint"]
 
@@ -444,11 +444,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         """Whether requests to ``/v1/*`` must carry the bearer key."""
         return self._key is not None
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Serve the API for ``gateway``; raise :class:`PlatformError` if the address cannot be bound."""
         if self._host is not None:
             raise PlatformError("api_server: start() was already called; build a new ApiServer to serve again")
-        super().start(gateway)
+        super().start(inbox)
 
     def describe(self) -> list[str]:
         """Banner lines: the base URL, a curl example and whether a key is required."""
@@ -545,10 +545,10 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     async def _health(self, request: web.Request) -> web.Response:
         """200 while the gateway can take messages; 503 naming the reason when it cannot (the store cannot be
         written: a full or read-only disk), so a load balancer stops sending turns that would fail."""
-        gateway, host = self._gateway, self._host
+        inbox, host = self._inbox, self._host
         reason: str | None = "the API server is not started"
-        if gateway is not None and host is not None:
-            reason = await host.blocking(gateway.store_unwritable_reason)
+        if inbox is not None and host is not None:
+            reason = await host.blocking(inbox.store_unwritable_reason)
         body = {"platform": _PLATFORM, "waiting": self._waiters.waiting()}
         if reason is not None:
             return _json({"status": "unavailable", "reason": reason, **body}, status=503)
@@ -595,21 +595,21 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     async def _attachments(self, images: Sequence[str]) -> tuple[Attachment, ...]:
         """The request's images as attachments, saved into the gateway's media store off the loop."""
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:
+        inbox, host = self._inbox, self._host
+        if inbox is None or host is None:
             raise _ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
-        media = gateway.media
+        media = inbox.media
         return await host.blocking(lambda: tuple(_image_attachment(media, url) for url in images))
 
     async def _submit(self, inbound: InboundMessage, *, continues: str | None) -> str:
         """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503."""
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:
+        inbox, host = self._inbox, self._host
+        if inbox is None or host is None:
             raise _ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
         try:
             if continues is not None:
-                await host.blocking(partial(_continue, gateway, inbound, continues))
-            accepted = await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
+                await host.blocking(partial(_continue, inbox, inbound, continues))
+            accepted = await committed(inbox.submit(inbound), inbox.ask_timeout_s)
             return accepted.routing_key
         except _ApiError:
             raise
@@ -646,11 +646,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     async def _session_hint(self, routing_key: str) -> str | None:
         """The session the turn's routing key leads to now (for a reply that has not come yet)."""
-        gateway, host = self._gateway, self._host
-        if gateway is None or host is None:
+        inbox, host = self._inbox, self._host
+        if inbox is None or host is None:
             return None
         try:
-            return await host.blocking(partial(gateway.session_for, routing_key))
+            return await host.blocking(partial(inbox.session_for, routing_key))
         except Exception:
             return None
 
@@ -740,7 +740,7 @@ def key_fingerprint(key: str) -> str:
     return "k" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _continue(gateway: Gateway, inbound: InboundMessage, continues: str) -> None:
+def _continue(inbox: Inbox, inbound: InboundMessage, continues: str) -> None:
     """Point the request's routing key at the session ``continues`` names (blocking): a client continues a session
     by naming it in the header.
 
@@ -748,11 +748,10 @@ def _continue(gateway: Gateway, inbound: InboundMessage, continues: str) -> None
     fingerprint), are continued; another platform's or another key's session gets the 404 an unknown id gets. A
     header that is not shaped like a session id names a conversation of the client's own choosing.
     """
-    with gateway.read() as store:
-        record = store.find_session(continues)
-    ours = record is not None and record.source == _PLATFORM and record.scope_id == inbound.source.scope_id
-    if record is None or not ours:
-        if record is None and not is_session_id(continues):
+    owner = inbox.session_owner(continues)
+    ours = owner is not None and owner.platform == _PLATFORM and owner.scope_id == inbound.source.scope_id
+    if owner is None or not ours:
+        if owner is None and not is_session_id(continues):
             return
         raise _ApiError(
             404,
@@ -761,7 +760,7 @@ def _continue(gateway: Gateway, inbound: InboundMessage, continues: str) -> None
             code="session_not_found",
             param=SESSION_HEADER,
         )
-    assert record is not None
-    routing_key = build_session_key(inbound.source, gateway.config.key_policy)
-    if record.is_live and gateway.session_for(routing_key) is None:
-        gateway.rebind(routing_key, record.id)
+    assert owner is not None
+    routing_key = build_session_key(inbound.source, inbox.key_policy)
+    if owner.live and inbox.session_for(routing_key) is None:
+        inbox.rebind(routing_key, owner.session_id)

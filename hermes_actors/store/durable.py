@@ -173,6 +173,14 @@ class Inbox(_Table):
             )
             return self._db.changes()
 
+    def payloads_since(self, platform: str, since: float) -> list[bytes]:
+        """Return the payloads of ``platform``'s rows received at or after ``since`` (answered or not), oldest
+        first."""
+        rows = self._db.execute(
+            "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (platform, since)
+        ).fetchall()
+        return [payload for (payload,) in rows if isinstance(payload, bytes)]
+
 
 class Outbox(_Table):
     """Replies committed with their turn, delivered afterwards."""

@@ -27,7 +27,7 @@ from platforms.discord.shard import Shard, Shards
 from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["DiscordAdapter"]
 
@@ -98,7 +98,7 @@ class DiscordAdapter:
         """The one sender for every bot's replies (it also opens handoff threads)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Connect every bot to the gateway, resuming a stored session where there is one."""
         if not self._bots:
             _log.warning("discord: no bots are configured; add one under platforms.discord.bots")
@@ -108,7 +108,7 @@ class DiscordAdapter:
                 bot.name,
                 bot.token,
                 self._rest[bot.name],
-                gateway,
+                inbox,
                 self.config,
                 self.cache,
                 clock=self._clock,

@@ -42,7 +42,7 @@ import msgspec
 from yarl import URL
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.runtime.gateway import PollCursor
+from hermes_actors.ports import PollCursor
 from platforms.discord.config import DiscordConfig
 from platforms.discord.events import (
     PLATFORM,
@@ -66,7 +66,7 @@ from platforms.discord.rest import RestClient, RestError
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["INTENTS", "MESSAGE_CONTENT", "ResumeState", "Shard", "Shards", "read_resume_state"]
 
@@ -102,10 +102,9 @@ class ResumeState(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str
 
 
-def read_resume_state(gateway: Gateway, bot: str) -> ResumeState | None:
+def read_resume_state(inbox: Inbox, bot: str) -> ResumeState | None:
     """The stored resume state of ``bot``, or ``None`` (first start, or a value that does not decode)."""
-    with gateway.read() as store:
-        stored = store.kv.get_cursor(PLATFORM, bot)
+    stored = inbox.cursor(PLATFORM, bot)
     if stored is None:
         return None
     try:
@@ -146,7 +145,7 @@ class Shard:
         name: str,
         token: str,
         rest: RestClient,
-        gateway: Gateway,
+        inbox: Inbox,
         config: DiscordConfig,
         cache: ChannelCache,
         *,
@@ -156,12 +155,12 @@ class Shard:
         self.name = name
         self._token = token
         self._rest = rest
-        self._gateway = gateway
+        self._inbox = inbox
         self._config = config
         self._cache = cache
         self._clock = clock
         self._rng = rng
-        self._resume = read_resume_state(gateway, name)
+        self._resume = read_resume_state(inbox, name)
         self._seq = self._resume.seq if self._resume is not None else None
         self._user_id = self._resume.user_id if self._resume is not None else None
         self._acked = True
@@ -411,7 +410,7 @@ class Shard:
         self.status = "connected"
         _log.info("discord bot %r: connected as %s (user %s)", self.name, ready.user.username, ready.user.id)
         try:
-            await asyncio.to_thread(self._gateway.accept_many, [], cursor=self._cursor(self._resume))
+            await asyncio.to_thread(self._inbox.accept_many, [], cursor=self._cursor(self._resume))
         except Exception as exc:
             _log.warning("discord bot %r: could not store the new session (%s)", self.name, exc)
 
@@ -441,7 +440,7 @@ class Shard:
         if self._resume is not None and frame.s is not None:
             cursor = self._cursor(msgspec.structs.replace(self._resume, seq=frame.s))
         try:
-            (result,) = await asyncio.to_thread(self._gateway.accept_many, [outcome], cursor=cursor)
+            (result,) = await asyncio.to_thread(self._inbox.accept_many, [outcome], cursor=cursor)
         except Exception as exc:
             _log.exception("discord bot %r: could not store message %s", self.name, message.id)
             raise _NotStored(f"message {message.id} could not be stored ({exc})") from exc
@@ -455,7 +454,7 @@ class Shard:
         return await attach_files(
             inbound,
             message.attachments,
-            media=self._gateway.media,
+            media=self._inbox.media,
             session=self._http,
             timeout_s=self._config.request_timeout_s,
             where=f"discord bot {self.name!r}",

@@ -24,7 +24,7 @@ from platforms.matrix.sync import Account, Poller
 from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["MatrixAdapter"]
 
@@ -78,7 +78,7 @@ class MatrixAdapter:
         """The one sender for every account's replies (it also opens threads for handoffs)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Load each account's stored state and start its ``/sync`` long poll."""
         if not self._homeservers:
             return
@@ -86,7 +86,7 @@ class MatrixAdapter:
             Account(name=name, api=api, auto_join=self.config.accounts[name].auto_join)
             for name, api in self._homeservers.items()
         ]
-        self._poller = Poller(accounts, gateway, self.config, self._rooms, clock=self._clock)
+        self._poller = Poller(accounts, inbox, self.config, self._rooms, clock=self._clock)
         self._poller.start()
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -37,7 +37,7 @@ import aiohttp
 import msgspec
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.runtime.gateway import PollCursor
+from hermes_actors.ports import PollCursor
 from platforms.matrix.client import Homeserver, room_path
 from platforms.matrix.config import MatrixConfig
 from platforms.matrix.events import (
@@ -67,7 +67,7 @@ from platforms.matrix.wire import (
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["Account", "Poller"]
 
@@ -112,14 +112,14 @@ class Poller:
     def __init__(
         self,
         accounts: Sequence[Account],
-        gateway: Gateway,
+        inbox: Inbox,
         config: MatrixConfig,
         snapshots: Snapshots,
         *,
         clock: Callable[[], float],
     ) -> None:
         self._accounts = list(accounts)
-        self._gateway = gateway
+        self._inbox = inbox
         self._config = config
         self._snapshots = snapshots
         self._clock = clock
@@ -148,8 +148,7 @@ class Poller:
         self._thread.stop(timeout)
 
     def _stored(self, account: str) -> AccountState:
-        with self._gateway.read() as store:
-            return decode_state(store.kv.get_cursor(PLATFORM, account), account)
+        return decode_state(self._inbox.cursor(PLATFORM, account), account)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -214,7 +213,7 @@ class Poller:
     def _commit(self, account: Account, batch: _Batch) -> None:
         cursor = PollCursor(platform=PLATFORM, cursor=encode_state(batch.state), account_id=account.name)
         # Blocking on purpose: a cancelled poll still finishes its commit, so stop() never splits a batch.
-        results = self._gateway.accept_many(batch.messages, cursor=cursor)
+        results = self._inbox.accept_many(batch.messages, cursor=cursor)
         for message, result in zip(batch.messages, results, strict=True):
             if result.duplicate:
                 _log.info(
@@ -425,7 +424,7 @@ class Poller:
                     inbound,
                     incoming.file,
                     api=account.api,
-                    media=self._gateway.media,
+                    media=self._inbox.media,
                     session=session,
                     timeout_s=self._config.request_timeout_s,
                 )

@@ -461,8 +461,8 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
             done.set_result(stored)
 
     async def _attach(self, app: _App, inbound: InboundMessage, files: list[SlackFile]) -> InboundMessage:
-        gateway = self._gateway
-        if gateway is None:  # pragma: no cover - the server runs only after start()
+        inbox = self._inbox
+        if inbox is None:  # pragma: no cover - the server runs only after start()
             return inbound
         async with aiohttp.ClientSession() as session:
             return await attach_files(
@@ -471,7 +471,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
                 app_name=app.name,
                 bot_token=app.bot_token,
                 api_base_url=self.config.api_base_url,
-                media=gateway.media,
+                media=inbox.media,
                 session=session,
                 timeout_s=self.config.http_timeout_s,
             )

@@ -27,7 +27,7 @@ from hermes_actors.errors import PlatformError
 
 if TYPE_CHECKING:
     from hermes_actors.messages import InboundMessage
-    from hermes_actors.runtime.gateway import AcceptResult, Gateway
+    from hermes_actors.ports import AcceptResult, Inbox
 
 __all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body", "unreadable"]
 
@@ -239,7 +239,7 @@ class HttpAdapter(abc.ABC, Generic[C]):
 
     def __init__(self, config: C) -> None:
         self.config = config
-        self._gateway: Gateway | None = None
+        self._inbox: Inbox | None = None
         self._host: HttpHost | None = None
 
     @property
@@ -250,11 +250,11 @@ class HttpAdapter(abc.ABC, Generic[C]):
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
         return f"http://{host}:{self.config.port}"
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
         host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
         # Set before binding: a request may arrive as soon as the socket listens.
-        self._gateway, self._host = gateway, host
+        self._inbox, self._host = inbox, host
         try:
             host.start()
         except BaseException:
@@ -288,11 +288,11 @@ class HttpAdapter(abc.ABC, Generic[C]):
         account and the message id); the caller answers ``None`` with a 5xx, so the platform delivers the message
         again.
         """
-        gateway = self._gateway
+        inbox = self._inbox
         try:
-            if gateway is None:  # pragma: no cover - the server runs only after start()
+            if inbox is None:  # pragma: no cover - the server runs only after start()
                 raise PlatformError(f"{self.server_name}: the adapter is not started")
-            return await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
+            return await committed(inbox.submit(inbound), inbox.ask_timeout_s)
         except Exception:
             log.exception(failed, inbound.source.account_id, inbound.message_id)
             return None

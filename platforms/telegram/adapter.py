@@ -42,7 +42,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["SECRET_HEADER", "TelegramAdapter"]
 
@@ -120,17 +120,17 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Serve the webhook bots, register their ``webhook_url``s, and start polling the others."""
-        self._gateway = gateway
+        self._inbox = inbox
         hooked = [bot for bot in self._bots.values() if bot.config.mode == "webhook"]
         polled = [bot.api for bot in self._bots.values() if bot.config.mode == "polling"]
         if hooked:
-            super().start(gateway)
+            super().start(inbox)
             for bot in hooked:
                 self._register(bot)
         if polled:
-            self._poller = Poller(polled, gateway, self.config, clock=self._clock)
+            self._poller = Poller(polled, inbox, self.config, clock=self._clock)
             self._poller.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -188,13 +188,13 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         if read is None:
             return _answer(200, {"ok": True, "accepted": False})
         inbound, files = read
-        if files and self._gateway is not None:
+        if files and self._inbox is not None:
             async with aiohttp.ClientSession() as session:
                 inbound = await attach_files(
                     inbound,
                     files,
                     bot=self._bots[name].api,
-                    media=self._gateway.media,
+                    media=self._inbox.media,
                     session=session,
                     timeout_s=self.config.request_timeout_s,
                 )

@@ -30,8 +30,8 @@ import msgspec
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
+from hermes_actors.ports import PollCursor
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.gateway import PollCursor
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import HttpError, HttpResult, retry_after_seconds, shown
 from platforms.support.ratelimit import Rate
@@ -53,7 +53,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["PLATFORM", "WechatAdapter"]
 
@@ -96,18 +96,17 @@ class _Account:
         self._committed = ""
         self._timeout = config.poll_timeout_s
         self._failures = 0
-        self._gateway: Gateway | None = None
+        self._inbox: Inbox | None = None
         self._threads: list[threading.Thread] = []
 
     @property
     def name(self) -> str:
         return self.auth.name
 
-    def start(self, gateway: Gateway) -> None:
-        with gateway.read() as store:
-            stored = store.kv.get_cursor(PLATFORM, self.name)
+    def start(self, inbox: Inbox) -> None:
+        stored = inbox.cursor(PLATFORM, self.name)
         state = decode_state(stored, self.name)
-        self._gateway = gateway
+        self._inbox = inbox
         self._buf = state.buf
         self._seen.restore(state.seen)
         self._batcher.restore(state.pending)
@@ -246,10 +245,10 @@ class _Account:
             if decoded is None:
                 continue
             piece, refs = decoded
-            if refs and self._gateway is not None:
+            if refs and self._inbox is not None:
                 attachments = fetch_media(
                     refs,
-                    media=self._gateway.media,
+                    media=self._inbox.media,
                     cdn_base_url=self._config.cdn_base_url,
                     timeout_s=self._config.download_timeout_s,
                     account=self.name,
@@ -305,7 +304,7 @@ class _Account:
 
     def _commit(self) -> None:
         """Commit the due batches as turns together with the state (caller holds ``_ready``)."""
-        assert self._gateway is not None
+        assert self._inbox is not None
         due = self._batcher.take_due()
         try:
             state = encode_state(
@@ -315,7 +314,7 @@ class _Account:
                 return
             turns = [self._turn(batch) for batch in due]
             cursor = PollCursor(platform=PLATFORM, cursor=state, account_id=self.name)
-            results = self._gateway.accept_many(turns, cursor=cursor)
+            results = self._inbox.accept_many(turns, cursor=cursor)
         except Exception:
             _log.exception("wechat account %r: could not store %d new turns; trying again", self.name, len(due))
             self._batcher.put_back(due, self._monotonic() + _COMMIT_RETRY_S)
@@ -395,11 +394,11 @@ class WechatAdapter:
         """The ``sendmessage`` sender for replies to WeChat sessions."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Load each account's stored state and start polling."""
-        self._tokens.attach(gateway)
+        self._tokens.attach(inbox)
         for account in self._accounts:
-            account.start(gateway)
+            account.start(inbox)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop polling (a held poll is aborted); waiting batches stay stored for the next start."""

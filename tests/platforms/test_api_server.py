@@ -21,6 +21,7 @@ from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store.records import MessageRecord
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
@@ -107,7 +108,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             stack.callback(gateway.stop, 10)
             if isinstance(agent, GatedAgent):
                 stack.callback(agent.gate.set)  # runs first: no turn holds up the gateway's stop
-            server.start(gateway)
+            server.start(GatewayInbox(gateway))
             stack.callback(server.stop, 10)
             return Running(server=server, gateway=gateway)
 

@@ -28,7 +28,9 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.ports import Inbox
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
@@ -150,7 +152,7 @@ def start(tmp_path: Path, make_fake: MakeFake, fake: DiscordFake) -> Iterator[St
             config: DiscordConfig | None = None,
             *,
             clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
+            gateway_for: Callable[[Inbox], Inbox] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
             rng: random.Random | None = None,
             media: MediaConfig | None = None,
@@ -165,7 +167,7 @@ def start(tmp_path: Path, make_fake: MakeFake, fake: DiscordFake) -> Iterator[St
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
+            adapter.start(gateway_for(GatewayInbox(gateway)) if gateway_for is not None else GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Running(adapter, gateway)
 
@@ -642,26 +644,26 @@ def test_a_restart_resumes_the_stored_session_and_misses_nothing(fake: DiscordFa
 
 
 class FailingFirstMessage:
-    """A gateway whose first commit of a message fails, as if the disk were full for a moment."""
+    """An inbox whose first commit of a message fails, as if the disk were full for a moment."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if batch and not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_message_that_could_not_be_stored_is_replayed_by_a_resume(
     fake: DiscordFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    discord = start(gateway_for=lambda gateway: cast(Gateway, FailingFirstMessage(gateway)))
+    discord = start(gateway_for=lambda inbox: cast(Inbox, FailingFirstMessage(inbox)))
     fake.wait_ready(TOKEN)
     message_id = fake.post(GENERAL, ALICE, "survive")
     assert wait_texts(fake, 1) == ["echo: survive"]

@@ -30,6 +30,7 @@ from hermes_actors.errors import ConfigError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock
 from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
@@ -126,7 +127,7 @@ def start_feishu(tmp_path: Path, fake: FakeFeishu) -> Iterator[StartFeishu]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Feishu(adapter=adapter, gateway=gateway, fake=fake, clock=clock)
 

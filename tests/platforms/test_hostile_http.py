@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
 from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig
@@ -189,7 +190,7 @@ def start_entry(tmp_path: Path) -> Iterator[StartEntry]:
                 tick_interval_s=0.1,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return gateway
 

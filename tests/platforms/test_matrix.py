@@ -26,8 +26,10 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
+from hermes_actors.ports import Inbox
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -124,7 +126,7 @@ def start(tmp_path: Path, hs: MatrixFake) -> Iterator[Start]:
             config: MatrixConfig | None = None,
             *,
             clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
+            gateway_for: Callable[[Inbox], Inbox] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
             ready: bool = True,
             media: MediaConfig | None = None,
@@ -140,7 +142,7 @@ def start(tmp_path: Path, hs: MatrixFake) -> Iterator[Start]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
+            adapter.start(gateway_for(GatewayInbox(gateway)) if gateway_for is not None else GatewayInbox(gateway))
             stack.callback(adapter.stop)
             if ready:
                 for settings in config.accounts.values():
@@ -465,27 +467,27 @@ def test_a_redelivered_event_starts_one_turn(hs: MatrixFake, start: Start, caplo
 
 
 class FailingCommit:
-    """A gateway whose first ``accept_many`` with messages fails, as if the process died before the commit."""
+    """An inbox whose first ``accept_many`` with messages fails, as if the process died before the commit."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if batch and not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_sync_that_was_not_committed_is_asked_again_and_processed_once(
     hs: MatrixFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     hs.create_room(DM, ALICE, BOT)
-    matrix = start(gateway_for=lambda gateway: cast(Gateway, FailingCommit(gateway)))
+    matrix = start(gateway_for=lambda inbox: cast(Inbox, FailingCommit(inbox)))
     before = len(hs.calls("sync"))
     event_id = hs.post(DM, ALICE, "survive")
     wait_sent(hs, 1)

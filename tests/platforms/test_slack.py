@@ -28,6 +28,7 @@ from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -111,7 +112,7 @@ def start_slack(tmp_path: Path, slack: FakeSlack) -> Iterator[StartSlack]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Slack(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
@@ -683,7 +684,7 @@ def test_a_handoff_to_slack_opens_a_thread_and_speaks_there(tmp_path: Path, slac
     cli = FakePlatform("cli")
     gateway = Gateway(tmp_path / "state.db", senders=[cli, *adapter.senders()], tick_interval_s=0.1)
     cli.attach(gateway)
-    adapter.start(gateway)
+    adapter.start(GatewayInbox(gateway))
     try:
         deliver(f"{adapter.url}/slack/events/main", event_callback(message("/sethome")), SECRET)
         assert slack.take().text == "This chat is now the home channel for slack."
@@ -885,7 +886,7 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_slack: StartSl
     taken = int(running.adapter.url.rsplit(":", 1)[1])
     second = SlackAdapter(SlackConfig(port=taken, apps=main_app()), environ={})
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(running.gateway)
+        second.start(GatewayInbox(running.gateway))
 
 
 # -- a crash between accept and reply -----------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.ports import Inbox
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -102,7 +104,7 @@ def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
             config: TelegramConfig | None = None,
             *,
             clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
+            gateway_for: Callable[[Inbox], Inbox] | None = None,
             extra_senders: tuple[FakePlatform, ...] = (),
             media: MediaConfig | None = None,
         ) -> Running:
@@ -116,7 +118,7 @@ def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
+            adapter.start(gateway_for(GatewayInbox(gateway)) if gateway_for is not None else GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Running(adapter, gateway)
 
@@ -341,27 +343,27 @@ def test_a_restart_resumes_after_the_stored_offset_and_processes_nothing_twice(
 
 
 class FailingFirstCommit:
-    """A gateway whose first ``accept_many`` fails, as if the process died before the commit."""
+    """An inbox whose first ``accept_many`` fails, as if the process died before the commit."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_batch_that_was_not_committed_is_fetched_again_and_processed_once(
     fake: TelegramFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     update_id = fake.push(TOKEN, message(private_chat(ALICE), ALICE, "survive", message_id=7))
-    telegram = start(gateway_for=lambda gateway: cast(Gateway, FailingFirstCommit(gateway)))
+    telegram = start(gateway_for=lambda inbox: cast(Inbox, FailingFirstCommit(inbox)))
     wait_sent(fake, 1)
     assert telegram.gateway.wait_idle()
     offsets = fake.offsets(TOKEN)

@@ -33,6 +33,7 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock
 from platforms.base import Adapter, ReplySender, SendError
 from platforms.support.http_host import HttpHost
@@ -193,7 +194,7 @@ def start_webhook(tmp_path: Path) -> Iterator[StartWebhook]:
                 clock=clock,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Webhook(adapter=adapter, gateway=gateway, clock=clock)
 
@@ -610,4 +611,4 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_webhook: Start
     taken = urlsplit(webhook.adapter.url).port
     second = WebhookAdapter(WebhookConfig(port=taken or 0, routes={}))
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(webhook.gateway)
+        second.start(GatewayInbox(webhook.gateway))

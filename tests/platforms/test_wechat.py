@@ -28,6 +28,7 @@ from hermes_actors.errors import ConfigError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from platforms import registry
@@ -131,7 +132,7 @@ def start_wechat(tmp_path: Path) -> Iterator[StartWechat]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Wechat(adapter=adapter, gateway=gateway, clock=clock)
 
@@ -180,7 +181,7 @@ def test_the_cursor_is_stored_with_the_turns_and_a_restart_polls_from_it(
     before = len(ilink.polls)
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         assert ilink.wait_polls(before + 1)[before].body["get_updates_buf"] == stored.buf
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "second"))
@@ -302,7 +303,7 @@ def test_a_batch_waiting_at_stop_is_stored_and_released_after_the_restart(
     assert wechat.rows() == []
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         assert ilink.take_sent().text == "echo: wait for me"
     finally:
@@ -356,7 +357,7 @@ def test_a_resent_message_id_and_resent_text_are_dropped_within_the_window_even_
     wechat.adapter.stop()
     again = WechatAdapter(fast(ilink.url, dedupe_window_s=60.0), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "ok"))  # the window was stored
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "marker 2"))
@@ -646,7 +647,7 @@ def test_a_reply_after_a_restart_still_has_the_context_token(ilink: FakeIlink, s
     wechat.adapter.stop()
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     (sender,) = again.senders()
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         reply = OutboundMessage(platform=PLATFORM, account_id="bot-a", chat_id="wxid_alice", text="later news")
         assert sender.send(reply) is not None
@@ -801,7 +802,7 @@ def test_stop_aborts_a_poll_the_server_is_holding(tmp_path: Path) -> None:
     try:
         adapter = WechatAdapter(fast(fake.url), environ={})
         with Gateway(tmp_path / "state.db", senders=adapter.senders()) as gateway:
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             fake.wait_polls(1)
             started = time.monotonic()
             adapter.stop(timeout=5)

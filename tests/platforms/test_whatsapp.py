@@ -30,6 +30,7 @@ from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError
@@ -143,7 +144,7 @@ def start_whatsapp(tmp_path: Path, graph: FakeGraph) -> Iterator[StartWhatsapp]:
                 media=media,
             )
             stack.callback(gateway.stop)
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             stack.callback(adapter.stop)
             return Running(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
@@ -417,7 +418,7 @@ def test_the_windows_are_rebuilt_from_the_inbox_after_a_restart(tmp_path: Path, 
         adapter = WhatsappAdapter(config, environ={}, clock=clock)
         gateway = Gateway(tmp_path / "state.db", senders=adapter.senders(), tick_interval_s=0.1)
         try:
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             check(adapter)
         finally:
             adapter.stop()
@@ -452,7 +453,7 @@ def test_a_handoff_to_whatsapp_speaks_in_the_home_chat(tmp_path: Path, graph: Fa
     cli = FakePlatform("cli")
     gateway = Gateway(tmp_path / "state.db", senders=[cli, *adapter.senders()], tick_interval_s=0.1)
     cli.attach(gateway)
-    adapter.start(gateway)
+    adapter.start(GatewayInbox(gateway))
     try:
         deliver(f"{adapter.url}/whatsapp/webhook", notification(NUMBER, [text_message("/sethome")]), SECRET)
         assert graph.take().body == "This chat is now the home channel for whatsapp."
@@ -1063,7 +1064,7 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_whatsapp: Star
     taken = int(running.adapter.url.rsplit(":", 1)[1])
     second = WhatsappAdapter(WhatsappConfig(port=taken, numbers=main_number()), environ={})
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(running.gateway)
+        second.start(GatewayInbox(running.gateway))
 
 
 # -- a crash between accept and reply -----------------------------------------------------------------------------
