@@ -48,7 +48,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
             on_by_default=True,
         ),
         PlatformSpec(name="telegram", module="platforms.telegram", config="TelegramConfig", adapter="TelegramAdapter"),
-        PlatformSpec(name="slack", module="platforms.slack.adapter", config="SlackConfig", adapter="SlackAdapter"),
+        PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
         PlatformSpec(
             name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
         ),

@@ -33,7 +33,7 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
-from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig
+from platforms.slack import SlackAdapter, SlackApp, SlackConfig
 from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig

@@ -32,7 +32,7 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
-from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig, SlackSender
+from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.slack_fake import (
     Answer,
@@ -338,7 +338,7 @@ def test_an_event_that_cannot_be_stored_gets_a_503_that_slack_retries(
 ) -> None:
     running = start_slack()
     running.gateway.stop()  # the store is gone: accept fails
-    with caplog.at_level(logging.ERROR, logger="platforms.slack.adapter"):
+    with caplog.at_level(logging.ERROR, logger="platforms.slack"):
         outcomes = deliver_until_acknowledged(running.url(), event_callback(message("lost?")), SECRET)
     assert outcomes == [503, 503, 503, 503]
     assert f"could not accept message T1:C1:{TS}" in caplog.text
@@ -369,7 +369,7 @@ def test_bot_own_edited_deleted_and_non_message_events_are_skipped_with_a_log_li
         ({"type": "channel_created", "channel": {"id": "C9", "name": "new"}}, "'channel_created' event"),
         (message("   "), "a message without text or files"),
     ]
-    with caplog.at_level(logging.DEBUG, logger="platforms.slack.adapter"):
+    with caplog.at_level(logging.DEBUG, logger="platforms.slack"):
         for event, reason in skipped:
             answer = running.post(event)
             assert answer.status == 200, event
@@ -530,8 +530,8 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
     mention = app_mention("look", ts=TS) | {"files": [file]}
     answers: dict[str, Answer] = {}
     waiting = LogSeen("is being fetched already")
-    caplog.set_level(logging.INFO, logger="platforms.slack.adapter")
-    logging.getLogger("platforms.slack.adapter").addHandler(waiting)
+    caplog.set_level(logging.INFO, logger="platforms.slack")
+    logging.getLogger("platforms.slack").addHandler(waiting)
 
     def post(name: str, payload: dict[str, Any], event_id: str) -> None:
         answers[name] = running.post(payload, event_id=event_id)
@@ -547,7 +547,7 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
         release.set()
         first.join(10)
         second.join(10)
-        logging.getLogger("platforms.slack.adapter").removeHandler(waiting)
+        logging.getLogger("platforms.slack").removeHandler(waiting)
     assert (answers["message"].status, answers["message"].body["duplicate"]) == (200, False)
     assert (answers["mention"].status, answers["mention"].body["duplicate"]) == (200, True)
     assert [d.file_id for d in slack.downloads] == ["F11"]
@@ -749,7 +749,7 @@ def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_w
     running = start_slack(max_body_bytes=64 * 1024, messages_per_second=1000.0)
     handler = LogRecords()
     records = handler.records
-    logger = logging.getLogger("platforms.slack.adapter")
+    logger = logging.getLogger("platforms.slack")
     logger.addHandler(handler)
     previous_level = logger.level
     logger.setLevel(logging.DEBUG)
