@@ -23,8 +23,9 @@ from platforms.discord.config import DiscordConfig, check_token
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
-from platforms.discord.shard import Shard, Shards
+from platforms.discord.shard import Shard
 from platforms.support.http_client import shown
+from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -53,6 +54,24 @@ def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _B
         raise ConfigError(f"{path}.token_env", f"environment variable {bot.token_env} is not set; export the token")
     check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
     return _Bot(name=name, token=token, origin=f"token from ${bot.token_env}")
+
+
+class Shards:
+    """Runs every bot's :class:`Shard` on one background event loop."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        self.shards = list(shards)
+        self._thread = TaskThread(
+            name="hermes-discord-gateway", label="discord: the gateway", log=_log, shutdown_executor=True
+        )
+
+    def start(self) -> None:
+        """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
+        self._thread.start(lambda http: {f"discord-{shard.name}": shard.run(http) for shard in self.shards})
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
+        self._thread.stop(timeout)
 
 
 class DiscordAdapter:
