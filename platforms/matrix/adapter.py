@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
-from platforms.matrix.client import Homeserver
+from platforms.matrix.client import Account, Homeserver
 from platforms.matrix.config import MatrixAccount, MatrixConfig, is_access_token
 from platforms.matrix.events import PLATFORM
 from platforms.matrix.sender import MatrixSender
 from platforms.matrix.state import Snapshots
-from platforms.matrix.sync import Account, Poller
+from platforms.matrix.sync import Poller
 from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
