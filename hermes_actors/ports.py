@@ -154,7 +154,7 @@ class Inbox(Protocol):
         """:meth:`accept_many` without waiting: the future resolves once the batch (and ``cursor``) committed."""
         ...
 
-    def cursor(self, platform: str, account_id: str = "") -> str | None:
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
         """The poll position last committed for (``platform``, ``account_id``), or ``None``."""
         ...
 

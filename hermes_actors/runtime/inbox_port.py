@@ -62,7 +62,7 @@ class GatewayInbox:
         """:meth:`Gateway.submit_many`."""
         return self._gateway.submit_many(batch, cursor=cursor)
 
-    def cursor(self, platform: str, account_id: str = "") -> str | None:
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
         """The stored poll position of (``platform``, ``account_id``)."""
         with self._gateway.read() as store:
             return store.kv.get_cursor(platform, account_id)

@@ -63,7 +63,7 @@ class ResumeState(msgspec.Struct, frozen=True, kw_only=True):
 
 def read_resume_state(inbox: Inbox, bot: str) -> ResumeState | None:
     """The stored resume state of ``bot``, or ``None`` (first start, or a value that does not decode)."""
-    stored = inbox.cursor(PLATFORM, bot)
+    stored = inbox.poll_cursor(PLATFORM, bot)
     if stored is None:
         return None
     try:

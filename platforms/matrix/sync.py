@@ -106,7 +106,7 @@ class Poller:
         self._thread.stop(timeout)
 
     def _stored(self, account: str) -> AccountState:
-        return decode_state(self._inbox.cursor(PLATFORM, account), account)
+        return decode_state(self._inbox.poll_cursor(PLATFORM, account), account)
 
     # -- the loop --------------------------------------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ class EventStreams:
         self._thread.stop(timeout)
 
     def _stored_id(self, account: str) -> str | None:
-        return self._inbox.cursor(PLATFORM, account)
+        return self._inbox.poll_cursor(PLATFORM, account)
 
     async def _listen(self, session: aiohttp.ClientSession, state: _Account) -> None:
         while not self._stopping.is_set():

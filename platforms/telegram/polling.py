@@ -57,7 +57,7 @@ _MAX_BATCH = 100  # getUpdates' own upper bound
 
 def read_offset(inbox: Inbox, bot: str) -> int | None:
     """The stored ``getUpdates`` offset of ``bot``, or ``None`` (first start, or a value that is not a number)."""
-    stored = inbox.cursor(PLATFORM, bot)
+    stored = inbox.poll_cursor(PLATFORM, bot)
     if stored is None:
         return None
     try:

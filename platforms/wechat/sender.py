@@ -101,7 +101,7 @@ class ContextTokens:
         inbox = self._inbox
         if inbox is None:
             raise SendError("the WeChat adapter has not started yet, so the chat's context_token is not loaded")
-        token = inbox.cursor(TOKEN_PLATFORM, _token_key(account, chat_id))
+        token = inbox.poll_cursor(TOKEN_PLATFORM, _token_key(account, chat_id))
         if token is not None:
             with self._lock:
                 self._latest.setdefault((account, chat_id), token)

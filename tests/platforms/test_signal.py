@@ -517,8 +517,8 @@ class FlakyInbox:
         self._failures = failures
         self.calls = 0
 
-    def cursor(self, platform: str, account_id: str = "") -> str | None:
-        return self._inbox.cursor(platform, account_id)
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
+        return self._inbox.poll_cursor(platform, account_id)
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
         self.calls += 1
