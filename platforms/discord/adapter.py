@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
 from platforms.discord.config import DiscordConfig, check_token
 from platforms.discord.events import PLATFORM, ChannelCache
@@ -25,6 +24,7 @@ from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
 from platforms.discord.shard import Shard
 from platforms.support.http_client import shown
+from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
@@ -48,12 +48,10 @@ def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _B
     path = f"platforms.discord.bots.{name}"
     if bot.token_env is None:
         assert bot.token is not None  # DiscordConfig requires token or token_env
-        return _Bot(name=name, token=bot.token, origin="token in config.yaml")
-    token = environ.get(bot.token_env, "").strip()
-    if not token:
-        raise ConfigError(f"{path}.token_env", f"environment variable {bot.token_env} is not set; export the token")
+        return _Bot(name=name, token=bot.token, origin=secret_origin("token", None))
+    token = read_env_secret(f"{path}.token_env", bot.token_env, environ, export="export the token", strip=True)
     check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
-    return _Bot(name=name, token=token, origin=f"token from ${bot.token_env}")
+    return _Bot(name=name, token=token, origin=secret_origin("token", bot.token_env))
 
 
 class Shards:

@@ -22,6 +22,7 @@ from platforms.matrix.sender import MatrixSender
 from platforms.matrix.state import Snapshots
 from platforms.matrix.sync import Poller
 from platforms.support.http_client import shown
+from platforms.support.secrets import read_env_secret, secret_origin
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -36,9 +37,7 @@ def _token(name: str, account: MatrixAccount, environ: Mapping[str, str]) -> str
         assert account.access_token is not None  # MatrixConfig requires one of the two
         return account.access_token
     path = f"platforms.matrix.accounts.{name}.access_token_env"
-    token = environ.get(account.access_token_env, "")
-    if not token:
-        raise ConfigError(path, f"environment variable {account.access_token_env} is not set; export the access token")
+    token = read_env_secret(path, account.access_token_env, environ, export="export the access token")
     if not is_access_token(token):
         raise ConfigError(path, f"the value of {account.access_token_env} is not an access token (printable ASCII)")
     return token
@@ -103,7 +102,7 @@ class MatrixAdapter:
             ]
         lines = []
         for name, account in self.config.accounts.items():
-            origin = f"token from ${account.access_token_env}" if account.access_token_env else "token in config.yaml"
+            origin = secret_origin("token", account.access_token_env)
             joins = "joins invites" if account.auto_join else "does not join invites"
             lines.append(
                 f"Matrix account '{name}' ({origin}): /sync long poll on {shown(account.homeserver)}; {joins}; "

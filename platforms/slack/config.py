@@ -9,12 +9,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = ["MAX_TEXT_CHARS", "SLACK_ID", "ResolvedApp", "SlackApp", "SlackConfig", "resolve_app"]
 
 MAX_TEXT_CHARS = 40_000  # Slack truncates longer message text
 _APP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SLACK_ID = re.compile(r"[A-Z0-9]{1,32}")  # team, channel and user ids: T0123, C0123, U0123, W0123
 
 
@@ -78,18 +78,13 @@ def _check_app(name: str, app: SlackApp) -> None:
         ("signing_secret", app.signing_secret, app.signing_secret_env),
         ("bot_token", app.bot_token, app.bot_token_env),
     ):
-        if value is None and env is None:
-            raise ConfigError(
-                f"{path}.{what}",
-                f"is required; copy it from the app's settings at api.slack.com/apps, or name an environment "
-                f"variable holding it in {what}_env",
-            )
-        if value is not None and env is not None:
-            raise ConfigError(f"{path}.{what}_env", f"set either {what} or {what}_env, not both")
+        missing = (
+            f"is required; copy it from the app's settings at api.slack.com/apps, or name an environment "
+            f"variable holding it in {what}_env"
+        )
+        check_secret_source(path, what, value, env, example_env="SLACK_BOT_TOKEN", missing=missing)
         if value is not None and (not value or value != value.strip()):
             raise ConfigError(f"{path}.{what}", "must not be empty or have spaces around it")
-        if env is not None and not _ENV_NAME.fullmatch(env):
-            raise ConfigError(f"{path}.{what}_env", "must be an environment variable name such as SLACK_BOT_TOKEN")
     if app.team_id is not None and not SLACK_ID.fullmatch(app.team_id):
         raise ConfigError(f"{path}.team_id", "must be a Slack workspace id such as T0123ABCD")
 
@@ -107,17 +102,14 @@ class ResolvedApp(msgspec.Struct, frozen=True, kw_only=True):
 def _secret(name: str, what: str, value: str | None, env: str | None, environ: Mapping[str, str]) -> str:
     if env is None:
         return value or ""
-    found = environ.get(env, "").strip()
-    if not found:
-        raise ConfigError(f"platforms.slack.adapter.apps.{name}.{what}_env", f"environment variable {env} is not set")
-    return found
+    return read_env_secret(f"platforms.slack.adapter.apps.{name}.{what}_env", env, environ, strip=True)
 
 
 def resolve_app(name: str, app: SlackApp, environ: Mapping[str, str]) -> ResolvedApp:
     secret = _secret(name, "signing_secret", app.signing_secret, app.signing_secret_env, environ)
     token = _secret(name, "bot_token", app.bot_token, app.bot_token_env, environ)
     origin = ", ".join(
-        f"{what} from ${env}" if env is not None else f"{what} in config.yaml"
+        secret_origin(what, env)
         for what, env in (("signing secret", app.signing_secret_env), ("bot token", app.bot_token_env))
     )
     return ResolvedApp(name=name, signing_key=secret.encode(), bot_token=token, team_id=app.team_id, origin=origin)

@@ -9,12 +9,12 @@ from urllib.parse import SplitResult, urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 from platforms.webhook.signing import NEW_SECRET_HINT, bad_secret, decode_secret
 
 __all__ = ["ResolvedRoute", "WebhookConfig", "WebhookRoute", "resolve_route"]
 
 _ROUTE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FIELD_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
 _CHAT_TYPES = ("dm", "group", "channel", "thread")
 
@@ -66,18 +66,19 @@ def _check_route(name: str, route: WebhookRoute) -> None:
     path = f"platforms.webhook.routes.{name}"
     if not _ROUTE_NAME.fullmatch(name):
         raise ConfigError(path, "a route name is 1 to 64 letters, digits, '_' or '-' (the URL is /webhooks/<name>)")
-    if route.secret is None and route.secret_env is None:
-        raise ConfigError(
-            f"{path}.secret",
+    check_secret_source(
+        path,
+        "secret",
+        route.secret,
+        route.secret_env,
+        example_env="HERMES_WEBHOOK_SECRET",
+        missing=(
             f"every route needs a secret; {NEW_SECRET_HINT}, and set it as secret (or name an environment variable "
-            "holding it in secret_env)",
-        )
-    if route.secret is not None and route.secret_env is not None:
-        raise ConfigError(f"{path}.secret_env", "set either secret or secret_env, not both")
+            "holding it in secret_env)"
+        ),
+    )
     if route.secret is not None and decode_secret(route.secret) is None:
         raise bad_secret(f"{path}.secret")
-    if route.secret_env is not None and not _ENV_NAME.fullmatch(route.secret_env):
-        raise ConfigError(f"{path}.secret_env", "must be an environment variable name such as HERMES_WEBHOOK_SECRET")
     fields: dict[str, str | None] = {"text": route.text, "chat_id": route.chat_id, "user_id": route.user_id}
     fields |= {"thread_id": route.thread_id, "user_name": route.user_name}
     for field, value in fields.items():
@@ -117,18 +118,16 @@ class ResolvedRoute(msgspec.Struct, frozen=True, kw_only=True):
 def resolve_route(name: str, route: WebhookRoute, environ: Mapping[str, str]) -> ResolvedRoute:
     if route.secret_env is not None:
         path = f"platforms.webhook.routes.{name}.secret_env"
-        value = environ.get(route.secret_env)
-        if not value:
-            raise ConfigError(path, f"environment variable {route.secret_env} is not set; export the route's secret")
+        value = read_env_secret(path, route.secret_env, environ, export="export the route's secret")
         key = decode_secret(value)
         if key is None:
             raise bad_secret(path, f"the value of {route.secret_env}")
-        origin = f"secret from ${route.secret_env}"
+        origin = secret_origin("secret", route.secret_env)
     else:
         key = decode_secret(route.secret or "")
         if key is None:  # WebhookConfig refuses this already; a route built by hand may still get here
             raise bad_secret(f"platforms.webhook.routes.{name}.secret")
-        origin = "secret in config.yaml"
+        origin = secret_origin("secret", None)
     callback_key = decode_secret(route.callback_secret) if route.callback_secret else None
     callback = _callback_target(route.callback_url) if route.callback_url else None
     return ResolvedRoute(

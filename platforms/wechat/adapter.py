@@ -28,6 +28,7 @@ from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import shown
 from platforms.support.ratelimit import Rate
+from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.wechat.account import PLATFORM, BotAccount
 from platforms.wechat.config import WechatConfig, is_bot_token
 from platforms.wechat.sender import AccountAuth, ContextTokens, WechatSender
@@ -42,9 +43,7 @@ def _resolve(name: str, config: WechatConfig, environ: Mapping[str, str]) -> Acc
     account = config.accounts[name]
     if account.token_env is not None:
         path = f"platforms.wechat.accounts.{name}.token_env"
-        token = environ.get(account.token_env, "")
-        if not token:
-            raise ConfigError(path, f"environment variable {account.token_env} is not set; export the bot token")
+        token = read_env_secret(path, account.token_env, environ, export="export the bot token")
         if not is_bot_token(token):
             raise ConfigError(path, f"the value of {account.token_env} is not a bot token (printable ASCII expected)")
     else:
@@ -115,7 +114,7 @@ class WechatAdapter:
             ]
         lines = []
         for name, account in self.config.accounts.items():
-            origin = f"token from ${account.token_env}" if account.token_env else "token in config.yaml"
+            origin = secret_origin("token", account.token_env)
             lines.append(
                 f"WeChat account '{name}': long-polling {shown(self._auth[name].url('getupdates'))} ({origin}); "
                 f"messages within {self.config.batch_window_s:g} s are one turn; images, voice, files and video "
