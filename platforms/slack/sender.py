@@ -4,27 +4,21 @@ posted; a handoff's thread anchor.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
-
-import msgspec
 
 from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
 from platforms.slack.config import ResolvedApp, SlackConfig
 from platforms.slack.events import PLATFORM
 from platforms.support import http_client
+from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 
 __all__ = ["SlackSender"]
 
 _log = logging.getLogger(__name__)
-
-_PROGRESS_KEPT = 1_000  # partly sent replies remembered for a resumed retry
 
 
 def _escape(text: str) -> str:
@@ -63,8 +57,7 @@ class SlackSender:
         self._limit = config.max_message_chars
         self._timeout = config.http_timeout_s
         self._limiter = RateLimiter(per_key=Rate(per_second=config.messages_per_second, burst=3))
-        self._lock = threading.Lock()
-        self._progress: OrderedDict[str, list[str]] = OrderedDict()  # reply identity -> ts of the parts posted
+        self._progress: PartProgress[str] = PartProgress()  # the parts of partly sent replies
 
     def send(self, message: OutboundMessage) -> str | None:
         """Post ``message`` (split if long) into its channel and thread; return the ts of its first part."""
@@ -75,22 +68,15 @@ class SlackSender:
         if not parts:
             _log.info("slack app %r: an empty reply to %s is not sent", app.name, message.chat_id)
             return None
-        identity = _identity(message)
-        with self._lock:
-            posted = list(self._progress.get(identity, ()))
+        posted = self._progress.sent(message)
         for part in parts[len(posted) :]:
             try:
                 posted.append(self._post(app, message.chat_id, part, message.thread_id))
             except SendError:
-                with self._lock:
-                    if posted:  # a retry resumes after the parts Slack already has
-                        self._progress[identity] = posted
-                        self._progress.move_to_end(identity)
-                        while len(self._progress) > _PROGRESS_KEPT:
-                            self._progress.popitem(last=False)
+                if posted:  # a retry resumes after the parts Slack already has
+                    self._progress.remember(message, posted)
                 raise
-        with self._lock:
-            self._progress.pop(identity, None)
+        self._progress.forget(message)
         return posted[0]
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
@@ -140,11 +126,3 @@ class SlackSender:
             raise SendError(f"{where}: asked to slow down (ratelimited); it will be retried", retry_after_s=wait)
         hint = _HINTS.get(code, "it will be retried with backoff")
         raise SendError(f"{where}: Slack answered {code!r}: {hint}")
-
-
-def _identity(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies."""
-    identity = msgspec.json.encode(
-        [message.account_id, message.chat_id, message.thread_id, message.session_id, message.answers, message.text]
-    )
-    return hashlib.sha256(identity).hexdigest()
