@@ -20,6 +20,8 @@ from collections.abc import Set as AbstractSet
 
 import msgspec
 
+from platforms.support.cursors import CursorState
+
 __all__ = ["AccountState", "Draft", "RoomInfo", "Snapshots", "decode_state", "encode_state"]
 
 _log = logging.getLogger(__name__)
@@ -57,26 +59,25 @@ def _is_direct(room_id: str, info: RoomInfo | None, direct: AbstractSet[str]) ->
     return info.members == 2
 
 
-_decoder = msgspec.json.Decoder(AccountState)
+_cursor = CursorState(AccountState)
 
 
 def encode_state(state: AccountState) -> str:
     """The cursor text for ``state``."""
-    return msgspec.json.encode(state).decode()
+    return _cursor.encode(state)
 
 
 def decode_state(text: str | None, account: str) -> AccountState:
     """The state stored as cursor ``text``; something else is logged and a fresh state returned."""
-    if not text:
-        return AccountState()
-    try:
-        return _decoder.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+
+    def invalid(_: str) -> AccountState:
         _log.warning(
             "matrix account %r: the stored cursor is not an account state; syncing from now, as on a first start",
             account,
         )
         return AccountState()
+
+    return _cursor.decode(text, fresh=AccountState, invalid=invalid)
 
 
 class Draft:
