@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
@@ -51,6 +49,7 @@ from tests.platforms.signal_fake import (
     unregistered_error,
     untrusted_error,
 )
+from tests.platforms.support import StartGateway, poll_until
 
 ACCOUNT = "+15550001"
 OTHER_ACCOUNT = "+15550002"
@@ -119,43 +118,32 @@ class Running:
             return store.kv.get_cursor(PLATFORM, account)
 
     def wait_rows(self, count: int, timeout: float = 10.0) -> list[Row]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            rows = self.rows()
-            if len(rows) >= count:
-                return rows
-            time.sleep(0.01)
-        raise AssertionError(f"expected {count} inbox rows, found {self.rows()}")
+        poll_until(lambda: len(self.rows()) >= count, timeout, what=f"{count} inbox rows")
+        return self.rows()
 
 
 Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
+def start(start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path`` with the adapter; ``fake_gateway_clock`` gives the gateway a FakeClock."""
-    with ExitStack() as stack:
 
-        def run(config: SignalConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Running:
-            clock = FakeClock(start=time.time())
-            # With a fake gateway clock, pacing runs on it too: a penalty for a rate limit ends when it is advanced.
-            adapter = SignalAdapter(
-                config, environ={}, clock=clock, monotonic=clock if fake_gateway_clock else time.monotonic
-            )
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock if fake_gateway_clock else time.time,
-                tick_interval_s=5.0 if fake_gateway_clock else 0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Running(adapter=adapter, gateway=gateway, clock=clock)
+    def run(config: SignalConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Running:
+        clock = FakeClock(start=time.time())
+        # With a fake gateway clock, pacing runs on it too: a penalty for a rate limit ends when it is advanced.
+        adapter = SignalAdapter(
+            config, environ={}, clock=clock, monotonic=clock if fake_gateway_clock else time.monotonic
+        )
+        gateway = start_gateway(
+            adapter,
+            clock=clock if fake_gateway_clock else time.time,
+            tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+            media=media,
+        )
+        return Running(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield run
+    return run
 
 
 # -- direct chats, groups and accounts ---------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
@@ -46,7 +44,7 @@ from tests.platforms.slack_fake import (
     sign,
     url_verification,
 )
-from tests.platforms.support import LogRecords, RunningAdapter
+from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 OTHER_SECRET = "0123456789abcdef0123456789abcdef"
@@ -90,46 +88,22 @@ StartSlack = Callable[..., Slack]
 
 
 @pytest.fixture
-def start_slack(tmp_path: Path, slack: FakeSlack) -> Iterator[StartSlack]:
+def start_slack(tmp_path: Path, slack: FakeSlack, start_gateway: StartGateway) -> StartSlack:
     """Start a gateway on ``tmp_path`` with the Slack adapter on port 0 pointed at the fake; both stop at the end."""
-    with ExitStack() as stack:
 
-        def start(
-            apps: Mapping[str, SlackApp] | None = None,
-            *,
-            agent: EchoAgent | None = None,
-            media: MediaConfig | None = None,
-            **options: Any,
-        ) -> Slack:
-            config = SlackConfig(port=0, api_base_url=slack.api_base_url, apps=dict(apps or main_app()), **options)
-            adapter = SlackAdapter(config, environ={})
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                agent=agent,
-                senders=[*adapter.senders()],
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Slack(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
+    def start(
+        apps: Mapping[str, SlackApp] | None = None,
+        *,
+        agent: EchoAgent | None = None,
+        media: MediaConfig | None = None,
+        **options: Any,
+    ) -> Slack:
+        config = SlackConfig(port=0, api_base_url=slack.api_base_url, apps=dict(apps or main_app()), **options)
+        adapter = SlackAdapter(config, environ={})
+        gateway = start_gateway(adapter, agent=agent, tick_interval_s=0.1, media=media)
+        return Slack(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
-        yield start
-
-
-class GatedAgent(EchoAgent):
-    """Echoes once ``release`` is set."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        assert self.release.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
+    return start
 
 
 # -- the Request URL ---------------------------------------------------------------------------------------------
@@ -329,7 +303,7 @@ def test_the_200_comes_after_the_durable_commit_and_well_inside_three_seconds(st
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(f"T1:D1:{TS}", "pending")]
     finally:
-        agent.release.set()
+        agent.gate.set()
     assert running.gateway.wait_idle()
 
 

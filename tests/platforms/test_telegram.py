@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -22,13 +21,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import Inbox
-from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -43,7 +39,7 @@ from platforms.telegram import (
     inbound_from_update,
 )
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.support import RunningAdapter
+from tests.platforms.support import RunningAdapter, StartGateway
 from tests.platforms.telegram_fake import Call, TelegramFake, group_chat, message, post_update, private_chat, user
 
 TOKEN = "111111:" + "A" * 35
@@ -96,33 +92,29 @@ Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
+def start(fake: TelegramFake, start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path / "state.db"`` and the adapter; both stop at the end (or when told to)."""
-    with ExitStack() as stack:
 
-        def run(
-            config: TelegramConfig | None = None,
-            *,
-            clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Inbox], Inbox] | None = None,
-            extra_senders: tuple[FakePlatform, ...] = (),
-            media: MediaConfig | None = None,
-        ) -> Running:
-            adapter = TelegramAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=[*adapter.senders(), *extra_senders],
-                clock=clock,
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway_for(GatewayInbox(gateway)) if gateway_for is not None else GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Running(adapter, gateway)
+    def run(
+        config: TelegramConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        gateway_for: Callable[[Inbox], Inbox] | None = None,
+        extra_senders: tuple[FakePlatform, ...] = (),
+        media: MediaConfig | None = None,
+    ) -> Running:
+        adapter = TelegramAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock)
+        gateway = start_gateway(
+            adapter,
+            senders=extra_senders,
+            clock=clock,
+            tick_interval_s=0.1,
+            media=media,
+            inbox_for=gateway_for,
+        )
+        return Running(adapter, gateway)
 
-        yield run
+    return run
 
 
 def wait_sent(fake: TelegramFake, count: int, token: str = TOKEN) -> list[dict[str, Any]]:

@@ -17,9 +17,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +27,6 @@ from aiohttp import web
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
@@ -38,6 +35,7 @@ from hermes_actors.testing import FakeClock
 from platforms.base import Adapter, ReplySender, SendError
 from platforms.support.http_host import HttpHost
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute, new_webhook_secret
+from tests.platforms.support import StartGateway
 
 SECRET = "whsec_" + base64.b64encode(b"route secret, 32 bytes long....!").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"another secret of 32 bytes.....!").decode()
@@ -179,26 +177,17 @@ StartWebhook = Callable[..., Webhook]
 
 
 @pytest.fixture
-def start_webhook(tmp_path: Path) -> Iterator[StartWebhook]:
+def start_webhook(start_gateway: StartGateway) -> StartWebhook:
     """Start a gateway on ``tmp_path`` with the adapter on port 0; both are stopped at the end."""
-    with ExitStack() as stack:
 
-        def start(routes: Mapping[str, WebhookRoute] | None = None, **options: Any) -> Webhook:
-            clock = FakeClock()
-            routes = {"default": WebhookRoute(secret=SECRET)} if routes is None else routes
-            adapter = WebhookAdapter(WebhookConfig(port=0, routes=dict(routes), **options), clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Webhook(adapter=adapter, gateway=gateway, clock=clock)
+    def start(routes: Mapping[str, WebhookRoute] | None = None, **options: Any) -> Webhook:
+        clock = FakeClock()
+        routes = {"default": WebhookRoute(secret=SECRET)} if routes is None else routes
+        adapter = WebhookAdapter(WebhookConfig(port=0, routes=dict(routes), **options), clock=clock)
+        gateway = start_gateway(adapter, clock=clock)
+        return Webhook(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield start
+    return start
 
 
 def with_callback(receiver: Receiver) -> dict[str, WebhookRoute]:

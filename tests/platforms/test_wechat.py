@@ -13,7 +13,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
@@ -37,6 +35,7 @@ from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfi
 from platforms.wechat.batching import AccountState, Batcher, decode_state
 from platforms.wechat.wire import Malformed, Piece, decode_message
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
+from tests.platforms.support import StartGateway, poll_until
 from tests.platforms.wechat_fake import RATE_LIMITED, SESSION_TIMEOUT, FakeIlink, Sent
 
 TOKEN_A = "bot-token-a"
@@ -114,29 +113,21 @@ StartWechat = Callable[..., Wechat]
 
 
 @pytest.fixture
-def start_wechat(tmp_path: Path) -> Iterator[StartWechat]:
+def start_wechat(start_gateway: StartGateway) -> StartWechat:
     """Start a gateway on ``tmp_path`` with the adapter; ``retry_clock`` makes the gateway's clock a FakeClock."""
-    with ExitStack() as stack:
 
-        def start(
-            config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None
-        ) -> Wechat:
-            clock = FakeClock(start=time.time())
-            adapter = WechatAdapter(config, environ={}, clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock if fake_gateway_clock else time.time,
-                tick_interval_s=5.0 if fake_gateway_clock else 0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Wechat(adapter=adapter, gateway=gateway, clock=clock)
+    def start(config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Wechat:
+        clock = FakeClock(start=time.time())
+        adapter = WechatAdapter(config, environ={}, clock=clock)
+        gateway = start_gateway(
+            adapter,
+            clock=clock if fake_gateway_clock else time.time,
+            tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+            media=media,
+        )
+        return Wechat(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield start
+    return start
 
 
 def replies(ilink: FakeIlink, count: int) -> list[Sent]:
@@ -296,9 +287,7 @@ def test_a_batch_waiting_at_stop_is_stored_and_released_after_the_restart(
 ) -> None:
     wechat = start_wechat(fast(ilink.url, batch_window_s=30.0, long_chunk_wait_s=30.0))
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "wait for me"))
-    deadline = time.monotonic() + 10
-    while not decode_state(wechat.cursor(), "bot-a").pending and time.monotonic() < deadline:
-        time.sleep(0.02)
+    poll_until(lambda: decode_state(wechat.cursor(), "bot-a").pending, 10, what="a pending batch in the stored state")
     wechat.adapter.stop()
     assert wechat.rows() == []
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
@@ -874,14 +863,13 @@ def stored_state(db: Path) -> AccountState:
 
 
 def wait_for_state(db: Path, has_pending: bool, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            state = stored_state(db)
-            if bool(state.pending) == has_pending and state.buf:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the account state never reached the expected shape")
+    def shaped() -> bool:
+        if not db.exists():
+            return False
+        state = stored_state(db)
+        return bool(state.pending) == has_pending and bool(state.buf)
+
+    poll_until(shaped, timeout, what="the expected shape of the stored account state")
 
 
 @pytest.mark.slow

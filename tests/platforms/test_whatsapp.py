@@ -10,10 +10,8 @@ import base64
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
@@ -36,7 +33,7 @@ from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.support import LogRecords, RunningAdapter
+from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -119,49 +116,25 @@ StartWhatsapp = Callable[..., Running]
 
 
 @pytest.fixture
-def start_whatsapp(tmp_path: Path, graph: FakeGraph) -> Iterator[StartWhatsapp]:
+def start_whatsapp(tmp_path: Path, graph: FakeGraph, start_gateway: StartGateway) -> StartWhatsapp:
     """Start a gateway on ``tmp_path`` with the adapter on port 0 pointed at the fake; both stop at the end."""
-    with ExitStack() as stack:
 
-        def start(
-            numbers: Mapping[str | int, WhatsappNumber] | None = None,
-            *,
-            agent: EchoAgent | None = None,
-            clock: Callable[[], float] = time.time,
-            media: MediaConfig | None = None,
-            **options: Any,
-        ) -> Running:
-            config = WhatsappConfig(
-                port=0, graph_base_url=graph.base_url, numbers=dict(numbers or main_number()), **options
-            )
-            adapter = WhatsappAdapter(config, environ={}, clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                agent=agent,
-                senders=[*adapter.senders()],
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(GatewayInbox(gateway))
-            stack.callback(adapter.stop)
-            return Running(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
+    def start(
+        numbers: Mapping[str | int, WhatsappNumber] | None = None,
+        *,
+        agent: EchoAgent | None = None,
+        clock: Callable[[], float] = time.time,
+        media: MediaConfig | None = None,
+        **options: Any,
+    ) -> Running:
+        config = WhatsappConfig(
+            port=0, graph_base_url=graph.base_url, numbers=dict(numbers or main_number()), **options
+        )
+        adapter = WhatsappAdapter(config, environ={}, clock=clock)
+        gateway = start_gateway(adapter, agent=agent, tick_interval_s=0.1, media=media)
+        return Running(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
-        yield start
-
-
-class GatedAgent(EchoAgent):
-    """Echoes once ``release`` is set."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        assert self.release.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
+    return start
 
 
 # -- the verification handshake ----------------------------------------------------------------------------------
@@ -352,7 +325,7 @@ def test_the_200_comes_after_the_durable_commit(start_whatsapp: StartWhatsapp) -
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(wamid, "pending")]
     finally:
-        agent.release.set()
+        agent.gate.set()
     assert running.gateway.wait_idle()
 
 
