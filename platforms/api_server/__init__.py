@@ -12,7 +12,7 @@ waiting (timeout, disconnect, server stop) loses only the wait: the turn continu
 Every error, ours or aiohttp's, leaves in OpenAI's error shape, so clients raise their usual exceptions.
 
 Images come as ``image_url`` content parts of the newest user message. A base64 ``data:`` URL is saved into the
-gateway's media store (one over ``media.max_bytes`` is refused before it is decoded: the turn still runs on the
+media store (one over ``media.max_bytes`` is refused before it is decoded: the turn still runs on the
 text and the reply says the image could not be read); an http(s) URL is recorded as the attachment's source URL
 and not fetched, so the server never makes requests on a client's behalf (a vision model gets the URL itself).
 """

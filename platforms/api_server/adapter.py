@@ -124,7 +124,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         return self._key is not None
 
     def start(self, inbox: Inbox) -> None:
-        """Serve the API for ``gateway``; raise :class:`PlatformError` if the address cannot be bound."""
+        """Serve the API on ``inbox``; raise :class:`PlatformError` if the address cannot be bound."""
         if self._host is not None:
             raise PlatformError("api_server: start() was already called; build a new ApiServer to serve again")
         super().start(inbox)
@@ -273,7 +273,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     # -- a turn ----------------------------------------------------------------------------------------------
 
     async def _attachments(self, images: Sequence[str]) -> tuple[Attachment, ...]:
-        """The request's images as attachments, saved into the gateway's media store off the loop."""
+        """The request's images as attachments, saved into the media store off the loop."""
         inbox, host = self._inbox, self._host
         if inbox is None or host is None:
             raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")

@@ -3,7 +3,7 @@
 Built from a :class:`~platforms.discord.config.DiscordConfig`; tokens named by ``token_env`` are read here, so a
 missing one is a :class:`ConfigError` before anything starts. ``start`` launches the bots' gateway connections in
 the background (a refused token is logged with the fix; the daemon keeps running its other platforms). Messages'
-attachments are fetched into ``gateway.media`` before they are accepted (:mod:`platforms.discord.files`).
+attachments are fetched into ``inbox.media`` before they are accepted (:mod:`platforms.discord.files`).
 """
 
 from __future__ import annotations

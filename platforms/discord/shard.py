@@ -9,7 +9,7 @@ event after that sequence, then sends ``RESUMED``. A heartbeat without an ``op 1
 zombie connection: it is closed and resumed. ``op 7`` asks for a reconnect (resume); ``op 9`` invalidates the
 session (resume when ``d`` is true, else identify anew after Discord's 1 to 5 s).
 
-Nothing received is lost: a ``MESSAGE_CREATE`` counts as received only once ``gateway.accept_many`` has committed it,
+Nothing received is lost: a ``MESSAGE_CREATE`` counts as received only once ``inbox.accept_many`` has committed it,
 together with the session id and its sequence number (the resume state, kept as the bot's poll cursor). Only then
 does the sequence advance, so a drop, a failed commit or a crash resumes from the last committed event and Discord
 replays the rest; a replayed event the inbox already holds is recognised by its message id. The state survives a
@@ -93,7 +93,7 @@ def _versioned(url: str) -> str:
 
 
 class Shard:
-    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``gateway`` until cancelled."""
+    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``inbox`` until cancelled."""
 
     def __init__(
         self,
@@ -395,7 +395,7 @@ class Shard:
             _log.info("discord bot %r: message %s was already stored (a replayed event)", self.name, message.id)
 
     async def _attach(self, inbound: InboundMessage, message: Message) -> InboundMessage:
-        """``inbound`` with the files of ``message`` saved into the gateway's media store (or refused, saying why)."""
+        """``inbound`` with the files of ``message`` saved into the media store (or refused, saying why)."""
         assert self._http is not None  # set by run()
         return await attach_files(
             inbound,

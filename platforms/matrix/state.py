@@ -1,7 +1,7 @@
 """What an account remembers between syncs: the ``since`` token and, per room, what tells DMs from groups.
 
 It is one :class:`AccountState`, stored as the account's poll cursor in the transaction that commits the inbox
-rows of the sync it covers (``gateway.accept_many(batch, cursor=...)``). So after a crash the next ``/sync`` asks
+rows of the sync it covers (``inbox.accept_many(batch, cursor=...)``). So after a crash the next ``/sync`` asks
 from the position whose messages are all stored, and the homeserver sends nothing twice that the inbox had not
 got; what it does send again collides with the inbox's dedupe on the event id.
 

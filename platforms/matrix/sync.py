@@ -1,7 +1,7 @@
 """``/sync`` long polls, one task per account on one background event loop.
 
 Each answer is read into inbound messages and a new :class:`~platforms.matrix.state.AccountState` whose ``since``
-is the answer's ``next_batch``; both are committed in one transaction with ``gateway.accept_many(messages,
+is the answer's ``next_batch``; both are committed in one transaction with ``inbox.accept_many(messages,
 cursor=...)``. A crash before that commit leaves the old ``since`` stored and the homeserver sends the same events
 again; a crash after it resumes after them. Redeliveries collide with the inbox's dedupe on the event id.
 
@@ -66,7 +66,7 @@ class _WhoAmI(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Poller:
-    """Long-polls ``/sync`` for every account and feeds their messages to ``gateway``."""
+    """Long-polls ``/sync`` for every account and feeds their messages to ``inbox``."""
 
     def __init__(
         self,

@@ -100,7 +100,7 @@ class _Account:
 
 
 class EventStreams:
-    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``gateway``."""
+    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``inbox``."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ Each configured app (the account) has its own Request URL, ``POST /slack/events/
 secret: a request counts only if ``X-Slack-Signature`` is ``v0=`` plus the hex HMAC-SHA256 of
 ``v0:<X-Slack-Request-Timestamp>:<raw body>`` and the timestamp is within five minutes of our clock (an old
 request replayed later is refused). The ``url_verification`` challenge is answered; an event is answered 200 only
-after ``gateway.accept`` has committed it (a few milliseconds, well inside Slack's 3 s, plus the time to fetch its
+after ``inbox.accept`` has committed it (a few milliseconds, well inside Slack's 3 s, plus the time to fetch its
 files when it has some), so an acknowledged event is never lost, and an event that could not be stored gets a 503
 that Slack retries.
 

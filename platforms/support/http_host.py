@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 
 async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T:
-    """Await a writer future (``gateway.submit``) on the running loop, for at most ``timeout_s``.
+    """Await a writer future (``inbox.submit``) on the running loop, for at most ``timeout_s``.
 
     On a timeout the write may still commit later; the platform's redelivery is then recognised as a duplicate.
     """
@@ -161,7 +161,7 @@ class HttpHost:
             await self._runner.cleanup()
 
     async def blocking(self, call: Callable[[], T]) -> T:
-        """Run a blocking runtime call (``gateway.accept``) off the event loop and await its result."""
+        """Run a blocking runtime call (``inbox.accept``) off the event loop and await its result."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -281,7 +281,7 @@ class HttpAdapter(abc.ABC, Generic[C]):
         return await read_body(request, self.config.max_body_bytes, f"platforms.{self.server_name}.max_body_bytes")
 
     async def _accept_inbound(self, inbound: InboundMessage, log: logging.Logger, failed: str) -> AcceptResult | None:
-        """Commit ``inbound`` through ``gateway.submit`` and await the commit, or ``None`` if it was not stored.
+        """Commit ``inbound`` through ``inbox.submit`` and await the commit, or ``None`` if it was not stored.
 
         No thread waits for the commit: the loop awaits the writer's future, so every request in flight shares
         the next group commit. A failure is logged with its stack on ``log`` as ``failed`` (a format taking the

@@ -1,7 +1,7 @@
 """``getUpdates`` long polls, one task per bot on one background event loop.
 
 Telegram forgets an update only when a later ``getUpdates`` asks for a higher ``offset``. So each batch is
-committed to the inbox with ``gateway.accept_many(..., cursor=next offset)``: the inbox rows and the stored offset
+committed to the inbox with ``inbox.accept_many(..., cursor=next offset)``: the inbox rows and the stored offset
 land in one transaction. A crash before that commit leaves the old offset stored, Telegram still holds the
 updates and sends them again; a crash after it stores the new offset, which the next poll (after a restart too)
 sends, confirming the batch. Nothing is lost and nothing is processed twice; the inbox's dedupe on
@@ -76,7 +76,7 @@ class _Batch(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Poller:
-    """Long-polls every bot in ``bots`` and feeds their messages to ``gateway``."""
+    """Long-polls every bot in ``bots`` and feeds their messages to ``inbox``."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 The poll thread asks ``getupdates`` for messages after the account's ``get_updates_buf``, waiting as long as the
 server suggests (``longpolling_timeout_ms``). New messages are deduped and batched; every change is committed with
-``gateway.accept_many(turns, cursor=...)``, the turns that are due together with the account's whole state
+``inbox.accept_many(turns, cursor=...)``, the turns that are due together with the account's whole state
 (:mod:`platforms.wechat.batching`), so the cursor never covers a message that is not stored. The batch thread
 releases batches whose quiet spell has passed. An expired session (errcode -14) is logged with what to do and
 polled again after ``session_expired_backoff_s``; a rate limit (-2) waits ``rate_limit_backoff_s``; other failures

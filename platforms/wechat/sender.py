@@ -77,7 +77,7 @@ class ContextTokens:
         self._inbox: Inbox | None = None
 
     def attach(self, inbox: Inbox) -> None:
-        """Store tokens through ``gateway`` from now on."""
+        """Store tokens through ``inbox`` from now on."""
         self._inbox = inbox
 
     def remember(self, account: str, chat_id: str, token: str) -> None:

@@ -3,7 +3,7 @@
 Meta calls ``/whatsapp/webhook``: ``GET`` once to verify it (the handshake echoes ``hub.challenge`` as text when
 ``hub.verify_token`` matches a number's verify token, 403 otherwise), then ``POST`` for every notification. A POST
 counts only when ``X-Hub-Signature-256`` matches the raw body under the app secret of the numbers it speaks for;
-anything else is 401 and nothing is stored. Messages are answered 200 only after ``gateway.accept_many`` has
+anything else is 401 and nothing is stored. Messages are answered 200 only after ``inbox.accept_many`` has
 committed them all in one transaction; a notification that cannot be stored gets a 503, which Meta retries.
 Delivery receipts (``statuses``) are logged, a failed one at warning with its error. The images, audio, video and
 documents of a notification's messages are downloaded into the media store before the commit
