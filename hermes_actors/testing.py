@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource
-from platforms.base import SendError
 
 if TYPE_CHECKING:
     from hermes_actors.agents.base import Agent

@@ -14,9 +14,9 @@ from typing import Any, cast
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from platforms.base import Adapter
+from hermes_actors.ports import Adapter
 
-__all__ = ["PLATFORMS", "PlatformSpec", "adapter_factory", "build", "config_type", "enabled"]
+__all__ = ["PLATFORMS", "PlatformSpec", "adapter_factory", "build", "config_type", "enabled", "new_webhook_secret"]
 
 
 class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,7 +48,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
             on_by_default=True,
         ),
         PlatformSpec(name="telegram", module="platforms.telegram", config="TelegramConfig", adapter="TelegramAdapter"),
-        PlatformSpec(name="slack", module="platforms.slack.adapter", config="SlackConfig", adapter="SlackAdapter"),
+        PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
         PlatformSpec(
             name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
         ),
@@ -91,3 +91,9 @@ def enabled(config: msgspec.Struct) -> bool:
 def build(name: str, config: msgspec.Struct, environ: Mapping[str, str]) -> Adapter:
     """Construct platform ``name``'s adapter from its config."""
     return adapter_factory(name)(config, environ=environ)
+
+
+def new_webhook_secret() -> str:
+    """A fresh secret for a webhook route (the default ``config.yaml`` is written with one)."""
+    make = cast(Callable[[], str], _load(PLATFORMS["webhook"], "new_webhook_secret"))
+    return make()

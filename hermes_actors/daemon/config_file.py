@@ -22,8 +22,7 @@ from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
 from hermes_actors.media import MediaConfig
-from platforms.registry import PLATFORMS, config_type
-from platforms.webhook import new_webhook_secret
+from platforms.registry import PLATFORMS, config_type, new_webhook_secret
 
 __all__ = [
     "CONFIG_NAME",

@@ -37,12 +37,13 @@ from hermes_actors.daemon.config_file import AgentSettings, Settings, load_setti
 from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
 from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
+from hermes_actors.ports import Adapter
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
-from platforms.base import Adapter
 
 __all__ = [
     "Daemon",
@@ -302,7 +303,8 @@ class Daemon:
         if self._gateway.pruned is not None:
             _log.info("auto-prune: %d ended sessions removed", self._gateway.pruned.sessions_deleted)
         for name, adapter in adapters.items():
-            adapter.start(self._gateway)  # a port in use is fatal at start: the operator asked for that port
+            # A port in use is fatal at start: the operator asked for that port.
+            adapter.start(GatewayInbox(self._gateway))
             self._adapters[name] = adapter
             _log.info("%s started: %s", name, "; ".join(adapter.describe()))
         self._control = ControlServer(socket_path(self.home, settings), self._handle)
@@ -405,7 +407,7 @@ class Daemon:
                 for sender in adapter.senders():
                     gateway.replace_sender(sender)
                 try:
-                    adapter.start(gateway)
+                    adapter.start(GatewayInbox(gateway))
                 except HermesError as exc:
                     self._failed[name] = str(exc)
                     _log.error("%s not restarted: %s", name, exc)

@@ -20,7 +20,6 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pykka
 
 from hermes_actors.agents.base import Agent, EchoAgent
@@ -30,6 +29,7 @@ from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.lifecycle.resets import ResetScheduler, background_hook
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
+from hermes_actors.ports import AcceptResult, PollCursor, ReplySender
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.outbox import OutboxRouter
@@ -49,7 +49,6 @@ from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.records import InboxRow, OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
-from platforms.base import ReplySender
 
 __all__ = ["AcceptResult", "Gateway", "PollCursor"]
 
@@ -57,22 +56,6 @@ _log = logging.getLogger(__name__)
 
 QUEUE_PRUNE_INTERVAL_S = 3600.0
 QUEUE_PRUNE_CHUNK = 5000
-
-
-class PollCursor(msgspec.Struct, frozen=True, kw_only=True):
-    """A platform's poll position, stored with the inbox rows it covers."""
-
-    platform: str
-    cursor: str
-    account_id: str = ""
-
-
-class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``accept`` did: the inbox row, or ``duplicate`` for a redelivery already seen."""
-
-    routing_key: str
-    inbox_id: int | None
-    duplicate: bool
 
 
 class Gateway:

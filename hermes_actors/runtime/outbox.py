@@ -35,11 +35,11 @@ import msgspec
 import pykka
 
 from hermes_actors.messages import OutboundMessage, decode_outbound
+from hermes_actors.ports import ReplySender, SendError, ThreadCreator
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.lanes import Gauge, LaneWorkers
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
-from platforms.base import ReplySender, SendError, ThreadCreator
 
 if TYPE_CHECKING:
     from hermes_actors.store import Store

@@ -28,6 +28,7 @@ from hermes_actors.lifecycle.auto_titles import AutoTitle
 from hermes_actors.lifecycle.commands import title_holder_text
 from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
+from hermes_actors.ports import SendError
 from hermes_actors.principal import Principal, visible_sessions
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
@@ -48,7 +49,6 @@ from hermes_actors.runtime.protocol import (
     reply_for,
 )
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
-from platforms.base import SendError
 
 __all__ = ["SessionActor", "SessionTurns", "estimate_tokens", "source_of", "user_key"]
 

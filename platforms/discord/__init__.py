@@ -16,8 +16,8 @@ from platforms.discord.adapter import DiscordAdapter
 from platforms.discord.config import DEFAULT_API_BASE_URL, MAX_MESSAGE_CHARS, DiscordBot, DiscordConfig
 from platforms.discord.events import ChannelCache, EventError, Message, decode_data, decode_frame, inbound_from_message
 from platforms.discord.rest import Buckets, RestClient, RestError
+from platforms.discord.resume import INTENTS, ResumeState
 from platforms.discord.sender import DiscordSender
-from platforms.discord.shard import INTENTS, ResumeState
 
 __all__ = [
     "DEFAULT_API_BASE_URL",

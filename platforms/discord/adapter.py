@@ -3,7 +3,7 @@
 Built from a :class:`~platforms.discord.config.DiscordConfig`; tokens named by ``token_env`` are read here, so a
 missing one is a :class:`ConfigError` before anything starts. ``start`` launches the bots' gateway connections in
 the background (a refused token is logged with the fix; the daemon keeps running its other platforms). Messages'
-attachments are fetched into ``gateway.media`` before they are accepted (:mod:`platforms.discord.files`).
+attachments are fetched into ``inbox.media`` before they are accepted (:mod:`platforms.discord.files`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
 from platforms.discord.config import DiscordConfig, check_token
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
-from platforms.discord.shard import Shard, Shards
+from platforms.discord.shard import Shard
 from platforms.support.http_client import shown
+from platforms.support.secrets import read_env_secret, secret_origin
+from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["DiscordAdapter"]
 
@@ -47,12 +48,28 @@ def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _B
     path = f"platforms.discord.bots.{name}"
     if bot.token_env is None:
         assert bot.token is not None  # DiscordConfig requires token or token_env
-        return _Bot(name=name, token=bot.token, origin="token in config.yaml")
-    token = environ.get(bot.token_env, "").strip()
-    if not token:
-        raise ConfigError(f"{path}.token_env", f"environment variable {bot.token_env} is not set; export the token")
+        return _Bot(name=name, token=bot.token, origin=secret_origin("token", None))
+    token = read_env_secret(f"{path}.token_env", bot.token_env, environ, export="export the token", strip=True)
     check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
-    return _Bot(name=name, token=token, origin=f"token from ${bot.token_env}")
+    return _Bot(name=name, token=token, origin=secret_origin("token", bot.token_env))
+
+
+class Shards:
+    """Runs every bot's :class:`Shard` on one background event loop."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        self.shards = list(shards)
+        self._thread = TaskThread(
+            name="hermes-discord-gateway", label="discord: the gateway", log=_log, shutdown_executor=True
+        )
+
+    def start(self) -> None:
+        """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
+        self._thread.start(lambda http: {f"discord-{shard.name}": shard.run(http) for shard in self.shards})
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
+        self._thread.stop(timeout)
 
 
 class DiscordAdapter:
@@ -98,7 +115,7 @@ class DiscordAdapter:
         """The one sender for every bot's replies (it also opens handoff threads)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Connect every bot to the gateway, resuming a stored session where there is one."""
         if not self._bots:
             _log.warning("discord: no bots are configured; add one under platforms.discord.bots")
@@ -108,7 +125,7 @@ class DiscordAdapter:
                 bot.name,
                 bot.token,
                 self._rest[bot.name],
-                gateway,
+                inbox,
                 self.config,
                 self.cache,
                 clock=self._clock,

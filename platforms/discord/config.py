@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source
 
 __all__ = ["DEFAULT_API_BASE_URL", "MAX_MESSAGE_CHARS", "DiscordBot", "DiscordConfig", "check_token"]
 
@@ -21,7 +22,6 @@ MAX_MESSAGE_CHARS = 2000  # a message's content limit
 
 _SECTION = "platforms.discord"
 _BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{10,100}\.[A-Za-z0-9_-]{4,100}\.[A-Za-z0-9_-]{10,200}")
 
 
@@ -118,13 +118,13 @@ def _check_bot(name: str, bot: DiscordBot) -> None:
     path = f"{_SECTION}.bots.{name}"
     if not _BOT_NAME.fullmatch(name):
         raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
-    if bot.token is None and bot.token_env is None:
-        raise ConfigError(
-            f"{path}.token", "is required: set token to the bot token, or token_env to a variable holding it"
-        )
-    if bot.token is not None and bot.token_env is not None:
-        raise ConfigError(f"{path}.token_env", "set either token or token_env, not both")
-    if bot.token_env is not None and not _ENV_NAME.fullmatch(bot.token_env):
-        raise ConfigError(f"{path}.token_env", "must be an environment variable name such as DISCORD_BOT_TOKEN")
+    check_secret_source(
+        path,
+        "token",
+        bot.token,
+        bot.token_env,
+        example_env="DISCORD_BOT_TOKEN",
+        missing="is required: set token to the bot token, or token_env to a variable holding it",
+    )
     if bot.token is not None:
         check_token(bot.token, f"{path}.token")

@@ -12,6 +12,7 @@ with ``retry_after_s``, so the outbox retries the reply later instead of blockin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -19,13 +20,25 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
+from yarl import URL
 
 from hermes_actors.errors import PlatformError
-from platforms.discord.events import Channel
+from platforms.discord.config import DiscordConfig
+from platforms.discord.events import Channel, ChannelCache, Message
+from platforms.discord.resume import Fatal, ProtocolBroken
 from platforms.support import http_client
 from platforms.support.ratelimit import Rate, RateLimiter
 
-__all__ = ["MESSAGES_ROUTE", "THREADS_ROUTE", "Buckets", "GatewayBot", "RestClient", "RestError"]
+__all__ = [
+    "MESSAGES_ROUTE",
+    "THREADS_ROUTE",
+    "Buckets",
+    "GatewayBot",
+    "RestClient",
+    "RestError",
+    "find_channel",
+    "gateway_url",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -35,6 +48,7 @@ CHANNEL_ROUTE = "GET /channels/{channel_id}"
 GATEWAY_ROUTE = "GET /gateway/bot"
 _USER_AGENT = "DiscordBot (hermes-actors, 0.1)"  # Discord asks bots to name themselves this way
 _MAX_WAIT_S = 3600.0
+_LOOKUPS = 3  # attempts at GET /channels/{id} for a channel not in the cache
 
 T = TypeVar("T")
 
@@ -239,3 +253,50 @@ class RestClient:
             return msgspec.json.decode(body, type=kind)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise RestError(f"discord bot '{self.name}': {what}: unexpected answer ({exc})", status=200) from None
+
+
+async def find_channel(rest: RestClient, cache: ChannelCache, message: Message, *, bot: str) -> Channel | None:
+    """The channel ``message`` was posted in: from ``cache``, else asked of the API (a few tries) and cached; ``None``
+    when it cannot be told (the message is then keyed as a channel, not a thread)."""
+    found = cache.get(message.channel_id)
+    if found is not None:
+        return found
+    for attempt in range(_LOOKUPS):
+        try:
+            channel = await asyncio.to_thread(rest.get_channel, message.channel_id)
+        except RestError as exc:
+            if exc.status in (401, 403, 404) or attempt + 1 == _LOOKUPS:
+                _log.warning(
+                    "discord bot %r: cannot tell what channel %s is (%s); its message is keyed as a channel, "
+                    "not a thread",
+                    bot,
+                    message.channel_id,
+                    exc,
+                )
+                return None
+            await asyncio.sleep(min(exc.retry_after_s or 0.25 * 2**attempt, 5.0))
+        else:
+            cache.put([channel], message.guild_id)
+            return cache.get(channel.id)
+    return None  # pragma: no cover - the loop returns
+
+
+async def gateway_url(rest: RestClient, config: DiscordConfig, *, bot: str) -> str:
+    """The websocket URL a new session connects to: ``gateway_url`` from the config, else ``GET /gateway/bot``
+    (waiting out a spent daily session-start budget); :class:`Fatal` for a refused token."""
+    if config.gateway_url is not None:
+        return config.gateway_url
+    try:
+        found = await asyncio.to_thread(rest.gateway_bot)
+    except RestError as exc:
+        if exc.status == 401:
+            raise Fatal(f"{exc}: Discord refused the token; copy it again from the Developer Portal") from None
+        raise
+    limit = found.session_start_limit
+    if limit.remaining <= 0:
+        wait = min(limit.reset_after / 1000, 86_400.0)
+        _log.warning("discord bot %r: no session starts left today; waiting %.0f s", bot, wait)
+        await asyncio.sleep(wait)
+    if URL(found.url).scheme not in ("ws", "wss"):
+        raise ProtocolBroken(f"GET /gateway/bot answered {found.url[:100]!r}, which is not a ws(s):// URL")
+    return found.url

@@ -22,8 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +31,7 @@ from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient, RestError
+from platforms.support.progress import PartProgress, reply_identity
 from platforms.support.text import split_message
 
 __all__ = ["MAX_THREAD_NAME", "DiscordSender"]
@@ -42,7 +41,6 @@ _log = logging.getLogger(__name__)
 MAX_THREAD_NAME = 100
 _FORUM_TYPES = frozenset({15, 16})  # forum and media channels: a thread there starts with a message
 _SNOWFLAKE = re.compile(r"[0-9]{1,20}")
-_PROGRESS_KEPT = 1_000
 _HINTS = {
     10003: "the channel no longer exists",
     10008: "the message it answers no longer exists",
@@ -65,8 +63,7 @@ class DiscordSender:
         self._bots = dict(bots)
         self._cache = cache
         self._limit = max_message_chars
-        self._lock = threading.Lock()
-        self._progress: OrderedDict[str, list[str | None]] = OrderedDict()  # reply identity -> ids of parts sent
+        self._progress: PartProgress[str | None] = PartProgress()  # the parts of partly sent replies
 
     def send(self, message: OutboundMessage) -> str | None:
         """Post ``message`` (in parts when long) to its thread or chat; return the id of its first part."""
@@ -79,18 +76,16 @@ class DiscordSender:
         if not parts:
             _log.info("discord bot %r: an empty reply to channel %s is not sent", rest.name, channel)
             return None
-        identity = _identity(message)
-        with self._lock:
-            sent = list(self._progress.get(identity, ()))
+        identity = reply_identity(message)
+        sent = self._progress.sent(message)
         for index in range(len(sent), len(parts)):
             try:
                 sent.append(self._post(rest, channel, message, parts[index], index, identity))
             except SendError:
                 if sent:
-                    self._remember(identity, sent)
+                    self._progress.remember(message, sent)
                 raise
-        with self._lock:
-            self._progress.pop(identity, None)
+        self._progress.forget(message)
         return sent[0]
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
@@ -127,13 +122,6 @@ class DiscordSender:
             )
         return rest
 
-    def _remember(self, identity: str, sent: list[str | None]) -> None:
-        with self._lock:
-            self._progress[identity] = sent
-            self._progress.move_to_end(identity)
-            while len(self._progress) > _PROGRESS_KEPT:
-                self._progress.popitem(last=False)
-
     def _post(
         self, rest: RestClient, channel: str, message: OutboundMessage, text: str, index: int, identity: str
     ) -> str | None:
@@ -169,20 +157,3 @@ def _send_error(exc: RestError) -> SendError:
         hint = _HINTS.get(exc.code or 0, "Discord refuses this request")
         return SendError(f"{exc}: {hint}; no retry can succeed, so the reply is given up", permanent=True)
     return SendError(f"{exc}; it will be retried with backoff")
-
-
-def _identity(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply (in any process: the outbox id is the row's), different between
-    replies."""
-    identity = msgspec.json.encode(
-        [
-            message.outbox_id,  # two identical notices to one channel are still two replies
-            message.account_id,
-            message.chat_id,
-            message.thread_id,
-            message.session_id,
-            message.answers,
-            message.text,
-        ]
-    )
-    return hashlib.sha256(identity).hexdigest()

@@ -1,7 +1,7 @@
 """The gateway websocket of each bot: hello, heartbeats, identify or resume, and dispatches into the inbox.
 
 One :class:`Shard` per bot (shard 0 of 1; a bot in more than 2,500 guilds needs sharding, which is not built) and
-one background event loop for all of them (:class:`Shards`). A connection goes: ``op 10`` Hello gives the
+one background event loop for all of them (``adapter.Shards``). A connection goes: ``op 10`` Hello gives the
 heartbeat interval; ``op 1`` heartbeats carry the last sequence number, the first after a random fraction of the
 interval; ``op 2`` Identify (token and intents) starts a session and ``READY`` names it (``session_id``,
 ``resume_gateway_url``); or ``op 6`` Resume (session id and last sequence) continues one and Discord replays every
@@ -9,7 +9,7 @@ event after that sequence, then sends ``RESUMED``. A heartbeat without an ``op 1
 zombie connection: it is closed and resumed. ``op 7`` asks for a reconnect (resume); ``op 9`` invalidates the
 session (resume when ``d`` is true, else identify anew after Discord's 1 to 5 s).
 
-Nothing received is lost: a ``MESSAGE_CREATE`` counts as received only once ``gateway.accept_many`` has committed it,
+Nothing received is lost: a ``MESSAGE_CREATE`` counts as received only once ``inbox.accept_many`` has committed it,
 together with the session id and its sequence number (the resume state, kept as the bot's poll cursor). Only then
 does the sequence advance, so a drop, a failed commit or a crash resumes from the last committed event and Discord
 replays the rest; a replayed event the inbox already holds is recognised by its message id. The state survives a
@@ -34,7 +34,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -42,10 +42,8 @@ import msgspec
 from yarl import URL
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.runtime.gateway import PollCursor
 from platforms.discord.config import DiscordConfig
 from platforms.discord.events import (
-    PLATFORM,
     Channel,
     ChannelCache,
     EventError,
@@ -62,76 +60,32 @@ from platforms.discord.events import (
     skip_reason,
 )
 from platforms.discord.files import attach_files
-from platforms.discord.rest import RestClient, RestError
-from platforms.support.task_thread import TaskThread
+from platforms.discord.rest import RestClient, RestError, find_channel, gateway_url
+from platforms.discord.resume import (
+    FATAL_CLOSES,
+    INTENTS,
+    MESSAGE_CONTENT,
+    NEW_SESSION_CLOSES,
+    RESUMABLE_CLOSE,
+    Fatal,
+    Next,
+    NotStored,
+    ProtocolBroken,
+    ResumeState,
+    read_resume_state,
+    resume_cursor,
+)
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
-__all__ = ["INTENTS", "MESSAGE_CONTENT", "ResumeState", "Shard", "Shards", "read_resume_state"]
+__all__ = ["Shard"]
 
 _log = logging.getLogger(__name__)
 
-GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
-INTENTS = GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT
-RESUMABLE_CLOSE = 4000  # any code but 1000/1001 keeps the session resumable
 _CLOSE_TIMEOUT_S = 2.0  # how long a closing handshake may take before the socket is dropped
-_LOOKUPS = 3  # attempts at GET /channels/{id} for a channel not in the cache
 _STABLE_S = 5.0  # a connection that lasted this long resets the backoff: its drop is reconnected at once
-_FATAL = {
-    4004: "Discord refused the token; copy the bot token again from the Developer Portal (Bot page)",
-    4010: "Discord refused the shard; sharding is not built",
-    4011: "the bot is in too many guilds for one connection (sharding required), which is not built",
-    4012: "Discord refused the gateway version; this adapter speaks v10",
-    4013: "Discord refused the intents value",
-    4014: (
-        "the bot may not use the Message Content intent; enable 'Message Content Intent' on the Bot page of the "
-        "Developer Portal, or set platforms.discord.message_content_intent: false"
-    ),
-}
-_NEW_SESSION = {4007: "the resume sequence was refused", 4009: "the session timed out"}
 _CHANNEL_EVENTS = frozenset({"CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE"})
-
-
-class ResumeState(msgspec.Struct, frozen=True, kw_only=True):
-    """What resuming a session needs, stored as the bot's poll cursor with the inbox rows it covers."""
-
-    session_id: str
-    seq: int | None
-    resume_gateway_url: str
-    user_id: str
-
-
-def read_resume_state(gateway: Gateway, bot: str) -> ResumeState | None:
-    """The stored resume state of ``bot``, or ``None`` (first start, or a value that does not decode)."""
-    with gateway.read() as store:
-        stored = store.kv.get_cursor(PLATFORM, bot)
-    if stored is None:
-        return None
-    try:
-        return msgspec.json.decode(stored, type=ResumeState)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        _log.warning("discord bot %r: the stored session does not decode (%s); starting a new one", bot, exc)
-        return None
-
-
-class _Next(msgspec.Struct, frozen=True, kw_only=True):
-    """How a connection ended and when to connect again (``wait_s`` ``None``: by the backoff)."""
-
-    reason: str
-    wait_s: float | None = None
-
-
-class _Fatal(Exception):
-    """Reconnecting cannot help (the token or the intents were refused)."""
-
-
-class _NotStored(Exception):
-    """A message could not be committed; the connection is resumed later so that Discord replays it."""
-
-
-class _Protocol(Exception):
-    """The server broke the handshake (no Hello)."""
 
 
 def _versioned(url: str) -> str:
@@ -139,14 +93,14 @@ def _versioned(url: str) -> str:
 
 
 class Shard:
-    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``gateway`` until cancelled."""
+    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``inbox`` until cancelled."""
 
     def __init__(
         self,
         name: str,
         token: str,
         rest: RestClient,
-        gateway: Gateway,
+        inbox: Inbox,
         config: DiscordConfig,
         cache: ChannelCache,
         *,
@@ -156,12 +110,12 @@ class Shard:
         self.name = name
         self._token = token
         self._rest = rest
-        self._gateway = gateway
+        self._inbox = inbox
         self._config = config
         self._cache = cache
         self._clock = clock
         self._rng = rng
-        self._resume = read_resume_state(gateway, name)
+        self._resume = read_resume_state(inbox, name)
         self._seq = self._resume.seq if self._resume is not None else None
         self._user_id = self._resume.user_id if self._resume is not None else None
         self._acked = True
@@ -185,18 +139,26 @@ class Shard:
             began = time.monotonic()
             try:
                 ended = await self._connect(http)
-            except _Fatal as exc:
+            except Fatal as exc:
                 self.status = f"stopped: {exc}"
                 _log.error("discord bot %r: %s; not reconnecting", self.name, exc)
                 return
-            except _NotStored as exc:  # backed off on its own count: resuming at once would fail the same way
+            except NotStored as exc:  # backed off on its own count: resuming at once would fail the same way
                 self._store_failures += 1
-                ended = _Next(reason=str(exc), wait_s=self._backoff(self._store_failures))
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, RestError, EventError, _Protocol) as exc:
-                ended = _Next(reason=f"the connection failed ({str(exc) or type(exc).__name__})")
+                ended = Next(reason=str(exc), wait_s=self._backoff(self._store_failures))
+            except (
+                aiohttp.ClientError,
+                OSError,
+                TimeoutError,
+                ValueError,
+                RestError,
+                EventError,
+                ProtocolBroken,
+            ) as exc:
+                ended = Next(reason=f"the connection failed ({str(exc) or type(exc).__name__})")
             except Exception:
                 _log.exception("discord bot %r: the connection failed unexpectedly", self.name)
-                ended = _Next(reason="an unexpected error")
+                ended = Next(reason="an unexpected error")
             stable = self._established and time.monotonic() - began >= _STABLE_S
             failures = 0 if stable else failures + 1
             wait = ended.wait_s if ended.wait_s is not None else self._backoff(failures)
@@ -213,9 +175,13 @@ class Shard:
 
     # -- one connection
 
-    async def _connect(self, http: aiohttp.ClientSession) -> _Next:
+    async def _connect(self, http: aiohttp.ClientSession) -> Next:
         resume = self._resume
-        url = resume.resume_gateway_url if resume is not None else await self._gateway_url()
+        url = (
+            resume.resume_gateway_url
+            if resume is not None
+            else await gateway_url(self._rest, self._config, bot=self.name)
+        )
         timeout = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=_CLOSE_TIMEOUT_S)
         async with http.ws_connect(
             _versioned(url),
@@ -226,7 +192,7 @@ class Shard:
         ) as ws:
             try:
                 hello = await self._hello(ws)
-                if isinstance(hello, _Next):
+                if isinstance(hello, Next):
                     return hello
                 self._acked, self._busy_since_beat = True, False
                 await self._send(ws, self._resume_payload(resume) if resume is not None else self._identify_payload())
@@ -243,36 +209,18 @@ class Shard:
                 if not ws.closed:
                     await ws.close(code=RESUMABLE_CLOSE)
 
-    async def _gateway_url(self) -> str:
-        if self._config.gateway_url is not None:
-            return self._config.gateway_url
-        try:
-            found = await asyncio.to_thread(self._rest.gateway_bot)
-        except RestError as exc:
-            if exc.status == 401:
-                raise _Fatal(f"{exc}: Discord refused the token; copy it again from the Developer Portal") from None
-            raise
-        limit = found.session_start_limit
-        if limit.remaining <= 0:
-            wait = min(limit.reset_after / 1000, 86_400.0)
-            _log.warning("discord bot %r: no session starts left today; waiting %.0f s", self.name, wait)
-            await asyncio.sleep(wait)
-        if URL(found.url).scheme not in ("ws", "wss"):
-            raise _Protocol(f"GET /gateway/bot answered {found.url[:100]!r}, which is not a ws(s):// URL")
-        return found.url
-
-    async def _hello(self, ws: aiohttp.ClientWebSocketResponse) -> Hello | _Next:
+    async def _hello(self, ws: aiohttp.ClientWebSocketResponse) -> Hello | Next:
         try:
             message = await ws.receive(timeout=self._config.hello_timeout_s)
         except TimeoutError:
-            raise _Protocol(f"no Hello within {self._config.hello_timeout_s:.0f} s") from None
+            raise ProtocolBroken(f"no Hello within {self._config.hello_timeout_s:.0f} s") from None
         if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
             return self._closed(ws.close_code, message.extra)
         if message.type is not aiohttp.WSMsgType.TEXT:
-            raise _Protocol(f"expected Hello, got a {message.type.name} frame")
+            raise ProtocolBroken(f"expected Hello, got a {message.type.name} frame")
         frame = decode_frame(message.data)
         if frame.op != 10:
-            raise _Protocol(f"expected Hello (op 10) first, got op {frame.op}")
+            raise ProtocolBroken(f"expected Hello (op 10) first, got op {frame.op}")
         return decode_data(frame, Hello)
 
     def _identify_payload(self) -> dict[str, Any]:
@@ -285,7 +233,7 @@ class Shard:
     async def _send(self, ws: aiohttp.ClientWebSocketResponse, payload: dict[str, Any]) -> None:
         await ws.send_str(msgspec.json.encode(payload).decode())
 
-    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> _Next:
+    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> Next:
         await asyncio.sleep(interval * self._rng.random())
         while True:
             if not self._acked and not self._busy and not self._busy_since_beat:
@@ -294,13 +242,13 @@ class Shard:
                     self.name,
                     interval,
                 )
-                return _Next(reason="the connection stopped answering heartbeats", wait_s=0.0)
+                return Next(reason="the connection stopped answering heartbeats", wait_s=0.0)
             self._acked = False
             self._busy_since_beat = self._busy
             await self._send(ws, {"op": 1, "d": self._seq})
             await asyncio.sleep(interval)
 
-    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> _Next:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> Next:
         while True:
             message = await ws.receive()
             if message.type is aiohttp.WSMsgType.TEXT:
@@ -322,16 +270,16 @@ class Shard:
             else:  # CLOSE, CLOSING, CLOSED
                 return self._closed(ws.close_code, message.extra)
 
-    def _closed(self, code: int | None, reason: object) -> _Next:
+    def _closed(self, code: int | None, reason: object) -> Next:
         said = f"{code}" + (f" {str(reason)[:100]!r}" if reason else "")
-        if code in _FATAL:
-            raise _Fatal(f"Discord closed the connection ({said}): {_FATAL[code]}")
-        if code in _NEW_SESSION:
+        if code in FATAL_CLOSES:
+            raise Fatal(f"Discord closed the connection ({said}): {FATAL_CLOSES[code]}")
+        if code in NEW_SESSION_CLOSES:
             self._forget_session()
-            return _Next(reason=f"Discord closed the connection ({said}: {_NEW_SESSION[code]})")
-        return _Next(reason=f"the connection closed ({said})")
+            return Next(reason=f"Discord closed the connection ({said}: {NEW_SESSION_CLOSES[code]})")
+        return Next(reason=f"the connection closed ({said})")
 
-    def _broken(self, error: object) -> _Next:
+    def _broken(self, error: object) -> Next:
         if isinstance(error, aiohttp.WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
             # Resuming would replay the same frame: start a new session past it.
             _log.error(
@@ -341,7 +289,7 @@ class Shard:
                 self._config.max_frame_bytes,
             )
             self._forget_session()
-        return _Next(reason=f"the connection broke ({error})")
+        return Next(reason=f"the connection broke ({error})")
 
     def _forget_session(self) -> None:
         self._resume = None
@@ -349,7 +297,7 @@ class Shard:
 
     # -- payloads
 
-    async def _frame(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> _Next | None:
+    async def _frame(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> Next | None:
         try:
             frame = decode_frame(text)
         except EventError as exc:
@@ -361,13 +309,13 @@ class Shard:
             case 1:
                 await self._send(ws, {"op": 1, "d": self._seq})
             case 7:
-                return _Next(reason="Discord asked for a reconnect (op 7)", wait_s=0.0)
+                return Next(reason="Discord asked for a reconnect (op 7)", wait_s=0.0)
             case 9:
                 if bytes(frame.d).strip() == b"true":
-                    return _Next(reason="Discord invalidated the session, resumable (op 9)", wait_s=0.0)
+                    return Next(reason="Discord invalidated the session, resumable (op 9)", wait_s=0.0)
                 self._forget_session()
                 wait = self._rng.uniform(self._config.identify_wait_min_s, self._config.identify_wait_max_s)
-                return _Next(reason="Discord invalidated the session (op 9)", wait_s=wait)
+                return Next(reason="Discord invalidated the session (op 9)", wait_s=wait)
             case 11:
                 self._acked = True
             case _:
@@ -411,12 +359,9 @@ class Shard:
         self.status = "connected"
         _log.info("discord bot %r: connected as %s (user %s)", self.name, ready.user.username, ready.user.id)
         try:
-            await asyncio.to_thread(self._gateway.accept_many, [], cursor=self._cursor(self._resume))
+            await asyncio.to_thread(self._inbox.accept_many, [], cursor=resume_cursor(self.name, self._resume))
         except Exception as exc:
             _log.warning("discord bot %r: could not store the new session (%s)", self.name, exc)
-
-    def _cursor(self, state: ResumeState) -> PollCursor:
-        return PollCursor(platform=PLATFORM, cursor=msgspec.json.encode(state).decode(), account_id=self.name)
 
     async def _message(self, frame: Frame) -> None:
         message = decode_data(frame, Message)
@@ -427,7 +372,7 @@ class Shard:
                 channel = Channel(id=message.channel_id, type=1)
                 self._cache.put([channel])
             else:
-                channel = await self._channel_of(message)
+                channel = await find_channel(self._rest, self._cache, message, bot=self.name)
             outcome = inbound_from_message(
                 message, self.name, own_user_id=self._user_id, channel=channel, received_at=self._clock()
             )
@@ -439,65 +384,24 @@ class Shard:
             outcome = await self._attach(outcome, message)
         cursor = None
         if self._resume is not None and frame.s is not None:
-            cursor = self._cursor(msgspec.structs.replace(self._resume, seq=frame.s))
+            cursor = resume_cursor(self.name, msgspec.structs.replace(self._resume, seq=frame.s))
         try:
-            (result,) = await asyncio.to_thread(self._gateway.accept_many, [outcome], cursor=cursor)
+            (result,) = await asyncio.to_thread(self._inbox.accept_many, [outcome], cursor=cursor)
         except Exception as exc:
             _log.exception("discord bot %r: could not store message %s", self.name, message.id)
-            raise _NotStored(f"message {message.id} could not be stored ({exc})") from exc
+            raise NotStored(f"message {message.id} could not be stored ({exc})") from exc
         self._store_failures = 0
         if result.duplicate:
             _log.info("discord bot %r: message %s was already stored (a replayed event)", self.name, message.id)
 
     async def _attach(self, inbound: InboundMessage, message: Message) -> InboundMessage:
-        """``inbound`` with the files of ``message`` saved into the gateway's media store (or refused, saying why)."""
+        """``inbound`` with the files of ``message`` saved into the media store (or refused, saying why)."""
         assert self._http is not None  # set by run()
         return await attach_files(
             inbound,
             message.attachments,
-            media=self._gateway.media,
+            media=self._inbox.media,
             session=self._http,
             timeout_s=self._config.request_timeout_s,
             where=f"discord bot {self.name!r}",
         )
-
-    async def _channel_of(self, message: Message) -> Channel | None:
-        found = self._cache.get(message.channel_id)
-        if found is not None:
-            return found
-        for attempt in range(_LOOKUPS):
-            try:
-                channel = await asyncio.to_thread(self._rest.get_channel, message.channel_id)
-            except RestError as exc:
-                if exc.status in (401, 403, 404) or attempt + 1 == _LOOKUPS:
-                    _log.warning(
-                        "discord bot %r: cannot tell what channel %s is (%s); its message is keyed as a channel, "
-                        "not a thread",
-                        self.name,
-                        message.channel_id,
-                        exc,
-                    )
-                    return None
-                await asyncio.sleep(min(exc.retry_after_s or 0.25 * 2**attempt, 5.0))
-            else:
-                self._cache.put([channel], message.guild_id)
-                return self._cache.get(channel.id)
-        return None  # pragma: no cover - the loop returns
-
-
-class Shards:
-    """Runs every bot's :class:`Shard` on one background event loop."""
-
-    def __init__(self, shards: Sequence[Shard]) -> None:
-        self.shards = list(shards)
-        self._thread = TaskThread(
-            name="hermes-discord-gateway", label="discord: the gateway", log=_log, shutdown_executor=True
-        )
-
-    def start(self) -> None:
-        """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
-        self._thread.start(lambda http: {f"discord-{shard.name}": shard.run(http) for shard in self.shards})
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
-        self._thread.stop(timeout)

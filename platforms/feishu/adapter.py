@@ -141,8 +141,8 @@ class FeishuAdapter(HttpAdapter[FeishuConfig]):
 
     async def _attach(self, app: AppKeys, received: Received) -> InboundMessage:
         """The message with the files it names downloaded as attachments."""
-        gateway, host = self._gateway, self._host
-        if not received.resources or gateway is None or host is None:
+        inbox, host = self._inbox, self._host
+        if not received.resources or inbox is None or host is None:
             return received.inbound
 
         async def token(refused: str | None) -> str:
@@ -154,7 +154,7 @@ class FeishuAdapter(HttpAdapter[FeishuConfig]):
                 received.resources,
                 app=app,
                 token=token,
-                media=gateway.media,
+                media=inbox.media,
                 session=session,
                 timeout_s=self.config.http_timeout_s,
             )

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source, read_env_secret
 
 __all__ = ["FEISHU_BASE_URL", "LARK_BASE_URL", "AppKeys", "FeishuApp", "FeishuConfig", "resolve_apps"]
 
@@ -23,7 +24,6 @@ FEISHU_BASE_URL = "https://open.feishu.cn"
 LARK_BASE_URL = "https://open.larksuite.com"
 
 _APP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECTION = "platforms.feishu"
 _CONSOLE = "the app's page in the developer console"
 
@@ -104,18 +104,13 @@ def _check_app(name: str, app: FeishuApp) -> None:
 
 
 def _check_secret(path: str, field: str, value: str | None, env: str | None, *, required: bool) -> None:
-    if value is not None and env is not None:
-        raise ConfigError(f"{path}.{field}_env", f"set either {field} or {field}_env, not both")
-    if value is None and env is None and required:
-        raise ConfigError(
-            f"{path}.{field}",
-            f"is required; copy it from {_CONSOLE} and set it as {field} (or name an environment variable holding "
-            f"it in {field}_env)",
-        )
+    missing = (
+        f"is required; copy it from {_CONSOLE} and set it as {field} (or name an environment variable holding "
+        f"it in {field}_env)"
+    )
+    check_secret_source(path, field, value, env, example_env="FEISHU_APP_SECRET", missing=missing if required else None)
     if value is not None and not value.strip():
         raise ConfigError(f"{path}.{field}", "is empty; set the value from the developer console or remove it")
-    if env is not None and not _ENV_NAME.fullmatch(env):
-        raise ConfigError(f"{path}.{field}_env", "must be an environment variable name such as FEISHU_APP_SECRET")
 
 
 class AppKeys(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,10 +129,7 @@ class AppKeys(msgspec.Struct, frozen=True, kw_only=True):
 def _secret(path: str, field: str, value: str | None, env: str | None, environ: Mapping[str, str]) -> str | None:
     if env is None:
         return value
-    found = environ.get(env)
-    if not found:
-        raise ConfigError(f"{path}.{field}_env", f"environment variable {env} is not set; export the app's {field}")
-    return found
+    return read_env_secret(f"{path}.{field}_env", env, environ, export=f"export the app's {field}")
 
 
 def resolve_apps(config: FeishuConfig, environ: Mapping[str, str]) -> dict[str, AppKeys]:

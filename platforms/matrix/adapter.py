@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING
 
 from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
-from platforms.matrix.client import Homeserver
+from platforms.matrix.client import Account, Homeserver
 from platforms.matrix.config import MatrixAccount, MatrixConfig, is_access_token
 from platforms.matrix.events import PLATFORM
 from platforms.matrix.sender import MatrixSender
 from platforms.matrix.state import Snapshots
-from platforms.matrix.sync import Account, Poller
+from platforms.matrix.sync import Poller
 from platforms.support.http_client import shown
+from platforms.support.secrets import read_env_secret, secret_origin
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["MatrixAdapter"]
 
@@ -36,9 +37,7 @@ def _token(name: str, account: MatrixAccount, environ: Mapping[str, str]) -> str
         assert account.access_token is not None  # MatrixConfig requires one of the two
         return account.access_token
     path = f"platforms.matrix.accounts.{name}.access_token_env"
-    token = environ.get(account.access_token_env, "")
-    if not token:
-        raise ConfigError(path, f"environment variable {account.access_token_env} is not set; export the access token")
+    token = read_env_secret(path, account.access_token_env, environ, export="export the access token")
     if not is_access_token(token):
         raise ConfigError(path, f"the value of {account.access_token_env} is not an access token (printable ASCII)")
     return token
@@ -78,7 +77,7 @@ class MatrixAdapter:
         """The one sender for every account's replies (it also opens threads for handoffs)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Load each account's stored state and start its ``/sync`` long poll."""
         if not self._homeservers:
             return
@@ -86,7 +85,7 @@ class MatrixAdapter:
             Account(name=name, api=api, auto_join=self.config.accounts[name].auto_join)
             for name, api in self._homeservers.items()
         ]
-        self._poller = Poller(accounts, gateway, self.config, self._rooms, clock=self._clock)
+        self._poller = Poller(accounts, inbox, self.config, self._rooms, clock=self._clock)
         self._poller.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -103,7 +102,7 @@ class MatrixAdapter:
             ]
         lines = []
         for name, account in self.config.accounts.items():
-            origin = f"token from ${account.access_token_env}" if account.access_token_env else "token in config.yaml"
+            origin = secret_origin("token", account.access_token_env)
             joins = "joins invites" if account.auto_join else "does not join invites"
             lines.append(
                 f"Matrix account '{name}' ({origin}): /sync long poll on {shown(account.homeserver)}; {joins}; "

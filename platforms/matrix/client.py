@@ -13,12 +13,13 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
+import msgspec
 from yarl import URL
 
 from platforms.matrix.wire import ApiError, api_error
 from platforms.support import http_client
 
-__all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "Homeserver", "room_path"]
+__all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "Account", "Homeserver", "room_path"]
 
 CLIENT_PREFIX = "/_matrix/client/v3"
 MEDIA_PREFIX = "/_matrix/client/v1/media"
@@ -93,3 +94,11 @@ class Homeserver:
         if not 200 <= result.status < 300:
             raise api_error(result.status, result.headers, result.body, what)
         return result.body
+
+
+class Account(msgspec.Struct, frozen=True, kw_only=True):
+    """One account as the poller sees it."""
+
+    name: str
+    api: Homeserver
+    auto_join: bool = True

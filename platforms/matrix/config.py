@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source
 
 __all__ = ["MatrixAccount", "MatrixConfig", "is_access_token"]
 
 _SECTION = "platforms.matrix"
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")  # it travels in an Authorization header
 _MAX_POLL_TIMEOUT_S = 120
 _MAX_EVENT_BYTES = 60_000  # an event is at most 65,536 bytes with its envelope and signatures
@@ -116,16 +116,13 @@ def _check_account(name: str, account: MatrixAccount) -> None:
         raise ConfigError(
             f"{path}.homeserver", "must be an http(s) URL such as https://matrix.example.org (no query or fragment)"
         )
-    if account.access_token is None and account.access_token_env is None:
-        raise ConfigError(
-            f"{path}.access_token",
-            "is required: set access_token to the bot device's token, or access_token_env to a variable holding it",
-        )
-    if account.access_token is not None and account.access_token_env is not None:
-        raise ConfigError(f"{path}.access_token_env", "set either access_token or access_token_env, not both")
+    check_secret_source(
+        path,
+        "access_token",
+        account.access_token,
+        account.access_token_env,
+        example_env="MATRIX_ACCESS_TOKEN",
+        missing="is required: set access_token to the bot device's token, or access_token_env to a variable holding it",
+    )
     if account.access_token is not None and not is_access_token(account.access_token):
         raise ConfigError(f"{path}.access_token", "must be an access token (printable ASCII without spaces)")
-    if account.access_token_env is not None and not _ENV_NAME.fullmatch(account.access_token_env):
-        raise ConfigError(
-            f"{path}.access_token_env", "must be an environment variable name such as MATRIX_ACCESS_TOKEN"
-        )

@@ -1,7 +1,7 @@
 """What an account remembers between syncs: the ``since`` token and, per room, what tells DMs from groups.
 
 It is one :class:`AccountState`, stored as the account's poll cursor in the transaction that commits the inbox
-rows of the sync it covers (``gateway.accept_many(batch, cursor=...)``). So after a crash the next ``/sync`` asks
+rows of the sync it covers (``inbox.accept_many(batch, cursor=...)``). So after a crash the next ``/sync`` asks
 from the position whose messages are all stored, and the homeserver sends nothing twice that the inbox had not
 got; what it does send again collides with the inbox's dedupe on the event id.
 
@@ -19,6 +19,8 @@ import threading
 from collections.abc import Set as AbstractSet
 
 import msgspec
+
+from platforms.support.cursors import CursorState
 
 __all__ = ["AccountState", "Draft", "RoomInfo", "Snapshots", "decode_state", "encode_state"]
 
@@ -57,26 +59,25 @@ def _is_direct(room_id: str, info: RoomInfo | None, direct: AbstractSet[str]) ->
     return info.members == 2
 
 
-_decoder = msgspec.json.Decoder(AccountState)
+_cursor = CursorState(AccountState)
 
 
 def encode_state(state: AccountState) -> str:
     """The cursor text for ``state``."""
-    return msgspec.json.encode(state).decode()
+    return _cursor.encode(state)
 
 
 def decode_state(text: str | None, account: str) -> AccountState:
     """The state stored as cursor ``text``; something else is logged and a fresh state returned."""
-    if not text:
-        return AccountState()
-    try:
-        return _decoder.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+
+    def invalid(_: str) -> AccountState:
         _log.warning(
             "matrix account %r: the stored cursor is not an account state; syncing from now, as on a first start",
             account,
         )
         return AccountState()
+
+    return _cursor.decode(text, fresh=AccountState, invalid=invalid)
 
 
 class Draft:

@@ -22,7 +22,7 @@ from platforms.signal.sender import SignalSender
 from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["SignalAdapter"]
 
@@ -57,7 +57,7 @@ class SignalAdapter:
         """The JSON-RPC ``send`` sender for replies of every account."""
         return [self.sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Connect each account's event stream (in the background: a daemon that is down is retried)."""
         if not self.config.accounts:
             return
@@ -67,7 +67,7 @@ class SignalAdapter:
                 "who reaches it can read and send as these accounts: keep the daemon on 127.0.0.1",
                 shown(self.config.url),
             )
-        self._streams = EventStreams(self.config.accounts, gateway, self.config, clock=self._clock)
+        self._streams = EventStreams(self.config.accounts, inbox, self.config, clock=self._clock)
         self._streams.start()
 
     def stop(self, timeout: float = 10.0) -> None:

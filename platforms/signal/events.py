@@ -41,7 +41,7 @@ from urllib.parse import quote
 import aiohttp
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.runtime.gateway import PollCursor
+from hermes_actors.ports import PollCursor
 from platforms.signal.config import SignalConfig
 from platforms.signal.envelopes import (
     PLATFORM,
@@ -56,7 +56,7 @@ from platforms.signal.sse import Oversized, SseEvent, SseParser
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["EVENT_TYPES", "EventStreams", "events_url"]
 
@@ -100,18 +100,18 @@ class _Account:
 
 
 class EventStreams:
-    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``gateway``."""
+    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``inbox``."""
 
     def __init__(
         self,
         accounts: Sequence[str],
-        gateway: Gateway,
+        inbox: Inbox,
         config: SignalConfig,
         *,
         clock: Callable[[], float],
     ) -> None:
         self._accounts = list(accounts)
-        self._gateway = gateway
+        self._inbox = inbox
         self._config = config
         self._clock = clock
         self._thread = TaskThread(name="hermes-signal-events", label="signal: the event", log=_log)
@@ -130,8 +130,7 @@ class EventStreams:
         self._thread.stop(timeout)
 
     def _stored_id(self, account: str) -> str | None:
-        with self._gateway.read() as store:
-            return store.kv.get_cursor(PLATFORM, account)
+        return self._inbox.poll_cursor(PLATFORM, account)
 
     async def _listen(self, session: aiohttp.ClientSession, state: _Account) -> None:
         while not self._stopping.is_set():
@@ -219,7 +218,7 @@ class EventStreams:
                 files,
                 account=state.name,
                 rpc_url=self._config.base + "/api/v1/rpc",
-                media=self._gateway.media,
+                media=self._inbox.media,
                 session=session,
                 timeout_s=self._config.request_timeout_s,
             )
@@ -232,7 +231,7 @@ class EventStreams:
         while True:
             try:
                 # Blocking on purpose: the stream waits, and stop() never leaves an event half stored.
-                (result,) = self._gateway.accept_many([inbound], cursor=cursor)
+                (result,) = self._inbox.accept_many([inbound], cursor=cursor)
             except Exception:
                 if self._stopping.is_set():
                     _log.error(

@@ -20,16 +20,12 @@ permanent: the reply is given up with that reason, since no retry can fix them.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
-import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import msgspec
 
 from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
@@ -37,6 +33,7 @@ from platforms.signal import rpc
 from platforms.signal.config import SignalConfig, is_uuid
 from platforms.signal.envelopes import PLATFORM
 from platforms.support import http_client
+from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 
@@ -46,7 +43,6 @@ _log = logging.getLogger(__name__)
 
 MAX_SLEEP_S = 1.0  # a pacing wait longer than this goes back to the outbox instead of blocking it
 _NUMBER = re.compile(r"\+[0-9]{4,20}")
-_REMEMBERED_REPLIES = 1000  # partly sent replies whose progress is kept
 _CAPTCHA_PAGE = "https://signalcaptchas.org/challenge/generate.html"
 _GROUP_GONE = ("group not found", "not a member", "not allowed to send")
 
@@ -64,14 +60,6 @@ def _quote(message: OutboundMessage) -> dict[str, Any]:
     if not stamp.isdigit() or not (is_uuid(author) or _NUMBER.fullmatch(author)):
         return {}
     return {"quoteTimestamp": int(stamp), "quoteAuthor": author}
-
-
-def _identity(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies."""
-    identity = msgspec.json.encode(
-        [message.account_id, message.chat_id, message.session_id, message.answers, message.reply_to, message.text]
-    )
-    return hashlib.sha256(identity).hexdigest()
 
 
 class SignalSender:
@@ -96,8 +84,7 @@ class SignalSender:
             per_key=Rate(per_second=config.messages_per_second, burst=float(config.burst)), clock=clock
         )
         self._sleep = sleep
-        self._lock = threading.Lock()
-        self._progress: OrderedDict[str, list[str | None]] = OrderedDict()  # reply identity -> ids of parts sent
+        self._progress: PartProgress[str | None] = PartProgress()  # the parts of partly sent replies
 
     def send(self, message: OutboundMessage) -> str | None:
         """Send ``message`` (in parts when long); return the Signal timestamp of its first part."""
@@ -108,19 +95,16 @@ class SignalSender:
         if not parts:
             _log.info("signal account %s: an empty reply to %s is not sent", account, message.chat_id)
             return None
-        identity = _identity(message)
-        with self._lock:
-            sent = list(self._progress.get(identity, ()))
+        sent = self._progress.sent(message)
         quote = _quote(message) if "groupId" in send_target(message.chat_id) else {}
         for index in range(len(sent), len(parts)):
             try:
                 sent.append(self._send_part(account, message.chat_id, parts[index], quote if index == 0 else {}))
             except SendError:
                 if sent:
-                    self._remember(identity, sent)
+                    self._progress.remember(message, sent)
                 raise
-        with self._lock:
-            self._progress.pop(identity, None)
+        self._progress.forget(message)
         return sent[0]
 
     def _account(self, account_id: str) -> str:
@@ -133,13 +117,6 @@ class SignalSender:
             "account that is not served is given up)",
             permanent=True,
         )
-
-    def _remember(self, identity: str, sent: list[str | None]) -> None:
-        with self._lock:
-            self._progress[identity] = sent
-            self._progress.move_to_end(identity)
-            while len(self._progress) > _REMEMBERED_REPLIES:
-                self._progress.popitem(last=False)
 
     def _send_part(self, account: str, chat_id: str, text: str, quote: dict[str, Any]) -> str | None:
         key = f"{account}:{chat_id}"

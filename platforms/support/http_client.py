@@ -21,7 +21,7 @@ from urllib.parse import SplitResult, urlsplit
 import msgspec
 
 from hermes_actors.errors import PlatformError
-from platforms.base import SendError
+from hermes_actors.ports import SendError
 
 __all__ = [
     "HttpError",

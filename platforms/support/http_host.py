@@ -27,7 +27,7 @@ from hermes_actors.errors import PlatformError
 
 if TYPE_CHECKING:
     from hermes_actors.messages import InboundMessage
-    from hermes_actors.runtime.gateway import AcceptResult, Gateway
+    from hermes_actors.ports import AcceptResult, Inbox
 
 __all__ = ["HttpAdapter", "HttpHost", "Refused", "ServedConfig", "committed", "read_body", "unreadable"]
 
@@ -37,7 +37,7 @@ T = TypeVar("T")
 
 
 async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T:
-    """Await a writer future (``gateway.submit``) on the running loop, for at most ``timeout_s``.
+    """Await a writer future (``inbox.submit``) on the running loop, for at most ``timeout_s``.
 
     On a timeout the write may still commit later; the platform's redelivery is then recognised as a duplicate.
     """
@@ -161,7 +161,7 @@ class HttpHost:
             await self._runner.cleanup()
 
     async def blocking(self, call: Callable[[], T]) -> T:
-        """Run a blocking runtime call (``gateway.accept``) off the event loop and await its result."""
+        """Run a blocking runtime call (``inbox.accept``) off the event loop and await its result."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -239,7 +239,7 @@ class HttpAdapter(abc.ABC, Generic[C]):
 
     def __init__(self, config: C) -> None:
         self.config = config
-        self._gateway: Gateway | None = None
+        self._inbox: Inbox | None = None
         self._host: HttpHost | None = None
 
     @property
@@ -250,11 +250,11 @@ class HttpAdapter(abc.ABC, Generic[C]):
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
         return f"http://{host}:{self.config.port}"
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
         host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
         # Set before binding: a request may arrive as soon as the socket listens.
-        self._gateway, self._host = gateway, host
+        self._inbox, self._host = inbox, host
         try:
             host.start()
         except BaseException:
@@ -281,18 +281,18 @@ class HttpAdapter(abc.ABC, Generic[C]):
         return await read_body(request, self.config.max_body_bytes, f"platforms.{self.server_name}.max_body_bytes")
 
     async def _accept_inbound(self, inbound: InboundMessage, log: logging.Logger, failed: str) -> AcceptResult | None:
-        """Commit ``inbound`` through ``gateway.submit`` and await the commit, or ``None`` if it was not stored.
+        """Commit ``inbound`` through ``inbox.submit`` and await the commit, or ``None`` if it was not stored.
 
         No thread waits for the commit: the loop awaits the writer's future, so every request in flight shares
         the next group commit. A failure is logged with its stack on ``log`` as ``failed`` (a format taking the
         account and the message id); the caller answers ``None`` with a 5xx, so the platform delivers the message
         again.
         """
-        gateway = self._gateway
+        inbox = self._inbox
         try:
-            if gateway is None:  # pragma: no cover - the server runs only after start()
+            if inbox is None:  # pragma: no cover - the server runs only after start()
                 raise PlatformError(f"{self.server_name}: the adapter is not started")
-            return await committed(gateway.submit(inbound), gateway.config.ask_timeout_s)
+            return await committed(inbox.submit(inbound), inbox.ask_timeout_s)
         except Exception:
             log.exception(failed, inbound.source.account_id, inbound.message_id)
             return None

@@ -21,11 +21,11 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from hermes_actors.errors import ConfigError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
 from platforms.telegram.files import attach_files
@@ -42,7 +42,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["SECRET_HEADER", "TelegramAdapter"]
 
@@ -64,10 +64,7 @@ class _Bot(msgspec.Struct, frozen=True, kw_only=True):
 def _secret(env: Mapping[str, str], path: str, value: str | None, variable: str | None, what: str) -> str | None:
     if variable is None:
         return value
-    found = env.get(variable)
-    if not found:
-        raise ConfigError(f"{path}_env", f"environment variable {variable} is not set; export {what} in it")
-    return found
+    return read_env_secret(f"{path}_env", variable, env, export=f"export {what} in it")
 
 
 def _resolve(name: str, bot: TelegramBot, config: TelegramConfig, env: Mapping[str, str]) -> _Bot:
@@ -79,7 +76,7 @@ def _resolve(name: str, bot: TelegramBot, config: TelegramConfig, env: Mapping[s
     secret = _secret(env, f"{path}.secret_token", bot.secret_token, bot.secret_token_env, "the webhook secret")
     if secret is not None and bot.secret_token_env is not None:
         check_secret_token(secret, f"{path}.secret_token_env", f"the value of {bot.secret_token_env}")
-    origin = f"token from ${bot.token_env}" if bot.token_env else "token in config.yaml"
+    origin = secret_origin("token", bot.token_env)
     api = BotApi(name, token, config.api_base, timeout_s=config.request_timeout_s)
     return _Bot(name=name, config=bot, api=api, secret=None if secret is None else secret.encode(), origin=origin)
 
@@ -120,17 +117,17 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
         return [self._sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Serve the webhook bots, register their ``webhook_url``s, and start polling the others."""
-        self._gateway = gateway
+        self._inbox = inbox
         hooked = [bot for bot in self._bots.values() if bot.config.mode == "webhook"]
         polled = [bot.api for bot in self._bots.values() if bot.config.mode == "polling"]
         if hooked:
-            super().start(gateway)
+            super().start(inbox)
             for bot in hooked:
                 self._register(bot)
         if polled:
-            self._poller = Poller(polled, gateway, self.config, clock=self._clock)
+            self._poller = Poller(polled, inbox, self.config, clock=self._clock)
             self._poller.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -188,13 +185,13 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         if read is None:
             return _answer(200, {"ok": True, "accepted": False})
         inbound, files = read
-        if files and self._gateway is not None:
+        if files and self._inbox is not None:
             async with aiohttp.ClientSession() as session:
                 inbound = await attach_files(
                     inbound,
                     files,
                     bot=self._bots[name].api,
-                    media=self._gateway.media,
+                    media=self._inbox.media,
                     session=session,
                     timeout_s=self.config.request_timeout_s,
                 )

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source
 
 __all__ = ["DEFAULT_BASE_URL", "MODES", "TelegramBot", "TelegramConfig", "check_secret_token", "check_token"]
 
@@ -20,7 +21,6 @@ DEFAULT_BASE_URL = "https://api.telegram.org"
 MODES = ("polling", "webhook")
 
 _BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,128}")  # <bot id>:<secret>, as @BotFather hands it out
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook accepts as secret_token
 _MAX_POLL_TIMEOUT_S = 50  # the Bot API holds a long poll for at most about this long
@@ -152,11 +152,5 @@ def _check_bot(name: str, bot: TelegramBot) -> None:
 
 
 def _check_either(path: str, field: str, value: str | None, env: str | None, example_env: str, what: str) -> None:
-    if value is None and env is None:
-        raise ConfigError(
-            f"{path}.{field}", f"is required: set {field} to {what}, or {field}_env to a variable holding it"
-        )
-    if value is not None and env is not None:
-        raise ConfigError(f"{path}.{field}_env", f"set either {field} or {field}_env, not both")
-    if env is not None and not _ENV_NAME.fullmatch(env):
-        raise ConfigError(f"{path}.{field}_env", f"must be an environment variable name such as {example_env}")
+    missing = f"is required: set {field} to {what}, or {field}_env to a variable holding it"
+    check_secret_source(path, field, value, env, example_env=example_env, missing=missing)

@@ -1,7 +1,7 @@
 """``getUpdates`` long polls, one task per bot on one background event loop.
 
 Telegram forgets an update only when a later ``getUpdates`` asks for a higher ``offset``. So each batch is
-committed to the inbox with ``gateway.accept_many(..., cursor=next offset)``: the inbox rows and the stored offset
+committed to the inbox with ``inbox.accept_many(..., cursor=next offset)``: the inbox rows and the stored offset
 land in one transaction. A crash before that commit leaves the old offset stored, Telegram still holds the
 updates and sends them again; a crash after it stores the new offset, which the next poll (after a restart too)
 sends, confirming the batch. Nothing is lost and nothing is processed twice; the inbox's dedupe on
@@ -28,7 +28,7 @@ import aiohttp
 import msgspec
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.runtime.gateway import PollCursor
+from hermes_actors.ports import PollCursor
 from platforms.support.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
@@ -45,7 +45,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["Poller", "read_offset"]
 
@@ -55,10 +55,9 @@ _GRACE_S = 15.0  # beyond the long-poll timeout, how long an answer may take bef
 _MAX_BATCH = 100  # getUpdates' own upper bound
 
 
-def read_offset(gateway: Gateway, bot: str) -> int | None:
+def read_offset(inbox: Inbox, bot: str) -> int | None:
     """The stored ``getUpdates`` offset of ``bot``, or ``None`` (first start, or a value that is not a number)."""
-    with gateway.read() as store:
-        stored = store.kv.get_cursor(PLATFORM, bot)
+    stored = inbox.poll_cursor(PLATFORM, bot)
     if stored is None:
         return None
     try:
@@ -77,25 +76,25 @@ class _Batch(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Poller:
-    """Long-polls every bot in ``bots`` and feeds their messages to ``gateway``."""
+    """Long-polls every bot in ``bots`` and feeds their messages to ``inbox``."""
 
     def __init__(
         self,
         bots: Sequence[BotApi],
-        gateway: Gateway,
+        inbox: Inbox,
         config: TelegramConfig,
         *,
         clock: Callable[[], float],
     ) -> None:
         self._bots = list(bots)
-        self._gateway = gateway
+        self._inbox = inbox
         self._config = config
         self._clock = clock
         self._thread = TaskThread(name="hermes-telegram-poll", label="telegram: the poll", log=_log)
 
     def start(self) -> None:
         """Read each bot's stored offset and start polling."""
-        offsets = {bot.name: read_offset(self._gateway, bot.name) for bot in self._bots}
+        offsets = {bot.name: read_offset(self._inbox, bot.name) for bot in self._bots}
         self._thread.start(
             lambda session: {
                 f"telegram-poll-{bot.name}": self._poll(session, bot, offsets[bot.name]) for bot in self._bots
@@ -158,7 +157,7 @@ class Poller:
                 messages[index],
                 files,
                 bot=bot,
-                media=self._gateway.media,
+                media=self._inbox.media,
                 session=session,
                 timeout_s=self._config.request_timeout_s,
             )
@@ -196,7 +195,7 @@ class Poller:
         if batch.next_offset is not None:
             cursor = PollCursor(platform=PLATFORM, cursor=str(batch.next_offset), account_id=bot.name)
         # Blocking on purpose: a cancelled poll still finishes its commit, so stop() never splits a batch.
-        self._gateway.accept_many(batch.messages, cursor=cursor)
+        self._inbox.accept_many(batch.messages, cursor=cursor)
 
     def _failed(self, bot: BotApi, exc: BotApiError, failures: int) -> float:
         """Log a failed poll; return how long to wait before the next one."""

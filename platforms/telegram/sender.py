@@ -16,11 +16,8 @@ group each person sees which answer is theirs; a reply in a forum topic goes to 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +25,7 @@ import msgspec
 
 from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
+from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message, utf16_length
 from platforms.telegram.api import BotApi, BotApiError, result_as
@@ -41,7 +39,6 @@ _log = logging.getLogger(__name__)
 MAX_MESSAGE_UTF16 = 4096  # sendMessage's text limit, in UTF-16 code units
 MAX_TOPIC_NAME = 128  # createForumTopic's name limit
 MAX_SLEEP_S = 1.0  # a pacing wait longer than this goes back to the outbox instead of blocking it
-_REMEMBERED_REPLIES = 1000  # partly sent replies whose progress is kept
 
 
 class _SentMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,13 +76,6 @@ def _is_group(chat_id: str) -> bool:
     return chat_id.startswith("-")
 
 
-def _reply_identity(message: OutboundMessage) -> str:
-    identity = msgspec.json.encode(
-        [message.account_id, message.chat_id, message.thread_id, message.session_id, message.reply_to, message.text]
-    )
-    return hashlib.sha256(identity).hexdigest()
-
-
 class TelegramSender:
     """The reply sender (and thread creator) for every configured bot; the reply's ``account_id`` picks the bot."""
 
@@ -103,8 +93,7 @@ class TelegramSender:
         self._bots = dict(bots)
         self._limits = {name: _Limits(config, clock) for name in bots}
         self._sleep = sleep
-        self._progress: OrderedDict[str, list[str | None]] = OrderedDict()  # reply identity -> ids of the parts sent
-        self._progress_lock = threading.Lock()  # the outbox sends to several chats at once
+        self._progress: PartProgress[str | None] = PartProgress()  # the parts of partly sent replies
         self._migrated: dict[tuple[str, str], str] = {}  # (bot, old group id) -> supergroup id
 
     def send(self, message: OutboundMessage) -> str | None:
@@ -121,15 +110,12 @@ class TelegramSender:
             _log.info("telegram bot %r: a reply with no chat or no text is not sent", api.name)
             return None
         parts = split_message(message.text, MAX_MESSAGE_UTF16, length=utf16_length)
-        identity = _reply_identity(message)
-        with self._progress_lock:
-            sent = list(self._progress.get(identity, []))
+        sent = self._progress.sent(message)
         for index in range(len(sent), len(parts)):
             sent.append(self._send_part(api, message, parts[index], quote=index == 0))
             if index + 1 < len(parts):
-                self._remember(identity, sent)
-        with self._progress_lock:
-            self._progress.pop(identity, None)
+                self._progress.remember(message, sent)
+        self._progress.forget(message)
         return sent[0]
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
@@ -156,13 +142,6 @@ class TelegramSender:
         if not account_id and len(self._bots) == 1:
             return next(iter(self._bots.values()))
         return self._bots.get(account_id)
-
-    def _remember(self, identity: str, sent: list[str | None]) -> None:
-        with self._progress_lock:
-            self._progress[identity] = list(sent)
-            self._progress.move_to_end(identity)
-            while len(self._progress) > _REMEMBERED_REPLIES:
-                self._progress.popitem(last=False)
 
     def _send_part(self, api: BotApi, message: OutboundMessage, text: str, *, quote: bool) -> str | None:
         assert message.chat_id is not None

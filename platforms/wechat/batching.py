@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from platforms.support.cursors import CursorState
 from platforms.wechat.wire import Piece
 
 __all__ = ["SEEN_LIMIT", "AccountState", "Batcher", "PendingBatch", "SeenWindow", "decode_state", "encode_state"]
@@ -48,25 +49,24 @@ class AccountState(msgspec.Struct, frozen=True, kw_only=True):
     seen: dict[str, float] = msgspec.field(default_factory=dict)  # dedupe key -> when it expires (unix time)
 
 
-_state = msgspec.json.Decoder(AccountState)
+_cursor = CursorState(AccountState)
 
 
 def encode_state(state: AccountState) -> str:
     """The cursor text for ``state``."""
-    return msgspec.json.encode(state).decode()
+    return _cursor.encode(state)
 
 
 def decode_state(text: str | None, account: str) -> AccountState:
     """The state stored as cursor ``text``; a bare upstream buffer (not ours) is taken as the buffer alone."""
-    if not text:
-        return AccountState()
-    try:
-        return _state.decode(text)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+
+    def invalid(buf: str) -> AccountState:
         _log.warning(
             "wechat account %r: the stored cursor is not an account state; using it as get_updates_buf", account
         )
-        return AccountState(buf=text)
+        return AccountState(buf=buf)
+
+    return _cursor.decode(text, fresh=AccountState, invalid=invalid)
 
 
 class SeenWindow:

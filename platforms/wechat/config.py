@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_CDN_BASE_URL", "WechatAccount", "WechatConfig", "is_bot_token"]
 
@@ -20,7 +21,6 @@ DEFAULT_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"  # where iLink me
 
 _SECTION = "platforms.wechat"
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_@.\-]{1,128}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
@@ -113,18 +113,19 @@ def _check_account(name: str, account: WechatAccount) -> None:
         raise ConfigError(
             path, "an account name is 1 to 128 letters, digits, '_', '-', '.' or '@' (the bot id, such as abc@im.bot)"
         )
-    if account.token is None and account.token_env is None:
-        raise ConfigError(
-            f"{path}.token",
+    check_secret_source(
+        path,
+        "token",
+        account.token,
+        account.token_env,
+        example_env="HERMES_WECHAT_TOKEN",
+        missing=(
             "every account needs its bot token (bot_token from the iLink QR login); set token, or name an "
-            "environment variable holding it in token_env",
-        )
-    if account.token is not None and account.token_env is not None:
-        raise ConfigError(f"{path}.token_env", "set either token or token_env, not both")
+            "environment variable holding it in token_env"
+        ),
+    )
     if account.token is not None and not is_bot_token(account.token):
         raise ConfigError(f"{path}.token", "must be the bot token as printed by the QR login (printable ASCII)")
-    if account.token_env is not None and not _ENV_NAME.fullmatch(account.token_env):
-        raise ConfigError(f"{path}.token_env", "must be an environment variable name such as HERMES_WECHAT_TOKEN")
     if not _is_base_url(account.base_url):
         raise ConfigError(
             f"{path}.base_url", f"must be an http:// or https:// URL with a host, such as {DEFAULT_BASE_URL}"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hermes_actors.messages import OutboundMessage
-from hermes_actors.runtime.gateway import PollCursor
+from hermes_actors.ports import PollCursor
 from platforms.base import SendError
 from platforms.support import http_client
 from platforms.support.ratelimit import Rate, RateLimiter
@@ -39,7 +39,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
+    from hermes_actors.ports import Inbox
 
 __all__ = ["TOKEN_PLATFORM", "AccountAuth", "ContextTokens", "WechatSender"]
 
@@ -74,21 +74,21 @@ class ContextTokens:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: dict[tuple[str, str], str] = {}
-        self._gateway: Gateway | None = None
+        self._inbox: Inbox | None = None
 
-    def attach(self, gateway: Gateway) -> None:
-        """Store tokens through ``gateway`` from now on."""
-        self._gateway = gateway
+    def attach(self, inbox: Inbox) -> None:
+        """Store tokens through ``inbox`` from now on."""
+        self._inbox = inbox
 
     def remember(self, account: str, chat_id: str, token: str) -> None:
         """Make ``token`` the latest for the chat; it is durable when this returns (or it raises)."""
         with self._lock:
             if self._latest.get((account, chat_id)) == token:
                 return
-        gateway = self._gateway
-        if gateway is not None:
+        inbox = self._inbox
+        if inbox is not None:
             cursor = PollCursor(platform=TOKEN_PLATFORM, cursor=token, account_id=_token_key(account, chat_id))
-            gateway.accept_many([], cursor=cursor)
+            inbox.accept_many([], cursor=cursor)
         with self._lock:
             self._latest[(account, chat_id)] = token
 
@@ -98,11 +98,10 @@ class ContextTokens:
             token = self._latest.get((account, chat_id))
         if token is not None:
             return token
-        gateway = self._gateway
-        if gateway is None:
+        inbox = self._inbox
+        if inbox is None:
             raise SendError("the WeChat adapter has not started yet, so the chat's context_token is not loaded")
-        with gateway.read() as store:
-            token = store.kv.get_cursor(TOKEN_PLATFORM, _token_key(account, chat_id))
+        token = inbox.poll_cursor(TOKEN_PLATFORM, _token_key(account, chat_id))
         if token is not None:
             with self._lock:
                 self._latest.setdefault((account, chat_id), token)

@@ -3,7 +3,7 @@
 Meta calls ``/whatsapp/webhook``: ``GET`` once to verify it (the handshake echoes ``hub.challenge`` as text when
 ``hub.verify_token`` matches a number's verify token, 403 otherwise), then ``POST`` for every notification. A POST
 counts only when ``X-Hub-Signature-256`` matches the raw body under the app secret of the numbers it speaks for;
-anything else is 401 and nothing is stored. Messages are answered 200 only after ``gateway.accept_many`` has
+anything else is 401 and nothing is stored. Messages are answered 200 only after ``inbox.accept_many`` has
 committed them all in one transaction; a notification that cannot be stored gets a 503, which Meta retries.
 Delivery receipts (``statuses``) are logged, a failed one at warning with its error. The images, audio, video and
 documents of a notification's messages are downloaded into the media store before the commit
@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
-from hermes_actors.messages import InboundMessage, decode_inbound
+from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused, committed
@@ -41,10 +41,9 @@ from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 
 if TYPE_CHECKING:
-    from hermes_actors.runtime.gateway import Gateway
-    from hermes_actors.store import Store
+    from hermes_actors.ports import Inbox
 
-__all__ = ["WEBHOOK_PATH", "WhatsappAdapter", "accepted_since"]
+__all__ = ["WEBHOOK_PATH", "WhatsappAdapter"]
 
 _log = logging.getLogger(__name__)
 
@@ -82,14 +81,13 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
         """The Cloud API sender."""
         return [self.sender]
 
-    def start(self, gateway: Gateway) -> None:
+    def start(self, inbox: Inbox) -> None:
         """Load the 24-hour windows from the inbox, then serve the webhook (:class:`PlatformError` if it cannot
         bind)."""
-        with gateway.read() as store:
-            known = self.windows.load(accepted_since(store, self._clock() - WINDOW_S))
+        known = self.windows.load(inbox.recent_inbound(PLATFORM, self._clock() - WINDOW_S))
         if known:
             _log.info("whatsapp: %d chats wrote in the last 24 hours (from the inbox)", known)
-        super().start(gateway)
+        super().start(inbox)
 
     def _add_routes(self, app: web.Application) -> None:
         """Serve the webhook: ``GET`` for the verification handshake, ``POST`` for notifications."""
@@ -137,8 +135,8 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
 
     async def _attach(self, parsed: Parsed) -> Parsed:
         """``parsed`` with each message's media downloaded into the media store as its attachment."""
-        gateway = self._gateway
-        if not parsed.media or gateway is None:
+        inbox = self._inbox
+        if not parsed.media or inbox is None:
             return parsed
         inbound: list[InboundMessage] = []
         base, version = self.config.graph_base, self.config.graph_version
@@ -153,7 +151,7 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
                         number=number,
                         graph_base=base,
                         graph_version=version,
-                        media=gateway.media,
+                        media=inbox.media,
                         session=session,
                         timeout_s=self.config.http_timeout_s,
                     )
@@ -185,14 +183,14 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
             )
 
     async def _accept(self, parsed: Parsed) -> web.Response:
-        gateway = self._gateway
-        if gateway is None:  # pragma: no cover - the server runs only after start()
+        inbox = self._inbox
+        if inbox is None:  # pragma: no cover - the server runs only after start()
             return web.json_response({"error": "the WhatsApp adapter is not started"}, status=503)
         batch: list[InboundMessage] = parsed.inbound
         for inbound in batch:  # before the commit: the reply may be sent before accept_many returns here
             self.windows.note(inbound)
         try:
-            results = await committed(gateway.submit_many(batch), gateway.config.ask_timeout_s)
+            results = await committed(inbox.submit_many(batch), inbox.ask_timeout_s)
         except Exception:
             # Not stored: a 5xx makes Meta deliver the notification again.
             ids = ", ".join(inbound.message_id[:80] for inbound in batch)
@@ -207,15 +205,6 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
             routing_keys=[result.routing_key for result in results],
             ignored=parsed.skipped,
         )
-
-
-def accepted_since(store: Store, since: float) -> Iterator[InboundMessage]:
-    """The WhatsApp messages the inbox accepted at or after ``since`` (answered or not), oldest first."""
-    for payload in store.inbox.payloads_since(PLATFORM, since):
-        try:
-            yield decode_inbound(payload)
-        except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
-            continue
 
 
 def _ok(**fields: Any) -> web.Response:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source, read_env_secret
 
 __all__ = [
     "DEFAULT_GRAPH_BASE_URL",
@@ -35,7 +36,6 @@ MAX_TEXT_CHARS = 4096  # the Cloud API refuses a longer text body
 _SECTION = "platforms.whatsapp"
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,24}")
 _VERSION = re.compile(r"v[0-9]{1,3}\.[0-9]{1,3}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _APP_PAGE = "the Meta app's WhatsApp settings at developers.facebook.com/apps"
 _SECRETS = (
     ("app_secret", "WHATSAPP_APP_SECRET", "the App Secret (App settings > Basic)"),
@@ -141,17 +141,10 @@ def _check_number(name: str, number: WhatsappNumber) -> None:
         )
     for field, example_env, what in _SECRETS:
         value, env = getattr(number, field), getattr(number, f"{field}_env")
-        if value is None and env is None:
-            raise ConfigError(
-                f"{path}.{field}",
-                f"is required; set {field} to {what} from {_APP_PAGE}, or {field}_env to a variable holding it",
-            )
-        if value is not None and env is not None:
-            raise ConfigError(f"{path}.{field}_env", f"set either {field} or {field}_env, not both")
+        missing = f"is required; set {field} to {what} from {_APP_PAGE}, or {field}_env to a variable holding it"
+        check_secret_source(path, field, value, env, example_env=example_env, missing=missing)
         if value is not None and (not value or value != value.strip()):
             raise ConfigError(f"{path}.{field}", "must not be empty or have spaces around it")
-        if env is not None and not _ENV_NAME.fullmatch(env):
-            raise ConfigError(f"{path}.{field}_env", f"must be an environment variable name such as {example_env}")
     if number.messages_per_second is not None and not number.messages_per_second > 0:
         raise ConfigError(f"{path}.messages_per_second", "must be a positive rate (Meta's default is 80)")
 
@@ -170,10 +163,7 @@ class NumberKeys(msgspec.Struct, frozen=True, kw_only=True):
 def _secret(path: str, field: str, value: str | None, env: str | None, environ: Mapping[str, str]) -> str:
     if env is None:
         return value or ""
-    found = environ.get(env, "").strip()
-    if not found:
-        raise ConfigError(f"{path}.{field}_env", f"environment variable {env} is not set; export the number's {field}")
-    return found
+    return read_env_secret(f"{path}.{field}_env", env, environ, export=f"export the number's {field}", strip=True)
 
 
 def resolve_numbers(config: WhatsappConfig, environ: Mapping[str, str]) -> dict[str, NumberKeys]:

@@ -16,11 +16,8 @@ not on the allowed list) give the reply up; others are retried with backoff and 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -29,6 +26,7 @@ import msgspec
 from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
 from platforms.support import http_client
+from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 from platforms.whatsapp.config import NumberKeys, WhatsappConfig
@@ -61,7 +59,6 @@ _HINTS = {
     133010: "the phone number is not registered with the Cloud API; register it",
     368: "the number is temporarily blocked for policy violations; see WhatsApp Manager",
 }
-_PROGRESS_KEPT = 1_000  # partly sent replies remembered for a resumed retry
 _NOT_LOADED_RETRY_S = 1.0
 
 
@@ -136,8 +133,7 @@ class WhatsappSender:
         self._pairs = RateLimiter(
             per_key=Rate(per_second=1.0 / config.recipient_interval_s, burst=float(config.recipient_burst))
         )
-        self._lock = threading.Lock()
-        self._progress: OrderedDict[str, list[str]] = OrderedDict()  # reply identity -> ids of the parts sent
+        self._progress: PartProgress[str] = PartProgress()  # the parts of partly sent replies
 
     def send(self, message: OutboundMessage) -> str | None:
         """Send ``message`` (split if long) to its user or group; return the ``wamid`` of its first part."""
@@ -154,18 +150,15 @@ class WhatsappSender:
             _log.info("whatsapp number %s: an empty reply to %s is not sent", number.phone_number_id, chat)
             return None
         quoted = message.reply_to if group and (message.reply_to or "").startswith("wamid.") else None
-        identity = _identity(message)
-        with self._lock:
-            sent = list(self._progress.get(identity, ()))
+        sent = self._progress.sent(message)
         for index in range(len(sent), len(parts)):
             try:
                 sent.append(self._post(number, chat, parts[index], group=group, quoted=quoted if index == 0 else None))
             except SendError:
                 if sent:  # a retry resumes after the parts WhatsApp already has
-                    self._remember(identity, sent)
+                    self._progress.remember(message, sent)
                 raise
-        with self._lock:
-            self._progress.pop(identity, None)
+        self._progress.forget(message)
         return sent[0] or None
 
     def _number(self, account_id: str) -> NumberKeys:
@@ -200,13 +193,6 @@ class WhatsappSender:
         )
         _log.warning("%s", text)
         return SendError(text, permanent=True)
-
-    def _remember(self, identity: str, sent: list[str]) -> None:
-        with self._lock:
-            self._progress[identity] = sent
-            self._progress.move_to_end(identity)
-            while len(self._progress) > _PROGRESS_KEPT:
-                self._progress.popitem(last=False)
 
     def _pace(self, number: str, chat: str, where: str) -> None:
         wait = max(self._throughput[number].delay(number), self._pairs.delay(f"{number}:{chat}"))
@@ -275,11 +261,3 @@ class WhatsappSender:
         if code in _HINTS:
             hint += " (the reply is retried with backoff meanwhile)"
         return SendError(f"{where}: refused with HTTP {result.status} ({detail}); {hint}")
-
-
-def _identity(message: OutboundMessage) -> str:
-    """The same for every attempt at one reply, different between replies."""
-    identity = msgspec.json.encode(
-        [message.account_id, message.chat_id, message.session_id, message.answers, message.text]
-    )
-    return hashlib.sha256(identity).hexdigest()

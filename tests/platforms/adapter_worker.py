@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms import registry
 
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str]) -> int:
         senders=adapter.senders(),
         tick_interval_s=0.1,
     )
-    adapter.start(gateway)
+    adapter.start(GatewayInbox(gateway))
     print("READY " + json.dumps(adapter.describe()), flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

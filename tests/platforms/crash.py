@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.store import Store
+from tests.platforms.support import poll_until
 
 __all__ = ["AdapterWorker", "inbox_rows", "wait_for_inbox"]
 
@@ -91,10 +92,5 @@ def inbox_rows(db: Path) -> list[tuple[str, str]]:
 
 def wait_for_inbox(db: Path, count: int, timeout: float = 20.0) -> list[tuple[str, str]]:
     """Wait until ``count`` inbox rows are committed; return them."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = inbox_rows(db)
-        if len(rows) >= count:
-            return rows
-        time.sleep(0.05)
-    raise AssertionError(f"expected {count} inbox rows in {db}, found {inbox_rows(db)}")
+    poll_until(lambda: len(inbox_rows(db)) >= count, timeout, what=f"{count} inbox rows in {db}")
+    return inbox_rows(db)

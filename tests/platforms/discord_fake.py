@@ -50,6 +50,7 @@ from urllib.parse import quote
 from aiohttp import WSMsgType, web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.support import wait_on
 
 __all__ = ["API_PREFIX", "CDN_PREFIX", "MESSAGES_BUCKET", "Call", "DiscordFake", "Download", "Sent", "user"]
 
@@ -432,20 +433,12 @@ class DiscordFake:
 
     def wait_for(self, check: Callable[[], T], timeout: float = 10.0) -> T:
         """Wait until ``check()`` is truthy (it is re-checked on every change); return it."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                self._lock.release()
-                try:
-                    value = check()
-                finally:
-                    self._lock.acquire()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out after {timeout} s; REST calls: {[c.path for c in self._calls]}")
-                self._lock.wait(min(left, 0.05))
+        return wait_on(
+            self._lock,
+            check,
+            timeout,
+            lambda: f"timed out after {timeout} s; REST calls: {[c.path for c in self._calls]}",
+        )
 
     def wait_ready(self, token: str, count: int = 1, timeout: float = 10.0) -> None:
         """Wait until the bot has started or resumed ``count`` sessions and is connected."""

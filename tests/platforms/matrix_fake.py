@@ -39,6 +39,7 @@ import msgspec
 from aiohttp import web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.support import wait_on
 
 __all__ = ["Call", "MatrixFake"]
 
@@ -331,20 +332,12 @@ class MatrixFake:
 
     def wait_for(self, check: Callable[[], T], timeout: float = 10.0) -> T:
         """Wait until ``check()`` is truthy (it is re-checked on every request and change); return it."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                self._lock.release()
-                try:
-                    value = check()
-                finally:
-                    self._lock.acquire()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out after {timeout} s; calls: {[c.endpoint for c in self._calls]}")
-                self._lock.wait(min(left, 0.05))
+        return wait_on(
+            self._lock,
+            check,
+            timeout,
+            lambda: f"timed out after {timeout} s; calls: {[c.endpoint for c in self._calls]}",
+        )
 
     # -- the stream (callers hold the lock)
 

@@ -126,7 +126,7 @@ class FakeSlack:
 
     @property
     def api_base_url(self) -> str:
-        """What ``platforms.slack.adapter.api_base_url`` should be."""
+        """What ``platforms.slack.api_base_url`` should be."""
         return self.host.url + "/api"
 
     def start(self) -> FakeSlack:

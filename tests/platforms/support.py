@@ -1,7 +1,10 @@
 """What every adapter's tests and fakes need, written once.
 
-:class:`RunningAdapter` is an adapter started on a real gateway with the store reads its tests make (each
-platform's test module subclasses it with what is its own: a poll cursor, how its inbox rows look);
+:class:`StartGateway` is the ``start_gateway`` fixture of ``conftest.py``: an adapter started on a real gateway
+through the inbox port, both stopped at the end of the test. :class:`RunningAdapter` is such an adapter with the
+store reads its tests make (each platform's test module subclasses it with what is its own: a poll cursor, how its
+inbox rows look); :func:`poll_until` waits for a condition that nothing signals, :func:`wait_on` for one a fake's
+condition variable announces; :class:`GatedAgent` holds turns until a test lets them go;
 :class:`Arrivals` is a fake platform's queue of what the adapter sent it; :class:`LogRecords` keeps log records
 where pytest's ``caplog`` cannot reach (hypothesis examples share no function-scoped fixture).
 """
@@ -10,16 +13,85 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.runtime.gateway import Gateway
-from platforms.base import Adapter
+from platforms.base import Adapter, Inbox, ReplySender
 
-__all__ = ["Arrivals", "LogRecords", "RunningAdapter"]
+__all__ = ["Arrivals", "GatedAgent", "LogRecords", "RunningAdapter", "StartGateway", "poll_until", "wait_on"]
 
 A = TypeVar("A", bound=Adapter)
 T = TypeVar("T")
+
+
+class StartGateway(Protocol):
+    """Open a gateway on the test's ``state.db`` with ``adapter``'s senders (and ``senders``) and start ``adapter``
+    on its inbox (wrapped by ``inbox_for``); at the end of the test the adapter stops, then the gateway.
+
+    ``options`` go to :class:`Gateway` (``clock``, ``tick_interval_s``, ``media``, ``agent``, ...); ``config``
+    defaults to quick outbox retries.
+    """
+
+    def __call__(
+        self,
+        adapter: Adapter,
+        *,
+        senders: Sequence[ReplySender] = (),
+        inbox_for: Callable[[Inbox], Inbox] | None = None,
+        **options: Any,
+    ) -> Gateway: ...
+
+
+class GatedAgent(EchoAgent):
+    """An echo agent whose turns wait for ``gate`` (up to 10 s); ``entered`` is set when a turn starts."""
+
+    runs_inline = False
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.entered.set()
+        self.gate.wait(10)
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+
+def poll_until(check: Callable[[], T], timeout: float = 10.0, *, what: str = "the condition") -> T:
+    """Call ``check`` until it returns something truthy and return that; :class:`AssertionError` naming ``what``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not hold within {timeout} s")
+        time.sleep(0.01)
+
+
+def wait_on(changed: threading.Condition, check: Callable[[], T], timeout: float, failed: Callable[[], str]) -> T:
+    """Wait until ``check()`` is truthy, re-checking it (without holding ``changed``) whenever ``changed`` is
+    notified; return it. After ``timeout`` seconds, :class:`AssertionError` with the message ``failed()``."""
+    deadline = time.monotonic() + timeout
+    with changed:
+        while True:
+            changed.release()
+            try:
+                value = check()
+            finally:
+                changed.acquire()
+            if value:
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(failed())
+            changed.wait(min(left, 0.05))
 
 
 @dataclass(frozen=True)

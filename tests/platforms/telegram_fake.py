@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.support import wait_on
 
 __all__ = [
     "Call",
@@ -283,20 +284,9 @@ class TelegramFake:
 
     def wait_for(self, check: Callable[[], T], timeout: float = 10.0) -> T:
         """Wait until ``check()`` is truthy (it is re-checked on every request); return it."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                self._lock.release()
-                try:
-                    value = check()
-                finally:
-                    self._lock.acquire()
-                if value:
-                    return value
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"timed out after {timeout} s; calls: {[c.method for c in self._calls]}")
-                self._lock.wait(min(left, 0.05))
+        return wait_on(
+            self._lock, check, timeout, lambda: f"timed out after {timeout} s; calls: {[c.method for c in self._calls]}"
+        )
 
     # -- the API
 

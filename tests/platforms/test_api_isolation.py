@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hermes_actors.agents.base import EchoAgent
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import NewMessage, Role, Store
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig, key_fingerprint
 from tests.platforms import test_api_server
@@ -66,7 +67,7 @@ def test_a_session_made_with_one_key_is_not_continued_with_another(start: Start,
     _, session_id = ask(first, "made with the first key")
     first.server.stop(10)
     other = ApiServer(ApiServerConfig(port=0, key="sk-another-key"), environ={})
-    other.start(first.gateway)
+    other.start(GatewayInbox(first.gateway))
     try:
         moved = Running(server=other, gateway=first.gateway)
         status, _, body = moved.request(

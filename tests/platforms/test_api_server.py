@@ -17,30 +17,17 @@ import msgspec
 import openai
 import pytest
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store.records import MessageRecord
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from tests.platforms.support import GatedAgent, poll_until
 
 KEY = "sk-hermes-test"
-
-
-class GatedAgent(EchoAgent):
-    """An echo agent whose turns wait for ``gate``; ``entered`` is set when a turn starts."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        self.entered.set()
-        self.gate.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
 
 
 @dataclass
@@ -107,7 +94,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             stack.callback(gateway.stop, 10)
             if isinstance(agent, GatedAgent):
                 stack.callback(agent.gate.set)  # runs first: no turn holds up the gateway's stop
-            server.start(gateway)
+            server.start(GatewayInbox(gateway))
             stack.callback(server.stop, 10)
             return Running(server=server, gateway=gateway)
 
@@ -500,10 +487,8 @@ def test_a_client_that_disconnects_stops_waiting(start: Start) -> None:
         )
         assert agent.entered.wait(10)
         assert running.waiters.waiting() == 1
-    deadline = time.monotonic() + 10
-    while running.waiters.waiting() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the server notices the disconnect within one poll (here 0.05 s)
-    assert running.waiters.waiting() == 0
+    # the server notices the disconnect within one poll (here 0.05 s)
+    poll_until(lambda: running.waiters.waiting() == 0, 10, what="the end of the abandoned wait")
     agent.gate.set()
     assert running.gateway.wait_idle(10)
     assert ask(running, "next")[0] == "echo: next"

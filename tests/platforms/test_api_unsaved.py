@@ -10,13 +10,13 @@ from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import SESSION_HEADER
-from tests.platforms import test_api_server
+from tests.platforms import support, test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start, chat
 
 start = test_api_server.start  # a gateway and an API server on 127.0.0.1
 
 
-class GatedAgent(test_api_server.GatedAgent):
+class GatedAgent(support.GatedAgent):
     """The API tests' gated agent, holding only turns whose text starts with ``wait``."""
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:

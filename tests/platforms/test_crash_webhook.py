@@ -17,6 +17,7 @@ import pytest
 
 from platforms.webhook import WebhookConfig, WebhookRoute
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
+from tests.platforms.support import poll_until
 
 SECRET = "whsec_" + base64.b64encode(b"crash-test secret of 32 bytes!!!").decode()
 
@@ -79,9 +80,7 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     assert callbacks.bodies == []
     worker = AdapterWorker.start(db, "webhook", config, agent="echo")
     try:
-        deadline = time.monotonic() + 20
-        while not callbacks.bodies and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(lambda: callbacks.bodies, 20, what="a callback")
         # the sender retries the delivered message as the same webhook; nothing more arrives
         assert _post(worker.url() + "/webhooks/r", {"text": "survive", "chat_id": "c"}, "msg_crash") == 202
         time.sleep(0.3)

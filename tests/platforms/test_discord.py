@@ -24,11 +24,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
-from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.ports import Inbox
 from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
@@ -52,7 +51,7 @@ from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
-from tests.platforms.support import RunningAdapter
+from tests.platforms.support import RunningAdapter, StartGateway
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"
@@ -139,37 +138,33 @@ Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path, make_fake: MakeFake, fake: DiscordFake) -> Iterator[Start]:
+def start(make_fake: MakeFake, fake: DiscordFake, start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path / "state.db"`` and the adapter; both stop at the end (or when told to).
 
     ``make_fake`` is set up first, so every fake outlives the adapters connected to it.
     """
-    with ExitStack() as stack:
 
-        def run(
-            config: DiscordConfig | None = None,
-            *,
-            clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
-            extra_senders: tuple[FakePlatform, ...] = (),
-            rng: random.Random | None = None,
-            media: MediaConfig | None = None,
-        ) -> Running:
-            adapter = DiscordAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock, rng=rng)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=[*adapter.senders(), *extra_senders],
-                clock=clock,
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
-            stack.callback(adapter.stop)
-            return Running(adapter, gateway)
+    def run(
+        config: DiscordConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        gateway_for: Callable[[Inbox], Inbox] | None = None,
+        extra_senders: tuple[FakePlatform, ...] = (),
+        rng: random.Random | None = None,
+        media: MediaConfig | None = None,
+    ) -> Running:
+        adapter = DiscordAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock, rng=rng)
+        gateway = start_gateway(
+            adapter,
+            senders=extra_senders,
+            clock=clock,
+            tick_interval_s=0.1,
+            media=media,
+            inbox_for=gateway_for,
+        )
+        return Running(adapter, gateway)
 
-        yield run
+    return run
 
 
 def wait_texts(fake: DiscordFake, count: int, token: str = TOKEN) -> list[str]:
@@ -642,26 +637,26 @@ def test_a_restart_resumes_the_stored_session_and_misses_nothing(fake: DiscordFa
 
 
 class FailingFirstMessage:
-    """A gateway whose first commit of a message fails, as if the disk were full for a moment."""
+    """An inbox whose first commit of a message fails, as if the disk were full for a moment."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if batch and not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_message_that_could_not_be_stored_is_replayed_by_a_resume(
     fake: DiscordFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
-    discord = start(gateway_for=lambda gateway: cast(Gateway, FailingFirstMessage(gateway)))
+    discord = start(gateway_for=lambda inbox: cast(Inbox, FailingFirstMessage(inbox)))
     fake.wait_ready(TOKEN)
     message_id = fake.post(GENERAL, ALICE, "survive")
     assert wait_texts(fake, 1) == ["echo: survive"]

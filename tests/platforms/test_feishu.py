@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
@@ -35,6 +33,7 @@ from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.feishu_fake import Failure, FakeFeishu, deliver, seal, sign, url_verification
+from tests.platforms.support import StartGateway
 
 MAIN_ID = "cli_a1b2c3d4e5f60001"
 PLAIN_ID = "cli_a1b2c3d4e5f60002"
@@ -110,27 +109,17 @@ StartFeishu = Callable[..., Feishu]
 
 
 @pytest.fixture
-def start_feishu(tmp_path: Path, fake: FakeFeishu) -> Iterator[StartFeishu]:
+def start_feishu(fake: FakeFeishu, start_gateway: StartGateway) -> StartFeishu:
     """Start a gateway on ``tmp_path`` with the adapter on port 0; everything is stopped at the end."""
-    with ExitStack() as stack:
 
-        def start(*, media: MediaConfig | None = None, **options: Any) -> Feishu:
-            clock = FakeClock()
-            options.setdefault("apps", apps_for(fake))
-            adapter = FeishuAdapter(FeishuConfig(port=0, **options), environ={}, clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Feishu(adapter=adapter, gateway=gateway, fake=fake, clock=clock)
+    def start(*, media: MediaConfig | None = None, **options: Any) -> Feishu:
+        clock = FakeClock()
+        options.setdefault("apps", apps_for(fake))
+        adapter = FeishuAdapter(FeishuConfig(port=0, **options), environ={}, clock=clock)
+        gateway = start_gateway(adapter, clock=clock, media=media)
+        return Feishu(adapter=adapter, gateway=gateway, fake=fake, clock=clock)
 
-        yield start
+    return start
 
 
 def stored(feishu: Feishu) -> tuple[int, int]:

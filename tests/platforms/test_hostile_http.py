@@ -19,8 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import msgspec
@@ -28,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import ApiServer, ApiServerConfig
+from platforms.base import Adapter
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
-from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig
+from platforms.slack import SlackAdapter, SlackApp, SlackConfig
 from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
@@ -41,7 +40,7 @@ from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber
 from tests.platforms import slack_fake, telegram_fake, whatsapp_fake
 from tests.platforms.feishu_fake import FakeFeishu, seal
 from tests.platforms.feishu_fake import sign as feishu_sign
-from tests.platforms.support import LogRecords
+from tests.platforms.support import LogRecords, StartGateway
 
 BODY_LIMIT = 64 * 1024
 API_KEY = "sk-hostile"
@@ -177,21 +176,12 @@ StartEntry = Callable[[str], Entry]
 
 
 @pytest.fixture
-def start_entry(tmp_path: Path) -> Iterator[StartEntry]:
+def start_entry(start_gateway: StartGateway) -> Iterator[StartEntry]:
     """Start one entry point (and the fake platform its replies go to) on loopback; all stop at the end."""
     with ExitStack() as stack:
 
         def gateway_for(adapter: HttpAdapter[Any]) -> Gateway:
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=[*adapter.senders()],  # type: ignore[attr-defined]
-                tick_interval_s=0.1,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return gateway
+            return start_gateway(cast(Adapter, adapter), tick_interval_s=0.1)
 
         def start(name: str) -> Entry:
             if name == "api_server":

@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -22,12 +21,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
+from hermes_actors.ports import Inbox
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
-from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -49,7 +47,7 @@ from platforms.matrix.state import AccountState, decode_state
 from platforms.matrix.wire import MAX_DEPTH
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.matrix_fake import MatrixFake
-from tests.platforms.support import RunningAdapter
+from tests.platforms.support import RunningAdapter, StartGateway
 
 TOKEN = "syt_Ym90_hermes_bot_0001"
 OTHER_TOKEN = "syt_Ym90_second_bot_0002"
@@ -116,39 +114,35 @@ Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path, hs: MatrixFake) -> Iterator[Start]:
+def start(hs: MatrixFake, start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path / "state.db"`` and the adapter, and wait until each account long-polls."""
-    with ExitStack() as stack:
 
-        def run(
-            config: MatrixConfig | None = None,
-            *,
-            clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
-            extra_senders: tuple[FakePlatform, ...] = (),
-            ready: bool = True,
-            media: MediaConfig | None = None,
-        ) -> Running:
-            config = config or make_config(hs)
-            adapter = MatrixAdapter(config, environ={}, clock=clock, monotonic=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=[*adapter.senders(), *extra_senders],
-                clock=clock,
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
-            stack.callback(adapter.stop)
-            if ready:
-                for settings in config.accounts.values():
-                    token = settings.access_token or ""
-                    hs.wait_for(lambda token=token: hs.polling(token))  # type: ignore[misc]
-            return Running(adapter, gateway)
+    def run(
+        config: MatrixConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        gateway_for: Callable[[Inbox], Inbox] | None = None,
+        extra_senders: tuple[FakePlatform, ...] = (),
+        ready: bool = True,
+        media: MediaConfig | None = None,
+    ) -> Running:
+        config = config or make_config(hs)
+        adapter = MatrixAdapter(config, environ={}, clock=clock, monotonic=clock)
+        gateway = start_gateway(
+            adapter,
+            senders=extra_senders,
+            clock=clock,
+            tick_interval_s=0.1,
+            media=media,
+            inbox_for=gateway_for,
+        )
+        if ready:
+            for settings in config.accounts.values():
+                token = settings.access_token or ""
+                hs.wait_for(lambda token=token: hs.polling(token))  # type: ignore[misc]
+        return Running(adapter, gateway)
 
-        yield run
+    return run
 
 
 def wait_sent(hs: MatrixFake, count: int, sender: str = BOT) -> list[dict[str, Any]]:
@@ -465,27 +459,27 @@ def test_a_redelivered_event_starts_one_turn(hs: MatrixFake, start: Start, caplo
 
 
 class FailingCommit:
-    """A gateway whose first ``accept_many`` with messages fails, as if the process died before the commit."""
+    """An inbox whose first ``accept_many`` with messages fails, as if the process died before the commit."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if batch and not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_sync_that_was_not_committed_is_asked_again_and_processed_once(
     hs: MatrixFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     hs.create_room(DM, ALICE, BOT)
-    matrix = start(gateway_for=lambda gateway: cast(Gateway, FailingCommit(gateway)))
+    matrix = start(gateway_for=lambda inbox: cast(Inbox, FailingCommit(inbox)))
     before = len(hs.calls("sync"))
     event_id = hs.post(DM, ALICE, "survive")
     wait_sent(hs, 1)

@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
-from hermes_actors.runtime.gateway import AcceptResult, Gateway, PollCursor
-from hermes_actors.store import Store
+from hermes_actors.ports import AcceptResult, Inbox, PollCursor
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock
 from platforms import registry
 from platforms.base import Adapter, SendError
@@ -50,6 +49,7 @@ from tests.platforms.signal_fake import (
     unregistered_error,
     untrusted_error,
 )
+from tests.platforms.support import StartGateway, poll_until
 
 ACCOUNT = "+15550001"
 OTHER_ACCOUNT = "+15550002"
@@ -118,43 +118,32 @@ class Running:
             return store.kv.get_cursor(PLATFORM, account)
 
     def wait_rows(self, count: int, timeout: float = 10.0) -> list[Row]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            rows = self.rows()
-            if len(rows) >= count:
-                return rows
-            time.sleep(0.01)
-        raise AssertionError(f"expected {count} inbox rows, found {self.rows()}")
+        poll_until(lambda: len(self.rows()) >= count, timeout, what=f"{count} inbox rows")
+        return self.rows()
 
 
 Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
+def start(start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path`` with the adapter; ``fake_gateway_clock`` gives the gateway a FakeClock."""
-    with ExitStack() as stack:
 
-        def run(config: SignalConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Running:
-            clock = FakeClock(start=time.time())
-            # With a fake gateway clock, pacing runs on it too: a penalty for a rate limit ends when it is advanced.
-            adapter = SignalAdapter(
-                config, environ={}, clock=clock, monotonic=clock if fake_gateway_clock else time.monotonic
-            )
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock if fake_gateway_clock else time.time,
-                tick_interval_s=5.0 if fake_gateway_clock else 0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Running(adapter=adapter, gateway=gateway, clock=clock)
+    def run(config: SignalConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Running:
+        clock = FakeClock(start=time.time())
+        # With a fake gateway clock, pacing runs on it too: a penalty for a rate limit ends when it is advanced.
+        adapter = SignalAdapter(
+            config, environ={}, clock=clock, monotonic=clock if fake_gateway_clock else time.monotonic
+        )
+        gateway = start_gateway(
+            adapter,
+            clock=clock if fake_gateway_clock else time.time,
+            tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+            media=media,
+        )
+        return Running(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield run
+    return run
 
 
 # -- direct chats, groups and accounts ---------------------------------------------------------------------------
@@ -436,7 +425,7 @@ def test_a_restart_reconnects_from_the_stored_event_id(daemon: FakeSignalCli, st
     daemon.push(ACCOUNT, message(ALICE, "while we were away"))
     again = SignalAdapter(fast(daemon.url), environ={}, clock=running.clock)
     running.gateway.replace_sender(again.senders()[0])
-    again.start(running.gateway)
+    again.start(GatewayInbox(running.gateway))
     try:
         assert daemon.take_sent().text == "echo: while we were away"
     finally:
@@ -497,8 +486,8 @@ def test_a_message_that_cannot_be_stored_holds_the_stream_until_it_is(
 ) -> None:
     adapter = SignalAdapter(fast(daemon.url), environ={})
     with Gateway(tmp_path / "state.db", senders=adapter.senders(), tick_interval_s=0.1) as gateway:
-        flaky = FlakyGateway(gateway, failures=2)
-        adapter.start(cast(Gateway, flaky))
+        flaky = FlakyInbox(GatewayInbox(gateway), failures=2)
+        adapter.start(cast(Inbox, flaky))
         try:
             daemon.push(ACCOUNT, message(ALICE, "keep trying"), message(ALICE, "next"))
             assert [daemon.take_sent().text, daemon.take_sent().text] == ["echo: keep trying", "echo: next"]
@@ -508,28 +497,28 @@ def test_a_message_that_cannot_be_stored_holds_the_stream_until_it_is(
     assert caplog.text.count("could not store message") == 2
 
 
-class FlakyGateway:
-    """A gateway whose first ``failures`` commits fail (the store is busy)."""
+class FlakyInbox:
+    """An inbox whose first ``failures`` commits fail (the store is busy)."""
 
-    def __init__(self, gateway: Gateway, *, failures: int) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox, *, failures: int) -> None:
+        self._inbox = inbox
         self._failures = failures
         self.calls = 0
 
-    def read(self) -> AbstractContextManager[Store]:
-        return self._gateway.read()
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
+        return self._inbox.poll_cursor(platform, account_id)
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
         self.calls += 1
         if self.calls <= self._failures:
             raise RuntimeError("database is locked")
-        return self._gateway.accept_many(batch, cursor=cursor)
+        return self._inbox.accept_many(batch, cursor=cursor)
 
 
 def test_stop_closes_an_idle_stream_at_once(daemon: FakeSignalCli, tmp_path: Path) -> None:
     adapter = SignalAdapter(fast(daemon.url, idle_timeout_s=60.0), environ={})
     with Gateway(tmp_path / "state.db", senders=adapter.senders()) as gateway:
-        adapter.start(gateway)
+        adapter.start(GatewayInbox(gateway))
         daemon.wait_connections(1)
         started = time.monotonic()
         adapter.stop(timeout=5)
@@ -986,7 +975,7 @@ def test_a_daemon_off_loopback_is_warned_about(
     adapter = SignalAdapter(fast("http://192.0.2.1:8080"), environ={})
     assert SignalAdapter(fast("http://localhost:8080"), environ={}).config.loopback
     with Gateway(tmp_path / "state.db", senders=adapter.senders()) as gateway:
-        adapter.start(gateway)
+        adapter.start(GatewayInbox(gateway))
         adapter.stop()
     assert started == [ACCOUNT]
     assert "192.0.2.1:8080 is not a loopback address" in caplog.text

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +21,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
-from platforms.slack.adapter import SlackAdapter, SlackApp, SlackConfig, SlackSender
+from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.slack_fake import (
     Answer,
@@ -45,7 +44,7 @@ from tests.platforms.slack_fake import (
     sign,
     url_verification,
 )
-from tests.platforms.support import LogRecords, RunningAdapter
+from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 OTHER_SECRET = "0123456789abcdef0123456789abcdef"
@@ -89,46 +88,22 @@ StartSlack = Callable[..., Slack]
 
 
 @pytest.fixture
-def start_slack(tmp_path: Path, slack: FakeSlack) -> Iterator[StartSlack]:
+def start_slack(tmp_path: Path, slack: FakeSlack, start_gateway: StartGateway) -> StartSlack:
     """Start a gateway on ``tmp_path`` with the Slack adapter on port 0 pointed at the fake; both stop at the end."""
-    with ExitStack() as stack:
 
-        def start(
-            apps: Mapping[str, SlackApp] | None = None,
-            *,
-            agent: EchoAgent | None = None,
-            media: MediaConfig | None = None,
-            **options: Any,
-        ) -> Slack:
-            config = SlackConfig(port=0, api_base_url=slack.api_base_url, apps=dict(apps or main_app()), **options)
-            adapter = SlackAdapter(config, environ={})
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                agent=agent,
-                senders=[*adapter.senders()],
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Slack(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
+    def start(
+        apps: Mapping[str, SlackApp] | None = None,
+        *,
+        agent: EchoAgent | None = None,
+        media: MediaConfig | None = None,
+        **options: Any,
+    ) -> Slack:
+        config = SlackConfig(port=0, api_base_url=slack.api_base_url, apps=dict(apps or main_app()), **options)
+        adapter = SlackAdapter(config, environ={})
+        gateway = start_gateway(adapter, agent=agent, tick_interval_s=0.1, media=media)
+        return Slack(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
-        yield start
-
-
-class GatedAgent(EchoAgent):
-    """Echoes once ``release`` is set."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        assert self.release.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
+    return start
 
 
 # -- the Request URL ---------------------------------------------------------------------------------------------
@@ -147,7 +122,7 @@ def test_an_unknown_app_is_404(start_slack: StartSlack) -> None:
     answer = deliver(f"{start_slack().adapter.url}/slack/events/nope", url_verification("x"), SECRET)
     assert (answer.status, answer.body) == (
         404,
-        {"error": "no Slack app 'nope'; add it under platforms.slack.adapter.apps"},
+        {"error": "no Slack app 'nope'; add it under platforms.slack.apps"},
     )
 
 
@@ -328,7 +303,7 @@ def test_the_200_comes_after_the_durable_commit_and_well_inside_three_seconds(st
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(f"T1:D1:{TS}", "pending")]
     finally:
-        agent.release.set()
+        agent.gate.set()
     assert running.gateway.wait_idle()
 
 
@@ -337,7 +312,7 @@ def test_an_event_that_cannot_be_stored_gets_a_503_that_slack_retries(
 ) -> None:
     running = start_slack()
     running.gateway.stop()  # the store is gone: accept fails
-    with caplog.at_level(logging.ERROR, logger="platforms.slack.adapter"):
+    with caplog.at_level(logging.ERROR, logger="platforms.slack"):
         outcomes = deliver_until_acknowledged(running.url(), event_callback(message("lost?")), SECRET)
     assert outcomes == [503, 503, 503, 503]
     assert f"could not accept message T1:C1:{TS}" in caplog.text
@@ -368,7 +343,7 @@ def test_bot_own_edited_deleted_and_non_message_events_are_skipped_with_a_log_li
         ({"type": "channel_created", "channel": {"id": "C9", "name": "new"}}, "'channel_created' event"),
         (message("   "), "a message without text or files"),
     ]
-    with caplog.at_level(logging.DEBUG, logger="platforms.slack.adapter"):
+    with caplog.at_level(logging.DEBUG, logger="platforms.slack"):
         for event, reason in skipped:
             answer = running.post(event)
             assert answer.status == 200, event
@@ -529,8 +504,8 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
     mention = app_mention("look", ts=TS) | {"files": [file]}
     answers: dict[str, Answer] = {}
     waiting = LogSeen("is being fetched already")
-    caplog.set_level(logging.INFO, logger="platforms.slack.adapter")
-    logging.getLogger("platforms.slack.adapter").addHandler(waiting)
+    caplog.set_level(logging.INFO, logger="platforms.slack")
+    logging.getLogger("platforms.slack").addHandler(waiting)
 
     def post(name: str, payload: dict[str, Any], event_id: str) -> None:
         answers[name] = running.post(payload, event_id=event_id)
@@ -546,7 +521,7 @@ def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_noth
         release.set()
         first.join(10)
         second.join(10)
-        logging.getLogger("platforms.slack.adapter").removeHandler(waiting)
+        logging.getLogger("platforms.slack").removeHandler(waiting)
     assert (answers["message"].status, answers["message"].body["duplicate"]) == (200, False)
     assert (answers["mention"].status, answers["mention"].body["duplicate"]) == (200, True)
     assert [d.file_id for d in slack.downloads] == ["F11"]
@@ -683,7 +658,7 @@ def test_a_handoff_to_slack_opens_a_thread_and_speaks_there(tmp_path: Path, slac
     cli = FakePlatform("cli")
     gateway = Gateway(tmp_path / "state.db", senders=[cli, *adapter.senders()], tick_interval_s=0.1)
     cli.attach(gateway)
-    adapter.start(gateway)
+    adapter.start(GatewayInbox(gateway))
     try:
         deliver(f"{adapter.url}/slack/events/main", event_callback(message("/sethome")), SECRET)
         assert slack.take().text == "This chat is now the home channel for slack."
@@ -748,7 +723,7 @@ def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_w
     running = start_slack(max_body_bytes=64 * 1024, messages_per_second=1000.0)
     handler = LogRecords()
     records = handler.records
-    logger = logging.getLogger("platforms.slack.adapter")
+    logger = logging.getLogger("platforms.slack")
     logger.addHandler(handler)
     previous_level = logger.level
     logger.setLevel(logging.DEBUG)
@@ -801,40 +776,40 @@ def test_an_oversized_body_is_413(start_slack: StartSlack) -> None:
 @pytest.mark.parametrize(
     ("section", "path", "problem"),
     [
-        ({"apps": {"a": {"bot_token": TOKEN}}}, "platforms.slack.adapter.apps.a.signing_secret", "is required"),
-        ({"apps": {"a": {"signing_secret": SECRET}}}, "platforms.slack.adapter.apps.a.bot_token", "is required"),
+        ({"apps": {"a": {"bot_token": TOKEN}}}, "platforms.slack.apps.a.signing_secret", "is required"),
+        ({"apps": {"a": {"signing_secret": SECRET}}}, "platforms.slack.apps.a.bot_token", "is required"),
         (
             {"apps": {"a": {"signing_secret": SECRET, "signing_secret_env": "S", "bot_token": TOKEN}}},
-            "platforms.slack.adapter.apps.a.signing_secret_env",
+            "platforms.slack.apps.a.signing_secret_env",
             "not both",
         ),
         (
             {"apps": {"a": {"signing_secret": SECRET, "bot_token_env": "1X"}}},
-            "platforms.slack.adapter.apps.a.bot_token_env",
+            "platforms.slack.apps.a.bot_token_env",
             "environment variable name",
         ),
         (
             {"apps": {"a": {"signing_secret": " s ", "bot_token": TOKEN}}},
-            "platforms.slack.adapter.apps.a.signing_secret",
+            "platforms.slack.apps.a.signing_secret",
             "spaces",
         ),
         (
             {"apps": {"a b": {"signing_secret": SECRET, "bot_token": TOKEN}}},
-            "platforms.slack.adapter.apps.a b",
+            "platforms.slack.apps.a b",
             "an app name is 1 to 64",
         ),
         (
             {"apps": {"a": {"signing_secret": SECRET, "bot_token": TOKEN, "team_id": "team one"}}},
-            "platforms.slack.adapter.apps.a.team_id",
+            "platforms.slack.apps.a.team_id",
             "workspace id",
         ),
-        ({"port": 70000}, "platforms.slack.adapter.port", "not a TCP port"),
-        ({"host": " "}, "platforms.slack.adapter.host", "must not be empty"),
-        ({"api_base_url": "slack.com/api"}, "platforms.slack.adapter.api_base_url", "http(s) URL"),
-        ({"max_message_chars": 50_000}, "platforms.slack.adapter.max_message_chars", "between 100 and 40000"),
-        ({"messages_per_second": 0}, "platforms.slack.adapter.messages_per_second", "positive"),
-        ({"max_body_bytes": 10}, "platforms.slack.adapter.max_body_bytes", "at least 1024"),
-        ({"http_timeout_s": 0}, "platforms.slack.adapter.http_timeout_s", "positive"),
+        ({"port": 70000}, "platforms.slack.port", "not a TCP port"),
+        ({"host": " "}, "platforms.slack.host", "must not be empty"),
+        ({"api_base_url": "slack.com/api"}, "platforms.slack.api_base_url", "http(s) URL"),
+        ({"max_message_chars": 50_000}, "platforms.slack.max_message_chars", "between 100 and 40000"),
+        ({"messages_per_second": 0}, "platforms.slack.messages_per_second", "positive"),
+        ({"max_body_bytes": 10}, "platforms.slack.max_body_bytes", "at least 1024"),
+        ({"http_timeout_s": 0}, "platforms.slack.http_timeout_s", "positive"),
     ],
 )
 def test_a_bad_section_is_a_config_error_naming_its_field(section: dict[str, Any], path: str, problem: str) -> None:
@@ -860,7 +835,7 @@ def test_secrets_from_the_environment_are_read_when_the_adapter_is_built(slack: 
     assert slack.take().token == TOKEN
     with pytest.raises(ConfigError, match="SLACK_BOT is not set") as missing:
         SlackAdapter(config, environ={"SLACK_SIGNING": SECRET})
-    assert missing.value.path == "platforms.slack.adapter.apps.env.bot_token_env"
+    assert missing.value.path == "platforms.slack.apps.env.bot_token_env"
 
 
 def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(start_slack: StartSlack) -> None:
@@ -868,7 +843,7 @@ def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(s
     assert empty.capabilities.threads
     assert empty.capabilities.max_message_chars == 3900
     (line,) = empty.describe()
-    assert line.startswith("Slack: http://127.0.0.1:8647 has no apps; add one under platforms.slack.adapter.apps")
+    assert line.startswith("Slack: http://127.0.0.1:8647 has no apps; add one under platforms.slack.apps")
     running = start_slack()
     base = running.adapter.url
     assert not base.endswith(":0")
@@ -885,7 +860,7 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_slack: StartSl
     taken = int(running.adapter.url.rsplit(":", 1)[1])
     second = SlackAdapter(SlackConfig(port=taken, apps=main_app()), environ={})
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(running.gateway)
+        second.start(GatewayInbox(running.gateway))
 
 
 # -- a crash between accept and reply -----------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -22,11 +21,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
-from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.ports import Inbox
 from hermes_actors.testing import FakeClock, FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
@@ -41,7 +39,7 @@ from platforms.telegram import (
     inbound_from_update,
 )
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.support import RunningAdapter
+from tests.platforms.support import RunningAdapter, StartGateway
 from tests.platforms.telegram_fake import Call, TelegramFake, group_chat, message, post_update, private_chat, user
 
 TOKEN = "111111:" + "A" * 35
@@ -94,33 +92,29 @@ Start = Callable[..., Running]
 
 
 @pytest.fixture
-def start(tmp_path: Path, fake: TelegramFake) -> Iterator[Start]:
+def start(fake: TelegramFake, start_gateway: StartGateway) -> Start:
     """Start a gateway on ``tmp_path / "state.db"`` and the adapter; both stop at the end (or when told to)."""
-    with ExitStack() as stack:
 
-        def run(
-            config: TelegramConfig | None = None,
-            *,
-            clock: Callable[[], float] = time.time,
-            gateway_for: Callable[[Gateway], Gateway] | None = None,
-            extra_senders: tuple[FakePlatform, ...] = (),
-            media: MediaConfig | None = None,
-        ) -> Running:
-            adapter = TelegramAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=[*adapter.senders(), *extra_senders],
-                clock=clock,
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway_for(gateway) if gateway_for is not None else gateway)
-            stack.callback(adapter.stop)
-            return Running(adapter, gateway)
+    def run(
+        config: TelegramConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        gateway_for: Callable[[Inbox], Inbox] | None = None,
+        extra_senders: tuple[FakePlatform, ...] = (),
+        media: MediaConfig | None = None,
+    ) -> Running:
+        adapter = TelegramAdapter(config or make_config(fake), environ={}, clock=clock, monotonic=clock)
+        gateway = start_gateway(
+            adapter,
+            senders=extra_senders,
+            clock=clock,
+            tick_interval_s=0.1,
+            media=media,
+            inbox_for=gateway_for,
+        )
+        return Running(adapter, gateway)
 
-        yield run
+    return run
 
 
 def wait_sent(fake: TelegramFake, count: int, token: str = TOKEN) -> list[dict[str, Any]]:
@@ -341,27 +335,27 @@ def test_a_restart_resumes_after_the_stored_offset_and_processes_nothing_twice(
 
 
 class FailingFirstCommit:
-    """A gateway whose first ``accept_many`` fails, as if the process died before the commit."""
+    """An inbox whose first ``accept_many`` fails, as if the process died before the commit."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
         self.failed = 0
 
     def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
         if not self.failed:
             self.failed += 1
             raise StoreError("disk full (simulated)")
-        return self._gateway.accept_many(batch, **options)
+        return self._inbox.accept_many(batch, **options)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._gateway, name)
+        return getattr(self._inbox, name)
 
 
 def test_a_batch_that_was_not_committed_is_fetched_again_and_processed_once(
     fake: TelegramFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     update_id = fake.push(TOKEN, message(private_chat(ALICE), ALICE, "survive", message_id=7))
-    telegram = start(gateway_for=lambda gateway: cast(Gateway, FailingFirstCommit(gateway)))
+    telegram = start(gateway_for=lambda inbox: cast(Inbox, FailingFirstCommit(inbox)))
     wait_sent(fake, 1)
     assert telegram.gateway.wait_idle()
     offsets = fake.offsets(TOKEN)

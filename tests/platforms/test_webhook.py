@@ -17,9 +17,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,14 +27,15 @@ from aiohttp import web
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock
 from platforms.base import Adapter, ReplySender, SendError
 from platforms.support.http_host import HttpHost
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute, new_webhook_secret
+from tests.platforms.support import StartGateway
 
 SECRET = "whsec_" + base64.b64encode(b"route secret, 32 bytes long....!").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"another secret of 32 bytes.....!").decode()
@@ -178,26 +177,17 @@ StartWebhook = Callable[..., Webhook]
 
 
 @pytest.fixture
-def start_webhook(tmp_path: Path) -> Iterator[StartWebhook]:
+def start_webhook(start_gateway: StartGateway) -> StartWebhook:
     """Start a gateway on ``tmp_path`` with the adapter on port 0; both are stopped at the end."""
-    with ExitStack() as stack:
 
-        def start(routes: Mapping[str, WebhookRoute] | None = None, **options: Any) -> Webhook:
-            clock = FakeClock()
-            routes = {"default": WebhookRoute(secret=SECRET)} if routes is None else routes
-            adapter = WebhookAdapter(WebhookConfig(port=0, routes=dict(routes), **options), clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Webhook(adapter=adapter, gateway=gateway, clock=clock)
+    def start(routes: Mapping[str, WebhookRoute] | None = None, **options: Any) -> Webhook:
+        clock = FakeClock()
+        routes = {"default": WebhookRoute(secret=SECRET)} if routes is None else routes
+        adapter = WebhookAdapter(WebhookConfig(port=0, routes=dict(routes), **options), clock=clock)
+        gateway = start_gateway(adapter, clock=clock)
+        return Webhook(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield start
+    return start
 
 
 def with_callback(receiver: Receiver) -> dict[str, WebhookRoute]:
@@ -610,4 +600,4 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_webhook: Start
     taken = urlsplit(webhook.adapter.url).port
     second = WebhookAdapter(WebhookConfig(port=taken or 0, routes={}))
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(webhook.gateway)
+        second.start(GatewayInbox(webhook.gateway))

@@ -13,7 +13,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,11 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from platforms import registry
@@ -36,6 +35,7 @@ from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfi
 from platforms.wechat.batching import AccountState, Batcher, decode_state
 from platforms.wechat.wire import Malformed, Piece, decode_message
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
+from tests.platforms.support import StartGateway, poll_until
 from tests.platforms.wechat_fake import RATE_LIMITED, SESSION_TIMEOUT, FakeIlink, Sent
 
 TOKEN_A = "bot-token-a"
@@ -113,29 +113,21 @@ StartWechat = Callable[..., Wechat]
 
 
 @pytest.fixture
-def start_wechat(tmp_path: Path) -> Iterator[StartWechat]:
+def start_wechat(start_gateway: StartGateway) -> StartWechat:
     """Start a gateway on ``tmp_path`` with the adapter; ``retry_clock`` makes the gateway's clock a FakeClock."""
-    with ExitStack() as stack:
 
-        def start(
-            config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None
-        ) -> Wechat:
-            clock = FakeClock(start=time.time())
-            adapter = WechatAdapter(config, environ={}, clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                senders=adapter.senders(),
-                clock=clock if fake_gateway_clock else time.time,
-                tick_interval_s=5.0 if fake_gateway_clock else 0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Wechat(adapter=adapter, gateway=gateway, clock=clock)
+    def start(config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Wechat:
+        clock = FakeClock(start=time.time())
+        adapter = WechatAdapter(config, environ={}, clock=clock)
+        gateway = start_gateway(
+            adapter,
+            clock=clock if fake_gateway_clock else time.time,
+            tick_interval_s=5.0 if fake_gateway_clock else 0.1,
+            media=media,
+        )
+        return Wechat(adapter=adapter, gateway=gateway, clock=clock)
 
-        yield start
+    return start
 
 
 def replies(ilink: FakeIlink, count: int) -> list[Sent]:
@@ -180,7 +172,7 @@ def test_the_cursor_is_stored_with_the_turns_and_a_restart_polls_from_it(
     before = len(ilink.polls)
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         assert ilink.wait_polls(before + 1)[before].body["get_updates_buf"] == stored.buf
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "second"))
@@ -295,14 +287,12 @@ def test_a_batch_waiting_at_stop_is_stored_and_released_after_the_restart(
 ) -> None:
     wechat = start_wechat(fast(ilink.url, batch_window_s=30.0, long_chunk_wait_s=30.0))
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "wait for me"))
-    deadline = time.monotonic() + 10
-    while not decode_state(wechat.cursor(), "bot-a").pending and time.monotonic() < deadline:
-        time.sleep(0.02)
+    poll_until(lambda: decode_state(wechat.cursor(), "bot-a").pending, 10, what="a pending batch in the stored state")
     wechat.adapter.stop()
     assert wechat.rows() == []
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         assert ilink.take_sent().text == "echo: wait for me"
     finally:
@@ -356,7 +346,7 @@ def test_a_resent_message_id_and_resent_text_are_dropped_within_the_window_even_
     wechat.adapter.stop()
     again = WechatAdapter(fast(ilink.url, dedupe_window_s=60.0), environ={}, clock=wechat.clock)
     wechat.gateway.replace_sender(again.senders()[0])
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "ok"))  # the window was stored
         ilink.push(TOKEN_A, ilink.message("wxid_alice", "marker 2"))
@@ -646,7 +636,7 @@ def test_a_reply_after_a_restart_still_has_the_context_token(ilink: FakeIlink, s
     wechat.adapter.stop()
     again = WechatAdapter(fast(ilink.url), environ={}, clock=wechat.clock)
     (sender,) = again.senders()
-    again.start(wechat.gateway)
+    again.start(GatewayInbox(wechat.gateway))
     try:
         reply = OutboundMessage(platform=PLATFORM, account_id="bot-a", chat_id="wxid_alice", text="later news")
         assert sender.send(reply) is not None
@@ -801,7 +791,7 @@ def test_stop_aborts_a_poll_the_server_is_holding(tmp_path: Path) -> None:
     try:
         adapter = WechatAdapter(fast(fake.url), environ={})
         with Gateway(tmp_path / "state.db", senders=adapter.senders()) as gateway:
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             fake.wait_polls(1)
             started = time.monotonic()
             adapter.stop(timeout=5)
@@ -873,14 +863,13 @@ def stored_state(db: Path) -> AccountState:
 
 
 def wait_for_state(db: Path, has_pending: bool, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.exists():
-            state = stored_state(db)
-            if bool(state.pending) == has_pending and state.buf:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the account state never reached the expected shape")
+    def shaped() -> bool:
+        if not db.exists():
+            return False
+        state = stored_state(db)
+        return bool(state.pending) == has_pending and bool(state.buf)
+
+    poll_until(shaped, timeout, what="the expected shape of the stored account state")
 
 
 @pytest.mark.slow

@@ -10,10 +10,8 @@ import base64
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
-from hermes_actors.config import RuntimeConfig
+from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.support import LogRecords, RunningAdapter
+from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -118,49 +116,25 @@ StartWhatsapp = Callable[..., Running]
 
 
 @pytest.fixture
-def start_whatsapp(tmp_path: Path, graph: FakeGraph) -> Iterator[StartWhatsapp]:
+def start_whatsapp(tmp_path: Path, graph: FakeGraph, start_gateway: StartGateway) -> StartWhatsapp:
     """Start a gateway on ``tmp_path`` with the adapter on port 0 pointed at the fake; both stop at the end."""
-    with ExitStack() as stack:
 
-        def start(
-            numbers: Mapping[str | int, WhatsappNumber] | None = None,
-            *,
-            agent: EchoAgent | None = None,
-            clock: Callable[[], float] = time.time,
-            media: MediaConfig | None = None,
-            **options: Any,
-        ) -> Running:
-            config = WhatsappConfig(
-                port=0, graph_base_url=graph.base_url, numbers=dict(numbers or main_number()), **options
-            )
-            adapter = WhatsappAdapter(config, environ={}, clock=clock)
-            gateway = Gateway(
-                tmp_path / "state.db",
-                config=RuntimeConfig(outbox_retry_base_s=0.05),
-                agent=agent,
-                senders=[*adapter.senders()],
-                tick_interval_s=0.1,
-                media=media,
-            )
-            stack.callback(gateway.stop)
-            adapter.start(gateway)
-            stack.callback(adapter.stop)
-            return Running(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
+    def start(
+        numbers: Mapping[str | int, WhatsappNumber] | None = None,
+        *,
+        agent: EchoAgent | None = None,
+        clock: Callable[[], float] = time.time,
+        media: MediaConfig | None = None,
+        **options: Any,
+    ) -> Running:
+        config = WhatsappConfig(
+            port=0, graph_base_url=graph.base_url, numbers=dict(numbers or main_number()), **options
+        )
+        adapter = WhatsappAdapter(config, environ={}, clock=clock)
+        gateway = start_gateway(adapter, agent=agent, tick_interval_s=0.1, media=media)
+        return Running(adapter=adapter, gateway=gateway, db=tmp_path / "state.db")
 
-        yield start
-
-
-class GatedAgent(EchoAgent):
-    """Echoes once ``release`` is set."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        assert self.release.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
+    return start
 
 
 # -- the verification handshake ----------------------------------------------------------------------------------
@@ -351,7 +325,7 @@ def test_the_200_comes_after_the_durable_commit(start_whatsapp: StartWhatsapp) -
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(wamid, "pending")]
     finally:
-        agent.release.set()
+        agent.gate.set()
     assert running.gateway.wait_idle()
 
 
@@ -417,7 +391,7 @@ def test_the_windows_are_rebuilt_from_the_inbox_after_a_restart(tmp_path: Path, 
         adapter = WhatsappAdapter(config, environ={}, clock=clock)
         gateway = Gateway(tmp_path / "state.db", senders=adapter.senders(), tick_interval_s=0.1)
         try:
-            adapter.start(gateway)
+            adapter.start(GatewayInbox(gateway))
             check(adapter)
         finally:
             adapter.stop()
@@ -452,7 +426,7 @@ def test_a_handoff_to_whatsapp_speaks_in_the_home_chat(tmp_path: Path, graph: Fa
     cli = FakePlatform("cli")
     gateway = Gateway(tmp_path / "state.db", senders=[cli, *adapter.senders()], tick_interval_s=0.1)
     cli.attach(gateway)
-    adapter.start(gateway)
+    adapter.start(GatewayInbox(gateway))
     try:
         deliver(f"{adapter.url}/whatsapp/webhook", notification(NUMBER, [text_message("/sethome")]), SECRET)
         assert graph.take().body == "This chat is now the home channel for whatsapp."
@@ -1063,7 +1037,7 @@ def test_a_busy_port_is_a_platform_error_naming_the_address(start_whatsapp: Star
     taken = int(running.adapter.url.rsplit(":", 1)[1])
     second = WhatsappAdapter(WhatsappConfig(port=taken, numbers=main_number()), environ={})
     with pytest.raises(PlatformError, match=f"cannot listen on 127.0.0.1:{taken}"):
-        second.start(running.gateway)
+        second.start(GatewayInbox(running.gateway))
 
 
 # -- a crash between accept and reply -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from hermes_actors.media import MediaConfig, MediaStore, format_size, stand_in
 from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store, open_connection
 from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.export import decode_export_line, encode_export_line, iter_exports
@@ -261,7 +262,7 @@ def api(db_path: Path) -> Iterator[tuple[ApiServer, Gateway]]:
         server = ApiServer(ApiServerConfig(port=0, max_body_bytes=64 * MB), environ={})
         running = Gateway(db_path, config=RuntimeConfig(), senders=server.senders())
         stack.callback(running.stop, 10)
-        server.start(running)
+        server.start(GatewayInbox(running))
         stack.callback(server.stop, 10)
         yield server, running
 

@@ -1,0 +1,206 @@
+"""The ports the core owns: what a platform adapter implements, and all it sees of the runtime.
+
+An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
+threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
+messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
+recently). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from hermes_actors.errors import PlatformError
+from hermes_actors.media import MediaStore
+from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.routing import KeyPolicy
+
+__all__ = [
+    "AcceptResult",
+    "Adapter",
+    "Capabilities",
+    "Inbox",
+    "PollCursor",
+    "ReplySender",
+    "SendError",
+    "SessionOwner",
+    "ThreadCreator",
+]
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a platform can do with replies; the runtime and commands adapt to it."""
+
+    threads: bool = False  # topics/threads exist (a handoff can open one)
+    edits: bool = False  # a sent message can be edited (streamed replies)
+    typing: bool = False  # a typing indicator can be shown while a turn runs
+    max_message_chars: int | None = None  # longer replies are split by the sender
+
+
+class SendError(PlatformError):
+    """A reply could not be sent.
+
+    ``retry_after_s`` is the platform's own hint (HTTP 429 ``retry_after``); ``outcome_unknown`` says the
+    platform may have received it anyway (a timeout after the request left), so a retry may duplicate it;
+    ``permanent`` says no retry can succeed (the user blocked the bot, the chat is gone): the outbox gives the
+    reply up, records why, and goes on with the chat's later replies.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        outcome_unknown: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.outcome_unknown = outcome_unknown
+        self.permanent = permanent
+
+
+class ReplySender(Protocol):
+    """Sends replies to one platform.
+
+    ``idempotent_sends`` is true when the platform drops a repeated send of the same reply by itself, so a
+    retry after an unknown outcome needs no duplicate flag. The outbox calls ``send`` from several threads at
+    once, one per chat (never two sends to one chat at a time): shared state in a sender needs a lock.
+    """
+
+    platform: str
+    idempotent_sends: bool
+
+    def send(self, message: OutboundMessage) -> str | None:
+        """Deliver ``message``; return the platform's message id, or raise :class:`SendError`."""
+        ...
+
+
+@runtime_checkable
+class ThreadCreator(Protocol):
+    """A sender on a platform with threads (Telegram topics, Discord threads, Slack thread anchors)."""
+
+    def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
+        """Open a thread in ``chat_id`` and return its thread id, or raise :class:`SendError`."""
+        ...
+
+
+class PollCursor(msgspec.Struct, frozen=True, kw_only=True):
+    """A platform's poll position, stored with the inbox rows it covers."""
+
+    platform: str
+    cursor: str
+    account_id: str = ""
+
+
+class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``accept`` did: the inbox row, or ``duplicate`` for a redelivery already seen."""
+
+    routing_key: str
+    inbox_id: int | None
+    duplicate: bool
+
+
+class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
+    """Whose a stored session is: enough for an entry point to decide whether a client may continue it."""
+
+    session_id: str
+    platform: str  # the platform that opened it (the session's ``source``)
+    scope_id: str | None  # the scope it was opened in (the API server's key fingerprint)
+    live: bool  # not ended: a new turn may still join it
+
+
+class Inbox(Protocol):
+    """All an adapter sees of the runtime: the durable inbox it feeds, and the few reads it needs.
+
+    ``accept`` and ``accept_many`` return once the inbox rows have committed, so the adapter acknowledges the
+    platform only when a message is safe; ``submit`` and ``submit_many`` do the same without waiting.
+    """
+
+    @property
+    def media(self) -> MediaStore:
+        """The media store attachments are saved into before their message is accepted."""
+        ...
+
+    @property
+    def ask_timeout_s(self) -> float:
+        """How long a blocking call of the runtime may take (``runtime.ask_timeout_s``)."""
+        ...
+
+    @property
+    def key_policy(self) -> KeyPolicy:
+        """How the runtime turns a message's source into its routing key."""
+        ...
+
+    def accept(self, inbound: InboundMessage) -> AcceptResult:
+        """Commit ``inbound`` (or recognise a redelivery) and queue its turn; return once it is safe."""
+        ...
+
+    def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
+        """Commit ``batch`` in one transaction with the poll ``cursor`` that covers it; return once it is safe."""
+        ...
+
+    def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
+        """:meth:`accept` without waiting: the future resolves once the inbox row has committed."""
+        ...
+
+    def submit_many(
+        self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None
+    ) -> Future[list[AcceptResult]]:
+        """:meth:`accept_many` without waiting: the future resolves once the batch (and ``cursor``) committed."""
+        ...
+
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
+        """The poll position last committed for (``platform``, ``account_id``), or ``None``."""
+        ...
+
+    def session_owner(self, session_id: str) -> SessionOwner | None:
+        """Who owns the stored session ``session_id``, or ``None`` if there is none."""
+        ...
+
+    def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
+        """``platform``'s messages the inbox accepted at or after ``since`` (answered or not), oldest first."""
+        ...
+
+    def session_for(self, routing_key: str) -> str | None:
+        """The session ``routing_key`` reaches now, or ``None``."""
+        ...
+
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` from now on."""
+        ...
+
+    def store_unwritable_reason(self) -> str | None:
+        """Why the store cannot take writes now (for a health check), or ``None`` when it can."""
+        ...
+
+
+class Adapter(Protocol):
+    """A platform entry point the daemon starts and stops.
+
+    It is built from its config section before the runtime exists (the runtime needs its reply senders), then
+    started with the :class:`Inbox`, into which it feeds inbound messages with ``inbox.accept``.
+    """
+
+    platform: str
+    capabilities: Capabilities
+
+    def senders(self) -> Sequence[ReplySender]:
+        """The reply senders to register with the runtime's outbox."""
+        ...
+
+    def start(self, inbox: Inbox) -> None:
+        """Start receiving (bind servers, start polls); raise :class:`PlatformError` if it cannot."""
+        ...
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop receiving; return within about ``timeout`` seconds."""
+        ...
+
+    def describe(self) -> list[str]:
+        """Lines for the daemon's banner: where this entry point listens and how to talk to it."""
+        ...

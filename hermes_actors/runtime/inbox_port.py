@@ -1,0 +1,100 @@
+"""The :class:`~hermes_actors.ports.Inbox` an adapter is started with: a facade over the gateway.
+
+It delegates every call; the reads an adapter needs are answered from a borrowed reader here, so an adapter never
+holds the gateway or a store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+import msgspec
+
+from hermes_actors.media import MediaStore
+from hermes_actors.messages import InboundMessage, decode_inbound
+from hermes_actors.ports import AcceptResult, PollCursor, SessionOwner
+from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.gateway import Gateway
+
+__all__ = ["GatewayInbox"]
+
+_log = logging.getLogger(__name__)
+
+
+class GatewayInbox:
+    """What an adapter sees of ``gateway``: implements :class:`hermes_actors.ports.Inbox` by delegating to it."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    @property
+    def media(self) -> MediaStore:
+        """The gateway's media store."""
+        return self._gateway.media
+
+    @property
+    def ask_timeout_s(self) -> float:
+        """``runtime.ask_timeout_s`` of the gateway's config."""
+        return self._gateway.config.ask_timeout_s
+
+    @property
+    def key_policy(self) -> KeyPolicy:
+        """``runtime.key_policy`` of the gateway's config."""
+        return self._gateway.config.key_policy
+
+    def accept(self, inbound: InboundMessage) -> AcceptResult:
+        """:meth:`Gateway.accept`."""
+        return self._gateway.accept(inbound)
+
+    def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
+        """:meth:`Gateway.accept_many`."""
+        return self._gateway.accept_many(batch, cursor=cursor)
+
+    def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
+        """:meth:`Gateway.submit`."""
+        return self._gateway.submit(inbound)
+
+    def submit_many(
+        self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None
+    ) -> Future[list[AcceptResult]]:
+        """:meth:`Gateway.submit_many`."""
+        return self._gateway.submit_many(batch, cursor=cursor)
+
+    def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
+        """The stored poll position of (``platform``, ``account_id``)."""
+        with self._gateway.read() as store:
+            return store.kv.get_cursor(platform, account_id)
+
+    def session_owner(self, session_id: str) -> SessionOwner | None:
+        """The owner of the stored session ``session_id``."""
+        with self._gateway.read() as store:
+            record = store.find_session(session_id)
+        if record is None:
+            return None
+        return SessionOwner(session_id=record.id, platform=record.source, scope_id=record.scope_id, live=record.is_live)
+
+    def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
+        """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
+        with self._gateway.read() as store:
+            payloads = store.inbox.payloads_since(platform, since)
+        messages = []
+        for payload in payloads:
+            try:
+                messages.append(decode_inbound(payload))
+            except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
+                _log.warning("%s: an inbox row does not decode; skipped", platform)
+        return messages
+
+    def session_for(self, routing_key: str) -> str | None:
+        """:meth:`Gateway.session_for`."""
+        return self._gateway.session_for(routing_key)
+
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """:meth:`Gateway.rebind`."""
+        self._gateway.rebind(routing_key, session_id)
+
+    def store_unwritable_reason(self) -> str | None:
+        """:meth:`Gateway.store_unwritable_reason`."""
+        return self._gateway.store_unwritable_reason()

@@ -1,0 +1,26 @@
+"""The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health``.
+
+Any OpenAI client can talk to the agent, but the conversation lives in the store, not in the request: only the
+newest user message of a request is a new turn, and the history is the session's transcript. A request names its
+conversation with the ``X-Hermes-Session-Id`` header (else the ``user`` field; without either it starts a fresh
+one), and the reply's session id comes back in the same header, so a client can pass it on to continue exactly
+that session, even one opened on another platform.
+
+A request is answered the durable way: its message is committed to the inbox, the turn runs in the session's actor
+and the reply reaches the waiting request through :class:`~hermes_actors.waiters.ReplyWaiters`. A client that stops
+waiting (timeout, disconnect, server stop) loses only the wait: the turn continues and its reply is stored.
+Every error, ours or aiohttp's, leaves in OpenAI's error shape, so clients raise their usual exceptions.
+
+Images come as ``image_url`` content parts of the newest user message. A base64 ``data:`` URL is saved into the
+media store (one over ``media.max_bytes`` is refused before it is decoded: the turn still runs on the
+text and the reply says the image could not be read); an http(s) URL is recorded as the attachment's source URL
+and not fetched, so the server never makes requests on a client's behalf (a vision model gets the URL itself).
+"""
+
+from __future__ import annotations
+
+from platforms.api_server.adapter import ApiServer
+from platforms.api_server.config import ApiServerConfig
+from platforms.api_server.sessions import SESSION_HEADER, key_fingerprint
+
+__all__ = ["SESSION_HEADER", "ApiServer", "ApiServerConfig", "key_fingerprint"]

@@ -1,0 +1,56 @@
+"""The ``platforms.api_server`` section of ``config.yaml``."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["ApiServerConfig", "is_loopback"]
+
+
+class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.api_server`` section of ``config.yaml``.
+
+    ``key`` is the bearer key clients must send; when it is unset, the environment variable named by ``key_env``
+    supplies it, and when neither is set the API is open (allowed on a loopback ``host`` only).
+    ``keepalive_s`` is how often a streaming response sends an SSE comment while the turn runs.
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8642
+    key: str | None = None
+    key_env: str = "HERMES_API_KEY"
+    model_name: str = "hermes-agent"
+    request_timeout_s: float = 300.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    keepalive_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        field = "platforms.api_server"
+        if not self.host.strip():
+            raise ConfigError(f"{field}.host", "must not be empty; use 127.0.0.1 to serve this machine only")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"{field}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        if self.key is not None and not self.key.strip():
+            raise ConfigError(f"{field}.key", "is empty; remove it or set a non-empty key")
+        if not self.model_name.strip():
+            raise ConfigError(f"{field}.model_name", "must not be empty; the default is 'hermes-agent'")
+        if self.request_timeout_s <= 0:
+            raise ConfigError(f"{field}.request_timeout_s", "must be a positive number of seconds")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
+        if self.keepalive_s <= 0:
+            raise ConfigError(f"{field}.keepalive_s", "must be a positive number of seconds")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

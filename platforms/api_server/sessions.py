@@ -1,0 +1,75 @@
+"""Which session a request continues: the ``X-Hermes-Session-Id`` header, and the check that a named session is one
+this API created with the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from hermes_actors.ids import is_session_id
+from hermes_actors.messages import InboundMessage
+from hermes_actors.routing import build_session_key
+from platforms.api_server.wire import PLATFORM, ApiError
+
+if TYPE_CHECKING:
+    from hermes_actors.ports import Inbox
+
+__all__ = ["SESSION_HEADER", "continue_session", "key_fingerprint", "session_named"]
+
+SESSION_HEADER = "X-Hermes-Session-Id"
+_MAX_SESSION_NAME = 256
+_SESSION_NAME = re.compile(rf"[\x20-\x7e]{{1,{_MAX_SESSION_NAME}}}")
+
+
+def session_named(headers: Mapping[str, str]) -> str | None:
+    """The session or conversation ``X-Hermes-Session-Id`` names, ``None`` when it is absent or blank.
+
+    A name is 1 to 256 printable ASCII characters without ``/``, ``\\`` or ``..``: it becomes a chat id, turns up
+    in logs and paths, and is matched against stored session ids, so anything else is a 400 naming the header.
+    """
+    value = headers.get(SESSION_HEADER, "").strip()
+    if not value:
+        return None
+    if not _SESSION_NAME.fullmatch(value) or "/" in value or "\\" in value or ".." in value:
+        raise ApiError(
+            400,
+            f"{SESSION_HEADER} must be 1 to {_MAX_SESSION_NAME} printable ASCII characters without '/', '\\' "
+            "or '..'; send the session id a response of this API returned in its header",
+            code="invalid_header",
+            param=SESSION_HEADER,
+        )
+    return value
+
+
+def key_fingerprint(key: str) -> str:
+    """The scope of sessions made with bearer ``key``: ``k`` and 16 hex digits of its SHA-256 (never the key)."""
+    return "k" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def continue_session(inbox: Inbox, inbound: InboundMessage, continues: str) -> None:
+    """Point the request's routing key at the session ``continues`` names (blocking): a client continues a session
+    by naming it in the header.
+
+    Only sessions this API created, with the same key when a key is set (the source's scope is the key's
+    fingerprint), are continued; another platform's or another key's session gets the 404 an unknown id gets. A
+    header that is not shaped like a session id names a conversation of the client's own choosing.
+    """
+    owner = inbox.session_owner(continues)
+    ours = owner is not None and owner.platform == PLATFORM and owner.scope_id == inbound.source.scope_id
+    if owner is None or not ours:
+        if owner is None and not is_session_id(continues):
+            return
+        raise ApiError(
+            404,
+            f"no session {continues[:100]!r}; start a conversation without {SESSION_HEADER}, or send the id a "
+            "response of this API returned in its header",
+            code="session_not_found",
+            param=SESSION_HEADER,
+        )
+    assert owner is not None
+    routing_key = build_session_key(inbound.source, inbox.key_policy)
+    if owner.live and inbox.session_for(routing_key) is None:
+        inbox.rebind(routing_key, owner.session_id)

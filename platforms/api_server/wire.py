@@ -1,0 +1,271 @@
+"""The OpenAI wire format of the API: request bodies decoded once at the edge, the completions and chunks that
+answer them, and errors in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import msgspec
+from aiohttp import web
+
+from platforms.support import json_guard
+
+__all__ = [
+    "HTTP_ERRORS",
+    "PLATFORM",
+    "ApiError",
+    "Delta",
+    "Model",
+    "ModelList",
+    "Turn",
+    "decode_chat",
+    "json_response",
+    "new_turn",
+    "sse_event",
+    "usage_of",
+]
+
+PLATFORM = "api_server"
+
+
+class _ImageUrl(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    detail: str | None = None
+
+
+class _ContentPart(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    text: str | None = None
+    image_url: _ImageUrl | None = None
+
+
+class _ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    content: str | list[_ContentPart] | None = None
+
+
+class _StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
+    include_usage: bool = False
+
+
+class _ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of a chat-completions request we use; the rest (temperature, tools, ...) are ignored."""
+
+    messages: list[_ChatMessage]
+    model: str | None = None
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+    user: str | None = None
+
+
+_request_decoder = msgspec.json.Decoder(_ChatRequest)
+_FIELD_PATH = re.compile(r" - at `\$\.?(?P<path>.*)`$")
+
+
+class _Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class _Message(msgspec.Struct, frozen=True, kw_only=True):
+    role: str
+    content: str
+
+
+class _Choice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    message: _Message
+    finish_reason: str
+
+
+class _Completion(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[_Choice]
+    usage: _Usage
+
+
+class Delta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class _ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[_ChunkChoice]
+    usage: _Usage | None = None
+
+
+class Model(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: str
+    created: int
+    owned_by: str
+
+
+class ModelList(msgspec.Struct, frozen=True, kw_only=True):
+    object: str
+    data: list[Model]
+
+
+class _ErrorDetail(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class _ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    error: _ErrorDetail
+
+
+class ApiError(Exception):
+    """A request ends with an OpenAI-shaped error."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = _ErrorBody(error=_ErrorDetail(message=message, type=type, param=param, code=code))
+        self.headers = dict(headers or {})
+
+    def response(self) -> web.Response:
+        return json_response(self.body, status=self.status, headers=self.headers)
+
+
+class Turn(msgspec.Struct, frozen=True, kw_only=True):
+    """One request's turn, and the OpenAI objects that answer it."""
+
+    completion_id: str
+    created: int
+    model: str
+    prompt: str
+    routing_key: str
+    deadline: float  # event-loop time
+
+    def completion(self, text: str) -> _Completion:
+        choice = _Choice(index=0, message=_Message(role="assistant", content=text), finish_reason="stop")
+        return _Completion(
+            id=self.completion_id,
+            object="chat.completion",
+            created=self.created,
+            model=self.model,
+            choices=[choice],
+            usage=usage_of(self.prompt, text),
+        )
+
+    def chunk(self, delta: Delta | None, finish_reason: str | None = None, usage: _Usage | None = None) -> bytes:
+        """One SSE event; ``delta=None`` makes the choice-less chunk that carries ``usage``."""
+        choices = [] if delta is None else [_ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)]
+        chunk = _Chunk(
+            id=self.completion_id,
+            object="chat.completion.chunk",
+            created=self.created,
+            model=self.model,
+            choices=choices,
+            usage=usage,
+        )
+        return sse_event(chunk)
+
+
+HTTP_ERRORS = {
+    404: ("unknown_url", "no such endpoint; the API serves POST /v1/chat/completions, GET /v1/models, GET /health"),
+    405: ("method_not_allowed", "method not allowed here; chat completions take POST, models and health take GET"),
+}
+
+
+def json_response(payload: object, *, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=msgspec.json.encode(payload), status=status, headers=headers, content_type="application/json"
+    )
+
+
+def sse_event(payload: object) -> bytes:
+    return b"data: " + msgspec.json.encode(payload) + b"\n\n"
+
+
+def _estimate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def usage_of(prompt: str, reply: str) -> _Usage:
+    prompt_tokens, completion_tokens = _estimate_tokens(prompt), _estimate_tokens(reply)
+    return _Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
+
+
+def decode_chat(body: bytes) -> _ChatRequest:
+    """Decode a chat-completions body; a malformed one becomes a 400 naming the field path or the problem."""
+    try:
+        return json_guard.decode(_request_decoder, body)
+    except msgspec.ValidationError as exc:
+        match = _FIELD_PATH.search(str(exc))
+        raise ApiError(
+            400, f"invalid request body: {exc}", code="invalid_value", param=match["path"] if match else None
+        ) from None
+    except json_guard.NestingError as exc:
+        raise ApiError(400, f"request body is {exc}; send a flatter JSON object", code="invalid_json") from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(
+            400, f"request body is not valid JSON ({exc}); send a JSON object", code="invalid_json"
+        ) from None
+
+
+def new_turn(messages: Sequence[_ChatMessage]) -> tuple[str, list[str]]:
+    """Return the text and image URLs of the newest user message: the only part of the request that is a new turn."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role != "user":
+            continue
+        content = message.content
+        images: list[str] = []
+        if isinstance(content, list):
+            for part_index, part in enumerate(content):
+                images.extend(_image_of(part, f"messages[{index}].content[{part_index}]"))
+            content = "\n".join(part.text or "" for part in content if part.type == "text")
+        if (not content or not content.strip()) and not images:
+            raise ApiError(
+                400, "the newest user message has no text or image; send some", param=f"messages[{index}].content"
+            )
+        return content or "", images
+    raise ApiError(400, "messages holds no message with role 'user'; add one", param="messages")
+
+
+def _image_of(part: _ContentPart, where: str) -> list[str]:
+    """The image URL of a content part (none for a text part); a 400 for any other kind of part."""
+    if part.type == "text":
+        return []
+    if part.type != "image_url":
+        raise ApiError(
+            400,
+            f"content part type {part.type!r} is not supported; only 'text' and 'image_url' parts are: send other "
+            "files as a link in the text",
+            code="unsupported_content",
+            param=f"{where}.type",
+        )
+    if part.image_url is None or not part.image_url.url.strip():
+        raise ApiError(400, "an image_url part needs image_url.url", param=f"{where}.image_url")
+    return [part.image_url.url.strip()]

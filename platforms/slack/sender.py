@@ -1,0 +1,128 @@
+"""Replies through ``chat.postMessage``: escaped, split at ``max_message_chars``, resumed after the parts already
+posted; a handoff's thread anchor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from hermes_actors.messages import OutboundMessage
+from platforms.base import SendError
+from platforms.slack.config import ResolvedApp, SlackConfig
+from platforms.slack.events import PLATFORM
+from platforms.support import http_client
+from platforms.support.progress import PartProgress
+from platforms.support.ratelimit import Rate, RateLimiter
+from platforms.support.text import split_message
+
+__all__ = ["SlackSender"]
+
+_log = logging.getLogger(__name__)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _escaped_length(text: str) -> int:
+    return len(text) + 4 * text.count("&") + 3 * (text.count("<") + text.count(">"))
+
+
+_HINTS = {
+    "invalid_auth": "the bot token is not valid; check the app's bot_token",
+    "not_authed": "no bot token was sent; check the app's bot_token",
+    "token_revoked": "the bot token was revoked; reinstall the app and update bot_token",
+    "account_inactive": "the bot token belongs to a deleted app or user; reinstall the app",
+    "missing_scope": "the app lacks the chat:write scope; add it and reinstall the app",
+    "channel_not_found": "the channel does not exist or the app cannot see it; invite the app to it",
+    "not_in_channel": "the app is not in the channel; invite it with /invite",
+    "is_archived": "the channel is archived; unarchive it or send elsewhere",
+    "msg_too_long": "the text is too long; lower platforms.slack.max_message_chars",
+}
+
+
+class SlackSender:
+    """Posts replies with ``chat.postMessage`` (the app is the reply's ``account_id``) and opens handoff threads.
+
+    Called from the outbox thread (replies) and session threads (``create_thread``): the state here is locked.
+    """
+
+    platform = PLATFORM
+    idempotent_sends = False  # chat.postMessage has no idempotency key
+
+    def __init__(self, apps: Mapping[str, ResolvedApp], config: SlackConfig) -> None:
+        self._apps = apps
+        self._url = config.api_base_url.rstrip("/") + "/chat.postMessage"
+        self._limit = config.max_message_chars
+        self._timeout = config.http_timeout_s
+        self._limiter = RateLimiter(per_key=Rate(per_second=config.messages_per_second, burst=3))
+        self._progress: PartProgress[str] = PartProgress()  # the parts of partly sent replies
+
+    def send(self, message: OutboundMessage) -> str | None:
+        """Post ``message`` (split if long) into its channel and thread; return the ts of its first part."""
+        app = self._app(message.account_id)
+        if not message.chat_id:
+            raise SendError(f"slack app {app.name!r}: a reply without a channel id cannot be sent")
+        parts = split_message(message.text, self._limit, length=_escaped_length) if message.text.strip() else []
+        if not parts:
+            _log.info("slack app %r: an empty reply to %s is not sent", app.name, message.chat_id)
+            return None
+        posted = self._progress.sent(message)
+        for part in parts[len(posted) :]:
+            try:
+                posted.append(self._post(app, message.chat_id, part, message.thread_id))
+            except SendError:
+                if posted:  # a retry resumes after the parts Slack already has
+                    self._progress.remember(message, posted)
+                raise
+        self._progress.forget(message)
+        return posted[0]
+
+    def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
+        """Post ``title`` as an anchor message in ``chat_id``; its ts is the new thread's id."""
+        app = self._app(account_id)
+        anchor = split_message(title.strip() or "Handoff", self._limit, length=_escaped_length)[0]
+        return self._post(app, chat_id, anchor, None)
+
+    def _app(self, account_id: str) -> ResolvedApp:
+        app = self._apps.get(account_id)
+        if app is None and not account_id and len(self._apps) == 1:
+            app = next(iter(self._apps.values()))
+        if app is None:
+            raise SendError(f"slack: no app {account_id!r} is configured; add it under platforms.slack.apps")
+        return app
+
+    def _post(self, app: ResolvedApp, channel: str, text: str, thread_ts: str | None) -> str:
+        """One ``chat.postMessage`` call; return the new message's ts or raise :class:`SendError`."""
+        key = f"{app.name}:{channel}"
+        self._limiter.acquire(key)
+        body: dict[str, str] = {"channel": channel, "text": _escape(text)}
+        if thread_ts:
+            body["thread_ts"] = thread_ts
+        where = f"slack app '{app.name}': chat.postMessage to {channel}"
+        headers = {"authorization": f"Bearer {app.bot_token}"}
+        try:
+            result = http_client.request("POST", self._url, json_body=body, headers=headers, timeout=self._timeout)
+        except http_client.HttpError as exc:
+            raise http_client.send_error(exc, where) from exc
+        if result.status != 200:
+            error = http_client.status_error(result, where)
+            if error.retry_after_s is not None:
+                self._limiter.penalise(key, error.retry_after_s)
+            raise error
+        try:
+            answer = result.json()
+        except http_client.HttpError as exc:
+            raise SendError(f"{where}: {exc}; it will be retried", outcome_unknown=True) from exc
+        if not isinstance(answer, dict):
+            raise SendError(f"{where}: expected a JSON object, got {result.excerpt()!r}", outcome_unknown=True)
+        if answer.get("ok") is True and isinstance(answer.get("ts"), str):
+            return str(answer["ts"])
+        code = str(answer.get("error") or "no error code")[:80]
+        if code == "ratelimited":
+            wait = http_client.retry_after_seconds(result.headers.get("retry-after")) or 1.0
+            self._limiter.penalise(key, wait)
+            raise SendError(f"{where}: asked to slow down (ratelimited); it will be retried", retry_after_s=wait)
+        hint = _HINTS.get(code, "it will be retried with backoff")
+        raise SendError(f"{where}: Slack answered {code!r}: {hint}")
