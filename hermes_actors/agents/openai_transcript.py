@@ -24,7 +24,7 @@ from openai.types.chat import (
 )
 
 from hermes_actors.agents.tools import Tool, error_json, find_tool
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, AttachmentKind
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
@@ -81,7 +81,7 @@ def user_message(text: str, attachments: Sequence[Attachment]) -> ChatCompletion
     """The turn's user message: its text, and each image attachment as an ``image_url`` part after it."""
     parts: list[ChatCompletionContentPartParam] = []
     for attachment in attachments:
-        url = _image_url(attachment) if attachment.kind == "image" else None
+        url = _image_url(attachment) if attachment.kind == AttachmentKind.IMAGE else None
         if url is not None:
             parts.append({"type": "image_url", "image_url": {"url": url}})
     if not parts:

@@ -34,7 +34,7 @@ import msgspec
 from hermes_actors.daemon.agent import agent_name, build_agent
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
-from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, PlatformStatus, Status, StatusReply
 from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.terminal import TerminalChannel
@@ -329,10 +329,12 @@ class Daemon:
         assert gateway is not None
         stats = gateway.statistics()
         inbox, outbox = gateway.backlog()
-        platforms = [PlatformState(name=n, state="running", detail=a.describe()) for n, a in self._adapters.items()]
-        platforms += [PlatformState(name=n, state="failed", detail=[e]) for n, e in self._failed.items()]
+        platforms = [
+            PlatformState(name=n, state=PlatformStatus.RUNNING, detail=a.describe()) for n, a in self._adapters.items()
+        ]
+        platforms += [PlatformState(name=n, state=PlatformStatus.FAILED, detail=[e]) for n, e in self._failed.items()]
         platforms += [
-            PlatformState(name=n, state="disabled")
+            PlatformState(name=n, state=PlatformStatus.DISABLED)
             for n, config in self.settings.platforms.items()
             if not registry.enabled(config) and n not in self._failed
         ]
