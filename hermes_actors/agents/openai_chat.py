@@ -100,9 +100,6 @@ class OpenAIAgent:
             raise ValueError("OpenAIAgent needs a base_url such as http://127.0.0.1:8000/v1; set agent.base_url")
         if not model:
             raise ValueError("OpenAIAgent needs a model name; set agent.model")
-        self.base_url = base_url
-        self.model = model
-        self.temperature = temperature
         self.vision = vision
         self._endpoint = ChatEndpoint(
             base_url=base_url,
@@ -114,6 +111,21 @@ class OpenAIAgent:
             temperature=temperature,
             client=client,
         )
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint's base URL."""
+        return self._endpoint.base_url
+
+    @property
+    def model(self) -> str:
+        """The model asked for on every request."""
+        return self._endpoint.model
+
+    @property
+    def temperature(self) -> float | None:
+        """The sampling temperature sent, ``None`` for the server's default."""
+        return self._endpoint.temperature
 
     def __repr__(self) -> str:
         return f"OpenAIAgent(base_url={self.base_url!r}, model={self.model!r})"
