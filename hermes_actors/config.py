@@ -39,7 +39,7 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
     protected_recent_messages: int = 4  # copied verbatim into a compression child
     auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.lifecycle.auto_titles``)
-    model_message_cap_chars: int = 16_000  # per message of history sent to the model; 0: no cap (``hygiene``)
+    model_message_cap_chars: int = 16_000  # per message of history sent to the model; 0: no cap (agents.history)
 
     def __post_init__(self) -> None:
         if self.passivate_after_s <= 0:

@@ -35,10 +35,11 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.messages import Attachment, AttachmentKind, InboundMessage
 
 __all__ = [
     "KINDS",
+    "AttachmentKind",
     "Describe",
     "MediaConfig",
     "MediaStore",
@@ -50,7 +51,10 @@ __all__ = [
     "user_content",
 ]
 
-KINDS = ("image", "audio", "video", "document")
+KINDS: tuple[AttachmentKind, ...] = tuple(AttachmentKind)
+
+Kind = AttachmentKind | str
+"""A kind as callers give it: the member, or (for now) its value; records always hold the member."""
 
 Describe = Callable[[Path, Attachment], str | None]
 """A describe step: the saved file and its record in, a short text description (or ``None``) out."""
@@ -101,10 +105,21 @@ def format_size(size: int) -> str:
     return f"{value:.1f}".removesuffix(".0") + f" {unit}"
 
 
-def kind_of(mime_type: str | None) -> str:
+def kind_of(mime_type: str | None) -> AttachmentKind:
     """The attachment kind of a MIME type: ``image/png`` is an image; anything unknown is a document."""
     major = (mime_type or "").split("/", 1)[0].lower()
-    return major if major in ("image", "audio", "video") else "document"
+    return _MAJOR_KINDS.get(major, AttachmentKind.DOCUMENT)
+
+
+_MAJOR_KINDS = {kind.value: kind for kind in (AttachmentKind.IMAGE, AttachmentKind.AUDIO, AttachmentKind.VIDEO)}
+
+
+def _member(kind: Kind) -> AttachmentKind:
+    """``kind`` as the member; a string that names none is a programming error of the caller (ValueError)."""
+    try:
+        return AttachmentKind(kind)
+    except ValueError:
+        raise ValueError(f"{kind!r} is not an attachment kind; use one of: {', '.join(KINDS)}") from None
 
 
 def _is_text(mime_type: str) -> bool:
@@ -160,7 +175,7 @@ class MediaStore:
         except OSError as exc:
             _log.warning("media: cannot make %s private to its owner: %s", self.directory, exc.strerror or exc)
 
-    def check(self, kind: str, size: int | None) -> str | None:
+    def check(self, kind: Kind, size: int | None) -> str | None:
         """Why an attachment of ``kind`` and ``size`` bytes (``None``: not known yet) would be refused, or ``None``."""
         if kind not in self.config.allowed_kinds:
             allowed = ", ".join(self.config.allowed_kinds) or "none"
@@ -173,7 +188,7 @@ class MediaStore:
         self,
         problem: str,
         *,
-        kind: str,
+        kind: Kind,
         mime_type: str | None = None,
         name: str | None = None,
         size: int | None = None,
@@ -181,21 +196,26 @@ class MediaStore:
     ) -> Attachment:
         """The record of an attachment that was not read, saying why (``problem`` completes "I could not read X: ")."""
         return Attachment(
-            kind=kind, mime_type=mime_type, name=name, size=size, source_url=source_url, error=problem.rstrip(".")
+            kind=_member(kind),
+            mime_type=mime_type,
+            name=name,
+            size=size,
+            source_url=source_url,
+            error=problem.rstrip("."),
         )
 
-    def link(self, url: str, *, kind: str, mime_type: str | None = None, name: str | None = None) -> Attachment:
+    def link(self, url: str, *, kind: Kind, mime_type: str | None = None, name: str | None = None) -> Attachment:
         """The record of a file known only by its URL (nothing is fetched); refused if its kind is not allowed."""
         problem = self.check(kind, None)
         if problem is not None:
             return self.refuse(problem, kind=kind, mime_type=mime_type, name=name, source_url=url)
-        return Attachment(kind=kind, mime_type=mime_type, name=name, source_url=url)
+        return Attachment(kind=_member(kind), mime_type=mime_type, name=name, source_url=url)
 
     def save(
         self,
         data: bytes,
         *,
-        kind: str | None = None,
+        kind: Kind | None = None,
         mime_type: str | None = None,
         name: str | None = None,
         source_url: str | None = None,
@@ -207,7 +227,7 @@ class MediaStore:
         mime = (
             mime_type or (mimetypes.guess_type(name, strict=False)[0] if name else None) or "application/octet-stream"
         )
-        kind = kind or kind_of(mime)
+        kind = _member(kind) if kind else kind_of(mime)
         problem = self.check(kind, len(data))
         if problem is not None:
             return self.refuse(problem, kind=kind, mime_type=mime, name=name, size=len(data), source_url=source_url)
@@ -232,11 +252,11 @@ class MediaStore:
         return msgspec.structs.replace(saved, description=description) if description else saved
 
     def save_base64(
-        self, encoded: str, *, kind: str | None = None, mime_type: str | None = None, name: str | None = None
+        self, encoded: str, *, kind: Kind | None = None, mime_type: str | None = None, name: str | None = None
     ) -> Attachment:
         """Decode and :meth:`save` ``encoded``; one over the size limit is refused before it is decoded."""
         mime = mime_type or "application/octet-stream"
-        kind = kind or kind_of(mime)
+        kind = _member(kind) if kind else kind_of(mime)
         text = encoded.strip()
         size = len(text) * 3 // 4 - len(text) + len(text.rstrip("="))
         problem = self.check(kind, size)

@@ -1,9 +1,14 @@
 """Messages that cross the runtime's boundaries: the edge, actors, the disk and the outbox.
 
-All are frozen, keyword-only msgspec Structs, encoded with msgpack into the inbox and outbox rows.
+All are frozen, keyword-only msgspec Structs, encoded with msgpack into the inbox and outbox rows. The closed sets
+of values they carry are ``StrEnum``s (:class:`AttachmentKind`, :class:`OutboundError`): a member encodes as its
+value, so rows written when these fields were bare strings decode unchanged, and decoding refuses anything else.
 """
 
 from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -11,12 +16,29 @@ from hermes_actors.routing import SessionSource
 
 __all__ = [
     "Attachment",
+    "AttachmentKind",
     "InboundMessage",
+    "OutboundError",
     "OutboundMessage",
     "decode_inbound",
     "decode_outbound",
     "encode",
 ]
+
+
+class AttachmentKind(enum.StrEnum):
+    """What an attachment is; a MIME type that names none of the others is a document."""
+
+    IMAGE = "image"
+    AUDIO = "audio"
+    VIDEO = "video"
+    DOCUMENT = "document"
+
+
+class OutboundError(enum.StrEnum):
+    """Why an outbound notice is not the agent's reply (request/response entry points answer it as an error)."""
+
+    STORAGE_UNAVAILABLE = "storage_unavailable"  # the message could not be saved yet; it is kept and retried
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +51,12 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
     configured describe step said). Build them with :class:`hermes_actors.media.MediaStore`.
     """
 
-    kind: str  # image, audio, video, document
+    if TYPE_CHECKING:
+        # Callers that still pass the bare strings ("image") type-check until they name the members; a decoded
+        # row and every record MediaStore makes always hold an AttachmentKind.
+        kind: AttachmentKind | str
+    else:
+        kind: AttachmentKind
     mime_type: str | None = None
     name: str | None = None
     size: int | None = None  # bytes, when known
@@ -62,8 +89,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     several), so request/response platforms (the HTTP API, the terminal) can complete each waiting request.
     ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
     for every reply, so a platform's idempotency key can include it. ``error`` marks a notice that the message
-    could not be handled (``storage_unavailable``: it could not be saved yet); request/response entry points answer
-    it as an error, not as the agent's reply.
+    could not be handled (:class:`OutboundError`); request/response entry points answer it as an error, not as the
+    agent's reply.
     """
 
     platform: str
@@ -78,7 +105,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     no_retry: bool = False
     answers: tuple[str, ...] = ()
     outbox_id: int | None = None
-    error: str | None = None
+    error: OutboundError | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -1,23 +1,31 @@
-"""Agents: what runs a turn on a transcript.
+"""The :class:`Agent` protocol a session's turn calls, and the optional capabilities an agent may have.
 
-An :class:`Agent` is called from a session's turn, never concurrently for one session. The built-in
-:class:`EchoAgent` is deterministic and is the embedded default; ``hermes_actors.agents.openai_chat`` talks to any
-OpenAI-compatible endpoint.
+An :class:`Agent` is called from a session's turn, never concurrently for one session. Every agent runs turns,
+summaries and memory extraction; anything more is a capability of its own, stated by a protocol below and asked
+for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next to it:
+
+- :class:`InlineAgent` (``runs_inline``, see :func:`runs_inline`): the agent never blocks, so sessions call it on
+  their own thread instead of the agent pool.
+- :class:`TitlingAgent` (``title``, see :func:`title_call`): a short title for a session after its first exchange.
+- :class:`SessionReleasingAgent` and :class:`BackgroundInterruptingAgent` (see :func:`cleanup_calls`): what a reset
+  calls to free a session's resources and stop its background tasks.
+- :class:`BackgroundReportingAgent` (see :func:`background_probe`): since when a session's background process
+  runs, which holds its reset back.
+- :class:`ContextWindowAgent` (see :func:`context_window_of`): the model's context window in tokens.
+
+The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
+``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
+:mod:`hermes_actors.agents.turn`; its names and the echo agent's are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast, runtime_checkable
 
-import msgspec
-
-from hermes_actors.agents.tools import SESSION_SEARCH, Tool, error_json, find_tool
-from hermes_actors.messages import Attachment
-from hermes_actors.store.records import MessageRecord, Role
-from hermes_actors.titles import MAX_TITLE_LENGTH
+from hermes_actors.agents.echo import ECHO_TITLE_WORDS, EchoAgent, echo_title
+from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.store.records import MessageRecord
 
 __all__ = [
     "ECHO_TITLE_WORDS",
@@ -25,68 +33,28 @@ __all__ = [
     "AgentError",
     "AgentMessage",
     "AgentReply",
+    "BackgroundInterruptingAgent",
+    "BackgroundReportingAgent",
+    "CleanupCall",
+    "ContextWindowAgent",
     "EchoAgent",
+    "InlineAgent",
     "Memory",
+    "SessionReleasingAgent",
+    "TitleCall",
+    "TitlingAgent",
     "TurnInput",
+    "background_probe",
+    "cleanup_calls",
+    "context_window_of",
     "echo_title",
+    "runs_inline",
+    "title_call",
 ]
 
 
-class AgentError(Exception):
-    """The agent could not produce a reply (the endpoint failed, timed out or answered nonsense)."""
-
-
-class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message the agent produced: assistant text and/or tool calls, or a tool result."""
-
-    role: Role
-    content: str | None = None
-    tool_calls: str | None = None  # JSON array, OpenAI shape
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-
-
-class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
-    """The outcome of a turn: the messages to store (in order), the text to send, token counts."""
-
-    messages: tuple[AgentMessage, ...]
-    text: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
-    """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools."""
-
-    session_id: str
-    history: Sequence[MessageRecord]  # each content cut to runtime.model_message_cap_chars (``hygiene``)
-    user_text: str
-    system_prompt: str | None = None
-    memories: Sequence[str] = ()
-    history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
-    tools: Sequence[Tool] = ()  # what the agent may call this turn (sessions offer session_search)
-    # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
-    # an agent that takes some natively (images, for a vision model) sends them with this turn only.
-    attachments: Sequence[Attachment] = ()
-
-
-class Memory(msgspec.Struct, frozen=True, kw_only=True):
-    """Something the agent wants kept about a user for later sessions."""
-
-    content: str
-
-
 class Agent(Protocol):
-    """Runs turns. Implementations must be safe to call from several sessions' threads at once.
-
-    An agent with ``runs_inline = True`` promises never to block; sessions then call it on their own thread (no
-    timeout, no pool slot). Optional methods a reset calls when present, each bounded by a timeout:
-    ``release_session(session_id, *, timeout_s)`` (close sandboxes, browsers, subprocesses of that session) and
-    ``interrupt_background(session_id, *, timeout_s)`` (stop its in-flight background tasks). Optional too:
-    ``title(first_user_text, first_reply, *, timeout_s) -> str``, a short descriptive title (3-7 words) for a
-    session after its first exchange, asked in the background (:mod:`hermes_actors.lifecycle.auto_titles`); raise
-    :class:`AgentError` when there is none.
-    """
+    """Runs turns. Implementations must be safe to call from several sessions' threads at once."""
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         """Answer ``turn.user_text`` given the history; raise :class:`AgentError` on failure."""
@@ -101,117 +69,119 @@ class Agent(Protocol):
         ...
 
 
-_TOOL_REQUEST = re.compile(r"^/?tool\s+(?P<name>[\w.-]+)\s*(?P<args>.*)$", re.DOTALL)
-_SEARCH_REQUEST = re.compile(r"^search:\s*(?P<query>.*)$", re.DOTALL)
-_REMEMBER = re.compile(r"\bremember\s+(?:that\s+)?(?P<fact>.+)", re.IGNORECASE)
-_TITLE_TRIM = " .,;:!?…'\"`()[]{}<>*_~-—。，；：！？「」"
-ECHO_TITLE_WORDS = 7
+@runtime_checkable
+class InlineAgent(Protocol):
+    """An agent that says whether it blocks: ``runs_inline = True`` promises never to, so sessions call it on their
+    own thread (no timeout, no pool slot). An agent without the attribute runs in the agent pool."""
+
+    runs_inline: bool
 
 
-def _estimate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
-def _tool_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...]:
-    """Act out a call of tool ``name``: the call, a made-up result and a final answer."""
-    call_id = f"call_{len(turn.history)}"
-    call = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]
-    result = f"{name} ran with {args!r}"
-    return (
-        AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
-        AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id),
-        AgentMessage(role=Role.ASSISTANT, content=f"echo: {name} said {result!r}"),
-    )
-
-
-def _search_turn(turn: TurnInput, query: str) -> tuple[AgentMessage, ...]:
-    """Call the turn's session_search tool with ``query``: the call, its result and a summary of the hits."""
-    arguments = {"query": query}
-    call_id = f"call_{len(turn.history)}"
-    call = [
-        {"id": call_id, "type": "function", "function": {"name": SESSION_SEARCH, "arguments": json.dumps(arguments)}}
-    ]
-    tool = find_tool(turn.tools, SESSION_SEARCH)
-    result = tool.run(arguments) if tool is not None else error_json(f"this turn offers no {SESSION_SEARCH} tool")
-    return (
-        AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),
-        AgentMessage(role=Role.TOOL, content=result, tool_name=SESSION_SEARCH, tool_call_id=call_id),
-        AgentMessage(role=Role.ASSISTANT, content="echo: " + _summarise_search(result)),
-    )
-
-
-def _summarise_search(result: str) -> str:
-    answer = json.loads(result)
-    if answer.get("error"):
-        suggestion = f" (try: {answer['suggestion']})" if answer.get("suggestion") else ""
-        return f"search failed: {answer['error']}{suggestion}"
-    hits = answer.get("hits") or []
-    if answer.get("shape") == "browse":
-        recent = [session["session_id"] for session in answer.get("sessions") or []]
-        return f"recent sessions: {', '.join(recent)}" if recent else "there are no other sessions"
-    if not hits:
-        return "search found nothing"
-    found = "; ".join(f"{hit['session_id']}: {hit['snippet']}" for hit in hits)
-    return f"search found {len(hits)}: {found}"
-
-
-class EchoAgent:
-    """A deterministic agent: replies ``echo: <text>``.
-
-    ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
-    whole message shape is exercised; ``search: <query>`` does the same with a real call of the turn's
-    ``session_search`` tool and answers with the session ids and snippets it found. ``remember <fact>`` in a
-    session makes its save-memory turn keep the fact. It never blocks (a search is a few indexed reads), so
-    sessions call it on their own thread (``runs_inline``) instead of the agent pool; a subclass that blocks
-    must set ``runs_inline = False``.
-    """
-
-    runs_inline = True
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        """Echo the user text, act out a tool call, or search earlier sessions."""
-        text = turn.user_text
-        search = _SEARCH_REQUEST.match(text.strip())
-        match = _TOOL_REQUEST.match(text.strip())
-        messages: tuple[AgentMessage, ...]
-        if search is not None:
-            messages = _search_turn(turn, search["query"].strip())
-        elif match is not None:
-            messages = _tool_turn(turn, match["name"], match["args"].strip())
-        else:
-            messages = (AgentMessage(role=Role.ASSISTANT, content=f"echo: {text}"),)
-        reply = messages[-1].content or ""
-        prompt = turn.history_tokens + _estimate_tokens(text)
-        return AgentReply(
-            messages=messages,
-            text=reply,
-            input_tokens=prompt,
-            output_tokens=sum(_estimate_tokens(m.content or m.tool_calls or "") for m in messages),
-        )
-
-    def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
-        """List the user's messages, newest last."""
-        asked = [m.content for m in history if m.role == Role.USER and m.content]
-        return "Summary of the conversation so far: " + " | ".join(asked[-20:])
-
-    def save_memories(self, history: Sequence[MessageRecord], *, timeout_s: float) -> list[Memory]:
-        """Keep every ``remember ...`` the user said."""
-        facts = [_REMEMBER.search(m.content) for m in history if m.role == Role.USER and m.content]
-        return [Memory(content=f["fact"].strip()) for f in facts if f is not None]
+@runtime_checkable
+class TitlingAgent(Protocol):
+    """An agent that titles sessions, asked in the background (:mod:`hermes_actors.lifecycle.auto_titles`)."""
 
     def title(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str:
-        """Title a session by the first words of its first user message (see :func:`echo_title`)."""
-        return echo_title(first_user_text)
+        """A short descriptive title (3-7 words) for a session after its first exchange; raise
+        :class:`AgentError` when there is none."""
+        ...
 
 
-def echo_title(text: str) -> str:
-    """The echo agent's title for a session whose first message is ``text``: its first seven words at most,
-    capitalised, without punctuation at either end; fewer than three words are prefixed with "Conversation
-    about" and an empty text gives "Conversation without words"."""
-    words = " ".join(text.split()[:ECHO_TITLE_WORDS]).strip(_TITLE_TRIM).split()
-    if not words:
-        return "Conversation without words"
-    if len(words) < 3:
-        words = ["Conversation", "about", *words]
-    title = " ".join(words)[:MAX_TITLE_LENGTH].rstrip()
-    return title[:1].upper() + title[1:]
+@runtime_checkable
+class SessionReleasingAgent(Protocol):
+    """An agent holding resources per session that a reset must free, within ``timeout_s``."""
+
+    def release_session(self, session_id: str, *, timeout_s: float) -> None:
+        """Close the sandboxes, browsers and subprocesses of ``session_id``."""
+        ...
+
+
+@runtime_checkable
+class BackgroundInterruptingAgent(Protocol):
+    """An agent running background tasks for a session that a reset must stop, within ``timeout_s``."""
+
+    def interrupt_background(self, session_id: str, *, timeout_s: float) -> None:
+        """Stop the in-flight background tasks of ``session_id``."""
+        ...
+
+
+@runtime_checkable
+class BackgroundReportingAgent(Protocol):
+    """An agent that tells when a session's background process started: a scheduled reset waits for it (up to
+    ``bg_process_max_age_hours``)."""
+
+    def background_started_at(self, session_id: str) -> float | None:
+        """The epoch time the background process of ``session_id`` started, ``None`` when it has none."""
+        ...
+
+
+@runtime_checkable
+class ContextWindowAgent(Protocol):
+    """An agent that knows its model's context window; compression uses it instead of the configured one."""
+
+    context_window: int
+
+
+class TitleCall(Protocol):
+    """The bound ``title`` of a :class:`TitlingAgent`."""
+
+    def __call__(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str: ...
+
+
+class CleanupCall(Protocol):
+    """A bound ``release_session`` or ``interrupt_background``."""
+
+    def __call__(self, session_id: str, *, timeout_s: float) -> None: ...
+
+
+_DECLARED: set[tuple[type, type]] = set()
+"""(class, capability) pairs known to hold: the class itself declares the capability's member."""
+
+
+def _capable(agent: object, capability: type, member: str) -> bool:
+    """``isinstance(agent, capability)`` for a one-member capability, remembered for a class that declares
+    ``member`` itself (every instance of it then has it). A protocol check walks the protocol's members on every
+    call, some microseconds, and sessions ask on every turn."""
+    kind = type(agent)
+    if (kind, capability) in _DECLARED:
+        return True
+    if not isinstance(agent, capability):
+        return False
+    if hasattr(kind, member):
+        _DECLARED.add((kind, capability))
+    return True
+
+
+def runs_inline(agent: object) -> bool:
+    """Whether ``agent`` promises never to block (:class:`InlineAgent` with ``runs_inline`` true)."""
+    return _capable(agent, InlineAgent, "runs_inline") and bool(cast(InlineAgent, agent).runs_inline)
+
+
+def title_call(agent: object) -> TitleCall | None:
+    """The agent's ``title`` when it is a :class:`TitlingAgent`, else ``None``."""
+    return cast(TitlingAgent, agent).title if _capable(agent, TitlingAgent, "title") else None
+
+
+def cleanup_calls(agent: object) -> tuple[tuple[str, CleanupCall], ...]:
+    """What a reset calls on ``agent``, in order, by name: ``release_session`` then ``interrupt_background``,
+    each only if the agent has it."""
+    calls: list[tuple[str, CleanupCall]] = []
+    if _capable(agent, SessionReleasingAgent, "release_session"):
+        calls.append(("release_session", cast(SessionReleasingAgent, agent).release_session))
+    if _capable(agent, BackgroundInterruptingAgent, "interrupt_background"):
+        calls.append(("interrupt_background", cast(BackgroundInterruptingAgent, agent).interrupt_background))
+    return tuple(calls)
+
+
+def background_probe(agent: object) -> Callable[[str], float | None] | None:
+    """The agent's ``background_started_at`` when it is a :class:`BackgroundReportingAgent`, else ``None``."""
+    if _capable(agent, BackgroundReportingAgent, "background_started_at"):
+        return cast(BackgroundReportingAgent, agent).background_started_at
+    return None
+
+
+def context_window_of(agent: object, default: int) -> int:
+    """The agent's context window in tokens when it is a :class:`ContextWindowAgent`, else ``default``."""
+    if _capable(agent, ContextWindowAgent, "context_window"):
+        return int(cast(ContextWindowAgent, agent).context_window)
+    return default

@@ -21,9 +21,10 @@ import msgspec
 
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
+from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlClient, connect
-from hermes_actors.daemon.process import build_agent, socket_path
+from hermes_actors.daemon.home import socket_path
 from hermes_actors.daemon.terminal import PLATFORM, TerminalChannel
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.lifecycle.recap import recap_lines

@@ -12,7 +12,7 @@ import msgspec
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, load_settings
 from hermes_actors.daemon.control import connect
-from hermes_actors.daemon.process import socket_path
+from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import ConfigError
 from hermes_actors.store import Store
 from platforms import registry

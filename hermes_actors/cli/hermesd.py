@@ -2,9 +2,8 @@
 
 It writes ``$HERMES_HOME/config.yaml`` with commented defaults on first start, checks it (a bad file exits 2 naming
 the field), and runs :class:`hermes_actors.daemon.process.Daemon` until SIGTERM or Ctrl-C. A home it cannot use (a
-full or
-read-only disk, a read-only state file) exits 2 with one line naming the file and the fix. Its umask keeps group
-and other bits off, so whatever it creates (including SQLite's ``-wal``/``-shm``) is private to its owner.
+full or read-only disk, a read-only state file) exits 2 with one line naming the file and the fix. Its umask keeps
+group and other bits off, so whatever it creates (including SQLite's ``-wal``/``-shm``) is private to its owner.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings, write_default_config
+from hermes_actors.daemon.home import HomeUnusableError, check_home
 from hermes_actors.daemon.logs import configure_logging
-from hermes_actors.daemon.process import Daemon, HomeUnusableError, check_home
+from hermes_actors.daemon.process import Daemon
 from hermes_actors.errors import ConfigError, HermesError
 
 __all__ = ["main"]

@@ -1,4 +1,8 @@
-"""Options and error handling shared by ``hermesd`` and ``hermesctl``."""
+"""Options and error handling shared by ``hermesd`` and ``hermesctl``.
+
+Where a home's files are is :mod:`hermes_actors.daemon.home`; ``database_path`` is re-exported here for the
+commands that open a home's store.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,11 @@ from typing import ParamSpec, TypeVar
 
 import click
 
+from hermes_actors.daemon.home import DATABASE_NAME, database_path
 from hermes_actors.errors import HermesError, StoreError
 from hermes_actors.store import Store
 
 __all__ = ["DATABASE_NAME", "database_path", "home_option", "open_store", "reports_errors", "resolve_home"]
-
-DATABASE_NAME = "state.db"
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -25,11 +28,6 @@ def resolve_home(home: str | None) -> Path:
     """Return ``home``, else ``$HERMES_HOME``, else ``~/.hermes``."""
     chosen = home or os.environ.get("HERMES_HOME") or "~/.hermes"
     return Path(chosen).expanduser()
-
-
-def database_path(home: Path) -> Path:
-    """Return the state database inside ``home``."""
-    return home / DATABASE_NAME
 
 
 home_option = click.option(

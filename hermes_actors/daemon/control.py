@@ -11,6 +11,7 @@ chat request may wait minutes for its turn.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import socket
@@ -33,6 +34,7 @@ __all__ = [
     "ControlServer",
     "ErrorReply",
     "PlatformState",
+    "PlatformStatus",
     "Status",
     "StatusReply",
     "connect",
@@ -54,11 +56,19 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ask for the daemon's state."""
 
 
+class PlatformStatus(enum.StrEnum):
+    """Whether an entry point runs."""
+
+    RUNNING = "running"
+    FAILED = "failed"  # its section could not be built or started (at start or at the last reload)
+    DISABLED = "disabled"  # its section says enabled: false
+
+
 class PlatformState(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry point: its name, whether it runs, and banner lines (where it listens)."""
+    """One entry point: its name, whether it runs, and banner lines (where it listens, or why it failed)."""
 
     name: str
-    state: str  # running | stopped | failed
+    state: PlatformStatus
     detail: list[str] = []
 
 

@@ -16,7 +16,6 @@ home other users can open gets one warning. The state files are made 0600 and a 
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import signal
@@ -31,10 +30,12 @@ from typing import IO, Any
 
 import msgspec
 
-from hermes_actors.agents.base import Agent, EchoAgent
-from hermes_actors.cli.options import database_path
-from hermes_actors.daemon.config_file import AgentSettings, Settings, load_settings
-from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, Status, StatusReply
+from hermes_actors.daemon.agent import agent_name, build_agent
+from hermes_actors.daemon.banner import banner
+from hermes_actors.daemon.config_file import Settings, load_settings
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, PlatformStatus, Status, StatusReply
+from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
+from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
 from hermes_actors.ports import Adapter
@@ -45,42 +46,9 @@ from hermes_actors.store import Store
 from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
 
-__all__ = [
-    "Daemon",
-    "DaemonRunningError",
-    "HomeUnusableError",
-    "PidLock",
-    "build_adapters",
-    "build_agent",
-    "check_home",
-    "socket_path",
-]
+__all__ = ["Daemon", "build_adapters"]
 
 _log = logging.getLogger("hermesd")
-
-PID_NAME = "hermesd.pid"
-
-
-class DaemonRunningError(HermesError):
-    """Another daemon holds this home's pid lock."""
-
-
-class HomeUnusableError(HermesError):
-    """The home cannot hold the daemon's state: its disk is full or read-only, or a state file is read-only.
-
-    The message names the file and the fix; ``hermesd`` prints it as one line and exits 2.
-    """
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(f"{problem}, then start hermesd again")
-
-
-def check_home(home: Path) -> None:
-    """Raise :class:`HomeUnusableError` if ``home``'s disk is full or mounted read-only (``home`` exists)."""
-    try:
-        check_disk(home)
-    except StoreUnwritableError as exc:
-        raise HomeUnusableError(str(exc)) from exc
 
 
 def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
@@ -118,76 +86,6 @@ def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
             "(ulimit -f unlimited)"
         )
     return None
-
-
-def socket_path(home: Path, settings: Settings) -> Path:
-    """The control socket of the daemon on ``home``."""
-    return home / settings.daemon.socket
-
-
-class PidLock:
-    """An exclusive ``flock`` on ``home/hermesd.pid`` that holds the daemon's pid for as long as it lives."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = home / PID_NAME
-        self._handle: IO[str] | None = None
-
-    def acquire(self) -> None:
-        """Take the lock or raise :class:`DaemonRunningError` naming the running daemon's pid.
-
-        The file is 0600 whatever the umask (an older install's is tightened); ``OSError`` if it cannot be made.
-        """
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        handle = os.fdopen(descriptor, "a+", encoding="ascii")
-        try:
-            if os.fstat(descriptor).st_mode & 0o077:
-                os.fchmod(descriptor, 0o600)
-        except OSError:
-            handle.close()
-            raise
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            pid = handle.read().strip() or "unknown"
-            handle.close()
-            raise DaemonRunningError(
-                f"another hermesd (pid {pid}) is running on {self.path.parent}; stop it with 'kill -TERM {pid}' "
-                "or start this one with a different --home"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._handle = handle
-
-    def release(self) -> None:
-        """Remove the pid file and drop the lock."""
-        if self._handle is None:
-            return
-        self.path.unlink(missing_ok=True)
-        self._handle.close()
-        self._handle = None
-
-
-def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
-    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set."""
-    if settings.uses_echo:
-        return EchoAgent()
-    from hermes_actors.agents.openai_chat import OpenAIAgent
-
-    assert settings.base_url is not None  # checked by AgentSettings
-    assert settings.model is not None
-    return OpenAIAgent(
-        base_url=settings.base_url,
-        model=settings.model,
-        api_key=environ.get(settings.api_key_env),
-        api_key_env=settings.api_key_env,
-        timeout_s=settings.timeout_s,
-        max_retries=settings.max_retries,
-        temperature=settings.temperature,
-        vision=settings.vision,
-    )
 
 
 def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
@@ -231,9 +129,7 @@ class Daemon:
         self._gateway: Gateway | None = None
         self._control: ControlServer | None = None
         self._started_at = time.time()
-        self._agent_name = (
-            "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
-        )
+        self._agent_name = agent_name(settings.agent)
 
     # -- start and stop ------------------------------------------------------------------------------------------
 
@@ -433,10 +329,12 @@ class Daemon:
         assert gateway is not None
         stats = gateway.statistics()
         inbox, outbox = gateway.backlog()
-        platforms = [PlatformState(name=n, state="running", detail=a.describe()) for n, a in self._adapters.items()]
-        platforms += [PlatformState(name=n, state="failed", detail=[e]) for n, e in self._failed.items()]
+        platforms = [
+            PlatformState(name=n, state=PlatformStatus.RUNNING, detail=a.describe()) for n, a in self._adapters.items()
+        ]
+        platforms += [PlatformState(name=n, state=PlatformStatus.FAILED, detail=[e]) for n, e in self._failed.items()]
         platforms += [
-            PlatformState(name=n, state="disabled")
+            PlatformState(name=n, state=PlatformStatus.DISABLED)
             for n, config in self.settings.platforms.items()
             if not registry.enabled(config) and n not in self._failed
         ]
@@ -462,32 +360,15 @@ class Daemon:
 
     def banner(self) -> str:
         """Where everything is and how to talk to it."""
-        lines = [
-            f"hermesd {_version()} running (pid {os.getpid()})",
-            f"  home:     {self.home}",
-            f"  database: {database_path(self.home)}",
-            f"  config:   {self.config_path}",
-            f"  agent:    {self._agent_name}",
-        ]
-        for adapter in self._adapters.values():
-            lines += [f"  {line}" for line in adapter.describe()]
-        lines += [
-            f"  control socket: {socket_path(self.home, self.settings)}",
-            "  talk to it:     hermesctl chat        (or: echo hello | hermesctl chat)",
-            "  state:          hermesctl status      stop: Ctrl-C or kill -TERM " + str(os.getpid()),
-        ]
-        return "\n".join(lines)
+        return banner(
+            home=self.home,
+            config_path=self.config_path,
+            agent=self._agent_name,
+            entry_points=[line for adapter in self._adapters.values() for line in adapter.describe()],
+            control_socket=socket_path(self.home, self.settings),
+        )
 
     def _print(self, text: str) -> None:
         if self._out is not None:
             self._out.write(text + "\n")
             self._out.flush()
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hermes-actors")
-    except PackageNotFoundError:
-        return "(source)"

@@ -18,8 +18,8 @@ import pytest
 
 from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import decode_settings
-from hermes_actors.daemon.process import build_agent
 from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway

@@ -26,6 +26,7 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.store import Store
+from tests.daemon.polling import poll_until
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 
@@ -70,16 +71,16 @@ class Daemon:
         return next(u for p in self.status.platforms if p.name == platform for u in _urls(p.detail))
 
     def wait_ready(self, timeout: float = 30.0) -> StatusReply:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"hermesd exited with {self.process.returncode}: {self.process.stderr}")
-            client = connect(self.home / "hermesd.sock")
-            if client is not None:
-                with client:
-                    return client.status()
-            time.sleep(0.05)
-        raise AssertionError("hermesd did not open its control socket")
+        return poll_until(self._status, timeout=timeout, what="hermesd did not open its control socket")
+
+    def _status(self) -> StatusReply | None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"hermesd exited with {self.process.returncode}: {self.process.stderr}")
+        client = connect(self.home / "hermesd.sock")
+        if client is None:
+            return None
+        with client:
+            return client.status()
 
     def stop(self, timeout: float = 30.0) -> tuple[int, str, str]:
         if self.process.poll() is None:
@@ -144,12 +145,7 @@ def _signed(url: str, payload: Mapping[str, object], webhook_id: str, secret: st
 
 
 def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    poll_until(check, timeout=timeout, what="condition not met in time")
 
 
 def _user_messages(home: Path) -> list[tuple[str, str]]:

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.store import Store
+from tests.daemon.polling import poll_until
 from tests.daemon.test_daemon import CONFIG, Daemon, _script, start_daemon
 
 pytestmark = pytest.mark.slow
@@ -171,13 +172,18 @@ def _health(base: str) -> tuple[int, dict[str, object]]:
 
 def _health_becomes(base: str, status: int) -> dict[str, object]:
     """Poll ``/health`` until it answers ``status`` (its verdict is cached for about a second)."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        code, body = _health(base)
-        if code == status:
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"/health did not answer {status} in time (last: {code} {body})")
+    last: list[tuple[int, dict[str, object]]] = []
+
+    def probe() -> dict[str, object] | None:
+        last[:] = [_health(base)]
+        code, body = last[0]
+        return body if code == status else None
+
+    def failure() -> str:
+        code, body = last[0]
+        return f"/health did not answer {status} in time (last: {code} {body})"
+
+    return poll_until(probe, timeout=WAIT_S, interval=0.1, what=failure)
 
 
 @needs_namespaces

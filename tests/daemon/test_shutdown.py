@@ -15,6 +15,7 @@ import pytest
 
 from hermes_actors.messages import decode_outbound
 from hermes_actors.store import Store
+from tests.daemon.polling import poll_until
 from tests.daemon.test_daemon import SECRET, Daemon, _signed, start_daemon
 
 DRAIN_S = 2.0
@@ -108,10 +109,7 @@ def _outbox(home: Path) -> list[tuple[str, int, bool]]:
 
 
 def _wait_for_replies(home: Path, count: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while len(_outbox(home)) < count:
-        assert time.monotonic() < deadline, f"the turns did not commit {count} replies"
-        time.sleep(0.05)
+    poll_until(lambda: len(_outbox(home)) >= count, timeout=WAIT_S, what=f"the turns did not commit {count} replies")
 
 
 @pytest.mark.slow

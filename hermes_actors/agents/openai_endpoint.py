@@ -1,0 +1,148 @@
+"""One OpenAI-compatible chat-completions endpoint: the client, one request, and its failures as
+:class:`~hermes_actors.agents.turn.AgentError`.
+
+Every failure names the endpoint, the model, what went wrong (with the client's retry count) and what to check.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:
+    import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
+    from openai.types.chat import ChatCompletionToolUnionParam as ToolParam
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "hermes_actors.agents.openai_chat needs the openai package; install it with: "
+        "pip install 'hermes-actors[openai]'"
+    ) from error
+
+from hermes_actors.agents.turn import AgentError
+
+__all__ = ["ChatEndpoint"]
+
+_PLACEHOLDER_API_KEY = "not-needed"  # local servers ignore the key, but the client insists on one
+
+
+class ChatEndpoint:
+    """The chat-completions endpoint at ``base_url`` serving ``model``.
+
+    ``api_key`` defaults to the environment variable ``api_key_env``, or a placeholder when that is unset;
+    ``timeout_s`` and ``max_retries`` configure the client. An injected ``client`` is used as given (``base_url``
+    then only names the endpoint in errors) and :meth:`close` leaves it to its owner.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        api_key_env: str,
+        timeout_s: float,
+        max_retries: int,
+        temperature: float | None,
+        client: openai.OpenAI | None,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self.temperature = temperature
+        self._api_key_env = api_key_env
+        self._owns_client = client is None
+        if client is None:
+            key = api_key if api_key is not None else os.environ.get(api_key_env) or _PLACEHOLDER_API_KEY
+            client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
+        self._client = client
+
+    @property
+    def where(self) -> str:
+        """The endpoint and model, as errors and log lines name them."""
+        return f"agent endpoint {self.base_url} (model {self.model!r})"
+
+    def close(self) -> None:
+        """Close the client this endpoint created (an injected client is left to its owner)."""
+        if self._owns_client:
+            self._client.close()
+
+    def complete(
+        self,
+        messages: list[ChatCompletionMessageParam],
+        timeout_s: float,
+        *,
+        tools: list[ToolParam] | None = None,
+        left_s: float | None = None,
+    ) -> tuple[ChatCompletionMessage, int, int]:
+        """Call the endpoint once (with the client's retries); return the first choice's message and token counts.
+
+        ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given.
+        """
+        where = self.where
+        temperature = openai.omit if self.temperature is None else self.temperature
+        try:
+            response: object = self._client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=temperature,
+                tools=openai.omit if tools is None else tools,
+                timeout=timeout_s if left_s is None else left_s,
+            )
+        except openai.APITimeoutError as err:
+            raise AgentError(
+                f"{where} timed out: no answer within {timeout_s:g} s{_retried(err.request.headers)}; "
+                "check that the server is running and not overloaded, or raise runtime.agent_timeout_s"
+            ) from err
+        except openai.APIConnectionError as err:
+            raise AgentError(
+                f"cannot connect to {where}: {err.__cause__ or err}{_retried(err.request.headers)}; "
+                "check agent.base_url and that the server is running"
+            ) from err
+        except openai.APIStatusError as err:
+            raise AgentError(self._status_problem(err)) from err
+        except (openai.OpenAIError, ValueError) as err:  # ValueError: a body that is not JSON
+            raise AgentError(
+                f"{where} answered something that is not a chat completion ({err}); "
+                "check that agent.base_url points at an OpenAI-compatible /v1 endpoint"
+            ) from err
+        choices: object = response.choices if isinstance(response, ChatCompletion) else None
+        if not isinstance(response, ChatCompletion) or not isinstance(choices, list) or not choices:
+            raise AgentError(
+                f"{where} answered with no choices; check that agent.base_url points at an OpenAI-compatible "
+                "/v1 endpoint and that agent.model is served there"
+            )
+        message: object = getattr(choices[0], "message", None)
+        if not isinstance(message, ChatCompletionMessage):
+            raise AgentError(f"{where} answered a choice without a message; check the server's chat-completions API")
+        usage = response.usage
+        return message, _count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0))
+
+    def _status_problem(self, err: openai.APIStatusError) -> str:
+        status = err.status_code
+        body: object = err.body
+        detail = body.get("message") if isinstance(body, dict) else None
+        detail = str(detail or err.message)[:300]
+        if status in (401, 403):
+            fix = f"check the API key (agent.api_key or the {self._api_key_env} environment variable)"
+        elif status == 404:
+            fix = "check agent.base_url (usually ending in /v1) and that agent.model is served there"
+        elif status == 429:
+            fix = "the server is rate limiting; lower the load or raise agent.max_retries"
+        elif status >= 500:
+            fix = "the server failed; check its log and that agent.model is loaded"
+        else:
+            fix = "the server rejected the request; check agent.model and the server's log"
+        return f"{self.where} answered HTTP {status}{_retried(err.request.headers)}: {detail}; {fix}"
+
+
+def _retried(request_headers: Any) -> str:
+    # The client stamps each attempt with how many retries preceded it; the failing one tells the total.
+    try:
+        retries = int(request_headers.get("x-stainless-retry-count", "0"))
+    except (TypeError, ValueError):
+        return ""
+    return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0

@@ -1,0 +1,39 @@
+"""The agent the ``agent`` section names: the echo agent, or an OpenAI-compatible endpoint when ``base_url`` is set.
+
+``hermesd`` builds one for its gateway; ``hermesctl chat --local`` builds the same for its in-process gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hermes_actors.agents.base import Agent
+from hermes_actors.agents.echo import EchoAgent
+from hermes_actors.daemon.config_file import AgentSettings
+
+__all__ = ["agent_name", "build_agent"]
+
+
+def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
+    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set."""
+    if settings.uses_echo:
+        return EchoAgent()
+    from hermes_actors.agents.openai_chat import OpenAIAgent  # needs the openai extra, so only when asked for
+
+    assert settings.base_url is not None  # checked by AgentSettings
+    assert settings.model is not None
+    return OpenAIAgent(
+        base_url=settings.base_url,
+        model=settings.model,
+        api_key=environ.get(settings.api_key_env),
+        api_key_env=settings.api_key_env,
+        timeout_s=settings.timeout_s,
+        max_retries=settings.max_retries,
+        temperature=settings.temperature,
+        vision=settings.vision,
+    )
+
+
+def agent_name(settings: AgentSettings) -> str:
+    """How the banner and ``hermesctl status`` name the agent."""
+    return "echo" if settings.uses_echo else f"{settings.model} at {settings.base_url}"

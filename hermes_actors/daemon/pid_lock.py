@@ -1,0 +1,66 @@
+"""The pid lock: one daemon per home.
+
+An exclusive ``flock`` on ``$HERMES_HOME/hermesd.pid``: a crashed daemon's lock dies with it, so a stale file never
+blocks a start, and a live one refuses the second daemon by pid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from hermes_actors.daemon.home import PID_NAME
+from hermes_actors.errors import HermesError
+
+__all__ = ["DaemonRunningError", "PidLock"]
+
+
+class DaemonRunningError(HermesError):
+    """Another daemon holds this home's pid lock."""
+
+
+class PidLock:
+    """An exclusive ``flock`` on ``home/hermesd.pid`` that holds the daemon's pid for as long as it lives."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / PID_NAME
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`DaemonRunningError` naming the running daemon's pid.
+
+        The file is 0600 whatever the umask (an older install's is tightened); ``OSError`` if it cannot be made.
+        """
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        handle = os.fdopen(descriptor, "a+", encoding="ascii")
+        try:
+            if os.fstat(descriptor).st_mode & 0o077:
+                os.fchmod(descriptor, 0o600)
+        except OSError:
+            handle.close()
+            raise
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "unknown"
+            handle.close()
+            raise DaemonRunningError(
+                f"another hermesd (pid {pid}) is running on {self.path.parent}; stop it with 'kill -TERM {pid}' "
+                "or start this one with a different --home"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        """Remove the pid file and drop the lock."""
+        if self._handle is None:
+            return
+        self.path.unlink(missing_ok=True)
+        self._handle.close()
+        self._handle = None
