@@ -5,11 +5,14 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from hermes_actors.agents.echo import EchoAgent
+from hermes_actors.agents.turn import AgentReply, TurnInput
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource
@@ -18,7 +21,51 @@ if TYPE_CHECKING:
     from hermes_actors.agents.base import Agent
     from hermes_actors.runtime.gateway import Gateway
 
-__all__ = ["FakeClock", "FakePlatform", "FakeThreadedPlatform", "open_fake_gateway"]
+__all__ = ["FakeClock", "FakePlatform", "FakeThreadedPlatform", "GatedAgent", "open_fake_gateway", "poll_until"]
+
+T = TypeVar("T")
+
+
+def poll_until(
+    probe: Callable[[], T | None],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.01,
+    what: str | Callable[[], str] = "the condition",
+) -> T:
+    """Call ``probe`` every ``interval`` seconds until it returns something truthy, and return that.
+
+    For what has no event to wait on (another process, a server's state seen from outside). After ``timeout``
+    seconds, :class:`AssertionError`: ``what`` names the condition, or (a callable) builds the whole message, so it
+    can show the last answer. An exception from ``probe`` ends the wait at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() >= deadline:
+            raise AssertionError(what() if callable(what) else f"{what} did not hold within {timeout} s")
+        time.sleep(interval)
+
+
+class GatedAgent(EchoAgent):
+    """An echo agent whose turns wait until ``release`` is set (then answer anyway after 10 s, so a test that fails
+    before releasing does not hang its gateway's stop); ``started`` is set as a turn starts.
+
+    It blocks, so it runs in the agent pool (``runs_inline`` false), where ``/stop`` and timeouts can leave it.
+    """
+
+    runs_inline = False
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.started.set()
+        self.release.wait(10)
+        return super().run_turn(turn, timeout_s=timeout_s)
 
 
 class FakeClock:

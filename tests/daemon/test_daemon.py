@@ -26,7 +26,7 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.store import Store
-from tests.daemon.polling import poll_until
+from hermes_actors.testing import poll_until
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 

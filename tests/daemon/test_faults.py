@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.store import Store
-from tests.daemon.polling import poll_until
+from hermes_actors.testing import poll_until
 from tests.daemon.test_daemon import CONFIG, Daemon, _script, start_daemon
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 
 from hermes_actors.messages import decode_outbound
 from hermes_actors.store import Store
-from tests.daemon.polling import poll_until
+from hermes_actors.testing import poll_until
 from tests.daemon.test_daemon import SECRET, Daemon, _signed, start_daemon
 
 DRAIN_S = 2.0

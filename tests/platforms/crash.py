@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.store import Store
-from tests.platforms.support import poll_until
+from hermes_actors.testing import poll_until
 
 __all__ = ["AdapterWorker", "inbox_rows", "wait_for_inbox"]
 

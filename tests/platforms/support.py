@@ -19,11 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.runtime.gateway import Gateway
 from platforms.base import Adapter, Inbox, ReplySender
 
-__all__ = ["Arrivals", "GatedAgent", "LogRecords", "RunningAdapter", "StartGateway", "poll_until", "wait_on"]
+__all__ = ["Arrivals", "LogRecords", "RunningAdapter", "StartGateway", "wait_on"]
 
 A = TypeVar("A", bound=Adapter)
 T = TypeVar("T")
@@ -45,34 +44,6 @@ class StartGateway(Protocol):
         inbox_for: Callable[[Inbox], Inbox] | None = None,
         **options: Any,
     ) -> Gateway: ...
-
-
-class GatedAgent(EchoAgent):
-    """An echo agent whose turns wait for ``gate`` (up to 10 s); ``entered`` is set when a turn starts."""
-
-    runs_inline = False
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        self.entered.set()
-        self.gate.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
-
-
-def poll_until(check: Callable[[], T], timeout: float = 10.0, *, what: str = "the condition") -> T:
-    """Call ``check`` until it returns something truthy and return that; :class:`AssertionError` naming ``what``
-    after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} did not hold within {timeout} s")
-        time.sleep(0.01)
 
 
 def wait_on(changed: threading.Condition, check: Callable[[], T], timeout: float, failed: Callable[[], str]) -> T:

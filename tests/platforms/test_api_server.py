@@ -23,9 +23,9 @@ from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store.records import MessageRecord
+from hermes_actors.testing import GatedAgent, poll_until
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
-from tests.platforms.support import GatedAgent, poll_until
 
 KEY = "sk-hermes-test"
 
@@ -93,7 +93,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
             gateway = Gateway(tmp_path / "state.db", config=runtime, agent=agent, senders=server.senders())
             stack.callback(gateway.stop, 10)
             if isinstance(agent, GatedAgent):
-                stack.callback(agent.gate.set)  # runs first: no turn holds up the gateway's stop
+                stack.callback(agent.release.set)  # runs first: no turn holds up the gateway's stop
             server.start(GatewayInbox(gateway))
             stack.callback(server.stop, 10)
             return Running(server=server, gateway=gateway)
@@ -440,7 +440,7 @@ def test_a_turn_slower_than_the_request_timeout_answers_504_and_its_reply_is_sto
     assert payload["error"]["code"] == "timeout"
     session_id = headers[SESSION_HEADER]
     assert f"reply will be in session {session_id}" in payload["error"]["message"]
-    agent.gate.set()
+    agent.release.set()
     assert running.gateway.wait_idle(10)
     assert running.transcript(session_id) == [("user", "slow"), ("assistant", "echo: slow")]
     assert running.waiters.waiting() == 0
@@ -459,7 +459,7 @@ def test_a_stream_sends_keep_alive_comments_while_the_turn_runs(start: Start) ->
         lines = [response.readline()]
         while lines[-1] != b": keep-alive\n":
             lines.append(response.readline())
-        agent.gate.set()
+        agent.release.set()
         rest = response.read().decode()
     finally:
         connection.close()
@@ -485,11 +485,11 @@ def test_a_client_that_disconnects_stops_waiting(start: Start) -> None:
             + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        assert agent.entered.wait(10)
+        assert agent.started.wait(10)
         assert running.waiters.waiting() == 1
     # the server notices the disconnect within one poll (here 0.05 s)
     poll_until(lambda: running.waiters.waiting() == 0, 10, what="the end of the abandoned wait")
-    agent.gate.set()
+    agent.release.set()
     assert running.gateway.wait_idle(10)
     assert ask(running, "next")[0] == "echo: next"
 
@@ -515,7 +515,7 @@ def test_stopping_the_server_answers_waiting_requests_503(start: Start) -> None:
 
     waiting = threading.Thread(target=wait_for_reply)
     waiting.start()
-    assert agent.entered.wait(10)
+    assert agent.started.wait(10)
     started = time.monotonic()
     running.server.stop(10)
     waiting.join(10)
@@ -523,7 +523,7 @@ def test_stopping_the_server_answers_waiting_requests_503(start: Start) -> None:
     ((status, payload),) = answers
     assert status == 503
     assert "turn continues" in payload["error"]["message"]
-    agent.gate.set()
+    agent.release.set()
     assert running.gateway.wait_idle(10)
 
 

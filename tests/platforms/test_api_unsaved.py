@@ -6,17 +6,18 @@ from __future__ import annotations
 import threading
 import time
 
+from hermes_actors import testing
 from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import SESSION_HEADER
-from tests.platforms import support, test_api_server
+from tests.platforms import test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start, chat
 
 start = test_api_server.start  # a gateway and an API server on 127.0.0.1
 
 
-class GatedAgent(support.GatedAgent):
+class GatedAgent(testing.GatedAgent):
     """The API tests' gated agent, holding only turns whose text starts with ``wait``."""
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
@@ -57,9 +58,9 @@ def test_a_turn_the_full_disk_refuses_gets_a_503_at_once_and_runs_first_when_spa
 
     sender = threading.Thread(target=send)
     sender.start()
-    assert agent.entered.wait(10)
+    assert agent.started.wait(10)
     _limit_pages(running.gateway, None)
-    agent.gate.set()
+    agent.release.set()
     sender.join(20)
     assert answer["status"] == 503
     error = answer["body"]["error"]  # type: ignore[index]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_actors.testing import poll_until
 from platforms.webhook import WebhookConfig, WebhookRoute
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.support import poll_until
 
 SECRET = "whsec_" + base64.b64encode(b"crash-test secret of 32 bytes!!!").decode()
 

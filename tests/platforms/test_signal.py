@@ -28,7 +28,7 @@ from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbou
 from hermes_actors.ports import AcceptResult, Inbox, PollCursor
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, poll_until
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.signal import PLATFORM, EventError, SignalAdapter, SignalConfig, decode_event, inbound_from_event
@@ -49,7 +49,7 @@ from tests.platforms.signal_fake import (
     unregistered_error,
     untrusted_error,
 )
-from tests.platforms.support import StartGateway, poll_until
+from tests.platforms.support import StartGateway
 
 ACCOUNT = "+15550001"
 OTHER_ACCOUNT = "+15550002"

@@ -27,7 +27,7 @@ from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakePlatform
+from hermes_actors.testing import FakePlatform, GatedAgent
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
@@ -44,7 +44,7 @@ from tests.platforms.slack_fake import (
     sign,
     url_verification,
 )
-from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
+from tests.platforms.support import LogRecords, RunningAdapter, StartGateway
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 OTHER_SECRET = "0123456789abcdef0123456789abcdef"
@@ -303,7 +303,7 @@ def test_the_200_comes_after_the_durable_commit_and_well_inside_three_seconds(st
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(f"T1:D1:{TS}", "pending")]
     finally:
-        agent.gate.set()
+        agent.release.set()
     assert running.gateway.wait_idle()
 
 

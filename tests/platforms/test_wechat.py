@@ -28,14 +28,14 @@ from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbou
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, poll_until
 from platforms import registry
 from platforms.base import Adapter
 from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfig
 from platforms.wechat.batching import AccountState, Batcher, decode_state
 from platforms.wechat.wire import Malformed, Piece, decode_message
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.support import StartGateway, poll_until
+from tests.platforms.support import StartGateway
 from tests.platforms.wechat_fake import RATE_LIMITED, SESSION_TIMEOUT, FakeIlink, Sent
 
 TOKEN_A = "bot-token-a"

@@ -28,12 +28,12 @@ from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbou
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakePlatform
+from hermes_actors.testing import FakePlatform, GatedAgent
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.support import GatedAgent, LogRecords, RunningAdapter, StartGateway
+from tests.platforms.support import LogRecords, RunningAdapter, StartGateway
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -325,7 +325,7 @@ def test_the_200_comes_after_the_durable_commit(start_whatsapp: StartWhatsapp) -
         # The turn has not even finished, but the message is already committed.
         assert inbox_rows(running.db) == [(wamid, "pending")]
     finally:
-        agent.gate.set()
+        agent.release.set()
     assert running.gateway.wait_idle()
 
 
