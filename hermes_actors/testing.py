@@ -69,19 +69,38 @@ class GatedAgent(EchoAgent):
 
 
 class FakeClock:
-    """A wall clock (unix seconds) that moves only when told; pass it where a ``clock`` is injected."""
+    """A wall clock (unix seconds) that moves only when told; pass it where a ``clock`` is injected.
+
+    :meth:`monotonic` moves with it (pass it where a ``monotonic`` is injected), and threads that wait on a
+    deadline of this clock registered through :func:`hermes_actors.clock.wake_on_advance` look again after every
+    :meth:`advance`, so no test sleeps for real time to pass a timer or a batching window.
+    """
 
     def __init__(self, start: float = 1_764_460_800.0) -> None:
         self.now = start
+        self._start = start
         self._lock = threading.Lock()
+        self._wakeups: list[Callable[[], None]] = []
 
     def __call__(self) -> float:
         return self.now
 
+    def monotonic(self) -> float:
+        """Seconds since this clock was made, moving only with :meth:`advance`."""
+        return self.now - self._start
+
+    def on_advance(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every :meth:`advance` (what :func:`~hermes_actors.clock.wake_on_advance` uses)."""
+        with self._lock:
+            self._wakeups.append(callback)
+
     def advance(self, seconds: float) -> None:
-        """Move the clock forward by ``seconds``."""
+        """Move the clock forward by ``seconds``, then wake whoever waits on it."""
         with self._lock:
             self.now += seconds
+            wakeups = list(self._wakeups)
+        for wake in wakeups:
+            wake()
 
 
 class FakePlatform:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from hermes_actors.clock import wake_on_advance
 from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import PollCursor
 from hermes_actors.routing import SessionSource
@@ -76,6 +77,7 @@ class BotAccount:
             monotonic=monotonic,
         )
         self._seen = SeenWindow(config.dedupe_window_s, clock=clock)
+        wake_on_advance(clock, self._wake_batches)  # a test's fake clock moved: a window may have closed
         self._buf = ""
         self._committed = ""
         self._timeout = config.poll_timeout_s
@@ -274,6 +276,10 @@ class BotAccount:
                 _log.exception("wechat account %r: could not store the context_token of %s", self.name, chat_id)
 
     # -- batches ---------------------------------------------------------------------------------------------------
+
+    def _wake_batches(self) -> None:
+        with self._ready:
+            self._ready.notify_all()
 
     def _batch_loop(self) -> None:
         with self._ready:

@@ -114,11 +114,19 @@ StartWechat = Callable[..., Wechat]
 
 @pytest.fixture
 def start_wechat(start_gateway: StartGateway) -> StartWechat:
-    """Start a gateway on ``tmp_path`` with the adapter; ``retry_clock`` makes the gateway's clock a FakeClock."""
+    """Start a gateway on ``tmp_path`` with the adapter; ``fake_gateway_clock`` makes the gateway's clock the
+    adapter's FakeClock, ``fake_batch_clock`` makes the batching windows run on it (they close on ``advance``)."""
 
-    def start(config: WechatConfig, *, fake_gateway_clock: bool = False, media: MediaConfig | None = None) -> Wechat:
+    def start(
+        config: WechatConfig,
+        *,
+        fake_gateway_clock: bool = False,
+        fake_batch_clock: bool = False,
+        media: MediaConfig | None = None,
+    ) -> Wechat:
         clock = FakeClock(start=time.time())
-        adapter = WechatAdapter(config, environ={}, clock=clock)
+        monotonic = clock.monotonic if fake_batch_clock else time.monotonic
+        adapter = WechatAdapter(config, environ={}, clock=clock, monotonic=monotonic)
         gateway = start_gateway(
             adapter,
             clock=clock if fake_gateway_clock else time.time,
@@ -258,15 +266,26 @@ def test_a_backlog_splits_where_the_sender_paused_and_waits_longer_after_a_long_
 
 
 def test_the_rest_of_a_long_paste_arriving_later_still_joins_it(ilink: FakeIlink, start_wechat: StartWechat) -> None:
-    wechat = start_wechat(fast(ilink.url))
+    wechat = start_wechat(fast(ilink.url), fake_batch_clock=True)
+
+    def waiting(text: str) -> bool:
+        return any(p.text == text for b in decode_state(wechat.cursor(), "bot-a").pending for p in b.pieces)
+
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "y" * 60, created_ms=None))
-    time.sleep(0.5)  # the user's client is slow: longer than the 0.2 s window, shorter than the 1.5 s one
+    poll_until(lambda: waiting("y" * 60), what="the long chunk waiting in its batch")
+    wechat.clock.advance(0.5)  # the user's client is slow: longer than the 0.2 s window, shorter than the 1.5 s one
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "tail"))
+    poll_until(lambda: waiting("tail"), what="the tail joining the long chunk's batch")
+    wechat.clock.advance(1.5)  # the long chunk's window closes
     assert ilink.take_sent().text == "echo: " + "y" * 60 + "\ntail"
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "short"))
-    time.sleep(0.5)  # after a short message the 0.2 s window has closed
+    poll_until(lambda: waiting("short"), what="the short message waiting in its batch")
+    wechat.clock.advance(0.5)  # after a short message the 0.2 s window has closed
+    assert ilink.take_sent().text == "echo: short"
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "later"))
-    assert [s.text for s in replies(ilink, 2)] == ["echo: short", "echo: later"]
+    poll_until(lambda: waiting("later"), what="the later message waiting in its batch")
+    wechat.clock.advance(0.5)
+    assert ilink.take_sent().text == "echo: later"
     assert wechat.texts() == ["y" * 60 + "\ntail", "short", "later"]
 
 
