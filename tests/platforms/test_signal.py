@@ -457,9 +457,7 @@ def test_a_refused_stream_is_logged_with_the_fix_and_the_other_account_keeps_wor
     running = start(fast(daemon.url, [ACCOUNT, unknown]))
     daemon.push(ACCOUNT, message(ALICE, "still here"))
     assert daemon.take_sent().text == "echo: still here"
-    deadline = time.monotonic() + 10
-    while sum(c.account == unknown for c in daemon.connections) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    poll_until(lambda: sum(c.account == unknown for c in daemon.connections) >= 3, what="three refused streams")
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("platforms.signal"))
     assert "is not text/event-stream" in logged
     assert f"signal account {unknown}: the event stream was refused (HTTP 400" in logged
@@ -523,10 +521,7 @@ def test_stop_closes_an_idle_stream_at_once(daemon: FakeSignalCli, tmp_path: Pat
         started = time.monotonic()
         adapter.stop(timeout=5)
         assert time.monotonic() - started < 2
-    deadline = time.monotonic() + 5
-    while daemon.open_streams() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert daemon.open_streams() == 0
+    poll_until(lambda: daemon.open_streams() == 0, 5, what="every event stream closed")
 
 
 # -- sending -----------------------------------------------------------------------------------------------------
@@ -889,10 +884,11 @@ def test_hostile_stream_bytes_are_logged_and_skipped_and_the_adapter_keeps_worki
         daemon.push_raw(ACCOUNT, raw)
         marker = f"marker {next(markers)}"
         daemon.push(ACCOUNT, message(ALICE, marker))
-        deadline = time.monotonic() + 10
-        while marker not in running.texts():
-            assert time.monotonic() < deadline, f"the adapter stopped taking messages after {raw[:80]!r}"
-            time.sleep(0.005)
+        poll_until(
+            lambda: marker in running.texts(),
+            interval=0.005,
+            what=lambda: f"the adapter stopped taking messages after {raw[:80]!r}",
+        )
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(raw=_stream_bytes)

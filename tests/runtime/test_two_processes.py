@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.store import Store
+from hermes_actors.testing import poll_until
 from tests.agents.chat_server import ChatServer, Scripted, completion, open_chat_server
 from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
 
@@ -63,12 +64,7 @@ def _finish(process: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int,
 
 
 def _wait_for_request(model: ChatServer, text: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _asked(model, text):
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"the model was never asked {text!r}")
+    poll_until(lambda: _asked(model, text), timeout, what=lambda: f"the model was never asked {text!r}")
 
 
 def _asked(model: ChatServer, text: str) -> int:
