@@ -18,7 +18,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pykka
@@ -33,15 +32,16 @@ from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbou
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.outbox import OutboxRouter
-from hermes_actors.runtime.protocol import Delivery, SessionServices, TurnOutcome
-from hermes_actors.runtime.supervisor import (
+from hermes_actors.runtime.protocol import (
     Deliver,
+    Delivery,
     HandoffResult,
     PassivationTick,
-    Rebind,
-    SupervisorActor,
+    SessionServices,
     SupervisorStatistics,
+    TurnOutcome,
 )
+from hermes_actors.runtime.supervisor import Supervisor
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
@@ -159,7 +159,7 @@ class Gateway:
             tz=tz,
             background_started_at=background_hook(self._services.agent),
         )
-        self._supervisor: pykka.ActorRef[Any] = SupervisorActor.start(
+        self._supervisor = Supervisor.start(
             self._services, on_turn=on_turn, on_activity=self.resets.touch, on_end=self.resets.forget
         )
         self.timers.every("passivation", tick_interval_s, self.tick)
@@ -236,17 +236,15 @@ class Gateway:
 
     def rebind(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` from now on."""
-        self._supervisor.ask(Rebind(routing_key=routing_key, session_id=session_id), timeout=self.config.ask_timeout_s)
+        self._supervisor.rebind(routing_key, session_id)
 
     def session_for(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches now."""
-        result: str | None = self._supervisor.proxy().session_for(routing_key).get(timeout=self.config.ask_timeout_s)
-        return result
+        return self._supervisor.session_for(routing_key)
 
     def statistics(self) -> SupervisorStatistics:
         """Return the supervisor's snapshot."""
-        stats: SupervisorStatistics = self._supervisor.proxy().statistics().get(timeout=self.config.ask_timeout_s)
-        return stats
+        return self._supervisor.statistics()
 
     def backlog(self) -> tuple[int, int]:
         """Return (inbound messages without a finished turn, replies not yet sent or given up)."""

@@ -1,4 +1,11 @@
-"""Messages between the supervisor and session actors, and what a session needs from the runtime."""
+"""Every message between the runtime's actors, and what a session needs from the runtime.
+
+The edge tells the supervisor :class:`Deliver`; session actors get :class:`RunTurn` and answer
+:class:`TurnFinished` (and :class:`SessionStopped` when they stop); timers and the outbox tell the supervisor
+:class:`PassivationTick`, :class:`~hermes_actors.lifecycle.work.EndDue` and
+:class:`~hermes_actors.lifecycle.work.HandoffResult`. The lifecycle's own types (deliveries, control steps) are
+defined in :mod:`hermes_actors.lifecycle.work`, below the runtime, and re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -13,25 +20,47 @@ import msgspec
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
-from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.lifecycle.work import (
+    Compress,
+    Control,
+    Delivery,
+    EndDue,
+    EndSession,
+    Handoff,
+    HandoffResult,
+    SetTitle,
+)
+from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.records import EndReason
 from hermes_actors.store.writer import StoreWriter
 
 __all__ = [
+    "BackgroundJobs",
     "CancelToken",
     "Compress",
     "Control",
+    "Deliver",
     "Delivery",
+    "EndDue",
     "EndSession",
+    "GetStatistics",
     "Handoff",
+    "HandoffResult",
     "OutboxSink",
+    "PassivationTick",
+    "Rebind",
     "RunTurn",
+    "SessionFor",
     "SessionServices",
     "SessionStopped",
     "SetTitle",
+    "StopSession",
+    "SupervisorAsk",
+    "SupervisorMessage",
+    "SupervisorStatistics",
+    "SupervisorTell",
     "TurnFinished",
     "TurnOutcome",
     "queue_reply",
@@ -80,41 +109,6 @@ class CancelToken:
             self._latch = None
 
 
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
-    """A committed inbound message and its inbox row."""
-
-    inbox_id: int
-    message: InboundMessage
-    replayed: bool = False  # handed over by recovery: another turn may have answered it since (checked first)
-
-
-class EndSession(msgspec.Struct, frozen=True, kw_only=True):
-    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
-
-    reason: EndReason
-    reply: str | None = None
-    save_memories: bool = False
-
-
-class SetTitle(msgspec.Struct, frozen=True, kw_only=True):
-    """``/title [text]``: show the title, or set it."""
-
-    text: str | None = None
-
-
-class Compress(msgspec.Struct, frozen=True, kw_only=True):
-    """``/compress``: summarise into a continuation session."""
-
-
-class Handoff(msgspec.Struct, frozen=True, kw_only=True):
-    """``/handoff <platform>``: bind the platform's home chat to this session and continue there."""
-
-    platform: str
-
-
-Control = EndSession | SetTitle | Compress | Handoff
-
-
 class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
     """Supervisor → session: one turn over ``deliveries`` (several when rapid-fire text was merged).
 
@@ -160,6 +154,65 @@ class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
 
     session_id: str
     actor_urn: str
+
+
+class Deliver(msgspec.Struct, frozen=True, kw_only=True):
+    """Edge → supervisor: a committed inbound message for ``routing_key``."""
+
+    routing_key: str
+    delivery: Delivery
+
+
+class Rebind(msgspec.Struct, frozen=True, kw_only=True):
+    """Point ``routing_key`` at ``session_id`` from now on. Ask it: the reply is the future of the route's commit
+    (the supervisor does not wait for it; the caller may)."""
+
+    routing_key: str
+    session_id: str
+
+
+class StopSession(msgspec.Struct, frozen=True, kw_only=True):
+    """Invalidate the running turn of the session behind ``routing_key`` (``/stop``)."""
+
+    routing_key: str
+
+
+class SessionFor(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the supervisor which session ``routing_key`` reaches now; the reply is its id or ``None``."""
+
+    routing_key: str
+
+
+class GetStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the supervisor for a :class:`SupervisorStatistics` snapshot."""
+
+
+class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
+    """Timer → supervisor: passivate idle actors and renew leases."""
+
+
+class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the supervisor."""
+
+    live_actors: int
+    running: int
+    queued_messages: int
+    routes_cached: int
+    activations: int
+    passivations: int
+    evictions: int
+    turns: int
+    rejected: int
+
+
+SupervisorTell = Deliver | TurnFinished | SessionStopped | StopSession | EndDue | HandoffResult | PassivationTick
+"""What the supervisor is told. A failure handling one is logged and the directory goes on (an inbound message it
+could not queue stays pending in the inbox and is replayed at the next start)."""
+
+SupervisorAsk = SessionFor | GetStatistics | Rebind
+"""What the supervisor is asked; a failure goes back to the caller."""
+
+SupervisorMessage = SupervisorTell | SupervisorAsk
 
 
 class OutboxSink(Protocol):

@@ -2,13 +2,17 @@
 
 One pykka actor. It maps routing keys to session ids (cached, persisted through the store), keeps one
 :class:`~hermes_actors.runtime.session.SessionActor` per live session id, and holds each session's queue of work: a
-session
-actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by finishing. Because
-the queue
-lives here, a stopping actor's new messages wait for its next activation, in order, and ``/resume``, handoff and
-compression only re-point directory entries. Commands that change where a key leads (``/new``, ``/reset``,
-``/resume``, resets by timer) take effect here at once, so a message that arrives while a session is ending goes
-to its successor, never to the ended session; their handlers live in :mod:`hermes_actors.lifecycle.handlers`.
+session actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by
+finishing. Because the queue lives here, a stopping actor's new messages wait for its next activation, in order,
+and ``/resume``, handoff and compression only re-point directory entries. Commands that change where a key leads
+(``/new``, ``/reset``, ``/resume``, resets by timer) take effect here at once, so a message that arrives while a
+session is ending goes to its successor, never to the ended session. Those commands are run by a
+:class:`~hermes_actors.lifecycle.handlers.LifecycleCommands` the supervisor holds, through the
+:class:`~hermes_actors.lifecycle.handlers.Directory` port the supervisor implements.
+
+The supervisor never waits for a commit: what it writes (a route, a reply of its own, a refusal) is submitted to
+the writer, and a reply goes to the outbox once its row has committed (the writer's ``then``, which only tells the
+outbox actor). Writes keep their order, so a later turn's commit never overtakes them.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import msgspec
 import pykka
@@ -32,86 +37,37 @@ from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.protocol import (
     CancelToken,
     Control,
+    Deliver,
     Delivery,
+    EndDue,
+    GetStatistics,
+    HandoffResult,
+    PassivationTick,
+    Rebind,
     RunTurn,
+    SessionFor,
     SessionServices,
     SessionStopped,
+    StopSession,
+    SupervisorMessage,
+    SupervisorStatistics,
+    SupervisorTell,
     TurnFinished,
     TurnOutcome,
     queue_reply,
     reply_for,
 )
 from hermes_actors.runtime.session import SessionActor, SessionTurns
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import Store
 
-__all__ = [
-    "Deliver",
-    "EndDue",
-    "HandoffResult",
-    "PassivationTick",
-    "Rebind",
-    "StopSession",
-    "SupervisorActor",
-    "SupervisorStatistics",
-]
+__all__ = ["Supervisor", "SupervisorActor"]
 
 _log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 RETRY_BASE_S = 1.0  # the first wait after the store refused a turn; doubled after each failure in a row
 RETRY_MAX_S = 30.0
-
-
-class Deliver(msgspec.Struct, frozen=True, kw_only=True):
-    """Edge → supervisor: a committed inbound message for ``routing_key``."""
-
-    routing_key: str
-    delivery: Delivery
-
-
-class Rebind(msgspec.Struct, frozen=True, kw_only=True):
-    """Point ``routing_key`` at ``session_id`` (``/resume``, handoff, compression). Ask it; the reply is ``None``."""
-
-    routing_key: str
-    session_id: str
-
-
-class StopSession(msgspec.Struct, frozen=True, kw_only=True):
-    """Invalidate the running turn of the session behind ``routing_key`` (``/stop``)."""
-
-    routing_key: str
-
-
-class EndDue(msgspec.Struct, frozen=True, kw_only=True):
-    """Timer → supervisor: end ``session_id`` for ``reason`` after a save-memory turn, telling the user ``notice``."""
-
-    session_id: str
-    reason: EndReason
-    notice: str | None = None
-
-
-class HandoffResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Outbox → supervisor: the first message of ``session_id``'s handoff was delivered, or failed with ``error``."""
-
-    session_id: str
-    error: str | None = None
-
-
-class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
-    """Timer → supervisor: passivate idle actors and renew leases."""
-
-
-class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the supervisor."""
-
-    live_actors: int
-    running: int
-    queued_messages: int
-    routes_cached: int
-    activations: int
-    passivations: int
-    evictions: int
-    turns: int
-    rejected: int
 
 
 class _ControlWork(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,11 +109,16 @@ class _Live:
         self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
 
 
+def _log_failure(done: Future[Any]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        _log.error("supervisor: a write failed: %s", exc)
+
+
 def _text(work: _Work) -> str:
     return work.message.text if isinstance(work, Delivery) else ""
 
 
-class SupervisorActor(LifecycleCommands, RuntimeActor):
+class SupervisorActor(RuntimeActor):
     """Owns the routing directory and the session actors; see the module docstring."""
 
     use_daemon_thread = True
@@ -184,22 +145,37 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
         self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
         self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
-        self._init_lifecycle()
+        self._lifecycle = LifecycleCommands(
+            self,
+            config=self._config,
+            readers=self._readers,
+            writer=self._writer,
+            lease_owner=services.lease_owner,
+            owner_alive=services.owner_alive,
+        )
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
 
     # -- messages ----------------------------------------------------------------------------------------------
 
-    def on_receive(self, message: Any) -> Any:
-        try:
-            self._handle(message)
-        except Exception:
-            # One bad message must not take the directory down with it; an unanswered inbound message stays
-            # pending in the inbox and is replayed at the next start.
-            _log.exception("supervisor: handling %s failed", type(message).__name__)
-        return None
+    def on_receive(self, message: SupervisorMessage) -> object:
+        match message:
+            case SessionFor(routing_key=routing_key):
+                return self.existing(routing_key)
+            case GetStatistics():
+                return self._statistics()
+            case Rebind(routing_key=routing_key, session_id=session_id):
+                return self._store_route(routing_key, session_id)
+            case _:
+                try:
+                    self._told(message)
+                except Exception:
+                    # One bad message must not take the directory down with it; an unanswered inbound message stays
+                    # pending in the inbox and is replayed at the next start.
+                    _log.exception("supervisor: handling %s failed", type(message).__name__)
+                return None
 
-    def _handle(self, message: Any) -> None:
+    def _told(self, message: SupervisorTell) -> None:
         match message:
             case Deliver():
                 self._deliver(message)
@@ -207,21 +183,18 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 self._finished(message)
             case SessionStopped():
                 self._stopped(message)
-            case Rebind():
-                self._rebind(message.routing_key, message.session_id)
-            case StopSession():
-                self._cancel_running(self._cached(message.routing_key))
+            case StopSession(routing_key=routing_key):
+                self.cancel_running(self._routes.get(routing_key))
             case EndDue():
-                self._end_by_timer(message)
+                self._lifecycle.end_by_timer(message)
             case HandoffResult():
-                self._handoff_result(message)
+                self._lifecycle.handoff_result(message)
             case PassivationTick():
                 self._passivate_idle()
             case _:
                 raise TypeError(f"SupervisorActor got an unknown message {message!r}")
 
-    def statistics(self) -> SupervisorStatistics:
-        """Return a snapshot (call through the proxy)."""
+    def _statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
             live_actors=self._actors,
             running=sum(1 for s in self._live.values() if s.busy),
@@ -229,10 +202,6 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             routes_cached=len(self._routes),
             **self._counts,
         )
-
-    def session_for(self, routing_key: str) -> str | None:
-        """Return the session id ``routing_key`` reaches now, or ``None`` (call through the proxy)."""
-        return self._existing(routing_key)
 
     def on_stop(self) -> None:
         refs = [state.ref for state in self._live.values() if state.ref is not None]
@@ -243,9 +212,6 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
 
     # -- directory ---------------------------------------------------------------------------------------------
 
-    def _cached(self, routing_key: str) -> str | None:
-        return self._routes.get(routing_key)
-
     def _cache_route(self, routing_key: str, session_id: str) -> None:
         previous = self._routes.get(routing_key)
         if previous is not None and previous != session_id:
@@ -253,7 +219,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         self._routes[routing_key] = session_id
         self._keys.setdefault(session_id, set()).add(routing_key)
 
-    def _begin_end(self, session_id: str) -> None:
+    def begin_end(self, session_id: str) -> None:
         """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
         self._ending.add(session_id)
         for key in self._keys.get(session_id, set()):
@@ -265,7 +231,21 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             if self._routes.get(key) == session_id:
                 del self._routes[key]
 
-    def _existing(self, routing_key: str) -> str | None:
+    def is_ending(self, session_id: str) -> bool:
+        """Return whether ``session_id``'s end is queued but not committed yet."""
+        return session_id in self._ending
+
+    def is_active(self, session_id: str) -> bool:
+        """Return whether ``session_id`` has a turn running or queued."""
+        state = self._live.get(session_id)
+        return state is not None and (state.busy or bool(state.queue))
+
+    def awaits_creation(self, session_id: str) -> bool:
+        """Return whether ``session_id`` is assigned but its first turn (which creates its row) has not run."""
+        state = self._live.get(session_id)
+        return state is not None and state.create_with is not None
+
+    def existing(self, routing_key: str) -> str | None:
         """Return the live session ``routing_key`` leads to, without creating one."""
         session_id = self._routes.get(routing_key)
         if session_id is None:
@@ -283,13 +263,13 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
 
     def _resolve(self, routing_key: str, source: SessionSource) -> str:
         """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
-        session_id = self._existing(routing_key) or self._claim_legacy_dm(routing_key, source)
+        session_id = self.existing(routing_key) or self._claim_legacy_dm(routing_key, source)
         if session_id is not None:
             return session_id
         previous = self._successor_of.get(routing_key) or self._stored_route(routing_key)
         session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY)
         state = self._live[session_id] = _Live(
-            create_with=(source, routing_key), title=self._pending_titles.pop(routing_key, None)
+            create_with=(source, routing_key), title=self._lifecycle.take_pending_title(routing_key)
         )
         if previous in self._ending:
             state.hold_until = previous
@@ -310,7 +290,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             build_session_key(msgspec.structs.replace(source, scope_id=None, account_id=None), policy),
         }
         for legacy in sorted(candidates, key=len, reverse=True):  # the account's own legacy key first
-            session_id = self._existing(legacy)
+            session_id = self.existing(legacy)
             if session_id is None:
                 continue
             decision = migrate_legacy_slack_key(
@@ -323,7 +303,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 store.set_route(routing_key, session_id)
                 store.unbind_route(legacy)
 
-            self._writer.call(claim)
+            self._submit(claim)
             self._routes.pop(legacy, None)
             self._keys.get(session_id, set()).discard(legacy)
             self._cache_route(routing_key, session_id)
@@ -345,9 +325,27 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         with self._readers.reader() as store:
             return store.get_route(routing_key)
 
-    def _rebind(self, routing_key: str, session_id: str) -> None:
-        self._writer.call(lambda store: store.set_route(routing_key, session_id))
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` (stored, and cached at once)."""
+        self._store_route(routing_key, session_id)
+
+    def unbind(self, routing_key: str, session_id: str) -> None:
+        """Delete ``routing_key``'s route, which led to ``session_id``."""
+        self._submit(lambda store: store.unbind_route(routing_key))
+        if self._routes.get(routing_key) == session_id:
+            del self._routes[routing_key]
+        self._keys.get(session_id, set()).discard(routing_key)
+
+    def _store_route(self, routing_key: str, session_id: str) -> Future[None]:
+        committed = self._submit(lambda store: store.set_route(routing_key, session_id))
         self._cache_route(routing_key, session_id)
+        return committed
+
+    def _submit(self, work: Callable[[Store], T], then: Callable[[T], object] | None = None) -> Future[T]:
+        """Queue a write without waiting for it; a failure is logged (nothing on this thread waits for it)."""
+        future = self._writer.submit(work, then=then)
+        future.add_done_callback(_log_failure)
+        return future
 
     # -- delivery and turns ------------------------------------------------------------------------------------
 
@@ -355,7 +353,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         delivery = message.delivery
         command = parse_command(delivery.message.text, reset_triggers=self._config.reset_triggers)
         if command is not None and command.name is not CommandName.STOP:
-            self._command(message.routing_key, delivery, command)
+            self._lifecycle.run(message.routing_key, delivery, command)
             return
         session_id = self._resolve(message.routing_key, delivery.message.source)
         state = self._state(session_id)
@@ -377,20 +375,30 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         state.last_used = self._clock()
         return state
 
-    def _reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
-        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
+    def reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
+        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript).
+
+        The reply goes to the outbox once its row has committed; the supervisor does not wait for that.
+        """
         reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
+        outbox = self._services.outbox
 
         def answer(store: Store) -> int:
             known = session_id if session_id is not None and store.find_session(session_id) else None
             store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
             return queue_reply(store, reply)
 
-        self._services.outbox.deliver(self._writer.call(answer), reply)
+        self._submit(answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
+
+    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
+        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
+        reply = reply_for(source, session_id, text)
+        outbox = self._services.outbox
+        self._submit(lambda store: queue_reply(store, reply), then=lambda outbox_id: outbox.deliver(outbox_id, reply))
 
     def _reject(self, session_id: str, delivery: Delivery, queued: int) -> None:
         self._counts["rejected"] += 1
-        self._reply_now(
+        self.reply_now(
             delivery,
             f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
             "Wait for the replies, then send it again.",
@@ -469,9 +477,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         if outcome is not None and outcome.rebound:
             for key in outcome.rebound:
                 self._cache_route(key, session_id)
-            if session_id in self._handoffs:
-                origin, _, _, target = self._handoffs[session_id]
-                self._handoffs[session_id] = (origin, outcome.rebound[0], outcome.handoff_previous, target)
+            self._lifecycle.handoff_bound(session_id, outcome.rebound[0], outcome.handoff_previous)
         if outcome is not None and outcome.stored_messages and self._on_activity is not None:
             self._on_activity(session_id, outcome.origin)
         self._dispatch(session_id, state)
@@ -541,12 +547,12 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 self._dispatch(other_id, other)
         self._passivate(session_id, state)
 
-    def _cancel_running(self, session_id: str | None) -> None:
+    def cancel_running(self, session_id: str | None) -> None:
         state = self._live.get(session_id) if session_id is not None else None
         if state is not None:
             state.token.cancel()
 
-    def _queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
+    def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
         state = self._state(session_id)
         state.queue.append(_ControlWork(control=control, delivery=delivery))
         self._dispatch(session_id, state)
@@ -601,3 +607,43 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         else:
             del self._live[message.session_id]
             self._forget_keys(message.session_id)  # the store has them; keep memory bounded
+
+
+class Supervisor:
+    """A typed handle on a running :class:`SupervisorActor`: tells, and asks that wait up to ``timeout`` seconds."""
+
+    __slots__ = ("_ref", "_timeout")
+
+    def __init__(self, ref: pykka.ActorRef[SupervisorActor], timeout: float) -> None:
+        self._ref = ref
+        self._timeout = timeout
+
+    @classmethod
+    def start(cls, services: SessionServices, **hooks: Any) -> Supervisor:
+        """Start the actor (``hooks``: ``on_turn``, ``on_activity``, ``on_end``) and return its handle."""
+        return cls(SupervisorActor.start(services, **hooks), services.config.ask_timeout_s)
+
+    def tell(self, message: SupervisorTell) -> None:
+        """Send ``message`` without waiting."""
+        self._ref.tell(message)
+
+    def session_for(self, routing_key: str) -> str | None:
+        """Return the session ``routing_key`` reaches now."""
+        answer: str | None = self._ref.ask(SessionFor(routing_key=routing_key), block=True, timeout=self._timeout)
+        return answer
+
+    def statistics(self) -> SupervisorStatistics:
+        """Return the supervisor's snapshot."""
+        answer: SupervisorStatistics = self._ref.ask(GetStatistics(), block=True, timeout=self._timeout)
+        return answer
+
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` and wait until the route has committed."""
+        committed: Future[None] = self._ref.ask(
+            Rebind(routing_key=routing_key, session_id=session_id), block=True, timeout=self._timeout
+        )
+        committed.result(timeout=self._timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Stop the supervisor and its session actors."""
+        self._ref.stop(timeout=timeout)
