@@ -37,10 +37,10 @@ from hermes_actors.runtime.protocol import (
     Delivery,
     HandoffResult,
     PassivationTick,
-    SessionServices,
     SupervisorStatistics,
     TurnOutcome,
 )
+from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.supervisor import Supervisor
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
@@ -296,7 +296,7 @@ class Gateway:
 
     def _delivery_report(self, message: OutboundMessage, error: str | None) -> None:
         """Tell the supervisor how a handoff's first message went (other deliveries need no report)."""
-        if message.session_id is not None and (message.reply_to or "").startswith("handoff-"):
+        if message.session_id is not None and self._services.handoffs.take(message.reply_to):
             self._supervisor.tell(HandoffResult(session_id=message.session_id, error=error))
 
     def read(self) -> AbstractContextManager[Store]:

@@ -33,20 +33,20 @@ from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.leases import describe_owner, wait_for_lease
 from hermes_actors.runtime.protocol import (
-    CancelToken,
+    AgentFailure,
     Compress,
     Delivery,
     EndSession,
+    FailureKind,
     Handoff,
     RunTurn,
-    SessionServices,
+    SessionMessage,
     SessionStopped,
     SetTitle,
     TurnFinished,
     TurnOutcome,
-    queue_reply,
-    reply_for,
 )
+from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.store import EndReason, MessageRecord, NewMessage, Role, SessionRecord, Store
 from platforms.base import SendError
 
@@ -100,6 +100,13 @@ def user_key(source: SessionSource) -> str | None:
 
 def _release_lease(store: Store, *, session_id: str, owner: str) -> bool:
     return store.leases.release(session_id, owner)
+
+
+class _CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session's first commit created: its row, and the lease epoch (``None``: another process holds it)."""
+
+    record: SessionRecord
+    epoch: int | None
 
 
 class SessionTurns:
@@ -162,8 +169,10 @@ class SessionTurns:
 
     # -- agent calls -------------------------------------------------------------------------------------------
 
-    def _in_pool(self, call: Callable[[], T], token: CancelToken, timeout: float | None = None) -> T | str | None:
-        """Run ``call`` in the agent pool; return its result, an error text for the user, or ``None`` if cancelled."""
+    def _in_pool(
+        self, call: Callable[[], T], token: CancelToken, timeout: float | None = None
+    ) -> T | AgentFailure | None:
+        """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled."""
         timeout = self._timeout if timeout is None else timeout
         future: Future[T] = self._services.agent_pool.submit(call)
         token.wait_for(future, timeout)
@@ -172,19 +181,27 @@ class SessionTurns:
         if not future.done():
             future.cancel()
             _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)
-            return f"Sorry, the agent did not answer within {timeout:.0f} s. Your message is saved; try again."
+            return AgentFailure(
+                kind=FailureKind.TIMEOUT,
+                text=f"Sorry, the agent did not answer within {timeout:.0f} s. Your message is saved; try again.",
+            )
         try:
             return future.result()
         except AgentError as exc:
             _log.warning("session %s: agent failed: %s", self.session_id, exc)
-            return f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            return AgentFailure(
+                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            )
         except Exception as exc:
             _log.exception("session %s: agent raised", self.session_id)
-            return f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again."
+            return AgentFailure(
+                kind=FailureKind.CRASH,
+                text=f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again.",
+            )
 
     def _call_agent(
         self, text: str, token: CancelToken, attachments: Sequence[Attachment] = ()
-    ) -> AgentReply | str | None:
+    ) -> AgentReply | AgentFailure | None:
         turn = TurnInput(
             session_id=self.session_id,
             history=self._model_history.of(self._history),
@@ -201,12 +218,14 @@ class SessionTurns:
             return self._inline(lambda: agent.run_turn(turn, timeout_s=self._timeout))
         return self._in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
 
-    def _inline(self, call: Callable[[], AgentReply]) -> AgentReply | str:
+    def _inline(self, call: Callable[[], AgentReply]) -> AgentReply | AgentFailure:
         try:
             return call()
         except Exception as exc:
             _log.exception("session %s: agent raised", self.session_id)
-            return f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            return AgentFailure(
+                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            )
 
     # -- leases ------------------------------------------------------------------------------------------------
 
@@ -386,8 +405,8 @@ class SessionTurns:
                 new[-1], input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
             )
             reply_text = reply.text
-        elif isinstance(reply, str):
-            reply_text = reply
+        elif isinstance(reply, AgentFailure):
+            reply_text = reply.text
         unread = unread_note(d.message for d in deliveries)
         if reply_text is not None and unread is not None:
             reply_text = f"{unread}\n\n{reply_text}"
@@ -399,19 +418,21 @@ class SessionTurns:
         if outbound is not None and no_retry:
             outbound = msgspec.structs.replace(outbound, no_retry=True)
 
-        def commit(store: Store) -> tuple[int | None, list[int]]:
+        def commit(store: Store) -> tuple[int | None, list[int], _CreatedRow | None]:
             self._fence(store)
             for delivery in deliveries:
                 if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
                     raise StaleTurnError(
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
                     )
-            self._ensure_row(store)
+            created = self._create_row(store)
             ids = store.append_messages(self.session_id, new)
             _record_attachments(store, deliveries, ids, now)
-            return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids
+            return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids, created
 
-        outbox_id, ids = self._writer.call(commit)
+        outbox_id, ids, created = self._writer.call(commit)
+        if created is not None:
+            self._adopt(created)
         self._remember(ids, new, now)
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
@@ -428,7 +449,7 @@ class SessionTurns:
             outbox_id=outbox_id,
             stored_messages=len(ids),
             cancelled=cancelled,
-            failed=reply if isinstance(reply, str) else None,
+            failed=reply.text if isinstance(reply, AgentFailure) else None,
             origin=source_of(self._record) if self._record is not None else None,
         )
 
@@ -448,10 +469,14 @@ class SessionTurns:
             for i, m in zip(ids, new, strict=True)
         )
 
-    def _ensure_row(self, store: Store) -> bool:
-        """Create the session row on its first commit; return whether the row exists."""
+    def _create_row(self, store: Store) -> _CreatedRow | None:
+        """Inside the first commit: create the session row, its route and its lease; ``None`` when the row exists.
+
+        It changes nothing of this object (the commit may be rolled back and run again): :meth:`_adopt` takes the
+        result once the commit is durable.
+        """
         if self._create_with is None:
-            return True
+            return None
         source, routing_key = self._create_with
         title = self._pending_title
         try:
@@ -464,12 +489,15 @@ class SessionTurns:
         store.set_route(routing_key, self.session_id)
         config = self._services.config
         granted = store.leases.grant(self.session_id, self._services.lease_owner, config.lease_ttl_s)
-        self._lease_held = isinstance(granted, int)
-        self._epoch = granted if isinstance(granted, int) else 0
-        self._record = record
+        return _CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)
+
+    def _adopt(self, created: _CreatedRow) -> None:
+        """The first commit is durable: the session has its row (and, unless another process holds it, its lease)."""
+        self._lease_held = created.epoch is not None
+        self._epoch = created.epoch or 0
+        self._record = created.record
         self._create_with = None
         self._pending_title = None
-        return True
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -589,8 +617,8 @@ class SessionTurns:
         agent = self._services.agent
         history = list(self._history)
         summary = self._in_pool(lambda: agent.summarize(history, timeout_s=self._timeout), token)
-        if not isinstance(summary, str) or summary.startswith("Sorry, the agent"):
-            failure = summary or "the compression was cancelled"
+        if not isinstance(summary, str):
+            failure = summary.text if summary is not None else "the compression was cancelled"
             _log.warning("session %s: compression failed: %s", self.session_id, failure)
             if not deliveries:
                 return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
@@ -692,6 +720,7 @@ class SessionTurns:
             text=HANDOFF_PROMPT.format(platform=came_from),
             message_id=f"handoff-{self.session_id}-{len(self._history)}",
         )
+        self._services.handoffs.expect(prompt.message_id)
         outcome = self._converse([Delivery(inbox_id=0, message=prompt)], token, no_retry=True)
         return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
 
@@ -712,7 +741,10 @@ class SessionActor(RuntimeActor):
         self._turns = self._make_turns()
         self._session_id = self._turns.session_id
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: SessionMessage) -> None:
+        """Run one turn and tell the supervisor it finished. A turn's failure never escapes (its inbox rows stay
+        pending for replay); anything but a :class:`RunTurn` is a bug: raised, so an ask gets it back and a tell
+        reaches :meth:`on_failure`, which reports the actor stopped."""
         match message:
             case RunTurn():
                 assert self._turns is not None
@@ -739,7 +771,6 @@ class SessionActor(RuntimeActor):
                 finally:
                     finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
                     self._tell_supervisor(finished)
-                return None
             case _:
                 raise TypeError(f"SessionActor got an unknown message {message!r}")
 

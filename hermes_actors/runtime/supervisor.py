@@ -35,7 +35,6 @@ from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.routing import LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.protocol import (
-    CancelToken,
     Control,
     Deliver,
     Delivery,
@@ -46,7 +45,6 @@ from hermes_actors.runtime.protocol import (
     Rebind,
     RunTurn,
     SessionFor,
-    SessionServices,
     SessionStopped,
     StopSession,
     SupervisorMessage,
@@ -54,9 +52,8 @@ from hermes_actors.runtime.protocol import (
     SupervisorTell,
     TurnFinished,
     TurnOutcome,
-    queue_reply,
-    reply_for,
 )
+from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.runtime.session import SessionActor, SessionTurns
 from hermes_actors.store import Store
 
@@ -166,7 +163,15 @@ class SupervisorActor(RuntimeActor):
                 return self._statistics()
             case Rebind(routing_key=routing_key, session_id=session_id):
                 return self._store_route(routing_key, session_id)
-            case _:
+            case (
+                Deliver()
+                | TurnFinished()
+                | SessionStopped()
+                | StopSession()
+                | EndDue()
+                | HandoffResult()
+                | PassivationTick()
+            ):
                 try:
                     self._told(message)
                 except Exception:
@@ -174,6 +179,8 @@ class SupervisorActor(RuntimeActor):
                     # pending in the inbox and is replayed at the next start.
                     _log.exception("supervisor: handling %s failed", type(message).__name__)
                 return None
+            case _:  # a bug: an ask gets it back; a tell reaches on_failure (logged) and stops the supervisor
+                raise TypeError(f"SupervisorActor got an unknown message {message!r}")
 
     def _told(self, message: SupervisorTell) -> None:
         match message:
@@ -191,8 +198,6 @@ class SupervisorActor(RuntimeActor):
                 self._lifecycle.handoff_result(message)
             case PassivationTick():
                 self._passivate_idle()
-            case _:
-                raise TypeError(f"SupervisorActor got an unknown message {message!r}")
 
     def _statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
@@ -202,6 +207,10 @@ class SupervisorActor(RuntimeActor):
             routes_cached=len(self._routes),
             **self._counts,
         )
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        _log.error("supervisor crashed: %s; stopping its session actors", exception_value)
+        self.on_stop()
 
     def on_stop(self) -> None:
         refs = [state.ref for state in self._live.values() if state.ref is not None]
