@@ -54,7 +54,8 @@ from hermes_actors.runtime.protocol import (
     TurnOutcome,
 )
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
-from hermes_actors.runtime.session import SessionActor, SessionTurns
+from hermes_actors.runtime.session import SessionActor
+from hermes_actors.runtime.turns import SessionTurns
 from hermes_actors.store import Store
 
 __all__ = ["Supervisor", "SupervisorActor"]

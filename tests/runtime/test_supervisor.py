@@ -15,7 +15,8 @@ from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.protocol import Deliver, Delivery, RunTurn, SupervisorTell
 from hermes_actors.runtime.services import CancelToken
-from hermes_actors.runtime.session import SessionActor, SessionTurns
+from hermes_actors.runtime.session import SessionActor
+from hermes_actors.runtime.turns import SessionTurns
 from hermes_actors.store import Store
 from hermes_actors.testing import FakePlatform
 from tests.runtime.conftest import MakeGateway
