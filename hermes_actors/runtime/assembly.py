@@ -31,7 +31,7 @@ from hermes_actors.runtime.outbox import OutboxRouter
 from hermes_actors.runtime.protocol import EndDue, HandoffResult, PassivationTick, TurnOutcome
 from hermes_actors.runtime.recovery import Recovery
 from hermes_actors.runtime.services import SessionServices
-from hermes_actors.runtime.supervisor import Supervisor
+from hermes_actors.runtime.supervisor_ref import Supervisor
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
