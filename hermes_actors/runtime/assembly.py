@@ -27,7 +27,7 @@ from hermes_actors.lifecycle.resets import ResetScheduler, background_hook
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
-from hermes_actors.runtime.outbox import OutboxRouter
+from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.protocol import EndDue, HandoffResult, PassivationTick, TurnOutcome
 from hermes_actors.runtime.recovery import Recovery
 from hermes_actors.runtime.services import SessionServices

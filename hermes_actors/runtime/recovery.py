@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.leases import lease_owner_alive
-from hermes_actors.runtime.outbox import OutboxRouter
+from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.protocol import Deliver, Delivery
 from hermes_actors.store import Store
 from hermes_actors.store.durable import InboxRow, OutboxRow
