@@ -175,7 +175,7 @@ class Runtime:
         """Stop the timers, the supervisor (and its session actors), the agent pool and the outbox (whose sends get
         until ``drain_deadline``, a ``time.monotonic`` value), release this process's leases and close the store.
         Each actor stop gets ``closing_s`` seconds."""
-        self.recovery.stopped.set()
+        self.recovery.stopped.set()  # Gateway.stop sets it first; setting it twice is harmless
         self.timers.stop()
         self.supervisor.stop(timeout=closing_s)
         self.agent_pool.shutdown(wait=False, cancel_futures=True)

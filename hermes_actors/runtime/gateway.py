@@ -250,6 +250,7 @@ class Gateway:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._runtime.recovery.stopped.set()  # no deferred replay starts while the queued turns drain
         deadline = time.monotonic() + timeout
         self.wait_idle(timeout)
         self._runtime.close(deadline, max(timeout, 5.0))
