@@ -17,23 +17,62 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
+from typing import Any, Protocol
 
 import msgspec
 
-from hermes_actors.agents.base import AgentError
+from hermes_actors.agents.base import Agent, AgentError
+from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import HermesError
-from hermes_actors.runtime.protocol import SessionServices
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.store.writer import StoreWriter
 from hermes_actors.titles import MAX_TITLE_LENGTH, lineage_base, sanitize_title
 
-__all__ = ["TITLE_TIMEOUT_S", "AutoTitle", "free_numbered_title", "store_auto_title"]
+__all__ = [
+    "TITLE_TIMEOUT_S",
+    "AutoTitle",
+    "BackgroundTracker",
+    "TitleServices",
+    "free_numbered_title",
+    "store_auto_title",
+]
 
 TITLE_TIMEOUT_S = 30.0  # at most; a shorter runtime.agent_timeout_s bounds it too
 
 _log = logging.getLogger(__name__)
 
 TitleCall = Callable[..., str]
+
+
+class BackgroundTracker(Protocol):
+    """Counts jobs started beside the turns, so the runtime can wait for them."""
+
+    def track(self, future: Future[Any]) -> None:
+        """Count ``future`` until it is done."""
+        ...
+
+
+class TitleServices(Protocol):
+    """The runtime parts a title job uses (the runtime's session services provide them)."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+    @property
+    def agent_pool(self) -> Executor: ...
+
+    @property
+    def background(self) -> BackgroundTracker: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def config(self) -> RuntimeConfig: ...
+
+    @property
+    def writer(self) -> StoreWriter: ...
 
 
 def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
@@ -95,7 +134,7 @@ class AutoTitle:
 
     __slots__ = ("_decided", "_future", "_services", "session_id")
 
-    def __init__(self, services: SessionServices, session_id: str) -> None:
+    def __init__(self, services: TitleServices, session_id: str) -> None:
         self._services = services
         self.session_id = session_id
         self._decided = not services.config.auto_titles  # True once this session needs no more thought

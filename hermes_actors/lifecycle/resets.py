@@ -14,17 +14,16 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import tzinfo
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from hermes_actors.lifecycle.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
+from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.supervisor import EndDue
-from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import EndReason, Store
 
-__all__ = ["PREFIX", "ResetScheduler"]
+__all__ = ["PREFIX", "ResetScheduler", "Timers"]
 
 PREFIX = "reset:"
 _log = logging.getLogger(__name__)
@@ -35,6 +34,30 @@ class _Due(msgspec.Struct, frozen=True, kw_only=True):
     platform: str
     chat_type: str | None
     last_active: float
+
+
+class Timers(Protocol):
+    """The durable named timers the scheduler arms (the runtime's timer service implements it)."""
+
+    def on(self, prefix: str, handler: Callable[[str, bytes | None], None]) -> None:
+        """Call ``handler(name, payload)`` when a timer whose name starts with ``prefix`` fires."""
+        ...
+
+    def schedule(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Arm (or move) timer ``name`` durably to fire at ``due_at``."""
+        ...
+
+    def load(self, name: str, due_at: float, payload: bytes | None = None) -> None:
+        """Arm timer ``name``, whose deadline is stored already, without writing it again."""
+        ...
+
+    def cancel(self, name: str) -> None:
+        """Remove timer ``name`` (and its stored deadline)."""
+        ...
+
+    def armed(self, name: str) -> bool:
+        """Return whether timer ``name`` is armed."""
+        ...
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -59,7 +82,7 @@ class ResetScheduler:
     def __init__(
         self,
         config: ResetConfig,
-        timers: TimerService,
+        timers: Timers,
         end: Callable[[EndDue], None],
         *,
         clock: Callable[[], float],

@@ -12,39 +12,46 @@ the send returns it is marked sent (submitted, not waited for). After a crash a 
 adapter says sends are idempotent), and every reply marked sent stays sent. A failed send is retried with
 exponential backoff or after the platform's ``retry_after``; later replies to the chat wait behind it, other
 chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
-something other than :class:`~platforms.base.SendError` is logged and treated as a failure of unknown outcome.
+something other than :class:`~hermes_actors.ports.SendError` is logged and treated as a failure of unknown outcome.
 
-``in_flight`` is answered from a :class:`~hermes_actors.runtime.lanes.Gauge`, never by asking the actor, and ``stop``
-and
-``replace`` wait for the sends in progress only up to their timeout.
+The :class:`~hermes_actors.runtime.outbox_router.OutboxRouter` starts one actor per platform and routes replies to
+it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pykka
 
-from hermes_actors.messages import OutboundMessage, decode_outbound
-from hermes_actors.ports import ReplySender, SendError, ThreadCreator
+from hermes_actors.messages import OutboundMessage
+from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.lanes import Gauge, LaneWorkers
-from hermes_actors.store.records import OutboxRow
+from hermes_actors.runtime.protocol import (
+    ChatKey,
+    HandOver,
+    OutboxMessage,
+    ReleaseOutbox,
+    ReplyFailed,
+    ReplySent,
+    RetryDue,
+    SendReply,
+    StopOutbox,
+)
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 if TYPE_CHECKING:
     from hermes_actors.store import Store
 
-__all__ = ["LANES_PER_PLATFORM", "OutboxActor", "OutboxRouter"]
+__all__ = ["LANES_PER_PLATFORM", "RELEASE_TIMEOUT_S", "OutboxActor", "tick_outbox"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,66 +59,14 @@ LANES_PER_PLATFORM = 16  # sends in progress at once per platform: chats beyond 
 ATTEMPT_TIMEOUT_S = 10.0  # counting an attempt waits this long for the writer; then the send is retried later
 RELEASE_TIMEOUT_S = 5.0  # how long replace() waits for the old actor to hand over what it holds
 
-_ChatKey = tuple[str, str | None, str | None]
 WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
-
-
-class _Deliver(msgspec.Struct, frozen=True, kw_only=True):
-    """Router → outbox: send a committed reply; ``suspect``: an earlier attempt may have reached the platform."""
-
-    outbox_id: int
-    message: OutboundMessage
-    suspect: bool = False
-
-
-class _RetryTick(msgspec.Struct, frozen=True, kw_only=True):
-    """Router or timer → outbox: retry the chats whose head reply is due again."""
-
-
-class _Sent(msgspec.Struct, frozen=True, kw_only=True):
-    """Worker → outbox: the head of ``key`` was delivered (and its mark submitted)."""
-
-    key: _ChatKey
-    outbox_id: int
-    message: OutboundMessage
-
-
-class _Failed(msgspec.Struct, frozen=True, kw_only=True):
-    """Worker → outbox: the head of ``key`` was not delivered, or may not have been (``unknown``)."""
-
-    key: _ChatKey
-    outbox_id: int
-    message: OutboundMessage
-    error: str
-    retry_after_s: float | None = None
-    unknown: bool = False
-    permanent: bool = False
-
-
-class _Stop(msgspec.Struct, frozen=True, kw_only=True):
-    """Router → outbox: send nothing more; once no send is in progress, resolve ``done`` with the replies still
-    held (oldest first) and stop."""
-
-    done: Future[list[_Deliver]]
-
-
-class _Release(msgspec.Struct, frozen=True, kw_only=True):
-    """Router → a stopping outbox: resolve ``done`` now, with the replies whose sends are still in progress too."""
-
-    done: Future[list[_Deliver]]
-
-
-class _Handover(msgspec.Struct, frozen=True, kw_only=True):
-    """Router → a new outbox: the replies the one it replaces held; they go before anything delivered since."""
-
-    items: list[_Deliver]
 
 
 class OutboxActor(RuntimeActor):
     """Sends one platform's replies through its adapter; see the module docstring.
 
     ``gauge`` counts the replies that can be sent now or are being sent, plus messages on their way to the actor;
-    ``held`` actors queue what they get and send nothing until their :class:`_Handover` arrives.
+    ``held`` actors queue what they get and send nothing until their :class:`HandOver` arrives.
     """
 
     use_daemon_thread = True
@@ -141,49 +96,48 @@ class OutboxActor(RuntimeActor):
         self._clock = clock
         self._on_result = on_result
         self._wake_at = wake_at
-        self._chats: dict[_ChatKey, deque[_Deliver]] = {}
-        self._ready: deque[_ChatKey] = deque()  # lanes whose head waits for a worker, longest waiting first
-        self._waiting: set[_ChatKey] = set()  # the keys in _ready
-        self._busy: set[_ChatKey] = set()  # lanes whose head is being sent
-        self._retry_at: dict[_ChatKey, float] = {}
-        self._failures: dict[_ChatKey, int] = {}
+        self._chats: dict[ChatKey, deque[SendReply]] = {}
+        self._ready: deque[ChatKey] = deque()  # lanes whose head waits for a worker, longest waiting first
+        self._waiting: set[ChatKey] = set()  # the keys in _ready
+        self._busy: set[ChatKey] = set()  # lanes whose head is being sent
+        self._retry_at: dict[ChatKey, float] = {}
+        self._failures: dict[ChatKey, int] = {}
         self._suspect: set[int] = set()  # replies an attempt of which may have reached the platform
-        self._stopping: Future[list[_Deliver]] | None = None
+        self._stopping: Future[list[SendReply]] | None = None
         self._finished = False  # what was held has been handed to whoever stopped the actor
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: OutboxMessage) -> None:
         try:
             self._handle(message)
         except Exception:
             # The mailbox goes on: replies this lost track of are still unsent rows, which the next start sends.
             _log.exception("outbox %s: handling %s failed", self._sender.platform, type(message).__name__)
-        return None
 
     def on_stop(self) -> None:
         self._workers.close()
 
-    def _handle(self, message: Any) -> None:
+    def _handle(self, message: OutboxMessage) -> None:
         if self._finished:
             return  # what arrives between the hand-over and the stop: the store has it
         match message:
-            case _Deliver():
+            case SendReply():
                 self._queue(message)
-            case _Sent():
+            case ReplySent():
                 self._done(message.key)
                 self._suspect.discard(message.outbox_id)
                 self._report(message.message, None)
                 self._advance(message.key)
-            case _Failed():
+            case ReplyFailed():
                 self._done(message.key)
                 self._failed(message)
-            case _RetryTick():
+            case RetryDue():
                 self._retry_due()
                 self.gauge.add(-1)  # after the due chats are counted again, so the gauge never dips between
-            case _Handover():
+            case HandOver():
                 self._take_over(message.items)
-            case _Stop():
+            case StopOutbox():
                 self._stopping = message.done
-            case _Release():
+            case ReleaseOutbox():
                 heads = [lane[0] for key, lane in self._chats.items() if key in self._busy]
                 self._suspect.update(item.outbox_id for item in heads)  # counted, outcome unknown
                 self._busy.clear()
@@ -197,7 +151,7 @@ class OutboxActor(RuntimeActor):
 
     # -- lanes ---------------------------------------------------------------------------------------------------
 
-    def _queue(self, item: _Deliver) -> None:
+    def _queue(self, item: SendReply) -> None:
         key = (item.message.account_id, item.message.chat_id, item.message.thread_id)
         self._chats.setdefault(key, deque()).append(item)
         if key in self._retry_at:
@@ -205,7 +159,7 @@ class OutboxActor(RuntimeActor):
         else:
             self._enqueue(key)
 
-    def _enqueue(self, key: _ChatKey) -> None:
+    def _enqueue(self, key: ChatKey) -> None:
         if key not in self._waiting and key not in self._busy and key not in self._retry_at and key in self._chats:
             self._waiting.add(key)
             self._ready.append(key)
@@ -228,10 +182,10 @@ class OutboxActor(RuntimeActor):
                 self._busy.discard(key)
                 raise
 
-    def _done(self, key: _ChatKey) -> None:
+    def _done(self, key: ChatKey) -> None:
         self._busy.discard(key)
 
-    def _advance(self, key: _ChatKey) -> None:
+    def _advance(self, key: ChatKey) -> None:
         """The head of ``key`` left (sent or given up, its write submitted): the next reply of the chat waits for a
         worker."""
         lane = self._chats[key]
@@ -243,7 +197,7 @@ class OutboxActor(RuntimeActor):
         else:
             del self._chats[key]
 
-    def _failed(self, failure: _Failed) -> None:
+    def _failed(self, failure: ReplyFailed) -> None:
         key, outbox_id, message = failure.key, failure.outbox_id, failure.message
         platform = self._sender.platform
         if message.no_retry or failure.permanent:
@@ -296,7 +250,7 @@ class OutboxActor(RuntimeActor):
 
     # -- hand-over and stop --------------------------------------------------------------------------------------
 
-    def _take_over(self, items: list[_Deliver]) -> None:
+    def _take_over(self, items: list[SendReply]) -> None:
         """Put the replies of the actor this one replaces before the ones delivered here since."""
         later = self._chats
         self._chats = {}
@@ -308,7 +262,7 @@ class OutboxActor(RuntimeActor):
             self._enqueue(key)
         self._held = False
 
-    def _resolve(self, done: Future[list[_Deliver]]) -> None:
+    def _resolve(self, done: Future[list[SendReply]]) -> None:
         """Give what is held (oldest first) to whoever stopped this actor, and stop."""
         self._finished = True
         items = sorted(
@@ -344,7 +298,7 @@ class _Attempt:
 
     __slots__ = ("_actor", "_key", "_message", "_outbox_id", "_sender", "_writer")
 
-    def __init__(self, outbox: OutboxActor, key: _ChatKey, outbox_id: int, message: OutboundMessage) -> None:
+    def __init__(self, outbox: OutboxActor, key: ChatKey, outbox_id: int, message: OutboundMessage) -> None:
         self._actor = outbox.actor_ref
         self._sender = outbox._sender
         self._writer = outbox._writer
@@ -355,7 +309,7 @@ class _Attempt:
     def __call__(self) -> None:
         self._tell(self._attempt())
 
-    def _attempt(self) -> _Sent | _Failed:
+    def _attempt(self) -> ReplySent | ReplyFailed:
         outbox_id, message = self._outbox_id, self._message
         try:
             self._writer.call(lambda store: store.outbox.begin_attempt(outbox_id), timeout=ATTEMPT_TIMEOUT_S)
@@ -378,12 +332,12 @@ class _Attempt:
                 message.platform,
                 outbox_id,
             )
-        return _Sent(key=self._key, outbox_id=outbox_id, message=message)
+        return ReplySent(key=self._key, outbox_id=outbox_id, message=message)
 
     def _failure(
         self, error: str, *, retry_after_s: float | None = None, unknown: bool = False, permanent: bool = False
-    ) -> _Failed:
-        return _Failed(
+    ) -> ReplyFailed:
+        return ReplyFailed(
             key=self._key,
             outbox_id=self._outbox_id,
             message=self._message,
@@ -393,7 +347,7 @@ class _Attempt:
             permanent=permanent,
         )
 
-    def _tell(self, outcome: _Sent | _Failed) -> None:
+    def _tell(self, outcome: ReplySent | ReplyFailed) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # stopped meanwhile: the store has what matters
             self._actor.tell(outcome)
 
@@ -402,175 +356,6 @@ def tick_outbox(actor: pykka.ActorRef[Any], gauge: Gauge) -> None:
     """Tell ``actor`` to retry what is due, counted in ``gauge`` until it has looked."""
     gauge.add(1)
     try:
-        actor.tell(_RetryTick())
+        actor.tell(RetryDue())
     except pykka.ActorDeadError:  # stopped or replaced (a reload) since
         gauge.add(-1)
-
-
-class OutboxRouter:
-    """The :class:`~hermes_actors.runtime.session.OutboxSink` of the runtime: routes replies to their platform's
-    actor."""
-
-    def __init__(self, writer: StoreWriter, **actor_options: Any) -> None:
-        self._writer = writer
-        self._options = actor_options
-        self._actors: dict[str, tuple[pykka.ActorRef[Any], Gauge]] = {}
-        self._senders: dict[str, ReplySender] = {}
-        self._lock = threading.Lock()  # a reply is told to the actor that is current when it is routed
-
-    def register(self, sender: ReplySender) -> None:
-        """Start the outbox actor of ``sender.platform``."""
-        with self._lock:
-            self._senders[sender.platform] = sender
-            self._actors[sender.platform] = self._start(sender, held=False)
-
-    def replace(self, sender: ReplySender, timeout: float = 10.0) -> None:
-        """Swap ``sender.platform``'s sender (an adapter reloaded by SIGHUP).
-
-        The new actor takes replies at once and sends them after the ones the old actor still holds, which it
-        gets once the old one's sends in progress return (up to ``timeout``; a send still hanging then is left to
-        finish, and its reply is handed over flagged as a possible duplicate).
-        """
-        with self._lock:
-            old = self._actors.get(sender.platform)
-            fresh = self._start(sender, held=old is not None)
-            self._senders[sender.platform] = sender
-            self._actors[sender.platform] = fresh
-        if old is None:
-            return
-        items = self._drain(sender.platform, old[0], time.monotonic() + timeout)
-        actor, gauge = fresh
-        gauge.add(len(items))
-        try:
-            actor.tell(_Handover(items=items))
-        except pykka.ActorDeadError:
-            gauge.add(-len(items))
-
-    def enabled(self, platform: str) -> bool:
-        """Return whether replies can be sent to ``platform``."""
-        return platform in self._actors
-
-    def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
-        """Open a thread for a handoff; ``None`` when the platform has no threads. Raises ``SendError``."""
-        sender = self._senders.get(platform)
-        if sender is None or not isinstance(sender, ThreadCreator):
-            return None
-        return sender.create_thread(chat_id, title, account_id=account_id)
-
-    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered."""
-        if not self._tell(_Deliver(outbox_id=outbox_id, message=message)):
-            _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
-
-    def redeliver(self, rows: list[OutboxRow]) -> int:
-        """Queue unsent rows found at start (in id order); return how many went to an actor."""
-        queued = 0
-        for row in rows:
-            queued += self._tell(
-                _Deliver(outbox_id=row.id, message=decode_outbound(row.payload), suspect=row.attempts > 0)
-            )
-        return queued
-
-    def notify(self, message: OutboundMessage) -> None:
-        """Send ``message`` once, on a thread of its own, without an outbox row (the store could not take one: a
-        notice that a turn was not saved). A failure is logged, not retried."""
-        sender = self._senders.get(message.platform)
-        if sender is None:
-            return
-
-        def send() -> None:
-            try:
-                sender.send(message)
-            except Exception as exc:
-                _log.warning("outbox %s: a notice could not be sent: %s", message.platform, exc)
-
-        threading.Thread(target=send, name=f"hermes-notice-{message.platform}", daemon=True).start()
-
-    def retry_due(self) -> None:
-        """Ask every outbox actor to retry what is due."""
-        for actor, gauge in list(self._actors.values()):
-            tick_outbox(actor, gauge)
-
-    def in_flight(self) -> int:
-        """Return the replies being sent or that can be sent now (chats waiting for a retry do not count); never
-        waits for an actor."""
-        return sum(gauge.value() for _, gauge in list(self._actors.values()))
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop every outbox actor: nothing more is sent, and sends in progress get up to ``timeout`` to return.
-
-        Replies not sent stay queued in the store for the next start; one whose send was still in progress has
-        its attempt counted, so it goes again flagged as a possible duplicate.
-        """
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            actors = list(self._actors.items())
-            self._actors.clear()
-        stopping = [(platform, actor, self._ask_stop(actor)) for platform, (actor, _) in actors]
-        for platform, actor, done in stopping:
-            if done is None:
-                continue
-            items = self._wait(platform, done, deadline)
-            if items is None:
-                actor.stop(block=False)
-            elif items:
-                _log.info("outbox %s: %d replies stay queued in the store for the next start", platform, len(items))
-
-    # -- helpers -------------------------------------------------------------------------------------------------
-
-    def _start(self, sender: ReplySender, *, held: bool) -> tuple[pykka.ActorRef[Any], Gauge]:
-        gauge = Gauge()
-        return OutboxActor.start(sender, self._writer, gauge=gauge, held=held, **self._options), gauge
-
-    def _tell(self, item: _Deliver) -> bool:
-        with self._lock:
-            current = self._actors.get(item.message.platform)
-            if current is None:
-                return False
-            actor, gauge = current
-            gauge.add(1)
-            try:
-                actor.tell(item)
-            except pykka.ActorDeadError:
-                gauge.add(-1)
-                return False
-        return True
-
-    def _ask_stop(self, actor: pykka.ActorRef[Any]) -> Future[list[_Deliver]] | None:
-        done: Future[list[_Deliver]] = Future()
-        try:
-            actor.tell(_Stop(done=done))
-        except pykka.ActorDeadError:
-            return None
-        return done
-
-    def _wait(self, platform: str, done: Future[list[_Deliver]], deadline: float) -> list[_Deliver] | None:
-        """What a stopping actor held, or ``None`` when its sends in progress outlast ``deadline``."""
-        try:
-            return done.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            _log.warning(
-                "outbox %s: sends still in progress at the stop are left to finish; their replies stay queued and "
-                "go again, flagged, at the next start",
-                platform,
-            )
-            return None
-
-    def _drain(self, platform: str, actor: pykka.ActorRef[Any], deadline: float) -> list[_Deliver]:
-        """Stop ``actor`` and return the replies it held, its sends in progress included after ``deadline``."""
-        done = self._ask_stop(actor)
-        if done is None:
-            return []
-        items = self._wait(platform, done, deadline)
-        if items is not None:
-            return items
-        released: Future[list[_Deliver]] = Future()
-        with contextlib.suppress(pykka.ActorDeadError):  # its last send returned meanwhile: ``done`` has it all
-            actor.tell(_Release(done=released))
-        finished, _ = wait([done, released], timeout=RELEASE_TIMEOUT_S, return_when=FIRST_COMPLETED)
-        for future in (done, released):
-            if future in finished:
-                return future.result()
-        _log.error("outbox %s: the old actor handed nothing over; its replies go at the next start", platform)
-        actor.stop(block=False)
-        return []

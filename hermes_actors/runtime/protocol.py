@@ -1,118 +1,87 @@
-"""Messages between the supervisor and session actors, and what a session needs from the runtime."""
+"""Every message between the runtime's actors.
+
+The edge tells the supervisor :class:`Deliver`; session actors get :class:`RunTurn` and answer
+:class:`TurnFinished` (and :class:`SessionStopped` when they stop); timers and the outbox tell the supervisor
+:class:`PassivationTick`, :class:`~hermes_actors.lifecycle.work.EndDue` and
+:class:`~hermes_actors.lifecycle.work.HandoffResult`; an outbox actor gets :data:`OutboxMessage` from its router,
+its lane workers and the timers. Each actor's ``on_receive`` is a ``match`` over its union. The lifecycle's own
+types (deliveries, control steps) are defined in :mod:`hermes_actors.lifecycle.work`, below the runtime, and
+re-exported here.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any, Protocol
+import enum
+from concurrent.futures import Future
 
 import msgspec
 
-from hermes_actors.agents.base import Agent
-from hermes_actors.config import RuntimeConfig, SessionsConfig
-from hermes_actors.messages import InboundMessage, OutboundMessage, encode
+from hermes_actors.lifecycle.work import (
+    Compress,
+    Control,
+    Delivery,
+    EndDue,
+    EndSession,
+    Handoff,
+    HandoffResult,
+    SetTitle,
+)
+from hermes_actors.messages import OutboundMessage
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import Store
-from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.records import EndReason
-from hermes_actors.store.writer import StoreWriter
+from hermes_actors.runtime.services import CancelToken
 
 __all__ = [
+    "AgentFailure",
     "CancelToken",
+    "ChatKey",
     "Compress",
     "Control",
+    "Deliver",
     "Delivery",
+    "EndDue",
     "EndSession",
+    "FailureKind",
+    "GetStatistics",
+    "HandOver",
     "Handoff",
-    "OutboxSink",
+    "HandoffResult",
+    "OutboxMessage",
+    "PassivationTick",
+    "Rebind",
+    "ReleaseOutbox",
+    "ReplyFailed",
+    "ReplySent",
+    "RetryDue",
     "RunTurn",
-    "SessionServices",
+    "SendReply",
+    "SessionFor",
+    "SessionMessage",
     "SessionStopped",
     "SetTitle",
+    "StopOutbox",
+    "StopSession",
+    "SupervisorAsk",
+    "SupervisorMessage",
+    "SupervisorStatistics",
+    "SupervisorTell",
     "TurnFinished",
     "TurnOutcome",
-    "queue_reply",
-    "reply_for",
 ]
 
 
-def _open(latch: threading.Lock) -> None:
-    """Release ``latch`` unless it is open already (a call's end and ``/stop`` may both open it)."""
-    with contextlib.suppress(RuntimeError):
-        latch.release()
+class FailureKind(enum.Enum):
+    """How an agent call failed."""
+
+    TIMEOUT = "timeout"  # no answer within the turn's timeout
+    ERROR = "error"  # the agent raised AgentError (or an inline agent raised)
+    CRASH = "crash"  # the agent raised something unexpected
 
 
-class CancelToken:
-    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped.
+class AgentFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent call that gave no answer: ``kind``, and ``text``, what the user is told instead of a reply."""
 
-    A turn may make several agent calls (a summary, then the reply); :meth:`wait_for` gives each call a latch of
-    its own, which the call's end or :meth:`cancel` opens, so one call's end never counts for the next one. A
-    plain lock is the latch: no ``threading.Event`` and its condition variable per call.
-    """
-
-    __slots__ = ("_latch", "cancelled")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self._latch: threading.Lock | None = None  # the latch of the call being waited for, if any
-
-    def cancel(self) -> None:
-        """Invalidate the turn and wake the call waiting on it."""
-        self.cancelled = True
-        latch = self._latch
-        if latch is not None:
-            _open(latch)
-
-    def wait_for(self, call: Future[Any], timeout: float) -> None:
-        """Wait until ``call`` is done, the turn is cancelled, or ``timeout`` seconds have passed."""
-        latch = threading.Lock()
-        latch.acquire()
-        self._latch = latch  # before the check: a cancel from now on opens this latch
-        try:
-            if self.cancelled:
-                return
-            call.add_done_callback(lambda _: _open(latch))
-            latch.acquire(timeout=timeout)
-        finally:
-            self._latch = None
-
-
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
-    """A committed inbound message and its inbox row."""
-
-    inbox_id: int
-    message: InboundMessage
-    replayed: bool = False  # handed over by recovery: another turn may have answered it since (checked first)
-
-
-class EndSession(msgspec.Struct, frozen=True, kw_only=True):
-    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
-
-    reason: EndReason
-    reply: str | None = None
-    save_memories: bool = False
-
-
-class SetTitle(msgspec.Struct, frozen=True, kw_only=True):
-    """``/title [text]``: show the title, or set it."""
-
-    text: str | None = None
-
-
-class Compress(msgspec.Struct, frozen=True, kw_only=True):
-    """``/compress``: summarise into a continuation session."""
-
-
-class Handoff(msgspec.Struct, frozen=True, kw_only=True):
-    """``/handoff <platform>``: bind the platform's home chat to this session and continue there."""
-
-    platform: str
-
-
-Control = EndSession | SetTitle | Compress | Handoff
+    kind: FailureKind
+    text: str
 
 
 class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,6 +94,10 @@ class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
     token: CancelToken
     reply_override: str | None = None
     control: Control | None = None
+
+
+SessionMessage = RunTurn
+"""What a session actor is told (by the supervisor only)."""
 
 
 class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,130 +135,120 @@ class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
     actor_urn: str
 
 
-class OutboxSink(Protocol):
-    """Where committed replies go for delivery."""
+class Deliver(msgspec.Struct, frozen=True, kw_only=True):
+    """Edge → supervisor: a committed inbound message for ``routing_key``."""
 
-    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Deliver the reply committed as row ``outbox_id``."""
-        ...
-
-    def enabled(self, platform: str) -> bool:
-        """Return whether replies can be sent to ``platform``."""
-        ...
-
-    def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
-        """Open a thread on ``platform`` for a handoff; ``None`` when it has none. Raises ``SendError``."""
-        ...
-
-    def notify(self, message: OutboundMessage) -> None:
-        """Send ``message`` once, best effort, without an outbox row (the store could not take one)."""
-        ...
+    routing_key: str
+    delivery: Delivery
 
 
-class BackgroundJobs:
-    """Counts work started beside the turns (automatic titles, queue pruning), so ``Gateway.wait_idle`` can wait."""
+class Rebind(msgspec.Struct, frozen=True, kw_only=True):
+    """Point ``routing_key`` at ``session_id`` from now on. Ask it: the reply is the future of the route's commit
+    (the supervisor does not wait for it; the caller may)."""
 
-    __slots__ = ("_lock", "_running")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-
-    def track(self, future: Future[Any]) -> None:
-        """Count ``future`` until it is done."""
-        with self._lock:
-            self._running += 1
-        future.add_done_callback(self._finished)
-
-    def _finished(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._running -= 1
-
-    def running(self) -> int:
-        """How many tracked jobs have not finished."""
-        with self._lock:
-            return self._running
+    routing_key: str
+    session_id: str
 
 
-class SessionServices:
-    """The runtime parts every session uses, shared by all of them."""
+class StopSession(msgspec.Struct, frozen=True, kw_only=True):
+    """Invalidate the running turn of the session behind ``routing_key`` (``/stop``)."""
 
-    __slots__ = (
-        "agent",
-        "agent_pool",
-        "background",
-        "clock",
-        "config",
-        "lease_owner",
-        "outbox",
-        "owner_alive",
-        "readers",
-        "sessions",
-        "writer",
-    )
-
-    def __init__(
-        self,
-        *,
-        writer: StoreWriter,
-        readers: ReaderPool,
-        agent: Agent,
-        agent_pool: Executor,
-        outbox: OutboxSink,
-        config: RuntimeConfig,
-        lease_owner: str,
-        owner_alive: Callable[[str], bool] = lambda owner: True,
-        clock: Callable[[], float] = time.time,
-        sessions: SessionsConfig | None = None,
-    ) -> None:
-        self.writer = writer
-        self.readers = readers
-        self.agent = agent
-        self.agent_pool = agent_pool
-        self.outbox = outbox
-        self.config = config
-        self.lease_owner = lease_owner
-        self.owner_alive = owner_alive
-        self.clock = clock
-        self.sessions = sessions or SessionsConfig()
-        self.background = BackgroundJobs()
+    routing_key: str
 
 
-def reply_for(
-    source: SessionSource,
-    session_id: str | None,
-    text: str,
-    reply_to: str | None = None,
-    *,
-    answers: Sequence[str] = (),
-) -> OutboundMessage:
-    """Return a message to ``source``'s chat (and thread) from ``session_id``, answering the ``answers`` ids."""
-    return OutboundMessage(
-        platform=source.platform,
-        account_id=source.account_id or "",
-        chat_id=source.chat_id,
-        thread_id=source.thread_id,
-        user_id=source.participant_id,
-        session_id=session_id,
-        text=text,
-        reply_to=reply_to,
-        answers=tuple(answers) if answers else ((reply_to,) if reply_to else ()),
-    )
+class SessionFor(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the supervisor which session ``routing_key`` reaches now; the reply is its id or ``None``."""
+
+    routing_key: str
 
 
-def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False) -> int:
-    """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id.
+class GetStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the supervisor for a :class:`SupervisorStatistics` snapshot."""
 
-    ``session_exists`` skips the lookup when the caller has just written to the session.
-    """
-    session_id = outbound.session_id
-    if session_id is not None and not session_exists and store.find_session(session_id) is None:
-        session_id = None  # its first turn has not committed yet: no row to refer to
-    return store.outbox.add(
-        session_id=session_id,
-        platform=outbound.platform,
-        account_id=outbound.account_id,
-        chat_id=outbound.chat_id,
-        thread_id=outbound.thread_id,
-        payload=encode(outbound),
-    )
+
+class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
+    """Timer → supervisor: passivate idle actors and renew leases."""
+
+
+class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the supervisor."""
+
+    live_actors: int
+    running: int
+    queued_messages: int
+    routes_cached: int
+    activations: int
+    passivations: int
+    evictions: int
+    turns: int
+    rejected: int
+
+
+SupervisorTell = Deliver | TurnFinished | SessionStopped | StopSession | EndDue | HandoffResult | PassivationTick
+"""What the supervisor is told. A failure handling one is logged and the directory goes on (an inbound message it
+could not queue stays pending in the inbox and is replayed at the next start)."""
+
+SupervisorAsk = SessionFor | GetStatistics | Rebind
+"""What the supervisor is asked; a failure goes back to the caller."""
+
+SupervisorMessage = SupervisorTell | SupervisorAsk
+
+
+ChatKey = tuple[str, str | None, str | None]
+"""An outbox lane: (account, chat, thread)."""
+
+
+class SendReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → outbox: send a committed reply; ``suspect``: an earlier attempt may have reached the platform."""
+
+    outbox_id: int
+    message: OutboundMessage
+    suspect: bool = False
+
+
+class RetryDue(msgspec.Struct, frozen=True, kw_only=True):
+    """Router or timer → outbox: retry the chats whose head reply is due again."""
+
+
+class ReplySent(msgspec.Struct, frozen=True, kw_only=True):
+    """Worker → outbox: the head of ``key`` was delivered (and its mark submitted)."""
+
+    key: ChatKey
+    outbox_id: int
+    message: OutboundMessage
+
+
+class ReplyFailed(msgspec.Struct, frozen=True, kw_only=True):
+    """Worker → outbox: the head of ``key`` was not delivered, or may not have been (``unknown``)."""
+
+    key: ChatKey
+    outbox_id: int
+    message: OutboundMessage
+    error: str
+    retry_after_s: float | None = None
+    unknown: bool = False
+    permanent: bool = False
+
+
+class StopOutbox(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → outbox: send nothing more; once no send is in progress, resolve ``done`` with the replies still
+    held (oldest first) and stop."""
+
+    done: Future[list[SendReply]]
+
+
+class ReleaseOutbox(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → a stopping outbox: resolve ``done`` now, with the replies whose sends are still in progress too."""
+
+    done: Future[list[SendReply]]
+
+
+class HandOver(msgspec.Struct, frozen=True, kw_only=True):
+    """Router → a new outbox: the replies the one it replaces held; they go before anything delivered since."""
+
+    items: list[SendReply]
+
+
+OutboxMessage = SendReply | RetryDue | ReplySent | ReplyFailed | StopOutbox | ReleaseOutbox | HandOver
+"""What an outbox actor is told. A failure handling one is logged and the mailbox goes on (a reply it lost track
+of is still an unsent row, which the next start sends)."""

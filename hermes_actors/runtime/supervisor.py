@@ -2,58 +2,58 @@
 
 One pykka actor. It maps routing keys to session ids (cached, persisted through the store), keeps one
 :class:`~hermes_actors.runtime.session.SessionActor` per live session id, and holds each session's queue of work: a
-session
-actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by finishing. Because
-the queue
-lives here, a stopping actor's new messages wait for its next activation, in order, and ``/resume``, handoff and
-compression only re-point directory entries. Commands that change where a key leads (``/new``, ``/reset``,
-``/resume``, resets by timer) take effect here at once, so a message that arrives while a session is ending goes
-to its successor, never to the ended session; their handlers live in :mod:`hermes_actors.lifecycle.handlers`.
+session actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by
+finishing. Because the queue lives here, a stopping actor's new messages wait for its next activation, in order,
+and ``/resume``, handoff and compression only re-point directory entries. Commands that change where a key leads
+(``/new``, ``/reset``, ``/resume``, resets by timer) take effect here at once, so a message that arrives while a
+session is ending goes to its successor, never to the ended session. A held
+:class:`~hermes_actors.lifecycle.handlers.LifecycleCommands` runs those commands through the
+:class:`~hermes_actors.runtime.directory.SupervisorDirectory` port; the routes are a
+:class:`~hermes_actors.runtime.routes.Routes`, each session's entry a :class:`~hermes_actors.runtime.live.LiveSession`.
+
+The supervisor never waits for a commit: what it writes (a route, a reply of its own, a refusal) is submitted to
+the writer, and a reply goes to the outbox once its row has committed (the writer's ``then``, which only tells the
+outbox actor). Writes keep their order, so a later turn's commit never overtakes them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-import pykka
-
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.lifecycle.commands import (
-    CommandName,
-    parse_command,
-)
+from hermes_actors.lifecycle.commands import CommandName, parse_command
 from hermes_actors.lifecycle.handlers import LifecycleCommands
-from hermes_actors.routing import LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
+from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.directory import SupervisorDirectory
+from hermes_actors.runtime.live import ControlWork, LiveSession
 from hermes_actors.runtime.protocol import (
-    CancelToken,
     Control,
+    Deliver,
     Delivery,
-    RunTurn,
-    SessionServices,
+    EndDue,
+    GetStatistics,
+    HandoffResult,
+    PassivationTick,
+    Rebind,
+    SessionFor,
     SessionStopped,
+    StopSession,
+    SupervisorMessage,
+    SupervisorStatistics,
+    SupervisorTell,
     TurnFinished,
     TurnOutcome,
-    queue_reply,
-    reply_for,
 )
-from hermes_actors.runtime.session import SessionActor, SessionTurns
-from hermes_actors.store import EndReason, Store
+from hermes_actors.runtime.routes import Routes
+from hermes_actors.runtime.services import SessionServices
+from hermes_actors.runtime.session import SessionActor
+from hermes_actors.runtime.turns import SessionTurns
 
-__all__ = [
-    "Deliver",
-    "EndDue",
-    "HandoffResult",
-    "PassivationTick",
-    "Rebind",
-    "StopSession",
-    "SupervisorActor",
-    "SupervisorStatistics",
-]
+__all__ = ["SupervisorActor"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,103 +61,7 @@ RETRY_BASE_S = 1.0  # the first wait after the store refused a turn; doubled aft
 RETRY_MAX_S = 30.0
 
 
-class Deliver(msgspec.Struct, frozen=True, kw_only=True):
-    """Edge → supervisor: a committed inbound message for ``routing_key``."""
-
-    routing_key: str
-    delivery: Delivery
-
-
-class Rebind(msgspec.Struct, frozen=True, kw_only=True):
-    """Point ``routing_key`` at ``session_id`` (``/resume``, handoff, compression). Ask it; the reply is ``None``."""
-
-    routing_key: str
-    session_id: str
-
-
-class StopSession(msgspec.Struct, frozen=True, kw_only=True):
-    """Invalidate the running turn of the session behind ``routing_key`` (``/stop``)."""
-
-    routing_key: str
-
-
-class EndDue(msgspec.Struct, frozen=True, kw_only=True):
-    """Timer → supervisor: end ``session_id`` for ``reason`` after a save-memory turn, telling the user ``notice``."""
-
-    session_id: str
-    reason: EndReason
-    notice: str | None = None
-
-
-class HandoffResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Outbox → supervisor: the first message of ``session_id``'s handoff was delivered, or failed with ``error``."""
-
-    session_id: str
-    error: str | None = None
-
-
-class PassivationTick(msgspec.Struct, frozen=True, kw_only=True):
-    """Timer → supervisor: passivate idle actors and renew leases."""
-
-
-class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the supervisor."""
-
-    live_actors: int
-    running: int
-    queued_messages: int
-    routes_cached: int
-    activations: int
-    passivations: int
-    evictions: int
-    turns: int
-    rejected: int
-
-
-class _ControlWork(msgspec.Struct, frozen=True, kw_only=True):
-    control: Control
-    delivery: Delivery | None = None
-
-
-_Work = Delivery | _ControlWork
-
-
-class _Live:
-    """What the supervisor knows of one session with an actor (or a queue waiting for one)."""
-
-    __slots__ = (
-        "busy",
-        "create_with",
-        "failures",
-        "hold_until",
-        "last_used",
-        "paused_until",
-        "queue",
-        "ref",
-        "stopping",
-        "title",
-        "token",
-    )
-
-    def __init__(self, create_with: tuple[SessionSource, str] | None, *, title: str | None = None) -> None:
-        self.ref: pykka.ActorRef[Any] | None = None
-        self.queue: deque[_Work] = deque()
-        self.busy = False
-        self.stopping = False
-        self.token = CancelToken()
-        self.last_used = 0.0
-        self.create_with = create_with
-        self.title = title
-        self.hold_until: str | None = None  # a session whose end must commit before this one runs
-        self.failures = 0  # turns in a row the store refused to save
-        self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
-
-
-def _text(work: _Work) -> str:
-    return work.message.text if isinstance(work, Delivery) else ""
-
-
-class SupervisorActor(LifecycleCommands, RuntimeActor):
+class SupervisorActor(RuntimeActor):
     """Owns the routing directory and the session actors; see the module docstring."""
 
     use_daemon_thread = True
@@ -179,27 +83,57 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         self._on_turn = on_turn
         self._on_activity = on_activity
         self._on_end = on_end
-        self._routes: dict[str, str] = {}  # cache of the directory for sessions with a live entry
-        self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
-        self._live: OrderedDict[str, _Live] = OrderedDict()  # least recently used first
-        self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
-        self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
-        self._init_lifecycle()
+        self._live: OrderedDict[str, LiveSession] = OrderedDict()  # least recently used first
+        self._routes = Routes(self._readers, self._writer, self._has_actor)
+        self._port = SupervisorDirectory(
+            self._routes,
+            self._live,
+            writer=self._writer,
+            outbox=services.outbox,
+            queue_control=self._queue_control,
+            cancel_running=self._cancel_running,
+        )
+        self._lifecycle = LifecycleCommands(
+            self._port,
+            config=self._config,
+            readers=self._readers,
+            writer=self._writer,
+            lease_owner=services.lease_owner,
+            owner_alive=services.owner_alive,
+        )
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
 
     # -- messages ----------------------------------------------------------------------------------------------
 
-    def on_receive(self, message: Any) -> Any:
-        try:
-            self._handle(message)
-        except Exception:
-            # One bad message must not take the directory down with it; an unanswered inbound message stays
-            # pending in the inbox and is replayed at the next start.
-            _log.exception("supervisor: handling %s failed", type(message).__name__)
-        return None
+    def on_receive(self, message: SupervisorMessage) -> object:
+        match message:
+            case SessionFor(routing_key=routing_key):
+                return self._routes.existing(routing_key)
+            case GetStatistics():
+                return self._statistics()
+            case Rebind(routing_key=routing_key, session_id=session_id):
+                return self._routes.store(routing_key, session_id)
+            case (
+                Deliver()
+                | TurnFinished()
+                | SessionStopped()
+                | StopSession()
+                | EndDue()
+                | HandoffResult()
+                | PassivationTick()
+            ):
+                try:
+                    self._told(message)
+                except Exception:
+                    # One bad message must not take the directory down with it; an unanswered inbound message stays
+                    # pending in the inbox and is replayed at the next start.
+                    _log.exception("supervisor: handling %s failed", type(message).__name__)
+                return None
+            case _:  # a bug: an ask gets it back; a tell reaches on_failure (logged) and stops the supervisor
+                raise TypeError(f"SupervisorActor got an unknown message {message!r}")
 
-    def _handle(self, message: Any) -> None:
+    def _told(self, message: SupervisorTell) -> None:
         match message:
             case Deliver():
                 self._deliver(message)
@@ -207,21 +141,16 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 self._finished(message)
             case SessionStopped():
                 self._stopped(message)
-            case Rebind():
-                self._rebind(message.routing_key, message.session_id)
-            case StopSession():
-                self._cancel_running(self._cached(message.routing_key))
+            case StopSession(routing_key=routing_key):
+                self._cancel_running(self._routes.cached(routing_key))
             case EndDue():
-                self._end_by_timer(message)
+                self._lifecycle.end_by_timer(message)
             case HandoffResult():
-                self._handoff_result(message)
+                self._lifecycle.handoff_result(message)
             case PassivationTick():
                 self._passivate_idle()
-            case _:
-                raise TypeError(f"SupervisorActor got an unknown message {message!r}")
 
-    def statistics(self) -> SupervisorStatistics:
-        """Return a snapshot (call through the proxy)."""
+    def _statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
             live_actors=self._actors,
             running=sum(1 for s in self._live.values() if s.busy),
@@ -230,9 +159,13 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             **self._counts,
         )
 
-    def session_for(self, routing_key: str) -> str | None:
-        """Return the session id ``routing_key`` reaches now, or ``None`` (call through the proxy)."""
-        return self._existing(routing_key)
+    def _has_actor(self, session_id: str) -> bool:
+        state = self._live.get(session_id)
+        return state is not None and state.ref is not None
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        _log.error("supervisor crashed: %s; stopping its session actors", exception_value)
+        self.on_stop()
 
     def on_stop(self) -> None:
         refs = [state.ref for state in self._live.values() if state.ref is not None]
@@ -241,95 +174,25 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
         for ref in refs:
             ref.stop(block=True, timeout=self._config.ask_timeout_s)
 
-    # -- directory ---------------------------------------------------------------------------------------------
-
-    def _cached(self, routing_key: str) -> str | None:
-        return self._routes.get(routing_key)
-
-    def _cache_route(self, routing_key: str, session_id: str) -> None:
-        previous = self._routes.get(routing_key)
-        if previous is not None and previous != session_id:
-            self._keys.get(previous, set()).discard(routing_key)
-        self._routes[routing_key] = session_id
-        self._keys.setdefault(session_id, set()).add(routing_key)
-
-    def _begin_end(self, session_id: str) -> None:
-        """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
-        self._ending.add(session_id)
-        for key in self._keys.get(session_id, set()):
-            self._successor_of[key] = session_id
-        self._forget_keys(session_id)
-
-    def _forget_keys(self, session_id: str) -> None:
-        for key in self._keys.pop(session_id, set()):
-            if self._routes.get(key) == session_id:
-                del self._routes[key]
-
-    def _existing(self, routing_key: str) -> str | None:
-        """Return the live session ``routing_key`` leads to, without creating one."""
-        session_id = self._routes.get(routing_key)
-        if session_id is None:
-            with self._readers.reader() as store:
-                session_id = store.get_route(routing_key)
-                if session_id is not None and (session_id not in self._live or self._live[session_id].ref is None):
-                    record = store.find_session(session_id)
-                    if record is None or not record.is_live:
-                        session_id = None
-            if session_id is not None:
-                self._cache_route(routing_key, session_id)
-        if session_id in self._ending:
-            return None
-        return session_id
+    # -- directory -------------------------------------------------------------------------------------------
 
     def _resolve(self, routing_key: str, source: SessionSource) -> str:
         """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
-        session_id = self._existing(routing_key) or self._claim_legacy_dm(routing_key, source)
+        routes = self._routes
+        session_id = routes.existing(routing_key) or routes.claim_legacy_dm(
+            routing_key, source, self._config.key_policy
+        )
         if session_id is not None:
             return session_id
-        previous = self._successor_of.get(routing_key) or self._stored_route(routing_key)
+        previous = routes.predecessor(routing_key)
         session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY)
-        state = self._live[session_id] = _Live(
-            create_with=(source, routing_key), title=self._pending_titles.pop(routing_key, None)
+        state = self._live[session_id] = LiveSession(
+            create_with=(source, routing_key), title=self._lifecycle.take_pending_title(routing_key)
         )
-        if previous in self._ending:
+        if routes.is_ending(previous):
             state.hold_until = previous
-        self._cache_route(routing_key, session_id)
+        routes.cache(routing_key, session_id)
         return session_id
-
-    def _claim_legacy_dm(self, routing_key: str, source: SessionSource) -> str | None:
-        """Move an imported scope-less Slack DM route to the first workspace that sees the DM (SPEC section 2).
-
-        Hermes keys name no workspace (and no account): ``agent:main:slack:dm:D1``. The first workspace to see D1
-        claims that transcript; the old key is deleted in the same transaction, so no second workspace can.
-        """
-        if source.platform != "slack" or not source.scope_id or source.chat_type != "dm":
-            return None
-        policy = self._services.config.key_policy
-        candidates = {
-            build_session_key(msgspec.structs.replace(source, scope_id=None), policy),
-            build_session_key(msgspec.structs.replace(source, scope_id=None, account_id=None), policy),
-        }
-        for legacy in sorted(candidates, key=len, reverse=True):  # the account's own legacy key first
-            session_id = self._existing(legacy)
-            if session_id is None:
-                continue
-            decision = migrate_legacy_slack_key(
-                legacy, recorded_scope_id=None, observed_scope_id=source.scope_id, dm_already_claimed=False
-            )
-            if decision.action != LegacyKeyAction.CLAIM:
-                continue
-
-            def claim(store: Store, legacy: str = legacy, session_id: str = session_id) -> None:
-                store.set_route(routing_key, session_id)
-                store.unbind_route(legacy)
-
-            self._writer.call(claim)
-            self._routes.pop(legacy, None)
-            self._keys.get(session_id, set()).discard(legacy)
-            self._cache_route(routing_key, session_id)
-            _log.info("workspace %s claimed the Slack DM transcript of %s (%s)", source.scope_id, legacy, session_id)
-            return session_id
-        return None
 
     def _fresh_id(self, kind: SessionKind) -> str:
         """Return a new session id that no live entry and no stored session has (ids repeat with 2^-32 odds)."""
@@ -341,21 +204,13 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
                 if store.find_session(session_id) is None:
                     return session_id
 
-    def _stored_route(self, routing_key: str) -> str | None:
-        with self._readers.reader() as store:
-            return store.get_route(routing_key)
-
-    def _rebind(self, routing_key: str, session_id: str) -> None:
-        self._writer.call(lambda store: store.set_route(routing_key, session_id))
-        self._cache_route(routing_key, session_id)
-
     # -- delivery and turns ------------------------------------------------------------------------------------
 
     def _deliver(self, message: Deliver) -> None:
         delivery = message.delivery
         command = parse_command(delivery.message.text, reset_triggers=self._config.reset_triggers)
         if command is not None and command.name is not CommandName.STOP:
-            self._command(message.routing_key, delivery, command)
+            self._lifecycle.run(message.routing_key, delivery, command)
             return
         session_id = self._resolve(message.routing_key, delivery.message.source)
         state = self._state(session_id)
@@ -369,28 +224,17 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             state.queue.append(delivery)
         self._dispatch(session_id, state)
 
-    def _state(self, session_id: str) -> _Live:
+    def _state(self, session_id: str) -> LiveSession:
         state = self._live.get(session_id)
         if state is None:
-            state = self._live[session_id] = _Live(create_with=None)
+            state = self._live[session_id] = LiveSession(create_with=None)
         self._live.move_to_end(session_id)
         state.last_used = self._clock()
         return state
 
-    def _reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
-        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
-        reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
-
-        def answer(store: Store) -> int:
-            known = session_id if session_id is not None and store.find_session(session_id) else None
-            store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
-            return queue_reply(store, reply)
-
-        self._services.outbox.deliver(self._writer.call(answer), reply)
-
     def _reject(self, session_id: str, delivery: Delivery, queued: int) -> None:
         self._counts["rejected"] += 1
-        self._reply_now(
+        self._port.reply_now(
             delivery,
             f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
             "Wait for the replies, then send it again.",
@@ -398,7 +242,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             state="rejected",
         )
 
-    def _dispatch(self, session_id: str, state: _Live) -> None:
+    def _dispatch(self, session_id: str, state: LiveSession) -> None:
         """Hand the next turn to the session's actor if it is free, activating it first when needed."""
         if state.busy or state.stopping or not state.queue or state.hold_until is not None:
             return
@@ -408,30 +252,12 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             state.paused_until = None
         if state.ref is None:
             self._activate(session_id, state)
-        head = state.queue[0]
-        if isinstance(head, _ControlWork):
-            state.queue.popleft()
-            deliveries = (head.delivery,) if head.delivery is not None else ()
-            turn = RunTurn(deliveries=deliveries, token=CancelToken(), control=head.control)
-        elif parse_command(head.message.text) is not None:  # /stop, queued behind the turn it stopped
-            state.queue.popleft()
-            turn = RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
-        elif len(state.queue) >= self._config.pending_soft_limit:
-            # Rapid-fire text: one turn answers everything queued up to the next command.
-            merged: list[Delivery] = []
-            while state.queue and isinstance(state.queue[0], Delivery) and parse_command(_text(state.queue[0])) is None:
-                merged.append(state.queue.popleft())  # type: ignore[arg-type]
-            state.token = CancelToken()
-            turn = RunTurn(deliveries=tuple(merged), token=state.token)
-        else:
-            state.queue.popleft()
-            state.token = CancelToken()
-            turn = RunTurn(deliveries=(head,), token=state.token)
+        turn = state.next_turn(self._config.pending_soft_limit)
         state.busy = True
         assert state.ref is not None
         state.ref.tell(turn)
 
-    def _activate(self, session_id: str, state: _Live) -> None:
+    def _activate(self, session_id: str, state: LiveSession) -> None:
         create_with, title = state.create_with, state.title
         state.create_with = state.title = None
         services = self._services
@@ -460,7 +286,7 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             self._requeue(session_id, state, message)
             return
         state.failures = 0
-        if outcome is not None and outcome.not_ended and session_id in self._ending:
+        if outcome is not None and outcome.not_ended and self._routes.is_ending(session_id):
             self._abort_end(session_id, state)
             return
         if outcome is not None and outcome.ended:
@@ -468,25 +294,18 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             return
         if outcome is not None and outcome.rebound:
             for key in outcome.rebound:
-                self._cache_route(key, session_id)
-            if session_id in self._handoffs:
-                origin, _, _, target = self._handoffs[session_id]
-                self._handoffs[session_id] = (origin, outcome.rebound[0], outcome.handoff_previous, target)
+                self._routes.cache(key, session_id)
+            self._lifecycle.handoff_bound(session_id, outcome.rebound[0], outcome.handoff_previous)
         if outcome is not None and outcome.stored_messages and self._on_activity is not None:
             self._on_activity(session_id, outcome.origin)
         self._dispatch(session_id, state)
 
-    def _requeue(self, session_id: str, state: _Live, message: TurnFinished) -> None:
+    def _requeue(self, session_id: str, state: LiveSession, message: TurnFinished) -> None:
         """Put a turn that saved nothing back at the head of the session's queue: it runs again before anything
         queued after it. After a store failure the session waits, longer after each failure in a row."""
         turn = message.retry
         assert turn is not None
-        items: list[_Work]
-        if turn.control is not None:
-            items = [_ControlWork(control=turn.control, delivery=turn.deliveries[0] if turn.deliveries else None)]
-        else:
-            items = list(turn.deliveries)
-        state.queue.extendleft(reversed(items))
+        state.put_back(turn)
         if message.error is not None:
             state.failures += 1
             pause = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (state.failures - 1))
@@ -494,35 +313,30 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             _log.warning("session %s: retrying its turn in %.0f s (%s)", session_id, pause, message.error)
         self._dispatch(session_id, state)
 
-    def _abort_end(self, session_id: str, state: _Live) -> None:
+    def _abort_end(self, session_id: str, state: LiveSession) -> None:
         """An end that could not run (another process holds the lease): the session keeps its keys, and what was
         queued for a successor comes back to it, in order."""
-        self._ending.discard(session_id)
-        keys = [key for key, ending in self._successor_of.items() if ending == session_id]
-        for key in keys:
-            del self._successor_of[key]
+        keys = self._routes.end_settled(session_id)
         for other_id, other in list(self._live.items()):
             if other.hold_until == session_id and other.ref is None:
                 state.queue.extend(other.queue)
                 del self._live[other_id]
-                self._forget_keys(other_id)
+                self._routes.forget(other_id)
         for key in keys:
-            self._cache_route(key, session_id)
+            self._routes.cache(key, session_id)
         self._dispatch(session_id, state)
 
-    def _retire(self, session_id: str, state: _Live, outcome: TurnOutcome) -> None:
+    def _retire(self, session_id: str, state: LiveSession, outcome: TurnOutcome) -> None:
         """The session ended: hand its keys and remaining queue to its successor and stop its actor."""
-        self._ending.discard(session_id)
-        for key in [k for k, ending in self._successor_of.items() if ending == session_id]:
-            del self._successor_of[key]
-        keys = self._keys.get(session_id, set()).copy()
-        self._forget_keys(session_id)
+        self._routes.end_settled(session_id)
+        keys = self._routes.keys_of(session_id)
+        self._routes.forget(session_id)
         if self._on_end is not None:
             self._on_end(session_id)
         if outcome.continued_by is not None:
             child = outcome.continued_by
             for key in keys:
-                self._cache_route(key, child)
+                self._routes.cache(key, child)
             successor = self._state(child)
             successor.queue.extendleft(reversed([*outcome.requeue, *state.queue]))
             state.queue.clear()
@@ -548,12 +362,12 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
 
     def _queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
         state = self._state(session_id)
-        state.queue.append(_ControlWork(control=control, delivery=delivery))
+        state.queue.append(ControlWork(control=control, delivery=delivery))
         self._dispatch(session_id, state)
 
     # -- passivation -------------------------------------------------------------------------------------------
 
-    def _passivate(self, session_id: str, state: _Live) -> None:
+    def _passivate(self, session_id: str, state: LiveSession) -> None:
         if state.ref is None or state.stopping:
             if state.ref is None and not state.queue and state.create_with is None:
                 self._live.pop(session_id, None)
@@ -600,4 +414,4 @@ class SupervisorActor(LifecycleCommands, RuntimeActor):
             self._dispatch(message.session_id, state)  # work that arrived while it stopped
         else:
             del self._live[message.session_id]
-            self._forget_keys(message.session_id)  # the store has them; keep memory bounded
+            self._routes.forget(message.session_id)  # the store has them; keep memory bounded

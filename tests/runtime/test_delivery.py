@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-import hermes_actors.runtime.gateway as gateway_module
+import hermes_actors.runtime.assembly as assembly_module
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import OutboundMessage, encode
@@ -144,7 +144,7 @@ def test_a_polled_batch_commits_with_its_cursor_and_dedupes_a_replayed_poll(make
 def test_old_answered_inbox_rows_and_sent_replies_are_pruned_in_chunks(
     make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway_module, "QUEUE_PRUNE_CHUNK", 2)  # several chunks, each its own commit
+    monkeypatch.setattr(assembly_module, "QUEUE_PRUNE_CHUNK", 2)  # several chunks, each its own commit
     clock = FakeClock()
     gateway, fake = make_gateway(clock=clock, queue_retention_days=2)
     for n in range(5):

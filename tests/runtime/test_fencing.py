@@ -69,7 +69,7 @@ def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path:
         with Store.open(db_path) as store:
             row = store.inbox.get(1)  # the answered row of "hello"
         from hermes_actors.messages import decode_inbound
-        from hermes_actors.runtime.supervisor import Deliver
+        from hermes_actors.runtime.protocol import Deliver
 
         # What a second process's stale replay would hand the supervisor: the same, already answered, row.
         assert row is not None

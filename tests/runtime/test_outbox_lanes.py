@@ -16,7 +16,7 @@ import pytest
 
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.runtime.lanes import LaneWorkers
-from hermes_actors.runtime.outbox import OutboxRouter
+from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock

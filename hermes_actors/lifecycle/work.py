@@ -1,0 +1,90 @@
+"""The work a session runs besides plain messages, and the lifecycle's reports to the supervisor.
+
+A :class:`Delivery` is a committed inbound message; a :data:`Control` is a lifecycle step (end, title, compress,
+handoff) run as a turn of the session's actor. :class:`EndDue` and :class:`HandoffResult` are what the reset timers
+and the outbox report. They live here, below the runtime, because the lifecycle commands build and read them; the
+runtime's message protocol (:mod:`hermes_actors.runtime.protocol`) re-exports every one of them.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from hermes_actors.messages import InboundMessage
+from hermes_actors.routing import SessionSource
+from hermes_actors.store.records import EndReason
+
+__all__ = [
+    "Compress",
+    "Control",
+    "Delivery",
+    "EndDue",
+    "EndSession",
+    "Handoff",
+    "HandoffResult",
+    "PendingHandoff",
+    "SetTitle",
+]
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+    """A committed inbound message and its inbox row."""
+
+    inbox_id: int
+    message: InboundMessage
+    replayed: bool = False  # handed over by recovery: another turn may have answered it since (checked first)
+
+
+class EndSession(msgspec.Struct, frozen=True, kw_only=True):
+    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
+
+    reason: EndReason
+    reply: str | None = None
+    save_memories: bool = False
+
+
+class SetTitle(msgspec.Struct, frozen=True, kw_only=True):
+    """``/title [text]``: show the title, or set it."""
+
+    text: str | None = None
+
+
+class Compress(msgspec.Struct, frozen=True, kw_only=True):
+    """``/compress``: summarise into a continuation session."""
+
+
+class Handoff(msgspec.Struct, frozen=True, kw_only=True):
+    """``/handoff <platform>``: bind the platform's home chat to this session and continue there."""
+
+    platform: str
+
+
+Control = EndSession | SetTitle | Compress | Handoff
+
+
+class EndDue(msgspec.Struct, frozen=True, kw_only=True):
+    """Timer → supervisor: end ``session_id`` for ``reason`` after a save-memory turn, telling the user ``notice``."""
+
+    session_id: str
+    reason: EndReason
+    notice: str | None = None
+
+
+class HandoffResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outbox → supervisor: how the first message of a handoff went (``error`` is ``None`` when it was sent)."""
+
+    session_id: str
+    error: str | None = None
+
+
+class PendingHandoff(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``/handoff`` waiting for its first message to be sent.
+
+    ``key`` is the routing key the handoff turn pointed at the session (empty until that turn has committed) and
+    ``previous`` the session that key led to before, which a failed handoff restores.
+    """
+
+    origin: SessionSource
+    platform: str
+    key: str = ""
+    previous: str | None = None

@@ -1,0 +1,72 @@
+"""A session's agent calls: in the agent pool with the turn's timeout and cancel token, or inline.
+
+Either way an agent that fails gives an :class:`~hermes_actors.runtime.protocol.AgentFailure` (its kind, and what
+the user is told instead of a reply), never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+from hermes_actors.agents.base import AgentError, AgentReply
+from hermes_actors.runtime.protocol import AgentFailure, FailureKind
+from hermes_actors.runtime.services import CancelToken, SessionServices
+
+__all__ = ["AgentCalls"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class AgentCalls:
+    """Runs one session's agent calls (on the session's thread)."""
+
+    __slots__ = ("_pool", "_timeout", "session_id")
+
+    def __init__(self, services: SessionServices, session_id: str) -> None:
+        self.session_id = session_id
+        self._pool = services.agent_pool
+        self._timeout = services.config.agent_timeout_s
+
+    def in_pool(
+        self, call: Callable[[], T], token: CancelToken, timeout: float | None = None
+    ) -> T | AgentFailure | None:
+        """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled."""
+        timeout = self._timeout if timeout is None else timeout
+        future: Future[T] = self._pool.submit(call)
+        token.wait_for(future, timeout)
+        if token.cancelled:
+            return None
+        if not future.done():
+            future.cancel()
+            _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)
+            return AgentFailure(
+                kind=FailureKind.TIMEOUT,
+                text=f"Sorry, the agent did not answer within {timeout:.0f} s. Your message is saved; try again.",
+            )
+        try:
+            return future.result()
+        except AgentError as exc:
+            _log.warning("session %s: agent failed: %s", self.session_id, exc)
+            return AgentFailure(
+                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            )
+        except Exception as exc:
+            _log.exception("session %s: agent raised", self.session_id)
+            return AgentFailure(
+                kind=FailureKind.CRASH,
+                text=f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again.",
+            )
+
+    def inline(self, call: Callable[[], AgentReply]) -> AgentReply | AgentFailure:
+        """Run ``call`` (an agent that never blocks) on this thread; return its reply or how it failed."""
+        try:
+            return call()
+        except Exception as exc:
+            _log.exception("session %s: agent raised", self.session_id)
+            return AgentFailure(
+                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            )

@@ -1,0 +1,275 @@
+"""The lifecycle steps of a session, run as its turns: end, title, compression into a child, handoff.
+
+:class:`SessionControls` is held by a :class:`~hermes_actors.runtime.turns.SessionTurns` and runs on its thread,
+in order with the turns; it uses the turn's transcript, lease fence, agent calls and replies through the turn's
+public members.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from hermes_actors.agents.history import is_summary
+from hermes_actors.errors import HermesError, TitleInUseError
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.lifecycle.commands import title_holder_text
+from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.ports import SendError
+from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, Handoff, SetTitle, TurnOutcome
+from hermes_actors.runtime.records import source_of, user_key
+from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
+from hermes_actors.store import EndReason, NewMessage, Role, Store
+
+if TYPE_CHECKING:
+    from hermes_actors.runtime.turns import SessionTurns
+
+__all__ = ["CLEANUP_TIMEOUT_S", "HANDOFF_PROMPT", "SessionControls"]
+
+_log = logging.getLogger(__name__)
+
+HANDOFF_PROMPT = (
+    "[handoff] This conversation was just handed off here from {platform}. Say so briefly, summarise where we "
+    "were, and continue from there."
+)
+CLEANUP_TIMEOUT_S = 5.0  # how long a reset waits for the agent to release a session's resources
+
+
+class SessionControls:
+    """The lifecycle steps of one session (see the module docstring)."""
+
+    def __init__(self, turns: SessionTurns) -> None:
+        self._turns = turns
+        self.session_id = turns.session_id
+        self._services = turns.services
+        self._writer = turns.services.writer
+        self._timeout = turns.services.config.agent_timeout_s
+
+    def end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
+        """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
+        notes: list[str] = []
+        if control.save_memories and self._turns.history:
+            agent = self._services.agent
+            history = list(self._turns.history)
+            saved = self._turns.agent_calls.in_pool(
+                lambda: agent.save_memories(history, timeout_s=self._timeout), CancelToken()
+            )
+            if isinstance(saved, list):
+                notes = [m.content for m in saved]
+            else:
+                _log.warning("session %s: save-memory turn failed: %s", self.session_id, saved)
+        self._release_agent_state()
+        source, reply_to = self._turns.origin(deliveries)
+        outbound = (
+            reply_for(source, self.session_id, control.reply, reply_to)
+            if control.reply is not None and source is not None
+            else None
+        )
+        owner = self._services.lease_owner
+
+        def commit(store: Store) -> int | None:
+            if not self._turns.is_new:
+                self._turns.fence(store)
+                record = store.get_session(self.session_id)
+                key = user_key(source_of(record))
+                if notes and key is not None:
+                    store.memories.add(key, notes, source_session_id=self.session_id)
+                store.end_session(self.session_id, control.reason)
+                store.unbind_session(self.session_id)
+                store.leases.release(self.session_id, owner)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
+            return queue_reply(store, outbound) if outbound is not None else None
+
+        outbox_id = self._writer.call(commit)
+        self._turns.lease_released()
+        if outbound is not None and outbox_id is not None:
+            self._services.outbox.deliver(outbox_id, outbound)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=0,
+            ended=True,
+        )
+
+    def _release_agent_state(self) -> None:
+        """Reset steps 3-5: release the agent's resources (bounded), drop conversation state, stop background work."""
+        agent = self._services.agent
+        for hook in ("release_session", "interrupt_background"):
+            call = getattr(agent, hook, None)
+            if call is None:
+                continue
+            bound: Callable[[], object] = functools.partial(call, self.session_id, timeout_s=CLEANUP_TIMEOUT_S)
+            outcome = self._turns.agent_calls.in_pool(bound, CancelToken(), CLEANUP_TIMEOUT_S)
+            if isinstance(outcome, AgentFailure):
+                _log.warning("session %s: agent %s did not finish: %s", self.session_id, hook, outcome.text)
+        self._turns.overrides.clear()
+
+    def set_title(self, control: SetTitle, deliveries: Sequence[Delivery]) -> TurnOutcome:
+        if control.text is None or not control.text.strip():
+            current = self._turns.record.title if self._turns.record else self._turns.pending_title
+            text = f"Title: {current}" if current else "This session has no title yet; set one with /title <text>."
+            return self._turns.answer(deliveries, text)
+        if self._turns.is_new:
+            self._turns.pending_title = control.text
+            return self._turns.answer(deliveries, f"The title will be set to '{control.text}' when the session starts.")
+        try:
+            text = control.text
+
+            def retitle(store: Store) -> str | None:
+                self._turns.fence(store)
+                return store.set_title(self.session_id, text)
+
+            title = self._writer.call(retitle)
+        except TitleInUseError as exc:
+            return self._turns.answer(deliveries, f"Title not changed: {self._title_taken(exc)}")
+        except HermesError as exc:
+            return self._turns.answer(deliveries, f"Title not changed: {exc}")
+        if self._turns.record is not None:
+            self._turns.record = msgspec.structs.replace(self._turns.record, title=title)
+        return self._turns.answer(deliveries, f"Title set to '{title}'." if title else "Title cleared.")
+
+    def _title_taken(self, exc: TitleInUseError) -> str:
+        """Why a title was refused, naming the holder only when it is one of this principal's sessions."""
+        with self._services.readers.reader() as store:
+            holder = store.find_session(exc.holder)
+        if holder is None:
+            return f"Title '{exc.title}' is already taken; choose another"
+        return title_holder_text(source_of(self._turns.record) if self._turns.record else None, exc.title, holder)
+
+    def needs_compression(self) -> bool:
+        config = self._services.config
+        # A compression child starts with the summary and the protected recent messages: it compresses again only
+        # after 4 new ones, so a summary that alone is over the threshold cannot start a child on every turn.
+        carried = (
+            config.protected_recent_messages + 1 if self._turns.history and is_summary(self._turns.history[0]) else 0
+        )
+        if len(self._turns.history) - carried < 4:
+            return False
+        window = int(getattr(self._services.agent, "context_window", config.context_window))
+        tokens = self._turns.model_history.tokens(
+            self._turns.history
+        )  # the prompt as sent: capped messages count capped
+        return len(self._turns.history) >= config.compress_at_messages or tokens >= config.compress_at_ratio * window
+
+    def compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
+        """Summarise into a child session that takes over every routing key of this one."""
+        if self._turns.is_new or self._turns.record is None or len(self._turns.history) < 4:
+            if not deliveries:
+                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+            return self._turns.answer(deliveries, "Nothing to compress yet: this session has fewer than 4 messages.")
+        agent = self._services.agent
+        history = list(self._turns.history)
+        summary = self._turns.agent_calls.in_pool(lambda: agent.summarize(history, timeout_s=self._timeout), token)
+        if not isinstance(summary, str):
+            failure = summary.text if summary is not None else "the compression was cancelled"
+            _log.warning("session %s: compression failed: %s", self.session_id, failure)
+            if not deliveries:
+                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+            return self._turns.answer(deliveries, f"Compression failed; the session is unchanged. {failure}")
+        parent = self._turns.record
+        kind = SessionKind.CLI if parent.source == "cli" else SessionKind.GATEWAY
+        child_id = new_session_id(kind)
+        keep = self._services.config.protected_recent_messages
+        recent = [m for m in history if m.role in ("user", "assistant") and m.content][-keep:] if keep else []
+        carried = [NewMessage(role=Role.SYSTEM, content=f"[Summary of the conversation so far]\n{summary}")]
+        carried += [NewMessage(role=Role(m.role), content=m.content) for m in recent]
+        source, reply_to = self._turns.origin(deliveries)
+        owner = self._services.lease_owner
+
+        def commit(store: Store) -> tuple[int, OutboundMessage] | None:
+            self._turns.fence(store)
+            title = store.next_lineage_title(parent.title) if parent.title else None
+            child = store.create_session(
+                source_of(parent),
+                session_id=child_id,
+                routing_key=parent.routing_key,
+                model=parent.model,
+                title=title,
+                system_prompt=parent.system_prompt,
+                parent_session_id=parent.id,
+            )
+            store.append_messages(child.id, carried)
+            store.end_session(parent.id, EndReason.COMPRESSION)
+            store.repoint_routes(parent.id, child.id)
+            store.leases.release(parent.id, owner)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=parent.id)
+            if not reply or source is None:
+                return None
+            text = f"Compressed {len(history)} messages; the conversation continues as {child.title or child.id}."
+            outbound = reply_for(source, child.id, text, reply_to)
+            return queue_reply(store, outbound), outbound
+
+        queued = self._writer.call(commit)
+        self._turns.lease_released()
+        if queued is not None:
+            self._services.outbox.deliver(*queued)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=queued[0] if queued is not None else None,
+            stored_messages=len(carried),
+            ended=True,
+            continued_by=child_id,
+        )
+
+    def handoff(self, control: Handoff, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
+        """Bind the platform's home chat (a new thread where it has threads) here and run the handoff turn there."""
+        origin = deliveries[0].message if deliveries else None
+        outbox = self._services.outbox
+        if not outbox.enabled(control.platform):
+            return self._turns.answer(deliveries, f"Handoff failed: {control.platform} is not enabled on this gateway.")
+        if self._turns.is_new or self._turns.record is None:
+            return self._turns.answer(deliveries, "Nothing to hand off yet: send a message first.")
+        with self._services.readers.reader() as store:
+            home = store.homes.get(control.platform)
+        if home is None:
+            return self._turns.answer(
+                deliveries,
+                f"Handoff failed: {control.platform} has no home channel. Run /sethome in the {control.platform} "
+                "chat that should take over, then try again.",
+            )
+        title = self._turns.record.title or f"Handoff of {self.session_id}"
+        thread_id = home.thread_id
+        try:
+            thread_id = (
+                outbox.create_thread(control.platform, home.chat_id, title, account_id=home.account_id) or thread_id
+            )
+        except SendError as exc:
+            _log.info("session %s: no thread for the handoff (%s); using the home channel", self.session_id, exc)
+        target = SessionSource(
+            platform=control.platform,
+            account_id=home.account_id or None,
+            scope_id=home.scope_id,
+            chat_type=home.chat_type or "dm",
+            chat_id=home.chat_id,
+            thread_id=thread_id,
+            user_id=home.set_by,
+        )
+        key = build_session_key(target, self._services.config.key_policy)
+
+        def bind(store: Store) -> str | None:
+            self._turns.fence(store)
+            previous = store.get_route(key)
+            store.set_route(key, self.session_id)
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id)
+            return previous
+
+        previous = self._writer.call(bind)
+        came_from = origin.source.platform if origin is not None else self._turns.record.source
+        prompt = InboundMessage(
+            source=target,
+            text=HANDOFF_PROMPT.format(platform=came_from),
+            message_id=f"handoff-{self.session_id}-{len(self._turns.history)}",
+        )
+        self._services.handoffs.expect(prompt.message_id)
+        outcome = self._turns.converse([Delivery(inbox_id=0, message=prompt)], token, no_retry=True)
+        return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)

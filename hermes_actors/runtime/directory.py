@@ -1,0 +1,103 @@
+"""The supervisor's side of the lifecycle's :class:`~hermes_actors.lifecycle.handlers.Directory` port.
+
+:class:`SupervisorDirectory` answers the lifecycle commands from the supervisor's routes and live sessions, and
+queues their work through the supervisor; it runs on the supervisor's thread. Replies of its own are submitted to
+the writer and go to the outbox once their row has committed (the writer's ``then``): it never waits for a commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.live import LiveSession
+from hermes_actors.runtime.protocol import Control, Delivery
+from hermes_actors.runtime.routes import Routes, submit_logged
+from hermes_actors.runtime.services import OutboxSink, queue_reply, reply_for
+from hermes_actors.store import Store
+from hermes_actors.store.writer import StoreWriter
+
+__all__ = ["SupervisorDirectory"]
+
+
+class SupervisorDirectory:
+    """Implements the lifecycle's ``Directory`` port over the supervisor's state (see the module docstring)."""
+
+    __slots__ = ("_cancel_running", "_live", "_outbox", "_queue_control", "_routes", "_writer")
+
+    def __init__(
+        self,
+        routes: Routes,
+        live: Mapping[str, LiveSession],
+        *,
+        writer: StoreWriter,
+        outbox: OutboxSink,
+        queue_control: Callable[[str, Control, Delivery | None], None],
+        cancel_running: Callable[[str | None], None],
+    ) -> None:
+        self._routes = routes
+        self._live = live
+        self._writer = writer
+        self._outbox = outbox
+        self._queue_control = queue_control
+        self._cancel_running = cancel_running
+
+    def existing(self, routing_key: str) -> str | None:
+        """Return the live session ``routing_key`` leads to, without creating one."""
+        return self._routes.existing(routing_key)
+
+    def is_ending(self, session_id: str) -> bool:
+        """Return whether ``session_id``'s end is queued but not committed yet."""
+        return self._routes.is_ending(session_id)
+
+    def is_active(self, session_id: str) -> bool:
+        """Return whether ``session_id`` has a turn running or queued."""
+        state = self._live.get(session_id)
+        return state is not None and (state.busy or bool(state.queue))
+
+    def awaits_creation(self, session_id: str) -> bool:
+        """Return whether ``session_id`` is assigned but its first turn (which creates its row) has not run."""
+        state = self._live.get(session_id)
+        return state is not None and state.create_with is not None
+
+    def reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
+        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
+        reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
+        outbox = self._outbox
+
+        def answer(store: Store) -> int:
+            known = session_id if session_id is not None and store.find_session(session_id) else None
+            store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
+            return queue_reply(store, reply)
+
+        submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
+
+    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
+        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
+        reply = reply_for(source, session_id, text)
+        outbox = self._outbox
+        submit_logged(
+            self._writer,
+            lambda store: queue_reply(store, reply),
+            then=lambda outbox_id: outbox.deliver(outbox_id, reply),
+        )
+
+    def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
+        """Queue ``control`` as a turn of ``session_id``, answering ``delivery``."""
+        self._queue_control(session_id, control, delivery)
+
+    def cancel_running(self, session_id: str | None) -> None:
+        """Invalidate the running turn of ``session_id`` (its late result is dropped)."""
+        self._cancel_running(session_id)
+
+    def begin_end(self, session_id: str) -> None:
+        """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
+        self._routes.begin_end(session_id)
+
+    def rebind(self, routing_key: str, session_id: str) -> None:
+        """Point ``routing_key`` at ``session_id`` (stored, and cached at once)."""
+        self._routes.store(routing_key, session_id)
+
+    def unbind(self, routing_key: str, session_id: str) -> None:
+        """Delete ``routing_key``'s route, which led to ``session_id``."""
+        self._routes.unbind(routing_key, session_id)

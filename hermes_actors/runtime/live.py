@@ -1,0 +1,95 @@
+"""What the supervisor keeps of one session: its actor, its queue of work, and whether it may run now.
+
+A :class:`LiveSession` exists while the session has an actor or a queue waiting for one; the supervisor hands its
+actor one turn at a time (:meth:`LiveSession.next_turn`) and puts back a turn that saved nothing
+(:meth:`LiveSession.put_back`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import msgspec
+import pykka
+
+from hermes_actors.lifecycle.commands import parse_command
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.protocol import Control, Delivery, RunTurn
+from hermes_actors.runtime.services import CancelToken
+
+__all__ = ["ControlWork", "LiveSession", "Work"]
+
+
+class ControlWork(msgspec.Struct, frozen=True, kw_only=True):
+    """A lifecycle step queued for the session's actor, answering ``delivery`` (``None``: a timer's reset)."""
+
+    control: Control
+    delivery: Delivery | None = None
+
+
+Work = Delivery | ControlWork
+
+
+class LiveSession:
+    """What the supervisor knows of one session with an actor (or a queue waiting for one)."""
+
+    __slots__ = (
+        "busy",
+        "create_with",
+        "failures",
+        "hold_until",
+        "last_used",
+        "paused_until",
+        "queue",
+        "ref",
+        "stopping",
+        "title",
+        "token",
+    )
+
+    def __init__(self, create_with: tuple[SessionSource, str] | None, *, title: str | None = None) -> None:
+        self.ref: pykka.ActorRef[Any] | None = None
+        self.queue: deque[Work] = deque()
+        self.busy = False
+        self.stopping = False
+        self.token = CancelToken()
+        self.last_used = 0.0
+        self.create_with = create_with
+        self.title = title
+        self.hold_until: str | None = None  # a session whose end must commit before this one runs
+        self.failures = 0  # turns in a row the store refused to save
+        self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
+
+    def next_turn(self, soft_limit: int) -> RunTurn:
+        """Take the next turn off the queue (not empty): a control step, a ``/stop`` answer, everything queued up
+        to the next command once ``soft_limit`` messages wait (rapid-fire text), or one message."""
+        head = self.queue[0]
+        if isinstance(head, ControlWork):
+            self.queue.popleft()
+            deliveries = (head.delivery,) if head.delivery is not None else ()
+            return RunTurn(deliveries=deliveries, token=CancelToken(), control=head.control)
+        if parse_command(head.message.text) is not None:  # /stop, queued behind the turn it stopped
+            self.queue.popleft()
+            return RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
+        self.token = CancelToken()
+        if len(self.queue) >= soft_limit:
+            merged: list[Delivery] = []
+            while self.queue and isinstance(self.queue[0], Delivery) and parse_command(_text(self.queue[0])) is None:
+                merged.append(self.queue.popleft())  # type: ignore[arg-type]
+            return RunTurn(deliveries=tuple(merged), token=self.token)
+        self.queue.popleft()
+        return RunTurn(deliveries=(head,), token=self.token)
+
+    def put_back(self, turn: RunTurn) -> None:
+        """Put ``turn``'s work back at the head of the queue, in order: it runs again before anything after it."""
+        items: list[Work]
+        if turn.control is not None:
+            items = [ControlWork(control=turn.control, delivery=turn.deliveries[0] if turn.deliveries else None)]
+        else:
+            items = list(turn.deliveries)
+        self.queue.extendleft(reversed(items))
+
+
+def _text(work: Work) -> str:
+    return work.message.text if isinstance(work, Delivery) else ""

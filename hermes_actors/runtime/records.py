@@ -1,0 +1,88 @@
+"""Helpers of the turn logic: where a session came from, whose memories it keeps, token estimates, which
+deliveries are still pending, and what a first commit created."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from hermes_actors.principal import Principal
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.protocol import Delivery
+from hermes_actors.store import MessageRecord, SessionRecord, Store
+from hermes_actors.store.readers import ReaderPool
+
+__all__ = [
+    "CreatedRow",
+    "answered",
+    "estimate_tokens",
+    "record_attachments",
+    "release_lease",
+    "source_of",
+    "still_pending",
+    "user_key",
+]
+
+
+def estimate_tokens(messages: Sequence[MessageRecord]) -> int:
+    """Estimate the prompt tokens of ``messages`` (four characters a token)."""
+    return sum(len(m.content or "") + len(m.tool_calls or "") for m in messages) // 4
+
+
+def source_of(record: SessionRecord) -> SessionSource:
+    """Return the source a session was opened from."""
+    return SessionSource(
+        platform=record.source,
+        account_id=record.account_id,
+        scope_id=record.scope_id,
+        chat_type=record.chat_type or "dm",
+        chat_id=record.chat_id,
+        thread_id=record.thread_id,
+        user_id=record.user_id,
+        chat_name=record.chat_name,
+        user_name=record.user_name,
+    )
+
+
+def answered(deliveries: Sequence[Delivery]) -> tuple[str, ...]:
+    """The platform message ids a reply to ``deliveries`` answers."""
+    return tuple(d.message.message_id for d in deliveries)
+
+
+def record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Sequence[int], now: float) -> None:
+    """Commit the attachment rows of each delivery's user message (the first ``len(deliveries)`` of ``ids``)."""
+    for delivery, message_id in zip(deliveries, ids, strict=False):
+        for attachment in delivery.message.attachments:
+            store.attachments.add(message_id, attachment, at=now)
+
+
+def user_key(source: SessionSource) -> str | None:
+    """Return the key of the principal a session belongs to (memories are kept per principal), or ``None``."""
+    return Principal.of(source).memory_key
+
+
+def release_lease(store: Store, *, session_id: str, owner: str) -> bool:
+    """Release ``owner``'s lease of ``session_id`` (inside a write); return whether it held it."""
+    return store.leases.release(session_id, owner)
+
+
+def still_pending(readers: ReaderPool, deliveries: Sequence[Delivery]) -> list[Delivery]:
+    """The deliveries whose inbox rows no turn has completed yet (a replay may find some done already).
+
+    Only replayed deliveries are looked up: a fresh one was committed by this process just now, and the commit
+    refuses a row that is not pending anyway (:class:`StaleTurnError`).
+    """
+    ids = [d.inbox_id for d in deliveries if d.inbox_id > 0 and d.replayed]
+    if not ids:
+        return list(deliveries)
+    with readers.reader() as store:
+        pending = store.inbox.pending_among(ids)
+    return [d for d in deliveries if d.inbox_id <= 0 or d.inbox_id in pending]
+
+
+class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session's first commit created: its row, and the lease epoch (``None``: another process holds it)."""
+
+    record: SessionRecord
+    epoch: int | None

@@ -1,0 +1,171 @@
+"""The supervisor's routing directory: which session each routing key leads to, cached over the store's routes.
+
+:class:`Routes` is owned by the supervisor and used on its thread only. It caches the routes of sessions with a
+live entry, knows which sessions are ending (their keys re-resolve to successors that wait for the end to commit),
+and writes routes through the store writer without waiting for the commit (writes keep their order, so the
+cache and the store never disagree for a later reader of the writer's commits).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import msgspec
+
+from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
+from hermes_actors.store import Store
+from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.writer import StoreWriter
+
+__all__ = ["Routes", "submit_logged"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _log_failure(done: Future[Any]) -> None:
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        _log.error("supervisor: a write failed: %s", exc)
+
+
+def submit_logged(
+    writer: StoreWriter, work: Callable[[Store], T], then: Callable[[T], object] | None = None
+) -> Future[T]:
+    """Queue a write without waiting for it; a failure is logged (nothing on the submitting thread waits)."""
+    future = writer.submit(work, then=then)
+    future.add_done_callback(_log_failure)
+    return future
+
+
+class Routes:
+    """The routing directory (see the module docstring). ``has_actor(session_id)`` says whether the session runs
+    in this process now, so its stored row need not be checked."""
+
+    __slots__ = ("_ending", "_has_actor", "_keys", "_readers", "_routes", "_successor_of", "_writer")
+
+    def __init__(self, readers: ReaderPool, writer: StoreWriter, has_actor: Callable[[str], bool]) -> None:
+        self._readers = readers
+        self._writer = writer
+        self._has_actor = has_actor
+        self._routes: dict[str, str] = {}  # cache of the directory for sessions with a live entry
+        self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
+        self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
+        self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def cached(self, routing_key: str) -> str | None:
+        """Return the cached session of ``routing_key`` (ending or not), without reading the store."""
+        return self._routes.get(routing_key)
+
+    def cache(self, routing_key: str, session_id: str) -> None:
+        """Remember that ``routing_key`` leads to ``session_id``."""
+        previous = self._routes.get(routing_key)
+        if previous is not None and previous != session_id:
+            self._keys.get(previous, set()).discard(routing_key)
+        self._routes[routing_key] = session_id
+        self._keys.setdefault(session_id, set()).add(routing_key)
+
+    def keys_of(self, session_id: str) -> set[str]:
+        """Return (a copy of) the cached keys of ``session_id``."""
+        return self._keys.get(session_id, set()).copy()
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached keys of ``session_id`` (the store keeps its routes)."""
+        for key in self._keys.pop(session_id, set()):
+            if self._routes.get(key) == session_id:
+                del self._routes[key]
+
+    def begin_end(self, session_id: str) -> None:
+        """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
+        self._ending.add(session_id)
+        for key in self._keys.get(session_id, set()):
+            self._successor_of[key] = session_id
+        self.forget(session_id)
+
+    def end_settled(self, session_id: str) -> list[str]:
+        """The end of ``session_id`` committed or was called off: return the keys whose successors waited for it."""
+        self._ending.discard(session_id)
+        keys = [key for key, ending in self._successor_of.items() if ending == session_id]
+        for key in keys:
+            del self._successor_of[key]
+        return keys
+
+    def is_ending(self, session_id: str | None) -> bool:
+        """Return whether ``session_id``'s end is queued but not committed yet."""
+        return session_id in self._ending
+
+    def predecessor(self, routing_key: str) -> str | None:
+        """Return the session ``routing_key`` led to before: an ending one, or the stored route."""
+        ending = self._successor_of.get(routing_key)
+        if ending is not None:
+            return ending
+        with self._readers.reader() as store:
+            return store.get_route(routing_key)
+
+    def existing(self, routing_key: str) -> str | None:
+        """Return the live session ``routing_key`` leads to, without creating one."""
+        session_id = self._routes.get(routing_key)
+        if session_id is None:
+            with self._readers.reader() as store:
+                session_id = store.get_route(routing_key)
+                if session_id is not None and not self._has_actor(session_id):
+                    record = store.find_session(session_id)
+                    if record is None or not record.is_live:
+                        session_id = None
+            if session_id is not None:
+                self.cache(routing_key, session_id)
+        if session_id in self._ending:
+            return None
+        return session_id
+
+    def store(self, routing_key: str, session_id: str) -> Future[None]:
+        """Point ``routing_key`` at ``session_id``: cached now, stored by the writer; return the commit's future."""
+        committed = submit_logged(self._writer, lambda store: store.set_route(routing_key, session_id))
+        self.cache(routing_key, session_id)
+        return committed
+
+    def unbind(self, routing_key: str, session_id: str) -> None:
+        """Delete ``routing_key``'s route, which led to ``session_id``."""
+        submit_logged(self._writer, lambda store: store.unbind_route(routing_key))
+        if self._routes.get(routing_key) == session_id:
+            del self._routes[routing_key]
+        self._keys.get(session_id, set()).discard(routing_key)
+
+    def claim_legacy_dm(self, routing_key: str, source: SessionSource, policy: KeyPolicy) -> str | None:
+        """Move an imported scope-less Slack DM route to the first workspace that sees the DM (SPEC section 2).
+
+        Hermes keys name no workspace (and no account): ``agent:main:slack:dm:D1``. The first workspace to see D1
+        claims that transcript; the old key is deleted in the same transaction, so no second workspace can.
+        """
+        if source.platform != "slack" or not source.scope_id or source.chat_type != "dm":
+            return None
+        candidates = {
+            build_session_key(msgspec.structs.replace(source, scope_id=None), policy),
+            build_session_key(msgspec.structs.replace(source, scope_id=None, account_id=None), policy),
+        }
+        for legacy in sorted(candidates, key=len, reverse=True):  # the account's own legacy key first
+            session_id = self.existing(legacy)
+            if session_id is None:
+                continue
+            decision = migrate_legacy_slack_key(
+                legacy, recorded_scope_id=None, observed_scope_id=source.scope_id, dm_already_claimed=False
+            )
+            if decision.action != LegacyKeyAction.CLAIM:
+                continue
+
+            def claim(store: Store, legacy: str = legacy, session_id: str = session_id) -> None:
+                store.set_route(routing_key, session_id)
+                store.unbind_route(legacy)
+
+            submit_logged(self._writer, claim)
+            self._routes.pop(legacy, None)
+            self._keys.get(session_id, set()).discard(legacy)
+            self.cache(routing_key, session_id)
+            _log.info("workspace %s claimed the Slack DM transcript of %s (%s)", source.scope_id, legacy, session_id)
+            return session_id
+        return None

@@ -1,0 +1,230 @@
+"""What the runtime's parts share: the services every session uses, the cancel token of a running turn, the
+outbox port, background job counting, and building and queueing replies."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from typing import Any, Protocol
+
+from hermes_actors.agents.base import Agent
+from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.messages import OutboundMessage, encode
+from hermes_actors.routing import SessionSource
+from hermes_actors.store import Store
+from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.writer import StoreWriter
+
+__all__ = [
+    "BackgroundJobs",
+    "CancelToken",
+    "HandoffReplies",
+    "OutboxSink",
+    "SessionServices",
+    "queue_reply",
+    "reply_for",
+]
+
+
+def _open(latch: threading.Lock) -> None:
+    """Release ``latch`` unless it is open already (a call's end and ``/stop`` may both open it)."""
+    with contextlib.suppress(RuntimeError):
+        latch.release()
+
+
+class CancelToken:
+    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped.
+
+    A turn may make several agent calls (a summary, then the reply); :meth:`wait_for` gives each call a latch of
+    its own, which the call's end or :meth:`cancel` opens, so one call's end never counts for the next one. A
+    plain lock is the latch: no ``threading.Event`` and its condition variable per call.
+    """
+
+    __slots__ = ("_latch", "cancelled")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._latch: threading.Lock | None = None  # the latch of the call being waited for, if any
+
+    def cancel(self) -> None:
+        """Invalidate the turn and wake the call waiting on it."""
+        self.cancelled = True
+        latch = self._latch
+        if latch is not None:
+            _open(latch)
+
+    def wait_for(self, call: Future[Any], timeout: float) -> None:
+        """Wait until ``call`` is done, the turn is cancelled, or ``timeout`` seconds have passed."""
+        latch = threading.Lock()
+        latch.acquire()
+        self._latch = latch  # before the check: a cancel from now on opens this latch
+        try:
+            if self.cancelled:
+                return
+            call.add_done_callback(lambda _: _open(latch))
+            latch.acquire(timeout=timeout)
+        finally:
+            self._latch = None
+
+
+class HandoffReplies:
+    """The message ids of handoff prompts whose replies the supervisor waits to hear about (thread-safe).
+
+    The handoff turn registers its prompt's id before it runs; the outbox's delivery report for a reply to that
+    id is the handoff's result (:class:`~hermes_actors.lifecycle.work.HandoffResult`).
+    """
+
+    __slots__ = ("_ids", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+
+    def expect(self, message_id: str) -> None:
+        """Report the delivery of the reply to ``message_id``."""
+        with self._lock:
+            self._ids.add(message_id)
+
+    def take(self, message_id: str | None) -> bool:
+        """Return whether a reply to ``message_id`` is a handoff's first message (once: its report is taken)."""
+        if message_id is None:
+            return False
+        with self._lock:
+            if message_id in self._ids:
+                self._ids.discard(message_id)
+                return True
+            return False
+
+
+class OutboxSink(Protocol):
+    """Where committed replies go for delivery."""
+
+    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
+        """Deliver the reply committed as row ``outbox_id``."""
+        ...
+
+    def enabled(self, platform: str) -> bool:
+        """Return whether replies can be sent to ``platform``."""
+        ...
+
+    def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
+        """Open a thread on ``platform`` for a handoff; ``None`` when it has none. Raises ``SendError``."""
+        ...
+
+    def notify(self, message: OutboundMessage) -> None:
+        """Send ``message`` once, best effort, without an outbox row (the store could not take one)."""
+        ...
+
+
+class BackgroundJobs:
+    """Counts work started beside the turns (automatic titles, queue pruning), so ``Gateway.wait_idle`` can wait."""
+
+    __slots__ = ("_lock", "_running")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def track(self, future: Future[Any]) -> None:
+        """Count ``future`` until it is done."""
+        with self._lock:
+            self._running += 1
+        future.add_done_callback(self._finished)
+
+    def _finished(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def running(self) -> int:
+        """How many tracked jobs have not finished."""
+        with self._lock:
+            return self._running
+
+
+class SessionServices:
+    """The runtime parts every session uses, shared by all of them."""
+
+    __slots__ = (
+        "agent",
+        "agent_pool",
+        "background",
+        "clock",
+        "config",
+        "handoffs",
+        "lease_owner",
+        "outbox",
+        "owner_alive",
+        "readers",
+        "sessions",
+        "writer",
+    )
+
+    def __init__(
+        self,
+        *,
+        writer: StoreWriter,
+        readers: ReaderPool,
+        agent: Agent,
+        agent_pool: Executor,
+        outbox: OutboxSink,
+        config: RuntimeConfig,
+        lease_owner: str,
+        owner_alive: Callable[[str], bool] = lambda owner: True,
+        clock: Callable[[], float] = time.time,
+        sessions: SessionsConfig | None = None,
+    ) -> None:
+        self.writer = writer
+        self.readers = readers
+        self.agent = agent
+        self.agent_pool = agent_pool
+        self.outbox = outbox
+        self.config = config
+        self.lease_owner = lease_owner
+        self.owner_alive = owner_alive
+        self.clock = clock
+        self.sessions = sessions or SessionsConfig()
+        self.background = BackgroundJobs()
+        self.handoffs = HandoffReplies()
+
+
+def reply_for(
+    source: SessionSource,
+    session_id: str | None,
+    text: str,
+    reply_to: str | None = None,
+    *,
+    answers: Sequence[str] = (),
+) -> OutboundMessage:
+    """Return a message to ``source``'s chat (and thread) from ``session_id``, answering the ``answers`` ids."""
+    return OutboundMessage(
+        platform=source.platform,
+        account_id=source.account_id or "",
+        chat_id=source.chat_id,
+        thread_id=source.thread_id,
+        user_id=source.participant_id,
+        session_id=session_id,
+        text=text,
+        reply_to=reply_to,
+        answers=tuple(answers) if answers else ((reply_to,) if reply_to else ()),
+    )
+
+
+def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False) -> int:
+    """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id.
+
+    ``session_exists`` skips the lookup when the caller has just written to the session.
+    """
+    session_id = outbound.session_id
+    if session_id is not None and not session_exists and store.find_session(session_id) is None:
+        session_id = None  # its first turn has not committed yet: no row to refer to
+    return store.outbox.add(
+        session_id=session_id,
+        platform=outbound.platform,
+        account_id=outbound.account_id,
+        chat_id=outbound.chat_id,
+        thread_id=outbound.thread_id,
+        payload=encode(outbound),
+    )

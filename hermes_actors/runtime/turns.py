@@ -1,0 +1,420 @@
+"""Session turns: the only place a session's turns run, one at a time.
+
+:class:`SessionTurns` holds the logic (load the transcript once, call the agent, commit everything of the turn in
+one transaction, hand the reply to the outbox); :class:`~hermes_actors.runtime.session.SessionActor` is only its
+mailbox and thread. A turn's commit holds the user message(s) and their attachment rows, the agent's messages, token
+counts, the inbox rows' completion and the outbox row, so after a crash a turn either happened entirely or is
+replayed from the inbox. Lifecycle steps (ending a session, titles, compression into a child session, handoff) run
+in order with the turns, in :class:`~hermes_actors.runtime.controls.SessionControls`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import TypeVar
+
+import msgspec
+
+from hermes_actors.agents.base import AgentReply, TurnInput
+from hermes_actors.agents.history import ModelHistory
+from hermes_actors.agents.tools import session_search_tool
+from hermes_actors.errors import HermesError, StaleTurnError, TitleInUseError
+from hermes_actors.lifecycle.auto_titles import AutoTitle
+from hermes_actors.media import for_agent, unread_note, user_content
+from hermes_actors.messages import Attachment
+from hermes_actors.principal import visible_sessions
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.agent_calls import AgentCalls
+from hermes_actors.runtime.controls import SessionControls
+from hermes_actors.runtime.leases import describe_owner, wait_for_lease
+from hermes_actors.runtime.protocol import (
+    AgentFailure,
+    Compress,
+    Delivery,
+    EndSession,
+    Handoff,
+    RunTurn,
+    SetTitle,
+    TurnOutcome,
+)
+from hermes_actors.runtime.records import (
+    CreatedRow,
+    answered,
+    record_attachments,
+    release_lease,
+    source_of,
+    still_pending,
+    user_key,
+)
+from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
+from hermes_actors.store import MessageRecord, NewMessage, Role, SessionRecord, Store
+
+__all__ = ["SessionTurns"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class SessionTurns:
+    """The turn logic of one session, driven by :class:`SessionActor` (or any single thread).
+
+    ``create_with`` is the (source, routing key) of a session that does not exist yet: its first turn creates the
+    session row (with ``title``, when one was asked for) and the route in the same transaction as the turn.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        services: SessionServices,
+        *,
+        create_with: tuple[SessionSource, str] | None = None,
+        title: str | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.services = services
+        self._services = services
+        self._writer = services.writer
+        self._clock = services.clock
+        self._timeout = services.config.agent_timeout_s
+        self._create_with = create_with
+        self._pending_title = title
+        self._lease_held = False
+        self._epoch = 0  # the tenure of this process's lease: every commit checks it (Leases.fence)
+        self._record: SessionRecord | None = None
+        self._history: list[MessageRecord] = []
+        self._memories: list[str] = []
+        self._model_history = ModelHistory(services.config.model_message_cap_chars)  # what the model is sent
+        self._auto_title = AutoTitle(services, session_id)
+        # Conversation-scoped state, dropped by a reset (model overrides and the like).
+        self.overrides: dict[str, str] = {}
+        if create_with is None:  # the transcript is read once the lease is taken (_acquire_lease)
+            with services.readers.reader() as store:
+                self._record = store.get_session(session_id)
+                self._load_memories(store, source_of(self._record))
+            origin = source_of(self._record)
+        else:
+            with services.readers.reader() as store:
+                self._load_memories(store, create_with[0])
+            origin = create_with[0]
+        scope = services.sessions.search_scope_for(origin.platform)
+        visible = visible_sessions(origin, scope)
+        self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
+        self.agent_calls = AgentCalls(services, session_id)
+        self._controls = SessionControls(self)
+
+    def _load_memories(self, store: Store, source: SessionSource) -> None:
+        key = user_key(source)
+        self._memories = store.memories.for_user(key) if key is not None else []
+
+    @property
+    def history(self) -> Sequence[MessageRecord]:
+        """The cached transcript."""
+        return self._history
+
+    @property
+    def memories(self) -> Sequence[str]:
+        """What earlier sessions remembered about this session's user."""
+        return self._memories
+
+    @property
+    def record(self) -> SessionRecord | None:
+        """The session's row as last committed; ``None`` before its first commit."""
+        return self._record
+
+    @record.setter
+    def record(self, record: SessionRecord | None) -> None:
+        self._record = record
+
+    @property
+    def is_new(self) -> bool:
+        """Whether the session's row does not exist yet (its first commit creates it)."""
+        return self._create_with is not None
+
+    @property
+    def pending_title(self) -> str | None:
+        """The title the first commit gives the session."""
+        return self._pending_title
+
+    @pending_title.setter
+    def pending_title(self, title: str | None) -> None:
+        self._pending_title = title
+
+    @property
+    def model_history(self) -> ModelHistory:
+        """What the model is sent of the transcript."""
+        return self._model_history
+
+    def lease_released(self) -> None:
+        """The session's lease was released in the commit that just ended or continued it."""
+        self._lease_held = False
+
+    # -- agent calls -------------------------------------------------------------------------------------------
+
+    def _call_agent(
+        self, text: str, token: CancelToken, attachments: Sequence[Attachment] = ()
+    ) -> AgentReply | AgentFailure | None:
+        turn = TurnInput(
+            session_id=self.session_id,
+            history=self._model_history.of(self._history),
+            user_text=text,
+            system_prompt=self._record.system_prompt if self._record else None,
+            memories=self._memories,
+            history_tokens=self._model_history.tokens(self._history),
+            tools=self._tools,
+            attachments=attachments,
+        )
+        agent = self._services.agent
+        if getattr(agent, "runs_inline", False):
+            # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
+            return self.agent_calls.inline(lambda: agent.run_turn(turn, timeout_s=self._timeout))
+        return self.agent_calls.in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
+
+    # -- leases ------------------------------------------------------------------------------------------------
+
+    def _acquire_lease(self) -> str | None:
+        """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy.
+
+        Under a new lease the transcript is read again: another process may have written turns since it was read.
+        """
+        config = self._services.config
+        owner = self._services.lease_owner
+        granted: list[int] = []
+
+        def try_acquire() -> str | None:
+            result = self._writer.call(lambda store: store.leases.grant(self.session_id, owner, config.lease_ttl_s))
+            if isinstance(result, str):
+                return result
+            granted.append(result)
+            return None
+
+        holder = wait_for_lease(
+            try_acquire,
+            lambda dead: self._writer.call(functools.partial(release_lease, session_id=self.session_id, owner=dead)),
+            wait_s=config.lease_wait_s,
+            owner_alive=self._services.owner_alive,
+        )
+        self._lease_held = holder is None
+        if self._lease_held:
+            self._epoch = granted[-1]
+            self._reload()
+        return holder
+
+    def _reload(self) -> None:
+        """Read the session and its transcript as the store has them now."""
+        with self._services.readers.reader() as store:
+            self._record = store.get_session(self.session_id)
+            self._history = store.load_transcript(self.session_id)
+
+    def fence(self, store: Store) -> None:
+        """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
+        if self._create_with is None:
+            config = self._services.config
+            store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)
+
+    def lost_lease(self) -> None:
+        """The lease was taken over: forget it, so the next turn takes it again and reads the transcript anew."""
+        self._lease_held = False
+
+    def release_lease(self) -> None:
+        """Give the lease up without waiting for the commit (the actor is stopping)."""
+        if self._lease_held:
+            self._lease_held = False
+            owner = self._services.lease_owner
+            self._writer.submit(lambda store: store.leases.release(self.session_id, owner))
+
+    # -- turns -------------------------------------------------------------------------------------------------
+
+    def answer(self, deliveries: Sequence[Delivery], text: str, *, state: str = "done") -> TurnOutcome:
+        """Complete ``deliveries`` with a reply and nothing in the transcript."""
+        first = deliveries[0].message
+        outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=answered(deliveries))
+
+        def answer(store: Store) -> int:
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state=state)
+            return queue_reply(store, outbound)
+
+        outbox_id = self._writer.call(answer)
+        self._services.outbox.deliver(outbox_id, outbound)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=0,
+            failed=text if state == "rejected" else None,
+        )
+
+    def run(self, request: RunTurn) -> TurnOutcome:
+        """Run one turn (or lifecycle step) and commit it; return what happened."""
+        deliveries = request.deliveries
+        self._record = self._auto_title.applied(self._record)  # a background title stored since the last turn
+        if not self._lease_held and self._create_with is None:
+            holder = self._acquire_lease()
+            if holder is not None:
+                refused = isinstance(request.control, EndSession)
+                if not deliveries:  # a timer's reset: the lease holder's own timers decide
+                    return TurnOutcome(
+                        session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0, not_ended=refused
+                    )
+                busy = (
+                    f"This conversation is busy in {describe_owner(holder)}; "
+                    "your message was not run. Send it again when that process has finished."
+                )
+                return msgspec.structs.replace(self.answer(deliveries, busy, state="rejected"), not_ended=refused)
+        if deliveries:
+            fresh = still_pending(self._services.readers, deliveries)
+            if len(fresh) < len(deliveries):
+                done = [d.inbox_id for d in deliveries if d not in fresh]
+                _log.info("session %s: inbox rows %s were answered by another turn already", self.session_id, done)
+                if not fresh:
+                    return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+                deliveries = tuple(fresh)
+                request = msgspec.structs.replace(request, deliveries=deliveries)
+        match request.control:
+            case EndSession():
+                return self._controls.end(request.control, deliveries, request.token)
+            case SetTitle():
+                return self._controls.set_title(request.control, deliveries)
+            case Compress():
+                return self._controls.compress(deliveries, request.token, reply=True)
+            case Handoff():
+                return self._controls.handoff(request.control, deliveries, request.token)
+            case None:
+                pass
+        if request.reply_override is not None:
+            return self.answer(deliveries, request.reply_override)
+        if self._controls.needs_compression():
+            outcome = self._controls.compress((), request.token, reply=False)
+            if outcome.continued_by is not None:
+                return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
+        return self.converse(deliveries, request.token)
+
+    def converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:
+        first = deliveries[0].message
+        # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
+        contents = [user_content(d.message) for d in deliveries]
+        reply = self._call_agent("\n".join(contents), token, for_agent(d.message for d in deliveries))
+        cancelled = token.cancelled
+        now = self._clock()
+        new = [
+            NewMessage(role=Role.USER, content=content, platform_message_id=d.message.message_id, created_at=now)
+            for d, content in zip(deliveries, contents, strict=True)
+        ]
+        reply_text: str | None = None
+        if isinstance(reply, AgentReply) and not cancelled:
+            new.extend(
+                NewMessage(
+                    role=m.role,
+                    content=m.content,
+                    tool_calls=m.tool_calls,
+                    tool_name=m.tool_name,
+                    tool_call_id=m.tool_call_id,
+                    created_at=now,
+                )
+                for m in reply.messages
+            )
+            new[-1] = msgspec.structs.replace(
+                new[-1], input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
+            )
+            reply_text = reply.text
+        elif isinstance(reply, AgentFailure):
+            reply_text = reply.text
+        unread = unread_note(d.message for d in deliveries)
+        if reply_text is not None and unread is not None:
+            reply_text = f"{unread}\n\n{reply_text}"
+        outbound = (
+            reply_for(first.source, self.session_id, reply_text, first.message_id, answers=answered(deliveries))
+            if reply_text is not None
+            else None
+        )
+        if outbound is not None and no_retry:
+            outbound = msgspec.structs.replace(outbound, no_retry=True)
+
+        def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
+            self.fence(store)
+            for delivery in deliveries:
+                if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
+                    raise StaleTurnError(
+                        f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
+                    )
+            created = self._create_row(store)
+            ids = store.append_messages(self.session_id, new)
+            record_attachments(store, deliveries, ids, now)
+            return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids, created
+
+        outbox_id, ids, created = self._writer.call(commit)
+        if created is not None:
+            self._adopt(created)
+        self._remember(ids, new, now)
+        if outbound is not None and outbox_id is not None:
+            self._services.outbox.deliver(outbox_id, outbound)
+        self._auto_title.after_exchange(  # after the reply has left: a title never delays it
+            self._record,
+            self._history,
+            added=len(ids),
+            user_text="\n".join(d.message.text for d in deliveries),
+            reply_text=reply.text if isinstance(reply, AgentReply) and not cancelled else None,
+        )
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=len(ids),
+            cancelled=cancelled,
+            failed=reply.text if isinstance(reply, AgentFailure) else None,
+            origin=source_of(self._record) if self._record is not None else None,
+        )
+
+    def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
+        self._history.extend(
+            MessageRecord(
+                id=i,
+                session_id=self.session_id,
+                role=m.role.value,
+                content=m.content,
+                created_at=now,
+                tool_calls=m.tool_calls,
+                tool_name=m.tool_name,
+                tool_call_id=m.tool_call_id,
+                platform_message_id=m.platform_message_id,
+            )
+            for i, m in zip(ids, new, strict=True)
+        )
+
+    def _create_row(self, store: Store) -> CreatedRow | None:
+        """Inside the first commit: create the session row, its route and its lease; ``None`` when the row exists.
+
+        It changes nothing of this object (the commit may be rolled back and run again): :meth:`_adopt` takes the
+        result once the commit is durable.
+        """
+        if self._create_with is None:
+            return None
+        source, routing_key = self._create_with
+        title = self._pending_title
+        try:
+            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key, title=title)
+        except (TitleInUseError, HermesError) as exc:
+            if title is None:
+                raise
+            _log.info("session %s: title %r not applied: %s", self.session_id, title, exc)
+            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key)
+        store.set_route(routing_key, self.session_id)
+        config = self._services.config
+        granted = store.leases.grant(self.session_id, self._services.lease_owner, config.lease_ttl_s)
+        return CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)
+
+    def _adopt(self, created: CreatedRow) -> None:
+        """The first commit is durable: the session has its row (and, unless another process holds it, its lease)."""
+        self._lease_held = created.epoch is not None
+        self._epoch = created.epoch or 0
+        self._record = created.record
+        self._create_with = None
+        self._pending_title = None
+
+    def origin(self, deliveries: Sequence[Delivery]) -> tuple[SessionSource | None, str | None]:
+        """Where a reply to ``deliveries`` goes, and the message it answers (without deliveries: the origin)."""
+        if deliveries:
+            return deliveries[0].message.source, deliveries[0].message.message_id
+        return (source_of(self._record) if self._record else None), None
