@@ -8,7 +8,6 @@ value, so rows written when these fields were bare strings decode unchanged, and
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -51,12 +50,7 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
     configured describe step said). Build them with :class:`hermes_actors.media.MediaStore`.
     """
 
-    if TYPE_CHECKING:
-        # Callers that still pass the bare strings ("image") type-check until they name the members; a decoded
-        # row and every record MediaStore makes always hold an AttachmentKind.
-        kind: AttachmentKind | str
-    else:
-        kind: AttachmentKind
+    kind: AttachmentKind
     mime_type: str | None = None
     name: str | None = None
     size: int | None = None  # bytes, when known

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from hermes_actors.agents.base import Agent, AgentError
+from hermes_actors.agents.base import Agent, AgentError, TitleCall, runs_inline, title_call
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import HermesError
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
@@ -41,8 +41,6 @@ __all__ = [
 TITLE_TIMEOUT_S = 30.0  # at most; a shorter runtime.agent_timeout_s bounds it too
 
 _log = logging.getLogger(__name__)
-
-TitleCall = Callable[..., str]
 
 
 class BackgroundTracker(Protocol):
@@ -161,11 +159,11 @@ class AutoTitle:
         self._decided = True  # whatever happens next, this session's title is settled here
         if record.title is not None or not _first_exchange_ends_here(history, added):
             return
-        call: TitleCall | None = getattr(self._services.agent, "title", None)
+        call = title_call(self._services.agent)
         if call is None:
             _log.debug("session %s: the agent offers no title call; the session stays untitled", self.session_id)
             return
-        if getattr(self._services.agent, "runs_inline", False):
+        if runs_inline(self._services.agent):
             # It never blocks: ask it here, after the reply has left, and wait for the write, so the next turn (a
             # /compress that numbers the child's title after this one) already sees the title.
             self._future = Future()

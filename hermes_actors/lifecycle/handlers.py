@@ -36,7 +36,7 @@ from hermes_actors.lifecycle.work import (
     SetTitle,
 )
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import EndReason, InboxState, Store
 from hermes_actors.store.records import HomeChannel
 
 if TYPE_CHECKING:
@@ -69,7 +69,9 @@ class Directory(Protocol):
         """Return whether ``session_id`` is assigned but its first turn (which creates its row) has not run."""
         ...
 
-    def reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
+    def reply_now(
+        self, delivery: Delivery, text: str, *, session_id: str | None, state: InboxState = InboxState.DONE
+    ) -> None:
         """Complete ``delivery`` with ``text`` from the directory itself (nothing goes to a transcript)."""
         ...
 

@@ -14,10 +14,11 @@ import logging
 import math
 from collections.abc import Callable
 from datetime import tzinfo
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
+from hermes_actors.agents.base import background_probe
 from hermes_actors.lifecycle.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
 from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.routing import SessionSource
@@ -165,7 +166,6 @@ class ResetScheduler:
         self._end(EndDue(session_id=session_id, reason=due.reason, notice=notice))
 
 
-def background_hook(agent: Any) -> Callable[[str], float | None] | None:
+def background_hook(agent: object) -> Callable[[str], float | None] | None:
     """Return the agent's ``background_started_at(session_id)`` method, if it has one."""
-    hook = getattr(agent, "background_started_at", None)
-    return hook if callable(hook) else None
+    return background_probe(agent)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from hermes_actors.agents.base import cleanup_calls, context_window_of
 from hermes_actors.agents.history import is_summary
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
@@ -101,10 +102,7 @@ class SessionControls:
     def _release_agent_state(self) -> None:
         """Reset steps 3-5: release the agent's resources (bounded), drop conversation state, stop background work."""
         agent = self._services.agent
-        for hook in ("release_session", "interrupt_background"):
-            call = getattr(agent, hook, None)
-            if call is None:
-                continue
+        for hook, call in cleanup_calls(agent):
             bound: Callable[[], object] = functools.partial(call, self.session_id, timeout_s=CLEANUP_TIMEOUT_S)
             outcome = self._turns.agent_calls.in_pool(bound, CancelToken(), CLEANUP_TIMEOUT_S)
             if isinstance(outcome, AgentFailure):
@@ -152,7 +150,7 @@ class SessionControls:
         )
         if len(self._turns.history) - carried < 4:
             return False
-        window = int(getattr(self._services.agent, "context_window", config.context_window))
+        window = context_window_of(self._services.agent, config.context_window)
         tokens = self._turns.model_history.tokens(
             self._turns.history
         )  # the prompt as sent: capped messages count capped

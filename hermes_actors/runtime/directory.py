@@ -14,7 +14,7 @@ from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
 from hermes_actors.runtime.routes import Routes, submit_logged
 from hermes_actors.runtime.services import OutboxSink, queue_reply, reply_for
-from hermes_actors.store import Store
+from hermes_actors.store import InboxState, Store
 from hermes_actors.store.writer import StoreWriter
 
 __all__ = ["SupervisorDirectory"]
@@ -60,7 +60,9 @@ class SupervisorDirectory:
         state = self._live.get(session_id)
         return state is not None and state.create_with is not None
 
-    def reply_now(self, delivery: Delivery, text: str, *, session_id: str | None, state: str = "done") -> None:
+    def reply_now(
+        self, delivery: Delivery, text: str, *, session_id: str | None, state: InboxState = InboxState.DONE
+    ) -> None:
         """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
         reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
         outbox = self._outbox

@@ -52,6 +52,7 @@ from hermes_actors.runtime.routes import Routes
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session import SessionActor
 from hermes_actors.runtime.turns import SessionTurns
+from hermes_actors.store import InboxState
 
 __all__ = ["SupervisorActor"]
 
@@ -239,7 +240,7 @@ class SupervisorActor(RuntimeActor):
             f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
             "Wait for the replies, then send it again.",
             session_id=None,
-            state="rejected",
+            state=InboxState.REJECTED,
         )
 
     def _dispatch(self, session_id: str, state: LiveSession) -> None:

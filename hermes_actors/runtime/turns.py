@@ -10,14 +10,13 @@ in order with the turns, in :class:`~hermes_actors.runtime.controls.SessionContr
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
 import msgspec
 
-from hermes_actors.agents.base import AgentReply, TurnInput
+from hermes_actors.agents.base import AgentReply, TurnInput, runs_inline
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import session_search_tool
 from hermes_actors.errors import HermesError, StaleTurnError, TitleInUseError
@@ -28,7 +27,7 @@ from hermes_actors.principal import visible_sessions
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.agent_calls import AgentCalls
 from hermes_actors.runtime.controls import SessionControls
-from hermes_actors.runtime.leases import describe_owner, wait_for_lease
+from hermes_actors.runtime.leases import describe_owner
 from hermes_actors.runtime.protocol import (
     AgentFailure,
     Compress,
@@ -43,13 +42,13 @@ from hermes_actors.runtime.records import (
     CreatedRow,
     answered,
     record_attachments,
-    release_lease,
     source_of,
     still_pending,
     user_key,
 )
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
-from hermes_actors.store import MessageRecord, NewMessage, Role, SessionRecord, Store
+from hermes_actors.runtime.session_lease import SessionLease
+from hermes_actors.store import InboxState, MessageRecord, NewMessage, Role, SessionRecord, Store
 
 __all__ = ["SessionTurns"]
 
@@ -80,8 +79,7 @@ class SessionTurns:
         self._timeout = services.config.agent_timeout_s
         self._create_with = create_with
         self._pending_title = title
-        self._lease_held = False
-        self._epoch = 0  # the tenure of this process's lease: every commit checks it (Leases.fence)
+        self._lease = SessionLease(session_id, services)
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
         self._memories: list[str] = []
@@ -148,7 +146,7 @@ class SessionTurns:
 
     def lease_released(self) -> None:
         """The session's lease was released in the commit that just ended or continued it."""
-        self._lease_held = False
+        self._lease.forget()
 
     # -- agent calls -------------------------------------------------------------------------------------------
 
@@ -166,7 +164,7 @@ class SessionTurns:
             attachments=attachments,
         )
         agent = self._services.agent
-        if getattr(agent, "runs_inline", False):
+        if runs_inline(agent):
             # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
             return self.agent_calls.inline(lambda: agent.run_turn(turn, timeout_s=self._timeout))
         return self.agent_calls.in_pool(lambda: agent.run_turn(turn, timeout_s=self._timeout), token)
@@ -174,30 +172,10 @@ class SessionTurns:
     # -- leases ------------------------------------------------------------------------------------------------
 
     def _acquire_lease(self) -> str | None:
-        """Take the session's lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy.
-
-        Under a new lease the transcript is read again: another process may have written turns since it was read.
-        """
-        config = self._services.config
-        owner = self._services.lease_owner
-        granted: list[int] = []
-
-        def try_acquire() -> str | None:
-            result = self._writer.call(lambda store: store.leases.grant(self.session_id, owner, config.lease_ttl_s))
-            if isinstance(result, str):
-                return result
-            granted.append(result)
-            return None
-
-        holder = wait_for_lease(
-            try_acquire,
-            lambda dead: self._writer.call(functools.partial(release_lease, session_id=self.session_id, owner=dead)),
-            wait_s=config.lease_wait_s,
-            owner_alive=self._services.owner_alive,
-        )
-        self._lease_held = holder is None
-        if self._lease_held:
-            self._epoch = granted[-1]
+        """Take the session's lease (:meth:`SessionLease.acquire`); under a new lease the transcript is read again:
+        another process may have written turns since it was read."""
+        holder = self._lease.acquire()
+        if holder is None:
             self._reload()
         return holder
 
@@ -210,23 +188,19 @@ class SessionTurns:
     def fence(self, store: Store) -> None:
         """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
         if self._create_with is None:
-            config = self._services.config
-            store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)
+            self._lease.fence(store)
 
     def lost_lease(self) -> None:
         """The lease was taken over: forget it, so the next turn takes it again and reads the transcript anew."""
-        self._lease_held = False
+        self._lease.forget()
 
     def release_lease(self) -> None:
         """Give the lease up without waiting for the commit (the actor is stopping)."""
-        if self._lease_held:
-            self._lease_held = False
-            owner = self._services.lease_owner
-            self._writer.submit(lambda store: store.leases.release(self.session_id, owner))
+        self._lease.release()
 
     # -- turns -------------------------------------------------------------------------------------------------
 
-    def answer(self, deliveries: Sequence[Delivery], text: str, *, state: str = "done") -> TurnOutcome:
+    def answer(self, deliveries: Sequence[Delivery], text: str, *, state: InboxState = InboxState.DONE) -> TurnOutcome:
         """Complete ``deliveries`` with a reply and nothing in the transcript."""
         first = deliveries[0].message
         outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=answered(deliveries))
@@ -243,14 +217,14 @@ class SessionTurns:
             inbox_ids=tuple(d.inbox_id for d in deliveries),
             outbox_id=outbox_id,
             stored_messages=0,
-            failed=text if state == "rejected" else None,
+            failed=text if state is InboxState.REJECTED else None,
         )
 
     def run(self, request: RunTurn) -> TurnOutcome:
         """Run one turn (or lifecycle step) and commit it; return what happened."""
         deliveries = request.deliveries
         self._record = self._auto_title.applied(self._record)  # a background title stored since the last turn
-        if not self._lease_held and self._create_with is None:
+        if not self._lease.held and self._create_with is None:
             holder = self._acquire_lease()
             if holder is not None:
                 refused = isinstance(request.control, EndSession)
@@ -262,7 +236,9 @@ class SessionTurns:
                     f"This conversation is busy in {describe_owner(holder)}; "
                     "your message was not run. Send it again when that process has finished."
                 )
-                return msgspec.structs.replace(self.answer(deliveries, busy, state="rejected"), not_ended=refused)
+                return msgspec.structs.replace(
+                    self.answer(deliveries, busy, state=InboxState.REJECTED), not_ended=refused
+                )
         if deliveries:
             fresh = still_pending(self._services.readers, deliveries)
             if len(fresh) < len(deliveries):
@@ -407,8 +383,7 @@ class SessionTurns:
 
     def _adopt(self, created: CreatedRow) -> None:
         """The first commit is durable: the session has its row (and, unless another process holds it, its lease)."""
-        self._lease_held = created.epoch is not None
-        self._epoch = created.epoch or 0
+        self._lease.adopt(created.epoch)
         self._record = created.record
         self._create_with = None
         self._pending_title = None

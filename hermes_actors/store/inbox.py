@@ -56,7 +56,7 @@ class Inbox(Table):
             )
             return self._db.last_insert_rowid() if self._db.changes() else None
 
-    def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState | str = InboxState.DONE) -> bool:
+    def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered (:attr:`InboxState.DONE`) or refused (:attr:`InboxState.REJECTED`); return
         whether it was pending.
 

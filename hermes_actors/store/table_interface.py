@@ -42,7 +42,7 @@ class InboxQueue(Protocol):
         """Commit an inbound message; its row id, ``None`` for a redelivery."""
         ...
 
-    def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState | str = InboxState.DONE) -> bool:
+    def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
         ...
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from hermes_actors.media import MediaConfig, MediaStore
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, AttachmentKind
 from platforms.support.downloads import DownloadFailed, Fetched, download, fetch
 from platforms.support.http_host import HttpHost
 
@@ -201,7 +201,7 @@ def test_download_saves_the_file_once_named_by_its_sha256_and_keeps_no_url(files
     saved = run(lambda s: download(media, s, files.url("/png"), kind="image", name="plot.png", size=len(PNG)))
     digest = hashlib.sha256(PNG).hexdigest()
     assert saved == Attachment(
-        kind="image",
+        kind=AttachmentKind.IMAGE,
         mime_type="image/png",
         name="plot.png",
         size=len(PNG),

@@ -24,7 +24,7 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import decode_settings
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import MediaConfig, MediaStore, format_size, stand_in
-from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.messages import Attachment, AttachmentKind, InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
@@ -363,7 +363,7 @@ def test_a_deletion_inside_an_open_transaction_leaves_the_files_until_it_has_com
 def test_only_files_inside_the_media_directory_are_ever_removed(store: Store, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.png"
     outside.write_bytes(PNG)
-    attachment = Attachment(kind="image", path=str(outside), name="elsewhere.png")
+    attachment = Attachment(kind=AttachmentKind.IMAGE, path=str(outside), name="elsewhere.png")
     _session_with(store, "s1", attachment)
     assert store.attachments.for_session("s1")[0].path == str(outside)  # kept absolute: not in the media directory
     assert store.delete_session("s1")

@@ -1,0 +1,80 @@
+"""One session's lease, as its turns hold it: taken before a turn, checked in every commit, given up at stop.
+
+The lease (a ``leases`` row) says which process runs the session's turns; its epoch is the tenure of this
+process's hold, so a commit made after another process took the session over is refused
+(:meth:`Leases.fence <hermes_actors.store.leases.Leases.fence>` raises :class:`~hermes_actors.errors.LeaseLostError`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hermes_actors.runtime.leases import wait_for_lease
+from hermes_actors.runtime.records import release_lease
+from hermes_actors.runtime.services import SessionServices
+from hermes_actors.store import Store
+
+__all__ = ["SessionLease"]
+
+
+class SessionLease:
+    """Whether this process holds ``session_id``'s lease, and the epoch of that hold."""
+
+    def __init__(self, session_id: str, services: SessionServices) -> None:
+        self.session_id = session_id
+        self._services = services
+        self.held = False
+        self._epoch = 0  # the tenure of this process's lease: every commit checks it
+
+    def acquire(self) -> str | None:
+        """Take the lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy."""
+        services = self._services
+        config = services.config
+        writer = services.writer
+        granted: list[int] = []
+
+        def try_acquire() -> str | None:
+            result = writer.call(
+                lambda store: store.leases.grant(self.session_id, services.lease_owner, config.lease_ttl_s)
+            )
+            if isinstance(result, str):
+                return result
+            granted.append(result)
+            return None
+
+        holder = wait_for_lease(
+            try_acquire,
+            lambda dead: writer.call(functools.partial(release_lease, session_id=self.session_id, owner=dead)),
+            wait_s=config.lease_wait_s,
+            owner_alive=services.owner_alive,
+        )
+        self.held = holder is None
+        if self.held:
+            self._epoch = granted[-1]
+        return holder
+
+    def adopt(self, epoch: int | None) -> None:
+        """The session's first commit granted the lease at ``epoch`` (``None``: another process holds it)."""
+        self.held = epoch is not None
+        self._epoch = epoch or 0
+
+    def fence(self, store: Store) -> None:
+        """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands."""
+        config = self._services.config
+        store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)
+
+    def forget(self) -> None:
+        """The lease ended with a commit (released in it) or was taken over: the next turn takes it anew."""
+        self.held = False
+
+    def release(self) -> None:
+        """Give the lease up without waiting for the commit (the actor is stopping)."""
+        if self.held:
+            self.held = False
+            owner = self._services.lease_owner
+            self._services.writer.submit(lambda store: store.leases.release(self.session_id, owner))
+
+
+def _grant(store: Store, *, session_id: str, owner: str, ttl_s: float) -> int | str:
+    """Inside a write: grant ``owner`` the lease (its epoch), or name the process that holds it."""
+    return store.leases.grant(session_id, owner, ttl_s)
