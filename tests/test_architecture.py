@@ -168,6 +168,7 @@ def test_every_module_belongs_to_a_known_layer() -> None:
     assert not unknown, f"modules outside every layer of ARCHITECTURE.md: {sorted(unknown)}"
 
 
+@pytest.mark.slow
 def test_imports_run_only_downwards() -> None:
     wrong = []
     for name, path in _modules():

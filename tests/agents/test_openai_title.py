@@ -48,6 +48,7 @@ def test_a_long_first_exchange_is_sent_as_excerpts(server: ChatServer, agent: Op
     assert [len(m["content"]) for m in body["messages"][:2]] == [TITLE_EXCERPT_CHARS, TITLE_EXCERPT_CHARS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answer", "title"),
     [

@@ -157,6 +157,7 @@ def _user_messages(home: Path) -> list[tuple[str, str]]:
     return [(str(source), str(content)) for source, content in rows]
 
 
+@pytest.mark.slow
 def test_the_daemon_serves_api_webhooks_and_hermesctl_then_stops_on_sigterm_with_everything_stored(
     daemon: Daemon, home: Path
 ) -> None:
@@ -217,6 +218,7 @@ def test_the_daemon_serves_api_webhooks_and_hermesctl_then_stops_on_sigterm_with
     assert stored.count(("cli", "hello from the terminal")) == 1
 
 
+@pytest.mark.slow
 def test_a_second_daemon_on_the_same_home_is_refused_and_the_socket_is_private(daemon: Daemon, home: Path) -> None:
     assert (home / "hermesd.sock").stat().st_mode & 0o777 == 0o600
     second = start_daemon(home)
@@ -227,6 +229,7 @@ def test_a_second_daemon_on_the_same_home_is_refused_and_the_socket_is_private(d
     assert daemon.stop()[0] == 0
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_configuration_without_dropping_sessions(daemon: Daemon, home: Path) -> None:
     runner = CliRunner()
     first = runner.invoke(hermesctl, ["chat", "--home", str(home)], input="before reload\n")
@@ -265,6 +268,7 @@ def test_sighup_reloads_the_configuration_without_dropping_sessions(daemon: Daem
     assert ("webhook", "via the new route") in _user_messages(home)
 
 
+@pytest.mark.slow
 def test_a_bad_configuration_exits_2_naming_the_field(tmp_path: Path) -> None:
     home = tmp_path / "bad"
     home.mkdir()
@@ -280,6 +284,7 @@ def test_a_bad_configuration_exits_2_naming_the_field(tmp_path: Path) -> None:
     assert "not valid YAML at line" in err
 
 
+@pytest.mark.slow
 def test_hermes_home_chooses_the_home_when_no_option_is_given(home: Path) -> None:
     process = start_daemon(home, home_option=False)
     try:

@@ -57,6 +57,7 @@ def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_every_live_message_arrives_in_order_byte_for_byte(imported: Imported) -> None:
     hostile, target = imported.fx, imported.store
     report = imported.report
@@ -282,6 +283,7 @@ def test_a_title_held_here_gets_the_lineage_suffix_and_is_reported(hostile: Host
     assert notes[hostile.dirty_title].reason.startswith("sanitised")
 
 
+@pytest.mark.slow
 def test_a_second_run_imports_nothing_twice(hostile: Hostile, target: Store) -> None:
     first = import_hermes(hostile.path, target)
     before = dump(target)
@@ -299,6 +301,7 @@ def test_a_second_run_imports_nothing_twice(hostile: Hostile, target: Store) -> 
     }
 
 
+@pytest.mark.slow
 def test_a_dry_run_reports_exactly_what_the_import_does_and_writes_nothing(
     hostile: Hostile, target: Store, tmp_path: Path
 ) -> None:
@@ -316,6 +319,7 @@ def test_a_dry_run_reports_exactly_what_the_import_does_and_writes_nothing(
         )
 
 
+@pytest.mark.slow
 def test_a_run_that_failed_midway_completes_on_the_next_run(hostile: Hostile, target: Store, tmp_path: Path) -> None:
     calls = 0
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hermes_actors.importer import LEDGER_PREFIX, import_hermes
 from hermes_actors.store import Store
 from tests.importer.hermes_v22 import HermesDb
@@ -52,6 +54,7 @@ def rows(store: Store) -> tuple[list[tuple[object, ...]], ...]:
     )
 
 
+@pytest.mark.slow
 def test_an_import_killed_midway_is_completed_by_running_it_again(tmp_path: Path) -> None:
     source = tmp_path / "reference" / "state.db"
     source.parent.mkdir()

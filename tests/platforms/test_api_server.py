@@ -330,6 +330,7 @@ AUDIO_PARTS = [  # image parts are attachments now; audio input is not taken
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "path", "method", "status", "param"),
     [

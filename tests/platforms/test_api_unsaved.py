@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from hermes_actors import testing
 from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.config import RuntimeConfig
@@ -45,6 +47,7 @@ def _post(running: Running, text: str, session: str | None = None) -> tuple[int,
     return status, body, time.monotonic() - began
 
 
+@pytest.mark.slow
 def test_a_turn_the_full_disk_refuses_gets_a_503_at_once_and_runs_first_when_space_returns(start: Start) -> None:
     agent = GatedAgent()
     running = start(agent=agent, runtime=RuntimeConfig())

@@ -417,6 +417,7 @@ def test_a_failed_download_becomes_a_refused_attachment_that_says_why(
     assert f"{CDN_PREFIX}/{GENERAL}/{broken['id']}/broken.png" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_download_slower_than_the_heartbeat_interval_is_not_taken_for_a_zombie_connection(
     make_fake: MakeFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -472,6 +473,7 @@ def test_the_source_url_keeps_an_http_address_without_its_signature(url: str | N
 # -- the websocket: heartbeats, resume and reconnects ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_identify_sends_the_token_and_intents_and_heartbeats_carry_the_last_sequence(
     make_fake: MakeFake, start: Start
 ) -> None:
@@ -771,6 +773,7 @@ def test_a_long_reply_is_split_at_2000_characters_and_only_the_first_part_quotes
     assert len({p.body["nonce"] for p in parts}) == 3
 
 
+@pytest.mark.slow
 def test_a_busy_channel_waits_for_its_bucket_instead_of_hitting_429(make_fake: MakeFake, start: Start) -> None:
     strict = make_fake(bucket_limit=2, bucket_window_s=0.6)
     start(make_config(strict))
@@ -1040,6 +1043,7 @@ _raw_data = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(raw=_raw_data, own=st.none() | st.just(BOT_ID))
 def test_any_message_payload_is_an_inbound_message_a_skip_or_an_event_error(raw: str, own: str | None) -> None:
@@ -1064,6 +1068,7 @@ def test_any_message_payload_is_an_inbound_message_a_skip_or_an_event_error(raw:
     msgspec.msgpack.encode(inbound)  # it can be stored
 
 
+@pytest.mark.slow
 def test_random_dispatches_never_break_the_connection(fake: DiscordFake, start: Start) -> None:
     discord = start()
     fake.wait_ready(TOKEN)

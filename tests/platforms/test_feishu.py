@@ -671,6 +671,7 @@ def test_a_long_reply_is_split_under_the_request_limit_in_order(fake: FakeFeishu
     assert len({m.uuid for m in sent}) == len(sent)
 
 
+@pytest.mark.slow
 def test_send_failures_become_send_errors_that_say_what_happened(fake: FakeFeishu) -> None:
     sender = sender_for(fake, http_timeout_s=0.3).sender
     fake.fail_next(Failure(400, 99991400, "request trigger frequency limit", {"x-ogw-ratelimit-reset": "3"}))
@@ -770,6 +771,7 @@ def _mutate(payload: dict[str, Any], path: str, value: Any) -> None:
         target[last] = value
 
 
+@pytest.mark.slow
 def test_hostile_requests_get_a_clear_4xx_and_the_adapter_keeps_working(
     start_feishu: StartFeishu, caplog: pytest.LogCaptureFixture
 ) -> None:

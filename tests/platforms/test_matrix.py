@@ -653,6 +653,7 @@ def test_a_token_revoked_while_polling_is_reported(
     assert hs.sent(BOT) == []
 
 
+@pytest.mark.slow
 def test_sync_failures_are_retried_and_a_rate_limit_waits_retry_after_ms(
     hs: MatrixFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -762,6 +763,7 @@ def test_a_long_reply_is_split_under_max_message_bytes_with_a_transaction_id_per
     assert [path.rsplit("-", 1)[1] for path in paths] == [str(n) for n in range(len(parts))]
 
 
+@pytest.mark.slow
 def test_replies_are_paced_per_room(hs: MatrixFake, start: Start) -> None:
     hs.create_room(DM, ALICE, BOT)
     start(make_config(hs, max_message_bytes=1024, room_messages_per_second=5.0, room_burst=1))
@@ -891,6 +893,7 @@ _id_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_si
 _server = st.builds(lambda host, port: host + (f":{port}" if port else ""), _id_text, st.none() | st.integers(1, 65535))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     room=st.builds(lambda local, server: f"!{local}:{server}", _id_text, _server),
@@ -966,6 +969,7 @@ def test_values_nested_too_deep_and_unpaired_surrogates_are_repaired_and_the_mes
     assert "half \ufffd a smile" in received
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "logged"),
     [
@@ -1057,6 +1061,7 @@ _bodies = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(body=_bodies)
 def test_any_event_decodes_to_a_message_none_or_an_event_error(body: bytes) -> None:
@@ -1078,6 +1083,7 @@ def test_any_event_decodes_to_a_message_none_or_an_event_error(body: bytes) -> N
         msgspec.msgpack.encode(inbound)  # it can be stored
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(body=st.binary(max_size=200) | _json.map(lambda v: json.dumps({"next_batch": "s1", "rooms": v}).encode()))
 def test_any_sync_body_decodes_or_is_a_sync_error(body: bytes) -> None:
@@ -1089,6 +1095,7 @@ def test_any_sync_body_decodes_or_is_a_sync_error(body: bytes) -> None:
     assert isinstance(answer.next_batch, str)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(value=_json, ascii_only=st.booleans())
 def test_repair_keeps_valid_json_as_it_is(value: Any, ascii_only: bool) -> None:

@@ -387,6 +387,7 @@ def test_a_dropped_stream_reconnects_with_its_last_event_id_and_what_waited_arri
     assert daemon.waiting(ACCOUNT) == 0
 
 
+@pytest.mark.slow
 def test_a_half_open_stream_is_noticed_by_the_idle_timeout_and_the_replay_fills_the_gap(
     daemon: FakeSignalCli, start: Start
 ) -> None:
@@ -745,6 +746,7 @@ _event_data = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(data=_event_data)
 def test_any_event_data_decodes_to_a_message_a_skip_or_an_event_error(data: bytes) -> None:
@@ -783,6 +785,7 @@ _attachment = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(attachments=st.lists(_attachment, min_size=1, max_size=3))
 def test_any_attachments_give_one_file_each_to_fetch_or_an_event_error(attachments: list[dict[str, Any]]) -> None:

@@ -547,6 +547,7 @@ def test_a_long_reply_is_split_into_posts_within_the_limit_in_its_thread(
 # -- sending failures --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_outbox_retries_a_429_and_honours_retry_after(start_slack: StartSlack, slack: FakeSlack) -> None:
     running = start_slack()
     slack.fail_next(status=429, retry_after="1")
@@ -559,6 +560,7 @@ def test_the_outbox_retries_a_429_and_honours_retry_after(start_slack: StartSlac
     assert slack.nothing_more()
 
 
+@pytest.mark.slow
 def test_the_outbox_retries_ratelimited_and_5xx_answers_and_delivers_once(
     start_slack: StartSlack, slack: FakeSlack
 ) -> None:
@@ -717,6 +719,7 @@ def _hostile(draw: st.DrawFn) -> tuple[bytes, str]:
     return body, signing
 
 
+@pytest.mark.slow
 def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_working(
     start_slack: StartSlack, slack: FakeSlack
 ) -> None:

@@ -464,6 +464,7 @@ def test_replies_are_paced_per_chat_below_telegrams_flood_limit(tmp_path: Path, 
     assert min(gaps) >= 0.1  # 5 a second, with room for timer slack
 
 
+@pytest.mark.slow
 def test_flood_control_answers_are_honoured_when_pacing_allows_bursts(tmp_path: Path, start: Start) -> None:
     with TelegramFake(flood_interval_s=0.2, flood_retry_after=1) as strict:
         strict.add_bot(TOKEN)
@@ -731,6 +732,7 @@ _bodies = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(body=_bodies)
 def test_any_body_decodes_to_a_message_none_or_an_update_error(body: bytes) -> None:
@@ -747,6 +749,7 @@ def test_any_body_decodes_to_a_message_none_or_an_update_error(body: bytes) -> N
         msgspec.msgpack.encode(inbound)  # it can be stored
 
 
+@pytest.mark.slow
 def test_random_webhook_requests_never_get_a_server_error(fake: TelegramFake, start: Start) -> None:
     fake.add_bot(OTHER_TOKEN)
     telegram = start(webhook_config(fake, max_body_bytes=2048))
@@ -798,6 +801,7 @@ def test_hostile_updates_in_a_poll_are_logged_and_stepped_over(
     assert len(telegram.inbox()) == 1
 
 
+@pytest.mark.slow
 def test_poll_failures_are_logged_with_the_fix_and_polling_recovers(
     fake: TelegramFake, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:

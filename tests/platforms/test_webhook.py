@@ -357,6 +357,7 @@ _payloads = st.fixed_dictionaries(
 _header_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=40)
 
 
+@pytest.mark.slow
 def test_random_requests_never_get_a_server_error(start_webhook: StartWebhook) -> None:
     webhook = start_webhook(max_body_bytes=1024)
     url = f"{webhook.adapter.url}/webhooks/default"

@@ -190,6 +190,7 @@ def test_the_cursor_is_stored_with_the_turns_and_a_restart_polls_from_it(
     assert wechat.texts() == ["first", "second"]  # nothing was delivered twice
 
 
+@pytest.mark.slow
 def test_groups_are_keyed_per_sender_and_replies_go_to_the_group_with_its_latest_token(
     ilink: FakeIlink, start_wechat: StartWechat
 ) -> None:
@@ -234,6 +235,7 @@ def test_two_bot_accounts_with_the_same_peer_never_share_a_session(ilink: FakeIl
 # -- batching ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_messages_close_together_become_one_turn(ilink: FakeIlink, start_wechat: StartWechat) -> None:
     wechat = start_wechat(fast(ilink.url, batch_window_s=0.5))
     first = ilink.message("wxid_alice", "part one")
@@ -346,6 +348,7 @@ def test_a_batch_whose_release_failed_goes_first_and_holds_back_its_senders_late
 # -- dedupe ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_resent_message_id_and_resent_text_are_dropped_within_the_window_even_across_a_restart(
     ilink: FakeIlink, start_wechat: StartWechat
 ) -> None:
@@ -532,6 +535,7 @@ def test_without_cryptography_a_file_is_refused_naming_the_extra_to_install(
 # -- errors from iLink -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_expired_session_is_logged_with_the_fix_backed_off_and_polling_goes_on(
     ilink: FakeIlink, start_wechat: StartWechat, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -586,6 +590,7 @@ def reply_rows(wechat: Wechat) -> list[tuple[int, float]]:
         return [(row.attempts, row.next_attempt_at) for row in store.outbox.unsent()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answer", "status", "headers", "retry_after"),
     [
@@ -746,6 +751,7 @@ _user_message = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(message=_message | _user_message)
 def test_any_message_decodes_to_a_piece_and_its_files_or_is_malformed(message: Any) -> None:
@@ -766,6 +772,7 @@ def test_any_message_decodes_to_a_piece_and_its_files_or_is_malformed(message: A
         assert (ref.problem is None) == (ref.query is not None and (ref.aes_key or ref.hex_key) is not None)
 
 
+@pytest.mark.slow
 def test_hostile_getupdates_answers_are_logged_and_skipped_and_the_adapter_keeps_working(
     ilink: FakeIlink, start_wechat: StartWechat, caplog: pytest.LogCaptureFixture
 ) -> None:

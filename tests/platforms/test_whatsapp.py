@@ -659,6 +659,7 @@ def test_a_long_reply_is_split_into_messages_within_the_limit(start_whatsapp: St
 # -- sending failures and rates ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_outbox_retries_a_429_and_honours_retry_after(start_whatsapp: StartWhatsapp, graph: FakeGraph) -> None:
     running = start_whatsapp()
     graph.fail_next(status=429, code=130429, message="Rate limit hit", retry_after="1")
@@ -669,6 +670,7 @@ def test_the_outbox_retries_a_429_and_honours_retry_after(start_whatsapp: StartW
     assert graph.nothing_more()
 
 
+@pytest.mark.slow
 def test_the_outbox_retries_5xx_and_throttling_answers_and_delivers_once(
     start_whatsapp: StartWhatsapp, graph: FakeGraph
 ) -> None:
@@ -798,6 +800,7 @@ def test_a_partly_sent_reply_resumes_after_the_parts_already_sent(graph: FakeGra
     assert len(graph.sent) == 6
 
 
+@pytest.mark.slow
 def test_sends_are_paced_per_number_and_per_user(graph: FakeGraph) -> None:
     sender = sender_for(graph, open_for=(USER, OTHER_USER), messages_per_second=10.0)
     started = time.monotonic()
@@ -868,6 +871,7 @@ def _hostile(draw: st.DrawFn) -> tuple[bytes, str]:
     return body, signing
 
 
+@pytest.mark.slow
 def test_hostile_payloads_get_a_4xx_or_a_skip_a_log_line_and_the_adapter_keeps_working(
     start_whatsapp: StartWhatsapp, graph: FakeGraph
 ) -> None:

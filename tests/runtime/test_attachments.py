@@ -267,6 +267,7 @@ def api(db_path: Path) -> Iterator[tuple[ApiServer, Gateway]]:
         yield server, running
 
 
+@pytest.mark.slow
 def test_a_30_mb_upload_over_the_limit_gets_a_clear_reply_and_the_text_still_runs(
     api: tuple[ApiServer, Gateway],
 ) -> None:

@@ -343,6 +343,7 @@ def assert_crash_safe(db: Path, log: Path, platform: Platform) -> Summary:
     )
 
 
+@pytest.mark.slow
 def test_a_gateway_killed_after_some_acknowledgements_loses_and_repeats_nothing(tmp_path: Path) -> None:
     rng = random.Random(1)
     platform = Platform(rng, chats=5, messages=50)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock, FakePlatform
@@ -13,6 +15,7 @@ from tests.runtime.test_turns import GatedAgent
 KEY = "agent:main:fake:dm:chat-1"
 
 
+@pytest.mark.slow
 def test_a_turn_whose_lease_was_taken_over_mid_turn_is_rolled_back(db_path: Path) -> None:
     clock = FakeClock()
     config = RuntimeConfig(lease_ttl_s=30, lease_wait_s=0.2)

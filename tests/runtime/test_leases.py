@@ -68,6 +68,7 @@ def test_a_session_held_by_another_process_gets_a_busy_reply_then_works_once_rel
         assert state == "rejected"
 
 
+@pytest.mark.slow
 def test_a_process_without_the_daemon_waits_then_is_told_who_is_busy(
     make_gateway: MakeGateway, db_path: Path, session_id: str, holders: list[subprocess.Popen[str]]
 ) -> None:

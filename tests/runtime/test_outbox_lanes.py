@@ -275,6 +275,7 @@ def test_a_send_error_of_unknown_outcome_is_retried_flagged_and_a_permanent_one_
     assert unsent(db_path) == []
 
 
+@pytest.mark.slow
 def test_in_flight_and_stop_answer_at_once_while_a_send_hangs(
     writer: StoreWriter, routers: Callable[..., OutboxRouter]
 ) -> None:

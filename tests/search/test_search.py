@@ -352,6 +352,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", MALFORMED)
 def test_a_malformed_query_is_an_error_envelope_not_an_exception(store: Store, clock: FakeClock, query: str) -> None:
     add(store, clock, chat("docker compose up", "c d e"), title="docker notes")

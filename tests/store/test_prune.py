@@ -164,6 +164,7 @@ def test_a_dry_run_changes_nothing_and_reports_what_would_go(store: StoreInterfa
     assert calls == []
 
 
+@pytest.mark.slow
 def test_vacuum_shrinks_the_database_file(sqlite_store: Store, clock: FakeClock, db_path: Path) -> None:
     make_session(sqlite_store, clock, days_ago=100, texts=tuple(f"{i} " + "lorem ipsum " * 800 for i in range(200)))
     make_session(sqlite_store, clock, days_ago=1)
