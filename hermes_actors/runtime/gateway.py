@@ -158,8 +158,9 @@ class Gateway:
         return self._readers.reader()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """Wait until no turn is queued or running, no background job (an automatic title) runs and no reply can be
-        sent right now; return whether it happened within ``timeout``.
+        """Wait until no turn is queued or running, no actor is still stopping (a passivation or eviction has
+        released its lease and left :attr:`SupervisorStatistics.live_actors`), no background job (an automatic
+        title) runs and no reply can be sent right now; return whether it happened within ``timeout``.
 
         Replies waiting for a retry do not count: they move only when the clock reaches their retry time. Writes
         submitted before it returns (delivery confirmations) are committed. A supervisor or writer too slow to
@@ -176,6 +177,7 @@ class Gateway:
                 stats is not None
                 and stats.queued_messages == 0
                 and stats.running == 0
+                and stats.stopping_actors == 0
                 and self._runtime.services.background.running() == 0
             )
             if idle and self._runtime.outbox.in_flight() == 0:

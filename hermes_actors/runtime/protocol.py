@@ -174,6 +174,7 @@ class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of the supervisor."""
 
     live_actors: int
+    stopping_actors: int  # asked to stop (passivated, evicted, ended), still counted in live_actors until stopped
     running: int
     queued_messages: int
     routes_cached: int

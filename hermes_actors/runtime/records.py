@@ -70,15 +70,16 @@ def release_lease(store: Store, *, session_id: str, owner: str) -> bool:
 def still_pending(readers: ReaderPool, deliveries: Sequence[Delivery]) -> list[Delivery]:
     """The deliveries whose inbox rows no turn has completed yet (a replay may find some done already).
 
-    Only replayed deliveries are looked up: a fresh one was committed by this process just now, and the commit
-    refuses a row that is not pending anyway (:class:`StaleTurnError`).
+    Only replayed deliveries are looked up, and only they can be dropped: a fresh one was committed by this process
+    just now, and the commit refuses a row that is not pending anyway (:class:`StaleTurnError`). A turn can batch
+    both kinds (a redelivery queued behind the replay of its chat's older messages).
     """
     ids = [d.inbox_id for d in deliveries if d.inbox_id > 0 and d.replayed]
     if not ids:
         return list(deliveries)
     with readers.reader() as store:
         pending = store.inbox.pending_among(ids)
-    return [d for d in deliveries if d.inbox_id <= 0 or d.inbox_id in pending]
+    return [d for d in deliveries if d.inbox_id <= 0 or not d.replayed or d.inbox_id in pending]
 
 
 class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):

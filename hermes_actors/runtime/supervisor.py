@@ -154,6 +154,7 @@ class SupervisorActor(RuntimeActor):
     def _statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
             live_actors=self._actors,
+            stopping_actors=sum(1 for s in self._live.values() if s.stopping),
             running=sum(1 for s in self._live.values() if s.busy),
             queued_messages=sum(len(s.queue) for s in self._live.values()),
             routes_cached=len(self._routes),

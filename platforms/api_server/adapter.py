@@ -39,7 +39,7 @@ from platforms.api_server.wire import (
     usage_of,
 )
 from platforms.base import Capabilities, ReplySender
-from platforms.support.http_host import HttpAdapter, committed, unreadable
+from platforms.support.http_host import HttpAdapter, committed, read_decoded, unreadable
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -239,7 +239,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         named = session_named(request.headers)
-        chat = decode_chat(await request.read())
+        chat = decode_chat(await read_decoded(request, self.config.max_body_bytes))
         text, images = new_turn(chat.messages)
         attachments = await self._attachments(images) if images else ()
         name = named or chat.user or f"api-{uuid.uuid4().hex}"

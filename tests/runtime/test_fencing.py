@@ -86,3 +86,39 @@ def test_a_replayed_message_already_answered_elsewhere_is_not_run_again(db_path:
         assert users == ["hello"]
     finally:
         gateway.stop(timeout=10)
+
+
+def test_a_fresh_delivery_batched_with_replayed_ones_is_kept(db_path: Path) -> None:
+    # A chat's replayed messages and a fresh one accepted meanwhile can share a turn; only the replayed rows are
+    # looked up, so the fresh one (never looked up) must not be taken for answered and dropped.
+    from hermes_actors.messages import encode
+    from hermes_actors.runtime.protocol import Delivery
+    from hermes_actors.runtime.records import still_pending
+    from hermes_actors.store import Store
+    from hermes_actors.store.readers import ReaderPool
+
+    fake = FakePlatform()
+    messages = [fake.message(text, message_id=f"m{n}") for n, text in enumerate(["answered", "replayed", "fresh"])]
+    with Store.open(db_path) as store:
+        ids = []
+        for message in messages:
+            inbox_id = store.inbox.add(
+                platform=message.source.platform,
+                account_id="",
+                platform_message_id=message.message_id,
+                routing_key=KEY,
+                payload=encode(message),
+            )
+            assert inbox_id is not None
+            ids.append(inbox_id)
+        assert store.inbox.complete(ids[0], session_id=None)
+    deliveries = [
+        Delivery(inbox_id=ids[0], message=messages[0], replayed=True),
+        Delivery(inbox_id=ids[1], message=messages[1], replayed=True),
+        Delivery(inbox_id=ids[2], message=messages[2]),
+    ]
+    readers = ReaderPool(db_path, size=1)
+    try:
+        assert still_pending(readers, deliveries) == deliveries[1:]
+    finally:
+        readers.close()
