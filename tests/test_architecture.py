@@ -200,6 +200,7 @@ def _runs_sql(path: Path) -> list[int]:
     return lines
 
 
+@pytest.mark.slow
 def test_sql_runs_only_in_the_store() -> None:
     wrong: list[str] = []
     for name, path in _modules():

@@ -281,6 +281,7 @@ def _expected_ids(source: SessionSource, policy: KeyPolicy) -> tuple[str, ...]:
     return tuple(part for part in (chat, thread, who if per_user else None) if part)
 
 
+@pytest.mark.slow
 @given(_SOURCES, _POLICIES)
 def test_a_built_key_parses_back_to_its_source(source: SessionSource, policy: KeyPolicy) -> None:
     parsed = parse_session_key(build_session_key(source, policy))

@@ -267,6 +267,7 @@ def test_a_rejected_key_names_the_env_var_to_fix(agent: OpenAIAgent, server: Cha
         agent.run_turn(turn("hi"), timeout_s=5)
 
 
+@pytest.mark.slow
 def test_a_slow_server_raises_agent_error_about_the_timeout_quickly(agent: OpenAIAgent, server: ChatServer) -> None:
     server.script(Scripted(body=completion("too late").body, delay_s=10))
     started = time.monotonic()
@@ -406,6 +407,7 @@ def test_tool_rounds_are_bounded_and_the_last_request_offers_no_tools(agent: Ope
     assert reply.text == "[called tools: lookup]"  # the model called a tool anyway: stored, not run
 
 
+@pytest.mark.slow
 def test_slow_tools_cannot_stretch_a_turn_past_its_timeout(agent: OpenAIAgent, server: ChatServer) -> None:
     def slow(arguments: dict[str, Any]) -> str:
         time.sleep(0.4)  # a tool that takes its time, not a synchronisation

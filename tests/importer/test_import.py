@@ -86,6 +86,7 @@ def test_every_live_message_arrives_in_order_byte_for_byte(imported: Imported) -
     assert len(target.load_transcript(hostile.big)) == BIG_SESSION_MESSAGES
 
 
+@pytest.mark.slow
 def test_content_that_is_not_utf8_is_repaired_and_its_bytes_kept(imported: Imported) -> None:
     hostile, target = imported.fx, imported.store
     report = imported.report
@@ -271,6 +272,7 @@ def test_what_has_no_place_here_is_named_not_lost_silently(imported: Imported) -
     ]
 
 
+@pytest.mark.slow
 def test_a_title_held_here_gets_the_lineage_suffix_and_is_reported(hostile: Hostile, target: Store) -> None:
     holder = target.create_session("cli", title="dup")
 
@@ -341,6 +343,7 @@ def test_a_run_that_failed_midway_completes_on_the_next_run(hostile: Hostile, ta
         assert dump(target) == dump(clean)
 
 
+@pytest.mark.slow
 def test_the_source_is_read_while_another_writer_holds_it_and_never_changes(hostile: Hostile, target: Store) -> None:
     before = file_hash(hostile.path)
     writer = apsw.Connection(str(hostile.path))
@@ -373,6 +376,7 @@ def append_source(path: Path, session_id: str, text: str, at: float) -> int:
         db.close()
 
 
+@pytest.mark.slow
 def test_a_later_run_adds_what_the_source_wrote_since(hostile: Hostile, target: Store) -> None:
     import_hermes(hostile.path, target)
     root, tip = hostile.chain[0], hostile.chain[2]
@@ -413,6 +417,7 @@ def test_a_later_run_adds_what_the_source_wrote_since(hostile: Hostile, target: 
     assert moved.reason == f"the key reached {tip}, which has ended here"
 
 
+@pytest.mark.slow
 def test_a_session_continued_here_does_not_take_the_sources_new_messages(hostile: Hostile, target: Store) -> None:
     import_hermes(hostile.path, target)
     tip = hostile.chain[2]
@@ -427,6 +432,7 @@ def test_a_session_continued_here_does_not_take_the_sources_new_messages(hostile
     assert "new messages both here and in the source" in note.reason
 
 
+@pytest.mark.slow
 def test_sessions_deleted_or_taken_here_are_left_alone(hostile: Hostile, target: Store) -> None:
     target.create_session("cli", session_id=hostile.branched)  # an unrelated session with the same id
     first = import_hermes(hostile.path, target)

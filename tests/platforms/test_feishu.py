@@ -655,6 +655,7 @@ def test_the_tenant_token_is_cached_refreshed_before_it_expires_and_after_a_refu
     assert [call.code for call in fake.calls[-2:]] == [99991663, 0]
 
 
+@pytest.mark.slow
 def test_a_long_reply_is_split_under_the_request_limit_in_order(fake: FakeFeishu) -> None:
     sender = sender_for(fake).sender
     words = " ".join(f"word{n}" for n in range(40_000))  # ~350 KB of text
@@ -877,6 +878,7 @@ def test_an_encrypt_key_without_cryptography_is_a_config_error_naming_the_extra(
     FeishuAdapter(FeishuConfig(apps={"a": FeishuApp(**_APP)}), environ={})  # without a key it is not needed
 
 
+@pytest.mark.slow
 def test_the_module_loads_and_runs_plain_apps_without_cryptography() -> None:
     code = (
         "import sys; sys.modules['cryptography'] = None\n"

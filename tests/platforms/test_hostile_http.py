@@ -77,6 +77,7 @@ _nested = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(value=_nested, limit=st.integers(0, 12))
 @example(value=[[["[[[[[[[[[[[[[[[[["]]], limit=3)

@@ -1119,6 +1119,7 @@ def test_repair_turns_any_depth_into_json_the_decoders_can_read(depth: int, garb
     assert not repaired or depth >= MAX_DEPTH  # only what the strict decoder cannot read is repaired
 
 
+@pytest.mark.slow
 def test_random_events_in_a_live_room_never_stop_the_account(hs: MatrixFake, start: Start) -> None:
     hs.create_room(DM, ALICE, BOT)
     start()

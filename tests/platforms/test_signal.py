@@ -825,6 +825,7 @@ _sse_events = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(events=_sse_events, cuts=st.lists(st.integers(0, 400), max_size=8), crlf=st.booleans())
 def test_the_event_stream_parser_gives_the_same_events_however_the_bytes_are_cut(
@@ -876,6 +877,7 @@ _stream_bytes = st.one_of(
 )
 
 
+@pytest.mark.slow
 def test_hostile_stream_bytes_are_logged_and_skipped_and_the_adapter_keeps_working(
     daemon: FakeSignalCli, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -453,6 +453,7 @@ def test_server_errors_are_retried_with_backoff_and_the_reply_arrives_once(fake:
         assert store.outbox.unsent() == []
 
 
+@pytest.mark.slow
 def test_replies_are_paced_per_chat_below_telegrams_flood_limit(tmp_path: Path, start: Start) -> None:
     with TelegramFake(flood_interval_s=0.1) as strict:
         strict.add_bot(TOKEN)

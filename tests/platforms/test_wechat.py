@@ -166,6 +166,7 @@ def test_a_direct_message_is_one_turn_answered_with_the_peers_context_token(
     assert ilink.protocol_errors == []
 
 
+@pytest.mark.slow
 def test_the_cursor_is_stored_with_the_turns_and_a_restart_polls_from_it(
     ilink: FakeIlink, start_wechat: StartWechat
 ) -> None:
@@ -466,6 +467,7 @@ def test_images_files_and_voice_are_downloaded_from_the_cdn_decrypted_and_kept_t
         assert media["aes_key"] not in stored
 
 
+@pytest.mark.slow
 def test_a_file_over_the_limit_is_refused_before_it_is_downloaded_and_the_text_still_runs(
     ilink: FakeIlink, start_wechat: StartWechat, tmp_path: Path
 ) -> None:
@@ -563,6 +565,7 @@ def test_a_wrong_token_stores_nothing_and_the_other_account_keeps_working(
     assert any("'stale'" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_rate_limits_http_errors_and_refused_tokens_back_off_and_polling_goes_on(
     ilink: FakeIlink, start_wechat: StartWechat, caplog: pytest.LogCaptureFixture
 ) -> None:

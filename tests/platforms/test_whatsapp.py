@@ -473,6 +473,7 @@ def test_delivery_statuses_are_logged_and_a_failed_one_names_the_cause(
     assert running.inbox() == []
 
 
+@pytest.mark.slow
 def test_interactive_replies_are_text_and_other_types_become_stand_ins(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
 ) -> None:

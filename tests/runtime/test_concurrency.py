@@ -50,6 +50,7 @@ def assert_every_chat_has_all_its_turns_in_order(gateway: Gateway, sessions: int
         assert store.outbox.unsent() == []
 
 
+@pytest.mark.slow
 def test_one_session_behind_two_routing_keys_never_interleaves_turns(make_gateway: MakeGateway) -> None:
     gateway, fake = make_gateway(pending_soft_limit=1000, pending_hard_limit=1000)
     fake.push("start", chat_id="telegram-chat")

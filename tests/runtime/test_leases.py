@@ -42,6 +42,7 @@ def holders() -> Iterator[list[subprocess.Popen[str]]]:
         process.communicate(timeout=10)  # also closes the pipes
 
 
+@pytest.mark.slow
 def test_a_session_held_by_another_process_gets_a_busy_reply_then_works_once_released(
     make_gateway: MakeGateway, db_path: Path, session_id: str, holders: list[subprocess.Popen[str]]
 ) -> None:

@@ -125,6 +125,7 @@ def test_recurring_ticks_repeat_at_their_interval() -> None:
         timers.stop()
 
 
+@pytest.mark.slow
 def test_a_one_shot_callback_fires_once_moves_when_armed_again_and_is_never_stored(writer: StoreWriter) -> None:
     clock = FakeClock()
     calls: list[float] = []

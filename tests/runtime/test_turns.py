@@ -261,6 +261,7 @@ def test_concurrent_agent_calls_are_capped_across_sessions(make_gateway: MakeGat
     assert len(fake.sent) == 6
 
 
+@pytest.mark.slow
 def test_messages_arriving_while_actors_passivate_are_run_in_order_by_the_next_activation(
     make_gateway: MakeGateway,
 ) -> None:

@@ -424,6 +424,7 @@ def ladder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, di
         yield store, layout
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_bookends_never_overlap_the_window(ladder: tuple[Store, dict[int, list[int]]], data: st.DataObject) -> None:

@@ -157,6 +157,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query", MALFORMED, ids=lambda q: repr(q[:20]))
 def test_a_malformed_query_never_raises_and_never_answers_wrongly(
     sqlite_store: Store, corpus: dict[str, int], query: str
