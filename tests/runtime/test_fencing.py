@@ -9,8 +9,7 @@ import pytest
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.testing import FakeClock, FakePlatform
-from tests.runtime.test_turns import GatedAgent
+from hermes_actors.testing import FakeClock, FakePlatform, GatedAgent
 
 KEY = "agent:main:fake:dm:chat-1"
 

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.testing import FakePlatform, FakeThreadedPlatform
-from tests.runtime.test_turns import GatedAgent
+from hermes_actors.testing import FakePlatform, FakeThreadedPlatform, GatedAgent
 
 CLI_KEY = "agent:main:cli:dm:terminal"
 

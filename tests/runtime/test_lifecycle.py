@@ -9,9 +9,8 @@ from hermes_actors.config import SessionsConfig
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.store.lineage import lineage_chain
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, GatedAgent
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
-from tests.runtime.test_turns import GatedAgent
 
 KEY = "agent:main:fake:dm:chat-1"
 

@@ -8,7 +8,7 @@ import pytest
 from hermes_actors.agents.base import AgentError, AgentMessage, AgentReply, EchoAgent, Memory, TurnInput
 from hermes_actors.runtime.gateway import AcceptResult
 from hermes_actors.store import MessageRecord, Role
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, GatedAgent
 from tests.runtime.conftest import MakeGateway, assert_turns_are_contiguous
 
 
@@ -18,21 +18,6 @@ class HistoryAgent(EchoAgent):
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         text = f"seen {len(turn.history)}"
         return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=text),), text=text)
-
-
-class GatedAgent(EchoAgent):
-    """Blocks each turn until released, telling the test when a turn has started."""
-
-    runs_inline = False  # it blocks: run it in the agent pool, where /stop and timeouts can leave it behind
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        self.started.set()
-        assert self.release.wait(10)
-        return super().run_turn(turn, timeout_s=timeout_s)
 
 
 class FailingAgent(EchoAgent):
