@@ -61,7 +61,7 @@ class _SearchArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     session_id: str | None = None
     around_message_id: int | None = None
     window: int | None = None
-    role_filter: list[str] | None = None
+    role_filter: list[str] | str | None = None  # a string is comma-separated, as the reference's tool takes it
     sort: Sort | None = None
     limit: int | None = None
     source: str | None = None
@@ -97,9 +97,12 @@ _PARAMETERS: dict[str, Any] = {
             "description": f"Messages on each side of a match or scroll anchor (default {DEFAULT_WINDOW}).",
         },
         "role_filter": {
-            "type": "array",
+            "type": ["array", "string"],
             "items": {"type": "string", "enum": [r.value for r in Role]},
-            "description": "Roles whose messages discovery searches (default user and assistant).",
+            "description": (
+                "Roles whose messages discovery searches (default user and assistant): a list, or a "
+                'comma-separated string such as "user,assistant,tool".'
+            ),
         },
         "sort": {"type": "string", "enum": ["relevance", "newest", "oldest"], "description": "Discovery order."},
         "limit": {

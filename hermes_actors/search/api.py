@@ -47,7 +47,7 @@ def session_search(
     session_id: str | None = None,
     around_message_id: int | None = None,
     window: int = DEFAULT_WINDOW,
-    role_filter: Sequence[str] | None = None,
+    role_filter: Sequence[str] | str | None = None,
     sort: Sort = "relevance",
     limit: int = DEFAULT_LIMIT,
     current_session_id: str | None = None,
@@ -77,7 +77,7 @@ def _search(
     session_id: str | None,
     around_message_id: int | None,
     window: int,
-    role_filter: Sequence[str] | None,
+    role_filter: Sequence[str] | str | None,
     sort: Sort,
     limit: int,
     current_session_id: str | None,
@@ -125,9 +125,15 @@ def _clamp(value: object, low: int, high: int, default: int) -> int:
     return max(low, min(high, value))
 
 
-def _roles(role_filter: Sequence[str] | None) -> tuple[str, ...] | str:
-    """The roles to search (user and assistant unless given), or an error text naming an unknown role."""
-    chosen = [role_filter] if isinstance(role_filter, str) else list(role_filter or ())
+def _roles(role_filter: Sequence[str] | str | None) -> tuple[str, ...] | str:
+    """The roles to search (user and assistant unless given), or an error text naming an unknown role.
+
+    A string is a comma-separated list (``"user,assistant,tool"``), as the reference system's tool takes it.
+    """
+    if isinstance(role_filter, str):
+        chosen = [role.strip() for role in role_filter.split(",") if role.strip()]
+    else:
+        chosen = list(role_filter or ())
     if not chosen:
         return _DEFAULT_ROLES
     known = [r.value for r in Role]

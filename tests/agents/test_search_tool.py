@@ -65,7 +65,7 @@ def test_the_tool_reads_scrolls_and_browses(store: Store, seeded: tuple[str, str
         ({"query": 7}, "Expected `str | null`, got `int` - at `$.query`"),
         ({"limit": "many"}, "Expected `int | null`, got `str` - at `$.limit`"),
         ({"sort": "sideways"}, "Invalid enum value 'sideways' - at `$.sort`"),
-        ({"role_filter": "user"}, "Expected `array | null`, got `str` - at `$.role_filter`"),
+        ({"role_filter": 3}, "Expected `str | array | null`, got `int` - at `$.role_filter`"),
         ({"current_session_id": "x"}, "Object contains unknown field `current_session_id`"),
     ],
 )
@@ -75,6 +75,16 @@ def test_bad_arguments_come_back_as_an_error_the_model_can_read(
     tool = session_search_tool(reader(store), seeded[1])
     answer = json.loads(tool.run(arguments))
     assert answer == {"error": f"bad arguments for session_search: {problem}; see the parameter schema"}
+
+
+def test_role_filter_may_be_the_comma_separated_string_the_reference_tool_takes(
+    store: Store, seeded: tuple[str, str]
+) -> None:
+    tool = session_search_tool(reader(store), seeded[1])
+    as_string = run(tool, query="kubernetes", role_filter="user,assistant,tool")
+    as_list = run(tool, query="kubernetes", role_filter=["user", "assistant", "tool"])
+    assert "error" not in as_string
+    assert as_string == as_list
 
 
 def test_a_malformed_query_comes_back_as_the_search_error_envelope(store: Store, seeded: tuple[str, str]) -> None:

@@ -286,6 +286,17 @@ def test_role_filter_changes_which_messages_are_searched(store: Store, clock: Fa
     assert bad.error == "role_filter has 'robot'; roles are system, user, assistant, tool"
 
 
+def test_role_filter_also_takes_the_comma_separated_string_of_the_reference_tool(
+    store: Store, clock: FakeClock
+) -> None:
+    session, _ = add(store, clock, [(Role.USER, "check the disk"), (Role.TOOL, "sda1 usage 97 percent")])
+    assert hit_ids(session_search(store, query="sda1", role_filter="user,assistant,tool")) == [session]
+    assert hit_ids(session_search(store, query="sda1", role_filter=" tool ")) == [session]
+    assert not session_search(store, query="sda1", role_filter="user, assistant").hits
+    bad = session_search(store, query="disk", role_filter="user,robot")
+    assert bad.error == "role_filter has 'robot'; roles are system, user, assistant, tool"
+
+
 def test_a_source_filter_limits_discovery_to_one_platform(store: Store, clock: FakeClock) -> None:
     add(store, clock, chat("kubernetes on telegram"), source="telegram")
     on_slack, _ = add(store, clock, chat("kubernetes on slack"), source="slack", title="kubernetes slack")
