@@ -1,4 +1,4 @@
-"""Ages on the command line (``--older-than 90d``): parsing them into seconds."""
+"""Ages on the command line (``--older-than 90d``, or ``90``: days, as the reference system takes it)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import msgspec
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age"]
 
-_AGE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[mhdw])")
+_AGE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[mhdw]?)")
 _AGE_UNITS = {"m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
-_AGE_FORMS = "a number and a unit: 30m (minutes), 12h (hours), 90d (days) or 2w (weeks)"
+_AGE_FORMS = "days (30) or a number and a unit: 30m (minutes), 12h (hours), 90d (days) or 2w (weeks)"
 
 
 class Age(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,11 +31,13 @@ DEFAULT_PRUNE_AGE = Age(text="90d", seconds=90 * 86_400.0)
 
 
 def parse_age(text: str) -> Age:
-    """Parse ``30m``, ``12h``, ``90d`` or ``2w``; raise ``ValueError`` naming the accepted forms."""
+    """Parse ``30m``, ``12h``, ``90d``, ``2w`` or plain days (``30``, shown as ``30d``); raise ``ValueError``
+    naming the accepted forms."""
     match = _AGE.fullmatch(text.strip().lower())
     if match is None:
         raise ValueError(f"{text!r} is not an age; give {_AGE_FORMS}")
-    return Age(text=match[0], seconds=float(match["number"]) * _AGE_UNITS[match["unit"]])
+    unit = match["unit"] or "d"
+    return Age(text=match["number"] + unit, seconds=float(match["number"]) * _AGE_UNITS[unit])
 
 
 class AgeType(click.ParamType[Age, Any]):

@@ -156,13 +156,21 @@ def test_sizes_and_plurals_read_naturally() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("30m", 1800.0), ("12h", 43_200.0), ("90d", 90 * DAY), ("2w", 14 * DAY), ("1.5D", 1.5 * DAY)]
+    ("text", "seconds", "shown"),
+    [
+        ("30m", 1800.0, "30m"),
+        ("12h", 43_200.0, "12h"),
+        ("90d", 90 * DAY, "90d"),
+        ("2w", 14 * DAY, "2w"),
+        ("1.5D", 1.5 * DAY, "1.5d"),
+        ("90", 90 * DAY, "90d"),
+    ],
 )
-def test_ages_take_minutes_hours_days_and_weeks(text: str, seconds: float) -> None:
-    assert parse_age(text).seconds == seconds
+def test_ages_take_minutes_hours_days_weeks_and_plain_days(text: str, seconds: float, shown: str) -> None:
+    assert (parse_age(text).seconds, parse_age(text).text) == (seconds, shown)
 
 
-@pytest.mark.parametrize("text", ["", "90", "d", "9x", "-3d", "3 days", "1e3d", "٣d"])
+@pytest.mark.parametrize("text", ["", "d", "9x", "-3d", "3 days", "1e3d", "٣d", "٣"])
 def test_other_ages_are_refused_naming_the_forms(text: str) -> None:
     with pytest.raises(ValueError, match=r"30m \(minutes\), 12h \(hours\), 90d \(days\) or 2w \(weeks\)"):
         parse_age(text)
@@ -597,6 +605,15 @@ def test_older_than_alone_covers_every_source(home: Path, store: Store) -> None:
     assert both.stdout == "No ended cli sessions older than 1w to delete.\n"
 
 
+def test_a_plain_number_of_days_is_accepted_as_the_reference_accepts_it(home: Path, store: Store) -> None:
+    made = seed_for_prune(store)
+    result = run(home, "sessions", "prune", "--older-than", "30", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == run(home, "sessions", "prune", "--older-than", "30d", "--dry-run").stdout
+    assert "older than 30d" in result.stdout
+    assert len(ids(store)) == len(made)
+
+
 def test_dry_run_lists_what_would_go_and_changes_nothing(home: Path, store: Store) -> None:
     made = seed_for_prune(store)
     before = (ids(store), message_count(store))
@@ -636,7 +653,7 @@ def test_prune_json_reports_the_result_and_vacuum_shrinks_the_file(home: Path, s
 def test_a_bad_age_is_a_usage_error_naming_the_forms(home: Path, store: Store) -> None:
     result = run(home, "sessions", "prune", "--older-than", "ninety")
     assert result.exit_code == 2
-    assert "Invalid value for '--older-than': 'ninety' is not an age; give a number and a unit: 30m (minutes)" in (
+    assert "Invalid value for '--older-than': 'ninety' is not an age; give days (30) or a number and a unit: 30m" in (
         result.stderr
     )
 
