@@ -337,7 +337,9 @@ def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int) -> None
 
 @sessions.command("prune")
 @home_option
-@click.option("--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d, or plain days (90).")
+@click.option(
+    "--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d, or days (90)."
+)
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted and change nothing.")
 @click.option("--vacuum", is_flag=True, help="Compact the file afterwards (holds the write lock while it runs).")
