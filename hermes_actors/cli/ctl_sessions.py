@@ -338,7 +338,7 @@ def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int) -> None
 @sessions.command("prune")
 @home_option
 @click.option(
-    "--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d, or days (90)."
+    "--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d or 90 (days)."
 )
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted and change nothing.")
