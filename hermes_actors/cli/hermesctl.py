@@ -14,11 +14,13 @@ from hermes_actors.cli.ctl_db import db
 from hermes_actors.cli.ctl_import import import_hermes
 from hermes_actors.cli.ctl_search import search
 from hermes_actors.cli.ctl_sessions import sessions
+from hermes_actors.daemon.banner import version
 
 __all__ = ["main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version(), "--version", prog_name="hermesctl", message="%(prog)s %(version)s")
 def main() -> None:
     """Administer hermes-actors sessions and the state database."""
 

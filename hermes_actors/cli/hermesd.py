@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from hermes_actors.cli.options import home_option, resolve_home
+from hermes_actors.daemon.banner import version
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings, write_default_config
 from hermes_actors.daemon.home import HomeUnusableError, check_home
 from hermes_actors.daemon.logs import configure_logging
@@ -28,6 +29,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version(), "--version", prog_name="hermesd", message="%(prog)s %(version)s")
 @home_option
 @click.option(
     "--config",

@@ -97,3 +97,12 @@ def test_every_command_has_help_text() -> None:
         assert command.help, f"hermesctl {name} has no help text"
         result = CliRunner().invoke(hermesctl.main, [*name.split(), "--help"])
         assert result.exit_code == 0, name
+
+
+@pytest.mark.parametrize(("command", "name"), [(hermesctl.main, "hermesctl"), (hermesd.main, "hermesd")])
+def test_both_tools_print_their_version(command: click.Command, name: str) -> None:
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(command, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"{name} {version('hermes-actors')}\n"
