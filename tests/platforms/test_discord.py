@@ -903,6 +903,7 @@ def test_a_handoff_opens_a_thread_and_the_conversation_continues_in_it(fake: Dis
     cli.pop()
     fake.post(GENERAL, ALICE, "/sethome")
     assert wait_texts(fake, 1) == ["This chat is now the home channel for discord."]
+    assert discord.gateway.wait_idle()  # the reply arrives before the turn is over: a handoff then is refused
     cli.push("/handoff discord", chat_id="terminal")
     assert cli.pop().text == "Handed off to discord; the conversation continues there."
     (opened,) = fake.calls(f"POST /channels/{GENERAL}/threads")
