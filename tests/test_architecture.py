@@ -30,68 +30,26 @@ CORE = frozenset(
 )
 """The pure core: types and rules every layer may use. It imports nothing above itself."""
 
+_STORE = frozenset({"core", "hermes_actors.store"})
+_READS = _STORE | {"hermes_actors.search", "hermes_actors.principal"}
+_AGENTS = _READS | {"hermes_actors.agents"}
+_LIFECYCLE = _AGENTS | {"hermes_actors.lifecycle"}
+_RUNTIME = _LIFECYCLE | {"hermes_actors.runtime"}
+_DAEMON = _RUNTIME | {"hermes_actors.importer", "platforms.registry"}
+
 BELOW: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
     "hermes_actors.store": frozenset({"core"}),
-    "hermes_actors.search": frozenset({"core", "hermes_actors.store"}),
-    "hermes_actors.principal": frozenset({"core", "hermes_actors.store"}),
-    "hermes_actors.importer": frozenset({"core", "hermes_actors.store"}),
-    "hermes_actors.agents": frozenset(
-        {"core", "hermes_actors.store", "hermes_actors.search", "hermes_actors.principal"}
-    ),
-    "hermes_actors.lifecycle": frozenset(
-        {"core", "hermes_actors.store", "hermes_actors.search", "hermes_actors.principal", "hermes_actors.agents"}
-    ),
-    "hermes_actors.runtime": frozenset(
-        {
-            "core",
-            "hermes_actors.store",
-            "hermes_actors.search",
-            "hermes_actors.principal",
-            "hermes_actors.agents",
-            "hermes_actors.lifecycle",
-        }
-    ),
-    "hermes_actors.daemon": frozenset(
-        {
-            "core",
-            "hermes_actors.store",
-            "hermes_actors.search",
-            "hermes_actors.principal",
-            "hermes_actors.agents",
-            "hermes_actors.lifecycle",
-            "hermes_actors.importer",
-            "hermes_actors.runtime",
-            "platforms.registry",
-        }
-    ),
-    "hermes_actors.cli": frozenset(
-        {
-            "core",
-            "hermes_actors",
-            "hermes_actors.store",
-            "hermes_actors.search",
-            "hermes_actors.principal",
-            "hermes_actors.agents",
-            "hermes_actors.lifecycle",
-            "hermes_actors.importer",
-            "hermes_actors.runtime",
-            "hermes_actors.daemon",
-            "platforms.registry",
-        }
-    ),
-    "hermes_actors.testing": frozenset(
-        {
-            "core",
-            "hermes_actors.store",
-            "hermes_actors.search",
-            "hermes_actors.principal",
-            "hermes_actors.agents",
-            "hermes_actors.lifecycle",
-            "hermes_actors.runtime",
-        }
-    ),
-    "hermes_actors": frozenset({"core", "hermes_actors.store"}),
+    "hermes_actors.search": _STORE,
+    "hermes_actors.principal": _STORE,
+    "hermes_actors.importer": _STORE,
+    "hermes_actors.agents": _READS,
+    "hermes_actors.lifecycle": _AGENTS,
+    "hermes_actors.runtime": _LIFECYCLE,
+    "hermes_actors.daemon": _DAEMON,
+    "hermes_actors.cli": _DAEMON | {"hermes_actors", "hermes_actors.daemon"},
+    "hermes_actors.testing": _RUNTIME,
+    "hermes_actors": _STORE,
     "platforms.support": frozenset({"core"}),
     "platforms.base": frozenset({"core"}),
     "platforms.registry": frozenset({"core", "platforms.base"}),

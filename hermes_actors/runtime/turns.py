@@ -257,7 +257,7 @@ class SessionTurns:
                 return self._controls.compress(deliveries, request.token, reply=True)
             case Handoff():
                 return self._controls.handoff(request.control, deliveries, request.token)
-            case None:
+            case None:  # no lifecycle step: an ordinary turn, below
                 pass
         if request.reply_override is not None:
             return self.answer(deliveries, request.reply_override)
