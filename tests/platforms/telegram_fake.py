@@ -150,7 +150,7 @@ class TelegramFake:
         self.floods = 0  # 429s answered by flood control
         self._lock = threading.Condition()
         self._bots: dict[str, _Bot] = {}
-        self._update_ids = itertools.count(700_000)
+        self._next_update_id = 700_000  # Telegram's update ids only grow: push_raw's explicit ids advance it too
         self._message_ids: defaultdict[int | str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
         self._topic_ids = itertools.count(100)
         self._forums: dict[int, set[int]] = {}  # forum chat -> its topics
@@ -213,7 +213,8 @@ class TelegramFake:
     def push(self, token: str, update: Mapping[str, Any]) -> int:
         """Queue ``update`` for the bot (with a fresh ``update_id``, and a message id if it has none)."""
         with self._lock:
-            update_id = next(self._update_ids)
+            update_id = self._next_update_id
+            self._next_update_id += 1
             body = dict(update)
             for kind in ("message", "channel_post"):
                 if kind in body and "message_id" not in body[kind]:
@@ -225,6 +226,8 @@ class TelegramFake:
     def push_raw(self, token: str, raw: bytes, *, update_id: int | None = None) -> None:
         """Queue ``raw`` (one JSON value) as it is; it is confirmed like any update when ``update_id`` is given."""
         with self._lock:
+            if update_id is not None:
+                self._next_update_id = max(self._next_update_id, update_id + 1)
             self._bots[token].queue.append((update_id, raw))
             self._lock.notify_all()
 
@@ -349,6 +352,7 @@ class TelegramFake:
                     for i, raw in bot.queue
                     if (i is None and id(raw) not in bot.delivered) or (i is not None and i >= int(offset))
                 )
+                bot.delivered.clear()  # those entries are gone: their id() may be reused by a new bytes object
             bot.polls_waiting += 1
         try:
             while True:
