@@ -117,11 +117,13 @@ class SessionNotFoundError(StoreError):
 
 
 class AmbiguousSessionError(StoreError):
-    """An id prefix matches more than one session; ``candidates`` lists them."""
+    """A reference does not name exactly one session (an id prefix of several, a title only variants hold);
+    ``candidates`` lists them, ``hint`` says how to name one."""
 
-    def __init__(self, reference: str, candidates: list[str]) -> None:
+    def __init__(self, reference: str, candidates: list[str], *, hint: str = "type more of the id") -> None:
         shown = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
-        super().__init__(f"'{reference}' matches {len(candidates)} sessions: {shown}; type more of the id")
+        count = f"{len(candidates)} sessions" if len(candidates) != 1 else "1 session"
+        super().__init__(f"'{reference}' matches {count}: {shown}; {hint}")
         self.candidates = candidates
 
 

@@ -137,8 +137,10 @@ class SessionDirectory(Protocol):
         """The session titled ``title``, preferring the newest numbered variant of its lineage."""
         ...
 
-    def resolve_session(self, reference: str, *, visible: SessionFilter | None = None) -> SessionRecord:
-        """The session a user typed: exact id, unique id prefix, then title."""
+    def resolve_session(
+        self, reference: str, *, visible: SessionFilter | None = None, unique: bool = False
+    ) -> SessionRecord:
+        """The session a user typed: exact id, unique id prefix, then title (``unique``: only an exact title)."""
         ...
 
     def lineage_root(self, session_id: str) -> str:

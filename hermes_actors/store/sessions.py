@@ -241,12 +241,16 @@ class SessionRows:
                 return record
         return None
 
-    def resolve_session(self, reference: str, *, visible: SessionFilter | None = None) -> SessionRecord:
+    def resolve_session(
+        self, reference: str, *, visible: SessionFilter | None = None, unique: bool = False
+    ) -> SessionRecord:
         """Find the session a user typed: exact id, then unique id prefix, then title.
 
         Raises :class:`AmbiguousSessionError` (naming the candidates) for a prefix of several ids and
         :class:`SessionNotFoundError` when nothing matches. With ``visible``, sessions that do not pass it are
-        not there at all: they match nothing and are never named as candidates.
+        not there at all: they match nothing and are never named as candidates. ``unique=True`` is for commands
+        that change or destroy what they name: a title then names only the session holding exactly it, and a
+        title only its numbered variants hold (``"t #2"``, ...) is refused with those sessions as candidates.
         """
         text = reference.strip()
         if not text:
@@ -266,9 +270,31 @@ class SessionRows:
             return self.get_session(prefixed[0])
         if prefixed:
             raise AmbiguousSessionError(text, prefixed)
+        if unique:
+            return self._exact_title(text, visible)
         titled = self.find_by_title(text, visible=visible)
         if titled is not None:
             return titled
+        raise SessionNotFoundError(
+            f"no session matches {text!r} by id, id prefix or title; list them with 'hermesctl sessions list'"
+        )
+
+    def _exact_title(self, text: str, visible: SessionFilter | None) -> SessionRecord:
+        """The session holding exactly the title ``text``; else refuse, naming the sessions of its variants."""
+        clean = sanitize_title(text)
+        holder = self.title_holder(clean) if clean is not None else None
+        record = self.find_session(holder) if holder is not None else None
+        if record is not None and (visible is None or visible.matches(record)):
+            return record
+        variants = [] if clean is None else [t for t in self.lineage_titles(clean) if lineage_base(t) == clean]
+        candidates = []
+        for title in sorted(variants, key=lineage_number):
+            found = self.title_holder(title)
+            session = self.find_session(found) if found is not None else None
+            if session is not None and (visible is None or visible.matches(session)):
+                candidates.append(f"{session.id} ('{title}')")
+        if candidates:
+            raise AmbiguousSessionError(text, candidates, hint="no session has exactly that title; name one by id")
         raise SessionNotFoundError(
             f"no session matches {text!r} by id, id prefix or title; list them with 'hermesctl sessions list'"
         )

@@ -290,3 +290,18 @@ def test_appended_messages_load_back_unchanged(
     store.append_messages(session.id, messages)
     loaded = store.load_transcript(session.id)
     assert [(m.role, m.content, m.tool_name) for m in loaded] == [(r.value, c, t) for r, c, t in batch]
+
+
+def test_a_unique_reference_names_exactly_one_session_or_lists_the_candidates(store: StoreInterface) -> None:
+    """Destructive commands resolve with ``unique=True``: a title that only numbered variants hold is refused
+    (``resolve_session`` without it picks the newest variant, an unrelated session when the numbers are not a
+    lineage)."""
+    other = store.create_session("cli", title="Conversation about x #3")
+    assert store.resolve_session("Conversation about x").id == other.id  # the lenient lookup a /resume uses
+    with pytest.raises(AmbiguousSessionError, match=r"matches 1 session: .*#3.*no session has exactly that title"):
+        store.resolve_session("Conversation about x", unique=True)
+    exact = store.create_session("cli", title="Conversation about x")
+    assert store.resolve_session("Conversation about x", unique=True).id == exact.id
+    assert store.resolve_session(other.id[:-2], unique=True).id == other.id  # ids and prefixes as before
+    with pytest.raises(SessionNotFoundError, match="by id, id prefix or title"):
+        store.resolve_session("nothing like it", unique=True)
