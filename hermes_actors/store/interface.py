@@ -20,6 +20,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.store.records import (
     EndReason,
     FtsResult,
+    LineagePage,
     MessageRecord,
     MessageRow,
     NewMessage,
@@ -93,6 +94,10 @@ class SessionDirectory(Protocol):
         """The session with exactly this id (:class:`SessionNotFoundError` when there is none)."""
         ...
 
+    def find_sessions(self, session_ids: Sequence[str]) -> list[SessionRecord]:
+        """The sessions with these ids, in the order given (unknown ids left out)."""
+        ...
+
     def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
         """End a live session; an ended one keeps its first reason."""
         ...
@@ -114,7 +119,20 @@ class SessionDirectory(Protocol):
         order: Literal["last_active", "started"] = "last_active",
         visible: SessionFilter | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, most recently active (or started) first."""
+        """Sessions (each segment of a lineage on its own), most recently active (or started) first."""
+        ...
+
+    def list_lineages(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        visible: SessionFilter | None = None,
+        preview_chars: int = ...,
+    ) -> LineagePage:
+        """One row per conversation (compression lineage, shown by its tip, with its totals and preview), most
+        recently active first, and how many there are in all; ``ended`` applies to the tip."""
         ...
 
     def title_holder(self, title: str) -> str | None:

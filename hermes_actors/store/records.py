@@ -15,6 +15,8 @@ __all__ = [
     "HomeChannel",
     "InboxRow",
     "InboxState",
+    "LineagePage",
+    "LineageRow",
     "MessageRecord",
     "MessageRow",
     "NewMessage",
@@ -83,6 +85,28 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     def is_live(self) -> bool:
         """Whether the session has not ended."""
         return self.ended_at is None
+
+
+class LineageRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One conversation of a listing: a compression lineage, shown by its tip (its newest segment).
+
+    ``members`` are the lineage's session ids, root first and ``tip.id`` last; ``message_count`` is their total
+    (a segment after a compression repeats the summary and the recent messages it carried over).
+    """
+
+    tip: SessionRecord
+    root_id: str
+    members: list[str]
+    message_count: int
+    compressions: int  # len(members) - 1
+    preview: str | None = None  # the lineage's first user message, on one line and cut
+
+
+class LineagePage(msgspec.Struct, frozen=True, kw_only=True):
+    """The lineages a listing shows and how many there are in all under its filters."""
+
+    rows: list[LineageRow]
+    total: int
 
 
 class NewMessage(msgspec.Struct, frozen=True, kw_only=True):

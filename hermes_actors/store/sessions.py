@@ -6,7 +6,7 @@ concern of the store shares, and gives each method its transaction (:meth:`Sessi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import apsw
@@ -24,6 +24,7 @@ __all__ = ["SessionRows"]
 
 SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
 _PREFIX_CANDIDATES = 11
+_ID_BATCH = 500  # ids per query, well under SQLite's limit on parameters
 
 
 def _session(row: tuple[Any, ...]) -> SessionRecord:
@@ -108,6 +109,18 @@ class SessionRows:
         """Return the session with exactly this id, or ``None``."""
         row = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).get
         return _session(row) if row is not None else None
+
+    def find_sessions(self, session_ids: Sequence[str]) -> list[SessionRecord]:
+        """Return the sessions with these ids in the order given; an id no session has is left out."""
+        found: dict[str, SessionRecord] = {}
+        wanted = list(dict.fromkeys(session_ids))
+        for start in range(0, len(wanted), _ID_BATCH):
+            batch = wanted[start : start + _ID_BATCH]
+            marks = ", ".join("?" * len(batch))
+            for row in self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id IN ({marks})", batch):
+                record = _session(row)
+                found[record.id] = record
+        return [found[sid] for sid in wanted if sid in found]
 
     def get_session(self, session_id: str) -> SessionRecord:
         """Return the session with exactly this id; raise :class:`SessionNotFoundError` if there is none."""

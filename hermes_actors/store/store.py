@@ -20,7 +20,7 @@ from types import TracebackType
 import apsw
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import export, lineage, maintenance, prune
+from hermes_actors.store import export, lineage, lineage_list, maintenance, prune
 from hermes_actors.store.connection import (
     DEFAULT_BUSY_TIMEOUT_MS,
     Synchronous,
@@ -35,7 +35,7 @@ from hermes_actors.store.leases import Leases
 from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.outbox_queue import Outbox
-from hermes_actors.store.records import OptimizeResult
+from hermes_actors.store.records import LineagePage, OptimizeResult, SessionFilter
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
@@ -166,6 +166,21 @@ class Store(TranscriptRows):
     def lineage_chain(self, session_id: str) -> list[str]:
         """Return the lineage through ``session_id``, root first and tip last."""
         return lineage.lineage_chain(self, session_id)
+
+    def list_lineages(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        visible: SessionFilter | None = None,
+        preview_chars: int = lineage_list.DEFAULT_PREVIEW_CHARS,
+    ) -> LineagePage:
+        """Return one row per conversation (compression lineage), most recently active first, and how many there
+        are in all (see :func:`.lineage_list.list_lineages`)."""
+        return lineage_list.list_lineages(
+            self, source=source, ended=ended, limit=limit, visible=visible, preview_chars=preview_chars
+        )
 
     def prune_sessions(
         self,
