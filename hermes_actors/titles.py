@@ -3,7 +3,8 @@
 A title is unique across all sessions, at most :data:`MAX_TITLE_LENGTH` characters after sanitising, which removes
 control and format characters (so two titles cannot differ only by a zero-width or tag character) and collapses
 white space. A compression child of "my project" is titled "my project #2", then "#3"; resolving a title prefers
-the newest numbered variant.
+the newest numbered variant along the lineage of the session holding it. ``#N`` is for lineages only: a title made
+unique for any other reason (an automatic title another session holds) takes ``" (N)"`` (:func:`distinct_title`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hermes_actors.errors import TitleError
 
 __all__ = [
     "MAX_TITLE_LENGTH",
+    "distinct_title",
     "lineage_base",
     "lineage_number",
     "lineage_title",
@@ -86,4 +88,13 @@ def next_lineage_title(title: str, taken: Iterable[str]) -> str:
     used = {lineage_number(t) for t in taken if lineage_base(t) == base}
     number = max(used | {lineage_number(title)}) + 1
     suffix = f" #{number}"
+    return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
+
+
+def distinct_title(base: str, number: int) -> str:
+    """Return ``"<base> (N)"``, the ``number``-th title made unique from ``base`` (1 is ``base`` itself): never
+    read as lineage numbering, which ``" #N"`` is. The result is cut so it stays within :data:`MAX_TITLE_LENGTH`."""
+    if number <= 1:
+        return base
+    suffix = f" ({number})"
     return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix

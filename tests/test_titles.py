@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hermes_actors.errors import TitleError
 from hermes_actors.titles import (
     MAX_TITLE_LENGTH,
+    distinct_title,
     lineage_base,
     lineage_number,
     next_lineage_title,
@@ -122,3 +123,15 @@ def test_a_lineage_title_stays_within_the_limit() -> None:
     child = next_lineage_title("z" * 100, [])
     assert len(child) == MAX_TITLE_LENGTH
     assert child.endswith(" #2")
+
+
+def test_a_distinct_title_is_never_read_as_lineage_numbering() -> None:
+    assert distinct_title("Hello there", 1) == "Hello there"
+    assert distinct_title("Hello there", 2) == "Hello there (2)"
+    assert (lineage_base(distinct_title("Hello there", 3)), lineage_number(distinct_title("Hello there", 3))) == (
+        "Hello there (3)",
+        1,
+    )
+    long = distinct_title("z" * 100, 12)
+    assert len(long) == MAX_TITLE_LENGTH
+    assert long.endswith("z (12)")

@@ -6,7 +6,9 @@ descriptive title. The call runs in the agent pool, so it never delays a reply (
 blocks: it is asked on the session's thread once the reply has left). What it answers is sanitised
 (:func:`~hermes_actors.titles.sanitize_title`) and written by the store writer only while the session is still
 untitled: a title set meanwhile by hand (``/title``, ``hermesctl sessions rename``) or queued before the first
-message wins. A title another session holds takes the lineage suffix (``"base #2"``). The call gets the shorter of
+message wins. A title another session holds takes a number in parentheses (``"title (2)"``), never the
+lineage suffix ``"#N"``, which a compression child alone takes (an unrelated ``"title #2"`` would read as the
+continuation of ``"title"``). The call gets the shorter of
 :data:`TITLE_TIMEOUT_S` and ``runtime.agent_timeout_s`` as its ``timeout_s`` and must keep to it, like a turn; an
 answer that comes later (on the runtime's clock) is discarded. A failure (the agent raised, answered late, or gave
 an unusable title) is logged and leaves the session untitled; it is not retried, and a session whose first
@@ -27,14 +29,14 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import HermesError
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
 from hermes_actors.store.writer import StoreWriter
-from hermes_actors.titles import MAX_TITLE_LENGTH, lineage_base, sanitize_title
+from hermes_actors.titles import distinct_title, sanitize_title
 
 __all__ = [
     "TITLE_TIMEOUT_S",
     "AutoTitle",
     "BackgroundTracker",
     "TitleServices",
-    "free_numbered_title",
+    "free_distinct_title",
     "store_auto_title",
 ]
 
@@ -77,35 +79,30 @@ def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
     """Give ``session_id`` the title ``title`` unless it has one (run it in the writer: the check and the write
     commit together); return the title stored, ``None`` when the session is gone or titled already.
 
-    A title held by another session takes the next lineage number (``"title #2"``).
+    A title held by another session is made unique as ``"title (2)"`` (:func:`free_distinct_title`).
     """
     record = store.find_session(session_id)
     if record is None or record.title is not None:
         return None
     holder = store.title_holder(title)
     if holder is not None and holder != session_id:
-        title = free_numbered_title(store, title)
+        title = free_distinct_title(store, title)
     return store.set_title(session_id, title)
 
 
-def free_numbered_title(store: Store, title: str) -> str:
-    """Return ``"<title> #N"`` for a free N near the top of the numbers taken, in O(log N) index lookups.
+def free_distinct_title(store: Store, title: str) -> str:
+    """Return ``"<title> (N)"`` for a free N near the top of the numbers taken, in O(log N) index lookups.
 
     Automatic titles of unrelated sessions collide often ("Hello there" thousands of times), so scanning every
-    "<title> #N" to find the largest N (what a compression lineage does, with a handful of members) would make
-    each new session cost more than the last. Doubling finds a free number, bisection walks back to the first
-    free one after the taken run; a gap lower down (a deleted session) is left alone.
+    "<title> (N)" to find the largest N would make each new session cost more than the last. Doubling finds a free
+    number, bisection walks back to the first free one after the taken run; a gap lower down (a deleted session)
+    is left alone. The number is in parentheses, not ``#N``: that is a compression lineage's.
     """
-    base = lineage_base(title)
-
-    def numbered(number: int) -> str:
-        suffix = f" #{number}"
-        return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
 
     def taken(number: int) -> bool:
-        return store.title_holder(numbered(number)) is not None
+        return store.title_holder(distinct_title(title, number)) is not None
 
-    low, high = 1, 2  # "#1" is the bare title, which is taken
+    low, high = 1, 2  # "(1)" is the bare title, which is taken
     while taken(high):
         low, high = high, high * 2
     while high - low > 1:  # taken(low) (or low is the bare title), not taken(high)
@@ -114,7 +111,7 @@ def free_numbered_title(store: Store, title: str) -> str:
             low = middle
         else:
             high = middle
-    return numbered(high)
+    return distinct_title(title, high)
 
 
 def _first_exchange_ends_here(history: Sequence[MessageRecord], added: int) -> bool:

@@ -152,7 +152,8 @@ class SessionDirectory(Protocol):
         ...
 
     def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
-        """The session titled ``title``, preferring the newest numbered variant of its lineage."""
+        """The session titled ``title``, or the newest segment continuing it through compressions that holds a
+        numbered variant (``"<title> #N"``); a variant outside that lineage is never reached."""
         ...
 
     def resolve_session(

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import apsw
+
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.store.records import EndReason
 
 if TYPE_CHECKING:
     from hermes_actors.store.store import Store
 
-__all__ = ["MAX_DEPTH", "lineage_chain", "lineage_root", "lineage_tip"]
+__all__ = ["MAX_DEPTH", "chain_on", "lineage_chain", "lineage_root", "lineage_tip"]
 
 MAX_DEPTH = 10_000
 
@@ -85,7 +87,12 @@ def lineage_chain(store: Store, session_id: str) -> list[str]:
 
     Raises :class:`SessionNotFoundError` for an unknown id.
     """
-    rows = [str(sid) for sid, _ in store._connection.execute(_CHAIN, {"id": session_id})]
+    return chain_on(store._connection, session_id)
+
+
+def chain_on(connection: apsw.Connection, session_id: str) -> list[str]:
+    """:func:`lineage_chain` on a connection (for the store's own modules)."""
+    rows = [str(sid) for sid, _ in connection.execute(_CHAIN, {"id": session_id})]
     chain = list(dict.fromkeys(rows))  # only a parent cycle repeats an id
     if not chain:
         raise _not_found(session_id)

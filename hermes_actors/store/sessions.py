@@ -17,6 +17,7 @@ from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
 from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.connection import Transaction
+from hermes_actors.store.lineage import chain_on
 from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
 from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
 
@@ -237,22 +238,26 @@ class SessionRows:
         return next_lineage_title(title, self.lineage_titles(lineage_base(title)))
 
     def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
-        """Return the session titled ``title``, preferring the newest numbered variant of its lineage.
+        """Return the session titled ``title``, or the newest segment of its lineage holding a numbered variant.
 
-        With ``visible``, only sessions that pass it count: another principal's title is not found.
+        The session holding exactly ``title`` is found first; of the sessions continuing it through compressions,
+        the newest whose title is ``"<title> #N"`` is returned, so a conversation is found by its first title
+        however often it was compressed. A ``"<title> #N"`` that is not in that lineage (a user's own title, an
+        import) is never reached from ``title``, and without a holder of ``title`` nothing is found. With
+        ``visible``, only sessions that pass it count: another principal's title is not found.
         """
         clean = sanitize_title(title)
-        if clean is None:
+        holder = self.title_holder(clean) if clean is not None else None
+        record = self.find_session(holder) if holder is not None else None
+        if record is None or (visible is not None and not visible.matches(record)):
             return None
-        lineage = sorted(
-            (t for t in self.lineage_titles(clean) if lineage_base(t) == clean), key=lineage_number, reverse=True
-        )
-        for candidate in lineage or [clean]:
-            holder = self.title_holder(candidate)
-            record = self.find_session(holder) if holder is not None else None
-            if record is not None and (visible is None or visible.matches(record)):
-                return record
-        return None
+        chain = chain_on(self._db, record.id)
+        later = self.find_sessions(chain[chain.index(record.id) + 1 :])
+        for member in reversed(later):
+            numbered = member.title is not None and lineage_number(member.title) > 1
+            if numbered and lineage_base(member.title or "") == clean and (visible is None or visible.matches(member)):
+                return member
+        return record
 
     def resolve_session(
         self, reference: str, *, visible: SessionFilter | None = None, unique: bool = False
@@ -262,8 +267,9 @@ class SessionRows:
         Raises :class:`AmbiguousSessionError` (naming the candidates) for a prefix of several ids and
         :class:`SessionNotFoundError` when nothing matches. With ``visible``, sessions that do not pass it are
         not there at all: they match nothing and are never named as candidates. ``unique=True`` is for commands
-        that change or destroy what they name: a title then names only the session holding exactly it, and a
-        title only its numbered variants hold (``"t #2"``, ...) is refused with those sessions as candidates.
+        that change or destroy what they name: a title then names only the session holding exactly it, not the newest
+        segment of its lineage (:meth:`find_by_title`). A title no session holds but numbered variants do
+        (``"t #2"``, ...) is refused either way, with those sessions as candidates.
         """
         text = reference.strip()
         if not text:
@@ -283,14 +289,8 @@ class SessionRows:
             return self.get_session(prefixed[0])
         if prefixed:
             raise AmbiguousSessionError(text, prefixed)
-        if unique:
-            return self._exact_title(text, visible)
-        titled = self.find_by_title(text, visible=visible)
-        if titled is not None:
-            return titled
-        raise SessionNotFoundError(
-            f"no session matches {text!r} by id, id prefix or title; list them with 'hermesctl sessions list'"
-        )
+        titled = None if unique else self.find_by_title(text, visible=visible)
+        return titled if titled is not None else self._exact_title(text, visible)
 
     def _exact_title(self, text: str, visible: SessionFilter | None) -> SessionRecord:
         """The session holding exactly the title ``text``; else refuse, naming the sessions of its variants."""

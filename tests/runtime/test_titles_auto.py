@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hermes_actors.agents.base import AgentError, AgentReply, EchoAgent, Memory, TurnInput, echo_title
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.lifecycle.auto_titles import free_numbered_title
+from hermes_actors.lifecycle.auto_titles import free_distinct_title
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.testing import FakeClock
@@ -187,14 +187,16 @@ def test_a_title_set_by_hand_after_the_automatic_one_replaces_it(make_gateway: M
     assert title_of(gateway) == "q3 report"
 
 
-def test_a_title_another_session_holds_takes_the_next_lineage_number(make_gateway: MakeGateway) -> None:
+def test_a_title_another_session_holds_takes_a_number_that_is_not_lineage_numbering(
+    make_gateway: MakeGateway,
+) -> None:
     gateway, fake = make_gateway(agent=TitleAgent())
     for chat in ("chat-1", "chat-2", "chat-3"):
         fake.push("hello there friend", chat_id=chat)
         fake.pop()
         assert gateway.wait_idle()
     titles = [title_of(gateway, f"agent:main:fake:dm:{chat}") for chat in ("chat-1", "chat-2", "chat-3")]
-    assert titles == ["Hello there friend", "Hello there friend #2", "Hello there friend #3"]
+    assert titles == ["Hello there friend", "Hello there friend (2)", "Hello there friend (3)"]
 
 
 def test_only_the_first_exchange_is_titled(make_gateway: MakeGateway) -> None:
@@ -337,14 +339,14 @@ def test_listings_and_resume_show_the_automatic_title(make_gateway: MakeGateway,
     assert session_id in listed.stdout
 
 
-def test_free_numbered_titles_follow_the_taken_run_in_few_lookups(tmp_path: Path) -> None:
+def test_free_distinct_titles_follow_the_taken_run_in_few_lookups(tmp_path: Path) -> None:
     with Store.open(tmp_path / "titles.db") as store:
         for number in range(1, 41):
             record = store.create_session("cli")
-            store.set_title(record.id, "Hello there" if number == 1 else f"Hello there #{number}")
-        assert free_numbered_title(store, "Hello there") == "Hello there #41"
-        gap = store.find_by_title("Hello there #7")
+            store.set_title(record.id, "Hello there" if number == 1 else f"Hello there ({number})")
+        assert free_distinct_title(store, "Hello there") == "Hello there (41)"
+        gap = store.find_by_title("Hello there (7)")
         assert gap is not None
         store.set_title(gap.id, None)  # a hole lower down is left alone: the next one still goes on top
-        assert free_numbered_title(store, "Hello there") == "Hello there #41"
-        assert free_numbered_title(store, "Only me") == "Only me #2"
+        assert free_distinct_title(store, "Hello there") == "Hello there (41)"
+        assert free_distinct_title(store, "Only me") == "Only me (2)"

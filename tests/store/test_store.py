@@ -15,7 +15,7 @@ from hermes_actors.errors import (
     TitleInUseError,
 )
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, Store, StoreInterface
+from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
 from hermes_actors.testing import FakeClock
 
 
@@ -200,8 +200,10 @@ def test_titles_are_sanitised_unique_and_clearable(store: StoreInterface) -> Non
 def test_lineage_titles_number_compression_children(store: StoreInterface) -> None:
     root = store.create_session("cli", title="my project")
     assert store.next_lineage_title("my project") == "my project #2"
+    store.end_session(root.id, EndReason.COMPRESSION)
     two = store.create_session("cli", title=store.next_lineage_title("my project"), parent_session_id=root.id)
     assert store.next_lineage_title(two.title or "") == "my project #3"
+    store.end_session(two.id, EndReason.COMPRESSION)
     three = store.create_session("cli", title="my project #3", parent_session_id=two.id)
     store.create_session("cli", title="my project plan")  # another title sharing the prefix
     assert store.resolve_session("my project").id == three.id
@@ -293,11 +295,8 @@ def test_appended_messages_load_back_unchanged(
 
 
 def test_a_unique_reference_names_exactly_one_session_or_lists_the_candidates(store: StoreInterface) -> None:
-    """Destructive commands resolve with ``unique=True``: a title that only numbered variants hold is refused
-    (``resolve_session`` without it picks the newest variant, an unrelated session when the numbers are not a
-    lineage)."""
+    """Destructive commands resolve with ``unique=True``: a title that only numbered variants hold is refused."""
     other = store.create_session("cli", title="Conversation about x #3")
-    assert store.resolve_session("Conversation about x").id == other.id  # the lenient lookup a /resume uses
     with pytest.raises(AmbiguousSessionError, match=r"matches 1 session: .*#3.*no session has exactly that title"):
         store.resolve_session("Conversation about x", unique=True)
     exact = store.create_session("cli", title="Conversation about x")
@@ -305,3 +304,46 @@ def test_a_unique_reference_names_exactly_one_session_or_lists_the_candidates(st
     assert store.resolve_session(other.id[:-2], unique=True).id == other.id  # ids and prefixes as before
     with pytest.raises(SessionNotFoundError, match="by id, id prefix or title"):
         store.resolve_session("nothing like it", unique=True)
+
+
+def test_a_title_reaches_a_numbered_variant_only_along_its_own_lineage(store: StoreInterface) -> None:
+    root = store.create_session("cli", title="x")
+    store.end_session(root.id, EndReason.COMPRESSION)
+    two = store.create_session("cli", title=store.next_lineage_title("x"), parent_session_id=root.id)
+    store.end_session(two.id, EndReason.COMPRESSION)
+    three = store.create_session("cli", title=store.next_lineage_title("x #2"), parent_session_id=two.id)
+    unrelated = store.create_session("cli", title="x #5")  # a user's own title, or an import
+
+    assert three.title == "x #3"
+    assert store.resolve_session("x").id == three.id
+    assert store.find_by_title("x") == store.get_session(three.id)
+    assert store.resolve_session("x #2").id == two.id  # a numbered title names its own segment
+    assert store.resolve_session("x #5").id == unrelated.id
+    store.end_session(three.id, EndReason.NEW_SESSION)
+    after = store.create_session("cli", title="x #6", parent_session_id=three.id)  # a new conversation
+    assert store.resolve_session("x").id == three.id
+    assert store.resolve_session("x #6").id == after.id
+
+
+def test_a_title_only_unrelated_variants_hold_is_never_guessed(store: StoreInterface) -> None:
+    """``sessions delete "Conversation about x"`` once offered (and with --yes deleted) ``"... #3"``: an unrelated
+    session. No lookup, lenient or unique, lands on it from the bare title."""
+    other = store.create_session("cli", title="Conversation about x #3")
+
+    assert store.find_by_title("Conversation about x") is None
+    for unique in (False, True):
+        with pytest.raises(AmbiguousSessionError, match=rf"{other.id} \('Conversation about x #3'\)"):
+            store.resolve_session("Conversation about x", unique=unique)
+
+
+def test_a_title_resolves_to_the_newest_segment_the_caller_may_see(store: StoreInterface) -> None:
+    mine = SessionSource(platform="cli", chat_id="mine")
+    root = store.create_session(mine, title="plan")
+    store.end_session(root.id, EndReason.COMPRESSION)
+    two = store.create_session(mine, title="plan #2", parent_session_id=root.id)
+    store.end_session(two.id, EndReason.COMPRESSION)
+    store.create_session(SessionSource(platform="cli", chat_id="theirs"), title="plan #3", parent_session_id=two.id)
+
+    assert store.resolve_session("plan", visible=SessionFilter(chat_id="mine")).id == two.id
+    with pytest.raises(SessionNotFoundError):
+        store.resolve_session("plan", visible=SessionFilter(chat_id="elsewhere"))
