@@ -8,7 +8,6 @@ and progress bars go to stderr, so stdout carries only the listing or JSON a scr
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 import time
@@ -24,9 +23,14 @@ from hermes_actors.cli.formatting import (
     plural,
 )
 from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.session_picker import pick_lineage
 from hermes_actors.cli.session_text import (
+    PREVIEW_WIDTH,
+    lineage_json,
+    lineage_table,
+    listing_note,
     load_details,
-    session_table,
+    segment_table,
     status_text,
     summary_lines,
     title_text,
@@ -35,29 +39,16 @@ from hermes_actors.cli.session_text import (
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store import Store
 from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.prune import PruneFilter, PruneResult
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
 
-_CHOICE = re.compile(r"[0-9]+")
-
 
 def _open_writable(home: str | None) -> Store:
     open_store(home).close()  # a missing database is an error naming the fix, not a new empty file
     return open_store(home, readonly=False)
-
-
-def _ask(text: str) -> str:
-    try:
-        return str(click.prompt(text, default="", show_default=False))
-    except click.Abort:
-        click.echo("", err=True)  # end the prompt's line
-        raise click.ClickException(
-            "no choice was read: standard input ended; run 'hermesctl sessions browse' in a terminal, or use "
-            "'hermesctl sessions list' and 'hermesctl sessions show ID'"
-        ) from None
 
 
 def _confirm(question: str, *, yes: bool) -> bool:
@@ -92,44 +83,34 @@ def sessions() -> None:
 @home_option
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform (cli, telegram, ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Most to list; 0: all.")
-@click.option("--json", "as_json", is_flag=True, help="Print the full records as a JSON array.")
+@click.option("--segments", is_flag=True, help="List every segment of each conversation, marked with its lineage.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full records, with their lineages, as a JSON array.")
 @reports_errors
-def sessions_list(home: str | None, source: str | None, limit: int, as_json: bool) -> None:
-    """List sessions, most recently active first.
+def sessions_list(home: str | None, source: str | None, limit: int, segments: bool, as_json: bool) -> None:
+    """List conversations, most recently active first: one row per compression lineage, shown by its newest
+    segment, with the lineage's message total, its compressions and a preview of its first user message.
 
     Example: hermesctl sessions list --source telegram --limit 5
     """
     with open_store(home) as store:
-        records = store.list_sessions(source=source, limit=limit or None)
+        page = store.list_lineages(source=source, limit=limit or None, preview_chars=PREVIEW_WIDTH * 4)
+        members = (
+            {r.id: r for r in store.find_sessions([m for row in page.rows for m in row.members])} if segments else {}
+        )
     if as_json:
-        click.echo(msgspec.json.encode(records).decode())
-    elif not records:
+        click.echo(
+            msgspec.json.encode([lineage_json(row, members if segments else None) for row in page.rows]).decode()
+        )
+        return
+    if not page.rows:
         click.echo("No sessions" + (f" from {source}" if source else "") + ".")
-    else:
-        for line in session_table(records, now=time.time()):
-            click.echo(line)
-
-
-def _pick(records: list[SessionRecord]) -> SessionRecord | None:
-    shown = records
-    while True:
-        for line in session_table(shown, now=time.time(), numbered=True):
-            click.echo(line)
-        answer = _ask("Number to open, text to filter (empty: all), q to quit").strip()
-        if answer.lower() in ("q", "quit"):
-            return None
-        # A short number picks from the list; a long run of digits is part of an id (20261130_...) and filters.
-        if _CHOICE.fullmatch(answer) and len(answer) <= max(2, len(str(len(records)))):
-            if 1 <= int(answer) <= len(shown):
-                return shown[int(answer) - 1]
-            click.echo(f"Pick a number from 1 to {len(shown)}.")
-            continue
-        needle = answer.casefold()
-        matches = [r for r in records if needle in r.id.casefold() or needle in (r.title or "").casefold()]
-        if not matches:
-            click.echo(f"No session here has {answer!r} in its title or id.")
-            continue
-        shown = matches
+        return
+    table = (
+        segment_table(page.rows, members, now=time.time()) if segments else lineage_table(page.rows, now=time.time())
+    )
+    note = listing_note(page)
+    for line in [*table, *([note] if note else [])]:
+        click.echo(line)
 
 
 @sessions.command("browse")
@@ -138,26 +119,27 @@ def _pick(records: list[SessionRecord]) -> SessionRecord | None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most sessions to offer.")
 @reports_errors
 def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
-    """Pick a session from a numbered list and print how to resume it.
+    """Pick a conversation from a numbered list and print how to resume it (its newest segment).
 
-    Type a number to pick, other text to filter by title or id, an empty line to see all again, q to quit.
+    Type a number to pick, other text to filter by title, id or preview, an empty line to see all again, q to
+    quit.
 
     Example: hermesctl sessions browse --source cli
     """
     with open_store(home) as store:
-        records = store.list_sessions(source=source, limit=limit)
-        if not records:
+        rows = store.list_lineages(source=source, limit=limit, preview_chars=PREVIEW_WIDTH * 4).rows
+        if not rows:
             click.echo("No sessions" + (f" from {source}" if source else "") + ".")
             return
-        picked = _pick(records)
+        picked = pick_lineage(rows)
         if picked is None:
             return
-        details = load_details(store, store.get_session(picked.id))
+        details = load_details(store, store.get_session(picked.tip.id))
     click.echo("")
     for line in summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
-    click.echo(f"Resume it with: hermesctl chat --resume {picked.id}")
+    click.echo(f"Resume it with: hermesctl chat --resume {picked.tip.id}")
 
 
 @sessions.command("show")

@@ -1,4 +1,10 @@
-"""How ``hermesctl sessions`` shows sessions: the table of ``list``, the summary and transcript of ``show``."""
+"""How ``hermesctl sessions`` shows sessions: the tables of ``list``, the summary and transcript of ``show``.
+
+A listing shows conversations: one row per compression lineage, by its tip (its newest segment), with the lineage's
+message total and compressions (:meth:`~hermes_actors.store.Store.list_lineages`); ``--segments`` lists every
+segment, marked with its lineage. :func:`lineage_text` says where a segment stands in its lineage, for any command
+that names one.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +22,20 @@ from hermes_actors.cli.formatting import (
     terminal_safe,
     truncate,
 )
-from hermes_actors.store import MessageRecord, Role, SessionRecord, StoreInterface
+from hermes_actors.store import LineagePage, LineageRow, MessageRecord, Role, SessionRecord, StoreInterface
 from hermes_actors.store.content import split_content
 
 __all__ = [
+    "PREVIEW_WIDTH",
     "TITLE_WIDTH",
     "SessionDetails",
+    "lineage_json",
+    "lineage_table",
+    "lineage_text",
+    "listing_note",
     "load_details",
     "message_lines",
+    "segment_table",
     "session_table",
     "status_text",
     "summary_lines",
@@ -32,6 +44,7 @@ __all__ = [
 ]
 
 TITLE_WIDTH = 40
+PREVIEW_WIDTH = 30
 TOOL_ARGS_WIDTH = 80
 TOOL_RESULT_LINES = 10
 
@@ -84,6 +97,96 @@ def session_table(records: list[SessionRecord], *, now: float, numbered: bool = 
     return render_table(headers, rows, right_aligned=(0, counts) if numbered else (counts,))
 
 
+def lineage_table(rows: list[LineageRow], *, now: float, numbered: bool = False) -> list[str]:
+    """The table of ``sessions list`` and ``browse``: one row per conversation, shown by its tip."""
+    headers = ["ID", "TITLE", "PREVIEW", "SOURCE", "MESSAGES", "COMPRESSIONS", "LAST ACTIVE", "STATUS"]
+    cells = [
+        [
+            row.tip.id,
+            truncate(title_text(row.tip), TITLE_WIDTH),
+            truncate(one_line(row.preview), PREVIEW_WIDTH) if row.preview else "—",
+            one_line(row.tip.source),
+            str(row.message_count),
+            str(row.compressions),
+            relative_time(row.tip.last_active_at, now=now),
+            status_text(row.tip),
+        ]
+        for row in rows
+    ]
+    if numbered:
+        headers.insert(0, "#")
+        for number, line in enumerate(cells, start=1):
+            line.insert(0, str(number))
+    counts = (headers.index("MESSAGES"), headers.index("COMPRESSIONS"))
+    return render_table(headers, cells, right_aligned=(0, *counts) if numbered else counts)
+
+
+def segment_table(rows: list[LineageRow], segments: dict[str, SessionRecord], *, now: float) -> list[str]:
+    """The table of ``sessions list --segments``: every segment of each conversation, newest first, marked with
+    its lineage's root and its position (a single-segment conversation is marked ``—``)."""
+    headers = ["ID", "LINEAGE", "SEGMENT", "TITLE", "SOURCE", "MESSAGES", "LAST ACTIVE", "STATUS"]
+    cells = []
+    for row in rows:
+        count = len(row.members)
+        for position in range(count, 0, -1):
+            record = segments.get(row.members[position - 1])
+            if record is None:  # deleted since the listing was read
+                continue
+            cells.append(
+                [
+                    record.id,
+                    row.root_id if count > 1 else "—",
+                    f"{position} of {count}" if count > 1 else "—",
+                    truncate(title_text(record), TITLE_WIDTH),
+                    one_line(record.source),
+                    str(record.message_count),
+                    relative_time(record.last_active_at, now=now),
+                    status_text(record),
+                ]
+            )
+    return render_table(headers, cells, right_aligned=(headers.index("MESSAGES"),))
+
+
+def lineage_json(row: LineageRow, segments: dict[str, SessionRecord] | None = None) -> dict[str, object]:
+    """A listed conversation for ``--json``: its tip's fields at the top level (as a session record), its lineage
+    beside them, and with ``segments`` the records of its segments, root first."""
+    entry: dict[str, object] = msgspec.to_builtins(row.tip)
+    entry["lineage"] = {
+        "root_id": row.root_id,
+        "members": row.members,
+        "message_count": row.message_count,
+        "compressions": row.compressions,
+        "preview": row.preview,
+    }
+    if segments is not None:
+        entry["segments"] = [msgspec.to_builtins(segments[m]) for m in row.members if m in segments]
+    return entry
+
+
+def listing_note(page: LineagePage) -> str | None:
+    """What a listing cut by its limit says under the table: ``20 of 25 (--limit N for more, ...)``."""
+    if page.total <= len(page.rows):
+        return None
+    return f"{len(page.rows)} of {page.total} (--limit N for more, --limit 0 for all)"
+
+
+def lineage_text(store: StoreInterface, record: SessionRecord) -> str | None:
+    """Where ``record`` stands in its compression lineage, in one line (``None`` for a single-segment session):
+    ``segment 3 of 15 of lineage ROOT; the conversation continues in TIP``, or ``segment 15 of 15 (the newest)
+    of lineage ROOT`` for the tip."""
+    return _position_text(store.lineage_chain(record.id), record.id)
+
+
+def _position_text(chain: list[str], session_id: str) -> str | None:
+    if len(chain) < 2:
+        return None
+    position = chain.index(session_id) + 1
+    where = f"segment {position} of {len(chain)}"
+    if position == len(chain):
+        return f"{where} (the newest) of lineage {chain[0]}"
+    return f"{where} of lineage {chain[0]}; the conversation continues in {chain[-1]}"
+
+
 def origin_text(record: SessionRecord) -> str:
     parts = [record.source]
     if record.chat_type:
@@ -115,9 +218,10 @@ def summary_lines(details: SessionDetails, *, now: float) -> list[str]:
         fields.append(("Parent", r.parent_session_id))
     if details.children:
         fields.append(("Children", ", ".join(details.children)))
-    if len(details.lineage) > 1:
-        position = details.lineage.index(r.id) + 1
-        fields.append(("Lineage", f"{' → '.join(details.lineage)} ({position} of {len(details.lineage)})"))
+    position = _position_text(details.lineage, r.id)
+    if position is not None:
+        fields.append(("Lineage", position))
+        fields.append(("Segments", " → ".join(details.lineage)))
     fields.append(("Messages", f"{r.message_count} ({plural(r.tool_call_count, 'tool call')})"))
     fields.append(("Tokens", f"{r.input_tokens} in, {r.output_tokens} out"))
     return [f"{label + ':':<10}{value}" for label, value in fields]

@@ -24,6 +24,7 @@ from hermes_actors.cli.formatting import (
     truncate,
 )
 from hermes_actors.cli.hermesctl import main
+from hermes_actors.cli.session_text import lineage_text
 from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, Store
 from hermes_actors.store.export import SessionExport, decode_export_line, encode_export_line
 
@@ -186,7 +187,17 @@ def test_list_puts_the_newest_activity_first_with_relative_times(home: Path, sto
     result = run(home, "sessions", "list")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "TITLE", "SOURCE", "MESSAGES", "LAST", "ACTIVE", "STATUS"]
+    assert header.split() == [
+        "ID",
+        "TITLE",
+        "PREVIEW",
+        "SOURCE",
+        "MESSAGES",
+        "COMPRESSIONS",
+        "LAST",
+        "ACTIVE",
+        "STATUS",
+    ]
     assert [row.split()[0] for row in rows] == [fresh.id, hours.id, old.id]
     assert "just now" in rows[0]
     assert rows[0].rstrip().endswith("live")
@@ -202,7 +213,9 @@ def test_list_filters_by_source_and_limits(home: Path, store: Store) -> None:
     newest_cli = [r.id for r in reversed(made) if r.source == "cli"]
     result = run(home, "sessions", "list", "--source", "cli", "--limit", "2")
     assert result.exit_code == 0, result.output
-    assert [row.split()[0] for row in result.stdout.splitlines()[1:]] == newest_cli[:2]
+    *table, note = result.stdout.splitlines()
+    assert [row.split()[0] for row in table[1:]] == newest_cli[:2]
+    assert note == "2 of 3 (--limit N for more, --limit 0 for all)"
     everything = run(home, "sessions", "list", "--limit", "0")
     assert len(everything.stdout.splitlines()) == 1 + 6
     assert run(home, "sessions", "list", "--source", "slack").stdout == "No sessions from slack.\n"
@@ -215,6 +228,73 @@ def test_list_json_prints_the_full_records(home: Path, store: Store) -> None:
     records = msgspec.json.decode(result.stdout, type=list[SessionRecord])
     assert records == [made]
     assert json.loads(result.stdout)[0]["message_count"] == 2
+
+
+def make_lineage(store: Store, segments: int, *, title: str, first: str, active_ago: float) -> list[SessionRecord]:
+    """A conversation compressed ``segments - 1`` times, its tip last active ``active_ago`` seconds ago."""
+    chain = [make_session(store, active_ago=active_ago + segments * MINUTE, title=title, texts=(first, "more"))]
+    for number in range(2, segments + 1):
+        store.end_session(chain[-1].id, EndReason.COMPRESSION, at=time.time() - active_ago - (segments - number) * 10)
+        child = make_session(
+            store,
+            active_ago=active_ago + (segments - number) * 10,
+            title=f"{title} #{number}",
+            texts=(f"step {number}",),
+            parent=chain[-1].id,
+        )
+        chain.append(child)
+    return [store.get_session(r.id) for r in chain]
+
+
+def test_list_shows_a_compressed_conversation_as_one_row_with_its_totals(home: Path, store: Store) -> None:
+    chain = make_lineage(store, 15, title="deploy", first="how do I deploy the cluster?", active_ago=HOUR)
+    alone = make_session(store, active_ago=2 * HOUR, title="alone", texts=("just one",))
+    result = run(home, "sessions", "list")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert [row.split()[0] for row in rows] == [chain[-1].id, alone.id]
+    columns = ["ID", "TITLE", "PREVIEW", "SOURCE", "MESSAGES", "COMPRESSIONS"]
+    starts = [header.index(name) for name in columns]
+    cells = [rows[0][a:b].strip() for a, b in zip(starts, [*starts[1:], header.index("LAST ACTIVE")], strict=True)]
+    assert cells == [chain[-1].id, "deploy #15", "how do I deploy the cluster?", "telegram", "16", "14"]
+    assert sum(r.message_count for r in chain) == 16
+    assert "just one" in rows[1]
+    segments = run(home, "sessions", "list", "--segments")
+    assert segments.exit_code == 0, segments.output
+    _, *member_rows = segments.stdout.splitlines()
+    assert [row.split()[0] for row in member_rows] == [r.id for r in reversed(chain)] + [alone.id]
+    assert f"{chain[0].id}  15 of 15" in member_rows[0]
+    assert f"{chain[0].id}  1 of 15" in member_rows[14]
+
+
+def test_list_says_how_many_more_there_are_when_the_limit_cuts_it(home: Path, store: Store) -> None:
+    for i in range(25):
+        make_session(store, active_ago=HOUR + i * MINUTE)
+    result = run(home, "sessions", "list")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + 20 + 1
+    assert lines[-1] == "20 of 25 (--limit N for more, --limit 0 for all)"
+    everything = run(home, "sessions", "list", "--limit", "0")
+    assert len(everything.stdout.splitlines()) == 1 + 25
+    exact = run(home, "sessions", "list", "--limit", "25")
+    assert "of 25" not in exact.stdout
+
+
+def test_list_json_carries_each_lineage(home: Path, store: Store) -> None:
+    chain = make_lineage(store, 3, title="json", first="first words", active_ago=HOUR)
+    result = run(home, "sessions", "list", "--json")
+    assert result.exit_code == 0, result.output
+    (entry,) = json.loads(result.stdout)
+    assert entry["id"] == chain[-1].id
+    assert entry["lineage"] == {
+        "root_id": chain[0].id,
+        "members": [r.id for r in chain],
+        "message_count": 4,
+        "compressions": 2,
+        "preview": "first words",
+    }
+    with_segments = json.loads(run(home, "sessions", "list", "--json", "--segments").stdout)
+    assert [s["id"] for s in with_segments[0]["segments"]] == [r.id for r in chain]
 
 
 def test_list_keeps_hostile_titles_on_one_line(home: Path, store: Store) -> None:
@@ -356,10 +436,32 @@ def test_show_names_parent_children_and_the_lineage(home: Path, store: Store) ->
     child = make_session(store, active_ago=HOUR, title="t #2", parent=root.id)
     result = run(home, "sessions", "show", root.id)
     assert f"Children: {child.id}" in result.stdout
-    assert f"Lineage:  {root.id} → {child.id} (1 of 2)" in result.stdout
+    assert f"Lineage:  segment 1 of 2 of lineage {root.id}; the conversation continues in {child.id}" in (result.stdout)
+    assert f"Segments: {root.id} → {child.id}" in result.stdout
     shown_child = run(home, "sessions", "show", child.id)
     assert f"Parent:   {root.id}" in shown_child.stdout
-    assert "(2 of 2)" in shown_child.stdout
+    assert f"Lineage:  segment 2 of 2 (the newest) of lineage {root.id}" in shown_child.stdout
+
+
+def test_browse_offers_one_row_per_conversation_and_resumes_its_tip(home: Path, store: Store) -> None:
+    chain = make_lineage(store, 4, title="long talk", first="let us talk", active_ago=HOUR)
+    result = run(home, "sessions", "browse", input="1\n")
+    assert result.exit_code == 0, result.output
+    assert "\n2  " not in result.stdout
+    assert result.stdout.endswith(f"Resume it with: hermesctl chat --resume {chain[-1].id}\n")
+    by_root = run(home, "sessions", "browse", input=f"{chain[0].id}\n1\n")  # a segment's id finds its conversation
+    assert by_root.stdout.endswith(f"hermesctl chat --resume {chain[-1].id}\n")
+
+
+def test_the_lineage_text_names_root_tip_and_position(store: Store) -> None:
+    chain = make_lineage(store, 3, title="t", first="hi", active_ago=HOUR)
+    alone = make_session(store, active_ago=HOUR)
+    root, middle, tip = chain
+    assert lineage_text(store, middle) == (
+        f"segment 2 of 3 of lineage {root.id}; the conversation continues in {tip.id}"
+    )
+    assert lineage_text(store, tip) == f"segment 3 of 3 (the newest) of lineage {root.id}"
+    assert lineage_text(store, alone) is None
 
 
 def test_show_limit_keeps_the_last_messages(home: Path, store: Store) -> None:
