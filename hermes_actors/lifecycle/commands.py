@@ -14,8 +14,9 @@ import msgspec
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.search import session_search
-from hermes_actors.store import SessionFilter, SessionRecord, Store
+from hermes_actors.store import LineageRow, SessionFilter, SessionRecord, Store
 from hermes_actors.store.lineage import lineage_tip
+from hermes_actors.titles import sanitize_title
 
 __all__ = [
     "DEFAULT_RESET_TRIGGERS",
@@ -25,6 +26,7 @@ __all__ = [
     "choose_resume_target",
     "list_resumable",
     "list_sessions_text",
+    "next_title_refusal",
     "owns",
     "parse_command",
     "reachable",
@@ -110,10 +112,27 @@ def title_holder_text(source: SessionSource | None, title: str, holder: SessionR
     return f"Title '{title}' is already taken; choose another"
 
 
+def next_title_refusal(store: Store, source: SessionSource, title: str) -> str | None:
+    """Why ``title`` cannot be kept for the sender's next session (``None``: it can), as a sentence without its
+    full stop: the holder is named only when it is the sender's own session. The title compared is the sanitised
+    one, exactly: a lineage's newer segments (``"t #2"``) do not make ``"t"`` free.
+
+    Raises :class:`~hermes_actors.errors.TitleError` for a title too long to be one.
+    """
+    clean = sanitize_title(title)
+    holder_id = store.title_holder(clean) if clean is not None else None
+    holder = store.find_session(holder_id) if holder_id is not None else None
+    if holder is None:
+        return None
+    taken = f"is already in use by session {holder.id}" if owns(source, holder) else "is already taken"
+    return f"The title '{clean}' {taken}, so it was not applied; choose another with /title <text>"
+
+
 def list_resumable(store: Store, source: SessionSource, *, any_user: bool = False) -> list[SessionRecord]:
-    """Return the titled sessions ``/resume`` offers the sender, most recently active first (at most 20)."""
-    sessions = store.list_sessions(limit=200, visible=reachable(source, any_user=any_user))
-    return [s for s in sessions if s.title][:20]
+    """Return the titled conversations ``/resume`` offers the sender, each by the newest segment of its compression
+    lineage, most recently active first (at most 20)."""
+    page = store.list_lineages(limit=200, visible=reachable(source, any_user=any_user))
+    return [row.tip for row in page.rows if row.tip.title][:20]
 
 
 def resume_listing_text(sessions: Sequence[SessionRecord]) -> str:
@@ -150,17 +169,35 @@ def choose_resume_target(
 def list_sessions_text(
     store: Store, source: SessionSource, query: str, *, any_user: bool = False, limit: int = 10
 ) -> str:
-    """Answer ``/sessions [query]``: the sender's recent sessions, or those whose messages or titles match
-    ``query`` (through ``session_search`` discovery, restricted to the sessions the sender may reach)."""
+    """Answer ``/sessions [query]``: the sender's recent conversations, or those whose messages or titles match
+    ``query`` (through ``session_search`` discovery, restricted to the sessions the sender may reach). Each
+    conversation is one line, named by the newest segment of its compression lineage, with the lineage's totals."""
     visible = reachable(source, any_user=any_user)
     if query:
         result = session_search(store, query=query, limit=limit, visible=visible)
         if result.error is not None:
             return f"Search failed: {result.error}"
-        found = [store.find_session(hit.session_id) for hit in result.hits]
-        mine = [s for s in found if s is not None]
+        rows = _lineages_of(store, [hit.session_id for hit in result.hits], visible)
     else:
-        mine = store.list_sessions(limit=limit, visible=visible)
-    if not mine:
+        rows = store.list_lineages(limit=limit, visible=visible).rows
+    if not rows:
         return "No sessions found."
-    return "\n".join(f"{s.title or '(untitled)'} ({s.id}, {s.message_count} messages)" for s in mine)
+    return "\n".join(_conversation_line(row) for row in rows)
+
+
+def _lineages_of(store: Store, session_ids: Sequence[str], visible: SessionFilter) -> list[LineageRow]:
+    """The conversations of ``session_ids`` (segments of any lineage), once each, in the order first met."""
+    # A segment's own id stands in for a tip the sender may not see (its lineage, as they see it, ends there).
+    pairs = [(lineage_tip(store, sid), sid) for sid in session_ids]
+    found = store.list_lineages(limit=None, visible=visible, tips=[i for pair in pairs for i in pair]).rows
+    rows = {row.tip.id: row for row in found}
+    chosen = [rows.get(tip) or rows.get(sid) for tip, sid in pairs]
+    return list({row.tip.id: row for row in chosen if row is not None}.values())
+
+
+def _conversation_line(row: LineageRow) -> str:
+    messages = f"{row.message_count} message" + ("" if row.message_count == 1 else "s")
+    compressions = (
+        f", {row.compressions} compression" + ("" if row.compressions == 1 else "s") if row.compressions else ""
+    )
+    return f"{row.tip.title or '(untitled)'} ({row.tip.id}, {messages}{compressions})"

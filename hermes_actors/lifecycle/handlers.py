@@ -21,8 +21,8 @@ from hermes_actors.lifecycle.commands import (
     choose_resume_target,
     list_resumable,
     list_sessions_text,
+    next_title_refusal,
     resume_listing_text,
-    title_holder_text,
 )
 from hermes_actors.lifecycle.work import (
     Compress,
@@ -173,10 +173,9 @@ class LifecycleCommands:
         note = ""
         if title is not None:
             with self._readers.reader() as store:
-                holder = store.find_by_title(title)
-            if holder is not None and holder.title == title.strip():
-                why = title_holder_text(delivery.message.source, title, holder)
-                note = f" The t{why[1:]}, so it was not applied."
+                refusal = next_title_refusal(store, delivery.message.source, title)
+            if refusal is not None:
+                note = f" {refusal}."
             else:
                 self._pending_titles[routing_key] = title
                 note = f" Its title will be '{title}'."
@@ -245,10 +244,9 @@ class LifecycleCommands:
                 )
                 return
             with self._readers.reader() as store:
-                holder = store.find_by_title(argument)
-            if holder is not None and holder.title == argument.strip():
-                why = title_holder_text(delivery.message.source, argument, holder)
-                self._directory.reply_now(delivery, f"{why}.", session_id=None)
+                refusal = next_title_refusal(store, delivery.message.source, argument)
+            if refusal is not None:
+                self._directory.reply_now(delivery, f"{refusal}.", session_id=None)
                 return
             self._pending_titles[routing_key] = argument
             self._directory.reply_now(

@@ -130,9 +130,11 @@ class SessionDirectory(Protocol):
         limit: int | None = 20,
         visible: SessionFilter | None = None,
         preview_chars: int = ...,
+        tips: Sequence[str] | None = None,
     ) -> LineagePage:
         """One row per conversation (compression lineage, shown by its tip, with its totals and preview), most
-        recently active first, and how many there are in all; ``ended`` applies to the tip."""
+        recently active first, and how many there are in all; ``ended`` applies to the tip, ``tips`` keeps the
+        lineages whose tips have these ids."""
         ...
 
     def title_holder(self, title: str) -> str | None:

@@ -13,6 +13,7 @@ the page's tips up to its root.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -48,7 +49,9 @@ def _scope(alias: str, visible: SessionFilter | None, source: str | None) -> tup
     return condition, params
 
 
-def _tips(visible: SessionFilter | None, source: str | None, ended: bool | None) -> tuple[str, list[Any]]:
+def _tips(
+    visible: SessionFilter | None, source: str | None, ended: bool | None, among: Sequence[str] | None
+) -> tuple[str, list[Any]]:
     """``FROM sessions AS s WHERE ...`` selecting the tips in scope, and the parameters."""
     scope, params = _scope("s", visible, source)
     child_scope, child_params = _scope("c", visible, source)
@@ -59,7 +62,11 @@ def _tips(visible: SessionFilter | None, source: str | None, ended: bool | None)
     ]
     if ended is not None:
         clauses.append("s.ended_at IS NOT NULL" if ended else "s.ended_at IS NULL")
-    return f"FROM sessions AS s WHERE {' AND '.join(clauses)}", [*params, *child_params]
+    ids: list[Any] = []
+    if among is not None:
+        ids = list(dict.fromkeys(among))
+        clauses.append(f"s.id IN ({', '.join('?' * len(ids))})" if ids else "0")
+    return f"FROM sessions AS s WHERE {' AND '.join(clauses)}", [*params, *child_params, *ids]
 
 
 def _page_sql(tips: str, scope: str, preview_chars: int) -> str:
@@ -116,20 +123,22 @@ def list_lineages(
     limit: int | None = 20,
     visible: SessionFilter | None = None,
     preview_chars: int = DEFAULT_PREVIEW_CHARS,
+    tips: Sequence[str] | None = None,
 ) -> LineagePage:
     """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all), with the
-    number there are in all. See the module docstring for what a lineage and the scope are."""
+    number there are in all; ``tips`` keeps only the lineages whose tips have these ids (a few: each is a query
+    parameter). See the module docstring for what a lineage and the scope are."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:
         raise ValueError(f"preview_chars must be 1 or more, not {preview_chars}")
     db = store._connection
-    tips, tip_params = _tips(visible, source, ended)
-    total = int(db.execute(f"SELECT count(*) {tips}", tip_params).get or 0)
+    selected, tip_params = _tips(visible, source, ended, tips)
+    total = int(db.execute(f"SELECT count(*) {selected}", tip_params).get or 0)
     if limit == 0 or total == 0:
         return LineagePage(rows=[], total=total)
     scope, scope_params = _scope("p", visible, source)
-    page = f"SELECT s.id {tips} ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
+    page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
     params = [*tip_params, -1 if limit is None else limit, *scope_params]
     rows = []
     for row in db.execute(_page_sql(page, scope, preview_chars), params):

@@ -13,7 +13,7 @@ maintenance operations.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -175,11 +175,12 @@ class Store(TranscriptRows):
         limit: int | None = 20,
         visible: SessionFilter | None = None,
         preview_chars: int = lineage_list.DEFAULT_PREVIEW_CHARS,
+        tips: Sequence[str] | None = None,
     ) -> LineagePage:
         """Return one row per conversation (compression lineage), most recently active first, and how many there
         are in all (see :func:`.lineage_list.list_lineages`)."""
         return lineage_list.list_lineages(
-            self, source=source, ended=ended, limit=limit, visible=visible, preview_chars=preview_chars
+            self, source=source, ended=ended, limit=limit, visible=visible, preview_chars=preview_chars, tips=tips
         )
 
     def prune_sessions(

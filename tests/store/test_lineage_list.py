@@ -188,3 +188,15 @@ def test_find_sessions_keeps_the_order_given_and_leaves_out_unknown_ids(
     assert [r.id for r in found] == [made[2], made[0]]
     many = [start(store, clock) for _ in range(600)]
     assert [r.id for r in store.find_sessions(many)] == many
+
+
+def test_tips_keeps_only_the_lineages_named_by_their_tips(store: StoreInterface, clock: FakeClock) -> None:
+    root = start(store, clock, "one")
+    tip = compress(store, clock, root, "two")
+    other = start(store, clock, "other")
+
+    page = store.list_lineages(tips=[tip, root, "nope"])
+
+    assert (page.total, [row.members for row in page.rows]) == (1, [[root, tip]])
+    assert store.list_lineages(tips=[]).total == 0
+    assert [row.tip.id for row in store.list_lineages(tips=[other, tip]).rows] == [other, tip]
