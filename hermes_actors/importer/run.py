@@ -330,7 +330,7 @@ class _Import:
         holder = self.target.title_holder(clean)
         if holder is None or holder == session.id:
             return clean
-        suffixed = self.target.free_lineage_title(clean)
+        suffixed = self.target.free_distinct_title(clean)
         self.titles.append(
             TitleNote(
                 session_id=session.id,

@@ -28,14 +28,14 @@ import msgspec
 
 from hermes_actors.store import SessionRecord, StoreInterface
 from hermes_actors.store.records import MessageRow
-from hermes_actors.titles import lineage_base, next_lineage_title
+from hermes_actors.titles import distinct_title
 
 __all__ = ["LEDGER_PREFIX", "RAW_PREFIX", "Ledger", "MessageRow", "Target"]
 
 LEDGER_PREFIX = "import-hermes:session:"
 RAW_PREFIX = "import-hermes:raw:"
 
-_LINEAGE_PROBES = 1000
+_TITLE_PROBES = 1000
 
 
 class Ledger(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,17 +100,13 @@ class Target:
             return self._titles[title]
         return None if self._store is None else self._store.title_holder(title)
 
-    def free_lineage_title(self, title: str) -> str:
-        """Return the next lineage title after ``title`` (``"t #N"``) that no session holds."""
-        base = lineage_base(title)
-        taken = [] if self._store is None else self._store.lineage_titles(base)
-        taken += [t for t in self._titles if lineage_base(t) == base]
-        for _ in range(_LINEAGE_PROBES):
-            candidate = next_lineage_title(title, taken)
+    def free_distinct_title(self, title: str) -> str:
+        """Return ``"title (N)"`` for the lowest N no session holds (never ``"#N"``: that is lineage numbering)."""
+        for number in range(2, _TITLE_PROBES + 2):
+            candidate = distinct_title(title, number)
             if self.title_holder(candidate) is None:
                 return candidate
-            taken.append(candidate)  # a base cut to fit 100 characters can meet another lineage's titles
-        raise RuntimeError(f"no free lineage title after {title!r} in {_LINEAGE_PROBES} tries")
+        raise RuntimeError(f"no free title like {title!r} in {_TITLE_PROBES} tries")
 
     def local_tail(self, session_id: str) -> int:
         """Return the highest message id of the session here (0: none)."""

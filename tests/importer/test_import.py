@@ -273,12 +273,14 @@ def test_what_has_no_place_here_is_named_not_lost_silently(imported: Imported) -
 
 
 @pytest.mark.slow
-def test_a_title_held_here_gets_the_lineage_suffix_and_is_reported(hostile: Hostile, target: Store) -> None:
+def test_a_title_held_here_gets_a_distinct_suffix_and_is_reported(hostile: Hostile, target: Store) -> None:
+    """Not ``"dup #2"``: ``#N`` is lineage numbering, and the imported session does not continue the local one."""
     holder = target.create_session("cli", title="dup")
+    target.create_session("cli", title="dup (2)")  # taken too: the next free number
 
     report = import_hermes(hostile.path, target)
 
-    assert target.get_session(hostile.duplicate_title).title == "dup #2"
+    assert target.get_session(hostile.duplicate_title).title == "dup (3)"
     notes = {n.session_id: n for n in report.titles}
     assert notes[hostile.duplicate_title].reason == f"Title 'dup' is already in use by session {holder.id}"
     assert notes[hostile.dirty_title].title == "hostile [31mred[0m"
