@@ -520,7 +520,8 @@ def test_delete_refuses_a_session_another_process_is_running(home: Path, store: 
     result = run(home, "sessions", "delete", record.id, "--yes")
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: session {record.id} is running in otherhost:42:abc; stop that process or end the session first\n"
+        f"Error: session {record.id} is open in a process (pid 42) on host otherhost, so nothing was changed; "
+        "stop it there, or wait until its lease expires, then try again\n"
     )
     assert ids(store) == {record.id}
 
