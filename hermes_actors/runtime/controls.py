@@ -154,6 +154,7 @@ class SessionControls:
         else:
             if self._turns.record is not None:
                 self._turns.record = msgspec.structs.replace(self._turns.record, title=title)
+            self._turns.title_set_by_hand()
             done.set_result(title)
         return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
 

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner, Result
 
-from hermes_actors.cli import ctl_db, ctl_sessions
+from hermes_actors.cli import ctl_db, ctl_sessions, ctl_sessions_admin
 from hermes_actors.cli.ctl_sessions import parse_age
 from hermes_actors.cli.formatting import (
     display_width,
@@ -674,7 +674,8 @@ def own_commands() -> list[tuple[str, click.Command]]:
     for group in (ctl_sessions.sessions, ctl_db.db):
         for name, command in group.commands.items():
             # `sessions search` is registered from another module and documented there.
-            if command.callback is not None and command.callback.__module__ in (ctl_sessions.__name__, ctl_db.__name__):
+            modules = (ctl_sessions.__name__, ctl_sessions_admin.__name__, ctl_db.__name__)
+            if command.callback is not None and command.callback.__module__ in modules:
                 found.append((f"{group.name} {name}", command))
     return found
 
@@ -687,6 +688,7 @@ def test_every_command_has_help_with_an_example() -> None:
         "sessions show",
         "sessions export",
         "sessions delete",
+        "sessions end",
         "sessions rename",
         "sessions prune",
         "sessions stats",
