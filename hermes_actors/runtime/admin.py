@@ -86,7 +86,8 @@ def describe_holder(owner: str) -> tuple[str, str]:
 
 
 def busy_text(session_id: str, owner: str) -> str:
-    """``session S is open in <process>, so nothing was changed; <what to do>``: a refusal that names the holder the way a user knows it."""
+    """``session S is open in <process>, so nothing was changed; <what to do>``: a refusal naming the holder the
+    way a user knows it."""
     what, fix = describe_holder(owner)
     return f"session {session_id} is open in {what}, so nothing was changed; {fix}"
 

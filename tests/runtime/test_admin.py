@@ -73,7 +73,8 @@ def test_an_end_retires_the_actor_and_the_key_gets_a_fresh_session(make_gateway:
     gateway, fake = make_gateway()
     _talk(fake, "hello")
     session = gateway.session_for(KEY)
-    assert session is not None and gateway.statistics().live_actors == 1
+    assert session is not None
+    assert gateway.statistics().live_actors == 1
     _end(gateway, session).result(timeout=10)
     poll_until(lambda: gateway.statistics().live_actors == 0, what="the ended session's actor to stop")
     with gateway.read() as store:
@@ -82,7 +83,8 @@ def test_an_end_retires_the_actor_and_the_key_gets_a_fresh_session(make_gateway:
         assert store.routes_to(session) == []
     assert _talk(fake, "again") == ["echo: again"]
     fresh = gateway.session_for(KEY)
-    assert fresh is not None and fresh != session
+    assert fresh is not None
+    assert fresh != session
     with gateway.read() as store:
         assert [m.content for m in store.load_transcript(fresh)] == ["again", "echo: again"]
         assert [m.content for m in store.load_transcript(session)] == ["hello", "echo: hello"]
