@@ -35,6 +35,8 @@ __all__ = [
     "ErrorReply",
     "PlatformState",
     "PlatformStatus",
+    "Reply",
+    "Request",
     "SessionAction",
     "SessionAdmin",
     "SessionAdminReply",
