@@ -27,7 +27,7 @@ from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import SessionBusyError
 from hermes_actors.runtime.admin import busy_text, delete_in_store, end_in_store, rename_in_store
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord, Store
 
 __all__ = ["sessions_delete", "sessions_end", "sessions_rename"]
 
@@ -108,10 +108,13 @@ def sessions_end(home: str | None, reference: str) -> None:
     client = _daemon(resolve_home(home))
     if client is not None:
         with client:
-            client.admin(SessionAdmin(action=SessionAction.END, session_id=record.id))
+            ended = client.admin(SessionAdmin(action=SessionAction.END, session_id=record.id)).ended
     else:
         with _open_writable(home) as store:
-            end_in_store(store, record.id, new_lease_owner())
+            ended = end_in_store(store, record.id, new_lease_owner()).end_reason == EndReason.OPERATOR
+    if not ended:
+        click.echo(f"Session {record.id} ended meanwhile; nothing to do.")
+        return
     click.echo(f"Ended session {record.id}; its chats start a new session with their next message.")
 
 

@@ -121,6 +121,10 @@ def test_a_stored_session_without_an_actor_is_changed_through_a_fresh_one(
         record = store.get_session(idle.id)
         assert (record.title, record.end_reason) == ("after", "operator")
         assert store.leases.holder(idle.id) is None
+    poll_until(lambda: gateway.statistics().live_actors == 0, what="the ended session's actor to stop")
+    assert _rename(gateway, idle.id, "renamed when ended").result(timeout=10) == "renamed when ended"
+    with gateway.read() as store:
+        assert store.get_session(idle.id).title == "renamed when ended"
 
 
 def test_a_session_another_process_holds_is_refused_naming_that_process(
