@@ -1,4 +1,5 @@
-"""``hermesctl sessions``: list, browse, show, export, rename, delete, prune and count sessions.
+"""``hermesctl sessions``: list, browse, show, export, prune and count sessions (rename, end and delete are in
+:mod:`hermes_actors.cli.ctl_sessions_admin`).
 
 Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
 prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
@@ -18,6 +19,7 @@ import click
 import msgspec
 
 from hermes_actors.cli.ages import DEFAULT_PRUNE_AGE, Age, AgeType, parse_age
+from hermes_actors.cli.ctl_sessions_admin import sessions_delete, sessions_end, sessions_rename
 from hermes_actors.cli.formatting import (
     format_bytes,
     plural,
@@ -31,14 +33,12 @@ from hermes_actors.cli.session_text import (
     listing_note,
     load_details,
     segment_table,
-    status_text,
     summary_lines,
-    title_text,
     transcript_lines,
 )
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
-from hermes_actors.errors import ConfigError, SessionBusyError
+from hermes_actors.errors import ConfigError
 from hermes_actors.store import Store
 from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.prune import PruneFilter, PruneResult
@@ -76,7 +76,11 @@ def _model_cap(home: str | None) -> int:
 
 @click.group()
 def sessions() -> None:
-    """List, browse, show, export, rename, delete, prune, search and count sessions."""
+    """List, browse, show, export, rename, end, delete, prune, search and count sessions."""
+
+
+for _command in (sessions_rename, sessions_end, sessions_delete):  # hermes_actors.cli.ctl_sessions_admin
+    sessions.add_command(_command)
 
 
 @sessions.command("list")
@@ -240,54 +244,6 @@ def sessions_export(home: str | None, out: str, source: str | None, reference: s
             return
         _write_file(Path(out), lines, total)
     click.echo(f"Exported {plural(total, 'session')} to {out}.", err=True)
-
-
-@sessions.command("delete")
-@home_option
-@click.argument("reference", metavar="ID")
-@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
-@reports_errors
-def sessions_delete(home: str | None, reference: str, yes: bool) -> None:
-    """Delete a session and its messages; sessions it started stay, without a parent.
-
-    Example: hermesctl sessions delete 20261102_140312_ab12cd34 --yes
-    """
-    with _open_writable(home) as store:
-        record = store.resolve_session(reference)
-        holder = store.leases.holder(record.id)
-        if holder is not None:
-            raise SessionBusyError(
-                f"session {record.id} is running in {holder}; stop that process or end the session first"
-            )
-        title = f"'{title_text(record)}'" if record.title else "(untitled)"
-        messages = plural(record.message_count, "message")
-        question = f"Delete session {record.id} {title} ({messages}, {status_text(record)})?"
-        if not _confirm(question, yes=yes):
-            click.echo("Nothing deleted.")
-            return
-        if not store.delete_session(record.id):
-            click.echo(f"Session {record.id} was already gone.")
-            return
-    click.echo(f"Deleted session {record.id} and {plural(record.message_count, 'message')}.")
-
-
-@sessions.command("rename")
-@home_option
-@click.argument("reference", metavar="ID")
-@click.argument("words", metavar="TITLE...", nargs=-1, required=True)
-@reports_errors
-def sessions_rename(home: str | None, reference: str, words: tuple[str, ...]) -> None:
-    """Set a session's title (the words joined by spaces); a blank title clears it. Titles are unique.
-
-    Example: hermesctl sessions rename 20261102_1403 deploy notes
-    """
-    with _open_writable(home) as store:
-        record = store.resolve_session(reference)
-        stored = store.set_title(record.id, " ".join(words))
-    if stored is None:
-        click.echo(f"Cleared the title of session {record.id}.")
-    else:
-        click.echo(f"Session {record.id} is now titled '{stored}'.")
 
 
 def _prune_scope(count: int | None, *, source: str | None, age: Age | None) -> str:

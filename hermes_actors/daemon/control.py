@@ -35,6 +35,11 @@ __all__ = [
     "ErrorReply",
     "PlatformState",
     "PlatformStatus",
+    "Reply",
+    "Request",
+    "SessionAction",
+    "SessionAdmin",
+    "SessionAdminReply",
     "Status",
     "StatusReply",
     "connect",
@@ -46,6 +51,7 @@ MAX_FRAME = 16 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 # A sockaddr_un path holds 108 bytes with its terminating NUL on Linux.
 MAX_SOCKET_PATH = 107
+ADMIN_TIMEOUT_S = 120.0  # how long the daemon waits for a session's actor to apply a change (after a running turn)
 
 
 class ControlError(HermesError):
@@ -120,14 +126,41 @@ class BindReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     routing_key: str
 
 
+class SessionAction(enum.StrEnum):
+    """What ``hermesctl sessions`` asks the daemon to do to one session."""
+
+    RENAME = "rename"
+    END = "end"
+    DELETE = "delete"  # ends the session first when it is live (the user confirmed that)
+
+
+class SessionAdmin(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Rename (``title``; ``None`` or blank clears it), end or delete ``session_id`` through the daemon, so its live
+    actor applies the change."""
+
+    action: SessionAction
+    session_id: str
+    title: str | None = None
+
+
+class SessionAdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What was done: the stored ``title`` (rename), whether a live session was ``ended`` (end, delete) and whether
+    the session was ``deleted``."""
+
+    session_id: str
+    title: str | None = None
+    ended: bool = False
+    deleted: bool = False
+
+
 class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The request failed; ``message`` says why and what to do."""
 
     message: str
 
 
-Request = Status | Chat | Bind
-Reply = StatusReply | ChatReply | BindReply | ErrorReply
+Request = Status | Chat | Bind | SessionAdmin
+Reply = StatusReply | ChatReply | BindReply | SessionAdminReply | ErrorReply
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(Request)
@@ -178,7 +211,7 @@ def check_socket_path(path: Path) -> None:
 class ControlServer:
     """Serves control requests on a Unix socket with ``handler``; one thread per connection."""
 
-    def __init__(self, path: Path, handler: Callable[[Status | Chat | Bind], msgspec.Struct]) -> None:
+    def __init__(self, path: Path, handler: Callable[[Request], msgspec.Struct]) -> None:
         check_socket_path(path)
         self.path = path
         self._handler = handler
@@ -271,7 +304,7 @@ class ControlClient:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
 
-    def request(self, message: Status | Chat | Bind, *, timeout: float | None = 30.0) -> Reply:
+    def request(self, message: Request, *, timeout: float | None = 30.0) -> Reply:
         """Send ``message`` and return the reply; an :class:`ErrorReply` becomes :class:`ControlError`."""
         self._sock.settimeout(timeout)
         try:
@@ -312,6 +345,13 @@ class ControlClient:
         reply = self.request(message)
         if not isinstance(reply, BindReply):
             raise ControlError(f"expected a bind reply, got {type(reply).__name__}")
+        return reply
+
+    def admin(self, message: SessionAdmin, *, timeout: float = ADMIN_TIMEOUT_S + 10) -> SessionAdminReply:
+        """Rename, end or delete a session through the daemon."""
+        reply = self.request(message, timeout=timeout)
+        if not isinstance(reply, SessionAdminReply):
+            raise ControlError(f"expected a session admin reply, got {type(reply).__name__}")
         return reply
 
     def close(self) -> None:

@@ -30,10 +30,20 @@ from typing import IO, Any
 
 import msgspec
 
+from hermes_actors.daemon.admin import SessionAdministration
 from hermes_actors.daemon.agent import agent_name, build_agent
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
-from hermes_actors.daemon.control import Bind, Chat, ControlServer, PlatformState, PlatformStatus, Status, StatusReply
+from hermes_actors.daemon.control import (
+    Bind,
+    Chat,
+    ControlServer,
+    PlatformState,
+    PlatformStatus,
+    SessionAdmin,
+    Status,
+    StatusReply,
+)
 from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.terminal import TerminalChannel
@@ -314,7 +324,7 @@ class Daemon:
 
     # -- control requests ----------------------------------------------------------------------------------------
 
-    def _handle(self, request: Status | Chat | Bind) -> msgspec.Struct:
+    def _handle(self, request: Status | Chat | Bind | SessionAdmin) -> msgspec.Struct:
         match request:
             case Status():
                 return self.status()
@@ -322,6 +332,9 @@ class Daemon:
                 return self._terminal.chat(request)
             case Bind():
                 return self._terminal.bind(request)
+            case SessionAdmin():
+                assert self._gateway is not None
+                return SessionAdministration(self._gateway, database_path(self.home)).handle(request)
 
     def status(self) -> StatusReply:
         """The daemon's state for ``hermesctl status``."""

@@ -1,5 +1,5 @@
 """The lifecycle commands: ``/new``, ``/reset``, ``/resume``, ``/title``, ``/compress``, ``/sessions``,
-``/sethome``, ``/handoff`` and resets by timer.
+``/sethome``, ``/handoff``, resets by timer and an operator's rename or end (``hermesctl sessions`` via hermesd).
 
 :class:`LifecycleCommands` is held by the supervisor and runs on its thread. It sees the runtime only through the
 :class:`Directory` port the supervisor implements: commands that change where a routing key leads take effect there
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol
 
-from hermes_actors.errors import HermesError
+from hermes_actors.errors import HermesError, SessionClosedError
 from hermes_actors.lifecycle.commands import (
     Command,
     CommandName,
@@ -25,6 +25,7 @@ from hermes_actors.lifecycle.commands import (
     resume_listing_text,
 )
 from hermes_actors.lifecycle.work import (
+    AdminChange,
     Compress,
     Control,
     Delivery,
@@ -208,6 +209,18 @@ class LifecycleCommands:
         self._directory.queue_control(
             session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None
         )
+
+    def admin(self, change: AdminChange) -> None:
+        """An operator's rename or end: a control turn of the session's actor (activated for it when it has none),
+        in order with its turns, so the actor's title and state change with the store's. An end works as ``/new``'s
+        does: the running turn is cancelled and the session's keys lead to a fresh session from now on."""
+        session_id = change.session_id
+        if self._directory.is_ending(session_id):
+            raise SessionClosedError(f"session {session_id} is ending already; nothing was changed")
+        if isinstance(change.control, EndSession):
+            self._directory.cancel_running(session_id)
+            self._directory.begin_end(session_id)
+        self._directory.queue_control(session_id, change.control, None)
 
     def _resume(self, routing_key: str, delivery: Delivery, argument: str) -> None:
         source = delivery.message.source

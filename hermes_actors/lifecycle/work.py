@@ -8,6 +8,8 @@ runtime's message protocol (:mod:`hermes_actors.runtime.protocol`) re-exports ev
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import msgspec
 
 from hermes_actors.messages import InboundMessage
@@ -15,6 +17,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.store.records import EndReason
 
 __all__ = [
+    "AdminChange",
     "Compress",
     "Control",
     "Delivery",
@@ -36,17 +39,22 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EndSession(msgspec.Struct, frozen=True, kw_only=True):
-    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
+    """End the session: ``/new``, ``/reset``, a reset timer (which saves memories first and may notify), or an
+    operator (``done`` resolves once the end has committed)."""
 
     reason: EndReason
     reply: str | None = None
     save_memories: bool = False
+    done: Future[None] | None = None
 
 
 class SetTitle(msgspec.Struct, frozen=True, kw_only=True):
-    """``/title [text]``: show the title, or set it."""
+    """``/title [text]``: show the title, or set it. With ``done`` it is an operator's rename (``hermesctl sessions
+    rename``): ``text`` is set (blank or ``None`` clears it) and ``done`` resolves with the stored title or the
+    refusal."""
 
     text: str | None = None
+    done: Future[str | None] | None = None
 
 
 class Compress(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +68,14 @@ class Handoff(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Control = EndSession | SetTitle | Compress | Handoff
+
+
+class AdminChange(msgspec.Struct, frozen=True, kw_only=True):
+    """hermesd → supervisor: an operator's rename or end of ``session_id`` (``hermesctl sessions ...``), run as a
+    control turn of its actor so the actor's state and the store agree; ``control`` carries the future to answer."""
+
+    session_id: str
+    control: SetTitle | EndSession
 
 
 class EndDue(msgspec.Struct, frozen=True, kw_only=True):

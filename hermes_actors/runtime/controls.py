@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.agents.base import cleanup_calls, context_window_of
 from hermes_actors.agents.history import is_summary
-from hermes_actors.errors import HermesError, TitleInUseError
+from hermes_actors.errors import HermesError, SessionNotFoundError, TitleError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.lifecycle.commands import title_holder_text
 from hermes_actors.messages import InboundMessage, OutboundMessage
@@ -91,6 +92,8 @@ class SessionControls:
         self._turns.lease_released()
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
+        if control.done is not None:
+            control.done.set_result(None)
         return TurnOutcome(
             session_id=self.session_id,
             inbox_ids=tuple(d.inbox_id for d in deliveries),
@@ -110,6 +113,8 @@ class SessionControls:
         self._turns.overrides.clear()
 
     def set_title(self, control: SetTitle, deliveries: Sequence[Delivery]) -> TurnOutcome:
+        if control.done is not None:
+            return self._rename(control.text, control.done)
         if control.text is None or not control.text.strip():
             current = self._turns.record.title if self._turns.record else self._turns.pending_title
             text = f"Title: {current}" if current else "This session has no title yet; set one with /title <text>."
@@ -132,6 +137,26 @@ class SessionControls:
         if self._turns.record is not None:
             self._turns.record = msgspec.structs.replace(self._turns.record, title=title)
         return self._turns.answer(deliveries, f"Title set to '{title}'." if title else "Title cleared.")
+
+    def _rename(self, text: str | None, done: Future[str | None]) -> TurnOutcome:
+        """An operator's rename (``hermesctl sessions rename`` through hermesd): store it under the lease, keep the
+        new title in the actor's record, and answer ``done`` with the stored title or the refusal. A lost lease or
+        a store failure is raised: the turn runs again, and answers then."""
+
+        def retitle(store: Store) -> str | None:
+            self._turns.fence(store)
+            return store.set_title(self.session_id, text)
+
+        try:
+            title = self._writer.call(retitle)
+        except (TitleInUseError, TitleError, SessionNotFoundError) as exc:
+            done.set_exception(exc)
+        else:
+            if self._turns.record is not None:
+                self._turns.record = msgspec.structs.replace(self._turns.record, title=title)
+            self._turns.title_set_by_hand()
+            done.set_result(title)
+        return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
 
     def _title_taken(self, exc: TitleInUseError) -> str:
         """Why a title was refused, naming the holder only when it is one of this principal's sessions."""

@@ -26,7 +26,7 @@ from hermes_actors.messages import InboundMessage, encode
 from hermes_actors.ports import AcceptResult, PollCursor, ReplySender
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
-from hermes_actors.runtime.protocol import Deliver, Delivery, SupervisorStatistics
+from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
 from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneResult
 from hermes_actors.store.writer import WriterClosedError
@@ -118,6 +118,11 @@ class Gateway:
     def rebind(self, routing_key: str, session_id: str) -> None:
         """Point ``routing_key`` at ``session_id`` from now on."""
         self._supervisor.rebind(routing_key, session_id)
+
+    def admin(self, change: AdminChange) -> None:
+        """Hand an operator's rename or end to the session's actor (see :meth:`LifecycleCommands.admin
+        <hermes_actors.lifecycle.handlers.LifecycleCommands.admin>`); its future says when it was applied."""
+        self._supervisor.admin(change)
 
     def session_for(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches now."""

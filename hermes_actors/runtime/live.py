@@ -8,6 +8,7 @@ actor one turn at a time (:meth:`LiveSession.next_turn`) and puts back a turn th
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -15,10 +16,10 @@ import pykka
 
 from hermes_actors.lifecycle.commands import parse_command
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.protocol import Control, Delivery, RunTurn
+from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics
 from hermes_actors.runtime.services import CancelToken
 
-__all__ = ["ControlWork", "LiveSession", "Work"]
+__all__ = ["ControlWork", "LiveSession", "Work", "statistics_of"]
 
 
 class ControlWork(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +90,25 @@ class LiveSession:
         else:
             items = list(turn.deliveries)
         self.queue.extendleft(reversed(items))
+
+
+def statistics_of(
+    sessions: Iterable[LiveSession], actors: int, routes_cached: int, counts: Mapping[str, int]
+) -> SupervisorStatistics:
+    """The supervisor's snapshot: its live ``sessions``, ``actors`` running, cached routes and event ``counts``."""
+    states = list(sessions)
+    return SupervisorStatistics(
+        live_actors=actors,
+        stopping_actors=sum(1 for s in states if s.stopping),
+        running=sum(1 for s in states if s.busy),
+        queued_messages=sum(len(s.queue) for s in states),
+        routes_cached=routes_cached,
+        activations=counts["activations"],
+        passivations=counts["passivations"],
+        evictions=counts["evictions"],
+        turns=counts["turns"],
+        rejected=counts["rejected"],
+    )
 
 
 def _text(work: Work) -> str:

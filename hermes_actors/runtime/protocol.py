@@ -17,6 +17,7 @@ from concurrent.futures import Future
 import msgspec
 
 from hermes_actors.lifecycle.work import (
+    AdminChange,
     Compress,
     Control,
     Delivery,
@@ -31,6 +32,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.services import CancelToken
 
 __all__ = [
+    "AdminChange",
     "AgentFailure",
     "CancelToken",
     "ChatKey",
@@ -189,8 +191,9 @@ SupervisorTell = Deliver | TurnFinished | SessionStopped | StopSession | EndDue 
 """What the supervisor is told. A failure handling one is logged and the directory goes on (an inbound message it
 could not queue stays pending in the inbox and is replayed at the next start)."""
 
-SupervisorAsk = SessionFor | GetStatistics | Rebind
-"""What the supervisor is asked; a failure goes back to the caller."""
+SupervisorAsk = SessionFor | GetStatistics | Rebind | AdminChange
+"""What the supervisor is asked; a failure goes back to the caller (an :class:`AdminChange` is answered when it is
+queued; its control's future resolves once the session's actor has applied it)."""
 
 SupervisorMessage = SupervisorTell | SupervisorAsk
 

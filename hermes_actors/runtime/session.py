@@ -17,6 +17,7 @@ import pykka
 
 from hermes_actors.errors import LeaseLostError, StaleTurnError, StoreError
 from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.admin import settle_unanswered
 from hermes_actors.runtime.protocol import RunTurn, SessionMessage, SessionStopped, TurnFinished, TurnOutcome
 from hermes_actors.runtime.records import answered
 from hermes_actors.runtime.services import OutboxSink, reply_for
@@ -87,6 +88,8 @@ class SessionActor(RuntimeActor):
                 except Exception:
                     _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
                 finally:
+                    if retry is None:
+                        settle_unanswered(self._turns.services, self._session_id, message)
                     finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
                     self._tell_supervisor(finished)
             case _:

@@ -5,9 +5,10 @@ One pykka actor. It maps routing keys to session ids (cached, persisted through 
 session actor gets one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time and asks for the next by
 finishing. Because the queue lives here, a stopping actor's new messages wait for its next activation, in order,
 and ``/resume``, handoff and compression only re-point directory entries. Commands that change where a key leads
-(``/new``, ``/reset``, ``/resume``, resets by timer) take effect here at once, so a message that arrives while a
-session is ending goes to its successor, never to the ended session. A held
-:class:`~hermes_actors.lifecycle.handlers.LifecycleCommands` runs those commands through the
+(``/new``, ``/reset``, ``/resume``, resets by timer, an operator's end) take effect here at once, so a message that
+arrives while a session is ending goes to its successor, never to the ended session. A held
+:class:`~hermes_actors.lifecycle.handlers.LifecycleCommands` runs those commands (and an operator's
+:class:`~hermes_actors.runtime.protocol.AdminChange`) through the
 :class:`~hermes_actors.runtime.directory.SupervisorDirectory` port; the routes are a
 :class:`~hermes_actors.runtime.routes.Routes`, each session's entry a :class:`~hermes_actors.runtime.live.LiveSession`.
 
@@ -29,8 +30,9 @@ from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.directory import SupervisorDirectory
-from hermes_actors.runtime.live import ControlWork, LiveSession
+from hermes_actors.runtime.live import ControlWork, LiveSession, statistics_of
 from hermes_actors.runtime.protocol import (
+    AdminChange,
     Control,
     Deliver,
     Delivery,
@@ -43,7 +45,6 @@ from hermes_actors.runtime.protocol import (
     SessionStopped,
     StopSession,
     SupervisorMessage,
-    SupervisorStatistics,
     SupervisorTell,
     TurnFinished,
     TurnOutcome,
@@ -112,9 +113,12 @@ class SupervisorActor(RuntimeActor):
             case SessionFor(routing_key=routing_key):
                 return self._routes.existing(routing_key)
             case GetStatistics():
-                return self._statistics()
+                return statistics_of(self._live.values(), self._actors, len(self._routes), self._counts)
             case Rebind(routing_key=routing_key, session_id=session_id):
                 return self._routes.store(routing_key, session_id)
+            case AdminChange():
+                self._lifecycle.admin(message)
+                return None
             case (
                 Deliver()
                 | TurnFinished()
@@ -150,16 +154,6 @@ class SupervisorActor(RuntimeActor):
                 self._lifecycle.handoff_result(message)
             case PassivationTick():
                 self._passivate_idle()
-
-    def _statistics(self) -> SupervisorStatistics:
-        return SupervisorStatistics(
-            live_actors=self._actors,
-            stopping_actors=sum(1 for s in self._live.values() if s.stopping),
-            running=sum(1 for s in self._live.values() if s.busy),
-            queued_messages=sum(len(s.queue) for s in self._live.values()),
-            routes_cached=len(self._routes),
-            **self._counts,
-        )
 
     def _has_actor(self, session_id: str) -> bool:
         state = self._live.get(session_id)

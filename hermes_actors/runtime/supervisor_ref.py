@@ -7,7 +7,14 @@ from typing import Any
 
 import pykka
 
-from hermes_actors.runtime.protocol import GetStatistics, Rebind, SessionFor, SupervisorStatistics, SupervisorTell
+from hermes_actors.runtime.protocol import (
+    AdminChange,
+    GetStatistics,
+    Rebind,
+    SessionFor,
+    SupervisorStatistics,
+    SupervisorTell,
+)
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.supervisor import SupervisorActor
 
@@ -48,6 +55,11 @@ class Supervisor:
             Rebind(routing_key=routing_key, session_id=session_id), block=True, timeout=self._timeout
         )
         committed.result(timeout=self._timeout)
+
+    def admin(self, change: AdminChange) -> None:
+        """Queue an operator's change as a control turn of its session; raise the supervisor's refusal (the session
+        is ending). The change's future resolves once the session's actor has applied it."""
+        self._ref.ask(change, block=True, timeout=self._timeout)
 
     def stop(self, timeout: float) -> None:
         """Stop the supervisor and its session actors."""

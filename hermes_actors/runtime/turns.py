@@ -148,6 +148,10 @@ class SessionTurns:
         """The session's lease was released in the commit that just ended or continued it."""
         self._lease.forget()
 
+    def title_set_by_hand(self) -> None:
+        """An operator set or cleared the title: an automatic title computed before must not come back."""
+        self._auto_title = AutoTitle(self._services, self.session_id)
+
     # -- agent calls -------------------------------------------------------------------------------------------
 
     def _call_agent(

@@ -52,6 +52,7 @@ class EndReason(enum.StrEnum):
     USER_EXIT = "user_exit"
     HANDOFF = "handoff"
     IMPORTED = "imported"
+    OPERATOR = "operator"  # hermesctl sessions end (or delete of a live session)
 
 
 class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner, Result
 
-from hermes_actors.cli import ctl_db, ctl_sessions
+from hermes_actors.cli import ctl_db, ctl_sessions, ctl_sessions_admin
 from hermes_actors.cli.ctl_sessions import parse_age
 from hermes_actors.cli.formatting import (
     display_width,
@@ -622,7 +622,8 @@ def test_delete_refuses_a_session_another_process_is_running(home: Path, store: 
     result = run(home, "sessions", "delete", record.id, "--yes")
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: session {record.id} is running in otherhost:42:abc; stop that process or end the session first\n"
+        f"Error: session {record.id} is open in a process (pid 42) on host otherhost, so nothing was changed; "
+        "stop it there, or wait until its lease expires, then try again\n"
     )
     assert ids(store) == {record.id}
 
@@ -775,7 +776,8 @@ def own_commands() -> list[tuple[str, click.Command]]:
     for group in (ctl_sessions.sessions, ctl_db.db):
         for name, command in group.commands.items():
             # `sessions search` is registered from another module and documented there.
-            if command.callback is not None and command.callback.__module__ in (ctl_sessions.__name__, ctl_db.__name__):
+            modules = (ctl_sessions.__name__, ctl_sessions_admin.__name__, ctl_db.__name__)
+            if command.callback is not None and command.callback.__module__ in modules:
                 found.append((f"{group.name} {name}", command))
     return found
 
@@ -788,6 +790,7 @@ def test_every_command_has_help_with_an_example() -> None:
         "sessions show",
         "sessions export",
         "sessions delete",
+        "sessions end",
         "sessions rename",
         "sessions prune",
         "sessions stats",

@@ -16,6 +16,10 @@ from hermes_actors.daemon.control import (
     ChatReply,
     ControlError,
     ControlServer,
+    Request,
+    SessionAction,
+    SessionAdmin,
+    SessionAdminReply,
     Status,
     check_socket_path,
     connect,
@@ -23,8 +27,12 @@ from hermes_actors.daemon.control import (
 from hermes_actors.errors import SessionNotFoundError
 
 
-def _handler(request: Status | Chat | Bind) -> msgspec.Struct:
+def _handler(request: Request) -> msgspec.Struct:
     match request:
+        case SessionAdmin(action=SessionAction.RENAME):
+            return SessionAdminReply(session_id=request.session_id, title=request.title)
+        case SessionAdmin():
+            raise SessionNotFoundError(f"no session {request.session_id!r} to {request.action}")
         case Chat():
             return ChatReply(session_id="s1", text=f"echo: {request.text}")
         case Bind():
@@ -61,6 +69,16 @@ def test_handler_errors_come_back_as_clear_errors_and_the_connection_survives(se
         with pytest.raises(ControlError, match="failed on Status: boom"):
             client.status()
         assert client.chat(Chat(chat_id="t", user_id="u", text="still", message_id="m")).text == "echo: still"
+
+
+def test_session_admin_requests_round_trip_and_refusals_come_back(server: ControlServer) -> None:
+    client = connect(server.path)
+    assert client is not None
+    with client:
+        rename = SessionAdmin(action=SessionAction.RENAME, session_id="s1", title="new")
+        assert client.admin(rename) == SessionAdminReply(session_id="s1", title="new")
+        with pytest.raises(ControlError, match="no session 's2' to delete"):
+            client.admin(SessionAdmin(action=SessionAction.DELETE, session_id="s2"))
 
 
 def test_a_malformed_frame_gets_an_error_reply_and_an_oversized_one_closes_the_connection(
