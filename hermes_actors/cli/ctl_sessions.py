@@ -1,4 +1,5 @@
-"""``hermesctl sessions``: list, browse, show, export, rename, delete, prune and count sessions.
+"""``hermesctl sessions``: list, browse, show, rename, delete, prune and count sessions (export and import are in
+:mod:`.ctl_sessions_io`).
 
 Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
 prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
@@ -7,18 +8,15 @@ and progress bars go to stderr, so stdout carries only the listing or JSON a scr
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 import time
-from collections.abc import Iterable
-from pathlib import Path
 
 import click
 import msgspec
 
 from hermes_actors.cli.ages import DEFAULT_PRUNE_AGE, Age, AgeType, parse_age
+from hermes_actors.cli.ctl_sessions_io import sessions_export, sessions_import
 from hermes_actors.cli.formatting import (
     format_bytes,
     plural,
@@ -36,7 +34,6 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError, SessionBusyError
 from hermes_actors.store import SessionRecord, Store
-from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.prune import PruneFilter, PruneResult
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
@@ -200,66 +197,6 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
         click.echo(line)
 
 
-def _write_stream(lines: Iterable[bytes]) -> None:
-    stream = sys.stdout.buffer
-    for line in lines:
-        stream.write(line)
-    stream.flush()
-
-
-def _write_file(path: Path, lines: Iterable[bytes], total: int) -> None:
-    """Write ``lines`` to a temporary file beside ``path`` and rename it: ``path`` gets all of them or nothing."""
-    try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}; choose a writable path") from exc
-    partial = Path(name)
-    try:
-        with (
-            os.fdopen(fd, "wb") as handle,
-            click.progressbar(length=total, label=f"Exporting to {path}", file=sys.stderr) as bar,
-        ):
-            for line in lines:
-                handle.write(line)
-                bar.update(1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise click.ClickException(
-            f"writing {path} failed: {exc.strerror or exc}; nothing was written (free space or choose another path)"
-        ) from exc
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-
-
-@sessions.command("export")
-@home_option
-@click.argument("out", default="-", metavar="[OUT|-]")
-@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
-@click.option("--session-id", "reference", metavar="ID", help="Only this session (id, unique id prefix or title).")
-@reports_errors
-def sessions_export(home: str | None, out: str, source: str | None, reference: str | None) -> None:
-    """Write sessions as JSON lines: one session per line, with its metadata and all its messages in order.
-
-    OUT is a file, written whole or not at all, or - (the default) for standard output.
-
-    Example: hermesctl sessions export backup.jsonl --source telegram
-    """
-    # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
-    with open_store(home) as store, store.transaction():
-        session_id = store.resolve_session(reference).id if reference is not None else None
-        total = store.count_exports(source=source, session_id=session_id)
-        lines = (encode_export_line(e) for e in store.iter_exports(source=source, session_id=session_id))
-        if out == "-":
-            _write_stream(lines)
-            return
-        _write_file(Path(out), lines, total)
-    click.echo(f"Exported {plural(total, 'session')} to {out}.", err=True)
-
-
 @sessions.command("delete")
 @home_option
 @click.argument("reference", metavar="ID")
@@ -406,3 +343,7 @@ def sessions_stats(home: str | None, as_json: bool) -> None:
         click.echo(f"  {count.source}: {count.sessions} sessions")
     click.echo(f"Live sessions: {stats.live_sessions} ({stats.sessions - stats.live_sessions} ended)")
     click.echo(f"Database size: {stats.database_bytes / 1_000_000:.1f} MB")
+
+
+sessions.add_command(sessions_export)
+sessions.add_command(sessions_import)
