@@ -147,7 +147,7 @@ def test_when_the_daemon_stops_mid_chat_the_line_is_answered_in_process_and_the_
         with Store.open(home / "state.db", readonly=True) as store:
             assert store.get_session(first).end_reason == EndReason.USER_EXIT.value
         stdin = _Script([b"one\n", b"two\n", b"three\n"], {1: daemon.stop})
-        result = runner.invoke(hermesctl, ["chat", "--home", str(home)], input=stdin)
+        result = runner.invoke(hermesctl, ["chat", "--home", str(home)], input=io.BufferedReader(stdin))
     finally:
         if process.poll() is None:
             process.kill()
