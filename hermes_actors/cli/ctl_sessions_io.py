@@ -142,7 +142,7 @@ def sessions_import(home: str | None, path: str) -> None:
 
     The whole file is checked first: a malformed line is an error naming its number, and nothing is imported.
     A session whose id is already here is skipped, so importing a file twice changes nothing. A title another
-    session holds here gets the next free number ("title #2"); both are reported. - reads standard input.
+    session holds here is made unique ("title (2)"); both are reported. - reads standard input.
 
     Example: hermesctl sessions import backup.jsonl --home ~/.hermes-restored
     """

@@ -9,8 +9,10 @@ the chat's name and the user, end reasons are translated, messages carry ``times
 The whole file is read and checked first (:func:`check_lines`): a malformed line is an error naming its number,
 and nothing is imported. Then each batch of whole sessions commits in one transaction, so an import that fails
 midway leaves whole sessions behind and can be run again. A session whose id is already here is skipped and
-counted, so importing a file twice changes nothing. A title another session holds here is given the next free
-lineage title (``"title #2"``) and reported; a parent that is not here is dropped and reported.
+counted, so importing a file twice changes nothing. A title another session holds here is made unique as
+``"title (2)"`` (the lowest free number; never ``"#N"``, which is lineage numbering: the imported session does not
+continue the local one), as the database import does, and reported; a parent that is not here is dropped and
+reported.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from hermes_actors.errors import HermesError, TitleError
 from hermes_actors.importer.report import SessionNote, TitleNote
 from hermes_actors.importer.rows import END_REASONS, ROLES, bare_record, routing_key, tool_call_count
 from hermes_actors.importer.source_records import HermesSession, json_value, origin_value, timestamp_value
-from hermes_actors.importer.target import Target
 from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.content import HERMES_JSON_PREFIX, store_content
 from hermes_actors.store.export import AttachmentRow, ExportLine, LineMessage, decode_export_line
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 BATCH_MESSAGES = 5000
+_TITLE_PROBES = 1000
 
 Lines = Callable[[], Iterable[bytes]]
 """Reads the file from its start, a line at a time (each call reads it again)."""
@@ -186,8 +188,16 @@ def check_lines(lines: Iterable[bytes]) -> int:
 class _Writer:
     def __init__(self, store: StoreInterface, result: JsonlImport) -> None:
         self.store = store
-        self.target = Target(store, dry_run=False)
         self.result = result
+
+    def distinct(self, title: str) -> str:
+        """``"title (N)"`` for the lowest N no session holds."""
+        for number in range(2, _TITLE_PROBES + 2):
+            suffix = f" ({number})"
+            candidate = title[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
+            if self.store.title_holder(candidate) is None:
+                return candidate
+        raise ExportFileError(f"no free title like {title!r} in {_TITLE_PROBES} tries; rename those sessions")
 
     def title(self, record: SessionRecord) -> str | None:
         wanted = record.title
@@ -202,10 +212,10 @@ class _Writer:
             self.result.titles.append(TitleNote(session_id=record.id, source_title=wanted, title=clean, reason=reason))
         if clean is None:
             return None
-        holder = self.target.title_holder(clean)
+        holder = self.store.title_holder(clean)
         if holder is None:
             return clean
-        free = self.target.free_lineage_title(clean)
+        free = self.distinct(clean)
         self.result.titles.append(
             TitleNote(
                 session_id=record.id,

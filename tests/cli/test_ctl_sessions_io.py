@@ -208,7 +208,7 @@ def test_a_malformed_line_is_an_error_naming_it_and_nothing_is_imported(home: Pa
             assert [s.title for s in after.list_sessions(limit=None)] == ["kept"]
 
 
-def test_a_title_held_here_gets_the_next_lineage_number(home: Path, store: Store) -> None:
+def test_a_title_held_here_is_made_unique_with_a_number_in_parentheses(home: Path, store: Store) -> None:
     seed(store)
     data = export(home)
     target = home.parent / "target"
@@ -217,9 +217,9 @@ def test_a_title_held_here_gets_the_next_lineage_number(home: Path, store: Store
         holder = existing.create_session("cli", title="trip planning")
     result = run(target, "sessions", "import", "-", input=data)
     assert result.exit_code == 0, result.output
-    assert f"-> 'trip planning #2' (Title 'trip planning' is already in use by session {holder.id})" in result.stdout
+    assert f"-> 'trip planning (2)' (Title 'trip planning' is already in use by session {holder.id})" in result.stdout
     with Store.open(target / "state.db", readonly=True) as after:
-        assert {s.title for s in after.list_sessions(limit=None)} == {"trip planning", "trip planning #2", None}
+        assert {s.title for s in after.list_sessions(limit=None)} == {"trip planning", "trip planning (2)", None}
 
 
 def test_import_of_a_missing_file_names_the_fix(home: Path) -> None:
