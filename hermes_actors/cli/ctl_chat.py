@@ -3,7 +3,13 @@
 Through the daemon's control socket when ``hermesd`` runs on the home, otherwise in-process on the same store (the
 session lease keeps a daemon started meanwhile from running the same session's turns). Either way each line goes
 through the durable inbox and the session's actor, so slash commands (``/new``, ``/title``, ``/resume``, ...) work
-as on any platform. Lines come from the terminal, or from stdin when it is a pipe (``echo hello | hermesctl chat``).
+as on any platform. Lines come from the terminal (with line editing and a history file, :mod:`.chat_input`), or
+from stdin when it is a pipe (``echo hello | hermesctl chat``); ``/help`` is answered here.
+
+Without a daemon the chat runs the auto-prune gate hermesd runs at its start (``sessions.auto_prune``). When the
+daemon stops mid-chat, the line it did not answer is sent again in-process (or to a daemon started meanwhile), and
+if that fails too the line is kept at the prompt. Closing the chat (``/exit``, Ctrl-D, the end of piped input)
+ends its session with ``user_exit``; ``--resume``/``--continue`` reopen an ended session.
 """
 
 from __future__ import annotations
@@ -12,20 +18,28 @@ import getpass
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import click
-import msgspec
 
+from hermes_actors.cli.chat_input import HELP, HISTORY_NAME, QUIT, LineReader, help_text
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import Settings
-from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlClient, connect
+from hermes_actors.daemon.control import (
+    Bind,
+    BindReply,
+    Chat,
+    ChatReply,
+    ControlClient,
+    ControlError,
+    ControlLostError,
+    connect,
+)
 from hermes_actors.daemon.home import socket_path
-from hermes_actors.daemon.terminal import PLATFORM, TerminalChannel
+from hermes_actors.daemon.terminal import PLATFORM, TerminalChannel, end_at_exit, reopen_to_resume
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.lifecycle.recap import recap_lines
 from hermes_actors.runtime.gateway import Gateway
@@ -33,8 +47,6 @@ from hermes_actors.store import Store
 from hermes_actors.store.lineage import lineage_tip
 
 __all__ = ["chat"]
-
-_QUIT = {"/exit", "/quit", "/q"}
 
 
 class _Backend(Protocol):
@@ -62,10 +74,13 @@ class _Remote:
 
 
 class _InProcess:
-    """Turns run here, on a gateway that replays only terminal turns and arms no reset timers."""
+    """Turns run here, on a gateway that replays only terminal turns and arms no reset timers; it opens the store
+    with the same auto-prune gate as hermesd. ``expecting`` is a line a stopped daemon may have taken."""
 
-    def __init__(self, home: Path, settings: Settings) -> None:
+    def __init__(self, home: Path, settings: Settings, *, expecting: str | None = None) -> None:
         self._channel = TerminalChannel()
+        if expecting is not None:
+            self._channel.expect_early(expecting)
         self._gateway = Gateway(
             database_path(home),
             config=settings.runtime,
@@ -73,7 +88,7 @@ class _InProcess:
             senders=[self._channel.waiters],
             recover_platforms={PLATFORM},
             schedule_resets=False,
-            sessions=msgspec.structs.replace(settings.sessions, auto_prune=False),  # the daemon prunes, not a chat
+            sessions=settings.sessions,
         )
         self._channel.attach(self._gateway)
 
@@ -105,17 +120,35 @@ def _target(home: Path, resume: str | None, continue_: str | None) -> str | None
         return lineage_tip(store, recent[0].id) if recent else None
 
 
-def _lines(interactive: bool) -> Iterator[str]:
-    if not interactive:
-        for line in sys.stdin:
-            yield line.rstrip("\n")
-        return
-    while True:
-        try:
-            yield input("you> ")
-        except EOFError:
-            click.echo()
-            return
+def _after_daemon(home: Path, settings: Settings, request: Chat) -> _Backend:
+    """The backend once the daemon's connection is lost: a daemon listening again, else in-process."""
+    client = connect(socket_path(home, settings))
+    if client is not None:
+        click.echo("hermesd went away; sending the line again to the hermesd now running", err=True)
+        return _Remote(client)
+    click.echo("hermesd stopped; carrying on in-process on the store, starting with your line", err=True)
+    return _InProcess(home, settings, expecting=request.message_id)
+
+
+def _turn(home: Path, settings: Settings, backend: _Backend, request: Chat) -> tuple[ChatReply, _Backend]:
+    """Run ``request``; when the daemon went away, run it again on :func:`_after_daemon`'s backend."""
+    try:
+        return backend.chat(request), backend
+    except ControlLostError:
+        backend.close()
+    backend = _after_daemon(home, settings, request)
+    try:
+        return backend.chat(request), backend
+    except ControlError as exc:
+        raise _Unanswered(str(exc), backend) from exc
+
+
+class _Unanswered(ControlError):
+    """A line no backend answered, and the backend to use for the next one."""
+
+    def __init__(self, message: str, backend: _Backend) -> None:
+        super().__init__(message)
+        self.backend = backend
 
 
 def _print_recap(home: Path, session_id: str) -> None:
@@ -161,32 +194,52 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
     target = _target(root, resume, continue_)
     if continue_ is not None and target is None:
         click.echo("no earlier terminal session; starting a new one", err=True)
+    if target is not None:
+        reopen_to_resume(database_path(root), target)  # before the gateway opens: live, so no prune takes it
     client = connect(socket_path(root, settings))
     backend: _Backend = _Remote(client) if client is not None else _InProcess(root, settings)
     chat_id = f"tty-{uuid.uuid4().hex[:12]}"
     user = getpass.getuser()
     session_id = target
     interactive = sys.stdin.isatty()
+    reader = LineReader(interactive=interactive, history=root / HISTORY_NAME)
+    closed = False
     try:
         if target is not None:
             backend.bind(Bind(chat_id=chat_id, user_id=user, session_id=target))
             _print_recap(root, target)
         elif interactive:
             where = "hermesd" if client is not None else "in-process (hermesd is not running)"
-            click.echo(f"new conversation via {where}; /exit to leave")
-        for line in _lines(interactive):
+            click.echo(f"new conversation via {where}; /help lists the commands, /exit leaves")
+        for line in reader.lines():
             text = line.strip()
             if not text:
                 continue
-            if text in _QUIT:
+            if text in QUIT:
                 break
+            if text in HELP:
+                click.echo(help_text(settings.runtime.reset_triggers))
+                continue
             request = Chat(
                 chat_id=chat_id, user_id=user, text=text, message_id=f"cli-{uuid.uuid4().hex}", timeout_s=timeout
             )
-            reply = backend.chat(request)
+            try:
+                reply, backend = _turn(root, settings, backend, request)
+            except ControlError as exc:
+                if isinstance(exc, _Unanswered):
+                    backend = exc.backend
+                if not interactive:
+                    raise
+                click.echo(f"Error: {exc}", err=True)
+                click.echo("(the line is kept: edit it, or press Enter to send it again)", err=True)
+                reader.keep(line)
+                continue
             session_id = reply.session_id or session_id
             click.echo(reply.text)
+        closed = True
     finally:
         backend.close()
     if session_id is not None:
+        if closed:
+            end_at_exit(database_path(root), session_id)
         click.echo(f"session {session_id}; resume it with: hermesctl chat --resume {session_id}")

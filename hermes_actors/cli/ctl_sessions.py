@@ -1,5 +1,5 @@
-"""``hermesctl sessions``: list, browse, show, export, prune and count sessions (rename, end and delete are in
-:mod:`hermes_actors.cli.ctl_sessions_admin`).
+"""``hermesctl sessions``: list, browse, show, prune and count sessions (rename, end and delete are in
+:mod:`hermes_actors.cli.ctl_sessions_admin`, export and import in :mod:`hermes_actors.cli.ctl_sessions_io`).
 
 Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
 prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
@@ -8,18 +8,15 @@ and progress bars go to stderr, so stdout carries only the listing or JSON a scr
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
-from collections.abc import Iterable
-from pathlib import Path
 
 import click
 import msgspec
 
 from hermes_actors.cli.ages import DEFAULT_PRUNE_AGE, Age, AgeType, parse_age
 from hermes_actors.cli.ctl_sessions_admin import sessions_delete, sessions_end, sessions_rename
+from hermes_actors.cli.ctl_sessions_io import sessions_export, sessions_import
 from hermes_actors.cli.formatting import (
     format_bytes,
     plural,
@@ -40,7 +37,6 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError
 from hermes_actors.store import Store
-from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.prune import PruneFilter, PruneResult
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
@@ -76,10 +72,11 @@ def _model_cap(home: str | None) -> int:
 
 @click.group()
 def sessions() -> None:
-    """List, browse, show, export, rename, end, delete, prune, search and count sessions."""
+    """List, browse, show, export, import, rename, end, delete, prune, search and count sessions."""
 
 
-for _command in (sessions_rename, sessions_end, sessions_delete):  # hermes_actors.cli.ctl_sessions_admin
+# Commands of their own modules: ctl_sessions_admin (changes through the live actor) and ctl_sessions_io.
+for _command in (sessions_export, sessions_import, sessions_rename, sessions_end, sessions_delete):
     sessions.add_command(_command)
 
 
@@ -184,66 +181,6 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
     click.echo("")
     for line in transcript_lines(messages, omitted, cap) or ["(no messages)"]:
         click.echo(line)
-
-
-def _write_stream(lines: Iterable[bytes]) -> None:
-    stream = sys.stdout.buffer
-    for line in lines:
-        stream.write(line)
-    stream.flush()
-
-
-def _write_file(path: Path, lines: Iterable[bytes], total: int) -> None:
-    """Write ``lines`` to a temporary file beside ``path`` and rename it: ``path`` gets all of them or nothing."""
-    try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}; choose a writable path") from exc
-    partial = Path(name)
-    try:
-        with (
-            os.fdopen(fd, "wb") as handle,
-            click.progressbar(length=total, label=f"Exporting to {path}", file=sys.stderr) as bar,
-        ):
-            for line in lines:
-                handle.write(line)
-                bar.update(1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise click.ClickException(
-            f"writing {path} failed: {exc.strerror or exc}; nothing was written (free space or choose another path)"
-        ) from exc
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-
-
-@sessions.command("export")
-@home_option
-@click.argument("out", default="-", metavar="[OUT|-]")
-@click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
-@click.option("--session-id", "reference", metavar="ID", help="Only this session (id, unique id prefix or title).")
-@reports_errors
-def sessions_export(home: str | None, out: str, source: str | None, reference: str | None) -> None:
-    """Write sessions as JSON lines: one session per line, with its metadata and all its messages in order.
-
-    OUT is a file, written whole or not at all, or - (the default) for standard output.
-
-    Example: hermesctl sessions export backup.jsonl --source telegram
-    """
-    # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
-    with open_store(home) as store, store.transaction():
-        session_id = store.resolve_session(reference).id if reference is not None else None
-        total = store.count_exports(source=source, session_id=session_id)
-        lines = (encode_export_line(e) for e in store.iter_exports(source=source, session_id=session_id))
-        if out == "-":
-            _write_stream(lines)
-            return
-        _write_file(Path(out), lines, total)
-    click.echo(f"Exported {plural(total, 'session')} to {out}.", err=True)
 
 
 def _prune_scope(count: int | None, *, source: str | None, age: Age | None) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "ChatReply",
     "ControlClient",
     "ControlError",
+    "ControlLostError",
     "ControlServer",
     "ErrorReply",
     "PlatformState",
@@ -56,6 +57,10 @@ ADMIN_TIMEOUT_S = 120.0  # how long the daemon waits for a session's actor to ap
 
 class ControlError(HermesError):
     """The control socket failed: no daemon, a broken frame, or the daemon answered an error."""
+
+
+class ControlLostError(ControlError):
+    """The control connection broke or the daemon closed it (it stopped): nothing more will come on it."""
 
 
 class Status(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -313,9 +318,9 @@ class ControlClient:
         except TimeoutError:
             raise ControlError(f"the daemon did not answer {type(message).__name__} within {timeout} s") from None
         except OSError as exc:
-            raise ControlError(f"the control connection failed: {exc}") from None
+            raise ControlLostError(f"the control connection failed: {exc}") from None
         if body is None:
-            raise ControlError("the daemon closed the control connection (is it stopping?)")
+            raise ControlLostError("the daemon closed the control connection (is it stopping?)")
         try:
             reply = _replies.decode(body)
         except msgspec.DecodeError as exc:

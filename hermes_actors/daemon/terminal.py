@@ -4,20 +4,28 @@ Both the daemon (for ``hermesctl chat`` over the control socket) and ``hermesctl
 daemon runs) use :class:`TerminalChannel`, so a terminal session behaves the same either way: the message goes
 through the durable inbox, the session's actor runs the turn, and the reply comes back through the outbox to the
 waiting terminal.
+
+A terminal session ends with ``user_exit`` when its user closes the chat (:func:`end_at_exit`), and continuing an
+ended session reopens it (:func:`reopen_to_resume`), as the reference system does. Both write the store directly:
+the chat that owned the session has finished with it. A chat that falls back to running in-process after its
+daemon stopped may repeat a line the daemon had already taken; :meth:`TerminalChannel.expect_early` and
+:meth:`TerminalChannel.chat` make sure it is neither run twice nor waited for in vain.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+from pathlib import Path
 
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
 from hermes_actors.errors import SessionNotFoundError
-from hermes_actors.messages import InboundMessage
+from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.store import EndReason, Store
 from hermes_actors.waiters import ReplyWaiters
 
-__all__ = ["PLATFORM", "TerminalChannel"]
+__all__ = ["PLATFORM", "TerminalChannel", "end_at_exit", "reopen_to_resume"]
 
 PLATFORM = "cli"
 
@@ -28,6 +36,12 @@ class TerminalChannel:
     def __init__(self) -> None:
         self.waiters = ReplyWaiters(PLATFORM)
         self._gateway: Gateway | None = None
+        self._early: dict[str, concurrent.futures.Future[OutboundMessage]] = {}
+
+    def expect_early(self, message_id: str) -> None:
+        """Wait for the reply to ``message_id`` from before :meth:`attach`: a line a stopped daemon had taken may
+        be answered by the gateway's recovery as soon as it starts."""
+        self._early[message_id] = self.waiters.expect(message_id)
 
     def attach(self, gateway: Gateway) -> None:
         """Use ``gateway`` (built with :attr:`waiters` as a sender)."""
@@ -48,19 +62,29 @@ class TerminalChannel:
         """Run ``request`` as a turn and wait for its reply."""
         source = self.source(request.chat_id, request.user_id, request.user_name)
         inbound = InboundMessage(source=source, text=request.text, message_id=request.message_id)
-        future = self.waiters.expect(request.message_id)
+        future = self._early.pop(request.message_id, None) or self.waiters.expect(request.message_id)
         try:
-            self.gateway.accept(inbound)
+            accepted = self.gateway.accept(inbound)
+            if accepted.duplicate and not future.done() and not self._pending(request.message_id):
+                raise ControlError(
+                    "this line had reached hermesd, which answered it before it stopped; it was not sent again, and "
+                    f"its reply is in the session of {accepted.routing_key} ('hermesctl sessions list --source cli')"
+                )
             reply = future.result(timeout=request.timeout_s)
         except concurrent.futures.TimeoutError:
             key = build_session_key(source, self.gateway.config.key_policy)
             raise ControlError(
                 f"no reply within {request.timeout_s:.0f} s; the turn goes on and its reply will be stored in the "
-                f"session of {key} (see 'hermesctl sessions list --source cli')"
+                f"session of {key} ('hermesctl sessions list --source cli')"
             ) from None
         finally:
             self.waiters.forget(request.message_id)
         return ChatReply(session_id=reply.session_id, text=reply.text)
+
+    def _pending(self, message_id: str) -> bool:
+        """Whether the inbox holds ``message_id`` unanswered (recovery runs it and its reply comes)."""
+        with self.gateway.read() as store:
+            return any(r.platform == PLATFORM and r.platform_message_id == message_id for r in store.inbox.pending())
 
     def bind(self, request: Bind) -> BindReply:
         """Point terminal ``chat_id`` at an existing session."""
@@ -72,3 +96,23 @@ class TerminalChannel:
         key = build_session_key(self.source(request.chat_id, request.user_id), self.gateway.config.key_policy)
         self.gateway.rebind(key, request.session_id)
         return BindReply(routing_key=key)
+
+
+def reopen_to_resume(database: Path, session_id: str) -> bool:
+    """Make ``session_id`` live again if it has ended, before a terminal chat continues it; return whether it had."""
+    with Store.open(database) as store:
+        if store.get_session(session_id).is_live:
+            return False
+        store.reopen_session(session_id)
+        return True
+
+
+def end_at_exit(database: Path, session_id: str) -> bool:
+    """End the terminal session ``session_id`` with ``user_exit`` (its user closed the chat); return whether it was
+    live. A session of another platform that the chat resumed is left as it is: it lives on there."""
+    with Store.open(database) as store:
+        record = store.find_session(session_id)
+        if record is None or not record.is_live or record.source != PLATFORM:
+            return False
+        store.end_session(session_id, EndReason.USER_EXIT)
+        return True

@@ -1,31 +1,45 @@
-"""Reading whole sessions out of the store: the JSONL export, and a session's direct children.
+"""Reading whole sessions out of the store and back in: the JSONL export, and a session's direct children.
 
-An export line is one session with all its messages in id order and the attachments of those messages
-(:class:`SessionExport`; each attachment names its message), so a file of them can be read back a line at a time.
+An export line is one session in the reference system's layout: the session's fields at the top level beside
+``"messages"``, its messages oldest first. A message's ``content`` is what the agent saw: a string, or, for the
+reference system's structured content (multimodal parts an import kept, see :mod:`.content`), that JSON array or
+object itself, never our stored encoding of it. ``tool_calls`` is the JSON array it holds (a string when it holds
+no JSON array or object). A message's files are listed under its ``attachments`` (left out when it has none).
+Message ids are left out: a message is its place in the list, so a line reads back into any store.
+
 Sessions are read in pages of :data:`PAGE_SIZE` and one transcript at a time, so exporting a large database holds
 one session in memory, not the database. Run the iteration inside ``store.transaction()`` to read one consistent
-snapshot while the daemon keeps writing.
+snapshot while the daemon keeps writing. :class:`ExportLine` reads a line back (ours or the reference system's);
+:func:`insert_session_export` writes one session with its messages and their files, as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hermes_actors.store.records import AttachmentRecord, MessageRecord, SessionRecord
+from hermes_actors.store.content import HERMES_JSON_PREFIX, split_content
+from hermes_actors.store.records import AttachmentRecord, MessageRecord, MessageRow, SessionRecord
 
 if TYPE_CHECKING:
     from hermes_actors.store.store import Store
 
 __all__ = [
     "PAGE_SIZE",
+    "AttachmentRow",
+    "ExportLine",
+    "ExportedAttachment",
+    "ExportedMessage",
+    "LineMessage",
     "SessionExport",
     "child_session_ids",
     "count_exports",
     "decode_export_line",
     "encode_export_line",
+    "export_content",
+    "insert_session_export",
     "iter_exports",
 ]
 
@@ -40,19 +54,99 @@ _encoder = msgspec.json.Encoder()
 _LINE_BREAKS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
-class SessionExport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One line of an export: a session's metadata and all its messages, oldest first.
-
-    ``attachments`` lists the files of those messages (by ``message_id``, in message order); a session without
-    any leaves the key out, so its line reads as it did before attachments existed.
-    """
+class SessionExport(msgspec.Struct, frozen=True, kw_only=True):
+    """One session as :func:`iter_exports` reads it: its row, all its messages (oldest first) and their files
+    (by ``message_id``, in message order). :func:`encode_export_line` writes it as a line."""
 
     session: SessionRecord
     messages: list[MessageRecord]
     attachments: list[AttachmentRecord] = msgspec.field(default_factory=list)
 
 
-_decoder = msgspec.json.Decoder(SessionExport)
+class ExportedAttachment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A message's file in an export line: the row without its ids (the file itself is not in the export)."""
+
+    kind: str
+    created_at: float
+    mime_type: str | None = None
+    size: int | None = None
+    path: str | None = None
+    sha256: str | None = None
+    source_url: str | None = None
+    name: str | None = None
+    error: str | None = None
+
+
+class ExportedMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A message as an export line writes it."""
+
+    role: str
+    content: str | msgspec.Raw | None
+    created_at: float
+    tool_calls: str | msgspec.Raw | None
+    tool_name: str | None
+    tool_call_id: str | None
+    token_count: int | None
+    platform_message_id: str | None
+    attachments: list[ExportedAttachment] = msgspec.field(default_factory=list)
+
+
+class LineMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message of an export line as read back: ours, or the reference system's (``timestamp``, ``active``).
+
+    ``content`` and ``tool_calls`` are the raw JSON (empty when absent): a string, an array or object, or null.
+    """
+
+    role: str
+    content: msgspec.Raw = msgspec.Raw()
+    created_at: float | None = None
+    timestamp: float | str | None = None
+    tool_calls: msgspec.Raw = msgspec.Raw()
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    token_count: int | None = None
+    platform_message_id: str | None = None
+    active: bool | int = True
+    attachments: list[ExportedAttachment] = msgspec.field(default_factory=list)
+
+
+class ExportLine(msgspec.Struct, frozen=True, kw_only=True):
+    """An export line as read back: our session fields, or the reference system's (``session_key``,
+    ``display_name``, ``origin_json``; no ``last_active_at``), beside ``messages``. Other fields are ignored."""
+
+    id: str
+    source: str
+    started_at: float
+    messages: list[LineMessage]
+    last_active_at: float | None = None
+    user_id: str | None = None
+    user_name: str | None = None
+    chat_id: str | None = None
+    chat_type: str | None = None
+    chat_name: str | None = None
+    thread_id: str | None = None
+    scope_id: str | None = None
+    account_id: str | None = None
+    routing_key: str | None = None
+    model: str | None = None
+    title: str | None = None
+    system_prompt: str | None = None
+    parent_session_id: str | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    message_count: int | None = None
+    tool_call_count: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    session_key: str | None = None
+    display_name: str | None = None
+    origin_json: str | None = None
+
+
+AttachmentRow = ExportedAttachment
+"""A file of a message to write with :func:`insert_session_export`."""
+
+_decoder = msgspec.json.Decoder(ExportLine)
 
 
 def _where(source: str | None, session_id: str | None) -> tuple[str, list[Any]]:
@@ -109,17 +203,97 @@ def iter_exports(store: Store, *, source: str | None = None, session_id: str | N
         after = int(page[-1][0])
 
 
+def _json_structure(text: str) -> msgspec.Raw | None:
+    """``text`` as raw JSON when it is a JSON array or object, else ``None``."""
+    stripped = text.strip()
+    if not stripped.startswith(("[", "{")):
+        return None
+    raw = stripped.encode("utf-8", "surrogatepass")
+    try:
+        msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    # Outside its strings (where JSON has them escaped) a line break is white space: it must not end the line.
+    return msgspec.Raw(raw.replace(b"\r", b" ").replace(b"\n", b" "))
+
+
+def export_content(content: str | None) -> str | msgspec.Raw | None:
+    """A stored ``content`` as an export writes it: its text, or the structured JSON value an import kept.
+
+    A structured value that is no JSON array or object is written as the reference system stored it (a string
+    beginning with ``"\\x00json:"``), which reads back into the same stored content.
+    """
+    if content is None:
+        return None
+    text, value = split_content(content)
+    if value is None:
+        return text
+    structure = _json_structure(value[len(HERMES_JSON_PREFIX) :])
+    return value if structure is None else structure
+
+
+def _exported(message: MessageRecord, files: list[AttachmentRecord]) -> ExportedMessage:
+    calls = message.tool_calls
+    structure = None if calls is None else _json_structure(calls)
+    return ExportedMessage(
+        role=message.role,
+        content=export_content(message.content),
+        created_at=message.created_at,
+        tool_calls=calls if structure is None else structure,
+        tool_name=message.tool_name,
+        tool_call_id=message.tool_call_id,
+        token_count=message.token_count,
+        platform_message_id=message.platform_message_id,
+        attachments=[
+            ExportedAttachment(
+                **{f: getattr(a, f) for f in ExportedAttachment.__struct_fields__},
+            )
+            for a in files
+        ],
+    )
+
+
 def encode_export_line(export: SessionExport) -> bytes:
-    """Return ``export`` as one line of JSON, newline included; no character in it breaks the line."""
-    line = _encoder.encode(export)
+    """Return ``export`` as one line of JSON in the reference layout, newline included; no character in it
+    breaks the line."""
+    files: dict[int, list[AttachmentRecord]] = {}
+    for attachment in export.attachments:
+        files.setdefault(attachment.message_id, []).append(attachment)
+    fields = msgspec.structs.asdict(export.session)
+    fields["messages"] = [_exported(m, files.get(m.id, [])) for m in export.messages]
+    line = _encoder.encode(fields)
     for raw, escaped in _LINE_BREAKS:
         line = line.replace(raw, escaped)
     return line + b"\n"
 
 
-def decode_export_line(line: bytes | str) -> SessionExport:
-    """Parse one export line; raises ``msgspec.ValidationError``/``DecodeError`` naming the bad field."""
+def decode_export_line(line: bytes | str) -> ExportLine:
+    """Parse one export line (ours or the reference system's); raises ``msgspec.ValidationError``/``DecodeError``
+    naming the bad field."""
     return _decoder.decode(line)
+
+
+def insert_session_export(
+    store: Store, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
+) -> None:
+    """Insert ``record`` as it is, then its messages in order with their files (an import; run it inside
+    ``store.transaction()``: the title must be free and the parent, if any, present)."""
+    store.insert_session(record)
+    db = store._connection
+    ref = db.execute("SELECT ref FROM sessions WHERE id = ?", (record.id,)).get
+    for row, files in messages:
+        db.execute(
+            "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, token_count, "
+            "created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (ref, *row),
+        )
+        message_id = db.last_insert_rowid()
+        for file in files:
+            db.execute(
+                "INSERT INTO attachments (message_id, kind, created_at, mime_type, size, path, sha256, source_url, "
+                "name, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (message_id, *msgspec.structs.astuple(file)),
+            )
 
 
 def child_session_ids(store: Store, session_id: str) -> list[str]:

@@ -41,7 +41,7 @@ from hermes_actors.store.table_interface import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.store.export import SessionExport
+    from hermes_actors.store.export import AttachmentRow, SessionExport
     from hermes_actors.store.fts import Order
     from hermes_actors.store.prune import PruneFilter, PruneResult
     from hermes_actors.store.search_reads import SearchReads
@@ -326,6 +326,12 @@ class Maintenance(Protocol):
 
     def iter_exports(self, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
         """Sessions with their transcripts and attachments, for ``sessions export``."""
+        ...
+
+    def insert_session_export(
+        self, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
+    ) -> None:
+        """Insert a session with its messages and their files as they are, for ``sessions import``."""
         ...
 
     def child_session_ids(self, session_id: str) -> list[str]:

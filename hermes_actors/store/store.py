@@ -35,7 +35,7 @@ from hermes_actors.store.leases import Leases
 from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.outbox_queue import Outbox
-from hermes_actors.store.records import LineagePage, OptimizeResult, SessionFilter
+from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
@@ -227,6 +227,15 @@ class Store(TranscriptRows):
     ) -> Iterator[export.SessionExport]:
         """Yield sessions with their transcripts and attachments (see :func:`.export.iter_exports`)."""
         return export.iter_exports(self, source=source, session_id=session_id)
+
+    def insert_session_export(
+        self,
+        record: SessionRecord,
+        messages: Sequence[tuple[MessageRow, Sequence[export.AttachmentRow]]],
+    ) -> None:
+        """Insert a session with its messages and their files as they are (an import; see
+        :func:`.export.insert_session_export`)."""
+        export.insert_session_export(self, record, messages)
 
     def child_session_ids(self, session_id: str) -> list[str]:
         """Return the sessions whose parent is ``session_id``."""

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner, Result
 
-from hermes_actors.cli import ctl_db, ctl_sessions, ctl_sessions_admin
+from hermes_actors.cli import ctl_db, ctl_sessions, ctl_sessions_admin, ctl_sessions_io
 from hermes_actors.cli.ctl_sessions import parse_age
 from hermes_actors.cli.formatting import (
     display_width,
@@ -497,10 +497,16 @@ def seed_for_export(store: Store) -> list[SessionRecord]:
 def check_export_lines(store: Store, data: bytes, expected: list[SessionRecord]) -> None:
     raw_lines = data.split(b"\n")
     assert raw_lines[-1] == b""
-    exports = [decode_export_line(line) for line in raw_lines[:-1]]
-    assert [e.session for e in exports] == expected
-    for export in exports:
-        assert export.messages == store.load_transcript(export.session.id)
+    lines = [json.loads(line) for line in raw_lines[:-1]]
+    # The reference layout: the session's fields at the top level, beside "messages".
+    assert [{k: v for k, v in line.items() if k != "messages"} for line in lines] == [
+        msgspec.structs.asdict(r) for r in expected
+    ]
+    for line in lines:
+        transcript = store.load_transcript(line["id"])
+        assert [(m["role"], m["content"], m["created_at"]) for m in line["messages"]] == [
+            (m.role, m.content, m.created_at) for m in transcript
+        ]
     # Every line is one line to readers that split on more than "\n" (Python's splitlines among them).
     assert len(data.decode().splitlines()) == len(expected)
 
@@ -513,7 +519,7 @@ def test_export_writes_one_session_per_line_with_every_message(home: Path, store
     assert result.stdout == ""
     assert f"Exported 3 sessions to {out}." in result.stderr
     check_export_lines(store, out.read_bytes(), expected)
-    contents = [m.content for m in decode_export_line(out.read_bytes().split(b"\n")[0]).messages]
+    contents = [m["content"] for m in json.loads(out.read_bytes().split(b"\n")[0])["messages"]]
     assert contents == list(ODD_TEXTS)
     assert [p.name for p in home.iterdir() if p.name.startswith(".")] == []
 
@@ -527,9 +533,8 @@ def test_export_to_stdout_filters_by_source_or_session(home: Path, store: Store)
     check_export_lines(store, dash.stdout_bytes, [first, third])
     one = run(home, "sessions", "export", "--session-id", second.id[:-1])
     check_export_lines(store, one.stdout_bytes, [second])
-    tool_calls = [m.tool_calls for m in decode_export_line(one.stdout_bytes).messages]
-    assert tool_calls[1] is not None
-    assert json.loads(tool_calls[1])[0]["function"]["name"] == "search"
+    tool_calls = [m["tool_calls"] for m in json.loads(one.stdout_bytes)["messages"]]
+    assert tool_calls[1][0]["function"]["name"] == "search"  # the JSON array itself, as the reference writes it
 
 
 def test_export_lines_round_trip_through_the_codec(store: Store) -> None:
@@ -541,7 +546,9 @@ def test_export_lines_round_trip_through_the_codec(store: Store) -> None:
     assert line.count(b"\n") == 1
     assert b"\xe2\x80\xa8" not in line
     assert b"\\u2028" in line
-    assert decode_export_line(line) == export
+    decoded = decode_export_line(line)
+    assert (decoded.id, decoded.title, decoded.last_active_at) == (record.id, record.title, record.last_active_at)
+    assert [m.role for m in decoded.messages] == [m.role for m in export.messages]
 
 
 def test_export_to_a_bad_path_fails_and_writes_nothing(home: Path, store: Store) -> None:
@@ -566,7 +573,7 @@ def test_export_failing_midway_leaves_no_partial_file(
             raise OSError(errno.ENOSPC, "No space left on device")
         return encode_export_line(export)
 
-    monkeypatch.setattr(ctl_sessions, "encode_export_line", fill_the_disk)
+    monkeypatch.setattr(ctl_sessions_io, "encode_export_line", fill_the_disk)
     result = run(home, "sessions", "export", str(out))
     assert result.exit_code == 1
     assert result.stderr.endswith(
@@ -776,7 +783,7 @@ def own_commands() -> list[tuple[str, click.Command]]:
     for group in (ctl_sessions.sessions, ctl_db.db):
         for name, command in group.commands.items():
             # `sessions search` is registered from another module and documented there.
-            modules = (ctl_sessions.__name__, ctl_sessions_admin.__name__, ctl_db.__name__)
+            modules = (ctl_sessions.__name__, ctl_sessions_admin.__name__, ctl_sessions_io.__name__, ctl_db.__name__)
             if command.callback is not None and command.callback.__module__ in modules:
                 found.append((f"{group.name} {name}", command))
     return found
@@ -789,6 +796,7 @@ def test_every_command_has_help_with_an_example() -> None:
         "sessions browse",
         "sessions show",
         "sessions export",
+        "sessions import",
         "sessions delete",
         "sessions end",
         "sessions rename",

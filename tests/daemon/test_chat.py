@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from hermes_actors.cli.chat_input import HISTORY_LENGTH, HISTORY_NAME, LineReader, help_text
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.store import Store
+from hermes_actors.lifecycle.commands import CommandName
+from hermes_actors.store import EndReason, Store
+
+DAY = 86400.0
 
 
 def _chat(home: Path, *args: str, lines: str) -> tuple[int, str]:
@@ -78,3 +86,113 @@ def test_unknown_and_ambiguous_references_exit_1_with_the_candidates(tmp_path: P
     assert "20260101_000000_aaaaab" in output
     code, output = _chat(tmp_path, "-r", "x", "-c", lines="")
     assert code == 2
+
+
+# -- /help, user_exit and reopening, auto-prune ------------------------------------------------------------------
+
+
+def test_help_is_answered_by_the_chat_and_never_reaches_the_agent(tmp_path: Path) -> None:
+    code, output = _chat(tmp_path, lines="/help\nhello\n")
+    assert code == 0, output
+    assert "Commands:" in output
+    for command in ("/new [title]", "/reset", "/resume [N|id|title]", "/title [text]", "/handoff <platform>", "/exit"):
+        assert command in output
+    session = _session(output)
+    with Store.open(tmp_path / "state.db", readonly=True) as store:
+        assert [m.content for m in store.load_transcript(session)] == ["hello", "echo: hello"]
+
+
+def test_help_lists_every_command_the_gateway_handles_and_the_configured_reset_triggers() -> None:
+    text = help_text(("/new", "/fresh"))
+    for name in CommandName:
+        if name not in (CommandName.NEW, CommandName.RESET):
+            assert f"/{name.value}" in text, name
+    assert "/new [title]" in text
+    assert "/fresh " in text
+    assert "/reset" not in text  # not a trigger in this configuration
+
+
+def test_closing_the_chat_ends_its_session_with_user_exit_and_resuming_reopens_it(tmp_path: Path) -> None:
+    code, output = _chat(tmp_path, lines="plan the trip\n/exit\n")
+    assert code == 0, output
+    session = _session(output)
+    with Store.open(tmp_path / "state.db", readonly=True) as store:
+        first = store.get_session(session)
+    assert first.end_reason == EndReason.USER_EXIT.value
+    assert first.ended_at is not None
+    code, output = _chat(tmp_path, "--resume", session, lines="what next\n")  # ends at the end of input
+    assert code == 0, output
+    assert f"resuming {session}" in output
+    assert _session(output) == session
+    with Store.open(tmp_path / "state.db", readonly=True) as store:
+        again = store.get_session(session)
+        contents = [m.content for m in store.load_transcript(session)]
+    assert contents == ["plan the trip", "echo: plan the trip", "what next", "echo: what next"]
+    assert again.end_reason == EndReason.USER_EXIT.value
+    assert again.ended_at is not None
+    assert again.ended_at > first.ended_at  # reopened, then ended again
+
+
+def test_a_session_of_another_platform_resumed_in_the_terminal_stays_live_after_exit(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "state.db") as store:
+        record = store.create_session("telegram", title="phone chat")
+    code, output = _chat(tmp_path, "--resume", "phone chat", lines="from the terminal\n")
+    assert code == 0, output
+    with Store.open(tmp_path / "state.db", readonly=True) as store:
+        assert store.get_session(record.id).is_live
+
+
+def _old_ended_session(home: Path) -> str:
+    now = time.time()
+    with Store.open(home / "state.db") as store:
+        record = store.create_session("telegram", started_at=now - 200 * DAY)
+        store.end_session(record.id, EndReason.IDLE, at=now - 100 * DAY)
+    return record.id
+
+
+def _session_exists(home: Path, session_id: str) -> bool:
+    with Store.open(home / "state.db", readonly=True) as store:
+        return store.find_session(session_id) is not None
+
+
+def test_chat_without_a_daemon_runs_the_auto_prune_gate_hermesd_runs_at_start(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("sessions:\n  auto_prune: true\n  vacuum_after_prune: false\n")
+    old = _old_ended_session(tmp_path)
+    code, output = _chat(tmp_path, lines="hello\n")
+    assert code == 0, output
+    assert not _session_exists(tmp_path, old)
+    # The gate: a run less than min_interval_hours ago means no prune now.
+    again = _old_ended_session(tmp_path)
+    code, output = _chat(tmp_path, lines="hello\n")
+    assert code == 0, output
+    assert _session_exists(tmp_path, again)
+
+
+def test_chat_does_not_prune_when_auto_prune_is_off(tmp_path: Path) -> None:
+    old = _old_ended_session(tmp_path)
+    code, output = _chat(tmp_path, lines="hello\n")
+    assert code == 0, output
+    assert _session_exists(tmp_path, old)
+
+
+def test_the_history_file_is_private_and_cut_to_its_length(tmp_path: Path) -> None:
+    readline = pytest.importorskip("readline")
+    history = tmp_path / HISTORY_NAME
+    history.write_text("".join(f"line {n}\n" for n in range(HISTORY_LENGTH + 500)))
+    history.chmod(0o644)
+    fresh = tmp_path / "fresh" / HISTORY_NAME
+    try:
+        LineReader(interactive=True, history=history)._load_history()
+        assert stat.S_IMODE(history.stat().st_mode) == 0o600
+        kept = history.read_text().splitlines()
+        assert len(kept) == HISTORY_LENGTH
+        assert kept[-1] == f"line {HISTORY_LENGTH + 499}"
+        readline.clear_history()
+        old_umask = os.umask(0)
+        try:
+            LineReader(interactive=True, history=fresh)._load_history()
+        finally:
+            os.umask(old_umask)
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+    finally:
+        readline.clear_history()
