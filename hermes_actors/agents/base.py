@@ -10,7 +10,8 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
 - :class:`SessionReleasingAgent` and :class:`BackgroundInterruptingAgent` (see :func:`cleanup_calls`): what a reset
   calls to free a session's resources and stop its background tasks.
 - :class:`BackgroundReportingAgent` (see :func:`background_probe`): since when a session's background process
-  runs, which holds its reset back.
+  runs, which holds its reset back; :class:`BackgroundEndReportingAgent` (see :func:`background_end_hook`) also
+  says when such a process ends, so a reset it held off runs then.
 - :class:`ContextWindowAgent` (see :func:`context_window_of`): the model's context window in tokens.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
@@ -33,6 +34,7 @@ __all__ = [
     "AgentError",
     "AgentMessage",
     "AgentReply",
+    "BackgroundEndReportingAgent",
     "BackgroundInterruptingAgent",
     "BackgroundReportingAgent",
     "CleanupCall",
@@ -44,6 +46,7 @@ __all__ = [
     "TitleCall",
     "TitlingAgent",
     "TurnInput",
+    "background_end_hook",
     "background_probe",
     "cleanup_calls",
     "context_window_of",
@@ -116,6 +119,16 @@ class BackgroundReportingAgent(Protocol):
 
 
 @runtime_checkable
+class BackgroundEndReportingAgent(Protocol):
+    """An agent that reports when a session's background process ends: the runtime registers a callback once, and
+    the agent calls it with the session id (from any thread) when that session's process has ended."""
+
+    def on_background_ended(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(session_id)`` whenever a background process of ``session_id`` ends."""
+        ...
+
+
+@runtime_checkable
 class ContextWindowAgent(Protocol):
     """An agent that knows its model's context window; compression uses it instead of the configured one."""
 
@@ -177,6 +190,13 @@ def background_probe(agent: object) -> Callable[[str], float | None] | None:
     """The agent's ``background_started_at`` when it is a :class:`BackgroundReportingAgent`, else ``None``."""
     if _capable(agent, BackgroundReportingAgent, "background_started_at"):
         return cast(BackgroundReportingAgent, agent).background_started_at
+    return None
+
+
+def background_end_hook(agent: object) -> Callable[[Callable[[str], None]], None] | None:
+    """The agent's ``on_background_ended`` when it is a :class:`BackgroundEndReportingAgent`, else ``None``."""
+    if _capable(agent, BackgroundEndReportingAgent, "on_background_ended"):
+        return cast(BackgroundEndReportingAgent, agent).on_background_ended
     return None
 
 

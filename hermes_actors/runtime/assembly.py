@@ -23,7 +23,7 @@ from typing import TypedDict
 from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
-from hermes_actors.lifecycle.resets import ResetScheduler, background_hook
+from hermes_actors.lifecycle.resets import ResetScheduler, background_hook, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
@@ -256,6 +256,7 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         tz=options.get("tz"),
         background_started_at=background_hook(services.agent),
     )
+    watch_background_ends(services.agent, resets)
     supervisor = Supervisor.start(
         services, on_turn=options.get("on_turn"), on_activity=resets.touch, on_end=resets.forget
     )
