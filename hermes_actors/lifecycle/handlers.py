@@ -188,7 +188,8 @@ class LifecycleCommands:
             return
         self._directory.cancel_running(old)  # a late result of the running turn is dropped
         self._directory.begin_end(old)
-        self._directory.queue_control(old, EndSession(reason=reason, reply=reply), delivery)
+        save = self._config.saves_memories_on(command.name.value)  # "new" or "reset"
+        self._directory.queue_control(old, EndSession(reason=reason, reply=reply, save_memories=save), delivery)
 
     def end_by_timer(self, message: EndDue) -> None:
         session_id = message.session_id
@@ -206,8 +207,9 @@ class LifecycleCommands:
             if holder is not None and holder != self._lease_owner and self._owner_alive(holder):
                 return  # another live process runs this session's turns: a reset is for the lease holder to do
         self._directory.begin_end(session_id)
+        save = self._config.saves_memories_on(message.reason.value)  # "idle" or "daily"
         self._directory.queue_control(
-            session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None
+            session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=save), None
         )
 
     def _resume(self, routing_key: str, delivery: Delivery, argument: str) -> None:

@@ -36,7 +36,8 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EndSession(msgspec.Struct, frozen=True, kw_only=True):
-    """End the session: ``/new``, ``/reset``, or a reset timer (which saves memories first and may notify)."""
+    """End the session: ``/new``, ``/reset``, or a reset timer (which may notify); ``save_memories`` runs the
+    save-memory turn first (``runtime.save_memory_on``)."""
 
     reason: EndReason
     reply: str | None = None
