@@ -129,6 +129,15 @@ def _print_recap(home: Path, session_id: str) -> None:
     click.echo("──")
 
 
+def _handed_off(reply: ChatReply) -> bool:
+    """Whether ``reply`` reports a ``/handoff``: the conversation goes on elsewhere, so the chat ends (its last line
+    says how to resume it here), as the reference's terminal does."""
+    if reply.handed_off is None:
+        return False
+    click.echo(f"↻ the conversation is now on {reply.handed_off}; this chat ends here.")
+    return True
+
+
 @click.command("chat")
 @home_option
 @click.option(
@@ -186,6 +195,8 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
             reply = backend.chat(request)
             session_id = reply.session_id or session_id
             click.echo(reply.text)
+            if _handed_off(reply):
+                break
     finally:
         backend.close()
     if session_id is not None:

@@ -60,7 +60,7 @@ class TerminalChannel:
             ) from None
         finally:
             self.waiters.forget(request.message_id)
-        return ChatReply(session_id=reply.session_id, text=reply.text)
+        return ChatReply(session_id=reply.session_id, text=reply.text, handed_off=reply.handed_off)
 
     def bind(self, request: Bind) -> BindReply:
         """Point terminal ``chat_id`` at an existing session."""

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from hermes_actors.errors import HermesError
 from hermes_actors.lifecycle.commands import (
     Command,
@@ -75,8 +77,17 @@ class Directory(Protocol):
         """Complete ``delivery`` with ``text`` from the directory itself (nothing goes to a transcript)."""
         ...
 
-    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
-        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
+    def send_now(
+        self,
+        source: SessionSource,
+        text: str,
+        session_id: str | None,
+        *,
+        reply_to: str | None = None,
+        handed_off: str | None = None,
+    ) -> None:
+        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given;
+        ``handed_off`` marks the report of a handoff to that platform."""
         ...
 
     def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
@@ -131,9 +142,7 @@ class LifecycleCommands:
         """The handoff turn of ``session_id`` pointed ``key`` (which led to ``previous``) at it."""
         pending = self._handoffs.get(session_id)
         if pending is not None:
-            self._handoffs[session_id] = PendingHandoff(
-                origin=pending.origin, platform=pending.platform, key=key, previous=previous
-            )
+            self._handoffs[session_id] = msgspec.structs.replace(pending, key=key, previous=previous)
 
     # -- commands ----------------------------------------------------------------------------------------------
 
@@ -279,7 +288,9 @@ class LifecycleCommands:
                 delivery, "A reply is still being written; hand off once it has arrived.", session_id=session_id
             )
             return
-        self._handoffs[session_id] = PendingHandoff(origin=delivery.message.source, platform=platform)
+        self._handoffs[session_id] = PendingHandoff(
+            origin=delivery.message.source, platform=platform, message_id=delivery.message.message_id
+        )
         self._directory.queue_control(session_id, Handoff(platform=platform), delivery)
 
     def handoff_result(self, message: HandoffResult) -> None:
@@ -288,8 +299,15 @@ class LifecycleCommands:
             return
         origin, key, previous, platform = pending.origin, pending.key, pending.previous, pending.platform
         if message.error is None:
+            with self._readers.reader() as store:
+                record = store.find_session(message.session_id)
+            name = (record.title if record is not None else None) or message.session_id
             self._directory.send_now(
-                origin, f"Handed off to {platform}; the conversation continues there.", message.session_id
+                origin,
+                handoff_done_text(platform, message, origin.platform, name),
+                message.session_id,
+                reply_to=pending.message_id,
+                handed_off=platform,
             )
             return
         if key:
@@ -301,6 +319,7 @@ class LifecycleCommands:
             origin,
             f"Handoff to {platform} failed: {message.error}. The conversation stays here; try again later.",
             message.session_id,
+            reply_to=pending.message_id,
         )
 
     def _sethome(self, delivery: Delivery) -> None:
@@ -327,6 +346,18 @@ class LifecycleCommands:
     def _submit(self, work: Callable[[Store], object]) -> None:
         """Queue a write without waiting for it; a failure is logged (the command's reply has gone already)."""
         self._writer.submit(work).add_done_callback(_log_failure)
+
+
+def handoff_done_text(platform: str, result: HandoffResult, came_from: str, name: str) -> str:
+    """The reply to ``/handoff``: where the conversation went and how to pick it up again where it came from."""
+    where = f"chat {result.chat_id}" if result.chat_id else "its home channel"
+    if result.thread_id:
+        where += f", thread {result.thread_id}"
+    if came_from == "api_server":
+        back = f"To continue it here, send the header X-Hermes-Session-Id: {result.session_id}"
+    else:
+        back = f"To pick it up here again, send /resume {name}"
+    return f"Handed off to {platform} ({where}): the conversation continues there. {back}."
 
 
 def _log_failure(done: Future[object]) -> None:

@@ -169,7 +169,11 @@ class Runtime:
     def report_delivery(self, message: OutboundMessage, error: str | None) -> None:
         """Tell the supervisor how a handoff's first message went (other deliveries need no report)."""
         if message.session_id is not None and self.services.handoffs.take(message.reply_to):
-            self.supervisor.tell(HandoffResult(session_id=message.session_id, error=error))
+            self.supervisor.tell(
+                HandoffResult(
+                    session_id=message.session_id, error=error, chat_id=message.chat_id, thread_id=message.thread_id
+                )
+            )
 
     def close(self, drain_deadline: float, closing_s: float) -> None:
         """Stop the timers, the supervisor (and its session actors), the agent pool and the outbox (whose sends get

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import msgspec
+
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
@@ -74,9 +76,19 @@ class SupervisorDirectory:
 
         submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
 
-    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
-        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
-        reply = reply_for(source, session_id, text)
+    def send_now(
+        self,
+        source: SessionSource,
+        text: str,
+        session_id: str | None,
+        *,
+        reply_to: str | None = None,
+        handed_off: str | None = None,
+    ) -> None:
+        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
+        reply = reply_for(source, session_id, text, reply_to)
+        if handed_off is not None:
+            reply = msgspec.structs.replace(reply, handed_off=handed_off)
         outbox = self._outbox
         submit_logged(
             self._writer,
