@@ -13,6 +13,7 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
   runs, which holds its reset back; :class:`BackgroundEndReportingAgent` (see :func:`background_end_hook`) also
   says when such a process ends, so a reset it held off runs then.
 - :class:`ContextWindowAgent` (see :func:`context_window_of`): the model's context window in tokens.
+- :class:`BudgetedSummaryAgent` (see :func:`summary_call`): a summary kept within a token budget.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
 ``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
@@ -37,6 +38,7 @@ __all__ = [
     "BackgroundEndReportingAgent",
     "BackgroundInterruptingAgent",
     "BackgroundReportingAgent",
+    "BudgetedSummaryAgent",
     "CleanupCall",
     "ContextWindowAgent",
     "EchoAgent",
@@ -52,6 +54,7 @@ __all__ = [
     "context_window_of",
     "echo_title",
     "runs_inline",
+    "summary_call",
     "title_call",
 ]
 
@@ -135,6 +138,15 @@ class ContextWindowAgent(Protocol):
     context_window: int
 
 
+@runtime_checkable
+class BudgetedSummaryAgent(Protocol):
+    """An agent that keeps a compression summary within a token budget (the runtime cuts any summary over it)."""
+
+    def summarize_within(self, history: Sequence[MessageRecord], *, max_tokens: int, timeout_s: float) -> str:
+        """Like :meth:`Agent.summarize`, in at most ``max_tokens`` tokens."""
+        ...
+
+
 class TitleCall(Protocol):
     """The bound ``title`` of a :class:`TitlingAgent`."""
 
@@ -198,6 +210,15 @@ def background_end_hook(agent: object) -> Callable[[Callable[[str], None]], None
     if _capable(agent, BackgroundEndReportingAgent, "on_background_ended"):
         return cast(BackgroundEndReportingAgent, agent).on_background_ended
     return None
+
+
+def summary_call(agent: Agent, max_tokens: int) -> Callable[[Sequence[MessageRecord], float], str]:
+    """``summary(history, timeout_s)``: the agent's ``summarize_within`` with ``max_tokens`` when it is a
+    :class:`BudgetedSummaryAgent`, else its ``summarize``."""
+    if _capable(agent, BudgetedSummaryAgent, "summarize_within"):
+        within = cast(BudgetedSummaryAgent, agent).summarize_within
+        return lambda history, timeout_s: within(history, max_tokens=max_tokens, timeout_s=timeout_s)
+    return lambda history, timeout_s: agent.summarize(history, timeout_s=timeout_s)
 
 
 def context_window_of(agent: object, default: int) -> int:

@@ -173,7 +173,6 @@ class ResetScheduler:
             notice = _NOTICES[due.reason].format(minutes=policy.idle_minutes)
         self._end(EndDue(session_id=session_id, reason=due.reason, notice=notice))
 
-
     def background_ended(self, session_id: str) -> None:
         """The agent reports that the background process of ``session_id`` ended: a reset it held off is checked
         again now (any thread may call this)."""
