@@ -84,8 +84,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
     for every reply, so a platform's idempotency key can include it. ``error`` marks a notice that the message
     could not be handled (:class:`OutboundError`); request/response entry points answer it as an error, not as the
-    agent's reply. ``handed_off`` names the platform a ``/handoff`` moved the conversation to, on the reply that
-    reports it (a terminal ends its chat then).
+    agent's reply.
     """
 
     platform: str
@@ -101,7 +100,6 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     answers: tuple[str, ...] = ()
     outbox_id: int | None = None
     error: OutboundError | None = None
-    handed_off: str | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

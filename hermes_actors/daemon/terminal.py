@@ -12,6 +12,7 @@ import concurrent.futures
 
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
 from hermes_actors.errors import SessionNotFoundError
+from hermes_actors.lifecycle.handlers import handed_off_to
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.gateway import Gateway
@@ -60,7 +61,8 @@ class TerminalChannel:
             ) from None
         finally:
             self.waiters.forget(request.message_id)
-        return ChatReply(session_id=reply.session_id, text=reply.text, handed_off=reply.handed_off)
+        handed_off = handed_off_to(request.text, reply.text)
+        return ChatReply(session_id=reply.session_id, text=reply.text, handed_off=handed_off)
 
     def bind(self, request: Bind) -> BindReply:
         """Point terminal ``chat_id`` at an existing session."""

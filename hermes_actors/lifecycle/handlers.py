@@ -23,6 +23,7 @@ from hermes_actors.lifecycle.commands import (
     choose_resume_target,
     list_resumable,
     list_sessions_text,
+    parse_command,
     resume_listing_text,
     title_holder_text,
 )
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
     from hermes_actors.store.writer import StoreWriter
 
 
-__all__ = ["Directory", "LifecycleCommands"]
+__all__ = ["HANDED_OFF", "Directory", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
+
+HANDED_OFF = "Handed off to"  # the first words of the reply to a /handoff that was done
 
 _log = logging.getLogger(__name__)
 
@@ -84,10 +87,8 @@ class Directory(Protocol):
         session_id: str | None,
         *,
         reply_to: str | None = None,
-        handed_off: str | None = None,
     ) -> None:
-        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given;
-        ``handed_off`` marks the report of a handoff to that platform."""
+        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
         ...
 
     def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
@@ -307,7 +308,6 @@ class LifecycleCommands:
                 handoff_done_text(platform, message, origin.platform, name),
                 message.session_id,
                 reply_to=pending.message_id,
-                handed_off=platform,
             )
             return
         if key:
@@ -357,7 +357,17 @@ def handoff_done_text(platform: str, result: HandoffResult, came_from: str, name
         back = f"To continue it here, send the header X-Hermes-Session-Id: {result.session_id}"
     else:
         back = f"To pick it up here again, send /resume {name}"
-    return f"Handed off to {platform} ({where}): the conversation continues there. {back}."
+    return f"{HANDED_OFF} {platform} ({where}): the conversation continues there. {back}."
+
+
+def handed_off_to(message_text: str, reply_text: str) -> str | None:
+    """The platform a ``/handoff`` moved the conversation to, when ``reply_text`` answers the message
+    ``message_text`` and reports a done handoff; else ``None``. A command never reaches the agent, so only the
+    lifecycle answers it: the reply's first words tell a done handoff from a refusal or a failure."""
+    command = parse_command(message_text)
+    if command is None or command.name is not CommandName.HANDOFF or not command.argument:
+        return None
+    return command.argument if reply_text.startswith(f"{HANDED_OFF} {command.argument} (") else None
 
 
 def _log_failure(done: Future[object]) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import msgspec
-
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
@@ -83,12 +81,9 @@ class SupervisorDirectory:
         session_id: str | None,
         *,
         reply_to: str | None = None,
-        handed_off: str | None = None,
     ) -> None:
         """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
         reply = reply_for(source, session_id, text, reply_to)
-        if handed_off is not None:
-            reply = msgspec.structs.replace(reply, handed_off=handed_off)
         outbox = self._outbox
         submit_logged(
             self._writer,

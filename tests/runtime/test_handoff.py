@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_actors.lifecycle.handlers import handed_off_to
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform, FakeThreadedPlatform, GatedAgent
 
@@ -60,7 +61,8 @@ def test_a_handoff_opens_a_thread_binds_it_to_the_session_and_continues_there(se
         "Handed off to telegram (chat -100200, thread thread-1): the conversation continues there. "
         "To pick it up here again, send /resume auth refactor."
     )
-    assert (done.reply_to, done.answers, done.handed_off) == ("handoff-1", ("handoff-1",), "telegram")
+    assert (done.reply_to, done.answers) == ("handoff-1", ("handoff-1",))
+    assert handed_off_to("/handoff telegram", done.text) == "telegram"
     thread_key = "agent:main:telegram:group:-100200:thread-1"
     assert setup.gateway.session_for(thread_key) == session
     setup.telegram.push("and now?", chat_id="-100200", chat_type="group", thread_id="thread-1", user_id="bob")
@@ -129,8 +131,9 @@ def test_a_failed_delivery_leaves_the_session_where_it_was(setup: Setup) -> None
     setup.telegram.fail_next(1)
     setup.cli.push("/handoff telegram", chat_id="terminal", message_id="handoff-2")
     failed = setup.cli.pop()
-    assert (failed.answers, failed.handed_off) == (("handoff-2",), None)  # the report answers the /handoff
+    assert failed.answers == ("handoff-2",)  # the report answers the /handoff
     reply = failed.text
+    assert handed_off_to("/handoff telegram", reply) is None
     assert reply == (
         "Handoff to telegram failed: fake platform refused the send. The conversation stays here; try again later."
     )
