@@ -9,9 +9,10 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
-__all__ = ["MIN_MESSAGE_CAP_CHARS", "RuntimeConfig", "SearchScope", "SessionsConfig"]
+__all__ = ["MIN_MESSAGE_CAP_CHARS", "SAVE_MEMORY_TRIGGERS", "RuntimeConfig", "SearchScope", "SessionsConfig"]
 
 MIN_MESSAGE_CAP_CHARS = 500
+SAVE_MEMORY_TRIGGERS = ("idle", "daily", "new", "reset")  # the ends a save-memory turn may run before
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,8 +39,15 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     compress_at_ratio: float = 0.85  # of the agent's context window, in estimated prompt tokens
     context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
     protected_recent_messages: int = 4  # copied verbatim into a compression child
+    summary_max_tokens: int = 0  # a compression summary's budget; 0: a tenth of the context window
+    # Which ends run a save-memory turn first: timer resets (idle, daily) and the /new and /reset commands.
+    save_memory_on: tuple[str, ...] = SAVE_MEMORY_TRIGGERS
     auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.lifecycle.auto_titles``)
     model_message_cap_chars: int = 16_000  # per message of history sent to the model; 0: no cap (agents.history)
+
+    def saves_memories_on(self, trigger: str) -> bool:
+        """Whether a save-memory turn runs before an end by ``trigger`` (idle, daily, new or reset)."""
+        return trigger in self.save_memory_on
 
     def __post_init__(self) -> None:
         if self.passivate_after_s <= 0:
@@ -57,6 +65,14 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("runtime.reset_triggers", "must be a non-empty list of commands starting with '/'")
         if not 0 < self.compress_at_ratio <= 1 or self.compress_at_messages < 4:
             raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
+        if self.summary_max_tokens < 0:
+            raise ConfigError("runtime.summary_max_tokens", "must be 0 (a tenth of the context window) or positive")
+        unknown = [t for t in self.save_memory_on if t not in SAVE_MEMORY_TRIGGERS]
+        if unknown:
+            raise ConfigError(
+                "runtime.save_memory_on",
+                f"unknown trigger {unknown[0]!r} (expected a list of: {', '.join(SAVE_MEMORY_TRIGGERS)}; [] for none)",
+            )
         if self.queue_retention_days < 1:
             raise ConfigError(
                 "runtime.queue_retention_days",

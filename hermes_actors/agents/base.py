@@ -10,8 +10,10 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
 - :class:`SessionReleasingAgent` and :class:`BackgroundInterruptingAgent` (see :func:`cleanup_calls`): what a reset
   calls to free a session's resources and stop its background tasks.
 - :class:`BackgroundReportingAgent` (see :func:`background_probe`): since when a session's background process
-  runs, which holds its reset back.
+  runs, which holds its reset back; :class:`BackgroundEndReportingAgent` (see :func:`background_end_hook`) also
+  says when such a process ends, so a reset it held off runs then.
 - :class:`ContextWindowAgent` (see :func:`context_window_of`): the model's context window in tokens.
+- :class:`BudgetedSummaryAgent` (see :func:`summary_call`): a summary kept within a token budget.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
 ``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
@@ -33,8 +35,10 @@ __all__ = [
     "AgentError",
     "AgentMessage",
     "AgentReply",
+    "BackgroundEndReportingAgent",
     "BackgroundInterruptingAgent",
     "BackgroundReportingAgent",
+    "BudgetedSummaryAgent",
     "CleanupCall",
     "ContextWindowAgent",
     "EchoAgent",
@@ -44,11 +48,13 @@ __all__ = [
     "TitleCall",
     "TitlingAgent",
     "TurnInput",
+    "background_end_hook",
     "background_probe",
     "cleanup_calls",
     "context_window_of",
     "echo_title",
     "runs_inline",
+    "summary_call",
     "title_call",
 ]
 
@@ -116,10 +122,29 @@ class BackgroundReportingAgent(Protocol):
 
 
 @runtime_checkable
+class BackgroundEndReportingAgent(Protocol):
+    """An agent that reports when a session's background process ends: the runtime registers a callback once, and
+    the agent calls it with the session id (from any thread) when that session's process has ended."""
+
+    def on_background_ended(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(session_id)`` whenever a background process of ``session_id`` ends."""
+        ...
+
+
+@runtime_checkable
 class ContextWindowAgent(Protocol):
     """An agent that knows its model's context window; compression uses it instead of the configured one."""
 
     context_window: int
+
+
+@runtime_checkable
+class BudgetedSummaryAgent(Protocol):
+    """An agent that keeps a compression summary within a token budget (the runtime cuts any summary over it)."""
+
+    def summarize_within(self, history: Sequence[MessageRecord], *, max_tokens: int, timeout_s: float) -> str:
+        """Like :meth:`Agent.summarize`, in at most ``max_tokens`` tokens."""
+        ...
 
 
 class TitleCall(Protocol):
@@ -178,6 +203,22 @@ def background_probe(agent: object) -> Callable[[str], float | None] | None:
     if _capable(agent, BackgroundReportingAgent, "background_started_at"):
         return cast(BackgroundReportingAgent, agent).background_started_at
     return None
+
+
+def background_end_hook(agent: object) -> Callable[[Callable[[str], None]], None] | None:
+    """The agent's ``on_background_ended`` when it is a :class:`BackgroundEndReportingAgent`, else ``None``."""
+    if _capable(agent, BackgroundEndReportingAgent, "on_background_ended"):
+        return cast(BackgroundEndReportingAgent, agent).on_background_ended
+    return None
+
+
+def summary_call(agent: Agent, max_tokens: int) -> Callable[[Sequence[MessageRecord], float], str]:
+    """``summary(history, timeout_s)``: the agent's ``summarize_within`` with ``max_tokens`` when it is a
+    :class:`BudgetedSummaryAgent`, else its ``summarize``."""
+    if _capable(agent, BudgetedSummaryAgent, "summarize_within"):
+        within = cast(BudgetedSummaryAgent, agent).summarize_within
+        return lambda history, timeout_s: within(history, max_tokens=max_tokens, timeout_s=timeout_s)
+    return lambda history, timeout_s: agent.summarize(history, timeout_s=timeout_s)
 
 
 def context_window_of(agent: object, default: int) -> int:

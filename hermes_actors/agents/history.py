@@ -12,6 +12,10 @@ put their outcome (the error, the stack trace, the exit status), so keeping both
 
 :class:`ModelHistory` keeps the capped view of a growing transcript up to date incrementally, so a turn costs
 work for its new messages only. A cap of 0 sends every message whole.
+
+Compression sizes: a summary gets a token budget (:func:`summary_budget`, cut to it by :func:`fit_summary`), and
+:func:`carried_tokens` estimates the history a compression child would start with, so a compression that would not
+make the prompt smaller is refused. Tokens are estimated at four characters each everywhere.
 """
 
 from __future__ import annotations
@@ -24,14 +28,21 @@ from hermes_actors.store.content import HERMES_JSON_PREFIX, split_content
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "CUT_MARKER",
     "HEAD_SHARE",
+    "SUMMARY_CUT",
     "SUMMARY_HEADER",
+    "SUMMARY_SHARE",
     "ModelHistory",
     "cap_message",
     "cap_text",
+    "carried_tokens",
+    "fit_summary",
     "is_capped",
     "is_summary",
+    "summary_budget",
+    "summary_message",
 ]
 
 CUT_MARKER = (
@@ -40,6 +51,41 @@ CUT_MARKER = (
 )
 HEAD_SHARE = 2 / 3  # of the kept characters, the rest is the tail
 SUMMARY_HEADER = "[Summary of the conversation so far]"  # first line of the system message a compression writes
+SUMMARY_SHARE = 10  # without runtime.summary_max_tokens, a summary gets 1/10 of the context window
+SUMMARY_CUT = " …[summary cut to its budget]"
+CHARS_PER_TOKEN = 4
+
+
+def summary_budget(configured: int, window: int) -> int:
+    """The token budget of a compression summary: ``configured`` (``runtime.summary_max_tokens``), or with 0 a
+    tenth of the context window ``window`` (at least 16 tokens)."""
+    return configured if configured > 0 else max(16, window // SUMMARY_SHARE)
+
+
+def fit_summary(summary: str, budget: int) -> str:
+    """Return ``summary`` whole when it fits in ``budget`` tokens, else its head cut at a word with a marker."""
+    limit = budget * CHARS_PER_TOKEN
+    if len(summary) <= limit:
+        return summary
+    head = summary[: max(0, limit - len(SUMMARY_CUT))]
+    if " " in head:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip() + SUMMARY_CUT
+
+
+def summary_message(summary: str) -> str:
+    """The content of the system message a compression child starts with."""
+    return f"{SUMMARY_HEADER}\n{summary}"
+
+
+def carried_tokens(summary: str, recent: Sequence[MessageRecord], cap: int) -> int:
+    """Estimate the prompt tokens of a compression child's history: the summary message, then ``recent`` (the
+    protected messages it copies) capped as the model sees them."""
+    chars = len(summary_message(summary))
+    for message in recent:
+        sent = cap_message(message, cap)
+        chars += len(sent.content or "") + len(sent.tool_calls or "")
+    return chars // CHARS_PER_TOKEN
 
 
 def cap_text(text: str, cap: int, *, session_id: str, message_id: int) -> str:
@@ -117,7 +163,7 @@ class ModelHistory:
     def tokens(self, transcript: Sequence[MessageRecord]) -> int:
         """Estimate the prompt tokens of the capped ``transcript`` (four characters a token)."""
         self._catch_up(transcript)
-        return self._chars // 4
+        return self._chars // CHARS_PER_TOKEN
 
     def _catch_up(self, transcript: Sequence[MessageRecord]) -> None:
         if transcript is not self._source or len(transcript) < self._seen:

@@ -49,7 +49,7 @@ from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, Memo
 from hermes_actors.store.records import MessageRecord, Role
 from hermes_actors.titles import MAX_TITLE_LENGTH
 
-__all__ = ["MAX_TOOL_ROUNDS", "TITLE_EXCERPT_CHARS", "OpenAIAgent"]
+__all__ = ["MAX_TOOL_ROUNDS", "SUMMARY_MAX_TOKENS", "TITLE_EXCERPT_CHARS", "OpenAIAgent"]
 
 MAX_TOOL_ROUNDS = 5  # model answers with tool calls that a turn runs before it insists on words
 
@@ -57,8 +57,9 @@ _log = logging.getLogger(__name__)
 
 _SUMMARY_INSTRUCTION = (
     "Summarise the conversation above so that a new session can continue it: the user's goals, the facts and "
-    "decisions established, open questions and what was being worked on last. Plain prose, at most 300 words."
+    "decisions established, open questions and what was being worked on last. Plain prose, at most {words} words."
 )
+SUMMARY_MAX_TOKENS = 400  # the budget of summarize(); the runtime asks summarize_within with its own
 _MEMORY_INSTRUCTION = (
     "List what is worth remembering about the user from the conversation above for future conversations: stable "
     "facts, preferences, ongoing projects. Answer only with a JSON array of short strings, or [] if nothing is."
@@ -194,11 +195,17 @@ class OpenAIAgent:
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
         """Ask the model for a summary a continuation session can start from; ``""`` for an empty history."""
+        return self.summarize_within(history, max_tokens=SUMMARY_MAX_TOKENS, timeout_s=timeout_s)
+
+    def summarize_within(self, history: Sequence[MessageRecord], *, max_tokens: int, timeout_s: float) -> str:
+        """:meth:`summarize` in at most ``max_tokens`` tokens: the instruction asks for about three words per four
+        tokens and the request's ``max_tokens`` caps the answer."""
         messages = history_messages(history)
         if not messages:
             return ""
-        messages.append({"role": "user", "content": _SUMMARY_INSTRUCTION})
-        message, _, _ = self._endpoint.complete(messages, timeout_s)
+        words = max(10, max_tokens * 3 // 4)
+        messages.append({"role": "user", "content": _SUMMARY_INSTRUCTION.format(words=words)})
+        message, _, _ = self._endpoint.complete(messages, timeout_s, max_tokens=max_tokens)
         summary = (message.content or "").strip()
         if not summary:
             raise AgentError(

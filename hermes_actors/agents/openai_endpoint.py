@@ -73,10 +73,12 @@ class ChatEndpoint:
         *,
         tools: list[ToolParam] | None = None,
         left_s: float | None = None,
+        max_tokens: int | None = None,
     ) -> tuple[ChatCompletionMessage, int, int]:
         """Call the endpoint once (with the client's retries); return the first choice's message and token counts.
 
-        ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given.
+        ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given;
+        ``max_tokens`` caps the answer.
         """
         where = self.where
         temperature = openai.omit if self.temperature is None else self.temperature
@@ -86,6 +88,7 @@ class ChatEndpoint:
                 messages=messages,
                 temperature=temperature,
                 tools=openai.omit if tools is None else tools,
+                max_tokens=openai.omit if max_tokens is None else max_tokens,
                 timeout=timeout_s if left_s is None else left_s,
             )
         except openai.APITimeoutError as err:

@@ -162,6 +162,15 @@ def _print_recap(home: Path, session_id: str) -> None:
     click.echo("──")
 
 
+def _handed_off(reply: ChatReply) -> bool:
+    """Whether ``reply`` reports a ``/handoff``: the conversation goes on elsewhere, so the chat ends (its last line
+    says how to resume it here), as the reference's terminal does."""
+    if reply.handed_off is None:
+        return False
+    click.echo(f"↻ the conversation is now on {reply.handed_off}; this chat ends here.")
+    return True
+
+
 @click.command("chat")
 @home_option
 @click.option(
@@ -203,7 +212,7 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
     session_id = target
     interactive = sys.stdin.isatty()
     reader = LineReader(interactive=interactive, history=root / HISTORY_NAME)
-    closed = False
+    closed = handed_off = False
     try:
         if target is not None:
             backend.bind(Bind(chat_id=chat_id, user_id=user, session_id=target))
@@ -236,7 +245,10 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
                 continue
             session_id = reply.session_id or session_id
             click.echo(reply.text)
-        closed = True
+            if _handed_off(reply):
+                handed_off = True
+                break
+        closed = not handed_off  # the user closed it (a handed-off session goes on elsewhere: not ended)
     finally:
         backend.close()
     if session_id is not None:

@@ -358,6 +358,9 @@ runtime:
   # max_concurrent_agent_calls: 256
   # agent_timeout_s: 120
   # reset_triggers: [/new, /reset]
+  # save_memory_on: [idle, daily, new, reset]  # ends that run a save-memory turn first; [] for none
+  # context_window: 128000           # tokens, when the agent does not say; no turn is sent over it
+  # summary_max_tokens: 0            # a compression summary's budget; 0: a tenth of the context window
   # auto_titles: true                # title a session after its first exchange
   # model_message_cap_chars: 16000   # per message of history sent to the model; 0: no cap
   # queue_retention_days: 8          # answered inbox rows (the redelivery dedupe) and sent replies are kept this long

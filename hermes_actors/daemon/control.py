@@ -111,10 +111,12 @@ class Chat(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class ChatReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The turn's reply and the session that answered."""
+    """The turn's reply and the session that answered; ``handed_off`` names the platform a ``/handoff`` moved the
+    conversation to."""
 
     session_id: str | None
     text: str
+    handed_off: str | None = None
 
 
 class Bind(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from hermes_actors.errors import HermesError, SessionClosedError
 from hermes_actors.lifecycle.commands import (
     Command,
@@ -22,6 +24,7 @@ from hermes_actors.lifecycle.commands import (
     list_resumable,
     list_sessions_text,
     next_title_refusal,
+    parse_command,
     resume_listing_text,
 )
 from hermes_actors.lifecycle.work import (
@@ -46,7 +49,9 @@ if TYPE_CHECKING:
     from hermes_actors.store.writer import StoreWriter
 
 
-__all__ = ["Directory", "LifecycleCommands"]
+__all__ = ["HANDED_OFF", "Directory", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
+
+HANDED_OFF = "Handed off to"  # the first words of the reply to a /handoff that was done
 
 _log = logging.getLogger(__name__)
 
@@ -76,8 +81,15 @@ class Directory(Protocol):
         """Complete ``delivery`` with ``text`` from the directory itself (nothing goes to a transcript)."""
         ...
 
-    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
-        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
+    def send_now(
+        self,
+        source: SessionSource,
+        text: str,
+        session_id: str | None,
+        *,
+        reply_to: str | None = None,
+    ) -> None:
+        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
         ...
 
     def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
@@ -132,9 +144,7 @@ class LifecycleCommands:
         """The handoff turn of ``session_id`` pointed ``key`` (which led to ``previous``) at it."""
         pending = self._handoffs.get(session_id)
         if pending is not None:
-            self._handoffs[session_id] = PendingHandoff(
-                origin=pending.origin, platform=pending.platform, key=key, previous=previous
-            )
+            self._handoffs[session_id] = msgspec.structs.replace(pending, key=key, previous=previous)
 
     # -- commands ----------------------------------------------------------------------------------------------
 
@@ -188,7 +198,8 @@ class LifecycleCommands:
             return
         self._directory.cancel_running(old)  # a late result of the running turn is dropped
         self._directory.begin_end(old)
-        self._directory.queue_control(old, EndSession(reason=reason, reply=reply), delivery)
+        save = self._config.saves_memories_on(command.name.value)  # "new" or "reset"
+        self._directory.queue_control(old, EndSession(reason=reason, reply=reply, save_memories=save), delivery)
 
     def end_by_timer(self, message: EndDue) -> None:
         session_id = message.session_id
@@ -206,8 +217,9 @@ class LifecycleCommands:
             if holder is not None and holder != self._lease_owner and self._owner_alive(holder):
                 return  # another live process runs this session's turns: a reset is for the lease holder to do
         self._directory.begin_end(session_id)
+        save = self._config.saves_memories_on(message.reason.value)  # "idle" or "daily"
         self._directory.queue_control(
-            session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=True), None
+            session_id, EndSession(reason=message.reason, reply=message.notice, save_memories=save), None
         )
 
     def admin(self, change: AdminChange) -> None:
@@ -288,7 +300,9 @@ class LifecycleCommands:
                 delivery, "A reply is still being written; hand off once it has arrived.", session_id=session_id
             )
             return
-        self._handoffs[session_id] = PendingHandoff(origin=delivery.message.source, platform=platform)
+        self._handoffs[session_id] = PendingHandoff(
+            origin=delivery.message.source, platform=platform, message_id=delivery.message.message_id
+        )
         self._directory.queue_control(session_id, Handoff(platform=platform), delivery)
 
     def handoff_result(self, message: HandoffResult) -> None:
@@ -297,8 +311,14 @@ class LifecycleCommands:
             return
         origin, key, previous, platform = pending.origin, pending.key, pending.previous, pending.platform
         if message.error is None:
+            with self._readers.reader() as store:
+                record = store.find_session(message.session_id)
+            name = (record.title if record is not None else None) or message.session_id
             self._directory.send_now(
-                origin, f"Handed off to {platform}; the conversation continues there.", message.session_id
+                origin,
+                handoff_done_text(platform, message, origin.platform, name),
+                message.session_id,
+                reply_to=pending.message_id,
             )
             return
         if key:
@@ -310,6 +330,7 @@ class LifecycleCommands:
             origin,
             f"Handoff to {platform} failed: {message.error}. The conversation stays here; try again later.",
             message.session_id,
+            reply_to=pending.message_id,
         )
 
     def _sethome(self, delivery: Delivery) -> None:
@@ -336,6 +357,28 @@ class LifecycleCommands:
     def _submit(self, work: Callable[[Store], object]) -> None:
         """Queue a write without waiting for it; a failure is logged (the command's reply has gone already)."""
         self._writer.submit(work).add_done_callback(_log_failure)
+
+
+def handoff_done_text(platform: str, result: HandoffResult, came_from: str, name: str) -> str:
+    """The reply to ``/handoff``: where the conversation went and how to pick it up again where it came from."""
+    where = f"chat {result.chat_id}" if result.chat_id else "its home channel"
+    if result.thread_id:
+        where += f", thread {result.thread_id}"
+    if came_from == "api_server":
+        back = f"To continue it here, send the header X-Hermes-Session-Id: {result.session_id}"
+    else:
+        back = f"To pick it up here again, send /resume {name}"
+    return f"{HANDED_OFF} {platform} ({where}): the conversation continues there. {back}."
+
+
+def handed_off_to(message_text: str, reply_text: str) -> str | None:
+    """The platform a ``/handoff`` moved the conversation to, when ``reply_text`` answers the message
+    ``message_text`` and reports a done handoff; else ``None``. A command never reaches the agent, so only the
+    lifecycle answers it: the reply's first words tell a done handoff from a refusal or a failure."""
+    command = parse_command(message_text)
+    if command is None or command.name is not CommandName.HANDOFF or not command.argument:
+        return None
+    return command.argument if reply_text.startswith(f"{HANDED_OFF} {command.argument} (") else None
 
 
 def _log_failure(done: Future[object]) -> None:

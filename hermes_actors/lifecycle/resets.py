@@ -4,8 +4,9 @@ After every turn that stores messages, the session's deadline (``reset:<session 
 to the next reset its policy allows. When a deadline passes, the supervisor runs a save-memory turn, ends the
 session with ``idle`` or ``daily``, unbinds its keys and tells the user where the policy says so. At start, every
 live session gets its deadline again from its last activity, so sessions without a live actor reset on time too.
-A session whose agent reports a background process younger than ``bg_process_max_age_hours`` is not reset; its
-deadline moves to when that process gets too old.
+A session whose agent reports a background process younger than ``bg_process_max_age_hours`` is not reset; it is
+checked again at every idle interval (at most :data:`BG_RECHECK_MAX_S` apart) until the process has ended or got too
+old, and at once when the agent reports that the process ended (:meth:`ResetScheduler.background_ended`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Protocol
 
 import msgspec
 
-from hermes_actors.agents.base import background_probe
+from hermes_actors.agents.base import background_end_hook, background_probe
 from hermes_actors.lifecycle.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
 from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import EndReason, Store
 
-__all__ = ["PREFIX", "ResetScheduler", "Timers"]
+__all__ = ["BG_RECHECK_MAX_S", "PREFIX", "ResetScheduler", "Timers", "background_hook", "watch_background_ends"]
 
 PREFIX = "reset:"
+BG_RECHECK_MAX_S = 3600.0  # a reset held off by a background process is checked again at least this often
 _log = logging.getLogger(__name__)
 
 
@@ -96,12 +98,14 @@ class ResetScheduler:
         self._clock = clock
         self._tz = tz
         self._background = background_started_at
+        self._held: dict[str, bytes] = {}  # session id -> payload of its reset held off by a background process
         timers.on(PREFIX, self._fire)
 
     def touch(self, session_id: str, origin: SessionSource | None, last_active: float | None = None) -> None:
         """Move the session's deadline after activity at ``last_active`` (default: now)."""
         if origin is None:
             return
+        self._held.pop(session_id, None)
         policy = self._config.policy_for(origin.platform, origin.chat_type)
         when = self._clock() if last_active is None else last_active
         upcoming = next_reset(policy, when, self._tz)
@@ -116,6 +120,7 @@ class ResetScheduler:
 
     def forget(self, session_id: str) -> None:
         """Drop the deadline of a session that ended."""
+        self._held.pop(session_id, None)
         if self._timers.armed(PREFIX + session_id):
             self._timers.cancel(PREFIX + session_id)
 
@@ -156,16 +161,33 @@ class ResetScheduler:
         started = self._background(session_id) if self._background is not None else None
         if bg_process_blocks_reset(started, now, policy):
             assert started is not None
-            retry_at = started + policy.bg_process_max_age_hours * 3600
-            _log.info("session %s keeps a background process; its reset waits until %.0f", session_id, retry_at)
+            too_old_at = started + policy.bg_process_max_age_hours * 3600
+            retry_at = min(too_old_at, now + min(policy.idle_minutes * 60, BG_RECHECK_MAX_S))
+            _log.info("session %s keeps a background process; its reset is checked again at %.0f", session_id, retry_at)
+            self._held[session_id] = payload
             self._timers.schedule(name, retry_at, payload)
             return
+        self._held.pop(session_id, None)
         notice = None
         if should_notify(policy, due.platform):
             notice = _NOTICES[due.reason].format(minutes=policy.idle_minutes)
         self._end(EndDue(session_id=session_id, reason=due.reason, notice=notice))
 
+    def background_ended(self, session_id: str) -> None:
+        """The agent reports that the background process of ``session_id`` ended: a reset it held off is checked
+        again now (any thread may call this)."""
+        payload = self._held.pop(session_id, None)
+        if payload is not None:
+            self._timers.schedule(PREFIX + session_id, self._clock(), payload)
+
 
 def background_hook(agent: object) -> Callable[[str], float | None] | None:
     """Return the agent's ``background_started_at(session_id)`` method, if it has one."""
     return background_probe(agent)
+
+
+def watch_background_ends(agent: object, scheduler: ResetScheduler) -> None:
+    """Have ``agent`` tell ``scheduler`` when a background process ends, if it can report that."""
+    hook = background_end_hook(agent)
+    if hook is not None:
+        hook(scheduler.background_ended)

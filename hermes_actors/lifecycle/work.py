@@ -39,8 +39,8 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EndSession(msgspec.Struct, frozen=True, kw_only=True):
-    """End the session: ``/new``, ``/reset``, a reset timer (which saves memories first and may notify), or an
-    operator (``done`` resolves once the end has committed)."""
+    """End the session: ``/new``, ``/reset``, a reset timer (which may notify), or an operator (``done`` resolves
+    once the end has committed); ``save_memories`` runs the save-memory turn first (``runtime.save_memory_on``)."""
 
     reason: EndReason
     reply: str | None = None
@@ -87,20 +87,25 @@ class EndDue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HandoffResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Outbox → supervisor: how the first message of a handoff went (``error`` is ``None`` when it was sent)."""
+    """Outbox → supervisor: how the first message of a handoff went (``error`` is ``None`` when it was sent), and
+    the chat (and thread) it went to."""
 
     session_id: str
     error: str | None = None
+    chat_id: str | None = None
+    thread_id: str | None = None
 
 
 class PendingHandoff(msgspec.Struct, frozen=True, kw_only=True):
     """A ``/handoff`` waiting for its first message to be sent.
 
     ``key`` is the routing key the handoff turn pointed at the session (empty until that turn has committed) and
-    ``previous`` the session that key led to before, which a failed handoff restores.
+    ``previous`` the session that key led to before, which a failed handoff restores. ``message_id`` is the
+    ``/handoff`` message, which the report of how the handoff went answers.
     """
 
     origin: SessionSource
     platform: str
+    message_id: str | None = None
     key: str = ""
     previous: str | None = None

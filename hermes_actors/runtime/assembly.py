@@ -23,7 +23,7 @@ from typing import TypedDict
 from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
-from hermes_actors.lifecycle.resets import ResetScheduler, background_hook
+from hermes_actors.lifecycle.resets import ResetScheduler, background_hook, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
@@ -169,7 +169,11 @@ class Runtime:
     def report_delivery(self, message: OutboundMessage, error: str | None) -> None:
         """Tell the supervisor how a handoff's first message went (other deliveries need no report)."""
         if message.session_id is not None and self.services.handoffs.take(message.reply_to):
-            self.supervisor.tell(HandoffResult(session_id=message.session_id, error=error))
+            self.supervisor.tell(
+                HandoffResult(
+                    session_id=message.session_id, error=error, chat_id=message.chat_id, thread_id=message.thread_id
+                )
+            )
 
     def close(self, drain_deadline: float, closing_s: float) -> None:
         """Stop the timers, the supervisor (and its session actors), the agent pool and the outbox (whose sends get
@@ -256,6 +260,7 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         tz=options.get("tz"),
         background_started_at=background_hook(services.agent),
     )
+    watch_background_ends(services.agent, resets)
     supervisor = Supervisor.start(
         services, on_turn=options.get("on_turn"), on_activity=resets.touch, on_end=resets.forget
     )

@@ -15,18 +15,26 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.agents.base import cleanup_calls, context_window_of
-from hermes_actors.agents.history import is_summary
+from hermes_actors.agents.base import cleanup_calls, context_window_of, summary_call
+from hermes_actors.agents.history import (
+    CHARS_PER_TOKEN,
+    carried_tokens,
+    fit_summary,
+    is_summary,
+    summary_budget,
+    summary_message,
+)
 from hermes_actors.errors import HermesError, SessionNotFoundError, TitleError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.lifecycle.commands import title_holder_text
+from hermes_actors.media import user_content
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, Handoff, SetTitle, TurnOutcome
 from hermes_actors.runtime.records import source_of, user_key
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import EndReason, InboxState, NewMessage, Role, Store
 
 if TYPE_CHECKING:
     from hermes_actors.runtime.turns import SessionTurns
@@ -51,6 +59,7 @@ class SessionControls:
         self._services = turns.services
         self._writer = turns.services.writer
         self._timeout = turns.services.config.agent_timeout_s
+        self._no_gain_at: int | None = None  # history length at which a summary did not make the prompt smaller
 
     def end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
         """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
@@ -166,8 +175,14 @@ class SessionControls:
             return f"Title '{exc.title}' is already taken; choose another"
         return title_holder_text(source_of(self._turns.record) if self._turns.record else None, exc.title, holder)
 
+    def window(self) -> int:
+        """The model's context window in tokens (the agent's, else ``runtime.context_window``)."""
+        return context_window_of(self._services.agent, self._services.config.context_window)
+
     def needs_compression(self) -> bool:
         config = self._services.config
+        if self._no_gain_at == len(self._turns.history):
+            return False  # a summary of this very history did not make the prompt smaller
         # A compression child starts with the summary and the protected recent messages: it compresses again only
         # after 4 new ones, so a summary that alone is over the threshold cannot start a child on every turn.
         carried = (
@@ -175,33 +190,82 @@ class SessionControls:
         )
         if len(self._turns.history) - carried < 4:
             return False
-        window = context_window_of(self._services.agent, config.context_window)
-        tokens = self._turns.model_history.tokens(
-            self._turns.history
-        )  # the prompt as sent: capped messages count capped
-        return len(self._turns.history) >= config.compress_at_messages or tokens >= config.compress_at_ratio * window
+        tokens = self._turns.model_history.tokens(self._turns.history)  # as sent: capped messages count capped
+        return (
+            len(self._turns.history) >= config.compress_at_messages
+            or tokens >= config.compress_at_ratio * self.window()
+        )
+
+    def prompt_tokens(self, deliveries: Sequence[Delivery]) -> int:
+        """Estimate the prompt a turn answering ``deliveries`` sends: system prompt, memories, history, user text."""
+        record = self._turns.record
+        chars = len(record.system_prompt or "") if record is not None else 0
+        chars += sum(len(m) for m in self._turns.memories)
+        chars += sum(len(user_content(d.message)) + 1 for d in deliveries)
+        return self._turns.model_history.tokens(self._turns.history) + chars // CHARS_PER_TOKEN
+
+    def before_turn(self, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome | None:
+        """Compress first when it is due or the turn would not fit the window; a turn that still would not fit is
+        answered instead of being sent over the window. ``None``: run the turn here."""
+        window = self.window()
+        over = self.prompt_tokens(deliveries) > window
+        if over or self.needs_compression():
+            outcome = self.compress((), token, reply=False)
+            if outcome.continued_by is not None:
+                return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
+        if not over:
+            return None
+        tokens = self.prompt_tokens(deliveries)
+        _log.info(
+            "session %s: a turn of about %d tokens does not fit the window of %d", self.session_id, tokens, window
+        )
+        return self._turns.answer(
+            deliveries,
+            f"Not sent: with this message the prompt would be about {tokens:,} tokens, more than the model's context "
+            f"window of {window:,}, and compressing the conversation cannot make it fit. Send a shorter message "
+            "(or split it), or start over with /new.",
+            state=InboxState.REJECTED,
+        )
+
+    def _unchanged(self, deliveries: Sequence[Delivery], text: str) -> TurnOutcome:
+        if not deliveries:
+            return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+        return self._turns.answer(deliveries, text)
 
     def compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
-        """Summarise into a child session that takes over every routing key of this one."""
+        """Summarise into a child session that takes over every routing key of this one, when the child's prompt
+        is smaller than this session's (otherwise nothing changes)."""
         if self._turns.is_new or self._turns.record is None or len(self._turns.history) < 4:
-            if not deliveries:
-                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
-            return self._turns.answer(deliveries, "Nothing to compress yet: this session has fewer than 4 messages.")
-        agent = self._services.agent
+            return self._unchanged(deliveries, "Nothing to compress yet: this session has fewer than 4 messages.")
+        config = self._services.config
         history = list(self._turns.history)
-        summary = self._turns.agent_calls.in_pool(lambda: agent.summarize(history, timeout_s=self._timeout), token)
+        keep = config.protected_recent_messages
+        recent = [m for m in history if m.role in ("user", "assistant") and m.content][-keep:] if keep else []
+        cap = self._turns.model_history.cap
+        before = self._turns.model_history.tokens(self._turns.history)
+        at_least = carried_tokens("", recent, cap)
+        if at_least >= before:  # even an empty summary would not gain: do not ask the agent
+            self._no_gain_at = len(history)
+            return self._unchanged(deliveries, _no_gain_text(before, at_least, len(recent)))
+        budget = summary_budget(config.summary_max_tokens, self.window())
+        summarize = summary_call(self._services.agent, budget)
+        summary = self._turns.agent_calls.in_pool(lambda: summarize(history, self._timeout), token)
         if not isinstance(summary, str):
             failure = summary.text if summary is not None else "the compression was cancelled"
             _log.warning("session %s: compression failed: %s", self.session_id, failure)
-            if not deliveries:
-                return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
-            return self._turns.answer(deliveries, f"Compression failed; the session is unchanged. {failure}")
+            return self._unchanged(deliveries, f"Compression failed; the session is unchanged. {failure}")
+        fitted = fit_summary(summary, budget)
+        if fitted != summary:
+            _log.info("session %s: the summary was cut to its budget of %d tokens", self.session_id, budget)
+        after = carried_tokens(fitted, recent, cap)
+        if after >= before:
+            self._no_gain_at = len(history)
+            return self._unchanged(deliveries, _no_gain_text(before, after, len(recent)))
+        summary = fitted
         parent = self._turns.record
         kind = SessionKind.CLI if parent.source == "cli" else SessionKind.GATEWAY
         child_id = new_session_id(kind)
-        keep = self._services.config.protected_recent_messages
-        recent = [m for m in history if m.role in ("user", "assistant") and m.content][-keep:] if keep else []
-        carried = [NewMessage(role=Role.SYSTEM, content=f"[Summary of the conversation so far]\n{summary}")]
+        carried = [NewMessage(role=Role.SYSTEM, content=summary_message(summary))]
         carried += [NewMessage(role=Role(m.role), content=m.content) for m in recent]
         source, reply_to = self._turns.origin(deliveries)
         owner = self._services.lease_owner
@@ -296,3 +360,10 @@ class SessionControls:
         self._services.handoffs.expect(prompt.message_id)
         outcome = self._turns.converse([Delivery(inbox_id=0, message=prompt)], token, no_retry=True)
         return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
+
+
+def _no_gain_text(before: int, after: int, kept: int) -> str:
+    return (
+        f"Not compressed: this conversation is too short to gain from it. Its history is about {before:,} tokens; "
+        f"a summary with the last {kept} messages would be about {after:,}. Nothing changed."
+    )

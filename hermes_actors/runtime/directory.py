@@ -74,9 +74,16 @@ class SupervisorDirectory:
 
         submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
 
-    def send_now(self, source: SessionSource, text: str, session_id: str | None) -> None:
-        """Send ``text`` to ``source``'s chat, answering no inbound message (a later report)."""
-        reply = reply_for(source, session_id, text)
+    def send_now(
+        self,
+        source: SessionSource,
+        text: str,
+        session_id: str | None,
+        *,
+        reply_to: str | None = None,
+    ) -> None:
+        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
+        reply = reply_for(source, session_id, text, reply_to)
         outbox = self._outbox
         submit_logged(
             self._writer,

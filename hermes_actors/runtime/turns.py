@@ -265,10 +265,9 @@ class SessionTurns:
                 pass
         if request.reply_override is not None:
             return self.answer(deliveries, request.reply_override)
-        if self._controls.needs_compression():
-            outcome = self._controls.compress((), request.token, reply=False)
-            if outcome.continued_by is not None:
-                return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
+        early = self._controls.before_turn(deliveries, request.token)  # compression, or a turn over the window
+        if early is not None:
+            return early
         return self.converse(deliveries, request.token)
 
     def converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:

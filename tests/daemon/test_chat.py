@@ -6,15 +6,23 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from hermes_actors.cli import ctl_chat
 from hermes_actors.cli.chat_input import HISTORY_LENGTH, HISTORY_NAME, LineReader, help_text
 from hermes_actors.cli.hermesctl import main as hermesctl
+from hermes_actors.daemon.control import Chat
+from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.lifecycle.commands import CommandName
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import EndReason, Store
+from hermes_actors.store.records import HomeChannel
+from hermes_actors.testing import FakeThreadedPlatform
 
 DAY = 86400.0
 
@@ -196,3 +204,56 @@ def test_the_history_file_is_private_and_cut_to_its_length(tmp_path: Path) -> No
         assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
     finally:
         readline.clear_history()
+
+
+def _gateway_with_telegram(telegrams: list[FakeThreadedPlatform]) -> Callable[..., Gateway]:
+    """A ``Gateway`` factory for the in-process chat that also delivers to a fake Telegram."""
+
+    def make(path: Path, **options: Any) -> Gateway:
+        telegram = FakeThreadedPlatform("telegram")
+        telegrams.append(telegram)
+        return Gateway(path, **{**options, "senders": [*options["senders"], telegram]})
+
+    return make
+
+
+def _set_telegram_home(home: Path) -> None:
+    with Store.open(home / "state.db") as store:
+        store.homes.set(HomeChannel(platform="telegram", account_id="", chat_id="-100200", chat_type="group"))
+
+
+def test_a_handoff_reply_ends_the_chat_with_the_resume_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _set_telegram_home(tmp_path)
+    telegrams: list[FakeThreadedPlatform] = []
+    monkeypatch.setattr(ctl_chat, "Gateway", _gateway_with_telegram(telegrams))
+    code, output = _chat(tmp_path, "--timeout", "5", lines="plan the trip\n/handoff telegram\nnever sent\n")
+    assert code == 0, output
+    session = _session(output)
+    assert "Handed off to telegram (chat -100200, thread thread-1): the conversation continues there." in output
+    assert "↻ the conversation is now on telegram; this chat ends here." in output
+    assert output.rstrip().endswith(f"resume it with: hermesctl chat --resume {session}")
+    assert "never sent" not in output
+    (telegram,) = telegrams
+    assert telegram.sent[0].text.startswith("echo: [handoff]")
+    with Store.open(tmp_path / "state.db", readonly=True) as store:
+        contents = [m.content or "" for m in store.load_transcript(session)]
+    assert "never sent" not in contents
+
+
+def test_the_terminal_channel_answers_a_handoff_instead_of_waiting(tmp_path: Path) -> None:
+    _set_telegram_home(tmp_path)
+    channel = TerminalChannel()
+    telegram = FakeThreadedPlatform("telegram")
+    gateway = Gateway(tmp_path / "state.db", senders=[channel.waiters, telegram])
+    channel.attach(gateway)
+    try:
+        first = channel.chat(Chat(chat_id="tty-1", user_id="me", text="hello", message_id="m1", timeout_s=5))
+        assert first.handed_off is None
+        reply = channel.chat(
+            Chat(chat_id="tty-1", user_id="me", text="/handoff telegram", message_id="m2", timeout_s=5)
+        )
+        assert reply.handed_off == "telegram"
+        assert reply.session_id == first.session_id
+        assert reply.text.endswith("To pick it up here again, send /resume Conversation about hello.")  # its title
+    finally:
+        gateway.stop(timeout=10)

@@ -73,7 +73,9 @@ def test_rename_end_and_delete_of_live_sessions_go_through_hermesd(daemon: Daemo
         session, _ = first.say("hello")
         assert session is not None
         first.say("/title old name")
-        first.say("second")
+        padding = " and check every table of it twice" * 4  # a history /compress gains on (it refuses a short one)
+        for step in ("second", "third", "fourth", "fifth", "sixth"):
+            first.say(step + padding)
         renamed = sessions(home, "rename", session, "deploy", "notes")
         assert renamed.exit_code == 0, renamed.output
         assert renamed.stdout == f"Session {session} is now titled 'deploy notes'.\n"

@@ -39,8 +39,9 @@ def _talk(fake: FakePlatform, *texts: str) -> list[str]:
 
 
 def test_a_rename_reaches_the_live_actor_so_title_and_compress_use_it(make_gateway: MakeGateway) -> None:
-    gateway, fake = make_gateway()
-    _talk(fake, "hello", "/title old name", "second")
+    gateway, fake = make_gateway(protected_recent_messages=2)
+    padding = " and check every table of it twice" * 4  # a history a summary and 2 messages are shorter than
+    _talk(fake, "hello", "/title old name", "second" + padding, "third" + padding, "fourth" + padding)
     session = gateway.session_for(KEY)
     assert session is not None
     assert _rename(gateway, session, "deploy notes").result(timeout=10) == "deploy notes"

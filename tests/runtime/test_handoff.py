@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_actors.lifecycle.handlers import handed_off_to
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakePlatform, FakeThreadedPlatform, GatedAgent
 
@@ -50,12 +51,18 @@ def sethome(s: Setup) -> None:
 def test_a_handoff_opens_a_thread_binds_it_to_the_session_and_continues_there(setup: Setup) -> None:
     session = start_conversation(setup)
     sethome(setup)
-    setup.cli.push("/handoff telegram", chat_id="terminal")
+    setup.cli.push("/handoff telegram", chat_id="terminal", message_id="handoff-1")
     first = setup.telegram.pop()
     assert (first.chat_id, first.thread_id) == ("-100200", "thread-1")
     assert first.text.startswith("echo: [handoff] This conversation was just handed off here from cli.")
     assert setup.telegram.threads == [("-100200", "auth refactor")]
-    assert setup.cli.pop().text == "Handed off to telegram; the conversation continues there."
+    done = setup.cli.pop()
+    assert done.text == (
+        "Handed off to telegram (chat -100200, thread thread-1): the conversation continues there. "
+        "To pick it up here again, send /resume auth refactor."
+    )
+    assert (done.reply_to, done.answers) == ("handoff-1", ("handoff-1",))
+    assert handed_off_to("/handoff telegram", done.text) == "telegram"
     thread_key = "agent:main:telegram:group:-100200:thread-1"
     assert setup.gateway.session_for(thread_key) == session
     setup.telegram.push("and now?", chat_id="-100200", chat_type="group", thread_id="thread-1", user_id="bob")
@@ -113,7 +120,7 @@ def test_a_failed_thread_falls_back_to_the_home_channel(setup: Setup) -> None:
     setup.cli.push("/handoff telegram", chat_id="terminal")
     first = setup.telegram.pop()
     assert (first.chat_id, first.thread_id) == ("-100200", None)
-    assert setup.cli.pop().text == "Handed off to telegram; the conversation continues there."
+    assert setup.cli.pop().text.startswith("Handed off to telegram (chat -100200): the conversation continues")
     # Without a thread the key is the group's per-user key of whoever set the home channel.
     assert setup.gateway.session_for("agent:main:telegram:group:-100200:alice") == session
 
@@ -122,8 +129,11 @@ def test_a_failed_delivery_leaves_the_session_where_it_was(setup: Setup) -> None
     session = start_conversation(setup)
     sethome(setup)
     setup.telegram.fail_next(1)
-    setup.cli.push("/handoff telegram", chat_id="terminal")
-    reply = setup.cli.pop().text
+    setup.cli.push("/handoff telegram", chat_id="terminal", message_id="handoff-2")
+    failed = setup.cli.pop()
+    assert failed.answers == ("handoff-2",)  # the report answers the /handoff
+    reply = failed.text
+    assert handed_off_to("/handoff telegram", reply) is None
     assert reply == (
         "Handoff to telegram failed: fake platform refused the send. The conversation stays here; try again later."
     )

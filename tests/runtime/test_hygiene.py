@@ -212,9 +212,14 @@ def test_a_summary_over_the_threshold_does_not_compress_again_on_every_turn(make
         fake.push(f"{turn} {log}", chat_id="loop", message_id=f"loop-{turn}")
         fake.pop()
     assert gateway.wait_idle()
-    child = gateway.session_for(key)
+    # The first short question would go over the window with the child's history: it compresses once more.
     fake.push("short question", chat_id="loop", message_id="loop-next")
     assert fake.pop().text.endswith("short question")
+    assert gateway.wait_idle()
+    child = gateway.session_for(key)
+    for n in range(3):
+        fake.push(f"short question {n}", chat_id="loop", message_id=f"loop-more-{n}")
+        assert fake.pop().text.endswith(f"short question {n}")
     assert gateway.wait_idle()
     assert gateway.session_for(key) == child  # the carried messages alone did not start another child
     gateway.stop()

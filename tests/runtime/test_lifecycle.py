@@ -173,8 +173,10 @@ def test_compress_continues_in_a_lineage_child_that_takes_over_every_key(make_ga
     gateway, fake = make_gateway(agent=agent, protected_recent_messages=2)
     fake.push("/title project")
     fake.pop()
-    for i in range(3):
-        fake.push(f"step {i}")
+    # Long enough that a summary and the last 2 messages are smaller than the whole history.
+    steps = [f"step {i}: " + "the migration plan needs another careful look " * 4 for i in range(3)]
+    for step in steps:
+        fake.push(step)
         fake.pop()
     assert gateway.wait_idle()
     parent = gateway.session_for(KEY)
@@ -195,7 +197,7 @@ def test_compress_continues_in_a_lineage_child_that_takes_over_every_key(make_ga
         assert (record.parent_session_id, record.title) == (parent, "project #2")
         contents = [m.content or "" for m in store.load_transcript(child)]
         assert contents[0].startswith("[Summary of the conversation so far]")
-        assert contents[1:] == ["step 2", "echo: step 2", "after compression", "echo: after compression"]
+        assert contents[1:] == [steps[2], f"echo: {steps[2]}", "after compression", "echo: after compression"]
         assert lineage_chain(store, parent) == [parent, child]
         assert store.resolve_session("project").id == child
     fake.push("/resume project")

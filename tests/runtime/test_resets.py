@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from hermes_actors.agents.base import EchoAgent, Memory
 from hermes_actors.lifecycle.policy import decode_reset_config
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.protocol import TurnOutcome
 from hermes_actors.store import MessageRecord, Store
 from hermes_actors.testing import FakeClock
@@ -116,11 +117,37 @@ def test_a_platform_override_can_switch_resets_off(make_gateway: MakeGateway) ->
 
 
 class BackgroundAgent(EchoAgent):
-    def __init__(self, started_at: float) -> None:
+    def __init__(self, started_at: float | None) -> None:
         self.started_at = started_at
 
     def background_started_at(self, session_id: str) -> float | None:
         return self.started_at
+
+
+class ReportingBackgroundAgent(BackgroundAgent):
+    """Also reports when the process ends, as :class:`BackgroundEndReportingAgent`."""
+
+    def __init__(self, started_at: float | None) -> None:
+        super().__init__(started_at)
+        self.callbacks: list[Callable[[str], None]] = []
+
+    def on_background_ended(self, callback: Callable[[str], None]) -> None:
+        self.callbacks.append(callback)
+
+    def end_process(self, session_id: str) -> None:
+        self.started_at = None
+        for callback in self.callbacks:
+            callback(session_id)
+
+
+def hold_off_once(gateway: Gateway, clock: FakeClock, name: str, seconds: float) -> None:
+    """Advance ``seconds`` and wait until the reset timer ``name`` has fired and been handled once more."""
+    fired = gateway.timers.fire_count(name)
+    clock.advance(seconds)
+    gateway.timers.poke()
+    # Until the handler has returned, the deadline still reads the one that fired.
+    assert gateway.timers.wait_fired(name, fired + 1, timeout=10)
+    assert gateway.wait_idle()
 
 
 def test_a_young_background_process_keeps_the_session_until_it_is_too_old(make_gateway: MakeGateway) -> None:
@@ -133,17 +160,59 @@ def test_a_young_background_process_keeps_the_session_until_it_is_too_old(make_g
     assert gateway.wait_idle()
     session = gateway.session_for(KEY)
     name = f"reset:{session}"
-    fired = gateway.timers.fire_count(name)
-    clock.advance(601)
-    gateway.timers.poke()
-    # Wait for the idle deadline to have fired and been handled: until then it still reads last activity + 600.
-    assert gateway.timers.wait_fired(name, fired + 1, timeout=10)
-    assert gateway.wait_idle()
+    hold_off_once(gateway, clock, name, 601)
     assert ends.ended.empty()
-    assert gateway.timers.pending()[name] == agent.started_at + 3600
+    # Held off: checked again one idle interval later (not only when the process is too old).
+    assert gateway.timers.pending()[name] == clock.now + 600
     clock.advance(3600)
     gateway.timers.poke()
     assert ends.next() == session
+
+
+def test_a_reset_held_off_by_a_background_process_runs_at_the_next_check_after_it_ended(
+    make_gateway: MakeGateway,
+) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    agent = BackgroundAgent(started_at=clock.now)
+    gateway, fake = make_gateway(agent=agent, clock=clock, reset=idle(10), on_turn=ends)  # max age 24 h
+    fake.push("start a long build")
+    fake.pop()
+    assert gateway.wait_idle()
+    session = gateway.session_for(KEY)
+    name = f"reset:{session}"
+    start = clock.now
+    hold_off_once(gateway, clock, name, 601)
+    while clock.now < start + 2 * 3600:  # checked at every idle interval while the process runs
+        assert ends.ended.empty()
+        assert gateway.timers.pending()[name] <= clock.now + 600
+        hold_off_once(gateway, clock, name, 600)
+    assert ends.ended.empty()
+    agent.started_at = None  # the build ended at +2 h; this agent does not report it
+    clock.advance(600)
+    gateway.timers.poke()
+    assert ends.next() == session  # at the next check, not at start + 24 h
+    assert clock.now <= start + 2 * 3600 + 1201
+
+
+def test_a_reset_held_off_runs_as_soon_as_the_agent_reports_the_process_ended(make_gateway: MakeGateway) -> None:
+    clock = FakeClock()
+    ends = Ends()
+    agent = ReportingBackgroundAgent(started_at=clock.now)
+    gateway, fake = make_gateway(agent=agent, clock=clock, reset=idle(10), on_turn=ends)
+    fake.push("start a long build")
+    fake.pop()
+    assert gateway.wait_idle()
+    session = gateway.session_for(KEY)
+    assert session is not None
+    name = f"reset:{session}"
+    hold_off_once(gateway, clock, name, 601)
+    assert ends.ended.empty()
+    agent.end_process(session)  # the clock does not move: the report alone triggers the check
+    gateway.timers.poke()
+    assert ends.next() == session
+    with gateway.read() as store:
+        assert store.get_session(session).end_reason == "idle"
 
 
 def test_sessions_without_an_actor_are_reset_from_the_store_at_start(make_gateway: MakeGateway, db_path: Path) -> None:

@@ -308,12 +308,13 @@ def test_an_agent_without_a_title_call_leaves_sessions_untitled(make_gateway: Ma
 
 def test_a_compression_child_keeps_its_lineage_title(make_gateway: MakeGateway) -> None:
     agent = TitleAgent()
-    gateway, fake = make_gateway(agent=agent)
-    for text in ("migrate the billing database", "step two", "step three"):
+    gateway, fake = make_gateway(agent=agent, protected_recent_messages=2)
+    padding = " and check every table of it twice" * 4  # a history a summary and 2 messages are shorter than
+    for text in ("migrate the billing database", "step two" + padding, "step three" + padding, "step 4" + padding):
         fake.push(text)
         fake.pop()
     fake.push("/compress")
-    assert fake.pop().text == ("Compressed 6 messages; the conversation continues as Migrate the billing database #2.")
+    assert fake.pop().text == ("Compressed 8 messages; the conversation continues as Migrate the billing database #2.")
     fake.push("after compression")
     fake.pop()
     assert gateway.wait_idle()
