@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.agents.base import cleanup_calls, context_window_of
+from hermes_actors.agents.base import cleanup_calls, context_window_of, model_of
 from hermes_actors.agents.history import is_summary
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
@@ -184,15 +184,17 @@ class SessionControls:
         def commit(store: Store) -> tuple[int, OutboundMessage] | None:
             self._turns.fence(store)
             title = store.next_lineage_title(parent.title) if parent.title else None
+            prefix = self._turns.fresh_prefix(store)  # the child freezes its own, with the memories of now
             child = store.create_session(
                 source_of(parent),
                 session_id=child_id,
                 routing_key=parent.routing_key,
-                model=parent.model,
+                model=model_of(agent) or parent.model,
                 title=title,
-                system_prompt=parent.system_prompt,
+                system_prompt=prefix.system_prompt,
                 parent_session_id=parent.id,
             )
+            store.freeze_prefix(child.id, system_prompt=prefix.system_prompt, tools=prefix.tools)
             store.append_messages(child.id, carried)
             store.end_session(parent.id, EndReason.COMPRESSION)
             store.repoint_routes(parent.id, child.id)
