@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hermes_actors.agents.openai_chat import OpenAIAgent
+from hermes_actors.cli.session_text import load_details, summary_lines
 from hermes_actors.runtime.records import source_of, user_key
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
@@ -110,6 +111,8 @@ def test_a_session_records_the_echo_agents_name_and_marks_its_estimated_tokens(
         assert record.tokens_estimated == 1  # the echo agent counts four characters a token
         assert record.input_tokens > 0
         assert [m.token_count for m in store.load_transcript(record.id)] == [None, None]
+        tokens = [line for line in summary_lines(load_details(store, record), now=0) if line.startswith("Tokens:")]
+        assert tokens == [f"Tokens:   {record.input_tokens} in, {record.output_tokens} out (estimated)"]
 
 
 def test_token_counts_come_from_usage_and_a_turn_without_usage_marks_the_session_estimated(
@@ -124,6 +127,7 @@ def test_token_counts_come_from_usage_and_a_turn_without_usage_marks_the_session
     with gateway.read() as store:
         record = store.get_session(session_id)
         assert (record.input_tokens, record.output_tokens, record.tokens_estimated) == (21, 4, 0)
+        assert "Tokens:   21 in, 4 out" in summary_lines(load_details(store, record), now=0)
         # The assistant message: its completion tokens. The user message has no count of its own in usage.
         assert [(m.role, m.token_count) for m in store.load_transcript(session_id)] == [
             ("user", None),
