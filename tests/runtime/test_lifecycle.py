@@ -20,10 +20,10 @@ class RecordingAgent(EchoAgent):
 
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.memories_seen: list[list[str]] = []
+        self.prompts_seen: list[str | None] = []  # the system message (a session's memories are frozen into it)
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        self.memories_seen.append(list(turn.memories))
+        self.prompts_seen.append(turn.system_prompt)
         return super().run_turn(turn, timeout_s=timeout_s)
 
     def release_session(self, session_id: str, *, timeout_s: float) -> None:
