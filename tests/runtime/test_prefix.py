@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.cli.session_text import load_details, summary_lines
+from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.records import source_of, user_key
-from hermes_actors.store import Store
+from hermes_actors.store import NewMessage, Role, Store
 from hermes_actors.testing import FakeClock
 from tests.agents.chat_server import ChatServer, completion, open_chat_server
 from tests.runtime.conftest import MakeGateway
@@ -143,3 +145,78 @@ def test_token_counts_come_from_usage_and_a_turn_without_usage_marks_the_session
         assert record.input_tokens > 21
         assert record.output_tokens > 4
         assert store.load_transcript(session_id)[-1].token_count is None
+
+
+class PromptAgent(EchoAgent):
+    """Echoes, and records the system message of every turn."""
+
+    def __init__(self) -> None:
+        super().__init__(system_prompt=PROMPT)
+        self.prompts: list[str | None] = []
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.prompts.append(turn.system_prompt)
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+
+FAKE_USER = SessionSource(platform="fake", chat_type="dm", chat_id="chat-1", user_id="user-1")
+KEY = "agent:main:fake:dm:chat-1"
+
+
+def test_a_session_from_before_the_frozen_prefix_is_frozen_by_its_next_turn(
+    make_gateway: MakeGateway, db_path: Path
+) -> None:
+    with Store.open(db_path) as store:  # a session as schema version 5 left it: no tool list, no system message
+        old = store.create_session(FAKE_USER, routing_key=KEY)
+        store.set_route(KEY, old.id)
+        store.append_messages(old.id, [NewMessage(role=Role.USER, content="before")])
+    remember(db_path, old.id, "likes tea")
+    clock = FakeClock()
+    agent = PromptAgent()
+    gateway, fake = make_gateway(agent=agent, passivate_after_s=60, clock=clock)
+    fake.push("first turn since the upgrade")
+    fake.pop()
+    assert gateway.wait_idle()
+    frozen = f"{PROMPT}\n\nKnown about the user:\n- likes tea"
+    with gateway.read() as store:
+        record = store.get_session(old.id)
+        assert record.system_prompt == frozen
+        assert record.tools is not None
+        assert "session_search" in record.tools
+    remember(db_path, old.id, "lives in Oslo")
+    clock.advance(61)
+    gateway.tick()
+    assert gateway.wait_idle()
+    fake.push("after passivation")
+    fake.pop()
+    assert agent.prompts == [frozen, frozen]
+
+
+def test_a_compression_child_freezes_its_own_prefix_with_the_memories_of_its_start(
+    make_gateway: MakeGateway, db_path: Path
+) -> None:
+    agent = PromptAgent()
+    gateway, fake = make_gateway(agent=agent)
+    for text in ("one", "two"):
+        fake.push(text)
+        fake.pop()
+    assert gateway.wait_idle()
+    parent = gateway.session_for(KEY)
+    assert parent is not None
+    remember(db_path, parent, "likes tea")
+    fake.push("three")
+    fake.pop()
+    fake.push("/compress")
+    assert fake.pop().text.startswith("Compressed 6 messages")
+    fake.push("in the child")
+    fake.pop()
+    assert gateway.wait_idle()
+    child = gateway.session_for(KEY)
+    assert child is not None
+    assert child != parent
+    with_tea = f"{PROMPT}\n\nKnown about the user:\n- likes tea"
+    assert agent.prompts == [PROMPT, PROMPT, PROMPT, with_tea]
+    with gateway.read() as store:
+        assert store.get_session(parent).system_prompt == PROMPT
+        assert store.get_session(child).system_prompt == with_tea
+        assert store.get_session(child).model == "echo"
