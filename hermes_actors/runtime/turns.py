@@ -43,6 +43,7 @@ from hermes_actors.runtime.protocol import (
 from hermes_actors.runtime.records import (
     CreatedRow,
     answered,
+    appended,
     record_attachments,
     source_of,
     still_pending,
@@ -334,7 +335,7 @@ class SessionTurns:
         self._prefix_unsaved = False
         if created is not None:
             self._adopt(created)
-        self._remember(ids, new, now)
+        self._history.extend(appended(self.session_id, ids, new, now))
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
         self._auto_title.after_exchange(  # after the reply has left: a title never delays it
@@ -352,23 +353,6 @@ class SessionTurns:
             cancelled=cancelled,
             failed=reply.text if isinstance(reply, AgentFailure) else None,
             origin=source_of(self._record) if self._record is not None else None,
-        )
-
-    def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
-        self._history.extend(
-            MessageRecord(
-                id=i,
-                session_id=self.session_id,
-                role=m.role.value,
-                content=m.content,
-                created_at=now,
-                tool_calls=m.tool_calls,
-                tool_name=m.tool_name,
-                tool_call_id=m.tool_call_id,
-                token_count=m.token_count,
-                platform_message_id=m.platform_message_id,
-            )
-            for i, m in zip(ids, new, strict=True)
         )
 
     def _create_row(self, store: Store) -> CreatedRow | None:
