@@ -14,6 +14,9 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
   says when such a process ends, so a reset it held off runs then.
 - :class:`ContextWindowAgent` (see :func:`context_window_of`): the model's context window in tokens.
 - :class:`BudgetedSummaryAgent` (see :func:`summary_call`): a summary kept within a token budget.
+- :class:`ModelNamingAgent` (see :func:`model_of`): the model's name, recorded on each session it starts.
+- :class:`PromptedAgent` (see :func:`system_prompt_of`): the configured system prompt (``agent.system_prompt``),
+  frozen into each session's system message when it starts.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
 ``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
@@ -44,6 +47,8 @@ __all__ = [
     "EchoAgent",
     "InlineAgent",
     "Memory",
+    "ModelNamingAgent",
+    "PromptedAgent",
     "SessionReleasingAgent",
     "TitleCall",
     "TitlingAgent",
@@ -53,8 +58,10 @@ __all__ = [
     "cleanup_calls",
     "context_window_of",
     "echo_title",
+    "model_of",
     "runs_inline",
     "summary_call",
+    "system_prompt_of",
     "title_call",
 ]
 
@@ -147,6 +154,20 @@ class BudgetedSummaryAgent(Protocol):
         ...
 
 
+@runtime_checkable
+class ModelNamingAgent(Protocol):
+    """An agent that names its model (``agent.model``; the echo agent says ``echo``)."""
+
+    model: str
+
+
+@runtime_checkable
+class PromptedAgent(Protocol):
+    """An agent with a configured system prompt (``agent.system_prompt`` or ``agent.system_prompt_file``)."""
+
+    system_prompt: str | None
+
+
 class TitleCall(Protocol):
     """The bound ``title`` of a :class:`TitlingAgent`."""
 
@@ -226,3 +247,17 @@ def context_window_of(agent: object, default: int) -> int:
     if _capable(agent, ContextWindowAgent, "context_window"):
         return int(cast(ContextWindowAgent, agent).context_window)
     return default
+
+
+def model_of(agent: object) -> str | None:
+    """The agent's model name when it is a :class:`ModelNamingAgent`, else ``None``."""
+    if _capable(agent, ModelNamingAgent, "model"):
+        return str(cast(ModelNamingAgent, agent).model)
+    return None
+
+
+def system_prompt_of(agent: object) -> str | None:
+    """The agent's configured system prompt when it is a :class:`PromptedAgent` and has one, else ``None``."""
+    if _capable(agent, PromptedAgent, "system_prompt"):
+        return cast(PromptedAgent, agent).system_prompt or None
+    return None

@@ -79,10 +79,15 @@ class EchoAgent:
     ``session_search`` tool and answers with the session ids and snippets it found. ``remember <fact>`` in a
     session makes its save-memory turn keep the fact. It never blocks (a search is a few indexed reads), so
     sessions call it on their own thread (``runs_inline``) instead of the agent pool; a subclass that blocks
-    must set ``runs_inline = False``.
+    must set ``runs_inline = False``. Its token counts are estimates (four characters a token), and say so.
     """
 
     runs_inline = True
+    model = "echo"  # recorded on the sessions it answers (sessions.model)
+    system_prompt: str | None = None  # frozen into each session's system message; the echo agent ignores it
+
+    def __init__(self, *, system_prompt: str | None = None) -> None:
+        self.system_prompt = system_prompt
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         """Echo the user text, act out a tool call, or search earlier sessions."""
@@ -103,6 +108,7 @@ class EchoAgent:
             text=reply,
             input_tokens=prompt,
             output_tokens=sum(_estimate_tokens(m.content or m.tool_calls or "") for m in messages),
+            tokens_estimated=True,
         )
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:

@@ -81,7 +81,12 @@ class OpenAIAgent:
     An injected ``client`` is used as given (``base_url`` then only names the endpoint in errors). Safe to call
     from several threads at once; :meth:`close` releases the connection pool. A ``vision`` model gets the images
     of a turn's attachments as ``image_url`` parts of that turn's user message (a saved file as a base64 data
-    URL, else its source URL); later turns send only the text stand-in the transcript kept.
+    URL, else its source URL); later turns send only the text stand-in the transcript kept. ``system_prompt``
+    (``agent.system_prompt``) is what sessions put first in the system message they freeze when they start.
+
+    Token counts are the responses' ``usage``: each assistant message gets the completion tokens of the response
+    that carried it, the reply the prompt and completion tokens of all the turn's calls. A response without
+    ``usage`` has its share estimated at four characters a token, and the reply says its counts are estimates.
     """
 
     def __init__(
@@ -96,12 +101,14 @@ class OpenAIAgent:
         temperature: float | None = None,
         client: openai.OpenAI | None = None,
         vision: bool = False,
+        system_prompt: str | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("OpenAIAgent needs a base_url such as http://127.0.0.1:8000/v1; set agent.base_url")
         if not model:
             raise ValueError("OpenAIAgent needs a model name; set agent.model")
         self.vision = vision
+        self.system_prompt = system_prompt or None  # frozen into each session's system message (sessions start)
         self._endpoint = ChatEndpoint(
             base_url=base_url,
             model=model,
@@ -155,6 +162,7 @@ class OpenAIAgent:
         offered = [cast(ChatCompletionToolUnionParam, tool.openai_spec()) for tool in turn.tools]
         produced: list[AgentMessage] = []
         input_tokens = output_tokens = 0
+        estimated = False
         for round_number in range(MAX_TOOL_ROUNDS + 1):
             tools = offered if offered and round_number < MAX_TOOL_ROUNDS else None
             left = deadline - time.monotonic()
@@ -163,23 +171,35 @@ class OpenAIAgent:
                     f"{self._endpoint.where} used up the turn's {timeout_s:g} s after {round_number} tool rounds; "
                     "raise runtime.agent_timeout_s or check why the tools are slow"
                 )
-            message, used_in, used_out = self._endpoint.complete(messages, timeout_s, tools=tools, left_s=left)
-            input_tokens += used_in
-            output_tokens += used_out
+            message, usage = self._endpoint.complete(messages, timeout_s, tools=tools, left_s=left)
             calls = dump_tool_calls(message.tool_calls)
             content = message.content or None
+            counted = usage[1] if usage is not None else None  # the message's own count: only the model's
+            if usage is None:
+                estimated = True
+                usage = (_estimated_tokens(messages, tools), _estimated_tokens([content or "", calls or ""]))
+            input_tokens += usage[0]
+            output_tokens += usage[1]
             if tools is None or not calls:
                 if content is None and not calls:
                     raise AgentError(
                         f"{self._endpoint.where} answered an empty message (no content, no tool calls); retry the turn"
                     )
                 dumped = json.dumps(calls) if calls else None
-                produced.append(AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=dumped))
+                produced.append(
+                    AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=dumped, token_count=counted)
+                )
                 text = content if content is not None else called_tools_text(calls)
                 return AgentReply(
-                    messages=tuple(produced), text=text, input_tokens=input_tokens, output_tokens=output_tokens
+                    messages=tuple(produced),
+                    text=text,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    tokens_estimated=estimated,
                 )
-            produced.append(AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=json.dumps(calls)))
+            produced.append(
+                AgentMessage(role=Role.ASSISTANT, content=content, tool_calls=json.dumps(calls), token_count=counted)
+            )
             messages.append(
                 {
                     "role": "assistant",
@@ -205,7 +225,7 @@ class OpenAIAgent:
             return ""
         words = max(10, max_tokens * 3 // 4)
         messages.append({"role": "user", "content": _SUMMARY_INSTRUCTION.format(words=words)})
-        message, _, _ = self._endpoint.complete(messages, timeout_s, max_tokens=max_tokens)
+        message, _ = self._endpoint.complete(messages, timeout_s, max_tokens=max_tokens)
         summary = (message.content or "").strip()
         if not summary:
             raise AgentError(
@@ -219,7 +239,7 @@ class OpenAIAgent:
         if not messages:
             return []
         messages.append({"role": "user", "content": _MEMORY_INSTRUCTION})
-        message, _, _ = self._endpoint.complete(messages, timeout_s)
+        message, _ = self._endpoint.complete(messages, timeout_s)
         reply = message.content or ""
         facts = _find_string_array(reply)
         if facts is None:
@@ -240,11 +260,16 @@ class OpenAIAgent:
             {"role": "assistant", "content": first_reply[:TITLE_EXCERPT_CHARS]},
             {"role": "user", "content": _TITLE_INSTRUCTION},
         ]
-        message, _, _ = self._endpoint.complete(messages, timeout_s)
+        message, _ = self._endpoint.complete(messages, timeout_s)
         title = _clean_title(message.content or "")
         if not title:
             raise AgentError(f"{self._endpoint.where} answered an empty title; the session stays untitled")
         return title
+
+
+def _estimated_tokens(sent: object, tools: object = None) -> int:
+    """Four characters a token of what was sent or answered (its JSON), for a response without ``usage``."""
+    return len(json.dumps([sent, tools], ensure_ascii=False)) // 4
 
 
 def _find_string_array(text: str) -> list[str] | None:

@@ -74,8 +74,9 @@ class ChatEndpoint:
         tools: list[ToolParam] | None = None,
         left_s: float | None = None,
         max_tokens: int | None = None,
-    ) -> tuple[ChatCompletionMessage, int, int]:
-        """Call the endpoint once (with the client's retries); return the first choice's message and token counts.
+    ) -> tuple[ChatCompletionMessage, tuple[int, int] | None]:
+        """Call the endpoint once (with the client's retries); return the first choice's message and the
+        (prompt, completion) tokens of the response's ``usage``, ``None`` when it has none.
 
         ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given;
         ``max_tokens`` caps the answer.
@@ -118,7 +119,9 @@ class ChatEndpoint:
         if not isinstance(message, ChatCompletionMessage):
             raise AgentError(f"{where} answered a choice without a message; check the server's chat-completions API")
         usage = response.usage
-        return message, _count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0))
+        if usage is None:
+            return message, None
+        return message, (_count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0)))
 
     def _status_problem(self, err: openai.APIStatusError) -> str:
         status = err.status_code

@@ -24,6 +24,7 @@ from openai.types.chat import (
 )
 
 from hermes_actors.agents.tools import Tool, error_json, find_tool
+from hermes_actors.agents.turn import system_message as system_text
 from hermes_actors.messages import Attachment, AttachmentKind
 from hermes_actors.store.records import MessageRecord, Role
 
@@ -102,14 +103,6 @@ def _image_url(attachment: Attachment) -> str | None:
     if attachment.source_url is not None and attachment.source_url.startswith(("http://", "https://")):
         return attachment.source_url
     return None
-
-
-def system_text(prompt: str | None, memories: Sequence[str]) -> str | None:
-    parts = [prompt] if prompt else []
-    facts = [fact.strip() for fact in memories if fact.strip()]
-    if facts:
-        parts.append("Known about the user:\n" + "\n".join(f"- {fact}" for fact in facts))
-    return "\n\n".join(parts) or None
 
 
 def _parse_tool_calls(record: MessageRecord) -> list[dict[str, Any]]:

@@ -3,6 +3,9 @@
 A :class:`Tool` is what a chat-completions endpoint needs to offer a function (name, description, JSON-schema
 parameters) plus :meth:`Tool.run`, which takes the decoded arguments and returns JSON text for the tool message.
 ``run`` never raises: bad arguments and failures come back as ``{"error": ...}`` so the model can correct itself.
+
+A session offers the same tool list for its whole life: :func:`freeze_tools` gives the text stored with it when it
+starts and :func:`thaw_tools` the tools of a later turn, those specs with today's handlers.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from hermes_actors.config import SearchScope
 from hermes_actors.search import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, Sort, session_search
 from hermes_actors.store import Role, SessionFilter, Store
 
-__all__ = ["SESSION_SEARCH", "Tool", "error_json", "find_tool", "session_search_tool"]
+__all__ = ["SESSION_SEARCH", "Tool", "error_json", "find_tool", "freeze_tools", "session_search_tool", "thaw_tools"]
 
 _log = logging.getLogger(__name__)
 
@@ -158,3 +161,35 @@ def session_search_tool(
 def find_tool(tools: Sequence[Tool], name: str) -> Tool | None:
     """The tool called ``name``, or ``None``."""
     return next((tool for tool in tools if tool.name == name), None)
+
+
+def freeze_tools(tools: Sequence[Tool]) -> str:
+    """The tool list as a session stores it: the JSON array of the tools' chat-completions entries."""
+    return msgspec.json.encode([tool.openai_spec() for tool in tools]).decode()
+
+
+def thaw_tools(frozen: str, current: Sequence[Tool]) -> tuple[Tool, ...]:
+    """The tools ``frozen`` lists, each with its stored name, description and parameters and the handler of the
+    ``current`` tool of that name; a tool no longer available answers with an error. Text that is not a frozen
+    tool list gives ``current`` (logged)."""
+    try:
+        entries = msgspec.json.decode(frozen, type=list[dict[str, Any]])
+        specs = [entry["function"] for entry in entries]
+        tools = []
+        for spec in specs:
+            name = str(spec["name"])
+            now = find_tool(current, name)
+            handler = now.handler if now is not None else _gone(name)
+            description = str(spec.get("description") or "")
+            tools.append(Tool(name=name, description=description, parameters=spec["parameters"], handler=handler))
+        return tuple(tools)
+    except (msgspec.DecodeError, KeyError, TypeError) as exc:
+        _log.warning("a frozen tool list is not valid (%s); offering the current tools", exc)
+        return tuple(current)
+
+
+def _gone(name: str) -> Callable[[dict[str, Any]], str]:
+    def handle(arguments: dict[str, Any]) -> str:
+        return error_json(f"{name} is no longer available on this gateway; answer without it")
+
+    return handle

@@ -11,7 +11,7 @@ from hermes_actors.agents.tools import Tool
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
 
-__all__ = ["AgentError", "AgentMessage", "AgentReply", "Memory", "TurnInput"]
+__all__ = ["AgentError", "AgentMessage", "AgentReply", "Memory", "TurnInput", "system_message"]
 
 
 class AgentError(Exception):
@@ -26,25 +26,36 @@ class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: str | None = None  # JSON array, OpenAI shape
     tool_name: str | None = None
     tool_call_id: str | None = None
+    token_count: int | None = None  # the model's own count (an assistant message: its completion tokens)
 
 
 class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
-    """The outcome of a turn: the messages to store (in order), the text to send, token counts."""
+    """The outcome of a turn: the messages to store (in order), the text to send, token counts.
+
+    ``input_tokens`` and ``output_tokens`` are the model's ``usage`` summed over the turn's calls; when a call
+    reported none, its share is estimated (four characters a token) and ``tokens_estimated`` says so.
+    """
 
     messages: tuple[AgentMessage, ...]
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
+    tokens_estimated: bool = False
 
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
-    """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools."""
+    """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools.
+
+    A session's turns pass the system message frozen when it started (:func:`system_message` of the configured
+    prompt and the memories of that moment) as ``system_prompt``, no ``memories``, and the tools frozen with it:
+    the same bytes on every call, so the model's prompt cache holds until the session ends or compresses.
+    """
 
     session_id: str
     history: Sequence[MessageRecord]  # each content cut to runtime.model_message_cap_chars (``history``)
     user_text: str
     system_prompt: str | None = None
-    memories: Sequence[str] = ()
+    memories: Sequence[str] = ()  # added to the system message by the agent (sessions fold them in at start)
     history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
     tools: Sequence[Tool] = ()  # what the agent may call this turn (sessions offer session_search)
     # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
@@ -56,3 +67,12 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
     """Something the agent wants kept about a user for later sessions."""
 
     content: str
+
+
+def system_message(prompt: str | None, memories: Sequence[str]) -> str | None:
+    """The system message of ``prompt`` and the facts known about the user (``None`` when both are empty)."""
+    parts = [prompt] if prompt else []
+    facts = [fact.strip() for fact in memories if fact.strip()]
+    if facts:
+        parts.append("Known about the user:\n" + "\n".join(f"- {fact}" for fact in facts))
+    return "\n\n".join(parts) or None

@@ -223,7 +223,8 @@ def summary_lines(details: SessionDetails, *, now: float) -> list[str]:
         fields.append(("Lineage", position))
         fields.append(("Segments", " → ".join(details.lineage)))
     fields.append(("Messages", f"{r.message_count} ({plural(r.tool_call_count, 'tool call')})"))
-    fields.append(("Tokens", f"{r.input_tokens} in, {r.output_tokens} out"))
+    estimated = " (estimated)" if r.tokens_estimated else ""  # some turn's model reported no usage
+    fields.append(("Tokens", f"{r.input_tokens} in, {r.output_tokens} out{estimated}"))
     return [f"{label + ':':<10}{value}" for label, value in fields]
 
 

@@ -9,15 +9,17 @@ from collections.abc import Mapping
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.agents.echo import EchoAgent
-from hermes_actors.daemon.config_file import AgentSettings
+from hermes_actors.daemon.agent_settings import AgentSettings
 
 __all__ = ["agent_name", "build_agent"]
 
 
 def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
-    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set."""
+    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set, with the configured system
+    prompt (raises :class:`~hermes_actors.errors.ConfigError` when ``agent.system_prompt_file`` cannot be read)."""
+    prompt = settings.read_system_prompt()  # load_settings made a system_prompt_file path absolute
     if settings.uses_echo:
-        return EchoAgent()
+        return EchoAgent(system_prompt=prompt)
     from hermes_actors.agents.openai_chat import OpenAIAgent  # needs the openai extra, so only when asked for
 
     assert settings.base_url is not None  # checked by AgentSettings
@@ -31,6 +33,7 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
         max_retries=settings.max_retries,
         temperature=settings.temperature,
         vision=settings.vision,
+        system_prompt=prompt,
     )
 
 

@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
 from hermes_actors.media import MediaConfig
@@ -36,37 +37,6 @@ __all__ = [
 ]
 
 CONFIG_NAME = "config.yaml"
-
-
-class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers.
-
-    ``vision: true`` says the model takes images: a turn's image attachments are sent to it as image parts.
-    """
-
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_retries: int = 2
-    temperature: float | None = None
-    context_window: int | None = None
-    vision: bool = False
-
-    def __post_init__(self) -> None:
-        if self.base_url is not None and not re.match(r"^https?://", self.base_url):
-            raise ConfigError("agent.base_url", "must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
-        if self.base_url is not None and not self.model:
-            raise ConfigError("agent.model", "is required with agent.base_url (the model name the endpoint serves)")
-        if self.timeout_s <= 0 or self.max_retries < 0:
-            raise ConfigError("agent", "timeout_s must be positive and max_retries not negative")
-        if self.context_window is not None and self.context_window < 1024:
-            raise ConfigError("agent.context_window", "must be at least 1024 tokens")
-
-    @property
-    def uses_echo(self) -> bool:
-        """Whether the built-in echo agent answers (no endpoint configured)."""
-        return self.base_url is None
 
 
 def _default_platforms() -> dict[str, Any]:
@@ -241,8 +211,12 @@ def _first_invalid(entries: dict[Any, Any], entry: object) -> tuple[str, object]
     return "...", None
 
 
-def load_settings(path: Path) -> Settings:
-    """Read and check ``path``; a missing file is all defaults. Raises :class:`ConfigError` naming the field."""
+def load_settings(path: Path, *, home: Path | None = None) -> Settings:
+    """Read and check ``path``; a missing file is all defaults. Raises :class:`ConfigError` naming the field.
+
+    ``agent.system_prompt_file`` is read here (relative to ``home``, by default the directory of ``path``) and given
+    as an absolute path, so hermesd and ``hermesctl config check`` refuse the same unreadable file.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -256,7 +230,19 @@ def load_settings(path: Path) -> Settings:
         line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(str(path), f"is not valid YAML{line}: {problem}") from None
-    return decode_settings(data)
+    return _with_prompt_file(decode_settings(data), path.parent if home is None else home)
+
+
+def _with_prompt_file(settings: Settings, home: Path) -> Settings:
+    """``settings`` with ``agent.system_prompt_file`` checked readable and made absolute (from ``home``)."""
+    agent = settings.agent
+    if agent.system_prompt_file is None:
+        return settings
+    agent.read_system_prompt(home)
+    absolute = Path(agent.system_prompt_file).expanduser()
+    if not absolute.is_absolute():
+        absolute = (home / absolute).absolute()
+    return msgspec.structs.replace(settings, agent=msgspec.structs.replace(agent, system_prompt_file=str(absolute)))
 
 
 def write_default_config(path: Path) -> bool:
@@ -286,6 +272,8 @@ agent:
   # max_retries: 2
   # context_window: 128000
   # vision: false                    # true: the model takes images (they are sent with the turn they came in)
+  # system_prompt: null              # text first in every session's system message (or system_prompt_file:
+  #                                  # prompt.md, relative to this directory; not both). Frozen per session.
 
 platforms:
   api_server:

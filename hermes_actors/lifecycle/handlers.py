@@ -258,7 +258,23 @@ class LifecycleCommands:
         if not tip.is_live:
             self._submit(lambda store: store.reopen_session(tip.id))
         self._directory.rebind(routing_key, tip.id)
+        if current is not None and current != tip.id:
+            self._end_left_behind(current, routing_key)
         self._directory.reply_now(delivery, f"Resumed {tip.title or tip.id}.", session_id=tip.id)
+
+    def _end_left_behind(self, session_id: str, moved_key: str) -> None:
+        """``/resume`` moved ``moved_key`` away from ``session_id``: end it (``session_switch``) unless another key
+        still leads to it (a handoff's home chat, a terminal bound to it) or its row does not exist yet. Its running
+        turn, if any, finishes first; ``/resume`` brings it back."""
+        if self._directory.awaits_creation(session_id):
+            return
+        with self._readers.reader() as store:
+            record = store.find_session(session_id)
+            others = [key for key in store.routes_to(session_id) if key != moved_key]  # the move is not stored yet
+        if record is None or not record.is_live or others:
+            return
+        self._directory.begin_end(session_id)
+        self._directory.queue_control(session_id, EndSession(reason=EndReason.SESSION_SWITCH), None)
 
     def _title(self, routing_key: str, delivery: Delivery, argument: str) -> None:
         session_id = self._directory.existing(routing_key)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.agents.base import cleanup_calls, context_window_of, summary_call
+from hermes_actors.agents.base import cleanup_calls, context_window_of, model_of, summary_call
 from hermes_actors.agents.history import (
     CHARS_PER_TOKEN,
     carried_tokens,
@@ -197,10 +197,10 @@ class SessionControls:
         )
 
     def prompt_tokens(self, deliveries: Sequence[Delivery]) -> int:
-        """Estimate the prompt a turn answering ``deliveries`` sends: system prompt, memories, history, user text."""
-        record = self._turns.record
-        chars = len(record.system_prompt or "") if record is not None else 0
-        chars += sum(len(m) for m in self._turns.memories)
+        """Estimate the prompt a turn answering ``deliveries`` sends: the frozen prefix (system message with the
+        memories, tool list), history, user text."""
+        prefix = self._turns.prefix  # a new session's too: what its first turn will freeze and send
+        chars = len(prefix.system_prompt or "") + len(prefix.tools)
         chars += sum(len(user_content(d.message)) + 1 for d in deliveries)
         return self._turns.model_history.tokens(self._turns.history) + chars // CHARS_PER_TOKEN
 
@@ -273,15 +273,17 @@ class SessionControls:
         def commit(store: Store) -> tuple[int, OutboundMessage] | None:
             self._turns.fence(store)
             title = store.next_lineage_title(parent.title) if parent.title else None
+            prefix = self._turns.fresh_prefix(store)  # the child freezes its own, with the memories of now
             child = store.create_session(
                 source_of(parent),
                 session_id=child_id,
                 routing_key=parent.routing_key,
-                model=parent.model,
+                model=model_of(self._services.agent) or parent.model,
                 title=title,
-                system_prompt=parent.system_prompt,
+                system_prompt=prefix.system_prompt,
                 parent_session_id=parent.id,
             )
+            store.freeze_prefix(child.id, system_prompt=prefix.system_prompt, tools=prefix.tools)
             store.append_messages(child.id, carried)
             store.end_session(parent.id, EndReason.COMPRESSION)
             store.repoint_routes(parent.id, child.id)

@@ -10,12 +10,13 @@ import msgspec
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.protocol import Delivery
-from hermes_actors.store import MessageRecord, SessionRecord, Store
+from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
 from hermes_actors.store.readers import ReaderPool
 
 __all__ = [
     "CreatedRow",
     "answered",
+    "appended",
     "estimate_tokens",
     "record_attachments",
     "release_lease",
@@ -48,6 +49,25 @@ def source_of(record: SessionRecord) -> SessionSource:
 def answered(deliveries: Sequence[Delivery]) -> tuple[str, ...]:
     """The platform message ids a reply to ``deliveries`` answers."""
     return tuple(d.message.message_id for d in deliveries)
+
+
+def appended(session_id: str, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> list[MessageRecord]:
+    """The messages ``new`` as a commit stored them under ``ids`` at ``now`` (for the session's cached transcript)."""
+    return [
+        MessageRecord(
+            id=i,
+            session_id=session_id,
+            role=m.role.value,
+            content=m.content,
+            created_at=now,
+            tool_calls=m.tool_calls,
+            tool_name=m.tool_name,
+            tool_call_id=m.tool_call_id,
+            token_count=m.token_count,
+            platform_message_id=m.platform_message_id,
+        )
+        for i, m in zip(ids, new, strict=True)
+    ]
 
 
 def record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Sequence[int], now: float) -> None:

@@ -10,13 +10,14 @@ in order with the turns, in :class:`~hermes_actors.runtime.controls.SessionContr
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TypeVar
 
 import msgspec
 
-from hermes_actors.agents.base import AgentReply, TurnInput, runs_inline
+from hermes_actors.agents.base import AgentReply, TurnInput, model_of, runs_inline
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import session_search_tool
 from hermes_actors.errors import HermesError, StaleTurnError, TitleInUseError
@@ -28,6 +29,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.agent_calls import AgentCalls
 from hermes_actors.runtime.controls import SessionControls
 from hermes_actors.runtime.leases import describe_owner
+from hermes_actors.runtime.prefix import FrozenPrefix, fresh_prefix, stored_prefix
 from hermes_actors.runtime.protocol import (
     AgentFailure,
     Compress,
@@ -41,10 +43,10 @@ from hermes_actors.runtime.protocol import (
 from hermes_actors.runtime.records import (
     CreatedRow,
     answered,
+    appended,
     record_attachments,
     source_of,
     still_pending,
-    user_key,
 )
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.runtime.session_lease import SessionLease
@@ -82,29 +84,30 @@ class SessionTurns:
         self._lease = SessionLease(session_id, services)
         self._record: SessionRecord | None = None
         self._history: list[MessageRecord] = []
-        self._memories: list[str] = []
         self._model_history = ModelHistory(services.config.model_message_cap_chars)  # what the model is sent
         self._auto_title = AutoTitle(services, session_id)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
-        if create_with is None:  # the transcript is read once the lease is taken (_acquire_lease)
-            with services.readers.reader() as store:
+        with services.readers.reader() as store:  # the transcript is read once the lease is taken (_acquire_lease)
+            if create_with is None:
                 self._record = store.get_session(session_id)
-                self._load_memories(store, source_of(self._record))
-            origin = source_of(self._record)
-        else:
-            with services.readers.reader() as store:
-                self._load_memories(store, create_with[0])
-            origin = create_with[0]
-        scope = services.sessions.search_scope_for(origin.platform)
-        visible = visible_sessions(origin, scope)
-        self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
+                self._origin = source_of(self._record)
+            else:
+                self._origin = create_with[0]
+            scope = services.sessions.search_scope_for(self._origin.platform)
+            visible = visible_sessions(self._origin, scope)
+            self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
+            # What goes before the conversation: frozen at the start (stored by the first commit), or as stored.
+            stored = stored_prefix(self._record) if self._record is not None else None
+            self._prefix = stored or self.fresh_prefix(store, self._record.system_prompt if self._record else None)
+        self._prefix_unsaved = stored is None and create_with is None  # a session from before schema 6
+        self._offered = self._prefix.offered(self._tools)
         self.agent_calls = AgentCalls(services, session_id)
         self._controls = SessionControls(self)
 
-    def _load_memories(self, store: Store, source: SessionSource) -> None:
-        key = user_key(source)
-        self._memories = store.memories.for_user(key) if key is not None else []
+    def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
+        """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
+        return fresh_prefix(store, self._services.agent, self._origin, self._tools, prompt=prompt)
 
     @property
     def history(self) -> Sequence[MessageRecord]:
@@ -112,9 +115,9 @@ class SessionTurns:
         return self._history
 
     @property
-    def memories(self) -> Sequence[str]:
-        """What earlier sessions remembered about this session's user."""
-        return self._memories
+    def prefix(self) -> FrozenPrefix:
+        """The system message and tool list every model call of this session sends (frozen at its start)."""
+        return self._prefix
 
     @property
     def record(self) -> SessionRecord | None:
@@ -161,10 +164,9 @@ class SessionTurns:
             session_id=self.session_id,
             history=self._model_history.of(self._history),
             user_text=text,
-            system_prompt=self._record.system_prompt if self._record else None,
-            memories=self._memories,
+            system_prompt=self._prefix.system_prompt,  # frozen: memories are in it as of the session's start
             history_tokens=self._model_history.tokens(self._history),
-            tools=self._tools,
+            tools=self._offered,
             attachments=attachments,
         )
         agent = self._services.agent
@@ -188,6 +190,9 @@ class SessionTurns:
         with self._services.readers.reader() as store:
             self._record = store.get_session(self.session_id)
             self._history = store.load_transcript(self.session_id)
+        stored = stored_prefix(self._record)
+        if stored is not None and stored != self._prefix:  # another process froze it (a session from before 6)
+            self._prefix, self._prefix_unsaved, self._offered = stored, False, stored.offered(self._tools)
 
     def fence(self, store: Store) -> None:
         """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
@@ -290,12 +295,16 @@ class SessionTurns:
                     tool_calls=m.tool_calls,
                     tool_name=m.tool_name,
                     tool_call_id=m.tool_call_id,
+                    token_count=m.token_count,  # the model's count; a user message has none of its own
                     created_at=now,
                 )
                 for m in reply.messages
             )
             new[-1] = msgspec.structs.replace(
-                new[-1], input_tokens=reply.input_tokens, output_tokens=reply.output_tokens
+                new[-1],
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+                tokens_estimated=reply.tokens_estimated,
             )
             reply_text = reply.text
         elif isinstance(reply, AgentFailure):
@@ -319,14 +328,17 @@ class SessionTurns:
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
                     )
             created = self._create_row(store)
+            if self._prefix_unsaved:
+                store.freeze_prefix(self.session_id, system_prompt=self._prefix.system_prompt, tools=self._prefix.tools)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, ids, now)
             return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids, created
 
         outbox_id, ids, created = self._writer.call(commit)
+        self._prefix_unsaved = False
         if created is not None:
             self._adopt(created)
-        self._remember(ids, new, now)
+        self._history.extend(appended(self.session_id, ids, new, now))
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
         self._auto_title.after_exchange(  # after the reply has left: a title never delays it
@@ -346,22 +358,6 @@ class SessionTurns:
             origin=source_of(self._record) if self._record is not None else None,
         )
 
-    def _remember(self, ids: Sequence[int], new: Sequence[NewMessage], now: float) -> None:
-        self._history.extend(
-            MessageRecord(
-                id=i,
-                session_id=self.session_id,
-                role=m.role.value,
-                content=m.content,
-                created_at=now,
-                tool_calls=m.tool_calls,
-                tool_name=m.tool_name,
-                tool_call_id=m.tool_call_id,
-                platform_message_id=m.platform_message_id,
-            )
-            for i, m in zip(ids, new, strict=True)
-        )
-
     def _create_row(self, store: Store) -> CreatedRow | None:
         """Inside the first commit: create the session row, its route and its lease; ``None`` when the row exists.
 
@@ -371,14 +367,25 @@ class SessionTurns:
         if self._create_with is None:
             return None
         source, routing_key = self._create_with
-        title = self._pending_title
+        title, prefix = self._pending_title, self._prefix
+        # The model, and what goes before the conversation, are recorded as the session starts (frozen).
+        create = functools.partial(
+            store.create_session,
+            source,
+            session_id=self.session_id,
+            routing_key=routing_key,
+            model=model_of(self._services.agent),
+            system_prompt=prefix.system_prompt,
+        )
         try:
-            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key, title=title)
+            record = create(title=title)
         except (TitleInUseError, HermesError) as exc:
             if title is None:
                 raise
             _log.info("session %s: title %r not applied: %s", self.session_id, title, exc)
-            record = store.create_session(source, session_id=self.session_id, routing_key=routing_key)
+            record = create()
+        store.freeze_prefix(self.session_id, system_prompt=prefix.system_prompt, tools=prefix.tools)
+        record = msgspec.structs.replace(record, tools=prefix.tools)
         store.set_route(routing_key, self.session_id)
         config = self._services.config
         granted = store.leases.grant(self.session_id, self._services.lease_owner, config.lease_ttl_s)

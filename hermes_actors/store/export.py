@@ -138,6 +138,8 @@ class ExportLine(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_count: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    tools: str | None = None
+    tokens_estimated: int | None = None
     session_key: str | None = None
     display_name: str | None = None
     origin_json: str | None = None

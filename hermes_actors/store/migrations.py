@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -133,7 +133,20 @@ def _v5(connection: apsw.Connection) -> None:
             connection.execute("UPDATE memories SET user_key = ? WHERE id = ?", (key, memory_id))
 
 
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5}
+def _v6(connection: apsw.Connection) -> None:
+    """The frozen tool list of a session and whether its token counts include estimates.
+
+    A database from version 1 already has both: step 2 rebuilt ``sessions`` from this schema.sql. An older session
+    keeps ``tools`` NULL; its next turn freezes what goes before its conversation.
+    """
+    columns = {str(row[1]) for row in connection.execute("PRAGMA table_info(sessions)")}
+    if "tools" not in columns:
+        connection.execute("ALTER TABLE sessions ADD COLUMN tools TEXT")
+    if "tokens_estimated" not in columns:
+        connection.execute("ALTER TABLE sessions ADD COLUMN tokens_estimated INTEGER NOT NULL DEFAULT 0")
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 
 
 def schema_sql() -> str:

@@ -73,7 +73,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str | None = None
     model: str | None = None
     title: str | None = None
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # the system message as sent, frozen when the session started
     parent_session_id: str | None = None
     ended_at: float | None = None
     end_reason: str | None = None
@@ -81,6 +81,8 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_count: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    tools: str | None = None  # the tool list offered, frozen at the start (JSON); None: from before version 6
+    tokens_estimated: int = 0  # 1: some turn's token counts are estimates (the model reported no usage)
 
     @property
     def is_live(self) -> bool:
@@ -123,6 +125,7 @@ class NewMessage(msgspec.Struct, frozen=True, kw_only=True):
     platform_message_id: str | None = None
     input_tokens: int = 0  # counted on the session, not stored per message
     output_tokens: int = 0
+    tokens_estimated: bool = False  # the session's counts above are estimates: marks the session (sticky)
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):

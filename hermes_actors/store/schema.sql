@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 5.
+-- hermes-actors state database, schema version 6.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 5; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 6; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -30,7 +30,7 @@ CREATE TABLE sessions (
     routing_key       TEXT,                       -- the key that created it (routes may move later)
     model             TEXT,
     title             TEXT,
-    system_prompt     TEXT,                       -- snapshot taken when the session started
+    system_prompt     TEXT,                       -- the system message as sent, frozen when the session started
     parent_session_id TEXT REFERENCES sessions (id) ON DELETE SET NULL,
     started_at        REAL NOT NULL,              -- unix seconds
     ended_at          REAL,
@@ -40,6 +40,11 @@ CREATE TABLE sessions (
     input_tokens      INTEGER NOT NULL DEFAULT 0,
     output_tokens     INTEGER NOT NULL DEFAULT 0,
     last_active_at    REAL NOT NULL,
+    -- What goes before the conversation, frozen when the session starts (version 6): system_prompt above is the
+    -- exact system message sent, tools the JSON array of chat-completions tool entries offered (NULL: a session
+    -- from before version 6, frozen by its next turn). Both change only with a new session or a compression child.
+    tools             TEXT,
+    tokens_estimated  INTEGER NOT NULL DEFAULT 0,  -- 1: a turn's token counts were estimated (no usage reported)
     CHECK ((ended_at IS NULL) = (end_reason IS NULL))
 );
 CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;

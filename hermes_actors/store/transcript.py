@@ -53,7 +53,8 @@ class TranscriptRows(SessionRows):
     def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append ``messages`` to a live session in one transaction; return their ids in order.
 
-        Updates the session's message, tool-call and token counters and its last activity. Raises
+        Updates the session's message, tool-call and token counters (a message with ``tokens_estimated`` marks the
+        session's counts as estimates, for good) and its last activity. Raises
         :class:`SessionNotFoundError` or :class:`SessionClosedError`, appending nothing.
         """
         now = self._clock() if at is None else at
@@ -93,17 +94,29 @@ class TranscriptRows(SessionRows):
             self._db.execute(
                 "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
                 "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                "last_active_at = max(last_active_at, ?) WHERE ref = ?",
+                "tokens_estimated = max(tokens_estimated, ?), last_active_at = max(last_active_at, ?) WHERE ref = ?",
                 (
                     len(messages),
                     tool_calls,
                     sum(m.input_tokens for m in messages),
                     sum(m.output_tokens for m in messages),
+                    int(any(m.tokens_estimated for m in messages)),
                     now,
                     ref,
                 ),
             )
         return ids
+
+    def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
+        """Store what goes before the session's conversation: the exact system message (``None``: none is sent)
+        and the tool list (JSON). A session created before schema version 6 gets them on its next turn; the
+        runtime never changes them afterwards (a new prefix means a new session)."""
+        with self._atomic():
+            self._db.execute(
+                "UPDATE sessions SET system_prompt = ?, tools = ? WHERE id = ?", (system_prompt, tools, session_id)
+            )
+            if self._db.changes() == 0:
+                raise SessionNotFoundError(f"cannot freeze the prompt of {session_id!r}: no such session")
 
     def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
         """Append message rows as they are to a session, live or ended (an import); its counters are left alone

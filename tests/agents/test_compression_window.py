@@ -3,7 +3,9 @@ parent's last, the refusal of a history too short to gain, and no turn sent over
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +13,25 @@ import pytest
 
 from hermes_actors.agents.history import SUMMARY_CUT, fit_summary, summary_budget
 from hermes_actors.agents.openai_chat import OpenAIAgent
+from hermes_actors.agents.tools import freeze_tools, session_search_tool
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.store import Store
 from hermes_actors.testing import FakePlatform, open_fake_gateway
 from tests.agents.chat_server import ChatServer, completion, open_chat_server
 
 KEY = "agent:main:fake:dm:chat-1"
-WINDOW = 1024  # tokens, four characters each
+# The tool list is part of every prompt (frozen with the session, as JSON): the window holds it and 1,024 tokens
+# (four characters each) of messages.
+
+
+def _never_read() -> AbstractContextManager[Store]:
+    raise AssertionError("the tool list is only measured here, never run")
+
+
+TOOLS_CHARS = len(freeze_tools([session_search_tool(_never_read, "")]))
+WINDOW = 1024 + TOOLS_CHARS // 4
 SUMMARY_PREFIX = "Summarise the conversation above"
 
 
@@ -51,8 +64,9 @@ def setup(server: ChatServer, tmp_path: Path) -> Setup:
 
 
 def chars(body: Any) -> int:
-    """The characters of a request's messages: what the runtime's estimate counts (four a token)."""
-    return sum(len(m["content"]) for m in body["messages"] if isinstance(m.get("content"), str))
+    """The characters of a request's messages and tool list: what the runtime's estimate counts (four a token)."""
+    tools = TOOLS_CHARS if body.get("tools") else 0
+    return tools + sum(len(m["content"]) for m in body["messages"] if isinstance(m.get("content"), str))
 
 
 def is_summary_request(body: Any) -> bool:
@@ -190,7 +204,10 @@ def test_a_message_too_long_for_the_window_is_answered_and_never_sent(setup: Set
     server = setup.server
     with setup.open() as (gateway, fake):
         reply = turn(fake, text(5000, "paste"))
-        assert reply.startswith("Not sent: with this message the prompt would be about 1,250 tokens, more than")
+        said = re.match(r"Not sent: with this message the prompt would be about ([\d,]+) tokens, more than", reply)
+        assert said is not None, reply
+        assert abs(int(said[1].replace(",", "")) - (5000 + TOOLS_CHARS) // 4) <= 2  # the message and the tool list
+        assert f"the model's context window of {WINDOW:,}" in reply
         assert server.completion_bodies == []
         assert gateway.wait_idle()
         with gateway.read() as store:

@@ -97,14 +97,30 @@ def test_a_plain_reply_carries_the_text_and_the_token_counts(agent: OpenAIAgent,
     server.script(completion("Hello there.", prompt_tokens=21, completion_tokens=4))
     reply = agent.run_turn(turn("hi"), timeout_s=5)
     assert reply.text == "Hello there."
-    assert reply.messages == (AgentMessage(role=Role.ASSISTANT, content="Hello there."),)
-    assert (reply.input_tokens, reply.output_tokens) == (21, 4)
+    # The assistant message carries the model's own count of it: the completion tokens.
+    assert reply.messages == (AgentMessage(role=Role.ASSISTANT, content="Hello there.", token_count=4),)
+    assert (reply.input_tokens, reply.output_tokens, reply.tokens_estimated) == (21, 4, False)
 
 
-def test_a_reply_without_usage_counts_zero_tokens(agent: OpenAIAgent, server: ChatServer) -> None:
-    server.script(completion("ok", prompt_tokens=None, completion_tokens=None))
-    reply = agent.run_turn(turn("hi"), timeout_s=5)
-    assert (reply.input_tokens, reply.output_tokens) == (0, 0)
+def test_a_reply_without_usage_estimates_its_tokens_and_says_so(agent: OpenAIAgent, server: ChatServer) -> None:
+    server.script(completion("ok " * 40, prompt_tokens=None, completion_tokens=None))
+    reply = agent.run_turn(turn("x" * 400), timeout_s=5)
+    assert reply.tokens_estimated
+    assert 100 <= reply.input_tokens <= 130  # four characters a token of what was sent
+    assert 30 <= reply.output_tokens <= 40
+    assert reply.messages[0].token_count is None  # a message's own count is only ever the model's
+
+
+def test_one_call_without_usage_marks_the_whole_turn_estimated(agent: OpenAIAgent, server: ChatServer) -> None:
+    seen: list[dict[str, Any]] = []
+    server.script(
+        completion(None, tool_calls=[tool_call("call_1", "lookup", {"q": "x"})], prompt_tokens=10, completion_tokens=3),
+        completion("done", prompt_tokens=None, completion_tokens=None),
+    )
+    reply = agent.run_turn(tool_turn("weather?", lookup_tool(seen)), timeout_s=5)
+    assert reply.tokens_estimated
+    assert [m.token_count for m in reply.messages] == [3, None, None]
+    assert reply.input_tokens > 10
 
 
 def test_the_request_holds_system_prompt_memories_history_and_user_text_in_order(
@@ -361,12 +377,13 @@ def test_a_tool_call_is_run_and_the_model_asked_again_with_its_result(agent: Ope
     call_message, result, final = reply.messages
     assert (call_message.role, call_message.content) == (Role.ASSISTANT, None)
     assert json.loads(call_message.tool_calls or "") == [asked]
+    assert call_message.token_count == 3  # each assistant message: the completion tokens of its own response
     assert result == AgentMessage(
         role=Role.TOOL, content='{"found": "oslo"}', tool_name="lookup", tool_call_id="call_1"
     )
-    assert final == AgentMessage(role=Role.ASSISTANT, content="Oslo is sunny.")
+    assert final == AgentMessage(role=Role.ASSISTANT, content="Oslo is sunny.", token_count=5)
     assert reply.text == "Oslo is sunny."
-    assert (reply.input_tokens, reply.output_tokens) == (30, 8)
+    assert (reply.input_tokens, reply.output_tokens, reply.tokens_estimated) == (30, 8, False)
     first, second = server.completion_bodies
     assert second["messages"] == [
         *first["messages"],

@@ -111,3 +111,44 @@ def test_an_empty_nested_section_means_its_defaults() -> None:
     settings = decode_settings({"platforms": {"api_server": None, "webhook": {"routes": None}}, "agent": None})
     assert settings.platforms["api_server"] == Settings().platforms["api_server"]
     assert settings.platforms["webhook"].routes == {}
+
+
+def test_the_system_prompt_is_text_or_a_file_relative_to_the_home(tmp_path: Path) -> None:
+    from hermes_actors.agents.base import system_prompt_of
+    from hermes_actors.daemon.agent import build_agent
+
+    config = tmp_path / "config.yaml"
+    config.write_text("agent:\n  system_prompt: You are terse.\n")
+    settings = load_settings(config)
+    assert settings.agent.read_system_prompt() == "You are terse."
+    assert system_prompt_of(build_agent(settings.agent, {})) == "You are terse."
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "main.md").write_text("You are kind.\nAnswer in English.\n", encoding="utf-8")
+    config.write_text("agent:\n  system_prompt_file: prompts/main.md\n")
+    settings = load_settings(config)
+    assert settings.agent.system_prompt_file == str(tmp_path / "prompts" / "main.md")  # made absolute
+    assert system_prompt_of(build_agent(settings.agent, {})) == "You are kind.\nAnswer in English."
+    with_endpoint = "agent:\n  base_url: http://127.0.0.1:9/v1\n  model: m\n  system_prompt_file: prompts/main.md\n"
+    config.write_text(with_endpoint)
+    assert system_prompt_of(build_agent(load_settings(config).agent, {})) == "You are kind.\nAnswer in English."
+
+
+def test_a_missing_system_prompt_file_names_the_key_the_path_and_the_fix(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("agent:\n  system_prompt_file: prompt.md\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert info.value.path == "agent.system_prompt_file"
+    assert str(tmp_path / "prompt.md") in str(info.value)
+    assert "does not exist" in str(info.value)
+    assert "agent.system_prompt instead" in str(info.value)
+    (tmp_path / "prompt.md").write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(ConfigError, match="cannot be read as UTF-8"):
+        load_settings(config)
+
+
+def test_the_system_prompt_and_its_file_are_not_both_allowed() -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_settings({"agent": {"system_prompt": "x", "system_prompt_file": "p.md"}})
+    assert info.value.path == "agent.system_prompt_file"
+    assert "keep one of them" in str(info.value)

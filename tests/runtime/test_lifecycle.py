@@ -20,10 +20,10 @@ class RecordingAgent(EchoAgent):
 
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.memories_seen: list[list[str]] = []
+        self.prompts_seen: list[str | None] = []  # the system message (a session's memories are frozen into it)
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        self.memories_seen.append(list(turn.memories))
+        self.prompts_seen.append(turn.system_prompt)
         return super().run_turn(turn, timeout_s=timeout_s)
 
     def release_session(self, session_id: str, *, timeout_s: float) -> None:
@@ -346,3 +346,48 @@ def test_a_failed_automatic_compression_still_answers_the_turn_with_the_agent(ma
         assert session_id is not None
         assert len(store.load_transcript(session_id)) == 6
     assert gateway.session_for(KEY) == session_id  # the compression failed: no child took over
+
+
+def test_resume_ends_the_session_it_leaves_with_session_switch_unless_another_key_leads_to_it(
+    make_gateway: MakeGateway,
+) -> None:
+    gateway, fake = make_gateway()
+    fake.push("/title alpha")
+    fake.pop()
+    fake.push("alpha work")
+    fake.pop()
+    fake.push("/new beta")
+    fake.pop()
+    fake.push("beta work")
+    fake.pop()
+    assert gateway.wait_idle()
+    beta = gateway.session_for(KEY)
+    assert beta is not None
+    fake.push("/resume alpha")
+    assert fake.pop().text == "Resumed alpha."
+    assert gateway.wait_idle()
+    alpha = gateway.session_for(KEY)
+    with gateway.read() as store:
+        assert alpha is not None
+        assert store.get_session(alpha).is_live
+        assert store.get_session(beta).end_reason == "session_switch"
+        assert store.routes_to(beta) == []
+    fake.push("/resume beta")  # the switched-away session comes back, and alpha is left in its turn
+    assert fake.pop().text == "Resumed beta."
+    fake.push("beta again")
+    assert fake.pop().text == "echo: beta again"
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.get_session(beta).is_live
+        assert store.get_session(alpha).end_reason == "session_switch"
+    terminal = "agent:main:fake:dm:terminal"
+    gateway.rebind(terminal, beta)  # a second key leads to beta: leaving it from this chat must not end it
+    fake.push("/resume alpha")
+    assert fake.pop().text == "Resumed alpha."
+    fake.push("/resume alpha")  # resuming the session one is in leaves nothing behind
+    assert fake.pop().text == "Resumed alpha."
+    assert gateway.wait_idle()
+    with gateway.read() as store:
+        assert store.get_session(beta).is_live
+        assert store.get_session(alpha).is_live
+        assert store.routes_to(beta) == [terminal]

@@ -61,7 +61,7 @@ def test_an_idle_session_resets_strictly_after_its_deadline_with_memories_saved_
     fake.push("hello again")
     assert fake.pop().text == "echo: hello again"
     assert gateway.wait_idle()
-    assert agent.memories_seen[-1] == ["I like green tea"]
+    assert agent.prompts_seen[-1] == "Known about the user:\n- I like green tea"  # in the next session's prompt
     with gateway.read() as store:
         assert old is not None
         assert store.get_session(old).end_reason == "idle"

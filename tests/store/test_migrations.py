@@ -142,3 +142,30 @@ def test_version_5_adds_lease_epochs_and_inbox_owners_and_moves_memories_to_the_
         assert isinstance(first, int)
         assert isinstance(second, int)
         assert second > first  # a new tenure, even for the same owner
+
+
+def test_version_6_adds_the_frozen_tool_list_and_the_estimated_tokens_mark(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "v5.db") as old:
+        kept = old.create_session("telegram", model="m1", system_prompt="Be brief.")
+        # What version 5 was: the same schema without version 6's columns.
+        old._connection.execute("ALTER TABLE sessions DROP COLUMN tools")
+        old._connection.execute("ALTER TABLE sessions DROP COLUMN tokens_estimated")
+        old._connection.execute("PRAGMA user_version = 5")
+    connection = open_connection(tmp_path / "v5.db")
+    assert migrate(connection) == 5
+    assert schema_version(connection) == SCHEMA_VERSION
+    fresh = open_connection(tmp_path / "fresh.db")
+    migrate(fresh)
+    assert _shape(connection) == _shape(fresh)
+    connection.close()
+    fresh.close()
+    with Store.open(tmp_path / "v5.db") as upgraded:
+        record = upgraded.get_session(kept.id)
+        assert (record.model, record.system_prompt, record.tools, record.tokens_estimated) == (
+            "m1",
+            "Be brief.",
+            None,  # not frozen yet: its next turn freezes it
+            0,
+        )
+        upgraded.freeze_prefix(kept.id, system_prompt="Be brief.", tools="[]")
+        assert upgraded.get_session(kept.id).tools == "[]"

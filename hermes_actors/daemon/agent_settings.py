@@ -1,0 +1,81 @@
+"""The ``agent:`` section of ``config.yaml``: which agent answers, and the system prompt sessions start with."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["AgentSettings"]
+
+
+class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers.
+
+    ``vision: true`` says the model takes images: a turn's image attachments are sent to it as image parts.
+    ``system_prompt`` (text) or ``system_prompt_file`` (a UTF-8 file, relative to the home directory or absolute;
+    not both) goes first in the system message of every session, which is frozen when the session starts: a
+    change reaches the sessions started after hermesd restarts. :func:`load_settings` reads the file (a missing
+    or unreadable one is a :class:`ConfigError`) and gives its absolute path; :meth:`read_system_prompt` the text.
+    """
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    max_retries: int = 2
+    temperature: float | None = None
+    context_window: int | None = None
+    vision: bool = False
+    system_prompt: str | None = None
+    system_prompt_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.system_prompt is not None and self.system_prompt_file is not None:
+            raise ConfigError(
+                "agent.system_prompt_file",
+                "cannot be set together with agent.system_prompt; keep one of them (the text, or a file holding it)",
+            )
+        if self.system_prompt_file is not None and not self.system_prompt_file.strip():
+            raise ConfigError("agent.system_prompt_file", "must be a file path such as prompt.md, not empty")
+        if self.base_url is not None and not re.match(r"^https?://", self.base_url):
+            raise ConfigError("agent.base_url", "must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
+        if self.base_url is not None and not self.model:
+            raise ConfigError("agent.model", "is required with agent.base_url (the model name the endpoint serves)")
+        if self.timeout_s <= 0 or self.max_retries < 0:
+            raise ConfigError("agent", "timeout_s must be positive and max_retries not negative")
+        if self.context_window is not None and self.context_window < 1024:
+            raise ConfigError("agent.context_window", "must be at least 1024 tokens")
+
+    @property
+    def uses_echo(self) -> bool:
+        """Whether the built-in echo agent answers (no endpoint configured)."""
+        return self.base_url is None
+
+    def read_system_prompt(self, home: Path | None = None) -> str | None:
+        """The configured system prompt: ``system_prompt``, or the text of ``system_prompt_file`` (relative to
+        ``home``, else to the working directory); ``None`` for none or an empty one. Raises :class:`ConfigError`
+        naming the key when the file cannot be read."""
+        if self.system_prompt_file is None:
+            return self.system_prompt or None
+        path = Path(self.system_prompt_file).expanduser()
+        if home is not None and not path.is_absolute():
+            path = home / path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            problem = f"names {path}, which does not exist"
+        except IsADirectoryError:
+            problem = f"names {path}, which is a directory"
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = f"names {path}, which cannot be read as UTF-8 text ({exc})"
+        else:
+            return text.strip() or None
+        raise ConfigError(
+            "agent.system_prompt_file",
+            f"{problem}; create it, fix the path (relative paths start at the home directory) "
+            "or put the text in agent.system_prompt instead",
+        )

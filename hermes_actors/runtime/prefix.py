@@ -1,0 +1,53 @@
+"""What goes before a session's conversation, frozen when the session starts: the prompt-cache rule.
+
+Only an explicit reset may invalidate the model's prompt cache, so the system message (the configured
+``agent.system_prompt`` and the memories of the session's user as of its start) and the tool list are fixed when a
+session starts, stored with it (``sessions.system_prompt`` holds the exact system message, ``sessions.tools`` the
+JSON of the tool entries) and sent as those same bytes on every call of the session, across passivation and
+restarts, until it ends or compresses (a compression child freezes its own). Memories saved meanwhile reach the
+user's next session. A session from before schema version 6 (``tools`` NULL) is frozen by its next turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from hermes_actors.agents.base import system_prompt_of
+from hermes_actors.agents.tools import Tool, freeze_tools, thaw_tools
+from hermes_actors.agents.turn import system_message
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.records import user_key
+from hermes_actors.store import SessionRecord, Store
+
+__all__ = ["FrozenPrefix", "fresh_prefix", "stored_prefix"]
+
+
+class FrozenPrefix(msgspec.Struct, frozen=True, kw_only=True):
+    """A session's system message (``None``: none is sent) and tool list (JSON), as stored with it."""
+
+    system_prompt: str | None
+    tools: str
+
+    def offered(self, current: Sequence[Tool]) -> tuple[Tool, ...]:
+        """The frozen tools, each run by the ``current`` tool of its name."""
+        return thaw_tools(self.tools, current)
+
+
+def fresh_prefix(
+    store: Store, agent: object, source: SessionSource, tools: Sequence[Tool], *, prompt: str | None = None
+) -> FrozenPrefix:
+    """The prefix a session of ``source`` starts with now: ``prompt`` (by default the agent's configured one) and
+    the memories of its user as the store has them, then ``tools``."""
+    key = user_key(source)
+    memories = store.memories.for_user(key) if key is not None else []
+    configured = prompt if prompt is not None else system_prompt_of(agent)
+    return FrozenPrefix(system_prompt=system_message(configured, memories), tools=freeze_tools(tools))
+
+
+def stored_prefix(record: SessionRecord) -> FrozenPrefix | None:
+    """The prefix stored with ``record``; ``None`` for a session from before it was stored (schema 6)."""
+    if record.tools is None:
+        return None
+    return FrozenPrefix(system_prompt=record.system_prompt, tools=record.tools)
