@@ -36,14 +36,22 @@ from hermes_actors.daemon.control import (
     ControlClient,
     ControlError,
     ControlLostError,
+    SessionAction,
+    SessionAdmin,
     connect,
 )
 from hermes_actors.daemon.home import socket_path
-from hermes_actors.daemon.terminal import PLATFORM, TerminalChannel, end_at_exit, reopen_to_resume
+from hermes_actors.daemon.terminal import (
+    PLATFORM,
+    TerminalChannel,
+    end_at_exit,
+    is_terminal_session,
+    reopen_to_resume,
+)
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.lifecycle.recap import recap_lines
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.store import Store
+from hermes_actors.store import EndReason, Store
 from hermes_actors.store.lineage import lineage_tip
 
 __all__ = ["chat"]
@@ -54,20 +62,36 @@ class _Backend(Protocol):
 
     def bind(self, request: Bind) -> BindReply: ...
 
+    def end_at_exit(self, session_id: str) -> None:
+        """End ``session_id`` with ``user_exit`` (its user closed the chat), before :meth:`close`."""
+
     def close(self) -> None: ...
 
 
 class _Remote:
     """Turns run by the daemon."""
 
-    def __init__(self, client: ControlClient) -> None:
+    def __init__(self, client: ControlClient, database: Path) -> None:
         self._client = client
+        self._database = database
 
     def chat(self, request: Chat) -> ChatReply:
         return self._client.chat(request)
 
     def bind(self, request: Bind) -> BindReply:
         return self._client.bind(request)
+
+    def end_at_exit(self, session_id: str) -> None:
+        """Through the daemon, so its live actor ends the session (store and actor agree); a terminal session
+        only (one of another platform resumed here lives on there)."""
+        if not is_terminal_session(self._database, session_id):
+            return
+        try:
+            self._client.admin(
+                SessionAdmin(action=SessionAction.END, session_id=session_id, reason=EndReason.USER_EXIT)
+            )
+        except ControlLostError:  # the daemon went away: no actor of it holds the session any more
+            end_at_exit(self._database, session_id)
 
     def close(self) -> None:
         self._client.close()
@@ -79,6 +103,8 @@ class _InProcess:
 
     def __init__(self, home: Path, settings: Settings, *, expecting: str | None = None) -> None:
         self._channel = TerminalChannel()
+        self._database = database_path(home)
+        self._end_at_exit: str | None = None
         if expecting is not None:
             self._channel.expect_early(expecting)
         self._gateway = Gateway(
@@ -98,8 +124,15 @@ class _InProcess:
     def bind(self, request: Bind) -> BindReply:
         return self._channel.bind(request)
 
+    def end_at_exit(self, session_id: str) -> None:
+        """After the gateway stops (at :meth:`close`): its actors are gone, so the store alone holds the session."""
+        self._end_at_exit = session_id
+
     def close(self) -> None:
         self._gateway.stop()
+        if self._end_at_exit is not None:
+            end_at_exit(self._database, self._end_at_exit)
+            self._end_at_exit = None
 
 
 def _target(home: Path, resume: str | None, continue_: str | None) -> str | None:
@@ -125,7 +158,7 @@ def _after_daemon(home: Path, settings: Settings, request: Chat) -> _Backend:
     client = connect(socket_path(home, settings))
     if client is not None:
         click.echo("hermesd went away; sending the line again to the hermesd now running", err=True)
-        return _Remote(client)
+        return _Remote(client, database_path(home))
     click.echo("hermesd stopped; carrying on in-process on the store, starting with your line", err=True)
     return _InProcess(home, settings, expecting=request.message_id)
 
@@ -206,13 +239,13 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
     if target is not None:
         reopen_to_resume(database_path(root), target)  # before the gateway opens: live, so no prune takes it
     client = connect(socket_path(root, settings))
-    backend: _Backend = _Remote(client) if client is not None else _InProcess(root, settings)
+    backend: _Backend = _Remote(client, database_path(root)) if client is not None else _InProcess(root, settings)
     chat_id = f"tty-{uuid.uuid4().hex[:12]}"
     user = getpass.getuser()
     session_id = target
     interactive = sys.stdin.isatty()
     reader = LineReader(interactive=interactive, history=root / HISTORY_NAME)
-    closed = handed_off = False
+    handed_off = False
     try:
         if target is not None:
             backend.bind(Bind(chat_id=chat_id, user_id=user, session_id=target))
@@ -248,10 +281,9 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
             if _handed_off(reply):
                 handed_off = True
                 break
-        closed = not handed_off  # the user closed it (a handed-off session goes on elsewhere: not ended)
+        if session_id is not None and not handed_off:  # the user closed it (a handed-off one goes on elsewhere)
+            backend.end_at_exit(session_id)
     finally:
         backend.close()
     if session_id is not None:
-        if closed:
-            end_at_exit(database_path(root), session_id)
         click.echo(f"session {session_id}; resume it with: hermesctl chat --resume {session_id}")

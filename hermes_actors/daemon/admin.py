@@ -28,6 +28,8 @@ __all__ = ["SessionAdministration"]
 
 T = TypeVar("T")
 
+_ADMIN_ENDS = (EndReason.OPERATOR, EndReason.USER_EXIT)  # hermesctl sessions end; a terminal chat its user closed
+
 
 class SessionAdministration:
     """Applies :class:`SessionAdmin` requests on a running gateway whose database is ``database``."""
@@ -46,7 +48,11 @@ class SessionAdministration:
                 self._apply(record.id, SetTitle(text=request.title or "", done=done))
                 return SessionAdminReply(session_id=record.id, title=self._wait(done, record.id))
             case SessionAction.END:
-                return SessionAdminReply(session_id=record.id, ended=self._end(record))
+                if request.reason not in _ADMIN_ENDS:
+                    raise HermesError(
+                        f"an end through hermesd takes reason {' or '.join(_ADMIN_ENDS)}, not {request.reason!r}"
+                    )
+                return SessionAdminReply(session_id=record.id, ended=self._end(record, request.reason))
             case SessionAction.DELETE:
                 ended = self._end(record)
                 with Store.open(self._database) as store:
@@ -62,12 +68,12 @@ class SessionAdministration:
             raise SessionBusyError(busy_text(session_id, holder))
         return record
 
-    def _end(self, record: SessionRecord) -> bool:
+    def _end(self, record: SessionRecord, reason: EndReason = EndReason.OPERATOR) -> bool:
         """End a live session through its actor; return whether it was live."""
         if not record.is_live:
             return False
         done: Future[None] = Future()
-        self._apply(record.id, EndSession(reason=EndReason.OPERATOR, done=done))
+        self._apply(record.id, EndSession(reason=reason, done=done))
         self._wait(done, record.id)
         return True
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.errors import HermesError
+from hermes_actors.store.records import EndReason
 
 __all__ = [
     "Bind",
@@ -148,6 +149,7 @@ class SessionAdmin(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     action: SessionAction
     session_id: str
     title: str | None = None
+    reason: EndReason = EndReason.OPERATOR  # of an end: an operator's, or ``user_exit`` from a terminal chat
 
 
 class SessionAdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -26,7 +26,7 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import EndReason, Store
 from hermes_actors.waiters import ReplyWaiters
 
-__all__ = ["PLATFORM", "TerminalChannel", "end_at_exit", "reopen_to_resume"]
+__all__ = ["PLATFORM", "TerminalChannel", "end_at_exit", "is_terminal_session", "reopen_to_resume"]
 
 PLATFORM = "cli"
 
@@ -107,6 +107,13 @@ def reopen_to_resume(database: Path, session_id: str) -> bool:
             return False
         store.reopen_session(session_id)
         return True
+
+
+def is_terminal_session(database: Path, session_id: str) -> bool:
+    """Whether ``session_id`` is a live session of the terminal (not one of another platform resumed here)."""
+    with Store.open(database, readonly=True) as store:
+        record = store.find_session(session_id)
+    return record is not None and record.is_live and record.source == PLATFORM
 
 
 def end_at_exit(database: Path, session_id: str) -> bool:

@@ -163,3 +163,16 @@ def test_a_terminal_chat_holding_the_session_is_named_and_the_change_waits_for_i
     assert renamed.exit_code == 0, renamed.output
     with Store.open(home / "state.db", readonly=True) as store:
         assert store.get_session(session).title == "mine"
+
+
+def test_a_terminal_chat_closed_by_its_user_ends_through_hermesd_s_live_actor(daemon: Daemon, home: Path) -> None:
+    """``user_exit`` goes through the daemon like any admin end: its actor retires (it does not keep a session the
+    store says ended), and the chat's routing key has no route left to it."""
+    result = CliRunner().invoke(hermesctl, ["chat", "--home", str(home)], input="plan the trip\n/exit\n")
+    assert result.exit_code == 0, result.output
+    (session,) = [line.split()[1].rstrip(";") for line in result.output.splitlines() if line.startswith("session ")]
+    with Store.open(home / "state.db", readonly=True) as store:
+        record = store.get_session(session)
+        assert store.routes_to(session) == []
+    assert record.end_reason == "user_exit"
+    assert poll_until(lambda: _live_actors(daemon) == 0, timeout=10)
