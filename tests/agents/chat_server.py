@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send(Scripted(status=404, body={"error": {"message": f"no route {self.path}"}}))
             return
-        scripted = chat.next_response()
+        scripted = chat.next_response(body)
         if scripted.delay_s > 0 and chat.released.wait(scripted.delay_s):
             return  # the server is closing: drop the connection instead of answering late
         self._send(scripted)
@@ -152,6 +152,7 @@ class ChatServer:
         self.released = threading.Event()
         self._lock = threading.Lock()
         self._queue: deque[Scripted] = deque()
+        self._responder: Callable[[Any], Scripted] | None = None
         self._requests: list[Recorded] = []
         self._http = _Server(("127.0.0.1", 0), _Handler)
         self._http.chat = self
@@ -186,11 +187,20 @@ class ChatServer:
         with self._lock:
             self._requests.append(request)
 
-    def next_response(self) -> Scripted:
-        """Take the next scripted response; an unscripted request gets a 500 that must not be retried."""
+    def respond_with(self, responder: Callable[[Any], Scripted] | None) -> None:
+        """Answer requests nothing is scripted for with ``responder(body)`` (a model that reads its input)."""
+        with self._lock:
+            self._responder = responder
+
+    def next_response(self, body: Any = None) -> Scripted:
+        """Take the next scripted response, else the responder's; an unanswerable request gets a 500 that must not
+        be retried."""
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
+            responder = self._responder
+        if responder is not None:
+            return responder(body)
         body = {"error": {"message": "chat_server: no scripted response left; call script() first"}}
         return Scripted(status=500, body=body, headers={"x-should-retry": "false"})
 
