@@ -15,20 +15,25 @@ daemon stopped may repeat a line the daemon had already taken; :meth:`TerminalCh
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from pathlib import Path
 
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
-from hermes_actors.errors import SessionNotFoundError
+from hermes_actors.errors import SessionBusyError, SessionNotFoundError
 from hermes_actors.lifecycle.handlers import handed_off_to
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.runtime.admin import admin_lease
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.store import EndReason, Store
 from hermes_actors.waiters import ReplyWaiters
 
 __all__ = ["PLATFORM", "TerminalChannel", "end_at_exit", "is_terminal_session", "reopen_to_resume"]
 
 PLATFORM = "cli"
+
+_log = logging.getLogger(__name__)
 
 
 class TerminalChannel:
@@ -117,11 +122,17 @@ def is_terminal_session(database: Path, session_id: str) -> bool:
 
 
 def end_at_exit(database: Path, session_id: str) -> bool:
-    """End the terminal session ``session_id`` with ``user_exit`` (its user closed the chat); return whether it was
-    live. A session of another platform that the chat resumed is left as it is: it lives on there."""
+    """End the terminal session ``session_id`` with ``user_exit`` (its user closed the chat), under its lease;
+    return whether this ended it. A session of another platform that the chat resumed is left as it is (it lives on
+    there), and so is one another live process holds (a second chat on it, mid-turn): that process owns it now."""
     with Store.open(database) as store:
         record = store.find_session(session_id)
         if record is None or not record.is_live or record.source != PLATFORM:
             return False
-        store.end_session(session_id, EndReason.USER_EXIT)
+        try:
+            with admin_lease(store, session_id, new_lease_owner()):
+                store.end_session(session_id, EndReason.USER_EXIT)
+        except SessionBusyError as exc:
+            _log.info("left session %s live at exit: %s", session_id, exc)
+            return False
         return True
