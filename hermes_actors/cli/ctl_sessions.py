@@ -21,7 +21,7 @@ from hermes_actors.cli.formatting import (
     format_bytes,
     plural,
 )
-from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.options import confirm, home_option, open_store, open_writable, reports_errors, resolve_home
 from hermes_actors.cli.session_picker import pick_lineage
 from hermes_actors.cli.session_text import (
     PREVIEW_WIDTH,
@@ -36,27 +36,9 @@ from hermes_actors.cli.session_text import (
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import ConfigError
-from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneFilter, PruneResult
 
 __all__ = ["DEFAULT_PRUNE_AGE", "Age", "AgeType", "parse_age", "sessions"]
-
-
-def _open_writable(home: str | None) -> Store:
-    open_store(home).close()  # a missing database is an error naming the fix, not a new empty file
-    return open_store(home, readonly=False)
-
-
-def _confirm(question: str, *, yes: bool) -> bool:
-    if yes:
-        return True
-    try:
-        return click.confirm(question, default=False, err=True)
-    except click.Abort:
-        click.echo("", err=True)
-        raise click.ClickException(
-            "no answer was read from standard input; pass --yes to go ahead without asking"
-        ) from None
 
 
 def _model_cap(home: str | None) -> int:
@@ -235,7 +217,7 @@ def sessions_prune(
         age = DEFAULT_PRUNE_AGE
     criteria = PruneFilter(older_than_days=age.days if age else 0, source=source)
     now = time.time()  # the preview and the prune judge ages against the same moment
-    with open_store(home) if dry_run else _open_writable(home) as store:
+    with open_store(home) if dry_run else open_writable(home) as store:
         preview = store.prune_sessions(criteria, dry_run=True, now=now)
         if dry_run or preview.sessions_deleted == 0:
             if as_json:
@@ -247,7 +229,7 @@ def sessions_prune(
             return
         scope = _prune_scope(preview.sessions_deleted, source=source, age=age)
         question = f"Delete {scope} ({plural(preview.messages_deleted, 'message')})?"
-        if not _confirm(question, yes=yes):
+        if not confirm(question, yes=yes):
             click.echo("Nothing deleted.", err=as_json)
             return
         with click.progressbar(length=preview.sessions_deleted, label="Pruning", file=sys.stderr) as bar:

@@ -20,14 +20,14 @@ import click
 
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.formatting import plural
-from hermes_actors.cli.options import home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.options import confirm, home_option, open_store, open_writable, reports_errors, resolve_home
 from hermes_actors.cli.session_text import lineage_text, status_text, title_text
 from hermes_actors.daemon.control import ControlClient, SessionAction, SessionAdmin, connect
 from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import SessionBusyError
 from hermes_actors.runtime.admin import busy_text, delete_in_store, end_in_store, rename_in_store
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord
 
 __all__ = ["sessions_delete", "sessions_end", "sessions_rename"]
 
@@ -46,23 +46,6 @@ def _resolve(home: str | None, reference: str) -> tuple[SessionRecord, str | Non
 def _daemon(root: Path) -> ControlClient | None:
     """A connection to the hermesd of ``root``, or ``None`` when none runs there."""
     return connect(socket_path(root, home_settings(root)))
-
-
-def _open_writable(home: str | None) -> Store:
-    open_store(home).close()  # a missing database is an error naming the fix, not a new empty file
-    return open_store(home, readonly=False)
-
-
-def _confirm(question: str, *, yes: bool) -> bool:
-    if yes:
-        return True
-    try:
-        return click.confirm(question, default=False, err=True)
-    except click.Abort:
-        click.echo("", err=True)
-        raise click.ClickException(
-            "no answer was read from standard input; pass --yes to go ahead without asking"
-        ) from None
 
 
 @click.command("rename")
@@ -85,7 +68,7 @@ def sessions_rename(home: str | None, reference: str, words: tuple[str, ...]) ->
         with client:
             stored = client.admin(SessionAdmin(action=SessionAction.RENAME, session_id=record.id, title=title)).title
     else:
-        with _open_writable(home) as store:
+        with open_writable(home) as store:
             stored = rename_in_store(store, record.id, title, new_lease_owner())
     if stored is None:
         click.echo(f"Cleared the title of session {record.id}.")
@@ -114,7 +97,7 @@ def sessions_end(home: str | None, reference: str) -> None:
         with client:
             ended = client.admin(SessionAdmin(action=SessionAction.END, session_id=record.id)).ended
     else:
-        with _open_writable(home) as store:
+        with open_writable(home) as store:
             ended = end_in_store(store, record.id, new_lease_owner()).end_reason == EndReason.OPERATOR
     if not ended:
         click.echo(f"Session {record.id} ended meanwhile; nothing to do.")
@@ -151,14 +134,14 @@ def sessions_delete(home: str | None, reference: str, yes: bool) -> None:
             click.echo(f"Session {record.id} is live in hermesd (pid {daemon_pid}): deleting ends it first.", err=True)
         title = f"'{title_text(record)}'" if record.title else "(untitled)"
         messages = plural(record.message_count, "message")
-        if not _confirm(f"Delete session {record.id} {title} ({messages}, {status_text(record)})?", yes=yes):
+        if not confirm(f"Delete session {record.id} {title} ({messages}, {status_text(record)})?", yes=yes):
             click.echo("Nothing deleted.")
             return
         if client is not None:
             reply = client.admin(SessionAdmin(action=SessionAction.DELETE, session_id=record.id))
             ended, deleted = reply.ended, reply.deleted
         else:
-            with _open_writable(home) as store:
+            with open_writable(home) as store:
                 ended, deleted = False, delete_in_store(store, record.id, new_lease_owner())
     if ended:
         click.echo(f"Ended session {record.id} first (it was live).")

@@ -18,7 +18,16 @@ from hermes_actors.daemon.home import DATABASE_NAME, database_path
 from hermes_actors.errors import HermesError, StoreError
 from hermes_actors.store import Store
 
-__all__ = ["DATABASE_NAME", "database_path", "home_option", "open_store", "reports_errors", "resolve_home"]
+__all__ = [
+    "DATABASE_NAME",
+    "confirm",
+    "database_path",
+    "home_option",
+    "open_store",
+    "open_writable",
+    "reports_errors",
+    "resolve_home",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,3 +68,22 @@ def open_store(home: str | None, *, readonly: bool = True) -> Store:
     elif not path.exists():
         raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
     return Store.open(path, readonly=readonly)
+
+
+def open_writable(home: str | None) -> Store:
+    """The home's store for writing; a missing database is an error naming the fix, never a new empty file."""
+    open_store(home).close()
+    return open_store(home, readonly=False)
+
+
+def confirm(question: str, *, yes: bool) -> bool:
+    """Ask ``question`` on stderr (no by default), or go ahead with ``--yes``; no answer to read is an error."""
+    if yes:
+        return True
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        click.echo("", err=True)
+        raise click.ClickException(
+            "no answer was read from standard input; pass --yes to go ahead without asking"
+        ) from None
