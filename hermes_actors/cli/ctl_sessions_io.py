@@ -20,6 +20,7 @@ import click
 
 from hermes_actors.cli.formatting import one_line, plural
 from hermes_actors.cli.options import home_option, open_store, reports_errors
+from hermes_actors.cli.session_text import lineage_text
 from hermes_actors.importer.jsonl import JsonlImport, Lines, import_lines
 from hermes_actors.store.export import encode_export_line
 
@@ -80,7 +81,13 @@ def sessions_export(home: str | None, out: str, source: str | None, reference: s
     """
     # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
     with open_store(home) as store, store.transaction():
-        session_id = store.resolve_session(reference).id if reference is not None else None
+        session_id = None
+        if reference is not None:
+            record = store.resolve_session(reference)
+            session_id = record.id
+            lineage = lineage_text(store, record)
+            if lineage is not None:  # one segment of a conversation: say so, and where the rest is
+                click.echo(f"Exporting session {record.id} only: it is {lineage}.", err=True)
         total = store.count_exports(source=source, session_id=session_id)
         lines = (encode_export_line(e) for e in store.iter_exports(source=source, session_id=session_id))
         if out == "-":

@@ -227,3 +227,13 @@ def test_import_of_a_missing_file_names_the_fix(home: Path) -> None:
     assert result.exit_code == 1
     assert "no file" in result.stderr
     assert "'hermesctl sessions export'" in result.stderr
+
+
+def test_export_of_one_lineage_segment_says_which_lineage_it_belongs_to(home: Path, store: Store) -> None:
+    root = store.create_session("cli", title="long talk")
+    store.end_session(root.id, EndReason.COMPRESSION)
+    tip = store.create_session("cli", title="long talk #2", parent_session_id=root.id)
+    result = run(home, "sessions", "export", "--session-id", root.id)
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == [root.id]  # that segment only
+    assert f"segment 1 of 2 of lineage {root.id}; the conversation continues in {tip.id}" in result.stderr
