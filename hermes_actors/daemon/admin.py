@@ -55,6 +55,8 @@ class SessionAdministration:
                 return SessionAdminReply(session_id=record.id, ended=self._end(record, request.reason))
             case SessionAction.DELETE:
                 ended = self._end(record)
+                if not ended and self._held_here(record.id):  # an ended session an actor of ours still holds
+                    self._retire(record)
                 with Store.open(self._database) as store:
                     deleted = delete_in_store(store, record.id, new_lease_owner())
                 return SessionAdminReply(session_id=record.id, ended=ended, deleted=deleted)
@@ -67,6 +69,16 @@ class SessionAdministration:
         if holder is not None and holder != self._gateway.lease_owner and lease_owner_alive(holder):
             raise SessionBusyError(busy_text(session_id, holder))
         return record
+
+    def _held_here(self, session_id: str) -> bool:
+        with self._gateway.read() as store:
+            return store.leases.holder(session_id) == self._gateway.lease_owner
+
+    def _retire(self, record: SessionRecord) -> None:
+        """Have the actor holding ``record`` (ended) let it go: an end keeps the first reason, unbinds and retires."""
+        done: Future[None] = Future()
+        self._apply(record.id, EndSession(reason=EndReason.OPERATOR, done=done))
+        self._wait(done, record.id)
 
     def _end(self, record: SessionRecord, reason: EndReason = EndReason.OPERATOR) -> bool:
         """End a live session through its actor; return whether it was live."""

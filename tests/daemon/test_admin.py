@@ -61,3 +61,19 @@ def test_rename_and_end_answer_what_was_done_and_another_holder_is_refused(db_pa
                 admin.handle(SessionAdmin(action=action, session_id=theirs.id, title="mine"))
         with gateway.read() as store:
             assert store.get_session(theirs.id).title == "theirs"
+
+
+def test_an_ended_session_renamed_through_hermesd_can_still_be_deleted(db_path: Path) -> None:
+    """The rename activates an actor for the ended session (which then holds its lease); the delete retires it."""
+    with open_fake_gateway(db_path) as (gateway, fake):
+        admin = SessionAdministration(gateway, db_path)
+        fake.push("hello")
+        fake.pop()
+        session = gateway.session_for(KEY)
+        assert session is not None
+        assert admin.handle(SessionAdmin(action=SessionAction.END, session_id=session)).ended
+        assert admin.handle(SessionAdmin(action=SessionAction.RENAME, session_id=session, title="kept")).title == "kept"
+        reply = admin.handle(SessionAdmin(action=SessionAction.DELETE, session_id=session))
+        assert reply == SessionAdminReply(session_id=session, ended=False, deleted=True)
+        with gateway.read() as store:
+            assert store.find_session(session) is None
