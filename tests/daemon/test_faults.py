@@ -231,6 +231,7 @@ def test_health_is_503_naming_the_reason_while_the_disk_is_full_and_200_once_spa
 def test_health_is_503_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
     home = _seed(tmp_path / "home")
     process = start_daemon(home)
+    failure: Exception | None = None
     try:
         running = Daemon(home, process)
         assert _health(running.api)[0] == 200
@@ -244,10 +245,16 @@ def test_health_is_503_while_another_process_holds_the_write_lock(tmp_path: Path
             finally:
                 other._connection.execute("ROLLBACK")
         assert _health_becomes(running.api, 200)["status"] == "ok"
+    except Exception as exc:  # say what became of hermesd (once in CI its port refused connections)
+        failure = exc
     finally:
-        if process.poll() is None:
+        alive = process.poll() is None
+        if alive:
             process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=WAIT_S)
+    if failure is not None:
+        state = "was still running" if alive else f"had exited with {process.returncode}"
+        raise AssertionError(f"{failure!r}; hermesd {state}; its log ends:\n{err[-4000:]}") from failure
     assert process.returncode == 0, err
 
 
