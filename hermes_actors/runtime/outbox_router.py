@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -42,6 +43,7 @@ class OutboxRouter:
         self._actors: dict[str, tuple[pykka.ActorRef[Any], Gauge]] = {}
         self._senders: dict[str, ReplySender] = {}
         self._lock = threading.Lock()  # a reply is told to the actor that is current when it is routed
+        self._held = threading.local()  # .replies: the deliveries a thread holds (see held), else None
 
     def register(self, sender: ReplySender) -> None:
         """Start the outbox actor of ``sender.platform``."""
@@ -83,9 +85,33 @@ class OutboxRouter:
         return sender.create_thread(chat_id, title, account_id=account_id)
 
     def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered."""
+        """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered.
+        Inside :meth:`held` on this thread, it waits for the block to end."""
+        waiting: list[tuple[int, OutboundMessage]] | None = getattr(self._held, "replies", None)
+        if waiting is not None:
+            waiting.append((outbox_id, message))
+            return
         if not self._tell(SendReply(outbox_id=outbox_id, message=message)):
             _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold this thread's deliveries until the block ends, then deliver them in order.
+
+        A session actor runs each turn inside it and tells the supervisor the turn finished before the block
+        ends: whoever reads the reply and answers (a ``/handoff``, say) finds the supervisor knowing the turn is
+        over, however late the actor's thread ran. The rows are committed already, so nothing is lost meanwhile.
+        """
+        if getattr(self._held, "replies", None) is not None:  # nested: the outer block delivers
+            yield
+            return
+        self._held.replies = []
+        try:
+            yield
+        finally:
+            replies, self._held.replies = self._held.replies, None
+            for outbox_id, message in replies:
+                self.deliver(outbox_id, message)
 
     def redeliver(self, rows: list[OutboxRow]) -> int:
         """Queue unsent rows found at start (in id order); return how many went to an actor."""

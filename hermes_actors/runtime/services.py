@@ -118,6 +118,10 @@ class OutboxSink(Protocol):
         """Send ``message`` once, best effort, without an outbox row (the store could not take one)."""
         ...
 
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """Within the block, this thread's deliveries wait; they go, in order, when it ends."""
+        ...
+
 
 class BackgroundJobs:
     """Counts work started beside the turns (automatic titles, queue pruning), so ``Gateway.wait_idle`` can wait."""

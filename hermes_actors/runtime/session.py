@@ -67,33 +67,40 @@ class SessionActor(RuntimeActor):
         match message:
             case RunTurn():
                 assert self._turns is not None
-                outcome: TurnOutcome | None = None
-                retry: RunTurn | None = None
-                error: str | None = None
-                try:
-                    outcome = self._turns.run(message)
-                except LeaseLostError as exc:
-                    _log.warning("session %s: %s", self._session_id, exc)
-                    self._turns.lost_lease()
-                    retry = message
-                except StaleTurnError as exc:
-                    _log.info("session %s: %s", self._session_id, exc)
-                except StoreError as exc:
-                    # A full or read-only disk, a refused commit: nothing of the turn was saved. The caller hears so
-                    # now; the turn runs again (before any later message of this session) once the store takes it.
-                    _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
-                    error = str(exc)
-                    retry = message
-                    tell_unsaved(self._turns.services.outbox, self._session_id, message, error)
-                except Exception:
-                    _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
-                finally:
-                    if retry is None:
-                        settle_unanswered(self._turns.services, self._session_id, message)
-                    finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
-                    self._tell_supervisor(finished)
+                # The turn's replies leave once the supervisor has been told it finished (OutboxRouter.held).
+                with self._turns.services.outbox.held():
+                    self._run(message)
             case _:
                 raise TypeError(f"SessionActor got an unknown message {message!r}")
+
+    def _run(self, message: RunTurn) -> None:
+        """One turn, and the report that it finished (a failure never escapes: see :meth:`on_receive`)."""
+        assert self._turns is not None
+        outcome: TurnOutcome | None = None
+        retry: RunTurn | None = None
+        error: str | None = None
+        try:
+            outcome = self._turns.run(message)
+        except LeaseLostError as exc:
+            _log.warning("session %s: %s", self._session_id, exc)
+            self._turns.lost_lease()
+            retry = message
+        except StaleTurnError as exc:
+            _log.info("session %s: %s", self._session_id, exc)
+        except StoreError as exc:
+            # A full or read-only disk, a refused commit: nothing of the turn was saved. The caller hears so
+            # now; the turn runs again (before any later message of this session) once the store takes it.
+            _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
+            error = str(exc)
+            retry = message
+            tell_unsaved(self._turns.services.outbox, self._session_id, message, error)
+        except Exception:
+            _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
+        finally:
+            if retry is None:
+                settle_unanswered(self._turns.services, self._session_id, message)
+            finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
+            self._tell_supervisor(finished)
 
     def _tell_supervisor(self, message: TurnFinished | SessionStopped) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # the runtime is shutting down; nothing waits for it

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,3 +159,28 @@ def test_a_handoff_to_a_workspace_scoped_home_binds_the_key_its_replies_arrive_u
     assert setup.gateway.wait_idle()
     with setup.gateway.read() as store:
         assert [m.content for m in store.load_transcript(session)][-2:] == ["in the thread", "echo: in the thread"]
+
+
+def test_a_handoff_sent_once_the_reply_arrived_is_not_refused_however_late_the_actor_reports(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user sees the reply, then asks for the handoff: by then the supervisor must know the turn ended, even
+    when the session's thread is descheduled between sending the reply and reporting the turn (as under load)."""
+    from hermes_actors.runtime.protocol import TurnFinished
+    from hermes_actors.runtime.session import SessionActor
+
+    tell = SessionActor._tell_supervisor
+
+    def late(self: SessionActor, message: object) -> None:
+        if isinstance(message, TurnFinished):
+            time.sleep(0.3)  # the actor's thread loses the CPU right after the turn's reply went out
+        tell(self, message)  # type: ignore[arg-type]
+
+    start_conversation(setup)
+    sethome(setup)
+    monkeypatch.setattr(SessionActor, "_tell_supervisor", late)
+    setup.cli.push("one more thing", chat_id="terminal")
+    assert setup.cli.pop().text == "echo: one more thing"
+    setup.cli.push("/handoff telegram", chat_id="terminal")
+    assert setup.telegram.pop().text.startswith("echo: [handoff]")
+    assert setup.cli.pop().text.startswith("Handed off to telegram (chat -100200, thread thread-1)")
