@@ -25,6 +25,7 @@ The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded defau
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Protocol, cast, runtime_checkable
 
@@ -183,19 +184,27 @@ class CleanupCall(Protocol):
 _DECLARED: set[tuple[type, type]] = set()
 """(class, capability) pairs known to hold: the class itself declares the capability's member."""
 
+_SEEN: weakref.WeakKeyDictionary[object, dict[type, bool]] = weakref.WeakKeyDictionary()
+"""Each agent's answers, positive or negative: an agent's capabilities do not change while it lives."""
+
 
 def _capable(agent: object, capability: type, member: str) -> bool:
     """``isinstance(agent, capability)`` for a one-member capability, remembered for a class that declares
-    ``member`` itself (every instance of it then has it). A protocol check walks the protocol's members on every
-    call, some microseconds, and sessions ask on every turn."""
+    ``member`` itself (every instance of it then has it) and for the agent itself. A protocol check walks the
+    protocol's members on every call, tens of microseconds, and sessions ask several times a turn."""
     kind = type(agent)
     if (kind, capability) in _DECLARED:
         return True
-    if not isinstance(agent, capability):
-        return False
-    if hasattr(kind, member):
-        _DECLARED.add((kind, capability))
-    return True
+    try:
+        known = _SEEN.setdefault(agent, {})
+    except TypeError:  # not weakly referable or not hashable: asked every time
+        known = {}
+    found = known.get(capability)
+    if found is None:
+        found = known[capability] = isinstance(agent, capability)
+        if found and hasattr(kind, member):
+            _DECLARED.add((kind, capability))
+    return found
 
 
 def runs_inline(agent: object) -> bool:
