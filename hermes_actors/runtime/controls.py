@@ -60,6 +60,8 @@ class SessionControls:
         self._writer = turns.services.writer
         self._timeout = turns.services.config.agent_timeout_s
         self._no_gain_at: int | None = None  # history length at which a summary did not make the prompt smaller
+        # The agent and the config do not change while the actor lives: the window is asked once.
+        self._window = context_window_of(turns.services.agent, turns.services.config.context_window)
 
     def end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
         """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
@@ -177,7 +179,7 @@ class SessionControls:
 
     def window(self) -> int:
         """The model's context window in tokens (the agent's, else ``runtime.context_window``)."""
-        return context_window_of(self._services.agent, self._services.config.context_window)
+        return self._window
 
     def needs_compression(self) -> bool:
         config = self._services.config
