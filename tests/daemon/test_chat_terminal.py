@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from hermes_actors.cli.chat_input import HISTORY_NAME
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.store import EndReason, Store
-from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
+from tests.daemon.test_daemon import Daemon, start_daemon
 
 
 class _Terminal:
@@ -122,14 +122,6 @@ class _Script(io.RawIOBase):
         self._next += 1
         buffer[: len(line)] = line
         return len(line)
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    root = tmp_path / "h"
-    root.mkdir()
-    (root / "config.yaml").write_text(CONFIG)
-    return root
 
 
 @pytest.mark.slow

@@ -106,25 +106,6 @@ def start_daemon(home: Path, *extra: str, home_option: bool = True) -> subproces
     )
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    root = tmp_path / "h"
-    root.mkdir()
-    (root / "config.yaml").write_text(CONFIG)
-    return root
-
-
-@pytest.fixture
-def daemon(home: Path) -> Iterator[Daemon]:
-    process = start_daemon(home)
-    try:
-        yield Daemon(home, process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=10)
-
-
 def _signed(url: str, payload: Mapping[str, object], webhook_id: str, secret: str = SECRET) -> int:
     body = json.dumps(payload).encode()
     stamp = str(int(time.time()))

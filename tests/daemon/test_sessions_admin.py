@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,28 +14,9 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.daemon.control import Chat, ControlClient, connect
 from hermes_actors.store import Store
 from hermes_actors.testing import poll_until
-from tests.daemon.test_daemon import CONFIG, Daemon, _script, start_daemon
+from tests.daemon.test_daemon import Daemon, _script
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    root = tmp_path / "h"
-    root.mkdir()
-    (root / "config.yaml").write_text(CONFIG)
-    return root
-
-
-@pytest.fixture
-def daemon(home: Path) -> Iterator[Daemon]:
-    process = start_daemon(home)
-    try:
-        yield Daemon(home, process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=10)
 
 
 def sessions(home: Path, *args: str, input: str | None = None) -> Result:
