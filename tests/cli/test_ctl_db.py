@@ -1,26 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
-import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
 from hermes_actors.store import EndReason, NewMessage, Role, Store
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    home.mkdir()
-    with Store.open(home / "state.db") as opened:
-        yield opened
 
 
 def run(home: Path, *args: str) -> Result:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,18 +42,6 @@ ODD_TEXTS = (
     "escape \x1b[31mred\x1b[0m and bell \x07",
     '{"looks": "like json"}\\n',
 )
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    home.mkdir()
-    with Store.open(home / "state.db") as opened:
-        yield opened
 
 
 def run(home: Path, *args: str, input: str | None = None) -> Result:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,6 @@ from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.store import EndReason, Store
 
 HOST = socket.gethostname()
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    home.mkdir()
-    with Store.open(home / "state.db") as opened:
-        yield opened
 
 
 def run(home: Path, *args: str, input: str | None = None) -> Result:

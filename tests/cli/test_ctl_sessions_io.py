@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
@@ -18,18 +16,6 @@ from hermes_actors.store.content import store_content
 
 MULTIMODAL = [{"type": "text", "text": "what is in this picture?"}, {"type": "image_url", "image_url": {"url": "x"}}]
 ODD = ("line\nbreaks\r\nand \u2028 separators \u2029", "emoji 🧪 and NUL \x00 inside", '{"looks": "like json"}')
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def store(home: Path) -> Iterator[Store]:
-    home.mkdir()
-    with Store.open(home / "state.db") as opened:
-        yield opened
 
 
 def run(home: Path, *args: str, input: bytes | str | None = None) -> Result:
