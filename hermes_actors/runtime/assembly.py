@@ -186,8 +186,8 @@ class Runtime:
         self.outbox.stop(timeout=max(drain_deadline - time.monotonic(), 0.0))
         owner = self.lease_owner
         self.writer.call(lambda store: store.leases.release_all(owner))
+        self.readers.close()  # before the writer: the last connection to close checkpoints, and readers cannot
         self.writer.stop(closing_s)
-        self.readers.close()
 
 
 def assemble(path: str | Path, options: GatewayOptions) -> Runtime:

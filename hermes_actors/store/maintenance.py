@@ -114,3 +114,18 @@ def optimize(db: apsw.Connection) -> OptimizeResult:
         bytes_before=before,
         bytes_after=file_bytes(db.filename),
     )
+
+
+FOLD_BUSY_TIMEOUT_MS = 1_000
+
+
+def fold_wal(db: apsw.Connection) -> bool:
+    """Copy the WAL back into the database file and empty it (``wal_checkpoint(TRUNCATE)``), so the file alone is
+    the whole database; return whether it did. Another process reading or writing right now keeps it from that
+    (it then waits at most :data:`FOLD_BUSY_TIMEOUT_MS`): its own clean exit folds the WAL instead."""
+    db.set_busy_timeout(FOLD_BUSY_TIMEOUT_MS)
+    try:
+        busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
+    except apsw.BusyError:
+        return False
+    return not busy

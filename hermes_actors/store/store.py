@@ -12,6 +12,7 @@ maintenance operations.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,6 +42,8 @@ from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
 
 __all__ = ["Store"]
+
+_log = logging.getLogger(__name__)
 
 
 class Store(TranscriptRows):
@@ -91,7 +94,13 @@ class Store(TranscriptRows):
         return str(self._db.filename)
 
     def close(self) -> None:
-        """Close the connection; the store is unusable afterwards."""
+        """Close the connection; the store is unusable afterwards. A writable store first folds the WAL back into
+        the database file (:func:`~.maintenance.fold_wal`), so a copy of the file alone is a whole database."""
+        try:
+            if not self._db.readonly("main"):
+                maintenance.fold_wal(self._db)
+        except apsw.Error as exc:  # closed already, or a disk that refuses the write: the WAL stays, nothing is lost
+            _log.debug("%s: the WAL was not folded back at close: %s", self._db.filename, exc)
         self._db.close()
 
     def __enter__(self) -> Store:

@@ -192,6 +192,8 @@ def test_the_daemon_serves_api_webhooks_and_hermesctl_then_stops_on_sigterm_with
     assert "stopped" in err
     assert not (home / "hermesd.sock").exists()
     assert not (home / "hermesd.pid").exists()
+    wal = home / "state.db-wal"  # folded back at the clean exit: state.db alone is the whole database
+    assert not wal.exists() or wal.stat().st_size == 0, f"{wal.stat().st_size} bytes left in {wal}"
     stored = _user_messages(home)
     assert stored.count(("api_server", "hello over http")) == 1
     assert stored.count(("api_server", "streamed")) == 1
