@@ -78,6 +78,13 @@ class Store(TranscriptRows):
         try:
             if not readonly:
                 migrate(connection)
+            elif schema_version(connection) == 0:
+                raise StoreError(
+                    f"{path} has no hermes-actors schema (no tables of ours): most likely a copy of state.db taken "
+                    "without its state.db-wal while hermesd ran, so everything was still in the WAL. Copy state.db "
+                    "together with state.db-wal and state.db-shm (or stop hermesd first), or create a fresh "
+                    "database with 'hermesctl db migrate'"
+                )
         except BaseException:
             connection.close()
             raise

@@ -79,3 +79,18 @@ def test_optimize_of_a_missing_database_creates_nothing(home: Path) -> None:
     assert result.exit_code == 1
     assert result.output.startswith("Error: no database at ")
     assert not home.exists()
+
+
+def test_a_database_without_the_schema_is_named_with_its_likely_cause(home: Path) -> None:
+    """A copy of state.db taken without its -wal while hermesd ran has no tables: not a traceback."""
+    home.mkdir()
+    connection = apsw.Connection(str(home / "state.db"))
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("CREATE TABLE unrelated (x)")
+    connection.close()
+    for args in (["sessions", "list"], ["sessions", "stats"], ["db", "check"]):
+        result = run(home, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "Traceback" not in result.output
+        assert "has no hermes-actors schema" in result.output
+        assert "state.db-wal" in result.output  # the likely cause, and the fix
