@@ -10,7 +10,7 @@ import click
 import msgspec
 
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
-from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, load_settings
+from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
 from hermes_actors.daemon.control import connect
 from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import ConfigError
@@ -113,12 +113,15 @@ def config_check(home: str | None, config_file: str | None) -> None:
     """
     path = Path(config_file).expanduser() if config_file else resolve_home(home) / CONFIG_NAME
     if not path.exists():
+        if config_file:  # asked to check that very file: nothing there passes
+            click.echo(f"Error: {path} does not exist; give the path of an existing file to --config", err=True)
+            sys.exit(2)
         click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
         return
     try:
         settings = load_settings(path)
     except ConfigError as exc:
-        click.echo(f"Error: {path}: {exc}", err=True)
+        click.echo(f"Error: {config_error_text(path, exc)}", err=True)
         sys.exit(2)
     agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
     enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]

@@ -17,7 +17,7 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings, write_default_config
+from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, load_settings, write_default_config
 from hermes_actors.daemon.home import HomeUnusableError, check_home
 from hermes_actors.daemon.logs import configure_logging
 from hermes_actors.daemon.process import Daemon
@@ -71,7 +71,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     except ConfigError as exc:
-        click.echo(f"Error: configuration {config_path}: {exc}", err=True)
+        click.echo(f"Error: configuration {config_error_text(config_path, exc)}", err=True)
         sys.exit(2)
     except OSError as exc:
         click.echo(f"Error: cannot prepare {root}: {exc.strerror or exc}", err=True)

@@ -30,6 +30,7 @@ __all__ = [
     "AgentSettings",
     "DaemonSettings",
     "Settings",
+    "config_error_text",
     "decode_platforms",
     "decode_settings",
     "default_config_text",
@@ -377,3 +378,9 @@ daemon:
   # timezone: null                   # for daily resets; default: the machine's zone
   # log_level: info
 """
+
+
+def config_error_text(path: Path, error: ConfigError) -> str:
+    """``PATH: field: problem`` for a field's error, ``PATH: problem`` for the file's own (unreadable, not YAML),
+    which names the file already: each error says its file once."""
+    return str(error) if error.path == str(path) else f"{path}: {error}"

@@ -54,3 +54,26 @@ def test_status_and_chat_refuse_a_broken_config_with_the_command_that_explains_i
         result = CliRunner().invoke(hermesctl, [*args, "--home", str(tmp_path)], input="")
         assert result.exit_code == 1
         assert "hermesctl config check" in result.output
+
+
+def test_config_check_names_a_file_once_and_refuses_a_config_option_naming_no_file(tmp_path: Path) -> None:
+    runner = CliRunner()
+    broken = tmp_path / "badyaml.yaml"
+    broken.write_text("agent: [unclosed\n")
+    result = runner.invoke(hermesctl, ["config", "check", "--config", str(broken)])
+    assert result.exit_code == 2
+    assert result.output.count(str(broken)) == 1, result.output
+    assert "is not valid YAML at line 2" in result.output
+    missing = runner.invoke(hermesctl, ["config", "check", "--config", str(tmp_path / "missing.yaml")])
+    assert missing.exit_code == 2, missing.output  # asked to check that file: there is nothing to pass
+    assert f"{tmp_path / 'missing.yaml'} does not exist" in missing.output
+
+
+def test_hermesd_names_a_broken_configuration_file_once(tmp_path: Path) -> None:
+    from hermes_actors.cli.hermesd import main as hermesd
+
+    (tmp_path / "config.yaml").write_text("agent: [unclosed\n")
+    result = CliRunner().invoke(hermesd, ["--home", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.count(str(tmp_path / "config.yaml")) == 1, result.output
+    assert "is not valid YAML at line 2" in result.output
