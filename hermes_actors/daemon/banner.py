@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from hermes_actors.daemon.home import database_path
 
-__all__ = ["banner", "version"]
+__all__ = ["banner", "ctl_command", "version"]
 
 
 def banner(*, home: Path, config_path: Path, agent: str, entry_points: Iterable[str], control_socket: Path) -> str:
@@ -25,10 +28,25 @@ def banner(*, home: Path, config_path: Path, agent: str, entry_points: Iterable[
     lines += [f"  {line}" for line in entry_points]
     lines += [
         f"  control socket: {control_socket}",
-        "  talk to it:     hermesctl chat        (or: echo hello | hermesctl chat)",
-        "  state:          hermesctl status      stop: Ctrl-C or kill -TERM " + str(pid),
+        f"  talk to it:     {ctl_command(home, 'chat')}   (or: echo hello | {ctl_command(home, 'chat')})",
+        f"  state:          {ctl_command(home, 'status')}   stop: Ctrl-C or kill -TERM {pid}",
     ]
     return "\n".join(lines)
+
+
+def ctl_command(home: Path, command: str) -> str:
+    """``hermesctl COMMAND`` as another terminal must type it: the ``hermesctl`` installed beside this interpreter
+    by its path when the shell would not find that one (a virtualenv not activated), and ``--home`` unless the
+    home is the default ``~/.hermes`` (a new shell has no ``$HERMES_HOME``)."""
+    beside = Path(sys.executable).parent / "hermesctl"
+    tool = "hermesctl"
+    found = shutil.which("hermesctl")
+    if beside.exists() and (found is None or Path(found).resolve() != beside.resolve()):
+        tool = shlex.quote(str(beside))
+    line = f"{tool} {command}"
+    if home.expanduser().resolve() != Path("~/.hermes").expanduser().resolve():
+        line += f" --home {shlex.quote(str(home))}"
+    return line
 
 
 def version() -> str:

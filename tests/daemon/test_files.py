@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_actors.daemon.banner import ctl_command
 from hermes_actors.store import Store
 from tests.daemon.test_daemon import CONFIG, Daemon, _script
 
@@ -168,3 +169,21 @@ def test_hermesctl_creating_a_store_without_the_daemon_makes_it_private(tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert _modes(home) == {".": 0o700, "state.db": 0o600}
+
+
+def test_the_banner_gives_the_commands_another_terminal_can_run_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hermesctl of this interpreter by its path when the shell would find another (or none: a virtualenv not
+    activated), and --home unless the home is the default one."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "hermesctl").write_text("#!/bin/sh\n")
+    (bin_dir / "hermesctl").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    home = tmp_path / "my home"
+    assert ctl_command(home, "chat") == f"{bin_dir / 'hermesctl'} chat --home '{home}'"
+    monkeypatch.setenv("PATH", str(bin_dir))  # activated: the shell finds this very one
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert ctl_command(tmp_path / ".hermes", "status") == "hermesctl status"
