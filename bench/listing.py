@@ -38,7 +38,7 @@ def build(store: Store, lineages: int, max_segments: int, rng: random.Random) ->
     with store.transaction():
         for n in range(lineages):
             source = SOURCES[n % len(SOURCES)]
-            parent = None
+            parent: str | None = None
             for segment in range(rng.randint(1, max_segments)):
                 title = f"conversation {n}" + (f" #{segment + 1}" if segment else "")
                 record = store.create_session(source, title=title, parent_session_id=parent)
@@ -52,7 +52,8 @@ def build(store: Store, lineages: int, max_segments: int, rng: random.Random) ->
                 parent = record.id
                 sessions += 1
                 store.end_session(record.id, EndReason.COMPRESSION)
-            store.reopen_session(parent or "")  # the tip is live
+            assert parent is not None  # at least one segment
+            store.reopen_session(parent)  # the tip is live
     return sessions
 
 

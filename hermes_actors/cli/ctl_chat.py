@@ -92,8 +92,8 @@ class _Remote:
             )
         except ControlLostError:  # the daemon went away: no actor of it holds the session any more
             end_at_exit(self._database, session_id)
-        except ControlError:  # another live process holds the session (a chat without the daemon): it is theirs
-            pass
+        except ControlError as exc:  # another live process holds the session (a chat without the daemon)
+            click.echo(f"session {session_id} stays live: {exc}", err=True)
 
     def close(self) -> None:
         self._client.close()
