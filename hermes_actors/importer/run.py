@@ -23,7 +23,6 @@ from pathlib import Path
 
 import msgspec
 
-from hermes_actors.errors import TitleError
 from hermes_actors.importer.report import (
     MIGRATED_ROUTES,
     ImportReport,
@@ -46,9 +45,9 @@ from hermes_actors.importer.rows import (
 )
 from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
 from hermes_actors.importer.target import Ledger, MessageRow, Target
+from hermes_actors.importer.titles import import_title
 from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.content import hermes_content
-from hermes_actors.titles import MAX_TITLE_LENGTH, sanitize_title
 
 __all__ = ["COMPACTED_SUFFIX", "DEFAULT_BATCH_MESSAGES", "Progress", "import_hermes"]
 
@@ -178,7 +177,7 @@ class _Import:
             bare_record(session),
             last_active_at=last_active,
             routing_key=routing_key(session),
-            title=self._title(session),
+            title=import_title(session, self.target, self.titles),
             parent_session_id=self._parent(session),
             ended_at=ended_at,
             end_reason=end_reason,
@@ -307,39 +306,6 @@ class _Import:
         if ours.value != session.end_reason:
             self.end_reasons[session.end_reason or "(none)"] = ours.value
         return (session.ended_at if session.ended_at is not None else last_active), ours.value
-
-    def _title(self, session: HermesSession) -> str | None:
-        wanted = session.title
-        if wanted is None:
-            return None
-        try:
-            clean = sanitize_title(wanted)
-            reason = "sanitised: control, zero-width and bidi characters removed, white space collapsed"
-        except TitleError:
-            clean = sanitize_title(wanted[:MAX_TITLE_LENGTH])
-            reason = f"shortened to {MAX_TITLE_LENGTH} characters"
-        if clean is None:
-            self.titles.append(
-                TitleNote(
-                    session_id=session.id, source_title=wanted, title=None, reason="nothing left after sanitising"
-                )
-            )
-            return None
-        if clean != wanted:
-            self.titles.append(TitleNote(session_id=session.id, source_title=wanted, title=clean, reason=reason))
-        holder = self.target.title_holder(clean)
-        if holder is None or holder == session.id:
-            return clean
-        suffixed = self.target.free_distinct_title(clean)
-        self.titles.append(
-            TitleNote(
-                session_id=session.id,
-                source_title=wanted,
-                title=suffixed,
-                reason=f"Title '{clean}' is already in use by session {holder}",
-            )
-        )
-        return suffixed
 
     def _parent(self, session: HermesSession) -> str | None:
         parent = session.parent_session_id

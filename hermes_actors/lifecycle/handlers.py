@@ -2,9 +2,10 @@
 ``/sethome``, ``/handoff``, resets by timer and an operator's rename or end (``hermesctl sessions`` via hermesd).
 
 :class:`LifecycleCommands` is held by the supervisor and runs on its thread. It sees the runtime only through the
-:class:`Directory` port the supervisor implements: commands that change where a routing key leads take effect there
-at once; work on a session's transcript goes to its actor as a control turn. It never waits for a commit: what it
-writes itself (a reopened session, a home channel) is submitted to the writer, whose commits keep their order.
+:class:`~hermes_actors.lifecycle.directory.Directory` port the supervisor implements: commands that change where a
+routing key leads take effect there at once; work on a session's transcript goes to its actor as a control turn.
+It never waits for a commit: what it writes itself (a reopened session, a home channel) is submitted to the
+writer, whose commits keep their order.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -27,10 +28,10 @@ from hermes_actors.lifecycle.commands import (
     parse_command,
     resume_listing_text,
 )
+from hermes_actors.lifecycle.directory import Directory
 from hermes_actors.lifecycle.work import (
     AdminChange,
     Compress,
-    Control,
     Delivery,
     EndDue,
     EndSession,
@@ -39,8 +40,7 @@ from hermes_actors.lifecycle.work import (
     PendingHandoff,
     SetTitle,
 )
-from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, InboxState, Store
+from hermes_actors.store import EndReason, Store
 from hermes_actors.store.records import HomeChannel
 
 if TYPE_CHECKING:
@@ -49,68 +49,11 @@ if TYPE_CHECKING:
     from hermes_actors.store.writer import StoreWriter
 
 
-__all__ = ["HANDED_OFF", "Directory", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
+__all__ = ["HANDED_OFF", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
 
 HANDED_OFF = "Handed off to"  # the first words of the reply to a /handoff that was done
 
 _log = logging.getLogger(__name__)
-
-
-class Directory(Protocol):
-    """What the lifecycle commands need of the supervisor's routing directory and session queues."""
-
-    def existing(self, routing_key: str) -> str | None:
-        """Return the live session ``routing_key`` leads to, without creating one."""
-        ...
-
-    def is_ending(self, session_id: str) -> bool:
-        """Return whether ``session_id``'s end is queued but not committed yet."""
-        ...
-
-    def is_active(self, session_id: str) -> bool:
-        """Return whether ``session_id`` has a turn running or queued."""
-        ...
-
-    def awaits_creation(self, session_id: str) -> bool:
-        """Return whether ``session_id`` is assigned but its first turn (which creates its row) has not run."""
-        ...
-
-    def reply_now(
-        self, delivery: Delivery, text: str, *, session_id: str | None, state: InboxState = InboxState.DONE
-    ) -> None:
-        """Complete ``delivery`` with ``text`` from the directory itself (nothing goes to a transcript)."""
-        ...
-
-    def send_now(
-        self,
-        source: SessionSource,
-        text: str,
-        session_id: str | None,
-        *,
-        reply_to: str | None = None,
-    ) -> None:
-        """Send ``text`` to ``source``'s chat (a later report), answering inbound ``reply_to`` when given."""
-        ...
-
-    def queue_control(self, session_id: str, control: Control, delivery: Delivery | None) -> None:
-        """Queue ``control`` as a turn of ``session_id``, answering ``delivery``."""
-        ...
-
-    def cancel_running(self, session_id: str | None) -> None:
-        """Invalidate the running turn of ``session_id`` (its late result is dropped)."""
-        ...
-
-    def begin_end(self, session_id: str) -> None:
-        """Mark ``session_id`` as ending: its keys re-resolve to successors, which wait for the end to commit."""
-        ...
-
-    def rebind(self, routing_key: str, session_id: str) -> None:
-        """Point ``routing_key`` at ``session_id`` (stored, and cached at once)."""
-        ...
-
-    def unbind(self, routing_key: str, session_id: str) -> None:
-        """Delete ``routing_key``'s route, which led to ``session_id``."""
-        ...
 
 
 class LifecycleCommands:

@@ -1,4 +1,4 @@
-"""The supervisor's side of the lifecycle's :class:`~hermes_actors.lifecycle.handlers.Directory` port.
+"""The supervisor's side of the lifecycle's :class:`~hermes_actors.lifecycle.directory.Directory` port.
 
 :class:`SupervisorDirectory` answers the lifecycle commands from the supervisor's routes and live sessions, and
 queues their work through the supervisor; it runs on the supervisor's thread. Replies of its own are submitted to

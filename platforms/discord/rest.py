@@ -38,6 +38,7 @@ __all__ = [
     "RestError",
     "find_channel",
     "gateway_url",
+    "versioned",
 ]
 
 _log = logging.getLogger(__name__)
@@ -300,3 +301,8 @@ async def gateway_url(rest: RestClient, config: DiscordConfig, *, bot: str) -> s
     if URL(found.url).scheme not in ("ws", "wss"):
         raise ProtocolBroken(f"GET /gateway/bot answered {found.url[:100]!r}, which is not a ws(s):// URL")
     return found.url
+
+
+def versioned(url: str) -> str:
+    """``url`` of a gateway with the version and encoding this adapter speaks (v10, JSON)."""
+    return str(URL(url).update_query(v="10", encoding="json"))

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import msgspec
-from yarl import URL
 
 from hermes_actors.messages import InboundMessage
 from platforms.discord.config import DiscordConfig
@@ -60,19 +59,19 @@ from platforms.discord.events import (
     skip_reason,
 )
 from platforms.discord.files import attach_files
-from platforms.discord.rest import RestClient, RestError, find_channel, gateway_url
+from platforms.discord.rest import RestClient, RestError, find_channel, gateway_url, versioned
 from platforms.discord.resume import (
-    FATAL_CLOSES,
     INTENTS,
     MESSAGE_CONTENT,
-    NEW_SESSION_CLOSES,
     RESUMABLE_CLOSE,
     Fatal,
     Next,
     NotStored,
     ProtocolBroken,
     ResumeState,
+    after_close,
     read_resume_state,
+    reconnect_delay,
     resume_cursor,
 )
 
@@ -86,10 +85,6 @@ _log = logging.getLogger(__name__)
 _CLOSE_TIMEOUT_S = 2.0  # how long a closing handshake may take before the socket is dropped
 _STABLE_S = 5.0  # a connection that lasted this long resets the backoff: its drop is reconnected at once
 _CHANNEL_EVENTS = frozenset({"CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE"})
-
-
-def _versioned(url: str) -> str:
-    return str(URL(url).update_query(v="10", encoding="json"))
 
 
 class Shard:
@@ -168,10 +163,7 @@ class Shard:
             await asyncio.sleep(wait)
 
     def _backoff(self, failures: int) -> float:
-        if failures == 0:
-            return 0.0
-        base = min(self._config.reconnect_max_s, self._config.reconnect_min_s * 2.0 ** (failures - 1))
-        return base * (0.5 + self._rng.random() / 2)
+        return reconnect_delay(failures, self._config.reconnect_min_s, self._config.reconnect_max_s, self._rng)
 
     # -- one connection
 
@@ -184,7 +176,7 @@ class Shard:
         )
         timeout = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=_CLOSE_TIMEOUT_S)
         async with http.ws_connect(
-            _versioned(url),
+            versioned(url),
             timeout=timeout,
             max_msg_size=self._config.max_frame_bytes,
             autoping=True,
@@ -271,13 +263,10 @@ class Shard:
                 return self._closed(ws.close_code, message.extra)
 
     def _closed(self, code: int | None, reason: object) -> Next:
-        said = f"{code}" + (f" {str(reason)[:100]!r}" if reason else "")
-        if code in FATAL_CLOSES:
-            raise Fatal(f"Discord closed the connection ({said}): {FATAL_CLOSES[code]}")
-        if code in NEW_SESSION_CLOSES:
+        ended, new_session = after_close(code, reason)
+        if new_session:
             self._forget_session()
-            return Next(reason=f"Discord closed the connection ({said}: {NEW_SESSION_CLOSES[code]})")
-        return Next(reason=f"the connection closed ({said})")
+        return ended
 
     def _broken(self, error: object) -> Next:
         if isinstance(error, aiohttp.WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:

@@ -32,13 +32,13 @@ from platforms.whatsapp.events import (
     SIGNATURE_HEADER,
     Parsed,
     answer_handshake,
-    decode_notification,
     parse_notification,
     signed_by,
 )
 from platforms.whatsapp.files import attach_media
 from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
+from platforms.whatsapp.wire import decode_notification
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox

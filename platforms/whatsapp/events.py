@@ -27,25 +27,21 @@ import hashlib
 import hmac
 import re
 from collections.abc import Collection, Mapping
-from typing import Any
 
 import msgspec
 
 from hermes_actors.media import kind_of
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
-from platforms.support import json_guard
 from platforms.support.http_host import Refused
 from platforms.whatsapp.files import MediaRef
+from platforms.whatsapp.wire import Interactive, Location, Media, Message, Notification, Status, Value
 
 __all__ = [
     "PLATFORM",
     "SIGNATURE_HEADER",
-    "Notification",
     "Parsed",
-    "Status",
     "answer_handshake",
-    "decode_notification",
     "parse_notification",
     "signed_by",
 ]
@@ -107,147 +103,6 @@ def signed_by(header: str | None, body: bytes, secrets: Mapping[str, bytes]) -> 
     return numbers
 
 
-# -- the notification --------------------------------------------------------------------------------------------
-
-
-class _Change(msgspec.Struct, frozen=True, kw_only=True):
-    field: str
-    value: dict[str, Any]  # typed once ``field`` says it is a ``messages`` value
-
-
-class _Entry(msgspec.Struct, frozen=True, kw_only=True):
-    id: str | None = None
-    changes: list[_Change] = msgspec.field(default_factory=list)
-
-
-class Notification(msgspec.Struct, frozen=True, kw_only=True):
-    """The outer webhook body."""
-
-    object: str
-    entry: list[_Entry] = msgspec.field(default_factory=list)
-
-
-class _Metadata(msgspec.Struct, frozen=True, kw_only=True):
-    phone_number_id: str
-    display_phone_number: str | None = None
-
-
-class _Profile(msgspec.Struct, frozen=True, kw_only=True):
-    name: str | None = None
-
-
-class _Contact(msgspec.Struct, frozen=True, kw_only=True):
-    wa_id: str | None = None
-    profile: _Profile | None = None
-
-
-class _Text(msgspec.Struct, frozen=True, kw_only=True):
-    body: str = ""
-
-
-class _Choice(msgspec.Struct, frozen=True, kw_only=True):
-    id: str | None = None
-    title: str = ""
-    description: str | None = None
-
-
-class _FlowReply(msgspec.Struct, frozen=True, kw_only=True):
-    body: str | None = None
-    name: str | None = None
-
-
-class _Interactive(msgspec.Struct, frozen=True, kw_only=True):
-    type: str = ""
-    button_reply: _Choice | None = None
-    list_reply: _Choice | None = None
-    nfm_reply: _FlowReply | None = None
-
-
-class _Button(msgspec.Struct, frozen=True, kw_only=True):
-    text: str = ""
-    payload: str | None = None
-
-
-class _Media(msgspec.Struct, frozen=True, kw_only=True):
-    id: str | None = None
-    caption: str | None = None
-    filename: str | None = None
-    mime_type: str | None = None
-    sha256: str | None = None
-
-
-class _Location(msgspec.Struct, frozen=True, kw_only=True):
-    latitude: float | None = None
-    longitude: float | None = None
-    name: str | None = None
-    address: str | None = None
-
-
-class _Message(msgspec.Struct, frozen=True, kw_only=True):
-    """One user message (the fields read; media objects and the rest are only named)."""
-
-    id: str
-    sender: str = msgspec.field(name="from")
-    timestamp: str
-    type: str
-    group_id: str | None = None
-    text: _Text | None = None
-    interactive: _Interactive | None = None
-    button: _Button | None = None
-    image: _Media | None = None
-    video: _Media | None = None
-    audio: _Media | None = None
-    sticker: _Media | None = None
-    document: _Media | None = None
-    location: _Location | None = None
-
-
-class _ErrorData(msgspec.Struct, frozen=True, kw_only=True):
-    details: str | None = None
-
-
-class _Error(msgspec.Struct, frozen=True, kw_only=True):
-    code: int | None = None
-    title: str | None = None
-    message: str | None = None
-    error_data: _ErrorData | None = None
-
-    def describe(self) -> str:
-        """``code title: details`` for a log line."""
-        details = (self.error_data.details if self.error_data else None) or self.message or ""
-        return f"{self.code} {self.title or ''}: {details}".strip(" :")[:300]
-
-
-class Status(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery receipt for one of our replies: ``sent``, ``delivered``, ``read`` or ``failed``."""
-
-    id: str = ""
-    status: str = ""
-    recipient_id: str | None = None
-    errors: list[_Error] = msgspec.field(default_factory=list)
-
-
-class _Value(msgspec.Struct, frozen=True, kw_only=True):
-    metadata: _Metadata
-    contacts: list[_Contact] = msgspec.field(default_factory=list)
-    messages: list[_Message] = msgspec.field(default_factory=list)
-    statuses: list[Status] = msgspec.field(default_factory=list)
-    errors: list[_Error] = msgspec.field(default_factory=list)
-
-
-_decoder = msgspec.json.Decoder(Notification)
-
-
-def decode_notification(body: bytes) -> Notification:
-    """The outer notification, or :class:`Refused` (400) naming what is wrong."""
-    try:
-        return json_guard.decode(_decoder, body)
-    except msgspec.ValidationError as exc:
-        raise Refused(400, f"the body is not a webhook notification ({exc})") from None
-    except msgspec.DecodeError as exc:
-        raise Refused(400, f"the body is not valid JSON ({exc})") from None
-
-
 class Parsed(msgspec.Struct, frozen=True, kw_only=True):
     """What a notification holds: messages to accept (and the media to download for them), receipts, and one line
     per thing skipped."""
@@ -278,7 +133,7 @@ def parse_notification(
                 parsed.skipped.append(f"a {change.field[:40]!r} change (only messages are read)")
                 continue
             try:
-                value = msgspec.convert(change.value, _Value)
+                value = msgspec.convert(change.value, Value)
             except msgspec.ValidationError as exc:
                 raise Refused(400, f"{where} is not a messages value ({_at(exc, where)})") from None
             number = value.metadata.phone_number_id
@@ -298,7 +153,7 @@ def _at(exc: msgspec.ValidationError, where: str) -> str:
     return str(exc).replace("`$", f"`{where}", 1)
 
 
-def _parse_value(value: _Value, number: str, where: str, now: float, parsed: Parsed) -> None:
+def _parse_value(value: Value, number: str, where: str, now: float, parsed: Parsed) -> None:
     names = {c.wa_id: c.profile.name for c in value.contacts if c.wa_id and c.profile and c.profile.name}
     for i, message in enumerate(value.messages):
         here = f"{where}.messages[{i}]"
@@ -323,7 +178,7 @@ def _checked(value: str | None, pattern: re.Pattern[str], field: str) -> str:
 
 
 def _to_inbound(
-    message: _Message, number: str, names: Mapping[str, str], where: str, now: float
+    message: Message, number: str, names: Mapping[str, str], where: str, now: float
 ) -> InboundMessage | str:
     """The inbound message, or why it starts no turn; :class:`Refused` when it is malformed."""
     wamid = _checked(message.id, _WAMID, f"{where}.id")
@@ -350,7 +205,7 @@ def _to_inbound(
     return InboundMessage(source=source, text=text, message_id=wamid, received_at=sent_at)
 
 
-def _text_of(message: _Message) -> str:
+def _text_of(message: Message) -> str:
     """The message as the agent should read it: text, the chosen option, or a stand-in with any caption."""
     kind = message.type
     if kind == "text":
@@ -360,7 +215,7 @@ def _text_of(message: _Message) -> str:
     if kind == "button" and message.button is not None:
         return message.button.text or message.button.payload or "[button]"
     if kind in _MEDIA:
-        media: _Media | None = getattr(message, kind)
+        media: Media | None = getattr(message, kind)
         return _media(kind, media)
     if kind == "location":
         return _place(message.location)
@@ -371,11 +226,11 @@ def _text_of(message: _Message) -> str:
     return f"[{kind if _TYPE.fullmatch(kind) else 'unknown'} message]"
 
 
-def _media_ref(message: _Message) -> MediaRef | None:
+def _media_ref(message: Message) -> MediaRef | None:
     """The file to download for an image, audio, video or document message (none without a usable media id)."""
     if message.type not in _DOWNLOADED:
         return None
-    media: _Media | None = getattr(message, message.type)
+    media: Media | None = getattr(message, message.type)
     if media is None or media.id is None or not _MEDIA_ID.fullmatch(media.id):
         return None
     mime = (media.mime_type or "").split(";", 1)[0].strip().lower() or None  # audio/ogg; codecs=opus
@@ -384,7 +239,7 @@ def _media_ref(message: _Message) -> MediaRef | None:
     return MediaRef(media_id=media.id, kind=kind, mime_type=mime, name=name, sha256=media.sha256)
 
 
-def _choice(interactive: _Interactive) -> str:
+def _choice(interactive: Interactive) -> str:
     choice = interactive.button_reply or interactive.list_reply
     if choice is not None and choice.title:
         return choice.title
@@ -397,14 +252,14 @@ def _label(text: str | None) -> str:
     return " ".join((text or "").replace("]", ")").split())[:80]
 
 
-def _media(kind: str, media: _Media | None) -> str:
+def _media(kind: str, media: Media | None) -> str:
     name = _label(media.filename) if media is not None else ""
     stand_in = f"[{kind}: {name}]" if name else f"[{kind}]"
     caption = (media.caption or "").strip() if media is not None else ""
     return f"{caption}\n{stand_in}" if caption else stand_in
 
 
-def _place(location: _Location | None) -> str:
+def _place(location: Location | None) -> str:
     if location is None:
         return "[location]"
     words = ", ".join(_label(part) for part in (location.name, location.address) if part and _label(part))
