@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import openai
@@ -125,10 +125,6 @@ def _signed(url: str, payload: Mapping[str, object], webhook_id: str, secret: st
         return int(response.status)
 
 
-def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    poll_until(check, timeout=timeout, what="condition not met in time")
-
-
 def _user_messages(home: Path) -> list[tuple[str, str]]:
     with Store.open(home / "state.db", readonly=True) as store:
         rows = store._connection.execute(
@@ -184,7 +180,7 @@ def test_the_daemon_serves_api_webhooks_and_hermesctl_then_stops_on_sigterm_with
     assert state["running"] is True
     assert {p["name"]: p["state"] for p in state["platforms"]} == {"api_server": "running", "webhook": "running"}
 
-    _wait_for(lambda: ("webhook", "hello by webhook") in _user_messages(home))
+    poll_until(lambda: ("webhook", "hello by webhook") in _user_messages(home))
     code, out, err = daemon.stop()
     assert code == 0, err
     assert "hermesd" in out
@@ -229,7 +225,7 @@ def test_sighup_reloads_the_configuration_without_dropping_sessions(daemon: Daem
             lines = [line for p in client.status().platforms for line in p.detail]
         return any("'second'" in line for line in lines)
 
-    _wait_for(second_route_listed)
+    poll_until(second_route_listed)
     daemon.status = daemon.wait_ready()  # a restarted webhook server on port 0 has a new port
     payload = {"text": "via the new route", "chat_id": "c9", "user_id": "u9"}
     assert _signed(daemon.url("webhook") + "/webhooks/second", payload, "msg_after_reload", other) == 202

@@ -3,8 +3,10 @@
 :class:`StartGateway` is the ``start_gateway`` fixture of ``conftest.py``: an adapter started on a real gateway
 through the inbox port, both stopped at the end of the test. :class:`RunningAdapter` is such an adapter with the
 store reads its tests make (each platform's test module subclasses it with what is its own: a poll cursor, how its
-inbox rows look); :func:`poll_until` waits for a condition that nothing signals, :func:`wait_on` for one a fake's
-condition variable announces; :class:`GatedAgent` holds turns until a test lets them go;
+inbox rows look); :func:`wait_on` waits for a condition a fake's condition variable announces
+(``hermes_actors.testing`` has ``poll_until`` for one that nothing signals, and ``GatedAgent``, which holds turns
+until a test lets them go);
+:func:`inbound_messages` reads the inbox rows back as the adapter accepted them;
 :class:`Arrivals` is a fake platform's queue of what the adapter sent it; :class:`LogRecords` keeps log records
 where pytest's ``caplog`` cannot reach (hypothesis examples share no function-scoped fixture).
 """
@@ -19,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from hermes_actors.messages import InboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
 from platforms.base import Adapter, Inbox, ReplySender
 
-__all__ = ["Arrivals", "LogRecords", "RunningAdapter", "StartGateway", "wait_on"]
+__all__ = ["Arrivals", "LogRecords", "RunningAdapter", "StartGateway", "inbound_messages", "wait_on"]
 
 A = TypeVar("A", bound=Adapter)
 T = TypeVar("T")
@@ -63,6 +66,13 @@ def wait_on(changed: threading.Condition, check: Callable[[], T], timeout: float
             if left <= 0:
                 raise AssertionError(failed())
             changed.wait(min(left, 0.05))
+
+
+def inbound_messages(gateway: Gateway, platform: str) -> list[InboundMessage]:
+    """The messages of ``platform``'s inbox rows, oldest first, as the adapter committed them (attachments and
+    all), read through the store interface."""
+    with gateway.read() as store:
+        return [decode_inbound(payload) for payload in store.inbox.payloads_since(platform, 0.0)]
 
 
 @dataclass(frozen=True)

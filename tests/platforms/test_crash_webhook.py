@@ -81,9 +81,11 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     worker = AdapterWorker.start(db, "webhook", config, agent="echo")
     try:
         poll_until(lambda: callbacks.bodies, 20, what="a callback")
-        # the sender retries the delivered message as the same webhook; nothing more arrives
+        # the sender retries the delivered message as the same webhook; nothing more arrives for it. A later
+        # message of the same chat is the barrier: its reply leaves after any reply queued before it.
         assert _post(worker.url() + "/webhooks/r", {"text": "survive", "chat_id": "c"}, "msg_crash") == 202
-        time.sleep(0.3)
+        assert _post(worker.url() + "/webhooks/r", {"text": "after", "chat_id": "c"}, "msg_after") == 202
+        poll_until(lambda: len(callbacks.bodies) >= 2, 20, what="the barrier's callback")
     finally:
         worker.stop()
-    assert [body["text"] for body in callbacks.bodies] == ["echo: survive"]
+    assert [body["text"] for body in callbacks.bodies] == ["echo: survive", "echo: after"]

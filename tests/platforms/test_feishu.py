@@ -26,14 +26,14 @@ from hypothesis import strategies as st
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import MediaConfig
-from hermes_actors.messages import OutboundMessage, decode_inbound
+from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock
 from platforms.base import SendError, ThreadCreator
 from platforms.feishu import LARK_BASE_URL, FeishuAdapter, FeishuApp, FeishuConfig
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.feishu_fake import Failure, FakeFeishu, deliver, seal, sign, url_verification
-from tests.platforms.support import StartGateway
+from tests.platforms.support import StartGateway, inbound_messages
 
 MAIN_ID = "cli_a1b2c3d4e5f60001"
 PLAIN_ID = "cli_a1b2c3d4e5f60002"
@@ -311,10 +311,8 @@ def test_an_image_is_downloaded_with_the_tenant_token_before_the_event_is_acknow
     digest = hashlib.sha256(png).hexdigest()
     cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
     assert cached.read_bytes() == png
-    with feishu.gateway.read() as store:
-        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
-    assert isinstance(payload, bytes)
-    (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
+    (message,) = inbound_messages(feishu.gateway, "feishu")
+    (attachment,) = message.attachments  # in the row the 200 acknowledged
     assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (
         "image",
         "image/png",

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import KINDS, MediaConfig
-from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
+from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import Inbox
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
 from hermes_actors.testing import FakeClock, FakePlatform
@@ -47,7 +47,7 @@ from platforms.matrix.state import AccountState, decode_state
 from platforms.matrix.wire import MAX_DEPTH
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.matrix_fake import MatrixFake
-from tests.platforms.support import RunningAdapter, StartGateway
+from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages
 
 TOKEN = "syt_Ym90_hermes_bot_0001"
 OTHER_TOKEN = "syt_Ym90_second_bot_0002"
@@ -101,9 +101,7 @@ class Running(RunningAdapter[MatrixAdapter]):
 
     def inbound(self) -> list[InboundMessage]:
         """The messages of the inbox rows, as the adapter accepted them."""
-        with self.gateway.read() as store:
-            found = store._connection.execute("SELECT payload FROM inbox ORDER BY id")
-            return [decode_inbound(payload) for (payload,) in found]
+        return inbound_messages(self.gateway, "matrix")
 
     def inbox(self) -> list[tuple[str, ...]]:
         """(account, event id, routing key) of every inbox row."""

@@ -49,7 +49,7 @@ from tests.platforms.signal_fake import (
     unregistered_error,
     untrusted_error,
 )
-from tests.platforms.support import StartGateway
+from tests.platforms.support import StartGateway, inbound_messages
 
 ACCOUNT = "+15550001"
 OTHER_ACCOUNT = "+15550002"
@@ -95,9 +95,7 @@ class Running:
     clock: FakeClock
 
     def inbound(self) -> list[InboundMessage]:
-        with self.gateway.read() as store:
-            found = store._connection.execute("SELECT payload FROM inbox ORDER BY id")
-            return [decode_inbound(payload) for (payload,) in found]
+        return inbound_messages(self.gateway, PLATFORM)
 
     def rows(self) -> list[Row]:
         with self.gateway.read() as store:

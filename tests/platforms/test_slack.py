@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
-from hermes_actors.messages import OutboundMessage, decode_inbound
+from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform, GatedAgent
@@ -44,7 +44,7 @@ from tests.platforms.slack_fake import (
     sign,
     url_verification,
 )
-from tests.platforms.support import LogRecords, RunningAdapter, StartGateway
+from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 OTHER_SECRET = "0123456789abcdef0123456789abcdef"
@@ -399,10 +399,8 @@ def test_a_shared_file_is_downloaded_with_the_bot_token_before_the_event_is_ackn
     cached = tmp_path / "media" / digest[:2] / f"{digest}.png"
     assert cached.read_bytes() == PNG
     # The acknowledged inbox row already names the saved file.
-    with running.gateway.read() as store:
-        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
-    assert isinstance(payload, bytes)
-    (attachment,) = decode_inbound(payload).attachments
+    (message,) = inbound_messages(running.gateway, "slack")
+    (attachment,) = message.attachments
     assert (attachment.kind, attachment.name, attachment.size, attachment.sha256, attachment.path) == (
         "image",
         "plot.png",

@@ -35,7 +35,7 @@ from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfi
 from platforms.wechat.batching import AccountState, Batcher, decode_state
 from platforms.wechat.wire import Malformed, Piece, decode_message
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
-from tests.platforms.support import StartGateway
+from tests.platforms.support import StartGateway, inbound_messages
 from tests.platforms.wechat_fake import RATE_LIMITED, SESSION_TIMEOUT, FakeIlink, Sent
 
 TOKEN_A = "bot-token-a"
@@ -94,9 +94,7 @@ class Wechat:
         return [row.text for row in self.rows()]
 
     def inbound(self) -> list[InboundMessage]:
-        with self.gateway.read() as store:
-            found = store._connection.execute("SELECT payload FROM inbox ORDER BY id")
-            return [decode_inbound(payload) for (payload,) in found]
+        return inbound_messages(self.gateway, PLATFORM)
 
     def session_of(self, routing_key: str) -> str:
         with self.gateway.read() as store:
@@ -918,13 +916,16 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     try:
         reply = ilink.take_sent(timeout=20)
         ilink.wait_polls(before + 2)  # polling from the stored cursor brings nothing back
-        time.sleep(0.3)
+        # A later message of the same chat is the barrier: its reply leaves after any reply queued before it.
+        ilink.push(TOKEN_A, ilink.message("wxid_alice", "after", context_token="ctx-after"))
+        barrier = ilink.take_sent(timeout=20)
     finally:
         worker.stop()
     assert (reply.text, reply.msg["context_token"]) == ("echo: survive", "ctx-crash")
+    assert barrier.text == "echo: after"
     assert ilink.sent.empty()
     assert ilink.polls[before].body["get_updates_buf"] == stored.buf
-    assert [state for _, state in wait_for_inbox(db, 1)] == ["done"]
+    assert [state for _, state in wait_for_inbox(db, 2)] == ["done", "done"]
     assert ilink.protocol_errors == []
 
 

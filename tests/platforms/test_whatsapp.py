@@ -24,16 +24,16 @@ from hypothesis import strategies as st
 from hermes_actors.agents.base import EchoAgent
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
-from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound
+from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakePlatform, GatedAgent
+from hermes_actors.testing import FakePlatform, GatedAgent, poll_until
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.support import LogRecords, RunningAdapter, StartGateway
+from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.whatsapp_fake import (
     Answer,
     FakeGraph,
@@ -101,15 +101,15 @@ class Running(RunningAdapter[WhatsappAdapter]):
 
     def given_up(self, count: int = 1, timeout: float = 10.0) -> list[str]:
         """Wait for ``count`` replies given up by the outbox; return the reason recorded for each."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def reasons() -> list[str] | None:
             with self.gateway.read() as store:
                 rows = store._connection.execute(
                     "SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id"
                 ).fetchall()
-            if len(rows) >= count or time.monotonic() > deadline:
-                return [str(reason) for (reason,) in rows]
-            time.sleep(0.02)
+            return [str(reason) for (reason,) in rows] if len(rows) >= count else None
+
+        return poll_until(reasons, timeout, what=f"{count} replies given up")
 
 
 StartWhatsapp = Callable[..., Running]
@@ -564,10 +564,8 @@ def test_an_image_is_looked_up_and_downloaded_with_the_access_token_before_the_c
     digest = hashlib.sha256(JPEG).hexdigest()
     cached = tmp_path / "media" / digest[:2] / f"{digest}.jpg"
     assert cached.read_bytes() == JPEG
-    with running.gateway.read() as store:
-        ((payload,),) = store._connection.execute("SELECT payload FROM inbox").fetchall()
-    assert isinstance(payload, bytes)
-    (attachment,) = decode_inbound(payload).attachments  # in the row the 200 acknowledged
+    (accepted,) = inbound_messages(running.gateway, "whatsapp")
+    (attachment,) = accepted.attachments  # in the row the 200 acknowledged
     assert (attachment.kind, attachment.mime_type, attachment.size, attachment.sha256, attachment.source_url) == (
         "image",
         "image/jpeg",

@@ -19,7 +19,7 @@ from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.store import Store
 from hermes_actors.store.writer import StoreWriter
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, poll_until
 from platforms.base import ReplySender, SendError
 from platforms.discord import DiscordAdapter, DiscordBot, DiscordConfig
 from tests.platforms.discord_fake import DiscordFake
@@ -154,14 +154,6 @@ def in_thread(work: Callable[[], T]) -> Future[T]:
     return future
 
 
-def wait_until(check: Callable[[], bool]) -> None:
-    """Wait (up to ``WAIT_S``) for ``check()`` to hold: for state that has no event of its own."""
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        threading.Event().wait(0.01)
-
-
 def unsent(db_path: Path) -> list[tuple[int, int]]:
     """(outbox id, attempts) of every row not sent nor given up, read from the file."""
     with Store.open(db_path, readonly=True) as store:
@@ -239,7 +231,7 @@ def test_a_sender_raising_an_unexpected_error_costs_a_retry_not_the_lane(
     router.deliver(*second)
     router.deliver(*queue_reply(writer, "other", "elsewhere"))
     assert sender.arrived("elsewhere").wait(WAIT_S)  # the actor lives on and serves the other chat
-    wait_until(lambda: router.in_flight() == 0)  # the failed chat waits for its retry
+    poll_until(lambda: router.in_flight() == 0, WAIT_S)  # the failed chat waits for its retry
     writer.call(lambda store: None)
     with Store.open(db_path, readonly=True) as store:
         rows = store.outbox.unsent()
@@ -305,7 +297,7 @@ def test_a_replaced_sender_takes_over_the_replies_the_old_one_still_held_in_orde
     router = routers(writer, old, clock=clock)
     for n in range(3):
         router.deliver(*queue_reply(writer, "chat", f"held {n}"))
-    wait_until(lambda: router.in_flight() == 0)  # waiting for its retry
+    poll_until(lambda: router.in_flight() == 0, WAIT_S)  # waiting for its retry
     new = GatedSender()
     router.replace(new)  # as SIGHUP reloads an adapter
     router.deliver(*queue_reply(writer, "chat", "after the reload"))
@@ -346,7 +338,7 @@ def test_a_discord_reply_sent_again_after_a_crash_carries_the_same_nonce_and_is_
         try:
             router = routers(restarted, new_sender())
             assert router.redeliver(restarted.call(lambda store: store.outbox.unsent())) == 1
-            wait_until(lambda: unsent(db_path) == [])
+            poll_until(lambda: unsent(db_path) == [], WAIT_S)
         finally:
             restarted.stop()
         first, second = fake.calls("POST /channels/2001/messages")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.lifecycle.auto_titles import free_distinct_title
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import MessageRecord, Store
-from hermes_actors.testing import FakeClock
+from hermes_actors.testing import FakeClock, poll_until
 from tests.runtime.conftest import MakeGateway
 
 KEY = "agent:main:fake:dm:chat-1"
@@ -86,16 +86,6 @@ def title_of(gateway: Gateway, key: str = KEY) -> str | None:
         return store.get_session(session_id).title
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for work the gateway cannot wait for (a title job in the agent pool), checking every 10 ms."""
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if check():
-            return
-        done.wait(0.01)
-    raise AssertionError("condition not met in time")
-
-
 @pytest.mark.parametrize(
     ("text", "title"),
     [
@@ -122,7 +112,7 @@ def test_a_title_appears_after_the_first_exchange_without_delaying_the_reply(mak
     assert agent.title_started.wait(5)
     assert title_of(gateway) is None
     agent.release.set()
-    wait_until(lambda: title_of(gateway) is not None)
+    poll_until(lambda: title_of(gateway) is not None)
     assert title_of(gateway) == "Plan the payments refactor for next week"
     assert agent.title_calls == [
         ("plan the payments refactor for next week", "echo: plan the payments refactor for next week")
@@ -167,7 +157,7 @@ def test_a_title_set_by_hand_while_the_title_call_runs_wins(
     fake.push("/title hand made")
     assert fake.pop().text == "Title set to 'hand made'."
     agent.release.set()
-    wait_until(lambda: "not needed: the session has a title" in caplog.text)
+    poll_until(lambda: "not needed: the session has a title" in caplog.text)
     assert title_of(gateway) == "hand made"
     fake.push("/title")
     assert fake.pop().text == "Title: hand made"
