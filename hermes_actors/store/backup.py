@@ -210,22 +210,36 @@ def backup_database(
     )
 
 
+def _probe(path: Path) -> None:
+    """Raise :class:`StoreError` unless ``path`` is an SQLite database (read before any setting is applied)."""
+    try:
+        probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error as exc:
+        raise _file_error(path, "open", exc) from exc
+    try:
+        probe.execute("SELECT count(*) FROM sqlite_schema").get  # noqa: B018 (the read is the probe)
+    except apsw.NotADBError as exc:
+        raise StoreError(f"{path} is not an SQLite database; name a file 'hermesctl db backup' wrote") from exc
+    except apsw.Error as exc:
+        raise _file_error(path, "read", exc) from exc
+    finally:
+        probe.close()
+
+
 def inspect_database(path: str | Path) -> DatabaseSummary:
     """Summarise ``path`` if it is a sound hermes-actors database this build can open; otherwise raise
     :class:`StoreError` (:class:`SchemaVersionError` for a newer one) saying what it is instead."""
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"{path} is {'a directory' if path.is_dir() else 'missing'}; name a backup file")
+    _probe(path)
     try:
         db = open_connection(path, readonly=True)
     except StoreError as exc:
         raise StoreError(f"{path} cannot be opened as a database: {exc}") from exc
     try:
-        try:
-            found = schema_version(db)
-            tables = {str(name) for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        except apsw.NotADBError as exc:
-            raise StoreError(f"{path} is not an SQLite database; name a file 'hermesctl db backup' wrote") from exc
+        found = schema_version(db)
+        tables = {str(name) for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
         if found > SCHEMA_VERSION:
             raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
         if found == 0 or not _OUR_TABLES.issubset(tables):
