@@ -9,13 +9,16 @@ import stat
 from pathlib import Path
 
 import apsw
+import openai
 import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
+from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.media import MediaStore
 from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store
+from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
 
 
 def run(home: Path, *args: str, input: str | None = None) -> Result:
@@ -82,7 +85,9 @@ def test_a_backup_copied_by_hand_to_a_new_home_serves_the_sessions_search_and_fi
     assert (copy_home / "media" / media_file).read_bytes() == b"GIF89a a zebra"
 
 
-def test_backup_refuses_a_directory_and_an_existing_file_unless_forced(home: Path, store: Store, tmp_path: Path) -> None:
+def test_backup_refuses_a_directory_and_an_existing_file_unless_forced(
+    home: Path, store: Store, tmp_path: Path
+) -> None:
     seed(store, home)
     into_directory = run(home, "db", "backup", str(tmp_path))
     assert into_directory.exit_code == 2
@@ -204,7 +209,10 @@ def write_database(path: Path, sql: str) -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: p.write_bytes(b"hello " * 200), "{p} is not an SQLite database; name a file 'hermesctl db backup' wrote"),
+        (
+            lambda p: p.write_bytes(b"hello " * 200),
+            "{p} is not an SQLite database; name a file 'hermesctl db backup' wrote",
+        ),
         (
             lambda p: write_database(p, "CREATE TABLE recipes (name TEXT)"),
             "{p} is another program's database, not a hermes-actors database (a copy of state.db taken without its "
@@ -255,3 +263,84 @@ def test_restore_into_an_empty_home_moves_nothing_aside(tmp_path: Path) -> None:
     assert f"  rm -f {fresh}/state.db {fresh}/state.db-wal {fresh}/state.db-shm" in result.stdout
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
     assert session_id in run(fresh, "sessions", "show", session_id).stdout
+
+
+def user_messages(database: Path) -> list[str]:
+    """The user messages of the API sessions in ``database``, oldest first."""
+    with Store.open(database, readonly=True) as store:
+        rows = store._connection.execute(
+            "SELECT m.content FROM messages m JOIN sessions s ON s.ref = m.session_ref "
+            "WHERE m.role = 'user' AND s.source = 'api_server' ORDER BY m.id"
+        ).fetchall()
+    return [str(content) for (content,) in rows]
+
+
+@pytest.mark.slow
+def test_a_backup_taken_while_hermesd_writes_is_consistent_and_the_restored_home_serves_it(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text(CONFIG)
+    with Store.open(home / "state.db") as store:  # enough pages that the copy takes many steps
+        bulk = store.create_session("cli", title="Bulk")
+        store.append_messages(
+            bulk.id, [NewMessage(role=Role.USER, content=f"bulk {i} " + "x" * 2000) for i in range(200)]
+        )
+    process = start_daemon(home)
+    try:
+        daemon = Daemon(home, process)
+
+        def say(text: str) -> None:
+            with openai.OpenAI(base_url=daemon.api + "/v1", api_key="unused", max_retries=0) as client:
+                answer = client.chat.completions.create(
+                    model="hermes-agent",
+                    messages=[{"role": "user", "content": text}],
+                    extra_headers={"X-Hermes-Session-Id": "backup-test"},
+                )
+            assert answer.choices[0].message.content == f"echo: {text}"  # answered: its turn has committed
+
+        before = [f"before {i}" for i in range(5)]
+        for text in before:
+            say(text)
+        during: list[str] = []
+
+        def write_meanwhile(done: int, total: int) -> None:
+            if len(during) < 5:
+                during.append(f"during {len(during)}")
+                say(during[-1])
+
+        live = tmp_path / "live.db"
+        with Store.open(home / "state.db", readonly=True) as reader:
+            result = reader.backup(live, pages_per_step=16, pause_s=0.0, progress=write_meanwhile)
+        assert len(during) == 5  # the daemon committed between the steps of the copy
+        assert result.problems == []
+        assert user_messages(live) == before  # everything committed before it started, and one snapshot only
+        assert user_messages(home / "state.db") == before + during
+
+        by_cli = CliRunner().invoke(hermesctl, ["db", "backup", str(tmp_path / "cli.db"), "--home", str(home)])
+        assert by_cli.exit_code == 0, by_cli.output
+        assert "quick_check of the copy: ok" in by_cli.stdout
+        assert user_messages(tmp_path / "cli.db") == before + during
+
+        refused = CliRunner().invoke(hermesctl, ["db", "restore", str(live), "--yes", "--home", str(home)])
+        pid = daemon.status.pid
+        assert refused.exit_code == 1
+        assert refused.stderr == (
+            f"Error: hermesd (pid {pid}) is running on {home}; stop it first (kill -TERM {pid}), then restore again\n"
+        )
+        code, _, err = daemon.stop()
+        assert code == 0, err
+
+        restored = CliRunner().invoke(hermesctl, ["db", "restore", str(live), "--yes", "--home", str(home)])
+        assert restored.exit_code == 0, restored.output
+        process = start_daemon(home)
+        daemon = Daemon(home, process)
+        say("after the restore")  # the same API session continues from the backed-up conversation
+        code, _, err = daemon.stop()
+        assert code == 0, err
+        assert user_messages(home / "state.db") == [*before, "after the restore"]
+        [aside] = home.glob("state.db.before-restore-*")
+        assert user_messages(aside) == before + during
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)

@@ -16,7 +16,10 @@ from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.backup import inspect_database, restore_database
 from hermes_actors.store.backup_media import copy_media, media_backup_dir
 
-HELLO = [NewMessage(role=Role.USER, content="the quick brown fox"), NewMessage(role=Role.ASSISTANT, content="你好世界朋友")]
+HELLO = [
+    NewMessage(role=Role.USER, content="the quick brown fox"),
+    NewMessage(role=Role.ASSISTANT, content="你好世界朋友"),
+]
 
 
 def seed(store: StoreInterface, sessions: int = 2) -> list[str]:
@@ -28,7 +31,9 @@ def seed(store: StoreInterface, sessions: int = 2) -> list[str]:
     return ids
 
 
-def test_a_backup_copied_alone_holds_every_session_message_and_search_hit(store: StoreInterface, tmp_path: Path) -> None:
+def test_a_backup_copied_alone_holds_every_session_message_and_search_hit(
+    store: StoreInterface, tmp_path: Path
+) -> None:
     ids = seed(store)
     dest = tmp_path / "backups" / "hermes.db"
     dest.parent.mkdir()
@@ -51,7 +56,9 @@ def test_a_backup_copied_alone_holds_every_session_message_and_search_hit(store:
         assert copy.check_integrity() == []
 
 
-def test_the_copy_is_in_rollback_journal_mode_so_no_reader_ever_needs_a_wal(store: StoreInterface, tmp_path: Path) -> None:
+def test_the_copy_is_in_rollback_journal_mode_so_no_reader_ever_needs_a_wal(
+    store: StoreInterface, tmp_path: Path
+) -> None:
     seed(store)
     dest = tmp_path / "copy.db"
     store.backup(dest)
