@@ -21,10 +21,11 @@ from hermes_actors.daemon.home import PID_NAME
 from hermes_actors.daemon.pid_lock import DaemonRunningError, PidLock
 from hermes_actors.errors import StoreError
 from hermes_actors.runtime.leases import describe_owner, lease_owner_alive
-from hermes_actors.store import SCHEMA_VERSION, Store
+from hermes_actors.store import SCHEMA_VERSION
 from hermes_actors.store.attachments import MEDIA_DIR_NAME
-from hermes_actors.store.backup import DatabaseSummary, check_destination, inspect_database, restore_database
+from hermes_actors.store.backup import DatabaseSummary, check_destination
 from hermes_actors.store.backup_media import MediaCopy, copy_media, media_backup_dir
+from hermes_actors.store.restore import ReplacedDatabase, inspect_database, read_replaced, restore_database
 
 __all__ = ["db_backup", "db_restore"]
 
@@ -100,19 +101,25 @@ def _running_pid(root: Path) -> str:
         return "unknown"
 
 
-def _refuse_other_holders(target: Path) -> None:
+def _refuse_other_holders(target: Path, current: ReplacedDatabase) -> None:
     """Refuse when a live process of this host holds a session of the database (a terminal chat run without
     hermesd keeps it open): it would go on writing to the file moved aside."""
-    if not target.exists():
-        return
-    with Store.open(target, readonly=True) as store:
-        owners = store.leases.owners()
     host = socket.gethostname()
-    for owner in owners:
+    for owner in current.lease_owners:
         if owner.partition(":")[0] == host and lease_owner_alive(owner):
             raise StoreError(
                 f"{describe_owner(owner)} (a terminal chat?) has {target} open; close it, then restore again"
             )
+
+
+def _question(src: Path, incoming: DatabaseSummary, target: Path, current: ReplacedDatabase | None) -> str:
+    if current is None:
+        return f"Restore {src} ({_counts(incoming)}) into {target.parent}, which has no database yet?"
+    if current.problem is not None:
+        now = f"which cannot be read: {current.problem}"
+    else:
+        now = f"{plural(current.sessions or 0, 'session')}, {plural(current.messages or 0, 'message')}"
+    return f"Replace {target} ({now}) with {src} ({_counts(incoming)})? The current database is kept beside it."
 
 
 def _undo_lines(target: Path, moved: list[tuple[str, str]]) -> list[str]:
@@ -147,18 +154,11 @@ def db_restore(home: str | None, src: Path, yes: bool) -> None:
             f"hermesd (pid {pid}) is running on {root}; stop it first (kill -TERM {pid}), then restore again"
         ) from None
     try:
-        _refuse_other_holders(target)
+        current = read_replaced(target) if target.exists() else None
+        if current is not None:
+            _refuse_other_holders(target, current)
         incoming = inspect_database(src)
-        if target.exists():
-            with open_store(str(root)) as current:
-                now = current.stats()
-            question = (
-                f"Replace {target} ({plural(now.sessions, 'session')}, {plural(now.messages, 'message')}) with "
-                f"{src} ({_counts(incoming)})? The current database is kept beside it."
-            )
-        else:
-            question = f"Restore {src} ({_counts(incoming)}) into {root}, which has no database yet?"
-        if not confirm(question, yes=yes):
+        if not confirm(_question(src, incoming, target, current), yes=yes):
             click.echo("Nothing restored.")
             return
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

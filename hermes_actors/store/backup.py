@@ -9,8 +9,7 @@ disk and CPU. The price is a WAL that cannot be checkpointed past the snapshot u
 The copy is written next to its destination as ``DEST.partial`` (0600) and renamed over ``DEST`` only once it is
 complete, switched to rollback-journal mode (one file, never a ``-wal`` or ``-shm``) and checked with
 ``PRAGMA quick_check``: copying ``DEST`` alone is enough. hermesd switches a restored copy back to WAL as it opens
-it. :func:`inspect_database` tells whether a file is one of our databases this build can open;
-:func:`restore_database` copies one over a home's database, keeping the old one aside under a timestamped name.
+it; putting a copy back is :mod:`.restore`.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from pathlib import Path
 import apsw
 import msgspec
 
-from hermes_actors.errors import SchemaVersionError, StoreError
+from hermes_actors.errors import StoreError
 from hermes_actors.store.connection import PRIVATE_FILE, fault_of, open_connection
-from hermes_actors.store.migrations import SCHEMA_VERSION, schema_version
+from hermes_actors.store.migrations import schema_version
 
 __all__ = [
     "DEFAULT_PAGES_PER_STEP",
@@ -34,11 +33,12 @@ __all__ = [
     "BackupResult",
     "DatabaseSummary",
     "PageProgress",
-    "RestoreResult",
     "backup_database",
     "check_destination",
-    "inspect_database",
-    "restore_database",
+    "file_error",
+    "quick_check",
+    "summarise",
+    "write_copy",
 ]
 
 PageProgress = Callable[[int, int], None]
@@ -49,7 +49,6 @@ DEFAULT_PAGES_PER_STEP = 1024
 
 DEFAULT_PAUSE_S = 0.002
 
-_OUR_TABLES = frozenset({"sessions", "messages", "meta"})
 _SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
@@ -74,14 +73,7 @@ class BackupResult(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
 
 
-class RestoreResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What :func:`restore_database` did: the database now in place and where the previous files went."""
-
-    restored: DatabaseSummary
-    moved_aside: list[tuple[str, str]]  # (old path, new path) of state.db and its -wal, those that were there
-
-
-def _file_error(path: Path, action: str, exc: apsw.Error | OSError) -> StoreError:
+def file_error(path: Path, action: str, exc: apsw.Error | OSError) -> StoreError:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     fault = fault_of(exc) if isinstance(exc, apsw.Error) else None
     return StoreError(f"cannot {action} {path}: {reason}", fault=fault)
@@ -127,7 +119,7 @@ def _copy_pages(
             copy.finish()
 
 
-def _summary(db: apsw.Connection, path: Path) -> DatabaseSummary:
+def summarise(db: apsw.Connection, path: Path) -> DatabaseSummary:
     return DatabaseSummary(
         path=str(path),
         schema_version=schema_version(db),
@@ -136,7 +128,7 @@ def _summary(db: apsw.Connection, path: Path) -> DatabaseSummary:
     )
 
 
-def _quick_check(db: apsw.Connection) -> list[str]:
+def quick_check(db: apsw.Connection) -> list[str]:
     return [str(row[0]) for row in db.execute("PRAGMA quick_check") if row[0] != "ok"]
 
 
@@ -146,7 +138,7 @@ def _media_paths(db: apsw.Connection) -> list[str]:
     return [str(path) for (path,) in rows if not os.path.isabs(str(path))]
 
 
-def _write_copy(
+def write_copy(
     source: apsw.Connection, partial: Path, pages_per_step: int, pause_s: float, progress: PageProgress
 ) -> int:
     """Copy ``source`` into the new file ``partial`` and make it a single rollback-journal file; its page count."""
@@ -181,22 +173,24 @@ def backup_database(
     ``overwrite``) or a missing parent directory; a failed copy leaves ``dest`` as it was."""
     dest = Path(dest)
     check_destination(dest, overwrite=overwrite)
+    if dest.resolve() in {Path(f"{source.filename}{suffix}").resolve() for suffix in ("", "-wal", "-shm")}:
+        raise StoreError(f"{dest} is the database being backed up; name a file outside the home")
     partial = dest.with_name(dest.name + ".partial")
     started = time.monotonic()
     try:
-        pages = _write_copy(source, partial, max(1, pages_per_step), pause_s, progress or (lambda done, total: None))
+        pages = write_copy(source, partial, max(1, pages_per_step), pause_s, progress or (lambda done, total: None))
         checker = open_connection(partial, readonly=True)
         try:
-            summary, problems, media = _summary(checker, dest), _quick_check(checker), _media_paths(checker)
+            summary, problems, media = summarise(checker, dest), quick_check(checker), _media_paths(checker)
         finally:
             checker.close()
         os.replace(partial, dest)
     except apsw.Error as exc:
         partial.unlink(missing_ok=True)
-        raise _file_error(dest, "write the backup", exc) from exc
+        raise file_error(dest, "write the backup", exc) from exc
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        raise _file_error(dest, "write the backup", exc) from exc
+        raise file_error(dest, "write the backup", exc) from exc
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -208,94 +202,3 @@ def backup_database(
         media_paths=media,
         seconds=time.monotonic() - started,
     )
-
-
-def _probe(path: Path) -> None:
-    """Raise :class:`StoreError` unless ``path`` is an SQLite database (read before any setting is applied)."""
-    try:
-        probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    except apsw.Error as exc:
-        raise _file_error(path, "open", exc) from exc
-    try:
-        probe.execute("SELECT count(*) FROM sqlite_schema").get  # noqa: B018 (the read is the probe)
-    except apsw.NotADBError as exc:
-        raise StoreError(f"{path} is not an SQLite database; name a file 'hermesctl db backup' wrote") from exc
-    except apsw.Error as exc:
-        raise _file_error(path, "read", exc) from exc
-    finally:
-        probe.close()
-
-
-def inspect_database(path: str | Path) -> DatabaseSummary:
-    """Summarise ``path`` if it is a sound hermes-actors database this build can open; otherwise raise
-    :class:`StoreError` (:class:`SchemaVersionError` for a newer one) saying what it is instead."""
-    path = Path(path)
-    if not path.is_file():
-        raise StoreError(f"{path} is {'a directory' if path.is_dir() else 'missing'}; name a backup file")
-    _probe(path)
-    try:
-        db = open_connection(path, readonly=True)
-    except StoreError as exc:
-        raise StoreError(f"{path} cannot be opened as a database: {exc}") from exc
-    try:
-        found = schema_version(db)
-        tables = {str(name) for (name,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if found > SCHEMA_VERSION:
-            raise SchemaVersionError(str(path), found, SCHEMA_VERSION)
-        if found == 0 or not _OUR_TABLES.issubset(tables):
-            what = "has no tables" if not tables else "is another program's database"
-            raise StoreError(
-                f"{path} {what}, not a hermes-actors database (a copy of state.db taken without its -wal looks "
-                "like this); name a file 'hermesctl db backup' wrote"
-            )
-        problems = _quick_check(db)
-        if problems:
-            raise StoreError(f"{path} is damaged (quick_check: {'; '.join(problems[:3])}); restore another backup")
-        return _summary(db, path)
-    except apsw.Error as exc:
-        raise _file_error(path, "read", exc) from exc
-    finally:
-        db.close()
-
-
-def restore_database(
-    source: str | Path, target: str | Path, *, stamp: str, progress: PageProgress | None = None
-) -> RestoreResult:
-    """Put a copy of the database ``source`` at ``target`` (0600), first moving ``target`` and its ``-wal`` (when
-    it holds anything) aside to ``<target>.before-restore-<stamp>`` and that name's ``-wal``; the old ``-shm`` is
-    removed (SQLite rebuilds it), so nothing of the old database stays paired with the new one.
-
-    ``source`` is checked with :func:`inspect_database` first, and copied through the backup API (so a WAL beside
-    it counts) into a new file beside ``target``; only a complete copy replaces ``target``. No process may have
-    ``target`` open: the caller makes sure hermesd is stopped.
-    """
-    source, target = Path(source), Path(target)
-    summary = inspect_database(source)
-    partial = target.with_name(target.name + ".restoring")
-    aside = target.with_name(f"{target.name}.before-restore-{stamp}")
-    for again in range(2, 100):  # two restores within a second: never rename over an earlier one
-        if not any(Path(f"{aside}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
-            break
-        aside = target.with_name(f"{target.name}.before-restore-{stamp}-{again}")
-    moved: list[tuple[str, str]] = []
-    try:
-        reader = open_connection(source, readonly=True)
-        try:
-            _write_copy(reader, partial, DEFAULT_PAGES_PER_STEP, 0.0, progress or (lambda done, total: None))
-        finally:
-            reader.close()
-        for suffix in ("", "-wal"):
-            old = Path(f"{target}{suffix}")
-            if old.exists() and (suffix == "" or old.stat().st_size > 0):
-                new = Path(f"{aside}{suffix}")
-                os.rename(old, new)
-                moved.append((str(old), str(new)))
-        for suffix in ("-wal", "-shm"):  # an empty WAL holds nothing, the -shm is rebuilt: neither may stay
-            Path(f"{target}{suffix}").unlink(missing_ok=True)
-        os.replace(partial, target)
-    except (apsw.Error, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        for before, after in reversed(moved):  # put back what was moved: the home is as it was
-            os.rename(after, before)
-        raise _file_error(target, "restore", exc) from exc
-    return RestoreResult(restored=msgspec.structs.replace(summary, path=str(target)), moved_aside=moved)

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -14,7 +15,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
-from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.media import MediaStore
 from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store
@@ -227,11 +227,10 @@ def write_database(path: Path, sql: str) -> None:
     ids=["text", "foreign", "empty"],
 )
 def test_restore_refuses_a_file_that_is_not_one_of_our_databases(
-    home: Path, tmp_path: Path, make: object, message: str
+    home: Path, tmp_path: Path, make: Callable[[Path], object], message: str
 ) -> None:
     stopped_home(home)
     src = tmp_path / "candidate.db"
-    assert callable(make)
     make(src)
     result = run(home, "db", "restore", str(src), "--yes")
     assert result.exit_code == 1
@@ -316,12 +315,12 @@ def test_a_backup_taken_while_hermesd_writes_is_consistent_and_the_restored_home
         assert user_messages(live) == before  # everything committed before it started, and one snapshot only
         assert user_messages(home / "state.db") == before + during
 
-        by_cli = CliRunner().invoke(hermesctl, ["db", "backup", str(tmp_path / "cli.db"), "--home", str(home)])
+        by_cli = CliRunner().invoke(main, ["db", "backup", str(tmp_path / "cli.db"), "--home", str(home)])
         assert by_cli.exit_code == 0, by_cli.output
         assert "quick_check of the copy: ok" in by_cli.stdout
         assert user_messages(tmp_path / "cli.db") == before + during
 
-        refused = CliRunner().invoke(hermesctl, ["db", "restore", str(live), "--yes", "--home", str(home)])
+        refused = CliRunner().invoke(main, ["db", "restore", str(live), "--yes", "--home", str(home)])
         pid = daemon.status.pid
         assert refused.exit_code == 1
         assert refused.stderr == (
@@ -330,7 +329,7 @@ def test_a_backup_taken_while_hermesd_writes_is_consistent_and_the_restored_home
         code, _, err = daemon.stop()
         assert code == 0, err
 
-        restored = CliRunner().invoke(hermesctl, ["db", "restore", str(live), "--yes", "--home", str(home)])
+        restored = CliRunner().invoke(main, ["db", "restore", str(live), "--yes", "--home", str(home)])
         assert restored.exit_code == 0, restored.output
         process = start_daemon(home)
         daemon = Daemon(home, process)
@@ -344,3 +343,14 @@ def test_a_backup_taken_while_hermesd_writes_is_consistent_and_the_restored_home
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=10)
+
+
+def test_restore_replaces_a_damaged_database_it_cannot_read(home: Path, tmp_path: Path) -> None:
+    session_id, _ = stopped_home(home)
+    dest = tmp_path / "hermes.db"
+    assert run(home, "db", "backup", str(dest)).exit_code == 0
+    (home / "state.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    result = run(home, "db", "restore", str(dest), input="y\n")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"Replace {home / 'state.db'} (which cannot be read: ")
+    assert session_id in run(home, "sessions", "show", session_id).stdout

@@ -13,8 +13,8 @@ from hermes_actors.errors import SchemaVersionError, StoreError
 from hermes_actors.media import MediaStore
 from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store, StoreInterface
 from hermes_actors.store.attachments import media_dir_for
-from hermes_actors.store.backup import inspect_database, restore_database
 from hermes_actors.store.backup_media import copy_media, media_backup_dir
+from hermes_actors.store.restore import inspect_database, read_replaced, restore_database
 
 HELLO = [
     NewMessage(role=Role.USER, content="the quick brown fox"),
@@ -225,3 +225,25 @@ def test_a_backup_that_fails_midway_leaves_no_file_behind(store: StoreInterface,
     with pytest.raises(KeyboardInterrupt):
         store.backup(dest, pages_per_step=1, progress=interrupt)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("copy.db")] == []
+
+
+def test_what_a_restore_replaces_is_read_without_failing_even_when_damaged(
+    sqlite_store: Store, db_path: Path, tmp_path: Path
+) -> None:
+    [session_id] = seed(sqlite_store, 1)
+    sqlite_store.leases.acquire(session_id, "host:123:1", 60)
+    current = read_replaced(db_path)
+    assert (current.sessions, current.messages, current.lease_owners, current.problem) == (1, 2, ["host:123:1"], None)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    damaged = read_replaced(garbage)
+    assert (damaged.sessions, damaged.lease_owners) == (None, [])
+    assert damaged.problem is not None
+    assert str(garbage) in damaged.problem
+
+
+def test_a_backup_over_the_database_it_reads_is_refused(store: StoreInterface) -> None:
+    seed(store, 1)
+    with pytest.raises(StoreError, match=r"is the database being backed up; name a file outside the home$"):
+        store.backup(store.path, overwrite=True)
+    assert store.stats().sessions == 1
