@@ -1,4 +1,4 @@
-"""Copying a live database into one self-contained file, checking a copy, and putting a copy back in place.
+"""Copying a live database into one self-contained file, and checking the copy.
 
 :func:`backup_database` uses SQLite's online backup API over a read transaction it opens first: every step copies
 pages of that one snapshot, so the copy is consistent however much a running hermesd writes meanwhile, and it
@@ -53,7 +53,7 @@ _SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
 class DatabaseSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """A database file as :func:`inspect_database` found it: its schema version, sessions and messages."""
+    """A database file: where it is, its schema version, and its sessions and messages."""
 
     path: str
     schema_version: int
@@ -74,6 +74,7 @@ class BackupResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def file_error(path: Path, action: str, exc: apsw.Error | OSError) -> StoreError:
+    """``cannot <action> <path>: <reason>``, with the fault (full, read-only, busy) an apsw error amounts to."""
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     fault = fault_of(exc) if isinstance(exc, apsw.Error) else None
     return StoreError(f"cannot {action} {path}: {reason}", fault=fault)
@@ -120,6 +121,7 @@ def _copy_pages(
 
 
 def summarise(db: apsw.Connection, path: Path) -> DatabaseSummary:
+    """The summary of the database open on ``db``, under the name ``path``."""
     return DatabaseSummary(
         path=str(path),
         schema_version=schema_version(db),
@@ -129,6 +131,8 @@ def summarise(db: apsw.Connection, path: Path) -> DatabaseSummary:
 
 
 def quick_check(db: apsw.Connection) -> list[str]:
+    """SQLite's ``quick_check``: one line per problem (none: sound). It skips the index-content comparison that
+    makes ``integrity_check`` slow, and still reads every page."""
     return [str(row[0]) for row in db.execute("PRAGMA quick_check") if row[0] != "ok"]
 
 
@@ -185,10 +189,7 @@ def backup_database(
         finally:
             checker.close()
         os.replace(partial, dest)
-    except apsw.Error as exc:
-        partial.unlink(missing_ok=True)
-        raise file_error(dest, "write the backup", exc) from exc
-    except OSError as exc:
+    except (apsw.Error, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise file_error(dest, "write the backup", exc) from exc
     except BaseException:

@@ -56,7 +56,7 @@ def _probe(path: Path) -> None:
     except apsw.Error as exc:
         raise file_error(path, "open", exc) from exc
     try:
-        probe.execute("SELECT count(*) FROM sqlite_schema").get  # noqa: B018 (the read is the probe)
+        _ = probe.execute("SELECT count(*) FROM sqlite_schema").get  # the first read is the probe
     except apsw.NotADBError as exc:
         raise StoreError(f"{path} is not an SQLite database; name a file 'hermesctl db backup' wrote") from exc
     except apsw.Error as exc:
