@@ -1,11 +1,17 @@
-"""``hermesctl db``: check, create, upgrade and optimize the state database."""
+"""``hermesctl db``: check, create, upgrade and optimize the state database (backup and restore: :mod:`.ctl_backup`).
+
+``check`` and ``optimize`` run for seconds on a large database; each phase is reported on stderr with its time
+(:class:`~hermes_actors.cli.progress.Phases`), the result on stdout.
+"""
 
 from __future__ import annotations
 
 import click
 
+from hermes_actors.cli.ctl_backup import db_backup, db_restore
 from hermes_actors.cli.formatting import format_bytes
 from hermes_actors.cli.options import database_path, home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.progress import Phases
 from hermes_actors.errors import StoreBusyError, StoreError, StoreFault
 from hermes_actors.store import Store
 from hermes_actors.store.migrations import SCHEMA_VERSION
@@ -42,9 +48,10 @@ def db_check(home: str | None) -> None:
         found = store.schema_version()
         if found != SCHEMA_VERSION:
             raise StoreError(f"schema version {found}, expected {SCHEMA_VERSION}; run 'hermesctl db migrate'")
-        problems = store.check_integrity()
-    with open_store(home, readonly=False) as store:
-        problems += store.check_search_indexes()
+        with Phases() as phases:
+            problems = store.check_integrity(progress=phases)
+    with open_store(home, readonly=False) as store, Phases() as phases:
+        problems += store.check_search_indexes(progress=phases)
     if problems:
         raise StoreError("database check failed:\n" + "\n".join(problems))
     click.echo("ok")
@@ -71,7 +78,8 @@ def db_optimize(home: str | None, wait: float) -> None:
     open_store(home).close()  # a missing database is an error naming the fix, not a new empty file
     with Store.open(database_path(resolve_home(home)), busy_timeout_ms=round(wait * 1000)) as store:
         try:
-            result = store.optimize()
+            with Phases() as phases:
+                result = store.optimize(progress=phases)
         except StoreBusyError as exc:
             raise StoreError(
                 f"the database stayed busy for {wait:g} s while {exc.step}: another process (hermesd, a terminal "
@@ -83,3 +91,7 @@ def db_optimize(home: str | None, wait: float) -> None:
     if result.wal_kept:
         click.echo("A reader kept the WAL from being emptied; it shrinks at the next checkpoint.")
     click.echo(f"Size: {format_bytes(result.bytes_before)} -> {format_bytes(result.bytes_after)}")
+
+
+db.add_command(db_backup)
+db.add_command(db_restore)

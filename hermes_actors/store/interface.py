@@ -41,6 +41,9 @@ from hermes_actors.store.table_interface import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from hermes_actors.store.backup import BackupResult
     from hermes_actors.store.export import AttachmentRow, SessionExport
     from hermes_actors.store.fts import Order
     from hermes_actors.store.prune import PruneFilter, PruneResult
@@ -279,16 +282,30 @@ class Maintenance(Protocol):
         """Raise :class:`StoreUnwritableError` unless the database takes a write now."""
         ...
 
-    def check_integrity(self) -> list[str]:
-        """Integrity and foreign key problems, one line each."""
+    def check_integrity(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
+        """Integrity and foreign key problems, one line each; ``progress`` hears each phase as it starts."""
         ...
 
-    def check_search_indexes(self) -> list[str]:
-        """Stale full-text indexes, one line each."""
+    def check_search_indexes(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
+        """Stale full-text indexes, one line each; ``progress`` hears each phase as it starts."""
         ...
 
-    def optimize(self) -> OptimizeResult:
-        """Rebuild the search indexes, analyze, vacuum, checkpoint (:class:`StoreBusyError` names the step)."""
+    def optimize(self, *, progress: Callable[[str], None] | None = None) -> OptimizeResult:
+        """Rebuild the search indexes, analyze, vacuum, checkpoint (:class:`StoreBusyError` names the step);
+        ``progress`` hears each step as it starts."""
+        ...
+
+    def backup(
+        self,
+        dest: str | Path,
+        *,
+        overwrite: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        pages_per_step: int = ...,
+        pause_s: float = ...,
+    ) -> BackupResult:
+        """Copy the database as of the call into the self-contained file ``dest`` while others keep writing,
+        checked with quick_check; ``progress`` hears pages copied and pages in all after each step."""
         ...
 
     def free_bytes(self) -> int:

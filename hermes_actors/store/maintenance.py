@@ -1,13 +1,16 @@
 """Keeping the database healthy: integrity checks, rebuilding the search indexes, compaction and its size on disk.
 
 Functions over one connection, behind ``Store.check_integrity``, ``Store.check_search_indexes``, ``Store.optimize``
-and ``Store.free_bytes``; ``hermesctl db`` and ``hermesctl sessions prune`` are thin shells over them.
+and ``Store.free_bytes``; ``hermesctl db`` and ``hermesctl sessions prune`` are thin shells over them. The long ones
+take a :data:`PhaseProgress` callback, called with the name of each phase as it starts (the return ends the last),
+since on a large database each phase runs for seconds without another sign of life.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 
 import apsw
 
@@ -16,6 +19,7 @@ from hermes_actors.store.migrations import CJK_GLOB
 from hermes_actors.store.records import OptimizeResult
 
 __all__ = [
+    "PhaseProgress",
     "check_integrity",
     "check_search_indexes",
     "file_bytes",
@@ -23,6 +27,14 @@ __all__ = [
     "optimize",
     "rebuild_search_indexes",
 ]
+
+PhaseProgress = Callable[[str], None]
+"""Called with the name of each phase of a long operation as it starts ("integrity check", "vacuuming")."""
+
+
+def _no_progress(phase: str) -> None:
+    """A :data:`PhaseProgress` that reports nothing."""
+
 
 _SEARCH_INDEXES = (("messages_fts", 1), ("messages_fts_cjk", 0))
 """Each FTS index with the integrity-check rank it takes: rank 1 also compares an index with the messages table;
@@ -43,17 +55,20 @@ def free_bytes(db: apsw.Connection) -> int:
     return int(db.execute("PRAGMA freelist_count").get) * int(db.execute("PRAGMA page_size").get)
 
 
-def check_integrity(db: apsw.Connection) -> list[str]:
+def check_integrity(db: apsw.Connection, progress: PhaseProgress = _no_progress) -> list[str]:
     """Run SQLite's integrity and foreign key checks; return one line per problem (none: healthy)."""
+    progress("integrity check")
     problems = [str(row[0]) for row in db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+    progress("foreign key check")
     problems += [f"foreign key: {row}" for row in db.execute("PRAGMA foreign_key_check")]
     return problems
 
 
-def check_search_indexes(db: apsw.Connection) -> list[str]:
+def check_search_indexes(db: apsw.Connection, progress: PhaseProgress = _no_progress) -> list[str]:
     """Check both full-text indexes (it needs a writable connection); return one line per stale index."""
     problems = []
     for table, rank in _SEARCH_INDEXES:
+        progress(f"search index {table}")
         try:
             db.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('integrity-check', {rank})")
         except apsw.Error as exc:  # CorruptError for a stale index
@@ -81,29 +96,30 @@ def rebuild_search_indexes(db: apsw.Connection) -> tuple[int, int]:
     return words, cjk
 
 
-def optimize(db: apsw.Connection) -> OptimizeResult:
+def optimize(db: apsw.Connection, progress: PhaseProgress = _no_progress) -> OptimizeResult:
     """Rebuild the search indexes, refresh the planner's statistics, vacuum and checkpoint, holding the write lock.
 
     Raises :class:`StoreBusyError` naming the step when another connection holds the database past the busy
     timeout; the rebuild and analysis commit together or not at all.
     """
     step = "waiting for the write lock"
+    progress(step)
     before = file_bytes(db.filename)
     try:
         db.execute("BEGIN IMMEDIATE")  # the write lock first: a stale read snapshot could not upgrade later
         try:
-            step = "rebuilding the search indexes"
+            progress(step := "rebuilding the search indexes")
             words, cjk = rebuild_search_indexes(db)
-            step = "analyzing"
+            progress(step := "analyzing")
             db.execute("ANALYZE")
             db.execute("PRAGMA optimize")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-        step = "vacuuming"
+        progress(step := "vacuuming")
         db.execute("VACUUM")
-        step = "checkpointing"
+        progress(step := "checkpointing")
         readers_in_the_way = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
     except apsw.BusyError as exc:
         raise StoreBusyError(step) from exc

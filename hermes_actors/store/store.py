@@ -21,7 +21,7 @@ from types import TracebackType
 import apsw
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import export, lineage, lineage_list, maintenance, prune
+from hermes_actors.store import backup, export, lineage, lineage_list, maintenance, prune
 from hermes_actors.store.connection import (
     DEFAULT_BUSY_TIMEOUT_MS,
     Synchronous,
@@ -44,6 +44,10 @@ from hermes_actors.store.transcript import TranscriptRows
 __all__ = ["Store"]
 
 _log = logging.getLogger(__name__)
+
+
+def _quiet(phase: str) -> None:
+    """Progress that reports nothing."""
 
 
 class Store(TranscriptRows):
@@ -143,21 +147,39 @@ class Store(TranscriptRows):
         """
         check_writable(self._db)
 
-    def check_integrity(self) -> list[str]:
-        """Run SQLite's integrity and foreign key checks; return one line per problem (none: healthy)."""
-        return maintenance.check_integrity(self._db)
+    def check_integrity(self, *, progress: maintenance.PhaseProgress | None = None) -> list[str]:
+        """Run SQLite's integrity and foreign key checks; return one line per problem (none: healthy).
 
-    def check_search_indexes(self) -> list[str]:
+        ``progress`` hears the name of each phase as it starts.
+        """
+        return maintenance.check_integrity(self._db, progress or _quiet)
+
+    def check_search_indexes(self, *, progress: maintenance.PhaseProgress | None = None) -> list[str]:
         """Check both full-text indexes against the messages (needs a writable store); one line per stale index."""
-        return maintenance.check_search_indexes(self._db)
+        return maintenance.check_search_indexes(self._db, progress or _quiet)
 
-    def optimize(self) -> OptimizeResult:
+    def optimize(self, *, progress: maintenance.PhaseProgress | None = None) -> OptimizeResult:
         """Rebuild both search indexes, refresh the planner's statistics, vacuum and checkpoint the file.
 
         It holds the write lock throughout; :class:`StoreBusyError` names the step at which another process's
-        lock outlasted the busy timeout.
+        lock outlasted the busy timeout. ``progress`` hears the name of each step as it starts.
         """
-        return maintenance.optimize(self._db)
+        return maintenance.optimize(self._db, progress or _quiet)
+
+    def backup(
+        self,
+        dest: str | Path,
+        *,
+        overwrite: bool = False,
+        progress: backup.PageProgress | None = None,
+        pages_per_step: int = backup.DEFAULT_PAGES_PER_STEP,
+        pause_s: float = backup.DEFAULT_PAUSE_S,
+    ) -> backup.BackupResult:
+        """Copy the database, as of the call, into the self-contained file ``dest``, checked with quick_check
+        (see :func:`.backup.backup_database`); other processes keep writing meanwhile."""
+        return backup.backup_database(
+            self._db, dest, overwrite=overwrite, progress=progress, pages_per_step=pages_per_step, pause_s=pause_s
+        )
 
     def free_bytes(self) -> int:
         """Return the bytes of free pages in the file (reused by new data; a VACUUM gives them back)."""

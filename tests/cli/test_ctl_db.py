@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import apsw
@@ -36,7 +37,7 @@ def test_optimize_repairs_a_stale_search_index(home: Path, store: Store) -> None
     assert result.stdout.startswith("Rebuilt the search indexes (3 messages, 2 with CJK text).\n")
     assert "Size: " in result.stdout
     checked = run(home, "db", "check")
-    assert (checked.exit_code, checked.output) == (0, "ok\n")
+    assert (checked.exit_code, checked.stdout) == (0, "ok\n")
     assert [h.message_id for h in store.fts_query("something").hits] == [1]
     assert store.fts_query("hello").hits == []
     assert [h.message_id for h in store.fts_query("早上好").hits] == [3]
@@ -68,9 +69,11 @@ def test_optimize_refuses_while_another_process_holds_the_write_lock(home: Path,
     finally:
         other.close()
     assert result.exit_code == 1
-    assert result.output == (
+    progress, error = result.stderr.splitlines()
+    assert re.fullmatch(r"waiting for the write lock: \d+\.\d s, failed", progress)
+    assert error == (
         "Error: the database stayed busy for 0.05 s while waiting for the write lock: another process "
-        "(hermesd, a terminal chat) holds it; stop that process or retry with a longer --wait\n"
+        "(hermesd, a terminal chat) holds it; stop that process or retry with a longer --wait"
     )
 
 
@@ -94,3 +97,33 @@ def test_a_database_without_the_schema_is_named_with_its_likely_cause(home: Path
         assert "Traceback" not in result.output
         assert "has no hermes-actors schema" in result.output
         assert "state.db-wal" in result.output  # the likely cause, and the fix
+
+
+def phases_of(stderr: str) -> list[str]:
+    """The phases a command reported, each line ``<phase>: <seconds> s`` off a terminal."""
+    lines = stderr.splitlines()
+    assert all(re.fullmatch(r".+: \d+\.\d s", line) for line in lines), lines
+    return [line.rsplit(": ", 1)[0] for line in lines]
+
+
+def test_check_and_optimize_report_each_phase_with_its_time_on_stderr(home: Path, store: Store) -> None:
+    session = store.create_session("cli")
+    store.append_messages(session.id, [NewMessage(role=Role.USER, content="hello")])
+    checked = run(home, "db", "check")
+    assert (checked.exit_code, checked.stdout) == (0, "ok\n")
+    assert phases_of(checked.stderr) == [
+        "integrity check",
+        "foreign key check",
+        "search index messages_fts",
+        "search index messages_fts_cjk",
+    ]
+    optimized = run(home, "db", "optimize")
+    assert optimized.exit_code == 0, optimized.output
+    assert phases_of(optimized.stderr) == [
+        "waiting for the write lock",
+        "rebuilding the search indexes",
+        "analyzing",
+        "vacuuming",
+        "checkpointing",
+    ]
+    assert optimized.stdout.startswith("Rebuilt the search indexes (1 messages, 0 with CJK text).\n")
