@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner, Result
 
-from hermes_actors.cli import ctl_db, ctl_sessions, ctl_sessions_admin, ctl_sessions_io
+from hermes_actors.cli import ctl_backup, ctl_db, ctl_sessions, ctl_sessions_admin, ctl_sessions_io
 from hermes_actors.cli.ctl_sessions import parse_age
 from hermes_actors.cli.formatting import (
     display_width,
@@ -770,7 +770,13 @@ def own_commands() -> list[tuple[str, click.Command]]:
     for group in (ctl_sessions.sessions, ctl_db.db):
         for name, command in group.commands.items():
             # `sessions search` is registered from another module and documented there.
-            modules = (ctl_sessions.__name__, ctl_sessions_admin.__name__, ctl_sessions_io.__name__, ctl_db.__name__)
+            modules = (
+                ctl_sessions.__name__,
+                ctl_sessions_admin.__name__,
+                ctl_sessions_io.__name__,
+                ctl_db.__name__,
+                ctl_backup.__name__,
+            )
             if command.callback is not None and command.callback.__module__ in modules:
                 found.append((f"{group.name} {name}", command))
     return found
@@ -790,6 +796,8 @@ def test_every_command_has_help_with_an_example() -> None:
         "sessions prune",
         "sessions stats",
         "db optimize",
+        "db backup",
+        "db restore",
     }
     for name, command in commands:
         assert command.help is not None, name
