@@ -324,6 +324,7 @@ class SupervisorActor(RuntimeActor):
 
     def _retire(self, session_id: str, state: LiveSession, outcome: TurnOutcome) -> None:
         """The session ended: hand its keys and remaining queue to its successor and stop its actor."""
+        self._counts["ended"] = self._counts.get("ended", 0) + 1
         self._routes.end_settled(session_id)
         keys = self._routes.keys_of(session_id)
         self._routes.forget(session_id)
