@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from collections.abc import Sequence
 
-__all__ = ["FIELDS", "bind_session", "fields_of", "session_extra"]
+from hermes_actors.lifecycle.work import Delivery
+
+__all__ = ["FIELDS", "bind_session", "fields_of", "platform_extra", "session_extra"]
 
 FIELDS = ("session_id", "platform")
 """The structured fields of a line about a session, in the order formatters print them."""
@@ -28,6 +31,11 @@ def bind_session(session_id: str, platform: str | None) -> None:
 def session_extra(session_id: str, platform: str | None = None) -> dict[str, str]:
     """``extra=`` for a line about ``session_id`` logged outside its actor's thread."""
     return {"session_id": session_id, "platform": platform} if platform else {"session_id": session_id}
+
+
+def platform_extra(session_id: str, deliveries: Sequence[Delivery]) -> dict[str, str]:
+    """:func:`session_extra` with the platform of the first of ``deliveries`` (none: without a platform)."""
+    return session_extra(session_id, deliveries[0].message.source.platform if deliveries else None)
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, str]:

@@ -64,7 +64,10 @@ class Metrics:
         )
         self.tokens = Counter("hermes_model_tokens", "Model tokens, by direction.", ["direction"], registry=registry)
         self.retried = Counter(
-            "hermes_deliveries_retried", "Reply sends that failed and wait for a retry.", ["platform"], registry=registry
+            "hermes_deliveries_retried",
+            "Reply sends that failed and wait for a retry.",
+            ["platform"],
+            registry=registry,
         )
         self.given_up = Counter(
             "hermes_deliveries_given_up", "Replies given up (a permanent failure).", ["platform"], registry=registry
