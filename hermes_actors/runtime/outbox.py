@@ -89,6 +89,9 @@ class OutboxActor(RuntimeActor):
     ) -> None:
         super().__init__()
         self._metrics = metrics
+        if metrics is not None:  # the platform's series exist from the start, at 0
+            metrics.retried.labels(sender.platform)
+            metrics.given_up.labels(sender.platform)
         self.gauge = gauge if gauge is not None else Gauge()
         self._sender = sender
         self._writer = writer
