@@ -8,7 +8,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +127,15 @@ class Served:
         assert content_type.startswith("text/plain")
         return Samples(body.decode())
 
+    def scrape_until(self, check: Callable[[Samples], bool], what: str) -> Samples:
+        """Scrape until ``check`` holds for the samples; return them."""
+
+        def probe() -> Samples | None:
+            samples = self.scrape()
+            return samples if check(samples) else None
+
+        return poll_until(probe, what=what)
+
 
 class Samples:
     """A parsed exposition: ``value(name, **labels)`` sums the samples of ``name`` matching ``labels``."""
@@ -175,7 +184,7 @@ def test_a_scripted_conversation_is_counted_in_the_series_scraped_from_metrics(s
     assert "the agent failed" in fake.pop().text
     fake.fail_next(1, retry_after_s=3600)
     fake.push("later", chat_id="chat-3")  # answered, but its send fails and waits an hour for the retry
-    poll_until(lambda: served.scrape().value("hermes_deliveries_retried_total", platform="fake") == 1)
+    served.scrape_until(lambda s: s.value("hermes_deliveries_retried_total", platform="fake") == 1, "the retry")
     fake.push("wait", chat_id="chat-4")
     assert served.agent.started.wait(10)
     served.clock.advance(30)
@@ -207,19 +216,18 @@ def test_a_scripted_conversation_is_counted_in_the_series_scraped_from_metrics(s
     assert fake.pop().text == "echo: wait"
     fake.fail_next(1, permanent=True)
     fake.push("/new", chat_id="chat-1")
-    after = poll_until(
-        lambda: (
-            (s := served.scrape()).value("hermes_passivations_total", reason="ended") == 1
+    after = served.scrape_until(
+        lambda s: (
+            s.value("hermes_passivations_total", reason="ended") == 1
             and s.value("hermes_deliveries_given_up_total", platform="fake") == 1
-            and s
         ),
-        what="the ended session's actor to stop and its reply to be given up",
+        "the ended session's actor to stop and its reply to be given up",
     )
     assert after.value("hermes_resets_total", reason="new_session") == 1
     assert after.value("hermes_inbox_pending") == 0
     served.clock.advance(RuntimeConfig().passivate_after_s + 1)
     served.gateway.tick()
-    idle = poll_until(lambda: (s := served.scrape()).value("hermes_passivations_total", reason="idle") == 4 and s)
+    idle = served.scrape_until(lambda s: s.value("hermes_passivations_total", reason="idle") == 4, "idle passivations")
     assert idle.value("hermes_live_actors") == 0
 
 
