@@ -54,6 +54,8 @@ def _offline_backlog(root: Path) -> tuple[int, int] | None:
 
 
 def _seconds(value: float) -> str:
+    if value < 0.01:
+        return f"{value * 1000:.1f} ms"
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return f"{value:.1f} s" if value < 120 else _uptime(value)

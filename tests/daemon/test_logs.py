@@ -67,7 +67,8 @@ def _converse(path: Path, log_format: LogFormat, stream: io.StringIO) -> tuple[s
         gateway.tick()
         assert gateway.wait_idle()
         first = fake.sent[0].session_id
-        assert first is not None and answered.session_id is not None
+        assert first is not None
+        assert answered.session_id is not None
         return first, answered.session_id
 
 
