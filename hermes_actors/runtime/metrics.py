@@ -21,7 +21,7 @@ Series (``_total`` is added to counters by the client):
 * ``hermes_deliveries_retried_total{platform}``, ``hermes_deliveries_given_up_total{platform}``
 * ``hermes_inbox_duplicates_total{platform}``: redeliveries the inbox recognised and refused
 * ``hermes_resets_total{reason}``: sessions ended by a reset, ``/new``, an operator (the end reason)
-* ``hermes_store_commit_duration_seconds``, ``hermes_store_commit_batch_size``: the writer's transactions
+* ``hermes_store_commit_duration_seconds``, ``hermes_store_commit_batch_size``: the writer's committed transactions
 """
 
 from __future__ import annotations
@@ -133,9 +133,11 @@ class Metrics:
                 self._output.inc(result.output_tokens)
 
     def committed(self, writes: int, seconds: float, *, committed: bool) -> None:
-        """The store writer's :class:`~hermes_actors.store.writer.CommitObserver`."""
-        self.commit_seconds.observe(seconds)
-        self.commit_batch.observe(writes)
+        """The store writer's :class:`~hermes_actors.store.writer.CommitObserver`: committed transactions only (a
+        refused one is in the log, and in the turns it failed)."""
+        if committed:
+            self.commit_seconds.observe(seconds)
+            self.commit_batch.observe(writes)
 
     # -- reading -------------------------------------------------------------------------------------------------
 
