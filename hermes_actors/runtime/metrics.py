@@ -111,6 +111,9 @@ class Metrics:
         )
         self._input = self.tokens.labels("input")
         self._output = self.tokens.labels("output")
+        # The labelled children of the turn path, kept: labels() takes a lock and builds a key on every call.
+        self._turn_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._agent_series: dict[str, Histogram] = {}
 
     def register(self, collector: Collector) -> None:
         """Add series read at scrape time."""
@@ -120,12 +123,21 @@ class Metrics:
 
     def turn_finished(self, platform: str, outcome: str, seconds: float) -> None:
         """Count a turn and its duration."""
-        self.turns.labels(platform, outcome).inc()
-        self.turn_seconds.labels(platform).observe(seconds)
+        series = self._turn_series.get((platform, outcome))
+        if series is None:  # two threads may both get here: labels() hands both the same children
+            series = self._turn_series[(platform, outcome)] = (
+                self.turns.labels(platform, outcome),
+                self.turn_seconds.labels(platform),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
 
     def agent_called(self, outcome: str, seconds: float, result: object = None) -> None:
         """Count an agent call's duration, and the tokens of its reply."""
-        self.agent_seconds.labels(outcome).observe(seconds)
+        histogram = self._agent_series.get(outcome)
+        if histogram is None:
+            histogram = self._agent_series[outcome] = self.agent_seconds.labels(outcome)
+        histogram.observe(seconds)
         if isinstance(result, AgentReply):
             if result.input_tokens:
                 self._input.inc(result.input_tokens)
