@@ -3,11 +3,13 @@
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+recently), and the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
+``/metrics``). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
@@ -23,12 +25,19 @@ __all__ = [
     "AcceptResult",
     "Adapter",
     "Capabilities",
+    "ConnectionReporter",
+    "Exposition",
     "Inbox",
+    "Latency",
+    "PlatformHealth",
+    "PlatformStatus",
     "PollCursor",
+    "Readiness",
     "ReplySender",
     "SendError",
     "SessionOwner",
     "ThreadCreator",
+    "Vitals",
 ]
 
 
@@ -114,6 +123,101 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     live: bool  # not ended: a new turn may still join it
 
 
+class PlatformStatus(enum.StrEnum):
+    """Where an entry point stands."""
+
+    RUNNING = "running"  # started and, as far as it can tell, connected
+    DISCONNECTED = "disconnected"  # started, but it says its connection is down now (it keeps trying)
+    FAILED = "failed"  # its section could not be built or started (at start or at the last reload)
+    DISABLED = "disabled"  # its section says enabled: false
+
+
+class PlatformHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry point: its name, where it stands, banner lines (where it listens, or why it failed) and the last
+    error it reported."""
+
+    name: str
+    state: PlatformStatus
+    detail: list[str] = []
+    last_error: str | None = None
+
+
+@runtime_checkable
+class ConnectionReporter(Protocol):
+    """An adapter that can tell whether its connection to the platform is up (a websocket, a long poll)."""
+
+    def connection_problem(self) -> str | None:
+        """Why the platform cannot be reached now (the last error), or ``None`` while it is connected."""
+        ...
+
+
+class Readiness(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the gateway can do its work: the store takes writes and every configured entry point is up.
+
+    ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
+    point (a disabled one does not count against readiness).
+    """
+
+    store: str | None
+    platforms: list[PlatformHealth] = []
+
+    @property
+    def ready(self) -> bool:
+        """No check failed."""
+        return not self.reasons()
+
+    def reasons(self) -> list[str]:
+        """One line per failed check, naming it."""
+        found = [f"store: {self.store}"] if self.store is not None else []
+        for platform in self.platforms:
+            if platform.state in (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED):
+                found.append(f"{platform.name}: {platform.state} ({platform.last_error or 'no error recorded'})")
+        return found
+
+
+class Latency(msgspec.Struct, frozen=True, kw_only=True):
+    """A latency histogram read for a person: how many, the mean, and the median and 95th percentile as estimated
+    from its buckets (linear within a bucket, as Prometheus's ``histogram_quantile``)."""
+
+    count: int
+    mean_s: float
+    p50_s: float
+    p95_s: float
+
+
+class Vitals(msgspec.Struct, frozen=True, kw_only=True):
+    """The runtime's numbers since it started, read from the same series ``/metrics`` exposes.
+
+    Ages are in seconds of the runtime's clock; ``outbox_oldest_age_s`` names only platforms with replies pending.
+    """
+
+    turns: dict[str, int]  # finished turns by outcome
+    turn_latency: Latency | None
+    agent_latency: Latency | None
+    tokens_in: int
+    tokens_out: int
+    inbox_pending: int
+    inbox_oldest_age_s: float | None
+    outbox_pending: dict[str, int]  # by platform
+    outbox_oldest_age_s: dict[str, float]
+    deliveries_retried: int
+    deliveries_given_up: int
+    live_actors: int
+    activations: int
+    passivations: dict[str, int]  # by reason: idle, evicted, ended
+    duplicates: int
+    resets: dict[str, int]  # by end reason
+    commits: int
+    commit_latency: Latency | None
+
+
+class Exposition(msgspec.Struct, frozen=True, kw_only=True):
+    """The runtime's metrics in Prometheus's text format, with the content type to serve them with."""
+
+    content_type: str
+    body: bytes
+
+
 class Inbox(Protocol):
     """All an adapter sees of the runtime: the durable inbox it feeds, and the few reads it needs.
 
@@ -176,6 +280,18 @@ class Inbox(Protocol):
 
     def store_unwritable_reason(self) -> str | None:
         """Why the store cannot take writes now (for a health check), or ``None`` when it can."""
+        ...
+
+    def readiness(self) -> Readiness:
+        """Whether the store takes writes and each configured entry point is up (may wait up to 2 s on the store)."""
+        ...
+
+    def vitals(self) -> Vitals:
+        """The runtime's numbers now (reads the store's queues)."""
+        ...
+
+    def metrics(self) -> Exposition:
+        """Every metric series of the runtime, in Prometheus's text format (reads the store's queues)."""
         ...
 
 

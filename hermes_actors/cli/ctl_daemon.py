@@ -11,15 +11,17 @@ import msgspec
 
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
-from hermes_actors.daemon.control import connect
+from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import Latency, Vitals
 from hermes_actors.store import Store
 from platforms import registry
 
 __all__ = ["config", "home_settings", "status"]
 
 NOT_RUNNING = 3  # as systemctl status: the program is not running
+NOT_READY = 1  # running, but /health/ready would answer 503
 
 
 def home_settings(root: Path) -> Settings:
@@ -51,17 +53,83 @@ def _offline_backlog(root: Path) -> tuple[int, int] | None:
         return store.inbox.depth(), store.outbox.backlog()
 
 
+def _seconds(value: float) -> str:
+    if value < 0.01:
+        return f"{value * 1000:.1f} ms"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if value < 120 else _uptime(value)
+
+
+def _latency(latency: Latency | None) -> str:
+    if latency is None:
+        return "none yet"
+    return (
+        f"{latency.count}, mean {_seconds(latency.mean_s)}, p50 {_seconds(latency.p50_s)}, "
+        f"p95 {_seconds(latency.p95_s)}"
+    )
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()) if count) or "none"
+
+
+def _vitals_lines(vitals: Vitals) -> list[str]:
+    """The numbers of ``/metrics`` for a person, one topic a line."""
+    oldest = f" (oldest waited {_seconds(vitals.inbox_oldest_age_s)})" if vitals.inbox_oldest_age_s is not None else ""
+    outbox = ", ".join(
+        f"{platform} {count}"
+        + (
+            f" (oldest {_seconds(vitals.outbox_oldest_age_s[platform])})"
+            if platform in vitals.outbox_oldest_age_s
+            else ""
+        )
+        for platform, count in sorted(vitals.outbox_pending.items())
+    )
+    return [
+        f"  turns: {sum(vitals.turns.values())} ({_counts(vitals.turns)}); latency: {_latency(vitals.turn_latency)}",
+        f"  agent calls: {_latency(vitals.agent_latency)}; tokens in {vitals.tokens_in}, out {vitals.tokens_out}",
+        f"  inbox pending: {vitals.inbox_pending}{oldest}",
+        f"  outbox pending: {outbox or 'none'}; retried {vitals.deliveries_retried}, given up "
+        f"{vitals.deliveries_given_up}",
+        f"  actors: {vitals.live_actors} live, {vitals.activations} activated; passivated: "
+        f"{_counts(vitals.passivations)}",
+        f"  duplicates refused: {vitals.duplicates}; resets: {_counts(vitals.resets)}",
+        f"  store commits: {_latency(vitals.commit_latency)}",
+    ]
+
+
+def _print_state(state: StatusReply) -> None:
+    click.echo(f"hermesd running (pid {state.pid}, up {_uptime(time.time() - state.started_at)}) on {state.home}")
+    click.echo(f"  agent: {state.agent}")
+    if state.ready is not None:
+        click.echo(f"  ready: {'yes' if state.ready.ready else 'NO: ' + '; '.join(state.ready.reasons())}")
+    click.echo(
+        f"  live actors: {state.live_actors}   running turns: {state.running_turns}   queued: {state.queued_messages}"
+    )
+    click.echo(f"  inbox depth: {state.inbox_depth}   outbox backlog: {state.outbox_backlog}")
+    if state.vitals is not None:
+        for line in _vitals_lines(state.vitals):
+            click.echo(line)
+    for platform in state.platforms:
+        error = f" ({platform.last_error})" if platform.last_error and platform.state != "failed" else ""
+        click.echo(f"  {platform.name}: {platform.state}{error}")
+        for line in platform.detail:
+            click.echo(f"    {line}")
+
+
 @click.command("status")
 @home_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @reports_errors
 def status(home: str | None, as_json: bool) -> None:
-    """Show whether hermesd runs on the home, its actors, backlog and entry points (exit 3 when not running).
+    """Show whether hermesd runs on the home and is ready, its numbers (turns, latency, queues, actors) and entry
+    points (exit 1 when running but not ready, 3 when not running).
 
     \b
     Examples:
       hermesctl status
-      hermesctl status --json | jq .inbox_depth
+      hermesctl status --json | jq .vitals.inbox_pending
     """
     root = resolve_home(home)
     settings = home_settings(root)
@@ -80,19 +148,18 @@ def status(home: str | None, as_json: bool) -> None:
         sys.exit(NOT_RUNNING)
     with client:
         state = client.status()
+    ready = state.ready is None or state.ready.ready
     if as_json:
-        click.echo(msgspec.json.encode({"running": True, **msgspec.to_builtins(state)}).decode())
-        return
-    click.echo(f"hermesd running (pid {state.pid}, up {_uptime(time.time() - state.started_at)}) on {state.home}")
-    click.echo(f"  agent: {state.agent}")
-    click.echo(
-        f"  live actors: {state.live_actors}   running turns: {state.running_turns}   queued: {state.queued_messages}"
-    )
-    click.echo(f"  inbox depth: {state.inbox_depth}   outbox backlog: {state.outbox_backlog}")
-    for platform in state.platforms:
-        click.echo(f"  {platform.name}: {platform.state}")
-        for line in platform.detail:
-            click.echo(f"    {line}")
+        payload = {"running": True, **msgspec.to_builtins(state)}
+        if state.ready is not None:
+            payload["ready"] = {"ready": ready, "reasons": state.ready.reasons(), **msgspec.to_builtins(state.ready)}
+        click.echo(msgspec.json.encode(payload).decode())
+    else:
+        _print_state(state)
+    if not ready:
+        assert state.ready is not None
+        click.echo(f"Error: hermesd is not ready: {'; '.join(state.ready.reasons())}", err=True)
+        sys.exit(NOT_READY)
 
 
 @click.group("config")

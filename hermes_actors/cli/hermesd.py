@@ -77,7 +77,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: cannot prepare {root}: {exc.strerror or exc}", err=True)
         sys.exit(1)
     level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
-    configure_logging(max(logging.DEBUG, min(logging.ERROR, level)))
+    configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
         code = daemon.run()

@@ -62,12 +62,13 @@ def decode_platforms(obj: object) -> dict[str, Any]:
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``daemon:`` section: the control socket, shutdown drain, time zone and log level."""
+    """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and log format."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: float = 30.0
     timezone: str | None = None  # IANA name for daily resets; default: the machine's local zone
     log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
+    log_format: typing.Literal["logfmt", "json"] = "logfmt"  # one line per event either way
 
     def __post_init__(self) -> None:
         if self.drain_timeout_s < 0:
@@ -377,6 +378,7 @@ daemon:
   # drain_timeout_s: 30              # SIGTERM waits this long for running turns
   # timezone: null                   # for daily resets; default: the machine's zone
   # log_level: info
+  # log_format: logfmt               # logfmt | json (one JSON object a line)
 """
 
 

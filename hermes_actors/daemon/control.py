@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.errors import HermesError
+from hermes_actors.ports import PlatformHealth, PlatformStatus, Readiness, Vitals
 from hermes_actors.store.records import EndReason
 
 __all__ = [
@@ -68,20 +69,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ask for the daemon's state."""
 
 
-class PlatformStatus(enum.StrEnum):
-    """Whether an entry point runs."""
-
-    RUNNING = "running"
-    FAILED = "failed"  # its section could not be built or started (at start or at the last reload)
-    DISABLED = "disabled"  # its section says enabled: false
-
-
-class PlatformState(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry point: its name, whether it runs, and banner lines (where it listens, or why it failed)."""
-
-    name: str
-    state: PlatformStatus
-    detail: list[str] = []
+PlatformState = PlatformHealth
+"""One entry point in a status reply (:class:`hermes_actors.ports.PlatformHealth`, the health check's type)."""
 
 
 class StatusReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -98,6 +87,8 @@ class StatusReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     inbox_depth: int
     outbox_backlog: int
     platforms: list[PlatformState]
+    ready: Readiness | None = None  # what /health/ready says (None from a daemon before these fields)
+    vitals: Vitals | None = None  # the numbers /metrics exposes
 
 
 class Chat(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -34,16 +34,7 @@ from hermes_actors.daemon.admin import SessionAdministration
 from hermes_actors.daemon.agent import agent_name, build_agent
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
-from hermes_actors.daemon.control import (
-    Bind,
-    Chat,
-    ControlServer,
-    PlatformState,
-    PlatformStatus,
-    SessionAdmin,
-    Status,
-    StatusReply,
-)
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, SessionAdmin, Status, StatusReply
 from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.terminal import TerminalChannel
@@ -133,8 +124,7 @@ class Daemon:
         self._lock = PidLock(home)
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._adapters: dict[str, Adapter] = {}
-        self._failed: dict[str, str] = {}
+        self._adapters: dict[str, Adapter] = {}  # their states are on the gateway's board (gateway.platforms)
         self._terminal = TerminalChannel()
         self._gateway: Gateway | None = None
         self._control: ControlServer | None = None
@@ -212,7 +202,10 @@ class Daemon:
             # A port in use is fatal at start: the operator asked for that port.
             adapter.start(GatewayInbox(self._gateway))
             self._adapters[name] = adapter
+            self._gateway.platforms.started(name, adapter)
             _log.info("%s started: %s", name, "; ".join(adapter.describe()))
+        for name in (n for n, section in settings.platforms.items() if not registry.enabled(section)):
+            self._gateway.platforms.disabled(name)
         self._control = ControlServer(socket_path(self.home, settings), self._handle)
         self._control.start()
         _log.info("control socket at %s", self._control.path)
@@ -302,11 +295,15 @@ class Daemon:
             if current is not None:
                 current.stop()
                 _log.info("%s stopped for reload", name)
-            self._failed.pop(name, None)
+            board = gateway.platforms
+            if name not in platforms:
+                board.forget(name)
+            elif not registry.enabled(platforms[name]):
+                board.disabled(name)
             try:
                 fresh = build_adapters({name: platforms[name]} if name in platforms else {}, self._environ)
             except ConfigError as exc:
-                self._failed[name] = str(exc)
+                board.failed(name, str(exc))
                 _log.error("%s not restarted: %s", name, exc)
                 continue
             for adapter in fresh.values():
@@ -315,10 +312,10 @@ class Daemon:
                 try:
                     adapter.start(GatewayInbox(gateway))
                 except HermesError as exc:
-                    self._failed[name] = str(exc)
+                    board.failed(name, str(exc))
                     _log.error("%s not restarted: %s", name, exc)
                     continue
-                self._failed.pop(name, None)
+                board.started(name, adapter)
                 self._adapters[name] = adapter
                 _log.info("%s restarted: %s", name, "; ".join(adapter.describe()))
 
@@ -337,20 +334,12 @@ class Daemon:
                 return SessionAdministration(self._gateway, database_path(self.home)).handle(request)
 
     def status(self) -> StatusReply:
-        """The daemon's state for ``hermesctl status``."""
+        """The daemon's state for ``hermesctl status``: what ``/health/ready`` and ``/metrics`` say, too."""
         gateway = self._gateway
         assert gateway is not None
         stats = gateway.statistics()
         inbox, outbox = gateway.backlog()
-        platforms = [
-            PlatformState(name=n, state=PlatformStatus.RUNNING, detail=a.describe()) for n, a in self._adapters.items()
-        ]
-        platforms += [PlatformState(name=n, state=PlatformStatus.FAILED, detail=[e]) for n, e in self._failed.items()]
-        platforms += [
-            PlatformState(name=n, state=PlatformStatus.DISABLED)
-            for n, config in self.settings.platforms.items()
-            if not registry.enabled(config) and n not in self._failed
-        ]
+        ready = gateway.readiness()
         return StatusReply(
             pid=os.getpid(),
             home=str(self.home),
@@ -362,7 +351,9 @@ class Daemon:
             queued_messages=stats.queued_messages,
             inbox_depth=inbox,
             outbox_backlog=outbox,
-            platforms=platforms,
+            platforms=ready.platforms,
+            ready=ready,
+            vitals=gateway.vitals(),
         )
 
     # -- output --------------------------------------------------------------------------------------------------

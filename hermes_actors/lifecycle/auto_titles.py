@@ -17,6 +17,7 @@ exchange has passed is never titled automatically (a compression child inherits 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
@@ -167,7 +168,9 @@ class AutoTitle:
             self._future.set_result(self._ask_and_store(call, user_text, reply_text))
         else:
             try:
-                self._future = self._services.agent_pool.submit(self._ask_and_store, call, user_text, reply_text)
+                # In a copy of the session thread's context: the job's log lines are about the session too.
+                run = contextvars.copy_context().run
+                self._future = self._services.agent_pool.submit(run, self._ask_and_store, call, user_text, reply_text)
             except RuntimeError as exc:  # the pool has shut down: the runtime is stopping
                 _log.info("session %s: no automatic title: %s", self.session_id, exc)
             else:
@@ -208,21 +211,18 @@ class AutoTitle:
             _log.warning("session %s: no automatic title: the agent answered %r", self.session_id, answer)
         return title
 
-    def _write(self, store: Store, title: str) -> str | None:
-        stored = store_auto_title(store, self.session_id, title)
-        if stored is None:
-            _log.info("session %s: automatic title %r not needed: the session has a title", self.session_id, title)
-        else:
-            _log.info("session %s: titled %r automatically", self.session_id, stored)
-        return stored
-
     def _ask_and_store(self, call: TitleCall, user_text: str, reply_text: str) -> str | None:
         """Ask, then write and wait for the commit; return the title stored (``None``: none, logged)."""
         title = self._ask(call, user_text, reply_text)
         if title is None:
             return None
         try:
-            return self._services.writer.call(lambda store: self._write(store, title))
+            stored = self._services.writer.call(lambda store: store_auto_title(store, self.session_id, title))
         except Exception as exc:  # the writer has stopped (shutdown), the database refused the write
             _log.warning("session %s: automatic title %r not stored: %s", self.session_id, title, exc)
             return None
+        if stored is None:  # logged here, not in the write: this thread's lines carry the session's fields
+            _log.info("session %s: automatic title %r not needed: the session has a title", self.session_id, title)
+        else:
+            _log.info("session %s: titled %r automatically", self.session_id, stored)
+        return stored

@@ -163,7 +163,12 @@ class ResetScheduler:
             assert started is not None
             too_old_at = started + policy.bg_process_max_age_hours * 3600
             retry_at = min(too_old_at, now + min(policy.idle_minutes * 60, BG_RECHECK_MAX_S))
-            _log.info("session %s keeps a background process; its reset is checked again at %.0f", session_id, retry_at)
+            _log.info(
+                "session %s keeps a background process; its reset is checked again at %.0f",
+                session_id,
+                retry_at,
+                extra={"session_id": session_id, "platform": due.platform},  # on the timer's thread
+            )
             self._held[session_id] = payload
             self._timers.schedule(name, retry_at, payload)
             return

@@ -1,12 +1,15 @@
 """A session's agent calls: in the agent pool with the turn's timeout and cancel token, or inline.
 
 Either way an agent that fails gives an :class:`~hermes_actors.runtime.protocol.AgentFailure` (its kind, and what
-the user is told instead of a reply), never an exception.
+the user is told instead of a reply), never an exception, and each call is counted in the runtime's metrics. A pool
+call runs in a copy of the session thread's context, so the agent's log lines carry the session's fields too.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -24,19 +27,26 @@ T = TypeVar("T")
 class AgentCalls:
     """Runs one session's agent calls (on the session's thread)."""
 
-    __slots__ = ("_pool", "_timeout", "session_id")
+    __slots__ = ("_metrics", "_pool", "_timeout", "session_id")
 
     def __init__(self, services: SessionServices, session_id: str) -> None:
         self.session_id = session_id
         self._pool = services.agent_pool
         self._timeout = services.config.agent_timeout_s
+        self._metrics = services.metrics
 
     def in_pool(
         self, call: Callable[[], T], token: CancelToken, timeout: float | None = None
     ) -> T | AgentFailure | None:
         """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled."""
-        timeout = self._timeout if timeout is None else timeout
-        future: Future[T] = self._pool.submit(call)
+        started = time.perf_counter()
+        result = self._in_pool(call, token, self._timeout if timeout is None else timeout)
+        outcome = "cancelled" if result is None else result.kind.value if isinstance(result, AgentFailure) else "ok"
+        self._metrics.agent_called(outcome, time.perf_counter() - started, result)
+        return result
+
+    def _in_pool(self, call: Callable[[], T], token: CancelToken, timeout: float) -> T | AgentFailure | None:
+        future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
         token.wait_for(future, timeout)
         if token.cancelled:
             return None
@@ -63,10 +73,14 @@ class AgentCalls:
 
     def inline(self, call: Callable[[], AgentReply]) -> AgentReply | AgentFailure:
         """Run ``call`` (an agent that never blocks) on this thread; return its reply or how it failed."""
+        started = time.perf_counter()
         try:
-            return call()
+            reply = call()
         except Exception as exc:
             _log.exception("session %s: agent raised", self.session_id)
+            self._metrics.agent_called(FailureKind.ERROR.value, time.perf_counter() - started)
             return AgentFailure(
                 kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
             )
+        self._metrics.agent_called("ok", time.perf_counter() - started, reply)
+        return reply

@@ -6,7 +6,8 @@ scheduler, the supervisor and the recovery, and wires the callbacks between them
 supervisor, the outbox's delivery reports end handoffs, the timers drive passivation, retries, queue pruning and
 deferred replays). :meth:`Runtime.start` replays what an earlier process left and starts the timers;
 :meth:`Runtime.close` stops everything in order. The :class:`~hermes_actors.runtime.gateway.Gateway` is the edge in
-front of it.
+front of it. One :class:`~hermes_actors.runtime.metrics.Metrics` per runtime is fed by the parts that count
+(the store writer through its commit observer) and reads the queues and actors when scraped.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
+from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.protocol import EndDue, HandoffResult, PassivationTick, TurnOutcome
 from hermes_actors.runtime.recovery import Recovery
+from hermes_actors.runtime.scrape import RuntimeCollector
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.supervisor_ref import Supervisor
 from hermes_actors.runtime.timers import TimerService
@@ -82,6 +85,7 @@ class Runtime:
         "config",
         "lease_owner",
         "media",
+        "metrics",
         "outbox",
         "pruned",
         "readers",
@@ -111,8 +115,10 @@ class Runtime:
         supervisor: Supervisor,
         recovery: Recovery,
         schedule_resets: bool,
+        metrics: Metrics,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.clock = clock
         self.media = media
         self.pruned = pruned
@@ -214,7 +220,8 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         )
         if pruned is not None:
             _log.info("auto-prune removed %d ended sessions", pruned.sessions_deleted)
-    writer = StoreWriter(store)
+    metrics = Metrics()
+    writer = StoreWriter(store, observer=metrics.committed)
     readers = ReaderPool(path)
     runtime: Runtime | None = None  # the callbacks below run only once it is set
 
@@ -230,6 +237,7 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         clock=clock,
         on_result=report,
         wake_at=timers.once,
+        metrics=metrics,
     )
     for sender in options.get("senders", ()):
         outbox.register(sender)
@@ -245,6 +253,7 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         owner_alive=lease_owner_alive,
         clock=clock,
         sessions=sessions,
+        metrics=metrics,
     )
     supervisor: Supervisor | None = None
 
@@ -288,7 +297,9 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         supervisor=supervisor,
         recovery=recovery,
         schedule_resets=options.get("schedule_resets", True),
+        metrics=metrics,
     )
+    metrics.register(RuntimeCollector(readers, supervisor.statistics, outbox.platforms, clock))
     interval = options.get("tick_interval_s", 5.0)
     timers.every("passivation", interval, runtime.tick)
     timers.every("queue-prune", QUEUE_PRUNE_INTERVAL_S, runtime.prune_queues)

@@ -101,6 +101,9 @@ class SessionControls:
 
         outbox_id = self._writer.call(commit)
         self._turns.lease_released()
+        if not self._turns.is_new:
+            _log.info("session %s ended (%s)", self.session_id, control.reason)
+            self._services.metrics.resets.labels(control.reason.value).inc()
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
         if control.done is not None:

@@ -5,7 +5,9 @@ it returns, so an adapter acknowledges the platform only once the message is saf
 every committed inbox row without a completed turn (in id order, so per session in order) and queues every unsent
 outbox row (:mod:`hermes_actors.runtime.recovery`). ``gateway.media`` is the media store adapters save attachments
 into before they accept a message: ``media/`` beside the database, so ``$HERMES_HOME/media`` for the daemon. The
-parts behind it are built by :func:`hermes_actors.runtime.assembly.assemble`.
+parts behind it are built by :func:`hermes_actors.runtime.assembly.assemble`. ``gateway.platforms`` is where the
+daemon records each entry point's state; :meth:`Gateway.readiness`, :meth:`Gateway.vitals` and
+:meth:`Gateway.metrics` are what health checks, ``hermesctl status`` and ``/metrics`` read.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import pykka
 from hermes_actors.errors import StoreError
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.messages import InboundMessage, encode
-from hermes_actors.ports import AcceptResult, PollCursor, ReplySender
+from hermes_actors.ports import AcceptResult, Exposition, PollCursor, Readiness, ReplySender, Vitals
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
+from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
 from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneResult
@@ -48,6 +51,8 @@ class Gateway:
         self.pruned: PruneResult | None = runtime.pruned  # what auto-prune did at start, if it ran
         self.timers = runtime.timers
         self.resets = runtime.resets
+        self.platforms = PlatformBoard()  # the daemon records its entry points here
+        self._metrics = runtime.metrics
         self._writer = runtime.writer
         self._readers = runtime.readers
         self._supervisor = runtime.supervisor
@@ -112,6 +117,8 @@ class Gateway:
                 if result.inbox_id is not None:
                     delivery = Delivery(inbox_id=result.inbox_id, message=message)
                     self._supervisor.tell(Deliver(routing_key=result.routing_key, delivery=delivery))
+                else:
+                    self._metrics.duplicates.labels(message.source.platform).inc()
 
         return commit, dispatch
 
@@ -131,6 +138,18 @@ class Gateway:
     def statistics(self) -> SupervisorStatistics:
         """Return the supervisor's snapshot."""
         return self._supervisor.statistics()
+
+    def readiness(self) -> Readiness:
+        """Whether the store takes writes (:meth:`store_unwritable_reason`) and each entry point is up."""
+        return Readiness(store=self.store_unwritable_reason(), platforms=self.platforms.states())
+
+    def vitals(self) -> Vitals:
+        """The runtime's numbers now, as ``/metrics`` has them (reads the store's queues)."""
+        return self._metrics.vitals()
+
+    def metrics(self) -> Exposition:
+        """Every metric series, in Prometheus's text format (reads the store's queues)."""
+        return self._metrics.exposition()
 
     def backlog(self) -> tuple[int, int]:
         """Return (inbound messages without a finished turn, replies not yet sent or given up)."""

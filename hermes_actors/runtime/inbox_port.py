@@ -14,7 +14,7 @@ import msgspec
 
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, decode_inbound
-from hermes_actors.ports import AcceptResult, PollCursor, SessionOwner
+from hermes_actors.ports import AcceptResult, Exposition, PollCursor, Readiness, SessionOwner, Vitals
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.gateway import Gateway
 
@@ -98,3 +98,15 @@ class GatewayInbox:
     def store_unwritable_reason(self) -> str | None:
         """:meth:`Gateway.store_unwritable_reason`."""
         return self._gateway.store_unwritable_reason()
+
+    def readiness(self) -> Readiness:
+        """:meth:`Gateway.readiness`."""
+        return self._gateway.readiness()
+
+    def vitals(self) -> Vitals:
+        """:meth:`Gateway.vitals`."""
+        return self._gateway.vitals()
+
+    def metrics(self) -> Exposition:
+        """:meth:`Gateway.metrics`."""
+        return self._gateway.metrics()

@@ -108,6 +108,7 @@ def statistics_of(
         evictions=counts["evictions"],
         turns=counts["turns"],
         rejected=counts["rejected"],
+        ended=counts.get("ended", 0),
     )
 
 

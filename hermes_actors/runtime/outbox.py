@@ -35,6 +35,7 @@ from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.lanes import Gauge, LaneWorkers
+from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.protocol import (
     ChatKey,
     HandOver,
@@ -84,8 +85,13 @@ class OutboxActor(RuntimeActor):
         clock: Callable[[], float] = time.time,
         on_result: Callable[[OutboundMessage, str | None], None] | None = None,
         wake_at: WakeAt | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         super().__init__()
+        self._metrics = metrics
+        if metrics is not None:  # the platform's series exist from the start, at 0
+            metrics.retried.labels(sender.platform)
+            metrics.given_up.labels(sender.platform)
         self.gauge = gauge if gauge is not None else Gauge()
         self._sender = sender
         self._writer = writer
@@ -203,6 +209,8 @@ class OutboxActor(RuntimeActor):
         if message.no_retry or failure.permanent:
             reason = failure.error
             _log.warning("outbox %s: reply %d failed and is given up: %s", platform, outbox_id, reason)
+            if self._metrics is not None:
+                self._metrics.given_up.labels(platform).inc()
             self._submit(lambda store: store.outbox.abandon(outbox_id, reason))
             self._suspect.discard(outbox_id)
             self._report(message, reason)
@@ -217,6 +225,8 @@ class OutboxActor(RuntimeActor):
         retry_at = self._clock() + delay
         self._retry_at[key] = retry_at
         _log.warning("outbox %s: reply %d failed (%s); retry in %.1f s", platform, outbox_id, failure.error, delay)
+        if self._metrics is not None:
+            self._metrics.retried.labels(platform).inc()
         error = failure.error
         self._submit(lambda store: store.outbox.mark_failed(outbox_id, error, retry_at))
         self.gauge.add(-len(self._chats[key]))  # the chat's replies wait for the retry (after the write: wait_idle)

@@ -142,6 +142,11 @@ class OutboxRouter:
         for actor, gauge in list(self._actors.values()):
             tick_outbox(actor, gauge)
 
+    def platforms(self) -> list[str]:
+        """The platforms with a sender."""
+        with self._lock:
+            return sorted(self._senders)
+
     def in_flight(self) -> int:
         """Return the replies being sent or that can be sent now (chats waiting for a retry do not count); never
         waits for an actor."""

@@ -185,6 +185,7 @@ class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     evictions: int
     turns: int
     rejected: int
+    ended: int = 0  # actors stopped because their session ended
 
 
 SupervisorTell = Deliver | TurnFinished | SessionStopped | StopSession | EndDue | HandoffResult | PassivationTick

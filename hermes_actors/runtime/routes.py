@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
+from hermes_actors.runtime.log_fields import session_extra
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -166,6 +167,12 @@ class Routes:
             self._routes.pop(legacy, None)
             self._keys.get(session_id, set()).discard(legacy)
             self.cache(routing_key, session_id)
-            _log.info("workspace %s claimed the Slack DM transcript of %s (%s)", source.scope_id, legacy, session_id)
+            _log.info(
+                "workspace %s claimed the Slack DM transcript of %s (%s)",
+                source.scope_id,
+                legacy,
+                session_id,
+                extra=session_extra(session_id, source.platform),
+            )
             return session_id
         return None

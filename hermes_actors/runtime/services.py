@@ -14,6 +14,7 @@ from hermes_actors.agents.base import Agent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -159,6 +160,7 @@ class SessionServices:
         "config",
         "handoffs",
         "lease_owner",
+        "metrics",
         "outbox",
         "owner_alive",
         "readers",
@@ -179,6 +181,7 @@ class SessionServices:
         owner_alive: Callable[[str], bool] = lambda owner: True,
         clock: Callable[[], float] = time.time,
         sessions: SessionsConfig | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.writer = writer
         self.readers = readers
@@ -190,6 +193,7 @@ class SessionServices:
         self.owner_alive = owner_alive
         self.clock = clock
         self.sessions = sessions or SessionsConfig()
+        self.metrics = metrics or Metrics()
         self.background = BackgroundJobs()
         self.handoffs = HandoffReplies()
 

@@ -2,13 +2,15 @@
 
 The supervisor is its only sender: one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time, answered by
 :class:`~hermes_actors.runtime.protocol.TurnFinished`; when it stops (passivated, evicted, ended or crashed) it tells
-the supervisor :class:`~hermes_actors.runtime.protocol.SessionStopped`.
+the supervisor :class:`~hermes_actors.runtime.protocol.SessionStopped`. Its thread's log lines carry the session's
+fields (:mod:`hermes_actors.runtime.log_fields`), and each turn is counted in the runtime's metrics.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ import pykka
 from hermes_actors.errors import LeaseLostError, StaleTurnError, StoreError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.admin import settle_unanswered
+from hermes_actors.runtime.log_fields import bind_session
 from hermes_actors.runtime.protocol import RunTurn, SessionMessage, SessionStopped, TurnFinished, TurnOutcome
 from hermes_actors.runtime.records import answered
 from hermes_actors.runtime.services import OutboxSink, reply_for
@@ -26,6 +29,13 @@ from hermes_actors.runtime.turns import SessionTurns
 __all__ = ["SessionActor", "tell_unsaved"]
 
 _log = logging.getLogger(__name__)
+
+
+def outcome_of(outcome: TurnOutcome | None, failed: str) -> str:
+    """The ``outcome`` label of a finished turn; ``failed`` says how a turn without an outcome ended."""
+    if outcome is None:
+        return failed
+    return "cancelled" if outcome.cancelled else "failed" if outcome.failed is not None else "ok"
 
 
 def tell_unsaved(outbox: OutboxSink, session_id: str, request: RunTurn, error: str) -> None:
@@ -59,6 +69,7 @@ class SessionActor(RuntimeActor):
     def on_start(self) -> None:
         self._turns = self._make_turns()
         self._session_id = self._turns.session_id
+        bind_session(self._session_id, self._turns.platform)  # this thread works for this session only
 
     def on_receive(self, message: SessionMessage) -> None:
         """Run one turn and tell the supervisor it finished. A turn's failure never escapes (its inbox rows stay
@@ -79,26 +90,31 @@ class SessionActor(RuntimeActor):
         outcome: TurnOutcome | None = None
         retry: RunTurn | None = None
         error: str | None = None
+        kind = "error"  # how the turn ended, for the metrics, when it gave no outcome
+        started = time.perf_counter()
         try:
             outcome = self._turns.run(message)
         except LeaseLostError as exc:
             _log.warning("session %s: %s", self._session_id, exc)
             self._turns.lost_lease()
-            retry = message
+            retry, kind = message, "lease_lost"
         except StaleTurnError as exc:
             _log.info("session %s: %s", self._session_id, exc)
+            kind = "stale"
         except StoreError as exc:
             # A full or read-only disk, a refused commit: nothing of the turn was saved. The caller hears so
             # now; the turn runs again (before any later message of this session) once the store takes it.
             _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
-            error = str(exc)
-            retry = message
+            error, retry, kind = str(exc), message, "unsaved"
             tell_unsaved(self._turns.services.outbox, self._session_id, message, error)
         except Exception:
             _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
         finally:
             if retry is None:
                 settle_unanswered(self._turns.services, self._session_id, message)
+            platform = message.deliveries[0].message.source.platform if message.deliveries else self._turns.platform
+            seconds = time.perf_counter() - started
+            self._turns.services.metrics.turn_finished(platform, outcome_of(outcome, kind), seconds)
             finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
             self._tell_supervisor(finished)
 
@@ -107,6 +123,7 @@ class SessionActor(RuntimeActor):
             self._supervisor.tell(message)
 
     def on_stop(self) -> None:
+        _log.info("session %s: actor stopped (passivated, evicted or its session ended)", self._session_id)
         if self._turns is not None:
             try:
                 self._turns.release_lease()

@@ -31,6 +31,7 @@ from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.directory import SupervisorDirectory
 from hermes_actors.runtime.live import ControlWork, LiveSession, statistics_of
+from hermes_actors.runtime.log_fields import platform_extra
 from hermes_actors.runtime.protocol import (
     AdminChange,
     Control,
@@ -306,7 +307,8 @@ class SupervisorActor(RuntimeActor):
             state.failures += 1
             pause = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (state.failures - 1))
             state.paused_until = self._clock() + pause
-            _log.warning("session %s: retrying its turn in %.0f s (%s)", session_id, pause, message.error)
+            extra = platform_extra(session_id, turn.deliveries)
+            _log.warning("session %s: retrying its turn in %.0f s (%s)", session_id, pause, message.error, extra=extra)
         self._dispatch(session_id, state)
 
     def _abort_end(self, session_id: str, state: LiveSession) -> None:
@@ -324,6 +326,7 @@ class SupervisorActor(RuntimeActor):
 
     def _retire(self, session_id: str, state: LiveSession, outcome: TurnOutcome) -> None:
         """The session ended: hand its keys and remaining queue to its successor and stop its actor."""
+        self._counts["ended"] = self._counts.get("ended", 0) + 1
         self._routes.end_settled(session_id)
         keys = self._routes.keys_of(session_id)
         self._routes.forget(session_id)

@@ -110,6 +110,11 @@ class SessionTurns:
         return fresh_prefix(store, self._services.agent, self._origin, self._tools, prompt=prompt)
 
     @property
+    def platform(self) -> str:
+        """The platform the session was opened on."""
+        return self._origin.platform
+
+    @property
     def history(self) -> Sequence[MessageRecord]:
         """The cached transcript."""
         return self._history

@@ -5,6 +5,9 @@ function, then everything else already queued (up to ``max_batch``), runs each i
 transaction and commits once: writes that arrive while a commit is in flight share the next one, and a lone write
 is committed at once, never held back by a timer. A function that raises rolls back only its own savepoint and
 its caller gets the exception; a failed commit (a full disk, say) fails every function of the batch.
+
+An ``observer`` (a :class:`CommitObserver`) hears of every transaction the writer ran: how many writes it held and
+how long it took, committed or not. The store knows nothing of who listens (the runtime's metrics do).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import apsw
 import msgspec
@@ -23,7 +27,7 @@ from hermes_actors.errors import StoreError, StoreFault
 from hermes_actors.store.connection import fault_of
 from hermes_actors.store.store import Store
 
-__all__ = ["StoreWriter", "WriterClosedError", "WriterStatistics"]
+__all__ = ["CommitObserver", "StoreWriter", "WriterClosedError", "WriterStatistics"]
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -64,6 +68,12 @@ def _refused(exc: Exception) -> Exception:
     return exc
 
 
+class CommitObserver(Protocol):
+    """Hears of each transaction of the writer, on its thread, after the commit (or the failed one): keep it cheap."""
+
+    def __call__(self, writes: int, seconds: float, *, committed: bool) -> None: ...
+
+
 class _Job:
     __slots__ = ("future", "then", "work")
 
@@ -86,8 +96,16 @@ class _Job:
 class StoreWriter:
     """Owns a writable :class:`Store` and runs submitted writes on its thread, committing them in groups."""
 
-    def __init__(self, store: Store, *, max_batch: int = 512, name: str = "hermes-store-writer") -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 512,
+        name: str = "hermes-store-writer",
+        observer: CommitObserver | None = None,
+    ) -> None:
         self._store = store
+        self._observer = observer
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
         self._closed = threading.Event()
@@ -151,11 +169,21 @@ class StoreWriter:
             while not stopping:
                 batch, stopping = self._take_batch()
                 if batch:
-                    self._commit(batch)
+                    started = time.perf_counter()
+                    committed = self._commit(batch)
+                    if self._observer is not None:
+                        self._observe(len(batch), time.perf_counter() - started, committed)
         finally:
             self._store.close()
 
-    def _commit_one(self, job: _Job) -> None:
+    def _observe(self, writes: int, seconds: float, committed: bool) -> None:
+        assert self._observer is not None
+        try:
+            self._observer(writes, seconds, committed=committed)
+        except Exception:  # an observer's bug must not stop the writer
+            _log.exception("the store writer's commit observer failed")
+
+    def _commit_one(self, job: _Job) -> bool:
         """A lone write needs no savepoint of its own: its transaction is all there is to roll back."""
         db = self._store._connection
         try:
@@ -165,16 +193,17 @@ class StoreWriter:
             if db.in_transaction:  # a failed COMMIT can leave the transaction open
                 db.execute("ROLLBACK")
             job.future.set_exception(_refused(exc))
-            return
+            return False
         self._writes += 1
         self._commits += 1
         self._largest = max(self._largest, 1)
         job.succeed(result)
+        return True
 
-    def _commit(self, batch: list[_Job]) -> None:
+    def _commit(self, batch: list[_Job]) -> bool:
+        """Run ``batch`` in one transaction; return whether it committed."""
         if len(batch) == 1:
-            self._commit_one(batch[0])
-            return
+            return self._commit_one(batch[0])
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
         db = self._store._connection
         try:
@@ -198,7 +227,7 @@ class StoreWriter:
             failure.__cause__ = exc
             for job in batch:
                 job.future.set_exception(failure)
-            return
+            return False
         finally:
             if db.in_transaction:  # a failed COMMIT can leave the transaction open
                 db.execute("ROLLBACK")
@@ -210,3 +239,4 @@ class StoreWriter:
                 job.succeed(result)
             else:
                 job.future.set_exception(error)
+        return True

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /health``.
+"""The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``GET /v1/models``, and the operational routes
+``GET /health``, ``/health/ready``, ``/health/detailed`` and ``/metrics`` (Prometheus).
 
 Any OpenAI client can talk to the agent, but the conversation lives in the store, not in the request: only the
 newest user message of a request is a new turn, and the history is the session's transcript. A request names its

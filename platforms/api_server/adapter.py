@@ -23,6 +23,7 @@ from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig, is_loopback
+from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.sessions import SESSION_HEADER, continue_session, key_fingerprint, session_named
 from platforms.api_server.wire import (
     HTTP_ERRORS,
@@ -39,7 +40,7 @@ from platforms.api_server.wire import (
     usage_of,
 )
 from platforms.base import Capabilities, ReplySender
-from platforms.support.http_host import HttpAdapter, committed, read_decoded, unreadable
+from platforms.support.http_host import HttpAdapter, HttpHost, committed, read_decoded, unreadable
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -120,7 +121,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     @property
     def key_required(self) -> bool:
-        """Whether requests to ``/v1/*`` must carry the bearer key."""
+        """Whether requests to ``/v1/*``, ``/metrics`` and ``/health/detailed`` must carry the bearer key."""
         return self._key is not None
 
     def start(self, inbox: Inbox) -> None:
@@ -168,7 +169,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
+        Probes(self._attached, self._waiters.waiting).add_to(app)
+
+    def _attached(self) -> tuple[Inbox, HttpHost] | None:
+        inbox, host = self._inbox, self._host
+        return (inbox, host) if inbox is not None and host is not None else None
 
     async def _on_startup(self, app: web.Application) -> None:
         self._stopping = asyncio.get_running_loop().create_future()
@@ -206,7 +211,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self._key is not None and request.path.startswith("/v1/"):
+        if self._key is not None and (request.path.startswith("/v1/") or request.path in KEYED_PATHS):
             given = request.headers.get("Authorization", "")
             scheme, _, token = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key.encode()):
@@ -220,18 +225,6 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         return await handler(request)
 
     # -- routes ----------------------------------------------------------------------------------------------
-
-    async def _health(self, request: web.Request) -> web.Response:
-        """200 while the gateway can take messages; 503 naming the reason when it cannot (the store cannot be
-        written: a full or read-only disk), so a load balancer stops sending turns that would fail."""
-        inbox, host = self._inbox, self._host
-        reason: str | None = "the API server is not started"
-        if inbox is not None and host is not None:
-            reason = await host.blocking(inbox.store_unwritable_reason)
-        body = {"platform": PLATFORM, "waiting": self._waiters.waiting()}
-        if reason is not None:
-            return json_response({"status": "unavailable", "reason": reason, **body}, status=503)
-        return json_response({"status": "ok", **body})
 
     async def _models(self, request: web.Request) -> web.Response:
         model = Model(id=self.config.model_name, object="model", created=self._started_at, owned_by="hermes-actors")

@@ -131,6 +131,7 @@ class _NoTurns:
     """Enough of :class:`SessionTurns` for an actor that is never given a turn."""
 
     session_id = "s-unused"
+    platform = "fake"
 
     def release_lease(self) -> None:
         pass
