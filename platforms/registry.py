@@ -16,7 +16,16 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.ports import Adapter
 
-__all__ = ["PLATFORMS", "PlatformSpec", "adapter_factory", "build", "config_type", "enabled", "new_webhook_secret"]
+__all__ = [
+    "PLATFORMS",
+    "PlatformSpec",
+    "adapter_factory",
+    "build",
+    "check_credentials",
+    "config_type",
+    "enabled",
+    "new_webhook_secret",
+]
 
 
 class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +100,15 @@ def enabled(config: msgspec.Struct) -> bool:
 def build(name: str, config: msgspec.Struct, environ: Mapping[str, str]) -> Adapter:
     """Construct platform ``name``'s adapter from its config."""
     return adapter_factory(name)(config, environ=environ)
+
+
+def check_credentials(adapter: Adapter, *, timeout_s: float) -> list[str] | None:
+    """Ask the platform whether ``adapter``'s credentials work, one line per account of what it answered
+    (``None``: the platform has no cheap check); a refusal raises :class:`~hermes_actors.errors.PlatformError`."""
+    check = getattr(adapter, "check_credentials", None)
+    if check is None:
+        return None
+    return cast(list[str], check(timeout_s=timeout_s))
 
 
 def new_webhook_secret() -> str:

@@ -17,10 +17,11 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, load_settings, write_default_config
+from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, write_default_config
 from hermes_actors.daemon.home import HomeUnusableError, check_home
 from hermes_actors.daemon.logs import configure_logging
 from hermes_actors.daemon.process import Daemon
+from hermes_actors.daemon.startup import check_configuration
 from hermes_actors.errors import ConfigError, HermesError
 
 __all__ = ["main"]
@@ -66,7 +67,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         check_home(root)
         if config_file is None and write_default_config(config_path):
             click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
-        settings = load_settings(config_path)
+        settings = check_configuration(config_path, home=root, environ=os.environ)
     except HomeUnusableError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)

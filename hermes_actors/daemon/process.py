@@ -31,7 +31,7 @@ from typing import IO, Any
 import msgspec
 
 from hermes_actors.daemon.admin import SessionAdministration
-from hermes_actors.daemon.agent import agent_name, build_agent
+from hermes_actors.daemon.agent import agent_name
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import (
@@ -46,6 +46,7 @@ from hermes_actors.daemon.control import (
 )
 from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
 from hermes_actors.daemon.pid_lock import PidLock
+from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
 from hermes_actors.ports import Adapter
@@ -56,7 +57,7 @@ from hermes_actors.store import Store
 from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
 
-__all__ = ["Daemon", "build_adapters"]
+__all__ = ["Daemon"]
 
 _log = logging.getLogger("hermesd")
 
@@ -96,13 +97,6 @@ def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
             "(ulimit -f unlimited)"
         )
     return None
-
-
-def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
-    """One adapter per enabled platform section, by platform name."""
-    return {
-        name: registry.build(name, config, environ) for name, config in platforms.items() if registry.enabled(config)
-    }
 
 
 def _timezone(settings: Settings) -> tzinfo | None:
@@ -193,12 +187,13 @@ class Daemon:
         slots = futex_slots_for(runtime.max_live_actors + runtime.max_concurrent_agent_calls + 64)
         if size_futex_hash(slots):
             _log.info("futex hash: %d private slots for up to %d live sessions", slots, runtime.max_live_actors)
-        adapters = build_adapters(settings.platforms, self._environ)
+        plan = prepare_start(settings, home=self.home, environ=self._environ)
+        adapters = plan.adapters
         senders = [sender for adapter in adapters.values() for sender in adapter.senders()]
         self._gateway = Gateway(
             database_path(self.home),
             config=runtime,
-            agent=build_agent(settings.agent, self._environ),
+            agent=plan.agent,
             senders=[*senders, self._terminal.waiters],
             reset=settings.session_reset,
             tz=_timezone(settings),
