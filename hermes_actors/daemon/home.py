@@ -7,6 +7,8 @@ socket (``daemon.socket``). Every command that works on a home finds the files h
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +18,16 @@ from hermes_actors.store.connection import StoreUnwritableError, check_disk
 if TYPE_CHECKING:
     from hermes_actors.daemon.config_file import Settings
 
-__all__ = ["DATABASE_NAME", "PID_NAME", "HomeUnusableError", "check_home", "database_path", "socket_path"]
+__all__ = [
+    "DATABASE_NAME",
+    "PID_NAME",
+    "HomeError",
+    "HomeUnusableError",
+    "check_home",
+    "database_path",
+    "make_home",
+    "socket_path",
+]
 
 DATABASE_NAME = "state.db"
 PID_NAME = "hermesd.pid"
@@ -30,6 +41,57 @@ class HomeUnusableError(HermesError):
 
     def __init__(self, problem: str) -> None:
         super().__init__(f"{problem}, then start hermesd again")
+
+
+class HomeError(HermesError):
+    """The home cannot be created or entered: a file is in its place, or this user may not create or open it.
+
+    The message is one line naming the path, the cause and the fix; ``hermesd`` and ``hermesctl`` exit 2 on it.
+    """
+
+
+_ELSEWHERE = "choose another home with --home DIR or HERMES_HOME=DIR"
+
+
+def make_home(home: Path) -> None:
+    """Create ``home`` (mode 0700, with its parents) unless it exists; raise :class:`HomeError` naming the fix when
+    it cannot be created or is not a directory this user may enter and write."""
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise HomeError(
+            f"the home {home} cannot be a directory: {_blocking_file(home)} is a file; move that file away or "
+            + _ELSEWHERE
+        ) from None
+    except PermissionError:
+        parent = _existing_parent(home)
+        raise HomeError(
+            f"cannot create the home {home}: this user (uid {os.getuid()}) may not write in {parent}; create it "
+            f"for this user (sudo install -d -m 700 -o $USER {home}) or {_ELSEWHERE}"
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            problem = f"{_existing_parent(home)} is on a read-only filesystem"
+        else:
+            problem = exc.strerror or str(exc)
+        raise HomeError(f"cannot create the home {home}: {problem}; {_ELSEWHERE}") from None
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise HomeError(
+            f"the home {home} is not writable by this user (uid {os.getuid()}); give it to this user "
+            f"(sudo chown -R $USER {home}) or {_ELSEWHERE}"
+        )
+
+
+def _blocking_file(home: Path) -> Path:
+    """The first path from the root down to ``home`` that exists and is not a directory."""
+    for path in [*reversed(home.parents), home]:
+        if path.exists() and not path.is_dir():
+            return path
+    return home
+
+
+def _existing_parent(home: Path) -> Path:
+    return next((path for path in home.parents if path.exists()), Path("/"))
 
 
 def database_path(home: Path) -> Path:

@@ -44,7 +44,7 @@ from hermes_actors.daemon.control import (
     Status,
     StatusReply,
 )
-from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
+from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, make_home, socket_path
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
@@ -141,7 +141,7 @@ class Daemon:
         """Check the home, take the pid lock and start everything; raise :class:`HermesError` (and undo) if
         something cannot: :class:`HomeUnusableError` for a full or read-only disk or state file."""
         try:
-            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_home(self.home)
             self._warn_if_open()
             check_home(self.home)
             self._lock.acquire()
