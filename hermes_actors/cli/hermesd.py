@@ -89,3 +89,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

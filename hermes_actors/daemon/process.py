@@ -45,6 +45,7 @@ from hermes_actors.daemon.control import (
     StatusReply,
 )
 from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, make_home, socket_path
+from hermes_actors.daemon.notify import Notifier
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
@@ -234,23 +235,46 @@ class Daemon:
     # -- the main loop -------------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Start, print the banner, serve until SIGTERM/SIGINT (reloading on SIGHUP), shut down; return 0."""
+        """Start, print the banner, serve until SIGTERM/SIGINT (reloading on SIGHUP), shut down; return 0. Under
+        systemd (``$NOTIFY_SOCKET``) it says READY=1 once serving, WATCHDOG=1 while healthy, STOPPING=1 at SIGTERM."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        notifier = Notifier(self._environ)
         try:
             self.start()
             self._print(self.banner())
+            notifier.ready(f"serving {', '.join(self._adapters) or 'no entry points'} on {self.home}")
+            interval = notifier.watchdog_interval_s
+            beat = time.monotonic()
             while not self._stop.is_set():
-                self._reload.wait(0.5)
+                if interval is not None and time.monotonic() >= beat:
+                    beat = time.monotonic() + interval
+                    if self._healthy():  # a stuck supervisor misses its beats, and systemd restarts hermesd
+                        notifier.watchdog()
+                self._reload.wait(0.5 if interval is None else min(0.5, interval))
                 if self._reload.is_set() and not self._stop.is_set():
                     self._reload.clear()
                     self.reload()
+                    notifier.reloading(f"configuration reloaded; serving {', '.join(self._adapters) or 'nothing'}")
             _log.info("stopping: draining turns for up to %.0f s", self.settings.daemon.drain_timeout_s)
+            notifier.stopping(f"draining turns for up to {self.settings.daemon.drain_timeout_s:.0f} s")
             self.shutdown()
             _log.info("stopped")
             return 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _healthy(self) -> bool:
+        """Whether the gateway's supervisor answers a statistics request (within its ask timeout)."""
+        gateway = self._gateway
+        if gateway is None:
+            return False
+        try:
+            gateway.statistics()
+        except Exception as exc:
+            _log.warning("the supervisor did not answer (%s); the systemd watchdog is not fed", exc)
+            return False
+        return True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
