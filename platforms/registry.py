@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -19,12 +19,14 @@ from hermes_actors.ports import Adapter
 __all__ = [
     "PLATFORMS",
     "PlatformSpec",
+    "SharedListener",
     "adapter_factory",
     "build",
     "check_credentials",
     "config_type",
     "enabled",
     "new_webhook_secret",
+    "shared_listener",
 ]
 
 
@@ -109,6 +111,33 @@ def check_credentials(adapter: Adapter, *, timeout_s: float) -> list[str] | None
     if check is None:
         return None
     return cast(list[str], check(timeout_s=timeout_s))
+
+
+class SharedListener(Protocol):
+    """One HTTP port every HTTP adapter serves on (``daemon.http_port``); see :func:`shared_listener`."""
+
+    def attach(self, name: str, adapter: Adapter) -> bool:
+        """Have ``adapter`` serve on this port when it starts; ``False`` if it serves no HTTP."""
+        ...
+
+    def start(self) -> None:
+        """Bind the port, once the attached adapters have started (and mounted their routes)."""
+        ...
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the port."""
+        ...
+
+    def describe(self) -> list[str]:
+        """Banner lines: the URL and the paths of each entry point."""
+        ...
+
+
+def shared_listener(*, host: str, port: int) -> SharedListener:
+    """A listener on ``host:port`` for every HTTP adapter (``platforms.support.shared_http``, loaded by path like
+    the platforms, so the daemon sees only this protocol)."""
+    module = importlib.import_module("platforms.support.shared_http")
+    return cast(SharedListener, module.SharedListener(host=host, port=port))
 
 
 def new_webhook_secret() -> str:

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hermes_actors.errors import HermesError
-from hermes_actors.store.connection import StoreUnwritableError, check_disk
+from hermes_actors.errors import HermesError, StoreError, StoreFault
+from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 
 if TYPE_CHECKING:
     from hermes_actors.daemon.config_file import Settings
@@ -27,6 +27,7 @@ __all__ = [
     "database_path",
     "make_home",
     "socket_path",
+    "start_refusal",
 ]
 
 DATABASE_NAME = "state.db"
@@ -110,3 +111,40 @@ def check_home(home: Path) -> None:
         check_disk(home)
     except StoreUnwritableError as exc:
         raise HomeUnusableError(str(exc)) from exc
+
+
+def start_refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
+    """The start-up refusal a failure during start amounts to (a full disk, a read-only file), or ``None``."""
+    if isinstance(exc, HomeUnusableError):
+        return exc
+    if isinstance(exc, StoreUnwritableError):
+        return HomeUnusableError(str(exc))
+    if isinstance(exc, StoreError) and exc.fault in (StoreFault.FULL, StoreFault.READ_ONLY):
+        try:
+            check_disk(home)
+        except StoreUnwritableError as disk:
+            return HomeUnusableError(str(disk))
+        if exc.fault is StoreFault.READ_ONLY:
+            return HomeUnusableError(read_only_problem(database_path(home)))
+        return HomeUnusableError(f"the disk holding {home} is full ({exc}); free space on it")
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        try:
+            check_disk(home)
+        except StoreUnwritableError as disk:
+            return HomeUnusableError(str(disk))
+        if exc.errno == errno.EROFS:
+            return HomeUnusableError(
+                f"{home} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
+            )
+        return HomeUnusableError(f"the disk holding {home} is full ({exc.strerror}); free space on it")
+    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
+        path = Path(exc.filename)
+        return HomeUnusableError(read_only_problem(path if path.exists() else path.parent))
+    if exc.errno == errno.EFBIG:
+        return HomeUnusableError(
+            f"{exc.filename or home} may not grow past this process's file size limit; raise the limit "
+            "(ulimit -f unlimited)"
+        )
+    return None

@@ -15,7 +15,6 @@ home other users can open gets one warning. The state files are made 0600 and a 
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
@@ -44,60 +43,28 @@ from hermes_actors.daemon.control import (
     Status,
     StatusReply,
 )
-from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, make_home, socket_path
+from hermes_actors.daemon.home import (
+    check_home,
+    database_path,
+    make_home,
+    socket_path,
+    start_refusal,
+)
 from hermes_actors.daemon.notify import Notifier
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
-from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
+from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.ports import Adapter
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
-from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
 
 __all__ = ["Daemon"]
 
 _log = logging.getLogger("hermesd")
-
-
-def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
-    """The start-up refusal a failure during start amounts to (a full disk, a read-only file), or ``None``."""
-    if isinstance(exc, HomeUnusableError):
-        return exc
-    if isinstance(exc, StoreUnwritableError):
-        return HomeUnusableError(str(exc))
-    if isinstance(exc, StoreError) and exc.fault in (StoreFault.FULL, StoreFault.READ_ONLY):
-        try:
-            check_disk(home)
-        except StoreUnwritableError as disk:
-            return HomeUnusableError(str(disk))
-        if exc.fault is StoreFault.READ_ONLY:
-            return HomeUnusableError(read_only_problem(database_path(home)))
-        return HomeUnusableError(f"the disk holding {home} is full ({exc}); free space on it")
-    if not isinstance(exc, OSError):
-        return None
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-        try:
-            check_disk(home)
-        except StoreUnwritableError as disk:
-            return HomeUnusableError(str(disk))
-        if exc.errno == errno.EROFS:
-            return HomeUnusableError(
-                f"{home} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
-            )
-        return HomeUnusableError(f"the disk holding {home} is full ({exc.strerror}); free space on it")
-    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
-        path = Path(exc.filename)
-        return HomeUnusableError(read_only_problem(path if path.exists() else path.parent))
-    if exc.errno == errno.EFBIG:
-        return HomeUnusableError(
-            f"{exc.filename or home} may not grow past this process's file size limit; raise the limit "
-            "(ulimit -f unlimited)"
-        )
-    return None
 
 
 def _timezone(settings: Settings) -> tzinfo | None:
@@ -133,6 +100,7 @@ class Daemon:
         self._terminal = TerminalChannel()
         self._gateway: Gateway | None = None
         self._control: ControlServer | None = None
+        self._listener: registry.SharedListener | None = None
         self._started_at = time.time()
         self._agent_name = agent_name(settings.agent)
 
@@ -147,12 +115,12 @@ class Daemon:
             check_home(self.home)
             self._lock.acquire()
         except OSError as exc:
-            raise _refusal(exc, self.home) or exc from None
+            raise start_refusal(exc, self.home) or exc from None
         try:
             self._check_store()
             self._start()
         except BaseException as exc:
-            refusal = _refusal(exc, self.home)
+            refusal = start_refusal(exc, self.home)
             try:
                 self.shutdown(drain_timeout=0)
             except Exception as stopping:
@@ -208,6 +176,11 @@ class Daemon:
             # A port in use is fatal at start: the operator asked for that port.
             adapter.start(GatewayInbox(self._gateway))
             self._adapters[name] = adapter
+        if plan.listener is not None:
+            self._listener = plan.listener
+            plan.listener.start()
+            _log.info("%s", "; ".join(plan.listener.describe()))
+        for name, adapter in self._adapters.items():
             _log.info("%s started: %s", name, "; ".join(adapter.describe()))
         self._control = ControlServer(socket_path(self.home, settings), self._handle)
         self._control.start()
@@ -216,6 +189,9 @@ class Daemon:
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
         bound = self.settings.daemon.drain_timeout_s if drain_timeout is None else drain_timeout
+        if self._listener is not None:
+            self._listener.stop(timeout=min(bound, 10.0) or 1.0)
+            self._listener = None
         for name, adapter in list(self._adapters.items()):
             try:
                 adapter.stop(timeout=min(bound, 10.0) or 1.0)
@@ -300,7 +276,10 @@ class Daemon:
         if fresh.session_reset != self.settings.session_reset:
             armed = gateway.reconfigure_resets(fresh.session_reset)
             _log.info("reset policies reloaded: %d sessions have a reset deadline", armed)
-        if fresh.platforms != self.settings.platforms:
+        if fresh.platforms != self.settings.platforms and self._listener is not None:
+            _log.warning("platforms changed; with daemon.http_port set, that takes effect when hermesd restarts")
+            fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
+        elif fresh.platforms != self.settings.platforms:
             self._reload_adapters(fresh.platforms)
         for section in ("agent", "runtime", "sessions", "daemon"):
             if getattr(fresh, section) != getattr(self.settings, section):
@@ -396,7 +375,10 @@ class Daemon:
             home=self.home,
             config_path=self.config_path,
             agent=self._agent_name,
-            entry_points=[line for adapter in self._adapters.values() for line in adapter.describe()],
+            entry_points=[
+                *(self._listener.describe() if self._listener is not None else []),
+                *(line for adapter in self._adapters.values() for line in adapter.describe()),
+            ],
             control_socket=socket_path(self.home, self.settings),
         )
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hermes_actors.agents.base import Agent
 from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import Settings, load_settings
@@ -34,6 +36,7 @@ class StartPlan:
 
     agent: Agent
     adapters: dict[str, Adapter]
+    listener: registry.SharedListener | None = None  # daemon.http_port: the one port of every HTTP adapter
 
     def discard(self) -> None:
         """Release what building took (the agent's connection pool); the adapters hold nothing until started."""
@@ -57,7 +60,16 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
     except ControlError as exc:
         raise ConfigError("daemon.socket", str(exc)) from None
     check_describe(settings.media)
-    adapters = build_adapters(settings.platforms, environ)
+    platforms, listener = settings.platforms, None
+    if settings.daemon.http_port:
+        # One port on http_host for all: each HTTP entry point is checked as listening there (a key off loopback).
+        host = settings.daemon.http_host
+        platforms = {name: _moved(config, host) for name, config in platforms.items()}
+        listener = registry.shared_listener(host=host, port=settings.daemon.http_port)
+    adapters = build_adapters(platforms, environ)
+    for name, adapter in adapters.items():
+        if listener is not None:
+            listener.attach(name, adapter)
     try:
         agent = build_agent(settings.agent, environ)
     except ImportError:
@@ -65,7 +77,14 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
             "agent.base_url",
             "needs the openai package, which is not installed; install it with: pip install 'hermes-actors[openai]'",
         ) from None
-    return StartPlan(agent=agent, adapters=adapters)
+    return StartPlan(agent=agent, adapters=adapters, listener=listener)
+
+
+def _moved(config: Any, host: str) -> Any:
+    """A platform section served on ``host``: its own ``host`` replaced, when it has one."""
+    if "host" in getattr(config, "__struct_fields__", ()):
+        return msgspec.structs.replace(config, host=host)
+    return config
 
 
 def check_configuration(path: Path, *, home: Path, environ: Mapping[str, str]) -> Settings:

@@ -35,6 +35,7 @@ __all__ = [
     "HttpHost",
     "Refused",
     "ServedConfig",
+    "SharedPort",
     "committed",
     "decode_content",
     "read_body",
@@ -236,6 +237,8 @@ async def read_decoded(request: web.Request, limit: int) -> bytes:
     the client gives up (whether the body comes in the same read as the headers is timing, hence intermittent).
     """
     raw = await request.read()
+    if len(raw) > limit:  # a port shared by several adapters reads up to the largest limit (shared_http)
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(raw))
     encoding = request.headers.get("Content-Encoding", "")
     return decode_content(raw, encoding.lower() if encoding.isascii() else encoding, limit)
 
@@ -265,6 +268,14 @@ def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
 def unreadable(exc: web.RequestPayloadError) -> str:
     """Why aiohttp could not read a request body, on one line."""
     return " ".join(str(exc).split())[:200]
+
+
+class SharedPort(Protocol):
+    """One listener several adapters serve on (:class:`platforms.support.shared_http.SharedListener`)."""
+
+    def add(self, name: str, app: web.Application) -> HttpHost:
+        """Mount ``app`` for the adapter ``name``; return the server it runs on."""
+        ...
 
 
 class ServedConfig(Protocol):
@@ -297,6 +308,11 @@ class HttpAdapter(abc.ABC, Generic[C]):
         self.config = config
         self._inbox: Inbox | None = None
         self._host: HttpHost | None = None
+        self._shared: SharedPort | None = None
+
+    def share(self, port: SharedPort) -> None:
+        """Serve on ``port`` (one listener for every HTTP adapter) instead of ``config.host:config.port``."""
+        self._shared = port
 
     @property
     def url(self) -> str:
@@ -307,7 +323,12 @@ class HttpAdapter(abc.ABC, Generic[C]):
         return f"http://{host}:{self.config.port}"
 
     def start(self, inbox: Inbox) -> None:
-        """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
+        """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind. On a
+        shared port the routes are mounted there, and the port's owner binds it."""
+        if self._shared is not None:
+            self._inbox = inbox
+            self._host = self._shared.add(self.server_name, self._application())
+            return
         host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
         # Set before binding: a request may arrive as soon as the socket listens.
         self._inbox, self._host = inbox, host
@@ -318,8 +339,8 @@ class HttpAdapter(abc.ABC, Generic[C]):
             raise
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
+        """Stop the server; requests in progress get up to ``timeout`` seconds (a shared port's owner closes it)."""
+        if self._host is not None and self._shared is None:
             self._host.stop(timeout)
 
     def _application(self) -> web.Application:
