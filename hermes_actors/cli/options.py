@@ -47,6 +47,12 @@ home_option = click.option(
 )
 
 
+class _UnusableHome(click.ClickException):
+    """A home that cannot be made or entered: ``Error: ...`` with exit status 2, as ``hermesd`` gives."""
+
+    exit_code = 2
+
+
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Turn library errors into ``Error: ...`` and exit status 1 (2 for a home that cannot be used), in one place."""
 
@@ -55,9 +61,7 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except HomeError as exc:
-            error = click.ClickException(str(exc))
-            error.exit_code = 2
-            raise error from exc
+            raise _UnusableHome(str(exc)) from exc
         except HermesError as exc:
             raise click.ClickException(str(exc)) from exc
 

@@ -32,6 +32,13 @@ REFUSALS = [
     ("context-window", "agent:\n  context_window: 10\n", {}, "agent.context_window: must be at least 1024"),
     ("timezone", "daemon:\n  timezone: Mars/Olympus\n", {}, "daemon.timezone: unknown time zone 'Mars/Olympus'"),
     ("socket-length", "daemon:\n  socket: /" + "s" * 120 + "\n", {}, "daemon.socket: control socket path"),
+    ("http-port", "daemon:\n  http_port: 70000\n", {}, "daemon.http_port: 70000 is not a TCP port"),
+    (
+        "one-port-off-loopback-without-key",
+        "daemon:\n  http_port: 8080\n  http_host: 0.0.0.0\n",
+        {},
+        "platforms.api_server.key: required when host is not loopback ('0.0.0.0'",
+    ),
     ("reset-mode", "session_reset:\n  mode: sometimes\n", {}, "session_reset"),
     ("media-describe", "media:\n  describe: no_such_module_x:describe\n", {}, "media.describe: cannot load"),
     (
