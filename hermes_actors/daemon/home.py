@@ -56,7 +56,7 @@ _ELSEWHERE = "choose another home with --home DIR or HERMES_HOME=DIR"
 
 def make_home(home: Path) -> None:
     """Create ``home`` (mode 0700, with its parents) unless it exists; raise :class:`HomeError` naming the fix when
-    it cannot be created or is not a directory this user may enter and write."""
+    it cannot be created (a home that exists but is read-only is :func:`check_home`'s and the start's to name)."""
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -76,11 +76,6 @@ def make_home(home: Path) -> None:
         else:
             problem = exc.strerror or str(exc)
         raise HomeError(f"cannot create the home {home}: {problem}; {_ELSEWHERE}") from None
-    if not os.access(home, os.W_OK | os.X_OK):
-        raise HomeError(
-            f"the home {home} is not writable by this user (uid {os.getuid()}); give it to this user "
-            f"(sudo chown -R $USER {home}) or {_ELSEWHERE}"
-        )
 
 
 def _blocking_file(home: Path) -> Path:

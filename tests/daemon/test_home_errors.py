@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import errno
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,8 @@ from click.testing import CliRunner
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.cli.hermesd import main as hermesd
 from hermes_actors.daemon.home import HomeError, make_home
+from tests.daemon.test_daemon import _script
+from tests.daemon.test_faults import _as_ordinary_user
 
 
 def _one_error(output: str) -> str:
@@ -66,3 +73,42 @@ def test_a_home_that_cannot_be_created_for_another_reason_says_why_once(tmp_path
         "Error: cannot create the home /proc/no-such-home: No such file or directory; "
         "choose another home with --home DIR or HERMES_HOME=DIR"
     )
+
+
+@pytest.fixture
+def reachable_tmp() -> Iterator[Path]:
+    """A directory another user (``nobody``) can reach: pytest's own temporary root is private to root."""
+    directory = Path(tempfile.mkdtemp(prefix="hermes-home-"))
+    directory.chmod(0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_an_ordinary_user_refused_a_home_in_a_directory_of_roots_gets_one_line_with_the_fix(
+    reachable_tmp: Path,
+) -> None:
+    owned = reachable_tmp / "owned"
+    owned.mkdir()
+    prefix, _ = _as_ordinary_user(owned)
+    home = reachable_tmp / "srv" / "hermes"
+    (reachable_tmp / "srv").mkdir(mode=0o755)  # root's: the ordinary user may enter but not write
+    result = subprocess.run(
+        [*prefix, *_script("hermesd")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HERMES_HOME": str(home)},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Error: cannot create the home {home}: this user (uid {_uid(prefix)}) may not write in "
+        f"{reachable_tmp / 'srv'}; create it for this user (sudo install -d -m 700 -o $USER {home}) or choose "
+        "another home with --home DIR or HERMES_HOME=DIR"
+    ]
+
+
+def _uid(prefix: list[str]) -> int:
+    reuid = [part for part in prefix if part.startswith("--reuid=")]
+    return int(reuid[0].removeprefix("--reuid=")) if reuid else os.getuid()
