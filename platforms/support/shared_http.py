@@ -45,9 +45,7 @@ def mount(root: web.Application, app: web.Application, owner: str, taken: dict[s
             raise PlatformError(f"{owner} and {taken[prefix]} both serve {prefix}; they cannot share one port")
     for index, (prefix, routes) in enumerate(groups.items()):
         sub = web.Application(middlewares=list(app.middlewares))
-        for method, path, route in routes:
-            if method == "HEAD" and any(m == "GET" and p == path for m, p, _ in routes):
-                continue  # add_route("GET") below brings its HEAD route back
+        for method, path, route in routes:  # add_get's HEAD route is among them, and is copied as it is
             sub.router.add_route(method, path, route.handler)
         if index == 0:
             sub.on_startup.extend(app.on_startup)
