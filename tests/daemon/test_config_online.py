@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from hermes_actors.cli.hermesctl import main as hermesctl
 from tests.agents.chat_server import ChatServer, open_chat_server
 from tests.platforms.discord_fake import DiscordFake
+from tests.platforms.matrix_fake import MatrixFake
 from tests.platforms.slack_fake import FakeSlack
 from tests.platforms.telegram_fake import TelegramFake
 
@@ -19,6 +20,7 @@ TELEGRAM_TOKEN = "111111:" + "A" * 35
 UNKNOWN_TELEGRAM_TOKEN = "222222:" + "B" * 35
 DISCORD_TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 SLACK_TOKEN = "xoxb-17-team-one-main"
+MATRIX_TOKEN = "syt_Ym90_hermes_bot_0001"
 
 
 @pytest.fixture
@@ -89,6 +91,23 @@ def test_online_fails_on_tokens_the_platforms_refuse_naming_each_without_the_tok
         result.output
     )
     assert UNKNOWN_TELEGRAM_TOKEN not in result.output
+
+
+def test_online_asks_a_matrix_homeserver_whose_token_it_is(tmp_path: Path) -> None:
+    with MatrixFake() as homeserver:
+        homeserver.add_user(MATRIX_TOKEN, "@hermes:example.org", "Hermes")
+        text = (
+            f"platforms:\n  matrix:\n    accounts:\n      main:\n        homeserver: {homeserver.base_url}\n"
+            "        access_token_env: MX_TOKEN\n"
+        )
+        good = _check(tmp_path, text, {"MX_TOKEN": MATRIX_TOKEN})
+        refused = _check(tmp_path, text, {"MX_TOKEN": "syt_unknown"})
+    assert good.exit_code == 0, good.output
+    assert "  matrix: ok: account 'main' is @hermes:example.org" in good.output
+    assert refused.exit_code == 1, refused.output
+    assert "  matrix: refused: matrix account 'main': GET /account/whoami answered HTTP 401 (M_UNKNOWN_TOKEN)" in (
+        refused.output
+    )
 
 
 def test_online_fails_when_the_agent_endpoint_does_not_answer(tmp_path: Path) -> None:
