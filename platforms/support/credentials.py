@@ -22,11 +22,17 @@ def fetch_json(
     what: str,
     headers: Mapping[str, str] | None = None,
     method: str = "GET",
+    body: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,
 ) -> tuple[int, Any]:
-    """``(status, decoded JSON body or None)`` of one request to ``url``; a connection that fails is a
-    :class:`PlatformError` naming ``what`` (never ``url``, which may hold a token)."""
-    request = urllib.request.Request(url, method=method, headers={"Accept": "application/json", **(headers or {})})
+    """``(status, decoded JSON body or None)`` of one request to ``url`` (with ``body`` as JSON when given); a
+    connection that fails is a :class:`PlatformError` naming ``what`` (never ``url``, which may hold a token)."""
+    sent = {"Accept": "application/json", **(headers or {})}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        sent["Content-Type"] = "application/json; charset=utf-8"
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             status, raw = int(response.status), response.read()

@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from hermes_actors.cli.hermesctl import main as hermesctl
 from tests.agents.chat_server import ChatServer, open_chat_server
 from tests.platforms.discord_fake import DiscordFake
+from tests.platforms.feishu_fake import FakeFeishu
 from tests.platforms.matrix_fake import MatrixFake
 from tests.platforms.slack_fake import FakeSlack
 from tests.platforms.telegram_fake import TelegramFake
@@ -126,3 +127,26 @@ def test_without_online_nothing_is_contacted(tmp_path: Path, chat: ChatServer) -
     result = CliRunner().invoke(hermesctl, ["config", "check", "--config", str(path)])
     assert result.exit_code == 0, result.output
     assert chat.requests == []
+
+
+def test_online_asks_feishu_for_a_tenant_token_with_each_apps_id_and_secret(tmp_path: Path) -> None:
+    feishu = FakeFeishu()
+    feishu.add_app("cli_main", app_secret="main-secret", verification_token="main-token")
+    feishu.start()
+    try:
+        text = (
+            "platforms:\n  feishu:\n    apps:\n      main:\n        app_id: cli_main\n"
+            f"        base_url: {feishu.base_url}\n        app_secret_env: FS_SECRET\n"
+            "        verification_token: main-token\n"
+        )
+        good = _check(tmp_path, text, {"FS_SECRET": "main-secret"})
+        refused = _check(tmp_path, text, {"FS_SECRET": "wrong-secret"})
+    finally:
+        feishu.stop()
+    assert good.exit_code == 0, good.output
+    assert "  feishu: ok: app 'main' (cli_main) got a tenant token" in good.output
+    assert refused.exit_code == 1, refused.output
+    assert "  feishu: refused: feishu app 'main': tenant_access_token answered HTTP 400 (app secret invalid)" in (
+        refused.output
+    )
+    assert "wrong-secret" not in refused.output
