@@ -2,8 +2,9 @@
 
 The agent endpoint is asked for its models (``GET {agent.base_url}/models`` with the configured key), and each
 enabled platform whose adapter has a cheap credential check (``check_credentials``: Telegram ``getMe``, Slack
-``auth.test``, Discord ``/users/@me``, Matrix ``/account/whoami``, Feishu's tenant token) runs it; a platform
-without one says so. Every check is one line: what was tried and what came back.
+``auth.test``, Discord ``/users/@me``, Matrix ``/account/whoami``, Feishu's tenant token, WhatsApp's number on
+the Graph API) runs it; a platform without one (the API server, webhooks, WeChat, Signal) says so. Every check is
+one line: what was tried and what came back.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from tests.platforms.feishu_fake import FakeFeishu
 from tests.platforms.matrix_fake import MatrixFake
 from tests.platforms.slack_fake import FakeSlack
 from tests.platforms.telegram_fake import TelegramFake
+from tests.platforms.whatsapp_fake import FakeGraph
 
 TELEGRAM_TOKEN = "111111:" + "A" * 35
 UNKNOWN_TELEGRAM_TOKEN = "222222:" + "B" * 35
@@ -150,3 +151,22 @@ def test_online_asks_feishu_for_a_tenant_token_with_each_apps_id_and_secret(tmp_
         refused.output
     )
     assert "wrong-secret" not in refused.output
+
+
+def test_online_asks_the_graph_api_for_each_whatsapp_number_with_its_access_token(tmp_path: Path) -> None:
+    graph = FakeGraph(tokens={"EAAG-good": "1065"}).start()
+    try:
+        text = (
+            f"platforms:\n  whatsapp:\n    graph_base_url: {graph.base_url}\n    numbers:\n      '1065':\n"
+            "        app_secret: s\n        verify_token: v\n        access_token_env: WA_TOKEN\n"
+        )
+        good = _check(tmp_path, text, {"WA_TOKEN": "EAAG-good"})
+        refused = _check(tmp_path, text, {"WA_TOKEN": "EAAG-bad"})
+    finally:
+        graph.stop()
+    assert good.exit_code == 0, good.output
+    assert "  whatsapp: ok: number 1065 is +1 555-0100 (Hermes Test)" in good.output
+    assert refused.exit_code == 1, refused.output
+    assert "  whatsapp: refused: whatsapp number 1065: GET /v21.0/1065 answered HTTP 401 (Invalid OAuth" in (
+        refused.output
+    )
