@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.cli.hermesd import main as hermesd
+from hermes_actors.daemon.process import Daemon
+from hermes_actors.daemon.startup import check_configuration
 
 TOKEN = "123456:" + "A" * 35
 
@@ -161,3 +164,43 @@ def test_config_check_passes_a_file_hermesd_starts_on(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "ok (agent: echo; entry points: api_server, webhook, telegram)" in result.output
+
+
+ACCEPTED = [
+    ("defaults", "", {}),
+    (
+        "api-off-loopback-with-a-key",
+        "platforms:\n  api_server:\n    host: 0.0.0.0\n    port: 0\n    key_env: API_KEY_SET\n",
+        {"API_KEY_SET": "k" * 20},
+    ),
+    (
+        "secrets-from-the-environment",
+        "platforms:\n  webhook:\n    port: 0\n    routes:\n      r:\n        secret_env: HOOK_SECRET\n"
+        "  slack:\n    port: 0\n    apps:\n      main:\n        signing_secret_env: SL_SECRET\n"
+        "        bot_token: xoxb-1\n",
+        {"HOOK_SECRET": "whsec_" + "A" * 44, "SL_SECRET": "s3cret"},
+    ),
+    ("one-port", "daemon:\n  http_port: {free_port}\n", {}),
+]
+
+
+@pytest.mark.parametrize(("text", "env"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
+def test_a_file_config_check_passes_is_one_hermesd_starts_on(tmp_path: Path, text: str, env: dict[str, str]) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "config.yaml"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    text = text.replace("{free_port}", str(free_port))
+    path.write_text(text or "platforms:\n  api_server:\n    port: 0\n  webhook:\n    port: 0\n")
+    checked = CliRunner().invoke(hermesctl, ["config", "check", "--home", str(home)], env=env)
+    assert checked.exit_code == 0, checked.output
+    assert f"{path}: ok" in checked.output
+    settings = check_configuration(path, home=home, environ=env)
+    daemon = Daemon(home, path, settings, environ=env)
+    daemon.start()
+    try:
+        assert daemon.adapters()
+    finally:
+        daemon.shutdown(drain_timeout=0)
