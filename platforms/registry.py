@@ -26,6 +26,7 @@ __all__ = [
     "config_type",
     "enabled",
     "new_webhook_secret",
+    "probe_listen",
     "shared_listener",
 ]
 
@@ -120,6 +121,10 @@ class SharedListener(Protocol):
         """Have ``adapter`` serve on this port when it starts; ``False`` if it serves no HTTP."""
         ...
 
+    def probe_listen(self) -> None:
+        """Raise :class:`~hermes_actors.errors.PlatformError` as :meth:`start` would if the port is taken now."""
+        ...
+
     def start(self) -> None:
         """Bind the port, once the attached adapters have started (and mounted their routes)."""
         ...
@@ -138,6 +143,14 @@ def shared_listener(*, host: str, port: int) -> SharedListener:
     the platforms, so the daemon sees only this protocol)."""
     module = importlib.import_module("platforms.support.shared_http")
     return cast(SharedListener, module.SharedListener(host=host, port=port))
+
+
+def probe_listen(adapter: Adapter) -> None:
+    """Raise the :class:`~hermes_actors.errors.PlatformError` ``adapter.start`` would give for an address it cannot
+    bind now (nothing for an adapter that listens nowhere)."""
+    probe = getattr(adapter, "probe_listen", None)
+    if probe is not None:
+        probe()
 
 
 def new_webhook_secret() -> str:

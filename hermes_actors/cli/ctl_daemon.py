@@ -15,8 +15,8 @@ from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error
 from hermes_actors.daemon.control import connect
 from hermes_actors.daemon.home import socket_path
 from hermes_actors.daemon.online import online_checks
-from hermes_actors.daemon.startup import check_configuration
-from hermes_actors.errors import ConfigError
+from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.store import Store
 from platforms import registry
 
@@ -109,8 +109,9 @@ def config() -> None:
 @click.option("--online", is_flag=True, help="Also try the agent endpoint and each platform's credentials.")
 def config_check(home: str | None, config_file: str | None, online: bool) -> None:
     """Check config.yaml as hermesd does at start: exit 0 when it would start, 2 with the field and the fix when
-    not (the same line hermesd prints). --online also asks the agent endpoint for its models and each platform
-    with a cheap credential check whether its tokens work (exit 1 when one does not).
+    not (the same line hermesd prints), 1 when a port it listens on is taken (unless hermesd runs on the home).
+    --online also asks the agent endpoint for its models and each platform with a cheap credential check whether
+    its tokens work (exit 1 when one does not).
 
     \b
     Examples:
@@ -128,6 +129,8 @@ def config_check(home: str | None, config_file: str | None, online: bool) -> Non
     except ConfigError as exc:
         click.echo(f"Error: configuration {config_error_text(path, exc)}", err=True)
         sys.exit(2)
+    if not _ports_free(settings, root):
+        sys.exit(1)
     if not path.exists():
         click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
     else:
@@ -136,6 +139,25 @@ def config_check(home: str | None, config_file: str | None, online: bool) -> Non
         click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")
     if online and not _online_ok(settings, root):
         sys.exit(1)
+
+
+def _ports_free(settings: Settings, root: Path) -> bool:
+    """Whether every address the configuration listens on can be bound now (hermesd's own error line when not);
+    while hermesd runs on the home, its ports are its own and are not probed."""
+    client = connect(socket_path(root, settings))
+    if client is not None:
+        client.close()
+        click.echo(f"hermesd runs on {root}: the ports it listens on were not probed")
+        return True
+    plan = prepare_start(settings, home=root, environ=os.environ)
+    try:
+        check_ports(plan)
+    except PlatformError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        return False
+    finally:
+        plan.discard()
+    return True
 
 
 def _online_ok(settings: Settings, root: Path) -> bool:

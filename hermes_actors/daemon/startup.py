@@ -27,7 +27,7 @@ from hermes_actors.media import check_describe
 from hermes_actors.ports import Adapter
 from platforms import registry
 
-__all__ = ["StartPlan", "build_adapters", "check_configuration", "prepare_start"]
+__all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,3 +93,12 @@ def check_configuration(path: Path, *, home: Path, environ: Mapping[str, str]) -
     settings = load_settings(path)
     prepare_start(settings, home=home, environ=environ).discard()
     return settings
+
+
+def check_ports(plan: StartPlan) -> None:
+    """Raise the :class:`~hermes_actors.errors.PlatformError` the start would give for an address of ``plan`` that
+    cannot be bound now (another program on the port). Only meaningful while no hermesd runs on the home."""
+    if plan.listener is not None:
+        plan.listener.probe_listen()
+    for adapter in plan.adapters.values():
+        registry.probe_listen(adapter)

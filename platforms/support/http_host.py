@@ -16,6 +16,8 @@ import abc
 import asyncio
 import concurrent.futures
 import logging
+import os
+import socket
 import threading
 import zlib
 from collections.abc import Callable
@@ -38,6 +40,7 @@ __all__ = [
     "SharedPort",
     "committed",
     "decode_content",
+    "probe_listen",
     "read_body",
     "read_decoded",
     "unreadable",
@@ -101,6 +104,33 @@ def _answer_expect_safely(app: web.Application) -> None:
         route._expect_handler = _expect
 
 
+def _cannot_listen(name: str, host: str, port: int, exc: OSError) -> PlatformError:
+    # asyncio's bind error repeats the address in its strerror; the errno's own text says it once
+    reason = os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
+    return PlatformError(
+        f"{name}: cannot listen on {host}:{port} ({reason}); "
+        "choose another port in config.yaml or stop the program using it"
+    )
+
+
+def probe_listen(name: str, host: str, port: int) -> None:
+    """Raise the :class:`PlatformError` :meth:`HttpHost.start` would if ``host:port`` cannot be bound now (a
+    moment's bind, as the server binds: address reuse on); port 0 always can."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _cannot_listen(name, host, port, OSError(exc.errno, exc.strerror)) from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise _cannot_listen(name, host, port, exc) from None
+
+
 class HttpHost:
     """One aiohttp application on ``host:port`` (port 0 picks a free one), served from its own thread."""
 
@@ -152,10 +182,7 @@ class HttpHost:
         try:
             self._port = started.result(timeout=30)
         except OSError as exc:
-            raise PlatformError(
-                f"{self.name}: cannot listen on {self.host}:{self._requested_port} ({exc.strerror or exc}); "
-                "choose another port in config.yaml or stop the program using it"
-            ) from exc
+            raise _cannot_listen(self.name, self.host, self._requested_port, exc) from exc
 
     async def _setup(self) -> int:
         _answer_expect_safely(self.app)
@@ -337,6 +364,16 @@ class HttpAdapter(abc.ABC, Generic[C]):
         except BaseException:
             self._host = None
             raise
+
+    def probe_listen(self) -> None:
+        """Raise what :meth:`start` would if the configured address cannot be bound now (nothing on a shared
+        port, whose owner probes it)."""
+        if self._shared is None and self._serves_http():
+            probe_listen(self.server_name, self.config.host, self.config.port)
+
+    def _serves_http(self) -> bool:
+        """Whether :meth:`start` opens the server (an adapter that may run without one says when)."""
+        return True
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server; requests in progress get up to ``timeout`` seconds (a shared port's owner closes it)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
-from platforms.support.http_host import HttpAdapter, HttpHost
+from platforms.support.http_host import HttpAdapter, HttpHost, probe_listen
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Adapter
@@ -93,6 +93,10 @@ class SharedListener:
         host = self.host
         self._served[name] = mount(host.app, app, f"platforms.{name}", self._taken)
         return host
+
+    def probe_listen(self) -> None:
+        """Raise what :meth:`start` would if the port cannot be bound now."""
+        probe_listen("http", *self._address)
 
     def start(self) -> None:
         """Bind and serve every mounted application; :class:`PlatformError` names the address if it cannot."""

@@ -138,6 +138,9 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
             self._poller.stop(timeout)
         super().stop(timeout)
 
+    def _serves_http(self) -> bool:
+        return any(bot.config.mode == "webhook" for bot in self._bots.values())
+
     def check_credentials(self, *, timeout_s: float) -> list[str]:
         """``getMe`` for every bot: one line per bot naming its username; :class:`PlatformError` for a token the
         Bot API refuses."""

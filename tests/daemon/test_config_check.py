@@ -204,3 +204,38 @@ def test_a_file_config_check_passes_is_one_hermesd_starts_on(tmp_path: Path, tex
         assert daemon.adapters()
     finally:
         daemon.shutdown(drain_timeout=0)
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        "platforms:\n  api_server:\n    port: {taken}\n  webhook:\n    port: 0\n",
+        "platforms:\n  webhook:\n    port: {taken}\n  api_server:\n    port: 0\n",
+        "daemon:\n  http_port: {taken}\n",
+    ],
+    ids=["api_server", "webhook", "one-port"],
+)
+def test_config_check_names_a_port_another_program_holds_as_hermesd_does(tmp_path: Path, section: str) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        checked, started = _both(tmp_path, section.replace("{taken}", str(holder.getsockname()[1])), {})
+    assert (checked.exit_code, started.exit_code) == (1, 1), checked.output + started.output
+    assert _error_line(checked) == _error_line(started)
+    assert "(Address already in use); choose another port in config.yaml" in _error_line(checked)
+
+
+def test_config_check_leaves_the_ports_of_a_running_hermesd_alone(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "config.yaml"
+    path.write_text("platforms:\n  api_server:\n    port: 0\n  webhook:\n    port: 0\n")
+    daemon = Daemon(home, path, check_configuration(path, home=home, environ={}), environ={})
+    daemon.start()
+    try:
+        result = CliRunner().invoke(hermesctl, ["config", "check", "--home", str(home)])
+    finally:
+        daemon.shutdown(drain_timeout=0)
+    assert result.exit_code == 0, result.output
+    assert f"hermesd runs on {home}: the ports it listens on were not probed" in result.output
+    assert f"{path}: ok" in result.output
