@@ -86,6 +86,7 @@ def reachable_tmp() -> Iterator[Path]:
         shutil.rmtree(directory)
 
 
+@pytest.mark.slow
 def test_an_ordinary_user_refused_a_home_in_a_directory_of_roots_gets_one_line_with_the_fix(
     reachable_tmp: Path,
 ) -> None:
