@@ -43,6 +43,7 @@ __all__ = [
     "Describe",
     "MediaConfig",
     "MediaStore",
+    "check_describe",
     "for_agent",
     "format_size",
     "kind_of",
@@ -133,6 +134,12 @@ def _suffix(mime_type: str, name: str | None) -> str:
     if _SUFFIX.fullmatch(given):
         return given.lower()
     return mimetypes.guess_extension(mime_type, strict=False) or ""
+
+
+def check_describe(config: MediaConfig) -> None:
+    """Raise :class:`ConfigError` if ``config.describe`` names a function that cannot be loaded (as
+    :class:`MediaStore` would when built)."""
+    _load_describe(config.describe)
 
 
 def _load_describe(reference: str | None) -> Describe | None:

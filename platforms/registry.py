@@ -9,14 +9,26 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.ports import Adapter
 
-__all__ = ["PLATFORMS", "PlatformSpec", "adapter_factory", "build", "config_type", "enabled", "new_webhook_secret"]
+__all__ = [
+    "PLATFORMS",
+    "PlatformSpec",
+    "SharedListener",
+    "adapter_factory",
+    "build",
+    "check_credentials",
+    "config_type",
+    "enabled",
+    "new_webhook_secret",
+    "probe_listen",
+    "shared_listener",
+]
 
 
 class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +103,54 @@ def enabled(config: msgspec.Struct) -> bool:
 def build(name: str, config: msgspec.Struct, environ: Mapping[str, str]) -> Adapter:
     """Construct platform ``name``'s adapter from its config."""
     return adapter_factory(name)(config, environ=environ)
+
+
+def check_credentials(adapter: Adapter, *, timeout_s: float) -> list[str] | None:
+    """Ask the platform whether ``adapter``'s credentials work, one line per account of what it answered
+    (``None``: the platform has no cheap check); a refusal raises :class:`~hermes_actors.errors.PlatformError`."""
+    check = getattr(adapter, "check_credentials", None)
+    if check is None:
+        return None
+    return cast(list[str], check(timeout_s=timeout_s))
+
+
+class SharedListener(Protocol):
+    """One HTTP port every HTTP adapter serves on (``daemon.http_port``); see :func:`shared_listener`."""
+
+    def attach(self, name: str, adapter: Adapter) -> bool:
+        """Have ``adapter`` serve on this port when it starts; ``False`` if it serves no HTTP."""
+        ...
+
+    def probe_listen(self) -> None:
+        """Raise :class:`~hermes_actors.errors.PlatformError` as :meth:`start` would if the port is taken now."""
+        ...
+
+    def start(self) -> None:
+        """Bind the port, once the attached adapters have started (and mounted their routes)."""
+        ...
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the port."""
+        ...
+
+    def describe(self) -> list[str]:
+        """Banner lines: the URL and the paths of each entry point."""
+        ...
+
+
+def shared_listener(*, host: str, port: int) -> SharedListener:
+    """A listener on ``host:port`` for every HTTP adapter (``platforms.support.shared_http``, loaded by path like
+    the platforms, so the daemon sees only this protocol)."""
+    module = importlib.import_module("platforms.support.shared_http")
+    return cast(SharedListener, module.SharedListener(host=host, port=port))
+
+
+def probe_listen(adapter: Adapter) -> None:
+    """Raise the :class:`~hermes_actors.errors.PlatformError` ``adapter.start`` would give for an address it cannot
+    bind now (nothing for an adapter that listens nowhere)."""
+    probe = getattr(adapter, "probe_listen", None)
+    if probe is not None:
+        probe()
 
 
 def new_webhook_secret() -> str:

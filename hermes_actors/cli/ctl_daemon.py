@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,9 @@ from hermes_actors.cli.options import database_path, home_option, reports_errors
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.daemon.home import socket_path
-from hermes_actors.errors import ConfigError
+from hermes_actors.daemon.online import online_checks
+from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.ports import Latency, Vitals
 from hermes_actors.store import Store
 from platforms import registry
@@ -170,26 +173,64 @@ def config() -> None:
 @config.command("check")
 @home_option
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="File to check.")
-def config_check(home: str | None, config_file: str | None) -> None:
-    """Check config.yaml: exit 0 when valid, 2 with the field path and the fix when not.
+@click.option("--online", is_flag=True, help="Also try the agent endpoint and each platform's credentials.")
+def config_check(home: str | None, config_file: str | None, online: bool) -> None:
+    """Check config.yaml as hermesd does at start: exit 0 when it would start, 2 with the field and the fix when
+    not (the same line hermesd prints), 1 when a port it listens on is taken (unless hermesd runs on the home).
+    --online also asks the agent endpoint for its models and each platform with a cheap credential check whether
+    its tokens work (exit 1 when one does not).
 
     \b
     Examples:
       hermesctl config check
       hermesctl config check --config ./staging.yaml
+      hermesctl config check --online
     """
-    path = Path(config_file).expanduser() if config_file else resolve_home(home) / CONFIG_NAME
-    if not path.exists():
-        if config_file:  # asked to check that very file: nothing there passes
-            click.echo(f"Error: {path} does not exist; give the path of an existing file to --config", err=True)
-            sys.exit(2)
-        click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
-        return
-    try:
-        settings = load_settings(path)
-    except ConfigError as exc:
-        click.echo(f"Error: {config_error_text(path, exc)}", err=True)
+    root = resolve_home(home)
+    path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
+    if not path.exists() and config_file:  # asked to check that very file: nothing there passes
+        click.echo(f"Error: {path} does not exist; give the path of an existing file to --config", err=True)
         sys.exit(2)
-    agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
-    enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]
-    click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")
+    try:
+        settings = check_configuration(path, home=root, environ=os.environ)
+    except ConfigError as exc:
+        click.echo(f"Error: configuration {config_error_text(path, exc)}", err=True)
+        sys.exit(2)
+    if not _ports_free(settings, root):
+        sys.exit(1)
+    if not path.exists():
+        click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
+    else:
+        agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
+        enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]
+        click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")
+    if online and not _online_ok(settings, root):
+        sys.exit(1)
+
+
+def _ports_free(settings: Settings, root: Path) -> bool:
+    """Whether every address the configuration listens on can be bound now (hermesd's own error line when not);
+    while hermesd runs on the home, its ports are its own and are not probed."""
+    client = connect(socket_path(root, settings))
+    if client is not None:
+        client.close()
+        click.echo(f"hermesd runs on {root}: the ports it listens on were not probed")
+        return True
+    plan = prepare_start(settings, home=root, environ=os.environ)
+    try:
+        check_ports(plan)
+    except PlatformError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        return False
+    finally:
+        plan.discard()
+    return True
+
+
+def _online_ok(settings: Settings, root: Path) -> bool:
+    """Print one line per online check (agent, then each platform); return whether none failed."""
+    passed = True
+    for check in online_checks(settings, home=root, environ=os.environ):
+        click.echo(f"  {check.subject}: {check.outcome}")
+        passed = passed and check.ok
+    return passed

@@ -13,6 +13,7 @@ from hermes_actors.cli.ctl_daemon import config, status
 from hermes_actors.cli.ctl_db import db
 from hermes_actors.cli.ctl_import import import_hermes
 from hermes_actors.cli.ctl_search import search
+from hermes_actors.cli.ctl_service import service
 from hermes_actors.cli.ctl_sessions import sessions
 from hermes_actors.daemon.banner import version
 
@@ -26,5 +27,5 @@ def main() -> None:
 
 
 sessions.add_command(search)
-for command in (chat, status, config, db, sessions, import_hermes):
+for command in (chat, status, config, service, db, sessions, import_hermes):
     main.add_command(command)

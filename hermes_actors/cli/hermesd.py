@@ -17,10 +17,11 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, load_settings, write_default_config
-from hermes_actors.daemon.home import HomeUnusableError, check_home
+from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, write_default_config
+from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
 from hermes_actors.daemon.process import Daemon
+from hermes_actors.daemon.startup import check_configuration
 from hermes_actors.errors import ConfigError, HermesError
 
 __all__ = ["main"]
@@ -62,12 +63,12 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
     root = resolve_home(home)
     config_path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
     try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_home(root)
         check_home(root)
         if config_file is None and write_default_config(config_path):
             click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
-        settings = load_settings(config_path)
-    except HomeUnusableError as exc:
+        settings = check_configuration(config_path, home=root, environ=os.environ)
+    except (HomeError, HomeUnusableError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     except ConfigError as exc:
@@ -88,3 +89,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,7 +14,7 @@ from typing import ParamSpec, TypeVar
 
 import click
 
-from hermes_actors.daemon.home import DATABASE_NAME, database_path
+from hermes_actors.daemon.home import DATABASE_NAME, HomeError, database_path, make_home
 from hermes_actors.errors import HermesError, StoreError
 from hermes_actors.store import Store
 
@@ -47,13 +47,21 @@ home_option = click.option(
 )
 
 
+class _UnusableHome(click.ClickException):
+    """A home that cannot be made or entered: ``Error: ...`` with exit status 2, as ``hermesd`` gives."""
+
+    exit_code = 2
+
+
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn library errors into ``Error: ...`` and exit status 1, in one place."""
+    """Turn library errors into ``Error: ...`` and exit status 1 (2 for a home that cannot be used), in one place."""
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
+        except HomeError as exc:
+            raise _UnusableHome(str(exc)) from exc
         except HermesError as exc:
             raise click.ClickException(str(exc)) from exc
 
@@ -64,7 +72,7 @@ def open_store(home: str | None, *, readonly: bool = True) -> Store:
     """Open the store under ``home``; a missing database is an error naming the command that creates it."""
     path = database_path(resolve_home(home))
     if not readonly:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the database itself is made 0600
+        make_home(path.parent)  # the database itself is made 0600
     elif not path.exists():
         raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
     return Store.open(path, readonly=readonly)

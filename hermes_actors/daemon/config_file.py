@@ -62,15 +62,23 @@ def decode_platforms(obj: object) -> dict[str, Any]:
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and log format."""
+    """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and format, and
+    ``http_port``: one port for every HTTP entry point on ``http_host`` (behind a reverse proxy; 0: each on its own
+    port)."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: float = 30.0
     timezone: str | None = None  # IANA name for daily resets; default: the machine's local zone
     log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
     log_format: typing.Literal["logfmt", "json"] = "logfmt"  # one line per event either way
+    http_port: int = 0
+    http_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
+        if not 0 <= self.http_port <= 65535:
+            raise ConfigError("daemon.http_port", f"{self.http_port} is not a TCP port; use 1..65535, or 0 for none")
+        if not self.http_host:
+            raise ConfigError("daemon.http_host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
         if self.drain_timeout_s < 0:
             raise ConfigError("daemon.drain_timeout_s", "must not be negative")
         if self.timezone is not None:
@@ -379,6 +387,9 @@ daemon:
   # timezone: null                   # for daily resets; default: the machine's zone
   # log_level: info
   # log_format: logfmt               # logfmt | json (one JSON object a line)
+  # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API
+  # http_host: 127.0.0.1             # at /v1 and /health, /webhooks/..., /slack/..., /feishu/..., /whatsapp/...,
+  #                                  # /telegram/...; the entry points' own ports stay closed. 0: off
 """
 
 

@@ -15,7 +15,6 @@ home other users can open gets one warning. The state files are made 0600 and a 
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
@@ -31,69 +30,32 @@ from typing import IO, Any
 import msgspec
 
 from hermes_actors.daemon.admin import SessionAdministration
-from hermes_actors.daemon.agent import agent_name, build_agent
+from hermes_actors.daemon.agent import agent_name
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import Bind, Chat, ControlServer, SessionAdmin, Status, StatusReply
-from hermes_actors.daemon.home import HomeUnusableError, check_home, database_path, socket_path
+from hermes_actors.daemon.home import (
+    check_home,
+    database_path,
+    make_home,
+    socket_path,
+    start_refusal,
+)
+from hermes_actors.daemon.notify import Notifier
 from hermes_actors.daemon.pid_lock import PidLock
+from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
-from hermes_actors.errors import ConfigError, HermesError, StoreError, StoreFault
+from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.ports import Adapter
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
-from hermes_actors.store.connection import StoreUnwritableError, check_disk, read_only_problem
 from platforms import registry
 
-__all__ = ["Daemon", "build_adapters"]
+__all__ = ["Daemon"]
 
 _log = logging.getLogger("hermesd")
-
-
-def _refusal(exc: BaseException, home: Path) -> HomeUnusableError | None:
-    """The start-up refusal a failure during start amounts to (a full disk, a read-only file), or ``None``."""
-    if isinstance(exc, HomeUnusableError):
-        return exc
-    if isinstance(exc, StoreUnwritableError):
-        return HomeUnusableError(str(exc))
-    if isinstance(exc, StoreError) and exc.fault in (StoreFault.FULL, StoreFault.READ_ONLY):
-        try:
-            check_disk(home)
-        except StoreUnwritableError as disk:
-            return HomeUnusableError(str(disk))
-        if exc.fault is StoreFault.READ_ONLY:
-            return HomeUnusableError(read_only_problem(database_path(home)))
-        return HomeUnusableError(f"the disk holding {home} is full ({exc}); free space on it")
-    if not isinstance(exc, OSError):
-        return None
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-        try:
-            check_disk(home)
-        except StoreUnwritableError as disk:
-            return HomeUnusableError(str(disk))
-        if exc.errno == errno.EROFS:
-            return HomeUnusableError(
-                f"{home} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
-            )
-        return HomeUnusableError(f"the disk holding {home} is full ({exc.strerror}); free space on it")
-    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
-        path = Path(exc.filename)
-        return HomeUnusableError(read_only_problem(path if path.exists() else path.parent))
-    if exc.errno == errno.EFBIG:
-        return HomeUnusableError(
-            f"{exc.filename or home} may not grow past this process's file size limit; raise the limit "
-            "(ulimit -f unlimited)"
-        )
-    return None
-
-
-def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
-    """One adapter per enabled platform section, by platform name."""
-    return {
-        name: registry.build(name, config, environ) for name, config in platforms.items() if registry.enabled(config)
-    }
 
 
 def _timezone(settings: Settings) -> tzinfo | None:
@@ -128,6 +90,7 @@ class Daemon:
         self._terminal = TerminalChannel()
         self._gateway: Gateway | None = None
         self._control: ControlServer | None = None
+        self._listener: registry.SharedListener | None = None
         self._started_at = time.time()
         self._agent_name = agent_name(settings.agent)
 
@@ -137,17 +100,17 @@ class Daemon:
         """Check the home, take the pid lock and start everything; raise :class:`HermesError` (and undo) if
         something cannot: :class:`HomeUnusableError` for a full or read-only disk or state file."""
         try:
-            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_home(self.home)
             self._warn_if_open()
             check_home(self.home)
             self._lock.acquire()
         except OSError as exc:
-            raise _refusal(exc, self.home) or exc from None
+            raise start_refusal(exc, self.home) or exc from None
         try:
             self._check_store()
             self._start()
         except BaseException as exc:
-            refusal = _refusal(exc, self.home)
+            refusal = start_refusal(exc, self.home)
             try:
                 self.shutdown(drain_timeout=0)
             except Exception as stopping:
@@ -183,12 +146,13 @@ class Daemon:
         slots = futex_slots_for(runtime.max_live_actors + runtime.max_concurrent_agent_calls + 64)
         if size_futex_hash(slots):
             _log.info("futex hash: %d private slots for up to %d live sessions", slots, runtime.max_live_actors)
-        adapters = build_adapters(settings.platforms, self._environ)
+        plan = prepare_start(settings, home=self.home, environ=self._environ)
+        adapters = plan.adapters
         senders = [sender for adapter in adapters.values() for sender in adapter.senders()]
         self._gateway = Gateway(
             database_path(self.home),
             config=runtime,
-            agent=build_agent(settings.agent, self._environ),
+            agent=plan.agent,
             senders=[*senders, self._terminal.waiters],
             reset=settings.session_reset,
             tz=_timezone(settings),
@@ -203,6 +167,11 @@ class Daemon:
             adapter.start(GatewayInbox(self._gateway))
             self._adapters[name] = adapter
             self._gateway.platforms.started(name, adapter)
+        if plan.listener is not None:
+            self._listener = plan.listener
+            plan.listener.start()
+            _log.info("%s", "; ".join(plan.listener.describe()))
+        for name, adapter in self._adapters.items():
             _log.info("%s started: %s", name, "; ".join(adapter.describe()))
         for name in (n for n, section in settings.platforms.items() if not registry.enabled(section)):
             self._gateway.platforms.disabled(name)
@@ -213,6 +182,9 @@ class Daemon:
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
         bound = self.settings.daemon.drain_timeout_s if drain_timeout is None else drain_timeout
+        if self._listener is not None:
+            self._listener.stop(timeout=min(bound, 10.0) or 1.0)
+            self._listener = None
         for name, adapter in list(self._adapters.items()):
             try:
                 adapter.stop(timeout=min(bound, 10.0) or 1.0)
@@ -232,23 +204,46 @@ class Daemon:
     # -- the main loop -------------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Start, print the banner, serve until SIGTERM/SIGINT (reloading on SIGHUP), shut down; return 0."""
+        """Start, print the banner, serve until SIGTERM/SIGINT (reloading on SIGHUP), shut down; return 0. Under
+        systemd (``$NOTIFY_SOCKET``) it says READY=1 once serving, WATCHDOG=1 while healthy, STOPPING=1 at SIGTERM."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        notifier = Notifier(self._environ)
         try:
             self.start()
             self._print(self.banner())
+            notifier.ready(f"serving {', '.join(self._adapters) or 'no entry points'} on {self.home}")
+            interval = notifier.watchdog_interval_s
+            beat = time.monotonic()
             while not self._stop.is_set():
-                self._reload.wait(0.5)
+                if interval is not None and time.monotonic() >= beat:
+                    beat = time.monotonic() + interval
+                    if self._healthy():  # a stuck supervisor misses its beats, and systemd restarts hermesd
+                        notifier.watchdog()
+                self._reload.wait(0.5 if interval is None else min(0.5, interval))
                 if self._reload.is_set() and not self._stop.is_set():
                     self._reload.clear()
                     self.reload()
+                    notifier.reloading(f"configuration reloaded; serving {', '.join(self._adapters) or 'nothing'}")
             _log.info("stopping: draining turns for up to %.0f s", self.settings.daemon.drain_timeout_s)
+            notifier.stopping(f"draining turns for up to {self.settings.daemon.drain_timeout_s:.0f} s")
             self.shutdown()
             _log.info("stopped")
             return 0
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _healthy(self) -> bool:
+        """Whether the gateway's supervisor answers a statistics request (within its ask timeout)."""
+        gateway = self._gateway
+        if gateway is None:
+            return False
+        try:
+            gateway.statistics()
+        except Exception as exc:
+            _log.warning("the supervisor did not answer (%s); the systemd watchdog is not fed", exc)
+            return False
+        return True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGHUP:
@@ -274,7 +269,10 @@ class Daemon:
         if fresh.session_reset != self.settings.session_reset:
             armed = gateway.reconfigure_resets(fresh.session_reset)
             _log.info("reset policies reloaded: %d sessions have a reset deadline", armed)
-        if fresh.platforms != self.settings.platforms:
+        if fresh.platforms != self.settings.platforms and self._listener is not None:
+            _log.warning("platforms changed; with daemon.http_port set, that takes effect when hermesd restarts")
+            fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
+        elif fresh.platforms != self.settings.platforms:
             self._reload_adapters(fresh.platforms)
         for section in ("agent", "runtime", "sessions", "daemon"):
             if getattr(fresh, section) != getattr(self.settings, section):
@@ -368,7 +366,10 @@ class Daemon:
             home=self.home,
             config_path=self.config_path,
             agent=self._agent_name,
-            entry_points=[line for adapter in self._adapters.values() for line in adapter.describe()],
+            entry_points=[
+                *(self._listener.describe() if self._listener is not None else []),
+                *(line for adapter in self._adapters.values() for line in adapter.describe()),
+            ],
             control_socket=socket_path(self.home, self.settings),
         )
 

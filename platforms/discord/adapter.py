@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from hermes_actors.errors import PlatformError
 from platforms.base import Capabilities, ReplySender
 from platforms.discord.config import DiscordConfig, check_token
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
 from platforms.discord.shard import Shard
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.support.task_thread import TaskThread
@@ -110,6 +112,22 @@ class DiscordAdapter:
         }
         self._sender = DiscordSender(self._rest, self.cache, max_message_chars=config.max_message_chars)
         self._shards: Shards | None = None
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``GET /users/@me`` with every bot's token: one line per bot naming its user; :class:`PlatformError` for
+        a token Discord refuses."""
+        seen = []
+        for name, bot in self._bots.items():
+            what = f"discord bot {name!r}: GET /users/@me"
+            headers = {"Authorization": f"Bot {bot.token}"}
+            status, body = fetch_json(
+                self.config.api_base + "/users/@me", what=what, headers=headers, timeout_s=timeout_s
+            )
+            if status != 200 or not isinstance(body, dict):
+                said = body.get("message") if isinstance(body, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no message'}); check the token")
+            seen.append(f"bot {name!r} is {body.get('username')} (id {body.get('id')})")
+        return seen
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens handoff threads)."""

@@ -19,13 +19,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.feishu.config import AppKeys, FeishuConfig, resolve_apps
 from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, open_event
 from platforms.feishu.files import attach_resources
-from platforms.feishu.sender import FeishuSender
+from platforms.feishu.sender import TOKEN_PATH, FeishuSender
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.ratelimit import Rate
@@ -85,6 +86,21 @@ class FeishuAdapter(HttpAdapter[FeishuConfig]):
             chat_rate=Rate(per_second=config.chat_messages_per_second, burst=config.chat_messages_per_second),
             app_rate=Rate(per_second=config.app_messages_per_second, burst=config.app_messages_per_second),
         )
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """Ask every app's tenant token (``tenant_access_token/internal``): one line per app; :class:`PlatformError`
+        for an app_id and app_secret Feishu refuses."""
+        seen = []
+        for name, app in self._apps.items():
+            what = f"feishu app {name!r}: tenant_access_token"
+            keys = {"app_id": app.app_id, "app_secret": app.app_secret}
+            url = app.base_url + TOKEN_PATH
+            status, body = fetch_json(url, what=what, method="POST", body=keys, timeout_s=timeout_s)
+            if status != 200 or not isinstance(body, dict) or body.get("code") != 0:
+                said = body.get("msg") if isinstance(body, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no msg'}); check app_id and app_secret")
+            seen.append(f"app {name!r} ({app.app_id}) got a tenant token")
+        return seen
 
     @property
     def sender(self) -> FeishuSender:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import ConfigError, PlatformError
 from platforms.base import Capabilities, ReplySender
 from platforms.matrix.client import Account, Homeserver
 from platforms.matrix.config import MatrixAccount, MatrixConfig, is_access_token
@@ -21,6 +21,7 @@ from platforms.matrix.events import PLATFORM
 from platforms.matrix.sender import MatrixSender
 from platforms.matrix.state import Snapshots
 from platforms.matrix.sync import Poller
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.secrets import read_env_secret, secret_origin
 
@@ -72,6 +73,21 @@ class MatrixAdapter:
         self._rooms = Snapshots()
         self._sender = MatrixSender(self._homeservers, config, self._rooms, clock=monotonic)
         self._poller: Poller | None = None
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``GET /account/whoami`` with every account's token: one line per account naming its user;
+        :class:`PlatformError` for a token the homeserver refuses."""
+        seen = []
+        for name, homeserver in self._homeservers.items():
+            what = f"matrix account {name!r}: GET /account/whoami"
+            status, body = fetch_json(
+                homeserver.url("/account/whoami"), what=what, headers=homeserver.headers(), timeout_s=timeout_s
+            )
+            if status != 200 or not isinstance(body, dict) or not body.get("user_id"):
+                said = body.get("errcode") if isinstance(body, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no errcode'}); check the access token")
+            seen.append(f"account {name!r} is {body['user_id']}")
+        return seen
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every account's replies (it also opens threads for handoffs)."""

@@ -12,12 +12,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.slack.config import ResolvedApp, SlackConfig, resolve_app
 from platforms.slack.events import PLATFORM, Skipped, decode_envelope, to_inbound, verify
 from platforms.slack.files import SlackFile, attach_files, downloadable
 from platforms.slack.sender import SlackSender
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 
@@ -57,6 +59,21 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         self.sender = SlackSender(self._apps, config)
         # Messages whose files are being fetched -> whether that copy was then stored (on the server's loop only).
         self._fetching: dict[tuple[str, str], asyncio.Future[bool]] = {}
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``auth.test`` with every app's bot token: one line per app naming its bot user and workspace;
+        :class:`PlatformError` for a token Slack refuses."""
+        seen = []
+        for name, app in self._apps.items():
+            what = f"slack app {name!r}: auth.test"
+            url = self.config.api_base_url.rstrip("/") + "/auth.test"
+            headers = {"Authorization": f"Bearer {app.bot_token}"}
+            status, body = fetch_json(url, what=what, headers=headers, method="POST", timeout_s=timeout_s)
+            if status != 200 or not isinstance(body, dict) or body.get("ok") is not True:
+                said = body.get("error") if isinstance(body, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no error named'}); check the bot token")
+            seen.append(f"app {name!r} is {body.get('user')} in workspace {body.get('team_id')}")
+        return seen
 
     def senders(self) -> Sequence[ReplySender]:
         """The ``chat.postMessage`` sender (it also opens handoff threads)."""

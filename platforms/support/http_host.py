@@ -16,6 +16,8 @@ import abc
 import asyncio
 import concurrent.futures
 import logging
+import os
+import socket
 import threading
 import zlib
 from collections.abc import Callable
@@ -35,8 +37,10 @@ __all__ = [
     "HttpHost",
     "Refused",
     "ServedConfig",
+    "SharedPort",
     "committed",
     "decode_content",
+    "probe_listen",
     "read_body",
     "read_decoded",
     "unreadable",
@@ -100,6 +104,33 @@ def _answer_expect_safely(app: web.Application) -> None:
         route._expect_handler = _expect
 
 
+def _cannot_listen(name: str, host: str, port: int, exc: OSError) -> PlatformError:
+    # asyncio's bind error repeats the address in its strerror; the errno's own text says it once
+    reason = os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
+    return PlatformError(
+        f"{name}: cannot listen on {host}:{port} ({reason}); "
+        "choose another port in config.yaml or stop the program using it"
+    )
+
+
+def probe_listen(name: str, host: str, port: int) -> None:
+    """Raise the :class:`PlatformError` :meth:`HttpHost.start` would if ``host:port`` cannot be bound now (a
+    moment's bind, as the server binds: address reuse on); port 0 always can."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _cannot_listen(name, host, port, OSError(exc.errno, exc.strerror)) from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise _cannot_listen(name, host, port, exc) from None
+
+
 class HttpHost:
     """One aiohttp application on ``host:port`` (port 0 picks a free one), served from its own thread."""
 
@@ -151,10 +182,7 @@ class HttpHost:
         try:
             self._port = started.result(timeout=30)
         except OSError as exc:
-            raise PlatformError(
-                f"{self.name}: cannot listen on {self.host}:{self._requested_port} ({exc.strerror or exc}); "
-                "choose another port in config.yaml or stop the program using it"
-            ) from exc
+            raise _cannot_listen(self.name, self.host, self._requested_port, exc) from exc
 
     async def _setup(self) -> int:
         _answer_expect_safely(self.app)
@@ -236,6 +264,8 @@ async def read_decoded(request: web.Request, limit: int) -> bytes:
     the client gives up (whether the body comes in the same read as the headers is timing, hence intermittent).
     """
     raw = await request.read()
+    if len(raw) > limit:  # a port shared by several adapters reads up to the largest limit (shared_http)
+        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(raw))
     encoding = request.headers.get("Content-Encoding", "")
     return decode_content(raw, encoding.lower() if encoding.isascii() else encoding, limit)
 
@@ -265,6 +295,14 @@ def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
 def unreadable(exc: web.RequestPayloadError) -> str:
     """Why aiohttp could not read a request body, on one line."""
     return " ".join(str(exc).split())[:200]
+
+
+class SharedPort(Protocol):
+    """One listener several adapters serve on (:class:`platforms.support.shared_http.SharedListener`)."""
+
+    def add(self, name: str, app: web.Application) -> HttpHost:
+        """Mount ``app`` for the adapter ``name``; return the server it runs on."""
+        ...
 
 
 class ServedConfig(Protocol):
@@ -297,6 +335,11 @@ class HttpAdapter(abc.ABC, Generic[C]):
         self.config = config
         self._inbox: Inbox | None = None
         self._host: HttpHost | None = None
+        self._shared: SharedPort | None = None
+
+    def share(self, port: SharedPort) -> None:
+        """Serve on ``port`` (one listener for every HTTP adapter) instead of ``config.host:config.port``."""
+        self._shared = port
 
     @property
     def url(self) -> str:
@@ -307,7 +350,12 @@ class HttpAdapter(abc.ABC, Generic[C]):
         return f"http://{host}:{self.config.port}"
 
     def start(self, inbox: Inbox) -> None:
-        """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind."""
+        """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind. On a
+        shared port the routes are mounted there, and the port's owner binds it."""
+        if self._shared is not None:
+            self._inbox = inbox
+            self._host = self._shared.add(self.server_name, self._application())
+            return
         host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
         # Set before binding: a request may arrive as soon as the socket listens.
         self._inbox, self._host = inbox, host
@@ -317,9 +365,19 @@ class HttpAdapter(abc.ABC, Generic[C]):
             self._host = None
             raise
 
+    def probe_listen(self) -> None:
+        """Raise what :meth:`start` would if the configured address cannot be bound now (nothing on a shared
+        port, whose owner probes it)."""
+        if self._shared is None and self._serves_http():
+            probe_listen(self.server_name, self.config.host, self.config.port)
+
+    def _serves_http(self) -> bool:
+        """Whether :meth:`start` opens the server (an adapter that may run without one says when)."""
+        return True
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server; requests in progress get up to ``timeout`` seconds."""
-        if self._host is not None:
+        """Stop the server; requests in progress get up to ``timeout`` seconds (a shared port's owner closes it)."""
+        if self._host is not None and self._shared is None:
             self._host.stop(timeout)
 
     def _application(self) -> web.Application:

@@ -21,8 +21,10 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.secrets import read_env_secret, secret_origin
@@ -135,6 +137,23 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         if self._poller is not None:
             self._poller.stop(timeout)
         super().stop(timeout)
+
+    def _serves_http(self) -> bool:
+        return any(bot.config.mode == "webhook" for bot in self._bots.values())
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``getMe`` for every bot: one line per bot naming its username; :class:`PlatformError` for a token the
+        Bot API refuses."""
+        seen = []
+        for name, bot in self._bots.items():
+            what = f"telegram bot {name!r}: getMe"
+            status, body = fetch_json(bot.api.url("getMe"), what=what, timeout_s=timeout_s)
+            result = body.get("result") if isinstance(body, dict) and body.get("ok") is True else None
+            if status != 200 or not isinstance(result, dict):
+                said = body.get("description") if isinstance(body, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no description'}); check the token")
+            seen.append(f"bot {name!r} is @{result.get('username')}")
+        return seen
 
     def _add_routes(self, app: web.Application) -> None:
         """Serve the webhook bots, ``POST /telegram/<bot>``."""

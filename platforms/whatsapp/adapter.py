@@ -22,8 +22,10 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused, committed
 from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
@@ -76,6 +78,22 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
         self.windows = ServiceWindows(clock=clock)
         self.capabilities = Capabilities(max_message_chars=config.max_message_chars)
         self.sender = WhatsappSender(self._numbers, config, self.windows, clock=clock)
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``GET /{version}/{phone_number_id}`` with every number's access token: one line per number naming its
+        display number; :class:`PlatformError` for a token the Graph API refuses."""
+        seen = []
+        for name, number in self._numbers.items():
+            what = f"whatsapp number {name}: GET /{self.config.graph_version}/{name}"
+            url = f"{self.config.graph_base}/{self.config.graph_version}/{name}"
+            headers = {"Authorization": f"Bearer {number.access_token}"}
+            status, body = fetch_json(url, what=what, headers=headers, timeout_s=timeout_s)
+            if status != 200 or not isinstance(body, dict) or body.get("id") != name:
+                error = body.get("error") if isinstance(body, dict) else None
+                said = error.get("message") if isinstance(error, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no message'}); check the access token")
+            seen.append(f"number {name} is {body.get('display_phone_number')} ({body.get('verified_name')})")
+        return seen
 
     def senders(self) -> Sequence[ReplySender]:
         """The Cloud API sender."""

@@ -212,6 +212,7 @@ class DiscordFake:
         app.router.add_get("/resume-gateway", self._gateway)
         app.router.add_get(API_PREFIX + "/gateway/bot", self._gateway_bot)
         app.router.add_get(API_PREFIX + "/channels/{channel_id}", self._get_channel)
+        app.router.add_get(API_PREFIX + "/users/@me", self._get_me)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/messages", self._create_message)
         app.router.add_post(API_PREFIX + "/channels/{channel_id}/threads", self._start_thread)
         app.router.add_get(CDN_PREFIX + "/{channel_id}/{attachment_id}/{filename}", self._cdn)
@@ -869,6 +870,12 @@ class DiscordFake:
             return 200, {"url": self.gateway_url, "shards": 1, "session_start_limit": limit}, {}
 
         return await self._rest(request, "GET /gateway/bot", handle)
+
+    async def _get_me(self, request: web.Request) -> web.StreamResponse:
+        async def handle(bot: _Bot, match: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:
+            return 200, bot.user, {}
+
+        return await self._rest(request, "GET /users/@me", handle)
 
     async def _get_channel(self, request: web.Request) -> web.StreamResponse:
         async def handle(bot: _Bot, match: dict[str, str], body: Any) -> tuple[int, Any, dict[str, str]]:

@@ -120,6 +120,7 @@ class FakeSlack:
     def __post_init__(self) -> None:
         app = web.Application()
         app.router.add_post("/api/chat.postMessage", self._post_message)
+        app.router.add_post("/api/auth.test", self._auth_test)
         app.router.add_get("/api/files.info", self._files_info)
         app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
         self.host = HttpHost(app, name="fake-slack")
@@ -257,6 +258,14 @@ class FakeSlack:
         if posted.thread_ts:
             message["thread_ts"] = posted.thread_ts
         return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
+
+    async def _auth_test(self, request: web.Request) -> web.Response:
+        token, team = self._team_of(request)
+        if token is None:
+            return web.json_response({"ok": False, "error": "not_authed"})
+        if team is None:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        return web.json_response({"ok": True, "team_id": team, "user_id": "UBOT", "user": "hermes", "bot_id": "BBOT"})
 
     def _team_of(self, request: web.Request) -> tuple[str | None, str | None]:
         """(the Bearer token, its team) of a request; the team is ``None`` for a missing or unknown token."""

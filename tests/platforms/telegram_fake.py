@@ -326,6 +326,7 @@ class TelegramFake:
             "getfile": self._get_file,
             "setwebhook": self._set_webhook,
             "deletewebhook": self._delete_webhook,
+            "getme": self._get_me,
         }.get(method)
         if handler is None:
             return self._record(token, method, params, _error(404, "Not Found"))
@@ -440,6 +441,9 @@ class TelegramFake:
         if not known or found is None:
             return self._record(token, "file", {"path": path}, web.Response(status=404, text="Not Found"))
         return self._record(token, "file", {"path": path}, web.Response(body=found))
+
+    async def _get_me(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
+        return _ok({"id": bot.bot_id, "is_bot": True, "first_name": bot.username, "username": bot.username})
 
     async def _set_webhook(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
         if not isinstance(params.get("url"), str):

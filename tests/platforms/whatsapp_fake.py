@@ -237,8 +237,26 @@ class FakeGraph:
         authorization = request.headers.get("Authorization", "")
         return authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
 
+    def _number(self, number: str, token: str | None) -> web.Response:
+        """``GET /<version>/<phone_number_id>``: the number's profile, for a token of that number."""
+        if token is None or token not in self.tokens:
+            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
+        if self.tokens[token] != number:
+            message = f"Unsupported get request. Object with ID '{number}' does not exist"
+            return web.json_response(_error(100, message, kind="GraphMethodException"), status=400)
+        return web.json_response(
+            {
+                "verified_name": "Hermes Test",
+                "display_phone_number": "+1 555-0100",
+                "id": number,
+                "quality_rating": "GREEN",
+            }
+        )
+
     async def _lookup(self, request: web.Request) -> web.Response:
         media_id, token = request.match_info["media_id"], self._token(request)
+        if media_id in self.tokens.values():
+            return self._number(media_id, token)
         with self._lock:
             media = self._media.get(media_id)
         number = request.query.get("phone_number_id")

@@ -1,0 +1,104 @@
+"""What ``hermesd`` checks of a configuration before it starts, and what it builds from it.
+
+One code path for ``hermesd`` and ``hermesctl config check``: :func:`check_configuration` reads the file
+(:func:`~hermes_actors.daemon.config_file.load_settings`) and runs :func:`prepare_start` on it, which builds the
+agent and every enabled platform's adapter (reading their ``*_env`` secrets and refusing a non-loopback API
+without a key), loads the ``media.describe`` step and checks the control socket's path. ``hermesd`` refuses to
+start on the :class:`ConfigError` either raises, and ``config check`` says ``ok`` only when neither does.
+Building an adapter opens nothing (no socket, no thread), so the check builds and drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from hermes_actors.agents.base import Agent
+from hermes_actors.daemon.agent import build_agent
+from hermes_actors.daemon.config_file import Settings, load_settings
+from hermes_actors.daemon.control import ControlError, check_socket_path
+from hermes_actors.daemon.home import socket_path
+from hermes_actors.errors import ConfigError
+from hermes_actors.media import check_describe
+from hermes_actors.ports import Adapter
+from platforms import registry
+
+__all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartPlan:
+    """What a start runs: the agent and one adapter per enabled platform, built but not started."""
+
+    agent: Agent
+    adapters: dict[str, Adapter]
+    listener: registry.SharedListener | None = None  # daemon.http_port: the one port of every HTTP adapter
+
+    def discard(self) -> None:
+        """Release what building took (the agent's connection pool); the adapters hold nothing until started."""
+        close = getattr(self.agent, "close", None)
+        if close is not None:
+            close()
+
+
+def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
+    """One adapter per enabled platform section, by platform name."""
+    return {
+        name: registry.build(name, config, environ) for name, config in platforms.items() if registry.enabled(config)
+    }
+
+
+def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str]) -> StartPlan:
+    """Check what a start needs beyond the file's own fields and build the agent and adapters; raise
+    :class:`ConfigError` naming the field and the fix for the first thing that would refuse the start."""
+    try:
+        check_socket_path(socket_path(home, settings))
+    except ControlError as exc:
+        raise ConfigError("daemon.socket", str(exc)) from None
+    check_describe(settings.media)
+    platforms, listener = settings.platforms, None
+    if settings.daemon.http_port:
+        # One port on http_host for all: each HTTP entry point is checked as listening there (a key off loopback).
+        host = settings.daemon.http_host
+        platforms = {name: _moved(config, host) for name, config in platforms.items()}
+        listener = registry.shared_listener(host=host, port=settings.daemon.http_port)
+    adapters = build_adapters(platforms, environ)
+    for name, adapter in adapters.items():
+        if listener is not None:
+            listener.attach(name, adapter)
+    try:
+        agent = build_agent(settings.agent, environ)
+    except ImportError:
+        raise ConfigError(
+            "agent.base_url",
+            "needs the openai package, which is not installed; install it with: pip install 'hermes-actors[openai]'",
+        ) from None
+    return StartPlan(agent=agent, adapters=adapters, listener=listener)
+
+
+def _moved(config: Any, host: str) -> Any:
+    """A platform section served on ``host``: its own ``host`` replaced, when it has one."""
+    if "host" in getattr(config, "__struct_fields__", ()):
+        return msgspec.structs.replace(config, host=host)
+    return config
+
+
+def check_configuration(path: Path, *, home: Path, environ: Mapping[str, str]) -> Settings:
+    """Read ``path`` and check everything :func:`prepare_start` checks; return the settings, or raise the
+    :class:`ConfigError` that would refuse ``hermesd``'s start on ``home`` with ``environ``."""
+    settings = load_settings(path)
+    prepare_start(settings, home=home, environ=environ).discard()
+    return settings
+
+
+def check_ports(plan: StartPlan) -> None:
+    """Raise the :class:`~hermes_actors.errors.PlatformError` the start would give for an address of ``plan`` that
+    cannot be bound now (another program on the port). Only meaningful while no hermesd runs on the home."""
+    if plan.listener is not None:
+        plan.listener.probe_listen()
+    for adapter in plan.adapters.values():
+        registry.probe_listen(adapter)
