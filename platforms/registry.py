@@ -60,6 +60,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(
             name="mattermost", module="platforms.mattermost", config="MattermostConfig", adapter="MattermostAdapter"
         ),
+        PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter"),
     )
 }
 
