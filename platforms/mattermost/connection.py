@@ -308,7 +308,13 @@ class Connection:
             mark = state.mark(channel.id)
             if channel.last_post_at and channel.last_post_at < mark:
                 continue
-            posts = await asyncio.to_thread(self._rest.posts_since, channel.id, mark)
+            try:
+                posts = await asyncio.to_thread(self._rest.posts_since, channel.id, mark)
+            except RestError as exc:
+                if exc.status not in (403, 404):
+                    raise  # the whole catch-up runs again on the next connection
+                _log.warning("mattermost bot %r: cannot read channel %s any more (%s)", self.name, channel.id, exc)
+                continue
             if len(posts) >= 1000:
                 _log.warning(
                     "mattermost bot %r: 1,000 posts or more to catch up in channel %s; older ones are not read",

@@ -100,6 +100,7 @@ class MattermostFake:
     def __init__(self, *, dedupe_s: float = 30.0) -> None:
         self.dedupe_s = dedupe_s
         self.refuse_sockets = False  # answer websocket upgrades 503 (the server is down for its clients)
+        self.omit_team_ids = False  # posted events without data.team_id (as some servers send them)
         self._lock = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._users: dict[str, dict[str, Any]] = {}
@@ -236,6 +237,12 @@ class MattermostFake:
                 post["metadata"] = {"files": [self._files[f].info for f in post["file_ids"]]}
         self._run(self._broadcast(post))
         return str(post["id"])
+
+    def rebroadcast(self, post_id: str) -> None:
+        """Send the ``posted`` event of an existing post again (a replayed event)."""
+        with self._lock:
+            post = dict(self._posts[post_id])
+        self._run(self._broadcast(post))
 
     def drop(self, token: str) -> None:
         """Cut the bot's connections without a close frame."""
@@ -380,7 +387,7 @@ class MattermostFake:
             "post": json.dumps(post),
             "sender_name": "@" + author["username"],
             "set_online": True,
-            "team_id": channel["team_id"],
+            "team_id": "" if self.omit_team_ids else channel["team_id"],
         }
         broadcast = {"omit_users": None, "user_id": "", "channel_id": channel["id"], "team_id": ""}
         for sock in targets:

@@ -14,16 +14,17 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.ports import Inbox
 from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import poll_until
 from platforms import registry
@@ -222,6 +223,31 @@ def test_two_bots_on_one_server_keep_separate_sessions(world: World, start: Star
     assert running.adapter.status() == {"main": "connected", "second": "connected"}
 
 
+def test_a_replayed_posted_event_starts_no_second_turn(world: World, start: Start) -> None:
+    fake = world.fake
+    running = start()
+    fake.wait_connected(TOKEN)
+    post_id = fake.post(world.town, world.alice, "only once")
+    fake.wait_posts(world.bot, 1)
+    fake.rebroadcast(post_id)
+    fake.post(world.town, world.alice, "barrier")  # the same chat: its reply leaves after any the replay queued
+    fake.wait_posts(world.bot, 2)
+    assert texts(fake.posts_by(world.bot)) == ["echo: only once", "echo: barrier"]
+    assert len(running.inbox()) == 2
+
+
+def test_an_event_without_its_team_is_keyed_by_the_team_the_api_names(world: World, start: Start) -> None:
+    fake = world.fake
+    fake.omit_team_ids = True
+    running = start()
+    fake.wait_connected(TOKEN)
+    fake.post(world.town, world.alice, "which team?")
+    fake.post(world.town, world.bob, "same one")
+    fake.wait_posts(world.bot, 2)
+    assert running.session_of(key(world, world.town, world.alice)) is not None
+    assert len(fake.requests(f"GET /channels/{world.town}")) == 1  # asked once, then remembered
+
+
 # -- missed events -----------------------------------------------------------------------------------------------
 
 
@@ -279,6 +305,36 @@ def test_a_gap_in_seq_is_closed_by_catching_up(world: World, start: Start) -> No
     replies = fake.wait_posts(world.bot, 2)
     assert texts(replies) == ["echo: lost on the way", "echo: arrived"]
     assert len(running.inbox()) == 2
+
+
+class FailingFirstPost:
+    """An inbox whose first commit of a post fails, as if the disk were full for a moment."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+        self.failed = 0
+
+    def accept_many(self, batch: list[InboundMessage], **options: Any) -> Any:
+        if batch and not self.failed:
+            self.failed += 1
+            raise StoreError("disk full (simulated)")
+        return self._inbox.accept_many(batch, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inbox, name)
+
+
+def test_a_post_that_could_not_be_stored_is_caught_up_after_a_reconnect(
+    world: World, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = world.fake
+    running = start(inbox_for=lambda inbox: cast(Inbox, FailingFirstPost(inbox)))
+    fake.wait_connected(TOKEN)
+    post_id = fake.post(world.town, world.alice, "survive")
+    assert texts(fake.wait_posts(world.bot, 1)) == ["echo: survive"]
+    assert fake.connects[TOKEN] == 2  # the read position did not pass the post: the next connection caught it up
+    assert running.inbox() == [post_id]
+    assert f"mattermost bot 'main': could not store post {post_id}" in caplog.text
 
 
 def test_the_read_position_is_committed_with_the_post_it_covers(world: World, start: Start) -> None:
