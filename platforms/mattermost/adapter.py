@@ -88,7 +88,9 @@ class MattermostAdapter:
         }
         self._sender = MattermostSender(self._rest, max_message_chars=config.max_message_chars)
         self._connections: list[Connection] = []
-        self._thread = TaskThread(name="hermes-mattermost", label="mattermost: the websocket", log=_log)
+        self._thread = TaskThread(
+            name="hermes-mattermost", label="mattermost: the websocket", log=_log, shutdown_executor=True
+        )
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens handoff threads)."""

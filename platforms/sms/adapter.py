@@ -6,8 +6,10 @@ this server was reached at) and its parameters under the account's Auth Token: a
 nothing is read further. The message's media are downloaded into the media store, the message is committed to the
 inbox, and only then is Twilio answered 200 with an empty ``<Response/>`` (``text/xml``): the reply is sent later
 through the Messages API, not as TwiML. The same ``MessageSid`` again (a replayed request) is answered the same way
-without a second turn. A message that cannot be stored is answered 503; Twilio does not retry an SMS webhook by
-itself, but calls the number's Fallback URL if one is set, so point that at this endpoint too.
+without a second turn, for as long as the inbox keeps the row (``runtime.queue_retention_days``; Twilio's signature
+has no timestamp, so a request replayed later than that cannot be told from a new one). A message that cannot be
+stored is answered 503; Twilio does not retry an SMS webhook by itself, but calls the number's Fallback URL if one
+is set, so point that at this endpoint too.
 """
 
 from __future__ import annotations
