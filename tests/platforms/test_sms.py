@@ -408,6 +408,17 @@ def test_429_asks_to_wait_and_refusals_no_retry_can_fix_give_the_reply_up(twilio
     assert twilio.sent == []
 
 
+def test_sends_are_paced_per_number_and_a_long_wait_goes_back_to_the_outbox(twilio: FakeTwilio) -> None:
+    sender = sender_for(twilio, messages_per_second=0.1)
+    sender.send(reply("first", number=NUMBER))
+    sender.send(reply("other number", number=OTHER_NUMBER))  # a bucket of its own
+    with pytest.raises(SendError) as held:
+        sender.send(reply("second", number=NUMBER, outbox_id=2))
+    assert held.value.retry_after_s is not None
+    assert 9.0 < held.value.retry_after_s <= 10.0
+    assert [s.body for s in twilio.sent] == ["first", "other number"]
+
+
 def test_a_reply_twilio_refuses_is_given_up_with_the_reason(start: Start, twilio: FakeTwilio) -> None:
     running = start()
     twilio.unsubscribed.add(ALICE)
