@@ -69,6 +69,10 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
         PlatformSpec(name="matrix", module="platforms.matrix", config="MatrixConfig", adapter="MatrixAdapter"),
         PlatformSpec(name="signal", module="platforms.signal", config="SignalConfig", adapter="SignalAdapter"),
+        PlatformSpec(
+            name="mattermost", module="platforms.mattermost", config="MattermostConfig", adapter="MattermostAdapter"
+        ),
+        PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter"),
     )
 }
 

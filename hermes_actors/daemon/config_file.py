@@ -347,6 +347,17 @@ platforms:
   # signal:
   #   url: http://127.0.0.1:8080       # signal-cli daemon --http 127.0.0.1:8080 --receive-mode=on-connection
   #   accounts: ["+15550001"]
+  # mattermost:
+  #   url: https://chat.example.com    # the server as users open it; the websocket is /api/v4/websocket
+  #   bots:
+  #     main:
+  #       token_env: MATTERMOST_BOT_TOKEN  # a bot account's access token (Integrations > Bot Accounts)
+  # sms:                               # Twilio: "A message comes in" webhook, HTTP POST
+  #   port: 8655                       # serves POST /sms/twilio
+  #   public_url: https://<public host>/sms/twilio  # the webhook URL as entered on the number (it is signed)
+  #   account_sid: AC0123456789abcdef0123456789abcdef  # Account SID from the Twilio Console
+  #   auth_token_env: TWILIO_AUTH_TOKEN
+  #   numbers: ["+15550001111"]
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

@@ -16,6 +16,7 @@ from hermes_actors.daemon.config_file import (
 )
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetMode
+from platforms import registry
 
 SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 
@@ -59,18 +60,7 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
     assert settings.agent.model == "my-model"
     assert settings.session_reset.mode == ResetMode.NONE
     assert settings.platforms["webhook"].routes["default"].callback_url == "http://127.0.0.1:9000/replies"
-    assert set(settings.platforms) == {
-        "api_server",
-        "webhook",
-        "telegram",
-        "slack",
-        "feishu",
-        "wechat",
-        "discord",
-        "whatsapp",
-        "matrix",
-        "signal",
-    }
+    assert set(settings.platforms) == set(registry.PLATFORMS)  # every platform has its commented section
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 import msgspec
 import pytest
@@ -33,12 +33,13 @@ from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.base import Adapter
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig
+from platforms.sms import SmsAdapter, SmsConfig
 from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber
-from tests.platforms import slack_fake, telegram_fake, whatsapp_fake
+from tests.platforms import slack_fake, telegram_fake, twilio_fake, whatsapp_fake
 from tests.platforms.feishu_fake import FakeFeishu, seal
 from tests.platforms.feishu_fake import sign as feishu_sign
 from tests.platforms.support import LogRecords, StartGateway
@@ -56,6 +57,9 @@ WA_VERIFY = "meatyhamhock"
 WA_TOKEN = "EAAGm0PX4ZCpsBA-main"
 TG_TOKEN = "110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 TG_SECRET = "webhook-secret_0123456789"
+SMS_ACCOUNT = "AC" + "5e" * 16
+SMS_TOKEN = "0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e"
+SMS_NUMBER = "+15550001111"
 
 
 # -- the guard itself ----------------------------------------------------------------------------------------------
@@ -200,6 +204,9 @@ def start_entry(start_gateway: StartGateway) -> Iterator[StartEntry]:
             if name == "whatsapp":
                 graph = stack.enter_context(_started(whatsapp_fake.FakeGraph(tokens={WA_TOKEN: WA_NUMBER})))
                 return _whatsapp_entry(gateway_for, graph)
+            if name == "sms":
+                twilio = twilio_fake.FakeTwilio(account_sid=SMS_ACCOUNT, auth_token=SMS_TOKEN, numbers=[SMS_NUMBER])
+                return _sms_entry(gateway_for, stack.enter_context(_started(twilio)))
             telegram = stack.enter_context(telegram_fake.TelegramFake())
             telegram.add_bot(TG_TOKEN)
             return _telegram_entry(gateway_for, telegram)
@@ -355,7 +362,37 @@ def _telegram_entry(gateway_for: GatewayFor, telegram: telegram_fake.TelegramFak
     )
 
 
+def _sms_entry(gateway_for: GatewayFor, twilio: twilio_fake.FakeTwilio) -> Entry:
+    config = SmsConfig(
+        port=0,
+        api_base_url=twilio.base_url,
+        max_body_bytes=BODY_LIMIT,
+        account_sid=SMS_ACCOUNT,
+        auth_token=SMS_TOKEN,
+        numbers=[SMS_NUMBER],
+        messages_per_second=1000.0,
+    )
+    adapter = SmsAdapter(config, environ={})
+
+    def valid(text: str) -> bytes:
+        return urlencode(twilio_fake.incoming(SMS_ACCOUNT, SMS_NUMBER, "+15557654321", text)).encode()
+
+    def replied(text: str, answer: Answer) -> bool:
+        return any(sent.body == f"echo: {text}" for sent in twilio.sent)
+
+    def sign(body: bytes) -> dict[str, str]:  # Twilio signs the parameters of the form it sends
+        try:
+            params = parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+        except ValueError:  # not a form (UnicodeDecodeError included): signed as one without parameters
+            params = []
+        signature = twilio_fake.sign(SMS_TOKEN, adapter.url + "/sms/twilio", params)
+        return {"Content-Type": "application/x-www-form-urlencoded", "X-Twilio-Signature": signature}
+
+    return Entry("sms", adapter, gateway_for(adapter), "/sms/twilio", sign, valid, replied)
+
+
 ENTRY_POINTS = ["api_server", "webhook", "slack", "feishu", "whatsapp", "telegram"]
+FORM_ENTRY_POINTS = ["sms"]  # form-encoded bodies: no JSON to nest, every other check applies
 
 
 def _error_of(entry: Entry, answer: Answer) -> str:
@@ -394,7 +431,7 @@ def test_json_nested_a_thousand_deep_is_a_400_naming_the_depth_on_every_entry_po
     _still_answers(entry, "after the deep ones")
 
 
-@pytest.mark.parametrize("name", ENTRY_POINTS)
+@pytest.mark.parametrize("name", ENTRY_POINTS + FORM_ENTRY_POINTS)
 def test_a_deflate_body_that_never_ends_its_stream_is_a_400_also_when_it_comes_after_the_headers(
     start_entry: StartEntry, name: str
 ) -> None:
@@ -518,7 +555,7 @@ def _check_answer(entry: Entry, answer: Answer, records: LogRecords) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ENTRY_POINTS)
+@pytest.mark.parametrize("name", ENTRY_POINTS + FORM_ENTRY_POINTS)
 def test_any_signed_request_gets_no_5xx_and_no_error_line_and_the_next_valid_one_is_answered(
     start_entry: StartEntry, name: str
 ) -> None:

@@ -1,0 +1,118 @@
+"""The ``platforms.mattermost`` section of ``config.yaml``: the server, its bots, and connection timing.
+
+Each bot is an account: its name in ``bots`` is the ``account_id`` of every post it receives, so two bots on one
+server never share a session. A bot's token is the access token of a bot account (System Console > Integrations >
+Bot Accounts) or a personal access token; it may live in an environment variable named by ``token_env``, read when
+the adapter is built.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+from platforms.support.secrets import check_secret_source
+
+__all__ = ["MAX_MESSAGE_CHARS", "MattermostBot", "MattermostConfig", "check_token"]
+
+MAX_MESSAGE_CHARS = 16383  # a post's message limit since Mattermost 5.0 (older servers: 4,000)
+
+_SECTION = "platforms.mattermost"
+_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_TOKEN = re.compile(r"[A-Za-z0-9]{20,64}")
+
+
+class MattermostBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One bot (``platforms.mattermost.bots.<name>``): its access token, or the environment variable holding it."""
+
+    token: str | None = None
+    token_env: str | None = None
+
+
+class MattermostConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.mattermost`` section; nothing runs when ``enabled`` is false or there are no bots.
+
+    ``url`` (required once there are bots) is the server's address as users open it (``https://chat.example.com``);
+    the websocket is ``/api/v4/websocket`` on it and REST calls go to ``/api/v4``. ``requests_per_second`` paces each
+    bot's REST calls (Mattermost's default limit is 10 a second with bursts of 100). ``heartbeat_s`` is how often the
+    websocket is pinged (a connection whose pong does not come is made again).
+    """
+
+    enabled: bool = True
+    url: str = ""
+    bots: dict[str, MattermostBot] = msgspec.field(default_factory=dict)
+    max_message_chars: int = MAX_MESSAGE_CHARS
+    request_timeout_s: float = 15.0
+    requests_per_second: float = 10.0
+    heartbeat_s: float = 30.0
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+    hello_timeout_s: float = 20.0
+    max_frame_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        malformed = parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment
+        if (self.url or self.bots) and malformed:
+            raise ConfigError(
+                f"{_SECTION}.url", "must be the server's http(s) URL such as https://chat.example.com (no query)"
+            )
+        if not 100 <= self.max_message_chars <= MAX_MESSAGE_CHARS:
+            raise ConfigError(
+                f"{_SECTION}.max_message_chars",
+                f"must be between 100 and {MAX_MESSAGE_CHARS} (Mattermost refuses longer posts)",
+            )
+        for field in ("request_timeout_s", "requests_per_second", "heartbeat_s", "reconnect_min_s", "hello_timeout_s"):
+            if not getattr(self, field) > 0:
+                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+        if self.reconnect_max_s < self.reconnect_min_s:
+            raise ConfigError(f"{_SECTION}.reconnect_max_s", "must not be smaller than reconnect_min_s")
+        if self.max_frame_bytes < 64 * 1024:
+            raise ConfigError(f"{_SECTION}.max_frame_bytes", "must be at least 65536 bytes; the default is 8 MiB")
+        for name, bot in self.bots.items():
+            _check_bot(name, bot)
+
+    @property
+    def api_base(self) -> str:
+        """The REST API's base: ``{url}/api/v4``."""
+        return self.url.rstrip("/") + "/api/v4"
+
+    @property
+    def websocket_url(self) -> str:
+        """The websocket's address: ``ws(s)://host/api/v4/websocket``."""
+        base = self.url.rstrip("/")
+        scheme = "wss" if base.startswith("https:") else "ws"
+        return scheme + base[base.index(":") :] + "/api/v4/websocket"
+
+
+def check_token(token: str, path: str, what: str = "") -> str:
+    """Return ``token`` if it has the shape of a Mattermost access token; else :class:`ConfigError` at ``path``."""
+    subject = f"{what} must" if what else "must"
+    if token.startswith(("Bearer ", "Token ")):
+        raise ConfigError(path, f"{subject} be the bare token, without the {token.split()[0]!r} prefix")
+    if not _TOKEN.fullmatch(token):
+        raise ConfigError(
+            path,
+            f"{subject} be a Mattermost access token (letters and digits, as the bot's page shows it once); "
+            "create a new one under Integrations > Bot Accounts if it is lost",
+        )
+    return token
+
+
+def _check_bot(name: str, bot: MattermostBot) -> None:
+    path = f"{_SECTION}.bots.{name}"
+    if not _BOT_NAME.fullmatch(name):
+        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
+    check_secret_source(
+        path,
+        "token",
+        bot.token,
+        bot.token_env,
+        example_env="MATTERMOST_BOT_TOKEN",
+        missing="is required: set token to the bot's access token, or token_env to a variable holding it",
+    )
+    if bot.token is not None:
+        check_token(bot.token, f"{path}.token")
