@@ -2,7 +2,8 @@
 
 A :class:`LiveSession` exists while the session has an actor or a queue waiting for one; the supervisor hands its
 actor one turn at a time (:meth:`LiveSession.next_turn`) and puts back a turn that saved nothing
-(:meth:`LiveSession.put_back`).
+(:meth:`LiveSession.put_back`), pausing the session after each refused save (:meth:`LiveSession.pause_after_failure`).
+:func:`idle_sessions` and :func:`evictable_sessions` choose which actors the supervisor passivates.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics
 from hermes_actors.runtime.services import CancelToken
 
-__all__ = ["ControlWork", "LiveSession", "Work", "statistics_of"]
+__all__ = ["ControlWork", "LiveSession", "Work", "evictable_sessions", "idle_sessions", "statistics_of"]
+
+RETRY_BASE_S = 1.0  # the first wait after the store refused a turn; doubled after each failure in a row
+RETRY_MAX_S = 30.0
 
 
 class ControlWork(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +94,36 @@ class LiveSession:
         else:
             items = list(turn.deliveries)
         self.queue.extendleft(reversed(items))
+
+    def pause_after_failure(self, now: float) -> float:
+        """Count a turn the store refused to save and pause the session: ``RETRY_BASE_S`` after the first failure
+        in a row, doubling up to ``RETRY_MAX_S``. Return the pause."""
+        self.failures += 1
+        pause: float = min(RETRY_MAX_S, RETRY_BASE_S * 2.0 ** (self.failures - 1))
+        self.paused_until = now + pause
+        return pause
+
+    @property
+    def idle(self) -> bool:
+        """Whether the session has an actor with no turn running or queued, and not stopping."""
+        return self.ref is not None and not self.busy and not self.stopping and not self.queue
+
+
+def idle_sessions(live: Mapping[str, LiveSession], cutoff: float) -> list[str]:
+    """The sessions in ``live`` (ordered least recently used first) whose actor is idle and unused since ``cutoff``."""
+    found = []
+    for session_id, state in live.items():
+        if state.last_used > cutoff:
+            break  # ordered by last use: the rest are more recent
+        if state.idle:
+            found.append(session_id)
+    return found
+
+
+def evictable_sessions(live: Mapping[str, LiveSession], excess: int) -> list[str]:
+    """Up to ``excess`` sessions in ``live`` whose idle actors may go to bring the count under the cap, least
+    recently used first."""
+    return [session_id for session_id, state in live.items() if state.idle][: max(0, excess)]
 
 
 def statistics_of(

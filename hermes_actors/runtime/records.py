@@ -3,20 +3,26 @@ deliveries are still pending, and what a first commit created."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import msgspec
 
+from hermes_actors.errors import HermesError
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import Delivery
 from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
 from hermes_actors.store.readers import ReaderPool
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "CreatedRow",
     "answered",
     "appended",
+    "create_session_row",
     "estimate_tokens",
     "record_attachments",
     "release_lease",
@@ -107,3 +113,43 @@ class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
 
     record: SessionRecord
     epoch: int | None
+
+
+def create_session_row(
+    store: Store,
+    session_id: str,
+    create_with: tuple[SessionSource, str],
+    *,
+    title: str | None,
+    prefix: FrozenPrefix,
+    model: str | None,
+    lease_owner: str,
+    lease_ttl_s: float,
+) -> CreatedRow:
+    """Inside a session's first commit: its row (with ``title`` when it is free; the model and frozen prefix
+    recorded as the session starts), its route and its lease. Changes nothing but the store, so the commit may be
+    rolled back and run again; the caller adopts the result once it is durable."""
+    source, routing_key = create_with
+
+    def create(title: str | None = None) -> SessionRecord:
+        return store.create_session(
+            source,
+            session_id=session_id,
+            routing_key=routing_key,
+            model=model,
+            system_prompt=prefix.system_prompt,
+            title=title,
+        )
+
+    try:
+        record = create(title)
+    except HermesError as exc:
+        if title is None:
+            raise
+        _log.info("session %s: title %r not applied: %s", session_id, title, exc)
+        record = create()
+    store.freeze_prefix(session_id, system_prompt=prefix.system_prompt, tools=prefix.tools)
+    record = msgspec.structs.replace(record, tools=prefix.tools)
+    store.set_route(routing_key, session_id)
+    granted = store.leases.grant(session_id, lease_owner, lease_ttl_s)
+    return CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)

@@ -30,7 +30,7 @@ from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.directory import SupervisorDirectory
-from hermes_actors.runtime.live import ControlWork, LiveSession, statistics_of
+from hermes_actors.runtime.live import ControlWork, LiveSession, evictable_sessions, idle_sessions, statistics_of
 from hermes_actors.runtime.log_fields import platform_extra
 from hermes_actors.runtime.protocol import (
     AdminChange,
@@ -59,9 +59,6 @@ from hermes_actors.store import InboxState
 __all__ = ["SupervisorActor"]
 
 _log = logging.getLogger(__name__)
-
-RETRY_BASE_S = 1.0  # the first wait after the store refused a turn; doubled after each failure in a row
-RETRY_MAX_S = 30.0
 
 
 class SupervisorActor(RuntimeActor):
@@ -304,9 +301,7 @@ class SupervisorActor(RuntimeActor):
         assert turn is not None
         state.put_back(turn)
         if message.error is not None:
-            state.failures += 1
-            pause = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (state.failures - 1))
-            state.paused_until = self._clock() + pause
+            pause = state.pause_after_failure(self._clock())
             extra = platform_extra(session_id, turn.deliveries)
             _log.warning("session %s: retrying its turn in %.0f s (%s)", session_id, pause, message.error, extra=extra)
         self._dispatch(session_id, state)
@@ -375,29 +370,18 @@ class SupervisorActor(RuntimeActor):
         state.ref.stop(block=False)
 
     def _evict_over_cap(self) -> None:
-        excess = self._actors - self._config.max_live_actors
-        if excess <= 0:
-            return
-        for session_id, state in list(self._live.items()):
-            if excess <= 0:
-                break
-            if state.ref is not None and not state.busy and not state.stopping and not state.queue:
-                self._passivate(session_id, state)
-                self._counts["evictions"] += 1
-                excess -= 1
+        for session_id in evictable_sessions(self._live, self._actors - self._config.max_live_actors):
+            self._passivate(session_id, self._live[session_id])
+            self._counts["evictions"] += 1
 
     def _passivate_idle(self) -> None:
         now = self._clock()
         for session_id, state in list(self._live.items()):
             if state.paused_until is not None and state.paused_until <= now:
                 self._dispatch(session_id, state)
-        cutoff = now - self._config.passivate_after_s
-        for session_id, state in list(self._live.items()):
-            if state.last_used > cutoff:
-                break  # ordered by last use: the rest are more recent
-            if state.ref is not None and not state.busy and not state.queue:
-                self._passivate(session_id, state)
-                self._counts["passivations"] += 1
+        for session_id in idle_sessions(self._live, now - self._config.passivate_after_s):
+            self._passivate(session_id, self._live[session_id])
+            self._counts["passivations"] += 1
         owner, ttl = self._services.lease_owner, self._config.lease_ttl_s
         self._writer.submit(lambda store: store.leases.heartbeat(owner, ttl))
 

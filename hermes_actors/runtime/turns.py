@@ -10,7 +10,6 @@ in order with the turns, in :class:`~hermes_actors.runtime.controls.SessionContr
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from typing import TypeVar
@@ -20,7 +19,7 @@ import msgspec
 from hermes_actors.agents.base import AgentReply, TurnInput, model_of, runs_inline
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import session_search_tool
-from hermes_actors.errors import HermesError, StaleTurnError, TitleInUseError
+from hermes_actors.errors import StaleTurnError
 from hermes_actors.lifecycle.auto_titles import AutoTitle
 from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment
@@ -44,6 +43,7 @@ from hermes_actors.runtime.records import (
     CreatedRow,
     answered,
     appended,
+    create_session_row,
     record_attachments,
     source_of,
     still_pending,
@@ -371,30 +371,16 @@ class SessionTurns:
         """
         if self._create_with is None:
             return None
-        source, routing_key = self._create_with
-        title, prefix = self._pending_title, self._prefix
-        # The model, and what goes before the conversation, are recorded as the session starts (frozen).
-        create = functools.partial(
-            store.create_session,
-            source,
-            session_id=self.session_id,
-            routing_key=routing_key,
+        return create_session_row(
+            store,
+            self.session_id,
+            self._create_with,
+            title=self._pending_title,
+            prefix=self._prefix,
             model=model_of(self._services.agent),
-            system_prompt=prefix.system_prompt,
+            lease_owner=self._services.lease_owner,
+            lease_ttl_s=self._services.config.lease_ttl_s,
         )
-        try:
-            record = create(title=title)
-        except (TitleInUseError, HermesError) as exc:
-            if title is None:
-                raise
-            _log.info("session %s: title %r not applied: %s", self.session_id, title, exc)
-            record = create()
-        store.freeze_prefix(self.session_id, system_prompt=prefix.system_prompt, tools=prefix.tools)
-        record = msgspec.structs.replace(record, tools=prefix.tools)
-        store.set_route(routing_key, self.session_id)
-        config = self._services.config
-        granted = store.leases.grant(self.session_id, self._services.lease_owner, config.lease_ttl_s)
-        return CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)
 
     def _adopt(self, created: CreatedRow) -> None:
         """The first commit is durable: the session has its row (and, unless another process holds it, its lease)."""

@@ -18,11 +18,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes_actors.errors import ConfigError, HermesError, PlatformError
-from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig, is_loopback
+from platforms.api_server.images import image_attachment
 from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.sessions import SESSION_HEADER, continue_session, key_fingerprint, session_named
 from platforms.api_server.wire import (
@@ -66,20 +66,6 @@ class _WaitEnded(Exception):
     def __init__(self, why: _Ended) -> None:
         super().__init__(why.value)
         self.why = why
-
-
-def _image_attachment(media: MediaStore, url: str) -> Attachment:
-    """Save a ``data:`` image into the media store; record an http(s) one by its URL; refuse anything else."""
-    if url.startswith(("http://", "https://")):
-        return media.link(url, kind="image")
-    if not url.startswith("data:"):
-        return media.refuse("only data: and http(s) image URLs are accepted", kind="image", source_url=url[:200])
-    header, _, payload = url[len("data:") :].partition(",")
-    mime, *parameters = header.split(";")
-    mime = mime.strip().lower() or "image/png"
-    if "base64" not in parameters:
-        return media.refuse("only base64 data: URLs are read", kind=kind_of(mime), mime_type=mime)
-    return media.save_base64(payload, kind=kind_of(mime), mime_type=mime)
 
 
 class ApiServer(HttpAdapter[ApiServerConfig]):
@@ -271,7 +257,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         if inbox is None or host is None:
             raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
         media = inbox.media
-        return await host.blocking(lambda: tuple(_image_attachment(media, url) for url in images))
+        return await host.blocking(lambda: tuple(image_attachment(media, url) for url in images))
 
     async def _submit(self, inbound: InboundMessage, *, continues: str | None) -> str:
         """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503."""

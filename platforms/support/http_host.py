@@ -19,7 +19,6 @@ import logging
 import os
 import socket
 import threading
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -27,6 +26,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from hermes_actors.errors import PlatformError
+from platforms.support.content_encoding import decode_content
 
 if TYPE_CHECKING:
     from hermes_actors.messages import InboundMessage
@@ -39,7 +39,6 @@ __all__ = [
     "ServedConfig",
     "SharedPort",
     "committed",
-    "decode_content",
     "probe_listen",
     "read_body",
     "read_decoded",
@@ -248,9 +247,6 @@ async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
         raise Refused(400, "the client closed the connection before its body was complete") from None
 
 
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
 async def read_decoded(request: web.Request, limit: int) -> bytes:
     """The body of ``request`` as sent, decoded from its ``Content-Encoding`` (gzip or deflate).
 
@@ -268,28 +264,6 @@ async def read_decoded(request: web.Request, limit: int) -> bytes:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(raw))
     encoding = request.headers.get("Content-Encoding", "")
     return decode_content(raw, encoding.lower() if encoding.isascii() else encoding, limit)
-
-
-def decode_content(raw: bytes, encoding: str, limit: int) -> bytes:
-    """``raw`` decoded from ``encoding`` (as aiohttp would: gzip, deflate with or without its zlib header; any
-    other value but br and zstd, which it cannot decode here, leaves the body as it is)."""
-    if encoding in ("br", "zstd"):
-        raise web.RequestPayloadError(f"Can not decode content-encoding: {encoding}")
-    wbits = _WBITS.get(encoding)
-    if wbits is None or not raw:
-        return raw
-    if encoding == "deflate" and raw[0] & 0xF != 8:  # a raw deflate stream, without the zlib header (as aiohttp)
-        wbits = -zlib.MAX_WBITS
-    decompressor = zlib.decompressobj(wbits=wbits)
-    try:
-        decoded = decompressor.decompress(raw, limit + 1)  # at most one byte past the limit: no bomb is expanded
-    except zlib.error:
-        raise web.RequestPayloadError(f"Can not decode content-encoding: {encoding}") from None
-    if len(decoded) > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(decoded))
-    if not decompressor.eof:
-        raise web.RequestPayloadError(f"Can not decode content-encoding: {encoding} (the stream does not end)")
-    return decoded
 
 
 def unreadable(exc: web.RequestPayloadError) -> str:
