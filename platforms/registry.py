@@ -57,6 +57,9 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
         PlatformSpec(name="matrix", module="platforms.matrix", config="MatrixConfig", adapter="MatrixAdapter"),
         PlatformSpec(name="signal", module="platforms.signal", config="SignalConfig", adapter="SignalAdapter"),
+        PlatformSpec(
+            name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
+        ),
     )
 }
 

@@ -338,6 +338,12 @@ platforms:
   # signal:
   #   url: http://127.0.0.1:8080       # signal-cli daemon --http 127.0.0.1:8080 --receive-mode=on-connection
   #   accounts: ["+15550001"]
+  # teams:                           # needs: pip install 'hermes-actors[teams]'
+  #   port: 3978                       # messaging endpoint: https://<public host>/teams/messages/main
+  #   bots:
+  #     main:
+  #       app_id: 00000000-0000-0000-0000-000000000000  # the Azure Bot's Microsoft App ID
+  #       app_password_env: TEAMS_APP_PASSWORD
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
