@@ -60,6 +60,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(
             name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
         ),
+        PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
     )
 }
 

@@ -111,11 +111,15 @@ class Connection:
         tag = f"HIDLE{next(_tags)}".encode()
         self.imap.send(tag + b" IDLE\r\n")
         lines = _Lines(self.imap.socket())
-        first = lines.read(self._timeout)
-        if first is None or not first.startswith(b"+"):
-            raise ImapError(f"the server refused IDLE ({(first or b'no answer')[:100]!r})")
-        deadline = time.monotonic() + renew_s
         arrived = False
+        while True:  # untagged data may come before the continuation
+            first = lines.read(self._timeout)
+            if first is None or not first.startswith((b"+", b"* ")):
+                raise ImapError(f"the server refused IDLE ({(first or b'no answer')[:100]!r})")
+            arrived = arrived or bool(_EXISTS.match(first))
+            if first.startswith(b"+"):
+                break
+        deadline = time.monotonic() + renew_s
         while not arrived:
             line = lines.read(deadline - time.monotonic())
             if line is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import secrets
 import smtplib
 import ssl
 import time
@@ -111,7 +112,7 @@ class EmailSender:
         if not account.allows(chat_id):
             raise SendError(f"email account '{account.name}': {chat_id} is not in allowed_senders", permanent=True)
         domain = account.config.address.rpartition("@")[2]
-        root = email.utils.make_msgid("hermes.thread", domain=domain)
+        root = f"<hermes.thread.{secrets.token_hex(10)}@{domain}>"  # short: a folded header reads back with a space
         subject = " ".join(title.split())[:200] or "Handoff"
         self._threads.remember(account.name, chat_id, root, ThreadState(message_id=root, subject=subject, opened=True))
         return root

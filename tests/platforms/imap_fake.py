@@ -18,6 +18,7 @@ accepted, and answers what :meth:`FakeSmtp.fail_next` scripts (a 4xx or 5xx at `
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import email.utils
@@ -100,10 +101,8 @@ class FakeImap:
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def deliver(self, raw: bytes) -> int:
         """Put ``raw`` in the INBOX; return its UID (idling clients hear ``* n EXISTS``)."""
@@ -144,6 +143,7 @@ class _Session:
         self.rfile = rfile
         self.authenticated = False
         self.selected = False
+        self.known = 0  # the message count this client was last told (EXISTS)
 
     def send(self, *lines: str | bytes) -> None:
         data = b"".join((line.encode() if isinstance(line, str) else line) + b"\r\n" for line in lines)
@@ -200,6 +200,7 @@ class _Session:
         elif not self.selected:
             self.send(f"{tag} BAD select a mailbox first")
         elif name == "UID SEARCH":
+            self.announce()
             self.search(tag, args)
         elif name == "UID FETCH":
             self.fetch(tag, args)
@@ -209,6 +210,14 @@ class _Session:
             self.send(f"{tag} BAD unknown command {name}")
         return True
 
+    def announce(self) -> None:
+        """``* n EXISTS`` when the mailbox grew since this client was last told (RFC 3501 7.3.1)."""
+        with self.fake._lock:
+            count = len(self.fake._messages)
+        if count != self.known:
+            self.known = count
+            self.send(f"* {count} EXISTS")
+
     def select(self, tag: str, name: str, args: list[str]) -> None:
         if [a.upper() for a in args] != ["INBOX"]:
             self.send(f"{tag} NO [NONEXISTENT] no such mailbox")
@@ -216,6 +225,7 @@ class _Session:
         with self.fake._lock:
             count, validity, uid_next = len(self.fake._messages), self.fake.uidvalidity, self.fake._next_uid
         self.selected = True
+        self.known = count
         mode = "READ-ONLY" if name == "EXAMINE" else "READ-WRITE"
         self.send(
             "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)",
@@ -265,20 +275,16 @@ class _Session:
         wake_read, wake_write = os.pipe()
         with self.fake._lock:
             self.fake._wakers.add(wake_write)
-            announced = len(self.fake._messages)
         try:
             self.send("+ idling")
+            self.announce()  # mail that came since the client was last told
             self.fake.idling.set()
             while True:
-                ready, _, _ = select.select([self.sock, wake_read], [], [])
+                ready, _, _ = select.select([self.sock.fileno(), wake_read], [], [])
                 if wake_read in ready:
                     os.read(wake_read, 64)
-                    with self.fake._lock:
-                        count = len(self.fake._messages)
-                    if count != announced:
-                        announced = count
-                        self.send(f"* {count} EXISTS")
-                if self.sock in ready:
+                    self.announce()
+                if self.sock.fileno() in ready:
                     line = self.rfile.readline(1024)
                     if not line or line.strip().upper() == b"DONE":
                         self.fake._record("DONE")
@@ -358,7 +364,7 @@ class FakeSmtp:
                 return f"{code} {text}"
         return None
 
-    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+    async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
     ) -> str:
         scripted = self._scripted("RCPT")
@@ -367,7 +373,7 @@ class FakeSmtp:
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:  # noqa: N802
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         with self._lock:
             self.attempts += 1
         scripted = self._scripted("DATA")

@@ -210,3 +210,444 @@ def test_an_html_only_mail_is_read_as_text(start_email: StartEmail, imap: FakeIm
     )
     imap.deliver(mail(None, html=markup, message_id="<h1@mail.example.com>", in_reply_to="<x@example.org>"))
     assert said(smtp.take().message) == "echo: Totals & notes"
+
+
+# -- who may write, and what starts no turn -----------------------------------------------------------------------
+
+
+class LogSeen(logging.Handler):
+    """Sets ``seen`` once a record containing ``text`` is logged (from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.seen = threading.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.fixture
+def email_log() -> Iterator[Callable[[str], LogSeen]]:
+    logger = logging.getLogger("platforms.email")
+    handlers: list[LogSeen] = []
+    previous = logger.level
+    logger.setLevel(logging.DEBUG)
+
+    def watch(text: str) -> LogSeen:
+        handler = LogSeen(text)
+        handlers.append(handler)
+        logger.addHandler(handler)
+        return handler
+
+    yield watch
+    for handler in handlers:
+        logger.removeHandler(handler)
+    logger.setLevel(previous)
+
+
+def test_strangers_automatic_mail_bounces_and_our_own_mail_start_no_turn(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
+) -> None:
+    running = start_email()
+    log = email_log("skipped UID")
+    skipped = [
+        (mail("let me in", sender="mallory@evil.example"), "not in allowed_senders"),
+        (mail("away", headers={"Auto-Submitted": "auto-replied"}), "an automatic mail (Auto-Submitted: auto-replied)"),
+        (mail("digest", headers={"Precedence": "bulk"}), "a bulk mail (Precedence: bulk)"),
+        (mail("undeliverable", headers={"Return-Path": "<>"}), "a bounce (empty Return-Path)"),
+        (mail("loop", sender=USER), "our own mail"),
+        (b"not a mail at all\r\n", "no usable From address"),
+    ]
+    for raw, _ in skipped:
+        imap.deliver(raw)
+    last = imap.deliver(mail("from a trusted domain", sender="Bob <bob@trusted.example>", message_id="<t1@x>"))
+    assert said(smtp.take().message) == "echo: Subject: Quarterly numbers\n\nfrom a trusted domain"
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<t1@x>"]
+    for _, reason in skipped:
+        assert any(reason in line for line in log.lines), reason
+    assert running.cursor() == f"{imap.uidvalidity}:{last}"  # the skipped mail is stepped over for good
+    assert smtp.nothing_more()
+
+
+def test_one_message_id_runs_one_turn(start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp) -> None:
+    running = start_email()
+    raw = mail("once only", message_id="<dup@mail.example.com>")
+    imap.deliver(raw)
+    imap.deliver(raw)  # filed twice (a copy moved back, a rule that copies)
+    imap.deliver(mail("next", message_id="<next@mail.example.com>", in_reply_to="<dup@mail.example.com>"))
+    assert said(smtp.take().message).endswith("once only")
+    assert said(smtp.take().message) == "echo: next"
+    assert smtp.nothing_more()
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == [
+        "<dup@mail.example.com>",
+        "<next@mail.example.com>",
+    ]
+
+
+def test_with_thread_sessions_each_mail_thread_is_a_session_of_its_own(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    running = start_email(sessions="thread")
+    imap.deliver(mail("first topic", subject="Budget", message_id="<r1@x>"))
+    imap.deliver(mail("second topic", subject="Hiring", message_id="<r2@x>"))
+    imap.deliver(
+        mail("more on budget", subject="Re: Budget", message_id="<r3@x>", in_reply_to="<r1@x>", references=["<r1@x>"])
+    )
+    replies = {said(r.message): r.message for r in (smtp.take(), smtp.take(), smtp.take())}
+    assert replies["echo: more on budget"]["References"] == "<r1@x> <r3@x>"
+    assert running.inbox_rows("routing_key") == [
+        ("agent:main:email~main:dm:alice@example.com:<r1@x>",),
+        ("agent:main:email~main:dm:alice@example.com:<r2@x>",),
+        ("agent:main:email~main:dm:alice@example.com:<r1@x>",),
+    ]
+    (_, _, (role, content), _) = running.transcript("agent:main:email~main:dm:alice@example.com:<r1@x>")
+    assert (role, str(content).split("\n")[0]) == ("user", "more on budget")
+
+
+# -- the cursor ----------------------------------------------------------------------------------------------------
+
+
+def test_the_first_start_reads_only_mail_that_arrives_after_it(
+    tmp_path: Path, imap: FakeImap, smtp: FakeSmtp, start_gateway: StartGateway
+) -> None:
+    old = imap.deliver(mail("years of history", message_id="<old@x>"))
+    adapter = EmailAdapter(config_for(imap, smtp), environ={})
+    gateway = start_gateway(adapter)
+    assert adapter.pollers["main"].connected.wait(10)
+    with gateway.read() as store:
+        assert store.kv.get_cursor("email", "main") == f"{imap.uidvalidity}:{old}"
+    imap.deliver(mail("new", message_id="<new@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: new"
+    assert smtp.nothing_more()
+
+
+def test_a_restart_reads_what_arrived_meanwhile_and_nothing_twice(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, start_gateway: StartGateway
+) -> None:
+    running = start_email()
+    imap.deliver(mail("before", message_id="<s1@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: before"
+    assert running.gateway.wait_idle()
+    running.adapter.stop()
+    imap.deliver(mail("while stopped", message_id="<s2@x>", in_reply_to="<a@x>"))
+    again = EmailAdapter(running.adapter.config, environ={})
+    again.start(GatewayInbox(running.gateway))
+    try:
+        assert said(smtp.take().message) == "echo: while stopped"
+        assert smtp.nothing_more()
+    finally:
+        again.stop()
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<s1@x>", "<s2@x>"]
+
+
+def test_a_new_uidvalidity_restarts_from_the_current_state_without_taking_mail_again(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
+) -> None:
+    running = start_email()
+    imap.deliver(mail("one", message_id="<v1@x>", in_reply_to="<a@x>"))
+    imap.deliver(mail("two", message_id="<v2@x>", in_reply_to="<a@x>"))
+    assert [said(smtp.take().message) for _ in range(2)] == ["echo: one", "echo: two"]
+    changed = email_log("UIDVALIDITY changed")
+    imap.renumber(4242)
+    imap.drop()  # the server rebuilt the mailbox and dropped its clients
+    assert changed.seen.wait(10)
+    imap.deliver(mail("three", message_id="<v3@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: three"
+    assert smtp.nothing_more()
+    assert running.cursor() == "4242:3"
+    assert len(running.inbox_rows("id")) == 3
+
+
+def test_a_dropped_connection_is_opened_again_and_a_refused_login_is_logged_with_the_fix(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
+) -> None:
+    start_email()
+    refused = email_log("refused the login")
+    imap.password = "rotated"
+    imap.drop()
+    assert refused.seen.wait(10)
+    assert any("check platforms.email.accounts.main.username and password" in line for line in refused.lines)
+    logins = imap.logins
+    imap.password = PASSWORD
+    wait_on(imap.changed, lambda: imap.logins > logins, 10, lambda: "the poller never logged in again")
+    imap.deliver(mail("back", message_id="<c1@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: back"
+
+
+# -- files ---------------------------------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(120))
+
+
+def test_attached_files_are_saved_into_the_media_store_and_big_ones_refused(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, tmp_path: Path
+) -> None:
+    running = start_email(media=MediaConfig(max_bytes=2048))
+    files = [("plot.png", "image/png", PNG), ("scan.pdf", "application/pdf", bytes(4096))]
+    imap.deliver(mail("see attached", message_id="<f1@x>", in_reply_to="<a@x>", files=files))
+    text = said(smtp.take().message)
+    assert text.startswith("I could not read scan.pdf: it is 4 KB, over the 2 KB limit.")
+    (stored,) = inbound_messages(running.gateway, "email")
+    plot, scan = stored.attachments  # the whole mail is over the limit too: it is not kept
+    assert (plot.kind, plot.name, plot.size, plot.error) == ("image", "plot.png", len(PNG), None)
+    assert plot.path is not None
+    assert Path(plot.path).read_bytes() == PNG
+    assert (scan.name, scan.path) == ("scan.pdf", None)
+
+
+# -- sending -------------------------------------------------------------------------------------------------------
+
+
+def outbound(text: str, **fields: Any) -> OutboundMessage:
+    return OutboundMessage(platform="email", text=text, **({"account_id": "main", "chat_id": ALICE} | fields))
+
+
+def test_smtp_4xx_is_retried_later_and_5xx_gives_the_reply_up(imap: FakeImap, smtp: FakeSmtp) -> None:
+    sender = EmailAdapter(config_for(imap, smtp, options={"messages_per_minute": 6000.0}), environ={}).sender
+    smtp.fail_next(451, "4.7.1 greylisted, try again later")
+    with pytest.raises(SendError, match=r"answered 451 4\.7\.1 greylisted") as busy:
+        sender.send(outbound("hi", outbox_id=1))
+    assert (busy.value.permanent, busy.value.outcome_unknown) == (False, False)
+    smtp.fail_next(550, "5.1.1 no such user", stage="RCPT")
+    with pytest.raises(SendError, match=r"refused it with 550 5\.1\.1 no such user") as gone:
+        sender.send(outbound("hi", outbox_id=2))
+    assert gone.value.permanent
+    smtp.fail_next(554, "5.7.1 message refused")
+    with pytest.raises(SendError, match="554") as refused:
+        sender.send(outbound("hi", outbox_id=3))
+    assert refused.value.permanent
+    with pytest.raises(SendError, match="not in allowed_senders") as stranger:
+        sender.send(outbound("hi", chat_id="mallory@evil.example"))
+    assert stranger.value.permanent
+    assert sender.send(outbound("   ")) is None
+    message_id = sender.send(outbound("finally", outbox_id=4))
+    received = smtp.take()
+    assert received.message["Message-ID"] == message_id
+    assert said(received.message) == "finally"
+    # The same reply sent again (an unknown outcome) carries the same Message-ID.
+    assert sender.send(outbound("finally", outbox_id=4)) == message_id
+    wrong = EmailAdapter(config_for(imap, smtp, password="wrong"), environ={}).sender
+    with pytest.raises(SendError, match="refused the login \\(535") as login:
+        wrong.send(outbound("hi"))
+    assert not login.value.permanent
+    unreachable = EmailAdapter(config_for(imap, smtp, smtp_port=1), environ={}).sender
+    with pytest.raises(SendError, match="cannot be reached") as down:
+        unreachable.send(outbound("hi"))
+    assert (down.value.permanent, down.value.outcome_unknown) == (False, False)
+
+
+def test_the_outbox_retries_a_greylisted_reply_until_it_is_accepted(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    running = start_email()
+    smtp.fail_next(451, "4.7.1 greylisted")
+    imap.deliver(mail("patience", message_id="<g1@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: patience"
+    assert smtp.attempts == 2
+    assert running.gateway.wait_idle()
+    assert smtp.nothing_more()
+
+
+def test_a_handoff_to_email_opens_a_new_thread_whose_first_mail_is_its_root(
+    tmp_path: Path, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    adapter = EmailAdapter(config_for(imap, smtp), environ={})
+    assert isinstance(adapter.sender, ThreadCreator)
+    cli = FakePlatform("cli")
+    gateway = Gateway(tmp_path / "state.db", senders=[cli, *adapter.senders()], tick_interval_s=0.1)
+    cli.attach(gateway)
+    adapter.start(GatewayInbox(gateway))
+    try:
+        assert adapter.pollers["main"].connected.wait(10)
+        imap.deliver(mail("/sethome", message_id="<home@x>", in_reply_to="<a@x>"))
+        assert said(smtp.take().message) == "This chat is now the home channel for email."
+        cli.push("let us plan the offsite", chat_id="terminal")
+        assert cli.pop().text == "echo: let us plan the offsite"
+        assert gateway.wait_idle()
+        cli.push("/handoff email", chat_id="terminal")
+        root = smtp.take().message
+        assert said(root).startswith("echo: [handoff] This conversation was just handed off here from cli.")
+        assert root["In-Reply-To"] is None
+        assert root["Subject"]
+        assert cli.pop().text.startswith("Handed off to email (chat ")
+        # Alice answers the handoff mail: the reply stays in that thread.
+        imap.deliver(
+            mail(
+                "sounds good",
+                message_id="<h2@x>",
+                in_reply_to=root["Message-ID"].strip(),
+                references=[root["Message-ID"].strip()],
+            )
+        )
+        answer = smtp.take().message
+        assert (answer["In-Reply-To"], answer["References"].split()) == (
+            "<h2@x>",
+            [root["Message-ID"].strip(), "<h2@x>"],
+        )
+    finally:
+        adapter.stop()
+        gateway.stop()
+
+
+# -- hostile mail --------------------------------------------------------------------------------------------------
+
+_header_names = st.sampled_from(
+    [
+        "From",
+        "Subject",
+        "Message-ID",
+        "References",
+        "In-Reply-To",
+        "Content-Type",
+        "Content-Transfer-Encoding",
+        "Date",
+        "Auto-Submitted",
+    ]
+)
+_header_values = st.one_of(
+    st.text(max_size=60),
+    st.just("=?utf-8?b?////?="),
+    st.just("multipart/mixed; boundary="),
+    st.just("<" * 50),
+    st.just("alice@example.com"),
+    st.just("Alice <alice@example.com>"),
+)
+
+
+@st.composite
+def _hostile_mail(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["headers", "bytes", "body"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    lines = [f"From: {ALICE}"] if draw(st.booleans()) else []
+    for _ in range(draw(st.integers(0, 4))):
+        value = draw(_header_values).replace("\r", " ").replace("\n", " ")
+        lines.append(f"{draw(_header_names)}: {value}")
+    body = draw(st.text(max_size=200)) if kind == "body" else "hi"
+    return ("\r\n".join(lines) + "\r\n\r\n" + body).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.slow
+def test_hostile_mail_is_skipped_or_read_never_kills_the_reader_and_the_next_mail_runs(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    running = start_email(options={"messages_per_minute": 60000.0})
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(raw=_hostile_mail())
+    def check(raw: bytes) -> None:
+        uid = imap.deliver(raw)
+        poll_until(lambda: running.cursor() == f"{imap.uidvalidity}:{uid}" or None, 10, what=f"the cursor past {uid}")
+
+    check()
+    imap.deliver(
+        mail("still reading?", sender="Carol <carol@trusted.example>", message_id="<z@x>", in_reply_to="<a@x>")
+    )
+    while said(smtp.take(30).message) != "echo: still reading?":  # hostile mail from Alice may be answered too
+        pass
+
+
+# -- configuration -------------------------------------------------------------------------------------------------
+
+_GOOD = {
+    "address": USER,
+    "imap_host": "imap.example.org",
+    "smtp_host": "smtp.example.org",
+    "password": "x",
+    "allowed_senders": [ALICE],
+}
+
+
+@pytest.mark.parametrize(
+    ("section", "path", "problem"),
+    [
+        (
+            {"accounts": {"a": _GOOD | {"allowed_senders": []}}},
+            "platforms.email.accounts.a.allowed_senders",
+            "open agent",
+        ),
+        (
+            {"accounts": {"a": _GOOD | {"allowed_senders": ["everyone"]}}},
+            "platforms.email.accounts.a.allowed_senders[0]",
+            "a domain",
+        ),
+        ({"accounts": {"a": _GOOD | {"address": "agent"}}}, "platforms.email.accounts.a.address", "email address"),
+        ({"accounts": {"a": _GOOD | {"password": None}}}, "platforms.email.accounts.a.password", "is required"),
+        ({"accounts": {"a": _GOOD | {"password_env": "E"}}}, "platforms.email.accounts.a.password_env", "not both"),
+        (
+            {"accounts": {"a": _GOOD | {"imap_security": "ssl"}}},
+            "platforms.email.accounts.a.imap_security",
+            "tls, starttls, none",
+        ),
+        ({"accounts": {"a": _GOOD | {"smtp_port": 0}}}, "platforms.email.accounts.a.smtp_port", "1..65535"),
+        (
+            {"accounts": {"a": _GOOD | {"imap_host": "imap example"}}},
+            "platforms.email.accounts.a.imap_host",
+            "host name",
+        ),
+        ({"accounts": {"a": _GOOD | {"sessions": "chat"}}}, "platforms.email.accounts.a.sessions", "sender, thread"),
+        ({"accounts": {"a": _GOOD | {"mailbox": 'In"box'}}}, "platforms.email.accounts.a.mailbox", "mailbox name"),
+        ({"accounts": {"a b": _GOOD}}, "platforms.email.accounts.a b", "an account name is"),
+        ({"idle_renew_s": 3600}, "platforms.email.idle_renew_s", "RFC 2177"),
+        ({"poll_interval_s": 0}, "platforms.email.poll_interval_s", "positive"),
+        ({"retry_s": 10, "retry_max_s": 5}, "platforms.email.retry_max_s", "not be smaller"),
+        ({"max_batch": 0}, "platforms.email.max_batch", "1..500"),
+    ],
+)
+def test_a_bad_section_is_a_config_error_naming_its_field(section: dict[str, Any], path: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        msgspec.convert(section, registry.config_type("email"))
+    assert error.value.path == path
+    assert problem in str(error.value)
+
+
+def test_the_password_from_the_environment_is_read_when_the_adapter_is_built(imap: FakeImap, smtp: FakeSmtp) -> None:
+    config = config_for(imap, smtp, password=None, password_env="MAIL_PASSWORD")
+    adapter = EmailAdapter(config, environ={"MAIL_PASSWORD": PASSWORD})
+    assert "(password from $MAIL_PASSWORD)" in adapter.describe()[0]
+    assert adapter.sender.send(outbound("hi"))
+    assert said(smtp.take().message) == "hi"
+    with pytest.raises(ConfigError, match="MAIL_PASSWORD is not set") as missing:
+        EmailAdapter(config, environ={})
+    assert missing.value.path == "platforms.email.accounts.main.password_env"
+
+
+def test_the_registry_builds_the_adapter_and_the_banner_says_who_may_write(imap: FakeImap, smtp: FakeSmtp) -> None:
+    empty: Adapter = registry.build("email", EmailConfig(), {})
+    assert empty.capabilities.threads
+    assert empty.describe() == ["Email: no accounts; add one under platforms.email.accounts in config.yaml"]
+    adapter = registry.build("email", config_for(imap, smtp), {})
+    (line,) = adapter.describe()
+    assert line.startswith(f"Email account 'main' <{USER}> (password in config.yaml): reads INBOX on imap://127.0.0.1:")
+    assert line.endswith("one session per sender; only mail from @trusted.example, alice@example.com starts turns")
+
+
+# -- a crash between accept and reply -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(
+    tmp_path: Path, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    db = tmp_path / "state.db"
+    config = config_for(imap, smtp)
+    worker = AdapterWorker.start(db, "email", config, agent="hold")
+    try:
+        wait_on(imap.changed, lambda: "IDLE" in imap.commands, 20, lambda: "the worker never began to wait for mail")
+        imap.deliver(mail("survive", message_id="<k1@x>", in_reply_to="<a@x>"))
+        assert wait_for_inbox(db, 1) == [("<k1@x>", "pending")]
+    finally:
+        worker.kill()
+    fetches = imap.commands.count("UID FETCH")
+    worker = AdapterWorker.start(db, "email", config, agent="echo")
+    try:
+        assert said(smtp.take(timeout=20).message) == "echo: survive"
+        assert smtp.nothing_more(0.3)
+    finally:
+        worker.stop()
+    assert imap.commands.count("UID FETCH") == fetches  # the stored cursor: the mail is not fetched again
+    assert inbox_rows(db) == [("<k1@x>", "done")]
