@@ -353,6 +353,7 @@ platforms:
   #       password_env: EMAIL_PASSWORD
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
+  #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

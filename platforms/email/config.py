@@ -29,7 +29,10 @@ class EmailAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     variable named by ``password_env``). ``*_security`` is ``tls`` (implicit TLS), ``starttls`` or ``none`` (only
     for a server on loopback). ``allowed_senders`` lists the addresses (``alice@example.com``) and domains
     (``@example.com``) whose mail starts turns; anyone else's is skipped with a log line. ``sessions`` is
-    ``sender`` (one session per correspondent) or ``thread`` (one per mail thread).
+    ``sender`` (one session per correspondent) or ``thread`` (one per mail thread). A From address is easy to
+    forge: with ``trusted_authserv_id`` set (the receiving server's name in its ``Authentication-Results``
+    headers, such as ``mx.example.org``), mail counts only when the topmost such header is that server's and says
+    ``dmarc=pass``.
     """
 
     address: str
@@ -45,6 +48,7 @@ class EmailAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     password_env: str | None = None
     mailbox: str = "INBOX"
     sessions: str = "sender"
+    trusted_authserv_id: str | None = None
 
 
 class EmailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -110,6 +114,8 @@ def _check_account(name: str, account: EmailAccount) -> None:
             raise ConfigError(
                 f"{path}.allowed_senders[{index}]", "must be an address (alice@example.com) or a domain (@example.com)"
             )
+    if account.trusted_authserv_id is not None and not _HOST.fullmatch(account.trusted_authserv_id):
+        raise ConfigError(f"{path}.trusted_authserv_id", "must be a server name such as mx.example.org")
     missing = "is required: set password, or password_env to a variable holding it"
     check_secret_source(
         path, "password", account.password, account.password_env, example_env="EMAIL_PASSWORD", missing=missing

@@ -23,7 +23,7 @@ from email.message import EmailMessage
 
 import msgspec
 
-__all__ = ["FilePart", "ParsedMail", "automatic", "parse_mail", "strip_history"]
+__all__ = ["FilePart", "ParsedMail", "automatic", "parse_mail", "strip_history", "vouched_by"]
 
 _ATTRIBUTION = re.compile(r"^(on\b.{0,300}\bwrote:|.{0,200}\bwrote:)\s*$", re.IGNORECASE)
 _OUTLOOK = re.compile(r"^-{2,}\s*original message\s*-{2,}$|^_{10,}$", re.IGNORECASE)
@@ -33,6 +33,7 @@ _BLOCKS = re.compile(r"<\s*(br|/p|/div|/li|/tr)\b[^>]{0,100}>", re.IGNORECASE)
 _HIDDEN = re.compile(r"<(style|script|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,500}>")
 _MAX_FILES = 20
+_DMARC_PASS = re.compile(r"\bdmarc\s*=\s*pass\b", re.IGNORECASE)
 
 
 class FilePart(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +55,7 @@ class ParsedMail(msgspec.Struct, frozen=True, kw_only=True):
     text: str  # the new text, history and signature cut
     files: tuple[FilePart, ...]
     automatic: str | None  # why this is an automatic mail that starts no turn, or None
+    vouched_by: str | None = None  # the server whose topmost Authentication-Results says dmarc=pass
 
     @property
     def thread_root(self) -> str:
@@ -79,6 +81,18 @@ def automatic(message: EmailMessage) -> str | None:
     if return_path is not None and str(return_path).strip() in ("<>", ""):
         return "a bounce (empty Return-Path)"
     return None
+
+
+def vouched_by(message: EmailMessage) -> str | None:
+    """The authserv-id of the topmost ``Authentication-Results`` header (the one the receiving server added last)
+    when it reports ``dmarc=pass``; ``None`` otherwise."""
+    results = message.get_all("Authentication-Results") or []
+    if not results:
+        return None
+    server, _, verdicts = str(results[0]).partition(";")
+    if not _DMARC_PASS.search(verdicts):
+        return None
+    return server.split()[0].lower() if server.split() else None
 
 
 def strip_history(text: str) -> str:
@@ -173,4 +187,5 @@ def parse_mail(raw: bytes) -> ParsedMail | None:
         text=strip_history(_body_text(message)),
         files=_files(message),
         automatic=automatic(message),
+        vouched_by=vouched_by(message),
     )

@@ -209,6 +209,17 @@ class MailboxPoller:
                 mail.sender[:100],
             )
             return None
+        trusted = self._account.config.trusted_authserv_id
+        if trusted is not None and mail.vouched_by != trusted.lower():
+            _log.info(
+                "email account %r: skipped UID %d from %s: %s does not vouch for its From address (no dmarc=pass in "
+                "the topmost Authentication-Results)",
+                name,
+                uid,
+                mail.sender[:100],
+                trusted,
+            )
+            return None
         if mail.automatic is not None:
             _log.info("email account %r: skipped UID %d from %s: %s", name, uid, mail.sender[:100], mail.automatic)
             return None

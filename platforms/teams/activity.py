@@ -133,13 +133,16 @@ def _nested_str(data: dict[str, Any] | None, *path: str) -> str | None:
 
 def _text_of(activity: Activity, bot_id: str) -> str:
     """The text as the agent should read it: our mention removed, others as ``@name``, entities decoded."""
-    ours = {
-        mention.text
-        for raw in activity.entities
-        if raw.get("type") == "mention"
-        for mention in (msgspec.convert(raw, _Mention, strict=False),)
-        if mention.mentioned is not None and mention.mentioned.id == bot_id and mention.text
-    }
+    ours: set[str] = set()
+    for raw in activity.entities:
+        if raw.get("type") != "mention":
+            continue
+        try:
+            mention = msgspec.convert(raw, _Mention, strict=False)
+        except msgspec.ValidationError:
+            raise Refused(400, f"a mention entity is malformed ({str(raw)[:100]})") from None
+        if mention.mentioned is not None and mention.mentioned.id == bot_id and mention.text:
+            ours.add(mention.text)
     text = activity.text or ""
     for tag in ours:
         text = text.replace(tag, " ")

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 ISSUER = "https://api.botframework.com"
-_ids = itertools.count(1_764_460_800_000)
+_ids = itertools.count(1_900_000_000_000)  # activity ids the tests do not choose themselves
 
 
 def new_key() -> rsa.RSAPrivateKey:

@@ -590,6 +590,11 @@ _GOOD = {
             "host name",
         ),
         ({"accounts": {"a": _GOOD | {"sessions": "chat"}}}, "platforms.email.accounts.a.sessions", "sender, thread"),
+        (
+            {"accounts": {"a": _GOOD | {"trusted_authserv_id": "mx example"}}},
+            "platforms.email.accounts.a.trusted_authserv_id",
+            "server name",
+        ),
         ({"accounts": {"a": _GOOD | {"mailbox": 'In"box'}}}, "platforms.email.accounts.a.mailbox", "mailbox name"),
         ({"accounts": {"a b": _GOOD}}, "platforms.email.accounts.a b", "an account name is"),
         ({"idle_renew_s": 3600}, "platforms.email.idle_renew_s", "RFC 2177"),
@@ -651,3 +656,28 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(
         worker.stop()
     assert imap.commands.count("UID FETCH") == fetches  # the stored cursor: the mail is not fetched again
     assert inbox_rows(db) == [("<k1@x>", "done")]
+
+
+def test_with_a_trusted_authserv_id_only_mail_its_server_vouches_for_starts_turns(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
+) -> None:
+    running = start_email(trusted_authserv_id="mx.example.org")
+    log = email_log("does not vouch for its From address")
+    passed = "mx.example.org; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass"
+    imap.deliver(mail("forged", message_id="<d1@x>", in_reply_to="<a@x>"))  # no header at all
+    imap.deliver(
+        mail(
+            "failed",
+            message_id="<d2@x>",
+            in_reply_to="<a@x>",
+            headers={"Authentication-Results": passed.replace("dmarc=pass", "dmarc=fail")},
+        )
+    )
+    other = "mx.attacker.example; dmarc=pass header.from=example.com"
+    imap.deliver(
+        mail("other server", message_id="<d3@x>", in_reply_to="<a@x>", headers={"Authentication-Results": other})
+    )
+    imap.deliver(mail("genuine", message_id="<d4@x>", in_reply_to="<a@x>", headers={"Authentication-Results": passed}))
+    assert said(smtp.take().message) == "echo: genuine"
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<d4@x>"]
+    assert len([line for line in log.lines if "does not vouch" in line]) == 3

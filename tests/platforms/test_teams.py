@@ -152,7 +152,13 @@ def test_a_channel_thread_is_one_shared_session_and_replies_stay_in_it_without_o
         "echo: plan the release with @Bob",
     )
     second = running.say(
-        "I'll help", conversation_type="channel", conversation_id=thread, user="29:bob", aad="aad-bob", user_name="Bob"
+        "I'll help",
+        conversation_type="channel",
+        conversation_id=thread,
+        user="29:bob",
+        aad="aad-bob",
+        user_name="Bob",
+        activity_id="1764460800002",
     )
     assert second.body["routing_key"] == key
     assert teams.take().conversation == thread
@@ -710,3 +716,14 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     finally:
         worker.stop()
     assert len(teams.posted) == 1
+
+
+def test_a_malformed_mention_entity_is_a_400_and_the_next_message_runs(
+    start_teams: StartTeams, teams: FakeTeams
+) -> None:
+    running = start_teams()
+    broken = running.say("<at>Hermes</at> hi", entities=[{"type": "mention", "mentioned": "not an account"}])
+    assert broken.status == 400
+    assert broken.body["error"].startswith("a mention entity is malformed")
+    assert running.say("fine now").status == 200
+    assert teams.take().text == "echo: fine now"
