@@ -109,8 +109,8 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
                 raise Refused(404, f"no Teams bot {name!r}; add it under platforms.teams.bots")
             read = await self._read_activity(bot, request)
         except TokenRefused as exc:
-            _log.info("teams bot %r: refused a request (401 %s)", name, exc.reason)
-            return _answer(401, {"error": exc.reason})
+            _log.info("teams bot %r: refused a request (%d %s)", name, exc.status, exc.reason)
+            return _answer(exc.status, {"error": exc.reason})
         except KeysUnavailable as exc:
             _log.warning("teams bot %r: could not check a request's token: %s", name, exc)
             return _answer(503, {"error": "the Bot Connector's signing keys are unavailable; try again"})

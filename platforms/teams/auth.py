@@ -43,11 +43,16 @@ _METADATA_BYTES = 256 * 1024
 
 
 class TokenRefused(Exception):
-    """The request's token does not prove it comes from the Bot Connector for this bot; ``reason`` says why."""
+    """The request's token does not prove it comes from the Bot Connector for this bot; ``reason`` says why.
 
-    def __init__(self, reason: str) -> None:
+    ``status`` is 401, or 403 for a valid token whose key does not endorse the activity's channel (as Microsoft's
+    authentication guide asks).
+    """
+
+    def __init__(self, reason: str, *, status: int = 401) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.status = status
 
 
 class KeysUnavailable(Exception):
@@ -211,4 +216,4 @@ def check_claims(claims: Mapping[str, Any], endorsements: frozenset[str] | None,
     if claimed != activity_fields.service_url:
         raise TokenRefused("the token's serviceUrl claim is not the activity's serviceUrl")
     if endorsements is not None and activity_fields.channel_id not in endorsements:
-        raise TokenRefused(f"the signing key does not endorse channel {activity_fields.channel_id[:40]!r}")
+        raise TokenRefused(f"the signing key does not endorse channel {activity_fields.channel_id[:40]!r}", status=403)

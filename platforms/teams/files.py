@@ -1,10 +1,11 @@
 """The files of a Teams message, saved into the media store before the message is accepted.
 
 Two kinds carry bytes. A file sent in a personal chat is ``application/vnd.microsoft.teams.file.download.info``
-whose ``content.downloadUrl`` is a short-lived pre-authorised link (fetched without credentials). An image pasted
-into a message is ``image/*`` with a ``contentUrl`` on the Bot Connector, fetched with the bot's token, which goes
-only to the host of the activity's verified ``serviceUrl``. The message's own HTML rendering (``text/html``) is
-not a file; cards and files shared from SharePoint (which need Microsoft Graph) are refused saying so. The
+whose ``content.downloadUrl`` is a short-lived pre-authorised link (fetched without credentials). Any other
+attachment with a ``contentUrl`` is fetched from it: an image pasted into a message lives on the Bot Connector and
+is fetched with the bot's token, which goes only to the origin of the activity's verified ``serviceUrl`` (any
+other address is fetched without it). The message's own HTML rendering (``text/html``) is not a file; cards and
+files shared from SharePoint or OneDrive (``reference``, which need Microsoft Graph) are refused saying so. The
 records carry no source URL: the addresses are useless without the token or expire within minutes.
 """
 
@@ -61,7 +62,7 @@ async def attach_files(
 ) -> InboundMessage:
     """``inbound`` with ``files`` saved into ``media`` as its attachments (refused ones saying why).
 
-    ``token`` is called (off the loop) only when an inline image needs the bot's token.
+    ``token`` is called (off the loop) only for a file on the Bot Connector, which needs the bot's token.
     """
     if not files:
         return inbound
@@ -94,33 +95,24 @@ async def _record(
         )
     if content_type.startswith(_CARD):
         return media.refuse("it is a card, which is not read", kind="document", mime_type=content_type, name=name)
+    if content_type == "reference" or content_type.startswith("application/vnd.microsoft"):
+        return media.refuse(
+            "it is a file shared from SharePoint or OneDrive, which the bot cannot read",
+            kind=kind_of(mimetypes.guess_type(name or "", strict=False)[0]),
+            name=name,
+        )
     url = _http_url(file.contentUrl)
     if url is None:
         return media.refuse("Teams gave no download address for it", kind=kind_of(content_type), name=name)
     headers: dict[str, str] = {}
-    if content_type.startswith("image/"):
-        if not _same_origin(url, service_url):
-            _log.warning("%s: an image is offered outside the Bot Connector; the bot's token is not sent there", where)
-            return media.refuse(
-                "Teams offered it from an address outside the Bot Connector, where the bot's token is not sent",
-                kind="image",
-                mime_type=content_type,
-                name=name,
-            )
+    if _same_origin(url, service_url):  # on the Bot Connector (pasted images): it wants the bot's token
         try:
             headers["Authorization"] = f"Bearer {await asyncio.to_thread(token)}"
         except Exception as exc:
-            _log.warning("%s: no token to fetch an image with: %s", where, exc)
+            _log.warning("%s: no token to fetch %s with: %s", where, name or content_type, exc)
             return media.refuse(
-                "the bot could not sign in to fetch it", kind="image", mime_type=content_type, name=name
+                "the bot could not sign in to fetch it", kind=kind_of(content_type), mime_type=content_type, name=name
             )
-    else:
-        return media.refuse(
-            "it is a file shared from SharePoint or OneDrive, which the bot cannot read",
-            kind=kind_of(content_type),
-            mime_type=None if content_type.startswith("application/vnd.microsoft") else content_type,
-            name=name,
-        )
     return await downloads.download(
         media,
         session,

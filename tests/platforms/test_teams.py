@@ -210,7 +210,7 @@ def test_a_single_tenant_bot_refuses_other_tenants_and_takes_its_token_from_its_
 # -- the Bot Connector's token -----------------------------------------------------------------------------------
 
 
-def test_forged_stale_and_misdirected_tokens_are_refused_with_401_and_nothing_is_stored(
+def test_forged_stale_and_misdirected_tokens_are_refused_and_nothing_is_stored(
     start_teams: StartTeams, teams: FakeTeams
 ) -> None:
     running = start_teams(keys_min_refresh_s=0)
@@ -240,7 +240,7 @@ def test_forged_stale_and_misdirected_tokens_are_refused_with_401_and_nothing_is
     # A key that does not endorse the activity's channel cannot sign for it.
     teams.rotate(endorsements=("skype",))
     answer = deliver(running.url(), activity, teams.token(APP))
-    assert (answer.status, answer.body["error"]) == (401, "the signing key does not endorse channel 'msteams'")
+    assert (answer.status, answer.body["error"]) == (403, "the signing key does not endorse channel 'msteams'")
     assert running.inbox() == []
     with running.gateway.read() as store:
         assert store.list_sessions() == []
@@ -389,7 +389,11 @@ def test_files_that_cannot_be_read_are_refused_saying_why_and_the_text_still_run
 ) -> None:
     running = start_teams(media=MediaConfig(max_bytes=1024))
     attachments = [
-        {"contentType": "image/png", "contentUrl": "https://elsewhere.example.com/leak.png", "name": "leak.png"},
+        {  # the same server under another name: another origin, so the bot's token is not sent (and it is refused)
+            "contentType": "image/png",
+            "contentUrl": teams.add_image(PNG).replace("127.0.0.1", "localhost"),
+            "name": "leak.png",
+        },
         {
             "contentType": "application/vnd.microsoft.teams.file.download.info",
             "name": "big.pdf",
@@ -401,13 +405,12 @@ def test_files_that_cannot_be_read_are_refused_saying_why_and_the_text_still_run
     assert running.say("read these", attachments=attachments).status == 200
     reply = teams.take().text
     assert reply.split("\n\n")[0] == (
-        "I could not read leak.png: Teams offered it from an address outside the Bot Connector, where the bot's "
-        "token is not sent. I could not read big.pdf: it is 4 KB, over the 1 KB limit. I could not read the "
-        "document: it is a card, which is not read. I could not read x.docx: it is a file shared from SharePoint "
-        "or OneDrive, which the bot cannot read."
+        "I could not read leak.png: its download failed (HTTP 401). I could not read big.pdf: it is 4 KB, over "
+        "the 1 KB limit. I could not read the document: it is a card, which is not read. I could not read x.docx: "
+        "it is a file shared from SharePoint or OneDrive, which the bot cannot read."
     )
     assert "echo: read these" in reply
-    assert teams.image_requests == []
+    assert teams.image_requests == [None]  # asked without the token
     assert not (tmp_path / "media").exists()
 
 
