@@ -87,16 +87,7 @@ class EmailSender:
         else:
             mail["Message-ID"] = f"<hermes.{reply_identity(message)[:32]}@{domain}>"
             mail["Subject"] = reply_subject(state.subject if state is not None else "")
-            parent = message.reply_to if message.reply_to and message.reply_to.startswith("<") else None
-            parent = parent or (state.message_id if state is not None else None)
-            if parent is not None:
-                ancestors = list(state.references) if state is not None else []
-                if state is not None and state.message_id not in ancestors:
-                    ancestors.append(state.message_id)
-                if parent not in ancestors:
-                    ancestors.append(parent)
-                mail["In-Reply-To"] = parent
-                mail["References"] = " ".join(ancestors)
+            _thread(mail, message.reply_to, state)
         mail.set_content(message.text)
         self._pace(account.name, message.chat_id, where)
         self._deliver(account, mail, message.chat_id, where)
@@ -172,6 +163,22 @@ class EmailSender:
                 outcome_unknown=True,
             ) from None
         _log.info("email account %r: sent %s to %s", account.name, mail["Message-ID"], to)
+
+
+def _thread(mail: EmailMessage, reply_to: str | None, state: ThreadState | None) -> None:
+    """``In-Reply-To`` the answered mail (the inbound message id, else the conversation's latest) and
+    ``References`` its ancestors and it."""
+    parent = reply_to if reply_to and reply_to.startswith("<") else None
+    parent = parent or (state.message_id if state is not None else None)
+    if parent is None:
+        return
+    ancestors = list(state.references) if state is not None else []
+    if state is not None and state.message_id not in ancestors:
+        ancestors.append(state.message_id)
+    if parent not in ancestors:
+        ancestors.append(parent)
+    mail["In-Reply-To"] = parent
+    mail["References"] = " ".join(ancestors)
 
 
 def _said(text: bytes | str) -> str:
