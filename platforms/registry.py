@@ -73,6 +73,10 @@ PLATFORMS: dict[str, PlatformSpec] = {
             name="mattermost", module="platforms.mattermost", config="MattermostConfig", adapter="MattermostAdapter"
         ),
         PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter"),
+        PlatformSpec(
+            name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
+        ),
+        PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
     )
 }
 

@@ -358,6 +358,22 @@ platforms:
   #   account_sid: AC0123456789abcdef0123456789abcdef  # Account SID from the Twilio Console
   #   auth_token_env: TWILIO_AUTH_TOKEN
   #   numbers: ["+15550001111"]
+  # teams:                           # needs: pip install 'hermes-actors[teams]'
+  #   port: 3978                       # messaging endpoint: https://<public host>/teams/messages/main
+  #   bots:
+  #     main:
+  #       app_id: 00000000-0000-0000-0000-000000000000  # the Azure Bot's Microsoft App ID
+  #       app_password_env: TEAMS_APP_PASSWORD
+  # email:
+  #   accounts:
+  #     main:
+  #       address: agent@example.org     # the From of replies; IMAP/SMTP log in as it (or username:)
+  #       imap_host: imap.example.org    # port 993, imap_security: tls (or starttls / none)
+  #       smtp_host: smtp.example.org    # port 587, smtp_security: starttls (or tls / none)
+  #       password_env: EMAIL_PASSWORD
+  #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
+  #       sessions: sender               # or thread: one session per mail thread
+  #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
