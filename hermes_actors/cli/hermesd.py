@@ -17,7 +17,8 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text, write_default_config
+from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text
+from hermes_actors.daemon.config_template import write_default_config
 from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
 from hermes_actors.daemon.process import Daemon

@@ -1,4 +1,5 @@
-"""The daemon's configuration file, ``$HERMES_HOME/config.yaml``: its schema, loader and first-start template.
+"""The daemon's configuration file, ``$HERMES_HOME/config.yaml``: its schema and loader (the first-start template
+is :mod:`hermes_actors.daemon.config_template`).
 
 Every section is optional and every field has a default, so an empty file (or none) is a working configuration:
 the echo agent, the OpenAI-compatible API and the webhook endpoint on loopback. A wrong value is a
@@ -8,7 +9,6 @@ and whose message says what is expected; unknown fields are errors too, so a typ
 
 from __future__ import annotations
 
-import os
 import re
 import types
 import typing
@@ -23,7 +23,7 @@ from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
 from hermes_actors.media import MediaConfig
-from platforms.registry import PLATFORMS, config_type, new_webhook_secret
+from platforms.registry import PLATFORMS, config_type
 
 __all__ = [
     "CONFIG_NAME",
@@ -33,7 +33,6 @@ __all__ = [
     "config_error_text",
     "decode_platforms",
     "decode_settings",
-    "default_config_text",
     "load_settings",
 ]
 
@@ -253,171 +252,6 @@ def _with_prompt_file(settings: Settings, home: Path) -> Settings:
     if not absolute.is_absolute():
         absolute = (home / absolute).absolute()
     return msgspec.structs.replace(settings, agent=msgspec.structs.replace(agent, system_prompt_file=str(absolute)))
-
-
-def write_default_config(path: Path) -> bool:
-    """Create ``path`` with the commented defaults (and a fresh webhook secret) unless it exists; return whether."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds a secret
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(default_config_text(new_webhook_secret()))
-    return True
-
-
-def default_config_text(webhook_secret: str) -> str:
-    """The first-start ``config.yaml``: every setting at its default, commented out, and one webhook route."""
-    return f"""\
-# hermes-actors configuration. Every setting is optional; the commented values are the defaults.
-# Check this file with: hermesctl config check        Reload a running daemon with: kill -HUP $(cat hermesd.pid)
-
-agent:
-  # An OpenAI-compatible chat-completions endpoint. Without base_url the built-in echo agent answers.
-  # base_url: http://127.0.0.1:8000/v1
-  # model: my-model
-  # api_key_env: OPENAI_API_KEY      # the environment variable holding the key
-  # timeout_s: 120
-  # max_retries: 2
-  # context_window: 128000
-  # vision: false                    # true: the model takes images (they are sent with the turn they came in)
-  # system_prompt: null              # text first in every session's system message (or system_prompt_file:
-  #                                  # prompt.md, relative to this directory; not both). Frozen per session.
-
-platforms:
-  api_server:
-    # enabled: true
-    # host: 127.0.0.1                # a non-loopback host requires a key
-    # port: 8642
-    # key: null                      # bearer key; or set the variable named by key_env
-    # key_env: HERMES_API_KEY
-    # model_name: hermes-agent
-    # request_timeout_s: 300
-    # max_body_bytes: 4194304
-    # keepalive_s: 15                # SSE keep-alive comment interval while a streamed turn runs
-  webhook:
-    # enabled: true
-    # host: 127.0.0.1
-    # port: 8644
-    routes:
-      default:
-        # Standard Webhooks secret: sign requests to POST /webhooks/default with it.
-        secret: {webhook_secret}
-        # text: text                 # where the message text is in the JSON body (dotted path)
-        # chat_id: chat_id
-        # user_id: user_id
-        # callback_url: http://127.0.0.1:9000/replies   # where replies are POSTed; else only stored
-  # A platform runs when it has a section here. Each account's name is part of its session keys.
-  # telegram:
-  #   bots:
-  #     main:
-  #       token_env: TELEGRAM_BOT_TOKEN  # long-polls getUpdates; or mode: webhook with secret_token_env
-  # slack:
-  #   apps:
-  #     main:
-  #       signing_secret_env: SLACK_SIGNING_SECRET
-  #       bot_token_env: SLACK_BOT_TOKEN  # Request URL: https://<public host>/slack/events/main
-  # feishu:
-  #   apps:
-  #     main:
-  #       app_id: cli_example
-  #       app_secret_env: FEISHU_APP_SECRET
-  #       verification_token_env: FEISHU_VERIFICATION_TOKEN
-  #       encrypt_key_env: FEISHU_ENCRYPT_KEY  # needs: pip install 'hermes-actors[feishu]'
-  # wechat:
-  #   accounts:
-  #     main:
-  #       token_env: WECHAT_ILINK_TOKEN
-  # discord:
-  #   bots:
-  #     main:
-  #       token_env: DISCORD_BOT_TOKEN   # enable "Message Content Intent" on the bot's page
-  # whatsapp:
-  #   numbers:
-  #     "106540352242922":             # the phone_number_id (WhatsApp > API Setup), not the phone number
-  #       app_secret_env: WHATSAPP_APP_SECRET
-  #       verify_token_env: WHATSAPP_VERIFY_TOKEN
-  #       access_token_env: WHATSAPP_ACCESS_TOKEN  # callback URL: https://<public host>/whatsapp/webhook
-  # matrix:
-  #   accounts:
-  #     main:
-  #       homeserver: https://matrix.example.org
-  #       access_token_env: MATRIX_ACCESS_TOKEN
-  # signal:
-  #   url: http://127.0.0.1:8080       # signal-cli daemon --http 127.0.0.1:8080 --receive-mode=on-connection
-  #   accounts: ["+15550001"]
-  # mattermost:
-  #   url: https://chat.example.com    # the server as users open it; the websocket is /api/v4/websocket
-  #   bots:
-  #     main:
-  #       token_env: MATTERMOST_BOT_TOKEN  # a bot account's access token (Integrations > Bot Accounts)
-  # sms:                               # Twilio: "A message comes in" webhook, HTTP POST
-  #   port: 8655                       # serves POST /sms/twilio
-  #   public_url: https://<public host>/sms/twilio  # the webhook URL as entered on the number (it is signed)
-  #   account_sid: AC0123456789abcdef0123456789abcdef  # Account SID from the Twilio Console
-  #   auth_token_env: TWILIO_AUTH_TOKEN
-  #   numbers: ["+15550001111"]
-  # teams:                           # needs: pip install 'hermes-actors[teams]'
-  #   port: 3978                       # messaging endpoint: https://<public host>/teams/messages/main
-  #   bots:
-  #     main:
-  #       app_id: 00000000-0000-0000-0000-000000000000  # the Azure Bot's Microsoft App ID
-  #       app_password_env: TEAMS_APP_PASSWORD
-  # email:
-  #   accounts:
-  #     main:
-  #       address: agent@example.org     # the From of replies; IMAP/SMTP log in as it (or username:)
-  #       imap_host: imap.example.org    # port 993, imap_security: tls (or starttls / none)
-  #       smtp_host: smtp.example.org    # port 587, smtp_security: starttls (or tls / none)
-  #       password_env: EMAIL_PASSWORD
-  #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
-  #       sessions: sender               # or thread: one session per mail thread
-  #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
-
-runtime:
-  # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
-  # max_live_actors: 5000
-  # pending_soft_limit: 4
-  # pending_hard_limit: 64
-  # max_concurrent_agent_calls: 256
-  # agent_timeout_s: 120
-  # reset_triggers: [/new, /reset]
-  # save_memory_on: [idle, daily, new, reset]  # ends that run a save-memory turn first; [] for none
-  # context_window: 128000           # tokens, when the agent does not say; no turn is sent over it
-  # summary_max_tokens: 0            # a compression summary's budget; 0: a tenth of the context window
-  # auto_titles: true                # title a session after its first exchange
-  # model_message_cap_chars: 16000   # per message of history sent to the model; 0: no cap
-  # queue_retention_days: 8          # answered inbox rows (the redelivery dedupe) and sent replies are kept this long
-
-sessions:
-  # auto_prune: false                # delete ended sessions older than retention_days at start
-  # retention_days: 90
-  # search_scope: user               # what the agent's session_search sees: user | chat | tenant | all
-  # search_scope_platforms: {{}}     # per platform, e.g. {{cli: all}}
-
-session_reset:
-  # mode: none                       # none | idle | daily | both
-  # idle_minutes: 1440
-  # at_hour: 4
-
-media:
-  # Files that come with messages are saved once under <home>/media and listed in the transcript.
-  # max_bytes: 20971520              # larger files are not read; the reply says so
-  # allowed_kinds: [image, audio, video, document]
-  # excerpt_bytes: 4096              # a text file's first bytes go into the conversation as its stand-in
-  # describe: null                   # module:function(path, attachment) -> a short description
-
-daemon:
-  # socket: hermesd.sock             # control socket, relative to the home directory
-  # drain_timeout_s: 30              # SIGTERM waits this long for running turns
-  # timezone: null                   # for daily resets; default: the machine's zone
-  # log_level: info
-  # log_format: logfmt               # logfmt | json (one JSON object a line)
-  # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API
-  # http_host: 127.0.0.1             # at /v1 and /health, /webhooks/..., /slack/..., /feishu/..., /whatsapp/...,
-  #                                  # /telegram/...; the entry points' own ports stay closed. 0: off
-"""
 
 
 def config_error_text(path: Path, error: ConfigError) -> str:

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.errors import HermesError
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import Delivery
 from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
 from hermes_actors.store.readers import ReaderPool
+
+if TYPE_CHECKING:
+    from hermes_actors.runtime.prefix import FrozenPrefix  # prefix imports this module
 
 _log = logging.getLogger(__name__)
 

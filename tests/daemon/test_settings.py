@@ -7,13 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_actors.daemon.config_file import (
-    Settings,
-    decode_settings,
-    default_config_text,
-    load_settings,
-    write_default_config,
-)
+from hermes_actors.daemon.config_file import Settings, decode_settings, load_settings
+from hermes_actors.daemon.config_template import default_config_text, write_default_config
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetMode
 from platforms import registry
