@@ -60,22 +60,18 @@ class RuntimeCollector(Collector):
             yield from _actors(stats)
 
     def _queues(self) -> Iterator[Metric]:
-        with self._readers.reader(timeout=READ_TIMEOUT_S) as store:
-            inbox = store.inbox.pending()
-            backlog = store.outbox.backlog()
-            outbox = store.outbox.unsent(limit=backlog) if backlog else []
+        with self._readers.reader(timeout=READ_TIMEOUT_S) as store:  # counts and one row each: cheap at any size
+            inbox = store.inbox.summary()
+            outbox = store.outbox.summary_by_platform()
         now = self._clock()
-        yield GaugeMetricFamily("hermes_inbox_pending", "Inbound messages without a finished turn.", len(inbox))
+        yield GaugeMetricFamily("hermes_inbox_pending", "Inbound messages without a finished turn.", inbox.count)
         yield GaugeMetricFamily(
             "hermes_inbox_oldest_age_seconds",
             "How long the oldest inbound message without a finished turn has waited (NaN: none waits).",
-            max(now - inbox[0].received_at, 0.0) if inbox else math.nan,
+            max(now - inbox.oldest_at, 0.0) if inbox.oldest_at is not None else math.nan,
         )
-        counts = dict.fromkeys(self._platforms(), 0)
-        oldest: dict[str, float] = {}
-        for row in outbox:  # in id order: a platform's first row is its oldest
-            counts[row.platform] = counts.get(row.platform, 0) + 1
-            oldest.setdefault(row.platform, row.created_at)
+        counts = dict.fromkeys(self._platforms(), 0) | {platform: waiting.count for platform, waiting in outbox.items()}
+        oldest = {platform: waiting.oldest_at for platform, waiting in outbox.items() if waiting.oldest_at is not None}
         pending = GaugeMetricFamily("hermes_outbox_pending", "Replies neither sent nor given up.", labels=["platform"])
         ages = GaugeMetricFamily(
             "hermes_outbox_oldest_age_seconds",

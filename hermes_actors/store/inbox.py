@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.store.connection import Table, Transaction
-from hermes_actors.store.records import InboxRow, InboxState
+from hermes_actors.store.records import InboxRow, InboxState, QueueSummary
 
 __all__ = ["Inbox"]
 
@@ -93,6 +93,17 @@ class Inbox(Table):
         """Count the rows without a completed turn."""
         row = self._db.execute("SELECT count(*) FROM inbox WHERE state = ?", (_PENDING,)).fetchone()
         return int(row[0]) if row else 0
+
+    def summary(self) -> QueueSummary:
+        """Count the rows without a completed turn and say when the oldest of them arrived, from the index alone
+        (no row is read but the oldest)."""
+        count = self.depth()
+        if count == 0:
+            return QueueSummary(count=0, oldest_at=None)
+        row = self._db.execute(
+            "SELECT received_at FROM inbox WHERE state = ? ORDER BY id LIMIT 1", (_PENDING,)
+        ).fetchone()
+        return QueueSummary(count=count, oldest_at=float(row[0]) if row else None)
 
     def get(self, inbox_id: int) -> InboxRow | None:
         """Return one row, or ``None``."""

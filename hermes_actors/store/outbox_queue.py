@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_actors.store.connection import Table, Transaction
-from hermes_actors.store.records import OutboxRow
+from hermes_actors.store.records import OutboxRow, QueueSummary
 
 __all__ = ["Outbox"]
 
@@ -58,6 +58,14 @@ class Outbox(Table):
         """Count the replies neither sent nor given up."""
         row = self._db.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL").fetchone()
         return int(row[0]) if row else 0
+
+    def summary_by_platform(self) -> dict[str, QueueSummary]:
+        """Per platform, how many replies are neither sent nor given up and when the oldest was queued."""
+        rows = self._db.execute(
+            "SELECT platform, count(*), min(created_at) FROM outbox"
+            " WHERE sent_at IS NULL AND abandoned_at IS NULL GROUP BY platform"
+        )
+        return {str(p): QueueSummary(count=int(n), oldest_at=float(at)) for p, n, at in rows}
 
     def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
         """Return undelivered rows in id order (per chat, that is the order to send them in)."""

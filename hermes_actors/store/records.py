@@ -22,6 +22,7 @@ __all__ = [
     "NewMessage",
     "OptimizeResult",
     "OutboxRow",
+    "QueueSummary",
     "Role",
     "SessionFilter",
     "SessionRecord",
@@ -230,6 +231,13 @@ class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
     state: InboxState
     session_id: str | None = None
     owner: str | None = None  # the lease owner of the process that accepted (or since claimed) the row
+
+
+class QueueSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """How many rows of a queue wait, and when the oldest of them arrived (``None``: none waits)."""
+
+    count: int
+    oldest_at: float | None
 
 
 class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from hermes_actors.messages import Attachment
-from hermes_actors.store.records import AttachmentRecord, HomeChannel, InboxRow, InboxState, OutboxRow, TimerRow
+from hermes_actors.store.records import (
+    AttachmentRecord,
+    HomeChannel,
+    InboxRow,
+    InboxState,
+    OutboxRow,
+    QueueSummary,
+    TimerRow,
+)
 
 __all__ = [
     "AttachmentIndex",
@@ -62,6 +70,10 @@ class InboxQueue(Protocol):
         """How many rows are pending."""
         ...
 
+    def summary(self) -> QueueSummary:
+        """How many rows are pending, and when the oldest pending row arrived."""
+        ...
+
     def get(self, inbox_id: int) -> InboxRow | None:
         """One row, or ``None``."""
         ...
@@ -94,6 +106,11 @@ class OutboxQueue(Protocol):
 
     def backlog(self) -> int:
         """How many replies are neither sent nor given up."""
+        ...
+
+    def summary_by_platform(self) -> dict[str, QueueSummary]:
+        """Per platform with replies waiting: how many are neither sent nor given up, and when the oldest was
+        queued."""
         ...
 
     def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:

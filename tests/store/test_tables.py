@@ -77,3 +77,36 @@ def test_timers_and_cursors_are_replaced_by_name(store: StoreInterface) -> None:
     store.kv.set_cursor("telegram", "42")
     store.kv.set_meta("k", "v")
     assert (store.kv.get_cursor("telegram"), store.kv.get_meta("k")) == ("42", "v")
+
+
+def test_queue_summaries_count_what_waits_and_date_the_oldest(store: StoreInterface, clock: FakeClock) -> None:
+    assert store.inbox.summary().count == 0
+    assert store.inbox.summary().oldest_at is None
+    assert store.outbox.summary_by_platform() == {}
+    first_at = clock()
+    first = _accept(store, "m1")
+    clock.advance(5)
+    _accept(store, "m2")
+    assert (store.inbox.summary().count, store.inbox.summary().oldest_at) == (2, first_at)
+    assert first is not None
+    store.inbox.complete(first, session_id=None)
+    assert (store.inbox.summary().count, store.inbox.summary().oldest_at) == (1, first_at + 5)
+
+    def reply(platform: str) -> int:
+        return store.outbox.add(
+            session_id=None, platform=platform, account_id="", chat_id="c", thread_id=None, payload=b"r"
+        )
+
+    queued_at = clock()
+    sent, kept = reply("telegram"), reply("telegram")
+    clock.advance(3)
+    given_up = reply("signal")
+    reply("signal")
+    store.outbox.mark_sent(sent, None)
+    store.outbox.abandon(given_up, "refused")
+    summary = store.outbox.summary_by_platform()
+    assert {platform: (s.count, s.oldest_at) for platform, s in summary.items()} == {
+        "telegram": (1, queued_at),
+        "signal": (1, queued_at + 3),
+    }
+    assert kept > sent
