@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "ARCHITECTURE.md"
 PACKAGES = ("hermes_actors", "platforms")
@@ -221,6 +223,7 @@ def spans() -> Iterator[str]:
         yield span
 
 
+@pytest.mark.slow  # parses every module (about 2 s)
 def test_every_name_architecture_md_puts_in_backticks_is_in_the_code() -> None:
     stale = [f"`{span}`: {problem}" for span in spans() if (problem := check_span(span))]
     assert not stale, "ARCHITECTURE.md names code that is not there:\n" + "\n".join(stale)
