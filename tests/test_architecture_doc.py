@@ -235,6 +235,7 @@ def test_the_walk_of_one_message_is_checked() -> None:
     assert {"Gateway._inbox_commit", "SessionTurns.run", "runtime/lanes.LaneWorkers"} <= checked
 
 
+@pytest.mark.slow  # builds the same index
 def test_a_stale_name_is_caught() -> None:
     assert check_span("Gateway._inbox_commit") is None
     assert check_span("Gateway._no_such_step") == "Gateway has no member _no_such_step"
