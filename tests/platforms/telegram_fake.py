@@ -142,9 +142,10 @@ class _Bot:
 
 
 class TelegramFake:
-    """The fake Bot API; see the module docstring. ``flood_interval_s`` answers 429 to a chat sent to faster."""
+    """The fake Bot API; see the module docstring. ``flood_interval_s`` answers 429 to a chat sent to faster;
+    ``port`` (default: a free one) lets a new fake take over a stopped one's address."""
 
-    def __init__(self, *, flood_interval_s: float | None = None, flood_retry_after: int = 1) -> None:
+    def __init__(self, *, flood_interval_s: float | None = None, flood_retry_after: int = 1, port: int = 0) -> None:
         self.flood_interval_s = flood_interval_s
         self.flood_retry_after = flood_retry_after
         self.floods = 0  # 429s answered by flood control
@@ -163,7 +164,7 @@ class TelegramFake:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        self._host = HttpHost(app, name="telegram-fake")
+        self._host = HttpHost(app, port=port, name="telegram-fake")
 
     # -- lifecycle
 
@@ -187,6 +188,11 @@ class TelegramFake:
     def base_url(self) -> str:
         """What ``platforms.telegram.base_url`` should be."""
         return self._host.url
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self._host.port
 
     # -- setting up
 
@@ -250,6 +256,11 @@ class TelegramFake:
             for number in range(times):
                 failure = _Failure(status, description, retry_after, raw_body, after=after if number == 0 else 0)
                 self._failures[method.lower()].append(failure)
+
+    def heal(self) -> None:
+        """Forget the failures :meth:`fail` scripted and not yet answered."""
+        with self._lock:
+            self._failures.clear()
 
     # -- reading what happened
 
