@@ -143,15 +143,25 @@ class _Bot:
 
 class TelegramFake:
     """The fake Bot API; see the module docstring. ``flood_interval_s`` answers 429 to a chat sent to faster;
-    ``port`` (default: a free one) lets a new fake take over a stopped one's address."""
+    ``port`` (default: a free one) and ``first_update_id`` (above the old one's) let a new fake take over a stopped
+    one's address, as Telegram coming back."""
 
-    def __init__(self, *, flood_interval_s: float | None = None, flood_retry_after: int = 1, port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        flood_interval_s: float | None = None,
+        flood_retry_after: int = 1,
+        port: int = 0,
+        first_update_id: int = 700_000,
+    ) -> None:
         self.flood_interval_s = flood_interval_s
         self.flood_retry_after = flood_retry_after
         self.floods = 0  # 429s answered by flood control
         self._lock = threading.Condition()
         self._bots: dict[str, _Bot] = {}
-        self._next_update_id = 700_000  # Telegram's update ids only grow: push_raw's explicit ids advance it too
+        self._next_update_id = (
+            first_update_id  # Telegram's update ids only grow: push_raw's explicit ids advance it too
+        )
         self._message_ids: defaultdict[int | str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
         self._topic_ids = itertools.count(100)
         self._forums: dict[int, set[int]] = {}  # forum chat -> its topics

@@ -51,7 +51,7 @@ from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
-from tests.platforms.support import RunningAdapter, StartGateway
+from tests.platforms.support import RunningAdapter, StartGateway, wait_problem
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"
@@ -707,10 +707,7 @@ def test_a_gateway_that_refuses_reconnects_is_a_connection_problem_naming_the_bo
     assert discord.adapter.connection_problem() is None
     fake.refusing = True
     fake.drop(TOKEN)
-    problem = poll_until(
-        lambda: (p := discord.adapter.connection_problem()) and "503" in p and p,
-        what="the refused reconnect to be reported",
-    )
+    problem = wait_problem(discord.adapter, "503")
     assert problem.startswith("bot 'main': reconnecting (the connection failed (503")
     fake.refusing = False
     poll_until(lambda: discord.adapter.connection_problem() is None, what="the resumed session to clear the problem")

@@ -32,7 +32,7 @@ from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.email import EmailAccount, EmailAdapter, EmailConfig, strip_history
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.imap_fake import FakeImap, FakeSmtp, mail
-from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_on
+from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_on, wait_problem
 
 USER = "agent@example.org"
 PASSWORD = "imap-secret-1"
@@ -362,6 +362,7 @@ def test_a_new_uidvalidity_restarts_from_the_current_state_without_taking_mail_a
     assert len(running.inbox_rows("id")) == 3
 
 
+@pytest.mark.slow
 def test_a_dropped_connection_is_opened_again_and_a_refused_login_is_logged_and_reported_with_the_fix(
     start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
 ) -> None:
@@ -373,10 +374,7 @@ def test_a_dropped_connection_is_opened_again_and_a_refused_login_is_logged_and_
     imap.drop()
     assert refused.seen.wait(10)
     assert any("check platforms.email.accounts.main.username and password" in line for line in refused.lines)
-    problem = poll_until(
-        lambda: (p := running.adapter.connection_problem()) and "login" in p and p,
-        what="the refused login to be reported",
-    )
+    problem = wait_problem(running.adapter, "login")
     assert problem.startswith("account 'main': reconnecting (")
     assert problem.endswith("; check platforms.email.accounts.main.username and password)")
     logins = imap.logins

@@ -49,7 +49,7 @@ from platforms.mattermost import (
 from platforms.mattermost.wire import Posted, decode
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.mattermost_fake import MattermostFake, new_id
-from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages
+from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_problem
 
 TOKEN = "xh7ys8bq4jgdmkqy1o9wcpd3ta"
 OTHER_TOKEN = "p3kc5dn8ueyw1rbq7tgzhx4m6a"
@@ -295,7 +295,9 @@ def test_a_catch_up_that_fails_halfway_runs_again_on_the_next_connection(world: 
     assert [r.status for r in fake.requests(f"GET /channels/{world.town}/posts")] == [502, 200]
 
 
-def test_a_dropped_connection_is_a_connection_problem_until_it_is_back_and_catches_up_what_was_posted(world: World, start: Start) -> None:
+def test_a_dropped_connection_is_a_connection_problem_until_it_is_back_and_catches_up_what_was_posted(
+    world: World, start: Start
+) -> None:
     fake = world.fake
     running = start()
     assert isinstance(running.adapter, ConnectionReporter)
@@ -305,10 +307,7 @@ def test_a_dropped_connection_is_a_connection_problem_until_it_is_back_and_catch
     fake.drop(TOKEN)
     fake.post(world.town, world.alice, "into the void")
     fake.wait_for(lambda: len(fake.requests("GET /users/me")) >= 2)  # it tried again, and was refused
-    problem = poll_until(
-        lambda: (p := running.adapter.connection_problem()) and "503" in p and p,
-        what="the refused websocket to be reported",
-    )
+    problem = wait_problem(running.adapter, "503")
     assert problem.startswith("bot 'main': reconnecting (the connection failed (503")
     fake.refuse_sockets = False
     fake.wait_connected(TOKEN, 2)

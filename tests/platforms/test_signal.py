@@ -473,10 +473,12 @@ def test_a_stream_the_daemon_drops_and_refuses_is_a_connection_problem_naming_th
     assert running.adapter.connection_problem() is None
     daemon.refuse_streams(1000, status=400, body=b"no such account")
     daemon.drop()
-    problem = poll_until(
-        lambda: (p := running.adapter.connection_problem()) and p.count("HTTP 400") == 2 and p,
-        what="the refused streams to be reported",
-    )
+
+    def both_refused() -> str | None:
+        problem = running.adapter.connection_problem()
+        return problem if problem is not None and problem.count("(HTTP 400") == 2 else None
+
+    problem = poll_until(both_refused, what="both refused streams to be reported")
     assert problem.startswith(f"account '{ACCOUNT}': reconnecting (the event stream was refused (HTTP 400")
     assert f"; account '{OTHER_ACCOUNT}': reconnecting (" in problem
     assert "register or link it in signal-cli" in problem
