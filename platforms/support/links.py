@@ -50,11 +50,6 @@ class Links:
         with self._lock:
             self._states[name] = f"stopped: {error}"
 
-    def state(self, name: str) -> str | None:
-        """``name``'s problem, or ``None`` while it is up or in its first attempt."""
-        with self._lock:
-            return self._states.get(name)
-
     def problem(self) -> str | None:
         """Every connection that is down, named with its last error, or ``None`` when none is."""
         with self._lock:
