@@ -26,6 +26,7 @@ from platforms.discord.sender import DiscordSender
 from platforms.discord.shard import Shard
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
+from platforms.support.links import problem_of
 from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
@@ -164,6 +165,13 @@ class DiscordAdapter:
         if self._shards is None:
             return dict.fromkeys(self._bots, "not started")
         return {shard.name: shard.status for shard in self._shards.shards}
+
+    def connection_problem(self) -> str | None:
+        """Each bot whose gateway connection is down, with its state (``reconnecting (...)`` after a failed or
+        dropped connection, ``stopped: ...`` naming the fix); ``None`` while every bot is connected or still in its
+        first connect."""
+        up = ("starting", "connected", "not started")
+        return problem_of("bot", ((name, None if now in up else now) for name, now in self.status().items()))
 
     def describe(self) -> list[str]:
         """One banner line per bot: where it connects and how it replies."""

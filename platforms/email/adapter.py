@@ -12,6 +12,7 @@ from platforms.email.config import EmailConfig, resolve_account
 from platforms.email.poller import MailboxPoller
 from platforms.email.sender import PLATFORM, EmailSender
 from platforms.email.threads import Threads
+from platforms.support.links import Links
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -43,6 +44,7 @@ class EmailAdapter:
         self._threads = Threads()
         self.sender = EmailSender(self._accounts, self._threads, config)
         self.pollers: dict[str, MailboxPoller] = {}
+        self._links = Links("account", self._accounts)
 
     def senders(self) -> Sequence[ReplySender]:
         """The SMTP sender for every account's replies (it also opens mail threads for handoffs)."""
@@ -52,7 +54,7 @@ class EmailAdapter:
         """Start reading every account's mailbox (connecting happens on their threads, retried on failure)."""
         self._threads.attach(inbox)
         for name, account in self._accounts.items():
-            poller = MailboxPoller(account, inbox, self._threads, self.config, clock=self._clock)
+            poller = MailboxPoller(account, inbox, self._threads, self.config, self._links, clock=self._clock)
             self.pollers[name] = poller
             poller.start()
 
@@ -60,6 +62,11 @@ class EmailAdapter:
         """Stop every mailbox reader; a batch being committed finishes first."""
         for poller in self.pollers.values():
             poller.stop(timeout)
+
+    def connection_problem(self) -> str | None:
+        """The accounts whose mailbox cannot be read now (the connection or login failed, or dropped), with the
+        error; ``None`` while every mailbox is selected (or still in its first attempt)."""
+        return self._links.problem()
 
     def describe(self) -> list[str]:
         """One banner line per account: where mail is read and sent, who may write."""

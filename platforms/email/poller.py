@@ -9,7 +9,9 @@ there is not accepted (any that was, is recognised by its Message-ID anyway).
 
 Between fetches the poller waits with IDLE where the server has it (``use_idle``), else ``poll_interval_s``.
 A failed connection is logged and tried again after ``retry_s`` doubling to ``retry_max_s``; a refused login is
-logged with the fix. :meth:`MailboxPoller.stop` ends the wait at once.
+logged with the fix. :meth:`MailboxPoller.stop` ends the wait at once. Each account's connection state is kept
+in the adapter's :class:`~platforms.support.links.Links`: a selected mailbox says it is up, a failed connection or
+login says why until the mailbox is selected again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from platforms.email.imap import Connection, ImapError
 from platforms.email.mail import ParsedMail, parse_mail
 from platforms.email.sender import PLATFORM
 from platforms.email.threads import Threads, ThreadState
+from platforms.support.links import Links
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -69,10 +72,12 @@ class MailboxPoller:
         inbox: Inbox,
         threads: Threads,
         config: EmailConfig,
+        links: Links,
         *,
         clock: Callable[[], float],
     ) -> None:
         self._account = account
+        self._links = links
         self._inbox = inbox
         self._threads = threads
         self._config = config
@@ -106,6 +111,8 @@ class MailboxPoller:
                     break
                 failures += 1
                 wait = self._backoff(failures)
+                fix = f"; check platforms.email.accounts.{self._account.name}.username and password"
+                self._links.failed(self._account.name, f"{exc}{fix if exc.login else ''}")
                 if exc.login:
                     wait = self._config.retry_max_s
                     _log.error(
@@ -119,11 +126,12 @@ class MailboxPoller:
                 else:
                     _log.warning("email account %r: %s; trying again in %.1f s", self._account.name, exc, wait)
                 self._stopping.wait(wait)
-            except Exception:
+            except Exception as exc:
                 if self._stopping.is_set():
                     break
                 failures += 1
                 wait = self._backoff(failures)
+                self._links.failed(self._account.name, f"reading the mailbox failed ({str(exc) or type(exc).__name__})")
                 _log.exception(
                     "email account %r: reading the mailbox failed; trying again in %.1f s", self._account.name, wait
                 )
@@ -142,6 +150,7 @@ class MailboxPoller:
             validity, uid_next = connection.select(account.config.mailbox)
             last = self._position(connection, validity, uid_next)
             self.connected.set()
+            self._links.connected(account.name)
             idle = self._config.use_idle and connection.idle
             while not self._stopping.is_set():
                 last = self._read_new(connection, validity, last)

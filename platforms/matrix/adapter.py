@@ -109,6 +109,11 @@ class MatrixAdapter:
         if self._poller is not None:
             self._poller.stop(timeout)
 
+    def connection_problem(self) -> str | None:
+        """The accounts whose last ``/sync`` failed, with its error; ``None`` while every sync is answered (or
+        still in its first attempt)."""
+        return None if self._poller is None else self._poller.links.problem()
+
     def describe(self) -> list[str]:
         """One banner line per account: where it syncs, where its token comes from, what it does."""
         if not self._homeservers:

@@ -23,6 +23,9 @@ A request that failed on the homeserver's side (no answer, 5xx, 429) fails the w
 from the same ``since`` after a backoff (``retry_after_ms`` for 429); a refused access token (``M_UNKNOWN_TOKEN``)
 is logged with the fix and tried again every ``poll_retry_max_s``. Malformed rooms and events are logged and
 stepped over. ``stop()`` cancels the polls in flight; a commit under way finishes first.
+
+Each account's connection state is kept in :attr:`Poller.links` for readiness: an answered sync says it is up, a
+failed one says why (with the fix, for a refused token) until a sync is answered again.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from platforms.matrix.wire import (
     SyncError,
     decode_sync,
 )
+from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
@@ -85,6 +89,7 @@ class Poller:
         self._filter = sync_filter(config.timeline_limit)
         self._own_users: set[str] = set()  # every account's user: bots of ours never answer each other
         self._reader = SyncReader(config, media=inbox.media, clock=clock, own_users=self._own_users)
+        self.links = Links("account", (account.name for account in self._accounts))
         self._thread = TaskThread(name="hermes-matrix-sync", label="matrix: the sync", log=_log)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -118,6 +123,7 @@ class Poller:
                 if user_id is None:
                     user_id = await self._whoami(session, account)
                 state = await self._sync(session, account, user_id, state)
+                self.links.connected(account.name)
                 failures = 0
             except asyncio.CancelledError:
                 raise
@@ -127,11 +133,13 @@ class Poller:
             except SyncError as exc:
                 failures += 1
                 wait = self._backoff(failures)
+                self.links.failed(account.name, str(exc))
                 _log.warning("matrix account %r: %s; syncing again in %.1f s", account.name, exc, wait)
                 await asyncio.sleep(wait)
-            except Exception:
+            except Exception as exc:
                 failures += 1
                 wait = self._backoff(failures)
+                self.links.failed(account.name, f"the sync failed ({str(exc) or type(exc).__name__})")
                 _log.exception("matrix account %r: the sync failed; syncing again in %.1f s", account.name, wait)
                 await asyncio.sleep(wait)
 
@@ -179,7 +187,14 @@ class Poller:
                 )
 
     def _failed(self, account: Account, exc: ApiError, failures: int) -> float:
-        """Log a failed sync; return how long to wait before the next one."""
+        """Log a failed sync and keep its error in :attr:`links`; return how long to wait before the next one."""
+        error = str(exc).removeprefix(f"matrix account '{account.name}': ")
+        if exc.token_refused:
+            error = (
+                f"{account.api.base_url} does not accept the access token ({exc.errcode or exc}); put a new token in "
+                f"platforms.matrix.accounts.{account.name}.access_token (or the variable named by access_token_env)"
+            )
+        self.links.failed(account.name, error)
         if exc.retry_after_s is not None:
             _log.warning(
                 "matrix account %r: the homeserver asked to wait %.1f s (%s)", account.name, exc.retry_after_s, exc

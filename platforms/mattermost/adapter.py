@@ -23,6 +23,7 @@ from platforms.mattermost.events import PLATFORM
 from platforms.mattermost.rest import RestClient
 from platforms.mattermost.sender import MattermostSender
 from platforms.support.http_client import shown
+from platforms.support.links import problem_of
 from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
@@ -116,6 +117,13 @@ class MattermostAdapter:
         if not self._connections:
             return dict.fromkeys(self._bots, "not started")
         return {c.name: c.status for c in self._connections}
+
+    def connection_problem(self) -> str | None:
+        """Each bot whose websocket is down, with its state (``reconnecting (...)`` after a failed or dropped
+        connection, ``stopped: ...`` naming the fix); ``None`` while every bot is connected or still in its first
+        connect."""
+        up = ("starting", "connected", "not started")
+        return problem_of("bot", ((name, None if now in up else now) for name, now in self.status().items()))
 
     def describe(self) -> list[str]:
         """One banner line per bot: where it connects and how it replies."""

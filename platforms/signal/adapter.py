@@ -75,6 +75,11 @@ class SignalAdapter:
         if self._streams is not None:
             self._streams.stop(timeout)
 
+    def connection_problem(self) -> str | None:
+        """The accounts whose event stream is down, with why; ``None`` while every stream is connected (or in its
+        first attempt)."""
+        return None if self._streams is None else self._streams.links.problem()
+
     def describe(self) -> list[str]:
         """One banner line per account: where its events come from and how replies leave."""
         if not self.config.accounts:

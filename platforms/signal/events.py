@@ -27,6 +27,9 @@ so its inbox row holds the attachment records; the stream waits meanwhile, as it
 
 An event that cannot be committed is retried (the stream waits) until it is stored or the adapter stops; a bad
 event is logged and stepped over. ``stop()`` cancels the streams at once.
+
+Each account's connection state is kept in :attr:`EventStreams.links` for readiness: a stream the daemon answered
+says it is up, a refused or dropped one says why until a stream is answered again.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from platforms.signal.envelopes import (
 )
 from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
+from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
@@ -114,6 +118,7 @@ class EventStreams:
         self._inbox = inbox
         self._config = config
         self._clock = clock
+        self.links = Links("account", self._accounts)
         self._thread = TaskThread(name="hermes-signal-events", label="signal: the event", log=_log)
         self._stopping = threading.Event()
 
@@ -149,6 +154,7 @@ class EventStreams:
                 problem = "the event stream failed unexpectedly"
             if self._stopping.is_set():
                 return
+            self.links.failed(state.name, problem)
             if state.connected:
                 state.connected = False
                 state.failures = 0  # it worked until now: the first reconnect is quick
@@ -179,6 +185,7 @@ class EventStreams:
             else:
                 _log.info("signal account %s: listening to %s", state.name, url)
             state.connected = True
+            self.links.connected(state.name)
             parser = SseParser(config.max_event_bytes, last_id=state.last_id)
             async for chunk in response.content.iter_any():
                 for item in parser.feed(chunk):

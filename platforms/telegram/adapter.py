@@ -138,6 +138,11 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
             self._poller.stop(timeout)
         super().stop(timeout)
 
+    def connection_problem(self) -> str | None:
+        """The polling bots whose last ``getUpdates`` failed, with its error (``None`` while every poll is
+        answered, or still in its first attempt); webhook bots hold no connection of their own."""
+        return None if self._poller is None else self._poller.links.problem()
+
     def _serves_http(self) -> bool:
         return any(bot.config.mode == "webhook" for bot in self._bots.values())
 

@@ -15,6 +15,9 @@ An update that does not decode is logged and stepped over (its ``update_id`` sti
 update cannot stall a bot. Failed polls back off (``poll_retry_s`` doubling to ``poll_retry_max_s``, or
 Telegram's ``retry_after``); a refused token or a webhook still set (409) is logged with the fix. ``stop()``
 cancels the polls in flight, so it returns at once rather than after the long-poll timeout.
+
+Each bot's connection state is kept in :attr:`Poller.links` for readiness: an answered poll says it is up, a
+failed one says why (with the fix, for a refused token) until a poll is answered again.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import PollCursor
+from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
@@ -90,6 +94,7 @@ class Poller:
         self._inbox = inbox
         self._config = config
         self._clock = clock
+        self.links = Links("bot", (bot.name for bot in self._bots))
         self._thread = TaskThread(name="hermes-telegram-poll", label="telegram: the poll", log=_log)
 
     def start(self) -> None:
@@ -110,6 +115,7 @@ class Poller:
         while True:
             try:
                 batch = await self._fetch(session, bot, offset)
+                self.links.connected(bot.name)
                 if batch.messages or (batch.next_offset is not None and batch.next_offset != offset):
                     self._commit(bot, batch)
                     offset = batch.next_offset
@@ -119,9 +125,10 @@ class Poller:
             except BotApiError as exc:
                 failures += 1
                 await asyncio.sleep(self._failed(bot, exc, failures))
-            except Exception:
+            except Exception as exc:
                 failures += 1
                 wait = self._backoff(failures)
+                self.links.failed(bot.name, f"the poll failed ({str(exc) or type(exc).__name__})")
                 _log.exception("telegram bot %r: the poll failed; polling again in %.1f s", bot.name, wait)
                 await asyncio.sleep(wait)
 
@@ -198,8 +205,15 @@ class Poller:
         self._inbox.accept_many(batch.messages, cursor=cursor)
 
     def _failed(self, bot: BotApi, exc: BotApiError, failures: int) -> float:
-        """Log a failed poll; return how long to wait before the next one."""
+        """Log a failed poll and keep its error in :attr:`links`; return how long to wait before the next one."""
         wait = self._backoff(failures)
+        error = str(exc).removeprefix(f"telegram bot '{bot.name}': ")
+        if exc.status in (401, 404):
+            error = (
+                f"Telegram refused the token ({exc.description}); check platforms.telegram.bots.{bot.name}.token or "
+                "the variable named by token_env"
+            )
+        self.links.failed(bot.name, error)
         if exc.retry_after_s is not None:
             wait = exc.retry_after_s
             _log.warning("telegram bot %r: Telegram asked to wait %.0f s before polling again", bot.name, wait)

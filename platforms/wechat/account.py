@@ -2,7 +2,8 @@
 
 The poll thread asks ``getupdates`` for messages after the account's ``get_updates_buf``; the batch thread
 releases batches whose quiet spell has passed; every change is committed with the account's whole state as its
-poll cursor.
+poll cursor. Each ``getupdates`` round says in the adapter's :class:`~platforms.support.links.Links` whether the
+account is up (an answer, or a poll the server held past its timeout) or why it is not.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import PollCursor
 from hermes_actors.routing import SessionSource
 from platforms.support.http_client import HttpError, HttpResult, retry_after_seconds, shown
+from platforms.support.links import Links
 from platforms.wechat.batching import AccountState, Batcher, SeenWindow, decode_state, encode_state
 from platforms.wechat.config import WechatConfig
 from platforms.wechat.files import fetch_media
@@ -58,11 +60,13 @@ class BotAccount:
         auth: AccountAuth,
         config: WechatConfig,
         tokens: ContextTokens,
+        links: Links,
         *,
         clock: Callable[[], float],
         monotonic: Callable[[], float],
     ) -> None:
         self.auth = auth
+        self._links = links
         self._config = config
         self._tokens = tokens
         self._clock = clock
@@ -122,7 +126,8 @@ class BotAccount:
         while not self._stopping.is_set():
             try:
                 pause = self._poll_once()
-            except Exception:
+            except Exception as exc:
+                self._links.failed(self.name, f"the poll failed ({str(exc) or type(exc).__name__})")
                 _log.exception("wechat account %r: the poll failed unexpectedly; polling again", self.name)
                 pause = self._backoff()
             if pause > 0:
@@ -143,9 +148,11 @@ class BotAccount:
             if self._stopping.is_set():
                 return 0.0
             pause = self._backoff()
+            self._links.failed(self.name, str(exc))
             _log.warning("wechat account %r: %s; polling again in %.1f s", self.name, exc, pause)
             return pause
         if result is None:  # the server held the poll past its timeout: nothing new
+            self._links.connected(self.name)
             return 0.0
         if result.status != 200:
             return self._refused(url, result)
@@ -153,12 +160,18 @@ class BotAccount:
             updates = decode_updates(result.body)
         except Malformed as exc:
             pause = self._backoff()
+            self._links.failed(self.name, f"{exc}: {result.excerpt()!r}")
             _log.warning("wechat account %r: %s: %r; polling again in %.1f s", self.name, exc, result.excerpt(), pause)
             return pause
         code = error_code(updates)
         if code == SESSION_EXPIRED:
             self._failures = 0
             pause = self._config.session_expired_backoff_s
+            self._links.failed(
+                self.name,
+                f"the iLink session has expired (errcode {code}); log the bot in again (scan the QR code) and put the "
+                f"new bot token in platforms.wechat.accounts.{self.name} (token or token_env)",
+            )
             _log.error(
                 "wechat account %r: the iLink session has expired (errcode %d, %r). Log the bot in again (scan the QR "
                 "code), put the new bot token in platforms.wechat.accounts.%s (token or token_env) and reload; "
@@ -172,6 +185,7 @@ class BotAccount:
             return pause
         if code == RATE_LIMITED:
             pause = self._backoff(self._config.rate_limit_backoff_s)
+            self._links.failed(self.name, f"getupdates is rate limited ({updates.errmsg!r})")
             _log.warning(
                 "wechat account %r: getupdates is rate limited (%r); polling again in %.1f s",
                 self.name,
@@ -181,6 +195,8 @@ class BotAccount:
             return pause
         if code != 0:
             pause = self._backoff()
+            said = f"ret={updates.ret} errcode={updates.errcode} errmsg={updates.errmsg!r}"
+            self._links.failed(self.name, f"getupdates failed ({said})")
             _log.warning(
                 "wechat account %r: getupdates failed (ret=%s errcode=%s errmsg=%r); polling again in %.1f s",
                 self.name,
@@ -191,6 +207,7 @@ class BotAccount:
             )
             return pause
         self._failures = 0
+        self._links.connected(self.name)
         if updates.longpolling_timeout_ms is not None and updates.longpolling_timeout_ms > 0:
             self._timeout = min(updates.longpolling_timeout_ms / 1000, _MAX_POLL_TIMEOUT_S)
         self._receive(self._pieces(updates.msgs or []), updates.get_updates_buf)
@@ -199,6 +216,11 @@ class BotAccount:
     def _refused(self, url: str, result: HttpResult) -> float:
         if result.status in (401, 403):
             pause = self._backoff()
+            self._links.failed(
+                self.name,
+                f"{shown(url)} refused the bot token (HTTP {result.status}); check "
+                f"platforms.wechat.accounts.{self.name} (token or token_env)",
+            )
             _log.error(
                 "wechat account %r: %s refused the bot token (HTTP %d); check platforms.wechat.accounts.%s "
                 "(token or token_env); polling again in %.1f s",
@@ -211,6 +233,7 @@ class BotAccount:
             return pause
         hint = retry_after_seconds(result.headers.get("retry-after")) if result.status == 429 else None
         pause = self._backoff(hint or 0.0)
+        self._links.failed(self.name, f"getupdates answered HTTP {result.status} ({result.excerpt()!r})")
         _log.warning(
             "wechat account %r: getupdates answered HTTP %d (%r); polling again in %.1f s",
             self.name,

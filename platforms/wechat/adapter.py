@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from hermes_actors.errors import ConfigError
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import shown
+from platforms.support.links import Links
 from platforms.support.ratelimit import Rate
 from platforms.support.secrets import read_env_secret, secret_origin
 from platforms.wechat.account import PLATFORM, BotAccount
@@ -83,8 +84,10 @@ class WechatAdapter:
             session_expired_backoff_s=config.session_expired_backoff_s,
             per_chat=Rate(per_second=config.sends_per_second_per_chat, burst=3.0),
         )
+        self._links = Links("account", self._auth)
         self._accounts = [
-            BotAccount(auth, config, self._tokens, clock=clock, monotonic=monotonic) for auth in self._auth.values()
+            BotAccount(auth, config, self._tokens, self._links, clock=clock, monotonic=monotonic)
+            for auth in self._auth.values()
         ]
 
     def senders(self) -> Sequence[ReplySender]:
@@ -104,6 +107,11 @@ class WechatAdapter:
             account.stop()
         for account in self._accounts:
             account.join(deadline)
+
+    def connection_problem(self) -> str | None:
+        """The accounts whose last ``getupdates`` failed, with its error (naming the setting to fix for a refused
+        token or an expired session); ``None`` while every poll is answered (or still in its first attempt)."""
+        return self._links.problem()
 
     def describe(self) -> list[str]:
         """One banner line per account: where it polls, where its token comes from, and what arrives how."""

@@ -183,6 +183,7 @@ class DiscordFake:
         self.resume_overlap = resume_overlap
         self.guild_creates = guild_creates
         self.session_starts_left = 1000
+        self.refusing = False  # set: gateway connections are answered 503 (an outage) until it is cleared
         self.lost: list[tuple[str, str]] = []  # (token, event) dispatched while no session could take it
         self._lock = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -511,6 +512,8 @@ class DiscordFake:
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         if self._closing:  # stopping: no new connections
             return web.Response(status=503, text="the fake is stopping")
+        if self.refusing:
+            return web.Response(status=503, text="the gateway is unavailable")
         ws = web.WebSocketResponse(autoping=True, max_msg_size=1024 * 1024)
         await ws.prepare(request)
         conn = _Connection(ws=ws, request=request, path=request.path, query=dict(request.query))

@@ -288,6 +288,11 @@ class MatrixFake:
                     _Failure(status, errcode, error, retry_after_ms, raw_body, after if number == 0 else 0, drop)
                 )
 
+    def heal(self) -> None:
+        """Forget the failures :meth:`fail` scripted and not yet answered."""
+        with self._lock:
+            self._failures.clear()
+
     # -- reading what happened
 
     def calls(self, endpoint: str | None = None, token: str | None = None) -> list[Call]:

@@ -396,6 +396,11 @@ class FakeSignalCli:
         with self._lock:
             self._refusals.extend(_Scripted(status=status, body=body, headers=headers) for _ in range(count))
 
+    def heal(self) -> None:
+        """Forget the refusals :meth:`refuse_streams` scripted and not yet answered."""
+        with self._lock:
+            self._refusals.clear()
+
     def answer_send(
         self,
         error: dict[str, Any] | None = None,

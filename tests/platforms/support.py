@@ -23,9 +23,18 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from hermes_actors.messages import InboundMessage, decode_inbound
 from hermes_actors.runtime.gateway import Gateway
-from platforms.base import Adapter, Inbox, ReplySender
+from hermes_actors.testing import poll_until
+from platforms.base import Adapter, ConnectionReporter, Inbox, ReplySender
 
-__all__ = ["Arrivals", "LogRecords", "RunningAdapter", "StartGateway", "inbound_messages", "wait_on"]
+__all__ = [
+    "Arrivals",
+    "LogRecords",
+    "RunningAdapter",
+    "StartGateway",
+    "inbound_messages",
+    "wait_on",
+    "wait_problem",
+]
 
 A = TypeVar("A", bound=Adapter)
 T = TypeVar("T")
@@ -66,6 +75,16 @@ def wait_on(changed: threading.Condition, check: Callable[[], T], timeout: float
             if left <= 0:
                 raise AssertionError(failed())
             changed.wait(min(left, 0.05))
+
+
+def wait_problem(adapter: ConnectionReporter, containing: str, timeout: float = 10.0) -> str:
+    """Wait until ``adapter.connection_problem()`` holds ``containing``; return the whole problem."""
+
+    def found() -> str | None:
+        problem = adapter.connection_problem()
+        return problem if problem is not None and containing in problem else None
+
+    return poll_until(found, timeout, what=lambda: f"no problem with {containing!r}: {adapter.connection_problem()!r}")
 
 
 def inbound_messages(gateway: Gateway, platform: str) -> list[InboundMessage]:

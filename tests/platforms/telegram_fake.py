@@ -142,15 +142,26 @@ class _Bot:
 
 
 class TelegramFake:
-    """The fake Bot API; see the module docstring. ``flood_interval_s`` answers 429 to a chat sent to faster."""
+    """The fake Bot API; see the module docstring. ``flood_interval_s`` answers 429 to a chat sent to faster;
+    ``port`` (default: a free one) and ``first_update_id`` (above the old one's) let a new fake take over a stopped
+    one's address, as Telegram coming back."""
 
-    def __init__(self, *, flood_interval_s: float | None = None, flood_retry_after: int = 1) -> None:
+    def __init__(
+        self,
+        *,
+        flood_interval_s: float | None = None,
+        flood_retry_after: int = 1,
+        port: int = 0,
+        first_update_id: int = 700_000,
+    ) -> None:
         self.flood_interval_s = flood_interval_s
         self.flood_retry_after = flood_retry_after
         self.floods = 0  # 429s answered by flood control
         self._lock = threading.Condition()
         self._bots: dict[str, _Bot] = {}
-        self._next_update_id = 700_000  # Telegram's update ids only grow: push_raw's explicit ids advance it too
+        self._next_update_id = (
+            first_update_id  # Telegram's update ids only grow: push_raw's explicit ids advance it too
+        )
         self._message_ids: defaultdict[int | str, itertools.count[int]] = defaultdict(lambda: itertools.count(1))
         self._topic_ids = itertools.count(100)
         self._forums: dict[int, set[int]] = {}  # forum chat -> its topics
@@ -163,7 +174,7 @@ class TelegramFake:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        self._host = HttpHost(app, name="telegram-fake")
+        self._host = HttpHost(app, port=port, name="telegram-fake")
 
     # -- lifecycle
 
@@ -187,6 +198,11 @@ class TelegramFake:
     def base_url(self) -> str:
         """What ``platforms.telegram.base_url`` should be."""
         return self._host.url
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self._host.port
 
     # -- setting up
 
@@ -250,6 +266,11 @@ class TelegramFake:
             for number in range(times):
                 failure = _Failure(status, description, retry_after, raw_body, after=after if number == 0 else 0)
                 self._failures[method.lower()].append(failure)
+
+    def heal(self) -> None:
+        """Forget the failures :meth:`fail` scripted and not yet answered."""
+        with self._lock:
+            self._failures.clear()
 
     # -- reading what happened
 

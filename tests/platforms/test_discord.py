@@ -29,9 +29,9 @@ from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import Inbox
 from hermes_actors.store.attachments import AttachmentRecord
-from hermes_actors.testing import FakeClock, FakePlatform
+from hermes_actors.testing import FakeClock, FakePlatform, poll_until
 from platforms import registry
-from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.discord import (
     INTENTS,
     Buckets,
@@ -51,7 +51,7 @@ from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
-from tests.platforms.support import RunningAdapter, StartGateway
+from tests.platforms.support import RunningAdapter, StartGateway, wait_problem
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
 OTHER_TOKEN = "MjAyMDIwMjAyMDIwMjAy.GfGhIj.second_bot_token_abcdefghijklmnopqr"
@@ -698,6 +698,22 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     assert {first, second} <= {row[0] for row in wait_for_inbox(db, 3)}
 
 
+def test_a_gateway_that_refuses_reconnects_is_a_connection_problem_naming_the_bot_until_it_resumes(
+    fake: DiscordFake, start: Start
+) -> None:
+    discord = start()
+    assert isinstance(discord.adapter, ConnectionReporter)
+    fake.wait_ready(TOKEN)
+    assert discord.adapter.connection_problem() is None
+    fake.refusing = True
+    fake.drop(TOKEN)
+    problem = wait_problem(discord.adapter, "503")
+    assert problem.startswith("bot 'main': reconnecting (the connection failed (503")
+    fake.refusing = False
+    poll_until(lambda: discord.adapter.connection_problem() is None, what="the resumed session to clear the problem")
+    assert len(fake.resumes(TOKEN)) == 1
+
+
 # -- handshake failures ------------------------------------------------------------------------------------------
 
 
@@ -708,6 +724,10 @@ def test_a_refused_token_stops_the_bot_with_the_fix_in_the_log_and_stores_nothin
     direct = make_config(fake, {"main": DiscordBot(token=stranger)}, gateway_url=fake.gateway_url)
     discord = start(direct)
     fake.wait_for(lambda: discord.adapter.status()["main"].startswith("stopped"))
+    assert discord.adapter.connection_problem() == (
+        "bot 'main': stopped: Discord closed the connection (4004 'Authentication failed.'): Discord refused the "
+        "token; copy the bot token again from the Developer Portal (Bot page)"
+    )
     assert [code for _, _, code in fake.connections()] == [4004]  # no reconnect loop
     assert fake.calls("GET /gateway/bot") == []  # the configured gateway_url is used as it is
     assert "Discord refused the token; copy the bot token again from the Developer Portal" in caplog.text

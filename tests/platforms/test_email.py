@@ -28,11 +28,11 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform, poll_until
 from platforms import registry
-from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.email import EmailAccount, EmailAdapter, EmailConfig, strip_history
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.imap_fake import FakeImap, FakeSmtp, mail
-from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_on
+from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_on, wait_problem
 
 USER = "agent@example.org"
 PASSWORD = "imap-secret-1"
@@ -362,18 +362,25 @@ def test_a_new_uidvalidity_restarts_from_the_current_state_without_taking_mail_a
     assert len(running.inbox_rows("id")) == 3
 
 
-def test_a_dropped_connection_is_opened_again_and_a_refused_login_is_logged_with_the_fix(
+@pytest.mark.slow
+def test_a_dropped_connection_is_opened_again_and_a_refused_login_is_logged_and_reported_with_the_fix(
     start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, email_log: Callable[[str], LogSeen]
 ) -> None:
-    start_email()
+    running = start_email()
+    assert isinstance(running.adapter, ConnectionReporter)
+    assert running.adapter.connection_problem() is None
     refused = email_log("refused the login")
     imap.password = "rotated"
     imap.drop()
     assert refused.seen.wait(10)
     assert any("check platforms.email.accounts.main.username and password" in line for line in refused.lines)
+    problem = wait_problem(running.adapter, "login")
+    assert problem.startswith("account 'main': reconnecting (")
+    assert problem.endswith("; check platforms.email.accounts.main.username and password)")
     logins = imap.logins
     imap.password = PASSWORD
     wait_on(imap.changed, lambda: imap.logins > logins, 10, lambda: "the poller never logged in again")
+    poll_until(lambda: running.adapter.connection_problem() is None, what="the selected mailbox to clear the problem")
     imap.deliver(mail("back", message_id="<c1@x>", in_reply_to="<a@x>"))
     assert said(smtp.take().message) == "echo: back"
 

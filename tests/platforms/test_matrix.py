@@ -26,9 +26,9 @@ from hermes_actors.media import KINDS, MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import Inbox
 from hermes_actors.routing import SessionSource, build_session_key, parse_session_key
-from hermes_actors.testing import FakeClock, FakePlatform
+from hermes_actors.testing import FakeClock, FakePlatform, poll_until
 from platforms import registry
-from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.matrix import (
     EventError,
     MatrixAccount,
@@ -649,6 +649,39 @@ def test_a_token_revoked_while_polling_is_reported(
     hs.post(DM, ALICE, "nobody hears this")
     hs.wait_for(lambda: "does not accept the access token (M_UNKNOWN_TOKEN)" in caplog.text)
     assert hs.sent(BOT) == []
+
+
+def test_a_failing_sync_is_a_connection_problem_naming_the_account_until_a_sync_is_answered(
+    hs: MatrixFake, start: Start
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    assert isinstance(matrix.adapter, ConnectionReporter)
+    assert matrix.adapter.connection_problem() is None
+    hs.fail("sync", 502, raw_body=b"<html>502 Bad Gateway</html>", times=1000)
+    hs.post(DM, ALICE, "one")  # ends the poll in progress; the next ones fail
+    problem = poll_until(matrix.adapter.connection_problem, what="the failed sync to be reported")
+    assert problem.startswith("account 'main': reconnecting (GET /sync: HTTP 502: <html>502 Bad Gateway</html>")
+    hs.post(DM, ALICE, "two")  # answers the first sync after the heal at once
+    hs.heal()
+    poll_until(lambda: matrix.adapter.connection_problem() is None, what="the answered sync to clear the problem")
+    assert [c["body"] for c in wait_sent(hs, 2)] == ["echo: one", "echo: two"]
+
+
+def test_a_revoked_token_is_a_connection_problem_naming_the_setting_to_fix(hs: MatrixFake, start: Start) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    hs.revoke(TOKEN)
+    hs.post(DM, ALICE, "nobody hears this yet")
+    problem = poll_until(matrix.adapter.connection_problem, what="the revoked token to be reported")
+    assert problem == (
+        f"account 'main': reconnecting ({hs.base_url} does not accept the access token (M_UNKNOWN_TOKEN); put a "
+        "new token in platforms.matrix.accounts.main.access_token (or the variable named by access_token_env))"
+    )
+    assert TOKEN not in problem
+    hs.add_user(TOKEN, BOT)
+    poll_until(lambda: matrix.adapter.connection_problem() is None, what="the valid token to clear the problem")
+    assert [c["body"] for c in wait_sent(hs, 1)] == ["echo: nobody hears this yet"]
 
 
 @pytest.mark.slow

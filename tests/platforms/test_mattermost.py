@@ -28,7 +28,7 @@ from hermes_actors.ports import Inbox
 from hermes_actors.store.attachments import AttachmentRecord
 from hermes_actors.testing import poll_until
 from platforms import registry
-from platforms.base import SendError, ThreadCreator
+from platforms.base import ConnectionReporter, SendError, ThreadCreator
 from platforms.mattermost import (
     MattermostAdapter,
     MattermostBot,
@@ -49,7 +49,7 @@ from platforms.mattermost import (
 from platforms.mattermost.wire import Posted, decode
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.mattermost_fake import MattermostFake, new_id
-from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages
+from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_problem
 
 TOKEN = "xh7ys8bq4jgdmkqy1o9wcpd3ta"
 OTHER_TOKEN = "p3kc5dn8ueyw1rbq7tgzhx4m6a"
@@ -295,17 +295,24 @@ def test_a_catch_up_that_fails_halfway_runs_again_on_the_next_connection(world: 
     assert [r.status for r in fake.requests(f"GET /channels/{world.town}/posts")] == [502, 200]
 
 
-def test_a_dropped_connection_catches_up_what_was_posted_before_it_came_back(world: World, start: Start) -> None:
+def test_a_dropped_connection_is_a_connection_problem_until_it_is_back_and_catches_up_what_was_posted(
+    world: World, start: Start
+) -> None:
     fake = world.fake
-    start()
+    running = start()
+    assert isinstance(running.adapter, ConnectionReporter)
     fake.wait_connected(TOKEN)
+    assert running.adapter.connection_problem() is None
     fake.refuse_sockets = True
     fake.drop(TOKEN)
     fake.post(world.town, world.alice, "into the void")
     fake.wait_for(lambda: len(fake.requests("GET /users/me")) >= 2)  # it tried again, and was refused
+    problem = wait_problem(running.adapter, "503")
+    assert problem.startswith("bot 'main': reconnecting (the connection failed (503")
     fake.refuse_sockets = False
     fake.wait_connected(TOKEN, 2)
     assert texts(fake.wait_posts(world.bot, 1)) == ["echo: into the void"]
+    poll_until(lambda: running.adapter.connection_problem() is None, what="the new connection to clear the problem")
 
 
 def test_a_gap_in_seq_is_closed_by_catching_up(world: World, start: Start) -> None:
@@ -602,6 +609,10 @@ def test_a_refused_token_stops_the_bot_with_the_fix_in_the_log(
         running = start(config)
         poll_until(lambda: running.adapter.status()["main"].startswith("stopped"), 10, what="the bot to stop")
     assert "create a new access token" in running.adapter.status()["main"]
+    problem = running.adapter.connection_problem()
+    assert problem is not None
+    assert problem.startswith("bot 'main': stopped: ")
+    assert problem.endswith("the token was refused; create a new access token for the bot")
     assert any("not reconnecting" in r.getMessage() for r in caplog.records)
 
 

@@ -30,7 +30,7 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock, poll_until
 from platforms import registry
-from platforms.base import Adapter, SendError
+from platforms.base import Adapter, ConnectionReporter, SendError
 from platforms.signal import PLATFORM, EventError, SignalAdapter, SignalConfig, decode_event, inbound_from_event
 from platforms.signal.envelopes import Skipped, files_of
 from platforms.signal.sender import SignalSender
@@ -462,6 +462,30 @@ def test_a_refused_stream_is_logged_with_the_fix_and_the_other_account_keeps_wor
     assert f"signal account {unknown}: the event stream was refused (HTTP 400" in logged
     assert "register or link it" in logged
     assert running.texts() == ["still here"]
+
+
+def test_a_stream_the_daemon_drops_and_refuses_is_a_connection_problem_naming_the_account_until_it_is_back(
+    daemon: FakeSignalCli, start: Start
+) -> None:
+    running = start(fast(daemon.url, [ACCOUNT, OTHER_ACCOUNT]))
+    assert isinstance(running.adapter, ConnectionReporter)
+    poll_until(lambda: daemon.open_streams() == 2, what="both streams to be open")
+    assert running.adapter.connection_problem() is None
+    daemon.refuse_streams(1000, status=400, body=b"no such account")
+    daemon.drop()
+
+    def both_refused() -> str | None:
+        problem = running.adapter.connection_problem()
+        return problem if problem is not None and problem.count("(HTTP 400") == 2 else None
+
+    problem = poll_until(both_refused, what="both refused streams to be reported")
+    assert problem.startswith(f"account '{ACCOUNT}': reconnecting (the event stream was refused (HTTP 400")
+    assert f"; account '{OTHER_ACCOUNT}': reconnecting (" in problem
+    assert "register or link it in signal-cli" in problem
+    daemon.heal()
+    poll_until(lambda: running.adapter.connection_problem() is None, what="the streams back to clear the problem")
+    daemon.push(ACCOUNT, message(ALICE, "back"))
+    assert daemon.take_sent().text == "echo: back"
 
 
 def test_an_event_for_another_account_is_refused_and_nothing_is_stored(

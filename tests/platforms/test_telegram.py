@@ -25,9 +25,9 @@ from hermes_actors.errors import ConfigError, StoreError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import Inbox
-from hermes_actors.testing import FakeClock, FakePlatform
+from hermes_actors.testing import FakeClock, FakePlatform, poll_until
 from platforms import registry
-from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.support.text import utf16_length
 from platforms.telegram import (
     SECRET_HEADER,
@@ -841,6 +841,43 @@ def test_stop_ends_a_long_poll_at_once(fake: TelegramFake, start: Start) -> None
     began = time.monotonic()
     telegram.adapter.stop()
     assert time.monotonic() - began < 2
+
+
+def test_a_failing_poll_is_a_connection_problem_naming_the_bot_until_a_poll_is_answered(
+    fake: TelegramFake, start: Start
+) -> None:
+    telegram = start()
+    assert isinstance(telegram.adapter, ConnectionReporter)
+    assert telegram.adapter.connection_problem() is None  # the first poll is still waiting: starting, not down
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "one"))
+    wait_sent(fake, 1)
+    assert telegram.adapter.connection_problem() is None
+    fake.fail("getUpdates", 502, "", raw_body=b"<html>bad gateway</html>", times=1000)
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "two"))  # ends the waiting poll; the next ones fail
+    problem = poll_until(telegram.adapter.connection_problem, what="the failed poll to be reported")
+    assert problem.startswith("bot 'main': reconnecting (getUpdates: HTTP 502 without a Bot API answer")
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "three"))  # answers the first poll after the heal at once
+    fake.heal()
+    poll_until(lambda: telegram.adapter.connection_problem() is None, what="the answered poll to clear the problem")
+    assert [p["text"] for p in wait_sent(fake, 3)] == ["echo: one", "echo: two", "echo: three"]
+
+
+def test_a_refused_token_is_a_connection_problem_naming_the_setting_to_fix(fake: TelegramFake, start: Start) -> None:
+    telegram = start(make_config(fake, {"main": TelegramBot(token=OTHER_TOKEN)}))
+    problem = poll_until(telegram.adapter.connection_problem, what="the refused token to be reported")
+    assert problem == (
+        "bot 'main': reconnecting (Telegram refused the token (Unauthorized); check "
+        "platforms.telegram.bots.main.token or the variable named by token_env)"
+    )
+    assert OTHER_TOKEN not in problem
+    fake.add_bot(OTHER_TOKEN)
+    fake.push(OTHER_TOKEN, message(private_chat(ALICE), ALICE, "now"))  # the next poll is answered at once
+    poll_until(lambda: telegram.adapter.connection_problem() is None, what="the accepted token to clear the problem")
+
+
+def test_webhook_bots_hold_no_connection_to_report(fake: TelegramFake, start: Start) -> None:
+    telegram = start(make_config(fake, {"hook": TelegramBot(token=TOKEN, mode="webhook", secret_token=SECRET)}))
+    assert telegram.adapter.connection_problem() is None
 
 
 # -- configuration and banner ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock, poll_until
 from platforms import registry
-from platforms.base import Adapter
+from platforms.base import Adapter, ConnectionReporter
 from platforms.wechat import PLATFORM, WechatAccount, WechatAdapter, WechatConfig
 from platforms.wechat.batching import AccountState, Batcher, decode_state
 from platforms.wechat.wire import Malformed, Piece, decode_message
@@ -561,6 +561,29 @@ def test_a_wrong_token_stores_nothing_and_the_other_account_keeps_working(
     assert ilink.take_sent().text == "echo: hello"
     assert wechat.texts() == ["hello"]
     assert any("'stale'" in r.getMessage() and "expired" in r.getMessage() for r in caplog.records)
+    assert wechat.adapter.connection_problem() == (
+        "account 'stale': reconnecting (the iLink session has expired (errcode -14); log the bot in again (scan the "
+        "QR code) and put the new bot token in platforms.wechat.accounts.stale (token or token_env))"
+    )
+
+
+@pytest.mark.slow
+def test_a_failing_poll_is_a_connection_problem_naming_the_account_until_a_poll_is_answered(
+    ilink: FakeIlink, start_wechat: StartWechat
+) -> None:
+    wechat = start_wechat(fast(ilink.url))
+    assert isinstance(wechat.adapter, ConnectionReporter)
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", "one"))
+    assert ilink.take_sent().text == "echo: one"
+    assert wechat.adapter.connection_problem() is None
+    for _ in range(1000):
+        ilink.answer_poll(TOKEN_A, b"busy", status=503)
+    problem = poll_until(wechat.adapter.connection_problem, what="the failed poll to be reported")
+    assert problem == "account 'bot-a': reconnecting (getupdates answered HTTP 503 ('busy'))"
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", "two"))  # answers the first poll after the heal at once
+    ilink.heal()
+    poll_until(lambda: wechat.adapter.connection_problem() is None, what="an answered poll to clear the problem")
+    assert ilink.take_sent().text == "echo: two"
 
 
 @pytest.mark.slow

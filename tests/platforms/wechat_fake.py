@@ -234,6 +234,11 @@ class FakeIlink:
         with self._changed:
             self._poll_script[token].append(_scripted(body, status, headers))
 
+    def heal(self) -> None:
+        """Forget the poll answers :meth:`answer_poll` scripted and not yet served."""
+        with self._changed:
+            self._poll_script.clear()
+
     def answer_send(
         self, body: bytes | Mapping[str, Any], *, status: int = 200, headers: Mapping[str, str] | None = None
     ) -> None:
