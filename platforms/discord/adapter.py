@@ -27,7 +27,7 @@ from platforms.discord.shard import Shard
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.links import problem_of
-from platforms.support.secrets import read_env_secret, secret_origin
+from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
@@ -48,12 +48,11 @@ class _Bot(msgspec.Struct, frozen=True, kw_only=True):
 
 def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _Bot:
     bot = config.bots[name]
-    path = f"platforms.discord.bots.{name}"
-    if bot.token_env is None:
-        assert bot.token is not None  # DiscordConfig requires token or token_env
-        return _Bot(name=name, token=bot.token, origin=secret_origin("token", None))
-    token = read_env_secret(f"{path}.token_env", bot.token_env, environ, export="export the token", strip=True)
-    check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
+    path = f"platforms.discord.bots.{name}.token"
+    token = resolve_secret(
+        path, bot.token, bot.token_env, environ, export="export the token", strip=True, check=check_token
+    )
+    assert token is not None  # DiscordConfig requires token or token_env
     return _Bot(name=name, token=token, origin=secret_origin("token", bot.token_env))
 
 

@@ -27,7 +27,7 @@ from platforms.base import Capabilities, ReplySender
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
-from platforms.support.secrets import read_env_secret, secret_origin
+from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
 from platforms.telegram.files import attach_files
@@ -63,21 +63,19 @@ class _Bot(msgspec.Struct, frozen=True, kw_only=True):
     origin: str  # for the banner: where the token comes from
 
 
-def _secret(env: Mapping[str, str], path: str, value: str | None, variable: str | None, what: str) -> str | None:
-    if variable is None:
-        return value
-    return read_env_secret(f"{path}_env", variable, env, export=f"export {what} in it")
-
-
 def _resolve(name: str, bot: TelegramBot, config: TelegramConfig, env: Mapping[str, str]) -> _Bot:
     path = f"platforms.telegram.bots.{name}"
-    token = _secret(env, f"{path}.token", bot.token, bot.token_env, "the bot token from @BotFather")
+    export = "export the bot token from @BotFather in it"
+    token = resolve_secret(f"{path}.token", bot.token, bot.token_env, env, export=export, check=check_token)
     assert token is not None  # TelegramConfig requires token or token_env
-    if bot.token_env is not None:
-        check_token(token, f"{path}.token_env", f"the value of {bot.token_env}")
-    secret = _secret(env, f"{path}.secret_token", bot.secret_token, bot.secret_token_env, "the webhook secret")
-    if secret is not None and bot.secret_token_env is not None:
-        check_secret_token(secret, f"{path}.secret_token_env", f"the value of {bot.secret_token_env}")
+    secret = resolve_secret(
+        f"{path}.secret_token",
+        bot.secret_token,
+        bot.secret_token_env,
+        env,
+        export="export the webhook secret in it",
+        check=check_secret_token,
+    )
     origin = secret_origin("token", bot.token_env)
     api = BotApi(name, token, config.api_base, timeout_s=config.request_timeout_s)
     return _Bot(name=name, config=bot, api=api, secret=None if secret is None else secret.encode(), origin=origin)
