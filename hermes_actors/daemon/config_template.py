@@ -133,6 +133,12 @@ platforms:
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
   #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
+  # qqbot:                            # QQ Bot open platform, HTTP callback mode; needs: pip install 'hermes-actors[qqbot]'
+  #   port: 8662                       # callback URL: https://<public host>/qqbot/<bot> (Ed25519-signed by QQ)
+  #   bots:
+  #     main:
+  #       app_id: "102000000"          # the bot's AppID (the account in session keys)
+  #       secret_env: QQBOT_SECRET     # its AppSecret: fetches access tokens and derives the signing key
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)
