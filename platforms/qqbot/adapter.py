@@ -115,7 +115,9 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             if envelope.op == _VALIDATE:
                 validation = decode_validation(envelope)
                 _log.info("qqbot app %s: answered QQ's address validation", bot.app_id)
-                return web.json_response(self._signers[bot.name].validation_answer(validation.plain_token, validation.event_ts))
+                return web.json_response(
+                    self._signers[bot.name].validation_answer(validation.plain_token, validation.event_ts)
+                )
             if envelope.op != _DISPATCH:
                 raise Refused(400, f"op {envelope.op} is not one QQ sends to a callback")
             event = envelope.t or ""
@@ -148,4 +150,3 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             return await attach_files(
                 inbound, refs, media=inbox.media, session=session, timeout_s=self.config.http_timeout_s
             )
-

@@ -74,7 +74,9 @@ class QqbotSender:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._tokens = {
-            bot.app_id: AccessTokens(bot.app_id, bot.secret, token_url=config.token_url, timeout_s=config.http_timeout_s)
+            bot.app_id: AccessTokens(
+                bot.app_id, bot.secret, token_url=config.token_url, timeout_s=config.http_timeout_s
+            )
             for bot in bots.values()
         }
         self._base = config.api_base
@@ -89,7 +91,9 @@ class QqbotSender:
         """Send ``message`` (split if long) as a passive reply; return the id of its first part."""
         tokens = self._tokens.get(message.account_id)
         if tokens is None:
-            raise SendError(f"qqbot: app {message.account_id!r} is not configured in platforms.qqbot.bots", permanent=True)
+            raise SendError(
+                f"qqbot: app {message.account_id!r} is not configured in platforms.qqbot.bots", permanent=True
+            )
         kind, _, target = (message.chat_id or "").partition(".")
         if kind not in _PATHS or not target:
             raise SendError(f"qqbot: {message.chat_id!r} is not a chat this adapter made", permanent=True)
@@ -154,4 +158,3 @@ class QqbotSender:
         if 400 <= result.status < 500:
             raise SendError(f"{where}: refused ({said}); the reply is given up", permanent=True)
         raise SendError(f"{where}: failed ({said}); it will be retried")
-
