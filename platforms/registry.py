@@ -80,6 +80,9 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(
             name="qqbot", module="platforms.qqbot", config="QqbotConfig", adapter="QqbotAdapter", extra="qqbot"
         ),
+        PlatformSpec(
+            name="bluebubbles", module="platforms.bluebubbles", config="BluebubblesConfig", adapter="BluebubblesAdapter"
+        ),
     )
 }
 
