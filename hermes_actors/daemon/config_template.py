@@ -133,7 +133,7 @@ platforms:
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
   #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
-  # qqbot:                            # QQ Bot open platform, HTTP callback mode; needs: pip install 'hermes-actors[qqbot]'
+  # qqbot:                            # QQ Bot, HTTP callback mode; needs: pip install 'hermes-actors[qqbot]'
   #   port: 8662                       # callback URL: https://<public host>/qqbot/<bot> (Ed25519-signed by QQ)
   #   bots:
   #     main:
