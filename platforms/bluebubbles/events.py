@@ -17,6 +17,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms.support import json_guard
 from platforms.support.http_host import Refused
 
 __all__ = ["NEW_MESSAGE", "PLATFORM", "AttachmentRef", "Event", "Message", "decode_event", "inbound_of", "skip_reason"]
@@ -72,14 +73,12 @@ _MESSAGE = msgspec.json.Decoder(Message)
 def decode_event(body: bytes) -> tuple[str, Message | None]:
     """The event type of ``body`` and, for a new message, the message; :class:`Refused` 400 names the fault."""
     try:
-        event = _EVENT.decode(body)
+        event = json_guard.decode(_EVENT, body)
         if event.type != NEW_MESSAGE:
             return event.type, None
-        message = _MESSAGE.decode(bytes(event.data))
+        message = json_guard.decode(_MESSAGE, bytes(event.data))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise Refused(400, f"the webhook body is not what BlueBubbles sends ({str(exc)[:160]})") from None
-    except RecursionError:
-        raise Refused(400, "the webhook body is nested too deeply") from None
     if not _GUID.fullmatch(message.guid):
         raise Refused(400, "the message has no valid guid (at $.data.guid)")
     if not message.chats or not _CHAT_GUID.fullmatch(message.chats[0].guid):

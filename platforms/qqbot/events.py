@@ -21,6 +21,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms.support import json_guard
 from platforms.support.http_host import Refused
 
 __all__ = [
@@ -99,11 +100,9 @@ _MESSAGE = msgspec.json.Decoder(Message)
 
 def _decode(decoder: msgspec.json.Decoder[T], raw: bytes, what: str) -> T:
     try:
-        return decoder.decode(raw)
+        return json_guard.decode(decoder, raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise Refused(400, f"{what} is not what QQ sends ({str(exc)[:160]})") from None
-    except RecursionError:
-        raise Refused(400, f"{what} is nested too deeply") from None
 
 
 def decode_envelope(body: bytes) -> Envelope:

@@ -204,7 +204,7 @@ def test_a_request_without_the_webhook_token_is_refused_and_the_adapter_keeps_wo
             b'"attachments": [{"guid": ""}]}}',
             "$.data.attachments[0].guid",
         ),
-        (b"[" * 5000 + b"]" * 5000, "not what BlueBubbles sends"),
+        (b"[" * 5000 + b"]" * 5000, "nested deeper than 64 levels"),
     ],
 )
 def test_a_malformed_body_is_a_400_naming_the_fault(

@@ -275,7 +275,7 @@ def test_forged_unsigned_stale_and_foreign_requests_are_refused_and_the_adapter_
         (b'{"op": 0, "t": "GROUP_AT_MESSAGE_CREATE", "d": {"id": "m1", "group_openid": "G"}}', "member_openid"),
         (b'{"op": 13, "d": {"plain_token": 5}}', "validation"),
         (b'{"op": 7}', "op 7"),
-        (b"[" * 5000 + b"]" * 5000, "payload"),
+        (b"[" * 5000 + b"]" * 5000, "nested deeper than 64 levels"),
     ],
 )
 def test_a_malformed_signed_payload_is_a_400_naming_the_fault(
