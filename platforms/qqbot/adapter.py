@@ -1,4 +1,5 @@
-"""The QQ Bot entry point in HTTP callback mode: QQ POSTs each bot's events to ``/qqbot/<bot>``.
+"""The QQ Bot entry point: callback bots are served at ``/qqbot/<bot>``, websocket bots connect to QQ's gateway
+(:mod:`platforms.qqbot.gateway`).
 
 A request counts only when ``X-Signature-Ed25519`` is the bot's signature of ``X-Signature-Timestamp`` and the raw
 body (:mod:`platforms.qqbot.signature`), the timestamp is within ``max_skew_s`` of this host's clock (an older
@@ -9,15 +10,17 @@ with op 12 (the callback ACK); the same message ``id`` again runs no second turn
 is answered 503, so QQ delivers it again. Other events are acknowledged and skipped; a malformed payload is a 400
 naming what is wrong.
 
-Callback mode holds no connection to QQ, so this adapter reports none (no ``connection_problem``).
+``connection_problem`` names each websocket bot whose gateway connection is down; callback bots hold none.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -36,10 +39,15 @@ from platforms.qqbot.events import (
     skip_reason,
 )
 from platforms.qqbot.files import attach_files
+from platforms.qqbot.gateway import BotGateway, Gateways
 from platforms.qqbot.sender import QqbotSender
 from platforms.qqbot.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, Signer
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.links import Links
+
+if TYPE_CHECKING:
+    from hermes_actors.ports import Inbox
 
 __all__ = ["ACK", "APPID_HEADER", "PATH_PREFIX", "QqbotAdapter"]
 
@@ -71,19 +79,63 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
         self._clock = clock
         self.capabilities = Capabilities(max_message_chars=config.max_message_chars)
         self.sender = QqbotSender(self._bots, config)
+        self._links = Links("bot", [name for name, bot in self._bots.items() if bot.mode == "websocket"])
+        self._gateways: Gateways | None = None
 
     def senders(self) -> Sequence[ReplySender]:
         """The OpenAPI sender of every bot."""
         return [self.sender]
 
+    def start(self, inbox: Inbox) -> None:
+        """Serve the callback bots and connect the websocket bots (in the background)."""
+        self._inbox = inbox
+        if self._serves_http():
+            super().start(inbox)
+        gateways = [
+            BotGateway(
+                bot,
+                self.sender.tokens(bot.app_id),
+                inbox,
+                self.config,
+                self._links,
+                clock=self._clock,
+                rng=random.Random(),
+            )
+            for bot in self._bots.values()
+            if bot.mode == "websocket"
+        ]
+        if gateways:
+            self._gateways = Gateways(gateways)
+            self._gateways.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the gateway connections (resumably) and stop serving."""
+        if self._gateways is not None:
+            self._gateways.stop(timeout)
+        super().stop(timeout)
+
+    def connection_problem(self) -> str | None:
+        """Each websocket bot whose gateway connection is down, with its last error; ``None`` while all are up (or
+        in their first connect), and always for callback bots, which hold no connection."""
+        return self._links.problem()
+
+    def _serves_http(self) -> bool:
+        return any(bot.mode == "callback" for bot in self._bots.values())
+
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_post(PATH_PREFIX + "{bot}", self._receive)
 
     def describe(self) -> list[str]:
-        """One banner line per bot: the callback URL to enter on the QQ open platform."""
+        """One banner line per bot: its callback URL, or the gateway it connects to."""
         return [
-            f"QQ bot {name} (app {bot.app_id}): callback URL {self.url}{PATH_PREFIX}{name} (HTTP callback mode, "
-            f"Ed25519 signatures with the {bot.origin}); replies via {shown(self.config.api_base)}"
+            (
+                f"QQ bot {name} (app {bot.app_id}): callback URL {self.url}{PATH_PREFIX}{name} (HTTP callback mode, "
+                f"Ed25519 signatures with the {bot.origin})"
+                if bot.mode == "callback"
+                else f"QQ bot {name} (app {bot.app_id}): websocket gateway of {shown(self.config.api_base)} "
+                f"(intents {self.config.intents}, {bot.origin})"
+            )
+            + f"; replies via {shown(self.config.api_base)}"
             for name, bot in self._bots.items()
         ]
 
@@ -106,7 +158,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
 
     async def _receive(self, request: web.Request) -> web.Response:
         bot = self._bots.get(request.match_info["bot"])
-        if bot is None:
+        if bot is None or bot.mode != "callback":
             return web.Response(status=404, text="no such bot", content_type="text/plain")
         try:
             body = await self._read_body(request)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -19,6 +20,7 @@ from platforms.support.secrets import check_secret_source, read_env_secret, secr
 
 __all__ = [
     "DEFAULT_API_BASE_URL",
+    "DEFAULT_INTENTS",
     "DEFAULT_TOKEN_URL",
     "QqbotBot",
     "QqbotConfig",
@@ -28,17 +30,22 @@ __all__ = [
 
 DEFAULT_API_BASE_URL = "https://api.sgroup.qq.com"
 DEFAULT_TOKEN_URL = "https://bots.qq.com/app/getAppAccessToken"
+GROUP_AND_C2C_EVENT, PUBLIC_GUILD_MESSAGES = 1 << 25, 1 << 30
+DEFAULT_INTENTS = GROUP_AND_C2C_EVENT | PUBLIC_GUILD_MESSAGES
 _SECTION = "platforms.qqbot"
 _BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _APP_ID = re.compile(r"[0-9]{4,20}")
 
 
 class QqbotBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One QQ bot: its AppID (digits) and AppSecret, as shown under the app's development settings."""
+    """One QQ bot: its AppID (digits) and AppSecret, as shown under the app's development settings, and how its
+    events arrive: ``callback`` (QQ POSTs them to ``/qqbot/<name>``) or ``websocket`` (the bot connects to QQ's
+    gateway; QQ delivers by one or the other, as set on the open platform)."""
 
     app_id: str
     secret: str | None = None
     secret_env: str | None = None
+    mode: Literal["callback", "websocket"] = "callback"
 
 
 class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -52,6 +59,10 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 8662
+    intents: int = DEFAULT_INTENTS
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+    hello_timeout_s: float = 20.0
     token_url: str = DEFAULT_TOKEN_URL
     api_base_url: str = DEFAULT_API_BASE_URL
     max_skew_s: float = 300.0
@@ -68,9 +79,13 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
         _check_url("token_url", self.token_url, DEFAULT_TOKEN_URL)
         _check_url("api_base_url", self.api_base_url, DEFAULT_API_BASE_URL)
-        for field in ("max_skew_s", "messages_per_second", "http_timeout_s"):
+        for field in ("max_skew_s", "messages_per_second", "http_timeout_s", "reconnect_min_s", "hello_timeout_s"):
             if not getattr(self, field) > 0:
                 raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+        if self.reconnect_max_s < self.reconnect_min_s:
+            raise ConfigError(f"{_SECTION}.reconnect_max_s", "must be at least reconnect_min_s")
+        if not 0 < self.intents < 1 << 31:
+            raise ConfigError(f"{_SECTION}.intents", "must be a positive 31-bit intents mask")
         if not 2 <= self.max_message_chars <= 10_000:
             raise ConfigError(f"{_SECTION}.max_message_chars", "must be between 2 and 10000")
         if self.max_body_bytes < 1024:
@@ -121,6 +136,7 @@ class ResolvedBot(msgspec.Struct, frozen=True, kw_only=True):
     app_id: str
     secret: str
     origin: str
+    mode: str = "callback"
 
 
 def resolve_bots(config: QqbotConfig, environ: Mapping[str, str]) -> dict[str, ResolvedBot]:
@@ -135,6 +151,10 @@ def resolve_bots(config: QqbotConfig, environ: Mapping[str, str]) -> dict[str, R
                 f"{_SECTION}.bots.{name}.secret_env", bot.secret_env, environ, export="export the AppSecret", strip=True
             )
         resolved[name] = ResolvedBot(
-            name=name, app_id=bot.app_id, secret=secret, origin=secret_origin("AppSecret", bot.secret_env)
+            name=name,
+            app_id=bot.app_id,
+            secret=secret,
+            origin=secret_origin("AppSecret", bot.secret_env),
+            mode=bot.mode,
         )
     return resolved

@@ -87,6 +87,10 @@ class QqbotSender:
         self._pace = RateLimiter(per_key=rate, clock=clock)
         self._progress: PartProgress[str] = PartProgress()
 
+    def tokens(self, app_id: str) -> AccessTokens:
+        """The access tokens of the bot ``app_id`` (shared with its gateway connection)."""
+        return self._tokens[app_id]
+
     def send(self, message: OutboundMessage) -> str | None:
         """Send ``message`` (split if long) as a passive reply; return the id of its first part."""
         tokens = self._tokens.get(message.account_id)

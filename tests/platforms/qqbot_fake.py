@@ -9,12 +9,20 @@ as a string as QQ sends it; code 100016 for a wrong secret), and ``POST /v2/user
 ``msg_id`` and ``msg_seq`` it already has is refused with code 40054005. Failures can be scripted
 (:meth:`FakeQq.fail`). Files added with :meth:`FakeQq.add_file` are served at ``/files/<key>``.
 
+The gateway: ``GET /gateway`` (with a valid token) names ``ws://.../websocket``, which sends ``op 10`` Hello,
+takes ``op 2`` Identify (a valid ``QQBot`` token, else close 4004) and answers ``READY`` with a new ``session_id``, or
+``op 6`` Resume of a session it knows (replaying every event after ``seq``, then ``RESUMED``; an unknown one gets
+``op 9``), and answers each ``op 1`` heartbeat with ``op 11``. :meth:`FakeQq.push` dispatches an event with the
+session's next ``s`` (kept for a later resume, also while no connection is open); :meth:`FakeQq.close`,
+:meth:`FakeQq.ask_reconnect` and :meth:`FakeQq.invalidate` end a connection as QQ does.
+
 :func:`callback_headers` signs a body as QQ does (Ed25519; the seed is the AppSecret repeated to 32 bytes, cut to
 32; the signed bytes are the timestamp followed by the body) and :func:`post` delivers it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import secrets
@@ -30,7 +38,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from platforms.support.http_host import HttpHost
-from tests.platforms.support import Arrivals
+from tests.platforms.support import Arrivals, wait_on
 
 __all__ = ["Answer", "FakeQq", "Sent", "callback_headers", "key_of", "post"]
 
@@ -107,9 +115,20 @@ class FakeQq:
     _script: deque[_Failure] = field(default_factory=deque)
     _files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    heartbeat_ms: int = 30_000
+    identifies: list[dict[str, Any]] = field(default_factory=list)
+    resumes: list[dict[str, Any]] = field(default_factory=list)
+    heartbeats: list[Any] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    _sessions: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    _current: str | None = None
+    _live: web.WebSocketResponse | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def __post_init__(self) -> None:
         app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/websocket", self._websocket)
         app.router.add_post("/app/getAppAccessToken", self._token)
         app.router.add_post("/v2/users/{target}/messages", self._message)
         app.router.add_post("/v2/groups/{target}/messages", self._message)
@@ -155,6 +174,121 @@ class FakeQq:
 
     def nothing_more(self, wait: float = 0.2) -> bool:
         return self._arrivals.nothing_more(wait)
+
+    # -- the gateway
+
+    def wait(self, check: Any, what: str, timeout: float = 10.0) -> Any:
+        """Wait until ``check()`` holds (re-checked whenever the gateway's state changes)."""
+        return wait_on(self.changed, check, timeout, lambda: f"the fake QQ gateway: no {what}")
+
+    def connected(self) -> bool:
+        with self._lock:
+            return self._live is not None and self._current is not None
+
+    def push(self, event: str, data: dict[str, Any]) -> int:
+        """Dispatch ``event`` in the current session (sent now if a connection is open); return its ``s``."""
+        with self._lock:
+            assert self._current is not None, "no session to dispatch in"
+            log = self._sessions[self._current]
+            seq = log[-1][0] + 1 if log else 1
+            frame = json.dumps({"op": 0, "id": f"{event}:{secrets.token_hex(6)}", "s": seq, "t": event, "d": data})
+            log.append((seq, frame))
+            live, loop = self._live, self._loop
+        if live is not None and loop is not None:
+            asyncio.run_coroutine_threadsafe(live.send_str(frame), loop).result(5)
+        return seq
+
+    def _on_loop(self, coro: Any) -> None:
+        with self._lock:
+            loop = self._loop
+        assert loop is not None
+        asyncio.run_coroutine_threadsafe(coro, loop).result(5)
+
+    def close(self, code: int) -> None:
+        """Close the open connection with ``code``."""
+        with self._lock:
+            live = self._live
+        assert live is not None
+        self._on_loop(live.close(code=code, message=b"closed by the fake"))
+
+    def ask_reconnect(self) -> None:
+        """Send ``op 7``: the client should reconnect and resume."""
+        with self._lock:
+            live = self._live
+        assert live is not None
+        self._on_loop(live.send_str(json.dumps({"op": 7})))
+
+    def invalidate(self) -> None:
+        """Forget the current session and send ``op 9``."""
+        with self._lock:
+            live = self._live
+            if self._current is not None:
+                del self._sessions[self._current]
+            self._current = None
+        assert live is not None
+        self._on_loop(live.send_str(json.dumps({"op": 9, "d": False})))
+
+    async def _gateway(self, request: web.Request) -> web.Response:
+        with self._lock:
+            known = request.headers.get("Authorization", "").removeprefix("QQBot ") in self._tokens
+        if not known:
+            return _error(401, 11244, "token not exist or expire")
+        return web.json_response({"url": self.base_url.replace("http://", "ws://") + "/websocket"})
+
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}}))
+        async for message in ws:
+            frame = json.loads(message.data)
+            if frame["op"] == 1:
+                with self.changed:
+                    self.heartbeats.append(frame["d"])
+                    self.changed.notify_all()
+                await ws.send_str(json.dumps({"op": 11}))
+            elif frame["op"] in (2, 6):
+                await self._hello_done(ws, frame)
+        with self.changed:
+            with self._lock:
+                if self._live is ws:
+                    self._live = None
+            self.changed.notify_all()
+        return ws
+
+    async def _hello_done(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        data = frame["d"]
+        with self._lock:
+            valid = str(data.get("token", "")).removeprefix("QQBot ") in self._tokens
+        if not valid:
+            await ws.close(code=4004, message=b"invalid token")
+            return
+        if frame["op"] == 2:
+            session = secrets.token_hex(8)
+            with self.changed:
+                with self._lock:
+                    self._sessions[session] = []
+                    self._current, self._live = session, ws
+                    self.identifies.append(data)
+                self.changed.notify_all()
+            ready = {"version": 1, "session_id": session, "user": {"id": "1", "username": "bot", "bot": True}}
+            await ws.send_str(json.dumps({"op": 0, "s": 0, "t": "READY", "d": ready}))
+            return
+        with self._lock:
+            log = self._sessions.get(str(data.get("session_id")))
+        if log is None:
+            await ws.send_str(json.dumps({"op": 9, "d": False}))
+            return
+        replay = [text for seq, text in list(log) if data.get("seq") is None or seq > int(data["seq"])]
+        for text in replay:
+            await ws.send_str(text)
+        await ws.send_str(json.dumps({"op": 0, "t": "RESUMED", "d": ""}))
+        with self.changed:
+            with self._lock:
+                self._current, self._live = str(data["session_id"]), ws
+                self.resumes.append(data)
+            self.changed.notify_all()
 
     async def _token(self, request: web.Request) -> web.Response:
         body = await request.json()
