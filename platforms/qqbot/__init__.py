@@ -1,10 +1,11 @@
-"""QQ Bot (the official open platform, API v2) in HTTP callback mode.
+"""QQ Bot (the official open platform, API v2): per bot, HTTP callbacks or the websocket gateway.
 
 ``config`` is the ``platforms.qqbot`` section (the bots; the AppID is the account in session keys), ``signature``
 the Ed25519 key pair derived from the AppSecret (QQ's callback signatures, the op 13 validation answer), ``events``
 the callback payloads turned into inbound messages deduplicated on the message ``id``, ``files`` attachments
 downloaded into the media store, ``token`` the cached access tokens, ``sender`` the passive replies (``msg_id`` and
-a ``msg_seq`` derived from the outbox id), and ``adapter`` the callback server.
+a ``msg_seq`` derived from the outbox id), ``gateway`` the websocket sessions (resumed from the committed session
+and ``s``), and ``adapter`` the callback server and the gateway connections.
 
 Needs ``cryptography`` for Ed25519: ``pip install 'hermes-actors[qqbot]'``.
 """
