@@ -82,13 +82,13 @@ class BluebubblesAdapter(HttpAdapter[BluebubblesConfig]):
         offered = request.match_info["token"].encode()
         if not hmac.compare_digest(offered, self._keys.webhook_token.encode()):
             _log.info("bluebubbles webhook: refused a request with an unknown token")
-            return web.Response(status=403, text="unknown webhook token", content_type="text/plain")
+            return web.json_response({"error": "unknown webhook token"}, status=403)
         try:
             body = await self._read_body(request)
             kind, message = decode_event(body)
         except Refused as exc:
             _log.info("bluebubbles webhook: refused a request (%d %s)", exc.status, exc.reason)
-            return web.Response(status=exc.status, text=exc.reason, content_type="text/plain")
+            return web.json_response({"error": exc.reason}, status=exc.status)
         if message is None:
             _log.debug("bluebubbles webhook: skipped a %s event", kind[:60])
             return web.json_response({"ok": True})
@@ -102,7 +102,7 @@ class BluebubblesAdapter(HttpAdapter[BluebubblesConfig]):
             inbound = await self._attach(inbound, message.attachments)
         result = await self._accept_inbound(inbound, _log, "bluebubbles server %s: could not store message %s")
         if result is None:
-            return web.Response(status=503, text="the message could not be stored", content_type="text/plain")
+            return web.json_response({"error": "the message could not be stored"}, status=503)
         if result.duplicate:
             _log.info("bluebubbles webhook: message %s was already stored (a replayed request)", message.guid)
         return web.json_response({"ok": True})

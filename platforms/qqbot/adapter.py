@@ -159,7 +159,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
     async def _receive(self, request: web.Request) -> web.Response:
         bot = self._bots.get(request.match_info["bot"])
         if bot is None or bot.mode != "callback":
-            return web.Response(status=404, text="no such bot", content_type="text/plain")
+            return web.json_response({"error": "no such bot"}, status=404)
         try:
             body = await self._read_body(request)
             self._verify(request, bot, body)
@@ -179,7 +179,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             message = decode_message(envelope)
         except Refused as exc:
             _log.info("qqbot webhook: refused a request (%d %s)", exc.status, exc.reason)
-            return web.Response(status=exc.status, text=exc.reason, content_type="text/plain")
+            return web.json_response({"error": exc.reason}, status=exc.status)
         skipped = skip_reason(event, message)
         if skipped is not None:
             _log.info("qqbot app %s: skipped message %s: %s", bot.app_id, message.id, skipped)
@@ -189,7 +189,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             inbound = await self._attach(inbound, message.attachments)
         result = await self._accept_inbound(inbound, _log, "qqbot app %s: could not store message %s")
         if result is None:
-            return web.Response(status=503, text="the message could not be stored", content_type="text/plain")
+            return web.json_response({"error": "the message could not be stored"}, status=503)
         if result.duplicate:
             _log.info("qqbot app %s: message %s was already stored (a redelivery)", bot.app_id, message.id)
         return web.json_response(ACK)
