@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ import pytest
 
 from platforms.qqbot import QqbotAdapter, QqbotBot, QqbotConfig
 from platforms.qqbot.config import DEFAULT_INTENTS
+from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.qqbot_fake import FakeQq
 from tests.platforms.support import RunningAdapter, StartGateway, wait_problem
 
@@ -179,3 +181,29 @@ def test_a_malformed_frame_is_skipped_and_the_connection_keeps_working(start: St
     qq.push("C2C_MESSAGE_CREATE", {"content": "no id"})
     qq.push("C2C_MESSAGE_CREATE", c2c("after", "ROBOT1.0_m"))
     assert qq.take().body["content"] == "echo: after"
+
+
+@pytest.mark.slow
+def test_a_kill_between_accept_and_reply_resumes_and_replies_once(tmp_path: Path, qq: FakeQq) -> None:
+    db = tmp_path / "state.db"
+    config = make_config(qq)
+    worker = AdapterWorker.start(db, "qqbot", config, agent="hold")
+    try:
+        qq.wait(qq.connected, "identified connection", timeout=20)
+        qq.push("C2C_MESSAGE_CREATE", c2c("survive", "ROBOT1.0_crash"))
+        assert wait_for_inbox(db, 1) == [("ROBOT1.0_crash", "pending")]
+    finally:
+        worker.kill()
+    assert qq.sent == []
+    worker = AdapterWorker.start(db, "qqbot", config, agent="echo")
+    try:
+        assert qq.take(20).body["content"] == "echo: survive"
+        qq.wait(lambda: qq.resumes, "resume", timeout=20)
+        assert qq.resumes[0]["seq"] == 1  # the committed event is not replayed
+        qq.wait(qq.connected, "resumed connection", timeout=20)
+        qq.push("C2C_MESSAGE_CREATE", c2c("after", "ROBOT1.0_after"))
+        assert qq.take(20).body["content"] == "echo: after"
+    finally:
+        worker.stop()
+    assert [sent.body["content"] for sent in qq.sent] == ["echo: survive", "echo: after"]
+    assert len(qq.identifies) == 1
