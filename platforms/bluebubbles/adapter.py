@@ -18,16 +18,19 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
+from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.bluebubbles.config import BluebubblesConfig, resolve_keys
 from platforms.bluebubbles.events import PLATFORM, AttachmentRef, decode_event, inbound_of, skip_reason
 from platforms.bluebubbles.files import attach_files
 from platforms.bluebubbles.sender import BluebubblesSender
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 
@@ -65,6 +68,17 @@ class BluebubblesAdapter(HttpAdapter[BluebubblesConfig]):
     def senders(self) -> Sequence[ReplySender]:
         """The REST API sender."""
         return [self.sender]
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """``GET /api/v1/ping`` with the password: one line naming the server; :class:`PlatformError` when the
+        server refuses the password or does not answer as BlueBubbles does."""
+        what = f"bluebubbles server {self.config.server_name!r}: GET /api/v1/ping"
+        url = f"{self.config.server}/api/v1/ping?{urlencode({'password': self._keys.password})}"
+        status, body = fetch_json(url, what=what, timeout_s=timeout_s)
+        if status != 200 or not isinstance(body, dict):
+            said = body.get("message") if isinstance(body, dict) else None
+            raise PlatformError(f"{what} answered HTTP {status} ({said or 'no message'}); check the server password")
+        return [f"server {self.config.server_name!r} at {shown(self.config.server)} answered the ping"]
 
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_post(PATH_PREFIX + "{token}", self._receive)

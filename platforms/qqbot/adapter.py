@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.qqbot.config import QqbotConfig, ResolvedBot, resolve_bots
@@ -42,6 +43,7 @@ from platforms.qqbot.files import attach_files
 from platforms.qqbot.gateway import BotGateway, Gateways
 from platforms.qqbot.sender import QqbotSender
 from platforms.qqbot.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, Signer
+from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.links import Links
@@ -85,6 +87,20 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
     def senders(self) -> Sequence[ReplySender]:
         """The OpenAPI sender of every bot."""
         return [self.sender]
+
+    def check_credentials(self, *, timeout_s: float) -> list[str]:
+        """An access token for every bot: one line per bot; :class:`PlatformError` when QQ refuses its AppID and
+        AppSecret."""
+        seen = []
+        for name, bot in self._bots.items():
+            what = f"qqbot bot {name!r}: getAppAccessToken"
+            body = {"appId": bot.app_id, "clientSecret": bot.secret}
+            status, answer = fetch_json(self.config.token_url, what=what, method="POST", body=body, timeout_s=timeout_s)
+            if status != 200 or not isinstance(answer, dict) or not answer.get("access_token"):
+                said = answer.get("message") if isinstance(answer, dict) else None
+                raise PlatformError(f"{what} answered HTTP {status} ({said or 'no token'}); check app_id and secret")
+            seen.append(f"bot {name!r} (app {bot.app_id}) got an access token")
+        return seen
 
     def start(self, inbox: Inbox) -> None:
         """Serve the callback bots and connect the websocket bots (in the background)."""

@@ -135,6 +135,7 @@ class FakeBlueBubbles:
 
     def __post_init__(self) -> None:
         app = web.Application()
+        app.router.add_get("/api/v1/ping", self._ping)
         app.router.add_post("/api/v1/message/text", self._text)
         app.router.add_get("/api/v1/attachment/{guid}/download", self._download)
         self.host = HttpHost(app, name="fake-bluebubbles")
@@ -180,6 +181,11 @@ class FakeBlueBubbles:
 
     def _authorized(self, request: web.Request) -> bool:
         return request.query.get("password") == self.password
+
+    async def _ping(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"status": 401, "message": "Unauthorized"}, status=401)
+        return web.json_response({"status": 200, "message": "Ping received!", "data": "pong"})
 
     async def _text(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

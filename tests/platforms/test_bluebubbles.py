@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.testing import poll_until
@@ -345,3 +345,11 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(
         worker.stop()
     assert [sent.body["message"] for sent in server.sent] == ["echo: survive", "echo: after"]
     assert poll_until(lambda: len(inbox_rows(db)) == 2, 5, what="two inbox rows")
+
+
+def test_the_credential_check_pings_the_server_with_the_password(server: FakeBlueBubbles) -> None:
+    adapter = BluebubblesAdapter(make_config(server), environ={})
+    assert registry.check_credentials(adapter, timeout_s=5) == [f"server 'home-mac' at {server.url} answered the ping"]
+    wrong = BluebubblesAdapter(make_config(server, password="wrong"), environ={})
+    with pytest.raises(PlatformError, match="HTTP 401 \\(Unauthorized\\); check the server password"):
+        registry.check_credentials(wrong, timeout_s=5)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hermes_actors.errors import ConfigError
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.testing import poll_until
@@ -425,3 +425,11 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
         worker.stop()
     assert [sent.body["content"] for sent in qq.sent] == ["echo: survive", "echo: after"]
     assert poll_until(lambda: len(inbox_rows(db)) == 2, 5, what="two inbox rows")
+
+
+def test_the_credential_check_fetches_an_access_token_for_every_bot(qq: FakeQq) -> None:
+    adapter = QqbotAdapter(make_config(qq), environ={})
+    assert registry.check_credentials(adapter, timeout_s=5) == [f"bot 'main' (app {APP}) got an access token"]
+    wrong = QqbotAdapter(make_config(qq, bots={"main": QqbotBot(app_id=APP, secret="wrong")}), environ={})
+    with pytest.raises(PlatformError, match="invalid appid or secret"):
+        registry.check_credentials(wrong, timeout_s=5)
