@@ -7,8 +7,9 @@ signed request, replayed, is refused as stale) and ``X-Bot-Appid``, when sent, i
 403 and nothing more is read. Op 13 (address validation) is answered with ``plain_token`` and its signature. A
 message event has its files saved into the media store, is committed to the inbox, and only then is QQ answered
 with op 12 (the callback ACK); the same message ``id`` again runs no second turn. A message that cannot be stored
-is answered 503, so QQ delivers it again. Other events are acknowledged and skipped; a malformed payload is a 400
-naming what is wrong.
+is answered 503, so QQ delivers it again (QQ wants an answer within 3 seconds; one that comes later, after slow
+downloads, makes QQ deliver the message again, which the inbox recognises). Other events are acknowledged and
+skipped; a malformed payload is a 400 naming what is wrong.
 
 ``connection_problem`` names each websocket bot whose gateway connection is down; callback bots hold none.
 """

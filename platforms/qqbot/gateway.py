@@ -148,6 +148,9 @@ class BotGateway:
                 ended = exc
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError, SendError, Refused) as exc:
                 ended = _Next(f"the connection failed ({str(exc)[:300] or type(exc).__name__})")
+            except Exception:
+                _log.exception("qqbot app %s: the connection failed unexpectedly", self.bot.app_id)
+                ended = _Next("an unexpected error")
             stable = time.monotonic() - began >= 5.0
             failures = 0 if stable and ended.wait_s is None else failures + 1
             wait = ended.wait_s if ended.wait_s is not None else self._backoff(failures)
@@ -282,7 +285,10 @@ class BotGateway:
             self._resume, self._seq = ResumeState(session_id=ready.session_id, seq=frame.s), frame.s
             self._links.connected(self.bot.name)
             _log.info("qqbot app %s: connected, session %s", self.bot.app_id, ready.session_id)
-            await asyncio.to_thread(self._inbox.accept_many, [], cursor=self._cursor(self._resume))
+            try:
+                await asyncio.to_thread(self._inbox.accept_many, [], cursor=self._cursor(self._resume))
+            except Exception as exc:  # the next committed message stores the session with it
+                _log.warning("qqbot app %s: could not store the new session (%s)", self.bot.app_id, exc)
         elif frame.t == "RESUMED":
             self._links.connected(self.bot.name)
             _log.info("qqbot app %s: resumed the session at seq %s", self.bot.app_id, self._seq)
