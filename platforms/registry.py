@@ -77,6 +77,12 @@ PLATFORMS: dict[str, PlatformSpec] = {
             name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
         ),
         PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
+        PlatformSpec(
+            name="qqbot", module="platforms.qqbot", config="QqbotConfig", adapter="QqbotAdapter", extra="qqbot"
+        ),
+        PlatformSpec(
+            name="bluebubbles", module="platforms.bluebubbles", config="BluebubblesConfig", adapter="BluebubblesAdapter"
+        ),
     )
 }
 

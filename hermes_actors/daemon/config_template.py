@@ -133,6 +133,19 @@ platforms:
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
   #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
+  # qqbot:                            # QQ Bot open platform; needs: pip install 'hermes-actors[qqbot]'
+  #   port: 8662                       # callback URL: https://<public host>/qqbot/<bot> (Ed25519-signed by QQ)
+  #   bots:
+  #     main:
+  #       app_id: "102000000"          # the bot's AppID (the account in session keys)
+  #       secret_env: QQBOT_SECRET     # its AppSecret: fetches access tokens and derives the signing key
+  #       mode: callback               # or websocket: connect to QQ's gateway instead of serving a callback
+  # bluebubbles:                      # iMessage through a BlueBubbles server (its webhook in, its REST API out)
+  #   port: 8663                       # webhook URL: https://<public host>/bluebubbles/<webhook token>
+  #   server_url: http://mac.local:1234  # the BlueBubbles server's REST API
+  #   server_name: imessage            # the account in session keys
+  #   password_env: BLUEBUBBLES_PASSWORD  # the server password
+  #   webhook_token_env: BLUEBUBBLES_WEBHOOK_TOKEN  # 24+ random characters; BlueBubbles signs nothing
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

@@ -31,7 +31,9 @@ from hypothesis import strategies as st
 from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.base import Adapter
+from platforms.bluebubbles import BluebubblesAdapter, BluebubblesConfig
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
+from platforms.qqbot import QqbotAdapter, QqbotBot, QqbotConfig
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig
 from platforms.sms import SmsAdapter, SmsConfig
 from platforms.support import json_guard
@@ -39,7 +41,7 @@ from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber
-from tests.platforms import slack_fake, telegram_fake, twilio_fake, whatsapp_fake
+from tests.platforms import bluebubbles_fake, qqbot_fake, slack_fake, telegram_fake, twilio_fake, whatsapp_fake
 from tests.platforms.feishu_fake import FakeFeishu, seal
 from tests.platforms.feishu_fake import sign as feishu_sign
 from tests.platforms.support import LogRecords, StartGateway
@@ -60,6 +62,11 @@ TG_SECRET = "webhook-secret_0123456789"
 SMS_ACCOUNT = "AC" + "5e" * 16
 SMS_TOKEN = "0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e"
 SMS_NUMBER = "+15550001111"
+QQ_APP = "102030405"
+QQ_SECRET = "DG5g3B4j9X2KOErG"
+BB_PASSWORD = "hostile password"
+BB_TOKEN = "hostile-webhook-token-0123456789"
+BB_CHAT = "iMessage;-;+15557654321"
 
 
 # -- the guard itself ----------------------------------------------------------------------------------------------
@@ -207,6 +214,12 @@ def start_entry(start_gateway: StartGateway) -> Iterator[StartEntry]:
             if name == "sms":
                 twilio = twilio_fake.FakeTwilio(account_sid=SMS_ACCOUNT, auth_token=SMS_TOKEN, numbers=[SMS_NUMBER])
                 return _sms_entry(gateway_for, stack.enter_context(_started(twilio)))
+            if name == "qqbot":
+                qq = stack.enter_context(_started(qqbot_fake.FakeQq(secrets={QQ_APP: QQ_SECRET})))
+                return _qqbot_entry(gateway_for, qq)
+            if name == "bluebubbles":
+                bb = bluebubbles_fake.FakeBlueBubbles(password=BB_PASSWORD, chats={BB_CHAT})
+                return _bluebubbles_entry(gateway_for, stack.enter_context(_started(bb)))
             telegram = stack.enter_context(telegram_fake.TelegramFake())
             telegram.add_bot(TG_TOKEN)
             return _telegram_entry(gateway_for, telegram)
@@ -391,7 +404,54 @@ def _sms_entry(gateway_for: GatewayFor, twilio: twilio_fake.FakeTwilio) -> Entry
     return Entry("sms", adapter, gateway_for(adapter), "/sms/twilio", sign, valid, replied)
 
 
-ENTRY_POINTS = ["api_server", "webhook", "slack", "feishu", "whatsapp", "telegram"]
+def _qqbot_entry(gateway_for: GatewayFor, qq: qqbot_fake.FakeQq) -> Entry:
+    config = QqbotConfig(
+        port=0,
+        token_url=qq.token_url,
+        api_base_url=qq.base_url,
+        max_body_bytes=BODY_LIMIT,
+        messages_per_second=1000.0,
+        bots={"main": QqbotBot(app_id=QQ_APP, secret=QQ_SECRET)},
+    )
+    adapter = QqbotAdapter(config, environ={})
+
+    def valid(text: str) -> bytes:
+        data = {"id": f"ROBOT1.0_{uuid.uuid4().hex}", "author": {"user_openid": "U1"}, "content": text}
+        return json.dumps({"op": 0, "t": "C2C_MESSAGE_CREATE", "d": data}).encode()
+
+    def replied(text: str, answer: Answer) -> bool:
+        return any(sent.body.get("content") == f"echo: {text}" for sent in qq.sent)
+
+    def sign(body: bytes) -> dict[str, str]:
+        return qqbot_fake.callback_headers(QQ_SECRET, body, app_id=QQ_APP)
+
+    return Entry("qqbot", adapter, gateway_for(adapter), "/qqbot/main", sign, valid, replied)
+
+
+def _bluebubbles_entry(gateway_for: GatewayFor, bb: bluebubbles_fake.FakeBlueBubbles) -> Entry:
+    config = BluebubblesConfig(
+        port=0,
+        server_url=bb.url,
+        password=BB_PASSWORD,
+        webhook_token=BB_TOKEN,
+        max_body_bytes=BODY_LIMIT,
+        messages_per_second=1000.0,
+    )
+    adapter = BluebubblesAdapter(config, environ={})
+
+    def valid(text: str) -> bytes:
+        return json.dumps(bluebubbles_fake.new_message(text, chat=BB_CHAT, sender="+15557654321")).encode()
+
+    def replied(text: str, answer: Answer) -> bool:
+        return any(sent.body.get("message") == f"echo: {text}" for sent in bb.sent)
+
+    # BlueBubbles signs nothing: the secret is the token in the path
+    return Entry(
+        "bluebubbles", adapter, gateway_for(adapter), f"/bluebubbles/{BB_TOKEN}", lambda body: {}, valid, replied
+    )
+
+
+ENTRY_POINTS = ["api_server", "webhook", "slack", "feishu", "whatsapp", "telegram", "qqbot", "bluebubbles"]
 FORM_ENTRY_POINTS = ["sms"]  # form-encoded bodies: no JSON to nest, every other check applies
 
 
