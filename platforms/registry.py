@@ -77,6 +77,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
             name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
         ),
         PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
+        PlatformSpec(name="dingtalk", module="platforms.dingtalk", config="DingtalkConfig", adapter="DingtalkAdapter"),
     )
 }
 

@@ -133,6 +133,12 @@ platforms:
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
   #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
+  # dingtalk:                         # robots in HTTP callback mode (stream mode is not built)
+  #   port: 8657                       # message receiving URL: https://<public host>/dingtalk/robot/main
+  #   robots:
+  #     main:
+  #       app_key: dingxxxxxxxxxxxx      # the app's Client ID (AppKey), also its robot code
+  #       app_secret_env: DINGTALK_APP_SECRET  # the Client Secret: checks callbacks, fetches access tokens
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

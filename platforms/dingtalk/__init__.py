@@ -1,0 +1,17 @@
+"""DingTalk robots in HTTP callback mode: signed callbacks in, session webhooks and the robot API out.
+
+DingTalk posts each robot's messages to ``POST /dingtalk/robot/<name>`` (:mod:`platforms.dingtalk.callback`
+checks the ``timestamp`` and ``sign`` headers and decodes the body); replies go back through the message's session
+webhook while it is valid, else through the robot send API with a cached access token
+(:mod:`platforms.dingtalk.sender`). Sessions are keyed by the corp (``chatbotCorpId``, the scope), the robot (the
+account), the conversation and, in groups, the sender. Stream mode (the WebSocket gateway) is not built; pictures,
+files, audio and video arrive as stand-ins such as ``[image]`` and are not downloaded.
+"""
+
+from __future__ import annotations
+
+from platforms.dingtalk.adapter import DingtalkAdapter
+from platforms.dingtalk.config import DINGTALK_API_URL, DingtalkConfig, DingtalkRobot
+from platforms.dingtalk.sender import DingtalkSender
+
+__all__ = ["DINGTALK_API_URL", "DingtalkAdapter", "DingtalkConfig", "DingtalkRobot", "DingtalkSender"]
