@@ -162,7 +162,7 @@ def test_forged_stale_and_future_callbacks_are_refused_with_401_and_nothing_is_s
     ding = start_ding()
     payload = ding.fake.callback(MAIN_KEY, "x")
     now = int(ding.clock.now * 1000)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"secret": None}, "the timestamp and sign headers are required"),
         ({"secret": "wrong"}, "does not match the app secret of robot 'main'"),
         ({"secret": OTHER_SECRET}, "does not match the app secret"),
