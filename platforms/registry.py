@@ -78,6 +78,9 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
         PlatformSpec(name="dingtalk", module="platforms.dingtalk", config="DingtalkConfig", adapter="DingtalkAdapter"),
+        PlatformSpec(
+            name="wecom", module="platforms.wecom", config="WecomConfig", adapter="WecomAdapter", extra="feishu"
+        ),
     )
 }
 
