@@ -4,8 +4,9 @@ DingTalk posts each robot's messages to ``POST /dingtalk/robot/<name>`` (:mod:`p
 checks the ``timestamp`` and ``sign`` headers and decodes the body); replies go back through the message's session
 webhook while it is valid, else through the robot send API with a cached access token
 (:mod:`platforms.dingtalk.sender`). Sessions are keyed by the corp (``chatbotCorpId``, the scope), the robot (the
-account), the conversation and, in groups, the sender. Stream mode (the WebSocket gateway) is not built; pictures,
-files, audio and video arrive as stand-ins such as ``[image]`` and are not downloaded.
+account), the conversation and, in groups, the sender. Pictures, files, audio and video keep a stand-in such as
+``[image]`` in the text and are downloaded into the media store by their ``downloadCode``
+(:mod:`platforms.dingtalk.files`). Stream mode (the WebSocket gateway) is not built.
 """
 
 from __future__ import annotations

@@ -14,12 +14,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import aiohttp
+import msgspec
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
+from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, Inbox, PollCursor, ReplySender
 from platforms.dingtalk.callback import PLATFORM, Ignored, Received, encode_route, open_callback, route_key
-from platforms.dingtalk.config import DingtalkConfig, resolve_robots
+from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
+from platforms.dingtalk.files import attach_files
 from platforms.dingtalk.sender import TOKEN_PATH, DingtalkSender
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
@@ -105,7 +109,8 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         return [
             f"DingTalk robot '{robot.name}' ({robot.robot_code}): callbacks at POST {self.url}/dingtalk/robot/"
             f"{robot.name} (signed with the app secret, {robot.origin}); replies through the session webhook, "
-            f"else {shown(self.config.api_base_url)}; stream mode is not built"
+            f"else {shown(self.config.api_base_url)}; pictures, files, audio and video are downloaded as attachments; "
+            "stream mode is not built"
             for robot in self._robots.values()
         ]
 
@@ -123,7 +128,30 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         if isinstance(opened, Ignored):
             _log.debug("dingtalk robot %r: ignored a callback (%s)", name, opened.reason)
             return _answer(200, {"ignored": opened.reason})
+        if opened.files:
+            opened = msgspec.structs.replace(opened, inbound=await self._attach(robot, opened))
         return await self._accept(name, opened)
+
+    async def _attach(self, robot: RobotKeys, received: Received) -> InboundMessage:
+        """The message with its files downloaded as attachments."""
+        inbox, host = self._inbox, self._host
+        if inbox is None or host is None:  # pragma: no cover - the server runs only after start()
+            return received.inbound
+
+        async def token(refused: str | None) -> str:
+            return await host.blocking(lambda: self._sender.access_token(robot.name, refused))
+
+        async with aiohttp.ClientSession() as session:
+            return await attach_files(
+                received.inbound,
+                received.files,
+                api_base_url=self._sender.api_base_url,
+                robot_code=robot.robot_code,
+                token=token,
+                media=inbox.media,
+                session=session,
+                timeout_s=self.config.http_timeout_s,
+            )
 
     async def _accept(self, name: str, received: Received) -> web.Response:
         inbox = self._inbox

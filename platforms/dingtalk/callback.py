@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -33,6 +33,7 @@ from platforms.support.http_host import Refused
 __all__ = [
     "PLATFORM",
     "REPLAY_WINDOW_S",
+    "FileRef",
     "Ignored",
     "Received",
     "Route",
@@ -76,11 +77,20 @@ class Ignored(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class FileRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A file of a message: its ``downloadCode`` (for ``/v1.0/robot/messageFiles/download``) and what it is."""
+
+    download_code: str
+    kind: str
+    name: str | None = None
+
+
 class Received(msgspec.Struct, frozen=True, kw_only=True):
-    """A message to accept, and the route its replies take."""
+    """A message to accept, the route its replies take, and the files to download first."""
 
     inbound: InboundMessage
     route: Route
+    files: tuple[FileRef, ...] = ()
 
 
 class _Text(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +110,7 @@ class _Callback(msgspec.Struct, frozen=True, kw_only=True):
     conversationTitle: _Name = ""
     msgtype: _Name = "text"
     text: _Text | None = None
+    content: dict[str, Any] | None = None  # pictures, files, audio, video and rich text
     sessionWebhook: Annotated[str, msgspec.Meta(max_length=2048)] = ""
     sessionWebhookExpiredTime: int | None = None
 
@@ -190,10 +201,46 @@ def open_callback(
         webhook=callback.sessionWebhook or None,
         webhook_expires_at=expires / 1000 if expires is not None and callback.sessionWebhook else None,
     )
-    return Received(inbound=inbound, route=route)
+    return Received(inbound=inbound, route=route, files=tuple(_files_of(callback)))
+
+
+_KINDS = {"picture": "image", "file": "document", "audio": "audio", "video": "video"}
+
+
+def _code(value: object) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 4096 else None
+
+
+def _files_of(callback: _Callback) -> list[FileRef]:
+    """The files a message carries: its own for a picture, file, audio or video; the pictures of rich text."""
+    content = callback.content or {}
+    kind = _KINDS.get(callback.msgtype)
+    if kind is not None:
+        code, name = _code(content.get("downloadCode")), content.get("fileName")
+        return [FileRef(download_code=code, kind=kind, name=name if isinstance(name, str) else None)] if code else []
+    if callback.msgtype != "richText":
+        return []
+    found = []
+    for part in content.get("richText") or ():
+        code = _code(part.get("downloadCode")) if isinstance(part, dict) and part.get("type") == "picture" else None
+        if code is not None:
+            found.append(FileRef(download_code=code, kind="image"))
+    return found
 
 
 def _text_of(callback: _Callback) -> str:
+    """The message as text: its words; a file as a stand-in such as ``[image]`` (audio with DingTalk's
+    transcription when it sent one); rich text as its text parts with ``[image]`` for each picture."""
+    content = callback.content or {}
     if callback.msgtype == "text":
         return (callback.text.content if callback.text is not None else "").strip()
-    return _PLACEHOLDERS.get(callback.msgtype, f"[{callback.msgtype}]")
+    if callback.msgtype == "audio" and isinstance(content.get("recognition"), str) and content["recognition"].strip():
+        return f"[audio] {content['recognition'].strip()}"
+    if callback.msgtype == "richText" and isinstance(content.get("richText"), list):
+        parts = [
+            part["text"] if isinstance(part.get("text"), str) else "[image]" if part.get("type") == "picture" else ""
+            for part in content["richText"]
+            if isinstance(part, dict)
+        ]
+        return "".join(parts).strip()
+    return _PLACEHOLDERS.get(callback.msgtype, f"[{callback.msgtype[:32]}]")

@@ -135,6 +135,21 @@ class DingtalkSender:
         """Read conversations' routes from ``inbox`` (the adapter calls this when it starts)."""
         self._inbox = inbox
 
+    @property
+    def api_base_url(self) -> str:
+        """Where the DingTalk API is (without a trailing slash)."""
+        return self._base_url
+
+    def access_token(self, robot: str, refused: str | None = None) -> str:
+        """Robot ``robot``'s access token, cached or fetched (so this may block); ``refused``, one DingTalk just
+        refused, is dropped first. Raises :class:`SendError` (file downloads share the cache with the sends)."""
+        keys = self._robots.get(robot)
+        if keys is None:
+            raise SendError(f"dingtalk: no robot {robot!r} is configured", permanent=True)
+        if refused is not None:
+            self._tokens.forget(keys, refused)
+        return self._tokens.get(keys)
+
     def route(self, robot: str, conversation_id: str) -> Route | None:
         """The stored route of a conversation, or ``None`` when no callback from it was committed."""
         if self._inbox is None:

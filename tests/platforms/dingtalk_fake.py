@@ -60,6 +60,8 @@ class FakeDingtalk:
         self.calls: list[tuple[str, int]] = []  # (path, status) of every send
         self.sent: list[Sent] = []
         self.failures: deque[Failure] = deque()
+        self.files: dict[str, tuple[bytes, str]] = {}  # downloadCode -> (bytes, content type)
+        self.file_requests: list[tuple[str, int]] = []  # (downloadCode, status) of every locate request
         self._tokens: dict[str, str] = {}
         self._counter = itertools.count(1)
         self._changed = threading.Condition()
@@ -68,6 +70,8 @@ class FakeDingtalk:
         app.router.add_post("/v1.0/robot/oToMessages/batchSend", self._oto)
         app.router.add_post("/v1.0/robot/groupMessages/send", self._group)
         app.router.add_post("/session/{session}", self._webhook)
+        app.router.add_post("/v1.0/robot/messageFiles/download", self._locate)
+        app.router.add_get("/files/{code}", self._file)
         self.host = HttpHost(app, name="fake-dingtalk")
 
     @property
@@ -185,6 +189,24 @@ class FakeDingtalk:
             self.calls.append((request.path, status))
             self._changed.notify_all()
         return web.json_response(answer, status=status, headers=headers)
+
+    async def _locate(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        code = body.get("downloadCode", "")
+        if request.headers.get("x-acs-dingtalk-access-token", "") not in self._tokens:
+            status, answer = 401, {"code": "InvalidAuthentication", "message": "不合法的access_token"}
+        elif code not in self.files or body.get("robotCode") not in self.apps:
+            status, answer = 400, {"code": "invalidParameter", "message": "downloadCode is invalid"}
+        else:
+            status, answer = 200, {"downloadUrl": f"{self.base_url}/files/{next(self._counter)}-{code}"}
+        with self._changed:
+            self.file_requests.append((code, status))
+        return web.json_response(answer, status=status)
+
+    async def _file(self, request: web.Request) -> web.Response:
+        code = request.match_info["code"].split("-", 1)[1]
+        data, content_type = self.files[code]
+        return web.Response(body=data, content_type=content_type)
 
     async def _oto(self, request: web.Request) -> web.Response:
         return await self._api(request, "oto")

@@ -25,7 +25,7 @@ from platforms.base import SendError
 from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.dingtalk_fake import Failure, FakeDingtalk, deliver
-from tests.platforms.support import StartGateway
+from tests.platforms.support import StartGateway, inbound_messages
 
 MAIN_KEY = "dingmainkey0001"
 MAIN_SECRET = "main-secret-0123456789"
@@ -122,16 +122,18 @@ def test_after_the_session_webhook_expires_replies_use_the_robot_api_with_a_cach
     ding = start_ding()
     expired = NOW_MS - 1000
     ding.say("one", msg_id="m1", expires_ms=expired)
+    ding.fake.wait_sent(1)  # one turn at a time: queued messages of one chat may merge into one turn
     ding.say("two", msg_id="m2", expires_ms=expired)
     group = {"conversation_type": "2", "conversation_id": "cid-group"}
     ding.say("three", msg_id="m3", expires_ms=expired, **group)
     sent = ding.fake.wait_sent(3)
     assert ding.gateway.wait_idle()
-    assert [(m.via, m.target, m.robot_code) for m in sent] == [
-        ("oto", "staff-alice", MAIN_KEY),
-        ("oto", "staff-alice", MAIN_KEY),
-        ("group", "cid-group", MAIN_KEY),
+    assert sorted((m.via, m.target, m.text) for m in sent) == [
+        ("group", "cid-group", "echo: three"),
+        ("oto", "staff-alice", "echo: one"),
+        ("oto", "staff-alice", "echo: two"),
     ]
+    assert {m.robot_code for m in sent} == {MAIN_KEY}
     assert ding.fake.token_requests == [MAIN_KEY]
     ding.fake.revoke_tokens()
     ding.say("four", msg_id="m4", expires_ms=expired)  # 401 once, then a fresh token
@@ -205,9 +207,57 @@ def test_malformed_unknown_and_oversized_callbacks_get_4xx_and_the_adapter_keeps
     assert ding.push(ding.fake.callback(MAIN_KEY, "   "))[1] == {"ignored": "message msg-1 has no text"}
     assert sessions(ding) == 0
     assert ding.say("still here", msg_id="m-ok").endswith(":dm:cid-dm-alice")
+    ding.fake.wait_sent(1)
     pic = ding.fake.callback(MAIN_KEY, None, msg_id="m-pic")
     assert ding.push(pic)[1]["accepted"] is True
-    assert [m.text for m in ding.fake.wait_sent(2)] == ["echo: still here", "echo: [image]"]
+    first, second = ding.fake.wait_sent(2)
+    assert first.text == "echo: still here"
+    assert second.text.startswith("I could not read the image: DingTalk would not hand it over (invalidParameter: ")
+
+
+def test_pictures_and_files_are_downloaded_by_download_code_before_the_callback_is_answered(
+    start_ding: StartDing,
+) -> None:
+    ding = start_ding()
+    ding.fake.files["dc-png"] = (b"\x89PNG\r\n\x1a\n" + b"p" * 50, "image/png")
+    ding.fake.files["dc-pdf"] = (b"%PDF-1.7 report", "application/octet-stream")
+    picture = ding.fake.callback(MAIN_KEY, None, msg_id="m2", content={"downloadCode": "dc-png"})
+    file = ding.fake.callback(
+        MAIN_KEY, None, msg_id="m3", msgtype="file", content={"downloadCode": "dc-pdf", "fileName": "r.pdf"}
+    )
+    gone = ding.fake.callback(MAIN_KEY, None, msg_id="m4", content={"downloadCode": "dc-expired"})
+    rich = ding.fake.callback(
+        MAIN_KEY,
+        None,
+        msg_id="m5",
+        msgtype="richText",
+        content={"richText": [{"text": "look: "}, {"type": "picture", "downloadCode": "dc-png"}]},
+    )
+    voice = ding.fake.callback(MAIN_KEY, None, msg_id="m6", msgtype="audio", content={"recognition": "hello there"})
+    assert ding.push(picture)[1]["accepted"] is True
+    ding.fake.revoke_tokens()  # the next locate is refused once, then made with a fresh token
+    for payload in (file, gone, rich, voice):
+        assert ding.push(payload)[1]["accepted"] is True
+    messages = {m.message_id: m for m in inbound_messages(ding.gateway, "dingtalk")}
+    (image,) = messages["m2"].attachments
+    assert (messages["m2"].text, image.kind, image.mime_type, image.size, image.error) == (
+        "[image]",
+        "image",
+        "image/png",
+        58,
+        None,
+    )
+    (pdf,) = messages["m3"].attachments
+    assert (messages["m3"].text, pdf.name, pdf.mime_type, pdf.error) == ("[file]", "r.pdf", "application/pdf", None)
+    assert pdf.path is not None
+    assert Path(pdf.path).read_bytes() == b"%PDF-1.7 report"
+    assert messages["m4"].attachments[0].error == (
+        "DingTalk would not hand it over (invalidParameter: downloadCode is invalid)"
+    )
+    assert (messages["m5"].text, len(messages["m5"].attachments)) == ("look: [image]", 1)
+    assert (messages["m6"].text, messages["m6"].attachments) == ("[audio] hello there", ())
+    assert ding.fake.file_requests[:3] == [("dc-png", 200), ("dc-pdf", 401), ("dc-pdf", 200)]
+    assert ding.fake.token_requests == [MAIN_KEY, MAIN_KEY]
 
 
 def test_a_message_that_cannot_be_stored_gets_503(start_ding: StartDing) -> None:
