@@ -14,20 +14,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
-import msgspec
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
-from hermes_actors.messages import InboundMessage
-from platforms.base import Capabilities, Inbox, PollCursor, ReplySender
-from platforms.dingtalk.callback import PLATFORM, Ignored, Received, encode_route, open_callback, route_key
+from platforms.base import Capabilities, Inbox, ReplySender
+from platforms.dingtalk.accept import commit, with_files
+from platforms.dingtalk.callback import PLATFORM, Ignored, Received, open_callback
 from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
-from platforms.dingtalk.files import attach_files
 from platforms.dingtalk.sender import TOKEN_PATH, DingtalkSender
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
-from platforms.support.http_host import HttpAdapter, Refused, committed
+from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.ratelimit import Rate
 
 __all__ = ["DingtalkAdapter"]
@@ -128,44 +125,27 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         if isinstance(opened, Ignored):
             _log.debug("dingtalk robot %r: ignored a callback (%s)", name, opened.reason)
             return _answer(200, {"ignored": opened.reason})
-        if opened.files:
-            opened = msgspec.structs.replace(opened, inbound=await self._attach(robot, opened))
-        return await self._accept(name, opened)
+        return await self._accept(robot, opened)
 
-    async def _attach(self, robot: RobotKeys, received: Received) -> InboundMessage:
-        """The message with its files downloaded as attachments."""
+    async def _accept(self, robot: RobotKeys, received: Received) -> web.Response:
         inbox, host = self._inbox, self._host
-        if inbox is None or host is None:  # pragma: no cover - the server runs only after start()
-            return received.inbound
+        try:
+            if inbox is None or host is None:  # pragma: no cover - the server runs only after start()
+                raise PlatformError("dingtalk: the adapter is not started")
 
-        async def token(refused: str | None) -> str:
-            return await host.blocking(lambda: self._sender.access_token(robot.name, refused))
+            async def token(refused: str | None) -> str:
+                return await host.blocking(lambda: self._sender.access_token(robot.name, refused))
 
-        async with aiohttp.ClientSession() as session:
-            return await attach_files(
-                received.inbound,
-                received.files,
+            received = await with_files(
+                received,
+                robot,
+                inbox=inbox,
                 api_base_url=self._sender.api_base_url,
-                robot_code=robot.robot_code,
                 token=token,
-                media=inbox.media,
-                session=session,
                 timeout_s=self.config.http_timeout_s,
             )
-
-    async def _accept(self, name: str, received: Received) -> web.Response:
-        inbox = self._inbox
-        inbound = received.inbound
-        cursor = PollCursor(
-            platform=PLATFORM,
-            cursor=encode_route(received.route),
-            account_id=route_key(name, received.route.conversation_id),
-        )
-        try:
-            if inbox is None:  # pragma: no cover - the server runs only after start()
-                raise PlatformError("dingtalk: the adapter is not started")
-            (result,) = await committed(inbox.submit_many([inbound], cursor=cursor), inbox.ask_timeout_s)
+            result = await commit(inbox, robot.name, received)
         except Exception:
-            _log.exception("dingtalk robot %r: could not accept message %s", name, inbound.message_id)
+            _log.exception("dingtalk robot %r: could not accept message %s", robot.name, received.inbound.message_id)
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})
         return _answer(200, {"accepted": True, "duplicate": result.duplicate, "routing_key": result.routing_key})

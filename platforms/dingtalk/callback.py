@@ -37,6 +37,7 @@ __all__ = [
     "Ignored",
     "Received",
     "Route",
+    "decode_callback",
     "decode_route",
     "encode_route",
     "expected_sign",
@@ -162,6 +163,12 @@ def open_callback(
 ) -> Ignored | Received:
     """Authenticate and decode one callback to ``robot``'s URL; raise :class:`Refused` with the HTTP answer."""
     _check_sign(robot, headers, received_at)
+    return decode_callback(robot, body, received_at=received_at)
+
+
+def decode_callback(robot: RobotKeys, body: bytes | str, *, received_at: float) -> Ignored | Received:
+    """Decode a robot message (an HTTP callback's body, or a stream frame's ``data``); :class:`Refused` 400 says
+    what is wrong with it."""
     try:
         callback = json_guard.decode(_callback, body)
     except msgspec.ValidationError as exc:
