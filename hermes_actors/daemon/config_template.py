@@ -133,8 +133,9 @@ platforms:
   #       allowed_senders: ["alice@example.com", "@example.com"]  # only their mail starts turns
   #       sessions: sender               # or thread: one session per mail thread
   #       trusted_authserv_id: mx.example.org  # only mail this server marks dmarc=pass (From is easy to forge)
-  # dingtalk:                         # robots in HTTP callback mode (stream mode is not built)
-  #   port: 8657                       # message receiving URL: https://<public host>/dingtalk/robot/main
+  # dingtalk:
+  #   mode: callback                   # or stream: each robot connects out over a WebSocket (no public URL)
+  #   port: 8657                       # callback mode's URL: https://<public host>/dingtalk/robot/main
   #   robots:
   #     main:
   #       app_key: dingxxxxxxxxxxxx      # the app's Client ID (AppKey), also its robot code

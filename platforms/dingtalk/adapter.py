@@ -1,4 +1,5 @@
-"""The DingTalk entry point: an HTTP server for every robot's callback URL, and the sender of their replies.
+"""The DingTalk entry point: an HTTP server for every robot's callback URL (or, in stream mode, a WebSocket per
+robot), and the sender of their replies.
 
 A callback is acknowledged (HTTP 200) only once its message is committed to the inbox (with the conversation's
 reply route, in the same transaction), or recognised as a repeat of a ``msgId`` already stored. A request the
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,10 +24,13 @@ from platforms.dingtalk.accept import commit, with_files
 from platforms.dingtalk.callback import PLATFORM, Ignored, Received, open_callback
 from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
 from platforms.dingtalk.sender import TOKEN_PATH, DingtalkSender
+from platforms.dingtalk.stream import OPEN_PATH, StreamConnection
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.links import Links
 from platforms.support.ratelimit import Rate
+from platforms.support.task_thread import TaskThread
 
 __all__ = ["DingtalkAdapter"]
 
@@ -53,6 +58,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         *,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         super().__init__(config)
         self._robots = resolve_robots(config, os.environ if environ is None else environ)
@@ -63,6 +69,11 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
             clock=clock,
             timeout_s=config.http_timeout_s,
             chat_rate=Rate(per_second=config.chat_messages_per_minute / 60, burst=config.chat_messages_per_minute),
+        )
+        self._rng = rng or random.Random()
+        self._links = Links("robot", self._robots)
+        self._thread = TaskThread(
+            name="hermes-dingtalk", label="dingtalk: the stream", log=_log, shutdown_executor=True
         )
 
     @property
@@ -75,9 +86,39 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         return [self._sender]
 
     def start(self, inbox: Inbox) -> None:
-        """Serve the callback URLs; the sender reads the conversations' routes from ``inbox``."""
+        """Serve the callback URLs, or open every robot's stream; the sender reads the conversations' routes from
+        ``inbox``."""
         self._sender.attach(inbox)
-        super().start(inbox)
+        if self.config.mode == "callback":
+            super().start(inbox)
+            return
+        self._inbox = inbox
+        connections = [
+            StreamConnection(
+                robot,
+                inbox,
+                self._sender,
+                self._links,
+                timeout_s=self.config.http_timeout_s,
+                clock=self._clock,
+                rng=self._rng,
+            )
+            for robot in self._robots.values()
+        ]
+        if connections:
+            self._thread.start(lambda http: {f"dingtalk-{c.robot.name}": c.run(http) for c in connections})
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the server or the streams."""
+        self._thread.stop(timeout)
+        super().stop(timeout)
+
+    def _serves_http(self) -> bool:
+        return self.config.mode == "callback"
+
+    def connection_problem(self) -> str | None:
+        """In stream mode, each robot whose stream is down, with its last error; ``None`` otherwise."""
+        return self._links.problem()
 
     def check_credentials(self, *, timeout_s: float) -> list[str]:
         """Ask every robot's access token: one line per robot; :class:`PlatformError` for one DingTalk refuses."""
@@ -98,7 +139,14 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         app.router.add_post("/dingtalk/robot/{robot}", self._receive)
 
     def describe(self) -> list[str]:
-        """One banner line per robot: its callback URL and where replies go."""
+        """One banner line per robot: its callback URL (or its stream) and where replies go."""
+        if self.config.mode == "stream":
+            return [
+                f"DingTalk robot '{robot.name}' ({robot.robot_code}, {robot.origin}): stream mode, a WebSocket opened "
+                f"through {shown(self.config.api_base_url)}{OPEN_PATH}; replies through the session webhook, else the "
+                "robot API; pictures, files, audio and video are downloaded as attachments"
+                for robot in self._robots.values()
+            ] or ["DingTalk: stream mode has no robots; add one under platforms.dingtalk.robots (app_key, app_secret)"]
         if not self._robots:
             return [
                 f"DingTalk: {self.url} has no robots; add one under platforms.dingtalk.robots (app_key, app_secret)"
@@ -106,8 +154,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         return [
             f"DingTalk robot '{robot.name}' ({robot.robot_code}): callbacks at POST {self.url}/dingtalk/robot/"
             f"{robot.name} (signed with the app secret, {robot.origin}); replies through the session webhook, "
-            f"else {shown(self.config.api_base_url)}; pictures, files, audio and video are downloaded as attachments; "
-            "stream mode is not built"
+            f"else {shown(self.config.api_base_url)}; files are downloaded as attachments"
             for robot in self._robots.values()
         ]
 

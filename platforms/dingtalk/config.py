@@ -38,11 +38,14 @@ class DingtalkRobot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``platforms.dingtalk`` section; callbacks for robot ``<name>`` arrive at ``POST /dingtalk/robot/<name>``.
 
-    ``api_base_url`` is where access tokens and robot sends go (``https://api.dingtalk.com``);
+    ``mode`` is ``callback`` (DingTalk posts to our URL; the server listens on ``host:port``) or ``stream`` (each
+    robot holds a WebSocket to DingTalk and no server is opened). ``api_base_url`` is where access tokens, robot
+    sends and stream connections go (``https://api.dingtalk.com``);
     ``chat_messages_per_minute`` paces sends to one conversation (a session webhook takes 20 a minute).
     """
 
     enabled: bool = True
+    mode: str = "callback"
     host: str = "127.0.0.1"
     port: int = 8657
     max_body_bytes: int = 1024 * 1024
@@ -52,6 +55,8 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     robots: dict[str, DingtalkRobot] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.mode not in ("callback", "stream"):
+            raise ConfigError(f"{_SECTION}.mode", f"{self.mode!r} is not a mode; use callback or stream")
         if not self.host.strip():
             raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
         if not 0 <= self.port <= 65535:

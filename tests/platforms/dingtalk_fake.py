@@ -9,6 +9,7 @@ DingTalk posts to a robot: :meth:`FakeDingtalk.callback` builds the body, :func:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -16,6 +17,7 @@ import http.client
 import itertools
 import json
 import threading
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,6 +65,11 @@ class FakeDingtalk:
         self.files: dict[str, tuple[bytes, str]] = {}  # downloadCode -> (bytes, content type)
         self.file_requests: list[tuple[str, int]] = []  # (downloadCode, status) of every locate request
         self._tokens: dict[str, str] = {}
+        self.opens: list[str] = []  # client ids, one per stream connection opened
+        self.acks: list[dict[str, Any]] = []  # every frame the robot sent up its stream
+        self.refuse_opens = False
+        self._tickets: set[str] = set()
+        self._stream: tuple[asyncio.AbstractEventLoop, web.WebSocketResponse] | None = None
         self._counter = itertools.count(1)
         self._changed = threading.Condition()
         app = web.Application()
@@ -72,6 +79,8 @@ class FakeDingtalk:
         app.router.add_post("/session/{session}", self._webhook)
         app.router.add_post("/v1.0/robot/messageFiles/download", self._locate)
         app.router.add_get("/files/{code}", self._file)
+        app.router.add_post("/v1.0/gateway/connections/open", self._open)
+        app.router.add_get("/gateway", self._gateway)
         self.host = HttpHost(app, name="fake-dingtalk")
 
     @property
@@ -106,6 +115,39 @@ class FakeDingtalk:
             if not self._changed.wait_for(lambda: len(self.calls) >= count, timeout):
                 raise AssertionError(f"expected {count} calls, got {self.calls}")
             return list(self.calls)
+
+    def wait_stream(self, opens: int, timeout: float = 10.0) -> None:
+        """Wait until the robot has opened ``opens`` streams and the last one is connected."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.opens) >= opens and self._stream is not None, timeout):
+                raise AssertionError(f"expected {opens} stream connections, got {self.opens}")
+
+    def wait_acks(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.acks) >= count, timeout):
+                raise AssertionError(f"expected {count} acknowledgements, got {self.acks}")
+            return list(self.acks)
+
+    def send_frame(self, kind: str, topic: str, data: str, message_id: str | None = None) -> str:
+        """Send a frame down the connected stream; return its ``messageId``."""
+        with self._changed:
+            assert self._stream is not None, "no stream is connected"
+            loop, socket = self._stream
+        message_id = message_id or uuid.uuid4().hex
+        headers = {"topic": topic, "messageId": message_id, "contentType": "application/json", "time": "1"}
+        frame = json.dumps({"specVersion": "1.0", "type": kind, "headers": headers, "data": data})
+        asyncio.run_coroutine_threadsafe(socket.send_str(frame), loop).result(timeout=10)
+        return message_id
+
+    def push_message(self, body: dict[str, Any], message_id: str | None = None) -> str:
+        """Send a robot message down the stream, as a ``CALLBACK`` frame; return its ``messageId``."""
+        return self.send_frame("CALLBACK", "/v1.0/im/bot/messages/get", json.dumps(body), message_id)
+
+    def close_stream(self) -> None:
+        with self._changed:
+            assert self._stream is not None, "no stream is connected"
+            loop, socket = self._stream
+        asyncio.run_coroutine_threadsafe(socket.close(), loop).result(timeout=10)
 
     def callback(
         self,
@@ -189,6 +231,40 @@ class FakeDingtalk:
             self.calls.append((request.path, status))
             self._changed.notify_all()
         return web.json_response(answer, status=status, headers=headers)
+
+    async def _open(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        client = body.get("clientId")
+        topics = [(s.get("type"), s.get("topic")) for s in body.get("subscriptions", [])]
+        if self.refuse_opens or self.apps.get(client) != body.get("clientSecret"):
+            return web.json_response({"code": "invalidClientIdOrSecret", "message": "bad client"}, status=400)
+        if ("CALLBACK", "/v1.0/im/bot/messages/get") not in topics:
+            return web.json_response({"code": "invalidParameter", "message": "no subscriptions"}, status=400)
+        ticket = uuid.uuid4().hex
+        with self._changed:
+            self._tickets.add(ticket)
+        return web.json_response({"endpoint": f"ws://127.0.0.1:{self.host.port}/gateway", "ticket": ticket})
+
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        with self._changed:
+            if ticket not in self._tickets:
+                return web.json_response({"code": "invalidTicket"}, status=401)
+            self._tickets.discard(ticket)  # one connection per ticket
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        with self._changed:
+            self.opens.append(ticket)
+            self._stream = (asyncio.get_running_loop(), socket)
+            self._changed.notify_all()
+        async for message in socket:
+            with self._changed:
+                self.acks.append(json.loads(message.data))
+                self._changed.notify_all()
+        with self._changed:
+            if self._stream is not None and self._stream[1] is socket:
+                self._stream = None
+        return socket
 
     async def _locate(self, request: web.Request) -> web.Response:
         body = await request.json()
