@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -100,7 +101,7 @@ class WecomAdapter(HttpAdapter[WecomConfig]):
         seen = []
         for name, app in self._apps.items():
             what = f"wecom app {name!r}: gettoken"
-            url = f"{self._sender.base_url}{TOKEN_PATH}?corpid={app.corp_id}&corpsecret={app.secret}"
+            url = f"{self._sender.base_url}{TOKEN_PATH}?{urlencode({'corpid': app.corp_id, 'corpsecret': app.secret})}"
             status, body = fetch_json(url, what=what, timeout_s=timeout_s)
             if status != 200 or not isinstance(body, dict) or body.get("errcode") != 0:
                 said = body.get("errmsg") if isinstance(body, dict) else None

@@ -8,6 +8,7 @@ adapter's code. App ``main`` is agent 1000002 of corp ``wwcorpa``; app ``other``
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -100,6 +101,15 @@ def test_the_url_check_is_answered_with_the_decrypted_echostr(start_wecom: Start
     assert (status, "is for corp 'wwcorpb', not 'wwcorpa'" in text) == (400, True)
     status, text = check_url(wecom.url(), "x", corp_id="wwcorpa", token="forged", encoding_aes_key=KEY_A, timestamp=now)
     assert (status, text) == (401, "msg_signature does not match the token of app 'main'")
+    stale = check_url(wecom.url(), "x", corp_id="wwcorpa", token="tok-a", encoding_aes_key=KEY_A, timestamp=now - 600)
+    assert stale == (401, "the timestamp is 600 s old, outside the 300 s window")
+    bare = http.client.HTTPConnection("127.0.0.1", int(wecom.adapter.url.rsplit(":", 1)[1]), timeout=10)
+    try:
+        bare.request("GET", "/wecom/callback/main?msg_signature=x&timestamp=1&nonce=n")
+        response = bare.getresponse()
+        assert (response.status, response.read()) == (400, b"a URL check needs echostr in the query")
+    finally:
+        bare.close()
 
 
 def test_a_message_is_keyed_by_corp_and_app_and_the_reply_goes_to_the_user(start_wecom: StartWecom) -> None:
