@@ -83,6 +83,10 @@ PLATFORMS: dict[str, PlatformSpec] = {
         PlatformSpec(
             name="bluebubbles", module="platforms.bluebubbles", config="BluebubblesConfig", adapter="BluebubblesAdapter"
         ),
+        PlatformSpec(name="dingtalk", module="platforms.dingtalk", config="DingtalkConfig", adapter="DingtalkAdapter"),
+        PlatformSpec(
+            name="wecom", module="platforms.wecom", config="WecomConfig", adapter="WecomAdapter", extra="feishu"
+        ),
     )
 }
 

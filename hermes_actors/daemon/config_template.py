@@ -146,6 +146,22 @@ platforms:
   #   server_name: imessage            # the account in session keys
   #   password_env: BLUEBUBBLES_PASSWORD  # the server password
   #   webhook_token_env: BLUEBUBBLES_WEBHOOK_TOKEN  # 24+ random characters; BlueBubbles signs nothing
+  # dingtalk:
+  #   mode: callback                   # or stream: each robot connects out over a WebSocket (no public URL)
+  #   port: 8657                       # callback mode's URL: https://<public host>/dingtalk/robot/main
+  #   robots:
+  #     main:
+  #       app_key: dingxxxxxxxxxxxx      # the app's Client ID (AppKey), also its robot code
+  #       app_secret_env: DINGTALK_APP_SECRET  # the Client Secret: checks callbacks, fetches access tokens
+  # wecom:                            # WeCom self-built apps; needs: pip install 'hermes-actors[feishu]' (cryptography)
+  #   port: 8658                       # receive-messages URL: https://<public host>/wecom/callback/main
+  #   apps:
+  #     main:
+  #       corp_id: ww0123456789abcdef    # My Company > Company Information
+  #       agent_id: 1000002              # the app's AgentId
+  #       secret_env: WECOM_SECRET       # the app's Secret (for gettoken)
+  #       token_env: WECOM_TOKEN         # "Receive messages": Token and EncodingAESKey
+  #       encoding_aes_key_env: WECOM_ENCODING_AES_KEY
 
 runtime:
   # passivate_after_s: 300           # an idle session's actor stops after this long (it restarts on demand)

@@ -14,6 +14,7 @@ import hmac
 import http.client
 import json
 import logging
+import re
 import socket
 import time
 import uuid
@@ -32,6 +33,7 @@ from hermes_actors.runtime.gateway import Gateway
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.base import Adapter
 from platforms.bluebubbles import BluebubblesAdapter, BluebubblesConfig
+from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
 from platforms.feishu import FeishuAdapter, FeishuApp, FeishuConfig
 from platforms.qqbot import QqbotAdapter, QqbotBot, QqbotConfig
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig
@@ -40,8 +42,18 @@ from platforms.support import json_guard
 from platforms.support.http_host import HttpAdapter
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.webhook import WebhookAdapter, WebhookConfig, WebhookRoute
+from platforms.wecom import WecomAdapter, WecomApp, WecomConfig
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber
-from tests.platforms import bluebubbles_fake, qqbot_fake, slack_fake, telegram_fake, twilio_fake, whatsapp_fake
+from tests.platforms import (
+    bluebubbles_fake,
+    dingtalk_fake,
+    qqbot_fake,
+    slack_fake,
+    telegram_fake,
+    twilio_fake,
+    wecom_fake,
+    whatsapp_fake,
+)
 from tests.platforms.feishu_fake import FakeFeishu, seal
 from tests.platforms.feishu_fake import sign as feishu_sign
 from tests.platforms.support import LogRecords, StartGateway
@@ -67,6 +79,11 @@ QQ_SECRET = "DG5g3B4j9X2KOErG"
 BB_PASSWORD = "hostile password"
 BB_TOKEN = "hostile-webhook-token-0123456789"
 BB_CHAT = "iMessage;-;+15557654321"
+DING_KEY = "dinghostilekey01"
+DING_SECRET = "ding-hostile-secret-0123"
+WECOM_CORP = "wwhostile"
+WECOM_TOKEN = "wecom-token"
+WECOM_AES = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"
 
 
 # -- the guard itself ----------------------------------------------------------------------------------------------
@@ -211,6 +228,14 @@ def start_entry(start_gateway: StartGateway) -> Iterator[StartEntry]:
             if name == "whatsapp":
                 graph = stack.enter_context(_started(whatsapp_fake.FakeGraph(tokens={WA_TOKEN: WA_NUMBER})))
                 return _whatsapp_entry(gateway_for, graph)
+            if name == "dingtalk":
+                ding = dingtalk_fake.FakeDingtalk()
+                ding.add_app(DING_KEY, DING_SECRET)
+                return _dingtalk_entry(gateway_for, stack.enter_context(_started(ding)))
+            if name == "wecom":
+                wecom = wecom_fake.FakeWecom()
+                wecom.secrets[WECOM_CORP] = "s"
+                return _wecom_entry(gateway_for, stack.enter_context(_started(wecom)))
             if name == "sms":
                 twilio = twilio_fake.FakeTwilio(account_sid=SMS_ACCOUNT, auth_token=SMS_TOKEN, numbers=[SMS_NUMBER])
                 return _sms_entry(gateway_for, stack.enter_context(_started(twilio)))
@@ -451,8 +476,74 @@ def _bluebubbles_entry(gateway_for: GatewayFor, bb: bluebubbles_fake.FakeBlueBub
     )
 
 
-ENTRY_POINTS = ["api_server", "webhook", "slack", "feishu", "whatsapp", "telegram", "qqbot", "bluebubbles"]
-FORM_ENTRY_POINTS = ["sms"]  # form-encoded bodies: no JSON to nest, every other check applies
+def _dingtalk_entry(gateway_for: GatewayFor, ding: dingtalk_fake.FakeDingtalk) -> Entry:
+    robot = DingtalkRobot(app_key=DING_KEY, app_secret=DING_SECRET)
+    config = DingtalkConfig(
+        port=0,
+        api_base_url=ding.base_url,
+        max_body_bytes=BODY_LIMIT,
+        chat_messages_per_minute=1000,
+        robots={"main": robot},
+    )
+    adapter = DingtalkAdapter(config, environ={})
+    counter = iter(range(1, 1_000_000))
+
+    def valid(text: str) -> bytes:
+        expires = int(time.time() * 1000) + 3_600_000
+        callback = ding.callback(
+            DING_KEY, text, msg_id=f"m{next(counter)}", conversation_id="cid-after", expires_ms=expires
+        )
+        return json.dumps(callback).encode()
+
+    def replied(text: str, answer: Answer) -> bool:
+        return any(sent.text == f"echo: {text}" for sent in ding.sent)
+
+    def sign(body: bytes) -> dict[str, str]:  # the signature covers the timestamp, not the body
+        timestamp = str(int(time.time() * 1000))
+        return {"timestamp": timestamp, "sign": dingtalk_fake.sign(timestamp, DING_SECRET)}
+
+    return Entry("dingtalk", adapter, gateway_for(adapter), "/dingtalk/robot/main", sign, valid, replied)
+
+
+@dataclass(frozen=True)
+class _QuerySignedEntry(Entry):
+    """An entry point whose signature travels in the query (WeCom's ``msg_signature`` of the ``Encrypt`` text)."""
+
+    query: Callable[[bytes], str] = lambda body: ""
+
+    def post(self, body: bytes, headers: Mapping[str, str | bytes] | None = None) -> Answer:
+        sent: dict[str, str | bytes] = {"Content-Type": "text/xml", **(headers or {})}
+        return exchange(self.url, "POST", f"{self.path}?{self.query(body)}", body, sent)
+
+
+def _wecom_entry(gateway_for: GatewayFor, wecom: wecom_fake.FakeWecom) -> Entry:
+    app = WecomApp(corp_id=WECOM_CORP, agent_id=1000002, secret="s", token=WECOM_TOKEN, encoding_aes_key=WECOM_AES)
+    config = WecomConfig(port=0, api_base_url=wecom.base_url, max_body_bytes=BODY_LIMIT, apps={"main": app})
+    adapter = WecomAdapter(config, environ={})
+    counter = iter(range(1, 1_000_000))
+
+    def valid(text: str) -> bytes:
+        plain = wecom_fake.message_xml(WECOM_CORP, 1000002, Content=text, MsgId=str(next(counter)))
+        sealed = wecom_fake.seal(plain, WECOM_AES, WECOM_CORP)
+        return f"<xml><ToUserName>{WECOM_CORP}</ToUserName><Encrypt><![CDATA[{sealed}]]></Encrypt></xml>".encode()
+
+    def replied(text: str, answer: Answer) -> bool:
+        return any(sent.text == f"echo: {text}" for sent in wecom.sent)
+
+    def query(body: bytes) -> str:  # signs whatever the body holds between <Encrypt><![CDATA[ and ]]>
+        found = re.search(rb"<Encrypt><!\[CDATA\[(.*?)\]\]></Encrypt>", body, re.DOTALL)
+        sealed = found[1].decode("utf-8", "replace") if found else ""
+        timestamp, nonce = str(int(time.time())), uuid.uuid4().hex
+        mac = wecom_fake.signature(WECOM_TOKEN, timestamp, nonce, sealed)
+        return urlencode({"msg_signature": mac, "timestamp": timestamp, "nonce": nonce})
+
+    return _QuerySignedEntry(
+        "wecom", adapter, gateway_for(adapter), "/wecom/callback/main", lambda body: {}, valid, replied, query
+    )
+
+
+ENTRY_POINTS = ["api_server", "webhook", "slack", "feishu", "whatsapp", "telegram", "qqbot", "bluebubbles", "dingtalk"]
+FORM_ENTRY_POINTS = ["sms", "wecom"]  # form-encoded or XML bodies: no JSON to nest, every other check applies
 
 
 def _error_of(entry: Entry, answer: Answer) -> str:

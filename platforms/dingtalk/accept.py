@@ -1,0 +1,58 @@
+"""What both ways in (HTTP callbacks and the stream) do with a robot message: fetch its files, then commit it.
+
+The message is committed with its conversation's :class:`~platforms.dingtalk.callback.Route` as the poll cursor
+``route:<robot>:<conversationId>`` in the same transaction, so the sender finds the session webhook (and the
+conversation's type and user) after a restart; only then is DingTalk answered or the stream frame acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import msgspec
+
+from platforms.base import AcceptResult, Inbox, PollCursor
+from platforms.dingtalk.callback import PLATFORM, Received, encode_route, route_key
+from platforms.dingtalk.config import RobotKeys
+from platforms.dingtalk.files import attach_files
+from platforms.support.http_host import committed
+
+__all__ = ["commit", "with_files"]
+
+
+async def with_files(
+    received: Received,
+    robot: RobotKeys,
+    *,
+    inbox: Inbox,
+    api_base_url: str,
+    token: Callable[[str | None], Awaitable[str]],
+    timeout_s: float,
+) -> Received:
+    """``received`` with its files downloaded into the media store as the message's attachments."""
+    if not received.files:
+        return received
+    async with aiohttp.ClientSession() as session:
+        inbound = await attach_files(
+            received.inbound,
+            received.files,
+            api_base_url=api_base_url,
+            robot_code=robot.robot_code,
+            token=token,
+            media=inbox.media,
+            session=session,
+            timeout_s=timeout_s,
+        )
+    return msgspec.structs.replace(received, inbound=inbound)
+
+
+async def commit(inbox: Inbox, robot: str, received: Received) -> AcceptResult:
+    """Commit the message with its conversation's route; return once it is safe (raises what the store raised)."""
+    cursor = PollCursor(
+        platform=PLATFORM,
+        cursor=encode_route(received.route),
+        account_id=route_key(robot, received.route.conversation_id),
+    )
+    (result,) = await committed(inbox.submit_many([received.inbound], cursor=cursor), inbox.ask_timeout_s)
+    return result
