@@ -123,6 +123,7 @@ def test_every_module_belongs_to_a_known_layer() -> None:
     assert not unknown, f"modules outside every layer of ARCHITECTURE.md: {unknown}"
 
 
+@pytest.mark.slow
 def test_imports_run_only_downwards() -> None:
     wrong: set[str] = set()
     for name, path in _modules():

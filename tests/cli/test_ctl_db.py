@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import apsw
+import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
@@ -59,6 +60,7 @@ def test_optimize_gives_free_pages_back_and_empties_the_wal(home: Path, store: S
     assert number(store, "SELECT count(*) FROM sqlite_stat1") > 0  # ANALYZE ran
 
 
+@pytest.mark.slow
 def test_optimize_refuses_while_another_process_holds_the_write_lock(home: Path, store: Store) -> None:
     store.create_session("cli")
     other = apsw.Connection(str(home / "state.db"))

@@ -80,7 +80,7 @@ class FakeImap:
 
         self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler, bind_and_activate=True)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-imap", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="fake-imap", daemon=True)
 
     @property
     def port(self) -> int:

@@ -105,6 +105,7 @@ def test_a_redelivered_frame_is_acknowledged_again_and_runs_one_turn(
     assert [m.text for m in fake.sent] == ["echo: once"]
 
 
+@pytest.mark.slow
 def test_ping_is_answered_and_disconnect_or_a_drop_reconnects_with_a_fresh_ticket(
     fake: FakeDingtalk, start_gateway: StartGateway
 ) -> None:

@@ -149,6 +149,7 @@ def test_a_new_thread_starts_with_its_subject_and_idle_announces_it(
     assert {"IDLE", "DONE", "UID FETCH"} <= set(imap.commands)
 
 
+@pytest.mark.slow
 def test_without_idle_the_mailbox_is_polled(tmp_path: Path, smtp: FakeSmtp, start_gateway: StartGateway) -> None:
     imap = FakeImap(USER, PASSWORD, idle=False).start()
     try:

@@ -134,6 +134,7 @@ def test_a_restart_resumes_the_stored_session(start: Start, qq: FakeQq, start_ga
         second.stop()
 
 
+@pytest.mark.slow
 def test_an_invalidated_session_identifies_anew(start: Start, qq: FakeQq) -> None:
     start()
     qq.wait(qq.connected, "identified connection")

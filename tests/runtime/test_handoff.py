@@ -161,6 +161,7 @@ def test_a_handoff_to_a_workspace_scoped_home_binds_the_key_its_replies_arrive_u
         assert [m.content for m in store.load_transcript(session)][-2:] == ["in the thread", "echo: in the thread"]
 
 
+@pytest.mark.slow
 def test_a_handoff_sent_once_the_reply_arrived_is_not_refused_however_late_the_actor_reports(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:

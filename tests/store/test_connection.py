@@ -106,6 +106,7 @@ def test_a_read_only_mount_is_named_with_the_fix(sqlite_store: Store, monkeypatc
     assert str(raised.value) == f"{directory} is on a read-only filesystem; remount it read-write (mount -o remount,rw)"
 
 
+@pytest.mark.slow
 def test_a_write_lock_held_elsewhere_fails_the_probe_after_the_busy_timeout(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     Store.open(path).close()
