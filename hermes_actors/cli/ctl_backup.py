@@ -17,7 +17,6 @@ import click
 from hermes_actors.cli.formatting import format_bytes, plural
 from hermes_actors.cli.options import confirm, database_path, home_option, open_store, reports_errors, resolve_home
 from hermes_actors.cli.progress import PageMeter
-from hermes_actors.daemon.home import PID_NAME
 from hermes_actors.daemon.pid_lock import DaemonRunningError, PidLock
 from hermes_actors.errors import StoreError
 from hermes_actors.runtime.leases import describe_owner, lease_owner_alive
@@ -94,13 +93,6 @@ def db_backup(home: str | None, dest: Path, force: bool) -> None:
     click.echo(f"To restore: hermesctl db restore {dest} --home {root}")
 
 
-def _running_pid(root: Path) -> str:
-    try:
-        return (root / PID_NAME).read_text(encoding="ascii").strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def _refuse_other_holders(target: Path, current: ReplacedDatabase) -> None:
     """Refuse when a live process of this host holds a session of the database (a terminal chat run without
     hermesd keeps it open): it would go on writing to the file moved aside."""
@@ -148,10 +140,11 @@ def db_restore(home: str | None, src: Path, yes: bool) -> None:
     lock = PidLock(root)
     try:
         lock.acquire()
-    except DaemonRunningError:
-        pid = _running_pid(root)
+    except DaemonRunningError as exc:
+        if exc.holder != "hermesd":
+            raise StoreError(str(exc)) from None
         raise StoreError(
-            f"hermesd (pid {pid}) is running on {root}; stop it first (kill -TERM {pid}), then restore again"
+            f"hermesd (pid {exc.pid}) is running on {root}; stop it first (kill -TERM {exc.pid}), then restore again"
         ) from None
     try:
         current = read_replaced(target) if target.exists() else None

@@ -18,7 +18,27 @@ __all__ = ["DaemonRunningError", "PidLock"]
 
 
 class DaemonRunningError(HermesError):
-    """Another daemon holds this home's pid lock."""
+    """Another process holds this home's pid lock: a running hermesd, or ``hermesctl db restore`` (``holder`` names
+    which, ``pid`` its process id as the pid file has it)."""
+
+    def __init__(self, message: str, *, pid: str, holder: str) -> None:
+        super().__init__(message)
+        self.pid = pid
+        self.holder = holder
+
+
+def _holder(pid: str) -> str:
+    """What process ``pid`` runs, as its command line names it (``hermesctl db restore``), or ``hermesd`` when that
+    cannot be read (another machine's /proc, a process gone meanwhile)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return "hermesd"
+    names = [Path(word.decode(errors="replace")).name for word in words if word]
+    for index, name in enumerate(names[:3]):  # hermesctl, or python .../hermesctl
+        if name == "hermesctl":
+            return " ".join(names[index : index + 3])
+    return "hermesd"
 
 
 class PidLock:
@@ -47,9 +67,19 @@ class PidLock:
             handle.seek(0)
             pid = handle.read().strip() or "unknown"
             handle.close()
+            holder = _holder(pid)
+            if holder != "hermesd":
+                raise DaemonRunningError(
+                    f"'{holder}' (pid {pid}) holds {self.path.parent} while it works; let it finish (or answer its "
+                    "question), then start again",
+                    pid=pid,
+                    holder=holder,
+                ) from None
             raise DaemonRunningError(
                 f"another hermesd (pid {pid}) is running on {self.path.parent}; stop it with 'kill -TERM {pid}' "
-                "or start this one with a different --home"
+                "or start this one with a different --home",
+                pid=pid,
+                holder=holder,
             ) from None
         handle.seek(0)
         handle.truncate()

@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
-from hermes_actors.daemon.pid_lock import PidLock
+from hermes_actors.daemon.pid_lock import DaemonRunningError, PidLock
 from hermes_actors.media import MediaStore
 from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store
 from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
@@ -183,6 +185,49 @@ def test_restore_is_refused_while_hermesd_holds_the_home(home: Path, store: Stor
         f"Error: hermesd (pid {pid}) is running on {home}; stop it first (kill -TERM {pid}), then restore again\n"
     )
     assert not any(p.name.startswith("state.db.before-restore-") for p in home.iterdir())
+
+
+@pytest.mark.slow
+def test_a_start_while_a_restore_waits_for_its_answer_names_the_restore_not_a_hermesd(
+    home: Path, store: Store, tmp_path: Path
+) -> None:
+    seed(store, home)
+    dest = tmp_path / "hermes.db"
+    assert run(home, "db", "backup", str(dest)).exit_code == 0
+    hermesctl = Path(sys.executable).parent / "hermesctl"
+    restore = subprocess.Popen(
+        [sys.executable, str(hermesctl), "db", "restore", str(dest), "--home", str(home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def refused() -> DaemonRunningError | None:
+            try:
+                PidLock(home).acquire()  # what hermesd does first
+            except DaemonRunningError as exc:
+                return exc
+            raise AssertionError("the lock was free: the restore should hold it while it asks")
+
+        # The restore takes the lock before it asks; until then the home is unlocked, so wait for its question.
+        assert restore.stderr is not None
+        asked = b""
+        while b"[y/N]" not in asked:
+            chunk = restore.stderr.read1(4096)  # type: ignore[attr-defined]
+            assert chunk, f"hermesctl ended without asking: {asked!r}"
+            asked += chunk
+        error = refused()
+        assert error is not None
+        assert error.holder == "hermesctl db restore"
+        assert error.pid == str(restore.pid)
+        assert str(error) == (
+            f"'hermesctl db restore' (pid {restore.pid}) holds {home} while it works; let it finish (or answer its "
+            "question), then start again"
+        )
+    finally:
+        restore.communicate(input=b"n\n", timeout=30)
+    assert restore.returncode == 0
 
 
 def test_restore_refuses_a_terminal_chat_holding_a_session_of_the_home(
