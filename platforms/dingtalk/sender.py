@@ -14,7 +14,6 @@ left the group, a user who is not staff) give the reply up with DingTalk's code 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from platforms.support import http_client
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
+from platforms.support.tokens import TokenCache
 
 __all__ = ["GROUP_PATH", "MAX_TEXT_CHARS", "ONE_TO_ONE_PATH", "TOKEN_PATH", "DingtalkSender"]
 
@@ -39,7 +39,6 @@ ONE_TO_ONE_PATH = "/v1.0/robot/oToMessages/batchSend"
 GROUP_PATH = "/v1.0/robot/groupMessages/send"
 MAX_TEXT_CHARS = 5000
 WEBHOOK_MARGIN_S = 60.0  # a session webhook this close to expiry is not used
-_REFRESH_MARGIN_S = 300.0
 _DEFAULT_EXPIRE_S = 7200.0
 _DEFAULT_WAIT_S = 1.0
 _WEBHOOK_TOO_FAST = 130101
@@ -59,31 +58,13 @@ def _throttled(result: http_client.HttpResult, answer: dict[str, Any] | None) ->
     return result.status == 429 or "throttl" in code.lower() or "qpslimit" in code.lower()
 
 
-class _Tokens:
+class _Tokens(TokenCache[RobotKeys]):
     """Access tokens per robot, cached until shortly before they expire (thread-safe)."""
 
     def __init__(self, base_url: str, *, clock: Callable[[], float], timeout_s: float) -> None:
+        super().__init__(clock=clock)
         self._base_url = base_url
-        self._clock = clock
         self._timeout = timeout_s
-        self._lock = threading.Lock()
-        self._tokens: dict[str, tuple[str, float]] = {}
-
-    def get(self, robot: RobotKeys) -> str:
-        with self._lock:
-            cached = self._tokens.get(robot.name)
-            now = self._clock()
-            if cached is None or now >= cached[1]:
-                value, expire = self._fetch(robot)
-                cached = (value, now + expire - min(_REFRESH_MARGIN_S, expire / 2))
-                self._tokens[robot.name] = cached
-            return cached[0]
-
-    def forget(self, robot: RobotKeys, value: str) -> None:
-        with self._lock:
-            cached = self._tokens.get(robot.name)
-            if cached is not None and cached[0] == value:
-                del self._tokens[robot.name]
 
     def _fetch(self, robot: RobotKeys) -> tuple[str, float]:
         what = f"dingtalk robot '{robot.name}': access token"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from platforms.feishu.events import PLATFORM
 from platforms.support import http_client
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
+from platforms.support.tokens import TokenCache
 
 __all__ = ["MAX_CONTENT_BYTES", "FeishuSender", "content_bytes", "content_json"]
 
@@ -39,7 +39,6 @@ TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 SEND_PATH = "/open-apis/im/v1/messages?receive_id_type=chat_id"
 _TOKEN_INVALID = frozenset({99991661, 99991663, 99991664})
 _RATE_LIMITED = frozenset({99991400, 230020})
-_REFRESH_MARGIN_S = 300.0  # fetch a new token this long before the old one expires
 _DEFAULT_EXPIRE_S = 7200
 _DEFAULT_WAIT_S = 1.0  # a rate-limit answer without a hint
 _HINTS = {
@@ -102,37 +101,12 @@ def _check(result: http_client.HttpResult, answer: dict[str, Any] | None, what: 
     return data if isinstance(data, dict) else {}
 
 
-class _Token(msgspec.Struct, frozen=True, kw_only=True):
-    value: str
-    refresh_at: float
-
-
-class _Tokens:
+class _Tokens(TokenCache[AppKeys]):
     """Tenant access tokens of self-built apps, cached until shortly before they expire (thread-safe)."""
 
     def __init__(self, *, clock: Callable[[], float], timeout_s: float) -> None:
-        self._clock = clock
+        super().__init__(clock=clock)
         self._timeout = timeout_s
-        self._lock = threading.Lock()
-        self._tokens: dict[str, _Token] = {}
-
-    def get(self, app: AppKeys) -> str:
-        """The app's token, fetched when there is none or it is about to expire; raise :class:`SendError`."""
-        with self._lock:
-            token = self._tokens.get(app.name)
-            now = self._clock()
-            if token is None or now >= token.refresh_at:
-                value, expire = self._fetch(app)
-                token = _Token(value=value, refresh_at=now + expire - min(_REFRESH_MARGIN_S, expire / 2))
-                self._tokens[app.name] = token
-            return token.value
-
-    def forget(self, app: AppKeys, value: str) -> None:
-        """Drop ``value`` (refused by the server) so the next :meth:`get` fetches a new token."""
-        with self._lock:
-            token = self._tokens.get(app.name)
-            if token is not None and token.value == value:
-                del self._tokens[app.name]
 
     def _fetch(self, app: AppKeys) -> tuple[str, float]:
         what = f"feishu app '{app.name}': tenant access token"

@@ -11,7 +11,6 @@ see, an IP not on the app's allow-list) give the reply up with WeCom's code and 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +22,7 @@ from platforms.support import http_client
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
+from platforms.support.tokens import TokenCache
 from platforms.wecom.callback import PLATFORM
 from platforms.wecom.config import AppKeys
 
@@ -43,34 +43,15 @@ _PERMANENT = {
     40056: "the agent id is not valid",
     48002: "the API is forbidden for this app",
 }
-_REFRESH_MARGIN_S = 300.0
 
 
-class _Tokens:
+class _Tokens(TokenCache[AppKeys]):
     """Access tokens per app, cached until shortly before they expire (thread-safe)."""
 
     def __init__(self, base_url: str, *, clock: Callable[[], float], timeout_s: float) -> None:
+        super().__init__(clock=clock)
         self._base_url = base_url
-        self._clock = clock
         self._timeout = timeout_s
-        self._lock = threading.Lock()
-        self._tokens: dict[str, tuple[str, float]] = {}
-
-    def get(self, app: AppKeys) -> str:
-        with self._lock:
-            cached = self._tokens.get(app.name)
-            now = self._clock()
-            if cached is None or now >= cached[1]:
-                value, expire = self._fetch(app)
-                cached = (value, now + expire - min(_REFRESH_MARGIN_S, expire / 2))
-                self._tokens[app.name] = cached
-            return cached[0]
-
-    def forget(self, app: AppKeys, value: str) -> None:
-        with self._lock:
-            cached = self._tokens.get(app.name)
-            if cached is not None and cached[0] == value:
-                del self._tokens[app.name]
 
     def _fetch(self, app: AppKeys) -> tuple[str, float]:
         what = f"wecom app '{app.name}': gettoken"
