@@ -9,6 +9,7 @@ owner whatever the umask. :func:`check_writable` is the cheap probe behind the d
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import logging
@@ -79,28 +80,51 @@ class Synchronous(enum.StrEnum):
 class Transaction:
     """``with Transaction(db):`` runs the block in one transaction; nested, in a savepoint.
 
-    APSW's own connection context manager, typed to show that it never swallows an exception. With
-    ``savepoint=False`` a nested block adds no savepoint and relies on the enclosing one: the store's methods use
-    that, since the writer already gives every job its own savepoint, and a statement pair per method per turn is
-    measurable.
+    The outermost transaction of a writable connection starts with ``BEGIN IMMEDIATE``: it takes the write lock
+    before its first read, waiting out the busy timeout for it. A deferred transaction would read a snapshot first
+    and, when another process committed meanwhile, fail its first write at once with ``SQLITE_BUSY`` (a snapshot
+    cannot be upgraded, and no busy timeout helps), which is how a lease grant racing another process's release
+    failed a turn. A read-only connection begins an ordinary deferred transaction.
+
+    Savepoints come from APSW's own connection context manager, typed to show that it never swallows an exception.
+    With ``savepoint=False`` a nested block adds no savepoint and relies on the enclosing one: the store's methods
+    use that, since the writer already gives every job its own savepoint, and a statement pair per method per turn
+    is measurable.
     """
 
-    __slots__ = ("_active", "_db", "_savepoint")
+    __slots__ = ("_active", "_began", "_db", "_savepoint")
 
     def __init__(self, db: apsw.Connection, *, savepoint: bool = True) -> None:
         self._db = db
         self._savepoint = savepoint
         self._active = False
+        self._began = False
 
     def __enter__(self) -> None:
-        self._active = self._savepoint or not self._db.in_transaction
-        if self._active:
+        outermost = not self._db.in_transaction
+        self._began = outermost and not self._db.readonly("main")
+        self._active = not self._began and (self._savepoint or outermost)
+        if self._began:
+            self._db.execute("BEGIN IMMEDIATE")
+        elif self._active:
             self._db.__enter__()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._active:
+        if self._began:
+            try:
+                if exc_type is None:
+                    self._db.execute("COMMIT")
+                    return
+            except BaseException:
+                with contextlib.suppress(apsw.Error):  # the COMMIT's own error is the one to report
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                raise
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        elif self._active:
             self._db.__exit__(exc_type, exc, tb)
 
 

@@ -123,6 +123,37 @@ def test_a_write_lock_held_elsewhere_fails_the_probe_after_the_busy_timeout(tmp_
     )
 
 
+def test_a_writable_stores_transaction_holds_the_write_lock_from_its_first_read(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with Store.open(path) as store:
+        store.kv.set_cursor("telegram", "1", "main")
+        other = apsw.Connection(str(path))
+        try:
+            with store.transaction():
+                assert store.kv.get_cursor("telegram", "main") == "1"  # a read first, as a lease grant does
+                # Another process cannot commit between that read and this transaction's write (a deferred
+                # transaction would then fail its write at once with SQLITE_BUSY): it waits instead.
+                with pytest.raises(apsw.BusyError):
+                    other.execute("BEGIN IMMEDIATE")
+                store.kv.set_cursor("telegram", "2", "main")
+            other.execute("BEGIN IMMEDIATE")  # free once it committed
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+
+
+def test_a_read_only_stores_transaction_takes_no_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    Store.open(path).close()
+    with Store.open(path, readonly=True) as reader, reader.transaction():
+        other = apsw.Connection(str(path))
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+
+
 # A process whose files may not grow past 8000 bytes (RLIMIT_FSIZE): SQLite's 32 KB -shm cannot be made.
 SMALL_FILE_LIMIT = """
 import resource, signal, sys
