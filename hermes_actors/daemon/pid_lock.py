@@ -68,19 +68,18 @@ class PidLock:
             pid = handle.read().strip() or "unknown"
             handle.close()
             holder = _holder(pid)
-            if holder != "hermesd":
-                raise DaemonRunningError(
-                    f"'{holder}' (pid {pid}) holds {self.path.parent} while it works; let it finish (or answer its "
-                    "question), then start again",
-                    pid=pid,
-                    holder=holder,
-                ) from None
-            raise DaemonRunningError(
-                f"another hermesd (pid {pid}) is running on {self.path.parent}; stop it with 'kill -TERM {pid}' "
-                "or start this one with a different --home",
-                pid=pid,
-                holder=holder,
-            ) from None
+            home = self.path.parent
+            if holder == "hermesd":
+                why = (
+                    f"another hermesd (pid {pid}) is running on {home}; stop it with 'kill -TERM {pid}' "
+                    "or start this one with a different --home"
+                )
+            else:
+                why = (
+                    f"'{holder}' (pid {pid}) holds {home} while it works; let it finish (or answer its question), "
+                    "then start again"
+                )
+            raise DaemonRunningError(why, pid=pid, holder=holder) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")

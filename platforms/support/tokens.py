@@ -31,9 +31,8 @@ K = TypeVar("K", bound=Named)
 class TokenCache(abc.ABC, Generic[K]):
     """Tokens per app (or robot), by name; :meth:`_fetch` gets a new one and says how long it lives."""
 
-    def __init__(self, *, clock: Callable[[], float], margin_s: float = REFRESH_MARGIN_S) -> None:
+    def __init__(self, *, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._margin_s = margin_s
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[str, float]] = {}  # name -> (token, when to fetch a new one)
 
@@ -45,7 +44,7 @@ class TokenCache(abc.ABC, Generic[K]):
             now = self._clock()
             if cached is None or now >= cached[1]:
                 value, lifetime = self._fetch(key)
-                cached = (value, now + lifetime - min(self._margin_s, lifetime / 2))
+                cached = (value, now + lifetime - min(REFRESH_MARGIN_S, lifetime / 2))
                 self._tokens[key.name] = cached
             return cached[0]
 

@@ -202,14 +202,6 @@ def test_a_start_while_a_restore_waits_for_its_answer_names_the_restore_not_a_he
         stderr=subprocess.PIPE,
     )
     try:
-
-        def refused() -> DaemonRunningError | None:
-            try:
-                PidLock(home).acquire()  # what hermesd does first
-            except DaemonRunningError as exc:
-                return exc
-            raise AssertionError("the lock was free: the restore should hold it while it asks")
-
         # The restore takes the lock before it asks; until then the home is unlocked, so wait for its question.
         assert restore.stderr is not None
         asked = b""
@@ -217,8 +209,9 @@ def test_a_start_while_a_restore_waits_for_its_answer_names_the_restore_not_a_he
             chunk = restore.stderr.read1(4096)  # type: ignore[attr-defined]
             assert chunk, f"hermesctl ended without asking: {asked!r}"
             asked += chunk
-        error = refused()
-        assert error is not None
+        with pytest.raises(DaemonRunningError) as refused:
+            PidLock(home).acquire()  # what hermesd does first
+        error = refused.value
         assert error.holder == "hermesctl db restore"
         assert error.pid == str(restore.pid)
         assert str(error) == (
