@@ -329,7 +329,7 @@ class Daemon:
                 return self._terminal.bind(request)
             case SessionAdmin():
                 assert self._gateway is not None
-                return SessionAdministration(self._gateway, database_path(self.home)).handle(request)
+                return SessionAdministration(self._gateway).handle(request)
 
     def status(self) -> StatusReply:
         """The daemon's state for ``hermesctl status``: what ``/health/ready`` and ``/metrics`` say, too."""
