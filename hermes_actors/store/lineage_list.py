@@ -128,8 +128,8 @@ def list_lineages(
     offset: int = 0,
 ) -> LineagePage:
     """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all; the first
-    ``offset`` skipped), with the number there are in all; ``tips`` keeps only the lineages whose tips have these ids (a few: each is a query
-    parameter). See the module docstring for what a lineage and the scope are."""
+    ``offset`` skipped), with the number there are in all; ``tips`` keeps only the lineages whose tips have these
+    ids (a few: each is a query parameter). See the module docstring for what a lineage and the scope are."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:

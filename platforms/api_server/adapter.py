@@ -25,6 +25,7 @@ from platforms.api_server.config import ApiServerConfig, is_loopback
 from platforms.api_server.images import image_attachment
 from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.sessions import SESSION_HEADER, continue_session, key_fingerprint, session_named
+from platforms.api_server.surface import add_surface
 from platforms.api_server.wire import (
     HTTP_ERRORS,
     PLATFORM,
@@ -156,6 +157,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
+        add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
 
     def _attached(self) -> tuple[Inbox, HttpHost] | None:
         inbox, host = self._inbox, self._host
