@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -73,12 +73,17 @@ class Api:
         return root, reply["session_id"]
 
 
+class Start(Protocol):
+    def __call__(self, *, admin_key: str | None = ADMIN, **config: Any) -> Api: ...
+
+
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Any]:
+def start(tmp_path: Path) -> Iterator[Start]:
     with ExitStack() as stack:
 
         def run(*, admin_key: str | None = ADMIN, **config: Any) -> Api:
-            server = ApiServer(ApiServerConfig(**({"port": 0, "key": KEY} | config)), environ={})
+            options: dict[str, Any] = {"port": 0, "key": KEY} | config
+            server = ApiServer(ApiServerConfig(**options), environ={})
             gateway = Gateway(
                 tmp_path / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
             )
@@ -91,7 +96,7 @@ def start(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def api(start: Any) -> Api:
+def api(start: Start) -> Api:
     return start()
 
 
@@ -117,7 +122,7 @@ def test_the_admin_key_does_not_open_the_client_routes_and_is_not_needed_there(a
     assert models["data"][0]["id"] == "hermes-agent"
 
 
-def test_without_an_admin_key_the_operator_routes_stay_closed(start: Any) -> None:
+def test_without_an_admin_key_the_operator_routes_stay_closed(start: Start) -> None:
     api = start(admin_key=None)
     assert api.call("GET", "/api/sessions", key=ADMIN)[0] == 401
     assert api.call("GET", "/api/sessions", key="")[0] == 401
@@ -313,7 +318,7 @@ def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
 # -- discovery, health, CORS, headers --------------------------------------------------------------------------
 
 
-def test_capabilities_publish_the_model_endpoints_and_features(start: Any) -> None:
+def test_capabilities_publish_the_model_endpoints_and_features(start: Start) -> None:
     api = start(model_name="house-model", max_body_bytes=65536)
     assert api.call("GET", "/v1/capabilities", key=None)[0] == 401  # a /v1 route: the client key opens it
     capabilities = api.call("GET", "/v1/capabilities", key=KEY)[1]
@@ -342,7 +347,7 @@ def test_health_detailed_lists_store_disk_agent_and_platform_checks(api: Api) ->
     assert "vitals" in body
 
 
-def test_an_origin_outside_cors_origins_is_refused_and_an_allowed_one_is_echoed(start: Any) -> None:
+def test_an_origin_outside_cors_origins_is_refused_and_an_allowed_one_is_echoed(start: Start) -> None:
     api = start(cors_origins=("https://chat.example.org",))
     status, headers, body = api.raw("GET", "/v1/models", key=KEY, headers={"Origin": "https://evil.example"})
     assert status == 403
@@ -357,7 +362,7 @@ def test_an_origin_outside_cors_origins_is_refused_and_an_allowed_one_is_echoed(
     assert api.raw("GET", "/v1/models", key=KEY)[0] == 200  # no Origin: not a browser page
 
 
-def test_a_preflight_from_an_allowed_origin_is_answered_without_a_key(start: Any) -> None:
+def test_a_preflight_from_an_allowed_origin_is_answered_without_a_key(start: Start) -> None:
     api = start(cors_origins=("http://localhost:3000",))
     status, headers, _ = api.raw(
         "OPTIONS",
