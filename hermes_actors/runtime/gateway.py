@@ -159,7 +159,7 @@ class Gateway:
         try:
             usage = shutil.disk_usage(self.database.parent)
             disk = DiskSpace(path=str(self.database.parent), free_bytes=usage.free, total_bytes=usage.total)
-        except OSError:
+        except Exception:  # informational: a failed look at the disk never fails a health check
             disk = None
         agent = self._runtime.services.agent
         kind = type(agent).__name__.removesuffix("Agent").lower() or "agent"

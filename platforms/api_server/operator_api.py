@@ -37,7 +37,7 @@ from hermes_actors.errors import (
     TitleError,
     TitleInUseError,
 )
-from hermes_actors.operator_port import Operator, SessionExistsError
+from hermes_actors.operator_port import Operator, SessionExistsError, SessionView
 from platforms.api_server.wire import ApiError, json_response
 from platforms.support import json_guard
 from platforms.support.http_host import read_decoded
@@ -226,12 +226,12 @@ class OperatorApi:
             raise ApiError(400, "send 'title' (a string, or null to clear it) and/or 'end': true", code="invalid_value")
         title = fields.title
 
-        def change(op: Operator) -> object:
+        def change(op: Operator) -> SessionView:
             if not isinstance(title, msgspec.UnsetType):
-                view = op.rename(session_id, title)
-            if fields.end:
-                view = op.end(session_id)
-            return view
+                renamed = op.rename(session_id, title)
+                if not fields.end:
+                    return renamed
+            return op.end(session_id)  # after the rename, when both are asked for
 
         return json_response(await operator_call(self._attached, change))
 

@@ -19,6 +19,7 @@ from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.store import Store
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
 from platforms.api_server.guards import SECURITY_HEADERS
+from platforms.support.shared_http import SharedListener
 
 KEY = "sk-client-key"
 ADMIN = "hk-admin-operator-key-for-tests"
@@ -304,6 +305,14 @@ def test_chat_refuses_an_ended_session_an_empty_message_and_an_unknown_one(api: 
     assert "fork" in body["error"]["message"]
 
 
+def test_the_operator_may_talk_in_another_platforms_session(api: Api) -> None:
+    with Store.open(api.gateway.database) as store:
+        store.create_session("telegram", session_id="tg-9")
+    assert api.talk("tg-9", "hello telegram") == [{"session_id": "tg-9", "reply": "echo: hello telegram"}]
+    messages = api.ok("GET", "/api/sessions/tg-9/messages")["data"]
+    assert [m["content"] for m in messages] == ["hello telegram", "echo: hello telegram"]
+
+
 def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
     session = api.ok("POST", "/api/sessions", {}, status=201)["id"]
     status, headers, body = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "streamed hello"})
@@ -411,3 +420,24 @@ def test_a_bad_cors_origin_in_the_config_names_its_index() -> None:
 
     with pytest.raises(ConfigError, match=r"cors_origins\[1\].*scheme://host"):
         ApiServerConfig(cors_origins=("https://ok.example", "https://bad.example/path"))
+
+
+def test_on_the_shared_port_the_operator_api_guards_and_headers_come_along(tmp_path: Path) -> None:
+    server = ApiServer(ApiServerConfig(port=0, key=KEY, cors_origins=("https://ok.example",)), environ={})
+    listener = SharedListener(host="127.0.0.1", port=0)
+    assert listener.attach("api_server", server)
+    with Gateway(tmp_path / "state.db", senders=server.senders()) as gateway:
+        server.start(GatewayInbox(gateway, admin_key=ADMIN))
+        listener.start()
+        try:
+            api = Api(server, gateway)
+            session = api.ok("POST", "/api/sessions", {"title": "shared"}, status=201)["id"]
+            assert api.call("GET", "/api/sessions", key=KEY)[0] == 401
+            status, headers, body = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "hi"})
+            assert status == 200
+            assert b"[DONE]" in body
+            assert headers["Content-Security-Policy"] == "default-src 'none'"
+            status, headers, _ = api.raw("GET", "/v1/models", key=KEY, headers={"Origin": "https://no.example"})
+            assert (status, headers["X-Frame-Options"]) == (403, "DENY")
+        finally:
+            listener.stop(10)
