@@ -38,7 +38,8 @@ class SessionView(msgspec.Struct, frozen=True, kw_only=True):
     """One session as the operator sees it; in a listing, a whole compression lineage shown by its tip.
 
     ``lineage`` holds the lineage's session ids, root first and ``id`` last (only ``id`` outside a lineage listing);
-    ``message_count`` is the lineage's total in a lineage listing, the session's own otherwise.
+    ``message_count`` is the lineage's total in a lineage listing, the session's own otherwise. A listing leaves
+    ``system_prompt`` out (``None``); a single session has it.
     """
 
     id: str

@@ -6,8 +6,9 @@ through :class:`~hermes_actors.runtime.session_admin.LiveAdmin`, the path ``herm
 ``hermesd``, so a session's live actor applies it and a session another process holds is refused
 (:class:`~hermes_actors.errors.SessionBusyError`).
 
-A fork ends its parent (reason ``branched``) through the parent's actor first, so no turn of the parent is running
-while its messages are copied, then creates the child with a copy of the messages, the parent's frozen system
+A fork ends its parent (reason ``branched``) through the parent's actor first, as an operator's end does (a turn of
+it still running is cancelled, as ``/new`` cancels one), so nothing is added to the parent while its messages are
+copied, then creates the child with a copy of the messages, the parent's frozen system
 message and tools, and the title ``"<title> (N)"`` (:func:`~hermes_actors.titles.distinct_title`: ``#N`` numbers
 compression lineages only). Attachments are not copied: the child's messages keep their text.
 """
@@ -40,8 +41,11 @@ _MAX_FORK_NUMBER = 1000
 _FORK_SUFFIX = re.compile(r"^(?P<base>.*\S) \([1-9]\d{0,8}\)$")  # a fork's " (N)", so a fork of one counts on
 
 
-def session_view(record: SessionRecord, *, lineage: list[str] | None = None, preview: str | None = None) -> SessionView:
-    """``record`` as the port shows it."""
+def session_view(
+    record: SessionRecord, *, lineage: list[str] | None = None, preview: str | None = None, listed: bool = False
+) -> SessionView:
+    """``record`` as the port shows it; ``listed`` leaves the system prompt out (a row of a listing: it can be long,
+    holding the user's memories as of the session's start)."""
     return SessionView(
         id=record.id,
         source=record.source,
@@ -57,14 +61,14 @@ def session_view(record: SessionRecord, *, lineage: list[str] | None = None, pre
         tool_call_count=record.tool_call_count,
         input_tokens=record.input_tokens,
         output_tokens=record.output_tokens,
-        system_prompt=record.system_prompt,
+        system_prompt=None if listed else record.system_prompt,
         lineage=lineage if lineage is not None else [record.id],
         preview=preview,
     )
 
 
 def _lineage_view(row: LineageRow) -> SessionView:
-    view = session_view(row.tip, lineage=row.members, preview=row.preview)
+    view = session_view(row.tip, lineage=row.members, preview=row.preview, listed=True)
     return msgspec.structs.replace(view, message_count=row.message_count)
 
 
@@ -113,7 +117,7 @@ class GatewayOperator:
             if include_children:
                 records = store.list_sessions(source=source, limit=limit, offset=offset)
                 total = store.count_exports(source=source)
-                views = [session_view(record) for record in records]
+                views = [session_view(record, listed=True) for record in records]
             else:
                 page = store.list_lineages(source=source, limit=limit, offset=offset)
                 total, views = page.total, [_lineage_view(row) for row in page.rows]

@@ -139,6 +139,7 @@ def test_a_session_is_created_read_renamed_ended_and_deleted(api: Api) -> None:
     assert (created["id"], created["title"], created["live"], created["source"]) == ("ops-1", "Ops", True, "api_server")
     assert created["system_prompt"] == "You are terse."
     assert api.ok("GET", "/api/sessions/ops-1")["title"] == "Ops"
+    assert api.ok("GET", "/api/sessions")["data"][0]["system_prompt"] is None  # listings leave it out
     assert api.ok("PATCH", "/api/sessions/ops-1", {"title": "Ops desk"})["title"] == "Ops desk"
     assert api.ok("PATCH", "/api/sessions/ops-1", {"title": None})["title"] is None
     ended = api.ok("PATCH", "/api/sessions/ops-1", {"end": True})
