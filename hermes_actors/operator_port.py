@@ -136,5 +136,6 @@ class Operator(Protocol):
         ...
 
     def chat_target(self, session_id: str) -> str:
-        """The live session a new turn for ``session_id`` goes to (the newest of its lineage)."""
+        """The live session a new turn for ``session_id`` goes to (the newest of its lineage); ``SessionClosedError``
+        when that one ended, ``SessionBusyError`` while another process holds it."""
         ...

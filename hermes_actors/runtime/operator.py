@@ -207,10 +207,11 @@ class GatewayOperator:
         return None
 
     def chat_target(self, session_id: str) -> str:
-        """The newest session of ``session_id``'s lineage, when it is live."""
+        """The newest session of ``session_id``'s lineage, when it is live and no other process holds it."""
         with self._gateway.read() as store:
             store.get_session(session_id)
-            tip = store.get_session(store.lineage_tip(session_id))
+            tip_id = store.lineage_tip(session_id)
+        tip = self._admin.check(tip_id)
         if not tip.is_live:
             raise SessionClosedError(
                 f"session {tip.id} has ended ({tip.end_reason}); fork it (POST /api/sessions/{tip.id}/fork) or "

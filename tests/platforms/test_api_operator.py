@@ -208,6 +208,7 @@ def test_a_session_another_process_holds_is_refused_with_409_and_left_alone(api:
         ("PATCH", "/api/sessions/held", {"end": True}),
         ("DELETE", "/api/sessions/held", None),
         ("POST", "/api/sessions/held/fork", None),
+        ("POST", "/api/sessions/held/chat", {"message": "hi"}),
     ]:
         status, answer = api.call(method, path, body)
         assert (status, answer["error"]["code"]) == (409, "session_busy"), (method, path)
