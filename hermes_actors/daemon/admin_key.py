@@ -4,11 +4,14 @@ It is ``daemon.admin_key`` of ``config.yaml``, else ``$HERMES_ADMIN_KEY``, else 
 which the first ``hermesd`` start (or ``hermesctl admin-key``) generates: 32 random bytes, written with mode 0600
 into a temporary file and linked into place, so two processes starting at once end up with one key and nobody
 reads a half-written file. Later starts reuse it; deleting the file makes the next start generate a new one.
+``hermesd`` (and ``hermesctl config check``) refuse a configured admin key that is also the API's client key
+(:func:`refuse_shared_key`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
 import secrets
 import stat
@@ -21,7 +24,7 @@ import msgspec
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.errors import ConfigError
 
-__all__ = ["ADMIN_KEY_ENV", "ADMIN_KEY_NAME", "AdminKey", "admin_key"]
+__all__ = ["ADMIN_KEY_ENV", "ADMIN_KEY_NAME", "AdminKey", "admin_key", "configured_admin_key", "refuse_shared_key"]
 
 ADMIN_KEY_NAME = "admin_key"
 ADMIN_KEY_ENV = "HERMES_ADMIN_KEY"
@@ -48,16 +51,37 @@ class AdminKey(msgspec.Struct, frozen=True, kw_only=True):
 def admin_key(home: Path, settings: Settings, environ: Mapping[str, str]) -> AdminKey:
     """The admin key of ``home``; generates ``home/admin_key`` (mode 0600) when neither the configuration nor the
     environment sets one. Raises :class:`ConfigError` for a key file that holds no key."""
-    if settings.daemon.admin_key is not None:
-        return AdminKey(key=settings.daemon.admin_key, origin="config")
-    from_env = environ.get(ADMIN_KEY_ENV, "").strip()
-    if from_env:
-        return AdminKey(key=from_env, origin="environment")
+    configured = configured_admin_key(settings, environ)
+    if configured is not None:
+        return configured
     path = home / ADMIN_KEY_NAME
     key = _read(path)
     if key is None:
         key = _generate(path)
     return AdminKey(key=key, origin="file", path=str(path))
+
+
+def configured_admin_key(settings: Settings, environ: Mapping[str, str]) -> AdminKey | None:
+    """``daemon.admin_key``, else ``$HERMES_ADMIN_KEY``; ``None`` when neither is set (the home's file is used)."""
+    if settings.daemon.admin_key is not None:
+        return AdminKey(key=settings.daemon.admin_key, origin="config")
+    from_env = environ.get(ADMIN_KEY_ENV, "").strip()
+    return AdminKey(key=from_env, origin="environment") if from_env else None
+
+
+def refuse_shared_key(found: AdminKey, settings: Settings, environ: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` when the admin key is also the API server's client key: whoever may chat would
+    then see every session."""
+    section = settings.platforms.get("api_server")
+    if section is None:
+        return
+    client = getattr(section, "key", None) or environ.get(getattr(section, "key_env", "") or "", "").strip() or None
+    if client is not None and hmac.compare_digest(client.encode(), found.key.encode()):
+        raise ConfigError(
+            "daemon.admin_key",
+            f"the admin key ({found.describe()}) is also the API's client key, so every client could reach every "
+            "session; give the operator API a key of its own",
+        )
 
 
 def _read(path: Path) -> str | None:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.daemon.admin_key import ADMIN_KEY_ENV, admin_key
+from hermes_actors.daemon.admin_key import ADMIN_KEY_ENV, admin_key, refuse_shared_key
 from hermes_actors.daemon.config_file import DaemonSettings, Settings
 from hermes_actors.daemon.process import Daemon
 from hermes_actors.daemon.startup import check_configuration
@@ -99,3 +99,22 @@ def test_a_key_file_others_can_read_is_made_private_and_an_empty_one_is_refused(
 def test_a_short_configured_admin_key_names_the_setting() -> None:
     with pytest.raises(ConfigError, match=r"daemon.admin_key.*at least 16 characters"):
         DaemonSettings(admin_key="short")
+
+
+def test_hermesd_refuses_an_admin_key_that_is_also_the_client_key(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    shared = "the-same-key-for-both-of-them"
+    (home / "config.yaml").write_text(
+        f"daemon:\n  admin_key: {shared}\nplatforms:\n  api_server:\n    port: 0\n    key: {shared}\n"
+    )
+    with pytest.raises(ConfigError, match="also the API's client key"):
+        _daemon(home)
+    checked = CliRunner().invoke(hermesctl, ["config", "check", "--home", str(home)], env={ADMIN_KEY_ENV: None})
+    assert checked.exit_code == 2
+    assert "also the API's client key" in checked.output
+    settings = Settings(daemon=DaemonSettings(admin_key=shared))
+    found = admin_key(home, settings, {})
+    refuse_shared_key(found, settings, {})  # the default API section has no client key
+    with pytest.raises(ConfigError, match=r"daemon.admin_key.*key of its own"):
+        refuse_shared_key(found, settings, {"HERMES_API_KEY": shared})  # the client key from its variable
