@@ -17,9 +17,10 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from hermes_actors.agents.turn import TurnEvents
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 
@@ -116,6 +117,18 @@ class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str
     inbox_id: int | None
     duplicate: bool
+
+
+class StoredAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a message the inbox took: ``pending`` until its turn commits, then ``done`` (answered) or
+    ``rejected``; ``reply`` is the agent's last words after it in its session (``None``: the turn stored no
+    reply, e.g. the agent failed), with the model's tokens for that turn."""
+
+    message: InboundMessage  # as the inbox stored it
+    state: str
+    session_id: str | None
+    reply: str | None = None
+    usage: TokenUsage | None = None
 
 
 class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
@@ -302,6 +315,20 @@ class Inbox(Protocol):
 
     def store_unwritable_reason(self) -> str | None:
         """Why the store cannot take writes now (for a health check), or ``None`` when it can."""
+        ...
+
+    def watch_turn(self, message_id: str, events: TurnEvents) -> None:
+        """Report the turn that answers ``message_id`` to ``events`` as it happens (streamed text, tool calls);
+        register before submitting the message. Called from the agent's thread: each call must return at once."""
+        ...
+
+    def unwatch_turn(self, message_id: str) -> None:
+        """Stop reporting ``message_id``'s turn."""
+        ...
+
+    def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
+        """What became of ``platform``'s message ``message_id`` (``account_id`` ``""``), ``None`` when the inbox
+        never took it: still pending, or answered with the reply stored in its session."""
         ...
 
     def readiness(self) -> Readiness:

@@ -4,6 +4,7 @@ calls, and the one error every agent raises."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import msgspec
 
@@ -11,7 +12,35 @@ from hermes_actors.agents.tools import Tool
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import MessageRecord, Role
 
-__all__ = ["AgentError", "AgentMessage", "AgentReply", "Memory", "TurnInput", "system_message"]
+__all__ = [
+    "AgentError",
+    "AgentMessage",
+    "AgentReply",
+    "Memory",
+    "ToolStatus",
+    "TurnEvents",
+    "TurnInput",
+    "system_message",
+]
+
+ToolStatus = str
+"""``running`` when a tool call starts, ``completed`` when its result is in."""
+
+
+class TurnEvents(Protocol):
+    """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
+
+    Called from the agent's thread; each call must return at once. What is reported here is only a view: the
+    reply the agent returns is what the turn stores.
+    """
+
+    def text(self, delta: str) -> None:
+        """The next piece of the reply's text, as the model produced it."""
+        ...
+
+    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+        """A tool call started (``running``) or finished (``completed``)."""
+        ...
 
 
 class AgentError(Exception):
@@ -61,6 +90,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
     # an agent that takes some natively (images, for a vision model) sends them with this turn only.
     attachments: Sequence[Attachment] = ()
+    # Where the agent reports the turn as it happens (streamed text, tool calls), when a client watches it.
+    events: TurnEvents | None = None
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):

@@ -41,6 +41,7 @@ from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
+from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneResult
 from hermes_actors.store.writer import WriterClosedError
@@ -144,6 +145,11 @@ class Gateway:
         """Hand an operator's rename or end to the session's actor (see :meth:`LifecycleCommands.admin
         <hermes_actors.lifecycle.handlers.LifecycleCommands.admin>`); its future says when it was applied."""
         self._supervisor.admin(change)
+
+    @property
+    def watch(self) -> TurnWatch:
+        """Who watches which message's turn live (entry points register, turns report)."""
+        return self._runtime.services.watch
 
     def session_for(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches now."""

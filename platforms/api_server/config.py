@@ -19,7 +19,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     ``key`` is the bearer key clients must send; when it is unset, the environment variable named by ``key_env``
     supplies it, and when neither is set the API is open (allowed on a loopback ``host`` only).
-    ``keepalive_s`` is how often a streaming response sends an SSE comment while the turn runs.
+    ``keepalive_s`` is how long a streaming response stays silent before it sends an SSE comment;
+    ``max_concurrent_runs`` caps the requests running turns at once (0: no cap; beyond it, 429).
     ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
     API; a request from any other ``Origin`` is refused with 403.
     """
@@ -32,7 +33,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     model_name: str = "hermes-agent"
     request_timeout_s: float = 300.0
     max_body_bytes: int = 4 * 1024 * 1024
-    keepalive_s: float = 15.0
+    keepalive_s: float = 30.0
+    max_concurrent_runs: int = 64
     cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -49,6 +51,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ConfigError(f"{field}.request_timeout_s", "must be a positive number of seconds")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
+        if self.max_concurrent_runs < 0:
+            raise ConfigError(f"{field}.max_concurrent_runs", "must be 0 (no cap) or a positive number of requests")
         if self.keepalive_s <= 0:
             raise ConfigError(f"{field}.keepalive_s", "must be a positive number of seconds")
         for index, origin in enumerate(self.cors_origins):
