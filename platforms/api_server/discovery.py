@@ -13,7 +13,8 @@ import msgspec
 from aiohttp import web
 
 from platforms.api_server.config import ApiServerConfig
-from platforms.api_server.sessions import SESSION_HEADER
+from platforms.api_server.idempotency import IDEMPOTENCY_HEADER
+from platforms.api_server.sessions import MEMORY_HEADER, SESSION_HEADER
 from platforms.api_server.wire import json_response
 
 __all__ = ["ENDPOINTS", "Discovery", "Endpoint", "features"]
@@ -50,15 +51,19 @@ def features(config: ApiServerConfig) -> dict[str, object]:
     """What the chat routes do, as a client would ask it."""
     return {
         "streaming": True,  # stream=true answers server-sent events ending with [DONE]
-        "token_streaming": False,  # ... but the reply comes as one content chunk, not token by token
-        "tool_progress_events": False,
-        "session_header": SESSION_HEADER,  # names the session to continue; the reply's says where the turn ended
+        "token_streaming": True,  # each text delta of the model as it arrives
+        "tool_progress_events": True,  # event: hermes.tool.progress {tool, toolCallId, status}
+        "stateless": True,  # without the session header the body's conversation is what the model sees
+        "session_header": SESSION_HEADER,  # continues a stored session; the reply's says where the turn ended
+        "memory_header": MEMORY_HEADER,  # a long-term memory scope independent of the session
+        "idempotency": IDEMPOTENCY_HEADER,  # a retry with the same key is answered from the store
         "images": True,  # image_url content parts (data: URLs are stored, http(s) URLs passed on)
-        "idempotency": False,
+        "usage": True,  # the model's reported token usage (estimated when it reports none)
         "responses": False,
         "runs": False,
         "operator_api": True,  # /api/sessions with the admin key
         "cors": bool(config.cors_origins),
+        "max_concurrent_runs": config.max_concurrent_runs,  # 0: no cap; beyond it 429
         "max_body_bytes": config.max_body_bytes,
     }
 

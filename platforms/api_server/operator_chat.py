@@ -9,6 +9,7 @@ request that stops waiting (timeout, disconnect) loses only the wait: the turn's
 ``/chat`` answers ``{"session_id", "reply"}`` (``session_id`` is where the turn ended: a compression moves it);
 ``/chat/stream`` answers the same as server-sent events: ``: keep-alive`` comments while the turn runs, one
 ``data: {"session_id", "reply"}`` event, then ``data: [DONE]`` (a failure is a ``data: {"error": ...}`` event).
+A turn the agent failed is 502 ``agent_incomplete``, not an answer.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import uuid
 import msgspec
 from aiohttp import web
 
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
@@ -134,7 +135,8 @@ class OperatorChat:
         return inbound, reply
 
     async def _reply(self, reply: asyncio.Future[OutboundMessage], timeout_s: float) -> OutboundMessage:
-        """The turn's reply; a 504 when it takes longer than ``timeout_s``, a 503 when it could not be saved."""
+        """The turn's reply; a 504 when it takes longer than ``timeout_s``, a 502 when the agent gave none, a 503
+        when it could not be saved."""
         try:
             message = reply.result() if reply.done() else await asyncio.wait_for(asyncio.shield(reply), timeout_s)
         except TimeoutError:
@@ -145,6 +147,8 @@ class OperatorChat:
                 type="server_error",
                 code="timeout",
             ) from None
+        if message.error == OutboundError.AGENT_FAILED:  # the agent's failure is not an answer
+            raise ApiError(502, message.text, type="server_error", code="agent_incomplete")
         if message.error is not None:
             raise ApiError(503, message.text, type="server_error", code=message.error)
         return message

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from hermes_actors.agents.base import EchoAgent
+from hermes_actors.agents.turn import AgentError, AgentReply, TurnInput
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
@@ -24,6 +26,15 @@ from platforms.support.shared_http import SharedListener
 KEY = "sk-client-key"
 ADMIN = "hk-admin-operator-key-for-tests"
 PADDING = " and check every table of it twice" * 4  # turns a summary and 2 recent messages are shorter than
+
+
+class FailingAgent(EchoAgent):
+    """Echoes, except that a turn saying ``fail`` fails as a model endpoint's 500 would."""
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        if turn.user_text == "fail":
+            raise AgentError("the model endpoint answered 500")
+        return super().run_turn(turn, timeout_s=timeout_s)
 
 
 class Api:
@@ -75,18 +86,21 @@ class Api:
 
 
 class Start(Protocol):
-    def __call__(self, *, admin_key: str | None = ADMIN, **config: Any) -> Api: ...
+    def __call__(self, *, admin_key: str | None = ADMIN, agent: EchoAgent | None = None, **config: Any) -> Api: ...
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
     with ExitStack() as stack:
 
-        def run(*, admin_key: str | None = ADMIN, **config: Any) -> Api:
+        def run(*, admin_key: str | None = ADMIN, agent: EchoAgent | None = None, **config: Any) -> Api:
             options: dict[str, Any] = {"port": 0, "key": KEY} | config
             server = ApiServer(ApiServerConfig(**options), environ={})
             gateway = Gateway(
-                tmp_path / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
+                tmp_path / "state.db",
+                config=RuntimeConfig(protected_recent_messages=2),
+                senders=server.senders(),
+                agent=agent,
             )
             stack.callback(gateway.stop, 10)
             server.start(GatewayInbox(gateway, admin_key=admin_key))
@@ -315,6 +329,19 @@ def test_the_operator_may_talk_in_another_platforms_session(api: Api) -> None:
     assert [m["content"] for m in messages] == ["hello telegram", "echo: hello telegram"]
 
 
+def test_a_turn_the_agent_failed_is_a_502_not_an_answer(start: Start) -> None:
+    api = start(agent=FailingAgent())
+    session = api.ok("POST", "/api/sessions", {}, status=201)["id"]
+    status, body = api.call("POST", f"/api/sessions/{session}/chat", {"message": "fail"})
+    assert (status, body["error"]["code"]) == (502, "agent_incomplete")
+    status, _, raw = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "fail"})
+    assert status == 200
+    events = [line.removeprefix("data: ") for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert json.loads(events[0])["error"]["code"] == "agent_incomplete"
+    assert events[-1] == "[DONE]"
+    assert api.talk(session, "fine again") == [{"session_id": session, "reply": "echo: fine again"}]
+
+
 def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
     session = api.ok("POST", "/api/sessions", {}, status=201)["id"]
     status, headers, body = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "streamed hello"})
@@ -338,7 +365,8 @@ def test_capabilities_publish_the_model_endpoints_and_features(start: Start) -> 
     assert paths["/v1/chat/completions"]["methods"] == ["POST"]
     assert paths["/api/sessions"]["auth"] == "admin"
     features = capabilities["features"]
-    assert features["streaming"] is True
+    assert features["streaming"] is features["token_streaming"] is features["tool_progress_events"] is True
+    assert features["idempotency"] == "Idempotency-Key"
     assert features["operator_api"] is True
     assert features["session_header"] == SESSION_HEADER
     assert features["max_body_bytes"] == 65536
