@@ -140,7 +140,7 @@ class OperatorApi:
     def add_to(self, app: web.Application, chat: Route, chat_stream: Route) -> None:
         """Add the routes, each behind the admin key (``chat`` and ``chat_stream`` answer the chat routes)."""
         guarded = self.guarded
-        app.router.add_get("/api/sessions", guarded(self.list))
+        app.router.add_get("/api/sessions", guarded(self.listing))
         app.router.add_post("/api/sessions", guarded(self.create))
         app.router.add_get("/api/sessions/{session_id}", guarded(self.get))
         app.router.add_patch("/api/sessions/{session_id}", guarded(self.patch))
@@ -158,12 +158,16 @@ class OperatorApi:
             if running is None:
                 raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
             key = running[0].operator.admin_key
+            if key is None:
+                raise ApiError(
+                    401,
+                    "the operator API is off: this server was started without an admin key (hermesd always has "
+                    "one: daemon.admin_key, $HERMES_ADMIN_KEY or $HERMES_HOME/admin_key)",
+                    code="invalid_admin_key",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-            if (
-                key is None
-                or scheme.lower() != "bearer"
-                or not hmac.compare_digest(token.strip().encode(), key.encode())
-            ):
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
                 raise ApiError(
                     401,
                     "the operator API needs 'Authorization: Bearer <admin key>' (not the client key); "
@@ -179,7 +183,7 @@ class OperatorApi:
         body = await read_decoded(request, self._max_body)
         return body if body.strip() else b"{}"
 
-    async def list(self, request: web.Request) -> web.Response:
+    async def listing(self, request: web.Request) -> web.Response:
         query = request.query
         limit = _integer(query.get("limit"), "limit", _DEFAULT_LIMIT, 1, _MAX_LIMIT)
         offset = _integer(query.get("offset"), "offset", 0, 0, None)

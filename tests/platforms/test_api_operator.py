@@ -139,7 +139,9 @@ def test_the_admin_key_does_not_open_the_client_routes_and_is_not_needed_there(a
 
 def test_without_an_admin_key_the_operator_routes_stay_closed(start: Start) -> None:
     api = start(admin_key=None)
-    assert api.call("GET", "/api/sessions", key=ADMIN)[0] == 401
+    status, body = api.call("GET", "/api/sessions", key=ADMIN)
+    assert status == 401
+    assert "operator API is off" in body["error"]["message"]
     assert api.call("GET", "/api/sessions", key="")[0] == 401
 
 
