@@ -20,13 +20,21 @@ import msgspec
 from hermes_actors.errors import StoreError, TitleError
 
 __all__ = [
+    "AttachmentView",
+    "ConversationFilter",
+    "ConversationPage",
+    "ConversationView",
     "MessageView",
     "Operator",
+    "SearchHitView",
+    "SearchPage",
+    "SegmentView",
     "SessionExistsError",
     "SessionMessages",
     "SessionPage",
     "SessionView",
     "TitleError",
+    "TranscriptView",
 ]
 
 
@@ -92,6 +100,96 @@ class SessionMessages(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[MessageView]
 
 
+class ConversationFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which conversations a listing keeps (``None``: any): the platform, user and chat type, whether the tip has
+    ended, and a range of the tip's last activity (epoch seconds, inclusive)."""
+
+    source: str | None = None
+    user_id: str | None = None
+    chat_type: str | None = None
+    ended: bool | None = None
+    active_after: float | None = None
+    active_before: float | None = None
+
+
+class ConversationView(msgspec.Struct, frozen=True, kw_only=True):
+    """One conversation (a compression lineage) of a listing: its tip, where it talks and its totals."""
+
+    tip: SessionView
+    root_id: str
+    message_count: int
+    compressions: int
+    user_id: str | None = None
+    user_name: str | None = None
+    chat_id: str | None = None
+    chat_name: str | None = None
+    chat_type: str | None = None
+
+
+class ConversationPage(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of conversations, how many pass the filter in all, and the page's bounds."""
+
+    conversations: list[ConversationView]
+    total: int
+    limit: int
+    offset: int
+
+
+class SearchHitView(msgspec.Struct, frozen=True, kw_only=True):
+    """One conversation found by a search: the session and message of the match, and the snippet marking it with
+    ``>>>``/``<<<`` (``matched`` is ``"title"`` or ``"message"``; a title match has no ``message_id``)."""
+
+    session_id: str
+    source: str
+    title: str | None
+    matched: str
+    snippet: str
+    last_active_at: float
+    message_id: int | None = None
+    role: str | None = None
+
+
+class SearchPage(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``session_search`` discovery found; ``error`` (and ``suggestion``) when the query could not run."""
+
+    query: str
+    hits: list[SearchHitView] = []
+    note: str | None = None
+    error: str | None = None
+    suggestion: str | None = None
+
+
+class AttachmentView(msgspec.Struct, frozen=True, kw_only=True):
+    """A file that came with a message; ``path`` is relative to the media directory when the file is in it."""
+
+    message_id: int
+    kind: str
+    mime_type: str | None = None
+    size: int | None = None
+    path: str | None = None
+    name: str | None = None
+    source_url: str | None = None
+    error: str | None = None
+
+
+class SegmentView(msgspec.Struct, frozen=True, kw_only=True):
+    """One session of a lineage with its messages; ``summary_id`` is the compression summary it starts with, and
+    ``carried`` how many messages after it were carried over from the previous segment."""
+
+    session: SessionView
+    messages: list[MessageView]
+    attachments: list[AttachmentView] = []
+    summary_id: int | None = None
+    carried: int = 0
+
+
+class TranscriptView(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole lineage, root segment first; ``session_id`` is its tip."""
+
+    session_id: str
+    segments: list[SegmentView]
+
+
 class Operator(Protocol):
     """What an operator may do to any session. Every call blocks (run it off an event loop)."""
 
@@ -138,4 +236,20 @@ class Operator(Protocol):
     def chat_target(self, session_id: str) -> str:
         """The live session a new turn for ``session_id`` goes to (the newest of its lineage); ``SessionClosedError``
         when that one ended, ``SessionBusyError`` while another process holds it."""
+        ...
+
+    def conversations(self, where: ConversationFilter, *, limit: int, offset: int) -> ConversationPage:
+        """One row per compression lineage passing ``where``, most recently active tip first."""
+        ...
+
+    def search(self, query: str, *, sort: str, limit: int) -> SearchPage:
+        """``session_search`` discovery over every session (FTS5 syntax; ``sort``: relevance, newest, oldest)."""
+        ...
+
+    def transcript(self, session_id: str) -> TranscriptView:
+        """The whole lineage ``session_id`` belongs to, each segment with its messages and their files."""
+        ...
+
+    def export_lineage(self, session_id: str) -> bytes:
+        """The lineage of ``session_id`` as ``hermesctl sessions export`` writes it: one JSONL line per session."""
         ...

@@ -21,14 +21,19 @@ import msgspec
 
 from hermes_actors.errors import SessionClosedError
 from hermes_actors.operator_port import (
-    MessageView,
+    ConversationFilter,
+    ConversationPage,
+    SearchPage,
     SessionExistsError,
     SessionMessages,
     SessionPage,
     SessionView,
+    TranscriptView,
 )
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime import operator_reads
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.operator_reads import message_view, session_view
 from hermes_actors.runtime.session_admin import LiveAdmin
 from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, Store
 from hermes_actors.store.records import LineageRow, MessageRecord
@@ -41,48 +46,9 @@ _MAX_FORK_NUMBER = 1000
 _FORK_SUFFIX = re.compile(r"^(?P<base>.*\S) \([1-9]\d{0,8}\)$")  # a fork's " (N)", so a fork of one counts on
 
 
-def session_view(
-    record: SessionRecord, *, lineage: list[str] | None = None, preview: str | None = None, listed: bool = False
-) -> SessionView:
-    """``record`` as the port shows it; ``listed`` leaves the system prompt out (a row of a listing: it can be long,
-    holding the user's memories as of the session's start)."""
-    return SessionView(
-        id=record.id,
-        source=record.source,
-        title=record.title,
-        started_at=record.started_at,
-        last_active_at=record.last_active_at,
-        live=record.is_live,
-        ended_at=record.ended_at,
-        end_reason=record.end_reason,
-        parent_session_id=record.parent_session_id,
-        model=record.model,
-        message_count=record.message_count,
-        tool_call_count=record.tool_call_count,
-        input_tokens=record.input_tokens,
-        output_tokens=record.output_tokens,
-        system_prompt=None if listed else record.system_prompt,
-        lineage=lineage if lineage is not None else [record.id],
-        preview=preview,
-    )
-
-
 def _lineage_view(row: LineageRow) -> SessionView:
     view = session_view(row.tip, lineage=row.members, preview=row.preview, listed=True)
     return msgspec.structs.replace(view, message_count=row.message_count)
-
-
-def _message_view(message: MessageRecord) -> MessageView:
-    return MessageView(
-        id=message.id,
-        session_id=message.session_id,
-        role=message.role,
-        content=message.content,
-        created_at=message.created_at,
-        tool_calls=message.tool_calls,
-        tool_name=message.tool_name,
-        tool_call_id=message.tool_call_id,
-    )
 
 
 def _copy(message: MessageRecord) -> NewMessage:
@@ -161,7 +127,7 @@ class GatewayOperator:
             store.get_session(session_id)  # SessionNotFoundError for an unknown id
             chain = store.lineage_chain(store.lineage_tip(session_id))
             shown = chain if lineage else chain[-1:]
-            messages = [_message_view(m) for member in shown for m in store.load_transcript(member)]
+            messages = [message_view(m) for member in shown for m in store.load_transcript(member)]
         return SessionMessages(session_id=chain[-1], lineage=shown, messages=messages)
 
     def fork(self, session_id: str) -> SessionView:
@@ -218,3 +184,23 @@ class GatewayOperator:
                 "create a new session to talk on"
             )
         return tip.id
+
+    def conversations(self, where: ConversationFilter, *, limit: int, offset: int) -> ConversationPage:
+        """One row per lineage passing ``where``, most recently active tip first."""
+        with self._gateway.read() as store:
+            return operator_reads.conversations(store, where, limit=limit, offset=offset)
+
+    def search(self, query: str, *, sort: str, limit: int) -> SearchPage:
+        """``session_search`` discovery over every session."""
+        with self._gateway.read() as store:
+            return operator_reads.search(store, query, sort=sort, limit=limit)
+
+    def transcript(self, session_id: str) -> TranscriptView:
+        """The whole lineage through ``session_id`` with its segments and files."""
+        with self._gateway.read() as store:
+            return operator_reads.transcript(store, session_id)
+
+    def export_lineage(self, session_id: str) -> bytes:
+        """The lineage through ``session_id`` as ``hermesctl sessions export`` lines."""
+        with self._gateway.read() as store:
+            return operator_reads.export_lineage(store, session_id)

@@ -20,6 +20,7 @@ from hermes_actors.store.records import (
     SessionRecord,
     SourceCount,
     StoreStats,
+    TipFilter,
 )
 from hermes_actors.store.store import Store
 
@@ -41,6 +42,7 @@ __all__ = [
     "StoreInterface",
     "StoreStats",
     "Synchronous",
+    "TipFilter",
     "migrate",
     "open_connection",
 ]

@@ -27,6 +27,7 @@ from hermes_actors.store.records import (
     SessionFilter,
     SessionRecord,
     StoreStats,
+    TipFilter,
 )
 from hermes_actors.store.table_interface import (
     AttachmentIndex,
@@ -131,6 +132,7 @@ class SessionDirectory(Protocol):
         preview_chars: int = ...,
         tips: Sequence[str] | None = None,
         offset: int = 0,
+        tip: TipFilter | None = None,
     ) -> LineagePage:
         """One row per conversation (compression lineage, shown by its tip, with its totals and preview), most
         recently active first (the first ``offset`` skipped), and how many there are in all; ``ended`` applies to

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from hermes_actors.store.lineage import MAX_DEPTH
-from hermes_actors.store.records import EndReason, LineagePage, LineageRow, SessionFilter, SessionRecord
+from hermes_actors.store.records import EndReason, LineagePage, LineageRow, SessionFilter, SessionRecord, TipFilter
 
 if TYPE_CHECKING:
     from hermes_actors.store.store import Store
@@ -50,7 +50,11 @@ def _scope(alias: str, visible: SessionFilter | None, source: str | None) -> tup
 
 
 def _tips(
-    visible: SessionFilter | None, source: str | None, ended: bool | None, among: Sequence[str] | None
+    visible: SessionFilter | None,
+    source: str | None,
+    ended: bool | None,
+    among: Sequence[str] | None,
+    tip: TipFilter | None = None,
 ) -> tuple[str, list[Any]]:
     """``FROM sessions AS s WHERE ...`` selecting the tips in scope, and the parameters."""
     scope, params = _scope("s", visible, source)
@@ -62,10 +66,13 @@ def _tips(
     ]
     if ended is not None:
         clauses.append("s.ended_at IS NOT NULL" if ended else "s.ended_at IS NULL")
-    ids: list[Any] = []
+    tip_clauses, tip_params = (tip or TipFilter()).sql()
+    clauses += tip_clauses
+    ids: list[Any] = [*tip_params]
     if among is not None:
-        ids = list(dict.fromkeys(among))
-        clauses.append(f"s.id IN ({', '.join('?' * len(ids))})" if ids else "0")
+        members = list(dict.fromkeys(among))
+        clauses.append(f"s.id IN ({', '.join('?' * len(members))})" if members else "0")
+        ids += members
     return f"FROM sessions AS s WHERE {' AND '.join(clauses)}", [*params, *child_params, *ids]
 
 
@@ -126,16 +133,18 @@ def list_lineages(
     preview_chars: int = DEFAULT_PREVIEW_CHARS,
     tips: Sequence[str] | None = None,
     offset: int = 0,
+    tip: TipFilter | None = None,
 ) -> LineagePage:
     """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all; the first
     ``offset`` skipped), with the number there are in all; ``tips`` keeps only the lineages whose tips have these
-    ids (a few: each is a query parameter). See the module docstring for what a lineage and the scope are."""
+    ids (a few: each is a query parameter), ``tip`` those whose tip passes it. See the module docstring for what a
+    lineage and the scope are."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:
         raise ValueError(f"preview_chars must be 1 or more, not {preview_chars}")
     db = store._connection
-    selected, tip_params = _tips(visible, source, ended, tips)
+    selected, tip_params = _tips(visible, source, ended, tips, tip)
     total = int(db.execute(f"SELECT count(*) {selected}", tip_params).get or 0)
     if offset < 0:
         raise ValueError(f"offset must be 0 or more, not {offset}")
@@ -146,12 +155,12 @@ def list_lineages(
     params = [*tip_params, -1 if limit is None else limit, offset, *scope_params]
     rows = []
     for row in db.execute(_page_sql(page, scope, preview_chars), params):
-        tip = SessionRecord(**dict(zip(_FIELDS, row[: len(_FIELDS)], strict=True)))
+        tip_record = SessionRecord(**dict(zip(_FIELDS, row[: len(_FIELDS)], strict=True)))
         messages, ids, preview = row[len(_FIELDS) :]
         members = [str(member) for member in msgspec.json.decode(ids)]
         rows.append(
             LineageRow(
-                tip=tip,
+                tip=tip_record,
                 root_id=members[0],
                 members=members,
                 message_count=int(messages),

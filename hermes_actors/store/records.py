@@ -29,6 +29,7 @@ __all__ = [
     "SourceCount",
     "StoreStats",
     "TimerRow",
+    "TipFilter",
 ]
 
 
@@ -336,3 +337,27 @@ class SessionFilter(msgspec.Struct, frozen=True, kw_only=True):
             if held is not msgspec.UNSET and (held or "") != (value or ""):
                 return msgspec.structs.replace(self, nothing=True)
         return msgspec.structs.replace(self, **columns)
+
+
+class TipFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Conditions on a lineage's tip alone: its chat type, and a range of its last activity (inclusive, epoch
+    seconds; ``None``: open)."""
+
+    chat_type: str | None = None
+    active_after: float | None = None
+    active_before: float | None = None
+
+    def sql(self) -> tuple[list[str], list[Any]]:
+        """The clauses over the tip ``s`` and their parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.chat_type is not None:
+            clauses.append("coalesce(s.chat_type, '') = ?")
+            params.append(self.chat_type)
+        if self.active_after is not None:
+            clauses.append("s.last_active_at >= ?")
+            params.append(self.active_after)
+        if self.active_before is not None:
+            clauses.append("s.last_active_at <= ?")
+            params.append(self.active_before)
+        return clauses, params

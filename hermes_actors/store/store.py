@@ -36,7 +36,14 @@ from hermes_actors.store.leases import Leases
 from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.outbox_queue import Outbox
-from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord
+from hermes_actors.store.records import (
+    LineagePage,
+    MessageRow,
+    OptimizeResult,
+    SessionFilter,
+    SessionRecord,
+    TipFilter,
+)
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
@@ -215,6 +222,7 @@ class Store(TranscriptRows):
         preview_chars: int = lineage_list.DEFAULT_PREVIEW_CHARS,
         tips: Sequence[str] | None = None,
         offset: int = 0,
+        tip: TipFilter | None = None,
     ) -> LineagePage:
         """Return one row per conversation (compression lineage), most recently active first, and how many there
         are in all (see :func:`.lineage_list.list_lineages`)."""
@@ -227,6 +235,7 @@ class Store(TranscriptRows):
             preview_chars=preview_chars,
             tips=tips,
             offset=offset,
+            tip=tip,
         )
 
     def prune_sessions(
