@@ -4,6 +4,11 @@ Security headers (``Content-Security-Policy: default-src 'none'``, ``X-Content-T
 ``X-Frame-Options: DENY``, ``Referrer-Policy: no-referrer``) go on every response, errors and streams included:
 the API serves no page, so nothing it answers may be framed, sniffed into HTML or run as script.
 
+The web console (``/console``, :mod:`platforms.api_server.console`) is the one place that serves pages: its
+responses carry :data:`CONSOLE_CSP` instead (scripts, styles and images of this origin only, no framing, forms
+posting only here), its media files :data:`MEDIA_CSP` (a sandbox: an image opened on its own runs nothing), and its
+own pages' form posts (which carry this server's origin) pass the origin check.
+
 CORS: a request with an ``Origin`` header is a browser page calling; unless that origin is in
 ``platforms.api_server.cors_origins`` it gets 403 in OpenAI's error shape, naming the setting, so a page on another
 site cannot drive the agent through a user's browser. An allowed origin gets ``Access-Control-Allow-Origin``
@@ -26,7 +31,7 @@ from aiohttp.typedefs import Handler
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.wire import ApiError
 
-__all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "SECURITY_HEADERS", "Guards"]
+__all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "CONSOLE_CSP", "MEDIA_CSP", "SECURITY_HEADERS", "Guards"]
 
 SECURITY_HEADERS: Mapping[str, str] = {
     "Content-Security-Policy": "default-src 'none'",
@@ -34,6 +39,12 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+MEDIA_CSP = "default-src 'none'; img-src 'self'; sandbox"
+_CONSOLE, _MEDIA = "/console", "/console/media/"
 ALLOWED_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
 ALLOWED_HEADERS = "Authorization, Content-Type, X-Hermes-Session-Id, X-Hermes-Session-Key, Idempotency-Key"
 _EXPOSED_HEADERS = "X-Hermes-Session-Id, X-Hermes-Session-Key, X-Hermes-Completed, Retry-After"
@@ -56,9 +67,16 @@ class Guards:
         """Whether a page of ``origin`` may call the API."""
         return self._any or origin in self._origins
 
+    @staticmethod
+    def _console_page(request: web.Request, origin: str) -> bool:
+        """Whether ``request`` is the console's own page calling the console (same origin)."""
+        return _in_console(request.path) and origin == f"{request.scheme}://{request.host}"
+
     def stream_headers(self, request: web.Request) -> dict[str, str]:
         """The headers a response to ``request`` carries: the security headers, and CORS for an allowed origin."""
         headers = dict(SECURITY_HEADERS)
+        if _in_console(request.path):
+            headers["Content-Security-Policy"] = MEDIA_CSP if request.path.startswith(_MEDIA) else CONSOLE_CSP
         origin = request.headers.get(hdrs.ORIGIN)
         if origin is not None and self.allowed(origin):
             headers.update(
@@ -74,7 +92,7 @@ class Guards:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Refuse a foreign origin, answer a preflight, and stamp the headers on what the handler returns."""
         origin = request.headers.get(hdrs.ORIGIN)
-        if origin is not None and not self.allowed(origin):
+        if origin is not None and not self.allowed(origin) and not self._console_page(request, origin):
             response: web.StreamResponse = ApiError(
                 403,
                 f"requests from origin {origin[:200]!r} are not allowed; add it to "
@@ -104,3 +122,7 @@ class Guards:
     async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         for name, value in self.stream_headers(request).items():
             response.headers.setdefault(name, value)
+
+
+def _in_console(path: str) -> bool:
+    return path == _CONSOLE or path.startswith(_CONSOLE + "/")

@@ -1,0 +1,101 @@
+"""A cookie-keeping HTTP client for the console's tests (no browser): what a browser sends, by hand."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import struct
+import zlib
+from collections.abc import Mapping
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import urlencode
+
+__all__ = ["PNG", "Answer", "ConsoleClient"]
+
+
+def _png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A solid-colour PNG, built by hand (no imaging library needed)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+PNG = _png(48, 48, (220, 60, 40))
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+class Answer:
+    """One response: status, headers (every ``Set-Cookie`` kept) and the body as text."""
+
+    def __init__(self, status: int, headers: http.client.HTTPMessage, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.data = body
+        self.text = body.decode("utf-8", "replace")
+
+    @property
+    def location(self) -> str:
+        return self.headers.get("Location", "")
+
+    def cookies(self) -> list[str]:
+        return self.headers.get_all("Set-Cookie") or []
+
+    def csrf(self) -> str:
+        match = _CSRF.search(self.text)
+        assert match is not None, self.text[:2000]
+        return match[1]
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+class ConsoleClient:
+    """Requests to one server on 127.0.0.1, keeping the cookies it sets as a browser would (by name)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.cookies: dict[str, str] = {}
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> Answer:
+        sent = dict(headers or {})
+        if self.cookies:
+            sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(method, path, body=body, headers=sent)
+            response = connection.getresponse()
+            answer = Answer(response.status, response.headers, response.read())
+        finally:
+            connection.close()
+        for line in answer.cookies():
+            for name, morsel in SimpleCookie(line).items():
+                if morsel["max-age"] == "0" or not morsel.value:
+                    self.cookies.pop(name, None)
+                else:
+                    self.cookies[name] = morsel.value
+        return answer
+
+    def get(self, path: str) -> Answer:
+        return self.request("GET", path)
+
+    def post(self, path: str, fields: Mapping[str, str], *, origin: str | None = None) -> Answer:
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": origin or self.origin}
+        return self.request("POST", path, urlencode(fields).encode(), headers)
+
+    def log_in(self, key: str) -> Answer:
+        form = self.get("/console/login")
+        answer = self.post("/console/login", {"csrf": form.csrf(), "key": key, "next": "/console/conversations"})
+        assert answer.status == 303, answer.text[:500]
+        return answer
