@@ -7,7 +7,8 @@ the API serves no page, so nothing it answers may be framed, sniffed into HTML o
 The web console (``/console``, :mod:`platforms.api_server.console`) is the one place that serves pages: its
 responses carry :data:`CONSOLE_CSP` instead (scripts, styles and images of this origin only, no framing, forms
 posting only here), its media files :data:`MEDIA_CSP` (a sandbox: an image opened on its own runs nothing), and its
-own pages' form posts (which carry this server's origin) pass the origin check.
+own pages' form posts (which carry this server's origin: their ``Referrer-Policy`` is ``same-origin``) pass the
+origin check.
 
 CORS: a request with an ``Origin`` header is a browser page calling; unless that origin is in
 ``platforms.api_server.cors_origins`` it gets 403 in OpenAI's error shape, naming the setting, so a page on another
@@ -77,6 +78,7 @@ class Guards:
         headers = dict(SECURITY_HEADERS)
         if _in_console(request.path):
             headers["Content-Security-Policy"] = MEDIA_CSP if request.path.startswith(_MEDIA) else CONSOLE_CSP
+            headers["Referrer-Policy"] = "same-origin"  # no-referrer makes Chromium post its forms as Origin: null
         origin = request.headers.get(hdrs.ORIGIN)
         if origin is not None and self.allowed(origin):
             headers.update(
