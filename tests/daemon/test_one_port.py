@@ -68,6 +68,9 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
             model="hermes-agent", messages=[{"role": "user", "content": "through the one port"}]
         )
         assert answer.choices[0].message.content == "echo: through the one port"
+        with urllib.request.urlopen(base + "/console", timeout=10) as response:  # the console, redirected to log in
+            assert response.url.startswith(base + "/console/login?next=")
+            assert "Content-Security-Policy" in response.headers
 
         payload = {"text": "hook through the one port", "chat_id": "c1", "user_id": "u1"}
         assert _signed(base + "/webhooks/default", payload, "msg-one-port") in (200, 202)
@@ -92,5 +95,7 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
             process.terminate()
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
-    assert f"one port: {base}  (api_server: /v1 /health /metrics; webhook: /webhooks; slack: /slack" in out
+    assert (
+        f"one port: {base}  (api_server: /v1 /health /metrics /api /console; webhook: /webhooks; slack: /slack" in out
+    )
     assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "slack", "webhook"]

@@ -26,7 +26,7 @@ from tests.platforms.console_client import PNG
 from tests.platforms.test_api_operator import PADDING
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Dialog, Page
 
 pytestmark = pytest.mark.slow
 
@@ -163,13 +163,22 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser, gateway: Gateway) -> Iterator[Page]:
+def dialogs() -> list[str]:
+    """The messages of every dialog (alert, confirm, prompt) a page of the test opened."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Browser, gateway: Gateway, dialogs: list[str]) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1200, "height": 900}, base_url=gateway.url)
     opened = context.new_page()
     opened.set_default_timeout(10_000)
-    dialogs: list[str] = []
-    opened.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    opened.dialogs = dialogs  # type: ignore[attr-defined]
+
+    def on_dialog(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    opened.on("dialog", on_dialog)
     try:
         yield opened
     finally:
@@ -191,7 +200,7 @@ def _log_in(page: Page, target: str = "/console") -> None:
 
 
 def test_an_operator_finds_reads_renames_and_watches_conversations_in_chromium(
-    page: Page, gateway: Gateway, scripted: Scripted, tmp_path: Path
+    page: Page, dialogs: list[str], gateway: Gateway, scripted: Scripted, tmp_path: Path
 ) -> None:
     _log_in(page)
     assert page.url.endswith("/console/conversations")
@@ -258,10 +267,12 @@ def test_an_operator_finds_reads_renames_and_watches_conversations_in_chromium(
     turns = page.locator("[data-field=turns]")
     poll_until(lambda: int(turns.inner_text()) > before, interval=0.1, what="the live page to count the new turn")
     page.screenshot(path=tmp_path / "live.png", full_page=True)
-    assert page.dialogs == []  # type: ignore[attr-defined]
+    assert dialogs == []
 
 
-def test_hostile_titles_and_messages_run_nothing_in_chromium(page: Page, scripted: Scripted, tmp_path: Path) -> None:
+def test_hostile_titles_and_messages_run_nothing_in_chromium(
+    page: Page, dialogs: list[str], scripted: Scripted, tmp_path: Path
+) -> None:
     _log_in(page, f"/console/c/{scripted.hostile}")
     assert page.locator("#conversation-title").inner_text().startswith("<script>window.__pwned=2</script>")
     assert "\u202e" not in page.locator("#conversation-title").inner_text()
@@ -273,7 +284,7 @@ def test_hostile_titles_and_messages_run_nothing_in_chromium(page: Page, scripte
     page.goto(f"/console/search?q={quote('pwned')}")
     page.goto(f"/console/c/{scripted.hostile}")
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.dialogs == []  # type: ignore[attr-defined]
+    assert dialogs == []
     page.screenshot(path=tmp_path / "hostile.png", full_page=True)
 
 

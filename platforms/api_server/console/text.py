@@ -100,10 +100,14 @@ def size(count: int | None) -> str:
 
 
 def pretty_json(text: str | None) -> str:
-    """JSON text indented for reading (the text as it is when it is not JSON); the template escapes it."""
+    """JSON text indented for reading (the text as it is when it is not JSON; a JSON string holding JSON is read
+    through); the template escapes it."""
     if not text:
         return ""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        value = json.loads(text)
+        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+            value = json.loads(value)  # arguments some agents encode twice: a JSON string holding JSON
     except ValueError:
         return text
+    return json.dumps(value, indent=2, ensure_ascii=False)
