@@ -125,6 +125,7 @@ class ChatEndpoint:
         texts: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: tuple[int, int] | None = None
+        finished = False
         with self._failures(timeout_s):
             chunks = self._client.chat.completions.create(
                 model=self.model,
@@ -139,12 +140,18 @@ class ChatEndpoint:
                 if chunk.usage is not None:
                     usage = (_count(chunk.usage.prompt_tokens), _count(chunk.usage.completion_tokens))
                 for choice in chunk.choices or ():
+                    finished = finished or choice.finish_reason is not None
                     delta = choice.delta
                     if delta.content:
                         texts.append(delta.content)
                         on_text(delta.content)
                     for piece in delta.tool_calls or ():
                         _add_call_piece(calls.setdefault(piece.index, {}), piece)
+        if not finished:
+            raise AgentError(
+                f"{self.where} broke off its answer after {len(texts)} pieces (the stream ended without a finish "
+                "reason); retry the turn"
+            )
         content = "".join(texts) or None
         return content, [calls[index] for index in sorted(calls)], usage
 

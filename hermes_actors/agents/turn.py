@@ -4,12 +4,12 @@ calls, and the one error every agent raises."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 import msgspec
 
 from hermes_actors.agents.tools import Tool
 from hermes_actors.messages import Attachment
+from hermes_actors.ports import ToolStatus, TurnEvents
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
@@ -22,25 +22,6 @@ __all__ = [
     "TurnInput",
     "system_message",
 ]
-
-ToolStatus = str
-"""``running`` when a tool call starts, ``completed`` when its result is in."""
-
-
-class TurnEvents(Protocol):
-    """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
-
-    Called from the agent's thread; each call must return at once. What is reported here is only a view: the
-    reply the agent returns is what the turn stores.
-    """
-
-    def text(self, delta: str) -> None:
-        """The next piece of the reply's text, as the model produced it."""
-        ...
-
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
-        """A tool call started (``running``) or finished (``completed``)."""
-        ...
 
 
 class AgentError(Exception):

@@ -379,6 +379,7 @@ class Daemon:
                 *(line for adapter in self._adapters.values() for line in adapter.describe()),
             ],
             control_socket=socket_path(self.home, self.settings),
+            operator_api="api_server" in self._adapters,
         )
 
     def _print(self, text: str) -> None:

@@ -63,6 +63,7 @@ def test_the_first_start_generates_a_private_key_that_restarts_reuse_and_hermesc
         printed, said = _printed(home)
         assert printed == key
         assert str(key_file) in said
+        assert "hermesctl admin-key" in daemon.banner()
     finally:
         daemon.shutdown(drain_timeout=0)
     daemon = _daemon(home)

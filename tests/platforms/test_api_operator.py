@@ -166,6 +166,14 @@ def test_a_session_is_created_read_renamed_ended_and_deleted(api: Api) -> None:
     assert api.call("DELETE", "/api/sessions/ops-1")[0] == 404
 
 
+def test_a_live_session_with_a_running_actor_is_ended_then_deleted(api: Api) -> None:
+    session = api.ok("POST", "/api/sessions", {"title": "short-lived"}, status=201)["id"]
+    api.talk(session, "hello")  # an actor holds it now
+    assert api.ok("DELETE", f"/api/sessions/{session}")["deleted"] is True
+    assert api.call("GET", f"/api/sessions/{session}")[0] == 404
+    assert api.ok("POST", "/api/sessions", {"title": "short-lived"}, status=201)["title"] == "short-lived"
+
+
 def test_a_created_session_gets_a_generated_id_and_keeps_its_own_system_prompt(api: Api) -> None:
     assert api.ok("POST", "/api/sessions", b"", status=201)["title"] is None  # an empty body is {}
     created = api.ok("POST", "/api/sessions", {"system_prompt": "You are terse."}, status=201)
