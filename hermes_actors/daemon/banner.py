@@ -41,7 +41,10 @@ def banner(
         f"  state:          {ctl_command(home, 'status')}   stop: Ctrl-C or kill -TERM {pid}",
     ]
     if operator_api:
-        lines.append(f"  operator key:   {ctl_command(home, 'admin-key')}   (opens the API's /api/sessions)")
+        lines.append(
+            f"  operator key:   {ctl_command(home, 'admin-key')}   (opens the API's /api/sessions and /console)"
+        )
+        lines.append(f"  web console:    {ctl_command(home, 'console')}   (prints its URL)")
     return "\n".join(lines)
 
 

@@ -304,3 +304,15 @@ def test_the_console_fits_a_phone_screen(
             phone.screenshot(path=tmp_path / f"{name}.png", full_page=True)
     finally:
         context.close()
+
+
+def test_hermesctl_console_prints_the_running_daemons_console_url(gateway: Gateway) -> None:
+    from click.testing import CliRunner
+
+    from hermes_actors.cli.hermesctl import main as hermesctl
+
+    result = CliRunner().invoke(hermesctl, ["console", "--home", str(gateway.daemon.home)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{gateway.url}/console\n"
+    assert "daemon.admin_key in config.yaml" in result.stderr
+    assert "not running" not in result.stderr
