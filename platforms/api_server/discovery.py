@@ -43,6 +43,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/api/sessions/{id}/fork", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat/stream", methods=("POST",), auth="admin"),
+    Endpoint(path="/console", methods=("GET", "POST"), auth="admin"),  # the web console: log in with the admin key
 )
 """Every route the server answers."""
 

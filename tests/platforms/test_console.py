@@ -19,10 +19,12 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.api_server.console.actions import media_file
+from platforms.api_server.console.logins import FAILURE_WINDOW_S, MAX_FAILURES, Logins
 from platforms.api_server.console.text import ago, marked, rich
 from platforms.api_server.guards import CONSOLE_CSP, MEDIA_CSP
 from tests.platforms.console_client import PNG, ConsoleClient
 from tests.platforms.test_api_operator import ADMIN, KEY, Api
+from tests.platforms.test_console_browser import find_chromium
 
 HOSTILE_TITLE = "<script>alert('title')</script> \u202eevil\u202c"
 HOSTILE_TEXT = (
@@ -222,6 +224,9 @@ def test_every_page_renders_a_scripted_conversation(console: Console) -> None:
     assert "<mark>天气</mark>" in found.text
     hit = re.search(rf'href="/console/c/{tool_session}#m(\d+)"', found.text)
     assert hit is not None
+    assert "<mark>晴</mark>" not in found.text
+    one = client.get("/console/search?sort=newest&q=" + quote("天"))
+    assert "<mark>天</mark>" in one.text
 
     page = client.get(f"/console/c/{tool_session}")
     assert f'id="m{hit[1]}"' in page.text
@@ -374,3 +379,33 @@ def test_the_media_route_serves_only_files_inside_the_media_directory(console: C
     assert media_file(media, "../secret.txt") is None
     assert media_file(media, str(secret)) is None
     assert media_file(media, "inside.png") == (media / "inside.png").resolve()
+
+
+def test_after_ten_wrong_keys_a_minute_every_login_waits_until_it_has_passed(console: Console) -> None:
+    client = console.client
+    for _ in range(MAX_FAILURES):
+        form = client.get("/console/login")
+        assert client.post("/console/login", {"csrf": form.csrf(), "key": "guess"}).status == 401
+    form = client.get("/console/login")
+    refused = client.post("/console/login", {"csrf": form.csrf(), "key": ADMIN})
+    assert refused.status == 429
+    assert "hermes_console" not in client.cookies
+    now = [1000.0]
+    logins = Logins(clock=lambda: now[0])
+    for _ in range(MAX_FAILURES):
+        assert not logins.throttled()
+        logins.failed()
+    assert logins.throttled()
+    now[0] += FAILURE_WINDOW_S
+    assert not logins.throttled()
+
+
+def test_a_missing_chromium_skips_the_browser_tests_and_fails_them_where_a_browser_is_required() -> None:
+    def nowhere(name: str) -> str | None:
+        return None
+
+    absent = Path("/nonexistent/chromium")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        find_chromium({}, nowhere, absent)
+    with pytest.raises(pytest.fail.Exception, match="HERMES_REQUIRE_BROWSER=1 but Chromium is not installed"):
+        find_chromium({"HERMES_REQUIRE_BROWSER": "1"}, nowhere, absent)

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -62,9 +62,13 @@ platforms:
 """
 
 
-def _chromium() -> str:
-    """The system Chromium, or the test's skip (a failure when ``HERMES_REQUIRE_BROWSER=1``)."""
-    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+def find_chromium(
+    environ: Mapping[str, str] = os.environ,
+    which: Callable[[str], str | None] = shutil.which,
+    default: Path = Path("/usr/bin/chromium"),
+) -> str:
+    """The system Chromium, or the test's skip naming the package (a failure when ``HERMES_REQUIRE_BROWSER=1``)."""
+    found = which("chromium") or (str(default) if default.exists() else None)
     problem = None
     if found is None:
         problem = "Chromium is not installed: apt-get install chromium (Debian's package, /usr/bin/chromium)"
@@ -74,7 +78,7 @@ def _chromium() -> str:
         except ImportError:
             problem = "Playwright's Python package is missing: pip install -e '.[test]'"
     if problem is not None:
-        if os.environ.get("HERMES_REQUIRE_BROWSER") == "1":
+        if environ.get("HERMES_REQUIRE_BROWSER") == "1":
             pytest.fail(f"HERMES_REQUIRE_BROWSER=1 but {problem}")
         pytest.skip(problem)
     assert found is not None
@@ -131,7 +135,7 @@ class Scripted:
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    _chromium()
+    find_chromium()
     home = tmp_path_factory.mktemp("console") / "h"
     home.mkdir()
     (home / "config.yaml").write_text(CONFIG)
@@ -151,7 +155,7 @@ def scripted(gateway: Gateway) -> Scripted:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    executable = _chromium()
+    executable = find_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
+from hermes_actors.store import EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface, TipFilter
 from hermes_actors.store.records import LineageRow
 from hermes_actors.testing import FakeClock
 
@@ -133,6 +133,27 @@ def test_another_principals_sessions_never_appear_nor_count(store: StoreInterfac
     ]
     assert foreign in by_tip(store.list_lineages().rows)
     assert store.list_lineages(visible=SessionFilter(nothing=True)).total == 0
+
+
+def test_a_tip_filter_keeps_lineages_by_the_tips_chat_type_and_last_activity(
+    store: StoreInterface, clock: FakeClock
+) -> None:
+    clock.advance(60)
+    group = store.create_session(SessionSource(platform="telegram", chat_id="g", chat_type="group")).id
+    root = start(store, clock, "an old question")
+    tip = compress(store, clock, root, "continued later")
+    late = start(store, clock, "the newest")
+    at = {s: store.get_session(s).last_active_at for s in (group, root, tip, late)}
+
+    def tips(where: TipFilter) -> list[str]:
+        return [row.tip.id for row in store.list_lineages(tip=where).rows]
+
+    assert tips(TipFilter(chat_type="group")) == [group]
+    assert tips(TipFilter(chat_type="dm")) == [late, tip]
+    assert tips(TipFilter(active_after=at[tip])) == [late, tip]
+    assert tips(TipFilter(active_before=at[root])) == [group]  # the lineage counts by its tip, not its root
+    assert tips(TipFilter(active_after=at[tip], active_before=at[tip])) == [tip]
+    assert store.list_lineages(tip=TipFilter(active_after=at[late] + 1)).total == 0
 
 
 def test_source_filters_the_sessions_listed(store: StoreInterface, clock: FakeClock) -> None:

@@ -6,7 +6,9 @@ The cookie (:data:`COOKIE`) holds the token, never the key: ``HttpOnly`` (no scr
 :data:`LOGIN_TTL_S` seconds, in this process only (a restart logs everyone out), at most :data:`MAX_LOGINS` at a
 time (the oldest goes first). Every form carries the login's CSRF token, and a POST without the right one is
 refused; the login form itself is covered by a double-submitted token in a short-lived cookie
-(:data:`LOGIN_COOKIE`), so a page elsewhere cannot log a browser in with a key of its choosing.
+(:data:`LOGIN_COOKIE`), so a page elsewhere cannot log a browser in with a key of its choosing. After
+:data:`MAX_FAILURES` wrong keys within :data:`FAILURE_WINDOW_S` seconds every login is refused until the window
+has passed (guessing a generated key is hopeless anyway; this keeps a script from trying).
 """
 
 from __future__ import annotations
@@ -14,18 +16,30 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 import msgspec
 from aiohttp import web
 
-__all__ = ["COOKIE", "LOGIN_COOKIE", "LOGIN_TTL_S", "MAX_LOGINS", "Login", "Logins", "same"]
+__all__ = [
+    "COOKIE",
+    "FAILURE_WINDOW_S",
+    "LOGIN_COOKIE",
+    "LOGIN_TTL_S",
+    "MAX_FAILURES",
+    "MAX_LOGINS",
+    "Login",
+    "Logins",
+    "same",
+]
 
 COOKIE = "hermes_console"
 LOGIN_COOKIE = "hermes_console_login"
 LOGIN_TTL_S = 12 * 3600.0
 MAX_LOGINS = 64
+MAX_FAILURES = 10  # wrong keys within FAILURE_WINDOW_S before every login is refused for the rest of it
+FAILURE_WINDOW_S = 60.0
 _PATH = "/console"
 _LOGIN_FORM_TTL_S = 3600
 
@@ -50,6 +64,18 @@ class Logins:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._logins: OrderedDict[str, Login] = OrderedDict()
+        self._failures: deque[float] = deque()
+
+    def failed(self) -> None:
+        """Count a wrong key."""
+        self._failures.append(self._clock())
+
+    def throttled(self) -> bool:
+        """Whether too many wrong keys came lately for any login to be tried now."""
+        horizon = self._clock() - FAILURE_WINDOW_S
+        while self._failures and self._failures[0] <= horizon:
+            self._failures.popleft()
+        return len(self._failures) >= MAX_FAILURES
 
     def open(self) -> tuple[str, Login]:
         """A new login: its token (the cookie's value) and record."""

@@ -182,7 +182,12 @@ class Site:
         token, key, target = (_field(fields, name) for name in ("csrf", "key", "next"))
         if not same(token, request.cookies.get("hermes_console_login")):
             return self._login_page(request, status=403, error="the login form expired: try again", target=target)
+        if self.logins.throttled():
+            return self._login_page(
+                request, status=429, error="too many wrong keys lately: wait a minute, then try again", target=target
+            )
         if not same(key.strip(), self.admin_key()):
+            self.logins.failed()
             return self._login_page(
                 request, status=401, error="that is not the admin key ('hermesctl admin-key' prints it)", target=target
             )
