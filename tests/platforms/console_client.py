@@ -1,18 +1,30 @@
-"""A cookie-keeping HTTP client for the console's tests (no browser): what a browser sends, by hand."""
+"""The console's tests without a browser: a gateway and API server on 127.0.0.1 (the ``console`` fixture) and a
+cookie-keeping HTTP client that sends what a browser sends, by hand."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import re
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
 from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["PNG", "Answer", "ConsoleClient"]
+import pytest
+
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
+from platforms.api_server import ApiServer, ApiServerConfig
+from tests.platforms.test_api_operator import ADMIN, KEY, Api
+
+__all__ = ["PNG", "Answer", "Console", "ConsoleClient", "console", "image_turn"]
 
 
 def _png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -99,3 +111,49 @@ class ConsoleClient:
         answer = self.post("/console/login", {"csrf": form.csrf(), "key": key, "next": "/console/conversations"})
         assert answer.status == 303, answer.text[:500]
         return answer
+
+
+class Console:
+    """A running gateway and API server, their operator API and a console client."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.client = ConsoleClient(api.port)
+
+    def fresh(self) -> ConsoleClient:
+        return ConsoleClient(self.api.port)
+
+    def logged_in(self) -> ConsoleClient:
+        self.client.log_in(ADMIN)
+        return self.client
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[Console]:
+    with ExitStack() as stack:
+        server = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+        gateway = Gateway(
+            tmp_path / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
+        )
+        stack.callback(gateway.stop, 10)
+        server.start(GatewayInbox(gateway, admin_key=ADMIN))
+        stack.callback(server.stop, 10)
+        yield Console(Api(server, gateway))
+
+
+def image_turn(api: Api, text: str) -> str:
+    """A chat completion carrying a PNG; the id of the session it made."""
+    url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    body = {
+        "model": "hermes-agent",
+        "user": "picture-user",
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}],
+            }
+        ],
+    }
+    status, headers, data = api.raw("POST", "/v1/chat/completions", body, key=KEY)
+    assert status == 200, data
+    return str(headers["X-Hermes-Session-Id"])

@@ -3,80 +3,23 @@ way a browser makes them (cookies, form posts with an Origin)."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import re
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
-from platforms.api_server.console.actions import media_file
 from platforms.api_server.console.logins import FAILURE_WINDOW_S, MAX_FAILURES, Logins
-from platforms.api_server.console.text import ago, marked, rich
 from platforms.api_server.guards import CONSOLE_CSP, MEDIA_CSP
-from tests.platforms.console_client import PNG, ConsoleClient
-from tests.platforms.test_api_operator import ADMIN, KEY, Api
+from tests.platforms.console_client import PNG, Console, ConsoleClient, console, image_turn
+from tests.platforms.test_api_operator import ADMIN, KEY
 from tests.platforms.test_console_browser import find_chromium
 
-HOSTILE_TITLE = "<script>alert('title')</script> \u202eevil\u202c"
-HOSTILE_TEXT = (
-    "<script>window.__pwned=1</script> <img src=x onerror=alert(1)> [click](javascript:alert(1)) "
-    "javascript:alert(2) https://example.org/a?b=1&c=2 \u202etxt.exe\u2069"
-)
-
-
-class Console:
-    """A running gateway and API server, their operator API and a console client."""
-
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.client = ConsoleClient(api.port)
-
-    def fresh(self) -> ConsoleClient:
-        return ConsoleClient(self.api.port)
-
-    def logged_in(self) -> ConsoleClient:
-        self.client.log_in(ADMIN)
-        return self.client
-
-
-@pytest.fixture
-def console(tmp_path: Path) -> Iterator[Console]:
-    with ExitStack() as stack:
-        server = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
-        gateway = Gateway(
-            tmp_path / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
-        )
-        stack.callback(gateway.stop, 10)
-        server.start(GatewayInbox(gateway, admin_key=ADMIN))
-        stack.callback(server.stop, 10)
-        yield Console(Api(server, gateway))
-
-
-def _image_turn(api: Api, text: str) -> str:
-    """A chat completion carrying a PNG; the id of the session it made."""
-    url = "data:image/png;base64," + base64.b64encode(PNG).decode()
-    body = {
-        "model": "hermes-agent",
-        "user": "picture-user",
-        "messages": [
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}],
-            }
-        ],
-    }
-    status, headers, data = api.raw("POST", "/v1/chat/completions", body, key=KEY)
-    assert status == 200, data
-    return str(headers["X-Hermes-Session-Id"])
+__all__ = ["console"]  # the fixture
 
 
 # -- logging in and out ----------------------------------------------------------------------------------------
@@ -209,7 +152,7 @@ def test_every_page_renders_a_scripted_conversation(console: Console) -> None:
     root, tip = api.compressed("压缩的对话")
     tool_session = api.ok("POST", "/api/sessions", {"title": "Tools"}, status=201)["id"]
     api.talk(tool_session, "你好世界，今天天气很好", "tool lookup_weather city=Paris")
-    picture = _image_turn(api, "a picture for you")
+    picture = image_turn(api, "a picture for you")
     client = console.logged_in()
 
     listing = client.get("/console/conversations")
@@ -306,79 +249,6 @@ def test_rename_end_export_and_delete_go_through_the_operator_port(console: Cons
     assert api.call("GET", f"/api/sessions/{root}")[0] == 404
     assert api.call("GET", f"/api/sessions/{tip}")[0] == 404
     assert client.get(f"/console/c/{tip}").status == 404
-
-
-# -- hostile text ----------------------------------------------------------------------------------------------
-
-
-def _assert_harmless(html: str) -> None:
-    assert "<script>window" not in html
-    assert "<script>alert" not in html
-    assert "<img src=x" not in html
-    assert 'href="javascript:' not in html.lower()
-    assert "\u202e" not in html
-    assert "\u202c" not in html
-    assert "\u2069" not in html
-
-
-def test_scripts_javascript_links_and_bidi_controls_in_titles_and_messages_are_harmless(console: Console) -> None:
-    api = console.api
-    session = api.ok("POST", "/api/sessions", {"title": HOSTILE_TITLE[:100]}, status=201)["id"]
-    api.talk(session, HOSTILE_TEXT)
-    client = console.logged_in()
-    pages = [
-        client.get("/console/conversations"),
-        client.get(f"/console/c/{session}"),
-        client.get("/console/search?q=pwned"),
-        client.get(f"/console/c/{session}/delete"),
-    ]
-    for page in pages:
-        assert page.status == 200
-        _assert_harmless(page.text)
-    transcript = pages[1].text
-    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in transcript
-    assert "[U+202E]" in transcript
-    assert '<a href="https://example.org/a?b=1&amp;c=2" rel="noopener noreferrer nofollow"' in transcript
-    assert "<mark>" in pages[2].text
-
-
-def test_the_text_filters_escape_before_marking_and_linking() -> None:
-    assert str(marked("a >>><b>x</b><<< c")) == "a <mark>&lt;b&gt;x&lt;/b&gt;</mark> c"
-    assert str(marked(">>>open")) == "<mark>open</mark>"
-    assert str(marked("<<<x")) == "&lt;&lt;&lt;x"
-    assert str(rich("see javascript:alert(1)")) == "see javascript:alert(1)"
-    assert str(rich("go https://a.example/x). ok")).startswith('go <a href="https://a.example/x"')
-    assert str(rich('https://a.example/"onmouseover="x')).endswith("</a>&#34;onmouseover=&#34;x")
-    assert ago(100.0, 100.0 + 3 * 3600) == "3 h ago"
-
-
-# -- the media route -------------------------------------------------------------------------------------------
-
-
-def test_the_media_route_serves_only_files_inside_the_media_directory(console: Console, tmp_path: Path) -> None:
-    media = console.api.gateway.media.directory
-    media.mkdir(parents=True, exist_ok=True)
-    (media / "inside.png").write_bytes(PNG)
-    secret = tmp_path / "secret.txt"
-    secret.write_text("the secret")
-    os.symlink(secret, media / "link.png")
-    client = console.logged_in()
-    assert client.get("/console/media/inside.png").data == PNG
-    for path in [
-        "../secret.txt",
-        "..%2Fsecret.txt",
-        "%2E%2E/secret.txt",
-        "link.png",
-        "/etc/passwd",
-        "%2Fetc%2Fpasswd",
-        "nothing.png",
-    ]:
-        answer = client.get("/console/media/" + path)
-        assert answer.status == 404, path
-        assert b"the secret" not in answer.data
-    assert media_file(media, "../secret.txt") is None
-    assert media_file(media, str(secret)) is None
-    assert media_file(media, "inside.png") == (media / "inside.png").resolve()
 
 
 def test_after_ten_wrong_keys_a_minute_every_login_waits_until_it_has_passed(console: Console) -> None:
