@@ -202,8 +202,9 @@ class ChatCompletions:
             if response is not None:
                 await response.write_eof()
         except ConnectionError:
-            _log.info("api_server: the client left while its reply streamed; stopping its turn")
-            await service.stop_turn(call.inbound)
+            if call.finished is None:
+                _log.info("api_server: the client left while its reply streamed; stopping its turn")
+                await service.stop_turn(call.inbound)
         return response if response is not None else web.Response(status=499)
 
     async def _open_stream(
