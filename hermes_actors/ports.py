@@ -3,8 +3,9 @@
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently), and the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
-``/metrics``). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+recently), the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
+``/metrics``), and the :class:`~hermes_actors.operator_port.Operator` for an entry point that serves the holder of
+the admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import msgspec
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
+from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 
 __all__ = [
     "AcceptResult",
     "Adapter",
+    "AgentInfo",
     "Capabilities",
     "ConnectionReporter",
+    "DiskSpace",
     "Exposition",
     "Inbox",
     "Latency",
@@ -166,15 +170,33 @@ class ConnectionReporter(Protocol):
         ...
 
 
+class DiskSpace(msgspec.Struct, frozen=True, kw_only=True):
+    """The file system holding the store: where, and how many bytes are free of how many."""
+
+    path: str
+    free_bytes: int
+    total_bytes: int
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent turns go to: its kind (``echo``, ``openai``, ...) and the model it names, if any."""
+
+    kind: str
+    model: str | None = None
+
+
 class Readiness(msgspec.Struct, frozen=True, kw_only=True):
     """Whether the gateway can do its work: the store takes writes and every configured entry point is up.
 
     ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
-    point (a disabled one does not count against readiness).
+    point (a disabled one does not count against readiness). ``disk`` and ``agent`` inform and never fail it (a
+    full disk shows as an unwritable store).
     """
 
     store: str | None
     platforms: list[PlatformHealth] = []
+    disk: DiskSpace | None = None
+    agent: AgentInfo | None = None
 
     @property
     def ready(self) -> bool:
@@ -341,6 +363,11 @@ class Inbox(Protocol):
 
     def metrics(self) -> Exposition:
         """Every metric series of the runtime, in Prometheus's text format (reads the store's queues)."""
+        ...
+
+    @property
+    def operator(self) -> Operator:
+        """What an operator holding the admin key may do to every session (:mod:`hermes_actors.operator_port`)."""
         ...
 
 

@@ -55,6 +55,8 @@ platforms:
     # request_timeout_s: 300
     # max_body_bytes: 4194304
     # keepalive_s: 15                # SSE keep-alive comment interval while a streamed turn runs
+    # cors_origins: []               # browser origins whose pages may call the API (https://chat.example.org;
+    #                                # '*': any); a request from another Origin gets 403
   webhook:
     # enabled: true
     # host: 127.0.0.1
@@ -205,4 +207,6 @@ daemon:
   # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API
   # http_host: 127.0.0.1             # at /v1 and /health, /webhooks/..., /slack/..., /feishu/..., /whatsapp/...,
   #                                  # /telegram/...; the entry points' own ports stay closed. 0: off
+  # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
+  #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 """

@@ -1,7 +1,8 @@
 """The :class:`~hermes_actors.ports.Inbox` an adapter is started with: a facade over the gateway.
 
 It delegates every call; the reads an adapter needs are answered from a borrowed reader here, so an adapter never
-holds the gateway or a store.
+holds the gateway or a store. ``operator`` is the gateway's :class:`~hermes_actors.runtime.operator.GatewayOperator`
+with the admin key the composition root gave (``None``: an operator's routes are off).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hermes_actors.ports import (
 )
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.store import InboxState, MessageRecord, Role
 
 __all__ = ["GatewayInbox"]
@@ -36,8 +38,9 @@ _log = logging.getLogger(__name__)
 class GatewayInbox:
     """What an adapter sees of ``gateway``: implements :class:`hermes_actors.ports.Inbox` by delegating to it."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, admin_key: str | None = None) -> None:
         self._gateway = gateway
+        self._operator = GatewayOperator(gateway, admin_key)
 
     @property
     def media(self) -> MediaStore:
@@ -140,6 +143,11 @@ class GatewayInbox:
     def metrics(self) -> Exposition:
         """:meth:`Gateway.metrics`."""
         return self._gateway.metrics()
+
+    @property
+    def operator(self) -> GatewayOperator:
+        """What an operator holding the admin key may do to every session."""
+        return self._operator
 
 
 def _answer_in(

@@ -21,6 +21,7 @@ from platforms.api_server.config import ApiServerConfig, is_loopback
 from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.service import ApiService
 from platforms.api_server.sessions import key_fingerprint
+from platforms.api_server.surface import add_surface
 from platforms.api_server.wire import (
     HTTP_ERRORS,
     PLATFORM,
@@ -132,6 +133,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         app.router.add_post("/v1/chat/completions", ChatCompletions(self._service).handle)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
+        add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
 
     def _attached(self) -> tuple[Inbox, HttpHost] | None:
         inbox, host = self._inbox, self._host
