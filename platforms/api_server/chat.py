@@ -26,6 +26,7 @@ from aiohttp import web
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.api_server.conversation import chat_turn
+from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.sessions import (
     COMPLETED_HEADER,
@@ -210,7 +211,12 @@ class ChatCompletions:
     async def _open_stream(
         self, request: web.Request, turn: Turn, extra: dict[str, str], session_id: str | None
     ) -> web.StreamResponse:
-        headers = {"Cache-Control": "no-cache", **extra, **({SESSION_HEADER: session_id} if session_id else {})}
+        headers = {
+            "Cache-Control": "no-cache",
+            **Guards(self._service.config).stream_headers(request),  # a shared port's app has no response hook
+            **extra,
+            **({SESSION_HEADER: session_id} if session_id else {}),
+        }
         response = web.StreamResponse(headers=headers)
         response.content_type = "text/event-stream"
         await response.prepare(request)
