@@ -352,7 +352,7 @@ def test_a_turn_the_agent_failed_is_a_502_not_an_answer(start: Start) -> None:
     assert api.talk(session, "fine again") == [{"session_id": session, "reply": "echo: fine again"}]
 
 
-def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
+def test_chat_stream_sends_the_deltas_then_the_reply_then_done(api: Api) -> None:
     session = api.ok("POST", "/api/sessions", {}, status=201)["id"]
     status, headers, body = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "streamed hello"})
     assert status == 200
@@ -360,7 +360,9 @@ def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
     assert headers["X-Frame-Options"] == "DENY"
     events = [line.removeprefix("data: ") for line in body.decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
-    assert [json.loads(e) for e in events[:-1]] == [{"session_id": session, "reply": "echo: streamed hello"}]
+    *deltas, final = [json.loads(e) for e in events[:-1]]
+    assert [d["delta"] for d in deltas] == ["echo: ", "streamed ", "hello"]  # as the agent wrote them
+    assert final == {"session_id": session, "reply": "echo: streamed hello"}
 
 
 # -- discovery, health, CORS, headers --------------------------------------------------------------------------
