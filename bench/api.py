@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -112,8 +113,8 @@ def model_app(shape: ModelShape) -> web.Application:
     pieces = shape.pieces()
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        arrived = time.perf_counter()
         body = await request.json()
+        arrived = time.perf_counter()  # the model has the whole request
         created = int(time.time())
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
@@ -122,7 +123,9 @@ def model_app(shape: ModelShape) -> web.Application:
         if not body.get("stream"):
             counts["complete"] += 1
             await asyncio.sleep(shape.first_token_s)
-            message = {"role": "assistant", "content": TITLE}
+            asked = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
+            title = f"{TITLE} {hashlib.sha256(asked.encode()).hexdigest()[:8]}"  # one title per conversation
+            message = {"role": "assistant", "content": title}
             choice = {"index": 0, "message": message, "finish_reason": "stop"}
             return web.json_response(
                 {
@@ -236,7 +239,7 @@ def hermesd_command(home: Path) -> list[str]:
     return [sys.executable, "-m", "hermes_actors.cli.hermesd", "--home", str(home)]
 
 
-def hermesd_config(model_url: str, *, titles: bool) -> str:
+def hermesd_config(model_url: str, *, titles: bool, log_level: str) -> str:
     """``config.yaml``: the OpenAI agent on the bench model, the API on a free loopback port, no webhook."""
     return f"""\
 agent:
@@ -247,6 +250,7 @@ runtime:
   auto_titles: {"true" if titles else "false"}
 daemon:
   drain_timeout_s: 5
+  log_level: {log_level}
 platforms:
   api_server:
     host: {HOST}
@@ -278,11 +282,13 @@ def api_url(home: Path, process: subprocess.Popen[bytes]) -> str:
 
 
 @contextlib.contextmanager
-def hermesd_process(model_url: str, *, titles: bool, keep: Path | None) -> Iterator[tuple[str, int]]:
+def hermesd_process(model_url: str, *, titles: bool, log_level: str, keep: Path | None) -> Iterator[tuple[str, int]]:
     """Start ``hermesd`` on a temporary home; yield the API's base URL and its pid; stop it (SIGTERM) after."""
     home = Path(tempfile.mkdtemp(prefix="hermes-bench-api-"))
     try:
-        (home / "config.yaml").write_text(hermesd_config(model_url, titles=titles), encoding="utf-8")
+        (home / "config.yaml").write_text(
+            hermesd_config(model_url, titles=titles, log_level=log_level), encoding="utf-8"
+        )
         env = {**os.environ, "HERMES_HOME": str(home)}
         env.pop("HERMES_API_KEY", None)  # an open API on loopback
         with (home / "hermesd.out").open("wb") as out, (home / "hermesd.err").open("wb") as err:
@@ -588,7 +594,7 @@ def run(args: argparse.Namespace) -> int:
     overhead: float | None = None
     with (
         model_process(shape) as (model_url, model_pid),
-        hermesd_process(model_url, titles=not args.no_titles, keep=args.keep) as (api, pid),
+        hermesd_process(model_url, titles=not args.no_titles, log_level=args.log_level, keep=args.keep) as (api, pid),
         py_spy(pid, args.py_spy),
     ):
         figure("hermesd", api, note=f"pid {pid}, auto_titles {'off' if args.no_titles else 'on'}")
@@ -625,6 +631,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=20, help="content deltas per answer")
     parser.add_argument("--target-ms", type=float, default=5.0, help="the target of overhead_p50")
     parser.add_argument("--no-titles", action="store_true", help="runtime.auto_titles: false (no title calls)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="hermesd's")
     parser.add_argument("--keep", type=Path, help="copy hermesd's home (its log, state.db) here at the end")
     parser.add_argument("--py-spy", type=Path, help="record hermesd with py-spy into this file (.svg, .txt, .json)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
