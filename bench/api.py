@@ -14,7 +14,8 @@ temporary home whose agent is that model, and this process, the client (aiohttp)
    load, and every request that did not end in a 200 stream with the model's whole text and ``[DONE]``.
 
 Prints one ``name: value unit (note)`` line per figure; bench/README.md explains them. A plain script, not a test.
-Every process it starts is stopped at the end, on an error and on Ctrl-C too.
+The model server and hermesd run in sessions of their own (Ctrl-C reaches only this process) and are stopped at
+the end, on an error, on Ctrl-C and on SIGTERM; only a SIGKILL of this process leaves them running.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def model_process(shape: ModelShape) -> Iterator[tuple[str, int]]:
         f"--gap-ms={shape.gap_s * 1000}",
         f"--tokens={shape.tokens}",
     ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline().strip()  # the one line it prints
@@ -292,7 +293,7 @@ def hermesd_process(model_url: str, *, titles: bool, log_level: str, keep: Path 
         env = {**os.environ, "HERMES_HOME": str(home)}
         env.pop("HERMES_API_KEY", None)  # an open API on loopback
         with (home / "hermesd.out").open("wb") as out, (home / "hermesd.err").open("wb") as err:
-            process = subprocess.Popen(hermesd_command(home), stdout=out, stderr=err, env=env)
+            process = subprocess.Popen(hermesd_command(home), stdout=out, stderr=err, env=env, start_new_session=True)
         try:
             yield api_url(home, process), process.pid
         finally:
@@ -562,7 +563,7 @@ def py_spy(pid: int, output: Path | None) -> Iterator[None]:
         record += ["--format", "raw"]
     elif output.suffix == ".json":
         record += ["--format", "speedscope"]
-    process = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     time.sleep(1.0)  # attach before the measured part starts
     try:
         yield
@@ -646,11 +647,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve_model:
         asyncio.run(serve_model(ModelShape(args.first_token_ms / 1000, args.gap_ms / 1000, args.tokens)))
         return 0
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         return run(args)
     except KeyboardInterrupt:  # the context managers have stopped hermesd and the model by now
-        print("# interrupted", file=sys.stderr, flush=True)
+        print("# interrupted; hermesd and the model server are stopped", file=sys.stderr, flush=True)
         return 130
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """SIGTERM ends the bench as Ctrl-C does, so that it stops what it started."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
