@@ -37,6 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 from aiohttp import web
+from api_trace import STEPS, TRACE_ENV
 from report import figure_line
 
 from hermes_actors.daemon.control import connect
@@ -232,8 +234,10 @@ def model_process(shape: ModelShape) -> Iterator[tuple[str, int]]:
 # -- hermesd --------------------------------------------------------------------------------------------------
 
 
-def hermesd_command(home: Path) -> list[str]:
-    """The installed ``hermesd`` beside this interpreter, else the module."""
+def hermesd_command(home: Path, *, traced: bool) -> list[str]:
+    """The installed ``hermesd`` beside this interpreter, else the module; ``bench/api_trace.py`` when ``traced``."""
+    if traced:
+        return [sys.executable, str(Path(__file__).resolve().parent / "api_trace.py"), "--home", str(home)]
     installed = Path(sys.executable).parent / "hermesd"
     if installed.exists():
         return [str(installed), "--home", str(home)]
@@ -283,8 +287,11 @@ def api_url(home: Path, process: subprocess.Popen[bytes]) -> str:
 
 
 @contextlib.contextmanager
-def hermesd_process(model_url: str, *, titles: bool, log_level: str, keep: Path | None) -> Iterator[tuple[str, int]]:
-    """Start ``hermesd`` on a temporary home; yield the API's base URL and its pid; stop it (SIGTERM) after."""
+def hermesd_process(
+    model_url: str, *, titles: bool, log_level: str, keep: Path | None, trace: Path | None = None
+) -> Iterator[tuple[str, int]]:
+    """Start ``hermesd`` on a temporary home; yield the API's base URL and its pid; stop it (SIGTERM) after. With
+    ``trace``, hermesd runs under ``bench/api_trace.py``, which writes its timestamps there when it exits."""
     home = Path(tempfile.mkdtemp(prefix="hermes-bench-api-"))
     try:
         (home / "config.yaml").write_text(
@@ -292,8 +299,11 @@ def hermesd_process(model_url: str, *, titles: bool, log_level: str, keep: Path 
         )
         env = {**os.environ, "HERMES_HOME": str(home)}
         env.pop("HERMES_API_KEY", None)  # an open API on loopback
+        if trace is not None:
+            env[TRACE_ENV] = str(trace)
         with (home / "hermesd.out").open("wb") as out, (home / "hermesd.err").open("wb") as err:
-            process = subprocess.Popen(hermesd_command(home), stdout=out, stderr=err, env=env, start_new_session=True)
+            command = hermesd_command(home, traced=trace is not None)
+            process = subprocess.Popen(command, stdout=out, stderr=err, env=env, start_new_session=True)
         try:
             yield api_url(home, process), process.pid
         finally:
@@ -476,8 +486,19 @@ def report_split(direct: Tally, through: Tally, timings: dict[str, list[float]])
         figure(f"overhead_{name}_p50", t50 - d50, "ms", f"{what}: through {t50:.2f} ms, direct {d50:.2f} ms (p50s)")
 
 
-def run_sequential(args: argparse.Namespace, model_url: str, api: str, expected: str, pid: int) -> tuple[int, float]:
-    """Part 1: TTFT straight to the model and through hermesd; return the errors and overhead_p50 in ms."""
+@dataclass
+class SequentialResult:
+    """What part 1 gave: its errors, overhead_p50 in ms, and for ``--trace`` the requests through hermesd and the
+    model's timings."""
+
+    errors: int
+    overhead_ms: float
+    through: Tally
+    timings: dict[str, list[float]]
+
+
+def run_sequential(args: argparse.Namespace, model_url: str, api: str, expected: str, pid: int) -> SequentialResult:
+    """Part 1: TTFT straight to the model and through hermesd."""
     direct = f"{model_url}/v1/chat/completions"
     through = f"{api}/v1/chat/completions"
     cpu_before = cpu_seconds(pid)
@@ -504,7 +525,8 @@ def run_sequential(args: argparse.Namespace, model_url: str, api: str, expected:
         f"ttft_through_p50 - ttft_direct_p50; paired differences' median {statistics.median(pairs) * 1000:.2f} ms",
     )
     figure("overhead_p99", (t99 - d99) * 1000, "ms", "ttft_through_p99 - ttft_direct_p99")
-    report_split(direct_tally, through_tally, asyncio.run(fetch_json(model_url + "/timings")))
+    timings: dict[str, list[float]] = asyncio.run(fetch_json(model_url + "/timings"))
+    report_split(direct_tally, through_tally, timings)
     figure(
         "sequential_errors",
         errors,
@@ -518,7 +540,29 @@ def run_sequential(args: argparse.Namespace, model_url: str, api: str, expected:
         "ms per request",
         f"hermesd's CPU over the sequential part / its {requests} requests, title calls included; {elapsed:.1f} s wall",
     )
-    return errors, (t50 - d50) * 1000
+    return SequentialResult(errors, (t50 - d50) * 1000, through_tally, timings)
+
+
+def report_trace(through: Tally, timings: dict[str, list[float]], marks: dict[str, dict[str, float]]) -> None:
+    """One line per step of the first token's path: its median time after the client sent the request."""
+    steps = dict(STEPS)
+    steps["model_has_request"] = "the model has the whole request"
+    steps["model_first_delta"] = "the model writes its first content delta"
+    steps["client_first_delta"] = "the client has the first content delta"
+    after: dict[str, list[float]] = {}
+    for outcome in through.answered:
+        reached = dict(marks.get(outcome.question, {}))
+        if outcome.question not in timings or outcome.ttft_s is None or not reached:
+            continue
+        reached["model_has_request"], reached["model_first_delta"] = timings[outcome.question]
+        reached["client_first_delta"] = outcome.sent_at + outcome.ttft_s
+        for step, when in reached.items():
+            after.setdefault(step, []).append((when - outcome.sent_at) * 1000)
+    previous = 0.0
+    for step in sorted(after, key=lambda step: statistics.median(after[step])):
+        median = statistics.median(after[step])
+        figure(f"trace_{step}", median, "ms", f"+{median - previous:.2f}; {steps.get(step, step)}")
+        previous = median
 
 
 def run_concurrent(args: argparse.Namespace, through: str, expected: str, pid: int, model_pid: int) -> int:
@@ -592,28 +636,38 @@ def run(args: argparse.Namespace) -> int:
         note=f"first after {args.first_token_ms:g} ms, then every {args.gap_ms:g} ms; a process of its own",
     )
     errors = 0
-    overhead: float | None = None
-    with (
-        model_process(shape) as (model_url, model_pid),
-        hermesd_process(model_url, titles=not args.no_titles, log_level=args.log_level, keep=args.keep) as (api, pid),
-        py_spy(pid, args.py_spy),
-    ):
-        figure("hermesd", api, note=f"pid {pid}, auto_titles {'off' if args.no_titles else 'on'}")
-        if args.sequential > 0:
-            errors, overhead = run_sequential(args, model_url, api, expected, pid)
-        if args.requests > 0:
-            errors += run_concurrent(args, f"{api}/v1/chat/completions", expected, pid, model_pid)
-        stats: dict[str, int] = asyncio.run(fetch_json(model_url + "/stats"))
-        figure(
-            "model_calls",
-            sum(stats.values()),
-            "",
-            f"{stats.get('stream', 0)} streamed, {stats.get('complete', 0)} not (hermesd's session titles)",
-        )
+    result: SequentialResult | None = None
+    trace = Path(tempfile.mkstemp(prefix="hermes-bench-trace-", suffix=".json")[1]) if args.trace else None
+    hermesd = partial(hermesd_process, titles=not args.no_titles, log_level=args.log_level, keep=args.keep)
+    try:
+        with (
+            model_process(shape) as (model_url, model_pid),
+            hermesd(model_url, trace=trace) as (api, pid),
+            py_spy(pid, args.py_spy),
+        ):
+            traced = ", traced by bench/api_trace.py" if trace else ""
+            figure("hermesd", api, note=f"pid {pid}, auto_titles {'off' if args.no_titles else 'on'}{traced}")
+            if args.sequential > 0:
+                result = run_sequential(args, model_url, api, expected, pid)
+                errors = result.errors
+            if args.requests > 0:
+                errors += run_concurrent(args, f"{api}/v1/chat/completions", expected, pid, model_pid)
+            stats: dict[str, int] = asyncio.run(fetch_json(model_url + "/stats"))
+            figure(
+                "model_calls",
+                sum(stats.values()),
+                "",
+                f"{stats.get('stream', 0)} streamed, {stats.get('complete', 0)} not (hermesd's session titles)",
+            )
+        if trace is not None and result is not None:  # hermesd wrote its marks as it stopped
+            report_trace(result.through, result.timings, json.loads(trace.read_text(encoding="utf-8") or "{}"))
+    finally:
+        if trace is not None:
+            trace.unlink(missing_ok=True)
     figure("runtime", time.perf_counter() - began, "s", f"load average {load_average()} at the end")
-    if overhead is not None:
-        verdict = "met" if overhead <= args.target_ms else "MISSED"
-        print(f"target overhead_p50 <= {args.target_ms:g} ms: {verdict} ({overhead:.2f} ms)", flush=True)
+    if result is not None:
+        verdict = "met" if result.overhead_ms <= args.target_ms else "MISSED"
+        print(f"target overhead_p50 <= {args.target_ms:g} ms: {verdict} ({result.overhead_ms:.2f} ms)", flush=True)
     return 1 if errors else 0
 
 
@@ -634,12 +688,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-titles", action="store_true", help="runtime.auto_titles: false (no title calls)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="hermesd's")
     parser.add_argument("--keep", type=Path, help="copy hermesd's home (its log, state.db) here at the end")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="run hermesd under bench/api_trace.py: the first token's path, step by step",
+    )
     parser.add_argument("--py-spy", type=Path, help="record hermesd with py-spy into this file (.svg, .txt, .json)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.sequential, args.warmup, args.requests, args.seconds = 20, 3, 100, 5.0
-    return args
+    if parser.parse_args(argv).quick:  # smaller defaults; options given beside --quick still count
+        parser.set_defaults(sequential=20, warmup=3, requests=100, seconds=5.0)
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
