@@ -108,7 +108,8 @@ def _sse(payload: object) -> bytes:
 
 
 def model_app(shape: ModelShape) -> web.Application:
-    """The model's aiohttp application: ``POST /v1/chat/completions`` (streamed or not), ``GET /stats``."""
+    """The model's aiohttp application: ``POST /v1/chat/completions`` (streamed or not), ``GET /stats`` (calls by
+    kind) and ``GET /timings`` (per streamed request: when the model had it and when it wrote its first delta)."""
     counts: Counter[str] = Counter()
     # the last user message of a streamed request -> when it arrived and when its first content delta was written
     # (perf_counter: CLOCK_MONOTONIC on Linux, the same clock in every process of the machine)
