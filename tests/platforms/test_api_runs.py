@@ -1,0 +1,363 @@
+"""``/v1/runs``: a run is a turn of a session, submitted at once (202) and watched by the server; its status is
+polled, its events streamed (late subscribers get what was buffered), it can be stopped, and it outlives a
+restart in the store. Real gateway, real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
+from hermes_actors.agents.turn import AgentError
+from hermes_actors.testing import GatedAgent, poll_until
+from platforms.api_server import SESSION_HEADER
+from tests.platforms import test_api_server
+from tests.platforms.test_api_server import KEY, Running, Start
+
+start = test_api_server.start  # a gateway and an API server on 127.0.0.1
+AUTH = {"Authorization": f"Bearer {KEY}"}
+FINAL = {"completed", "failed", "cancelled"}
+
+
+class ScriptedAgent(GatedAgent):
+    """Echoes; ``wait ...`` blocks until ``release``; ``fail`` raises :class:`AgentError`; ``history`` answers
+    with the user messages its turn saw before it."""
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        if turn.user_text == "fail":
+            raise AgentError("the model endpoint answered 500")
+        if turn.user_text == "history":
+            seen = [m.content for m in turn.history if m.role == "user"]
+            return EchoAgent.run_turn(self, msgspec_replace(turn, f"saw {seen}"), timeout_s=timeout_s)
+        if turn.user_text.startswith("wait"):
+            return super().run_turn(turn, timeout_s=timeout_s)
+        return EchoAgent.run_turn(self, turn, timeout_s=timeout_s)
+
+
+def msgspec_replace(turn: TurnInput, text: str) -> TurnInput:
+    import msgspec
+
+    return msgspec.structs.replace(turn, user_text=text)
+
+
+@pytest.fixture
+def agent() -> ScriptedAgent:
+    return ScriptedAgent()
+
+
+@pytest.fixture
+def running(start: Start, agent: ScriptedAgent) -> Iterator[Running]:
+    running = start(agent=agent)
+    yield running
+    agent.release.set()  # before the fixture stops the server: no run holds up its drain
+
+
+def post_run(running: Running, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
+    status, _, payload = running.request(body, path="/v1/runs", headers={**AUTH, **headers})
+    return status, payload
+
+
+def get_run(running: Running, run_id: str, key: str = KEY) -> tuple[int, Any]:
+    status, _, payload = running.request(
+        None, path=f"/v1/runs/{run_id}", method="GET", headers={"Authorization": f"Bearer {key}"}
+    )
+    return status, payload
+
+
+def stop_run(running: Running, run_id: str) -> tuple[int, Any]:
+    status, _, payload = running.request(None, path=f"/v1/runs/{run_id}/stop", headers=AUTH)
+    return status, payload
+
+
+def wait_final(running: Running, run_id: str) -> Any:
+    """Poll the run until it has finished; return its last view."""
+
+    def finished() -> Any:
+        status, view = get_run(running, run_id)
+        assert status == 200, view
+        return view if view["status"] in FINAL else None
+
+    return poll_until(finished, 10, what=f"the end of run {run_id}")
+
+
+class EventStream:
+    """An open ``GET /v1/runs/{id}/events``, read event by event."""
+
+    def __init__(self, running: Running, run_id: str) -> None:
+        self.connection = running.connection()
+        self.connection.request("GET", f"/v1/runs/{run_id}/events", headers=AUTH)
+        self.response = self.connection.getresponse()
+
+    def next(self) -> tuple[str, Any]:
+        name, data = "", ""
+        while True:
+            line = self.response.readline().decode()
+            assert line, "the stream ended before its terminal event"
+            if line == "\n" and name:
+                return name, json.loads(data)
+            if line.startswith("event: "):
+                name = line[7:].strip()
+            elif line.startswith("data: "):
+                data = line[6:].strip()
+
+    def until_final(self) -> list[tuple[str, Any]]:
+        events = [self.next()]
+        while not events[-1][0].startswith("run."):
+            events.append(self.next())
+        return events
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def read_events(running: Running, run_id: str) -> list[tuple[str, Any]]:
+    stream = EventStream(running, run_id)
+    try:
+        assert stream.response.status == 200
+        assert stream.response.headers["Content-Type"].startswith("text/event-stream")
+        return stream.until_final()
+    finally:
+        stream.close()
+
+
+# -- submitting and polling -------------------------------------------------------------------------------------
+
+
+def test_a_run_is_accepted_at_once_and_polls_to_completed_with_output_and_usage(running: Running) -> None:
+    status, accepted = post_run(running, {"input": "hello runs", "model": "hermes-agent"})
+    assert status == 202
+    assert accepted["status"] == "queued"
+    run_id = accepted["run_id"]
+    assert run_id.startswith("run_")
+    view = wait_final(running, run_id)
+    assert view["status"] == "completed"
+    assert view["run_id"] == run_id
+    assert view["output"] == "echo: hello runs"
+    assert view["usage"]["total_tokens"] == view["usage"]["prompt_tokens"] + view["usage"]["completion_tokens"] > 0
+    assert "error" not in view
+    assert running.transcript(view["session_id"]) == [("user", "hello runs"), ("assistant", "echo: hello runs")]
+
+
+def test_a_run_without_input_or_with_a_bad_body_gets_a_400_naming_the_field(running: Running) -> None:
+    status, payload = post_run(running, {"input": "  "})
+    assert (status, payload["error"]["param"]) == (400, "input")
+    status, payload = post_run(running, {"input": 3})
+    assert (status, payload["error"]["param"]) == (400, "input")
+    status, payload = post_run(running, {"input": "x", "session_id": "a/b"})
+    assert (status, payload["error"]["param"]) == (400, "session_id")
+
+
+def test_runs_in_one_session_run_in_order_and_the_second_sees_the_first(running: Running, agent: ScriptedAgent) -> None:
+    status, first = post_run(running, {"input": "wait for me", "session_id": "ordered"})
+    assert status == 202
+    assert agent.started.wait(10)
+    status, second = post_run(running, {"input": "history"}, **{SESSION_HEADER: "ordered"})
+    assert status == 202
+    assert get_run(running, second["run_id"])[1]["status"] == "queued"
+    agent.release.set()
+    one, two = wait_final(running, first["run_id"]), wait_final(running, second["run_id"])
+    assert (one["status"], two["status"]) == ("completed", "completed")
+    assert two["output"] == "echo: saw ['wait for me']"
+    assert one["session_id"] == two["session_id"]
+
+
+def test_a_run_continues_a_stored_session_it_names(running: Running) -> None:
+    _, first = post_run(running, {"input": "one"})
+    session_id = wait_final(running, first["run_id"])["session_id"]
+    status, second = post_run(running, {"input": "history", "session_id": session_id})
+    assert status == 202
+    assert second["session_id"] == session_id
+    assert wait_final(running, second["run_id"])["output"] == "echo: saw ['one']"
+
+
+def test_an_agent_failure_fails_the_run_with_the_reason(running: Running) -> None:
+    _, accepted = post_run(running, {"input": "fail"})
+    view = wait_final(running, accepted["run_id"])
+    assert view["status"] == "failed"
+    assert "the model endpoint answered 500" in view["error"]["message"]
+    assert view["error"]["code"] == "agent_incomplete"
+    assert "output" not in view
+    assert read_events(running, accepted["run_id"])[-1][0] == "run.failed"
+
+
+# -- events -----------------------------------------------------------------------------------------------------
+
+
+def test_events_stream_the_deltas_then_run_completed(running: Running, agent: ScriptedAgent) -> None:
+    _, accepted = post_run(running, {"input": "wait and stream these words"})
+    stream = EventStream(running, accepted["run_id"])
+    try:
+        assert agent.started.wait(10)
+        agent.release.set()
+        events = stream.until_final()
+    finally:
+        stream.close()
+    names = [name for name, _ in events]
+    assert set(names[:-1]) == {"message.delta"}
+    assert len(names) > 3  # word by word
+    assert "".join(data["delta"] for _, data in events[:-1]) == "echo: wait and stream these words"
+    name, data = events[-1]
+    assert name == "run.completed"
+    assert data["output"] == "echo: wait and stream these words"
+    assert data["usage"]["completion_tokens"] > 0
+
+
+def test_a_tool_call_streams_tool_started_and_tool_completed(running: Running) -> None:
+    _, accepted = post_run(running, {"input": "tool weather Paris"})
+    wait_final(running, accepted["run_id"])
+    events = read_events(running, accepted["run_id"])  # after the end: the buffered events, then the terminal one
+    names = [name for name, _ in events]
+    assert names[:2] == ["tool.started", "tool.completed"]
+    assert events[0][1] == {"tool": "weather", "call_id": events[1][1]["call_id"]}
+    assert events[1][1]["call_id"]
+    assert names[-1] == "run.completed"
+    assert "weather" in events[-1][1]["output"]
+
+
+def test_a_late_subscriber_gets_the_buffered_events_then_the_live_ones(running: Running, agent: ScriptedAgent) -> None:
+    _, accepted = post_run(running, {"input": "wait then talk"})
+    run_id = accepted["run_id"]
+    early = EventStream(running, run_id)
+    try:
+        assert agent.started.wait(10)
+        agent.release.set()
+        first = early.next()  # the run has begun streaming
+        late = [read_events(running, run_id) for _ in range(2)]  # two more subscribers, one after the other
+        rest = [first, *early.until_final()]
+    finally:
+        early.close()
+    assert late[0] == late[1] == rest
+    assert rest[-1][0] == "run.completed"
+
+
+def test_events_of_a_finished_run_end_with_its_terminal_event_at_once(running: Running) -> None:
+    _, accepted = post_run(running, {"input": "done"})
+    wait_final(running, accepted["run_id"])
+    events = read_events(running, accepted["run_id"])
+    assert events[-1] == ("run.completed", {"output": "echo: done", "usage": events[-1][1]["usage"]})
+
+
+def test_several_subscribers_at_once_see_the_same_events(running: Running, agent: ScriptedAgent) -> None:
+    _, accepted = post_run(running, {"input": "wait for all of you"})
+    streams = [EventStream(running, accepted["run_id"]) for _ in range(3)]
+    seen: list[list[tuple[str, Any]]] = []
+    try:
+        readers = [threading.Thread(target=lambda s=s: seen.append(s.until_final())) for s in streams]
+        for reader in readers:
+            reader.start()
+        assert agent.started.wait(10)
+        agent.release.set()
+        for reader in readers:
+            reader.join(10)
+    finally:
+        for stream in streams:
+            stream.close()
+    assert len(seen) == 3
+    assert seen[0] == seen[1] == seen[2]
+    assert seen[0][-1][0] == "run.completed"
+
+
+# -- stopping ---------------------------------------------------------------------------------------------------
+
+
+def test_stopping_a_held_run_cancels_it(running: Running, agent: ScriptedAgent) -> None:
+    _, accepted = post_run(running, {"input": "wait forever"})
+    run_id = accepted["run_id"]
+    stream = EventStream(running, run_id)
+    try:
+        assert agent.started.wait(10)
+        status, view = stop_run(running, run_id)
+        assert (status, view["status"]) == (200, "stopping")
+        assert stop_run(running, run_id)[1]["status"] in ("stopping", "cancelled")  # stopping twice is no error
+        final = wait_final(running, run_id)
+        events = stream.until_final()
+    finally:
+        stream.close()
+    assert final["status"] == "cancelled"
+    assert events[-1][0] == "run.cancelled"
+    assert running.transcript(final["session_id"]) == [("user", "wait forever")]
+
+
+def test_stopping_a_finished_run_is_a_409(running: Running) -> None:
+    _, accepted = post_run(running, {"input": "quick"})
+    wait_final(running, accepted["run_id"])
+    status, payload = stop_run(running, accepted["run_id"])
+    assert status == 409
+    assert payload["error"]["code"] == "run_finished"
+
+
+# -- who sees a run, and for how long -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/runs/{}", "/v1/runs/{}/events", "/v1/runs/{}/stop"])
+def test_an_unknown_run_is_a_404(running: Running, path: str) -> None:
+    method = "POST" if path.endswith("stop") else "GET"
+    for run_id in ("run_" + "0" * 32, "nope", "api-123"):
+        status, _, payload = running.request(None, path=path.format(run_id), method=method, headers=AUTH)
+        assert (status, payload["error"]["code"]) == (404, "run_not_found")
+
+
+def test_a_chat_message_id_is_not_a_run(running: Running) -> None:
+    status, headers, _ = running.request(
+        {"messages": [{"role": "user", "content": "hi"}]}, headers={**AUTH, "Idempotency-Key": "k1"}
+    )
+    assert status == 200
+    with running.gateway.read() as store:
+        ids = [m.platform_message_id for m in store.load_transcript(headers[SESSION_HEADER]) if m.platform_message_id]
+    assert ids
+    assert get_run(running, ids[0])[0] == 404
+
+
+def test_after_a_restart_a_run_is_answered_from_the_store_and_not_to_another_key(
+    start: Start, agent: ScriptedAgent
+) -> None:
+    first = start(agent=agent)
+    _, accepted = post_run(first, {"input": "remember me"})
+    run_id = accepted["run_id"]
+    before = wait_final(first, run_id)
+    first.server.stop(10)
+    first.gateway.stop(10)
+    again = start(agent=agent)
+    status, view = get_run(again, run_id)
+    assert status == 200
+    assert view == {**before, "usage": view["usage"]}
+    assert view["status"] == "completed"
+    assert view["output"] == "echo: remember me"
+    events = read_events(again, run_id)
+    assert events == [("run.completed", {"output": "echo: remember me", "usage": view["usage"]})]
+    assert stop_run(again, run_id)[0] == 409
+    again.server.stop(10)
+    again.gateway.stop(10)
+    other = start(agent=agent, key="sk-another-key")
+    status, payload = get_run(other, run_id, key="sk-another-key")
+    assert (status, payload["error"]["code"]) == (404, "run_not_found")
+
+
+def test_a_draining_server_refuses_new_runs(running: Running) -> None:
+    running.server._service.draining = True
+    try:
+        status, payload = post_run(running, {"input": "late"})
+    finally:
+        running.server._service.draining = False
+    assert (status, payload["error"]["code"]) == (503, "gateway_draining")
+
+
+def test_the_concurrency_cap_counts_runs_until_they_finish(start: Start, agent: ScriptedAgent) -> None:
+    running = start(agent=agent, max_concurrent_runs=1)
+    try:
+        _, held = post_run(running, {"input": "wait a moment"})
+        assert agent.started.wait(10)
+        status, payload = post_run(running, {"input": "too many"})
+        assert (status, payload["error"]["code"]) == (429, "rate_limit_exceeded")
+        agent.release.set()
+        wait_final(running, held["run_id"])
+        poll_until(lambda: running.server._service.running == 0, 10, what="the run's place given back")
+        status, accepted = post_run(running, {"input": "now"})
+        assert status == 202
+        assert wait_final(running, accepted["run_id"])["output"] == "echo: now"
+    finally:
+        agent.release.set()
