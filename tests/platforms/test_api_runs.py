@@ -7,14 +7,19 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
-from hermes_actors.agents.turn import AgentError
+from hermes_actors.agents.turn import AgentError, AgentMessage
+from hermes_actors.messages import InboundMessage, encode
+from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.store import Role, Store
 from hermes_actors.testing import GatedAgent, poll_until
-from platforms.api_server import SESSION_HEADER
+from platforms.api_server import SESSION_HEADER, key_fingerprint
 from tests.platforms import test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start
 
@@ -25,23 +30,37 @@ FINAL = {"completed", "failed", "cancelled"}
 
 class ScriptedAgent(GatedAgent):
     """Echoes; ``wait ...`` blocks until ``release``; ``fail`` raises :class:`AgentError`; ``history`` answers
-    with the user messages its turn saw before it."""
+    with the user messages its turn saw before it, ``system`` with its system prompt; ``two parts`` streams a
+    first part, sets ``halfway`` and streams the second after ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.halfway = threading.Event()
+
+    def _two_parts(self, turn: TurnInput) -> AgentReply:
+        assert turn.events is not None
+        turn.events.text("part one, ")
+        self.halfway.set()
+        self.release.wait(10)
+        turn.events.text("part two")
+        text = "part one, part two"
+        return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=text),), text=text, output_tokens=4)
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         if turn.user_text == "fail":
             raise AgentError("the model endpoint answered 500")
         if turn.user_text == "history":
             seen = [m.content for m in turn.history if m.role == "user"]
-            return EchoAgent.run_turn(self, msgspec_replace(turn, f"saw {seen}"), timeout_s=timeout_s)
+            return EchoAgent.run_turn(self, msgspec.structs.replace(turn, user_text=f"saw {seen}"), timeout_s=timeout_s)
+        if turn.user_text == "system":
+            return EchoAgent.run_turn(
+                self, msgspec.structs.replace(turn, user_text=str(turn.system_prompt)), timeout_s=1
+            )
+        if turn.user_text == "two parts":
+            return self._two_parts(turn)
         if turn.user_text.startswith("wait"):
             return super().run_turn(turn, timeout_s=timeout_s)
         return EchoAgent.run_turn(self, turn, timeout_s=timeout_s)
-
-
-def msgspec_replace(turn: TurnInput, text: str) -> TurnInput:
-    import msgspec
-
-    return msgspec.structs.replace(turn, user_text=text)
 
 
 @pytest.fixture
@@ -174,6 +193,19 @@ def test_a_run_continues_a_stored_session_it_names(running: Running) -> None:
     assert wait_final(running, second["run_id"])["output"] == "echo: saw ['one']"
 
 
+def test_a_run_naming_a_session_it_may_not_continue_gets_the_unknown_session_404(running: Running) -> None:
+    status, payload = post_run(running, {"input": "hi", "session_id": "20990101_000000_0badf00d"})
+    assert (status, payload["error"]["code"]) == (404, "session_not_found")
+    assert running.server._service.running == 0
+
+
+def test_instructions_reach_the_model_of_a_run_that_starts_a_session(running: Running) -> None:
+    _, accepted = post_run(running, {"input": "system", "instructions": "Answer like a pirate."})
+    assert wait_final(running, accepted["run_id"])["output"].endswith("Answer like a pirate.")
+    status, payload = post_run(running, {"input": "x", "instructions": "Arr.", "session_id": "mine"})
+    assert (status, payload["error"]["param"]) == (400, "instructions")
+
+
 def test_an_agent_failure_fails_the_run_with_the_reason(running: Running) -> None:
     _, accepted = post_run(running, {"input": "fail"})
     view = wait_final(running, accepted["run_id"])
@@ -232,6 +264,38 @@ def test_a_late_subscriber_gets_the_buffered_events_then_the_live_ones(running: 
         early.close()
     assert late[0] == late[1] == rest
     assert rest[-1][0] == "run.completed"
+
+
+def test_a_subscriber_between_two_parts_gets_the_first_from_the_buffer_and_the_second_live(
+    running: Running, agent: ScriptedAgent
+) -> None:
+    _, accepted = post_run(running, {"input": "two parts"})
+    assert agent.halfway.wait(10)
+    poll_until(lambda: get_run(running, accepted["run_id"])[1]["status"] == "running", 10, what="the first part")
+    stream = EventStream(running, accepted["run_id"])
+    try:
+        assert stream.next() == ("message.delta", {"delta": "part one, "})
+        agent.release.set()
+        assert stream.next() == ("message.delta", {"delta": "part two"})
+        name, data = stream.next()
+    finally:
+        stream.close()
+    assert (name, data["output"]) == ("run.completed", "part one, part two")
+
+
+def test_a_quiet_run_sends_keep_alive_comments(start: Start, agent: ScriptedAgent) -> None:
+    running = start(agent=agent, keepalive_s=0.05)
+    try:
+        _, accepted = post_run(running, {"input": "wait quietly"})
+        stream = EventStream(running, accepted["run_id"])
+        try:
+            assert stream.response.readline() == b": keepalive\n"
+            agent.release.set()
+            assert stream.until_final()[-1][0] == "run.completed"
+        finally:
+            stream.close()
+    finally:
+        agent.release.set()
 
 
 def test_events_of_a_finished_run_end_with_its_terminal_event_at_once(running: Running) -> None:
@@ -335,6 +399,34 @@ def test_after_a_restart_a_run_is_answered_from_the_store_and_not_to_another_key
     other = start(agent=agent, key="sk-another-key")
     status, payload = get_run(other, run_id, key="sk-another-key")
     assert (status, payload["error"]["code"]) == (404, "run_not_found")
+
+
+def test_a_run_a_crash_left_pending_is_run_again_and_watched_by_the_next_server(
+    start: Start, agent: ScriptedAgent, tmp_path: Path
+) -> None:
+    run_id = "run_" + "ab" * 16
+    source = SessionSource(platform="api_server", scope_id=key_fingerprint(KEY), chat_id=run_id, user_id=run_id)
+    with Store.open(tmp_path / "state.db") as store:  # as the process that crashed left it
+        store.inbox.add(
+            platform="api_server",
+            account_id="",
+            platform_message_id=run_id,
+            routing_key=build_session_key(source),
+            payload=encode(InboundMessage(source=source, text="wait for the replay", message_id=run_id)),
+        )
+    running = start(agent=agent)
+    assert agent.started.wait(10)  # the replayed turn is held
+    status, view = get_run(running, run_id)
+    assert (status, view["status"]) == (200, "queued")
+    stream = EventStream(running, run_id)
+    try:
+        agent.release.set()
+        events = stream.until_final()
+    finally:
+        stream.close()
+    assert events[-1] == ("run.completed", {"output": "echo: wait for the replay", "usage": events[-1][1]["usage"]})
+    # No deltas: the turn began before anyone watched it (a watch applies to turns that start after it).
+    assert wait_final(running, run_id)["output"] == "echo: wait for the replay"
 
 
 def test_a_draining_server_refuses_new_runs(running: Running) -> None:
