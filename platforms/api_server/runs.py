@@ -31,7 +31,7 @@ from aiohttp import web
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
 from platforms.api_server.chat import require_json
-from platforms.api_server.run import Run, RunStatus
+from platforms.api_server.run import Run, RunStatus, RunView
 from platforms.api_server.sessions import SESSION_HEADER, memory_scope, session_named
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent
 from platforms.api_server.wire import PLATFORM, ApiError, decode_body, json_response
@@ -114,9 +114,11 @@ class Runs:
             service.release()
             raise
         run.admitted = True
-        run.session_id = await service.session_hint(run.routing_key)
         self._watch(run)
-        return json_response(run.view(), status=202, headers={"Location": f"/v1/runs/{run.run_id}"})
+        session_id = await service.session_hint(run.routing_key)
+        run.session_id = run.session_id or session_id
+        accepted = RunView(run_id=run.run_id, status=RunStatus.QUEUED, session_id=session_id)
+        return json_response(accepted, status=202, headers={"Location": f"/v1/runs/{run.run_id}"})
 
     async def status(self, request: web.Request) -> web.Response:
         run = await self._find(request)

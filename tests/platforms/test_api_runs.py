@@ -19,7 +19,7 @@ from hermes_actors.messages import InboundMessage, encode
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.store import Role, Store
 from hermes_actors.testing import GatedAgent, poll_until
-from platforms.api_server import SESSION_HEADER, key_fingerprint
+from platforms.api_server import SESSION_HEADER, key_fingerprint, runs
 from tests.platforms import test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start
 
@@ -344,6 +344,19 @@ def test_stopping_a_held_run_cancels_it(running: Running, agent: ScriptedAgent) 
     assert final["status"] == "cancelled"
     assert events[-1][0] == "run.cancelled"
     assert running.transcript(final["session_id"]) == [("user", "wait forever")]
+
+
+def test_stopping_a_run_queued_behind_another_stops_the_running_turn_as_slash_stop_does(
+    running: Running, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runs, "_STORE_CHECK_S", 0.05)  # how soon a run sees its turn ended without a reply to it
+    _, ahead = post_run(running, {"input": "wait ahead", "session_id": "shared"})
+    assert agent.started.wait(10)
+    _, behind = post_run(running, {"input": "behind", "session_id": "shared"})
+    assert stop_run(running, behind["run_id"])[1]["status"] == "stopping"
+    # /stop stops the session's running turn (the one ahead); the stopped run's own turn then runs.
+    assert wait_final(running, ahead["run_id"])["status"] == "cancelled"
+    assert wait_final(running, behind["run_id"])["output"] == "echo: behind"
 
 
 def test_stopping_a_finished_run_is_a_409(running: Running) -> None:
