@@ -210,7 +210,11 @@ HTTP_ERRORS = {
         "no such endpoint; the API serves POST /v1/chat/completions, /v1/responses and /v1/runs, GET /v1/models, "
         "GET /v1/capabilities and GET /health",
     ),
-    405: ("method_not_allowed", "method not allowed here; chat completions take POST, models and health take GET"),
+    405: (
+        "method_not_allowed",
+        "method not allowed here; chat completions, runs and a run's stop take POST, models, health and a run's "
+        "status and events take GET",
+    ),
 }
 
 
