@@ -442,6 +442,18 @@ def test_a_run_a_crash_left_pending_is_run_again_and_watched_by_the_next_server(
     assert wait_final(running, run_id)["output"] == "echo: wait for the replay"
 
 
+def test_finished_runs_past_the_newest_kept_are_forgotten_and_then_answered_from_the_store(running: Running) -> None:
+    runs = running.server._runs
+    runs._keep = 1
+    first, second = (post_run(running, {"input": text})[1]["run_id"] for text in ("one", "two"))
+    wait_final(running, first)
+    wait_final(running, second)
+    poll_until(lambda: first not in runs._runs, 10, what="the older run forgotten")
+    assert second in runs._runs
+    view = wait_final(running, first)  # read back from the store
+    assert (view["status"], view["output"]) == ("completed", "echo: one")
+
+
 def test_a_draining_server_refuses_new_runs(running: Running) -> None:
     running.server._service.draining = True
     try:
