@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import time
 import uuid
@@ -46,6 +47,8 @@ KEEP = 1000  # the most finished runs kept in memory
 _TICK_S = 0.25  # how often a run's watcher looks at its stop; also a subscriber's look at its client
 _STORE_CHECK_S = 2.0  # how often a run's watcher reads the store for a turn that ended without a reply to it
 _RUN_ID = re.compile(r"run_[0-9a-f]{32}")
+
+_log = logging.getLogger(__name__)
 
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,8 +198,18 @@ class Runs:
         return self._adopt(stored)
 
     async def _stored(self, run_id: str) -> StoredAnswer | None:
+        """What the store holds of the run's message; a 503 when the store cannot be read (hermesd stops)."""
         inbox, host = self._service.parts()
-        return await host.blocking(partial(inbox.stored_answer, PLATFORM, run_id))
+        try:
+            return await host.blocking(partial(inbox.stored_answer, PLATFORM, run_id))
+        except Exception as exc:
+            _log.warning("api_server: could not read run %s from the store: %s", run_id, exc)
+            raise ApiError(
+                503,
+                f"the store cannot be read now ({exc}); retry once hermesd is running",
+                type="server_error",
+                code="service_unavailable",
+            ) from None
 
     def _adopt(self, stored: StoredAnswer) -> Run:
         """A run read back from the store: finished as it is stored, or, still pending, watched from now on."""
@@ -218,21 +231,23 @@ class Runs:
             self._keep_run(run)
             return run
         call.open()  # its turn may have ended between the read and now: the first look at the store says so
-        self._watch(run, look_now=True)
+        self._watch(run, adopted=True)
         return run
 
     # -- watching ------------------------------------------------------------------------------------------------
 
-    def _watch(self, run: Run, *, look_now: bool = False) -> None:
+    def _watch(self, run: Run, *, adopted: bool = False) -> None:
         self._keep_run(run)
-        run.task = asyncio.get_running_loop().create_task(self._follow(run, look_now=look_now), name=run.run_id)
+        run.task = asyncio.get_running_loop().create_task(self._follow(run, adopted=adopted), name=run.run_id)
 
-    async def _follow(self, run: Run, *, look_now: bool) -> None:
-        """Carry the run's turn into ``run`` until it ends; give back its place under the cap."""
+    async def _follow(self, run: Run, *, adopted: bool) -> None:
+        """Carry the run's turn into ``run`` until it ends; give back its place under the cap. An ``adopted`` run
+        (read back pending from the store) may have begun before it was watched: the store is read at once, and
+        a turn it says ended without a reply is not taken for a stop (a failure's reply may have been missed)."""
         call = run.call
         assert call is not None
         loop = asyncio.get_running_loop()
-        next_look = loop.time() if look_now else loop.time() + _STORE_CHECK_S
+        next_look = loop.time() if adopted else loop.time() + _STORE_CHECK_S
         silent = False  # the store said the turn ended without a reply to us: one more look before believing it
         stop_seen = False
         try:
@@ -250,12 +265,15 @@ class Runs:
                         continue
                     stop_seen = stop_seen or stopped
                     next_look = loop.time() + _STORE_CHECK_S
-                    stored = await self._stored(run.run_id)
+                    try:
+                        stored = await self._stored(run.run_id)
+                    except ApiError:
+                        continue  # logged; looked at again later
                     if stored is None or stored.state == "pending":
                         continue
                     if stored.reply is not None or stored.state != "done" or stopped or silent:
                         # The stop's answer comes after the stopped turn committed (and after its reply, if any).
-                        run.end_stored(stored, watched=True)
+                        run.end_stored(stored, watched=not adopted or stopped)
                         break
                     silent = True
         finally:
