@@ -454,13 +454,26 @@ def test_finished_runs_past_the_newest_kept_are_forgotten_and_then_answered_from
     assert (view["status"], view["output"]) == ("completed", "echo: one")
 
 
-def test_a_draining_server_refuses_new_runs(running: Running) -> None:
-    running.server._service.draining = True
+def test_a_draining_server_refuses_new_runs_and_lets_a_running_one_finish(
+    running: Running, agent: ScriptedAgent
+) -> None:
+    _, held = post_run(running, {"input": "wait through the drain"})
+    assert agent.started.wait(10)
+    stream = EventStream(running, held["run_id"])
+    stopping = threading.Thread(target=running.server.stop, args=(10,))
     try:
-        status, payload = post_run(running, {"input": "late"})
+        stopping.start()
+        poll_until(lambda: running.server._service.draining, 5, what="the drain")
+        status, payload = post_run(running, {"input": "too late"})
+        assert (status, payload["error"]["code"]) == (503, "gateway_draining")
+        agent.release.set()
+        events = stream.until_final()
     finally:
-        running.server._service.draining = False
-    assert (status, payload["error"]["code"]) == (503, "gateway_draining")
+        stream.close()
+        agent.release.set()
+        stopping.join(15)
+    assert events[-1][0] == "run.completed"
+    assert not stopping.is_alive()
 
 
 def test_the_concurrency_cap_counts_runs_until_they_finish(start: Start, agent: ScriptedAgent) -> None:
