@@ -34,6 +34,11 @@ class TurnEvents(Protocol):
     reply the agent returns is what the turn stores.
     """
 
+    def started(self) -> None:
+        """The turn has begun: its agent is being called (until now it waited in its session's queue). Called by
+        the runtime, not by agents."""
+        ...
+
     def text(self, delta: str) -> None:
         """The next piece of the reply's text, as the model produced it."""
         ...

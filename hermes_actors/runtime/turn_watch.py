@@ -50,6 +50,13 @@ class _Fanout:
     def __init__(self, watchers: tuple[TurnEvents, ...]) -> None:
         self._watchers = watchers
 
+    def started(self) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher.started()
+            except Exception:
+                _log.exception("a turn watcher failed on the turn's start")
+
     def text(self, delta: str) -> None:
         for watcher in self._watchers:
             try:

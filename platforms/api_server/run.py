@@ -30,8 +30,9 @@ BUFFERED_EVENTS = 2048  # per run: a subscriber that comes later than this many 
 
 
 class RunStatus(enum.StrEnum):
-    """Where a run stands. ``running`` once its turn has produced something (the runtime does not say when a
-    queued turn starts); ``stopping`` from a stop until its turn has ended."""
+    """Where a run stands: ``queued`` while its turn waits in its session's queue, ``running`` once it has begun
+    (or has streamed something, for a run read back pending from the store), ``stopping`` from a stop until the
+    turn has ended."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -89,6 +90,8 @@ class Run:
         self.error: RunError | None = None
         self.ended_at: float | None = None  # time.monotonic() of the end
         self.admitted = False  # holds a place under max_concurrent_runs until it ends
+        self.began = False  # its turn has begun (the runtime said so)
+        self.adopted = False  # read back pending from the store: whether its turn has begun is not known
         self.stop_id = ""
         self.stop_reply: concurrent.futures.Future[OutboundMessage] | None = None  # the /stop's "Stopped."
         self.task: asyncio.Task[None] | None = None
@@ -99,8 +102,14 @@ class Run:
 
     # -- what happens ---------------------------------------------------------------------------------------------
 
+    def begin(self) -> None:
+        """The run's turn has begun (it waited in its session's queue until now)."""
+        self.began = True
+        if self.status is RunStatus.QUEUED:
+            self.status = RunStatus.RUNNING
+
     def publish(self, name: str, payload: object) -> None:
-        """Buffer an event and wake the subscribers; a text or tool event means the turn runs."""
+        """Buffer an event and wake the subscribers; a text or tool event means the turn has begun."""
         if self.status is RunStatus.QUEUED:
             self.status = RunStatus.RUNNING
         self._log.append(_event(name, payload))

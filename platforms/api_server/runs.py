@@ -109,7 +109,7 @@ class Runs:
             inbound = _inbound(service, run_id, body, named or run_id, memory)
             call = service.turn_call(inbound)
             run = Run(run_id, scope=service.scope, prompt=body.input, call=call)
-            call.open()
+            call.open(on_started=run.begin)
             run.routing_key = await service.submit(inbound, continues=named, idempotency=None, call=call)
         except BaseException:
             if run is not None and run.call is not None:
@@ -163,20 +163,27 @@ class Runs:
                 code="run_finished",
             )
         if run.status is not RunStatus.STOPPING:
-            assert run.call is not None  # an unfinished run is watched
-            stop_id = f"api-stop-{uuid.uuid4().hex}"
-            reply = self._service.waiters.expect(stop_id)
-            if not await self._service.stop_turn(run.call.inbound, stop_id=stop_id):
-                self._service.waiters.forget(stop_id, reply)
+            # A run still queued is stopped once its turn begins: a /stop now would stop the turn ahead of it.
+            if (run.began or run.adopted) and not await self._send_stop(run):
                 raise ApiError(
                     503,
                     "the gateway did not take the stop; retry once hermesd is running",
                     type="server_error",
                     code="service_unavailable",
                 )
-            run.stop_id, run.stop_reply = stop_id, reply
             run.status = RunStatus.STOPPING
         return json_response(run.view())
+
+    async def _send_stop(self, run: Run) -> bool:
+        """Send the run's session a ``/stop`` whose reply the run's watcher expects; whether it was taken."""
+        assert run.call is not None  # an unfinished run is watched
+        stop_id = f"api-stop-{uuid.uuid4().hex}"
+        reply = self._service.waiters.expect(stop_id)
+        if not await self._service.stop_turn(run.call.inbound, stop_id=stop_id):
+            self._service.waiters.forget(stop_id, reply)
+            return False
+        run.stop_id, run.stop_reply = stop_id, reply
+        return True
 
     # -- finding a run ---------------------------------------------------------------------------------------
 
@@ -230,28 +237,32 @@ class Runs:
             run.end_stored(stored, watched=False)
             self._keep_run(run)
             return run
-        call.open()  # its turn may have ended between the read and now: the first look at the store says so
-        self._watch(run, adopted=True)
+        run.adopted = True
+        call.open(on_started=run.begin)  # the turn may have ended between the read and now: the store will say
+        self._watch(run)
         return run
 
     # -- watching ------------------------------------------------------------------------------------------------
 
-    def _watch(self, run: Run, *, adopted: bool = False) -> None:
+    def _watch(self, run: Run) -> None:
         self._keep_run(run)
-        run.task = asyncio.get_running_loop().create_task(self._follow(run, adopted=adopted), name=run.run_id)
+        run.task = asyncio.get_running_loop().create_task(self._follow(run), name=run.run_id)
 
-    async def _follow(self, run: Run, *, adopted: bool) -> None:
-        """Carry the run's turn into ``run`` until it ends; give back its place under the cap. An ``adopted`` run
-        (read back pending from the store) may have begun before it was watched: the store is read at once, and
-        a turn it says ended without a reply is not taken for a stop (a failure's reply may have been missed)."""
+    async def _follow(self, run: Run) -> None:
+        """Carry the run's turn into ``run`` until it ends; give back its place under the cap. A run read back
+        pending from the store (``adopted``) may have begun before it was watched: the store is read at once,
+        and a turn it says ended without a reply is not taken for a stop (a failure's reply may have been
+        missed)."""
         call = run.call
         assert call is not None
         loop = asyncio.get_running_loop()
-        next_look = loop.time() if adopted else loop.time() + _STORE_CHECK_S
+        next_look = loop.time() if run.adopted else loop.time() + _STORE_CHECK_S
         silent = False  # the store said the turn ended without a reply to us: one more look before believing it
         stop_seen = False
         try:
             async for event in call.events(_TICK_S):
+                if run.status is RunStatus.STOPPING and run.stop_reply is None and run.began:
+                    await self._send_stop(run)  # asked for while it was queued; it has begun now
                 if isinstance(event, TextDelta):
                     run.publish("message.delta", {"delta": event.text})
                 elif isinstance(event, ToolEvent):
@@ -273,7 +284,7 @@ class Runs:
                         continue
                     if stored.reply is not None or stored.state != "done" or stopped or silent:
                         # The stop's answer comes after the stopped turn committed (and after its reply, if any).
-                        run.end_stored(stored, watched=not adopted or stopped)
+                        run.end_stored(stored, watched=not run.adopted or stopped)
                         break
                     silent = True
         finally:

@@ -31,11 +31,12 @@ FINAL = {"completed", "failed", "cancelled"}
 class ScriptedAgent(GatedAgent):
     """Echoes; ``wait ...`` blocks until ``release``; ``fail`` raises :class:`AgentError`; ``history`` answers
     with the user messages its turn saw before it, ``system`` with its system prompt; ``two parts`` streams a
-    first part, sets ``halfway`` and streams the second after ``release``."""
+    first part, sets ``halfway`` and streams the second after ``release``; ``hold ...`` blocks until ``hold``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.halfway = threading.Event()
+        self.hold = threading.Event()
 
     def _two_parts(self, turn: TurnInput) -> AgentReply:
         assert turn.events is not None
@@ -60,6 +61,8 @@ class ScriptedAgent(GatedAgent):
             return self._two_parts(turn)
         if turn.user_text.startswith("wait"):
             return super().run_turn(turn, timeout_s=timeout_s)
+        if turn.user_text.startswith("hold"):
+            self.hold.wait(10)
         return EchoAgent.run_turn(self, turn, timeout_s=timeout_s)
 
 
@@ -73,6 +76,7 @@ def running(start: Start, agent: ScriptedAgent) -> Iterator[Running]:
     running = start(agent=agent)
     yield running
     agent.release.set()  # before the fixture stops the server: no run holds up its drain
+    agent.hold.set()
 
 
 def post_run(running: Running, body: dict[str, Any], **headers: str) -> tuple[int, Any]:
@@ -346,17 +350,33 @@ def test_stopping_a_held_run_cancels_it(running: Running, agent: ScriptedAgent) 
     assert running.transcript(final["session_id"]) == [("user", "wait forever")]
 
 
-def test_stopping_a_run_queued_behind_another_stops_the_running_turn_as_slash_stop_does(
+def test_a_run_stopped_while_queued_behind_another_is_stopped_when_its_turn_begins(
+    running: Running, agent: ScriptedAgent
+) -> None:
+    _, ahead = post_run(running, {"input": "wait ahead", "session_id": "shared"})
+    assert agent.started.wait(10)
+    assert get_run(running, ahead["run_id"])[1]["status"] == "running"
+    _, behind = post_run(running, {"input": "hold behind", "session_id": "shared"})
+    assert get_run(running, behind["run_id"])[1]["status"] == "queued"
+    assert stop_run(running, behind["run_id"])[1]["status"] == "stopping"
+    agent.release.set()  # the turn ahead was not stopped: it finishes, then the stopped run's turn begins
+    assert wait_final(running, ahead["run_id"])["output"] == "echo: wait ahead"
+    final = wait_final(running, behind["run_id"])
+    assert final["status"] == "cancelled"
+    assert running.transcript(final["session_id"])[-1] == ("user", "hold behind")
+
+
+def test_a_slash_stop_from_elsewhere_cancels_the_run_whose_turn_it_stopped(
     running: Running, agent: ScriptedAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runs, "_STORE_CHECK_S", 0.05)  # how soon a run sees its turn ended without a reply to it
-    _, ahead = post_run(running, {"input": "wait ahead", "session_id": "shared"})
+    _, accepted = post_run(running, {"input": "wait for a stop", "session_id": "elsewhere"})
     assert agent.started.wait(10)
-    _, behind = post_run(running, {"input": "behind", "session_id": "shared"})
-    assert stop_run(running, behind["run_id"])[1]["status"] == "stopping"
-    # /stop stops the session's running turn (the one ahead); the stopped run's own turn then runs.
-    assert wait_final(running, ahead["run_id"])["status"] == "cancelled"
-    assert wait_final(running, behind["run_id"])["output"] == "echo: behind"
+    status, _, body = running.request(
+        {"messages": [{"role": "user", "content": "/stop"}]}, headers={**AUTH, SESSION_HEADER: "elsewhere"}
+    )
+    assert status == 200, body
+    assert wait_final(running, accepted["run_id"])["status"] == "cancelled"
 
 
 def test_stopping_a_finished_run_is_a_409(running: Running) -> None:
