@@ -32,7 +32,7 @@ from aiohttp import web
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
 from platforms.api_server.chat import require_json
-from platforms.api_server.run import Run, RunStatus, RunView
+from platforms.api_server.run import Run, RunError, RunStatus, RunView
 from platforms.api_server.sessions import SESSION_HEADER, memory_scope, session_named
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent
 from platforms.api_server.wire import PLATFORM, ApiError, decode_body, json_response
@@ -287,6 +287,10 @@ class Runs:
                         run.end_stored(stored, watched=not run.adopted or stopped)
                         break
                     silent = True
+        except Exception:
+            _log.exception("api_server: watching run %s failed", run.run_id)
+            message = "the server stopped watching this run after an internal error (see the daemon log); its turn "
+            run.end(RunStatus.FAILED, error=RunError(message=message + "goes on in its session", code="internal_error"))
         finally:
             call.close()
             if run.stop_reply is not None:

@@ -496,6 +496,13 @@ def test_a_draining_server_refuses_new_runs_and_lets_a_running_one_finish(
     assert not stopping.is_alive()
 
 
+def test_a_stopped_gateway_refuses_a_run_with_a_503_and_keeps_no_place(running: Running) -> None:
+    running.gateway.stop(10)
+    status, payload = post_run(running, {"input": "anyone?"})
+    assert (status, payload["error"]["code"]) == (503, "service_unavailable")
+    assert running.server._service.running == 0
+
+
 def test_the_concurrency_cap_counts_runs_until_they_finish(start: Start, agent: ScriptedAgent) -> None:
     running = start(agent=agent, max_concurrent_runs=1)
     try:
