@@ -177,8 +177,6 @@ class SessionTurns:
             deliveries=deliveries,
             watch=self._services.watch,
         )
-        if turn.events is not None:
-            turn.events.started()  # returns at once (TurnEvents)
         agent = self._services.agent
         if runs_inline(agent):
             # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
