@@ -54,9 +54,8 @@ class ScriptedAgent(GatedAgent):
             seen = [m.content for m in turn.history if m.role == "user"]
             return EchoAgent.run_turn(self, msgspec.structs.replace(turn, user_text=f"saw {seen}"), timeout_s=timeout_s)
         if turn.user_text == "system":
-            return EchoAgent.run_turn(
-                self, msgspec.structs.replace(turn, user_text=str(turn.system_prompt)), timeout_s=1
-            )
+            asked = msgspec.structs.replace(turn, user_text=str(turn.system_prompt))
+            return EchoAgent.run_turn(self, asked, timeout_s=timeout_s)
         if turn.user_text == "two parts":
             return self._two_parts(turn)
         if turn.user_text.startswith("wait"):
