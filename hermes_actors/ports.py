@@ -22,6 +22,7 @@ from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.turn_events import ToolStatus, TurnEvents
 
 __all__ = [
     "AcceptResult",
@@ -253,26 +254,6 @@ class Exposition(msgspec.Struct, frozen=True, kw_only=True):
 
     content_type: str
     body: bytes
-
-
-ToolStatus = str
-"""``running`` when a tool call starts, ``completed`` when its result is in."""
-
-
-class TurnEvents(Protocol):
-    """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
-
-    Called from the agent's thread; each call must return at once. What is reported here is only a view: the
-    reply the agent returns is what the turn stores.
-    """
-
-    def text(self, delta: str) -> None:
-        """The next piece of the reply's text, as the model produced it."""
-        ...
-
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
-        """A tool call started (``running``) or finished (``completed``)."""
-        ...
 
 
 class Inbox(Protocol):

@@ -45,8 +45,9 @@ def turn_input(
     deliveries: Sequence[Delivery],
     watch: TurnWatch,
 ) -> TurnInput:
-    """The agent's input for a turn answering ``deliveries`` with the user ``text``."""
-    events = watch.events_for(d.message.message_id for d in deliveries)
+    """The agent's input for a turn answering ``deliveries`` with the user ``text``; built just before the agent is
+    called, so the turn's watchers are told here that it has begun."""
+    events = watch.begin(d.message.message_id for d in deliveries)
     conversation = conversation_of(deliveries)
     if conversation is None:
         return TurnInput(

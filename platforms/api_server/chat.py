@@ -24,7 +24,6 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
-from hermes_actors.routing import SessionSource
 from platforms.api_server.conversation import chat_turn
 from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency
@@ -38,7 +37,6 @@ from platforms.api_server.sessions import (
 )
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import (
-    PLATFORM,
     ApiError,
     Delta,
     ToolProgress,
@@ -93,13 +91,7 @@ class ChatCompletions:
         with service.admitted():
             attachments = await service.attachments(turn_of.images) if turn_of.images else ()
             name = named or turn_of.name or f"api-{uuid.uuid4().hex}"
-            source = SessionSource(
-                platform=PLATFORM,
-                scope_id=service.scope,
-                chat_type="dm",
-                chat_id=name,
-                user_id=memory or chat.user or name,
-            )
+            source = service.source(name, memory or chat.user)
             turn_id = uuid.uuid4().hex
             inbound = InboundMessage(
                 source=source,
