@@ -19,7 +19,7 @@ import msgspec
 from hermes_actors.agents.turn import TurnEvents
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
+from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
 from hermes_actors.routing import KeyPolicy
 
 __all__ = [
@@ -307,6 +307,22 @@ class Inbox(Protocol):
     def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
         """What became of ``platform``'s message ``message_id`` (``account_id`` ``""``), ``None`` when the inbox
         never took it: still pending, or answered with the reply stored in its session."""
+        ...
+
+    def save_response(self, response: ResponseRecord) -> Future[None]:
+        """Store an API response with its session (replacing one with its id); resolves once committed."""
+        ...
+
+    def get_response(self, response_id: str, scope: str | None) -> ResponseRecord | None:
+        """The stored response ``response_id`` made in ``scope`` (an API key's fingerprint), else ``None``."""
+        ...
+
+    def delete_response(self, response_id: str, scope: str | None) -> Future[bool]:
+        """Delete the stored response ``response_id`` of ``scope``; resolves to whether there was one."""
+        ...
+
+    def latest_response_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
+        """The newest stored response of ``scope`` in the conversation named ``conversation``, else ``None``."""
         ...
 
     def readiness(self) -> Readiness:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Unpack
+from typing import TypeVar, Unpack
 
 import pykka
 
@@ -36,6 +36,8 @@ from hermes_actors.store.prune import PruneResult
 from hermes_actors.store.writer import WriterClosedError
 
 __all__ = ["AcceptResult", "Gateway", "PollCursor"]  # the ports re-exported for old imports
+
+T = TypeVar("T")
 
 
 class Gateway:
@@ -186,6 +188,10 @@ class Gateway:
     def read(self) -> AbstractContextManager[Store]:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""
         return self._readers.reader()
+
+    def write(self, work: Callable[[Store], T]) -> Future[T]:
+        """Run ``work(store)`` in the writer's next commit; the future resolves after that commit."""
+        return self._writer.submit(work)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until no turn is queued or running, no actor is still stopping (a passivation or eviction has
