@@ -6,8 +6,8 @@ transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn mu
 
 The concerns live in their own modules: sessions, titles and routes in :mod:`.sessions`, messages and search in
 :mod:`.transcript`, the queues and small tables in :mod:`.inbox`, :mod:`.outbox_queue`, :mod:`.leases`,
-:mod:`.timers`, :mod:`.cursors`, :mod:`.homes`, :mod:`.memories` and :mod:`.responses`; this module opens the store and adds the
-maintenance operations.
+:mod:`.timers`, :mod:`.cursors`, :mod:`.homes`, :mod:`.memories` and :mod:`.responses`; this module opens the
+store and adds the maintenance operations.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -25,6 +26,7 @@ __all__ = [
     "ToolProgress",
     "Turn",
     "content_text",
+    "decode_body",
     "decode_chat",
     "json_response",
     "new_turn",
@@ -33,6 +35,8 @@ __all__ = [
 ]
 
 PLATFORM = "api_server"
+
+T = TypeVar("T")
 
 
 class _ImageUrl(msgspec.Struct, frozen=True, kw_only=True):
@@ -246,8 +250,13 @@ class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
 
 def decode_chat(body: bytes) -> ChatRequest:
     """Decode a chat-completions body; a malformed one becomes a 400 naming the field path or the problem."""
+    return decode_body(_request_decoder, body)
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode a request body with ``decoder``; a malformed one becomes a 400 naming the field path or the problem."""
     try:
-        return json_guard.decode(_request_decoder, body)
+        return json_guard.decode(decoder, body)
     except msgspec.ValidationError as exc:
         match = _FIELD_PATH.search(str(exc))
         raise ApiError(

@@ -38,7 +38,20 @@ def test_the_store_is_a_store_interface_to_the_type_checker(store: Store) -> Non
     responses: ResponseTable = store.responses
     assert all(
         x is not None
-        for x in (whole, sessions, transcripts, maintenance, inbox, outbox, leases, timers, kv, homes, memories, responses)
+        for x in (
+            whole,
+            sessions,
+            transcripts,
+            maintenance,
+            inbox,
+            outbox,
+            leases,
+            timers,
+            kv,
+            homes,
+            memories,
+            responses,
+        )
     )
     assert attachments is store.attachments
 
