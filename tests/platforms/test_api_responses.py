@@ -17,7 +17,7 @@ from hermes_actors.agents.base import EchoAgent
 from hermes_actors.agents.turn import AgentError, AgentReply, TurnInput
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import GatedAgent, poll_until
-from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig, key_fingerprint
 from tests.platforms import test_api_server
 from tests.platforms.test_api_server import KEY, Running, Start
 
@@ -109,7 +109,8 @@ def test_a_chain_continues_the_session_of_its_previous_response_and_inherits_its
     assert [item.type for item in second.output] == ["message"]  # this turn's output only
     turn = agent.seen[-1]
     assert _history(turn) == [("user", "ahoy"), ("assistant", "echo: ahoy")]  # from the store
-    assert turn.system_prompt is not None and turn.system_prompt.endswith("Talk like a pirate.")
+    assert turn.system_prompt is not None
+    assert turn.system_prompt.endswith("Talk like a pirate.")
     third, _ = _create(running, input="now plain", previous_response_id=second.id, instructions="Be plain.")
     assert third.instructions == "Be plain."
     assert running.transcript(session_id)[-2:] == [("user", "now plain"), ("assistant", "echo: now plain")]
@@ -139,7 +140,8 @@ def test_another_keys_response_is_unknown(running: Running) -> None:
 def test_a_conversation_follows_its_newest_response(running: Running) -> None:
     first, session_id = _create(running, input="one", conversation="trip")
     assert first.previous_response_id is None
-    assert first.conversation is not None and first.conversation.id == "trip"
+    assert first.conversation is not None
+    assert first.conversation.id == "trip"
     second, second_session = _create(running, input="two", conversation={"id": "trip"})
     assert second.previous_response_id == first.id
     assert second_session == session_id
@@ -212,7 +214,8 @@ def test_a_tool_turn_lists_the_call_and_its_output_before_the_message(running: R
     response, _ = _create(running, input="tool weather Paris")
     assert [item.type for item in response.output] == ["function_call", "function_call_output", "message"]
     call, result, _ = response.output
-    assert call.type == "function_call" and result.type == "function_call_output"
+    assert call.type == "function_call"
+    assert result.type == "function_call_output"
     assert (call.name, json.loads(call.arguments)) == ("weather", "Paris")
     assert result.call_id == call.call_id
     assert result.output == "weather ran with 'Paris'"
@@ -252,7 +255,8 @@ def test_a_stream_sends_the_events_in_order_numbered_from_zero(running: Running)
         "response.completed",
     ]
     created, completed = events[0], events[-1]
-    assert created.type == "response.created" and created.response.status == "in_progress"
+    assert created.type == "response.created"
+    assert created.response.status == "in_progress"
     assert completed.type == "response.completed"
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == completed.response.output_text == "echo: clock said \"clock ran with 'now'\""
@@ -268,14 +272,16 @@ def test_the_async_client_creates_streams_and_retrieves(running: Running) -> Non
         ) as client:
             first = await client.responses.create(model="m", input="hello", instructions="Be kind.")
             stream = await client.responses.create(model="m", input="more", previous_response_id=first.id, stream=True)
-            types = [event.type async for event in stream]
+            types: list[str] = [event.type async for event in stream]
             second = await client.responses.retrieve(first.id)
             return first, types, second
 
     first, types, again = asyncio.run(scenario())
     assert first.output_text == "echo: hello"
-    assert types[0] == "response.created" and types[-1] == "response.completed"
-    assert again.id == first.id and again.instructions == "Be kind."
+    assert types[0] == "response.created"
+    assert types[-1] == "response.completed"
+    assert again.id == first.id
+    assert again.instructions == "Be kind."
 
 
 def test_a_client_that_leaves_a_stream_stops_the_turn_and_an_incomplete_snapshot_is_stored(start: Start) -> None:
@@ -296,7 +302,7 @@ def test_a_client_that_leaves_a_stream_stops_the_turn_and_an_incomplete_snapshot
     response_id = json.loads(created[1])["response"]["id"]
 
     def stored_status() -> str | None:
-        found = GatewayInbox(running.gateway).get_response(response_id, running.server._scope)
+        found = GatewayInbox(running.gateway).get_response(response_id, key_fingerprint(KEY))
         return json.loads(found.body)["status"] if found is not None else None
 
     poll_until(lambda: stored_status() == "incomplete", 10, what="the incomplete snapshot")
