@@ -44,7 +44,9 @@ __all__ = ["ResponsesApi"]
 
 _log = logging.getLogger(__name__)
 
-_REASONS = {499: "client_disconnected", 504: "timeout"}  # any other abandoned wait: the server is stopping
+_LEFT = "client_disconnected"
+_SETTLE_POLL_S = 0.05  # how often a stopped turn's inbox row is looked at until its commit
+_REASONS = {499: _LEFT, 504: "timeout"}  # any other abandoned wait: the server is stopping
 
 
 class ResponsesApi:
@@ -154,8 +156,7 @@ class ResponsesApi:
             else:
                 ended = await self._service.wait_ended(request, turn, call)
                 if ended is not None:
-                    draft.abandon(_REASONS.get(ended.status, "server_stopping"))
-                    await self._keep(draft, await self._service.session_hint(turn.routing_key))
+                    await self._abandon(draft, turn, call, _REASONS.get(ended.status, "server_stopping"))
                     raise ended
         raise AssertionError("unreachable: events end with Finished")  # pragma: no cover
 
@@ -176,8 +177,7 @@ class ResponsesApi:
                 if isinstance(event, Idle):
                     ended = await service.wait_ended(request, turn, call)
                     if ended is not None:
-                        events = draft.abandon(_REASONS.get(ended.status, "server_stopping"))
-                        await self._keep(draft, await service.session_hint(turn.routing_key))
+                        events = await self._abandon(draft, turn, call, _REASONS.get(ended.status, "server_stopping"))
                         if ended.status != 499:
                             await _send(response, events)
                         break
@@ -199,9 +199,30 @@ class ResponsesApi:
             _log.info("api_server: the client left while its response streamed; stopping its turn")
             if draft.status == "in_progress":
                 await service.stop_turn(call.inbound)
-                draft.abandon("client_disconnected")
-                await self._keep(draft, await service.session_hint(turn.routing_key))
+                await self._abandon(draft, turn, call, "client_disconnected")
         return response
+
+    async def _abandon(self, draft: ResponseDraft, turn: Turn, call: TurnCall, reason: str) -> list[StreamEvent]:
+        """Make the response ``incomplete`` and store that snapshot. A disconnected client's turn was stopped: its
+        commit (soon) names the session it was saved in; a turn that goes on may have no saved session yet (a new
+        session's row comes with its first turn's commit), and then the snapshot is not stored."""
+        events = draft.abandon(reason)
+        inbox, host = self._service.parts()
+        session_id: str | None = None
+        if reason == _LEFT:  # a stopped turn sends no reply; its commit completes the inbox row with the session
+            deadline = asyncio.get_running_loop().time() + inbox.ask_timeout_s
+            while session_id is None and asyncio.get_running_loop().time() < deadline:
+                stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, call.message_id))
+                if stored is not None and stored.state != "pending":
+                    session_id = stored.session_id
+                    break
+                await asyncio.sleep(_SETTLE_POLL_S)
+        else:  # the turn goes on: its session is stored only if an earlier turn saved it
+            session_id = await self._service.session_hint(turn.routing_key)
+            if session_id is not None and await host.blocking(partial(inbox.session_owner, session_id)) is None:
+                session_id = None
+        await self._keep(draft, session_id)
+        return events
 
     async def _keep(self, draft: ResponseDraft, session_id: str | None) -> None:
         """Store the response (unless the request said ``store: false``) with the session it ran in."""
@@ -209,7 +230,7 @@ class ResponsesApi:
         if not base.store:
             return
         if session_id is None:
-            _log.warning("api_server: response %s has no session yet; it is not stored", base.id)
+            _log.info("api_server: response %s is not stored: its turn has no saved session yet", base.id)
             return
         record = ResponseRecord(
             id=base.id,
