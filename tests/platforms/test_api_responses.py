@@ -265,6 +265,20 @@ def test_a_stream_sends_the_events_in_order_numbered_from_zero(running: Running)
         assert client.responses.retrieve(completed.response.id).output_text == text
 
 
+def test_a_streamed_turn_that_fails_ends_with_response_failed(start: Start) -> None:
+    running = start(agent=FailingAgent())
+    with running.client() as client:
+        events = list(client.responses.create(model="m", input="hi", stream=True))
+    assert [e.type for e in events] == ["response.created", "response.failed"]
+    failed = events[-1]
+    assert failed.type == "response.failed"
+    assert failed.response.status == "failed"
+    assert failed.response.error is not None
+    assert failed.response.error.code == "agent_incomplete"  # type: ignore[comparison-overlap]
+    with running.client() as client:
+        assert client.responses.retrieve(failed.response.id).status == "failed"
+
+
 def test_the_async_client_creates_streams_and_retrieves(running: Running) -> None:
     async def scenario() -> tuple[Response, list[str], Response]:
         async with openai.AsyncOpenAI(
