@@ -134,6 +134,7 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     platform: str  # the platform that opened it (the session's ``source``)
     scope_id: str | None  # the scope it was opened in (the API server's key fingerprint)
     live: bool  # not ended: a new turn may still join it
+    user_id: str | None = None  # the participant who opened it
 
 
 class PlatformStatus(enum.StrEnum):

@@ -83,7 +83,13 @@ class GatewayInbox:
             record = store.find_session(session_id)
         if record is None:
             return None
-        return SessionOwner(session_id=record.id, platform=record.source, scope_id=record.scope_id, live=record.is_live)
+        return SessionOwner(
+            session_id=record.id,
+            platform=record.source,
+            scope_id=record.scope_id,
+            live=record.is_live,
+            user_id=record.user_id,
+        )
 
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
         """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""

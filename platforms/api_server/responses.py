@@ -102,10 +102,14 @@ class ResponsesApi:
             response_id = f"resp_{uuid.uuid4().hex}"
             continues = previous.session_id if previous is not None else None
             name = continues or f"api-{response_id}"
+            user = memory or name
+            if memory is None and continues is not None:  # the chain's turns speak for whoever opened the session
+                owner = await host.blocking(partial(inbox.session_owner, continues))
+                user = (owner.user_id if owner is not None else None) or name
             system = "\n".join(part for part in (instructions, given.system) if part) or None
             inbound = InboundMessage(
                 source=SessionSource(
-                    platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=memory or name
+                    platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=user
                 ),
                 text=given.text,
                 message_id=f"api-{response_id}",

@@ -111,6 +111,11 @@ def test_a_chain_continues_the_session_of_its_previous_response_and_inherits_its
     assert _history(turn) == [("user", "ahoy"), ("assistant", "echo: ahoy")]  # from the store
     assert turn.system_prompt is not None
     assert turn.system_prompt.endswith("Talk like a pirate.")
+    inbox = GatewayInbox(running.gateway)
+    stored, owner = inbox.stored_answer("api_server", f"api-{second.id}"), inbox.session_owner(session_id)
+    assert stored is not None
+    assert owner is not None
+    assert stored.message.source.user_id == owner.user_id == f"api-{first.id}"  # one participant along the chain
     third, _ = _create(running, input="now plain", previous_response_id=second.id, instructions="Be plain.")
     assert third.instructions == "Be plain."
     assert running.transcript(session_id)[-2:] == [("user", "now plain"), ("assistant", "echo: now plain")]
