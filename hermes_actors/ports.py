@@ -3,8 +3,9 @@
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently), and the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
-``/metrics``). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+recently, the HTTP API's stored responses), and the runtime's health and numbers for the endpoints that publish
+them (``/health/ready``, ``/metrics``). It never gets the gateway or a store. ``platforms.base`` re-exports these
+names for adapter authors.
 """
 
 from __future__ import annotations
