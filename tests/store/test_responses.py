@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hermes_actors.messages import ResponseRecord
-from hermes_actors.store import StoreInterface
+from hermes_actors.store import EndReason, StoreInterface
+from hermes_actors.store.prune import PruneFilter
 from hermes_actors.testing import FakeClock
 
 
@@ -58,7 +59,7 @@ def test_delete_removes_a_response_of_its_scope_only(store: StoreInterface) -> N
     assert store.responses.get("resp_1", "k1") is None
 
 
-def test_a_conversation_leads_to_its_newest_response_in_its_scope(store: StoreInterface, clock: FakeClock) -> None:
+def test_a_conversation_leads_to_its_newest_response_in_its_scope(store: StoreInterface) -> None:
     store.create_session("api_server", session_id="s1")
     assert store.responses.latest_in("k1", "trip") is None
     store.responses.save(_response("resp_1", "s1", conversation="trip", at=1.0))
@@ -79,3 +80,15 @@ def test_deleting_a_session_deletes_its_responses(store: StoreInterface) -> None
     assert store.delete_session("s1")
     assert store.responses.get("resp_1", "k1") is None
     assert store.responses.get("resp_2", "k1") is not None
+
+
+def test_pruning_a_session_deletes_its_responses(store: StoreInterface, clock: FakeClock) -> None:
+    day = 86_400.0
+    old = store.create_session("api_server", started_at=clock() - 200 * day)
+    store.end_session(old.id, EndReason.USER_EXIT, at=clock() - 100 * day)
+    live = store.create_session("api_server")
+    store.responses.save(_response("resp_old", old.id))
+    store.responses.save(_response("resp_live", live.id))
+    assert store.prune_sessions(PruneFilter(older_than_days=90), now=clock()).session_ids == [old.id]
+    assert store.responses.get("resp_old", "k1") is None
+    assert store.responses.get("resp_live", "k1") is not None
