@@ -303,10 +303,12 @@ def test_the_async_client_creates_streams_and_retrieves(running: Running) -> Non
     assert again.instructions == "Be kind."
 
 
-def test_a_client_that_leaves_a_stream_stops_the_turn_and_an_incomplete_snapshot_is_stored(start: Start) -> None:
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "waiting"])
+def test_a_client_that_leaves_stops_the_turn_and_an_incomplete_snapshot_is_stored(start: Start, stream: bool) -> None:
     agent = GatedAgent()
     running = start(agent=agent, keepalive_s=0.05)
-    body = json.dumps({"model": "m", "input": "wait for me", "stream": True}).encode()
+    inbox = GatewayInbox(running.gateway)
+    body = json.dumps({"model": "m", "input": "wait for me", "stream": stream}).encode()
     port = int(running.server.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(
@@ -315,13 +317,18 @@ def test_a_client_that_leaves_a_stream_stops_the_turn_and_an_incomplete_snapshot
             + body
         )
         received = b""
-        while (created := re.search(rb"event: response.created\ndata: (.*)\n\n", received)) is None:
+        while stream and b": keepalive\n\n" not in received:  # the stream opened, then kept alive
             received += sock.recv(65536)
         assert agent.started.wait(10)
-    response_id = json.loads(created[1])["response"]["id"]
+    (message,) = inbox.recent_inbound("api_server", 0)
+    response_id = message.message_id.removeprefix("api-")
+    if stream:
+        created = re.search(rb"event: response.created\ndata: (.*)\n\n", received)
+        assert created is not None
+        assert json.loads(created[1])["response"]["id"] == response_id
 
     def stored_status() -> str | None:
-        found = GatewayInbox(running.gateway).get_response(response_id, key_fingerprint(KEY))
+        found = inbox.get_response(response_id, key_fingerprint(KEY))
         return json.loads(found.body)["status"] if found is not None else None
 
     poll_until(lambda: stored_status() == "incomplete", 10, what="the incomplete snapshot")
