@@ -32,7 +32,7 @@ from hermes_actors.routing import SessionSource
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_wire import StreamEvent, conversation_of, decode_responses, input_turn
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
-from platforms.api_server.sessions import SESSION_HEADER, memory_scope
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, memory_scope
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn, json_response
 from platforms.support.http_host import committed
@@ -156,6 +156,8 @@ class ResponsesApi:
                     raise failure_error(event, headers)
                 draft.finish(event)
                 await self._keep(draft, event.session_id)
+                if event.reply is None:
+                    headers[COMPLETED_HEADER] = "false"
                 return json_response(draft.response(), headers=headers)
             else:
                 ended = await self._service.wait_ended(request, turn, call)

@@ -42,6 +42,15 @@ class FailingAgent(EchoAgent):
         raise AgentError("the model endpoint is down")
 
 
+class HalfwayAgent(EchoAgent):
+    """Streams part of an answer, then fails."""
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        if turn.events is not None:
+            turn.events.text("Half an ")
+        raise AgentError("the model went away mid-answer")
+
+
 def _create(running: Running, **params: Any) -> tuple[Response, str]:
     """Create a response; return it and the session it ran in."""
     with running.client() as client:
@@ -233,6 +242,21 @@ def test_a_failed_turn_without_output_is_a_502(start: Start) -> None:
         client.responses.create(model="m", input="hi")
     assert info.value.status_code == 502
     assert info.value.code == "agent_incomplete"
+
+
+def test_a_failed_turn_with_partial_text_is_a_failed_response_holding_it(start: Start) -> None:
+    running = start(agent=HalfwayAgent())
+    with running.client() as client:
+        raw = client.responses.with_raw_response.create(model="m", input="hi")
+    response = raw.parse()
+    assert raw.headers["X-Hermes-Completed"] == "false"
+    assert response.status == "failed"
+    assert response.error is not None
+    assert "the model went away mid-answer" in response.error.message
+    (message,) = response.output
+    assert message.type == "message"
+    assert message.status == "incomplete"
+    assert response.output_text == "Half an "
 
 
 # -- streaming ------------------------------------------------------------------------------------------------------
