@@ -27,6 +27,7 @@ class TurnEvents(Protocol):
         """The next piece of the reply's text, as the model produced it."""
         ...
 
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
-        """A tool call started (``running``) or finished (``completed``)."""
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
+        """A tool call started (``running``; ``detail`` is its arguments, JSON) or finished (``completed``;
+        ``detail`` is its result)."""
         ...

@@ -72,9 +72,9 @@ class _Fanout:
             except Exception:
                 _log.exception("a turn watcher failed on a text delta")
 
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
         for watcher in self._watchers:
             try:
-                watcher.tool(name, call_id, status)
+                watcher.tool(name, call_id, status, detail)
             except Exception:
                 _log.exception("a turn watcher failed on a tool event")

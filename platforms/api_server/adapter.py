@@ -19,6 +19,7 @@ from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
 from platforms.api_server.probes import KEYED_PATHS, Probes
+from platforms.api_server.responses import ResponsesApi
 from platforms.api_server.runs import Runs
 from platforms.api_server.service import ApiService
 from platforms.api_server.sessions import key_fingerprint
@@ -134,6 +135,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", ChatCompletions(self._service).handle)
         self._runs.add_to(app)
+        ResponsesApi(self._service).add_to(app)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
         add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities

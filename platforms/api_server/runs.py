@@ -31,8 +31,8 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
-from platforms.api_server.chat import require_json
 from platforms.api_server.run import Run, RunError, RunStatus, RunView
+from platforms.api_server.service import require_json
 from platforms.api_server.sessions import SESSION_HEADER, memory_scope, session_named
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent
 from platforms.api_server.wire import PLATFORM, ApiError, decode_body, json_response

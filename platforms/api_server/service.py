@@ -28,8 +28,8 @@ from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
-from platforms.api_server.sessions import SESSION_HEADER, continue_session
-from platforms.api_server.turn_call import TurnCall
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
+from platforms.api_server.turn_call import Finished, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn
 from platforms.support.http_host import committed, read_decoded
 
@@ -37,9 +37,45 @@ if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
     from platforms.support.http_host import HttpHost
 
-__all__ = ["ApiService"]
+__all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "ApiService", "failure_error", "require_json"]
 
 _log = logging.getLogger(__name__)
+
+KEEP_ALIVE = b": keepalive\n\n"
+DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
+
+
+def require_json(request: web.Request) -> None:
+    """A 400 naming ``Content-Type`` when the body is declared as something other than JSON (a request that
+    declares nothing is read as JSON)."""
+    declared = request.headers.get("Content-Type", "").strip()
+    if declared and request.content_type != "application/json":
+        raise ApiError(
+            400,
+            f"Content-Type is {request.content_type or 'missing'!r}; send the body as JSON with "
+            "'Content-Type: application/json'",
+            code="invalid_content_type",
+            param="Content-Type",
+        )
+
+
+def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
+    """The error a request gets for a turn that ended without the agent's answer."""
+    if finished.failure_code == "agent_incomplete":
+        return ApiError(
+            502,
+            f"the agent did not answer: {finished.failure}",
+            type="server_error",
+            code="agent_incomplete",
+            headers={**headers, COMPLETED_HEADER: "false"},
+        )
+    return ApiError(
+        503,
+        finished.failure or "the turn ended without a reply",
+        type="server_error",
+        code=finished.failure_code,
+        headers=headers,
+    )
 
 
 class ApiService:

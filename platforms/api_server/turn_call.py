@@ -35,6 +35,7 @@ class ToolEvent(msgspec.Struct, frozen=True):
     name: str
     call_id: str
     status: str  # running | completed
+    detail: str = ""  # the call's arguments (running), the tool's result (completed)
 
 
 class Idle(msgspec.Struct, frozen=True):
@@ -84,8 +85,8 @@ class _Watcher:
     def text(self, delta: str) -> None:
         self._put(TextDelta(delta))
 
-    def tool(self, name: str, call_id: str, status: str) -> None:
-        self._put(ToolEvent(name, call_id, status))
+    def tool(self, name: str, call_id: str, status: str, detail: str = "") -> None:
+        self._put(ToolEvent(name, call_id, status, detail))
 
 
 def finished_from(message: OutboundMessage, streamed: str) -> Finished:
