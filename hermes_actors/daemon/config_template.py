@@ -54,7 +54,8 @@ platforms:
     # model_name: hermes-agent
     # request_timeout_s: 300
     # max_body_bytes: 4194304
-    # keepalive_s: 15                # SSE keep-alive comment interval while a streamed turn runs
+    # keepalive_s: 30                # a streamed turn silent this long sends an SSE keep-alive comment
+    # max_concurrent_runs: 64        # requests running turns at once; beyond it 429 (0: no cap)
     # cors_origins: []               # browser origins whose pages may call the API (https://chat.example.org;
     #                                # '*': any); a request from another Origin gets 403
   webhook:

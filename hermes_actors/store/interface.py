@@ -37,6 +37,7 @@ from hermes_actors.store.table_interface import (
     LeaseTable,
     MemoryTable,
     OutboxQueue,
+    ResponseTable,
     TimerTable,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "Maintenance",
     "MemoryTable",
     "OutboxQueue",
+    "ResponseTable",
     "SessionDirectory",
     "StoreInterface",
     "TimerTable",
@@ -298,4 +300,9 @@ class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     @property
     def attachments(self) -> AttachmentIndex:
         """Message attachments."""
+        ...
+
+    @property
+    def responses(self) -> ResponseTable:
+        """The API's stored responses."""
         ...

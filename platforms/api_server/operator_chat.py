@@ -7,28 +7,29 @@ and the reply reaches the waiting request through the adapter's :class:`~hermes_
 request that stops waiting (timeout, disconnect) loses only the wait: the turn's reply is stored.
 
 ``/chat`` answers ``{"session_id", "reply"}`` (``session_id`` is where the turn ended: a compression moves it);
-``/chat/stream`` answers the same as server-sent events: ``: keep-alive`` comments while the turn runs, one
-``data: {"session_id", "reply"}`` event, then ``data: [DONE]`` (a failure is a ``data: {"error": ...}`` event).
+``/chat/stream`` streams the turn as server-sent events: ``data: {"delta"}`` for each piece of text the model
+writes, ``event: hermes.tool.progress`` for tool calls, ``: keep-alive`` comments while it is silent, then one
+``data: {"session_id", "reply"}`` event and ``data: [DONE]`` (a failure is a ``data: {"error": ...}`` event).
 A turn the agent failed is 502 ``agent_incomplete``, not an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 
 import msgspec
 from aiohttp import web
 
-from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage
+from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.guards import Guards
 from platforms.api_server.operator_api import Attached, decode_body, operator_call, session_in_path
-from platforms.api_server.wire import PLATFORM, ApiError, json_response, sse_event
+from platforms.api_server.turn_call import Finished, TextDelta, ToolEvent, TurnCall
+from platforms.api_server.wire import PLATFORM, ApiError, ToolProgress, json_response, sse_event
 from platforms.support.http_host import committed, read_decoded
 
 __all__ = ["OperatorChat"]
@@ -46,6 +47,10 @@ class _Reply(msgspec.Struct, frozen=True, kw_only=True):
     reply: str
 
 
+class _Delta(msgspec.Struct, frozen=True, kw_only=True):
+    delta: str
+
+
 _chat = msgspec.json.Decoder(_ChatBody)
 
 
@@ -61,46 +66,51 @@ class OperatorChat:
 
     async def chat(self, request: web.Request) -> web.Response:
         """Run a turn and answer its reply as JSON."""
-        inbound, reply = await self._start(request)
+        call = await self._start(request)
         try:
-            message = await self._reply(reply, self._config.request_timeout_s)
+            finished = await self._finished(call)
         finally:
-            self._done(inbound, reply)
-        return json_response(_Reply(session_id=message.session_id, reply=message.text))
+            call.close()
+        return json_response(_Reply(session_id=finished.session_id, reply=_answer(finished)))
 
     async def chat_stream(self, request: web.Request) -> web.StreamResponse:
-        """Run a turn and answer its reply as server-sent events."""
-        inbound, reply = await self._start(request)
+        """Run a turn and stream it as server-sent events: each text delta as the model writes it, tool calls as
+        ``event: hermes.tool.progress``, then the whole reply and ``[DONE]``."""
+        call = await self._start(request)
         try:
             response = web.StreamResponse(headers={"Cache-Control": "no-cache", **self._guards.stream_headers(request)})
             response.content_type = "text/event-stream"
             await response.prepare(request)
             deadline = asyncio.get_running_loop().time() + self._config.request_timeout_s
             try:
-                while not reply.done():
-                    left = deadline - asyncio.get_running_loop().time()
-                    if left <= 0:
+                async for event in call.events(self._config.keepalive_s):
+                    if isinstance(event, TextDelta):
+                        await response.write(sse_event(_Delta(delta=event.text)))
+                    elif isinstance(event, ToolEvent):
+                        progress = ToolProgress(tool=event.name, toolCallId=event.call_id, status=event.status)
+                        await response.write(progress.event())
+                    elif isinstance(event, Finished):
+                        try:
+                            reply = _Reply(session_id=event.session_id, reply=_answer(event))
+                            await response.write(sse_event(reply))
+                        except ApiError as error:
+                            await response.write(sse_event(error.body))
+                    elif asyncio.get_running_loop().time() >= deadline:
+                        await response.write(sse_event(self._timeout().body))
                         break
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(reply), min(left, self._config.keepalive_s))
-                    if not reply.done():
+                    else:
                         await response.write(_KEEP_ALIVE)
-                try:
-                    message = await self._reply(reply, 0)
-                    await response.write(sse_event(_Reply(session_id=message.session_id, reply=message.text)))
-                except ApiError as error:
-                    await response.write(sse_event(error.body))
                 await response.write(_DONE)
                 await response.write_eof()
             except ConnectionError:
                 pass  # the client left; the reply is in the transcript
             return response
         finally:
-            self._done(inbound, reply)
+            call.close()
 
-    async def _start(self, request: web.Request) -> tuple[InboundMessage, asyncio.Future[OutboundMessage]]:
-        """Check the request, point the operator's key at the session and commit the message; return it and the
-        future of its reply."""
+    async def _start(self, request: web.Request) -> TurnCall:
+        """Check the request, point the operator's key at the session and commit the message; return its turn,
+        watched from before the commit."""
         session_id = session_in_path(request)
         fields = decode_body(_chat, await read_decoded(request, self._config.max_body_bytes) or b"{}")
         if not fields.message.strip():
@@ -120,39 +130,49 @@ class OperatorChat:
         inbound = InboundMessage(
             source=source, text=fields.message, message_id=f"op-{uuid.uuid4().hex}", received_at=time.time()
         )
-        reply = asyncio.wrap_future(self._waiters.expect(inbound.message_id))
+        call = TurnCall(inbox, self._waiters, inbound)
+        call.open()
         try:
             await host.blocking(point)
             await committed(inbox.submit(inbound), inbox.ask_timeout_s)
         except Exception as exc:
-            self._done(inbound, reply)
+            call.close()
             raise ApiError(
                 503,
                 f"the gateway is not taking messages ({exc}); retry once hermesd is running",
                 type="server_error",
                 code="service_unavailable",
             ) from None
-        return inbound, reply
+        return call
 
-    async def _reply(self, reply: asyncio.Future[OutboundMessage], timeout_s: float) -> OutboundMessage:
-        """The turn's reply; a 504 when it takes longer than ``timeout_s``, a 502 when the agent gave none, a 503
-        when it could not be saved."""
-        try:
-            message = reply.result() if reply.done() else await asyncio.wait_for(asyncio.shield(reply), timeout_s)
-        except TimeoutError:
-            raise ApiError(
-                504,
-                f"no reply within {self._config.request_timeout_s:g} s; the turn continues and its reply will be in "
-                "the session's messages",
-                type="server_error",
-                code="timeout",
-            ) from None
-        if message.error == OutboundError.AGENT_FAILED:  # the agent's failure is not an answer
-            raise ApiError(502, message.text, type="server_error", code="agent_incomplete")
-        if message.error is not None:
-            raise ApiError(503, message.text, type="server_error", code=message.error)
-        return message
+    async def _finished(self, call: TurnCall) -> Finished:
+        """The turn's outcome; a 504 when it takes longer than ``request_timeout_s``."""
+        deadline = asyncio.get_running_loop().time() + self._config.request_timeout_s
+        async for event in call.events(1.0):
+            if isinstance(event, Finished):
+                return event
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+        raise self._timeout()
 
-    def _done(self, inbound: InboundMessage, reply: asyncio.Future[OutboundMessage]) -> None:
-        self._waiters.forget(inbound.message_id)
-        reply.cancel()  # a reply that comes later only goes to the transcript
+    def _timeout(self) -> ApiError:
+        return ApiError(
+            504,
+            f"no reply within {self._config.request_timeout_s:g} s; the turn continues and its reply will be in "
+            "the session's messages",
+            type="server_error",
+            code="timeout",
+        )
+
+
+def _answer(finished: Finished) -> str:
+    """The reply of a finished turn; a 502 when the agent gave none, a 503 when it could not be saved."""
+    if finished.reply is not None:
+        return finished.reply
+    if finished.failure_code == "agent_incomplete":  # the agent's failure is not an answer
+        raise ApiError(
+            502, finished.failure or "the agent gave no answer", type="server_error", code="agent_incomplete"
+        )
+    raise ApiError(
+        503, finished.failure or "the turn ended without a reply", type="server_error", code=finished.failure_code
+    )

@@ -23,12 +23,13 @@ from aiohttp import web
 
 from hermes_actors.errors import HermesError
 from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
-from platforms.api_server.sessions import SESSION_HEADER, continue_session
-from platforms.api_server.turn_call import TurnCall
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
+from platforms.api_server.turn_call import Finished, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn
 from platforms.support.http_host import committed, read_decoded
 
@@ -36,9 +37,45 @@ if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
     from platforms.support.http_host import HttpHost
 
-__all__ = ["ApiService"]
+__all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "ApiService", "failure_error", "require_json"]
 
 _log = logging.getLogger(__name__)
+
+KEEP_ALIVE = b": keepalive\n\n"
+DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
+
+
+def require_json(request: web.Request) -> None:
+    """A 400 naming ``Content-Type`` when the body is declared as something other than JSON (a request that
+    declares nothing is read as JSON)."""
+    declared = request.headers.get("Content-Type", "").strip()
+    if declared and request.content_type != "application/json":
+        raise ApiError(
+            400,
+            f"Content-Type is {request.content_type or 'missing'!r}; send the body as JSON with "
+            "'Content-Type: application/json'",
+            code="invalid_content_type",
+            param="Content-Type",
+        )
+
+
+def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
+    """The error a request gets for a turn that ended without the agent's answer."""
+    if finished.failure_code == "agent_incomplete":
+        return ApiError(
+            502,
+            f"the agent did not answer: {finished.failure}",
+            type="server_error",
+            code="agent_incomplete",
+            headers={**headers, COMPLETED_HEADER: "false"},
+        )
+    return ApiError(
+        503,
+        finished.failure or "the turn ended without a reply",
+        type="server_error",
+        code=finished.failure_code,
+        headers=headers,
+    )
 
 
 class ApiService:
@@ -70,9 +107,9 @@ class ApiService:
 
     # -- admission ----------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
-        """Count the request among the running ones, or refuse it: 503 while draining, 429 over the cap."""
+    def admit(self) -> None:
+        """Count a request or run among the running ones, or refuse it: 503 while draining, 429 over the cap;
+        :meth:`release` gives its place back."""
         if self.draining:
             raise ApiError(
                 503,
@@ -85,22 +122,36 @@ class ApiService:
         if cap and self.running >= cap:
             raise ApiError(
                 429,
-                f"{self.running} requests are running, the most this server takes at once "
+                f"{self.running} requests and runs are running, the most this server takes at once "
                 "(platforms.api_server.max_concurrent_runs); retry shortly",
                 type="rate_limit_error",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},
             )
         self.running += 1
+
+    def release(self) -> None:
+        """Give back the place :meth:`admit` took."""
+        self.running -= 1
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """:meth:`admit` the request for the ``with`` block."""
+        self.admit()
         try:
             yield
         finally:
-            self.running -= 1
+            self.release()
 
     # -- a turn -------------------------------------------------------------------------------------------------
 
     async def read_body(self, request: web.Request) -> bytes:
         return await read_decoded(request, self.config.max_body_bytes)
+
+    def source(self, name: str, user: str | None = None) -> SessionSource:
+        """Where a request's turn comes from: the conversation ``name`` in this key's scope, ``user`` (else the
+        name) as the user whose memories it sees."""
+        return SessionSource(platform=PLATFORM, scope_id=self.scope, chat_type="dm", chat_id=name, user_id=user or name)
 
     def turn_call(self, inbound: InboundMessage) -> TurnCall:
         inbox, _ = self.parts()
@@ -153,14 +204,19 @@ class ApiService:
         except Exception:
             return None
 
-    async def stop_turn(self, inbound: InboundMessage) -> None:
-        """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored."""
+    async def stop_turn(self, inbound: InboundMessage, *, stop_id: str | None = None) -> bool:
+        """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored.
+        Return whether the stop was submitted.
+
+        ``stop_id`` is the ``/stop`` message's id, for a caller that expects its reply ("Stopped."): it comes once
+        the stopped turn has committed.
+        """
         try:
             inbox, _ = self.parts()
             stop = msgspec.structs.replace(
                 inbound,
                 text="/stop",
-                message_id=f"api-stop-{uuid.uuid4().hex}",
+                message_id=stop_id or f"api-stop-{uuid.uuid4().hex}",
                 attachments=(),
                 received_at=time.time(),
                 context=msgspec.UNSET,
@@ -168,7 +224,9 @@ class ApiService:
             )
             inbox.submit(stop)
         except Exception:
-            _log.warning("api_server: could not stop the turn of a client that left", exc_info=True)
+            _log.warning("api_server: could not stop a turn", exc_info=True)
+            return False
+        return True
 
     async def wait_ended(self, request: web.Request, turn: Turn, call: TurnCall) -> ApiError | None:
         """Whether a request waiting for ``turn`` must stop waiting: the error it ends with (time is up, the server

@@ -71,6 +71,13 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
         with urllib.request.urlopen(base + "/console", timeout=10) as response:  # the console, redirected to log in
             assert response.url.startswith(base + "/console/login?next=")
             assert "Content-Security-Policy" in response.headers
+        with client.chat.completions.with_streaming_response.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "streamed through the one port"}], stream=True
+        ) as streamed:
+            # The shared port's app has no response hook of the API's: the stream sets its guards itself.
+            assert streamed.headers["Content-Security-Policy"] == "default-src 'none'"
+            assert streamed.headers["X-Content-Type-Options"] == "nosniff"
+            assert "echo: " in "".join(streamed.iter_lines())
 
         payload = {"text": "hook through the one port", "chat_id": "c1", "user_id": "u1"}
         assert _signed(base + "/webhooks/default", payload, "msg-one-port") in (200, 202)
@@ -98,4 +105,4 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
     assert (
         f"one port: {base}  (api_server: /v1 /health /metrics /api /console; webhook: /webhooks; slack: /slack" in out
     )
-    assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "slack", "webhook"]
+    assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "api_server", "slack", "webhook"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,6 +21,7 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.store import Store
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from platforms.api_server.discovery import ENDPOINTS
 from platforms.api_server.guards import SECURITY_HEADERS
 from platforms.support.shared_http import SharedListener
 
@@ -352,7 +354,7 @@ def test_a_turn_the_agent_failed_is_a_502_not_an_answer(start: Start) -> None:
     assert api.talk(session, "fine again") == [{"session_id": session, "reply": "echo: fine again"}]
 
 
-def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
+def test_chat_stream_sends_the_deltas_then_the_reply_then_done(api: Api) -> None:
     session = api.ok("POST", "/api/sessions", {}, status=201)["id"]
     status, headers, body = api.raw("POST", f"/api/sessions/{session}/chat/stream", {"message": "streamed hello"})
     assert status == 200
@@ -360,7 +362,9 @@ def test_chat_stream_sends_the_reply_as_an_event_then_done(api: Api) -> None:
     assert headers["X-Frame-Options"] == "DENY"
     events = [line.removeprefix("data: ") for line in body.decode().splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
-    assert [json.loads(e) for e in events[:-1]] == [{"session_id": session, "reply": "echo: streamed hello"}]
+    *deltas, final = [json.loads(e) for e in events[:-1]]
+    assert [d["delta"] for d in deltas] == ["echo: ", "streamed ", "hello"]  # as the agent wrote them
+    assert final == {"session_id": session, "reply": "echo: streamed hello"}
 
 
 # -- discovery, health, CORS, headers --------------------------------------------------------------------------
@@ -380,7 +384,18 @@ def test_capabilities_publish_the_model_endpoints_and_features(start: Start) -> 
     assert features["operator_api"] is True
     assert features["session_header"] == SESSION_HEADER
     assert features["max_body_bytes"] == 65536
-    assert features["responses"] is False
+    assert features["responses"] is features["runs"] is True
+
+
+def test_capabilities_list_every_route_the_server_answers_and_no_other() -> None:
+    app = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})._application()
+    served: dict[str, set[str]] = {}
+    for route in app.router.routes():
+        path = re.sub(r"\{[a-z_]*id\}", "{id}", route.resource.canonical if route.resource else "")
+        if route.method not in ("HEAD", "OPTIONS") and not path.startswith("/console"):
+            served.setdefault(path, set()).add(route.method)
+    published = {e.path: set(e.methods) for e in ENDPOINTS}
+    assert served == published
 
 
 def test_health_detailed_lists_store_disk_agent_and_platform_checks(api: Api) -> None:
