@@ -84,6 +84,7 @@ def test_after_logging_in_next_leads_back_but_never_off_the_console(console: Con
 def test_without_a_login_pages_redirect_to_the_login_form(console: Console, path: str) -> None:
     answer = console.client.get(path)
     assert answer.status == 303
+    assert answer.headers["Content-Security-Policy"] == CONSOLE_CSP
     assert answer.location.startswith("/console/")
     if path != "/console":
         assert answer.location.startswith("/console/login?next=")

@@ -135,13 +135,16 @@ class Site:
     # -- routes ----------------------------------------------------------------------------------------------
 
     def handled(self, route: Route) -> Route:
-        """``route`` with its :class:`ConsoleRefusal` answered as an error page."""
+        """``route`` with its :class:`ConsoleRefusal` answered as an error page and its redirects returned (on the
+        shared port the guards' response hook does not run, and a raised redirect would leave without the headers)."""
 
         async def answer(request: web.Request) -> web.StreamResponse:
             try:
                 return await route(request)
             except ConsoleRefusal as error:
                 return self.refusal(error, self.logins.find(request))
+            except web.HTTPRedirection as moved:  # returned, not raised: the guards stamp returned responses
+                return redirect(moved.location or f"{PREFIX}/login")
 
         return answer
 
