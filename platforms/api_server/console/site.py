@@ -143,7 +143,7 @@ class Site:
                 return await route(request)
             except ConsoleRefusal as error:
                 return self.refusal(error, self.logins.find(request))
-            except web.HTTPRedirection as moved:  # returned, not raised: the guards stamp returned responses
+            except web.HTTPSeeOther as moved:  # returned, not raised: the guards stamp returned responses
                 return redirect(moved.location or f"{PREFIX}/login")
 
         return answer
