@@ -144,7 +144,7 @@ class Site:
             except ConsoleRefusal as error:
                 return self.refusal(error, self.logins.find(request))
             except web.HTTPSeeOther as moved:  # returned, not raised: the guards stamp returned responses
-                return redirect(moved.location or f"{PREFIX}/login")
+                return redirect(str(moved.location) or f"{PREFIX}/login")
 
         return answer
 
