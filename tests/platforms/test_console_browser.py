@@ -195,9 +195,11 @@ def _submit(page: Page, selector: str) -> None:
         page.click(selector)
 
 
-def _log_in(page: Page, target: str = "/console") -> None:
+def _log_in(page: Page, target: str = "/console", shot: Path | None = None) -> None:
     page.goto(target)
     assert "/console/login" in page.url
+    if shot is not None:
+        page.screenshot(path=shot, full_page=True)
     page.fill("#key", ADMIN)
     _submit(page, "#login-form button[type=submit]")
     assert "/console/login" not in page.url, page.content()[:2000]
@@ -206,7 +208,7 @@ def _log_in(page: Page, target: str = "/console") -> None:
 def test_an_operator_finds_reads_renames_and_watches_conversations_in_chromium(
     page: Page, dialogs: list[str], gateway: Gateway, scripted: Scripted, tmp_path: Path
 ) -> None:
-    _log_in(page)
+    _log_in(page, shot=tmp_path / "login.png")
     assert page.url.endswith("/console/conversations")
     rows = page.locator("#conversations tbody tr")
     assert rows.count() == 4
@@ -271,6 +273,16 @@ def test_an_operator_finds_reads_renames_and_watches_conversations_in_chromium(
     turns = page.locator("[data-field=turns]")
     poll_until(lambda: int(turns.inner_text()) > before, interval=0.1, what="the live page to count the new turn")
     page.screenshot(path=tmp_path / "live.png", full_page=True)
+
+    # Delete the picture's conversation, through its confirmation page.
+    page.goto(f"/console/c/{scripted.picture}")
+    _submit(page, "#delete-link")
+    assert page.locator("#delete-form button.danger").is_visible()
+    page.screenshot(path=tmp_path / "delete.png", full_page=True)
+    _submit(page, "#delete-form button.danger")
+    assert page.url.endswith("/console/conversations")
+    assert page.locator("#conversations tbody tr").count() == 3
+    assert page.locator(f"a[href='/console/c/{scripted.picture}']").count() == 0
     assert dialogs == []
 
 
