@@ -10,6 +10,8 @@ from urllib.parse import quote
 
 import pytest
 
+from hermes_actors.messages import InboundMessage
+from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
@@ -280,3 +282,25 @@ def test_a_missing_chromium_skips_the_browser_tests_and_fails_them_where_a_brows
         find_chromium({}, nowhere, absent)
     with pytest.raises(pytest.fail.Exception, match="HERMES_REQUIRE_BROWSER=1 but Chromium is not installed"):
         find_chromium({"HERMES_REQUIRE_BROWSER": "1"}, nowhere, absent)
+
+
+def test_a_document_is_shown_by_path_and_size_and_a_long_message_is_folded(console: Console) -> None:
+    gateway = console.api.gateway
+    document = gateway.media.save(b"%PDF-1.4 a small report\n" * 40, mime_type="application/pdf", name="report.pdf")
+    source = SessionSource(platform="api_server", chat_id="files", user_id="filer")
+    inbox = GatewayInbox(gateway, admin_key=ADMIN)
+    inbox.accept(
+        InboundMessage(source=source, text="the report " + "x" * 2000, message_id="m1", attachments=(document,))
+    )
+    assert gateway.wait_idle(30)
+    client = console.logged_in()
+    listing = client.get("/console/conversations?user=filer")
+    (session,) = re.findall(r'<a class="title" href="/console/c/([^"]+)"', listing.text)
+    page = client.get(f"/console/c/{session}")
+    assert "<img" not in page.text
+    assert document.path is not None
+    relative = Path(document.path).relative_to(gateway.media.directory).as_posix()
+    assert f"<code>{relative}</code> · 960 B · application/pdf" in page.text
+    assert '<details class="long">' in page.text
+    served = client.get(f"/console/media/{relative}")
+    assert (served.status, served.headers["Content-Disposition"]) == (200, "attachment")
