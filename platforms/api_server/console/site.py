@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import MultiDict, MultiDictProxy
 
 from platforms.api_server.console import text
-from platforms.api_server.console.logins import Login, Logins, same
+from platforms.api_server.console.logins import LOGIN_COOKIE, Login, Logins, same
 from platforms.api_server.operator_api import Attached, operator_call
 from platforms.api_server.wire import ApiError
 
@@ -183,7 +183,7 @@ class Site:
     async def login(self, request: web.Request) -> web.StreamResponse:
         fields = await request.post()
         token, key, target = (_field(fields, name) for name in ("csrf", "key", "next"))
-        if not same(token, request.cookies.get("hermes_console_login")):
+        if not same(token, request.cookies.get(LOGIN_COOKIE)):
             return self._login_page(request, status=403, error="the login form expired: try again", target=target)
         if self.logins.throttled():
             return self._login_page(
