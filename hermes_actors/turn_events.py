@@ -18,9 +18,9 @@ class TurnEvents(Protocol):
     reply the agent returns is what the turn stores.
     """
 
-    def started(self) -> None:
-        """The turn has begun: its agent is being called (until now it waited in its session's queue). Called by
-        the runtime, not by agents."""
+    def started(self, session_id: str) -> None:
+        """The turn has begun in ``session_id``: its agent is being called (until now it waited in its session's
+        queue). Called by the runtime, not by agents."""
         ...
 
     def text(self, delta: str) -> None:

@@ -48,7 +48,7 @@ def turn_input(
 ) -> TurnInput:
     """The agent's input for a turn answering ``deliveries`` with the user ``text``; built just before the agent is
     called, so the turn's watchers are told here that it has begun."""
-    events = watch.begin(d.message.message_id for d in deliveries)
+    events = watch.begin((d.message.message_id for d in deliveries), session_id)
     conversation = conversation_of(deliveries)
     if conversation is None:
         return TurnInput(

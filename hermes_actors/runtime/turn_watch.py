@@ -43,12 +43,12 @@ class TurnWatch:
             return None
         return found[0] if len(found) == 1 else _Fanout(tuple(found))
 
-    def begin(self, message_ids: Iterable[str]) -> TurnEvents | None:
+    def begin(self, message_ids: Iterable[str], session_id: str) -> TurnEvents | None:
         """:meth:`events_for` a turn answering ``message_ids`` that begins now (its agent is about to be called),
         after telling them it has begun (:meth:`TurnEvents.started`)."""
         events = self.events_for(message_ids)
         if events is not None:
-            events.started()
+            events.started(session_id)
         return events
 
 
@@ -58,10 +58,10 @@ class _Fanout:
     def __init__(self, watchers: tuple[TurnEvents, ...]) -> None:
         self._watchers = watchers
 
-    def started(self) -> None:
+    def started(self, session_id: str) -> None:
         for watcher in self._watchers:
             try:
-                watcher.started()
+                watcher.started(session_id)
             except Exception:
                 _log.exception("a turn watcher failed on the turn's start")
 

@@ -25,7 +25,6 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from platforms.api_server.conversation import chat_turn
-from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import (
@@ -156,7 +155,7 @@ class ChatCompletions:
                         break
                     if now - quiet_since >= service.config.keepalive_s:
                         if response is None:  # a silent turn: the headers go now, with the session known by now
-                            session_id = await service.session_hint(turn.routing_key)
+                            session_id = call.session_id or await service.session_hint(turn.routing_key)
                             response = await self._open_stream(request, turn, extra, session_id)
                         await response.write(KEEP_ALIVE)
                         quiet_since = now
@@ -166,7 +165,7 @@ class ChatCompletions:
                     if isinstance(event, Finished) and event.reply is None and not event.streamed:
                         headers = {**extra, **({SESSION_HEADER: event.session_id} if event.session_id else {})}
                         return failure_error(event, headers).response()
-                    session_id = await service.session_hint(turn.routing_key)
+                    session_id = call.session_id or await service.session_hint(turn.routing_key)
                     response = await self._open_stream(request, turn, extra, session_id)
                 if isinstance(event, TextDelta):
                     await response.write(turn.chunk(Delta(content=event.text)))
@@ -187,15 +186,8 @@ class ChatCompletions:
     async def _open_stream(
         self, request: web.Request, turn: Turn, extra: dict[str, str], session_id: str | None
     ) -> web.StreamResponse:
-        headers = {
-            "Cache-Control": "no-cache",
-            **Guards(self._service.config).stream_headers(request),  # a shared port's app has no response hook
-            **extra,
-            **({SESSION_HEADER: session_id} if session_id else {}),
-        }
-        response = web.StreamResponse(headers=headers)
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
+        headers = {**extra, **({SESSION_HEADER: session_id} if session_id else {})}
+        response = await self._service.event_stream(request, headers)
         await response.write(turn.chunk(Delta(role="assistant", content="")))
         return response
 

@@ -171,10 +171,7 @@ class ResponsesApi:
     ) -> web.StreamResponse:
         service = self._service
         session_id = await service.session_hint(turn.routing_key)
-        headers = {"Cache-Control": "no-cache", **({SESSION_HEADER: session_id} if session_id else {})}
-        response = web.StreamResponse(headers=headers)
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
+        response = await service.event_stream(request, {SESSION_HEADER: session_id} if session_id else None)
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         try:

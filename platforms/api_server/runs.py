@@ -132,9 +132,7 @@ class Runs:
     async def events(self, request: web.Request) -> web.StreamResponse:
         service = self._service
         run = await self._find(request)
-        response = web.StreamResponse(headers={"Cache-Control": "no-cache"})
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
+        response = await service.event_stream(request)
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         with contextlib.suppress(ConnectionError):  # the subscriber left: the run goes on

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -26,6 +26,7 @@ from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
+from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
 from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
@@ -93,6 +94,7 @@ class ApiService:
         self.scope = scope  # the key's fingerprint: the scope of the sessions this server's key made
         self.waiters = waiters
         self._attached = attached
+        self._guards = Guards(config)
         self.running = 0
         self.draining = False
         self.stopping: asyncio.Future[None] | None = None  # done once the server stops for good
@@ -142,6 +144,16 @@ class ApiService:
             yield
         finally:
             self.release()
+
+    async def event_stream(self, request: web.Request, headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+        """Start a server-sent events answer to ``request`` with ``headers``: not cached, and with the security
+        headers and CORS set here, since an app mounted on the shared port has no response hook of the API's."""
+        response = web.StreamResponse(
+            headers={"Cache-Control": "no-cache", **self._guards.stream_headers(request), **(headers or {})}
+        )
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        return response
 
     # -- a turn -------------------------------------------------------------------------------------------------
 

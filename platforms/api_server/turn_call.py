@@ -72,12 +72,14 @@ class _Watcher:
         self._loop = loop
         self._queue = queue
         self._on_started = on_started
+        self.session_id: str | None = None  # the session the turn runs in, once it has begun
 
     def _put(self, event: TurnEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
-    def started(self) -> None:
+    def started(self, session_id: str) -> None:
+        self.session_id = session_id  # read on the loop after the first event, which comes after this
         if self._on_started is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._on_started)
@@ -122,11 +124,17 @@ class TurnCall:
         self._queue: asyncio.Queue[TurnEvent | _Reply] = asyncio.Queue()
         self._streamed: list[str] = []
         self._reply: concurrent.futures.Future[OutboundMessage] | None = None
+        self._watcher: _Watcher | None = None
         self.finished: Finished | None = None
 
     @property
     def message_id(self) -> str:
         return self.inbound.message_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The session the turn runs in, once it has begun (``None`` before, or when another watcher took over)."""
+        return self._watcher.session_id if self._watcher is not None else None
 
     @property
     def streamed(self) -> str:
@@ -137,7 +145,8 @@ class TurnCall:
         """Watch the turn and expect its reply (before the message is submitted, so nothing is missed);
         ``on_started`` is called on this loop when the turn begins (its agent is called)."""
         loop = asyncio.get_running_loop()
-        self._watch_port.watch_turn(self.message_id, _Watcher(loop, self._queue, on_started))
+        self._watcher = _Watcher(loop, self._queue, on_started)
+        self._watch_port.watch_turn(self.message_id, self._watcher)
         reply = self._reply = self._waiters.expect(self.message_id)
 
         def done(future: concurrent.futures.Future[OutboundMessage]) -> None:
