@@ -51,6 +51,7 @@ _ELIGIBLE = "ended_at IS NOT NULL AND ended_at < %s"
 _VACUUMED = ("messages", "attachments", "sessions", "routes", "leases")
 _SEARCH_SAMPLE = 1000
 _log = logging.getLogger(__name__)
+_prune_log = logging.getLogger("hermes_actors.store.prune")  # the SQLite store's words, under the same logger
 
 
 def _database_bytes(store: PostgresStore) -> int:
@@ -151,6 +152,20 @@ def _max_listed() -> int:
     return prune.MAX_LISTED_IDS
 
 
+def _last_auto_prune(store: PostgresStore) -> float | None:
+    raw = store.kv.get_meta(LAST_AUTO_PRUNE_KEY)
+    if raw is None:
+        return None
+    try:
+        last = float(raw)
+    except ValueError:
+        last = math.nan
+    if not math.isfinite(last):
+        _prune_log.warning("meta %s holds %r, not a time; treating auto-prune as never run", LAST_AUTO_PRUNE_KEY, raw)
+        return None
+    return last
+
+
 def auto_prune(
     store: PostgresStore,
     *,
@@ -163,13 +178,7 @@ def auto_prune(
     """Prune by retention unless disabled or the last run is recent (see :func:`hermes_actors.store.prune.auto_prune`)."""
     if not enabled:
         return None
-    raw = store.kv.get_meta(LAST_AUTO_PRUNE_KEY)
-    try:
-        last: float | None = None if raw is None else float(raw)
-    except ValueError:
-        last = None
-    if last is not None and not math.isfinite(last):
-        last = None
+    last = _last_auto_prune(store)
     if last is not None and 0 <= now - last < min_interval_hours * _HOUR:
         return None
     if vacuum_after_prune:
