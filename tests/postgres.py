@@ -35,9 +35,7 @@ _SERVER_SETTINGS = {
 
 def find_bin_dir() -> Path | None:
     """The directory of PostgreSQL's server binaries (the newest Debian version first), or ``None``."""
-    versions = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name or 0)
-    )
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name or 0))
     if versions:
         return Path(versions[-1]).parent
     found = shutil.which("initdb")

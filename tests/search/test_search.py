@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import hermes_actors.search.discovery as search
 from hermes_actors.cli import hermesctl
 from hermes_actors.search import SearchHit, SearchMessage, SearchResult, session_search
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.testing import FakeClock
 
 Script = Sequence[tuple[Role, str]]
@@ -499,7 +499,7 @@ def fts5_order(store: Store, query: str) -> list[str]:
 
 @pytest.mark.parametrize("query", ["alpha", "alpha OR beta", "alpha beta", '"alpha beta" OR gamma', "beta NOT gamma"])
 def test_relevance_orders_sessions_as_fts5_bm25_does(
-    store: Store, scattered: list[str], query: str, db_path: Path
+    store: StoreInterface, scattered: list[str], query: str, db_path: Path
 ) -> None:
     if isinstance(store, Store):
         expected = fts5_order(store, query)

@@ -130,13 +130,13 @@ class Database:
     def execute(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns nothing)."""
         with self._errors("a statement"), self.cursor() as cursor:
-            cursor.execute(sql.encode(), params)  # type: ignore[arg-type]
+            cursor.execute(sql.encode(), params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
     def count(self, sql: str, params: Params | None = None) -> int:
         """Run one statement; how many rows it changed."""
         with self._errors("a statement"), self.cursor() as cursor:
-            cursor.execute(sql.encode(), params)  # type: ignore[arg-type]
+            cursor.execute(sql.encode(), params)
             return max(cursor.rowcount, 0)
 
     def executemany(self, sql: str, rows: Sequence[Params]) -> None:
@@ -144,7 +144,7 @@ class Database:
         if not rows:
             return
         with self._errors("a statement"), self.cursor() as cursor:
-            cursor.executemany(sql.encode(), rows)  # type: ignore[arg-type]
+            cursor.executemany(sql.encode(), rows)
 
     def value(self, sql: str, params: Params | None = None) -> Any:
         """The first column of the first row, or ``None``."""

@@ -85,8 +85,12 @@ def _delete_batch(store: PostgresStore, ids: Sequence[str], cutoff: float) -> tu
         db.execute(f"SELECT ref FROM sessions WHERE id = ANY(%s) AND {_ELIGIBLE} FOR UPDATE", (list(ids), cutoff))
         files = store.attachments.delete_for_sessions(eligible_refs, (list(ids), cutoff))
         messages = db.count(f"DELETE FROM messages WHERE session_ref IN ({eligible_refs})", (list(ids), cutoff))
-        found = {str(sid) for (sid,) in db.execute(f"DELETE FROM sessions WHERE id = ANY(%s) AND {_ELIGIBLE} "
-                                                    "RETURNING id", (list(ids), cutoff))}
+        found = {
+            str(sid)
+            for (sid,) in db.execute(
+                f"DELETE FROM sessions WHERE id = ANY(%s) AND {_ELIGIBLE} RETURNING id", (list(ids), cutoff)
+            )
+        }
     return [sid for sid in ids if sid in found], messages, store.attachments.remove_unreferenced(files)
 
 
@@ -100,7 +104,7 @@ def prune_sessions(
     now: float | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> PruneResult:
-    """Delete the ended sessions ``filter`` selects, oldest first (see :func:`hermes_actors.store.prune.prune_sessions`)."""
+    """Delete the ended sessions ``filter`` selects, oldest first (as :func:`.prune.prune_sessions` does)."""
     if filter.older_than_days < 0:
         raise ValueError(f"older_than_days must be 0 or more, got {filter.older_than_days}")
     if batch_size < 1:
@@ -175,7 +179,7 @@ def auto_prune(
     min_interval_hours: float,
     now: float,
 ) -> PruneResult | None:
-    """Prune by retention unless disabled or the last run is recent (see :func:`hermes_actors.store.prune.auto_prune`)."""
+    """Prune by retention unless disabled or the last run is recent (as :func:`.prune.auto_prune` does)."""
     if not enabled:
         return None
     last = _last_auto_prune(store)
@@ -312,9 +316,11 @@ def check_search_indexes(store: PostgresStore, progress: Callable[[str], None]) 
         )[0]
         if (words, cjk, n_tokens) != (vectors[0], vectors[1], expected.n_tokens):
             stale += 1
-    return [f"messages search columns: {stale} of the newest {len(rows)} are stale; run 'hermesctl db optimize'"] if (
-        stale
-    ) else []
+    return (
+        [f"messages search columns: {stale} of the newest {len(rows)} are stale; run 'hermesctl db optimize'"]
+        if (stale)
+        else []
+    )
 
 
 def reindex_messages(store: PostgresStore, *, batch: int = 1000) -> int:
@@ -347,5 +353,9 @@ def optimize(store: PostgresStore, progress: Callable[[str], None]) -> OptimizeR
     progress("vacuum")
     _vacuum(store)
     return OptimizeResult(
-        messages_indexed=indexed, cjk_indexed=cjk, wal_kept=False, bytes_before=before, bytes_after=_database_bytes(store)
+        messages_indexed=indexed,
+        cjk_indexed=cjk,
+        wal_kept=False,
+        bytes_before=before,
+        bytes_after=_database_bytes(store),
     )

@@ -118,7 +118,7 @@ def phrase_locations(phrase: Phrase, tokens: list[str]) -> list[int]:
     if not terms:
         return []
     last = len(tokens) - len(terms)
-    starts = range(0, (0 if phrase.initial else last) + 1) if last >= 0 else range(0)
+    starts = range((0 if phrase.initial else last) + 1) if last >= 0 else range(0)
     return [
         i
         for i in starts

@@ -169,7 +169,9 @@ class PgOutbox(PgTable):
 
     def begin_attempt(self, outbox_id: int) -> int:
         """Count a send attempt before it is made; the attempt number."""
-        found = self._db.value("UPDATE outbox SET attempts = attempts + 1 WHERE id = %s RETURNING attempts", (outbox_id,))
+        found = self._db.value(
+            "UPDATE outbox SET attempts = attempts + 1 WHERE id = %s RETURNING attempts", (outbox_id,)
+        )
         return int(found or 0)
 
     def begin_attempts(self, outbox_ids: list[int]) -> None:

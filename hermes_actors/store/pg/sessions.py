@@ -42,7 +42,7 @@ def scope_sql(visible: SessionFilter | None, alias: str = "") -> tuple[str, list
 
 
 class PgSessionRows:
-    """Sessions, titles and routes in PostgreSQL (implements :class:`~hermes_actors.store.interface.SessionDirectory`)."""
+    """Sessions, titles and routes in PostgreSQL (implements :class:`~.interface.SessionDirectory`)."""
 
     def __init__(self, db: Database, clock: Callable[[], float]) -> None:
         self._db = db

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.connection import StoreUnwritableError
 from hermes_actors.store import backup as sqlite_backup
+from hermes_actors.store.connection import StoreUnwritableError
 from hermes_actors.store.export import AttachmentRow, SessionExport
 from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
 from hermes_actors.store.pg import lineage, maintenance

@@ -179,7 +179,8 @@ class PgKeyValues(PgTable):
         """Store a poll cursor (in the transaction of the inbox rows it covers)."""
         self._db.execute(
             "INSERT INTO poll_cursors (platform, account_id, cursor, updated_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (platform, account_id) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at",
+            "ON CONFLICT (platform, account_id) DO UPDATE SET cursor = excluded.cursor, "
+            "updated_at = excluded.updated_at",
             (platform, account_id, cursor, self._clock()),
         )
 

@@ -62,7 +62,7 @@ def _count_tool_calls(message: NewMessage) -> int:
 
 
 class PgTranscriptRows(PgSessionRows):
-    """The ``messages`` table and its search columns (implements :class:`~hermes_actors.store.interface.Transcripts`)."""
+    """The ``messages`` table and its search columns (implements :class:`~.interface.Transcripts`)."""
 
     def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append ``messages`` to a live session in one transaction; their ids in order."""
