@@ -1,0 +1,129 @@
+"""The PostgreSQL store below the interface: its schema versions, its indexes and plans, its clock, what PostgreSQL
+cannot hold, and that nothing of it loads unless asked for. (The interface itself: every other test of tests/store
+and tests/search, on both stores.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_actors.errors import SchemaVersionError
+from hermes_actors.store import EndReason, NewMessage, Role
+from hermes_actors.testing import FakeClock
+from tests.postgres import Cluster
+
+pytest.importorskip("psycopg")
+
+from hermes_actors.store.pg import PostgresStore  # noqa: E402
+from hermes_actors.store.pg.match import condition  # noqa: E402
+from hermes_actors.store.pg.migrations import SCHEMA_VERSION  # noqa: E402
+from hermes_actors.store.pg.text import tokenize  # noqa: E402
+from hermes_actors.store.search_query import SearchQuery, parse_search_query  # noqa: E402
+
+
+@pytest.fixture
+def pg(postgres_dsn: str, clock: FakeClock) -> Iterator[PostgresStore]:
+    with PostgresStore.open(postgres_dsn, clock=clock) as opened:
+        yield opened
+
+
+def test_the_daemon_and_hermesctl_start_without_importing_psycopg() -> None:
+    probe = (
+        "import sys, hermes_actors.cli.hermesctl, hermes_actors.cli.hermesd, hermes_actors.daemon; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'psycopg_pool')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]"
+
+
+def test_an_empty_database_gets_the_schema_and_a_second_open_changes_nothing(postgres_cluster: Cluster) -> None:
+    name = postgres_cluster.create_database(empty=True)
+    try:
+        with PostgresStore.open(postgres_cluster.dsn(name)) as first:
+            assert first.schema_version() == SCHEMA_VERSION
+            assert first.kv.get_meta("schema_version") == str(SCHEMA_VERSION)
+            assert first.database.value("SELECT count(*) FROM shard_leases") == 0
+            first.create_session("cli", session_id="kept")
+        with PostgresStore.open(postgres_cluster.dsn(name)) as second:
+            assert second.find_session("kept") is not None
+    finally:
+        postgres_cluster.drop_database(name)
+
+
+def test_a_database_from_a_newer_hermes_actors_is_refused_untouched(pg: PostgresStore, postgres_dsn: str) -> None:
+    pg.kv.set_meta("schema_version", str(SCHEMA_VERSION + 1))
+    with pytest.raises(SchemaVersionError, match="upgrade hermes-actors"):
+        PostgresStore.open(postgres_dsn)
+    assert pg.schema_version() == SCHEMA_VERSION + 1
+
+
+def plan(pg: PostgresStore, text: str) -> str:
+    query = parse_search_query(text, tokenize)
+    assert isinstance(query, SearchQuery)
+    params: list[object] = []
+    where = condition(query.root, params)
+    with pg.transaction():
+        # Bitmap scans only: a small table is cheaper to scan whole, and what is checked here is that the
+        # condition is one an index can answer (bench/pg_search.py measures the planner's own choice at 200k rows).
+        pg.database.execute("SET LOCAL enable_seqscan = off")
+        pg.database.execute("SET LOCAL enable_indexscan = off")
+        rows = pg.database.execute(
+            f"EXPLAIN SELECT m.id FROM messages AS m WHERE {where} ORDER BY m.id DESC LIMIT 10", params
+        )
+    return "\n".join(str(row[0]) for row in rows)
+
+
+def test_rare_cjk_and_word_queries_are_answered_from_the_gin_indexes(pg: PostgresStore) -> None:
+    session = pg.create_session("cli")
+    filler = [NewMessage(role=Role.USER, content=f"天气很好我们去公园散步 number {i} lorem") for i in range(300)]
+    pg.append_messages(session.id, [*filler, NewMessage(role=Role.USER, content="分词 kubernetes 搜")])
+    pg.database.execute("ANALYZE messages")
+    assert "messages_cjk" in plan(pg, "分词")  # two characters: their bigram
+    assert "messages_cjk" in plan(pg, "搜")  # one character: its unigram lexeme, the same index
+    assert "messages_words" in plan(pg, "kubernetes")
+    assert [h.snippet for h in pg.fts_query("分词").hits] == [">>>分词<<< kubernetes 搜"]
+    assert len(pg.fts_query("天气").hits) == 20
+
+
+def test_a_cjk_phrase_needs_its_characters_adjacent_in_the_text(pg: PostgresStore) -> None:
+    session = pg.create_session("cli")
+    pg.append_messages(
+        session.id,
+        [NewMessage(role=Role.USER, content="全文 搜索"), NewMessage(role=Role.USER, content="文搜索全")],
+    )
+    assert pg.fts_query("全文搜索").hits == []  # every bigram is there, never as one substring
+
+
+def test_content_holding_a_nul_loads_back_unchanged(pg: PostgresStore) -> None:
+    session = pg.create_session("cli")
+    text = 'look at this\x00[{"type": "image_url"}]'
+    pg.append_messages(session.id, [NewMessage(role=Role.USER, content=text)])
+    assert [m.content for m in pg.load_transcript(session.id)] == [text]
+    assert pg.fts_query("look").hits[0].snippet.startswith(">>>look<<< at this")
+
+
+def test_leases_expire_by_the_database_clock_not_the_hosts(pg: PostgresStore, clock: FakeClock) -> None:
+    pg.create_session("cli", session_id="s1")
+    assert isinstance(pg.leases.grant("s1", "a", 60), int)
+    clock.advance(3600)  # this host's clock jumps; the database's does not
+    assert pg.leases.holder("s1") == "a"
+    assert pg.leases.grant("s1", "b", 60) == "a"
+    expires, now = pg.database.execute(
+        "SELECT expires_at, extract(epoch FROM clock_timestamp()) FROM leases WHERE session_id = 's1'"
+    )[0]
+    assert 55 < expires - float(now) <= 60
+
+
+def test_a_parent_cycle_ends_the_walks_instead_of_hanging(pg: PostgresStore, clock: FakeClock) -> None:
+    first = pg.create_session("cli").id
+    pg.end_session(first, EndReason.COMPRESSION)
+    clock.advance(1)
+    second = pg.create_session("cli", parent_session_id=first).id
+    pg.end_session(second, EndReason.COMPRESSION)
+    pg.database.execute("UPDATE sessions SET parent_session_id = %s WHERE id = %s", (second, first))
+    assert pg.lineage_chain(first) in ([second, first], [first, second])
+    assert pg.lineage_root(first) in (first, second)
+    assert pg.list_lineages().total >= 0
