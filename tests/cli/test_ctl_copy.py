@@ -16,7 +16,7 @@ from tests.postgres import Cluster
 
 pytest.importorskip("psycopg")
 
-from hermes_actors.store.pg import PostgresStore  # noqa: E402
+from hermes_actors.store.pg import PostgresStore
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ from tests.postgres import Cluster
 
 pytest.importorskip("psycopg")
 
-from hermes_actors.store.pg import PostgresStore  # noqa: E402
-from hermes_actors.store.pg.match import condition  # noqa: E402
-from hermes_actors.store.pg.migrations import SCHEMA_VERSION  # noqa: E402
-from hermes_actors.store.pg.text import tokenize  # noqa: E402
-from hermes_actors.store.search_query import SearchQuery, parse_search_query  # noqa: E402
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.match import condition
+from hermes_actors.store.pg.migrations import SCHEMA_VERSION
+from hermes_actors.store.pg.text import tokenize
+from hermes_actors.store.search_query import SearchQuery, parse_search_query
 
 
 @pytest.fixture
