@@ -5,7 +5,7 @@ id)`` or on ``sessions``; keyset pages on the message id), inside one ``REPEATAB
 (:meth:`PgSearchReads.snapshot`). Full-text pages are :func:`~hermes_actors.store.pg.match.condition` on the GIN
 indexes. A ranked page fetches its rows' content and scores each with the caller's rank function through
 :class:`_Row`, which answers FTS5's questions (tokens in the row and in the index, where each phrase matches)
-from the same tokens the index was built from. The index totals are counted once per ranked page.
+from the same tokens the index was built from. The index totals come from ``search_totals`` (kept by triggers).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class PgSearchReads:
         rank = self._rank
         if rank is None or not rows:
             return [(int(row[0]), None if rank is None else 0.0, int(row[1])) for row in rows]
-        count, total = self._db.execute("SELECT count(*), coalesce(sum(n_tokens), 0) FROM messages")[0]
+        count, total = self._db.execute("SELECT sum(messages), sum(tokens) FROM search_totals")[0]
         wanted = phrases(query.root)
         return [
             (
