@@ -93,6 +93,9 @@ def main() -> None:
     print(figure_line("rows", args.rows), flush=True)
     with tempfile.TemporaryDirectory() as directory, Store.open(Path(directory) / "bench.db") as sqlite:
         print(figure_line("sqlite_load_s", load(sqlite, texts), "s"), flush=True)
+        sqlite.kv.set_meta("bench", "checkpoint")
+        sqlite._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        print(figure_line("sqlite_file_mb", (Path(directory) / "bench.db").stat().st_size / 1e6, "MB"))
         measure("sqlite", sqlite, args.runs, args.planted)
         cluster = Cluster(bin_dir)
         try:
@@ -101,7 +104,9 @@ def main() -> None:
                 print(figure_line("pg_load_s", load(pg, texts), "s"), flush=True)
                 pg.database.execute("VACUUM ANALYZE messages")
                 measure("pg", pg, args.runs, args.planted)
-                for index in ("messages_cjk", "messages_words", "messages_pkey"):
+                total = int(pg.database.value("SELECT pg_total_relation_size('messages')"))
+                print(figure_line("pg_messages_with_indexes_mb", total / 1e6, "MB"))
+                for index in ("messages_cjk", "messages_words", "messages_pkey", "messages_session"):
                     size = int(pg.database.value("SELECT pg_relation_size(%s::regclass)", (index,)))
                     print(figure_line(f"pg_{index}_mb", size / 1e6, "MB"))
                 plan = pg.database.execute(

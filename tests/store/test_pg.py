@@ -11,7 +11,18 @@ from collections.abc import Iterator
 import pytest
 
 from hermes_actors.errors import SchemaVersionError
-from hermes_actors.store import EndReason, NewMessage, Role
+from hermes_actors.store import EndReason, NewMessage, Role, StoreInterface
+from hermes_actors.store.search_reads import SearchReads
+from hermes_actors.store.table_interface import (
+    AttachmentIndex,
+    CursorTable,
+    HomeChannelTable,
+    InboxQueue,
+    LeaseTable,
+    MemoryTable,
+    OutboxQueue,
+    TimerTable,
+)
 from hermes_actors.testing import FakeClock
 from tests.postgres import Cluster
 
@@ -28,6 +39,32 @@ from hermes_actors.store.search_query import SearchQuery, parse_search_query
 def pg(postgres_dsn: str, clock: FakeClock) -> Iterator[PostgresStore]:
     with PostgresStore.open(postgres_dsn, clock=clock) as opened:
         yield opened
+
+
+def test_the_postgres_store_is_a_store_interface_to_the_type_checker(pg: PostgresStore) -> None:
+    whole: StoreInterface = pg  # mypy rejects this line if PostgresStore misses or mistypes a member
+    tables: tuple[object, ...] = (
+        pg.inbox,
+        pg.outbox,
+        pg.leases,
+        pg.timers,
+        pg.kv,
+        pg.homes,
+        pg.memories,
+        pg.attachments,
+    )
+    inbox: InboxQueue = pg.inbox
+    outbox: OutboxQueue = pg.outbox
+    leases: LeaseTable = pg.leases
+    timers: TimerTable = pg.timers
+    kv: CursorTable = pg.kv
+    homes: HomeChannelTable = pg.homes
+    memories: MemoryTable = pg.memories
+    attachments: AttachmentIndex = pg.attachments
+    reads: SearchReads = pg.search_reads()
+    assert isinstance(whole, StoreInterface)
+    assert tables == (inbox, outbox, leases, timers, kv, homes, memories, attachments)
+    assert reads is not None
 
 
 def test_the_daemon_and_hermesctl_start_without_importing_psycopg() -> None:
