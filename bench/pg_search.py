@@ -27,7 +27,10 @@ from hermes_actors.search import session_search
 from hermes_actors.store import NewMessage, Role, Store, StoreInterface
 from tests.postgres import Cluster, find_bin_dir
 
-POOL = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长"
+POOL = (
+    "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可里后"
+    "小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同三已老从动两长"
+)
 RARE = POOL[5] + POOL[7]  # 人在: both characters common, the pair planted only
 WORDS = ["deploy", "docker", "image", "error", "python", "server", "config", "update"]
 MESSAGES_PER_SESSION = 50
@@ -71,7 +74,8 @@ def median_ms(run: Callable[[], object], runs: int) -> float:
 
 def measure(name: str, store: StoreInterface, runs: int, planted: int) -> None:
     newest = store.fts_query(RARE, order="newest", limit=20)
-    assert newest.ok and len(newest.hits) == min(planted, 20), (name, newest.error, len(newest.hits))
+    assert newest.ok, (name, newest.error)
+    assert len(newest.hits) == min(planted, 20), (name, len(newest.hits))
     print(figure_line(f"{name}_fts_newest_ms", median_ms(lambda: store.fts_query(RARE, order="newest"), runs), "ms"))
     print(figure_line(f"{name}_fts_relevance_ms", median_ms(lambda: store.fts_query(RARE), runs), "ms"))
     print(figure_line(f"{name}_discovery_ms", median_ms(lambda: session_search(store, query=RARE), runs), "ms"))
