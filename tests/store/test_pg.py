@@ -164,3 +164,21 @@ def test_a_parent_cycle_ends_the_walks_instead_of_hanging(pg: PostgresStore, clo
     assert pg.lineage_chain(first) in ([second, first], [first, second])
     assert pg.lineage_root(first) in (first, second)
     assert pg.list_lineages().total >= 0
+
+
+def test_stale_search_columns_are_found_and_optimize_rebuilds_them(pg: PostgresStore) -> None:
+    session = pg.create_session("cli")
+    pg.append_messages(session.id, [NewMessage(role=Role.USER, content=t) for t in ("hello world", "你好世界")])
+    assert pg.check_integrity() == []
+    assert pg.check_search_indexes() == []
+    # Change the text behind the search columns' back, as a foreign tool writing SQL would.
+    pg.database.execute("UPDATE messages SET content = 'something else' WHERE content = 'hello world'")
+    assert pg.fts_query("something").hits == []
+    assert pg.check_search_indexes() == [
+        "messages search columns: 1 of the newest 2 are stale; run 'hermesctl db optimize'"
+    ]
+    phases: list[str] = []
+    result = pg.optimize(progress=phases.append)
+    assert (result.messages_indexed, result.cjk_indexed, phases) == (2, 1, ["search columns", "vacuum"])
+    assert pg.check_search_indexes() == []
+    assert [h.snippet for h in pg.fts_query("something").hits] == [">>>something<<< else"]
