@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, AttachmentKind
 from hermes_actors.store import EndReason, NewMessage, Role, Store
 from hermes_actors.store.records import HomeChannel
 from tests.postgres import Cluster
@@ -43,7 +43,7 @@ def seed(store: Store) -> tuple[str, str]:
             NewMessage(role=Role.TOOL, content=None, tool_calls='[{"id": "1"}]'),
         ],
     )
-    store.attachments.add(ids[0], Attachment(kind="image", mime_type="image/png", name="shot.png"))
+    store.attachments.add(ids[0], Attachment(kind=AttachmentKind.IMAGE, mime_type="image/png", name="shot.png"))
     store.end_session(parent.id, EndReason.COMPRESSION)
     child = store.create_session("telegram", parent_session_id=parent.id, title="deploy notes #2")
     store.append_messages(child.id, [NewMessage(role=Role.USER, content="continued")])
