@@ -5,6 +5,7 @@ and tests/search, on both stores.)"""
 from __future__ import annotations
 
 import subprocess
+import threading
 import sys
 from collections.abc import Iterator
 
@@ -182,3 +183,55 @@ def test_stale_search_columns_are_found_and_optimize_rebuilds_them(pg: PostgresS
     assert (result.messages_indexed, result.cjk_indexed, phases) == (2, 1, ["search columns", "vacuum"])
     assert pg.check_search_indexes() == []
     assert [h.snippet for h in pg.fts_query("something").hits] == [">>>something<<< else"]
+
+
+class _Dropped(Exception):
+    """Raised to roll one thread's transaction back."""
+
+
+def test_each_thread_has_its_own_transaction_on_one_store(pg: PostgresStore) -> None:
+    kept, dropped = pg.create_session("cli"), pg.create_session("cli")
+    inside = threading.Barrier(2, timeout=10)
+    failures: list[BaseException] = []
+
+    def write(session_id: str) -> None:
+        try:
+            with pg.transaction():
+                pg.append_messages(session_id, [NewMessage(role=Role.USER, content="text")])
+                inside.wait()  # both transactions open at once, each on its own connection
+                if session_id == dropped.id:
+                    raise _Dropped
+        except _Dropped:
+            pass
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s.id,)) for s in (kept, dropped)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert failures == []
+    assert [m.content for m in pg.load_transcript(kept.id)] == ["text"]
+    assert pg.load_transcript(dropped.id) == []
+    assert (pg.get_session(kept.id).message_count, pg.get_session(dropped.id).message_count) == (1, 0)
+
+
+def test_concurrent_grants_of_one_lease_give_it_to_exactly_one_owner(pg: PostgresStore) -> None:
+    pg.create_session("cli", session_id="contested")
+    start = threading.Barrier(4, timeout=10)
+    results: dict[str, int | str] = {}
+
+    def grant(owner: str) -> None:
+        start.wait()
+        results[owner] = pg.leases.grant("contested", owner, 30)
+
+    threads = [threading.Thread(target=grant, args=(f"owner-{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    winners = [owner for owner, result in results.items() if isinstance(result, int)]
+    assert len(winners) == 1
+    assert {result for owner, result in results.items() if owner not in winners} == {winners[0]}
+    assert pg.leases.holder("contested") == winners[0]
