@@ -5,8 +5,8 @@ and tests/search, on both stores.)"""
 from __future__ import annotations
 
 import subprocess
-import threading
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
