@@ -235,3 +235,13 @@ def test_concurrent_grants_of_one_lease_give_it_to_exactly_one_owner(pg: Postgre
     assert len(winners) == 1
     assert {result for owner, result in results.items() if owner not in winners} == {winners[0]}
     assert pg.leases.holder("contested") == winners[0]
+
+
+@pytest.mark.slow
+def test_a_huge_message_of_distinct_tokens_is_stored_and_found_by_its_first_words(pg: PostgresStore) -> None:
+    session = pg.create_session("cli")
+    words = " ".join(f"w{i:07d}" for i in range(150_000))
+    chinese = "".join(chr(0x4E00 + (i * 7919) % 20_000) for i in range(150_000))
+    pg.append_messages(session.id, [NewMessage(role=Role.USER, content=words + " " + chinese)])
+    assert len(pg.fts_query("w0000001").hits) == 1
+    assert len(pg.fts_query(chinese[:2]).hits) == 1

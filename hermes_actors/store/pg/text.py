@@ -24,7 +24,10 @@ from hermes_actors.store.tokenizer import CJK_CHARACTER, TOKENIZER_NAME, registe
 __all__ = ["IndexedText", "cjk_lexemes", "from_db", "index_text", "is_cjk", "quote_lexeme", "to_db", "tokenize"]
 
 MAX_POSITION = 16_383  # tsvector positions stop here (PostgreSQL clamps larger ones)
-_MAX_WORD_LEXEMES = 50_000  # a tsvector holds at most 1 MB: a pathological message keeps its first lexemes
+MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL keeps no more)
+# A tsvector holds under 1 MB. Each column gets a budget of this many bytes (a lexeme costs its UTF-8 bytes and
+# 4 more, a position 2): a pathological message (a huge log of distinct tokens) keeps its first lexemes whole.
+_BUDGET = 900_000
 
 
 NUL_STAND_IN = "\uffff"
@@ -98,16 +101,25 @@ def index_text(content: str | None) -> IndexedText:
     tokens = [token for _, _, token in tokenize(content)]
     positions: dict[str, list[int]] = {}
     cjk: set[str] = set()
+    words_bytes = cjk_bytes = 0
     previous: str | None = None
     for index, token in enumerate(tokens):
         if is_cjk(token):
-            cjk.add(token)
-            if previous is not None:
-                cjk.add(previous + token)
+            for lexeme in (token,) if previous is None else (token, previous + token):
+                if lexeme not in cjk and cjk_bytes < _BUDGET:
+                    cjk.add(lexeme)
+                    cjk_bytes += len(lexeme.encode()) + 4
             previous = token
             continue
         previous = None
-        if len(positions) < _MAX_WORD_LEXEMES or token in positions:
-            positions.setdefault(token, []).append(min(index + 1, MAX_POSITION))
-    words = " ".join(f"{quote_lexeme(t)}:{','.join(map(str, sorted(set(p))[:256]))}" for t, p in positions.items())
+        held = positions.get(token)
+        if held is None:
+            if words_bytes >= _BUDGET:
+                continue
+            held = positions[token] = []
+            words_bytes += len(token.encode()) + 4
+        if len(held) < MAX_POSITIONS and (not held or held[-1] != min(index + 1, MAX_POSITION)):
+            held.append(min(index + 1, MAX_POSITION))
+            words_bytes += 2
+    words = " ".join(f"{quote_lexeme(t)}:{','.join(map(str, p))}" for t, p in positions.items())
     return IndexedText(words, " ".join(quote_lexeme(c) for c in sorted(cjk)), len(tokens))
