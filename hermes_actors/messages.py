@@ -16,9 +16,12 @@ from hermes_actors.routing import SessionSource
 __all__ = [
     "Attachment",
     "AttachmentKind",
+    "ContextMessage",
+    "Conversation",
     "InboundMessage",
     "OutboundError",
     "OutboundMessage",
+    "TokenUsage",
     "decode_inbound",
     "decode_outbound",
     "encode",
@@ -38,6 +41,7 @@ class OutboundError(enum.StrEnum):
     """Why an outbound notice is not the agent's reply (request/response entry points answer it as an error)."""
 
     STORAGE_UNAVAILABLE = "storage_unavailable"  # the message could not be saved yet; it is kept and retried
+    AGENT_FAILED = "agent_failed"  # the agent gave no reply (failed, timed out); the text says so to a chat user
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,10 +65,36 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
 
 
+class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of a conversation a client sent whole (``role`` is ``user`` or ``assistant``)."""
+
+    role: str
+    content: str
+
+
+class Conversation(msgspec.Struct, frozen=True, kw_only=True):
+    """The conversation a stateless client sends with each request (the OpenAI chat-completions body): the model
+    sees this history and this extra system text instead of the stored transcript's, for that turn only."""
+
+    system: str | None = None
+    history: tuple[ContextMessage, ...] = ()
+
+
+class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """The model's tokens for one turn, summed over its calls; ``estimated`` when some call reported none."""
+
+    input_tokens: int
+    output_tokens: int
+    estimated: bool = False
+
+
 class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     """A message from a platform, normalised by its adapter.
 
-    ``message_id`` is the platform's id, used with the platform and account for durable dedupe.
+    ``message_id`` is the platform's id, used with the platform and account for durable dedupe. ``context`` is a
+    stateless client's conversation (:class:`Conversation`), kept in the inbox row so a replayed turn sees it too;
+    ``fingerprint`` is a hash of the request that made the message (an idempotent retry with another body is told
+    apart by it). Both are left out of the encoding when unset, so rows stay as they were.
     """
 
     source: SessionSource
@@ -72,6 +102,8 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     attachments: tuple[Attachment, ...] = ()
     received_at: float | None = None
+    context: Conversation | msgspec.UnsetType = msgspec.UNSET
+    fingerprint: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,7 +116,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
     for every reply, so a platform's idempotency key can include it. ``error`` marks a notice that the message
     could not be handled (:class:`OutboundError`); request/response entry points answer it as an error, not as the
-    agent's reply.
+    agent's reply. ``usage`` is the model's tokens for the turn the reply ends (left out of the encoding when
+    unset).
     """
 
     platform: str
@@ -100,6 +133,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     answers: tuple[str, ...] = ()
     outbox_id: int | None = None
     error: OutboundError | None = None
+    usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
 
 
 _encoder = msgspec.msgpack.Encoder()

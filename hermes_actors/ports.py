@@ -3,8 +3,9 @@
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently), and the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
-``/metrics``). It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+recently), the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
+``/metrics``), and the :class:`~hermes_actors.operator_port.Operator` for an entry point that serves the holder of
+the admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ import msgspec
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
+from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 
 __all__ = [
     "AcceptResult",
     "Adapter",
+    "AgentInfo",
     "Capabilities",
     "ConnectionReporter",
+    "DiskSpace",
     "Exposition",
     "Inbox",
     "Latency",
@@ -36,7 +40,10 @@ __all__ = [
     "ReplySender",
     "SendError",
     "SessionOwner",
+    "StoredAnswer",
     "ThreadCreator",
+    "ToolStatus",
+    "TurnEvents",
     "Vitals",
 ]
 
@@ -114,6 +121,18 @@ class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
     duplicate: bool
 
 
+class StoredAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a message the inbox took: ``pending`` until its turn commits, then ``done`` (answered) or
+    ``rejected``; ``reply`` is the agent's last words after it in its session (``None``: the turn stored no
+    reply, e.g. the agent failed), with the model's tokens for that turn."""
+
+    message: InboundMessage  # as the inbox stored it
+    state: str
+    session_id: str | None
+    reply: str | None = None
+    usage: TokenUsage | None = None
+
+
 class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     """Whose a stored session is: enough for an entry point to decide whether a client may continue it."""
 
@@ -151,15 +170,33 @@ class ConnectionReporter(Protocol):
         ...
 
 
+class DiskSpace(msgspec.Struct, frozen=True, kw_only=True):
+    """The file system holding the store: where, and how many bytes are free of how many."""
+
+    path: str
+    free_bytes: int
+    total_bytes: int
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The agent turns go to: its kind (``echo``, ``openai``, ...) and the model it names, if any."""
+
+    kind: str
+    model: str | None = None
+
+
 class Readiness(msgspec.Struct, frozen=True, kw_only=True):
     """Whether the gateway can do its work: the store takes writes and every configured entry point is up.
 
     ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
-    point (a disabled one does not count against readiness).
+    point (a disabled one does not count against readiness). ``disk`` and ``agent`` inform and never fail it (a
+    full disk shows as an unwritable store).
     """
 
     store: str | None
     platforms: list[PlatformHealth] = []
+    disk: DiskSpace | None = None
+    agent: AgentInfo | None = None
 
     @property
     def ready(self) -> bool:
@@ -216,6 +253,26 @@ class Exposition(msgspec.Struct, frozen=True, kw_only=True):
 
     content_type: str
     body: bytes
+
+
+ToolStatus = str
+"""``running`` when a tool call starts, ``completed`` when its result is in."""
+
+
+class TurnEvents(Protocol):
+    """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
+
+    Called from the agent's thread; each call must return at once. What is reported here is only a view: the
+    reply the agent returns is what the turn stores.
+    """
+
+    def text(self, delta: str) -> None:
+        """The next piece of the reply's text, as the model produced it."""
+        ...
+
+    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+        """A tool call started (``running``) or finished (``completed``)."""
+        ...
 
 
 class Inbox(Protocol):
@@ -282,6 +339,20 @@ class Inbox(Protocol):
         """Why the store cannot take writes now (for a health check), or ``None`` when it can."""
         ...
 
+    def watch_turn(self, message_id: str, events: TurnEvents) -> None:
+        """Report the turn that answers ``message_id`` to ``events`` as it happens (streamed text, tool calls);
+        register before submitting the message. Called from the agent's thread: each call must return at once."""
+        ...
+
+    def unwatch_turn(self, message_id: str) -> None:
+        """Stop reporting ``message_id``'s turn."""
+        ...
+
+    def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
+        """What became of ``platform``'s message ``message_id`` (``account_id`` ``""``), ``None`` when the inbox
+        never took it: still pending, or answered with the reply stored in its session."""
+        ...
+
     def readiness(self) -> Readiness:
         """Whether the store takes writes and each configured entry point is up (may wait up to 2 s on the store)."""
         ...
@@ -292,6 +363,11 @@ class Inbox(Protocol):
 
     def metrics(self) -> Exposition:
         """Every metric series of the runtime, in Prometheus's text format (reads the store's queues)."""
+        ...
+
+    @property
+    def operator(self) -> Operator:
+        """What an operator holding the admin key may do to every session (:mod:`hermes_actors.operator_port`)."""
         ...
 
 

@@ -27,29 +27,34 @@ class ReplyWaiters:
     def __init__(self, platform: str) -> None:
         self.platform = platform
         self._lock = threading.Lock()
-        self._waiting: dict[str, concurrent.futures.Future[OutboundMessage]] = {}
+        self._waiting: dict[str, list[concurrent.futures.Future[OutboundMessage]]] = {}
 
     def expect(self, message_id: str) -> concurrent.futures.Future[OutboundMessage]:
         """Register interest in the reply to inbound ``message_id``; call before accepting the message."""
         future: concurrent.futures.Future[OutboundMessage] = concurrent.futures.Future()
         with self._lock:
-            self._waiting[message_id] = future
+            self._waiting.setdefault(message_id, []).append(future)
         return future
 
-    def forget(self, message_id: str) -> None:
-        """Stop waiting for ``message_id`` (the client gave up)."""
+    def forget(self, message_id: str, future: concurrent.futures.Future[OutboundMessage] | None = None) -> None:
+        """Stop waiting for ``message_id`` (the client gave up): that ``future``'s wait, or every wait on it."""
         with self._lock:
-            self._waiting.pop(message_id, None)
+            waits = self._waiting.get(message_id, [])
+            if future is not None and future in waits:
+                waits.remove(future)
+            if future is None or not waits:
+                self._waiting.pop(message_id, None)
 
     def send(self, message: OutboundMessage) -> str | None:
         """Complete every waiter the reply answers; return the first answered id, or ``None`` if none waited."""
         answered: str | None = None
         with self._lock:
-            futures = [(i, self._waiting.pop(i, None)) for i in message.answers]
-        for message_id, future in futures:
-            if future is not None and not future.done():
-                future.set_result(message)
-                answered = answered or message_id
+            futures = [(i, self._waiting.pop(i, [])) for i in message.answers]
+        for message_id, waits in futures:
+            for future in waits:
+                if not future.done():
+                    future.set_result(message)
+                    answered = answered or message_id
         if answered is None:
             _log.info(
                 "%s: reply for session %s has no waiting client (kept in the transcript)",
@@ -61,4 +66,4 @@ class ReplyWaiters:
     def waiting(self) -> int:
         """How many requests wait for a reply now."""
         with self._lock:
-            return len(self._waiting)
+            return sum(len(waits) for waits in self._waiting.values())

@@ -22,6 +22,7 @@ CORE = frozenset(
         "hermes_actors.ids",
         "hermes_actors.media",
         "hermes_actors.messages",
+        "hermes_actors.operator_port",
         "hermes_actors.ports",
         "hermes_actors.routing",
         "hermes_actors.titles",

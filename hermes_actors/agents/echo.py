@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from hermes_actors.agents.tools import SESSION_SEARCH, error_json, find_tool
-from hermes_actors.agents.turn import AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.agents.turn import AgentMessage, AgentReply, Memory, TurnEvents, TurnInput
 from hermes_actors.store.records import MessageRecord, Role
 from hermes_actors.titles import MAX_TITLE_LENGTH
 
@@ -26,6 +26,16 @@ ECHO_TITLE_WORDS = 7
 
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
+
+
+def _report(events: TurnEvents, messages: Sequence[AgentMessage]) -> None:
+    """Tell a watcher what the turn did: each tool call as it would have run, then the reply word by word."""
+    for message in messages:
+        if message.role == Role.TOOL:
+            events.tool(message.tool_name or "?", message.tool_call_id or "", "running")
+            events.tool(message.tool_name or "?", message.tool_call_id or "", "completed")
+    for word in re.findall(r"\S+\s*|\s+", messages[-1].content or ""):
+        events.text(word)
 
 
 def _tool_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...]:
@@ -102,6 +112,8 @@ class EchoAgent:
         else:
             messages = (AgentMessage(role=Role.ASSISTANT, content=f"echo: {text}"),)
         reply = messages[-1].content or ""
+        if turn.events is not None:
+            _report(turn.events, messages)
         prompt = turn.history_tokens + _estimate_tokens(text)
         return AgentReply(
             messages=messages,

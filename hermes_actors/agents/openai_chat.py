@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import cast
+from typing import Any, cast
 
 try:
     import openai
@@ -45,7 +45,7 @@ from hermes_actors.agents.openai_transcript import (
     system_text,
     user_message,
 )
-from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, Memory, TurnInput
+from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, Memory, TurnEvents, TurnInput
 from hermes_actors.store.records import MessageRecord, Role
 from hermes_actors.titles import MAX_TITLE_LENGTH
 
@@ -171,9 +171,7 @@ class OpenAIAgent:
                     f"{self._endpoint.where} used up the turn's {timeout_s:g} s after {round_number} tool rounds; "
                     "raise runtime.agent_timeout_s or check why the tools are slow"
                 )
-            message, usage = self._endpoint.complete(messages, timeout_s, tools=tools, left_s=left)
-            calls = dump_tool_calls(message.tool_calls)
-            content = message.content or None
+            content, calls, usage = self._ask(messages, timeout_s, turn.events, tools=tools, left_s=left)
             counted = usage[1] if usage is not None else None  # the message's own count: only the model's
             if usage is None:
                 estimated = True
@@ -208,10 +206,29 @@ class OpenAIAgent:
                 }
             )
             for call in calls:
+                if turn.events is not None:
+                    turn.events.tool(_call_name(call), str(call.get("id") or ""), "running")
                 name, call_id, result = run_tool_call(turn.tools, call)
+                if turn.events is not None:
+                    turn.events.tool(name, call_id, "completed")
                 produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
                 messages.append({"role": "tool", "content": result, "tool_call_id": call_id})
         raise AssertionError("unreachable: the last round offers no tools")  # pragma: no cover
+
+    def _ask(
+        self,
+        messages: list[ChatCompletionMessageParam],
+        timeout_s: float,
+        events: TurnEvents | None,
+        *,
+        tools: list[ChatCompletionToolUnionParam] | None,
+        left_s: float,
+    ) -> tuple[str | None, list[dict[str, Any]], tuple[int, int] | None]:
+        """One model call of a turn: (content, tool calls, usage); streamed to ``events`` when someone watches."""
+        if events is not None:
+            return self._endpoint.stream(messages, timeout_s, events.text, tools=tools, left_s=left_s)
+        message, usage = self._endpoint.complete(messages, timeout_s, tools=tools, left_s=left_s)
+        return message.content or None, dump_tool_calls(message.tool_calls), usage
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:
         """Ask the model for a summary a continuation session can start from; ``""`` for an empty history."""
@@ -265,6 +282,11 @@ class OpenAIAgent:
         if not title:
             raise AgentError(f"{self._endpoint.where} answered an empty title; the session stays untitled")
         return title
+
+
+def _call_name(call: dict[str, Any]) -> str:
+    spec: object = call.get("function") or call.get("custom")
+    return str(spec.get("name") or "?") if isinstance(spec, dict) else "?"
 
 
 def _estimated_tokens(sent: object, tools: object = None) -> int:

@@ -7,6 +7,8 @@ Every failure names the endpoint, the model, what went wrong (with the client's 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 try:
@@ -81,9 +83,8 @@ class ChatEndpoint:
         ``left_s`` (what is left of a turn's ``timeout_s``) bounds the request instead of ``timeout_s`` when given;
         ``max_tokens`` caps the answer.
         """
-        where = self.where
         temperature = openai.omit if self.temperature is None else self.temperature
-        try:
+        with self._failures(timeout_s):
             response: object = self._client.chat.completions.create(
                 model=self.model,
                 messages=messages,
@@ -92,6 +93,76 @@ class ChatEndpoint:
                 max_tokens=openai.omit if max_tokens is None else max_tokens,
                 timeout=timeout_s if left_s is None else left_s,
             )
+        where = self.where
+        choices: object = response.choices if isinstance(response, ChatCompletion) else None
+        if not isinstance(response, ChatCompletion) or not isinstance(choices, list) or not choices:
+            raise AgentError(
+                f"{where} answered with no choices; check that agent.base_url points at an OpenAI-compatible "
+                "/v1 endpoint and that agent.model is served there"
+            )
+        message: object = getattr(choices[0], "message", None)
+        if not isinstance(message, ChatCompletionMessage):
+            raise AgentError(f"{where} answered a choice without a message; check the server's chat-completions API")
+        usage = response.usage
+        if usage is None:
+            return message, None
+        return message, (_count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0)))
+
+    def stream(
+        self,
+        messages: list[ChatCompletionMessageParam],
+        timeout_s: float,
+        on_text: Callable[[str], None],
+        *,
+        tools: list[ToolParam] | None = None,
+        left_s: float | None = None,
+    ) -> tuple[str | None, list[dict[str, Any]], tuple[int, int] | None]:
+        """Call the endpoint once, streaming: each piece of text goes to ``on_text`` as it arrives. Return the
+        whole content (``None`` when there was none), the tool calls (assembled from their pieces, in the shape
+        of a non-streamed message's) and the (prompt, completion) tokens of the final ``usage`` chunk, ``None``
+        when the server sent none."""
+        temperature = openai.omit if self.temperature is None else self.temperature
+        texts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: tuple[int, int] | None = None
+        finished = False
+        with self._failures(timeout_s):
+            chunks = self._client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=temperature,
+                tools=openai.omit if tools is None else tools,
+                timeout=timeout_s if left_s is None else left_s,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = (_count(chunk.usage.prompt_tokens), _count(chunk.usage.completion_tokens))
+                for choice in chunk.choices or ():
+                    finished = finished or choice.finish_reason is not None
+                    delta = choice.delta
+                    if delta.content:
+                        texts.append(delta.content)
+                        on_text(delta.content)
+                    for piece in delta.tool_calls or ():
+                        _add_call_piece(calls.setdefault(piece.index, {}), piece)
+        if not finished:
+            raise AgentError(
+                f"{self.where} broke off its answer after {len(texts)} pieces (the stream ended without a finish "
+                "reason); retry the turn"
+            )
+        content = "".join(texts) or None
+        return content, [calls[index] for index in sorted(calls)], usage
+
+    @contextmanager
+    def _failures(self, timeout_s: float) -> Iterator[None]:
+        """Turn the client's failures inside the block into :class:`AgentError` naming the fix."""
+        where = self.where
+        try:
+            yield
+        except AgentError:
+            raise
         except openai.APITimeoutError as err:
             raise AgentError(
                 f"{where} timed out: no answer within {timeout_s:g} s{_retried(err.request.headers)}; "
@@ -109,19 +180,8 @@ class ChatEndpoint:
                 f"{where} answered something that is not a chat completion ({err}); "
                 "check that agent.base_url points at an OpenAI-compatible /v1 endpoint"
             ) from err
-        choices: object = response.choices if isinstance(response, ChatCompletion) else None
-        if not isinstance(response, ChatCompletion) or not isinstance(choices, list) or not choices:
-            raise AgentError(
-                f"{where} answered with no choices; check that agent.base_url points at an OpenAI-compatible "
-                "/v1 endpoint and that agent.model is served there"
-            )
-        message: object = getattr(choices[0], "message", None)
-        if not isinstance(message, ChatCompletionMessage):
-            raise AgentError(f"{where} answered a choice without a message; check the server's chat-completions API")
-        usage = response.usage
-        if usage is None:
-            return message, None
-        return message, (_count(getattr(usage, "prompt_tokens", 0)), _count(getattr(usage, "completion_tokens", 0)))
+        except Exception as err:  # a stream cut halfway (the HTTP library's own error)
+            raise AgentError(f"{where} broke off its answer ({type(err).__name__}: {err}); retry the turn") from err
 
     def _status_problem(self, err: openai.APIStatusError) -> str:
         status = err.status_code
@@ -148,6 +208,17 @@ def _retried(request_headers: Any) -> str:
     except (TypeError, ValueError):
         return ""
     return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+
+
+def _add_call_piece(call: dict[str, Any], piece: Any) -> None:
+    """Add one streamed piece of a tool call to what arrived of it so far."""
+    if piece.id:
+        call["id"] = piece.id
+    call.setdefault("type", piece.type or "function")
+    function = call.setdefault("function", {"name": "", "arguments": ""})
+    if piece.function is not None:
+        function["name"] += piece.function.name or ""
+        function["arguments"] += piece.function.arguments or ""
 
 
 def _count(value: object) -> int:

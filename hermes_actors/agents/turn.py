@@ -9,9 +9,19 @@ import msgspec
 
 from hermes_actors.agents.tools import Tool
 from hermes_actors.messages import Attachment
+from hermes_actors.ports import ToolStatus, TurnEvents
 from hermes_actors.store.records import MessageRecord, Role
 
-__all__ = ["AgentError", "AgentMessage", "AgentReply", "Memory", "TurnInput", "system_message"]
+__all__ = [
+    "AgentError",
+    "AgentMessage",
+    "AgentReply",
+    "Memory",
+    "ToolStatus",
+    "TurnEvents",
+    "TurnInput",
+    "system_message",
+]
 
 
 class AgentError(Exception):
@@ -61,6 +71,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
     # an agent that takes some natively (images, for a vision model) sends them with this turn only.
     attachments: Sequence[Attachment] = ()
+    # Where the agent reports the turn as it happens (streamed text, tool calls), when a client watches it.
+    events: TurnEvents | None = None
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,4 +1,5 @@
-"""``hermesctl status`` and ``hermesctl config check``: the daemon's state and the configuration file."""
+"""``hermesctl status``, ``hermesctl config check`` and ``hermesctl admin-key``: the daemon's state, the
+configuration file and the operator API's key."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import click
 import msgspec
 
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
+from hermes_actors.daemon.admin_key import admin_key
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
 from hermes_actors.daemon.control import StatusReply, connect
-from hermes_actors.daemon.home import socket_path
+from hermes_actors.daemon.home import make_home, socket_path
 from hermes_actors.daemon.online import online_checks
 from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
 from hermes_actors.errors import ConfigError, PlatformError
@@ -21,7 +23,7 @@ from hermes_actors.ports import Latency, Vitals
 from hermes_actors.store import Store
 from platforms import registry
 
-__all__ = ["config", "home_settings", "status"]
+__all__ = ["admin_key_command", "config", "home_settings", "status"]
 
 NOT_RUNNING = 3  # as systemctl status: the program is not running
 NOT_READY = 1  # running, but /health/ready would answer 503
@@ -234,3 +236,22 @@ def _online_ok(settings: Settings, root: Path) -> bool:
         click.echo(f"  {check.subject}: {check.outcome}")
         passed = passed and check.ok
     return passed
+
+
+@click.command("admin-key")
+@home_option
+@reports_errors
+def admin_key_command(home: str | None) -> None:
+    """Print the admin key of the API server's operator routes (/api/sessions), which see every session.
+
+    It is daemon.admin_key of config.yaml, else $HERMES_ADMIN_KEY, else the key hermesd generated into
+    $HERMES_HOME/admin_key at its first start (generated now if hermesd never ran). Where it comes from goes to
+    stderr, so stdout carries the key alone.
+
+    Example: curl -H "Authorization: Bearer $(hermesctl admin-key)" http://127.0.0.1:8642/api/sessions
+    """
+    root = resolve_home(home)
+    make_home(root)
+    found = admin_key(root, home_settings(root), os.environ)
+    click.echo(f"admin key from {found.describe()}", err=True)
+    click.echo(found.key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from hermes_actors.cli.ctl_chat import chat
-from hermes_actors.cli.ctl_daemon import config, status
+from hermes_actors.cli.ctl_daemon import admin_key_command, config, status
 from hermes_actors.cli.ctl_db import db
 from hermes_actors.cli.ctl_import import import_hermes
 from hermes_actors.cli.ctl_search import search
@@ -27,5 +27,5 @@ def main() -> None:
 
 
 sessions.add_command(search)
-for command in (chat, status, config, service, db, sessions, import_hermes):
+for command in (chat, status, config, admin_key_command, service, db, sessions, import_hermes):
     main.add_command(command)

@@ -14,9 +14,18 @@ from hermes_actors.daemon.home import database_path
 __all__ = ["banner", "ctl_command", "version"]
 
 
-def banner(*, home: Path, config_path: Path, agent: str, entry_points: Iterable[str], control_socket: Path) -> str:
+def banner(
+    *,
+    home: Path,
+    config_path: Path,
+    agent: str,
+    entry_points: Iterable[str],
+    control_socket: Path,
+    operator_api: bool = False,
+) -> str:
     """The banner of the daemon on ``home``: the files, the agent, one line per ``entry_points`` line (each
-    adapter's ``describe()``), the control socket and the commands to use it."""
+    adapter's ``describe()``), the control socket and the commands to use it (with ``operator_api``, the one that
+    prints the operator API's key)."""
     pid = os.getpid()
     lines = [
         f"hermesd {version()} running (pid {pid})",
@@ -31,6 +40,8 @@ def banner(*, home: Path, config_path: Path, agent: str, entry_points: Iterable[
         f"  talk to it:     {ctl_command(home, 'chat')}   (or: echo hello | {ctl_command(home, 'chat')})",
         f"  state:          {ctl_command(home, 'status')}   stop: Ctrl-C or kill -TERM {pid}",
     ]
+    if operator_api:
+        lines.append(f"  operator key:   {ctl_command(home, 'admin-key')}   (opens the API's /api/sessions)")
     return "\n".join(lines)
 
 

@@ -60,10 +60,14 @@ def decode_platforms(obj: object) -> dict[str, Any]:
     return configs
 
 
+_MIN_ADMIN_KEY = 16
+
+
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and format, and
+    """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and format,
     ``http_port``: one port for every HTTP entry point on ``http_host`` (behind a reverse proxy; 0: each on its own
-    port)."""
+    port), and ``admin_key``: the key of the API server's operator routes (unset: ``$HERMES_ADMIN_KEY``, else one
+    generated into ``$HERMES_HOME/admin_key``)."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: float = 30.0
@@ -72,8 +76,15 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     log_format: typing.Literal["logfmt", "json"] = "logfmt"  # one line per event either way
     http_port: int = 0
     http_host: str = "127.0.0.1"
+    admin_key: str | None = None
 
     def __post_init__(self) -> None:
+        if self.admin_key is not None and len(self.admin_key.strip()) < _MIN_ADMIN_KEY:
+            raise ConfigError(
+                "daemon.admin_key",
+                f"must be at least {_MIN_ADMIN_KEY} characters (it opens every session); remove it to have hermesd "
+                "generate one into $HERMES_HOME/admin_key",
+            )
         if not 0 <= self.http_port <= 65535:
             raise ConfigError("daemon.http_port", f"{self.http_port} is not a TCP port; use 1..65535, or 0 for none")
         if not self.http_host:

@@ -54,7 +54,10 @@ platforms:
     # model_name: hermes-agent
     # request_timeout_s: 300
     # max_body_bytes: 4194304
-    # keepalive_s: 15                # SSE keep-alive comment interval while a streamed turn runs
+    # keepalive_s: 30                # a streamed turn silent this long sends an SSE keep-alive comment
+    # max_concurrent_runs: 64        # requests running turns at once; beyond it 429 (0: no cap)
+    # cors_origins: []               # browser origins whose pages may call the API (https://chat.example.org;
+    #                                # '*': any); a request from another Origin gets 403
   webhook:
     # enabled: true
     # host: 127.0.0.1
@@ -205,4 +208,6 @@ daemon:
   # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API
   # http_host: 127.0.0.1             # at /v1 and /health, /webhooks/..., /slack/..., /feishu/..., /whatsapp/...,
   #                                  # /telegram/...; the entry points' own ports stay closed. 0: off
+  # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
+  #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 """

@@ -30,6 +30,7 @@ from typing import IO, Any
 import msgspec
 
 from hermes_actors.daemon.admin import SessionAdministration
+from hermes_actors.daemon.admin_key import AdminKey, admin_key
 from hermes_actors.daemon.agent import agent_name
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
@@ -93,6 +94,7 @@ class Daemon:
         self._listener: registry.SharedListener | None = None
         self._started_at = time.time()
         self._agent_name = agent_name(settings.agent)
+        self.admin_key: AdminKey | None = None  # read (or generated) at start
 
     # -- start and stop ------------------------------------------------------------------------------------------
 
@@ -147,6 +149,8 @@ class Daemon:
         if size_futex_hash(slots):
             _log.info("futex hash: %d private slots for up to %d live sessions", slots, runtime.max_live_actors)
         plan = prepare_start(settings, home=self.home, environ=self._environ)
+        self.admin_key = admin_key(self.home, settings, self._environ)
+        _log.info("operator API key: %s", self.admin_key.describe())
         adapters = plan.adapters
         senders = [sender for adapter in adapters.values() for sender in adapter.senders()]
         self._gateway = Gateway(
@@ -164,7 +168,7 @@ class Daemon:
             _log.info("auto-prune: %d ended sessions removed", self._gateway.pruned.sessions_deleted)
         for name, adapter in adapters.items():
             # A port in use is fatal at start: the operator asked for that port.
-            adapter.start(GatewayInbox(self._gateway))
+            adapter.start(self._inbox(self._gateway))
             self._adapters[name] = adapter
             self._gateway.platforms.started(name, adapter)
         if plan.listener is not None:
@@ -178,6 +182,10 @@ class Daemon:
         self._control = ControlServer(socket_path(self.home, settings), self._handle)
         self._control.start()
         _log.info("control socket at %s", self._control.path)
+
+    def _inbox(self, gateway: Gateway) -> GatewayInbox:
+        """The inbox port an entry point is started with, its operator opened by the admin key."""
+        return GatewayInbox(gateway, admin_key=self.admin_key.key if self.admin_key is not None else None)
 
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
@@ -308,7 +316,7 @@ class Daemon:
                 for sender in adapter.senders():
                     gateway.replace_sender(sender)
                 try:
-                    adapter.start(GatewayInbox(gateway))
+                    adapter.start(self._inbox(gateway))
                 except HermesError as exc:
                     board.failed(name, str(exc))
                     _log.error("%s not restarted: %s", name, exc)
@@ -329,7 +337,7 @@ class Daemon:
                 return self._terminal.bind(request)
             case SessionAdmin():
                 assert self._gateway is not None
-                return SessionAdministration(self._gateway, database_path(self.home)).handle(request)
+                return SessionAdministration(self._gateway).handle(request)
 
     def status(self) -> StatusReply:
         """The daemon's state for ``hermesctl status``: what ``/health/ready`` and ``/metrics`` say, too."""
@@ -371,6 +379,7 @@ class Daemon:
                 *(line for adapter in self._adapters.values() for line in adapter.describe()),
             ],
             control_socket=socket_path(self.home, self.settings),
+            operator_api="api_server" in self._adapters,
         )
 
     def _print(self, text: str) -> None:

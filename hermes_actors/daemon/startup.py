@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.daemon.admin_key import configured_admin_key, refuse_shared_key
 from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import ControlError, check_socket_path
@@ -60,6 +61,9 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
     except ControlError as exc:
         raise ConfigError("daemon.socket", str(exc)) from None
     check_describe(settings.media)
+    configured = configured_admin_key(settings, environ)
+    if configured is not None:  # a generated key is never a client's
+        refuse_shared_key(configured, settings, environ)
     platforms, listener = settings.platforms, None
     if settings.daemon.http_port:
         # One port on http_host for all: each HTTP entry point is checked as listening there (a key off loopback).

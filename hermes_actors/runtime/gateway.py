@@ -12,29 +12,43 @@ daemon records each entry point's state; :meth:`Gateway.readiness`, :meth:`Gatew
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Unpack
+from typing import TypeVar, Unpack
 
 import pykka
 
+from hermes_actors.agents.base import model_of
 from hermes_actors.errors import StoreError
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.messages import InboundMessage, encode
-from hermes_actors.ports import AcceptResult, Exposition, PollCursor, Readiness, ReplySender, Vitals
+from hermes_actors.ports import (
+    AcceptResult,
+    AgentInfo,
+    DiskSpace,
+    Exposition,
+    PollCursor,
+    Readiness,
+    ReplySender,
+    Vitals,
+)
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
+from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneResult
 from hermes_actors.store.writer import WriterClosedError
 
 __all__ = ["AcceptResult", "Gateway", "PollCursor"]  # the ports re-exported for old imports
+
+T = TypeVar("T")
 
 
 class Gateway:
@@ -45,6 +59,7 @@ class Gateway:
         replay what an earlier process left and start the timers."""
         runtime = assemble(path, options)
         self._runtime = runtime
+        self.database = Path(path)
         self.config = runtime.config
         self.media = runtime.media
         self.lease_owner = runtime.lease_owner
@@ -131,6 +146,11 @@ class Gateway:
         <hermes_actors.lifecycle.handlers.LifecycleCommands.admin>`); its future says when it was applied."""
         self._supervisor.admin(change)
 
+    @property
+    def watch(self) -> TurnWatch:
+        """Who watches which message's turn live (entry points register, turns report)."""
+        return self._runtime.services.watch
+
     def session_for(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches now."""
         return self._supervisor.session_for(routing_key)
@@ -140,8 +160,21 @@ class Gateway:
         return self._supervisor.statistics()
 
     def readiness(self) -> Readiness:
-        """Whether the store takes writes (:meth:`store_unwritable_reason`) and each entry point is up."""
-        return Readiness(store=self.store_unwritable_reason(), platforms=self.platforms.states())
+        """Whether the store takes writes (:meth:`store_unwritable_reason`) and each entry point is up, with the
+        free space of the store's disk and the agent's kind and model."""
+        try:
+            usage = shutil.disk_usage(self.database.parent)
+            disk = DiskSpace(path=str(self.database.parent), free_bytes=usage.free, total_bytes=usage.total)
+        except Exception:  # informational: a failed look at the disk never fails a health check
+            disk = None
+        agent = self._runtime.services.agent
+        kind = type(agent).__name__.removesuffix("Agent").lower() or "agent"
+        return Readiness(
+            store=self.store_unwritable_reason(),
+            platforms=self.platforms.states(),
+            disk=disk,
+            agent=AgentInfo(kind=kind, model=model_of(agent)),
+        )
 
     def vitals(self) -> Vitals:
         """The runtime's numbers now, as ``/metrics`` has them (reads the store's queues)."""
@@ -176,6 +209,10 @@ class Gateway:
         recognised, so the retention must outlast every platform's retry window. A timer calls it hourly.
         """
         self._runtime.prune_queues()
+
+    def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T:
+        """Run ``work(store)`` in the writer's next commit and return its result (or raise its exception)."""
+        return self._writer.call(work, timeout=self.config.ask_timeout_s if timeout is None else timeout)
 
     def read(self) -> AbstractContextManager[Store]:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""

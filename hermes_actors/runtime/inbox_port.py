@@ -1,7 +1,8 @@
 """The :class:`~hermes_actors.ports.Inbox` an adapter is started with: a facade over the gateway.
 
 It delegates every call; the reads an adapter needs are answered from a borrowed reader here, so an adapter never
-holds the gateway or a store.
+holds the gateway or a store. ``operator`` is the gateway's :class:`~hermes_actors.runtime.operator.GatewayOperator`
+with the admin key the composition root gave (``None``: an operator's routes are off).
 """
 
 from __future__ import annotations
@@ -12,11 +13,22 @@ from concurrent.futures import Future
 
 import msgspec
 
+from hermes_actors.agents.turn import TurnEvents
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, decode_inbound
-from hermes_actors.ports import AcceptResult, Exposition, PollCursor, Readiness, SessionOwner, Vitals
+from hermes_actors.ports import (
+    AcceptResult,
+    Exposition,
+    PollCursor,
+    Readiness,
+    SessionOwner,
+    StoredAnswer,
+    Vitals,
+)
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.operator import GatewayOperator
+from hermes_actors.store import InboxState, MessageRecord, Role
 
 __all__ = ["GatewayInbox"]
 
@@ -26,8 +38,9 @@ _log = logging.getLogger(__name__)
 class GatewayInbox:
     """What an adapter sees of ``gateway``: implements :class:`hermes_actors.ports.Inbox` by delegating to it."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, admin_key: str | None = None) -> None:
         self._gateway = gateway
+        self._operator = GatewayOperator(gateway, admin_key)
 
     @property
     def media(self) -> MediaStore:
@@ -95,6 +108,26 @@ class GatewayInbox:
         """:meth:`Gateway.rebind`."""
         self._gateway.rebind(routing_key, session_id)
 
+    def watch_turn(self, message_id: str, events: TurnEvents) -> None:
+        """Report the turn answering ``message_id`` to ``events`` (see :mod:`hermes_actors.runtime.turn_watch`)."""
+        self._gateway.watch.watch(message_id, events)
+
+    def unwatch_turn(self, message_id: str) -> None:
+        """Stop reporting ``message_id``'s turn."""
+        self._gateway.watch.unwatch(message_id)
+
+    def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
+        """The inbox row of ``platform``'s ``message_id`` and, once answered, the reply stored after it."""
+        with self._gateway.read() as store:
+            row = store.inbox.find(platform, "", message_id)
+            if row is None:
+                return None
+            message = decode_inbound(row.payload)
+            if row.state is not InboxState.DONE or row.session_id is None:
+                return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
+            transcript = store.load_transcript(row.session_id)
+        return _answer_in(message, row.session_id, transcript, message_id)
+
     def store_unwritable_reason(self) -> str | None:
         """:meth:`Gateway.store_unwritable_reason`."""
         return self._gateway.store_unwritable_reason()
@@ -110,3 +143,26 @@ class GatewayInbox:
     def metrics(self) -> Exposition:
         """:meth:`Gateway.metrics`."""
         return self._gateway.metrics()
+
+    @property
+    def operator(self) -> GatewayOperator:
+        """What an operator holding the admin key may do to every session."""
+        return self._operator
+
+
+def _answer_in(
+    message: InboundMessage, session_id: str, transcript: Sequence[MessageRecord], message_id: str
+) -> StoredAnswer:
+    """The answer to ``message_id`` in ``transcript``: the messages after its user message, up to the next user
+    message; the reply is the last assistant text among them, the usage the one stored on the last of them."""
+    start = next((i for i, m in enumerate(transcript) if m.platform_message_id == message_id), None)
+    after: list[MessageRecord] = []
+    if start is not None:
+        for record in transcript[start + 1 :]:
+            if record.role == Role.USER:
+                break
+            after.append(record)
+    texts = [m.content for m in after if m.role == Role.ASSISTANT and m.content]
+    return StoredAnswer(
+        message=message, state=InboxState.DONE.value, session_id=session_id, reply=texts[-1] if texts else None
+    )

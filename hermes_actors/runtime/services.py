@@ -15,6 +15,7 @@ from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.metrics import Metrics
+from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -165,6 +166,7 @@ class SessionServices:
         "owner_alive",
         "readers",
         "sessions",
+        "watch",
         "writer",
     )
 
@@ -196,6 +198,7 @@ class SessionServices:
         self.metrics = metrics or Metrics()
         self.background = BackgroundJobs()
         self.handoffs = HandoffReplies()
+        self.watch = TurnWatch()  # clients watching turns live (an API request that streams)
 
 
 def reply_for(

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import msgspec
 
-from hermes_actors.agents.base import AgentReply, TurnInput, model_of, runs_inline
+from hermes_actors.agents.base import AgentReply, model_of, runs_inline
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import session_search_tool
 from hermes_actors.errors import StaleTurnError
@@ -50,6 +50,7 @@ from hermes_actors.runtime.records import (
 )
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.runtime.session_lease import SessionLease
+from hermes_actors.runtime.turn_input import marked_reply, turn_input
 from hermes_actors.store import InboxState, MessageRecord, NewMessage, Role, SessionRecord, Store
 
 __all__ = ["SessionTurns"]
@@ -163,16 +164,18 @@ class SessionTurns:
     # -- agent calls -------------------------------------------------------------------------------------------
 
     def _call_agent(
-        self, text: str, token: CancelToken, attachments: Sequence[Attachment] = ()
+        self, text: str, token: CancelToken, deliveries: Sequence[Delivery], attachments: Sequence[Attachment] = ()
     ) -> AgentReply | AgentFailure | None:
-        turn = TurnInput(
-            session_id=self.session_id,
-            history=self._model_history.of(self._history),
-            user_text=text,
-            system_prompt=self._prefix.system_prompt,  # frozen: memories are in it as of the session's start
-            history_tokens=self._model_history.tokens(self._history),
+        turn = turn_input(
+            self.session_id,
+            text=text,
+            history=self._history,
+            model_history=self._model_history,
+            prefix=self._prefix,
             tools=self._offered,
             attachments=attachments,
+            deliveries=deliveries,
+            watch=self._services.watch,
         )
         agent = self._services.agent
         if runs_inline(agent):
@@ -284,7 +287,7 @@ class SessionTurns:
         first = deliveries[0].message
         # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
         contents = [user_content(d.message) for d in deliveries]
-        reply = self._call_agent("\n".join(contents), token, for_agent(d.message for d in deliveries))
+        reply = self._call_agent("\n".join(contents), token, deliveries, for_agent(d.message for d in deliveries))
         cancelled = token.cancelled
         now = self._clock()
         new = [
@@ -322,8 +325,8 @@ class SessionTurns:
             if reply_text is not None
             else None
         )
-        if outbound is not None and no_retry:
-            outbound = msgspec.structs.replace(outbound, no_retry=True)
+        if outbound is not None:
+            outbound = marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
 
         def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
             self.fence(store)

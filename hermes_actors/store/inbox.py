@@ -110,6 +110,14 @@ class Inbox(Table):
         row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
         return _inbox_row(row) if row is not None else None
 
+    def find(self, platform: str, account_id: str, platform_message_id: str) -> InboxRow | None:
+        """The row of a platform's message, ``None`` when the inbox never took it (or pruned it)."""
+        row = self._db.execute(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE platform = ? AND account_id = ? AND platform_message_id = ?",
+            (platform, account_id, platform_message_id),
+        ).fetchone()
+        return _inbox_row(row) if row is not None else None
+
     def prune_completed(self, before: float, *, limit: int = -1) -> int:
         """Forget completed rows older than ``before`` (their dedupe window ends), at most ``limit`` (-1: all) of
         them; return how many."""

@@ -115,8 +115,10 @@ class SessionDirectory(Protocol):
         limit: int | None = 20,
         order: Literal["last_active", "started"] = "last_active",
         visible: SessionFilter | None = None,
+        offset: int = 0,
     ) -> list[SessionRecord]:
-        """Sessions (each segment of a lineage on its own), most recently active (or started) first."""
+        """Sessions (each segment of a lineage on its own), most recently active (or started) first, the first
+        ``offset`` skipped."""
         ...
 
     def list_lineages(
@@ -128,10 +130,11 @@ class SessionDirectory(Protocol):
         visible: SessionFilter | None = None,
         preview_chars: int = ...,
         tips: Sequence[str] | None = None,
+        offset: int = 0,
     ) -> LineagePage:
         """One row per conversation (compression lineage, shown by its tip, with its totals and preview), most
-        recently active first, and how many there are in all; ``ended`` applies to the tip, ``tips`` keeps the
-        lineages whose tips have these ids."""
+        recently active first (the first ``offset`` skipped), and how many there are in all; ``ended`` applies to
+        the tip, ``tips`` keeps the lineages whose tips have these ids."""
         ...
 
     def title_holder(self, title: str) -> str | None:

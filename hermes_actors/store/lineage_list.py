@@ -125,10 +125,11 @@ def list_lineages(
     visible: SessionFilter | None = None,
     preview_chars: int = DEFAULT_PREVIEW_CHARS,
     tips: Sequence[str] | None = None,
+    offset: int = 0,
 ) -> LineagePage:
-    """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all), with the
-    number there are in all; ``tips`` keeps only the lineages whose tips have these ids (a few: each is a query
-    parameter). See the module docstring for what a lineage and the scope are."""
+    """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all; the first
+    ``offset`` skipped), with the number there are in all; ``tips`` keeps only the lineages whose tips have these
+    ids (a few: each is a query parameter). See the module docstring for what a lineage and the scope are."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:
@@ -136,11 +137,13 @@ def list_lineages(
     db = store._connection
     selected, tip_params = _tips(visible, source, ended, tips)
     total = int(db.execute(f"SELECT count(*) {selected}", tip_params).get or 0)
-    if limit == 0 or total == 0:
+    if offset < 0:
+        raise ValueError(f"offset must be 0 or more, not {offset}")
+    if limit == 0 or total <= offset:
         return LineagePage(rows=[], total=total)
     scope, scope_params = _scope("p", visible, source)
-    page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
-    params = [*tip_params, -1 if limit is None else limit, *scope_params]
+    page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
+    params = [*tip_params, -1 if limit is None else limit, offset, *scope_params]
     rows = []
     for row in db.execute(_page_sql(page, scope, preview_chars), params):
         tip = SessionRecord(**dict(zip(_FIELDS, row[: len(_FIELDS)], strict=True)))

@@ -54,6 +54,7 @@ class EndReason(enum.StrEnum):
     HANDOFF = "handoff"
     IMPORTED = "imported"
     OPERATOR = "operator"  # hermesctl sessions end (or delete of a live session)
+    BRANCHED = "branched"  # forked by the operator API: a child carries a copy of its messages on
 
 
 class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -166,11 +166,12 @@ class SessionRows(SessionResolution):
         limit: int | None = 20,
         order: Literal["last_active", "started"] = "last_active",
         visible: SessionFilter | None = None,
+        offset: int = 0,
     ) -> list[SessionRecord]:
         """Return sessions, most recently active (or started) first.
 
-        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all;
-        ``visible`` keeps the sessions a caller may see.
+        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all, after
+        skipping the first ``offset``; ``visible`` keeps the sessions a caller may see.
         """
         clauses: list[str] = []
         params: list[Any] = []
@@ -185,8 +186,8 @@ class SessionRows(SessionResolution):
             clauses.append("ended_at IS NOT NULL" if ended else "ended_at IS NULL")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         column = "last_active_at" if order == "last_active" else "started_at"
-        params.append(-1 if limit is None else limit)
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT ?"
+        params.extend([-1 if limit is None else limit, max(offset, 0)])
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT ? OFFSET ?"
         return [_session(row) for row in self._db.execute(sql, params)]
 
     # -- titles and resolution ---------------------------------------------------------------------------------

@@ -214,11 +214,19 @@ class Store(TranscriptRows):
         visible: SessionFilter | None = None,
         preview_chars: int = lineage_list.DEFAULT_PREVIEW_CHARS,
         tips: Sequence[str] | None = None,
+        offset: int = 0,
     ) -> LineagePage:
         """Return one row per conversation (compression lineage), most recently active first, and how many there
         are in all (see :func:`.lineage_list.list_lineages`)."""
         return lineage_list.list_lineages(
-            self, source=source, ended=ended, limit=limit, visible=visible, preview_chars=preview_chars, tips=tips
+            self,
+            source=source,
+            ended=ended,
+            limit=limit,
+            visible=visible,
+            preview_chars=preview_chars,
+            tips=tips,
+            offset=offset,
         )
 
     def prune_sessions(

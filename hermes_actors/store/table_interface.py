@@ -58,6 +58,10 @@ class InboxQueue(Protocol):
         """Make ``owner`` the process that runs the pending row's turn."""
         ...
 
+    def find(self, platform: str, account_id: str, platform_message_id: str) -> InboxRow | None:
+        """The row of a platform's message, ``None`` when the inbox never took it (or pruned it)."""
+        ...
+
     def pending_among(self, inbox_ids: Sequence[int]) -> set[int]:
         """Which of ``inbox_ids`` are still pending."""
         ...

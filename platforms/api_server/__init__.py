@@ -1,11 +1,11 @@
 """The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``GET /v1/models``, and the operational routes
 ``GET /health``, ``/health/ready``, ``/health/detailed`` and ``/metrics`` (Prometheus).
 
-Any OpenAI client can talk to the agent, but the conversation lives in the store, not in the request: only the
-newest user message of a request is a new turn, and the history is the session's transcript. A request names its
-conversation with the ``X-Hermes-Session-Id`` header (else the ``user`` field; without either it starts a fresh
-one), and the reply's session id comes back in the same header, so a client can pass it on to continue exactly
-that session, even one opened on another platform.
+A stateless client (no ``X-Hermes-Session-Id``) sends the whole conversation with every request: the model sees
+that history, and the turn is stored in the session the conversation's fingerprint names
+(:mod:`platforms.api_server.conversation`). A request that names a session with the header continues it from the
+store. Each turn is watched live (:mod:`platforms.api_server.turn_call`), so a streaming client gets the model's
+deltas as they arrive, and a turn the agent failed is an error, not an answer (:mod:`platforms.api_server.chat`).
 
 A request is answered the durable way: its message is committed to the inbox, the turn runs in the session's actor
 and the reply reaches the waiting request through :class:`~hermes_actors.waiters.ReplyWaiters`. A client that stops

@@ -3,44 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import hmac
 import logging
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from hermes_actors.errors import ConfigError, HermesError, PlatformError
-from hermes_actors.messages import Attachment, InboundMessage, OutboundMessage
-from hermes_actors.routing import SessionSource
+from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.waiters import ReplyWaiters
+from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
-from platforms.api_server.images import image_attachment
 from platforms.api_server.probes import KEYED_PATHS, Probes
-from platforms.api_server.sessions import SESSION_HEADER, continue_session, key_fingerprint, session_named
+from platforms.api_server.service import ApiService
+from platforms.api_server.sessions import key_fingerprint
+from platforms.api_server.surface import add_surface
 from platforms.api_server.wire import (
     HTTP_ERRORS,
     PLATFORM,
     ApiError,
-    Delta,
     Model,
     ModelList,
-    Turn,
-    decode_chat,
     json_response,
-    new_turn,
-    sse_event,
-    usage_of,
 )
 from platforms.base import Capabilities, ReplySender
-from platforms.support.http_host import HttpAdapter, HttpHost, committed, read_decoded, unreadable
+from platforms.support.http_host import HttpAdapter, HttpHost, unreadable
 
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
@@ -52,20 +43,6 @@ _log = logging.getLogger(__name__)
 _KEEP_ALIVE = b": keep-alive\n\n"
 _DONE = b"data: [DONE]\n\n"
 _DISCONNECT_POLL_S = 1.0  # how often a non-streaming wait looks whether its client is still connected
-
-
-class _Ended(enum.Enum):
-    """Why a wait for a reply ended without one."""
-
-    TIMEOUT = "timeout"
-    STOPPING = "stopping"
-    DISCONNECTED = "disconnected"
-
-
-class _WaitEnded(Exception):
-    def __init__(self, why: _Ended) -> None:
-        super().__init__(why.value)
-        self.why = why
 
 
 class ApiServer(HttpAdapter[ApiServerConfig]):
@@ -97,7 +74,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
             )
         self._waiters = ReplyWaiters(PLATFORM)
         self._started_at = int(time.time())
-        self._stopping: asyncio.Future[None] | None = None  # created on the server's loop, done once it stops
+        self._service = ApiService(config, scope=self._scope, waiters=self._waiters, attached=self._attached)
 
     # -- Adapter ---------------------------------------------------------------------------------------------
 
@@ -153,21 +130,23 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         return app
 
     def _add_routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/chat/completions", ChatCompletions(self._service).handle)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
+        add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
 
     def _attached(self) -> tuple[Inbox, HttpHost] | None:
         inbox, host = self._inbox, self._host
         return (inbox, host) if inbox is not None and host is not None else None
 
     async def _on_startup(self, app: web.Application) -> None:
-        self._stopping = asyncio.get_running_loop().create_future()
+        self._service.stopping = asyncio.get_running_loop().create_future()
 
     async def _on_shutdown(self, app: web.Application) -> None:
         # Runs before aiohttp waits for open handlers: waiting requests answer now instead of being cancelled.
-        if self._stopping is not None and not self._stopping.done():
-            self._stopping.set_result(None)
+        stopping = self._service.stopping
+        if stopping is not None and not stopping.done():
+            stopping.set_result(None)
 
     @web.middleware
     async def _error_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -178,8 +157,8 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         except web.HTTPRequestEntityTooLarge:
             return ApiError(
                 413,
-                f"request body is larger than {self.config.max_body_bytes} bytes; only the newest user message "
-                "is used, so send less history, or raise platforms.api_server.max_body_bytes",
+                f"request body is larger than {self.config.max_body_bytes} bytes; send less history or smaller "
+                "images, or raise platforms.api_server.max_body_bytes",
                 code="request_too_large",
             ).response()
         except web.RequestPayloadError as exc:
@@ -216,180 +195,13 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         model = Model(id=self.config.model_name, object="model", created=self._started_at, owned_by="hermes-actors")
         return json_response(ModelList(object="list", data=[model]))
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        named = session_named(request.headers)
-        chat = decode_chat(await read_decoded(request, self.config.max_body_bytes))
-        text, images = new_turn(chat.messages)
-        attachments = await self._attachments(images) if images else ()
-        name = named or chat.user or f"api-{uuid.uuid4().hex}"
-        source = SessionSource(
-            platform=PLATFORM, scope_id=self._scope, chat_type="dm", chat_id=name, user_id=chat.user or name
-        )
-        turn_id = uuid.uuid4().hex
-        inbound = InboundMessage(
-            source=source, text=text, message_id=f"api-{turn_id}", attachments=attachments, received_at=time.time()
-        )
-        pending = self._waiters.expect(inbound.message_id)
-        reply = asyncio.wrap_future(pending)
-        try:
-            routing_key = await self._submit(inbound, continues=named)
-            turn = Turn(
-                completion_id=f"chatcmpl-{turn_id}",
-                created=int(time.time()),
-                model=chat.model or self.config.model_name,
-                prompt=text,
-                routing_key=routing_key,
-                deadline=asyncio.get_running_loop().time() + self.config.request_timeout_s,
-            )
-            if chat.stream:
-                include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-                return await self._stream(request, turn, reply, include_usage=include_usage)
-            return await self._complete(request, turn, reply)
-        finally:
-            self._waiters.forget(inbound.message_id)
-            reply.cancel()  # a reply that comes later only goes to the transcript
+    # -- stopping --------------------------------------------------------------------------------------------
 
-    # -- a turn ----------------------------------------------------------------------------------------------
-
-    async def _attachments(self, images: Sequence[str]) -> tuple[Attachment, ...]:
-        """The request's images as attachments, saved into the media store off the loop."""
-        inbox, host = self._inbox, self._host
-        if inbox is None or host is None:
-            raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
-        media = inbox.media
-        return await host.blocking(lambda: tuple(image_attachment(media, url) for url in images))
-
-    async def _submit(self, inbound: InboundMessage, *, continues: str | None) -> str:
-        """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503."""
-        inbox, host = self._inbox, self._host
-        if inbox is None or host is None:
-            raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
-        try:
-            if continues is not None:
-                await host.blocking(partial(continue_session, inbox, inbound, continues))
-            accepted = await committed(inbox.submit(inbound), inbox.ask_timeout_s)
-            return accepted.routing_key
-        except ApiError:
-            raise
-        except Exception as exc:
-            if isinstance(exc, HermesError):
-                _log.warning("api_server: the gateway refused a message: %s", exc)
-            else:
-                _log.warning("api_server: the gateway refused a message", exc_info=True)
-            raise ApiError(
-                503,
-                f"the gateway is not taking messages ({exc}); retry once hermesd is running",
-                type="server_error",
-                code="service_unavailable",
-            ) from None
-
-    async def _wait(
-        self, request: web.Request, reply: asyncio.Future[OutboundMessage], turn: Turn, tick_s: float
-    ) -> OutboundMessage | None:
-        """Wait up to ``tick_s`` for the reply; ``None`` if the tick passed. Raise :class:`_WaitEnded` to give up."""
-        remaining = turn.deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            raise _WaitEnded(_Ended.TIMEOUT)
-        waits: set[asyncio.Future[Any]] = {reply}
-        if self._stopping is not None:
-            waits.add(self._stopping)
-        await asyncio.wait(waits, timeout=min(tick_s, remaining), return_when=asyncio.FIRST_COMPLETED)
-        if reply.done():
-            return reply.result()
-        if self._stopping is not None and self._stopping.done():
-            raise _WaitEnded(_Ended.STOPPING)
-        if request.transport is None:
-            raise _WaitEnded(_Ended.DISCONNECTED)
-        return None
-
-    async def _session_hint(self, routing_key: str) -> str | None:
-        """The session the turn's routing key leads to now (for a reply that has not come yet)."""
-        inbox, host = self._inbox, self._host
-        if inbox is None or host is None:
-            return None
-        try:
-            return await host.blocking(partial(inbox.session_for, routing_key))
-        except Exception:
-            return None
-
-    async def _abandoned(self, why: _Ended, turn: Turn) -> ApiError:
-        """The error for a request that stops waiting: its turn goes on and the reply will be stored."""
-        session_id = await self._session_hint(turn.routing_key)
-        where = f"session {session_id}" if session_id else "its session"
-        then = f"; send {SESSION_HEADER}: {session_id} to continue it" if session_id else ""
-        headers = {SESSION_HEADER: session_id} if session_id else None
-        if why is _Ended.TIMEOUT:
-            message = (
-                f"no reply within {self.config.request_timeout_s:g} s; the turn continues and its reply will be "
-                f"in {where}{then}"
-            )
-            return ApiError(504, message, type="server_error", code="timeout", headers=headers)
-        message = f"the API server is stopping; the turn continues and its reply will be in {where}{then}"
-        return ApiError(503, message, type="server_error", code="service_unavailable", headers=headers)
-
-    async def _complete(
-        self, request: web.Request, turn: Turn, reply: asyncio.Future[OutboundMessage]
-    ) -> web.StreamResponse:
-        tick_s = min(_DISCONNECT_POLL_S, self.config.keepalive_s)
-        try:
-            message = None
-            while message is None:
-                message = await self._wait(request, reply, turn, tick_s)
-        except _WaitEnded as ended:
-            return (await self._abandoned(ended.why, turn)).response()
-        headers = {SESSION_HEADER: message.session_id} if message.session_id else None
-        if message.error is not None:
-            return ApiError(503, message.text, type="server_error", code=message.error, headers=headers).response()
-        return json_response(turn.completion(message.text), headers=headers)
-
-    async def _stream(
-        self,
-        request: web.Request,
-        turn: Turn,
-        reply: asyncio.Future[OutboundMessage],
-        *,
-        include_usage: bool,
-    ) -> web.StreamResponse:
-        tick_s = self.config.keepalive_s
-        try:
-            # The headers wait up to one keep-alive for the reply, so they usually carry its session id.
-            message = await self._wait(request, reply, turn, tick_s)
-        except _WaitEnded as ended:
-            return (await self._abandoned(ended.why, turn)).response()
-        if message is not None and message.error is not None:
-            headers = {SESSION_HEADER: message.session_id} if message.session_id else None
-            return ApiError(503, message.text, type="server_error", code=message.error, headers=headers).response()
-        session_id = message.session_id if message is not None else await self._session_hint(turn.routing_key)
-        response = web.StreamResponse(
-            headers={"Cache-Control": "no-cache", **({SESSION_HEADER: session_id} if session_id else {})}
-        )
-        response.content_type = "text/event-stream"
-
-        try:
-            await response.prepare(request)
-            await response.write(turn.chunk(Delta(role="assistant", content="")))
-            while message is None:
-                try:
-                    message = await self._wait(request, reply, turn, tick_s)
-                except _WaitEnded as ended:
-                    if ended.why is not _Ended.DISCONNECTED:
-                        await response.write(sse_event((await self._abandoned(ended.why, turn)).body))
-                        await response.write_eof()
-                    return response
-                if message is None:
-                    await response.write(_KEEP_ALIVE)
-            if message.error is not None:  # the turn could not be saved: an error event, not the agent's words
-                await response.write(
-                    sse_event(ApiError(503, message.text, type="server_error", code=message.error).body)
-                )
-                await response.write_eof()
-                return response
-            await response.write(turn.chunk(Delta(content=message.text)))
-            await response.write(turn.chunk(Delta(), "stop"))
-            if include_usage:
-                await response.write(turn.chunk(None, usage=usage_of(turn.prompt, message.text)))
-            await response.write(_DONE)
-            await response.write_eof()
-        except ConnectionError:
-            _log.info("api_server: client left before its reply was streamed (the reply is in the transcript)")
-        return response
+    def stop(self, timeout: float = 10.0) -> None:
+        """Drain, then stop: new requests get 503 ``gateway_draining`` while those waiting get their replies, for
+        up to ``timeout`` seconds; any still waiting then are answered 503 (their turns continue and are stored)."""
+        self._service.draining = True
+        deadline = time.monotonic() + timeout
+        while self._service.running and time.monotonic() < deadline:
+            time.sleep(0.02)
+        super().stop(max(deadline - time.monotonic(), 1.0))

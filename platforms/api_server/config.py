@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import msgspec
 
@@ -10,13 +11,18 @@ from hermes_actors.errors import ConfigError
 
 __all__ = ["ApiServerConfig", "is_loopback"]
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
+
 
 class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``platforms.api_server`` section of ``config.yaml``.
 
     ``key`` is the bearer key clients must send; when it is unset, the environment variable named by ``key_env``
     supplies it, and when neither is set the API is open (allowed on a loopback ``host`` only).
-    ``keepalive_s`` is how often a streaming response sends an SSE comment while the turn runs.
+    ``keepalive_s`` is how long a streaming response stays silent before it sends an SSE comment;
+    ``max_concurrent_runs`` caps the requests running turns at once (0: no cap; beyond it, 429).
+    ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
+    API; a request from any other ``Origin`` is refused with 403.
     """
 
     enabled: bool = True
@@ -27,7 +33,9 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     model_name: str = "hermes-agent"
     request_timeout_s: float = 300.0
     max_body_bytes: int = 4 * 1024 * 1024
-    keepalive_s: float = 15.0
+    keepalive_s: float = 30.0
+    max_concurrent_runs: int = 64
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         field = "platforms.api_server"
@@ -43,8 +51,17 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ConfigError(f"{field}.request_timeout_s", "must be a positive number of seconds")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
+        if self.max_concurrent_runs < 0:
+            raise ConfigError(f"{field}.max_concurrent_runs", "must be 0 (no cap) or a positive number of requests")
         if self.keepalive_s <= 0:
             raise ConfigError(f"{field}.keepalive_s", "must be a positive number of seconds")
+        for index, origin in enumerate(self.cors_origins):
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ConfigError(
+                    f"{field}.cors_origins[{index}]",
+                    f"{origin!r} is not an origin; write scheme://host[:port] with no path or trailing slash "
+                    "(https://chat.example.org, http://localhost:3000), or '*' for any",
+                )
 
 
 def is_loopback(host: str) -> bool:

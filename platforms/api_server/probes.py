@@ -1,7 +1,9 @@
 """The API server's operational routes: ``/health``, ``/health/ready``, ``/health/detailed`` and ``/metrics``.
 
 ``/health`` says the process serves and the store takes writes (a load balancer's liveness check); ``/health/ready``
-also needs every configured entry point up, and names what is not; ``/health/detailed`` adds the runtime's numbers;
+also needs every configured entry point up, and names what is not; ``/health/detailed`` adds one entry per readiness
+check (``checks``: the store writable, the free space of the store's disk, the agent's kind and model, each entry
+point) and the runtime's numbers;
 ``/metrics`` is the Prometheus exposition. All of it comes through the :class:`~hermes_actors.ports.Inbox` port,
 read off the event loop. ``/metrics`` and ``/health/detailed`` need the bearer key when one is set (the adapter's
 authentication covers :data:`KEYED_PATHS`).
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from hermes_actors.ports import Readiness
+from hermes_actors.ports import PlatformStatus, Readiness
 from platforms.api_server.wire import PLATFORM, json_response
 
 if TYPE_CHECKING:
@@ -75,7 +77,12 @@ class Probes:
         inbox, host = attached
         readiness = await host.blocking(inbox.readiness)
         vitals = await host.blocking(inbox.vitals)
-        body = {**_readiness_body(readiness), "waiting": self._waiting(), "vitals": msgspec.to_builtins(vitals)}
+        body = {
+            **_readiness_body(readiness),
+            "checks": _checks(readiness),
+            "waiting": self._waiting(),
+            "vitals": msgspec.to_builtins(vitals),
+        }
         return json_response(body, status=200 if readiness.ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -94,6 +101,20 @@ def _readiness_body(readiness: Readiness) -> dict[str, object]:
         "reasons": readiness.reasons(),
         "store": {"writable": readiness.store is None, "reason": readiness.store},
         "platforms": msgspec.to_builtins(readiness.platforms),
+    }
+
+
+def _checks(readiness: Readiness) -> dict[str, object]:
+    """Each readiness check on its own: ``ok`` and what it found (disk and agent inform; they never fail)."""
+    failed = (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED)
+    platforms = [msgspec.to_builtins(p) | {"ok": p.state not in failed} for p in readiness.platforms]
+    disk = msgspec.to_builtins(readiness.disk) if readiness.disk is not None else None
+    agent = msgspec.to_builtins(readiness.agent) if readiness.agent is not None else None
+    return {
+        "store": {"ok": readiness.store is None, "writable": readiness.store is None, "reason": readiness.store},
+        "disk": {"ok": True, **disk} if disk is not None else {"ok": True, "reason": "free space unknown"},
+        "agent": {"ok": True, **agent} if agent is not None else {"ok": True, "reason": "agent unknown"},
+        "platforms": {"ok": all(p["ok"] for p in platforms), "entries": platforms},
     }
 
 

@@ -17,7 +17,16 @@ from platforms.api_server.wire import PLATFORM, ApiError
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
 
-__all__ = ["SESSION_HEADER", "continue_session", "key_fingerprint", "session_named"]
+__all__ = [
+    "COMPLETED_HEADER",
+    "CONVERSATION_HEADER",
+    "MEMORY_HEADER",
+    "SESSION_HEADER",
+    "continue_session",
+    "key_fingerprint",
+    "memory_scope",
+    "session_named",
+]
 
 SESSION_HEADER = "X-Hermes-Session-Id"
 _MAX_SESSION_NAME = 256
@@ -30,16 +39,20 @@ def session_named(headers: Mapping[str, str]) -> str | None:
     A name is 1 to 256 printable ASCII characters without ``/``, ``\\`` or ``..``: it becomes a chat id, turns up
     in logs and paths, and is matched against stored session ids, so anything else is a 400 naming the header.
     """
-    value = headers.get(SESSION_HEADER, "").strip()
+    return _name_in(headers, SESSION_HEADER, "send the session id a response of this API returned in its header")
+
+
+def _name_in(headers: Mapping[str, str], header: str, fix: str) -> str | None:
+    """The name ``header`` carries (see :func:`session_named` for the rules), ``None`` when absent or blank."""
+    value = headers.get(header, "").strip()
     if not value:
         return None
     if not _SESSION_NAME.fullmatch(value) or "/" in value or "\\" in value or ".." in value:
         raise ApiError(
             400,
-            f"{SESSION_HEADER} must be 1 to {_MAX_SESSION_NAME} printable ASCII characters without '/', '\\' "
-            "or '..'; send the session id a response of this API returned in its header",
+            f"{header} must be 1 to {_MAX_SESSION_NAME} printable ASCII characters without '/', '\\' or '..'; " + fix,
             code="invalid_header",
-            param=SESSION_HEADER,
+            param=header,
         )
     return value
 
@@ -73,3 +86,14 @@ def continue_session(inbox: Inbox, inbound: InboundMessage, continues: str) -> N
     routing_key = build_session_key(inbound.source, inbox.key_policy)
     if owner.live and inbox.session_for(routing_key) is None:
         inbox.rebind(routing_key, owner.session_id)
+
+
+CONVERSATION_HEADER = "X-Hermes-Conversation"  # the fingerprint name of a stateless conversation
+MEMORY_HEADER = "X-Hermes-Session-Key"  # a long-term memory scope, independent of the session
+COMPLETED_HEADER = "X-Hermes-Completed"  # "false" when the agent did not finish its answer
+
+
+def memory_scope(headers: Mapping[str, str]) -> str | None:
+    """The memory scope ``X-Hermes-Session-Key`` names (the user whose memories the turn sees and keeps), ``None``
+    when absent; the same shape rules as the session header, else a 400 naming the header."""
+    return _name_in(headers, MEMORY_HEADER, "name the memory scope with a short plain name")

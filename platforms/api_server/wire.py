@@ -10,16 +10,21 @@ from collections.abc import Mapping, Sequence
 import msgspec
 from aiohttp import web
 
+from hermes_actors.messages import TokenUsage
 from platforms.support import json_guard
 
 __all__ = [
     "HTTP_ERRORS",
     "PLATFORM",
     "ApiError",
+    "ChatMessage",
+    "ChatRequest",
     "Delta",
     "Model",
     "ModelList",
+    "ToolProgress",
     "Turn",
+    "content_text",
     "decode_chat",
     "json_response",
     "new_turn",
@@ -41,7 +46,7 @@ class _ContentPart(msgspec.Struct, frozen=True, kw_only=True):
     image_url: _ImageUrl | None = None
 
 
-class _ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     content: str | list[_ContentPart] | None = None
 
@@ -50,17 +55,18 @@ class _StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
     include_usage: bool = False
 
 
-class _ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of a chat-completions request we use; the rest (temperature, tools, ...) are ignored."""
 
-    messages: list[_ChatMessage]
+    messages: list[ChatMessage]
     model: str | None = None
     stream: bool = False
     stream_options: _StreamOptions | None = None
     user: str | None = None
+    n: int | None = None
 
 
-_request_decoder = msgspec.json.Decoder(_ChatRequest)
+_request_decoder = msgspec.json.Decoder(ChatRequest)
 _FIELD_PATH = re.compile(r" - at `\$\.?(?P<path>.*)`$")
 
 
@@ -165,15 +171,16 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str
     deadline: float  # event-loop time
 
-    def completion(self, text: str) -> _Completion:
-        choice = _Choice(index=0, message=_Message(role="assistant", content=text), finish_reason="stop")
+    def completion(self, text: str, usage: TokenUsage | None, finish_reason: str = "stop") -> _Completion:
+        """The non-streamed answer; ``usage`` is the model's (estimated from the text when there is none)."""
+        choice = _Choice(index=0, message=_Message(role="assistant", content=text), finish_reason=finish_reason)
         return _Completion(
             id=self.completion_id,
             object="chat.completion",
             created=self.created,
             model=self.model,
             choices=[choice],
-            usage=usage_of(self.prompt, text),
+            usage=usage_of(self.prompt, text, usage),
         )
 
     def chunk(self, delta: Delta | None, finish_reason: str | None = None, usage: _Usage | None = None) -> bytes:
@@ -191,7 +198,11 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
 
 
 HTTP_ERRORS = {
-    404: ("unknown_url", "no such endpoint; the API serves POST /v1/chat/completions, GET /v1/models, GET /health"),
+    404: (
+        "unknown_url",
+        "no such endpoint; the API serves POST /v1/chat/completions, /v1/responses and /v1/runs, GET /v1/models, "
+        "GET /v1/capabilities and GET /health",
+    ),
     405: ("method_not_allowed", "method not allowed here; chat completions take POST, models and health take GET"),
 }
 
@@ -210,14 +221,30 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def usage_of(prompt: str, reply: str) -> _Usage:
-    prompt_tokens, completion_tokens = _estimate_tokens(prompt), _estimate_tokens(reply)
+def usage_of(prompt: str, reply: str, usage: TokenUsage | None = None) -> _Usage:
+    """OpenAI's ``usage`` of a turn: the model's own counts, or four characters a token of what was sent and
+    answered when the turn has none (an agent without a model, a reply read back from the store)."""
+    if usage is not None:
+        prompt_tokens, completion_tokens = usage.input_tokens, usage.output_tokens
+    else:
+        prompt_tokens, completion_tokens = _estimate_tokens(prompt), _estimate_tokens(reply)
     return _Usage(
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
     )
 
 
-def decode_chat(body: bytes) -> _ChatRequest:
+class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """The data of an ``event: hermes.tool.progress`` SSE event (the reference's shape)."""
+
+    tool: str
+    toolCallId: str
+    status: str
+
+    def event(self) -> bytes:
+        return b"event: hermes.tool.progress\ndata: " + msgspec.json.encode(self) + b"\n\n"
+
+
+def decode_chat(body: bytes) -> ChatRequest:
     """Decode a chat-completions body; a malformed one becomes a 400 naming the field path or the problem."""
     try:
         return json_guard.decode(_request_decoder, body)
@@ -234,8 +261,15 @@ def decode_chat(body: bytes) -> _ChatRequest:
         ) from None
 
 
-def new_turn(messages: Sequence[_ChatMessage]) -> tuple[str, list[str]]:
-    """Return the text and image URLs of the newest user message: the only part of the request that is a new turn."""
+def content_text(content: str | list[_ContentPart] | None) -> str:
+    """The text of a message's content (its text parts joined with newlines)."""
+    if isinstance(content, list):
+        return "\n".join(part.text or "" for part in content if part.type == "text")
+    return content or ""
+
+
+def new_turn(messages: Sequence[ChatMessage]) -> tuple[str, list[str], int]:
+    """Return the text, image URLs and index of the newest user message: the request's new turn."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message.role != "user":
@@ -245,12 +279,12 @@ def new_turn(messages: Sequence[_ChatMessage]) -> tuple[str, list[str]]:
         if isinstance(content, list):
             for part_index, part in enumerate(content):
                 images.extend(_image_of(part, f"messages[{index}].content[{part_index}]"))
-            content = "\n".join(part.text or "" for part in content if part.type == "text")
-        if (not content or not content.strip()) and not images:
+        text = content_text(content)
+        if not text.strip() and not images:
             raise ApiError(
                 400, "the newest user message has no text or image; send some", param=f"messages[{index}].content"
             )
-        return content or "", images
+        return text, images, index
     raise ApiError(400, "messages holds no message with role 'user'; add one", param="messages")
 
 

@@ -30,6 +30,11 @@ class Scripted:
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    # For a request with "stream": true: the content in these pieces (else the body's content in one), each
+    # ``gap_s`` after the last; ``cut_after`` pieces and the connection closes without finishing.
+    pieces: tuple[str, ...] | None = None
+    gap_s: float = 0.0
+    cut_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,48 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = chat.next_response(body)
         if scripted.delay_s > 0 and chat.released.wait(scripted.delay_s):
             return  # the server is closing: drop the connection instead of answering late
+        if isinstance(body, dict) and body.get("stream") and scripted.status == 200:
+            self._stream(scripted)
+            return
         self._send(scripted)
+
+    def _stream(self, scripted: Scripted) -> None:
+        """Answer as a streamed completion: role, content pieces, tool calls, finish, usage, [DONE]."""
+        chat = self.server.chat
+        message = scripted.body["choices"][0]["message"]
+        content = message.get("content")
+        pieces = scripted.pieces if scripted.pieces is not None else ((content,) if content else ())
+        base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": chat.model}
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: Any = None) -> bytes:
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else []
+            event = {**base, "choices": choices, **({"usage": usage} if usage is not None else {})}
+            return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(chunk({"role": "assistant", "content": ""}))
+            self.wfile.flush()
+            for number, piece in enumerate(pieces):
+                if scripted.cut_after is not None and number >= scripted.cut_after:
+                    return  # the handler closes the connection mid-answer
+                if scripted.gap_s > 0 and chat.released.wait(scripted.gap_s):
+                    return
+                self.wfile.write(chunk({"content": piece}))
+                self.wfile.flush()
+            calls = message.get("tool_calls") or []
+            if calls:
+                indexed = [{"index": i, **call} for i, call in enumerate(calls)]
+                self.wfile.write(chunk({"tool_calls": indexed}))
+            self.wfile.write(chunk({}, "tool_calls" if calls else "stop"))
+            if scripted.body.get("usage") is not None:
+                self.wfile.write(chunk(None, usage=scripted.body["usage"]))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except _CONNECTION_ERRORS:
+            pass
 
     def _recorded(self, body: Any) -> Recorded:
         headers = {name.lower(): value for name, value in self.headers.items()}

@@ -18,7 +18,7 @@ KEY = "agent:main:fake:dm:chat-1"
 
 def test_delete_of_a_live_session_ends_it_through_its_actor_then_deletes_it(db_path: Path) -> None:
     with open_fake_gateway(db_path) as (gateway, fake):
-        admin = SessionAdministration(gateway, db_path)
+        admin = SessionAdministration(gateway)
         fake.push("hello")
         fake.pop()
         session = gateway.session_for(KEY)
@@ -42,7 +42,7 @@ def test_delete_of_a_live_session_ends_it_through_its_actor_then_deletes_it(db_p
 
 def test_rename_and_end_answer_what_was_done_and_another_holder_is_refused(db_path: Path) -> None:
     with open_fake_gateway(db_path) as (gateway, fake):
-        admin = SessionAdministration(gateway, db_path)
+        admin = SessionAdministration(gateway)
         fake.push("hello")
         fake.pop()
         session = gateway.session_for(KEY)
@@ -66,7 +66,7 @@ def test_rename_and_end_answer_what_was_done_and_another_holder_is_refused(db_pa
 def test_an_ended_session_renamed_through_hermesd_can_still_be_deleted(db_path: Path) -> None:
     """The rename activates an actor for the ended session (which then holds its lease); the delete retires it."""
     with open_fake_gateway(db_path) as (gateway, fake):
-        admin = SessionAdministration(gateway, db_path)
+        admin = SessionAdministration(gateway)
         fake.push("hello")
         fake.pop()
         session = gateway.session_for(KEY)

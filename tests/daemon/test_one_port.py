@@ -68,6 +68,13 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
             model="hermes-agent", messages=[{"role": "user", "content": "through the one port"}]
         )
         assert answer.choices[0].message.content == "echo: through the one port"
+        with client.chat.completions.with_streaming_response.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "streamed through the one port"}], stream=True
+        ) as streamed:
+            # The shared port's app has no response hook of the API's: the stream sets its guards itself.
+            assert streamed.headers["Content-Security-Policy"] == "default-src 'none'"
+            assert streamed.headers["X-Content-Type-Options"] == "nosniff"
+            assert "echo: " in "".join(streamed.iter_lines())
 
         payload = {"text": "hook through the one port", "chat_id": "c1", "user_id": "u1"}
         assert _signed(base + "/webhooks/default", payload, "msg-one-port") in (200, 202)
@@ -92,5 +99,5 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
             process.terminate()
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
-    assert f"one port: {base}  (api_server: /v1 /health /metrics; webhook: /webhooks; slack: /slack" in out
-    assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "slack", "webhook"]
+    assert f"one port: {base}  (api_server: /v1 /health /metrics /api; webhook: /webhooks; slack: /slack" in out
+    assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "api_server", "slack", "webhook"]

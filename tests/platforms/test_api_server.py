@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hermes_actors.agents.base import EchoAgent
 from hermes_actors.config import RuntimeConfig
@@ -258,12 +259,18 @@ def test_a_different_session_header_opens_a_different_session(running: Running) 
     assert running.transcript(two) == [("user", "two"), ("assistant", "echo: two")]
 
 
-def test_the_user_field_names_the_conversation(running: Running) -> None:
+def test_the_user_field_is_mixed_into_the_conversation_a_stateless_client_continues(running: Running) -> None:
+    first: list[ChatCompletionMessageParam] = [{"role": "user", "content": "first"}]
+    second: list[ChatCompletionMessageParam] = [
+        *first,
+        {"role": "assistant", "content": "echo: first"},
+        {"role": "user", "content": "second"},
+    ]
     sessions = set()
-    for text in ("first", "second"):
+    for messages in (first, second):
         with running.client() as client:
             raw = client.chat.completions.with_raw_response.create(
-                model="hermes-agent", messages=chat(text), user="alice"
+                model="hermes-agent", messages=messages, user="alice"
             )
         sessions.add(raw.headers[SESSION_HEADER])
     (session_id,) = sessions
@@ -458,7 +465,7 @@ def test_a_stream_sends_keep_alive_comments_while_the_turn_runs(start: Start) ->
         assert response.status == 200
         assert response.headers[SESSION_HEADER]  # known before the reply: the session the key leads to
         lines = [response.readline()]
-        while lines[-1] != b": keep-alive\n":
+        while lines[-1] != b": keepalive\n":
             lines.append(response.readline())
         agent.release.set()
         rest = response.read().decode()
@@ -471,7 +478,7 @@ def test_a_stream_sends_keep_alive_comments_while_the_turn_runs(start: Start) ->
         for line in rest.splitlines()
         if line.startswith("data: {")
     ]
-    assert "echo: wait" in contents
+    assert "".join(c for c in contents if c) == "echo: wait"
     assert rest.endswith("data: [DONE]\n\n")
 
 
@@ -503,7 +510,7 @@ def test_a_stopped_gateway_answers_503(running: Running) -> None:
     assert running.request(None, path="/health", method="GET")[0] == 200
 
 
-def test_stopping_the_server_answers_waiting_requests_503(start: Start) -> None:
+def test_stopping_the_server_drains_then_answers_a_request_still_waiting_503(start: Start) -> None:
     agent = GatedAgent()
     running = start(agent=agent)
     answers: list[tuple[int, Any]] = []
@@ -518,14 +525,44 @@ def test_stopping_the_server_answers_waiting_requests_503(start: Start) -> None:
     waiting.start()
     assert agent.started.wait(10)
     started = time.monotonic()
-    running.server.stop(10)
+    running.server.stop(1)  # the turn outlives the drain
     waiting.join(10)
-    assert time.monotonic() - started < 5
+    assert 0.9 < time.monotonic() - started < 5
     ((status, payload),) = answers
     assert status == 503
+    assert payload["error"]["code"] == "gateway_draining"
     assert "turn continues" in payload["error"]["message"]
     agent.release.set()
     assert running.gateway.wait_idle(10)
+
+
+def test_a_draining_server_refuses_new_requests_and_gives_waiting_ones_their_reply(start: Start) -> None:
+    agent = GatedAgent()
+    running = start(agent=agent)
+    answers: list[tuple[int, Any]] = []
+
+    def wait_for_reply() -> None:
+        status, _, payload = running.request(
+            {"messages": chat("finish me")}, headers={"Authorization": f"Bearer {KEY}", SESSION_HEADER: "drain"}
+        )
+        answers.append((status, payload))
+
+    waiting = threading.Thread(target=wait_for_reply)
+    waiting.start()
+    assert agent.started.wait(10)
+    stopping = threading.Thread(target=running.server.stop, args=(10,))
+    stopping.start()
+    poll_until(lambda: running.server._service.draining, 5, what="the drain")
+    status, headers, payload = running.request(
+        {"messages": chat("too late")}, headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert (status, payload["error"]["code"], headers["Retry-After"]) == (503, "gateway_draining", "1")
+    agent.release.set()
+    waiting.join(10)
+    stopping.join(15)
+    ((status, payload),) = answers
+    assert status == 200
+    assert payload["choices"][0]["message"]["content"] == "echo: finish me"
 
 
 # -- hostile input ----------------------------------------------------------------------------------------------

@@ -70,6 +70,21 @@ def test_the_page_is_cut_by_limit_and_says_how_many_there_are(store: StoreInterf
     assert store.list_lineages(limit=0) == type(page)(rows=[], total=5)
 
 
+def test_an_offset_skips_whole_lineages_and_segments_page_the_same_way(store: StoreInterface, clock: FakeClock) -> None:
+    tips = []
+    for i in range(5):
+        root = start(store, clock, f"topic {i}")
+        tips.append(compress(store, clock, root, "more") if i % 2 else root)
+
+    assert [row.tip.id for row in store.list_lineages(limit=2, offset=2).rows] == tips[::-1][2:4]
+    assert [row.tip.id for row in store.list_lineages(limit=None, offset=4).rows] == tips[:1]
+    assert store.list_lineages(limit=2, offset=5) == type(store.list_lineages())(rows=[], total=5)
+    segments = [r.id for r in store.list_sessions(limit=None)]
+    assert [r.id for r in store.list_sessions(limit=3, offset=2)] == segments[2:5]
+    with pytest.raises(ValueError, match="offset"):
+        store.list_lineages(offset=-1)
+
+
 def test_a_child_of_a_session_that_ended_otherwise_is_a_conversation_of_its_own(
     store: StoreInterface, clock: FakeClock
 ) -> None:

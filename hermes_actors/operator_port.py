@@ -1,0 +1,141 @@
+"""The operator's port: every session, as the API server's ``/api/sessions`` routes see them.
+
+An entry point that serves an operator (someone holding the admin key, not a chat user) reaches the runtime only
+through :class:`Operator`, which it finds on its :class:`~hermes_actors.ports.Inbox` (``inbox.operator``). Changes go
+the way ``hermesctl sessions`` sends them to a running ``hermesd``: through the session's live actor, refused with
+:class:`~hermes_actors.errors.SessionBusyError` while another process holds the session's lease. The records here
+are the port's own, so an entry point never sees the store's.
+
+Errors: :class:`~hermes_actors.errors.SessionNotFoundError` (no such session), ``SessionBusyError`` (another process
+has it), :class:`~hermes_actors.errors.SessionClosedError` (it ended or is ending), :class:`TitleError` (a title
+too long), :class:`~hermes_actors.errors.TitleInUseError` and :class:`SessionExistsError` (a taken title or id).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from hermes_actors.errors import StoreError, TitleError
+
+__all__ = [
+    "MessageView",
+    "Operator",
+    "SessionExistsError",
+    "SessionMessages",
+    "SessionPage",
+    "SessionView",
+    "TitleError",
+]
+
+
+class SessionExistsError(StoreError):
+    """A session with the requested id exists already."""
+
+
+class SessionView(msgspec.Struct, frozen=True, kw_only=True):
+    """One session as the operator sees it; in a listing, a whole compression lineage shown by its tip.
+
+    ``lineage`` holds the lineage's session ids, root first and ``id`` last (only ``id`` outside a lineage listing);
+    ``message_count`` is the lineage's total in a lineage listing, the session's own otherwise. A listing leaves
+    ``system_prompt`` out (``None``); a single session has it.
+    """
+
+    id: str
+    source: str
+    title: str | None
+    started_at: float
+    last_active_at: float
+    live: bool
+    ended_at: float | None = None
+    end_reason: str | None = None
+    parent_session_id: str | None = None
+    model: str | None = None
+    message_count: int = 0
+    tool_call_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    system_prompt: str | None = None
+    lineage: list[str] = []
+    preview: str | None = None
+
+
+class SessionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of a listing: the rows, how many there are in all under its filters, and the page's bounds."""
+
+    sessions: list[SessionView]
+    total: int
+    limit: int
+    offset: int
+
+
+class MessageView(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored message; ``tool_calls`` is the JSON text the model sent (``None``: none)."""
+
+    id: int
+    session_id: str
+    role: str
+    content: str | None
+    created_at: float
+    tool_calls: str | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class SessionMessages(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation's messages: ``session_id`` is the newest session of the lineage (where a new turn goes),
+    ``lineage`` the sessions whose messages are listed, in order."""
+
+    session_id: str
+    lineage: list[str]
+    messages: list[MessageView]
+
+
+class Operator(Protocol):
+    """What an operator may do to any session. Every call blocks (run it off an event loop)."""
+
+    @property
+    def admin_key(self) -> str | None:
+        """The key an operator must present (``None``: the operator's routes are off)."""
+        ...
+
+    def list_sessions(self, *, limit: int, offset: int, source: str | None, include_children: bool) -> SessionPage:
+        """Most recently active first: one row per compression lineage (its tip), or every session with
+        ``include_children``; ``source`` keeps one platform's."""
+        ...
+
+    def create_session(self, *, session_id: str | None, title: str | None, system_prompt: str | None) -> SessionView:
+        """A new live session, with no route yet; ``system_prompt`` replaces the configured one for it."""
+        ...
+
+    def get_session(self, session_id: str) -> SessionView:
+        """The session with exactly this id."""
+        ...
+
+    def rename(self, session_id: str, title: str | None) -> SessionView:
+        """Set the title (``None`` or blank clears it) through the session's actor."""
+        ...
+
+    def end(self, session_id: str) -> SessionView:
+        """End the session as an operator (a session ended already keeps its first reason)."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Delete the session and its messages (a live one is ended first); whether it existed."""
+        ...
+
+    def messages(self, session_id: str, *, lineage: bool) -> SessionMessages:
+        """The messages of the lineage ``session_id`` belongs to, up to its newest session (``lineage=False``:
+        only that newest session's)."""
+        ...
+
+    def fork(self, session_id: str) -> SessionView:
+        """A child of the session carrying a copy of its messages and its system prompt and tools; the session
+        ends with reason ``branched``; the child's title is the parent's numbered ``"<title> (N)"``."""
+        ...
+
+    def chat_target(self, session_id: str) -> str:
+        """The live session a new turn for ``session_id`` goes to (the newest of its lineage); ``SessionClosedError``
+        when that one ended, ``SessionBusyError`` while another process holds it."""
+        ...

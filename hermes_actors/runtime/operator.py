@@ -1,0 +1,220 @@
+"""The :class:`~hermes_actors.operator_port.Operator` of a running gateway: what the API server's ``/api/sessions``
+routes do to every session.
+
+Reads borrow a reader; creations and forks are one write each on the store writer; a rename, end or delete goes
+through :class:`~hermes_actors.runtime.session_admin.LiveAdmin`, the path ``hermesctl sessions`` takes through
+``hermesd``, so a session's live actor applies it and a session another process holds is refused
+(:class:`~hermes_actors.errors.SessionBusyError`).
+
+A fork ends its parent (reason ``branched``) through the parent's actor first, as an operator's end does (a turn of
+it still running is cancelled, as ``/new`` cancels one), so nothing is added to the parent while its messages are
+copied, then creates the child with a copy of the messages, the parent's frozen system
+message and tools, and the title ``"<title> (N)"`` (:func:`~hermes_actors.titles.distinct_title`: ``#N`` numbers
+compression lineages only). Attachments are not copied: the child's messages keep their text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from hermes_actors.errors import SessionClosedError
+from hermes_actors.operator_port import (
+    MessageView,
+    SessionExistsError,
+    SessionMessages,
+    SessionPage,
+    SessionView,
+)
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.session_admin import LiveAdmin
+from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, Store
+from hermes_actors.store.records import LineageRow, MessageRecord
+from hermes_actors.titles import distinct_title, sanitize_title
+
+__all__ = ["OPERATOR_PLATFORM", "GatewayOperator"]
+
+OPERATOR_PLATFORM = "api_server"  # the source of sessions an operator creates (they are the API's)
+_MAX_FORK_NUMBER = 1000
+_FORK_SUFFIX = re.compile(r"^(?P<base>.*\S) \([1-9]\d{0,8}\)$")  # a fork's " (N)", so a fork of one counts on
+
+
+def session_view(
+    record: SessionRecord, *, lineage: list[str] | None = None, preview: str | None = None, listed: bool = False
+) -> SessionView:
+    """``record`` as the port shows it; ``listed`` leaves the system prompt out (a row of a listing: it can be long,
+    holding the user's memories as of the session's start)."""
+    return SessionView(
+        id=record.id,
+        source=record.source,
+        title=record.title,
+        started_at=record.started_at,
+        last_active_at=record.last_active_at,
+        live=record.is_live,
+        ended_at=record.ended_at,
+        end_reason=record.end_reason,
+        parent_session_id=record.parent_session_id,
+        model=record.model,
+        message_count=record.message_count,
+        tool_call_count=record.tool_call_count,
+        input_tokens=record.input_tokens,
+        output_tokens=record.output_tokens,
+        system_prompt=None if listed else record.system_prompt,
+        lineage=lineage if lineage is not None else [record.id],
+        preview=preview,
+    )
+
+
+def _lineage_view(row: LineageRow) -> SessionView:
+    view = session_view(row.tip, lineage=row.members, preview=row.preview, listed=True)
+    return msgspec.structs.replace(view, message_count=row.message_count)
+
+
+def _message_view(message: MessageRecord) -> MessageView:
+    return MessageView(
+        id=message.id,
+        session_id=message.session_id,
+        role=message.role,
+        content=message.content,
+        created_at=message.created_at,
+        tool_calls=message.tool_calls,
+        tool_name=message.tool_name,
+        tool_call_id=message.tool_call_id,
+    )
+
+
+def _copy(message: MessageRecord) -> NewMessage:
+    return NewMessage(
+        role=Role(message.role),
+        content=message.content,
+        tool_calls=message.tool_calls,
+        tool_name=message.tool_name,
+        tool_call_id=message.tool_call_id,
+        token_count=message.token_count,
+        created_at=message.created_at,
+    )
+
+
+class GatewayOperator:
+    """Implements :class:`hermes_actors.operator_port.Operator` on ``gateway``; ``admin_key`` is the key an
+    operator must present (``None``: the operator's routes are off)."""
+
+    def __init__(self, gateway: Gateway, admin_key: str | None) -> None:
+        self._gateway = gateway
+        self._admin = LiveAdmin(gateway, timeout_s=gateway.config.ask_timeout_s)
+        self._key = admin_key
+
+    @property
+    def admin_key(self) -> str | None:
+        """The admin key (``daemon.admin_key``, ``$HERMES_ADMIN_KEY`` or the home's generated one)."""
+        return self._key
+
+    def list_sessions(self, *, limit: int, offset: int, source: str | None, include_children: bool) -> SessionPage:
+        """One row per lineage shown by its tip (or every session), most recently active first."""
+        with self._gateway.read() as store:
+            if include_children:
+                records = store.list_sessions(source=source, limit=limit, offset=offset)
+                total = store.count_exports(source=source)
+                views = [session_view(record, listed=True) for record in records]
+            else:
+                page = store.list_lineages(source=source, limit=limit, offset=offset)
+                total, views = page.total, [_lineage_view(row) for row in page.rows]
+        return SessionPage(sessions=views, total=total, limit=limit, offset=offset)
+
+    def create_session(self, *, session_id: str | None, title: str | None, system_prompt: str | None) -> SessionView:
+        """A live API session without a route; ``system_prompt`` is frozen into it by its first turn."""
+        cleaned = sanitize_title(title)  # a TitleError before anything is written
+
+        def create(store: Store) -> SessionRecord:
+            if session_id is not None and store.find_session(session_id) is not None:
+                raise SessionExistsError(f"a session with id {session_id} exists already; pick another id")
+            source = SessionSource(platform=OPERATOR_PLATFORM, chat_type="dm", user_id="operator")
+            return store.create_session(source, session_id=session_id, title=cleaned, system_prompt=system_prompt)
+
+        return session_view(self._gateway.write(create))
+
+    def get_session(self, session_id: str) -> SessionView:
+        """The session with exactly this id."""
+        with self._gateway.read() as store:
+            return session_view(store.get_session(session_id))
+
+    def rename(self, session_id: str, title: str | None) -> SessionView:
+        """Set or clear the title through the session's actor."""
+        sanitize_title(title)  # a title too long is refused before the actor is troubled
+        self._admin.rename(self._admin.check(session_id), title or "")
+        return self.get_session(session_id)
+
+    def end(self, session_id: str) -> SessionView:
+        """End the session as an operator through its actor."""
+        self._admin.end(self._admin.check(session_id))
+        return self.get_session(session_id)
+
+    def delete(self, session_id: str) -> bool:
+        """End (if live) and delete the session."""
+        return self._admin.delete(self._admin.check(session_id))[1]
+
+    def messages(self, session_id: str, *, lineage: bool) -> SessionMessages:
+        """The lineage's messages root first (or only the tip's)."""
+        with self._gateway.read() as store:
+            store.get_session(session_id)  # SessionNotFoundError for an unknown id
+            chain = store.lineage_chain(store.lineage_tip(session_id))
+            shown = chain if lineage else chain[-1:]
+            messages = [_message_view(m) for member in shown for m in store.load_transcript(member)]
+        return SessionMessages(session_id=chain[-1], lineage=shown, messages=messages)
+
+    def fork(self, session_id: str) -> SessionView:
+        """End the session ``branched`` and start a child with a copy of its messages."""
+        parent = self._admin.check(session_id)
+        self._admin.end(parent, EndReason.BRANCHED)
+
+        def fork(store: Store) -> SessionRecord:
+            record = store.get_session(session_id)
+            title = self._fork_title(store, record.title)
+            source = SessionSource(
+                platform=record.source,
+                scope_id=record.scope_id,
+                account_id=record.account_id,
+                chat_type=record.chat_type or "dm",
+                chat_id=record.chat_id,
+                thread_id=record.thread_id,
+                user_id=record.user_id,
+            )
+            child = store.create_session(
+                source, model=record.model, title=title, system_prompt=record.system_prompt, parent_session_id=record.id
+            )
+            if record.tools is not None:
+                store.freeze_prefix(child.id, system_prompt=record.system_prompt, tools=record.tools)
+            copied = [_copy(m) for m in store.load_transcript(record.id)]
+            if copied:
+                store.append_messages(child.id, copied)
+            return store.get_session(child.id)
+
+        return session_view(self._gateway.write(fork))
+
+    @staticmethod
+    def _fork_title(store: Store, title: str | None) -> str | None:
+        """``"<base> (N)"`` with the first N from 2 that no session holds (``None`` for an untitled parent)."""
+        if title is None:
+            return None
+        match = _FORK_SUFFIX.match(title)
+        base = match["base"] if match else title
+        for number in range(2, _MAX_FORK_NUMBER):
+            candidate = distinct_title(base, number)
+            if store.title_holder(candidate) is None:
+                return candidate
+        return None
+
+    def chat_target(self, session_id: str) -> str:
+        """The newest session of ``session_id``'s lineage, when it is live and no other process holds it."""
+        with self._gateway.read() as store:
+            store.get_session(session_id)
+            tip_id = store.lineage_tip(session_id)
+        tip = self._admin.check(tip_id)
+        if not tip.is_live:
+            raise SessionClosedError(
+                f"session {tip.id} has ended ({tip.end_reason}); fork it (POST /api/sessions/{tip.id}/fork) or "
+                "create a new session to talk on"
+            )
+        return tip.id

@@ -1,0 +1,65 @@
+"""Clients watching turns live: an entry point registers a :class:`~hermes_actors.agents.turn.TurnEvents` for the
+inbound message it is waiting on, and the turn that answers the message hands it to the agent.
+
+Watching is a view for this process only: nothing of it is stored, a turn nobody watches runs as before, and a
+turn replayed after a restart is watched by whoever registered again (an idempotent retry).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+from hermes_actors.agents.turn import ToolStatus, TurnEvents
+
+__all__ = ["TurnWatch"]
+
+_log = logging.getLogger(__name__)
+
+
+class TurnWatch:
+    """Message id → the events of whoever waits on that message's turn. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watchers: dict[str, TurnEvents] = {}
+
+    def watch(self, message_id: str, events: TurnEvents) -> None:
+        """Report the turn that answers ``message_id`` to ``events`` (replacing an earlier watcher)."""
+        with self._lock:
+            self._watchers[message_id] = events
+
+    def unwatch(self, message_id: str) -> None:
+        """Stop reporting ``message_id``'s turn (nothing happens when nobody watches it)."""
+        with self._lock:
+            self._watchers.pop(message_id, None)
+
+    def events_for(self, message_ids: Iterable[str]) -> TurnEvents | None:
+        """What a turn answering ``message_ids`` reports to: their watchers, ``None`` when nobody watches."""
+        with self._lock:
+            found = [self._watchers[m] for m in message_ids if m in self._watchers]
+        if not found:
+            return None
+        return found[0] if len(found) == 1 else _Fanout(tuple(found))
+
+
+class _Fanout:
+    """Several watchers of one turn (a turn that merged messages); one that fails does not stop the others."""
+
+    def __init__(self, watchers: tuple[TurnEvents, ...]) -> None:
+        self._watchers = watchers
+
+    def text(self, delta: str) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher.text(delta)
+            except Exception:
+                _log.exception("a turn watcher failed on a text delta")
+
+    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher.tool(name, call_id, status)
+            except Exception:
+                _log.exception("a turn watcher failed on a tool event")

@@ -1,0 +1,261 @@
+"""``POST /v1/chat/completions``: a request becomes a durable turn, streamed as the model writes it, answered with
+what really happened.
+
+- Stateless by default (:mod:`platforms.api_server.conversation`): the body's conversation is what the model sees,
+  stored in the session its fingerprint names. ``X-Hermes-Session-Id`` continues a stored session instead (the
+  body's history is then ignored).
+- ``Idempotency-Key`` (:mod:`platforms.api_server.idempotency`) makes the key the message's inbox id: a retry, even
+  after a restart, is answered from the store instead of running the agent again.
+- Streaming sends each text delta of the model as it arrives, tool calls as ``event: hermes.tool.progress``, a
+  keep-alive comment after ``keepalive_s`` of silence; a client that disconnects stops the turn as ``/stop`` does.
+- A turn the agent failed is not an answer: 502 ``agent_incomplete`` without text, ``finish_reason: error`` with
+  ``X-Hermes-Completed: false`` when part of the answer was already produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+
+from hermes_actors.messages import Conversation, InboundMessage
+from hermes_actors.routing import SessionSource
+from platforms.api_server.conversation import chat_turn
+from platforms.api_server.guards import Guards
+from platforms.api_server.idempotency import Idempotency
+from platforms.api_server.sessions import (
+    COMPLETED_HEADER,
+    CONVERSATION_HEADER,
+    MEMORY_HEADER,
+    SESSION_HEADER,
+    memory_scope,
+    session_named,
+)
+from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
+from platforms.api_server.wire import (
+    PLATFORM,
+    ApiError,
+    Delta,
+    ToolProgress,
+    Turn,
+    decode_chat,
+    json_response,
+    sse_event,
+    usage_of,
+)
+
+if TYPE_CHECKING:
+    from platforms.api_server.service import ApiService
+
+__all__ = ["ChatCompletions", "require_json"]
+
+_log = logging.getLogger(__name__)
+
+_KEEP_ALIVE = b": keepalive\n\n"
+_DONE = b"data: [DONE]\n\n"
+_DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
+
+
+def require_json(request: web.Request) -> None:
+    """A 400 naming ``Content-Type`` when the body is declared as something other than JSON (a request that
+    declares nothing is read as JSON)."""
+    declared = request.headers.get("Content-Type", "").strip()
+    if declared and request.content_type != "application/json":
+        raise ApiError(
+            400,
+            f"Content-Type is {request.content_type or 'missing'!r}; send the body as JSON with "
+            "'Content-Type: application/json'",
+            code="invalid_content_type",
+            param="Content-Type",
+        )
+
+
+class ChatCompletions:
+    """The chat-completions route of one API server (``service`` holds what the routes share)."""
+
+    def __init__(self, service: ApiService) -> None:
+        self._service = service
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        service = self._service
+        require_json(request)
+        named = session_named(request.headers)
+        memory = memory_scope(request.headers)
+        body = await service.read_body(request)
+        chat = decode_chat(body)
+        turn_of = chat_turn(chat, stateless=named is None, scope=service.scope)
+        idempotency = Idempotency.of(request.headers, body, service.scope)
+        with service.admitted():
+            attachments = await service.attachments(turn_of.images) if turn_of.images else ()
+            name = named or turn_of.name or f"api-{uuid.uuid4().hex}"
+            source = SessionSource(
+                platform=PLATFORM,
+                scope_id=service.scope,
+                chat_type="dm",
+                chat_id=name,
+                user_id=memory or chat.user or name,
+            )
+            turn_id = uuid.uuid4().hex
+            inbound = InboundMessage(
+                source=source,
+                text=turn_of.text,
+                message_id=idempotency.message_id if idempotency else f"api-{turn_id}",
+                attachments=attachments,
+                received_at=time.time(),
+                context=turn_of.conversation if isinstance(turn_of.conversation, Conversation) else msgspec.UNSET,
+                fingerprint=idempotency.fingerprint if idempotency else msgspec.UNSET,
+            )
+            call = service.turn_call(inbound)
+            try:
+                call.open()
+                routing_key = await service.submit(inbound, continues=named, idempotency=idempotency, call=call)
+                turn = Turn(
+                    completion_id=f"chatcmpl-{turn_id}",
+                    created=int(time.time()),
+                    model=chat.model or service.config.model_name,
+                    prompt=turn_of.text,
+                    routing_key=routing_key,
+                    deadline=asyncio.get_running_loop().time() + service.config.request_timeout_s,
+                )
+                extra = {CONVERSATION_HEADER: name} if named is None else {}
+                if memory is not None:
+                    extra[MEMORY_HEADER] = memory
+                if chat.stream:
+                    include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+                    return await self._stream(request, turn, call, extra, include_usage=include_usage)
+                return await self._complete(request, turn, call, extra)
+            finally:
+                call.close()
+
+    # -- answers ---------------------------------------------------------------------------------------------
+
+    async def _complete(
+        self, request: web.Request, turn: Turn, call: TurnCall, extra: dict[str, str]
+    ) -> web.StreamResponse:
+        service = self._service
+        async for event in call.events(_DISCONNECT_POLL_S):
+            if isinstance(event, Finished):
+                return self._answer(turn, event, extra)
+            if isinstance(event, Idle):
+                ended = await service.wait_ended(request, turn, call)
+                if ended is not None:
+                    return ended.response()
+        raise AssertionError("unreachable: events end with Finished")  # pragma: no cover
+
+    def _answer(self, turn: Turn, finished: Finished, extra: dict[str, str]) -> web.Response:
+        headers = {**extra, **({SESSION_HEADER: finished.session_id} if finished.session_id else {})}
+        if finished.reply is not None:
+            return json_response(turn.completion(finished.reply, finished.usage), headers=headers)
+        if finished.failure_code == "agent_incomplete" and finished.streamed:
+            headers[COMPLETED_HEADER] = "false"
+            return json_response(turn.completion(finished.streamed, None, "error"), headers=headers)
+        return failure_error(finished, headers).response()
+
+    async def _stream(
+        self,
+        request: web.Request,
+        turn: Turn,
+        call: TurnCall,
+        extra: dict[str, str],
+        *,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        service = self._service
+        response: web.StreamResponse | None = None
+        quiet_since = asyncio.get_running_loop().time()
+        try:
+            async for event in call.events(min(_DISCONNECT_POLL_S, service.config.keepalive_s)):
+                now = asyncio.get_running_loop().time()
+                if isinstance(event, Idle):
+                    ended = await service.wait_ended(request, turn, call)
+                    if ended is not None:
+                        if response is None:
+                            return ended.response()
+                        await response.write(sse_event(ended.body))
+                        break
+                    if now - quiet_since >= service.config.keepalive_s:
+                        if response is None:  # a silent turn: the headers go now, with the session known by now
+                            session_id = await service.session_hint(turn.routing_key)
+                            response = await self._open_stream(request, turn, extra, session_id)
+                        await response.write(_KEEP_ALIVE)
+                        quiet_since = now
+                    continue
+                quiet_since = now
+                if response is None:
+                    if isinstance(event, Finished) and event.reply is None and not event.streamed:
+                        headers = {**extra, **({SESSION_HEADER: event.session_id} if event.session_id else {})}
+                        return failure_error(event, headers).response()
+                    session_id = await service.session_hint(turn.routing_key)
+                    response = await self._open_stream(request, turn, extra, session_id)
+                if isinstance(event, TextDelta):
+                    await response.write(turn.chunk(Delta(content=event.text)))
+                elif isinstance(event, ToolEvent):
+                    await response.write(
+                        ToolProgress(tool=event.name, toolCallId=event.call_id, status=event.status).event()
+                    )
+                elif isinstance(event, Finished):
+                    await self._finish_stream(response, turn, call, event, include_usage=include_usage)
+            if response is not None:
+                await response.write_eof()
+        except ConnectionError:
+            if call.finished is None:
+                _log.info("api_server: the client left while its reply streamed; stopping its turn")
+                await service.stop_turn(call.inbound)
+        return response if response is not None else web.Response(status=499)
+
+    async def _open_stream(
+        self, request: web.Request, turn: Turn, extra: dict[str, str], session_id: str | None
+    ) -> web.StreamResponse:
+        headers = {
+            "Cache-Control": "no-cache",
+            **Guards(self._service.config).stream_headers(request),  # a shared port's app has no response hook
+            **extra,
+            **({SESSION_HEADER: session_id} if session_id else {}),
+        }
+        response = web.StreamResponse(headers=headers)
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        await response.write(turn.chunk(Delta(role="assistant", content="")))
+        return response
+
+    async def _finish_stream(
+        self, response: web.StreamResponse, turn: Turn, call: TurnCall, finished: Finished, *, include_usage: bool
+    ) -> None:
+        if finished.reply is None and finished.failure_code != "agent_incomplete":
+            await response.write(sse_event(failure_error(finished, {}).body))  # the turn was not saved
+            return
+        streamed = finished.streamed
+        reply = finished.reply
+        if reply is not None and streamed != reply:  # an agent that did not stream, or streamed only some of it
+            rest = reply[len(streamed) :] if reply.startswith(streamed) else ("" if streamed else reply)
+            if rest:
+                await response.write(turn.chunk(Delta(content=rest)))
+        usage = usage_of(turn.prompt, reply if reply is not None else streamed, finished.usage)
+        await response.write(turn.chunk(Delta(), "stop" if reply is not None else "error", usage=usage))
+        if include_usage:
+            await response.write(turn.chunk(None, usage=usage))
+        await response.write(_DONE)
+
+
+def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
+    """The error a request gets for a turn that ended without the agent's answer."""
+    if finished.failure_code == "agent_incomplete":
+        return ApiError(
+            502,
+            f"the agent did not answer: {finished.failure}",
+            type="server_error",
+            code="agent_incomplete",
+            headers={**headers, COMPLETED_HEADER: "false"},
+        )
+    return ApiError(
+        503,
+        finished.failure or "the turn ended without a reply",
+        type="server_error",
+        code=finished.failure_code,
+        headers=headers,
+    )

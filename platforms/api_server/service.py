@@ -1,0 +1,199 @@
+"""What the API's routes share: the running gateway (through the Inbox port), admission (the concurrency cap and
+draining), submitting a turn, and the ways a wait for one ends without its reply.
+
+Admission: at most ``max_concurrent_runs`` requests run turns at once (429 ``rate_limit_exceeded`` with
+``Retry-After`` beyond it); once the server drains (hermesd got SIGTERM) a new request gets 503
+``gateway_draining`` with ``Retry-After: 1`` while the requests already waiting get their replies, up to the
+drain time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+
+from hermes_actors.errors import HermesError
+from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.waiters import ReplyWaiters
+from platforms.api_server.config import ApiServerConfig
+from platforms.api_server.idempotency import Idempotency, stored_outcome
+from platforms.api_server.images import image_attachment
+from platforms.api_server.sessions import SESSION_HEADER, continue_session
+from platforms.api_server.turn_call import TurnCall
+from platforms.api_server.wire import PLATFORM, ApiError, Turn
+from platforms.support.http_host import committed, read_decoded
+
+if TYPE_CHECKING:
+    from hermes_actors.ports import Inbox
+    from platforms.support.http_host import HttpHost
+
+__all__ = ["ApiService"]
+
+_log = logging.getLogger(__name__)
+
+
+class ApiService:
+    """The shared state of one API server. ``attached`` gives the running inbox and host (``None`` before start)."""
+
+    def __init__(
+        self,
+        config: ApiServerConfig,
+        *,
+        scope: str | None,
+        waiters: ReplyWaiters,
+        attached: Callable[[], tuple[Inbox, HttpHost] | None],
+    ) -> None:
+        self.config = config
+        self.scope = scope  # the key's fingerprint: the scope of the sessions this server's key made
+        self.waiters = waiters
+        self._attached = attached
+        self.running = 0
+        self.draining = False
+        self.stopping: asyncio.Future[None] | None = None  # done once the server stops for good
+
+    def parts(self) -> tuple[Inbox, HttpHost]:
+        """The running gateway's inbox and the server's host, or a 503 before start."""
+        attached = self._attached()
+        if attached is None:
+            raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
+        inbox, host = attached
+        return inbox, host
+
+    # -- admission ----------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Count the request among the running ones, or refuse it: 503 while draining, 429 over the cap."""
+        if self.draining:
+            raise ApiError(
+                503,
+                "the gateway is draining (hermesd is stopping); retry in a moment, against the restarted server",
+                type="server_error",
+                code="gateway_draining",
+                headers={"Retry-After": "1"},
+            )
+        cap = self.config.max_concurrent_runs
+        if cap and self.running >= cap:
+            raise ApiError(
+                429,
+                f"{self.running} requests are running, the most this server takes at once "
+                "(platforms.api_server.max_concurrent_runs); retry shortly",
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            )
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+
+    # -- a turn -------------------------------------------------------------------------------------------------
+
+    async def read_body(self, request: web.Request) -> bytes:
+        return await read_decoded(request, self.config.max_body_bytes)
+
+    def turn_call(self, inbound: InboundMessage) -> TurnCall:
+        inbox, _ = self.parts()
+        return TurnCall(inbox, self.waiters, inbound)
+
+    async def attachments(self, images: Sequence[str]) -> tuple[Attachment, ...]:
+        """The request's images as attachments, saved into the media store off the loop."""
+        inbox, host = self.parts()
+        media = inbox.media
+        return await host.blocking(lambda: tuple(image_attachment(media, url) for url in images))
+
+    async def submit(
+        self, inbound: InboundMessage, *, continues: str | None, idempotency: Idempotency | None, call: TurnCall
+    ) -> str:
+        """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503. A retried
+        idempotent request is checked (409 for another body) and, when already answered, ends ``call`` with the
+        stored answer."""
+        inbox, host = self.parts()
+        try:
+            if continues is not None:
+                await host.blocking(partial(continue_session, inbox, inbound, continues))
+            accepted = await committed(inbox.submit(inbound), inbox.ask_timeout_s)
+        except ApiError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, HermesError):
+                _log.warning("api_server: the gateway refused a message: %s", exc)
+            else:
+                _log.warning("api_server: the gateway refused a message", exc_info=True)
+            raise ApiError(
+                503,
+                f"the gateway is not taking messages ({exc}); retry once hermesd is running",
+                type="server_error",
+                code="service_unavailable",
+            ) from None
+        if accepted.duplicate and idempotency is not None:
+            stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, inbound.message_id))
+            if stored is not None:
+                idempotency.check(stored)
+                outcome = stored_outcome(stored)
+                if outcome is not None:
+                    call.finish_with(outcome)
+        return accepted.routing_key
+
+    async def session_hint(self, routing_key: str) -> str | None:
+        """The session the turn's routing key leads to now (for a reply that has not come yet)."""
+        try:
+            inbox, host = self.parts()
+            return await host.blocking(partial(inbox.session_for, routing_key))
+        except Exception:
+            return None
+
+    async def stop_turn(self, inbound: InboundMessage) -> None:
+        """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored."""
+        try:
+            inbox, _ = self.parts()
+            stop = msgspec.structs.replace(
+                inbound,
+                text="/stop",
+                message_id=f"api-stop-{uuid.uuid4().hex}",
+                attachments=(),
+                received_at=time.time(),
+                context=msgspec.UNSET,
+                fingerprint=msgspec.UNSET,
+            )
+            inbox.submit(stop)
+        except Exception:
+            _log.warning("api_server: could not stop the turn of a client that left", exc_info=True)
+
+    async def wait_ended(self, request: web.Request, turn: Turn, call: TurnCall) -> ApiError | None:
+        """Whether a request waiting for ``turn`` must stop waiting: the error it ends with (time is up, the server
+        stops, the client left: its turn is stopped), ``None`` to keep waiting."""
+        if request.transport is None or request.transport.is_closing():
+            _log.info("api_server: a client left before its reply; stopping its turn")
+            await self.stop_turn(call.inbound)
+            return ApiError(499, "the client closed the connection", code="client_closed")
+        if self.stopping is not None and self.stopping.done():
+            return await self._abandoned(turn, timeout=False)
+        if asyncio.get_running_loop().time() >= turn.deadline:
+            return await self._abandoned(turn, timeout=True)
+        return None
+
+    async def _abandoned(self, turn: Turn, *, timeout: bool) -> ApiError:
+        """The error for a request that stops waiting: its turn goes on and the reply will be stored."""
+        session_id = await self.session_hint(turn.routing_key)
+        where = f"session {session_id}" if session_id else "its session"
+        then = f"; send {SESSION_HEADER}: {session_id} to continue it" if session_id else ""
+        headers = {SESSION_HEADER: session_id} if session_id else None
+        if timeout:
+            message = (
+                f"no reply within {self.config.request_timeout_s:g} s; the turn continues and its reply will be "
+                f"in {where}{then}"
+            )
+            return ApiError(504, message, type="server_error", code="timeout", headers=headers)
+        message = f"the API server is stopping; the turn continues and its reply will be in {where}{then}"
+        return ApiError(503, message, type="server_error", code="gateway_draining", headers=headers)

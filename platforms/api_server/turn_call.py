@@ -1,0 +1,172 @@
+"""One request's turn, as the API's handlers see it: submitted durably, watched live, and ended with its outcome.
+
+:class:`TurnCall` registers a watcher for the message's turn (the model's text deltas and tool calls, see
+:class:`~hermes_actors.agents.turn.TurnEvents`) and a waiter for its reply before it submits the message, then hands
+the handler what happens as :class:`TextDelta`, :class:`ToolEvent` and, last, :class:`Finished` (the reply, or the
+agent's failure, or a notice that the message could not be saved). Between events the handler gets control back
+every ``tick_s`` (for keep-alives and to look whether its client is still there). Chat completions, Responses and
+runs are built on it, so they stream, fail and drain alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage, TokenUsage
+from hermes_actors.waiters import ReplyWaiters
+
+if TYPE_CHECKING:
+    from hermes_actors.ports import Inbox
+
+__all__ = ["Finished", "Idle", "TextDelta", "ToolEvent", "TurnCall", "TurnEvent", "finished_from"]
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ToolEvent(msgspec.Struct, frozen=True):
+    name: str
+    call_id: str
+    status: str  # running | completed
+
+
+class Idle(msgspec.Struct, frozen=True):
+    """Nothing happened for a tick."""
+
+
+class Finished(msgspec.Struct, frozen=True, kw_only=True):
+    """The turn's outcome: ``reply`` is the agent's text (``None`` when it gave none: ``failure`` says why)."""
+
+    session_id: str | None
+    reply: str | None
+    failure: str | None = None
+    failure_code: str | None = None  # agent_incomplete, storage_unavailable
+    usage: TokenUsage | None = None
+    streamed: str = ""  # the text the watcher saw before the end (a failed turn's partial answer)
+
+    @property
+    def completed(self) -> bool:
+        return self.reply is not None
+
+
+TurnEvent = TextDelta | ToolEvent | Idle | Finished
+
+
+class _Watcher:
+    """Carries a turn's events from the agent's thread onto the request's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[TurnEvent | _Reply]) -> None:
+        self._loop = loop
+        self._queue = queue
+
+    def _put(self, event: TurnEvent) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def text(self, delta: str) -> None:
+        self._put(TextDelta(delta))
+
+    def tool(self, name: str, call_id: str, status: str) -> None:
+        self._put(ToolEvent(name, call_id, status))
+
+
+def finished_from(message: OutboundMessage, streamed: str) -> Finished:
+    """The outcome an outbound reply stands for."""
+    usage = message.usage if isinstance(message.usage, TokenUsage) else None
+    if message.error == OutboundError.AGENT_FAILED:
+        return Finished(
+            session_id=message.session_id,
+            reply=None,
+            failure=message.text,
+            failure_code="agent_incomplete",
+            streamed=streamed,
+        )
+    if message.error is not None:
+        return Finished(
+            session_id=message.session_id,
+            reply=None,
+            failure=message.text,
+            failure_code=str(message.error),
+            streamed=streamed,
+        )
+    return Finished(session_id=message.session_id, reply=message.text, usage=usage, streamed=streamed)
+
+
+class TurnCall:
+    """The turn of one inbound message, watched from the request's event loop. Use :meth:`open` before
+    submitting the message and :meth:`close` when the request is done (in a ``finally``)."""
+
+    def __init__(self, watch: Inbox, waiters: ReplyWaiters, inbound: InboundMessage) -> None:
+        self.inbound = inbound
+        self._watch_port = watch
+        self._waiters = waiters
+        self._queue: asyncio.Queue[TurnEvent | _Reply] = asyncio.Queue()
+        self._streamed: list[str] = []
+        self._reply: concurrent.futures.Future[OutboundMessage] | None = None
+        self.finished: Finished | None = None
+
+    @property
+    def message_id(self) -> str:
+        return self.inbound.message_id
+
+    @property
+    def streamed(self) -> str:
+        """The text seen so far."""
+        return "".join(self._streamed)
+
+    def open(self) -> None:
+        """Watch the turn and expect its reply (before the message is submitted, so nothing is missed)."""
+        loop = asyncio.get_running_loop()
+        self._watch_port.watch_turn(self.message_id, _Watcher(loop, self._queue))
+        reply = self._reply = self._waiters.expect(self.message_id)
+
+        def done(future: concurrent.futures.Future[OutboundMessage]) -> None:
+            if not future.cancelled():
+                message = future.result()
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._queue.put_nowait, _Reply(message))
+
+        reply.add_done_callback(done)
+
+    def close(self) -> None:
+        """Stop watching and waiting; a reply that comes later only goes to the transcript."""
+        self._watch_port.unwatch_turn(self.message_id)
+        self._waiters.forget(self.message_id, self._reply)
+        if self._reply is not None:
+            self._reply.cancel()
+
+    def finish_with(self, finished: Finished) -> None:
+        """End the call with an outcome known without a turn (an idempotent retry answered from the store)."""
+        self._queue.put_nowait(_Reply(None, finished))
+
+    async def events(self, tick_s: float) -> AsyncIterator[TurnEvent]:
+        """The turn's events in order, :class:`Idle` after ``tick_s`` without one, ending with :class:`Finished`."""
+        while self.finished is None:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), tick_s)
+            except TimeoutError:
+                yield Idle()
+                continue
+            if isinstance(item, _Reply):
+                if item.finished is not None:
+                    self.finished = item.finished
+                else:
+                    assert item.message is not None
+                    self.finished = finished_from(item.message, self.streamed)
+                yield self.finished
+                return
+            if isinstance(item, TextDelta):
+                self._streamed.append(item.text)
+            yield item
+
+
+class _Reply(msgspec.Struct, frozen=True):
+    message: OutboundMessage | None
+    finished: Finished | None = None
