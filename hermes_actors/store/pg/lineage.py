@@ -162,20 +162,24 @@ def list_lineages(
     visible: SessionFilter | None,
     preview_chars: int,
     tips: Sequence[str] | None,
+    offset: int = 0,
 ) -> LineagePage:
-    """One row per lineage in scope, most recently active tip first (see ``StoreInterface.list_lineages``)."""
+    """One row per lineage in scope, most recently active tip first, the first ``offset`` skipped (see
+    ``StoreInterface.list_lineages``)."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:
         raise ValueError(f"preview_chars must be 1 or more, not {preview_chars}")
+    if offset < 0:
+        raise ValueError(f"offset must be 0 or more, not {offset}")
     selected, tip_params = _tips(visible, source, ended, tips)
     total = int(db.value(f"SELECT count(*) {selected}", tip_params) or 0)
-    if limit == 0 or total == 0:
+    if limit == 0 or total <= offset:
         return LineagePage(rows=[], total=total)
     scope, scope_params = _scope("p", visible, source)
-    page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT %s"
+    page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT %s OFFSET %s"
     rows = []
-    for row in db.execute(_page_sql(page, scope, preview_chars), [*tip_params, limit, *scope_params]):
+    for row in db.execute(_page_sql(page, scope, preview_chars), [*tip_params, limit, offset, *scope_params]):
         tip = SessionRecord(**dict(zip(_FIELDS, row[: len(_FIELDS)], strict=True)))
         messages, ids, preview = row[len(_FIELDS) :]
         members = [str(member) for member in ids]

@@ -84,6 +84,14 @@ class PgInbox(PgTable):
         """Make ``owner`` the process that runs the pending row's turn."""
         self._db.execute("UPDATE inbox SET owner = %s WHERE id = %s AND state = %s", (owner, inbox_id, _PENDING))
 
+    def find(self, platform: str, account_id: str, platform_message_id: str) -> InboxRow | None:
+        """The row of a platform's message, ``None`` when the inbox never took it (or pruned it)."""
+        rows = self._db.execute(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE platform = %s AND account_id = %s AND platform_message_id = %s",
+            (platform, account_id, platform_message_id),
+        )
+        return _inbox_row(rows[0]) if rows else None
+
     def pending_among(self, inbox_ids: Sequence[int]) -> set[int]:
         """Which of ``inbox_ids`` are still pending."""
         if not inbox_ids:

@@ -171,11 +171,12 @@ class PgSessionRows(SessionResolution):
         limit: int | None = 20,
         order: Literal["last_active", "started"] = "last_active",
         visible: SessionFilter | None = None,
+        offset: int = 0,
     ) -> list[SessionRecord]:
         """Return sessions, most recently active (or started) first.
 
-        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all;
-        ``visible`` keeps the sessions a caller may see.
+        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all, after
+        skipping the first ``offset``; ``visible`` keeps the sessions a caller may see.
         """
         clauses: list[str] = []
         params: list[Any] = []
@@ -190,8 +191,8 @@ class PgSessionRows(SessionResolution):
             clauses.append("ended_at IS NOT NULL" if ended else "ended_at IS NULL")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         column = "last_active_at" if order == "last_active" else "started_at"
-        params.append(limit)
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT %s"
+        params.extend([limit, max(offset, 0)])
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT %s OFFSET %s"
         return [_session(row) for row in self._db.execute(sql, params)]
 
     # -- titles and resolution ---------------------------------------------------------------------------------

@@ -188,8 +188,10 @@ class PostgresStore(PgTranscriptRows):
         visible: SessionFilter | None = None,
         preview_chars: int = DEFAULT_PREVIEW_CHARS,
         tips: Sequence[str] | None = None,
+        offset: int = 0,
     ) -> LineagePage:
-        """One row per conversation, most recently active first, and how many there are in all."""
+        """One row per conversation, most recently active first (the first ``offset`` skipped), and how many
+        there are in all."""
         return lineage.list_lineages(
             self.database,
             source=source,
@@ -198,6 +200,7 @@ class PostgresStore(PgTranscriptRows):
             visible=visible,
             preview_chars=preview_chars,
             tips=tips,
+            offset=offset,
         )
 
     def prune_sessions(
