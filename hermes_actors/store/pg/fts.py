@@ -145,7 +145,10 @@ def snippet(content: str, wanted: Sequence[Phrase], tokens_shown: int = SNIPPET_
     if not found:
         return content
     first = min(marked) if marked else 0
-    begin = 0 if len(found) <= tokens_shown else max(0, min(first, len(found) - tokens_shown))
+    last = max((m for m in marked if m < first + tokens_shown), default=first)
+    # The matches of the first window centred in it, as FTS5's snippet() places them.
+    centred = first - (tokens_shown - (last - first + 1)) // 2
+    begin = 0 if len(found) <= tokens_shown else max(0, min(centred, len(found) - tokens_shown))
     end = min(len(found), begin + tokens_shown)
     utf8 = content.encode("utf-8")
     cut_from = 0 if begin == 0 else found[begin][0]
