@@ -8,11 +8,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from hermes_actors.errors import SchemaVersionError
-from hermes_actors.store import EndReason, NewMessage, Role, StoreInterface
+from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.table_interface import (
     AttachmentIndex,
@@ -245,3 +246,30 @@ def test_a_huge_message_of_distinct_tokens_is_stored_and_found_by_its_first_word
     pg.append_messages(session.id, [NewMessage(role=Role.USER, content=words + " " + chinese)])
     assert len(pg.fts_query("w0000001").hits) == 1
     assert len(pg.fts_query(chinese[:2]).hits) == 1
+
+
+def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: PostgresStore, tmp_path: Path) -> None:
+    with Store.open(tmp_path / "state.db") as sqlite:
+        connection = sqlite._connection
+        names = [str(n) for (n,) in connection.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+        sqlite_tables = {
+            name: {str(row[1]) for row in connection.execute(f"PRAGMA table_info({name})")}
+            for name in names
+            if not name.startswith(("messages_fts", "sqlite_"))
+        }
+    rows = pg.database.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'"
+    )
+    pg_tables: dict[str, set[str]] = {}
+    for table, column in rows:
+        pg_tables.setdefault(str(table), set()).add(str(column))
+    assert set(pg_tables) == {*sqlite_tables, "shard_leases", "search_totals"}
+    for table, columns in sqlite_tables.items():
+        extra = {"words", "cjk", "n_tokens"} if table == "messages" else set()
+        assert pg_tables[table] == columns | extra, table
+    assert pg_tables["shard_leases"] == {"shard", "holder", "epoch", "expires_at"}
+
+
+def test_check_writable_passes_on_a_healthy_database_and_leaves_nothing(pg: PostgresStore) -> None:
+    pg.check_writable()
+    assert pg.database.value("SELECT to_regclass('hermes_probe')") is None
