@@ -105,3 +105,13 @@ def test_a_home_without_a_database_is_an_error_naming_the_fix(home: Path, empty_
     result = run(home, "db", "copy", "--to", empty_dsn)
     assert result.exit_code == 1
     assert "no database at" in result.output
+
+
+def test_a_database_that_cannot_be_reached_is_named_with_the_servers_refusal(
+    home: Path, store: Store, postgres_cluster: Cluster
+) -> None:
+    seed(store)
+    result = run(home, "db", "copy", "--to", postgres_cluster.dsn("no_such_database"))
+    assert result.exit_code == 1
+    assert "cannot connect to PostgreSQL at " in result.output
+    assert 'database "no_such_database" does not exist' in result.output

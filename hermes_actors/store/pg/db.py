@@ -28,6 +28,7 @@ __all__ = ["Database", "Params", "fault_of"]
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
 _POOL_TIMEOUT_S = 30.0
+_CONNECT_TIMEOUT_S = 10
 
 
 def fault_of(exc: BaseException) -> StoreFault | None:
@@ -66,6 +67,10 @@ class Database:
     def __init__(self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
         self.dsn = dsn
         self._open = _Open()
+        try:  # one plain connection first: its refusal names the problem (the pool's would only time out)
+            psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_S).close()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {str(exc).strip()}") from exc
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
             min_size=1,
