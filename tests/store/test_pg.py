@@ -32,7 +32,7 @@ pytest.importorskip("psycopg")
 
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.match import condition
-from hermes_actors.store.pg.migrations import SCHEMA_VERSION
+from hermes_actors.store.pg.migrations import SCHEMA_VERSION, schema_sql
 from hermes_actors.store.pg.text import tokenize
 from hermes_actors.store.search_query import SearchQuery, parse_search_query
 
@@ -76,6 +76,11 @@ def test_the_daemon_and_hermesctl_start_without_importing_psycopg() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+def test_packaged_schema_equals_the_top_level_schema_pg_sql() -> None:
+    top = Path(__file__).resolve().parents[2] / "schema_pg.sql"
+    assert schema_sql() == top.read_text(encoding="utf-8")
 
 
 def test_an_empty_database_gets_the_schema_and_a_second_open_changes_nothing(postgres_cluster: Cluster) -> None:

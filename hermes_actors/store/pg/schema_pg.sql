@@ -1,5 +1,8 @@
 -- hermes-actors state database on PostgreSQL, schema version 1.
 --
+-- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
+-- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
+--
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
