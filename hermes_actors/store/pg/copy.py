@@ -110,12 +110,24 @@ def _batches(source: Store, table: str, batch_size: int) -> Iterator[list[tuple[
         yield page
 
 
+_PARENT = COPIED_TABLES["sessions"][0].index("parent_session_id")
+_CONTENT = COPIED_TABLES["messages"][0].index("content")
+
+
 def _pg_row(table: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    if table == "sessions":
-        return (*row[:15], None, *row[16:])  # parents are set once every session is in (a second pass)
-    if table == "messages":
-        indexed = index_text(row[3])
-        return (*row[:3], to_db(row[3]), *row[4:], indexed.words, indexed.cjk, indexed.n_tokens)
+    if table == "sessions":  # parents are set once every session is in (a second pass): any order goes
+        return (*row[:_PARENT], None, *row[_PARENT + 1 :])
+    if table == "messages":  # the content as stored, and the search columns computed from it
+        content = row[_CONTENT]
+        indexed = index_text(content)
+        return (
+            *row[:_CONTENT],
+            to_db(content),
+            *row[_CONTENT + 1 :],
+            indexed.words,
+            indexed.cjk,
+            indexed.n_tokens,
+        )
     return row
 
 
