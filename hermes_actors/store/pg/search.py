@@ -262,13 +262,8 @@ class PgSearchReads:
             raise IndexRefusedError(_refusal(parsed))
         params: list[Any] = []
         where = condition(parsed.root, params)
-        rows = self._db.execute(
-            f"SELECT m.id FROM messages AS m WHERE {where} ORDER BY m.id DESC LIMIT %s",
-            [
-                *params,
-                sample,
-            ],
-        )
+        sql = f"SELECT m.id FROM messages AS m WHERE {where} ORDER BY m.id DESC LIMIT %s"
+        rows = self._db.execute(sql, [*params, sample])
         return len(rows), int(rows[-1][0]) if rows else 0
 
     def newest_message_id(self) -> int | None:
