@@ -21,6 +21,7 @@ __all__ = [
     "InboundMessage",
     "OutboundError",
     "OutboundMessage",
+    "ResponseRecord",
     "TokenUsage",
     "decode_inbound",
     "decode_outbound",
@@ -74,10 +75,15 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 class Conversation(msgspec.Struct, frozen=True, kw_only=True):
     """The conversation a stateless client sends with each request (the OpenAI chat-completions body): the model
-    sees this history and this extra system text instead of the stored transcript's, for that turn only."""
+    sees this history and this extra system text instead of the stored transcript's, for that turn only.
+
+    ``after_transcript`` keeps the stored transcript (a Responses chain continues its session): the model sees the
+    transcript, then ``history``, with ``system`` added to the session's system text.
+    """
 
     system: str | None = None
     history: tuple[ContextMessage, ...] = ()
+    after_transcript: bool = False
 
 
 class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +140,25 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     outbox_id: int | None = None
     error: OutboundError | None = None
     usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
+
+
+class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A response of the API's ``/v1/responses`` as the store keeps it, tied to the session its turn ran in.
+
+    ``body`` is the response object (JSON) the client got; ``scope`` is the API key's fingerprint (``None``
+    without a key); ``conversation`` the client's name for the conversation it follows; ``instructions`` those in
+    force, which a chained request inherits.
+    """
+
+    id: str
+    session_id: str
+    scope: str | None
+    status: str  # completed, failed, incomplete
+    body: bytes
+    created_at: float
+    conversation: str | None = None
+    previous_id: str | None = None
+    instructions: str | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -3,9 +3,10 @@
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently), the runtime's health and numbers for the endpoints that publish them (``/health/ready``,
-``/metrics``), and the :class:`~hermes_actors.operator_port.Operator` for an entry point that serves the holder of
-the admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+recently, the HTTP API's stored responses), the runtime's health and numbers for the endpoints that publish them
+(``/health/ready``, ``/metrics``), and the :class:`~hermes_actors.operator_port.Operator` for an entry point that
+serves the holder of the admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names
+for adapter authors.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import msgspec
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage, TokenUsage
+from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.turn_events import ToolStatus, TurnEvents
 
 __all__ = [
     "AcceptResult",
@@ -140,6 +142,7 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     platform: str  # the platform that opened it (the session's ``source``)
     scope_id: str | None  # the scope it was opened in (the API server's key fingerprint)
     live: bool  # not ended: a new turn may still join it
+    user_id: str | None = None  # the participant who opened it
 
 
 class PlatformStatus(enum.StrEnum):
@@ -255,26 +258,6 @@ class Exposition(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
 
 
-ToolStatus = str
-"""``running`` when a tool call starts, ``completed`` when its result is in."""
-
-
-class TurnEvents(Protocol):
-    """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
-
-    Called from the agent's thread; each call must return at once. What is reported here is only a view: the
-    reply the agent returns is what the turn stores.
-    """
-
-    def text(self, delta: str) -> None:
-        """The next piece of the reply's text, as the model produced it."""
-        ...
-
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
-        """A tool call started (``running``) or finished (``completed``)."""
-        ...
-
-
 class Inbox(Protocol):
     """All an adapter sees of the runtime: the durable inbox it feeds, and the few reads it needs.
 
@@ -351,6 +334,22 @@ class Inbox(Protocol):
     def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
         """What became of ``platform``'s message ``message_id`` (``account_id`` ``""``), ``None`` when the inbox
         never took it: still pending, or answered with the reply stored in its session."""
+        ...
+
+    def save_response(self, response: ResponseRecord) -> Future[None]:
+        """Store an API response with its session (replacing one with its id); resolves once committed."""
+        ...
+
+    def get_response(self, response_id: str, scope: str | None) -> ResponseRecord | None:
+        """The stored response ``response_id`` made in ``scope`` (an API key's fingerprint), else ``None``."""
+        ...
+
+    def delete_response(self, response_id: str, scope: str | None) -> Future[bool]:
+        """Delete the stored response ``response_id`` of ``scope``; resolves to whether there was one."""
+        ...
+
+    def latest_response_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
+        """The newest stored response of ``scope`` in the conversation named ``conversation``, else ``None``."""
         ...
 
     def readiness(self) -> Readiness:

@@ -26,6 +26,7 @@ CORE = frozenset(
         "hermes_actors.ports",
         "hermes_actors.routing",
         "hermes_actors.titles",
+        "hermes_actors.turn_events",
         "hermes_actors.waiters",
     }
 )

@@ -30,10 +30,14 @@ def _estimate_tokens(text: str) -> int:
 
 def _report(events: TurnEvents, messages: Sequence[AgentMessage]) -> None:
     """Tell a watcher what the turn did: each tool call as it would have run, then the reply word by word."""
+    arguments = {
+        call["id"]: call["function"]["arguments"] for m in messages for call in json.loads(m.tool_calls or "[]")
+    }
     for message in messages:
         if message.role == Role.TOOL:
-            events.tool(message.tool_name or "?", message.tool_call_id or "", "running")
-            events.tool(message.tool_name or "?", message.tool_call_id or "", "completed")
+            call_id = message.tool_call_id or ""
+            events.tool(message.tool_name or "?", call_id, "running", arguments.get(call_id, ""))
+            events.tool(message.tool_name or "?", call_id, "completed", message.content or "")
     for word in re.findall(r"\S+\s*|\s+", messages[-1].content or ""):
         events.text(word)
 

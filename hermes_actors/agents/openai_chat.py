@@ -207,10 +207,10 @@ class OpenAIAgent:
             )
             for call in calls:
                 if turn.events is not None:
-                    turn.events.tool(_call_name(call), str(call.get("id") or ""), "running")
+                    turn.events.tool(_call_name(call), str(call.get("id") or ""), "running", _call_arguments(call))
                 name, call_id, result = run_tool_call(turn.tools, call)
                 if turn.events is not None:
-                    turn.events.tool(name, call_id, "completed")
+                    turn.events.tool(name, call_id, "completed", result)
                 produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
                 messages.append({"role": "tool", "content": result, "tool_call_id": call_id})
         raise AssertionError("unreachable: the last round offers no tools")  # pragma: no cover
@@ -287,6 +287,14 @@ class OpenAIAgent:
 def _call_name(call: dict[str, Any]) -> str:
     spec: object = call.get("function") or call.get("custom")
     return str(spec.get("name") or "?") if isinstance(spec, dict) else "?"
+
+
+def _call_arguments(call: dict[str, Any]) -> str:
+    spec: object = call.get("function") or call.get("custom")
+    if not isinstance(spec, dict):
+        return ""
+    value = spec.get("arguments", spec.get("input"))
+    return value if isinstance(value, str) else json.dumps(value) if value is not None else ""
 
 
 def _estimated_tokens(sent: object, tools: object = None) -> int:

@@ -21,6 +21,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "pip install 'hermes-actors[openai]'"
     ) from error
 
+from hermes_actors.agents.openai_stream import read_stream
 from hermes_actors.agents.turn import AgentError
 
 __all__ = ["ChatEndpoint"]
@@ -122,12 +123,9 @@ class ChatEndpoint:
         of a non-streamed message's) and the (prompt, completion) tokens of the final ``usage`` chunk, ``None``
         when the server sent none."""
         temperature = openai.omit if self.temperature is None else self.temperature
-        texts: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: tuple[int, int] | None = None
-        finished = False
-        with self._failures(timeout_s):
-            chunks = self._client.chat.completions.create(
+        with (
+            self._failures(timeout_s),
+            self._client.chat.completions.with_streaming_response.create(
                 model=self.model,
                 messages=messages,
                 temperature=temperature,
@@ -135,25 +133,17 @@ class ChatEndpoint:
                 timeout=timeout_s if left_s is None else left_s,
                 stream=True,
                 stream_options={"include_usage": True},
-            )
-            for chunk in chunks:
-                if chunk.usage is not None:
-                    usage = (_count(chunk.usage.prompt_tokens), _count(chunk.usage.completion_tokens))
-                for choice in chunk.choices or ():
-                    finished = finished or choice.finish_reason is not None
-                    delta = choice.delta
-                    if delta.content:
-                        texts.append(delta.content)
-                        on_text(delta.content)
-                    for piece in delta.tool_calls or ():
-                        _add_call_piece(calls.setdefault(piece.index, {}), piece)
-        if not finished:
+            ) as response,
+        ):
+            answer = read_stream(response.iter_lines(), on_text)
+        if answer.error is not None:
+            raise AgentError(f"{self.where} sent an error in its stream: {answer.error[:300]}; retry the turn")
+        if not answer.finished:
             raise AgentError(
-                f"{self.where} broke off its answer after {len(texts)} pieces (the stream ended without a finish "
-                "reason); retry the turn"
+                f"{self.where} broke off its answer after {answer.pieces} pieces (the stream ended without a "
+                "finish reason); retry the turn"
             )
-        content = "".join(texts) or None
-        return content, [calls[index] for index in sorted(calls)], usage
+        return answer.content, answer.calls, answer.usage
 
     @contextmanager
     def _failures(self, timeout_s: float) -> Iterator[None]:
@@ -208,17 +198,6 @@ def _retried(request_headers: Any) -> str:
     except (TypeError, ValueError):
         return ""
     return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
-
-
-def _add_call_piece(call: dict[str, Any], piece: Any) -> None:
-    """Add one streamed piece of a tool call to what arrived of it so far."""
-    if piece.id:
-        call["id"] = piece.id
-    call.setdefault("type", piece.type or "function")
-    function = call.setdefault("function", {"name": "", "arguments": ""})
-    if piece.function is not None:
-        function["name"] += piece.function.name or ""
-        function["arguments"] += piece.function.arguments or ""
 
 
 def _count(value: object) -> int:

@@ -218,6 +218,10 @@ class Gateway:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""
         return self._readers.reader()
 
+    def submit_write(self, work: Callable[[Store], T]) -> Future[T]:
+        """:meth:`write` without waiting: the future resolves after that commit."""
+        return self._writer.submit(work)
+
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until no turn is queued or running, no actor is still stopping (a passivation or eviction has
         released its lease and left :attr:`SupervisorStatistics.live_actors`), no background job (an automatic

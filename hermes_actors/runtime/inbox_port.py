@@ -15,7 +15,7 @@ import msgspec
 
 from hermes_actors.agents.turn import TurnEvents
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, decode_inbound
+from hermes_actors.messages import InboundMessage, ResponseRecord, decode_inbound
 from hermes_actors.ports import (
     AcceptResult,
     Exposition,
@@ -86,7 +86,13 @@ class GatewayInbox:
             record = store.find_session(session_id)
         if record is None:
             return None
-        return SessionOwner(session_id=record.id, platform=record.source, scope_id=record.scope_id, live=record.is_live)
+        return SessionOwner(
+            session_id=record.id,
+            platform=record.source,
+            scope_id=record.scope_id,
+            live=record.is_live,
+            user_id=record.user_id,
+        )
 
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
         """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
@@ -127,6 +133,24 @@ class GatewayInbox:
                 return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
             transcript = store.load_transcript(row.session_id)
         return _answer_in(message, row.session_id, transcript, message_id)
+
+    def save_response(self, response: ResponseRecord) -> Future[None]:
+        """``store.responses.save`` through the writer."""
+        return self._gateway.submit_write(lambda store: store.responses.save(response))
+
+    def get_response(self, response_id: str, scope: str | None) -> ResponseRecord | None:
+        """``store.responses.get`` on a reader."""
+        with self._gateway.read() as store:
+            return store.responses.get(response_id, scope)
+
+    def delete_response(self, response_id: str, scope: str | None) -> Future[bool]:
+        """``store.responses.delete`` through the writer."""
+        return self._gateway.submit_write(lambda store: store.responses.delete(response_id, scope))
+
+    def latest_response_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
+        """``store.responses.latest_in`` on a reader."""
+        with self._gateway.read() as store:
+            return store.responses.latest_in(scope, conversation)
 
     def store_unwritable_reason(self) -> str | None:
         """:meth:`Gateway.store_unwritable_reason`."""

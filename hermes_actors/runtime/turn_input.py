@@ -3,8 +3,9 @@ to the entry point (usage, or the mark that the agent gave no reply).
 
 A message from a stateless client (an OpenAI-compatible request without a session header) carries its whole
 conversation (:class:`~hermes_actors.messages.Conversation`): for that turn the model sees the client's history
-and the client's system text after the session's own, not the stored transcript. The transcript still stores the
-turn, so the operator can read it and a later request that names the session continues from it.
+and the client's system text after the session's own, not the stored transcript (a Responses chain keeps the
+transcript and adds its instructions and input items: ``Conversation.after_transcript``). The transcript still stores
+the turn, so the operator can read it and a later request that names the session continues from it.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def turn_input(
     deliveries: Sequence[Delivery],
     watch: TurnWatch,
 ) -> TurnInput:
-    """The agent's input for a turn answering ``deliveries`` with the user ``text``."""
-    events = watch.events_for(d.message.message_id for d in deliveries)
+    """The agent's input for a turn answering ``deliveries`` with the user ``text``; built just before the agent is
+    called, so the turn's watchers are told here that it has begun."""
+    events = watch.begin((d.message.message_id for d in deliveries), session_id)
     conversation = conversation_of(deliveries)
     if conversation is None:
         return TurnInput(
@@ -65,12 +67,15 @@ def turn_input(
     ]
     view = ModelHistory(0)  # the client's history goes as the client sent it: it chose what to send
     system = "\n\n".join(part for part in (prefix.system_prompt, conversation.system) if part) or None
+    seen, tokens = view.of(sent), view.tokens(sent)
+    if conversation.after_transcript:  # a Responses chain: the session's own history comes first
+        seen, tokens = [*model_history.of(history), *seen], model_history.tokens(history) + tokens
     return TurnInput(
         session_id=session_id,
-        history=view.of(sent),
+        history=seen,
         user_text=text,
         system_prompt=system,
-        history_tokens=view.tokens(sent),
+        history_tokens=tokens,
         tools=tools,
         attachments=attachments,
         events=events,

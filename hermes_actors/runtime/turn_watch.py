@@ -43,12 +43,27 @@ class TurnWatch:
             return None
         return found[0] if len(found) == 1 else _Fanout(tuple(found))
 
+    def begin(self, message_ids: Iterable[str], session_id: str) -> TurnEvents | None:
+        """:meth:`events_for` a turn answering ``message_ids`` that begins now (its agent is about to be called),
+        after telling them it has begun (:meth:`TurnEvents.started`)."""
+        events = self.events_for(message_ids)
+        if events is not None:
+            events.started(session_id)
+        return events
+
 
 class _Fanout:
     """Several watchers of one turn (a turn that merged messages); one that fails does not stop the others."""
 
     def __init__(self, watchers: tuple[TurnEvents, ...]) -> None:
         self._watchers = watchers
+
+    def started(self, session_id: str) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher.started(session_id)
+            except Exception:
+                _log.exception("a turn watcher failed on the turn's start")
 
     def text(self, delta: str) -> None:
         for watcher in self._watchers:
@@ -57,9 +72,9 @@ class _Fanout:
             except Exception:
                 _log.exception("a turn watcher failed on a text delta")
 
-    def tool(self, name: str, call_id: str, status: ToolStatus) -> None:
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
         for watcher in self._watchers:
             try:
-                watcher.tool(name, call_id, status)
+                watcher.tool(name, call_id, status, detail)
             except Exception:
                 _log.exception("a turn watcher failed on a tool event")

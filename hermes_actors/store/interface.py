@@ -36,6 +36,7 @@ from hermes_actors.store.table_interface import (
     LeaseTable,
     MemoryTable,
     OutboxQueue,
+    ResponseTable,
     TimerTable,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "Maintenance",
     "MemoryTable",
     "OutboxQueue",
+    "ResponseTable",
     "SessionDirectory",
     "StoreInterface",
     "TimerTable",
@@ -296,4 +298,9 @@ class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     @property
     def attachments(self) -> AttachmentIndex:
         """Message attachments."""
+        ...
+
+    @property
+    def responses(self) -> ResponseTable:
+        """The API's stored responses."""
         ...

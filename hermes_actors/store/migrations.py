@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -146,7 +146,13 @@ def _v6(connection: apsw.Connection) -> None:
         connection.execute("ALTER TABLE sessions ADD COLUMN tokens_estimated INTEGER NOT NULL DEFAULT 0")
 
 
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+def _v7(connection: apsw.Connection) -> None:
+    """The responses of the API's ``/v1/responses``, tied to their sessions."""
+    for statement in _schema_statements("api_responses"):
+        connection.execute(statement)
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
 
 
 def schema_sql() -> str:

@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 6.
+-- hermes-actors state database, schema version 7.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 6; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 7; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -224,6 +224,24 @@ CREATE TABLE timers (
     payload    BLOB
 ) WITHOUT ROWID;
 CREATE INDEX timers_due ON timers (due_at);
+
+-- Responses of the API's /v1/responses (version 7): the response object as the client got it, tied to the session
+-- its turn ran in, so deleting or pruning the session takes its responses with it. A chain continues the session
+-- of its previous response; a conversation name follows its newest response.
+CREATE TABLE api_responses (
+    id           TEXT PRIMARY KEY,                -- 'resp_<hex>'
+    session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    scope        TEXT NOT NULL DEFAULT '',        -- the API key's fingerprint ('' without a key)
+    conversation TEXT,                            -- the client's conversation name, if it gave one
+    previous_id  TEXT,                            -- previous_response_id of the request
+    instructions TEXT,                            -- the instructions in force (a chain inherits them)
+    status       TEXT NOT NULL,                   -- completed, failed, incomplete
+    body         BLOB NOT NULL,                   -- the response object, JSON
+    created_at   REAL NOT NULL
+);
+CREATE INDEX api_responses_conversation ON api_responses (scope, conversation, created_at)
+    WHERE conversation IS NOT NULL;
+CREATE INDEX api_responses_session ON api_responses (session_id);
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,

@@ -6,8 +6,8 @@ transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn mu
 
 The concerns live in their own modules: sessions, titles and routes in :mod:`.sessions`, messages and search in
 :mod:`.transcript`, the queues and small tables in :mod:`.inbox`, :mod:`.outbox_queue`, :mod:`.leases`,
-:mod:`.timers`, :mod:`.cursors`, :mod:`.homes` and :mod:`.memories`; this module opens the store and adds the
-maintenance operations.
+:mod:`.timers`, :mod:`.cursors`, :mod:`.homes`, :mod:`.memories` and :mod:`.responses`; this module opens the
+store and adds the maintenance operations.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord
+from hermes_actors.store.responses import Responses
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 from hermes_actors.store.transcript import TranscriptRows
@@ -66,6 +67,7 @@ class Store(TranscriptRows):
         self.kv = KeyValues(connection, clock)
         self.homes = HomeChannels(connection, clock)
         self.memories = Memories(connection, clock)
+        self.responses = Responses(connection, clock)
 
     @classmethod
     def open(

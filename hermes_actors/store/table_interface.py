@@ -1,5 +1,5 @@
 """The protocols of the store's tables around the transcript: ``store.inbox``, ``store.outbox``, ``store.leases``,
-``store.timers``, ``store.kv``, ``store.homes``, ``store.memories`` and ``store.attachments``.
+``store.timers``, ``store.kv``, ``store.homes``, ``store.memories``, ``store.attachments`` and ``store.responses``.
 
 Re-exported by :mod:`hermes_actors.store.interface`, where :class:`~.interface.StoreInterface` joins them.
 """
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, ResponseRecord
 from hermes_actors.store.records import (
     AttachmentRecord,
     HomeChannel,
@@ -29,6 +29,7 @@ __all__ = [
     "LeaseTable",
     "MemoryTable",
     "OutboxQueue",
+    "ResponseTable",
     "TimerTable",
 ]
 
@@ -278,4 +279,26 @@ class AttachmentIndex(Protocol):
 
     def remove_unreferenced(self, paths: Iterable[str]) -> int:
         """Delete the files among ``paths`` that no row names; how many."""
+        ...
+
+
+@runtime_checkable
+class ResponseTable(Protocol):
+    """The API's stored responses (``store.responses``), each tied to its session and read within a scope (an API
+    key's fingerprint, ``None`` without a key): another scope's response is as unknown as a missing one."""
+
+    def save(self, response: ResponseRecord) -> None:
+        """Store ``response``, replacing a row with its id."""
+        ...
+
+    def get(self, response_id: str, scope: str | None) -> ResponseRecord | None:
+        """The response ``response_id`` of ``scope``, ``None`` when there is none."""
+        ...
+
+    def delete(self, response_id: str, scope: str | None) -> bool:
+        """Delete the response ``response_id`` of ``scope``; whether there was one."""
+        ...
+
+    def latest_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
+        """The newest response of ``scope`` in the conversation named ``conversation``, ``None`` before its first."""
         ...

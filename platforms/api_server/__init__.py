@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``GET /v1/models``, and the operational routes
+"""The OpenAI-compatible HTTP API: ``POST /v1/chat/completions``, ``/v1/runs`` (turns the server watches, see
+:mod:`platforms.api_server.runs`), ``GET /v1/models``, and the operational routes
 ``GET /health``, ``/health/ready``, ``/health/detailed`` and ``/metrics`` (Prometheus).
 
 A stateless client (no ``X-Hermes-Session-Id``) sends the whole conversation with every request: the model sees

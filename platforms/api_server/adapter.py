@@ -19,6 +19,8 @@ from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
 from platforms.api_server.probes import KEYED_PATHS, Probes
+from platforms.api_server.responses import ResponsesApi
+from platforms.api_server.runs import Runs
 from platforms.api_server.service import ApiService
 from platforms.api_server.sessions import key_fingerprint
 from platforms.api_server.surface import add_surface
@@ -75,6 +77,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         self._waiters = ReplyWaiters(PLATFORM)
         self._started_at = int(time.time())
         self._service = ApiService(config, scope=self._scope, waiters=self._waiters, attached=self._attached)
+        self._runs = Runs(self._service)
 
     # -- Adapter ---------------------------------------------------------------------------------------------
 
@@ -131,6 +134,8 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
 
     def _add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", ChatCompletions(self._service).handle)
+        self._runs.add_to(app)
+        ResponsesApi(self._service).add_to(app)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
         add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
@@ -147,6 +152,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         stopping = self._service.stopping
         if stopping is not None and not stopping.done():
             stopping.set_result(None)
+        await self._runs.close()  # their turns go on and are stored; GET answers from the store after a restart
 
     @web.middleware
     async def _error_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -24,10 +24,9 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
-from hermes_actors.routing import SessionSource
 from platforms.api_server.conversation import chat_turn
-from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency
+from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import (
     COMPLETED_HEADER,
     CONVERSATION_HEADER,
@@ -38,8 +37,6 @@ from platforms.api_server.sessions import (
 )
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import (
-    PLATFORM,
-    ApiError,
     Delta,
     ToolProgress,
     Turn,
@@ -52,27 +49,11 @@ from platforms.api_server.wire import (
 if TYPE_CHECKING:
     from platforms.api_server.service import ApiService
 
-__all__ = ["ChatCompletions", "require_json"]
+__all__ = ["ChatCompletions"]
 
 _log = logging.getLogger(__name__)
 
-_KEEP_ALIVE = b": keepalive\n\n"
 _DONE = b"data: [DONE]\n\n"
-_DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
-
-
-def require_json(request: web.Request) -> None:
-    """A 400 naming ``Content-Type`` when the body is declared as something other than JSON (a request that
-    declares nothing is read as JSON)."""
-    declared = request.headers.get("Content-Type", "").strip()
-    if declared and request.content_type != "application/json":
-        raise ApiError(
-            400,
-            f"Content-Type is {request.content_type or 'missing'!r}; send the body as JSON with "
-            "'Content-Type: application/json'",
-            code="invalid_content_type",
-            param="Content-Type",
-        )
 
 
 class ChatCompletions:
@@ -93,13 +74,7 @@ class ChatCompletions:
         with service.admitted():
             attachments = await service.attachments(turn_of.images) if turn_of.images else ()
             name = named or turn_of.name or f"api-{uuid.uuid4().hex}"
-            source = SessionSource(
-                platform=PLATFORM,
-                scope_id=service.scope,
-                chat_type="dm",
-                chat_id=name,
-                user_id=memory or chat.user or name,
-            )
+            source = service.source(name, memory or chat.user)
             turn_id = uuid.uuid4().hex
             inbound = InboundMessage(
                 source=source,
@@ -138,7 +113,7 @@ class ChatCompletions:
         self, request: web.Request, turn: Turn, call: TurnCall, extra: dict[str, str]
     ) -> web.StreamResponse:
         service = self._service
-        async for event in call.events(_DISCONNECT_POLL_S):
+        async for event in call.events(DISCONNECT_POLL_S):
             if isinstance(event, Finished):
                 return self._answer(turn, event, extra)
             if isinstance(event, Idle):
@@ -169,7 +144,7 @@ class ChatCompletions:
         response: web.StreamResponse | None = None
         quiet_since = asyncio.get_running_loop().time()
         try:
-            async for event in call.events(min(_DISCONNECT_POLL_S, service.config.keepalive_s)):
+            async for event in call.events(min(DISCONNECT_POLL_S, service.config.keepalive_s)):
                 now = asyncio.get_running_loop().time()
                 if isinstance(event, Idle):
                     ended = await service.wait_ended(request, turn, call)
@@ -180,9 +155,9 @@ class ChatCompletions:
                         break
                     if now - quiet_since >= service.config.keepalive_s:
                         if response is None:  # a silent turn: the headers go now, with the session known by now
-                            session_id = await service.session_hint(turn.routing_key)
+                            session_id = call.session_id or await service.session_hint(turn.routing_key)
                             response = await self._open_stream(request, turn, extra, session_id)
-                        await response.write(_KEEP_ALIVE)
+                        await response.write(KEEP_ALIVE)
                         quiet_since = now
                     continue
                 quiet_since = now
@@ -190,7 +165,7 @@ class ChatCompletions:
                     if isinstance(event, Finished) and event.reply is None and not event.streamed:
                         headers = {**extra, **({SESSION_HEADER: event.session_id} if event.session_id else {})}
                         return failure_error(event, headers).response()
-                    session_id = await service.session_hint(turn.routing_key)
+                    session_id = call.session_id or await service.session_hint(turn.routing_key)
                     response = await self._open_stream(request, turn, extra, session_id)
                 if isinstance(event, TextDelta):
                     await response.write(turn.chunk(Delta(content=event.text)))
@@ -211,15 +186,8 @@ class ChatCompletions:
     async def _open_stream(
         self, request: web.Request, turn: Turn, extra: dict[str, str], session_id: str | None
     ) -> web.StreamResponse:
-        headers = {
-            "Cache-Control": "no-cache",
-            **Guards(self._service.config).stream_headers(request),  # a shared port's app has no response hook
-            **extra,
-            **({SESSION_HEADER: session_id} if session_id else {}),
-        }
-        response = web.StreamResponse(headers=headers)
-        response.content_type = "text/event-stream"
-        await response.prepare(request)
+        headers = {**extra, **({SESSION_HEADER: session_id} if session_id else {})}
+        response = await self._service.event_stream(request, headers)
         await response.write(turn.chunk(Delta(role="assistant", content="")))
         return response
 
@@ -240,22 +208,3 @@ class ChatCompletions:
         if include_usage:
             await response.write(turn.chunk(None, usage=usage))
         await response.write(_DONE)
-
-
-def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
-    """The error a request gets for a turn that ended without the agent's answer."""
-    if finished.failure_code == "agent_incomplete":
-        return ApiError(
-            502,
-            f"the agent did not answer: {finished.failure}",
-            type="server_error",
-            code="agent_incomplete",
-            headers={**headers, COMPLETED_HEADER: "false"},
-        )
-    return ApiError(
-        503,
-        finished.failure or "the turn ended without a reply",
-        type="server_error",
-        code=finished.failure_code,
-        headers=headers,
-    )

@@ -31,6 +31,12 @@ class Endpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/v1/chat/completions", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/responses", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/responses/{id}", methods=("GET", "DELETE"), auth="client"),
+    Endpoint(path="/v1/runs", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/runs/{id}", methods=("GET",), auth="client"),
+    Endpoint(path="/v1/runs/{id}/events", methods=("GET",), auth="client"),
+    Endpoint(path="/v1/runs/{id}/stop", methods=("POST",), auth="client"),
     Endpoint(path="/v1/models", methods=("GET",), auth="client"),
     Endpoint(path="/v1/capabilities", methods=("GET",), auth="client"),
     Endpoint(path="/health", methods=("GET",), auth="none"),
@@ -59,8 +65,8 @@ def features(config: ApiServerConfig) -> dict[str, object]:
         "idempotency": IDEMPOTENCY_HEADER,  # a retry with the same key is answered from the store
         "images": True,  # image_url content parts (data: URLs are stored, http(s) URLs passed on)
         "usage": True,  # the model's reported token usage (estimated when it reports none)
-        "responses": False,
-        "runs": False,
+        "responses": True,  # /v1/responses: previous_response_id, conversation, stored with their session
+        "runs": True,  # /v1/runs: 202 at once, status, SSE events, stop
         "operator_api": True,  # /api/sessions with the admin key
         "cors": bool(config.cors_origins),
         "max_concurrent_runs": config.max_concurrent_runs,  # 0: no cap; beyond it 429

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,12 +23,14 @@ from aiohttp import web
 
 from hermes_actors.errors import HermesError
 from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
+from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
-from platforms.api_server.sessions import SESSION_HEADER, continue_session
-from platforms.api_server.turn_call import TurnCall
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
+from platforms.api_server.turn_call import Finished, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn
 from platforms.support.http_host import committed, read_decoded
 
@@ -36,9 +38,45 @@ if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
     from platforms.support.http_host import HttpHost
 
-__all__ = ["ApiService"]
+__all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "ApiService", "failure_error", "require_json"]
 
 _log = logging.getLogger(__name__)
+
+KEEP_ALIVE = b": keepalive\n\n"
+DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
+
+
+def require_json(request: web.Request) -> None:
+    """A 400 naming ``Content-Type`` when the body is declared as something other than JSON (a request that
+    declares nothing is read as JSON)."""
+    declared = request.headers.get("Content-Type", "").strip()
+    if declared and request.content_type != "application/json":
+        raise ApiError(
+            400,
+            f"Content-Type is {request.content_type or 'missing'!r}; send the body as JSON with "
+            "'Content-Type: application/json'",
+            code="invalid_content_type",
+            param="Content-Type",
+        )
+
+
+def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
+    """The error a request gets for a turn that ended without the agent's answer."""
+    if finished.failure_code == "agent_incomplete":
+        return ApiError(
+            502,
+            f"the agent did not answer: {finished.failure}",
+            type="server_error",
+            code="agent_incomplete",
+            headers={**headers, COMPLETED_HEADER: "false"},
+        )
+    return ApiError(
+        503,
+        finished.failure or "the turn ended without a reply",
+        type="server_error",
+        code=finished.failure_code,
+        headers=headers,
+    )
 
 
 class ApiService:
@@ -56,6 +94,7 @@ class ApiService:
         self.scope = scope  # the key's fingerprint: the scope of the sessions this server's key made
         self.waiters = waiters
         self._attached = attached
+        self._guards = Guards(config)
         self.running = 0
         self.draining = False
         self.stopping: asyncio.Future[None] | None = None  # done once the server stops for good
@@ -70,9 +109,9 @@ class ApiService:
 
     # -- admission ----------------------------------------------------------------------------------------------
 
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
-        """Count the request among the running ones, or refuse it: 503 while draining, 429 over the cap."""
+    def admit(self) -> None:
+        """Count a request or run among the running ones, or refuse it: 503 while draining, 429 over the cap;
+        :meth:`release` gives its place back."""
         if self.draining:
             raise ApiError(
                 503,
@@ -85,22 +124,46 @@ class ApiService:
         if cap and self.running >= cap:
             raise ApiError(
                 429,
-                f"{self.running} requests are running, the most this server takes at once "
+                f"{self.running} requests and runs are running, the most this server takes at once "
                 "(platforms.api_server.max_concurrent_runs); retry shortly",
                 type="rate_limit_error",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": "1"},
             )
         self.running += 1
+
+    def release(self) -> None:
+        """Give back the place :meth:`admit` took."""
+        self.running -= 1
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """:meth:`admit` the request for the ``with`` block."""
+        self.admit()
         try:
             yield
         finally:
-            self.running -= 1
+            self.release()
+
+    async def event_stream(self, request: web.Request, headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+        """Start a server-sent events answer to ``request`` with ``headers``: not cached, and with the security
+        headers and CORS set here, since an app mounted on the shared port has no response hook of the API's."""
+        response = web.StreamResponse(
+            headers={"Cache-Control": "no-cache", **self._guards.stream_headers(request), **(headers or {})}
+        )
+        response.content_type = "text/event-stream"
+        await response.prepare(request)
+        return response
 
     # -- a turn -------------------------------------------------------------------------------------------------
 
     async def read_body(self, request: web.Request) -> bytes:
         return await read_decoded(request, self.config.max_body_bytes)
+
+    def source(self, name: str, user: str | None = None) -> SessionSource:
+        """Where a request's turn comes from: the conversation ``name`` in this key's scope, ``user`` (else the
+        name) as the user whose memories it sees."""
+        return SessionSource(platform=PLATFORM, scope_id=self.scope, chat_type="dm", chat_id=name, user_id=user or name)
 
     def turn_call(self, inbound: InboundMessage) -> TurnCall:
         inbox, _ = self.parts()
@@ -153,14 +216,19 @@ class ApiService:
         except Exception:
             return None
 
-    async def stop_turn(self, inbound: InboundMessage) -> None:
-        """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored."""
+    async def stop_turn(self, inbound: InboundMessage, *, stop_id: str | None = None) -> bool:
+        """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored.
+        Return whether the stop was submitted.
+
+        ``stop_id`` is the ``/stop`` message's id, for a caller that expects its reply ("Stopped."): it comes once
+        the stopped turn has committed.
+        """
         try:
             inbox, _ = self.parts()
             stop = msgspec.structs.replace(
                 inbound,
                 text="/stop",
-                message_id=f"api-stop-{uuid.uuid4().hex}",
+                message_id=stop_id or f"api-stop-{uuid.uuid4().hex}",
                 attachments=(),
                 received_at=time.time(),
                 context=msgspec.UNSET,
@@ -168,7 +236,9 @@ class ApiService:
             )
             inbox.submit(stop)
         except Exception:
-            _log.warning("api_server: could not stop the turn of a client that left", exc_info=True)
+            _log.warning("api_server: could not stop a turn", exc_info=True)
+            return False
+        return True
 
     async def wait_ended(self, request: web.Request, turn: Turn, call: TurnCall) -> ApiError | None:
         """Whether a request waiting for ``turn`` must stop waiting: the error it ends with (time is up, the server

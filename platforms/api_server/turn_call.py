@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -35,6 +35,7 @@ class ToolEvent(msgspec.Struct, frozen=True):
     name: str
     call_id: str
     status: str  # running | completed
+    detail: str = ""  # the call's arguments (running), the tool's result (completed)
 
 
 class Idle(msgspec.Struct, frozen=True):
@@ -62,19 +63,32 @@ TurnEvent = TextDelta | ToolEvent | Idle | Finished
 class _Watcher:
     """Carries a turn's events from the agent's thread onto the request's loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[TurnEvent | _Reply]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[TurnEvent | _Reply],
+        on_started: Callable[[], None] | None,
+    ) -> None:
         self._loop = loop
         self._queue = queue
+        self._on_started = on_started
+        self.session_id: str | None = None  # the session the turn runs in, once it has begun
 
     def _put(self, event: TurnEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
+    def started(self, session_id: str) -> None:
+        self.session_id = session_id  # read on the loop after the first event, which comes after this
+        if self._on_started is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._on_started)
+
     def text(self, delta: str) -> None:
         self._put(TextDelta(delta))
 
-    def tool(self, name: str, call_id: str, status: str) -> None:
-        self._put(ToolEvent(name, call_id, status))
+    def tool(self, name: str, call_id: str, status: str, detail: str = "") -> None:
+        self._put(ToolEvent(name, call_id, status, detail))
 
 
 def finished_from(message: OutboundMessage, streamed: str) -> Finished:
@@ -110,6 +124,7 @@ class TurnCall:
         self._queue: asyncio.Queue[TurnEvent | _Reply] = asyncio.Queue()
         self._streamed: list[str] = []
         self._reply: concurrent.futures.Future[OutboundMessage] | None = None
+        self._watcher: _Watcher | None = None
         self.finished: Finished | None = None
 
     @property
@@ -117,14 +132,21 @@ class TurnCall:
         return self.inbound.message_id
 
     @property
+    def session_id(self) -> str | None:
+        """The session the turn runs in, once it has begun (``None`` before, or when another watcher took over)."""
+        return self._watcher.session_id if self._watcher is not None else None
+
+    @property
     def streamed(self) -> str:
         """The text seen so far."""
         return "".join(self._streamed)
 
-    def open(self) -> None:
-        """Watch the turn and expect its reply (before the message is submitted, so nothing is missed)."""
+    def open(self, on_started: Callable[[], None] | None = None) -> None:
+        """Watch the turn and expect its reply (before the message is submitted, so nothing is missed);
+        ``on_started`` is called on this loop when the turn begins (its agent is called)."""
         loop = asyncio.get_running_loop()
-        self._watch_port.watch_turn(self.message_id, _Watcher(loop, self._queue))
+        self._watcher = _Watcher(loop, self._queue, on_started)
+        self._watch_port.watch_turn(self.message_id, self._watcher)
         reply = self._reply = self._waiters.expect(self.message_id)
 
         def done(future: concurrent.futures.Future[OutboundMessage]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -24,7 +25,9 @@ __all__ = [
     "ModelList",
     "ToolProgress",
     "Turn",
+    "Usage",
     "content_text",
+    "decode_body",
     "decode_chat",
     "json_response",
     "new_turn",
@@ -33,6 +36,7 @@ __all__ = [
 ]
 
 PLATFORM = "api_server"
+T = TypeVar("T")
 
 
 class _ImageUrl(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +78,9 @@ class _Usage(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+
+Usage = _Usage  # OpenAI's usage object, as runs report it too
 
 
 class _Message(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,7 +210,11 @@ HTTP_ERRORS = {
         "no such endpoint; the API serves POST /v1/chat/completions, /v1/responses and /v1/runs, GET /v1/models, "
         "GET /v1/capabilities and GET /health",
     ),
-    405: ("method_not_allowed", "method not allowed here; chat completions take POST, models and health take GET"),
+    405: (
+        "method_not_allowed",
+        "method not allowed here; chat completions, runs and a run's stop take POST, models, health and a run's "
+        "status and events take GET",
+    ),
 }
 
 
@@ -246,8 +257,14 @@ class ToolProgress(msgspec.Struct, frozen=True, kw_only=True):
 
 def decode_chat(body: bytes) -> ChatRequest:
     """Decode a chat-completions body; a malformed one becomes a 400 naming the field path or the problem."""
+    return decode_body(_request_decoder, body)
+
+
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode a request body with ``decoder``; a malformed one becomes a 400 naming the field path or the
+    problem."""
     try:
-        return json_guard.decode(_request_decoder, body)
+        return json_guard.decode(decoder, body)
     except msgspec.ValidationError as exc:
         match = _FIELD_PATH.search(str(exc))
         raise ApiError(

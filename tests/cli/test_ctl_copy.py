@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
-from hermes_actors.messages import Attachment, AttachmentKind
+from hermes_actors.messages import Attachment, AttachmentKind, ResponseRecord
 from hermes_actors.store import EndReason, NewMessage, Role, Store
 from hermes_actors.store.records import HomeChannel
 from tests.postgres import Cluster
@@ -59,6 +59,12 @@ def seed(store: Store) -> tuple[str, str]:
     store.kv.set_cursor("telegram", "42")
     store.kv.set_meta("last_auto_prune", "1.0")
     store.homes.set(HomeChannel(platform="telegram", account_id="", chat_id="1"))
+    for rid in ("resp_b", "resp_a"):  # the same second: the one saved last is the newest
+        store.responses.save(
+            ResponseRecord(
+                id=rid, session_id=child.id, scope="k", status="completed", body=b"{}", created_at=1.0, conversation="c"
+            )
+        )
     return parent.id, child.id
 
 
@@ -84,6 +90,10 @@ def test_a_home_is_copied_with_its_ids_and_is_searchable_there(home: Path, store
         assert pg.kv.get_cursor("telegram") == "42"
         assert pg.inbox.get(1) == store.inbox.get(1)
         assert pg.outbox.unsent() == store.outbox.unsent()
+        assert pg.responses.get("resp_b", "k") == store.responses.get("resp_b", "k")
+        latest = pg.responses.latest_in("k", "c")
+        assert latest is not None
+        assert latest.id == "resp_a"
         # The identities continue after the copied ids.
         later = pg.create_session("cli")
         assert pg.append_messages(later.id, [NewMessage(role=Role.USER, content="x")]) == [5]

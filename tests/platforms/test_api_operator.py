@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -20,6 +21,7 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.store import Store
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from platforms.api_server.discovery import ENDPOINTS
 from platforms.api_server.guards import SECURITY_HEADERS
 from platforms.support.shared_http import SharedListener
 
@@ -382,7 +384,18 @@ def test_capabilities_publish_the_model_endpoints_and_features(start: Start) -> 
     assert features["operator_api"] is True
     assert features["session_header"] == SESSION_HEADER
     assert features["max_body_bytes"] == 65536
-    assert features["responses"] is False
+    assert features["responses"] is features["runs"] is True
+
+
+def test_capabilities_list_every_route_the_server_answers_and_no_other() -> None:
+    app = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})._application()
+    served: dict[str, set[str]] = {}
+    for route in app.router.routes():
+        path = re.sub(r"\{[a-z_]*id\}", "{id}", route.resource.canonical if route.resource else "")
+        if route.method not in ("HEAD", "OPTIONS") and not path.startswith("/console"):
+            served.setdefault(path, set()).add(route.method)
+    published = {e.path: set(e.methods) for e in ENDPOINTS}
+    assert served == published
 
 
 def test_health_detailed_lists_store_disk_agent_and_platform_checks(api: Api) -> None:

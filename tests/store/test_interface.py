@@ -17,6 +17,7 @@ from hermes_actors.store.table_interface import (
     LeaseTable,
     MemoryTable,
     OutboxQueue,
+    ResponseTable,
     TimerTable,
 )
 
@@ -34,9 +35,23 @@ def test_the_store_is_a_store_interface_to_the_type_checker(store: Store) -> Non
     homes: HomeChannelTable = store.homes
     memories: MemoryTable = store.memories
     attachments: AttachmentIndex = store.attachments
+    responses: ResponseTable = store.responses
     assert all(
         x is not None
-        for x in (whole, sessions, transcripts, maintenance, inbox, outbox, leases, timers, kv, homes, memories)
+        for x in (
+            whole,
+            sessions,
+            transcripts,
+            maintenance,
+            inbox,
+            outbox,
+            leases,
+            timers,
+            kv,
+            homes,
+            memories,
+            responses,
+        )
     )
     assert attachments is store.attachments
 
@@ -56,6 +71,7 @@ def test_the_store_is_a_store_interface_to_the_type_checker(store: Store) -> Non
         (HomeChannelTable, lambda s: s.homes),
         (MemoryTable, lambda s: s.memories),
         (AttachmentIndex, lambda s: s.attachments),
+        (ResponseTable, lambda s: s.responses),
     ],
     ids=lambda value: getattr(value, "__name__", ""),
 )

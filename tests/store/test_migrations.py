@@ -126,6 +126,7 @@ def test_version_5_adds_lease_epochs_and_inbox_owners_and_moves_memories_to_the_
         # What version 4 was: the same schema without version 5's columns, memories under '<platform>:<user>'.
         old._connection.execute("ALTER TABLE leases DROP COLUMN epoch")
         old._connection.execute("ALTER TABLE inbox DROP COLUMN owner")
+        old._connection.execute("DROP TABLE api_responses")  # version 7's
         old._connection.execute("PRAGMA user_version = 4")
     connection = open_connection(tmp_path / "v4.db")
     assert migrate(connection) == 4
@@ -150,6 +151,7 @@ def test_version_6_adds_the_frozen_tool_list_and_the_estimated_tokens_mark(tmp_p
         # What version 5 was: the same schema without version 6's columns.
         old._connection.execute("ALTER TABLE sessions DROP COLUMN tools")
         old._connection.execute("ALTER TABLE sessions DROP COLUMN tokens_estimated")
+        old._connection.execute("DROP TABLE api_responses")  # version 7's
         old._connection.execute("PRAGMA user_version = 5")
     connection = open_connection(tmp_path / "v5.db")
     assert migrate(connection) == 5
@@ -169,3 +171,29 @@ def test_version_6_adds_the_frozen_tool_list_and_the_estimated_tokens_mark(tmp_p
         )
         upgraded.freeze_prefix(kept.id, system_prompt="Be brief.", tools="[]")
         assert upgraded.get_session(kept.id).tools == "[]"
+
+
+def test_version_7_adds_the_api_responses_tied_to_their_sessions(tmp_path: Path) -> None:
+    from hermes_actors.messages import ResponseRecord
+
+    with Store.open(tmp_path / "v6.db") as old:
+        kept = old.create_session("api_server")
+        # What version 6 was: the same schema without the responses table.
+        old._connection.execute("DROP TABLE api_responses")
+        old._connection.execute("PRAGMA user_version = 6")
+    connection = open_connection(tmp_path / "v6.db")
+    assert migrate(connection) == 6
+    assert schema_version(connection) == SCHEMA_VERSION
+    fresh = open_connection(tmp_path / "fresh.db")
+    migrate(fresh)
+    assert _shape(connection) == _shape(fresh)
+    connection.close()
+    fresh.close()
+    with Store.open(tmp_path / "v6.db") as upgraded:
+        response = ResponseRecord(
+            id="resp_1", session_id=kept.id, scope=None, status="completed", body=b"{}", created_at=1.0
+        )
+        upgraded.responses.save(response)
+        assert upgraded.responses.get("resp_1", None) == response
+        assert upgraded.delete_session(kept.id)
+        assert upgraded.responses.get("resp_1", None) is None

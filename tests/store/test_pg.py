@@ -97,6 +97,34 @@ def test_an_empty_database_gets_the_schema_and_a_second_open_changes_nothing(pos
         postgres_cluster.drop_database(name)
 
 
+def _schema(pg: PostgresStore) -> list[tuple[object, ...]]:
+    """Every column and index of the database, as PostgreSQL describes them."""
+    columns = pg.database.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default, collation_name "
+        "FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2"
+    )
+    indexes = pg.database.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1")
+    return [*columns, *indexes]
+
+
+def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(
+    pg: PostgresStore, postgres_cluster: Cluster
+) -> None:
+    name = postgres_cluster.create_database(empty=True)
+    try:
+        with PostgresStore.open(postgres_cluster.dsn(name)) as old:
+            # Version 1 was the current file without what later versions added.
+            old.database.execute("DROP TABLE api_responses")
+            old.kv.set_meta("schema_version", "1")
+            old.create_session("cli", session_id="kept")
+        with PostgresStore.open(postgres_cluster.dsn(name)) as upgraded:
+            assert upgraded.schema_version() == SCHEMA_VERSION
+            assert upgraded.find_session("kept") is not None
+            assert _schema(upgraded) == _schema(pg)
+    finally:
+        postgres_cluster.drop_database(name)
+
+
 def test_a_database_from_a_newer_hermes_actors_is_refused_untouched(pg: PostgresStore, postgres_dsn: str) -> None:
     pg.kv.set_meta("schema_version", str(SCHEMA_VERSION + 1))
     with pytest.raises(SchemaVersionError, match="upgrade hermes-actors"):
@@ -269,9 +297,9 @@ def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: Postgr
     for table, column in rows:
         pg_tables.setdefault(str(table), set()).add(str(column))
     assert set(pg_tables) == {*sqlite_tables, "shard_leases", "search_totals"}
+    extras = {"messages": {"words", "cjk", "n_tokens"}, "api_responses": {"seq"}}
     for table, columns in sqlite_tables.items():
-        extra = {"words", "cjk", "n_tokens"} if table == "messages" else set()
-        assert pg_tables[table] == columns | extra, table
+        assert pg_tables[table] == columns | extras.get(table, set()), table
     assert pg_tables["shard_leases"] == {"shard", "holder", "epoch", "expires_at"}
 
 

@@ -30,8 +30,8 @@ def _columns(names: str) -> tuple[str, ...]:
     return tuple(names.split(", "))
 
 
-# table -> (the columns, the keyset column or None for a small table read whole). Parents before the rows that
-# refer to them.
+# table -> (the columns, the keyset column (copied or not) or None for a small table read whole). Parents before
+# the rows that refer to them.
 COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
     "sessions": (
         _columns(
@@ -75,6 +75,11 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
     "memories": (("id", "user_key", "content", "source_session_id", "created_at"), "id"),
     "leases": (("session_id", "owner", "acquired_at", "expires_at", "epoch"), None),
     "timers": (("name", "due_at", "payload"), "name"),
+    # In rowid order, so that PostgreSQL's seq orders a scope's responses as SQLite's rowid did.
+    "api_responses": (
+        _columns("id, session_id, scope, conversation, previous_id, instructions, status, body, created_at"),
+        "rowid",
+    ),
     "meta": (("key", "value"), None),
 }
 _IDENTITIES = ("sessions.ref", "messages.id", "attachments.id", "inbox.id", "outbox.id", "memories.id")
@@ -97,8 +102,7 @@ def _batches(source: Store, table: str, batch_size: int) -> Iterator[list[tuple[
     if key is None:
         yield db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
         return
-    select = f"SELECT {', '.join(columns)} FROM {table}"
-    position = columns.index(key)
+    select = f"SELECT {', '.join(columns)}, {key} FROM {table}"  # the key last, whether it is copied or not
     after: Any = None
     while True:
         where = "" if after is None else f" WHERE {key} > ?"
@@ -106,8 +110,8 @@ def _batches(source: Store, table: str, batch_size: int) -> Iterator[list[tuple[
         page = db.execute(f"{select}{where} ORDER BY {key} LIMIT ?", params).fetchall()
         if not page:
             return
-        after = page[-1][position]
-        yield page
+        after = page[-1][-1]
+        yield [row[:-1] for row in page]
 
 
 _PARENT = COPIED_TABLES["sessions"][0].index("parent_session_id")

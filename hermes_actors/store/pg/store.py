@@ -27,6 +27,7 @@ from hermes_actors.store.pg import lineage, maintenance
 from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
+from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.tables import PgHomeChannels, PgKeyValues, PgLeases, PgMemories, PgTimers
 from hermes_actors.store.pg.transcript import PgTranscriptRows
 from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
@@ -68,6 +69,7 @@ class PostgresStore(PgTranscriptRows):
         self.kv = PgKeyValues(database, clock)
         self.homes = PgHomeChannels(database, clock)
         self.memories = PgMemories(database, clock)
+        self.responses = PgResponses(database, clock)
 
     @classmethod
     def open(

@@ -1,0 +1,268 @@
+"""``/v1/responses``: OpenAI's Responses API over stored sessions.
+
+- ``POST /v1/responses`` runs a turn. A fresh request starts a session; ``previous_response_id`` continues the
+  session of that response (the model sees the stored transcript, as ``X-Hermes-Session-Id`` continuation does), and
+  ``conversation`` (a name the client chooses) continues from the newest response in it. ``instructions`` are extra
+  system text, inherited from the previous response when absent. Input items before the last user message are
+  history the model sees for this turn (tool calls and outputs as text); the last one is the new turn.
+- The output holds this turn only: a ``function_call`` and a ``function_call_output`` item for each tool the agent
+  ran (from the turn's live tool events, which carry the arguments and the result), then the ``message``.
+- Unless ``store`` is false the response is kept in ``state.db`` with the session it ran in (deleting or pruning the
+  session takes it along): ``GET`` and ``DELETE /v1/responses/{id}`` reach it, within the API key's scope.
+- Streaming sends ``response.created``, the items as they are made (``response.output_item.added``/``.done``,
+  ``response.output_text.delta`` for each model delta, ``response.output_text.done``), then ``response.completed`` or
+  ``response.failed``, each with its ``sequence_number``. A client that disconnects stops the turn as ``/stop`` does,
+  and an ``incomplete`` snapshot of the response is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from functools import partial
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import web
+
+from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
+from hermes_actors.routing import SessionSource
+from platforms.api_server.response_draft import ResponseDraft
+from platforms.api_server.responses_wire import StreamEvent, conversation_of, decode_responses, input_turn
+from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, memory_scope
+from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
+from platforms.api_server.wire import PLATFORM, ApiError, Turn, json_response
+from platforms.support.http_host import committed
+
+if TYPE_CHECKING:
+    from platforms.api_server.service import ApiService
+
+__all__ = ["ResponsesApi"]
+
+_log = logging.getLogger(__name__)
+
+_LEFT = "client_disconnected"
+_SETTLE_POLL_S = 0.05  # how often a stopped turn's inbox row is looked at until its commit
+_REASONS = {499: _LEFT, 504: "timeout"}  # any other abandoned wait: the server is stopping
+
+
+class ResponsesApi:
+    """The ``/v1/responses`` routes of one API server (``service`` holds what the routes share)."""
+
+    def __init__(self, service: ApiService) -> None:
+        self._service = service
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self.create)
+        app.router.add_get("/v1/responses/{response_id}", self.retrieve)
+        app.router.add_delete("/v1/responses/{response_id}", self.delete)
+
+    # -- stored responses -------------------------------------------------------------------------------------------
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        inbox, host = self._service.parts()
+        response_id = request.match_info["response_id"]
+        found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+        if found is None:
+            raise _not_found(response_id, "response_id")
+        return web.Response(body=found.body, content_type="application/json")
+
+    async def delete(self, request: web.Request) -> web.Response:
+        inbox, _ = self._service.parts()
+        response_id = request.match_info["response_id"]
+        deleted = await committed(inbox.delete_response(response_id, self._service.scope), inbox.ask_timeout_s)
+        if not deleted:
+            raise _not_found(response_id, "response_id")
+        return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    # -- a turn ---------------------------------------------------------------------------------------------------
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        service = self._service
+        require_json(request)
+        memory = memory_scope(request.headers)
+        body = decode_responses(await service.read_body(request))
+        conversation = conversation_of(body)
+        given = input_turn(body.input)
+        with service.admitted():
+            inbox, host = service.parts()
+            previous: ResponseRecord | None = None
+            if body.previous_response_id is not None:
+                previous = await host.blocking(partial(inbox.get_response, body.previous_response_id, service.scope))
+                if previous is None:
+                    raise _not_found(body.previous_response_id, "previous_response_id")
+            elif conversation is not None:
+                previous = await host.blocking(partial(inbox.latest_response_in, service.scope, conversation))
+            instructions = body.instructions
+            if instructions is None and previous is not None:
+                instructions = previous.instructions
+            response_id = f"resp_{uuid.uuid4().hex}"
+            continues = previous.session_id if previous is not None else None
+            name = continues or f"api-{response_id}"
+            user = memory or name
+            if memory is None and continues is not None:  # the chain's turns speak for whoever opened the session
+                owner = await host.blocking(partial(inbox.session_owner, continues))
+                user = (owner.user_id if owner is not None else None) or name
+            system = "\n".join(part for part in (instructions, given.system) if part) or None
+            inbound = InboundMessage(
+                source=SessionSource(
+                    platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=user
+                ),
+                text=given.text,
+                message_id=f"api-{response_id}",
+                received_at=time.time(),
+                context=Conversation(system=system, history=given.history, after_transcript=True),
+            )
+            draft = ResponseDraft.start(
+                response_id,
+                created_at=int(time.time()),
+                model=body.model or service.config.model_name,
+                prompt=given.text,
+                instructions=instructions,
+                previous_response_id=previous.id if previous is not None else None,
+                conversation=conversation,
+                store=body.store,
+            )
+            call = service.turn_call(inbound)
+            try:
+                call.open()
+                routing_key = await service.submit(inbound, continues=continues, idempotency=None, call=call)
+                turn = Turn(
+                    completion_id=response_id,
+                    created=draft.base.created_at,
+                    model=draft.base.model,
+                    prompt=given.text,
+                    routing_key=routing_key,
+                    deadline=asyncio.get_running_loop().time() + service.config.request_timeout_s,
+                )
+                if body.stream:
+                    return await self._stream(request, turn, call, draft)
+                return await self._complete(request, turn, call, draft)
+            finally:
+                call.close()
+
+    async def _complete(self, request: web.Request, turn: Turn, call: TurnCall, draft: ResponseDraft) -> web.Response:
+        async for event in call.events(DISCONNECT_POLL_S):
+            if isinstance(event, TextDelta):
+                draft.text(event.text)
+            elif isinstance(event, ToolEvent):
+                draft.tool(event)
+            elif isinstance(event, Finished):
+                headers = {SESSION_HEADER: event.session_id} if event.session_id else {}
+                if event.reply is None and not draft.produced:
+                    raise failure_error(event, headers)
+                draft.finish(event)
+                await self._keep(draft, event.session_id)
+                if event.reply is None:
+                    headers[COMPLETED_HEADER] = "false"
+                return json_response(draft.response(), headers=headers)
+            else:
+                ended = await self._service.wait_ended(request, turn, call)
+                if ended is not None:
+                    await self._abandon(draft, turn, call, _REASONS.get(ended.status, "server_stopping"))
+                    raise ended
+        raise AssertionError("unreachable: events end with Finished")  # pragma: no cover
+
+    async def _stream(
+        self, request: web.Request, turn: Turn, call: TurnCall, draft: ResponseDraft
+    ) -> web.StreamResponse:
+        service = self._service
+        session_id = await service.session_hint(turn.routing_key)
+        response = await service.event_stream(request, {SESSION_HEADER: session_id} if session_id else None)
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()
+        try:
+            await _send(response, draft.created())
+            async for event in call.events(min(DISCONNECT_POLL_S, service.config.keepalive_s)):
+                if isinstance(event, Idle):
+                    ended = await service.wait_ended(request, turn, call)
+                    if ended is not None:
+                        events = await self._abandon(draft, turn, call, _REASONS.get(ended.status, "server_stopping"))
+                        if ended.status != 499:
+                            await _send(response, events)
+                        break
+                    if loop.time() - quiet_since >= service.config.keepalive_s:
+                        await response.write(KEEP_ALIVE)
+                        quiet_since = loop.time()
+                    continue
+                quiet_since = loop.time()
+                if isinstance(event, TextDelta):
+                    await _send(response, draft.text(event.text))
+                elif isinstance(event, ToolEvent):
+                    await _send(response, draft.tool(event))
+                elif isinstance(event, Finished):
+                    events = draft.finish(event)
+                    await self._keep(draft, event.session_id)
+                    await _send(response, events)
+            await response.write_eof()
+        except ConnectionError:
+            _log.info("api_server: the client left while its response streamed; stopping its turn")
+            if draft.status == "in_progress":
+                await service.stop_turn(call.inbound)
+                await self._abandon(draft, turn, call, "client_disconnected")
+        return response
+
+    async def _abandon(self, draft: ResponseDraft, turn: Turn, call: TurnCall, reason: str) -> list[StreamEvent]:
+        """Make the response ``incomplete`` and store that snapshot. A disconnected client's turn was stopped: its
+        commit (soon) names the session it was saved in; a turn that goes on may have no saved session yet (a new
+        session's row comes with its first turn's commit), and then the snapshot is not stored."""
+        events = draft.abandon(reason)
+        inbox, host = self._service.parts()
+        session_id: str | None = None
+        if reason == _LEFT:  # a stopped turn sends no reply; its commit completes the inbox row with the session
+            deadline = asyncio.get_running_loop().time() + inbox.ask_timeout_s
+            while session_id is None and asyncio.get_running_loop().time() < deadline:
+                stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, call.message_id))
+                if stored is not None and stored.state != "pending":
+                    session_id = stored.session_id
+                    break
+                await asyncio.sleep(_SETTLE_POLL_S)
+        else:  # the turn goes on: its session is stored only if an earlier turn saved it
+            session_id = await self._service.session_hint(turn.routing_key)
+            if session_id is not None and await host.blocking(partial(inbox.session_owner, session_id)) is None:
+                session_id = None
+        await self._keep(draft, session_id)
+        return events
+
+    async def _keep(self, draft: ResponseDraft, session_id: str | None) -> None:
+        """Store the response (unless the request said ``store: false``) with the session it ran in."""
+        base = draft.base
+        if not base.store:
+            return
+        if session_id is None:
+            _log.info("api_server: response %s is not stored: its turn has no saved session yet", base.id)
+            return
+        record = ResponseRecord(
+            id=base.id,
+            session_id=session_id,
+            scope=self._service.scope,
+            status=draft.status,
+            body=msgspec.json.encode(draft.response()),
+            created_at=time.time(),
+            conversation=base.conversation.id if base.conversation is not None else None,
+            previous_id=base.previous_response_id,
+            instructions=base.instructions,
+        )
+        try:
+            inbox, _ = self._service.parts()
+            await committed(inbox.save_response(record), inbox.ask_timeout_s)
+        except Exception:
+            _log.warning("api_server: response %s could not be stored", base.id, exc_info=True)
+
+
+async def _send(response: web.StreamResponse, events: list[StreamEvent]) -> None:
+    if events:
+        await response.write(b"".join(event.sse() for event in events))
+
+
+def _not_found(response_id: str, param: str) -> ApiError:
+    return ApiError(
+        404,
+        f"no response {response_id[:100]!r}; it was never stored (store: false), was deleted with its session, or "
+        "belongs to another API key",
+        code="response_not_found",
+        param=param,
+    )
