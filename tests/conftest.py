@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
+from tests.postgres import REQUIRE_ENV, Cluster, find_bin_dir, missing_reason
 
 
 @pytest.fixture
@@ -23,3 +25,30 @@ def db_path(tmp_path: Path) -> Path:
 def store(db_path: Path, clock: FakeClock) -> Iterator[Store]:
     with Store.open(db_path, clock=clock) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throw-away PostgreSQL cluster for the session (see tests/postgres.py); skipped when PostgreSQL is not
+    installed, unless $HERMES_REQUIRE_POSTGRES is 1 (CI), where that is a failure."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(missing_reason())
+        pytest.skip(missing_reason())
+    cluster = Cluster(bin_dir)
+    try:
+        cluster.prepare_template()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_cluster: Cluster) -> Iterator[str]:
+    """The connection string of a fresh database holding the current schema, dropped after the test."""
+    name = postgres_cluster.create_database()
+    try:
+        yield postgres_cluster.dsn(name)
+    finally:
+        postgres_cluster.drop_database(name)

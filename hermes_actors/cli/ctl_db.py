@@ -1,4 +1,5 @@
-"""``hermesctl db``: check, create, upgrade and optimize the state database (backup and restore: :mod:`.ctl_backup`).
+"""``hermesctl db``: check, create, upgrade and optimize the state database (backup and restore: :mod:`.ctl_backup`;
+copy into PostgreSQL: :mod:`.ctl_copy`).
 
 ``check`` and ``optimize`` run for seconds on a large database; each phase is reported on stderr with its time
 (:class:`~hermes_actors.cli.progress.Phases`), the result on stdout.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import click
 
 from hermes_actors.cli.ctl_backup import db_backup, db_restore
+from hermes_actors.cli.ctl_copy import db_copy
 from hermes_actors.cli.formatting import format_bytes
 from hermes_actors.cli.options import database_path, home_option, open_store, reports_errors, resolve_home
 from hermes_actors.cli.progress import Phases
@@ -95,3 +97,4 @@ def db_optimize(home: str | None, wait: float) -> None:
 
 db.add_command(db_backup)
 db.add_command(db_restore)
+db.add_command(db_copy)

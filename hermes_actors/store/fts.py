@@ -28,6 +28,7 @@ __all__ = [
     "MAX_QUERY_LENGTH",
     "Order",
     "check_query",
+    "check_text",
     "cjk_substrings",
     "query_messages",
     "quote_words",
@@ -69,11 +70,12 @@ def check_query(query: str, *, echo_chars: int | None = None) -> apsw.fts5query.
 
     An over-long query is echoed in its envelope cut to ``echo_chars`` characters and "…" (whole when ``None``).
     """
-    refused = _check_text(query, echo_chars)
+    refused = check_text(query, echo_chars)
     return refused if refused is not None else _parse(query)
 
 
-def _check_text(query: str, echo_chars: int | None) -> FtsResult | None:
+def check_text(query: str, echo_chars: int | None) -> FtsResult | None:
+    """The envelope refusing ``query`` for its text alone (a NUL, over-long, blank), or ``None``."""
     if "\x00" in query:
         return refuse(query, "the query contains a NUL character; remove it")
     if len(query) > MAX_QUERY_LENGTH:
@@ -152,7 +154,7 @@ def query_messages(
 ) -> FtsResult:
     """Run ``query`` against the message indexes; see the module docstring. Never raises for bad queries."""
     # The order is checked between the text and the syntax: a bad order outranks a syntax error, not a NUL.
-    refused = _check_text(query, None)
+    refused = check_text(query, None)
     if refused is not None:
         return refused
     if order not in _ORDER_BY:

@@ -347,17 +347,17 @@ class TipFilter(msgspec.Struct, frozen=True, kw_only=True):
     active_after: float | None = None
     active_before: float | None = None
 
-    def sql(self) -> tuple[list[str], list[Any]]:
-        """The clauses over the tip ``s`` and their parameters."""
+    def sql(self, mark: str = "?") -> tuple[list[str], list[Any]]:
+        """The clauses over the tip ``s`` and their parameters (``mark``: the driver's placeholder)."""
         clauses: list[str] = []
         params: list[Any] = []
         if self.chat_type is not None:
-            clauses.append("coalesce(s.chat_type, '') = ?")
+            clauses.append(f"coalesce(s.chat_type, '') = {mark}")
             params.append(self.chat_type)
         if self.active_after is not None:
-            clauses.append("s.last_active_at >= ?")
+            clauses.append(f"s.last_active_at >= {mark}")
             params.append(self.active_after)
         if self.active_before is not None:
-            clauses.append("s.last_active_at <= ?")
+            clauses.append(f"s.last_active_at <= {mark}")
             params.append(self.active_before)
         return clauses, params

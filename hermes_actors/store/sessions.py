@@ -12,19 +12,19 @@ from typing import Any, Literal
 import apsw
 import msgspec
 
-from hermes_actors.errors import AmbiguousSessionError, SessionNotFoundError, StoreError, TitleInUseError
+from hermes_actors.errors import SessionNotFoundError, StoreError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
 from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.connection import Transaction
 from hermes_actors.store.lineage import chain_on
 from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
-from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
+from hermes_actors.store.resolution import SessionResolution
+from hermes_actors.titles import sanitize_title
 
 __all__ = ["SessionRows"]
 
 SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
-_PREFIX_CANDIDATES = 11
 _ID_BATCH = 500  # ids per query, well under SQLite's limit on parameters
 
 
@@ -32,7 +32,7 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
     return SessionRecord(**dict(zip(SessionRecord.__struct_fields__, row, strict=True)))
 
 
-class SessionRows:
+class SessionRows(SessionResolution):
     """Sessions, titles and routes over one connection (implements :class:`~.interface.SessionDirectory`)."""
 
     def __init__(self, connection: apsw.Connection, clock: Callable[[], float]) -> None:
@@ -123,13 +123,6 @@ class SessionRows:
                 found[record.id] = record
         return [found[sid] for sid in wanted if sid in found]
 
-    def get_session(self, session_id: str) -> SessionRecord:
-        """Return the session with exactly this id; raise :class:`SessionNotFoundError` if there is none."""
-        record = self.find_session(session_id)
-        if record is None:
-            raise SessionNotFoundError(f"no session has id {session_id!r}; list them with 'hermesctl sessions list'")
-        return record
-
     def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
         """End a live session with ``reason``; a session that already ended keeps its first reason."""
         reason = EndReason(reason)
@@ -204,13 +197,6 @@ class SessionRows:
         holder = self._db.execute("SELECT id FROM sessions WHERE title = ?", (title,)).get
         return None if holder is None else str(holder)
 
-    def _check_title_free(self, title: str | None, session_id: str) -> None:
-        if title is None:
-            return
-        holder = self.title_holder(title)
-        if holder is not None and holder != session_id:
-            raise TitleInUseError(title, holder)
-
     def set_title(self, session_id: str, title: str | None) -> str | None:
         """Sanitise and set the title (``None`` or blank clears it); return what was stored.
 
@@ -234,84 +220,16 @@ class SessionRows:
         )
         return [str(title) for (title,) in rows]
 
-    def next_lineage_title(self, title: str) -> str:
-        """Return the title a compression child of a session titled ``title`` should take (``"t #N"``)."""
-        return next_lineage_title(title, self.lineage_titles(lineage_base(title)))
-
-    def find_by_title(self, title: str, *, visible: SessionFilter | None = None) -> SessionRecord | None:
-        """Return the session titled ``title``, or the newest segment of its lineage holding a numbered variant.
-
-        The session holding exactly ``title`` is found first; of the sessions continuing it through compressions,
-        the newest whose title is ``"<title> #N"`` is returned, so a conversation is found by its first title
-        however often it was compressed. A ``"<title> #N"`` that is not in that lineage (a user's own title, an
-        import) is never reached from ``title``, and without a holder of ``title`` nothing is found. With
-        ``visible``, only sessions that pass it count: another principal's title is not found.
-        """
-        clean = sanitize_title(title)
-        holder = self.title_holder(clean) if clean is not None else None
-        record = self.find_session(holder) if holder is not None else None
-        if record is None or (visible is not None and not visible.matches(record)):
-            return None
-        chain = chain_on(self._db, record.id)
-        later = self.find_sessions(chain[chain.index(record.id) + 1 :])
-        for member in reversed(later):
-            numbered = member.title is not None and lineage_number(member.title) > 1
-            if numbered and lineage_base(member.title or "") == clean and (visible is None or visible.matches(member)):
-                return member
-        return record
-
-    def resolve_session(
-        self, reference: str, *, visible: SessionFilter | None = None, unique: bool = False
-    ) -> SessionRecord:
-        """Find the session a user typed: exact id, then unique id prefix, then title.
-
-        Raises :class:`AmbiguousSessionError` (naming the candidates) for a prefix of several ids and
-        :class:`SessionNotFoundError` when nothing matches. With ``visible``, sessions that do not pass it are
-        not there at all: they match nothing and are never named as candidates. ``unique=True`` is for commands
-        that change or destroy what they name: a title then names only the session holding exactly it, not the newest
-        segment of its lineage (:meth:`find_by_title`). A title no session holds but numbered variants do
-        (``"t #2"``, ...) is refused either way, with those sessions as candidates.
-        """
-        text = reference.strip()
-        if not text:
-            raise SessionNotFoundError("an empty session reference matches nothing; give an id, prefix or title")
-        exact = self.find_session(text)
-        if exact is not None and (visible is None or visible.matches(exact)):
-            return exact
-        condition, values = (visible or SessionFilter()).sql()
-        prefixed = [
-            str(sid)
-            for (sid,) in self._db.execute(
-                f"SELECT id FROM sessions WHERE id >= ? AND id < ? AND {condition} ORDER BY id LIMIT ?",
-                (text, text + "\U0010ffff", *values, _PREFIX_CANDIDATES),
-            )
-        ]
-        if len(prefixed) == 1:
-            return self.get_session(prefixed[0])
-        if prefixed:
-            raise AmbiguousSessionError(text, prefixed)
-        titled = None if unique else self.find_by_title(text, visible=visible)
-        return titled if titled is not None else self._exact_title(text, visible)
-
-    def _exact_title(self, text: str, visible: SessionFilter | None) -> SessionRecord:
-        """The session holding exactly the title ``text``; else refuse, naming the sessions of its variants."""
-        clean = sanitize_title(text)
-        holder = self.title_holder(clean) if clean is not None else None
-        record = self.find_session(holder) if holder is not None else None
-        if record is not None and (visible is None or visible.matches(record)):
-            return record
-        variants = [] if clean is None else [t for t in self.lineage_titles(clean) if lineage_base(t) == clean]
-        candidates = []
-        for title in sorted(variants, key=lineage_number):
-            found = self.title_holder(title)
-            session = self.find_session(found) if found is not None else None
-            if session is not None and (visible is None or visible.matches(session)):
-                candidates.append(f"{session.id} ('{title}')")
-        if candidates:
-            raise AmbiguousSessionError(text, candidates, hint="no session has exactly that title; name one by id")
-        raise SessionNotFoundError(
-            f"no session matches {text!r} by id, id prefix or title; list them with 'hermesctl sessions list'"
+    def _ids_with_prefix(self, prefix: str, visible: SessionFilter, limit: int) -> list[str]:
+        condition, values = visible.sql()
+        rows = self._db.execute(
+            f"SELECT id FROM sessions WHERE id >= ? AND id < ? AND {condition} ORDER BY id LIMIT ?",
+            (prefix, prefix + "\U0010ffff", *values, limit),
         )
+        return [str(sid) for (sid,) in rows]
+
+    def _chain(self, session_id: str) -> list[str]:
+        return chain_on(self._db, session_id)
 
     # -- routing directory -------------------------------------------------------------------------------------
 

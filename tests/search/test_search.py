@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import hermes_actors.search.discovery as search
 from hermes_actors.cli import hermesctl
 from hermes_actors.search import SearchHit, SearchMessage, SearchResult, session_search
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.testing import FakeClock
 
 Script = Sequence[tuple[Role, str]]
@@ -466,22 +466,28 @@ def assert_bookends(hit: SearchHit, message_ids: list[int], index: int, span: in
 # -- relevance -------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def scattered(store: Store, clock: FakeClock) -> None:
-    """Forty one-message sessions of distinct lengths with alpha, beta and gamma sprinkled in."""
+def scatter(store: Store, clock: FakeClock) -> list[str]:
+    """Forty one-message sessions of distinct lengths with alpha, beta and gamma sprinkled in; their ids."""
     rng = random.Random(7)
     filler_words = ["lorem", "ipsum", "dolor", "sit", "amet", "the", "of", "and"]
+    created = []
     for index in range(40):
         words = [rng.choice(filler_words) for _ in range(6 + index)]
         for term, chance in (("alpha", 0.5), ("beta", 0.3), ("gamma", 0.2)):
             for _ in range(rng.randint(1, 3) if rng.random() < chance else 0):
                 words.insert(rng.randrange(len(words) + 1), term)
-        add(store, clock, [(Role.USER, " ".join(words))])
+        created.append(add(store, clock, [(Role.USER, " ".join(words))])[0])
+    return created
 
 
-@pytest.mark.parametrize("query", ["alpha", "alpha OR beta", "alpha beta", '"alpha beta" OR gamma', "beta NOT gamma"])
-def test_relevance_orders_sessions_as_fts5_bm25_does(store: Store, scattered: None, query: str) -> None:
-    expected = [
+@pytest.fixture
+def scattered(store: Store, clock: FakeClock) -> list[str]:
+    return scatter(store, clock)
+
+
+def fts5_order(store: Store, query: str) -> list[str]:
+    """The session ids of the best ten matches of ``query`` by FTS5's own bm25 on the SQLite ``store``."""
+    return [
         str(sid)
         for (sid,) in store._connection.execute(
             "SELECT s.id FROM messages_fts JOIN messages AS m ON m.id = messages_fts.rowid "
@@ -489,6 +495,18 @@ def test_relevance_orders_sessions_as_fts5_bm25_does(store: Store, scattered: No
             (query,),
         )
     ]
+
+
+@pytest.mark.parametrize("query", ["alpha", "alpha OR beta", "alpha beta", '"alpha beta" OR gamma', "beta NOT gamma"])
+def test_relevance_orders_sessions_as_fts5_bm25_does(
+    store: StoreInterface, scattered: list[str], query: str, db_path: Path
+) -> None:
+    if isinstance(store, Store):
+        expected = fts5_order(store, query)
+    else:  # the same sessions in a SQLite twin give FTS5's order, by position
+        with Store.open(db_path, clock=FakeClock()) as twin:
+            position = {sid: i for i, sid in enumerate(scatter(twin, FakeClock()))}
+            expected = [scattered[position[sid]] for sid in fts5_order(twin, query)]
     assert expected
     assert hit_ids(session_search(store, query=query, limit=10)) == expected
 

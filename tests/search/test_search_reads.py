@@ -1,4 +1,4 @@
-"""The SearchReads contract, on the APSW store's implementation (a second store would join ``reads``'s params)."""
+"""The SearchReads contract, on every store's implementation (``store`` is parametrised, see tests/stores.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from hermes_actors.testing import FakeClock
 EVERYONE = SessionFilter()
 
 
-@pytest.fixture(params=["apsw"])
-def reads(request: pytest.FixtureRequest, store: Store) -> SearchReads:
-    assert request.param == "apsw"
+@pytest.fixture
+def reads(store: Store) -> SearchReads:
     return store.search_reads()
 
 

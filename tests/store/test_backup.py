@@ -15,11 +15,17 @@ from hermes_actors.store import SCHEMA_VERSION, NewMessage, Role, Store, StoreIn
 from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.backup_media import copy_media, media_backup_dir
 from hermes_actors.store.restore import inspect_database, read_replaced, restore_database
+from tests.stores import skip_unless_sqlite
 
 HELLO = [
     NewMessage(role=Role.USER, content="the quick brown fox"),
     NewMessage(role=Role.ASSISTANT, content="你好世界朋友"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_only(request: pytest.FixtureRequest) -> None:
+    skip_unless_sqlite(request, "backups, restores and their checks are SQLite files; pg_dump backs up PostgreSQL")
 
 
 def seed(store: StoreInterface, sessions: int = 2) -> list[str]:

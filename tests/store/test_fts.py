@@ -160,9 +160,9 @@ MALFORMED = [
 @pytest.mark.slow
 @pytest.mark.parametrize("query", MALFORMED, ids=lambda q: repr(q[:20]))
 def test_a_malformed_query_never_raises_and_never_answers_wrongly(
-    sqlite_store: Store, corpus: dict[str, int], query: str
+    store: StoreInterface, corpus: dict[str, int], query: str
 ) -> None:
-    result = sqlite_store.fts_query(query)
+    result = store.fts_query(query)
     if result.ok:
         # Accepted as valid syntax: then every hit must contain a searched word (no silent reinterpretation).
         assert result.hits == [] or all(">>>" in h.snippet for h in result.hits)
@@ -170,7 +170,7 @@ def test_a_malformed_query_never_raises_and_never_answers_wrongly(
         assert result.hits == []
         assert result.error
         assert "quote" in result.error or "limit" in result.error or "empty" in result.error or "NUL" in result.error
-    assert sqlite_store._connection.execute("SELECT count(*) FROM messages").get == len(MESSAGES)
+    assert store.stats().messages == len(MESSAGES)
 
 
 def test_the_suggestion_of_a_refused_query_is_a_literal_search_that_runs(
@@ -213,3 +213,15 @@ def test_long_cjk_and_newest_queries_are_answered_from_the_indexes(sqlite_store:
         "docker",
     )
     assert "TEMP B-TREE" not in newest  # no sort of every match before the LIMIT
+
+
+def test_a_long_message_is_cut_to_sixteen_tokens_around_its_match(store: StoreInterface) -> None:
+    words = [f"w{i}" for i in range(30)]
+    words[20] = "target"
+    chinese = "今天天气很好我们去公园散步然后回家吃饭再看一会儿书人在这里等你很久了大家都很高兴明天见"
+    session = store.create_session("cli")
+    store.append_messages(session.id, [NewMessage(role=Role.USER, content=t) for t in (" ".join(words), chinese)])
+    assert [h.snippet for h in store.fts_query("target").hits] == [
+        "…w13 w14 w15 w16 w17 w18 w19 >>>target<<< w21 w22 w23 w24 w25 w26 w27 w28…"
+    ]
+    assert [h.snippet for h in store.fts_query("人在").hits] == ["…饭再看一会儿书>>>人在<<<这里等你很久了…"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -15,7 +16,7 @@ from hermes_actors.store.prune import (
     prune_sessions,
 )
 from hermes_actors.testing import FakeClock
-from tests.store.support import sqlite_connection
+from tests.store.support import count_rows, sqlite_connection
 
 DAY = 86_400.0
 HOUR = 3_600.0
@@ -47,9 +48,7 @@ def make_session(
 
 
 def count(store: StoreInterface, table: str) -> int:
-    value = sqlite_connection(store).execute(f"SELECT count(*) FROM {table}").get
-    assert isinstance(value, int)
-    return value
+    return count_rows(store, table)
 
 
 def check_fts_integrity(store: StoreInterface) -> None:
@@ -209,7 +208,9 @@ def test_each_batch_commits_before_progress_is_reported(store: StoreInterface, c
     ids = [make_session(store, clock, days_ago=100 + i) for i in range(5)]
     calls: list[tuple[int, int, int]] = []
 
-    with Store.open(db_path, readonly=True) as reader:
+    # PostgreSQL: count_rows reads on another connection of the pool, which sees only what has committed.
+    opened = Store.open(db_path, readonly=True) if isinstance(store, Store) else contextlib.nullcontext(store)
+    with opened as reader:
 
         def progress(done: int, total: int) -> None:
             calls.append((done, total, count(reader, "sessions")))

@@ -15,7 +15,7 @@ from hermes_actors.errors import (
     TitleInUseError,
 )
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import SCHEMA_VERSION, EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
+from hermes_actors.store import EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
 from hermes_actors.testing import FakeClock
 
 
@@ -164,20 +164,21 @@ def test_listing_filters_by_source_and_state_and_orders_by_activity(store: Store
     assert [s.id for s in store.list_sessions(order="started")] == [c.id, b.id, a.id]
 
 
-def test_deleting_a_session_orphans_its_children_and_clears_its_search_rows(sqlite_store: Store) -> None:
-    parent = sqlite_store.create_session("cli")
-    sqlite_store.append_messages(parent.id, [user("kubernetes deployment notes")])
-    sqlite_store.set_route("agent:main:cli:dm", parent.id)
-    child = sqlite_store.create_session("cli", parent_session_id=parent.id)
-    assert sqlite_store.fts_query("kubernetes").hits
-    assert sqlite_store.delete_session(parent.id)
-    assert sqlite_store.find_session(parent.id) is None
-    assert sqlite_store.get_session(child.id).parent_session_id is None
-    assert sqlite_store.get_route("agent:main:cli:dm") is None
-    assert sqlite_store.fts_query("kubernetes").hits == []
-    assert sqlite_store._connection.execute("SELECT count(*) FROM messages").get == 0
-    assert not sqlite_store.delete_session(parent.id)
-    sqlite_store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+def test_deleting_a_session_orphans_its_children_and_clears_its_search_rows(store: StoreInterface) -> None:
+    parent = store.create_session("cli")
+    store.append_messages(parent.id, [user("kubernetes deployment notes")])
+    store.set_route("agent:main:cli:dm", parent.id)
+    child = store.create_session("cli", parent_session_id=parent.id)
+    assert store.fts_query("kubernetes").hits
+    assert store.delete_session(parent.id)
+    assert store.find_session(parent.id) is None
+    assert store.get_session(child.id).parent_session_id is None
+    assert store.get_route("agent:main:cli:dm") is None
+    assert store.fts_query("kubernetes").hits == []
+    assert store.stats().messages == 0
+    assert not store.delete_session(parent.id)
+    if isinstance(store, Store):  # FTS5's own check of its external-content index against the messages
+        store._connection.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
 
 
 def test_titles_are_sanitised_unique_and_clearable(store: StoreInterface) -> None:
@@ -270,7 +271,7 @@ def test_stats_count_sessions_messages_and_bytes(store: StoreInterface) -> None:
         ("cli", 1, 0),
     ]
     assert stats.database_bytes > 0
-    assert stats.schema_version == SCHEMA_VERSION
+    assert stats.schema_version == store.schema_version() > 0
 
 
 _texts = st.one_of(st.none(), st.text(max_size=300))

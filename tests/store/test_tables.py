@@ -32,6 +32,15 @@ def test_an_inbox_row_is_pending_until_completed_and_a_redelivery_is_refused(sto
     assert store.inbox.pending_among([first]) == set()
 
 
+def test_an_inbox_row_is_found_by_its_platform_message(store: StoreInterface) -> None:
+    accepted = _accept(store, "m1")
+    found = store.inbox.find("telegram", "", "m1")
+    assert found is not None
+    assert found == store.inbox.get(accepted or 0)
+    assert store.inbox.find("telegram", "", "m2") is None
+    assert store.inbox.find("telegram", "other", "m1") is None
+
+
 def test_inbox_payloads_since_keep_to_one_platform(store: StoreInterface, clock: FakeClock) -> None:
     _accept(store, "old")
     clock.advance(10)

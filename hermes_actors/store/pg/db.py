@@ -1,0 +1,167 @@
+"""The PostgreSQL store's connections: a psycopg pool, and the transaction a thread has open on one of them.
+
+Every table class of :mod:`hermes_actors.store.pg` talks to the database through one :class:`Database`. A method
+that runs outside any transaction borrows a pooled connection for one statement (autocommit); inside
+:meth:`Database.transaction` every statement of the thread runs on the connection that transaction holds, so a
+turn's writes commit or roll back together however many table methods it calls. A nested transaction is a savepoint
+(psycopg's own nesting); with ``savepoint=False`` a nested block adds nothing and joins the enclosing one, as the
+SQLite store's methods do.
+
+psycopg errors become :class:`~hermes_actors.errors.StoreError` here, so nothing above sees the driver's types.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool
+
+from hermes_actors.errors import StoreError, StoreFault
+
+__all__ = ["Database", "Params", "fault_of"]
+
+Params = Sequence[Any] | dict[str, Any]
+DEFAULT_POOL_SIZE = 4
+_POOL_TIMEOUT_S = 30.0
+_CONNECT_TIMEOUT_S = 10
+
+
+def fault_of(exc: BaseException) -> StoreFault | None:
+    """The :class:`StoreFault` a psycopg error amounts to (a full disk, a read-only server, a lock wait), if any."""
+    if isinstance(exc, pg_errors.DiskFull | pg_errors.OutOfMemory):
+        return StoreFault.FULL
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return StoreFault.READ_ONLY
+    if isinstance(exc, pg_errors.LockNotAvailable | pg_errors.SerializationFailure | pg_errors.DeadlockDetected):
+        return StoreFault.BUSY
+    return None
+
+
+def store_error(exc: psycopg.Error, doing: str) -> StoreError:
+    """``exc`` as a :class:`StoreError` saying what was being done (the psycopg error stays its cause)."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreError(f"PostgreSQL refused {doing}: {message}", fault=fault_of(exc))
+
+
+class _Open(threading.local):
+    """The connection and transaction depth of the current thread's open transaction."""
+
+    connection: psycopg.Connection[Any] | None = None
+    depth: int = 0
+
+
+class Database:
+    """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
+
+    ``prepare_threshold=None`` on every connection: psycopg would otherwise prepare a statement run five times,
+    and PostgreSQL may then switch it to a generic plan that cannot see a search query's values (a rare bigram
+    and a common one get the same plan) and so loses the GIN index. Statements here are short; planning each is
+    cheap next to a lost index.
+    """
+
+    def __init__(self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        self.dsn = dsn
+        self._open = _Open()
+        try:  # one plain connection first: its refusal names the problem (the pool's would only time out)
+            psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_S).close()
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {str(exc).strip()}") from exc
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True, "prepare_threshold": None},
+            open=False,
+            timeout=_POOL_TIMEOUT_S,
+            name="hermes-store",
+        )
+        try:
+            self._pool.open(wait=True, timeout=_POOL_TIMEOUT_S)
+        except Exception as exc:
+            self._pool.close()
+            raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the current thread has a transaction open."""
+        return self._open.connection is not None
+
+    @contextmanager
+    def transaction(self, *, savepoint: bool = True) -> Iterator[None]:
+        """Run the block in one transaction; nested, in a savepoint (``savepoint=False``: joined as it is)."""
+        held = self._open.connection
+        if held is not None:
+            if not savepoint:
+                yield
+                return
+            with self._errors("a savepoint"), held.transaction():
+                yield
+            return
+        with self._pool.connection() as connection:
+            self._open.connection = connection
+            try:
+                with self._errors("a transaction"), connection.transaction():
+                    yield
+            finally:
+                self._open.connection = None
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise store_error(exc, doing) from exc
+
+    @contextmanager
+    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor on the current transaction's connection, or on a pooled one in autocommit for one use."""
+        held = self._open.connection
+        if held is not None:
+            with held.cursor() as cursor:
+                yield cursor
+            return
+        with self._pool.connection() as connection, connection.cursor() as cursor:
+            yield cursor
+
+    def execute(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (none for a statement that returns nothing)."""
+        with self._errors("a statement"), self.cursor() as cursor:
+            cursor.execute(sql.encode(), params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
+
+    def count(self, sql: str, params: Params | None = None) -> int:
+        """Run one statement; how many rows it changed."""
+        with self._errors("a statement"), self.cursor() as cursor:
+            cursor.execute(sql.encode(), params)
+            return max(cursor.rowcount, 0)
+
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run one statement once per row of parameters."""
+        if not rows:
+            return
+        with self._errors("a statement"), self.cursor() as cursor:
+            cursor.executemany(sql.encode(), rows)
+
+    def value(self, sql: str, params: Params | None = None) -> Any:
+        """The first column of the first row, or ``None``."""
+        rows = self.execute(sql, params)
+        return rows[0][0] if rows else None
+
+
+def redact(dsn: str) -> str:
+    """``dsn`` without its password, for messages."""
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    parts.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in parts.items())

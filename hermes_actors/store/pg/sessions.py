@@ -1,0 +1,287 @@
+"""Sessions, their titles and the routing directory on PostgreSQL: the ``sessions`` and ``routes`` tables.
+
+:class:`PgSessionRows` is the root of :class:`~hermes_actors.store.pg.PostgresStore`, as
+:class:`~hermes_actors.store.sessions.SessionRows` is of the SQLite store, whose rules it follows method for method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal
+
+import msgspec
+
+from hermes_actors.errors import SessionNotFoundError, StoreError
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.routing import SessionSource
+from hermes_actors.store.pg.db import Database
+from hermes_actors.store.pg.lineage import chain_on
+from hermes_actors.store.pg.tables import Attachments
+from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
+from hermes_actors.store.resolution import SessionResolution
+from hermes_actors.titles import sanitize_title
+
+__all__ = ["PgSessionRows", "scope_sql"]
+
+SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(**dict(zip(SessionRecord.__struct_fields__, row, strict=True)))
+
+
+def scope_sql(visible: SessionFilter | None, alias: str = "") -> tuple[str, list[Any]]:
+    """:meth:`SessionFilter.sql` in PostgreSQL's words: a boolean condition over ``sessions`` and its parameters."""
+    condition, values = (visible or SessionFilter()).sql(alias)
+    if condition == "1":
+        return "TRUE", []
+    if condition == "0":
+        return "FALSE", []
+    return condition.replace("?", "%s"), values
+
+
+class PgSessionRows(SessionResolution):
+    """Sessions, titles and routes in PostgreSQL (implements :class:`~.interface.SessionDirectory`)."""
+
+    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+        self.attachments = Attachments(db, clock)
+
+    def _atomic(self) -> AbstractContextManager[None]:
+        """A method's own transaction, or nothing extra inside an enclosing one (see ``transaction``)."""
+        return self._db.transaction(savepoint=False)
+
+    # -- sessions ----------------------------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        source: SessionSource | str,
+        *,
+        session_id: str | None = None,
+        kind: SessionKind = SessionKind.GATEWAY,
+        routing_key: str | None = None,
+        model: str | None = None,
+        title: str | None = None,
+        system_prompt: str | None = None,
+        parent_session_id: str | None = None,
+        started_at: float | None = None,
+    ) -> SessionRecord:
+        """Insert a live session and return it. ``source`` is a :class:`SessionSource` or a platform name.
+
+        Raises :class:`TitleInUseError` when another session holds ``title`` (after sanitising).
+        """
+        now = self._clock() if started_at is None else started_at
+        origin = source if isinstance(source, SessionSource) else SessionSource(platform=source)
+        record = SessionRecord(
+            id=session_id or new_session_id(kind),
+            source=origin.platform,
+            started_at=now,
+            last_active_at=now,
+            user_id=origin.user_id_alt or origin.user_id,
+            user_name=origin.user_name,
+            chat_id=origin.chat_id,
+            chat_type=origin.chat_type,
+            chat_name=origin.chat_name,
+            thread_id=origin.thread_id,
+            scope_id=origin.scope_id,
+            account_id=origin.account_id,
+            routing_key=routing_key,
+            model=model,
+            title=sanitize_title(title),
+            system_prompt=system_prompt,
+            parent_session_id=parent_session_id,
+        )
+        values = msgspec.structs.astuple(record)
+        with self._atomic():
+            self._check_title_free(record.title, record.id)
+            inserted = self._db.count(
+                f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_marks(len(values))}) ON CONFLICT DO NOTHING",
+                values,
+            )
+            if not inserted:
+                if self.find_session(record.id) is not None:
+                    raise StoreError(f"a session with id {record.id} already exists; pick another id")
+                raise StoreError(f"cannot create session {record.id}: its title was taken meanwhile")
+        return record
+
+    def insert_session(self, record: SessionRecord) -> None:
+        """Insert ``record`` exactly as it is (times, end, counters), for an import: its title must be free."""
+        values = msgspec.structs.astuple(record)
+        with self._atomic():
+            inserted = self._db.count(
+                f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_marks(len(values))}) ON CONFLICT DO NOTHING",
+                values,
+            )
+            if not inserted:
+                raise StoreError(f"cannot insert session {record.id}: its id or title is taken")
+
+    def find_session(self, session_id: str) -> SessionRecord | None:
+        """Return the session with exactly this id, or ``None``."""
+        rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %s", (session_id,))
+        return _session(rows[0]) if rows else None
+
+    def find_sessions(self, session_ids: Sequence[str]) -> list[SessionRecord]:
+        """Return the sessions with these ids in the order given; an id no session has is left out."""
+        found: dict[str, SessionRecord] = {}
+        wanted = list(dict.fromkeys(session_ids))
+        for row in self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ANY(%s)", (wanted,)):
+            record = _session(row)
+            found[record.id] = record
+        return [found[sid] for sid in wanted if sid in found]
+
+    def end_session(self, session_id: str, reason: EndReason | str, *, at: float | None = None) -> SessionRecord:
+        """End a live session with ``reason``; a session that already ended keeps its first reason."""
+        reason = EndReason(reason)
+        with self._atomic():
+            self._db.execute(
+                "UPDATE sessions SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL",
+                (self._clock() if at is None else at, reason.value, session_id),
+            )
+            return self.get_session(session_id)
+
+    def reopen_session(self, session_id: str) -> SessionRecord:
+        """Make an ended session live again (``/resume`` of an ended session)."""
+        with self._atomic():
+            self._db.execute(
+                "UPDATE sessions SET ended_at = NULL, end_reason = NULL, last_active_at = %s WHERE id = %s",
+                (self._clock(), session_id),
+            )
+            return self.get_session(session_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its messages, attachments and routes; its children stay, without a parent.
+
+        Return whether it existed. Once the deletion has committed, the media files of its attachments that no
+        other row names are removed (see :mod:`hermes_actors.store.attachments`).
+        """
+        refs = "SELECT ref FROM sessions WHERE id = %s"
+        with self._atomic():
+            files = self.attachments.delete_for_sessions(refs, (session_id,))
+            existed = self._db.count("DELETE FROM sessions WHERE id = %s", (session_id,)) > 0
+        self.attachments.remove_unreferenced(files)
+        return existed
+
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        order: Literal["last_active", "started"] = "last_active",
+        visible: SessionFilter | None = None,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        """Return sessions, most recently active (or started) first.
+
+        ``ended=True`` keeps ended sessions only, ``False`` live ones only; ``limit=None`` returns all, after
+        skipping the first ``offset``; ``visible`` keeps the sessions a caller may see.
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        if visible is not None:
+            condition, values = scope_sql(visible)
+            clauses.append(condition)
+            params.extend(values)
+        if source is not None:
+            clauses.append("source = %s")
+            params.append(source)
+        if ended is not None:
+            clauses.append("ended_at IS NOT NULL" if ended else "ended_at IS NULL")
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        column = "last_active_at" if order == "last_active" else "started_at"
+        params.extend([limit, max(offset, 0)])
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT %s OFFSET %s"
+        return [_session(row) for row in self._db.execute(sql, params)]
+
+    # -- titles and resolution ---------------------------------------------------------------------------------
+
+    def title_holder(self, title: str) -> str | None:
+        """Return the id of the session holding exactly ``title`` (no sanitising), or ``None``."""
+        holder = self._db.value("SELECT id FROM sessions WHERE title = %s", (title,))
+        return None if holder is None else str(holder)
+
+    def set_title(self, session_id: str, title: str | None) -> str | None:
+        """Sanitise and set the title (``None`` or blank clears it); return what was stored.
+
+        Raises :class:`TitleError` for an over-long title and :class:`TitleInUseError` when another session holds
+        it.
+        """
+        clean = sanitize_title(title)
+        with self._atomic():
+            self._check_title_free(clean, session_id)
+            if self._db.count("UPDATE sessions SET title = %s WHERE id = %s", (clean, session_id)) == 0:
+                self.get_session(session_id)
+        return clean
+
+    def lineage_titles(self, base: str) -> list[str]:
+        """Return ``base`` and every title that starts with ``"<base> #"`` that a session holds."""
+        # A range scan on the title index.
+        rows = self._db.execute(
+            "SELECT title FROM sessions WHERE title = %s OR (title >= %s AND title < %s)",
+            (base, base + " #", base + " $"),
+        )
+        return [str(title) for (title,) in rows]
+
+    def _ids_with_prefix(self, prefix: str, visible: SessionFilter, limit: int) -> list[str]:
+        condition, values = scope_sql(visible)
+        rows = self._db.execute(
+            f"SELECT id FROM sessions WHERE id >= %s AND id < %s AND {condition} ORDER BY id LIMIT %s",
+            (prefix, prefix + "\U0010ffff", *values, limit),
+        )
+        return [str(sid) for (sid,) in rows]
+
+    def _chain(self, session_id: str) -> list[str]:
+        return chain_on(self._db, session_id)
+
+    # -- routing directory -------------------------------------------------------------------------------------
+
+    def get_route(self, routing_key: str) -> str | None:
+        """Return the session id ``routing_key`` points at, or ``None``."""
+        row = self._db.value("SELECT session_id FROM routes WHERE routing_key = %s", (routing_key,))
+        return None if row is None else str(row)
+
+    def set_route(self, routing_key: str, session_id: str, *, at: float | None = None) -> None:
+        """Point ``routing_key`` at ``session_id`` (creating or replacing the entry), dated ``at`` or now."""
+        with self._atomic():
+            routed = self._db.count(
+                "INSERT INTO routes (routing_key, session_id, updated_at) SELECT %s, id, %s FROM sessions "
+                "WHERE id = %s ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, "
+                "updated_at = excluded.updated_at",
+                (routing_key, self._clock() if at is None else at, session_id),
+            )
+        if not routed:
+            raise SessionNotFoundError(f"cannot route {routing_key!r} to {session_id!r}: no such session")
+
+    def unbind_route(self, routing_key: str) -> bool:
+        """Remove the entry for ``routing_key``; return whether there was one."""
+        with self._atomic():
+            return self._db.count("DELETE FROM routes WHERE routing_key = %s", (routing_key,)) > 0
+
+    def unbind_session(self, session_id: str) -> list[str]:
+        """Remove every route to ``session_id``; return the keys that pointed at it."""
+        with self._atomic():
+            keys = self.routes_to(session_id)
+            self._db.execute("DELETE FROM routes WHERE session_id = %s", (session_id,))
+        return keys
+
+    def routes_to(self, session_id: str) -> list[str]:
+        """Return every routing key pointing at ``session_id``."""
+        rows = self._db.execute(
+            "SELECT routing_key FROM routes WHERE session_id = %s ORDER BY routing_key", (session_id,)
+        )
+        return [str(key) for (key,) in rows]
+
+    def repoint_routes(self, from_session_id: str, to_session_id: str) -> int:
+        """Move every route of ``from_session_id`` to ``to_session_id`` (compression); return how many moved."""
+        with self._atomic():
+            self.get_session(to_session_id)
+            return self._db.count(
+                "UPDATE routes SET session_id = %s, updated_at = %s WHERE session_id = %s",
+                (to_session_id, self._clock(), from_session_id),
+            )
+
+
+def _marks(count: int) -> str:
+    return ", ".join(["%s"] * count)

@@ -1,0 +1,260 @@
+"""The PostgreSQL store: :class:`PostgresStore`, the second implementation of the store interface.
+
+It satisfies every protocol of :mod:`hermes_actors.store.interface` (the contract tests in ``tests/store`` and
+``tests/search`` run against it and against the SQLite store), over a psycopg connection pool
+(:class:`~hermes_actors.store.pg.db.Database`). Unlike the SQLite store's one connection, the pool may be used by
+several threads at once: each thread's :meth:`PostgresStore.transaction` holds its own connection.
+
+What differs from the SQLite store, by design: lease expiry is the database clock's (see
+:mod:`~hermes_actors.store.pg.tables`); :meth:`~PostgresStore.backup` refuses (``pg_dump`` is PostgreSQL's
+backup); sizes are ``pg_database_size``; ``free_bytes`` is 0 (PostgreSQL reuses dead space itself).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+
+from hermes_actors.errors import StoreError
+from hermes_actors.store import backup as sqlite_backup
+from hermes_actors.store.connection import StoreUnwritableError
+from hermes_actors.store.export import AttachmentRow, SessionExport
+from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
+from hermes_actors.store.pg import lineage, maintenance
+from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
+from hermes_actors.store.pg.migrations import migrate, schema_version
+from hermes_actors.store.pg.queues import PgInbox, PgOutbox
+from hermes_actors.store.pg.responses import PgResponses
+from hermes_actors.store.pg.tables import PgHomeChannels, PgKeyValues, PgLeases, PgMemories, PgTimers
+from hermes_actors.store.pg.transcript import PgTranscriptRows
+from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
+from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord, TipFilter
+from hermes_actors.store.search_reads import SearchReads
+
+__all__ = ["PostgresStore"]
+
+
+def _quiet(phase: str) -> None:
+    """Progress that reports nothing."""
+
+
+def _no_skew() -> float:
+    return 0.0
+
+
+class PostgresStore(PgTranscriptRows):
+    """Sessions, messages, routes and the tables around them in one PostgreSQL database.
+
+    Open with :meth:`open`; it migrates the database to the current schema. ``clock`` dates rows as the SQLite
+    store's does; ``lease_skew`` (seconds added to the database clock when leases expire, 0 in production) lets
+    tests move lease time forward.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_skew: Callable[[], float] = _no_skew,
+    ) -> None:
+        super().__init__(database, clock)
+        self.database = database
+        self.inbox = PgInbox(database, clock)
+        self.outbox = PgOutbox(database, clock)
+        self.leases = PgLeases(database, lease_skew)
+        self.timers = PgTimers(database, clock)
+        self.kv = PgKeyValues(database, clock)
+        self.homes = PgHomeChannels(database, clock)
+        self.memories = PgMemories(database, clock)
+        self.responses = PgResponses(database, clock)
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        clock: Callable[[], float] = time.time,
+        lease_skew: Callable[[], float] = _no_skew,
+        migrate_schema: bool = True,
+    ) -> PostgresStore:
+        """Connect to the database at ``dsn`` (a ``postgresql://`` URL or key=value string) and migrate it."""
+        database = Database(dsn, pool_size=pool_size)
+        try:
+            if migrate_schema:
+                migrate(database)
+        except BaseException:
+            database.close()
+            raise
+        return cls(database, clock=clock, lease_skew=lease_skew)
+
+    @property
+    def path(self) -> str:
+        """The database's connection string, without its password."""
+        return redact(self.database.dsn)
+
+    def close(self) -> None:
+        """Close every connection of the pool."""
+        self.database.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """A block run in one transaction on this thread's connection (nested: a savepoint)."""
+        return self.database.transaction()
+
+    # -- maintenance -------------------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        """The database's schema version (0: no tables of ours)."""
+        return schema_version(self.database)
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreUnwritableError` unless the database takes a write now."""
+        try:
+            with self.database.transaction():
+                self.database.execute("CREATE TEMPORARY TABLE hermes_probe (x integer) ON COMMIT DROP")
+                if self.database.value("SELECT pg_is_in_recovery()"):
+                    raise StoreUnwritableError(f"{self.path} is a read-only standby; point hermes at the primary")
+        except StoreUnwritableError:
+            raise
+        except StoreError as exc:
+            raise StoreUnwritableError(f"{self.path} does not take writes: {exc}", fault=exc.fault) from exc
+
+    def check_integrity(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
+        """Rows whose references dangle, one line each."""
+        return maintenance.check_integrity(self, progress or _quiet)
+
+    def check_search_indexes(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
+        """Stale search columns among the newest messages, one line."""
+        return maintenance.check_search_indexes(self, progress or _quiet)
+
+    def optimize(self, *, progress: Callable[[str], None] | None = None) -> OptimizeResult:
+        """Recompute the search columns, vacuum and analyze."""
+        return maintenance.optimize(self, progress or _quiet)
+
+    def backup(
+        self,
+        dest: str | Path,
+        *,
+        overwrite: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        pages_per_step: int = sqlite_backup.DEFAULT_PAGES_PER_STEP,
+        pause_s: float = sqlite_backup.DEFAULT_PAUSE_S,
+    ) -> sqlite_backup.BackupResult:
+        """Refused: a PostgreSQL store is backed up with PostgreSQL's own tools."""
+        raise StoreError(
+            f"{self.path} is a PostgreSQL store: back it up with pg_dump (or the server's continuous archiving), "
+            "not 'hermesctl db backup'"
+        )
+
+    def free_bytes(self) -> int:
+        """0: PostgreSQL reuses dead space itself (VACUUM); there is no free list to report."""
+        return 0
+
+    # -- lineages, pruning and export ---------------------------------------------------------------------------
+
+    def search_reads(self) -> SearchReads:
+        """The reads ``session_search`` makes, on this store's pool."""
+        from hermes_actors.store.pg.search import PgSearchReads  # it builds on this module
+
+        return PgSearchReads(self)
+
+    def lineage_root(self, session_id: str) -> str:
+        """The first session of the compression lineage ``session_id`` belongs to."""
+        return lineage.lineage_root(self.database, session_id)
+
+    def lineage_tip(self, session_id: str) -> str:
+        """The newest session continuing ``session_id`` through compressions."""
+        return lineage.lineage_tip(self.database, session_id)
+
+    def lineage_chain(self, session_id: str) -> list[str]:
+        """The lineage through ``session_id``, root first and tip last."""
+        return lineage.chain_on(self.database, session_id)
+
+    def list_lineages(
+        self,
+        *,
+        source: str | None = None,
+        ended: bool | None = None,
+        limit: int | None = 20,
+        visible: SessionFilter | None = None,
+        preview_chars: int = DEFAULT_PREVIEW_CHARS,
+        tips: Sequence[str] | None = None,
+        offset: int = 0,
+        tip: TipFilter | None = None,
+    ) -> LineagePage:
+        """One row per conversation, most recently active first (the first ``offset`` skipped), and how many
+        there are in all; ``tip`` filters on the tip alone."""
+        return lineage.list_lineages(
+            self.database,
+            source=source,
+            ended=ended,
+            limit=limit,
+            visible=visible,
+            preview_chars=preview_chars,
+            tips=tips,
+            offset=offset,
+            tip=tip,
+        )
+
+    def prune_sessions(
+        self,
+        filter: PruneFilter,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        now: float | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> PruneResult:
+        """Delete the ended sessions ``filter`` selects, oldest first, ``batch_size`` per transaction."""
+        return maintenance.prune_sessions(
+            self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
+        )
+
+    def auto_prune(
+        self,
+        *,
+        enabled: bool,
+        retention_days: float = 90,
+        vacuum_after_prune: bool = True,
+        min_interval_hours: float = 24,
+        now: float,
+    ) -> PruneResult | None:
+        """Prune by retention unless disabled or the last run is recent."""
+        return maintenance.auto_prune(
+            self,
+            enabled=enabled,
+            retention_days=retention_days,
+            vacuum_after_prune=vacuum_after_prune,
+            min_interval_hours=min_interval_hours,
+            now=now,
+        )
+
+    def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
+        """How many sessions :meth:`iter_exports` yields."""
+        return maintenance.count_exports(self, source=source, session_id=session_id)
+
+    def iter_exports(self, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
+        """Sessions with their transcripts and attachments, for ``sessions export``."""
+        return maintenance.iter_exports(self, source=source, session_id=session_id)
+
+    def insert_session_export(
+        self, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
+    ) -> None:
+        """Insert a session with its messages and their files as they are, for ``sessions import``."""
+        maintenance.insert_session_export(self, record, messages)
+
+    def child_session_ids(self, session_id: str) -> list[str]:
+        """The sessions whose parent is ``session_id``."""
+        return maintenance.child_session_ids(self, session_id)

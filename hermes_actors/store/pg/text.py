@@ -1,0 +1,125 @@
+"""What the PostgreSQL store indexes of a message's text, computed in Python at insert.
+
+The tokens are exactly the SQLite store's: ``hermes_words`` (SQLite's unicode61 with diacritics folded, each CJK
+character a token of its own) run on a private in-memory SQLite connection per thread, so a query means the same
+on both stores and :func:`~hermes_actors.store.search_query.parse_search_query` cuts phrases the same way.
+
+* ``words``: a ``tsvector`` (``simple`` lexemes, no stemming) of the non-CJK tokens with their positions in the
+  whole token stream, so a phrase is ``a <-> b`` and words on either side of a CJK run are never adjacent.
+* ``cjk``: a ``tsvector`` of every CJK character and every pair of adjacent CJK characters (bigrams), no
+  positions. A CJK phrase of two or more characters is the AND of its bigrams plus a substring recheck; one
+  character is its unigram lexeme (same GIN index) plus the recheck.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, cast
+
+import apsw
+
+from hermes_actors.store.search_query import Token
+from hermes_actors.store.tokenizer import CJK_CHARACTER, TOKENIZER_NAME, register_tokenizer
+
+__all__ = ["IndexedText", "cjk_lexemes", "from_db", "index_text", "is_cjk", "quote_lexeme", "to_db", "tokenize"]
+
+MAX_POSITION = 16_383  # tsvector positions stop here (PostgreSQL clamps larger ones)
+MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL keeps no more)
+# A tsvector holds under 1 MB. Each column gets a budget of this many bytes (a lexeme costs its UTF-8 bytes and
+# 4 more, a position 2): a pathological message (a huge log of distinct tokens) keeps its first lexemes whole.
+_BUDGET = 900_000
+
+
+NUL_STAND_IN = "\uffff"
+"""PostgreSQL text cannot hold NUL, which an imported multimodal message's content may: it is stored as U+FFFF, a
+noncharacter no text is meant to contain, and turned back on every read of message content."""
+
+
+def to_db(content: str | None) -> str | None:
+    """Message content as stored (NUL as :data:`NUL_STAND_IN`)."""
+    return content.replace("\x00", NUL_STAND_IN) if content and "\x00" in content else content
+
+
+def from_db(content: str | None) -> str | None:
+    """Message content as read back."""
+    return content.replace(NUL_STAND_IN, "\x00") if content and NUL_STAND_IN in content else content
+
+
+class _Tokenizers(threading.local):
+    tokenizer: apsw.FTS5Tokenizer | None = None
+
+
+_local = _Tokenizers()
+
+
+def tokenize(text: str) -> list[Token]:
+    """The tokens of ``text`` as the SQLite messages index sees a document: (start byte, end byte, token)."""
+    tokenizer = _local.tokenizer
+    if tokenizer is None:
+        connection = apsw.Connection(":memory:")
+        register_tokenizer(connection)
+        tokenizer = _local.tokenizer = connection.fts5_tokenizer(TOKENIZER_NAME, [])
+    found = cast(list[tuple[Any, ...]], tokenizer(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None))
+    return [(int(token[0]), int(token[1]), str(token[2])) for token in found]
+
+
+def is_cjk(token: str) -> bool:
+    """Whether ``token`` is one CJK character (``hermes_words`` emits them one per token)."""
+    return len(token) == 1 and CJK_CHARACTER.fullmatch(token) is not None
+
+
+def quote_lexeme(lexeme: str) -> str:
+    """``lexeme`` quoted for a ``tsvector`` or ``tsquery`` literal."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def cjk_lexemes(run: str) -> list[str]:
+    """The lexemes a CJK run is found by: its bigrams, or the character itself when it is one."""
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+class IndexedText:
+    """The index columns of one message: ``words`` and ``cjk`` as ``tsvector`` literals, and its token count."""
+
+    __slots__ = ("cjk", "n_tokens", "words")
+
+    def __init__(self, words: str, cjk: str, n_tokens: int) -> None:
+        self.words = words
+        self.cjk = cjk
+        self.n_tokens = n_tokens
+
+
+_EMPTY = IndexedText("", "", 0)
+
+
+def index_text(content: str | None) -> IndexedText:
+    """The index columns of a message with ``content`` (``None``: a tool call, indexed as an empty document)."""
+    if not content:
+        return _EMPTY
+    tokens = [token for _, _, token in tokenize(content)]
+    positions: dict[str, list[int]] = {}
+    cjk: set[str] = set()
+    words_bytes = cjk_bytes = 0
+    previous: str | None = None
+    for index, token in enumerate(tokens):
+        if is_cjk(token):
+            for lexeme in (token,) if previous is None else (token, previous + token):
+                if lexeme not in cjk and cjk_bytes < _BUDGET:
+                    cjk.add(lexeme)
+                    cjk_bytes += len(lexeme.encode()) + 4
+            previous = token
+            continue
+        previous = None
+        held = positions.get(token)
+        if held is None:
+            if words_bytes >= _BUDGET:
+                continue
+            held = positions[token] = []
+            words_bytes += len(token.encode()) + 4
+        if len(held) < MAX_POSITIONS and (not held or held[-1] != min(index + 1, MAX_POSITION)):
+            held.append(min(index + 1, MAX_POSITION))
+            words_bytes += 2
+    words = " ".join(f"{quote_lexeme(t)}:{','.join(map(str, p))}" for t, p in positions.items())
+    return IndexedText(words, " ".join(quote_lexeme(c) for c in sorted(cjk)), len(tokens))
