@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hermes_actors.errors import AmbiguousSessionError, SessionNotFoundError, TitleInUseError
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.routing import SessionSource
 from hermes_actors.store.records import SessionFilter, SessionRecord
 from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
 
@@ -25,6 +27,42 @@ _PREFIX_CANDIDATES = 11
 
 class SessionResolution:
     """Resolution and title rules over a store's own lookups (see the module docstring)."""
+
+    @staticmethod
+    def new_record(
+        source: SessionSource | str,
+        *,
+        now: float,
+        session_id: str | None,
+        kind: SessionKind,
+        routing_key: str | None,
+        model: str | None,
+        title: str | None,
+        system_prompt: str | None,
+        parent_session_id: str | None,
+    ) -> SessionRecord:
+        """The row ``create_session`` inserts: a live session of ``source`` started ``now`` (a fresh id of
+        ``kind`` unless ``session_id`` is given; the title sanitised)."""
+        origin = source if isinstance(source, SessionSource) else SessionSource(platform=source)
+        return SessionRecord(
+            id=session_id or new_session_id(kind),
+            source=origin.platform,
+            started_at=now,
+            last_active_at=now,
+            user_id=origin.user_id_alt or origin.user_id,
+            user_name=origin.user_name,
+            chat_id=origin.chat_id,
+            chat_type=origin.chat_type,
+            chat_name=origin.chat_name,
+            thread_id=origin.thread_id,
+            scope_id=origin.scope_id,
+            account_id=origin.account_id,
+            routing_key=routing_key,
+            model=model,
+            title=sanitize_title(title),
+            system_prompt=system_prompt,
+            parent_session_id=parent_session_id,
+        )
 
     # -- the lookups each store implements ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from hermes_actors.errors import SessionNotFoundError, StoreError
-from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
 from hermes_actors.store.pg.db import Database
 from hermes_actors.store.pg.lineage import chain_on
@@ -72,24 +72,14 @@ class PgSessionRows(SessionResolution):
 
         Raises :class:`TitleInUseError` when another session holds ``title`` (after sanitising).
         """
-        now = self._clock() if started_at is None else started_at
-        origin = source if isinstance(source, SessionSource) else SessionSource(platform=source)
-        record = SessionRecord(
-            id=session_id or new_session_id(kind),
-            source=origin.platform,
-            started_at=now,
-            last_active_at=now,
-            user_id=origin.user_id_alt or origin.user_id,
-            user_name=origin.user_name,
-            chat_id=origin.chat_id,
-            chat_type=origin.chat_type,
-            chat_name=origin.chat_name,
-            thread_id=origin.thread_id,
-            scope_id=origin.scope_id,
-            account_id=origin.account_id,
+        record = self.new_record(
+            source,
+            now=self._clock() if started_at is None else started_at,
+            session_id=session_id,
+            kind=kind,
             routing_key=routing_key,
             model=model,
-            title=sanitize_title(title),
+            title=title,
             system_prompt=system_prompt,
             parent_session_id=parent_session_id,
         )
