@@ -249,6 +249,8 @@ class Vitals(msgspec.Struct, frozen=True, kw_only=True):
     resets: dict[str, int]  # by end reason
     commits: int
     commit_latency: Latency | None
+    inbox_by_platform: dict[str, int] = msgspec.field(default_factory=dict)  # pending inbound messages
+    inbox_oldest_by_platform_s: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 class Exposition(msgspec.Struct, frozen=True, kw_only=True):

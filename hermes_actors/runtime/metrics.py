@@ -179,6 +179,7 @@ class Metrics:
         oldest = samples.get("hermes_inbox_oldest_age_seconds", [])
         tokens = by("hermes_model_tokens_total", "direction")
         outbox_ages = gauge("hermes_outbox_oldest_age_seconds", "platform")
+        inbox_ages = gauge("hermes_inbox_platform_oldest_age_seconds", "platform")
         return Vitals(
             turns=by("hermes_turns_total", "outcome"),
             turn_latency=latency_of(samples, "hermes_turn_duration_seconds"),
@@ -198,6 +199,8 @@ class Metrics:
             resets=by("hermes_resets_total", "reason"),
             commits=total("hermes_store_commit_duration_seconds_count"),
             commit_latency=latency_of(samples, "hermes_store_commit_duration_seconds"),
+            inbox_by_platform=by("hermes_inbox_platform_pending", "platform"),
+            inbox_oldest_by_platform_s={k: v for k, v in inbox_ages.items() if not math.isnan(v)},
         )
 
 

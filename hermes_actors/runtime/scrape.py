@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hermes_actors.runtime.protocol import SupervisorStatistics
 from hermes_actors.store.readers import ReaderPool
+from hermes_actors.store.records import QueueSummary
 
 __all__ = ["RuntimeCollector"]
 
@@ -62,6 +63,7 @@ class RuntimeCollector(Collector):
     def _queues(self) -> Iterator[Metric]:
         with self._readers.reader(timeout=READ_TIMEOUT_S) as store:  # counts and one row each: cheap at any size
             inbox = store.inbox.summary()
+            inbox_platforms = store.inbox.summary_by_platform()
             outbox = store.outbox.summary_by_platform()
         now = self._clock()
         yield GaugeMetricFamily("hermes_inbox_pending", "Inbound messages without a finished turn.", inbox.count)
@@ -70,19 +72,30 @@ class RuntimeCollector(Collector):
             "How long the oldest inbound message without a finished turn has waited (NaN: none waits).",
             max(now - inbox.oldest_at, 0.0) if inbox.oldest_at is not None else math.nan,
         )
-        counts = dict.fromkeys(self._platforms(), 0) | {platform: waiting.count for platform, waiting in outbox.items()}
-        oldest = {platform: waiting.oldest_at for platform, waiting in outbox.items() if waiting.oldest_at is not None}
-        pending = GaugeMetricFamily("hermes_outbox_pending", "Replies neither sent nor given up.", labels=["platform"])
-        ages = GaugeMetricFamily(
-            "hermes_outbox_oldest_age_seconds",
-            "How long the oldest reply neither sent nor given up has waited (NaN: none waits).",
-            labels=["platform"],
-        )
-        for platform in sorted(counts):
-            pending.add_metric([platform], counts[platform])
-            ages.add_metric([platform], max(now - oldest[platform], 0.0) if platform in oldest else math.nan)
-        yield pending
-        yield ages
+        platforms = list(self._platforms())
+        inbound = "Inbound messages without a finished turn"
+        yield from _by_platform("hermes_inbox_platform", inbound, platforms, inbox_platforms, now)
+        yield from _by_platform("hermes_outbox", "Replies neither sent nor given up", platforms, outbox, now)
+
+
+def _by_platform(
+    name: str, what: str, platforms: Iterable[str], waiting: Mapping[str, QueueSummary], now: float
+) -> Iterator[Metric]:
+    """``<name>_pending`` and ``<name>_oldest_age_seconds`` labelled by platform: every configured platform, 0 and
+    NaN where nothing waits."""
+    counts = dict.fromkeys(platforms, 0) | {platform: queue.count for platform, queue in waiting.items()}
+    oldest = {platform: queue.oldest_at for platform, queue in waiting.items() if queue.oldest_at is not None}
+    pending = GaugeMetricFamily(f"{name}_pending", f"{what}, by platform.", labels=["platform"])
+    ages = GaugeMetricFamily(
+        f"{name}_oldest_age_seconds",
+        f"How long the oldest of the {what.lower()} has waited (NaN: none waits), by platform.",
+        labels=["platform"],
+    )
+    for platform in sorted(counts):
+        pending.add_metric([platform], counts[platform])
+        ages.add_metric([platform], max(now - oldest[platform], 0.0) if platform in oldest else math.nan)
+    yield pending
+    yield ages
 
 
 def _actors(stats: SupervisorStatistics) -> Iterator[Metric]:

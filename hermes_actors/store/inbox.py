@@ -105,6 +105,13 @@ class Inbox(Table):
         ).fetchone()
         return QueueSummary(count=count, oldest_at=float(row[0]) if row else None)
 
+    def summary_by_platform(self) -> dict[str, QueueSummary]:
+        """Per platform with messages pending: how many, and when the oldest of them arrived."""
+        rows = self._db.execute(
+            "SELECT platform, count(*), min(received_at) FROM inbox WHERE state = ? GROUP BY platform", (_PENDING,)
+        )
+        return {str(p): QueueSummary(count=int(n), oldest_at=float(at)) for p, n, at in rows}
+
     def get(self, inbox_id: int) -> InboxRow | None:
         """Return one row, or ``None``."""
         row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()

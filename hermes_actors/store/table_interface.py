@@ -79,6 +79,10 @@ class InboxQueue(Protocol):
         """How many rows are pending, and when the oldest pending row arrived."""
         ...
 
+    def summary_by_platform(self) -> dict[str, QueueSummary]:
+        """Per platform with messages pending: how many, and when the oldest of them arrived."""
+        ...
+
     def get(self, inbox_id: int) -> InboxRow | None:
         """One row, or ``None``."""
         ...

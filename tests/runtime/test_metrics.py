@@ -7,6 +7,8 @@ import math
 import pytest
 
 from hermes_actors.runtime.metrics import Metrics, latency_of
+from hermes_actors.testing import GatedAgent
+from tests.runtime.conftest import MakeGateway
 
 
 def _histogram(buckets: dict[str, float], total: float) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -49,3 +51,18 @@ def test_a_metrics_object_without_a_runtime_reads_as_zeros() -> None:
     assert (vitals.inbox_pending, vitals.inbox_oldest_age_s, vitals.outbox_pending) == (0, None, {})
     assert (vitals.tokens_in, vitals.tokens_out, vitals.commits) == (0, 0, 0)
     assert b"hermes_turns_total" in metrics.exposition().body
+
+
+def test_the_vitals_count_the_inbox_per_platform_while_a_turn_is_held(make_gateway: MakeGateway) -> None:
+    agent = GatedAgent()
+    gateway, fake = make_gateway(agent=agent)
+    try:
+        fake.push("held")
+        assert agent.started.wait(5)
+        vitals = gateway.vitals()
+        assert vitals.inbox_by_platform == {"fake": 1}  # its turn has not committed: the message still waits
+        assert vitals.inbox_oldest_by_platform_s["fake"] >= 0
+    finally:
+        agent.release.set()
+    assert gateway.wait_idle()
+    assert gateway.vitals().inbox_by_platform.get("fake", 0) == 0

@@ -98,8 +98,15 @@ def test_queue_summaries_count_what_waits_and_date_the_oldest(store: StoreInterf
     _accept(store, "m2")
     assert (store.inbox.summary().count, store.inbox.summary().oldest_at) == (2, first_at)
     assert first is not None
+    clock.advance(1)
+    _accept(store, "s1", platform="signal")
+    assert {p: (s.count, s.oldest_at) for p, s in store.inbox.summary_by_platform().items()} == {
+        "telegram": (2, first_at),
+        "signal": (1, first_at + 6),
+    }
     store.inbox.complete(first, session_id=None)
-    assert (store.inbox.summary().count, store.inbox.summary().oldest_at) == (1, first_at + 5)
+    assert (store.inbox.summary().count, store.inbox.summary().oldest_at) == (2, first_at + 5)
+    assert store.inbox.summary_by_platform()["telegram"].count == 1
 
     def reply(platform: str) -> int:
         return store.outbox.add(

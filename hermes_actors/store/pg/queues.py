@@ -116,6 +116,13 @@ class PgInbox(PgTable):
         oldest = self._db.value("SELECT received_at FROM inbox WHERE state = %s ORDER BY id LIMIT 1", (_PENDING,))
         return QueueSummary(count=count, oldest_at=None if oldest is None else float(oldest))
 
+    def summary_by_platform(self) -> dict[str, QueueSummary]:
+        """Per platform with messages pending: how many, and when the oldest of them arrived."""
+        rows = self._db.execute(
+            "SELECT platform, count(*), min(received_at) FROM inbox WHERE state = %s GROUP BY 1", (_PENDING,)
+        )
+        return {str(p): QueueSummary(count=int(n), oldest_at=float(at)) for p, n, at in rows}
+
     def get(self, inbox_id: int) -> InboxRow | None:
         """One row, or ``None``."""
         rows = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = %s", (inbox_id,))

@@ -192,10 +192,12 @@ class Pages:
             "outbox": [
                 {
                     "platform": name,
+                    "inbox_pending": vitals.inbox_by_platform.get(name, 0),
+                    "inbox_oldest_age_s": vitals.inbox_oldest_by_platform_s.get(name),
                     "pending": vitals.outbox_pending.get(name, 0),
                     "oldest_age_s": vitals.outbox_oldest_age_s.get(name),
                 }
-                for name in sorted(set(vitals.outbox_pending) | set(vitals.outbox_oldest_age_s))
+                for name in sorted(set(vitals.outbox_pending) | set(vitals.inbox_by_platform))
             ],
             "platforms": [
                 {

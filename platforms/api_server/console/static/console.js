@@ -78,8 +78,10 @@
     });
     rows("outbox", live.outbox, function (row, o) {
       cell(row, "Platform", o.platform);
-      cell(row, "Waiting", o.pending, true);
-      cell(row, "Oldest (s)", o.oldest_age_s === null ? null : o.oldest_age_s.toFixed(1), true);
+      cell(row, "Inbox waiting", o.inbox_pending, true);
+      cell(row, "Inbox oldest (s)", o.inbox_oldest_age_s === null ? null : o.inbox_oldest_age_s.toFixed(1), true);
+      cell(row, "Outbox waiting", o.pending, true);
+      cell(row, "Outbox oldest (s)", o.oldest_age_s === null ? null : o.oldest_age_s.toFixed(1), true);
     });
     counts(live);
     document.getElementById("live-updated").textContent = new Date().toISOString().replace("T", " ").slice(0, 19) + " UTC";
