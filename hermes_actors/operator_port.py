@@ -253,3 +253,7 @@ class Operator(Protocol):
     def export_lineage(self, session_id: str) -> bytes:
         """The lineage of ``session_id`` as ``hermesctl sessions export`` writes it: one JSONL line per session."""
         ...
+
+    def recent_ends(self, *, limit: int) -> list[SessionView]:
+        """The sessions that ended most recently (resets, compressions, ends by hand), newest end first."""
+        ...

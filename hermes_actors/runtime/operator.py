@@ -89,6 +89,14 @@ class GatewayOperator:
                 total, views = page.total, [_lineage_view(row) for row in page.rows]
         return SessionPage(sessions=views, total=total, limit=limit, offset=offset)
 
+    def recent_ends(self, *, limit: int) -> list[SessionView]:
+        """The sessions that ended most recently, newest end first (ended sessions are no longer active, so the
+        most recently active of them hold the latest ends)."""
+        with self._gateway.read() as store:
+            records = store.list_sessions(ended=True, limit=limit * 2)
+        records.sort(key=lambda record: record.ended_at or 0.0, reverse=True)
+        return [session_view(record, listed=True) for record in records[:limit]]
+
     def create_session(self, *, session_id: str | None, title: str | None, system_prompt: str | None) -> SessionView:
         """A live API session without a route; ``system_prompt`` is frozen into it by its first turn."""
         cleaned = sanitize_title(title)  # a TitleError before anything is written

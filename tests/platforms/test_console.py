@@ -304,3 +304,18 @@ def test_a_document_is_shown_by_path_and_size_and_a_long_message_is_folded(conso
     assert '<details class="long">' in page.text
     served = client.get(f"/console/media/{relative}")
     assert (served.status, served.headers["Content-Disposition"]) == (200, "attachment")
+
+
+def test_the_live_page_lists_the_sessions_that_ended_last(console: Console) -> None:
+    api = console.api
+    first, second = (api.ok("POST", "/api/sessions", {"title": name}, status=201)["id"] for name in ("one", "two"))
+    api.ok("PATCH", f"/api/sessions/{first}", {"end": True})
+    api.ok("PATCH", f"/api/sessions/{second}", {"end": True})
+    client = console.logged_in()
+    ends = client.get("/console/live.json").json()["recent_ends"]
+    assert [(e["id"], e["title"]) for e in ends[:2]] == [(second, "two"), (first, "one")]  # newest end first
+    assert ends[0]["reason"]
+    assert ends[0]["at"] >= ends[1]["at"]
+    page = client.get("/console/live").text
+    assert 'id="ends"' in page
+    assert "two" in page

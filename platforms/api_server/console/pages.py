@@ -177,6 +177,7 @@ class Pages:
         inbox, host = running
         vitals = await host.blocking(inbox.vitals)
         readiness = await host.blocking(inbox.readiness)
+        ends = await host.blocking(lambda: inbox.operator.recent_ends(limit=10))
         down = (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED)
         return {
             "ready": readiness.ready,
@@ -208,6 +209,10 @@ class Pages:
                     "detail": p.detail,
                 }
                 for p in readiness.platforms
+            ],
+            "recent_ends": [
+                {"id": end.id, "title": end.title, "source": end.source, "reason": end.end_reason, "at": end.ended_at}
+                for end in ends
             ],
             "resets": vitals.resets,
             "passivations": vitals.passivations,

@@ -83,6 +83,12 @@
       cell(row, "Outbox waiting", o.pending, true);
       cell(row, "Outbox oldest (s)", o.oldest_age_s === null ? null : o.oldest_age_s.toFixed(1), true);
     });
+    rows("ends", live.recent_ends, function (row, e) {
+      cell(row, "Ended", e.at === null ? null : new Date(e.at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC");
+      cell(row, "Reason", e.reason || "");
+      cell(row, "Platform", e.source);
+      cell(row, "Conversation", e.title || e.id);
+    });
     counts(live);
     document.getElementById("live-updated").textContent = new Date().toISOString().replace("T", " ").slice(0, 19) + " UTC";
     document.body.setAttribute("data-refreshed", String(Date.now()));
