@@ -143,9 +143,11 @@ CREATE TABLE inbox (
     state               text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'rejected')),
     completed_at        double precision,
     owner               text,
+    shard               integer,  -- cluster mode (version 3): the virtual shard whose holder runs the row's turn
     UNIQUE (platform, account_id, platform_message_id)
 );
 CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';
+CREATE INDEX inbox_pending_shard ON inbox (shard, id) WHERE state = 'pending' AND shard IS NOT NULL;
 CREATE INDEX inbox_completed ON inbox (completed_at) WHERE completed_at IS NOT NULL;
 
 CREATE TABLE outbox (
@@ -205,8 +207,8 @@ CREATE TABLE leases (
 );
 CREATE INDEX leases_owner ON leases (owner);
 
--- The shard map of the cluster mode (issue 19): one row per virtual shard, its holder and fencing epoch. Nothing
--- uses it yet; it is created with the schema so that the shard hosts need no migration.
+-- The shard map of the cluster mode (hermes_actors.store.pg.shards): one row per virtual shard, its holder, the
+-- fencing epoch of the holder's term and the term's end by the database clock.
 CREATE TABLE shard_leases (
     shard      integer PRIMARY KEY CHECK (shard >= 0),
     holder     text,

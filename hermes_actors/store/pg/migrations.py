@@ -50,7 +50,17 @@ CREATE INDEX api_responses_session ON api_responses (session_id);
     )
 
 
-MIGRATIONS: dict[int, Callable[[Database], None]] = {2: _add_api_responses}
+def _add_inbox_shard(db: Database) -> None:
+    """Version 3: each inbox row's shard in cluster mode (``store.pg.shard_queue``), indexed for the pending rows."""
+    db.execute(
+        """
+ALTER TABLE inbox ADD COLUMN shard integer;
+CREATE INDEX inbox_pending_shard ON inbox (shard, id) WHERE state = 'pending' AND shard IS NOT NULL;
+"""
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Database], None]] = {2: _add_api_responses, 3: _add_inbox_shard}
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
 
