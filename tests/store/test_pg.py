@@ -116,6 +116,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(
             # Version 1 was the current file without what later versions added.
             old.database.execute("DROP TABLE api_responses")
             old.database.execute("ALTER TABLE inbox DROP COLUMN shard")
+            old.database.execute("DROP TABLE shard_hosts")
             old.kv.set_meta("schema_version", "1")
             old.create_session("cli", session_id="kept")
         with PostgresStore.open(postgres_cluster.dsn(name)) as upgraded:
@@ -297,7 +298,7 @@ def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: Postgr
     pg_tables: dict[str, set[str]] = {}
     for table, column in rows:
         pg_tables.setdefault(str(table), set()).add(str(column))
-    assert set(pg_tables) == {*sqlite_tables, "shard_leases", "search_totals"}
+    assert set(pg_tables) == {*sqlite_tables, "shard_leases", "shard_hosts", "search_totals"}
     extras = {"messages": {"words", "cjk", "n_tokens"}, "api_responses": {"seq"}, "inbox": {"shard"}}
     for table, columns in sqlite_tables.items():
         assert pg_tables[table] == columns | extras.get(table, set()), table

@@ -61,7 +61,7 @@ class PgInbox(PgTable):
 
     def __init__(self, db: Database, clock: Callable[[], float]) -> None:
         super().__init__(db, clock)
-        self.shard_check: Callable[[str], None] | None = None
+        self.shard_check: Callable[[str], bool] | None = None
 
     def add(
         self,

@@ -216,6 +216,12 @@ CREATE TABLE shard_leases (
     expires_at timestamptz NOT NULL DEFAULT '-infinity'
 );
 
+-- The shard hosts' heartbeats (version 3): a host whose seen_at is recent is live, and gets its home shards back.
+CREATE TABLE shard_hosts (
+    holder  text COLLATE "C" PRIMARY KEY,
+    seen_at timestamptz NOT NULL
+);
+
 CREATE TABLE timers (
     name    text COLLATE "C" PRIMARY KEY,
     due_at  double precision NOT NULL,

@@ -138,6 +138,22 @@ class PgShards:
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
 
+    def beat(self, holder: str) -> None:
+        """Record that ``holder`` is alive now (by the database clock)."""
+        self._db.execute(
+            f"INSERT INTO shard_hosts (holder, seen_at) VALUES (%(holder)s, {_NOW}) "
+            "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at",
+            {"holder": holder, "skew": self._skew()},
+        )
+
+    def hosts(self) -> dict[str, float]:
+        """Every host that ever beat, with the seconds since its last beat (by the database clock)."""
+        rows = self._db.execute(
+            f"SELECT holder, extract(epoch FROM {_NOW} - seen_at)::double precision FROM shard_hosts ORDER BY holder",
+            {"skew": self._skew()},
+        )
+        return {str(holder): float(age) for holder, age in rows}
+
     def leases(self) -> list[ShardLease]:
         """Every shard's row, in shard order."""
         rows = self._db.execute(
@@ -167,8 +183,9 @@ class PgShards:
 class ShardFence:
     """The shards one host holds (shard -> epoch), each with a local deadline, shared by the host's threads.
 
-    ``enabled=False`` is the test-only switch that turns fencing off (:meth:`check` then checks nothing): the
-    fault test runs with it to show what fencing prevents.
+    ``enabled=False`` is the test-only switch that turns fencing off: :meth:`check` checks nothing, the local
+    deadline drops nothing, and the session leases' epochs are not checked either (:meth:`PostgresStore.fence_shards`);
+    the fault test runs with it to show what fencing prevents.
     """
 
     def __init__(
@@ -200,7 +217,7 @@ class ShardFence:
 
     def held(self) -> dict[int, int]:
         """shard -> epoch of every shard held whose local deadline has not passed (self-fencing drops the rest)."""
-        now = self._monotonic()
+        now = self._monotonic() if self.enabled else float("-inf")
         with self._lock:
             expired = [shard for shard, (_, deadline) in self._held.items() if deadline <= now]
             for shard in expired:
@@ -211,11 +228,12 @@ class ShardFence:
         """Whether the session's shard is held (and within its local deadline)."""
         return shard_of(session_id, self.shards) in self.held()
 
-    def check(self, shards: PgShards, session_id: str) -> None:
+    def check(self, shards: PgShards, session_id: str) -> bool:
         """Inside a turn's transaction: :class:`ShardLostError` unless this host still holds the session's shard,
-        by its own deadline first (self-fencing), then by the database (:meth:`PgShards.check`)."""
+        by its own deadline first (self-fencing), then by the database (:meth:`PgShards.check`); whether fencing
+        is on (``False``: nothing was checked)."""
         if not self.enabled:
-            return
+            return False
         shard = shard_of(session_id, self.shards)
         epoch = self.held().get(shard)
         if epoch is None:
@@ -224,3 +242,4 @@ class ShardFence:
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
         shards.check(shard, self.holder, epoch)
+        return True
