@@ -83,13 +83,18 @@ class SeeingAgent(EchoAgent):
     T`` (N user messages in its history, the last of them T), so a test can check in the store that every turn was
     computed from the complete committed history before it. It blocks, so it runs in the agent pool.
 
-    With ``gated``, its first turn sets ``started`` and waits for ``release`` (10 s at most), as :class:`GatedAgent`.
+    With ``gated``, its first turn sets ``started`` and waits for ``release`` (10 s at most), as :class:`GatedAgent`;
+    with ``stamped``, the reply ends in `` @start-end`` (the agent call's wall-clock span), to check that no two
+    turns of a conversation overlapped.
     """
 
     runs_inline = False
 
-    def __init__(self, min_s: float = 0.0, max_s: float = 0.0, *, seed: int = 0, gated: bool = False) -> None:
+    def __init__(
+        self, min_s: float = 0.0, max_s: float = 0.0, *, seed: int = 0, gated: bool = False, stamped: bool = False
+    ) -> None:
         super().__init__()
+        self._stamped = stamped
         self._span = (min_s, max_s)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -101,11 +106,14 @@ class SeeingAgent(EchoAgent):
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         with self._lock:
             pause = self._random.uniform(*self._span)
+        began = time.time()
         self.started.set()
         self.release.wait(10)
         threading.Event().wait(pause)
         users = [m for m in turn.history if m.role == Role.USER]
         text = f"saw {len(users)} after {users[-1].content if users else '-'}"
+        if self._stamped:
+            text += f" @{began:.6f}-{time.time():.6f}"
         return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=text),), text=text)
 
 
