@@ -52,11 +52,12 @@ CREATE INDEX api_responses_session ON api_responses (session_id);
 
 def _add_inbox_shard(db: Database) -> None:
     """Version 3: each inbox row's shard in cluster mode (``store.pg.shard_queue``), indexed for the pending rows,
-    and the shard hosts' heartbeats (``store.pg.shards``)."""
+    the outbox dispatchers' claims (``store.pg.outbox_claims``) and the shard hosts' heartbeats (``store.pg.shards``)."""
     db.execute(
         """
 ALTER TABLE inbox ADD COLUMN shard integer;
 CREATE INDEX inbox_pending_shard ON inbox (shard, id) WHERE state = 'pending' AND shard IS NOT NULL;
+ALTER TABLE outbox ADD COLUMN claimed_by text, ADD COLUMN claimed_until timestamptz;
 CREATE TABLE shard_hosts (
     holder  text COLLATE "C" PRIMARY KEY,
     seen_at timestamptz NOT NULL

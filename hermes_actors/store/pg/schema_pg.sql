@@ -164,7 +164,9 @@ CREATE TABLE outbox (
     sent_at             double precision,
     platform_message_id text,
     last_error          text,
-    abandoned_at        double precision
+    abandoned_at        double precision,
+    claimed_by          text,         -- cluster mode (version 3): the dispatcher sending the row now
+    claimed_until       timestamptz   -- ... until then by the database clock; then anyone may claim it
 );
 CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) WHERE sent_at IS NULL AND abandoned_at IS NULL;
 

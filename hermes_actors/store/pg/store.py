@@ -26,6 +26,7 @@ from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
 from hermes_actors.store.pg import lineage, maintenance
 from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
+from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
 from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.shard_queue import ShardQueue
@@ -74,6 +75,7 @@ class PostgresStore(PgTranscriptRows):
         self.responses = PgResponses(database, clock)
         self.shards = PgShards(database, lease_skew)
         self.shard_queue = ShardQueue(database, clock)
+        self.outbox_claims = OutboxClaims(database, clock)
 
     @classmethod
     def open(
