@@ -51,8 +51,8 @@ CREATE INDEX api_responses_session ON api_responses (session_id);
 
 
 def _add_inbox_shard(db: Database) -> None:
-    """Version 3: each inbox row's shard in cluster mode (``store.pg.shard_queue``), indexed for the pending rows,
-    the outbox dispatchers' claims (``store.pg.outbox_claims``) and the shard hosts' heartbeats (``store.pg.shards``)."""
+    """Version 3 (cluster mode): each inbox row's shard (``store.pg.shard_queue``), indexed for the pending rows,
+    the outbox dispatchers' claims (``store.pg.outbox_claims``), the shard hosts' heartbeats (``store.pg.shards``)."""
     db.execute(
         """
 ALTER TABLE inbox ADD COLUMN shard integer;

@@ -17,6 +17,7 @@ from hermes_actors.store.records import OutboxRow
 __all__ = ["OutboxClaims"]
 
 _COLUMNS = ", ".join(f"o.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
+_RETURNED = ", ".join(f"heads.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
 _UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
 
 
@@ -40,7 +41,7 @@ class OutboxClaims:
             "ORDER BY o.id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED) "
             "UPDATE outbox AS u SET claimed_by = %(who)s, "
             "claimed_until = clock_timestamp() + make_interval(secs => %(lease)s) "
-            f"FROM heads WHERE u.id = heads.id RETURNING {', '.join(f'heads.{c.strip()}' for c in _OUTBOX_COLUMNS.split(','))}",
+            f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}",
             {"now": self._clock(), "limit": limit, "who": dispatcher, "lease": lease_s},
         )
         return sorted((_outbox_row(row) for row in rows), key=lambda row: row.id)
