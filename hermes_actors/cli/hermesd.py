@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
 
 from hermes_actors.cli.options import home_option, resolve_home
+from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.daemon.banner import version
 from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
@@ -40,9 +43,14 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
     default=None,
     help="Configuration file (default: HOME/config.yaml, created with commented defaults when absent).",
 )
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Cluster mode: make sure the shard hosts of the 'cluster:' section run on Ray (see README).",
+)
 @click.option("-v", "--verbose", count=True, help="More log detail (-v: debug).")
 @click.option("-q", "--quiet", count=True, help="Less log detail (-q: warnings, -qq: errors).")
-def main(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
+def main(home: str | None, config_file: str | None, cluster: bool, verbose: int, quiet: int) -> None:
     """Run the gateway: the OpenAI-compatible API, webhooks and the control socket, on loopback by default.
 
     \b
@@ -55,12 +63,12 @@ def main(home: str | None, config_file: str | None, verbose: int, quiet: int) ->
     previous_umask = os.umask(0o077)
     os.umask(previous_umask | 0o077)
     try:
-        _serve(home, config_file, verbose, quiet)
+        _serve(home, config_file, verbose, quiet, cluster=cluster)
     finally:
         os.umask(previous_umask)  # matters only when called in-process (tests); the daemon exits here
 
 
-def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
+def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, *, cluster: bool = False) -> None:
     root = resolve_home(home)
     config_path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
     try:
@@ -69,6 +77,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         if config_file is None and write_default_config(config_path):
             click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
         settings = check_configuration(config_path, home=root, environ=os.environ)
+        if cluster:
+            require_cluster(settings.cluster)
     except (HomeError, HomeUnusableError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
@@ -80,6 +90,9 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         sys.exit(1)
     level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
     configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
+    if cluster:
+        _serve_cluster(settings.cluster)
+        return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
         code = daemon.run()
@@ -90,6 +103,21 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+def _serve_cluster(settings: ClusterSettings) -> None:
+    """Keep the shard hosts running until SIGTERM or Ctrl-C (the webhook ingress of cluster mode is not here yet)."""
+    from hermes_actors.cluster.service import keep_hosts
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        keep_hosts(settings, stop)
+    except KeyboardInterrupt:
+        stop.set()
+    except HermesError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -70,3 +70,12 @@ def test_the_cluster_section_defaults_to_256_shards_on_three_hosts() -> None:
         10.0,
         5.0,
     )
+
+
+def test_hermesd_cluster_without_a_store_exits_2_naming_the_setting(tmp_path: Path) -> None:
+    from hermes_actors.cli.hermesd import main as hermesd
+
+    result = CliRunner().invoke(hermesd, ["--home", str(tmp_path), "--cluster"])
+    assert result.exit_code == 2
+    assert "cluster.postgres_dsn: is required in cluster mode" in result.output.splitlines()[-1]
+    assert result.output.splitlines()[-1].startswith("Error: configuration ")
