@@ -15,6 +15,8 @@ from tests.cluster.checks import stale_context_commits
 
 SHARDS = 8
 
+pytestmark = pytest.mark.slow  # each runs hosts for a few seconds
+
 
 @pytest.fixture
 def pg(postgres_dsn: str) -> Iterator[PostgresStore]:
