@@ -27,8 +27,10 @@ import msgspec
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
@@ -65,6 +67,8 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     pending_soft_limit: int = 4  # queued messages of a session from which its next turn merges them
     pending_hard_limit: int = 64
     fencing: bool = True  # False only in the fault test: shows what the fence prevents
+    reset: ResetConfig = msgspec.field(default_factory=ResetConfig)  # idle and daily resets (session_reset:)
+    timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -126,6 +130,8 @@ class HostRuntime:
             grace_s=settings.grace_s,
             on_gained=self._gained,
         )
+        self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
         self._wake = threading.Event()
@@ -189,6 +195,9 @@ class HostRuntime:
             if self._stopped.is_set():
                 return
             try:
+                if time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
+                    self._scanned_at = time.monotonic()
+                    self.timers.scan()
                 self.pull()
             except Exception:
                 _log.exception("%s: pulling the inbox failed", self.settings.name)
@@ -203,6 +212,9 @@ class HostRuntime:
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
         for shard, row in rows:
+            if row.platform == TIMER_PLATFORM:
+                handed += self._reset(row)
+                continue
             target = self._shard_of_key(row)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
@@ -215,6 +227,16 @@ class HostRuntime:
             self.runtime.supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
             handed += 1
         return handed
+
+    def _reset(self, row: InboxRow) -> int:
+        """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
+        end = self.timers.take(row)
+        with self._lock:
+            if end is None or row.id in self._dispatched:
+                return 0
+            self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
+        self.runtime.supervisor.tell(end)
+        return 1
 
     def _shard_of_key(self, row: InboxRow) -> int:
         return shard_for_key(self.store, row.routing_key, self.settings.shards)

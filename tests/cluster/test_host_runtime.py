@@ -8,6 +8,9 @@ import pytest
 
 from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
 from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
+from hermes_actors.messages import decode_outbound
+from hermes_actors.store import EndReason
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import home_shards, shard_of
 from hermes_actors.testing import FakePlatform, SeeingAgent, poll_until
@@ -122,3 +125,30 @@ def test_a_host_whose_renewals_stall_cannot_commit_and_the_next_holder_sees_the_
             stale.stop(release=False)
         if taker is not None:
             taker.stop()
+
+
+def test_a_due_idle_reset_becomes_an_inbox_row_of_the_session_s_shard_and_ends_it_under_the_fence(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    reset = ResetConfig(mode=ResetMode.IDLE, idle_minutes=1)
+    host = HostRuntime(
+        HostSettings(name="h0", postgres_dsn=postgres_dsn, hosts=("h0",), shards=SHARDS, reset=reset, timer_scan_s=3600)
+    )
+    host.start()
+    try:
+        ClusterIngress(pg, shards=SHARDS).accept(FakePlatform("fake").message("hello", chat_id="c", user_id="u"))
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the turn")
+        (session_id,) = [s for s, _ in _replies(pg)]
+        assert host.timers.scan() == 0  # active a moment ago: not due
+        pg.database.execute("UPDATE sessions SET last_active_at = last_active_at - 120 WHERE id = %s", (session_id,))
+        assert host.timers.scan() == 1
+        assert host.timers.scan() == 0  # one row per deadline
+        host.poke()
+        poll_until(lambda: not pg.get_session(session_id).is_live, timeout=10, what="the reset ending the session")
+        host.poke()
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the reset row settled")
+        assert pg.get_session(session_id).end_reason == EndReason.IDLE
+        notice = decode_outbound(bytes(pg.database.value("SELECT payload FROM outbox ORDER BY id DESC LIMIT 1")))
+        assert notice.text.startswith("This conversation was reset after 1 minutes without messages.")
+    finally:
+        host.stop()
