@@ -18,9 +18,9 @@ from pathlib import Path
 import click
 
 from hermes_actors.cli.options import home_option, resolve_home
-from hermes_actors.cluster.settings import ClusterSettings, require_cluster
+from hermes_actors.cluster.settings import require_cluster
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text
+from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
 from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
@@ -46,7 +46,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 @click.option(
     "--cluster",
     is_flag=True,
-    help="Cluster mode: make sure the shard hosts of the 'cluster:' section run on Ray (see README).",
+    help="Cluster mode: webhooks into PostgreSQL, the shard hosts of the 'cluster:' section on Ray (see README).",
 )
 @click.option("-v", "--verbose", count=True, help="More log detail (-v: debug).")
 @click.option("-q", "--quiet", count=True, help="Less log detail (-q: warnings, -qq: errors).")
@@ -91,7 +91,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
     configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
     if cluster:
-        _serve_cluster(settings.cluster)
+        _serve_cluster(settings, root)
         return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
@@ -105,14 +105,20 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     sys.exit(code)
 
 
-def _serve_cluster(settings: ClusterSettings) -> None:
-    """Keep the shard hosts running until SIGTERM or Ctrl-C (the webhook ingress of cluster mode is not here yet)."""
-    from hermes_actors.cluster.service import keep_hosts
+def _serve_cluster(settings: Settings, root: Path) -> None:
+    """Cluster mode until SIGTERM or Ctrl-C: the push adapters, the outbox dispatcher and the shard hosts on Ray."""
+    from hermes_actors.cluster.service import serve_cluster
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        keep_hosts(settings, stop)
+        serve_cluster(
+            settings.cluster,
+            stop,
+            platforms=settings.platforms,
+            media_dir=root / "media",
+            key_policy=settings.runtime.key_policy,
+        )
     except KeyboardInterrupt:
         stop.set()
     except HermesError as exc:
