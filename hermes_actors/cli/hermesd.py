@@ -110,7 +110,11 @@ def _serve_cluster(settings: Settings, root: Path) -> None:
     from hermes_actors.cluster.service import serve_cluster
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def on_sigterm() -> None:
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    on_sigterm()
     try:
         serve_cluster(
             settings.cluster,
@@ -118,6 +122,7 @@ def _serve_cluster(settings: Settings, root: Path) -> None:
             platforms=settings.platforms,
             media_dir=root / "media",
             key_policy=settings.runtime.key_policy,
+            connected=on_sigterm,  # ray.init replaced it
         )
     except KeyboardInterrupt:
         stop.set()

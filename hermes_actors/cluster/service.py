@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
@@ -63,9 +63,12 @@ def serve_cluster(
     media_dir: Path,
     key_policy: KeyPolicy | None = None,
     check_s: float = 10.0,
+    connected: Callable[[], object] = lambda: None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address``, run the enabled push
-    adapters of ``platforms`` committing into the PostgreSQL inbox, and dispatch the replies of their platforms."""
+    adapters of ``platforms`` committing into the PostgreSQL inbox, and dispatch the replies of their platforms.
+    ``connected`` runs once Ray is connected (``ray.init`` installs signal handlers of its own: a caller installs
+    its SIGTERM handler again there)."""
     import ray
 
     from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
@@ -76,6 +79,7 @@ def serve_cluster(
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     adapters: list[Adapter] = []
     ray.init(address=cluster.ray_address, namespace=cluster.namespace, include_dashboard=False)
+    connected()
     try:
         ingress = ClusterIngress(store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store))
         inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy)

@@ -9,15 +9,18 @@ load and the faults, waits for the inbox to drain, prints one JSON line of what 
 from __future__ import annotations
 
 import argparse
+import queue
 import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -156,9 +159,107 @@ def fault(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _ray_cli(*args: str) -> None:
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray_bin, *args], check=True, capture_output=True, timeout=120)
+
+
+def daemon(args: argparse.Namespace) -> dict[str, Any]:
+    """``hermesd --cluster`` against a Ray head started with ``ray start``: a signed webhook in, its reply at the
+    callback, ``hermesctl cluster status`` naming the hosts, SIGTERM."""
+    from tests.platforms.test_webhook import CALLBACK_SECRET, SECRET, Receiver, post, signature
+
+    ray_port, webhook_port = _free_port(), _free_port()
+    home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
+    receiver = Receiver()
+    receiver.host.start()
+    route = {"secret": SECRET, "callback_url": receiver.url, "callback_secret": CALLBACK_SECRET}
+    config = {
+        "cluster": {
+            "postgres_dsn": args.dsn,
+            "ray_address": f"127.0.0.1:{ray_port}",
+            "shards": 16,
+            "hosts": ["a", "b"],
+            "lease_ttl_s": 3,
+            "grace_s": 1,
+        },
+        "platforms": {"webhook": {"port": webhook_port, "routes": {"default": route}}},
+    }
+    (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    bin_dir = Path(sys.executable).parent
+    _ray_cli(
+        "start",
+        "--head",
+        f"--port={ray_port}",
+        "--node-ip-address=127.0.0.1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--num-cpus=2",
+        f"--temp-dir={tempfile.mkdtemp(prefix='hermes-ray-')}",
+    )
+    daemon = subprocess.Popen(
+        [str(bin_dir / "hermesd"), "--home", str(home), "--cluster"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        url = f"http://127.0.0.1:{webhook_port}/webhooks/default"
+
+        def listening() -> bool:
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", webhook_port)) == 0
+
+        _wait(listening, 60, "the webhook listener")
+        body = json.dumps({"text": "hello", "chat_id": "c1"}).encode()
+        stamp = str(int(time.time()))
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": "msg_daemon",
+            "webhook-timestamp": stamp,
+            "webhook-signature": signature(SECRET, "msg_daemon", stamp, body),
+        }
+        status, answer = post(url, body, headers)
+        callback = None
+        for _ in range(6):  # the hosts start and take their shards first
+            try:
+                callback = receiver.take()  # waits up to 10 s
+                break
+            except queue.Empty:
+                continue
+        shown = subprocess.run(
+            [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        listeners = _listeners()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            _, err = daemon.communicate(timeout=60)
+        finally:
+            _ray_cli("stop", "--force")
+            receiver.host.stop()
+    return {
+        "status": status,
+        "answer": answer,
+        "callback": None if callback is None else callback.json(),
+        "ctl": shown.stdout,
+        "ctl_code": shown.returncode,
+        "exit": daemon.returncode,
+        "stderr": err.decode()[-2000:],
+        "listeners": listeners,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["fault"])
+    parser.add_argument("scenario", choices=["fault", "daemon"])
     parser.add_argument("dsn")
     parser.add_argument("--fencing", type=int, default=1)
     parser.add_argument("--rate", type=float, default=100.0)
@@ -166,6 +267,9 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=60)
     args = parser.parse_args()
     args.fencing = bool(args.fencing)
+    if args.scenario == "daemon":
+        print(json.dumps(daemon(args)), flush=True)
+        sys.exit(0)
     directory = tempfile.mkdtemp(prefix="hermes-ray-")
     _start_ray(directory)
     try:

@@ -41,3 +41,17 @@ def test_under_kill_pause_and_stalled_renewals_every_message_is_answered_once_fr
         assert refused > 0, "the faults made some host's commit stale, and the fence refused it"
     else:
         assert stale or overlaps, "without fencing, the same faults must produce turns computed from a stale history"
+
+
+def test_hermesd_cluster_takes_a_webhook_to_its_shard_host_and_posts_the_reply_back(postgres_dsn: str) -> None:
+    seen = run_driver("daemon", postgres_dsn, timeout=240)
+    assert (seen["status"], seen["answer"]["duplicate"]) == (202, False)
+    assert seen["callback"] is not None, seen["stderr"]
+    assert seen["callback"]["text"] == "echo: hello"
+    assert seen["callback"]["in_reply_to"] == "msg_daemon"
+    assert seen["ctl_code"] == 0
+    lines = seen["ctl"].splitlines()
+    assert lines[0] == "shards: 16, not held: 0"
+    assert {line.split(":")[0].strip() for line in lines[2:4]} == {"a", "b"}
+    assert seen["exit"] == 0, seen["stderr"]
+    assert all(_LOOPBACK.match(line) for line in seen["listeners"]), seen["listeners"]
