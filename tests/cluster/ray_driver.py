@@ -9,10 +9,10 @@ load and the faults, waits for the inbox to drain, prints one JSON line of what 
 from __future__ import annotations
 
 import argparse
-import queue
 import functools
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
