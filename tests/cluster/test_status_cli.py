@@ -79,3 +79,24 @@ def test_hermesd_cluster_without_a_store_exits_2_naming_the_setting(tmp_path: Pa
     assert result.exit_code == 2
     assert "cluster.postgres_dsn: is required in cluster mode" in result.output.splitlines()[-1]
     assert result.output.splitlines()[-1].startswith("Error: configuration ")
+
+
+def test_sessions_list_and_show_read_a_cluster_s_postgresql_store_with_dsn(postgres_dsn: str, tmp_path: Path) -> None:
+    from hermes_actors.store import NewMessage, Role
+
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
+        record = pg.create_session("webhook", session_id="20261203_090000_abcdef01", title="In the cluster")
+        pg.append_messages(
+            record.id,
+            [NewMessage(role=Role.USER, content="hello"), NewMessage(role=Role.ASSISTANT, content="echo: hello")],
+        )
+    listed = CliRunner().invoke(main, ["sessions", "list", "--home", str(tmp_path), "--dsn", postgres_dsn])
+    assert listed.exit_code == 0, listed.output
+    assert "In the cluster" in listed.output
+    shown = CliRunner().invoke(
+        main, ["sessions", "show", "In the cluster", "--home", str(tmp_path)], env={"HERMES_CLUSTER_DSN": postgres_dsn}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "echo: hello" in shown.output
+    without = CliRunner().invoke(main, ["sessions", "list", "--home", str(tmp_path)])
+    assert without.exit_code == 1  # the home has no SQLite store: the option is what reads PostgreSQL
