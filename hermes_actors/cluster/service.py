@@ -81,7 +81,9 @@ def serve_cluster(
     ray.init(address=cluster.ray_address, namespace=cluster.namespace, include_dashboard=False)
     connected()
     try:
-        ingress = ClusterIngress(store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace))
+        ingress = ClusterIngress(
+            store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace)
+        )
         inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy)
         for name, config in platforms.items():
             if not registry.enabled(config):
