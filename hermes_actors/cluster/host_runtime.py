@@ -190,7 +190,7 @@ class HostRuntime:
 
     def _pull_loop(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait(self.settings.pull_interval_s)
+            woken = self._wake.wait(self.settings.pull_interval_s)
             self._wake.clear()
             if self._stopped.is_set():
                 return
@@ -198,12 +198,16 @@ class HostRuntime:
                 if time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
-                self.pull()
+                self.pull(recheck=not woken)
             except Exception:
                 _log.exception("%s: pulling the inbox failed", self.settings.name)
 
-    def pull(self) -> int:
-        """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many."""
+    def pull(self, *, recheck: bool = True) -> int:
+        """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
+
+        Rows handed over already are looked at again only with ``recheck`` (the periodic pull, not a wake-up per
+        message): a reset row settled since, or a row whose key now leads to a session of another shard (a
+        ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         shards = set(self.fence.held()) - self.keeper.leaving()
         rows = self.store.shard_queue.pending(sorted(shards), limit=2000)
         handed = 0
@@ -211,7 +215,10 @@ class HostRuntime:
             pending = {row.id for _, row in rows}
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
+            handed_over = set(self._dispatched)
         for shard, row in rows:
+            if not recheck and row.id in handed_over:
+                continue
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
