@@ -15,6 +15,7 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── SessionBusyError   another process holds the session's lease
     │   ├── LeaseLostError     the lease was taken over mid-turn: the turn's commit is rolled back
     │   └── StaleTurnError     another turn completed the message already: the duplicate is rolled back
+    │       └── ShardLostError the host no longer holds the session's shard: the turn is rolled back
     ├── TitleError             a title is invalid after sanitising (too long)
     ├── PlatformError          a platform adapter failed
     └── SourceDatabaseError    import-hermes cannot read the other system's database (hermes_actors.importer)
@@ -35,6 +36,7 @@ __all__ = [
     "SessionBusyError",
     "SessionClosedError",
     "SessionNotFoundError",
+    "ShardLostError",
     "StaleTurnError",
     "StoreBusyError",
     "StoreError",
@@ -158,3 +160,8 @@ class LeaseLostError(StoreError):
 
 class StaleTurnError(StoreError):
     """A turn's inbox row was completed by another turn already; the duplicate was rolled back."""
+
+
+class ShardLostError(StaleTurnError):
+    """A cluster host's lease on the session's shard ended (expired, or another host took it): the turn was rolled
+    back and its inbox rows stay pending for the shard's holder. Not retried here: the new holder runs them."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,16 +13,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from hermes_actors.agents.echo import EchoAgent
-from hermes_actors.agents.turn import AgentReply, TurnInput
+from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource
+from hermes_actors.store.records import Role
 
 if TYPE_CHECKING:
     from hermes_actors.agents.base import Agent
     from hermes_actors.runtime.gateway import Gateway
 
-__all__ = ["FakeClock", "FakePlatform", "FakeThreadedPlatform", "GatedAgent", "open_fake_gateway", "poll_until"]
+__all__ = [
+    "FakeClock",
+    "FakePlatform",
+    "FakeThreadedPlatform",
+    "GatedAgent",
+    "SeeingAgent",
+    "open_fake_gateway",
+    "poll_until",
+]
 
 T = TypeVar("T")
 
@@ -66,6 +76,45 @@ class GatedAgent(EchoAgent):
         self.started.set()
         self.release.wait(10)
         return super().run_turn(turn, timeout_s=timeout_s)
+
+
+class SeeingAgent(EchoAgent):
+    """An agent that works ``min_s`` to ``max_s`` seconds a turn and answers with what it was given: ``saw N after
+    T`` (N user messages in its history, the last of them T), so a test can check in the store that every turn was
+    computed from the complete committed history before it. It blocks, so it runs in the agent pool.
+
+    With ``gated``, its first turn sets ``started`` and waits for ``release`` (10 s at most), as :class:`GatedAgent`;
+    with ``stamped``, the reply ends in `` @start-end`` (the agent call's wall-clock span), to check that no two
+    turns of a conversation overlapped.
+    """
+
+    runs_inline = False
+
+    def __init__(
+        self, min_s: float = 0.0, max_s: float = 0.0, *, seed: int = 0, gated: bool = False, stamped: bool = False
+    ) -> None:
+        super().__init__()
+        self._stamped = stamped
+        self._span = (min_s, max_s)
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self.started = threading.Event()
+        self.release = threading.Event()
+        if not gated:
+            self.release.set()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        with self._lock:
+            pause = self._random.uniform(*self._span)
+        began = time.time()
+        self.started.set()
+        self.release.wait(10)
+        threading.Event().wait(pause)
+        users = [m for m in turn.history if m.role == Role.USER]
+        text = f"saw {len(users)} after {users[-1].content if users else '-'}"
+        if self._stamped:
+            text += f" @{began:.6f}-{time.time():.6f}"
+        return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=text),), text=text)
 
 
 class FakeClock:

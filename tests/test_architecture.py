@@ -37,7 +37,8 @@ _READS = _STORE | {"hermes_actors.search", "hermes_actors.principal"}
 _AGENTS = _READS | {"hermes_actors.agents"}
 _LIFECYCLE = _AGENTS | {"hermes_actors.lifecycle"}
 _RUNTIME = _LIFECYCLE | {"hermes_actors.runtime"}
-_DAEMON = _RUNTIME | {"hermes_actors.importer", "platforms.registry"}
+_CLUSTER = _RUNTIME | {"platforms.registry"}
+_DAEMON = _RUNTIME | {"hermes_actors.importer", "platforms.registry", "hermes_actors.cluster"}
 
 BELOW: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
@@ -48,6 +49,7 @@ BELOW: dict[str, frozenset[str]] = {
     "hermes_actors.agents": _READS,
     "hermes_actors.lifecycle": _AGENTS,
     "hermes_actors.runtime": _LIFECYCLE,
+    "hermes_actors.cluster": _CLUSTER,
     "hermes_actors.daemon": _DAEMON,
     "hermes_actors.cli": _DAEMON | {"hermes_actors", "hermes_actors.daemon"},
     "hermes_actors.testing": _RUNTIME,

@@ -21,7 +21,16 @@ from hermes_actors.cli.formatting import (
     format_bytes,
     plural,
 )
-from hermes_actors.cli.options import confirm, home_option, open_store, open_writable, reports_errors, resolve_home
+from hermes_actors.cli.options import (
+    confirm,
+    dsn_option,
+    home_option,
+    open_reads,
+    open_store,
+    open_writable,
+    reports_errors,
+    resolve_home,
+)
 from hermes_actors.cli.session_picker import pick_lineage
 from hermes_actors.cli.session_text import (
     PREVIEW_WIDTH,
@@ -64,18 +73,21 @@ for _command in (sessions_export, sessions_import, sessions_rename, sessions_end
 
 @sessions.command("list")
 @home_option
+@dsn_option
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform (cli, telegram, ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Most to list; 0: all.")
 @click.option("--segments", is_flag=True, help="List every segment of each conversation, marked with its lineage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full records, with their lineages, as a JSON array.")
 @reports_errors
-def sessions_list(home: str | None, source: str | None, limit: int, segments: bool, as_json: bool) -> None:
+def sessions_list(
+    home: str | None, dsn: str | None, source: str | None, limit: int, segments: bool, as_json: bool
+) -> None:
     """List conversations, most recently active first: one row per compression lineage, shown by its newest
     segment, with the lineage's message total, its compressions and a preview of its first user message.
 
     Example: hermesctl sessions list --source telegram --limit 5
     """
-    with open_store(home) as store:
+    with open_reads(home, dsn) as store:
         page = store.list_lineages(source=source, limit=limit or None, preview_chars=PREVIEW_WIDTH * 4)
         members = (
             {r.id: r for r in store.find_sessions([m for row in page.rows for m in row.members])} if segments else {}
@@ -127,11 +139,12 @@ def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
 
 @sessions.command("show")
 @home_option
+@dsn_option
 @click.argument("reference", metavar="ID|PREFIX|TITLE")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the last N messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print the session, its lineage and messages as JSON.")
 @reports_errors
-def sessions_show(home: str | None, reference: str, limit: int | None, as_json: bool) -> None:
+def sessions_show(home: str | None, dsn: str | None, reference: str, limit: int | None, as_json: bool) -> None:
     """Show a session's details and transcript; name it by id, unique id prefix or title.
 
     A message longer than runtime.model_message_cap_chars (config.yaml) is marked [capped for the model at N
@@ -139,7 +152,7 @@ def sessions_show(home: str | None, reference: str, limit: int | None, as_json: 
 
     Example: hermesctl sessions show 20261102_1403 --limit 20
     """
-    with open_store(home) as store:
+    with open_reads(home, dsn) as store:
         record = store.resolve_session(reference)
         details = load_details(store, record)
         messages = store.load_transcript(record.id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from hermes_actors.cli.ctl_chat import chat
+from hermes_actors.cli.ctl_cluster import cluster
 from hermes_actors.cli.ctl_console import console_command
 from hermes_actors.cli.ctl_daemon import admin_key_command, config, status
 from hermes_actors.cli.ctl_db import db
@@ -28,5 +29,16 @@ def main() -> None:
 
 
 sessions.add_command(search)
-for command in (chat, status, config, admin_key_command, console_command, service, db, sessions, import_hermes):
+for command in (
+    chat,
+    status,
+    config,
+    admin_key_command,
+    console_command,
+    service,
+    db,
+    sessions,
+    import_hermes,
+    cluster,
+):
     main.add_command(command)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
 
 from hermes_actors.cli.options import home_option, resolve_home
+from hermes_actors.cluster.settings import require_cluster
 from hermes_actors.daemon.banner import version
-from hermes_actors.daemon.config_file import CONFIG_NAME, config_error_text
+from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
 from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
@@ -40,9 +43,14 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
     default=None,
     help="Configuration file (default: HOME/config.yaml, created with commented defaults when absent).",
 )
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Cluster mode: webhooks into PostgreSQL, the shard hosts of the 'cluster:' section on Ray (see README).",
+)
 @click.option("-v", "--verbose", count=True, help="More log detail (-v: debug).")
 @click.option("-q", "--quiet", count=True, help="Less log detail (-q: warnings, -qq: errors).")
-def main(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
+def main(home: str | None, config_file: str | None, cluster: bool, verbose: int, quiet: int) -> None:
     """Run the gateway: the OpenAI-compatible API, webhooks and the control socket, on loopback by default.
 
     \b
@@ -55,12 +63,12 @@ def main(home: str | None, config_file: str | None, verbose: int, quiet: int) ->
     previous_umask = os.umask(0o077)
     os.umask(previous_umask | 0o077)
     try:
-        _serve(home, config_file, verbose, quiet)
+        _serve(home, config_file, verbose, quiet, cluster=cluster)
     finally:
         os.umask(previous_umask)  # matters only when called in-process (tests); the daemon exits here
 
 
-def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) -> None:
+def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, *, cluster: bool = False) -> None:
     root = resolve_home(home)
     config_path = Path(config_file).expanduser() if config_file else root / CONFIG_NAME
     try:
@@ -69,6 +77,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         if config_file is None and write_default_config(config_path):
             click.echo(f"hermesd: wrote the default configuration to {config_path}", err=True)
         settings = check_configuration(config_path, home=root, environ=os.environ)
+        if cluster:
+            require_cluster(settings.cluster)
     except (HomeError, HomeUnusableError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
@@ -80,6 +90,9 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         sys.exit(1)
     level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
     configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
+    if cluster:
+        _serve_cluster(settings, root)
+        return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
         code = daemon.run()
@@ -90,6 +103,32 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int) 
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+def _serve_cluster(settings: Settings, root: Path) -> None:
+    """Cluster mode until SIGTERM or Ctrl-C: the push adapters, the outbox dispatcher and the shard hosts on Ray."""
+    from hermes_actors.cluster.service import serve_cluster
+
+    stop = threading.Event()
+
+    def on_sigterm() -> None:
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    on_sigterm()
+    try:
+        serve_cluster(
+            settings.cluster,
+            stop,
+            platforms=settings.platforms,
+            media_dir=root / "media",
+            key_policy=settings.runtime.key_policy,
+            connected=on_sigterm,  # ray.init replaced it
+        )
+    except KeyboardInterrupt:
+        stop.set()
+    except HermesError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

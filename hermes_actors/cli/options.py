@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -16,13 +17,15 @@ import click
 
 from hermes_actors.daemon.home import DATABASE_NAME, HomeError, database_path, make_home
 from hermes_actors.errors import HermesError, StoreError
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 
 __all__ = [
     "DATABASE_NAME",
     "confirm",
     "database_path",
+    "dsn_option",
     "home_option",
+    "open_reads",
     "open_store",
     "open_writable",
     "reports_errors",
@@ -76,6 +79,23 @@ def open_store(home: str | None, *, readonly: bool = True) -> Store:
     elif not path.exists():
         raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
     return Store.open(path, readonly=readonly)
+
+
+dsn_option = click.option(
+    "--dsn",
+    envvar="HERMES_CLUSTER_DSN",
+    default=None,
+    help="Read the PostgreSQL store of a cluster (or $HERMES_CLUSTER_DSN) instead of the home's SQLite store.",
+)
+
+
+def open_reads(home: str | None, dsn: str | None) -> AbstractContextManager[StoreInterface]:
+    """The store a read-only command reads: the PostgreSQL store at ``dsn`` when given, else the home's."""
+    if dsn is None:
+        return open_store(home)
+    from hermes_actors.store.pg import PostgresStore
+
+    return PostgresStore.open(dsn, pool_size=1, migrate_schema=False)
 
 
 def open_writable(home: str | None) -> Store:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import yaml
 
+from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
@@ -112,6 +113,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     platforms: dict[str, Any] = msgspec.field(default_factory=_default_platforms)  # name -> its config Struct
     daemon: DaemonSettings = DaemonSettings()
     media: MediaConfig = MediaConfig()
+    cluster: ClusterSettings = ClusterSettings()
 
 
 _SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -120,6 +122,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "sessions": SessionsConfig,
     "daemon": DaemonSettings,
     "media": MediaConfig,
+    "cluster": ClusterSettings,
 }
 _AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
 _TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>[^\]]*)\]")

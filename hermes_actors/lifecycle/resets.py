@@ -20,12 +20,26 @@ from typing import Protocol
 import msgspec
 
 from hermes_actors.agents.base import background_end_hook, background_probe
-from hermes_actors.lifecycle.policy import ResetConfig, bg_process_blocks_reset, next_reset, should_notify
+from hermes_actors.lifecycle.policy import (
+    ResetConfig,
+    ResetPolicy,
+    bg_process_blocks_reset,
+    next_reset,
+    should_notify,
+)
 from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import EndReason, Store
 
-__all__ = ["BG_RECHECK_MAX_S", "PREFIX", "ResetScheduler", "Timers", "background_hook", "watch_background_ends"]
+__all__ = [
+    "BG_RECHECK_MAX_S",
+    "PREFIX",
+    "ResetScheduler",
+    "Timers",
+    "background_hook",
+    "reset_notice",
+    "watch_background_ends",
+]
 
 PREFIX = "reset:"
 BG_RECHECK_MAX_S = 3600.0  # a reset held off by a background process is checked again at least this often
@@ -173,9 +187,7 @@ class ResetScheduler:
             self._timers.schedule(name, retry_at, payload)
             return
         self._held.pop(session_id, None)
-        notice = None
-        if should_notify(policy, due.platform):
-            notice = _NOTICES[due.reason].format(minutes=policy.idle_minutes)
+        notice = reset_notice(policy, due.platform, due.reason)
         self._end(EndDue(session_id=session_id, reason=due.reason, notice=notice))
 
     def background_ended(self, session_id: str) -> None:
@@ -184,6 +196,13 @@ class ResetScheduler:
         payload = self._held.pop(session_id, None)
         if payload is not None:
             self._timers.schedule(PREFIX + session_id, self._clock(), payload)
+
+
+def reset_notice(policy: ResetPolicy, platform: str, reason: EndReason) -> str | None:
+    """What a user on ``platform`` is told when the policy resets their session for ``reason`` (``None``: nothing)."""
+    if not should_notify(policy, platform):
+        return None
+    return _NOTICES[reason].format(minutes=policy.idle_minutes)
 
 
 def background_hook(agent: object) -> Callable[[str], float | None] | None:

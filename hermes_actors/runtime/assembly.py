@@ -34,7 +34,7 @@ from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.protocol import EndDue, HandoffResult, PassivationTick, TurnOutcome
 from hermes_actors.runtime.recovery import Recovery
 from hermes_actors.runtime.scrape import RuntimeCollector
-from hermes_actors.runtime.services import SessionServices
+from hermes_actors.runtime.services import NewSessionId, SessionServices, default_session_id
 from hermes_actors.runtime.supervisor_ref import Supervisor
 from hermes_actors.runtime.timers import TimerService
 from hermes_actors.store import Store, Synchronous
@@ -43,7 +43,7 @@ from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
-__all__ = ["QUEUE_PRUNE_CHUNK", "QUEUE_PRUNE_INTERVAL_S", "GatewayOptions", "Runtime", "assemble"]
+__all__ = ["QUEUE_PRUNE_CHUNK", "QUEUE_PRUNE_INTERVAL_S", "GatewayOptions", "Runtime", "assemble", "wire"]
 
 _log = logging.getLogger(__name__)
 
@@ -198,7 +198,6 @@ class Runtime:
 
 def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
     """Build and wire the runtime of the store at ``path``; :meth:`Runtime.start` starts it."""
-    config = options.get("config") or RuntimeConfig()
     clock = options.get("clock", time.time)
     sessions = options.get("sessions")
     media = MediaStore(
@@ -222,7 +221,26 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
             _log.info("auto-prune removed %d ended sessions", pruned.sessions_deleted)
     metrics = Metrics()
     writer = StoreWriter(store, observer=metrics.committed)
-    readers = ReaderPool(path)
+    return wire(writer, ReaderPool(path), media, options, metrics=metrics, pruned=pruned)
+
+
+def wire(
+    writer: StoreWriter,
+    readers: ReaderPool,
+    media: MediaStore,
+    options: GatewayOptions,
+    *,
+    metrics: Metrics,
+    pruned: PruneResult | None = None,
+    lease_owner: str | None = None,
+    owner_alive: Callable[[str], bool] = lease_owner_alive,
+    new_id: NewSessionId = default_session_id,
+) -> Runtime:
+    """Build and wire a runtime on an opened store's ``writer`` and ``readers`` (a shard host's are PostgreSQL's:
+    :mod:`hermes_actors.cluster.host_runtime`); :meth:`Runtime.start` starts it."""
+    config = options.get("config") or RuntimeConfig()
+    clock = options.get("clock", time.time)
+    sessions = options.get("sessions")
     runtime: Runtime | None = None  # the callbacks below run only once it is set
 
     def report(message: OutboundMessage, error: str | None) -> None:
@@ -249,11 +267,12 @@ def assemble(path: str | Path, options: GatewayOptions) -> Runtime:
         agent_pool=agent_pool,
         outbox=outbox,
         config=config,
-        lease_owner=new_lease_owner(),
-        owner_alive=lease_owner_alive,
+        lease_owner=lease_owner or new_lease_owner(),
+        owner_alive=owner_alive,
         clock=clock,
         sessions=sessions,
         metrics=metrics,
+        new_id=new_id,
     )
     supervisor: Supervisor | None = None
 

@@ -25,7 +25,7 @@ from hermes_actors.agents.history import (
     summary_message,
 )
 from hermes_actors.errors import HermesError, SessionNotFoundError, TitleError, TitleInUseError
-from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.ids import SessionKind
 from hermes_actors.lifecycle.commands import title_holder_text
 from hermes_actors.media import user_content
 from hermes_actors.messages import InboundMessage, OutboundMessage
@@ -269,7 +269,7 @@ class SessionControls:
         summary = fitted
         parent = self._turns.record
         kind = SessionKind.CLI if parent.source == "cli" else SessionKind.GATEWAY
-        child_id = new_session_id(kind)
+        child_id = self._services.new_id(kind, parent.id)
         carried = [NewMessage(role=Role.SYSTEM, content=summary_message(summary))]
         carried += [NewMessage(role=Role(m.role), content=m.content) for m in recent]
         source, reply_to = self._turns.origin(deliveries)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.metrics import Metrics
@@ -24,8 +25,10 @@ __all__ = [
     "BackgroundJobs",
     "CancelToken",
     "HandoffReplies",
+    "NewSessionId",
     "OutboxSink",
     "SessionServices",
+    "default_session_id",
     "queue_reply",
     "reply_for",
 ]
@@ -150,6 +153,18 @@ class BackgroundJobs:
             return self._running
 
 
+class NewSessionId(Protocol):
+    """A new session id of ``kind`` for a session that continues ``near`` (its routing key, or the session it is
+    the child of): cluster mode puts it in ``near``'s shard (:mod:`hermes_actors.store.pg.shards`)."""
+
+    def __call__(self, kind: SessionKind, near: str) -> str: ...
+
+
+def default_session_id(kind: SessionKind, near: str) -> str:
+    """A new session id of ``kind`` (``near`` does not matter on one machine)."""
+    return new_session_id(kind)
+
+
 class SessionServices:
     """The runtime parts every session uses, shared by all of them."""
 
@@ -162,6 +177,7 @@ class SessionServices:
         "handoffs",
         "lease_owner",
         "metrics",
+        "new_id",
         "outbox",
         "owner_alive",
         "readers",
@@ -184,7 +200,9 @@ class SessionServices:
         clock: Callable[[], float] = time.time,
         sessions: SessionsConfig | None = None,
         metrics: Metrics | None = None,
+        new_id: NewSessionId = default_session_id,
     ) -> None:
+        self.new_id = new_id  # cluster mode draws a new session's id in the shard of what it continues
         self.writer = writer
         self.readers = readers
         self.agent = agent

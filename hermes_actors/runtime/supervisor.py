@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.ids import SessionKind
 from hermes_actors.lifecycle.commands import CommandName, parse_command
 from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.routing import SessionSource, build_session_key
@@ -179,7 +179,7 @@ class SupervisorActor(RuntimeActor):
         if session_id is not None:
             return session_id
         previous = routes.predecessor(routing_key)
-        session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY)
+        session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY, routing_key)
         state = self._live[session_id] = LiveSession(
             create_with=(source, routing_key), title=self._lifecycle.take_pending_title(routing_key)
         )
@@ -188,10 +188,10 @@ class SupervisorActor(RuntimeActor):
         routes.cache(routing_key, session_id)
         return session_id
 
-    def _fresh_id(self, kind: SessionKind) -> str:
+    def _fresh_id(self, kind: SessionKind, routing_key: str) -> str:
         """Return a new session id that no live entry and no stored session has (ids repeat with 2^-32 odds)."""
         while True:
-            session_id = new_session_id(kind)
+            session_id = self._services.new_id(kind, routing_key)
             if session_id in self._live:
                 continue
             with self._readers.reader() as store:

@@ -50,7 +50,23 @@ CREATE INDEX api_responses_session ON api_responses (session_id);
     )
 
 
-MIGRATIONS: dict[int, Callable[[Database], None]] = {2: _add_api_responses}
+def _add_inbox_shard(db: Database) -> None:
+    """Version 3 (cluster mode): each inbox row's shard (``store.pg.shard_queue``), indexed for the pending rows,
+    the outbox dispatchers' claims (``store.pg.outbox_claims``), the shard hosts' heartbeats (``store.pg.shards``)."""
+    db.execute(
+        """
+ALTER TABLE inbox ADD COLUMN shard integer;
+CREATE INDEX inbox_pending_shard ON inbox (shard, id) WHERE state = 'pending' AND shard IS NOT NULL;
+ALTER TABLE outbox ADD COLUMN claimed_by text, ADD COLUMN claimed_until timestamptz;
+CREATE TABLE shard_hosts (
+    holder  text COLLATE "C" PRIMARY KEY,
+    seen_at timestamptz NOT NULL
+);
+"""
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Database], None]] = {2: _add_api_responses, 3: _add_inbox_shard}
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
 

@@ -51,7 +51,17 @@ class PgTable:
 
 
 class PgInbox(PgTable):
-    """Durable inbound queue with dedupe on (platform, account, platform message id)."""
+    """Durable inbound queue with dedupe on (platform, account, platform message id).
+
+    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs before a row is completed for a
+    session: a turn's transaction completes its rows, so a host that lost the session's shard cannot complete them.
+    """
+
+    __slots__ = ("shard_check",)
+
+    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
+        super().__init__(db, clock)
+        self.shard_check: Callable[[str], bool] | None = None
 
     def add(
         self,
@@ -74,6 +84,8 @@ class PgInbox(PgTable):
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
+        if self.shard_check is not None and session_id is not None:
+            self.shard_check(session_id)
         changed = self._db.count(
             "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s",
             (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),

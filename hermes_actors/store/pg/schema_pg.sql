@@ -143,9 +143,11 @@ CREATE TABLE inbox (
     state               text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'rejected')),
     completed_at        double precision,
     owner               text,
+    shard               integer,  -- cluster mode (version 3): the virtual shard whose holder runs the row's turn
     UNIQUE (platform, account_id, platform_message_id)
 );
 CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';
+CREATE INDEX inbox_pending_shard ON inbox (shard, id) WHERE state = 'pending' AND shard IS NOT NULL;
 CREATE INDEX inbox_completed ON inbox (completed_at) WHERE completed_at IS NOT NULL;
 
 CREATE TABLE outbox (
@@ -162,7 +164,9 @@ CREATE TABLE outbox (
     sent_at             double precision,
     platform_message_id text,
     last_error          text,
-    abandoned_at        double precision
+    abandoned_at        double precision,
+    claimed_by          text,         -- cluster mode (version 3): the dispatcher sending the row now
+    claimed_until       timestamptz   -- ... until then by the database clock; then anyone may claim it
 );
 CREATE INDEX outbox_unsent ON outbox (platform, next_attempt_at, id) WHERE sent_at IS NULL AND abandoned_at IS NULL;
 
@@ -205,13 +209,19 @@ CREATE TABLE leases (
 );
 CREATE INDEX leases_owner ON leases (owner);
 
--- The shard map of the cluster mode (issue 19): one row per virtual shard, its holder and fencing epoch. Nothing
--- uses it yet; it is created with the schema so that the shard hosts need no migration.
+-- The shard map of the cluster mode (hermes_actors.store.pg.shards): one row per virtual shard, its holder, the
+-- fencing epoch of the holder's term and the term's end by the database clock.
 CREATE TABLE shard_leases (
     shard      integer PRIMARY KEY CHECK (shard >= 0),
     holder     text,
     epoch      bigint NOT NULL DEFAULT 0,
     expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+-- The shard hosts' heartbeats (version 3): a host whose seen_at is recent is live, and gets its home shards back.
+CREATE TABLE shard_hosts (
+    holder  text COLLATE "C" PRIMARY KEY,
+    seen_at timestamptz NOT NULL
 );
 
 CREATE TABLE timers (

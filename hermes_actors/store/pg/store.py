@@ -26,8 +26,11 @@ from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
 from hermes_actors.store.pg import lineage, maintenance
 from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
+from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
 from hermes_actors.store.pg.responses import PgResponses
+from hermes_actors.store.pg.shard_queue import ShardQueue
+from hermes_actors.store.pg.shards import PgShards, ShardFence
 from hermes_actors.store.pg.tables import PgHomeChannels, PgKeyValues, PgLeases, PgMemories, PgTimers
 from hermes_actors.store.pg.transcript import PgTranscriptRows
 from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
@@ -70,6 +73,9 @@ class PostgresStore(PgTranscriptRows):
         self.homes = PgHomeChannels(database, clock)
         self.memories = PgMemories(database, clock)
         self.responses = PgResponses(database, clock)
+        self.shards = PgShards(database, lease_skew)
+        self.shard_queue = ShardQueue(database, clock)
+        self.outbox_claims = OutboxClaims(database, clock)
 
     @classmethod
     def open(
@@ -111,6 +117,13 @@ class PostgresStore(PgTranscriptRows):
     def transaction(self) -> AbstractContextManager[None]:
         """A block run in one transaction on this thread's connection (nested: a savepoint)."""
         return self.database.transaction()
+
+    def fence_shards(self, fence: ShardFence | None) -> None:
+        """Cluster mode: from now on every turn's transaction (its inbox completions, its session lease's grant
+        and fence) first checks that ``fence``'s host still holds the session's shard (``None``: no check)."""
+        check = None if fence is None else (lambda session_id: fence.check(self.shards, session_id))
+        self.inbox.shard_check = check
+        self.leases.shard_check = check
 
     # -- maintenance -------------------------------------------------------------------------------------------
 

@@ -28,18 +28,26 @@ _NOW = "(extract(epoch FROM clock_timestamp())::double precision + %(skew)s)"
 
 
 class PgLeases:
-    """Cross-process ownership of sessions with fencing epochs, expiring by the database clock."""
+    """Cross-process ownership of sessions with fencing epochs, expiring by the database clock.
 
-    __slots__ = ("_db", "_skew")
+    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs first in :meth:`grant` and
+    :meth:`fence`: a session's lease is taken and a turn's commit made only under its shard's lease. When it
+    answers ``False`` (the fault test's switch: fencing off) :meth:`fence` checks no epoch either.
+    """
+
+    __slots__ = ("_db", "_skew", "shard_check")
 
     def __init__(self, db: Database, skew: Callable[[], float]) -> None:
         self._db = db
         self._skew = skew
+        self.shard_check: Callable[[str], bool] | None = None
 
     def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
         """Take or renew the lease: its epoch, or the current holder's owner string when it is held."""
         args = {"id": session_id, "owner": owner, "ttl": ttl_s, "skew": self._skew()}
         with self._db.transaction(savepoint=False):
+            if self.shard_check is not None:
+                self.shard_check(session_id)
             self._db.execute("SELECT pg_advisory_xact_lock(hashtext('lease:' || %(id)s))", args)
             rows = self._db.execute(
                 f"SELECT owner, epoch, expires_at >= {_NOW} FROM leases WHERE session_id = %(id)s FOR UPDATE", args
@@ -77,6 +85,8 @@ class PgLeases:
     def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
         """Check inside the caller's transaction that ``owner`` still holds the lease at ``epoch``, and extend it
         (:class:`LeaseLostError` otherwise)."""
+        if self.shard_check is not None and not self.shard_check(session_id):
+            return
         changed = self._db.count(
             f"UPDATE leases SET expires_at = greatest(expires_at, {_NOW} + %(ttl)s) "
             "WHERE session_id = %(id)s AND owner = %(owner)s AND epoch = %(epoch)s",

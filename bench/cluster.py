@@ -1,0 +1,229 @@
+"""Cluster mode on this machine: turns/s with 1, 2 and 4 shard hosts (echo agent and a 50 ms agent), ingest ->
+reply latency, failover time after kill -9, and the same workload on the single-machine (SQLite) runtime.
+
+Everything runs on this machine: a throw-away PostgreSQL cluster on a Unix socket (``tests/postgres.py``) and a
+local Ray head, in a network namespace of its own (the script re-runs itself under ``unshare -n``: Ray 2.60's
+servers listen on every address, and there the only one is loopback). Bounded: ``--messages`` per measurement.
+Run ``python bench/cluster.py --help``; bench/README.md explains every line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from report import figure_line
+
+from hermes_actors.agents.base import Agent, EchoAgent
+from hermes_actors.cluster.host_runtime import HostSettings
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.testing import FakePlatform, SeeingAgent, open_fake_gateway, poll_until
+from tests.postgres import Cluster, find_bin_dir
+
+_NETNS = "HERMES_BENCH_NETNS"
+
+
+def _in_namespace() -> None:
+    """Run this script again in a network namespace with only a loopback interface (unless it already is)."""
+    if os.environ.get(_NETNS) == "1":
+        return
+    prefix = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
+    command = " ".join(f"'{part}'" for part in [sys.executable, *sys.argv])
+    done = subprocess.run(
+        [*prefix, "sh", "-c", f"ip link set lo up && exec {command}"], env={**os.environ, _NETNS: "1"}, check=False
+    )
+    sys.exit(done.returncode)
+
+
+def _messages(n: int, chats: int) -> list[Any]:
+    platform = FakePlatform("fake")
+    return [
+        platform.message(f"k{i % chats}-{i}", chat_id=f"chat-{i % chats}", user_id=f"u{i % chats}", message_id=f"m{i}")
+        for i in range(n)
+    ]
+
+
+def _latencies(pg: PostgresStore) -> list[float]:
+    """Seconds from each message's inbox commit to its turn's commit (the turn dates its messages as it commits)."""
+    rows = pg.database.execute(
+        "SELECT m.created_at - i.received_at FROM inbox i "
+        "JOIN messages m ON m.platform_message_id = i.platform_message_id AND m.role = 'user'"
+    )
+    return sorted(float(v) for (v,) in rows)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
+
+
+def measure_cluster(
+    postgres: Cluster, hosts: int, agent: Callable[[], Agent], label: str, args: argparse.Namespace
+) -> None:
+    import ray
+
+    from hermes_actors.cluster.ray_host import ensure_hosts
+
+    name = postgres.create_database()
+    dsn = postgres.dsn(name)
+    names = tuple(f"{label}-{hosts}-{i}" for i in range(hosts))
+    settings = [
+        HostSettings(
+            name=n, postgres_dsn=dsn, hosts=names, shards=64, lease_ttl_s=5.0, grace_s=2.0, pending_soft_limit=4
+        )
+        for n in names
+    ]
+    handles = ensure_hosts(settings, agent_factory=agent)
+    try:
+        with PostgresStore.open(dsn, migrate_schema=False) as pg:
+            poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
+            ingress = ClusterIngress(pg, shards=64)
+            messages = _messages(args.messages, args.chats)
+            started = time.monotonic()
+            for message in messages:
+                ingress.accept(message)
+            ingested = time.monotonic() - started
+            poll_until(
+                lambda: pg.database.value("SELECT count(*) FROM inbox WHERE state = 'pending'") == 0,
+                timeout=300,
+                interval=0.05,
+            )
+            elapsed = time.monotonic() - started
+            lat = _latencies(pg)
+            turns = int(pg.database.value("SELECT count(*) FROM outbox"))
+        print(
+            figure_line(
+                f"cluster_{label}_{hosts}_hosts_turns_per_s",
+                turns / elapsed,
+                "turns/s",
+                f"{args.messages} messages, {args.chats} chats, ingest {args.messages / ingested:.0f}/s",
+            )
+        )
+        print(figure_line(f"cluster_{label}_{hosts}_hosts_p50_ms", _pct(lat, 0.5), "ms", "ingest -> reply committed"))
+        print(figure_line(f"cluster_{label}_{hosts}_hosts_p99_ms", _pct(lat, 0.99), "ms"))
+    finally:
+        for handle in handles.values():
+            ray.get(handle.stop.remote(), timeout=60)
+            ray.kill(handle, no_restart=True)
+        postgres.drop_database(name)
+
+
+def measure_failover(postgres: Cluster, args: argparse.Namespace) -> None:
+    import ray
+
+    from hermes_actors.cluster.ray_host import ensure_hosts
+    from hermes_actors.store.pg.shards import shard_of
+
+    name = postgres.create_database()
+    dsn = postgres.dsn(name)
+    names = ("fo-0", "fo-1")
+    ttl = args.failover_ttl
+    settings = [
+        HostSettings(name=n, postgres_dsn=dsn, hosts=names, shards=64, lease_ttl_s=ttl, grace_s=ttl / 2) for n in names
+    ]
+    handles = ensure_hosts(settings)
+    try:
+        with PostgresStore.open(dsn, migrate_schema=False) as pg:
+            poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
+            victim = ray.get(handles["fo-0"].status.remote())
+            ingress = ClusterIngress(pg, shards=64)
+            os.kill(victim.pid, signal.SIGKILL)
+            killed = time.time()
+            platform = FakePlatform("fake")
+            chats = [c for c in range(200) if shard_of(f"agent:main:fake:dm:chat-{c}", 64) in victim.shards][:20]
+            sent = 0
+            answered: float | None = None
+            deadline = time.monotonic() + 60
+            while answered is None and time.monotonic() < deadline:  # a trickle into the dead host's shards
+                chat = chats[sent % len(chats)]
+                ingress.accept(platform.message(f"f{sent}", chat_id=f"chat-{chat}", user_id=f"u{chat}"))
+                sent += 1
+                time.sleep(0.05)
+                found = pg.database.value("SELECT min(created_at) FROM outbox")
+                answered = None if found is None else float(found)
+        failover = (answered - killed) if answered is not None else float("nan")
+        print(
+            figure_line("cluster_failover_s", failover, "s", f"kill -9 -> first reply from the new owner, term {ttl} s")
+        )
+    finally:
+        for handle in handles.values():
+            ray.kill(handle, no_restart=True)
+        postgres.drop_database(name)
+
+
+def measure_sqlite(agent: Agent, label: str, args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        with open_fake_gateway(Path(directory) / "state.db", agent=agent, max_concurrent_agent_calls=256) as (gw, fake):
+            messages = _messages(args.messages, args.chats)
+            started = time.monotonic()
+            for message in messages:
+                gw.accept(message)
+            poll_until(lambda: len(fake.sent) >= len(messages) * 0.99, timeout=300, interval=0.05)
+            elapsed = time.monotonic() - started
+        print(
+            figure_line(
+                f"sqlite_{label}_turns_per_s",
+                len(fake.sent) / elapsed,
+                "turns/s",
+                f"{args.messages} messages, {args.chats} chats, one hermesd runtime",
+            )
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1500, help="messages per measurement (default 1500)")
+    parser.add_argument("--chats", type=int, default=100, help="conversations they are spread over (default 100)")
+    parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
+    parser.add_argument("--failover-ttl", type=float, default=3.0, help="shard term in the failover run (s)")
+    args = parser.parse_args()
+    _in_namespace()
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL server binaries are not installed")
+    postgres = Cluster(bin_dir)
+    postgres.prepare_template()
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        num_cpus=2,
+        log_to_driver=False,
+        _temp_dir=tempfile.mkdtemp(prefix="hermes-ray-"),
+        namespace="hermes-bench",
+    )
+    print(figure_line("load_average_start", os.getloadavg()[0]))
+    try:
+        agents: dict[str, Callable[[], Agent]] = {
+            "echo": EchoAgent,
+            "agent50ms": functools.partial(SeeingAgent, 0.05, 0.05),
+        }
+        for label, factory in agents.items():
+            for hosts in (int(h) for h in args.hosts.split(",")):
+                measure_cluster(postgres, hosts, factory, label, args)
+            measure_sqlite(factory(), label, args)
+        measure_failover(postgres, args)
+    finally:
+        ray.shutdown()
+        postgres.stop()
+    print(figure_line("load_average_end", os.getloadavg()[0]))
+    print(figure_line("cpus", os.cpu_count() or 0))
+
+
+if __name__ == "__main__":
+    main()

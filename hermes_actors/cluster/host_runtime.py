@@ -1,0 +1,284 @@
+"""One shard host's runtime: the supervisor and session actors of ``hermesd`` on a PostgreSQL store, restricted to
+the shards the host holds.
+
+:class:`HostRuntime` opens a :class:`~hermes_actors.store.pg.PostgresStore` whose every turn transaction is fenced
+by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordinary runtime on it
+(:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
+shards with a :class:`~hermes_actors.cluster.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
+into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
+``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost).
+
+A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
+any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a
+commit of a turn computed before another host took the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
+from hermes_actors.config import RuntimeConfig
+from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.lifecycle.policy import ResetConfig
+from hermes_actors.media import MediaStore
+from hermes_actors.messages import decode_inbound
+from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
+from hermes_actors.runtime.metrics import Metrics
+from hermes_actors.runtime.protocol import Deliver, Delivery, TurnOutcome
+from hermes_actors.store.pg.shard_queue import InboxListener
+from hermes_actors.store.pg.shards import ShardFence, shard_of
+from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.pg.writer import PgReaders, PgWriter
+from hermes_actors.store.records import InboxRow
+
+__all__ = ["HostRuntime", "HostSettings", "HostStatus", "shard_for_key"]
+
+_log = logging.getLogger(__name__)
+
+
+def shard_for_key(store: PostgresStore, routing_key: str, shards: int) -> int:
+    """The shard a message of ``routing_key`` goes to: its session's, or for a key with no session yet the key's
+    own (the host that runs it draws the new session's id in that shard: :meth:`HostRuntime._new_id`)."""
+    return shard_of(store.get_route(routing_key) or routing_key, shards)
+
+
+class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What a shard host needs: its name among ``hosts``, the database, the shard count and the lease timing."""
+
+    name: str
+    postgres_dsn: str
+    hosts: tuple[str, ...]
+    shards: int = 256
+    lease_ttl_s: float = 10.0
+    grace_s: float = 5.0
+    pull_interval_s: float = 2.0
+    max_concurrent_agent_calls: int = 64
+    pending_soft_limit: int = 4  # queued messages of a session from which its next turn merges them
+    pending_hard_limit: int = 64
+    fencing: bool = True  # False only in the fault test: shows what the fence prevents
+    reset: ResetConfig = msgspec.field(default_factory=ResetConfig)  # idle and daily resets (session_reset:)
+    timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
+
+
+class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one host: its shards (shard -> epoch), the rows it has handed to its supervisor, its turns
+    (committed) and every finished turn by outcome (``stale``: refused by the fence or answered elsewhere)."""
+
+    name: str
+    pid: int
+    shards: dict[int, int]
+    dispatched: int
+    turns: int
+    outcomes: dict[str, int]
+
+
+class HostRuntime:
+    """The runtime of one shard host (see the module docstring); :meth:`start`, :meth:`poke`, :meth:`stop`."""
+
+    def __init__(
+        self,
+        settings: HostSettings,
+        *,
+        agent: Agent | None = None,
+        on_turn: Callable[[TurnOutcome], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = PostgresStore.open(settings.postgres_dsn, pool_size=8)
+        self.fence = ShardFence(settings.name, settings.shards, enabled=settings.fencing)
+        self.store.fence_shards(self.fence)
+        owner = f"{settings.name}:{os.getpid()}:{int(time.time() * 1000)}"
+        self._turns = 0
+        self._on_turn = on_turn
+        options: GatewayOptions = {
+            "config": RuntimeConfig(
+                max_concurrent_agent_calls=settings.max_concurrent_agent_calls,
+                pending_soft_limit=settings.pending_soft_limit,
+                pending_hard_limit=settings.pending_hard_limit,
+            ),
+            "agent": agent,
+            "on_turn": self._turn_done,
+            "schedule_resets": False,
+        }
+        media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
+        metrics = Metrics()
+        self.runtime: Runtime = wire(
+            PgWriter(self.store, observer=metrics.committed),
+            PgReaders(self.store),
+            media,
+            options,
+            metrics=metrics,
+            lease_owner=owner,
+            owner_alive=lambda holder: holder == owner,
+            new_id=self._new_id,
+        )
+        self.keeper = ShardKeeper(
+            self.store,
+            self.fence,
+            settings.hosts,
+            ttl_s=settings.lease_ttl_s,
+            grace_s=settings.grace_s,
+            on_gained=self._gained,
+        )
+        self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self._scanned_at = 0.0
+        self._lock = threading.Lock()
+        self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._listener = InboxListener(settings.postgres_dsn)
+        self._threads = [
+            threading.Thread(target=self._listen, name=f"{settings.name}-listen", daemon=True),
+            threading.Thread(target=self._pull_loop, name=f"{settings.name}-pull", daemon=True),
+        ]
+
+    def _new_id(self, kind: SessionKind, near: str) -> str:
+        """A new session id in the shard of ``near`` (a routing key or a parent session): the key's next message
+        and the parent's pending rows are in that shard, so the same host runs them in order."""
+        target = shard_of(near, self.settings.shards)
+        while True:
+            session_id = new_session_id(kind)
+            if shard_of(session_id, self.settings.shards) == target:
+                return session_id
+
+    def _turn_done(self, outcome: TurnOutcome) -> None:
+        self._turns += 1
+        if self._on_turn is not None:
+            self._on_turn(outcome)
+
+    def _gained(self, shards: set[int]) -> None:
+        """New terms: rows handed over under an earlier term of these shards are handed over again."""
+        with self._lock:
+            for inbox_id in [i for i, s in self._dispatched.items() if s in shards]:
+                del self._dispatched[inbox_id]
+        self._wake.set()
+
+    def start(self) -> None:
+        """Take the home shards, start the timers, the heartbeat, the listener and the puller."""
+        self.runtime.timers.start()
+        self.keeper.start()
+        for thread in self._threads:
+            thread.start()
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Pull now (an ingress committed a row of one of this host's shards)."""
+        self._wake.set()
+
+    def _listen(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                notified = self._listener.wait(1.0)
+            except Exception:
+                if self._stopped.is_set():
+                    return
+                _log.exception("%s: LISTEN failed; the periodic pull goes on", self.settings.name)
+                self._stopped.wait(1.0)
+                continue
+            if notified & set(self.fence.held()):
+                self._wake.set()
+
+    def _pull_loop(self) -> None:
+        while not self._stopped.is_set():
+            woken = self._wake.wait(self.settings.pull_interval_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                if time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
+                    self._scanned_at = time.monotonic()
+                    self.timers.scan()
+                self.pull(recheck=not woken)
+            except Exception:
+                _log.exception("%s: pulling the inbox failed", self.settings.name)
+
+    def pull(self, *, recheck: bool = True) -> int:
+        """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
+
+        Rows handed over already are looked at again only with ``recheck`` (the periodic pull, not a wake-up per
+        message): a reset row settled since, or a row whose key now leads to a session of another shard (a
+        ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
+        shards = set(self.fence.held()) - self.keeper.leaving()
+        rows = self.store.shard_queue.pending(sorted(shards), limit=2000)
+        handed = 0
+        with self._lock:
+            pending = {row.id for _, row in rows}
+            for inbox_id in [i for i in self._dispatched if i not in pending]:
+                del self._dispatched[inbox_id]
+            handed_over = set(self._dispatched)
+        for shard, row in rows:
+            if not recheck and row.id in handed_over:
+                continue
+            if row.platform == TIMER_PLATFORM:
+                handed += self._reset(row)
+                continue
+            target = self._shard_of_key(row)
+            if target != shard:  # its key leads to a session of another shard now (a /resume, say)
+                self.store.shard_queue.reshard(row.id, target)
+                continue
+            with self._lock:
+                if row.id in self._dispatched:
+                    continue
+                self._dispatched[row.id] = shard
+            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
+            self.runtime.supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
+            handed += 1
+        return handed
+
+    def _reset(self, row: InboxRow) -> int:
+        """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
+        end = self.timers.take(row)
+        with self._lock:
+            if end is None or row.id in self._dispatched:
+                return 0
+            self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
+        self.runtime.supervisor.tell(end)
+        return 1
+
+    def _shard_of_key(self, row: InboxRow) -> int:
+        return shard_for_key(self.store, row.routing_key, self.settings.shards)
+
+    def status(self) -> HostStatus:
+        """A snapshot of this host."""
+        with self._lock:
+            dispatched = len(self._dispatched)
+        outcomes: dict[str, int] = {}
+        for family in self.runtime.metrics.turns.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    label = sample.labels["outcome"]
+                    outcomes[label] = outcomes.get(label, 0) + int(sample.value)
+        return HostStatus(
+            name=self.settings.name,
+            pid=os.getpid(),
+            shards=self.fence.held(),
+            dispatched=dispatched,
+            turns=self._turns,
+            outcomes=outcomes,
+        )
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop pulling, stop the runtime (its actors finish or are stopped), give the shards up, close the store."""
+        self._stopped.set()
+        self._wake.set()
+        self._listener.close()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5)
+        self.keeper.stop(release=False)
+        self.runtime.close(time.monotonic() + 2.0, 5.0)
+        if release:
+            held = self.fence.held()
+            self.fence.drop(held)
+            self.store.shards.release(self.settings.name, held)
+        self.store.close()

@@ -1,0 +1,130 @@
+"""Shard hosts as Ray actors: Ray places them and restarts them; PostgreSQL decides who may write.
+
+:class:`ShardHost` is a named, detached Ray actor (``max_restarts=-1``: Ray starts it again after its worker dies,
+rerunning the constructor, which takes the host's shards again once their terms have run out;
+``max_task_retries=0``: no call is ever run twice). It hosts a
+:class:`~hermes_actors.cluster.host_runtime.HostRuntime`. No call waits for a turn: :meth:`ShardHost.poke` only
+wakes the puller. :func:`ensure_hosts` creates the hosts that do not exist yet (``get_if_exists``), which is what
+``hermesd --cluster`` does at start; a second creation under a name already taken returns the running actor. A race
+in Ray's named-actor registry could at worst run two incarnations of one name for a moment: they share the holder
+name, but each takes a shard only under a new epoch, so at most one of them can commit in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import ray
+
+from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings, HostStatus
+from hermes_actors.store.pg.store import PostgresStore
+
+__all__ = ["NAMESPACE", "HolderPoker", "ShardHost", "ensure_hosts", "host_handle", "poke_host"]
+
+NAMESPACE = "hermes"
+"""The Ray namespace of the shard hosts (named actors are unique within a namespace)."""
+
+_log = logging.getLogger(__name__)
+
+
+class ShardHost:
+    """A shard host in a Ray worker: builds and starts its runtime in the constructor (rerun on every restart)."""
+
+    def __init__(self, settings: HostSettings, agent_factory: Callable[[], Agent] | None = None) -> None:
+        logging.basicConfig(level=logging.WARNING, format=f"{settings.name} %(levelname)s %(name)s: %(message)s")
+        self._runtime = HostRuntime(settings, agent=agent_factory() if agent_factory is not None else None)
+        self._runtime.start()
+
+    def poke(self) -> None:
+        """Pull the inbox now (returns at once)."""
+        self._runtime.poke()
+
+    def status(self) -> HostStatus:
+        """A snapshot of this host."""
+        return self._runtime.status()
+
+    def pid(self) -> int:
+        """The worker process's id (the fault test signals it)."""
+        return os.getpid()
+
+    def stall_renewals(self, stalled: bool) -> None:
+        """The fault test's switch: stop (or resume) renewing the shard terms while going on working."""
+        self._runtime.keeper.stall_renewals = stalled
+
+    def stop(self) -> None:
+        """Stop the runtime and give the shards up (the caller then kills the actor)."""
+        self._runtime.stop()
+
+
+def _options(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "lifetime": "detached",
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "max_concurrency": 4,  # status and poke are answered while another call runs
+        "num_cpus": 0,  # the agent pool, not Ray's scheduler, bounds a host's work
+        "get_if_exists": True,
+    }
+
+
+def ensure_hosts(
+    hosts: Iterable[HostSettings],
+    *,
+    agent_factory: Callable[[], Agent] | None = None,
+    namespace: str = NAMESPACE,
+) -> dict[str, Any]:
+    """Create every host of ``hosts`` that is not running yet; the handles by name."""
+    remote = ray.remote(ShardHost)
+    return {
+        settings.name: remote.options(**_options(settings.name, namespace)).remote(settings, agent_factory)
+        for settings in hosts
+    }
+
+
+def host_handle(name: str, namespace: str = NAMESPACE) -> Any | None:
+    """The handle of the running host ``name``, or ``None``."""
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+def poke_host(name: str, namespace: str = NAMESPACE) -> None:
+    """Wake host ``name`` without waiting for anything (a missing host is woken by its restart's first pull)."""
+    handle = host_handle(name, namespace)
+    if handle is not None:
+        handle.poke.remote()
+
+
+class HolderPoker:
+    """``poke(shard)`` for :class:`~hermes_actors.cluster.ingress.ClusterIngress`: a fire-and-forget
+    :meth:`ShardHost.poke` of the shard's holder, read from the shard map at most every ``refresh_s``."""
+
+    def __init__(self, store: PostgresStore, *, namespace: str = NAMESPACE, refresh_s: float = 1.0) -> None:
+        self._store = store
+        self._namespace = namespace
+        self._refresh_s = refresh_s
+        self._holders: dict[int, str] = {}
+        self._handles: dict[str, Any] = {}
+        self._next = 0.0
+
+    def __call__(self, shard: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self._refresh_s
+            leases = self._store.shards.leases()
+            self._holders = {lease.shard: lease.holder for lease in leases if lease.holder and lease.remaining_s > 0}
+        name = self._holders.get(shard)
+        if name is None:
+            return  # no holder now: whoever takes the shard pulls it first
+        handle = self._handles.get(name) or host_handle(name, self._namespace)
+        if handle is not None:
+            self._handles[name] = handle
+            handle.poke.remote()

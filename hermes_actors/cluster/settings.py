@@ -1,0 +1,60 @@
+"""The ``cluster:`` section of ``config.yaml``: where the PostgreSQL store and the Ray cluster are, the shard count,
+the shard hosts' names and the lease timing. Only ``hermesd --cluster`` and ``hermesctl cluster`` read it; this
+module imports neither psycopg nor Ray."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from hermes_actors.errors import ConfigError
+
+__all__ = ["ClusterSettings", "require_cluster"]
+
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``postgres_dsn``: the store of every replica and host; ``ray_address``: the Ray cluster (``auto``: the one
+    this machine belongs to); ``shards``: the fixed number of virtual shards (never change it on a running
+    cluster: every session would move); ``hosts``: the shard hosts' names; ``lease_ttl_s``: a shard term;
+    ``grace_s``: how long a free shard waits for its home host before another host takes it."""
+
+    postgres_dsn: str | None = None
+    ray_address: str = "auto"
+    namespace: str = "hermes"
+    shards: int = 256
+    hosts: tuple[str, ...] = ("host-0", "host-1", "host-2")
+    lease_ttl_s: float = 10.0
+    grace_s: float = 5.0
+    pull_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shards <= 65536:
+            raise ConfigError("cluster.shards", f"{self.shards} is out of range; use 1..65536 (the default is 256)")
+        if not self.hosts:
+            raise ConfigError("cluster.hosts", "must name at least one shard host")
+        for name in self.hosts:
+            if not _HOST_NAME.match(name):
+                raise ConfigError(
+                    "cluster.hosts", f"{name!r} is not a host name; use letters, digits, '.', '_' and '-'"
+                )
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ConfigError("cluster.hosts", "names a host twice; each name is one Ray actor")
+        if self.lease_ttl_s < 1.0:
+            raise ConfigError("cluster.lease_ttl_s", "must be at least 1 second (a host renews every third of it)")
+        if not 0.0 <= self.grace_s <= 10 * self.lease_ttl_s:
+            raise ConfigError("cluster.grace_s", "must be between 0 and ten times cluster.lease_ttl_s")
+        if self.pull_interval_s <= 0:
+            raise ConfigError("cluster.pull_interval_s", "must be positive")
+
+
+def require_cluster(settings: ClusterSettings) -> str:
+    """The PostgreSQL DSN of a cluster-mode command; :class:`ConfigError` when it is not configured."""
+    if not settings.postgres_dsn:
+        raise ConfigError(
+            "cluster.postgres_dsn",
+            "is required in cluster mode; set it to the PostgreSQL store, e.g. postgresql://hermes@db.internal/hermes",
+        )
+    return settings.postgres_dsn

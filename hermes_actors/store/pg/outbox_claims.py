@@ -1,0 +1,54 @@
+"""The outbox as several dispatchers share it in cluster mode: each claims rows with ``FOR UPDATE SKIP LOCKED``.
+
+Only the head of a chat (its oldest unsent row, by platform, account, chat and thread) can be claimed, so replies
+to one chat leave in commit order whichever dispatcher sends them; a claim lasts ``lease_s`` by the database clock,
+so the rows of a dispatcher that died are claimed again once it ends. ``SKIP LOCKED`` lets dispatchers claim at
+once without waiting on each other's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hermes_actors.store.pg.db import Database
+from hermes_actors.store.pg.queues import _OUTBOX_COLUMNS, _outbox_row
+from hermes_actors.store.records import OutboxRow
+
+__all__ = ["OutboxClaims"]
+
+_COLUMNS = ", ".join(f"o.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
+_RETURNED = ", ".join(f"heads.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
+_UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
+
+
+class OutboxClaims:
+    """Claims of unsent outbox rows by dispatchers (``outbox.claimed_by``, ``claimed_until``; schema version 3)."""
+
+    __slots__ = ("_clock", "_db")
+
+    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+
+    def claim(self, dispatcher: str, *, limit: int = 100, lease_s: float = 30.0) -> list[OutboxRow]:
+        """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat."""
+        rows = self._db.execute(
+            f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
+            "AND o.next_attempt_at <= %(now)s AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
+            f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
+            "AND p.platform = o.platform AND p.account_id = o.account_id "
+            "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
+            "ORDER BY o.id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED) "
+            "UPDATE outbox AS u SET claimed_by = %(who)s, "
+            "claimed_until = clock_timestamp() + make_interval(secs => %(lease)s) "
+            f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}",
+            {"now": self._clock(), "limit": limit, "who": dispatcher, "lease": lease_s},
+        )
+        return sorted((_outbox_row(row) for row in rows), key=lambda row: row.id)
+
+    def unclaim(self, dispatcher: str, outbox_ids: Sequence[int]) -> int:
+        """End ``dispatcher``'s claims of ``outbox_ids`` (sent, failed or put back); how many it held."""
+        return self._db.count(
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL WHERE id = ANY(%s) AND claimed_by = %s",
+            (list(outbox_ids), dispatcher),
+        )

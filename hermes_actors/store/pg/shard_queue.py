@@ -1,0 +1,117 @@
+"""The inbox as the cluster reads it: rows tagged with their shard, pulled per shard, announced by ``NOTIFY``.
+
+The ingress commits an inbound message with the shard of the session its routing key leads to
+(:meth:`ShardQueue.add`), and in the same transaction sends ``NOTIFY hermes_inbox`` with the shard: the holder's
+:class:`InboxListener` wakes at once. A host pulls the pending rows of the shards it holds
+(:meth:`ShardQueue.pending`) on a notification, a poke, or its periodic pull (the backstop for a lost
+notification: ``NOTIFY`` is not delivered to a listener that was not connected when it was sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import psycopg
+
+from hermes_actors.store.pg.db import Database
+from hermes_actors.store.pg.queues import _INBOX_COLUMNS, _inbox_row
+from hermes_actors.store.records import InboxRow, InboxState
+
+__all__ = ["CHANNEL", "InboxListener", "ShardLag", "ShardQueue"]
+
+CHANNEL = "hermes_inbox"
+_PENDING = InboxState.PENDING.value
+
+
+class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
+    """The pending rows of one shard: how many, and the receipt time of the oldest (unix seconds)."""
+
+    shard: int
+    pending: int
+    oldest_received_at: float
+
+
+class ShardQueue:
+    """The inbox's rows by shard (``inbox.shard``, schema version 3)."""
+
+    __slots__ = ("_clock", "_db")
+
+    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
+        self._db = db
+        self._clock = clock
+
+    def add(
+        self,
+        shard: int,
+        *,
+        platform: str,
+        account_id: str,
+        platform_message_id: str,
+        routing_key: str,
+        payload: bytes,
+    ) -> int | None:
+        """Commit an inbound message to ``shard`` and notify its holder; the row id, or ``None`` for a
+        redelivery (nothing added, nobody notified)."""
+        with self._db.transaction(savepoint=False):
+            found = self._db.value(
+                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
+                "shard) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING RETURNING id",
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), shard),
+            )
+            if found is not None:
+                self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
+        return None if found is None else int(found)
+
+    def pending(self, shards: Sequence[int], *, limit: int = 500) -> list[tuple[int, InboxRow]]:
+        """The oldest pending rows of ``shards`` (up to ``limit``), in id order, each with its shard."""
+        if not shards:
+            return []
+        rows = self._db.execute(
+            f"SELECT shard, {_INBOX_COLUMNS} FROM inbox WHERE state = %s AND shard = ANY(%s) ORDER BY id LIMIT %s",
+            (_PENDING, sorted(shards), limit),
+        )
+        return [(int(row[0]), _inbox_row(row[1:])) for row in rows]
+
+    def reshard(self, inbox_id: int, shard: int) -> bool:
+        """Move a pending row to ``shard`` (its routing key now leads to a session there) and notify; whether it
+        was pending."""
+        with self._db.transaction(savepoint=False):
+            moved = self._db.count(
+                "UPDATE inbox SET shard = %s, owner = NULL WHERE id = %s AND state = %s", (shard, inbox_id, _PENDING)
+            )
+            if moved:
+                self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
+        return moved > 0
+
+    def lag(self) -> list[ShardLag]:
+        """Every shard with pending rows: how many and since when, in shard order."""
+        rows = self._db.execute(
+            "SELECT shard, count(*), min(received_at) FROM inbox WHERE state = %s AND shard IS NOT NULL "
+            "GROUP BY shard ORDER BY shard",
+            (_PENDING,),
+        )
+        return [ShardLag(shard=int(s), pending=int(n), oldest_received_at=float(t)) for s, n, t in rows]
+
+
+class InboxListener:
+    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns the shards notified."""
+
+    def __init__(self, dsn: str) -> None:
+        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+        self._connection.execute(f"LISTEN {CHANNEL}".encode())
+
+    def wait(self, timeout_s: float) -> set[int]:
+        """The shards notified within ``timeout_s`` (empty when none was); gathers what else is already queued."""
+        shards: set[int] = set()
+        for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
+            shards.add(int(notify.payload))
+        for notify in self._connection.notifies(timeout=0.0):
+            shards.add(int(notify.payload))
+        return shards
+
+    def close(self) -> None:
+        """Close the connection (a waiting :meth:`wait` returns)."""
+        self._connection.close()

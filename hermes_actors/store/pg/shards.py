@@ -1,0 +1,245 @@
+"""Virtual shards and their leases (``shard_leases``): the cluster's shard map and the fence of every turn.
+
+A session belongs to shard ``shard_of(session_id, shards)`` (the first 8 bytes of its id's SHA-256, modulo the
+shard count: the same on every host and Python version, unlike ``hash``). A host holds a shard for a term: the row's
+``holder`` and ``epoch`` name the tenure, ``expires_at`` its end **by the database clock**; every comparison is
+made by PostgreSQL (``clock_timestamp()``), never by a host whose clock may disagree. Taking a free or expired shard
+raises its epoch, so a host paused past its term (SIGSTOP, a long GC, a stalled network) finds its epoch gone when it
+wakes: :meth:`PgShards.check`, run first in every turn's transaction (``FOR SHARE``, so a takeover waits for the turn
+to commit and a turn waits for the takeover), refuses its commit with :class:`~hermes_actors.errors.ShardLostError`.
+
+:class:`ShardFence` is what a host holds in memory: the epochs of its shards and the local deadline of each term
+(measured from before the renewal was sent, so it ends no later than the database's). Past the deadline the host
+stops committing on its own (self-fencing), before it has even heard that another host took over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import msgspec
+
+from hermes_actors.errors import ShardLostError
+from hermes_actors.store.pg.db import Database
+
+__all__ = ["DEFAULT_SHARDS", "PgShards", "ShardFence", "ShardLease", "home_shards", "shard_of"]
+
+DEFAULT_SHARDS = 256
+_NOW = "(clock_timestamp() + make_interval(secs => %(skew)s))"
+
+
+def shard_of(session_id: str, shards: int) -> int:
+    """The shard of ``session_id`` among ``shards`` (stable across hosts, processes and Python versions)."""
+    digest = hashlib.sha256(session_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def home_shards(host: str, hosts: Sequence[str], shards: int) -> set[int]:
+    """The shards whose home is ``host`` by rendezvous hashing over ``hosts``: each shard goes to the host with
+    the highest hash of (shard, host), so adding or removing a host moves only that host's share."""
+
+    def weight(shard: int, name: str) -> bytes:
+        return hashlib.sha256(f"{shard}\x00{name}".encode()).digest()
+
+    return {s for s in range(shards) if max(hosts, key=lambda name: weight(s, name)) == host}
+
+
+class ShardLease(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the shard map; ``remaining_s`` is the term left by the database clock (negative: expired)."""
+
+    shard: int
+    holder: str | None
+    epoch: int
+    remaining_s: float
+
+
+class PgShards:
+    """The ``shard_leases`` table: acquire, renew, release and check shard terms, on the database clock.
+
+    ``skew`` (seconds, 0 in production) is added to the database clock, for tests that move time forward.
+    """
+
+    __slots__ = ("_db", "_skew")
+
+    def __init__(self, db: Database, skew: Callable[[], float]) -> None:
+        self._db = db
+        self._skew = skew
+
+    def ensure(self, shards: int) -> None:
+        """Create the rows of shards ``0 .. shards - 1`` that do not exist yet (free, epoch 0)."""
+        self._db.execute(
+            "INSERT INTO shard_leases (shard) SELECT generate_series(0, %s - 1) ON CONFLICT (shard) DO NOTHING",
+            (shards,),
+        )
+
+    def acquire(self, holder: str, shards: Iterable[int], ttl_s: float) -> dict[int, int]:
+        """Take those of ``shards`` that are free or expired (each under a new epoch); shard -> epoch taken."""
+        wanted = sorted(set(shards))
+        if not wanted:
+            return {}
+        rows = self._db.execute(
+            f"UPDATE shard_leases SET holder = %(holder)s, epoch = epoch + 1, "
+            f"expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
+            f"WHERE shard = ANY(%(shards)s) AND expires_at <= {_NOW} RETURNING shard, epoch",
+            {"holder": holder, "shards": wanted, "ttl": ttl_s, "skew": self._skew()},
+        )
+        return {int(shard): int(epoch) for shard, epoch in rows}
+
+    def renew(self, holder: str, held: Mapping[int, int], ttl_s: float) -> dict[int, int]:
+        """Extend the terms of ``held`` (shard -> epoch) that are still ``holder``'s and unexpired; those renewed.
+
+        A term that expired is not renewed even when no one took it: another host may be taking it right now, and
+        the holder must take it again (under a new epoch) like anyone else.
+        """
+        if not held:
+            return {}
+        shards = sorted(held)
+        rows = self._db.execute(
+            f"UPDATE shard_leases AS s SET expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
+            "FROM unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h(shard, epoch) "
+            f"WHERE s.shard = h.shard AND s.epoch = h.epoch AND s.holder = %(holder)s AND s.expires_at > {_NOW} "
+            "RETURNING s.shard, s.epoch",
+            {
+                "holder": holder,
+                "shards": shards,
+                "epochs": [held[s] for s in shards],
+                "ttl": ttl_s,
+                "skew": self._skew(),
+            },
+        )
+        return {int(shard): int(epoch) for shard, epoch in rows}
+
+    def release(self, holder: str, held: Mapping[int, int]) -> int:
+        """End ``holder``'s terms of ``held`` now (the shards are free to take); how many were still its."""
+        if not held:
+            return 0
+        shards = sorted(held)
+        return self._db.count(
+            "UPDATE shard_leases AS s SET holder = NULL, expires_at = '-infinity' "
+            "FROM unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h(shard, epoch) "
+            "WHERE s.shard = h.shard AND s.epoch = h.epoch AND s.holder = %(holder)s",
+            {"holder": holder, "shards": shards, "epochs": [held[s] for s in shards]},
+        )
+
+    def check(self, shard: int, holder: str, epoch: int) -> None:
+        """Inside the caller's transaction: hold the shard's row (``FOR SHARE``) if ``holder`` still has it at
+        ``epoch`` and unexpired; :class:`ShardLostError` otherwise (the caller's transaction must roll back)."""
+        rows = self._db.execute(
+            "SELECT 1 FROM shard_leases WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s "
+            f"AND expires_at > {_NOW} FOR SHARE",
+            {"shard": shard, "holder": holder, "epoch": epoch, "skew": self._skew()},
+        )
+        if not rows:
+            raise ShardLostError(
+                f"{holder} no longer holds shard {shard} at epoch {epoch} (its term ended or another host took it); "
+                "the turn is rolled back and its messages stay pending for the shard's holder"
+            )
+
+    def beat(self, holder: str) -> None:
+        """Record that ``holder`` is alive now (by the database clock)."""
+        self._db.execute(
+            f"INSERT INTO shard_hosts (holder, seen_at) VALUES (%(holder)s, {_NOW}) "
+            "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at",
+            {"holder": holder, "skew": self._skew()},
+        )
+
+    def hosts(self) -> dict[str, float]:
+        """Every host that ever beat, with the seconds since its last beat (by the database clock)."""
+        rows = self._db.execute(
+            f"SELECT holder, extract(epoch FROM {_NOW} - seen_at)::double precision FROM shard_hosts ORDER BY holder",
+            {"skew": self._skew()},
+        )
+        return {str(holder): float(age) for holder, age in rows}
+
+    def leases(self) -> list[ShardLease]:
+        """Every shard's row, in shard order."""
+        rows = self._db.execute(
+            "SELECT shard, holder, epoch, CASE WHEN isfinite(expires_at) THEN "
+            f"extract(epoch FROM expires_at - {_NOW})::double precision END "
+            "FROM shard_leases ORDER BY shard",
+            {"skew": self._skew()},
+        )
+        return [
+            ShardLease(
+                shard=int(shard),
+                holder=holder,
+                epoch=int(epoch),
+                remaining_s=float(left) if left is not None else float("-inf"),
+            )
+            for shard, holder, epoch, left in rows
+        ]
+
+    def expired(self) -> list[int]:
+        """The shards free to take now (never held, released, or past their term), in order."""
+        rows = self._db.execute(
+            f"SELECT shard FROM shard_leases WHERE expires_at <= {_NOW} ORDER BY shard", {"skew": self._skew()}
+        )
+        return [int(shard) for (shard,) in rows]
+
+
+class ShardFence:
+    """The shards one host holds (shard -> epoch), each with a local deadline, shared by the host's threads.
+
+    ``enabled=False`` is the test-only switch that turns fencing off: :meth:`check` checks nothing, the local
+    deadline drops nothing, and the session leases' epochs are not checked either (:meth:`PostgresStore.fence_shards`);
+    the fault test runs with it to show what fencing prevents.
+    """
+
+    def __init__(
+        self,
+        holder: str,
+        shards: int,
+        *,
+        enabled: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.holder = holder
+        self.shards = shards
+        self.enabled = enabled
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[int, float]] = {}  # shard -> (epoch, local deadline)
+
+    def grant(self, terms: Mapping[int, int], ttl_s: float, *, asked_at: float) -> None:
+        """``terms`` (shard -> epoch) were granted or renewed by a statement sent at ``asked_at`` (monotonic)."""
+        with self._lock:
+            for shard, epoch in terms.items():
+                self._held[shard] = (epoch, asked_at + ttl_s)
+
+    def drop(self, shards: Iterable[int]) -> None:
+        """Forget ``shards`` (released, or found lost at renewal)."""
+        with self._lock:
+            for shard in shards:
+                self._held.pop(shard, None)
+
+    def held(self) -> dict[int, int]:
+        """shard -> epoch of every shard held whose local deadline has not passed (self-fencing drops the rest)."""
+        now = self._monotonic() if self.enabled else float("-inf")
+        with self._lock:
+            expired = [shard for shard, (_, deadline) in self._held.items() if deadline <= now]
+            for shard in expired:
+                del self._held[shard]
+            return {shard: epoch for shard, (epoch, _) in self._held.items()}
+
+    def owns(self, session_id: str) -> bool:
+        """Whether the session's shard is held (and within its local deadline)."""
+        return shard_of(session_id, self.shards) in self.held()
+
+    def check(self, shards: PgShards, session_id: str) -> bool:
+        """Inside a turn's transaction: :class:`ShardLostError` unless this host still holds the session's shard,
+        by its own deadline first (self-fencing), then by the database (:meth:`PgShards.check`); whether fencing
+        is on (``False``: nothing was checked)."""
+        if not self.enabled:
+            return False
+        shard = shard_of(session_id, self.shards)
+        epoch = self.held().get(shard)
+        if epoch is None:
+            raise ShardLostError(
+                f"{self.holder} does not hold shard {shard} of session {session_id} (or its term ran out locally); "
+                "the turn is rolled back and its messages stay pending for the shard's holder"
+            )
+        shards.check(shard, self.holder, epoch)
+        return True

@@ -1,0 +1,284 @@
+"""The Ray side of the cluster tests, run as ``python -m tests.cluster.ray_driver SCENARIO DSN [...]`` inside a
+network namespace of its own (``tests/cluster/raylab.py``): Ray 2.60's gRPC servers listen on every address of the
+namespace, and in that namespace the only one is the loopback interface.
+
+It starts a local Ray head (127.0.0.1, no dashboard, usage statistics off), creates the shard hosts, drives the
+load and the faults, waits for the inbox to drain, prints one JSON line of what it saw, and shuts Ray down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_AUTH_MODE"] = "disabled"  # nothing outside this network namespace can reach it; no token in $HOME
+
+import ray
+
+from hermes_actors.cluster.host_runtime import HostSettings
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.ray_host import NAMESPACE, HolderPoker, ensure_hosts
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.testing import FakePlatform, SeeingAgent
+
+HOSTS = ("h0", "h1", "h2")
+
+
+def _start_ray(directory: str) -> None:
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        num_cpus=2,
+        namespace=NAMESPACE,
+        log_to_driver=False,
+        _temp_dir=directory,
+    )
+
+
+def _pending(pg: PostgresStore) -> int:
+    return int(pg.database.value("SELECT count(*) FROM inbox WHERE state = 'pending'"))
+
+
+def _wait(probe: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Load:
+    """``rate`` messages a second over ``chats`` conversations for ``seconds``, through the ingress (bounded)."""
+
+    def __init__(self, ingress: ClusterIngress, *, rate: float, seconds: float, chats: int) -> None:
+        self._ingress = ingress
+        self._rate, self._seconds, self._chats = rate, seconds, chats
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(self._seconds + 30)
+
+    def _run(self) -> None:
+        platform = FakePlatform("fake")
+        started = time.monotonic()
+        total = int(self._rate * self._seconds)
+        for n in range(total):
+            due = started + n / self._rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            chat = n % self._chats
+            message = platform.message(f"k{chat}-{n}", chat_id=f"chat-{chat}", user_id=f"u{chat}", message_id=f"m{n}")
+            self._ingress.accept(message)
+            self.sent += 1
+
+
+def _settings(dsn: str, name: str, *, fencing: bool, ttl: float, grace: float) -> HostSettings:
+    return HostSettings(
+        name=name,
+        postgres_dsn=dsn,
+        hosts=HOSTS,
+        shards=64,
+        lease_ttl_s=ttl,
+        grace_s=grace,
+        pull_interval_s=1.0,
+        pending_soft_limit=64,
+        pending_hard_limit=64,
+        fencing=fencing,
+    )
+
+
+def _listeners() -> list[str]:
+    done = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True, check=False)
+    return [line for line in done.stdout.splitlines()[1:] if line.strip()]
+
+
+def fault(args: argparse.Namespace) -> dict[str, Any]:
+    """Three hosts under load; kill -9, SIGSTOP past the term and grace, stalled renewals."""
+    ttl, grace = 3.0, 1.5
+    factory = functools.partial(SeeingAgent, 0.05, 0.4, stamped=True)
+    handles = ensure_hosts(
+        [_settings(args.dsn, name, fencing=args.fencing, ttl=ttl, grace=grace) for name in HOSTS],
+        agent_factory=factory,
+    )
+    pids = {name: ray.get(handle.pid.remote(), timeout=60) for name, handle in handles.items()}
+    with PostgresStore.open(args.dsn, migrate_schema=False) as pg:
+        _wait(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), 30, "every host holding shards")
+        listeners = _listeners()
+        ingress = ClusterIngress(pg, shards=64, poke=HolderPoker(pg))
+        load = Load(ingress, rate=args.rate, seconds=args.seconds, chats=args.chats)
+        started = time.monotonic()
+        load.start()
+        events: list[str] = []
+
+        def at(offset: float) -> None:
+            time.sleep(max(0.0, started + offset - time.monotonic()))
+
+        at(args.seconds * 0.15)
+        os.kill(pids["h0"], signal.SIGKILL)
+        events.append(f"{time.monotonic() - started:.1f}s kill -9 h0 (pid {pids['h0']})")
+        at(args.seconds * 0.35)
+        os.kill(pids["h1"], signal.SIGSTOP)
+        events.append(f"{time.monotonic() - started:.1f}s SIGSTOP h1")
+        time.sleep(ttl + grace + 2.0)
+        os.kill(pids["h1"], signal.SIGCONT)
+        events.append(f"{time.monotonic() - started:.1f}s SIGCONT h1")
+        at(args.seconds * 0.65)
+        ray.get(handles["h2"].stall_renewals.remote(True), timeout=30)
+        events.append(f"{time.monotonic() - started:.1f}s h2 stops renewing")
+        time.sleep(ttl + grace + 2.0)
+        ray.get(handles["h2"].stall_renewals.remote(False), timeout=30)
+        events.append(f"{time.monotonic() - started:.1f}s h2 renews again")
+        load.join()
+        events.append(f"{time.monotonic() - started:.1f}s load done: {load.sent} messages")
+        _wait(lambda: _pending(pg) == 0, 60, "the inbox to drain")
+        events.append(f"{time.monotonic() - started:.1f}s inbox drained")
+        statuses = {name: ray.get(h.status.remote(), timeout=30) for name, h in handles.items()}
+    return {
+        "sent": load.sent,
+        "events": events,
+        "listeners": listeners,
+        "restarted_pid": statuses["h0"].pid != pids["h0"],
+        "outcomes": {name: status.outcomes for name, status in statuses.items()},
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _ray_cli(*args: str) -> None:
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray_bin, *args], check=True, capture_output=True, timeout=120)
+
+
+def daemon(args: argparse.Namespace) -> dict[str, Any]:
+    """``hermesd --cluster`` against a Ray head started with ``ray start``: a signed webhook in, its reply at the
+    callback, ``hermesctl cluster status`` naming the hosts, SIGTERM."""
+    from tests.platforms.test_webhook import CALLBACK_SECRET, SECRET, Receiver, post, signature
+
+    ray_port, webhook_port = _free_port(), _free_port()
+    home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
+    receiver = Receiver()
+    receiver.host.start()
+    route = {"secret": SECRET, "callback_url": receiver.url, "callback_secret": CALLBACK_SECRET}
+    config = {
+        "cluster": {
+            "postgres_dsn": args.dsn,
+            "ray_address": f"127.0.0.1:{ray_port}",
+            "shards": 16,
+            "hosts": ["a", "b"],
+            "lease_ttl_s": 3,
+            "grace_s": 1,
+        },
+        "platforms": {"webhook": {"port": webhook_port, "routes": {"default": route}}},
+    }
+    (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    bin_dir = Path(sys.executable).parent
+    _ray_cli(
+        "start",
+        "--head",
+        f"--port={ray_port}",
+        "--node-ip-address=127.0.0.1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--num-cpus=2",
+        f"--temp-dir={tempfile.mkdtemp(prefix='hermes-ray-')}",
+    )
+    daemon = subprocess.Popen(
+        [str(bin_dir / "hermesd"), "--home", str(home), "--cluster"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        url = f"http://127.0.0.1:{webhook_port}/webhooks/default"
+
+        def listening() -> bool:
+            with socket.socket() as probe:
+                return probe.connect_ex(("127.0.0.1", webhook_port)) == 0
+
+        _wait(listening, 60, "the webhook listener")
+        body = json.dumps({"text": "hello", "chat_id": "c1"}).encode()
+        stamp = str(int(time.time()))
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": "msg_daemon",
+            "webhook-timestamp": stamp,
+            "webhook-signature": signature(SECRET, "msg_daemon", stamp, body),
+        }
+        status, answer = post(url, body, headers)
+        callback = None
+        for _ in range(6):  # the hosts start and take their shards first
+            try:
+                callback = receiver.take()  # waits up to 10 s
+                break
+            except queue.Empty:
+                continue
+        shown = subprocess.run(
+            [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        listeners = _listeners()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            _, err = daemon.communicate(timeout=60)
+        finally:
+            _ray_cli("stop", "--force")
+            receiver.host.stop()
+    return {
+        "status": status,
+        "answer": answer,
+        "callback": None if callback is None else callback.json(),
+        "ctl": shown.stdout,
+        "ctl_code": shown.returncode,
+        "exit": daemon.returncode,
+        "stderr": err.decode()[-2000:],
+        "listeners": listeners,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["fault", "daemon"])
+    parser.add_argument("dsn")
+    parser.add_argument("--fencing", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--chats", type=int, default=60)
+    args = parser.parse_args()
+    args.fencing = bool(args.fencing)
+    if args.scenario == "daemon":
+        print(json.dumps(daemon(args)), flush=True)
+        sys.exit(0)
+    directory = tempfile.mkdtemp(prefix="hermes-ray-")
+    _start_ray(directory)
+    try:
+        result = fault(args)
+    finally:
+        ray.shutdown()
+    print(json.dumps(result), flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

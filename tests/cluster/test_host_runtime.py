@@ -1,0 +1,154 @@
+"""Shard hosts in this process (no Ray): the runtime on PostgreSQL, restricted to held shards, and its fence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
+from hermes_actors.messages import decode_outbound
+from hermes_actors.store import EndReason
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.shards import home_shards, shard_of
+from hermes_actors.testing import FakePlatform, SeeingAgent, poll_until
+from tests.cluster.checks import stale_context_commits
+
+SHARDS = 8
+
+pytestmark = pytest.mark.slow  # each runs hosts for a few seconds
+
+
+@pytest.fixture
+def pg(postgres_dsn: str) -> Iterator[PostgresStore]:
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
+        yield store
+
+
+def _settings(dsn: str, name: str, hosts: tuple[str, ...], **fields: float | bool) -> HostSettings:
+    base = HostSettings(
+        name=name, postgres_dsn=dsn, hosts=hosts, shards=SHARDS, lease_ttl_s=3.0, grace_s=0.5, pending_soft_limit=64
+    )
+    return HostSettings(**{**{f: getattr(base, f) for f in base.__struct_fields__}, **fields})
+
+
+def _pending(pg: PostgresStore) -> int:
+    return int(pg.database.value("SELECT count(*) FROM inbox WHERE state = 'pending'"))
+
+
+def _replies(pg: PostgresStore) -> list[tuple[str, str]]:
+    rows = pg.database.execute(
+        "SELECT s.id, m.content FROM messages m JOIN sessions s ON s.ref = m.session_ref "
+        "WHERE m.role = 'assistant' ORDER BY m.id"
+    )
+    return [(str(s), str(c)) for s, c in rows]
+
+
+def test_two_hosts_split_the_shards_and_answer_every_message_once_in_order(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    hosts = ("h0", "h1")
+    runtimes = [HostRuntime(_settings(postgres_dsn, name, hosts)) for name in hosts]
+    try:
+        for runtime in runtimes:
+            runtime.start()
+        poll_until(lambda: all(r.fence.held() for r in runtimes), what="both hosts holding shards")
+        assert set(runtimes[0].fence.held()) == home_shards("h0", hosts, SHARDS)
+        platform = FakePlatform("fake")
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        for n in range(5):
+            for chat in range(6):
+                assert ingress.accept(platform.message(f"c{chat}-{n}", chat_id=f"chat-{chat}", user_id=f"u{chat}"))
+        poll_until(lambda: _pending(pg) == 0, timeout=30, what="an empty inbox")
+        replies = _replies(pg)
+        assert len(replies) == 30
+        by_session: dict[str, list[str]] = {}
+        for session_id, text in replies:
+            by_session.setdefault(session_id, []).append(text.removeprefix("echo: "))
+        assert len(by_session) == 6
+        for texts in by_session.values():
+            prefix = texts[0].split("-")[0]
+            assert texts == [f"{prefix}-{n}" for n in range(5)]
+        assert all(r.status().turns > 0 for r in runtimes)
+        # Each session lives in the shard of its routing key, so its key's later messages reach the same host.
+        for session_id in by_session:
+            key = pg.routes_to(session_id)[0]
+            assert shard_of(session_id, SHARDS) == shard_of(key, SHARDS)
+    finally:
+        for runtime in runtimes:
+            runtime.stop()
+
+
+@pytest.mark.parametrize("fencing", [True, False])
+def test_a_host_whose_renewals_stall_cannot_commit_and_the_next_holder_sees_the_whole_history(
+    postgres_dsn: str, pg: PostgresStore, fencing: bool
+) -> None:
+    """The stale host (renewals stalled, still working) and the next holder both run "first"; the stale host's
+    commit comes first. Fenced, it is refused and the next holder's turns see everything committed. Unfenced, it
+    goes through, the next holder's own "first" is dropped as answered, and its "second" is computed from a history
+    without "first": a stale-context commit."""
+    stale_agent, taker_agent = SeeingAgent(gated=True), SeeingAgent(gated=True)
+    stale = HostRuntime(_settings(postgres_dsn, "h0", ("h0",), fencing=fencing), agent=stale_agent)
+    stale.start()
+    taker: HostRuntime | None = None
+    try:
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        platform = FakePlatform("fake")
+        ingress.accept(platform.message("first", chat_id="c", user_id="u"))
+        assert stale_agent.started.wait(10)
+        stale.keeper.stall_renewals = True  # it keeps working; its terms run out
+        taker = HostRuntime(_settings(postgres_dsn, "h1", ("h0", "h1"), fencing=fencing), agent=taker_agent)
+        taker.start()
+        assert taker_agent.started.wait(20)  # the next holder runs "first" too
+        stale_agent.release.set()
+        poll_until(lambda: sum(stale.status().outcomes.values()) == 1, timeout=10, what="the stale turn ending")
+        taker_agent.release.set()
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the next holder finishing")
+        outcomes = stale.status().outcomes
+        stale.stop(release=False)  # only the next holder pulls "second"
+        ingress.accept(platform.message("second", chat_id="c", user_id="u"))
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the next holder answering")
+        replies = [text for _, text in _replies(pg)]
+        if fencing:
+            assert outcomes == {"stale": 1}  # ShardLostError rolled its commit back
+            assert replies == ["saw 0 after -", "saw 1 after first"]
+            assert stale_context_commits(pg) == []
+        else:
+            assert outcomes == {"ok": 1}  # it committed without holding the shard
+            assert len(stale_context_commits(pg)) == 1  # "second" was computed without "first"
+    finally:
+        stale_agent.release.set()
+        taker_agent.release.set()
+        if not stale._stopped.is_set():
+            stale.stop(release=False)
+        if taker is not None:
+            taker.stop()
+
+
+def test_a_due_idle_reset_becomes_an_inbox_row_of_the_session_s_shard_and_ends_it_under_the_fence(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    reset = ResetConfig(mode=ResetMode.IDLE, idle_minutes=1)
+    host = HostRuntime(
+        HostSettings(name="h0", postgres_dsn=postgres_dsn, hosts=("h0",), shards=SHARDS, reset=reset, timer_scan_s=3600)
+    )
+    host.start()
+    try:
+        ClusterIngress(pg, shards=SHARDS).accept(FakePlatform("fake").message("hello", chat_id="c", user_id="u"))
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the turn")
+        (session_id,) = [s for s, _ in _replies(pg)]
+        assert host.timers.scan() == 0  # active a moment ago: not due
+        pg.database.execute("UPDATE sessions SET last_active_at = last_active_at - 120 WHERE id = %s", (session_id,))
+        assert host.timers.scan() == 1
+        assert host.timers.scan() == 0  # one row per deadline
+        host.poke()
+        poll_until(lambda: not pg.get_session(session_id).is_live, timeout=10, what="the reset ending the session")
+        host.poke()
+        poll_until(lambda: _pending(pg) == 0, timeout=10, what="the reset row settled")
+        assert pg.get_session(session_id).end_reason == EndReason.IDLE
+        notice = decode_outbound(bytes(pg.database.value("SELECT payload FROM outbox ORDER BY id DESC LIMIT 1")))
+        assert notice.text.startswith("This conversation was reset after 1 minutes without messages.")
+    finally:
+        host.stop()

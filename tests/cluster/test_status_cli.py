@@ -1,0 +1,102 @@
+"""``hermesctl cluster status`` and the ``cluster:`` section of config.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_actors.cli.hermesctl import main
+from hermes_actors.daemon.config_file import decode_settings
+from hermes_actors.errors import ConfigError
+from hermes_actors.store.pg import PostgresStore
+
+
+def test_status_shows_hosts_their_shards_and_the_inbox_lag_per_shard(postgres_dsn: str, tmp_path: Path) -> None:
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
+        pg.shards.ensure(4)
+        pg.shards.acquire("h0", [0, 1], 30.0)
+        pg.shards.acquire("h1", [2], 30.0)
+        pg.shards.beat("h0")
+        pg.shards.beat("h1")
+        for n, shard in enumerate([1, 1, 3]):
+            pg.shard_queue.add(
+                shard, platform="t", account_id="", platform_message_id=f"m{n}", routing_key="k", payload=b""
+            )
+    result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path), "--dsn", postgres_dsn])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "shards: 4, not held: 1"
+    assert lines[1] == "  not held: 3"
+    assert lines[3].startswith("  h0: 2 shards, last heartbeat ")
+    assert lines[4].startswith("  h1: 1 shards, last heartbeat ")
+    assert lines[5].startswith("inbox: 3 pending, the oldest ")
+    assert lines[6:] == ["  shard 1: 2 pending", "  shard 3: 1 pending"]
+
+
+def test_status_without_a_configured_store_names_the_setting(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        "Error: cluster.postgres_dsn: is required in cluster mode; set it to the PostgreSQL store, "
+        "e.g. postgresql://hermes@db.internal/hermes"
+    )
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"shards": 0}, "cluster.shards: 0 is out of range; use 1..65536 (the default is 256)"),
+        ({"hosts": []}, "cluster.hosts: must name at least one shard host"),
+        ({"hosts": ["a", "a"]}, "cluster.hosts: names a host twice; each name is one Ray actor"),
+        ({"hosts": ["a b"]}, "cluster.hosts: 'a b' is not a host name; use letters, digits, '.', '_' and '-'"),
+        ({"lease_ttl_s": 0.5}, "cluster.lease_ttl_s: must be at least 1 second (a host renews every third of it)"),
+        ({"grace_s": -1}, "cluster.grace_s: must be between 0 and ten times cluster.lease_ttl_s"),
+        ({"postgres": "x"}, "cluster.postgres: unknown field"),
+    ],
+)
+def test_a_bad_cluster_section_is_a_config_error_naming_the_field(section: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        decode_settings({"cluster": section})
+    assert str(caught.value).startswith(message)
+
+
+def test_the_cluster_section_defaults_to_256_shards_on_three_hosts() -> None:
+    cluster = decode_settings({"cluster": {"postgres_dsn": "postgresql:///hermes"}}).cluster
+    assert (cluster.shards, cluster.hosts, cluster.lease_ttl_s, cluster.grace_s) == (
+        256,
+        ("host-0", "host-1", "host-2"),
+        10.0,
+        5.0,
+    )
+
+
+def test_hermesd_cluster_without_a_store_exits_2_naming_the_setting(tmp_path: Path) -> None:
+    from hermes_actors.cli.hermesd import main as hermesd
+
+    result = CliRunner().invoke(hermesd, ["--home", str(tmp_path), "--cluster"])
+    assert result.exit_code == 2
+    assert "cluster.postgres_dsn: is required in cluster mode" in result.output.splitlines()[-1]
+    assert result.output.splitlines()[-1].startswith("Error: configuration ")
+
+
+def test_sessions_list_and_show_read_a_cluster_s_postgresql_store_with_dsn(postgres_dsn: str, tmp_path: Path) -> None:
+    from hermes_actors.store import NewMessage, Role
+
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
+        record = pg.create_session("webhook", session_id="20261203_090000_abcdef01", title="In the cluster")
+        pg.append_messages(
+            record.id,
+            [NewMessage(role=Role.USER, content="hello"), NewMessage(role=Role.ASSISTANT, content="echo: hello")],
+        )
+    listed = CliRunner().invoke(main, ["sessions", "list", "--home", str(tmp_path), "--dsn", postgres_dsn])
+    assert listed.exit_code == 0, listed.output
+    assert "In the cluster" in listed.output
+    shown = CliRunner().invoke(
+        main, ["sessions", "show", "In the cluster", "--home", str(tmp_path)], env={"HERMES_CLUSTER_DSN": postgres_dsn}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "echo: hello" in shown.output
+    without = CliRunner().invoke(main, ["sessions", "list", "--home", str(tmp_path)])
+    assert without.exit_code == 1  # the home has no SQLite store: the option is what reads PostgreSQL

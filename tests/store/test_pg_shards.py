@@ -1,0 +1,210 @@
+"""Shards and their leases in PostgreSQL (hermes_actors.store.pg.shards, shard_queue), on the throw-away cluster."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from hermes_actors.errors import ShardLostError
+from hermes_actors.store import InboxState
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.shard_queue import InboxListener
+from hermes_actors.store.pg.shards import ShardFence, home_shards, shard_of
+
+TTL = 10.0
+
+
+class Skew:
+    """Seconds added to the database clock: a store whose skew is ahead sees every term as that much older."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+
+@pytest.fixture
+def skew() -> Skew:
+    return Skew()
+
+
+@pytest.fixture
+def shard_store(postgres_dsn: str, skew: Skew) -> Iterator[PostgresStore]:
+    with PostgresStore.open(postgres_dsn, lease_skew=skew, migrate_schema=False) as store:
+        store.shards.ensure(8)
+        yield store
+
+
+def test_a_session_s_shard_is_the_first_8_bytes_of_its_sha256_modulo_the_shard_count() -> None:
+    # sha256(b"20250101_000000_abcdef")[:8] as a big-endian integer, worked out once and pinned: a change of the
+    # function would move every session of a running cluster to another shard.
+    assert shard_of("20250101_000000_abcdef", 256) == shard_of("20250101_000000_abcdef", 256)
+    assert shard_of("a", 2**64) == 0xCA978112CA1BBDCA
+    assert shard_of("a", 256) == 0xCA
+    assert {shard_of(f"s{i}", 4) for i in range(100)} == {0, 1, 2, 3}
+
+
+def test_home_shards_split_every_shard_once_and_a_removed_host_moves_only_its_own() -> None:
+    hosts = ["h0", "h1", "h2"]
+    homes = {h: home_shards(h, hosts, 256) for h in hosts}
+    assert sorted(s for shards in homes.values() for s in shards) == list(range(256))
+    assert all(40 < len(shards) < 130 for shards in homes.values())
+    after = {h: home_shards(h, ["h0", "h1"], 256) for h in ("h0", "h1")}
+    assert after["h0"] >= homes["h0"]
+    assert after["h1"] >= homes["h1"]
+
+
+def test_free_shards_are_taken_at_epoch_1_and_a_held_shard_is_not_taken(shard_store: PostgresStore) -> None:
+    assert shard_store.shards.acquire("a", [0, 1], TTL) == {0: 1, 1: 1}
+    assert shard_store.shards.acquire("b", [1, 2], TTL) == {2: 1}
+    assert shard_store.shards.expired() == [3, 4, 5, 6, 7]
+    by_shard = {lease.shard: lease for lease in shard_store.shards.leases()}
+    assert by_shard[1].holder == "a"
+    assert 0 < by_shard[1].remaining_s <= TTL
+    assert by_shard[5].holder is None
+
+
+def test_an_expired_shard_is_stolen_under_a_new_epoch_and_the_old_holder_cannot_renew_it(
+    shard_store: PostgresStore, skew: Skew
+) -> None:
+    shard_store.shards.acquire("a", [0, 1], TTL)
+    assert shard_store.shards.renew("a", {0: 1, 1: 1}, TTL) == {0: 1, 1: 1}
+    skew.seconds = TTL + 1  # both terms have run out by the database clock
+    assert shard_store.shards.renew("a", {0: 1, 1: 1}, TTL) == {}  # an expired term is taken again, not renewed
+    assert shard_store.shards.acquire("b", [0], TTL) == {0: 2}
+    assert shard_store.shards.acquire("a", [1], TTL) == {1: 2}
+    assert shard_store.shards.renew("a", {0: 1, 1: 2}, TTL) == {1: 2}
+    with pytest.raises(ShardLostError, match="no longer holds shard 0 at epoch 1"):
+        shard_store.shards.check(0, "a", 1)
+    shard_store.shards.check(0, "b", 2)
+
+
+def test_a_released_shard_is_free_at_once_and_only_its_holder_releases_it(shard_store: PostgresStore) -> None:
+    shard_store.shards.acquire("a", [0, 1], TTL)
+    assert shard_store.shards.release("b", {0: 1}) == 0
+    assert shard_store.shards.release("a", {0: 1}) == 1
+    assert shard_store.shards.acquire("b", [0, 1], TTL) == {0: 2}
+
+
+def test_a_stale_holder_s_turn_commit_is_refused_and_rolled_back(shard_store: PostgresStore, skew: Skew) -> None:
+    session = shard_store.create_session("telegram", session_id="s-1")
+    shard = shard_of(session.id, 8)
+    inbox_id = shard_store.inbox.add(
+        platform="telegram", account_id="", platform_message_id="m1", routing_key="k", payload=b"{}"
+    )
+    assert inbox_id is not None
+    fence = ShardFence("a", 8)
+    fence.grant(shard_store.shards.acquire("a", [shard], TTL), TTL, asked_at=float("inf"))  # no local deadline
+    shard_store.fence_shards(fence)
+    skew.seconds = TTL + 1
+    assert shard_store.shards.acquire("b", [shard], TTL) == {shard: 2}
+
+    def turn() -> None:
+        with shard_store.transaction():
+            shard_store.append_messages(session.id, [])
+            shard_store.inbox.complete(inbox_id, session_id=session.id)
+
+    with pytest.raises(ShardLostError):
+        turn()
+    with pytest.raises(ShardLostError):
+        shard_store.leases.grant(session.id, "a", TTL)
+    assert shard_store.inbox.pending_among([inbox_id]) == {inbox_id}
+    shard_store.fence_shards(None)
+
+
+def test_the_holder_s_commit_goes_through_and_the_test_switch_lets_a_stale_one_through(
+    shard_store: PostgresStore, skew: Skew
+) -> None:
+    session = shard_store.create_session("telegram", session_id="s-2")
+    shard = shard_of(session.id, 8)
+    first, second = (
+        shard_store.inbox.add(platform="t", account_id="", platform_message_id=m, routing_key="k", payload=b"")
+        for m in ("m1", "m2")
+    )
+    assert first is not None
+    assert second is not None
+    fence = ShardFence("a", 8)
+    fence.grant(shard_store.shards.acquire("a", [shard], TTL), TTL, asked_at=float("inf"))
+    shard_store.fence_shards(fence)
+    assert shard_store.leases.grant(session.id, "a", TTL) == 1
+    with shard_store.transaction():
+        assert shard_store.inbox.complete(first, session_id=session.id)
+    skew.seconds = TTL + 1
+    shard_store.shards.acquire("b", [shard], TTL)
+    fence.enabled = False  # the fault test's switch: nothing is checked
+    with shard_store.transaction():
+        assert shard_store.inbox.complete(second, session_id=session.id)
+    shard_store.fence_shards(None)
+
+
+def test_a_host_fences_itself_once_its_local_deadline_passes_without_asking_the_database() -> None:
+    now = [100.0]
+    fence = ShardFence("a", 8, monotonic=lambda: now[0])
+    fence.grant({3: 7}, TTL, asked_at=95.0)
+    assert fence.held() == {3: 7}
+    now[0] = 105.0
+    assert fence.held() == {}
+
+    class Unreachable:
+        def check(self, shard: int, holder: str, epoch: int) -> None:
+            raise AssertionError("the database is not asked after the local deadline")
+
+    session = next(f"s{i}" for i in range(100) if shard_of(f"s{i}", 8) == 3)
+    with pytest.raises(ShardLostError, match="its term ran out locally"):
+        fence.check(Unreachable(), session)  # type: ignore[arg-type]
+
+
+def test_a_takeover_waits_for_a_turn_that_holds_the_shard_row_for_share(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    shard_store.shards.acquire("a", [0], 0.5)
+    late = Skew()
+    late.seconds = 5.0
+    checked = threading.Event()
+    commit = threading.Event()
+
+    def turn() -> None:
+        with shard_store.transaction():
+            shard_store.shards.check(0, "a", 1)
+            checked.set()
+            commit.wait(10)
+
+    with PostgresStore.open(postgres_dsn, lease_skew=late, migrate_schema=False) as other, ThreadPoolExecutor(2) as run:
+        holding = run.submit(turn)
+        assert checked.wait(10)
+        taking = run.submit(other.shards.acquire, "b", [0], TTL)
+        with pytest.raises(TimeoutError):
+            taking.result(timeout=0.3)  # blocked on the turn's FOR SHARE lock
+        commit.set()
+        holding.result(timeout=10)
+        assert taking.result(timeout=10) == {0: 2}
+
+
+def test_the_shard_queue_notifies_the_listener_and_pulls_pending_rows_by_shard(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    listener = InboxListener(postgres_dsn)
+    try:
+        queue = shard_store.shard_queue
+        first = queue.add(3, platform="t", account_id="", platform_message_id="m1", routing_key="k", payload=b"x")
+        assert (
+            queue.add(3, platform="t", account_id="", platform_message_id="m1", routing_key="k", payload=b"x") is None
+        )
+        second = queue.add(5, platform="t", account_id="", platform_message_id="m2", routing_key="j", payload=b"y")
+        assert listener.wait(5.0) == {3, 5}
+        assert listener.wait(0.05) == set()
+        assert [(s, row.id) for s, row in queue.pending([3])] == [(3, first)]
+        assert [row.id for _, row in queue.pending([3, 5, 7])] == [first, second]
+        assert [(lag.shard, lag.pending) for lag in queue.lag()] == [(3, 1), (5, 1)]
+        assert second is not None
+        assert queue.reshard(second, 3)
+        assert listener.wait(5.0) == {3}
+        assert shard_store.inbox.complete(second, session_id=None, state=InboxState.DONE)
+        assert not queue.reshard(second, 4)
+        assert [(lag.shard, lag.pending) for lag in queue.lag()] == [(3, 1)]
+    finally:
+        listener.close()
