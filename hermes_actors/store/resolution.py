@@ -12,6 +12,7 @@ through the few lookups each store answers in its own SQL (:meth:`~SessionResolu
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 
 from hermes_actors.errors import AmbiguousSessionError, SessionNotFoundError, TitleInUseError
@@ -25,7 +26,7 @@ __all__ = ["SessionResolution"]
 _PREFIX_CANDIDATES = 11
 
 
-class SessionResolution:
+class SessionResolution(abc.ABC):
     """Resolution and title rules over a store's own lookups (see the module docstring)."""
 
     @staticmethod
@@ -66,29 +67,35 @@ class SessionResolution:
 
     # -- the lookups each store implements ----------------------------------------------------------------------
 
+    @abc.abstractmethod
     def find_session(self, session_id: str) -> SessionRecord | None:
         """The session with exactly this id, or ``None``."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def find_sessions(self, session_ids: Sequence[str]) -> list[SessionRecord]:
         """The sessions with these ids, in the order given (unknown ids left out)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def title_holder(self, title: str) -> str | None:
         """The id of the session holding exactly ``title``, or ``None``."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def lineage_titles(self, base: str) -> list[str]:
         """``base`` and every ``"<base> #N"`` title a session holds."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _ids_with_prefix(self, prefix: str, visible: SessionFilter, limit: int) -> list[str]:
         """Up to ``limit`` ids starting with ``prefix`` of sessions ``visible`` passes, in id order."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _chain(self, session_id: str) -> list[str]:
         """The compression lineage through ``session_id``, root first."""
-        raise NotImplementedError
+        ...
 
     # -- the rules ----------------------------------------------------------------------------------------------
 

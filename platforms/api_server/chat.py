@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from hermes_actors.messages import Conversation, InboundMessage
+from hermes_actors.messages import InboundMessage
 from platforms.api_server.conversation import chat_turn
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
@@ -82,7 +82,7 @@ class ChatCompletions:
                 message_id=idempotency.message_id if idempotency else f"api-{turn_id}",
                 attachments=attachments,
                 received_at=time.time(),
-                context=turn_of.conversation if isinstance(turn_of.conversation, Conversation) else msgspec.UNSET,
+                context=turn_of.conversation or msgspec.UNSET,
                 fingerprint=idempotency.fingerprint if idempotency else msgspec.UNSET,
             )
             call = service.turn_call(inbound)

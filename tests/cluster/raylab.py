@@ -38,7 +38,10 @@ def run_driver(*args: str, timeout: float) -> dict[str, Any]:
     try:
         import ray  # noqa: F401
     except ImportError:
-        pytest.skip("ray is not installed: pip install -e '.[test]'")
+        missing = "ray is not installed: pip install -e '.[test]'"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(missing)
+        pytest.skip(missing)
     prefix = _isolation()
     if prefix is None:
         reason = "cannot make a network namespace (unshare -n) to keep Ray's listeners off the network"

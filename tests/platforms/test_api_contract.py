@@ -308,8 +308,10 @@ def test_a_client_that_disconnects_mid_stream_stops_the_turn(serve: Serve, model
         headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
     )
     response = connection.getresponse()
-    while b'"content":"a "' not in response.readline():
-        pass
+    line = response.readline()
+    while b'"content":"a "' not in line:
+        assert line, "the stream ended before its first words"
+        line = response.readline()
     session_id = response.headers[SESSION_HEADER]
     connection.close()  # the client leaves after the first words
     assert running.gateway.wait_idle(10)
