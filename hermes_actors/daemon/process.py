@@ -190,8 +190,19 @@ class Daemon:
     def shutdown(self, drain_timeout: float | None = None) -> None:
         """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
         bound = self.settings.daemon.drain_timeout_s if drain_timeout is None else drain_timeout
+        try:
+            self._stop_entry_points(bound)
+            self._stop_gateway(bound)
+        finally:
+            self._lock.release()  # even when a stop failed: the next start must not find the home held
+
+    def _stop_entry_points(self, bound: float) -> None:
+        """Stop the shared listener and every adapter; one that fails to stop is logged, the rest still stop."""
         if self._listener is not None:
-            self._listener.stop(timeout=min(bound, 10.0) or 1.0)
+            try:
+                self._listener.stop(timeout=min(bound, 10.0) or 1.0)
+            except Exception:
+                _log.exception("the shared listener did not stop cleanly")
             self._listener = None
         for name, adapter in list(self._adapters.items()):
             try:
@@ -199,6 +210,8 @@ class Daemon:
             except Exception:
                 _log.exception("%s did not stop cleanly", name)
         self._adapters.clear()
+
+    def _stop_gateway(self, bound: float) -> None:
         if self._control is not None:
             self._control.stop()
             self._control = None
@@ -207,7 +220,6 @@ class Daemon:
             self._gateway.stop(timeout=bound)
             _log.info("gateway stopped after %.1f s of draining", time.monotonic() - started)
             self._gateway = None
-        self._lock.release()
 
     # -- the main loop -------------------------------------------------------------------------------------------
 

@@ -168,8 +168,8 @@ class HttpHost:
             try:
                 port = loop.run_until_complete(self._setup())
             except BaseException as exc:
+                loop.close()  # before the starter hears of it: its stop() must find the loop closed, not closing
                 started.set_exception(exc)
-                loop.close()
                 return
             started.set_result(port)
             loop.run_forever()
@@ -208,7 +208,7 @@ class HttpHost:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving: close the listener, let handlers finish up to ``timeout``, then end the thread."""
         loop, thread = self._loop, self._thread
-        if loop is None or thread is None or not thread.is_alive():
+        if loop is None or thread is None or not thread.is_alive() or loop.is_closed():
             return
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)

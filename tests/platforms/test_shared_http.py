@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -88,3 +89,16 @@ def test_a_listener_without_http_adapters_describes_no_paths() -> None:
     listener = SharedListener(host="127.0.0.1", port=0)
     assert listener.attach("signal", object()) is False  # type: ignore[arg-type]
     listener.stop()  # never started: nothing to close
+
+
+def test_a_host_that_could_not_bind_stops_without_touching_its_closed_loop() -> None:
+    # Its loop closes before start() raises, so a stop() right after (hermesd's shutdown of a failed start) finds it
+    # closed; it used to race the closing loop and fail with "Event loop is closed", leaving the home's lock held.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        for _ in range(60):
+            host = HttpHost(web.Application(), port=holder.getsockname()[1], name="taken")
+            with pytest.raises(PlatformError, match="in use"):
+                host.start()
+            host.stop(1.0)
