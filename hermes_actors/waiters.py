@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Iterable
 
 from hermes_actors.messages import OutboundMessage
 
@@ -44,6 +45,11 @@ class ReplyWaiters:
                 waits.remove(future)
             if future is None or not waits:
                 self._waiting.pop(message_id, None)
+
+    def waits_for(self, message_ids: Iterable[str]) -> bool:
+        """Whether a request here waits for the reply to one of ``message_ids``."""
+        with self._lock:
+            return any(self._waiting.get(message_id) for message_id in message_ids)
 
     def send(self, message: OutboundMessage) -> str | None:
         """Complete every waiter the reply answers; return the first answered id, or ``None`` if none waited."""

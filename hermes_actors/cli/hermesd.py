@@ -108,6 +108,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
 def _serve_cluster(settings: Settings, root: Path) -> None:
     """Cluster mode until SIGTERM or Ctrl-C: the push adapters, the outbox dispatcher and the shard hosts on Ray."""
     from hermes_actors.cluster.service import serve_cluster
+    from hermes_actors.daemon.admin_key import admin_key
+    from hermes_actors.daemon.agent import host_agent_factory
 
     stop = threading.Event()
 
@@ -122,6 +124,8 @@ def _serve_cluster(settings: Settings, root: Path) -> None:
             platforms=settings.platforms,
             media_dir=root / "media",
             key_policy=settings.runtime.key_policy,
+            admin_key=admin_key(root, settings, os.environ).key,
+            agent_factory=host_agent_factory(settings.agent, os.environ),
             connected=on_sigterm,  # ray.init replaced it
         )
     except KeyboardInterrupt:

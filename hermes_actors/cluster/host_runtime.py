@@ -28,6 +28,7 @@ import msgspec
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.keeper import ShardKeeper
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
+from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.lifecycle.policy import ResetConfig
@@ -69,6 +70,7 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     fencing: bool = True  # False only in the fault test: shows what the fence prevents
     reset: ResetConfig = msgspec.field(default_factory=ResetConfig)  # idle and daily resets (session_reset:)
     timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
+    relay_platforms: tuple[str, ...] = ("api_server",)  # whose turns' events are relayed to a waiting replica
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +111,7 @@ class HostRuntime:
             "agent": agent,
             "on_turn": self._turn_done,
             "schedule_resets": False,
+            "replies_sent_elsewhere": True,
         }
         media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
         metrics = Metrics()
@@ -137,6 +140,8 @@ class HostRuntime:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn)
+        self._relay = EventRelay(settings.postgres_dsn)
+        self._relayed: dict[int, str] = {}  # inbox id -> message id, watched by the relay while pending
         self._threads = [
             threading.Thread(target=self._listen, name=f"{settings.name}-listen", daemon=True),
             threading.Thread(target=self._pull_loop, name=f"{settings.name}-pull", daemon=True),
@@ -215,6 +220,8 @@ class HostRuntime:
             pending = {row.id for _, row in rows}
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
+            for inbox_id in [i for i in self._relayed if i not in pending]:
+                self.runtime.services.watch.unwatch(self._relayed.pop(inbox_id))
             handed_over = set(self._dispatched)
         for shard, row in rows:
             if not recheck and row.id in handed_over:
@@ -231,9 +238,17 @@ class HostRuntime:
                     continue
                 self._dispatched[row.id] = shard
             delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
+            if row.platform in self.settings.relay_platforms:
+                self._watch_for_relay(row.id, delivery.message.message_id)
             self.runtime.supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
             handed += 1
         return handed
+
+    def _watch_for_relay(self, inbox_id: int, message_id: str) -> None:
+        """Relay the turn of ``message_id`` to the replica whose client waits on it (an API request)."""
+        with self._lock:
+            self._relayed[inbox_id] = message_id
+        self.runtime.services.watch.watch(message_id, self._relay.events(message_id))
 
     def _reset(self, row: InboxRow) -> int:
         """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
@@ -277,6 +292,7 @@ class HostRuntime:
                 thread.join(timeout=5)
         self.keeper.stop(release=False)
         self.runtime.close(time.monotonic() + 2.0, 5.0)
+        self._relay.close()
         if release:
             held = self.fence.held()
             self.fence.drop(held)

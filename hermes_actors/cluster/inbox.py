@@ -1,20 +1,23 @@
-"""The inbox port of ``hermesd --cluster``: what a push adapter (the webhook adapter) sees of a cluster.
+"""The inbox port of ``hermesd --cluster``: what an adapter running in a replica sees of the cluster.
 
 It commits a message to the PostgreSQL inbox in its session's shard (:class:`~hermes_actors.cluster.ingress.
 ClusterIngress`, which pokes the holder) and answers once that commit is durable: the adapter then acknowledges
-the platform, and the turn runs later in whichever shard host holds the shard. What the single-machine inbox also
-offers (poll cursors, turn watchers, the API's stored responses, the operator port, readiness) is not there in
-cluster mode yet: those calls raise :class:`~hermes_actors.errors.PlatformError` saying so.
+the platform, and the turn runs later in whichever shard host holds the shard. Reads (a session's owner, a stored
+answer, the API's stored responses, routes) go to the PostgreSQL store. A turn is watched through :attr:`watch`,
+which :class:`~hermes_actors.cluster.api_replies.ApiReplies` feeds with the events the shard host relays; readiness
+is the store's and this replica's entry points'; the metrics are this replica's, with the cluster's queues read
+from the store.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.errors import PlatformError
+from hermes_actors.errors import HermesError, PlatformError
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.operator_port import Operator
@@ -29,6 +32,14 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy, build_session_key
+from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
+from hermes_actors.runtime.metrics import Metrics
+from hermes_actors.runtime.platform_board import PlatformBoard
+from hermes_actors.runtime.protocol import SupervisorStatistics
+from hermes_actors.runtime.scrape import RuntimeCollector
+from hermes_actors.runtime.turn_watch import TurnWatch
+from hermes_actors.store import Store
+from hermes_actors.store.pg.writer import PgReaders
 from hermes_actors.turn_events import TurnEvents
 
 __all__ = ["ClusterInbox"]
@@ -40,8 +51,27 @@ def _missing(what: str) -> NoReturn:
     )
 
 
+_VERDICT_S = 1.0  # how long a verdict on the store's writability is kept (``/health`` stays cheap)
+
+
+def _no_actors() -> SupervisorStatistics:
+    """A replica runs no session actors (the shard hosts do)."""
+    return SupervisorStatistics(
+        live_actors=0,
+        stopping_actors=0,
+        running=0,
+        queued_messages=0,
+        routes_cached=0,
+        activations=0,
+        passivations=0,
+        evictions=0,
+        turns=0,
+        rejected=0,
+    )
+
+
 class ClusterInbox:
-    """:class:`~hermes_actors.ports.Inbox` over a :class:`ClusterIngress`, for push adapters."""
+    """:class:`~hermes_actors.ports.Inbox` over a :class:`ClusterIngress`, for the adapters of a replica."""
 
     def __init__(
         self,
@@ -51,12 +81,21 @@ class ClusterInbox:
         key_policy: KeyPolicy | None = None,
         ask_timeout_s: float = 30.0,
         workers: int = 8,
+        board: PlatformBoard | None = None,
+        operator: Operator | None = None,
     ) -> None:
         self._ingress = ingress
+        self._store = cast("Store", ingress.store)
         self._media = media
         self._policy = key_policy or KeyPolicy()
         self._timeout = ask_timeout_s
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="cluster-ingress")
+        self._watch = TurnWatch()
+        self._board = board or PlatformBoard()
+        self._operator = operator
+        self._verdict: tuple[float, str | None] = (float("-inf"), None)
+        self._metrics = Metrics()
+        self._metrics.register(RuntimeCollector(PgReaders(ingress.store), _no_actors, self._board.names, time.time))
 
     @property
     def media(self) -> MediaStore:
@@ -103,53 +142,85 @@ class ClusterInbox:
         _missing("a poll cursor")
 
     def session_owner(self, session_id: str) -> SessionOwner | None:
-        _missing("the owner of a session")
+        """The owner of the stored session ``session_id``."""
+        return session_owner_in(self._store, session_id)
 
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
-        _missing("the recent inbound messages")
+        """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
+        return recent_inbound_in(self._store, platform, since)
 
     def session_for(self, routing_key: str) -> str | None:
-        _missing("the session of a routing key")
+        """The session ``routing_key`` reaches now (its route in the store)."""
+        return self._store.get_route(routing_key)
 
     def rebind(self, routing_key: str, session_id: str) -> None:
-        _missing("rebinding a routing key")
+        """Point ``routing_key`` at ``session_id``: the key's next message goes to that session's shard."""
+        self._ingress.store.set_route(routing_key, session_id)
 
     def store_unwritable_reason(self) -> str | None:
-        return None
+        """Why the PostgreSQL store cannot be written now, or ``None`` (the verdict is kept for a second)."""
+        checked_at, reason = self._verdict
+        if time.monotonic() - checked_at < _VERDICT_S:
+            return reason
+        try:
+            self._ingress.store.check_writable()
+            reason = None
+        except HermesError as exc:
+            reason = str(exc)
+        self._verdict = (time.monotonic(), reason)
+        return reason
+
+    @property
+    def watch(self) -> TurnWatch:
+        """The watchers of this replica's turns, by inbound message id."""
+        return self._watch
 
     def watch_turn(self, message_id: str, events: TurnEvents) -> None:
-        _missing("watching a turn")
+        """Report the turn answering ``message_id`` (relayed from its shard host) to ``events``."""
+        self._watch.watch(message_id, events)
 
     def unwatch_turn(self, message_id: str) -> None:
-        _missing("watching a turn")
+        """Stop reporting ``message_id``'s turn."""
+        self._watch.unwatch(message_id)
 
     def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
-        _missing("the stored answer of a message")
+        """The inbox row of ``platform``'s ``message_id`` and, once answered, the reply stored after it."""
+        return stored_answer_in(self._store, platform, message_id)
 
     def save_response(self, response: ResponseRecord) -> Future[None]:
-        _missing("the API's stored responses")
+        """``store.responses.save``, committed before the future resolves."""
+        return self._pool.submit(self._ingress.store.responses.save, response)
 
     def get_response(self, response_id: str, scope: str | None) -> ResponseRecord | None:
-        _missing("the API's stored responses")
+        """``store.responses.get``."""
+        return self._ingress.store.responses.get(response_id, scope)
 
     def delete_response(self, response_id: str, scope: str | None) -> Future[bool]:
-        _missing("the API's stored responses")
+        """``store.responses.delete``, committed before the future resolves."""
+        return self._pool.submit(self._ingress.store.responses.delete, response_id, scope)
 
     def latest_response_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
-        _missing("the API's stored responses")
+        """``store.responses.latest_in``."""
+        return self._ingress.store.responses.latest_in(scope, conversation)
 
     def readiness(self) -> Readiness:
-        _missing("readiness")
+        """Whether the PostgreSQL store takes writes and each of this replica's entry points is up."""
+        return Readiness(store=self.store_unwritable_reason(), platforms=self._board.states())
 
     def vitals(self) -> Vitals:
-        _missing("the runtime's vitals")
+        """This replica's numbers, with the cluster's queues read from the store."""
+        return self._metrics.vitals()
 
     def metrics(self) -> Exposition:
-        _missing("the runtime's metrics")
+        """This replica's series and the cluster's queues, in Prometheus's text format."""
+        return self._metrics.exposition()
 
     @property
     def operator(self) -> Operator:
-        _missing("the operator port")
+        """What an operator holding the admin key may do (``None`` until one is given: the routes are off)."""
+        if self._operator is None:
+            raise PlatformError("the operator API is not configured in this replica")
+        return self._operator
 
 
 def _conforms(inbox: ClusterInbox) -> Inbox:

@@ -38,6 +38,11 @@ class ClusterIngress:
         self._policy = key_policy or KeyPolicy()
         self._poke = poke
 
+    @property
+    def store(self) -> PostgresStore:
+        """The store messages are committed to."""
+        return self._store
+
     def accept(self, message: InboundMessage) -> int | None:
         """Commit ``message``; its inbox row id, or ``None`` for a redelivery (the first delivery's row stands)."""
         key = build_session_key(message.source, self._policy)

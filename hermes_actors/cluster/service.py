@@ -20,6 +20,8 @@ from pathlib import Path
 
 import msgspec
 
+from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.api_replies import ApiReplies
 from hermes_actors.cluster.dispatch import OutboxDispatcher
 from hermes_actors.cluster.host_runtime import HostSettings
 from hermes_actors.cluster.inbox import ClusterInbox
@@ -28,8 +30,10 @@ from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.media import MediaStore
 from hermes_actors.ports import Adapter
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.platform_board import PlatformBoard
+from hermes_actors.waiters import ReplyWaiters
 
-__all__ = ["PUSH_PLATFORMS", "host_settings", "serve_cluster"]
+__all__ = ["PUSH_PLATFORMS", "REQUEST_PLATFORMS", "host_settings", "serve_cluster"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,6 +58,11 @@ def host_settings(cluster: ClusterSettings) -> list[HostSettings]:
 PUSH_PLATFORMS = frozenset({"webhook"})
 """The entry points ``hermesd --cluster`` runs (push adapters whose inbox needs no more than a commit)."""
 
+REQUEST_PLATFORMS = frozenset({"api_server"})
+"""The entry points whose clients wait for their replies (the API): every replica runs them, and each reply goes to
+the replica whose request waits for it (:class:`~hermes_actors.cluster.api_replies.ApiReplies`), not to a
+dispatcher."""
+
 
 def serve_cluster(
     cluster: ClusterSettings,
@@ -62,6 +71,8 @@ def serve_cluster(
     platforms: Mapping[str, msgspec.Struct],
     media_dir: Path,
     key_policy: KeyPolicy | None = None,
+    admin_key: str | None = None,
+    agent_factory: Callable[[], Agent] | None = None,
     check_s: float = 10.0,
     connected: Callable[[], object] = lambda: None,
 ) -> None:
@@ -84,28 +95,50 @@ def serve_cluster(
         ingress = ClusterIngress(
             store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace)
         )
-        inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy)
+        board = PlatformBoard()
+        inbox = ClusterInbox(
+            ingress,
+            MediaStore(media_dir),
+            key_policy=key_policy,
+            board=board,
+        )
+        replies: list[ApiReplies] = []
         for name, config in platforms.items():
             if not registry.enabled(config):
+                board.disabled(name)
                 continue
-            if name not in PUSH_PLATFORMS:
+            if name not in PUSH_PLATFORMS | REQUEST_PLATFORMS:
                 _log.warning("platform %s is not run in cluster mode yet (only %s)", name, ", ".join(PUSH_PLATFORMS))
                 continue
             adapter = registry.build(name, config, os.environ)
+            if name in REQUEST_PLATFORMS:
+                for waiters in adapter.senders():
+                    assert isinstance(waiters, ReplyWaiters), f"{name} answers its own requests"
+                    replies.append(ApiReplies(hosts[0].postgres_dsn, store, waiters, inbox.watch))
             adapter.start(inbox)
+            board.started(name, adapter)
             adapters.append(adapter)
-        senders = {sender.platform: sender for adapter in adapters for sender in adapter.senders()}
+        for waiting in replies:
+            waiting.start()
+        senders = {
+            sender.platform: sender
+            for adapter in adapters
+            for sender in adapter.senders()
+            if sender.platform not in REQUEST_PLATFORMS
+        }
         dispatcher = OutboxDispatcher(store, senders, name=f"{socket.gethostname()}:{os.getpid()}")
         dispatcher.start()
         try:
             while True:
-                handles = ensure_hosts(hosts, namespace=cluster.namespace)
+                handles = ensure_hosts(hosts, agent_factory=agent_factory, namespace=cluster.namespace)
                 _log.info("shard hosts running: %s", ", ".join(sorted(handles)))
                 if stop.wait(check_s):
                     return
         finally:
             for adapter in adapters:
                 adapter.stop()
+            for waiting in replies:
+                waiting.close()
             dispatcher.stop()
             inbox.close()
     finally:

@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+
+import msgspec
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.daemon.agent_settings import AgentSettings
 
-__all__ = ["agent_name", "build_agent"]
+__all__ = ["agent_name", "build_agent", "host_agent_factory"]
 
 
 def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
@@ -35,6 +38,14 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
         vision=settings.vision,
         system_prompt=prompt,
     )
+
+
+def host_agent_factory(settings: AgentSettings, environ: Mapping[str, str]) -> Callable[[], Agent]:
+    """What a cluster's shard hosts build their agent with (in their own processes, maybe on other machines): the
+    settings with the system prompt's text read here, and only the agent's key from this environment."""
+    frozen = msgspec.structs.replace(settings, system_prompt=settings.read_system_prompt(), system_prompt_file=None)
+    key = environ.get(settings.api_key_env)
+    return functools.partial(build_agent, frozen, {settings.api_key_env: key} if key is not None else {})
 
 
 def agent_name(settings: AgentSettings) -> str:

@@ -57,7 +57,8 @@ class GatewayOptions(TypedDict, total=False):
     ``recover_platforms`` limits start-up replay to those platforms' rows (``hermesctl chat`` without a daemon
     replays only terminal turns); ``schedule_resets=False`` arms no reset timers (a short-lived in-process gateway
     must not end other platforms' sessions). ``media`` limits attachments and ``describe_media`` replaces its
-    ``describe`` step. ``on_turn`` hears every finished turn (on the supervisor's thread).
+    ``describe`` step. ``on_turn`` hears every finished turn (on the supervisor's thread). ``replies_sent_elsewhere``:
+    the replies of platforms without a sender here are sent by another process (a cluster's dispatchers).
     """
 
     config: RuntimeConfig | None
@@ -74,6 +75,7 @@ class GatewayOptions(TypedDict, total=False):
     schedule_resets: bool
     media: MediaConfig | None
     describe_media: Describe | None
+    replies_sent_elsewhere: bool
 
 
 class Runtime:
@@ -256,6 +258,7 @@ def wire(
         on_result=report,
         wake_at=timers.once,
         metrics=metrics,
+        sent_elsewhere=options.get("replies_sent_elsewhere", False),
     )
     for sender in options.get("senders", ()):
         outbox.register(sender)

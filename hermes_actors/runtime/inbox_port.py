@@ -28,9 +28,9 @@ from hermes_actors.ports import (
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.operator import GatewayOperator
-from hermes_actors.store import InboxState, MessageRecord, Role
+from hermes_actors.store import InboxState, MessageRecord, Role, Store
 
-__all__ = ["GatewayInbox"]
+__all__ = ["GatewayInbox", "recent_inbound_in", "session_owner_in", "stored_answer_in"]
 
 _log = logging.getLogger(__name__)
 
@@ -83,28 +83,12 @@ class GatewayInbox:
     def session_owner(self, session_id: str) -> SessionOwner | None:
         """The owner of the stored session ``session_id``."""
         with self._gateway.read() as store:
-            record = store.find_session(session_id)
-        if record is None:
-            return None
-        return SessionOwner(
-            session_id=record.id,
-            platform=record.source,
-            scope_id=record.scope_id,
-            live=record.is_live,
-            user_id=record.user_id,
-        )
+            return session_owner_in(store, session_id)
 
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
         """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
         with self._gateway.read() as store:
-            payloads = store.inbox.payloads_since(platform, since)
-        messages = []
-        for payload in payloads:
-            try:
-                messages.append(decode_inbound(payload))
-            except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
-                _log.warning("%s: an inbox row does not decode; skipped", platform)
-        return messages
+            return recent_inbound_in(store, platform, since)
 
     def session_for(self, routing_key: str) -> str | None:
         """:meth:`Gateway.session_for`."""
@@ -125,14 +109,7 @@ class GatewayInbox:
     def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
         """The inbox row of ``platform``'s ``message_id`` and, once answered, the reply stored after it."""
         with self._gateway.read() as store:
-            row = store.inbox.find(platform, "", message_id)
-            if row is None:
-                return None
-            message = decode_inbound(row.payload)
-            if row.state is not InboxState.DONE or row.session_id is None:
-                return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
-            transcript = store.load_transcript(row.session_id)
-        return _answer_in(message, row.session_id, transcript, message_id)
+            return stored_answer_in(store, platform, message_id)
 
     def save_response(self, response: ResponseRecord) -> Future[None]:
         """``store.responses.save`` through the writer."""
@@ -172,6 +149,42 @@ class GatewayInbox:
     def operator(self) -> GatewayOperator:
         """What an operator holding the admin key may do to every session."""
         return self._operator
+
+
+def session_owner_in(store: Store, session_id: str) -> SessionOwner | None:
+    """The owner of the stored session ``session_id`` in ``store`` (``None``: no such session)."""
+    record = store.find_session(session_id)
+    if record is None:
+        return None
+    return SessionOwner(
+        session_id=record.id,
+        platform=record.source,
+        scope_id=record.scope_id,
+        live=record.is_live,
+        user_id=record.user_id,
+    )
+
+
+def recent_inbound_in(store: Store, platform: str, since: float) -> list[InboundMessage]:
+    """``platform``'s inbox rows in ``store`` received at or after ``since``, decoded, oldest first."""
+    messages = []
+    for payload in store.inbox.payloads_since(platform, since):
+        try:
+            messages.append(decode_inbound(payload))
+        except msgspec.DecodeError:  # pragma: no cover - the gateway writes every row
+            _log.warning("%s: an inbox row does not decode; skipped", platform)
+    return messages
+
+
+def stored_answer_in(store: Store, platform: str, message_id: str) -> StoredAnswer | None:
+    """The inbox row of ``platform``'s ``message_id`` in ``store`` and, once answered, the reply stored after it."""
+    row = store.inbox.find(platform, "", message_id)
+    if row is None:
+        return None
+    message = decode_inbound(row.payload)
+    if row.state is not InboxState.DONE or row.session_id is None:
+        return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
+    return _answer_in(message, row.session_id, store.load_transcript(row.session_id), message_id)
 
 
 def _answer_in(

@@ -16,6 +16,9 @@ compression lineages only). Attachments are not copied: the child's messages kee
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -39,7 +42,9 @@ from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, Stor
 from hermes_actors.store.records import LineageRow, MessageRecord
 from hermes_actors.titles import distinct_title, sanitize_title
 
-__all__ = ["OPERATOR_PLATFORM", "GatewayOperator"]
+__all__ = ["OPERATOR_PLATFORM", "GatewayOperator", "SessionAdmin", "StoreAccess"]
+
+T = TypeVar("T")
 
 OPERATOR_PLATFORM = "api_server"  # the source of sessions an operator creates (they are the API's)
 _MAX_FORK_NUMBER = 1000
@@ -63,13 +68,39 @@ def _copy(message: MessageRecord) -> NewMessage:
     )
 
 
+class StoreAccess(Protocol):
+    """How an operator reads and writes the store: a gateway's reader pool and writer, or a cluster's database."""
+
+    def read(self) -> AbstractContextManager[Store]: ...
+
+    def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T: ...
+
+
+class SessionAdmin(Protocol):
+    """How an operator's rename, end and delete reach a session (and its live actor, wherever it runs);
+    :class:`~hermes_actors.runtime.session_admin.LiveAdmin` on one machine."""
+
+    def check(self, session_id: str) -> SessionRecord: ...
+
+    def rename(self, record: SessionRecord, title: str) -> str | None: ...
+
+    def end(self, record: SessionRecord, reason: EndReason = EndReason.OPERATOR) -> bool: ...
+
+    def delete(self, record: SessionRecord) -> tuple[bool, bool]: ...
+
+
 class GatewayOperator:
     """Implements :class:`hermes_actors.operator_port.Operator` on ``gateway``; ``admin_key`` is the key an
-    operator must present (``None``: the operator's routes are off)."""
+    operator must present (``None``: the operator's routes are off). ``gateway`` may be any :class:`StoreAccess`
+    given with its ``admin`` (cluster mode); a :class:`Gateway`'s is its :class:`LiveAdmin`."""
 
-    def __init__(self, gateway: Gateway, admin_key: str | None) -> None:
+    def __init__(self, gateway: StoreAccess, admin_key: str | None, *, admin: SessionAdmin | None = None) -> None:
         self._gateway = gateway
-        self._admin = LiveAdmin(gateway, timeout_s=gateway.config.ask_timeout_s)
+        if admin is None:
+            if not isinstance(gateway, Gateway):
+                raise TypeError("an operator on a store other than a gateway's needs its SessionAdmin")
+            admin = LiveAdmin(gateway, timeout_s=gateway.config.ask_timeout_s)
+        self._admin = admin
         self._key = admin_key
 
     @property

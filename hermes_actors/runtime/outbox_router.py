@@ -37,8 +37,9 @@ class OutboxRouter:
     """The :class:`~hermes_actors.runtime.services.OutboxSink` of the runtime: routes replies to their platform's
     actor."""
 
-    def __init__(self, writer: StoreWriter, **actor_options: Any) -> None:
+    def __init__(self, writer: StoreWriter, *, sent_elsewhere: bool = False, **actor_options: Any) -> None:
         self._writer = writer
+        self._sent_elsewhere = sent_elsewhere  # a cluster's shard host: dispatchers send its replies
         self._options = actor_options
         self._actors: dict[str, tuple[pykka.ActorRef[Any], Gauge]] = {}
         self._senders: dict[str, ReplySender] = {}
@@ -91,7 +92,7 @@ class OutboxRouter:
         if waiting is not None:
             waiting.append((outbox_id, message))
             return
-        if not self._tell(SendReply(outbox_id=outbox_id, message=message)):
+        if not self._tell(SendReply(outbox_id=outbox_id, message=message)) and not self._sent_elsewhere:
             _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
 
     @contextlib.contextmanager

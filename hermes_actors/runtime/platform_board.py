@@ -55,6 +55,11 @@ class PlatformBoard:
         self._failed.pop(name, None)
         self._disabled.discard(name)
 
+    def names(self) -> list[str]:
+        """The entry points running now."""
+        with self._lock:
+            return sorted(self._running)
+
     def states(self) -> list[PlatformHealth]:
         """Every entry point: the running ones (asked about their connection), then the failed, then the disabled."""
         with self._lock:

@@ -169,12 +169,14 @@ class PgOutbox(PgTable):
         thread_id: str | None,
         payload: bytes,
     ) -> int:
-        """Queue a reply; its row id."""
+        """Queue a reply; its row id. Its commit also sends ``NOTIFY hermes_outbox`` with the platform, so whoever
+        delivers that platform's replies (a cluster dispatcher, an API replica's waiting requests) looks at once."""
         return int(
             self._db.value(
-                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock()),
+                "WITH added AS (INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, "
+                "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id) "
+                "SELECT id FROM added, pg_notify('hermes_outbox', %s)",
+                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock(), platform),
             )
         )
 

@@ -1,0 +1,134 @@
+"""The API server's replies in cluster mode: each reaches the replica where its request waits.
+
+An API request waits in the ``hermesd --cluster`` replica that took it, while its turn runs in a shard host. The
+host relays the turn's events (:mod:`hermes_actors.cluster.turn_relay`) and commits the reply to the outbox, which
+notifies ``hermes_outbox``. :class:`ApiReplies`, in every replica serving the API, listens on both channels
+(:class:`~hermes_actors.store.pg.turn_relay.RelayListener`):
+
+- a relayed event goes to the watcher registered for its message in this replica (``watch``), if any;
+- on a reply notification, and every ``poll_s`` anyway (a notification sent while the listener reconnected is
+  lost), it reads the unsent replies of the platform, hands those answering a request waiting here to its
+  :class:`~hermes_actors.waiters.ReplyWaiters` and marks them sent. A reply nobody waits for in any replica (the
+  client left, or its replica died) is marked sent once it is ``orphan_after_s`` old: it stays in the transcript,
+  where an idempotent retry finds it (:meth:`Inbox.stored_answer <hermes_actors.ports.Inbox.stored_answer>`), as on
+  a single machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from hermes_actors.cluster.turn_relay import decode_event
+from hermes_actors.messages import decode_outbound
+from hermes_actors.runtime.turn_watch import TurnWatch
+from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.pg.turn_relay import EVENTS_CHANNEL, RelayListener
+from hermes_actors.waiters import ReplyWaiters
+
+__all__ = ["ApiReplies"]
+
+_log = logging.getLogger(__name__)
+
+
+class ApiReplies:
+    """Hands relayed events and committed replies of ``waiters.platform`` to this replica's waiting requests."""
+
+    def __init__(
+        self,
+        dsn: str,
+        store: PostgresStore,
+        waiters: ReplyWaiters,
+        watch: TurnWatch,
+        *,
+        poll_s: float = 1.0,
+        orphan_after_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._dsn = dsn
+        self._store = store
+        self._waiters = waiters
+        self._watch = watch
+        self._poll_s = poll_s
+        self._orphan_after_s = orphan_after_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._listener = RelayListener(dsn)
+        self._thread = threading.Thread(target=self._run, name=f"replies-{waiters.platform}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        looked_at = 0.0
+        while not self._stop.is_set():
+            try:
+                notes = self._listener.wait(self._poll_s)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                _log.exception("listening for turn events and replies failed; connecting again")
+                self._stop.wait(1.0)
+                self._reconnect()
+                continue
+            replied = False
+            for channel, payload in notes:
+                if channel == EVENTS_CHANNEL:
+                    self._relay(payload)
+                elif payload == self._waiters.platform:
+                    replied = True
+            if replied or time.monotonic() - looked_at >= self._poll_s:
+                looked_at = time.monotonic()
+                try:
+                    self.deliver()
+                except Exception:
+                    _log.exception("delivering %s replies failed; trying again", self._waiters.platform)
+
+    def _reconnect(self) -> None:
+        try:
+            self._listener.close()
+            self._listener = RelayListener(self._dsn)
+        except Exception:
+            _log.exception("reconnecting the reply listener failed")
+
+    def _relay(self, payload: str) -> None:
+        event = decode_event(payload)
+        if event is None:
+            return
+        events = self._watch.events_for([event.m])
+        if events is None:
+            return  # a turn watched in another replica, or no longer watched
+        if event.k == "s":
+            events.started(event.s)
+        elif event.k == "t":
+            events.text(event.t)
+        else:
+            events.tool(event.n, event.c, event.st, event.d)
+
+    def deliver(self) -> int:
+        """Hand the unsent replies answering requests waiting here to them, marking them sent; settle the orphans.
+        How many were handed."""
+        handed = 0
+        now = self._clock()
+        for row in self._store.outbox.unsent(self._waiters.platform):
+            message = decode_outbound(row.payload)
+            if self._waiters.waits_for(message.answers):
+                self._waiters.send(message)
+                self._store.outbox.mark_sent(row.id, message.answers[0] if message.answers else None)
+                handed += 1
+            elif now - row.created_at >= self._orphan_after_s:
+                _log.info(
+                    "%s: reply for session %s has no waiting client in any replica (kept in the transcript)",
+                    self._waiters.platform,
+                    message.session_id,
+                )
+                self._store.outbox.mark_sent(row.id, None)
+        return handed
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._stop.set()
+        self._listener.close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,77 @@
+"""PostgreSQL's ``NOTIFY`` as the wire between a shard host running a turn and the process whose client waits on it.
+
+In cluster mode the turn of an API request runs in whichever shard host holds its session's shard, while the
+request waits in a ``hermesd --cluster`` replica. Two channels carry what the replica needs:
+
+- :data:`EVENTS_CHANNEL` (``hermes_turn``): the running turn's events (its start, each text delta, each tool call),
+  sent by the host with :class:`EventPublisher` as they happen, on a connection of their own (outside any turn's
+  transaction, so they arrive while the turn runs). A payload is at most :data:`MAX_PAYLOAD` bytes (PostgreSQL's
+  limit is 8,000): the caller splits longer text.
+- :data:`OUTBOX_CHANNEL` (``hermes_outbox``): sent in the transaction that queues a reply
+  (:meth:`~hermes_actors.store.pg.queues.PgOutbox.add`), with the platform: a replica looks for the replies its
+  requests wait for once the turn has committed.
+
+``NOTIFY`` reaches only listeners connected when it is sent and is not stored, so both are wake-ups: the reply
+itself is always read from the outbox, and a listener also looks there periodically.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+__all__ = ["EVENTS_CHANNEL", "MAX_PAYLOAD", "OUTBOX_CHANNEL", "EventPublisher", "RelayListener"]
+
+EVENTS_CHANNEL = "hermes_turn"
+OUTBOX_CHANNEL = "hermes_outbox"
+MAX_PAYLOAD = 7000
+"""The largest payload :class:`EventPublisher` sends, in bytes (PostgreSQL refuses 8,000 and more)."""
+
+
+class EventPublisher:
+    """Sends payloads on :data:`EVENTS_CHANNEL` from a connection of its own, in order."""
+
+    def __init__(self, dsn: str) -> None:
+        self._lock = threading.Lock()
+        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+
+    def publish(self, payloads: Sequence[str]) -> None:
+        """Send ``payloads`` in one transaction (delivered together, in this order). Identical payloads in one
+        transaction are delivered once, so each must differ (the relay numbers its events)."""
+        if not payloads:
+            return
+        too_long = [p for p in payloads if len(p.encode("utf-8")) > MAX_PAYLOAD]
+        if too_long:
+            raise ValueError(f"a turn event of {len(too_long[0].encode())} bytes is over {MAX_PAYLOAD}; split it")
+        with self._lock, self._connection.transaction():
+            self._connection.execute(
+                "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS e(p, n) ORDER BY n",
+                (EVENTS_CHANNEL, list(payloads)),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+class RelayListener:
+    """A connection of its own listening on both channels; :meth:`wait` returns (channel, payload) pairs in the
+    order PostgreSQL delivered them."""
+
+    def __init__(self, dsn: str) -> None:
+        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+        self._connection.execute(f"LISTEN {EVENTS_CHANNEL}".encode())
+        self._connection.execute(f"LISTEN {OUTBOX_CHANNEL}".encode())
+
+    def wait(self, timeout_s: float) -> list[tuple[str, str]]:
+        """What was notified within ``timeout_s`` (empty when nothing was), with what else is already queued."""
+        found = [(n.channel, n.payload) for n in self._connection.notifies(timeout=timeout_s, stop_after=1)]
+        found.extend((n.channel, n.payload) for n in self._connection.notifies(timeout=0.0))
+        return found
+
+    def close(self) -> None:
+        """Close the connection (a waiting :meth:`wait` returns or raises)."""
+        self._connection.close()

@@ -1,0 +1,236 @@
+"""The OpenAI-compatible API in cluster mode: the request waits in a replica, its turn runs in a shard host.
+
+A shard host runs in this process (no Ray), an :class:`ApiServer` serves on loopback over a :class:`ClusterInbox`,
+and :class:`ApiReplies` brings the host's relayed events and committed reply back to the waiting request, all
+through a real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from hermes_actors.agents.base import EchoAgent
+from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
+from hermes_actors.cluster.api_replies import ApiReplies
+from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
+from hermes_actors.cluster.inbox import ClusterInbox
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.media import MediaStore
+from hermes_actors.messages import OutboundMessage, decode_outbound, encode
+from hermes_actors.store import Role
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.testing import poll_until
+from hermes_actors.waiters import ReplyWaiters
+from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+
+pytestmark = pytest.mark.slow  # a shard host, PostgreSQL listeners and an HTTP server for a few seconds
+
+SHARDS = 4
+
+
+class StreamingAgent(EchoAgent):
+    """Answers ``"echo: <text>"`` in three deltas; the second waits until ``release`` is set (a test holds it to
+    see the first delta reach the client while the turn still runs)."""
+
+    runs_inline = False  # it waits
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.release.set()
+        self.calls = 0
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.calls += 1
+        reply = f"echo: {turn.user_text}"
+        if turn.events is not None:
+            turn.events.text(reply[:3])
+            self.release.wait(10)
+            turn.events.text(reply[3:6])
+            turn.events.tool("lookup", "call_1", "running", '{"q": 1}')
+            turn.events.tool("lookup", "call_1", "completed", "found")
+            turn.events.text(reply[6:])
+        return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=reply),), text=reply)
+
+
+@dataclass
+class Replica:
+    server: ApiServer
+    inbox: ClusterInbox
+    replies: ApiReplies
+
+    @property
+    def waiters(self) -> ReplyWaiters:
+        (waiters,) = self.server.senders()
+        assert isinstance(waiters, ReplyWaiters)
+        return waiters
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.server.url + "/v1", api_key="unused", max_retries=0, timeout=20)
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.replies.close()
+        self.inbox.close()
+
+
+@dataclass
+class Cluster:
+    dsn: str
+    pg: PostgresStore
+    host: HostRuntime
+    agent: StreamingAgent
+    tmp: Path
+
+    def replica(self, *, poll_s: float = 1.0, orphan_after_s: float = 120.0) -> Replica:
+        ingress = ClusterIngress(self.pg, shards=SHARDS, poke=lambda shard: self.host.poke())
+        inbox = ClusterInbox(ingress, MediaStore(self.tmp / "media"))
+        server = ApiServer(ApiServerConfig(port=0))
+        (waiters,) = server.senders()
+        assert isinstance(waiters, ReplyWaiters)
+        answering = ApiReplies(self.dsn, self.pg, waiters, inbox.watch, poll_s=poll_s, orphan_after_s=orphan_after_s)
+        answering.start()
+        server.start(inbox)
+        return Replica(server, inbox, answering)
+
+
+@pytest.fixture
+def cluster(postgres_dsn: str, tmp_path: Path) -> Iterator[Cluster]:
+    agent = StreamingAgent()
+    host = HostRuntime(
+        HostSettings(name="h0", postgres_dsn=postgres_dsn, hosts=("h0",), shards=SHARDS, pull_interval_s=0.5),
+        agent=agent,
+    )
+    host.start()
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
+        poll_until(lambda: len(host.fence.held()) == SHARDS, what="the host holding every shard")
+        try:
+            yield Cluster(postgres_dsn, pg, host, agent, tmp_path)
+        finally:
+            host.stop()
+
+
+def test_a_completion_runs_in_the_shard_host_and_answers_the_waiting_request(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    try:
+        raw = replica.client().chat.completions.with_raw_response.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "hello"}]
+        )
+        completion = raw.parse()
+        assert completion.choices[0].message.content == "echo: hello"
+        session_id = raw.headers[SESSION_HEADER]
+        stored = cluster.pg.load_transcript(session_id)
+        assert [(m.role, m.content) for m in stored] == [("user", "hello"), ("assistant", "echo: hello")]
+        poll_until(lambda: cluster.pg.outbox.backlog() == 0, what="the reply marked sent")
+    finally:
+        replica.stop()
+
+
+def test_a_stream_delivers_the_hosts_deltas_while_the_turn_runs(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    cluster.agent.release.clear()
+    try:
+        stream = replica.client().chat.completions.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "streaming"}], stream=True
+        )
+        pieces: list[str] = []
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+                if len(pieces) == 1:
+                    assert pieces == ["ech"]  # the first delta came while the agent still waits: a live stream
+                    cluster.agent.release.set()
+        assert "".join(pieces) == "echo: streaming"
+        assert len(pieces) >= 3
+    finally:
+        cluster.agent.release.set()
+        replica.stop()
+
+
+def test_an_idempotent_retry_to_another_replica_is_answered_from_the_store(cluster: Cluster) -> None:
+    first, second = cluster.replica(), cluster.replica()
+    try:
+        body = {"model": "hermes-agent", "messages": [{"role": "user", "content": "once"}]}
+        headers = {"Idempotency-Key": "retry-1"}
+        one = first.client().chat.completions.create(**body, extra_headers=headers)  # type: ignore[call-overload]
+        two = second.client().chat.completions.create(**body, extra_headers=headers)  # type: ignore[call-overload]
+        assert one.choices[0].message.content == two.choices[0].message.content == "echo: once"
+        assert cluster.agent.calls == 1
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_reply_goes_to_the_replica_whose_request_waits_and_an_orphan_is_settled(cluster: Cluster) -> None:
+    waiting, other = cluster.replica(), cluster.replica(orphan_after_s=0.5)
+    try:
+        answer = waiting.client().chat.completions.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "mine"}]
+        )
+        assert answer.choices[0].message.content == "echo: mine"
+        assert other.waiters.waiting() == 0
+        # A reply whose replica died: committed with nobody waiting anywhere; it is marked sent once old enough.
+        with cluster.pg.transaction():
+            cluster.pg.outbox.add(
+                session_id=None,
+                platform="api_server",
+                account_id="",
+                chat_id="gone",
+                thread_id=None,
+                payload=encode(
+                    OutboundMessage(
+                        platform="api_server", session_id="x", chat_id="gone", text="late", answers=("gone-1",)
+                    )
+                ),
+            )
+        poll_until(lambda: cluster.pg.outbox.backlog() == 0, what="the orphaned reply settled")
+    finally:
+        waiting.stop()
+        other.stop()
+
+
+def test_readiness_and_metrics_read_the_cluster_store(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    try:
+        readiness = replica.inbox.readiness()
+        assert readiness.ready, readiness.reasons()
+        assert [p.name for p in readiness.platforms] == []  # this test started the server without the board
+        body = replica.inbox.metrics().body.decode()
+        assert "hermes_inbox_pending 0.0" in body
+        replica.client().chat.completions.create(model="hermes-agent", messages=[{"role": "user", "content": "m"}])
+        assert replica.inbox.vitals().inbox_pending == 0
+    finally:
+        replica.stop()
+
+
+def test_a_reply_committed_before_the_listener_heard_it_is_found_by_the_periodic_look(cluster: Cluster) -> None:
+    replica = cluster.replica(poll_s=0.2)
+    try:
+        future = replica.waiters.expect("missed-1")
+        with cluster.pg.transaction():
+            cluster.pg.outbox.add(
+                session_id=None,
+                platform="api_server",
+                account_id="",
+                chat_id="c",
+                thread_id=None,
+                payload=encode(
+                    OutboundMessage(
+                        platform="api_server", session_id="x", chat_id="c", text="found", answers=("missed-1",)
+                    )
+                ),
+            )
+        message = future.result(timeout=5)
+        assert message.text == "found"
+        rows = cluster.pg.outbox.unsent("api_server")
+        assert [decode_outbound(r.payload).text for r in rows] == []
+        time.sleep(0)
+    finally:
+        replica.stop()
