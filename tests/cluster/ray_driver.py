@@ -20,6 +20,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +177,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
     callback, ``hermesctl cluster status`` naming the hosts, SIGTERM."""
     from tests.platforms.test_webhook import CALLBACK_SECRET, SECRET, Receiver, post, signature
 
-    ray_port, webhook_port = _free_port(), _free_port()
+    ray_port, webhook_port, api_port = _free_port(), _free_port(), _free_port()
     home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
     receiver = Receiver()
     receiver.host.start()
@@ -189,7 +191,10 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             "lease_ttl_s": 3,
             "grace_s": 1,
         },
-        "platforms": {"webhook": {"port": webhook_port, "routes": {"default": route}}},
+        "platforms": {
+            "webhook": {"port": webhook_port, "routes": {"default": route}},
+            "api_server": {"port": api_port},
+        },
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     bin_dir = Path(sys.executable).parent
@@ -230,8 +235,16 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
                 break
             except queue.Empty:
                 continue
+        api = _api_calls(f"http://127.0.0.1:{api_port}")
         shown = subprocess.run(
             [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        listed = subprocess.run(
+            [str(bin_dir / "hermesctl"), "sessions", "list", "--json", "--home", str(home), "--dsn", args.dsn],
             capture_output=True,
             text=True,
             timeout=60,
@@ -249,11 +262,45 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "status": status,
         "answer": answer,
         "callback": None if callback is None else callback.json(),
+        "api": api,
+        "sessions": listed.stdout,
+        "sessions_err": listed.stderr,
         "ctl": shown.stdout,
         "ctl_code": shown.returncode,
         "exit": daemon.returncode,
         "stderr": err.decode()[-2000:],
         "listeners": listeners,
+    }
+
+
+def _api_calls(base: str) -> dict[str, Any]:
+    """Through the replica's API: readiness, a completion and a streamed completion (each turn runs in a host)."""
+
+    def call(path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, str], bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+    ready = call("/health/ready")
+    plain = call("/v1/chat/completions", {"model": "hermes-agent", "messages": [{"role": "user", "content": "hi"}]})
+    streamed = call(
+        "/v1/chat/completions",
+        {"model": "hermes-agent", "messages": [{"role": "user", "content": "stream me"}], "stream": True},
+    )
+    deltas = []
+    for line in streamed[2].decode().splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                if choice.get("delta", {}).get("content"):
+                    deltas.append(choice["delta"]["content"])
+    return {
+        "ready": [ready[0], json.loads(ready[2])],
+        "plain": [plain[0], json.loads(plain[2]), plain[1].get("X-Hermes-Session-Id")],
+        "stream": [streamed[0], deltas],
     }
 
 

@@ -5,6 +5,7 @@ with fencing switched off must break what fencing guarantees (turns computed fro
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -49,6 +50,19 @@ def test_hermesd_cluster_takes_a_webhook_to_its_shard_host_and_posts_the_reply_b
     assert seen["callback"] is not None, seen["stderr"]
     assert seen["callback"]["text"] == "echo: hello"
     assert seen["callback"]["in_reply_to"] == "msg_daemon"
+    ready_status, ready = seen["api"]["ready"]
+    assert ready_status == 200, ready
+    assert {p["name"]: p["state"] for p in ready["platforms"]} == {"webhook": "running", "api_server": "running"}
+    status, completion, session_id = seen["api"]["plain"]
+    assert status == 200, completion
+    assert completion["choices"][0]["message"]["content"] == "echo: hi"
+    status, deltas = seen["api"]["stream"]
+    assert status == 200
+    assert "".join(deltas) == "echo: stream me"
+    listed = json.loads(seen["sessions"] or "null")
+    assert listed is not None, seen["sessions_err"]
+    assert session_id in {row["id"] for row in listed}
+    assert {row["source"] for row in listed} >= {"webhook", "api_server"}
     assert seen["ctl_code"] == 0
     lines = seen["ctl"].splitlines()
     assert lines[0] == "shards: 16, not held: 0"
