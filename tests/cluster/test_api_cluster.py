@@ -7,6 +7,7 @@ through a real PostgreSQL.
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -40,8 +41,8 @@ SHARDS = 4
 
 
 class StreamingAgent(EchoAgent):
-    """Calls a tool, then answers ``"echo: <text>"`` in three deltas; the second waits until ``release`` is set (a test holds it to
-    see the first delta reach the client while the turn still runs)."""
+    """Calls a tool, then answers ``"echo: <text>"`` in three deltas; the second waits until ``release`` is set
+    (a test holds it to see the first delta reach the client while the turn still runs)."""
 
     runs_inline = False  # it waits
 
@@ -313,3 +314,62 @@ def test_the_hosts_tool_calls_reach_the_stream_as_progress_events(cluster: Clust
         assert text.rstrip().endswith("data: [DONE]")
     finally:
         replica.stop()
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_turn_in_the_host(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    cluster.agent.release.clear()
+    try:
+        host, port = replica.server.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=20)
+        body = {"model": "hermes-agent", "messages": [{"role": "user", "content": "long story"}], "stream": True}
+        connection.request(
+            "POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        line = response.readline()
+        while b'"content":"ech"' not in line:
+            assert line, "the stream ended before its first words"
+            line = response.readline()
+        session_id = response.headers[SESSION_HEADER]
+        connection.close()  # the client leaves after the first words: the replica sends /stop to the shard
+
+        def stopped() -> bool:
+            return (
+                cluster.pg.database.value(
+                    "SELECT count(*) FROM inbox WHERE platform = 'api_server' AND state <> 'pending'"
+                )
+                == 2
+            )  # the turn's row and the /stop's
+
+        poll_until(stopped, what="the /stop handled by the host")
+        cluster.agent.release.set()  # the agent returns now; its answer is not stored
+        time.sleep(0.5)
+        assert [(m.role, m.content) for m in cluster.pg.load_transcript(session_id)] == [("user", "long story")]
+    finally:
+        cluster.agent.release.set()
+        replica.stop()
+
+
+def test_a_second_replica_continues_a_session_named_by_its_header(cluster: Cluster) -> None:
+    first, second = cluster.replica(), cluster.replica()
+    try:
+        raw = first.client().chat.completions.with_raw_response.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "remember me"}]
+        )
+        session_id = raw.headers[SESSION_HEADER]
+        again = second.client().chat.completions.with_raw_response.create(
+            model="hermes-agent",
+            messages=[{"role": "user", "content": "it is me"}],
+            extra_headers={SESSION_HEADER: session_id},
+        )
+        assert again.headers[SESSION_HEADER] == session_id
+        assert [m.content for m in cluster.pg.load_transcript(session_id)] == [
+            "remember me",
+            "echo: remember me",
+            "it is me",
+            "echo: it is me",
+        ]
+    finally:
+        first.stop()
+        second.stop()
