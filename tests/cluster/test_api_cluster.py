@@ -334,13 +334,9 @@ def test_a_client_that_leaves_mid_stream_stops_its_turn_in_the_host(cluster: Clu
         session_id = response.headers[SESSION_HEADER]
         connection.close()  # the client leaves after the first words: the replica sends /stop to the shard
 
-        def stopped() -> bool:
-            return (
-                cluster.pg.database.value(
-                    "SELECT count(*) FROM inbox WHERE platform = 'api_server' AND state <> 'pending'"
-                )
-                == 2
-            )  # the turn's row and the /stop's
+        def stopped() -> bool:  # the turn's row and the /stop's are both handled
+            query = "SELECT count(*) FROM inbox WHERE platform = 'api_server' AND state <> 'pending'"
+            return int(cluster.pg.database.value(query)) == 2
 
         poll_until(stopped, what="the /stop handled by the host")
         cluster.agent.release.set()  # the agent returns now; its answer is not stored
