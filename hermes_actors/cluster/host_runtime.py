@@ -26,7 +26,9 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
 from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.shard_admin import ShardAdmin
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
@@ -131,6 +133,7 @@ class HostRuntime:
             on_gained=self._gained,
         )
         self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self.admin = ShardAdmin(self.store, self.fence, self.runtime, name=settings.name)
         self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
@@ -222,6 +225,9 @@ class HostRuntime:
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
+            if row.platform == ADMIN_PLATFORM:  # an operator's rename, end or delete (hermesctl sessions --dsn)
+                handed += self.admin.submit(row)
+                continue
             target = self._shard_of_key(row)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
@@ -276,6 +282,7 @@ class HostRuntime:
             if thread.is_alive():
                 thread.join(timeout=5)
         self.keeper.stop(release=False)
+        self.admin.stop()
         self.runtime.close(time.monotonic() + 2.0, 5.0)
         if release:
             held = self.fence.held()
