@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from hermes_actors.cli.formatting import one_line, plural
-from hermes_actors.cli.options import dsn_option, home_option, open_reads, open_writes, reports_errors
+from hermes_actors.cli.options import dsn_option, home_option, open_reads, open_store, open_writes, reports_errors
 from hermes_actors.cli.session_text import lineage_text
 from hermes_actors.importer.jsonl import JsonlImport, Lines, import_lines
 from hermes_actors.store import StoreInterface
@@ -165,7 +165,12 @@ def sessions_import(home: str | None, dsn: str | None, path: str) -> None:
 
     Example: hermesctl sessions import backup.jsonl --home ~/.hermes-restored
     """
-    with _readable(path) as lines, open_writes(home, dsn) as store, contextlib.ExitStack() as stack:
+    # Into a home, the database is created when missing; a cluster's store must have the current schema.
+    with (
+        _readable(path) as lines,
+        open_store(home, readonly=False) if dsn is None else open_writes(home, dsn) as store,
+        contextlib.ExitStack() as stack,
+    ):
         bars: list[Any] = []
 
         def progress(done: int, total: int) -> None:
