@@ -127,7 +127,7 @@ def request_change(
     outcome = _wait_outcome(store, inbox_id, monotonic() + wait, monotonic)
     if outcome is None and store.shard_queue.withdraw(inbox_id):
         raise HermesError(
-            f"no shard host applied the change to session {session_id} within {wait:.0f} s (shard {shard}), so it "
+            f"no shard host applied the change to session {session_id} within {wait:g} s (shard {shard}), so it "
             "was withdrawn and nothing changed; check that a host holds the shard with 'hermesctl cluster status', "
             "then try again"
         )
@@ -137,7 +137,7 @@ def request_change(
         row = store.inbox.get(inbox_id)
         holder = row.owner if row is not None and row.owner else "a shard host"
         raise HermesError(
-            f"{holder} took the change to session {session_id} but has not finished it within {wait:.0f} s (a turn "
+            f"{holder} took the change to session {session_id} but has not finished it within {wait:g} s (a turn "
             "of the session may still be running); it applies when that turn ends. Check it with 'hermesctl "
             "sessions show', and the hosts with 'hermesctl cluster status'"
         )

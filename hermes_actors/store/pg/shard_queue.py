@@ -90,10 +90,7 @@ class ShardQueue:
         """Mark a pending row as being worked on by ``owner`` (a host applying an operator's change); whether it
         was pending. A row taken by no one can still be withdrawn (:meth:`withdraw`)."""
         return (
-            self._db.count(
-                "UPDATE inbox SET owner = %s WHERE id = %s AND state = %s", (owner, inbox_id, _PENDING)
-            )
-            > 0
+            self._db.count("UPDATE inbox SET owner = %s WHERE id = %s AND state = %s", (owner, inbox_id, _PENDING)) > 0
         )
 
     def withdraw(self, inbox_id: int) -> bool:
