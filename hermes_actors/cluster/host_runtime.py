@@ -6,7 +6,9 @@ by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordi
 (:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
 shards with a :class:`~hermes_actors.cluster.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
 into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
-``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost).
+``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Rows that are
+not messages go elsewhere: resets to :class:`~hermes_actors.cluster.shard_timers.ShardTimers`, an operator's
+changes to :class:`~hermes_actors.cluster.shard_admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
 any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a

@@ -7,7 +7,9 @@ a bare ``/title`` afterwards shows the new title and ``/compress`` numbers the c
 running turn, as ``/new`` does, without a save-memory turn, and the session's chats get a fresh session with their
 next message. A delete ends a live session that way first, then deletes it on a connection of its own under its
 lease (:func:`~hermes_actors.runtime.admin.delete_in_store`). A session another live process holds (a terminal
-chat started before hermesd) is refused with :class:`SessionBusyError`, naming that process.
+chat started before hermesd) is refused with :class:`SessionBusyError`, naming that process. In cluster mode a
+shard host applies ``hermesctl sessions ... --dsn`` changes the same way (:mod:`hermes_actors.cluster.shard_admin`):
+what :class:`LiveAdmin` needs of its runtime is the :class:`AdminSite` protocol.
 """
 
 from __future__ import annotations
