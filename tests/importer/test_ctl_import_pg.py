@@ -86,3 +86,31 @@ def test_a_database_without_the_schema_is_refused_naming_the_fix(
         )
     finally:
         postgres_cluster.drop_database(name)
+
+
+def test_a_session_open_in_a_shard_host_is_not_updated_until_it_is_idle(
+    tmp_path: Path, postgres_dsn: str, pg: PostgresStore
+) -> None:
+    path = tmp_path / "state.db"
+    session_id = "20260528_100000_aaaa0001"
+    with HermesDb(path) as h:
+        h.session(session_id, session_key="agent:main:telegram:dm:7", chat_id="7")
+        h.messages(session_id, ["hello", "hi"])
+        assert run(tmp_path / "home", postgres_dsn, str(path), "--yes").exit_code == 0
+        h.messages(session_id, ["more", "since"])  # the reference system went on
+        host = "host-0:4242:1"
+        assert pg.leases.acquire(session_id, host, ttl_s=600) is None  # a shard host runs the session now
+        held = run(tmp_path / "home", postgres_dsn, str(path), "--yes")
+        assert held.exit_code == 0, held.output
+        assert "  sessions: 0 new, 0 updated, 0 already imported, 1 skipped (of 1)\n" in held.stdout
+        assert (
+            f"  {session_id}: it is open here (a live session's lease is held by {host}), so what the source added "
+            "since was not imported; run the import again once the session is idle\n"
+        ) in held.stdout
+        assert pg.get_session(session_id).message_count == 2
+        assert pg.leases.holder(session_id) == host
+        pg.leases.release(session_id, host)  # the host passivated it
+        idle = run(tmp_path / "home", postgres_dsn, str(path), "--yes")
+        assert "  sessions: 0 new, 1 updated, 0 already imported, 0 skipped (of 1)\n" in idle.stdout
+        assert pg.get_session(session_id).message_count == 4
+        assert pg.leases.holder(session_id) is None  # the import gave its lease back
