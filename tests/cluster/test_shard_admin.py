@@ -151,3 +151,23 @@ def test_a_change_of_a_session_deleted_meanwhile_is_refused_as_unknown(
         admin_requests.request_change(pg, AdminOp.END, gone.id, timeout_s=20)
     assert str(refused.value) == f"no session has id {gone.id!r}; list them with 'hermesctl sessions list'"
     assert admin_rows(pg) == [(InboxState.REJECTED, AdminOp.END)]
+
+
+def test_an_ended_session_is_renamed_and_deleted_through_the_host_too(
+    postgres_dsn: str, pg: PostgresStore, host: HostRuntime, tmp_path: Path
+) -> None:
+    chat = Chat(pg)
+    chat.say("once")
+    session_id = chat.replies()[0][0]
+    assert run(postgres_dsn, tmp_path, "end", session_id).exit_code == 0
+    renamed = run(postgres_dsn, tmp_path, "rename", session_id, "archived")
+    assert renamed.exit_code == 0, renamed.output
+    assert renamed.stdout == f"Session {session_id} is now titled 'archived'.\n"
+    assert pg.get_session(session_id).title == "archived"
+    cleared = run(postgres_dsn, tmp_path, "rename", session_id, " ")
+    assert cleared.stdout == f"Cleared the title of session {session_id}.\n"
+    deleted = run(postgres_dsn, tmp_path, "delete", "--yes", session_id)
+    assert deleted.exit_code == 0, deleted.output
+    assert deleted.stdout == f"Deleted session {session_id} and 2 messages.\n"
+    assert pg.find_session(session_id) is None
+    assert [op for _, op in admin_rows(pg)] == [AdminOp.END, AdminOp.RENAME, AdminOp.RENAME, AdminOp.DELETE]
