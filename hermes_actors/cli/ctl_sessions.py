@@ -3,7 +3,8 @@
 
 Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
 prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
-and progress bars go to stderr, so stdout carries only the listing or JSON a script asked for.
+and progress bars go to stderr, so stdout carries only the listing or JSON a script asked for. With ``--dsn`` (or
+``$HERMES_CLUSTER_DSN``) every command works on a cluster's PostgreSQL store instead of the home's SQLite store.
 """
 
 from __future__ import annotations
