@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -224,3 +225,37 @@ def test_a_change_no_host_picks_up_is_withdrawn_after_the_wait(cluster: Place, m
     )
     assert _admin_rows(cluster) == [InboxState.REJECTED]  # a host started later does not apply it
     assert cluster.store.get_session(record.id).title == "before"
+
+
+def test_a_change_a_host_took_but_did_not_finish_in_time_is_not_withdrawn(
+    cluster: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hermes_actors.store.pg import PostgresStore
+
+    pg = cluster.store
+    assert isinstance(pg, PostgresStore)
+    pg.shards.ensure(4)
+    monkeypatch.setattr(admin_requests, "CHANGE_TIMEOUT_S", 2.0)
+    record = make(pg, "hi")
+    stop = threading.Event()
+
+    def slow_host() -> None:  # takes the row, then never completes it (a turn of the session runs long)
+        while not stop.wait(0.01):
+            for _, row in pg.shard_queue.pending(range(4)):
+                if row.platform == admin_requests.ADMIN_PLATFORM and pg.shard_queue.take(row.id, "host-1:7:1"):
+                    return
+
+    taker = threading.Thread(target=slow_host)
+    taker.start()
+    try:
+        result = cluster.run("end", record.id)
+    finally:
+        stop.set()
+        taker.join()
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: host-1:7:1 took the change to session {record.id} but has not finished it within 2 s (a turn of the "
+        "session may still be running); it applies when that turn ends. Check it with 'hermesctl sessions show', "
+        "and the hosts with 'hermesctl cluster status'\n"
+    )
+    assert _admin_rows(cluster) == [InboxState.PENDING]  # still the host's to complete
