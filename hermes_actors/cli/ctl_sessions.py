@@ -135,7 +135,10 @@ def sessions_browse(home: str | None, dsn: str | None, source: str | None, limit
     for line in summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
-    click.echo(f"Resume it with: hermesctl chat --resume {picked.tip.id}")
+    if dsn is None:
+        click.echo(f"Resume it with: hermesctl chat --resume {picked.tip.id}")
+    else:  # a terminal chat runs on a home, not in a cluster: a platform's chat resumes it
+        click.echo(f"Resume it from a chat with: /resume {picked.tip.id}")
 
 
 @sessions.command("show")

@@ -75,7 +75,8 @@ def test_browse_offers_the_conversations_and_prints_how_to_resume(place: Place) 
     record = make(place.store, "deploy the image", title="deploy")
     result = place.run("browse", input="1\n")
     assert result.exit_code == 0, result.output
-    assert result.stdout.endswith(f"\nResume it with: hermesctl chat --resume {record.id}\n")
+    how = "Resume it with: hermesctl chat --resume" if place.kind == "sqlite" else "Resume it from a chat with: /resume"
+    assert result.stdout.endswith(f"\n{how} {record.id}\n")
     assert "deploy" in result.stdout
 
 
