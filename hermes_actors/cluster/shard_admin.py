@@ -105,7 +105,12 @@ class ShardAdmin:
 
     def _run(self, row: InboxRow) -> None:
         try:
-            request = decode_request(row.payload)
+            try:
+                request = decode_request(row.payload)
+            except msgspec.DecodeError as exc:  # not written by hermesctl: refused once, not retried every pull
+                _log.warning("%s: inbox row %d is not an operator's change (%s); refused", self._name, row.id, exc)
+                self._store.inbox.complete(row.id, session_id=None, state=InboxState.REJECTED)
+                return
             if not self._store.shard_queue.take(row.id, self.lease_owner):
                 return  # withdrawn by its sender, or completed meanwhile
             outcome = self._outcome(request)

@@ -171,3 +171,15 @@ def test_an_ended_session_is_renamed_and_deleted_through_the_host_too(
     assert deleted.stdout == f"Deleted session {session_id} and 2 messages.\n"
     assert pg.find_session(session_id) is None
     assert [op for _, op in admin_rows(pg)] == [AdminOp.END, AdminOp.RENAME, AdminOp.RENAME, AdminOp.DELETE]
+
+
+def test_a_row_that_is_not_an_operator_s_change_is_refused_once(pg: PostgresStore, host: HostRuntime) -> None:
+    inbox_id = pg.shard_queue.add(
+        0, platform=ADMIN_PLATFORM, account_id="", platform_message_id="junk", routing_key="x", payload=b"{not json"
+    )
+    assert inbox_id is not None
+    host.poke()
+    poll_until(lambda: pg.inbox.pending_among([inbox_id]) == set(), what="the junk row settled")
+    row = pg.inbox.get(inbox_id)
+    assert row is not None
+    assert row.state is InboxState.REJECTED
