@@ -29,7 +29,7 @@ from hermes_actors.runtime.assembly import Runtime
 from hermes_actors.runtime.protocol import AdminChange
 from hermes_actors.runtime.session_admin import LiveAdmin
 from hermes_actors.store import InboxState, StoreInterface
-from hermes_actors.store.pg.shards import ShardFence
+from hermes_actors.store.pg.shards import ShardFence, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.records import InboxRow
 
@@ -110,6 +110,10 @@ class ShardAdmin:
             except msgspec.DecodeError as exc:  # not written by hermesctl: refused once, not retried every pull
                 _log.warning("%s: inbox row %d is not an operator's change (%s); refused", self._name, row.id, exc)
                 self._store.inbox.complete(row.id, session_id=None, state=InboxState.REJECTED)
+                return
+            shard = shard_of(request.session_id, self._fence.shards)
+            if shard not in self._fence.held():  # moved off its session's shard (a host that knows no admin rows)
+                self._store.shard_queue.reshard(row.id, shard)
                 return
             if not self._store.shard_queue.take(row.id, self.lease_owner):
                 return  # withdrawn by its sender, or completed meanwhile

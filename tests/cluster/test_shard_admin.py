@@ -183,3 +183,41 @@ def test_a_row_that_is_not_an_operator_s_change_is_refused_once(pg: PostgresStor
     row = pg.inbox.get(inbox_id)
     assert row is not None
     assert row.state is InboxState.REJECTED
+
+
+def test_a_change_found_off_its_session_s_shard_goes_back_there(
+    pg: PostgresStore, postgres_dsn: str, tmp_path: Path
+) -> None:
+    """A host holding only some shards finds a change of a session in another shard (moved by a host of an older
+    version, which took it for a message): it moves it back, where the session's holder applies it."""
+    from hermes_actors.cluster.admin_requests import AdminRequest, encode_request
+    from hermes_actors.store.pg.shards import home_shards, shard_of
+
+    hosts = ("h0", "h1")
+    mine = home_shards("h0", hosts, SHARDS)
+    record = next(r for r in (pg.create_session("cli") for _ in range(50)) if shard_of(r.id, SHARDS) not in mine)
+    request = AdminRequest(op=AdminOp.RENAME, session_id=record.id, request_id="r1", title="moved back")
+    inbox_id = pg.shard_queue.add(
+        min(mine),
+        platform=ADMIN_PLATFORM,
+        account_id="",
+        platform_message_id="r1",
+        routing_key="x",
+        payload=encode_request(request),
+    )
+    assert inbox_id is not None
+    home = shard_of(record.id, SHARDS)
+    pg.shards.ensure(SHARDS)
+    assert pg.shards.acquire("h1", [home], ttl_s=600) == {home: 1}  # the session's shard is another host's
+    settings = HostSettings(name="h0", postgres_dsn=postgres_dsn, hosts=hosts, shards=SHARDS)
+    runtime = HostRuntime(settings)
+    runtime.start()
+    try:
+        poll_until(
+            lambda: pg.database.value("SELECT shard FROM inbox WHERE id = %s", (inbox_id,)) == home,
+            what="the change moved to its session's shard",
+        )
+        assert pg.inbox.pending_among([inbox_id]) == {inbox_id}  # left for that shard's holder, untaken
+        assert pg.get_session(record.id).title is None
+    finally:
+        runtime.stop()
