@@ -9,7 +9,9 @@ the session's fenced lease, so the actor's title and state change with the store
 that way first, then deletes it under its lease, the shard re-checked in the deleting transaction. The row is then
 completed (``done``, or ``rejected`` with the error's text) in a transaction that re-checks the shard too: a host
 that lost the shard meanwhile completes nothing, and the next holder applies the row again (a rename or end applied
-twice changes nothing more; a second delete finds the session gone).
+twice changes nothing more; a second delete finds the session gone). A row found in a shard other than its
+session's (moved there by a host that took it for a message) is moved back, and a payload that is not a change is
+refused once.
 """
 
 from __future__ import annotations
