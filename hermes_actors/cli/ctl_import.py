@@ -19,10 +19,18 @@ import msgspec
 
 from hermes_actors import importer
 from hermes_actors.cli.formatting import one_line, plural
-from hermes_actors.cli.options import database_path, home_option, open_store, reports_errors, resolve_home
+from hermes_actors.cli.options import (
+    database_path,
+    dsn_option,
+    home_option,
+    open_store,
+    open_writes,
+    reports_errors,
+    resolve_home,
+)
 from hermes_actors.errors import SchemaVersionError, StoreError
 from hermes_actors.importer import ImportReport, RouteAction, SourceDatabaseError
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.migrations import SCHEMA_VERSION
 
 __all__ = ["import_hermes"]
@@ -46,7 +54,7 @@ class _ProgressBar:
         self._bar.update(done - self._bar.pos)
 
 
-def _run(source: Path, store: Store | None, *, dry_run: bool, label: str) -> ImportReport:
+def _run(source: Path, store: StoreInterface | None, *, dry_run: bool, label: str) -> ImportReport:
     with contextlib.ExitStack() as stack:
         return importer.import_hermes(source, store, dry_run=dry_run, progress=_ProgressBar(label, stack))
 
@@ -91,7 +99,7 @@ def _confirm(question: str) -> bool:
         ) from None
 
 
-def _question(preview: ImportReport, target: Path) -> str:
+def _question(preview: ImportReport, target: str) -> str:
     messages = plural(preview.messages_imported, "message")
     if preview.compacted_imported:
         messages += f", {preview.compacted_imported} compacted"
@@ -108,7 +116,7 @@ def _route_line(report: ImportReport) -> str:
     return f"{report.routes_migrated} of {report.routes_in_source} migrated{detail}"
 
 
-def _summary_lines(report: ImportReport, target: Path) -> list[str]:
+def _summary_lines(report: ImportReport, target: str) -> list[str]:
     verb = "Would import" if report.dry_run else "Imported"
     lines = [
         f"{verb} from {report.source} (schema version {report.schema_version}) into {target}:",
@@ -164,7 +172,7 @@ def _section(title: str, items: list[str]) -> list[str]:
     return [title, *(f"  {item}" for item in items)] if items else []
 
 
-def _echo_report(report: ImportReport, target: Path, *, as_json: bool, err: bool = False) -> None:
+def _echo_report(report: ImportReport, target: str, *, as_json: bool, err: bool = False) -> None:
     if as_json and not err:
         click.echo(msgspec.json.encode(report).decode())
         return
@@ -172,14 +180,30 @@ def _echo_report(report: ImportReport, target: Path, *, as_json: bool, err: bool
         click.echo(line, err=err)
 
 
+def _preview_store(home: str | None, dsn: str | None) -> contextlib.AbstractContextManager[StoreInterface | None]:
+    """The store a dry run reads: the home's when it exists (:func:`_existing_store`), or the cluster's."""
+    if dsn is None:
+        return _existing_store(database_path(resolve_home(home)))
+    return open_writes(home, dsn)  # read only; its schema must be the one the import would write
+
+
+def _target_text(home: str | None, dsn: str | None) -> str:
+    if dsn is None:
+        return str(database_path(resolve_home(home)))
+    from hermes_actors.store.pg.db import redact
+
+    return redact(dsn)
+
+
 @click.command("import-hermes")
 @home_option
+@dsn_option
 @click.argument("state_db", metavar="PATH/state.db", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print what would be imported and write nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Import without asking first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @reports_errors
-def import_hermes(home: str | None, state_db: Path, dry_run: bool, yes: bool, as_json: bool) -> None:
+def import_hermes(home: str | None, dsn: str | None, state_db: Path, dry_run: bool, yes: bool, as_json: bool) -> None:
     """Import sessions, messages and routes from the reference system's state.db (schema version 22).
 
     The file is only read, in one snapshot, so the other system may keep running. Running it again imports
@@ -187,13 +211,16 @@ def import_hermes(home: str | None, state_db: Path, dry_run: bool, yes: bool, as
     Slack keys without a workspace follow the migration rule: a known workspace moves the key, a DM waits for
     the first workspace to claim it, a channel or group is not routed (its session stays reachable by id).
 
+    With --dsn the history goes into a cluster's PostgreSQL store (it must have the current schema).
+
     Example: hermesctl import-hermes ~/hermes-backup/state.db --dry-run
     """
-    target = database_path(resolve_home(home))
-    _refuse_same_file(state_db, target)
+    target = _target_text(home, dsn)
+    if dsn is None:
+        _refuse_same_file(state_db, database_path(resolve_home(home)))
     importer.HermesSource.open(state_db).close()  # a bad file is an error before anything else happens
     if dry_run or not yes:
-        with _existing_store(target) as store:
+        with _preview_store(home, dsn) as store:
             preview = _run(state_db, store, dry_run=True, label="Reading")
         if dry_run:
             _echo_report(preview, target, as_json=as_json)
@@ -206,6 +233,6 @@ def import_hermes(home: str | None, state_db: Path, dry_run: bool, yes: bool, as
         if not _confirm(_question(preview, target)):
             click.echo("Nothing imported.", err=as_json)
             return
-    with open_store(home, readonly=False) as store:
+    with open_store(home, readonly=False) if dsn is None else open_writes(home, dsn) as store:
         report = _run(state_db, store, dry_run=False, label="Importing")
     _echo_report(report, target, as_json=as_json)

@@ -8,7 +8,7 @@ from typing import cast
 import click
 import msgspec
 
-from hermes_actors.cli.options import home_option, open_store, reports_errors
+from hermes_actors.cli.options import dsn_option, home_option, open_reads, reports_errors
 from hermes_actors.search import MAX_LIMIT, SearchHit, Sort, session_search
 from hermes_actors.store import Role
 
@@ -27,6 +27,7 @@ def _describe(hit: SearchHit) -> str:
 
 @click.command("search")
 @home_option
+@dsn_option
 @click.argument("query")
 @click.option(
     "--limit",
@@ -53,7 +54,14 @@ def _describe(hit: SearchHit) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result (windows, bookends) as JSON.")
 @reports_errors
 def search(
-    home: str | None, query: str, limit: int, sort: str, roles: tuple[str, ...], source: str | None, as_json: bool
+    home: str | None,
+    dsn: str | None,
+    query: str,
+    limit: int,
+    sort: str,
+    roles: tuple[str, ...],
+    source: str | None,
+    as_json: bool,
 ) -> None:
     """Find conversations by title and message text: title matches first, then messages, one hit per lineage.
 
@@ -72,7 +80,7 @@ def search(
     if not query.strip():
         # session_search would browse instead; on the command line a blank query is a mistake.
         raise click.ClickException("the query is empty; give at least one word (list sessions with 'sessions list')")
-    with open_store(home) as store:
+    with open_reads(home, dsn) as store:
         result = session_search(
             store,
             query=query,

@@ -3,7 +3,8 @@
 
 Each command is a thin shell over the store. Wherever one session is meant, it may be named by id, unique id
 prefix or title (:meth:`Store.resolve_session`). Destructive commands ask first unless ``--yes``; their questions
-and progress bars go to stderr, so stdout carries only the listing or JSON a script asked for.
+and progress bars go to stderr, so stdout carries only the listing or JSON a script asked for. With ``--dsn`` (or
+``$HERMES_CLUSTER_DSN``) every command works on a cluster's PostgreSQL store instead of the home's SQLite store.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from hermes_actors.cli.options import (
     dsn_option,
     home_option,
     open_reads,
-    open_store,
-    open_writable,
+    open_writes,
     reports_errors,
     resolve_home,
 )
@@ -110,10 +110,11 @@ def sessions_list(
 
 @sessions.command("browse")
 @home_option
+@dsn_option
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most sessions to offer.")
 @reports_errors
-def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
+def sessions_browse(home: str | None, dsn: str | None, source: str | None, limit: int) -> None:
     """Pick a conversation from a numbered list and print how to resume it (its newest segment).
 
     Type a number to pick, other text to filter by title, id or preview, an empty line to see all again, q to
@@ -121,7 +122,7 @@ def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
 
     Example: hermesctl sessions browse --source cli
     """
-    with open_store(home) as store:
+    with open_reads(home, dsn) as store:
         rows = store.list_lineages(source=source, limit=limit, preview_chars=PREVIEW_WIDTH * 4).rows
         if not rows:
             click.echo("No sessions" + (f" from {source}" if source else "") + ".")
@@ -134,7 +135,10 @@ def sessions_browse(home: str | None, source: str | None, limit: int) -> None:
     for line in summary_lines(details, now=time.time()):
         click.echo(line)
     click.echo("")
-    click.echo(f"Resume it with: hermesctl chat --resume {picked.tip.id}")
+    if dsn is None:
+        click.echo(f"Resume it with: hermesctl chat --resume {picked.tip.id}")
+    else:  # a terminal chat runs on a home, not in a cluster: a platform's chat resumes it
+        click.echo(f"Resume it from a chat with: /resume {picked.tip.id}")
 
 
 @sessions.command("show")
@@ -192,9 +196,17 @@ def _echo_prune_preview(preview: PruneResult, scope: str) -> None:
         click.echo(f"  … and {preview.sessions_deleted - len(preview.session_ids)} more")
 
 
-def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int) -> None:
+def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int, *, postgres: bool) -> None:
     click.echo(f"Deleted {scope} and {plural(result.messages_deleted, 'message')}.")
-    if result.vacuumed:
+    if result.vacuumed and postgres:
+        # VACUUM (ANALYZE) makes the space reusable without locking the tables; VACUUM FULL would give it back to
+        # the disk but locks each table while the hosts run turns on it.
+        size = format_bytes(result.bytes_after)
+        click.echo(
+            f"Vacuumed and analyzed the pruned tables; the database is {size}, and PostgreSQL reuses the freed "
+            "space for new rows."
+        )
+    elif result.vacuumed:
         freed = max(0, result.bytes_before - result.bytes_after)
         before, after = format_bytes(result.bytes_before), format_bytes(result.bytes_after)
         click.echo(f"Freed {format_bytes(freed)}: the database went from {before} to {after}.")
@@ -207,17 +219,29 @@ def _echo_prune_result(result: PruneResult, scope: str, free_bytes: int) -> None
 
 @sessions.command("prune")
 @home_option
+@dsn_option
 @click.option(
     "--older-than", "age", type=AgeType(), default=None, help="Only sessions that ended AGE ago: 12h, 90d or 90 (days)."
 )
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted and change nothing.")
-@click.option("--vacuum", is_flag=True, help="Compact the file afterwards (holds the write lock while it runs).")
+@click.option(
+    "--vacuum",
+    is_flag=True,
+    help="Compact the file afterwards (holds the write lock while it runs); PostgreSQL: VACUUM ANALYZE the tables.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @reports_errors
 def sessions_prune(
-    home: str | None, age: Age | None, source: str | None, dry_run: bool, vacuum: bool, yes: bool, as_json: bool
+    home: str | None,
+    dsn: str | None,
+    age: Age | None,
+    source: str | None,
+    dry_run: bool,
+    vacuum: bool,
+    yes: bool,
+    as_json: bool,
 ) -> None:
     """Delete ended sessions and their messages; live sessions are never pruned.
 
@@ -230,7 +254,7 @@ def sessions_prune(
         age = DEFAULT_PRUNE_AGE
     criteria = PruneFilter(older_than_days=age.days if age else 0, source=source)
     now = time.time()  # the preview and the prune judge ages against the same moment
-    with open_store(home) if dry_run else open_writable(home) as store:
+    with open_reads(home, dsn) if dry_run else open_writes(home, dsn) as store:
         preview = store.prune_sessions(criteria, dry_run=True, now=now)
         if dry_run or preview.sessions_deleted == 0:
             if as_json:
@@ -253,19 +277,21 @@ def sessions_prune(
     if as_json:
         click.echo(msgspec.json.encode(result).decode())
     else:
-        _echo_prune_result(result, _prune_scope(result.sessions_deleted, source=source, age=age), free_bytes)
+        scope = _prune_scope(result.sessions_deleted, source=source, age=age)
+        _echo_prune_result(result, scope, free_bytes, postgres=dsn is not None)
 
 
 @sessions.command("stats")
 @home_option
+@dsn_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @reports_errors
-def sessions_stats(home: str | None, as_json: bool) -> None:
+def sessions_stats(home: str | None, dsn: str | None, as_json: bool) -> None:
     """Print totals, per-source counts and the database size.
 
     Example: hermesctl sessions stats --json
     """
-    with open_store(home) as store:
+    with open_reads(home, dsn) as store:
         stats = store.stats()
     if as_json:
         click.echo(msgspec.json.encode(stats).decode())

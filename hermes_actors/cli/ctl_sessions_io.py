@@ -12,16 +12,18 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import click
 
 from hermes_actors.cli.formatting import one_line, plural
-from hermes_actors.cli.options import home_option, open_store, reports_errors
+from hermes_actors.cli.options import dsn_option, home_option, open_reads, open_store, open_writes, reports_errors
 from hermes_actors.cli.session_text import lineage_text
 from hermes_actors.importer.jsonl import JsonlImport, Lines, import_lines
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.export import encode_export_line
 
 __all__ = ["sessions_export", "sessions_import"]
@@ -64,13 +66,21 @@ def _write_file(path: Path, lines: Iterable[bytes], total: int) -> None:
         raise
 
 
+def _snapshot(store: StoreInterface) -> AbstractContextManager[None]:
+    """One consistent view of ``store`` for the block: a PostgreSQL store's ``snapshot``, SQLite's read
+    transaction."""
+    snapshot: Callable[[], AbstractContextManager[None]] | None = getattr(store, "snapshot", None)
+    return snapshot() if snapshot is not None else store.transaction()
+
+
 @click.command("export")
 @home_option
+@dsn_option
 @click.argument("out", default="-", metavar="[OUT|-]")
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--session-id", "reference", metavar="ID", help="Only this session (id, unique id prefix or title).")
 @reports_errors
-def sessions_export(home: str | None, out: str, source: str | None, reference: str | None) -> None:
+def sessions_export(home: str | None, dsn: str | None, out: str, source: str | None, reference: str | None) -> None:
     """Write sessions as JSON lines: one session per line, its fields beside "messages" (all of them, in order).
 
     OUT is a file, written whole or not at all, or - (the default) for standard output. Each message's content
@@ -79,8 +89,9 @@ def sessions_export(home: str | None, out: str, source: str | None, reference: s
 
     Example: hermesctl sessions export backup.jsonl --source telegram
     """
-    # One read transaction: the export is one snapshot, however long it takes and whatever hermesd writes.
-    with open_store(home) as store, store.transaction():
+    # One snapshot (SQLite's read transaction, PostgreSQL's REPEATABLE READ), however long the export takes and
+    # whatever hermesd or the shard hosts write meanwhile.
+    with open_reads(home, dsn) as store, _snapshot(store):
         session_id = None
         if reference is not None:
             record = store.resolve_session(reference)
@@ -142,9 +153,10 @@ def _echo_import(result: JsonlImport) -> None:
 
 @click.command("import")
 @home_option
+@dsn_option
 @click.argument("path", metavar="FILE|-")
 @reports_errors
-def sessions_import(home: str | None, path: str) -> None:
+def sessions_import(home: str | None, dsn: str | None, path: str) -> None:
     """Read sessions from a 'sessions export' file (ours or the reference system's) into the home.
 
     The whole file is checked first: a malformed line is an error naming its number, and nothing is imported.
@@ -153,7 +165,12 @@ def sessions_import(home: str | None, path: str) -> None:
 
     Example: hermesctl sessions import backup.jsonl --home ~/.hermes-restored
     """
-    with _readable(path) as lines, open_store(home, readonly=False) as store, contextlib.ExitStack() as stack:
+    # Into a home, the database is created when missing; a cluster's store must have the current schema.
+    with (
+        _readable(path) as lines,
+        open_store(home, readonly=False) if dsn is None else open_writes(home, dsn) as store,
+        contextlib.ExitStack() as stack,
+    ):
         bars: list[Any] = []
 
         def progress(done: int, total: int) -> None:

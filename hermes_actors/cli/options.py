@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from hermes_actors.daemon.home import DATABASE_NAME, HomeError, database_path, make_home
-from hermes_actors.errors import HermesError, StoreError
+from hermes_actors.errors import HermesError, SchemaVersionError, StoreError
 from hermes_actors.store import Store, StoreInterface
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "open_reads",
     "open_store",
     "open_writable",
+    "open_writes",
     "reports_errors",
     "resolve_home",
 ]
@@ -85,7 +86,7 @@ dsn_option = click.option(
     "--dsn",
     envvar="HERMES_CLUSTER_DSN",
     default=None,
-    help="Read the PostgreSQL store of a cluster (or $HERMES_CLUSTER_DSN) instead of the home's SQLite store.",
+    help="Use the PostgreSQL store of a cluster (or $HERMES_CLUSTER_DSN) instead of the home's SQLite store.",
 )
 
 
@@ -96,6 +97,27 @@ def open_reads(home: str | None, dsn: str | None) -> AbstractContextManager[Stor
     from hermes_actors.store.pg import PostgresStore
 
     return PostgresStore.open(dsn, pool_size=1, migrate_schema=False)
+
+
+def open_writes(home: str | None, dsn: str | None) -> AbstractContextManager[StoreInterface]:
+    """The store a command writes: the PostgreSQL store at ``dsn`` when it has the current schema (``hermesctl``
+    never migrates a cluster's store under its running hosts), else the home's (:func:`open_writable`)."""
+    if dsn is None:
+        return open_writable(home)
+    from hermes_actors.store.pg import PostgresStore
+    from hermes_actors.store.pg.migrations import SCHEMA_VERSION
+
+    store = PostgresStore.open(dsn, pool_size=2, migrate_schema=False)
+    found = store.schema_version()
+    if found != SCHEMA_VERSION:
+        store.close()
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(store.path, found, SCHEMA_VERSION)
+        raise StoreError(
+            f"{store.path} has schema version {found}, not {SCHEMA_VERSION}: start the cluster with this version's "
+            "'hermesd --cluster' (it migrates the store), or fill an empty database with 'hermesctl db copy'"
+        )
+    return store
 
 
 def open_writable(home: str | None) -> Store:

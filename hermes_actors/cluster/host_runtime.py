@@ -6,7 +6,9 @@ by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordi
 (:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
 shards with a :class:`~hermes_actors.cluster.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
 into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
-``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost).
+``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Rows that are
+not messages go elsewhere: resets to :class:`~hermes_actors.cluster.shard_timers.ShardTimers`, an operator's
+changes to :class:`~hermes_actors.cluster.shard_admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
 any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a
@@ -26,7 +28,9 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
 from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.shard_admin import ShardAdmin
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
@@ -134,6 +138,7 @@ class HostRuntime:
             on_gained=self._gained,
         )
         self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self.admin = ShardAdmin(self.store, self.fence, self.runtime, name=settings.name)
         self._scanned_at = 0.0
         self._lock = threading.Lock()
         self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
@@ -229,6 +234,9 @@ class HostRuntime:
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
+            if row.platform == ADMIN_PLATFORM:  # an operator's rename, end or delete (hermesctl sessions --dsn)
+                handed += self.admin.submit(row)
+                continue
             target = self._shard_of_key(row)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
@@ -291,6 +299,7 @@ class HostRuntime:
             if thread.is_alive():
                 thread.join(timeout=5)
         self.keeper.stop(release=False)
+        self.admin.stop()
         self.runtime.close(time.monotonic() + 2.0, 5.0)
         self._relay.close()
         if release:

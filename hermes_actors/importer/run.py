@@ -95,12 +95,15 @@ class _Import:
         if progress is not None:
             progress(0, total)
         for batch in batches(order, rows, batch_messages):
-            with self.target.transaction():
-                for stub in batch:
-                    self._session(stub)
-                    done += rows.get(stub.id, 0)
-                    if progress is not None:
-                        progress(done, total)
+            try:
+                with self.target.transaction():
+                    for stub in batch:
+                        self._session(stub)
+                        done += rows.get(stub.id, 0)
+                        if progress is not None:
+                            progress(done, total)
+            finally:
+                self.target.release()
 
     def _skip_session(self, session_id: str, reason: str) -> None:
         self.skipped_sessions.append(SessionNote(session_id=session_id, reason=reason))
@@ -212,6 +215,14 @@ class _Import:
         must_end = source_ended and not self.target.session_ended(session.id)
         if not messages and not must_end:
             self.sessions_unchanged += 1
+            return
+        holder = self.target.hold(session.id)
+        if holder is not None:
+            self._skip_session(
+                session.id,
+                f"it is open here (a live session's lease is held by {holder}), so what the source added since was "
+                "not imported; run the import again once the session is idle",
+            )
             return
         if messages and self.target.local_tail(session.id) != ledger.last_message_id:
             self._skip_session(

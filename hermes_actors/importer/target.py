@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -36,6 +38,7 @@ LEDGER_PREFIX = "import-hermes:session:"
 RAW_PREFIX = "import-hermes:raw:"
 
 _TITLE_PROBES = 1000
+_LEASE_TTL_S = 300.0  # longer than any batch; given back as soon as the batch's transaction has ended
 
 
 class Ledger(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +74,10 @@ class Target:
         self._routes: dict[str, str] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._tails: dict[str, int] = {}
+        # Leases are held as a process of this host ("host:pid:start-ms"): one left by a killed import is taken
+        # over at once by hermesd, and by a shard host in any case.
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
+        self._held = False
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         """One transaction of the store, or nothing in a dry run."""
@@ -119,6 +126,29 @@ class Target:
         if routing_key in self._routes:
             return self._routes[routing_key]
         return None if self._store is None else self._store.get_route(routing_key)
+
+    # -- leases ------------------------------------------------------------------------------------------------
+
+    def hold(self, session_id: str) -> str | None:
+        """Keep every process from running ``session_id``'s turns while the caller's transaction changes it: take
+        its lease (given back by :meth:`release`). Return the owner of a live lease that stands in the way (the
+        session is open in hermesd, a terminal chat or a shard host), else ``None``. A dry run only looks.
+
+        On PostgreSQL the grant holds the lease's lock until the transaction commits, so a shard host taking the
+        session meanwhile waits and then reads what the import wrote."""
+        if self._store is None:
+            return None
+        if self.dry_run:
+            return self._store.leases.holder(session_id)
+        holder = self._store.leases.acquire(session_id, self._owner, _LEASE_TTL_S)
+        self._held = self._held or holder is None
+        return holder
+
+    def release(self) -> None:
+        """Give back every lease :meth:`hold` took (once the transaction that used them has ended)."""
+        if self._held and self._store is not None:
+            self._store.leases.release_all(self._owner)
+            self._held = False
 
     # -- writes ------------------------------------------------------------------------------------------------
 

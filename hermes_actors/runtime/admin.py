@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from hermes_actors.errors import HermesError, SessionBusyError
 from hermes_actors.runtime.leases import lease_owner_alive, wait_for_lease
 from hermes_actors.runtime.protocol import RunTurn
 from hermes_actors.runtime.services import SessionServices
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord, Store, StoreInterface
 
 __all__ = [
     "admin_lease",
@@ -93,14 +93,17 @@ def busy_text(session_id: str, owner: str) -> str:
 
 
 @contextlib.contextmanager
-def admin_lease(store: Store, session_id: str, owner: str) -> Iterator[None]:
+def admin_lease(
+    store: StoreInterface, session_id: str, owner: str, *, owner_alive: Callable[[str], bool] = lease_owner_alive
+) -> Iterator[None]:
     """Hold ``session_id``'s lease for ``owner`` around the block; raise :class:`SessionBusyError` (with
-    :func:`busy_text`) when a live process holds it. A lease whose holder is a dead process is taken over."""
+    :func:`busy_text`) when a live process holds it. A lease whose holder is not alive by ``owner_alive`` (a dead
+    process of this host; in a shard host, anyone but the host) is taken over."""
     holder = wait_for_lease(
         lambda: store.leases.acquire(session_id, owner, ADMIN_LEASE_TTL_S),
         lambda dead: store.leases.release(session_id, dead),
         wait_s=0.0,
-        owner_alive=lease_owner_alive,
+        owner_alive=owner_alive,
     )
     if holder is not None:
         raise SessionBusyError(busy_text(session_id, holder))
@@ -125,10 +128,12 @@ def end_in_store(store: Store, session_id: str, owner: str) -> SessionRecord:
     return record
 
 
-def delete_in_store(store: Store, session_id: str, owner: str) -> bool:
+def delete_in_store(
+    store: StoreInterface, session_id: str, owner: str, *, owner_alive: Callable[[str], bool] = lease_owner_alive
+) -> bool:
     """Delete the session under its lease (its media files go once the deletion committed); return whether it
     existed."""
-    with admin_lease(store, session_id, owner):
+    with admin_lease(store, session_id, owner, owner_alive=owner_alive):
         return store.delete_session(session_id)
 
 

@@ -38,7 +38,9 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import build_session_key
+from hermes_actors.runtime.admin import delete_in_store
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
+from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
 from hermes_actors.runtime.turn_watch import TurnWatch
@@ -145,6 +147,12 @@ class Gateway:
         """Hand an operator's rename or end to the session's actor (see :meth:`LifecycleCommands.admin
         <hermes_actors.lifecycle.handlers.LifecycleCommands.admin>`); its future says when it was applied."""
         self._supervisor.admin(change)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session (ended first by the caller) on a connection of its own, under its lease, so its media
+        files go once the deletion has committed; whether it existed."""
+        with Store.open(self.database) as store:
+            return delete_in_store(store, session_id, new_lease_owner())
 
     @property
     def watch(self) -> TurnWatch:

@@ -7,35 +7,68 @@ a bare ``/title`` afterwards shows the new title and ``/compress`` numbers the c
 running turn, as ``/new`` does, without a save-memory turn, and the session's chats get a fresh session with their
 next message. A delete ends a live session that way first, then deletes it on a connection of its own under its
 lease (:func:`~hermes_actors.runtime.admin.delete_in_store`). A session another live process holds (a terminal
-chat started before hermesd) is refused with :class:`SessionBusyError`, naming that process.
+chat started before hermesd) is refused with :class:`SessionBusyError`, naming that process. In cluster mode a
+shard host applies ``hermesctl sessions ... --dsn`` changes the same way (:mod:`hermes_actors.cluster.shard_admin`):
+what :class:`LiveAdmin` needs of its runtime is the :class:`AdminSite` protocol.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TypeVar
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 from hermes_actors.errors import HermesError, SessionBusyError
-from hermes_actors.runtime.admin import busy_text, delete_in_store
-from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
+from hermes_actors.runtime.admin import busy_text
+from hermes_actors.runtime.leases import lease_owner_alive
 from hermes_actors.runtime.protocol import AdminChange, EndSession, SetTitle
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 
-__all__ = ["ADMIN_TIMEOUT_S", "LiveAdmin"]
+__all__ = ["ADMIN_TIMEOUT_S", "AdminSite", "LiveAdmin"]
 
 T = TypeVar("T")
 
 ADMIN_TIMEOUT_S = 120.0  # how long to wait for a session's actor to apply a change (after a running turn)
 
 
-class LiveAdmin:
-    """Applies an operator's changes on ``gateway`` (whose database file is ``gateway.database``)."""
+class AdminSite(Protocol):
+    """A running runtime whose sessions :class:`LiveAdmin` changes: hermesd's
+    :class:`~hermes_actors.runtime.gateway.Gateway`, or a shard host (:mod:`hermes_actors.cluster.shard_admin`)."""
 
-    def __init__(self, gateway: Gateway, *, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
+    @property
+    def lease_owner(self) -> str:
+        """The owner string of this runtime's session leases."""
+        ...
+
+    def read(self) -> AbstractContextManager[StoreInterface]:
+        """Borrow a store to read."""
+        ...
+
+    def admin(self, change: AdminChange) -> None:
+        """Queue a rename or end as a control turn of the session's actor."""
+        ...
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session under its lease; whether it existed."""
+        ...
+
+
+class LiveAdmin:
+    """Applies an operator's changes on ``gateway``; ``owner_alive`` says whether another lease holder still runs
+    (a shard host: nobody but itself, its shard lease decides)."""
+
+    def __init__(
+        self,
+        gateway: AdminSite,
+        *,
+        timeout_s: float = ADMIN_TIMEOUT_S,
+        owner_alive: Callable[[str], bool] = lease_owner_alive,
+    ) -> None:
         self._gateway = gateway
         self._timeout = timeout_s
+        self._owner_alive = owner_alive
 
     def check(self, session_id: str) -> SessionRecord:
         """The session's record; :class:`SessionBusyError` for one another live process holds (this process's own
@@ -43,7 +76,7 @@ class LiveAdmin:
         with self._gateway.read() as store:
             record = store.get_session(session_id)
             holder = store.leases.holder(session_id)
-        if holder is not None and holder != self._gateway.lease_owner and lease_owner_alive(holder):
+        if holder is not None and holder != self._gateway.lease_owner and self._owner_alive(holder):
             raise SessionBusyError(busy_text(session_id, holder))
         return record
 
@@ -67,9 +100,7 @@ class LiveAdmin:
         ended = self.end(record)
         if not ended and self._held_here(record.id):  # an ended session an actor of ours still holds
             self._retire(record)
-        with Store.open(self._gateway.database) as store:
-            deleted = delete_in_store(store, record.id, new_lease_owner())
-        return ended, deleted
+        return ended, self._gateway.delete_session(record.id)
 
     def _held_here(self, session_id: str) -> bool:
         with self._gateway.read() as store:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -109,7 +109,7 @@ def routers() -> Iterator[Callable[..., OutboxRouter]]:
     """Make outbox routers; each is stopped at the end (after the test has released its gates)."""
     made: list[OutboxRouter] = []
 
-    def make(writer: StoreWriter, *senders: ReplySender, **options: object) -> OutboxRouter:
+    def make(writer: StoreWriter, *senders: ReplySender, **options: Any) -> OutboxRouter:
         router = OutboxRouter(writer, **options)
         for sender in senders:
             router.register(sender)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.errors import SchemaVersionError
+from hermes_actors.errors import SchemaVersionError, StoreError
 from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.table_interface import (
@@ -314,3 +314,25 @@ def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: Postgr
 def test_check_writable_passes_on_a_healthy_database_and_leaves_nothing(pg: PostgresStore) -> None:
     pg.check_writable()
     assert pg.database.value("SELECT to_regclass('hermes_probe')") is None
+
+
+def test_a_snapshot_sees_none_of_what_other_connections_commit_meanwhile(pg: PostgresStore) -> None:
+    first = pg.create_session("cli")
+    committed = threading.Event()
+
+    def elsewhere() -> None:  # another thread: another pooled connection, committing at once
+        pg.create_session("cli")
+        committed.set()
+
+    with pg.snapshot():
+        assert [r.id for r in pg.list_sessions(limit=None)] == [first.id]
+        writer = threading.Thread(target=elsewhere)
+        writer.start()
+        assert committed.wait(10)
+        writer.join()
+        assert [r.id for r in pg.list_sessions(limit=None)] == [first.id]
+        with pytest.raises(StoreError, match="read-only transaction"):
+            pg.create_session("cli")
+    assert len(pg.list_sessions(limit=None)) == 2
+    with pg.transaction(), pytest.raises(StoreError, match="outermost transaction"), pg.snapshot():
+        pass

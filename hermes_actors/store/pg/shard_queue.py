@@ -86,6 +86,28 @@ class ShardQueue:
                 self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
         return moved > 0
 
+    def take(self, inbox_id: int, owner: str) -> bool:
+        """Mark a pending row as being worked on by ``owner`` (a host applying an operator's change); whether it
+        was pending. A row taken by no one can still be withdrawn (:meth:`withdraw`)."""
+        return (
+            self._db.count("UPDATE inbox SET owner = %s WHERE id = %s AND state = %s", (owner, inbox_id, _PENDING)) > 0
+        )
+
+    def withdraw(self, inbox_id: int) -> bool:
+        """Refuse a pending row no host has taken (its sender gave up waiting); whether it was withdrawn."""
+        return (
+            self._db.count(
+                "UPDATE inbox SET state = %s, completed_at = %s WHERE id = %s AND state = %s AND owner IS NULL",
+                (InboxState.REJECTED.value, self._clock(), inbox_id, _PENDING),
+            )
+            > 0
+        )
+
+    def record(self, inbox_id: int, payload: bytes) -> None:
+        """Replace a row's payload (a host records an operator change's outcome in it, in the transaction that
+        completes the row)."""
+        self._db.execute("UPDATE inbox SET payload = %s WHERE id = %s", (payload, inbox_id))
+
     def lag(self) -> list[ShardLag]:
         """Every shard with pending rows: how many and since when, in shard order."""
         rows = self._db.execute(

@@ -12,6 +12,7 @@ backup); sizes are ``pg_database_size``; ``free_bytes`` is 0 (PostgreSQL reuses 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -117,6 +118,16 @@ class PostgresStore(PgTranscriptRows):
     def transaction(self) -> AbstractContextManager[None]:
         """A block run in one transaction on this thread's connection (nested: a savepoint)."""
         return self.database.transaction()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A read-only block that sees one snapshot of the database (``REPEATABLE READ``), as the SQLite store's
+        read transaction does: a long export is consistent whatever the shard hosts commit meanwhile."""
+        if self.database.in_transaction:
+            raise StoreError("a snapshot must be the outermost transaction of its thread")
+        with self.database.transaction():
+            self.database.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
 
     def fence_shards(self, fence: ShardFence | None) -> None:
         """Cluster mode: from now on every turn's transaction (its inbox completions, its session lease's grant
