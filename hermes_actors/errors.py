@@ -31,6 +31,7 @@ __all__ = [
     "HermesError",
     "LeaseLostError",
     "PlatformError",
+    "RoleLostError",
     "RoutingError",
     "SchemaVersionError",
     "SessionBusyError",
@@ -156,6 +157,12 @@ class SessionBusyError(StoreError):
 
 class LeaseLostError(StoreError):
     """This process's lease on a session expired and another process took it; the write was rolled back."""
+
+
+class RoleLostError(LeaseLostError):
+    """Cluster mode: this replica's term of a role (an adapter's, a platform's dispatch) ended, by its own deadline
+    or because another replica took it; the write that needed it was rolled back (a poll batch and its cursor stay
+    uncommitted, the new holder polls them again)."""
 
 
 class StaleTurnError(StoreError):

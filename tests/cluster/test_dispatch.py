@@ -64,5 +64,6 @@ def test_a_permanent_failure_abandons_the_row_and_frees_the_chat(pg: PostgresSto
             raise SendError("the chat is gone", permanent=True)
 
     _queue(pg, "a", "1")
-    assert OutboxDispatcher(pg, {"fake": Refusing()}, name="d").dispatch_once() == 0
+    assert OutboxDispatcher(pg, {"fake": Refusing()}, name="d").dispatch_once() == 1  # one row handled
     assert pg.outbox.backlog() == 0
+    assert pg.database.value("SELECT last_error FROM outbox") == "the chat is gone"
