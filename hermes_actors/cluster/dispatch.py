@@ -86,7 +86,7 @@ class OutboxDispatcher:
         self._terms: dict[str, RoleTerm] = {}  # offered platforms, and withdrawn ones with sends still under way
         self._kept_at: float | None = None
         self._busy: dict[_ChatKey, int] = {}  # chat -> the row being sent to it
-        self._known: set[int] = set()  # rows whose last attempt here failed with a known outcome (not sent)
+        self._suspect: dict[int, bool] = {}  # rows failed here -> whether an attempt of theirs may have left
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,8 +157,10 @@ class OutboxDispatcher:
             with self._lock:
                 sender = self._senders.get(row.platform)
                 term = self._terms.get(row.platform)
-                if key in self._busy:  # our own claim ran out while it is still being sent: it stays ours
-                    continue
+                if key in self._busy:
+                    if self._busy[key] != row.id:  # the chat's next reply, its head's send just ending: next round
+                        dropped.append(row.id)
+                    continue  # else our own claim ran out while the row is still being sent: it stays ours
                 if sender is None or term is None:  # withdrawn meanwhile
                     dropped.append(row.id)
                     continue
@@ -194,8 +196,8 @@ class OutboxDispatcher:
             claims.unclaim(self._name, [row.id])
             return
         message = msgspec.structs.replace(decode_outbound(row.payload), outbox_id=row.id)
-        with self._lock:  # an earlier attempt may have reached the platform
-            suspect = row.attempts > 0 and row.id not in self._known
+        with self._lock:  # an attempt before this process knew the row, or one of unknown outcome, may have left
+            suspect = self._suspect.get(row.id, row.attempts > 0)
         if suspect and not sender.idempotent_sends and not message.possible_duplicate:
             message = msgspec.structs.replace(message, possible_duplicate=True)
         base, cap = self._retry
@@ -205,28 +207,28 @@ class OutboxDispatcher:
             if exc.permanent or message.no_retry:
                 _log.warning("dispatcher %s: reply %d failed and is given up: %s", self._name, row.id, exc)
                 self._store.outbox.abandon(row.id, str(exc))
-                self._remember(row.id, known=False)
+                self._remember(row.id, None)
             else:
                 wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2 ** (attempt - 1))
                 _log.warning("dispatcher %s: reply %d failed (%s); retry in %.1f s", self._name, row.id, exc, wait)
-                self._remember(row.id, known=not exc.outcome_unknown)
+                self._remember(row.id, suspect or exc.outcome_unknown)
                 self._store.outbox.mark_failed(row.id, str(exc), self._clock() + wait)
         except Exception as exc:  # of unknown outcome: the next attempt is flagged
             _log.exception("dispatcher %s: the sender failed on reply %d", self._name, row.id)
-            self._remember(row.id, known=False)
+            self._remember(row.id, True)
             self._store.outbox.mark_failed(row.id, f"the sender failed: {exc!r}", self._clock() + base)
         else:
             self._store.outbox.mark_sent(row.id, platform_id)
-            self._remember(row.id, known=False)
+            self._remember(row.id, None)
         claims.unclaim(self._name, [row.id])
 
-    def _remember(self, outbox_id: int, *, known: bool) -> None:
-        """Whether the row's last attempt here failed with a known outcome (its next attempt is then no suspect)."""
+    def _remember(self, outbox_id: int, suspect: bool | None) -> None:
+        """After a failed attempt, whether the row is suspect from now on; ``None``: done with it (sent, given up)."""
         with self._lock:
-            if known:
-                self._known.add(outbox_id)
+            if suspect is None:
+                self._suspect.pop(outbox_id, None)
             else:
-                self._known.discard(outbox_id)
+                self._suspect[outbox_id] = suspect
 
     # -- the thread ----------------------------------------------------------------------------------------------
 
