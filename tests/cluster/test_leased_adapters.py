@@ -14,7 +14,7 @@ from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.replica import ClusterReplica, placement
 from hermes_actors.errors import RoleLostError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, decode_inbound
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
 from hermes_actors.ports import Adapter, PollCursor
 from hermes_actors.routing import SessionSource
 from hermes_actors.store.pg import PostgresStore
@@ -198,3 +198,68 @@ def test_each_platform_section_has_one_placement() -> None:
     }
     assert placement("api_server") == "elsewhere"
     assert placement("slack") == "not yet"
+
+
+def _reply(store: PostgresStore, text: str) -> int:
+    reply = OutboundMessage(platform=PLATFORM, account_id="main", chat_id="5001", text=text)
+    return store.outbox.add(
+        session_id=None, platform=PLATFORM, account_id="main", chat_id="5001", thread_id=None, payload=encode(reply)
+    )
+
+
+def test_a_leased_adapter_s_replies_are_sent_by_the_replica_that_runs_it_and_follow_it_on_a_takeover(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    config = make_config(fake, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    a.entry.start(heartbeats=False)
+    b.entry.start(heartbeats=False)
+    try:
+        assert a.leased.tick()
+        assert not b.leased.tick()
+        _reply(a.store, "from a")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a"])
+        assert a.entry.dispatcher.held() == {PLATFORM}
+        assert b.entry.dispatcher.held() == set()  # b has no Telegram sender: it runs no Telegram adapter
+        a.entry.stop()  # a shuts down: both roles are released
+        poll_until(lambda: b.leased.tick(), timeout=5, interval=0.05, what="b taking the adapter over")
+        _reply(b.store, "from b")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a", "from b"])
+        assert b.entry.dispatcher.held() == {PLATFORM}
+        poll_until(lambda: b.store.outbox.backlog() == 0, what="both replies marked sent")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_batch_and_its_cursor_commit_together_after_the_guard_and_poke_each_new_shard_once(
+    postgres_dsn: str,
+) -> None:
+    pokes: list[int] = []
+    refuse = [False]
+
+    def guard() -> None:
+        if refuse[0]:
+            raise RoleLostError("lost")
+
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
+        ingress = ClusterIngress(store, shards=SHARDS, poke=pokes.append)
+        ingress.guard(PLATFORM, guard)
+        batch = [inbound(f"m-{n}", str(n)) for n in range(3)]  # one chat: one routing key, one shard
+        ids = ingress.accept_batch(batch, cursor=PollCursor(platform=PLATFORM, cursor="7", account_id="main"))
+        assert None not in ids
+        assert len(pokes) == 1  # after the commit, once for its shard
+        assert ingress.accept_batch(batch, cursor=None) == [None, None, None]  # a redelivery adds and pokes nothing
+        assert len(pokes) == 1
+        refuse[0] = True
+        with pytest.raises(RoleLostError):
+            ingress.accept_batch([inbound("m-9", "9")], cursor=PollCursor(platform=PLATFORM, cursor="8"))
+        with pytest.raises(RoleLostError):  # a cursor named platform:<anything> is the platform's too
+            ingress.accept_batch([], cursor=PollCursor(platform=f"{PLATFORM}:extra", cursor="x"))
+        assert ingress.poll_cursor(PLATFORM, "main") == "7"
+        assert ingress.poll_cursor(PLATFORM, "") is None
+        assert len(_inbox_ids(store)) == 3
+        assert len(pokes) == 1
+        ingress.guard(PLATFORM, None)
+        assert ingress.accept_batch([inbound("m-9", "9")], cursor=None)[0] is not None
