@@ -14,6 +14,7 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── SessionClosedError the session has ended and cannot take new turns
     │   ├── SessionBusyError   another process holds the session's lease
     │   ├── LeaseLostError     the lease was taken over mid-turn: the turn's commit is rolled back
+    │   │   └── RoleLostError  a cluster replica's role term ended: the write it guarded is rolled back
     │   └── StaleTurnError     another turn completed the message already: the duplicate is rolled back
     │       └── ShardLostError the host no longer holds the session's shard: the turn is rolled back
     ├── TitleError             a title is invalid after sanitising (too long)

@@ -90,8 +90,8 @@ def serve_cluster(
             role_ttl_s=cluster.lease_ttl_s,
             enabled=registry.enabled,
         )
-        replica.start()
         try:
+            replica.start()
             while True:
                 handles = ensure_hosts(hosts, namespace=cluster.namespace)
                 _log.info("shard hosts running: %s", ", ".join(sorted(handles)))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -88,8 +87,9 @@ def test_a_takeover_waits_for_a_commit_that_holds_the_role_row_for_share(
     taken: list[int | None] = []
     taker = threading.Thread(target=lambda: taken.append(roles.acquire(ROLE, "b", TTL)))
     taker.start()
-    time.sleep(0.3)
-    assert taken == []  # blocked on the row the commit holds
+    taker.join(timeout=0.3)
+    assert taker.is_alive()  # blocked on the row the commit holds
+    assert taken == []
     release.set()
     worker.join(5)
     taker.join(5)
