@@ -172,13 +172,20 @@ def _ray_cli(*args: str) -> None:
 
 def daemon(args: argparse.Namespace) -> dict[str, Any]:
     """``hermesd --cluster`` against a Ray head started with ``ray start``: a signed webhook in, its reply at the
-    callback, ``hermesctl cluster status`` naming the hosts, SIGTERM."""
+    callback; a Telegram update polled by the leased adapter, its reply sent by the replica's dispatcher;
+    ``hermesctl cluster status`` naming the hosts and roles, SIGTERM."""
+    from tests.platforms.telegram_fake import TelegramFake, message, private_chat, user
+    from tests.platforms.test_telegram import TOKEN
     from tests.platforms.test_webhook import CALLBACK_SECRET, SECRET, Receiver, post, signature
 
     ray_port, webhook_port = _free_port(), _free_port()
     home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
     receiver = Receiver()
     receiver.host.start()
+    telegram = TelegramFake().start()
+    telegram.add_bot(TOKEN)
+    bot = {"token": TOKEN}
+    poll = {"poll_timeout_s": 1, "poll_retry_s": 0.05, "poll_retry_max_s": 0.2}
     route = {"secret": SECRET, "callback_url": receiver.url, "callback_secret": CALLBACK_SECRET}
     config = {
         "cluster": {
@@ -189,7 +196,10 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             "lease_ttl_s": 3,
             "grace_s": 1,
         },
-        "platforms": {"webhook": {"port": webhook_port, "routes": {"default": route}}},
+        "platforms": {
+            "webhook": {"port": webhook_port, "routes": {"default": route}},
+            "telegram": {"base_url": telegram.base_url, "bots": {"main": bot}, **poll},
+        },
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     bin_dir = Path(sys.executable).parent
@@ -230,6 +240,12 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
                 break
             except queue.Empty:
                 continue
+        alice = user(5001, "Alice")
+        telegram.push(TOKEN, message(private_chat(alice), alice, "hi from telegram"))
+        try:
+            sent = telegram.wait_for(lambda: [m["text"] for m in telegram.sent(TOKEN)], timeout=60)
+        except Exception:
+            sent = []
         shown = subprocess.run(
             [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
             capture_output=True,
@@ -245,10 +261,12 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             _ray_cli("stop", "--force")
             receiver.host.stop()
+            telegram.stop()
     return {
         "status": status,
         "answer": answer,
         "callback": None if callback is None else callback.json(),
+        "telegram": sent,
         "ctl": shown.stdout,
         "ctl_code": shown.returncode,
         "exit": daemon.returncode,
