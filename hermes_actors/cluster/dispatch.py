@@ -112,6 +112,7 @@ class OutboxDispatcher:
         """Stop sending ``platform``'s replies; the role is released once its sends under way have finished."""
         with self._lock:
             self._senders.pop(platform, None)
+            self._kept_at = None  # release it at the next round when nothing is under way
         self._wake.set()
 
     def held(self) -> set[str]:
