@@ -14,6 +14,7 @@ Every error names the object at fault and, where there is one, the fix.
     │   ├── SessionClosedError the session has ended and cannot take new turns
     │   ├── SessionBusyError   another process holds the session's lease
     │   ├── LeaseLostError     the lease was taken over mid-turn: the turn's commit is rolled back
+    │   │   └── RoleLostError  a cluster replica's role term ended: the write it guarded is rolled back
     │   └── StaleTurnError     another turn completed the message already: the duplicate is rolled back
     │       └── ShardLostError the host no longer holds the session's shard: the turn is rolled back
     ├── TitleError             a title is invalid after sanitising (too long)
@@ -31,6 +32,7 @@ __all__ = [
     "HermesError",
     "LeaseLostError",
     "PlatformError",
+    "RoleLostError",
     "RoutingError",
     "SchemaVersionError",
     "SessionBusyError",
@@ -156,6 +158,12 @@ class SessionBusyError(StoreError):
 
 class LeaseLostError(StoreError):
     """This process's lease on a session expired and another process took it; the write was rolled back."""
+
+
+class RoleLostError(LeaseLostError):
+    """Cluster mode: this replica's term of a role (an adapter's, a platform's dispatch) ended, by its own deadline
+    or because another replica took it; the write that needed it was rolled back (a poll batch and its cursor stay
+    uncommitted, the new holder polls them again)."""
 
 
 class StaleTurnError(StoreError):

@@ -21,7 +21,7 @@ def cluster() -> None:
 @click.option("--dsn", default=None, help="The PostgreSQL store (default: cluster.postgres_dsn of config.yaml).")
 @reports_errors
 def cluster_status_command(home: str | None, dsn: str | None) -> None:
-    """Show the shard hosts, the shards each holds, the inbox lag per shard and the oldest pending message.
+    """Show the shard hosts, the shards each holds, the inbox lag per shard, the oldest pending message and the roles.
 
     \b
     Example:

@@ -106,7 +106,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
 
 
 def _serve_cluster(settings: Settings, root: Path) -> None:
-    """Cluster mode until SIGTERM or Ctrl-C: the push adapters, the outbox dispatcher and the shard hosts on Ray."""
+    """Cluster mode until SIGTERM or Ctrl-C: the platforms' entry points (push adapters on every replica, leased ones
+    where their role is held), the outbox dispatcher and the shard hosts on Ray."""
     from hermes_actors.cluster.service import serve_cluster
     from hermes_actors.daemon.admin_key import admin_key
     from hermes_actors.daemon.agent import host_agent_factory

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import msgspec
 
 from hermes_actors.errors import HermesError
-from hermes_actors.store import InboxState
+from hermes_actors.store import EndReason, InboxState
 from hermes_actors.store.pg.shards import shard_of
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -71,6 +71,7 @@ class AdminRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
     request_id: str
     title: str | None = None
+    reason: EndReason | None = None  # an end's reason (``None``: ``operator``; a fork ends its parent ``branched``)
     outcome: AdminOutcome | None = None
 
 
@@ -105,6 +106,7 @@ def request_change(
     session_id: str,
     *,
     title: str | None = None,
+    reason: EndReason | None = None,
     timeout_s: float | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> AdminOutcome:
@@ -112,7 +114,7 @@ def request_change(
     default) for the holding host's outcome. :class:`HermesError` when the host refused it (its reason) or when
     no host completed it in time (naming ``hermesctl cluster status``)."""
     shard = shard_of(session_id, shard_count(store))
-    request = AdminRequest(op=op, session_id=session_id, request_id=uuid.uuid4().hex, title=title)
+    request = AdminRequest(op=op, session_id=session_id, request_id=uuid.uuid4().hex, title=title, reason=reason)
     inbox_id = store.shard_queue.add(
         shard,
         platform=ADMIN_PLATFORM,

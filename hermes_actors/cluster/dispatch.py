@@ -1,29 +1,63 @@
-"""Sending the replies the shard hosts committed: dispatchers claiming outbox rows in PostgreSQL.
+"""Sending the replies the shard hosts committed: each platform's outbox rows sent by one replica of the cluster.
 
-Shard hosts commit replies and leave them in the outbox; any number of :class:`OutboxDispatcher` (in the
-``hermesd --cluster`` replicas, which hold the platforms' senders) claim the head of each chat
-(:class:`~hermes_actors.store.pg.outbox_claims.OutboxClaims`), send, and mark the row sent or failed (retried with
-backoff, as the single-machine outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
+Shard hosts commit replies and leave them in the outbox. An :class:`OutboxDispatcher` runs in every
+``hermesd --cluster`` replica with the senders it has; for each platform it competes for the role lease
+``send:<platform>`` (:class:`~hermes_actors.cluster.roles.RoleTerm`) and claims that platform's rows only while it
+holds it, so each platform's senders, and the rate limits kept inside them, run in exactly one process of the
+cluster: the limits hold cluster-wide. Rows of ``api_server`` are never dispatched here (the API server answers them
+to the waiting request).
+
+Claims take the head of each chat (:class:`~hermes_actors.store.pg.outbox_claims.OutboxClaims`, ``FOR UPDATE SKIP
+LOCKED``): a chat's next reply is claimed only after its head was sent or given up, so replies reach a chat in
+commit order. Sends run on :class:`~hermes_actors.runtime.lanes.LaneWorkers`, one at a time per chat and several
+chats at once, so a sender sleeping in its rate limiter for one chat holds up only that chat.
+
+Each send mirrors the single-machine outbox (:mod:`hermes_actors.runtime.outbox`): its attempt is counted first, in a
+transaction that also checks the role lease (a replica whose term ended sends nothing); a row with attempts but no
+``sent_at`` whose outcome this process does not know is sent again with ``possible_duplicate`` unless the sender's
+sends are idempotent; a failure is retried with exponential backoff or after the platform's ``retry_after``, a
+permanent one gives the reply up. A dispatcher that dies mid-send leaves a claim that runs out.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 
+import msgspec
+
+from hermes_actors.cluster.roles import RoleTerm, send_role
+from hermes_actors.errors import RoleLostError, StoreError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.ports import ReplySender, SendError
+from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.records import OutboxRow
 
-__all__ = ["OutboxDispatcher"]
+__all__ = ["NOT_DISPATCHED", "OutboxDispatcher"]
 
 _log = logging.getLogger(__name__)
 
+NOT_DISPATCHED = frozenset({"api_server"})
+"""Platforms whose rows no dispatcher sends (the API server answers its replies to the waiting request)."""
+
+_ChatKey = tuple[str, str, str | None, str | None]  # platform, account, chat, thread
+
+
+def _chat_of(row: OutboxRow) -> _ChatKey:
+    return (row.platform, row.account_id, row.chat_id, row.thread_id)
+
 
 class OutboxDispatcher:
-    """Claims and sends the replies of the platforms in ``senders``; :meth:`dispatch_once` or a thread."""
+    """Sends the replies of the platforms it holds ``send:<platform>`` for; :meth:`dispatch_once` or a thread.
+
+    ``senders`` are offered from the start (:meth:`offer` and :meth:`withdraw` change them later: a leased
+    adapter's senders come and go with its term). ``lanes`` sends run at once, at most one per chat; a claim lasts
+    ``claim_s`` by the database clock; a role term lasts ``role_ttl_s`` and is renewed every third of it.
+    """
 
     def __init__(
         self,
@@ -31,41 +65,178 @@ class OutboxDispatcher:
         senders: Mapping[str, ReplySender],
         *,
         name: str,
+        lanes: int = 16,
+        role_ttl_s: float = 10.0,
+        claim_s: float = 30.0,
         retry_base_s: float = 2.0,
         retry_max_s: float = 300.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._clock = clock
         self._store = store
-        self._senders = dict(senders)
         self._name = name
+        self._clock = clock
+        self._monotonic = monotonic
+        self._role_ttl = role_ttl_s
+        self._claim_s = claim_s
         self._retry = (retry_base_s, retry_max_s)
+        self._workers = LaneWorkers(f"dispatch-{name}", lanes)
+        self._lock = threading.Condition()
+        self._senders: dict[str, ReplySender] = {}
+        self._terms: dict[str, RoleTerm] = {}  # offered platforms, and withdrawn ones with sends still under way
+        self._kept_at: float | None = None
+        self._busy: dict[_ChatKey, int] = {}  # chat -> the row being sent to it
+        self._suspect: dict[int, bool] = {}  # rows failed here -> whether an attempt of theirs may have left
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        for platform, sender in senders.items():
+            self.offer(platform, sender)
 
-    def dispatch_once(self, limit: int = 100) -> int:
-        """Claim and send one round of rows; how many were sent."""
-        rows = self._store.outbox_claims.claim(self._name, limit=limit)
-        sent = 0
-        for row in rows:
-            sender = self._senders.get(row.platform)
-            if sender is None:  # another replica holds that platform's sender
-                self._store.outbox_claims.unclaim(self._name, [row.id])
-                continue
-            try:
-                platform_id = sender.send(decode_outbound(row.payload))
-            except SendError as exc:
-                base, cap = self._retry
-                wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2**row.attempts)
-                if exc.permanent:
-                    self._store.outbox.abandon(row.id, str(exc))
-                else:
-                    self._store.outbox.mark_failed(row.id, str(exc), self._clock() + wait)
+    # -- senders and roles ---------------------------------------------------------------------------------------
+
+    def offer(self, platform: str, sender: ReplySender) -> None:
+        """Send ``platform``'s replies with ``sender`` whenever this dispatcher holds ``send:<platform>``."""
+        if platform in NOT_DISPATCHED:
+            return
+        with self._lock:
+            self._senders[platform] = sender
+            if platform not in self._terms:
+                self._terms[platform] = RoleTerm(
+                    self._store.roles, send_role(platform), self._name, ttl_s=self._role_ttl, monotonic=self._monotonic
+                )
+            self._kept_at = None  # compete at once
+        self._wake.set()
+
+    def withdraw(self, platform: str) -> None:
+        """Stop sending ``platform``'s replies; the role is released once its sends under way have finished."""
+        with self._lock:
+            self._senders.pop(platform, None)
+            self._kept_at = None  # release it at the next round when nothing is under way
+        self._wake.set()
+
+    def held(self) -> set[str]:
+        """The platforms whose ``send:`` role this dispatcher holds now (by its local deadline)."""
+        with self._lock:
+            terms = [(platform, term) for platform, term in self._terms.items() if platform in self._senders]
+        return {platform for platform, term in terms if term.epoch() is not None}
+
+    def _keep_roles(self) -> None:
+        """Every third of a term: renew the roles held, try the free ones, release the withdrawn ones at rest."""
+        now = self._monotonic()
+        if self._kept_at is not None and now - self._kept_at < self._role_ttl / 3:
+            return
+        self._kept_at = now
+        with self._lock:
+            offered = dict(self._terms)
+            busy = {platform for platform, *_ in self._busy}
+            leaving = [p for p in offered if p not in self._senders and p not in busy]
+            for platform in leaving:
+                del self._terms[platform]
+        for platform, term in offered.items():
+            if platform in leaving:
+                term.release()
             else:
-                self._store.outbox.mark_sent(row.id, platform_id)
-                sent += 1
-            self._store.outbox_claims.unclaim(self._name, [row.id])
-        return sent
+                term.keep()
+
+    # -- claiming and sending ------------------------------------------------------------------------------------
+
+    def dispatch_once(self, limit: int = 100, *, wait: bool = True) -> int:
+        """Keep the roles, claim up to ``limit`` heads of chats of the platforms held and start their sends; with
+        ``wait``, return once those sends have finished. How many rows were started."""
+        self._keep_roles()
+        held = sorted(self.held())
+        with self._lock:
+            free = min(limit, self._workers.size - len(self._busy))
+        if not held or free <= 0:
+            return 0
+        rows = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, platforms=held)
+        started: list[int] = []
+        dropped: list[int] = []
+        for row in rows:
+            key = _chat_of(row)
+            with self._lock:
+                sender = self._senders.get(row.platform)
+                term = self._terms.get(row.platform)
+                if key in self._busy:
+                    if self._busy[key] != row.id:  # the chat's next reply, its head's send just ending: next round
+                        dropped.append(row.id)
+                    continue  # else our own claim ran out while the row is still being sent: it stays ours
+                if sender is None or term is None:  # withdrawn meanwhile
+                    dropped.append(row.id)
+                    continue
+                self._busy[key] = row.id
+            started.append(row.id)
+            self._workers.run(functools.partial(self._attempt, row, sender, term))
+        if dropped:
+            self._store.outbox_claims.unclaim(self._name, dropped)
+        if wait:
+            with self._lock:
+                self._lock.wait_for(lambda: not set(started) & set(self._busy.values()), self._claim_s)
+        return len(started)
+
+    def _attempt(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
+        try:
+            self._send(row, sender, term)
+        except Exception:
+            _log.exception("dispatcher %s: reply %d could not be handled; its claim runs out", self._name, row.id)
+        finally:
+            with self._lock:
+                self._busy.pop(_chat_of(row), None)
+                self._lock.notify_all()
+            self._wake.set()
+
+    def _send(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
+        claims = self._store.outbox_claims
+        try:
+            with self._store.transaction():
+                term.check()
+                attempt = self._store.outbox.begin_attempt(row.id)
+        except (RoleLostError, StoreError) as exc:  # nothing was sent: the row waits for the role's holder
+            _log.info("dispatcher %s: reply %d not sent: %s", self._name, row.id, exc)
+            claims.unclaim(self._name, [row.id])
+            return
+        message = msgspec.structs.replace(decode_outbound(row.payload), outbox_id=row.id)
+        with self._lock:  # an attempt before this process knew the row, or one of unknown outcome, may have left
+            suspect = self._suspect.get(row.id, row.attempts > 0)
+        if suspect and not sender.idempotent_sends and not message.possible_duplicate:
+            message = msgspec.structs.replace(message, possible_duplicate=True)
+        base, cap = self._retry
+        try:
+            platform_id = sender.send(message)
+        except SendError as exc:
+            if exc.permanent or message.no_retry:
+                _log.warning("dispatcher %s: reply %d failed and is given up: %s", self._name, row.id, exc)
+                self._store.outbox.abandon(row.id, str(exc))
+                self._remember(row.id, None)
+            else:
+                wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2 ** (attempt - 1))
+                _log.warning("dispatcher %s: reply %d failed (%s); retry in %.1f s", self._name, row.id, exc, wait)
+                self._remember(row.id, suspect or exc.outcome_unknown)
+                self._store.outbox.mark_failed(row.id, str(exc), self._clock() + wait)
+        except Exception as exc:  # of unknown outcome: the next attempt is flagged
+            _log.exception("dispatcher %s: the sender failed on reply %d", self._name, row.id)
+            self._remember(row.id, True)
+            self._store.outbox.mark_failed(row.id, f"the sender failed: {exc!r}", self._clock() + base)
+        else:
+            self._store.outbox.mark_sent(row.id, platform_id)
+            self._remember(row.id, None)
+        claims.unclaim(self._name, [row.id])
+
+    def _remember(self, outbox_id: int, suspect: bool | None) -> None:
+        """After a failed attempt, whether the row is suspect from now on; ``None``: done with it (sent, given up)."""
+        with self._lock:
+            if suspect is None:
+                self._suspect.pop(outbox_id, None)
+            else:
+                self._suspect[outbox_id] = suspect
+
+    # -- the thread ----------------------------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no send is under way; whether none is."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._busy, timeout)
 
     def start(self, interval_s: float = 0.2) -> None:
         """Dispatch on a thread of its own until :meth:`stop`."""
@@ -75,15 +246,23 @@ class OutboxDispatcher:
 
     def _run(self, interval_s: float) -> None:
         while not self._stop.is_set():
+            self._wake.clear()
             try:
-                if self.dispatch_once() == 0:
-                    self._stop.wait(interval_s)
+                if self.dispatch_once(wait=False) == 0:
+                    self._wake.wait(interval_s)
             except Exception:
                 _log.exception("outbox dispatcher %s failed; trying again", self._name)
                 self._stop.wait(1.0)
 
-    def stop(self) -> None:
-        """Stop the thread (a send under way finishes)."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread, let the sends under way finish (up to ``timeout``) and release the roles held."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout)
+        self.wait_idle(timeout)
+        self._workers.close()
+        with self._lock:
+            terms = list(self._terms.values())
+        for term in terms:
+            term.release()

@@ -2,7 +2,9 @@
 
 It commits a message to the PostgreSQL inbox in its session's shard (:class:`~hermes_actors.cluster.ingress.
 ClusterIngress`, which pokes the holder) and answers once that commit is durable: the adapter then acknowledges
-the platform, and the turn runs later in whichever shard host holds the shard. Reads (a session's owner, a stored
+the platform, and the turn runs later in whichever shard host holds the shard. A long-poll or socket adapter's batch
+commits with its poll cursor in one transaction, under the adapter's role lease (:meth:`ClusterInbox.accept_many`).
+Reads (a session's owner, a stored
 answer, the API's stored responses, routes) go to the PostgreSQL store. A turn is watched through :attr:`watch`,
 which :class:`~hermes_actors.cluster.api_replies.ApiReplies` feeds with the events the shard host relays; readiness
 is the store's and this replica's entry points'; the metrics are this replica's, with the cluster's queues read
@@ -119,10 +121,18 @@ class ClusterInbox:
         return AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None)
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
-        """Commit each message of ``batch`` (a poll cursor is refused: long-poll adapters are not run here)."""
-        if cursor is not None:
-            _missing("a poll cursor")
-        return [self.accept(inbound) for inbound in batch]
+        """Commit ``batch`` and the poll ``cursor`` that covers it in one transaction, which first checks the role
+        lease of the adapter that polled it (:meth:`ClusterIngress.accept_batch`): a replica whose term ended gets
+        :class:`~hermes_actors.errors.RoleLostError` and the cursor stays where it was."""
+        inbox_ids = self._ingress.accept_batch(batch, cursor=cursor)
+        return [
+            AcceptResult(
+                routing_key=build_session_key(inbound.source, self._policy),
+                inbox_id=inbox_id,
+                duplicate=inbox_id is None,
+            )
+            for inbound, inbox_id in zip(batch, inbox_ids, strict=True)
+        ]
 
     def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
         """:meth:`accept` on the ingress pool; the future resolves once the row is durable."""
@@ -139,7 +149,8 @@ class ClusterInbox:
         self._pool.shutdown(wait=True)
 
     def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
-        _missing("a poll cursor")
+        """The poll position last committed for (``platform``, ``account_id``) in PostgreSQL, or ``None``."""
+        return self._ingress.poll_cursor(platform, account_id)
 
     def session_owner(self, session_id: str) -> SessionOwner | None:
         """The owner of the stored session ``session_id``."""

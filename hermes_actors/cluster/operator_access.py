@@ -8,11 +8,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar, cast
 
+from hermes_actors.cluster.admin_requests import AdminOp, request_change
 from hermes_actors.runtime.operator import GatewayOperator, SessionAdmin
-from hermes_actors.store import Store
+from hermes_actors.store import EndReason, SessionRecord, Store
 from hermes_actors.store.pg.store import PostgresStore
 
-__all__ = ["PgAccess", "cluster_operator"]
+__all__ = ["ClusterSessionAdmin", "PgAccess", "cluster_operator"]
 
 T = TypeVar("T")
 
@@ -31,6 +32,33 @@ class PgAccess:
     def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T:
         with self._pg.transaction():
             return work(self._store)
+
+
+class ClusterSessionAdmin:
+    """:class:`~hermes_actors.runtime.operator.SessionAdmin` of a cluster: each change is an admin row of the
+    session's shard, applied by the holding host (:func:`~hermes_actors.cluster.admin_requests.request_change`,
+    as ``hermesctl sessions ... --dsn`` does), so the session's live actor applies it wherever it runs."""
+
+    def __init__(self, store: PostgresStore, *, timeout_s: float | None = None) -> None:
+        self._store = store
+        self._timeout = timeout_s
+
+    def check(self, session_id: str) -> SessionRecord:
+        """The session's record (:class:`~hermes_actors.errors.SessionNotFoundError` for none). No other process
+        can hold it busy: its shard's host applies every change."""
+        return self._store.get_session(session_id)
+
+    def rename(self, record: SessionRecord, title: str) -> str | None:
+        outcome = request_change(self._store, AdminOp.RENAME, record.id, title=title, timeout_s=self._timeout)
+        return outcome.title
+
+    def end(self, record: SessionRecord, reason: EndReason = EndReason.OPERATOR) -> bool:
+        outcome = request_change(self._store, AdminOp.END, record.id, reason=reason, timeout_s=self._timeout)
+        return outcome.ended
+
+    def delete(self, record: SessionRecord) -> tuple[bool, bool]:
+        outcome = request_change(self._store, AdminOp.DELETE, record.id, timeout_s=self._timeout)
+        return outcome.ended, outcome.deleted
 
 
 def cluster_operator(store: PostgresStore, admin_key: str, admin: SessionAdmin) -> GatewayOperator:

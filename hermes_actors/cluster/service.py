@@ -1,12 +1,14 @@
-"""What ``hermesd --cluster`` runs: the push adapters committing into PostgreSQL, the outbox dispatcher of their
-platforms, and the shard hosts kept created on Ray.
+"""What ``hermesd --cluster`` runs: the platforms' entry points committing into PostgreSQL, the outbox dispatcher,
+and the shard hosts kept created on Ray.
 
-It migrates the PostgreSQL store first (so hosts never race to do it), starts the enabled push adapters
-(:data:`PUSH_PLATFORMS`) on a :class:`~hermes_actors.cluster.inbox.ClusterInbox`, dispatches their replies, and
-calls :func:`~hermes_actors.cluster.ray_host.ensure_hosts` at start and every ``check_s`` until stopped: a host
-Ray gave up on, or one an operator killed, is created again (Ray restarts a crashed host by itself,
-``max_restarts=-1``). Several replicas may run it: creation is ``get_if_exists``, inbox rows are unique per
-message, and dispatchers claim rows with ``SKIP LOCKED``.
+It migrates the PostgreSQL store first (so hosts never race to do it), runs the replica's entry points
+(:class:`~hermes_actors.cluster.replica.ClusterReplica`: the push adapters on every replica, each long-poll or
+socket adapter on the one replica holding its role lease, the replies of each platform sent by the one replica
+holding ``send:<platform>``) on a :class:`~hermes_actors.cluster.inbox.ClusterInbox`, and calls
+:func:`~hermes_actors.cluster.ray_host.ensure_hosts` at start and every ``check_s`` until stopped: a host Ray gave up
+on, or one an operator killed, is created again (Ray restarts a crashed host by itself, ``max_restarts=-1``).
+Several replicas may run it: creation is ``get_if_exists``, inbox rows are unique per message, and the role leases
+keep each singleton in one replica.
 """
 
 from __future__ import annotations
@@ -21,19 +23,17 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.cluster.api_replies import ApiReplies
-from hermes_actors.cluster.dispatch import OutboxDispatcher
 from hermes_actors.cluster.host_runtime import HostSettings
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_operator
+from hermes_actors.cluster.replica import PUSH_PLATFORMS, ClusterReplica, replica_name
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.media import MediaStore
-from hermes_actors.ports import Adapter
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.platform_board import PlatformBoard
-from hermes_actors.waiters import ReplyWaiters
 
-__all__ = ["PUSH_PLATFORMS", "REQUEST_PLATFORMS", "host_settings", "serve_cluster"]
+__all__ = ["PUSH_PLATFORMS", "host_settings", "serve_cluster"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,15 +55,6 @@ def host_settings(cluster: ClusterSettings) -> list[HostSettings]:
     ]
 
 
-PUSH_PLATFORMS = frozenset({"webhook"})
-"""The entry points ``hermesd --cluster`` runs (push adapters whose inbox needs no more than a commit)."""
-
-REQUEST_PLATFORMS = frozenset({"api_server"})
-"""The entry points whose clients wait for their replies (the API): every replica runs them, and each reply goes to
-the replica whose request waits for it (:class:`~hermes_actors.cluster.api_replies.ApiReplies`), not to a
-dispatcher."""
-
-
 def serve_cluster(
     cluster: ClusterSettings,
     stop: threading.Event,
@@ -76,10 +67,10 @@ def serve_cluster(
     check_s: float = 10.0,
     connected: Callable[[], object] = lambda: None,
 ) -> None:
-    """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address``, run the enabled push
-    adapters of ``platforms`` committing into the PostgreSQL inbox, and dispatch the replies of their platforms.
-    ``connected`` runs once Ray is connected (``ray.init`` installs signal handlers of its own: a caller installs
-    its SIGTERM handler again there)."""
+    """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
+    entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent (the
+    echo agent without one) and the operator's routes opened by ``admin_key``. ``connected`` runs once Ray is connected
+    (``ray.init`` installs signal handlers of its own: a caller installs its SIGTERM handler again there)."""
     import ray
 
     from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
@@ -88,7 +79,6 @@ def serve_cluster(
 
     hosts = host_settings(cluster)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
-    adapters: list[Adapter] = []
     ray.init(address=cluster.ray_address, namespace=cluster.namespace, include_dashboard=False)
     connected()
     try:
@@ -96,50 +86,30 @@ def serve_cluster(
             store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace)
         )
         board = PlatformBoard()
-        inbox = ClusterInbox(
+        operator = None
+        if admin_key is not None:
+            operator = cluster_operator(store, admin_key, ClusterSessionAdmin(store))
+        inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy, board=board, operator=operator)
+        replica = ClusterReplica(
+            store,
             ingress,
-            MediaStore(media_dir),
-            key_policy=key_policy,
+            inbox,
+            platforms,
+            build=lambda name, config: registry.build(name, config, os.environ),
+            name=replica_name(socket.gethostname()),
+            role_ttl_s=cluster.lease_ttl_s,
+            enabled=registry.enabled,
             board=board,
         )
-        replies: list[ApiReplies] = []
-        for name, config in platforms.items():
-            if not registry.enabled(config):
-                board.disabled(name)
-                continue
-            if name not in PUSH_PLATFORMS | REQUEST_PLATFORMS:
-                _log.warning("platform %s is not run in cluster mode yet (only %s)", name, ", ".join(PUSH_PLATFORMS))
-                continue
-            adapter = registry.build(name, config, os.environ)
-            if name in REQUEST_PLATFORMS:
-                for waiters in adapter.senders():
-                    assert isinstance(waiters, ReplyWaiters), f"{name} answers its own requests"
-                    replies.append(ApiReplies(hosts[0].postgres_dsn, store, waiters, inbox.watch))
-            adapter.start(inbox)
-            board.started(name, adapter)
-            adapters.append(adapter)
-        for waiting in replies:
-            waiting.start()
-        senders = {
-            sender.platform: sender
-            for adapter in adapters
-            for sender in adapter.senders()
-            if sender.platform not in REQUEST_PLATFORMS
-        }
-        dispatcher = OutboxDispatcher(store, senders, name=f"{socket.gethostname()}:{os.getpid()}")
-        dispatcher.start()
         try:
+            replica.start()
             while True:
                 handles = ensure_hosts(hosts, agent_factory=agent_factory, namespace=cluster.namespace)
                 _log.info("shard hosts running: %s", ", ".join(sorted(handles)))
                 if stop.wait(check_s):
                     return
         finally:
-            for adapter in adapters:
-                adapter.stop()
-            for waiting in replies:
-                waiting.close()
-            dispatcher.stop()
+            replica.stop()
             inbox.close()
     finally:
         ray.shutdown()

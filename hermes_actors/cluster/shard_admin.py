@@ -30,7 +30,7 @@ from hermes_actors.runtime.admin import admin_lease
 from hermes_actors.runtime.assembly import Runtime
 from hermes_actors.runtime.protocol import AdminChange
 from hermes_actors.runtime.session_admin import LiveAdmin
-from hermes_actors.store import InboxState, StoreInterface
+from hermes_actors.store import EndReason, InboxState, StoreInterface
 from hermes_actors.store.pg.shards import ShardFence, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.records import InboxRow
@@ -140,7 +140,8 @@ class ShardAdmin:
                 case AdminOp.RENAME:
                     return AdminOutcome(host=self._name, title=self._admin.rename(record, request.title or ""))
                 case AdminOp.END:
-                    return AdminOutcome(host=self._name, ended=self._admin.end(record))
+                    reason = request.reason or EndReason.OPERATOR
+                    return AdminOutcome(host=self._name, ended=self._admin.end(record, reason))
                 case AdminOp.DELETE:
                     ended, deleted = self._admin.delete(record)
                     return AdminOutcome(host=self._name, ended=ended, deleted=deleted)

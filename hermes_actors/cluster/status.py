@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from hermes_actors.store.pg.roles import RoleLease
 from hermes_actors.store.pg.shard_queue import ShardLag
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -22,13 +23,15 @@ class HostRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """The hosts, the shards no one holds, the pending rows per shard and the oldest pending message's age."""
+    """The hosts, the shards no one holds, the pending rows per shard, the oldest pending message's age, and the
+    replicas' roles (a leased adapter's, a platform's dispatch)."""
 
     hosts: list[HostRow]
     shards: int
     unheld: list[int]
     lag: list[ShardLag]
     oldest_pending_s: float | None
+    roles: list[RoleLease] = msgspec.field(default_factory=list)
 
 
 def cluster_status(store: PostgresStore, *, clock: Callable[[], float] = time.time) -> ClusterStatus:
@@ -47,6 +50,7 @@ def cluster_status(store: PostgresStore, *, clock: Callable[[], float] = time.ti
         unheld=[lease.shard for lease in leases if lease.holder is None or lease.remaining_s <= 0],
         lag=lag,
         oldest_pending_s=None if oldest is None else max(0.0, clock() - oldest),
+        roles=store.roles.leases(),
     )
 
 
@@ -65,4 +69,12 @@ def status_text(status: ClusterStatus) -> str:
     else:
         lines.append(f"inbox: {pending} pending, the oldest {status.oldest_pending_s:.1f} s old")
         lines += [f"  shard {row.shard}: {row.pending} pending" for row in status.lag]
+    if status.roles:
+        lines.append("roles:")
+        lines += [
+            f"  {r.role}: {r.holder} (epoch {r.epoch}, {r.remaining_s:.1f} s left)"
+            if r.holder is not None and r.remaining_s > 0
+            else f"  {r.role}: free"
+            for r in status.roles
+        ]
     return "\n".join(lines)

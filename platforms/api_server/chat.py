@@ -180,7 +180,7 @@ class ChatCompletions:
         except ConnectionError:
             if call.finished is None:
                 _log.info("api_server: the client left while its reply streamed; stopping its turn")
-                await service.stop_turn(call.inbound)
+                await service.stop_call(call)
         return response if response is not None else web.Response(status=499)
 
     async def _open_stream(

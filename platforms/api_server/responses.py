@@ -201,7 +201,7 @@ class ResponsesApi:
         except ConnectionError:
             _log.info("api_server: the client left while its response streamed; stopping its turn")
             if draft.status == "in_progress":
-                await service.stop_turn(call.inbound)
+                await service.stop_call(call)
                 await self._abandon(draft, turn, call, "client_disconnected")
         return response
 

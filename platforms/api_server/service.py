@@ -216,6 +216,12 @@ class ApiService:
         except Exception:
             return None
 
+    async def stop_call(self, call: TurnCall) -> None:
+        """Stop ``call``'s turn (its client left), once: a later notice that the client is gone sends nothing."""
+        if call.finished is None and not call.stopped:
+            call.stopped = True
+            await self.stop_turn(call.inbound)
+
     async def stop_turn(self, inbound: InboundMessage, *, stop_id: str | None = None) -> bool:
         """Stop the turn of ``inbound`` as ``/stop`` does (its client left): the turn's user message stays stored.
         Return whether the stop was submitted.
@@ -245,7 +251,7 @@ class ApiService:
         stops, the client left: its turn is stopped), ``None`` to keep waiting."""
         if request.transport is None or request.transport.is_closing():
             _log.info("api_server: a client left before its reply; stopping its turn")
-            await self.stop_turn(call.inbound)
+            await self.stop_call(call)
             return ApiError(499, "the client closed the connection", code="client_closed")
         if self.stopping is not None and self.stopping.done():
             return await self._abandoned(turn, timeout=False)

@@ -126,6 +126,7 @@ class TurnCall:
         self._reply: concurrent.futures.Future[OutboundMessage] | None = None
         self._watcher: _Watcher | None = None
         self.finished: Finished | None = None
+        self.stopped = False  # a /stop was sent for it (its client left): one is enough
 
     @property
     def message_id(self) -> str:

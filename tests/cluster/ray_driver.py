@@ -174,13 +174,20 @@ def _ray_cli(*args: str) -> None:
 
 def daemon(args: argparse.Namespace) -> dict[str, Any]:
     """``hermesd --cluster`` against a Ray head started with ``ray start``: a signed webhook in, its reply at the
-    callback, ``hermesctl cluster status`` naming the hosts, SIGTERM."""
+    callback; a Telegram update polled by the leased adapter, its reply sent by the replica's dispatcher;
+    ``hermesctl cluster status`` naming the hosts and roles, SIGTERM."""
+    from tests.platforms.telegram_fake import TelegramFake, message, private_chat, user
+    from tests.platforms.test_telegram import TOKEN
     from tests.platforms.test_webhook import CALLBACK_SECRET, SECRET, Receiver, post, signature
 
     ray_port, webhook_port, api_port = _free_port(), _free_port(), _free_port()
     home = Path(tempfile.mkdtemp(prefix="hermes-home-"))
     receiver = Receiver()
     receiver.host.start()
+    telegram = TelegramFake().start()
+    telegram.add_bot(TOKEN)
+    bot = {"token": TOKEN}
+    poll = {"poll_timeout_s": 1, "poll_retry_s": 0.05, "poll_retry_max_s": 0.2}
     route = {"secret": SECRET, "callback_url": receiver.url, "callback_secret": CALLBACK_SECRET}
     config = {
         "cluster": {
@@ -194,6 +201,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "platforms": {
             "webhook": {"port": webhook_port, "routes": {"default": route}},
             "api_server": {"port": api_port},
+            "telegram": {"base_url": telegram.base_url, "bots": {"main": bot}, **poll},
         },
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
@@ -236,6 +244,12 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             except queue.Empty:
                 continue
         api = _api_calls(f"http://127.0.0.1:{api_port}")
+        alice = user(5001, "Alice")
+        telegram.push(TOKEN, message(private_chat(alice), alice, "hi from telegram"))
+        try:
+            sent = telegram.wait_for(lambda: [m["text"] for m in telegram.sent(TOKEN)], timeout=60)
+        except Exception:
+            sent = []
         shown = subprocess.run(
             [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
             capture_output=True,
@@ -258,6 +272,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             _ray_cli("stop", "--force")
             receiver.host.stop()
+            telegram.stop()
     return {
         "status": status,
         "answer": answer,
@@ -265,6 +280,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "api": api,
         "sessions": listed.stdout,
         "sessions_err": listed.stderr,
+        "telegram": sent,
         "ctl": shown.stdout,
         "ctl_code": shown.returncode,
         "exit": daemon.returncode,

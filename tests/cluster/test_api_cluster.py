@@ -338,7 +338,11 @@ def test_a_client_that_leaves_mid_stream_stops_its_turn_in_the_host(cluster: Clu
             query = "SELECT count(*) FROM inbox WHERE platform = 'api_server' AND state <> 'pending'"
             return int(cluster.pg.database.value(query)) == 2
 
-        poll_until(stopped, what="the /stop handled by the host")
+        def rows() -> str:
+            found = cluster.pg.database.execute("SELECT platform_message_id, state, session_id FROM inbox ORDER BY id")
+            return f"the /stop was not handled by the host: inbox rows {found}"
+
+        poll_until(stopped, what=rows)
         cluster.agent.release.set()  # the agent returns now; its answer is not stored
         time.sleep(0.5)
         assert [(m.role, m.content) for m in cluster.pg.load_transcript(session_id)] == [("user", "long story")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,7 +13,8 @@ from hermes_actors.cluster.dispatch import OutboxDispatcher
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.ports import SendError
 from hermes_actors.store.pg import PostgresStore
-from hermes_actors.testing import FakePlatform
+from hermes_actors.testing import FakePlatform, poll_until
+from platforms.support.ratelimit import Rate, RateLimiter
 
 
 @pytest.fixture
@@ -64,5 +67,122 @@ def test_a_permanent_failure_abandons_the_row_and_frees_the_chat(pg: PostgresSto
             raise SendError("the chat is gone", permanent=True)
 
     _queue(pg, "a", "1")
-    assert OutboxDispatcher(pg, {"fake": Refusing()}, name="d").dispatch_once() == 0
+    assert OutboxDispatcher(pg, {"fake": Refusing()}, name="d").dispatch_once() == 1  # one row handled
     assert pg.outbox.backlog() == 0
+    assert pg.database.value("SELECT last_error FROM outbox") == "the chat is gone"
+
+
+class PacedSender:
+    """A sender that paces itself as the platforms' senders do (platforms.support.ratelimit): ``per_chat`` and
+    ``overall`` token buckets it sleeps in before each send. It records (chat, text, time sent)."""
+
+    idempotent_sends = False
+
+    def __init__(self, *, per_chat: Rate | None = None, overall: Rate | None = None) -> None:
+        self.platform = "fake"
+        self.limiter = RateLimiter(per_key=per_chat, overall=overall)
+        self._lock = threading.Lock()
+        self.sent: list[tuple[str, str, float]] = []
+
+    def send(self, message: OutboundMessage) -> str | None:
+        self.limiter.acquire(message.chat_id or "")
+        with self._lock:
+            self.sent.append((message.chat_id or "", message.text, time.monotonic()))
+            return str(len(self.sent))
+
+
+def test_only_the_holder_of_send_fake_sends_and_the_other_takes_over_once_it_is_released(pg: PostgresStore) -> None:
+    for n in range(8):
+        _queue(pg, f"c{n}", str(n))
+    first, second = FakePlatform("fake"), FakePlatform("fake")
+    holder = OutboxDispatcher(pg, {"fake": first}, name="a", retry_base_s=0.0)
+    other = OutboxDispatcher(pg, {"fake": second}, name="b", retry_base_s=0.0, role_ttl_s=0.3)  # tries every 0.1 s
+    for _ in range(8):  # alternating rounds of two rows: without the role each would send half
+        holder.dispatch_once(2)
+        other.dispatch_once(2)
+    assert pg.outbox.backlog() == 0
+    assert sorted(m.text for m in first.sent) == [str(n) for n in range(8)]
+    assert second.sent == []
+    assert holder.held() == {"fake"}
+    assert other.held() == set()
+    holder.stop()  # releases send:fake
+    _queue(pg, "c0", "after")
+    poll_until(lambda: other.dispatch_once(), timeout=5, interval=0.05, what="the other dispatcher sending")
+    assert [m.text for m in second.sent] == ["after"]
+    other.stop()
+
+
+def test_a_chat_whose_sender_sleeps_in_its_rate_limit_holds_up_no_other_chat(pg: PostgresStore) -> None:
+    _queue(pg, "slow", "s1")
+    _queue(pg, "slow", "s2")
+    for n in range(5):
+        _queue(pg, f"f{n}", f"f{n}")
+    sender = PacedSender(per_chat=Rate(per_second=1 / 1.5, burst=1))
+    sender.limiter.acquire("slow")  # the chat just had a reply: its next waits 1.5 s in the bucket
+    started = time.monotonic()
+    dispatcher = OutboxDispatcher(pg, {"fake": sender}, name="d")
+    dispatcher.start(interval_s=0.02)
+    try:
+        poll_until(lambda: pg.outbox.backlog() == 0, timeout=10, what="every reply sent")
+    finally:
+        dispatcher.stop()
+    texts = [text for _, text, _ in sender.sent]
+    assert [t for t in texts if t.startswith("s")] == ["s1", "s2"]  # the chat's order
+    sent_at = {text: at for _, text, at in sender.sent}
+    assert all(sent_at[f"f{n}"] < sent_at["s1"] for n in range(5)), texts
+    assert max(sent_at[f"f{n}"] for n in range(5)) - started < 1.0
+
+
+def test_a_platform_s_rate_limit_holds_across_two_dispatchers(pg: PostgresStore) -> None:
+    for n in range(20):
+        _queue(pg, f"c{n % 4}", str(n))
+    per_second = 10.0
+    senders = [PacedSender(overall=Rate(per_second=per_second, burst=1)) for _ in range(2)]
+    dispatchers = [OutboxDispatcher(pg, {"fake": s}, name=f"d{i}") for i, s in enumerate(senders)]
+    for dispatcher in dispatchers:
+        dispatcher.start(interval_s=0.02)
+    try:
+        poll_until(lambda: pg.outbox.backlog() == 0, timeout=15, what="every reply sent")
+    finally:
+        for dispatcher in dispatchers:
+            dispatcher.stop()
+    times = sorted(at for sender in senders for _, _, at in sender.sent)
+    assert len(times) == 20
+    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    assert busiest <= per_second + 2, f"{busiest} sends within one second across the cluster"
+    assert sorted(len(sender.sent) for sender in senders) == [0, 20]
+    for chat in range(4):
+        texts = [text for sender in senders for c, text, _ in sender.sent if c == f"c{chat}"]
+        assert texts == sorted(texts, key=int)
+
+
+def test_a_reply_whose_attempt_had_an_unknown_outcome_is_resent_flagged_and_a_known_failure_is_not(
+    pg: PostgresStore,
+) -> None:
+    platform = FakePlatform("fake")
+    dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="d", retry_base_s=0.0)
+    refused = _queue(pg, "b", "refused")
+    platform.fail_next(1)  # refused for sure: nothing left
+    assert dispatcher.dispatch_once() == dispatcher.dispatch_once() == 1
+    crashed = _queue(pg, "a", "cut by a crash")
+    pg.outbox.begin_attempt(crashed)  # counted, then the process died: whether it left is unknown
+    platform.fail_next(1)  # a known failure later does not make the first attempt's outcome known
+    assert dispatcher.dispatch_once() == dispatcher.dispatch_once() == 1
+    assert pg.outbox.backlog() == 0
+    assert [(m.text, m.outbox_id, m.possible_duplicate) for m in platform.sent] == [
+        ("refused", refused, False),
+        ("cut by a crash", crashed, True),
+    ]
+    assert pg.database.value("SELECT attempts FROM outbox WHERE id = %s", (crashed,)) == 3
+
+
+def test_api_server_rows_are_left_to_the_api_server(pg: PostgresStore) -> None:
+    message = OutboundMessage(platform="api_server", chat_id="r1", text="answer")
+    pg.outbox.add(
+        session_id=None, platform="api_server", account_id="", chat_id="r1", thread_id=None, payload=encode(message)
+    )
+    platform = FakePlatform("api_server")
+    dispatcher = OutboxDispatcher(pg, {"api_server": platform}, name="d")
+    assert dispatcher.dispatch_once() == 0
+    assert platform.sent == []
+    assert pg.outbox.backlog() == 1

@@ -44,7 +44,9 @@ def test_under_kill_pause_and_stalled_renewals_every_message_is_answered_once_fr
         assert stale or overlaps, "without fencing, the same faults must produce turns computed from a stale history"
 
 
-def test_hermesd_cluster_takes_a_webhook_to_its_shard_host_and_posts_the_reply_back(postgres_dsn: str) -> None:
+def test_hermesd_cluster_takes_a_webhook_and_a_polled_telegram_update_to_the_shard_hosts_and_sends_the_replies(
+    postgres_dsn: str,
+) -> None:
     seen = run_driver("daemon", postgres_dsn, timeout=240)
     assert (seen["status"], seen["answer"]["duplicate"]) == (202, False)
     assert seen["callback"] is not None, seen["stderr"]
@@ -63,6 +65,8 @@ def test_hermesd_cluster_takes_a_webhook_to_its_shard_host_and_posts_the_reply_b
     assert listed is not None, seen["sessions_err"]
     assert session_id in {row["id"] for row in listed}
     assert {row["source"] for row in listed} >= {"webhook", "api_server"}
+    assert seen["telegram"] == ["echo: hi from telegram"], seen["stderr"]  # polled by the leased adapter
+    assert "adapter:telegram: " in seen["ctl"], seen["ctl"]
     assert seen["ctl_code"] == 0
     lines = seen["ctl"].splitlines()
     assert lines[0] == "shards: 16, not held: 0"

@@ -35,6 +35,20 @@ def test_status_shows_hosts_their_shards_and_the_inbox_lag_per_shard(postgres_ds
     assert lines[6:] == ["  shard 1: 2 pending", "  shard 3: 1 pending"]
 
 
+def test_status_shows_the_replicas_roles(postgres_dsn: str, tmp_path: Path) -> None:
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
+        pg.roles.acquire("adapter:telegram", "replica-a", 30.0)
+        epoch = pg.roles.acquire("send:telegram", "replica-b", 30.0)
+        assert epoch is not None
+        pg.roles.release("send:telegram", "replica-b", epoch)
+    result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path), "--dsn", postgres_dsn])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    roles = lines.index("roles:")
+    assert lines[roles + 1].startswith("  adapter:telegram: replica-a (epoch 1, ")
+    assert lines[roles + 2 :] == ["  send:telegram: free"]
+
+
 def test_status_without_a_configured_store_names_the_setting(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path)])
     assert result.exit_code == 1

@@ -19,6 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import poll_until
@@ -317,6 +318,9 @@ def test_a_client_that_disconnects_mid_stream_stops_the_turn(serve: Serve, model
     assert running.gateway.wait_idle(10)
     # The turn was stopped: its user message is stored, no reply (and no model answer went out whole).
     poll_until(lambda: running.transcript(session_id) == [("user", "long story")], 10, what="the stopped turn")
+    with running.gateway.read() as store:
+        sent = [decode_inbound(payload).text for payload in store.inbox.payloads_since("api_server", 0.0)]
+    assert sent == ["long story", "/stop"]  # one stop, however many ways the server noticed the client leave
 
 
 def test_the_async_client_streams_too(serve: Serve, model: ChatServer) -> None:

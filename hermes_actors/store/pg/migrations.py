@@ -66,7 +66,25 @@ CREATE TABLE shard_hosts (
     )
 
 
-MIGRATIONS: dict[int, Callable[[Database], None]] = {2: _add_api_responses, 3: _add_inbox_shard}
+def _add_role_leases(db: Database) -> None:
+    """Version 4 (cluster mode): the role leases of ``hermesd --cluster`` replicas (``store.pg.roles``)."""
+    db.execute(
+        """
+CREATE TABLE role_leases (
+    role       text COLLATE "C" PRIMARY KEY,
+    holder     text,
+    epoch      bigint NOT NULL DEFAULT 0,
+    expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+"""
+    )
+
+
+MIGRATIONS: dict[int, Callable[[Database], None]] = {
+    2: _add_api_responses,
+    3: _add_inbox_shard,
+    4: _add_role_leases,
+}
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
 

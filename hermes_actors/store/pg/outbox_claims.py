@@ -30,11 +30,22 @@ class OutboxClaims:
         self._db = db
         self._clock = clock
 
-    def claim(self, dispatcher: str, *, limit: int = 100, lease_s: float = 30.0) -> list[OutboxRow]:
-        """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat."""
+    def claim(
+        self,
+        dispatcher: str,
+        *,
+        limit: int = 100,
+        lease_s: float = 30.0,
+        platforms: Sequence[str] | None = None,
+    ) -> list[OutboxRow]:
+        """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat;
+        with ``platforms``, only rows of those platforms."""
+        if platforms is not None and not platforms:
+            return []
         rows = self._db.execute(
             f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
             "AND o.next_attempt_at <= %(now)s AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
+            "AND (%(platforms)s::text[] IS NULL OR o.platform = ANY(%(platforms)s::text[])) "
             f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
             "AND p.platform = o.platform AND p.account_id = o.account_id "
             "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
@@ -42,7 +53,13 @@ class OutboxClaims:
             "UPDATE outbox AS u SET claimed_by = %(who)s, "
             "claimed_until = clock_timestamp() + make_interval(secs => %(lease)s) "
             f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}",
-            {"now": self._clock(), "limit": limit, "who": dispatcher, "lease": lease_s},
+            {
+                "now": self._clock(),
+                "limit": limit,
+                "who": dispatcher,
+                "lease": lease_s,
+                "platforms": None if platforms is None else list(platforms),
+            },
         )
         return sorted((_outbox_row(row) for row in rows), key=lambda row: row.id)
 

@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 2.
+-- hermes-actors state database on PostgreSQL, schema version 4.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 2; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 4; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -222,6 +222,16 @@ CREATE TABLE shard_leases (
 CREATE TABLE shard_hosts (
     holder  text COLLATE "C" PRIMARY KEY,
     seen_at timestamptz NOT NULL
+);
+
+-- Role leases (version 4, hermes_actors.store.pg.roles): what one hermesd --cluster replica at a time does (run a
+-- platform's long-poll or socket adapter, send a platform's replies), with the same epoch and database-clock term
+-- as shard_leases.
+CREATE TABLE role_leases (
+    role       text COLLATE "C" PRIMARY KEY,
+    holder     text,
+    epoch      bigint NOT NULL DEFAULT 0,
+    expires_at timestamptz NOT NULL DEFAULT '-infinity'
 );
 
 CREATE TABLE timers (

@@ -30,6 +30,7 @@ from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
 from hermes_actors.store.pg.responses import PgResponses
+from hermes_actors.store.pg.roles import PgRoles
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
 from hermes_actors.store.pg.tables import PgHomeChannels, PgKeyValues, PgLeases, PgMemories, PgTimers
@@ -75,6 +76,7 @@ class PostgresStore(PgTranscriptRows):
         self.memories = PgMemories(database, clock)
         self.responses = PgResponses(database, clock)
         self.shards = PgShards(database, lease_skew)
+        self.roles = PgRoles(database, lease_skew)
         self.shard_queue = ShardQueue(database, clock)
         self.outbox_claims = OutboxClaims(database, clock)
 

@@ -1,0 +1,189 @@
+"""The entry points of one ``hermesd --cluster`` replica, without Ray: what :func:`~hermes_actors.cluster.service.
+serve_cluster` runs beside the shard hosts, and what the tests run two of.
+
+Each enabled platform section is one of (:func:`placement`):
+
+- **push** (:data:`PUSH_PLATFORMS`): its adapter runs on every replica (a load balancer spreads the requests; a
+  redelivery adds nothing, the inbox rows being unique);
+- **leased**: a long-poll or socket adapter (:data:`LEASED_PLATFORMS`), run by the one replica holding
+  ``adapter:<platform>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`); a section's bots, accounts
+  or robots move together, callback-mode ones of a mixed Telegram, QQ Bot or DingTalk section included;
+- **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its
+  clients wait for their replies, so each reply goes to the replica whose request waits for it
+  (:class:`~hermes_actors.cluster.api_replies.ApiReplies`, one per replica), never to a dispatcher;
+- **elsewhere** (:data:`ELSEWHERE`): served by another part of cluster mode, not by these entry points;
+- **not yet**: skipped with a warning.
+
+The replica's :class:`~hermes_actors.cluster.dispatch.OutboxDispatcher` is offered the push adapters' senders at
+start and a leased adapter's senders while it runs here (a sender may need its adapter started: WeChat's reads the
+context tokens its adapter stores); it sends a platform's replies only while it holds ``send:<platform>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+import msgspec
+
+from hermes_actors.cluster.api_replies import ApiReplies
+from hermes_actors.cluster.dispatch import OutboxDispatcher
+from hermes_actors.cluster.inbox import ClusterInbox
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.roles import RoleTerm, adapter_role
+from hermes_actors.cluster.singleton import LeasedAdapter
+from hermes_actors.ports import Adapter, ReplySender
+from hermes_actors.runtime.platform_board import PlatformBoard
+from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.waiters import ReplyWaiters
+
+__all__ = [
+    "ELSEWHERE",
+    "LEASED_PLATFORMS",
+    "PUSH_PLATFORMS",
+    "REQUEST_PLATFORMS",
+    "ClusterReplica",
+    "placement",
+    "replica_name",
+]
+
+_log = logging.getLogger(__name__)
+
+PUSH_PLATFORMS = frozenset({"webhook"})
+"""Push adapters every replica runs (their inbox needs no more than a commit)."""
+
+LEASED_PLATFORMS = frozenset(
+    {"telegram", "wechat", "discord", "matrix", "signal", "mattermost", "email", "qqbot", "dingtalk"}
+)
+"""Adapters that poll or hold a socket: one replica of the cluster runs each section (``adapter:<platform>``)."""
+
+REQUEST_PLATFORMS = frozenset({"api_server"})
+"""Entry points whose clients wait for their replies: every replica runs them, with its :class:`ApiReplies`."""
+
+ELSEWHERE: dict[str, str] = {}
+"""Sections these entry points leave to another part of cluster mode, with the reason logged (none now)."""
+
+Build = Callable[[str, msgspec.Struct], Adapter]
+
+
+def placement(platform: str) -> str:
+    """``push``, ``leased``, ``request``, ``elsewhere`` or ``not yet``: how a replica runs ``platform``'s section."""
+    if platform in PUSH_PLATFORMS:
+        return "push"
+    if platform in LEASED_PLATFORMS:
+        return "leased"
+    if platform in REQUEST_PLATFORMS:
+        return "request"
+    if platform in ELSEWHERE:
+        return "elsewhere"
+    return "not yet"
+
+
+class ClusterReplica:
+    """Push adapters, leased adapters and the dispatcher of one replica named ``name`` (unique in the cluster)."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        ingress: ClusterIngress,
+        inbox: ClusterInbox,
+        platforms: Mapping[str, msgspec.Struct],
+        *,
+        build: Build,
+        name: str,
+        role_ttl_s: float = 10.0,
+        dispatch_interval_s: float = 0.2,
+        enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
+        board: PlatformBoard | None = None,
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._inbox = inbox
+        self._interval = dispatch_interval_s
+        self.push: list[Adapter] = []
+        self.replies: list[ApiReplies] = []
+        self._board = board or PlatformBoard()
+        self._requests: dict[str, msgspec.Struct] = {}
+        self.leased: dict[str, LeasedAdapter] = {}
+        self.dispatcher = OutboxDispatcher(store, {}, name=name, role_ttl_s=role_ttl_s)
+        self._sections: dict[str, msgspec.Struct] = {}
+        for platform, config in platforms.items():
+            if not enabled(config):
+                self._board.disabled(platform)
+                continue
+            where = placement(platform)
+            if where == "push":
+                self._sections[platform] = config
+            elif where == "request":
+                self._requests[platform] = config
+            elif where == "leased":
+                term = RoleTerm(store.roles, adapter_role(platform), name, ttl_s=role_ttl_s)
+                self.leased[platform] = LeasedAdapter(
+                    platform,
+                    functools.partial(build, platform, config),
+                    term,
+                    ingress=ingress,
+                    inbox=inbox,
+                    senders=self._senders,
+                )
+            elif where == "elsewhere":
+                _log.warning("platform %s is skipped here: %s", platform, ELSEWHERE[platform])
+            else:
+                _log.warning(
+                    "platform %s is not run in cluster mode yet (push adapters: %s; leased: %s)",
+                    platform,
+                    ", ".join(sorted(PUSH_PLATFORMS)),
+                    ", ".join(sorted(LEASED_PLATFORMS)),
+                )
+        self._build = build
+
+    def _senders(self, platform: str, senders: Sequence[ReplySender] | None) -> None:
+        """A leased adapter's senders, offered while it runs here (``None``: withdrawn)."""
+        if senders is None:
+            self.dispatcher.withdraw(platform)
+            return
+        for sender in senders:
+            self.dispatcher.offer(sender.platform, sender)
+
+    def start(self, *, heartbeats: bool = True) -> None:
+        """Start the push adapters and the dispatcher, and (with ``heartbeats``) the leased adapters' heartbeats;
+        without, :meth:`LeasedAdapter.tick` is the caller's to call."""
+        for platform, config in self._sections.items():
+            adapter = self._build(platform, config)
+            adapter.start(self._inbox)
+            self._board.started(platform, adapter)
+            self.push.append(adapter)
+            for sender in adapter.senders():
+                self.dispatcher.offer(sender.platform, sender)
+        for platform, config in self._requests.items():
+            adapter = self._build(platform, config)
+            for waiters in adapter.senders():
+                if not isinstance(waiters, ReplyWaiters):
+                    raise TypeError(f"{platform}'s sender {waiters!r} is not a ReplyWaiters: it answers no request")
+                replies = ApiReplies(self._store.database.dsn, self._store, waiters, self._inbox.watch)
+                replies.start()
+                self.replies.append(replies)
+            adapter.start(self._inbox)
+            self._board.started(platform, adapter)
+            self.push.append(adapter)
+        self.dispatcher.start(self._interval)
+        if heartbeats:
+            for leased in self.leased.values():
+                leased.start()
+
+    def stop(self) -> None:
+        """Stop every adapter (releasing the leased ones' roles) and the dispatcher (releasing its roles)."""
+        for leased in self.leased.values():
+            leased.close()
+        for adapter in self.push:
+            adapter.stop()  # the API drains first: its waiting requests still get their replies
+        for replies in self.replies:
+            replies.close()
+        self.dispatcher.stop()
+
+
+def replica_name(hostname: str) -> str:
+    """A name unique to this process in the cluster: host name and pid."""
+    return f"{hostname}:{os.getpid()}"

@@ -1,0 +1,265 @@
+"""Long-poll adapters as leased singletons: two replicas (ClusterReplica objects standing for two hermesd --cluster
+processes, each with a store of its own) compete for a Telegram polling bot on a local fake of the Bot API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from hermes_actors.cluster.inbox import ClusterInbox
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.replica import ClusterReplica, placement
+from hermes_actors.errors import RoleLostError
+from hermes_actors.media import MediaStore
+from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
+from hermes_actors.ports import Adapter, PollCursor
+from hermes_actors.routing import SessionSource
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.testing import poll_until
+from platforms.telegram import TelegramAdapter, TelegramConfig
+from platforms.telegram.updates import PLATFORM
+from tests.platforms.telegram_fake import TelegramFake, message, private_chat, user
+from tests.platforms.test_telegram import TOKEN, make_config
+
+SHARDS = 8
+TTL = 1.0  # a role term: the takeover waits for it to run out
+ALICE = user(5001, "Alice", username="alice")
+
+
+@pytest.fixture
+def fake() -> Iterator[TelegramFake]:
+    with TelegramFake() as server:
+        server.add_bot(TOKEN)
+        yield server
+
+
+class Replica:
+    """One hermesd --cluster replica without Ray: its own store (pool), ingress, inbox and entry points; the adapters
+    it built, in order."""
+
+    def __init__(self, name: str, dsn: str, config: TelegramConfig, media: Path) -> None:
+        self.store = PostgresStore.open(dsn, migrate_schema=False)
+        self.ingress = ClusterIngress(self.store, shards=SHARDS)
+        self.inbox = ClusterInbox(self.ingress, MediaStore(media))
+        self.built: list[Adapter] = []
+        self.entry = ClusterReplica(
+            self.store,
+            self.ingress,
+            self.inbox,
+            {"telegram": config},
+            build=self._build,
+            name=name,
+            role_ttl_s=TTL,
+            dispatch_interval_s=0.05,
+        )
+        self.leased = self.entry.leased["telegram"]
+
+    def _build(self, platform: str, config: msgspec.Struct) -> Adapter:
+        assert isinstance(config, TelegramConfig)
+        adapter = TelegramAdapter(config, environ={})
+        self.built.append(adapter)
+        return adapter
+
+    def close(self) -> None:
+        self.entry.stop()
+        self.inbox.close()
+        self.store.close()
+
+
+def _inbox_ids(store: PostgresStore) -> list[str]:
+    rows = store.database.execute("SELECT platform_message_id FROM inbox WHERE platform = %s ORDER BY id", (PLATFORM,))
+    return [str(row[0]) for row in rows]
+
+
+def _push(fake: TelegramFake, texts: list[str]) -> list[int]:
+    return [fake.push(TOKEN, message(private_chat(ALICE), ALICE, text)) for text in texts]
+
+
+def test_one_replica_polls_and_the_other_takes_over_from_the_committed_cursor_after_the_term(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    config = make_config(fake, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    a.entry.start(heartbeats=False)  # the test ticks the heartbeats itself: a "killed" replica stops ticking
+    b.entry.start(heartbeats=False)
+    try:
+        assert a.leased.tick()
+        assert not b.leased.tick()
+        _push(fake, [f"before {n}" for n in range(5)])
+
+        def a_alive_and(check: int) -> bool:
+            a.leased.tick()
+            b.leased.tick()
+            return len(_inbox_ids(a.store)) >= check
+
+        poll_until(lambda: a_alive_and(5), timeout=10, interval=0.05, what="the first five updates in the inbox")
+        assert b.built == []  # b never polled while a held the role
+        first_cursor = a.store.kv.get_cursor(PLATFORM, "main")
+        assert first_cursor is not None
+
+        # a is killed: its adapter stops with the process, its term is not released and not renewed.
+        a.built[0].stop()
+        polls_before = len(fake.offsets(TOKEN))
+        _push(fake, [f"during {n}" for n in range(5)])
+        took_over = poll_until(lambda: b.leased.tick(), timeout=TTL * 5, interval=0.05, what="b taking the role over")
+        assert took_over
+        assert len(b.built) == 1
+        poll_until(lambda: len(fake.offsets(TOKEN)) > polls_before, what="b's first poll")
+        assert fake.offsets(TOKEN)[polls_before] == int(first_cursor)  # b went on from the committed cursor
+        _push(fake, [f"after {n}" for n in range(5)])
+        poll_until(
+            lambda: b.leased.tick() and len(_inbox_ids(b.store)) >= 15,
+            timeout=10,
+            interval=0.05,
+            what="all fifteen updates in the inbox",
+        )
+        ids = _inbox_ids(b.store)
+        assert len(ids) == len(set(ids)) == 15  # every update once, none lost
+        texts = [
+            decode_inbound(bytes(row[0])).text
+            for row in b.store.database.execute("SELECT payload FROM inbox ORDER BY id")
+        ]
+        assert texts == [f"{when} {n}" for when in ("before", "during", "after") for n in range(5)]
+        assert int(b.store.kv.get_cursor(PLATFORM, "main") or 0) > int(first_cursor)
+        poll_until(lambda: fake.pending(TOKEN) == 0, what="the fake told every update was confirmed")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_paused_replica_that_still_polls_after_its_term_commits_nothing_and_nothing_is_lost(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    config = make_config(fake, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    try:
+        assert a.leased.tick()
+        _push(fake, ["one", "two"])
+        poll_until(lambda: len(_inbox_ids(a.store)) == 2, interval=0.05, what="the first updates in the inbox")
+        # a stops renewing but its adapter goes on polling (a stalled heartbeat, a paused process waking up)
+        poll_until(lambda: b.leased.tick(), timeout=TTL * 5, interval=0.05, what="b taking the role over")
+        assert a.leased.running  # a never heard: its adapter still runs
+        _push(fake, [f"later {n}" for n in range(6)])
+        poll_until(
+            lambda: b.leased.tick() and len(_inbox_ids(b.store)) >= 8,
+            timeout=10,
+            interval=0.05,
+            what="every update in the inbox although two replicas poll",
+        )
+        ids = _inbox_ids(b.store)
+        assert len(ids) == len(set(ids)) == 8
+        with pytest.raises(RoleLostError):  # what a's poller meets on each batch it tries to commit
+            a.inbox.accept_many([], cursor=PollCursor(platform=PLATFORM, cursor="1", account_id="main"))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_replica_whose_role_was_taken_cannot_commit_a_batch_or_move_the_cursor(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    config = make_config(fake, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    try:
+        assert a.leased.tick()
+        batch = [inbound("m-1", "one")]
+        a.inbox.accept_many(batch, cursor=PollCursor(platform=PLATFORM, cursor="101", account_id="main"))
+        assert a.inbox.poll_cursor(PLATFORM, "main") == "101"
+        a.built[0].stop()  # a is paused past its term: no renewals
+        poll_until(lambda: b.leased.tick(), timeout=TTL * 5, interval=0.05, what="b taking the role over")
+        stale = [inbound("m-2", "two")]
+        with pytest.raises(RoleLostError):
+            a.inbox.accept_many(stale, cursor=PollCursor(platform=PLATFORM, cursor="102", account_id="main"))
+        assert b.inbox.poll_cursor(PLATFORM, "main") == "101"  # the cursor did not move
+        assert _inbox_ids(b.store) == ["m-1"]  # nor did its rows commit
+        a.leased.term.keep()  # even were its local term renewed: the database refuses the old epoch
+        with pytest.raises(RoleLostError):
+            a.inbox.accept_many(stale, cursor=None)
+    finally:
+        a.close()
+        b.close()
+
+
+def inbound(message_id: str, text: str) -> InboundMessage:
+    source = SessionSource(platform=PLATFORM, chat_id="5001", user_id="5001", account_id="main")
+    return InboundMessage(source=source, message_id=message_id, text=text)
+
+
+def test_each_platform_section_has_one_placement() -> None:
+    assert placement("webhook") == "push"
+    assert {placement(p) for p in ("telegram", "discord", "matrix", "signal", "email", "qqbot", "dingtalk")} == {
+        "leased"
+    }
+    assert placement("api_server") == "elsewhere"
+    assert placement("slack") == "not yet"
+
+
+def _reply(store: PostgresStore, text: str) -> int:
+    reply = OutboundMessage(platform=PLATFORM, account_id="main", chat_id="5001", text=text)
+    return store.outbox.add(
+        session_id=None, platform=PLATFORM, account_id="main", chat_id="5001", thread_id=None, payload=encode(reply)
+    )
+
+
+def test_a_leased_adapter_s_replies_are_sent_by_the_replica_that_runs_it_and_follow_it_on_a_takeover(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    config = make_config(fake, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    a.entry.start(heartbeats=False)
+    b.entry.start(heartbeats=False)
+    try:
+        assert a.leased.tick()
+        assert not b.leased.tick()
+        _reply(a.store, "from a")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a"])
+        assert a.entry.dispatcher.held() == {PLATFORM}
+        assert b.entry.dispatcher.held() == set()  # b has no Telegram sender: it runs no Telegram adapter
+        a.entry.stop()  # a shuts down: both roles are released
+        poll_until(lambda: b.leased.tick(), timeout=5, interval=0.05, what="b taking the adapter over")
+        _reply(b.store, "from b")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a", "from b"])
+        assert b.entry.dispatcher.held() == {PLATFORM}
+        poll_until(lambda: b.store.outbox.backlog() == 0, what="both replies marked sent")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_batch_and_its_cursor_commit_together_after_the_guard_and_poke_each_new_shard_once(
+    postgres_dsn: str,
+) -> None:
+    pokes: list[int] = []
+    refuse = [False]
+
+    def guard() -> None:
+        if refuse[0]:
+            raise RoleLostError("lost")
+
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
+        ingress = ClusterIngress(store, shards=SHARDS, poke=pokes.append)
+        ingress.guard(PLATFORM, guard)
+        batch = [inbound(f"m-{n}", str(n)) for n in range(3)]  # one chat: one routing key, one shard
+        ids = ingress.accept_batch(batch, cursor=PollCursor(platform=PLATFORM, cursor="7", account_id="main"))
+        assert None not in ids
+        assert len(pokes) == 1  # after the commit, once for its shard
+        assert ingress.accept_batch(batch, cursor=None) == [None, None, None]  # a redelivery adds and pokes nothing
+        assert len(pokes) == 1
+        refuse[0] = True
+        with pytest.raises(RoleLostError):
+            ingress.accept_batch([inbound("m-9", "9")], cursor=PollCursor(platform=PLATFORM, cursor="8"))
+        with pytest.raises(RoleLostError):  # a cursor named platform:<anything> is the platform's too
+            ingress.accept_batch([], cursor=PollCursor(platform=f"{PLATFORM}:extra", cursor="x"))
+        assert ingress.poll_cursor(PLATFORM, "main") == "7"
+        assert ingress.poll_cursor(PLATFORM, "") is None
+        assert len(_inbox_ids(store)) == 3
+        assert len(pokes) == 1
+        ingress.guard(PLATFORM, None)
+        assert ingress.accept_batch([inbound("m-9", "9")], cursor=None)[0] is not None
