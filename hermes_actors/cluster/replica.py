@@ -11,7 +11,6 @@ Each enabled platform section is one of (:func:`placement`):
 - **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its
   clients wait for their replies, so each reply goes to the replica whose request waits for it
   (:class:`~hermes_actors.cluster.api_replies.ApiReplies`, one per replica), never to a dispatcher;
-- **elsewhere** (:data:`ELSEWHERE`): served by another part of cluster mode, not by these entry points;
 - **not yet**: skipped with a warning.
 
 The replica's :class:`~hermes_actors.cluster.dispatch.OutboxDispatcher` is offered the push adapters' senders at
@@ -40,7 +39,6 @@ from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.waiters import ReplyWaiters
 
 __all__ = [
-    "ELSEWHERE",
     "LEASED_PLATFORMS",
     "PUSH_PLATFORMS",
     "REQUEST_PLATFORMS",
@@ -62,22 +60,17 @@ LEASED_PLATFORMS = frozenset(
 REQUEST_PLATFORMS = frozenset({"api_server"})
 """Entry points whose clients wait for their replies: every replica runs them, with its :class:`ApiReplies`."""
 
-ELSEWHERE: dict[str, str] = {}
-"""Sections these entry points leave to another part of cluster mode, with the reason logged (none now)."""
-
 Build = Callable[[str, msgspec.Struct], Adapter]
 
 
 def placement(platform: str) -> str:
-    """``push``, ``leased``, ``request``, ``elsewhere`` or ``not yet``: how a replica runs ``platform``'s section."""
+    """``push``, ``leased``, ``request`` or ``not yet``: how a replica runs ``platform``'s section."""
     if platform in PUSH_PLATFORMS:
         return "push"
     if platform in LEASED_PLATFORMS:
         return "leased"
     if platform in REQUEST_PLATFORMS:
         return "request"
-    if platform in ELSEWHERE:
-        return "elsewhere"
     return "not yet"
 
 
@@ -128,8 +121,6 @@ class ClusterReplica:
                     inbox=inbox,
                     senders=self._senders,
                 )
-            elif where == "elsewhere":
-                _log.warning("platform %s is skipped here: %s", platform, ELSEWHERE[platform])
             else:
                 _log.warning(
                     "platform %s is not run in cluster mode yet (push adapters: %s; leased: %s)",

@@ -27,6 +27,7 @@ from hermes_actors.cluster.api_replies import ApiReplies
 from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import OutboundMessage, decode_outbound, encode
 from hermes_actors.store import Role
@@ -38,6 +39,7 @@ from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
 pytestmark = pytest.mark.slow  # a shard host, PostgreSQL listeners and an HTTP server for a few seconds
 
 SHARDS = 4
+ADMIN = "hk-cluster-operator-key"
 
 
 class StreamingAgent(EchoAgent):
@@ -65,9 +67,12 @@ class StreamingAgent(EchoAgent):
         return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=reply),), text=reply)
 
 
-def _json(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+def _json(
+    url: str, body: dict[str, Any] | None = None, *, method: str | None = None, key: str | None = None
+) -> tuple[int, dict[str, Any]]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=20) as response:
             return response.status, json.loads(response.read())
@@ -106,7 +111,8 @@ class Cluster:
 
     def replica(self, *, poll_s: float = 1.0, orphan_after_s: float = 120.0) -> Replica:
         ingress = ClusterIngress(self.pg, shards=SHARDS, poke=lambda shard: self.host.poke())
-        inbox = ClusterInbox(ingress, MediaStore(self.tmp / "media"))
+        operator = cluster_operator(self.pg, ADMIN, ClusterSessionAdmin(self.pg, timeout_s=10))
+        inbox = ClusterInbox(ingress, MediaStore(self.tmp / "media"), operator=operator)
         server = ApiServer(ApiServerConfig(port=0))
         (waiters,) = server.senders()
         assert isinstance(waiters, ReplyWaiters)
@@ -373,3 +379,30 @@ def test_a_second_replica_continues_a_session_named_by_its_header(cluster: Clust
     finally:
         first.stop()
         second.stop()
+
+
+def test_the_operator_api_changes_a_live_session_through_its_shard_host(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    base = replica.server.url + "/api/sessions"
+    try:
+        status, created = _json(base, {"title": "Ops"}, key=ADMIN)
+        assert status == 201, created
+        session_id = created["id"]
+        status, answer = _json(f"{base}/{session_id}/chat", {"message": "hello"}, key=ADMIN)
+        assert (status, answer["reply"]) == (200, "echo: hello")  # the host runs it: its actor holds the session
+        status, renamed = _json(f"{base}/{session_id}", {"title": "Ops desk"}, method="PATCH", key=ADMIN)
+        assert (status, renamed["title"]) == (200, "Ops desk")
+        status, answer = _json(f"{base}/{session_id}/chat", {"message": "/title"}, key=ADMIN)
+        assert "Ops desk" in answer["reply"]  # the live actor took the new title, not only the store
+        status, forked = _json(f"{base}/{session_id}/fork", {}, key=ADMIN)
+        assert status == 201, forked
+        assert (forked["parent_session_id"], forked["title"]) == (session_id, "Ops desk (2)")
+        status, parent = _json(f"{base}/{session_id}", key=ADMIN)
+        assert (parent["live"], parent["end_reason"]) == (False, "branched")
+        status, listed = _json(base, key=ADMIN)
+        assert forked["id"] in {row["id"] for row in listed["data"]}
+        status, deleted = _json(f"{base}/{forked['id']}", method="DELETE", key=ADMIN)
+        assert (status, deleted["deleted"]) == (200, True)
+        assert cluster.pg.find_session(forked["id"]) is None
+    finally:
+        replica.stop()

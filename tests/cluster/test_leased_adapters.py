@@ -196,7 +196,7 @@ def test_each_platform_section_has_one_placement() -> None:
     assert {placement(p) for p in ("telegram", "discord", "matrix", "signal", "email", "qqbot", "dingtalk")} == {
         "leased"
     }
-    assert placement("api_server") == "elsewhere"
+    assert placement("api_server") == "request"
     assert placement("slack") == "not yet"
 
 
