@@ -80,6 +80,20 @@ def _json(
         return exc.code, json.loads(exc.read())
 
 
+def _commit_reply(pg: PostgresStore, chat_id: str, text: str, answers: str) -> None:
+    """A reply committed as a turn would, with nobody waiting for it yet."""
+    reply = OutboundMessage(platform="api_server", session_id="x", chat_id=chat_id, text=text, answers=(answers,))
+    with pg.transaction():
+        pg.outbox.add(
+            session_id=None,
+            platform="api_server",
+            account_id="",
+            chat_id=chat_id,
+            thread_id=None,
+            payload=encode(reply),
+        )
+
+
 @dataclass
 class Replica:
     server: ApiServer
@@ -198,19 +212,7 @@ def test_a_reply_goes_to_the_replica_whose_request_waits_and_an_orphan_is_settle
         assert answer.choices[0].message.content == "echo: mine"
         assert other.waiters.waiting() == 0
         # A reply whose replica died: committed with nobody waiting anywhere; it is marked sent once old enough.
-        with cluster.pg.transaction():
-            cluster.pg.outbox.add(
-                session_id=None,
-                platform="api_server",
-                account_id="",
-                chat_id="gone",
-                thread_id=None,
-                payload=encode(
-                    OutboundMessage(
-                        platform="api_server", session_id="x", chat_id="gone", text="late", answers=("gone-1",)
-                    )
-                ),
-            )
+        _commit_reply(cluster.pg, "gone", "late", "gone-1")
         poll_until(lambda: cluster.pg.outbox.backlog() == 0, what="the orphaned reply settled")
     finally:
         waiting.stop()
@@ -235,19 +237,7 @@ def test_a_reply_committed_before_the_listener_heard_it_is_found_by_the_periodic
     replica = cluster.replica(poll_s=0.2)
     try:
         future = replica.waiters.expect("missed-1")
-        with cluster.pg.transaction():
-            cluster.pg.outbox.add(
-                session_id=None,
-                platform="api_server",
-                account_id="",
-                chat_id="c",
-                thread_id=None,
-                payload=encode(
-                    OutboundMessage(
-                        platform="api_server", session_id="x", chat_id="c", text="found", answers=("missed-1",)
-                    )
-                ),
-            )
+        _commit_reply(cluster.pg, "c", "found", "missed-1")
         message = future.result(timeout=5)
         assert message.text == "found"
         rows = cluster.pg.outbox.unsent("api_server")
