@@ -156,7 +156,7 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
     async def _accept(self, bot: ResolvedBot, inbound: InboundMessage, address: Address) -> web.Response:
         """Commit ``inbound`` with the conversation's address in one transaction, then answer."""
         inbox = self._inbox
-        cursor = Addresses.cursor(bot.name, inbound.source.chat_id or "", address)
+        cursor = Addresses.to_commit(bot.name, inbound.source.chat_id or "", address)
         try:
             if inbox is None:  # pragma: no cover - the server runs only after start()
                 raise RuntimeError("the adapter is not started")

@@ -45,7 +45,7 @@ class Addresses:
         self._inbox = inbox
 
     @staticmethod
-    def cursor(bot: str, chat_id: str, address: Address) -> PollCursor:
+    def to_commit(bot: str, chat_id: str, address: Address) -> PollCursor:
         """The cursor to commit with a message from the conversation: its address as of that message."""
         text = msgspec.json.encode(address).decode()
         return PollCursor(platform=ADDRESS_PLATFORM, cursor=text, account_id=_key(bot, chat_id))

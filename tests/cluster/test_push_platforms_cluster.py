@@ -39,6 +39,8 @@ from tests.platforms import (
     whatsapp_fake,
 )
 
+pytestmark = pytest.mark.slow  # a shard host, two replicas and a fake platform: about a second each
+
 SHARDS = 8
 WAIT_S = 30.0  # the host's first pull, the turn and the dispatcher's round, on a busy machine
 
