@@ -6,6 +6,7 @@ to B, adds nothing. Every platform speaks to its fake (tests/platforms/*_fake.py
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,38 +52,44 @@ def _quiet(count: int, now: Callable[[], int], wait: float = 0.3) -> bool:
     return now() == count
 
 
-class Case:
+class Case(abc.ABC):
     """One platform: its fake (started on entry, stopped on exit), its section, an adapter built from it, a
     signed event and its delivery, and the replies the fake received."""
 
     platform = ""
     taken = 0  # replies taken so far, for fakes that keep a list rather than a queue
 
+    @abc.abstractmethod
     def __enter__(self) -> Case:
-        return self
+        """Start the fake."""
 
+    @abc.abstractmethod
     def __exit__(self, *exc: object) -> None:
         """Stop the fake."""
 
+    @abc.abstractmethod
     def config(self) -> msgspec.Struct:
-        raise NotImplementedError
+        """The platform's section, on port 0 and pointed at the fake."""
 
+    @abc.abstractmethod
     def build(self, config: msgspec.Struct) -> Adapter:
-        raise NotImplementedError
+        """An adapter of ``config`` (each replica builds its own)."""
 
+    @abc.abstractmethod
     def event(self, text: str) -> Any:
-        raise NotImplementedError
+        """A user's message ``text`` as the platform delivers it (the same event each time it is delivered)."""
 
+    @abc.abstractmethod
     def deliver(self, adapter: Adapter, event: Any) -> int:
-        """POST ``event`` to ``adapter`` as the platform does; the HTTP status."""
-        raise NotImplementedError
+        """POST ``event`` to ``adapter`` signed as the platform does; the HTTP status."""
 
+    @abc.abstractmethod
     def take(self) -> str:
         """The text of the next reply the fake received (waiting for it)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def nothing_more(self) -> bool:
-        raise NotImplementedError
+        """Whether no further reply arrives for a moment."""
 
 
 class Slack(Case):
@@ -439,7 +446,8 @@ def test_a_teams_reply_goes_to_the_latest_address_whichever_replica_took_it(
             # The conversation first came through another region, to b: b's reply there is refused (404).
             old = case.fake.service_url.replace("/amer/", "/emea/")
             first = teams_fake.message("first", bot_app_id=case.app, service_url=old, activity_id="1001")
-            url = f"{b.adapter.url}/teams/messages/main"  # type: ignore[attr-defined]
+            assert isinstance(b.adapter, TeamsAdapter)
+            url = f"{b.adapter.url}/teams/messages/main"
             assert teams_fake.deliver(url, first, case.fake.token(case.app, service_url=old)).status == 200
             given_up = "SELECT count(*) FROM outbox WHERE abandoned_at IS NOT NULL"
             poll_until(lambda: b.store.database.value(given_up) == 1, timeout=WAIT_S, what="the first reply given up")
