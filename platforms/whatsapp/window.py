@@ -29,7 +29,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 
-__all__ = ["WINDOW_S", "Chat", "ServiceWindows"]
+__all__ = ["WINDOW_S", "Chat", "ReadInbox", "ServiceWindows"]
 
 WINDOW_S = 24 * 3600.0
 _KEPT = 100_000  # chats remembered before those outside the window are dropped
