@@ -4,14 +4,17 @@ serve_cluster` runs beside the shard hosts, and what the tests run two of.
 Each enabled platform section is one of (:func:`placement`):
 
 - **push** (:data:`PUSH_PLATFORMS`): its adapter runs on every replica (a load balancer spreads the requests; a
-  redelivery adds nothing, the inbox rows being unique);
+  redelivery adds nothing, the inbox rows being unique). Its sender may run in another replica than the adapter
+  that took a message, so what it needs of that message it reads from the store through the inbox: Teams'
+  conversation addresses (cursors committed with each activity), WhatsApp's 24-hour windows (the inbox rows);
+  the others need nothing but their configuration (Feishu's and WeCom's tokens are fetched per process);
 - **leased**: a long-poll or socket adapter (:data:`LEASED_PLATFORMS`), run by the one replica holding
   ``adapter:<platform>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`); a section's bots, accounts
   or robots move together, callback-mode ones of a mixed Telegram, QQ Bot or DingTalk section included;
 - **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its
   clients wait for their replies, so each reply goes to the replica whose request waits for it
   (:class:`~hermes_actors.cluster.api_replies.ApiReplies`, one per replica), never to a dispatcher;
-- **not yet**: skipped with a warning.
+- **not yet**: a platform this module does not know (none of the registry's); skipped with a warning.
 
 The replica's :class:`~hermes_actors.cluster.dispatch.OutboxDispatcher` is offered the push adapters' senders at
 start and a leased adapter's senders while it runs here (a sender may need its adapter started: WeChat's reads the
@@ -49,8 +52,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-PUSH_PLATFORMS = frozenset({"webhook"})
-"""Push adapters every replica runs (their inbox needs no more than a commit)."""
+PUSH_PLATFORMS = frozenset({"webhook", "slack", "feishu", "whatsapp", "teams", "sms", "bluebubbles", "wecom"})
+"""Push adapters every replica runs: each request is verified, committed and acknowledged where it arrives."""
 
 LEASED_PLATFORMS = frozenset(
     {"telegram", "wechat", "discord", "matrix", "signal", "mattermost", "email", "qqbot", "dingtalk"}

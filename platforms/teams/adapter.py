@@ -154,10 +154,9 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
         return read
 
     async def _accept(self, bot: ResolvedBot, inbound: InboundMessage, address: Address) -> web.Response:
-        """Commit ``inbound`` with the conversation's address (when it is new) in one transaction, then answer."""
+        """Commit ``inbound`` with the conversation's address in one transaction, then answer."""
         inbox = self._inbox
-        chat_id = inbound.source.chat_id or ""
-        cursor = self._addresses.cursor_if_new(bot.name, chat_id, address)
+        cursor = Addresses.to_commit(bot.name, inbound.source.chat_id or "", address)
         try:
             if inbox is None:  # pragma: no cover - the server runs only after start()
                 raise RuntimeError("the adapter is not started")
@@ -165,7 +164,6 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
         except Exception:
             _log.exception("teams bot %r: could not accept message %s", bot.name, inbound.message_id)
             return _answer(503, {"error": "the activity could not be stored; deliver it again"})
-        self._addresses.committed(bot.name, chat_id, address)
         if result.duplicate:
             _log.info("teams bot %r: message %s was already stored", bot.name, inbound.message_id)
         return _answer(200, {"ok": True, "duplicate": result.duplicate, "routing_key": result.routing_key})

@@ -12,6 +12,7 @@ documents of a notification's messages are downloaded into the media store befor
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -39,7 +40,7 @@ from platforms.whatsapp.events import (
 )
 from platforms.whatsapp.files import attach_media
 from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
-from platforms.whatsapp.window import WINDOW_S, ServiceWindows
+from platforms.whatsapp.window import ServiceWindows
 from platforms.whatsapp.wire import decode_notification
 
 if TYPE_CHECKING:
@@ -100,9 +101,9 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
         return [self.sender]
 
     def start(self, inbox: Inbox) -> None:
-        """Load the 24-hour windows from the inbox, then serve the webhook (:class:`PlatformError` if it cannot
-        bind)."""
-        known = self.windows.load(inbox.recent_inbound(PLATFORM, self._clock() - WINDOW_S))
+        """Load the 24-hour windows from the inbox (read again for a chat unknown here: another replica may have
+        accepted its message), then serve the webhook (:class:`PlatformError` if it cannot bind)."""
+        known = self.windows.attach(functools.partial(inbox.recent_inbound, PLATFORM))
         if known:
             _log.info("whatsapp: %d chats wrote in the last 24 hours (from the inbox)", known)
         super().start(inbox)

@@ -31,7 +31,7 @@ from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 from platforms.whatsapp.config import NumberKeys, WhatsappConfig
 from platforms.whatsapp.events import PLATFORM
-from platforms.whatsapp.window import WINDOW_S, ServiceWindows
+from platforms.whatsapp.window import WINDOW_S, Chat, ServiceWindows
 
 __all__ = ["MAX_SLEEP_S", "RE_ENGAGEMENT", "WhatsappSender"]
 
@@ -141,10 +141,10 @@ class WhatsappSender:
         chat = message.chat_id
         if not chat:
             raise SendError(f"whatsapp number {number.phone_number_id}: a reply without a chat id cannot be sent")
-        known = self._windows.get(number.phone_number_id, chat)
+        known = self._windows.current(number.phone_number_id, chat)
         group = known.group if known is not None else not chat.isdigit()  # a wa_id is digits, a group id is not
         if not group:
-            self._check_window(number.phone_number_id, chat)
+            self._check_window(number.phone_number_id, chat, known)
         parts = split_message(message.text, self._limit) if message.text.strip() else []
         if not parts:
             _log.info("whatsapp number %s: an empty reply to %s is not sent", number.phone_number_id, chat)
@@ -171,8 +171,7 @@ class WhatsappSender:
             )
         return number
 
-    def _check_window(self, number: str, chat: str) -> None:
-        chat_state = self._windows.get(number, chat)
+    def _check_window(self, number: str, chat: str, chat_state: Chat | None) -> None:
         if chat_state is None and not self._windows.loaded:
             raise SendError(
                 f"whatsapp number {number}: the 24-hour windows are not read from the inbox yet (the adapter is "

@@ -12,22 +12,31 @@ in the last 24 hours are read. Until they are (the gateway replays unanswered me
 starts), the sender holds replies back instead of refusing them. Each chat also remembers whether it is a group,
 which the sender needs to address a reply (``recipient_type``); groups are not held to the window here (Meta
 documents it for one-to-one conversations) and the Graph API's own ``131047`` answer covers them.
+
+Another process may have accepted the user's latest message: in cluster mode the replica that sends WhatsApp's
+replies is not the one the notification reached. So when a chat is unknown here or its window looks closed,
+:meth:`ServiceWindows.current` reads the inbox rows received since the last read (with an overlap for clock skew
+between processes) before answering.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
 from hermes_actors.messages import InboundMessage
 
-__all__ = ["WINDOW_S", "Chat", "ServiceWindows"]
+__all__ = ["WINDOW_S", "Chat", "ReadInbox", "ServiceWindows"]
 
 WINDOW_S = 24 * 3600.0
 _KEPT = 100_000  # chats remembered before those outside the window are dropped
+_OVERLAP_S = 300.0  # how far before the last read a new read starts: the inbox rows are stamped by other clocks
+
+ReadInbox = Callable[[float], Sequence[InboundMessage]]
+"""The platform's inbox rows received at or after a time (``Inbox.recent_inbound`` bound to the platform)."""
 
 
 class Chat(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +54,8 @@ class ServiceWindows:
         self._lock = threading.Lock()
         self._chats: dict[tuple[str, str], Chat] = {}
         self._loaded = threading.Event()
+        self._read: ReadInbox | None = None
+        self._read_at = float("-inf")
 
     def note(self, inbound: InboundMessage) -> None:
         """Count an accepted message: its chat's window now runs from its ``received_at`` (if later)."""
@@ -65,6 +76,31 @@ class ServiceWindows:
         """The chat, or ``None`` when nobody wrote from it in the window (or ever)."""
         with self._lock:
             return self._chats.get((account_id, chat_id))
+
+    def current(self, account_id: str, chat_id: str) -> Chat | None:
+        """:meth:`get`, after reading the inbox rows received since the last read when the chat is unknown or its
+        window looks closed (another process may have accepted the user's latest message)."""
+        chat = self.get(account_id, chat_id)
+        if self._read is None or (chat is not None and self._clock() < chat.last_inbound_at + WINDOW_S):
+            return chat
+        now = self._clock()
+        with self._lock:
+            since = max(now - WINDOW_S, self._read_at - _OVERLAP_S)
+        for inbound in self._read(since):
+            self.note(inbound)
+        with self._lock:
+            self._read_at = max(self._read_at, now)
+        return self.get(account_id, chat_id)
+
+    def attach(self, read: ReadInbox) -> int:
+        """Read the inbox with ``read``: the last 24 hours now (:meth:`load`; how many chats are known), newer rows
+        in :meth:`current`."""
+        now = self._clock()
+        self._read = read
+        known = self.load(read(now - WINDOW_S))
+        with self._lock:
+            self._read_at = max(self._read_at, now)
+        return known
 
     @property
     def loaded(self) -> bool:

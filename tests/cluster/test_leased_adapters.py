@@ -19,6 +19,7 @@ from hermes_actors.ports import Adapter, PollCursor
 from hermes_actors.routing import SessionSource
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import poll_until
+from platforms import registry
 from platforms.telegram import TelegramAdapter, TelegramConfig
 from platforms.telegram.updates import PLATFORM
 from tests.platforms.telegram_fake import TelegramFake, message, private_chat, user
@@ -197,7 +198,10 @@ def test_each_platform_section_has_one_placement() -> None:
         "leased"
     }
     assert placement("api_server") == "request"
-    assert placement("slack") == "not yet"
+    push = ("slack", "feishu", "whatsapp", "teams", "sms", "bluebubbles", "wecom")
+    assert {placement(p) for p in push} == {"push"}
+    assert "not yet" not in {placement(p) for p in registry.PLATFORMS}  # every platform runs in cluster mode
+    assert placement("no-such-platform") == "not yet"
 
 
 def _reply(store: PostgresStore, text: str) -> int:

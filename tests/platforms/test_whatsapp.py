@@ -28,10 +28,11 @@ from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakePlatform, GatedAgent, poll_until
+from hermes_actors.testing import FakeClock, FakePlatform, GatedAgent, poll_until
 from platforms import registry
 from platforms.base import Adapter, SendError
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
+from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.whatsapp_fake import (
@@ -719,6 +720,33 @@ def test_until_the_windows_are_loaded_a_reply_is_held_back_not_given_up(graph: F
     with pytest.raises(SendError, match="is not open") as never:
         adapter.sender.send(reply("to a stranger", chat_id=OTHER_USER))
     assert never.value.permanent
+
+
+def test_a_chat_unknown_here_is_read_from_the_inbox_rows_since_the_last_read() -> None:
+    # In cluster mode another replica accepts the message; this one sends the reply.
+    clock = FakeClock()
+    rows: list[InboundMessage] = []
+    reads: list[float] = []
+
+    def read(since: float) -> list[InboundMessage]:
+        reads.append(since)
+        return list(rows)
+
+    windows = ServiceWindows(clock=clock)
+    assert windows.attach(read) == 0
+    assert reads == [clock.now - WINDOW_S]
+    clock.advance(3600)
+    rows.extend(written(USER, at=clock.now))
+    assert windows.get(NUMBER, USER) is None
+    chat = windows.current(NUMBER, USER)
+    assert chat is not None
+    assert chat.last_inbound_at == clock.now
+    assert reads[1:] == [clock.now - 3600 - 300]  # from the last read, less an overlap for other clocks
+    assert windows.current(NUMBER, USER) == chat  # an open window is not read again
+    clock.advance(WINDOW_S)
+    assert windows.current(NUMBER, USER) == chat  # closed, read again: no newer message
+    assert reads[2:] == [clock.now - WINDOW_S]  # never further back than the window
+    assert windows.current(NUMBER, OTHER_USER) is None
 
 
 def reply(text: str, **fields: Any) -> OutboundMessage:
