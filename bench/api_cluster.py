@@ -130,7 +130,7 @@ def cluster_replica(dsn: str) -> Iterator[int]:
         [sys.executable, __file__, "--serve-host", dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        assert host.stdout is not None and host.stdin is not None
+        assert host.stdout is not None
         if host.stdout.readline().strip() != "ready":
             raise RuntimeError("the shard host did not start")
         with PostgresStore.open(dsn) as pg, tempfile.TemporaryDirectory() as media:
