@@ -162,6 +162,43 @@ def measure_failover(postgres: Cluster, args: argparse.Namespace) -> None:
         postgres.drop_database(name)
 
 
+def measure_scan(postgres: Cluster, args: argparse.Namespace) -> None:
+    """One reset scan of a host holding every shard, over ``--scan-sessions`` live sessions (1% of them idle past
+    their reset, the rest active within the idle time), timed once on a fresh database."""
+    from hermes_actors.cluster.shard_timers import ShardTimers
+    from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
+    from hermes_actors.store.pg.shards import ShardFence
+
+    name = postgres.create_database()
+    try:
+        with PostgresStore.open(postgres.dsn(name), migrate_schema=False) as pg:
+            now = time.time()
+            pg.database.execute(
+                "INSERT INTO sessions (id, source, chat_type, started_at, last_active_at) "
+                "SELECT 'bench-' || g, 'fake', 'dm', %(now)s - 90000, "
+                "CASE WHEN g %% 100 = 0 THEN %(now)s - 90000 ELSE %(now)s - (g %% 80000) END "
+                "FROM generate_series(1, %(n)s) AS g",
+                {"now": now, "n": args.scan_sessions},
+            )
+            pg.database.execute("ANALYZE sessions")
+            fence = ShardFence("bench", 64)
+            fence.grant(dict.fromkeys(range(64), 1), 3600.0, asked_at=time.monotonic())
+            timers = ShardTimers(pg, fence, ResetConfig(mode=ResetMode.IDLE, idle_minutes=1440))
+            started = time.monotonic()
+            added = timers.scan()
+            elapsed = time.monotonic() - started
+        print(
+            figure_line(
+                "cluster_reset_scan_ms",
+                elapsed * 1000,
+                "ms",
+                f"one scan, {args.scan_sessions} live sessions, all 64 shards held, {added} resets due",
+            )
+        )
+    finally:
+        postgres.drop_database(name)
+
+
 def measure_sqlite(agent: Agent, label: str, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as directory:
         with open_fake_gateway(Path(directory) / "state.db", agent=agent, max_concurrent_agent_calls=256) as (gw, fake):
@@ -186,16 +223,28 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1500, help="messages per measurement (default 1500)")
     parser.add_argument("--chats", type=int, default=100, help="conversations they are spread over (default 100)")
     parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
+    parser.add_argument("--scan-sessions", type=int, default=100_000, help="live sessions in the scan run")
+    parser.add_argument("--only", choices=("all", "scan", "throughput"), default="all", help="which runs")
     parser.add_argument("--failover-ttl", type=float, default=3.0, help="shard term in the failover run (s)")
     args = parser.parse_args()
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL server binaries are not installed")
+    if args.only == "scan":  # PostgreSQL only: no Ray, no namespace
+        postgres = Cluster(bin_dir)
+        postgres.prepare_template()
+        print(figure_line("load_average_start", os.getloadavg()[0]))
+        try:
+            measure_scan(postgres, args)
+        finally:
+            postgres.stop()
+        print(figure_line("load_average_end", os.getloadavg()[0]))
+        return
     _in_namespace()
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
 
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        sys.exit("PostgreSQL server binaries are not installed")
     postgres = Cluster(bin_dir)
     postgres.prepare_template()
     ray.init(
@@ -217,7 +266,9 @@ def main() -> None:
             for hosts in (int(h) for h in args.hosts.split(",")):
                 measure_cluster(postgres, hosts, factory, label, args)
             measure_sqlite(factory(), label, args)
-        measure_failover(postgres, args)
+        if args.only == "all":
+            measure_failover(postgres, args)
+            measure_scan(postgres, args)
     finally:
         ray.shutdown()
         postgres.stop()
