@@ -26,6 +26,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.background import BackgroundWatch
 from hermes_actors.cluster.keeper import ShardKeeper
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.config import RuntimeConfig
@@ -130,8 +131,15 @@ class HostRuntime:
             grace_s=settings.grace_s,
             on_gained=self._gained,
         )
-        self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self.background = BackgroundWatch(
+            self.store, self.runtime.services.agent, owner, on_ended=self._background_ended
+        )
+        self.timers = ShardTimers(
+            self.store, self.fence, settings.reset, background_started_at=self.background.started_at
+        )
         self._scanned_at = 0.0
+        self._recheck = False  # the next pull looks at every pending row again (a background process ended)
+        self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
         self._lock = threading.Lock()
         self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
         self._wake = threading.Event()
@@ -153,8 +161,21 @@ class HostRuntime:
 
     def _turn_done(self, outcome: TurnOutcome) -> None:
         self._turns += 1
+        try:  # on the supervisor's thread; writes only when the session's background process came or went
+            if outcome.ended:
+                self.background.forget(outcome.session_id)
+            else:
+                self.background.observe(outcome.session_id)
+        except Exception:
+            _log.exception("%s: recording the background process of %s failed", self.settings.name, outcome.session_id)
         if self._on_turn is not None:
             self._on_turn(outcome)
+
+    def _background_ended(self, session_id: str) -> None:
+        """A background process of this host's agent ended: scan and look at the held-off resets again now."""
+        self._scanned_at = 0.0
+        self._recheck = True
+        self._wake.set()
 
     def _gained(self, shards: set[int]) -> None:
         """New terms: rows handed over under an earlier term of these shards are handed over again."""
@@ -195,10 +216,11 @@ class HostRuntime:
             if self._stopped.is_set():
                 return
             try:
-                if time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
+                recheck, self._recheck = self._recheck, False
+                if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
-                self.pull(recheck=not woken)
+                self.pull(recheck=recheck or not woken)
             except Exception:
                 _log.exception("%s: pulling the inbox failed", self.settings.name)
 
@@ -215,7 +237,8 @@ class HostRuntime:
             pending = {row.id for _, row in rows}
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
-            handed_over = set(self._dispatched)
+            self._waiting &= pending
+            handed_over = set(self._dispatched) | self._waiting
         for shard, row in rows:
             if not recheck and row.id in handed_over:
                 continue
@@ -239,7 +262,11 @@ class HostRuntime:
         """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
         end = self.timers.take(row)
         with self._lock:
-            if end is None or row.id in self._dispatched:
+            if end is None:
+                self._waiting.add(row.id)  # only the periodic pull looks at it again
+                return 0
+            self._waiting.discard(row.id)
+            if row.id in self._dispatched:
                 return 0
             self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
         self.runtime.supervisor.tell(end)

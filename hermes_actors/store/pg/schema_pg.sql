@@ -224,6 +224,14 @@ CREATE TABLE shard_hosts (
     seen_at timestamptz NOT NULL
 );
 
+-- Background processes a shard host's agent reported (version 5; hermes_actors.store.pg.reset_scan): a session's
+-- reset waits while its process is younger than bg_process_max_age_hours, whichever host holds its shard.
+CREATE TABLE background_processes (
+    session_id text COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    started_at double precision NOT NULL,
+    reporter   text NOT NULL
+);
+
 CREATE TABLE timers (
     name    text COLLATE "C" PRIMARY KEY,
     due_at  double precision NOT NULL,
