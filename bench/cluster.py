@@ -64,6 +64,42 @@ def _latencies(pg: PostgresStore) -> list[float]:
     return sorted(float(v) for (v,) in rows)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of process ``pid``, with its reaped children's when ``reaped``; 0 when gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if reaped else 0)
+    return ticks / _TICK
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _postgres_cpu_s(postgres: Cluster) -> float:
+    """CPU seconds of the throw-away cluster: the postmaster, its live backends and those that exited."""
+    postmaster = int((postgres.data / "postmaster.pid").read_text().split()[0])
+    return _cpu_s(postmaster, reaped=True) + sum(_cpu_s(pid) for pid in _children(postmaster))
+
+
+def _cpu_snapshot(postgres: Cluster, host_pids: list[int]) -> tuple[float, float, float]:
+    """(PostgreSQL, the shard hosts' workers, this driver with the ingress) CPU seconds so far."""
+    return _postgres_cpu_s(postgres), sum(_cpu_s(pid) for pid in host_pids), _cpu_s(os.getpid())
+
+
 def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
 
@@ -90,6 +126,8 @@ def measure_cluster(
             poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
             ingress = ClusterIngress(pg, shards=64)
             messages = _messages(args.messages, args.chats)
+            host_pids = [ray.get(h.status.remote()).pid for h in handles.values()]
+            cpu_before = _cpu_snapshot(postgres, host_pids)
             started = time.monotonic()
             for message in messages:
                 ingress.accept(message)
@@ -100,6 +138,8 @@ def measure_cluster(
                 interval=0.05,
             )
             elapsed = time.monotonic() - started
+            cpu = [after - before for after, before in zip(_cpu_snapshot(postgres, host_pids), cpu_before, strict=True)]
+            statuses = [ray.get(h.status.remote()) for h in handles.values()]
             lat = _latencies(pg)
             turns = int(pg.database.value("SELECT count(*) FROM outbox"))
         print(
@@ -112,6 +152,13 @@ def measure_cluster(
         )
         print(figure_line(f"cluster_{label}_{hosts}_hosts_p50_ms", _pct(lat, 0.5), "ms", "ingest -> reply committed"))
         print(figure_line(f"cluster_{label}_{hosts}_hosts_p99_ms", _pct(lat, 0.99), "ms"))
+        if args.profile:
+            prefix = f"cluster_{label}_{hosts}_hosts"
+            print(figure_line(f"{prefix}_cpu_postgres_s", cpu[0], "s", "PostgreSQL's CPU time over the run"))
+            print(figure_line(f"{prefix}_cpu_hosts_s", cpu[1], "s", "the shard hosts' workers"))
+            print(figure_line(f"{prefix}_cpu_driver_s", cpu[2], "s", "this process: the ingress and the polling"))
+            pulls, read = sum(s.pulls for s in statuses), sum(s.rows_read for s in statuses)
+            print(figure_line(f"{prefix}_pulls", pulls, "", f"{read} inbox rows read, {read / turns:.1f} per turn"))
     finally:
         for handle in handles.values():
             ray.get(handle.stop.remote(), timeout=60)
@@ -225,6 +272,8 @@ def main() -> None:
     parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
     parser.add_argument("--scan-sessions", type=int, default=100_000, help="live sessions in the scan run")
     parser.add_argument("--only", choices=("all", "scan", "throughput"), default="all", help="which runs")
+    parser.add_argument("--agents", choices=("all", "echo", "agent50ms"), default="all", help="which agents")
+    parser.add_argument("--profile", action="store_true", help="also print CPU seconds and pulls per run")
     parser.add_argument("--failover-ttl", type=float, default=3.0, help="shard term in the failover run (s)")
     args = parser.parse_args()
     bin_dir = find_bin_dir()
@@ -263,6 +312,8 @@ def main() -> None:
             "agent50ms": functools.partial(SeeingAgent, 0.05, 0.05),
         }
         for label, factory in agents.items():
+            if args.agents != "all" and label != args.agents:
+                continue
             for hosts in (int(h) for h in args.hosts.split(",")):
                 measure_cluster(postgres, hosts, factory, label, args)
             measure_sqlite(factory(), label, args)

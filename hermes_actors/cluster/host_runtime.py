@@ -74,7 +74,8 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of one host: its shards (shard -> epoch), the rows it has handed to its supervisor, its turns
-    (committed) and every finished turn by outcome (``stale``: refused by the fence or answered elsewhere)."""
+    (committed), every finished turn by outcome (``stale``: refused by the fence or answered elsewhere), and how
+    many pulls it made and inbox rows they read."""
 
     name: str
     pid: int
@@ -82,6 +83,8 @@ class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     dispatched: int
     turns: int
     outcomes: dict[str, int]
+    pulls: int = 0
+    rows_read: int = 0
 
 
 class HostRuntime:
@@ -100,6 +103,7 @@ class HostRuntime:
         self.store.fence_shards(self.fence)
         owner = f"{settings.name}:{os.getpid()}:{int(time.time() * 1000)}"
         self._turns = 0
+        self._pulls = self._rows_read = 0
         self._on_turn = on_turn
         options: GatewayOptions = {
             "config": RuntimeConfig(
@@ -232,6 +236,8 @@ class HostRuntime:
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         shards = set(self.fence.held()) - self.keeper.leaving()
         rows = self.store.shard_queue.pending(sorted(shards), limit=2000)
+        self._pulls += 1
+        self._rows_read += len(rows)
         handed = 0
         with self._lock:
             pending = {row.id for _, row in rows}
@@ -245,7 +251,8 @@ class HostRuntime:
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
-            target = self._shard_of_key(row)
+            route = self.store.get_route(row.routing_key)
+            target = shard_of(route or row.routing_key, self.settings.shards)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
                 continue
@@ -254,7 +261,10 @@ class HostRuntime:
                     continue
                 self._dispatched[row.id] = shard
             delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
-            self.runtime.supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
+            # The supervisor checks its cached route against the stored one: another host may have moved the key
+            # (a /resume, /new or reset while it held the shard).
+            deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
+            self.runtime.supervisor.tell(deliver)
             handed += 1
         return handed
 
@@ -271,9 +281,6 @@ class HostRuntime:
             self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
         self.runtime.supervisor.tell(end)
         return 1
-
-    def _shard_of_key(self, row: InboxRow) -> int:
-        return shard_for_key(self.store, row.routing_key, self.settings.shards)
 
     def status(self) -> HostStatus:
         """A snapshot of this host."""
@@ -292,6 +299,8 @@ class HostRuntime:
             dispatched=dispatched,
             turns=self._turns,
             outcomes=outcomes,
+            pulls=self._pulls,
+            rows_read=self._rows_read,
         )
 
     def stop(self, *, release: bool = True) -> None:
