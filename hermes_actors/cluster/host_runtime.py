@@ -235,23 +235,22 @@ class HostRuntime:
         message): a reset row settled since, or a row whose key now leads to a session of another shard (a
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         shards = set(self.fence.held()) - self.keeper.leaving()
-        rows = self.store.shard_queue.pending(sorted(shards), limit=2000)
-        self._pulls += 1
-        self._rows_read += len(rows)
+        ids = self.store.shard_queue.pending_ids(sorted(shards), limit=2000)
         handed = 0
         with self._lock:
-            pending = {row.id for _, row in rows}
+            pending = set(ids)
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
             self._waiting &= pending
             handed_over = set(self._dispatched) | self._waiting
-        for shard, row in rows:
-            if not recheck and row.id in handed_over:
-                continue
+        # Only the rows not handed over yet are read whole (with their key's route), unless rechecking.
+        rows = self.store.shard_queue.routed(ids if recheck else [i for i in ids if i not in handed_over])
+        self._pulls += 1
+        self._rows_read += len(rows)
+        for shard, row, route in rows:
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
-            route = self.store.get_route(row.routing_key)
             target = shard_of(route or row.routing_key, self.settings.shards)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
