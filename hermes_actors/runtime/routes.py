@@ -117,7 +117,11 @@ class Routes:
                 else:
                     del self._writing[routing_key]
 
-        future = submit_logged(self._writer, work)
+        try:
+            future = submit_logged(self._writer, work)
+        except BaseException:
+            done(Future())  # nothing was queued (the writer is closed)
+            raise
         future.add_done_callback(done)
         return future
 
