@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 4; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 5; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -232,6 +232,14 @@ CREATE TABLE role_leases (
     holder     text,
     epoch      bigint NOT NULL DEFAULT 0,
     expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+-- Background processes a shard host's agent reported (version 5; hermes_actors.store.pg.reset_scan): a session's
+-- reset waits while its process is younger than bg_process_max_age_hours, whichever host holds its shard.
+CREATE TABLE background_processes (
+    session_id text COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    started_at double precision NOT NULL,
+    reporter   text NOT NULL
 );
 
 CREATE TABLE timers (

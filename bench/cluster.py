@@ -13,9 +13,11 @@ import argparse
 import functools
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,7 @@ from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.cluster.host_runtime import HostSettings
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.shards import home_shards
 from hermes_actors.testing import FakePlatform, SeeingAgent, open_fake_gateway, poll_until
 from tests.postgres import Cluster, find_bin_dir
 
@@ -64,13 +67,67 @@ def _latencies(pg: PostgresStore) -> list[float]:
     return sorted(float(v) for (v,) in rows)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of process ``pid``, with its reaped children's when ``reaped``; 0 when gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if reaped else 0)
+    return ticks / _TICK
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _postgres_cpu_s(postgres: Cluster) -> float:
+    """CPU seconds of the throw-away cluster: the postmaster, its live backends and those that exited."""
+    postmaster = int((postgres.data / "postmaster.pid").read_text().split()[0])
+    return _cpu_s(postmaster, reaped=True) + sum(_cpu_s(pid) for pid in _children(postmaster))
+
+
+def _cpu_snapshot(postgres: Cluster, host_pids: list[int]) -> tuple[float, float, float]:
+    """(PostgreSQL, the shard hosts' workers, this driver with the ingress) CPU seconds so far."""
+    return _postgres_cpu_s(postgres), sum(_cpu_s(pid) for pid in host_pids), _cpu_s(os.getpid())
+
+
+def _spy(pids: list[int], path: str, done: threading.Event) -> None:
+    """Append a py-spy stack dump of each host worker to ``path`` every half second until ``done`` (a profile of
+    where the hosts' threads wait; py-spy must be installed)."""
+    with open(path, "a", encoding="utf-8") as out:
+        while not done.wait(0.5):
+            for pid in pids:
+                dump = subprocess.run(
+                    ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, check=False
+                )
+                out.write(f"=== {pid} {time.time():.3f}\n{dump.stdout}{dump.stderr}")
+
+
+def _epochs(pg: PostgresStore) -> int:
+    """The sum of the shards' epochs: each term taken raises one by one."""
+    return int(pg.database.value("SELECT coalesce(sum(epoch), 0) FROM shard_leases"))
+
+
 def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
 
 
 def measure_cluster(
     postgres: Cluster, hosts: int, agent: Callable[[], Agent], label: str, args: argparse.Namespace
-) -> None:
+) -> dict[str, float]:
+    """One run: every message in through the ingress, until the inbox is empty; its figures by name."""
     import ray
 
     from hermes_actors.cluster.ray_host import ensure_hosts
@@ -80,16 +137,36 @@ def measure_cluster(
     names = tuple(f"{label}-{hosts}-{i}" for i in range(hosts))
     settings = [
         HostSettings(
-            name=n, postgres_dsn=dsn, hosts=names, shards=64, lease_ttl_s=5.0, grace_s=2.0, pending_soft_limit=4
+            name=n,
+            postgres_dsn=dsn,
+            hosts=names,
+            shards=64,
+            lease_ttl_s=5.0,
+            grace_s=2.0,
+            pending_soft_limit=4,
+            pull_interval_s=args.pull_interval,
         )
         for n in names
     ]
     handles = ensure_hosts(settings, agent_factory=agent)
     try:
         with PostgresStore.open(dsn, migrate_schema=False) as pg:
-            poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
+            if args.settle:  # every shard with its home host, so that no shard moves while the messages run
+                homes = {n: home_shards(n, names, 64) for n in names}
+                poll_until(
+                    lambda: all(set(ray.get(h.status.remote()).shards) == homes[n] for n, h in handles.items()),
+                    timeout=60,
+                )
+            else:
+                poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
+            epochs_before = _epochs(pg)
             ingress = ClusterIngress(pg, shards=64)
             messages = _messages(args.messages, args.chats)
+            host_pids = [ray.get(h.status.remote()).pid for h in handles.values()]
+            cpu_before = _cpu_snapshot(postgres, host_pids)
+            spied = threading.Event()
+            if args.spy:
+                threading.Thread(target=_spy, args=(host_pids, args.spy, spied), daemon=True).start()
             started = time.monotonic()
             for message in messages:
                 ingress.accept(message)
@@ -100,18 +177,27 @@ def measure_cluster(
                 interval=0.05,
             )
             elapsed = time.monotonic() - started
+            spied.set()
+            cpu = [after - before for after, before in zip(_cpu_snapshot(postgres, host_pids), cpu_before, strict=True)]
+            statuses = [ray.get(h.status.remote()) for h in handles.values()]
+            moves = _epochs(pg) - epochs_before
             lat = _latencies(pg)
             turns = int(pg.database.value("SELECT count(*) FROM outbox"))
-        print(
-            figure_line(
-                f"cluster_{label}_{hosts}_hosts_turns_per_s",
-                turns / elapsed,
-                "turns/s",
-                f"{args.messages} messages, {args.chats} chats, ingest {args.messages / ingested:.0f}/s",
-            )
-        )
-        print(figure_line(f"cluster_{label}_{hosts}_hosts_p50_ms", _pct(lat, 0.5), "ms", "ingest -> reply committed"))
-        print(figure_line(f"cluster_{label}_{hosts}_hosts_p99_ms", _pct(lat, 0.99), "ms"))
+        outcomes = [s.outcomes for s in statuses]
+        return {
+            "messages_per_s": args.messages / elapsed,
+            "turns_per_s": turns / elapsed,
+            "p50_ms": _pct(lat, 0.5),
+            "p99_ms": _pct(lat, 0.99),
+            "ingest_per_s": args.messages / ingested,
+            "cpu_postgres_s": cpu[0],
+            "cpu_hosts_s": cpu[1],
+            "cpu_driver_s": cpu[2],
+            "pulls": sum(s.pulls for s in statuses),
+            "rows_read_per_message": sum(s.rows_read for s in statuses) / args.messages,
+            "shard_moves": moves,
+            "stale_turns": sum(o.get("stale", 0) for o in outcomes),
+        }
     finally:
         for handle in handles.values():
             ray.get(handle.stop.remote(), timeout=60)
@@ -162,7 +248,45 @@ def measure_failover(postgres: Cluster, args: argparse.Namespace) -> None:
         postgres.drop_database(name)
 
 
-def measure_sqlite(agent: Agent, label: str, args: argparse.Namespace) -> None:
+def measure_scan(postgres: Cluster, args: argparse.Namespace) -> None:
+    """One reset scan of a host holding every shard, over ``--scan-sessions`` live sessions (1% of them idle past
+    their reset, the rest active within the idle time), timed once on a fresh database."""
+    from hermes_actors.cluster.shard_timers import ShardTimers
+    from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
+    from hermes_actors.store.pg.shards import ShardFence
+
+    name = postgres.create_database()
+    try:
+        with PostgresStore.open(postgres.dsn(name), migrate_schema=False) as pg:
+            now = time.time()
+            pg.database.execute(
+                "INSERT INTO sessions (id, source, chat_type, started_at, last_active_at) "
+                "SELECT 'bench-' || g, 'fake', 'dm', %(now)s - 90000, "
+                "CASE WHEN g %% 100 = 0 THEN %(now)s - 90000 ELSE %(now)s - (g %% 80000) END "
+                "FROM generate_series(1, %(n)s) AS g",
+                {"now": now, "n": args.scan_sessions},
+            )
+            pg.database.execute("ANALYZE sessions")
+            fence = ShardFence("bench", 64)
+            fence.grant(dict.fromkeys(range(64), 1), 3600.0, asked_at=time.monotonic())
+            timers = ShardTimers(pg, fence, ResetConfig(mode=ResetMode.IDLE, idle_minutes=1440))
+            started = time.monotonic()
+            added = timers.scan()
+            elapsed = time.monotonic() - started
+        print(
+            figure_line(
+                "cluster_reset_scan_ms",
+                elapsed * 1000,
+                "ms",
+                f"one scan, {args.scan_sessions} live sessions, all 64 shards held, {added} resets due",
+            )
+        )
+    finally:
+        postgres.drop_database(name)
+
+
+def measure_sqlite(agent: Agent, args: argparse.Namespace) -> dict[str, float]:
+    """One run of the same messages through one single-machine runtime; its figures by name."""
     with tempfile.TemporaryDirectory() as directory:
         with open_fake_gateway(Path(directory) / "state.db", agent=agent, max_concurrent_agent_calls=256) as (gw, fake):
             messages = _messages(args.messages, args.chats)
@@ -171,14 +295,48 @@ def measure_sqlite(agent: Agent, label: str, args: argparse.Namespace) -> None:
                 gw.accept(message)
             poll_until(lambda: len(fake.sent) >= len(messages) * 0.99, timeout=300, interval=0.05)
             elapsed = time.monotonic() - started
-        print(
-            figure_line(
-                f"sqlite_{label}_turns_per_s",
-                len(fake.sent) / elapsed,
-                "turns/s",
-                f"{args.messages} messages, {args.chats} chats, one hermesd runtime",
-            )
-        )
+        return {"messages_per_s": len(fake.sent) / elapsed}
+
+
+_UNITS = {"messages_per_s": "messages/s", "turns_per_s": "turns/s", "p50_ms": "ms", "p99_ms": "ms"}
+_PROFILE = (
+    "cpu_postgres_s",
+    "cpu_hosts_s",
+    "cpu_driver_s",
+    "pulls",
+    "rows_read_per_message",
+    "shard_moves",
+    "stale_turns",
+)
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+
+
+def measure_throughput(postgres: Cluster, label: str, factory: Callable[[], Agent], args: argparse.Namespace) -> None:
+    """Each host count and the single-machine runtime ``--repeat`` times, interleaved; medians and ratios."""
+    counts = [int(h) for h in args.hosts.split(",")]
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(args.repeat):
+        for hosts in counts:
+            runs.setdefault(str(hosts), []).append(measure_cluster(postgres, hosts, factory, label, args))
+        runs.setdefault("sqlite", []).append(measure_sqlite(factory(), args))
+    note = f"median of {args.repeat}, {args.messages} messages over {args.chats} chats"
+    sqlite = _medians(runs["sqlite"])["messages_per_s"]
+    print(figure_line(f"sqlite_{label}_messages_per_s", sqlite, "messages/s", f"{note}, one hermesd runtime"))
+    first = _medians(runs[str(counts[0])])["messages_per_s"]
+    for hosts in counts:
+        figures = _medians(runs[str(hosts)])
+        prefix = f"cluster_{label}_{hosts}_hosts"
+        for name, unit in _UNITS.items():
+            extra = note if name == "messages_per_s" else ("ingest -> reply committed" if name == "p50_ms" else "")
+            print(figure_line(f"{prefix}_{name}", figures[name], unit, extra))
+        print(figure_line(f"{prefix}_vs_{counts[0]}_hosts", figures["messages_per_s"] / first, "x", "messages/s"))
+        print(figure_line(f"{prefix}_vs_sqlite", figures["messages_per_s"] / sqlite, "x", "messages/s"))
+        if args.profile:
+            for name in _PROFILE:
+                print(figure_line(f"{prefix}_{name}", figures[name]))
 
 
 def main() -> None:
@@ -186,16 +344,39 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1500, help="messages per measurement (default 1500)")
     parser.add_argument("--chats", type=int, default=100, help="conversations they are spread over (default 100)")
     parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
+    parser.add_argument("--scan-sessions", type=int, default=100_000, help="live sessions in the scan run")
+    parser.add_argument("--only", choices=("all", "scan", "throughput"), default="all", help="which runs")
+    parser.add_argument("--agents", choices=("all", "echo", "agent50ms"), default="all", help="which agents")
+    parser.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="start each run once every host holds a shard, not once every shard is with its home host (as before)",
+    )
+    parser.add_argument("--pull-interval", type=float, default=2.0, help="the hosts' periodic pull (s, default 2)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration; medians (default 3)")
+    parser.add_argument("--spy", metavar="FILE", help="append py-spy dumps of the host workers during each run")
+    parser.add_argument("--profile", action="store_true", help="also print CPU seconds and pulls per run")
     parser.add_argument("--failover-ttl", type=float, default=3.0, help="shard term in the failover run (s)")
     args = parser.parse_args()
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL server binaries are not installed")
+    if args.only == "scan":  # PostgreSQL only: no Ray, no namespace
+        postgres = Cluster(bin_dir)
+        postgres.prepare_template()
+        print(figure_line("load_average_start", os.getloadavg()[0]))
+        try:
+            measure_scan(postgres, args)
+        finally:
+            postgres.stop()
+        print(figure_line("load_average_end", os.getloadavg()[0]))
+        return
     _in_namespace()
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
 
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        sys.exit("PostgreSQL server binaries are not installed")
     postgres = Cluster(bin_dir)
     postgres.prepare_template()
     ray.init(
@@ -214,10 +395,11 @@ def main() -> None:
             "agent50ms": functools.partial(SeeingAgent, 0.05, 0.05),
         }
         for label, factory in agents.items():
-            for hosts in (int(h) for h in args.hosts.split(",")):
-                measure_cluster(postgres, hosts, factory, label, args)
-            measure_sqlite(factory(), label, args)
-        measure_failover(postgres, args)
+            if args.agents in ("all", label):
+                measure_throughput(postgres, label, factory, args)
+        if args.only == "all":
+            measure_failover(postgres, args)
+            measure_scan(postgres, args)
     finally:
         ray.shutdown()
         postgres.stop()

@@ -29,6 +29,7 @@ import msgspec
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
+from hermes_actors.cluster.background import BackgroundWatch
 from hermes_actors.cluster.keeper import ShardKeeper
 from hermes_actors.cluster.shard_admin import ShardAdmin
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
@@ -79,7 +80,8 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of one host: its shards (shard -> epoch), the rows it has handed to its supervisor, its turns
-    (committed) and every finished turn by outcome (``stale``: refused by the fence or answered elsewhere)."""
+    (committed), every finished turn by outcome (``stale``: refused by the fence or answered elsewhere), and how
+    many pulls it made and inbox rows they read."""
 
     name: str
     pid: int
@@ -87,6 +89,8 @@ class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     dispatched: int
     turns: int
     outcomes: dict[str, int]
+    pulls: int = 0
+    rows_read: int = 0
 
 
 class HostRuntime:
@@ -105,6 +109,7 @@ class HostRuntime:
         self.store.fence_shards(self.fence)
         owner = f"{settings.name}:{os.getpid()}:{int(time.time() * 1000)}"
         self._turns = 0
+        self._pulls = self._rows_read = 0
         self._on_turn = on_turn
         options: GatewayOptions = {
             "config": RuntimeConfig(
@@ -137,9 +142,16 @@ class HostRuntime:
             grace_s=settings.grace_s,
             on_gained=self._gained,
         )
-        self.timers = ShardTimers(self.store, self.fence, settings.reset)
+        self.background = BackgroundWatch(
+            self.store, self.runtime.services.agent, owner, on_ended=self._background_ended
+        )
+        self.timers = ShardTimers(
+            self.store, self.fence, settings.reset, background_started_at=self.background.started_at
+        )
         self.admin = ShardAdmin(self.store, self.fence, self.runtime, name=settings.name)
         self._scanned_at = 0.0
+        self._recheck = False  # the next pull looks at every pending row again (a background process ended)
+        self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
         self._lock = threading.Lock()
         self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
         self._wake = threading.Event()
@@ -163,8 +175,21 @@ class HostRuntime:
 
     def _turn_done(self, outcome: TurnOutcome) -> None:
         self._turns += 1
+        try:  # on the supervisor's thread; writes only when the session's background process came or went
+            if outcome.ended:
+                self.background.forget(outcome.session_id)
+            else:
+                self.background.observe(outcome.session_id)
+        except Exception:
+            _log.exception("%s: recording the background process of %s failed", self.settings.name, outcome.session_id)
         if self._on_turn is not None:
             self._on_turn(outcome)
+
+    def _background_ended(self, session_id: str) -> None:
+        """A background process of this host's agent ended: scan and look at the held-off resets again now."""
+        self._scanned_at = 0.0
+        self._recheck = True
+        self._wake.set()
 
     def _gained(self, shards: set[int]) -> None:
         """New terms: rows handed over under an earlier term of these shards are handed over again."""
@@ -205,10 +230,11 @@ class HostRuntime:
             if self._stopped.is_set():
                 return
             try:
-                if time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
+                recheck, self._recheck = self._recheck, False
+                if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
-                self.pull(recheck=not woken)
+                self.pull(recheck=recheck or not woken)
             except Exception:
                 _log.exception("%s: pulling the inbox failed", self.settings.name)
 
@@ -219,25 +245,28 @@ class HostRuntime:
         message): a reset row settled since, or a row whose key now leads to a session of another shard (a
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         shards = set(self.fence.held()) - self.keeper.leaving()
-        rows = self.store.shard_queue.pending(sorted(shards), limit=2000)
+        ids = self.store.shard_queue.pending_ids(sorted(shards), limit=2000)
         handed = 0
         with self._lock:
-            pending = {row.id for _, row in rows}
+            pending = set(ids)
             for inbox_id in [i for i in self._dispatched if i not in pending]:
                 del self._dispatched[inbox_id]
             for inbox_id in [i for i in self._relayed if i not in pending]:
                 self.runtime.services.watch.unwatch(self._relayed.pop(inbox_id))
-            handed_over = set(self._dispatched)
-        for shard, row in rows:
-            if not recheck and row.id in handed_over:
-                continue
+            self._waiting &= pending
+            handed_over = set(self._dispatched) | self._waiting
+        # Only the rows not handed over yet are read whole (with their key's route), unless rechecking.
+        rows = self.store.shard_queue.routed(ids if recheck else [i for i in ids if i not in handed_over])
+        self._pulls += 1
+        self._rows_read += len(rows)
+        for shard, row, route in rows:
             if row.platform == TIMER_PLATFORM:
                 handed += self._reset(row)
                 continue
             if row.platform == ADMIN_PLATFORM:  # an operator's rename, end or delete (hermesctl sessions --dsn)
                 handed += self.admin.submit(row)
                 continue
-            target = self._shard_of_key(row)
+            target = shard_of(route or row.routing_key, self.settings.shards)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
                 continue
@@ -248,7 +277,10 @@ class HostRuntime:
             delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
             if row.platform in self.settings.relay_platforms:
                 self._watch_for_relay(row.id, delivery.message.message_id)
-            self.runtime.supervisor.tell(Deliver(routing_key=row.routing_key, delivery=delivery))
+            # The supervisor checks its cached route against the stored one: another host may have moved the key
+            # (a /resume, /new or reset while it held the shard).
+            deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
+            self.runtime.supervisor.tell(deliver)
             handed += 1
         return handed
 
@@ -262,14 +294,15 @@ class HostRuntime:
         """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
         end = self.timers.take(row)
         with self._lock:
-            if end is None or row.id in self._dispatched:
+            if end is None:
+                self._waiting.add(row.id)  # only the periodic pull looks at it again
+                return 0
+            self._waiting.discard(row.id)
+            if row.id in self._dispatched:
                 return 0
             self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
         self.runtime.supervisor.tell(end)
         return 1
-
-    def _shard_of_key(self, row: InboxRow) -> int:
-        return shard_for_key(self.store, row.routing_key, self.settings.shards)
 
     def status(self) -> HostStatus:
         """A snapshot of this host."""
@@ -288,6 +321,8 @@ class HostRuntime:
             dispatched=dispatched,
             turns=self._turns,
             outcomes=outcomes,
+            pulls=self._pulls,
+            rows_read=self._rows_read,
         )
 
     def stop(self, *, release: bool = True) -> None:

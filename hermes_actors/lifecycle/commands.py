@@ -15,7 +15,6 @@ from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.search import session_search
 from hermes_actors.store import LineageRow, SessionFilter, SessionRecord, Store
-from hermes_actors.store.lineage import lineage_tip
 from hermes_actors.titles import sanitize_title
 
 __all__ = [
@@ -163,7 +162,7 @@ def choose_resume_target(
         target = store.resolve_session(listed[int(argument) - 1], visible=visible)
     else:
         target = store.resolve_session(argument, visible=visible)
-    return ResumeChoice(target=store.get_session(lineage_tip(store, target.id)))
+    return ResumeChoice(target=store.get_session(store.lineage_tip(target.id)))
 
 
 def list_sessions_text(
@@ -188,7 +187,7 @@ def list_sessions_text(
 def _lineages_of(store: Store, session_ids: Sequence[str], visible: SessionFilter) -> list[LineageRow]:
     """The conversations of ``session_ids`` (segments of any lineage), once each, in the order first met."""
     # A segment's own id stands in for a tip the sender may not see (its lineage, as they see it, ends there).
-    pairs = [(lineage_tip(store, sid), sid) for sid in session_ids]
+    pairs = [(store.lineage_tip(sid), sid) for sid in session_ids]
     found = store.list_lineages(limit=None, visible=visible, tips=[i for pair in pairs for i in pair]).rows
     rows = {row.tip.id: row for row in found}
     chosen = [rows.get(tip) or rows.get(sid) for tip, sid in pairs]

@@ -67,6 +67,11 @@ class LiveSession:
         self.failures = 0  # turns in a row the store refused to save
         self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
 
+    @property
+    def in_use(self) -> bool:
+        """Whether a turn runs or waits, or the session's row (and route) is not created yet."""
+        return self.busy or bool(self.queue) or self.create_with is not None or self.hold_until is not None
+
     def next_turn(self, soft_limit: int) -> RunTurn:
         """Take the next turn off the queue (not empty): a control step, a ``/stop`` answer, everything queued up
         to the next command once ``soft_limit`` messages wait (rapid-fire text), or one message."""

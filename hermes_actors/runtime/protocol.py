@@ -138,10 +138,16 @@ class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Deliver(msgspec.Struct, frozen=True, kw_only=True):
-    """Edge → supervisor: a committed inbound message for ``routing_key``."""
+    """Edge → supervisor: a committed inbound message for ``routing_key``.
+
+    A shard host (cluster mode) sets ``check_route`` and ``stored_route``, the session the key's stored route led
+    to when it took the row: other hosts may have re-pointed the key since this supervisor cached its route.
+    """
 
     routing_key: str
     delivery: Delivery
+    check_route: bool = False
+    stored_route: str | None = None
 
 
 class Rebind(msgspec.Struct, frozen=True, kw_only=True):

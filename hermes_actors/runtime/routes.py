@@ -9,14 +9,17 @@ cache and the store never disagree for a later reader of the writer's commits).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
 from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
+from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.log_fields import session_extra
+from hermes_actors.runtime.protocol import Deliver
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -42,19 +45,31 @@ def submit_logged(
 
 
 class Routes:
-    """The routing directory (see the module docstring). ``has_actor(session_id)`` says whether the session runs
-    in this process now, so its stored row need not be checked."""
+    """The routing directory (see the module docstring). ``live`` is the supervisor's sessions: one with an actor
+    runs in this process now, so its stored row need not be checked."""
 
-    __slots__ = ("_ending", "_has_actor", "_keys", "_readers", "_routes", "_successor_of", "_writer")
+    __slots__ = (
+        "_ending",
+        "_keys",
+        "_live",
+        "_lock",
+        "_readers",
+        "_routes",
+        "_successor_of",
+        "_writer",
+        "_writing",
+    )
 
-    def __init__(self, readers: ReaderPool, writer: StoreWriter, has_actor: Callable[[str], bool]) -> None:
+    def __init__(self, readers: ReaderPool, writer: StoreWriter, live: Mapping[str, LiveSession]) -> None:
         self._readers = readers
         self._writer = writer
-        self._has_actor = has_actor
+        self._live = live
         self._routes: dict[str, str] = {}  # cache of the directory for sessions with a live entry
         self._keys: dict[str, set[str]] = {}  # session id -> its cached routing keys
         self._ending: set[str] = set()  # sessions whose end is queued but not committed yet
         self._successor_of: dict[str, str] = {}  # routing key -> its ending session (the successor waits for it)
+        self._lock = threading.Lock()  # guards _writing, which the writer's thread updates too
+        self._writing: dict[str, int] = {}  # routing key -> its route writes queued and not yet committed
 
     def __len__(self) -> int:
         return len(self._routes)
@@ -70,6 +85,45 @@ class Routes:
             self._keys.get(previous, set()).discard(routing_key)
         self._routes[routing_key] = session_id
         self._keys.setdefault(session_id, set()).add(routing_key)
+
+    def check(self, message: Deliver) -> None:
+        """For a message a shard host took (``check_route``): drop the cached route of its key when the store said
+        ``stored_route`` instead, unless the cache is ahead of the store here: a route write of this supervisor not
+        committed yet, or a session that runs or waits here (its first turn stores its route). Another host may have
+        re-pointed the key meanwhile; the next lookup reads the store again."""
+        routing_key = message.routing_key
+        cached = self._routes.get(routing_key)
+        state = None if cached is None else self._live.get(cached)
+        if not message.check_route or cached is None or cached == message.stored_route:
+            return
+        if state is not None and state.in_use:
+            return
+        with self._lock:
+            if self._writing.get(routing_key):
+                return
+        del self._routes[routing_key]
+        self._keys.get(cached, set()).discard(routing_key)
+
+    def _write(self, routing_key: str, work: Callable[[Store], object]) -> Future[object]:
+        """Queue a write of ``routing_key``'s route, counted as under way until it commits or fails."""
+        with self._lock:
+            self._writing[routing_key] = self._writing.get(routing_key, 0) + 1
+
+        def done(_: Future[object]) -> None:
+            with self._lock:
+                left = self._writing[routing_key] - 1
+                if left:
+                    self._writing[routing_key] = left
+                else:
+                    del self._writing[routing_key]
+
+        try:
+            future = submit_logged(self._writer, work)
+        except BaseException:
+            done(Future())  # nothing was queued (the writer is closed)
+            raise
+        future.add_done_callback(done)
+        return future
 
     def keys_of(self, session_id: str) -> set[str]:
         """Return (a copy of) the cached keys of ``session_id``."""
@@ -114,7 +168,8 @@ class Routes:
         if session_id is None:
             with self._readers.reader() as store:
                 session_id = store.get_route(routing_key)
-                if session_id is not None and not self._has_actor(session_id):
+                state = None if session_id is None else self._live.get(session_id)
+                if session_id is not None and (state is None or state.ref is None):
                     record = store.find_session(session_id)
                     if record is None or not record.is_live:
                         session_id = None
@@ -126,13 +181,13 @@ class Routes:
 
     def store(self, routing_key: str, session_id: str) -> Future[None]:
         """Point ``routing_key`` at ``session_id``: cached now, stored by the writer; return the commit's future."""
-        committed = submit_logged(self._writer, lambda store: store.set_route(routing_key, session_id))
+        committed = self._write(routing_key, lambda store: store.set_route(routing_key, session_id))
         self.cache(routing_key, session_id)
-        return committed
+        return cast("Future[None]", committed)
 
     def unbind(self, routing_key: str, session_id: str) -> None:
         """Delete ``routing_key``'s route, which led to ``session_id``."""
-        submit_logged(self._writer, lambda store: store.unbind_route(routing_key))
+        self._write(routing_key, lambda store: store.unbind_route(routing_key))
         if self._routes.get(routing_key) == session_id:
             del self._routes[routing_key]
         self._keys.get(session_id, set()).discard(routing_key)
@@ -163,7 +218,7 @@ class Routes:
                 store.set_route(routing_key, session_id)
                 store.unbind_route(legacy)
 
-            submit_logged(self._writer, claim)
+            self._write(routing_key, claim)
             self._routes.pop(legacy, None)
             self._keys.get(session_id, set()).discard(legacy)
             self.cache(routing_key, session_id)

@@ -84,7 +84,7 @@ class SupervisorActor(RuntimeActor):
         self._on_activity = on_activity
         self._on_end = on_end
         self._live: OrderedDict[str, LiveSession] = OrderedDict()  # least recently used first
-        self._routes = Routes(self._readers, self._writer, self._has_actor)
+        self._routes = Routes(self._readers, self._writer, self._live)
         self._port = SupervisorDirectory(
             self._routes,
             self._live,
@@ -153,10 +153,6 @@ class SupervisorActor(RuntimeActor):
             case PassivationTick():
                 self._passivate_idle()
 
-    def _has_actor(self, session_id: str) -> bool:
-        state = self._live.get(session_id)
-        return state is not None and state.ref is not None
-
     def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
         _log.error("supervisor crashed: %s; stopping its session actors", exception_value)
         self.on_stop()
@@ -202,6 +198,7 @@ class SupervisorActor(RuntimeActor):
 
     def _deliver(self, message: Deliver) -> None:
         delivery = message.delivery
+        self._routes.check(message)  # before a command too: it looks the key up
         command = parse_command(delivery.message.text, reset_triggers=self._config.reset_triggers)
         if command is not None and command.name is not CommandName.STOP:
             self._lifecycle.run(message.routing_key, delivery, command)

@@ -115,6 +115,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(
         with PostgresStore.open(postgres_cluster.dsn(name)) as old:
             # Version 1 was the current file without what later versions added.
             old.database.execute("DROP TABLE api_responses")
+            old.database.execute("DROP TABLE background_processes")
             old.database.execute("ALTER TABLE inbox DROP COLUMN shard")
             old.database.execute("DROP TABLE shard_hosts")
             old.database.execute("DROP TABLE role_leases")
@@ -300,7 +301,14 @@ def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: Postgr
     pg_tables: dict[str, set[str]] = {}
     for table, column in rows:
         pg_tables.setdefault(str(table), set()).add(str(column))
-    assert set(pg_tables) == {*sqlite_tables, "shard_leases", "shard_hosts", "role_leases", "search_totals"}
+    assert set(pg_tables) == {
+        *sqlite_tables,
+        "shard_leases",
+        "shard_hosts",
+        "role_leases",
+        "search_totals",
+        "background_processes",
+    }
     extras = {
         "messages": {"words", "cjk", "n_tokens"},
         "api_responses": {"seq"},

@@ -219,3 +219,23 @@ def test_the_shard_queue_notifies_the_listener_and_pulls_pending_rows_by_shard(
         assert [(lag.shard, lag.pending) for lag in queue.lag()] == [(3, 1)]
     finally:
         listener.close()
+
+
+def test_a_pull_learns_the_pending_ids_then_reads_the_new_rows_with_their_key_s_route(
+    shard_store: PostgresStore,
+) -> None:
+    queue = shard_store.shard_queue
+    shard_store.create_session("fake", session_id="s1")
+    shard_store.set_route("k1", "s1")
+    added = [
+        queue.add(shard, platform="fake", account_id="", platform_message_id=f"m{n}", routing_key=key, payload=b"{}")
+        for n, (shard, key) in enumerate([(1, "k1"), (2, "k2"), (1, "k1"), (3, "k3")])
+    ]
+    ids = [i for i in added if i is not None]
+    assert queue.pending_ids([1, 2]) == [ids[0], ids[1], ids[2]]
+    assert queue.pending_ids([]) == []
+    shard_store.inbox.complete(ids[2], session_id="s1")
+    routed = queue.routed([ids[2], ids[1], ids[0]])
+    assert [(shard, row.id, route) for shard, row, route in routed] == [(1, ids[0], "s1"), (2, ids[1], None)]
+    assert routed[0][1].routing_key == "k1"
+    assert queue.routed([]) == []

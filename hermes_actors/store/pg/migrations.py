@@ -80,10 +80,25 @@ CREATE TABLE role_leases (
     )
 
 
+def _add_background_processes(db: Database) -> None:
+    """Version 5 (cluster mode): the background processes that hold a session's reset off, whichever host holds
+    its shard (``store.pg.reset_scan``)."""
+    db.execute(
+        """
+CREATE TABLE background_processes (
+    session_id text COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    started_at double precision NOT NULL,
+    reporter   text NOT NULL
+);
+"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
     4: _add_role_leases,
+    5: _add_background_processes,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
@@ -117,7 +132,7 @@ def migrate(db: Database) -> int:
             db.execute(schema_sql())
             _set_version(db, SCHEMA_VERSION)
             return SCHEMA_VERSION
-        for version in range(current + 1, SCHEMA_VERSION + 1):
+        for version in sorted(v for v in MIGRATIONS if v > current):  # version 4 is another branch's, not merged yet
             MIGRATIONS[version](db)
             _set_version(db, version)
     return SCHEMA_VERSION

@@ -23,6 +23,7 @@ __all__ = ["CHANNEL", "InboxListener", "ShardLag", "ShardQueue"]
 
 CHANNEL = "hermes_inbox"
 _PENDING = InboxState.PENDING.value
+_JOINED_COLUMNS = ", ".join(f"i.{column.strip()}" for column in _INBOX_COLUMNS.split(","))
 
 
 class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +75,29 @@ class ShardQueue:
             (_PENDING, sorted(shards), limit),
         )
         return [(int(row[0]), _inbox_row(row[1:])) for row in rows]
+
+    def pending_ids(self, shards: Sequence[int], *, limit: int = 500) -> list[int]:
+        """The ids of the oldest pending rows of ``shards`` (up to ``limit``), in order: read from the index alone,
+        so a host woken per message learns which rows are new without reading every pending payload again."""
+        if not shards:
+            return []
+        rows = self._db.execute(
+            "SELECT id FROM inbox WHERE state = %s AND shard = ANY(%s) ORDER BY id LIMIT %s",
+            (_PENDING, sorted(shards), limit),
+        )
+        return [int(inbox_id) for (inbox_id,) in rows]
+
+    def routed(self, inbox_ids: Sequence[int]) -> list[tuple[int, InboxRow, str | None]]:
+        """Those of ``inbox_ids`` still pending, in id order, each with its shard and the session its routing key
+        leads to now (``None``: no route), in one statement."""
+        if not inbox_ids:
+            return []
+        rows = self._db.execute(
+            f"SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
+            "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = ANY(%s) AND i.state = %s ORDER BY i.id",
+            (list(inbox_ids), _PENDING),
+        )
+        return [(int(row[0]), _inbox_row(row[2:]), None if row[1] is None else str(row[1])) for row in rows]
 
     def reshard(self, inbox_id: int, shard: int) -> bool:
         """Move a pending row to ``shard`` (its routing key now leads to a session there) and notify; whether it

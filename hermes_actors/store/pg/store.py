@@ -29,6 +29,7 @@ from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
+from hermes_actors.store.pg.reset_scan import ResetScan
 from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.roles import PgRoles
 from hermes_actors.store.pg.shard_queue import ShardQueue
@@ -79,6 +80,7 @@ class PostgresStore(PgTranscriptRows):
         self.roles = PgRoles(database, lease_skew)
         self.shard_queue = ShardQueue(database, clock)
         self.outbox_claims = OutboxClaims(database, clock)
+        self.reset_scan = ResetScan(database)
 
     @classmethod
     def open(

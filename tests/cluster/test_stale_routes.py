@@ -1,0 +1,93 @@
+"""A route cached in one host's supervisor must not outlive a change another host made to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
+from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.routing import build_session_key
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.shards import home_shards, shard_of
+from hermes_actors.testing import FakePlatform, poll_until
+
+SHARDS = 8
+HOSTS = ("h0", "h1")
+
+pytestmark = pytest.mark.slow  # runs two hosts for a few seconds
+
+
+@pytest.fixture
+def pg(postgres_dsn: str) -> Iterator[PostgresStore]:
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
+        yield store
+
+
+def _chat_homed_on(platform: FakePlatform, host: str) -> str:
+    """A chat whose routing key's shard (so its first session's) is ``host``'s home."""
+    home = home_shards(host, HOSTS, SHARDS)
+    for n in range(1000):
+        key = build_session_key(platform.message("x", chat_id=f"chat-{n}", user_id="u").source)
+        if shard_of(key, SHARDS) in home:
+            return f"chat-{n}"
+    raise AssertionError(f"no chat homed on {host}")
+
+
+def _answered(pg: PostgresStore) -> bool:
+    return bool(pg.database.value("SELECT count(*) FROM inbox WHERE state = 'pending'") == 0)
+
+
+def _session_of(pg: PostgresStore, text: str) -> str:
+    return str(
+        pg.database.value(
+            "SELECT s.id FROM messages m JOIN sessions s ON s.ref = m.session_ref WHERE m.role = 'user' "
+            "AND m.content = %s",
+            (text,),
+        )
+    )
+
+
+def test_a_shard_back_from_another_host_brings_no_route_its_supervisor_cached_before(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    """h0 runs chat A's session S1 and caches A's route. h0's renewals stall, h1 takes h0's shards and runs A's
+    ``/new`` (S1 ends, A's next message starts S2 in the same shard). h0 renews again and gets its shards back:
+    A's next message must go to S2, not to the S1 h0's supervisor still has cached."""
+    settings = [
+        HostSettings(name=n, postgres_dsn=postgres_dsn, hosts=HOSTS, shards=SHARDS, lease_ttl_s=2.0, grace_s=0.3)
+        for n in HOSTS
+    ]
+    hosts = [HostRuntime(s) for s in settings]
+    try:
+        for host in hosts:
+            host.start()
+        home = home_shards("h0", HOSTS, SHARDS)
+        poll_until(lambda: set(hosts[0].fence.held()) == home, what="h0 holding its home shards")
+        platform = FakePlatform("fake")
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        chat = _chat_homed_on(platform, "h0")
+
+        def say(text: str) -> None:
+            ingress.accept(platform.message(text, chat_id=chat, user_id="u"))
+            poll_until(lambda: _answered(pg), timeout=20, what=f"{text!r} answered")
+
+        say("first")
+        first = _session_of(pg, "first")
+        shard = shard_of(first, SHARDS)
+        hosts[0].keeper.stall_renewals = True
+        poll_until(lambda: shard in hosts[1].fence.held(), timeout=20, what="h1 taking h0's shards")
+        say("/new")
+        say("second")
+        second = _session_of(pg, "second")
+        assert second != first
+        assert shard_of(second, SHARDS) == shard
+        hosts[0].keeper.stall_renewals = False
+        poll_until(lambda: shard in hosts[0].fence.held(), timeout=20, what="h0 taking its shards back")
+        say("third")
+        assert _session_of(pg, "third") == second
+        assert not pg.get_session(first).is_live
+    finally:
+        for host in hosts:
+            host.stop()
