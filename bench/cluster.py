@@ -345,7 +345,7 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=100, help="conversations they are spread over (default 100)")
     parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
     parser.add_argument("--scan-sessions", type=int, default=100_000, help="live sessions in the scan run")
-    parser.add_argument("--only", choices=("all", "scan", "throughput"), default="all", help="which runs")
+    parser.add_argument("--only", choices=("all", "scan", "throughput", "failover"), default="all", help="which runs")
     parser.add_argument("--agents", choices=("all", "echo", "agent50ms"), default="all", help="which agents")
     parser.add_argument(
         "--no-settle",
@@ -395,10 +395,11 @@ def main() -> None:
             "agent50ms": functools.partial(SeeingAgent, 0.05, 0.05),
         }
         for label, factory in agents.items():
-            if args.agents in ("all", label):
+            if args.only in ("all", "throughput") and args.agents in ("all", label):
                 measure_throughput(postgres, label, factory, args)
-        if args.only == "all":
+        if args.only in ("all", "failover"):
             measure_failover(postgres, args)
+        if args.only == "all":
             measure_scan(postgres, args)
     finally:
         ray.shutdown()

@@ -63,3 +63,20 @@ def test_a_host_whose_renewals_stall_loses_its_shards_to_its_peer_after_the_term
     stalled.stall_renewals = False
     stalled.tick()
     assert set(stalled_fence.held()) == set()  # its terms ended: it renewed nothing and took nothing held
+
+
+def test_a_shard_given_back_waits_the_grace_period_for_its_home_host_before_another_host_takes_it(
+    pg: PostgresStore,
+) -> None:
+    away, away_fence = _keeper(pg, "h0", grace_s=3600.0)
+    assert away.tick() == set(range(SHARDS))  # never held: taken at once by the only host alive
+    back, _ = _keeper(pg, "h1", grace_s=3600.0)
+    back.stall_renewals = True  # h1 beats once below, then is slow to tick
+    pg.shards.beat("h1")
+    away.tick()  # marks h1's home shards leaving
+    away.tick()  # releases them
+    h1_home = home_shards("h1", HOSTS, SHARDS)
+    assert set(away_fence.held()) == home_shards("h0", HOSTS, SHARDS)
+    assert away.tick() == set()  # h1 is their home and alive: h0 leaves them to it for the grace period
+    back.stall_renewals = False
+    assert back.tick() == h1_home

@@ -113,15 +113,19 @@ class PgShards:
         return {int(shard): int(epoch) for shard, epoch in rows}
 
     def release(self, holder: str, held: Mapping[int, int]) -> int:
-        """End ``holder``'s terms of ``held`` now (the shards are free to take); how many were still its."""
+        """End ``holder``'s terms of ``held`` now (the shards are free to take); how many were still its.
+
+        The term ends at the database's now, not at ``-infinity`` (a shard never held): the grace period in which
+        only its home host takes a free shard counts from the release, so a shard given back to its home host is
+        not taken first by another host (nor by the releasing one again) that ticks sooner."""
         if not held:
             return 0
         shards = sorted(held)
         return self._db.count(
-            "UPDATE shard_leases AS s SET holder = NULL, expires_at = '-infinity' "
+            f"UPDATE shard_leases AS s SET holder = NULL, expires_at = {_NOW} "
             "FROM unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h(shard, epoch) "
             "WHERE s.shard = h.shard AND s.epoch = h.epoch AND s.holder = %(holder)s",
-            {"holder": holder, "shards": shards, "epochs": [held[s] for s in shards]},
+            {"holder": holder, "shards": shards, "epochs": [held[s] for s in shards], "skew": self._skew()},
         )
 
     def check(self, shard: int, holder: str, epoch: int) -> None:
