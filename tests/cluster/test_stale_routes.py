@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -88,6 +89,56 @@ def test_a_shard_back_from_another_host_brings_no_route_its_supervisor_cached_be
         say("third")
         assert _session_of(pg, "third") == second
         assert not pg.get_session(first).is_live
+    finally:
+        for host in hosts:
+            host.stop()
+
+
+def test_a_resume_to_a_session_in_another_hosts_shard_runs_once(postgres_dsn: str, pg: PostgresStore) -> None:
+    """Chat A's session lives in h0's shard, chat B's in h1's. A's ``/resume <B's session>`` runs in h0 (the row
+    is in A's shard) and re-points A's key there: it is answered once and completed by h0, although the session it
+    names lives in a shard h0 does not hold."""
+    settings = [
+        HostSettings(name=n, postgres_dsn=postgres_dsn, hosts=HOSTS, shards=SHARDS, lease_ttl_s=3.0, grace_s=0.3)
+        for n in HOSTS
+    ]
+    hosts = [HostRuntime(s) for s in settings]
+    try:
+        for host in hosts:
+            host.start()
+        homes = [home_shards(name, HOSTS, SHARDS) for name in HOSTS]
+        poll_until(
+            lambda: all(set(h.fence.held()) == home for h, home in zip(hosts, homes, strict=True)),
+            what="each host holding its home shards",
+        )
+        platform = FakePlatform("fake")
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        chat_a, chat_b = _chat_homed_on(platform, "h0"), _chat_homed_on(platform, "h1")
+
+        def say(text: str, chat: str) -> str:
+            message = platform.message(text, chat_id=chat, user_id="u")
+            ingress.accept(message)
+            poll_until(lambda: _answered(pg), timeout=20, what=f"{text!r} answered")
+            return message.message_id
+
+        say("in a", chat_a)
+        say("in b", chat_b)
+        target = _session_of(pg, "in b")
+        assert shard_of(target, SHARDS) in home_shards("h1", HOSTS, SHARDS)
+        resume = say(f"/resume {target}", chat_a)
+        time.sleep(2.5)  # a refused completion would have moved the row to h1's shard and run it there again
+        rows = pg.database.execute(
+            "SELECT state, shard, (SELECT count(*) FROM outbox o WHERE o.created_at >= i.received_at "
+            "AND o.chat_id = %s) FROM inbox i WHERE platform_message_id = %s",
+            (chat_a, resume),
+        )
+        assert [(state, shard_of_row) for state, shard_of_row, _ in rows] == [
+            ("done", shard_of(build_session_key(platform.message("x", chat_id=chat_a, user_id="u").source), SHARDS))
+        ]
+        (replies,) = {int(count) for _, _, count in rows}
+        assert replies == 1, "the /resume was answered more than once"
+        say("after resume", chat_a)
+        assert _session_of(pg, "after resume") == target
     finally:
         for host in hosts:
             host.stop()

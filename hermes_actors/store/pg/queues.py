@@ -54,14 +54,17 @@ class PgInbox(PgTable):
     """Durable inbound queue with dedupe on (platform, account, platform message id).
 
     ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs before a row is completed for a
-    session: a turn's transaction completes its rows, so a host that lost the session's shard cannot complete them.
+    session: a turn's transaction completes its rows, so a host that lost the row's shard cannot complete them. The
+    shard checked is the row's own (the one its host pulled it from), which is its session's except for a command
+    that re-points its key to a session of another shard (``/resume``, a handoff); a row without a shard (written
+    outside cluster mode) is checked by its session's.
     """
 
     __slots__ = ("shard_check",)
 
     def __init__(self, db: Database, clock: Callable[[], float]) -> None:
         super().__init__(db, clock)
-        self.shard_check: Callable[[str], bool] | None = None
+        self.shard_check: Callable[[str | int], bool] | None = None
 
     def add(
         self,
@@ -85,7 +88,8 @@ class PgInbox(PgTable):
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
         if self.shard_check is not None and session_id is not None:
-            self.shard_check(session_id)
+            shard = self._db.value("SELECT shard FROM inbox WHERE id = %s", (inbox_id,))
+            self.shard_check(session_id if shard is None else int(shard))
         changed = self._db.count(
             "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s",
             (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),

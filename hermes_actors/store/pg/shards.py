@@ -232,17 +232,18 @@ class ShardFence:
         """Whether the session's shard is held (and within its local deadline)."""
         return shard_of(session_id, self.shards) in self.held()
 
-    def check(self, shards: PgShards, session_id: str) -> bool:
-        """Inside a turn's transaction: :class:`ShardLostError` unless this host still holds the session's shard,
-        by its own deadline first (self-fencing), then by the database (:meth:`PgShards.check`); whether fencing
-        is on (``False``: nothing was checked)."""
+    def check(self, shards: PgShards, target: str | int) -> bool:
+        """Inside a turn's transaction: :class:`ShardLostError` unless this host still holds ``target`` (a session
+        id: its shard; an int: that shard), by its own deadline first (self-fencing), then by the database
+        (:meth:`PgShards.check`); whether fencing is on (``False``: nothing was checked)."""
         if not self.enabled:
             return False
-        shard = shard_of(session_id, self.shards)
+        shard = target if isinstance(target, int) else shard_of(target, self.shards)
         epoch = self.held().get(shard)
         if epoch is None:
+            of = f"shard {shard}" if isinstance(target, int) else f"shard {shard} of session {target}"
             raise ShardLostError(
-                f"{self.holder} does not hold shard {shard} of session {session_id} (or its term ran out locally); "
+                f"{self.holder} does not hold {of} (or its term ran out locally); "
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
         shards.check(shard, self.holder, epoch)
