@@ -76,7 +76,15 @@ def order_violations(pg: PostgresStore) -> list[str]:
     )
     for key, message_id in rows:
         committed.setdefault(str(key), []).append(str(message_id))
-    return [key for key in sorted(inbox) if committed.get(key) != inbox[key]]
+    wrong = []
+    for key in sorted(inbox):
+        got = committed.get(key, [])
+        if got != inbox[key]:
+            first = next((i for i, (a, b) in enumerate(zip(got, inbox[key], strict=False)) if a != b), len(got))
+            wrong.append(
+                f"{key}: from #{first} inbox {inbox[key][first : first + 4]} committed {got[first : first + 4]}"
+            )
+    return wrong
 
 
 def overlapping_turns(pg: PostgresStore) -> list[str]:
