@@ -244,7 +244,8 @@ class HostRuntime:
         Rows handed over already are looked at again only with ``recheck`` (the periodic pull, not a wake-up per
         message): a reset row settled since, or a row whose key now leads to a session of another shard (a
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
-        shards = set(self.fence.held()) - self.keeper.leaving()
+        terms = self.fence.held()
+        shards = set(terms) - self.keeper.leaving()
         ids = self.store.shard_queue.pending_ids(sorted(shards), limit=2000)
         handed = 0
         with self._lock:
@@ -274,7 +275,8 @@ class HostRuntime:
                 if row.id in self._dispatched:
                     continue
                 self._dispatched[row.id] = shard
-            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
+            message = decode_inbound(row.payload)
+            delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
             if row.platform in self.settings.relay_platforms:
                 self._watch_for_relay(row.id, delivery.message.message_id)
             # The supervisor checks its cached route against the stored one: another host may have moved the key

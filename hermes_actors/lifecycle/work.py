@@ -36,6 +36,7 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     inbox_id: int
     message: InboundMessage
     replayed: bool = False  # handed over by recovery: another turn may have answered it since (checked first)
+    term: int = 0  # cluster mode: the epoch of its shard's term it was handed over under (0: not in a cluster)
 
 
 class EndSession(msgspec.Struct, frozen=True, kw_only=True):

@@ -67,6 +67,15 @@ class LiveSession:
         self.failures = 0  # turns in a row the store refused to save
         self.paused_until: float | None = None  # after a refused save: no turn before this time (then in order)
 
+    def drop_deliveries(self, term: int) -> int:
+        """Cluster mode: drop the queued deliveries handed over under shard term ``term`` or an earlier one (a turn
+        of that term was refused: their rows stay pending and come again, in order, under the next term); how many.
+        """
+        kept = [w for w in self.queue if not (isinstance(w, Delivery) and w.term <= term)]
+        dropped = len(self.queue) - len(kept)
+        self.queue = deque(kept)
+        return dropped
+
     @property
     def in_use(self) -> bool:
         """Whether a turn runs or waits, or the session's row (and route) is not created yet."""

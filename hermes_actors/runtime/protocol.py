@@ -128,6 +128,10 @@ class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
     outcome: TurnOutcome | None = None
     retry: RunTurn | None = None  # nothing of this turn was saved (lease lost, store failed): run it again first
     error: str | None = None  # why the store failed; the supervisor waits before the retry
+    # Cluster mode: the host lost the shard's term these deliveries were handed over under (the turn was refused).
+    # The session's queued deliveries of that term or an earlier one are dropped: their rows stay pending and are
+    # handed over again, in order, under the next term (so none of them commits ahead of the refused one).
+    abandon_term: int | None = None
 
 
 class SessionStopped(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pykka
 
-from hermes_actors.errors import LeaseLostError, StaleTurnError, StoreError
+from hermes_actors.errors import LeaseLostError, ShardLostError, StaleTurnError, StoreError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.admin import settle_unanswered
 from hermes_actors.runtime.log_fields import bind_session
@@ -90,6 +90,7 @@ class SessionActor(RuntimeActor):
         outcome: TurnOutcome | None = None
         retry: RunTurn | None = None
         error: str | None = None
+        abandon: int | None = None  # the shard term whose deliveries are dropped (cluster mode: shard lost)
         kind = "error"  # how the turn ended, for the metrics, when it gave no outcome
         started = time.perf_counter()
         try:
@@ -98,6 +99,10 @@ class SessionActor(RuntimeActor):
             _log.warning("session %s: %s", self._session_id, exc)
             self._turns.lost_lease()
             retry, kind = message, "lease_lost"
+        except ShardLostError as exc:
+            _log.info("session %s: %s", self._session_id, exc)
+            kind = "stale"
+            abandon = max((d.term for d in message.deliveries), default=0)
         except StaleTurnError as exc:
             _log.info("session %s: %s", self._session_id, exc)
             kind = "stale"
@@ -115,7 +120,9 @@ class SessionActor(RuntimeActor):
             platform = message.deliveries[0].message.source.platform if message.deliveries else self._turns.platform
             seconds = time.perf_counter() - started
             self._turns.services.metrics.turn_finished(platform, outcome_of(outcome, kind), seconds)
-            finished = TurnFinished(session_id=self._session_id, outcome=outcome, retry=retry, error=error)
+            finished = TurnFinished(
+                session_id=self._session_id, outcome=outcome, retry=retry, error=error, abandon_term=abandon
+            )
             self._tell_supervisor(finished)
 
     def _tell_supervisor(self, message: TurnFinished | SessionStopped) -> None:

@@ -276,6 +276,8 @@ class SupervisorActor(RuntimeActor):
         if message.retry is not None:
             self._requeue(session_id, state, message)
             return
+        if message.abandon_term is not None and (dropped := state.drop_deliveries(message.abandon_term)):
+            _log.info("session %s: %d queued messages wait for the shard's next term", session_id, dropped)
         state.failures = 0
         if outcome is not None and outcome.not_ended and self._routes.is_ending(session_id):
             self._abort_end(session_id, state)
