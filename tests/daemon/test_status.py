@@ -65,7 +65,12 @@ def test_status_shows_the_numbers_of_metrics_and_exits_1_naming_what_is_not_read
         _chat(daemon.api, "two")
         runner = CliRunner()
 
-        shown = runner.invoke(hermesctl, ["status", "--home", str(home)])
+        def settled() -> Result | None:
+            # The reply reaches its request before the outbox marks it sent (that write is not waited for).
+            shown = runner.invoke(hermesctl, ["status", "--home", str(home)])
+            return shown if "outbox pending: api_server 0" in shown.output else None
+
+        shown = poll_until(settled, what="the replies marked sent")
         assert shown.exit_code == 0, shown.output
         lines = shown.output.splitlines()
         assert "  ready: yes" in lines
