@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NoReturn, cast
+from typing import cast
 
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.errors import HermesError, PlatformError
@@ -45,12 +45,6 @@ from hermes_actors.store.pg.writer import PgReaders
 from hermes_actors.turn_events import TurnEvents
 
 __all__ = ["ClusterInbox"]
-
-
-def _missing(what: str) -> NoReturn:
-    raise PlatformError(
-        f"{what} is not available in cluster mode yet; run this entry point on a single-machine hermesd"
-    )
 
 
 _VERDICT_S = 1.0  # how long a verdict on the store's writability is kept (``/health`` stays cheap)
