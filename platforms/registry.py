@@ -14,7 +14,7 @@ from typing import Any, Protocol, cast
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.ports import Adapter
+from hermes_actors.ports import Adapter, SectionParts
 
 __all__ = [
     "PLATFORMS",
@@ -23,6 +23,7 @@ __all__ = [
     "adapter_factory",
     "build",
     "check_credentials",
+    "cluster_parts",
     "config_type",
     "enabled",
     "new_webhook_secret",
@@ -40,6 +41,7 @@ class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
     adapter: str
     on_by_default: bool = False
     extra: str | None = None  # the pip extra that installs its SDK, if it needs one
+    parts: str | None = None  # its function splitting a section by account for cluster mode, if it has one
 
 
 PLATFORMS: dict[str, PlatformSpec] = {
@@ -59,31 +61,78 @@ PLATFORMS: dict[str, PlatformSpec] = {
             adapter="WebhookAdapter",
             on_by_default=True,
         ),
-        PlatformSpec(name="telegram", module="platforms.telegram", config="TelegramConfig", adapter="TelegramAdapter"),
+        PlatformSpec(
+            name="telegram",
+            module="platforms.telegram",
+            config="TelegramConfig",
+            adapter="TelegramAdapter",
+            parts="cluster_parts",
+        ),
         PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
         PlatformSpec(
             name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
         ),
-        PlatformSpec(name="wechat", module="platforms.wechat", config="WechatConfig", adapter="WechatAdapter"),
-        PlatformSpec(name="discord", module="platforms.discord", config="DiscordConfig", adapter="DiscordAdapter"),
-        PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
-        PlatformSpec(name="matrix", module="platforms.matrix", config="MatrixConfig", adapter="MatrixAdapter"),
-        PlatformSpec(name="signal", module="platforms.signal", config="SignalConfig", adapter="SignalAdapter"),
         PlatformSpec(
-            name="mattermost", module="platforms.mattermost", config="MattermostConfig", adapter="MattermostAdapter"
+            name="wechat",
+            module="platforms.wechat",
+            config="WechatConfig",
+            adapter="WechatAdapter",
+            parts="cluster_parts",
+        ),
+        PlatformSpec(
+            name="discord",
+            module="platforms.discord",
+            config="DiscordConfig",
+            adapter="DiscordAdapter",
+            parts="cluster_parts",
+        ),
+        PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
+        PlatformSpec(
+            name="matrix",
+            module="platforms.matrix",
+            config="MatrixConfig",
+            adapter="MatrixAdapter",
+            parts="cluster_parts",
+        ),
+        PlatformSpec(
+            name="signal",
+            module="platforms.signal",
+            config="SignalConfig",
+            adapter="SignalAdapter",
+            parts="cluster_parts",
+        ),
+        PlatformSpec(
+            name="mattermost",
+            module="platforms.mattermost",
+            config="MattermostConfig",
+            adapter="MattermostAdapter",
+            parts="cluster_parts",
         ),
         PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter"),
         PlatformSpec(
             name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
         ),
-        PlatformSpec(name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter"),
         PlatformSpec(
-            name="qqbot", module="platforms.qqbot", config="QqbotConfig", adapter="QqbotAdapter", extra="qqbot"
+            name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter", parts="cluster_parts"
+        ),
+        PlatformSpec(
+            name="qqbot",
+            module="platforms.qqbot",
+            config="QqbotConfig",
+            adapter="QqbotAdapter",
+            extra="qqbot",
+            parts="cluster_parts",
         ),
         PlatformSpec(
             name="bluebubbles", module="platforms.bluebubbles", config="BluebubblesConfig", adapter="BluebubblesAdapter"
         ),
-        PlatformSpec(name="dingtalk", module="platforms.dingtalk", config="DingtalkConfig", adapter="DingtalkAdapter"),
+        PlatformSpec(
+            name="dingtalk",
+            module="platforms.dingtalk",
+            config="DingtalkConfig",
+            adapter="DingtalkAdapter",
+            parts="cluster_parts",
+        ),
         PlatformSpec(
             name="wecom", module="platforms.wecom", config="WecomConfig", adapter="WecomAdapter", extra="feishu"
         ),
@@ -111,6 +160,16 @@ def config_type(name: str) -> type[msgspec.Struct]:
 def adapter_factory(name: str) -> Callable[..., Adapter]:
     """The adapter class of platform ``name``, called as ``factory(config, environ=...)``."""
     return cast(Callable[..., Adapter], _load(PLATFORMS[name], PLATFORMS[name].adapter))
+
+
+def cluster_parts(name: str, config: msgspec.Struct) -> SectionParts | None:
+    """Platform ``name``'s section split by account for cluster mode (``None``: the platform has no accounts that
+    poll or hold a socket; the whole section runs on every replica)."""
+    spec = PLATFORMS[name]
+    if spec.parts is None:
+        return None
+    split = cast(Callable[[msgspec.Struct], SectionParts], _load(spec, spec.parts))
+    return split(config)
 
 
 def enabled(config: msgspec.Struct) -> bool:

@@ -1,11 +1,16 @@
-"""Sending the replies the shard hosts committed: each platform's outbox rows sent by one replica of the cluster.
+"""Sending the replies the shard hosts committed: each account's outbox rows sent by one replica of the cluster.
 
 Shard hosts commit replies and leave them in the outbox. An :class:`OutboxDispatcher` runs in every
-``hermesd --cluster`` replica with the senders it has; for each platform it competes for the role lease
-``send:<platform>`` (:class:`~hermes_actors.cluster.roles.RoleTerm`) and claims that platform's rows only while it
-holds it, so each platform's senders, and the rate limits kept inside them, run in exactly one process of the
-cluster: the limits hold cluster-wide. Rows of ``api_server`` are never dispatched here (the API server answers them
-to the waiting request).
+``hermesd --cluster`` replica with the senders it has, each for a set of rows under a role lease
+(:class:`~hermes_actors.cluster.roles.RoleTerm`), and claims those rows only while it holds the role:
+
+- a push platform's sender sends every account of it under ``send:<platform>``, which the dispatcher competes for
+  itself (for a platform split by account, :class:`~hermes_actors.ports.SectionParts`, only its served accounts);
+- a leased account's sender, offered while its adapter runs here, sends that account's rows under the adapter's
+  own term ``adapter:<platform>:<account>``: the replica polling a bot is the one sending its replies.
+
+So each sender, and the rate limits kept inside it, runs in exactly one process of the cluster: the limits hold
+cluster-wide. Rows of ``api_server`` are never dispatched here (the API server answers them to the waiting request).
 
 Claims take the head of each chat (:class:`~hermes_actors.store.pg.outbox_claims.OutboxClaims`, ``FOR UPDATE SKIP
 LOCKED``): a chat's next reply is claimed only after its head was sent or given up, so replies reach a chat in
@@ -25,7 +30,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import msgspec
 
@@ -51,12 +57,31 @@ def _chat_of(row: OutboxRow) -> _ChatKey:
     return (row.platform, row.account_id, row.chat_id, row.thread_id)
 
 
-class OutboxDispatcher:
-    """Sends the replies of the platforms it holds ``send:<platform>`` for; :meth:`dispatch_once` or a thread.
+@dataclass(frozen=True)
+class _Unit:
+    """A sender offered for ``platform``'s rows of ``accounts`` (``None``: every account), sent under ``term``."""
 
-    ``senders`` are offered from the start (:meth:`offer` and :meth:`withdraw` change them later: a leased
-    adapter's senders come and go with its term). ``lanes`` sends run at once, at most one per chat; a claim lasts
-    ``claim_s`` by the database clock; a role term lasts ``role_ttl_s`` and is renewed every third of it.
+    platform: str
+    accounts: frozenset[str] | None
+    sender: ReplySender
+    term: RoleTerm
+
+    def serves(self, row: OutboxRow) -> bool:
+        return row.platform == self.platform and (self.accounts is None or row.account_id in self.accounts)
+
+    def targets(self) -> list[tuple[str, str | None]]:
+        if self.accounts is None:
+            return [(self.platform, None)]
+        return [(self.platform, account) for account in sorted(self.accounts)]
+
+
+class OutboxDispatcher:
+    """Sends the replies of the roles it holds with the senders offered for them; :meth:`dispatch_once` or a thread.
+
+    ``senders`` (by platform) are offered from the start under ``send:<platform>``; :meth:`offer` and
+    :meth:`withdraw` change them later (a leased adapter's senders come and go with its term). ``lanes`` sends run
+    at once, at most one per chat; a claim lasts ``claim_s`` by the database clock; a ``send:`` role term lasts
+    ``role_ttl_s`` and is renewed every third of it.
     """
 
     def __init__(
@@ -82,10 +107,10 @@ class OutboxDispatcher:
         self._retry = (retry_base_s, retry_max_s)
         self._workers = LaneWorkers(f"dispatch-{name}", lanes)
         self._lock = threading.Condition()
-        self._senders: dict[str, ReplySender] = {}
-        self._terms: dict[str, RoleTerm] = {}  # offered platforms, and withdrawn ones with sends still under way
+        self._units: dict[tuple[str, str], _Unit] = {}  # (role, platform) -> the sender offered
+        self._owned: dict[str, RoleTerm] = {}  # send: roles kept here: offered, or withdrawn with sends under way
         self._kept_at: float | None = None
-        self._busy: dict[_ChatKey, int] = {}  # chat -> the row being sent to it
+        self._busy: dict[_ChatKey, tuple[int, str]] = {}  # chat -> the row being sent to it, and its role
         self._suspect: dict[int, bool] = {}  # rows failed here -> whether an attempt of theirs may have left
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -95,84 +120,105 @@ class OutboxDispatcher:
 
     # -- senders and roles ---------------------------------------------------------------------------------------
 
-    def offer(self, platform: str, sender: ReplySender) -> None:
-        """Send ``platform``'s replies with ``sender`` whenever this dispatcher holds ``send:<platform>``."""
+    def offer(
+        self,
+        platform: str,
+        sender: ReplySender,
+        *,
+        accounts: Iterable[str] | None = None,
+        term: RoleTerm | None = None,
+    ) -> None:
+        """Send ``platform``'s replies (only those of ``accounts``, when given) with ``sender`` while ``term`` is
+        held: a leased adapter's term, which its adapter keeps; without one, ``send:<platform>``, which this
+        dispatcher competes for and keeps itself."""
         if platform in NOT_DISPATCHED:
             return
         with self._lock:
-            self._senders[platform] = sender
-            if platform not in self._terms:
-                self._terms[platform] = RoleTerm(
-                    self._store.roles, send_role(platform), self._name, ttl_s=self._role_ttl, monotonic=self._monotonic
+            if term is None:
+                role = send_role(platform)
+                term = self._owned.get(role) or RoleTerm(
+                    self._store.roles, role, self._name, ttl_s=self._role_ttl, monotonic=self._monotonic
                 )
+                self._owned[role] = term
+            chosen = None if accounts is None else frozenset(accounts)
+            self._units[(term.role, platform)] = _Unit(platform, chosen, sender, term)
             self._kept_at = None  # compete at once
         self._wake.set()
 
-    def withdraw(self, platform: str) -> None:
-        """Stop sending ``platform``'s replies; the role is released once its sends under way have finished."""
+    def withdraw(self, role: str) -> None:
+        """Stop sending with the senders offered under ``role``; a ``send:`` role is released once its sends
+        under way have finished."""
         with self._lock:
-            self._senders.pop(platform, None)
+            for key in [key for key in self._units if key[0] == role]:
+                del self._units[key]
             self._kept_at = None  # release it at the next round when nothing is under way
         self._wake.set()
 
     def held(self) -> set[str]:
-        """The platforms whose ``send:`` role this dispatcher holds now (by its local deadline)."""
+        """The roles held now (by their local deadlines) that this dispatcher has senders for."""
         with self._lock:
-            terms = [(platform, term) for platform, term in self._terms.items() if platform in self._senders]
-        return {platform for platform, term in terms if term.epoch() is not None}
+            terms = {unit.term for unit in self._units.values()}
+        return {term.role for term in terms if term.epoch() is not None}
 
     def _keep_roles(self) -> None:
-        """Every third of a term: renew the roles held, try the free ones, release the withdrawn ones at rest."""
+        """Every third of a term: renew the send: roles held, try the free ones, release the withdrawn ones at
+        rest (a leased adapter keeps its own term)."""
         now = self._monotonic()
         if self._kept_at is not None and now - self._kept_at < self._role_ttl / 3:
             return
         self._kept_at = now
         with self._lock:
-            offered = dict(self._terms)
-            busy = {platform for platform, *_ in self._busy}
-            leaving = [p for p in offered if p not in self._senders and p not in busy]
-            for platform in leaving:
-                del self._terms[platform]
-        for platform, term in offered.items():
-            if platform in leaving:
+            owned = dict(self._owned)
+            offered = {role for role, _ in self._units}
+            busy = {role for _, role in self._busy.values()}
+            leaving = [role for role in owned if role not in offered and role not in busy]
+            for role in leaving:
+                del self._owned[role]
+        for role, term in owned.items():
+            if role in leaving:
                 term.release()
             else:
                 term.keep()
 
+    def _unit_for(self, row: OutboxRow) -> _Unit | None:
+        """The sender offered for ``row`` now, if any (one for its account before one for every account)."""
+        found = [unit for unit in self._units.values() if unit.serves(row)]
+        return min(found, key=lambda unit: unit.accounts is None, default=None)
+
     # -- claiming and sending ------------------------------------------------------------------------------------
 
     def dispatch_once(self, limit: int = 100, *, wait: bool = True) -> int:
-        """Keep the roles, claim up to ``limit`` heads of chats of the platforms held and start their sends; with
+        """Keep the roles, claim up to ``limit`` heads of chats of the roles held and start their sends; with
         ``wait``, return once those sends have finished. How many rows were started."""
         self._keep_roles()
-        held = sorted(self.held())
         with self._lock:
+            units = list(self._units.values())
             free = min(limit, self._workers.size - len(self._busy))
-        if not held or free <= 0:
+        targets = sorted({target for unit in units if unit.term.epoch() is not None for target in unit.targets()})
+        if not targets or free <= 0:
             return 0
-        rows = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, platforms=held)
+        rows = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, targets=targets)
         started: list[int] = []
         dropped: list[int] = []
         for row in rows:
             key = _chat_of(row)
             with self._lock:
-                sender = self._senders.get(row.platform)
-                term = self._terms.get(row.platform)
+                unit = self._unit_for(row)
                 if key in self._busy:
-                    if self._busy[key] != row.id:  # the chat's next reply, its head's send just ending: next round
+                    if self._busy[key][0] != row.id:  # the chat's next reply, its head's send just ending: next round
                         dropped.append(row.id)
                     continue  # else our own claim ran out while the row is still being sent: it stays ours
-                if sender is None or term is None:  # withdrawn meanwhile
+                if unit is None:  # withdrawn meanwhile
                     dropped.append(row.id)
                     continue
-                self._busy[key] = row.id
+                self._busy[key] = (row.id, unit.term.role)
             started.append(row.id)
-            self._workers.run(functools.partial(self._attempt, row, sender, term))
+            self._workers.run(functools.partial(self._attempt, row, unit.sender, unit.term))
         if dropped:
             self._store.outbox_claims.unclaim(self._name, dropped)
         if wait:
             with self._lock:
-                self._lock.wait_for(lambda: not set(started) & set(self._busy.values()), self._claim_s)
+                self._lock.wait_for(lambda: not set(started) & {r for r, _ in self._busy.values()}, self._claim_s)
         return len(started)
 
     def _attempt(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
@@ -263,6 +309,6 @@ class OutboxDispatcher:
         self.wait_idle(timeout)
         self._workers.close()
         with self._lock:
-            terms = list(self._terms.values())
+            terms = list(self._owned.values())
         for term in terms:
             term.release()

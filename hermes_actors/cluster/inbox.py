@@ -3,7 +3,8 @@
 It commits a message to the PostgreSQL inbox in its session's shard (:class:`~hermes_actors.cluster.ingress.
 ClusterIngress`, which pokes the holder) and answers once that commit is durable: the adapter then acknowledges
 the platform, and the turn runs later in whichever shard host holds the shard. A long-poll or socket adapter's batch
-commits with its poll cursor in one transaction, under the adapter's role lease (:meth:`ClusterInbox.accept_many`).
+commits with its poll cursor in one transaction, under the role lease of the adapter's account: such an adapter is
+started on :meth:`ClusterInbox.guarded`, whose every commit checks the lease first.
 Reads (a session's owner, a stored
 answer, the API's stored responses, routes) go to the PostgreSQL store. A turn is watched through :attr:`watch`,
 which :class:`~hermes_actors.cluster.api_replies.ApiReplies` feeds with the events the shard host relays; readiness
@@ -13,8 +14,9 @@ from the store.
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
@@ -90,6 +92,7 @@ class ClusterInbox:
         self._board = board or PlatformBoard()
         self._operator = operator
         self._verdict: tuple[float, str | None] = (float("-inf"), None)
+        self._check: Callable[[], None] | None = None
         self._metrics = Metrics()
         self._metrics.register(RuntimeCollector(PgReaders(ingress.store), _no_actors, self._board.names, time.time))
 
@@ -108,17 +111,28 @@ class ClusterInbox:
         """How a message's source becomes its routing key."""
         return self._policy
 
+    def guarded(self, check: Callable[[], None]) -> ClusterInbox:
+        """This inbox as one leased adapter sees it: each of its commits (a message, a batch with its cursor, a
+        cursor alone) runs ``check`` first in its transaction, which refuses the commit by raising (the adapter's
+        :meth:`~hermes_actors.cluster.roles.RoleTerm.check`). Shares everything else with this inbox."""
+        twin = copy.copy(self)
+        twin._check = check
+        return twin
+
     def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Commit ``inbound`` to its shard (or recognise a redelivery); return once it is durable."""
-        inbox_id = self._ingress.accept(inbound)
+        if self._check is None:
+            inbox_id = self._ingress.accept(inbound)
+        else:
+            (inbox_id,) = self._ingress.accept_batch([inbound], cursor=None, check=self._check)
         key = build_session_key(inbound.source, self._policy)
         return AcceptResult(routing_key=key, inbox_id=inbox_id, duplicate=inbox_id is None)
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
-        """Commit ``batch`` and the poll ``cursor`` that covers it in one transaction, which first checks the role
-        lease of the adapter that polled it (:meth:`ClusterIngress.accept_batch`): a replica whose term ended gets
+        """Commit ``batch`` and the poll ``cursor`` that covers it in one transaction, which on a :meth:`guarded`
+        inbox first checks the adapter's role lease: a replica whose term ended gets
         :class:`~hermes_actors.errors.RoleLostError` and the cursor stays where it was."""
-        inbox_ids = self._ingress.accept_batch(batch, cursor=cursor)
+        inbox_ids = self._ingress.accept_batch(batch, cursor=cursor, check=self._check)
         return [
             AcceptResult(
                 routing_key=build_session_key(inbound.source, self._policy),

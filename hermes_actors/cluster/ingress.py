@@ -6,13 +6,12 @@ listener wakes); ``poke`` (a Ray call that waits for nothing) is the second, ind
 later, in whichever host holds the shard: the ingress never waits for it.
 
 A long-poll adapter's batch and its poll cursor commit together (:meth:`ClusterIngress.accept_batch`): every row in
-its session's shard and the cursor in one transaction, which first runs the guard of the adapter's platform (its
-role lease, :meth:`ClusterIngress.guard`), so a replica whose term ended cannot move the cursor.
+its session's shard and the cursor in one transaction, which first runs the adapter's check (its account's role
+lease), so a replica whose term ended cannot move the cursor.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
 from hermes_actors.cluster.host_runtime import shard_for_key
@@ -43,8 +42,6 @@ class ClusterIngress:
         self._shards = shards
         self._policy = key_policy or KeyPolicy()
         self._poke = poke
-        self._guards_lock = threading.Lock()
-        self._guards: dict[str, Callable[[], None]] = {}
 
     @property
     def store(self) -> PostgresStore:
@@ -58,29 +55,22 @@ class ClusterIngress:
             self._poke(shard)
         return inbox_id
 
-    def guard(self, platform: str, check: Callable[[], None] | None) -> None:
-        """From now on, run ``check`` first in the transaction of every batch of ``platform``'s messages or with a
-        cursor of ``platform`` (or ``platform:<anything>``); it raises to refuse the commit (``None``: no check)."""
-        with self._guards_lock:
-            if check is None:
-                self._guards.pop(platform, None)
-            else:
-                self._guards[platform] = check
-
     def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
         """The poll position last committed for (``platform``, ``account_id``), or ``None``."""
         return self._store.kv.get_cursor(platform, account_id)
 
-    def accept_batch(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None) -> list[int | None]:
-        """Commit ``batch`` (each row in its session's shard) and ``cursor`` in one transaction, after the guards of
-        their platforms; the row ids (``None``: a redelivery). Pokes each shard that got a row, once committed."""
-        platforms = {message.source.platform for message in batch}
-        if cursor is not None:
-            platforms.add(cursor.platform.split(":", 1)[0])
-        with self._guards_lock:
-            checks = [self._guards[p] for p in sorted(platforms) if p in self._guards]
+    def accept_batch(
+        self,
+        batch: Sequence[InboundMessage],
+        *,
+        cursor: PollCursor | None,
+        check: Callable[[], None] | None = None,
+    ) -> list[int | None]:
+        """Commit ``batch`` (each row in its session's shard) and ``cursor`` in one transaction, which first runs
+        ``check`` (it raises to refuse the commit: a leased adapter's role lease); the row ids (``None``: a
+        redelivery). Pokes each shard that got a row, once committed."""
         with self._store.transaction():
-            for check in checks:
+            if check is not None:
                 check()
             added = [self._add(message) for message in batch]
             if cursor is not None:

@@ -8,17 +8,19 @@ Each enabled platform section is one of (:func:`placement`):
   that took a message, so what it needs of that message it reads from the store through the inbox: Teams'
   conversation addresses (cursors committed with each activity), WhatsApp's 24-hour windows (the inbox rows);
   the others need nothing but their configuration (Feishu's and WeCom's tokens are fetched per process);
-- **leased**: a long-poll or socket adapter (:data:`LEASED_PLATFORMS`), run by the one replica holding
-  ``adapter:<platform>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`); a section's bots, accounts
-  or robots move together, callback-mode ones of a mixed Telegram, QQ Bot or DingTalk section included;
+- **leased** (:data:`LEASED_PLATFORMS`, the platforms with long-poll or socket accounts): the section is split by
+  account (``parts``, :class:`~hermes_actors.ports.SectionParts`). Each long-poll or socket account is run by the
+  one replica holding ``adapter:<platform>:<account>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`),
+  which also sends that account's replies; the accounts the platform calls (Telegram webhook bots, QQ Bot callback
+  bots, DingTalk in callback mode) are served together on every replica, like a push platform;
 - **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its
   clients wait for their replies, so each reply goes to the replica whose request waits for it
   (:class:`~hermes_actors.cluster.api_replies.ApiReplies`, one per replica), never to a dispatcher;
 - **not yet**: a platform this module does not know (none of the registry's); skipped with a warning.
 
 The replica's :class:`~hermes_actors.cluster.dispatch.OutboxDispatcher` is offered the push adapters' senders at
-start and a leased adapter's senders while it runs here (a sender may need its adapter started: WeChat's reads the
-context tokens its adapter stores); it sends a platform's replies only while it holds ``send:<platform>``.
+start, which send under ``send:<platform>``, and a leased adapter's senders while it runs here (a sender may need
+its adapter started: WeChat's reads the context tokens its adapter stores), which send under the adapter's term.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.roles import RoleTerm, adapter_role
 from hermes_actors.cluster.singleton import LeasedAdapter
-from hermes_actors.ports import Adapter, ReplySender
+from hermes_actors.ports import Adapter, ReplySender, SectionParts
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.waiters import ReplyWaiters
+from platforms import registry
 
 __all__ = [
     "LEASED_PLATFORMS",
@@ -55,15 +58,21 @@ _log = logging.getLogger(__name__)
 PUSH_PLATFORMS = frozenset({"webhook", "slack", "feishu", "whatsapp", "teams", "sms", "bluebubbles", "wecom"})
 """Push adapters every replica runs: each request is verified, committed and acknowledged where it arrives."""
 
-LEASED_PLATFORMS = frozenset(
-    {"telegram", "wechat", "discord", "matrix", "signal", "mattermost", "email", "qqbot", "dingtalk"}
-)
-"""Adapters that poll or hold a socket: one replica of the cluster runs each section (``adapter:<platform>``)."""
+LEASED_PLATFORMS = frozenset(name for name, spec in registry.PLATFORMS.items() if spec.parts is not None)
+"""Platforms whose accounts poll or hold a socket: one replica of the cluster runs each such account
+(``adapter:<platform>:<account>``); the registry knows how to split their sections (:func:`registry.cluster_parts`)."""
 
 REQUEST_PLATFORMS = frozenset({"api_server"})
 """Entry points whose clients wait for their replies: every replica runs them, with its :class:`ApiReplies`."""
 
 Build = Callable[[str, msgspec.Struct], Adapter]
+
+
+def _parts(platform: str, config: msgspec.Struct) -> SectionParts:
+    parts = registry.cluster_parts(platform, config)
+    if parts is None:  # pragma: no cover - LEASED_PLATFORMS are those with parts
+        raise TypeError(f"{platform} is not split by account")
+    return parts
 
 
 def placement(platform: str) -> str:
@@ -93,6 +102,7 @@ class ClusterReplica:
         dispatch_interval_s: float = 0.2,
         enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
         board: PlatformBoard | None = None,
+        parts: Callable[[str, msgspec.Struct], SectionParts] = _parts,
     ) -> None:
         self.name = name
         self._store = store
@@ -102,28 +112,32 @@ class ClusterReplica:
         self.replies: list[ApiReplies] = []
         self._board = board or PlatformBoard()
         self._requests: dict[str, msgspec.Struct] = {}
-        self.leased: dict[str, LeasedAdapter] = {}
+        self.leased: dict[tuple[str, str], LeasedAdapter] = {}  # (platform, account) -> its singleton
         self.dispatcher = OutboxDispatcher(store, {}, name=name, role_ttl_s=role_ttl_s)
-        self._sections: dict[str, msgspec.Struct] = {}
+        self._sections: dict[str, tuple[msgspec.Struct, frozenset[str] | None]] = {}  # served here, for accounts
         for platform, config in platforms.items():
             if not enabled(config):
                 self._board.disabled(platform)
                 continue
             where = placement(platform)
             if where == "push":
-                self._sections[platform] = config
+                self._sections[platform] = (config, None)
             elif where == "request":
                 self._requests[platform] = config
             elif where == "leased":
-                term = RoleTerm(store.roles, adapter_role(platform), name, ttl_s=role_ttl_s)
-                self.leased[platform] = LeasedAdapter(
-                    platform,
-                    functools.partial(build, platform, config),
-                    term,
-                    ingress=ingress,
-                    inbox=inbox,
-                    senders=self._senders,
-                )
+                split = parts(platform, config)
+                if split.served is not None:
+                    self._sections[platform] = (split.served, split.served_accounts)
+                for account, section in split.leased.items():
+                    term = RoleTerm(store.roles, adapter_role(platform, account), name, ttl_s=role_ttl_s)
+                    self.leased[(platform, account)] = LeasedAdapter(
+                        platform,
+                        account,
+                        functools.partial(build, platform, section),
+                        term,
+                        inbox=inbox,
+                        senders=self._senders,
+                    )
             else:
                 _log.warning(
                     "platform %s is not run in cluster mode yet (push adapters: %s; leased: %s)",
@@ -133,24 +147,25 @@ class ClusterReplica:
                 )
         self._build = build
 
-    def _senders(self, platform: str, senders: Sequence[ReplySender] | None) -> None:
-        """A leased adapter's senders, offered while it runs here (``None``: withdrawn)."""
+    def _senders(self, leased: LeasedAdapter, senders: Sequence[ReplySender] | None) -> None:
+        """A leased adapter's senders, offered for its account under its term while it runs here (``None``:
+        withdrawn)."""
         if senders is None:
-            self.dispatcher.withdraw(platform)
+            self.dispatcher.withdraw(leased.term.role)
             return
         for sender in senders:
-            self.dispatcher.offer(sender.platform, sender)
+            self.dispatcher.offer(sender.platform, sender, accounts=[leased.account], term=leased.term)
 
     def start(self, *, heartbeats: bool = True) -> None:
         """Start the push adapters and the dispatcher, and (with ``heartbeats``) the leased adapters' heartbeats;
         without, :meth:`LeasedAdapter.tick` is the caller's to call."""
-        for platform, config in self._sections.items():
+        for platform, (config, accounts) in self._sections.items():
             adapter = self._build(platform, config)
             adapter.start(self._inbox)
             self._board.started(platform, adapter)
             self.push.append(adapter)
             for sender in adapter.senders():
-                self.dispatcher.offer(sender.platform, sender)
+                self.dispatcher.offer(sender.platform, sender, accounts=accounts)
         for platform, config in self._requests.items():
             adapter = self._build(platform, config)
             for waiters in adapter.senders():

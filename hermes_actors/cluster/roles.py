@@ -1,6 +1,6 @@
 """One role term as a ``hermesd --cluster`` replica holds it in memory: the epoch and the local deadline.
 
-:class:`RoleTerm` wraps a role of :class:`~hermes_actors.store.pg.roles.PgRoles` (``adapter:<platform>``,
+:class:`RoleTerm` wraps a role of :class:`~hermes_actors.store.pg.roles.PgRoles` (``adapter:<platform>:<account>``,
 ``send:<platform>``). :meth:`RoleTerm.keep` takes the role when it is free and renews it while held; the local
 deadline is measured from before the statement was sent, so it ends no later than the database's term, and past it
 :meth:`RoleTerm.epoch` answers ``None`` on its own (self-fencing) before the replica has even heard that another
@@ -23,13 +23,15 @@ __all__ = ["RoleTerm", "adapter_role", "send_role"]
 _log = logging.getLogger(__name__)
 
 
-def adapter_role(platform: str) -> str:
-    """The role of running ``platform``'s long-poll or socket adapter (all of its section's accounts)."""
-    return f"adapter:{platform}"
+def adapter_role(platform: str, account: str) -> str:
+    """The role of running the long-poll or socket adapter of ``platform``'s ``account`` (its ``account_id``), and
+    of sending that account's replies."""
+    return f"adapter:{platform}:{account}"
 
 
 def send_role(platform: str) -> str:
-    """The role of sending ``platform``'s replies (its senders and their rate limits)."""
+    """The role of sending the replies of ``platform``'s accounts that are not leased (its senders and their rate
+    limits)."""
     return f"send:{platform}"
 
 

@@ -1,17 +1,20 @@
-"""A long-poll or socket adapter as a cluster-wide singleton: run by whichever replica holds ``adapter:<platform>``.
+"""A long-poll or socket account as a cluster-wide singleton: run by whichever replica holds
+``adapter:<platform>:<account>``.
 
 A Telegram bot polled twice loses updates to the other poller (409), a Discord or QQ gateway session opened twice
-delivers every event twice: such adapters must run in one process of the cluster. Every ``hermesd --cluster``
-replica keeps a :class:`LeasedAdapter` per enabled section of such a platform; each competes for the section's role
-lease (one lease per section: all of its bots or accounts move together). The holder builds the adapter, starts it
-on the replica's :class:`~hermes_actors.cluster.inbox.ClusterInbox` and offers its senders to the replica's
-dispatcher; it renews the term every third of ``ttl_s`` and stops the adapter (senders withdrawn first) when a renewal
-fails or the local deadline passes, and at shutdown, where it also releases the role so another replica takes over
-at once. Each term gets a freshly built adapter.
+delivers every event twice: such an account must run in one process of the cluster. Every ``hermesd --cluster``
+replica keeps a :class:`LeasedAdapter` per such account of its enabled sections (the section cut down to that
+account, :class:`~hermes_actors.ports.SectionParts`); each competes for the account's role lease, so two bots of
+one section may run in two replicas. The holder builds the adapter, starts it on a
+:meth:`~hermes_actors.cluster.inbox.ClusterInbox.guarded` inbox and offers its senders to the replica's dispatcher,
+which sends the account's replies under the same term; it renews the term every third of ``ttl_s`` and stops the
+adapter (senders withdrawn first) when a renewal fails or the local deadline passes, and at shutdown, where it also
+releases the role so another replica takes over at once. Each term gets a freshly built adapter.
 
-Between the loss of a term and the stop, the adapter may still poll: its commits are refused, because the inbox
-runs :meth:`RoleTerm.check` first in the transaction of every batch of the platform (its rows and its poll cursor),
-so the cursor never moves under a replica that lost the role and the new holder polls from the committed cursor.
+Between the loss of a term and the stop, the adapter may still poll: its commits are refused, because its inbox
+runs :meth:`RoleTerm.check` first in the transaction of every commit (a batch's rows and its poll cursor, a
+message), so the cursor never moves under a replica that lost the role and the new holder polls from the committed
+cursor.
 """
 
 from __future__ import annotations
@@ -20,45 +23,50 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.roles import RoleTerm
-from hermes_actors.ports import Adapter, Inbox, ReplySender
+from hermes_actors.ports import Adapter, ReplySender
 
 __all__ = ["LeasedAdapter"]
 
 _log = logging.getLogger(__name__)
 
-Senders = Callable[[str, Sequence[ReplySender] | None], None]  # (platform, senders offered; None: withdrawn)
+Senders = Callable[["LeasedAdapter", Sequence[ReplySender] | None], None]  # senders offered (None: withdrawn)
 
 
-def _no_senders(platform: str, senders: Sequence[ReplySender] | None) -> None:
+def _no_senders(leased: LeasedAdapter, senders: Sequence[ReplySender] | None) -> None:
     """Offer the senders to nobody."""
 
 
 class LeasedAdapter:
-    """``platform``'s adapter (``build()`` makes one) run while ``term`` is held; :meth:`start` its heartbeat."""
+    """The adapter of ``platform``'s ``account`` (``build()`` makes one) run while ``term`` is held; :meth:`start`
+    its heartbeat."""
 
     def __init__(
         self,
         platform: str,
+        account: str,
         build: Callable[[], Adapter],
         term: RoleTerm,
         *,
-        ingress: ClusterIngress,
-        inbox: Inbox,
+        inbox: ClusterInbox,
         senders: Senders = _no_senders,
     ) -> None:
         self.platform = platform
+        self.account = account
         self.term = term
         self._build = build
-        self._ingress = ingress
-        self._inbox = inbox
+        self._inbox = inbox.guarded(term.check)
         self._senders = senders
         self._adapter: Adapter | None = None
         self._lock = threading.Lock()  # one tick or close at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        ingress.guard(platform, term.check)
+
+    @property
+    def inbox(self) -> ClusterInbox:
+        """The inbox its adapter is started on: every commit checks the term first."""
+        return self._inbox
 
     @property
     def running(self) -> bool:
@@ -75,7 +83,7 @@ class LeasedAdapter:
             if held and self._adapter is None:
                 self._start()
             elif not held and self._adapter is not None:
-                _log.warning("%s: the adapter of %s stops here (its role was lost)", self.term.holder, self.platform)
+                _log.warning("%s: the adapter of %s stops here (its role was lost)", self.term.holder, self.term.role)
                 self._halt()
             return self._adapter is not None
 
@@ -85,23 +93,23 @@ class LeasedAdapter:
             adapter.start(self._inbox)
         except Exception:
             _log.exception(
-                "%s: the adapter of %s could not start; the role is released", self.term.holder, self.platform
+                "%s: the adapter of %s could not start; the role is released", self.term.holder, self.term.role
             )
             self.term.release()
             return
         self._adapter = adapter
-        self._senders(self.platform, list(adapter.senders()))
-        _log.info("%s: runs the adapter of %s at epoch %s", self.term.holder, self.platform, self.term.epoch())
+        self._senders(self, list(adapter.senders()))
+        _log.info("%s: runs the adapter of %s at epoch %s", self.term.holder, self.term.role, self.term.epoch())
 
     def _halt(self) -> None:
         adapter, self._adapter = self._adapter, None
         if adapter is None:
             return
-        self._senders(self.platform, None)
+        self._senders(self, None)
         try:
             adapter.stop()
         except Exception:
-            _log.exception("%s: stopping the adapter of %s failed", self.term.holder, self.platform)
+            _log.exception("%s: stopping the adapter of %s failed", self.term.holder, self.term.role)
 
     def start(self) -> None:
         """Tick now and every third of the term, on a thread of its own, until :meth:`close`."""
@@ -124,4 +132,3 @@ class LeasedAdapter:
         with self._lock:
             self._halt()
             self.term.release()
-        self._ingress.guard(self.platform, None)

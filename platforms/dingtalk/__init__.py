@@ -14,7 +14,7 @@ account), the conversation and, in groups, the sender. Pictures, files, audio an
 from __future__ import annotations
 
 from platforms.dingtalk.adapter import DingtalkAdapter
-from platforms.dingtalk.config import DINGTALK_API_URL, DingtalkConfig, DingtalkRobot
+from platforms.dingtalk.config import DINGTALK_API_URL, DingtalkConfig, DingtalkRobot, cluster_parts
 from platforms.dingtalk.sender import DingtalkSender
 
-__all__ = ["DINGTALK_API_URL", "DingtalkAdapter", "DingtalkConfig", "DingtalkRobot", "DingtalkSender"]
+__all__ = ["DINGTALK_API_URL", "DingtalkAdapter", "DingtalkConfig", "DingtalkRobot", "DingtalkSender", "cluster_parts"]

@@ -16,9 +16,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source, read_env_secret
 
-__all__ = ["DINGTALK_API_URL", "DingtalkConfig", "DingtalkRobot", "RobotKeys", "resolve_robots"]
+__all__ = ["DINGTALK_API_URL", "DingtalkConfig", "DingtalkRobot", "RobotKeys", "cluster_parts", "resolve_robots"]
 
 DINGTALK_API_URL = "https://api.dingtalk.com"
 
@@ -136,3 +138,12 @@ def resolve_robots(config: DingtalkConfig, environ: Mapping[str, str]) -> dict[s
             origin=f"secret from ${robot.app_secret_env}" if robot.app_secret_env else "secret in config.yaml",
         )
     return robots
+
+
+def cluster_parts(config: DingtalkConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    In stream mode each robot's stream leased on its own, keyed by its name (the ``account_id`` of its messages);
+    in callback mode every robot served by every replica.
+    """
+    return split_accounts(config, "robots", served=lambda robot: config.mode == "callback")

@@ -13,7 +13,7 @@ messages, the channel cache), :mod:`~platforms.discord.shard` (the websocket ses
 from __future__ import annotations
 
 from platforms.discord.adapter import DiscordAdapter
-from platforms.discord.config import DEFAULT_API_BASE_URL, MAX_MESSAGE_CHARS, DiscordBot, DiscordConfig
+from platforms.discord.config import DEFAULT_API_BASE_URL, MAX_MESSAGE_CHARS, DiscordBot, DiscordConfig, cluster_parts
 from platforms.discord.events import ChannelCache, EventError, Message, decode_data, decode_frame, inbound_from_message
 from platforms.discord.rest import Buckets, RestClient, RestError
 from platforms.discord.resume import INTENTS, ResumeState
@@ -34,6 +34,7 @@ __all__ = [
     "RestClient",
     "RestError",
     "ResumeState",
+    "cluster_parts",
     "decode_data",
     "decode_frame",
     "inbound_from_message",

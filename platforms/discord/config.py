@@ -13,9 +13,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["DEFAULT_API_BASE_URL", "MAX_MESSAGE_CHARS", "DiscordBot", "DiscordConfig", "check_token"]
+__all__ = ["DEFAULT_API_BASE_URL", "MAX_MESSAGE_CHARS", "DiscordBot", "DiscordConfig", "check_token", "cluster_parts"]
 
 DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
 MAX_MESSAGE_CHARS = 2000  # a message's content limit
@@ -128,3 +130,11 @@ def _check_bot(name: str, bot: DiscordBot) -> None:
     )
     if bot.token is not None:
         check_token(bot.token, f"{path}.token")
+
+
+def cluster_parts(config: DiscordConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each bot's gateway leased on its own, keyed by its name (the ``account_id`` of its messages).
+    """
+    return split_accounts(config, "bots")

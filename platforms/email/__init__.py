@@ -17,8 +17,8 @@ protocols (:mod:`imaplib`, :mod:`smtplib`, :mod:`email`): no extra is needed.
 from __future__ import annotations
 
 from platforms.email.adapter import EmailAdapter
-from platforms.email.config import EmailAccount, EmailConfig
+from platforms.email.config import EmailAccount, EmailConfig, cluster_parts
 from platforms.email.mail import parse_mail, strip_history
 from platforms.email.sender import EmailSender
 
-__all__ = ["EmailAccount", "EmailAdapter", "EmailConfig", "EmailSender", "parse_mail", "strip_history"]
+__all__ = ["EmailAccount", "EmailAdapter", "EmailConfig", "EmailSender", "cluster_parts", "parse_mail", "strip_history"]

@@ -8,9 +8,11 @@ from collections.abc import Mapping
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
-__all__ = ["SECURITY", "SESSIONS", "EmailAccount", "EmailConfig", "ResolvedAccount", "resolve_account"]
+__all__ = ["SECURITY", "SESSIONS", "EmailAccount", "EmailConfig", "ResolvedAccount", "cluster_parts", "resolve_account"]
 
 SECURITY = ("tls", "starttls", "none")
 SESSIONS = ("sender", "thread")
@@ -152,3 +154,11 @@ def resolve_account(name: str, account: EmailAccount, environ: Mapping[str, str]
         allowed=frozenset(sender.lower() for sender in account.allowed_senders),
         origin=secret_origin("password", account.password_env),
     )
+
+
+def cluster_parts(config: EmailConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each mailbox leased on its own, keyed by its name (the ``account_id`` of its mail).
+    """
+    return split_accounts(config, "accounts")

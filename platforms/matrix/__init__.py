@@ -24,7 +24,7 @@ stored sync position and room details), :mod:`~platforms.matrix.client` (request
 from __future__ import annotations
 
 from platforms.matrix.adapter import MatrixAdapter
-from platforms.matrix.config import MatrixAccount, MatrixConfig
+from platforms.matrix.config import MatrixAccount, MatrixConfig, cluster_parts
 from platforms.matrix.events import PLATFORM, Incoming, MatrixFile, inbound_message, incoming_of
 from platforms.matrix.sender import MatrixSender, transaction_id, wire_length
 from platforms.matrix.wire import ApiError, EventError, SyncError, decode_event, decode_sync, repair_json
@@ -40,6 +40,7 @@ __all__ = [
     "MatrixFile",
     "MatrixSender",
     "SyncError",
+    "cluster_parts",
     "decode_event",
     "decode_sync",
     "inbound_message",

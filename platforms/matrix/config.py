@@ -13,9 +13,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["MatrixAccount", "MatrixConfig", "is_access_token"]
+__all__ = ["MatrixAccount", "MatrixConfig", "cluster_parts", "is_access_token"]
 
 _SECTION = "platforms.matrix"
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -126,3 +128,11 @@ def _check_account(name: str, account: MatrixAccount) -> None:
     )
     if account.access_token is not None and not is_access_token(account.access_token):
         raise ConfigError(f"{path}.access_token", "must be an access token (printable ASCII without spaces)")
+
+
+def cluster_parts(config: MatrixConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each account's sync leased on its own, keyed by its name (the ``account_id`` of its messages).
+    """
+    return split_accounts(config, "accounts")

@@ -13,7 +13,7 @@ and threads) and :mod:`~platforms.mattermost.adapter` (the lifecycle).
 from __future__ import annotations
 
 from platforms.mattermost.adapter import MattermostAdapter
-from platforms.mattermost.config import MAX_MESSAGE_CHARS, MattermostBot, MattermostConfig
+from platforms.mattermost.config import MAX_MESSAGE_CHARS, MattermostBot, MattermostConfig, cluster_parts
 from platforms.mattermost.cursor import OVERLAP_MS, ReadState
 from platforms.mattermost.events import PLATFORM, Skipped, Where, inbound_from_post
 from platforms.mattermost.rest import RestClient, RestError, retry_after
@@ -35,6 +35,7 @@ __all__ = [
     "Skipped",
     "Where",
     "WireError",
+    "cluster_parts",
     "decode_envelope",
     "decode_post",
     "inbound_from_post",

@@ -14,9 +14,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["MAX_MESSAGE_CHARS", "MattermostBot", "MattermostConfig", "check_token"]
+__all__ = ["MAX_MESSAGE_CHARS", "MattermostBot", "MattermostConfig", "check_token", "cluster_parts"]
 
 MAX_MESSAGE_CHARS = 16383  # a post's message limit since Mattermost 5.0 (older servers: 4,000)
 
@@ -116,3 +118,11 @@ def _check_bot(name: str, bot: MattermostBot) -> None:
     )
     if bot.token is not None:
         check_token(bot.token, f"{path}.token")
+
+
+def cluster_parts(config: MattermostConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each bot's websocket leased on its own, keyed by its name (the ``account_id`` of its posts).
+    """
+    return split_accounts(config, "bots")

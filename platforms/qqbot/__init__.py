@@ -13,7 +13,7 @@ Needs ``cryptography`` for Ed25519: ``pip install 'hermes-actors[qqbot]'``.
 from __future__ import annotations
 
 from platforms.qqbot.adapter import ACK, APPID_HEADER, PATH_PREFIX, QqbotAdapter
-from platforms.qqbot.config import DEFAULT_API_BASE_URL, DEFAULT_TOKEN_URL, QqbotBot, QqbotConfig
+from platforms.qqbot.config import DEFAULT_API_BASE_URL, DEFAULT_TOKEN_URL, QqbotBot, QqbotConfig, cluster_parts
 from platforms.qqbot.events import PLATFORM, inbound_of
 from platforms.qqbot.sender import QqbotSender, msg_seq_of
 from platforms.qqbot.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, Signer, seed_of
@@ -32,6 +32,7 @@ __all__ = [
     "QqbotConfig",
     "QqbotSender",
     "Signer",
+    "cluster_parts",
     "inbound_of",
     "msg_seq_of",
     "seed_of",

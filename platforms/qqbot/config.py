@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "QqbotBot",
     "QqbotConfig",
     "ResolvedBot",
+    "cluster_parts",
     "resolve_bots",
 ]
 
@@ -158,3 +161,14 @@ def resolve_bots(config: QqbotConfig, environ: Mapping[str, str]) -> dict[str, R
             mode=bot.mode,
         )
     return resolved
+
+
+def cluster_parts(config: QqbotConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each websocket bot leased on its own, keyed by its app id (the ``account_id`` of its events); the callback
+    bots served together by every replica.
+    """
+    return split_accounts(
+        config, "bots", wire_id=lambda name, bot: bot.app_id, served=lambda bot: bot.mode == "callback"
+    )

@@ -13,7 +13,7 @@ fetched with ``getAttachment``), :mod:`~platforms.signal.sender` (replies) and :
 from __future__ import annotations
 
 from platforms.signal.adapter import SignalAdapter
-from platforms.signal.config import DEFAULT_URL, SignalConfig
+from platforms.signal.config import DEFAULT_URL, SignalConfig, cluster_parts
 from platforms.signal.envelopes import PLATFORM, EventError, decode_event, inbound_from_event
 from platforms.signal.sender import SignalSender
 
@@ -24,6 +24,7 @@ __all__ = [
     "SignalAdapter",
     "SignalConfig",
     "SignalSender",
+    "cluster_parts",
     "decode_event",
     "inbound_from_event",
 ]

@@ -14,8 +14,10 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 
-__all__ = ["DEFAULT_URL", "SignalConfig", "is_account", "is_uuid"]
+__all__ = ["DEFAULT_URL", "SignalConfig", "cluster_parts", "is_account", "is_uuid"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"  # signal-cli daemon --http binds localhost:8080 by default
 
@@ -124,3 +126,12 @@ def _is_base_url(url: str) -> bool:
         and not parts.query
         and not parts.fragment
     )
+
+
+def cluster_parts(config: SignalConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each account's event stream leased on its own, keyed by the account (its number or ACI, the
+    ``account_id`` of its messages).
+    """
+    return split_accounts(config, "accounts")

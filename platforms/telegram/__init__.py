@@ -11,7 +11,7 @@ pacing, topics) and :mod:`~platforms.telegram.adapter` (the webhook server and t
 from __future__ import annotations
 
 from platforms.telegram.adapter import SECRET_HEADER, TelegramAdapter
-from platforms.telegram.config import DEFAULT_BASE_URL, TelegramBot, TelegramConfig
+from platforms.telegram.config import DEFAULT_BASE_URL, TelegramBot, TelegramConfig, cluster_parts
 from platforms.telegram.sender import MAX_MESSAGE_UTF16, TelegramSender
 from platforms.telegram.updates import UpdateError, decode_update, inbound_from_update
 
@@ -24,6 +24,7 @@ __all__ = [
     "TelegramConfig",
     "TelegramSender",
     "UpdateError",
+    "cluster_parts",
     "decode_update",
     "inbound_from_update",
 ]

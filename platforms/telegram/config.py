@@ -13,9 +13,19 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["DEFAULT_BASE_URL", "MODES", "TelegramBot", "TelegramConfig", "check_secret_token", "check_token"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "MODES",
+    "TelegramBot",
+    "TelegramConfig",
+    "check_secret_token",
+    "check_token",
+    "cluster_parts",
+]
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
 MODES = ("polling", "webhook")
@@ -154,3 +164,12 @@ def _check_bot(name: str, bot: TelegramBot) -> None:
 def _check_either(path: str, field: str, value: str | None, env: str | None, example_env: str, what: str) -> None:
     missing = f"is required: set {field} to {what}, or {field}_env to a variable holding it"
     check_secret_source(path, field, value, env, example_env=example_env, missing=missing)
+
+
+def cluster_parts(config: TelegramConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each polling bot leased on its own (keyed by its name, the ``account_id`` of its updates); the webhook bots
+    served together by every replica.
+    """
+    return split_accounts(config, "bots", served=lambda bot: bot.mode == "webhook")

@@ -8,7 +8,15 @@
 from __future__ import annotations
 
 from platforms.wechat.adapter import PLATFORM, WechatAdapter
-from platforms.wechat.config import DEFAULT_BASE_URL, WechatAccount, WechatConfig
+from platforms.wechat.config import DEFAULT_BASE_URL, WechatAccount, WechatConfig, cluster_parts
 from platforms.wechat.sender import TOKEN_PLATFORM
 
-__all__ = ["DEFAULT_BASE_URL", "PLATFORM", "TOKEN_PLATFORM", "WechatAccount", "WechatAdapter", "WechatConfig"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "PLATFORM",
+    "TOKEN_PLATFORM",
+    "WechatAccount",
+    "WechatAdapter",
+    "WechatConfig",
+    "cluster_parts",
+]

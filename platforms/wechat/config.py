@@ -12,9 +12,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from hermes_actors.ports import SectionParts
+from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_CDN_BASE_URL", "WechatAccount", "WechatConfig", "is_bot_token"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_CDN_BASE_URL", "WechatAccount", "WechatConfig", "cluster_parts", "is_bot_token"]
 
 DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"  # where iLink media is downloaded
@@ -144,3 +146,11 @@ def _is_base_url(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
+
+
+def cluster_parts(config: WechatConfig) -> SectionParts:
+    """How the section runs in cluster mode (:func:`~platforms.support.cluster_parts.split_accounts`).
+
+    Each account leased on its own, keyed by its name (the ``account_id`` of its messages).
+    """
+    return split_accounts(config, "accounts")

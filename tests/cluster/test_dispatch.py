@@ -103,7 +103,7 @@ def test_only_the_holder_of_send_fake_sends_and_the_other_takes_over_once_it_is_
     assert pg.outbox.backlog() == 0
     assert sorted(m.text for m in first.sent) == [str(n) for n in range(8)]
     assert second.sent == []
-    assert holder.held() == {"fake"}
+    assert holder.held() == {"send:fake"}
     assert other.held() == set()
     holder.stop()  # releases send:fake
     _queue(pg, "c0", "after")

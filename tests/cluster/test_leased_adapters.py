@@ -12,6 +12,7 @@ import pytest
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.replica import ClusterReplica, placement
+from hermes_actors.cluster.singleton import LeasedAdapter
 from hermes_actors.errors import RoleLostError
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
@@ -56,7 +57,14 @@ class Replica:
             role_ttl_s=TTL,
             dispatch_interval_s=0.05,
         )
-        self.leased = self.entry.leased["telegram"]
+
+    def bot(self, name: str) -> LeasedAdapter:
+        """The singleton of the bot ``name`` in this replica."""
+        return self.entry.leased[(PLATFORM, name)]
+
+    @property
+    def leased(self) -> LeasedAdapter:
+        return self.bot("main")
 
     def _build(self, platform: str, config: msgspec.Struct) -> Adapter:
         assert isinstance(config, TelegramConfig)
@@ -155,7 +163,7 @@ def test_a_paused_replica_that_still_polls_after_its_term_commits_nothing_and_no
         ids = _inbox_ids(b.store)
         assert len(ids) == len(set(ids)) == 8
         with pytest.raises(RoleLostError):  # what a's poller meets on each batch it tries to commit
-            a.inbox.accept_many([], cursor=PollCursor(platform=PLATFORM, cursor="1", account_id="main"))
+            a.leased.inbox.accept_many([], cursor=PollCursor(platform=PLATFORM, cursor="1", account_id="main"))
     finally:
         a.close()
         b.close()
@@ -170,18 +178,18 @@ def test_a_replica_whose_role_was_taken_cannot_commit_a_batch_or_move_the_cursor
     try:
         assert a.leased.tick()
         batch = [inbound("m-1", "one")]
-        a.inbox.accept_many(batch, cursor=PollCursor(platform=PLATFORM, cursor="101", account_id="main"))
+        a.leased.inbox.accept_many(batch, cursor=PollCursor(platform=PLATFORM, cursor="101", account_id="main"))
         assert a.inbox.poll_cursor(PLATFORM, "main") == "101"
         a.built[0].stop()  # a is paused past its term: no renewals
         poll_until(lambda: b.leased.tick(), timeout=TTL * 5, interval=0.05, what="b taking the role over")
         stale = [inbound("m-2", "two")]
         with pytest.raises(RoleLostError):
-            a.inbox.accept_many(stale, cursor=PollCursor(platform=PLATFORM, cursor="102", account_id="main"))
+            a.leased.inbox.accept_many(stale, cursor=PollCursor(platform=PLATFORM, cursor="102", account_id="main"))
         assert b.inbox.poll_cursor(PLATFORM, "main") == "101"  # the cursor did not move
         assert _inbox_ids(b.store) == ["m-1"]  # nor did its rows commit
         a.leased.term.keep()  # even were its local term renewed: the database refuses the old epoch
         with pytest.raises(RoleLostError):
-            a.inbox.accept_many(stale, cursor=None)
+            a.leased.inbox.accept_many(stale, cursor=None)
     finally:
         a.close()
         b.close()
@@ -224,46 +232,51 @@ def test_a_leased_adapter_s_replies_are_sent_by_the_replica_that_runs_it_and_fol
         assert not b.leased.tick()
         _reply(a.store, "from a")
         fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a"])
-        assert a.entry.dispatcher.held() == {PLATFORM}
+        assert a.entry.dispatcher.held() == {"adapter:telegram:main"}  # the bot's replies go with its adapter
         assert b.entry.dispatcher.held() == set()  # b has no Telegram sender: it runs no Telegram adapter
         a.entry.stop()  # a shuts down: both roles are released
         poll_until(lambda: b.leased.tick(), timeout=5, interval=0.05, what="b taking the adapter over")
         _reply(b.store, "from b")
         fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from a", "from b"])
-        assert b.entry.dispatcher.held() == {PLATFORM}
+        assert b.entry.dispatcher.held() == {"adapter:telegram:main"}
         poll_until(lambda: b.store.outbox.backlog() == 0, what="both replies marked sent")
     finally:
         a.close()
         b.close()
 
 
-def test_a_batch_and_its_cursor_commit_together_after_the_guard_and_poke_each_new_shard_once(
-    postgres_dsn: str,
+def test_a_batch_and_its_cursor_commit_together_after_the_check_and_poke_each_new_shard_once(
+    postgres_dsn: str, tmp_path: Path
 ) -> None:
     pokes: list[int] = []
     refuse = [False]
 
-    def guard() -> None:
+    def check() -> None:
         if refuse[0]:
             raise RoleLostError("lost")
 
     with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
         ingress = ClusterIngress(store, shards=SHARDS, poke=pokes.append)
-        ingress.guard(PLATFORM, guard)
         batch = [inbound(f"m-{n}", str(n)) for n in range(3)]  # one chat: one routing key, one shard
-        ids = ingress.accept_batch(batch, cursor=PollCursor(platform=PLATFORM, cursor="7", account_id="main"))
+        ids = ingress.accept_batch(
+            batch, cursor=PollCursor(platform=PLATFORM, cursor="7", account_id="main"), check=check
+        )
         assert None not in ids
         assert len(pokes) == 1  # after the commit, once for its shard
-        assert ingress.accept_batch(batch, cursor=None) == [None, None, None]  # a redelivery adds and pokes nothing
+        assert ingress.accept_batch(batch, cursor=None, check=check) == [None, None, None]  # a redelivery: nothing
         assert len(pokes) == 1
         refuse[0] = True
         with pytest.raises(RoleLostError):
-            ingress.accept_batch([inbound("m-9", "9")], cursor=PollCursor(platform=PLATFORM, cursor="8"))
-        with pytest.raises(RoleLostError):  # a cursor named platform:<anything> is the platform's too
-            ingress.accept_batch([], cursor=PollCursor(platform=f"{PLATFORM}:extra", cursor="x"))
+            ingress.accept_batch([inbound("m-9", "9")], cursor=PollCursor(platform=PLATFORM, cursor="8"), check=check)
+        inbox = ClusterInbox(ingress, MediaStore(tmp_path / "media"))
+        guarded = inbox.guarded(check)
+        with pytest.raises(RoleLostError):  # a cursor of its own (WeChat's context tokens, Email's threads)
+            guarded.accept_many([], cursor=PollCursor(platform=f"{PLATFORM}:extra", cursor="x"))
+        with pytest.raises(RoleLostError):  # a single message too
+            guarded.accept(inbound("m-9", "9"))
         assert ingress.poll_cursor(PLATFORM, "main") == "7"
         assert ingress.poll_cursor(PLATFORM, "") is None
         assert len(_inbox_ids(store)) == 3
         assert len(pokes) == 1
-        ingress.guard(PLATFORM, None)
-        assert ingress.accept_batch([inbound("m-9", "9")], cursor=None)[0] is not None
+        assert inbox.accept(inbound("m-9", "9")).inbox_id is not None  # the unguarded inbox (push adapters)
+        inbox.close()

@@ -413,7 +413,7 @@ def test_an_event_posted_to_one_replica_is_answered_once_by_the_replica_holding_
         a: Replica | None = None
         try:
             b.entry.start(heartbeats=False)
-            poll_until(lambda: b.entry.dispatcher.held() == {case.platform}, what="b holding the send role")
+            poll_until(lambda: b.entry.dispatcher.held() == {f"send:{case.platform}"}, what="b holding the send role")
             a = Replica("replica-a", postgres_dsn, case, host, MediaStore(tmp_path / "a"))
             a.entry.start(heartbeats=False)
             event = case.event("hello")
@@ -440,7 +440,7 @@ def test_a_teams_reply_goes_to_the_latest_address_whichever_replica_took_it(
         a: Replica | None = None
         try:
             b.entry.start(heartbeats=False)
-            poll_until(lambda: b.entry.dispatcher.held() == {"teams"}, what="b holding the send role")
+            poll_until(lambda: b.entry.dispatcher.held() == {"send:teams"}, what="b holding the send role")
             a = Replica("replica-a", postgres_dsn, case, host, MediaStore(tmp_path / "a"))
             a.entry.start(heartbeats=False)
             # The conversation first came through another region, to b: b's reply there is refused (404).

@@ -36,16 +36,19 @@ class OutboxClaims:
         *,
         limit: int = 100,
         lease_s: float = 30.0,
-        platforms: Sequence[str] | None = None,
+        targets: Sequence[tuple[str, str | None]] | None = None,
     ) -> list[OutboxRow]:
         """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat;
-        with ``platforms``, only rows of those platforms."""
-        if platforms is not None and not platforms:
+        with ``targets``, only rows of those (platform, account) pairs, an account of ``None`` standing for every
+        account of its platform."""
+        if targets is not None and not targets:
             return []
         rows = self._db.execute(
             f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
             "AND o.next_attempt_at <= %(now)s AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
-            "AND (%(platforms)s::text[] IS NULL OR o.platform = ANY(%(platforms)s::text[])) "
+            "AND (%(platforms)s::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest(%(platforms)s::text[], "
+            "%(accounts)s::text[]) AS t(platform, account) WHERE t.platform = o.platform "
+            "AND (t.account IS NULL OR t.account = o.account_id))) "
             f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
             "AND p.platform = o.platform AND p.account_id = o.account_id "
             "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
@@ -58,7 +61,8 @@ class OutboxClaims:
                 "limit": limit,
                 "who": dispatcher,
                 "lease": lease_s,
-                "platforms": None if platforms is None else list(platforms),
+                "platforms": None if targets is None else [platform for platform, _ in targets],
+                "accounts": None if targets is None else [account for _, account in targets],
             },
         )
         return sorted((_outbox_row(row) for row in rows), key=lambda row: row.id)
