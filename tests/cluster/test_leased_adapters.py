@@ -21,10 +21,10 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import poll_until
 from platforms import registry
-from platforms.telegram import TelegramAdapter, TelegramConfig
+from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.telegram.updates import PLATFORM
-from tests.platforms.telegram_fake import TelegramFake, message, private_chat, user
-from tests.platforms.test_telegram import TOKEN, make_config
+from tests.platforms.telegram_fake import TelegramFake, message, post_update, private_chat, user
+from tests.platforms.test_telegram import OTHER_TOKEN, SECRET, TOKEN, an_update, make_config, webhook_config
 
 SHARDS = 8
 TTL = 1.0  # a role term: the takeover waits for it to run out
@@ -280,3 +280,98 @@ def test_a_batch_and_its_cursor_commit_together_after_the_check_and_poke_each_ne
         assert len(pokes) == 1
         assert inbox.accept(inbound("m-9", "9")).inbox_id is not None  # the unguarded inbox (push adapters)
         inbox.close()
+
+
+def _reply_as(store: PostgresStore, bot: str, text: str) -> int:
+    reply = OutboundMessage(platform=PLATFORM, account_id=bot, chat_id="5001", text=text)
+    return store.outbox.add(
+        session_id=None, platform=PLATFORM, account_id=bot, chat_id="5001", thread_id=None, payload=encode(reply)
+    )
+
+
+def _bots_built(replica: Replica) -> list[set[str]]:
+    return [set(adapter.config.bots) for adapter in replica.built if isinstance(adapter, TelegramAdapter)]
+
+
+def test_two_bots_of_one_section_run_in_two_replicas_each_polling_and_answering_for_its_own_bot(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    fake.add_bot(OTHER_TOKEN)
+    bots = {"main": TelegramBot(token=TOKEN), "second": TelegramBot(token=OTHER_TOKEN)}
+    config = make_config(fake, bots, poll_timeout_s=1)
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    a.entry.start(heartbeats=False)
+    b.entry.start(heartbeats=False)
+    try:
+        assert set(a.entry.leased) == {(PLATFORM, "main"), (PLATFORM, "second")}  # one lease per bot, not per section
+        assert a.bot("main").tick()
+        assert not b.bot("main").tick()
+        assert b.bot("second").tick()  # the section's other bot goes to the other replica
+        assert not a.bot("second").tick()
+        assert _bots_built(a) == [{"main"}]
+        assert _bots_built(b) == [{"second"}]
+        _push(fake, ["to main"])
+        fake.push(OTHER_TOKEN, message(private_chat(ALICE), ALICE, "to second"))
+        poll_until(lambda: len(_inbox_ids(a.store)) == 2, interval=0.05, what="both bots' updates in the inbox")
+        rows = a.store.database.execute("SELECT account_id FROM inbox WHERE platform = %s ORDER BY id", (PLATFORM,))
+        assert sorted(str(row[0]) for row in rows) == ["main", "second"]
+        assert a.store.kv.get_cursor(PLATFORM, "main") is not None
+        assert a.store.kv.get_cursor(PLATFORM, "second") is not None
+
+        _reply_as(a.store, "main", "from main")
+        _reply_as(a.store, "second", "from second")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from main"])
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(OTHER_TOKEN)] == ["from second"])
+        assert a.entry.dispatcher.held() == {"adapter:telegram:main"}  # each bot's replies leave its own replica
+        assert b.entry.dispatcher.held() == {"adapter:telegram:second"}
+        poll_until(lambda: a.store.outbox.backlog() == 0, what="both replies marked sent")
+        sent_by = a.store.database.execute(
+            "SELECT account_id, claimed_by IS NULL FROM outbox WHERE sent_at IS NOT NULL ORDER BY id"
+        )
+        assert [(str(row[0]), row[1]) for row in sent_by] == [("main", True), ("second", True)]
+
+        a.entry.stop()  # a shuts down: main's role is released and b takes that bot too
+        poll_until(lambda: b.bot("main").tick(), timeout=5, interval=0.05, what="b taking main over")
+        assert _bots_built(b) == [{"second"}, {"main"}]
+        _reply_as(b.store, "main", "main from b")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from main", "main from b"])
+        assert b.entry.dispatcher.held() == {"adapter:telegram:main", "adapter:telegram:second"}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_webhook_bot_is_served_by_every_replica_while_the_polling_bot_of_its_section_is_leased(
+    fake: TelegramFake, postgres_dsn: str, tmp_path: Path
+) -> None:
+    fake.add_bot(OTHER_TOKEN)
+    config = webhook_config(fake, poll_timeout_s=1)  # "hook" is called by Telegram, "poller" polls
+    a = Replica("replica-a", postgres_dsn, config, tmp_path / "a")
+    b = Replica("replica-b", postgres_dsn, config, tmp_path / "b")
+    a.entry.start(heartbeats=False)
+    b.entry.start(heartbeats=False)
+    try:
+        assert set(a.entry.leased) == {(PLATFORM, "poller")}
+        assert a.bot("poller").tick()
+        assert not b.bot("poller").tick()
+        assert _bots_built(a) == [{"hook"}, {"poller"}]
+        assert _bots_built(b) == [{"hook"}]  # b serves the webhook bot and runs no poller
+        served = [next(x for x in r.entry.push if isinstance(x, TelegramAdapter)) for r in (a, b)]
+        assert post_update(served[0].url + "/telegram/hook", an_update(10, "via a"), SECRET)[0] == 200
+        assert post_update(served[1].url + "/telegram/hook", an_update(11, "via b", 2), SECRET)[0] == 200
+        fake.push(OTHER_TOKEN, message(private_chat(ALICE), ALICE, "polled"))
+        poll_until(lambda: len(_inbox_ids(a.store)) == 3, interval=0.05, what="the three updates in the inbox")
+        rows = a.store.database.execute("SELECT account_id FROM inbox WHERE platform = %s ORDER BY id", (PLATFORM,))
+        assert sorted(str(row[0]) for row in rows) == ["hook", "hook", "poller"]
+
+        _reply_as(a.store, "hook", "hook reply")
+        _reply_as(a.store, "poller", "poller reply")
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["hook reply"])
+        fake.wait_for(lambda: [m["text"] for m in fake.sent(OTHER_TOKEN)] == ["poller reply"])
+        held = [r.entry.dispatcher.held() for r in (a, b)]
+        assert "adapter:telegram:poller" in held[0]
+        assert [("send:telegram" in roles) for roles in held].count(True) == 1  # the webhook bot's replies: one
+    finally:
+        a.close()
+        b.close()
