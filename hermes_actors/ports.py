@@ -40,7 +40,6 @@ __all__ = [
     "PollCursor",
     "Readiness",
     "ReplySender",
-    "SectionParts",
     "SendError",
     "SessionOwner",
     "StoredAnswer",
@@ -114,20 +113,6 @@ class PollCursor(msgspec.Struct, frozen=True, kw_only=True):
     platform: str
     cursor: str
     account_id: str = ""
-
-
-class SectionParts(msgspec.Struct, frozen=True, kw_only=True):
-    """How a platform section with several accounts runs in cluster mode, split by account.
-
-    ``served`` is the section cut down to the accounts the platform calls (webhook or callback mode; ``None`` when
-    there are none): every replica serves it, like a push platform, and its replies are sent for
-    ``served_accounts``. ``leased`` holds one section per long-poll or socket account, keyed by the ``account_id``
-    its messages and replies carry: each is run by the one replica holding that account's role lease.
-    """
-
-    served: msgspec.Struct | None = None
-    served_accounts: frozenset[str] = frozenset()
-    leased: dict[str, msgspec.Struct] = msgspec.field(default_factory=dict)
 
 
 class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):

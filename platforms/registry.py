@@ -14,7 +14,8 @@ from typing import Any, Protocol, cast
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.ports import Adapter, SectionParts
+from hermes_actors.ports import Adapter
+from hermes_actors.section_parts import SectionParts
 
 __all__ = [
     "PLATFORMS",

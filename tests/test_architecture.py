@@ -25,6 +25,7 @@ CORE = frozenset(
         "hermes_actors.operator_port",
         "hermes_actors.ports",
         "hermes_actors.routing",
+        "hermes_actors.section_parts",
         "hermes_actors.titles",
         "hermes_actors.turn_events",
         "hermes_actors.waiters",

@@ -38,8 +38,9 @@ from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.roles import RoleTerm, adapter_role
 from hermes_actors.cluster.singleton import LeasedAdapter
-from hermes_actors.ports import Adapter, ReplySender, SectionParts
+from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.runtime.platform_board import PlatformBoard
+from hermes_actors.section_parts import SectionParts
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.waiters import ReplyWaiters
 from platforms import registry

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.ports import SectionParts
+from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source, read_env_secret
 

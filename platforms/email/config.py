@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import msgspec
 
 from hermes_actors.errors import ConfigError
-from hermes_actors.ports import SectionParts
+from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from hermes_actors.ports import SectionParts
+from hermes_actors.section_parts import SectionParts
 
 __all__ = ["split_accounts"]
 

@@ -66,7 +66,7 @@ def test_hermesd_cluster_takes_a_webhook_and_a_polled_telegram_update_to_the_sha
     assert session_id in {row["id"] for row in listed}
     assert {row["source"] for row in listed} >= {"webhook", "api_server"}
     assert seen["telegram"] == ["echo: hi from telegram"], seen["stderr"]  # polled by the leased adapter
-    assert "adapter:telegram: " in seen["ctl"], seen["ctl"]
+    assert "adapter:telegram:main: " in seen["ctl"], seen["ctl"]  # the bot's own lease
     assert seen["ctl_code"] == 0
     lines = seen["ctl"].splitlines()
     assert lines[0] == "shards: 16, not held: 0"

@@ -37,7 +37,7 @@ def test_status_shows_hosts_their_shards_and_the_inbox_lag_per_shard(postgres_ds
 
 def test_status_shows_the_replicas_roles(postgres_dsn: str, tmp_path: Path) -> None:
     with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
-        pg.roles.acquire("adapter:telegram", "replica-a", 30.0)
+        pg.roles.acquire("adapter:telegram:main", "replica-a", 30.0)
         epoch = pg.roles.acquire("send:telegram", "replica-b", 30.0)
         assert epoch is not None
         pg.roles.release("send:telegram", "replica-b", epoch)
@@ -45,7 +45,7 @@ def test_status_shows_the_replicas_roles(postgres_dsn: str, tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     roles = lines.index("roles:")
-    assert lines[roles + 1].startswith("  adapter:telegram: replica-a (epoch 1, ")
+    assert lines[roles + 1].startswith("  adapter:telegram:main: replica-a (epoch 1, ")
     assert lines[roles + 2 :] == ["  send:telegram: free"]
 
 

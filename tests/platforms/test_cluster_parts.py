@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from hermes_actors.cluster.replica import LEASED_PLATFORMS
-from hermes_actors.ports import SectionParts
+from hermes_actors.section_parts import SectionParts
 from platforms import registry
 from platforms.qqbot.config import QqbotConfig
 from platforms.telegram import TelegramConfig

@@ -13,7 +13,7 @@ from hermes_actors.store.pg import PostgresStore
 from tests.store.test_pg_shards import Skew
 
 TTL = 10.0
-ROLE = "adapter:telegram"
+ROLE = "adapter:telegram:main"
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_an_expired_role_is_taken_under_a_new_epoch_and_the_old_holder_can_neith
     assert not roles.renew(ROLE, "a", 1, TTL)  # expired: must be acquired again, like by anyone
     assert roles.acquire(ROLE, "b", TTL) == 2
     with (
-        pytest.raises(RoleLostError, match="no longer holds the role adapter:telegram at epoch 1"),
+        pytest.raises(RoleLostError, match="no longer holds the role adapter:telegram:main at epoch 1"),
         roles_store.transaction(),
     ):
         roles.check(ROLE, "a", 1)

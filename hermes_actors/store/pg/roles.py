@@ -1,11 +1,12 @@
 """Role leases (``role_leases``, schema version 4): the cluster-wide singletons of ``hermesd --cluster``.
 
-A role is something exactly one replica may do at a time: run a platform section's long-poll or socket adapter
-(``adapter:<platform>``), send a platform's replies (``send:<platform>``). The discipline is the shard leases'
-(:mod:`hermes_actors.store.pg.shards`): ``holder`` and ``epoch`` name a term, ``expires_at`` its end **by the
-database clock**; taking a free or expired role raises its epoch; only the holder renews its own unexpired term;
-a release ends it at once; :meth:`PgRoles.check`, run first inside the transaction of a write the role guards
-(``FOR SHARE``, so a takeover waits for that commit), refuses with :class:`~hermes_actors.errors.RoleLostError`.
+A role is something exactly one replica may do at a time: run a long-poll or socket account's adapter and send its
+replies (``adapter:<platform>:<account>``), send the other replies of a platform (``send:<platform>``). The
+discipline is the shard leases' (:mod:`hermes_actors.store.pg.shards`): ``holder`` and ``epoch`` name a term,
+``expires_at`` its end **by the database clock**; taking a free or expired role raises its epoch; only the holder
+renews its own unexpired term; a release ends it at once; :meth:`PgRoles.check`, run first inside the transaction
+of a write the role guards (``FOR SHARE``, so a takeover waits for that commit), refuses with
+:class:`~hermes_actors.errors.RoleLostError`.
 """
 
 from __future__ import annotations
