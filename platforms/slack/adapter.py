@@ -128,7 +128,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
             return _answer(200, {"ok": True, "ignored": read.reason})
         if retry is not None:
             reason = request.headers.get("X-Slack-Retry-Reason", "unknown")
-            _log.info("slack app %r: event %s is Slack's retry %s (%s)", name, event_id, retry[:8], reason[:40])
+            _log.info("slack app %r: event %s is Slack's retry %r (%r)", name, event_id, retry[:8], reason[:40])
         inbound, files = read
         if not any(downloadable(file) for file in files):
             return await self._accept(inbound)

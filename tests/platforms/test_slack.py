@@ -290,6 +290,20 @@ def test_retries_and_the_app_mention_copy_of_a_message_run_one_turn(start_slack:
     assert running.transcript(answers[0].body["routing_key"]) == [("user", "deploy?"), ("assistant", "echo: deploy?")]
 
 
+def test_a_retry_reason_that_is_not_utf_8_is_logged_escaped(
+    start_slack: StartSlack, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_slack()
+    caplog.set_level(logging.INFO)
+    answer = running.post(message("hi", ts=TS), event_id="Ev9", retry=(1, "\xff\xfe timeout"))  # sent as latin-1
+    assert answer.status == 200
+    lines = [record.getMessage() for record in caplog.records if "retry" in record.getMessage()]
+    assert len(lines) == 1
+    lines[0].encode("utf-8")  # a log file written as UTF-8 takes it (no lone surrogate)
+    assert "\\udcff" in lines[0]
+    assert slack.take().text == "echo: hi"
+
+
 def test_the_mention_arriving_first_gives_the_same_key_as_the_message_would(start_slack: StartSlack) -> None:
     running = start_slack(reply_in_thread=False)
     for channel, channel_type in (("C5", "channel"), ("G5", "group"), ("D5", "im")):
