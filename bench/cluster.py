@@ -58,6 +58,28 @@ def _messages(n: int, chats: int) -> list[Any]:
     ]
 
 
+def _split(pg: PostgresStore, handed: dict[int, float]) -> dict[str, float]:
+    """Each message's wait for its pull (inbox commit -> handed to a supervisor, by the hosts' records) against its
+    wait in the runtime (handed -> its turn's commit): percentiles of each, and for the slowest 1% of messages
+    the share of their latency spent before the handover. Messages handed more than once count their last."""
+    rows = pg.database.execute(
+        "SELECT i.id, i.received_at, m.created_at FROM inbox i "
+        "JOIN messages m ON m.platform_message_id = i.platform_message_id AND m.role = 'user'"
+    )
+    parts = [(at - float(received), float(committed) - at) for i, received, committed in rows if (at := handed.get(i))]
+    if not parts:
+        return {"handover_p50_ms": 0.0, "handover_p99_ms": 0.0, "runtime_p99_ms": 0.0, "tail_before_handover": 0.0}
+    pulls = sorted(p for p, _ in parts)
+    runs = sorted(r for _, r in parts)
+    slowest = sorted(parts, key=sum)[-max(1, len(parts) // 100) :]
+    return {
+        "handover_p50_ms": _pct(pulls, 0.5),
+        "handover_p99_ms": _pct(pulls, 0.99),
+        "runtime_p99_ms": _pct(runs, 0.99),
+        "tail_before_handover": sum(p for p, _ in slowest) / max(sum(p + r for p, r in slowest), 1e-9),
+    }
+
+
 def _latencies(pg: PostgresStore) -> list[float]:
     """Seconds from each message's inbox commit to its turn's commit (the turn dates its messages as it commits)."""
     rows = pg.database.execute(
@@ -180,8 +202,10 @@ def measure_cluster(
             spied.set()
             cpu = [after - before for after, before in zip(_cpu_snapshot(postgres, host_pids), cpu_before, strict=True)]
             statuses = [ray.get(h.status.remote()) for h in handles.values()]
+            handed = {i: at for h in handles.values() for i, at in ray.get(h.handovers.remote())}
             moves = _epochs(pg) - epochs_before
             lat = _latencies(pg)
+            split = _split(pg, handed)
             turns = int(pg.database.value("SELECT count(*) FROM outbox"))
         outcomes = [s.outcomes for s in statuses]
         return {
@@ -197,6 +221,7 @@ def measure_cluster(
             "rows_read_per_message": sum(s.rows_read for s in statuses) / args.messages,
             "shard_moves": moves,
             "stale_turns": sum(o.get("stale", 0) for o in outcomes),
+            **split,
         }
     finally:
         for handle in handles.values():
@@ -307,6 +332,10 @@ _PROFILE = (
     "rows_read_per_message",
     "shard_moves",
     "stale_turns",
+    "handover_p50_ms",
+    "handover_p99_ms",
+    "runtime_p99_ms",
+    "tail_before_handover",
 )
 
 

@@ -22,6 +22,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -159,6 +160,7 @@ class HostRuntime:
         self._listener = InboxListener(settings.postgres_dsn)
         self._relay = EventRelay(settings.postgres_dsn)
         self._relayed: dict[int, str] = {}  # inbox id -> message id, watched by the relay while pending
+        self._handed: deque[tuple[int, float]] = deque(maxlen=20_000)  # (inbox id, when handed over), the latest
         self._threads = [
             threading.Thread(target=self._listen, name=f"{settings.name}-listen", daemon=True),
             threading.Thread(target=self._pull_loop, name=f"{settings.name}-pull", daemon=True),
@@ -283,6 +285,7 @@ class HostRuntime:
             # (a /resume, /new or reset while it held the shard).
             deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
             self.runtime.supervisor.tell(deliver)
+            self._handed.append((row.id, time.time()))
             handed += 1
         return handed
 
@@ -305,6 +308,11 @@ class HostRuntime:
             self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
         self.runtime.supervisor.tell(end)
         return 1
+
+    def handovers(self) -> list[tuple[int, float]]:
+        """The latest messages handed to the supervisor (at most 20,000): inbox id and the wall-clock time, for
+        telling a message's wait for its pull from its wait in the runtime (``bench/cluster.py --profile``)."""
+        return list(self._handed)
 
     def status(self) -> HostStatus:
         """A snapshot of this host."""

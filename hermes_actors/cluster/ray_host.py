@@ -48,6 +48,10 @@ class ShardHost:
         """A snapshot of this host."""
         return self._runtime.status()
 
+    def handovers(self) -> list[tuple[int, float]]:
+        """The latest messages handed to the supervisor: inbox id and when (:meth:`HostRuntime.handovers`)."""
+        return self._runtime.handovers()
+
     def pid(self) -> int:
         """The worker process's id (the fault test signals it)."""
         return os.getpid()
