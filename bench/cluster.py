@@ -186,6 +186,7 @@ def measure_cluster(
             messages = _messages(args.messages, args.chats)
             host_pids = [ray.get(h.status.remote()).pid for h in handles.values()]
             cpu_before = _cpu_snapshot(postgres, host_pids)
+            before = [ray.get(h.status.remote()) for h in handles.values()]
             spied = threading.Event()
             if args.spy:
                 threading.Thread(target=_spy, args=(host_pids, args.spy, spied), daemon=True).start()
@@ -202,6 +203,10 @@ def measure_cluster(
             spied.set()
             cpu = [after - before for after, before in zip(_cpu_snapshot(postgres, host_pids), cpu_before, strict=True)]
             statuses = [ray.get(h.status.remote()) for h in handles.values()]
+            sums = {
+                k: sum(st.sums.get(k, 0.0) - b.sums.get(k, 0.0) for st, b in zip(statuses, before, strict=True))
+                for k in statuses[0].sums
+            }
             handed = {i: at for h in handles.values() for i, at in ray.get(h.handovers.remote())}
             moves = _epochs(pg) - epochs_before
             lat = _latencies(pg)
@@ -222,6 +227,18 @@ def measure_cluster(
             "shard_moves": moves,
             "stale_turns": sum(o.get("stale", 0) for o in outcomes),
             **split,
+            "turn_mean_ms": 1000
+            * sums.get("hermes_turn_duration_seconds_sum", 0)
+            / max(1, sums.get("hermes_turn_duration_seconds_count", 0)),
+            "agent_mean_ms": 1000
+            * sums.get("hermes_agent_call_duration_seconds_sum", 0)
+            / max(1, sums.get("hermes_agent_call_duration_seconds_count", 0)),
+            "commit_mean_ms": 1000
+            * sums.get("hermes_store_commit_duration_seconds_sum", 0)
+            / max(1, sums.get("hermes_store_commit_duration_seconds_count", 0)),
+            "commit_batch_mean": sums.get("hermes_store_commit_batch_size_sum", 0)
+            / max(1, sums.get("hermes_store_commit_batch_size_count", 0)),
+            "commits": sums.get("hermes_store_commit_duration_seconds_count", 0),
         }
     finally:
         for handle in handles.values():
@@ -336,6 +353,11 @@ _PROFILE = (
     "handover_p99_ms",
     "runtime_p99_ms",
     "tail_before_handover",
+    "turn_mean_ms",
+    "agent_mean_ms",
+    "commit_mean_ms",
+    "commit_batch_mean",
+    "commits",
 )
 
 

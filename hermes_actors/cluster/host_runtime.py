@@ -92,6 +92,7 @@ class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     outcomes: dict[str, int]
     pulls: int = 0
     rows_read: int = 0
+    sums: dict[str, float] = {}  # the runtime's histograms' _count and _sum (turns, agent calls, commits)
 
 
 class HostRuntime:
@@ -324,6 +325,13 @@ class HostRuntime:
                 if sample.name.endswith("_total"):
                     label = sample.labels["outcome"]
                     outcomes[label] = outcomes.get(label, 0) + int(sample.value)
+        sums: dict[str, float] = {}
+        metrics = self.runtime.metrics
+        for histogram in (metrics.turn_seconds, metrics.agent_seconds, metrics.commit_seconds, metrics.commit_batch):
+            for family in histogram.collect():
+                for sample in family.samples:
+                    if sample.name.endswith(("_count", "_sum")):
+                        sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
         return HostStatus(
             name=self.settings.name,
             pid=os.getpid(),
@@ -333,6 +341,7 @@ class HostRuntime:
             outcomes=outcomes,
             pulls=self._pulls,
             rows_read=self._rows_read,
+            sums=sums,
         )
 
     def stop(self, *, release: bool = True) -> None:

@@ -185,6 +185,80 @@ def test_a_takeover_waits_for_a_turn_that_holds_the_shard_row_for_share(
         assert taking.result(timeout=10) == {0: 2}
 
 
+def test_the_holder_renews_and_releases_without_waiting_for_its_turns_and_a_commit_across_shards_cannot_deadlock(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    """A group commit checks the shards of its turns one after another while the keeper renews them all in one
+    statement. Were the renewal to wait for the turns' locks, it would hold shard 0's row while waiting for shard 1's,
+    and the commit, holding 1's and asking for 0's, would deadlock with it (PostgreSQL aborts one after a second)."""
+    shard_store.shards.acquire("a", [0, 1], TTL)
+    first, second = threading.Event(), threading.Event()
+    go_on = threading.Event()
+    commit = threading.Event()
+
+    def group_commit() -> None:
+        with shard_store.transaction():
+            shard_store.shards.check(1, "a", 1)
+            first.set()
+            go_on.wait(10)
+            shard_store.shards.check(0, "a", 1)
+            second.set()
+            commit.wait(10)
+
+    late = Skew()
+    late.seconds = TTL + 5.0
+    with PostgresStore.open(postgres_dsn, lease_skew=late, migrate_schema=False) as other, ThreadPoolExecutor(3) as run:
+        holding = run.submit(group_commit)
+        assert first.wait(10)
+        renewed = run.submit(shard_store.shards.renew, "a", {0: 1, 1: 1}, TTL)
+        assert renewed.result(timeout=2) == {0: 1, 1: 1}  # at once: it waits for no turn
+        go_on.set()  # the commit asks for shard 0's row, which the renewal has long let go of
+        assert second.wait(2)
+        assert shard_store.shards.release("a", {0: 1}) == 1  # a release does not wait for the turns either
+        taking = run.submit(other.shards.acquire, "b", [0, 1], TTL)  # b sees both terms as expired
+        with pytest.raises(TimeoutError):
+            taking.result(timeout=0.3)  # but a takeover does: the turns in flight commit first
+        commit.set()
+        holding.result(timeout=10)
+        assert taking.result(timeout=10) == {0: 2, 1: 2}
+
+
+def _failing_write(store: PostgresStore) -> None:
+    """A write of a group commit that checks shard 0 in its savepoint and then fails."""
+    with store.transaction():
+        store.shards.check(0, "a", 1)
+        raise RuntimeError("a write of the batch failed")
+
+
+def test_a_transaction_checks_a_shard_in_the_database_once_until_a_savepoint_rolls_back(
+    shard_store: PostgresStore, skew: Skew
+) -> None:
+    shard_store.shards.acquire("a", [0], TTL)
+    asked: list[str] = []
+    execute = shard_store.database.execute
+
+    def counting(sql: str, params: object = None) -> list[tuple[object, ...]]:
+        if "FROM shard_leases" in sql:
+            asked.append(sql)
+        return execute(sql, params)  # type: ignore[arg-type]
+
+    shard_store.database.execute = counting  # type: ignore[method-assign]
+    with shard_store.transaction():
+        shard_store.shards.check(0, "a", 1)
+        shard_store.shards.check(0, "a", 1)  # the row is held until the transaction ends: not asked again
+        assert len(asked) == 1
+        with pytest.raises(RuntimeError):
+            _failing_write(shard_store)  # its savepoint rolls back: the lock may be gone with it
+        skew.seconds = TTL + 1.0  # the term has run out meanwhile: the database must be asked again
+        with pytest.raises(ShardLostError):
+            shard_store.shards.check(0, "a", 1)
+    assert len(asked) == 2
+    with shard_store.transaction():  # a new transaction asks again
+        skew.seconds = 0.0
+        shard_store.shards.check(0, "a", 1)
+    assert len(asked) == 3
+
+
 def _gathered(listener: InboxListener, expected: set[int], timeout_s: float = 5.0) -> set[int]:
     """The shards ``listener`` is notified of until ``expected`` have all come or ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s

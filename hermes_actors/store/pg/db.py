@@ -13,7 +13,7 @@ psycopg errors become :class:`~hermes_actors.errors.StoreError` here, so nothing
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,10 +49,12 @@ def store_error(exc: psycopg.Error, doing: str) -> StoreError:
 
 
 class _Open(threading.local):
-    """The connection and transaction depth of the current thread's open transaction."""
+    """The connection and transaction depth of the current thread's open transaction, and the row locks it is
+    known to hold (:meth:`Database.holds`)."""
 
     connection: psycopg.Connection[Any] | None = None
     depth: int = 0
+    locks: set[Hashable] | None = None
 
 
 class Database:
@@ -103,16 +105,36 @@ class Database:
             if not savepoint:
                 yield
                 return
-            with self._errors("a savepoint"), held.transaction():
-                yield
+            try:
+                with self._errors("a savepoint"), held.transaction():
+                    yield
+            except BaseException:
+                self._open.locks = None  # a rolled-back savepoint released the row locks taken inside it
+                raise
             return
         with self._pool.connection() as connection:
             self._open.connection = connection
+            self._open.locks = None
             try:
                 with self._errors("a transaction"), connection.transaction():
                     yield
             finally:
                 self._open.connection = None
+                self._open.locks = None
+
+    def holds(self, lock: Hashable) -> bool:
+        """Whether the current transaction took ``lock`` (a row lock a caller named, :meth:`took`) and still holds
+        it: until the transaction ends, or a savepoint inside it rolls back (which forgets every lock, to be safe)."""
+        locks = self._open.locks
+        return locks is not None and lock in locks
+
+    def took(self, lock: Hashable) -> None:
+        """Inside a transaction: remember that it now holds ``lock`` (kept until it commits or rolls back)."""
+        if self._open.connection is None:
+            return  # an autocommit statement's lock ended with it
+        if self._open.locks is None:
+            self._open.locks = set()
+        self._open.locks.add(lock)
 
     @contextmanager
     def _errors(self, doing: str) -> Iterator[None]:

@@ -53,8 +53,8 @@ class PgTable:
 class PgInbox(PgTable):
     """Durable inbound queue with dedupe on (platform, account, platform message id).
 
-    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs before a row is completed for a
-    session: a turn's transaction completes its rows, so a host that lost the row's shard cannot complete them. The
+    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs when a row is completed for a session,
+    inside the transaction that completes it (a turn's): a host that lost the row's shard cannot commit it. The
     shard checked is the row's own (the one its host pulled it from), which is its session's except for a command
     that re-points its key to a session of another shard (``/resume``, a handoff); a row without a shard (written
     outside cluster mode) is checked by its session's.
@@ -87,14 +87,15 @@ class PgInbox(PgTable):
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
-        if self.shard_check is not None and session_id is not None:
-            shard = self._db.value("SELECT shard FROM inbox WHERE id = %s", (inbox_id,))
-            self.shard_check(session_id if shard is None else int(shard))
-        changed = self._db.count(
-            "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s",
+        changed = self._db.execute(
+            "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s "
+            "RETURNING shard",
             (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),
         )
-        return changed > 0
+        if self.shard_check is not None and session_id is not None:  # before the commit, in the same transaction
+            shard = changed[0][0] if changed else None
+            self.shard_check(session_id if shard is None else int(shard))
+        return bool(changed)
 
     def claim(self, inbox_id: int, owner: str) -> None:
         """Make ``owner`` the process that runs the pending row's turn."""

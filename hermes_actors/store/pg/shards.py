@@ -5,8 +5,11 @@ shard count: the same on every host and Python version, unlike ``hash``). A host
 ``holder`` and ``epoch`` name the tenure, ``expires_at`` its end **by the database clock**; every comparison is
 made by PostgreSQL (``clock_timestamp()``), never by a host whose clock may disagree. Taking a free or expired shard
 raises its epoch, so a host paused past its term (SIGSTOP, a long GC, a stalled network) finds its epoch gone when it
-wakes: :meth:`PgShards.check`, run first in every turn's transaction (``FOR SHARE``, so a takeover waits for the turn
-to commit and a turn waits for the takeover), refuses its commit with :class:`~hermes_actors.errors.ShardLostError`.
+wakes: :meth:`PgShards.check`, run first in every turn's transaction, refuses its commit with
+:class:`~hermes_actors.errors.ShardLostError`. The check holds the row ``FOR KEY SHARE`` and a takeover locks it
+``FOR UPDATE`` first, so a takeover waits for the turns in flight to commit and a turn waits for the takeover; the
+holder's own renewal and release change no key, so they wait for nothing (a renewal that waited for the turns of the
+shards it renews could deadlock with a group commit holding one of them and asking for another).
 
 :class:`ShardFence` is what a host holds in memory: the epochs of its shards and the local deadline of each term
 (measured from before the renewal was sent, so it ends no later than the database's). Past the deadline the host
@@ -80,10 +83,12 @@ class PgShards:
         wanted = sorted(set(shards))
         if not wanted:
             return {}
-        rows = self._db.execute(
-            f"UPDATE shard_leases SET holder = %(holder)s, epoch = epoch + 1, "
+        rows = self._db.execute(  # FOR UPDATE: waits for the turns in flight under the old term (FOR KEY SHARE)
+            f"WITH free AS (SELECT shard FROM shard_leases WHERE shard = ANY(%(shards)s) AND expires_at <= {_NOW} "
+            "ORDER BY shard FOR UPDATE) "
+            f"UPDATE shard_leases AS s SET holder = %(holder)s, epoch = s.epoch + 1, "
             f"expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
-            f"WHERE shard = ANY(%(shards)s) AND expires_at <= {_NOW} RETURNING shard, epoch",
+            f"FROM free WHERE s.shard = free.shard AND s.expires_at <= {_NOW} RETURNING s.shard, s.epoch",
             {"holder": holder, "shards": wanted, "ttl": ttl_s, "skew": self._skew()},
         )
         return {int(shard): int(epoch) for shard, epoch in rows}
@@ -129,11 +134,16 @@ class PgShards:
         )
 
     def check(self, shard: int, holder: str, epoch: int) -> None:
-        """Inside the caller's transaction: hold the shard's row (``FOR SHARE``) if ``holder`` still has it at
-        ``epoch`` and unexpired; :class:`ShardLostError` otherwise (the caller's transaction must roll back)."""
+        """Inside the caller's transaction: hold the shard's row (``FOR KEY SHARE``) if ``holder`` still has it at
+        ``epoch`` and unexpired; :class:`ShardLostError` otherwise (the caller's transaction must roll back). Once
+        per transaction: the row stays held until it ends, so a second check would find what the first did (a
+        takeover waits for the commit)."""
+        lock = ("shard_leases", shard, holder, epoch)
+        if self._db.holds(lock):
+            return
         rows = self._db.execute(
             "SELECT 1 FROM shard_leases WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s "
-            f"AND expires_at > {_NOW} FOR SHARE",
+            f"AND expires_at > {_NOW} FOR KEY SHARE",
             {"shard": shard, "holder": holder, "epoch": epoch, "skew": self._skew()},
         )
         if not rows:
@@ -141,6 +151,7 @@ class PgShards:
                 f"{holder} no longer holds shard {shard} at epoch {epoch} (its term ended or another host took it); "
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
+        self._db.took(lock)
 
     def beat(self, holder: str) -> None:
         """Record that ``holder`` is alive now (by the database clock)."""
