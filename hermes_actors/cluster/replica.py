@@ -138,6 +138,7 @@ class ClusterReplica:
                         term,
                         inbox=inbox,
                         senders=self._senders,
+                        board=self._board,
                     )
             else:
                 _log.warning(

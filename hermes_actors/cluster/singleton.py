@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.roles import RoleTerm
 from hermes_actors.ports import Adapter, ReplySender
+from hermes_actors.runtime.platform_board import PlatformBoard
 
 __all__ = ["LeasedAdapter"]
 
@@ -51,6 +52,7 @@ class LeasedAdapter:
         *,
         inbox: ClusterInbox,
         senders: Senders = _no_senders,
+        board: PlatformBoard | None = None,
     ) -> None:
         self.platform = platform
         self.account = account
@@ -58,10 +60,16 @@ class LeasedAdapter:
         self._build = build
         self._inbox = inbox.guarded(term.check)
         self._senders = senders
+        self._board = board
         self._adapter: Adapter | None = None
         self._lock = threading.Lock()  # one tick or close at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        """``<platform>:<account>``: how the replica's health and ``/health/ready`` name it while it runs here."""
+        return f"{self.platform}:{self.account}"
 
     @property
     def inbox(self) -> ClusterInbox:
@@ -99,12 +107,16 @@ class LeasedAdapter:
             return
         self._adapter = adapter
         self._senders(self, list(adapter.senders()))
+        if self._board is not None:
+            self._board.started(self.name, adapter)
         _log.info("%s: runs the adapter of %s at epoch %s", self.term.holder, self.term.role, self.term.epoch())
 
     def _halt(self) -> None:
         adapter, self._adapter = self._adapter, None
         if adapter is None:
             return
+        if self._board is not None:
+            self._board.forget(self.name)
         self._senders(self, None)
         try:
             adapter.stop()

@@ -54,7 +54,11 @@ def test_hermesd_cluster_takes_a_webhook_and_a_polled_telegram_update_to_the_sha
     assert seen["callback"]["in_reply_to"] == "msg_daemon"
     ready_status, ready = seen["api"]["ready"]
     assert ready_status == 200, ready
-    assert {p["name"]: p["state"] for p in ready["platforms"]} == {"webhook": "running", "api_server": "running"}
+    assert {p["name"]: p["state"] for p in ready["platforms"]} == {
+        "webhook": "running",
+        "api_server": "running",
+        "telegram:main": "running",  # the replica runs the bot's leased adapter
+    }
     status, completion, session_id = seen["api"]["plain"]
     assert status == 200, completion
     assert completion["choices"][0]["message"]["content"] == "echo: hi"

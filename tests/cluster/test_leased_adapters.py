@@ -18,6 +18,7 @@ from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
 from hermes_actors.ports import Adapter, PollCursor
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import poll_until
 from platforms import registry
@@ -45,7 +46,8 @@ class Replica:
     def __init__(self, name: str, dsn: str, config: TelegramConfig, media: Path) -> None:
         self.store = PostgresStore.open(dsn, migrate_schema=False)
         self.ingress = ClusterIngress(self.store, shards=SHARDS)
-        self.inbox = ClusterInbox(self.ingress, MediaStore(media))
+        board = PlatformBoard()
+        self.inbox = ClusterInbox(self.ingress, MediaStore(media), board=board)
         self.built: list[Adapter] = []
         self.entry = ClusterReplica(
             self.store,
@@ -56,6 +58,7 @@ class Replica:
             name=name,
             role_ttl_s=TTL,
             dispatch_interval_s=0.05,
+            board=board,
         )
 
     def bot(self, name: str) -> LeasedAdapter:
@@ -289,6 +292,10 @@ def _reply_as(store: PostgresStore, bot: str, text: str) -> int:
     )
 
 
+def _ready(replica: Replica) -> dict[str, str]:
+    return {p.name: p.state for p in replica.inbox.readiness().platforms}
+
+
 def _bots_built(replica: Replica) -> list[set[str]]:
     return [set(adapter.config.bots) for adapter in replica.built if isinstance(adapter, TelegramAdapter)]
 
@@ -311,6 +318,8 @@ def test_two_bots_of_one_section_run_in_two_replicas_each_polling_and_answering_
         assert not a.bot("second").tick()
         assert _bots_built(a) == [{"main"}]
         assert _bots_built(b) == [{"second"}]
+        assert _ready(a) == {"telegram:main": "running"}  # each replica's health names the bots it runs
+        assert _ready(b) == {"telegram:second": "running"}
         _push(fake, ["to main"])
         fake.push(OTHER_TOKEN, message(private_chat(ALICE), ALICE, "to second"))
         poll_until(lambda: len(_inbox_ids(a.store)) == 2, interval=0.05, what="both bots' updates in the inbox")
@@ -334,6 +343,7 @@ def test_two_bots_of_one_section_run_in_two_replicas_each_polling_and_answering_
         a.entry.stop()  # a shuts down: main's role is released and b takes that bot too
         poll_until(lambda: b.bot("main").tick(), timeout=5, interval=0.05, what="b taking main over")
         assert _bots_built(b) == [{"second"}, {"main"}]
+        assert _ready(b) == {"telegram:main": "running", "telegram:second": "running"}
         _reply_as(b.store, "main", "main from b")
         fake.wait_for(lambda: [m["text"] for m in fake.sent(TOKEN)] == ["from main", "main from b"])
         assert b.entry.dispatcher.held() == {"adapter:telegram:main", "adapter:telegram:second"}
