@@ -142,6 +142,12 @@ def _epochs(pg: PostgresStore) -> int:
     return int(pg.database.value("SELECT coalesce(sum(epoch), 0) FROM shard_leases"))
 
 
+def _deadlocks(pg: PostgresStore) -> int:
+    """Deadlocks PostgreSQL has detected in this database so far (each costs a ``deadlock_timeout`` wait)."""
+    pg.database.execute("SELECT pg_stat_clear_snapshot()")
+    return int(pg.database.value("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
+
+
 def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
 
@@ -182,6 +188,7 @@ def measure_cluster(
             else:
                 poll_until(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), timeout=60)
             epochs_before = _epochs(pg)
+            deadlocks_before = _deadlocks(pg)
             ingress = ClusterIngress(pg, shards=64)
             messages = _messages(args.messages, args.chats)
             host_pids = [ray.get(h.status.remote()).pid for h in handles.values()]
@@ -209,6 +216,7 @@ def measure_cluster(
             }
             handed = {i: at for h in handles.values() for i, at in ray.get(h.handovers.remote())}
             moves = _epochs(pg) - epochs_before
+            deadlocks = _deadlocks(pg) - deadlocks_before
             lat = _latencies(pg)
             split = _split(pg, handed)
             turns = int(pg.database.value("SELECT count(*) FROM outbox"))
@@ -226,6 +234,7 @@ def measure_cluster(
             "rows_read_per_message": sum(s.rows_read for s in statuses) / args.messages,
             "shard_moves": moves,
             "stale_turns": sum(o.get("stale", 0) for o in outcomes),
+            "deadlocks": deadlocks,
             **split,
             "turn_mean_ms": 1000
             * sums.get("hermes_turn_duration_seconds_sum", 0)
@@ -349,6 +358,7 @@ _PROFILE = (
     "rows_read_per_message",
     "shard_moves",
     "stale_turns",
+    "deadlocks",
     "handover_p50_ms",
     "handover_p99_ms",
     "runtime_p99_ms",
