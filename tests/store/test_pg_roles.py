@@ -67,9 +67,7 @@ def test_a_released_role_is_free_at_once(roles_store: PostgresStore) -> None:
     assert roles.acquire(ROLE, "b", TTL) == 2
 
 
-def test_a_takeover_waits_for_a_commit_that_holds_the_role_row_for_share(
-    roles_store: PostgresStore, skew: Skew
-) -> None:
+def test_a_takeover_waits_for_a_commit_that_holds_the_role_row(roles_store: PostgresStore, skew: Skew) -> None:
     roles = roles_store.roles
     assert roles.acquire(ROLE, "a", 1.0) == 1
     checked, release = threading.Event(), threading.Event()
@@ -94,6 +92,32 @@ def test_a_takeover_waits_for_a_commit_that_holds_the_role_row_for_share(
     worker.join(5)
     taker.join(5)
     assert taken == [2]
+
+
+def test_the_holder_renews_its_term_without_waiting_for_its_writes_in_flight(roles_store: PostgresStore) -> None:
+    """A send role's writes overlap (a lane per chat): a renewal that waited for their locks could be starved."""
+    roles = roles_store.roles
+    assert roles.acquire(ROLE, "a", TTL) == 1
+    checked, release = threading.Event(), threading.Event()
+
+    def commit() -> None:
+        with roles_store.transaction():
+            roles.check(ROLE, "a", 1)
+            checked.set()
+            release.wait(5)
+
+    worker = threading.Thread(target=commit)
+    worker.start()
+    try:
+        assert checked.wait(5)
+        renewed: list[bool] = []
+        renewer = threading.Thread(target=lambda: renewed.append(roles.renew(ROLE, "a", 1, TTL)))
+        renewer.start()
+        renewer.join(timeout=2)
+        assert renewed == [True]  # at once, while the write still holds the row
+    finally:
+        release.set()
+        worker.join(5)
 
 
 class Monotonic:

@@ -5,8 +5,10 @@ replies (``adapter:<platform>:<account>``), send the other replies of a platform
 discipline is the shard leases' (:mod:`hermes_actors.store.pg.shards`): ``holder`` and ``epoch`` name a term,
 ``expires_at`` its end **by the database clock**; taking a free or expired role raises its epoch; only the holder
 renews its own unexpired term; a release ends it at once; :meth:`PgRoles.check`, run first inside the transaction
-of a write the role guards (``FOR SHARE``, so a takeover waits for that commit), refuses with
-:class:`~hermes_actors.errors.RoleLostError`.
+of a write the role guards, refuses with :class:`~hermes_actors.errors.RoleLostError`. As for shards, the check holds
+the row ``FOR KEY SHARE`` and a takeover locks it ``FOR UPDATE``: a takeover waits for the writes in flight, while
+the holder's renewal, which changes no key, waits for none of them (an ``UPDATE`` waiting for share locks can be
+starved by a stream of overlapping writes, each taking the lock before the last let it go).
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class PgRoles:
         """Take ``role`` if it is free, released or expired, under a new epoch; the epoch, or ``None`` (held)."""
         params = {"role": role, "holder": holder, "ttl": ttl_s, "skew": self._skew()}
         self._db.execute("INSERT INTO role_leases (role) VALUES (%(role)s) ON CONFLICT (role) DO NOTHING", params)
-        found = self._db.value(
-            f"UPDATE role_leases SET holder = %(holder)s, epoch = epoch + 1, "
+        found = self._db.value(  # FOR UPDATE: waits for the writes in flight under the old term (FOR KEY SHARE)
+            f"WITH free AS (SELECT role FROM role_leases WHERE role = %(role)s AND expires_at <= {_NOW} FOR UPDATE) "
+            f"UPDATE role_leases AS r SET holder = %(holder)s, epoch = r.epoch + 1, "
             f"expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
-            f"WHERE role = %(role)s AND expires_at <= {_NOW} RETURNING epoch",
+            f"FROM free WHERE r.role = free.role AND r.expires_at <= {_NOW} RETURNING r.epoch",
             params,
         )
         return None if found is None else int(found)
@@ -78,11 +81,12 @@ class PgRoles:
         )
 
     def check(self, role: str, holder: str, epoch: int) -> None:
-        """Inside the caller's transaction: hold the role's row (``FOR SHARE``) if ``holder`` still has it at
-        ``epoch`` and unexpired; :class:`RoleLostError` otherwise (the caller's transaction must roll back)."""
+        """Inside the caller's transaction: hold the role's row (``FOR KEY SHARE``: a takeover waits for the commit,
+        the holder's renewal does not) if ``holder`` still has it at ``epoch`` and unexpired; :class:`RoleLostError`
+        otherwise (the caller's transaction must roll back)."""
         rows = self._db.execute(
             "SELECT 1 FROM role_leases WHERE role = %(role)s AND holder = %(holder)s AND epoch = %(epoch)s "
-            f"AND expires_at > {_NOW} FOR SHARE",
+            f"AND expires_at > {_NOW} FOR KEY SHARE",
             {"role": role, "holder": holder, "epoch": epoch, "skew": self._skew()},
         )
         if not rows:
