@@ -110,9 +110,8 @@ class FakeImap:
             uid = self._next_uid
             self._next_uid += 1
             self._messages.append(_Message(uid=uid, raw=raw))
-            wakers = list(self._wakers)
-        for waker in wakers:
-            os.write(waker, b"!")
+            for waker in self._wakers:  # under the lock: an idle that ends removes its pipe before closing it
+                os.write(waker, b"!")
         return uid
 
     def renumber(self, uidvalidity: int) -> None:
