@@ -5,7 +5,8 @@ Shard hosts commit replies and leave them in the outbox. An :class:`OutboxDispat
 (:class:`~hermes_actors.cluster.roles.RoleTerm`), and claims those rows only while it holds the role:
 
 - a push platform's sender sends every account of it under ``send:<platform>``, which the dispatcher competes for
-  itself (for a platform split by account, :class:`~hermes_actors.ports.SectionParts`, only its served accounts);
+  itself (for a platform split by account, :class:`~hermes_actors.section_parts.SectionParts`, only the accounts
+  it serves);
 - a leased account's sender, offered while its adapter runs here, sends that account's rows under the adapter's
   own term ``adapter:<platform>:<account>``: the replica polling a bot is the one sending its replies.
 

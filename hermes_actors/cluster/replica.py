@@ -9,8 +9,8 @@ Each enabled platform section is one of (:func:`placement`):
   conversation addresses (cursors committed with each activity), WhatsApp's 24-hour windows (the inbox rows);
   the others need nothing but their configuration (Feishu's and WeCom's tokens are fetched per process);
 - **leased** (:data:`LEASED_PLATFORMS`, the platforms with long-poll or socket accounts): the section is split by
-  account (``parts``, :class:`~hermes_actors.ports.SectionParts`). Each long-poll or socket account is run by the
-  one replica holding ``adapter:<platform>:<account>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`),
+  account (``parts``, :class:`~hermes_actors.section_parts.SectionParts`). Each long-poll or socket account is run
+  by the one replica holding ``adapter:<platform>:<account>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`),
   which also sends that account's replies; the accounts the platform calls (Telegram webhook bots, QQ Bot callback
   bots, DingTalk in callback mode) are served together on every replica, like a push platform;
 - **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its

@@ -4,7 +4,7 @@
 A Telegram bot polled twice loses updates to the other poller (409), a Discord or QQ gateway session opened twice
 delivers every event twice: such an account must run in one process of the cluster. Every ``hermesd --cluster``
 replica keeps a :class:`LeasedAdapter` per such account of its enabled sections (the section cut down to that
-account, :class:`~hermes_actors.ports.SectionParts`); each competes for the account's role lease, so two bots of
+account, :class:`~hermes_actors.section_parts.SectionParts`); each competes for the account's role lease, so two bots of
 one section may run in two replicas. The holder builds the adapter, starts it on a
 :meth:`~hermes_actors.cluster.inbox.ClusterInbox.guarded` inbox and offers its senders to the replica's dispatcher,
 which sends the account's replies under the same term; it renews the term every third of ``ttl_s`` and stops the

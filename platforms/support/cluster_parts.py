@@ -1,4 +1,4 @@
-"""A platform section split by account for cluster mode (:class:`~hermes_actors.ports.SectionParts`).
+"""A platform section split by account for cluster mode (:class:`~hermes_actors.section_parts.SectionParts`).
 
 In cluster mode each long-poll or socket account is a singleton of its own: a Telegram bot polled by two replicas
 loses updates, a Discord gateway opened twice delivers every event twice. The platforms with such accounts define
