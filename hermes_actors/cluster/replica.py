@@ -35,7 +35,6 @@ import msgspec
 from hermes_actors.cluster.api_replies import ApiReplies
 from hermes_actors.cluster.dispatch import OutboxDispatcher
 from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.roles import RoleTerm, adapter_role
 from hermes_actors.cluster.singleton import LeasedAdapter
 from hermes_actors.ports import Adapter, ReplySender
@@ -93,7 +92,6 @@ class ClusterReplica:
     def __init__(
         self,
         store: PostgresStore,
-        ingress: ClusterIngress,
         inbox: ClusterInbox,
         platforms: Mapping[str, msgspec.Struct],
         *,

@@ -92,7 +92,6 @@ def serve_cluster(
         inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy, board=board, operator=operator)
         replica = ClusterReplica(
             store,
-            ingress,
             inbox,
             platforms,
             build=lambda name, config: registry.build(name, config, os.environ),

@@ -51,7 +51,6 @@ class Replica:
         self.built: list[Adapter] = []
         self.entry = ClusterReplica(
             self.store,
-            self.ingress,
             self.inbox,
             {"telegram": config},
             build=self._build,

@@ -377,7 +377,6 @@ class Replica:
         self.inbox = ClusterInbox(ingress, media)
         self.entry = ClusterReplica(
             self.store,
-            ingress,
             self.inbox,
             {case.platform: case.config()},
             build=lambda platform, config: case.build(config),
