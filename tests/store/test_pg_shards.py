@@ -113,6 +113,8 @@ def test_a_stale_holder_s_turn_commit_is_refused_and_rolled_back(shard_store: Po
         turn()
     with pytest.raises(ShardLostError):
         shard_store.leases.grant(session.id, "a", TTL)
+    with pytest.raises(ShardLostError):  # outside a transaction too: the completion is not left committed
+        shard_store.inbox.complete(inbox_id, session_id=session.id)
     assert shard_store.inbox.pending_among([inbox_id]) == {inbox_id}
     shard_store.fence_shards(None)
 

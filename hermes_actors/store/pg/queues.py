@@ -87,14 +87,15 @@ class PgInbox(PgTable):
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
-        changed = self._db.execute(
-            "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s "
-            "RETURNING shard",
-            (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),
-        )
-        if self.shard_check is not None and session_id is not None:  # before the commit, in the same transaction
-            shard = changed[0][0] if changed else None
-            self.shard_check(session_id if shard is None else int(shard))
+        with self._db.transaction(savepoint=False):  # the caller's (a turn's), or one of its own
+            changed = self._db.execute(
+                "UPDATE inbox SET state = %s, session_id = %s, completed_at = %s WHERE id = %s AND state = %s "
+                "RETURNING shard",
+                (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),
+            )
+            if self.shard_check is not None and session_id is not None:  # before the commit, so it can refuse it
+                shard = changed[0][0] if changed else None
+                self.shard_check(session_id if shard is None else int(shard))
         return bool(changed)
 
     def claim(self, inbox_id: int, owner: str) -> None:
