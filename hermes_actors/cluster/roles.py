@@ -5,7 +5,7 @@
 deadline is measured from before the statement was sent, so it ends no later than the database's term, and past it
 :meth:`RoleTerm.epoch` answers ``None`` on its own (self-fencing) before the replica has even heard that another
 one took over. :meth:`RoleTerm.check`, inside the transaction of a guarded write, checks the local deadline first,
-then the database row ``FOR SHARE``.
+then the database row ``FOR KEY SHARE``.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class RoleTerm:
 
     def check(self) -> None:
         """Inside a transaction: :class:`RoleLostError` unless the term is held by the local deadline and by the
-        database (its row is then held ``FOR SHARE`` until the transaction ends)."""
+        database (its row is then held ``FOR KEY SHARE`` until the transaction ends)."""
         epoch = self.epoch()
         if epoch is None:
             raise RoleLostError(f"{self.holder} does not hold {self.role} (or its term ran out locally)")

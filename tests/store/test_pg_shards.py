@@ -161,9 +161,7 @@ def test_a_host_fences_itself_once_its_local_deadline_passes_without_asking_the_
         fence.check(Unreachable(), session)  # type: ignore[arg-type]
 
 
-def test_a_takeover_waits_for_a_turn_that_holds_the_shard_row_for_share(
-    shard_store: PostgresStore, postgres_dsn: str
-) -> None:
+def test_a_takeover_waits_for_a_turn_that_holds_the_shard_row(shard_store: PostgresStore, postgres_dsn: str) -> None:
     shard_store.shards.acquire("a", [0], 0.5)
     late = Skew()
     late.seconds = 5.0
@@ -181,7 +179,7 @@ def test_a_takeover_waits_for_a_turn_that_holds_the_shard_row_for_share(
         assert checked.wait(10)
         taking = run.submit(other.shards.acquire, "b", [0], TTL)
         with pytest.raises(TimeoutError):
-            taking.result(timeout=0.3)  # blocked on the turn's FOR SHARE lock
+            taking.result(timeout=0.3)  # blocked on the turn's lock of the row (FOR KEY SHARE)
         commit.set()
         holding.result(timeout=10)
         assert taking.result(timeout=10) == {0: 2}
