@@ -68,13 +68,6 @@ REQUEST_PLATFORMS = frozenset({"api_server"})
 Build = Callable[[str, msgspec.Struct], Adapter]
 
 
-def _parts(platform: str, config: msgspec.Struct) -> SectionParts:
-    parts = registry.cluster_parts(platform, config)
-    if parts is None:  # pragma: no cover - LEASED_PLATFORMS are those with parts
-        raise TypeError(f"{platform} is not split by account")
-    return parts
-
-
 def placement(platform: str) -> str:
     """``push``, ``leased``, ``request`` or ``not yet``: how a replica runs ``platform``'s section."""
     if platform in PUSH_PLATFORMS:
@@ -101,7 +94,7 @@ class ClusterReplica:
         dispatch_interval_s: float = 0.2,
         enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
         board: PlatformBoard | None = None,
-        parts: Callable[[str, msgspec.Struct], SectionParts] = _parts,
+        parts: Callable[[str, msgspec.Struct], SectionParts | None] = registry.cluster_parts,
     ) -> None:
         self.name = name
         self._store = store
@@ -125,6 +118,9 @@ class ClusterReplica:
                 self._requests[platform] = config
             elif where == "leased":
                 split = parts(platform, config)
+                if split is None:  # a platform the registry does not split: served whole, like a push one
+                    self._sections[platform] = (config, None)
+                    continue
                 if split.served is not None:
                     self._sections[platform] = (split.served, split.served_accounts)
                 for account, section in split.leased.items():

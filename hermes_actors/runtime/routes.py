@@ -93,9 +93,9 @@ class Routes:
         re-pointed the key meanwhile; the next lookup reads the store again."""
         routing_key = message.routing_key
         cached = self._routes.get(routing_key)
-        state = None if cached is None else self._live.get(cached)
         if not message.check_route or cached is None or cached == message.stored_route:
             return
+        state = self._live.get(cached)
         if state is not None and state.in_use:
             return
         with self._lock:

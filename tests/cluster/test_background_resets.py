@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,31 +14,12 @@ from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
 from hermes_actors.store import EndReason
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import FakePlatform, poll_until
+from tests.runtime.test_resets import ReportingBackgroundAgent as BackgroundAgent
 
 SHARDS = 8
 RESET = ResetConfig(mode=ResetMode.IDLE, idle_minutes=1, bg_process_max_age_hours=1)
 
 pytestmark = pytest.mark.slow  # each runs a host for a few seconds
-
-
-class BackgroundAgent(EchoAgent):
-    """Reports a background process for every session while ``started_at`` is set, and when it ends."""
-
-    def __init__(self, started_at: float | None) -> None:
-        super().__init__()
-        self.started_at = started_at
-        self.callbacks: list[Callable[[str], None]] = []
-
-    def background_started_at(self, session_id: str) -> float | None:
-        return self.started_at
-
-    def on_background_ended(self, callback: Callable[[str], None]) -> None:
-        self.callbacks.append(callback)
-
-    def end_process(self, session_id: str) -> None:
-        self.started_at = None
-        for callback in self.callbacks:
-            callback(session_id)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -24,6 +25,27 @@ pytestmark = pytest.mark.slow  # runs two hosts for a few seconds
 def pg(postgres_dsn: str) -> Iterator[PostgresStore]:
     with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
         yield store
+
+
+@contextlib.contextmanager
+def _two_hosts(dsn: str, ttl_s: float) -> Iterator[list[HostRuntime]]:
+    """h0 and h1 started, each holding its home shards; stopped when the block ends."""
+    hosts = [
+        HostRuntime(HostSettings(name=n, postgres_dsn=dsn, hosts=HOSTS, shards=SHARDS, lease_ttl_s=ttl_s, grace_s=0.3))
+        for n in HOSTS
+    ]
+    try:
+        for host in hosts:
+            host.start()
+        homes = [home_shards(name, HOSTS, SHARDS) for name in HOSTS]
+        poll_until(
+            lambda: all(set(h.fence.held()) == home for h, home in zip(hosts, homes, strict=True)),
+            what="each host holding its home shards",
+        )
+        yield hosts
+    finally:
+        for host in hosts:
+            host.stop()
 
 
 def _chat_homed_on(platform: FakePlatform, host: str) -> str:
@@ -56,16 +78,7 @@ def test_a_shard_back_from_another_host_brings_no_route_its_supervisor_cached_be
     """h0 runs chat A's session S1 and caches A's route. h0's renewals stall, h1 takes h0's shards and runs A's
     ``/new`` (S1 ends, A's next message starts S2 in the same shard). h0 renews again and gets its shards back:
     A's next message must go to S2, not to the S1 h0's supervisor still has cached."""
-    settings = [
-        HostSettings(name=n, postgres_dsn=postgres_dsn, hosts=HOSTS, shards=SHARDS, lease_ttl_s=2.0, grace_s=0.3)
-        for n in HOSTS
-    ]
-    hosts = [HostRuntime(s) for s in settings]
-    try:
-        for host in hosts:
-            host.start()
-        home = home_shards("h0", HOSTS, SHARDS)
-        poll_until(lambda: set(hosts[0].fence.held()) == home, what="h0 holding its home shards")
+    with _two_hosts(postgres_dsn, 2.0) as hosts:
         platform = FakePlatform("fake")
         ingress = ClusterIngress(pg, shards=SHARDS)
         chat = _chat_homed_on(platform, "h0")
@@ -89,28 +102,13 @@ def test_a_shard_back_from_another_host_brings_no_route_its_supervisor_cached_be
         say("third")
         assert _session_of(pg, "third") == second
         assert not pg.get_session(first).is_live
-    finally:
-        for host in hosts:
-            host.stop()
 
 
 def test_a_resume_to_a_session_in_another_hosts_shard_runs_once(postgres_dsn: str, pg: PostgresStore) -> None:
     """Chat A's session lives in h0's shard, chat B's in h1's. A's ``/resume <B's session>`` runs in h0 (the row
     is in A's shard) and re-points A's key there: it is answered once and completed by h0, although the session it
     names lives in a shard h0 does not hold."""
-    settings = [
-        HostSettings(name=n, postgres_dsn=postgres_dsn, hosts=HOSTS, shards=SHARDS, lease_ttl_s=3.0, grace_s=0.3)
-        for n in HOSTS
-    ]
-    hosts = [HostRuntime(s) for s in settings]
-    try:
-        for host in hosts:
-            host.start()
-        homes = [home_shards(name, HOSTS, SHARDS) for name in HOSTS]
-        poll_until(
-            lambda: all(set(h.fence.held()) == home for h, home in zip(hosts, homes, strict=True)),
-            what="each host holding its home shards",
-        )
+    with _two_hosts(postgres_dsn, 3.0):
         platform = FakePlatform("fake")
         ingress = ClusterIngress(pg, shards=SHARDS)
         chat_a, chat_b = _chat_homed_on(platform, "h0"), _chat_homed_on(platform, "h1")
@@ -139,6 +137,3 @@ def test_a_resume_to_a_session_in_another_hosts_shard_runs_once(postgres_dsn: st
         assert replies == 1, "the /resume was answered more than once"
         say("after resume", chat_a)
         assert _session_of(pg, "after resume") == target
-    finally:
-        for host in hosts:
-            host.stop()

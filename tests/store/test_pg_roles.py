@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 
@@ -67,29 +68,40 @@ def test_a_released_role_is_free_at_once(roles_store: PostgresStore) -> None:
     assert roles.acquire(ROLE, "b", TTL) == 2
 
 
-def test_a_takeover_waits_for_a_commit_that_holds_the_role_row(roles_store: PostgresStore, skew: Skew) -> None:
-    roles = roles_store.roles
-    assert roles.acquire(ROLE, "a", 1.0) == 1
+@contextlib.contextmanager
+def _a_write_in_flight(store: PostgresStore) -> Iterator[threading.Event]:
+    """A transaction of holder ``a`` (epoch 1) that has checked its role and waits to commit until the event
+    yielded is set (at the latest when the block ends)."""
     checked, release = threading.Event(), threading.Event()
 
     def commit() -> None:
-        with roles_store.transaction():
-            roles.check(ROLE, "a", 1)
+        with store.transaction():
+            store.roles.check(ROLE, "a", 1)
             checked.set()
             release.wait(5)
 
     worker = threading.Thread(target=commit)
     worker.start()
-    assert checked.wait(5)
-    skew.seconds = 2.0
+    try:
+        assert checked.wait(5)
+        yield release
+    finally:
+        release.set()
+        worker.join(5)
+
+
+def test_a_takeover_waits_for_a_commit_that_holds_the_role_row(roles_store: PostgresStore, skew: Skew) -> None:
+    roles = roles_store.roles
+    assert roles.acquire(ROLE, "a", 1.0) == 1
     taken: list[int | None] = []
-    taker = threading.Thread(target=lambda: taken.append(roles.acquire(ROLE, "b", TTL)))
-    taker.start()
-    taker.join(timeout=0.3)
-    assert taker.is_alive()  # blocked on the row the commit holds
-    assert taken == []
-    release.set()
-    worker.join(5)
+    with _a_write_in_flight(roles_store) as release:
+        skew.seconds = 2.0
+        taker = threading.Thread(target=lambda: taken.append(roles.acquire(ROLE, "b", TTL)))
+        taker.start()
+        taker.join(timeout=0.3)
+        assert taker.is_alive()  # blocked on the row the commit holds
+        assert taken == []
+        release.set()
     taker.join(5)
     assert taken == [2]
 
@@ -98,26 +110,12 @@ def test_the_holder_renews_its_term_without_waiting_for_its_writes_in_flight(rol
     """A send role's writes overlap (a lane per chat): a renewal that waited for their locks could be starved."""
     roles = roles_store.roles
     assert roles.acquire(ROLE, "a", TTL) == 1
-    checked, release = threading.Event(), threading.Event()
-
-    def commit() -> None:
-        with roles_store.transaction():
-            roles.check(ROLE, "a", 1)
-            checked.set()
-            release.wait(5)
-
-    worker = threading.Thread(target=commit)
-    worker.start()
-    try:
-        assert checked.wait(5)
-        renewed: list[bool] = []
+    renewed: list[bool] = []
+    with _a_write_in_flight(roles_store):
         renewer = threading.Thread(target=lambda: renewed.append(roles.renew(ROLE, "a", 1, TTL)))
         renewer.start()
         renewer.join(timeout=2)
         assert renewed == [True]  # at once, while the write still holds the row
-    finally:
-        release.set()
-        worker.join(5)
 
 
 class Monotonic:

@@ -132,7 +132,7 @@ def migrate(db: Database) -> int:
             db.execute(schema_sql())
             _set_version(db, SCHEMA_VERSION)
             return SCHEMA_VERSION
-        for version in sorted(v for v in MIGRATIONS if v > current):  # version 4 is another branch's, not merged yet
+        for version in range(current + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[version](db)
             _set_version(db, version)
     return SCHEMA_VERSION

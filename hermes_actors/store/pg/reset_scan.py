@@ -18,11 +18,10 @@ from collections.abc import Sequence
 import msgspec
 
 from hermes_actors.store.pg.db import Database
+from hermes_actors.store.pg.sessions import SESSION_COLUMNS, session_record
 from hermes_actors.store.records import SessionRecord
 
 __all__ = ["SHARD_SQL", "BackgroundHold", "ResetScan"]
-
-_COLUMNS = ", ".join(f"s.{f}" for f in SessionRecord.__struct_fields__)
 
 SHARD_SQL = (
     "mod(('x' || left(encode(sha256(convert_to({id}, 'UTF8')), 'hex'), 16))::bit(64)::bigint::numeric "
@@ -53,11 +52,11 @@ class ResetScan:
         if not shards:
             return []
         rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM sessions s WHERE s.ended_at IS NULL AND s.last_active_at <= %(before)s "
-            f"AND {SHARD_SQL.format(id='s.id')} = ANY(%(wanted)s)",
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE ended_at IS NULL AND last_active_at <= %(before)s "
+            f"AND {SHARD_SQL.format(id='id')} = ANY(%(wanted)s)",
             {"before": active_before, "shards": shard_count, "wanted": sorted(shards)},
         )
-        return [SessionRecord(**dict(zip(SessionRecord.__struct_fields__, row, strict=True))) for row in rows]
+        return [session_record(row) for row in rows]
 
     def hold(self, session_id: str, started_at: float, reporter: str) -> None:
         """Record that ``reporter``'s agent runs a background process of ``session_id`` since ``started_at``."""
@@ -68,10 +67,8 @@ class ResetScan:
             (started_at, reporter, session_id),
         )
 
-    def release(self, session_id: str, reporter: str | None = None) -> bool:
-        """Forget the background process of ``session_id`` (only ``reporter``'s, when given); whether there was."""
-        if reporter is None:
-            return self._db.count("DELETE FROM background_processes WHERE session_id = %s", (session_id,)) > 0
+    def release(self, session_id: str, reporter: str) -> bool:
+        """Forget ``reporter``'s record of the background process of ``session_id``; whether there was one."""
         return (
             self._db.count(
                 "DELETE FROM background_processes WHERE session_id = %s AND reporter = %s", (session_id, reporter)

@@ -22,12 +22,13 @@ from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
 from hermes_actors.store.resolution import SessionResolution
 from hermes_actors.titles import sanitize_title
 
-__all__ = ["PgSessionRows", "scope_sql"]
+__all__ = ["SESSION_COLUMNS", "PgSessionRows", "scope_sql", "session_record"]
 
 SESSION_COLUMNS = ", ".join(f for f in SessionRecord.__struct_fields__)
 
 
-def _session(row: tuple[Any, ...]) -> SessionRecord:
+def session_record(row: tuple[Any, ...]) -> SessionRecord:
+    """A ``sessions`` row read as :data:`SESSION_COLUMNS`."""
     return SessionRecord(**dict(zip(SessionRecord.__struct_fields__, row, strict=True)))
 
 
@@ -110,14 +111,14 @@ class PgSessionRows(SessionResolution):
     def find_session(self, session_id: str) -> SessionRecord | None:
         """Return the session with exactly this id, or ``None``."""
         rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %s", (session_id,))
-        return _session(rows[0]) if rows else None
+        return session_record(rows[0]) if rows else None
 
     def find_sessions(self, session_ids: Sequence[str]) -> list[SessionRecord]:
         """Return the sessions with these ids in the order given; an id no session has is left out."""
         found: dict[str, SessionRecord] = {}
         wanted = list(dict.fromkeys(session_ids))
         for row in self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ANY(%s)", (wanted,)):
-            record = _session(row)
+            record = session_record(row)
             found[record.id] = record
         return [found[sid] for sid in wanted if sid in found]
 
@@ -183,7 +184,7 @@ class PgSessionRows(SessionResolution):
         column = "last_active_at" if order == "last_active" else "started_at"
         params.extend([limit, max(offset, 0)])
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions {where} ORDER BY {column} DESC, id DESC LIMIT %s OFFSET %s"
-        return [_session(row) for row in self._db.execute(sql, params)]
+        return [session_record(row) for row in self._db.execute(sql, params)]
 
     # -- titles and resolution ---------------------------------------------------------------------------------
 
