@@ -17,7 +17,7 @@ import msgspec
 import pykka
 
 from hermes_actors.lifecycle.commands import parse_command
-from hermes_actors.routing import SessionSource
+from hermes_actors.routing import KeyPolicy, SessionSource, build_session_key
 from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics
 from hermes_actors.runtime.services import CancelToken
 
@@ -81,9 +81,11 @@ class LiveSession:
         """Whether a turn runs or waits, or the session's row (and route) is not created yet."""
         return self.busy or bool(self.queue) or self.create_with is not None or self.hold_until is not None
 
-    def next_turn(self, soft_limit: int) -> RunTurn:
-        """Take the next turn off the queue (not empty): a control step, a ``/stop`` answer, everything queued up
-        to the next command once ``soft_limit`` messages wait (rapid-fire text), or one message."""
+    def next_turn(self, soft_limit: int, policy: KeyPolicy) -> RunTurn:
+        """Take the next turn off the queue (not empty): a control step, a ``/stop`` answer, once ``soft_limit``
+        messages wait (rapid-fire text) the head and the messages after it of the same routing key (by ``policy``)
+        up to a command or another key's message, or one message. A merged turn has one reply, so it never
+        merges two chats' messages (a DM and a group resumed into one session each get theirs)."""
         head = self.queue[0]
         if isinstance(head, ControlWork):
             self.queue.popleft()
@@ -94,8 +96,9 @@ class LiveSession:
             return RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
         self.token = CancelToken()
         if len(self.queue) >= soft_limit:
+            key = build_session_key(head.message.source, policy)
             merged: list[Delivery] = []
-            while self.queue and isinstance(self.queue[0], Delivery) and parse_command(_text(self.queue[0])) is None:
+            while self.queue and _mergeable(self.queue[0], key, policy):
                 merged.append(self.queue.popleft())  # type: ignore[arg-type]
             return RunTurn(deliveries=tuple(merged), token=self.token)
         self.queue.popleft()
@@ -165,5 +168,8 @@ def statistics_of(
     )
 
 
-def _text(work: Work) -> str:
-    return work.message.text if isinstance(work, Delivery) else ""
+def _mergeable(work: Work, key: str, policy: KeyPolicy) -> bool:
+    """Whether ``work`` is a message of routing key ``key`` that is not a command."""
+    if not isinstance(work, Delivery) or parse_command(work.message.text) is not None:
+        return False
+    return build_session_key(work.message.source, policy) == key

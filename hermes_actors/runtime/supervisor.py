@@ -243,7 +243,7 @@ class SupervisorActor(RuntimeActor):
             state.paused_until = None
         if state.ref is None:
             self._activate(session_id, state)
-        turn = state.next_turn(self._config.pending_soft_limit)
+        turn = state.next_turn(self._config.pending_soft_limit, self._config.key_policy)
         state.busy = True
         assert state.ref is not None
         state.ref.tell(turn)

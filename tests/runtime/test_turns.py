@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import pytest
 
 from hermes_actors.agents.base import AgentError, AgentMessage, AgentReply, EchoAgent, Memory, TurnInput
+from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.gateway import AcceptResult
 from hermes_actors.store import MessageRecord, Role
 from hermes_actors.testing import FakeClock, GatedAgent
@@ -206,6 +207,39 @@ def test_rapid_fire_messages_beyond_the_soft_limit_merge_into_one_turn(make_gate
     with gateway.read() as store:
         (session,) = store.list_sessions()
         assert assert_turns_are_contiguous(store.load_transcript(session.id)) == ["first", "a", "b", "c", "d", "e"]
+        assert store.inbox.pending() == []
+
+
+def test_rapid_fire_messages_of_two_chats_on_one_session_are_each_answered_in_their_own_chat(
+    make_gateway: MakeGateway,
+) -> None:
+    agent = GatedAgent()
+    agent.release.set()
+    gateway, fake = make_gateway(agent=agent, pending_soft_limit=2, pending_hard_limit=10)
+    dm = accepted(fake.push("hello"))
+    assert fake.pop().text == "echo: hello"
+    session_id = gateway.session_for(dm.routing_key)
+    assert session_id is not None
+    group = fake.message("unused", chat_id="group-1", chat_type="group")
+    gateway.rebind(build_session_key(group.source, gateway.config.key_policy), session_id)  # /resume in the group
+    agent.release.clear()
+    agent.started.clear()
+    fake.push("first", message_id="first")
+    assert agent.started.wait(5)
+    sent = {"first": "chat-1"}  # message id -> its chat
+    for n in range(3):
+        for chat_id, chat_type in (("chat-1", "dm"), ("group-1", "group")):
+            fake.push(f"{chat_type} {n}", chat_id=chat_id, chat_type=chat_type, message_id=f"{chat_type}-{n}")
+            sent[f"{chat_type}-{n}"] = chat_id
+    agent.release.set()
+    assert gateway.wait_idle()
+    replies = fake.sent[1:]
+    answered_in = {m: reply.chat_id for reply in replies for m in reply.answers}
+    assert {m: answered_in.get(m) for m in sent} == sent
+    assert all(len({sent[m] for m in reply.answers}) == 1 for reply in replies)
+    with gateway.read() as store:
+        users = assert_turns_are_contiguous(store.load_transcript(session_id))
+        assert users == ["hello", "first", "dm 0", "group 0", "dm 1", "group 1", "dm 2", "group 2"]
         assert store.inbox.pending() == []
 
 
