@@ -9,21 +9,39 @@ and Outlook's "-----Original Message-----" or "From: … Sent: …" header block
 Mail that must never start a turn is recognised here: automatic replies (``Auto-Submitted`` other than ``no``,
 ``Precedence: bulk/junk/list``, ``X-Autoreply``), bounces (an empty or ``MAILER-DAEMON`` return path), so an agent
 and an out-of-office robot never answer each other in a loop.
+
+The sender is the one mailbox of the one ``From`` header, read strictly (:mod:`email.headerregistry`): a header
+with any defect, more than one mailbox, a group or no domain name is a :class:`FromError`, so the address read here
+is the one a DMARC verifier judges (``alice@example.com (alice) <evil@evil.com>`` is refused, not read as alice).
+With a trusted server (``trusted_authserv_id``), the topmost ``Authentication-Results`` header must be that
+server's and report exactly one ``dmarc=pass`` whose ``header.from`` is the From domain
+(:mod:`platforms.email.authres`); headers below it were written by someone else, perhaps the sender.
 """
 
 from __future__ import annotations
 
 import email
 import email.policy
-import email.utils
 import hashlib
 import html
 import re
+from email.headerregistry import Address, AddressHeader
 from email.message import EmailMessage
 
 import msgspec
 
-__all__ = ["FilePart", "ParsedMail", "automatic", "parse_mail", "strip_history", "vouched_by"]
+from platforms.email.authres import AuthResError, dmarc_problem, parse_authres
+
+__all__ = [
+    "FilePart",
+    "FromError",
+    "ParsedMail",
+    "automatic",
+    "from_mailbox",
+    "parse_mail",
+    "strip_history",
+    "unvouched",
+]
 
 _ATTRIBUTION = re.compile(r"^(on\b.{0,300}\bwrote:|.{0,200}\bwrote:)\s*$", re.IGNORECASE)
 _OUTLOOK = re.compile(r"^-{2,}\s*original message\s*-{2,}$|^_{10,}$", re.IGNORECASE)
@@ -33,7 +51,12 @@ _BLOCKS = re.compile(r"<\s*(br|/p|/div|/li|/tr)\b[^>]{0,100}>", re.IGNORECASE)
 _HIDDEN = re.compile(r"<(style|script|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _MESSAGE_ID = re.compile(r"<[^<>\s]{1,500}>")
 _MAX_FILES = 20
-_DMARC_PASS = re.compile(r"\bdmarc\s*=\s*pass\b", re.IGNORECASE)
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DOMAIN_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+
+
+class FromError(ValueError):
+    """The mail names no single, cleanly written From mailbox; the message says what is wrong."""
 
 
 class FilePart(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +78,7 @@ class ParsedMail(msgspec.Struct, frozen=True, kw_only=True):
     text: str  # the new text, history and signature cut
     files: tuple[FilePart, ...]
     automatic: str | None  # why this is an automatic mail that starts no turn, or None
-    vouched_by: str | None = None  # the server whose topmost Authentication-Results says dmarc=pass
+    unvouched: str | None = None  # why the trusted server does not vouch for the From address (None: it does)
 
     @property
     def thread_root(self) -> str:
@@ -83,16 +106,46 @@ def automatic(message: EmailMessage) -> str | None:
     return None
 
 
-def vouched_by(message: EmailMessage) -> str | None:
-    """The authserv-id of the topmost ``Authentication-Results`` header (the one the receiving server added last)
-    when it reports ``dmarc=pass``; ``None`` otherwise."""
-    results = message.get_all("Authentication-Results") or []
-    if not results:
-        return None
-    server, _, verdicts = str(results[0]).partition(";")
-    if not _DMARC_PASS.search(verdicts):
-        return None
-    return server.split()[0].lower() if server.split() else None
+def from_mailbox(message: EmailMessage) -> Address:
+    """The one mailbox of the one ``From`` header of ``message``; :class:`FromError` naming why there is none."""
+    fields = message.get_all("From") or []
+    if len(fields) != 1:
+        raise FromError(f"it has {len(fields)} From headers" if fields else "it has no From header")
+    header = fields[0]
+    if not isinstance(header, AddressHeader):
+        raise FromError("its From header is not an address header")
+    if header.defects:
+        raise FromError(f"its From header does not parse cleanly ({str(header.defects[0])[:100]})")
+    if any(group.display_name is not None for group in header.groups):
+        raise FromError("its From header is a group, not a mailbox")
+    if len(header.addresses) != 1:
+        count = len(header.addresses) or "no"
+        raise FromError(f"its From header names {count} mailboxes (exactly one is required)")
+    (mailbox,) = header.addresses
+    if not mailbox.username or not _DOMAIN_NAME.fullmatch(mailbox.domain):
+        raise FromError(f"its From address {mailbox.addr_spec[:100]!r} is not local-part@domain-name")
+    if any(char.isspace() for char in mailbox.addr_spec):
+        raise FromError(f"its From address {mailbox.addr_spec[:100]!r} contains white space")
+    return mailbox
+
+
+def unvouched(message: EmailMessage, domain: str, trusted: str) -> str | None:
+    """Why the server ``trusted`` does not vouch for ``message`` coming from ``domain``; ``None`` when it does.
+
+    Only the topmost ``Authentication-Results`` header counts (the receiving server prepends its own, and RFC 8601
+    section 5 has it remove any copy of its authserv-id that arrived with the mail): it must be ``trusted``'s and
+    report exactly one ``dmarc=pass`` for ``domain``. It is read raw, without decoding encoded words.
+    """
+    topmost = next((value for name, value in message.raw_items() if name.lower() == "authentication-results"), None)
+    if topmost is None:
+        return "it has no Authentication-Results header"
+    try:
+        results = parse_authres(str(topmost))
+    except AuthResError as exc:
+        return f"its topmost Authentication-Results cannot be read ({exc})"
+    if results.authserv_id != trusted.lower():
+        return f"its topmost Authentication-Results is by {results.authserv_id[:100]}, not {trusted}"
+    return dmarc_problem(results, domain)
 
 
 def strip_history(text: str) -> str:
@@ -163,15 +216,11 @@ def _bounded(references: list[str], limit: int = 50) -> tuple[str, ...]:
     return (references[0], *references[-(limit - 1) :])
 
 
-def parse_mail(raw: bytes) -> ParsedMail | None:
-    """``raw`` read as a mail, or ``None`` when it has no usable From address."""
+def parse_mail(raw: bytes, *, trusted: str | None = None) -> ParsedMail:
+    """``raw`` read as a mail; :class:`FromError` when it has no usable From address. With ``trusted`` (an
+    authserv-id), :attr:`ParsedMail.unvouched` says why that server does not vouch for the From address."""
     message = email.message_from_bytes(raw, policy=email.policy.default)
-    try:
-        name, address = email.utils.parseaddr(str(message.get("From", "")))
-    except (ValueError, IndexError):
-        return None
-    if "@" not in address or any(c.isspace() for c in address):
-        return None
+    mailbox = from_mailbox(message)
     found = _ids(str(message.get("Message-ID", "")))
     message_id = found[0] if found else f"<sha256.{hashlib.sha256(raw).hexdigest()[:40]}@hermes.invalid>"
     references = _ids(str(message.get("References", "")))
@@ -180,12 +229,12 @@ def parse_mail(raw: bytes) -> ParsedMail | None:
             references.append(parent)
     return ParsedMail(
         message_id=message_id,
-        sender=address.lower(),
-        sender_name=name or None,
+        sender=mailbox.addr_spec.lower(),
+        sender_name=mailbox.display_name or None,
         subject=" ".join(str(message.get("Subject", "")).split())[:300],
         references=_bounded([ref for ref in references if ref != message_id]),
         text=strip_history(_body_text(message)),
         files=_files(message),
         automatic=automatic(message),
-        vouched_by=vouched_by(message),
+        unvouched=None if trusted is None else unvouched(message, mailbox.domain, trusted),
     )

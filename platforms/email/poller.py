@@ -26,7 +26,7 @@ from hermes_actors.ports import PollCursor
 from hermes_actors.routing import SessionSource
 from platforms.email.config import EmailConfig, ResolvedAccount
 from platforms.email.imap import Connection, ImapError
-from platforms.email.mail import ParsedMail, parse_mail
+from platforms.email.mail import FromError, ParsedMail, parse_mail
 from platforms.email.sender import PLATFORM
 from platforms.email.threads import Threads, ThreadState
 from platforms.support.links import Links
@@ -199,13 +199,14 @@ class MailboxPoller:
     def _read(self, uid: int, raw: bytes) -> InboundMessage | None:
         """The inbound message of one fetched mail, or ``None`` (logged) when it starts no turn."""
         name = self._account.name
+        trusted = self._account.config.trusted_authserv_id
         try:
-            mail = parse_mail(raw)
+            mail = parse_mail(raw, trusted=trusted)
+        except FromError as exc:
+            _log.warning("email account %r: skipped UID %d: it has no usable From address: %s", name, uid, exc)
+            return None
         except Exception as exc:  # the email package raises many kinds on hostile headers
             _log.warning("email account %r: skipped UID %d, which cannot be read as mail (%s)", name, uid, exc)
-            return None
-        if mail is None:
-            _log.warning("email account %r: skipped UID %d: it has no usable From address", name, uid)
             return None
         if mail.sender == self._account.config.address.lower():
             _log.debug("email account %r: skipped UID %d: our own mail", name, uid)
@@ -218,15 +219,15 @@ class MailboxPoller:
                 mail.sender[:100],
             )
             return None
-        trusted = self._account.config.trusted_authserv_id
-        if trusted is not None and mail.vouched_by != trusted.lower():
-            _log.info(
-                "email account %r: skipped UID %d from %s: %s does not vouch for its From address (no dmarc=pass in "
-                "the topmost Authentication-Results)",
+        if mail.unvouched is not None:
+            _log.warning(
+                "email account %r: skipped UID %d from %s: %s does not vouch for its From address: %s (no turn is "
+                "started)",
                 name,
                 uid,
                 mail.sender[:100],
                 trusted,
+                mail.unvouched,
             )
             return None
         if mail.automatic is not None:

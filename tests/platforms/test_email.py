@@ -224,9 +224,12 @@ class LogSeen(logging.Handler):
         self.text = text
         self.seen = threading.Event()
         self.lines: list[str] = []
+        self.warnings: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
+        if record.levelno >= logging.WARNING:
+            self.warnings.append(record.getMessage())
         if self.text in record.getMessage():
             self.seen.set()
 
@@ -671,7 +674,10 @@ def test_with_a_trusted_authserv_id_only_mail_its_server_vouches_for_starts_turn
 ) -> None:
     running = start_email(trusted_authserv_id="mx.example.org")
     log = email_log("does not vouch for its From address")
-    passed = "mx.example.org; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass"
+    passed = (
+        "mx.example.org; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass "
+        "header.from=example.com"
+    )
     imap.deliver(mail("forged", message_id="<d1@x>", in_reply_to="<a@x>"))  # no header at all
     imap.deliver(
         mail(
@@ -689,3 +695,169 @@ def test_with_a_trusted_authserv_id_only_mail_its_server_vouches_for_starts_turn
     assert said(smtp.take().message) == "echo: genuine"
     assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<d4@x>"]
     assert len([line for line in log.lines if "does not vouch" in line]) == 3
+
+
+# -- who vouches for the From address ------------------------------------------------------------------------------
+
+TRUSTED = "mx.example.org"
+GENUINE = f"{TRUSTED}; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass header.from=example.com"
+# What decoding the header would read as "); dmarc=pass header.from=example.com (": the raw header keeps it a comment.
+_ENCODED = "=?utf-8?q?=29=3B_dmarc=3Dpass_header.from=3Dexample.com_=28?="
+
+
+def received(raw: bytes, *results: str, sender: tuple[str, ...] = ()) -> bytes:
+    """``raw`` as the receiving server files it: ``results`` prepended as ``Authentication-Results`` headers (the
+    topmost first), and its From header written as ``sender`` (one header each) when given."""
+    if sender:
+        first, _, rest = raw.partition(b"\n")
+        assert first.startswith(b"From: ")
+        raw = b"".join(f"From: {value}\n".encode() for value in sender) + rest
+    return b"".join(f"Authentication-Results: {value}\n".encode() for value in results) + raw
+
+
+_FORGED = [
+    pytest.param(
+        (f"{TRUSTED}; spf=pass smtp.mailfrom=dmarc=pass@evil.com; dkim=none; dmarc=fail header.from=example.com",),
+        (),
+        "mx.example.org reports dmarc=fail",
+        id="dmarc=pass in the envelope sender",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dkim=fail (signature was dmarc=pass) header.d=example.com; dmarc=fail header.from=example.com",),
+        (),
+        "mx.example.org reports dmarc=fail",
+        id="dmarc=pass in a comment",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass header.from=evil.com",),
+        (),
+        "dmarc=pass for evil.com, not for the From domain example.com",
+        id="dmarc=pass for another domain",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass header.from=evil.com",),
+        ("alice@example.com (alice) <evil@evil.com>",),
+        "its From header does not parse cleanly",
+        id="an address, a comment, then the address a verifier reads",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass header.from=evil.com",),
+        ("alice@example.com, mallory@evil.com",),
+        "its From header names 2 mailboxes",
+        id="two mailboxes",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass header.from=evil.com",),
+        ("alice@example.com", "mallory@evil.com"),
+        "it has 2 From headers",
+        id="two From headers",
+    ),
+    pytest.param(
+        (
+            f"{TRUSTED}; spf=pass ({TRUSTED}: domain of {_ENCODED}@evil.com designates 192.0.2.1 as permitted "
+            "sender) smtp.mailfrom=evil.com; dmarc=fail header.from=example.com",
+        ),
+        (),
+        "mx.example.org reports dmarc=fail",
+        id="an encoded word in a comment",
+    ),
+    pytest.param(
+        (GENUINE.replace("dmarc=pass", "dmarc=fail"), GENUINE),
+        (),
+        "mx.example.org reports dmarc=fail",
+        id="the sender's own header below the server's",
+    ),
+    pytest.param(
+        ("mx.relay.example; spf=pass smtp.mailfrom=example.com", GENUINE),
+        (),
+        "its topmost Authentication-Results is by mx.relay.example, not mx.example.org",
+        id="the trusted server's header is not the topmost",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass header.from=example.com; dmarc=fail header.from=example.com",),
+        (),
+        "mx.example.org reports 2 dmarc results",
+        id="two dmarc results",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass",),
+        (),
+        "mx.example.org reports dmarc=pass with no header.from",
+        id="dmarc=pass for no domain",
+    ),
+    pytest.param(
+        (f"{TRUSTED}; dmarc=pass (p=none header.from=example.com",),
+        (),
+        "its topmost Authentication-Results cannot be read (an unterminated comment",
+        id="a header outside the grammar",
+    ),
+]
+
+
+@pytest.mark.parametrize(("results", "sender", "why"), _FORGED)
+def test_a_from_address_the_trusted_server_does_not_vouch_for_starts_no_turn_and_the_log_says_why(
+    start_email: StartEmail,
+    imap: FakeImap,
+    smtp: FakeSmtp,
+    email_log: Callable[[str], LogSeen],
+    results: tuple[str, ...],
+    sender: tuple[str, ...],
+    why: str,
+) -> None:
+    running = start_email(trusted_authserv_id=TRUSTED)
+    log = email_log("skipped UID")
+    imap.deliver(received(mail("forged", message_id="<f1@x>", in_reply_to="<a@x>"), *results, sender=sender))
+    last = imap.deliver(received(mail("genuine", message_id="<f2@x>", in_reply_to="<a@x>"), GENUINE))
+    assert said(smtp.take().message) == "echo: genuine"
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<f2@x>"]
+    assert [line for line in log.warnings if why in line], log.lines
+    assert running.cursor() == f"{imap.uidvalidity}:{last}"  # stepped over for good, and left unread
+    assert imap.seen() == []
+    assert smtp.nothing_more()
+
+
+@pytest.mark.parametrize(
+    ("sender", "why"),
+    [
+        (("alice@example.com (alice) <evil@evil.com>",), "its From header does not parse cleanly"),
+        (("alice@example.com, mallory@evil.com",), "its From header names 2 mailboxes"),
+        (("alice@example.com", "mallory@evil.com"), "it has 2 From headers"),
+        (("Friends: alice@example.com;",), "its From header is a group"),
+        (("alice@[192.0.2.1]",), "is not local-part@domain-name"),
+    ],
+    ids=["a comment then another address", "two mailboxes", "two From headers", "a group", "a domain literal"],
+)
+def test_without_a_trusted_server_allowed_senders_is_checked_against_a_strictly_read_from(
+    start_email: StartEmail,
+    imap: FakeImap,
+    smtp: FakeSmtp,
+    email_log: Callable[[str], LogSeen],
+    sender: tuple[str, ...],
+    why: str,
+) -> None:
+    running = start_email()
+    log = email_log("no usable From address")
+    imap.deliver(received(mail("forged", message_id="<w1@x>", in_reply_to="<a@x>"), sender=sender))
+    imap.deliver(mail("genuine", message_id="<w2@x>", in_reply_to="<a@x>"))
+    assert said(smtp.take().message) == "echo: genuine"
+    assert [row[0] for row in running.inbox_rows("platform_message_id")] == ["<w2@x>"]
+    assert [line for line in log.warnings if why in line], log.lines
+
+
+def test_a_genuine_dmarc_pass_as_servers_write_it_starts_a_turn(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    running = start_email(trusted_authserv_id="MX.Example.ORG")
+    written = (
+        f"{TRUSTED} 1;\n\tdkim=pass (2048-bit key; unprotected) header.d=example.com header.i=@example.com "
+        'header.s=sel1 header.b="AbC+/9xY";\n\tspf=pass (mx.example.org: domain of alice@example.com designates '
+        "2001:db8::25 as permitted sender) smtp.mailfrom=alice@example.com;\n\tdmarc=pass (p=REJECT sp=REJECT "
+        "dis=NONE) header.from=Example.COM"
+    )
+    forged_below = f"{TRUSTED}; dmarc=fail header.from=example.com"
+    raw = mail("genuine", message_id="<g1@x>", in_reply_to="<a@x>")
+    imap.deliver(received(raw, written, forged_below, sender=('"Alice B. Example" <Alice@EXAMPLE.com>',)))
+    reply = smtp.take()
+    assert said(reply.message) == "echo: genuine"
+    assert reply.rcpt_tos == (ALICE,)
+    assert running.inbox_rows("routing_key") == [("agent:main:email~main:dm:alice@example.com",)]
