@@ -17,12 +17,14 @@ from hermes_actors.errors import TitleError
 
 __all__ = [
     "MAX_TITLE_LENGTH",
+    "check_chosen_title",
     "distinct_title",
     "lineage_base",
     "lineage_number",
     "lineage_title",
     "next_lineage_title",
     "sanitize_title",
+    "unnumbered_title",
 ]
 
 MAX_TITLE_LENGTH = 100
@@ -98,3 +100,28 @@ def distinct_title(base: str, number: int) -> str:
         return base
     suffix = f" ({number})"
     return base[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix
+
+
+def check_chosen_title(title: str | None, *, own: Iterable[str | None] = ()) -> None:
+    """Refuse a title a person chose (``/title``, ``/new <title>``, a rename) that ends in ``" #N"``: that suffix
+    numbers the sessions of a compression lineage, and a title holding it would take the number from the
+    lineage it names. ``own`` are the lineage titles of the session being titled, which it may keep or take back.
+
+    ``title`` is sanitised already (``None`` clears a title and is always allowed). Raises :class:`TitleError`.
+    """
+    if title is None or lineage_number(title) == 1 or title in set(own):
+        return
+    base, number = lineage_base(title), lineage_number(title)
+    raise TitleError(
+        f"'{title}' ends in ' #{number}', which is kept for the sessions a compression continues a conversation "
+        f"in ('{base}', '{base} #2', ...); choose another title, such as '{distinct_title(base, number)}'"
+    )
+
+
+def unnumbered_title(title: str) -> str:
+    """Return ``title`` with a ``" #N"`` suffix written ``" (#N)"``, so it is not read as lineage numbering (an
+    automatic title such as ``"Fix issue #42"``); any other title as it is."""
+    if lineage_number(title) == 1:
+        return title
+    suffix = f" (#{lineage_number(title)})"
+    return lineage_base(title)[: MAX_TITLE_LENGTH - len(suffix)].rstrip() + suffix

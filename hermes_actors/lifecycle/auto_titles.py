@@ -30,7 +30,7 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import HermesError
 from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
 from hermes_actors.store.writer import StoreWriter
-from hermes_actors.titles import distinct_title, sanitize_title
+from hermes_actors.titles import distinct_title, sanitize_title, unnumbered_title
 
 __all__ = [
     "TITLE_TIMEOUT_S",
@@ -80,11 +80,13 @@ def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
     """Give ``session_id`` the title ``title`` unless it has one (run it in the writer: the check and the write
     commit together); return the title stored, ``None`` when the session is gone or titled already.
 
-    A title held by another session is made unique as ``"title (2)"`` (:func:`free_distinct_title`).
+    A title ending in ``" #N"`` is written ``" (#N)"`` (:func:`~hermes_actors.titles.unnumbered_title`); one held
+    by another session is made unique as ``"title (2)"`` (:func:`free_distinct_title`).
     """
     record = store.find_session(session_id)
     if record is None or record.title is not None:
         return None
+    title = unnumbered_title(title)  # "Fix issue #42" would read as the 42nd segment of a lineage
     holder = store.title_holder(title)
     if holder is not None and holder != session_id:
         title = free_distinct_title(store, title)

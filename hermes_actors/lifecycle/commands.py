@@ -11,11 +11,12 @@ from collections.abc import Sequence
 
 import msgspec
 
+from hermes_actors.errors import TitleError
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.search import session_search
 from hermes_actors.store import LineageRow, SessionFilter, SessionRecord, Store
-from hermes_actors.titles import sanitize_title
+from hermes_actors.titles import check_chosen_title, sanitize_title
 
 __all__ = [
     "DEFAULT_RESET_TRIGGERS",
@@ -113,12 +114,17 @@ def title_holder_text(source: SessionSource | None, title: str, holder: SessionR
 
 def next_title_refusal(store: Store, source: SessionSource, title: str) -> str | None:
     """Why ``title`` cannot be kept for the sender's next session (``None``: it can), as a sentence without its
-    full stop: the holder is named only when it is the sender's own session. The title compared is the sanitised
-    one, exactly: a lineage's newer segments (``"t #2"``) do not make ``"t"`` free.
+    full stop: it ends in a lineage's ``" #N"``, or another session holds it (named only when it is the sender's
+    own). The title compared is the sanitised one, exactly: a lineage's newer segments (``"t #2"``) do not make
+    ``"t"`` free.
 
     Raises :class:`~hermes_actors.errors.TitleError` for a title too long to be one.
     """
     clean = sanitize_title(title)
+    try:
+        check_chosen_title(clean)  # a session not started yet has no lineage title of its own
+    except TitleError as exc:
+        return f"The title {exc}, so it was not applied"
     holder_id = store.title_holder(clean) if clean is not None else None
     holder = store.find_session(holder_id) if holder_id is not None else None
     if holder is None:

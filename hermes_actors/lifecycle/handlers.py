@@ -26,6 +26,7 @@ from hermes_actors.lifecycle.commands import (
     list_sessions_text,
     next_title_refusal,
     parse_command,
+    reachable,
     resume_listing_text,
 )
 from hermes_actors.lifecycle.directory import Directory
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
     from hermes_actors.store.writer import StoreWriter
 
 
-__all__ = ["HANDED_OFF", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
+__all__ = ["HANDED_OFF", "NOT_YOURS_TO_TITLE", "LifecycleCommands", "handed_off_to", "handoff_done_text"]
 
 HANDED_OFF = "Handed off to"  # the first words of the reply to a /handoff that was done
+NOT_YOURS_TO_TITLE = "Only the person who started this conversation can see or change its title here."
 
 _log = logging.getLogger(__name__)
 
@@ -236,6 +238,14 @@ class LifecycleCommands:
             self._directory.reply_now(
                 delivery, f"The title will be set to '{argument}' when the session starts.", session_id=None
             )
+            return
+        with self._readers.reader() as store:
+            record = store.find_session(session_id)
+        if record is not None and not reachable(delivery.message.source, any_user=self._config.resume_any_user).matches(
+            record
+        ):
+            # A shared chat (a handed-off thread) reaches its owner's session: only that principal titles it.
+            self._directory.reply_now(delivery, NOT_YOURS_TO_TITLE, session_id=session_id)
             return
         self._directory.queue_control(session_id, SetTitle(text=argument or None), delivery)
 

@@ -35,6 +35,7 @@ from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, H
 from hermes_actors.runtime.records import source_of, user_key
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.store import EndReason, InboxState, NewMessage, Role, Store
+from hermes_actors.titles import check_chosen_title, sanitize_title
 
 if TYPE_CHECKING:
     from hermes_actors.runtime.turns import SessionTurns
@@ -134,6 +135,10 @@ class SessionControls:
             text = f"Title: {current}" if current else "This session has no title yet; set one with /title <text>."
             return self._turns.answer(deliveries, text)
         if self._turns.is_new:
+            try:
+                check_chosen_title(sanitize_title(control.text))
+            except TitleError as exc:
+                return self._turns.answer(deliveries, f"Title not changed: {exc}")
             self._turns.pending_title = control.text
             return self._turns.answer(deliveries, f"The title will be set to '{control.text}' when the session starts.")
         try:

@@ -18,8 +18,14 @@ from collections.abc import Sequence
 from hermes_actors.errors import AmbiguousSessionError, SessionNotFoundError, TitleInUseError
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
-from hermes_actors.store.records import SessionFilter, SessionRecord
-from hermes_actors.titles import lineage_base, lineage_number, next_lineage_title, sanitize_title
+from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
+from hermes_actors.titles import (
+    check_chosen_title,
+    lineage_base,
+    lineage_number,
+    next_lineage_title,
+    sanitize_title,
+)
 
 __all__ = ["SessionResolution"]
 
@@ -112,6 +118,18 @@ class SessionResolution(abc.ABC):
         holder = self.title_holder(title)
         if holder is not None and holder != session_id:
             raise TitleInUseError(title, holder)
+
+    def _check_chosen_title(self, title: str | None, session_id: str) -> None:
+        """Refuse ``title`` for ``session_id`` when it ends in a lineage's ``" #N"`` and is not the session's own
+        lineage title: its title now, or the one its compression parent's title numbers it (:class:`TitleError`)."""
+        if title is None or lineage_number(title) == 1:
+            return
+        record = self.find_session(session_id)
+        own: list[str | None] = [] if record is None else [record.title]
+        parent = self.find_session(record.parent_session_id) if record and record.parent_session_id else None
+        if parent is not None and parent.title and parent.end_reason == EndReason.COMPRESSION.value:
+            own.append(next_lineage_title(parent.title, ()))
+        check_chosen_title(title, own=own)
 
     def next_lineage_title(self, title: str) -> str:
         """Return the title a compression child of a session titled ``title`` should take (``"t #N"``)."""

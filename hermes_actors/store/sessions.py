@@ -190,11 +190,12 @@ class SessionRows(SessionResolution):
     def set_title(self, session_id: str, title: str | None) -> str | None:
         """Sanitise and set the title (``None`` or blank clears it); return what was stored.
 
-        Raises :class:`TitleError` for an over-long title and :class:`TitleInUseError` when another session holds
-        it.
+        Raises :class:`TitleError` for an over-long title or one ending in a lineage's ``" #N"`` that is not the
+        session's own (``#N`` is for lineages), and :class:`TitleInUseError` when another session holds it.
         """
         clean = sanitize_title(title)
         with self._atomic():
+            self._check_chosen_title(clean, session_id)
             self._check_title_free(clean, session_id)
             self._db.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
             if self._db.changes() == 0:
