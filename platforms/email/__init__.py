@@ -4,6 +4,9 @@ Each configured account (a mailbox; its name is the account in session keys) is 
 (:mod:`platforms.email.poller`). Its position is ``UIDVALIDITY:UID``, committed in the same transaction as the inbox
 rows it covers; the dedupe key is the ``Message-ID``. Only mail from ``allowed_senders`` starts turns (an open
 mailbox must not become an open agent); other mail, automatic replies and bounces are skipped with a log line.
+The sender is the one mailbox of the one From header, read strictly; with ``trusted_authserv_id``, the receiving
+server's topmost ``Authentication-Results`` must report ``dmarc=pass`` for its domain
+(:mod:`platforms.email.authres`).
 The turn's text is what the sender wrote this time: quoted history and the signature are cut
 (:mod:`platforms.email.mail`), and the whole message is kept in the media store beside the attached files.
 

@@ -78,6 +78,10 @@ class EmailAdapter:
             f"imap://{a.config.imap_host}:{a.config.imap_port} ({a.config.imap_security}; {wait} every "
             f"{self.config.poll_interval_s:g} s); replies via smtp://{a.config.smtp_host}:{a.config.smtp_port} "
             f"({a.config.smtp_security}); one session per {a.config.sessions}; only mail from "
-            f"{', '.join(sorted(a.allowed))} starts turns"
+            f"{', '.join(sorted(a.allowed))} starts turns{_vouched(a.config.trusted_authserv_id)}"
             for a in self._accounts.values()
         ]
+
+
+def _vouched(trusted: str | None) -> str:
+    return "" if trusted is None else f", when {trusted} reports dmarc=pass for its From domain"

@@ -31,10 +31,12 @@ class EmailAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     variable named by ``password_env``). ``*_security`` is ``tls`` (implicit TLS), ``starttls`` or ``none`` (only
     for a server on loopback). ``allowed_senders`` lists the addresses (``alice@example.com``) and domains
     (``@example.com``) whose mail starts turns; anyone else's is skipped with a log line. ``sessions`` is
-    ``sender`` (one session per correspondent) or ``thread`` (one per mail thread). A From address is easy to
-    forge: with ``trusted_authserv_id`` set (the receiving server's name in its ``Authentication-Results``
-    headers, such as ``mx.example.org``), mail counts only when the topmost such header is that server's and says
-    ``dmarc=pass``.
+    ``sender`` (one session per correspondent) or ``thread`` (one per mail thread). The sender is the one mailbox
+    of the mail's one From header, read strictly (a defect, a second mailbox or a group refuses the mail). A From
+    address is easy to forge: with ``trusted_authserv_id`` set (the receiving server's name in its
+    ``Authentication-Results`` headers, such as ``mx.example.org``), mail counts only when the topmost
+    ``Authentication-Results`` header is that server's and reports exactly one ``dmarc=pass`` whose
+    ``header.from`` is the From domain (:mod:`platforms.email.authres`).
     """
 
     address: str

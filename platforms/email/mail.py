@@ -25,8 +25,9 @@ import email.policy
 import hashlib
 import html
 import re
-from email.headerregistry import Address, AddressHeader
+from email.headerregistry import Address, AddressHeader, BaseHeader
 from email.message import EmailMessage
+from typing import cast
 
 import msgspec
 
@@ -114,8 +115,9 @@ def from_mailbox(message: EmailMessage) -> Address:
     header = fields[0]
     if not isinstance(header, AddressHeader):
         raise FromError("its From header is not an address header")
-    if header.defects:
-        raise FromError(f"its From header does not parse cleanly ({str(header.defects[0])[:100]})")
+    defects = cast("BaseHeader", header).defects  # the registry's header classes mix BaseHeader in
+    if defects:
+        raise FromError(f"its From header does not parse cleanly ({' '.join(str(defects[0]).split())[:100]})")
     if any(group.display_name is not None for group in header.groups):
         raise FromError("its From header is a group, not a mailbox")
     if len(header.addresses) != 1:

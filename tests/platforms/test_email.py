@@ -9,6 +9,7 @@ inbox rows and the SMTP server's arrivals, never by sleeping.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from hermes_actors.testing import FakePlatform, poll_until
 from platforms import registry
 from platforms.base import Adapter, ConnectionReporter, SendError, ThreadCreator
 from platforms.email import EmailAccount, EmailAdapter, EmailConfig, strip_history
+from platforms.email.authres import AuthResError, AuthResult, AuthResults, parse_authres
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.imap_fake import FakeImap, FakeSmtp, mail
 from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages, wait_on, wait_problem
@@ -640,6 +642,8 @@ def test_the_registry_builds_the_adapter_and_the_banner_says_who_may_write(imap:
     (line,) = adapter.describe()
     assert line.startswith(f"Email account 'main' <{USER}> (password in config.yaml): reads INBOX on imap://127.0.0.1:")
     assert line.endswith("one session per sender; only mail from @trusted.example, alice@example.com starts turns")
+    (vouched,) = registry.build("email", config_for(imap, smtp, trusted_authserv_id="mx.example.org"), {}).describe()
+    assert vouched.endswith("starts turns, when mx.example.org reports dmarc=pass for its From domain")
 
 
 # -- a crash between accept and reply -------------------------------------------------------------------------------
@@ -700,7 +704,9 @@ def test_with_a_trusted_authserv_id_only_mail_its_server_vouches_for_starts_turn
 # -- who vouches for the From address ------------------------------------------------------------------------------
 
 TRUSTED = "mx.example.org"
-GENUINE = f"{TRUSTED}; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass header.from=example.com"
+GENUINE = (
+    f"{TRUSTED}; spf=pass smtp.mailfrom=example.com; dkim=pass header.d=example.com; dmarc=pass header.from=example.com"
+)
 # What decoding the header would read as "); dmarc=pass header.from=example.com (": the raw header keeps it a comment.
 _ENCODED = "=?utf-8?q?=29=3B_dmarc=3Dpass_header.from=3Dexample.com_=28?="
 
@@ -861,3 +867,108 @@ def test_a_genuine_dmarc_pass_as_servers_write_it_starts_a_turn(
     assert said(reply.message) == "echo: genuine"
     assert reply.rcpt_tos == (ALICE,)
     assert running.inbox_rows("routing_key") == [("agent:main:email~main:dm:alice@example.com",)]
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("mx.example.org; none", AuthResults(authserv_id="mx.example.org", results=())),
+        (
+            '"MX.Example.org" 1 (v1) ; DMARC / 1 = Pass (p=none) reason="aligned; ok" header . FROM = "Example.com"',
+            AuthResults(
+                authserv_id="mx.example.org",
+                results=(AuthResult(method="dmarc", result="pass", properties=(("header.from", "Example.com"),)),),
+            ),
+        ),
+        (
+            "mx.example.org;\r\n spf=pass smtp.mailfrom=dmarc=pass@evil.com;dkim=fail (signature was (not) "
+            'dmarc=pass) header.i="a b"@example.com header.b=Ab+/9=',
+            AuthResults(
+                authserv_id="mx.example.org",
+                results=(
+                    AuthResult(method="spf", result="pass", properties=(("smtp.mailfrom", "dmarc=pass@evil.com"),)),
+                    AuthResult(
+                        method="dkim",
+                        result="fail",
+                        properties=(("header.i", "a b@example.com"), ("header.b", "Ab+/9=")),
+                    ),
+                ),
+            ),
+        ),
+        (
+            "mx.example.org; iprev=pass policy.iprev=2001:db8::1 (mail.example.com)",
+            AuthResults(
+                authserv_id="mx.example.org",
+                results=(AuthResult(method="iprev", result="pass", properties=(("policy.iprev", "2001:db8::1"),)),),
+            ),
+        ),
+    ],
+    ids=["no result", "comments, quoting, versions and case", "values that look like results", "an IPv6 value"],
+)
+def test_authentication_results_are_read_by_the_rfc_8601_grammar(value: str, read: AuthResults) -> None:
+    assert parse_authres(value) == read
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "expected the authserv-id"),
+        ("mx.example.org", "expected ';' and the results"),
+        ("mx.example.org;", "expected a method name at the end"),
+        ("mx.example.org; dmarc", "expected '='"),
+        ("mx.example.org; dmarc=pass header.from", "expected '='"),
+        ("mx.example.org; dmarc=pass action=none header.from=example.com", "expected '.'"),
+        ("mx.example.org; dmarc=pass header.from=example.com dmarc=pass", "expected '.'"),
+        ("mx.example.org; dmarc=pass.x", "expected ';' or the end"),
+        ("mx.example.org; dmarc=pass (p=none", "an unterminated comment"),
+        ('mx.example.org; dmarc=pass header.from="example.com', "an unterminated quoted string"),
+        ("mx.example.org; dmarc=pass header.from=exämple.com", "expected ';' or the end"),
+        ("mx.example.org; dmarc=pass header.from=example.com\r\n", "expected ';' or the end"),
+        ("mx.example.org; none; dkim=pass", "expected '='"),
+    ],
+)
+def test_an_authentication_results_value_outside_the_grammar_is_an_error_saying_where(value: str, problem: str) -> None:
+    with pytest.raises(AuthResError, match=re.escape(problem)):
+        parse_authres(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.text(alphabet=st.sampled_from(list(' \t\r\n();=./@"\\ab1-é')), max_size=60))
+def test_any_text_is_read_or_refused_with_an_authres_error(value: str) -> None:
+    try:
+        read = parse_authres(f"mx.example.org; {value}")
+    except AuthResError:
+        return
+    assert read.authserv_id == "mx.example.org"
+
+
+_keywords = st.from_regex(r"[a-z][a-z0-9-]{0,6}[a-z0-9]", fullmatch=True)
+_values = st.text(alphabet=st.sampled_from(list('ab.-=@/;()" \\')), min_size=1, max_size=12)
+
+
+def _written(value: str) -> str:
+    if re.fullmatch(r"[a-b.\-=@/]+", value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    written=st.lists(
+        st.tuples(_keywords, _keywords, st.lists(st.tuples(_keywords, _keywords, _values), max_size=3)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_results_are_read_back_as_written_whatever_their_values_hold(
+    written: list[tuple[str, str, list[tuple[str, str, str]]]],
+) -> None:
+    header = "mx.example.org" + "".join(
+        f"; {method}={result} (a comment; dmarc=pass)" + "".join(f" {t}.{p}={_written(v)}" for t, p, v in props)
+        for method, result, props in written
+    )
+    expected = tuple(
+        AuthResult(method=method, result=result, properties=tuple((f"{t}.{p}", v) for t, p, v in props))
+        for method, result, props in written
+    )
+    assert parse_authres(header).results == expected
