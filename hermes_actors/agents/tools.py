@@ -81,7 +81,8 @@ _DESCRIPTION = (
     "Search {scope}. Shapes: "
     'query -> discovery (FTS5 syntax: words, "exact phrase", prefix*, AND/OR/NOT; title matches first, '
     "then matching messages, one hit per conversation, this conversation excluded; each hit has session_id, "
-    "title, source, times, a snippet with >>>matches<<<, the surrounding window, bookends and counts); "
+    "title, when, source, a snippet with >>>matches<<<, messages (the window around match_message_id, the anchor "
+    "flagged), bookend_start, bookend_end, messages_before and messages_after); "
     "session_id + around_message_id -> scroll the messages around one message; session_id alone -> read that "
     "session (first 20 and last 10 messages when long); no arguments -> browse the most recent conversations. "
     "Times are unix seconds."

@@ -21,7 +21,7 @@ def _when(at: float) -> str:
 
 def _describe(hit: SearchHit) -> str:
     title = f'  "{hit.title}"' if hit.title else ""
-    where = "title" if hit.matched == "title" else f"#{hit.message_id} {hit.role}"
+    where = "title" if hit.matched == "title" else f"#{hit.match_message_id} {hit.role}"
     return f"{hit.session_id}{title}  {hit.source}  {_when(hit.last_active_at)}  ({where})"
 
 

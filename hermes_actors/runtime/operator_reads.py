@@ -105,7 +105,7 @@ def search(store: Store, query: str, *, sort: str, limit: int) -> SearchPage:
             matched=hit.matched,
             snippet=hit.snippet,
             last_active_at=hit.last_active_at,
-            message_id=hit.message_id,
+            message_id=hit.match_message_id,
             role=hit.role,
         )
         for hit in result.hits

@@ -146,7 +146,7 @@ def _roles(role_filter: Sequence[str] | str | None) -> tuple[str, ...] | str:
 def _read(reads: SearchReads, ref: int, info: SessionInfo) -> SearchResult:
     total = reads.count_messages(ref)
     if total <= READ_ALL_UP_TO:
-        return SearchResult(shape="read", session=info, messages=first_messages(reads, ref, total))
+        return SearchResult(shape="read", session=info, messages=first_messages(reads, ref, total), omitted=0)
     return SearchResult(
         shape="read",
         session=info,
@@ -164,7 +164,7 @@ def _scroll(reads: SearchReads, ref: int, info: SessionInfo, anchor: object, spa
             shape="scroll",
             session=info,
             error=f"message {anchor} is not in session {info.session_id}; "
-            "pass a message id from that session (a hit's message_id or window)",
+            "pass a message id from that session (a hit's match_message_id or one of its messages)",
         )
     window, before, after = messages_around(reads, ref, anchor, span)
     return SearchResult(shape="scroll", session=info, messages=window, messages_before=before, messages_after=after)

@@ -129,18 +129,22 @@ class _Discovery:
 
     def _title_hit(self, ref: int, info: SessionInfo, root: str, snippet: str) -> SearchHit:
         window = first_messages(self.reads, ref, 2 * self.span + 1, chars=WINDOW_CHARS)
-        _, end = bookends(self.reads, ref, window)
+        start, end = bookends(self.reads, ref, window)  # nothing comes before the session's first messages
         return SearchHit(
             session_id=info.session_id,
+            title=info.title,
+            when=info.started_at,
             source=info.source,
-            started_at=info.started_at,
             last_active_at=info.last_active_at,
             matched="title",
             snippet=snippet,
-            title=info.title,
             lineage_root=None if root == info.session_id else root,
-            window=window,
+            match_message_id=None,
+            role=None,
+            messages=window,
+            bookend_start=start,
             bookend_end=end,
+            messages_before=0,
             messages_after=self.reads.count_after(ref, window[-1].id) if window else 0,
         )
 
@@ -196,16 +200,16 @@ class _Discovery:
         start, end = bookends(self.reads, ref, window)
         return SearchHit(
             session_id=info.session_id,
+            title=info.title,
+            when=info.started_at,
             source=info.source,
-            started_at=info.started_at,
             last_active_at=info.last_active_at,
             matched="message",
             snippet=self._snippet(self.reads.message_content(mid)),
-            title=info.title,
             lineage_root=None if root == info.session_id else root,
-            message_id=mid,
+            match_message_id=mid,
             role=next((m.role for m in window if m.anchor), None),
-            window=window,
+            messages=window,
             bookend_start=start,
             bookend_end=end,
             messages_before=before,

@@ -114,7 +114,7 @@ def test_scroll_around_a_message_of_another_session_is_an_error(store: Store, cl
         result = session_search(store, session_id=session, around_message_id=anchor)
         assert result.error == (
             f"message {anchor} is not in session {session}; "
-            "pass a message id from that session (a hit's message_id or window)"
+            "pass a message id from that session (a hit's match_message_id or one of its messages)"
         )
 
 
@@ -202,11 +202,11 @@ def test_a_discovery_hit_carries_the_session_the_snippet_the_window_and_the_coun
     (hit,) = result.hits
     record = store.get_session(session)
     assert (hit.session_id, hit.title, hit.source) == (session, "infra work", "slack")
-    assert (hit.started_at, hit.last_active_at) == (record.started_at, record.last_active_at)
-    assert (hit.matched, hit.message_id, hit.role) == ("message", message_ids[11], "assistant")
+    assert (hit.when, hit.last_active_at) == (record.started_at, record.last_active_at)
+    assert (hit.matched, hit.match_message_id, hit.role) == ("message", message_ids[11], "assistant")
     assert ">>>kubernetes<<<" in hit.snippet
-    assert ids(hit.window) == message_ids[6:17]
-    assert [m.id for m in hit.window if m.anchor] == [message_ids[11]]
+    assert ids(hit.messages) == message_ids[6:17]
+    assert [m.id for m in hit.messages if m.anchor] == [message_ids[11]]
     assert ids(hit.bookend_start) == message_ids[:3]
     assert ids(hit.bookend_end) == message_ids[17:]
     assert (hit.messages_before, hit.messages_after) == (6, 3)
@@ -228,7 +228,7 @@ def test_discovery_reports_one_hit_per_lineage_and_names_its_root(store: Store, 
     result = session_search(store, query="kubernetes", sort="newest", limit=10)
     assert hit_ids(result) == [alone, tip]
     assert result.hits[1].lineage_root == root
-    assert result.hits[1].message_id == tip_ids[0]
+    assert result.hits[1].match_message_id == tip_ids[0]
     assert result.hits[0].lineage_root is None
     oldest = session_search(store, query="kubernetes", sort="oldest", limit=10)
     assert hit_ids(oldest) == [root, alone]
@@ -254,8 +254,8 @@ def test_title_matches_come_first_and_count_once_per_lineage(store: Store, clock
     assert hit_ids(result) == [both, by_title, by_text]
     assert [h.matched for h in result.hits] == ["title", "title", "message"]
     assert result.hits[1].snippet == ">>>Kubernetes<<< upgrade"
-    assert result.hits[1].message_id is None
-    assert [m.content for m in result.hits[1].window] == ["nothing relevant", "really"]
+    assert result.hits[1].match_message_id is None
+    assert [m.content for m in result.hits[1].messages] == ["nothing relevant", "really"]
 
 
 def test_title_matching_follows_the_query_syntax(store: Store, clock: FakeClock) -> None:
@@ -328,7 +328,7 @@ def test_cjk_queries_of_one_two_and_four_characters_find_their_message(
     session, message_ids = add(store, clock, chat("我们把数据库表建好了", "全文検索も動く"))
     result = session_search(store, query=query)
     assert hit_ids(result) == [session]
-    assert result.hits[0].message_id in message_ids
+    assert result.hits[0].match_message_id in message_ids
     assert marked in "".join(result.hits[0].snippet.split())
 
 
@@ -450,9 +450,9 @@ def test_bookends_never_overlap_the_window(ladder: tuple[Store, dict[int, list[i
 
 
 def assert_bookends(hit: SearchHit, message_ids: list[int], index: int, span: int, store: Store) -> None:
-    window = ids(hit.window)
+    window = ids(hit.messages)
     assert window == message_ids[max(0, index - span) : index + span + 1]
-    assert [m.id for m in hit.window if m.anchor] == [message_ids[index]]
+    assert [m.id for m in hit.messages if m.anchor] == [message_ids[index]]
     kept = {m.id for m in store.load_transcript(hit.session_id) if m.role in ("user", "assistant") and m.content}
     before = [i for i in message_ids if i < window[0] and i in kept]
     after = [i for i in message_ids if i > window[-1] and i in kept]
@@ -548,7 +548,7 @@ def test_newest_skips_the_rest_of_a_session_it_already_reported(
     busy, busy_ids = add(store, clock, chat(*(f"kubernetes note {i}" for i in range(12))))
     result = session_search(store, query="kubernetes", sort="newest", limit=5)
     assert hit_ids(result) == [busy, older]
-    assert result.hits[0].message_id == busy_ids[-1]
+    assert result.hits[0].match_message_id == busy_ids[-1]
     assert result.note is None
 
 
@@ -559,9 +559,9 @@ def test_a_snippet_is_a_marked_excerpt_of_a_long_message(store: Store, clock: Fa
     (hit,) = session_search(store, query='"docker image"').hits
     expected = " ".join(["…word26", *words[27:30], ">>>docker", "image<<<", *words[32:41], "word41…"])
     assert hit.snippet == expected
-    assert hit.window[0].truncated
-    assert hit.window[0].content is not None
-    assert len(hit.window[0].content) == search.WINDOW_CHARS
+    assert hit.messages[0].truncated
+    assert hit.messages[0].content is not None
+    assert len(hit.messages[0].content) == search.WINDOW_CHARS
 
 
 def test_cjk_substrings_of_three_or_more_characters_rank_newest_first(store: Store, clock: FakeClock) -> None:
@@ -621,7 +621,7 @@ def test_the_command_prints_json_and_exits_1_on_a_malformed_query(home: Path, fi
     found = json.loads(ctl(home, "kubernetes", "--json").stdout)
     assert found["shape"] == "discovery"
     assert [h["session_id"] for h in found["hits"]] == [filled["slack"], filled["tg"]]
-    assert found["hits"][0]["window"]
+    assert found["hits"][0]["messages"]
     bad = ctl(home, '"kubernetes', "--json")
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["error"].startswith("the query is not valid search syntax")
