@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import typing
 
 import msgspec
 
 from hermes_actors.errors import ConfigError
 
-__all__ = ["ApiServerConfig", "is_loopback"]
+__all__ = ["ApiServerConfig", "ConsoleConfig", "is_loopback"]
 
 _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
+
+
+class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``platforms.api_server.console`` section.
+
+    ``secure_cookie``: ``auto`` marks the login cookies ``Secure`` when the request came over HTTPS (directly, or
+    by the word of a proxy in ``trusted_proxies``); ``always`` marks them so whatever the request says (a browser
+    then keeps them only over HTTPS).
+    """
+
+    secure_cookie: typing.Literal["auto", "always"] = "auto"
 
 
 class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -23,6 +35,9 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ``max_concurrent_runs`` caps the requests running turns at once (0: no cap; beyond it, 429).
     ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
     API; a request from any other ``Origin`` is refused with 403.
+    ``trusted_proxies`` are the addresses or networks (``127.0.0.1``, ``10.0.0.0/8``) of the reverse proxies whose
+    ``X-Forwarded-*`` / ``Forwarded`` headers are believed (:mod:`platforms.api_server.proxies`); ``console``
+    is the web console's section.
     """
 
     enabled: bool = True
@@ -36,6 +51,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     keepalive_s: float = 30.0
     max_concurrent_runs: int = 64
     cors_origins: tuple[str, ...] = ()
+    trusted_proxies: tuple[str, ...] = ()
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
 
     def __post_init__(self) -> None:
         field = "platforms.api_server"
@@ -62,6 +79,15 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                     f"{origin!r} is not an origin; write scheme://host[:port] with no path or trailing slash "
                     "(https://chat.example.org, http://localhost:3000), or '*' for any",
                 )
+        for index, proxy in enumerate(self.trusted_proxies):
+            try:
+                ipaddress.ip_network(proxy.strip(), strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"{field}.trusted_proxies[{index}]",
+                    f"{proxy!r} is not an IP address or network; write the reverse proxy's address (127.0.0.1, ::1) "
+                    "or its network in CIDR form (10.0.0.0/8, fd00::/8)",
+                ) from None
 
 
 def is_loopback(host: str) -> bool:

@@ -1,6 +1,7 @@
 """What the API server serves besides the OpenAI routes, added in one call: the guards (security headers and
-CORS, :mod:`.guards`), the operator API (:mod:`.operator_api`, :mod:`.operator_chat`), the web console
-(:mod:`.console`) and ``/v1/capabilities`` (:mod:`.discovery`)."""
+CORS, :mod:`.guards`), the trusted proxies' word on each request (:mod:`.proxies`), the operator API
+(:mod:`.operator_api`, :mod:`.operator_chat`), the web console (:mod:`.console`) and ``/v1/capabilities``
+(:mod:`.discovery`)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,18 @@ from platforms.api_server.discovery import Discovery
 from platforms.api_server.guards import Guards
 from platforms.api_server.operator_api import Attached, OperatorApi
 from platforms.api_server.operator_chat import OperatorChat
+from platforms.api_server.proxies import TrustedProxies
 
 __all__ = ["add_surface"]
 
 
 def add_surface(app: web.Application, config: ApiServerConfig, attached: Attached, waiters: ReplyWaiters) -> None:
-    """Add the guards, the operator API, the console and the capabilities route to the API server's ``app``."""
+    """Add the guards, the trusted proxies, the operator API, the console and the capabilities route to the API
+    server's ``app``."""
     guards = Guards(config)
     guards.install(app)
+    TrustedProxies(config.trusted_proxies).install(app)  # outside the guards: their origin check sees the proxy's word
     chat = OperatorChat(attached, waiters, config, guards)
     OperatorApi(attached, config.max_body_bytes).add_to(app, chat.chat, chat.chat_stream)
-    Console(attached).add_to(app)
+    Console(attached, config=config.console).add_to(app)
     Discovery(config).add_to(app)

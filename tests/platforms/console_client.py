@@ -10,7 +10,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
 from tests.platforms.test_api_operator import ADMIN, KEY, Api
 
-__all__ = ["PNG", "Answer", "Console", "ConsoleClient", "console", "image_turn"]
+__all__ = ["PNG", "Answer", "Console", "ConsoleClient", "console", "image_turn", "open_console"]
 
 
 def _png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -68,20 +68,25 @@ class Answer:
 
 
 class ConsoleClient:
-    """Requests to one server on 127.0.0.1, keeping the cookies it sets as a browser would (by name)."""
+    """Requests to one server on 127.0.0.1, keeping the cookies it sets as a browser would (by name).
 
-    def __init__(self, port: int) -> None:
+    ``headers`` go with every request (a reverse proxy's ``X-Forwarded-*``); ``origin`` is the one its form posts
+    carry (the page's origin: by default this server's)."""
+
+    def __init__(self, port: int, *, headers: Mapping[str, str] | None = None, origin: str | None = None) -> None:
         self.port = port
         self.cookies: dict[str, str] = {}
+        self.headers = dict(headers or {})
+        self._origin = origin
 
     @property
     def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._origin or f"http://127.0.0.1:{self.port}"
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
     ) -> Answer:
-        sent = dict(headers or {})
+        sent = {**self.headers, **(headers or {})}
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -120,25 +125,32 @@ class Console:
         self.api = api
         self.client = ConsoleClient(api.port)
 
-    def fresh(self) -> ConsoleClient:
-        return ConsoleClient(self.api.port)
+    def fresh(self, *, headers: Mapping[str, str] | None = None, origin: str | None = None) -> ConsoleClient:
+        return ConsoleClient(self.api.port, headers=headers, origin=origin)
 
     def logged_in(self) -> ConsoleClient:
         self.client.log_in(ADMIN)
         return self.client
 
 
-@pytest.fixture
-def console(tmp_path: Path) -> Iterator[Console]:
+@contextmanager
+def open_console(directory: Path, config: ApiServerConfig | None = None) -> Iterator[Console]:
+    """A gateway in ``directory`` and an API server of ``config`` (port 0, the client key ``KEY``) serving it."""
     with ExitStack() as stack:
-        server = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+        server = ApiServer(config or ApiServerConfig(port=0, key=KEY), environ={})
         gateway = Gateway(
-            tmp_path / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
+            directory / "state.db", config=RuntimeConfig(protected_recent_messages=2), senders=server.senders()
         )
         stack.callback(gateway.stop, 10)
         server.start(GatewayInbox(gateway, admin_key=ADMIN))
         stack.callback(server.stop, 10)
         yield Console(Api(server, gateway))
+
+
+@pytest.fixture
+def console(tmp_path: Path) -> Iterator[Console]:
+    with open_console(tmp_path) as running:
+        yield running
 
 
 def image_turn(api: Api, text: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -15,9 +16,11 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from platforms.api_server import ApiServer, ApiServerConfig
-from platforms.api_server.console.logins import FAILURE_WINDOW_S, MAX_FAILURES, Logins
+from platforms.api_server.config import ConsoleConfig
+from platforms.api_server.console.logins import BROWSER_COOKIE
+from platforms.api_server.console.throttle import FAILURE_WINDOW_S, MAX_FAILURES, Throttle, guesser_of
 from platforms.api_server.guards import CONSOLE_CSP, MEDIA_CSP
-from tests.platforms.console_client import PNG, Console, ConsoleClient, console, image_turn
+from tests.platforms.console_client import PNG, Answer, Console, ConsoleClient, console, image_turn, open_console
 from tests.platforms.test_api_operator import ADMIN, KEY
 from tests.platforms.test_console_browser import find_chromium
 
@@ -254,7 +257,9 @@ def test_rename_end_export_and_delete_go_through_the_operator_port(console: Cons
     assert client.get(f"/console/c/{tip}").status == 404
 
 
-def test_after_ten_wrong_keys_a_minute_every_login_waits_until_it_has_passed(console: Console) -> None:
+def test_after_ten_wrong_keys_a_minute_from_one_address_a_new_browser_there_waits_until_it_has_passed(
+    console: Console,
+) -> None:
     client = console.client
     for _ in range(MAX_FAILURES):
         form = client.get("/console/login")
@@ -264,13 +269,130 @@ def test_after_ten_wrong_keys_a_minute_every_login_waits_until_it_has_passed(con
     assert refused.status == 429
     assert "hermes_console" not in client.cookies
     now = [1000.0]
-    logins = Logins(clock=lambda: now[0])
+    throttle = Throttle(clock=lambda: now[0])
     for _ in range(MAX_FAILURES):
-        assert not logins.throttled()
-        logins.failed()
-    assert logins.throttled()
+        assert not throttle.throttled("client 203.0.113.7")
+        throttle.failed("client 203.0.113.7")
+    assert throttle.throttled("client 203.0.113.7")
     now[0] += FAILURE_WINDOW_S
-    assert not logins.throttled()
+    assert not throttle.throttled("client 203.0.113.7")
+
+
+# -- the login throttle is per address -------------------------------------------------------------------------
+
+PROXIED = ApiServerConfig(port=0, key=KEY, trusted_proxies=("127.0.0.1",))
+ATTACKER, ADMINS = "203.0.113.7", "198.51.100.2"
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[Console]:
+    """A console behind a reverse proxy on 127.0.0.1 (trusted): each client's address comes in X-Forwarded-For."""
+    with open_console(tmp_path, PROXIED) as running:
+        yield running
+
+
+def _try_key(client: ConsoleClient, key: str) -> int:
+    form = client.get("/console/login")
+    return client.post("/console/login", {"csrf": form.csrf(), "key": key}).status
+
+
+def test_wrong_keys_from_anywhere_else_never_keep_the_admin_out(proxied: Console) -> None:
+    attacker = proxied.fresh(headers={"X-Forwarded-For": ATTACKER})
+    assert [_try_key(attacker, "guess") for _ in range(MAX_FAILURES + 2)] == [401] * MAX_FAILURES + [429, 429]
+    admin = proxied.fresh(headers={"X-Forwarded-For": ADMINS})
+    assert _try_key(admin, ADMIN) == 303
+    assert admin.get("/console/conversations").status == 200
+    # the attacker's budget stays spent: the admin's login gave it nothing back
+    assert _try_key(attacker, "guess") == 429
+
+
+def test_a_browser_that_logged_in_before_gets_in_while_its_address_is_throttled(proxied: Console) -> None:
+    shared = {"X-Forwarded-For": ATTACKER}  # the admin and the attacker behind one NAT
+    admin = proxied.fresh(headers=shared)
+    assert _try_key(admin, ADMIN) == 303
+    assert BROWSER_COOKIE in admin.cookies
+    admin.post("/console/logout", {"csrf": admin.get("/console/conversations").csrf()})
+    attacker = proxied.fresh(headers=shared)
+    assert [_try_key(attacker, "guess") for _ in range(MAX_FAILURES + 1)][-1] == 429
+    assert _try_key(attacker, ADMIN) == 429  # a new browser there learns nothing, the right key included
+    assert _try_key(admin, ADMIN) == 303  # the admin's browser has a budget of its own
+    forged = proxied.fresh(headers=shared)
+    forged.cookies[BROWSER_COOKIE] = "someone." + "A" * 43  # a made-up one counts as no browser cookie
+    assert _try_key(forged, "guess") == 429
+
+
+def test_without_a_trusted_proxy_x_forwarded_for_changes_nothing(console: Console) -> None:
+    statuses = [
+        _try_key(console.fresh(headers={"X-Forwarded-For": f"203.0.113.{n}"}), "guess") for n in range(MAX_FAILURES + 1)
+    ]
+    assert statuses == [401] * MAX_FAILURES + [429]
+
+
+def test_the_throttle_counts_an_ipv6_client_by_its_slash_64_and_keeps_a_bounded_table() -> None:
+    assert guesser_of("2001:db8:1:2:aaaa::1") == guesser_of("2001:db8:1:2:ffff::9") == "client 2001:db8:1:2::/64"
+    assert guesser_of("2001:db8:1:3::1") != guesser_of("2001:db8:1:2::1")
+    assert guesser_of("::ffff:203.0.113.7") == guesser_of("203.0.113.7") == "client 203.0.113.7"
+    assert guesser_of(None) == "client unknown"
+    now = [0.0]
+    throttle = Throttle(clock=lambda: now[0], capacity=100)
+    for n in range(MAX_FAILURES):
+        throttle.failed(guesser_of(f"2001:db8:1:2::{n:x}"))
+    assert throttle.throttled(guesser_of("2001:db8:1:2::abcd"))
+    for n in range(10_000):  # an attacker with many addresses
+        now[0] += 0.001
+        throttle.failed(guesser_of(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"))
+        assert len(throttle) <= 100
+    for _ in range(MAX_FAILURES):
+        throttle.failed("client 192.0.2.1")
+    assert throttle.throttled("client 192.0.2.1")  # the newest guessers are the ones kept
+
+
+# -- behind a reverse proxy ------------------------------------------------------------------------------------
+
+PUBLIC = "https://chat.example.org"
+THROUGH_TLS = {"X-Forwarded-For": ADMINS, "X-Forwarded-Proto": "https", "X-Forwarded-Host": "chat.example.org"}
+
+
+def _secure(answer: Answer, name: str) -> bool:
+    (line,) = [c for c in answer.cookies() if c.startswith(name + "=")]
+    return "secure" in [part.strip().lower() for part in line.split(";")]
+
+
+def test_behind_a_trusted_tls_proxy_the_cookies_are_secure_and_the_public_origins_forms_pass(proxied: Console) -> None:
+    session = proxied.api.ok("POST", "/api/sessions", {"title": "Before"}, status=201)["id"]
+    client = proxied.fresh(headers=THROUGH_TLS, origin=PUBLIC)
+    assert _secure(client.get("/console/login"), "hermes_console_login")
+    answer = client.log_in(ADMIN)
+    assert _secure(answer, "hermes_console")
+    assert _secure(answer, BROWSER_COOKIE)
+    csrf = client.get(f"/console/c/{session}").csrf()
+    renamed = client.post(f"/console/c/{session}/rename", {"csrf": csrf, "title": "After"})
+    assert (renamed.status, renamed.location) == (303, f"/console/c/{session}")
+    assert proxied.api.ok("GET", f"/api/sessions/{session}")["title"] == "After"
+
+
+def test_the_standard_forwarded_header_is_read_as_well(proxied: Console) -> None:
+    forwarded = {"Forwarded": 'for="[2001:db8::7]:4711";proto=https;host=chat.example.org'}
+    client = proxied.fresh(headers=forwarded, origin=PUBLIC)
+    assert _secure(client.log_in(ADMIN), "hermes_console")
+
+
+def test_forwarded_headers_from_a_peer_that_is_not_a_trusted_proxy_are_ignored(console: Console) -> None:
+    client = console.fresh(headers=THROUGH_TLS)  # posts from http://127.0.0.1:<port>, as the server sees it
+    assert not _secure(client.get("/console/login"), "hermes_console_login")
+    assert not _secure(client.log_in(ADMIN), "hermes_console")
+    spoofed = console.fresh(headers=THROUGH_TLS, origin=PUBLIC)
+    form = spoofed.get("/console/login")
+    assert spoofed.post("/console/login", {"csrf": form.csrf(), "key": ADMIN}).status == 403  # a foreign origin
+
+
+def test_secure_cookie_always_marks_the_cookies_secure_over_plain_http(tmp_path: Path) -> None:
+    config = ApiServerConfig(port=0, key=KEY, console=ConsoleConfig(secure_cookie="always"))
+    with open_console(tmp_path, config) as running:
+        assert _secure(running.client.get("/console/login"), "hermes_console_login")
+        answer = running.client.log_in(ADMIN)
+        assert _secure(answer, "hermes_console")
+        assert _secure(answer, BROWSER_COOKIE)
 
 
 def test_a_missing_chromium_skips_the_browser_tests_and_fails_them_where_a_browser_is_required() -> None:

@@ -1,4 +1,5 @@
-"""Hostile HTTP at every entry point a platform (or a client) pushes to, each on a real loopback server.
+"""Hostile HTTP at every entry point a platform (or a client) pushes to, and at the web console's forms, each on a
+real loopback server.
 
 Whatever arrives (random bytes, random or deeply nested JSON, huge strings within the body limit, wrong content
 types and encodings, random header values), correctly signed where the entry point checks signatures, the answer
@@ -9,6 +10,7 @@ is never a 5xx, nothing logs at ERROR, and the next valid request is answered as
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import hmac
 import http.client
@@ -18,9 +20,11 @@ import re
 import socket
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -54,9 +58,11 @@ from tests.platforms import (
     wecom_fake,
     whatsapp_fake,
 )
+from tests.platforms.console_client import Console, open_console
 from tests.platforms.feishu_fake import FakeFeishu, seal
 from tests.platforms.feishu_fake import sign as feishu_sign
 from tests.platforms.support import LogRecords, StartGateway
+from tests.platforms.test_api_operator import ADMIN
 
 BODY_LIMIT = 64 * 1024
 API_KEY = "sk-hostile"
@@ -757,3 +763,116 @@ def _handshakes(entry: Entry, records: LogRecords) -> None:
             assert answer.body.decode() == query["hub.challenge"]
 
     check()
+
+
+# -- the console's forms ------------------------------------------------------------------------------------------
+
+CONSOLE_FORMS = ["login", "logout", "rename", "end", "delete"]
+_console_headers = st.dictionaries(
+    st.sampled_from(
+        [
+            *("Content-Type", "Content-Encoding", "Origin", "Transfer-Encoding", "Expect", "Cookie"),
+            *("X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"),
+        ]
+    ),
+    st.sampled_from(
+        [
+            "application/x-www-form-urlencoded",
+            "application/x-www-form-urlencoded; charset=latin-1",
+            "application/x-www-form-urlencoded; charset=",
+            'multipart/form-data; boundary="x"',
+            "gzip",
+            "deflate",
+            "identity",
+            "null",
+            "https",
+            'for=_x;proto=https, for="[::1"',
+            b"hermes_console_browser=a.\xff; hermes_console=\xfe",
+        ]
+    )
+    | _header_values,
+    max_size=3,
+)
+_form_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)  # no lone surrogate: it has no UTF-8
+
+
+@dataclass(frozen=True)
+class _ConsoleForm:
+    """A form route of a running console, with a browser's cookies and the form's CSRF token."""
+
+    url: str
+    path: str
+    cookies: str
+    csrf: str
+    session: str
+
+    def post(self, body: bytes, headers: Mapping[str, str | bytes]) -> Answer:
+        sent: dict[str, str | bytes] = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Origin": self.url,
+            "Cookie": self.cookies,
+            **headers,
+        }
+        return exchange(self.url, "POST", self.path, body, sent)
+
+
+def _console_form(running: Console, form: str) -> _ConsoleForm:
+    session = running.api.ok("POST", "/api/sessions", {"title": "Hostile"}, status=201)["id"]
+    client = running.fresh()
+    if form == "login":
+        path, csrf = "/console/login", client.get("/console/login").csrf()
+    else:
+        client.log_in(ADMIN)
+        path = "/console/logout" if form == "logout" else f"/console/c/{session}/{form}"
+        csrf = client.get(f"/console/c/{session}").csrf()
+    cookies = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
+    return _ConsoleForm(client.origin, path, cookies, csrf, session)
+
+
+def _form_bodies(form: _ConsoleForm) -> st.SearchStrategy[bytes]:
+    fields = st.dictionaries(
+        st.sampled_from(["csrf", "key", "next", "title", "confirm"]) | _form_text,
+        st.sampled_from([form.csrf, ADMIN, form.session, "/console/live\r\n", "//evil.example", "\\x"]) | _form_text,
+        max_size=5,
+    )
+    signed = st.builds(lambda f: {"csrf": form.csrf, **f}, fields)
+    forms = (fields | signed).map(lambda f: urlencode(f).encode())
+    encoded = st.builds(
+        lambda body, how: gzip.compress(body) if how == "gzip" else zlib.compress(body) if how == "zlib" else body,
+        forms,
+        st.sampled_from(["gzip", "zlib", "plain"]),
+    )
+    spoiled = st.builds(lambda body, tail: body + b"&title=" + tail, forms, st.binary(min_size=1, max_size=8))
+    return st.one_of(forms, encoded, spoiled, st.binary(max_size=300), st.binary(min_size=70_000, max_size=70_010))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", CONSOLE_FORMS)
+def test_any_post_to_a_console_form_gets_no_5xx_and_no_error_line_and_the_admin_still_logs_in(
+    tmp_path: Path, form: str
+) -> None:
+    config = ApiServerConfig(port=0, key=API_KEY, trusted_proxies=("127.0.0.1",))
+    with open_console(tmp_path, config) as running:
+        route = _console_form(running, form)
+        records = _recording()
+
+        @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(body=_form_bodies(route), headers=_console_headers)
+        @example(body=b"csrf=" + route.csrf.encode() + b"&key=\xff\xfe", headers={})
+        @example(body=gzip.compress(b"csrf=x&key=y"), headers={"Content-Encoding": "gzip"})
+        @example(body=urlencode({"csrf": route.csrf, "key": ADMIN, "next": "/console/x\r\nA: b"}).encode(), headers={})
+        def check(body: bytes, headers: dict[str, str | bytes]) -> None:
+            records.records.clear()
+            answer = route.post(body, headers)
+            event(f"console {form}: HTTP {answer.status}")
+            errors = [r.getMessage() for r in records.records if r.levelno >= logging.ERROR]
+            assert errors == [], errors
+            assert answer.status < 500, (answer.status, answer.body[:300])
+
+        try:
+            check()
+        finally:
+            _stop_recording(records)
+        admin = running.fresh(headers={"X-Forwarded-For": "198.51.100.2"})
+        admin.log_in(ADMIN)
+        assert admin.get("/console/conversations").status == 200

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from platforms.api_server.config import ConsoleConfig
 from platforms.api_server.console.actions import Actions
 from platforms.api_server.console.logins import Logins
 from platforms.api_server.console.pages import Pages
@@ -32,10 +33,14 @@ __all__ = ["PREFIX", "Console"]
 
 
 class Console:
-    """The console of the API server whose inbox and host ``attached`` returns."""
+    """The console of the API server whose inbox and host ``attached`` returns, set up by ``config`` (the
+    ``platforms.api_server.console`` section)."""
 
-    def __init__(self, attached: Attached, logins: Logins | None = None) -> None:
-        self.site = Site(attached, logins)
+    def __init__(
+        self, attached: Attached, *, config: ConsoleConfig | None = None, logins: Logins | None = None
+    ) -> None:
+        secure_cookie = (config or ConsoleConfig()).secure_cookie
+        self.site = Site(attached, logins or Logins(secure_cookie=secure_cookie))
 
     def add_to(self, app: web.Application) -> None:
         """Add every console route to ``app``."""

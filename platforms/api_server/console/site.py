@@ -1,19 +1,22 @@
-"""What every console page shares: the templates, the login check, the CSRF check, the operator call, the login
-and logout routes and the static files.
+"""What every console page shares: the templates, the login check, the form and CSRF checks, the operator call,
+the login and logout routes and the static files.
 
 A page asked for without a login redirects (303) to ``/console/login?next=<page>``; ``live.json`` and the media
-route answer 401 instead (a script or an ``<img>`` cannot follow a login form). A POST whose ``csrf`` field is not
-the login's token is refused 403. Errors of the operator port come back as an HTML page with the operator API's
-status and message.
+route answer 401 instead (a script or an ``<img>`` cannot follow a login form). A posted form is read only as a
+browser sends one (:func:`read_form`: URL-encoded UTF-8, no ``Content-Encoding``, within 64 KiB; anything else is
+400, or 413); a POST whose ``csrf`` field is not the login's token is refused 403. After a login, ``next`` leads
+only to a console page of this server (:func:`safe_next`). Errors of the operator port come back as an HTML page
+with the operator API's status and message.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import jinja2
 from aiohttp import web
@@ -23,17 +26,21 @@ from platforms.api_server.console import text
 from platforms.api_server.console.logins import LOGIN_COOKIE, Login, Logins, same
 from platforms.api_server.operator_api import Attached, operator_call
 from platforms.api_server.wire import ApiError
+from platforms.support.http_host import Refused, read_body
 
 if TYPE_CHECKING:
     from hermes_actors.operator_port import Operator
 
-__all__ = ["PREFIX", "ConsoleRefusal", "Route", "Site", "redirect"]
+__all__ = ["PREFIX", "ConsoleRefusal", "Route", "Site", "read_form", "redirect", "safe_next"]
 
 T = TypeVar("T")
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PREFIX = "/console"
 _STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 _MAX_FORM_BYTES = 64 * 1024
+_MAX_FORM_FIELDS = 64
+_FORM_TYPE = "application/x-www-form-urlencoded"
+_NEXT = re.compile(r"/console/[!-~]*")  # printable ASCII, no space: what a browser's own link to a page looks like
 
 
 class ConsoleRefusal(Exception):
@@ -116,14 +123,11 @@ class Site:
         return login
 
     async def form(self, request: web.Request, login: Login) -> MultiDictProxy[str]:
-        """The posted form, once its ``csrf`` field is the login's token (403 otherwise)."""
-        if (request.content_length or 0) > _MAX_FORM_BYTES:
-            raise ConsoleRefusal(413, "the form is too large")
-        fields = await request.post()
-        token = fields.get("csrf")
-        if not isinstance(token, str) or not same(token, login.csrf):
+        """The posted form (:func:`read_form`), once its ``csrf`` field is the login's token (403 otherwise)."""
+        fields = await read_form(request)
+        if not same(fields.get("csrf"), login.csrf):
             raise ConsoleRefusal(403, "the form's CSRF token is missing or stale: reload the page and try again")
-        return MultiDictProxy(_text_fields(fields))
+        return fields
 
     async def call(self, call: Callable[[Operator], T]) -> T:
         """``call(inbox.operator)`` off the event loop; the port's refusals become error pages."""
@@ -172,7 +176,7 @@ class Site:
             error=error,
             off=self.admin_key() is None,
             login_token=token,
-            next=_safe_next(target if target is not None else request.query.get("next")),
+            next=safe_next(target if target is not None else request.query.get("next")),
         )
         self.logins.set_login_form_cookie(request, response, token)
         return response
@@ -181,22 +185,24 @@ class Site:
         return self._login_page(request)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        fields = await request.post()
-        token, key, target = (_field(fields, name) for name in ("csrf", "key", "next"))
+        fields = await read_form(request)
+        token, key, target = (fields.get(name, "") for name in ("csrf", "key", "next"))
         if not same(token, request.cookies.get(LOGIN_COOKIE)):
             return self._login_page(request, status=403, error="the login form expired: try again", target=target)
-        if self.logins.throttled():
+        admin_key = self.admin_key()
+        guesser = self.logins.guesser(request, admin_key)
+        if self.logins.throttle.throttled(guesser):  # before the key is looked at: the refusal tells nothing of it
             return self._login_page(
                 request, status=429, error="too many wrong keys lately: wait a minute, then try again", target=target
             )
-        if not same(key.strip(), self.admin_key()):
-            self.logins.failed()
+        if admin_key is None or not same(key.strip(), admin_key):
+            self.logins.throttle.failed(guesser)
             return self._login_page(
                 request, status=401, error="that is not the admin key ('hermesctl admin-key' prints it)", target=target
             )
         cookie, _ = self.logins.open()
-        response = redirect(_safe_next(target))
-        self.logins.set_cookie(request, response, cookie)
+        response = redirect(safe_next(target))
+        self.logins.set_cookie(request, response, cookie, admin_key)
         return response
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
@@ -222,18 +228,41 @@ def redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
-def _field(fields: Mapping[str, Any], name: str) -> str:
-    value = fields.get(name)
-    return value if isinstance(value, str) else ""
+async def read_form(request: web.Request) -> MultiDictProxy[str]:
+    """The form ``request`` posts, read as a browser sends one: ``application/x-www-form-urlencoded`` UTF-8, without
+    a ``Content-Encoding``, at most 64 KiB and 64 fields. Anything else is a :class:`ConsoleRefusal` (400 naming
+    what is wrong; 413 when too large)."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ConsoleRefusal(400, "a console form is sent without a Content-Encoding; post it as the page does")
+    if request.content_type != _FORM_TYPE or (request.charset or "utf-8").lower() not in ("utf-8", "utf8"):
+        raise ConsoleRefusal(400, f"a console form is {_FORM_TYPE} in UTF-8; post it as the page does")
+    try:
+        body = await read_body(request, _MAX_FORM_BYTES, "the console's forms are at most 64 KiB")
+    except Refused as refused:
+        raise ConsoleRefusal(refused.status, refused.reason) from None
+    try:
+        pairs = parse_qsl(
+            body.decode("utf-8"), keep_blank_values=True, errors="strict", max_num_fields=_MAX_FORM_FIELDS
+        )
+    except ValueError:  # UnicodeDecodeError included: raw or percent-escaped bytes that are not UTF-8
+        raise ConsoleRefusal(
+            400,
+            f"the form is not URL-encoded UTF-8 text of at most {_MAX_FORM_FIELDS} fields; post it as the page does",
+        ) from None
+    return MultiDictProxy(MultiDict(pairs))
 
 
-def _text_fields(fields: Mapping[str, Any]) -> MultiDict[str]:
-    return MultiDict((name, value) for name, value in fields.items() if isinstance(value, str))
-
-
-def _safe_next(target: str | None) -> str:
-    """Where to go after logging in: a console path of this server only (never another site)."""
-    inside = target is not None and target.startswith(PREFIX + "/") and "\\" not in target
-    if inside and target is not None and not target.startswith(PREFIX + "/login"):
-        return target
-    return f"{PREFIX}/conversations"
+def safe_next(target: str | None) -> str:
+    """Where to go after logging in: ``target`` when it is a console page of this server (a path under
+    ``/console/`` in printable ASCII, no backslash, no ``.`` or ``..`` segment, no control character once
+    unescaped, not the login form), else the conversations page."""
+    fallback = f"{PREFIX}/conversations"
+    if target is None or not _NEXT.fullmatch(target) or "\\" in target:
+        return fallback
+    path = unquote(urlsplit(target).path, errors="replace")
+    if path.startswith(PREFIX + "/login") or "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return fallback
+    if any(segment in (".", "..") for segment in path.split("/")):
+        return fallback
+    return target
