@@ -43,6 +43,7 @@ class OutboundError(enum.StrEnum):
 
     STORAGE_UNAVAILABLE = "storage_unavailable"  # the message could not be saved yet; it is kept and retried
     AGENT_FAILED = "agent_failed"  # the agent gave no reply (failed, timed out); the text says so to a chat user
+    SESSION_ENDED = "session_ended"  # the session ended (elsewhere) before the message ran; it was not run
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):

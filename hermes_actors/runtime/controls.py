@@ -67,7 +67,8 @@ class SessionControls:
     def end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
         """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
         notes: list[str] = []
-        if control.save_memories and self._turns.history:
+        record = self._turns.record
+        if control.save_memories and self._turns.history and (record is None or record.is_live):  # not if ended
             agent = self._services.agent
             history = list(self._turns.history)
             saved = self._turns.agent_calls.in_pool(

@@ -104,7 +104,8 @@ SessionMessage = RunTurn
 
 class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What a turn did. ``ended`` means the session is over; ``continued_by`` names its compression child, and
-    ``requeue`` the deliveries that child must run first (they were not run here)."""
+    ``requeue`` the deliveries that child must run first (they were not run here); without a child, ``requeue`` is
+    the deliveries to route anew (their keys lead to another session since this one ended elsewhere)."""
 
     session_id: str
     inbox_ids: tuple[int, ...]

@@ -334,9 +334,9 @@ class SupervisorActor(RuntimeActor):
             successor.queue.extendleft(reversed([*outcome.requeue, *state.queue]))
             state.queue.clear()
             self._dispatch(child, successor)
-        elif state.queue:
-            # Work queued behind the end (only possible through keys re-resolved before it): route it anew.
-            leftovers = list(state.queue)
+        elif state.queue or outcome.requeue:
+            # Work queued behind the end (keys re-resolved before it, or an end in another process): route it anew.
+            leftovers = [*outcome.requeue, *state.queue]
             state.queue.clear()
             for work in leftovers:
                 if isinstance(work, Delivery):

@@ -19,15 +19,14 @@ import msgspec
 from hermes_actors.agents.base import AgentReply, model_of, runs_inline
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import session_search_tool
-from hermes_actors.errors import StaleTurnError
+from hermes_actors.errors import SessionClosedError, StaleTurnError
 from hermes_actors.lifecycle.auto_titles import AutoTitle
 from hermes_actors.media import for_agent, unread_note, user_content
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, OutboundError
 from hermes_actors.principal import visible_sessions
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.agent_calls import AgentCalls
 from hermes_actors.runtime.controls import SessionControls
-from hermes_actors.runtime.leases import describe_owner
 from hermes_actors.runtime.prefix import FrozenPrefix, fresh_prefix, stored_prefix
 from hermes_actors.runtime.protocol import (
     AgentFailure,
@@ -46,10 +45,10 @@ from hermes_actors.runtime.records import (
     create_session_row,
     record_attachments,
     source_of,
-    still_pending,
 )
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.runtime.session_lease import SessionLease
+from hermes_actors.runtime.turn_gate import TurnGate
 from hermes_actors.runtime.turn_input import marked_reply, turn_input
 from hermes_actors.store import InboxState, MessageRecord, NewMessage, Role, SessionRecord, Store
 
@@ -89,7 +88,7 @@ class SessionTurns:
         self._auto_title = AutoTitle(services, session_id)
         # Conversation-scoped state, dropped by a reset (model overrides and the like).
         self.overrides: dict[str, str] = {}
-        with services.readers.reader() as store:  # the transcript is read once the lease is taken (_acquire_lease)
+        with services.readers.reader() as store:  # the transcript is read once the lease is taken (acquire_lease)
             if create_with is None:
                 self._record = store.get_session(session_id)
                 self._origin = source_of(self._record)
@@ -105,6 +104,7 @@ class SessionTurns:
         self._offered = self._prefix.offered(self._tools)
         self.agent_calls = AgentCalls(services, session_id)
         self._controls = SessionControls(self)
+        self._gate = TurnGate(self, self._lease)
 
     def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
         """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
@@ -185,7 +185,7 @@ class SessionTurns:
 
     # -- leases ------------------------------------------------------------------------------------------------
 
-    def _acquire_lease(self) -> str | None:
+    def acquire_lease(self) -> str | None:
         """Take the session's lease (:meth:`SessionLease.acquire`); under a new lease the transcript is read again:
         another process may have written turns since it was read."""
         holder = self._lease.acquire()
@@ -217,10 +217,18 @@ class SessionTurns:
 
     # -- turns -------------------------------------------------------------------------------------------------
 
-    def answer(self, deliveries: Sequence[Delivery], text: str, *, state: InboxState = InboxState.DONE) -> TurnOutcome:
-        """Complete ``deliveries`` with a reply and nothing in the transcript."""
+    def answer(
+        self,
+        deliveries: Sequence[Delivery],
+        text: str,
+        *,
+        state: InboxState = InboxState.DONE,
+        error: OutboundError | None = None,
+    ) -> TurnOutcome:
+        """Complete ``deliveries`` with a reply (a notice, with ``error``) and nothing in the transcript."""
         first = deliveries[0].message
         outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=answered(deliveries))
+        outbound = msgspec.structs.replace(outbound, error=error)
 
         def answer(store: Store) -> int:
             for delivery in deliveries:
@@ -238,33 +246,23 @@ class SessionTurns:
         )
 
     def run(self, request: RunTurn) -> TurnOutcome:
-        """Run one turn (or lifecycle step) and commit it; return what happened."""
-        deliveries = request.deliveries
+        """Run one turn (or lifecycle step) once it passed the :class:`TurnGate`, and commit it; return what
+        happened. A commit refused because the session ended meanwhile is not tried: :meth:`TurnGate.closed`."""
         self._record = self._auto_title.applied(self._record)  # a background title stored since the last turn
-        if not self._lease.held and self._create_with is None:
-            holder = self._acquire_lease()
-            if holder is not None:
-                refused = isinstance(request.control, EndSession)
-                if not deliveries:  # a timer's reset: the lease holder's own timers decide
-                    return TurnOutcome(
-                        session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0, not_ended=refused
-                    )
-                busy = (
-                    f"This conversation is busy in {describe_owner(holder)}; "
-                    "your message was not run. Send it again when that process has finished."
-                )
-                return msgspec.structs.replace(
-                    self.answer(deliveries, busy, state=InboxState.REJECTED), not_ended=refused
-                )
-        if deliveries:
-            fresh = still_pending(self._services.readers, deliveries)
-            if len(fresh) < len(deliveries):
-                done = [d.inbox_id for d in deliveries if d not in fresh]
-                _log.info("session %s: inbox rows %s were answered by another turn already", self.session_id, done)
-                if not fresh:
-                    return TurnOutcome(session_id=self.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
-                deliveries = tuple(fresh)
-                request = msgspec.structs.replace(request, deliveries=deliveries)
+        admitted = self._gate.admit(request)
+        if isinstance(admitted, TurnOutcome):
+            return admitted
+        try:
+            return self._run(admitted)
+        except SessionClosedError as exc:
+            self._reload()
+            if self._record is None or self._record.is_live:
+                raise
+            _log.warning("session %s: %s; the turn is not run again", self.session_id, exc)
+            return self._gate.closed(admitted.deliveries)
+
+    def _run(self, request: RunTurn) -> TurnOutcome:
+        deliveries = request.deliveries
         match request.control:
             case EndSession():
                 return self._controls.end(request.control, deliveries, request.token)

@@ -1,7 +1,9 @@
 """A second process for lease tests: ``python -m tests.runtime.lease_holder DB SESSION_ID WAIT_S``.
 
 It takes the session's lease with :func:`hermes_actors.runtime.leases.hold_lease`, prints ``HELD <owner>`` (or ``BUSY
-<message>`` and exits 3), then holds it until a line arrives on stdin, releases it and prints ``RELEASED``.
+<message>`` and exits 3), then holds it until a line arrives on stdin, releases it and prints ``RELEASED``. A line
+``end`` first ends the session with ``user_exit`` under the lease (a terminal chat closed there); ``end KEY OTHER``
+also points routing key ``KEY`` at session ``OTHER`` (the key moved on there, as a compression moves it).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import sys
 
 from hermes_actors.errors import SessionBusyError
 from hermes_actors.runtime.leases import hold_lease, new_lease_owner
-from hermes_actors.store import Store
+from hermes_actors.store import EndReason, Store
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +25,12 @@ def main(argv: list[str]) -> int:
             print(f"BUSY {exc}", flush=True)
             return 3
         print(f"HELD {owner}", flush=True)
-        sys.stdin.readline()
+        command = sys.stdin.readline().split()
+        if command[:1] == ["end"]:
+            with store.transaction():
+                store.end_session(session_id, EndReason.USER_EXIT)
+                if len(command) == 3:
+                    store.set_route(command[1], command[2])
         store.leases.release(session_id, owner)
         print("RELEASED", flush=True)
     return 0
