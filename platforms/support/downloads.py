@@ -10,7 +10,9 @@ credentials are known.
 
 Credentials travel in headers, never in the records: attachments made here carry no source URL (a platform's
 download address is useless without its token, and some hold a signed capability). Redirects are followed the
-way aiohttp does, which drops ``Authorization`` when one leads to another origin.
+way aiohttp does, which drops ``Authorization`` when one leads to another origin. A URL a payload names is
+fetched through a session of :func:`platforms.support.fetch_policy.open_session`; what its policy refuses
+becomes a refused attachment that says why, like any other failure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import msgspec
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore, format_size
 from hermes_actors.messages import Attachment
+from platforms.support.fetch_policy import FetchRefused
 from platforms.support.http_client import shown
 
 __all__ = ["DownloadFailed", "Fetched", "download", "fetch", "save"]
@@ -139,6 +142,8 @@ async def fetch(
                 content_type=_media_type(response.headers.get("Content-Type")),
                 headers={name.lower(): value for name, value in response.headers.items()},
             )
+    except FetchRefused as exc:
+        raise DownloadFailed(exc.problem, detail=f"refused by the fetch policy: {exc}") from exc
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _failure(exc, url) from exc
 

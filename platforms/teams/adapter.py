@@ -130,6 +130,7 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
                 service_url=address.service_url,
                 token=connector.token,
                 media=self._inbox.media,
+                fetch=self.config.fetch_policy,
                 timeout_s=self.config.http_timeout_s,
                 where=f"teams bot '{bot.name}'",
             )

@@ -10,11 +10,13 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = [
     "DEFAULT_LOGIN_URL",
     "DEFAULT_OPENID_METADATA_URL",
+    "FILE_HOSTS",
     "MAX_TEXT_CHARS",
     "ResolvedBot",
     "TeamsBot",
@@ -24,6 +26,15 @@ __all__ = [
 
 DEFAULT_OPENID_METADATA_URL = "https://login.botframework.com/v1/.well-known/openidconfiguration"
 DEFAULT_LOGIN_URL = "https://login.microsoftonline.com"
+FILE_HOSTS = (
+    "smba.trafficmanager.net",  # the Bot Connector of Teams: pasted images
+    "*.botframework.com",  # Web Chat, Direct Line and the other channels' connectors
+    "*.teams.microsoft.com",  # the Bot Connector of GCC, Teams' media service
+    "*.teams.microsoft.us",  # the Bot Connector of GCC High and DoD
+    "*.asm.skype.com",  # Teams' media service: inline images
+    "*.sharepoint.com",  # files sent in a personal chat (file.download.info's downloadUrl)
+)
+"""The hosts a Teams attachment's ``contentUrl`` or ``downloadUrl`` may name; ``fetch.hosts`` adds to them."""
 MAX_TEXT_CHARS = 28_000  # Teams refuses a message over about 28 KB; characters are a safe measure below that
 _BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _APP_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -52,7 +63,8 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     client-credentials tokens for replies come from (``{login_url}/{tenant}/oauth2/v2.0/token``). Both are
     Microsoft's by default and only change for tests or sovereign clouds. ``clock_skew_s`` is how far a token's
     ``exp`` and ``nbf`` may be off; ``keys_min_refresh_s`` how often an unknown key id may make the keys be fetched
-    again (a forged token cannot make us fetch them on every request).
+    again (a forged token cannot make us fetch them on every request). ``fetch`` widens where attachments may be
+    downloaded from (:data:`FILE_HOSTS`, at public addresses, by default).
     """
 
     enabled: bool = True
@@ -68,6 +80,7 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_body_bytes: int = 1024 * 1024
     http_timeout_s: float = 10.0
     bots: dict[str, TeamsBot] = msgspec.field(default_factory=dict)
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         if not self.host.strip():
@@ -97,8 +110,14 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
         if self.http_timeout_s <= 0:
             raise ConfigError(f"{_SECTION}.http_timeout_s", "must be a positive number of seconds")
+        self.fetch.check(f"{_SECTION}.fetch")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where the URLs of an activity's attachments may be fetched from."""
+        return FetchPolicy(self.fetch, platform="Teams", hosts=FILE_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def _check_bot(name: str, bot: TeamsBot) -> None:

@@ -4,9 +4,12 @@ Two kinds carry bytes. A file sent in a personal chat is ``application/vnd.micro
 whose ``content.downloadUrl`` is a short-lived pre-authorised link (fetched without credentials). Any other
 attachment with a ``contentUrl`` is fetched from it: an image pasted into a message lives on the Bot Connector and
 is fetched with the bot's token, which goes only to the origin of the activity's verified ``serviceUrl`` (any
-other address is fetched without it). The message's own HTML rendering (``text/html``) is not a file; cards and
-files shared from SharePoint or OneDrive (``reference``, which need Microsoft Graph) are refused saying so. The
-records carry no source URL: the addresses are useless without the token or expire within minutes.
+other address is fetched without it). Web Chat and Direct Line users write these URLs themselves, so every one is
+fetched through the section's fetch policy: Microsoft's file hosts (:data:`~platforms.teams.config.FILE_HOSTS`)
+at public addresses, redirects included; anything else is refused without being asked. The message's own HTML
+rendering (``text/html``) is not a file; cards and files shared from SharePoint or OneDrive (``reference``, which
+need Microsoft Graph) are refused saying so. The records carry no source URL: the addresses are useless without
+the token or expire within minutes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import msgspec
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
+from platforms.support.fetch_policy import FetchPolicy, open_session
 from platforms.teams.activity import TeamsAttachment
 
 __all__ = ["FILE_DOWNLOAD_INFO", "attach_files"]
@@ -57,17 +61,19 @@ async def attach_files(
     service_url: str,
     token: Callable[[], str],
     media: MediaStore,
+    fetch: FetchPolicy,
     timeout_s: float,
     where: str,
 ) -> InboundMessage:
     """``inbound`` with ``files`` saved into ``media`` as its attachments (refused ones saying why).
 
-    ``token`` is called (off the loop) only for a file on the Bot Connector, which needs the bot's token.
+    ``token`` is called (off the loop) only for a file on the Bot Connector, which needs the bot's token; every URL
+    is fetched as ``fetch`` allows.
     """
     if not files:
         return inbound
     records: list[Attachment] = []
-    async with aiohttp.ClientSession() as session:
+    async with open_session(fetch) as session:
         for file in files:
             records.append(await _record(file, service_url, token, media, session, timeout_s, where))
     return msgspec.structs.replace(inbound, attachments=(*inbound.attachments, *records))

@@ -30,8 +30,10 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakePlatform, GatedAgent
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
+from platforms.support.fetch_policy import FetchSettings
 from platforms.teams import TeamsAdapter, TeamsBot, TeamsConfig
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.fetch_canary import SECRET, Canary, running_canary, use_hosts
 from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.teams_fake import Answer, FakeTeams, conversation_update, deliver, message, new_key
 
@@ -40,6 +42,8 @@ OTHER_APP = "1b3d5f7a-9c0e-4b2d-8f6a-0c2e4a6b8d0f"
 PASSWORD = "kX8Q~client.secret-main"
 OTHER_PASSWORD = "pL2W~client.secret-other"
 CHANNEL = "19:3b0f1c2a9d8e4f5a@thread.tacv2"
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake serves files on loopback
+REFUSED_INSIDE = "its address points into the bot's own network, which the bot does not fetch from"
 
 
 @pytest.fixture
@@ -357,7 +361,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(120))
 def test_an_inline_image_is_fetched_with_the_bots_token_and_a_file_through_its_download_link(
     start_teams: StartTeams, teams: FakeTeams, tmp_path: Path
 ) -> None:
-    running = start_teams()
+    running = start_teams(fetch=FAKE_FILES)
     attachments = [
         {"contentType": "image/png", "contentUrl": teams.add_image(PNG)},
         {
@@ -387,7 +391,8 @@ def test_an_inline_image_is_fetched_with_the_bots_token_and_a_file_through_its_d
 def test_files_that_cannot_be_read_are_refused_saying_why_and_the_text_still_runs(
     start_teams: StartTeams, teams: FakeTeams, tmp_path: Path
 ) -> None:
-    running = start_teams(media=MediaConfig(max_bytes=1024))
+    fake_files = FetchSettings(hosts=["127.0.0.1", "localhost"], allow_private=["127.0.0.1"])
+    running = start_teams(media=MediaConfig(max_bytes=1024), fetch=fake_files)
     attachments = [
         {  # the same server under another name: another origin, so the bot's token is not sent (and it is refused)
             "contentType": "image/png",
@@ -412,6 +417,71 @@ def test_files_that_cannot_be_read_are_refused_saying_why_and_the_text_still_run
     assert "echo: read these" in reply
     assert teams.image_requests == [None]  # asked without the token
     assert not (tmp_path / "media").exists()
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def test_attachment_urls_inside_the_network_are_not_fetched_and_the_text_still_runs(
+    start_teams: StartTeams, teams: FakeTeams, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_teams()  # a Web Chat or Direct Line user writes contentUrl and downloadUrl themselves
+    attachments = [
+        {"contentType": "text/plain", "contentUrl": canary.url("/metrics"), "name": "metrics.txt"},
+        {"contentType": "image/png", "contentUrl": "http://169.254.169.254/latest/meta-data/", "name": "m.png"},
+        {
+            "contentType": "application/vnd.microsoft.teams.file.download.info",
+            "name": "admin.txt",
+            "content": {"downloadUrl": canary.url("/admin", host="localhost"), "fileType": "txt"},
+        },
+        {"contentType": "text/plain", "contentUrl": "https://evil.example/x.txt", "name": "x.txt"},
+    ]
+    with caplog.at_level(logging.WARNING, logger="platforms.support.downloads"):
+        assert running.say("quote these", attachments=attachments).status == 200
+        reply = teams.take().text
+    assert reply.split("\n\n")[0] == (
+        f"I could not read metrics.txt: {REFUSED_INSIDE}. I could not read m.png: {REFUSED_INSIDE}. "
+        "I could not read admin.txt: it is offered from localhost, which is not a Teams file host. "
+        "I could not read x.txt: it is offered from evil.example, which is not a Teams file host."
+    )
+    assert "echo: quote these" in reply
+    assert canary.hits == []
+    assert SECRET.decode() not in reply
+    assert caplog.text.count("refused by the fetch policy") == 4
+    assert "platforms.teams.fetch.allow_private" in caplog.text
+
+
+def test_a_microsoft_host_that_resolves_or_redirects_into_the_network_is_refused(
+    start_teams: StartTeams, teams: FakeTeams, canary: Canary, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hosts = use_hosts(monkeypatch)
+    hosts["smba.trafficmanager.net"] = hosts["contoso-my.sharepoint.com"] = "127.0.0.1"
+    running = start_teams(fetch=FetchSettings(allow_private=["contoso-my.sharepoint.com"]))
+    sharepoint = "contoso-my.sharepoint.com"
+
+    def download_info(name: str, url: str) -> dict[str, Any]:
+        content = {"downloadUrl": url, "fileType": "txt"}
+        return {"contentType": "application/vnd.microsoft.teams.file.download.info", "name": name, "content": content}
+
+    attachments = [
+        # DNS rebinding: Microsoft's name, this host's address, and no allow_private for it
+        {"contentType": "text/plain", "contentUrl": canary.url(host="smba.trafficmanager.net"), "name": "a.txt"},
+        download_info("b.txt", canary.redirect(canary.url("/b"), host=sharepoint)),
+        download_info("c.txt", canary.redirect(canary.url("/c", host="smba.trafficmanager.net"), host=sharepoint)),
+        download_info("notes.txt", canary.url("/notes.txt", host=sharepoint)),  # allowed: it still works
+    ]
+    assert running.say("read", attachments=attachments).status == 200
+    reply = teams.take().text
+    assert reply.split("\n\n")[0] == (
+        f"I could not read a.txt: {REFUSED_INSIDE}. I could not read b.txt: {REFUSED_INSIDE}. "
+        f"I could not read c.txt: {REFUSED_INSIDE}."
+    )
+    assert f"Its text:\n{SECRET.decode().strip()}" in reply  # notes.txt, from the allowed host
+    assert canary.secret_hits() == ["/notes.txt"]
+    assert len(canary.redirect_hits()) == 2
 
 
 # -- sending -----------------------------------------------------------------------------------------------------
