@@ -9,10 +9,40 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
-__all__ = ["MIN_MESSAGE_CAP_CHARS", "SAVE_MEMORY_TRIGGERS", "RuntimeConfig", "SearchScope", "SessionsConfig"]
+__all__ = [
+    "MIN_MESSAGE_CAP_CHARS",
+    "SAVE_MEMORY_TRIGGERS",
+    "HttpLimits",
+    "RuntimeConfig",
+    "SearchScope",
+    "SessionsConfig",
+]
 
 MIN_MESSAGE_CAP_CHARS = 500
 SAVE_MEMORY_TRIGGERS = ("idle", "daily", "new", "reset")  # the ends a save-memory turn may run before
+
+
+class HttpLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What every HTTP listener holds a client to (``daemon.http_header_timeout_s``, ``daemon.http_idle_timeout_s``,
+    ``daemon.http_max_connections``; :mod:`platforms.support.http_listener`).
+
+    ``header_timeout_s``: a new connection's first request line and headers must have arrived by then;
+    ``idle_timeout_s``: a connection waiting for its next request is closed after it; ``max_connections``: open
+    connections per listener, past which the longest idle one is closed to make room for a new one (or, when
+    every one is answering a request, new ones wait in the listen queue).
+    """
+
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 75.0  # above the 60 s a reverse proxy (nginx) keeps its idle upstream connections
+    max_connections: int = 512
+
+    def __post_init__(self) -> None:
+        if not 0 < self.header_timeout_s <= 3600:
+            raise ConfigError("daemon.http_header_timeout_s", "must be more than 0 and at most 3600 seconds")
+        if not 0 < self.idle_timeout_s <= 86400:
+            raise ConfigError("daemon.http_idle_timeout_s", "must be more than 0 and at most 86400 seconds")
+        if self.max_connections < 1:
+            raise ConfigError("daemon.http_max_connections", "must be at least 1 connection per listener")
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -13,6 +13,7 @@ from typing import Any, Protocol, cast
 
 import msgspec
 
+from hermes_actors.config import HttpLimits
 from hermes_actors.errors import ConfigError
 from hermes_actors.ports import Adapter
 from hermes_actors.section_parts import SectionParts
@@ -178,9 +179,16 @@ def enabled(config: msgspec.Struct) -> bool:
     return bool(getattr(config, "enabled", True))
 
 
-def build(name: str, config: msgspec.Struct, environ: Mapping[str, str]) -> Adapter:
-    """Construct platform ``name``'s adapter from its config."""
-    return adapter_factory(name)(config, environ=environ)
+def build(
+    name: str, config: msgspec.Struct, environ: Mapping[str, str], *, http_limits: HttpLimits | None = None
+) -> Adapter:
+    """Construct platform ``name``'s adapter from its config; one that listens on a port of its own holds its
+    clients to ``http_limits`` (default :class:`~hermes_actors.config.HttpLimits`)."""
+    adapter = adapter_factory(name)(config, environ=environ)
+    limit = getattr(adapter, "limit_connections", None)
+    if limit is not None and http_limits is not None:
+        limit(http_limits)
+    return adapter
 
 
 def check_credentials(adapter: Adapter, *, timeout_s: float) -> list[str] | None:
@@ -216,11 +224,11 @@ class SharedListener(Protocol):
         ...
 
 
-def shared_listener(*, host: str, port: int) -> SharedListener:
-    """A listener on ``host:port`` for every HTTP adapter (``platforms.support.shared_http``, loaded by path like
-    the platforms, so the daemon sees only this protocol)."""
+def shared_listener(*, host: str, port: int, limits: HttpLimits | None = None) -> SharedListener:
+    """A listener on ``host:port`` for every HTTP adapter, holding its clients to ``limits``
+    (``platforms.support.shared_http``, loaded by path like the platforms, so the daemon sees only this protocol)."""
     module = importlib.import_module("platforms.support.shared_http")
-    return cast(SharedListener, module.SharedListener(host=host, port=port))
+    return cast(SharedListener, module.SharedListener(host=host, port=port, limits=limits))
 
 
 def probe_listen(adapter: Adapter) -> None:

@@ -19,7 +19,7 @@ import msgspec
 import yaml
 
 from hermes_actors.cluster.settings import ClusterSettings
-from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.config import HttpLimits, RuntimeConfig, SessionsConfig
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
@@ -67,8 +67,9 @@ _MIN_ADMIN_KEY = 16
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``daemon:`` section: the control socket, shutdown drain, time zone, log level and format,
     ``http_port``: one port for every HTTP entry point on ``http_host`` (behind a reverse proxy; 0: each on its own
-    port), and ``admin_key``: the key of the API server's operator routes (unset: ``$HERMES_ADMIN_KEY``, else one
-    generated into ``$HERMES_HOME/admin_key``)."""
+    port), ``http_header_timeout_s``, ``http_idle_timeout_s`` and ``http_max_connections``: what every HTTP listener
+    holds clients to (:class:`~hermes_actors.config.HttpLimits`), and ``admin_key``: the key of the API server's
+    operator routes (unset: ``$HERMES_ADMIN_KEY``, else one generated into ``$HERMES_HOME/admin_key``)."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: float = 30.0
@@ -77,7 +78,19 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     log_format: typing.Literal["logfmt", "json"] = "logfmt"  # one line per event either way
     http_port: int = 0
     http_host: str = "127.0.0.1"
+    http_header_timeout_s: float = 10.0
+    http_idle_timeout_s: float = 75.0
+    http_max_connections: int = 512
     admin_key: str | None = None
+
+    @property
+    def http_limits(self) -> HttpLimits:
+        """The ``http_*`` limits every HTTP listener of the daemon applies."""
+        return HttpLimits(
+            header_timeout_s=self.http_header_timeout_s,
+            idle_timeout_s=self.http_idle_timeout_s,
+            max_connections=self.http_max_connections,
+        )
 
     def __post_init__(self) -> None:
         if self.admin_key is not None and len(self.admin_key.strip()) < _MIN_ADMIN_KEY:
@@ -90,6 +103,7 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ConfigError("daemon.http_port", f"{self.http_port} is not a TCP port; use 1..65535, or 0 for none")
         if not self.http_host:
             raise ConfigError("daemon.http_host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
+        self.http_limits  # noqa: B018 - checks the http_* limits, naming the field
         if self.drain_timeout_s < 0:
             raise ConfigError("daemon.drain_timeout_s", "must not be negative")
         if self.timezone is not None:

@@ -208,6 +208,9 @@ daemon:
   # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API
   # http_host: 127.0.0.1             # at /v1 and /health, /webhooks/..., /slack/..., /feishu/..., /whatsapp/...,
   #                                  # /telegram/...; the entry points' own ports stay closed. 0: off
+  # http_header_timeout_s: 10        # every HTTP listener: a new connection's request headers must arrive by then
+  # http_idle_timeout_s: 75          # a kept-alive connection waiting for its next request is closed after this
+  # http_max_connections: 512        # open connections per listener; past it the longest idle one is closed
   # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 """

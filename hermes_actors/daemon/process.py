@@ -305,7 +305,7 @@ class Daemon:
     def _reload_adapters(self, platforms: Mapping[str, Any]) -> None:
         gateway = self._gateway
         assert gateway is not None
-        old = self.settings.platforms
+        old, limits = self.settings.platforms, self.settings.daemon.http_limits
         for name in sorted({*platforms, *old}):
             if platforms.get(name) == old.get(name):
                 continue
@@ -319,7 +319,7 @@ class Daemon:
             elif not registry.enabled(platforms[name]):
                 board.disabled(name)
             try:
-                fresh = build_adapters({name: platforms[name]} if name in platforms else {}, self._environ)
+                fresh = build_adapters({name: platforms[name]} if name in platforms else {}, self._environ, limits)
             except ConfigError as exc:
                 board.failed(name, str(exc))
                 _log.error("%s not restarted: %s", name, exc)

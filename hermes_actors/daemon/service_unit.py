@@ -3,7 +3,8 @@ installation by :func:`unit_text` (``hermesctl service unit`` prints it).
 
 The unit is ``Type=notify`` (:mod:`hermes_actors.daemon.notify`): systemd counts hermesd started once its entry
 points listen, restarts it when it fails or misses its watchdog, and runs it sandboxed: the file system read-only
-but for the home, a private ``/tmp``, no new privileges. Without a home of its own the unit keeps the state in
+but for the home, a private ``/tmp``, no new privileges. ``LimitNOFILE=`` leaves room for every HTTP listener at
+its connection cap (``daemon.http_max_connections``). Without a home of its own the unit keeps the state in
 systemd's ``StateDirectory=hermes`` (``/var/lib/hermes``; ``~/.local/state/hermes`` for a user unit).
 """
 

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.config import HttpLimits
 from hermes_actors.daemon.admin_key import configured_admin_key, refuse_shared_key
 from hermes_actors.daemon.agent import build_agent
 from hermes_actors.daemon.config_file import Settings, load_settings
@@ -46,10 +47,15 @@ class StartPlan:
             close()
 
 
-def build_adapters(platforms: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Adapter]:
-    """One adapter per enabled platform section, by platform name."""
+def build_adapters(
+    platforms: Mapping[str, Any], environ: Mapping[str, str], http_limits: HttpLimits
+) -> dict[str, Adapter]:
+    """One adapter per enabled platform section, by platform name; those listening on ports of their own hold
+    their clients to ``http_limits`` (``daemon.http_*``)."""
     return {
-        name: registry.build(name, config, environ) for name, config in platforms.items() if registry.enabled(config)
+        name: registry.build(name, config, environ, http_limits=http_limits)
+        for name, config in platforms.items()
+        if registry.enabled(config)
     }
 
 
@@ -69,8 +75,10 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
         # One port on http_host for all: each HTTP entry point is checked as listening there (a key off loopback).
         host = settings.daemon.http_host
         platforms = {name: _moved(config, host) for name, config in platforms.items()}
-        listener = registry.shared_listener(host=host, port=settings.daemon.http_port)
-    adapters = build_adapters(platforms, environ)
+        listener = registry.shared_listener(
+            host=host, port=settings.daemon.http_port, limits=settings.daemon.http_limits
+        )
+    adapters = build_adapters(platforms, environ, settings.daemon.http_limits)
     for name, adapter in adapters.items():
         if listener is not None:
             listener.attach(name, adapter)

@@ -8,6 +8,10 @@ Every adapter a platform pushes to (webhooks, Slack, Feishu, WhatsApp, Telegram 
 same server lifecycle, so :class:`HttpAdapter` owns it once: the address, start and stop, reading a body within
 ``max_body_bytes`` and committing a message off the loop. What differs (routes, answer shapes, log wording) stays
 in each adapter; a request it refuses is a :class:`Refused` it turns into its own answer.
+
+Every host accepts through an :class:`~platforms.support.http_listener.HttpListener` (header and idle timeouts,
+a cap on open connections: :class:`~hermes_actors.config.HttpLimits`) and stamps the security headers of
+:mod:`platforms.support.security_headers` on every response.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from hermes_actors.config import HttpLimits
 from hermes_actors.errors import PlatformError
-from platforms.support.content_encoding import decode_content
+from platforms.support.http_body import Refused, committed, read_body, read_decoded, unreadable
+from platforms.support.http_listener import AnswerLog, HttpListener, ListenerStatistics
+from platforms.support.security_headers import stamp_security_headers
 
 if TYPE_CHECKING:
     from hermes_actors.messages import InboundMessage
@@ -48,17 +55,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-async def committed(future: concurrent.futures.Future[T], timeout_s: float) -> T:
-    """Await a writer future (``inbox.submit``) on the running loop, for at most ``timeout_s``.
-
-    On a timeout the write may still commit later; the platform's redelivery is then recognised as a duplicate.
-    """
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-    except TimeoutError:
-        raise TimeoutError(f"the store did not commit the message within {timeout_s:g} s") from None
 
 
 class _ServerLog(logging.LoggerAdapter[logging.Logger]):
@@ -131,14 +127,25 @@ def probe_listen(name: str, host: str, port: int) -> None:
 
 
 class HttpHost:
-    """One aiohttp application on ``host:port`` (port 0 picks a free one), served from its own thread."""
+    """One aiohttp application on ``host:port`` (port 0 picks a free one), served from its own thread within
+    ``limits``."""
 
-    def __init__(self, app: web.Application, *, host: str = "127.0.0.1", port: int = 0, name: str = "http") -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "http",
+        limits: HttpLimits | None = None,
+    ) -> None:
         self.app = app
         self.host = host
         self.name = name
+        self.limits = limits if limits is not None else HttpLimits()
         self._requested_port = port
         self._port: int | None = None
+        self._listener: HttpListener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -183,21 +190,39 @@ class HttpHost:
         except OSError as exc:
             raise _cannot_listen(self.name, self.host, self._requested_port, exc) from exc
 
+    def statistics(self) -> ListenerStatistics:
+        """A snapshot of the listener's connections (none before :meth:`start`)."""
+        if self._listener is None:
+            return ListenerStatistics(open=0, idle=0, timed_out=0, evicted=0)
+        return self._listener.statistics()
+
     async def _setup(self) -> int:
         _answer_expect_safely(self.app)
+        stamp_security_headers(self.app)
         log = _ServerLog(self.name)
         # auto_decompress off: bodies are decoded by read_decoded, after they have been read (see its docstring).
+        # keepalive_timeout: aiohttp's own timer, from the connection's start and after each answer.
         runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0, logger=log, auto_decompress=False
+            self.app,
+            access_log=logging.getLogger("aiohttp.access"),  # AnswerLog logs nothing: it marks connections idle
+            access_log_class=AnswerLog,
+            handle_signals=False,
+            shutdown_timeout=5.0,
+            logger=log,
+            auto_decompress=False,
+            keepalive_timeout=self.limits.idle_timeout_s,
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self._requested_port)
-        await site.start()
+        assert runner.server is not None  # set by setup()
+        listener = HttpListener(self.name, self.limits, runner.server)
         self._runner = runner
-        addresses = runner.addresses  # (host, port, ...) of each bound socket
-        return int(addresses[0][1]) if addresses else self._requested_port
+        port = await listener.open(self.host, self._requested_port)
+        self._listener = listener
+        return port
 
     async def _teardown(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -215,60 +240,6 @@ class HttpHost:
         if thread.is_alive():
             _log.warning("%s: server thread did not stop within %.1f s", self.name, timeout)
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-class Refused(Exception):
-    """A request an adapter refuses: the HTTP status and the reason sent back."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-async def read_body(request: web.Request, limit: int, setting: str) -> bytes:
-    """The body of ``request``; :class:`Refused` (413, naming ``setting``) if it is longer than ``limit`` bytes.
-
-    A ``Content-Length`` over the limit is refused before reading; a body without one is cut off by aiohttp's
-    ``client_max_size`` (the same limit), which is refused alike. A body that cannot be read as it says it is
-    sent (a ``Content-Encoding`` it is not in, a broken chunk) is :class:`Refused` 400.
-    """
-    too_large = Refused(413, f"the body is larger than {limit} bytes ({setting})")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    try:
-        return await read_decoded(request, limit)
-    except web.HTTPRequestEntityTooLarge:
-        raise too_large from None
-    except web.RequestPayloadError as exc:
-        raise Refused(400, f"the body cannot be read ({unreadable(exc)})") from None
-    except ConnectionResetError:
-        # The client went away before its body was complete: nothing to answer, and no fault of ours.
-        raise Refused(400, "the client closed the connection before its body was complete") from None
-
-
-async def read_decoded(request: web.Request, limit: int) -> bytes:
-    """The body of ``request`` as sent, decoded from its ``Content-Encoding`` (gzip or deflate).
-
-    It raises what ``request.read()`` would with aiohttp decoding: :class:`web.HTTPRequestEntityTooLarge` past
-    ``limit`` bytes (encoded or decoded), :class:`web.RequestPayloadError` for a body not in its encoding.
-
-    :class:`HttpHost` serves with aiohttp's own decoding off because that one can leave a request unanswered: when
-    a deflate body that does not end its stream arrives after the headers (in another read of the socket), the
-    parser raises at the end of the body inside ``data_received``, aiohttp queues a 400 for it behind the request
-    already handed to the handler, and that request's body never ends, so the handler waits on ``read()`` until
-    the client gives up (whether the body comes in the same read as the headers is timing, hence intermittent).
-    """
-    raw = await request.read()
-    if len(raw) > limit:  # a port shared by several adapters reads up to the largest limit (shared_http)
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(raw))
-    encoding = request.headers.get("Content-Encoding", "")
-    return decode_content(raw, encoding.lower() if encoding.isascii() else encoding, limit)
-
-
-def unreadable(exc: web.RequestPayloadError) -> str:
-    """Why aiohttp could not read a request body, on one line."""
-    return " ".join(str(exc).split())[:200]
 
 
 class SharedPort(Protocol):
@@ -310,10 +281,15 @@ class HttpAdapter(abc.ABC, Generic[C]):
         self._inbox: Inbox | None = None
         self._host: HttpHost | None = None
         self._shared: SharedPort | None = None
+        self._limits = HttpLimits()
 
     def share(self, port: SharedPort) -> None:
         """Serve on ``port`` (one listener for every HTTP adapter) instead of ``config.host:config.port``."""
         self._shared = port
+
+    def limit_connections(self, limits: HttpLimits) -> None:
+        """Hold the clients of the adapter's own port to ``limits`` (a shared port has its owner's)."""
+        self._limits = limits
 
     @property
     def url(self) -> str:
@@ -330,7 +306,13 @@ class HttpAdapter(abc.ABC, Generic[C]):
             self._inbox = inbox
             self._host = self._shared.add(self.server_name, self._application())
             return
-        host = HttpHost(self._application(), host=self.config.host, port=self.config.port, name=self.server_name)
+        host = HttpHost(
+            self._application(),
+            host=self.config.host,
+            port=self.config.port,
+            name=self.server_name,
+            limits=self._limits,
+        )
         # Set before binding: a request may arrive as soon as the socket listens.
         self._inbox, self._host = inbox, host
         try:

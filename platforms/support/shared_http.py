@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from hermes_actors.config import HttpLimits
 from hermes_actors.errors import PlatformError
 from platforms.support.http_host import HttpAdapter, HttpHost, probe_listen
 
@@ -57,14 +58,15 @@ def mount(root: web.Application, app: web.Application, owner: str, taken: dict[s
 
 
 class SharedListener:
-    """One HTTP server on ``host:port`` for every adapter :meth:`attach` accepts.
+    """One HTTP server on ``host:port`` for every adapter :meth:`attach` accepts, holding clients to ``limits``.
 
     Attach the adapters, start them (each mounts its application instead of binding its own port), then
     :meth:`start` binds; :meth:`stop` closes the port for all of them.
     """
 
-    def __init__(self, *, host: str, port: int) -> None:
+    def __init__(self, *, host: str, port: int, limits: HttpLimits | None = None) -> None:
         self._address = (host, port)
+        self._connection_limits = limits if limits is not None else HttpLimits()
         self._limits: list[int] = []
         self._host: HttpHost | None = None
         self._taken: dict[str, str] = {}
@@ -76,7 +78,8 @@ class SharedListener:
         if self._host is None:
             # The port reads bodies up to the largest limit; each adapter checks its own (http_host.read_decoded).
             root = web.Application(client_max_size=max(self._limits, default=1024 * 1024))
-            self._host = HttpHost(root, host=self._address[0], port=self._address[1], name="http")
+            host, port = self._address
+            self._host = HttpHost(root, host=host, port=port, name="http", limits=self._connection_limits)
         return self._host
 
     def attach(self, name: str, adapter: Adapter) -> bool:

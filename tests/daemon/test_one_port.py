@@ -5,13 +5,25 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
+from email.message import Message
 from pathlib import Path
 
 import openai
 import pytest
 
+from hermes_actors.daemon.config_file import decode_settings
+from hermes_actors.daemon.startup import prepare_start
+from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
+from platforms.api_server import ApiServer, ApiServerConfig
+from platforms.api_server.guards import CONSOLE_CSP, SECURITY_HEADERS
+from platforms.support.shared_http import SharedListener
+from platforms.webhook.adapter import WebhookAdapter
+from platforms.webhook.config import WebhookConfig, WebhookRoute
 from tests.daemon.test_daemon import SECRET, Daemon, _signed, _user_messages, start_daemon
 from tests.platforms.slack_fake import FakeSlack, event_callback, message, sign
 
@@ -106,3 +118,68 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
         f"one port: {base}  (api_server: /v1 /health /metrics /api /console; webhook: /webhooks; slack: /slack" in out
     )
     assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "api_server", "slack", "webhook"]
+
+
+def _answer_headers(url: str, method: str = "GET") -> tuple[int, Message[str, str]]:
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.headers
+
+
+def test_every_answer_of_the_one_port_carries_the_security_headers_not_only_the_apis(tmp_path: Path) -> None:
+    api = ApiServer(ApiServerConfig(port=0, key="sk-one-port-key"), environ={})
+    hooks = WebhookAdapter(WebhookConfig(port=0, routes={"default": WebhookRoute(secret=SECRET)}), environ={})
+    listener = SharedListener(host="127.0.0.1", port=0)
+    assert listener.attach("api_server", api)
+    assert listener.attach("webhook", hooks)
+    with Gateway(tmp_path / "state.db", senders=[*api.senders(), *hooks.senders()]) as gateway:
+        inbox = GatewayInbox(gateway, admin_key="hk-one-port-admin-key-for-tests")
+        api.start(inbox)
+        hooks.start(inbox)
+        listener.start()
+        try:
+            base = listener.host.url
+            answers = {
+                "webhook GET (405)": _answer_headers(base + "/webhooks/default"),
+                "unknown webhook route": _answer_headers(base + "/webhooks/nowhere", "POST"),
+                "unknown path (404)": _answer_headers(base + "/no/such/path"),
+                "root (404)": _answer_headers(base + "/"),
+                "API without a key (401)": _answer_headers(base + "/v1/models"),
+            }
+            console_status, console = _answer_headers(base + "/console/login")
+        finally:
+            listener.stop(10)
+    assert [status for status, _ in answers.values()] == [405, 404, 404, 404, 401]
+    for what, (_, headers) in answers.items():
+        assert {name: headers.get(name) for name in SECURITY_HEADERS} == dict(SECURITY_HEADERS), what
+    # The console's pages keep their own policy: the listener's headers only fill in what a response lacks.
+    assert (console_status, console["Content-Security-Policy"]) == (200, CONSOLE_CSP)
+    assert (console["Referrer-Policy"], console["X-Frame-Options"]) == ("same-origin", "DENY")
+
+
+def test_the_daemons_http_limits_hold_on_the_one_port(tmp_path: Path) -> None:
+    (shared,) = _free_ports(1)
+    settings = decode_settings(
+        {
+            "daemon": {"http_port": shared, "http_header_timeout_s": 0.3, "http_max_connections": 5},
+            "platforms": {"webhook": {"routes": {"default": {"secret": SECRET}}}},
+        }
+    )
+    plan = prepare_start(settings, home=tmp_path, environ={})
+    assert plan.listener is not None
+    with Gateway(tmp_path / "state.db") as gateway, ExitStack() as stack:
+        inbox = GatewayInbox(gateway, admin_key="hk-one-port-admin-key-for-tests")
+        for adapter in plan.adapters.values():
+            adapter.start(inbox)
+            stack.callback(adapter.stop)
+        plan.listener.start()
+        stack.callback(plan.listener.stop, 10)
+        idle = [stack.enter_context(closing(socket.create_connection(("127.0.0.1", shared)))) for _ in range(8)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{shared}/health", timeout=5) as response:
+            assert response.status == 200  # past the cap of 5: idle ones made room
+        idle[-1].settimeout(1.3)
+        assert idle[-1].recv(1) == b""  # closed by the header timeout (0.3 s), not after aiohttp's hour

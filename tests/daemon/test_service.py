@@ -14,7 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_actors.cli.hermesctl import main as hermesctl
+from hermes_actors.config import HttpLimits
 from hermes_actors.daemon.notify import Notifier
+from platforms.registry import PLATFORMS
 from tests.daemon.test_daemon import SECRET
 
 
@@ -51,6 +53,14 @@ def test_the_unit_is_a_sandboxed_notify_service_running_this_hermesd_on_its_stat
     assert {key: unit.get(key) for key in expected} == expected
     assert unit["ExecStart"] == [str(Path(sys.executable).parent / "hermesd")]
     assert unit["ProtectHome"] in (["yes"], ["read-only"])
+
+
+@pytest.mark.parametrize("args", [[], ["--user"]], ids=["system", "user"])
+def test_the_unit_allows_descriptors_for_every_http_listener_at_its_connection_cap(args: list[str]) -> None:
+    # systemd's default is 1024 (soft); 1,100 idle connections once took every entry point down with it.
+    (limit,) = _settings(_unit(*args))["LimitNOFILE"]
+    listeners = len(PLATFORMS)  # at most one listener per platform (fewer with daemon.http_port)
+    assert int(limit) >= 4 * listeners * HttpLimits().max_connections
 
 
 def test_a_unit_for_another_home_may_write_there_only_and_a_user_unit_drops_namespace_options(
