@@ -238,7 +238,7 @@ async def read_form(request: web.Request) -> MultiDictProxy[str]:
     if request.content_type != _FORM_TYPE or (request.charset or "utf-8").lower() not in ("utf-8", "utf8"):
         raise ConsoleRefusal(400, f"a console form is {_FORM_TYPE} in UTF-8; post it as the page does")
     try:
-        body = await read_body(request, _MAX_FORM_BYTES, "the console's forms are at most 64 KiB")
+        body = await read_body(request, _MAX_FORM_BYTES, "the limit of a console form")
     except Refused as refused:
         raise ConsoleRefusal(refused.status, refused.reason) from None
     try:
