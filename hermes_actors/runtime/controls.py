@@ -31,6 +31,7 @@ from hermes_actors.media import user_content
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource, build_session_key
+from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, Handoff, SetTitle, TurnOutcome
 from hermes_actors.runtime.records import source_of, user_key
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
@@ -190,7 +191,10 @@ class SessionControls:
         """The model's context window in tokens (the agent's, else ``runtime.context_window``)."""
         return self._window
 
-    def needs_compression(self) -> bool:
+    def needs_compression(self, deliveries: Sequence[Delivery]) -> bool:
+        """Whether a turn answering ``deliveries`` compresses first: the history reached
+        ``runtime.compress_at_messages``, or the prompt it would send (:meth:`prompt_tokens`) reached
+        ``runtime.compress_at_ratio`` of the window."""
         config = self._services.config
         if self._no_gain_at == len(self._turns.history):
             return False  # a summary of this very history did not make the prompt smaller
@@ -201,18 +205,17 @@ class SessionControls:
         )
         if len(self._turns.history) - carried < 4:
             return False
-        tokens = self._turns.model_history.tokens(self._turns.history)  # as sent: capped messages count capped
         return (
             len(self._turns.history) >= config.compress_at_messages
-            or tokens >= config.compress_at_ratio * self.window()
+            or self.prompt_tokens(deliveries) >= config.compress_at_ratio * self.window()
         )
 
     def prompt_tokens(self, deliveries: Sequence[Delivery]) -> int:
         """Estimate the prompt a turn answering ``deliveries`` sends: the frozen prefix (system message with the
         memories, tool list), history, user text."""
         prefix = self._turns.prefix  # a new session's too: what its first turn will freeze and send
-        chars = len(prefix.system_prompt or "") + len(prefix.tools)
-        chars += sum(len(user_content(d.message)) + 1 for d in deliveries)
+        chars = _prefix_chars(prefix) + sum(len(user_content(d.message)) + 1 for d in deliveries)
+        # The history as sent: capped messages count capped.
         return self._turns.model_history.tokens(self._turns.history) + chars // CHARS_PER_TOKEN
 
     def before_turn(self, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome | None:
@@ -220,7 +223,7 @@ class SessionControls:
         answered instead of being sent over the window. ``None``: run the turn here."""
         window = self.window()
         over = self.prompt_tokens(deliveries) > window
-        if over or self.needs_compression():
+        if over or self.needs_compression(deliveries):
             outcome = self.compress((), token, reply=False)
             if outcome.continued_by is not None:
                 return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
@@ -245,7 +248,9 @@ class SessionControls:
 
     def compress(self, deliveries: Sequence[Delivery], token: CancelToken, *, reply: bool) -> TurnOutcome:
         """Summarise into a child session that takes over every routing key of this one, when the child's prompt
-        is smaller than this session's (otherwise nothing changes)."""
+        is smaller than this session's (otherwise nothing changes). Both prompts are counted whole: this session's
+        frozen prefix and history, and the child's: the prefix it would freeze now (the memories saved meanwhile
+        included), the summary and the protected recent messages. The next message would be in either."""
         if self._turns.is_new or self._turns.record is None or len(self._turns.history) < 4:
             return self._unchanged(deliveries, "Nothing to compress yet: this session has fewer than 4 messages.")
         config = self._services.config
@@ -253,11 +258,14 @@ class SessionControls:
         keep = config.protected_recent_messages
         recent = [m for m in history if m.role in ("user", "assistant") and m.content][-keep:] if keep else []
         cap = self._turns.model_history.cap
-        before = self._turns.model_history.tokens(self._turns.history)
-        at_least = carried_tokens("", recent, cap)
+        with self._services.readers.reader() as store:
+            child_prefix = self._turns.fresh_prefix(store)  # frozen by the child as read here
+        growth = (_prefix_chars(child_prefix) - _prefix_chars(self._turns.prefix)) // CHARS_PER_TOKEN
+        before = _prefix_chars(self._turns.prefix) // CHARS_PER_TOKEN + self._turns.model_history.tokens(history)
+        at_least = _prefix_chars(child_prefix) // CHARS_PER_TOKEN + carried_tokens("", recent, cap)
         if at_least >= before:  # even an empty summary would not gain: do not ask the agent
             self._no_gain_at = len(history)
-            return self._unchanged(deliveries, _no_gain_text(before, at_least, len(recent)))
+            return self._unchanged(deliveries, _no_gain_text(before, at_least, len(recent), growth))
         budget = summary_budget(config.summary_max_tokens, self.window())
         summarize = summary_call(self._services.agent, budget)
         summary = self._turns.agent_calls.in_pool(lambda: summarize(history, self._timeout), token)
@@ -268,10 +276,10 @@ class SessionControls:
         fitted = fit_summary(summary, budget)
         if fitted != summary:
             _log.info("session %s: the summary was cut to its budget of %d tokens", self.session_id, budget)
-        after = carried_tokens(fitted, recent, cap)
+        after = _prefix_chars(child_prefix) // CHARS_PER_TOKEN + carried_tokens(fitted, recent, cap)
         if after >= before:
             self._no_gain_at = len(history)
-            return self._unchanged(deliveries, _no_gain_text(before, after, len(recent)))
+            return self._unchanged(deliveries, _no_gain_text(before, after, len(recent), growth))
         summary = fitted
         parent = self._turns.record
         kind = SessionKind.CLI if parent.source == "cli" else SessionKind.GATEWAY
@@ -284,7 +292,7 @@ class SessionControls:
         def commit(store: Store) -> tuple[int, OutboundMessage] | None:
             self._turns.fence(store)
             title = store.next_lineage_title(parent.title) if parent.title else None
-            prefix = self._turns.fresh_prefix(store)  # the child freezes its own, with the memories of now
+            prefix = child_prefix  # the child freezes its own, with the memories of now, as counted above
             child = store.create_session(
                 source_of(parent),
                 session_id=child_id,
@@ -375,8 +383,20 @@ class SessionControls:
         return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
 
 
-def _no_gain_text(before: int, after: int, kept: int) -> str:
+def _prefix_chars(prefix: FrozenPrefix) -> int:
+    """The characters of what goes before the conversation: the system message and the tool list."""
+    return len(prefix.system_prompt or "") + len(prefix.tools)
+
+
+def _no_gain_text(before: int, after: int, kept: int, growth: int) -> str:
+    if growth > 0:
+        return (
+            "Not compressed: a new session would not make the prompt smaller. Its system message would be about "
+            f"{growth:,} tokens longer than this session's (memories saved since it started): the prompt is about "
+            f"{before:,} tokens now and would be about {after:,} with a summary and the last {kept} messages. "
+            "Nothing changed."
+        )
     return (
-        f"Not compressed: this conversation is too short to gain from it. Its history is about {before:,} tokens; "
-        f"a summary with the last {kept} messages would be about {after:,}. Nothing changed."
+        f"Not compressed: this conversation is too short to gain from it. Its prompt is about {before:,} tokens; "
+        f"with a summary and the last {kept} messages it would be about {after:,}. Nothing changed."
     )

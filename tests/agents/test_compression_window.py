@@ -173,7 +173,7 @@ def test_compress_refuses_when_the_summary_would_make_the_prompt_bigger(setup: S
             turn(fake, text(200, f"q{i}"))
         session = gateway.session_for(KEY)
         reply = turn(fake, "/compress")
-        assert reply.startswith("Not compressed: this conversation is too short to gain from it. Its history is")
+        assert reply.startswith("Not compressed: this conversation is too short to gain from it. Its prompt is")
         assert is_summary_request(server.completion_bodies[-1])
         assert gateway.wait_idle()
         assert gateway.session_for(KEY) == session
