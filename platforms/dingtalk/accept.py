@@ -3,10 +3,14 @@
 The message is committed with its conversation's :class:`~platforms.dingtalk.callback.Route` as the poll cursor
 ``route:<robot>:<conversationId>`` in the same transaction, so the sender finds the session webhook (and the
 conversation's type and user) after a restart; only then is DingTalk answered or the stream frame acknowledged.
+A route replaces the stored one only when it brings a session webhook (one of DingTalk's; the decoder dropped any
+other) with a message seen for the first time: a message without one, or delivered again, keeps the stored route
+(and stores its own only where there is none).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -47,12 +51,13 @@ async def with_files(
     return msgspec.structs.replace(received, inbound=inbound)
 
 
-async def commit(inbox: Inbox, robot: str, received: Received) -> AcceptResult:
-    """Commit the message with its conversation's route; return once it is safe (raises what the store raised)."""
-    cursor = PollCursor(
-        platform=PLATFORM,
-        cursor=encode_route(received.route),
-        account_id=route_key(robot, received.route.conversation_id),
-    )
+async def commit(inbox: Inbox, robot: str, received: Received, *, again: bool = False) -> AcceptResult:
+    """Commit the message with its conversation's route; return once it is safe (raises what the store raised).
+    ``again``: the message is being delivered again, so its route replaces no stored one."""
+    key = route_key(robot, received.route.conversation_id)
+    cursor: PollCursor | None = PollCursor(platform=PLATFORM, cursor=encode_route(received.route), account_id=key)
+    replaces = received.route.webhook is not None and not again
+    if not replaces and await asyncio.to_thread(inbox.poll_cursor, PLATFORM, key) is not None:
+        cursor = None
     (result,) = await committed(inbox.submit_many([received.inbound], cursor=cursor), inbox.ask_timeout_s)
     return result

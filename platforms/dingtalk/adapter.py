@@ -2,9 +2,12 @@
 robot), and the sender of their replies.
 
 A callback is acknowledged (HTTP 200) only once its message is committed to the inbox (with the conversation's
-reply route, in the same transaction), or recognised as a repeat of a ``msgId`` already stored. A request the
-adapter cannot use gets a small JSON ``{"error": ...}`` saying why: 404 unknown robot, 413 too large, 401
-unsigned, badly signed or outside the one-hour window, 400 malformed; 503 if the message could not be stored.
+reply route, in the same transaction), or recognised as a repeat of a ``msgId`` already stored. Its ``timestamp``
+and ``sign`` are checked first, then its body decoded, then the pair claimed for its ``msgId``
+(:mod:`platforms.dingtalk.signatures`): DingTalk delivering a message again with the same headers is a duplicate,
+while the same headers on another message are a replay. A request the adapter cannot use gets a small JSON
+``{"error": ...}`` saying why: 404 unknown robot, 413 too large, 401 unsigned, badly signed, outside the one-hour
+window or replayed, 400 malformed; 503 if the message (or its signature) could not be stored.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from aiohttp import web
 from hermes_actors.errors import PlatformError
 from platforms.base import Capabilities, Inbox, ReplySender
 from platforms.dingtalk.accept import commit, with_files
-from platforms.dingtalk.callback import PLATFORM, Ignored, Received, open_callback
+from platforms.dingtalk.callback import PLATFORM, Ignored, Received, Signed, open_callback
 from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
 from platforms.dingtalk.sender import TOKEN_PATH, DingtalkSender
+from platforms.dingtalk.signatures import Claim, Signatures
 from platforms.dingtalk.stream import OPEN_PATH, StreamConnection
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
@@ -39,6 +43,11 @@ _log = logging.getLogger(__name__)
 
 def _answer(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
+
+
+def _refused(name: str, refused: Refused) -> web.Response:
+    _log.warning("dingtalk robot %r: refused a request (%d %s)", name, refused.status, refused.reason)
+    return _answer(refused.status, {"error": refused.reason})
 
 
 class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
@@ -71,6 +80,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
             chat_rate=Rate(per_second=config.chat_messages_per_minute / 60, burst=config.chat_messages_per_minute),
         )
         self._rng = rng or random.Random()
+        self._signatures: Signatures | None = None
         self._links = Links("robot", self._robots)
         self._thread = TaskThread(
             name="hermes-dingtalk", label="dingtalk: the stream", log=_log, shutdown_executor=True
@@ -90,6 +100,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         ``inbox``."""
         self._sender.attach(inbox)
         if self.config.mode == "callback":
+            self._signatures = Signatures(inbox)
             super().start(inbox)
             return
         self._inbox = inbox
@@ -165,16 +176,32 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
             if robot is None:
                 raise Refused(404, f"no dingtalk robot {name!r}; add it under platforms.dingtalk.robots")
             body = await self._read_body(request)
-            opened = open_callback(robot, request.headers, body, received_at=self._clock())
+            signed = open_callback(
+                robot, request.headers, body, received_at=self._clock(), api_base_url=self._sender.api_base_url
+            )
         except Refused as exc:
-            _log.warning("dingtalk robot %r: refused a request (%d %s)", name, exc.status, exc.reason)
-            return _answer(exc.status, {"error": exc.reason})
+            return _refused(name, exc)
+        try:
+            claim = await self._claim(robot, signed)
+        except Exception:
+            _log.exception("dingtalk robot %r: could not store the signature of message %s", name, signed.message_id)
+            return _answer(503, {"error": "the message could not be stored; deliver it again later"})
+        if claim is Claim.REPLAYED:
+            reason = "the timestamp and sign headers already carried another message (a replayed request)"
+            return _refused(name, Refused(401, reason))
+        opened = signed.opened
         if isinstance(opened, Ignored):
             _log.debug("dingtalk robot %r: ignored a callback (%s)", name, opened.reason)
             return _answer(200, {"ignored": opened.reason})
-        return await self._accept(robot, opened)
+        return await self._accept(robot, opened, again=claim is Claim.AGAIN)
 
-    async def _accept(self, robot: RobotKeys, received: Received) -> web.Response:
+    async def _claim(self, robot: RobotKeys, signed: Signed) -> Claim:
+        signatures, host = self._signatures, self._host
+        if signatures is None or host is None:  # pragma: no cover - the server runs only after start()
+            raise PlatformError("dingtalk: the adapter is not started")
+        return await host.blocking(lambda: signatures.claim(robot.name, signed.timestamp_ms, signed.message_id))
+
+    async def _accept(self, robot: RobotKeys, received: Received, *, again: bool) -> web.Response:
         inbox, host = self._inbox, self._host
         try:
             if inbox is None or host is None:  # pragma: no cover - the server runs only after start()
@@ -191,7 +218,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
                 token=token,
                 timeout_s=self.config.http_timeout_s,
             )
-            result = await commit(inbox, robot.name, received)
+            result = await commit(inbox, robot.name, received, again=again)
         except Exception:
             _log.exception("dingtalk robot %r: could not accept message %s", robot.name, received.inbound.message_id)
             return _answer(503, {"error": "the message could not be stored; deliver it again later"})

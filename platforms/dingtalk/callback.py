@@ -2,15 +2,16 @@
 
 DingTalk signs each callback with two headers: ``timestamp`` (Unix milliseconds) and ``sign``, the base64 of
 HMAC-SHA256 keyed with the app secret over ``timestamp + "\\n" + app secret``. The signature does not cover the
-body, so the timestamp is the only guard against a recorded request sent again: one made more than an hour from
-our clock (either way) is refused, as DingTalk's own check does, and a replay within the hour meets the durable
-dedupe on ``msgId``.
+body: one made more than an hour from our clock (either way) is refused, as DingTalk's own check does, and within
+the hour a pair carries one message (:mod:`platforms.dingtalk.signatures`), so :func:`open_callback` returns the
+timestamp with the message.
 
 The body names the conversation (``conversationId``; ``conversationType`` "1" one-to-one, "2" group), the sender
 (``senderStaffId`` inside the corp, ``senderId`` always), the corp the robot belongs to (``chatbotCorpId``, the
 session's scope) and a ``sessionWebhook`` that replies to this conversation until ``sessionWebhookExpiredTime``
-(Unix milliseconds). That webhook is kept as a :class:`Route` committed with the inbox row, so a reply made
-after a restart still finds it, and knows the conversation's type and user for the robot send API.
+(Unix milliseconds). That webhook, if it is DingTalk's (:mod:`platforms.dingtalk.webhook`; any other is dropped
+with a warning), is kept as a :class:`Route` committed with the inbox row, so a reply made after a restart still
+finds it, and knows the conversation's type and user for the robot send API.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -27,7 +29,9 @@ import msgspec
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.dingtalk.config import RobotKeys
+from platforms.dingtalk.webhook import webhook_problem
 from platforms.support import json_guard
+from platforms.support.http_client import shown
 from platforms.support.http_host import Refused
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "Ignored",
     "Received",
     "Route",
+    "Signed",
     "decode_callback",
     "decode_route",
     "encode_route",
@@ -44,6 +49,8 @@ __all__ = [
     "open_callback",
     "route_key",
 ]
+
+_log = logging.getLogger(__name__)
 
 PLATFORM = "dingtalk"
 REPLAY_WINDOW_S = 3600  # how far the ``timestamp`` header may be from our clock, either way
@@ -75,6 +82,7 @@ class Route(msgspec.Struct, frozen=True, kw_only=True):
 class Ignored(msgspec.Struct, frozen=True, kw_only=True):
     """An authentic callback that holds nothing to answer."""
 
+    message_id: str
     reason: str
 
 
@@ -92,6 +100,19 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     inbound: InboundMessage
     route: Route
     files: tuple[FileRef, ...] = ()
+
+
+class Signed(msgspec.Struct, frozen=True, kw_only=True):
+    """A callback whose ``sign`` checked out: its ``timestamp`` header (Unix milliseconds) and what it holds."""
+
+    timestamp_ms: int
+    opened: Ignored | Received
+
+    @property
+    def message_id(self) -> str:
+        """The callback's ``msgId``."""
+        opened = self.opened
+        return opened.message_id if isinstance(opened, Ignored) else opened.inbound.message_id
 
 
 class _Text(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,7 +165,7 @@ def expected_sign(timestamp: str, secret: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-def _check_sign(robot: RobotKeys, headers: Mapping[str, str], now: float) -> None:
+def _check_sign(robot: RobotKeys, headers: Mapping[str, str], now: float) -> int:
     timestamp, sign = headers.get("timestamp"), headers.get("sign")
     if timestamp is None or sign is None:
         raise Refused(401, "unsigned request: the timestamp and sign headers are required")
@@ -156,19 +177,24 @@ def _check_sign(robot: RobotKeys, headers: Mapping[str, str], now: float) -> Non
         raise Refused(401, f"the timestamp is {when}, outside the {REPLAY_WINDOW_S} s window")
     if not hmac.compare_digest(sign.strip().encode(), expected_sign(timestamp, robot.app_secret).encode()):
         raise Refused(401, f"the sign header does not match the app secret of robot {robot.name!r}")
+    return int(timestamp)
 
 
 def open_callback(
-    robot: RobotKeys, headers: Mapping[str, str], body: bytes, *, received_at: float
-) -> Ignored | Received:
+    robot: RobotKeys, headers: Mapping[str, str], body: bytes, *, received_at: float, api_base_url: str
+) -> Signed:
     """Authenticate and decode one callback to ``robot``'s URL; raise :class:`Refused` with the HTTP answer."""
-    _check_sign(robot, headers, received_at)
-    return decode_callback(robot, body, received_at=received_at)
+    timestamp_ms = _check_sign(robot, headers, received_at)
+    opened = decode_callback(robot, body, received_at=received_at, api_base_url=api_base_url)
+    return Signed(timestamp_ms=timestamp_ms, opened=opened)
 
 
-def decode_callback(robot: RobotKeys, body: bytes | str, *, received_at: float) -> Ignored | Received:
+def decode_callback(
+    robot: RobotKeys, body: bytes | str, *, received_at: float, api_base_url: str
+) -> Ignored | Received:
     """Decode a robot message (an HTTP callback's body, or a stream frame's ``data``); :class:`Refused` 400 says
-    what is wrong with it."""
+    what is wrong with it. A ``sessionWebhook`` replies may not go to (:func:`~platforms.dingtalk.webhook.
+    webhook_problem`, given the configured ``api_base_url``) is dropped with a warning."""
     try:
         callback = json_guard.decode(_callback, body)
     except msgspec.ValidationError as exc:
@@ -186,7 +212,7 @@ def decode_callback(robot: RobotKeys, body: bytes | str, *, received_at: float) 
         raise Refused(400, f'$.conversationType must be "1" or "2", not {callback.conversationType!r}')
     text = _text_of(callback)
     if not text.strip():
-        return Ignored(reason=f"message {callback.msgId} has no text")
+        return Ignored(message_id=callback.msgId, reason=f"message {callback.msgId} has no text")
     user = callback.senderStaffId or callback.senderId or None
     source = SessionSource(
         platform=PLATFORM,
@@ -200,15 +226,35 @@ def decode_callback(robot: RobotKeys, body: bytes | str, *, received_at: float) 
         message_id=callback.msgId,
     )
     inbound = InboundMessage(source=source, text=text, message_id=callback.msgId, received_at=received_at)
+    webhook = callback.sessionWebhook or None
+    problem = webhook_problem(webhook, api_base_url) if webhook is not None else None
+    if webhook is not None and problem is not None:
+        _log.warning(
+            "dingtalk robot %r: message %s ignored its sessionWebhook %s: %s; its replies take the conversation's "
+            "stored route or the robot API",
+            robot.name,
+            callback.msgId,
+            _shown(webhook),
+            problem,
+        )
+        webhook = None
     expires = callback.sessionWebhookExpiredTime
     route = Route(
         chat_type=chat_type,
         conversation_id=callback.conversationId,
         user_id=callback.senderStaffId or None,
-        webhook=callback.sessionWebhook or None,
-        webhook_expires_at=expires / 1000 if expires is not None and callback.sessionWebhook else None,
+        webhook=webhook,
+        webhook_expires_at=expires / 1000 if expires is not None and webhook is not None else None,
     )
     return Received(inbound=inbound, route=route, files=tuple(_files_of(callback)))
+
+
+def _shown(url: str) -> str:
+    """``url`` for the log, without its query (the session is a credential)."""
+    try:
+        return shown(url)
+    except ValueError:
+        return "(not a URL)"
 
 
 _KINDS = {"picture": "image", "file": "document", "audio": "audio", "video": "video"}

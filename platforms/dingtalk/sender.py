@@ -2,13 +2,15 @@
 
 Every callback's :class:`~platforms.dingtalk.callback.Route` is committed with its inbox row (as the poll cursor
 of the conversation), so the sender finds it by robot and conversation, also after a restart. While the session
-webhook has more than a minute left, a part is ``POST``-ed there as ``{"msgtype": "text", ...}`` (errcode 130101:
-too fast, retried after half a minute; any other errcode sends the part through the API instead). Otherwise it
-goes through the robot send API with an access token from ``POST /v1.0/oauth2/accessToken``, cached until a
-few minutes before its ``expireIn``: ``/v1.0/robot/oToMessages/batchSend`` to the sender of a one-to-one
-conversation, ``/v1.0/robot/groupMessages/send`` to a group, header ``x-acs-dingtalk-access-token``. A 401 fetches
-a new token once; 429 and throttling codes become ``SendError(retry_after_s=...)``; other 4xx answers (the robot
-left the group, a user who is not staff) give the reply up with DingTalk's code and message.
+webhook has more than a minute left and is DingTalk's (:func:`~platforms.dingtalk.webhook.webhook_problem`; a
+route stored before that check may name any URL, and is then not used), a part is ``POST``-ed there as
+``{"msgtype": "text", ...}`` (errcode 130101: too fast, retried after half a minute; any other errcode sends the
+part through the API instead). Otherwise it goes through the robot send API with an access token from
+``POST /v1.0/oauth2/accessToken``, cached until a few minutes before its ``expireIn``:
+``/v1.0/robot/oToMessages/batchSend`` to the sender of a one-to-one conversation, ``/v1.0/robot/groupMessages/send``
+to a group, header ``x-acs-dingtalk-access-token``. A 401 fetches a new token once; 429 and throttling codes become
+``SendError(retry_after_s=...)``; other 4xx answers (the robot left the group, a user who is not staff) give the
+reply up with DingTalk's code and message.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from hermes_actors.messages import OutboundMessage
 from platforms.base import Inbox, SendError
 from platforms.dingtalk.callback import PLATFORM, Route, decode_route, route_key
 from platforms.dingtalk.config import RobotKeys
+from platforms.dingtalk.webhook import webhook_problem
 from platforms.support import http_client
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
@@ -162,10 +165,14 @@ class DingtalkSender:
         return sent[0] if sent else None
 
     def _send_part(self, robot: RobotKeys, route: Route, text: str, what: str) -> str:
-        expires = route.webhook_expires_at
-        valid = route.webhook is not None and expires is not None and self._clock() < expires - WEBHOOK_MARGIN_S
-        if valid and route.webhook is not None and self._webhook(route.webhook, text, what):
-            return "webhook"
+        webhook, expires = route.webhook, route.webhook_expires_at
+        if webhook is not None and expires is not None and self._clock() < expires - WEBHOOK_MARGIN_S:
+            problem = webhook_problem(webhook, self._base_url)
+            if problem is None:
+                if self._webhook(webhook, text, what):
+                    return "webhook"
+            else:
+                _log.warning("%s: the stored session webhook is not used (%s); using the robot API", what, problem)
         return self._robot_api(robot, route, text, what)
 
     def _webhook(self, url: str, text: str, what: str) -> bool:

@@ -153,7 +153,9 @@ class StreamConnection:
         """Commit the message a frame holds: the code to acknowledge it with (``None``: not at all)."""
         robot = self.robot
         try:
-            opened = decode_callback(robot, frame.data, received_at=self._clock())
+            opened = decode_callback(
+                robot, frame.data, received_at=self._clock(), api_base_url=self._sender.api_base_url
+            )
         except Refused as exc:
             _log.warning("dingtalk robot %r: refused a stream message (%s)", robot.name, exc.reason)
             return 400, exc.reason

@@ -5,6 +5,7 @@ appSecret in, ``accessToken`` and ``expireIn`` out), the robot sends ``/v1.0/rob
 ``/v1.0/robot/groupMessages/send`` (``x-acs-dingtalk-access-token`` checked, 401 for a token it did not hand
 out), session webhooks at ``/session/<id>`` (``{"errcode": 0}``), scripted failures for both, and the callback
 DingTalk posts to a robot: :meth:`FakeDingtalk.callback` builds the body, :func:`deliver` signs and posts it.
+:class:`Canary` is a server no reply may ever reach (an attacker's "session webhook"): it records every request.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from aiohttp import web
 
 from platforms.support.http_host import HttpHost
 
-__all__ = ["Failure", "FakeDingtalk", "Sent", "deliver", "sign"]
+__all__ = ["Canary", "Failure", "FakeDingtalk", "Sent", "deliver", "sign"]
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,30 @@ class FakeDingtalk:
             self.calls.append((request.path, status))
             self._changed.notify_all()
         return web.json_response(answer, status=status)
+
+
+class Canary:
+    """A server on ``127.0.0.1`` that answers any request as a session webhook would and records its path and body."""
+
+    def __init__(self) -> None:
+        self.hits: list[tuple[str, bytes]] = []
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._hit)
+        self.host = HttpHost(app, name="canary")
+
+    @property
+    def url(self) -> str:
+        return self.host.url
+
+    def start(self) -> None:
+        self.host.start()
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    async def _hit(self, request: web.Request) -> web.Response:
+        self.hits.append((request.path_qs, await request.read()))
+        return web.json_response({"errcode": 0, "errmsg": "ok"})
 
 
 def sign(timestamp: str, secret: str) -> str:

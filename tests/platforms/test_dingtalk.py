@@ -7,6 +7,7 @@ documents them, independently of the adapter's code.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -21,10 +22,12 @@ from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock
 from platforms import registry
-from platforms.base import SendError
+from platforms.base import PollCursor, SendError
 from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
+from platforms.dingtalk.callback import Route, encode_route, route_key
+from platforms.dingtalk.webhook import webhook_problem
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.dingtalk_fake import Failure, FakeDingtalk, deliver
+from tests.platforms.dingtalk_fake import Canary, Failure, FakeDingtalk, Sent, deliver
 from tests.platforms.support import StartGateway, inbound_messages
 
 MAIN_KEY = "dingmainkey0001"
@@ -44,6 +47,14 @@ def fake() -> Iterator[FakeDingtalk]:
     fake.stop()
 
 
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    canary = Canary()
+    canary.start()
+    yield canary
+    canary.stop()
+
+
 def config_for(fake: FakeDingtalk, **options: Any) -> DingtalkConfig:
     robots = {
         "main": DingtalkRobot(app_key=MAIN_KEY, app_secret=MAIN_SECRET),
@@ -54,14 +65,17 @@ def config_for(fake: FakeDingtalk, **options: Any) -> DingtalkConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Ding:
+    """An adapter on a gateway; :meth:`push` signs each callback at a millisecond of its own, as DingTalk does."""
+
     adapter: DingtalkAdapter
     gateway: Gateway
     fake: FakeDingtalk
     clock: FakeClock
+    stamps: Iterator[int] = dataclasses.field(default_factory=itertools.count)
 
     def push(self, payload: Any, robot: str = "main", **options: Any) -> tuple[int, dict[str, Any]]:
         options.setdefault("secret", MAIN_SECRET if robot == "main" else OTHER_SECRET)
-        options.setdefault("timestamp_ms", int(self.clock.now * 1000))
+        options.setdefault("timestamp_ms", int(self.clock.now * 1000) + next(self.stamps))
         return deliver(f"{self.adapter.url}/dingtalk/robot/{robot}", payload, **options)
 
     def say(self, text: str = "hello", robot: str = "main", **fields: Any) -> str:
@@ -156,6 +170,144 @@ def test_a_replayed_msg_id_runs_one_turn(start_ding: StartDing) -> None:
     ding.fake.wait_sent(1)
     assert ding.gateway.wait_idle()
     assert [m.text for m in ding.fake.sent] == ["echo: once"]
+
+
+def test_a_signed_pair_carries_one_message_and_a_replay_with_another_body_is_refused_even_after_a_restart(
+    start_ding: StartDing, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    ding = start_ding()
+    stamp = NOW_MS + 300_000  # five minutes ahead of our clock: still inside DingTalk's hour
+    original = ding.fake.callback(MAIN_KEY, "hello", msg_id="m-original")
+    assert ding.push(original, timestamp_ms=stamp)[1]["duplicate"] is False
+    ding.fake.wait_sent(1)
+    forged = ding.fake.callback(
+        MAIN_KEY,
+        "what did alice say?",
+        msg_id="m-forged",
+        conversation_id="cid-dm-alice",
+        sessionWebhook=f"{canary.url}/robot/sendBySession?session=stolen",
+    )
+    with caplog.at_level(logging.WARNING, logger="platforms.dingtalk.adapter"):
+        status, answer = ding.push(forged, timestamp_ms=stamp)
+    assert status == 401, answer
+    assert "already carried another message" in answer["error"]
+    assert any("refused a request (401" in r.getMessage() for r in caplog.records)
+    # DingTalk delivering the original again with its own headers is the duplicate it is, not a replay
+    assert ding.push(original, timestamp_ms=stamp) == (200, {**answer_of(ding, original), "duplicate": True})
+    # ... and a copy of it with another (even a DingTalk-looking) webhook does not move the conversation's replies
+    tampered = {**original, "sessionWebhook": f"{ding.fake.base_url}/session/tampered"}
+    assert ding.push(tampered, timestamp_ms=stamp)[1]["duplicate"] is True
+    route = ding.adapter.sender.route("main", "cid-dm-alice")
+    assert route is not None
+    assert route.webhook == f"{ding.fake.base_url}/session/s1"
+    ding.adapter.stop()
+    ding.gateway.stop()
+    again = start_ding()  # the same store: the pair is remembered
+    assert again.push(forged, timestamp_ms=stamp)[0] == 401
+    assert again.push(original, timestamp_ms=stamp)[1]["duplicate"] is True
+    assert again.gateway.wait_idle()
+    assert [m.message_id for m in inbound_messages(again.gateway, "dingtalk")] == ["m-original"]
+    assert [m.text for m in again.fake.sent] == ["echo: hello"]
+    assert canary.hits == []
+
+
+def answer_of(ding: Ding, payload: dict[str, Any]) -> dict[str, Any]:
+    """The answer to an accepted callback, less ``duplicate``."""
+    key = f"agent:main:dingtalk.{payload['chatbotCorpId']}~main:dm:{payload['conversationId']}"
+    return {"accepted": True, "routing_key": key}
+
+
+def test_a_callback_with_nothing_to_answer_uses_up_its_pair_too(start_ding: StartDing) -> None:
+    ding = start_ding()
+    stamp = NOW_MS + 1
+    assert ding.push(ding.fake.callback(MAIN_KEY, " ", msg_id="m-empty"), timestamp_ms=stamp)[0] == 200
+    status, answer = ding.push(ding.fake.callback(MAIN_KEY, "forged", msg_id="m-forged"), timestamp_ms=stamp)
+    assert (status, sessions(ding)) == (401, 0), answer
+
+
+def test_pairs_are_remembered_per_millisecond_and_a_slot_is_reused_once_its_second_left_the_window(
+    start_ding: StartDing,
+) -> None:
+    ding = start_ding()
+    for offset, msg_id in ((0, "m-a"), (1, "m-b"), (999, "m-c")):  # one second, three pairs
+        status, answer = ding.push(ding.fake.callback(MAIN_KEY, msg_id, msg_id=msg_id), timestamp_ms=NOW_MS + offset)
+        assert status == 200, answer
+    assert ding.push(ding.fake.callback(MAIN_KEY, "x", msg_id="m-x"), timestamp_ms=NOW_MS + 1)[0] == 401
+    ding.clock.advance(3 * 3600)  # the same slot, three hours on: the old second is out of the window
+    later = NOW_MS + 3 * 3600 * 1000 + 1
+    assert ding.push(ding.fake.callback(MAIN_KEY, "later", msg_id="m-later"), timestamp_ms=later)[0] == 200
+    assert ding.push(ding.fake.callback(MAIN_KEY, "y", msg_id="m-y"), timestamp_ms=later)[0] == 401
+    with ding.gateway.read() as store:
+        slots = store._connection.execute("SELECT account_id FROM poll_cursors WHERE account_id LIKE 'signed:%'")
+        assert [key for (key,) in slots] == [f"signed:main:{NOW_MS // 1000 % 10_800}"]
+
+
+def test_a_session_webhook_off_dingtalks_host_is_never_posted_to_and_never_replaces_the_stored_route(
+    start_ding: StartDing, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    ding = start_ding()
+    ding.say("hello", msg_id="m1", expires_ms=NOW_MS + 3_600_000)
+    ding.fake.wait_sent(1)
+    stored = ding.adapter.sender.route("main", "cid-dm-alice")
+    assert stored is not None
+    assert stored.webhook == f"{ding.fake.base_url}/session/s1"
+    elsewhere = f"{canary.url}/robot/sendBySession?session=evil"
+    with caplog.at_level(logging.WARNING, logger="platforms.dingtalk"):
+        ding.say("and now?", msg_id="m2", sessionWebhook=elsewhere)
+        assert ding.fake.wait_sent(2)[1] == Sent(via="webhook", target="s1", text="echo: and now?")
+        assert ding.adapter.sender.route("main", "cid-dm-alice") == stored
+        # a conversation with no route yet: the robot API
+        ding.say("hi", msg_id="m3", conversation_id="cid-dm-bob", staff_id="staff-bob", sessionWebhook=elsewhere)
+        assert ding.fake.wait_sent(3)[2] == Sent(via="oto", target="staff-bob", text="echo: hi", robot_code=MAIN_KEY)
+    assert ding.gateway.wait_idle()
+    assert canary.hits == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("ignored its sessionWebhook" in w and f"{canary.url}/robot/sendBySession" in w for w in warnings) == 2
+    assert not any("session=evil" in w for w in warnings)  # the session in the query is a credential
+
+
+def test_a_stored_route_to_a_foreign_webhook_is_not_posted_to(
+    start_ding: StartDing, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    ding = start_ding()
+    route = Route(
+        chat_type="dm",
+        conversation_id="cid-old",
+        user_id="staff-old",
+        webhook=f"{canary.url}/hook",
+        webhook_expires_at=ding.clock.now + 3600,
+    )  # as a version before this check may have stored it
+    cursor = PollCursor(platform="dingtalk", cursor=encode_route(route), account_id=route_key("main", "cid-old"))
+    ding.gateway.accept_many([], cursor=cursor)
+    reply = OutboundMessage(platform="dingtalk", text="hi", account_id="main", chat_id="cid-old", outbox_id=1)
+    with caplog.at_level(logging.WARNING, logger="platforms.dingtalk.sender"):
+        assert ding.adapter.sender.send(reply) is not None
+    assert ding.fake.sent == [Sent(via="oto", target="staff-old", text="hi", robot_code=MAIN_KEY)]
+    assert canary.hits == []
+    assert any("not DingTalk's session webhook" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://oapi.dingtalk.com/robot/sendBySession?session=abc", True),
+        ("https://OAPI.dingtalk.com:443/robot/sendBySession?session=abc", True),
+        ("http://oapi.dingtalk.com/robot/sendBySession?session=abc", False),
+        ("https://oapi.dingtalk.com/robot/send?access_token=someone-elses-group", False),
+        ("https://oapi.dingtalk.com:8443/robot/sendBySession?session=abc", False),
+        ("https://oapi.dingtalk.com.example.net/robot/sendBySession?session=abc", False),
+        ("https://evil@oapi.dingtalk.com/robot/sendBySession?session=abc", False),
+        ("https://api.dingtalk.com/robot/sendBySession?session=abc", False),
+        ("http://127.0.0.1:9/robot/sendBySession?session=abc", False),
+        ("https://[::1/robot/sendBySession", False),
+        ("http://127.0.0.1:8080/session/s1", True),  # the origin of the configured api_base_url
+        ("http://127.0.0.1:8081/session/s1", False),
+        ("https://127.0.0.1:8080/session/s1", False),
+    ],
+)
+def test_replies_go_only_to_dingtalks_session_webhooks_or_the_configured_api_origin(url: str, allowed: bool) -> None:
+    problem = webhook_problem(url, "http://127.0.0.1:8080")
+    assert (problem is None) == allowed, problem
 
 
 def test_forged_stale_and_future_callbacks_are_refused_with_401_and_nothing_is_stored(

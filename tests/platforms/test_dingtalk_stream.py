@@ -21,7 +21,7 @@ from hermes_actors.testing import FakeClock
 from platforms.base import AcceptResult, Inbox, PollCursor
 from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.dingtalk_fake import FakeDingtalk
+from tests.platforms.dingtalk_fake import Canary, FakeDingtalk
 from tests.platforms.support import StartGateway, wait_problem
 
 KEY = "dingstreamkey001"
@@ -89,6 +89,25 @@ def test_a_stream_message_is_acknowledged_only_after_the_inbox_commit_and_answer
     assert (ack["code"], ack["headers"]["messageId"], json.loads(ack["data"])) == (200, frame, {"response": None})
     (sent,) = fake.wait_sent(1)
     assert (sent.via, sent.text) == ("webhook", "echo: hello")
+
+
+def test_a_stream_message_naming_a_session_webhook_off_dingtalks_host_is_answered_through_the_robot_api(
+    fake: FakeDingtalk, start_gateway: StartGateway
+) -> None:
+    canary = Canary()
+    canary.start()
+    try:
+        start(fake, start_gateway)
+        fake.wait_stream(1)
+        elsewhere = f"{canary.url}/robot/sendBySession?session=x"
+        fake.push_message(
+            fake.callback(KEY, "hi", msg_id="m1", expires_ms=NOW_MS + 3_600_000, sessionWebhook=elsewhere)
+        )
+        (sent,) = fake.wait_sent(1)
+        assert (sent.via, sent.target, sent.text) == ("oto", "staff-alice", "echo: hi")
+        assert canary.hits == []
+    finally:
+        canary.stop()
 
 
 def test_a_redelivered_frame_is_acknowledged_again_and_runs_one_turn(
