@@ -26,7 +26,7 @@ from platforms.api_server.console import text
 from platforms.api_server.console.logins import LOGIN_COOKIE, Login, Logins, same
 from platforms.api_server.operator_api import Attached, operator_call
 from platforms.api_server.wire import ApiError
-from platforms.support.http_host import Refused, read_body
+from platforms.support.http_body import Refused, read_body
 
 if TYPE_CHECKING:
     from hermes_actors.operator_port import Operator
