@@ -193,7 +193,7 @@ def decode_callback(
     robot: RobotKeys, body: bytes | str, *, received_at: float, api_base_url: str
 ) -> Ignored | Received:
     """Decode a robot message (an HTTP callback's body, or a stream frame's ``data``); :class:`Refused` 400 says
-    what is wrong with it. A ``sessionWebhook`` replies may not go to (:func:`~platforms.dingtalk.webhook.
+    what is wrong with it. A ``sessionWebhook`` that is not DingTalk's (by :func:`~platforms.dingtalk.webhook.
     webhook_problem`, given the configured ``api_base_url``) is dropped with a warning."""
     try:
         callback = json_guard.decode(_callback, body)
@@ -230,11 +230,11 @@ def decode_callback(
     problem = webhook_problem(webhook, api_base_url) if webhook is not None else None
     if webhook is not None and problem is not None:
         _log.warning(
-            "dingtalk robot %r: message %s ignored its sessionWebhook %s: %s; its replies take the conversation's "
-            "stored route or the robot API",
+            "dingtalk robot %r: ignored the sessionWebhook %s of message %s: %s; its replies take the "
+            "conversation's stored route or the robot API",
             robot.name,
-            callback.msgId,
             _shown(webhook),
+            callback.msgId,
             problem,
         )
         webhook = None

@@ -262,7 +262,7 @@ def test_a_session_webhook_off_dingtalks_host_is_never_posted_to_and_never_repla
     assert ding.gateway.wait_idle()
     assert canary.hits == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert sum("ignored its sessionWebhook" in w and f"{canary.url}/robot/sendBySession" in w for w in warnings) == 2
+    assert sum("ignored the sessionWebhook" in w and f"{canary.url}/robot/sendBySession" in w for w in warnings) == 2
     assert not any("session=evil" in w for w in warnings)  # the session in the query is a credential
 
 
