@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
@@ -215,7 +214,6 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
         inbox = self._inbox
         if inbox is None:  # pragma: no cover - the server runs only after start()
             return inbound
-        async with aiohttp.ClientSession() as session:
-            return await attach_files(
-                inbound, refs, media=inbox.media, session=session, timeout_s=self.config.http_timeout_s
-            )
+        return await attach_files(
+            inbound, refs, media=inbox.media, fetch=self.config.fetch_policy, timeout_s=self.config.http_timeout_s
+        )

@@ -18,12 +18,14 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = [
     "DEFAULT_API_BASE_URL",
     "DEFAULT_INTENTS",
     "DEFAULT_TOKEN_URL",
+    "MEDIA_HOSTS",
     "QqbotBot",
     "QqbotConfig",
     "ResolvedBot",
@@ -33,6 +35,12 @@ __all__ = [
 
 DEFAULT_API_BASE_URL = "https://api.sgroup.qq.com"
 DEFAULT_TOKEN_URL = "https://bots.qq.com/app/getAppAccessToken"
+MEDIA_HOSTS = (
+    "*.qq.com.cn",  # multimedia.nt.qq.com.cn: the files of direct and group messages
+    "*.qpic.cn",  # gchat.qpic.cn: the pictures of guild messages
+    "*.qq.com",
+)
+"""The hosts an attachment's ``url`` may name; ``fetch.hosts`` adds to them."""
 GROUP_AND_C2C_EVENT, PUBLIC_GUILD_MESSAGES = 1 << 25, 1 << 30
 DEFAULT_INTENTS = GROUP_AND_C2C_EVENT | PUBLIC_GUILD_MESSAGES
 _SECTION = "platforms.qqbot"
@@ -57,6 +65,7 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``token_url`` and ``api_base_url`` are QQ's by default (the sandbox OpenAPI is
     ``https://sandbox.api.sgroup.qq.com``). ``max_skew_s`` is how far ``X-Signature-Timestamp`` may be from this
     host's clock: an older signed request is refused as stale. ``messages_per_second`` paces each chat.
+    ``fetch`` widens where attachments may be downloaded from (:data:`MEDIA_HOSTS`, at public addresses).
     """
 
     enabled: bool = True
@@ -74,6 +83,7 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_body_bytes: int = 1024 * 1024
     http_timeout_s: float = 10.0
     bots: dict[str, QqbotBot] = msgspec.field(default_factory=dict)
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         if not self.host.strip():
@@ -82,6 +92,7 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
         _check_url("token_url", self.token_url, DEFAULT_TOKEN_URL)
         _check_url("api_base_url", self.api_base_url, DEFAULT_API_BASE_URL)
+        self.fetch.check(f"{_SECTION}.fetch")
         for field in ("max_skew_s", "messages_per_second", "http_timeout_s", "reconnect_min_s", "hello_timeout_s"):
             if not getattr(self, field) > 0:
                 raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
@@ -120,6 +131,11 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def api_base(self) -> str:
         """``api_base_url`` without a trailing slash."""
         return self.api_base_url.rstrip("/")
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where the URLs of a message's attachments may be fetched from."""
+        return FetchPolicy(self.fetch, platform="QQ", hosts=MEDIA_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def _check_url(field: str, url: str, example: str) -> None:

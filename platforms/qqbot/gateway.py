@@ -309,12 +309,12 @@ class BotGateway:
             _log.info("qqbot app %s: skipped message %s: %s", self.bot.app_id, message.id, skipped)
             return
         inbound = inbound_of(event, message, app_id=self.bot.app_id, received_at=self._clock())
-        if message.attachments and self._http is not None:
+        if message.attachments:
             inbound = await attach_files(
                 inbound,
                 message.attachments,
                 media=self._inbox.media,
-                session=self._http,
+                fetch=self._config.fetch_policy,
                 timeout_s=self._config.http_timeout_s,
             )
         cursor = None

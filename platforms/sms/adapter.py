@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
@@ -135,16 +134,15 @@ class SmsAdapter(HttpAdapter[SmsConfig]):
         inbox = self._inbox
         if inbox is None:  # pragma: no cover - the server runs only after start()
             return inbound
-        async with aiohttp.ClientSession() as session:
-            return await attach_media(
-                inbound,
-                refs,
-                keys=self._keys,
-                api_base=self.config.api_base,
-                media=inbox.media,
-                session=session,
-                timeout_s=self.config.http_timeout_s,
-            )
+        return await attach_media(
+            inbound,
+            refs,
+            keys=self._keys,
+            api_base=self.config.api_base,
+            media=inbox.media,
+            fetch=self.config.fetch_policy,
+            timeout_s=self.config.http_timeout_s,
+        )
 
 
 def _twiml() -> web.Response:

@@ -20,11 +20,13 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = [
     "DEFAULT_API_BASE_URL",
     "MAX_BODY_CHARS",
+    "MEDIA_HOSTS",
     "NUMBER",
     "SmsConfig",
     "TwilioKeys",
@@ -32,6 +34,13 @@ __all__ = [
 ]
 
 DEFAULT_API_BASE_URL = "https://api.twilio.com"
+MEDIA_HOSTS = (
+    "api.twilio.com",  # a MediaUrl names the Media resource on the API...
+    "*.twilio.com",
+    "*.twiliocdn.com",  # ...which redirects to the bytes: mms.twiliocdn.com with HTTP auth enforced,
+    "s3-external-1.amazonaws.com",  # else S3
+)
+"""The hosts a ``MediaUrl`` and its redirects may name; ``fetch.hosts`` adds to them."""
 MAX_BODY_CHARS = 1600  # the Messages API refuses a longer Body (error 21617)
 NUMBER = re.compile(r"\+[1-9][0-9]{6,14}|[0-9]{3,8}")  # E.164, or a short code
 
@@ -45,7 +54,8 @@ class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     ``numbers`` are the account's phone numbers (E.164 such as ``+15550001111``, or short codes) whose messages are
     answered. ``max_message_chars`` splits longer replies into several messages (Twilio's limit is 1,600; Twilio
     itself cuts a body into 153- or 67-character segments). ``messages_per_second`` paces each number (a US long
-    code sends about one segment a second; Twilio queues the rest).
+    code sends about one segment a second; Twilio queues the rest). ``fetch`` widens where MMS media may be
+    downloaded from (:data:`MEDIA_HOSTS`, at public addresses).
     """
 
     enabled: bool = True
@@ -61,6 +71,7 @@ class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     messages_per_second: float = 1.0
     max_body_bytes: int = 256 * 1024
     http_timeout_s: float = 15.0
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         if not self.host.strip():
@@ -70,6 +81,7 @@ class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         if self.public_url is not None:
             _check_url("public_url", self.public_url, "https://hermes.example.com/sms/twilio")
         _check_url("api_base_url", self.api_base_url, DEFAULT_API_BASE_URL)
+        self.fetch.check(f"{_SECTION}.fetch")
         if self.enabled:  # a section turned off may leave its account out
             self._check_account()
         if not 2 <= self.max_message_chars <= MAX_BODY_CHARS:
@@ -114,6 +126,11 @@ class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def api_base(self) -> str:
         """``api_base_url`` without a trailing slash."""
         return self.api_base_url.rstrip("/")
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where a message's ``MediaUrl``s may be fetched from."""
+        return FetchPolicy(self.fetch, platform="Twilio", hosts=MEDIA_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def _check_url(field: str, url: str, example: str) -> None:

@@ -22,9 +22,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from platforms.support import fetch_policy
 
-__all__ = ["SECRET", "Canary", "HostsResolver", "running_canary", "use_hosts"]
+__all__ = ["CANARY_BODY", "Canary", "HostsResolver", "running_canary", "use_hosts"]
 
-SECRET = b"canary: internal metrics\n"
+CANARY_BODY = b"canary: internal metrics\n"
 
 
 class Canary:
@@ -48,9 +48,9 @@ class Canary:
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(SECRET)))
+                self.send_header("Content-Length", str(len(CANARY_BODY)))
                 self.end_headers()
-                self.wfile.write(SECRET)
+                self.wfile.write(CANARY_BODY)
 
             def log_message(self, format: str, *args: object) -> None:
                 pass

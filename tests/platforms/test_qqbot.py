@@ -26,7 +26,9 @@ from platforms import registry
 from platforms.base import SendError
 from platforms.qqbot import ACK, QqbotAdapter, QqbotBot, QqbotConfig, QqbotSender, msg_seq_of, seed_of
 from platforms.qqbot.config import resolve_bots
+from platforms.support.fetch_policy import FetchSettings
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.qqbot_fake import Answer, FakeQq, callback_headers, key_of, post
 from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages
 
@@ -38,6 +40,8 @@ MEMBER = "8BEA4FBD5AC94F7DBC50E1F7E4E8C0A1"
 GUILD = "18700000000001"
 CHANNEL = "1492000000"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake serves files on loopback
+REFUSED_INSIDE = "its address points into the bot's own network, which the bot does not fetch from"
 
 
 @pytest.fixture
@@ -204,7 +208,7 @@ def test_a_redelivered_message_is_acked_again_without_a_second_turn(start: Start
 
 
 def test_an_image_is_saved_into_the_media_store_before_the_commit(start: Start, qq: FakeQq) -> None:
-    running = start()
+    running = start(make_config(qq, fetch=FAKE_FILES))
     url = qq.add_file(PNG, "image/png")
     ref = {"content_type": "image/png", "filename": "cat.png", "url": url, "size": len(PNG), "width": 8, "height": 8}
     assert running.deliver(c2c("look", attachments=[ref])).status == 200
@@ -225,6 +229,62 @@ def test_a_file_over_the_limit_is_refused_by_its_announced_size(start: Start, qq
     (inbound,) = inbound_messages(running.gateway, "qqbot")
     assert inbound.attachments[0].path is None
     assert "limit" in (inbound.attachments[0].error or "")
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def test_attachment_urls_inside_the_network_are_not_fetched_and_the_text_still_runs(
+    start: Start, qq: FakeQq, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start()
+    refs = [
+        {"content_type": "text/plain", "filename": "metrics.txt", "url": canary.url("/metrics")},
+        {"content_type": "image/png", "filename": "meta.png", "url": "169.254.169.254/latest/meta-data/"},
+        {"content_type": "file", "filename": "admin.txt", "url": canary.url("/admin", host="localhost")},
+    ]
+    with caplog.at_level(logging.WARNING, logger="platforms.support.downloads"):
+        assert running.deliver(c2c("quote these", attachments=refs)).status == 200
+        reply = qq.take().body["content"]
+    assert "echo: quote these" in reply
+    assert f"I could not read metrics.txt: {REFUSED_INSIDE}" in reply
+    assert f"I could not read meta.png: {REFUSED_INSIDE}" in reply
+    assert "I could not read admin.txt: it is offered from localhost, which is not a QQ file host" in reply
+    assert canary.hits == []
+    assert caplog.text.count("refused by the fetch policy") == 3
+
+
+def test_a_qq_media_host_that_resolves_or_redirects_into_the_network_is_refused(
+    start: Start, qq: FakeQq, canary: Canary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = use_hosts(monkeypatch)
+    media, guild = "multimedia.nt.qq.com.cn", "gchat.qpic.cn"
+    hosts[media] = hosts[guild] = "127.0.0.1"
+    running = start(make_config(qq, fetch=FetchSettings(allow_private=[media])))
+    refs = [
+        {"content_type": "text/plain", "filename": "a.txt", "url": canary.url("/a", host=guild)},  # DNS rebinding
+        {"content_type": "text/plain", "filename": "b.txt", "url": canary.redirect(canary.url("/b"), host=media)},
+        {
+            "content_type": "text/plain",
+            "filename": "c.txt",
+            "url": canary.redirect(canary.url("/c", host=guild), host=media),
+        },
+        {"content_type": "text/plain", "filename": "d.txt", "url": canary.url("/d.txt", host=media)},  # allowed
+    ]
+    assert running.deliver(c2c("read", attachments=refs)).status == 200
+    reply = qq.take().body["content"]
+    for name in ("a.txt", "b.txt", "c.txt"):
+        assert f"I could not read {name}: {REFUSED_INSIDE}" in reply
+    (inbound,) = inbound_messages(running.gateway, "qqbot")
+    allowed = inbound.attachments[3]
+    assert (allowed.name, allowed.error) == ("d.txt", None)
+    assert allowed.path is not None
+    assert Path(allowed.path).read_bytes() == CANARY_BODY
+    assert canary.secret_hits() == ["/d.txt"]
+    assert len(canary.redirect_hits()) == 2
 
 
 def test_other_events_and_bot_messages_are_acked_and_skipped(start: Start, qq: FakeQq) -> None:

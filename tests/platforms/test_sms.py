@@ -26,7 +26,9 @@ from platforms import registry
 from platforms.base import SendError
 from platforms.sms import EMPTY_TWIML, SmsAdapter, SmsConfig, SmsSender, signature_of, signed
 from platforms.sms.config import resolve_keys
+from platforms.support.fetch_policy import FetchSettings
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.fetch_canary import Canary, running_canary, use_hosts
 from tests.platforms.support import RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.twilio_fake import Answer, FakeTwilio, deliver, incoming, new_sid, sign
 
@@ -37,6 +39,8 @@ OTHER_NUMBER = "+15550002222"
 ALICE = "+15557654321"
 BOB = "+447700900123"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake serves media on loopback
+REFUSED_INSIDE = "its address points into the bot's own network, which the bot does not fetch from"
 
 
 def dm_key(user: str = ALICE, number: str = NUMBER) -> str:
@@ -306,7 +310,7 @@ def test_malformed_requests_get_a_clear_4xx_and_the_adapter_keeps_working(
 def test_mms_media_are_downloaded_with_basic_auth_into_the_media_store(
     start: Start, twilio: FakeTwilio, tmp_path: Path
 ) -> None:
-    running = start(media=MediaConfig(max_bytes=1000))
+    running = start(make_config(twilio, fetch=FAKE_FILES), media=MediaConfig(max_bytes=1000))
     sid = new_sid("MM")
     picture = twilio.add_media(sid, PNG, "image/png")
     large = twilio.add_media(sid, b"z" * 2000, "video/mp4")
@@ -342,7 +346,8 @@ def test_mms_media_are_downloaded_with_basic_auth_into_the_media_store(
 
 
 def test_credentials_go_only_to_the_api_origin(start: Start, twilio: FakeTwilio) -> None:
-    running = start()
+    fake_media = FetchSettings(hosts=["127.0.0.1", "localhost"], allow_private=["127.0.0.1"])
+    running = start(make_config(twilio, fetch=fake_media))
     sid = new_sid("MM")
     elsewhere = twilio.add_media(sid, PNG, "image/png").replace("127.0.0.1", "localhost")  # another origin
     params = incoming(ACCOUNT, NUMBER, ALICE, "", sid=sid, media=[(elsewhere, "image/png")])
@@ -353,6 +358,60 @@ def test_credentials_go_only_to_the_api_origin(start: Start, twilio: FakeTwilio)
     assert "HTTP 401" in refused.error
     assert [f.authorized for f in twilio.fetches] == [False]
     assert "I could not read the image: its download failed (HTTP 401)" in twilio.take().body
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def test_media_urls_inside_the_network_are_not_fetched_and_the_text_still_runs(
+    start: Start, twilio: FakeTwilio, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start()
+    media = [
+        (canary.url("/metrics"), "text/plain"),
+        ("http://169.254.169.254/latest/meta-data/", "image/png"),
+        (canary.url("/admin", host="localhost"), "image/jpeg"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="platforms.support.downloads"):
+        assert deliver(running.url, incoming(ACCOUNT, NUMBER, ALICE, "see", media=media), TOKEN).status == 200
+        answered = twilio.take().body
+    assert "echo: see" in answered
+    (inbound,) = inbound_messages(running.gateway, "sms")
+    assert [attachment.error for attachment in inbound.attachments] == [
+        REFUSED_INSIDE,
+        REFUSED_INSIDE,
+        "it is offered from localhost, which is not a Twilio file host",
+    ]
+    assert canary.hits == []
+    assert caplog.text.count("refused by the fetch policy") == 3
+
+
+def test_twilio_hosts_that_resolve_or_redirect_into_the_network_are_refused_and_the_api_still_serves_media(
+    start: Start, twilio: FakeTwilio, canary: Canary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = use_hosts(monkeypatch)
+    hosts["api.twilio.com"] = hosts["mms.twiliocdn.com"] = "127.0.0.1"
+    twilio.enforce_media_auth = False  # the fake's own origin is 127.0.0.1, so no credentials go to api.twilio.com
+    running = start(make_config(twilio, fetch=FetchSettings(allow_private=["api.twilio.com"])))
+    sid = new_sid("MM")
+    picture = twilio.add_media(sid, PNG, "image/png").replace("127.0.0.1", "api.twilio.com")
+    media = [
+        (picture, "image/png"),  # the API answers with a redirect to /cdn/...: allowed, and it works
+        (canary.redirect(canary.url("/b"), host="api.twilio.com"), "image/png"),
+        (canary.url("/c", host="mms.twiliocdn.com"), "image/png"),  # DNS rebinding
+        (canary.redirect(canary.url("/d", host="mms.twiliocdn.com"), host="api.twilio.com"), "image/png"),
+    ]
+    assert deliver(running.url, incoming(ACCOUNT, NUMBER, ALICE, "see", sid=sid, media=media), TOKEN).status == 200
+    twilio.take()
+    (inbound,) = inbound_messages(running.gateway, "sms")
+    saved, *refused = inbound.attachments
+    assert (saved.sha256, saved.error) == (hashlib.sha256(PNG).hexdigest(), None)
+    assert [attachment.error for attachment in refused] == [REFUSED_INSIDE] * 3
+    assert canary.secret_hits() == []
+    assert len(canary.redirect_hits()) == 2
 
 
 # -- replies -----------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.support.fetch_policy import FetchSettings
 from platforms.teams import TeamsAdapter, TeamsBot, TeamsConfig
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.fetch_canary import SECRET, Canary, running_canary, use_hosts
+from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.teams_fake import Answer, FakeTeams, conversation_update, deliver, message, new_key
 
@@ -449,7 +449,7 @@ def test_attachment_urls_inside_the_network_are_not_fetched_and_the_text_still_r
     )
     assert "echo: quote these" in reply
     assert canary.hits == []
-    assert SECRET.decode() not in reply
+    assert CANARY_BODY.decode() not in reply
     assert caplog.text.count("refused by the fetch policy") == 4
     assert "platforms.teams.fetch.allow_private" in caplog.text
 
@@ -479,7 +479,7 @@ def test_a_microsoft_host_that_resolves_or_redirects_into_the_network_is_refused
         f"I could not read a.txt: {REFUSED_INSIDE}. I could not read b.txt: {REFUSED_INSIDE}. "
         f"I could not read c.txt: {REFUSED_INSIDE}."
     )
-    assert f"Its text:\n{SECRET.decode().strip()}" in reply  # notes.txt, from the allowed host
+    assert f"Its text:\n{CANARY_BODY.decode().strip()}" in reply  # notes.txt, from the allowed host
     assert canary.secret_hits() == ["/notes.txt"]
     assert len(canary.redirect_hits()) == 2
 
