@@ -7,11 +7,13 @@ the store, as poll cursors: a restart remembers it, and so does every replica on
 same pair again with the same ``msgId`` is DingTalk delivering that message again (:attr:`Claim.AGAIN`; the inbox's
 dedupe then answers it as a duplicate); with another ``msgId`` it is a replay (:attr:`Claim.REPLAYED`).
 
-A sign that checked out is a function of its timestamp, so the timestamp (in milliseconds) names the pair. A
-robot's pairs live in at most :data:`SLOTS` cursors ``signed:<robot>:<second modulo SLOTS>``, each holding the
-pairs of the one second it last saw: a slot holding another second holds one at least three hours away, outside
-the window (two hours wide), and is reused. Claims in one process take turns; two replicas claiming the same
-pair within the same few milliseconds are not excluded (the cursors are last-writer-wins).
+A sign that checked out is a function of its timestamp, so the timestamp (in milliseconds) names the pair. Each
+pair has a cursor of its own, ``signed:<robot>:<millisecond modulo SLOT_MS>``, holding the timestamp it last saw and
+that pair's ``msgId``: a slot holding another timestamp holds one at least three hours away, outside the window
+(two hours wide), and is reused, so a robot keeps at most one row per message of the last three hours. Because two
+pairs never share a row, replicas on one PostgreSQL store claiming different pairs never overwrite each other's;
+claims in one process take turns, and only the very same pair claimed by two replicas within the same few
+milliseconds (before either committed) is not excluded.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from platforms.base import Inbox, PollCursor
 from platforms.dingtalk.callback import PLATFORM, REPLAY_WINDOW_S
 from platforms.support.cursors import CursorState
 
-__all__ = ["SLOTS", "Claim", "Signatures"]
+__all__ = ["SLOT_MS", "Claim", "Signatures"]
 
 _log = logging.getLogger(__name__)
 
-SLOTS = 3 * REPLAY_WINDOW_S  # seconds; more than the 2 * REPLAY_WINDOW_S a valid timestamp may span
+SLOT_MS = 3 * REPLAY_WINDOW_S * 1000  # more than the 2 * REPLAY_WINDOW_S a valid timestamp may span
 
 
 class Claim(enum.Enum):
@@ -41,14 +43,15 @@ class Claim(enum.Enum):
     REPLAYED = "replayed"  # already carried another message
 
 
-class _Second(msgspec.Struct, frozen=True, kw_only=True):
-    """The pairs seen in one second: timestamp (milliseconds, as text) to ``msgId``."""
+class _Pair(msgspec.Struct, frozen=True, kw_only=True):
+    """The pair a slot last saw: its timestamp (milliseconds) and the ``msgId`` it carried."""
 
-    second: int
-    messages: dict[str, str] = {}
+    timestamp_ms: int
+    message_id: str
 
 
-_state = CursorState(_Second)
+_NONE = _Pair(timestamp_ms=-1, message_id="")  # an empty slot
+_state = CursorState(_Pair)
 
 
 class Signatures:
@@ -61,24 +64,21 @@ class Signatures:
     def claim(self, robot: str, timestamp_ms: int, message_id: str) -> Claim:
         """Remember that the pair signed at ``timestamp_ms`` carried ``message_id``, unless it carried a message
         already; blocks until that is committed (raises what the store raised)."""
-        second = timestamp_ms // 1000
-        key = f"signed:{robot}:{second % SLOTS}"
+        key = f"signed:{robot}:{timestamp_ms % SLOT_MS}"
         with self._lock:
             seen = _state.decode(
                 self._inbox.poll_cursor(PLATFORM, key),
-                fresh=lambda: _Second(second=second),
-                invalid=lambda text: self._unreadable(key, text, second),
+                fresh=lambda: _NONE,
+                invalid=lambda text: self._unreadable(key, text),
             )
-            messages = seen.messages if seen.second == second else {}
-            carried = messages.get(str(timestamp_ms))
-            if carried is not None:
-                return Claim.AGAIN if carried == message_id else Claim.REPLAYED
-            state = _Second(second=second, messages={**messages, str(timestamp_ms): message_id})
+            if seen.timestamp_ms == timestamp_ms:
+                return Claim.AGAIN if seen.message_id == message_id else Claim.REPLAYED
+            state = _Pair(timestamp_ms=timestamp_ms, message_id=message_id)
             cursor = PollCursor(platform=PLATFORM, cursor=_state.encode(state), account_id=key)
             self._inbox.submit_many([], cursor=cursor).result(timeout=self._inbox.ask_timeout_s)
         return Claim.NEW
 
     @staticmethod
-    def _unreadable(key: str, text: str, second: int) -> _Second:
-        _log.warning("dingtalk: the stored signatures %s are unreadable (%.80r); starting the slot afresh", key, text)
-        return _Second(second=second)
+    def _unreadable(key: str, text: str) -> _Pair:
+        _log.warning("dingtalk: the stored signature %s is unreadable (%.80r); starting the slot afresh", key, text)
+        return _NONE
