@@ -24,22 +24,15 @@ not travel with the routes) sets :meth:`Guards.stream_headers` itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.wire import ApiError
+from platforms.support.security_headers import SECURITY_HEADERS  # every listener's; the API's are the same
 
 __all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "CONSOLE_CSP", "MEDIA_CSP", "SECURITY_HEADERS", "Guards"]
 
-SECURITY_HEADERS: Mapping[str, str] = {
-    "Content-Security-Policy": "default-src 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-}
 CONSOLE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"

@@ -198,12 +198,15 @@ class HttpListener:
                 if exc.errno in _OUT_OF_FILES:
                     await self._wait_for_files(exc)
                 continue  # anything else (ECONNABORTED: the client gave up in the queue) concerns that client only
-            await self._make_room()
             try:
+                await self._make_room()
                 await loop.connect_accepted_socket(lambda: _Connection(self, self._serve()), client)
             except OSError as exc:  # the client left before it was set up
                 _log.debug("%s: a connection closed before it was served (%s)", self.name, exc)
                 client.close()
+            except BaseException:  # closing: the one accepted while the listener was full goes too
+                client.close()
+                raise
 
     async def _make_room(self) -> None:
         """Return once a new connection fits under the cap: at once if an idle one can be closed."""
