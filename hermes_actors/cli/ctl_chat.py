@@ -9,7 +9,9 @@ from stdin when it is a pipe (``echo hello | hermesctl chat``); ``/help`` is ans
 Without a daemon the chat runs the auto-prune gate hermesd runs at its start (``sessions.auto_prune``). When the
 daemon stops mid-chat, the line it did not answer is sent again in-process (or to a daemon started meanwhile), and
 if that fails too the line is kept at the prompt. Closing the chat (``/exit``, Ctrl-D, the end of piped input)
-ends its session with ``user_exit``; ``--resume``/``--continue`` reopen an ended session.
+ends its session with ``user_exit``; ``--resume``/``--continue`` reopen an ended session. A line that reaches the
+session after another process ended it (another chat on it closed) is not run: the chat says so and offers to
+reopen the session and send the line there (from a pipe it stops, naming the command that reopens it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 import click
+import msgspec
 
 from hermes_actors.cli.chat_input import HELP, HISTORY_NAME, QUIT, LineReader, help_text
 from hermes_actors.cli.ctl_daemon import home_settings
@@ -197,6 +200,26 @@ def _print_recap(home: Path, session_id: str) -> None:
     click.echo("──")
 
 
+def _interactive() -> bool:
+    """Whether the chat reads a terminal (not a pipe)."""
+    return sys.stdin.isatty()
+
+
+def _reopen(database: Path, reply: ChatReply, *, interactive: bool) -> bool:
+    """The line reached session ``reply.ended`` after it had ended, and was not run: in a terminal, offer to reopen
+    it and return whether it was; from a pipe, stop with the command that reopens it."""
+    session_id = reply.ended
+    assert session_id is not None
+    if not interactive:
+        raise click.ClickException(f"{reply.text} To continue it instead: hermesctl chat --resume {session_id}")
+    click.echo(reply.text)
+    if not click.confirm(f"Reopen session {session_id} and send your line there?", default=True):
+        click.echo("(your next line starts a new conversation)")
+        return False
+    reopen_to_resume(database, session_id)
+    return True
+
+
 def _handed_off(reply: ChatReply) -> bool:
     """Whether ``reply`` reports a ``/handoff``: the conversation goes on elsewhere, so the chat ends (its last line
     says how to resume it here), as the reference's terminal does."""
@@ -245,7 +268,7 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
     chat_id = f"tty-{uuid.uuid4().hex[:12]}"
     user = getpass.getuser()
     session_id = target
-    interactive = sys.stdin.isatty()
+    interactive = _interactive()
     reader = LineReader(interactive=interactive, history=root / HISTORY_NAME)
     handed_off = False
     try:
@@ -269,6 +292,12 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
             )
             try:
                 reply, backend = _turn(root, settings, backend, request)
+                if reply.ended is not None:  # another process ended the session before the line ran
+                    if not _reopen(database_path(root), reply, interactive=interactive):
+                        continue
+                    backend.bind(Bind(chat_id=chat_id, user_id=user, session_id=reply.ended))
+                    again = msgspec.structs.replace(request, message_id=f"cli-{uuid.uuid4().hex}")
+                    reply, backend = _turn(root, settings, backend, again)
             except ControlError as exc:
                 if isinstance(exc, _Unanswered):
                     backend = exc.backend

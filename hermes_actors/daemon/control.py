@@ -104,11 +104,13 @@ class Chat(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 class ChatReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The turn's reply and the session that answered; ``handed_off`` names the platform a ``/handoff`` moved the
-    conversation to."""
+    conversation to; ``ended`` names the session the line reached after it had ended (``text`` says so; the line
+    was not run)."""
 
     session_id: str | None
     text: str
     handed_off: str | None = None
+    ended: str | None = None
 
 
 class Bind(msgspec.Struct, frozen=True, kw_only=True, tag=True):

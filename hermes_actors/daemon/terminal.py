@@ -21,7 +21,7 @@ from pathlib import Path
 from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
 from hermes_actors.errors import SessionBusyError, SessionNotFoundError
 from hermes_actors.lifecycle.handlers import handed_off_to
-from hermes_actors.messages import InboundMessage, OutboundMessage
+from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.admin import admin_lease
 from hermes_actors.runtime.gateway import Gateway
@@ -86,7 +86,8 @@ class TerminalChannel:
         finally:
             self.waiters.forget(request.message_id)
         handed_off = handed_off_to(request.text, reply.text)
-        return ChatReply(session_id=reply.session_id, text=reply.text, handed_off=handed_off)
+        ended = reply.session_id if reply.error == OutboundError.SESSION_ENDED else None
+        return ChatReply(session_id=reply.session_id, text=reply.text, handed_off=handed_off, ended=ended)
 
     def _pending(self, message_id: str) -> bool:
         """Whether the inbox holds ``message_id`` unanswered (recovery runs it and its reply comes)."""

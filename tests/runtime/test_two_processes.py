@@ -20,6 +20,7 @@ from hermes_actors.store import Store
 from hermes_actors.testing import poll_until
 from tests.agents.chat_server import ChatServer, Scripted, completion, open_chat_server
 from tests.daemon.test_daemon import CONFIG, Daemon, start_daemon
+from tests.runtime.test_leases import start_holder
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +146,68 @@ def test_a_daemon_started_mid_turn_leaves_the_turn_to_its_owner(home: Path, mode
             process.communicate(timeout=10)
     assert _users(home, session) == ["hello", "question one"]
     assert _asked(model, "question one") == 1
+
+
+def _all_users(home: Path) -> list[str | None]:
+    """The user messages of every session of the home."""
+    with Store.open(home / "state.db", readonly=True) as store:
+        sessions = store.list_sessions(limit=1000)
+        return [m.content for s in sessions for m in store.load_transcript(s.id) if m.role == "user"]
+
+
+def _pending(home: Path) -> int:
+    with Store.open(home / "state.db", readonly=True) as store:
+        return len(store.inbox.pending())
+
+
+def test_a_resumed_chat_whose_session_ends_while_its_line_waits_for_the_lease_never_asks_the_model(
+    home: Path, model: ChatServer
+) -> None:
+    session = _session_with_history(home, model)
+    holder = start_holder(home / "state.db", session)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdin is not None
+        assert holder.stdout.readline().startswith("HELD ")
+        waiting = _chat(home, "--resume", session, stdin="from B\n")
+        poll_until(lambda: _pending(home), 30, what="the chat's line in the inbox")
+        holder.stdin.write("end\n")  # the holder's chat closed: the session ends with user_exit
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "RELEASED\n"
+        code, _, err = _finish(waiting)
+    finally:
+        holder.kill()
+        holder.communicate(timeout=10)
+    assert code == 1, err
+    assert f"Session {session} ended (user_exit) before your message could run" in err
+    assert f"hermesctl chat --resume {session}" in err
+    assert _asked(model, "from B") == 0
+    assert "from B" not in _all_users(home)
+    assert _pending(home) == 0  # answered, so no later process replays it into a session its chat never sees
+
+
+def test_a_line_waiting_while_another_chat_finishes_and_closes_the_session_asks_the_model_at_most_once(
+    home: Path, model: ChatServer
+) -> None:
+    session = _session_with_history(home, model)
+    _script_slow_answer(model)
+    first = _chat(home, "--resume", session, stdin="question one\n")  # closes the session once answered
+    _wait_for_request(model, "question one")
+    second = _chat(home, "--resume", session, stdin="from B\n")
+    code, out, err = _finish(first)
+    assert code == 0, err
+    assert "the slow answer" in out
+    code, out, err = _finish(second)
+    # Whichever took the lease first after the first chat's turn: its close (the line is told the session ended
+    # and never reaches the model) or the waiting line (it runs once, and the close leaves the session to it).
+    asked = _asked(model, "from B")
+    assert asked <= 1, f"the model was asked {asked} times for one line"
+    stored = _all_users(home).count("from B")
+    assert stored == asked
+    if asked:
+        assert code == 0, err
+    else:
+        assert code == 1, err
+        assert f"Session {session} ended (user_exit) before your message could run" in err
+    assert _asked(model, "question one") == 1
+    assert _pending(home) == 0
