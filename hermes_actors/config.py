@@ -27,7 +27,8 @@ class HttpLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     ``daemon.http_max_connections``; :mod:`platforms.support.http_listener`).
 
     ``header_timeout_s``: a new connection's first request line and headers must have arrived by then;
-    ``idle_timeout_s``: a connection waiting for its next request is closed after it; ``max_connections``: open
+    ``idle_timeout_s``: a connection waiting for its next request is closed after it (its clock runs from the
+    connection's start too, so the shorter of the two bounds the first request); ``max_connections``: open
     connections per listener, past which the longest idle one is closed to make room for a new one (or, when
     every one is answering a request, new ones wait in the listen queue).
     """

@@ -137,7 +137,7 @@ class HttpListener:
         self._tasks: list[asyncio.Task[None]] = []
         self._open: set[_Connection] = set()
         self._idle: dict[_Connection, None] = {}  # answering no request, longest idle first
-        self._room = asyncio.Event()  # set when a connection closes
+        self._room = asyncio.Event()  # set when a connection closes or becomes idle
         self._full = False  # in an episode at the cap (logged once)
         self._starved_at = 0  # connections open when an episode out of file descriptors began (0: none; logged once)
         self._timed_out = 0
@@ -243,9 +243,9 @@ class HttpListener:
         if not self._full:
             self._full = True
             _log.warning(
-                "%s: %d connections open, the limit (daemon.http_max_connections); new ones close the oldest that "
-                "has sent no request yet, or wait while every one is answering; raise daemon.http_max_connections "
-                "if this is real traffic",
+                "%s: %d connections open, the limit (daemon.http_max_connections); each new one closes the longest "
+                "idle one, or waits while every one is answering a request; raise daemon.http_max_connections if "
+                "this is real traffic",
                 self.name,
                 len(self._open),
             )
@@ -294,7 +294,7 @@ class HttpListener:
         if self._full and len(self._open) <= self.limits.max_connections * 3 // 4:
             self._full = False
             _log.info(
-                "%s: %d connections open, under daemon.http_max_connections again (%d idle ones closed to make room)",
+                "%s: %d connections open, below daemon.http_max_connections again (%d idle closed for room so far)",
                 self.name,
                 len(self._open),
                 self._evicted,
