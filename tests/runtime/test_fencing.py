@@ -9,7 +9,8 @@ import pytest
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.testing import FakeClock, FakePlatform, GatedAgent
+from hermes_actors.testing import FakeClock, FakePlatform
+from tests.runtime.test_leases import AskedAgent
 
 KEY = "agent:main:fake:dm:chat-1"
 
@@ -18,7 +19,7 @@ KEY = "agent:main:fake:dm:chat-1"
 def test_a_turn_whose_lease_was_taken_over_mid_turn_is_rolled_back(db_path: Path) -> None:
     clock = FakeClock()
     config = RuntimeConfig(lease_ttl_s=30, lease_wait_s=0.2)
-    slow_agent = GatedAgent()
+    slow_agent = AskedAgent()
     first_fake, second_fake = FakePlatform(), FakePlatform()
     first = Gateway(db_path, config=config, agent=slow_agent, senders=[first_fake], clock=clock, tick_interval_s=3600)
     second: Gateway | None = None
@@ -50,6 +51,8 @@ def test_a_turn_whose_lease_was_taken_over_mid_turn_is_rolled_back(db_path: Path
         with first.read() as store:
             users = [m.content for m in store.load_transcript(session_id) if m.role == "user"]
         assert users == ["one", "four"]
+        # "two" was computed once, under the lease it lost; it waited for the lease again and was refused, not rerun.
+        assert slow_agent.asked.count("two, computed from a history that will be stale") == 1
     finally:
         slow_agent.release.set()
         if second is not None:
