@@ -128,6 +128,7 @@ def _serve_cluster(settings: Settings, root: Path) -> None:
             admin_key=admin_key(root, settings, os.environ).key,
             agent_factory=host_agent_factory(settings.agent, os.environ),
             connected=on_sigterm,  # ray.init replaced it
+            http_limits=settings.daemon.http_limits,
         )
     except KeyboardInterrupt:
         stop.set()

@@ -29,6 +29,7 @@ from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.cluster.replica import PUSH_PLATFORMS, ClusterReplica, replica_name
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
+from hermes_actors.config import HttpLimits
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.platform_board import PlatformBoard
@@ -66,11 +67,13 @@ def serve_cluster(
     agent_factory: Callable[[], Agent] | None = None,
     check_s: float = 10.0,
     connected: Callable[[], object] = lambda: None,
+    http_limits: HttpLimits | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent (the
     echo agent without one) and the operator's routes opened by ``admin_key``. ``connected`` runs once Ray is connected
-    (``ray.init`` installs signal handlers of its own: a caller installs its SIGTERM handler again there)."""
+    (``ray.init`` installs signal handlers of its own: a caller installs its SIGTERM handler again there). The
+    adapters' own listeners hold their clients to ``http_limits`` (``daemon.http_*``)."""
     import ray
 
     from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
@@ -94,7 +97,7 @@ def serve_cluster(
             store,
             inbox,
             platforms,
-            build=lambda name, config: registry.build(name, config, os.environ),
+            build=lambda name, config: registry.build(name, config, os.environ, http_limits=http_limits),
             name=replica_name(socket.gethostname()),
             role_ttl_s=cluster.lease_ttl_s,
             enabled=registry.enabled,
