@@ -15,12 +15,23 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source
 
-__all__ = ["DEFAULT_API_BASE_URL", "MAX_MESSAGE_CHARS", "DiscordBot", "DiscordConfig", "check_token", "cluster_parts"]
+__all__ = [
+    "CDN_HOSTS",
+    "DEFAULT_API_BASE_URL",
+    "MAX_MESSAGE_CHARS",
+    "DiscordBot",
+    "DiscordConfig",
+    "check_token",
+    "cluster_parts",
+]
 
 DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
 MAX_MESSAGE_CHARS = 2000  # a message's content limit
+CDN_HOSTS = ("*.discordapp.com", "*.discordapp.net")  # cdn.discordapp.com, media.discordapp.net
+"""The hosts an attachment's ``url`` may name; ``fetch.hosts`` adds to them."""
 
 _SECTION = "platforms.discord"
 _BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -44,7 +55,8 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``message_content_intent`` is privileged: enable "Message Content Intent" on the Bot page, or set it false
     (guild messages then arrive without text unless they mention the bot). ``reconnect_*`` bound the backoff
     between failed connection attempts; ``identify_wait_*`` is the random wait before a new session after Discord
-    invalidated the old one (its docs ask for 1 to 5 s).
+    invalidated the old one (its docs ask for 1 to 5 s). ``fetch`` widens where attachments may be downloaded from
+    (:data:`CDN_HOSTS`, at public addresses).
     """
 
     enabled: bool = True
@@ -61,6 +73,7 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     identify_wait_max_s: float = 5.0
     hello_timeout_s: float = 20.0
     max_frame_bytes: int = 32 * 1024 * 1024
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.api_base_url)
@@ -93,6 +106,7 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError(f"{_SECTION}.requests_per_second", "must be a positive rate; Discord allows 50")
         if self.max_frame_bytes < 64 * 1024:
             raise ConfigError(f"{_SECTION}.max_frame_bytes", "must be at least 65536 bytes; the default is 32 MiB")
+        self.fetch.check(f"{_SECTION}.fetch")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
 
@@ -100,6 +114,11 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def api_base(self) -> str:
         """``api_base_url`` without a trailing slash."""
         return self.api_base_url.rstrip("/")
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where the URLs of a message's attachments may be fetched from."""
+        return FetchPolicy(self.fetch, platform="Discord", hosts=CDN_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def check_token(token: str, path: str, what: str = "") -> str:

@@ -2,12 +2,13 @@
 
 An attachment object carries its ``filename``, ``size``, ``content_type`` (absent when Discord does not know the
 type) and ``url``, a signed address on ``cdn.discordapp.com`` whose query (``ex``, ``is``, ``hm``) expires after
-about a day. The size is checked against the media limits before anything is fetched; the download is a plain GET
-of that URL, read no further than ``media.max_bytes`` (:func:`platforms.support.downloads.fetch`). The CDN wants no
-credentials: the bot token belongs to the REST API and is never sent here. The record keeps the URL without its
-query as ``source_url``: it says where the file came from, while the signature would be a stale capability (and is
-kept out of the logs too). Every failure (no address, a link Discord no longer serves, a broken download) becomes
-a refused attachment saying why, so the message's text still runs and the reply names what could not be read.
+about a day. The size is checked against the media limits before anything is fetched; the download is a plain GET of
+that URL through the section's fetch policy (Discord's CDN at public addresses, redirects included), read no further
+than ``media.max_bytes`` (:func:`platforms.support.downloads.fetch`). The CDN wants no credentials: the bot token
+belongs to the REST API and is never sent here. The record keeps the URL without its query as ``source_url``: it says
+where the file came from, while the signature would be a stale capability (and is kept out of the logs too). Every
+failure (no address, a link Discord no longer serves, a broken download) becomes a refused attachment saying why, so
+the message's text still runs and the reply names what could not be read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hermes_actors.messages import Attachment, InboundMessage
 from platforms.discord.events import MessageAttachment
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
+from platforms.support.fetch_policy import FetchPolicy, open_session
 from platforms.support.http_client import shown
 
 __all__ = ["attach_files", "mime_type_of", "source_url_of"]
@@ -41,18 +43,19 @@ async def attach_files(
     attachments: Sequence[MessageAttachment],
     *,
     media: MediaStore,
-    session: aiohttp.ClientSession,
+    fetch: FetchPolicy,
     timeout_s: float,
     where: str,
 ) -> InboundMessage:
     """``inbound`` with ``attachments`` downloaded into ``media`` as its attachments (refused ones saying why).
 
-    The files are fetched one after another, so at most one file's bytes are held at a time. ``where`` names the
-    bot in log lines.
+    The files are fetched one after another, as ``fetch`` allows, so at most one file's bytes are held at a time.
+    ``where`` names the bot in log lines.
     """
     if not attachments:
         return inbound
-    records = [await _fetch(a, media=media, session=session, timeout_s=timeout_s, where=where) for a in attachments]
+    async with open_session(fetch) as session:
+        records = [await _fetch(a, media=media, session=session, timeout_s=timeout_s, where=where) for a in attachments]
     return msgspec.structs.replace(inbound, attachments=(*inbound.attachments, *records))
 
 

@@ -390,7 +390,7 @@ class Shard:
             inbound,
             message.attachments,
             media=self._inbox.media,
-            session=self._http,
+            fetch=self._config.fetch_policy,
             timeout_s=self._config.request_timeout_s,
             where=f"discord bot {self.name!r}",
         )

@@ -170,6 +170,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
                 api_base_url=self.config.api_base_url,
                 media=inbox.media,
                 session=session,
+                fetch=self.config.fetch_policy,
                 timeout_s=self.config.http_timeout_s,
             )
 

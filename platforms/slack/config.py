@@ -9,9 +9,13 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
-__all__ = ["MAX_TEXT_CHARS", "SLACK_ID", "ResolvedApp", "SlackApp", "SlackConfig", "resolve_app"]
+__all__ = ["FILE_HOSTS", "MAX_TEXT_CHARS", "SLACK_ID", "ResolvedApp", "SlackApp", "SlackConfig", "resolve_app"]
+
+FILE_HOSTS = ("slack.com", "*.slack.com")  # files.slack.com
+"""The hosts a file's ``url_private_download`` may name; ``fetch.hosts`` adds to them."""
 
 MAX_TEXT_CHARS = 40_000  # Slack truncates longer message text
 _APP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -34,7 +38,10 @@ class SlackApp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``platforms.slack`` section; Slack posts events to ``http://host:port/slack/events/<app>``."""
+    """The ``platforms.slack`` section; Slack posts events to ``http://host:port/slack/events/<app>``.
+
+    ``fetch`` widens where files may be downloaded from (:data:`FILE_HOSTS`, at public addresses).
+    """
 
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -46,6 +53,7 @@ class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_body_bytes: int = 1024 * 1024
     http_timeout_s: float = 10.0
     apps: dict[str, SlackApp] = msgspec.field(default_factory=dict)
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         field = "platforms.slack"
@@ -66,8 +74,14 @@ class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
         if self.http_timeout_s <= 0:
             raise ConfigError(f"{field}.http_timeout_s", "must be a positive number of seconds")
+        self.fetch.check(f"{field}.fetch")
         for name, app in self.apps.items():
             _check_app(name, app)
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where the URLs of an event's files may be fetched from."""
+        return FetchPolicy(self.fetch, platform="Slack", hosts=FILE_HOSTS, setting="platforms.slack.fetch")
 
 
 def _check_app(name: str, app: SlackApp) -> None:

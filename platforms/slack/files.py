@@ -1,14 +1,15 @@
 """Slack files into the media store: each ``files[]`` entry of a message event, fetched with the app's bot token.
 
-A file object carries its ``size``, ``mimetype``, ``name`` and ``url_private_download``; the size is checked
-against ``media.max_bytes`` before anything is fetched, and the download is a GET of that URL with
-``Authorization: Bearer <bot token>`` (the app needs the ``files:read`` scope). Slack answers a download it does
-not authorise with its sign-in page (HTTP 200, HTML) rather than an error, so an HTML answer for a file that is
-not HTML is refused with that fix. The token goes only to ``https://slack.com`` and its subdomains, or to the host
-of ``api_base_url``. An event with many files may carry only a file's ``id`` (``file_access:
-check_file_info``): ``files.info`` then gives the rest. A file Slack does not host (``external``), a deleted one
-(``tombstone``) and one hidden by a free workspace's storage limit are refused saying so. The records carry no
-source URL: a private URL is useless without the token.
+A file object carries its ``size``, ``mimetype``, ``name`` and ``url_private_download``; the size is checked against
+``media.max_bytes`` before anything is fetched, and the download is a GET of that URL with ``Authorization: Bearer
+<bot token>`` (the app needs the ``files:read`` scope). Slack answers a download it does not authorise with its
+sign-in page (HTTP 200, HTML) rather than an error, so an HTML answer for a file that is not HTML is refused with
+that fix. The token goes only to ``https://slack.com`` and its subdomains, or to the host of ``api_base_url``. An
+event with many files may carry only a file's ``id`` (``file_access: check_file_info``): ``files.info`` then gives
+the rest. A file's URL is fetched through the section's fetch policy (Slack's hosts at public addresses, redirects
+included); ``files.info`` goes to the configured API. A file Slack does not host (``external``), a deleted one
+(``tombstone``) and one hidden by a free workspace's storage limit are refused saying so. The records carry no source
+URL: a private URL is useless without the token.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed, Fetched
+from platforms.support.fetch_policy import FetchPolicy, open_session
 
 __all__ = ["SlackFile", "attach_files", "downloadable"]
 
@@ -104,14 +106,19 @@ async def attach_files(
     api_base_url: str,
     media: MediaStore,
     session: aiohttp.ClientSession,
+    fetch: FetchPolicy,
     timeout_s: float,
 ) -> InboundMessage:
-    """``inbound`` with ``files`` downloaded into ``media`` as its attachments (refused ones saying why)."""
+    """``inbound`` with ``files`` downloaded into ``media`` as its attachments (refused ones saying why).
+
+    ``session`` calls the API (``files.info``); the files themselves are fetched as ``fetch`` allows.
+    """
     wanted = [file for file in files if downloadable(file)]
     if not wanted:
         return inbound
-    fetcher = _Fetcher(app_name, bot_token, api_base_url.rstrip("/"), media, session, timeout_s)
-    attachments = [await fetcher.attachment(file) for file in wanted]
+    async with open_session(fetch) as guarded:
+        fetcher = _Fetcher(app_name, bot_token, api_base_url.rstrip("/"), media, (session, guarded), timeout_s)
+        attachments = [await fetcher.attachment(file) for file in wanted]
     return msgspec.structs.replace(inbound, attachments=(*inbound.attachments, *attachments))
 
 
@@ -124,14 +131,14 @@ class _Fetcher:
         bot_token: str,
         api_base_url: str,
         media: MediaStore,
-        session: aiohttp.ClientSession,
+        sessions: tuple[aiohttp.ClientSession, aiohttp.ClientSession],
         timeout_s: float,
     ) -> None:
         self._where = f"slack app '{app_name}'"
         self._headers = {"Authorization": f"Bearer {bot_token}"}
         self._api = api_base_url
         self._media = media
-        self._session = session
+        self._session, self._guarded = sessions  # the API's, and the fetch policy's for the files
         self._timeout = timeout_s
 
     async def attachment(self, file: SlackFile) -> Attachment:
@@ -155,7 +162,7 @@ class _Fetcher:
 
         return await downloads.download(
             self._media,
-            self._session,
+            self._guarded,
             url,
             kind=kind,
             mime_type=file.mimetype,

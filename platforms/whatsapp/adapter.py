@@ -172,6 +172,7 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
                         graph_version=version,
                         media=inbox.media,
                         session=session,
+                        fetch=self.config.fetch_policy,
                         timeout_s=self.config.http_timeout_s,
                     )
                 inbound.append(message)

@@ -17,12 +17,14 @@ from urllib.parse import urlsplit
 import msgspec
 
 from hermes_actors.errors import ConfigError
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret
 
 __all__ = [
     "DEFAULT_GRAPH_BASE_URL",
     "DEFAULT_GRAPH_VERSION",
     "MAX_TEXT_CHARS",
+    "MEDIA_HOSTS",
     "NumberKeys",
     "WhatsappConfig",
     "WhatsappNumber",
@@ -34,6 +36,8 @@ DEFAULT_GRAPH_VERSION = "v21.0"
 MAX_TEXT_CHARS = 4096  # the Cloud API refuses a longer text body
 
 _SECTION = "platforms.whatsapp"
+MEDIA_HOSTS = ("*.fbsbx.com", "*.fbcdn.net", "*.whatsapp.net", "graph.facebook.com")  # lookaside.fbsbx.com
+"""The hosts a media lookup's ``url`` may name; ``fetch.hosts`` adds to them."""
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,24}")
 _VERSION = re.compile(r"v[0-9]{1,3}\.[0-9]{1,3}")
 _APP_PAGE = "the Meta app's WhatsApp settings at developers.facebook.com/apps"
@@ -67,7 +71,8 @@ class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ``{graph_base_url}/{graph_version}/{phone_number_id}/messages``. ``messages_per_second`` paces each number
     (Meta's default throughput is 80); ``recipient_interval_s`` and ``recipient_burst`` pace one number's
     messages to one user (Meta allows about one every 6 s, after a burst). ``numbers`` keys may be written
-    unquoted in YAML; they are read as strings.
+    unquoted in YAML; they are read as strings. ``fetch`` widens where media may be downloaded from
+    (:data:`MEDIA_HOSTS`, at public addresses).
     """
 
     enabled: bool = True
@@ -82,6 +87,7 @@ class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_body_bytes: int = 3 * 1024 * 1024
     http_timeout_s: float = 10.0
     numbers: dict[str | int, WhatsappNumber] = msgspec.field(default_factory=dict)
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         if not self.host.strip():
@@ -89,6 +95,7 @@ class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
         _check_url(self.graph_base_url)
+        self.fetch.check(f"{_SECTION}.fetch")
         if not _VERSION.fullmatch(self.graph_version):
             raise ConfigError(
                 f"{_SECTION}.graph_version", f"must be a Graph API version such as {DEFAULT_GRAPH_VERSION}"
@@ -117,6 +124,11 @@ class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def graph_base(self) -> str:
         """``graph_base_url`` without a trailing slash."""
         return self.graph_base_url.rstrip("/")
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where the media URLs the Graph API names may be fetched from."""
+        return FetchPolicy(self.fetch, platform="WhatsApp", hosts=MEDIA_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def _check_url(url: str) -> None:

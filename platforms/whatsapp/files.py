@@ -1,13 +1,14 @@
 """WhatsApp media into the media store: look the media id up on the Graph API, then fetch its URL with the token.
 
 An image, audio, video or document message names its file by a media ``id``. ``GET
-{graph_base_url}/{version}/{id}?phone_number_id=<our number>`` with ``Authorization: Bearer <access token>``
-answers ``{"url", "mime_type", "sha256", "file_size", "id"}`` (``phone_number_id`` makes Meta check the media
-belongs to the number); the ``url`` is valid for five minutes and is fetched with the same Bearer token. The
-size is checked against ``media.max_bytes`` from ``file_size`` before the download starts, and again as bytes
-arrive. The token goes only over HTTPS or to the configured Graph host. A ``sha256`` that does not match the
-bytes is logged, not refused (Meta documents no encoding for it). Stickers stay stand-ins. Every failure becomes
-a refused attachment saying why; the records carry no source URL (the URL is a short-lived capability).
+{graph_base_url}/{version}/{id}?phone_number_id=<our number>`` with ``Authorization: Bearer <access token>`` answers
+``{"url", "mime_type", "sha256", "file_size", "id"}`` (``phone_number_id`` makes Meta check the media belongs to the
+number); the ``url`` is valid for five minutes and is fetched with the same Bearer token. The size is checked against
+``media.max_bytes`` from ``file_size`` before the download starts, and again as bytes arrive. The token goes only
+over HTTPS or to the configured Graph host, and the ``url`` is fetched only through the section's fetch policy
+(Meta's media hosts at public addresses, redirects included). A ``sha256`` that does not match the bytes is logged,
+not refused (Meta documents no encoding for it). Stickers stay stand-ins. Every failure becomes a refused attachment
+saying why; the records carry no source URL (the URL is a short-lived capability).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hermes_actors.media import MediaStore
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
+from platforms.support.fetch_policy import FetchPolicy, open_session
 from platforms.whatsapp.config import NumberKeys
 
 __all__ = ["MediaRef", "attach_media"]
@@ -112,18 +114,23 @@ async def attach_media(
     graph_version: str,
     media: MediaStore,
     session: aiohttp.ClientSession,
+    fetch: FetchPolicy,
     timeout_s: float,
 ) -> InboundMessage:
-    """``inbound`` with the file of ``ref`` downloaded into ``media`` as its attachment (refused saying why)."""
-    attachment = await _fetch(
-        ref,
-        number=number,
-        graph_base=graph_base,
-        graph_version=graph_version,
-        media=media,
-        session=session,
-        timeout_s=timeout_s,
-    )
+    """``inbound`` with the file of ``ref`` downloaded into ``media`` as its attachment (refused saying why).
+
+    ``session`` asks the Graph API about the media; the URL it answers with is fetched as ``fetch`` allows.
+    """
+    async with open_session(fetch) as guarded:
+        attachment = await _fetch(
+            ref,
+            number=number,
+            graph_base=graph_base,
+            graph_version=graph_version,
+            media=media,
+            sessions=(session, guarded),
+            timeout_s=timeout_s,
+        )
     return msgspec.structs.replace(inbound, attachments=(*inbound.attachments, attachment))
 
 
@@ -134,9 +141,10 @@ async def _fetch(
     graph_base: str,
     graph_version: str,
     media: MediaStore,
-    session: aiohttp.ClientSession,
+    sessions: tuple[aiohttp.ClientSession, aiohttp.ClientSession],
     timeout_s: float,
 ) -> Attachment:
+    session, guarded = sessions
     where = f"whatsapp number {number.phone_number_id}"
 
     def refuse(problem: str, size: int | None = None) -> Attachment:
@@ -167,7 +175,7 @@ async def _fetch(
         return refuse("WhatsApp offered it at an address the access token is not sent to", size)
     attachment = await downloads.download(
         media,
-        session,
+        guarded,
         info.url,
         kind=ref.kind,
         mime_type=ref.mime_type or info.mime_type,

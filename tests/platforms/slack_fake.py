@@ -114,6 +114,7 @@ class FakeSlack:
     downloads: list[Download] = field(default_factory=list)
     _files: dict[str, _File] = field(default_factory=dict)
     _download_script: deque[int] = field(default_factory=deque)
+    _redirects: dict[str, str] = field(default_factory=dict)  # file id -> where its download redirects
     download_arrived: threading.Event = field(default_factory=threading.Event)  # set by the first download request
     _held: threading.Event | None = None
 
@@ -189,6 +190,11 @@ class FakeSlack:
             "permalink": f"https://example.slack.com/files/U1/{file_id}/{file.name}",
             "file_access": "visible",
         }
+
+    def redirect_download(self, file_id: str, to: str) -> None:
+        """Answer the authorised downloads of ``file_id`` with a 302 to ``to``."""
+        with self._lock:
+            self._redirects[file_id] = to
 
     def remove_file(self, file_id: str) -> None:
         """Delete a hosted file: its download is then 404 and ``files.info`` says ``file_not_found``."""
@@ -305,7 +311,10 @@ class FakeSlack:
                 status = 404
             else:
                 status = 200
-            self.downloads.append(Download(file_id=file_id, token=token, status=status))
+            redirect = self._redirects.get(file_id) if status == 200 else None
+            self.downloads.append(Download(file_id=file_id, token=token, status=302 if redirect else status))
+        if redirect is not None and team == file_team:
+            raise web.HTTPFound(redirect)
         if team is None or team != file_team:
             return web.Response(body=_SIGN_IN_PAGE, content_type="text/html")
         if status != 200 or file is None:

@@ -49,8 +49,10 @@ from platforms.discord import (
 from platforms.discord.events import Channel, MessageAttachment, Skipped
 from platforms.discord.files import mime_type_of, source_url_of
 from platforms.discord.rest import MESSAGES_ROUTE
+from platforms.support.fetch_policy import FetchSettings
 from tests.platforms.crash import AdapterWorker, wait_for_inbox
 from tests.platforms.discord_fake import CDN_PREFIX, MESSAGES_BUCKET, DiscordFake, user
+from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.support import RunningAdapter, StartGateway, wait_problem
 
 TOKEN = "MTAxMDEwMTAxMDEwMTAx.GaBcDe.first_bot_token_abcdefghijklmnopqrstu"
@@ -61,6 +63,8 @@ ALICE = user("501", "alice", global_name="Alice")
 BOB = user("502", "bob")
 MESSAGES = "POST /channels/{channel_id}/messages"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake CDN is on loopback
+REFUSED_INSIDE = "its address points into the bot's own network, which the bot does not fetch from"
 
 
 # -- harness -----------------------------------------------------------------------------------------------------
@@ -287,7 +291,7 @@ def test_two_bots_in_one_guild_never_share_a_session_and_ignore_each_other(fake:
 def test_bots_webhooks_and_system_messages_start_no_turn_and_attachments_keep_their_stand_ins(
     fake: DiscordFake, start: Start, tmp_path: Path
 ) -> None:
-    discord = start()
+    discord = start(make_config(fake, fetch=FAKE_FILES))
     fake.wait_ready(TOKEN)
     fake.post(GENERAL, user("777", "otherbot", bot=True), "beep")
     fake.post(GENERAL, user("778", "hook"), "from a webhook", webhook_id="778")
@@ -317,7 +321,7 @@ def test_bots_webhooks_and_system_messages_start_no_turn_and_attachments_keep_th
 def test_attachments_are_downloaded_from_the_cdn_into_the_media_store_before_the_message_is_accepted(
     fake: DiscordFake, start: Start, tmp_path: Path
 ) -> None:
-    discord = start()
+    discord = start(make_config(fake, fetch=FAKE_FILES))
     fake.wait_ready(TOKEN)
     notes = b"line one\nline two\n"
     image = fake.attachment(GENERAL, "plot.png", PNG)
@@ -374,7 +378,7 @@ def test_an_attachment_over_the_limit_is_refused_before_its_download_and_the_tex
 def test_a_file_larger_than_its_attachment_object_says_is_cut_off_at_the_limit(
     fake: DiscordFake, start: Start, tmp_path: Path
 ) -> None:
-    start(media=MediaConfig(max_bytes=1024))
+    start(make_config(fake, fetch=FAKE_FILES), media=MediaConfig(max_bytes=1024))
     fake.wait_ready(TOKEN)
     liar = fake.attachment(GENERAL, "small.png", bytes(4096), size=100)
     fake.post(GENERAL, ALICE, "small, surely", attachments=[liar])
@@ -387,7 +391,7 @@ def test_a_file_larger_than_its_attachment_object_says_is_cut_off_at_the_limit(
 def test_a_failed_download_becomes_a_refused_attachment_that_says_why(
     fake: DiscordFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    discord = start()
+    discord = start(make_config(fake, fetch=FAKE_FILES))
     fake.wait_ready(TOKEN)
     broken = fake.attachment(GENERAL, "broken.png", PNG)
     fake.fail_download(broken, 503)
@@ -422,7 +426,7 @@ def test_a_download_slower_than_the_heartbeat_interval_is_not_taken_for_a_zombie
     make_fake: MakeFake, start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     quick = make_fake(heartbeat_interval_ms=100)
-    discord = start(make_config(quick))
+    discord = start(make_config(quick, fetch=FAKE_FILES))
     quick.wait_ready(TOKEN)
     slow = quick.attachment(GENERAL, "slow.png", PNG, delay_s=0.6)
     quick.post(GENERAL, ALICE, "take your time", attachments=[slow])
@@ -433,6 +437,61 @@ def test_a_download_slower_than_the_heartbeat_interval_is_not_taken_for_a_zombie
     assert quick.resumes(TOKEN) == []
     assert "zombie" not in caplog.text
     assert discord.gateway.wait_idle()
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def named(filename: str, url: str) -> dict[str, Any]:
+    """An attachment object that names ``url`` (what a forged or hostile event would carry)."""
+    return {"id": "1000", "filename": filename, "size": 10, "content_type": "text/plain", "url": url}
+
+
+def test_attachment_urls_inside_the_network_are_not_fetched_and_the_text_still_runs(
+    fake: DiscordFake, start: Start, canary: Canary, caplog: pytest.LogCaptureFixture
+) -> None:
+    start()
+    fake.wait_ready(TOKEN)
+    attachments = [
+        named("metrics.txt", canary.url("/metrics")),
+        named("meta.txt", "http://169.254.169.254/latest/meta-data/"),
+        named("admin.txt", canary.url("/admin", host="localhost")),
+    ]
+    with caplog.at_level(logging.WARNING):
+        fake.post(GENERAL, ALICE, f"<@{BOT_ID}> quote these", attachments=attachments)
+        (reply,) = wait_texts(fake, 1)
+    assert reply.split("\n\n")[0] == (
+        f"I could not read metrics.txt: {REFUSED_INSIDE}. I could not read meta.txt: {REFUSED_INSIDE}. "
+        "I could not read admin.txt: it is offered from localhost, which is not a Discord file host."
+    )
+    assert canary.hits == []
+    assert caplog.text.count("refused by the fetch policy") == 3
+
+
+def test_a_cdn_host_that_resolves_or_redirects_into_the_network_is_refused(
+    fake: DiscordFake, start: Start, canary: Canary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = use_hosts(monkeypatch)
+    cdn, media = "cdn.discordapp.com", "media.discordapp.net"
+    hosts[cdn] = hosts[media] = "127.0.0.1"
+    start(make_config(fake, fetch=FetchSettings(allow_private=[cdn])))
+    fake.wait_ready(TOKEN)
+    attachments = [
+        named("a.txt", canary.url("/a", host=media)),  # DNS rebinding
+        named("b.txt", canary.redirect(canary.url("/b"), host=cdn)),
+        named("c.txt", canary.redirect(canary.url("/c", host=media), host=cdn)),
+        named("d.txt", canary.url("/d.txt", host=cdn)),  # allowed: it still works
+    ]
+    fake.post(GENERAL, ALICE, f"<@{BOT_ID}> read", attachments=attachments)
+    (reply,) = wait_texts(fake, 1)
+    refused = (f"I could not read {name}: {REFUSED_INSIDE}." for name in ("a.txt", "b.txt", "c.txt"))
+    assert reply.split("\n\n")[0] == " ".join(refused)
+    assert CANARY_BODY.decode().strip() in reply
+    assert canary.secret_hits() == ["/d.txt"]
+    assert len(canary.redirect_hits()) == 2
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,9 @@ from hermes_actors.testing import FakePlatform, GatedAgent
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
+from platforms.support.fetch_policy import FetchSettings
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.slack_fake import (
     Answer,
     Download,
@@ -395,6 +397,7 @@ def test_entities_are_decoded_our_mention_is_dropped_files_get_stand_ins_and_rep
 # -- files ---------------------------------------------------------------------------------------------------------
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(120))
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake serves files on loopback
 
 
 def shared(text: str, *files: Mapping[str, Any], ts: str = TS, channel: str = "D1") -> dict[str, Any]:
@@ -405,7 +408,7 @@ def shared(text: str, *files: Mapping[str, Any], ts: str = TS, channel: str = "D
 def test_a_shared_file_is_downloaded_with_the_bot_token_before_the_event_is_acknowledged(
     start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
 ) -> None:
-    running = start_slack()
+    running = start_slack(fetch=FAKE_FILES)
     answer = running.post(shared("what is this?", slack.add_file("F1", PNG, name="plot.png", mimetype="image/png")))
     assert answer.status == 200
     assert slack.downloads == [Download(file_id="F1", token=TOKEN, status=200)]
@@ -437,7 +440,7 @@ def test_a_shared_file_is_downloaded_with_the_bot_token_before_the_event_is_ackn
 def test_a_file_over_the_limit_is_refused_without_being_fetched_and_the_text_still_runs(
     start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
 ) -> None:
-    running = start_slack(media=MediaConfig(max_bytes=1024))
+    running = start_slack(fetch=FAKE_FILES, media=MediaConfig(max_bytes=1024))
     big = slack.add_file("F2", bytes(4096), name="scan.pdf", mimetype="application/pdf")
     assert running.post(shared("please read", big)).status == 200
     assert slack.take().text == (
@@ -456,7 +459,7 @@ def test_a_file_over_the_limit_is_refused_without_being_fetched_and_the_text_sti
 def test_files_that_cannot_be_fetched_become_refused_attachments_that_say_why(
     start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
 ) -> None:
-    running = start_slack()
+    running = start_slack(fetch=FAKE_FILES)
     broken = slack.add_file("F4", b"abc", name="broken.txt", mimetype="text/plain")
     slack.fail_next_download(500)
     gone = slack.add_file("F5", b"abc", name="gone.txt", mimetype="text/plain")
@@ -482,10 +485,47 @@ def test_files_that_cannot_be_fetched_become_refused_attachments_that_say_why(
     assert not (tmp_path / "media").exists()
 
 
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def test_a_file_download_that_redirects_into_the_network_is_refused(
+    slack: FakeSlack, start_gateway: StartGateway, canary: Canary, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The fake answers as "localhost" (its API origin, where the token goes) and only that name may be private, so
+    # the canary on 127.0.0.1 is not allowed by the fake's own opt-in.
+    hosts = use_hosts(monkeypatch)
+    hosts["localhost"] = hosts["files.slack.com"] = "127.0.0.1"
+    api = slack.api_base_url.replace("127.0.0.1", "localhost")
+    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost"])
+    adapter = SlackAdapter(SlackConfig(port=0, api_base_url=api, apps=main_app(), fetch=fetch), environ={})
+    running = Slack(adapter=adapter, gateway=start_gateway(adapter, tick_interval_s=0.1), db=tmp_path / "state.db")
+
+    def on_localhost(file: dict[str, Any]) -> dict[str, Any]:
+        return file | {"url_private_download": file["url_private_download"].replace("127.0.0.1", "localhost")}
+
+    inside = on_localhost(slack.add_file("F1", b"x", name="inside.txt", mimetype="text/plain"))
+    slack.redirect_download("F1", canary.url("/metrics"))
+    rebound = on_localhost(slack.add_file("F2", b"x", name="rebound.txt", mimetype="text/plain"))
+    slack.redirect_download("F2", canary.url("/x", host="files.slack.com"))  # Slack's name, this host's address
+    fine = on_localhost(slack.add_file("F3", CANARY_BODY, name="fine.txt", mimetype="text/plain"))
+    assert running.post(shared("three files", inside, rebound, fine)).status == 200
+    reply = slack.take().text
+    refused = "its address points into the bot's own network, which the bot does not fetch from"
+    assert reply.split("\n\n")[0] == (
+        f"I could not read inside.txt: {refused}. I could not read rebound.txt: {refused}."
+    )
+    assert f"Its text:\n{CANARY_BODY.decode()}" in reply  # fine.txt, from the allowed host
+    assert [(d.file_id, d.status) for d in slack.downloads] == [("F1", 302), ("F2", 302), ("F3", 200)]
+    assert canary.hits == []
+
+
 def test_a_file_named_only_by_its_id_is_looked_up_with_files_info(
     start_slack: StartSlack, slack: FakeSlack, tmp_path: Path
 ) -> None:
-    running = start_slack()
+    running = start_slack(fetch=FAKE_FILES)
     slack.add_file("F9", b"col1,col2\n1,2\n", name="data.csv", mimetype="text/csv")
     running.post(
         shared("", {"id": "F9", "file_access": "check_file_info"}, {"id": "F10", "file_access": "check_file_info"})
@@ -515,7 +555,7 @@ class LogSeen(logging.Handler):
 def test_a_copy_arriving_while_the_first_downloads_waits_for_it_and_fetches_nothing(
     start_slack: StartSlack, slack: FakeSlack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    running = start_slack(reply_in_thread=False)
+    running = start_slack(reply_in_thread=False, fetch=FAKE_FILES)
     file = slack.add_file("F11", PNG, name="plot.png", mimetype="image/png")
     release = slack.hold_downloads()
     event = message("<@UBOT> look", subtype="file_share", files=[file])

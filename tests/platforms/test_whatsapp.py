@@ -31,9 +31,11 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.testing import FakeClock, FakePlatform, GatedAgent, poll_until
 from platforms import registry
 from platforms.base import Adapter, SendError
+from platforms.support.fetch_policy import FetchSettings
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
+from tests.platforms.fetch_canary import Canary, running_canary, use_hosts
 from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.whatsapp_fake import (
     Answer,
@@ -479,7 +481,7 @@ def test_delivery_statuses_are_logged_and_a_failed_one_names_the_cause(
 def test_interactive_replies_are_text_and_other_types_become_stand_ins(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
 ) -> None:
-    running = start_whatsapp()
+    running = start_whatsapp(fetch=FAKE_FILES)
     for media_id, mime in (("1", "image/jpeg"), ("2", "application/pdf"), ("3", "audio/ogg")):
         graph.add_media(media_id, f"media {media_id}".encode(), mime_type=mime, number=NUMBER)
     attached = {
@@ -552,12 +554,13 @@ def test_interactive_replies_are_text_and_other_types_become_stand_ins(
 # -- media ----------------------------------------------------------------------------------------------------------
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(150))
+FAKE_FILES = FetchSettings(hosts=["127.0.0.1"], allow_private=["127.0.0.1"])  # the fake serves media on loopback
 
 
 def test_an_image_is_looked_up_and_downloaded_with_the_access_token_before_the_commit(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, tmp_path: Path
 ) -> None:
-    running = start_whatsapp()
+    running = start_whatsapp(fetch=FAKE_FILES)
     image = graph.add_media("1044", JPEG, mime_type="image/jpeg", number=NUMBER) | {"caption": "what is this?"}
     running.say(message("image", image=image))
     assert graph.lookups == [MediaCall(media_id="1044", token=TOKEN, status=200)]
@@ -602,7 +605,7 @@ def test_media_over_the_limit_is_refused_from_its_file_size_without_a_download(
 def test_media_that_cannot_be_fetched_become_refused_attachments_and_the_batch_is_still_stored(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, tmp_path: Path
 ) -> None:
-    running = start_whatsapp(two_numbers())
+    running = start_whatsapp(two_numbers(), fetch=FAKE_FILES)
     broken = graph.add_media("3001", b"%PDF-1.7", mime_type="application/pdf", number=NUMBER)
     graph.fail_next_download(500)
     theirs = graph.add_media("3002", JPEG, mime_type="image/jpeg", number=OTHER_NUMBER)
@@ -636,13 +639,48 @@ def test_media_that_cannot_be_fetched_become_refused_attachments_and_the_batch_i
 def test_a_sha256_unlike_the_one_stated_is_logged_and_the_file_kept(
     start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
 ) -> None:
-    running = start_whatsapp()
+    running = start_whatsapp(fetch=FAKE_FILES)
     image = graph.add_media("4001", JPEG, mime_type="image/jpeg", number=NUMBER)
     stated = base64.b64encode(hashlib.sha256(b"other bytes").digest()).decode()
     with caplog.at_level(logging.WARNING, logger="platforms.whatsapp"):
         running.say(message("image", image=image | {"sha256": stated}))
         assert "[attached image (image/jpeg" in graph.take().body
     assert f"not the {hashlib.sha256(b'other bytes').hexdigest()} WhatsApp stated; it is kept" in caplog.text
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with running_canary() as server:
+        yield server
+
+
+def test_a_media_url_that_redirects_into_the_network_is_refused(
+    graph: FakeGraph, start_gateway: StartGateway, canary: Canary, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Graph answers as "localhost" (where the token goes) and only that name may be private, so the canary on
+    # 127.0.0.1 is not allowed by the fake's own opt-in.
+    hosts = use_hosts(monkeypatch)
+    hosts["localhost"] = hosts["lookaside.fbsbx.com"] = "127.0.0.1"
+    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost"])
+    base = graph.base_url.replace("127.0.0.1", "localhost")
+    config = WhatsappConfig(port=0, graph_base_url=base, numbers=main_number(), fetch=fetch)
+    adapter = WhatsappAdapter(config, environ={})
+    running = Running(adapter=adapter, gateway=start_gateway(adapter, tick_interval_s=0.1), db=tmp_path / "state.db")
+    inside = graph.add_media("5001", JPEG, mime_type="image/jpeg", number=NUMBER)
+    graph.redirect_download("5001", canary.url("/metrics"))
+    rebound = graph.add_media("5002", JPEG, mime_type="image/jpeg", number=NUMBER)
+    graph.redirect_download("5002", canary.url("/x", host="lookaside.fbsbx.com"))  # Meta's name, this host's address
+    fine = graph.add_media("5003", JPEG, mime_type="image/jpeg", number=NUMBER)
+    running.say(message("image", image=inside), message("image", image=rebound), message("image", image=fine))
+    refused = (
+        "I could not read the image: its address points into the bot's own network, which the bot does not fetch from."
+    )
+    replies = [graph.take().body for _ in range(3)]
+    assert [reply.split("\n\n")[0] for reply in replies].count(refused) == 2
+    assert [(c.media_id, c.status) for c in graph.downloads] == [("5001", 302), ("5002", 302), ("5003", 200)]
+    assert canary.hits == []
+    (saved,) = [p for p in (tmp_path / "media").rglob("*") if p.is_file()]
+    assert saved.read_bytes() == JPEG
 
 
 def test_a_long_reply_is_split_into_messages_within_the_limit(start_whatsapp: StartWhatsapp, graph: FakeGraph) -> None:

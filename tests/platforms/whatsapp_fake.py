@@ -125,6 +125,7 @@ class FakeGraph:
     downloads: list[MediaCall] = field(default_factory=list)
     _media: dict[str, _Media] = field(default_factory=dict)
     _download_script: deque[int] = field(default_factory=deque)
+    _redirects: dict[str, str] = field(default_factory=dict)  # media id -> where its download redirects
 
     def __post_init__(self) -> None:
         app = web.Application()
@@ -170,6 +171,11 @@ class FakeGraph:
             self._media[media_id] = _Media(number=number, data=data, mime_type=mime_type)
         digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
         return {"mime_type": mime_type, "sha256": digest, "id": media_id}
+
+    def redirect_download(self, media_id: str, to: str) -> None:
+        """Answer the authorised downloads of ``media_id`` with a 302 to ``to``."""
+        with self._lock:
+            self._redirects[media_id] = to
 
     def fail_next_download(self, status: int, count: int = 1) -> None:
         """Answer the next ``count`` authorised downloads with HTTP ``status``."""
@@ -273,7 +279,8 @@ class FakeGraph:
         if answer is not None or media is None:
             return web.json_response(answer, status=status)
         digest = base64.b64encode(hashlib.sha256(media.data).digest()).decode()
-        url = f"{self.host.url}/whatsapp_business/attachments/?mid={media_id}&ext=1764464400&hash=ATtz0p1Qd"
+        # on the name it was asked by, as a CDN link on Graph's own host would be
+        url = f"http://{request.host}/whatsapp_business/attachments/?mid={media_id}&ext=1764464400&hash=ATtz0p1Qd"
         return web.json_response(
             {
                 "messaging_product": "whatsapp",
@@ -292,7 +299,10 @@ class FakeGraph:
             authorised = token is not None and token in self.tokens
             scripted = self._download_script.popleft() if authorised and self._download_script else None
             status = 401 if not authorised else scripted or (404 if media is None else 200)
-            self.downloads.append(MediaCall(media_id=media_id, token=token, status=status))
+            redirect = self._redirects.get(media_id) if status == 200 else None
+            self.downloads.append(MediaCall(media_id=media_id, token=token, status=302 if redirect else status))
+        if redirect is not None:
+            raise web.HTTPFound(redirect)
         if status != 200 or media is None:
             return web.Response(status=status, text="", content_type="text/plain")
         return web.Response(body=media.data, headers={"Content-Type": media.mime_type})
