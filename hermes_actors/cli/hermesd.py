@@ -22,6 +22,7 @@ from hermes_actors.cluster.settings import require_cluster
 from hermes_actors.daemon.banner import version
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
+from hermes_actors.daemon.descriptors import raise_descriptor_limit
 from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
 from hermes_actors.daemon.process import Daemon
@@ -90,6 +91,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
         sys.exit(1)
     level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
     configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
+    listeners = 1 + len(settings.platforms)  # at most: the one port, or each HTTP entry point's own
+    raise_descriptor_limit(settings.daemon.http_limits.max_connections * listeners + 256)
     if cluster:
         _serve_cluster(settings, root)
         return
