@@ -51,4 +51,6 @@ def test_a_hard_limit_below_what_the_listeners_need_is_one_warning_naming_the_fi
     assert done.stdout.split() == ["512", "512"]
     warnings = [line for line in done.stderr.splitlines() if line.startswith("WARNING")]
     assert len(warnings) == 1, done.stderr
-    assert "512" in warnings[0] and "LimitNOFILE=" in warnings[0] and "daemon.http_max_connections" in warnings[0]
+    assert "512" in warnings[0]
+    assert "LimitNOFILE=" in warnings[0]
+    assert "daemon.http_max_connections" in warnings[0]
