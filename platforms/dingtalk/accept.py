@@ -20,6 +20,7 @@ from platforms.base import AcceptResult, Inbox, PollCursor
 from platforms.dingtalk.callback import PLATFORM, Received, encode_route, route_key
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.files import attach_files
+from platforms.support.fetch_policy import FetchPolicy
 from platforms.support.http_host import committed
 
 __all__ = ["commit", "with_files"]
@@ -32,9 +33,11 @@ async def with_files(
     inbox: Inbox,
     api_base_url: str,
     token: Callable[[str | None], Awaitable[str]],
+    fetch: FetchPolicy,
     timeout_s: float,
 ) -> Received:
-    """``received`` with its files downloaded into the media store as the message's attachments."""
+    """``received`` with its files downloaded into the media store as the message's attachments (their download
+    addresses fetched as ``fetch`` allows)."""
     if not received.files:
         return received
     async with aiohttp.ClientSession() as session:
@@ -46,6 +49,7 @@ async def with_files(
             token=token,
             media=inbox.media,
             session=session,
+            fetch=fetch,
             timeout_s=timeout_s,
         )
     return msgspec.structs.replace(received, inbound=inbound)

@@ -110,6 +110,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
                 inbox,
                 self._sender,
                 self._links,
+                fetch=self.config.fetch_policy,
                 timeout_s=self.config.http_timeout_s,
                 clock=self._clock,
                 rng=self._rng,
@@ -216,6 +217,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
                 inbox=inbox,
                 api_base_url=self._sender.api_base_url,
                 token=token,
+                fetch=self.config.fetch_policy,
                 timeout_s=self.config.http_timeout_s,
             )
             result = await commit(inbox, robot.name, received, again=again)

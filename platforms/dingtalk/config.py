@@ -18,9 +18,17 @@ import msgspec
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
+from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret
 
-__all__ = ["DINGTALK_API_URL", "DingtalkConfig", "DingtalkRobot", "RobotKeys", "cluster_parts", "resolve_robots"]
+__all__ = [
+    "DINGTALK_API_URL",
+    "DingtalkConfig",
+    "DingtalkRobot",
+    "RobotKeys",
+    "cluster_parts",
+    "resolve_robots",
+]
 
 DINGTALK_API_URL = "https://api.dingtalk.com"
 
@@ -44,6 +52,8 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     robot holds a WebSocket to DingTalk and no server is opened). ``api_base_url`` is where access tokens, robot
     sends and stream connections go (``https://api.dingtalk.com``);
     ``chat_messages_per_minute`` paces sends to one conversation (a session webhook takes 20 a minute).
+    ``fetch.allow_private`` lets a file's ``downloadUrl`` (from DingTalk's answer) be on a private address; DingTalk
+    names no download hosts, so any public host is allowed and ``fetch.hosts`` is not taken.
     """
 
     enabled: bool = True
@@ -55,6 +65,7 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     chat_messages_per_minute: int = 20
     api_base_url: str = DINGTALK_API_URL
     robots: dict[str, DingtalkRobot] = msgspec.field(default_factory=dict)
+    fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
         if self.mode not in ("callback", "stream"):
@@ -69,6 +80,13 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             if not getattr(self, field) > 0:
                 raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
         check_base_url(f"{_SECTION}.api_base_url", self.api_base_url, DINGTALK_API_URL)
+        self.fetch.check(f"{_SECTION}.fetch")
+        if self.fetch.hosts:
+            raise ConfigError(
+                f"{_SECTION}.fetch.hosts",
+                "DingTalk names no download hosts, so a file may come from any public host already; only "
+                "fetch.allow_private applies here",
+            )
         codes: dict[str, str] = {}
         for name, robot in self.robots.items():
             path = f"{_SECTION}.robots.{name}"
@@ -95,6 +113,11 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                     f"{path}.app_key", f"robot {codes[code]!r} has the same robot code; configure it once"
                 )
             codes[code] = name
+
+    @property
+    def fetch_policy(self) -> FetchPolicy:
+        """Where a file's ``downloadUrl`` may be fetched from: any public host (and ``fetch.allow_private``)."""
+        return FetchPolicy(self.fetch, platform="DingTalk", hosts=None, setting=f"{_SECTION}.fetch")
 
 
 def check_base_url(path: str, url: str, example: str) -> None:

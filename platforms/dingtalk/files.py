@@ -2,9 +2,10 @@
 
 ``POST /v1.0/robot/messageFiles/download`` with ``{"downloadCode", "robotCode"}`` and the robot's access token
 (header ``x-acs-dingtalk-access-token``) answers ``{"downloadUrl"}``: a short-lived address that needs no
-credentials, fetched within ``media.max_bytes``. A token DingTalk refuses (HTTP 401) is replaced once; every
-other failure becomes a refused attachment saying why, so the message's text still runs. The records carry no
-source URL (the download address is a capability).
+credentials, fetched within ``media.max_bytes`` through the section's fetch policy (DingTalk names no download
+hosts: any public host, never an address inside the network unless ``fetch.allow_private`` says so). A token
+DingTalk refuses (HTTP 401) is replaced once; every other failure becomes a refused attachment saying why, so the
+message's text still runs. The records carry no source URL (the download address is a capability).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from platforms.base import SendError
 from platforms.dingtalk.callback import FileRef
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
+from platforms.support.fetch_policy import FetchPolicy, open_session
 
 __all__ = ["DOWNLOAD_PATH", "TokenSource", "attach_files"]
 
@@ -59,12 +61,17 @@ async def attach_files(
     token: TokenSource,
     media: MediaStore,
     session: aiohttp.ClientSession,
+    fetch: FetchPolicy,
     timeout_s: float,
 ) -> InboundMessage:
-    """``inbound`` with ``files`` downloaded into ``media`` as its attachments."""
+    """``inbound`` with ``files`` downloaded into ``media`` as its attachments.
+
+    ``session`` asks DingTalk where each file is; the file itself is fetched as ``fetch`` allows.
+    """
     found = []
-    for file in files:
-        found.append(await _attachment(file, api_base_url, robot_code, token, media, session, timeout_s))
+    async with open_session(fetch) as guarded:
+        for file in files:
+            found.append(await _attachment(file, api_base_url, robot_code, token, media, (session, guarded), timeout_s))
     return msgspec.structs.replace(inbound, attachments=(*inbound.attachments, *found))
 
 
@@ -74,9 +81,10 @@ async def _attachment(
     robot_code: str,
     token: TokenSource,
     media: MediaStore,
-    session: aiohttp.ClientSession,
+    sessions: tuple[aiohttp.ClientSession, aiohttp.ClientSession],
     timeout_s: float,
 ) -> Attachment:
+    api, guarded = sessions
     mime = mimetypes.guess_type(file.name, strict=False)[0] if file.name else None
     kind = kind_of(mime) if file.kind == "document" and mime else file.kind
 
@@ -87,8 +95,8 @@ async def _attachment(
     if problem is not None:
         return refuse(problem)
     try:
-        url = await _locate(file, api_base_url, robot_code, token, session, timeout_s)
-        fetched = await downloads.fetch(session, url, limit=media.config.max_bytes, timeout_s=timeout_s)
+        url = await _locate(file, api_base_url, robot_code, token, api, timeout_s)
+        fetched = await downloads.fetch(guarded, url, limit=media.config.max_bytes, timeout_s=timeout_s)
     except SendError as exc:
         _log.warning("dingtalk: no access token to fetch a file: %s", exc)
         return refuse("the robot could not get a DingTalk access token to fetch it")

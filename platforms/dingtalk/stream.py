@@ -29,6 +29,7 @@ from platforms.dingtalk.accept import commit, with_files
 from platforms.dingtalk.callback import Ignored, decode_callback
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.sender import DingtalkSender
+from platforms.support.fetch_policy import FetchPolicy
 from platforms.support.http_host import Refused
 from platforms.support.links import Links
 
@@ -66,6 +67,7 @@ class StreamConnection:
         sender: DingtalkSender,
         links: Links,
         *,
+        fetch: FetchPolicy,
         timeout_s: float,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
@@ -74,6 +76,7 @@ class StreamConnection:
         self._inbox = inbox
         self._sender = sender
         self._links = links
+        self._fetch = fetch
         self._timeout = timeout_s
         self._clock = clock
         self._rng = rng or random.Random()
@@ -172,6 +175,7 @@ class StreamConnection:
                 inbox=self._inbox,
                 api_base_url=self._sender.api_base_url,
                 token=token,
+                fetch=self._fetch,
                 timeout_s=self._timeout,
             )
             await commit(self._inbox, robot.name, received)

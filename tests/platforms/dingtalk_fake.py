@@ -65,6 +65,7 @@ class FakeDingtalk:
         self.failures: deque[Failure] = deque()
         self.files: dict[str, tuple[bytes, str]] = {}  # downloadCode -> (bytes, content type)
         self.file_requests: list[tuple[str, int]] = []  # (downloadCode, status) of every locate request
+        self.download_urls: dict[str, str] = {}  # downloadCode -> the downloadUrl to answer instead of our own
         self._tokens: dict[str, str] = {}
         self.opens: list[str] = []  # client ids, one per stream connection opened
         self.acks: list[dict[str, Any]] = []  # every frame the robot sent up its stream
@@ -275,7 +276,8 @@ class FakeDingtalk:
         elif code not in self.files or body.get("robotCode") not in self.apps:
             status, answer = 400, {"code": "invalidParameter", "message": "downloadCode is invalid"}
         else:
-            status, answer = 200, {"downloadUrl": f"{self.base_url}/files/{next(self._counter)}-{code}"}
+            url = self.download_urls.get(code) or f"{self.base_url}/files/{next(self._counter)}-{code}"
+            status, answer = 200, {"downloadUrl": url}
         with self._changed:
             self.file_requests.append((code, status))
         return web.json_response(answer, status=status)

@@ -26,6 +26,7 @@ from platforms.base import PollCursor, SendError
 from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
 from platforms.dingtalk.callback import Route, encode_route, route_key
 from platforms.dingtalk.webhook import webhook_problem
+from platforms.support.fetch_policy import FetchSettings
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
 from tests.platforms.dingtalk_fake import Canary, Failure, FakeDingtalk, Sent, deliver
 from tests.platforms.support import StartGateway, inbound_messages
@@ -371,7 +372,7 @@ def test_malformed_unknown_and_oversized_callbacks_get_4xx_and_the_adapter_keeps
 def test_pictures_and_files_are_downloaded_by_download_code_before_the_callback_is_answered(
     start_ding: StartDing,
 ) -> None:
-    ding = start_ding()
+    ding = start_ding(fetch=FetchSettings(allow_private=["127.0.0.1"]))  # the fake's downloadUrl is on loopback
     ding.fake.files["dc-png"] = (b"\x89PNG\r\n\x1a\n" + b"p" * 50, "image/png")
     ding.fake.files["dc-pdf"] = (b"%PDF-1.7 report", "application/octet-stream")
     picture = ding.fake.callback(MAIN_KEY, None, msg_id="m2", content={"downloadCode": "dc-png"})
