@@ -497,9 +497,9 @@ def test_a_file_download_that_redirects_into_the_network_is_refused(
     # The fake answers as "localhost" (its API origin, where the token goes) and only that name may be private, so
     # the canary on 127.0.0.1 is not allowed by the fake's own opt-in.
     hosts = use_hosts(monkeypatch)
-    hosts["localhost"] = hosts["files.slack.com"] = "127.0.0.1"
+    hosts["localhost"] = hosts["files.slack.com"] = hosts["files-origin.slack.com"] = "127.0.0.1"
     api = slack.api_base_url.replace("127.0.0.1", "localhost")
-    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost"])
+    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost", "files-origin.slack.com"])
     adapter = SlackAdapter(SlackConfig(port=0, api_base_url=api, apps=main_app(), fetch=fetch), environ={})
     running = Slack(adapter=adapter, gateway=start_gateway(adapter, tick_interval_s=0.1), db=tmp_path / "state.db")
 
@@ -511,15 +511,17 @@ def test_a_file_download_that_redirects_into_the_network_is_refused(
     rebound = on_localhost(slack.add_file("F2", b"x", name="rebound.txt", mimetype="text/plain"))
     slack.redirect_download("F2", canary.url("/x", host="files.slack.com"))  # Slack's name, this host's address
     fine = on_localhost(slack.add_file("F3", CANARY_BODY, name="fine.txt", mimetype="text/plain"))
-    assert running.post(shared("three files", inside, rebound, fine)).status == 200
+    origin = on_localhost(slack.add_file("F4", b"x", name="origin.txt", mimetype="text/plain"))
+    slack.redirect_download("F4", canary.url("/origin.txt", host="files-origin.slack.com"))  # Slack's, allowed
+    assert running.post(shared("four files", inside, rebound, fine, origin)).status == 200
     reply = slack.take().text
     refused = "its address points into the bot's own network, which the bot does not fetch from"
     assert reply.split("\n\n")[0] == (
         f"I could not read inside.txt: {refused}. I could not read rebound.txt: {refused}."
     )
-    assert f"Its text:\n{CANARY_BODY.decode()}" in reply  # fine.txt, from the allowed host
-    assert [(d.file_id, d.status) for d in slack.downloads] == [("F1", 302), ("F2", 302), ("F3", 200)]
-    assert canary.hits == []
+    assert reply.count(f"Its text:\n{CANARY_BODY.decode()}") == 2  # fine.txt and origin.txt, from allowed hosts
+    assert [(d.file_id, d.status) for d in slack.downloads] == [("F1", 302), ("F2", 302), ("F3", 200), ("F4", 302)]
+    assert canary.hits == ["/origin.txt"]
 
 
 def test_a_file_named_only_by_its_id_is_looked_up_with_files_info(

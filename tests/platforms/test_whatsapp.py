@@ -35,7 +35,7 @@ from platforms.support.fetch_policy import FetchSettings
 from platforms.whatsapp import WhatsappAdapter, WhatsappConfig, WhatsappNumber, WhatsappSender
 from platforms.whatsapp.window import WINDOW_S, ServiceWindows
 from tests.platforms.crash import AdapterWorker, inbox_rows, wait_for_inbox
-from tests.platforms.fetch_canary import Canary, running_canary, use_hosts
+from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.support import LogRecords, RunningAdapter, StartGateway, inbound_messages
 from tests.platforms.whatsapp_fake import (
     Answer,
@@ -660,8 +660,8 @@ def test_a_media_url_that_redirects_into_the_network_is_refused(
     # Graph answers as "localhost" (where the token goes) and only that name may be private, so the canary on
     # 127.0.0.1 is not allowed by the fake's own opt-in.
     hosts = use_hosts(monkeypatch)
-    hosts["localhost"] = hosts["lookaside.fbsbx.com"] = "127.0.0.1"
-    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost"])
+    hosts["localhost"] = hosts["lookaside.fbsbx.com"] = hosts["scontent.whatsapp.net"] = "127.0.0.1"
+    fetch = FetchSettings(hosts=["localhost"], allow_private=["localhost", "scontent.whatsapp.net"])
     base = graph.base_url.replace("127.0.0.1", "localhost")
     config = WhatsappConfig(port=0, graph_base_url=base, numbers=main_number(), fetch=fetch)
     adapter = WhatsappAdapter(config, environ={})
@@ -671,16 +671,23 @@ def test_a_media_url_that_redirects_into_the_network_is_refused(
     rebound = graph.add_media("5002", JPEG, mime_type="image/jpeg", number=NUMBER)
     graph.redirect_download("5002", canary.url("/x", host="lookaside.fbsbx.com"))  # Meta's name, this host's address
     fine = graph.add_media("5003", JPEG, mime_type="image/jpeg", number=NUMBER)
-    running.say(message("image", image=inside), message("image", image=rebound), message("image", image=fine))
+    meta = graph.add_media("5004", JPEG, mime_type="image/jpeg", number=NUMBER)
+    graph.redirect_download("5004", canary.url("/meta.jpg", host="scontent.whatsapp.net"))  # Meta's, allowed
+    running.say(*(message("image", image=media) for media in (inside, rebound, fine, meta)))
     refused = (
         "I could not read the image: its address points into the bot's own network, which the bot does not fetch from."
     )
-    replies = [graph.take().body for _ in range(3)]
+    replies = [graph.take().body for _ in range(4)]
     assert [reply.split("\n\n")[0] for reply in replies].count(refused) == 2
-    assert [(c.media_id, c.status) for c in graph.downloads] == [("5001", 302), ("5002", 302), ("5003", 200)]
-    assert canary.hits == []
-    (saved,) = [p for p in (tmp_path / "media").rglob("*") if p.is_file()]
-    assert saved.read_bytes() == JPEG
+    assert [(c.media_id, c.status) for c in graph.downloads] == [
+        ("5001", 302),
+        ("5002", 302),
+        ("5003", 200),
+        ("5004", 302),
+    ]
+    assert canary.hits == ["/meta.jpg"]
+    saved = sorted(p.read_bytes() for p in (tmp_path / "media").rglob("*") if p.is_file())
+    assert saved == sorted([JPEG, CANARY_BODY])
 
 
 def test_a_long_reply_is_split_into_messages_within_the_limit(start_whatsapp: StartWhatsapp, graph: FakeGraph) -> None:
