@@ -31,7 +31,6 @@ from hermes_actors.media import user_content
 from hermes_actors.messages import InboundMessage, OutboundMessage
 from hermes_actors.ports import SendError
 from hermes_actors.routing import SessionSource, build_session_key
-from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, Handoff, SetTitle, TurnOutcome
 from hermes_actors.runtime.records import source_of, user_key
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
@@ -214,7 +213,7 @@ class SessionControls:
         """Estimate the prompt a turn answering ``deliveries`` sends: the frozen prefix (system message with the
         memories, tool list), history, user text."""
         prefix = self._turns.prefix  # a new session's too: what its first turn will freeze and send
-        chars = _prefix_chars(prefix) + sum(len(user_content(d.message)) + 1 for d in deliveries)
+        chars = prefix.chars + sum(len(user_content(d.message)) + 1 for d in deliveries)
         # The history as sent: capped messages count capped.
         return self._turns.model_history.tokens(self._turns.history) + chars // CHARS_PER_TOKEN
 
@@ -260,9 +259,9 @@ class SessionControls:
         cap = self._turns.model_history.cap
         with self._services.readers.reader() as store:
             child_prefix = self._turns.fresh_prefix(store)  # frozen by the child as read here
-        growth = (_prefix_chars(child_prefix) - _prefix_chars(self._turns.prefix)) // CHARS_PER_TOKEN
-        before = _prefix_chars(self._turns.prefix) // CHARS_PER_TOKEN + self._turns.model_history.tokens(history)
-        at_least = _prefix_chars(child_prefix) // CHARS_PER_TOKEN + carried_tokens("", recent, cap)
+        growth = (child_prefix.chars - self._turns.prefix.chars) // CHARS_PER_TOKEN
+        before = self._turns.prefix.chars // CHARS_PER_TOKEN + self._turns.model_history.tokens(history)
+        at_least = child_prefix.chars // CHARS_PER_TOKEN + carried_tokens("", recent, cap)
         if at_least >= before:  # even an empty summary would not gain: do not ask the agent
             self._no_gain_at = len(history)
             return self._unchanged(deliveries, _no_gain_text(before, at_least, len(recent), growth))
@@ -276,7 +275,7 @@ class SessionControls:
         fitted = fit_summary(summary, budget)
         if fitted != summary:
             _log.info("session %s: the summary was cut to its budget of %d tokens", self.session_id, budget)
-        after = _prefix_chars(child_prefix) // CHARS_PER_TOKEN + carried_tokens(fitted, recent, cap)
+        after = child_prefix.chars // CHARS_PER_TOKEN + carried_tokens(fitted, recent, cap)
         if after >= before:
             self._no_gain_at = len(history)
             return self._unchanged(deliveries, _no_gain_text(before, after, len(recent), growth))
@@ -381,11 +380,6 @@ class SessionControls:
         self._services.handoffs.expect(prompt.message_id)
         outcome = self._turns.converse([Delivery(inbox_id=0, message=prompt)], token, no_retry=True)
         return msgspec.structs.replace(outcome, rebound=(key,), handoff_previous=previous)
-
-
-def _prefix_chars(prefix: FrozenPrefix) -> int:
-    """The characters of what goes before the conversation: the system message and the tool list."""
-    return len(prefix.system_prompt or "") + len(prefix.tools)
 
 
 def _no_gain_text(before: int, after: int, kept: int, growth: int) -> str:

@@ -30,6 +30,11 @@ class FrozenPrefix(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: str | None
     tools: str
 
+    @property
+    def chars(self) -> int:
+        """The characters it adds to every prompt: the system message and the tool list."""
+        return len(self.system_prompt or "") + len(self.tools)
+
     def offered(self, current: Sequence[Tool]) -> tuple[Tool, ...]:
         """The frozen tools, each run by the ``current`` tool of its name."""
         return thaw_tools(self.tools, current)
