@@ -27,6 +27,7 @@ __all__ = [
     "format_session_key",
     "is_session_key",
     "migrate_legacy_slack_key",
+    "migrate_scopeless_key",
     "parse_session_key",
 ]
 
@@ -218,7 +219,28 @@ def migrate_legacy_slack_key(
     observed_scope_id: str | None,
     dm_already_claimed: bool,
 ) -> LegacyKeyDecision:
-    """Decide where a routing entry under a scope-less Slack key goes.
+    """Decide where a routing entry under a scope-less Slack key goes (:func:`migrate_scopeless_key` for Slack,
+    the seeds' rule); a key of another platform is ``NOT_LEGACY``. Raises :class:`RoutingError` when ``old_key`` is
+    not a session key."""
+    if parse_session_key(old_key).platform != "slack":
+        return LegacyKeyDecision(action=LegacyKeyAction.NOT_LEGACY, reason=f"{old_key!r} is not a Slack key")
+    return migrate_scopeless_key(
+        old_key,
+        recorded_scope_id=recorded_scope_id,
+        observed_scope_id=observed_scope_id,
+        dm_already_claimed=dm_already_claimed,
+    )
+
+
+def migrate_scopeless_key(
+    old_key: str,
+    *,
+    recorded_scope_id: str | None,
+    observed_scope_id: str | None,
+    dm_already_claimed: bool,
+) -> LegacyKeyDecision:
+    """Decide where a routing entry under a scope-less key goes, for a platform whose keys here carry a workspace
+    or tenant (Slack's rule in the seeds, for every such platform).
 
     ``recorded_scope_id`` is the workspace the old entry itself recorded, ``observed_scope_id`` the workspace
     now seeing that chat, and ``dm_already_claimed`` whether another workspace has already claimed the DM. A
@@ -227,8 +249,6 @@ def migrate_legacy_slack_key(
     :class:`RoutingError` when ``old_key`` is not a session key.
     """
     parsed = parse_session_key(old_key)
-    if parsed.platform != "slack":
-        return LegacyKeyDecision(action=LegacyKeyAction.NOT_LEGACY, reason=f"{old_key!r} is not a Slack key")
     if parsed.scope_id is not None:
         return LegacyKeyDecision(
             action=LegacyKeyAction.NOT_LEGACY,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
@@ -22,6 +22,7 @@ __all__ = [
     "PLATFORMS",
     "PlatformSpec",
     "SharedListener",
+    "account_scopes",
     "adapter_factory",
     "build",
     "check_credentials",
@@ -35,7 +36,14 @@ __all__ = [
 
 
 class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """One platform: its module, config and adapter class names, and whether it runs without a section."""
+    """One platform: its module, config and adapter class names, and whether it runs without a section.
+
+    How its adapter keys a chat (read by ``hermesctl import-hermes``, so an imported conversation continues):
+    ``accounts`` names the section's field listing its accounts (the keys of a mapping, or the items of a list),
+    each the ``account_id`` of its messages; ``account_scope`` the account's field naming the only workspace or
+    tenant it serves, if it has one; ``scopes`` which chats' keys carry a workspace or tenant (``all``, or only
+    ``shared`` chats: not DMs).
+    """
 
     name: str
     module: str
@@ -44,6 +52,9 @@ class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
     on_by_default: bool = False
     extra: str | None = None  # the pip extra that installs its SDK, if it needs one
     parts: str | None = None  # its function splitting a section by account for cluster mode, if it has one
+    accounts: str | None = None
+    account_scope: str | None = None
+    scopes: Literal["all", "shared"] | None = None
 
 
 PLATFORMS: dict[str, PlatformSpec] = {
@@ -69,10 +80,25 @@ PLATFORMS: dict[str, PlatformSpec] = {
             config="TelegramConfig",
             adapter="TelegramAdapter",
             parts="cluster_parts",
+            accounts="bots",
         ),
-        PlatformSpec(name="slack", module="platforms.slack", config="SlackConfig", adapter="SlackAdapter"),
         PlatformSpec(
-            name="feishu", module="platforms.feishu", config="FeishuConfig", adapter="FeishuAdapter", extra="feishu"
+            name="slack",
+            module="platforms.slack",
+            config="SlackConfig",
+            adapter="SlackAdapter",
+            accounts="apps",
+            account_scope="team_id",
+            scopes="all",
+        ),
+        PlatformSpec(
+            name="feishu",
+            module="platforms.feishu",
+            config="FeishuConfig",
+            adapter="FeishuAdapter",
+            extra="feishu",
+            accounts="apps",
+            scopes="all",
         ),
         PlatformSpec(
             name="wechat",
@@ -80,6 +106,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
             config="WechatConfig",
             adapter="WechatAdapter",
             parts="cluster_parts",
+            accounts="accounts",
         ),
         PlatformSpec(
             name="discord",
@@ -87,14 +114,23 @@ PLATFORMS: dict[str, PlatformSpec] = {
             config="DiscordConfig",
             adapter="DiscordAdapter",
             parts="cluster_parts",
+            accounts="bots",
+            scopes="shared",
         ),
-        PlatformSpec(name="whatsapp", module="platforms.whatsapp", config="WhatsappConfig", adapter="WhatsappAdapter"),
+        PlatformSpec(
+            name="whatsapp",
+            module="platforms.whatsapp",
+            config="WhatsappConfig",
+            adapter="WhatsappAdapter",
+            accounts="numbers",
+        ),
         PlatformSpec(
             name="matrix",
             module="platforms.matrix",
             config="MatrixConfig",
             adapter="MatrixAdapter",
             parts="cluster_parts",
+            accounts="accounts",
         ),
         PlatformSpec(
             name="signal",
@@ -102,6 +138,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
             config="SignalConfig",
             adapter="SignalAdapter",
             parts="cluster_parts",
+            accounts="accounts",
         ),
         PlatformSpec(
             name="mattermost",
@@ -109,10 +146,19 @@ PLATFORMS: dict[str, PlatformSpec] = {
             config="MattermostConfig",
             adapter="MattermostAdapter",
             parts="cluster_parts",
+            accounts="bots",
+            scopes="shared",
         ),
-        PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter"),
+        PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter", accounts="numbers"),
         PlatformSpec(
-            name="teams", module="platforms.teams", config="TeamsConfig", adapter="TeamsAdapter", extra="teams"
+            name="teams",
+            module="platforms.teams",
+            config="TeamsConfig",
+            adapter="TeamsAdapter",
+            extra="teams",
+            accounts="bots",
+            account_scope="tenant_id",
+            scopes="all",
         ),
         PlatformSpec(
             name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter", parts="cluster_parts"
@@ -172,6 +218,18 @@ def cluster_parts(name: str, config: msgspec.Struct) -> SectionParts | None:
         return None
     split = cast(Callable[[msgspec.Struct], SectionParts], _load(spec, spec.parts))
     return split(config)
+
+
+def account_scopes(name: str, config: msgspec.Struct) -> dict[str, str | None] | None:
+    """The accounts platform ``name``'s section configures, each with the only workspace or tenant it serves
+    (``None``: any); ``None`` for a platform whose keys carry no account (see :class:`PlatformSpec`)."""
+    spec = PLATFORMS[name]
+    if spec.accounts is None:
+        return None
+    listed = getattr(config, spec.accounts)
+    items = listed.items() if isinstance(listed, dict) else ((account, None) for account in listed)
+    scope = spec.account_scope
+    return {str(account): getattr(entry, scope, None) if scope else None for account, entry in items}
 
 
 def enabled(config: msgspec.Struct) -> bool:

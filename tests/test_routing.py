@@ -16,6 +16,7 @@ from hermes_actors.routing import (
     format_session_key,
     is_session_key,
     migrate_legacy_slack_key,
+    migrate_scopeless_key,
     parse_session_key,
 )
 
@@ -35,6 +36,7 @@ def test_the_public_names_are_pinned() -> None:
         "format_session_key",
         "is_session_key",
         "migrate_legacy_slack_key",
+        "migrate_scopeless_key",
         "parse_session_key",
     ]
 
@@ -408,6 +410,21 @@ def test_the_first_workspace_to_see_a_scope_less_dm_claims_it() -> None:
     )
     assert decision.action is LegacyKeyAction.CLAIM
     assert decision.new_key == "agent:main:slack.T9~B1:dm:D1"
+
+
+def test_the_scope_less_rule_holds_for_every_platform_whose_keys_carry_a_tenant() -> None:
+    claimed = migrate_scopeless_key(
+        "agent:main:feishu~app:dm:oc_1", recorded_scope_id=None, observed_scope_id="tk9", dm_already_claimed=False
+    )
+    assert (claimed.action, claimed.new_key) == (LegacyKeyAction.CLAIM, "agent:main:feishu.tk9~app:dm:oc_1")
+    shared = migrate_scopeless_key(
+        "agent:main:teams~bot:group:19x", recorded_scope_id=None, observed_scope_id="t1", dm_already_claimed=False
+    )
+    assert shared.action is LegacyKeyAction.REFUSE
+    slack_only = migrate_legacy_slack_key(
+        "agent:main:feishu:dm:oc_1", recorded_scope_id=None, observed_scope_id="tk9", dm_already_claimed=False
+    )
+    assert slack_only.action is LegacyKeyAction.NOT_LEGACY
 
 
 def test_a_dm_already_claimed_by_another_workspace_is_refused() -> None:

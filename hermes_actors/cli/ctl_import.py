@@ -28,14 +28,23 @@ from hermes_actors.cli.options import (
     reports_errors,
     resolve_home,
 )
+from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
 from hermes_actors.errors import SchemaVersionError, StoreError
-from hermes_actors.importer import ImportReport, RouteAction, SourceDatabaseError
+from hermes_actors.importer import (
+    ImportReport,
+    LiveAccounts,
+    LivePlatform,
+    RouteAction,
+    ScopeRule,
+    SourceDatabaseError,
+)
 from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.migrations import SCHEMA_VERSION
+from platforms.registry import PLATFORMS, account_scopes
 
 __all__ = ["import_hermes"]
 
-_NOT_MIGRATED = (RouteAction.REFUSED, RouteAction.CONFLICT, RouteAction.SKIPPED)
+_NOT_MIGRATED = (RouteAction.REFUSED, RouteAction.UNMAPPED, RouteAction.CONFLICT, RouteAction.SKIPPED)
 
 
 class _ProgressBar:
@@ -54,9 +63,43 @@ class _ProgressBar:
         self._bar.update(done - self._bar.pos)
 
 
-def _run(source: Path, store: StoreInterface | None, *, dry_run: bool, label: str) -> ImportReport:
+def _run(source: Path, store: StoreInterface | None, live: LiveAccounts, *, dry_run: bool, label: str) -> ImportReport:
     with contextlib.ExitStack() as stack:
-        return importer.import_hermes(source, store, dry_run=dry_run, progress=_ProgressBar(label, stack))
+        return importer.import_hermes(source, store, dry_run=dry_run, progress=_ProgressBar(label, stack), live=live)
+
+
+def live_accounts(home: str | None, chosen: tuple[str, ...]) -> LiveAccounts:
+    """What the adapters of ``home``'s ``config.yaml`` key chats by, with the ``--account PLATFORM=NAME`` choices
+    checked (a usage error names the platforms and accounts there are)."""
+    settings = load_settings(resolve_home(home) / CONFIG_NAME)
+    platforms: dict[str, LivePlatform] = {}
+    for name, spec in PLATFORMS.items():
+        if spec.accounts is None:
+            continue
+        section = settings.platforms.get(name)
+        platforms[name] = LivePlatform(
+            accounts=(account_scopes(name, section) or {}) if section is not None else {},
+            scopes=ScopeRule(spec.scopes or "none"),
+            section=f"platforms.{name}.{spec.accounts}",
+        )
+    choices: dict[str, str] = {}
+    for text in chosen:
+        platform, _, account = text.partition("=")
+        if not platform or not account:
+            raise click.BadParameter(f"{text!r} is not PLATFORM=NAME, e.g. telegram=main", param_hint="--account")
+        known = platforms.get(platform)
+        if known is None:
+            raise click.BadParameter(
+                f"{platform!r} keys no chat by account; the platforms that do: {', '.join(platforms)}",
+                param_hint="--account",
+            )
+        if known.accounts and account not in known.accounts:
+            raise click.BadParameter(
+                f"{known.section} has no account {account!r} (it has: {', '.join(sorted(known.accounts))})",
+                param_hint="--account",
+            )
+        choices[platform] = account
+    return LiveAccounts(platforms=platforms, chosen=choices)
 
 
 @contextlib.contextmanager
@@ -104,8 +147,13 @@ def _question(preview: ImportReport, target: str) -> str:
     if preview.compacted_imported:
         messages += f", {preview.compacted_imported} compacted"
     sessions = preview.sessions_imported + preview.sessions_updated
+    adopted = (
+        f", giving {plural(preview.principals_updated, 'session')} imported earlier their account,"
+        if preview.principals_updated
+        else ""
+    )
     return (
-        f"Import {plural(sessions, 'session')} ({messages}) and {plural(preview.routes_migrated, 'route')} "
+        f"Import {plural(sessions, 'session')} ({messages}) and {plural(preview.routes_migrated, 'route')}{adopted} "
         f"from {preview.source} into {target}?"
     )
 
@@ -127,6 +175,11 @@ def _summary_lines(report: ImportReport, target: str) -> list[str]:
         f"{plural(report.compacted_imported, 'compacted row')} kept in '<id>{importer.COMPACTED_SUFFIX}' sessions",
         f"  routes: {_route_line(report)}",
     ]
+    if report.principals_updated:
+        lines.append(
+            f"  principals: {plural(report.principals_updated, 'session')} imported earlier given the platform name, "
+            "account or workspace their adapter uses"
+        )
     lines += _section("Skipped sessions:", [f"{n.session_id}: {n.reason}" for n in report.skipped_sessions])
     lines += _section("Skipped messages:", [f"{reason}: {n}" for reason, n in report.skipped_messages.items()])
     lines += _section(
@@ -138,6 +191,10 @@ def _summary_lines(report: ImportReport, target: str) -> list[str]:
     )
     lines += _section("Parent links dropped:", [f"{n.session_id}: {n.reason}" for n in report.parent_links_dropped])
     lines += _section(
+        "Sessions no adapter here reaches (their users cannot continue or /resume them):",
+        [f"{n.session_id}: {n.reason}" for n in report.unmapped_sessions],
+    )
+    lines += _section(
         "Routes not migrated:",
         [
             f"{n.action.value} {n.key} (session {n.session_id}): {n.reason}"
@@ -146,7 +203,7 @@ def _summary_lines(report: ImportReport, target: str) -> list[str]:
         ],
     )
     lines += _section(
-        "Routes kept for the first Slack workspace to claim:",
+        "Routes kept for the first workspace to claim:",
         [f"{n.key} (session {n.session_id})" for n in report.routes if n.action is RouteAction.KEPT_FOR_CLAIM],
     )
     lines += _section("End reasons mapped:", [f"{old!r} -> {new}" for old, new in report.end_reasons.items()])
@@ -202,13 +259,32 @@ def _target_text(home: str | None, dsn: str | None) -> str:
 @click.option("--dry-run", is_flag=True, help="Print what would be imported and write nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Import without asking first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--account",
+    "accounts",
+    multiple=True,
+    metavar="PLATFORM=NAME",
+    help="The bot account of PLATFORM the imported chats continue under, when config.yaml has several "
+    "(repeatable; e.g. telegram=main).",
+)
 @reports_errors
-def import_hermes(home: str | None, dsn: str | None, state_db: Path, dry_run: bool, yes: bool, as_json: bool) -> None:
+def import_hermes(
+    home: str | None,
+    dsn: str | None,
+    state_db: Path,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    accounts: tuple[str, ...],
+) -> None:
     """Import sessions, messages and routes from the reference system's state.db (schema version 22).
 
     The file is only read, in one snapshot, so the other system may keep running. Running it again imports
     nothing twice (only what the other system added since), and an interrupted run can simply be run again.
-    Slack keys without a workspace follow the migration rule: a known workspace moves the key, a DM waits for
+    Each chat continues under the bot account its platform's adapter uses here (the only one configured in
+    config.yaml, or the one --account names) and the workspace it was in, so its user's next message and
+    /resume reach the imported session; the report lists what could not be mapped. Keys without a workspace
+    where our adapter keys one follow the migration rule: a known workspace moves the key, a DM waits for
     the first workspace to claim it, a channel or group is not routed (its session stays reachable by id).
 
     With --dsn the history goes into a cluster's PostgreSQL store (it must have the current schema).
@@ -216,12 +292,13 @@ def import_hermes(home: str | None, dsn: str | None, state_db: Path, dry_run: bo
     Example: hermesctl import-hermes ~/hermes-backup/state.db --dry-run
     """
     target = _target_text(home, dsn)
+    live = live_accounts(home, accounts)
     if dsn is None:
         _refuse_same_file(state_db, database_path(resolve_home(home)))
     importer.HermesSource.open(state_db).close()  # a bad file is an error before anything else happens
     if dry_run or not yes:
         with _preview_store(home, dsn) as store:
-            preview = _run(state_db, store, dry_run=True, label="Reading")
+            preview = _run(state_db, store, live, dry_run=True, label="Reading")
         if dry_run:
             _echo_report(preview, target, as_json=as_json)
             return
@@ -234,5 +311,5 @@ def import_hermes(home: str | None, dsn: str | None, state_db: Path, dry_run: bo
             click.echo("Nothing imported.", err=as_json)
             return
     with open_store(home, readonly=False) if dsn is None else open_writes(home, dsn) as store:
-        report = _run(state_db, store, dry_run=False, label="Importing")
+        report = _run(state_db, store, live, dry_run=False, label="Importing")
     _echo_report(report, target, as_json=as_json)

@@ -25,6 +25,7 @@ from hermes_actors.errors import HermesError, TitleError
 from hermes_actors.importer.report import SessionNote, TitleNote
 from hermes_actors.importer.rows import END_REASONS, ROLES, bare_record, routing_key, tool_call_count
 from hermes_actors.importer.source_records import HermesSession, json_value, origin_value, timestamp_value
+from hermes_actors.importer.tenancy import REFERENCE_RULES
 from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.content import HERMES_JSON_PREFIX, store_content
 from hermes_actors.store.export import AttachmentRow, ExportLine, LineMessage, decode_export_line
@@ -147,7 +148,7 @@ def _reference(number: int, line: ExportLine, messages: list[tuple[MessageRow, l
     return msgspec.structs.replace(
         bare_record(session),
         last_active_at=last_active,
-        routing_key=routing_key(session),
+        routing_key=routing_key(session, REFERENCE_RULES),  # the reference's key, Slack's moved to its workspace
         title=line.title,
         parent_session_id=line.parent_session_id,
         ended_at=ended_at,

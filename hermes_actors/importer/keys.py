@@ -1,4 +1,4 @@
-"""Routing keys from the reference system, as our directory spells them.
+"""Routing keys from the reference system, as our directory spells them and our adapters build them.
 
 A reference key has no tenant segments and does not escape ``:`` or ``%`` inside ids. For ids without those
 characters it is already our key (SPEC section 2). Otherwise the key is rebuilt from a source it was made from
@@ -7,10 +7,12 @@ way, equals the old key under one of the key policies gives our key under that p
 reproduces is kept as it is when it has no ``%`` (at worst it is never looked up again) and skipped otherwise,
 since ``%`` would be read as our escape.
 
-A Slack key then follows the seeds' rule for scope-less keys (:func:`migrate_legacy_slack_key`): a known
-workspace moves it to that workspace's key; a DM of unknown workspace stays under the scope-less key, for the
-first workspace that sees the DM to claim; a channel or group of unknown workspace is not routed at all.
-Everything here is pure.
+The key then takes the platform name, bot account and workspace the live adapter keys that chat by
+(:func:`~hermes_actors.importer.tenancy.tenancy`); without an account to take it is not routed (``UNMAPPED``). A
+chat the adapter keys under a workspace follows the seeds' rule for scope-less keys
+(:func:`~hermes_actors.routing.migrate_scopeless_key`): a known workspace moves it to that workspace's key; a DM of
+unknown workspace stays under its scope-less key, for the first workspace that sees the DM to claim; a channel or
+group of unknown workspace is not routed at all. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from collections.abc import Sequence
 import msgspec
 
 from hermes_actors.errors import RoutingError
+from hermes_actors.importer.tenancy import REFERENCE_RULES, LiveAccounts, tenancy
 from hermes_actors.routing import (
     KeyPolicy,
     LegacyKeyAction,
     SessionSource,
     build_session_key,
-    migrate_legacy_slack_key,
+    format_session_key,
+    migrate_scopeless_key,
     parse_session_key,
 )
 
@@ -40,14 +44,15 @@ class KeyOutcome(enum.StrEnum):
 
     SAME = "same"  # our key is the reference key
     REWRITTEN = "rewritten"  # same fields, our escaping
-    MOVED = "moved"  # a scope-less Slack key, moved to its workspace's key
-    KEPT_FOR_CLAIM = "kept_for_claim"  # a scope-less Slack DM, left for the first workspace to claim
-    REFUSED = "refused"  # a scope-less Slack channel or group: not routed, reachable by session id
+    MOVED = "moved"  # the key the live adapter builds: with its account, workspace or platform name
+    KEPT_FOR_CLAIM = "kept_for_claim"  # a DM of unknown workspace, left for the first workspace to claim
+    REFUSED = "refused"  # a channel or group of unknown workspace: not routed, reachable by session id
+    UNMAPPED = "unmapped"  # no account to key it under (none configured, or several): not routed
     UNREADABLE = "unreadable"  # not a key we can translate
 
 
 class KeyTranslation(msgspec.Struct, frozen=True, kw_only=True):
-    """The outcome of :func:`translate_key`; ``key`` is ``None`` for ``REFUSED`` and ``UNREADABLE``."""
+    """The outcome of :func:`translate_key`; ``key`` is ``None`` for ``REFUSED``, ``UNMAPPED`` and ``UNREADABLE``."""
 
     outcome: KeyOutcome
     key: str | None
@@ -106,28 +111,42 @@ def _unscoped(old_key: str, sources: Sequence[SessionSource]) -> KeyTranslation:
     return KeyTranslation(outcome=KeyOutcome.SAME, key=old_key, reason="the key is the same here")
 
 
-def translate_key(old_key: str, sources: Sequence[SessionSource], *, scope_id: str | None) -> KeyTranslation:
+def translate_key(
+    old_key: str, sources: Sequence[SessionSource], *, scope_id: str | None, live: LiveAccounts = REFERENCE_RULES
+) -> KeyTranslation:
     """Return what becomes of the reference key ``old_key``.
 
-    ``sources`` are what the key may have been built from, best first; ``scope_id`` is the Slack workspace
-    the entry or its session recorded, if any.
+    ``sources`` are what the key may have been built from, best first; ``scope_id`` is the workspace the entry or
+    its session recorded, if any; ``live`` is what the live adapters key by (by default: the reference's keys,
+    with the seeds' Slack workspace rule).
     """
     translated = _unscoped(old_key, sources)
     if translated.key is None:
         return translated
     parsed = parse_session_key(translated.key)
-    if parsed.platform != "slack" or parsed.scope_id is not None:
-        return translated
-    decision = migrate_legacy_slack_key(
-        translated.key, recorded_scope_id=scope_id, observed_scope_id=None, dm_already_claimed=False
-    )
-    if decision.action is LegacyKeyAction.MOVE:
-        return KeyTranslation(outcome=KeyOutcome.MOVED, key=decision.new_key, reason=decision.reason)
-    if parsed.chat_type == _DM:
-        return KeyTranslation(
-            outcome=KeyOutcome.KEPT_FOR_CLAIM,
-            key=translated.key,
-            reason="the DM's workspace is unknown, so it keeps its scope-less key for the first workspace "
-            "that sees it to claim",
+    if parsed.scope_id is not None or parsed.account_id is not None:
+        return translated  # written by us already
+    where = tenancy(live, parsed.platform, parsed.chat_type, scope_id)
+    if where.unmapped is not None:
+        return KeyTranslation(outcome=KeyOutcome.UNMAPPED, key=None, reason=where.unmapped)
+    unscoped = format_session_key(msgspec.structs.replace(parsed, platform=where.platform, account_id=where.account_id))
+    new_key = unscoped
+    if where.needs_scope:
+        decision = migrate_scopeless_key(
+            unscoped, recorded_scope_id=where.scope_id, observed_scope_id=None, dm_already_claimed=False
         )
-    return KeyTranslation(outcome=KeyOutcome.REFUSED, key=None, reason=decision.reason)
+        if decision.action is not LegacyKeyAction.MOVE:
+            if parsed.chat_type == _DM:
+                return KeyTranslation(
+                    outcome=KeyOutcome.KEPT_FOR_CLAIM,
+                    key=unscoped,
+                    reason="the DM's workspace is unknown, so it keeps a key without one for the first workspace "
+                    "that sees it to claim" + (f" ({where.reason})" if where.reason else ""),
+                )
+            return KeyTranslation(outcome=KeyOutcome.REFUSED, key=None, reason=decision.reason)
+        new_key = decision.new_key or unscoped
+    if new_key == translated.key:
+        return translated
+    return KeyTranslation(
+        outcome=KeyOutcome.MOVED, key=new_key, reason=f"the key the live adapter builds for it: {where.reason}"
+    )

@@ -25,11 +25,12 @@ class RouteAction(enum.StrEnum):
     """What became of one routing entry of the source."""
 
     ADDED = "added"  # routed here under the same key (or the same fields, escaped our way)
-    MOVED = "moved"  # a scope-less Slack key, routed under its workspace's key
-    KEPT_FOR_CLAIM = "kept_for_claim"  # a scope-less Slack DM, routed under its old key until a workspace claims it
+    MOVED = "moved"  # routed under the key the live adapter builds (its account, workspace or platform name)
+    KEPT_FOR_CLAIM = "kept_for_claim"  # a DM of unknown workspace, routed without one until a workspace claims it
     REPLACED = "replaced"  # the key reached a session that has ended here; it now reaches the imported one
     PRESENT = "present"  # the key already reaches that session here (an earlier import)
-    REFUSED = "refused"  # a scope-less Slack channel or group: not routed, its session is reachable by id
+    REFUSED = "refused"  # a channel or group of unknown workspace: not routed, its session is reachable by id
+    UNMAPPED = "unmapped"  # no account of its platform to key it under (none configured, or several): not routed
     CONFLICT = "conflict"  # the key reaches another live session here, which keeps it
     SUPERSEDED = "superseded"  # a newer entry of the source gives the same key
     SKIPPED = "skipped"  # unusable: malformed entry, untranslatable key, or its session was not imported
@@ -91,6 +92,7 @@ class ImportReport(msgspec.Struct, frozen=True, kw_only=True):
     sessions_imported: int = 0
     sessions_updated: int = 0  # imported earlier; new messages or an end since then were added
     sessions_unchanged: int = 0  # imported earlier, nothing new
+    principals_updated: int = 0  # imported earlier; given the account, workspace or platform name they lacked
     sessions_skipped: int = 0
     messages_imported: int = 0  # into the live transcripts
     compacted_imported: int = 0  # rows compacted away there, kept in '<id>-compacted' sessions here
@@ -102,6 +104,8 @@ class ImportReport(msgspec.Struct, frozen=True, kw_only=True):
     message_notes: list[MessageNote] = msgspec.field(default_factory=list)
     titles: list[TitleNote] = msgspec.field(default_factory=list)
     parent_links_dropped: list[SessionNote] = msgspec.field(default_factory=list)
+    # Sessions without the account their live adapter keys by: their users can neither continue nor /resume them.
+    unmapped_sessions: list[SessionNote] = msgspec.field(default_factory=list)
     end_reasons: dict[str, str] = msgspec.field(default_factory=dict)  # source end reason -> ours, when they differ
     routes: list[RouteNote] = msgspec.field(default_factory=list)
     repaired_values: list[ValueNote] = msgspec.field(default_factory=list)
@@ -111,7 +115,7 @@ class ImportReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def changed(self) -> bool:
         """Whether the import writes (or would write) anything."""
-        return bool(self.sessions_imported or self.sessions_updated or self.routes_migrated)
+        return bool(self.sessions_imported or self.sessions_updated or self.routes_migrated or self.principals_updated)
 
     def route_counts(self) -> dict[RouteAction, int]:
         """How many routing entries ended in each action, in the enum's order, zeros left out."""

@@ -1,6 +1,7 @@
 """The source's routing table, into our directory.
 
-Every entry (``gateway_routing``, then any ``sessions.json``) has its key translated (:mod:`.keys`). When several
+Every entry (``gateway_routing``, then any ``sessions.json``) has its key translated (:mod:`.keys`) into the one
+the live adapter builds. When several
 entries give one key, the newest wins (at the same time, the table over ``sessions.json``) and the others are
 reported as superseded. A winner is routed when its session was imported and the key is free here, reaches that
 session already, or reaches a session that has ended here (a route to an ended session only starts a new one);
@@ -17,6 +18,7 @@ from hermes_actors.importer.keys import KeyOutcome, KeyTranslation, translate_ke
 from hermes_actors.importer.report import RouteAction, RouteNote
 from hermes_actors.importer.source import HermesRoute, HermesSession, HermesSource
 from hermes_actors.importer.target import Target
+from hermes_actors.importer.tenancy import LiveAccounts
 from hermes_actors.routing import SessionSource
 
 __all__ = ["import_routes", "key_sources"]
@@ -42,10 +44,11 @@ def _rank(entry: HermesRoute) -> tuple[float, bool]:
 
 
 class _Routes:
-    def __init__(self, source: HermesSource, target: Target, source_ids: Set[str]) -> None:
+    def __init__(self, source: HermesSource, target: Target, source_ids: Set[str], live: LiveAccounts) -> None:
         self.source = source
         self.target = target
         self.source_ids = source_ids
+        self.live = live
         self.notes: list[RouteNote] = []
 
     def translate(self, entry: HermesRoute) -> KeyTranslation | None:
@@ -56,9 +59,11 @@ class _Routes:
         session = self.source.session(entry.session_id)
         sources = key_sources(session, entry.origin) if session is not None else [s for s in (entry.origin,) if s]
         scope = (entry.origin.scope_id if entry.origin else None) or (session.scope_id if session else None)
-        translated = translate_key(entry.key, sources, scope_id=scope)
+        translated = translate_key(entry.key, sources, scope_id=scope, live=self.live)
         if translated.outcome is KeyOutcome.REFUSED:
             self._note(entry, RouteAction.REFUSED, translated.reason)
+        elif translated.outcome is KeyOutcome.UNMAPPED:
+            self._note(entry, RouteAction.UNMAPPED, translated.reason)
         elif translated.outcome is KeyOutcome.UNREADABLE:
             self._note(entry, RouteAction.SKIPPED, f"the key cannot be translated: {translated.reason}")
         return translated if translated.key is not None else None
@@ -109,13 +114,16 @@ class _Routes:
         self._note(entry, action, reason, new_key=key)
 
 
-def import_routes(source: HermesSource, target: Target, source_ids: Set[str]) -> tuple[list[RouteNote], list[str], int]:
+def import_routes(
+    source: HermesSource, target: Target, source_ids: Set[str], live: LiveAccounts
+) -> tuple[list[RouteNote], list[str], int]:
     """Import the source's routing entries; return the notes, warnings and how many entries the source has.
 
-    ``source_ids`` are the ids of every session of the source (to tell "not imported" from "not there").
+    ``source_ids`` are the ids of every session of the source (to tell "not imported" from "not there"); ``live``
+    is what the live adapters key by.
     """
     entries, warnings = source.routes()
-    routes = _Routes(source, target, source_ids)
+    routes = _Routes(source, target, source_ids, live)
     winners = routes.winners(entries)
     with target.transaction():
         for key, (entry, translated) in winners.items():

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from hermes_actors.importer.keys import translate_key
 from hermes_actors.importer.routes import key_sources
 from hermes_actors.importer.source import HermesMessage, HermesSession, SessionStub
+from hermes_actors.importer.tenancy import LiveAccounts
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import EndReason, Role, SessionRecord
 from hermes_actors.store.content import store_content
@@ -118,9 +119,9 @@ def bare_record(session: HermesSession) -> SessionRecord:
     )
 
 
-def routing_key(session: HermesSession) -> str | None:
+def routing_key(session: HermesSession, live: LiveAccounts) -> str | None:
     """The session's routing key here: the source's key translated, or kept as it is when it cannot be."""
     if not session.session_key:
         return None
-    translated = translate_key(session.session_key, key_sources(session), scope_id=session.scope_id)
+    translated = translate_key(session.session_key, key_sources(session), scope_id=session.scope_id, live=live)
     return translated.key or session.session_key

@@ -8,11 +8,12 @@ What goes where:
 
 - A source row with ``active = 1`` is part of its session's live transcript, here as there, in id order.
 - Rows compacted away there (``active = 0, compacted = 1``) are what the reference system still searches but no
-  longer shows the model. They go to a session of their own, ``<id>-compacted``: ended (``imported``), a child
-  of the session, so they stay searchable and out of the transcript a resumed session replays.
+  longer shows the model. They go to a session of their own, ``<id>-compacted`` (:mod:`.compacted`).
 - Rewound rows (``active = 0, compacted = 0``) were taken back by the user; the reference system neither shows
   nor searches them, and they are not imported (the report counts them).
 - A row whose role is none of ours (``developer`` is read as ``system``) is skipped and listed.
+- A session belongs to the principal its live adapter keys the chat by (:mod:`.principals`), so its user can
+  continue it and ``/resume`` it; one imported by an earlier run takes what it lacked.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import msgspec
 
+from hermes_actors.importer.compacted import COMPACTED_SUFFIX, add_compacted
+from hermes_actors.importer.principals import Principals
 from hermes_actors.importer.report import (
     MIGRATED_ROUTES,
     ImportReport,
@@ -36,7 +39,6 @@ from hermes_actors.importer.routes import import_routes
 from hermes_actors.importer.rows import (
     END_REASONS,
     ROLES,
-    bare_record,
     batches,
     message_row,
     parents_first,
@@ -45,6 +47,7 @@ from hermes_actors.importer.rows import (
 )
 from hermes_actors.importer.source import HermesMessage, HermesSession, HermesSource, SessionStub
 from hermes_actors.importer.target import Ledger, MessageRow, Target
+from hermes_actors.importer.tenancy import REFERENCE_RULES, LiveAccounts
 from hermes_actors.importer.titles import import_title
 from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.content import hermes_content
@@ -52,7 +55,6 @@ from hermes_actors.store.content import hermes_content
 __all__ = ["COMPACTED_SUFFIX", "DEFAULT_BATCH_MESSAGES", "Progress", "import_hermes"]
 
 DEFAULT_BATCH_MESSAGES = 5000
-COMPACTED_SUFFIX = "-compacted"
 
 Progress = Callable[[int, int], None]
 """Called after each session with (source rows done, source rows in all)."""
@@ -63,14 +65,16 @@ _REWOUND = "rewound in the source (it neither shows nor searches them)"
 class _Import:
     """The state of one run: the source, the target and the report being gathered."""
 
-    def __init__(self, source: HermesSource, target: Target) -> None:
+    def __init__(self, source: HermesSource, target: Target, live: LiveAccounts) -> None:
         self.source = source
         self.target = target
+        self.live = live
         self.stubs = source.session_stubs()
         self.source_ids = {stub.id for stub in self.stubs}
         self.sessions_imported = 0
         self.sessions_updated = 0
         self.sessions_unchanged = 0
+        self.principals = Principals(target, live)
         self.messages_imported = 0
         self.compacted_imported = 0
         self.messages_skipped = 0
@@ -127,7 +131,11 @@ class _Import:
         if ledger is None:
             self._new_session(session)
         else:
-            self._update_session(session, ledger)
+            refusal = self.principals.adopt(session) if ledger.part == "transcript" else None
+            if refusal is None:
+                self._update_session(session, ledger)
+            else:
+                self._skip_session(session.id, refusal)
 
     def _classify(
         self, session_id: str, messages: Iterable[HermesMessage]
@@ -177,9 +185,9 @@ class _Import:
         last_active = max([session.started_at, *(row[6] for row in live)])
         ended_at, end_reason = self._end(session, last_active)
         record = msgspec.structs.replace(
-            bare_record(session),
+            self.principals.record(session),
             last_active_at=last_active,
-            routing_key=routing_key(session),
+            routing_key=routing_key(session, self.live),
             title=import_title(session, self.target, self.titles),
             parent_session_id=self._parent(session),
             ended_at=ended_at,
@@ -245,7 +253,7 @@ class _Import:
             ended_at, reason = self._end(session, last_active)
             self.target.end_session(session.id, ended_at or last_active, reason or EndReason.IMPORTED.value)
         if compacted:
-            self._add_compacted(bare_record(session), compacted)
+            self._add_compacted(self.principals.as_stored(session), compacted)
         self.target.set_ledger(
             session.id,
             msgspec.structs.replace(
@@ -259,56 +267,13 @@ class _Import:
         self.messages_imported += len(live)
 
     def _add_compacted(self, owner: SessionRecord, rows: list[MessageRow]) -> None:
-        """Put rows the source compacted away into ``<owner>-compacted`` (creating it on first use)."""
-        archive_id = owner.id + COMPACTED_SUFFIX
-        ledger = self.target.ledger(archive_id)
-        exists = self.target.session_ended(archive_id) is not None
-        if exists and (ledger is None or ledger.source_session_id != owner.id):
-            for _ in rows:
-                self._skip_message(f"compacted away, and the id {archive_id} for them is taken here")
+        """Put rows the source compacted away into ``<owner>-compacted`` (:func:`.compacted.add_compacted`)."""
+        refusal = add_compacted(self.target, owner, rows)
+        if refusal is None:
+            self.compacted_imported += len(rows)
             return
-        if not exists:
-            if ledger is not None:  # deleted here after an earlier import
-                for _ in rows:
-                    self._skip_message(f"compacted away, and {archive_id} was deleted here after an earlier import")
-                return
-            first, last = rows[0][6], rows[-1][6]
-            self.target.insert_session(
-                msgspec.structs.replace(
-                    owner,
-                    id=archive_id,
-                    routing_key=None,
-                    title=None,
-                    system_prompt=None,
-                    parent_session_id=owner.id,
-                    started_at=first,
-                    last_active_at=first,
-                    ended_at=max(first, last),
-                    end_reason=EndReason.IMPORTED.value,
-                    message_count=0,
-                    tool_call_count=0,
-                    input_tokens=0,
-                    output_tokens=0,
-                )
-            )
-        tail = self.target.append(archive_id, rows)
-        self.target.add_to_session(
-            archive_id,
-            messages=len(rows),
-            tool_calls=sum(tool_call_count(row[2]) for row in rows),
-            last_active_at=rows[-1][6],
-        )
-        self.target.set_ledger(
-            archive_id,
-            Ledger(
-                source_session_id=owner.id,
-                part="compacted",
-                last_source_message_id=0,
-                last_message_id=tail,
-                imported_at=self.target.now(),
-            ),
-        )
-        self.compacted_imported += len(rows)
+        for _ in rows:
+            self._skip_message(refusal)
 
     def _end(self, session: HermesSession, last_active: float) -> tuple[float | None, str | None]:
         if session.ended_at is None and session.end_reason is None:
@@ -335,7 +300,7 @@ class _Import:
 
     def import_routes(self) -> int:
         """Import the routing table (after every session); return how many entries the source has."""
-        notes, warnings, entries = import_routes(self.source, self.target, self.source_ids)
+        notes, warnings, entries = import_routes(self.source, self.target, self.source_ids, self.live)
         self.routes.extend(notes)
         self.warnings.extend(warnings)
         return entries
@@ -364,6 +329,8 @@ class _Import:
             sessions_imported=self.sessions_imported,
             sessions_updated=self.sessions_updated,
             sessions_unchanged=self.sessions_unchanged,
+            principals_updated=self.principals.updated,
+            unmapped_sessions=self.principals.unmapped,
             messages_imported=self.messages_imported,
             compacted_imported=self.compacted_imported,
             messages_skipped=self.messages_skipped,
@@ -378,17 +345,20 @@ def import_hermes(
     progress: Progress | None = None,
     batch_messages: int = DEFAULT_BATCH_MESSAGES,
     clock: Callable[[], float] = time.time,
+    live: LiveAccounts = REFERENCE_RULES,
 ) -> ImportReport:
     """Import the reference system's ``state.db`` at ``source_path`` into ``store``; return what was done.
 
-    The source is read-only and read as one snapshot. Sessions commit in batches of about ``batch_messages``
-    source rows, so a killed run can be run again and completes; a second run imports nothing twice. With
+    Keys and sessions take the platform name, account and workspace the live adapters of ``live`` use (by
+    default, knowing none: the reference's keys, Slack's moved to their workspace). The source is read-only and
+    read as one snapshot. Sessions commit in batches of about ``batch_messages`` source rows, so a killed run
+    can be run again and completes; a second run imports nothing twice. With
     ``dry_run`` nothing is written and ``store`` may be ``None`` (an empty target) or read-only. Raises
     :class:`.SourceDatabaseError` for a missing, unreadable or foreign file or another schema version.
     """
     target = Target(store, dry_run=dry_run, clock=clock)
     with HermesSource.open(source_path) as source:
-        run = _Import(source, target)
+        run = _Import(source, target, live)
         run.import_sessions(progress, max(1, batch_messages))
         routes_in_source = run.import_routes()
         return run.report(dry_run=dry_run, routes_in_source=routes_in_source)

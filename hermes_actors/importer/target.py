@@ -74,6 +74,7 @@ class Target:
         self._routes: dict[str, str] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._tails: dict[str, int] = {}
+        self._principals: dict[str, tuple[str, str | None, str | None]] = {}
         # Leases are held as a process of this host ("host:pid:start-ms"): one left by a killed import is taken
         # over at once by hermesd, and by a shard host in any case.
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{int(time.time() * 1000)}"
@@ -120,6 +121,13 @@ class Target:
         if session_id in self._tails:
             return self._tails[session_id]
         return 0 if self._store is None else self._store.last_message_id(session_id)
+
+    def principal(self, session_id: str) -> tuple[str, str | None, str | None] | None:
+        """Return the (platform, workspace, account) ``session_id`` belongs to here, or ``None`` without it."""
+        if session_id in self._principals:
+            return self._principals[session_id]
+        record = None if self._store is None else self._store.find_session(session_id)
+        return None if record is None else (record.source, record.scope_id, record.account_id)
 
     def route(self, routing_key: str) -> str | None:
         """Return the session ``routing_key`` reaches here, or ``None``."""
@@ -198,6 +206,15 @@ class Target:
             store.end_session(session_id, reason, at=ended_at)
         if self.dry_run:
             self._sessions[session_id] = True
+
+    def set_principal(self, session_id: str, principal: tuple[str, str | None, str | None]) -> None:
+        """Give ``session_id`` the (platform, workspace, account) its live adapter uses."""
+        store = self._writes()
+        if store is not None:
+            source, scope_id, account_id = principal
+            store.set_principal(session_id, source=source, scope_id=scope_id, account_id=account_id)
+        if self.dry_run:
+            self._principals[session_id] = principal
 
     def set_route(self, routing_key: str, session_id: str, updated_at: float | None) -> None:
         """Point ``routing_key`` at ``session_id``, dated ``updated_at`` (the source's time) or now."""

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_legacy_slack_key
+from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_scopeless_key
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.log_fields import session_extra
 from hermes_actors.runtime.protocol import Deliver
@@ -193,12 +193,14 @@ class Routes:
         self._keys.get(session_id, set()).discard(routing_key)
 
     def claim_legacy_dm(self, routing_key: str, source: SessionSource, policy: KeyPolicy) -> str | None:
-        """Move an imported scope-less Slack DM route to the first workspace that sees the DM (SPEC section 2).
+        """Move an imported scope-less DM route to the first workspace that sees the DM (SPEC section 2).
 
-        Hermes keys name no workspace (and no account): ``agent:main:slack:dm:D1``. The first workspace to see D1
-        claims that transcript; the old key is deleted in the same transaction, so no second workspace can.
+        Hermes keys name no workspace (and no account): ``agent:main:slack:dm:D1``. On a platform whose keys here
+        carry a workspace or tenant (Slack, Teams, Feishu), the first workspace to see D1 claims that transcript:
+        the old key is deleted in the same transaction, so no second workspace can, and the session takes the
+        workspace (and the account, when it had none) into its principal, so its user can ``/resume`` it.
         """
-        if source.platform != "slack" or not source.scope_id or source.chat_type != "dm":
+        if not source.scope_id or source.chat_type != "dm":
             return None
         candidates = {
             build_session_key(msgspec.structs.replace(source, scope_id=None), policy),
@@ -208,7 +210,7 @@ class Routes:
             session_id = self.existing(legacy)
             if session_id is None:
                 continue
-            decision = migrate_legacy_slack_key(
+            decision = migrate_scopeless_key(
                 legacy, recorded_scope_id=None, observed_scope_id=source.scope_id, dm_already_claimed=False
             )
             if decision.action != LegacyKeyAction.CLAIM:
@@ -217,13 +219,20 @@ class Routes:
             def claim(store: Store, legacy: str = legacy, session_id: str = session_id) -> None:
                 store.set_route(routing_key, session_id)
                 store.unbind_route(legacy)
+                record = store.get_session(session_id)
+                store.set_principal(
+                    session_id,
+                    source=record.source,
+                    scope_id=record.scope_id or source.scope_id,
+                    account_id=record.account_id or source.account_id,
+                )
 
             self._write(routing_key, claim)
             self._routes.pop(legacy, None)
             self._keys.get(session_id, set()).discard(legacy)
             self.cache(routing_key, session_id)
             _log.info(
-                "workspace %s claimed the Slack DM transcript of %s (%s)",
+                "workspace %s claimed the DM transcript of %s (%s)",
                 source.scope_id,
                 legacy,
                 session_id,

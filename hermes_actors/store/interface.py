@@ -106,6 +106,11 @@ class SessionDirectory(Protocol):
         """Make an ended session live again."""
         ...
 
+    def set_principal(self, session_id: str, *, source: str, scope_id: str | None, account_id: str | None) -> None:
+        """Set the platform, workspace and bot account a session belongs to (an imported session, given the ones
+        its live adapter uses)."""
+        ...
+
     def delete_session(self, session_id: str) -> bool:
         """Delete a session with its messages, attachments and routes; whether it existed."""
         ...

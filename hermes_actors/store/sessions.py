@@ -132,6 +132,17 @@ class SessionRows(SessionResolution):
             )
             return self.get_session(session_id)
 
+    def set_principal(self, session_id: str, *, source: str, scope_id: str | None, account_id: str | None) -> None:
+        """Set the platform, workspace and bot account ``session_id`` belongs to (:class:`SessionNotFoundError` when
+        there is no such session)."""
+        with self._atomic():
+            self._db.execute(
+                "UPDATE sessions SET source = ?, scope_id = ?, account_id = ? WHERE id = ?",
+                (source, scope_id, account_id, session_id),
+            )
+            if self._db.changes() == 0:
+                self.get_session(session_id)
+
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its messages, attachments and routes; its children stay, without a parent.
 

@@ -18,9 +18,28 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
+CONFIG = """\
+platforms:
+  telegram:
+    bots:
+      main: {token_env: TELEGRAM_TOKEN}
+  slack:
+    apps:
+      main: {signing_secret_env: SLACK_SIGNING_SECRET, bot_token_env: SLACK_BOT_TOKEN}
+"""
+
+
+def configure(home: Path, config: str = CONFIG) -> None:
+    """Write ``home``'s config.yaml: the bot accounts the imported chats continue under."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(config, encoding="utf-8")
+
+
 @pytest.fixture
-def reference(tmp_path: Path) -> Path:
-    """Two sessions: a Telegram DM with a route, and a Slack channel of unknown workspace."""
+def reference(tmp_path: Path, home: Path) -> Path:
+    """Two sessions: a Telegram DM with a route, and a Slack channel of unknown workspace; ``home`` has one
+    Telegram bot and one Slack app."""
+    configure(home)
     path = tmp_path / "hermes" / "state.db"
     path.parent.mkdir()
     with HermesDb(path) as h:
@@ -43,7 +62,7 @@ def summary(reference: Path, home: Path, verb: str) -> str:
         f"{verb} from {reference} (schema version 22) into {home / 'state.db'}:\n"
         "  sessions: 2 new, 0 updated, 0 already imported, 0 skipped (of 2)\n"
         "  messages: 5 imported, 1 skipped, 0 compacted rows kept in '<id>-compacted' sessions\n"
-        "  routes: 1 of 2 migrated (1 added, 1 refused)\n"
+        "  routes: 1 of 2 migrated (1 moved, 1 refused)\n"
         "Skipped messages:\n"
         "  rewound in the source (it neither shows nor searches them): 1\n"
         "Routes not migrated:\n"
@@ -59,7 +78,7 @@ def test_yes_imports_without_asking_and_prints_the_summary(reference: Path, home
     assert result.exit_code == 0, result.output
     assert result.stdout == summary(reference, home, "Imported")
     with Store.open(home / "state.db") as store:
-        assert store.get_route("agent:main:telegram:dm:7") == "20260528_100000_aaaa0001"
+        assert store.get_route("agent:main:telegram~main:dm:7") == "20260528_100000_aaaa0001"
         assert store.resolve_session("plans").message_count == 4
 
 
@@ -70,7 +89,7 @@ def test_json_prints_the_report_alone_on_stdout(reference: Path, home: Path) -> 
     report = json.loads(result.stdout)
     assert (report["sessions_imported"], report["messages_imported"], report["routes_migrated"]) == (2, 5, 1)
     assert report["dry_run"] is False
-    assert [r["action"] for r in report["routes"]] == ["refused", "added"]
+    assert [r["action"] for r in report["routes"]] == ["refused", "moved"]
 
 
 def test_a_dry_run_prints_what_would_happen_and_creates_nothing(reference: Path, home: Path) -> None:
@@ -149,7 +168,7 @@ def test_the_home_database_itself_is_refused_as_a_source(reference: Path) -> Non
 
 
 def test_a_dry_run_against_an_older_store_names_the_upgrade(reference: Path, home: Path) -> None:
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     old = open_connection(home / "state.db")
     old.execute((STORE_FIXTURES / "schema_v1.sql").read_text(encoding="utf-8"))
     old.execute("PRAGMA user_version = 1")

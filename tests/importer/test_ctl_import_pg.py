@@ -14,7 +14,7 @@ from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.db import redact
 from hermes_actors.store.pg.migrations import SCHEMA_VERSION
 from tests.importer.hermes_v22 import HermesDb
-from tests.importer.test_ctl_import import summary
+from tests.importer.test_ctl_import import configure, summary
 from tests.postgres import Cluster
 
 
@@ -54,6 +54,7 @@ def test_an_import_into_a_cluster_store_writes_it_and_reports_as_into_a_home(
     reference: Path, tmp_path: Path, postgres_dsn: str, pg: PostgresStore
 ) -> None:
     home = tmp_path / "home"
+    configure(home)
     dry = run(home, postgres_dsn, str(reference), "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert dry.stdout == into_cluster(reference, postgres_dsn, "Would import")
@@ -62,9 +63,9 @@ def test_an_import_into_a_cluster_store_writes_it_and_reports_as_into_a_home(
     result = run(home, postgres_dsn, str(reference), "--yes")
     assert result.exit_code == 0, result.output
     assert result.stdout == into_cluster(reference, postgres_dsn, "Imported")
-    assert pg.get_route("agent:main:telegram:dm:7") == "20260528_100000_aaaa0001"
+    assert pg.get_route("agent:main:telegram~main:dm:7") == "20260528_100000_aaaa0001"
     assert pg.resolve_session("plans").message_count == 4
-    assert not home.exists()  # nothing went into a home
+    assert [p.name for p in home.iterdir()] == ["config.yaml"]  # nothing went into a home
 
     again = run(home, postgres_dsn, str(reference), input="")
     assert again.exit_code == 0, again.output

@@ -141,6 +141,14 @@ class PgSessionRows(SessionResolution):
             )
             return self.get_session(session_id)
 
+    def set_principal(self, session_id: str, *, source: str, scope_id: str | None, account_id: str | None) -> None:
+        """Set the platform, workspace and bot account ``session_id`` belongs to (:class:`SessionNotFoundError` when
+        there is no such session)."""
+        with self._atomic():
+            sql = "UPDATE sessions SET source = %s, scope_id = %s, account_id = %s WHERE id = %s"
+            if self._db.count(sql, (source, scope_id, account_id, session_id)) == 0:
+                self.get_session(session_id)
+
     def delete_session(self, session_id: str) -> bool:
         """Delete a session, its messages, attachments and routes; its children stay, without a parent.
 
