@@ -58,6 +58,10 @@ platforms:
     # max_concurrent_runs: 64        # requests running turns at once; beyond it 429 (0: no cap)
     # cors_origins: []               # browser origins whose pages may call the API (https://chat.example.org;
     #                                # '*': any); a request from another Origin gets 403
+    # trusted_proxies: []            # reverse proxies (127.0.0.1, 10.0.0.0/8) whose X-Forwarded-* / Forwarded
+    #                                # headers are believed (client address, https, host)
+    # console:
+    #   secure_cookie: auto          # auto: Secure over HTTPS (or a trusted proxy's word); always: every time
   webhook:
     # enabled: true
     # host: 127.0.0.1
