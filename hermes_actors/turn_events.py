@@ -23,6 +23,11 @@ class TurnEvents(Protocol):
         queue). Called by the runtime, not by agents."""
         ...
 
+    def stopped(self) -> None:
+        """The turn was invalidated (``/stop``, ``/new``, a reset or an operator's end of its session) before it
+        settled: it gives no reply, and nothing more of it is reported. Called by the runtime, not by agents."""
+        ...
+
     def text(self, delta: str) -> None:
         """The next piece of the reply's text, as the model produced it."""
         ...

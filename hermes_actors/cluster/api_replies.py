@@ -104,6 +104,8 @@ class ApiReplies:
             events.started(event.s)
         elif event.k == "t":
             events.text(event.t)
+        elif event.k == "p":
+            events.stopped()
         else:
             events.tool(event.n, event.c, event.st, event.d)
 

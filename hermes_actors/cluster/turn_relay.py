@@ -37,11 +37,11 @@ DETAIL_LIMIT = 1000
 class RelayedEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One event on the wire: ``m`` the inbound message id, ``q`` the relay's sequence number (no two payloads of
     one transaction are identical, which ``NOTIFY`` would merge), ``k`` the kind: ``s`` started (``s`` the session),
-    ``t`` text (``t``), ``x`` a tool call (``n`` name, ``c`` call id, ``st`` status, ``d`` detail)."""
+    ``t`` text (``t``), ``x`` a tool call (``n`` name, ``c`` call id, ``st`` status, ``d`` detail), ``p`` stopped."""
 
     m: str
     q: int
-    k: Literal["s", "t", "x"]
+    k: Literal["s", "t", "x", "p"]
     s: str = ""
     t: str = ""
     n: str = ""
@@ -72,6 +72,9 @@ class _Events:
 
     def started(self, session_id: str) -> None:
         self._relay.put(self._message_id, "s", s=session_id)
+
+    def stopped(self) -> None:
+        self._relay.put(self._message_id, "p")
 
     def text(self, delta: str) -> None:
         if delta:

@@ -45,21 +45,51 @@ class CancelToken:
 
     A turn may make several agent calls (a summary, then the reply); :meth:`wait_for` gives each call a latch of
     its own, which the call's end or :meth:`cancel` opens, so one call's end never counts for the next one. A
-    plain lock is the latch: no ``threading.Event`` and its condition variable per call.
+    plain lock is the latch: no ``threading.Event`` and its condition variable per call. :meth:`settle` is the
+    turn's verdict: a cancel after it changes nothing, so whoever :meth:`on_cancel` told hears only of a cancel
+    that really dropped the turn's result.
     """
 
-    __slots__ = ("_latch", "cancelled")
+    __slots__ = ("_callbacks", "_latch", "_lock", "_settled", "cancelled")
 
     def __init__(self) -> None:
         self.cancelled = False
         self._latch: threading.Lock | None = None  # the latch of the call being waited for, if any
+        self._lock = threading.Lock()
+        self._settled = False
+        self._callbacks: list[Callable[[], None]] = []
 
     def cancel(self) -> None:
-        """Invalidate the turn and wake the call waiting on it."""
-        self.cancelled = True
+        """Invalidate the turn and wake the call waiting on it; nothing happens once the turn has settled."""
+        with self._lock:
+            if self._settled or self.cancelled:
+                return
+            self.cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
         latch = self._latch
         if latch is not None:
             _open(latch)
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, on the cancelling thread: it must return at once) when the turn is cancelled
+        before it settles; at once when it is cancelled already."""
+        with self._lock:
+            if self._settled:
+                return
+            if not self.cancelled:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def settle(self) -> bool:
+        """The turn's agent call is over: return whether the turn was cancelled. A later :meth:`cancel` does
+        nothing (the turn keeps its result) and no :meth:`on_cancel` callback runs any more."""
+        with self._lock:
+            self._settled = True
+            self._callbacks = []
+            return self.cancelled
 
     def wait_for(self, call: Future[Any], timeout: float) -> None:
         """Wait until ``call`` is done, the turn is cancelled, or ``timeout`` seconds have passed."""

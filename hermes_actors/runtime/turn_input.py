@@ -20,7 +20,7 @@ from hermes_actors.agents.tools import Tool
 from hermes_actors.messages import Attachment, Conversation, OutboundError, OutboundMessage, TokenUsage
 from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import AgentFailure, Delivery
-from hermes_actors.runtime.turn_watch import TurnWatch
+from hermes_actors.runtime.turn_watch import Cancellable, TurnWatch
 from hermes_actors.store import MessageRecord, Role
 
 __all__ = ["conversation_of", "marked_reply", "turn_input"]
@@ -45,10 +45,11 @@ def turn_input(
     attachments: Sequence[Attachment],
     deliveries: Sequence[Delivery],
     watch: TurnWatch,
+    token: Cancellable | None = None,
 ) -> TurnInput:
     """The agent's input for a turn answering ``deliveries`` with the user ``text``; built just before the agent is
-    called, so the turn's watchers are told here that it has begun."""
-    events = watch.begin((d.message.message_id for d in deliveries), session_id)
+    called, so the turn's watchers are told here that it has begun (and, through ``token``, when it is stopped)."""
+    events = watch.begin((d.message.message_id for d in deliveries), session_id, token)
     conversation = conversation_of(deliveries)
     if conversation is None:
         return TurnInput(

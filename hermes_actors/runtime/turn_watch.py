@@ -3,19 +3,32 @@ inbound message it is waiting on, and the turn that answers the message hands it
 
 Watching is a view for this process only: nothing of it is stored, a turn nobody watches runs as before, and a
 turn replayed after a restart is watched by whoever registered again (an idempotent retry).
+
+A turn invalidated while it runs (``/stop``, ``/new``, a reset: its cancel token) is reported as
+:meth:`~hermes_actors.turn_events.TurnEvents.stopped` at once, and nothing it reports after that reaches its watchers
+(the agent may go on writing until it notices).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from hermes_actors.agents.turn import ToolStatus, TurnEvents
 
-__all__ = ["TurnWatch"]
+__all__ = ["Cancellable", "TurnWatch"]
 
 _log = logging.getLogger(__name__)
+
+
+class Cancellable(Protocol):
+    """A turn's cancel token, as the watch sees it (:class:`~hermes_actors.runtime.services.CancelToken`)."""
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the turn is invalidated before it settles (at once if it is already)."""
+        ...
 
 
 class TurnWatch:
@@ -43,13 +56,58 @@ class TurnWatch:
             return None
         return found[0] if len(found) == 1 else _Fanout(tuple(found))
 
-    def begin(self, message_ids: Iterable[str], session_id: str) -> TurnEvents | None:
+    def begin(self, message_ids: Iterable[str], session_id: str, token: Cancellable | None = None) -> TurnEvents | None:
         """:meth:`events_for` a turn answering ``message_ids`` that begins now (its agent is about to be called),
-        after telling them it has begun (:meth:`TurnEvents.started`)."""
+        after telling them it has begun (:meth:`TurnEvents.started`). With the turn's ``token``, a cancel tells
+        them :meth:`TurnEvents.stopped` and cuts them off from the turn."""
         events = self.events_for(message_ids)
-        if events is not None:
-            events.started(session_id)
-        return events
+        if events is None:
+            return None
+        events.started(session_id)
+        if token is None:
+            return events
+        live = _Live(events)
+        token.on_cancel(live.stopped)
+        return live
+
+
+class _Live:
+    """A turn's watchers until the turn is invalidated: then they hear :meth:`stopped` once, and nothing after it.
+
+    The lock orders a cancel against the agent's thread: an event either reaches the watchers before
+    ``stopped`` or not at all."""
+
+    __slots__ = ("_events", "_lock", "_over")
+
+    def __init__(self, events: TurnEvents) -> None:
+        self._events = events
+        self._lock = threading.Lock()
+        self._over = False
+
+    def started(self, session_id: str) -> None:
+        with self._lock:
+            if not self._over:
+                self._events.started(session_id)
+
+    def stopped(self) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self._over = True
+            try:  # runs on the thread that cancelled (the supervisor's): a watcher's bug must not reach it
+                self._events.stopped()
+            except Exception:
+                _log.exception("a turn watcher failed on the turn's stop")
+
+    def text(self, delta: str) -> None:
+        with self._lock:
+            if not self._over:
+                self._events.text(delta)
+
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
+        with self._lock:
+            if not self._over:
+                self._events.tool(name, call_id, status, detail)
 
 
 class _Fanout:
@@ -64,6 +122,13 @@ class _Fanout:
                 watcher.started(session_id)
             except Exception:
                 _log.exception("a turn watcher failed on the turn's start")
+
+    def stopped(self) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher.stopped()
+            except Exception:
+                _log.exception("a turn watcher failed on the turn's stop")
 
     def text(self, delta: str) -> None:
         for watcher in self._watchers:

@@ -176,6 +176,7 @@ class SessionTurns:
             attachments=attachments,
             deliveries=deliveries,
             watch=self._services.watch,
+            token=token,
         )
         agent = self._services.agent
         if runs_inline(agent):
@@ -286,7 +287,7 @@ class SessionTurns:
         # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
         contents = [user_content(d.message) for d in deliveries]
         reply = self._call_agent("\n".join(contents), token, deliveries, for_agent(d.message for d in deliveries))
-        cancelled = token.cancelled
+        cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
         now = self._clock()
         new = [
             NewMessage(role=Role.USER, content=content, platform_message_id=d.message.message_id, created_at=now)

@@ -10,6 +10,9 @@ what really happened.
   keep-alive comment after ``keepalive_s`` of silence; a client that disconnects stops the turn as ``/stop`` does.
 - A turn the agent failed is not an answer: 502 ``agent_incomplete`` without text, ``finish_reason: error`` with
   ``X-Hermes-Completed: false`` when part of the answer was already produced.
+- A turn stopped by another request (``/stop``, ``/new``) is told at once: 409 ``turn_stopped`` (with
+  ``x-should-retry: false``), or, once a stream has begun, a chunk with ``finish_reason: cancelled`` and then the
+  error; nothing the stopped turn writes afterwards is sent.
 """
 
 from __future__ import annotations
@@ -194,6 +197,10 @@ class ChatCompletions:
     async def _finish_stream(
         self, response: web.StreamResponse, turn: Turn, call: TurnCall, finished: Finished, *, include_usage: bool
     ) -> None:
+        if finished.stopped:
+            await response.write(turn.chunk(Delta(), "cancelled"))
+            await response.write(sse_event(failure_error(finished, {}).body))
+            return
         if finished.reply is None and finished.failure_code != "agent_incomplete":
             await response.write(sse_event(failure_error(finished, {}).body))  # the turn was not saved
             return

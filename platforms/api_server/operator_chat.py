@@ -158,17 +158,20 @@ class OperatorChat:
     def _timeout(self) -> ApiError:
         return ApiError(
             504,
-            f"no reply within {self._config.request_timeout_s:g} s; the turn continues and its reply will be in "
-            "the session's messages",
+            f"no reply within {self._config.request_timeout_s:g} s; this request stops waiting, but its turn is not "
+            "stopped: an answer it gives is stored in the session's messages",
             type="server_error",
             code="timeout",
         )
 
 
 def _answer(finished: Finished) -> str:
-    """The reply of a finished turn; a 502 when the agent gave none, a 503 when it could not be saved."""
+    """The reply of a finished turn; a 502 when the agent gave none, a 409 when the turn was stopped, a 503 when it
+    could not be saved."""
     if finished.reply is not None:
         return finished.reply
+    if finished.stopped:
+        raise ApiError(409, finished.failure or "the turn was stopped before it answered", code=finished.failure_code)
     if finished.failure_code == "agent_incomplete":  # the agent's failure is not an answer
         raise ApiError(
             502, finished.failure or "the agent gave no answer", type="server_error", code="agent_incomplete"

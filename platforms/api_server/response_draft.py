@@ -146,8 +146,8 @@ class ResponseDraft:
         return events
 
     def abandon(self, reason: str) -> list[StreamEvent]:
-        """The request stops waiting (``reason``: client_disconnected, timeout, server_stopping): the response is
-        ``incomplete`` with what was produced so far."""
+        """The response ends without its answer (``reason``: stopped, client_disconnected, timeout,
+        server_stopping): it is ``incomplete`` with what was produced so far."""
         events = self._close_message("incomplete")
         self.status = "incomplete"
         self._incomplete = IncompleteDetails(reason=reason)

@@ -13,6 +13,8 @@
   ``response.output_text.delta`` for each model delta, ``response.output_text.done``), then ``response.completed`` or
   ``response.failed``, each with its ``sequence_number``. A client that disconnects stops the turn as ``/stop`` does,
   and an ``incomplete`` snapshot of the response is stored.
+- A turn stopped by another request (``/stop``, ``/new``) ends the response at once as ``incomplete`` with
+  ``incomplete_details.reason: stopped`` (``response.incomplete`` when streaming), and that snapshot is stored.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = ["ResponsesApi"]
 _log = logging.getLogger(__name__)
 
 _LEFT = "client_disconnected"
+_STOPPED = "stopped"  # by /stop or /new from another request
 _SETTLE_POLL_S = 0.05  # how often a stopped turn's inbox row is looked at until its commit
 _REASONS = {499: _LEFT, 504: "timeout"}  # any other abandoned wait: the server is stopping
 
@@ -152,6 +155,9 @@ class ResponsesApi:
                 draft.tool(event)
             elif isinstance(event, Finished):
                 headers = {SESSION_HEADER: event.session_id} if event.session_id else {}
+                if event.stopped:
+                    await self._abandon(draft, turn, call, _STOPPED)
+                    return json_response(draft.response(), headers={**headers, COMPLETED_HEADER: "false"})
                 if event.reply is None and not draft.produced:
                     raise failure_error(event, headers)
                 draft.finish(event)
@@ -193,6 +199,8 @@ class ResponsesApi:
                     await _send(response, draft.text(event.text))
                 elif isinstance(event, ToolEvent):
                     await _send(response, draft.tool(event))
+                elif isinstance(event, Finished) and event.stopped:
+                    await _send(response, await self._abandon(draft, turn, call, _STOPPED))
                 elif isinstance(event, Finished):
                     events = draft.finish(event)
                     await self._keep(draft, event.session_id)
@@ -206,13 +214,14 @@ class ResponsesApi:
         return response
 
     async def _abandon(self, draft: ResponseDraft, turn: Turn, call: TurnCall, reason: str) -> list[StreamEvent]:
-        """Make the response ``incomplete`` and store that snapshot. A disconnected client's turn was stopped: its
-        commit (soon) names the session it was saved in; a turn that goes on may have no saved session yet (a new
-        session's row comes with its first turn's commit), and then the snapshot is not stored."""
+        """Make the response ``incomplete`` and store that snapshot. A stopped turn (its client left, or another
+        request stopped it): its commit (soon) names the session it was saved in; a turn that goes on may have no
+        saved session yet (a new session's row comes with its first turn's commit), and then the snapshot is not
+        stored."""
         events = draft.abandon(reason)
         inbox, host = self._service.parts()
         session_id: str | None = None
-        if reason == _LEFT:  # a stopped turn sends no reply; its commit completes the inbox row with the session
+        if reason in (_LEFT, _STOPPED):  # a stopped turn sends no reply; its commit completes the inbox row
             deadline = asyncio.get_running_loop().time() + inbox.ask_timeout_s
             while session_id is None and asyncio.get_running_loop().time() < deadline:
                 stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, call.message_id))

@@ -131,9 +131,12 @@ class Run:
         self._notify()
 
     def end_with(self, finished: Finished) -> None:
-        """Finish the run with its turn's outcome."""
+        """Finish the run with its turn's outcome (``cancelled`` for a turn stopped before it answered)."""
         if finished.session_id:
             self.session_id = finished.session_id
+        if finished.stopped:
+            self.end(RunStatus.CANCELLED)
+            return
         if finished.reply is not None:
             self.usage = finished.usage
             self.end(RunStatus.COMPLETED, output=finished.reply)

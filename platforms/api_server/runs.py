@@ -10,7 +10,9 @@
   again from then on.
 - ``GET /v1/runs/{id}/events`` streams ``message.delta``, ``tool.started``, ``tool.completed`` and then
   ``run.completed``, ``run.failed`` or ``run.cancelled``; ``POST /v1/runs/{id}/stop`` stops the turn as ``/stop``
-  does (409 once the run has finished).
+  does (409 once the run has completed or failed; a cancelled one answers as it is). A run whose turn is stopped
+  from elsewhere (``/stop``, ``/new`` in its session) is ``cancelled`` the moment it happens, and none of the
+  stopped turn's later deltas is published.
 - Runs count under ``max_concurrent_runs`` until they end; a draining server refuses new ones. Finished runs are
   kept for :data:`KEEP_S` seconds, the newest :data:`KEEP` of them; the store still answers for older ones.
 """
@@ -154,6 +156,8 @@ class Runs:
 
     async def stop(self, request: web.Request) -> web.Response:
         run = await self._find(request)
+        if run.status is RunStatus.CANCELLED:
+            return json_response(run.view())  # stopped already (a stop sent twice, or a /stop from elsewhere)
         if run.status.finished:
             raise ApiError(
                 409,

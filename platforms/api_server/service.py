@@ -30,20 +30,21 @@ from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
 from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
-from platforms.api_server.turn_call import Finished, TurnCall
+from platforms.api_server.turn_call import STOPPED, Finished, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn
 from platforms.support.http_host import committed, read_decoded
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import Inbox, StoredAnswer
     from platforms.support.http_host import HttpHost
 
-__all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "ApiService", "failure_error", "require_json"]
+__all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "NO_RETRY", "ApiService", "failure_error", "require_json"]
 
 _log = logging.getLogger(__name__)
 
 KEEP_ALIVE = b": keepalive\n\n"
 DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
+NO_RETRY = {"x-should-retry": "false"}  # OpenAI's clients retry 409 and 5xx unless told not to
 
 
 def require_json(request: web.Request) -> None:
@@ -61,7 +62,15 @@ def require_json(request: web.Request) -> None:
 
 
 def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
-    """The error a request gets for a turn that ended without the agent's answer."""
+    """The error a request gets for a turn that ended without the agent's answer. A stopped turn is a 409 the
+    client must not retry on its own (the user stopped it)."""
+    if finished.stopped:
+        return ApiError(
+            409,
+            finished.failure or "the turn was stopped before it answered",
+            code=STOPPED,
+            headers={**headers, COMPLETED_HEADER: "false", **NO_RETRY},
+        )
     if finished.failure_code == "agent_incomplete":
         return ApiError(
             502,
@@ -254,22 +263,45 @@ class ApiService:
             await self.stop_call(call)
             return ApiError(499, "the client closed the connection", code="client_closed")
         if self.stopping is not None and self.stopping.done():
-            return await self._abandoned(turn, timeout=False)
+            return await self._abandoned(turn, call, timeout=False)
         if asyncio.get_running_loop().time() >= turn.deadline:
-            return await self._abandoned(turn, timeout=True)
+            return await self._abandoned(turn, call, timeout=True)
         return None
 
-    async def _abandoned(self, turn: Turn, *, timeout: bool) -> ApiError:
-        """The error for a request that stops waiting: its turn goes on and the reply will be stored."""
-        session_id = await self.session_hint(turn.routing_key)
+    async def _abandoned(self, turn: Turn, call: TurnCall, *, timeout: bool) -> ApiError:
+        """The error for a request that stops waiting. It says what the store knows: a turn that is still to
+        come or running goes on (its answer, if it gives one, is stored), one that ended without reaching this
+        request is said to have ended."""
+        stored = await self._stored(call)
+        session_id = (stored.session_id if stored is not None else None) or await self.session_hint(turn.routing_key)
         where = f"session {session_id}" if session_id else "its session"
         then = f"; send {SESSION_HEADER}: {session_id} to continue it" if session_id else ""
-        headers = {SESSION_HEADER: session_id} if session_id else None
-        if timeout:
-            message = (
-                f"no reply within {self.config.request_timeout_s:g} s; the turn continues and its reply will be "
-                f"in {where}{then}"
+        headers = {SESSION_HEADER: session_id} if session_id else {}
+        why = f"no reply within {self.config.request_timeout_s:g} s" if timeout else "the API server is stopping"
+        if stored is not None and stored.state != "pending":
+            ended = (
+                f"its answer is stored in {where}"
+                if stored.reply is not None
+                else f"it ended without an answer (it was stopped, or the agent failed); its message is kept in {where}"
             )
-            return ApiError(504, message, type="server_error", code="timeout", headers=headers)
-        message = f"the API server is stopping; the turn continues and its reply will be in {where}{then}"
-        return ApiError(503, message, type="server_error", code="gateway_draining", headers=headers)
+            message = f"{why}, and the turn has ended: {ended}{then}"
+            code = "turn_ended"
+        else:
+            message = (
+                f"{why}; this request stops waiting, but its turn is not stopped: it waits or runs in {where}, and "
+                f"an answer it gives is stored there{then}"
+            )
+            code = "timeout" if timeout else "gateway_draining"
+        # A retry would run the message a second time: its turn has run or goes on.
+        return ApiError(
+            504 if timeout else 503, message, type="server_error", code=code, headers={**headers, **NO_RETRY}
+        )
+
+    async def _stored(self, call: TurnCall) -> StoredAnswer | None:
+        """What the store holds of ``call``'s message (``None`` when it cannot be read now)."""
+        try:
+            inbox, host = self.parts()
+            return await host.blocking(partial(inbox.stored_answer, PLATFORM, call.message_id))
+        except Exception:
+            _log.info("api_server: could not read message %s back from the store", call.message_id, exc_info=True)
+            return None

@@ -3,7 +3,8 @@
 :class:`TurnCall` registers a watcher for the message's turn (the model's text deltas and tool calls, see
 :class:`~hermes_actors.agents.turn.TurnEvents`) and a waiter for its reply before it submits the message, then hands
 the handler what happens as :class:`TextDelta`, :class:`ToolEvent` and, last, :class:`Finished` (the reply, or the
-agent's failure, or a notice that the message could not be saved). Between events the handler gets control back
+agent's failure, or a notice that the message could not be saved, or that the turn was stopped: ``/stop`` or
+``/new`` from another request, told the moment it happens). Between events the handler gets control back
 every ``tick_s`` (for keep-alives and to look whether its client is still there). Chat completions, Responses and
 runs are built on it, so they stream, fail and drain alike.
 """
@@ -24,7 +25,10 @@ from hermes_actors.waiters import ReplyWaiters
 if TYPE_CHECKING:
     from hermes_actors.ports import Inbox
 
-__all__ = ["Finished", "Idle", "TextDelta", "ToolEvent", "TurnCall", "TurnEvent", "finished_from"]
+__all__ = ["STOPPED", "Finished", "Idle", "TextDelta", "ToolEvent", "TurnCall", "TurnEvent", "finished_from"]
+
+STOPPED = "turn_stopped"
+"""The ``failure_code`` of a turn stopped before it answered (``/stop``, ``/new``, a reset of its session)."""
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -48,13 +52,18 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None
     reply: str | None
     failure: str | None = None
-    failure_code: str | None = None  # agent_incomplete, storage_unavailable
+    failure_code: str | None = None  # agent_incomplete, storage_unavailable, turn_stopped
     usage: TokenUsage | None = None
     streamed: str = ""  # the text the watcher saw before the end (a failed turn's partial answer)
 
     @property
     def completed(self) -> bool:
         return self.reply is not None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the turn was stopped before it answered (no reply will come)."""
+        return self.failure_code == STOPPED
 
 
 TurnEvent = TextDelta | ToolEvent | Idle | Finished
@@ -66,7 +75,7 @@ class _Watcher:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[TurnEvent | _Reply],
+        queue: asyncio.Queue[TurnEvent | _Reply | _Stopped],
         on_started: Callable[[], None] | None,
     ) -> None:
         self._loop = loop
@@ -83,6 +92,10 @@ class _Watcher:
         if self._on_started is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._on_started)
+
+    def stopped(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, _Stopped())
 
     def text(self, delta: str) -> None:
         self._put(TextDelta(delta))
@@ -121,7 +134,7 @@ class TurnCall:
         self.inbound = inbound
         self._watch_port = watch
         self._waiters = waiters
-        self._queue: asyncio.Queue[TurnEvent | _Reply] = asyncio.Queue()
+        self._queue: asyncio.Queue[TurnEvent | _Reply | _Stopped] = asyncio.Queue()
         self._streamed: list[str] = []
         self._reply: concurrent.futures.Future[OutboundMessage] | None = None
         self._watcher: _Watcher | None = None
@@ -177,6 +190,10 @@ class TurnCall:
             except TimeoutError:
                 yield Idle()
                 continue
+            if isinstance(item, _Stopped):
+                self.finished = self._stopped()
+                yield self.finished
+                return
             if isinstance(item, _Reply):
                 if item.finished is not None:
                     self.finished = item.finished
@@ -188,6 +205,25 @@ class TurnCall:
             if isinstance(item, TextDelta):
                 self._streamed.append(item.text)
             yield item
+
+    def _stopped(self) -> Finished:
+        session_id = self.session_id
+        where = f"session {session_id}" if session_id else "its session"
+        return Finished(
+            session_id=session_id,
+            reply=None,
+            failure=(
+                "the turn was stopped before it answered (/stop, /new or a reset of its session, sent by another "
+                f"request or chat); no reply will come. The message is kept in {where} without an answer; send it "
+                "again to have it answered"
+            ),
+            failure_code=STOPPED,
+            streamed=self.streamed,
+        )
+
+
+class _Stopped(msgspec.Struct, frozen=True):
+    """The runtime said the turn was stopped."""
 
 
 class _Reply(msgspec.Struct, frozen=True):

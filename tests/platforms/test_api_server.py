@@ -447,7 +447,7 @@ def test_a_turn_slower_than_the_request_timeout_answers_504_and_its_reply_is_sto
     assert status == 504
     assert payload["error"]["code"] == "timeout"
     session_id = headers[SESSION_HEADER]
-    assert f"reply will be in session {session_id}" in payload["error"]["message"]
+    assert f"runs in session {session_id}, and an answer it gives is stored there" in payload["error"]["message"]
     agent.release.set()
     assert running.gateway.wait_idle(10)
     assert running.transcript(session_id) == [("user", "slow"), ("assistant", "echo: slow")]
@@ -531,7 +531,7 @@ def test_stopping_the_server_drains_then_answers_a_request_still_waiting_503(sta
     ((status, payload),) = answers
     assert status == 503
     assert payload["error"]["code"] == "gateway_draining"
-    assert "turn continues" in payload["error"]["message"]
+    assert "its turn is not stopped" in payload["error"]["message"]
     agent.release.set()
     assert running.gateway.wait_idle(10)
 

@@ -1,0 +1,86 @@
+"""A watched turn's stop: its watchers hear ``stopped`` once, the moment the turn's token is cancelled, and nothing
+of the turn after it; a cancel after the turn settled (its result is kept) tells them nothing."""
+
+from __future__ import annotations
+
+from hermes_actors.runtime.services import CancelToken
+from hermes_actors.runtime.turn_watch import TurnWatch
+from hermes_actors.turn_events import ToolStatus
+
+
+class Recorder:
+    """A watcher that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def started(self, session_id: str) -> None:
+        self.seen.append(f"started {session_id}")
+
+    def stopped(self) -> None:
+        self.seen.append("stopped")
+
+    def text(self, delta: str) -> None:
+        self.seen.append(f"text {delta}")
+
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
+        self.seen.append(f"tool {name} {status}")
+
+
+def test_a_cancelled_turn_tells_its_watchers_stopped_once_and_nothing_after() -> None:
+    watch, watcher, token = TurnWatch(), Recorder(), CancelToken()
+    watch.watch("m1", watcher)
+    events = watch.begin(["m1"], "s1", token)
+    assert events is not None
+    events.text("before")
+    token.cancel()
+    token.cancel()
+    events.text("after")
+    events.tool("search", "c1", "running")
+    assert token.settle() is True
+    assert watcher.seen == ["started s1", "text before", "stopped"]
+
+
+def test_a_turn_cancelled_before_it_began_tells_its_watchers_at_once() -> None:
+    watch, watcher, token = TurnWatch(), Recorder(), CancelToken()
+    watch.watch("m1", watcher)
+    token.cancel()  # /stop came between the dispatch and the agent's call
+    events = watch.begin(["m1"], "s1", token)
+    assert events is not None
+    events.text("never seen")
+    assert watcher.seen == ["started s1", "stopped"]
+
+
+def test_a_cancel_after_the_turn_settled_leaves_it_and_its_watchers_alone() -> None:
+    watch, watcher, token = TurnWatch(), Recorder(), CancelToken()
+    watch.watch("m1", watcher)
+    events = watch.begin(["m1"], "s1", token)
+    assert events is not None
+    events.text("the whole answer")
+    assert token.settle() is False  # the agent's call is over: its reply is the turn's
+    token.cancel()  # a /stop that came too late
+    assert token.cancelled is False
+    assert watcher.seen == ["started s1", "text the whole answer"]
+
+
+def test_every_watcher_of_a_merged_turn_hears_the_stop() -> None:
+    watch, first, second, token = TurnWatch(), Recorder(), Recorder(), CancelToken()
+    watch.watch("m1", first)
+    watch.watch("m2", second)
+    events = watch.begin(["m1", "m2"], "s1", token)
+    assert events is not None
+    token.cancel()
+    events.text("dropped")
+    assert first.seen == second.seen == ["started s1", "stopped"]
+
+
+def test_a_watcher_that_fails_on_the_stop_does_not_reach_the_cancelling_thread() -> None:
+    class Broken(Recorder):
+        def stopped(self) -> None:
+            raise RuntimeError("a watcher's bug")
+
+    watch, token = TurnWatch(), CancelToken()
+    watch.watch("m1", Broken())
+    assert watch.begin(["m1"], "s1", token) is not None
+    token.cancel()  # the supervisor's thread: must not raise
+    assert token.cancelled
