@@ -13,6 +13,7 @@ import msgspec
 
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.admin_key import admin_key
+from hermes_actors.daemon.agent import agent_name
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.daemon.home import make_home, socket_path
@@ -203,7 +204,7 @@ def config_check(home: str | None, config_file: str | None, online: bool) -> Non
     if not path.exists():
         click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
     else:
-        agent = "echo" if settings.agent.uses_echo else f"{settings.agent.model} at {settings.agent.base_url}"
+        agent = agent_name(settings.agent)
         enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]
         click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")
     if online and not _online_ok(settings, root):

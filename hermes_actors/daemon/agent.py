@@ -1,26 +1,42 @@
-"""The agent the ``agent`` section names: the echo agent, or an OpenAI-compatible endpoint when ``base_url`` is set.
+"""The agent the ``agent`` section names: the echo agent, an OpenAI-compatible endpoint when ``base_url`` is set,
+or a plug-in agent when ``factory`` is (:mod:`hermes_actors.agents.factory`).
 
-``hermesd`` builds one for its gateway; ``hermesctl chat --local`` builds the same for its in-process gateway.
+``hermesd`` builds one for its gateway; ``hermesctl chat --local`` builds the same for its in-process gateway, and
+a cluster's shard hosts build theirs from the same settings (:func:`host_agent_factory`).
 """
 
 from __future__ import annotations
 
-import functools
+import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import msgspec
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.agents.echo import EchoAgent
+from hermes_actors.agents.factory import AgentContext, build_plugin_agent
 from hermes_actors.daemon.agent_settings import AgentSettings
 
 __all__ = ["agent_name", "build_agent", "host_agent_factory"]
 
 
-def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
-    """The echo agent, or an OpenAI-compatible client when ``agent.base_url`` is set, with the configured system
-    prompt (raises :class:`~hermes_actors.errors.ConfigError` when ``agent.system_prompt_file`` cannot be read)."""
+def build_agent(settings: AgentSettings, environ: Mapping[str, str], *, section: str = "agent") -> Agent:
+    """The agent ``settings`` (the config section ``section``) names, with the configured system prompt: the echo
+    agent, an OpenAI-compatible client when ``base_url`` is set, or what ``factory`` builds from an
+    :class:`AgentContext` holding ``environ``. Raises :class:`~hermes_actors.errors.ConfigError` when
+    ``system_prompt_file`` cannot be read or the factory cannot be loaded or built."""
     prompt = settings.read_system_prompt()  # load_settings made a system_prompt_file path absolute
+    if settings.factory is not None:
+        context = AgentContext(
+            system_prompt=prompt,
+            model=settings.model,
+            options=settings.options,
+            context_window=settings.context_window,
+            environ=environ,
+            section=section,
+        )
+        return build_plugin_agent(settings.factory, context)
     if settings.uses_echo:
         return EchoAgent(system_prompt=prompt)
     from hermes_actors.agents.openai_chat import OpenAIAgent  # needs the openai extra, so only when asked for
@@ -40,14 +56,33 @@ def build_agent(settings: AgentSettings, environ: Mapping[str, str]) -> Agent:
     )
 
 
-def host_agent_factory(settings: AgentSettings, environ: Mapping[str, str]) -> Callable[[], Agent]:
+@dataclass(frozen=True)
+class _HostAgent:
+    """Builds the agent on a shard host: pickled with the settings, never with an agent."""
+
+    settings: AgentSettings
+    carried: Mapping[str, str]  # what of the daemon's environment the agent needs (the endpoint's key)
+    section: str
+
+    def __call__(self) -> Agent:
+        # A plug-in reads its secrets from the environment of the process it runs in: the host's.
+        environ = os.environ if self.settings.factory is not None else self.carried
+        return build_agent(self.settings, environ, section=self.section)
+
+
+def host_agent_factory(
+    settings: AgentSettings, environ: Mapping[str, str], *, section: str = "agent"
+) -> Callable[[], Agent]:
     """What a cluster's shard hosts build their agent with (in their own processes, maybe on other machines): the
-    settings with the system prompt's text read here, and only the agent's key from this environment."""
+    settings with the system prompt's text read here, and only the endpoint's key from this environment (a
+    plug-in agent's factory, which must be importable on the hosts, gets the host's environment)."""
     frozen = msgspec.structs.replace(settings, system_prompt=settings.read_system_prompt(), system_prompt_file=None)
-    key = environ.get(settings.api_key_env)
-    return functools.partial(build_agent, frozen, {settings.api_key_env: key} if key is not None else {})
+    key = environ.get(settings.api_key_env) if settings.factory is None else None
+    return _HostAgent(frozen, {settings.api_key_env: key} if key is not None else {}, section)
 
 
 def agent_name(settings: AgentSettings) -> str:
     """How the banner and ``hermesctl status`` name the agent."""
+    if settings.factory is not None:
+        return f"{settings.factory} (plug-in{f', model {settings.model}' if settings.model else ''})"
     return "echo" if settings.uses_echo else f"{settings.model} at {settings.base_url}"

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from hermes_actors.agents.factory import FACTORY_PATTERN
 from hermes_actors.errors import ConfigError
 
 __all__ = ["AgentSettings"]
 
+_ENDPOINT_KEYS = ("api_key_env", "timeout_s", "max_retries", "temperature", "vision")
+
 
 class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``agent:`` section. Without ``base_url`` the built-in echo agent answers.
+    """The ``agent:`` section: one agent's settings. Without ``base_url`` or ``factory`` the built-in echo agent
+    answers.
+
+    ``factory`` (``package.module:callable``, or an entry point of the ``hermes_actors.agents`` group) builds a
+    plug-in agent from an :class:`~hermes_actors.agents.factory.AgentContext`: the system prompt, ``model``,
+    ``context_window`` and ``options`` (the factory's own settings, any mapping). The OpenAI-compatible agent's
+    keys (``base_url``, ``api_key_env``, ``timeout_s``, ``max_retries``, ``temperature``, ``vision``) do not apply
+    to it and are refused beside it.
 
     ``vision: true`` says the model takes images: a turn's image attachments are sent to it as image parts.
     ``system_prompt`` (text) or ``system_prompt_file`` (a UTF-8 file, relative to the home directory or absolute;
@@ -32,8 +43,11 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     vision: bool = False
     system_prompt: str | None = None
     system_prompt_file: str | None = None
+    factory: str | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_factory()
         if self.system_prompt is not None and self.system_prompt_file is not None:
             raise ConfigError(
                 "agent.system_prompt_file",
@@ -50,10 +64,36 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if self.context_window is not None and self.context_window < 1024:
             raise ConfigError("agent.context_window", "must be at least 1024 tokens")
 
+    def _check_factory(self) -> None:
+        if self.factory is None:
+            if self.options:
+                raise ConfigError("agent.options", "only a plug-in agent takes options; set agent.factory or remove them")
+            return
+        if not FACTORY_PATTERN.fullmatch(self.factory):
+            raise ConfigError(
+                "agent.factory",
+                f"{self.factory!r} names no callable; use package.module:callable (such as mypkg.agent:build) or the "
+                "name of an entry point of the hermes_actors.agents group",
+            )
+        if self.base_url is not None:
+            raise ConfigError(
+                "agent.factory",
+                "cannot be set together with agent.base_url: one names a plug-in agent, the other the "
+                "OpenAI-compatible agent; keep one of them",
+            )
+        defaults = {field.name: field.default for field in msgspec.structs.fields(self)}
+        for name in _ENDPOINT_KEYS:
+            if getattr(self, name) != defaults[name]:
+                raise ConfigError(
+                    f"agent.{name}",
+                    "is a setting of the OpenAI-compatible agent, not of agent.factory's; give the plug-in its "
+                    "settings under agent.options",
+                )
+
     @property
     def uses_echo(self) -> bool:
-        """Whether the built-in echo agent answers (no endpoint configured)."""
-        return self.base_url is None
+        """Whether the built-in echo agent answers (no endpoint and no factory configured)."""
+        return self.base_url is None and self.factory is None
 
     def read_system_prompt(self, home: Path | None = None) -> str | None:
         """The configured system prompt: ``system_prompt``, or the text of ``system_prompt_file`` (relative to

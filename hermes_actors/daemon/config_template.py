@@ -43,6 +43,9 @@ agent:
   # vision: false                    # true: the model takes images (they are sent with the turn they came in)
   # system_prompt: null              # text first in every session's system message (or system_prompt_file:
   #                                  # prompt.md, relative to this directory; not both). Frozen per session.
+  # factory: null                    # your own agent instead: package.module:callable, or the name of an entry
+  #                                  # point of the hermes_actors.agents group (not with base_url)
+  # options: {}                      # the factory's own settings, passed through as they are
 
 platforms:
   api_server:
