@@ -45,7 +45,7 @@ agent:
   #                                  # prompt.md, relative to this directory; not both). Frozen per session.
   # factory: null                    # your own agent instead: package.module:callable, or the name of an entry
   #                                  # point of the hermes_actors.agents group (not with base_url)
-  # options: {{}}                    # the factory's own settings, passed through as they are
+  # options: {{}}                      # the factory's own settings, passed through as they are
 
 platforms:
   api_server:
