@@ -23,6 +23,8 @@ __all__ = [
     "OutboundMessage",
     "ResponseRecord",
     "TokenUsage",
+    "ToolServerHealth",
+    "ToolServerState",
     "decode_inbound",
     "decode_outbound",
     "encode",
@@ -165,6 +167,31 @@ class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):
 _encoder = msgspec.msgpack.Encoder()
 _inbound = msgspec.msgpack.Decoder(InboundMessage)
 _outbound = msgspec.msgpack.Decoder(OutboundMessage)
+
+
+class ToolServerState(enum.StrEnum):
+    """Where one of the agent's tool servers (an MCP server) stands."""
+
+    IDLE = "idle"  # configured, not started yet: servers start with the first session that needs their tools
+    STARTING = "starting"  # connecting, or restarting after it died
+    UP = "up"  # connected, its tools listed
+    DOWN = "down"  # it failed or died; tried again after a pause, and its calls get an error result meanwhile
+    STOPPED = "stopped"  # closed: the process is stopping
+
+
+class ToolServerHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One of the agent's MCP servers as ``/health/detailed`` and ``hermesctl status`` show it: its transport
+    (``stdio`` or ``http``), state, the tools it offers (after ``allow`` and ``deny``), how often it was started
+    again, its calls and failed calls since this process started, and the last error."""
+
+    name: str
+    transport: str
+    state: ToolServerState
+    tools: int = 0
+    restarts: int = 0
+    calls: int = 0
+    failures: int = 0
+    last_error: str | None = None
 
 
 def encode(message: InboundMessage | OutboundMessage) -> bytes:

@@ -20,7 +20,7 @@ import msgspec
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
+from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage, ToolServerHealth
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.turn_events import ToolStatus, TurnEvents
@@ -186,6 +186,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: str
     model: str | None = None
+    tool_servers: list[ToolServerHealth] = []  # its MCP servers (agent.mcp_servers): inform, never fail readiness
 
 
 class Readiness(msgspec.Struct, frozen=True, kw_only=True):
