@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 7.
+-- hermes-actors state database, schema version 8.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 7; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 8; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -45,6 +45,9 @@ CREATE TABLE sessions (
     -- from before version 6, frozen by its next turn). Both change only with a new session or a compression child.
     tools             TEXT,
     tokens_estimated  INTEGER NOT NULL DEFAULT 0,  -- 1: a turn's token counts were estimated (no usage reported)
+    -- The named agent (config.yaml's agents.<name>) chosen when the session started, kept for its life and by its
+    -- compression children (version 8); NULL: the default agent (the agent: section), as before version 8.
+    agent             TEXT,
     CHECK ((ended_at IS NULL) = (end_reason IS NULL))
 );
 CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;

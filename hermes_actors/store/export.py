@@ -140,6 +140,7 @@ class ExportLine(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int | None = None
     tools: str | None = None
     tokens_estimated: int | None = None
+    agent: str | None = None
     session_key: str | None = None
     display_name: str | None = None
     origin_json: str | None = None

@@ -78,8 +78,10 @@ class SessionDirectory(Protocol):
         system_prompt: str | None = None,
         parent_session_id: str | None = None,
         started_at: float | None = None,
+        agent: str | None = None,
     ) -> SessionRecord:
-        """Insert a live session and return it (:class:`TitleInUseError` when its title is taken)."""
+        """Insert a live session and return it (:class:`TitleInUseError` when its title is taken); ``agent`` names
+        the configured agent that answers it for its life (``None``: the default agent)."""
         ...
 
     def insert_session(self, record: SessionRecord) -> None:

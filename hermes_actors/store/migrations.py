@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -152,7 +152,24 @@ def _v7(connection: apsw.Connection) -> None:
         connection.execute(statement)
 
 
-STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
+def _v8(connection: apsw.Connection) -> None:
+    """The named agent of each session; an older session keeps NULL, which is the default agent that served it.
+
+    A database from version 1 has the column already: step 2 rebuilt ``sessions`` from this schema.sql.
+    """
+    if "agent" not in {str(row[1]) for row in connection.execute("PRAGMA table_info(sessions)")}:
+        connection.execute("ALTER TABLE sessions ADD COLUMN agent TEXT")
+
+
+STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
+    2: _v2,
+    3: _v3,
+    4: _v4,
+    5: _v5,
+    6: _v6,
+    7: _v7,
+    8: _v8,
+}
 
 
 def schema_sql() -> str:

@@ -86,6 +86,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int = 0
     tools: str | None = None  # the tool list offered, frozen at the start (JSON); None: from before version 6
     tokens_estimated: int = 0  # 1: some turn's token counts are estimates (the model reported no usage)
+    agent: str | None = None  # the named agent chosen when it started (version 8); None: the default agent
 
     @property
     def is_live(self) -> bool:

@@ -47,6 +47,7 @@ class SessionResolution(abc.ABC):
         title: str | None,
         system_prompt: str | None,
         parent_session_id: str | None,
+        agent: str | None = None,
     ) -> SessionRecord:
         """The row ``create_session`` inserts: a live session of ``source`` started ``now`` (a fresh id of
         ``kind`` unless ``session_id`` is given; the title sanitised)."""
@@ -69,6 +70,7 @@ class SessionResolution(abc.ABC):
             title=sanitize_title(title),
             system_prompt=system_prompt,
             parent_session_id=parent_session_id,
+            agent=agent,
         )
 
     # -- the lookups each store implements ----------------------------------------------------------------------

@@ -152,6 +152,7 @@ def test_version_6_adds_the_frozen_tool_list_and_the_estimated_tokens_mark(tmp_p
         old._connection.execute("ALTER TABLE sessions DROP COLUMN tools")
         old._connection.execute("ALTER TABLE sessions DROP COLUMN tokens_estimated")
         old._connection.execute("DROP TABLE api_responses")  # version 7's
+        old._connection.execute("ALTER TABLE sessions DROP COLUMN agent")  # version 8's
         old._connection.execute("PRAGMA user_version = 5")
     connection = open_connection(tmp_path / "v5.db")
     assert migrate(connection) == 5

@@ -120,8 +120,9 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(
             old.database.execute("DROP TABLE shard_hosts")
             old.database.execute("DROP TABLE role_leases")
             old.database.execute("ALTER TABLE outbox DROP COLUMN claimed_by, DROP COLUMN claimed_until")
-            old.kv.set_meta("schema_version", "1")
             old.create_session("cli", session_id="kept")
+            old.database.execute("ALTER TABLE sessions DROP COLUMN agent")
+            old.kv.set_meta("schema_version", "1")
         with PostgresStore.open(postgres_cluster.dsn(name)) as upgraded:
             assert upgraded.schema_version() == SCHEMA_VERSION
             assert upgraded.find_session("kept") is not None

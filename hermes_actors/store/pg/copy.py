@@ -37,7 +37,8 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
         _columns(
             "ref, id, source, user_id, user_name, chat_id, chat_type, chat_name, thread_id, scope_id, account_id, "
             "routing_key, model, title, system_prompt, parent_session_id, started_at, ended_at, end_reason, "
-            "message_count, tool_call_count, input_tokens, output_tokens, last_active_at, tools, tokens_estimated"
+            "message_count, tool_call_count, input_tokens, output_tokens, last_active_at, tools, tokens_estimated, "
+            "agent"
         ),
         "ref",
     ),

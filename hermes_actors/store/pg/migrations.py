@@ -94,11 +94,17 @@ CREATE TABLE background_processes (
     )
 
 
+def _add_session_agent(db: Database) -> None:
+    """Version 6: the named agent of each session (schema.sql's version 8); NULL is the default agent."""
+    db.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS agent text")
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
     4: _add_role_leases,
     5: _add_background_processes,
+    6: _add_session_agent,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""

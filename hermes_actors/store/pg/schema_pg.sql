@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 4.
+-- hermes-actors state database on PostgreSQL, schema version 6.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 5; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 6; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -46,6 +46,7 @@ CREATE TABLE sessions (
     last_active_at    double precision NOT NULL,
     tools             text,
     tokens_estimated  integer NOT NULL DEFAULT 0,
+    agent             text,  -- the named agent chosen when the session started (version 6); NULL: the default
     CHECK ((ended_at IS NULL) = (end_reason IS NULL))
 );
 CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;

@@ -68,6 +68,7 @@ class PgSessionRows(SessionResolution):
         system_prompt: str | None = None,
         parent_session_id: str | None = None,
         started_at: float | None = None,
+        agent: str | None = None,
     ) -> SessionRecord:
         """Insert a live session and return it. ``source`` is a :class:`SessionSource` or a platform name.
 
@@ -83,6 +84,7 @@ class PgSessionRows(SessionResolution):
             title=title,
             system_prompt=system_prompt,
             parent_session_id=parent_session_id,
+            agent=agent,
         )
         values = msgspec.structs.astuple(record)
         with self._atomic():
