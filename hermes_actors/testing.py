@@ -1,4 +1,6 @@
-"""Fakes for tests of hermes-actors and of code built on it (adapter authors included)."""
+"""Fakes for tests of hermes-actors and of code built on it (adapter authors included), and the agent contract:
+:func:`check_agent` and the pytest mixin :class:`AgentContract` check an agent against what the runtime expects
+(:mod:`hermes_actors.agents.contract`), :class:`EventRecorder` records what a turn streams."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from hermes_actors.agents.contract import AgentContract, check_agent
+from hermes_actors.agents.contract_inputs import EventRecorder
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
 from hermes_actors.messages import InboundMessage, OutboundMessage
@@ -24,11 +28,14 @@ if TYPE_CHECKING:
     from hermes_actors.runtime.gateway import Gateway
 
 __all__ = [
+    "AgentContract",
+    "EventRecorder",
     "FakeClock",
     "FakePlatform",
     "FakeThreadedPlatform",
     "GatedAgent",
     "SeeingAgent",
+    "check_agent",
     "open_fake_gateway",
     "poll_until",
 ]

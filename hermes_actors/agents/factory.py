@@ -85,7 +85,8 @@ def load_factory(reference: str, *, key: str = "agent.factory") -> AgentFactory:
         found = _entry_point(reference, key)
     if not callable(found):
         raise ConfigError(
-            key, f"{reference} is a {type(found).__name__}, not a callable; name a function or class that builds the agent"
+            key,
+            f"{reference} is a {type(found).__name__}, not a callable; name a function or class that builds the agent",
         )
     factory: AgentFactory = found
     return factory
@@ -105,7 +106,8 @@ def _imported(reference: str, module_name: str, attribute: str, key: str) -> obj
             found = getattr(found, part)
         except AttributeError as exc:
             raise ConfigError(
-                key, f"cannot load {reference}: {module_name} has no {attribute} (AttributeError: {exc}); check the name"
+                key,
+                f"cannot load {reference}: {module_name} has no {attribute} (AttributeError: {exc}); check the name",
             ) from exc
     return found
 
@@ -123,7 +125,8 @@ def _entry_point(name: str, key: str) -> object:
     values = sorted({point.value for point in points})
     if len(values) > 1:
         raise ConfigError(
-            key, f"entry point {name!r} of {ENTRY_POINT_GROUP} names {' and '.join(values)}; name one as module:callable"
+            key,
+            f"entry point {name!r} of {ENTRY_POINT_GROUP} names {' and '.join(values)}; name one as module:callable",
         )
     try:
         return points[0].load()
@@ -135,9 +138,9 @@ def _entry_point(name: str, key: str) -> object:
 
 def build_plugin_agent(reference: str, context: AgentContext) -> Agent:
     """Load the factory ``reference`` names and build the agent from ``context``; raise :class:`ConfigError` on
-    ``<section>.factory`` when the factory cannot be loaded, raises, or returns something that is not an agent (or lacks the
-    ``system_prompt``/``model`` attribute that carries a configured prompt or model into sessions). A
-    :class:`ConfigError` the factory raises itself is passed on as it is."""
+    ``<section>.factory`` when the factory cannot be loaded, raises, or returns something that is not an agent (or
+    one without the ``system_prompt``/``model`` attribute that carries a configured prompt or model into sessions).
+    A :class:`ConfigError` the factory raises itself is passed on as it is."""
     key = f"{context.section}.factory"
     factory = load_factory(reference, key=key)
     try:
@@ -159,7 +162,7 @@ def build_plugin_agent(reference: str, context: AgentContext) -> Agent:
         if attribute is not None and not hasattr(agent, setting):
             raise ConfigError(
                 f"{context.section}.{setting}",
-                f"is set, but the {type(agent).__name__} that {reference} built has no {setting} attribute, so sessions "
-                f"would never see it; keep it there (self.{setting} = context.{setting}) or remove the setting",
+                f"is set, but the {type(agent).__name__} that {reference} built has no {setting} attribute, so "
+                f"sessions would never see it; keep it there (self.{setting} = context.{setting}) or remove it",
             )
     return cast("Agent", agent)  # checked above: it has the Agent methods

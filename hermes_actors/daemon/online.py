@@ -58,7 +58,8 @@ def online_checks(
 def check_agent(agent: AgentSettings, environ: Mapping[str, str], *, timeout_s: float) -> OnlineCheck:
     """``GET {base_url}/models`` with the key from ``agent.api_key_env`` (the echo agent has nothing to try)."""
     if agent.factory is not None:
-        return OnlineCheck(subject="agent", ok=True, outcome=f"the plug-in agent of {agent.factory}; nothing to contact")
+        outcome = f"the plug-in agent of {agent.factory}; nothing to contact"
+        return OnlineCheck(subject="agent", ok=True, outcome=outcome)
     if agent.base_url is None:
         return OnlineCheck(subject="agent", ok=True, outcome="the built-in echo agent; nothing to contact")
     url = agent.base_url.rstrip("/") + "/models"
