@@ -103,7 +103,9 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``message_id`` is the platform's id, used with the platform and account for durable dedupe. ``context`` is a
     stateless client's conversation (:class:`Conversation`), kept in the inbox row so a replayed turn sees it too;
     ``fingerprint`` is a hash of the request that made the message (an idempotent retry with another body is told
-    apart by it). Both are left out of the encoding when unset, so rows stay as they were.
+    apart by it). ``agent`` names the configured agent the message asks for (the API's ``model``): a session it
+    starts is answered by that agent instead of the one the bindings choose; a session that exists keeps its own.
+    They are left out of the encoding when unset, so rows stay as they were.
     """
 
     source: SessionSource
@@ -113,6 +115,7 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     received_at: float | None = None
     context: Conversation | msgspec.UnsetType = msgspec.UNSET
     fingerprint: str | msgspec.UnsetType = msgspec.UNSET
+    agent: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
