@@ -15,7 +15,9 @@ class TurnEvents(Protocol):
     """Where an agent reports a turn as it happens, for a client watching it live (an API request that streams).
 
     Called from the agent's thread; each call must return at once. What is reported here is only a view: the
-    reply the agent returns is what the turn stores.
+    reply the agent returns is what the turn stores, so what an agent streams through :meth:`text` is the start of
+    its reply's text, and a tool call it reports (``running`` as it starts, ``completed`` with its result) is
+    stored as a tool message of the reply. Nothing is reported after the agent's call returns.
     """
 
     def started(self, session_id: str) -> None:

@@ -68,10 +68,18 @@ __all__ = [
 
 
 class Agent(Protocol):
-    """Runs turns. Implementations must be safe to call from several sessions' threads at once."""
+    """Runs turns, compression summaries and memory extraction for every session of a gateway.
+
+    What the runtime expects (:func:`hermes_actors.testing.check_agent` checks it): the agent is safe to call from
+    several sessions' threads at once (one session's calls never overlap); each call returns within its
+    ``timeout_s`` or raises :class:`AgentError`, and any other exception is a bug (logged with its traceback, the
+    turn fails the same way). An agent that never blocks says so with ``runs_inline`` (:class:`InlineAgent`).
+    """
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
-        """Answer ``turn.user_text`` given the history; raise :class:`AgentError` on failure."""
+        """Answer ``turn.user_text`` after ``turn.history`` under ``turn.system_prompt``, calling ``turn.tools`` as
+        needed; report the text as it is produced and each tool call through ``turn.events`` when it is not
+        ``None``; return the messages to store and the text to send, or raise :class:`AgentError`."""
         ...
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "AgentContext",
     "AgentFactory",
     "build_plugin_agent",
+    "echo_agent",
     "load_factory",
 ]
 
@@ -166,3 +167,10 @@ def build_plugin_agent(reference: str, context: AgentContext) -> Agent:
                 f"sessions would never see it; keep it there (self.{setting} = context.{setting}) or remove it",
             )
     return cast("Agent", agent)  # checked above: it has the Agent methods
+
+
+def echo_agent(context: AgentContext) -> Agent:
+    """The built-in echo agent as a plug-in: hermes-actors' own entry point ``echo`` of :data:`ENTRY_POINT_GROUP`."""
+    from hermes_actors.agents.echo import EchoAgent
+
+    return EchoAgent(system_prompt=context.system_prompt)

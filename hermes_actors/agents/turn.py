@@ -25,11 +25,14 @@ __all__ = [
 
 
 class AgentError(Exception):
-    """The agent could not produce a reply (the endpoint failed, timed out or answered nonsense)."""
+    """The agent could not produce a reply (the endpoint failed, timed out or answered nonsense): the only exception
+    an agent raises. The turn fails with a reply that says so and keeps the user's message."""
 
 
 class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message the agent produced: assistant text and/or tool calls, or a tool result."""
+    """One message the agent produced: assistant text and/or tool calls (``tool_calls``: a JSON array in OpenAI's
+    shape, ``[{"id": ..., "type": "function", "function": {"name": ..., "arguments": "<JSON>"}}]``), or a tool
+    result (``role=Role.TOOL`` with ``tool_call_id`` and ``tool_name``)."""
 
     role: Role
     content: str | None = None
@@ -41,6 +44,11 @@ class AgentMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     """The outcome of a turn: the messages to store (in order), the text to send, token counts.
+
+    ``messages`` are assistant and tool messages (the runtime stores the user's): an assistant message whose
+    ``tool_calls`` asks for calls, then a tool message per call (``tool_call_id``, ``tool_name``, the result as
+    ``content``), and last the assistant's answer. ``text`` is what the user is sent: the answer's content, of
+    which whatever was streamed through :class:`TurnEvents` is the start.
 
     ``input_tokens`` and ``output_tokens`` are the model's ``usage`` summed over the turn's calls; when a call
     reported none, its share is estimated (four characters a token) and ``tokens_estimated`` says so.
@@ -55,6 +63,10 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools.
+
+    ``history`` is the transcript before ``user_text`` (a compression summary comes first as a system message);
+    ``tools`` are the tools to offer the model, each run by :meth:`Tool.run`; ``events``, when not ``None``, is
+    where the agent reports the turn as it happens.
 
     A session's turns pass the system message frozen when it started (:func:`system_message` of the configured
     prompt and the memories of that moment) as ``system_prompt``, no ``memories``, and the tools frozen with it:
