@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import reprlib
 from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -87,7 +88,7 @@ def load_factory(reference: str, *, key: str = "agent.factory") -> AgentFactory:
     if not callable(found):
         raise ConfigError(
             key,
-            f"{reference} is a {type(found).__name__}, not a callable; name a function or class that builds the agent",
+            f"{reference} is not callable ({_shown(found)}); name a function or class that builds the agent",
         )
     factory: AgentFactory = found
     return factory
@@ -156,7 +157,7 @@ def build_plugin_agent(reference: str, context: AgentContext) -> Agent:
     if missing:
         raise ConfigError(
             key,
-            f"{reference} returned a {type(agent).__name__}, which is not an agent: it lacks {', '.join(missing)} "
+            f"{reference} returned {_shown(agent)}, which is not an agent: it lacks {', '.join(missing)} "
             "(see hermes_actors.agents.Agent)",
         )
     for setting, attribute in (("system_prompt", context.system_prompt), ("model", context.model)):
@@ -167,6 +168,11 @@ def build_plugin_agent(reference: str, context: AgentContext) -> Agent:
                 f"sessions would never see it; keep it there (self.{setting} = context.{setting}) or remove it",
             )
     return cast("Agent", agent)  # checked above: it has the Agent methods
+
+
+def _shown(value: object) -> str:
+    """``str 'abc'``: a value's type and its start, for an error."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
 
 
 def echo_agent(context: AgentContext) -> Agent:
