@@ -3,12 +3,19 @@
 :class:`SupervisorDirectory` answers the lifecycle commands from the supervisor's routes and live sessions, and
 queues their work through the supervisor; it runs on the supervisor's thread. Replies of its own are submitted to
 the writer and go to the outbox once their row has committed (the writer's ``then``): it never waits for a commit.
+When the store refuses that commit (a full disk), the sender is told so at once, without a row.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 
+import msgspec
+
+from hermes_actors.errors import StoreError
+from hermes_actors.messages import OutboundError
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
@@ -18,6 +25,8 @@ from hermes_actors.store import InboxState, Store
 from hermes_actors.store.writer import StoreWriter
 
 __all__ = ["SupervisorDirectory"]
+
+_log = logging.getLogger(__name__)
 
 
 class SupervisorDirectory:
@@ -72,7 +81,25 @@ class SupervisorDirectory:
             store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
             return queue_reply(store, reply)
 
-        submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
+        written = submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
+        written.add_done_callback(lambda done: self._tell_unanswered(delivery, session_id, done))
+
+    def _tell_unanswered(self, delivery: Delivery, session_id: str | None, written: Future[int]) -> None:
+        """Tell ``delivery``'s sender that the store refused its answer (its row stays pending: the next start
+        runs it again); nothing when the answer committed."""
+        error = None if written.cancelled() else written.exception()
+        if not isinstance(error, StoreError):
+            return
+        first = delivery.message
+        text = (
+            f"Your message could not be answered: {error}. It is kept and will be answered when the gateway next "
+            "starts."
+        )
+        notice = reply_for(first.source, session_id, text, first.message_id)
+        try:
+            self._outbox.notify(msgspec.structs.replace(notice, error=OutboundError.STORAGE_UNAVAILABLE))
+        except Exception:
+            _log.exception("the notice of an unanswered message could not be sent")
 
     def send_now(
         self,

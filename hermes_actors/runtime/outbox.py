@@ -9,7 +9,9 @@ once, never twice at once for one chat.
 On its worker, right before its send, each reply's attempt is counted in the store (and waited for); right after
 the send returns it is marked sent (submitted, not waited for). After a crash a row with attempts but no
 ``sent_at`` is the one whose outcome is unknown: it is sent once more with ``possible_duplicate`` set (unless the
-adapter says sends are idempotent), and every reply marked sent stays sent. A failed send is retried with
+adapter says sends are idempotent), and every reply marked sent stays sent. The count only serves that flag, so
+an adapter whose sends are idempotent (a waiting HTTP request, say) gets its reply even when the store cannot count
+the attempt (a full disk): it is not held until the store writes again. A failed send is retried with
 exponential backoff or after the platform's ``retry_after``; later replies to the chat wait behind it, other
 chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
 something other than :class:`~hermes_actors.ports.SendError` is logged and treated as a failure of unknown outcome.
@@ -323,8 +325,16 @@ class _Attempt:
         outbox_id, message = self._outbox_id, self._message
         try:
             self._writer.call(lambda store: store.outbox.begin_attempt(outbox_id), timeout=ATTEMPT_TIMEOUT_S)
-        except Exception as exc:  # a writer timeout or a closed store: nothing was sent
-            return self._failure(f"its attempt could not be counted ({exc!r}), so it was not sent")
+        except Exception as exc:  # a writer timeout, a full disk or a closed store
+            if not self._sender.idempotent_sends:  # the count is what flags a resend after a crash: not sent
+                return self._failure(f"its attempt could not be counted ({exc!r}), so it was not sent")
+            _log.warning(
+                "outbox %s: reply %d's attempt could not be counted (%s); sent anyway, as a repeated send of it is "
+                "harmless",
+                message.platform,
+                outbox_id,
+                exc,
+            )
         try:
             platform_id = self._sender.send(message)
         except SendError as exc:

@@ -4,7 +4,9 @@ Every write in the daemon is a function of the :class:`Store` submitted here. Th
 function, then everything else already queued (up to ``max_batch``), runs each in its own savepoint inside one
 transaction and commits once: writes that arrive while a commit is in flight share the next one, and a lone write
 is committed at once, never held back by a timer. A function that raises rolls back only its own savepoint and
-its caller gets the exception; a failed commit (a full disk, say) fails every function of the batch.
+its caller gets the exception; a failed commit (a full disk, say) fails every function of the batch with a
+:class:`StoreError`, a lone write as a batch. A full disk, a read-only file or a held lock is a :class:`StoreError`
+with its fault wherever SQLite reports it.
 
 An ``observer`` (a :class:`CommitObserver`) hears of every transaction the writer ran: how many writes it held and
 how long it took, committed or not. The store knows nothing of who listens (the runtime's metrics do).
@@ -59,13 +61,24 @@ def _full(exc: apsw.FullError) -> StoreError:
 
 def _refused(exc: Exception) -> Exception:
     """The error a caller should see: a full disk as the :class:`StoreError` that says so, also when SQLite rolled
-    the transaction back itself and the rollback on the way out failed ("no transaction is active")."""
+    the transaction back itself and the rollback on the way out failed ("no transaction is active"); a read-only
+    file or a held lock as a :class:`StoreError` with its fault. Any other error is the write's own (a bug, a
+    constraint), passed on as it is."""
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, apsw.FullError):
             return _full(cause)
         cause = cause.__context__
+    fault = fault_of(exc)
+    if fault is not None:
+        return _write_refused(exc, fault)
     return exc
+
+
+def _write_refused(exc: BaseException, fault: StoreFault | None) -> StoreError:
+    error = StoreError(f"the database refused the write ({exc}); nothing of it was saved", fault=fault)
+    error.__cause__ = exc
+    return error
 
 
 class CommitObserver(Protocol):
@@ -186,13 +199,19 @@ class StoreWriter:
     def _commit_one(self, job: _Job) -> bool:
         """A lone write needs no savepoint of its own: its transaction is all there is to roll back."""
         db = self._store._connection
+        worked = False
         try:
             with self._store.transaction():
                 result = job.work(self._store)
+                worked = True
         except Exception as exc:
             if db.in_transaction:  # a failed COMMIT can leave the transaction open
                 db.execute("ROLLBACK")
-            job.future.set_exception(_refused(exc))
+            refused = _refused(exc)
+            if worked and not isinstance(refused, StoreError):  # the COMMIT failed: as a batch's failed commit
+                _log.error("store commit of 1 write failed: %s", exc)
+                refused = _write_refused(exc, fault_of(exc))
+            job.future.set_exception(refused)
             return False
         self._writes += 1
         self._commits += 1
@@ -217,14 +236,7 @@ class StoreWriter:
         except apsw.Error as exc:
             _log.error("store commit of %d writes failed: %s", len(batch), exc)
             refused = _refused(exc)
-            failure = (
-                refused
-                if isinstance(refused, StoreError)
-                else StoreError(
-                    f"the database refused the commit ({exc}); nothing of this write was saved", fault=fault_of(exc)
-                )
-            )
-            failure.__cause__ = exc
+            failure = refused if isinstance(refused, StoreError) else _write_refused(exc, fault_of(exc))
             for job in batch:
                 job.future.set_exception(failure)
             return False

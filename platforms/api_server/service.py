@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from hermes_actors.errors import HermesError
+from hermes_actors.errors import HermesError, StoreError
 from hermes_actors.messages import Attachment, InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
@@ -79,12 +79,12 @@ def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
             code="agent_incomplete",
             headers={**headers, COMPLETED_HEADER: "false"},
         )
-    return ApiError(
+    return ApiError(  # the message is kept and runs again (a store that refused its turn): not to be sent twice
         503,
         finished.failure or "the turn ended without a reply",
         type="server_error",
         code=finished.failure_code,
-        headers=headers,
+        headers={**headers, **NO_RETRY},
     )
 
 
@@ -197,17 +197,19 @@ class ApiService:
             accepted = await committed(inbox.submit(inbound), inbox.ask_timeout_s)
         except ApiError:
             raise
-        except Exception as exc:
-            if isinstance(exc, HermesError):
-                _log.warning("api_server: the gateway refused a message: %s", exc)
-            else:
-                _log.warning("api_server: the gateway refused a message", exc_info=True)
+        except StoreError as exc:
+            if exc.fault is None:
+                raise self._not_taking(exc) from None
+            _log.warning("api_server: the store refused a message: %s", exc)
             raise ApiError(
                 503,
-                f"the gateway is not taking messages ({exc}); retry once hermesd is running",
+                f"the message could not be saved: {exc}. Nothing of it was kept; send it again once the store "
+                "takes writes",
                 type="server_error",
-                code="service_unavailable",
+                code="storage_unavailable",
             ) from None
+        except Exception as exc:
+            raise self._not_taking(exc) from None
         if accepted.duplicate and idempotency is not None:
             stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, inbound.message_id))
             if stored is not None:
@@ -216,6 +218,20 @@ class ApiService:
                 if outcome is not None:
                     call.finish_with(outcome)
         return accepted.routing_key
+
+    @staticmethod
+    def _not_taking(exc: Exception) -> ApiError:
+        """The 503 for a message the gateway did not take (it stops, or is not running)."""
+        if isinstance(exc, HermesError):
+            _log.warning("api_server: the gateway refused a message: %s", exc)
+        else:
+            _log.warning("api_server: the gateway refused a message", exc_info=True)
+        return ApiError(
+            503,
+            f"the gateway is not taking messages ({exc}); retry once hermesd is running",
+            type="server_error",
+            code="service_unavailable",
+        )
 
     async def session_hint(self, routing_key: str) -> str | None:
         """The session the turn's routing key leads to now (for a reply that has not come yet)."""
