@@ -142,7 +142,7 @@ def check_reply(reply: object, label: str = "run_turn") -> None:
     for index, message in enumerate(reply.messages):
         where = f"{label}: message {index}"
         assert message.role in (Role.ASSISTANT, Role.TOOL), (
-            f"{where} has role {message.role!r}; an agent stores assistant and tool messages (the runtime stores "
+            f"{where} has role {str(message.role)!r}; an agent stores assistant and tool messages (the runtime stores "
             "the user's)"
         )
         if message.tool_calls is not None:
