@@ -6,22 +6,41 @@ parameters) plus :meth:`Tool.run`, which takes the decoded arguments and returns
 
 A session offers the same tool list for its whole life: :func:`freeze_tools` gives the text stored with it when it
 starts and :func:`thaw_tools` the tools of a later turn, those specs with today's handlers.
+
+An agent's configuration may add tools of its own (its MCP servers, :mod:`hermes_actors.agents.mcp`): a
+:class:`ToolSource` given to :func:`offer_tools`. Sessions of that agent offer them after ``session_search``,
+whatever the agent is (they reach it as ``TurnInput.tools``): :func:`agent_tools` with ``fresh=True`` when a session
+starts, without when a later turn needs the handlers of the tools it froze.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from hermes_actors.config import SearchScope
+from hermes_actors.messages import ToolServerHealth
 from hermes_actors.search import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, Sort, session_search
 from hermes_actors.store import Role, SessionFilter, Store
 
-__all__ = ["SESSION_SEARCH", "Tool", "error_json", "find_tool", "freeze_tools", "session_search_tool", "thaw_tools"]
+__all__ = [
+    "SESSION_SEARCH",
+    "Tool",
+    "ToolSource",
+    "agent_tools",
+    "error_json",
+    "find_tool",
+    "freeze_tools",
+    "offer_tools",
+    "session_search_tool",
+    "thaw_tools",
+    "tool_servers",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -194,3 +213,50 @@ def _gone(name: str) -> Callable[[dict[str, Any]], str]:
         return error_json(f"{name} is no longer available on this gateway; answer without it")
 
     return handle
+
+
+class ToolSource(Protocol):
+    """Tools an agent's configuration adds to its sessions' own, and the state of the servers behind them."""
+
+    def fresh(self) -> tuple[Tool, ...]:
+        """The tools as their servers list them now (a session is starting); bounded in time, and the last known
+        list of a server that does not answer."""
+        ...
+
+    def current(self) -> tuple[Tool, ...]:
+        """The tools as last listed, without waiting (the handlers of the tools a session froze)."""
+        ...
+
+    def health(self) -> list[ToolServerHealth]:
+        """Each server's state."""
+        ...
+
+
+_SOURCES: weakref.WeakKeyDictionary[object, ToolSource] = weakref.WeakKeyDictionary()
+
+
+def offer_tools(agent: object, source: ToolSource) -> None:
+    """Have the sessions of ``agent`` offer the tools of ``source`` beside their own (any agent, a plug-in too:
+    they reach it as ``TurnInput.tools``). Raises ``TypeError`` for an agent that cannot be weakly referenced."""
+    _SOURCES[agent] = source
+
+
+def agent_tools(agent: object, *, fresh: bool = False) -> tuple[Tool, ...]:
+    """The tools :func:`offer_tools` gave ``agent``: listed now when ``fresh`` (a session starts), else as last
+    listed; ``()`` for an agent without any (one dictionary lookup)."""
+    try:
+        source = _SOURCES.get(agent)
+    except TypeError:  # not weakly referable: it was never given any
+        return ()
+    if source is None:
+        return ()
+    return source.fresh() if fresh else source.current()
+
+
+def tool_servers(agent: object) -> list[ToolServerHealth]:
+    """The state of the servers behind the tools of ``agent`` (empty for an agent without any)."""
+    try:
+        source = _SOURCES.get(agent)
+    except TypeError:
+        return []
+    return source.health() if source is not None else []
