@@ -24,10 +24,11 @@ from typing import TypedDict
 from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
-from hermes_actors.lifecycle.resets import ResetScheduler, background_hook, watch_background_ends
+from hermes_actors.lifecycle.resets import ResetScheduler, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
+from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.outbox_router import OutboxRouter
@@ -59,10 +60,13 @@ class GatewayOptions(TypedDict, total=False):
     must not end other platforms' sessions). ``media`` limits attachments and ``describe_media`` replaces its
     ``describe`` step. ``on_turn`` hears every finished turn (on the supervisor's thread). ``replies_sent_elsewhere``:
     the replies of platforms without a sender here are sent by another process (a cluster's dispatchers).
+    ``agents`` are the named agents and their bindings (:mod:`hermes_actors.runtime.agent_roster`); without them
+    ``agent`` (by default the echo agent) answers every session.
     """
 
     config: RuntimeConfig | None
     agent: Agent | None
+    agents: AgentRoster | None
     senders: Iterable[ReplySender]
     synchronous: Synchronous | str
     on_turn: Callable[[TurnOutcome], None] | None
@@ -263,10 +267,12 @@ def wire(
     for sender in options.get("senders", ()):
         outbox.register(sender)
     agent_pool = ThreadPoolExecutor(config.max_concurrent_agent_calls, thread_name_prefix="hermes-agent")
+    roster = options.get("agents") or AgentRoster.single(options.get("agent") or EchoAgent())
     services = SessionServices(
         writer=writer,
         readers=readers,
-        agent=options.get("agent") or EchoAgent(),
+        agent=roster.default.agent,
+        agents=roster,
         agent_pool=agent_pool,
         outbox=outbox,
         config=config,
@@ -289,9 +295,10 @@ def wire(
         end_due,
         clock=clock,
         tz=options.get("tz"),
-        background_started_at=background_hook(services.agent),
+        background_started_at=roster.background_hook(),
     )
-    watch_background_ends(services.agent, resets)
+    for named in roster.agents:
+        watch_background_ends(named.agent, resets)
     supervisor = Supervisor.start(
         services, on_turn=options.get("on_turn"), on_activity=resets.touch, on_end=resets.forget
     )

@@ -62,14 +62,15 @@ class SessionControls:
         self._timeout = turns.services.config.agent_timeout_s
         self._no_gain_at: int | None = None  # history length at which a summary did not make the prompt smaller
         # The agent and the config do not change while the actor lives: the window is asked once.
-        self._window = context_window_of(turns.services.agent, turns.services.config.context_window)
+        named = turns.named_agent
+        self._window = context_window_of(named.agent, named.context_window or turns.services.config.context_window)
 
     def end(self, control: EndSession, deliveries: Sequence[Delivery], token: CancelToken) -> TurnOutcome:
         """End the session: save memories (timer resets), end it, unbind its keys, reply or notify."""
         notes: list[str] = []
         record = self._turns.record
         if control.save_memories and self._turns.history and (record is None or record.is_live):  # not if ended
-            agent = self._services.agent
+            agent = self._turns.named_agent.agent
             history = list(self._turns.history)
             saved = self._turns.agent_calls.in_pool(
                 lambda: agent.save_memories(history, timeout_s=self._timeout), CancelToken()
@@ -120,8 +121,7 @@ class SessionControls:
 
     def _release_agent_state(self) -> None:
         """Reset steps 3-5: release the agent's resources (bounded), drop conversation state, stop background work."""
-        agent = self._services.agent
-        for hook, call in cleanup_calls(agent):
+        for hook, call in cleanup_calls(self._turns.named_agent.agent):
             bound: Callable[[], object] = functools.partial(call, self.session_id, timeout_s=CLEANUP_TIMEOUT_S)
             outcome = self._turns.agent_calls.in_pool(bound, CancelToken(), CLEANUP_TIMEOUT_S)
             if isinstance(outcome, AgentFailure):
@@ -187,7 +187,7 @@ class SessionControls:
         return title_holder_text(source_of(self._turns.record) if self._turns.record else None, exc.title, holder)
 
     def window(self) -> int:
-        """The model's context window in tokens (the agent's, else ``runtime.context_window``)."""
+        """The model's context window in tokens (the agent's, else its ``context_window``, else the runtime's)."""
         return self._window
 
     def needs_compression(self, deliveries: Sequence[Delivery]) -> bool:
@@ -266,7 +266,7 @@ class SessionControls:
             self._no_gain_at = len(history)
             return self._unchanged(deliveries, _no_gain_text(before, at_least, len(recent), growth))
         budget = summary_budget(config.summary_max_tokens, self.window())
-        summarize = summary_call(self._services.agent, budget)
+        summarize = summary_call(self._turns.named_agent.agent, budget)
         summary = self._turns.agent_calls.in_pool(lambda: summarize(history, self._timeout), token)
         if not isinstance(summary, str):
             failure = summary.text if summary is not None else "the compression was cancelled"
@@ -296,7 +296,8 @@ class SessionControls:
                 source_of(parent),
                 session_id=child_id,
                 routing_key=parent.routing_key,
-                model=model_of(self._services.agent) or parent.model,
+                model=model_of(self._turns.named_agent.agent) or parent.model,
+                agent=parent.agent,  # the lineage keeps the agent its root started with
                 title=title,
                 system_prompt=prefix.system_prompt,
                 parent_session_id=parent.id,

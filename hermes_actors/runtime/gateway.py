@@ -39,6 +39,7 @@ from hermes_actors.ports import (
 )
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.admin import delete_in_store
+from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
 from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.runtime.platform_board import PlatformBoard
@@ -153,6 +154,11 @@ class Gateway:
         files go once the deletion has committed; whether it existed."""
         with Store.open(self.database) as store:
             return delete_in_store(store, session_id, new_lease_owner())
+
+    @property
+    def agents(self) -> AgentRoster:
+        """The named agents sessions are answered by, and the bindings between them."""
+        return self._runtime.services.agents
 
     @property
     def watch(self) -> TurnWatch:

@@ -17,8 +17,9 @@ import msgspec
 import pykka
 
 from hermes_actors.lifecycle.commands import parse_command
-from hermes_actors.routing import KeyPolicy, SessionSource, build_session_key
+from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics
+from hermes_actors.runtime.records import NewSession
 from hermes_actors.runtime.services import CancelToken
 
 __all__ = ["ControlWork", "LiveSession", "Work", "evictable_sessions", "idle_sessions", "statistics_of"]
@@ -54,7 +55,7 @@ class LiveSession:
         "token",
     )
 
-    def __init__(self, create_with: tuple[SessionSource, str] | None, *, title: str | None = None) -> None:
+    def __init__(self, create_with: NewSession | None, *, title: str | None = None) -> None:
         self.ref: pykka.ActorRef[Any] | None = None
         self.queue: deque[Work] = deque()
         self.busy = False

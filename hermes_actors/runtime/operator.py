@@ -136,7 +136,11 @@ class GatewayOperator:
             if session_id is not None and store.find_session(session_id) is not None:
                 raise SessionExistsError(f"a session with id {session_id} exists already; pick another id")
             source = SessionSource(platform=OPERATOR_PLATFORM, chat_type="dm", user_id="operator")
-            return store.create_session(source, session_id=session_id, title=cleaned, system_prompt=system_prompt)
+            gateway = self._gateway  # the bindings' agent, recorded now: its first turn finds the row
+            agent = gateway.agents.bound(source).name if isinstance(gateway, Gateway) else None
+            return store.create_session(
+                source, session_id=session_id, title=cleaned, system_prompt=system_prompt, agent=agent
+            )
 
         return session_view(self._gateway.write(create))
 
@@ -187,7 +191,12 @@ class GatewayOperator:
                 user_id=record.user_id,
             )
             child = store.create_session(
-                source, model=record.model, title=title, system_prompt=record.system_prompt, parent_session_id=record.id
+                source,
+                model=record.model,
+                title=title,
+                system_prompt=record.system_prompt,
+                parent_session_id=record.id,
+                agent=record.agent,  # a branch keeps the agent of the conversation it continues
             )
             if record.tools is not None:
                 store.freeze_prefix(child.id, system_prompt=record.system_prompt, tools=record.tools)

@@ -1,5 +1,5 @@
 """Helpers of the turn logic: where a session came from, whose memories it keeps, token estimates, which
-deliveries are still pending, and what a first commit created."""
+deliveries are still pending, what a new session starts with and what its first commit created."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hermes_actors.errors import HermesError
+from hermes_actors.messages import InboundMessage
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.protocol import Delivery
@@ -23,6 +24,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "CreatedRow",
+    "NewSession",
     "answered",
     "appended",
     "create_session_row",
@@ -111,6 +113,21 @@ def still_pending(readers: ReaderPool, deliveries: Sequence[Delivery]) -> list[D
     return [d for d in deliveries if d.inbox_id <= 0 or not d.replayed or d.inbox_id in pending]
 
 
+class NewSession(msgspec.Struct, frozen=True, kw_only=True):
+    """A session its first turn creates: where it comes from, the routing key that leads to it, and the agent its
+    first message asked for (the API's ``model``; ``None``: the bindings choose)."""
+
+    source: SessionSource
+    routing_key: str
+    agent: str | None = None
+
+    @classmethod
+    def of(cls, routing_key: str, message: InboundMessage) -> NewSession:
+        """The session ``message`` starts under ``routing_key``."""
+        agent = message.agent if isinstance(message.agent, str) else None
+        return cls(source=message.source, routing_key=routing_key, agent=agent)
+
+
 class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
     """What a session's first commit created: its row, and the lease epoch (``None``: another process holds it)."""
 
@@ -121,18 +138,19 @@ class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
 def create_session_row(
     store: Store,
     session_id: str,
-    create_with: tuple[SessionSource, str],
+    create_with: NewSession,
     *,
     title: str | None,
     prefix: FrozenPrefix,
     model: str | None,
+    agent: str,
     lease_owner: str,
     lease_ttl_s: float,
 ) -> CreatedRow:
-    """Inside a session's first commit: its row (with ``title`` when it is free; the model and frozen prefix
-    recorded as the session starts), its route and its lease. Changes nothing but the store, so the commit may be
-    rolled back and run again; the caller adopts the result once it is durable."""
-    source, routing_key = create_with
+    """Inside a session's first commit: its row (with ``title`` when it is free; the agent's name, its model and the
+    frozen prefix recorded as the session starts), its route and its lease. Changes nothing but the store, so the
+    commit may be rolled back and run again; the caller adopts the result once it is durable."""
+    source, routing_key = create_with.source, create_with.routing_key
 
     def create(title: str | None = None) -> SessionRecord:
         return store.create_session(
@@ -142,6 +160,7 @@ def create_session_row(
             model=model,
             system_prompt=prefix.system_prompt,
             title=title,
+            agent=agent,
         )
 
     try:

@@ -15,6 +15,7 @@ from hermes_actors.config import RuntimeConfig, SessionsConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
@@ -196,11 +197,13 @@ def default_session_id(kind: SessionKind, near: str) -> str:
 
 
 class SessionServices:
-    """The runtime parts every session uses, shared by all of them."""
+    """The runtime parts every session uses, shared by all of them. ``agents`` are the named agents a session's
+    agent is chosen from (by default ``agent`` alone); ``agent`` is their default one."""
 
     __slots__ = (
         "agent",
         "agent_pool",
+        "agents",
         "background",
         "clock",
         "config",
@@ -231,11 +234,13 @@ class SessionServices:
         sessions: SessionsConfig | None = None,
         metrics: Metrics | None = None,
         new_id: NewSessionId = default_session_id,
+        agents: AgentRoster | None = None,
     ) -> None:
         self.new_id = new_id  # cluster mode draws a new session's id in the shard of what it continues
         self.writer = writer
         self.readers = readers
-        self.agent = agent
+        self.agents = agents if agents is not None else AgentRoster.single(agent)
+        self.agent = self.agents.default.agent
         self.agent_pool = agent_pool
         self.outbox = outbox
         self.config = config

@@ -22,11 +22,13 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from hermes_actors.ids import SessionKind
 from hermes_actors.lifecycle.commands import CommandName, parse_command
 from hermes_actors.lifecycle.handlers import LifecycleCommands
+from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.directory import SupervisorDirectory
@@ -50,6 +52,7 @@ from hermes_actors.runtime.protocol import (
     TurnFinished,
     TurnOutcome,
 )
+from hermes_actors.runtime.records import NewSession
 from hermes_actors.runtime.routes import Routes
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session import SessionActor
@@ -166,9 +169,9 @@ class SupervisorActor(RuntimeActor):
 
     # -- directory -------------------------------------------------------------------------------------------
 
-    def _resolve(self, routing_key: str, source: SessionSource) -> str:
-        """Return the session for ``routing_key``, assigning a new one (created by its first turn) when needed."""
-        routes = self._routes
+    def _resolve(self, routing_key: str, message: InboundMessage) -> str:
+        """Return the session for ``routing_key``, assigning a new one (created by ``message``'s turn) when needed."""
+        routes, source = self._routes, message.source
         session_id = routes.existing(routing_key) or routes.claim_legacy_dm(
             routing_key, source, self._config.key_policy
         )
@@ -177,7 +180,7 @@ class SupervisorActor(RuntimeActor):
         previous = routes.predecessor(routing_key)
         session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY, routing_key)
         state = self._live[session_id] = LiveSession(
-            create_with=(source, routing_key), title=self._lifecycle.take_pending_title(routing_key)
+            create_with=NewSession.of(routing_key, message), title=self._lifecycle.take_pending_title(routing_key)
         )
         if routes.is_ending(previous):
             state.hold_until = previous
@@ -203,7 +206,7 @@ class SupervisorActor(RuntimeActor):
         if command is not None and command.name is not CommandName.STOP:
             self._lifecycle.run(message.routing_key, delivery, command)
             return
-        session_id = self._resolve(message.routing_key, delivery.message.source)
+        session_id = self._resolve(message.routing_key, delivery.message)
         state = self._state(session_id)
         if command is not None:  # /stop: invalidate the running turn now, answer in order
             state.token.cancel()
@@ -249,13 +252,8 @@ class SupervisorActor(RuntimeActor):
         state.ref.tell(turn)
 
     def _activate(self, session_id: str, state: LiveSession) -> None:
-        create_with, title = state.create_with, state.title
+        make_turns = partial(SessionTurns, session_id, self._services, create_with=state.create_with, title=state.title)
         state.create_with = state.title = None
-        services = self._services
-
-        def make_turns() -> SessionTurns:
-            return SessionTurns(session_id, services, create_with=create_with, title=title)
-
         state.ref = SessionActor.start(make_turns, self.actor_ref)
         self._actors += 1
         self._counts["activations"] += 1

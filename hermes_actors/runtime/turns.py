@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TypeVar
 
 import msgspec
 
@@ -40,6 +39,7 @@ from hermes_actors.runtime.protocol import (
 )
 from hermes_actors.runtime.records import (
     CreatedRow,
+    NewSession,
     answered,
     appended,
     create_session_row,
@@ -55,14 +55,13 @@ from hermes_actors.store import InboxState, MessageRecord, NewMessage, Role, Ses
 __all__ = ["SessionTurns"]
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class SessionTurns:
     """The turn logic of one session, driven by :class:`SessionActor` (or any single thread).
 
-    ``create_with`` is the (source, routing key) of a session that does not exist yet: its first turn creates the
-    session row (with ``title``, when one was asked for) and the route in the same transaction as the turn.
+    ``create_with`` is a session that does not exist yet: its first turn creates the session row (with ``title``,
+    when one was asked for) and the route in the same transaction as the turn. Its agent is chosen once, here.
     """
 
     def __init__(
@@ -70,12 +69,11 @@ class SessionTurns:
         session_id: str,
         services: SessionServices,
         *,
-        create_with: tuple[SessionSource, str] | None = None,
+        create_with: NewSession | None = None,
         title: str | None = None,
     ) -> None:
         self.session_id = session_id
-        self.services = services
-        self._services = services
+        self.services = self._services = services
         self._writer = services.writer
         self._clock = services.clock
         self._timeout = services.config.agent_timeout_s
@@ -92,8 +90,10 @@ class SessionTurns:
             if create_with is None:
                 self._record = store.get_session(session_id)
                 self._origin = source_of(self._record)
+                self.named_agent = services.agents.for_record(self._record)
             else:
-                self._origin = create_with[0]
+                self._origin = create_with.source
+                self.named_agent = services.agents.for_new(create_with.source, create_with.agent)
             scope = services.sessions.search_scope_for(self._origin.platform)
             visible = visible_sessions(self._origin, scope)
             self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
@@ -108,7 +108,7 @@ class SessionTurns:
 
     def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
         """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
-        return fresh_prefix(store, self._services.agent, self._origin, self._tools, prompt=prompt)
+        return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools, prompt=prompt)
 
     @property
     def platform(self) -> str:
@@ -178,7 +178,7 @@ class SessionTurns:
             watch=self._services.watch,
             token=token,
         )
-        agent = self._services.agent
+        agent = self.named_agent.agent
         if runs_inline(agent):
             # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
             return self.agent_calls.inline(lambda: agent.run_turn(turn, timeout_s=self._timeout))
@@ -379,7 +379,8 @@ class SessionTurns:
             self._create_with,
             title=self._pending_title,
             prefix=self._prefix,
-            model=model_of(self._services.agent),
+            model=model_of(self.named_agent.agent),
+            agent=self.named_agent.name,
             lease_owner=self._services.lease_owner,
             lease_ttl_s=self._services.config.lease_ttl_s,
         )
