@@ -19,6 +19,7 @@ the agent did and what the runtime needs instead. The rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -115,9 +116,8 @@ def check_turns(agent: Agent, *, timeout_s: float = 10.0, grace_s: float = 1.0) 
     """A plain turn is answered; every contract input gets a reply the store takes or an :class:`AgentError`."""
     first = True
     for label, turn in contract_turns():
-        reply = _timed(
-            agent, f"run_turn ({label})", lambda t=turn: agent.run_turn(t, timeout_s=timeout_s), timeout_s, grace_s
-        )
+        run = functools.partial(agent.run_turn, turn, timeout_s=timeout_s)
+        reply = _timed(agent, f"run_turn ({label})", run, timeout_s, grace_s)
         if first:
             assert isinstance(reply, AgentReply), (
                 f"run_turn ({label}) raised AgentError: {reply}; the agent must answer a plain turn"
@@ -250,7 +250,8 @@ def check_capabilities(agent: Agent, *, timeout_s: float = 10.0, grace_s: float 
             f"title returned {got!r}; return a short title, or raise AgentError when there is none"
         )
     for name, call in cleanup_calls(agent):
-        done = _timed(agent, name, lambda c=call: c("contract-session", timeout_s=timeout_s), timeout_s, grace_s)
+        cleanup = functools.partial(call, "contract-session", timeout_s=timeout_s)
+        done = _timed(agent, name, cleanup, timeout_s, grace_s)
         assert done is None or isinstance(done, AgentError), f"{name} returned {done!r}; it returns None"
     probe = background_probe(agent)
     if probe is not None:

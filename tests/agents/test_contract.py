@@ -104,7 +104,8 @@ def _fails(check: Any, agent: object, *words: str, **options: Any) -> str:
 
 def test_an_agent_without_the_agent_methods_is_told_which_it_lacks() -> None:
     class Half:
-        def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply: ...
+        def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+            raise AgentError("half an agent")
 
     _fails(check_methods, Half(), "Half lacks summarize, save_memories")
 

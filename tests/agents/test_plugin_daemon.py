@@ -104,13 +104,17 @@ def _transcript(home: Path, source: str) -> list[tuple[str, str | None, str | No
             "WHERE s.source = ? ORDER BY m.id",
             (source,),
         ).fetchall()
-    return [(str(role), content, name) for role, content, name in rows]
+    return [(str(role), _text(content), _text(name)) for role, content, name in rows]
 
 
 def _sessions(home: Path) -> list[tuple[str, str | None, str | None]]:
     with Store.open(home / "state.db", readonly=True) as store:
         rows = store._connection.execute("SELECT source, model, system_prompt FROM sessions ORDER BY ref").fetchall()
-    return [(str(source), model, prompt) for source, model, prompt in rows]
+    return [(str(source), _text(model), _text(prompt)) for source, model, prompt in rows]
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 @pytest.fixture
