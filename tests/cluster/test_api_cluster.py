@@ -345,6 +345,34 @@ def test_a_client_that_leaves_mid_stream_stops_its_turn_in_the_host(cluster: Clu
         replica.stop()
 
 
+def test_a_stream_whose_turn_another_request_stops_in_the_host_is_told_at_once(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    cluster.agent.release.clear()
+    try:
+        client = replica.client()
+        named = {SESSION_HEADER: "stoppable"}  # a conversation name: the new session is not stored before its turn
+        stream = client.chat.completions.with_streaming_response.create(
+            model="hermes-agent", messages=[{"role": "user", "content": "stop me"}], stream=True, extra_headers=named
+        )
+        with stream as raw:
+            chunks = iter(raw.parse())
+            first = next(c for c in chunks if c.choices and c.choices[0].delta.content)
+            assert first.choices[0].delta.content == "ech"  # the turn runs in the host, held by the agent
+            stop = client.chat.completions.create(
+                model="hermes-agent",
+                messages=[{"role": "user", "content": "/stop"}],
+                extra_headers=named,
+            )
+            assert stop.choices[0].message.content == "Stopped."
+            with pytest.raises(openai.APIError) as stopped:  # relayed from the host: no timeout in between
+                for _ in chunks:
+                    pass
+        assert stopped.value.code == "turn_stopped"
+    finally:
+        cluster.agent.release.set()
+        replica.stop()
+
+
 def test_a_second_replica_continues_a_session_named_by_its_header(cluster: Cluster) -> None:
     first, second = cluster.replica(), cluster.replica()
     try:
