@@ -160,6 +160,8 @@ class ServerLink:
                 finally:
                     self._lose()
                     pumps.cancel_scope.cancel()
+                    for stream in (read, inner_write, inner_read):  # those not closed by who read them yet
+                        stream.close()
 
     async def _pump(
         self,
