@@ -183,13 +183,14 @@ class ToolServerState(enum.StrEnum):
 
 
 class ToolServerHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """One of the agent's MCP servers as ``/health/detailed`` and ``hermesctl status`` show it: its transport
+    """One of an agent's MCP servers as ``/health/detailed`` and ``hermesctl status`` show it: its transport
     (``stdio`` or ``http``), state, the tools it offers (after ``allow`` and ``deny``), how often it was started
     again, its calls and failed calls since this process started, and the last error."""
 
     name: str
     transport: str
     state: ToolServerState
+    agent: str | None = None  # the named agent whose section lists it (several agents: agents.<name>.mcp_servers)
     tools: int = 0
     restarts: int = 0
     calls: int = 0

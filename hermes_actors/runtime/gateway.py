@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import TypeVar, Unpack
 
 import pykka
+from msgspec.structs import replace
 
 from hermes_actors.agents.base import model_of
+from hermes_actors.agents.tools import tool_servers
 from hermes_actors.errors import StoreError
 from hermes_actors.lifecycle.policy import ResetConfig
-from hermes_actors.messages import InboundMessage, encode
+from hermes_actors.messages import InboundMessage, ToolServerHealth, encode
 from hermes_actors.ports import (
     AcceptResult,
     AgentInfo,
@@ -175,7 +177,7 @@ class Gateway:
 
     def readiness(self) -> Readiness:
         """Whether the store takes writes (:meth:`store_unwritable_reason`) and each entry point is up, with the
-        free space of the store's disk and the agent's kind and model."""
+        free space of the store's disk, the agent's kind and model, and the state of every agent's MCP servers."""
         try:
             usage = shutil.disk_usage(self.database.parent)
             disk = DiskSpace(path=str(self.database.parent), free_bytes=usage.free, total_bytes=usage.total)
@@ -187,8 +189,13 @@ class Gateway:
             store=self.store_unwritable_reason(),
             platforms=self.platforms.states(),
             disk=disk,
-            agent=AgentInfo(kind=kind, model=model_of(agent)),
+            agent=AgentInfo(kind=kind, model=model_of(agent), tool_servers=self._tool_servers()),
         )
+
+    def _tool_servers(self) -> list[ToolServerHealth]:
+        """The MCP servers of every named agent (:func:`~hermes_actors.agents.tools.tool_servers`)."""
+        agents = self._runtime.services.agents.agents
+        return [replace(server, agent=named.name) for named in agents for server in tool_servers(named.agent)]
 
     def vitals(self) -> Vitals:
         """The runtime's numbers now, as ``/metrics`` has them (reads the store's queues)."""

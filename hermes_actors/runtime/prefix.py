@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import msgspec
 
 from hermes_actors.agents.base import system_prompt_of
-from hermes_actors.agents.tools import Tool, freeze_tools, thaw_tools
+from hermes_actors.agents.tools import Tool, agent_tools, freeze_tools, thaw_tools
 from hermes_actors.agents.turn import system_message
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.records import user_key
@@ -44,11 +44,13 @@ def fresh_prefix(
     store: Store, agent: object, source: SessionSource, tools: Sequence[Tool], *, prompt: str | None = None
 ) -> FrozenPrefix:
     """The prefix a session of ``source`` starts with now: ``prompt`` (by default the agent's configured one) and
-    the memories of its user as the store has them, then ``tools``."""
+    the memories of its user as the store has them, then ``tools`` and the agent's own (its MCP servers' tools, as
+    they list them now: :func:`~hermes_actors.agents.tools.agent_tools`)."""
     key = user_key(source)
     memories = store.memories.for_user(key) if key is not None else []
     configured = prompt if prompt is not None else system_prompt_of(agent)
-    return FrozenPrefix(system_prompt=system_message(configured, memories), tools=freeze_tools(tools))
+    listed = (*tools, *agent_tools(agent, fresh=True))
+    return FrozenPrefix(system_prompt=system_message(configured, memories), tools=freeze_tools(listed))
 
 
 def stored_prefix(record: SessionRecord) -> FrozenPrefix | None:

@@ -17,7 +17,7 @@ import msgspec
 
 from hermes_actors.agents.base import AgentReply, model_of, runs_inline
 from hermes_actors.agents.history import ModelHistory
-from hermes_actors.agents.tools import session_search_tool
+from hermes_actors.agents.tools import agent_tools, session_search_tool
 from hermes_actors.errors import SessionClosedError, StaleTurnError
 from hermes_actors.lifecycle.auto_titles import AutoTitle
 from hermes_actors.media import for_agent, unread_note, user_content
@@ -101,6 +101,7 @@ class SessionTurns:
             stored = stored_prefix(self._record) if self._record is not None else None
             self._prefix = stored or self.fresh_prefix(store, self._record.system_prompt if self._record else None)
         self._prefix_unsaved = stored is None and create_with is None  # a session from before schema 6
+        self._tools += agent_tools(self.named_agent.agent)  # its MCP tools as last listed (run those frozen)
         self._offered = self._prefix.offered(self._tools)
         self.agent_calls = AgentCalls(services, session_id)
         self._controls = SessionControls(self)
@@ -108,7 +109,7 @@ class SessionTurns:
 
     def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
         """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
-        return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools, prompt=prompt)
+        return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools[:1], prompt=prompt)
 
     @property
     def platform(self) -> str:
