@@ -13,13 +13,14 @@ import msgspec
 
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.admin_key import admin_key
-from hermes_actors.daemon.agent import agent_name
+from hermes_actors.daemon.agent_bindings import roster_text
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text, load_settings
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.daemon.home import make_home, socket_path
 from hermes_actors.daemon.online import online_checks
 from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
 from hermes_actors.errors import ConfigError, PlatformError
+from hermes_actors.messages import ToolServerHealth
 from hermes_actors.ports import Latency, Vitals
 from hermes_actors.store import Store
 from platforms import registry
@@ -122,6 +123,20 @@ def _print_state(state: StatusReply) -> None:
         click.echo(f"  {platform.name}: {platform.state}{error}")
         for line in platform.detail:
             click.echo(f"    {line}")
+    if state.ready is not None and state.ready.agent is not None:
+        for line in _tool_server_lines(state.ready.agent.tool_servers):
+            click.echo(line)
+
+
+def _tool_server_lines(servers: list[ToolServerHealth]) -> list[str]:
+    """One line per MCP server: ``mcp files (stdio, agent default): up, 3 tools; 12 calls, 1 failed; restarted 1``."""
+    lines = []
+    for server in servers:
+        agent = f", agent {server.agent}" if server.agent else ""
+        counts = f"{server.tools} tools; {server.calls} calls, {server.failures} failed; restarted {server.restarts}"
+        error = f"; last error: {server.last_error}" if server.last_error else ""
+        lines.append(f"  mcp {server.name} ({server.transport}{agent}): {server.state}, {counts}{error}")
+    return lines
 
 
 @click.command("status")
@@ -204,9 +219,10 @@ def config_check(home: str | None, config_file: str | None, online: bool) -> Non
     if not path.exists():
         click.echo(f"{path} does not exist; hermesd writes it with commented defaults on first start")
     else:
-        agent = agent_name(settings.agent)
+        agent = roster_text(settings.agent, settings.agents)
         enabled = [name for name, section in settings.platforms.items() if registry.enabled(section)]
-        click.echo(f"{path}: ok (agent: {agent}; entry points: {', '.join(enabled) or 'none'})")
+        label = "agents" if settings.agents else "agent"
+        click.echo(f"{path}: ok ({label}: {agent}; entry points: {', '.join(enabled) or 'none'})")
     if online and not _online_ok(settings, root):
         sys.exit(1)
 
