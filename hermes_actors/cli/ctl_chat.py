@@ -29,7 +29,7 @@ import msgspec
 from hermes_actors.cli.chat_input import HELP, HISTORY_NAME, QUIT, LineReader, help_text
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
-from hermes_actors.daemon.agent import build_agent
+from hermes_actors.daemon.agent_bindings import build_roster
 from hermes_actors.daemon.config_file import Settings
 from hermes_actors.daemon.control import (
     Bind,
@@ -115,7 +115,7 @@ class _InProcess:
         self._gateway = Gateway(
             database_path(home),
             config=settings.runtime,
-            agent=build_agent(settings.agent, os.environ),
+            agents=build_roster(settings.agent, settings.agents, settings.bindings, os.environ),
             senders=[self._channel.waiters],
             recover_platforms={PLATFORM},
             schedule_resets=False,

@@ -20,10 +20,12 @@ import yaml
 
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import HttpLimits, RuntimeConfig, SessionsConfig
+from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
 from hermes_actors.media import MediaConfig
+from hermes_actors.runtime.agent_roster import AgentBinding
 from platforms.registry import PLATFORMS, config_type
 
 __all__ = [
@@ -118,9 +120,12 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    """All of ``config.yaml``."""
+    """All of ``config.yaml``. ``agent`` is the agent named ``default``; ``agents`` and ``bindings`` add named
+    agents and choose among them (:mod:`hermes_actors.daemon.agent_bindings`)."""
 
     agent: AgentSettings = AgentSettings()
+    agents: dict[str, AgentSettings] = msgspec.field(default_factory=dict)
+    bindings: tuple[AgentBinding, ...] = ()
     runtime: RuntimeConfig = RuntimeConfig()
     sessions: SessionsConfig = SessionsConfig()
     session_reset: ResetConfig = ResetConfig()
@@ -149,7 +154,7 @@ def decode_settings(data: object) -> Settings:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("config.yaml", f"must be a mapping of sections, got {type(data).__name__}")
-    known = {*_SECTIONS, "session_reset", "platforms"}
+    known = {*_SECTIONS, "session_reset", "platforms", "agents", "bindings"}
     for name in data:
         if name not in known:
             raise ConfigError(str(name), f"unknown section (expected one of: {', '.join(sorted(known))})")
@@ -158,6 +163,8 @@ def decode_settings(data: object) -> Settings:
         values[name] = _decode_section(data.get(name), struct, name)
     values["session_reset"] = decode_reset_config(data.get("session_reset"))
     values["platforms"] = decode_platforms(data.get("platforms"))
+    values["agents"] = decode_agents(data.get("agents"), _decode_section)
+    values["bindings"] = decode_bindings(data.get("bindings"), values["agents"], _decode_section)
     return Settings(**values)
 
 
@@ -251,8 +258,8 @@ def _first_invalid(entries: dict[Any, Any], entry: object) -> tuple[str, object]
 def load_settings(path: Path, *, home: Path | None = None) -> Settings:
     """Read and check ``path``; a missing file is all defaults. Raises :class:`ConfigError` naming the field.
 
-    ``agent.system_prompt_file`` is read here (relative to ``home``, by default the directory of ``path``) and given
-    as an absolute path, so hermesd and ``hermesctl config check`` refuse the same unreadable file.
+    Each agent's ``system_prompt_file`` is read here (relative to ``home``, by default the directory of ``path``)
+    and given as an absolute path, so hermesd and ``hermesctl config check`` refuse the same unreadable file.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -271,15 +278,9 @@ def load_settings(path: Path, *, home: Path | None = None) -> Settings:
 
 
 def _with_prompt_file(settings: Settings, home: Path) -> Settings:
-    """``settings`` with ``agent.system_prompt_file`` checked readable and made absolute (from ``home``)."""
-    agent = settings.agent
-    if agent.system_prompt_file is None:
-        return settings
-    agent.read_system_prompt(home)
-    absolute = Path(agent.system_prompt_file).expanduser()
-    if not absolute.is_absolute():
-        absolute = (home / absolute).absolute()
-    return msgspec.structs.replace(settings, agent=msgspec.structs.replace(agent, system_prompt_file=str(absolute)))
+    """``settings`` with each agent's ``system_prompt_file`` checked readable and made absolute (from ``home``)."""
+    agents = {name: with_prompt_file(a, home, f"agents.{name}") for name, a in settings.agents.items()}
+    return msgspec.structs.replace(settings, agent=with_prompt_file(settings.agent, home, "agent"), agents=agents)
 
 
 def config_error_text(path: Path, error: ConfigError) -> str:

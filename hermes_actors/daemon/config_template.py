@@ -47,6 +47,19 @@ agent:
   #                                  # point of the hermes_actors.agents group (not with base_url)
   # options: {{}}                      # the factory's own settings, passed through as they are
 
+# Several agents behind one gateway. The agent: section above is the agent named "default"; each entry of agents
+# takes the same keys. The bindings choose the agent of a new session by platform, account, chat_type (dm, group,
+# channel or thread) and chat_id; the most specific entry wins, and what no entry matches gets "default". A session
+# keeps its agent for its life, so a change here reaches new sessions only. An API request's model may name an
+# agent; GET /v1/models lists them.
+# agents:
+#   support:
+#     base_url: http://127.0.0.1:8000/v1
+#     model: my-model
+#     system_prompt: You answer questions about orders.
+# bindings:
+#   - {{agent: support, platform: webhook, account: default}}   # the webhook route named default
+
 platforms:
   api_server:
     # enabled: true

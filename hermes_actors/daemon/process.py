@@ -31,7 +31,7 @@ import msgspec
 
 from hermes_actors.daemon.admin import SessionAdministration
 from hermes_actors.daemon.admin_key import AdminKey, admin_key
-from hermes_actors.daemon.agent import agent_name
+from hermes_actors.daemon.agent_bindings import roster_text
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import Bind, Chat, ControlServer, SessionAdmin, Status, StatusReply
@@ -93,7 +93,7 @@ class Daemon:
         self._control: ControlServer | None = None
         self._listener: registry.SharedListener | None = None
         self._started_at = time.time()
-        self._agent_name = agent_name(settings.agent)
+        self._agent_name = roster_text(settings.agent, settings.agents)
         self.admin_key: AdminKey | None = None  # read (or generated) at start
 
     # -- start and stop ------------------------------------------------------------------------------------------
@@ -142,8 +142,6 @@ class Daemon:
     def _start(self) -> None:
         settings = self.settings
         runtime = settings.runtime
-        if settings.agent.context_window is not None:
-            runtime = msgspec.structs.replace(runtime, context_window=settings.agent.context_window)
         # One thread per live session, plus the agent pool and the rest: size the futex hash for them.
         slots = futex_slots_for(runtime.max_live_actors + runtime.max_concurrent_agent_calls + 64)
         if size_futex_hash(slots):
@@ -156,7 +154,7 @@ class Daemon:
         self._gateway = Gateway(
             database_path(self.home),
             config=runtime,
-            agent=plan.agent,
+            agents=plan.agents,
             senders=[*senders, self._terminal.waiters],
             reset=settings.session_reset,
             tz=_timezone(settings),
@@ -294,7 +292,7 @@ class Daemon:
             fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
         elif fresh.platforms != self.settings.platforms:
             self._reload_adapters(fresh.platforms)
-        for section in ("agent", "runtime", "sessions", "daemon"):
+        for section in ("agent", "agents", "bindings", "runtime", "sessions", "daemon"):
             if getattr(fresh, section) != getattr(self.settings, section):
                 _log.warning("config section %r changed; it takes effect when hermesd restarts", section)
         self.settings = msgspec.structs.replace(

@@ -2,7 +2,7 @@
 
 One code path for ``hermesd`` and ``hermesctl config check``: :func:`check_configuration` reads the file
 (:func:`~hermes_actors.daemon.config_file.load_settings`) and runs :func:`prepare_start` on it, which builds the
-agent and every enabled platform's adapter (reading their ``*_env`` secrets and refusing a non-loopback API
+agents and every enabled platform's adapter (reading their ``*_env`` secrets and refusing a non-loopback API
 without a key), loads the ``media.describe`` step and checks the control socket's path. ``hermesd`` refuses to
 start on the :class:`ConfigError` either raises, and ``config check`` says ``ok`` only when neither does.
 Building an adapter opens nothing (no socket, no thread), so the check builds and drops them.
@@ -20,13 +20,14 @@ import msgspec
 from hermes_actors.agents.base import Agent
 from hermes_actors.config import HttpLimits
 from hermes_actors.daemon.admin_key import configured_admin_key, refuse_shared_key
-from hermes_actors.daemon.agent import build_agent
+from hermes_actors.daemon.agent_bindings import build_roster
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import ControlError, check_socket_path
 from hermes_actors.daemon.home import socket_path
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import check_describe
 from hermes_actors.ports import Adapter
+from hermes_actors.runtime.agent_roster import AgentRoster
 from platforms import registry
 
 __all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start"]
@@ -34,17 +35,23 @@ __all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", 
 
 @dataclass(frozen=True, kw_only=True)
 class StartPlan:
-    """What a start runs: the agent and one adapter per enabled platform, built but not started."""
+    """What a start runs: the agents and one adapter per enabled platform, built but not started."""
 
-    agent: Agent
+    agents: AgentRoster
     adapters: dict[str, Adapter]
     listener: registry.SharedListener | None = None  # daemon.http_port: the one port of every HTTP adapter
 
+    @property
+    def agent(self) -> Agent:
+        """The default agent (the ``agent:`` section's)."""
+        return self.agents.default.agent
+
     def discard(self) -> None:
-        """Release what building took (the agent's connection pool); the adapters hold nothing until started."""
-        close = getattr(self.agent, "close", None)
-        if close is not None:
-            close()
+        """Release what building took (the agents' connection pools); the adapters hold nothing until started."""
+        for named in self.agents.agents:
+            close = getattr(named.agent, "close", None)
+            if close is not None:
+                close()
 
 
 def build_adapters(
@@ -82,14 +89,8 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
     for name, adapter in adapters.items():
         if listener is not None:
             listener.attach(name, adapter)
-    try:
-        agent = build_agent(settings.agent, environ)
-    except ImportError:
-        raise ConfigError(
-            "agent.base_url",
-            "needs the openai package, which is not installed; install it with: pip install 'hermes-actors[openai]'",
-        ) from None
-    return StartPlan(agent=agent, adapters=adapters, listener=listener)
+    agents = build_roster(settings.agent, settings.agents, settings.bindings, environ)
+    return StartPlan(agents=agents, adapters=adapters, listener=listener)
 
 
 def _moved(config: Any, host: str) -> Any:

@@ -12,7 +12,7 @@ answered it then. The choice is made when a session's actor is activated, never 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import msgspec
 
@@ -22,7 +22,7 @@ from hermes_actors.lifecycle.resets import background_hook
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import SessionRecord
 
-__all__ = ["CHAT_TYPES", "DEFAULT_AGENT", "AgentBinding", "AgentRoster", "NamedAgent"]
+__all__ = ["CHAT_TYPES", "DEFAULT_AGENT", "AgentBinding", "AgentRoster", "NamedAgent", "check_bindings"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,6 +67,18 @@ class AgentBinding(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         )
 
 
+def check_bindings(bindings: Sequence[AgentBinding], names: Collection[str]) -> None:
+    """Raise :class:`~hermes_actors.errors.ConfigError` naming ``bindings[i].agent`` for the first binding whose agent
+    is not one of ``names``."""
+    for index, binding in enumerate(bindings):
+        if binding.agent not in names:
+            raise ConfigError(
+                f"bindings[{index}].agent",
+                f"names {binding.agent!r}, which is not an agent; use one of: {', '.join(names)} "
+                "(or add it under agents:)",
+            )
+
+
 class NamedAgent(msgspec.Struct, frozen=True, kw_only=True):
     """One configured agent: its name, the agent, and its context window in tokens (``None``: the agent's own, else
     ``runtime.context_window``)."""
@@ -93,13 +105,7 @@ class AgentRoster:
             named[entry.name] = entry
         if DEFAULT_AGENT not in named:
             raise ConfigError("agents", f"no agent is named {DEFAULT_AGENT!r}; it answers what no binding chooses")
-        for index, binding in enumerate(bindings):
-            if binding.agent not in named:
-                raise ConfigError(
-                    f"bindings[{index}].agent",
-                    f"names {binding.agent!r}, which is not an agent; use one of: {', '.join(named)} "
-                    "(or add it under agents:)",
-                )
+        check_bindings(bindings, named)
         self._agents: Mapping[str, NamedAgent] = named
         self._default = named[DEFAULT_AGENT]
         # Most specific first; sorted() is stable, so among equals the order of the configuration decides.
