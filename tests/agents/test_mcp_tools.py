@@ -144,7 +144,8 @@ def test_a_tool_the_server_adds_is_listed_by_the_next_fresh_listing(calls: Path,
     assert [t.name for t in after] == [t.name for t in before] + ["calc__weather"]
     assert tool(after, "calc__weather").run({}) == "weather ran"
     unchanged = hub.fresh()
-    assert unchanged == after and unchanged[0] is after[0]  # listed again, unchanged: the very same tools
+    assert unchanged == after
+    assert unchanged[0] is after[0]
 
 
 def test_an_http_server_gets_its_headers_and_a_restarted_one_works_again(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from hermes_actors.agents.mcp.settings import McpServerSettings, check_program, headers_of
-from hermes_actors.agents.tools import ToolSource, offer_tools
+from hermes_actors.agents.tools import offer_tools
 from hermes_actors.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hermes_actors.agents.mcp.hub import McpTools
 
 __all__ = ["attach_mcp_tools"]
 
@@ -17,10 +21,11 @@ def attach_mcp_tools(
     environ: Mapping[str, str],
     *,
     where: str = "agent.mcp_servers",
-) -> ToolSource | None:
-    """Have every session of ``agent`` offer the tools of ``servers`` (the section at ``where``); the tool source,
-    or ``None`` without servers. Nothing starts here; raises :class:`ConfigError` naming the key for a stdio
-    program that cannot be found, a header whose environment variable is not set, or a missing ``mcp`` package."""
+) -> McpTools | None:
+    """Have every session of ``agent`` offer the tools of ``servers`` (the section at ``where``); their
+    :class:`~hermes_actors.agents.mcp.hub.McpTools`, or ``None`` without servers. Nothing starts here; raises
+    :class:`ConfigError` naming the key for a stdio program that cannot be found, a header whose environment
+    variable is not set, or a missing ``mcp`` package."""
     if not servers:
         return None
     headers = {}
