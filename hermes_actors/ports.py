@@ -4,14 +4,13 @@ An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender
 threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
 messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
 recently, the HTTP API's stored responses), the runtime's health and numbers for the endpoints that publish them
-(``/health/ready``, ``/metrics``), and the :class:`~hermes_actors.operator_port.Operator` for an entry point that
-serves the holder of the admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names
-for adapter authors.
+(``/health/ready``, ``/metrics``; their types are :mod:`hermes_actors.health`'s), the names of the agents a request
+may ask for, and the :class:`~hermes_actors.operator_port.Operator` for an entry point that serves the holder of the
+admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
@@ -19,8 +18,19 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from hermes_actors.errors import PlatformError
+from hermes_actors.health import (
+    AgentInfo,
+    ConnectionReporter,
+    DiskSpace,
+    Exposition,
+    Latency,
+    PlatformHealth,
+    PlatformStatus,
+    Readiness,
+    Vitals,
+)
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage, ToolServerHealth
+from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.turn_events import ToolStatus, TurnEvents
@@ -145,122 +155,6 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str | None = None  # the participant who opened it
 
 
-class PlatformStatus(enum.StrEnum):
-    """Where an entry point stands."""
-
-    RUNNING = "running"  # started and, as far as it can tell, connected
-    DISCONNECTED = "disconnected"  # started, but it says its connection is down now (it keeps trying)
-    FAILED = "failed"  # its section could not be built or started (at start or at the last reload)
-    DISABLED = "disabled"  # its section says enabled: false
-
-
-class PlatformHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry point: its name, where it stands, banner lines (where it listens, or why it failed) and the last
-    error it reported."""
-
-    name: str
-    state: PlatformStatus
-    detail: list[str] = []
-    last_error: str | None = None
-
-
-@runtime_checkable
-class ConnectionReporter(Protocol):
-    """An adapter that can tell whether its connection to the platform is up (a websocket, a long poll)."""
-
-    def connection_problem(self) -> str | None:
-        """Why the platform cannot be reached now (the last error), or ``None`` while it is connected."""
-        ...
-
-
-class DiskSpace(msgspec.Struct, frozen=True, kw_only=True):
-    """The file system holding the store: where, and how many bytes are free of how many."""
-
-    path: str
-    free_bytes: int
-    total_bytes: int
-
-
-class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """The agent turns go to: its kind (``echo``, ``openai``, ...) and the model it names, if any."""
-
-    kind: str
-    model: str | None = None
-    tool_servers: list[ToolServerHealth] = []  # its MCP servers (agent.mcp_servers): inform, never fail readiness
-
-
-class Readiness(msgspec.Struct, frozen=True, kw_only=True):
-    """Whether the gateway can do its work: the store takes writes and every configured entry point is up.
-
-    ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
-    point (a disabled one does not count against readiness). ``disk`` and ``agent`` inform and never fail it (a
-    full disk shows as an unwritable store).
-    """
-
-    store: str | None
-    platforms: list[PlatformHealth] = []
-    disk: DiskSpace | None = None
-    agent: AgentInfo | None = None
-
-    @property
-    def ready(self) -> bool:
-        """No check failed."""
-        return not self.reasons()
-
-    def reasons(self) -> list[str]:
-        """One line per failed check, naming it."""
-        found = [f"store: {self.store}"] if self.store is not None else []
-        for platform in self.platforms:
-            if platform.state in (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED):
-                found.append(f"{platform.name}: {platform.state} ({platform.last_error or 'no error recorded'})")
-        return found
-
-
-class Latency(msgspec.Struct, frozen=True, kw_only=True):
-    """A latency histogram read for a person: how many, the mean, and the median and 95th percentile as estimated
-    from its buckets (linear within a bucket, as Prometheus's ``histogram_quantile``)."""
-
-    count: int
-    mean_s: float
-    p50_s: float
-    p95_s: float
-
-
-class Vitals(msgspec.Struct, frozen=True, kw_only=True):
-    """The runtime's numbers since it started, read from the same series ``/metrics`` exposes.
-
-    Ages are in seconds of the runtime's clock; ``outbox_oldest_age_s`` names only platforms with replies pending.
-    """
-
-    turns: dict[str, int]  # finished turns by outcome
-    turn_latency: Latency | None
-    agent_latency: Latency | None
-    tokens_in: int
-    tokens_out: int
-    inbox_pending: int
-    inbox_oldest_age_s: float | None
-    outbox_pending: dict[str, int]  # by platform
-    outbox_oldest_age_s: dict[str, float]
-    deliveries_retried: int
-    deliveries_given_up: int
-    live_actors: int
-    activations: int
-    passivations: dict[str, int]  # by reason: idle, evicted, ended
-    duplicates: int
-    resets: dict[str, int]  # by end reason
-    commits: int
-    commit_latency: Latency | None
-    inbox_by_platform: dict[str, int] = msgspec.field(default_factory=dict)  # pending inbound messages
-    inbox_oldest_by_platform_s: dict[str, float] = msgspec.field(default_factory=dict)
-
-
-class Exposition(msgspec.Struct, frozen=True, kw_only=True):
-    """The runtime's metrics in Prometheus's text format, with the content type to serve them with."""
-
-    content_type: str
-    body: bytes
-
-
 class Inbox(Protocol):
     """All an adapter sees of the runtime: the durable inbox it feeds, and the few reads it needs.
 
@@ -281,6 +175,12 @@ class Inbox(Protocol):
     @property
     def key_policy(self) -> KeyPolicy:
         """How the runtime turns a message's source into its routing key."""
+        ...
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The names of the configured agents, the default first: a message may ask for one
+        (:attr:`~hermes_actors.messages.InboundMessage.agent`, the API's ``model``) for the session it starts."""
         ...
 
     def accept(self, inbound: InboundMessage) -> AcceptResult:

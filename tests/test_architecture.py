@@ -19,6 +19,7 @@ CORE = frozenset(
         "hermes_actors.clock",
         "hermes_actors.config",
         "hermes_actors.errors",
+        "hermes_actors.health",
         "hermes_actors.ids",
         "hermes_actors.media",
         "hermes_actors.messages",

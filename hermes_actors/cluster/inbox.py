@@ -36,6 +36,7 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy, build_session_key
+from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.platform_board import PlatformBoard
@@ -110,6 +111,11 @@ class ClusterInbox:
     def key_policy(self) -> KeyPolicy:
         """How a message's source becomes its routing key."""
         return self._policy
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The agents a request may name: the shard hosts run the default agent only."""
+        return (DEFAULT_AGENT,)
 
     def guarded(self, check: Callable[[], None]) -> ClusterInbox:
         """This inbox as one leased adapter sees it: each of its commits (a message, a batch with its cursor, a

@@ -57,6 +57,11 @@ class GatewayInbox:
         """``runtime.key_policy`` of the gateway's config."""
         return self._gateway.config.key_policy
 
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The names of the gateway's agents, the default first."""
+        return self._gateway.agents.names
+
     def accept(self, inbound: InboundMessage) -> AcceptResult:
         """:meth:`Gateway.accept`."""
         return self._gateway.accept(inbound)
