@@ -26,8 +26,9 @@ class TurnEvents(Protocol):
         ...
 
     def stopped(self) -> None:
-        """The turn was invalidated (``/stop``, ``/new``, a reset or an operator's end of its session) before it
-        settled: it gives no reply, and nothing more of it is reported. Called by the runtime, not by agents."""
+        """The turn was invalidated (``/stop``, ``/new``, a reset or an operator's end of its session) before its
+        agent answered, and its message is now stored without an answer: no reply comes, and nothing more of it is
+        reported. Called by the runtime, not by agents."""
         ...
 
     def text(self, delta: str) -> None:

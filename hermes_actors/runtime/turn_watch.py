@@ -4,9 +4,10 @@ inbound message it is waiting on, and the turn that answers the message hands it
 Watching is a view for this process only: nothing of it is stored, a turn nobody watches runs as before, and a
 turn replayed after a restart is watched by whoever registered again (an idempotent retry).
 
-A turn invalidated while it runs (``/stop``, ``/new``, a reset: its cancel token) is reported as
-:meth:`~hermes_actors.turn_events.TurnEvents.stopped` at once, and nothing it reports after that reaches its watchers
-(the agent may go on writing until it notices).
+A turn invalidated while it runs (``/stop``, ``/new``, a reset: its cancel token) is cut off from its watchers the
+moment it is cancelled (the agent may go on writing until it notices), and reported as
+:meth:`~hermes_actors.turn_events.TurnEvents.stopped` once its commit has stored the message without an answer
+(:meth:`TurnWatch.stopped`), so whoever hears of the stop finds the store saying so.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class TurnWatch:
 
     def begin(self, message_ids: Iterable[str], session_id: str, token: Cancellable | None = None) -> TurnEvents | None:
         """:meth:`events_for` a turn answering ``message_ids`` that begins now (its agent is about to be called),
-        after telling them it has begun (:meth:`TurnEvents.started`). With the turn's ``token``, a cancel tells
-        them :meth:`TurnEvents.stopped` and cuts them off from the turn."""
+        after telling them it has begun (:meth:`TurnEvents.started`). With the turn's ``token``, a cancel cuts them
+        off from the turn: nothing the agent reports after it reaches them."""
         events = self.events_for(message_ids)
         if events is None:
             return None
@@ -67,15 +68,26 @@ class TurnWatch:
         if token is None:
             return events
         live = _Live(events)
-        token.on_cancel(live.stopped)
+        token.on_cancel(live.cut)
         return live
+
+    def stopped(self, message_ids: Iterable[str]) -> None:
+        """The turn answering ``message_ids`` was stopped, and its commit stored them without an answer: tell their
+        watchers (:meth:`TurnEvents.stopped`)."""
+        events = self.events_for(message_ids)
+        if events is None:
+            return
+        try:  # on the session's thread, after its commit: a watcher's bug must not fail the turn
+            events.stopped()
+        except Exception:
+            _log.exception("a turn watcher failed on the turn's stop")
 
 
 class _Live:
-    """A turn's watchers until the turn is invalidated: then they hear :meth:`stopped` once, and nothing after it.
+    """A turn's watchers until the turn is invalidated (:meth:`cut`): nothing it reports after that reaches them.
 
-    The lock orders a cancel against the agent's thread: an event either reaches the watchers before
-    ``stopped`` or not at all."""
+    The lock orders a cancel against the agent's thread: an event reaches the watchers before the cut or not at
+    all."""
 
     __slots__ = ("_events", "_lock", "_over")
 
@@ -84,6 +96,11 @@ class _Live:
         self._lock = threading.Lock()
         self._over = False
 
+    def cut(self) -> None:
+        """Let nothing more through (called on the thread that cancelled the turn)."""
+        with self._lock:
+            self._over = True
+
     def started(self, session_id: str) -> None:
         with self._lock:
             if not self._over:
@@ -91,13 +108,8 @@ class _Live:
 
     def stopped(self) -> None:
         with self._lock:
-            if self._over:
-                return
-            self._over = True
-            try:  # runs on the thread that cancelled (the supervisor's): a watcher's bug must not reach it
+            if not self._over:
                 self._events.stopped()
-            except Exception:
-                _log.exception("a turn watcher failed on the turn's stop")
 
     def text(self, delta: str) -> None:
         with self._lock:

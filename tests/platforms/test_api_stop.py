@@ -107,9 +107,10 @@ def test_a_completion_whose_turn_another_request_stops_gets_a_409_at_once_and_is
     assert error.response.headers["x-should-retry"] == "false"
     assert error.response.headers["X-Hermes-Completed"] == "false"
     session_id = error.response.headers[SESSION_HEADER]
+    assert running.transcript(session_id) == [("user", "talk to me")]  # stored so when the caller hears of it
     let_the_stopped_turn_write_on(running, agent)
     assert agent.turns == ["talk to me"]  # the client did not send it again
-    assert running.transcript(session_id) == [("user", "talk to me")]  # kept, without an answer
+    assert running.transcript(session_id) == [("user", "talk to me")]  # and its late answer is not stored
 
 
 def test_a_stream_whose_turn_is_stopped_ends_with_finish_reason_cancelled_and_the_error_and_nothing_after(
@@ -198,7 +199,9 @@ def test_a_run_whose_turn_another_request_stops_is_cancelled_at_once_and_publish
     try:
         assert subscriber.next() == ("message.delta", {"delta": BEFORE})
         assert send(running, "/stop", "stopped-run")[0] == 200
-        assert wait_final(running, run_id)["status"] == "cancelled"
+        final = wait_final(running, run_id)
+        assert final["status"] == "cancelled"
+        assert running.transcript(final["session_id"]) == [("user", "talk in a run")]
         let_the_stopped_turn_write_on(running, agent)
         assert subscriber.until_final() == [("run.cancelled", {})]
     finally:
@@ -227,9 +230,8 @@ def test_a_request_that_times_out_is_told_its_turn_goes_on_not_that_a_reply_will
 def test_a_request_that_times_out_after_its_turn_ended_unseen_is_told_it_ended(
     start: Start, agent: TalkingAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    begin = TurnWatch.begin
-    monkeypatch.setattr(TurnWatch, "begin", lambda watch, ids, session_id, token=None: begin(watch, ids, session_id))
-    running = start(agent=agent, request_timeout_s=3)  # the stop is not relayed (as when a relay is lost)
+    monkeypatch.setattr(TurnWatch, "stopped", lambda watch, message_ids: None)  # as when a relay is lost
+    running = start(agent=agent, request_timeout_s=3)
     with running.client() as client, ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(
             client.chat.completions.create,

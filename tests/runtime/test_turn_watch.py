@@ -1,5 +1,6 @@
-"""A watched turn's stop: its watchers hear ``stopped`` once, the moment the turn's token is cancelled, and nothing
-of the turn after it; a cancel after the turn settled (its result is kept) tells them nothing."""
+"""A watched turn's stop: the moment its token is cancelled nothing the agent reports reaches its watchers any more,
+and they hear ``stopped`` once the runtime says the stopped turn is stored; a cancel after the turn settled (its
+result is kept) changes nothing."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Recorder:
         self.seen.append(f"tool {name} {status}")
 
 
-def test_a_cancelled_turn_tells_its_watchers_stopped_once_and_nothing_after() -> None:
+def test_a_cancel_cuts_the_agent_off_from_the_watchers_and_the_stored_stop_is_told_once() -> None:
     watch, watcher, token = TurnWatch(), Recorder(), CancelToken()
     watch.watch("m1", watcher)
     events = watch.begin(["m1"], "s1", token)
@@ -38,17 +39,19 @@ def test_a_cancelled_turn_tells_its_watchers_stopped_once_and_nothing_after() ->
     events.text("after")
     events.tool("search", "c1", "running")
     assert token.settle() is True
+    assert watcher.seen == ["started s1", "text before"]
+    watch.stopped(["m1"])  # the stopped turn's commit is durable
     assert watcher.seen == ["started s1", "text before", "stopped"]
 
 
-def test_a_turn_cancelled_before_it_began_tells_its_watchers_at_once() -> None:
+def test_a_turn_cancelled_before_it_began_reports_nothing_of_its_agent() -> None:
     watch, watcher, token = TurnWatch(), Recorder(), CancelToken()
     watch.watch("m1", watcher)
     token.cancel()  # /stop came between the dispatch and the agent's call
     events = watch.begin(["m1"], "s1", token)
     assert events is not None
     events.text("never seen")
-    assert watcher.seen == ["started s1", "stopped"]
+    assert watcher.seen == ["started s1"]
 
 
 def test_a_cancel_after_the_turn_settled_leaves_it_and_its_watchers_alone() -> None:
@@ -56,11 +59,11 @@ def test_a_cancel_after_the_turn_settled_leaves_it_and_its_watchers_alone() -> N
     watch.watch("m1", watcher)
     events = watch.begin(["m1"], "s1", token)
     assert events is not None
-    events.text("the whole answer")
     assert token.settle() is False  # the agent's call is over: its reply is the turn's
     token.cancel()  # a /stop that came too late
+    events.text("the rest of the answer")
     assert token.cancelled is False
-    assert watcher.seen == ["started s1", "text the whole answer"]
+    assert watcher.seen == ["started s1", "text the rest of the answer"]
 
 
 def test_every_watcher_of_a_merged_turn_hears_the_stop() -> None:
@@ -71,16 +74,16 @@ def test_every_watcher_of_a_merged_turn_hears_the_stop() -> None:
     assert events is not None
     token.cancel()
     events.text("dropped")
+    watch.stopped(["m1", "m2"])
     assert first.seen == second.seen == ["started s1", "stopped"]
 
 
-def test_a_watcher_that_fails_on_the_stop_does_not_reach_the_cancelling_thread() -> None:
+def test_a_watcher_that_fails_on_the_stop_does_not_fail_the_turn() -> None:
     class Broken(Recorder):
         def stopped(self) -> None:
             raise RuntimeError("a watcher's bug")
 
-    watch, token = TurnWatch(), CancelToken()
+    watch = TurnWatch()
     watch.watch("m1", Broken())
-    assert watch.begin(["m1"], "s1", token) is not None
-    token.cancel()  # the supervisor's thread: must not raise
-    assert token.cancelled
+    watch.stopped(["m1"])  # the session's thread, after its commit: must not raise
+    watch.stopped(["nobody watches this"])
