@@ -11,8 +11,8 @@
 - ``GET /v1/runs/{id}/events`` streams ``message.delta``, ``tool.started``, ``tool.completed`` and then
   ``run.completed``, ``run.failed`` or ``run.cancelled``; ``POST /v1/runs/{id}/stop`` stops the turn as ``/stop``
   does (409 once the run has completed or failed; a cancelled one answers as it is). A run whose turn is stopped
-  from elsewhere (``/stop``, ``/new`` in its session) is ``cancelled`` the moment it happens, and none of the
-  stopped turn's later deltas is published.
+  from elsewhere (``/stop``, ``/new`` in its session) is ``cancelled`` as soon as the stopped turn is stored, and
+  none of the stopped turn's deltas after the stop is published.
 - Runs count under ``max_concurrent_runs`` until they end; a draining server refuses new ones. Finished runs are
   kept for :data:`KEEP_S` seconds, the newest :data:`KEEP` of them; the store still answers for older ones.
 """
@@ -33,6 +33,7 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
+from platforms.api_server.models import requested_agent
 from platforms.api_server.run import Run, RunError, RunStatus, RunView
 from platforms.api_server.service import require_json
 from platforms.api_server.sessions import SESSION_HEADER, memory_scope, session_named
@@ -59,7 +60,7 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     input: str
     session_id: str | None = None
     instructions: str | None = None
-    model: str | None = None  # accepted for OpenAI-style clients; the agent is the server's
+    model: str | None = None  # an agent's name chooses the agent of a session it starts (platforms.api_server.models)
 
 
 _request_decoder = msgspec.json.Decoder(RunRequest)
@@ -339,4 +340,5 @@ def _inbound(service: ApiService, run_id: str, body: RunRequest, name: str, memo
         message_id=run_id,
         received_at=time.time(),
         context=context,
+        agent=requested_agent(service.parts()[0], body.model) or msgspec.UNSET,
     )

@@ -3,9 +3,9 @@
 :class:`TurnCall` registers a watcher for the message's turn (the model's text deltas and tool calls, see
 :class:`~hermes_actors.agents.turn.TurnEvents`) and a waiter for its reply before it submits the message, then hands
 the handler what happens as :class:`TextDelta`, :class:`ToolEvent` and, last, :class:`Finished` (the reply, or the
-agent's failure, or a notice that the message could not be saved, or that the turn was stopped: ``/stop`` or
-``/new`` from another request, told the moment it happens). Between events the handler gets control back
-every ``tick_s`` (for keep-alives and to look whether its client is still there). Chat completions, Responses and
+agent's failure, or a notice that the message could not be saved, or that the turn was stopped by ``/stop`` or
+``/new`` from another request, told as soon as the stopped turn is stored). Between events the handler gets control
+back every ``tick_s`` (for keep-alives and to look whether its client is still there). Chat completions, Responses and
 runs are built on it, so they stream, fail and drain alike.
 """
 
