@@ -233,21 +233,30 @@ class ToolSource(Protocol):
 
 
 _SOURCES: weakref.WeakKeyDictionary[object, ToolSource] = weakref.WeakKeyDictionary()
+_PINNED: dict[int, tuple[object, ToolSource]] = {}  # agents that cannot be weakly referenced, kept for good
 
 
 def offer_tools(agent: object, source: ToolSource) -> None:
     """Have the sessions of ``agent`` offer the tools of ``source`` beside their own (any agent, a plug-in too:
-    they reach it as ``TurnInput.tools``). Raises ``TypeError`` for an agent that cannot be weakly referenced."""
-    _SOURCES[agent] = source
+    they reach it as ``TurnInput.tools``)."""
+    try:
+        _SOURCES[agent] = source
+    except TypeError:  # no __weakref__ slot
+        _PINNED[id(agent)] = (agent, source)
+
+
+def _source_of(agent: object) -> ToolSource | None:
+    try:
+        return _SOURCES.get(agent)
+    except TypeError:
+        pinned = _PINNED.get(id(agent))
+        return pinned[1] if pinned is not None and pinned[0] is agent else None
 
 
 def agent_tools(agent: object, *, fresh: bool = False) -> tuple[Tool, ...]:
     """The tools :func:`offer_tools` gave ``agent``: listed now when ``fresh`` (a session starts), else as last
     listed; ``()`` for an agent without any (one dictionary lookup)."""
-    try:
-        source = _SOURCES.get(agent)
-    except TypeError:  # not weakly referable: it was never given any
-        return ()
+    source = _source_of(agent)
     if source is None:
         return ()
     return source.fresh() if fresh else source.current()
@@ -255,8 +264,5 @@ def agent_tools(agent: object, *, fresh: bool = False) -> tuple[Tool, ...]:
 
 def tool_servers(agent: object) -> list[ToolServerHealth]:
     """The state of the servers behind the tools of ``agent`` (empty for an agent without any)."""
-    try:
-        source = _SOURCES.get(agent)
-    except TypeError:
-        return []
+    source = _source_of(agent)
     return source.health() if source is not None else []

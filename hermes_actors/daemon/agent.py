@@ -16,6 +16,7 @@ import msgspec
 from hermes_actors.agents.base import Agent
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.agents.factory import AgentContext, build_plugin_agent
+from hermes_actors.agents.mcp import attach_mcp_tools
 from hermes_actors.daemon.agent_settings import AgentSettings
 
 __all__ = ["agent_name", "build_agent", "host_agent_factory"]
@@ -24,8 +25,15 @@ __all__ = ["agent_name", "build_agent", "host_agent_factory"]
 def build_agent(settings: AgentSettings, environ: Mapping[str, str], *, section: str = "agent") -> Agent:
     """The agent ``settings`` (the config section ``section``) names, with the configured system prompt: the echo
     agent, an OpenAI-compatible client when ``base_url`` is set, or what ``factory`` builds from an
-    :class:`AgentContext` holding ``environ``. Raises :class:`~hermes_actors.errors.ConfigError` when
-    ``system_prompt_file`` cannot be read or the factory cannot be loaded or built."""
+    :class:`AgentContext` holding ``environ``; its sessions offer the tools of its ``mcp_servers``. Raises
+    :class:`~hermes_actors.errors.ConfigError` when ``system_prompt_file`` cannot be read, the factory cannot be
+    loaded or built, or an MCP server cannot be set up (:func:`~hermes_actors.agents.mcp.attach_mcp_tools`)."""
+    agent = _built(settings, environ, section)
+    attach_mcp_tools(agent, settings.mcp_servers, environ, where=f"{section}.mcp_servers")
+    return agent
+
+
+def _built(settings: AgentSettings, environ: Mapping[str, str], section: str) -> Agent:
     prompt = settings.read_system_prompt()  # load_settings made a system_prompt_file path absolute
     if settings.factory is not None:
         context = AgentContext(
@@ -78,7 +86,10 @@ def host_agent_factory(
     plug-in agent's factory, which must be importable on the hosts, gets the host's environment)."""
     frozen = msgspec.structs.replace(settings, system_prompt=settings.read_system_prompt(), system_prompt_file=None)
     key = environ.get(settings.api_key_env) if settings.factory is None else None
-    return _HostAgent(frozen, {settings.api_key_env: key} if key is not None else {}, section)
+    carried = {settings.api_key_env: key} if key is not None else {}
+    headers = {name for server in settings.mcp_servers.values() for name in server.headers_env.values()}
+    carried |= {name: environ[name] for name in headers if name in environ}  # the MCP servers' header values
+    return _HostAgent(frozen, carried, section)
 
 
 def agent_name(settings: AgentSettings) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.agents.factory import FACTORY_PATTERN
+from hermes_actors.agents.mcp.settings import McpServerSettings, check_servers
 from hermes_actors.errors import ConfigError
 
 __all__ = ["AgentSettings"]
@@ -31,6 +32,9 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     not both) goes first in the system message of every session, which is frozen when the session starts: a
     change reaches the sessions started after hermesd restarts. :func:`load_settings` reads the file (a missing
     or unreadable one is a :class:`ConfigError`) and gives its absolute path; :meth:`read_system_prompt` the text.
+
+    ``mcp_servers`` names MCP servers (:class:`~hermes_actors.agents.mcp.McpServerSettings`) whose tools every
+    session of this agent offers, whatever the agent is.
     """
 
     base_url: str | None = None
@@ -45,9 +49,11 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     system_prompt_file: str | None = None
     factory: str | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+    mcp_servers: dict[str, McpServerSettings] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check_factory()
+        check_servers(self.mcp_servers, "agent.mcp_servers")
         if self.system_prompt is not None and self.system_prompt_file is not None:
             raise ConfigError(
                 "agent.system_prompt_file",
@@ -67,7 +73,9 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def _check_factory(self) -> None:
         if self.factory is None:
             if self.options:
-                raise ConfigError("agent.options", "only a plug-in agent takes options; set agent.factory or remove them")
+                raise ConfigError(
+                    "agent.options", "only a plug-in agent takes options; set agent.factory or remove them"
+                )
             return
         if not FACTORY_PATTERN.fullmatch(self.factory):
             raise ConfigError(
