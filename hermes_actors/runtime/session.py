@@ -106,6 +106,7 @@ class SessionActor(RuntimeActor):
         except StaleTurnError as exc:
             _log.info("session %s: %s", self._session_id, exc)
             kind = "stale"
+            retry = self._unanswered(message)
         except StoreError as exc:
             # A full or read-only disk, a refused commit: nothing of the turn was saved. The caller hears so
             # now; the turn runs again (before any later message of this session) once the store takes it.
@@ -124,6 +125,27 @@ class SessionActor(RuntimeActor):
                 session_id=self._session_id, outcome=outcome, retry=retry, error=error, abandon_term=abandon
             )
             self._tell_supervisor(finished)
+
+    def _unanswered(self, message: RunTurn) -> RunTurn | None:
+        """After a turn refused because another turn answered some of its messages: the others, to run again first
+        from the transcript read anew (the lease is taken again), or ``None`` when none is left (or it was a
+        lifecycle step). Were they dropped, their rows would stay pending with no one to hand them over again."""
+        assert self._turns is not None
+        ids = [d.inbox_id for d in message.deliveries if d.inbox_id > 0]
+        if message.control is not None or not ids:
+            return None
+        try:
+            with self._turns.services.readers.reader() as store:
+                pending = store.inbox.pending_among(ids)
+        except Exception:
+            _log.exception("session %s: reading which messages are still pending failed", self._session_id)
+            return None
+        if not pending:
+            return None
+        self._turns.lost_lease()
+        return msgspec.structs.replace(
+            message, deliveries=tuple(d for d in message.deliveries if d.inbox_id in pending)
+        )
 
     def _tell_supervisor(self, message: TurnFinished | SessionStopped) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # the runtime is shutting down; nothing waits for it

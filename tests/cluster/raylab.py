@@ -33,8 +33,8 @@ def _isolation() -> list[str] | None:
     return prefix if probe.returncode == 0 else None
 
 
-def run_driver(*args: str, timeout: float) -> dict[str, Any]:
-    """Run the driver with ``args`` in its own network namespace; the JSON it printed."""
+def run_driver(*args: str, timeout: float, module: str = "tests.cluster.ray_driver") -> dict[str, Any]:
+    """Run the driver ``module`` with ``args`` in its own network namespace; the JSON it printed."""
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -48,7 +48,7 @@ def run_driver(*args: str, timeout: float) -> dict[str, Any]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(reason)
         pytest.skip(reason)
-    command = " ".join(shlex.quote(part) for part in [sys.executable, "-m", "tests.cluster.ray_driver", *args])
+    command = " ".join(shlex.quote(part) for part in [sys.executable, "-m", module, *args])
     done = subprocess.run(
         [*prefix, "sh", "-c", f"ip link set lo up && exec {command}"],
         cwd=ROOT,

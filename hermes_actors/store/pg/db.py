@@ -7,7 +7,11 @@ turn's writes commit or roll back together however many table methods it calls. 
 (psycopg's own nesting); with ``savepoint=False`` a nested block adds nothing and joins the enclosing one, as the
 SQLite store's methods do.
 
-psycopg errors become :class:`~hermes_actors.errors.StoreError` here, so nothing above sees the driver's types.
+psycopg errors become :class:`~hermes_actors.errors.StoreError` here, so nothing above sees the driver's types,
+and so does a pool that had no connection to lend in time. A connection lost inside a transaction is never taken for
+a commit: psycopg ends such a block without a word (it cannot send ``COMMIT``), and :meth:`Database.transaction`
+raises instead. When the loss cuts the ``COMMIT`` itself the outcome is unknown: :class:`CommitUnknownError` carries
+the transaction's id, which :meth:`Database.outcome` resolves against the server once it answers again.
 """
 
 from __future__ import annotations
@@ -23,12 +27,25 @@ from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
 
-__all__ = ["Database", "Params", "fault_of"]
+__all__ = ["CommitUnknownError", "Database", "Params", "fault_of"]
 
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
 _POOL_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10
+_LOST = (
+    "the connection to PostgreSQL was lost inside a transaction ({cause}); nothing of it was committed "
+    "(PostgreSQL rolls back a transaction whose connection ends)"
+)
+
+
+class CommitUnknownError(StoreError):
+    """The connection broke while ``COMMIT`` was on its way: the transaction ``xid`` may or may not have committed.
+    :meth:`Database.outcome` asks the server which, once it answers again."""
+
+    def __init__(self, message: str, *, xid: str | None) -> None:
+        super().__init__(message)
+        self.xid = xid
 
 
 def fault_of(exc: BaseException) -> StoreFault | None:
@@ -55,6 +72,7 @@ class _Open(threading.local):
     connection: psycopg.Connection[Any] | None = None
     depth: int = 0
     locks: set[Hashable] | None = None
+    xid: str | None = None  # the open transaction's id, once asked for (Database.xid)
 
 
 class Database:
@@ -77,7 +95,7 @@ class Database:
             dsn,
             min_size=1,
             max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "prepare_threshold": None},
+            kwargs={"autocommit": True, "prepare_threshold": None, "connect_timeout": _CONNECT_TIMEOUT_S},
             open=False,
             timeout=_POOL_TIMEOUT_S,
             name="hermes-store",
@@ -112,15 +130,87 @@ class Database:
                 self._open.locks = None  # a rolled-back savepoint released the row locks taken inside it
                 raise
             return
-        with self._pool.connection() as connection:
+        with self._lend(None) as connection:
             self._open.connection = connection
             self._open.locks = None
+            self._open.xid = None
+            committing = False
             try:
                 with self._errors("a transaction"), connection.transaction():
                     yield
+                    committing = True  # the block is over: leaving the ``with`` sends COMMIT
+            except StoreError as exc:
+                if committing and connection.broken:
+                    raise CommitUnknownError(
+                        f"the connection to PostgreSQL was lost while the transaction committed ({exc}); "
+                        "whether it committed is known only once the server answers again",
+                        xid=self._open.xid,
+                    ) from exc
+                raise
             finally:
+                xid = self._open.xid
                 self._open.connection = None
                 self._open.locks = None
+                self._open.xid = None
+            if connection.broken:  # psycopg could not send COMMIT, and ended the block without a word
+                raise StoreError(_LOST.format(cause=f"transaction {xid or 'without an id'}"))
+
+    def broken(self) -> bool:
+        """Whether the current thread's transaction lost its connection (nothing of it can commit now)."""
+        held = self._open.connection
+        return held is not None and held.broken
+
+    def xid(self) -> str:
+        """Inside a transaction: its id (assigned now if it had none), for :meth:`outcome` after an unknown commit."""
+        if self._open.connection is None:
+            raise StoreError("Database.xid needs an open transaction")
+        if self._open.xid is None:
+            self._open.xid = str(self.value("SELECT pg_current_xact_id()::text"))
+        return self._open.xid
+
+    def outcome(self, xid: str, *, timeout_s: float) -> bool | None:
+        """Whether transaction ``xid`` committed (``False``: it rolled back), asked of the server on a fresh
+        connection; ``None`` while it cannot say (it does not answer within ``timeout_s``, or the transaction is
+        still in progress: its backend has not noticed the lost connection yet)."""
+        try:
+            with self._lend(timeout_s) as connection:
+                row = connection.execute(b"SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+        except (psycopg.Error, StoreError):
+            return None
+        status = row[0] if row else None
+        if status == "committed":
+            return True
+        if status == "aborted":
+            return False
+        return None
+
+    def probe(self, timeout_s: float) -> str | None:
+        """Whether the server answers a statement within ``timeout_s`` (a health check that never hangs): ``None``
+        when it does, else why not."""
+        try:
+            with self._lend(timeout_s) as connection:
+                connection.execute(b"SELECT 1")
+        except (psycopg.Error, StoreError) as exc:
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None
+
+    @contextmanager
+    def _lend(self, timeout_s: float | None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; a pool with none to lend within ``timeout_s`` (the pool's own timeout when
+        ``None``) is a :class:`StoreError` naming the server, not the pool's own exception."""
+        lent = False
+        try:
+            with self._pool.connection(timeout=timeout_s) as connection:
+                lent = True
+                yield connection
+        except psycopg.Error as exc:
+            if lent:
+                raise
+            waited = _POOL_TIMEOUT_S if timeout_s is None else timeout_s
+            raise StoreError(
+                f"PostgreSQL at {redact(self.dsn)} gave no connection within {waited:g} s ({str(exc).strip()}); "
+                "check that the server runs and takes connections"
+            ) from exc
 
     def holds(self, lock: Hashable) -> bool:
         """Whether the current transaction took ``lock`` (a row lock a caller named, :meth:`took`) and still holds
@@ -151,7 +241,7 @@ class Database:
             with held.cursor() as cursor:
                 yield cursor
             return
-        with self._pool.connection() as connection, connection.cursor() as cursor:
+        with self._lend(None) as connection, connection.cursor() as cursor:
             yield cursor
 
     def execute(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:

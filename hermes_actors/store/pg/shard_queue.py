@@ -143,14 +143,25 @@ class ShardQueue:
 
 
 class InboxListener:
-    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns the shards notified."""
+    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns the shards notified. A
+    connection that broke (a server restart) is replaced at the next :meth:`wait`; what was notified meanwhile is
+    lost, which the periodic pull covers."""
 
     def __init__(self, dsn: str) -> None:
-        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
-        self._connection.execute(f"LISTEN {CHANNEL}".encode())
+        self._dsn = dsn
+        self._closed = False
+        self._connection: psycopg.Connection[Any] = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        connection: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+        connection.execute(f"LISTEN {CHANNEL}".encode())
+        return connection
 
     def wait(self, timeout_s: float) -> set[int]:
-        """The shards notified within ``timeout_s`` (empty when none was); gathers what else is already queued."""
+        """The shards notified within ``timeout_s`` (empty when none was); gathers what else is already queued.
+        Raises when the connection is lost (the next call connects again)."""
+        if self._connection.closed and not self._closed:
+            self._connection = self._connect()
         shards: set[int] = set()
         for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
             shards.add(int(notify.payload))
@@ -160,4 +171,5 @@ class InboxListener:
 
     def close(self) -> None:
         """Close the connection (a waiting :meth:`wait` returns)."""
+        self._closed = True
         self._connection.close()

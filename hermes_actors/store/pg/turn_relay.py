@@ -32,11 +32,13 @@ MAX_PAYLOAD = 7000
 
 
 class EventPublisher:
-    """Sends payloads on :data:`EVENTS_CHANNEL` from a connection of its own, in order."""
+    """Sends payloads on :data:`EVENTS_CHANNEL` from a connection of its own, in order; a connection that broke (a
+    server restart) is replaced at the next :meth:`publish`."""
 
     def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
         self._lock = threading.Lock()
-        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
+        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
 
     def publish(self, payloads: Sequence[str]) -> None:
         """Send ``payloads`` in one transaction (delivered together, in this order). Identical payloads in one
@@ -46,11 +48,14 @@ class EventPublisher:
         too_long = [p for p in payloads if len(p.encode("utf-8")) > MAX_PAYLOAD]
         if too_long:
             raise ValueError(f"a turn event of {len(too_long[0].encode())} bytes is over {MAX_PAYLOAD}; split it")
-        with self._lock, self._connection.transaction():
-            self._connection.execute(
-                "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS e(p, n) ORDER BY n",
-                (EVENTS_CHANNEL, list(payloads)),
-            )
+        with self._lock:
+            if self._connection.broken:
+                self._connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+            with self._connection.transaction():
+                self._connection.execute(
+                    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS e(p, n) ORDER BY n",
+                    (EVENTS_CHANNEL, list(payloads)),
+                )
 
     def close(self) -> None:
         with self._lock:
