@@ -18,6 +18,7 @@ from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
+from platforms.api_server.models import model_list
 from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.responses import ResponsesApi
 from platforms.api_server.runs import Runs
@@ -28,8 +29,6 @@ from platforms.api_server.wire import (
     HTTP_ERRORS,
     PLATFORM,
     ApiError,
-    Model,
-    ModelList,
     json_response,
 )
 from platforms.base import Capabilities, ReplySender
@@ -198,8 +197,9 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     # -- routes ----------------------------------------------------------------------------------------------
 
     async def _models(self, request: web.Request) -> web.Response:
-        model = Model(id=self.config.model_name, object="model", created=self._started_at, owned_by="hermes-actors")
-        return json_response(ModelList(object="list", data=[model]))
+        attached = self._attached()
+        agents = attached[0].agents if attached is not None else ()
+        return json_response(model_list(self.config.model_name, agents, self._started_at))
 
     # -- stopping --------------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from aiohttp import web
 from hermes_actors.messages import InboundMessage
 from platforms.api_server.conversation import chat_turn
 from platforms.api_server.idempotency import Idempotency
+from platforms.api_server.models import conversation_with, requested_agent
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import (
     COMPLETED_HEADER,
@@ -76,7 +77,8 @@ class ChatCompletions:
         idempotency = Idempotency.of(request.headers, body, service.scope)
         with service.admitted():
             attachments = await service.attachments(turn_of.images) if turn_of.images else ()
-            name = named or turn_of.name or f"api-{uuid.uuid4().hex}"
+            agent = requested_agent(service.parts()[0], chat.model)  # a new session's agent; a session keeps its own
+            name = named or conversation_with(turn_of.name, agent) or f"api-{uuid.uuid4().hex}"
             source = service.source(name, memory or chat.user)
             turn_id = uuid.uuid4().hex
             inbound = InboundMessage(
@@ -87,6 +89,7 @@ class ChatCompletions:
                 received_at=time.time(),
                 context=turn_of.conversation or msgspec.UNSET,
                 fingerprint=idempotency.fingerprint if idempotency else msgspec.UNSET,
+                agent=agent or msgspec.UNSET,
             )
             call = service.turn_call(inbound)
             try:

@@ -68,6 +68,7 @@ def features(config: ApiServerConfig) -> dict[str, object]:
         "responses": True,  # /v1/responses: previous_response_id, conversation, stored with their session
         "runs": True,  # /v1/runs: 202 at once, status, SSE events, stop
         "operator_api": True,  # /api/sessions with the admin key
+        "agent_models": True,  # a model naming an agent (GET /v1/models) chooses a new session's agent
         "cors": bool(config.cors_origins),
         "max_concurrent_runs": config.max_concurrent_runs,  # 0: no cap; beyond it 429
         "max_body_bytes": config.max_body_bytes,

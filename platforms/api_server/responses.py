@@ -31,6 +31,7 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
+from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_wire import StreamEvent, conversation_of, decode_responses, input_turn
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
@@ -118,6 +119,7 @@ class ResponsesApi:
                 message_id=f"api-{response_id}",
                 received_at=time.time(),
                 context=Conversation(system=system, history=given.history, after_transcript=True),
+                agent=requested_agent(inbox, body.model) or msgspec.UNSET,  # a session it starts; one keeps its own
             )
             draft = ResponseDraft.start(
                 response_id,
