@@ -95,6 +95,8 @@ class SessionActor(RuntimeActor):
         started = time.perf_counter()
         try:
             outcome = self._turns.run(message)
+            if outcome.cancelled:  # stored without an answer: whoever watches the turn hears so now
+                self._turns.services.watch.stopped(d.message.message_id for d in message.deliveries)
         except LeaseLostError as exc:
             _log.warning("session %s: %s", self._session_id, exc)
             self._turns.lost_lease()

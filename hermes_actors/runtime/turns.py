@@ -349,8 +349,6 @@ class SessionTurns:
         self._history.extend(appended(self.session_id, ids, new, now))
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound)
-        if cancelled:  # stored without an answer: whoever watches it hears so now
-            self._services.watch.stopped(d.message.message_id for d in deliveries)
         self._auto_title.after_exchange(  # after the reply has left: a title never delays it
             self._record,
             self._history,
