@@ -3,7 +3,8 @@
 A listing shows conversations: one row per compression lineage, by its tip (its newest segment), with the lineage's
 message total and compressions (:meth:`~hermes_actors.store.Store.list_lineages`); ``--segments`` lists every
 segment, marked with its lineage. :func:`lineage_text` says where a segment stands in its lineage, for any command
-that names one.
+that names one. A listing has an ``AGENT`` column when one of its sessions is answered by a named agent other than
+the default (``agents:`` in config.yaml); ``show`` always names the agent.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hermes_actors.cli.formatting import (
     terminal_safe,
     truncate,
 )
+from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.store import LineagePage, LineageRow, MessageRecord, Role, SessionRecord, StoreInterface
 from hermes_actors.store.content import split_content
 
@@ -29,6 +31,7 @@ __all__ = [
     "PREVIEW_WIDTH",
     "TITLE_WIDTH",
     "SessionDetails",
+    "agent_text",
     "lineage_json",
     "lineage_table",
     "lineage_text",
@@ -76,6 +79,21 @@ def status_text(record: SessionRecord) -> str:
     return "live" if record.ended_at is None else f"ended ({record.end_reason})"
 
 
+def agent_text(record: SessionRecord) -> str:
+    """The agent that answers ``record``: the name it recorded (``default`` for a session from before names)."""
+    return one_line(record.agent or DEFAULT_AGENT)
+
+
+def _with_agents(headers: list[str], cells: list[list[str]], records: list[SessionRecord]) -> None:
+    """Add an ``AGENT`` column after ``SOURCE`` when one of ``records`` (one per row) has a named agent."""
+    if all(r.agent in (None, DEFAULT_AGENT) for r in records):
+        return
+    at = headers.index("SOURCE") + 1
+    headers.insert(at, "AGENT")
+    for row, record in zip(cells, records, strict=True):
+        row.insert(at, agent_text(record))
+
+
 def session_table(records: list[SessionRecord], *, now: float, numbered: bool = False) -> list[str]:
     headers = ["ID", "TITLE", "SOURCE", "MESSAGES", "LAST ACTIVE", "STATUS"]
     rows = [
@@ -89,6 +107,7 @@ def session_table(records: list[SessionRecord], *, now: float, numbered: bool = 
         ]
         for r in records
     ]
+    _with_agents(headers, rows, records)
     if numbered:
         headers.insert(0, "#")
         for number, row in enumerate(rows, start=1):
@@ -113,6 +132,7 @@ def lineage_table(rows: list[LineageRow], *, now: float, numbered: bool = False)
         ]
         for row in rows
     ]
+    _with_agents(headers, cells, [row.tip for row in rows])
     if numbered:
         headers.insert(0, "#")
         for number, line in enumerate(cells, start=1):
@@ -125,13 +145,14 @@ def segment_table(rows: list[LineageRow], segments: dict[str, SessionRecord], *,
     """The table of ``sessions list --segments``: every segment of each conversation, newest first, marked with
     its lineage's root and its position (a single-segment conversation is marked ``—``)."""
     headers = ["ID", "LINEAGE", "SEGMENT", "TITLE", "SOURCE", "MESSAGES", "LAST ACTIVE", "STATUS"]
-    cells = []
+    cells, records = [], []
     for row in rows:
         count = len(row.members)
         for position in range(count, 0, -1):
             record = segments.get(row.members[position - 1])
             if record is None:  # deleted since the listing was read
                 continue
+            records.append(record)
             cells.append(
                 [
                     record.id,
@@ -144,6 +165,7 @@ def segment_table(rows: list[LineageRow], segments: dict[str, SessionRecord], *,
                     status_text(record),
                 ]
             )
+    _with_agents(headers, cells, records)
     return render_table(headers, cells, right_aligned=(headers.index("MESSAGES"),))
 
 
@@ -207,6 +229,7 @@ def summary_lines(details: SessionDetails, *, now: float) -> list[str]:
     fields: list[tuple[str, str]] = [("Session", r.id), ("Title", title_text(r)), ("Source", origin_text(r))]
     if r.model:
         fields.append(("Model", one_line(r.model)))
+    fields.append(("Agent", agent_text(r)))
     fields.append(("Started", f"{format_timestamp(r.started_at)} ({relative_time(r.started_at, now=now)})"))
     if r.ended_at is not None:
         fields.append(("Ended", f"{format_timestamp(r.ended_at)} ({r.end_reason})"))
