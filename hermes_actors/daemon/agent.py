@@ -73,8 +73,9 @@ class _HostAgent:
     section: str
 
     def __call__(self) -> Agent:
-        # A plug-in reads its secrets from the environment of the process it runs in: the host's.
-        environ = os.environ if self.settings.factory is not None else self.carried
+        # A plug-in reads its secrets from the environment of the process it runs in: the host's (with what was
+        # carried from the daemon, its MCP servers' header values).
+        environ = {**os.environ, **self.carried} if self.settings.factory is not None else self.carried
         return build_agent(self.settings, environ, section=self.section)
 
 
