@@ -47,7 +47,7 @@ class SessionView(msgspec.Struct, frozen=True, kw_only=True):
 
     ``lineage`` holds the lineage's session ids, root first and ``id`` last (only ``id`` outside a lineage listing);
     ``message_count`` is the lineage's total in a lineage listing, the session's own otherwise. A listing leaves
-    ``system_prompt`` out (``None``); a single session has it.
+    ``system_prompt`` out (``None``); a single session has it. ``agent`` names the configured agent that answers it.
     """
 
     id: str
@@ -67,6 +67,7 @@ class SessionView(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: str | None = None
     lineage: list[str] = []
     preview: str | None = None
+    agent: str | None = None
 
 
 class SessionPage(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,6 +23,7 @@ from hermes_actors.operator_port import (
     SessionView,
     TranscriptView,
 )
+from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.search import session_search
 from hermes_actors.search.shapes import Sort
 from hermes_actors.store import SessionFilter, Store, TipFilter
@@ -65,6 +66,7 @@ def session_view(
         system_prompt=None if listed else record.system_prompt,
         lineage=lineage if lineage is not None else [record.id],
         preview=preview,
+        agent=record.agent or DEFAULT_AGENT,  # a session from before agents had names: the default's
     )
 
 

@@ -5,6 +5,7 @@ its agent whatever a later request names. Through the real OpenAI client against
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import openai
@@ -18,6 +19,9 @@ from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Role
 from hermes_actors.testing import poll_until
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from tests.platforms.console_client import ConsoleClient
+from tests.platforms.test_api_operator import ADMIN
+from tests.platforms.test_api_operator import Api as OperatorApi
 
 
 class Voice(EchoAgent):
@@ -56,16 +60,22 @@ def roster(bindings: tuple[AgentBinding, ...] = ()) -> AgentRoster:
     )
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
+@contextmanager
+def serve(path: Path, bindings: tuple[AgentBinding, ...] = ()) -> Iterator[Api]:
     server = ApiServer(ApiServerConfig(port=0), environ={})
-    gateway = Gateway(tmp_path / "state.db", agents=roster(), senders=server.senders())
-    server.start(GatewayInbox(gateway))
+    gateway = Gateway(path, agents=roster(bindings), senders=server.senders())
+    server.start(GatewayInbox(gateway, admin_key=ADMIN))
     try:
         yield Api(server, gateway)
     finally:
         server.stop(10)
         gateway.stop(10)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with serve(tmp_path / "state.db") as running:
+        yield running
 
 
 def test_models_lists_the_model_name_then_every_agent_the_default_first(api: Api) -> None:
@@ -148,3 +158,40 @@ def test_with_one_agent_alone_models_lists_the_model_name_only(tmp_path: Path) -
     finally:
         server.stop(10)
         gateway.stop(10)
+
+
+# -- the operator's views -----------------------------------------------------------------------------------------
+
+
+def test_the_console_and_the_operator_api_show_each_sessions_agent_and_a_fork_keeps_it(api: Api) -> None:
+    _, support = api.chat("support", "my order is late")
+    _, plain = api.chat("hermes-agent", "hello")
+    operator = OperatorApi(api.server, api.gateway)
+    assert operator.call("GET", f"/api/sessions/{support}")[1]["agent"] == "support"
+    assert operator.call("GET", f"/api/sessions/{plain}")[1]["agent"] == "default"
+    status, child = operator.call("POST", f"/api/sessions/{support}/fork")
+    assert status == 201
+    assert child["agent"] == "support"
+    status, answer = operator.call("POST", f"/api/sessions/{child['id']}/chat", {"message": "still there?"})
+    assert status == 200
+    assert answer["reply"] == "[support] still there?"
+
+    client = ConsoleClient(operator.port)
+    client.log_in(ADMIN)
+    listing = client.get("/console/conversations")
+    assert listing.status == 200
+    assert listing.text.count('<div class="sub">agent <bdi>support</bdi></div>') == 2  # the session and its fork
+    assert '<div class="sub">agent <bdi>default</bdi></div>' in listing.text
+    page = client.get(f"/console/c/{child['id']}")
+    assert '<bdi id="conversation-agent">support</bdi>' in page.text
+
+
+def test_a_session_the_operator_creates_takes_the_agent_the_bindings_choose(tmp_path: Path) -> None:
+    with serve(tmp_path / "state.db", (AgentBinding(agent="sales", platform="api_server"),)) as running:
+        operator = OperatorApi(running.server, running.gateway)
+        status, created = operator.call("POST", "/api/sessions", {"title": "Quotes"})
+        assert status == 201
+        assert created["agent"] == "sales"
+        status, answer = operator.call("POST", f"/api/sessions/{created['id']}/chat", {"message": "a quote"})
+        assert status == 200
+        assert answer["reply"] == "[sales] a quote"
