@@ -229,6 +229,7 @@ def test_the_factory_keys_are_checked_when_the_file_is_read(section: dict[str, o
     assert words in str(raised.value)
 
 
+@pytest.mark.slow
 def test_shard_hosts_get_the_pickled_settings_and_build_the_plugin_in_their_own_process(
     tmp_path: Path, plugin_dir: Path
 ) -> None:
