@@ -42,9 +42,9 @@ SHARDS = 32
 
 
 class RetriedLoad:
-    """``rate`` messages a second over ``chats`` conversations for ``seconds``, in bursts of ``burst`` (so that
-    turns end together and their commits share a transaction); a message the ingress could not commit is sent again
-    (after 0.2 s) until it is, as a platform redelivers an unacknowledged webhook."""
+    """``rate`` messages a second over ``chats`` conversations (and a new one for every tenth) for ``seconds``, in
+    bursts of ``burst`` (so that turns end together and their commits share a transaction); a message the ingress
+    could not commit is sent again (after 0.2 s) until it is, as a platform redelivers an unacknowledged webhook."""
 
     def __init__(self, ingress: ClusterIngress, *, rate: float, seconds: float, chats: int, burst: int = 10) -> None:
         self._ingress = ingress
@@ -64,7 +64,8 @@ class RetriedLoad:
         started = time.monotonic()
         for n in range(int(self._rate * self._seconds)):
             time.sleep(max(0.0, started + (n - n % self._burst) / self._rate - time.monotonic()))
-            chat = n % self._chats
+            # Every tenth message opens a conversation of its own: sessions are created all along the faults.
+            chat = f"new-{n}" if n % 10 == 9 else str(n % self._chats)
             message = platform.message(f"k{chat}-{n}", chat_id=f"chat-{chat}", user_id=f"u{chat}", message_id=f"m{n}")
             while True:
                 try:
