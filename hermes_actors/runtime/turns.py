@@ -96,7 +96,7 @@ class SessionTurns:
                 self.named_agent = services.agents.for_new(create_with.source, create_with.agent)
             scope = services.sessions.search_scope_for(self._origin.platform)
             visible = visible_sessions(self._origin, scope)
-            self._tools = (session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope),)
+            self._tools = [session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope)]
             # What goes before the conversation: frozen at the start (stored by the first commit), or as stored.
             stored = stored_prefix(self._record) if self._record is not None else None
             self._prefix = stored or self.fresh_prefix(store, self._record.system_prompt if self._record else None)

@@ -139,7 +139,7 @@ class McpTools:
             try:
                 return self._loop.run(link.call(tool, arguments), bound)
             except TimeoutError:
-                link.failures += 1
+                self._loop.soon(link.count_failure)  # the link's counters change on the loop's thread only
                 return error_json(
                     f"{link.name}{NAME_SEPARATOR}{tool} gave no result within {bound:g} s; answer without it"
                 )

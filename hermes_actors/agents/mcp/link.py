@@ -67,6 +67,7 @@ class ServerLink:
         self._closed = asyncio.Event()  # set by aclose(): no more connections
         self._wake = asyncio.Event()  # cuts a pause between connections short (aclose, or a call)
         self._attempted = 0.0  # the loop's time of the last connection attempt
+        self._offers_tools = True  # what the server said of its tools capability when it was last initialised
 
     # -- life ----------------------------------------------------------------------------------------------------
 
@@ -89,6 +90,10 @@ class ServerLink:
                 runner.cancel()
                 await asyncio.gather(runner, return_exceptions=True)
         self._enter(ToolServerState.STOPPED)
+
+    def count_failure(self) -> None:
+        """Count a call that failed where the link could not see it (the calling thread stopped waiting)."""
+        self.failures += 1
 
     def drop(self, why: str) -> None:
         """End the current connection and connect again (a server that stopped answering)."""
@@ -150,8 +155,9 @@ class ServerLink:
                 try:
                     async with ClientSession(inner_read, write, client_info=_CLIENT) as session:
                         with anyio.fail_after(self.settings.start_timeout_s):
-                            await session.initialize()
-                            self.listed = await _list_tools(session)
+                            started = await session.initialize()
+                            self._offers_tools = started.capabilities.tools is not None
+                            self.listed = await _list_tools(session) if self._offers_tools else ()
                         self._session = session
                         self._gone = asyncio.get_running_loop().create_future()
                         self._enter(ToolServerState.UP)
@@ -226,7 +232,7 @@ class ServerLink:
         try:
             with anyio.fail_after(bound):
                 session = await self._ready()
-                if session is not None:
+                if session is not None and self._offers_tools:
                     self.listed = await _list_tools(session)
         except TimeoutError:
             self.drop(f"did not list its tools within {bound:g} s (start_timeout_s)")
