@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 6.
+-- hermes-actors state database on PostgreSQL, schema version 7.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 6; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 7; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -220,9 +220,26 @@ CREATE TABLE shard_leases (
 );
 
 -- The shard hosts' heartbeats (version 3): a host whose seen_at is recent is live, and gets its home shards back.
+-- Version 7: the host's incarnation (its process, which Ray restarts under the same name) and since when it runs,
+-- how many incarnations the name has had, and the host's numbers as of its last beat (msgspec JSON of
+-- hermes_actors.cluster.host_stats.HostStats), for hermesctl cluster status and the replicas' /metrics.
 CREATE TABLE shard_hosts (
-    holder  text COLLATE "C" PRIMARY KEY,
-    seen_at timestamptz NOT NULL
+    holder       text COLLATE "C" PRIMARY KEY,
+    seen_at      timestamptz NOT NULL,
+    incarnation  text NOT NULL DEFAULT '',
+    started_at   timestamptz,
+    incarnations integer NOT NULL DEFAULT 0,
+    stats        bytea
+);
+
+-- The hermesd --cluster replicas (version 7, hermes_actors.store.pg.replicas): each beats with its role heartbeat;
+-- fingerprint and settings are the cluster-relevant part of its config.yaml (replicas must agree on it).
+CREATE TABLE cluster_replicas (
+    name        text COLLATE "C" PRIMARY KEY,
+    seen_at     timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL,
+    fingerprint text NOT NULL DEFAULT '',
+    settings    text NOT NULL DEFAULT ''
 );
 
 -- Role leases (version 4, hermes_actors.store.pg.roles): what one hermesd --cluster replica at a time does (run a

@@ -119,6 +119,7 @@ def test_every_step_from_version_1_ends_in_the_schema_a_fresh_database_gets(
             old.database.execute("ALTER TABLE inbox DROP COLUMN shard")
             old.database.execute("DROP TABLE shard_hosts")
             old.database.execute("DROP TABLE role_leases")
+            old.database.execute("DROP TABLE cluster_replicas")
             old.database.execute("ALTER TABLE outbox DROP COLUMN claimed_by, DROP COLUMN claimed_until")
             old.create_session("cli", session_id="kept")
             old.database.execute("ALTER TABLE sessions DROP COLUMN agent")
@@ -309,6 +310,7 @@ def test_the_postgres_schema_has_every_table_and_column_of_schema_sql(pg: Postgr
         "role_leases",
         "search_totals",
         "background_processes",
+        "cluster_replicas",
     }
     extras = {
         "messages": {"words", "cjk", "n_tokens"},

@@ -99,12 +99,31 @@ def _add_session_agent(db: Database) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS agent text")
 
 
+def _add_cluster_members(db: Database) -> None:
+    """Version 7 (cluster mode): each shard host's incarnation and numbers with its heartbeat, and the replicas'
+    heartbeats with their configs' fingerprints (``store.pg.shards``, ``store.pg.replicas``)."""
+    db.execute(
+        """
+ALTER TABLE shard_hosts ADD COLUMN incarnation text NOT NULL DEFAULT '', ADD COLUMN started_at timestamptz,
+    ADD COLUMN incarnations integer NOT NULL DEFAULT 0, ADD COLUMN stats bytea;
+CREATE TABLE cluster_replicas (
+    name        text COLLATE "C" PRIMARY KEY,
+    seen_at     timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL,
+    fingerprint text NOT NULL DEFAULT '',
+    settings    text NOT NULL DEFAULT ''
+);
+"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
     4: _add_role_leases,
     5: _add_background_processes,
     6: _add_session_agent,
+    7: _add_cluster_members,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
