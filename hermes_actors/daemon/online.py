@@ -37,8 +37,12 @@ class OnlineCheck(msgspec.Struct, frozen=True, kw_only=True):
 def online_checks(
     settings: Settings, *, home: Path, environ: Mapping[str, str], timeout_s: float = 10.0
 ) -> Iterator[OnlineCheck]:
-    """The agent's check, then one per enabled platform, in the configuration's order."""
+    """The agent's check and each named agent's (subject ``agents.<name>``), then one per enabled platform, in the
+    configuration's order."""
     yield check_agent(settings.agent, environ, timeout_s=timeout_s)
+    for name, named in settings.agents.items():
+        checked = check_agent(named, environ, timeout_s=timeout_s)
+        yield msgspec.structs.replace(checked, subject=f"agents.{name}")
     plan = prepare_start(settings, home=home, environ=environ)
     try:
         for name, adapter in plan.adapters.items():

@@ -161,3 +161,20 @@ def test_config_check_names_the_agents_and_refuses_a_binding_to_an_unknown_one(t
     refused = runner.invoke(hermesctl, ["config", "check", "--home", str(tmp_path)])
     assert refused.exit_code == 2
     assert "bindings[0].agent: names 'support', which is not an agent; use one of: default" in refused.output
+
+
+def test_the_online_check_tries_each_named_agents_endpoint(tmp_path: Path) -> None:
+    from hermes_actors.daemon.online import online_checks
+    from tests.agents.chat_server import open_chat_server
+
+    with open_chat_server(model="support-model") as server:
+        text = (
+            "platforms:\n  api_server: {enabled: false}\n  webhook: {enabled: false}\n"
+            f"agents:\n  support: {{base_url: '{server.base_url}', model: support-model}}\n"
+            "  gone: {base_url: 'http://127.0.0.1:9/v1', model: m}\n"
+        )
+        settings = decode_settings(yaml.safe_load(text))
+        checks = list(online_checks(settings, home=tmp_path, environ={}, timeout_s=5))
+    assert [(c.subject, c.ok) for c in checks] == [("agent", True), ("agents.support", True), ("agents.gone", False)]
+    assert checks[1].outcome == f"ok: {server.base_url}/models lists support-model"
+    assert "is the endpoint running?" in checks[2].outcome
