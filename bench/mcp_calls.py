@@ -1,17 +1,18 @@
 """What one MCP tool call costs a turn: the median per call, over stdio and over Streamable HTTP.
 
 The test suite's MCP server (``tests/agents/mcp_server.py``, FastMCP) is started over stdio and over HTTP on
-127.0.0.1. For each transport these medians are printed, in microseconds per call, measured in alternating blocks
+127.0.0.1. For each transport three medians are printed, in microseconds per call, measured in alternating blocks
 of 100 calls so that a change of the machine's load hits them alike:
 
 - ``*_tool_run_us``: what the agent pays, ``Tool.run`` from a plain thread as the OpenAI agent's tool loop calls it
   (the hop onto the MCP loop thread, the request, the server, the hop back, the result as text);
 - ``*_on_loop_us``: the same call awaited on the MCP loop itself (no thread hop);
-- ``*_bridge_us``: their difference, the cost of the thread bridge (``run_coroutine_threadsafe`` and the wait);
 - ``*_sdk_call_tool_us``: the SDK's own ``ClientSession.call_tool`` on the loop, for comparison (it also checks a
   result's structured content against the tool's output schema, which the link skips).
 
-``local_tool_run_us`` is an in-process tool (no server) for scale, and ``session_start_list_us`` the median of a
+``local_tool_run_us`` is an in-process tool (no server) for scale, ``loop_round_trip_us`` the thread bridge alone (a
+thread hands the loop a coroutine that does nothing and waits for it: what ``run`` adds to ``on_loop``, measured
+without a server's noise), and ``session_start_list_us`` the median of a
 fresh listing of both servers, which every new session of an agent with MCP servers waits for. Calls are
 ``echo`` with a short text (``--tool add`` for ``add``). The load average at the start and end says how busy the
 machine was. Prints one ``name: value unit`` line per figure. A plain script, not a test.
@@ -106,6 +107,10 @@ def interleaved(measures: dict[str, Callable[[int], list[float]]], count: int, b
     return {name: statistics.median(values) * 1e6 for name, values in samples.items()}
 
 
+async def _nothing() -> None:
+    return None
+
+
 def start_http() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -138,6 +143,10 @@ def main(argv: list[str] | None = None) -> None:
                 interleaved({"local": lambda n: timed(lambda: local.run(arguments), n)}, options.calls)["local"],
                 "us",
             )
+            noop = interleaved({"hop": lambda n: timed(lambda: shared_loop().run(_nothing(), 10), n)}, options.calls)
+            figure(
+                "loop_round_trip_us", noop["hop"], "us", "a thread handing the MCP loop a coroutine that does nothing"
+            )
             for name in servers:
                 found = find_tool(tools, f"{name}__{options.tool}")
                 assert found is not None
@@ -147,7 +156,6 @@ def main(argv: list[str] | None = None) -> None:
                 medians = interleaved(measures(found, link, session, options.tool, arguments), options.calls)
                 figure(f"{name}_tool_run_us", medians["run"], "us", f"median of {options.calls}")
                 figure(f"{name}_on_loop_us", medians["loop"], "us")
-                figure(f"{name}_bridge_us", medians["run"] - medians["loop"], "us", "the thread hop")
                 figure(f"{name}_sdk_call_tool_us", medians["sdk"], "us", "the SDK's call_tool, output schema checked")
             listing = interleaved({"fresh": lambda n: timed(hub.fresh, n)}, max(50, options.calls // 20))["fresh"]
             figure("session_start_list_us", listing, "us", "both servers")
