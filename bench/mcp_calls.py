@@ -10,12 +10,12 @@ of 100 calls so that a change of the machine's load hits them alike:
 - ``*_sdk_call_tool_us``: the SDK's own ``ClientSession.call_tool`` on the loop, for comparison (it also checks a
   result's structured content against the tool's output schema, which the link skips).
 
-``local_tool_run_us`` is an in-process tool (no server) for scale, ``loop_round_trip_us`` the thread bridge alone (a
-thread hands the loop a coroutine that does nothing and waits for it: what ``run`` adds to ``on_loop``, measured
-without a server's noise), and ``session_start_list_us`` the median of a
-fresh listing of both servers, which every new session of an agent with MCP servers waits for. Calls are
-``echo`` with a short text (``--tool add`` for ``add``). The load average at the start and end says how busy the
-machine was. Prints one ``name: value unit`` line per figure. A plain script, not a test.
+``local_tool_run_us`` is an in-process tool (no server) for scale, ``loop_round_trip_us`` the thread bridge alone
+(a thread hands the loop a coroutine that does nothing and waits for it: what ``run`` adds to ``on_loop``, without
+a server's noise), and ``session_start_list_us`` the median of a fresh listing of both servers, which every new
+session of an agent with MCP servers waits for. Calls are ``echo`` with a short text (``--tool add`` for ``add``).
+The load average at the start and end says how busy the machine was. Prints one ``name: value unit`` line per
+figure. A plain script, not a test.
 """
 
 from __future__ import annotations
