@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
+import msgspec
 
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import home_option, reports_errors, resolve_home
 from hermes_actors.cluster.settings import require_cluster
 
-__all__ = ["cluster"]
+__all__ = ["TROUBLE", "cluster"]
+
+TROUBLE = 1
+"""The exit status of ``cluster status`` when it found trouble (the ``Error:`` line names it)."""
 
 
 @click.group()
@@ -18,19 +24,34 @@ def cluster() -> None:
 
 @cluster.command("status")
 @home_option
-@click.option("--dsn", default=None, help="The PostgreSQL store (default: cluster.postgres_dsn of config.yaml).")
+@click.option(
+    "--dsn",
+    envvar="HERMES_CLUSTER_DSN",
+    default=None,
+    help="The PostgreSQL store (default: $HERMES_CLUSTER_DSN, else cluster.postgres_dsn of config.yaml).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole status as JSON (every shard and role).")
 @reports_errors
-def cluster_status_command(home: str | None, dsn: str | None) -> None:
-    """Show the shard hosts, the shards each holds, the inbox lag per shard, the oldest pending message and the roles.
+def cluster_status_command(home: str | None, dsn: str | None, as_json: bool) -> None:
+    """Show the shard hosts (heartbeat, incarnation, shards, turns), the replicas, the shards no host holds, the
+    pending messages per shard and where the stuck ones are, and the roles. Exit 1 when there is trouble by
+    cluster.health (a message pending too long, a shard held by no host, a silent host), naming it.
 
     \b
-    Example:
-      hermesctl cluster status --dsn postgresql://hermes@db.internal/hermes
+    Examples:
+      hermesctl cluster status
+      hermesctl cluster status --dsn postgresql://hermes@db.internal/hermes --json | jq .stuck
     """
+    settings = home_settings(resolve_home(home)).cluster
+    expected = settings.hosts if dsn is None else ()  # the config's hosts are this cluster's only from its config
     if dsn is None:
-        dsn = require_cluster(home_settings(resolve_home(home)).cluster)
+        dsn = require_cluster(settings)
     from hermes_actors.cluster.status import cluster_status, status_text
     from hermes_actors.store.pg import PostgresStore
 
     with PostgresStore.open(dsn, pool_size=1, migrate_schema=False) as store:
-        click.echo(status_text(cluster_status(store)))
+        status = cluster_status(store, health=settings.health, expected_hosts=expected)
+    click.echo(msgspec.json.encode(status).decode() if as_json else status_text(status))
+    if status.trouble:
+        click.echo(f"Error: the cluster is in trouble: {'; '.join(status.trouble)}", err=True)
+        sys.exit(TROUBLE)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -31,7 +32,9 @@ import msgspec
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
 from hermes_actors.cluster.background import BackgroundWatch
+from hermes_actors.cluster.host_stats import HostStats, encode_stats, oldest_handed, turn_outcomes
 from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.outage import Outages
 from hermes_actors.cluster.shard_admin import ShardAdmin
 from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.cluster.turn_relay import EventRelay
@@ -126,8 +129,10 @@ class HostRuntime:
         }
         media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
         metrics = Metrics()
+        self._writer = PgWriter(self.store, observer=metrics.committed)
+        self.outages = Outages(_log, settings.name)
         self.runtime: Runtime = wire(
-            PgWriter(self.store, observer=metrics.committed),
+            self._writer,
             PgReaders(self.store),
             media,
             options,
@@ -143,6 +148,9 @@ class HostRuntime:
             ttl_s=settings.lease_ttl_s,
             grace_s=settings.grace_s,
             on_gained=self._gained,
+            incarnation=f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}",
+            stats=lambda: encode_stats(self.stats()),
+            outages=self.outages,
         )
         self.background = BackgroundWatch(
             self.store, self.runtime.services.agent, owner, on_ended=self._background_ended
@@ -155,7 +163,8 @@ class HostRuntime:
         self._recheck = False  # the next pull looks at every pending row again (a background process ended)
         self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
         self._lock = threading.Lock()
-        self._dispatched: dict[int, int] = {}  # inbox id -> shard, handed to the supervisor and still pending
+        # inbox id -> (shard, monotonic time), handed to the supervisor and still pending
+        self._dispatched: dict[int, tuple[int, float]] = {}
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn)
@@ -197,7 +206,7 @@ class HostRuntime:
     def _gained(self, shards: set[int]) -> None:
         """New terms: rows handed over under an earlier term of these shards are handed over again."""
         with self._lock:
-            for inbox_id in [i for i, s in self._dispatched.items() if s in shards]:
+            for inbox_id in [i for i, (s, _) in self._dispatched.items() if s in shards]:
                 del self._dispatched[inbox_id]
         self._wake.set()
 
@@ -217,12 +226,13 @@ class HostRuntime:
         while not self._stopped.is_set():
             try:
                 notified = self._listener.wait(1.0)
-            except Exception:
+            except Exception as exc:
                 if self._stopped.is_set():
                     return
-                _log.exception("%s: LISTEN failed; the periodic pull goes on", self.settings.name)
+                self.outages.failed("listening for new rows (the periodic pull goes on)", exc)
                 self._stopped.wait(1.0)
                 continue
+            self.outages.worked("listening for new rows (the periodic pull goes on)")
             if notified & set(self.fence.held()):
                 self._wake.set()
 
@@ -238,8 +248,10 @@ class HostRuntime:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
                 self.pull(recheck=recheck or not woken)
-            except Exception:
-                _log.exception("%s: pulling the inbox failed", self.settings.name)
+            except Exception as exc:
+                self.outages.failed("pulling the inbox", exc)
+            else:
+                self.outages.worked("pulling the inbox")
 
     def pull(self, *, recheck: bool = True) -> int:
         """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
@@ -277,7 +289,7 @@ class HostRuntime:
             with self._lock:
                 if row.id in self._dispatched:
                     continue
-                self._dispatched[row.id] = shard
+                self._dispatched[row.id] = (shard, time.monotonic())
             message = decode_inbound(row.payload)
             delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
             if row.platform in self.settings.relay_platforms:
@@ -306,7 +318,7 @@ class HostRuntime:
             self._waiting.discard(row.id)
             if row.id in self._dispatched:
                 return 0
-            self._dispatched[row.id] = shard_of(end.session_id, self.settings.shards)
+            self._dispatched[row.id] = (shard_of(end.session_id, self.settings.shards), time.monotonic())
         self.runtime.supervisor.tell(end)
         return 1
 
@@ -319,12 +331,6 @@ class HostRuntime:
         """A snapshot of this host."""
         with self._lock:
             dispatched = len(self._dispatched)
-        outcomes: dict[str, int] = {}
-        for family in self.runtime.metrics.turns.collect():
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    label = sample.labels["outcome"]
-                    outcomes[label] = outcomes.get(label, 0) + int(sample.value)
         sums: dict[str, float] = {}
         metrics = self.runtime.metrics
         for histogram in (metrics.turn_seconds, metrics.agent_seconds, metrics.commit_seconds, metrics.commit_batch):
@@ -338,10 +344,27 @@ class HostRuntime:
             shards=self.fence.held(),
             dispatched=dispatched,
             turns=self._turns,
-            outcomes=outcomes,
+            outcomes=turn_outcomes(metrics),
             pulls=self._pulls,
             rows_read=self._rows_read,
             sums=sums,
+        )
+
+    def stats(self) -> HostStats:
+        """What this host publishes with its heartbeat (:class:`~hermes_actors.cluster.host_stats.HostStats`)."""
+        with self._lock:
+            handed = dict(self._dispatched)
+        return HostStats(
+            pid=os.getpid(),
+            shards=len(self.fence.held()),
+            turns=turn_outcomes(self.runtime.metrics),
+            fence_refusals=self.fence.refusals,
+            shards_taken=self.keeper.taken,
+            shards_lost=self.keeper.lost + self.fence.expired,
+            unknown_commits=self._writer.unknown_commits,
+            handed_over=len(handed),
+            oldest_handed=oldest_handed(handed, time.monotonic()),
+            store_errors=self.outages.errors,
         )
 
     def stop(self, *, release: bool = True) -> None:

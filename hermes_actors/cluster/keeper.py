@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from hermes_actors.cluster.outage import Outages
 from hermes_actors.store.pg.shards import ShardFence, home_shards
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -33,7 +34,8 @@ def _next_choice(shard: int, candidates: set[str]) -> str | None:
 
 
 class ShardKeeper:
-    """Keeps ``fence``'s shards for the host ``fence.holder`` among ``hosts``; ``on_gained`` hears of new terms."""
+    """Keeps ``fence``'s shards for the host ``fence.holder`` among ``hosts``; ``on_gained`` hears of new terms.
+    Each heartbeat names the host's ``incarnation`` and carries what ``stats`` returns (``shard_hosts.stats``)."""
 
     def __init__(
         self,
@@ -44,6 +46,9 @@ class ShardKeeper:
         ttl_s: float,
         grace_s: float,
         on_gained: Callable[[set[int]], None] = lambda shards: None,
+        incarnation: str = "",
+        stats: Callable[[], bytes | None] = lambda: None,
+        outages: Outages | None = None,
     ) -> None:
         self._store = store
         self._fence = fence
@@ -51,6 +56,11 @@ class ShardKeeper:
         self._ttl = ttl_s
         self._grace = grace_s
         self._on_gained = on_gained
+        self._incarnation = incarnation
+        self._stats = stats
+        self._outages = outages or Outages(_log, fence.holder)
+        self.taken = 0  # terms taken since start
+        self.lost = 0  # terms found lost at renewal (those run out locally first: ShardFence.expired)
         self._home: dict[int, str] = {}
         for host in hosts:
             for shard in home_shards(host, hosts, fence.shards):
@@ -76,7 +86,7 @@ class ShardKeeper:
         asked = time.monotonic()
         if self.stall_renewals:
             return set()
-        shards.beat(self._holder)
+        shards.beat(self._holder, incarnation=self._incarnation, stats=self._stats())
         held = self._fence.held()
         renewed = shards.renew(self._holder, held, self._ttl)
         self._fence.grant(renewed, self._ttl, asked_at=asked)
@@ -84,6 +94,7 @@ class ShardKeeper:
         if lost:
             _log.warning("%s: lost shards %s (their terms ended)", self._holder, sorted(lost))
             self._fence.drop(lost)
+            self.lost += len(lost)
         live = {host for host, age in shards.hosts().items() if age < self._ttl}
         self._give_back(renewed, live)
         wanted = []
@@ -96,6 +107,7 @@ class ShardKeeper:
                 wanted.append(lease.shard)
         gained = shards.acquire(self._holder, wanted, self._ttl)
         if gained:
+            self.taken += len(gained)
             self._fence.grant(gained, self._ttl, asked_at=asked)
             _log.info("%s: took shards %s", self._holder, sorted(gained))
             self._on_gained(set(gained))
@@ -126,8 +138,10 @@ class ShardKeeper:
         while not self._stop.wait(self._ttl / 3):
             try:
                 self.tick()
-            except Exception:  # the database is away: the terms run out and the fence stops the turns
-                _log.exception("%s: shard heartbeat failed", self._holder)
+            except Exception as exc:  # the database is away: the terms run out and the fence stops the turns
+                self._outages.failed("the shard heartbeat", exc)
+            else:
+                self._outages.worked("the shard heartbeat")
 
     def stop(self, *, release: bool = True) -> None:
         """Stop ticking and (``release``) give every shard up at once, for the next holder."""

@@ -10,16 +10,32 @@ import msgspec
 
 from hermes_actors.errors import ConfigError
 
-__all__ = ["ClusterSettings", "require_cluster"]
+__all__ = ["ClusterHealth", "ClusterSettings", "require_cluster"]
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``cluster.health``: when the cluster is in trouble (``/health/cluster`` answers 503, ``hermesctl cluster
+    status`` exits 1): a message pending longer than ``stuck_after_s``, a shard no host has held for
+    ``unheld_after_s``, a host silent (no heartbeat) for ``host_silent_after_s``."""
+
+    stuck_after_s: float = 120.0
+    unheld_after_s: float = 30.0
+    host_silent_after_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("stuck_after_s", "unheld_after_s", "host_silent_after_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"cluster.health.{name}", "must be positive (seconds)")
 
 
 class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``postgres_dsn``: the store of every replica and host; ``ray_address``: the Ray cluster (``auto``: the one
     this machine belongs to); ``shards``: the fixed number of virtual shards (never change it on a running
     cluster: every session would move); ``hosts``: the shard hosts' names; ``lease_ttl_s``: a shard term;
-    ``grace_s``: how long a free shard waits for its home host before another host takes it."""
+    ``grace_s``: how long a free shard waits for its home host before another host takes it; ``health``: what
+    counts as trouble (:class:`ClusterHealth`)."""
 
     postgres_dsn: str | None = None
     ray_address: str = "auto"
@@ -29,6 +45,7 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     lease_ttl_s: float = 10.0
     grace_s: float = 5.0
     pull_interval_s: float = 2.0
+    health: ClusterHealth = msgspec.field(default_factory=ClusterHealth)
 
     def __post_init__(self) -> None:
         if not 1 <= self.shards <= 65536:

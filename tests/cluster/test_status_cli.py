@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_actors.cli.hermesctl import main
+from hermes_actors.cluster.host_stats import HostStats, encode_stats
 from hermes_actors.daemon.config_file import decode_settings
 from hermes_actors.errors import ConfigError
 from hermes_actors.store.pg import PostgresStore
@@ -25,28 +26,45 @@ def test_status_shows_hosts_their_shards_and_the_inbox_lag_per_shard(postgres_ds
                 shard, platform="t", account_id="", platform_message_id=f"m{n}", routing_key="k", payload=b""
             )
     result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path), "--dsn", postgres_dsn])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # shard 3 was never held: trouble
     lines = result.output.splitlines()
     assert lines[0] == "shards: 4, not held: 1"
     assert lines[1] == "  not held: 3"
+    assert lines[2] == "hosts:"
     assert lines[3].startswith("  h0: 2 shards, last heartbeat ")
     assert lines[4].startswith("  h1: 1 shards, last heartbeat ")
-    assert lines[5].startswith("inbox: 3 pending, the oldest ")
-    assert lines[6:] == ["  shard 1: 2 pending", "  shard 3: 1 pending"]
+    assert lines[5] == "replicas: none is running"
+    assert lines[6].startswith("inbox: 3 pending, the oldest ")
+    assert lines[7:] == [
+        "  shard 1: 2 pending",
+        "  shard 3: 1 pending",
+        "trouble:",
+        "  1 shards held by no host for over 30 s (3): cluster.health.unheld_after_s",
+        "Error: the cluster is in trouble: 1 shards held by no host for over 30 s (3): cluster.health.unheld_after_s",
+    ]
 
 
-def test_status_shows_the_replicas_roles(postgres_dsn: str, tmp_path: Path) -> None:
+def test_status_of_a_healthy_cluster_exits_0_with_its_hosts_incarnations_and_replicas(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
     with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
-        pg.roles.acquire("adapter:telegram:main", "replica-a", 30.0)
-        epoch = pg.roles.acquire("send:telegram", "replica-b", 30.0)
-        assert epoch is not None
-        pg.roles.release("send:telegram", "replica-b", epoch)
+        pg.shards.ensure(2)
+        pg.shards.acquire("h0", [0, 1], 30.0)
+        pg.shards.beat("h0", incarnation="m1:100:1")
+        pg.shards.beat("h0", incarnation="m1:200:2")  # Ray restarted it: a second incarnation
+        pg.shards.beat("h0", incarnation="m1:200:2", stats=encode_stats(HostStats(pid=200, shards=2, turns={"ok": 7})))
+        pg.replicas.beat("m1:300", fingerprint="abc123", settings="{}")
     result = CliRunner().invoke(main, ["cluster", "status", "--home", str(tmp_path), "--dsn", postgres_dsn])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    roles = lines.index("roles:")
-    assert lines[roles + 1].startswith("  adapter:telegram:main: replica-a (epoch 1, ")
-    assert lines[roles + 2 :] == ["  send:telegram: free"]
+    assert lines[0] == "shards: 2, not held: 0"
+    assert lines[1] == "hosts:"
+    assert lines[2].startswith("  h0: 2 shards, last heartbeat ")
+    assert ", m1:200:2 up 0 s (incarnation 2); turns: ok 7; handed over 0; fence refusals 0; " in lines[2]
+    assert lines[3] == "replicas:"
+    assert lines[4].startswith("  m1:300: last heartbeat ")
+    assert lines[4].endswith(", up 0 s, config abc123")
+    assert lines[5:] == ["inbox: nothing pending", "trouble: none"]
 
 
 def test_status_without_a_configured_store_names_the_setting(tmp_path: Path) -> None:

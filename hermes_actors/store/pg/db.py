@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
 
-__all__ = ["CommitUnknownError", "Database", "Params", "fault_of"]
+__all__ = ["CommitUnknownError", "Database", "Params", "fault_of", "store_error"]
 
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
@@ -116,8 +116,9 @@ class Database:
         return self._open.connection is not None
 
     @contextmanager
-    def transaction(self, *, savepoint: bool = True) -> Iterator[None]:
-        """Run the block in one transaction; nested, in a savepoint (``savepoint=False``: joined as it is)."""
+    def transaction(self, *, savepoint: bool = True, wait_s: float | None = None) -> Iterator[None]:
+        """Run the block in one transaction; nested, in a savepoint (``savepoint=False``: joined as it is).
+        ``wait_s`` bounds the wait for a pooled connection (``None``: the pool's own timeout)."""
         held = self._open.connection
         if held is not None:
             if not savepoint:
@@ -130,7 +131,7 @@ class Database:
                 self._open.locks = None  # a rolled-back savepoint released the row locks taken inside it
                 raise
             return
-        with self._lend(None) as connection:
+        with self._lend(wait_s) as connection:
             self._open.connection = connection
             self._open.locks = None
             self._open.xid = None

@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 import psycopg
 
-from hermes_actors.store.pg.db import Database
+from hermes_actors.store.pg.db import Database, store_error
 from hermes_actors.store.pg.queues import _INBOX_COLUMNS, _inbox_row
 from hermes_actors.store.records import InboxRow, InboxState
 
-__all__ = ["CHANNEL", "InboxListener", "ShardLag", "ShardQueue"]
+__all__ = ["CHANNEL", "InboxListener", "PendingRow", "ShardLag", "ShardQueue"]
 
 CHANNEL = "hermes_inbox"
 _PENDING = InboxState.PENDING.value
@@ -32,6 +32,15 @@ class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
     shard: int
     pending: int
     oldest_received_at: float
+
+
+class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A pending inbox row as the cluster's status shows it: id, shard, platform and receipt time (unix seconds)."""
+
+    inbox_id: int
+    shard: int | None
+    platform: str
+    received_at: float
 
 
 class ShardQueue:
@@ -132,6 +141,23 @@ class ShardQueue:
         completes the row)."""
         self._db.execute("UPDATE inbox SET payload = %s WHERE id = %s", (payload, inbox_id))
 
+    def oldest(self, *, limit: int) -> list[PendingRow]:
+        """The ``limit`` oldest pending rows (by id: the order they were taken in), oldest first."""
+        rows = self._db.execute(
+            "SELECT id, shard, platform, received_at FROM inbox WHERE state = %s ORDER BY id LIMIT %s",
+            (_PENDING, limit),
+        )
+        return [
+            PendingRow(inbox_id=int(i), shard=None if s is None else int(s), platform=str(p), received_at=float(t))
+            for i, s, p, t in rows
+        ]
+
+    def pending_before(self, received_at: float) -> int:
+        """How many rows received before ``received_at`` (unix seconds) are still pending."""
+        return int(
+            self._db.value("SELECT count(*) FROM inbox WHERE state = %s AND received_at < %s", (_PENDING, received_at))
+        )
+
     def lag(self) -> list[ShardLag]:
         """Every shard with pending rows: how many and since when, in shard order."""
         rows = self._db.execute(
@@ -159,14 +185,17 @@ class InboxListener:
 
     def wait(self, timeout_s: float) -> set[int]:
         """The shards notified within ``timeout_s`` (empty when none was); gathers what else is already queued.
-        Raises when the connection is lost (the next call connects again)."""
-        if self._connection.closed and not self._closed:
-            self._connection = self._connect()
+        A lost connection is a :class:`StoreError` (the next call connects again)."""
         shards: set[int] = set()
-        for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
-            shards.add(int(notify.payload))
-        for notify in self._connection.notifies(timeout=0.0):
-            shards.add(int(notify.payload))
+        try:
+            if self._connection.closed and not self._closed:
+                self._connection = self._connect()
+            for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
+                shards.add(int(notify.payload))
+            for notify in self._connection.notifies(timeout=0.0):
+                shards.add(int(notify.payload))
+        except psycopg.Error as exc:
+            raise store_error(exc, f"LISTEN {CHANNEL}") from exc
         return shards
 
     def close(self) -> None:

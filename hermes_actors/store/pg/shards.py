@@ -28,7 +28,7 @@ import msgspec
 from hermes_actors.errors import ShardLostError
 from hermes_actors.store.pg.db import Database
 
-__all__ = ["DEFAULT_SHARDS", "PgShards", "ShardFence", "ShardLease", "home_shards", "shard_of"]
+__all__ = ["DEFAULT_SHARDS", "HostBeat", "PgShards", "ShardFence", "ShardLease", "home_shards", "shard_of"]
 
 DEFAULT_SHARDS = 256
 _NOW = "(clock_timestamp() + make_interval(secs => %(skew)s))"
@@ -57,6 +57,19 @@ class ShardLease(msgspec.Struct, frozen=True, kw_only=True):
     holder: str | None
     epoch: int
     remaining_s: float
+
+
+class HostBeat(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``shard_hosts``: the host's last heartbeat, its incarnation (the process beating under the name),
+    for how long that incarnation has run, how many the name has had, and its numbers as of the beat (bytes the
+    cluster package encodes; ``None`` from a host that sent none)."""
+
+    holder: str
+    seen_s_ago: float
+    incarnation: str
+    up_s: float | None
+    incarnations: int
+    stats: bytes | None
 
 
 class PgShards:
@@ -153,21 +166,44 @@ class PgShards:
             )
         self._db.took(lock)
 
-    def beat(self, holder: str) -> None:
-        """Record that ``holder`` is alive now (by the database clock)."""
+    def beat(self, holder: str, *, incarnation: str = "", stats: bytes | None = None) -> None:
+        """Record that ``holder`` is alive now (by the database clock), as ``incarnation`` (a new one is counted
+        and its start recorded), with its numbers ``stats``."""
         self._db.execute(
-            f"INSERT INTO shard_hosts (holder, seen_at) VALUES (%(holder)s, {_NOW}) "
-            "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at",
-            {"holder": holder, "skew": self._skew()},
+            "INSERT INTO shard_hosts (holder, seen_at, incarnation, started_at, incarnations, stats) "
+            f"VALUES (%(holder)s, {_NOW}, %(incarnation)s, {_NOW}, 1, %(stats)s) "
+            "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at, stats = excluded.stats, "
+            "incarnation = excluded.incarnation, "
+            "started_at = CASE WHEN shard_hosts.incarnation = excluded.incarnation AND shard_hosts.started_at "
+            "IS NOT NULL THEN shard_hosts.started_at ELSE excluded.started_at END, "
+            "incarnations = shard_hosts.incarnations "
+            "+ CASE WHEN shard_hosts.incarnation = excluded.incarnation THEN 0 ELSE 1 END",
+            {"holder": holder, "incarnation": incarnation, "stats": stats, "skew": self._skew()},
         )
 
     def hosts(self) -> dict[str, float]:
         """Every host that ever beat, with the seconds since its last beat (by the database clock)."""
+        return {beat.holder: beat.seen_s_ago for beat in self.host_beats(stats=False)}
+
+    def host_beats(self, *, stats: bool = True) -> list[HostBeat]:
+        """Every host that ever beat, by name: its last beat, incarnation and (with ``stats``) its numbers."""
         rows = self._db.execute(
-            f"SELECT holder, extract(epoch FROM {_NOW} - seen_at)::double precision FROM shard_hosts ORDER BY holder",
+            f"SELECT holder, extract(epoch FROM {_NOW} - seen_at)::double precision, incarnation, "
+            f"extract(epoch FROM {_NOW} - started_at)::double precision, incarnations, "
+            f"{'stats' if stats else 'NULL'} FROM shard_hosts ORDER BY holder",
             {"skew": self._skew()},
         )
-        return {str(holder): float(age) for holder, age in rows}
+        return [
+            HostBeat(
+                holder=str(holder),
+                seen_s_ago=float(age),
+                incarnation=str(incarnation),
+                up_s=None if up is None else float(up),
+                incarnations=int(incarnations),
+                stats=None if blob is None else bytes(blob),
+            )
+            for holder, age, incarnation, up, incarnations, blob in rows
+        ]
 
     def leases(self) -> list[ShardLease]:
         """Every shard's row, in shard order."""
@@ -217,6 +253,8 @@ class ShardFence:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._held: dict[int, tuple[int, float]] = {}  # shard -> (epoch, local deadline)
+        self.refusals = 0  # commits refused: a term run out locally, or lost by the database's verdict
+        self.expired = 0  # terms whose local deadline passed before a renewal
 
     def grant(self, terms: Mapping[int, int], ttl_s: float, *, asked_at: float) -> None:
         """``terms`` (shard -> epoch) were granted or renewed by a statement sent at ``asked_at`` (monotonic)."""
@@ -237,6 +275,7 @@ class ShardFence:
             expired = [shard for shard, (_, deadline) in self._held.items() if deadline <= now]
             for shard in expired:
                 del self._held[shard]
+            self.expired += len(expired)
             return {shard: epoch for shard, (epoch, _) in self._held.items()}
 
     def owns(self, session_id: str) -> bool:
@@ -252,10 +291,15 @@ class ShardFence:
         shard = target if isinstance(target, int) else shard_of(target, self.shards)
         epoch = self.held().get(shard)
         if epoch is None:
+            self.refusals += 1
             of = f"shard {shard}" if isinstance(target, int) else f"shard {shard} of session {target}"
             raise ShardLostError(
                 f"{self.holder} does not hold {of} (or its term ran out locally); "
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
-        shards.check(shard, self.holder, epoch)
+        try:
+            shards.check(shard, self.holder, epoch)
+        except ShardLostError:
+            self.refusals += 1
+            raise
         return True

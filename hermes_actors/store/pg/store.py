@@ -29,6 +29,7 @@ from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.queues import PgInbox, PgOutbox
+from hermes_actors.store.pg.replicas import PgReplicas
 from hermes_actors.store.pg.reset_scan import ResetScan
 from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.roles import PgRoles
@@ -78,6 +79,7 @@ class PostgresStore(PgTranscriptRows):
         self.responses = PgResponses(database, clock)
         self.shards = PgShards(database, lease_skew)
         self.roles = PgRoles(database, lease_skew)
+        self.replicas = PgReplicas(database, lease_skew)
         self.shard_queue = ShardQueue(database, clock)
         self.outbox_claims = OutboxClaims(database, clock)
         self.reset_scan = ResetScan(database)
@@ -146,10 +148,13 @@ class PostgresStore(PgTranscriptRows):
         """The database's schema version (0: no tables of ours)."""
         return schema_version(self.database)
 
-    def check_writable(self) -> None:
-        """Raise :class:`StoreUnwritableError` unless the database takes a write now."""
+    def check_writable(self, *, timeout_s: float | None = None) -> None:
+        """Raise :class:`StoreUnwritableError` unless the database takes a write now (within ``timeout_s``, a
+        connection's wait and each statement's run counted apart; ``None``: the pool's and the server's own)."""
         try:
-            with self.database.transaction():
+            with self.database.transaction(wait_s=timeout_s):
+                if timeout_s is not None:
+                    self.database.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
                 self.database.execute("CREATE TEMPORARY TABLE hermes_probe (x integer) ON COMMIT DROP")
                 if self.database.value("SELECT pg_is_in_recovery()"):
                     raise StoreUnwritableError(f"{self.path} is a read-only standby; point hermes at the primary")
