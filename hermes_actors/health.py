@@ -14,6 +14,7 @@ from hermes_actors.messages import ToolServerHealth
 
 __all__ = [
     "AgentInfo",
+    "ClusterView",
     "ConnectionReporter",
     "DiskSpace",
     "Exposition",
@@ -69,18 +70,34 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     tool_servers: list[ToolServerHealth] = []  # its MCP servers (agent.mcp_servers): inform, never fail readiness
 
 
+class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
+    """The whole cluster as a cluster replica reads it from its store (``/health/cluster``): what is wrong by the
+    configured thresholds (``trouble``; empty: all is well) and the snapshot (hosts, replicas, shards no host holds,
+    pending messages and where the stuck ones are, roles) as JSON, the body of ``hermesctl cluster status --json``."""
+
+    trouble: list[str]
+    status: msgspec.Raw
+
+    @property
+    def ok(self) -> bool:
+        """Nothing is wrong."""
+        return not self.trouble
+
+
 class Readiness(msgspec.Struct, frozen=True, kw_only=True):
     """Whether the gateway can do its work: the store takes writes and every configured entry point is up.
 
     ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
     point (a disabled one does not count against readiness). ``disk`` and ``agent`` inform and never fail it (a
-    full disk shows as an unwritable store).
+    full disk shows as an unwritable store), and so does ``cluster`` (a cluster replica's view of the whole
+    cluster): trouble elsewhere in the cluster is no reason to stop sending this replica requests.
     """
 
     store: str | None
     platforms: list[PlatformHealth] = []
     disk: DiskSpace | None = None
     agent: AgentInfo | None = None
+    cluster: ClusterView | None = None
 
     @property
     def ready(self) -> bool:

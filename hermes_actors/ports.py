@@ -20,6 +20,7 @@ import msgspec
 from hermes_actors.errors import PlatformError
 from hermes_actors.health import (
     AgentInfo,
+    ClusterView,
     ConnectionReporter,
     DiskSpace,
     Exposition,
@@ -40,6 +41,7 @@ __all__ = [
     "Adapter",
     "AgentInfo",
     "Capabilities",
+    "ClusterView",
     "ConnectionReporter",
     "DiskSpace",
     "Exposition",

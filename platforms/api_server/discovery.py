@@ -42,6 +42,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/health", methods=("GET",), auth="none"),
     Endpoint(path="/health/ready", methods=("GET",), auth="none"),
     Endpoint(path="/health/detailed", methods=("GET",), auth="client"),
+    Endpoint(path="/health/cluster", methods=("GET",), auth="client"),
     Endpoint(path="/metrics", methods=("GET",), auth="client"),
     Endpoint(path="/api/sessions", methods=("GET", "POST"), auth="admin"),
     Endpoint(path="/api/sessions/{id}", methods=("GET", "PATCH", "DELETE"), auth="admin"),

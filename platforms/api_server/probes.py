@@ -3,7 +3,9 @@
 ``/health`` says the process serves and the store takes writes (a load balancer's liveness check); ``/health/ready``
 also needs every configured entry point up, and names what is not; ``/health/detailed`` adds one entry per readiness
 check (``checks``: the store writable, the free space of the store's disk, the agent's kind and model, each entry
-point) and the runtime's numbers;
+point) and the runtime's numbers, and in cluster mode the whole cluster (``cluster``);
+``/health/cluster`` (cluster mode) is that view alone: 503 when it names trouble (a message pending too long, a
+shard held by no host, a silent host), 404 outside cluster mode;
 ``/metrics`` is the Prometheus exposition. All of it comes through the :class:`~hermes_actors.ports.Inbox` port,
 read off the event loop. ``/metrics`` and ``/health/detailed`` need the bearer key when one is set (the adapter's
 authentication covers :data:`KEYED_PATHS`).
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KEYED_PATHS", "Probes"]
 
-KEYED_PATHS = frozenset({"/metrics", "/health/detailed"})
+KEYED_PATHS = frozenset({"/metrics", "/health/detailed", "/health/cluster"})
 """Paths outside ``/v1/`` that need the key when one is set: they show the runtime's insides."""
 
 _NOT_STARTED = "the API server is not started"
@@ -45,6 +47,7 @@ class Probes:
         app.router.add_get("/health", self.health)
         app.router.add_get("/health/ready", self.ready)
         app.router.add_get("/health/detailed", self.detailed)
+        app.router.add_get("/health/cluster", self.cluster)
         app.router.add_get("/metrics", self.metrics)
 
     async def health(self, request: web.Request) -> web.Response:
@@ -83,7 +86,22 @@ class Probes:
             "waiting": self._waiting(),
             "vitals": msgspec.to_builtins(vitals),
         }
+        if readiness.cluster is not None:
+            body["cluster"] = readiness.cluster
         return json_response(body, status=200 if readiness.ready else 503)
+
+    async def cluster(self, request: web.Request) -> web.Response:
+        """A cluster replica's view of the whole cluster; 503 when it names trouble, 404 outside cluster mode."""
+        attached = self._attached()
+        if attached is None:
+            return _not_started()
+        inbox, host = attached
+        readiness = await host.blocking(inbox.readiness)
+        if readiness.cluster is None:
+            return json_response({"status": "not_found", "reason": "not a cluster replica"}, status=404)
+        view = readiness.cluster
+        body = {"status": "ok" if view.ok else "trouble", "trouble": view.trouble, "cluster": view.status}
+        return json_response(body, status=200 if view.ok else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         """The Prometheus text exposition of the runtime's series."""
