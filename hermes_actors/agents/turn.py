@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import msgspec
 
 from hermes_actors.agents.tools import Tool
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, ClientTool, ToolResult
 from hermes_actors.ports import ToolStatus, TurnEvents
 from hermes_actors.store.records import MessageRecord, Role
 
@@ -16,7 +16,9 @@ __all__ = [
     "AgentError",
     "AgentMessage",
     "AgentReply",
+    "ClientTool",
     "Memory",
+    "ToolResult",
     "ToolStatus",
     "TurnEvents",
     "TurnInput",
@@ -52,6 +54,12 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
 
     ``input_tokens`` and ``output_tokens`` are the model's ``usage`` summed over the turn's calls; when a call
     reported none, its share is estimated (four characters a token) and ``tokens_estimated`` says so.
+
+    ``client_calls`` ends a turn with calls of the client's own tools (:attr:`TurnInput.client_tools`) for the
+    client to run: a JSON array in the shape of :attr:`AgentMessage.tool_calls`, of calls the reply's last assistant
+    message also carries (followed only by the results of the gateway's own calls of that message); ``text`` is then
+    that message's content (``""`` without). The client's next message brings their results
+    (:attr:`TurnInput.tool_results`).
     """
 
     messages: tuple[AgentMessage, ...]
@@ -59,6 +67,7 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int = 0
     output_tokens: int = 0
     tokens_estimated: bool = False
+    client_calls: str | None = None
 
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,12 +88,19 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: str | None = None
     memories: Sequence[str] = ()  # added to the system message by the agent (sessions fold them in at start)
     history_tokens: int = 0  # estimated tokens of ``history`` (four characters a token)
-    tools: Sequence[Tool] = ()  # what the agent may call this turn (sessions offer session_search)
+    tools: Sequence[Tool] = ()  # what the agent may call this turn (session_search, then the agent's MCP tools)
     # The files of this turn's messages (hermes_actors.media): ``user_text`` already holds their text stand-ins;
     # an agent that takes some natively (images, for a vision model) sends them with this turn only.
     attachments: Sequence[Attachment] = ()
     # Where the agent reports the turn as it happens (streamed text, tool calls), when a client watches it.
     events: TurnEvents | None = None
+    # An API client's own tools, offered after ``tools`` for this turn only: the agent never runs them, a call of
+    # one ends the turn (``AgentReply.client_calls``). The client sends them with each request, so they are not
+    # frozen with the session; a client that sends the same list keeps the prompt's bytes the same.
+    client_tools: Sequence[ClientTool] = ()
+    # The results of the client tool calls the previous turn ended with: this turn continues from them instead of a
+    # user message (``user_text`` is empty unless a user message came too). The runtime stores them as tool messages.
+    tool_results: Sequence[ToolResult] = ()
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):

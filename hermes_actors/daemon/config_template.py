@@ -45,7 +45,9 @@ agent:
   #                                  # prompt.md, relative to this directory; not both). Frozen per session.
   # factory: null                    # your own agent instead: package.module:callable, or the name of an entry
   #                                  # point of the hermes_actors.agents group (not with base_url)
-  # options: {{}}                      # the factory's own settings, passed through as they are
+  # options: {{}}                    # the factory's own settings, passed through as they are
+  # mcp_servers: {{}}                # MCP servers whose tools every session offers: name: {{command: [argv...]}}
+  #                                  # or {{url: ..., headers_env: {{Header: ENV_VAR}}}} (README: MCP tools)
 
 # Several agents behind one gateway. The agent: section above is the agent named "default"; each entry of agents
 # takes the same keys. The bindings choose the agent of a new session by platform, account, chat_type (dm, group,
