@@ -6,12 +6,16 @@ the order they were committed, and as many chats at once as there are workers, s
 paced by the platform's rate limit holds up only itself. Senders are therefore called from several threads at
 once, never twice at once for one chat.
 
-On its worker, right before its send, each reply's attempt is counted in the store (and waited for); right after
-the send returns it is marked sent (submitted, not waited for). After a crash a row with attempts but no
-``sent_at`` is the one whose outcome is unknown: it is sent once more with ``possible_duplicate`` set (unless the
-adapter says sends are idempotent), and every reply marked sent stays sent. The count only serves that flag, so
-an adapter whose sends are idempotent (a waiting HTTP request, say) gets its reply even when the store cannot count
-the attempt (a full disk): it is not held until the store writes again. A failed send is retried with
+Each attempt is counted in the store before its send begins. A turn's reply is committed with its first attempt
+counted ahead (``SendReply.counted``), in the turn's own transaction, so its first send goes at once; any other
+send (a retry, a reply found unsent at start) counts its attempt on its worker first and waits for that commit.
+Right after a send returns, the reply's mark joins the platform's :class:`~hermes_actors.runtime.sent_marks.SentMarks`
+(written with the marks of every reply sent meanwhile, never waited for). After a crash a row with attempts but no
+``sent_at`` is one whose outcome is unknown: it is sent once more with ``possible_duplicate`` set (unless the
+adapter says sends are idempotent), and every reply marked sent stays sent; a stopping actor takes back the counts
+ahead of the replies it never began to send, so the next start sends those unflagged. The count only serves that
+flag, so an adapter whose sends are idempotent (a waiting HTTP request, say) gets its reply even when the store
+cannot count the attempt (a full disk): it is not held until the store writes again. A failed send is retried with
 exponential backoff or after the platform's ``retry_after``; later replies to the chat wait behind it, other
 chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
 something other than :class:`~hermes_actors.ports.SendError` is logged and treated as a failure of unknown outcome.
@@ -22,7 +26,6 @@ it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -34,10 +37,11 @@ import msgspec
 import pykka
 
 from hermes_actors.messages import OutboundMessage
-from hermes_actors.ports import ReplySender, SendError
+from hermes_actors.ports import ReplySender
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.lanes import Gauge, LaneWorkers
 from hermes_actors.runtime.metrics import Metrics
+from hermes_actors.runtime.outbox_attempt import Attempt
 from hermes_actors.runtime.protocol import (
     ChatKey,
     HandOver,
@@ -49,6 +53,7 @@ from hermes_actors.runtime.protocol import (
     SendReply,
     StopOutbox,
 )
+from hermes_actors.runtime.sent_marks import SentMarks
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 if TYPE_CHECKING:
@@ -59,7 +64,6 @@ __all__ = ["LANES_PER_PLATFORM", "RELEASE_TIMEOUT_S", "OutboxActor", "tick_outbo
 _log = logging.getLogger(__name__)
 
 LANES_PER_PLATFORM = 16  # sends in progress at once per platform: chats beyond that wait for a free worker
-ATTEMPT_TIMEOUT_S = 10.0  # counting an attempt waits this long for the writer; then the send is retried later
 RELEASE_TIMEOUT_S = 5.0  # how long replace() waits for the old actor to hand over what it holds
 
 WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
@@ -97,6 +101,7 @@ class OutboxActor(RuntimeActor):
         self.gauge = gauge if gauge is not None else Gauge()
         self._sender = sender
         self._writer = writer
+        self._marks = SentMarks(writer, sender.platform)
         self._workers = LaneWorkers(f"outbox-{sender.platform}", lanes)
         self._held = held
         self._retry_base = retry_base_s
@@ -145,6 +150,7 @@ class OutboxActor(RuntimeActor):
                 self._take_over(message.items)
             case StopOutbox():
                 self._stopping = message.done
+                self._uncount_ahead()
             case ReleaseOutbox():
                 heads = [lane[0] for key, lane in self._chats.items() if key in self._busy]
                 self._suspect.update(item.outbox_id for item in heads)  # counted, outcome unknown
@@ -162,6 +168,8 @@ class OutboxActor(RuntimeActor):
     def _queue(self, item: SendReply) -> None:
         key = (item.message.account_id, item.message.chat_id, item.message.thread_id)
         self._chats.setdefault(key, deque()).append(item)
+        if self._stopping is not None:
+            self._uncount_ahead()
         if key in self._retry_at:
             self.gauge.add(-1)  # it waits for the chat's retry, which counts it again
         else:
@@ -177,7 +185,10 @@ class OutboxActor(RuntimeActor):
         while not self._held and self._ready and len(self._busy) < self._workers.size:
             key = self._ready.popleft()
             self._waiting.discard(key)
-            item = self._chats[key][0]
+            lane = self._chats[key]
+            item = lane[0]
+            if item.counted:  # this send uses the count made ahead; a later one counts its own
+                lane[0] = msgspec.structs.replace(item, counted=False)
             message = msgspec.structs.replace(item.message, outbox_id=item.outbox_id)
             suspect = item.suspect or item.outbox_id in self._suspect
             if suspect and not self._sender.idempotent_sends and not message.possible_duplicate:
@@ -185,7 +196,18 @@ class OutboxActor(RuntimeActor):
                 message = msgspec.structs.replace(message, possible_duplicate=True)
             self._busy.add(key)
             try:
-                self._workers.run(_Attempt(self, key, item.outbox_id, message))
+                self._workers.run(
+                    Attempt(
+                        self.actor_ref,
+                        self._sender,
+                        self._writer,
+                        self._marks,
+                        key,
+                        item.outbox_id,
+                        message,
+                        count=not item.counted,
+                    )
+                )
             except RuntimeError:
                 self._busy.discard(key)
                 raise
@@ -262,6 +284,18 @@ class OutboxActor(RuntimeActor):
 
     # -- hand-over and stop --------------------------------------------------------------------------------------
 
+    def _uncount_ahead(self) -> None:
+        """Stopping, nothing more is sent here: take back the counts ahead of the replies held, none of which
+        began its send (one handed over is counted again by the actor that sends it)."""
+        ids: list[int] = []
+        for lane in self._chats.values():
+            for n, item in enumerate(lane):
+                if item.counted:
+                    lane[n] = msgspec.structs.replace(item, counted=False)
+                    ids.append(item.outbox_id)
+        if ids:
+            self._submit(lambda store: store.outbox.uncount_attempts(ids))
+
     def _take_over(self, items: list[SendReply]) -> None:
         """Put the replies of the actor this one replaces before the ones delivered here since."""
         later = self._chats
@@ -303,73 +337,6 @@ class OutboxActor(RuntimeActor):
                 self._on_result(message, error)
             except Exception:
                 _log.exception("outbox %s: the delivery report failed", message.platform)
-
-
-class _Attempt:
-    """One send on a lane worker: count the attempt, send, mark sent at once, tell the actor what happened."""
-
-    __slots__ = ("_actor", "_key", "_message", "_outbox_id", "_sender", "_writer")
-
-    def __init__(self, outbox: OutboxActor, key: ChatKey, outbox_id: int, message: OutboundMessage) -> None:
-        self._actor = outbox.actor_ref
-        self._sender = outbox._sender
-        self._writer = outbox._writer
-        self._key = key
-        self._outbox_id = outbox_id
-        self._message = message
-
-    def __call__(self) -> None:
-        self._tell(self._attempt())
-
-    def _attempt(self) -> ReplySent | ReplyFailed:
-        outbox_id, message = self._outbox_id, self._message
-        try:
-            self._writer.call(lambda store: store.outbox.begin_attempt(outbox_id), timeout=ATTEMPT_TIMEOUT_S)
-        except Exception as exc:  # a writer timeout, a full disk or a closed store
-            if not self._sender.idempotent_sends:  # the count is what flags a resend after a crash: not sent
-                return self._failure(f"its attempt could not be counted ({exc!r}), so it was not sent")
-            _log.warning(
-                "outbox %s: reply %d's attempt could not be counted (%s); sent anyway, as a repeated send of it is "
-                "harmless",
-                message.platform,
-                outbox_id,
-                exc,
-            )
-        try:
-            platform_id = self._sender.send(message)
-        except SendError as exc:
-            return self._failure(
-                str(exc), retry_after_s=exc.retry_after_s, unknown=exc.outcome_unknown, permanent=exc.permanent
-            )
-        except Exception as exc:
-            _log.exception("outbox %s: the sender failed on reply %d", message.platform, outbox_id)
-            return self._failure(f"the sender failed: {exc!r}", unknown=True)
-        try:
-            self._writer.submit(lambda store: store.outbox.mark_sent(outbox_id, platform_id))
-        except WriterClosedError:
-            _log.warning(
-                "outbox %s: reply %d was sent after the store closed; the next start sends it again, flagged",
-                message.platform,
-                outbox_id,
-            )
-        return ReplySent(key=self._key, outbox_id=outbox_id, message=message)
-
-    def _failure(
-        self, error: str, *, retry_after_s: float | None = None, unknown: bool = False, permanent: bool = False
-    ) -> ReplyFailed:
-        return ReplyFailed(
-            key=self._key,
-            outbox_id=self._outbox_id,
-            message=self._message,
-            error=error,
-            retry_after_s=retry_after_s,
-            unknown=unknown,
-            permanent=permanent,
-        )
-
-    def _tell(self, outcome: ReplySent | ReplyFailed) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):  # stopped meanwhile: the store has what matters
-            self._actor.tell(outcome)
 
 
 def tick_outbox(actor: pykka.ActorRef[Any], gauge: Gauge) -> None:

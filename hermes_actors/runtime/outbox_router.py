@@ -78,6 +78,11 @@ class OutboxRouter:
         """Return whether replies can be sent to ``platform``."""
         return platform in self._actors
 
+    def counts_ahead(self, platform: str) -> bool:
+        """Whether this process sends ``platform``'s replies as they are delivered, so a turn commits its reply with
+        the first attempt counted (its send then waits for no other commit)."""
+        return platform in self._actors and not self._sent_elsewhere
+
     def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
         """Open a thread for a handoff; ``None`` when the platform has no threads. Raises ``SendError``."""
         sender = self._senders.get(platform)
@@ -85,14 +90,16 @@ class OutboxRouter:
             return None
         return sender.create_thread(chat_id, title, account_id=account_id)
 
-    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Queue a committed reply; a platform without an adapter keeps it in the store until one is registered.
-        Inside :meth:`held` on this thread, it waits for the block to end."""
-        waiting: list[tuple[int, OutboundMessage]] | None = getattr(self._held, "replies", None)
+    def deliver(self, outbox_id: int, message: OutboundMessage, *, counted: bool = False) -> None:
+        """Queue a committed reply (``counted``: committed with its first attempt counted ahead); a platform without
+        an adapter keeps it in the store until one is registered. Inside :meth:`held` on this thread, it waits for
+        the block to end."""
+        item = SendReply(outbox_id=outbox_id, message=message, counted=counted)
+        waiting: list[SendReply] | None = getattr(self._held, "replies", None)
         if waiting is not None:
-            waiting.append((outbox_id, message))
+            waiting.append(item)
             return
-        if not self._tell(SendReply(outbox_id=outbox_id, message=message)) and not self._sent_elsewhere:
+        if not self._tell(item) and not self._sent_elsewhere:
             _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
 
     @contextlib.contextmanager
@@ -111,8 +118,8 @@ class OutboxRouter:
             yield
         finally:
             replies, self._held.replies = self._held.replies, None
-            for outbox_id, message in replies:
-                self.deliver(outbox_id, message)
+            for item in replies:
+                self.deliver(item.outbox_id, item.message, counted=item.counted)
 
     def redeliver(self, rows: list[OutboxRow]) -> int:
         """Queue unsent rows found at start (in id order); return how many went to an actor."""

@@ -215,11 +215,13 @@ ChatKey = tuple[str, str | None, str | None]
 
 
 class SendReply(msgspec.Struct, frozen=True, kw_only=True):
-    """Router → outbox: send a committed reply; ``suspect``: an earlier attempt may have reached the platform."""
+    """Router → outbox: send a committed reply; ``suspect``: an earlier attempt may have reached the platform;
+    ``counted``: its row was committed with its next attempt counted ahead (that send counts nothing)."""
 
     outbox_id: int
     message: OutboundMessage
     suspect: bool = False
+    counted: bool = False
 
 
 class RetryDue(msgspec.Struct, frozen=True, kw_only=True):

@@ -138,12 +138,17 @@ class HandoffReplies:
 class OutboxSink(Protocol):
     """Where committed replies go for delivery."""
 
-    def deliver(self, outbox_id: int, message: OutboundMessage) -> None:
-        """Deliver the reply committed as row ``outbox_id``."""
+    def deliver(self, outbox_id: int, message: OutboundMessage, *, counted: bool = False) -> None:
+        """Deliver the reply committed as row ``outbox_id`` (``counted``: with its first attempt counted ahead)."""
         ...
 
     def enabled(self, platform: str) -> bool:
         """Return whether replies can be sent to ``platform``."""
+        ...
+
+    def counts_ahead(self, platform: str) -> bool:
+        """Whether a reply to ``platform`` should be committed with its first attempt counted (:func:`queue_reply`
+        with ``counted=True``, then :meth:`deliver` with it): this process sends it as soon as it is delivered."""
         ...
 
     def create_thread(self, platform: str, chat_id: str, title: str, *, account_id: str = "") -> str | None:
@@ -276,10 +281,11 @@ def reply_for(
     )
 
 
-def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False) -> int:
+def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False, counted: bool = False) -> int:
     """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id.
 
-    ``session_exists`` skips the lookup when the caller has just written to the session.
+    ``session_exists`` skips the lookup when the caller has just written to the session; ``counted`` counts its first
+    send attempt ahead, in the same transaction (deliver it with ``counted=True``: the outbox sends it at once).
     """
     session_id = outbound.session_id
     if session_id is not None and not session_exists and store.find_session(session_id) is None:
@@ -291,4 +297,5 @@ def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool
         chat_id=outbound.chat_id,
         thread_id=outbound.thread_id,
         payload=encode(outbound),
+        attempts=1 if counted else 0,
     )

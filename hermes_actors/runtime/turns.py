@@ -325,8 +325,8 @@ class SessionTurns:
             if reply_text is not None
             else None
         )
-        if outbound is not None:
-            outbound = marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
+        outbound = outbound and marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
+        ahead = outbound is not None and self._services.outbox.counts_ahead(outbound.platform)
 
         def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
             self.fence(store)
@@ -340,7 +340,7 @@ class SessionTurns:
                 store.freeze_prefix(self.session_id, system_prompt=self._prefix.system_prompt, tools=self._prefix.tools)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, ids, now)
-            return (queue_reply(store, outbound, session_exists=True) if outbound is not None else None), ids, created
+            return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
 
         outbox_id, ids, created = self._writer.call(commit)
         self._prefix_unsaved = False
@@ -348,7 +348,7 @@ class SessionTurns:
             self._adopt(created)
         self._history.extend(appended(self.session_id, ids, new, now))
         if outbound is not None and outbox_id is not None:
-            self._services.outbox.deliver(outbox_id, outbound)
+            self._services.outbox.deliver(outbox_id, outbound, counted=ahead)
         self._auto_title.after_exchange(  # after the reply has left: a title never delays it
             self._record,
             self._history,

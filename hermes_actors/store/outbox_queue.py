@@ -44,13 +44,15 @@ class Outbox(Table):
         chat_id: str | None,
         thread_id: str | None,
         payload: bytes,
+        attempts: int = 0,
     ) -> int:
-        """Queue a reply; return its row id."""
+        """Queue a reply; return its row id. ``attempts=1`` counts its first send ahead, in the caller's
+        transaction: the outbox that makes that send need not count it (see :meth:`uncount_attempts`)."""
         with Transaction(self._db, savepoint=False):
             self._db.execute(
-                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock()),
+                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, "
+                "attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock(), attempts),
             )
             return self._db.last_insert_rowid()
 
@@ -77,13 +79,24 @@ class Outbox(Table):
     def begin_attempt(self, outbox_id: int) -> int:
         """Count a send attempt before it is made; return the attempt number (1 for the first)."""
         with Transaction(self._db, savepoint=False):
-            self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", (outbox_id,))
-            return int(self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (outbox_id,)).get or 0)
+            found = self._db.execute(
+                "UPDATE outbox SET attempts = attempts + 1 WHERE id = ? RETURNING attempts", (outbox_id,)
+            )
+            return int(found.get or 0)
 
     def begin_attempts(self, outbox_ids: list[int]) -> None:
         """Count a send attempt of each row, before the sends are made (one write for a batch)."""
         with Transaction(self._db, savepoint=False):
             self._db.executemany("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in outbox_ids])
+
+    def uncount_attempts(self, outbox_ids: list[int]) -> None:
+        """Take back the attempt counted ahead (:meth:`add` with ``attempts=1``) of each unsent row whose send never
+        began, so a later start does not flag it as a possible duplicate."""
+        with Transaction(self._db, savepoint=False):
+            self._db.executemany(
+                "UPDATE outbox SET attempts = attempts - 1 WHERE id = ? AND attempts > 0 AND sent_at IS NULL",
+                [(i,) for i in outbox_ids],
+            )
 
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
         """Record delivery."""

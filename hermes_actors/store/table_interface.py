@@ -109,8 +109,9 @@ class OutboxQueue(Protocol):
         chat_id: str | None,
         thread_id: str | None,
         payload: bytes,
+        attempts: int = 0,
     ) -> int:
-        """Queue a reply; its row id."""
+        """Queue a reply; its row id. ``attempts=1`` counts its first send ahead, in the caller's transaction."""
         ...
 
     def backlog(self) -> int:
@@ -132,6 +133,10 @@ class OutboxQueue(Protocol):
 
     def begin_attempts(self, outbox_ids: list[int]) -> None:
         """Count a send attempt of each row."""
+        ...
+
+    def uncount_attempts(self, outbox_ids: list[int]) -> None:
+        """Take back the attempt counted ahead of each unsent row whose send never began."""
         ...
 
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:

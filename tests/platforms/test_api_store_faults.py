@@ -17,6 +17,7 @@ import apsw
 import pytest
 
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.store import Store
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.outbox_queue import Outbox
@@ -82,6 +83,12 @@ def refuse_attempts(monkeypatch: pytest.MonkeyPatch, refusal: Refusal) -> None:
         return begin(self, outbox_id)
 
     monkeypatch.setattr(Outbox, "begin_attempt", failing)
+
+
+def count_no_attempt_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commit every reply without its first attempt counted ahead (as a command's answer is), so its send counts
+    one first."""
+    monkeypatch.setattr(OutboxRouter, "counts_ahead", lambda self, platform: False)
 
 
 def refuse_replies(monkeypatch: pytest.MonkeyPatch, refusal: Refusal, text: str) -> None:
@@ -235,6 +242,7 @@ def test_a_committed_reply_whose_send_cannot_be_counted_still_answers_its_reques
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refusal = Refusal(full)
+    count_no_attempt_ahead(monkeypatch)  # a turn's reply has its first attempt counted in the turn's commit
     refuse_attempts(monkeypatch, refusal)
     refusal.armed.set()
     status, body, took = post(running, MARK, "outbox")

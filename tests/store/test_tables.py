@@ -62,6 +62,28 @@ def test_outbox_rows_are_unsent_until_sent_or_abandoned(store: StoreInterface) -
     assert store.outbox.unsent("signal") == []
 
 
+def test_an_outbox_row_committed_with_its_attempt_counted_ahead_can_have_that_count_taken_back(
+    store: StoreInterface,
+) -> None:
+    def add(attempts: int) -> int:
+        return store.outbox.add(
+            session_id=None,
+            platform="telegram",
+            account_id="",
+            chat_id="c",
+            thread_id=None,
+            payload=b"x",
+            attempts=attempts,
+        )
+
+    ahead, plain, sent = add(1), add(0), add(1)
+    store.outbox.mark_sent(sent, "p1")
+    assert [(row.id, row.attempts) for row in store.outbox.unsent()] == [(ahead, 1), (plain, 0)]
+    store.outbox.uncount_attempts([ahead, plain, sent])  # a row never counted, or sent, keeps its count
+    assert [(row.id, row.attempts) for row in store.outbox.unsent()] == [(ahead, 0), (plain, 0)]
+    assert store.outbox.begin_attempt(ahead) == 1
+
+
 def test_a_lease_fences_a_turn_after_another_owner_took_it(store: StoreInterface, clock: FakeClock) -> None:
     store.create_session("telegram", session_id="s1")
     epoch = store.leases.grant("s1", "a", 10)

@@ -174,15 +174,17 @@ class PgOutbox(PgTable):
         chat_id: str | None,
         thread_id: str | None,
         payload: bytes,
+        attempts: int = 0,
     ) -> int:
-        """Queue a reply; its row id. Its commit also sends ``NOTIFY hermes_outbox`` with the platform, so whoever
-        delivers that platform's replies (a cluster dispatcher, an API replica's waiting requests) looks at once."""
+        """Queue a reply; its row id (``attempts=1``: its first send counted ahead). Its commit also sends ``NOTIFY
+        hermes_outbox`` with the platform, so whoever delivers that platform's replies (a cluster dispatcher, an API
+        replica's waiting requests) looks at once."""
         return int(
             self._db.value(
                 "WITH added AS (INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, "
-                "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id) "
+                "created_at, attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id) "
                 "SELECT id FROM added, pg_notify('hermes_outbox', %s)",
-                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock(), platform),
+                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock(), attempts, platform),
             )
         )
 
@@ -213,6 +215,14 @@ class PgOutbox(PgTable):
         """Count a send attempt of each row."""
         if outbox_ids:
             self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id = ANY(%s)", (list(outbox_ids),))
+
+    def uncount_attempts(self, outbox_ids: list[int]) -> None:
+        """Take back the attempt counted ahead of each unsent row whose send never began."""
+        if outbox_ids:
+            self._db.execute(
+                "UPDATE outbox SET attempts = attempts - 1 WHERE id = ANY(%s) AND attempts > 0 AND sent_at IS NULL",
+                (list(outbox_ids),),
+            )
 
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
         """Record delivery."""
