@@ -116,6 +116,7 @@ def test_a_shard_host_builds_the_same_roster_from_a_picklable_factory() -> None:
             "agents.support.model: is required with agents.support.base_url",
         ),
         ("agents:\n  support:\n    modle: m\n", "agents.support.modle: unknown field"),
+        ("agents:\n  support:\n    mcp_servers:\n      files: {}\n", "agents.support.mcp_servers.files: needs either"),
         (
             "agents:\n  support:\n    system_prompt: a\n    system_prompt_file: b.md\n",
             "agents.support.system_prompt_file: cannot be set together with agents.support.system_prompt",
