@@ -13,10 +13,10 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -41,6 +41,20 @@ if TYPE_CHECKING:
 __all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "NO_RETRY", "ApiService", "failure_error", "require_json"]
 
 _log = logging.getLogger(__name__)
+_STOPPING_READ_S = 0.3  # each store read of a request answered because the server stops
+
+R = TypeVar("R")
+
+
+async def _within(read: Coroutine[Any, Any, R | None], bound: float | None) -> R | None:
+    """``await read``, or ``None`` when it takes longer than ``bound`` seconds (no bound: ``None``)."""
+    if bound is None:
+        return await read
+    try:
+        return await asyncio.wait_for(read, bound)
+    except TimeoutError:
+        return None
+
 
 KEEP_ALIVE = b": keepalive\n\n"
 DISCONNECT_POLL_S = 1.0  # how often a wait looks whether its client is still connected
@@ -288,8 +302,13 @@ class ApiService:
         """The error for a request that stops waiting. It says what the store knows: a turn that is still to
         come or running goes on (its answer, if it gives one, is stored), one that ended without reaching this
         request is said to have ended."""
-        stored = await self._stored(call)
-        session_id = (stored.session_id if stored is not None else None) or await self.session_hint(turn.routing_key)
+        # Stopping, the server's thread has a bounded time to answer every waiting request: the store reads are
+        # bounded too, and one that does not come in time leaves the answer without what it would have said.
+        bound = None if timeout else _STOPPING_READ_S
+        stored = await _within(self._stored(call), bound)
+        session_id = (stored.session_id if stored is not None else None) or await _within(
+            self.session_hint(turn.routing_key), bound
+        )
         where = f"session {session_id}" if session_id else "its session"
         then = f"; send {SESSION_HEADER}: {session_id} to continue it" if session_id else ""
         headers = {SESSION_HEADER: session_id} if session_id else {}
