@@ -8,6 +8,7 @@ value, so rows written when these fields were bare strings decode unchanged, and
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -16,6 +17,7 @@ from hermes_actors.routing import SessionSource
 __all__ = [
     "Attachment",
     "AttachmentKind",
+    "ClientTool",
     "ContextMessage",
     "Conversation",
     "InboundMessage",
@@ -23,6 +25,7 @@ __all__ = [
     "OutboundMessage",
     "ResponseRecord",
     "TokenUsage",
+    "ToolResult",
     "ToolServerHealth",
     "ToolServerState",
     "decode_inbound",
@@ -69,11 +72,31 @@ class Attachment(msgspec.Struct, frozen=True, kw_only=True):
     description: str | None = None
 
 
-class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message of a conversation a client sent whole (``role`` is ``user`` or ``assistant``)."""
+class ContextMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One message of a conversation a client sent whole (``role`` is ``user``, ``assistant`` or ``tool``): an
+    assistant message may carry ``tool_calls`` (a JSON array, OpenAI's shape) and a tool message answers the call
+    ``tool_call_id``."""
 
     role: str
     content: str
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
+
+
+class ClientTool(msgspec.Struct, frozen=True, kw_only=True):
+    """A function tool an API client offers with its request (OpenAI's ``tools``): the model may call it, and a call
+    ends the turn with the call for the client to run. ``parameters`` is its JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The result a client sends for a call of one of its tools (``call_id``) that ended the previous turn."""
+
+    call_id: str
+    output: str
 
 
 class Conversation(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +128,9 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``fingerprint`` is a hash of the request that made the message (an idempotent retry with another body is told
     apart by it). ``agent`` names the configured agent the message asks for (the API's ``model``): a session it
     starts is answered by that agent instead of the one the bindings choose; a session that exists keeps its own.
+    ``client_tools`` are an API client's own tools, offered to the model for this turn beside the session's;
+    ``tool_results`` make the message the results of the client tool calls the previous turn ended with (its
+    ``text`` is then empty): they are stored as tool messages and the model continues from them.
     They are left out of the encoding when unset, so rows stay as they were.
     """
 
@@ -116,6 +142,8 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     context: Conversation | msgspec.UnsetType = msgspec.UNSET
     fingerprint: str | msgspec.UnsetType = msgspec.UNSET
     agent: str | msgspec.UnsetType = msgspec.UNSET
+    client_tools: tuple[ClientTool, ...] | msgspec.UnsetType = msgspec.UNSET
+    tool_results: tuple[ToolResult, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,8 +156,9 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``outbox_id`` is set by the outbox when it hands the reply to a sender: the same on every attempt, different
     for every reply, so a platform's idempotency key can include it. ``error`` marks a notice that the message
     could not be handled (:class:`OutboundError`); request/response entry points answer it as an error, not as the
-    agent's reply. ``usage`` is the model's tokens for the turn the reply ends (left out of the encoding when
-    unset).
+    agent's reply. ``usage`` is the model's tokens for the turn the reply ends; ``tool_calls`` (a JSON array,
+    OpenAI's shape) are the calls of the client's own tools the turn ended with, for the client to run (both left
+    out of the encoding when unset).
     """
 
     platform: str
@@ -146,6 +175,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     outbox_id: int | None = None
     error: OutboundError | None = None
     usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
+    tool_calls: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):

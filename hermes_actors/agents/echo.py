@@ -54,6 +54,19 @@ def _tool_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...
     )
 
 
+def _client_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...]:
+    """Call the client's tool ``name``: the turn ends with the call, for the client to run."""
+    call = [{"id": f"call_{len(turn.history)}", "type": "function", "function": {"name": name, "arguments": args}}]
+    return (AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),)
+
+
+def _results_text(turn: TurnInput) -> str:
+    """The answer to a client's tool results: each call's tool name and what it returned."""
+    names = {call["id"]: call["function"]["name"] for m in turn.history for call in json.loads(m.tool_calls or "[]")}
+    said = "; ".join(f"{names.get(r.call_id, r.call_id)} returned {r.output!r}" for r in turn.tool_results)
+    return f"echo: {said}"
+
+
 def _search_turn(turn: TurnInput, query: str) -> tuple[AgentMessage, ...]:
     """Call the turn's session_search tool with ``query``: the call, its result and a summary of the hits."""
     arguments = {"query": query}
@@ -89,7 +102,9 @@ class EchoAgent:
     """A deterministic agent: replies ``echo: <text>``.
 
     ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
-    whole message shape is exercised; ``search: <query>`` does the same with a real call of the turn's
+    whole message shape is exercised; when ``name`` is one of the client's tools the turn ends with the call
+    (``args`` are its arguments, as given) and the client's results are answered ``echo: <name> returned
+    '<output>'``. ``search: <query>`` does the same with a real call of the turn's
     ``session_search`` tool and answers with the session ids and snippets it found. ``remember <fact>`` in a
     session makes its save-memory turn keep the fact. It never blocks (a search is a few indexed reads), so
     sessions call it on their own thread (``runs_inline``) instead of the agent pool; a subclass that blocks
@@ -109,8 +124,13 @@ class EchoAgent:
         search = _SEARCH_REQUEST.match(text.strip())
         match = _TOOL_REQUEST.match(text.strip())
         messages: tuple[AgentMessage, ...]
-        if search is not None:
+        clients = {tool.name for tool in turn.client_tools}
+        if turn.tool_results and not text:
+            messages = (AgentMessage(role=Role.ASSISTANT, content=_results_text(turn)),)
+        elif search is not None:
             messages = _search_turn(turn, search["query"].strip())
+        elif match is not None and match["name"] in clients:
+            messages = _client_turn(turn, match["name"], match["args"].strip() or "{}")
         elif match is not None:
             messages = _tool_turn(turn, match["name"], match["args"].strip())
         else:
@@ -125,6 +145,7 @@ class EchoAgent:
             input_tokens=prompt,
             output_tokens=sum(_estimate_tokens(m.content or m.tool_calls or "") for m in messages),
             tokens_estimated=True,
+            client_calls=messages[-1].tool_calls,  # only a call of the client's tool ends a turn without words
         )
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:

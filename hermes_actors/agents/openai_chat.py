@@ -9,6 +9,11 @@ whole turn stays within the call's ``timeout_s``. Tool calls that come back when
 on the assistant message and named in the reply text, and calls that never got a result are left out of later
 requests (the API rejects them).
 
+An API client's own tools (``TurnInput.client_tools``) are offered after the turn's: a round whose calls name one of
+them ends the turn once the gateway's own calls of that round have run, with those calls for the client
+(``AgentReply.client_calls``); the client's results come as the next turn's ``TurnInput.tool_results``, which the
+model is sent as the tool messages of its calls.
+
 Every failure of the endpoint becomes :class:`~hermes_actors.agents.turn.AgentError` naming the endpoint, the model,
 what went wrong and what to check.
 """
@@ -39,8 +44,10 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 from hermes_actors.agents.openai_endpoint import ChatEndpoint
 from hermes_actors.agents.openai_transcript import (
     called_tools_text,
+    continued_messages,
     dump_tool_calls,
     history_messages,
+    offered_specs,
     run_tool_call,
     system_text,
     user_message,
@@ -157,9 +164,11 @@ class OpenAIAgent:
         system = system_text(turn.system_prompt, turn.memories)
         if system is not None:
             messages.append({"role": "system", "content": system})
-        messages.extend(history_messages(turn.history))
-        messages.append(user_message(turn.user_text, turn.attachments if self.vision else ()))
-        offered = [cast(ChatCompletionToolUnionParam, tool.openai_spec()) for tool in turn.tools]
+        messages.extend(continued_messages(turn.history, turn.tool_results))
+        if turn.user_text or not turn.tool_results:  # a turn of a client's tool results continues from them alone
+            messages.append(user_message(turn.user_text, turn.attachments if self.vision else ()))
+        offered = [cast(ChatCompletionToolUnionParam, spec) for spec in offered_specs(turn.tools, turn.client_tools)]
+        theirs = {tool.name for tool in turn.client_tools}
         produced: list[AgentMessage] = []
         input_tokens = output_tokens = 0
         estimated = False
@@ -205,7 +214,10 @@ class OpenAIAgent:
                     "tool_calls": cast(list[ChatCompletionMessageToolCallUnionParam], calls),
                 }
             )
+            for_client = [call for call in calls if _call_name(call) in theirs]
             for call in calls:
+                if call in for_client:
+                    continue  # the client runs it: the turn ends below, with the call for the client
                 if turn.events is not None:
                     turn.events.tool(_call_name(call), str(call.get("id") or ""), "running", _call_arguments(call))
                 name, call_id, result = run_tool_call(turn.tools, call)
@@ -213,6 +225,15 @@ class OpenAIAgent:
                     turn.events.tool(name, call_id, "completed", result)
                 produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
                 messages.append({"role": "tool", "content": result, "tool_call_id": call_id})
+            if for_client:
+                return AgentReply(
+                    messages=tuple(produced),
+                    text=content or "",
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    tokens_estimated=estimated,
+                    client_calls=json.dumps(for_client),
+                )
         raise AssertionError("unreachable: the last round offers no tools")  # pragma: no cover
 
     def _ask(

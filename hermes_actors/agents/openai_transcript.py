@@ -1,8 +1,10 @@
 """A transcript as chat-completions messages, and the tool calls in a model's answer.
 
 Stored messages become request messages (calls without a stored result and results without a call are left out:
-the API rejects them); a turn's images go into its user message for a vision model; the model's tool calls are
-dumped to their JSON shape and run against the turn's tools, each giving a result the model can read.
+the API rejects them); a client's tool results continue the transcript as the tool messages of their calls; a
+turn's images go into its user message for a vision model; the offered tools are the turn's, then the client's; the
+model's tool calls are dumped to their JSON shape and run against the turn's tools, each giving a result the model
+can read.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,14 +26,17 @@ from openai.types.chat import (
 )
 
 from hermes_actors.agents.tools import Tool, error_json, find_tool
+from hermes_actors.agents.turn import AgentError
 from hermes_actors.agents.turn import system_message as system_text
-from hermes_actors.messages import Attachment, AttachmentKind
+from hermes_actors.messages import Attachment, AttachmentKind, ClientTool, ToolResult
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
     "called_tools_text",
+    "continued_messages",
     "dump_tool_calls",
     "history_messages",
+    "offered_specs",
     "run_tool_call",
     "system_text",
     "user_message",
@@ -40,14 +45,17 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 
-def history_messages(history: Iterable[MessageRecord]) -> list[ChatCompletionMessageParam]:
+def history_messages(
+    history: Iterable[MessageRecord], *, answered_after: Collection[str] = ()
+) -> list[ChatCompletionMessageParam]:
     """Convert stored messages to chat-completions messages, oldest first.
 
-    Messages with neither content nor tool calls are skipped, and so are tool calls without a stored result and
-    results without a preceding call, which the API would reject.
+    Messages with neither content nor tool calls are skipped, and so are tool calls without a stored result (or one
+    in ``answered_after``: results that follow the history) and results without a preceding call, which the API
+    would reject.
     """
     records = list(history)
-    answered = {r.tool_call_id for r in records if r.role == Role.TOOL and r.tool_call_id}
+    answered = {r.tool_call_id for r in records if r.role == Role.TOOL and r.tool_call_id} | set(answered_after)
     called: set[str] = set()
     out: list[ChatCompletionMessageParam] = []
     for record in records:
@@ -76,6 +84,45 @@ def history_messages(history: Iterable[MessageRecord]) -> list[ChatCompletionMes
         else:
             _log.warning("message %d has unknown role %r; left out of the request", record.id, record.role)
     return out
+
+
+def continued_messages(
+    history: Iterable[MessageRecord], results: Sequence[ToolResult]
+) -> list[ChatCompletionMessageParam]:
+    """:func:`history_messages`, then a client's tool ``results``: each as the tool message of its call, or as user
+    text naming the call when the history holds no such call (the API would reject a tool message)."""
+    out = history_messages(history, answered_after={result.call_id for result in results})
+    called = {
+        str(call.get("id"))
+        for message in out
+        if message["role"] == "assistant"
+        for call in cast(list[dict[str, Any]], message.get("tool_calls") or [])
+    }
+    for result in results:
+        if result.call_id in called:
+            out.append({"role": "tool", "content": result.output, "tool_call_id": result.call_id})
+        else:
+            out.append({"role": "user", "content": f"[tool result of call {result.call_id}: {result.output}]"})
+    return out
+
+
+def offered_specs(tools: Sequence[Tool], client_tools: Sequence[ClientTool]) -> list[dict[str, Any]]:
+    """The chat-completions ``tools`` of a turn: its own (frozen with the session), then the client's, as sent.
+    Raises :class:`AgentError` when a client tool has the name of one of the turn's own."""
+    own = {tool.name for tool in tools}
+    clash = sorted(own.intersection(tool.name for tool in client_tools))
+    if clash:
+        raise AgentError(
+            f"the request's tool {clash[0]!r} has the name of one of this gateway's own tools "
+            f"({', '.join(sorted(own))}); rename the client's tool"
+        )
+    specs = [tool.openai_spec() for tool in tools]
+    for tool in client_tools:
+        function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or {"type": "object"}}
+        if tool.description:
+            function["description"] = tool.description
+        specs.append({"type": "function", "function": function})
+    return specs
 
 
 def user_message(text: str, attachments: Sequence[Attachment]) -> ChatCompletionUserMessageParam:

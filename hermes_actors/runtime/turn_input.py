@@ -6,6 +6,11 @@ conversation (:class:`~hermes_actors.messages.Conversation`): for that turn the 
 and the client's system text after the session's own, not the stored transcript (a Responses chain keeps the
 transcript and adds its instructions and input items: ``Conversation.after_transcript``). The transcript still stores
 the turn, so the operator can read it and a later request that names the session continues from it.
+
+An API client's own tools (``InboundMessage.client_tools``, of the newest message) are offered for the turn after the
+session's frozen ones; a message of a client's tool results (``InboundMessage.tool_results``) is stored as tool
+messages instead of a user message, and the reply of a turn that ends with calls of the client's tools carries them
+(``OutboundMessage.tool_calls``).
 """
 
 from __future__ import annotations
@@ -17,21 +22,86 @@ import msgspec
 from hermes_actors.agents.base import AgentReply, TurnInput
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import Tool
-from hermes_actors.messages import Attachment, Conversation, OutboundError, OutboundMessage, TokenUsage
+from hermes_actors.messages import (
+    Attachment,
+    ClientTool,
+    ContextMessage,
+    Conversation,
+    OutboundError,
+    OutboundMessage,
+    TokenUsage,
+    ToolResult,
+)
 from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import AgentFailure, Delivery
 from hermes_actors.runtime.turn_watch import Cancellable, TurnWatch
-from hermes_actors.store import MessageRecord, Role
+from hermes_actors.store import MessageRecord, NewMessage, Role
 
-__all__ = ["conversation_of", "marked_reply", "turn_input"]
+__all__ = ["conversation_of", "marked_reply", "posted_messages", "turn_input"]
 
-_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT}
+_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT, "tool": Role.TOOL}
 
 
 def conversation_of(deliveries: Sequence[Delivery]) -> Conversation | None:
     """The conversation a stateless client sent with the turn's newest message, ``None`` when it sent none."""
     context = deliveries[-1].message.context
     return context if isinstance(context, Conversation) else None
+
+
+def _client_tools(deliveries: Sequence[Delivery]) -> tuple[ClientTool, ...]:
+    tools = deliveries[-1].message.client_tools
+    return tools if isinstance(tools, tuple) else ()
+
+
+def _tool_results(deliveries: Sequence[Delivery]) -> tuple[ToolResult, ...]:
+    return tuple(r for d in deliveries if isinstance(d.message.tool_results, tuple) for r in d.message.tool_results)
+
+
+def posted_messages(
+    deliveries: Sequence[Delivery], contents: Sequence[str], now: float
+) -> tuple[list[NewMessage], list[int]]:
+    """What a turn stores of the messages it answers, in order: each one's user message (``contents``), or, for a
+    client's tool results, a tool message per result; and the position of each message's first stored record (its
+    attachments are recorded against it)."""
+    new: list[NewMessage] = []
+    firsts: list[int] = []
+    for delivery, content in zip(deliveries, contents, strict=True):
+        firsts.append(len(new))
+        message = delivery.message
+        results = message.tool_results if isinstance(message.tool_results, tuple) else ()
+        new.extend(
+            NewMessage(
+                role=Role.TOOL,
+                content=result.output,
+                tool_call_id=result.call_id,
+                platform_message_id=message.message_id if index == 0 else None,
+                created_at=now,
+            )
+            for index, result in enumerate(results)
+        )
+        if content or not results:
+            first = not results
+            new.append(
+                NewMessage(
+                    role=Role.USER,
+                    content=content,
+                    platform_message_id=message.message_id if first else None,
+                    created_at=now,
+                )
+            )
+    return new, firsts
+
+
+def _record(session_id: str, message: ContextMessage) -> MessageRecord:
+    return MessageRecord(
+        id=0,
+        session_id=session_id,
+        role=_ROLES.get(message.role, Role.USER),
+        content=message.content,
+        created_at=0,
+        tool_calls=message.tool_calls,
+        tool_call_id=message.tool_call_id,
+    )
 
 
 def turn_input(
@@ -51,6 +121,7 @@ def turn_input(
     called, so the turn's watchers are told here that it has begun (and, through ``token``, when it is stopped)."""
     events = watch.begin((d.message.message_id for d in deliveries), session_id, token)
     conversation = conversation_of(deliveries)
+    client_tools, tool_results = _client_tools(deliveries), _tool_results(deliveries)
     if conversation is None:
         return TurnInput(
             session_id=session_id,
@@ -61,11 +132,10 @@ def turn_input(
             tools=tools,
             attachments=attachments,
             events=events,
+            client_tools=client_tools,
+            tool_results=tool_results,
         )
-    sent = [
-        MessageRecord(id=0, session_id=session_id, role=_ROLES.get(m.role, Role.USER), content=m.content, created_at=0)
-        for m in conversation.history
-    ]
+    sent = [_record(session_id, m) for m in conversation.history]
     view = ModelHistory(0)  # the client's history goes as the client sent it: it chose what to send
     system = "\n\n".join(part for part in (prefix.system_prompt, conversation.system) if part) or None
     seen, tokens = view.of(sent), view.tokens(sent)
@@ -80,17 +150,21 @@ def turn_input(
         tools=tools,
         attachments=attachments,
         events=events,
+        client_tools=client_tools,
+        tool_results=tool_results,
     )
 
 
 def marked_reply(outbound: OutboundMessage, reply: AgentReply | AgentFailure | None) -> OutboundMessage:
     """``outbound`` with what a request/response entry point needs to answer honestly: the model's usage for a
-    reply, :attr:`OutboundError.AGENT_FAILED` when the agent gave none (the text tells a chat user so)."""
+    reply (and the calls of the client's tools it ended with), :attr:`OutboundError.AGENT_FAILED` when the agent gave
+    none (the text tells a chat user so)."""
     if isinstance(reply, AgentFailure):
         return msgspec.structs.replace(outbound, error=OutboundError.AGENT_FAILED)
     if isinstance(reply, AgentReply):
         usage = TokenUsage(
             input_tokens=reply.input_tokens, output_tokens=reply.output_tokens, estimated=reply.tokens_estimated
         )
-        return msgspec.structs.replace(outbound, usage=usage)
+        calls = reply.client_calls if reply.client_calls is not None else msgspec.UNSET
+        return msgspec.structs.replace(outbound, usage=usage, tool_calls=calls)
     return outbound

@@ -49,8 +49,8 @@ from hermes_actors.runtime.records import (
 from hermes_actors.runtime.services import CancelToken, SessionServices, queue_reply, reply_for
 from hermes_actors.runtime.session_lease import SessionLease
 from hermes_actors.runtime.turn_gate import TurnGate
-from hermes_actors.runtime.turn_input import marked_reply, turn_input
-from hermes_actors.store import InboxState, MessageRecord, NewMessage, Role, SessionRecord, Store
+from hermes_actors.runtime.turn_input import marked_reply, posted_messages, turn_input
+from hermes_actors.store import InboxState, MessageRecord, NewMessage, SessionRecord, Store
 
 __all__ = ["SessionTurns"]
 
@@ -290,10 +290,7 @@ class SessionTurns:
         reply = self._call_agent("\n".join(contents), token, deliveries, for_agent(d.message for d in deliveries))
         cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
         now = self._clock()
-        new = [
-            NewMessage(role=Role.USER, content=content, platform_message_id=d.message.message_id, created_at=now)
-            for d, content in zip(deliveries, contents, strict=True)
-        ]
+        new, firsts = posted_messages(deliveries, contents, now)  # user messages, or a client's tool results
         reply_text: str | None = None
         if isinstance(reply, AgentReply) and not cancelled:
             new.extend(
@@ -339,7 +336,7 @@ class SessionTurns:
             if self._prefix_unsaved:
                 store.freeze_prefix(self.session_id, system_prompt=self._prefix.system_prompt, tools=self._prefix.tools)
             ids = store.append_messages(self.session_id, new)
-            record_attachments(store, deliveries, ids, now)
+            record_attachments(store, deliveries, [ids[i] for i in firsts], now)
             return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
 
         outbox_id, ids, created = self._writer.call(commit)

@@ -6,8 +6,14 @@ what really happened.
   body's history is then ignored).
 - ``Idempotency-Key`` (:mod:`platforms.api_server.idempotency`) makes the key the message's inbox id: a retry, even
   after a restart, is answered from the store instead of running the agent again.
-- Streaming sends each text delta of the model as it arrives, tool calls as ``event: hermes.tool.progress``, a
-  keep-alive comment after ``keepalive_s`` of silence; a client that disconnects stops the turn as ``/stop`` does.
+- ``tools`` are the client's own function tools (:mod:`platforms.api_server.client_tools`): a turn whose model calls
+  one ends with ``tool_calls`` and ``finish_reason: "tool_calls"``, and the client's next request, its messages
+  ending with the ``tool`` results, continues the same session from them. The gateway's own tool runs
+  (``session_search``, MCP tools) are never in ``tool_calls``.
+- Streaming sends each text delta of the model as it arrives, a keep-alive comment after ``keepalive_s`` of
+  silence, and a client's tool calls in one delta before the finish; a client that disconnects stops the turn as
+  ``/stop`` does. The gateway's own tool runs are sent as ``event: hermes.tool.progress`` only to a client that asks
+  with ``X-Hermes-Tool-Progress: 1`` (a frame without ``choices``, which OpenAI's clients cannot read).
 - A turn the agent failed is not an answer: 502 ``agent_incomplete`` without text, ``finish_reason: error`` with
   ``X-Hermes-Completed: false`` when part of the answer was already produced.
 - A turn stopped by another request (``/stop``, ``/new``) is told at once: 409 ``turn_stopped`` (with
@@ -38,7 +44,9 @@ from platforms.api_server.sessions import (
     SESSION_HEADER,
     memory_scope,
     session_named,
+    wants_tool_progress,
 )
+from platforms.api_server.tool_wire import calls_of, delta_calls
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import (
     Delta,
@@ -90,6 +98,8 @@ class ChatCompletions:
                 context=turn_of.conversation or msgspec.UNSET,
                 fingerprint=idempotency.fingerprint if idempotency else msgspec.UNSET,
                 agent=agent or msgspec.UNSET,
+                client_tools=turn_of.tools or msgspec.UNSET,
+                tool_results=turn_of.tool_results or msgspec.UNSET,
             )
             call = service.turn_call(inbound)
             try:
@@ -108,7 +118,10 @@ class ChatCompletions:
                     extra[MEMORY_HEADER] = memory
                 if chat.stream:
                     include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-                    return await self._stream(request, turn, call, extra, include_usage=include_usage)
+                    progress = wants_tool_progress(request.headers)
+                    return await self._stream(
+                        request, turn, call, extra, include_usage=include_usage, progress=progress
+                    )
                 return await self._complete(request, turn, call, extra)
             finally:
                 call.close()
@@ -131,7 +144,8 @@ class ChatCompletions:
     def _answer(self, turn: Turn, finished: Finished, extra: dict[str, str]) -> web.Response:
         headers = {**extra, **({SESSION_HEADER: finished.session_id} if finished.session_id else {})}
         if finished.reply is not None:
-            return json_response(turn.completion(finished.reply, finished.usage), headers=headers)
+            calls = calls_of(finished.tool_calls)
+            return json_response(turn.completion(finished.reply, finished.usage, calls=calls), headers=headers)
         if finished.failure_code == "agent_incomplete" and finished.streamed:
             headers[COMPLETED_HEADER] = "false"
             return json_response(turn.completion(finished.streamed, None, "error"), headers=headers)
@@ -145,6 +159,7 @@ class ChatCompletions:
         extra: dict[str, str],
         *,
         include_usage: bool,
+        progress: bool,
     ) -> web.StreamResponse:
         service = self._service
         response: web.StreamResponse | None = None
@@ -175,7 +190,7 @@ class ChatCompletions:
                     response = await self._open_stream(request, turn, extra, session_id)
                 if isinstance(event, TextDelta):
                     await response.write(turn.chunk(Delta(content=event.text)))
-                elif isinstance(event, ToolEvent):
+                elif isinstance(event, ToolEvent) and progress:
                     await response.write(
                         ToolProgress(tool=event.name, toolCallId=event.call_id, status=event.status).event()
                     )
@@ -214,7 +229,11 @@ class ChatCompletions:
             if rest:
                 await response.write(turn.chunk(Delta(content=rest)))
         usage = usage_of(turn.prompt, reply if reply is not None else streamed, finished.usage)
-        await response.write(turn.chunk(Delta(), "stop" if reply is not None else "error", usage=usage))
+        calls = calls_of(finished.tool_calls)
+        if calls:
+            await response.write(turn.chunk(Delta(tool_calls=delta_calls(calls))))
+        finish = "tool_calls" if calls else "stop" if reply is not None else "error"
+        await response.write(turn.chunk(Delta(), finish, usage=usage))
         if include_usage:
             await response.write(turn.chunk(None, usage=usage))
         await response.write(_DONE)

@@ -22,10 +22,12 @@ __all__ = [
     "CONVERSATION_HEADER",
     "MEMORY_HEADER",
     "SESSION_HEADER",
+    "TOOL_PROGRESS_HEADER",
     "continue_session",
     "key_fingerprint",
     "memory_scope",
     "session_named",
+    "wants_tool_progress",
 ]
 
 SESSION_HEADER = "X-Hermes-Session-Id"
@@ -97,3 +99,13 @@ def memory_scope(headers: Mapping[str, str]) -> str | None:
     """The memory scope ``X-Hermes-Session-Key`` names (the user whose memories the turn sees and keeps), ``None``
     when absent; the same shape rules as the session header, else a 400 naming the header."""
     return _name_in(headers, MEMORY_HEADER, "name the memory scope with a short plain name")
+
+
+TOOL_PROGRESS_HEADER = "X-Hermes-Tool-Progress"
+"""``1`` (or ``true``) asks a streamed chat completion for ``event: hermes.tool.progress`` frames of the gateway's own
+tool runs: frames without ``choices``, so only a client that reads them should ask."""
+
+
+def wants_tool_progress(headers: Mapping[str, str]) -> bool:
+    """Whether the request asks for tool progress frames (:data:`TOOL_PROGRESS_HEADER`)."""
+    return headers.get(TOOL_PROGRESS_HEADER, "").strip().lower() in ("1", "true", "yes")

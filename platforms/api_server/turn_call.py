@@ -55,6 +55,7 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True):
     failure_code: str | None = None  # agent_incomplete, storage_unavailable, turn_stopped
     usage: TokenUsage | None = None
     streamed: str = ""  # the text the watcher saw before the end (a failed turn's partial answer)
+    tool_calls: str | None = None  # the calls of the client's tools the reply ends with (JSON, OpenAI's shape)
 
     @property
     def completed(self) -> bool:
@@ -123,7 +124,8 @@ def finished_from(message: OutboundMessage, streamed: str) -> Finished:
             failure_code=str(message.error),
             streamed=streamed,
         )
-    return Finished(session_id=message.session_id, reply=message.text, usage=usage, streamed=streamed)
+    calls = message.tool_calls if isinstance(message.tool_calls, str) else None
+    return Finished(session_id=message.session_id, reply=message.text, usage=usage, streamed=streamed, tool_calls=calls)
 
 
 class TurnCall:

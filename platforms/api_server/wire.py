@@ -12,6 +12,7 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.messages import TokenUsage
+from platforms.api_server.tool_wire import ChatTool, DeltaToolCall, ToolCall
 from platforms.support import json_guard
 
 __all__ = [
@@ -53,6 +54,8 @@ class _ContentPart(msgspec.Struct, frozen=True, kw_only=True):
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     content: str | list[_ContentPart] | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant message's calls of the client's tools
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
 
 class _StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +63,7 @@ class _StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """The fields of a chat-completions request we use; the rest (temperature, tools, ...) are ignored."""
+    """The fields of a chat-completions request we use; the rest (temperature, ...) are ignored."""
 
     messages: list[ChatMessage]
     model: str | None = None
@@ -68,6 +71,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     stream_options: _StreamOptions | None = None
     user: str | None = None
     n: int | None = None
+    tools: list[ChatTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
+    tool_choice: str | dict[str, object] | None = None
 
 
 _request_decoder = msgspec.json.Decoder(ChatRequest)
@@ -85,7 +90,8 @@ Usage = _Usage  # OpenAI's usage object, as runs report it too
 
 class _Message(msgspec.Struct, frozen=True, kw_only=True):
     role: str
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | msgspec.UnsetType = msgspec.UNSET
 
 
 class _Choice(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,6 +112,7 @@ class _Completion(msgspec.Struct, frozen=True, kw_only=True):
 class Delta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class _ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,9 +185,14 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
     routing_key: str
     deadline: float  # event-loop time
 
-    def completion(self, text: str, usage: TokenUsage | None, finish_reason: str = "stop") -> _Completion:
-        """The non-streamed answer; ``usage`` is the model's (estimated from the text when there is none)."""
-        choice = _Choice(index=0, message=_Message(role="assistant", content=text), finish_reason=finish_reason)
+    def completion(
+        self, text: str, usage: TokenUsage | None, finish_reason: str = "stop", calls: list[ToolCall] | None = None
+    ) -> _Completion:
+        """The non-streamed answer; ``usage`` is the model's (estimated from the text when there is none). With
+        ``calls`` (of the client's tools) it ends with ``tool_calls``, and empty text is ``null`` content."""
+        message = _Message(role="assistant", content=text or None, tool_calls=calls) if calls else None
+        message = message or _Message(role="assistant", content=text)
+        choice = _Choice(index=0, message=message, finish_reason="tool_calls" if calls else finish_reason)
         return _Completion(
             id=self.completion_id,
             object="chat.completion",

@@ -292,7 +292,7 @@ def test_the_hosts_tool_calls_reach_the_stream_as_progress_events(cluster: Clust
         request = urllib.request.Request(
             replica.server.url + "/v1/chat/completions",
             data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "X-Hermes-Tool-Progress": "1"},  # the frames are asked for
         )
         with urllib.request.urlopen(request, timeout=20) as response:
             text = response.read().decode()

@@ -186,7 +186,7 @@ def msgspec_replace(scripted: Any, pieces: tuple[str, ...], gap_s: float, cut_af
     return replace(scripted, pieces=pieces, gap_s=gap_s, cut_after=cut_after)
 
 
-def test_tool_calls_stream_as_progress_events(serve: Serve, model: ChatServer) -> None:
+def test_tool_calls_stream_as_progress_events_to_a_client_that_asks(serve: Serve, model: ChatServer) -> None:
     running = serve()
     model.script(
         completion(None, tool_calls=[tool_call("call_1", "session_search", {"query": "pirates"})]),
@@ -199,7 +199,11 @@ def test_tool_calls_stream_as_progress_events(serve: Serve, model: ChatServer) -
             "POST",
             "/v1/chat/completions",
             body=body,
-            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+            headers={
+                "Authorization": f"Bearer {KEY}",
+                "Content-Type": "application/json",
+                "X-Hermes-Tool-Progress": "1",
+            },
         )
         text = connection.getresponse().read().decode()
     finally:
