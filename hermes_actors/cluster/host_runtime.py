@@ -368,7 +368,10 @@ class HostRuntime:
         )
 
     def stop(self, *, release: bool = True) -> None:
-        """Stop pulling, stop the runtime (its actors finish or are stopped), give the shards up, close the store."""
+        """Stop pulling, stop the runtime (its actors finish or are stopped), give the shards up, close the store
+        (once: a second call does nothing)."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
         self._wake.set()
         self._listener.close()

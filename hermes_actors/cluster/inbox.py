@@ -21,7 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.errors import HermesError, PlatformError
+from hermes_actors.cluster.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
+from hermes_actors.cluster.settings import ClusterHealth
+from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.operator_port import Operator
@@ -44,13 +46,13 @@ from hermes_actors.runtime.protocol import SupervisorStatistics
 from hermes_actors.runtime.scrape import RuntimeCollector
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
-from hermes_actors.store.pg.writer import PgReaders
 from hermes_actors.turn_events import TurnEvents
 
 __all__ = ["ClusterInbox"]
 
 
 _VERDICT_S = 1.0  # how long a verdict on the store's writability is kept (``/health`` stays cheap)
+_CHECK_TIMEOUT_S = 1.0  # how long a health check waits for PostgreSQL (a connection, then each statement)
 
 
 def _no_actors() -> SupervisorStatistics:
@@ -82,6 +84,8 @@ class ClusterInbox:
         workers: int = 8,
         board: PlatformBoard | None = None,
         operator: Operator | None = None,
+        health: ClusterHealth | None = None,
+        hosts: Sequence[str] = (),
     ) -> None:
         self._ingress = ingress
         self._store = cast("Store", ingress.store)
@@ -92,10 +96,13 @@ class ClusterInbox:
         self._watch = TurnWatch()
         self._board = board or PlatformBoard()
         self._operator = operator
-        self._verdict: tuple[float, str | None] = (float("-inf"), None)
         self._check: Callable[[], None] | None = None
+        self._store_check = StoreCheck(ingress.store, timeout_s=_CHECK_TIMEOUT_S, keep_s=_VERDICT_S)
+        self._cluster = ClusterWatch(ingress.store, self._store_check, health=health, hosts=hosts)
         self._metrics = Metrics()
-        self._metrics.register(RuntimeCollector(PgReaders(ingress.store), _no_actors, self._board.names, time.time))
+        self._metrics.register(ClusterCollector(self._store_check, self._cluster))
+        readers = CheckedReaders(ingress.store, self._store_check)
+        self._metrics.register(RuntimeCollector(readers, _no_actors, self._board.names, time.time))
 
     @property
     def media(self) -> MediaStore:
@@ -183,17 +190,9 @@ class ClusterInbox:
         self._ingress.store.set_route(routing_key, session_id)
 
     def store_unwritable_reason(self) -> str | None:
-        """Why the PostgreSQL store cannot be written now, or ``None`` (the verdict is kept for a second)."""
-        checked_at, reason = self._verdict
-        if time.monotonic() - checked_at < _VERDICT_S:
-            return reason
-        try:
-            self._ingress.store.check_writable()
-            reason = None
-        except HermesError as exc:
-            reason = str(exc)
-        self._verdict = (time.monotonic(), reason)
-        return reason
+        """Why the PostgreSQL store cannot be written now, or ``None``: answered within about a second, and kept
+        for a second (``/health`` stays cheap, and never waits for the pool's 30 s)."""
+        return self._store_check.problem()
 
     @property
     def watch(self) -> TurnWatch:
@@ -229,8 +228,11 @@ class ClusterInbox:
         return self._ingress.store.responses.latest_in(scope, conversation)
 
     def readiness(self) -> Readiness:
-        """Whether the PostgreSQL store takes writes and each of this replica's entry points is up."""
-        return Readiness(store=self.store_unwritable_reason(), platforms=self._board.states())
+        """Whether the PostgreSQL store takes writes and each of this replica's entry points is up, with the
+        whole cluster's view (which informs, and never fails this replica's readiness)."""
+        return Readiness(
+            store=self.store_unwritable_reason(), platforms=self._board.states(), cluster=self._cluster.view()
+        )
 
     def vitals(self) -> Vitals:
         """This replica's numbers, with the cluster's queues read from the store."""

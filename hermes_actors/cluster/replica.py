@@ -28,12 +28,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
 from hermes_actors.cluster.api_replies import ApiReplies
 from hermes_actors.cluster.dispatch import OutboxDispatcher
+from hermes_actors.cluster.fingerprint import differences
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.roles import RoleTerm, adapter_role
 from hermes_actors.cluster.singleton import LeasedAdapter
@@ -95,8 +97,14 @@ class ClusterReplica:
         enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
         board: PlatformBoard | None = None,
         parts: Callable[[str, msgspec.Struct], SectionParts | None] = registry.cluster_parts,
+        shared_config: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name
+        # cluster_config(): the config's part the replicas must agree on (text, secrets masked) and its digest
+        self._config, self._fingerprint = shared_config
+        self._beat_s = role_ttl_s / 3
+        self._stopped = threading.Event()
+        self._beating = threading.Thread(target=self._beat_loop, name=f"replica-beat-{name}", daemon=True)
         self._store = store
         self._inbox = inbox
         self._interval = dispatch_interval_s
@@ -177,9 +185,53 @@ class ClusterReplica:
         if heartbeats:
             for leased in self.leased.values():
                 leased.start()
+        self._compare_configs()
+        self._beating.start()
+
+    def _beat(self) -> None:
+        self._store.replicas.beat(self.name, fingerprint=self._fingerprint, settings=self._config)
+
+    def _beat_loop(self) -> None:
+        """Beat (``cluster_replicas``) until stopped; a failed beat waits for the next."""
+        while not self._stopped.wait(self._beat_s):
+            try:
+                self._beat()
+            except Exception as exc:
+                _log.debug("replica %s: heartbeat failed: %s", self.name, exc)
+
+    def _compare_configs(self) -> None:
+        """Beat once, and warn naming the settings that differ from a live replica's (item 3 of issue 37: a
+        route known to one replica only goes wrong wherever its replies leave from)."""
+        try:
+            self._beat()
+            others = [
+                r for r in self._store.replicas.beats() if r.name != self.name and r.seen_s_ago < 3 * self._beat_s
+            ]
+        except Exception as exc:
+            _log.warning("replica %s: could not compare its config with the other replicas': %s", self.name, exc)
+            return
+        for other in others:
+            if other.fingerprint and self._fingerprint and other.fingerprint != self._fingerprint:
+                _log.warning(
+                    "replica %s runs another config than replica %s (fingerprint %s, theirs %s); they differ in %s. "
+                    "Every replica of a cluster needs the same cluster: and platforms: sections",
+                    self.name,
+                    other.name,
+                    self._fingerprint,
+                    other.fingerprint,
+                    ", ".join(differences(self._config, other.settings)),
+                )
 
     def stop(self) -> None:
-        """Stop every adapter (releasing the leased ones' roles) and the dispatcher (releasing its roles)."""
+        """Stop every adapter (releasing the leased ones' roles) and the dispatcher (releasing its roles), and
+        leave the replicas' list."""
+        self._stopped.set()
+        if self._beating.is_alive():
+            self._beating.join(timeout=5)
+            try:
+                self._store.replicas.forget(self.name)
+            except Exception as exc:
+                _log.info("replica %s: not removed from the replicas' list (%s); it shows as silent", self.name, exc)
         for leased in self.leased.values():
             leased.close()
         for adapter in self.push:

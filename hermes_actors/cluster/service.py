@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.cluster.fingerprint import cluster_config
 from hermes_actors.cluster.host_runtime import HostSettings
 from hermes_actors.cluster.inbox import ClusterInbox
 from hermes_actors.cluster.ingress import ClusterIngress
@@ -92,7 +93,15 @@ def serve_cluster(
         operator = None
         if admin_key is not None:
             operator = cluster_operator(store, admin_key, ClusterSessionAdmin(store))
-        inbox = ClusterInbox(ingress, MediaStore(media_dir), key_policy=key_policy, board=board, operator=operator)
+        inbox = ClusterInbox(
+            ingress,
+            MediaStore(media_dir),
+            key_policy=key_policy,
+            board=board,
+            operator=operator,
+            health=cluster.health,
+            hosts=cluster.hosts,
+        )
         replica = ClusterReplica(
             store,
             inbox,
@@ -102,6 +111,7 @@ def serve_cluster(
             role_ttl_s=cluster.lease_ttl_s,
             enabled=registry.enabled,
             board=board,
+            shared_config=cluster_config(cluster, platforms),
         )
         try:
             replica.start()

@@ -184,6 +184,15 @@ def _trouble(status: ClusterStatus, *, unheld_for: list[float], health: ClusterH
             f"{len(long_unheld)} shards held by no host for over {health.unheld_after_s:g} s "
             f"({_some(long_unheld)}): cluster.health.unheld_after_s"
         )
+    live = {
+        r.fingerprint: r.name for r in status.replicas if r.seen_s_ago < health.host_silent_after_s and r.fingerprint
+    }
+    if len(live) > 1:
+        found.append(
+            "replicas run on different configs ("
+            + ", ".join(f"{name}: {fingerprint}" for fingerprint, name in sorted(live.items()))
+            + "); their cluster: and platforms: sections must match (each replica's log names the difference)"
+        )
     for host in status.hosts:
         if host.seen_s_ago is None:
             found.append(f"host {host.name} has never started (no heartbeat in the store)")
