@@ -17,6 +17,8 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
 - :class:`ModelNamingAgent` (see :func:`model_of`): the model's name, recorded on each session it starts.
 - :class:`PromptedAgent` (see :func:`system_prompt_of`): the configured system prompt (``agent.system_prompt``),
   frozen into each session's system message when it starts.
+- :class:`ProbingAgent` (see :func:`probe_call`): a cheap check that the agent's model answers (no model call),
+  which health checks run now and then to report the agent ``degraded`` before a turn finds out.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
 ``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
@@ -49,6 +51,7 @@ __all__ = [
     "InlineAgent",
     "Memory",
     "ModelNamingAgent",
+    "ProbingAgent",
     "PromptedAgent",
     "SessionReleasingAgent",
     "TitleCall",
@@ -60,6 +63,7 @@ __all__ = [
     "context_window_of",
     "echo_title",
     "model_of",
+    "probe_call",
     "runs_inline",
     "summary_call",
     "system_prompt_of",
@@ -177,6 +181,16 @@ class PromptedAgent(Protocol):
     system_prompt: str | None
 
 
+@runtime_checkable
+class ProbingAgent(Protocol):
+    """An agent that can check, cheaply, that its model answers (an endpoint's model list, not a completion)."""
+
+    def probe(self, *, timeout_s: float) -> None:
+        """Return when the model's endpoint answers within ``timeout_s``; raise :class:`AgentError` saying what
+        failed (refused, timed out, refused the key) otherwise."""
+        ...
+
+
 class TitleCall(Protocol):
     """The bound ``title`` of a :class:`TitlingAgent`."""
 
@@ -277,4 +291,12 @@ def system_prompt_of(agent: object) -> str | None:
     """The agent's configured system prompt when it is a :class:`PromptedAgent` and has one, else ``None``."""
     if _capable(agent, PromptedAgent, "system_prompt"):
         return cast(PromptedAgent, agent).system_prompt or None
+    return None
+
+
+def probe_call(agent: object) -> Callable[[float], None] | None:
+    """``probe(timeout_s)``: the agent's ``probe`` when it is a :class:`ProbingAgent`, else ``None``."""
+    if _capable(agent, ProbingAgent, "probe"):
+        probe = cast(ProbingAgent, agent).probe
+        return lambda timeout_s: probe(timeout_s=timeout_s)
     return None

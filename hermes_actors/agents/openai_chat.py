@@ -157,6 +157,11 @@ class OpenAIAgent:
         """Close the client this agent created (an injected client is left to its owner)."""
         self._endpoint.close()
 
+    def probe(self, *, timeout_s: float) -> None:
+        """A health check's cheap look at the endpoint (its model list, no completion): raises
+        :class:`AgentError` when it does not answer (:meth:`ChatEndpoint.probe`)."""
+        self._endpoint.probe(timeout_s)
+
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         """Send system prompt, memories, history and the user text; run tool calls; return the turn's messages."""
         deadline = time.monotonic() + timeout_s

@@ -145,6 +145,19 @@ class ChatEndpoint:
             )
         return answer.content, answer.calls, answer.usage
 
+    def probe(self, timeout_s: float) -> None:
+        """Ask for the endpoint's model list (``GET {base_url}/models``, once, no retry): a health check's cheap
+        look at whether the endpoint answers. A connection failure, a timeout, a refused key (401, 403) or a
+        server error (5xx) raises :class:`AgentError`; any other answer (a server without ``/models`` answers 404)
+        shows the endpoint is up."""
+        try:
+            with self._failures(timeout_s):
+                self._client.with_options(timeout=timeout_s, max_retries=0).models.list()
+        except AgentError as err:
+            status = err.__cause__.status_code if isinstance(err.__cause__, openai.APIStatusError) else None
+            if status is None or status in (401, 403) or status >= 500:
+                raise
+
     @contextmanager
     def _failures(self, timeout_s: float) -> Iterator[None]:
         """Turn the client's failures inside the block into :class:`AgentError` naming the fix."""
