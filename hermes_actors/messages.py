@@ -21,6 +21,7 @@ __all__ = [
     "ContextMessage",
     "Conversation",
     "InboundMessage",
+    "OutboundDocument",
     "OutboundError",
     "OutboundMessage",
     "ResponseRecord",
@@ -146,6 +147,16 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_results: tuple[ToolResult, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
+class OutboundDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """A file a reply carries (``/save``'s conversation): a sender that can send files sends it, with ``caption``,
+    instead of the reply's ``text``; any other sender sends the ``text``, which then stands in for the file."""
+
+    name: str
+    mime_type: str
+    data: bytes
+    caption: str = ""
+
+
 class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     """A reply for a platform to deliver.
 
@@ -158,7 +169,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     could not be handled (:class:`OutboundError`); request/response entry points answer it as an error, not as the
     agent's reply. ``usage`` is the model's tokens for the turn the reply ends; ``tool_calls`` (a JSON array,
     OpenAI's shape) are the calls of the client's own tools the turn ended with, for the client to run (both left
-    out of the encoding when unset).
+    out of the encoding when unset). ``document`` is a file the reply carries (:class:`OutboundDocument`; also
+    left out when unset).
     """
 
     platform: str
@@ -176,6 +188,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     error: OutboundError | None = None
     usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
     tool_calls: str | msgspec.UnsetType = msgspec.UNSET
+    document: OutboundDocument | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):
