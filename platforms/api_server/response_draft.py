@@ -2,9 +2,11 @@
 
 :class:`ResponseDraft` takes the turn's events in order (text deltas, tool calls, the outcome) and returns the
 server-sent events each one makes, numbered from 0; a request that does not stream uses the same draft and keeps
-only :meth:`ResponseDraft.response`, so both answers hold the same items. A tool call becomes a ``function_call``
-item (its arguments) and a ``function_call_output`` item (its result) as the agent reports them; text becomes a
-``message`` item, closed when a tool call comes between (the model spoke before calling a tool) or the turn ends.
+only :meth:`ResponseDraft.response`, so both answers hold the same items. A run of one of the gateway's own tools
+becomes an ``mcp_call`` item (as OpenAI lists its hosted MCP tools' runs: added with the arguments as it starts,
+done with its result), never a ``function_call``, which a client would take for a call to run itself; text becomes a
+``message`` item, closed when a tool call comes between (the model spoke before calling a tool) or the turn ends;
+the calls of the client's own tools a turn ends with become ``function_call`` items after it.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from platforms.api_server.responses_wire import (
     ConversationRef,
     ErrorDetail,
     FunctionCallItem,
-    FunctionCallOutputItem,
     IncompleteDetails,
+    McpCallItem,
     MessageItem,
     OutputItem,
     OutputText,
@@ -27,10 +29,14 @@ from platforms.api_server.responses_wire import (
     ResponseUsage,
     StreamEvent,
 )
+from platforms.api_server.tool_wire import calls_of
 from platforms.api_server.turn_call import Finished, ToolEvent
 from platforms.api_server.wire import usage_of
 
-__all__ = ["ResponseDraft"]
+__all__ = ["SERVER_LABEL", "ResponseDraft"]
+
+SERVER_LABEL = "hermes"
+"""The ``server_label`` of the ``mcp_call`` items of the gateway's own tool runs."""
 
 
 def _item_id(prefix: str) -> str:
@@ -46,6 +52,7 @@ class ResponseDraft:
         self.items: list[OutputItem] = []
         self._sequence = 0
         self._message_id: str | None = None  # the message item open now
+        self._running: dict[str, int] = {}  # call id -> index of its mcp_call item, while it runs
         self._text: list[str] = []
         self.status = "in_progress"
         self._usage: ResponseUsage | None = None
@@ -115,25 +122,46 @@ class ResponseDraft:
         return events
 
     def tool(self, event: ToolEvent) -> list[StreamEvent]:
-        """A tool call (``running``) or its result (``completed``), each one item added and done at once."""
+        """A run of one of the gateway's tools: its ``mcp_call`` item is added as it starts (``running``, with the
+        arguments) and done with its result (``completed``)."""
         events = self._close_message("completed")
-        item: OutputItem
-        if event.status == "running":
-            item = FunctionCallItem(id=_item_id("fc"), call_id=event.call_id, name=event.name, arguments=event.detail)
-        else:
-            item = FunctionCallOutputItem(id=_item_id("fco"), call_id=event.call_id, output=event.detail)
-        index = len(self.items)
-        self.items.append(item)
-        events.append(self._event("response.output_item.added", output_index=index, item=item))
-        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        index = self._running.pop(event.call_id, None)
+        if index is None:  # it starts now (or its start was not reported)
+            index = len(self.items)
+            arguments = event.detail if event.status == "running" else ""
+            item = McpCallItem(
+                id=_item_id("mcp"),
+                server_label=SERVER_LABEL,
+                name=event.name,
+                arguments=arguments,
+                status="in_progress",
+            )
+            self.items.append(item)
+            events.append(self._event("response.output_item.added", output_index=index, item=item))
+            if event.status == "running":
+                self._running[event.call_id] = index
+                return events
+        started = self.items[index]
+        assert isinstance(started, McpCallItem)
+        done = msgspec.structs.replace(started, output=event.detail, status="completed")
+        self.items[index] = done
+        events.append(self._event("response.output_item.done", output_index=index, item=done))
         return events
 
     def finish(self, finished: Finished) -> list[StreamEvent]:
         """The turn's outcome: the reply's rest (when the agent did not stream all of it), the message closed, then
         ``response.completed``, or ``response.failed`` with the error."""
         if finished.reply is not None:
-            events = self._complete_text(finished.reply)
+            calls = calls_of(finished.tool_calls)
+            events = self._complete_text(finished.reply) if finished.reply or not calls else []
             events += self._close_message("completed")
+            for call in calls:  # the client's tools: its to run
+                item = FunctionCallItem(
+                    id=_item_id("fc"), call_id=call.id, name=call.function.name, arguments=call.function.arguments
+                )
+                self.items.append(item)
+                events.append(self._event("response.output_item.added", output_index=len(self.items) - 1, item=item))
+                events.append(self._event("response.output_item.done", output_index=len(self.items) - 1, item=item))
             self.status = "completed"
             self._usage = _usage(self._prompt, finished.reply, finished.usage)
             events.append(self._event("response.completed", response=self.response()))

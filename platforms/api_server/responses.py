@@ -5,8 +5,11 @@
   ``conversation`` (a name the client chooses) continues from the newest response in it. ``instructions`` are extra
   system text, inherited from the previous response when absent. Input items before the last user message are
   history the model sees for this turn (tool calls and outputs as text); the last one is the new turn.
-- The output holds this turn only: a ``function_call`` and a ``function_call_output`` item for each tool the agent
-  ran (from the turn's live tool events, which carry the arguments and the result), then the ``message``.
+- The output holds this turn only: an ``mcp_call`` item (``server_label: "hermes"``) for each run of the gateway's
+  own tools (``session_search``, MCP tools; from the turn's live tool events, which carry the arguments and the
+  result), then the ``message``. ``tools`` are the client's own function tools (:mod:`.client_tools`): a turn whose
+  model calls one ends with a ``function_call`` item for each such call, and a request whose input is their
+  ``function_call_output`` items, with ``previous_response_id``, continues the same session from them.
 - Unless ``store`` is false the response is kept in ``state.db`` with the session it ran in (deleting or pruning the
   session takes it along): ``GET`` and ``DELETE /v1/responses/{id}`` reach it, within the API key's scope.
 - Streaming sends ``response.created``, the items as they are made (``response.output_item.added``/``.done``,
@@ -33,7 +36,13 @@ from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
-from platforms.api_server.responses_wire import StreamEvent, conversation_of, decode_responses, input_turn
+from platforms.api_server.responses_wire import (
+    StreamEvent,
+    conversation_of,
+    decode_responses,
+    input_turn,
+    request_tools,
+)
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, memory_scope
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
@@ -91,6 +100,7 @@ class ResponsesApi:
         body = decode_responses(await service.read_body(request))
         conversation = conversation_of(body)
         given = input_turn(body.input)
+        tools = request_tools(body)
         with service.admitted():
             inbox, host = service.parts()
             previous: ResponseRecord | None = None
@@ -120,6 +130,8 @@ class ResponsesApi:
                 received_at=time.time(),
                 context=Conversation(system=system, history=given.history, after_transcript=True),
                 agent=requested_agent(inbox, body.model) or msgspec.UNSET,  # a session it starts; one keeps its own
+                client_tools=tools or msgspec.UNSET,
+                tool_results=given.tool_results or msgspec.UNSET,
             )
             draft = ResponseDraft.start(
                 response_id,

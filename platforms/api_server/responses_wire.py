@@ -1,15 +1,24 @@
 """The wire format of ``/v1/responses`` (OpenAI's Responses API): the request decoded once at the edge, the input
 items read into a turn, and the response object, output items and stream events that answer it.
+
+Input items before the new turn are history the model sees as it would have seen them: messages, a client's
+``function_call`` items (consecutive ones as one assistant message with those calls) and their
+``function_call_output`` items as tool messages, and the gateway's own ``mcp_call`` items (which a client that sends
+its whole conversation sends back) as a call with its result. The new turn is the last user message, or the
+``function_call_output`` items the input ends with: the results of the calls the previous response ended with.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import msgspec
 
-from hermes_actors.messages import ContextMessage
+from hermes_actors.messages import ClientTool, ContextMessage, ToolResult
+from platforms.api_server.client_tools import responses_tools
+from platforms.api_server.tool_wire import ResponsesTool
 from platforms.api_server.wire import ApiError, decode_body
 
 __all__ = [
@@ -19,6 +28,7 @@ __all__ = [
     "FunctionCallOutputItem",
     "IncompleteDetails",
     "InputTurn",
+    "McpCallItem",
     "MessageItem",
     "OutputItem",
     "OutputText",
@@ -29,6 +39,7 @@ __all__ = [
     "conversation_of",
     "decode_responses",
     "input_turn",
+    "request_tools",
 ]
 
 
@@ -38,9 +49,11 @@ class _InputPart(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _InputItem(msgspec.Struct, frozen=True, kw_only=True):
-    """Any input item: a message (``type`` may be left out), a ``function_call`` or a ``function_call_output``."""
+    """Any input item: a message (``type`` may be left out), a ``function_call``, a ``function_call_output`` or an
+    ``mcp_call`` (a run of the gateway's own tools, as a response listed it)."""
 
     type: str = "message"
+    id: str | None = None
     role: str | None = None
     content: str | list[_InputPart] | None = None
     name: str | None = None
@@ -54,7 +67,7 @@ class ConversationRef(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """The fields of a Responses request we use; the rest (temperature, tools, ...) are ignored."""
+    """The fields of a Responses request we use; the rest (temperature, ...) are ignored."""
 
     input: str | list[_InputItem]
     instructions: str | None = None
@@ -63,6 +76,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     store: bool = True
     stream: bool = False
     model: str | None = None
+    tools: list[ResponsesTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
+    tool_choice: str | dict[str, object] | None = None
 
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)
@@ -72,6 +87,11 @@ _NAME = re.compile(r"[\x20-\x7e]{1,256}")
 def decode_responses(body: bytes) -> ResponsesRequest:
     """Decode a Responses body; a malformed one becomes a 400 naming the field path or the problem."""
     return decode_body(_decoder, body)
+
+
+def request_tools(request: ResponsesRequest) -> tuple[ClientTool, ...]:
+    """The client's own tools the request offers the model."""
+    return responses_tools(request.tools, request.tool_choice)
 
 
 def conversation_of(request: ResponsesRequest) -> str | None:
@@ -97,12 +117,13 @@ def conversation_of(request: ResponsesRequest) -> str | None:
 
 
 class InputTurn(msgspec.Struct, frozen=True, kw_only=True):
-    """The new turn of a request: the last user message's text, the items before it as history, and the text of
-    the system (or developer) messages among them."""
+    """The new turn of a request: the last user message's text (or the client's tool results), the items before it
+    as history, and the text of the system (or developer) messages among them."""
 
     text: str
     history: tuple[ContextMessage, ...] = ()
     system: str | None = None
+    tool_results: tuple[ToolResult, ...] = ()
 
 
 def _text(content: str | list[_InputPart] | None, where: str) -> str:
@@ -122,23 +143,33 @@ def _text(content: str | list[_InputPart] | None, where: str) -> str:
     return "\n".join(texts)
 
 
-def input_turn(given: str | list[_InputItem]) -> InputTurn:
-    """Read the request's ``input``: the last item must be a user message (the new turn); a 400 names the item
-    that cannot be read. Tool calls and their outputs before it become history text."""
-    if isinstance(given, str):
-        if not given.strip():
-            raise ApiError(400, "input is empty; send the user's message", param="input")
-        return InputTurn(text=given)
-    if not given:
-        raise ApiError(400, "input holds no item; send at least one user message", param="input")
-    history: list[ContextMessage] = []
-    systems: list[str] = []
-    for index, item in enumerate(given[:-1]):
-        where = f"input[{index}]"
+def _call(item: _InputItem) -> dict[str, Any]:
+    function = {"name": item.name or "?", "arguments": item.arguments or "{}"}
+    return {"id": item.call_id or item.id or "?", "type": "function", "function": function}
+
+
+class _History:
+    """The history the input items before the new turn make, with a client's consecutive calls as one message."""
+
+    def __init__(self) -> None:
+        self.messages: list[ContextMessage] = []
+        self.systems: list[str] = []
+        self._calls: list[dict[str, Any]] = []
+
+    def flush(self) -> None:
+        if self._calls:
+            self.messages.append(ContextMessage(role="assistant", content="", tool_calls=json.dumps(self._calls)))
+            self._calls = []
+
+    def add(self, item: _InputItem, where: str) -> None:
+        if item.type == "function_call":
+            self._calls.append(_call(item))
+            return
+        self.flush()
         if item.type == "message" and item.role in ("system", "developer"):
-            systems.append(_text(item.content, f"{where}.content"))
+            self.systems.append(_text(item.content, f"{where}.content"))
         elif item.type == "message" and item.role in ("user", "assistant"):
-            history.append(ContextMessage(role=item.role, content=_text(item.content, f"{where}.content")))
+            self.messages.append(ContextMessage(role=item.role, content=_text(item.content, f"{where}.content")))
         elif item.type == "message":
             raise ApiError(
                 400,
@@ -146,28 +177,63 @@ def input_turn(given: str | list[_InputItem]) -> InputTurn:
                 code="invalid_value",
                 param=f"{where}.role",
             )
-        elif item.type == "function_call":
-            called = f"[called tool {item.name or '?'} with {item.arguments or '{}'} (call {item.call_id or '?'})]"
-            history.append(ContextMessage(role="assistant", content=called))
         elif item.type == "function_call_output":
             output = _text(item.output, f"{where}.output")
-            history.append(
-                ContextMessage(role="user", content=f"[tool result of call {item.call_id or '?'}: {output}]")
-            )
+            self.messages.append(ContextMessage(role="tool", content=output, tool_call_id=item.call_id or "?"))
+        elif item.type == "mcp_call":  # the gateway's own run: the call and its result
+            call = _call(msgspec.structs.replace(item, call_id=item.id))
+            self.messages.append(ContextMessage(role="assistant", content="", tool_calls=json.dumps([call])))
+            output = _text(item.output, f"{where}.output")
+            self.messages.append(ContextMessage(role="tool", content=output, tool_call_id=call["id"]))
         else:
             raise ApiError(
                 400,
-                f"{where}.type {item.type!r} is not supported; send message, function_call or function_call_output",
+                f"{where}.type {item.type!r} is not supported; send message, function_call, function_call_output "
+                "or mcp_call items",
                 code="invalid_value",
                 param=f"{where}.type",
             )
+
+
+def input_turn(given: str | list[_InputItem]) -> InputTurn:
+    """Read the request's ``input``: it ends with the new turn, a user message or the ``function_call_output``
+    items of the client's tool results; a 400 names the item that cannot be read."""
+    if isinstance(given, str):
+        if not given.strip():
+            raise ApiError(400, "input is empty; send the user's message", param="input")
+        return InputTurn(text=given)
+    if not given:
+        raise ApiError(400, "input holds no item; send at least one user message", param="input")
+    start = len(given)
+    while start > 0 and given[start - 1].type == "function_call_output":
+        start -= 1
+    results = tuple(_result_of(given[index], index) for index in range(start, len(given)))
+    end = start if results else len(given) - 1
+    history = _History()
+    for index, item in enumerate(given[:end]):
+        history.add(item, f"input[{index}]")
+    history.flush()
+    system = "\n".join(s for s in history.systems if s) or None
+    if results:
+        return InputTurn(text="", history=tuple(history.messages), system=system, tool_results=results)
     last, where = given[-1], f"input[{len(given) - 1}]"
     if last.type != "message" or last.role != "user":
-        raise ApiError(400, f"{where} must be a user message: the input ends with the new turn", param=where)
+        raise ApiError(
+            400,
+            f"{where} must be a user message or a function_call_output: the input ends with the new turn",
+            param=where,
+        )
     text = _text(last.content, f"{where}.content")
     if not text.strip():
         raise ApiError(400, f"{where} has no text; send some", param=f"{where}.content")
-    return InputTurn(text=text, history=tuple(history), system="\n".join(s for s in systems if s) or None)
+    return InputTurn(text=text, history=tuple(history.messages), system=system)
+
+
+def _result_of(item: _InputItem, index: int) -> ToolResult:
+    """The client's tool result a ``function_call_output`` item carries."""
+    if not item.call_id:
+        raise ApiError(400, f"input[{index}] needs the call_id of the call it answers", param=f"input[{index}].call_id")
+    return ToolResult(call_id=item.call_id, output=_text(item.output, f"input[{index}].output"))
 
 
 # -- the answer ---------------------------------------------------------------------------------------------------
@@ -204,7 +270,20 @@ class FunctionCallOutputItem(msgspec.Struct, frozen=True, kw_only=True):
     status: str = "completed"
 
 
-OutputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem
+class McpCallItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A run of one of the gateway's own tools (``session_search``, an MCP server's), as OpenAI lists a hosted MCP
+    tool's: a client reads it as done, never as a call to run itself."""
+
+    type: str = "mcp_call"
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    status: str = "completed"  # in_progress while it runs
+
+
+OutputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | McpCallItem
 
 
 class _Cached(msgspec.Struct, frozen=True):

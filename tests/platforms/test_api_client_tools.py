@@ -151,7 +151,10 @@ def test_the_documented_streaming_loop_gets_the_call_then_the_answer(running: Ru
 # -- the OpenAI Agents SDK ----------------------------------------------------------------------------------------
 
 
-def agents_run(running: Running, *, responses: bool) -> tuple[str, list[str]]:
+def agents_run(running: Running, *, responses: bool, chained: bool = True) -> tuple[str, list[str]]:
+    """Run the Agents SDK's agent with a ``get_weather`` function tool on the API; return its final output and the
+    cities the tool ran for. In Responses mode ``chained`` continues with ``previous_response_id`` (else the SDK
+    sends its whole conversation each time)."""
     ran: list[str] = []
 
     @function_tool
@@ -173,7 +176,7 @@ def agents_run(running: Running, *, responses: bool) -> tuple[str, list[str]]:
                 agent,
                 QUESTION,
                 run_config=RunConfig(tracing_disabled=True),
-                auto_previous_response_id=responses,
+                auto_previous_response_id=responses and chained,
             )
         return str(result.final_output)
 

@@ -96,12 +96,12 @@ def test_an_array_input_is_history_then_the_new_turn(start: Start) -> None:
     )
     assert response.output_text == "echo: second"
     (turn,) = agent.seen
-    assert _history(turn) == [
-        ("user", "first"),
-        ("assistant", "premier"),
-        ("assistant", '[called tool lookup with {"q": "x"} (call c1)]'),
-        ("user", "[tool result of call c1: found x]"),
+    assert _history(turn) == [("user", "first"), ("assistant", "premier"), ("assistant", ""), ("tool", "found x")]
+    call, result = turn.history[2:]
+    assert json.loads(call.tool_calls or "[]") == [
+        {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
     ]
+    assert result.tool_call_id == "c1"
     assert turn.system_prompt is not None
     assert turn.system_prompt.endswith("Answer in French.")
 
@@ -224,15 +224,18 @@ def test_deleting_a_session_deletes_its_responses(running: Running) -> None:
 # -- tool items, failures -------------------------------------------------------------------------------------------
 
 
-def test_a_tool_turn_lists_the_call_and_its_output_before_the_message(running: Running) -> None:
+def test_a_tool_turn_lists_the_servers_run_as_an_mcp_call_before_the_message(running: Running) -> None:
     response, _ = _create(running, input="tool weather Paris")
-    assert [item.type for item in response.output] == ["function_call", "function_call_output", "message"]
-    call, result, _ = response.output
-    assert call.type == "function_call"
-    assert result.type == "function_call_output"
-    assert (call.name, json.loads(call.arguments)) == ("weather", "Paris")
-    assert result.call_id == call.call_id
-    assert result.output == "weather ran with 'Paris'"
+    assert [item.type for item in response.output] == ["mcp_call", "message"]  # never a function_call: not the client's
+    run, _ = response.output
+    assert run.type == "mcp_call"
+    assert (run.server_label, run.name, json.loads(run.arguments), run.status) == (
+        "hermes",
+        "weather",
+        "Paris",
+        "completed",
+    )
+    assert run.output == "weather ran with 'Paris'"
     assert response.output_text == "echo: weather said \"weather ran with 'Paris'\""
 
 
@@ -271,10 +274,8 @@ def test_a_stream_sends_the_events_in_order_numbered_from_zero(running: Running)
     assert deltas > 1  # the echo agent streams word by word
     assert types == [
         "response.created",
-        "response.output_item.added",  # function_call
-        "response.output_item.done",
-        "response.output_item.added",  # function_call_output
-        "response.output_item.done",
+        "response.output_item.added",  # mcp_call, running
+        "response.output_item.done",  # mcp_call, with its output
         "response.output_item.added",  # message
         "response.content_part.added",
         *["response.output_text.delta"] * deltas,
@@ -289,7 +290,7 @@ def test_a_stream_sends_the_events_in_order_numbered_from_zero(running: Running)
     assert completed.type == "response.completed"
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == completed.response.output_text == "echo: clock said \"clock ran with 'now'\""
-    assert [item.type for item in completed.response.output] == ["function_call", "function_call_output", "message"]
+    assert [item.type for item in completed.response.output] == ["mcp_call", "message"]
     with running.client() as client:
         assert client.responses.retrieve(completed.response.id).output_text == text
 

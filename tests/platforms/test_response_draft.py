@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hermes_actors.messages import TokenUsage
 from platforms.api_server.response_draft import ResponseDraft
-from platforms.api_server.responses_wire import MessageItem
+from platforms.api_server.responses_wire import FunctionCallItem, McpCallItem, MessageItem
 from platforms.api_server.turn_call import Finished, ToolEvent
 
 
@@ -35,14 +35,19 @@ def test_text_before_a_tool_call_is_its_own_message_and_the_reply_follows_the_to
     assert [e.sequence_number for e in events] == list(range(len(events)))
     response = draft.response()
     assert response.status == "completed"
-    assert [item.type for item in response.output] == ["message", "function_call", "function_call_output", "message"]
+    assert [item.type for item in response.output] == ["message", "mcp_call", "message"]
+    run = response.output[1]
+    assert isinstance(run, McpCallItem)
+    assert (run.name, run.arguments, run.output, run.status) == ("lookup", '{"q": "x"}', "found", "completed")
     last = response.output[-1]
     assert isinstance(last, MessageItem)
     assert last.content[0].text == "It is x."
     assert response.usage is not None
     assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.total_tokens) == (7, 3, 10)
     added = [e.output_index for e in events if e.type == "response.output_item.added"]
-    assert added == [0, 1, 2, 3]
+    assert added == [0, 1, 2]
+    done = [e.output_index for e in events if e.type == "response.output_item.done"]
+    assert done == [0, 1, 2]
 
 
 def test_a_reply_the_agent_did_not_stream_is_sent_as_one_delta() -> None:
@@ -102,3 +107,23 @@ def test_a_snapshot_while_the_turn_runs_shows_the_open_message_in_progress() -> 
     (message,) = draft.response().output
     assert isinstance(message, MessageItem)
     assert (message.status, message.content[0].text) == ("in_progress", "typing")
+
+
+def test_a_turn_ending_with_client_calls_lists_them_as_function_calls_without_an_empty_message() -> None:
+    draft = _draft()
+    calls = '[{"id": "c9", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]'
+    events = draft.tool(ToolEvent("session_search", "s1", "running", '{"query": "q"}'))
+    events += draft.tool(ToolEvent("session_search", "s1", "completed", "[]"))
+    events += draft.finish(_done("", tool_calls=calls))
+    assert [e.type for e in events] == [
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    response = draft.response()
+    assert [item.type for item in response.output] == ["mcp_call", "function_call"]
+    call = response.output[1]
+    assert isinstance(call, FunctionCallItem)
+    assert (call.call_id, call.name, call.arguments, call.status) == ("c9", "get_weather", "{}", "completed")
