@@ -1,4 +1,5 @@
-"""``hermesctl sessions export`` and ``hermesctl sessions import``: sessions to a JSONL file and back.
+"""``hermesctl sessions export`` and ``hermesctl sessions import``: sessions to a JSONL file and back, or out as
+documents to read (``--format md|html``, :mod:`.transcript_files`).
 
 The line layout is :mod:`hermes_actors.store.export`'s (the reference system's: a session's fields beside
 ``"messages"``); reading a file back, ours or the reference system's, is :mod:`hermes_actors.importer.jsonl`.
@@ -20,10 +21,21 @@ from typing import Any
 import click
 
 from hermes_actors.cli.formatting import one_line, plural
-from hermes_actors.cli.options import dsn_option, home_option, open_reads, open_store, open_writes, reports_errors
+from hermes_actors.cli.options import (
+    database_path,
+    dsn_option,
+    home_option,
+    open_reads,
+    open_store,
+    open_writes,
+    reports_errors,
+    resolve_home,
+)
 from hermes_actors.cli.session_text import lineage_text
+from hermes_actors.cli.transcript_files import export_documents
 from hermes_actors.importer.jsonl import JsonlImport, Lines, import_lines
 from hermes_actors.store import StoreInterface
+from hermes_actors.store.attachments import MEDIA_DIR_NAME
 from hermes_actors.store.export import encode_export_line
 
 __all__ = ["sessions_export", "sessions_import"]
@@ -79,19 +91,49 @@ def _snapshot(store: StoreInterface) -> AbstractContextManager[None]:
 @click.argument("out", default="-", metavar="[OUT|-]")
 @click.option("--source", metavar="PLATFORM", help="Only sessions from this platform.")
 @click.option("--session-id", "reference", metavar="ID", help="Only this session (id, unique id prefix or title).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "md", "html"]),
+    default="jsonl",
+    show_default=True,
+    help="JSON lines to import again, or Markdown or HTML to read: one document per conversation.",
+)
 @reports_errors
-def sessions_export(home: str | None, dsn: str | None, out: str, source: str | None, reference: str | None) -> None:
+def sessions_export(
+    home: str | None, dsn: str | None, out: str, source: str | None, reference: str | None, fmt: str
+) -> None:
     """Write sessions as JSON lines: one session per line, its fields beside "messages" (all of them, in order).
 
     OUT is a file, written whole or not at all, or - (the default) for standard output. Each message's content
     is what the agent saw: a string, or the JSON array of an imported multimodal message. 'hermesctl sessions
     import' reads the file back.
 
+    With --format md or html each conversation (a session and its compression continuations, in order) becomes
+    one document to read, tool calls folded and attachments linked into the media directory. OUT is then a
+    directory (one file per conversation), a file named .md or .html (one conversation: pick it with
+    --session-id), or - (the HTML page of one conversation, or Markdown of any number).
+
     Example: hermesctl sessions export backup.jsonl --source telegram
+
+    Example: hermesctl sessions export --format html --session-id "Trip plans" trip.html
     """
     # One snapshot (SQLite's read transaction, PostgreSQL's REPEATABLE READ), however long the export takes and
     # whatever hermesd or the shard hosts write meanwhile.
     with open_reads(home, dsn) as store, _snapshot(store):
+        if fmt in ("md", "html"):
+            media_dir = database_path(resolve_home(home)).parent / MEDIA_DIR_NAME
+            count = export_documents(
+                store,
+                fmt="md" if fmt == "md" else "html",
+                out=out,
+                media_dir=media_dir,
+                source=source,
+                reference=reference,
+            )
+            if out != "-":
+                click.echo(f"Exported {plural(count, 'conversation')} to {out}.", err=True)
+            return
         session_id = None
         if reference is not None:
             record = store.resolve_session(reference)

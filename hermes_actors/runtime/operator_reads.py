@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from hermes_actors.agents.history import SUMMARY_HEADER
 from hermes_actors.operator_port import (
     AttachmentView,
+    Audience,
     ConversationFilter,
     ConversationPage,
     ConversationView,
@@ -26,11 +27,12 @@ from hermes_actors.operator_port import (
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.search import session_search
 from hermes_actors.search.shapes import Sort
-from hermes_actors.store import SessionFilter, Store, TipFilter
+from hermes_actors.store import SessionFilter, Store, StoreInterface, TipFilter
 from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.records import AttachmentRecord, LineageRow, MessageRecord, SessionRecord
 
 __all__ = [
+    "audience_filter",
     "carried_over",
     "conversations",
     "export_lineage",
@@ -72,7 +74,9 @@ def session_view(
 
 def conversations(store: Store, where: ConversationFilter, *, limit: int, offset: int) -> ConversationPage:
     """One row per lineage passing ``where``, most recently active tip first."""
-    visible = SessionFilter(user_id=where.user_id) if where.user_id is not None else None
+    visible = audience_filter(where.audience)
+    if where.user_id is not None:
+        visible = (visible or SessionFilter()).also(user_id=where.user_id)
     tip = TipFilter(chat_type=where.chat_type, active_after=where.active_after, active_before=where.active_before)
     page = store.list_lineages(
         source=where.source, ended=where.ended, visible=visible, tip=tip, limit=limit, offset=offset
@@ -93,6 +97,13 @@ def conversations(store: Store, where: ConversationFilter, *, limit: int, offset
         )
 
     return ConversationPage(conversations=[row(r) for r in page.rows], total=page.total, limit=limit, offset=offset)
+
+
+def audience_filter(audience: Audience | None) -> SessionFilter | None:
+    """The sessions ``audience`` sees as a store filter (``None``: every session)."""
+    if audience is None:
+        return None
+    return SessionFilter(source=audience.platform, scope_id=audience.scope_id)
 
 
 def search(store: Store, query: str, *, sort: str, limit: int) -> SearchPage:
@@ -151,7 +162,7 @@ def carried_over(previous: Sequence[MessageRecord], after_summary: Sequence[Mess
     return 0
 
 
-def transcript(store: Store, session_id: str) -> TranscriptView:
+def transcript(store: StoreInterface, session_id: str) -> TranscriptView:
     """The lineage through ``session_id``, root first: each segment's messages, files, summary and carry-over."""
     store.get_session(session_id)  # SessionNotFoundError for an unknown id
     chain = store.lineage_chain(store.lineage_tip(session_id))
