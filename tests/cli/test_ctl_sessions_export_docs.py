@@ -100,7 +100,8 @@ def test_markdown_to_stdout_holds_the_lineage_in_order_with_tools_folded_and_car
     order += ["## Part 2", "Summary of the earlier conversation", "And tomorrow?", "Sunny tomorrow."]
     positions = [text.index(piece) for piece in order]
     assert positions == sorted(positions)
-    assert f"session {root}" in text and f"session {tip}" in text
+    assert f"session {root}" in text
+    assert f"session {tip}" in text
     assert text.count(SCRIPT) == 1  # the carried-over copy is not repeated
     assert '> ```json\n> {"city": "Oslo"}\n> ```' in text  # the call is a quoted block
     picture = (home / "media" / "ab" / ("ab" * 32 + ".png")).resolve()
@@ -118,11 +119,15 @@ def test_html_file_is_self_contained_escaped_and_runs_no_script(home: Path, stor
     page = out.read_text(encoding="utf-8")
     elements = parse(page)
     tags = [tag for tag, _ in elements.tags]
-    assert "script" not in tags and "img" not in tags and "iframe" not in tags
+    assert "script" not in tags
+    assert "img" not in tags
+    assert "iframe" not in tags
     assert not [attrs for _, attrs in elements.tags if any(name.startswith("on") for name in attrs)]
     assert SCRIPT in "".join(elements.text)  # shown as text
     policy = next(a["content"] for t, a in elements.tags if t == "meta" and a.get("http-equiv"))
-    assert policy is not None and "default-src 'none'" in policy and "script-src" not in policy
+    assert policy is not None
+    assert "default-src 'none'" in policy
+    assert "script-src" not in policy
     assert not [a for t, a in elements.tags if t in ("link", "script") or (t == "img" and a.get("src"))]
     assert tags.count("details") == 3  # the tool call, its result and the summary, folded
     links = [a["href"] for t, a in elements.tags if t == "a"]
@@ -137,9 +142,11 @@ def test_a_directory_gets_one_file_per_conversation_and_jsonl_stays_the_default(
     result = run(home, "sessions", "export", "--format", "md", str(out))
     assert result.exit_code == 0, result.output
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) == 2 and f"Trip-plans-2-{tip}.md" in files
+    assert len(files) == 2
+    assert f"Trip-plans-2-{tip}.md" in files
     slack = next(p for p in out.iterdir() if p.name != f"Trip-plans-2-{tip}.md").read_text()
-    assert "hello from slack" in slack and "Oslo" not in slack
+    assert "hello from slack" in slack
+    assert "Oslo" not in slack
     default = run(home, "sessions", "export")
     assert default.exit_code == 0
     assert [json.loads(line)["source"] for line in default.stdout_bytes.splitlines()] == [
@@ -158,5 +165,6 @@ def test_many_conversations_into_one_html_output_is_an_error_naming_the_fix(home
         "or give a directory as OUT for one file each"
     )
     single = run(home, "sessions", "export", "--format", "md", str(home.parent / "all.md"))
-    assert single.exit_code == 1 and "all.md is one file" in single.stderr
+    assert single.exit_code == 1
+    assert "all.md is one file" in single.stderr
     assert not (home.parent / "all.md").exists()
