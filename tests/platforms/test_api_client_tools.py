@@ -257,3 +257,100 @@ def test_a_stateful_client_continues_with_its_session_header(running: Running, m
         )
     assert second.choices[0].message.content == answer_for(WEATHER)
     check_round_trip(running, model, session_id)
+
+
+# -- what a client sees and sends -----------------------------------------------------------------------------------
+
+SPEC: list[Any] = [{"type": "function", "function": {"name": CLIENT_TOOL, "parameters": {"type": "object"}}}]
+
+
+def test_a_tool_turn_streams_only_chunks_with_a_choice_unless_progress_is_asked_for(running: Running) -> None:
+    def stream(headers: dict[str, str]) -> list[str]:
+        connection = running.connection()
+        try:
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": QUESTION}], "tools": SPEC}
+            connection.request(
+                "POST",
+                "/v1/chat/completions",
+                body=json.dumps(body),
+                headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **headers},
+            )
+            return connection.getresponse().read().decode().strip().split("\n\n")
+        finally:
+            connection.close()
+
+    plain = stream({})
+    assert plain[-1] == "data: [DONE]"
+    chunks = [json.loads(block.removeprefix("data: ")) for block in plain[:-1]]
+    assert all(block.startswith("data: ") for block in plain)  # no event: frames at all
+    assert all(len(chunk["choices"]) == 1 for chunk in chunks)
+    (calls,) = [
+        chunk["choices"][0]["delta"]["tool_calls"] for chunk in chunks if "tool_calls" in chunk["choices"][0]["delta"]
+    ]
+    assert [call["function"]["name"] for call in calls] == [CLIENT_TOOL]  # session_search ran, and is not among them
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    asked = stream({"X-Hermes-Tool-Progress": "1"})
+    progress = [json.loads(b.split("data: ", 1)[1]) for b in asked if b.startswith("event: hermes.tool.progress")]
+    assert [(p["tool"], p["status"]) for p in progress] == [
+        ("session_search", "running"),
+        ("session_search", "completed"),
+    ]
+
+
+def test_tool_choice_none_offers_the_model_none_of_the_clients_tools(running: Running, model: WeatherModel) -> None:
+    with running.client() as client:
+        completion = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": QUESTION}], tools=SPEC, tool_choice="none"
+        )
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.choices[0].message.tool_calls is None
+    offered = [[t["function"]["name"] for t in body["tools"]] for body in model.server.completion_bodies]
+    assert offered == [["session_search"], ["session_search"]]
+
+
+def test_a_tool_that_is_not_a_function_is_refused_naming_it(running: Running, model: WeatherModel) -> None:
+    status, _, body = running.request(
+        {"messages": [{"role": "user", "content": QUESTION}], "tools": [{"type": "custom", "custom": {"name": "x"}}]},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert status == 400
+    assert (body["error"]["code"], body["error"]["param"]) == ("unsupported_tool", "tools[0].type")
+    assert model.calls == 0
+
+
+def test_a_tool_result_without_its_call_id_is_refused_naming_it(running: Running, model: WeatherModel) -> None:
+    messages = [{"role": "user", "content": QUESTION}, {"role": "tool", "content": WEATHER}]
+    status, _, body = running.request({"messages": messages, "tools": SPEC}, headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 400
+    assert body["error"]["param"] == "messages[1].tool_call_id"
+    assert model.calls == 0
+
+
+def test_the_echo_agent_plays_a_client_tool_round_trip_stored_in_order(start: Start) -> None:
+    running = start()  # the echo agent: "tool <name> <args>" calls a client tool when the request offers one
+    with running.client() as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": 'tool get_weather {"city": "Oslo"}'}], tools=SPEC
+        )
+        called, session_id = raw.parse(), raw.headers[SESSION_HEADER]
+        (call,) = called.choices[0].message.tool_calls or []
+        assert call.type == "function"
+        assert (call.function.name, json.loads(call.function.arguments)) == (CLIENT_TOOL, {"city": "Oslo"})
+        assert called.choices[0].message.content is None
+        answered = client.chat.completions.create(
+            model="m",
+            messages=[{"role": "tool", "tool_call_id": call.id, "content": "snow"}],
+            tools=SPEC,
+            extra_headers={SESSION_HEADER: session_id},
+        )
+    assert answered.choices[0].message.content == "echo: get_weather returned 'snow'"
+    with running.gateway.read() as store:
+        records = store.load_transcript(session_id)
+    assert [(r.role, r.tool_call_id) for r in records] == [
+        (Role.USER, None),
+        (Role.ASSISTANT, None),
+        (Role.TOOL, call.id),
+        (Role.ASSISTANT, None),
+    ]
+    assert json.loads(records[1].tool_calls or "[]")[0]["id"] == call.id
+    assert records[2].content == "snow"
