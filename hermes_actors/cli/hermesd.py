@@ -8,6 +8,7 @@ group and other bits off, so whatever it creates (including SQLite's ``-wal``/``
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -89,12 +90,12 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     except OSError as exc:
         click.echo(f"Error: cannot prepare {root}: {exc.strerror or exc}", err=True)
         sys.exit(1)
-    level = _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)
-    configure_logging(max(logging.DEBUG, min(logging.ERROR, level)), log_format=settings.daemon.log_format)
+    level = max(logging.DEBUG, min(logging.ERROR, _LEVELS[settings.daemon.log_level] + 10 * (quiet - verbose)))
+    configure_logging(level, log_format=settings.daemon.log_format)
     listeners = 1 + len(settings.platforms)  # at most: the one port, or each HTTP entry point's own
     raise_descriptor_limit(settings.daemon.http_limits.max_connections * listeners + 256)
     if cluster:
-        _serve_cluster(settings, root)
+        _serve_cluster(settings, root, level)
         return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
@@ -108,9 +109,10 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     sys.exit(code)
 
 
-def _serve_cluster(settings: Settings, root: Path) -> None:
+def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
     """Cluster mode until SIGTERM or Ctrl-C: the platforms' entry points (push adapters on every replica, leased ones
-    where their role is held), the outbox dispatcher and the shard hosts on Ray."""
+    where their role is held), the outbox dispatcher and the shard hosts on Ray (logging at ``level`` in
+    ``daemon.log_format``, as this process does)."""
     from hermes_actors.cluster.service import serve_cluster
     from hermes_actors.daemon.admin_key import admin_key
     from hermes_actors.daemon.agent import host_agent_factory
@@ -132,6 +134,7 @@ def _serve_cluster(settings: Settings, root: Path) -> None:
             agent_factory=host_agent_factory(settings.agent, os.environ),
             connected=on_sigterm,  # ray.init replaced it
             http_limits=settings.daemon.http_limits,
+            host_logging=functools.partial(configure_logging, level, log_format=settings.daemon.log_format),
         )
     except KeyboardInterrupt:
         stop.set()

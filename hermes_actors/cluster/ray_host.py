@@ -32,11 +32,37 @@ NAMESPACE = "hermes"
 _log = logging.getLogger(__name__)
 
 
-class ShardHost:
-    """A shard host in a Ray worker: builds and starts its runtime in the constructor (rerun on every restart)."""
+class _HostField(logging.Filter):
+    """Adds ``host=<name>`` to every record (a structured formatter writes it as a field)."""
 
-    def __init__(self, settings: HostSettings, agent_factory: Callable[[], Agent] | None = None) -> None:
-        logging.basicConfig(level=logging.WARNING, format=f"{settings.name} %(levelname)s %(name)s: %(message)s")
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._host = name
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.host = self._host
+        return True
+
+
+class ShardHost:
+    """A shard host in a Ray worker: builds and starts its runtime in the constructor (rerun on every restart).
+
+    ``log_setup`` configures the worker's logging as ``hermesd``'s own (``daemon.log_level`` and ``log_format``,
+    to the worker's stderr, which Ray keeps in its session directory: ``logs/worker-*-<pid>.err``); each line
+    carries ``host=<name>``. Without it, WARNING and above in a plain format."""
+
+    def __init__(
+        self,
+        settings: HostSettings,
+        agent_factory: Callable[[], Agent] | None = None,
+        log_setup: Callable[[], None] | None = None,
+    ) -> None:
+        if log_setup is not None:
+            log_setup()
+        else:
+            logging.basicConfig(level=logging.WARNING, format=f"{settings.name} %(levelname)s %(name)s: %(message)s")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_HostField(settings.name))
         self._runtime = HostRuntime(settings, agent=agent_factory() if agent_factory is not None else None)
         self._runtime.start()
 
@@ -83,11 +109,13 @@ def ensure_hosts(
     *,
     agent_factory: Callable[[], Agent] | None = None,
     namespace: str = NAMESPACE,
+    log_setup: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Create every host of ``hosts`` that is not running yet; the handles by name."""
+    """Create every host of ``hosts`` that is not running yet (logging as ``log_setup`` sets up); the handles by
+    name."""
     remote = ray.remote(ShardHost)
     return {
-        settings.name: remote.options(**_options(settings.name, namespace)).remote(settings, agent_factory)
+        settings.name: remote.options(**_options(settings.name, namespace)).remote(settings, agent_factory, log_setup)
         for settings in hosts
     }
 

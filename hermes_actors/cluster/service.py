@@ -19,6 +19,7 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -69,12 +70,15 @@ def serve_cluster(
     check_s: float = 10.0,
     connected: Callable[[], object] = lambda: None,
     http_limits: HttpLimits | None = None,
+    host_logging: Callable[[], None] | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent (the
     echo agent without one) and the operator's routes opened by ``admin_key``. ``connected`` runs once Ray is connected
     (``ray.init`` installs signal handlers of its own: a caller installs its SIGTERM handler again there). The
-    adapters' own listeners hold their clients to ``http_limits`` (``daemon.http_*``)."""
+    adapters' own listeners hold their clients to ``http_limits`` (``daemon.http_*``). The hosts log as
+    ``host_logging`` sets up (``hermesd``'s level and format) into their Ray workers' stderr, which Ray keeps in its
+    session directory and does not forward here (it would add its prefixes and colours to this replica's log)."""
     import ray
 
     from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
@@ -83,7 +87,15 @@ def serve_cluster(
 
     hosts = host_settings(cluster)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
-    ray.init(address=cluster.ray_address, namespace=cluster.namespace, include_dashboard=False)
+    located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
+    ray.init(  # Ray's own lines go through this process's logging (configure_logging=False), in its format
+        address=cluster.ray_address,
+        namespace=cluster.namespace,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        **located,
+    )
     connected()
     try:
         ingress = ClusterIngress(
@@ -116,7 +128,9 @@ def serve_cluster(
         try:
             replica.start()
             while True:
-                handles = ensure_hosts(hosts, agent_factory=agent_factory, namespace=cluster.namespace)
+                handles = ensure_hosts(
+                    hosts, agent_factory=agent_factory, namespace=cluster.namespace, log_setup=host_logging
+                )
                 _log.info("shard hosts running: %s", ", ".join(sorted(handles)))
                 if stop.wait(check_s):
                     return

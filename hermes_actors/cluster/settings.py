@@ -39,6 +39,7 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     postgres_dsn: str | None = None
     ray_address: str = "auto"
+    node_ip_address: str | None = None
     namespace: str = "hermes"
     shards: int = 256
     hosts: tuple[str, ...] = ("host-0", "host-1", "host-2")

@@ -193,6 +193,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "cluster": {
             "postgres_dsn": args.dsn,
             "ray_address": f"127.0.0.1:{ray_port}",
+            "node_ip_address": "127.0.0.1",
             "shards": 16,
             "hosts": ["a", "b"],
             "lease_ttl_s": 3,
@@ -206,6 +207,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
     }
     (home / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     bin_dir = Path(sys.executable).parent
+    ray_dir = tempfile.mkdtemp(prefix="hermes-ray-")
     _ray_cli(
         "start",
         "--head",
@@ -214,7 +216,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "--include-dashboard=false",
         "--disable-usage-stats",
         "--num-cpus=2",
-        f"--temp-dir={tempfile.mkdtemp(prefix='hermes-ray-')}",
+        f"--temp-dir={ray_dir}",
     )
     daemon = subprocess.Popen(
         [str(bin_dir / "hermesd"), "--home", str(home), "--cluster"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -250,13 +252,18 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             sent = telegram.wait_for(lambda: [m["text"] for m in telegram.sent(TOKEN)], timeout=60)
         except Exception:
             sent = []
-        shown = subprocess.run(
-            [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        deadline = time.monotonic() + 30
+        while True:  # a host gives a shard back to its home host a tick before that one takes it: wait it out
+            shown = subprocess.run(
+                [str(bin_dir / "hermesctl"), "cluster", "status", "--home", str(home)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            if shown.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         listed = subprocess.run(
             [str(bin_dir / "hermesctl"), "sessions", "list", "--json", "--home", str(home), "--dsn", args.dsn],
             capture_output=True,
@@ -265,6 +272,12 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             check=False,
         )
         listeners = _listeners()
+        host_logs = [
+            line
+            for path in sorted(Path(ray_dir).glob("session_*/logs/worker-*.err"))
+            for line in path.read_text(errors="replace").splitlines()
+            if " host=" in line
+        ]
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -285,6 +298,8 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "ctl_code": shown.returncode,
         "exit": daemon.returncode,
         "stderr": err.decode()[-2000:],
+        "stderr_not_logfmt": [line for line in err.decode().splitlines() if not line.startswith("time=")][:50],
+        "host_logs": host_logs[:50],
         "listeners": listeners,
     }
 

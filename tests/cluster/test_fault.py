@@ -16,6 +16,7 @@ from tests.cluster.raylab import run_driver
 
 pytestmark = pytest.mark.slow
 
+_RAY_CORE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [IWEF] \d+ \d+\] \w+\.cc:\d+: ")
 _LOOPBACK = re.compile(r"^LISTEN\s+\d+\s+\d+\s+(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+\s")
 
 
@@ -77,3 +78,9 @@ def test_hermesd_cluster_takes_a_webhook_and_a_polled_telegram_update_to_the_sha
     assert {line.split(":")[0].strip() for line in lines[2:4]} == {"a", "b"}
     assert seen["exit"] == 0, seen["stderr"]
     assert all(_LOOPBACK.match(line) for line in seen["listeners"]), seen["listeners"]
+    # The hosts log in hermesd's format into their Ray workers' stderr, never into the replica's (issue 37); the
+    # replica's own lines, Ray's Python ones among them, are logfmt. Only Ray's C++ core writes its own format.
+    foreign = [line for line in seen["stderr_not_logfmt"] if not _RAY_CORE.match(line)]
+    assert foreign == [], foreign
+    assert not any("\x1b[" in line or "ShardHost" in line for line in seen["stderr_not_logfmt"])
+    assert any(line.startswith("time=") and line.endswith(" host=a") for line in seen["host_logs"]), seen["host_logs"]
