@@ -16,8 +16,9 @@ from openai.types.responses import Response
 from platforms.api_server import SESSION_HEADER
 from tests.agents.weather_model import CLIENT_TOOL, QUESTION, WeatherModel, answer_for
 from tests.platforms import test_api_client_tools, test_api_server
-from tests.platforms.test_api_client_tools import WEATHER, agents_run, check_round_trip, last_session
-from tests.platforms.test_api_server import Running
+from tests.platforms.test_api_client_tools import check_round_trip, last_session
+from tests.platforms.test_api_server import KEY, Running
+from tests.platforms.tool_clients import WEATHER, agents_run
 
 start = test_api_server.start
 model = test_api_client_tools.model
@@ -34,7 +35,7 @@ TOOLS: list[Any] = [
 
 
 def test_the_agents_sdk_in_responses_mode_runs_its_tool_once(running: Running, model: WeatherModel) -> None:
-    answer, ran = agents_run(running, responses=True)  # chained with previous_response_id
+    answer, ran = agents_run(running.server.url + "/v1", KEY, responses=True)  # chained: previous_response_id
     assert ran == ["Paris"]
     assert answer == answer_for(WEATHER)
     check_round_trip(running, model, last_session(running))
@@ -43,7 +44,7 @@ def test_the_agents_sdk_in_responses_mode_runs_its_tool_once(running: Running, m
 def test_the_agents_sdk_sending_its_whole_conversation_reads_the_servers_items_back(
     running: Running, model: WeatherModel
 ) -> None:
-    answer, ran = agents_run(running, responses=True, chained=False)
+    answer, ran = agents_run(running.server.url + "/v1", KEY, responses=True, chained=False)
     assert ran == ["Paris"]
     assert answer == answer_for(WEATHER)
     assert model.calls == 3
