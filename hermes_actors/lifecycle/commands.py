@@ -49,6 +49,7 @@ class CommandName(enum.StrEnum):
     STOP = "stop"
     SETHOME = "sethome"
     HANDOFF = "handoff"
+    SAVE = "save"
 
 
 class Command(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +67,7 @@ _FIXED = {
     "/stop": CommandName.STOP,
     "/sethome": CommandName.SETHOME,
     "/handoff": CommandName.HANDOFF,
+    "/save": CommandName.SAVE,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from hermes_actors.lifecycle.work import Control, Delivery
+from hermes_actors.messages import OutboundDocument
 from hermes_actors.routing import SessionSource
 from hermes_actors.store import InboxState
 
@@ -36,9 +37,16 @@ class Directory(Protocol):
         ...
 
     def reply_now(
-        self, delivery: Delivery, text: str, *, session_id: str | None, state: InboxState = InboxState.DONE
+        self,
+        delivery: Delivery,
+        text: str,
+        *,
+        session_id: str | None,
+        state: InboxState = InboxState.DONE,
+        document: OutboundDocument | None = None,
     ) -> None:
-        """Complete ``delivery`` with ``text`` from the directory itself (nothing goes to a transcript)."""
+        """Complete ``delivery`` with ``text`` (and ``document``, a file for a sender that takes files) from the
+        directory itself (nothing goes to a transcript)."""
         ...
 
     def send_now(

@@ -1,5 +1,6 @@
 """The lifecycle commands: ``/new``, ``/reset``, ``/resume``, ``/title``, ``/compress``, ``/sessions``,
-``/sethome``, ``/handoff``, resets by timer and an operator's rename or end (``hermesctl sessions`` via hermesd).
+``/sethome``, ``/handoff``, ``/save``, resets by timer and an operator's rename or end (``hermesctl sessions`` via
+hermesd).
 
 :class:`LifecycleCommands` is held by the supervisor and runs on its thread. It sees the runtime only through the
 :class:`~hermes_actors.lifecycle.directory.Directory` port the supervisor implements: commands that change where a
@@ -30,6 +31,7 @@ from hermes_actors.lifecycle.commands import (
     resume_listing_text,
 )
 from hermes_actors.lifecycle.directory import Directory
+from hermes_actors.lifecycle.save import NOTHING_TO_SAVE, ReadTranscript, save_reply
 from hermes_actors.lifecycle.work import (
     AdminChange,
     Compress,
@@ -70,6 +72,7 @@ class LifecycleCommands:
         writer: StoreWriter,
         lease_owner: str,
         owner_alive: Callable[[str], bool],
+        read_transcript: ReadTranscript | None = None,
     ) -> None:
         self._directory = directory
         self._config = config
@@ -77,6 +80,7 @@ class LifecycleCommands:
         self._writer = writer
         self._lease_owner = lease_owner
         self._owner_alive = owner_alive
+        self._read_transcript = read_transcript  # /save's read of a lineage (the runtime's); None: no /save
         self._pending_titles: dict[str, str] = {}  # routing key -> title for its next session
         self._resume_lists: dict[str, list[str]] = {}  # routing key -> ids shown by its last bare /resume
         self._handoffs: dict[str, PendingHandoff] = {}  # session id -> its handoff in progress
@@ -116,6 +120,8 @@ class LifecycleCommands:
                     self._sethome(delivery)
                 case CommandName.HANDOFF:
                     self._handoff(routing_key, delivery, command.argument)
+                case CommandName.SAVE:
+                    self._save(routing_key, delivery)
                 case CommandName.STOP:  # handled in _deliver
                     raise AssertionError("unreachable")
         except HermesError as exc:
@@ -248,6 +254,23 @@ class LifecycleCommands:
             self._directory.reply_now(delivery, NOT_YOURS_TO_TITLE, session_id=session_id)
             return
         self._directory.queue_control(session_id, SetTitle(text=argument or None), delivery)
+
+    def _save(self, routing_key: str, delivery: Delivery) -> None:
+        session_id = self._directory.existing(routing_key)
+        if session_id is None or self._directory.awaits_creation(session_id) or self._read_transcript is None:
+            self._directory.reply_now(delivery, NOTHING_TO_SAVE, session_id=session_id)
+            return
+        visible = reachable(delivery.message.source, any_user=self._config.resume_any_user)
+        with self._readers.reader() as store:
+            if not visible.matches(store.get_session(session_id)):  # a shared chat leading to another's session
+                reply = None
+            else:
+                reply = save_reply(store, session_id, self._read_transcript)
+        if reply is None:
+            text = "Only the person who started this conversation can save it here."
+            self._directory.reply_now(delivery, text, session_id=session_id)
+            return
+        self._directory.reply_now(delivery, reply.text, session_id=session_id, document=reply.document)
 
     def _sessions(self, delivery: Delivery, query: str) -> None:
         with self._readers.reader() as store:

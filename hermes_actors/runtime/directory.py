@@ -15,7 +15,7 @@ from concurrent.futures import Future
 import msgspec
 
 from hermes_actors.errors import StoreError
-from hermes_actors.messages import OutboundError
+from hermes_actors.messages import OutboundDocument, OutboundError
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
@@ -70,10 +70,18 @@ class SupervisorDirectory:
         return state is not None and state.create_with is not None
 
     def reply_now(
-        self, delivery: Delivery, text: str, *, session_id: str | None, state: InboxState = InboxState.DONE
+        self,
+        delivery: Delivery,
+        text: str,
+        *,
+        session_id: str | None,
+        state: InboxState = InboxState.DONE,
+        document: OutboundDocument | None = None,
     ) -> None:
         """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
         reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
+        if document is not None:
+            reply = msgspec.structs.replace(reply, document=document)
         outbox = self._outbox
 
         def answer(store: Store) -> int:

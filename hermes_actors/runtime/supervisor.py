@@ -34,6 +34,7 @@ from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.directory import SupervisorDirectory
 from hermes_actors.runtime.live import ControlWork, LiveSession, evictable_sessions, idle_sessions, statistics_of
 from hermes_actors.runtime.log_fields import platform_extra
+from hermes_actors.runtime.operator_reads import transcript
 from hermes_actors.runtime.protocol import (
     AdminChange,
     Control,
@@ -103,6 +104,7 @@ class SupervisorActor(RuntimeActor):
             writer=self._writer,
             lease_owner=services.lease_owner,
             owner_alive=services.owner_alive,
+            read_transcript=transcript,
         )
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
