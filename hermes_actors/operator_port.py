@@ -13,7 +13,8 @@ too long), :class:`~hermes_actors.errors.TitleInUseError` and :class:`SessionExi
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import msgspec
 
@@ -21,6 +22,7 @@ from hermes_actors.errors import StoreError, TitleError
 
 __all__ = [
     "AttachmentView",
+    "Audience",
     "ConversationFilter",
     "ConversationPage",
     "ConversationView",
@@ -101,9 +103,17 @@ class SessionMessages(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[MessageView]
 
 
+class Audience(msgspec.Struct, frozen=True, kw_only=True):
+    """The sessions one API key sees: those ``platform`` opened in ``scope_id`` (the key's fingerprint; ``None``
+    for a server without a key)."""
+
+    platform: str
+    scope_id: str | None
+
+
 class ConversationFilter(msgspec.Struct, frozen=True, kw_only=True):
     """Which conversations a listing keeps (``None``: any): the platform, user and chat type, whether the tip has
-    ended, and a range of the tip's last activity (epoch seconds, inclusive)."""
+    ended, a range of the tip's last activity (epoch seconds, inclusive), and the sessions an API key sees."""
 
     source: str | None = None
     user_id: str | None = None
@@ -111,6 +121,7 @@ class ConversationFilter(msgspec.Struct, frozen=True, kw_only=True):
     ended: bool | None = None
     active_after: float | None = None
     active_before: float | None = None
+    audience: Audience | None = None
 
 
 class ConversationView(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,6 +256,15 @@ class Operator(Protocol):
 
     def search(self, query: str, *, sort: str, limit: int) -> SearchPage:
         """``session_search`` discovery over every session (FTS5 syntax; ``sort``: relevance, newest, oldest)."""
+        ...
+
+    def session_search(self, arguments: Mapping[str, Any], *, audience: Audience | None) -> str:
+        """The agent's ``session_search`` tool run with ``arguments`` over the sessions ``audience`` sees (``None``:
+        every session): its JSON answer, a problem with the arguments as ``{"error": ...}`` (never raises for it)."""
+        ...
+
+    def session_search_parameters(self) -> dict[str, Any]:
+        """The JSON schema of ``session_search``'s arguments, as the agent's tool offers them."""
         ...
 
     def transcript(self, session_id: str) -> TranscriptView:

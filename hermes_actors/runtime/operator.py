@@ -16,14 +16,16 @@ compression lineages only). Attachments are not copied: the child's messages kee
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from hermes_actors.agents.tools import session_search_tool
 from hermes_actors.errors import SessionClosedError
 from hermes_actors.operator_port import (
+    Audience,
     ConversationFilter,
     ConversationPage,
     SearchPage,
@@ -47,6 +49,7 @@ __all__ = ["OPERATOR_PLATFORM", "GatewayOperator", "SessionAdmin", "StoreAccess"
 T = TypeVar("T")
 
 OPERATOR_PLATFORM = "api_server"  # the source of sessions an operator creates (they are the API's)
+_NO_SESSION = ""  # the current session of a search made outside any: no stored session has this id
 _MAX_FORK_NUMBER = 1000
 _FORK_SUFFIX = re.compile(r"^(?P<base>.*\S) \([1-9]\d{0,8}\)$")  # a fork's " (N)", so a fork of one counts on
 
@@ -242,6 +245,16 @@ class GatewayOperator:
         """``session_search`` discovery over every session."""
         with self._gateway.read() as store:
             return operator_reads.search(store, query, sort=sort, limit=limit)
+
+    def session_search(self, arguments: Mapping[str, Any], *, audience: Audience | None) -> str:
+        """The agent's ``session_search`` tool over what ``audience`` sees, for a caller outside any session (its
+        discovery and browse skip no conversation)."""
+        visible = operator_reads.audience_filter(audience)
+        return session_search_tool(self._gateway.read, _NO_SESSION, visible=visible).run(dict(arguments))
+
+    def session_search_parameters(self) -> dict[str, Any]:
+        """The agent's ``session_search`` parameters."""
+        return session_search_tool(self._gateway.read, _NO_SESSION).parameters
 
     def transcript(self, session_id: str) -> TranscriptView:
         """The whole lineage through ``session_id`` with its segments and files."""

@@ -18,6 +18,7 @@ from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
+from platforms.api_server.mcp_server import McpEndpoint
 from platforms.api_server.models import model_list
 from platforms.api_server.probes import KEYED_PATHS, Probes
 from platforms.api_server.responses import ResponsesApi
@@ -138,6 +139,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
         add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
+        McpEndpoint(self._service, self._runs, self._attached).add_to(app)  # /mcp: the sessions as MCP tools
 
     def _attached(self) -> tuple[Inbox, HttpHost] | None:
         inbox, host = self._inbox, self._host

@@ -115,6 +115,11 @@ class OperatorChat:
         fields = decode_body(_chat, await read_decoded(request, self._config.max_body_bytes) or b"{}")
         if not fields.message.strip():
             raise ApiError(400, "message is empty; send the text of the turn", code="invalid_value", param="message")
+        return await self.begin(session_id, fields.message)
+
+    async def begin(self, session_id: str, text: str) -> TurnCall:
+        """Point the operator's key at ``session_id`` (its live tip) and commit ``text`` as a turn there; return the
+        turn, watched from before the commit (the caller closes it). Refusals are :class:`ApiError`."""
         running = self._attached()
         if running is None:
             raise ApiError(503, "the API server is not started", type="server_error", code="service_unavailable")
@@ -127,9 +132,7 @@ class OperatorChat:
             if inbox.session_for(routing_key) != target:
                 inbox.rebind(routing_key, target)
 
-        inbound = InboundMessage(
-            source=source, text=fields.message, message_id=f"op-{uuid.uuid4().hex}", received_at=time.time()
-        )
+        inbound = InboundMessage(source=source, text=text, message_id=f"op-{uuid.uuid4().hex}", received_at=time.time())
         call = TurnCall(inbox, self._waiters, inbound)
         call.open()
         try:

@@ -127,10 +127,13 @@ class Runs:
         return json_response(accepted, status=202, headers={"Location": f"/v1/runs/{run.run_id}"})
 
     async def status(self, request: web.Request) -> web.Response:
-        run = await self._find(request)
+        return json_response(await self.view(await self._find(request)))
+
+    async def view(self, run: Run) -> RunView:
+        """What ``run`` is now, with the session its turn went to once that is known."""
         if run.session_id is None and run.routing_key is not None:
             run.session_id = await self._service.session_hint(run.routing_key)
-        return json_response(run.view())
+        return run.view()
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         service = self._service
@@ -156,9 +159,12 @@ class Runs:
         return response
 
     async def stop(self, request: web.Request) -> web.Response:
-        run = await self._find(request)
+        return json_response(await self.stop_run(await self._find(request)))
+
+    async def stop_run(self, run: Run) -> RunView:
+        """Stop ``run``'s turn as ``/stop`` does; a 409 once it has completed or failed."""
         if run.status is RunStatus.CANCELLED:
-            return json_response(run.view())  # stopped already (a stop sent twice, or a /stop from elsewhere)
+            return run.view()  # stopped already (a stop sent twice, or a /stop from elsewhere)
         if run.status.finished:
             raise ApiError(
                 409,
@@ -175,7 +181,7 @@ class Runs:
                     code="service_unavailable",
                 )
             run.status = RunStatus.STOPPING
-        return json_response(run.view())
+        return run.view()
 
     async def _send_stop(self, run: Run) -> bool:
         """Send the run's session a ``/stop`` whose reply the run's watcher expects; whether it was taken."""
@@ -191,11 +197,14 @@ class Runs:
     # -- finding a run ---------------------------------------------------------------------------------------
 
     async def _find(self, request: web.Request) -> Run:
-        """The run the path names, watched or read back from the store; a 404 for an unknown one, or another
-        key's (the same 404, so ids of other keys cannot be probed)."""
-        run_id = request.match_info["run_id"]
+        return await self.find(request.match_info["run_id"])
+
+    async def find(self, run_id: str, *, every_key: bool = False) -> Run:
+        """The run ``run_id`` names, watched or read back from the store; a 404 for an unknown one, or another
+        key's (the same 404, so ids of other keys cannot be probed). ``every_key`` (the admin key) finds any key's
+        run of this API."""
         run = self._runs.get(run_id)
-        if run is not None and run.scope == self._service.scope:
+        if run is not None and (every_key or run.scope == self._service.scope):
             return run
         unknown = ApiError(
             404, f"no run {run_id[:100]!r}; send the run_id POST /v1/runs returned", code="run_not_found"
@@ -203,7 +212,7 @@ class Runs:
         if run is not None or not _RUN_ID.fullmatch(run_id):
             raise unknown
         stored = await self._stored(run_id)
-        if stored is None or stored.message.source.scope_id != self._service.scope:
+        if stored is None or not (every_key or stored.message.source.scope_id == self._service.scope):
             raise unknown
         return self._adopt(stored)
 
