@@ -63,11 +63,19 @@ class DiskSpace(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """The agent turns go to: its kind (``echo``, ``openai``, ...) and the model it names, if any."""
+    """The agent turns go to: its kind (``echo``, ``openai``, ...) and the model it names, if any; whether it
+    answers (``state``: ``ok``, ``degraded`` with ``last_error``, or ``unknown`` before anything was asked of it)
+    since ``since`` (epoch seconds), when it was last probed, and whether its state fails readiness
+    (``agent.probe.fail_readiness`` and degraded)."""
 
     kind: str
     model: str | None = None
     tool_servers: list[ToolServerHealth] = []  # its MCP servers (agent.mcp_servers): inform, never fail readiness
+    state: str = "unknown"
+    last_error: str | None = None
+    since: float | None = None
+    probed_at: float | None = None
+    fails_readiness: bool = False
 
 
 class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,7 +98,8 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True):
     ``store`` is why the store cannot be written (``None``: it can); ``platforms`` lists every configured entry
     point (a disabled one does not count against readiness). ``disk`` and ``agent`` inform and never fail it (a
     full disk shows as an unwritable store), and so does ``cluster`` (a cluster replica's view of the whole
-    cluster): trouble elsewhere in the cluster is no reason to stop sending this replica requests.
+    cluster): trouble elsewhere in the cluster is no reason to stop sending this replica requests. A degraded
+    agent fails it only when its operator asked for that (``agent.fails_readiness``).
     """
 
     store: str | None
@@ -110,6 +119,8 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True):
         for platform in self.platforms:
             if platform.state in (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED):
                 found.append(f"{platform.name}: {platform.state} ({platform.last_error or 'no error recorded'})")
+        if self.agent is not None and self.agent.fails_readiness:
+            found.append(f"agent: {self.agent.state} ({self.agent.last_error or 'no error recorded'})")
         return found
 
 

@@ -21,7 +21,7 @@ from hermes_actors.daemon.online import online_checks
 from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import ToolServerHealth
-from hermes_actors.ports import Latency, Vitals
+from hermes_actors.ports import AgentInfo, Latency, Vitals
 from hermes_actors.store import Store
 from platforms import registry
 
@@ -106,9 +106,20 @@ def _vitals_lines(vitals: Vitals) -> list[str]:
     ]
 
 
+def _agent_state_line(agent: AgentInfo) -> str:
+    """``  agent state: DEGRADED for 2m 10s: cannot connect ...`` (or ``ok for 5m``, ``unknown``)."""
+    held = f" for {_uptime(time.time() - agent.since)}" if agent.since is not None else ""
+    if agent.state != "degraded":
+        return f"  agent state: {agent.state}{held}"
+    fails = " (fails readiness: agent.probe.fail_readiness)" if agent.fails_readiness else ""
+    return f"  agent state: DEGRADED{held}{fails}: {agent.last_error or 'no error recorded'}"
+
+
 def _print_state(state: StatusReply) -> None:
     click.echo(f"hermesd running (pid {state.pid}, up {_uptime(time.time() - state.started_at)}) on {state.home}")
     click.echo(f"  agent: {state.agent}")
+    if state.ready is not None and state.ready.agent is not None:
+        click.echo(_agent_state_line(state.ready.agent))
     if state.ready is not None:
         click.echo(f"  ready: {'yes' if state.ready.ready else 'NO: ' + '; '.join(state.ready.reasons())}")
     click.echo(

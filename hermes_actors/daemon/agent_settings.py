@@ -11,6 +11,7 @@ import msgspec
 from hermes_actors.agents.factory import FACTORY_PATTERN
 from hermes_actors.agents.mcp.settings import McpServerSettings, check_servers
 from hermes_actors.errors import ConfigError
+from hermes_actors.runtime.agent_health import AgentProbeConfig
 
 __all__ = ["AgentSettings"]
 
@@ -35,6 +36,10 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     ``mcp_servers`` names MCP servers (:class:`~hermes_actors.agents.mcp.McpServerSettings`) whose tools every
     session of this agent offers, whatever the agent is.
+
+    ``probe`` (:class:`~hermes_actors.runtime.agent_health.AgentProbeConfig`; the default agent's counts) says how
+    often health checks may probe the agent, and whether a degraded agent fails ``/health/ready``
+    (``probe.fail_readiness``).
     """
 
     base_url: str | None = None
@@ -50,6 +55,7 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     factory: str | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp_servers: dict[str, McpServerSettings] = msgspec.field(default_factory=dict)
+    probe: AgentProbeConfig = AgentProbeConfig()
 
     def __post_init__(self) -> None:
         self._check_factory()

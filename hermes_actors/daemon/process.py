@@ -160,6 +160,7 @@ class Daemon:
             tz=_timezone(settings),
             sessions=settings.sessions,
             media=settings.media,
+            agent_probe=settings.agent.probe,
         )
         self._terminal.attach(self._gateway)
         if self._gateway.pruned is not None:

@@ -56,19 +56,23 @@ class AgentCalls:
             return AgentFailure(
                 kind=FailureKind.TIMEOUT,
                 text=f"Sorry, the agent did not answer within {timeout:.0f} s. Your message is saved; try again.",
+                error=f"no answer within {timeout:.0f} s",
             )
         try:
             return future.result()
         except AgentError as exc:
             _log.warning("session %s: agent failed: %s", self.session_id, exc)
             return AgentFailure(
-                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+                kind=FailureKind.ERROR,
+                text=f"Sorry, the agent failed: {exc}. Your message is saved; try again.",
+                error=str(exc),
             )
         except Exception as exc:
             _log.exception("session %s: agent raised", self.session_id)
             return AgentFailure(
                 kind=FailureKind.CRASH,
                 text=f"Sorry, the agent failed unexpectedly ({type(exc).__name__}). Your message is saved; try again.",
+                error=f"{type(exc).__name__}: {exc}",
             )
 
     def inline(self, call: Callable[[], AgentReply]) -> AgentReply | AgentFailure:
@@ -78,9 +82,12 @@ class AgentCalls:
             reply = call()
         except Exception as exc:
             _log.exception("session %s: agent raised", self.session_id)
-            self._metrics.agent_called(FailureKind.ERROR.value, time.perf_counter() - started)
-            return AgentFailure(
-                kind=FailureKind.ERROR, text=f"Sorry, the agent failed: {exc}. Your message is saved; try again."
+            failure = AgentFailure(
+                kind=FailureKind.ERROR,
+                text=f"Sorry, the agent failed: {exc}. Your message is saved; try again.",
+                error=str(exc) or type(exc).__name__,
             )
+            self._metrics.agent_called(FailureKind.ERROR.value, time.perf_counter() - started, failure)
+            return failure
         self._metrics.agent_called("ok", time.perf_counter() - started, reply)
         return reply

@@ -28,6 +28,7 @@ from hermes_actors.lifecycle.resets import ResetScheduler, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
+from hermes_actors.runtime.agent_health import AgentProbeConfig
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.metrics import Metrics
@@ -60,6 +61,7 @@ class GatewayOptions(TypedDict, total=False):
     must not end other platforms' sessions). ``media`` limits attachments and ``describe_media`` replaces its
     ``describe`` step. ``on_turn`` hears every finished turn (on the supervisor's thread). ``replies_sent_elsewhere``:
     the replies of platforms without a sender here are sent by another process (a cluster's dispatchers).
+    ``agent_probe`` says how health checks probe the default agent (:mod:`hermes_actors.runtime.agent_health`).
     ``agents`` are the named agents and their bindings (:mod:`hermes_actors.runtime.agent_roster`); without them
     ``agent`` (by default the echo agent) answers every session.
     """
@@ -80,6 +82,7 @@ class GatewayOptions(TypedDict, total=False):
     media: MediaConfig | None
     describe_media: Describe | None
     replies_sent_elsewhere: bool
+    agent_probe: AgentProbeConfig | None
 
 
 class Runtime:

@@ -24,7 +24,7 @@ from typing import TypeVar, Unpack
 import pykka
 from msgspec.structs import replace
 
-from hermes_actors.agents.base import model_of
+from hermes_actors.agents.base import model_of, probe_call
 from hermes_actors.agents.tools import tool_servers
 from hermes_actors.errors import StoreError
 from hermes_actors.lifecycle.policy import ResetConfig
@@ -41,11 +41,12 @@ from hermes_actors.ports import (
 )
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.admin import delete_in_store
+from hermes_actors.runtime.agent_health import AgentHealth
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
 from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.runtime.platform_board import PlatformBoard
-from hermes_actors.runtime.protocol import AdminChange, Deliver, Delivery, SupervisorStatistics
+from hermes_actors.runtime.protocol import AdminChange, AgentFailure, Deliver, Delivery, SupervisorStatistics
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
 from hermes_actors.store.prune import PruneResult
@@ -77,6 +78,9 @@ class Gateway:
         self._readers = runtime.readers
         self._supervisor = runtime.supervisor
         self._closed = threading.Event()
+        # Whether the default agent answers (its probe, and every agent call's outcome): before any turn runs.
+        self.agent_health = AgentHealth(probe_call(runtime.services.agent), options.get("agent_probe"))
+        runtime.metrics.on_agent_call = self._agent_called
         runtime.start()
 
     # -- edge ----------------------------------------------------------------------------------------------------
@@ -177,7 +181,8 @@ class Gateway:
 
     def readiness(self) -> Readiness:
         """Whether the store takes writes (:meth:`store_unwritable_reason`) and each entry point is up, with the
-        free space of the store's disk, the agent's kind and model, and the state of every agent's MCP servers."""
+        free space of the store's disk, the agent's kind, model and health (probed at most once per
+        ``agent.probe.interval_s``), and the state of every agent's MCP servers."""
         try:
             usage = shutil.disk_usage(self.database.parent)
             disk = DiskSpace(path=str(self.database.parent), free_bytes=usage.free, total_bytes=usage.total)
@@ -185,12 +190,24 @@ class Gateway:
             disk = None
         agent = self._runtime.services.agent
         kind = type(agent).__name__.removesuffix("Agent").lower() or "agent"
-        return Readiness(
-            store=self.store_unwritable_reason(),
-            platforms=self.platforms.states(),
-            disk=disk,
-            agent=AgentInfo(kind=kind, model=model_of(agent), tool_servers=self._tool_servers()),
+        health = self.agent_health.check()  # probes the agent at most once per agent.probe.interval_s
+        info = AgentInfo(
+            kind=kind,
+            model=model_of(agent),
+            tool_servers=self._tool_servers(),
+            state=health.state.value,
+            last_error=health.last_error,
+            since=health.since,
+            probed_at=health.probed_at,
+            fails_readiness=self.agent_health.config.fail_readiness and health.state == "degraded",
         )
+        return Readiness(store=self.store_unwritable_reason(), platforms=self.platforms.states(), disk=disk, agent=info)
+
+    def _agent_called(self, outcome: str, result: object) -> None:
+        """An agent call ended (:attr:`Metrics.on_agent_call`): a failure marks the agent degraded, an answer ok."""
+        if outcome == "cancelled":
+            return  # stopped by /stop or a reset: says nothing of the agent
+        self.agent_health.called((result.error or result.text) if isinstance(result, AgentFailure) else None)
 
     def _tool_servers(self) -> list[ToolServerHealth]:
         """The MCP servers of every named agent (:func:`~hermes_actors.agents.tools.tool_servers`)."""

@@ -27,7 +27,7 @@ Series (``_total`` is added to counters by the client):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.registry import Collector
@@ -114,6 +114,8 @@ class Metrics:
         # The labelled children of the turn path, kept: labels() takes a lock and builds a key on every call.
         self._turn_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self._agent_series: dict[str, Histogram] = {}
+        # Hears each agent call's outcome and result (the gateway's agent health); set once, before turns run.
+        self.on_agent_call: Callable[[str, object], None] | None = None
 
     def register(self, collector: Collector) -> None:
         """Add series read at scrape time."""
@@ -138,6 +140,8 @@ class Metrics:
         if histogram is None:
             histogram = self._agent_series[outcome] = self.agent_seconds.labels(outcome)
         histogram.observe(seconds)
+        if self.on_agent_call is not None:
+            self.on_agent_call(outcome, result)
         if isinstance(result, AgentReply):
             if result.input_tokens:
                 self._input.inc(result.input_tokens)

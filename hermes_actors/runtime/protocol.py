@@ -80,10 +80,12 @@ class FailureKind(enum.Enum):
 
 
 class AgentFailure(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent call that gave no answer: ``kind``, and ``text``, what the user is told instead of a reply."""
+    """An agent call that gave no answer: ``kind``, ``text`` (what the user is told instead of a reply) and
+    ``error`` (what failed, for health checks and the log)."""
 
     kind: FailureKind
     text: str
+    error: str = ""
 
 
 class RunTurn(msgspec.Struct, frozen=True, kw_only=True):

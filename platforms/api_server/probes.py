@@ -2,8 +2,10 @@
 
 ``/health`` says the process serves and the store takes writes (a load balancer's liveness check); ``/health/ready``
 also needs every configured entry point up, and names what is not; ``/health/detailed`` adds one entry per readiness
-check (``checks``: the store writable, the free space of the store's disk, the agent's kind and model, each entry
-point) and the runtime's numbers, and in cluster mode the whole cluster (``cluster``);
+check (``checks``: the store writable, the free space of the store's disk, the agent's kind, model and state
+(``ok``, ``degraded`` with its last error, ``unknown``; a degraded agent fails readiness only with
+``agent.probe.fail_readiness: true``), each entry point) and the runtime's numbers, and in cluster mode the whole
+cluster (``cluster``);
 ``/health/cluster`` (cluster mode) is that view alone: 503 when it names trouble (a message pending too long, a
 shard held by no host, a silent host), 404 outside cluster mode;
 ``/metrics`` is the Prometheus exposition. All of it comes through the :class:`~hermes_actors.ports.Inbox` port,
@@ -123,7 +125,8 @@ def _readiness_body(readiness: Readiness) -> dict[str, object]:
 
 
 def _checks(readiness: Readiness) -> dict[str, object]:
-    """Each readiness check on its own: ``ok`` and what it found (disk and agent inform; they never fail)."""
+    """Each readiness check on its own: ``ok`` and what it found (the disk informs; the agent is not ``ok`` while
+    degraded, and fails readiness only with ``agent.probe.fail_readiness``)."""
     failed = (PlatformStatus.FAILED, PlatformStatus.DISCONNECTED)
     platforms = [msgspec.to_builtins(p) | {"ok": p.state not in failed} for p in readiness.platforms]
     disk = msgspec.to_builtins(readiness.disk) if readiness.disk is not None else None
@@ -131,7 +134,9 @@ def _checks(readiness: Readiness) -> dict[str, object]:
     return {
         "store": {"ok": readiness.store is None, "writable": readiness.store is None, "reason": readiness.store},
         "disk": {"ok": True, **disk} if disk is not None else {"ok": True, "reason": "free space unknown"},
-        "agent": {"ok": True, **agent} if agent is not None else {"ok": True, "reason": "agent unknown"},
+        "agent": {"ok": agent["state"] != "degraded", **agent}
+        if agent is not None
+        else {"ok": True, "reason": "agent unknown"},
         "platforms": {"ok": all(p["ok"] for p in platforms), "entries": platforms},
     }
 
