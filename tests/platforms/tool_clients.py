@@ -94,7 +94,9 @@ def stream_loop(base_url: str, key: str) -> tuple[str, list[str]]:
     text, finish = "", None
     with openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=20) as client:
         for _ in range(3):
-            stream = client.chat.completions.create(model="hermes-agent", messages=messages, tools=_SPEC, stream=True)
+            stream = client.chat.completions.create(
+                model="hermes-agent", messages=messages, tools=_SPEC, stream=True, user="stream-loop"
+            )  # its own user: LangChain's conversation opens the same way, and would share its stored session
             text, calls, finish = "", dict[int, dict[str, Any]](), None
             for chunk in stream:  # every chunk has a choice
                 delta = chunk.choices[0].delta
