@@ -70,11 +70,11 @@ class Api:
 
 
 async def _call(
-    url: str, key: str, name: str, arguments: dict[str, Any], progress: list[str] | None = None
+    url: str, key: str, name: str, arguments: dict[str, Any], told: list[str] | None = None
 ) -> types.CallToolResult:
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        if progress is not None and message is not None:
-            progress.append(message)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if told is not None and message is not None:
+            told.append(message)
 
     async with (
         httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client,
