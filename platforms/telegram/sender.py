@@ -11,7 +11,8 @@ one reply), the group bucket (about twenty a minute) and the bot's bucket (about
 short wait is slept through; a longer one hands the reply back to the outbox with ``retry_after`` so other chats
 are not held up. A 429 from Telegram carries ``parameters.retry_after``: the reply comes back then, and the chat
 stays quiet until then. Replies to a group quote the message they answer (``reply_parameters``), so in a busy
-group each person sees which answer is theirs; a reply in a forum topic goes to the same topic.
+group each person sees which answer is theirs; a reply in a forum topic goes to the same topic. A reply carrying a
+document (``/save``) is one ``sendDocument`` upload, its caption cut to Telegram's 1024 characters.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
@@ -38,6 +39,7 @@ _log = logging.getLogger(__name__)
 
 MAX_MESSAGE_UTF16 = 4096  # sendMessage's text limit, in UTF-16 code units
 MAX_TOPIC_NAME = 128  # createForumTopic's name limit
+MAX_CAPTION = 1024  # sendDocument's caption limit, in characters
 MAX_SLEEP_S = 1.0  # a pacing wait longer than this goes back to the outbox instead of blocking it
 
 
@@ -106,6 +108,8 @@ class TelegramSender:
                 message.chat_id,
             )
             return None
+        if message.chat_id is not None and isinstance(message.document, OutboundDocument):
+            return self._send_document(api, message, message.document)
         if message.chat_id is None or not message.text.strip():
             _log.info("telegram bot %r: a reply with no chat or no text is not sent", api.name)
             return None
@@ -170,6 +174,24 @@ class TelegramSender:
                 raise self._send_error(api.name, new_id, again, what) from None
         sent = result_as(result, _SentMessage, f"{what}: sendMessage")
         return None if sent is None else str(sent.message_id)  # it was sent: no id is no reason to send it again
+
+    def _send_document(self, api: BotApi, message: OutboundMessage, document: OutboundDocument) -> str | None:
+        assert message.chat_id is not None
+        chat_id = self._migrated.get((api.name, message.chat_id), message.chat_id)
+        what = f"telegram bot '{api.name}': a document for chat {chat_id}"
+        self._pace(api.name, chat_id, what)
+        fields = {"chat_id": chat_id, "caption": document.caption[:MAX_CAPTION]}
+        if message.thread_id is not None and message.thread_id.isdigit():
+            fields["message_thread_id"] = message.thread_id
+        quoted = _quoted_message(message) if _is_group(chat_id) else None
+        if quoted is not None:
+            fields["reply_parameters"] = f'{{"message_id": {quoted}, "allow_sending_without_reply": true}}'
+        try:
+            result = api.upload("sendDocument", fields, "document", (document.name, document.mime_type, document.data))
+        except BotApiError as exc:
+            raise self._send_error(api.name, chat_id, exc, what) from None
+        sent = result_as(result, _SentMessage, f"{what}: sendDocument")
+        return None if sent is None else str(sent.message_id)
 
     def _pace(self, bot: str, chat_id: str, what: str) -> None:
         limits = self._limits[bot]

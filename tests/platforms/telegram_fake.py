@@ -317,7 +317,15 @@ class TelegramFake:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         token, method = request.match_info["token"], request.match_info["method"].lower()
         params: dict[str, Any] = dict(request.query)
-        body = await request.read()
+        if request.content_type == "multipart/form-data":  # a file upload (sendDocument): files as name, type, bytes
+            form = await request.post()
+            for key, value in form.items():
+                params[key] = (
+                    (value.filename, value.content_type, value.file.read()) if hasattr(value, "file") else value
+                )
+            body = b""
+        else:
+            body = await request.read()
         if body:
             try:
                 decoded = json.loads(body)
@@ -343,6 +351,7 @@ class TelegramFake:
         handler = {
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
+            "senddocument": self._send_document,
             "createforumtopic": self._create_forum_topic,
             "getfile": self._get_file,
             "setwebhook": self._set_webhook,
@@ -433,6 +442,15 @@ class TelegramFake:
         if thread is not None:
             sent |= {"message_thread_id": thread, "is_topic_message": True}
         return _ok(sent)
+
+    async def _send_document(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
+        document = params.get("document")
+        if not params.get("chat_id") or not isinstance(document, tuple):
+            return _error(400, "Bad Request: there is no document in the request")
+        with self._lock:
+            chat_id = int(params["chat_id"])
+            message_id = next(self._message_ids[chat_id])
+        return _ok({"message_id": message_id, "chat": {"id": chat_id}, "date": int(time.time())})
 
     async def _create_forum_topic(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
         chat_id, name = params.get("chat_id"), params.get("name")

@@ -966,3 +966,19 @@ def test_the_banner_says_how_each_bot_receives_and_replies(fake: TelegramFake, s
     assert TOKEN not in hook + poller
     assert telegram.adapter.capabilities.threads
     assert telegram.adapter.capabilities.max_message_chars == 4096
+
+
+def test_save_comes_back_as_a_markdown_document_uploaded_with_send_document(fake: TelegramFake, start: Start) -> None:
+    start()
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "hello", message_id=51))
+    wait_sent(fake, 1)
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "/save", message_id=52))
+    (upload,) = wait_calls(fake, "senddocument", 1)
+    name, mime_type, data = upload.params["document"]
+    assert name.endswith(".md")
+    assert mime_type.startswith("text/markdown")
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert upload.params["chat_id"] == "5001"
+    assert upload.params["caption"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert len(fake.sent(TOKEN)) == 1  # the document instead of the text, not beside it
