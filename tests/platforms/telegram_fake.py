@@ -320,9 +320,10 @@ class TelegramFake:
         if request.content_type == "multipart/form-data":  # a file upload (sendDocument): files as name, type, bytes
             form = await request.post()
             for key, value in form.items():
-                params[key] = (
-                    (value.filename, value.content_type, value.file.read()) if hasattr(value, "file") else value
-                )
+                if isinstance(value, web.FileField):
+                    params[key] = (value.filename, value.content_type, value.file.read())
+                else:
+                    params[key] = value
             body = b""
         else:
             body = await request.read()
