@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
+from corpus import DEFAULT_SEED
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from corpus import DEFAULT_SEED
 from search import COMMON_QUERIES, KINDS, figure, open_or_build, percentile, rare_queries
 
 from hermes_actors.agents.base import EchoAgent
