@@ -75,7 +75,8 @@ class Daemon:
 
     def _status(self) -> StatusReply | None:
         if self.process.poll() is not None:
-            raise AssertionError(f"hermesd exited with {self.process.returncode}: {self.process.stderr}")
+            stderr = self.process.stderr.read() if self.process.stderr is not None else ""
+            raise AssertionError(f"hermesd exited with {self.process.returncode}: {stderr}")
         client = connect(self.home / "hermesd.sock")
         if client is None:
             return None
