@@ -15,6 +15,7 @@ starts, without when a later turn needs the handlers of the tools it froze.
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import Callable, Sequence
@@ -174,8 +175,11 @@ def session_search_tool(
             )
         return msgspec.json.encode(result).decode()
 
-    description = _DESCRIPTION.format(scope=_SCOPES[scope])
+    description = _DESCRIPTIONS[scope]  # one string per scope, shared by every session's tool
     return Tool(name=SESSION_SEARCH, description=description, parameters=_PARAMETERS, handler=handle)
+
+
+_DESCRIPTIONS = {scope: _DESCRIPTION.format(scope=text) for scope, text in _SCOPES.items()}
 
 
 def find_tool(tools: Sequence[Tool], name: str) -> Tool | None:
@@ -193,19 +197,24 @@ def thaw_tools(frozen: str, current: Sequence[Tool]) -> tuple[Tool, ...]:
     ``current`` tool of that name; a tool no longer available answers with an error. Text that is not a frozen
     tool list gives ``current`` (logged)."""
     try:
-        entries = msgspec.json.decode(frozen, type=list[dict[str, Any]])
-        specs = [entry["function"] for entry in entries]
         tools = []
-        for spec in specs:
-            name = str(spec["name"])
+        for name, description, parameters in _frozen_specs(frozen):
             now = find_tool(current, name)
             handler = now.handler if now is not None else _gone(name)
-            description = str(spec.get("description") or "")
-            tools.append(Tool(name=name, description=description, parameters=spec["parameters"], handler=handler))
+            tools.append(Tool(name=name, description=description, parameters=parameters, handler=handler))
         return tuple(tools)
     except (msgspec.DecodeError, KeyError, TypeError) as exc:
         _log.warning("a frozen tool list is not valid (%s); offering the current tools", exc)
         return tuple(current)
+
+
+@functools.lru_cache(maxsize=64)
+def _frozen_specs(frozen: str) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    """(name, description, parameters) of each entry of a frozen tool list, decoded once per distinct list: the
+    sessions that froze the same list share its schemas (nothing writes to a tool's ``parameters``)."""
+    entries = msgspec.json.decode(frozen, type=list[dict[str, Any]])
+    specs = [entry["function"] for entry in entries]
+    return tuple((str(spec["name"]), str(spec.get("description") or ""), spec["parameters"]) for spec in specs)
 
 
 def _gone(name: str) -> Callable[[dict[str, Any]], str]:

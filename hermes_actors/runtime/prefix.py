@@ -10,6 +10,7 @@ user's next session. A session from before schema version 6 (``tools`` NULL) is 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import msgspec
@@ -50,11 +51,12 @@ def fresh_prefix(
     memories = store.memories.for_user(key) if key is not None else []
     configured = prompt if prompt is not None else system_prompt_of(agent)
     listed = (*tools, *agent_tools(agent, fresh=True))
-    return FrozenPrefix(system_prompt=system_message(configured, memories), tools=freeze_tools(listed))
+    # Interned: the sessions whose tool lists are alike (most) share one copy of its JSON.
+    return FrozenPrefix(system_prompt=system_message(configured, memories), tools=sys.intern(freeze_tools(listed)))
 
 
 def stored_prefix(record: SessionRecord) -> FrozenPrefix | None:
     """The prefix stored with ``record``; ``None`` for a session from before it was stored (schema 6)."""
     if record.tools is None:
         return None
-    return FrozenPrefix(system_prompt=record.system_prompt, tools=record.tools)
+    return FrozenPrefix(system_prompt=record.system_prompt, tools=sys.intern(record.tools))
