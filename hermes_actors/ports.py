@@ -138,13 +138,15 @@ class AcceptResult(msgspec.Struct, frozen=True, kw_only=True):
 class StoredAnswer(msgspec.Struct, frozen=True, kw_only=True):
     """What became of a message the inbox took: ``pending`` until its turn commits, then ``done`` (answered) or
     ``rejected``; ``reply`` is the agent's last words after it in its session (``None``: the turn stored no
-    reply, e.g. the agent failed), with the model's tokens for that turn."""
+    reply, e.g. the agent failed), with the model's tokens for that turn; ``tool_calls`` the calls of the client's
+    tools the turn ended with (JSON, OpenAI's shape), when it did."""
 
     message: InboundMessage  # as the inbox stored it
     state: str
     session_id: str | None
     reply: str | None = None
     usage: TokenUsage | None = None
+    tool_calls: str | None = None
 
 
 class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):

@@ -195,16 +195,37 @@ def stored_answer_in(store: Store, platform: str, message_id: str) -> StoredAnsw
 def _answer_in(
     message: InboundMessage, session_id: str, transcript: Sequence[MessageRecord], message_id: str
 ) -> StoredAnswer:
-    """The answer to ``message_id`` in ``transcript``: the messages after its user message, up to the next user
-    message; the reply is the last assistant text among them, the usage the one stored on the last of them."""
+    """The answer to ``message_id`` in ``transcript``: the messages after its user message (or its tool results),
+    up to the next inbound message's; the reply is the last assistant text among them, the usage the one stored on
+    the last of them, and the calls of the client's tools it ended with those of its last assistant message that
+    have no result among them."""
     start = next((i for i, m in enumerate(transcript) if m.platform_message_id == message_id), None)
     after: list[MessageRecord] = []
     if start is not None:
         for record in transcript[start + 1 :]:
-            if record.role == Role.USER:
+            if record.role == Role.USER or record.platform_message_id is not None:
                 break
             after.append(record)
     texts = [m.content for m in after if m.role == Role.ASSISTANT and m.content]
     return StoredAnswer(
-        message=message, state=InboxState.DONE.value, session_id=session_id, reply=texts[-1] if texts else None
+        message=message,
+        state=InboxState.DONE.value,
+        session_id=session_id,
+        reply=texts[-1] if texts else None,
+        tool_calls=_open_calls(after),
     )
+
+
+def _open_calls(after: Sequence[MessageRecord]) -> str | None:
+    """The calls of the last assistant message of ``after`` that no tool message of ``after`` answers (a turn that
+    ended with calls of the client's tools), as JSON; ``None`` when it ended otherwise."""
+    last = next((m for m in reversed(after) if m.role == Role.ASSISTANT), None)
+    if last is None or not last.tool_calls:
+        return None
+    try:
+        made = msgspec.json.decode(last.tool_calls, type=list[dict[str, object]])
+    except msgspec.DecodeError:  # a ValidationError too
+        return None
+    answered = {m.tool_call_id for m in after if m.role == Role.TOOL}
+    calls = [call for call in made if call.get("id") not in answered]
+    return msgspec.json.encode(calls).decode() if calls else None

@@ -63,6 +63,9 @@ def stored_outcome(stored: StoredAnswer) -> Finished | None:
     """The outcome of a request already answered, ``None`` while its turn is still to run."""
     if stored.state == "pending":
         return None
+    if stored.state == "done" and stored.tool_calls is not None:  # it ended with calls of the client's tools
+        reply = stored.reply or ""
+        return Finished(session_id=stored.session_id, reply=reply, usage=stored.usage, tool_calls=stored.tool_calls)
     if stored.state == "done" and stored.reply is not None:
         return Finished(session_id=stored.session_id, reply=stored.reply, usage=stored.usage)
     if stored.state == "done":

@@ -201,3 +201,27 @@ def test_the_echo_agent_plays_a_client_tool_round_trip_stored_in_order(start: St
     ]
     assert json.loads(records[1].tool_calls or "[]")[0]["id"] == call.id
     assert records[2].content == "snow"
+
+
+def test_an_idempotent_retry_of_a_turn_that_called_a_client_tool_gets_the_same_calls(
+    running: Running, model: WeatherModel
+) -> None:
+    asked = [{"role": "user", "content": QUESTION}]
+    with running.client() as client:
+        first = client.chat.completions.create(
+            model="m", messages=asked, tools=SPEC, extra_headers={"Idempotency-Key": "ask-1"}
+        )
+        (call,) = first.choices[0].message.tool_calls or []
+        assert call.type == "function"
+        answered = [*asked, first.choices[0].message.model_dump(exclude_none=True)]
+        answered.append({"role": "tool", "tool_call_id": call.id, "content": WEATHER})
+        second = client.chat.completions.create(
+            model="m", messages=answered, tools=SPEC, extra_headers={"Idempotency-Key": "answer-1"}
+        )
+        assert second.choices[0].message.content == answer_for(WEATHER)
+        again = client.chat.completions.create(  # after the answer: still the first request's own outcome
+            model="m", messages=asked, tools=SPEC, extra_headers={"Idempotency-Key": "ask-1"}
+        )
+    assert again.choices[0].finish_reason == "tool_calls"
+    assert [(c.id, c.type) for c in again.choices[0].message.tool_calls or []] == [(call.id, "function")]
+    assert model.calls == 3  # the retry ran nothing
