@@ -206,7 +206,7 @@ def test_the_echo_agent_plays_a_client_tool_round_trip_stored_in_order(start: St
 def test_an_idempotent_retry_of_a_turn_that_called_a_client_tool_gets_the_same_calls(
     running: Running, model: WeatherModel
 ) -> None:
-    asked = [{"role": "user", "content": QUESTION}]
+    asked: list[Any] = [{"role": "user", "content": QUESTION}]
     with running.client() as client:
         first = client.chat.completions.create(
             model="m", messages=asked, tools=SPEC, extra_headers={"Idempotency-Key": "ask-1"}
