@@ -50,6 +50,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/api/sessions/{id}/fork", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat/stream", methods=("POST",), auth="admin"),
+    Endpoint(path="/mcp", methods=("POST",), auth="client"),  # the admin key too: every session
 )
 """Every route the server answers."""
 
@@ -59,7 +60,9 @@ def features(config: ApiServerConfig) -> dict[str, object]:
     return {
         "streaming": True,  # stream=true answers server-sent events ending with [DONE]
         "token_streaming": True,  # each text delta of the model as it arrives
-        "tool_progress_events": True,  # event: hermes.tool.progress {tool, toolCallId, status}
+        "tool_progress_events": True,  # event: hermes.tool.progress {tool, toolCallId, status}, when asked for
+        "tool_progress_header": TOOL_PROGRESS_HEADER,  # "1" asks a streamed chat completion for those frames
+        "client_tools": True,  # a request's function tools: their calls end the turn for the client to run
         "stateless": True,  # without the session header the body's conversation is what the model sees
         "session_header": SESSION_HEADER,  # continues a stored session; the reply's says where the turn ended
         "memory_header": MEMORY_HEADER,  # a long-term memory scope independent of the session
@@ -69,6 +72,7 @@ def features(config: ApiServerConfig) -> dict[str, object]:
         "responses": True,  # /v1/responses: previous_response_id, conversation, stored with their session
         "runs": True,  # /v1/runs: 202 at once, status, SSE events, stop
         "operator_api": True,  # /api/sessions with the admin key
+        "mcp": "/mcp",  # the sessions as MCP tools (Streamable HTTP), with the client key or the admin key
         "agent_models": True,  # a model naming an agent (GET /v1/models) chooses a new session's agent
         "cors": bool(config.cors_origins),
         "max_concurrent_runs": config.max_concurrent_runs,  # 0: no cap; beyond it 429

@@ -117,7 +117,9 @@ class McpEndpoint:
         self._holder: asyncio.Task[None] | None = None
 
     def add_to(self, app: web.Application) -> None:
-        app.router.add_route("*", MCP_PATH, self.handle)
+        # POST only: a stateless server has no stream of its own to GET and no session to DELETE (405, as the
+        # specification allows; the SDK's transport would hold a GET open with nothing to send).
+        app.router.add_post(MCP_PATH, self.handle)
         app.on_shutdown.append(self._close)
 
     # -- the route -------------------------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class McpEndpoint:
         """Authorise the request and hand it to the SDK's transport."""
         caller = await self._caller(request)
         manager = await self._running()
-        body = await self._service.read_body(request) if request.method == "POST" else b""
+        body = await self._service.read_body(request)
         return await answer_with_asgi(
             manager.handle_request,
             request,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -326,3 +327,20 @@ def test_bad_arguments_get_the_error_envelope(api: Api) -> None:
     failed, answer = api.answer("session_search", {"query": "a", "session_id": UNKNOWN_SESSION})
     assert failed
     assert "query and session_id do not go together" in answer["error"]
+
+
+def test_get_and_delete_are_refused_with_405_since_a_stateless_server_has_no_stream_or_session(api: Api) -> None:
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {KEY}"}
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, api.url, headers=headers, timeout=10)
+        assert response.status_code == 405, (method, response.status_code, response.text)
+
+
+def test_without_the_sdk_the_endpoint_is_a_501_naming_the_extra(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp.server.streamable_http_manager", None)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {KEY}"}
+    response = httpx.post(api.url, json=body, headers=headers, timeout=10)
+    assert response.status_code == 501
+    assert response.json()["error"]["code"] == "mcp_unavailable"
+    assert "hermes-actors[mcp]" in response.json()["error"]["message"]
