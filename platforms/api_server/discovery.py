@@ -14,7 +14,7 @@ from aiohttp import web
 
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.idempotency import IDEMPOTENCY_HEADER
-from platforms.api_server.sessions import MEMORY_HEADER, SESSION_HEADER
+from platforms.api_server.sessions import MEMORY_HEADER, SESSION_HEADER, TOOL_PROGRESS_HEADER
 from platforms.api_server.wire import json_response
 
 __all__ = ["ENDPOINTS", "Discovery", "Endpoint", "features"]
