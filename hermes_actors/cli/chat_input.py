@@ -32,9 +32,10 @@ _GATEWAY_COMMANDS: dict[CommandName, tuple[str, str]] = {
     CommandName.TITLE: ("/title [text]", "show this session's title, or set it"),
     CommandName.COMPRESS: ("/compress", "summarise the conversation into a continuation session"),
     CommandName.SESSIONS: ("/sessions [query]", "list or search your sessions"),
-    CommandName.STOP: ("/stop", "stop the turn that is running"),
+    CommandName.STOP: ("/stop", "stop the turn that is running (so does Ctrl-C while it runs)"),
     CommandName.SETHOME: ("/sethome", "make this chat the home channel for handoffs and notices"),
     CommandName.HANDOFF: ("/handoff <platform>", "continue this session in that platform's home chat"),
+    CommandName.SAVE: ("/save", "the conversation as a Markdown document"),
 }
 
 
@@ -80,6 +81,8 @@ class LineReader:
         self._readline = _readline() if interactive else None
         self._history = history if self._readline is not None else None
         self._retry: str | None = None
+        self._queued: list[str] = []
+        self._ended = False
 
     def _load_history(self) -> None:
         if self._readline is None or self._history is None:
@@ -101,6 +104,11 @@ class LineReader:
         """Offer ``line`` again at the next prompt, ready to edit or send (it was not answered)."""
         self._retry = line
 
+    def queue(self, lines: Sequence[str], *, ended: bool = False) -> None:
+        """Yield ``lines`` (typed while a turn ran) before prompting again; ``ended``: the input ended after them."""
+        self._queued.extend(lines)
+        self._ended = self._ended or ended
+
     def lines(self) -> Iterator[str]:
         """Yield lines until the end of input."""
         if not self.interactive:
@@ -109,6 +117,16 @@ class LineReader:
             return
         self._load_history()
         while True:
+            while self._queued:
+                line = self._queued.pop(0)
+                click.echo(f"you> {line}")
+                if self._readline is not None:
+                    self._readline.add_history(line)
+                self._remember(line)
+                yield line
+            if self._ended:
+                click.echo()
+                return
             retry, self._retry = self._retry, None
             if retry is not None and self._readline is not None:
                 self._readline.set_startup_hook(lambda text=retry: self._insert(text))

@@ -4,7 +4,9 @@ Through the daemon's control socket when ``hermesd`` runs on the home, otherwise
 session lease keeps a daemon started meanwhile from running the same session's turns). Either way each line goes
 through the durable inbox and the session's actor, so slash commands (``/new``, ``/title``, ``/resume``, ...) work
 as on any platform. Lines come from the terminal (with line editing and a history file, :mod:`.chat_input`), or
-from stdin when it is a pipe (``echo hello | hermesctl chat``); ``/help`` is answered here.
+from stdin when it is a pipe (``echo hello | hermesctl chat``); ``/help`` is answered here. In a terminal the reply
+streams as the model writes it, tool calls show on one status line, and Ctrl-C or a ``/stop`` line stops the
+running turn (:mod:`.chat_turn`); Ctrl-C at the prompt leaves, as before.
 
 Without a daemon the chat runs the auto-prune gate hermesd runs at its start (``sessions.auto_prune``). When the
 daemon stops mid-chat, the line it did not answer is sent again in-process (or to a daemon started meanwhile), and
@@ -27,6 +29,7 @@ import click
 import msgspec
 
 from hermes_actors.cli.chat_input import HELP, HISTORY_NAME, QUIT, LineReader, help_text
+from hermes_actors.cli.chat_turn import STOP, TurnView, stoppable
 from hermes_actors.cli.ctl_daemon import home_settings
 from hermes_actors.cli.options import database_path, home_option, reports_errors, resolve_home
 from hermes_actors.daemon.agent_bindings import build_roster
@@ -39,6 +42,7 @@ from hermes_actors.daemon.control import (
     ControlClient,
     ControlError,
     ControlLostError,
+    Emit,
     SessionAction,
     SessionAdmin,
     connect,
@@ -59,9 +63,14 @@ from hermes_actors.store.lineage import lineage_tip
 
 __all__ = ["chat"]
 
+_STOP_TIMEOUT_S = 30.0  # how long a /stop may wait for its answer
+
 
 class _Backend(Protocol):
-    def chat(self, request: Chat) -> ChatReply: ...
+    def chat(self, request: Chat, on_event: Emit | None = None) -> ChatReply: ...
+
+    def stop(self, request: Chat) -> None:
+        """Send ``request`` (a ``/stop``) from another thread while :meth:`chat` waits for a turn."""
 
     def bind(self, request: Bind) -> BindReply: ...
 
@@ -74,12 +83,21 @@ class _Backend(Protocol):
 class _Remote:
     """Turns run by the daemon."""
 
-    def __init__(self, client: ControlClient, database: Path) -> None:
+    def __init__(self, client: ControlClient, database: Path, socket: Path) -> None:
         self._client = client
         self._database = database
+        self._socket = socket
 
-    def chat(self, request: Chat) -> ChatReply:
-        return self._client.chat(request)
+    def chat(self, request: Chat, on_event: Emit | None = None) -> ChatReply:
+        return self._client.chat(request, on_event)
+
+    def stop(self, request: Chat) -> None:
+        """On a connection of its own: this one waits for the turn's reply."""
+        client = connect(self._socket)
+        if client is None:
+            raise ControlLostError("hermesd is not running any more")
+        with client:
+            client.chat(request)
 
     def bind(self, request: Bind) -> BindReply:
         return self._client.bind(request)
@@ -123,8 +141,11 @@ class _InProcess:
         )
         self._channel.attach(self._gateway)
 
-    def chat(self, request: Chat) -> ChatReply:
-        return self._channel.chat(request)
+    def chat(self, request: Chat, on_event: Emit | None = None) -> ChatReply:
+        return self._channel.chat(request, on_event)
+
+    def stop(self, request: Chat) -> None:
+        self._channel.chat(request)
 
     def bind(self, request: Bind) -> BindReply:
         return self._channel.bind(request)
@@ -163,22 +184,36 @@ def _after_daemon(home: Path, settings: Settings, request: Chat) -> _Backend:
     client = connect(socket_path(home, settings))
     if client is not None:
         click.echo("hermesd went away; sending the line again to the hermesd now running", err=True)
-        return _Remote(client, database_path(home))
+        return _Remote(client, database_path(home), socket_path(home, settings))
     click.echo("hermesd stopped; carrying on in-process on the store, starting with your line", err=True)
     return _InProcess(home, settings, expecting=request.message_id)
 
 
-def _turn(home: Path, settings: Settings, backend: _Backend, request: Chat) -> tuple[ChatReply, _Backend]:
+def _turn(
+    home: Path, settings: Settings, backend: _Backend, request: Chat, on_event: Emit | None
+) -> tuple[ChatReply, _Backend]:
     """Run ``request``; when the daemon went away, run it again on :func:`_after_daemon`'s backend."""
     try:
-        return backend.chat(request), backend
+        return backend.chat(request, on_event), backend
     except ControlLostError:
         backend.close()
     backend = _after_daemon(home, settings, request)
     try:
-        return backend.chat(request), backend
+        return backend.chat(request, on_event), backend
     except ControlError as exc:
         raise _Unanswered(str(exc), backend) from exc
+
+
+def _stop_turn(backend: _Backend, stop: Chat, view: TurnView | None) -> None:
+    """Send ``stop`` (``/stop``) for the turn that runs; say so (on the turn's view when it streams)."""
+    if view is not None:
+        view.stopping()
+    else:
+        click.echo("stopping the turn…", err=True)
+    try:
+        backend.stop(stop)
+    except ControlError as exc:
+        click.echo(f"Error: the turn could not be stopped: {exc}", err=True)
 
 
 class _Unanswered(ControlError):
@@ -203,6 +238,15 @@ def _print_recap(home: Path, session_id: str) -> None:
 def _interactive() -> bool:
     """Whether the chat reads a terminal (not a pipe)."""
     return sys.stdin.isatty()
+
+
+def _terminal_fd() -> int | None:
+    """Standard input's descriptor when it is a terminal (lines typed during a turn are read from it)."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a stream without a descriptor
+        return None
+    return fd if os.isatty(fd) else None
 
 
 def _reopen(database: Path, reply: ChatReply, *, interactive: bool) -> bool:
@@ -264,11 +308,16 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
     if target is not None:
         reopen_to_resume(database_path(root), target)  # before the gateway opens: live, so no prune takes it
     client = connect(socket_path(root, settings))
-    backend: _Backend = _Remote(client, database_path(root)) if client is not None else _InProcess(root, settings)
+    backend: _Backend = (
+        _Remote(client, database_path(root), socket_path(root, settings))
+        if client is not None
+        else _InProcess(root, settings)
+    )
     chat_id = f"tty-{uuid.uuid4().hex[:12]}"
     user = getpass.getuser()
     session_id = target
     interactive = _interactive()
+    streams = interactive and sys.stdout.isatty()  # a pipe gets each reply whole, as before
     reader = LineReader(interactive=interactive, history=root / HISTORY_NAME)
     handed_off = False
     try:
@@ -288,16 +337,31 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
                 click.echo(help_text(settings.runtime.reset_triggers))
                 continue
             request = Chat(
-                chat_id=chat_id, user_id=user, text=text, message_id=f"cli-{uuid.uuid4().hex}", timeout_s=timeout
+                chat_id=chat_id,
+                user_id=user,
+                text=text,
+                message_id=f"cli-{uuid.uuid4().hex}",
+                timeout_s=timeout,
+                stream=streams,
             )
+            view = TurnView() if streams else None
+            stop = msgspec.structs.replace(request, text=STOP, stream=False, timeout_s=_STOP_TIMEOUT_S)
+
+            def stop_turn(stop: Chat = stop, view: TurnView | None = view) -> None:
+                _stop_turn(backend, stop, view)  # noqa: B023 - the backend of the moment (the daemon's may have gone)
+
             try:
-                reply, backend = _turn(root, settings, backend, request)
+                with stoppable(stop_turn, stdin_fd=_terminal_fd() if interactive else None) as typed:
+                    reply, backend = _turn(root, settings, backend, request, view.show if view else None)
+                if typed is not None:
+                    reader.queue(typed.lines, ended=typed.ended)
                 if reply.ended is not None:  # another process ended the session before the line ran
                     if not _reopen(database_path(root), reply, interactive=interactive):
                         continue
                     backend.bind(Bind(chat_id=chat_id, user_id=user, session_id=reply.ended))
-                    again = msgspec.structs.replace(request, message_id=f"cli-{uuid.uuid4().hex}")
-                    reply, backend = _turn(root, settings, backend, again)
+                    again = msgspec.structs.replace(request, message_id=f"cli-{uuid.uuid4().hex}", stream=False)
+                    reply, backend = _turn(root, settings, backend, again, None)
+                    view = None
             except ControlError as exc:
                 if isinstance(exc, _Unanswered):
                     backend = exc.backend
@@ -308,7 +372,10 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
                 reader.keep(line)
                 continue
             session_id = reply.session_id or session_id
-            click.echo(reply.text)
+            if view is not None:
+                view.finish(reply)
+            else:
+                click.echo(reply.text)
             if _handed_off(reply):
                 handed_off = True
                 break

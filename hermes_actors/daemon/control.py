@@ -2,7 +2,10 @@
 
 Frames are a 4-byte big-endian length and a msgpack-encoded msgspec Struct; requests and replies are tagged
 unions, so a client and a daemon of different versions fail with a clear "unknown request" instead of garbage.
-One connection carries any number of request/reply pairs in order (``hermesctl chat`` keeps one open).
+One connection carries any number of request/reply pairs in order (``hermesctl chat`` keeps one open). A
+:class:`Chat` with ``stream`` set is answered by :class:`ChatText` and :class:`ChatTool` frames as the turn runs,
+then its :class:`ChatReply`; a client stops the turn with a ``/stop`` :class:`Chat` on a second connection. A daemon
+that predates ``stream`` ignores it and sends the reply alone, so a newer client works with it unchanged.
 
 The server is a thread per connection: the clients are a handful of terminals and admin commands, and a blocking
 chat request may wait minutes for its turn.
@@ -11,7 +14,6 @@ chat request may wait minutes for its turn.
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import socket
@@ -22,19 +24,41 @@ from pathlib import Path
 
 import msgspec
 
+from hermes_actors.daemon.control_messages import (
+    Bind,
+    BindReply,
+    Chat,
+    ChatEvent,
+    ChatReply,
+    ChatText,
+    ChatTool,
+    Emit,
+    ErrorReply,
+    PlatformState,
+    Reply,
+    Request,
+    SessionAction,
+    SessionAdmin,
+    SessionAdminReply,
+    Status,
+    StatusReply,
+)
 from hermes_actors.errors import HermesError
-from hermes_actors.ports import PlatformHealth, PlatformStatus, Readiness, Vitals
-from hermes_actors.store.records import EndReason
+from hermes_actors.ports import PlatformStatus
 
 __all__ = [
     "Bind",
     "BindReply",
     "Chat",
+    "ChatEvent",
     "ChatReply",
+    "ChatText",
+    "ChatTool",
     "ControlClient",
     "ControlError",
     "ControlLostError",
     "ControlServer",
+    "Emit",
     "ErrorReply",
     "PlatformState",
     "PlatformStatus",
@@ -64,105 +88,6 @@ class ControlError(HermesError):
 class ControlLostError(ControlError):
     """The control connection broke or the daemon closed it (it stopped): nothing more will come on it."""
 
-
-class Status(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Ask for the daemon's state."""
-
-
-PlatformState = PlatformHealth
-"""One entry point in a status reply (:class:`hermes_actors.ports.PlatformHealth`, the health check's type)."""
-
-
-class StatusReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The daemon's state."""
-
-    pid: int
-    home: str
-    database: str
-    started_at: float
-    agent: str
-    live_actors: int
-    running_turns: int
-    queued_messages: int
-    inbox_depth: int
-    outbox_backlog: int
-    platforms: list[PlatformState]
-    ready: Readiness | None = None  # what /health/ready says (None from a daemon before these fields)
-    vitals: Vitals | None = None  # the numbers /metrics exposes
-
-
-class Chat(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Run one terminal turn: ``text`` from the terminal ``chat_id`` of ``user_id``; wait for the reply."""
-
-    chat_id: str
-    user_id: str
-    text: str
-    message_id: str
-    user_name: str | None = None
-    timeout_s: float = 600.0
-
-
-class ChatReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The turn's reply and the session that answered; ``handed_off`` names the platform a ``/handoff`` moved the
-    conversation to; ``ended`` names the session the line reached after it had ended (``text`` says so; the line
-    was not run)."""
-
-    session_id: str | None
-    text: str
-    handed_off: str | None = None
-    ended: str | None = None
-
-
-class Bind(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Point the terminal ``chat_id`` of ``user_id`` at ``session_id`` (``/resume`` from the command line)."""
-
-    chat_id: str
-    user_id: str
-    session_id: str
-
-
-class BindReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The routing key that now reaches the session."""
-
-    routing_key: str
-
-
-class SessionAction(enum.StrEnum):
-    """What ``hermesctl sessions`` asks the daemon to do to one session."""
-
-    RENAME = "rename"
-    END = "end"
-    DELETE = "delete"  # ends the session first when it is live (the user confirmed that)
-
-
-class SessionAdmin(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Rename (``title``; ``None`` or blank clears it), end or delete ``session_id`` through the daemon, so its live
-    actor applies the change."""
-
-    action: SessionAction
-    session_id: str
-    title: str | None = None
-    reason: EndReason = EndReason.OPERATOR  # of an end: an operator's, or ``user_exit`` from a terminal chat
-
-
-class SessionAdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """What was done: the stored ``title`` (rename), whether a live session was ``ended`` (end, delete) and whether
-    the session was ``deleted``."""
-
-    session_id: str
-    title: str | None = None
-    ended: bool = False
-    deleted: bool = False
-
-
-class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The request failed; ``message`` says why and what to do."""
-
-    message: str
-
-
-Request = Status | Chat | Bind | SessionAdmin
-Reply = StatusReply | ChatReply | BindReply | SessionAdminReply | ErrorReply
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(Request)
@@ -211,9 +136,10 @@ def check_socket_path(path: Path) -> None:
 
 
 class ControlServer:
-    """Serves control requests on a Unix socket with ``handler``; one thread per connection."""
+    """Serves control requests on a Unix socket with ``handler``; one thread per connection. ``handler`` gets the
+    request and an :data:`Emit` that sends a frame ahead of the reply (a streamed chat's events)."""
 
-    def __init__(self, path: Path, handler: Callable[[Request], msgspec.Struct]) -> None:
+    def __init__(self, path: Path, handler: Callable[[Request, Emit], msgspec.Struct]) -> None:
         check_socket_path(path)
         self.path = path
         self._handler = handler
@@ -269,7 +195,7 @@ class ControlServer:
                     )
                 else:
                     try:
-                        reply = self._handler(request)
+                        reply = self._handler(request, lambda event: _send(connection, event))
                     except HermesError as exc:
                         reply = ErrorReply(message=str(exc))
                     except Exception as exc:
@@ -318,6 +244,10 @@ class ControlClient:
             raise ControlLostError(f"the control connection failed: {exc}") from None
         if body is None:
             raise ControlLostError("the daemon closed the control connection (is it stopping?)")
+        return self._decoded(body)
+
+    @staticmethod
+    def _decoded(body: bytes) -> Reply:
         try:
             reply = _replies.decode(body)
         except msgspec.DecodeError as exc:
@@ -335,12 +265,30 @@ class ControlClient:
             raise ControlError(f"expected a status reply, got {type(reply).__name__}")
         return reply
 
-    def chat(self, message: Chat) -> ChatReply:
-        """Run one terminal turn and return its reply."""
+    def chat(self, message: Chat, on_event: Emit | None = None) -> ChatReply:
+        """Run one terminal turn and return its reply; a streamed one (``message.stream``) hands each event to
+        ``on_event`` as it comes."""
         reply = self.request(message, timeout=message.timeout_s + 5)
+        while isinstance(reply, ChatText | ChatTool):
+            if on_event is not None:
+                on_event(reply)
+            reply = self._next(message.timeout_s + 5)
         if not isinstance(reply, ChatReply):
             raise ControlError(f"expected a chat reply, got {type(reply).__name__}")
         return reply
+
+    def _next(self, timeout: float) -> Reply:
+        """The next frame of a reply in progress (a streamed chat's)."""
+        self._sock.settimeout(timeout)
+        try:
+            body = _receive(self._sock)
+        except TimeoutError:
+            raise ControlError(f"the daemon sent nothing more of the turn within {timeout} s") from None
+        except OSError as exc:
+            raise ControlLostError(f"the control connection failed: {exc}") from None
+        if body is None:
+            raise ControlLostError("the daemon closed the control connection (is it stopping?)")
+        return self._decoded(body)
 
     def bind(self, message: Bind) -> BindReply:
         """Point a terminal chat at a session."""

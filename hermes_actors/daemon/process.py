@@ -34,7 +34,7 @@ from hermes_actors.daemon.admin_key import AdminKey, admin_key
 from hermes_actors.daemon.agent_bindings import roster_text
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
-from hermes_actors.daemon.control import Bind, Chat, ControlServer, SessionAdmin, Status, StatusReply
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, Emit, SessionAdmin, Status, StatusReply
 from hermes_actors.daemon.home import (
     check_home,
     database_path,
@@ -338,12 +338,12 @@ class Daemon:
 
     # -- control requests ----------------------------------------------------------------------------------------
 
-    def _handle(self, request: Status | Chat | Bind | SessionAdmin) -> msgspec.Struct:
+    def _handle(self, request: Status | Chat | Bind | SessionAdmin, emit: Emit) -> msgspec.Struct:
         match request:
             case Status():
                 return self.status()
             case Chat():
-                return self._terminal.chat(request)
+                return self._terminal.chat(request, emit if request.stream else None)
             case Bind():
                 return self._terminal.bind(request)
             case SessionAdmin():

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import queue
+import time
 from pathlib import Path
 
-from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ControlError
+from hermes_actors.daemon.control import Bind, BindReply, Chat, ChatReply, ChatText, ChatTool, ControlError, Emit
 from hermes_actors.errors import SessionBusyError, SessionNotFoundError
 from hermes_actors.lifecycle.handlers import handed_off_to
 from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage
@@ -27,6 +29,7 @@ from hermes_actors.runtime.admin import admin_lease
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.store import EndReason, Store
+from hermes_actors.turn_events import ToolStatus
 from hermes_actors.waiters import ReplyWaiters
 
 __all__ = ["PLATFORM", "TerminalChannel", "end_at_exit", "is_terminal_session", "reopen_to_resume"]
@@ -64,11 +67,16 @@ class TerminalChannel:
         """The session source of terminal ``chat_id``."""
         return SessionSource(platform=PLATFORM, chat_type="dm", chat_id=chat_id, user_id=user_id, user_name=user_name)
 
-    def chat(self, request: Chat) -> ChatReply:
-        """Run ``request`` as a turn and wait for its reply."""
+    def chat(self, request: Chat, emit: Emit | None = None) -> ChatReply:
+        """Run ``request`` as a turn and wait for its reply. With ``emit``, the turn's text and tool calls go to it
+        as they happen (on this thread); either way a turn stopped before it answered (``/stop`` from another
+        connection or thread) returns a ``stopped`` reply instead of waiting in vain."""
         source = self.source(request.chat_id, request.user_id, request.user_name)
         inbound = InboundMessage(source=source, text=request.text, message_id=request.message_id)
         future = self._early.pop(request.message_id, None) or self.waiters.expect(request.message_id)
+        watcher = _Watcher()
+        future.add_done_callback(lambda _: watcher.events.put(_REPLIED))
+        self.gateway.watch.watch(request.message_id, watcher)
         try:
             accepted = self.gateway.accept(inbound)
             if accepted.duplicate and not future.done() and not self._pending(request.message_id):
@@ -76,7 +84,9 @@ class TerminalChannel:
                     "this line had reached hermesd, which answered it before it stopped; it was not sent again, and "
                     f"its reply is in the session of {accepted.routing_key} ('hermesctl sessions list --source cli')"
                 )
-            reply = future.result(timeout=request.timeout_s)
+            if watcher.wait(request.timeout_s, emit) is _STOPPED:
+                return ChatReply(session_id=watcher.session_id, text="(stopped)", stopped=True)
+            reply = future.result(timeout=0)
         except concurrent.futures.TimeoutError:
             key = build_session_key(source, self.gateway.config.key_policy)
             raise ControlError(
@@ -84,6 +94,7 @@ class TerminalChannel:
                 f"session of {key} ('hermesctl sessions list --source cli')"
             ) from None
         finally:
+            self.gateway.watch.unwatch(request.message_id)
             self.waiters.forget(request.message_id)
         handed_off = handed_off_to(request.text, reply.text)
         ended = reply.session_id if reply.error == OutboundError.SESSION_ENDED else None
@@ -104,6 +115,46 @@ class TerminalChannel:
         key = build_session_key(self.source(request.chat_id, request.user_id), self.gateway.config.key_policy)
         self.gateway.rebind(key, request.session_id)
         return BindReply(routing_key=key)
+
+
+_REPLIED = object()  # the reply came
+_STOPPED = object()  # the turn was stopped before it answered: no reply comes
+
+
+class _Watcher:
+    """A terminal turn's :class:`~hermes_actors.turn_events.TurnEvents`: each event into a queue that the chat's
+    thread drains (the agent's thread never waits on a terminal), ended by the reply or the turn's stop."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.session_id: str | None = None
+
+    def started(self, session_id: str) -> None:
+        self.session_id = session_id
+
+    def stopped(self) -> None:
+        self.events.put(_STOPPED)
+
+    def text(self, delta: str) -> None:
+        self.events.put(ChatText(delta=delta))
+
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
+        self.events.put(ChatTool(name=name, call_id=call_id, status=status))
+
+    def wait(self, timeout_s: float, emit: Emit | None) -> object:
+        """Hand events to ``emit`` until the reply comes (:data:`_REPLIED`) or the turn stops (:data:`_STOPPED`);
+        raise :class:`concurrent.futures.TimeoutError` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                item = self.events.get(timeout=max(left, 0.0)) if left > 0 else self.events.get_nowait()
+            except queue.Empty:
+                raise concurrent.futures.TimeoutError from None
+            if item is _REPLIED or item is _STOPPED:
+                return item
+            if emit is not None and isinstance(item, ChatText | ChatTool):
+                emit(item)
 
 
 def reopen_to_resume(database: Path, session_id: str) -> bool:

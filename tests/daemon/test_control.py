@@ -16,6 +16,7 @@ from hermes_actors.daemon.control import (
     ChatReply,
     ControlError,
     ControlServer,
+    Emit,
     Request,
     SessionAction,
     SessionAdmin,
@@ -27,7 +28,7 @@ from hermes_actors.daemon.control import (
 from hermes_actors.errors import SessionNotFoundError
 
 
-def _handler(request: Request) -> msgspec.Struct:
+def _handler(request: Request, emit: Emit) -> msgspec.Struct:
     match request:
         case SessionAdmin(action=SessionAction.RENAME):
             return SessionAdminReply(session_id=request.session_id, title=request.title)
