@@ -32,11 +32,12 @@ from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_o
 from hermes_actors.cluster.replica import PUSH_PLATFORMS, ClusterReplica, replica_name
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.config import HttpLimits
+from hermes_actors.errors import HermesError
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.platform_board import PlatformBoard
 
-__all__ = ["PUSH_PLATFORMS", "host_settings", "serve_cluster"]
+__all__ = ["PUSH_PLATFORMS", "host_settings", "reach_ray", "serve_cluster"]
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +57,27 @@ def host_settings(cluster: ClusterSettings) -> list[HostSettings]:
         )
         for name in cluster.hosts
     ]
+
+
+def _unreachable(address: str, cause: BaseException) -> HermesError:
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return HermesError(
+        f"cannot reach the Ray cluster at cluster.ray_address {address!r} ({detail}); start its head with "
+        "'ray start --head --port=6379' (this machine joins one with 'ray start --address=HEAD:6379'), or set "
+        "cluster.ray_address to the head's host:port"
+    )
+
+
+def reach_ray(address: str, *, timeout_s: float = 5.0) -> None:
+    """Fail at once, naming ``cluster.ray_address``, when ``address`` (``host:port``) takes no connection: Ray itself
+    would retry for minutes. ``auto`` and other forms are left to Ray (which fails fast for them)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise _unreachable(address, exc) from exc
 
 
 def serve_cluster(
@@ -86,16 +108,21 @@ def serve_cluster(
     from platforms import registry
 
     hosts = host_settings(cluster)
+    reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
-    ray.init(  # Ray's own lines go through this process's logging (configure_logging=False), in its format
-        address=cluster.ray_address,
-        namespace=cluster.namespace,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        **located,
-    )
+    try:
+        ray.init(  # Ray's own lines go through this process's logging (configure_logging=False), in its format
+            address=cluster.ray_address,
+            namespace=cluster.namespace,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            **located,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        store.close()
+        raise _unreachable(cluster.ray_address, exc) from exc
     connected()
     try:
         ingress = ClusterIngress(

@@ -132,3 +132,25 @@ def test_sessions_list_and_show_read_a_cluster_s_postgresql_store_with_dsn(postg
     assert "echo: hello" in shown.output
     without = CliRunner().invoke(main, ["sessions", "list", "--home", str(tmp_path)])
     assert without.exit_code == 1  # the home has no SQLite store: the option is what reads PostgreSQL
+
+
+def test_hermesd_cluster_without_a_reachable_ray_says_so_in_one_error_line(postgres_dsn: str, tmp_path: Path) -> None:
+    import json
+    import socket
+
+    from hermes_actors.cli.hermesd import main as hermesd
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = {"cluster": {"postgres_dsn": postgres_dsn, "ray_address": f"127.0.0.1:{port}"}}
+    (tmp_path / "config.yaml").write_text(json.dumps(config))
+    result = CliRunner().invoke(hermesd, ["--home", str(tmp_path), "--cluster"])
+    assert result.exit_code == 1
+    last = result.output.splitlines()[-1]
+    assert last.startswith(f"Error: cannot reach the Ray cluster at cluster.ray_address '127.0.0.1:{port}' (")
+    assert last.endswith(
+        "); start its head with 'ray start --head --port=6379' (this machine joins one with "
+        "'ray start --address=HEAD:6379'), or set cluster.ray_address to the head's host:port"
+    )
+    assert "Traceback" not in result.output
