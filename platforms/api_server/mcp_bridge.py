@@ -5,7 +5,8 @@ The body is read first (bounded and decoded as every API body is) and given to t
 ``http.request`` message; after it, ``receive`` waits until the answer is complete or the client has gone
 (``http.disconnect``), which is how an SSE answer learns that nobody listens any more. The application's
 ``http.response.start`` prepares an aiohttp :class:`~aiohttp.web.StreamResponse` with its status and headers, each
-``http.response.body`` is written as it comes, and the last one ends the answer.
+``http.response.body`` is written as it comes, and the last one ends the answer; one sent after the client left
+is dropped, as ASGI servers drop it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ async def answer_with_asgi(
     ``extra`` to its ASGI scope. An application that ends without answering is a 500."""
     finished = asyncio.Event()
     delivered = False
+    gone = False  # the client closed the connection
     response: web.StreamResponse | None = None
 
     async def receive() -> Message:
@@ -71,7 +73,7 @@ async def answer_with_asgi(
         return {"type": "http.disconnect"}
 
     async def send(message: Message) -> None:
-        nonlocal response
+        nonlocal response, gone
         kind = message["type"]
         if kind == "http.response.start":
             answer_headers: CIMultiDict[str] = CIMultiDict()
@@ -84,6 +86,8 @@ async def answer_with_asgi(
         elif kind == "http.response.body":
             if response is None:
                 raise RuntimeError("the ASGI application sent a body before http.response.start")
+            if gone:
+                return  # as ASGI servers do: what is sent after the client left goes nowhere, quietly
             chunk = message.get("body", b"")
             try:
                 if chunk:
@@ -91,9 +95,9 @@ async def answer_with_asgi(
                 if not message.get("more_body", False):
                     await response.write_eof()
                     finished.set()
-            except ConnectionError:
+            except ConnectionError:  # the SDK's client leaves once it has its answer, before the stream ends
+                gone = True
                 finished.set()
-                raise OSError("the client closed the connection") from None
 
     try:
         await app(_scope(request, extra), receive, send)

@@ -206,6 +206,11 @@ class McpEndpoint:
         self._closing.set()
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(self._holder, _CLOSING_S)
+        for task in asyncio.all_tasks():
+            # sse-starlette's watcher for a uvicorn shutdown, left on the loop by the first SSE answer: the loop
+            # closes next, and a task still pending then is logged as destroyed.
+            if getattr(task.get_coro(), "__qualname__", "") == "_shutdown_watcher":
+                task.cancel()
 
     def _server(self) -> Server[Any, Any]:
         from mcp import types

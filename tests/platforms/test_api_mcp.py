@@ -7,7 +7,9 @@ session, is answered exactly like an unknown id, by every tool. The admin key se
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 import sys
 import uuid
 from collections.abc import Iterator
@@ -344,3 +346,14 @@ def test_without_the_sdk_the_endpoint_is_a_501_naming_the_extra(api: Api, monkey
     assert response.status_code == 501
     assert response.json()["error"]["code"] == "mcp_unavailable"
     assert "hermes-actors[mcp]" in response.json()["error"]["message"]
+
+
+def test_calls_and_the_servers_stop_log_no_error(start: Any, caplog: pytest.LogCaptureFixture) -> None:
+    api: Api = start()
+    api.chat(f"the {SECRET} note")
+    for _ in range(3):
+        failed, _found = api.answer("session_search", {"query": SECRET})
+        assert not failed
+    api.server.stop(10)
+    gc.collect()  # a task left pending on the closed loop is logged when it is collected
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
