@@ -121,7 +121,7 @@ class ClusterReplica:
                 continue
             where = placement(platform)
             if where == "push":
-                self._sections[platform] = (config, None)
+                self._sections[platform] = (config, _named_accounts(platform, config))
             elif where == "request":
                 self._requests[platform] = config
             elif where == "leased":
@@ -239,6 +239,15 @@ class ClusterReplica:
         for replies in self.replies:
             replies.close()
         self.dispatcher.stop()
+
+
+def _named_accounts(platform: str, config: msgspec.Struct) -> frozenset[str] | None:
+    """The accounts of a push section whose replies need its own config to be sent (``None``: every account):
+    a webhook reply goes to its route's ``callback_url``, so a replica sends only the routes it knows, and a reply
+    of a route another replica alone knows waits for a dispatcher that knows it instead of being marked sent
+    unsent (replicas warn at start when their configs differ)."""
+    routes = getattr(config, "routes", None) if platform == "webhook" else None
+    return frozenset(routes) if isinstance(routes, Mapping) else None
 
 
 def replica_name(hostname: str) -> str:
