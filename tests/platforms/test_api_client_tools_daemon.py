@@ -13,7 +13,7 @@ import pytest
 from hermes_actors.store import Store
 from tests.agents.chat_server import open_chat_server
 from tests.agents.weather_model import WeatherModel, answer_for
-from tests.daemon.test_daemon import Daemon, start_daemon
+from tests.daemon.test_daemon import Daemon, config, start_daemon
 from tests.platforms.tool_clients import WEATHER, agents_run, check_transcript, langchain_invoke, stream_loop
 
 pytestmark = pytest.mark.slow
@@ -37,13 +37,7 @@ def model() -> Iterator[WeatherModel]:
 def daemon(tmp_path: Path, model: WeatherModel) -> Iterator[Daemon]:
     home = tmp_path / "h"
     home.mkdir()
-    (home / "config.yaml").write_text(
-        f"""
-daemon:
-  drain_timeout_s: 10
-platforms:
-  api_server:
-    port: 0
+    agent = f"""
 runtime:
   auto_titles: false
 agent:
@@ -51,14 +45,14 @@ agent:
   model: test-model
   max_retries: 0
 """
-    )
+    (home / "config.yaml").write_text(config() + agent)  # every listener on port 0
     process = start_daemon(home)
     try:
         yield Daemon(home, process)
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate(timeout=10)
+        process.communicate(timeout=10)  # closes its pipes, whether it ran or failed to start
 
 
 def test_the_real_clients_complete_a_tool_round_trip_through_hermesd(daemon: Daemon, model: WeatherModel) -> None:
