@@ -235,4 +235,20 @@ daemon:
   # http_max_connections: 512        # open connections per listener; past it the longest idle one is closed
   # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
+
+# Cluster mode (hermesd --cluster; README "Running a cluster"): shard hosts on Ray over PostgreSQL. Every replica
+# needs the same cluster: and platforms: sections.
+# cluster:
+#   postgres_dsn: null               # postgresql://hermes@db.internal/hermes (a password from $PGPASSWORD)
+#   ray_address: auto                # the Ray head: auto (the cluster this machine joined) or host:6379
+#   node_ip_address: null            # this machine's address in the Ray cluster (ray start --node-ip-address)
+#   shards: 256                      # fixed for the life of the cluster
+#   hosts: [host-0, host-1, host-2]  # the shard hosts' names: a list
+#   lease_ttl_s: 10                  # a shard term; a host renews every third of it
+#   grace_s: 5                       # how long a free shard waits for its home host
+#   pull_interval_s: 2
+#   health:                          # what /health/cluster and 'hermesctl cluster status' call trouble
+#     stuck_after_s: 120             # a message pending longer
+#     unheld_after_s: 30             # a shard no host has held for longer
+#     host_silent_after_s: 30        # a host without a heartbeat for longer
 """
