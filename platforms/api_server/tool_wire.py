@@ -21,8 +21,8 @@ __all__ = [
     "dump_calls",
 ]
 
-ToolName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-"""A function name as OpenAI takes it (letters, digits, ``_``, ``-``, ``.`` and ``:``, at most 64)."""
+ToolName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+"""A function name as OpenAI takes it: 1 to 64 letters, digits, ``_`` and ``-``."""
 
 
 class _FunctionSpec(msgspec.Struct, frozen=True, kw_only=True):

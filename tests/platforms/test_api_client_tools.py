@@ -225,3 +225,14 @@ def test_an_idempotent_retry_of_a_turn_that_called_a_client_tool_gets_the_same_c
     assert again.choices[0].finish_reason == "tool_calls"
     assert [(c.id, c.type) for c in again.choices[0].message.tool_calls or []] == [(call.id, "function")]
     assert model.calls == 3  # the retry ran nothing
+
+
+def test_a_tool_name_openai_would_refuse_is_refused_naming_its_field(running: Running, model: WeatherModel) -> None:
+    tools = [{"type": "function", "function": {"name": "get weather!", "parameters": {"type": "object"}}}]
+    status, _, body = running.request(
+        {"messages": [{"role": "user", "content": QUESTION}], "tools": tools},
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert status == 400
+    assert body["error"]["param"] == "tools[0].function.name"
+    assert model.calls == 0
