@@ -345,7 +345,9 @@ def chat(home: str | None, continue_: str | None, resume: str | None, timeout: f
                 stream=streams,
             )
             view = TurnView() if streams else None
-            stop = msgspec.structs.replace(request, text=STOP, stream=False, timeout_s=_STOP_TIMEOUT_S)
+            stop = msgspec.structs.replace(
+                request, text=STOP, message_id=f"cli-{uuid.uuid4().hex}", stream=False, timeout_s=_STOP_TIMEOUT_S
+            )
 
             def stop_turn(stop: Chat = stop, view: TurnView | None = view) -> None:
                 _stop_turn(backend, stop, view)  # noqa: B023 - the backend of the moment (the daemon's may have gone)
