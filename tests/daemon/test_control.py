@@ -14,6 +14,8 @@ from hermes_actors.daemon.control import (
     Bind,
     Chat,
     ChatReply,
+    ChatText,
+    ChatTool,
     ControlError,
     ControlServer,
     Emit,
@@ -34,6 +36,12 @@ def _handler(request: Request, emit: Emit) -> msgspec.Struct:
             return SessionAdminReply(session_id=request.session_id, title=request.title)
         case SessionAdmin():
             raise SessionNotFoundError(f"no session {request.session_id!r} to {request.action}")
+        case Chat(stream=True) if request.text.startswith("stream "):
+            words = request.text.removeprefix("stream ").split()
+            emit(ChatTool(name="search", call_id="c1", status="running"))
+            for word in words:
+                emit(ChatText(delta=word + " "))
+            return ChatReply(session_id="s1", text=" ".join(words) + " ")
         case Chat():
             return ChatReply(session_id="s1", text=f"echo: {request.text}")
         case Bind():
@@ -59,6 +67,42 @@ def test_requests_and_replies_round_trip_on_one_connection(server: ControlServer
         for text in ("one", "two", "三"):
             reply = client.chat(Chat(chat_id="t", user_id="u", text=text, message_id=text))
             assert reply == ChatReply(session_id="s1", text=f"echo: {text}")
+
+
+def test_a_streamed_chat_hands_each_event_over_before_its_reply_and_the_connection_goes_on(
+    server: ControlServer,
+) -> None:
+    client = connect(server.path)
+    assert client is not None
+    seen: list[object] = []
+    with client:
+        request = Chat(chat_id="t", user_id="u", text="stream a b", message_id="m1", stream=True)
+        reply = client.chat(request, seen.append)
+        assert seen == [
+            ChatTool(name="search", call_id="c1", status="running"),
+            ChatText(delta="a "),
+            ChatText(delta="b "),
+        ]
+        assert reply == ChatReply(session_id="s1", text="a b ")
+        assert client.chat(Chat(chat_id="t", user_id="u", text="next", message_id="m2")).text == "echo: next"
+
+
+def test_a_daemon_that_does_not_stream_answers_a_streamed_chat_with_its_reply_alone(server: ControlServer) -> None:
+    # The handler streams only "stream ..." lines: any other is answered as a daemon before streaming would.
+    client = connect(server.path)
+    assert client is not None
+    seen: list[object] = []
+    with client:
+        reply = client.chat(Chat(chat_id="t", user_id="u", text="plain", message_id="m", stream=True), seen.append)
+    assert (reply.text, seen) == ("echo: plain", [])
+
+
+def test_a_chat_request_from_a_client_before_streaming_decodes_with_stream_off() -> None:
+    legacy = msgspec.msgpack.encode(
+        {"type": "Chat", "chat_id": "t", "user_id": "u", "text": "x", "message_id": "m", "timeout_s": 5.0}
+    )
+    decoded = msgspec.msgpack.decode(legacy, type=Chat)
+    assert decoded.stream is False
 
 
 def test_handler_errors_come_back_as_clear_errors_and_the_connection_survives(server: ControlServer) -> None:
