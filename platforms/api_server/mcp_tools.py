@@ -219,7 +219,8 @@ class SessionTools:
 
     async def _finish(self, call: TurnCall, progress: Progress) -> dict[str, Any]:
         """Follow ``call`` to its end (closing it), telling ``progress`` each delta and tool call. A caller that
-        goes away stops the turn, as a chat client that leaves does."""
+        goes away (the call is cancelled) stops the turn, as a chat client that leaves does; a server that stops
+        does not (the turn goes on and its answer is stored)."""
         service = self._service
         loop = asyncio.get_running_loop()
         deadline = loop.time() + service.config.request_timeout_s
@@ -244,7 +245,8 @@ class SessionTools:
                     )
             raise ToolError("the turn ended without a reply", "turn_ended")
         except asyncio.CancelledError:
-            await asyncio.shield(service.stop_call(call))
+            if service.stopping is None or not service.stopping.done():  # a server that stops leaves turns running
+                await asyncio.shield(service.stop_call(call))
             raise
         finally:
             call.close()

@@ -7,6 +7,7 @@ session, is answered exactly like an unknown id, by every tool. The admin key se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -30,6 +31,7 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import NewMessage, Role, Store
 from hermes_actors.testing import GatedAgent, poll_until
+from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig, key_fingerprint
 from platforms.api_server.mcp_server import TOOL_NAMES
 
@@ -51,6 +53,11 @@ class Api:
     @property
     def url(self) -> str:
         return self.server.url + "/mcp"
+
+    def waiters_waiting(self) -> int:
+        (waiters,) = self.server.senders()
+        assert isinstance(waiters, ReplyWaiters)
+        return waiters.waiting()
 
     def call(self, name: str, arguments: dict[str, Any], *, key: str = KEY) -> types.CallToolResult:
         return asyncio.run(_call(self.url, key, name, arguments))
@@ -357,3 +364,25 @@ def test_calls_and_the_servers_stop_log_no_error(start: Any, caplog: pytest.LogC
     api.server.stop(10)
     gc.collect()  # a task left pending on the closed loop is logged when it is collected
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_caller_that_leaves_during_session_send_stops_its_turn(start: Any) -> None:
+    agent = GatedAgent()
+    api: Api = start(agent=agent)
+
+    async def leave() -> None:
+        call = asyncio.create_task(_call(api.url, KEY, "session_send", {"message": "a slow one"}))
+        assert await asyncio.to_thread(agent.started.wait, 10)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+
+    asyncio.run(leave())
+    poll_until(lambda: api.waiters_waiting() == 0, what="the end of the abandoned wait")
+    agent.release.set()
+    assert api.gateway.wait_idle(10)
+    with api.gateway.read() as store:
+        (session,) = store.list_sessions(limit=5)
+        kept = [(m.role, m.content) for m in store.load_transcript(session.id)]
+    assert ("user", "a slow one") in kept
+    assert ("assistant", "echo: a slow one") not in kept  # stopped: its answer is not stored
