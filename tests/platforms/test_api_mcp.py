@@ -34,6 +34,7 @@ from hermes_actors.testing import GatedAgent, poll_until
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig, key_fingerprint
 from platforms.api_server.mcp_server import TOOL_NAMES
+from platforms.support.shared_http import SharedListener
 
 KEY = "sk-mcp-client-key"
 ADMIN = "hk-mcp-admin-key"
@@ -386,3 +387,25 @@ def test_a_caller_that_leaves_during_session_send_stops_its_turn(start: Any) -> 
         kept = [(m.role, m.content) for m in store.load_transcript(session.id)]
     assert ("user", "a slow one") in kept
     assert ("assistant", "echo: a slow one") not in kept  # stopped: its answer is not stored
+
+
+def test_on_the_shared_port_mcp_answers_with_the_security_headers(tmp_path: Path) -> None:
+    server = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+    listener = SharedListener(host="127.0.0.1", port=0)
+    assert listener.attach("api_server", server)
+    with Gateway(tmp_path / "state.db", senders=server.senders()) as gateway:
+        server.start(GatewayInbox(gateway, admin_key=ADMIN))
+        listener.start()
+        try:
+            url = server.url + "/mcp"
+            result = asyncio.run(_call(url, KEY, "session_send", {"message": "over one port"}))
+            assert result.structuredContent is not None
+            assert result.structuredContent["reply"] == "echo: over one port"
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {KEY}"}
+            response = httpx.post(url, json=body, headers=headers, timeout=10)
+            assert response.status_code == 200
+            assert response.headers["Content-Security-Policy"] == "default-src 'none'"
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+        finally:
+            listener.stop(10)
