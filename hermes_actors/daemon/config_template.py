@@ -48,6 +48,10 @@ agent:
   # options: {{}}                    # the factory's own settings, passed through as they are
   # mcp_servers: {{}}                # MCP servers whose tools every session offers: name: {{command: [argv...]}}
   #                                  # or {{url: ..., headers_env: {{Header: ENV_VAR}}}} (README: MCP tools)
+  # probe:                           # health checks ask the endpoint for its models (no model call) at most
+  #   interval_s: 30                 # once per interval_s and report the agent ok or degraded with the error
+  #   timeout_s: 5
+  #   fail_readiness: false          # true: /health/ready answers 503 while the agent is degraded
 
 # Several agents behind one gateway. The agent: section above is the agent named "default"; each entry of agents
 # takes the same keys. The bindings choose the agent of a new session by platform, account, chat_type (dm, group,
