@@ -77,7 +77,9 @@ class TurnView:
         self._clear_status()
         streamed = "".join(self._streamed)
         if reply.stopped:
-            self._out.write(("\n" if self._column else "") + "⏹ turn stopped; nothing of it was stored\n")
+            self._out.write(
+                ("\n" if self._column else "") + "⏹ turn stopped (your message is kept, without an answer)\n"
+            )
         elif streamed and reply.text.startswith(streamed):
             self._out.write(reply.text[len(streamed) :] + "\n")
         else:

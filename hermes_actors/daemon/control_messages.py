@@ -102,7 +102,7 @@ class ChatReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     text: str
     handed_off: str | None = None
     ended: str | None = None
-    stopped: bool = False  # the turn was stopped (/stop) before it answered: ``text`` says so, nothing was stored
+    stopped: bool = False  # the turn was stopped (/stop) before it answered: ``text`` says so; no answer was stored
 
 
 class Bind(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -85,7 +85,11 @@ class TerminalChannel:
                     f"its reply is in the session of {accepted.routing_key} ('hermesctl sessions list --source cli')"
                 )
             if watcher.wait(request.timeout_s, emit) is _STOPPED:
-                return ChatReply(session_id=watcher.session_id, text="(stopped)", stopped=True)
+                return ChatReply(
+                    session_id=watcher.session_id,
+                    text="(turn stopped; your message is kept, without an answer)",
+                    stopped=True,
+                )
             reply = future.result(timeout=0)
         except concurrent.futures.TimeoutError:
             key = build_session_key(source, self.gateway.config.key_policy)

@@ -186,5 +186,5 @@ def test_a_reply_that_did_not_stream_is_shown_whole_and_a_stopped_one_says_so() 
     TurnView(out).finish(ChatReply(session_id="s", text="Session title set."))
     stopped = TurnView(out)
     stopped.show(ChatText(delta="partial"))
-    stopped.finish(ChatReply(session_id="s", text="(stopped)", stopped=True))
-    assert out.getvalue() == "Session title set.\npartial\n⏹ turn stopped; nothing of it was stored\n"
+    stopped.finish(ChatReply(session_id="s", text="(turn stopped)", stopped=True))
+    assert out.getvalue() == ("Session title set.\npartial\n⏹ turn stopped (your message is kept, without an answer)\n")
