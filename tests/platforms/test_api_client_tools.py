@@ -74,6 +74,10 @@ Client = Callable[[str, str], tuple[str, list[str]]]
     [
         pytest.param(stream_loop, id="openai-python's streaming loop"),
         pytest.param(lambda url, key: agents_run(url, key, responses=False), id="the Agents SDK, chat completions"),
+        pytest.param(
+            lambda url, key: agents_run(url, key, responses=False, streamed=True),
+            id="the Agents SDK, chat completions, streamed",
+        ),
         pytest.param(langchain_invoke, id="LangChain bind_tools, invoke"),
         pytest.param(langchain_stream, id="LangChain bind_tools, stream"),
     ],

@@ -41,6 +41,13 @@ def test_the_agents_sdk_in_responses_mode_runs_its_tool_once(running: Running, m
     check_round_trip(running, model, last_session(running))
 
 
+def test_the_agents_sdk_streaming_in_responses_mode_runs_its_tool_once(running: Running, model: WeatherModel) -> None:
+    answer, ran = agents_run(running.server.url + "/v1", KEY, responses=True, streamed=True)
+    assert ran == ["Paris"]
+    assert answer == answer_for(WEATHER)
+    check_round_trip(running, model, last_session(running))
+
+
 def test_the_agents_sdk_sending_its_whole_conversation_reads_the_servers_items_back(
     running: Running, model: WeatherModel
 ) -> None:

@@ -121,9 +121,12 @@ def stream_loop(base_url: str, key: str) -> tuple[str, list[str]]:
     return text, ran
 
 
-def agents_run(base_url: str, key: str, *, responses: bool, chained: bool = True) -> tuple[str, list[str]]:
-    """The Agents SDK's ``Runner.run`` with a ``get_weather`` function tool. In Responses mode ``chained`` continues
-    with ``previous_response_id`` (``auto_previous_response_id``; else the SDK sends its whole conversation)."""
+def agents_run(
+    base_url: str, key: str, *, responses: bool, chained: bool = True, streamed: bool = False
+) -> tuple[str, list[str]]:
+    """The Agents SDK's ``Runner.run`` (``Runner.run_streamed`` when ``streamed``) with a ``get_weather`` function
+    tool. In Responses mode ``chained`` continues with ``previous_response_id`` (``auto_previous_response_id``; else
+    the SDK sends its whole conversation)."""
     ran: list[str] = []
 
     @function_tool
@@ -140,13 +143,14 @@ def agents_run(base_url: str, key: str, *, responses: bool, chained: bool = True
                 else OpenAIChatCompletionsModel("hermes-agent", client)
             )
             agent = Agent(name="weather", instructions="Answer about the weather.", tools=[get_weather], model=model)
-            result = await Runner.run(
-                agent,
-                QUESTION,
-                run_config=RunConfig(tracing_disabled=True),
-                auto_previous_response_id=responses and chained,
-            )
-        return str(result.final_output)
+            config, chain = RunConfig(tracing_disabled=True), responses and chained
+            if not streamed:
+                result = await Runner.run(agent, QUESTION, run_config=config, auto_previous_response_id=chain)
+                return str(result.final_output)
+            running = Runner.run_streamed(agent, QUESTION, run_config=config, auto_previous_response_id=chain)
+            async for _ in running.stream_events():
+                pass
+            return str(running.final_output)
 
     return asyncio.run(run()), ran
 
