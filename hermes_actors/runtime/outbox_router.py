@@ -44,7 +44,9 @@ class OutboxRouter:
         self._actors: dict[str, tuple[pykka.ActorRef[Any], Gauge]] = {}
         self._senders: dict[str, ReplySender] = {}
         self._lock = threading.Lock()  # a reply is told to the actor that is current when it is routed
-        self._held = threading.local()  # .replies: the deliveries a thread holds (see held), else None
+        # The deliveries each thread inside held() holds, by thread id: an entry lives only as long as its block
+        # (a threading.local would keep one per session thread for the thread's life).
+        self._held: dict[int, list[SendReply]] = {}
 
     def register(self, sender: ReplySender) -> None:
         """Start the outbox actor of ``sender.platform``."""
@@ -95,7 +97,7 @@ class OutboxRouter:
         an adapter keeps it in the store until one is registered. Inside :meth:`held` on this thread, it waits for
         the block to end."""
         item = SendReply(outbox_id=outbox_id, message=message, counted=counted)
-        waiting: list[SendReply] | None = getattr(self._held, "replies", None)
+        waiting = self._held.get(threading.get_ident()) if self._held else None
         if waiting is not None:
             waiting.append(item)
             return
@@ -110,15 +112,15 @@ class OutboxRouter:
         ends: whoever reads the reply and answers (a ``/handoff``, say) finds the supervisor knowing the turn is
         over, however late the actor's thread ran. The rows are committed already, so nothing is lost meanwhile.
         """
-        if getattr(self._held, "replies", None) is not None:  # nested: the outer block delivers
+        thread = threading.get_ident()
+        if thread in self._held:  # nested: the outer block delivers
             yield
             return
-        self._held.replies = []
+        self._held[thread] = []
         try:
             yield
         finally:
-            replies, self._held.replies = self._held.replies, None
-            for item in replies:
+            for item in self._held.pop(thread):
                 self.deliver(item.outbox_id, item.message, counted=item.counted)
 
     def redeliver(self, rows: list[OutboxRow]) -> int:
