@@ -135,6 +135,25 @@ def check_socket_path(path: Path) -> None:
         )
 
 
+class _Events:
+    """A connection's :data:`Emit`: frames ahead of the reply; once the client is gone the rest are dropped (the
+    turn goes on, and its reply, which cannot be sent either, ends the connection)."""
+
+    __slots__ = ("_broken", "_connection")
+
+    def __init__(self, connection: socket.socket) -> None:
+        self._connection = connection
+        self._broken = False
+
+    def __call__(self, event: ChatEvent) -> None:
+        if self._broken:
+            return
+        try:
+            _send(self._connection, event)
+        except OSError:
+            self._broken = True
+
+
 class ControlServer:
     """Serves control requests on a Unix socket with ``handler``; one thread per connection. ``handler`` gets the
     request and an :data:`Emit` that sends a frame ahead of the reply (a streamed chat's events)."""
@@ -195,7 +214,7 @@ class ControlServer:
                     )
                 else:
                     try:
-                        reply = self._handler(request, lambda event: _send(connection, event))
+                        reply = self._handler(request, _Events(connection))
                     except HermesError as exc:
                         reply = ErrorReply(message=str(exc))
                     except Exception as exc:
@@ -279,8 +298,8 @@ class ControlClient:
 
     def _next(self, timeout: float) -> Reply:
         """The next frame of a reply in progress (a streamed chat's)."""
-        self._sock.settimeout(timeout)
         try:
+            self._sock.settimeout(timeout)
             body = _receive(self._sock)
         except TimeoutError:
             raise ControlError(f"the daemon sent nothing more of the turn within {timeout} s") from None

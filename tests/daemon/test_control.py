@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from hermes_actors.daemon.control import (
     connect,
 )
 from hermes_actors.errors import SessionNotFoundError
+from hermes_actors.testing import poll_until
 
 
 def _handler(request: Request, emit: Emit) -> msgspec.Struct:
@@ -85,6 +87,38 @@ def test_a_streamed_chat_hands_each_event_over_before_its_reply_and_the_connecti
         ]
         assert reply == ChatReply(session_id="s1", text="a b ")
         assert client.chat(Chat(chat_id="t", user_id="u", text="next", message_id="m2")).text == "echo: next"
+
+
+def test_a_client_gone_mid_stream_leaves_the_turn_to_finish_without_an_error(tmp_path: Path) -> None:
+    closed = threading.Event()
+    finished: list[str] = []
+
+    def handler(request: Request, emit: Emit) -> msgspec.Struct:
+        emit(ChatText(delta="first "))
+        assert closed.wait(10)
+        for _ in range(50):  # into a closed connection: dropped, never raised
+            emit(ChatText(delta="more "))
+        finished.append("turn done")
+        return ChatReply(session_id="s1", text="first more")
+
+    control = ControlServer(tmp_path / "g.sock", handler)
+    control.start()
+    try:
+        client = connect(control.path)
+        assert client is not None
+        events: list[object] = []
+
+        def first_then_leave(event: object) -> None:
+            events.append(event)
+            client.close()
+            closed.set()
+
+        with pytest.raises(ControlError):
+            client.chat(Chat(chat_id="t", user_id="u", text="x", message_id="m", stream=True), first_then_leave)
+        poll_until(lambda: finished, what="the handler to finish its turn")
+    finally:
+        control.stop()
+    assert events == [ChatText(delta="first ")]
 
 
 def test_a_daemon_that_does_not_stream_answers_a_streamed_chat_with_its_reply_alone(server: ControlServer) -> None:
