@@ -27,11 +27,10 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
 from hermes_actors.cluster.background import BackgroundWatch
+from hermes_actors.cluster.host_settings import HostSettings, HostStatus
 from hermes_actors.cluster.host_stats import HostStats, encode_stats, oldest_handed, turn_outcomes
 from hermes_actors.cluster.keeper import ShardKeeper
 from hermes_actors.cluster.outage import Outages
@@ -40,7 +39,6 @@ from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
 from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
-from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
@@ -55,47 +53,14 @@ from hermes_actors.store.records import InboxRow
 __all__ = ["HostRuntime", "HostSettings", "HostStatus", "shard_for_key"]
 
 _log = logging.getLogger(__name__)
+_PULL_LIMIT = 2000  # pending rows a pull reads
+_SETTLE_S = 5.0  # a row handed over this long ago, in a supervisor holding nothing, was lost on the way
 
 
 def shard_for_key(store: PostgresStore, routing_key: str, shards: int) -> int:
     """The shard a message of ``routing_key`` goes to: its session's, or for a key with no session yet the key's
     own (the host that runs it draws the new session's id in that shard: :meth:`HostRuntime._new_id`)."""
     return shard_of(store.get_route(routing_key) or routing_key, shards)
-
-
-class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """What a shard host needs: its name among ``hosts``, the database, the shard count and the lease timing."""
-
-    name: str
-    postgres_dsn: str
-    hosts: tuple[str, ...]
-    shards: int = 256
-    lease_ttl_s: float = 10.0
-    grace_s: float = 5.0
-    pull_interval_s: float = 2.0
-    max_concurrent_agent_calls: int = 64
-    pending_soft_limit: int = 4  # queued messages of a session from which its next turn merges them
-    pending_hard_limit: int = 64
-    fencing: bool = True  # False only in the fault test: shows what the fence prevents
-    reset: ResetConfig = msgspec.field(default_factory=ResetConfig)  # idle and daily resets (session_reset:)
-    timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
-    relay_platforms: tuple[str, ...] = ("api_server",)  # whose turns' events are relayed to a waiting replica
-
-
-class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one host: its shards (shard -> epoch), the rows it has handed to its supervisor, its turns
-    (committed), every finished turn by outcome (``stale``: refused by the fence or answered elsewhere), and how
-    many pulls it made and inbox rows they read."""
-
-    name: str
-    pid: int
-    shards: dict[int, int]
-    dispatched: int
-    turns: int
-    outcomes: dict[str, int]
-    pulls: int = 0
-    rows_read: int = 0
-    sums: dict[str, float] = {}  # the runtime's histograms' _count and _sum (turns, agent calls, commits)
 
 
 class HostRuntime:
@@ -248,10 +213,39 @@ class HostRuntime:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
                 self.pull(recheck=recheck or not woken)
+                if not woken:
+                    self._hand_lost_again()
             except Exception as exc:
                 self.outages.failed("pulling the inbox", exc)
             else:
                 self.outages.worked("pulling the inbox")
+
+    def _hand_lost_again(self) -> None:
+        """Hand over again the rows the supervisor lost on the way (an actor that died holding a turn, a delivery
+        it failed to route while the store was away): handed over, still pending, and no longer held by the
+        supervisor. That is known only while the supervisor holds nothing (no turn running or queued): every row
+        handed to it before it answered has then finished, and once what it submitted has committed (the writer's
+        next commit), a row still pending was not answered."""
+        asked = time.monotonic()
+        with self._lock:
+            if not any(at < asked - _SETTLE_S for _, at in self._dispatched.values()):
+                return
+        held = self.runtime.supervisor.statistics()
+        if held.running or held.queued_messages:
+            return
+        self._writer.call(lambda store: None)
+        pending = set(self.store.shard_queue.pending_ids(sorted(self.fence.held()), limit=_PULL_LIMIT))
+        with self._lock:
+            lost = sorted(i for i, (_, at) in self._dispatched.items() if at < asked and i in pending)
+            for inbox_id in lost:
+                del self._dispatched[inbox_id]
+        if lost:
+            _log.warning(
+                "%s: rows %s were lost on the way to their sessions; handing them over again",
+                self.settings.name,
+                lost[:20],
+            )
+            self._wake.set()
 
     def pull(self, *, recheck: bool = True) -> int:
         """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
@@ -261,7 +255,7 @@ class HostRuntime:
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         terms = self.fence.held()
         shards = set(terms) - self.keeper.leaving()
-        ids = self.store.shard_queue.pending_ids(sorted(shards), limit=2000)
+        ids = self.store.shard_queue.pending_ids(sorted(shards), limit=_PULL_LIMIT)
         handed = 0
         with self._lock:
             pending = set(ids)

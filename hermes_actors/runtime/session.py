@@ -59,17 +59,30 @@ class SessionActor(RuntimeActor):
 
     use_daemon_thread = True
 
-    def __init__(self, turns: Callable[[], SessionTurns], supervisor: pykka.ActorRef[Any]) -> None:
+    def __init__(
+        self, turns: Callable[[], SessionTurns], supervisor: pykka.ActorRef[Any], session_id: str = ""
+    ) -> None:
         super().__init__()
         self._make_turns = turns
         self._turns: SessionTurns | None = None
         self._supervisor = supervisor
-        self._session_id = ""
+        self._session_id = session_id
 
     def on_start(self) -> None:
-        self._turns = self._make_turns()
+        self._open()
+
+    def _open(self) -> str | None:
+        """Build the session's turns (they read the session from the store); why that failed, if it did. A store
+        that cannot be read now is no crash: the turn given to this actor waits and runs again, as an unsaved
+        one does, instead of dying with the actor."""
+        try:
+            self._turns = self._make_turns()
+        except StoreError as exc:
+            _log.error("session %s: its actor could not read the session (%s); it tries again", self._session_id, exc)
+            return str(exc)
         self._session_id = self._turns.session_id
         bind_session(self._session_id, self._turns.platform)  # this thread works for this session only
+        return None
 
     def on_receive(self, message: SessionMessage) -> None:
         """Run one turn and tell the supervisor it finished. A turn's failure never escapes (its inbox rows stay
@@ -77,6 +90,9 @@ class SessionActor(RuntimeActor):
         reaches :meth:`on_failure`, which reports the actor stopped."""
         match message:
             case RunTurn():
+                if self._turns is None and (failed := self._open()) is not None:
+                    self._tell_supervisor(TurnFinished(session_id=self._session_id, retry=message, error=failed))
+                    return
                 assert self._turns is not None
                 # The turn's replies leave once the supervisor has been told it finished (OutboxRouter.held).
                 with self._turns.services.outbox.held():

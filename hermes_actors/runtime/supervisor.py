@@ -256,7 +256,7 @@ class SupervisorActor(RuntimeActor):
     def _activate(self, session_id: str, state: LiveSession) -> None:
         make_turns = partial(SessionTurns, session_id, self._services, create_with=state.create_with, title=state.title)
         state.create_with = state.title = None
-        state.ref = SessionActor.start(make_turns, self.actor_ref)
+        state.ref = SessionActor.start(make_turns, self.actor_ref, session_id)
         self._actors += 1
         self._counts["activations"] += 1
         self._evict_over_cap()
