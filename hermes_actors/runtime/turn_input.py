@@ -63,8 +63,14 @@ def posted_messages(
     """What a turn stores of the messages it answers, in order: each one's user message (``contents``), or, for a
     client's tool results, a tool message per result; and the position of each message's first stored record (its
     attachments are recorded against it)."""
-    new: list[NewMessage] = []
-    firsts: list[int] = []
+    new = [
+        NewMessage(role=Role.USER, content=content, platform_message_id=d.message.message_id, created_at=now)
+        for d, content in zip(deliveries, contents, strict=True)
+        if d.message.tool_results is msgspec.UNSET  # every message but a client's tool results: one user message
+    ]
+    if len(new) == len(deliveries):
+        return new, list(range(len(new)))
+    new, firsts = [], []
     for delivery, content in zip(deliveries, contents, strict=True):
         firsts.append(len(new))
         message = delivery.message
@@ -80,12 +86,11 @@ def posted_messages(
             for index, result in enumerate(results)
         )
         if content or not results:
-            first = not results
             new.append(
                 NewMessage(
                     role=Role.USER,
                     content=content,
-                    platform_message_id=message.message_id if first else None,
+                    platform_message_id=None if results else message.message_id,
                     created_at=now,
                 )
             )

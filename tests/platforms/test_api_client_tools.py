@@ -20,6 +20,10 @@ import pytest
 
 from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.config import RuntimeConfig
+from hermes_actors.messages import Attachment, AttachmentKind, InboundMessage, ToolResult
+from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.protocol import Delivery
+from hermes_actors.runtime.turn_input import posted_messages
 from hermes_actors.store import Role
 from platforms.api_server import SESSION_HEADER
 from tests.agents.chat_server import ChatServer, open_chat_server
@@ -240,3 +244,20 @@ def test_a_tool_name_openai_would_refuse_is_refused_naming_its_field(running: Ru
     assert status == 400
     assert body["error"]["param"] == "tools[0].function.name"
     assert model.calls == 0
+
+
+def test_a_turn_stores_tool_results_as_tool_messages_and_records_attachments_on_user_messages() -> None:
+    source = SessionSource(platform="api_server", chat_type="dm", chat_id="c", user_id="u")
+    picture = Attachment(kind=AttachmentKind.IMAGE, path="/tmp/picture.png")
+    results = InboundMessage(
+        source=source, text="", message_id="r1", tool_results=(ToolResult(call_id="c1", output="a"),) * 2
+    )
+    asked = InboundMessage(source=source, text="and this?", message_id="u2", attachments=(picture,))
+    deliveries = [Delivery(inbox_id=1, message=results), Delivery(inbox_id=2, message=asked)]
+    new, firsts = posted_messages(deliveries, ["", "and this?"], 5.0)
+    assert [(m.role, m.content, m.tool_call_id, m.platform_message_id) for m in new] == [
+        (Role.TOOL, "a", "c1", "r1"),
+        (Role.TOOL, "a", "c1", None),
+        (Role.USER, "and this?", None, "u2"),
+    ]
+    assert firsts == [0, 2]  # the user message's attachments go on record 2
