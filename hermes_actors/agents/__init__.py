@@ -3,7 +3,7 @@
 An agent of your own (``agent.factory`` in ``config.yaml``, see :mod:`hermes_actors.agents.factory`) needs only
 the names exported here: the :class:`Agent` protocol and its capability protocols, what a turn gives it
 (:class:`TurnInput`, with :class:`TurnEvents` for streaming text and tool progress, :class:`Tool` for what it may
-call, :class:`MessageRecord` for the history) and what it gives back (:class:`AgentReply` of
+call, :class:`ClientTool` and :class:`ToolResult` for an API client's own tools and their results, :class:`MessageRecord` for the history) and what it gives back (:class:`AgentReply` of
 :class:`AgentMessage`, :class:`Memory`, or an :class:`AgentError`). :mod:`hermes_actors.testing` checks an agent
 against the runtime's expectations (``check_agent``, ``AgentContract``).
 
@@ -31,7 +31,17 @@ from hermes_actors.agents.base import (
 )
 from hermes_actors.agents.factory import ENTRY_POINT_GROUP, AgentContext, AgentFactory
 from hermes_actors.agents.tools import Tool, error_json
-from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, Memory, ToolStatus, TurnEvents, TurnInput
+from hermes_actors.agents.turn import (
+    AgentError,
+    AgentMessage,
+    AgentReply,
+    ClientTool,
+    Memory,
+    ToolResult,
+    ToolStatus,
+    TurnEvents,
+    TurnInput,
+)
 from hermes_actors.store.records import MessageRecord, Role
 
 __all__ = [
@@ -46,6 +56,7 @@ __all__ = [
     "BackgroundInterruptingAgent",
     "BackgroundReportingAgent",
     "BudgetedSummaryAgent",
+    "ClientTool",
     "ContextWindowAgent",
     "InlineAgent",
     "Memory",
@@ -56,6 +67,7 @@ __all__ = [
     "SessionReleasingAgent",
     "TitlingAgent",
     "Tool",
+    "ToolResult",
     "ToolStatus",
     "TurnEvents",
     "TurnInput",

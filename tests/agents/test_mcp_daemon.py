@@ -45,6 +45,8 @@ daemon:
 platforms:
   api_server:
     port: 0
+  webhook:
+    port: 0
 runtime:
   auto_titles: false
 agent:
