@@ -1,11 +1,12 @@
 """Agents: what runs a turn, and the public API of agent plug-ins.
 
-An agent of your own (``agent.factory`` in ``config.yaml``, see :mod:`hermes_actors.agents.factory`) needs only
-the names exported here: the :class:`Agent` protocol and its capability protocols, what a turn gives it
+An agent of your own (``agent.factory`` in ``config.yaml``, see :mod:`hermes_actors.agents.factory`) needs only the
+names exported here: the :class:`Agent` protocol and its capability protocols, what a turn gives it
 (:class:`TurnInput`, with :class:`TurnEvents` for streaming text and tool progress, :class:`Tool` for what it may
-call, :class:`ClientTool` and :class:`ToolResult` for an API client's own tools and their results, :class:`MessageRecord` for the history) and what it gives back (:class:`AgentReply` of
-:class:`AgentMessage`, :class:`Memory`, or an :class:`AgentError`). :mod:`hermes_actors.testing` checks an agent
-against the runtime's expectations (``check_agent``, ``AgentContract``).
+call, :class:`ClientTool` and :class:`ToolResult` for an API client's own tools and their results,
+:class:`MessageRecord` for the history) and what it gives back (:class:`AgentReply` of :class:`AgentMessage`,
+:class:`Memory`, or an :class:`AgentError`). :mod:`hermes_actors.testing` checks an agent against the runtime's
+expectations (``check_agent``, ``AgentContract``).
 
 The modules: ``base`` (the protocols and the runtime's helpers that ask for a capability), ``turn`` (the data of
 a turn), ``factory`` (plug-ins), ``contract`` (the checks), ``echo`` (the built-in deterministic agent),
