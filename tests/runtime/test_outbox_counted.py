@@ -10,10 +10,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import apsw
+import pytest
+
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.outbox_router import OutboxRouter
+from hermes_actors.runtime.sent_marks import SentMarks
 from hermes_actors.runtime.services import queue_reply
 from hermes_actors.store import Store
+from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock, poll_until
 from platforms.base import SendError
@@ -166,3 +171,24 @@ def test_a_turns_reply_is_committed_with_its_attempt_counted_and_marked_sent(mak
     with gateway.read() as store:
         rows = store._connection.execute("SELECT attempts, sent_at IS NOT NULL FROM outbox").fetchall()
     assert rows == [(1, 1)]
+
+
+def test_sent_marks_the_store_cannot_take_are_logged_and_the_sender_goes_on(
+    db_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = StoreWriter(Store.open(db_path))
+    outbox_id, _ = commit_counted(writer, "chat", "sent")
+    marks = SentMarks(writer, PLATFORM)
+
+    def full(self: Outbox, sent: list[tuple[int, str | None]]) -> None:
+        raise apsw.FullError("database or disk is full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Outbox, "mark_sent_many", full)
+        marks.add(outbox_id, "p-1")  # returns at once; the write fails on the writer
+        writer.call(lambda store: None)
+    assert "could not be marked sent" in caplog.text
+    writer.stop()
+    marks.add(outbox_id, "p-2")  # after the store closed: logged, never raised into the lane
+    assert "were sent after the store closed" in caplog.text
+    assert row_state(db_path, outbox_id) == (1, False)  # unsent, its attempt counted: the next start flags it
