@@ -163,7 +163,17 @@ def test_after_a_crash_a_reply_counted_ahead_but_never_begun_goes_again_flagged(
         restarted.stop()
 
 
-def test_a_turns_reply_is_committed_with_its_attempt_counted_and_marked_sent(make_gateway: MakeGateway) -> None:
+def test_a_turns_reply_is_committed_with_its_attempt_counted_and_its_send_counts_none(
+    make_gateway: MakeGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[int] = []
+    begin = Outbox.begin_attempt
+
+    def counting(self: Outbox, outbox_id: int) -> int:
+        counted.append(outbox_id)
+        return begin(self, outbox_id)
+
+    monkeypatch.setattr(Outbox, "begin_attempt", counting)
     gateway, fake = make_gateway()
     fake.push("hello")
     assert fake.pop().text == "echo: hello"
@@ -171,6 +181,7 @@ def test_a_turns_reply_is_committed_with_its_attempt_counted_and_marked_sent(mak
     with gateway.read() as store:
         rows = store._connection.execute("SELECT attempts, sent_at IS NOT NULL FROM outbox").fetchall()
     assert rows == [(1, 1)]
+    assert counted == []  # the turn's commit counted it: no write of its own before the send
 
 
 def test_sent_marks_the_store_cannot_take_are_logged_and_the_sender_goes_on(
