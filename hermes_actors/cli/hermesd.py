@@ -115,7 +115,8 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
     ``daemon.log_format``, as this process does)."""
     from hermes_actors.cluster.service import serve_cluster
     from hermes_actors.daemon.admin_key import admin_key
-    from hermes_actors.daemon.agent import host_agent_factory
+    from hermes_actors.daemon.agent_bindings import host_roster_factory
+    from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 
     stop = threading.Event()
 
@@ -131,7 +132,8 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
             media_dir=root / "media",
             key_policy=settings.runtime.key_policy,
             admin_key=admin_key(root, settings, os.environ).key,
-            agent_factory=host_agent_factory(settings.agent, os.environ),
+            agent_factory=host_roster_factory(settings.agent, settings.agents, settings.bindings, os.environ),
+            agent_names=(DEFAULT_AGENT, *settings.agents),
             connected=on_sigterm,  # ray.init replaced it
             http_limits=settings.daemon.http_limits,
             host_logging=functools.partial(configure_logging, level, log_format=settings.daemon.log_format),

@@ -41,6 +41,7 @@ from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import decode_inbound
+from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.protocol import Deliver, Delivery, TurnOutcome
@@ -71,6 +72,7 @@ class HostRuntime:
         settings: HostSettings,
         *,
         agent: Agent | None = None,
+        agents: AgentRoster | None = None,
         on_turn: Callable[[TurnOutcome], None] | None = None,
     ) -> None:
         self.settings = settings
@@ -88,6 +90,7 @@ class HostRuntime:
                 pending_hard_limit=settings.pending_hard_limit,
             ),
             "agent": agent,
+            "agents": agents,
             "on_turn": self._turn_done,
             "schedule_resets": False,
             "replies_sent_elsewhere": True,

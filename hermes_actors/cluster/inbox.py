@@ -86,8 +86,10 @@ class ClusterInbox:
         operator: Operator | None = None,
         health: ClusterHealth | None = None,
         hosts: Sequence[str] = (),
+        agent_names: Sequence[str] = (DEFAULT_AGENT,),
     ) -> None:
         self._ingress = ingress
+        self._agent_names = tuple(agent_names)
         self._store = cast("Store", ingress.store)
         self._media = media
         self._policy = key_policy or KeyPolicy()
@@ -121,8 +123,8 @@ class ClusterInbox:
 
     @property
     def agents(self) -> tuple[str, ...]:
-        """The agents a request may name: the shard hosts run the default agent only."""
-        return (DEFAULT_AGENT,)
+        """The agents a request may name: the ones the shard hosts run (``agent`` and ``agents.<name>``)."""
+        return self._agent_names
 
     def guarded(self, check: Callable[[], None]) -> ClusterInbox:
         """This inbox as one leased adapter sees it: each of its commits (a message, a batch with its cursor, a

@@ -22,6 +22,7 @@ import ray
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings, HostStatus
+from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.store.pg.store import PostgresStore
 
 __all__ = ["NAMESPACE", "HolderPoker", "ShardHost", "ensure_hosts", "host_handle", "poke_host"]
@@ -54,7 +55,7 @@ class ShardHost:
     def __init__(
         self,
         settings: HostSettings,
-        agent_factory: Callable[[], Agent] | None = None,
+        agent_factory: Callable[[], Agent | AgentRoster] | None = None,
         log_setup: Callable[[], None] | None = None,
     ) -> None:
         if log_setup is not None:
@@ -63,7 +64,11 @@ class ShardHost:
             logging.basicConfig(level=logging.WARNING, format=f"{settings.name} %(levelname)s %(name)s: %(message)s")
         for handler in logging.getLogger().handlers:
             handler.addFilter(_HostField(settings.name))
-        self._runtime = HostRuntime(settings, agent=agent_factory() if agent_factory is not None else None)
+        built = agent_factory() if agent_factory is not None else None
+        if isinstance(built, AgentRoster):
+            self._runtime = HostRuntime(settings, agents=built)
+        else:
+            self._runtime = HostRuntime(settings, agent=built)
         self._runtime.start()
 
     def poke(self) -> None:
@@ -107,7 +112,7 @@ def _options(name: str, namespace: str) -> dict[str, Any]:
 def ensure_hosts(
     hosts: Iterable[HostSettings],
     *,
-    agent_factory: Callable[[], Agent] | None = None,
+    agent_factory: Callable[[], Agent | AgentRoster] | None = None,
     namespace: str = NAMESPACE,
     log_setup: Callable[[], None] | None = None,
 ) -> dict[str, Any]:

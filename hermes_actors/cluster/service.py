@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from hermes_actors.config import HttpLimits
 from hermes_actors.errors import HermesError
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.agent_roster import DEFAULT_AGENT, AgentRoster
 from hermes_actors.runtime.platform_board import PlatformBoard
 
 __all__ = ["PUSH_PLATFORMS", "host_settings", "reach_ray", "serve_cluster"]
@@ -88,19 +89,21 @@ def serve_cluster(
     media_dir: Path,
     key_policy: KeyPolicy | None = None,
     admin_key: str | None = None,
-    agent_factory: Callable[[], Agent] | None = None,
+    agent_factory: Callable[[], Agent | AgentRoster] | None = None,
+    agent_names: Sequence[str] = (DEFAULT_AGENT,),
     check_s: float = 10.0,
     connected: Callable[[], object] = lambda: None,
     http_limits: HttpLimits | None = None,
     host_logging: Callable[[], None] | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
-    entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent (the
-    echo agent without one) and the operator's routes opened by ``admin_key``. ``connected`` runs once Ray is connected
-    (``ray.init`` installs signal handlers of its own: a caller installs its SIGTERM handler again there). The
-    adapters' own listeners hold their clients to ``http_limits`` (``daemon.http_*``). The hosts log as
-    ``host_logging`` sets up (``hermesd``'s level and format) into their Ray workers' stderr, which Ray keeps in its
-    session directory and does not forward here (it would add its prefixes and colours to this replica's log)."""
+    entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent or
+    roster of named agents (the echo agent without one; ``agent_names`` are the names a request may ask for) and the
+    operator's routes opened by ``admin_key``. ``connected`` runs once Ray is connected (``ray.init`` installs
+    signal handlers of its own: a caller installs its SIGTERM handler again there). The adapters' own listeners hold
+    their clients to ``http_limits`` (``daemon.http_*``). The hosts log as ``host_logging`` sets up (``hermesd``'s
+    level and format) into their Ray workers' stderr, which Ray keeps in its session directory and does not forward
+    here (it would add its prefixes and colours to this replica's log)."""
     import ray
 
     from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
@@ -140,6 +143,7 @@ def serve_cluster(
             operator=operator,
             health=cluster.health,
             hosts=cluster.hosts,
+            agent_names=agent_names,
         )
         replica = ClusterReplica(
             store,
