@@ -12,6 +12,7 @@ the calls of the client's own tools a turn ends with become ``function_call`` it
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import msgspec
 
@@ -58,6 +59,7 @@ class ResponseDraft:
         self._usage: ResponseUsage | None = None
         self._error: ErrorDetail | None = None
         self._incomplete: IncompleteDetails | None = None
+        self.input_items: list[dict[str, Any]] = []  # the request's input, as stored for its input_items list
 
     @classmethod
     def start(

@@ -36,6 +36,7 @@ from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
+from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
 from platforms.api_server.responses_wire import (
     StreamEvent,
     conversation_of,
@@ -71,6 +72,7 @@ class ResponsesApi:
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)
         app.router.add_get("/v1/responses/{response_id}", self.retrieve)
+        app.router.add_get("/v1/responses/{response_id}/input_items", self.list_input_items)
         app.router.add_delete("/v1/responses/{response_id}", self.delete)
 
     # -- stored responses -------------------------------------------------------------------------------------------
@@ -81,7 +83,15 @@ class ResponsesApi:
         found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
         if found is None:
             raise _not_found(response_id, "response_id")
-        return web.Response(body=found.body, content_type="application/json")
+        return web.Response(body=read_stored(found.body).response, content_type="application/json")
+
+    async def list_input_items(self, request: web.Request) -> web.Response:
+        inbox, host = self._service.parts()
+        response_id = request.match_info["response_id"]
+        found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+        if found is None:
+            raise _not_found(response_id, "response_id")
+        return json_response(page_of(read_stored(found.body).input_items, request.query))
 
     async def delete(self, request: web.Request) -> web.Response:
         inbox, _ = self._service.parts()
@@ -143,6 +153,7 @@ class ResponsesApi:
                 conversation=conversation,
                 store=body.store,
             )
+            draft.input_items = input_items(body.input)
             call = service.turn_call(inbound)
             try:
                 call.open()
@@ -263,7 +274,7 @@ class ResponsesApi:
             session_id=session_id,
             scope=self._service.scope,
             status=draft.status,
-            body=msgspec.json.encode(draft.response()),
+            body=stored_body(draft.response(), draft.input_items),
             created_at=time.time(),
             conversation=base.conversation.id if base.conversation is not None else None,
             previous_id=base.previous_response_id,

@@ -27,6 +27,7 @@ __all__ = [
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "IncompleteDetails",
+    "InputItem",
     "InputTurn",
     "McpCallItem",
     "MessageItem",
@@ -60,6 +61,9 @@ class _InputItem(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str | None = None
     arguments: str | None = None
     output: str | list[_InputPart] | None = None
+
+
+InputItem = _InputItem
 
 
 class ConversationRef(msgspec.Struct, frozen=True, kw_only=True):
