@@ -55,7 +55,9 @@ def test_an_outbox_notice_written_with_a_string_error_decodes_to_the_member_and_
     notice = decode_outbound(OLD_OUTBOUND_ROW)
     assert notice.error is OutboundError.STORAGE_UNAVAILABLE
     assert notice.answers == ("m1",)
-    assert encode(notice) == OLD_OUTBOUND_ROW
+    # The same fields and values as the old row, the error written as the same string. Not the same bytes: with more
+    # than 15 fields (tool calls, documents) msgspec writes the map's header in its 3-byte form whatever it holds.
+    assert msgspec.msgpack.decode(encode(notice)) == msgspec.msgpack.decode(OLD_OUTBOUND_ROW)
 
 
 def test_members_encode_as_their_values() -> None:
