@@ -5,7 +5,8 @@ what really happened.
   stored in the session its fingerprint names. ``X-Hermes-Session-Id`` continues a stored session instead (the
   body's history is then ignored).
 - ``Idempotency-Key`` (:mod:`platforms.api_server.idempotency`) makes the key the message's inbox id: a retry, even
-  after a restart, is answered from the store instead of running the agent again.
+  after a restart, is answered from the store instead of running the agent again. Without one, a request exactly
+  like one still running or just ended is its client's retry and gets that turn (:mod:`.retry_fold`).
 - ``tools`` are the client's own function tools (:mod:`platforms.api_server.client_tools`): a turn whose model calls
   one ends with ``tool_calls`` and ``finish_reason: "tool_calls"``, and the client's next request, its messages
   ending with the ``tool`` results, continues the same session from them. The gateway's own tool runs
@@ -14,8 +15,10 @@ what really happened.
   silence, and a client's tool calls in one delta before the finish; a client that disconnects stops the turn as
   ``/stop`` does. The gateway's own tool runs are sent as ``event: hermes.tool.progress`` only to a client that asks
   with ``X-Hermes-Tool-Progress: 1`` (a frame without ``choices``, which OpenAI's clients cannot read).
-- A turn the agent failed is not an answer: 502 ``agent_incomplete`` without text, ``finish_reason: error`` with
-  ``X-Hermes-Completed: false`` when part of the answer was already produced.
+- A turn the agent failed is not an answer: 502 ``agent_incomplete`` without text (with ``x-should-retry: false``:
+  its message is stored), ``finish_reason: error`` with ``X-Hermes-Completed: false`` when part of the answer was
+  already produced.
+- ``stream_options.include_usage`` sends the usage once, in a last chunk with empty ``choices``, as OpenAI does.
 - A turn stopped by another request (``/stop``, ``/new``) is told at once: 409 ``turn_stopped`` (with
   ``x-should-retry: false``), or, once a stream has begun, a chunk with ``finish_reason: cancelled`` and then the
   error; nothing the stopped turn writes afterwards is sent.
@@ -33,9 +36,10 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
-from platforms.api_server.conversation import chat_turn
+from platforms.api_server.conversation import ChatTurn, chat_turn
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.models import conversation_with, requested_agent
+from platforms.api_server.retry_fold import Folded
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import (
     COMPLETED_HEADER,
@@ -49,6 +53,7 @@ from platforms.api_server.sessions import (
 from platforms.api_server.tool_wire import calls_of, delta_calls
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import (
+    ChatRequest,
     Delta,
     ToolProgress,
     Turn,
@@ -83,6 +88,28 @@ class ChatCompletions:
         chat = decode_chat(body)
         turn_of = chat_turn(chat, stateless=named is None, scope=service.scope)
         idempotency = Idempotency.of(request.headers, body, service.scope)
+        if idempotency is not None:
+            return await self._turn(request, chat, turn_of, named, memory, idempotency)
+        progress = "progress" if wants_tool_progress(request.headers) else None  # another answer: not a retry
+        folded = service.retry_fold.begin(body, service.scope, named, memory, progress)
+        try:
+            return await self._turn(request, chat, turn_of, named, memory, folded)
+        finally:
+            service.retry_fold.end(folded)
+
+    async def _turn(
+        self,
+        request: web.Request,
+        chat: ChatRequest,
+        turn_of: ChatTurn,
+        named: str | None,
+        memory: str | None,
+        keyed: Idempotency | Folded,
+    ) -> web.StreamResponse:
+        """Run the request's turn; ``keyed`` names its message: by its ``Idempotency-Key``, or by its place among
+        recent requests (a client's retry folds into the turn it repeats)."""
+        service = self._service
+        idempotency = keyed.idempotency() if isinstance(keyed, Folded) else keyed
         with service.admitted():
             attachments = await service.attachments(turn_of.images) if turn_of.images else ()
             agent = requested_agent(service.parts()[0], chat.model)  # a new session's agent; a session keeps its own
@@ -92,11 +119,11 @@ class ChatCompletions:
             inbound = InboundMessage(
                 source=source,
                 text=turn_of.text,
-                message_id=idempotency.message_id if idempotency else f"api-{turn_id}",
+                message_id=keyed.message_id,
                 attachments=attachments,
                 received_at=time.time(),
                 context=turn_of.conversation or msgspec.UNSET,
-                fingerprint=idempotency.fingerprint if idempotency else msgspec.UNSET,
+                fingerprint=keyed.fingerprint,
                 agent=agent or msgspec.UNSET,
                 client_tools=turn_of.tools or msgspec.UNSET,
                 tool_results=turn_of.tool_results or msgspec.UNSET,
@@ -104,7 +131,10 @@ class ChatCompletions:
             call = service.turn_call(inbound)
             try:
                 call.open()
-                routing_key = await service.submit(inbound, continues=named, idempotency=idempotency, call=call)
+                retried = isinstance(keyed, Folded) and keyed.retried
+                routing_key = await service.submit(
+                    inbound, continues=named, idempotency=idempotency, call=call, retried=retried
+                )
                 turn = Turn(
                     completion_id=f"chatcmpl-{turn_id}",
                     created=int(time.time()),
@@ -233,7 +263,7 @@ class ChatCompletions:
         if calls:
             await response.write(turn.chunk(Delta(tool_calls=delta_calls(calls))))
         finish = "tool_calls" if calls else "stop" if reply is not None else "error"
-        await response.write(turn.chunk(Delta(), finish, usage=usage))
-        if include_usage:
+        await response.write(turn.chunk(Delta(), finish))
+        if include_usage:  # once, in a last chunk without choices, as OpenAI sends it
             await response.write(turn.chunk(None, usage=usage))
         await response.write(_DONE)

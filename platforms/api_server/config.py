@@ -33,6 +33,9 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     supplies it, and when neither is set the API is open (allowed on a loopback ``host`` only).
     ``keepalive_s`` is how long a streaming response stays silent before it sends an SSE comment;
     ``max_concurrent_runs`` caps the requests running turns at once (0: no cap; beyond it, 429).
+    ``retry_fold_s`` is how long after a chat-completions request ends an identical one without
+    ``Idempotency-Key`` is taken as its client's retry and gets its turn (:mod:`platforms.api_server.retry_fold`;
+    0: never).
     ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
     API; a request from any other ``Origin`` is refused with 403.
     ``trusted_proxies`` are the addresses or networks (``127.0.0.1``, ``10.0.0.0/8``) of the reverse proxies whose
@@ -50,6 +53,7 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     max_body_bytes: int = 4 * 1024 * 1024
     keepalive_s: float = 30.0
     max_concurrent_runs: int = 64
+    retry_fold_s: float = 10.0
     cors_origins: tuple[str, ...] = ()
     trusted_proxies: tuple[str, ...] = ()
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
@@ -70,6 +74,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
         if self.max_concurrent_runs < 0:
             raise ConfigError(f"{field}.max_concurrent_runs", "must be 0 (no cap) or a positive number of requests")
+        if self.retry_fold_s < 0:
+            raise ConfigError(f"{field}.retry_fold_s", "must be 0 (no folding) or a positive number of seconds")
         if self.keepalive_s <= 0:
             raise ConfigError(f"{field}.keepalive_s", "must be a positive number of seconds")
         for index, origin in enumerate(self.cors_origins):

@@ -29,6 +29,7 @@ from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.guards import Guards
 from platforms.api_server.idempotency import Idempotency, stored_outcome
 from platforms.api_server.images import image_attachment
+from platforms.api_server.retry_fold import RetryFold, retried_outcome
 from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, continue_session
 from platforms.api_server.turn_call import STOPPED, Finished, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn
@@ -85,13 +86,13 @@ def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
             code=STOPPED,
             headers={**headers, COMPLETED_HEADER: "false", **NO_RETRY},
         )
-    if finished.failure_code == "agent_incomplete":
+    if finished.failure_code == "agent_incomplete":  # the message is stored: a retry would store it again
         return ApiError(
             502,
             f"the agent did not answer: {finished.failure}",
             type="server_error",
             code="agent_incomplete",
-            headers={**headers, COMPLETED_HEADER: "false"},
+            headers={**headers, COMPLETED_HEADER: "false", **NO_RETRY},
         )
     return ApiError(  # the message is kept and runs again (a store that refused its turn): not to be sent twice
         503,
@@ -118,6 +119,7 @@ class ApiService:
         self.waiters = waiters
         self._attached = attached
         self._guards = Guards(config)
+        self.retry_fold = RetryFold(config.retry_fold_s)
         self.running = 0
         self.draining = False
         self.stopping: asyncio.Future[None] | None = None  # done once the server stops for good
@@ -199,11 +201,17 @@ class ApiService:
         return await host.blocking(lambda: tuple(image_attachment(media, url) for url in images))
 
     async def submit(
-        self, inbound: InboundMessage, *, continues: str | None, idempotency: Idempotency | None, call: TurnCall
+        self,
+        inbound: InboundMessage,
+        *,
+        continues: str | None,
+        idempotency: Idempotency | None,
+        call: TurnCall,
+        retried: bool = False,
     ) -> str:
         """Accept ``inbound`` into the gateway (off the loop); return its routing key or raise a 503. A retried
         idempotent request is checked (409 for another body) and, when already answered, ends ``call`` with the
-        stored answer."""
+        stored answer (said as a folded retry's when ``retried``, :mod:`platforms.api_server.retry_fold`)."""
         inbox, host = self.parts()
         try:
             if continues is not None:
@@ -230,7 +238,7 @@ class ApiService:
                 idempotency.check(stored)
                 outcome = stored_outcome(stored)
                 if outcome is not None:
-                    call.finish_with(outcome)
+                    call.finish_with(retried_outcome(outcome) if retried else outcome)
         return accepted.routing_key
 
     @staticmethod
