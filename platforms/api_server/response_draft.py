@@ -73,6 +73,7 @@ class ResponseDraft:
         previous_response_id: str | None,
         conversation: str | None,
         store: bool,
+        background: bool = False,
     ) -> ResponseDraft:
         base = ResponseObject(
             id=response_id,
@@ -84,6 +85,7 @@ class ResponseDraft:
             previous_response_id=previous_response_id,
             conversation=ConversationRef(id=conversation) if conversation is not None else None,
             store=store,
+            background=background,
         )
         return cls(base, prompt=prompt)
 
@@ -115,6 +117,27 @@ class ResponseDraft:
 
     def created(self) -> list[StreamEvent]:
         return [self._event("response.created", response=self.response())]
+
+    def queue(self) -> list[StreamEvent]:
+        """A background response: ``queued`` until its turn begins; ``response.created`` then ``response.queued``."""
+        self.status = "queued"
+        return [*self.created(), self._event("response.queued", response=self.response())]
+
+    def begin(self) -> list[StreamEvent]:
+        """The queued turn began: ``in_progress`` (nothing when it is not queued)."""
+        if self.status != "queued":
+            return []
+        self.status = "in_progress"
+        return [self._event("response.in_progress", response=self.response())]
+
+    def cancel(self) -> list[StreamEvent]:
+        """A background response cancelled (``POST /v1/responses/{id}/cancel``): ``cancelled`` with what was
+        produced so far, ended by ``response.incomplete`` with ``incomplete_details.reason: cancelled``."""
+        events = self._close_message("incomplete")
+        self.status = "cancelled"
+        self._incomplete = IncompleteDetails(reason="cancelled")
+        events.append(self._event("response.incomplete", response=self.response()))
+        return events
 
     def text(self, delta: str) -> list[StreamEvent]:
         """A piece of the reply's text: opens a message item first if none is open."""

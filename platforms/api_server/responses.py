@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from functools import partial
@@ -36,6 +37,7 @@ from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
+from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
 from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
 from platforms.api_server.responses_wire import (
     StreamEvent,
@@ -60,6 +62,7 @@ _log = logging.getLogger(__name__)
 _LEFT = "client_disconnected"
 _STOPPED = "stopped"  # by /stop or /new from another request
 _SETTLE_POLL_S = 0.05  # how often a stopped turn's inbox row is looked at until its commit
+_RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
 _REASONS = {499: _LEFT, 504: "timeout"}  # any other abandoned wait: the server is stopping
 
 
@@ -68,26 +71,66 @@ class ResponsesApi:
 
     def __init__(self, service: ApiService) -> None:
         self._service = service
+        self._background = BackgroundResponses(service, self._keep)
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)
         app.router.add_get("/v1/responses/{response_id}", self.retrieve)
         app.router.add_get("/v1/responses/{response_id}/input_items", self.list_input_items)
+        app.router.add_post("/v1/responses/{response_id}/cancel", self.cancel)
         app.router.add_delete("/v1/responses/{response_id}", self.delete)
+        app.on_shutdown.append(self._background.close)  # their turns go on; GET adopts them after a restart
 
     # -- stored responses -------------------------------------------------------------------------------------------
 
-    async def retrieve(self, request: web.Request) -> web.Response:
+    async def retrieve(self, request: web.Request) -> web.StreamResponse:
         inbox, host = self._service.parts()
         response_id = request.match_info["response_id"]
-        found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
-        if found is None:
+        stream = request.query.get("stream", "false").lower() == "true"
+        background = self._background.find(response_id)
+        if background is None:
+            found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+            if found is not None and not stream:
+                return web.Response(body=read_stored(found.body).response, content_type="application/json")
+            background = await self._adopt(response_id)
+        if background is None:
             raise _not_found(response_id, "response_id")
-        return web.Response(body=read_stored(found.body).response, content_type="application/json")
+        if not stream:
+            return json_response(background.draft.response())
+        return await self._background.stream(request, background, after=_starting_after(request))
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        response_id = request.match_info["response_id"]
+        background = self._background.find(response_id) or await self._adopt(response_id)
+        if background is None:
+            inbox, host = self._service.parts()
+            if await host.blocking(partial(inbox.get_response, response_id, self._service.scope)) is not None:
+                raise ApiError(
+                    400,
+                    f"response {response_id[:100]} was not created with background: true; only those can be cancelled",
+                    code="invalid_value",
+                    param="response_id",
+                )
+            raise _not_found(response_id, "response_id")
+        await self._background.cancel(background)
+        return json_response(background.draft.response())
+
+    async def _adopt(self, response_id: str) -> BackgroundResponse | None:
+        """A background response this process does not watch (a restart came between), from its inbox row."""
+        if not _RESPONSE_ID.fullmatch(response_id):
+            return None
+        inbox, host = self._service.parts()
+        stored = await host.blocking(partial(inbox.stored_answer, PLATFORM, turn_id(response_id)))
+        if stored is None:
+            return None
+        return await self._background.adopt(stored, self._service.config.model_name)
 
     async def list_input_items(self, request: web.Request) -> web.Response:
         inbox, host = self._service.parts()
         response_id = request.match_info["response_id"]
+        background = self._background.find(response_id)
+        if background is not None:
+            return json_response(page_of(background.draft.input_items, request.query))
         found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
         if found is None:
             raise _not_found(response_id, "response_id")
@@ -111,49 +154,57 @@ class ResponsesApi:
         conversation = conversation_of(body)
         given = input_turn(body.input)
         tools = request_tools(body)
+        if body.background and not body.store:
+            raise ApiError(
+                400,
+                "background responses must be stored (they are read back with GET); leave out store: false",
+                code="invalid_value",
+                param="store",
+            )
+        inbox, host = service.parts()
+        previous: ResponseRecord | None = None
+        if body.previous_response_id is not None:
+            previous = await host.blocking(partial(inbox.get_response, body.previous_response_id, service.scope))
+            if previous is None:
+                raise _not_found(body.previous_response_id, "previous_response_id")
+        elif conversation is not None:
+            previous = await host.blocking(partial(inbox.latest_response_in, service.scope, conversation))
+        instructions = body.instructions
+        if instructions is None and previous is not None:
+            instructions = previous.instructions
+        response_id = f"resp_{uuid.uuid4().hex}"
+        continues = previous.session_id if previous is not None else None
+        name = continues or f"api-{response_id}"
+        user = memory or name
+        if memory is None and continues is not None:  # the chain's turns speak for whoever opened the session
+            owner = await host.blocking(partial(inbox.session_owner, continues))
+            user = (owner.user_id if owner is not None else None) or name
+        system = "\n".join(part for part in (instructions, given.system) if part) or None
+        inbound = InboundMessage(
+            source=SessionSource(platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=user),
+            text=given.text,
+            message_id=turn_id(response_id) if body.background else f"api-{response_id}",
+            received_at=time.time(),
+            context=Conversation(system=system, history=given.history, after_transcript=True),
+            agent=requested_agent(inbox, body.model) or msgspec.UNSET,  # a session it starts; one keeps its own
+            client_tools=tools or msgspec.UNSET,
+            tool_results=given.tool_results or msgspec.UNSET,
+        )
+        draft = ResponseDraft.start(
+            response_id,
+            created_at=int(time.time()),
+            model=body.model or service.config.model_name,
+            prompt=given.text,
+            instructions=instructions,
+            previous_response_id=previous.id if previous is not None else None,
+            conversation=conversation,
+            store=body.store,
+            background=body.background,
+        )
+        draft.input_items = input_items(body.input)
+        if body.background:
+            return await self._background.start(request, inbound, draft, continues=continues, stream=body.stream)
         with service.admitted():
-            inbox, host = service.parts()
-            previous: ResponseRecord | None = None
-            if body.previous_response_id is not None:
-                previous = await host.blocking(partial(inbox.get_response, body.previous_response_id, service.scope))
-                if previous is None:
-                    raise _not_found(body.previous_response_id, "previous_response_id")
-            elif conversation is not None:
-                previous = await host.blocking(partial(inbox.latest_response_in, service.scope, conversation))
-            instructions = body.instructions
-            if instructions is None and previous is not None:
-                instructions = previous.instructions
-            response_id = f"resp_{uuid.uuid4().hex}"
-            continues = previous.session_id if previous is not None else None
-            name = continues or f"api-{response_id}"
-            user = memory or name
-            if memory is None and continues is not None:  # the chain's turns speak for whoever opened the session
-                owner = await host.blocking(partial(inbox.session_owner, continues))
-                user = (owner.user_id if owner is not None else None) or name
-            system = "\n".join(part for part in (instructions, given.system) if part) or None
-            inbound = InboundMessage(
-                source=SessionSource(
-                    platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=user
-                ),
-                text=given.text,
-                message_id=f"api-{response_id}",
-                received_at=time.time(),
-                context=Conversation(system=system, history=given.history, after_transcript=True),
-                agent=requested_agent(inbox, body.model) or msgspec.UNSET,  # a session it starts; one keeps its own
-                client_tools=tools or msgspec.UNSET,
-                tool_results=given.tool_results or msgspec.UNSET,
-            )
-            draft = ResponseDraft.start(
-                response_id,
-                created_at=int(time.time()),
-                model=body.model or service.config.model_name,
-                prompt=given.text,
-                instructions=instructions,
-                previous_response_id=previous.id if previous is not None else None,
-                conversation=conversation,
-                store=body.store,
-            )
-            draft.input_items = input_items(body.input)
             call = service.turn_call(inbound)
             try:
                 call.open()
@@ -290,6 +341,16 @@ class ResponsesApi:
 async def _send(response: web.StreamResponse, events: list[StreamEvent]) -> None:
     if events:
         await response.write(b"".join(event.sse() for event in events))
+
+
+def _starting_after(request: web.Request) -> int:
+    raw = request.query.get("starting_after", "-1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(
+            400, "starting_after must be the sequence_number of an event", code="invalid_value", param="starting_after"
+        ) from None
 
 
 def _not_found(response_id: str, param: str) -> ApiError:

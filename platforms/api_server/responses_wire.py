@@ -79,6 +79,7 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     conversation: str | ConversationRef | None = None
     store: bool = True
     stream: bool = False
+    background: bool = False
     model: str | None = None
     tools: list[ResponsesTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
     tool_choice: str | dict[str, object] | None = None
@@ -319,7 +320,7 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     object: str = "response"
     created_at: int
-    status: str  # in_progress, completed, failed, incomplete
+    status: str  # queued (background), in_progress, completed, failed, incomplete, cancelled (background)
     model: str
     output: list[OutputItem]
     usage: ResponseUsage | None = None
@@ -329,6 +330,7 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     error: ErrorDetail | None = None
     incomplete_details: IncompleteDetails | None = None
     store: bool = True
+    background: bool = False
     metadata: dict[str, str] = {}
     parallel_tool_calls: bool = True
     tool_choice: str = "auto"
