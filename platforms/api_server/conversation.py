@@ -2,12 +2,13 @@
 and the name its stored session goes by.
 
 A client without ``X-Hermes-Session-Id`` (Open WebUI, LobeChat, the SDKs) sends the whole conversation each time:
-its system messages, joined with a newline, are system text added after ours; the user and assistant messages
-before the last user message are the history the model sees; the last user message is the new turn. The stored
-session of such a conversation is named by a fingerprint of how it began, as the reference system names it:
-``"api-" + sha256(system + "\\n" + first user text)[:16]``, so consecutive requests of one frontend conversation land
-in one stored session. When the request carries a key or a ``user``, both are mixed into the fingerprint, so two
-clients never share a stored session (the reference lets any two that open with "Hello" share one).
+its system messages (and ``developer`` ones, OpenAI's newer name for them), joined with a newline, are system text
+added after ours; the user and assistant messages before the last user message are the history the model sees; the
+last user message is the new turn. The stored session of such a conversation is named by a fingerprint of how it
+began, as the reference system names it: ``"api-" + sha256(system + "\\n" + first user text)[:16]``, so consecutive
+requests of one frontend conversation land in one stored session. When the request carries a key or a ``user``, both
+are mixed into the fingerprint, so two clients never share a stored session (the reference lets any two that open
+with "Hello" share one).
 
 A request whose messages end with ``tool`` messages brings the results of the client tool calls the previous
 answer ended with: those results are the new turn (stored as tool messages, and the model continues from them), and
@@ -29,7 +30,8 @@ from platforms.api_server.wire import ApiError, ChatMessage, ChatRequest, conten
 
 __all__ = ["ROLES", "ChatTurn", "chat_turn", "conversation_name"]
 
-ROLES = frozenset({"system", "user", "assistant", "tool"})
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_SYSTEM = frozenset({"system", "developer"})  # OpenAI's newer models call the system message "developer"
 
 
 class ChatTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,10 +66,12 @@ def chat_turn(chat: ChatRequest, *, stateless: bool, scope: str | None) -> ChatT
         text, images, index = new_turn(chat.messages)
     if not stateless:
         return ChatTurn(text=text, images=images, tools=tools, tool_results=results)
-    systems = [content_text(m.content) for m in chat.messages if m.role == "system"]
+    systems = [content_text(m.content) for m in chat.messages if m.role in _SYSTEM]
     system = "\n".join(s for s in systems if s) or None
     history = tuple(
-        _context(m) for m in chat.messages[:index] if m.role != "system" and (content_text(m.content) or m.tool_calls)
+        _context(m)
+        for m in chat.messages[:index]
+        if m.role not in _SYSTEM and (content_text(m.content) or m.tool_calls)
     )
     first_user = next((content_text(m.content) for m in chat.messages if m.role == "user"), None)
     if first_user is None:
@@ -118,7 +122,8 @@ def _check_roles(messages: Sequence[ChatMessage]) -> None:
         if message.role not in ROLES:
             raise ApiError(
                 400,
-                f"messages[{index}].role {message.role!r} is not supported; use system, user, assistant or tool",
+                f"messages[{index}].role {message.role!r} is not supported; use system (or developer), user, "
+                "assistant or tool",
                 code="invalid_value",
                 param=f"messages[{index}].role",
             )

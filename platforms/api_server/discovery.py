@@ -15,7 +15,7 @@ from aiohttp import web
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.idempotency import IDEMPOTENCY_HEADER
 from platforms.api_server.sessions import MEMORY_HEADER, SESSION_HEADER, TOOL_PROGRESS_HEADER
-from platforms.api_server.wire import json_response
+from platforms.api_server.wire import IGNORED_PARAMETERS, json_response
 
 __all__ = ["ENDPOINTS", "Discovery", "Endpoint", "features"]
 
@@ -69,6 +69,9 @@ def features(config: ApiServerConfig) -> dict[str, object]:
         "idempotency": IDEMPOTENCY_HEADER,  # a retry with the same key is answered from the store
         "images": True,  # image_url content parts (data: URLs are stored, http(s) URLs passed on)
         "usage": True,  # the model's reported token usage (estimated when it reports none)
+        "stream_usage": "final_chunk",  # stream_options.include_usage: once, in a last chunk with empty choices
+        "retry_fold_s": config.retry_fold_s,  # an identical request this soon after is its client's retry
+        "ignored_parameters": IGNORED_PARAMETERS,  # accepted and not used: the agent's model settings decide
         "responses": True,  # /v1/responses: previous_response_id, conversation, stored with their session
         "runs": True,  # /v1/runs: 202 at once, status, SSE events, stop
         "operator_api": True,  # /api/sessions with the admin key

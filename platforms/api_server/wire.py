@@ -17,6 +17,7 @@ from platforms.support import json_guard
 
 __all__ = [
     "HTTP_ERRORS",
+    "IGNORED_PARAMETERS",
     "PLATFORM",
     "ApiError",
     "ChatMessage",
@@ -74,6 +75,38 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[ChatTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
     tool_choice: str | dict[str, object] | None = None
 
+
+IGNORED_PARAMETERS = (
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "metadata",
+    "modalities",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "temperature",
+    "top_logprobs",
+    "top_p",
+    "verbosity",
+    "web_search_options",
+)
+"""OpenAI's chat-completions parameters a request may send and the server accepts without using them: the agent's
+own model settings decide sampling, length and format (LibreChat users need no ``dropParams``). Any other unknown
+field is ignored as well; these are the ones published in ``/v1/capabilities``."""
 
 _request_decoder = msgspec.json.Decoder(ChatRequest)
 _FIELD_PATH = re.compile(r" - at `\$\.?(?P<path>.*)`$")

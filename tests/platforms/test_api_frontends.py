@@ -186,3 +186,60 @@ def test_the_fold_window_counts_from_the_end_of_the_last_request() -> None:
     assert later.message_id != first.message_id
     assert not later.retried
     assert RetryFold(window_s=0).begin(b"body").idempotency() is None
+
+
+# -- OpenAI parameters the server does not use -------------------------------------------------------------------
+
+LIBRECHAT_PARAMETERS: dict[str, Any] = {  # what LibreChat and the SDKs send that the agent's own model settings decide
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "presence_penalty": 0.1,
+    "frequency_penalty": 0.2,
+    "stop": ["\nUser:"],
+    "max_tokens": 512,
+    "max_completion_tokens": 512,
+    "logit_bias": {"50256": -100},
+    "seed": 7,
+    "parallel_tool_calls": True,
+    "reasoning_effort": "low",
+    "logprobs": False,
+    "top_logprobs": 0,
+    "metadata": {"app": "librechat"},
+    "store": False,
+    "service_tier": "auto",
+    "response_format": {"type": "text"},
+    "modalities": ["text"],
+    "verbosity": "low",
+    "prompt_cache_key": "conversation-1",
+    "safety_identifier": "user-1",
+}
+
+
+def test_openai_parameters_the_server_does_not_use_are_accepted_and_named(serve: Serve, model: ChatServer) -> None:
+    running = serve()
+    model.script(completion("fine"))
+    body = {"model": "m", "messages": [user("hi")], **LIBRECHAT_PARAMETERS}
+    status, _, answer = running.request(body, headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 200, answer
+    assert answer["choices"][0]["message"]["content"] == "fine"
+    sent = model.completion_bodies[-1]
+    assert "logit_bias" not in sent  # ignored: the agent's own model settings decide
+    status, _, capabilities = running.request(
+        None, path="/v1/capabilities", method="GET", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert status == 200
+    assert set(LIBRECHAT_PARAMETERS) <= set(capabilities["features"]["ignored_parameters"])
+    assert "user" not in capabilities["features"]["ignored_parameters"]  # used: the user whose memories it sees
+
+
+def test_a_developer_message_is_system_text(serve: Serve, model: ChatServer) -> None:
+    running = serve()
+    model.script(completion("Arr"))
+    with running.client() as client:
+        client.chat.completions.create(
+            model="m", messages=[{"role": "developer", "content": "You are a pirate."}, user("Hello")]
+        )
+    seen = model.completion_bodies[-1]["messages"]
+    assert seen[0]["role"] == "system"
+    assert seen[0]["content"].endswith("You are a pirate.")
+    assert [m["role"] for m in seen[1:]] == ["user"]
