@@ -33,6 +33,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/v1/chat/completions", methods=("POST",), auth="client"),
     Endpoint(path="/v1/responses", methods=("POST",), auth="client"),
     Endpoint(path="/v1/responses/{id}", methods=("GET", "DELETE"), auth="client"),
+    Endpoint(path="/v1/responses/{id}/input_items", methods=("GET",), auth="client"),
+    Endpoint(path="/v1/responses/{id}/cancel", methods=("POST",), auth="client"),
     Endpoint(path="/v1/runs", methods=("POST",), auth="client"),
     Endpoint(path="/v1/runs/{id}", methods=("GET",), auth="client"),
     Endpoint(path="/v1/runs/{id}/events", methods=("GET",), auth="client"),
