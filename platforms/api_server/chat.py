@@ -39,6 +39,7 @@ from hermes_actors.messages import InboundMessage
 from platforms.api_server.conversation import ChatTurn, chat_turn
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.models import conversation_with, requested_agent
+from platforms.api_server.principal import forwarded_user, request_user
 from platforms.api_server.retry_fold import Folded
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import (
@@ -86,14 +87,16 @@ class ChatCompletions:
         memory = memory_scope(request.headers)
         body = await service.read_body(request)
         chat = decode_chat(body)
-        turn_of = chat_turn(chat, stateless=named is None, scope=service.scope)
+        forwarded = forwarded_user(service.config, request.headers)
+        turn_of = chat_turn(chat, stateless=named is None, scope=service.scope, user=chat.user or forwarded)
+        user = memory or request_user(service.config, chat.user, request.headers)
         idempotency = Idempotency.of(request.headers, body, service.scope)
         if idempotency is not None:
-            return await self._turn(request, chat, turn_of, named, memory, idempotency)
+            return await self._turn(request, chat, turn_of, named, user, idempotency)
         progress = "progress" if wants_tool_progress(request.headers) else None  # another answer: not a retry
-        folded = service.retry_fold.begin(body, service.scope, named, memory, progress)
+        folded = service.retry_fold.begin(body, service.scope, named, memory, forwarded, progress)
         try:
-            return await self._turn(request, chat, turn_of, named, memory, folded)
+            return await self._turn(request, chat, turn_of, named, user, folded)
         finally:
             service.retry_fold.end(folded)
 
@@ -103,18 +106,19 @@ class ChatCompletions:
         chat: ChatRequest,
         turn_of: ChatTurn,
         named: str | None,
-        memory: str | None,
+        user: str | None,
         keyed: Idempotency | Folded,
     ) -> web.StreamResponse:
-        """Run the request's turn; ``keyed`` names its message: by its ``Idempotency-Key``, or by its place among
-        recent requests (a client's retry folds into the turn it repeats)."""
+        """Run the request's turn for ``user`` (:mod:`.principal`; ``None``: the conversation is its own user).
+        ``keyed`` names its message: by its ``Idempotency-Key``, or by its place among recent requests (a client's
+        retry folds into the turn it repeats)."""
         service = self._service
         idempotency = keyed.idempotency() if isinstance(keyed, Folded) else keyed
         with service.admitted():
             attachments = await service.attachments(turn_of.images) if turn_of.images else ()
             agent = requested_agent(service.parts()[0], chat.model)  # a new session's agent; a session keeps its own
             name = named or conversation_with(turn_of.name, agent) or f"api-{uuid.uuid4().hex}"
-            source = service.source(name, memory or chat.user)
+            source = service.source(name, user)
             turn_id = uuid.uuid4().hex
             inbound = InboundMessage(
                 source=source,
@@ -144,6 +148,7 @@ class ChatCompletions:
                     deadline=asyncio.get_running_loop().time() + service.config.request_timeout_s,
                 )
                 extra = {CONVERSATION_HEADER: name} if named is None else {}
+                memory = memory_scope(request.headers)
                 if memory is not None:
                     extra[MEMORY_HEADER] = memory
                 if chat.stream:

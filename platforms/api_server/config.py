@@ -36,6 +36,9 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ``retry_fold_s`` is how long after a chat-completions request ends an identical one without
     ``Idempotency-Key`` is taken as its client's retry and gets its turn (:mod:`platforms.api_server.retry_fold`;
     0: never).
+    ``user`` is the user every request with this key speaks for (its memories and the sessions it may search); without
+    it, a request's OpenAI ``user``, then (with ``trust_user_headers``) Open WebUI's ``X-OpenWebUI-User-*`` headers
+    name the user (:mod:`platforms.api_server.principal`: turn the headers on only behind Open WebUI alone).
     ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
     API; a request from any other ``Origin`` is refused with 403.
     ``trusted_proxies`` are the addresses or networks (``127.0.0.1``, ``10.0.0.0/8``) of the reverse proxies whose
@@ -54,6 +57,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     keepalive_s: float = 30.0
     max_concurrent_runs: int = 64
     retry_fold_s: float = 10.0
+    user: str | None = None
+    trust_user_headers: bool = False
     cors_origins: tuple[str, ...] = ()
     trusted_proxies: tuple[str, ...] = ()
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
@@ -74,6 +79,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
         if self.max_concurrent_runs < 0:
             raise ConfigError(f"{field}.max_concurrent_runs", "must be 0 (no cap) or a positive number of requests")
+        if self.user is not None and not self.user.strip():
+            raise ConfigError(f"{field}.user", "is empty; remove it or name the user this key speaks for")
         if self.retry_fold_s < 0:
             raise ConfigError(f"{field}.retry_fold_s", "must be 0 (no folding) or a positive number of seconds")
         if self.keepalive_s <= 0:

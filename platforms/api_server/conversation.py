@@ -56,8 +56,9 @@ def conversation_name(system: str | None, first_user: str, *, scope: str | None 
     return "api-" + hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 
-def chat_turn(chat: ChatRequest, *, stateless: bool, scope: str | None) -> ChatTurn:
-    """Check the request's messages and return its new turn; a 400 names the field that is wrong."""
+def chat_turn(chat: ChatRequest, *, stateless: bool, scope: str | None, user: str | None = None) -> ChatTurn:
+    """Check the request's messages and return its new turn; a 400 names the field that is wrong. ``user`` (else
+    the body's ``user``) is mixed into the conversation's name."""
     _check(chat)
     tools = chat_tools(chat.tools, chat.tool_choice)
     results, index = _results(chat.messages)
@@ -76,7 +77,7 @@ def chat_turn(chat: ChatRequest, *, stateless: bool, scope: str | None) -> ChatT
     first_user = next((content_text(m.content) for m in chat.messages if m.role == "user"), None)
     if first_user is None:
         raise ApiError(400, "messages holds no message with role 'user'; add one", param="messages")
-    name = conversation_name(system, first_user, scope=scope, user=chat.user)
+    name = conversation_name(system, first_user, scope=scope, user=user or chat.user)
     conversation = Conversation(system=system, history=history)
     return ChatTurn(text=text, images=images, conversation=conversation, name=name, tools=tools, tool_results=results)
 
