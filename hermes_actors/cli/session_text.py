@@ -40,6 +40,7 @@ __all__ = [
     "message_lines",
     "segment_table",
     "session_table",
+    "session_user",
     "status_text",
     "summary_lines",
     "title_text",
@@ -173,6 +174,7 @@ def lineage_json(row: LineageRow, segments: dict[str, SessionRecord] | None = No
     """A listed conversation for ``--json``: its tip's fields at the top level (as a session record), its lineage
     beside them, and with ``segments`` the records of its segments, root first."""
     entry: dict[str, object] = msgspec.to_builtins(row.tip)
+    entry["user"] = session_user(row.tip)
     entry["lineage"] = {
         "root_id": row.root_id,
         "members": row.members,
@@ -183,6 +185,14 @@ def lineage_json(row: LineageRow, segments: dict[str, SessionRecord] | None = No
     if segments is not None:
         entry["segments"] = [msgspec.to_builtins(segments[m]) for m in row.members if m in segments]
     return entry
+
+
+def session_user(record: SessionRecord) -> str | None:
+    """The user a session speaks for: its ``user_id``, except an API conversation that named none (its user id is
+    then its own conversation name), which has no user."""
+    if record.source == "api_server" and record.user_id == record.chat_id:
+        return None
+    return record.user_id
 
 
 def listing_note(page: LineagePage) -> str | None:
