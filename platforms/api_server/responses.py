@@ -90,7 +90,14 @@ class ResponsesApi:
         background = self._background.find(response_id)
         if background is None:
             found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
-            if found is not None and not stream:
+            if found is not None and stream:
+                raise ApiError(
+                    400,
+                    f"response {response_id[:100]} has ended and is no longer streamed; GET it without stream",
+                    code="invalid_value",
+                    param="stream",
+                )
+            if found is not None:
                 return web.Response(body=read_stored(found.body).response, content_type="application/json")
             background = await self._adopt(response_id)
         if background is None:
@@ -101,16 +108,25 @@ class ResponsesApi:
 
     async def cancel(self, request: web.Request) -> web.Response:
         response_id = request.match_info["response_id"]
-        background = self._background.find(response_id) or await self._adopt(response_id)
+        background = self._background.find(response_id)
         if background is None:
             inbox, host = self._service.parts()
-            if await host.blocking(partial(inbox.get_response, response_id, self._service.scope)) is not None:
+            found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+            if found is not None and _was_background(found.body):
+                raise ApiError(
+                    409,
+                    f"response {response_id[:100]} has already ended; there is nothing to cancel",
+                    code="response_finished",
+                )
+            if found is not None:
                 raise ApiError(
                     400,
                     f"response {response_id[:100]} was not created with background: true; only those can be cancelled",
                     code="invalid_value",
                     param="response_id",
                 )
+            background = await self._adopt(response_id)
+        if background is None:
             raise _not_found(response_id, "response_id")
         await self._background.cancel(background)
         return json_response(background.draft.response())
@@ -341,6 +357,18 @@ class ResponsesApi:
 async def _send(response: web.StreamResponse, events: list[StreamEvent]) -> None:
     if events:
         await response.write(b"".join(event.sse() for event in events))
+
+
+class _Background(msgspec.Struct, frozen=True):
+    background: bool = False
+
+
+_background_flag = msgspec.json.Decoder(_Background)
+
+
+def _was_background(body: bytes) -> bool:
+    """Whether a stored response was created with ``background: true``."""
+    return _background_flag.decode(body).background
 
 
 def _starting_after(request: web.Request) -> int:

@@ -13,8 +13,9 @@
   response whose turn is still pending watches it again (``in_progress``; its stream starts over from 0, and the
   request fields the row does not keep, such as ``previous_response_id``, are left out), and of one whose turn
   ended while no server watched it answers and stores it from the stored reply.
-- Each counts under ``max_concurrent_runs`` until its turn ends. Ended ones stay in memory for :data:`KEEP_S`
-  seconds (for streams that resume); the store answers for them after that.
+- Each counts under ``max_concurrent_runs`` until its turn ends (one read back after a restart does not). Ended
+  ones stay in memory for :data:`KEEP_S` seconds (for streams that resume); the store answers for them after that,
+  and a stored one is not streamed again.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class BackgroundResponse:
         self.task: asyncio.Task[None] | None = None
         self.began = False
         self.adopted = False  # read back pending from the store (after a restart): its Finished may never come
+        self.admitted = False  # counted under max_concurrent_runs (one this server started) until it ends
         self.cancelling = False
         self.ended_at: float | None = None
 
@@ -132,6 +134,7 @@ class BackgroundResponses:
             call.close()
             service.release()
             raise
+        entry.admitted = True
         self._watch(entry)
         if stream:
             return await self.stream(request, entry, after=-1)
@@ -174,7 +177,6 @@ class BackgroundResponses:
             entry.ended_at = time.monotonic()
             self._watched[response_id] = entry
             return entry
-        self._service.admit()
         entry.adopted = True
         call.open()  # the turn may have ended between the read and now: the watcher looks at the store
         self._watch(entry)
@@ -253,7 +255,9 @@ class BackgroundResponses:
             _log.exception("api_server: watching background response %s failed", draft.base.id)
         finally:
             call.close()
-            self._service.release()
+            if entry.admitted:
+                entry.admitted = False
+                self._service.release()
             entry.ended_at = time.monotonic()
             entry.changed.set()
 

@@ -154,3 +154,31 @@ def test_a_background_turn_that_ended_while_no_server_watched_is_answered_and_st
     stored = inbox.get_response(pending.id, key_fingerprint(KEY))
     assert stored is not None
     assert stored.status == "completed"
+
+
+def test_a_restarted_server_keeps_a_cancelled_response_cancelled_and_does_not_stream_a_stored_one(
+    start: Start,
+) -> None:
+    agent = GatedAgent()
+    running = start(agent=agent)
+    with running.client() as client:
+        created = client.responses.create(model="hermes-agent", input="stop me", background=True)
+        assert agent.started.wait(10)
+        assert client.responses.cancel(created.id).status == "cancelled"
+        agent.release.set()
+        assert running.gateway.wait_idle(10)
+    running.server.stop(10)
+    inbox = GatewayInbox(running.gateway)
+    poll_until(lambda: inbox.get_response(created.id, key_fingerprint(KEY)) is not None, 10, what="the stored one")
+    restarted = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+    restarted.start(inbox)
+    try:
+        with openai.OpenAI(base_url=restarted.url + "/v1", api_key=KEY, max_retries=0, timeout=10) as client:
+            with pytest.raises(openai.ConflictError):
+                client.responses.cancel(created.id)
+            with pytest.raises(openai.BadRequestError) as raised:
+                list(client.responses.retrieve(created.id, stream=True))
+            assert raised.value.param == "stream"
+            assert client.responses.retrieve(created.id).status == "cancelled"
+    finally:
+        restarted.stop(10)
