@@ -13,9 +13,10 @@ from concurrent.futures import Future
 
 import msgspec
 
-from hermes_actors.agents.turn import TurnEvents
+from hermes_actors.agents.turn import AgentError, TurnEvents, TurnInput
+from hermes_actors.errors import HermesError
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, ResponseRecord, decode_inbound
+from hermes_actors.messages import InboundMessage, ResponseRecord, TokenUsage, decode_inbound
 from hermes_actors.ports import (
     AcceptResult,
     Exposition,
@@ -102,6 +103,20 @@ class GatewayInbox:
     def rebind(self, routing_key: str, session_id: str) -> None:
         """:meth:`Gateway.rebind`."""
         self._gateway.rebind(routing_key, session_id)
+
+    def ask_agent(self, text: str, *, agent: str | None, timeout_s: float) -> tuple[str, TokenUsage]:
+        """Ask ``agent`` (else the default agent) to answer ``text`` alone (blocking): no session, history,
+        memories or tools, so nothing is stored or recalled; the answer and the model's tokens. For a frontend's
+        housekeeping requests (titles, tags). Raises :class:`~hermes_actors.errors.HermesError` when the agent
+        fails."""
+        roster = self._gateway.agents
+        named = (roster.get(agent) if agent else None) or roster.default
+        turn = TurnInput(session_id="", history=(), user_text=text)
+        try:
+            reply = named.agent.run_turn(turn, timeout_s=min(timeout_s, self._gateway.config.agent_timeout_s))
+        except AgentError as exc:
+            raise HermesError(str(exc)) from exc
+        return reply.text, TokenUsage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
 
     def watch_turn(self, message_id: str, events: TurnEvents) -> None:
         """Report the turn answering ``message_id`` to ``events`` (see :mod:`hermes_actors.runtime.turn_watch`)."""

@@ -1,6 +1,8 @@
 """``POST /v1/chat/completions``: a request becomes a durable turn, streamed as the model writes it, answered with
 what really happened.
 
+- A frontend's housekeeping prompt (a title, tags, follow-ups) is answered without a session
+  (:mod:`platforms.api_server.housekeeping`).
 - Stateless by default (:mod:`platforms.api_server.conversation`): the body's conversation is what the model sees,
   stored in the session its fingerprint names. ``X-Hermes-Session-Id`` continues a stored session instead (the
   body's history is then ignored).
@@ -37,6 +39,7 @@ from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
 from platforms.api_server.conversation import ChatTurn, chat_turn
+from platforms.api_server.housekeeping import answer_housekeeping, housekeeping_task
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.models import conversation_with, requested_agent
 from platforms.api_server.principal import forwarded_user, request_user
@@ -87,6 +90,9 @@ class ChatCompletions:
         memory = memory_scope(request.headers)
         body = await service.read_body(request)
         chat = decode_chat(body)
+        housekeeping = housekeeping_task(chat) if service.config.housekeeping and named is None else None
+        if housekeeping is not None:  # a frontend's title or tags prompt: no session, nothing stored
+            return await answer_housekeeping(service, request, chat, *housekeeping)
         forwarded = forwarded_user(service.config, request.headers)
         turn_of = chat_turn(chat, stateless=named is None, scope=service.scope, user=chat.user or forwarded)
         user = memory or request_user(service.config, chat.user, request.headers)

@@ -39,6 +39,8 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ``user`` is the user every request with this key speaks for (its memories and the sessions it may search); without
     it, a request's OpenAI ``user``, then (with ``trust_user_headers``) Open WebUI's ``X-OpenWebUI-User-*`` headers
     name the user (:mod:`platforms.api_server.principal`: turn the headers on only behind Open WebUI alone).
+    ``housekeeping`` answers Open WebUI's and LibreChat's title, tag and follow-up prompts with the agent alone, no
+    session (:mod:`platforms.api_server.housekeeping`).
     ``cors_origins`` are the browser origins (``https://chat.example.org``; ``*``: any) whose pages may call the
     API; a request from any other ``Origin`` is refused with 403.
     ``trusted_proxies`` are the addresses or networks (``127.0.0.1``, ``10.0.0.0/8``) of the reverse proxies whose
@@ -59,6 +61,7 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     retry_fold_s: float = 10.0
     user: str | None = None
     trust_user_headers: bool = False
+    housekeeping: bool = True
     cors_origins: tuple[str, ...] = ()
     trusted_proxies: tuple[str, ...] = ()
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
