@@ -39,7 +39,7 @@ from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
 from platforms.api_server.conversation import ChatTurn, chat_turn
-from platforms.api_server.housekeeping import answer_housekeeping, housekeeping_task
+from platforms.api_server.housekeeping import AgentAsking, answer_housekeeping, housekeeping_task
 from platforms.api_server.idempotency import Idempotency
 from platforms.api_server.models import conversation_with, requested_agent
 from platforms.api_server.principal import forwarded_user, request_user
@@ -90,7 +90,8 @@ class ChatCompletions:
         memory = memory_scope(request.headers)
         body = await service.read_body(request)
         chat = decode_chat(body)
-        housekeeping = housekeeping_task(chat) if service.config.housekeeping and named is None else None
+        asks = service.config.housekeeping and named is None and isinstance(service.parts()[0], AgentAsking)
+        housekeeping = housekeeping_task(chat) if asks else None  # a cluster replica runs them as turns
         if housekeeping is not None:  # a frontend's title or tags prompt: no session, nothing stored
             return await answer_housekeeping(service, request, chat, *housekeeping)
         forwarded = forwarded_user(service.config, request.headers)

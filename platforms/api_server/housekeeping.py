@@ -5,7 +5,8 @@ questions, search queries and autocompletions, each with a fixed task prompt tha
 text. Run as turns, each would open a session of its own and could feed memory. A request whose system or newest
 user message begins with one of :data:`TASKS`' markers (the frontends' default task prompts; a template an admin
 rewrote is not recognised) is answered by the agent alone: no session, history, memories or tools, nothing stored.
-``platforms.api_server.housekeeping: false`` runs them as ordinary turns.
+``platforms.api_server.housekeeping: false`` runs them as ordinary turns, as a cluster replica does (its inbox has
+no agent to ask).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ async def answer_housekeeping(
 ) -> web.StreamResponse:
     """Answer the housekeeping request ``chat`` (its ``text``) with the agent alone, streamed when it asks."""
     inbox, host = service.parts()
-    if not isinstance(inbox, AgentAsking):  # pragma: no cover - every gateway inbox asks; a cluster replica's not
+    if not isinstance(inbox, AgentAsking):  # pragma: no cover - the caller checked
         raise ApiError(503, "this server cannot answer housekeeping requests", type="server_error")
     timeout_s = service.config.request_timeout_s
     with service.admitted():
