@@ -57,6 +57,7 @@ from platforms.api_server.sessions import (
 from platforms.api_server.tool_wire import calls_of, delta_calls
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import (
+    ApiError,
     ChatRequest,
     Delta,
     ToolProgress,
@@ -102,10 +103,16 @@ class ChatCompletions:
             return await self._turn(request, chat, turn_of, named, user, idempotency)
         progress = "progress" if wants_tool_progress(request.headers) else None  # another answer: not a retry
         folded = service.retry_fold.begin(body, service.scope, named, memory, forwarded, progress)
+        failed = False  # whether the client got no answer it would not retry (a 5xx)
         try:
-            return await self._turn(request, chat, turn_of, named, user, folded)
+            response = await self._turn(request, chat, turn_of, named, user, folded)
+            failed = response.status >= 500
+            return response
+        except ApiError as exc:
+            failed = exc.status >= 500
+            raise
         finally:
-            service.retry_fold.end(folded)
+            service.retry_fold.end(folded, failed=failed)
 
     async def _turn(
         self,

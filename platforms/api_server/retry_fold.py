@@ -2,10 +2,11 @@
 
 openai-python, LiteLLM and most SDKs retry a 5xx or a dropped connection without an ``Idempotency-Key``. Each retry
 would store the user's message again and call the model again. Here a request without ``Idempotency-Key`` whose
-body, key, session and memory scope are exactly those of a request still running, or of one that ended at most
-``platforms.api_server.retry_fold_s`` seconds ago, gets that request's message id: it waits for that turn, or is
-answered with its stored outcome, as an idempotent retry is (:mod:`platforms.api_server.idempotency`). A user who
-sends the same words again after the window gets a new turn; ``retry_fold_s: 0`` turns folding off.
+body, key, session and memory scope are exactly those of a request still running, or of one that failed (5xx) at
+most ``platforms.api_server.retry_fold_s`` seconds ago, gets that request's message id: it waits for that turn, or
+is answered with its stored outcome, as an idempotent retry is (:mod:`platforms.api_server.idempotency`). The same
+request after an answer (a frontend's "regenerate"), after a 4xx or after its client left, or after the window, is a
+new turn; ``retry_fold_s: 0`` turns folding off.
 """
 
 from __future__ import annotations
@@ -73,14 +74,19 @@ class RetryFold:
         self._seen[digest] = _Seen(message_id=message_id, active=1, ended_at=None)
         return Folded(digest=digest, message_id=message_id, fingerprint=fingerprint, retried=False)
 
-    def end(self, folded: Folded) -> None:
-        """The request placed as ``folded`` is done: the window of its retries starts now."""
+    def end(self, folded: Folded, *, failed: bool) -> None:
+        """The request placed as ``folded`` is done. When it ``failed`` (a 5xx: its client got no answer) the window
+        of its retries starts now; once it was answered (or refused, or its client left) the same request again is
+        a new turn (a frontend's "regenerate" sends the same body)."""
         seen = self._seen.get(folded.digest)
         if seen is None or seen.message_id != folded.message_id:
             return
         seen.active = max(0, seen.active - 1)
         if seen.active == 0:
-            seen.ended_at = self._clock()
+            if failed:
+                seen.ended_at = self._clock()
+            else:
+                del self._seen[folded.digest]
 
     def _prune(self, now: float) -> None:
         stale = [

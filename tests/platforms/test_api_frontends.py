@@ -148,6 +148,16 @@ def test_a_retry_while_the_first_request_still_runs_gets_its_answer(serve: Serve
     assert len(model.completion_bodies) == 1
 
 
+def test_the_same_request_after_an_answer_is_a_new_turn(serve: Serve, model: ChatServer) -> None:
+    """A frontend's "regenerate" sends the conversation again as it was: it gets a new answer."""
+    running = serve()
+    model.script(completion("one"), completion("two"))
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "m", "messages": [user("hi")]}
+    assert running.request(body, headers=auth)[2]["choices"][0]["message"]["content"] == "one"
+    assert running.request(body, headers=auth)[2]["choices"][0]["message"]["content"] == "two"
+
+
 def test_with_folding_off_the_same_request_is_a_new_turn(serve: Serve, model: ChatServer) -> None:
     running = serve(retry_fold_s=0)
     model.script(completion("one"), completion("two"))
@@ -173,18 +183,20 @@ def test_the_fold_window_counts_from_the_end_of_the_last_request() -> None:
     first = fold.begin(b"body", "scope")
     second = fold.begin(b"body", "scope")  # while the first runs: the same turn
     assert (second.message_id, second.retried, first.retried) == (first.message_id, True, False)
-    fold.end(first)
-    fold.end(second)
+    fold.end(first, failed=True)
+    fold.end(second, failed=True)
     now[0] += 4.9
     third = fold.begin(b"body", "scope")
     assert third.message_id == first.message_id
     assert fold.begin(b"body", "another key").message_id != first.message_id
     assert fold.begin(b"other body", "scope").message_id != first.message_id
-    fold.end(third)
+    fold.end(third, failed=True)
     now[0] += 5.1
     later = fold.begin(b"body", "scope")
     assert later.message_id != first.message_id
     assert not later.retried
+    fold.end(later, failed=False)  # answered: the same request at once is a new turn (a regenerate)
+    assert not fold.begin(b"body", "scope").retried
     assert RetryFold(window_s=0).begin(b"body").idempotency() is None
 
 
