@@ -272,12 +272,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
             check=False,
         )
         listeners = _listeners()
-        host_logs = [
-            line
-            for path in sorted(Path(ray_dir).glob("session_*/logs/worker-*.err"))
-            for line in path.read_text(errors="replace").splitlines()
-            if " host=" in line
-        ]
+        host_logs = _host_lines(sorted(Path(ray_dir).glob("session_*/logs/worker-*.err")))
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -299,9 +294,24 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "exit": daemon.returncode,
         "stderr": err.decode()[-2000:],
         "stderr_not_logfmt": [line for line in err.decode().splitlines() if not line.startswith("time=")][:50],
-        "host_logs": host_logs[:50],
+        "host_logs": host_logs,
         "listeners": listeners,
     }
+
+
+def _host_lines(paths: list[Path], each: int = 20) -> list[str]:
+    """The first ``each`` lines every host wrote (a busy host's lines must not crowd out another's)."""
+    kept: dict[str, int] = {}
+    lines = []
+    for path in paths:
+        for line in path.read_text(errors="replace").splitlines():
+            if " host=" not in line:
+                continue
+            host = line.rsplit(" host=", 1)[1]
+            if kept.get(host, 0) < each:
+                kept[host] = kept.get(host, 0) + 1
+                lines.append(line)
+    return lines
 
 
 def _api_calls(base: str) -> dict[str, Any]:
