@@ -115,7 +115,8 @@ def test_one_port_carries_a_chat_completion_a_webhook_and_a_signed_slack_event_a
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert (
-        f"one port: {base}  (api_server: /v1 /health /metrics /api /console /mcp; webhook: /webhooks; slack: /slack" in out
+        f"one port: {base}  (api_server: /v1 /health /metrics /api /console /mcp; webhook: /webhooks; slack: /slack"
+        in out
     )
     assert sorted(source for source, _ in _user_messages(home)) == ["api_server", "api_server", "slack", "webhook"]
 
