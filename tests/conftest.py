@@ -27,16 +27,21 @@ def store(db_path: Path, clock: FakeClock) -> Iterator[Store]:
         yield opened
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[Cluster]:
-    """A throw-away PostgreSQL cluster for the session (see tests/postgres.py); skipped when PostgreSQL is not
-    installed, unless $HERMES_REQUIRE_POSTGRES is 1 (CI), where that is a failure."""
+def _postgres_bin_dir() -> Path:
+    """The PostgreSQL server binaries; without them the test is skipped, unless $HERMES_REQUIRE_POSTGRES is 1 (CI),
+    where that is a failure."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(missing_reason())
         pytest.skip(missing_reason())
-    cluster = Cluster(bin_dir)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throw-away PostgreSQL cluster for the session (see tests/postgres.py)."""
+    cluster = Cluster(_postgres_bin_dir())
     try:
         cluster.prepare_template()
         yield cluster
@@ -52,3 +57,18 @@ def postgres_dsn(postgres_cluster: Cluster) -> Iterator[str]:
         yield postgres_cluster.dsn(name)
     finally:
         postgres_cluster.drop_database(name)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[Cluster]:
+    """A PostgreSQL cluster for one test alone (one that stops, starts or restarts it), with one migrated database
+    ``hermes``."""
+    from hermes_actors.store.pg import PostgresStore  # psycopg: only for the tests that take this fixture
+
+    cluster = Cluster(_postgres_bin_dir())
+    try:
+        cluster.admin("CREATE DATABASE hermes")
+        PostgresStore.open(cluster.dsn("hermes"), pool_size=1).close()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -10,31 +10,14 @@ holding them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from hermes_actors.store.pg import PostgresStore
 from tests.cluster.checks import counts, order_violations, overlapping_turns, pending_rows, stale_context_commits
 from tests.cluster.raylab import run_driver
-from tests.postgres import Cluster, find_bin_dir, missing_reason
+from tests.postgres import Cluster, find_bin_dir
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[Cluster]:
-    """A PostgreSQL cluster for this test alone (it is restarted), with one migrated database ``hermes``."""
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        pytest.skip(missing_reason())
-    cluster = Cluster(bin_dir)
-    try:
-        cluster.admin("CREATE DATABASE hermes")
-        PostgresStore.open(cluster.dsn("hermes"), pool_size=1).close()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_a_postgresql_restart_and_killed_connections_under_load_lose_and_repeat_nothing(own_postgres: Cluster) -> None:

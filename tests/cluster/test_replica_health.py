@@ -11,7 +11,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from hermes_actors.media import MediaStore
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import FakePlatform, poll_until
 from platforms.api_server import ApiServer, ApiServerConfig
-from tests.postgres import Cluster, find_bin_dir, missing_reason
+from tests.postgres import Cluster, find_bin_dir
 
 pytestmark = pytest.mark.slow  # a shard host and an HTTP server on PostgreSQL for a few seconds
 
@@ -102,21 +101,6 @@ def test_the_cluster_view_fails_on_a_stuck_message_and_metrics_carry_the_hosts_n
         finally:
             replica.stop()
             host.stop()
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[Cluster]:
-    """A PostgreSQL cluster for this test alone (it is stopped and started), with one migrated database."""
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        pytest.skip(missing_reason())
-    cluster = Cluster(bin_dir)
-    try:
-        cluster.admin("CREATE DATABASE hermes")
-        PostgresStore.open(cluster.dsn("hermes"), pool_size=1).close()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _pg_ctl(cluster: Cluster, *args: str) -> None:
