@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import apsw
-
 from hermes_actors.messages import Attachment
 from hermes_actors.store.records import AttachmentRecord
+from hermes_actors.store.sql import SqlDb
 
 __all__ = ["MEDIA_DIR_NAME", "AttachmentRecord", "Attachments", "media_dir_for"]
 
@@ -48,18 +47,19 @@ def media_dir_for(database: str | Path) -> Path | None:
 
 
 class Attachments:
-    """The ``attachments`` table of one connection (``store.attachments``)."""
+    """The ``attachments`` table (``store.attachments``). ``media_dir`` is where the files live: beside a SQLite
+    file (:func:`media_dir_for`); a PostgreSQL store has one only when it is given one."""
 
     __slots__ = ("_clock", "_db", "_media_dir")
 
-    def __init__(self, db: apsw.Connection, clock: Callable[[], float]) -> None:
+    def __init__(self, db: SqlDb, clock: Callable[[], float], media_dir: Path | None) -> None:
         self._db = db
         self._clock = clock
-        self._media_dir = media_dir_for(db.filename or "")
+        self._media_dir = media_dir
 
     @property
     def media_dir(self) -> Path | None:
-        """Where the files of this database's attachments live (``None`` for an in-memory database)."""
+        """Where the files of the attachments live (``None``: the store manages no files)."""
         return self._media_dir
 
     def _stored_path(self, path: str | None) -> str | None:
@@ -73,9 +73,9 @@ class Attachments:
 
     def add(self, message_id: int, attachment: Attachment, *, at: float | None = None) -> int:
         """Record ``attachment`` as a file of message ``message_id``; return the row id."""
-        self._db.execute(
+        row_id = self._db.value(
             "INSERT INTO attachments (message_id, kind, mime_type, size, path, sha256, source_url, name, error, "
-            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 message_id,
                 attachment.kind,
@@ -89,7 +89,7 @@ class Attachments:
                 self._clock() if at is None else at,
             ),
         )
-        return self._db.last_insert_rowid()
+        return int(row_id)
 
     def for_session(self, session_id: str) -> list[AttachmentRecord]:
         """Every attachment of the session's messages, in message order."""
@@ -112,11 +112,11 @@ class Attachments:
             "DELETE FROM attachments WHERE message_id IN "
             f"(SELECT id FROM messages WHERE session_ref IN ({refs_sql})) RETURNING path",
             tuple(params),
-        ).fetchall()
+        )
         return {str(path) for (path,) in rows if path is not None}
 
     def _referenced(self, path: str) -> bool:
-        return self._db.execute("SELECT 1 FROM attachments WHERE path = ? LIMIT 1", (path,)).get is not None
+        return self._db.value("SELECT 1 FROM attachments WHERE path = ? LIMIT 1", (path,)) is not None
 
     def _file(self, path: str) -> Path | None:
         """The file a stored relative path names inside the media directory, or ``None`` for anything else."""

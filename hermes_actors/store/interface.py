@@ -29,6 +29,7 @@ from hermes_actors.store.records import (
     StoreStats,
     TipFilter,
 )
+from hermes_actors.store.sql import SqlDb
 from hermes_actors.store.table_interface import (
     AttachmentIndex,
     CursorTable,
@@ -268,6 +269,11 @@ class Transcripts(Protocol):
 @runtime_checkable
 class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     """The whole store: the protocols above, with the tables around the transcript as attributes."""
+
+    @property
+    def sql(self) -> SqlDb:
+        """The database seam every table runs its statements through (set ``sql.trace`` to see them)."""
+        ...
 
     @property
     def inbox(self) -> InboxQueue:

@@ -15,11 +15,12 @@ import msgspec
 from hermes_actors.errors import SessionNotFoundError, StoreError
 from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
-from hermes_actors.store.attachments import Attachments
+from hermes_actors.store.attachments import Attachments, media_dir_for
 from hermes_actors.store.connection import Transaction
 from hermes_actors.store.lineage import chain_on
 from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
 from hermes_actors.store.resolution import SessionResolution
+from hermes_actors.store.sqlite_db import SqliteDb
 from hermes_actors.titles import sanitize_title
 
 __all__ = ["SessionRows"]
@@ -38,7 +39,8 @@ class SessionRows(SessionResolution):
     def __init__(self, connection: apsw.Connection, clock: Callable[[], float]) -> None:
         self._db = connection
         self._clock = clock
-        self.attachments = Attachments(connection, clock)
+        self.sql = SqliteDb(connection)
+        self.attachments = Attachments(self.sql, clock, media_dir_for(connection.filename or ""))
 
     def _atomic(self) -> Transaction:
         """A method's own transaction, or nothing extra inside an enclosing one (see ``Store.transaction``)."""

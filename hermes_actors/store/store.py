@@ -70,10 +70,10 @@ class Store(TranscriptRows):
         self.inbox = Inbox(connection, clock)
         self.outbox = Outbox(connection, clock)
         self.leases = Leases(connection, clock)
-        self.timers = Timers(connection, clock)
-        self.kv = KeyValues(connection, clock)
-        self.homes = HomeChannels(connection, clock)
-        self.memories = Memories(connection, clock)
+        self.timers = Timers(self.sql, clock)
+        self.kv = KeyValues(self.sql, clock)
+        self.homes = HomeChannels(self.sql, clock)
+        self.memories = Memories(self.sql, clock)
         self.responses = Responses(connection, clock)
 
     @classmethod

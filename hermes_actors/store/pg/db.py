@@ -17,8 +17,9 @@ the transaction's id, which :meth:`Database.outcome` resolves against the server
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -26,8 +27,9 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
+from hermes_actors.store.sql import Dialect, TraceHook, pg_sql, timed
 
-__all__ = ["CommitUnknownError", "Database", "Params", "fault_of", "store_error"]
+__all__ = ["CommitUnknownError", "Database", "Params", "PgSqlDb", "fault_of", "store_error"]
 
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
@@ -278,3 +280,59 @@ def redact(dsn: str) -> str:
         return "<unparsable DSN>"
     parts.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
+class PgSqlDb:
+    """A :class:`Database` as the store's tables use it (:class:`~hermes_actors.store.sql.SqlDb`): statements in
+    SQLite's placeholders, translated once per text (:func:`~hermes_actors.store.sql.pg_sql`)."""
+
+    __slots__ = ("database", "trace")
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.trace: TraceHook | None = None
+
+    @property
+    def dialect(self) -> Dialect:
+        """Always :attr:`Dialect.POSTGRES`."""
+        return Dialect.POSTGRES
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the current thread has a transaction open."""
+        return self.database.in_transaction
+
+    def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows."""
+        hook = self.trace
+        started = time.perf_counter() if hook is not None else 0.0
+        rows = self.database.execute(pg_sql(sql), params or None)
+        if hook is not None:
+            timed(hook, sql, started)
+        return rows
+
+    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run one statement once per row of parameters."""
+        hook = self.trace
+        started = time.perf_counter() if hook is not None else 0.0
+        self.database.executemany(pg_sql(sql), rows)
+        if hook is not None:
+            timed(hook, sql, started)
+
+    def value(self, sql: str, params: Params = ()) -> Any:
+        """The first column of the first row, or ``None``."""
+        rows = self.execute(sql, params)
+        return rows[0][0] if rows else None
+
+    def count(self, sql: str, params: Params = ()) -> int:
+        """Run one statement; how many rows it changed."""
+        hook = self.trace
+        started = time.perf_counter() if hook is not None else 0.0
+        changed = self.database.count(pg_sql(sql), params or None)
+        if hook is not None:
+            timed(hook, sql, started)
+        return changed
+
+    def transaction(self, *, savepoint: bool = True) -> AbstractContextManager[None]:
+        """A transaction on this thread's connection (nested: a savepoint, unless ``savepoint=False``)."""
+        return self.database.transaction(savepoint=savepoint)

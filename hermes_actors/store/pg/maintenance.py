@@ -83,7 +83,7 @@ def _delete_batch(store: PostgresStore, ids: Sequence[str], cutoff: float) -> tu
     with store.transaction():
         # Lock the batch's rows first: nothing can reopen a session between the check and the delete.
         db.execute(f"SELECT ref FROM sessions WHERE id = ANY(%s) AND {_ELIGIBLE} FOR UPDATE", (list(ids), cutoff))
-        files = store.attachments.delete_for_sessions(eligible_refs, (list(ids), cutoff))
+        files = store.attachments.delete_for_sessions(eligible_refs.replace("%s", "?"), (list(ids), cutoff))
         messages = db.count(f"DELETE FROM messages WHERE session_ref IN ({eligible_refs})", (list(ids), cutoff))
         found = {
             str(sid)

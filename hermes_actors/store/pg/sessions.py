@@ -15,9 +15,9 @@ import msgspec
 from hermes_actors.errors import SessionNotFoundError, StoreError
 from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
-from hermes_actors.store.pg.db import Database
+from hermes_actors.store.attachments import Attachments
+from hermes_actors.store.pg.db import Database, PgSqlDb
 from hermes_actors.store.pg.lineage import chain_on
-from hermes_actors.store.pg.tables import Attachments
 from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
 from hermes_actors.store.resolution import SessionResolution
 from hermes_actors.titles import sanitize_title
@@ -48,7 +48,8 @@ class PgSessionRows(SessionResolution):
     def __init__(self, db: Database, clock: Callable[[], float]) -> None:
         self._db = db
         self._clock = clock
-        self.attachments = Attachments(db, clock)
+        self.sql = PgSqlDb(db)
+        self.attachments = Attachments(self.sql, clock, None)
 
     def _atomic(self) -> AbstractContextManager[None]:
         """A method's own transaction, or nothing extra inside an enclosing one (see ``transaction``)."""
@@ -157,9 +158,8 @@ class PgSessionRows(SessionResolution):
         Return whether it existed. Once the deletion has committed, the media files of its attachments that no
         other row names are removed (see :mod:`hermes_actors.store.attachments`).
         """
-        refs = "SELECT ref FROM sessions WHERE id = %s"
         with self._atomic():
-            files = self.attachments.delete_for_sessions(refs, (session_id,))
+            files = self.attachments.delete_for_sessions("SELECT ref FROM sessions WHERE id = ?", (session_id,))
             existed = self._db.count("DELETE FROM sessions WHERE id = %s", (session_id,)) > 0
         self.attachments.remove_unreferenced(files)
         return existed

@@ -22,8 +22,11 @@ from types import TracebackType
 from hermes_actors.errors import StoreError
 from hermes_actors.store import backup as sqlite_backup
 from hermes_actors.store.connection import StoreUnwritableError
+from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.export import AttachmentRow, SessionExport
+from hermes_actors.store.homes import HomeChannels
 from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
+from hermes_actors.store.memories import Memories
 from hermes_actors.store.pg import lineage, maintenance
 from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
@@ -35,11 +38,12 @@ from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.roles import PgRoles
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
-from hermes_actors.store.pg.tables import PgHomeChannels, PgKeyValues, PgLeases, PgMemories, PgTimers
+from hermes_actors.store.pg.tables import PgLeases
 from hermes_actors.store.pg.transcript import PgTranscriptRows
 from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
 from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord, TipFilter
 from hermes_actors.store.search_reads import SearchReads
+from hermes_actors.store.timers import Timers
 
 __all__ = ["PostgresStore"]
 
@@ -72,10 +76,10 @@ class PostgresStore(PgTranscriptRows):
         self.inbox = PgInbox(database, clock)
         self.outbox = PgOutbox(database, clock)
         self.leases = PgLeases(database, lease_skew)
-        self.timers = PgTimers(database, clock)
-        self.kv = PgKeyValues(database, clock)
-        self.homes = PgHomeChannels(database, clock)
-        self.memories = PgMemories(database, clock)
+        self.timers = Timers(self.sql, clock)
+        self.kv = KeyValues(self.sql, clock)
+        self.homes = HomeChannels(self.sql, clock)
+        self.memories = Memories(self.sql, clock)
         self.responses = PgResponses(database, clock)
         self.shards = PgShards(database, lease_skew)
         self.roles = PgRoles(database, lease_skew)
