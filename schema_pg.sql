@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 7.
+-- hermes-actors state database on PostgreSQL, schema version 8.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 7; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 8; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -145,6 +145,8 @@ CREATE TABLE inbox (
     completed_at        double precision,
     owner               text,
     shard               integer,  -- cluster mode (version 3): the virtual shard whose holder runs the row's turn
+    -- version 8: a platform's message, or a cluster's control row (a reset, an operator's change; platform '')
+    kind                text NOT NULL DEFAULT 'message' CHECK (kind IN ('message', 'timer', 'admin')),
     UNIQUE (platform, account_id, platform_message_id)
 );
 CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';

@@ -2,7 +2,8 @@
 
 In a cluster a session's live actor runs in whichever shard host holds its shard, and every change to it must
 commit under that shard's fenced lease. So ``hermesctl sessions rename/end/delete --dsn`` does not write the store
-itself: :func:`request_change` commits an inbox row of platform :data:`ADMIN_PLATFORM` into the session's shard
+itself: :func:`request_change` commits an inbox row of kind :attr:`~hermes_actors.store.records.InboxKind.ADMIN`
+into the session's shard
 (its ``NOTIFY`` wakes the holder), the holding host applies it through its supervisor's ordinary admin path
 (:mod:`hermes_actors.cluster.shard_admin`, the one hermesd's control socket uses) and completes the row with the
 outcome written into its payload, and :func:`request_change` returns that outcome. A row no host takes within the
@@ -23,9 +24,9 @@ from hermes_actors.errors import HermesError
 from hermes_actors.store import EndReason, InboxState
 from hermes_actors.store.pg.shards import shard_of
 from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.records import InboxKind
 
 __all__ = [
-    "ADMIN_PLATFORM",
     "CHANGE_TIMEOUT_S",
     "AdminOp",
     "AdminOutcome",
@@ -35,9 +36,6 @@ __all__ = [
     "request_change",
     "shard_count",
 ]
-
-ADMIN_PLATFORM = "hermes-admin"
-"""The ``platform`` of inbox rows that are an operator's changes, not messages."""
 
 CHANGE_TIMEOUT_S = 30.0
 """How long ``hermesctl`` waits for a shard host to apply a change."""
@@ -117,10 +115,11 @@ def request_change(
     request = AdminRequest(op=op, session_id=session_id, request_id=uuid.uuid4().hex, title=title, reason=reason)
     inbox_id = store.shard_queue.add(
         shard,
-        platform=ADMIN_PLATFORM,
+        kind=InboxKind.ADMIN,
+        platform="",
         account_id="",
         platform_message_id=request.request_id,
-        routing_key=f"{ADMIN_PLATFORM}:{session_id}",
+        routing_key=f"admin:{session_id}",
         payload=encode_request(request),
     )
     if inbox_id is None:  # a fresh uuid4 never collides; refuse rather than wait for someone else's row

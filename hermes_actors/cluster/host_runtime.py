@@ -6,8 +6,8 @@ by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordi
 (:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
 shards with a :class:`~hermes_actors.cluster.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
 into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
-``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Rows that are
-not messages go elsewhere: resets to :class:`~hermes_actors.cluster.shard_timers.ShardTimers`, an operator's
+``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Control rows
+(their ``kind``) go elsewhere: resets to :class:`~hermes_actors.cluster.shard_timers.ShardTimers`, an operator's
 changes to :class:`~hermes_actors.cluster.shard_admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
@@ -28,14 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM
 from hermes_actors.cluster.background import BackgroundWatch
 from hermes_actors.cluster.host_settings import HostSettings, HostStatus
 from hermes_actors.cluster.host_stats import HostStats, encode_stats, oldest_handed, turn_outcomes
 from hermes_actors.cluster.keeper import ShardKeeper
 from hermes_actors.cluster.outage import Outages
 from hermes_actors.cluster.shard_admin import ShardAdmin
-from hermes_actors.cluster.shard_timers import TIMER_PLATFORM, ShardTimers
+from hermes_actors.cluster.shard_timers import ShardTimers
 from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
@@ -49,7 +48,7 @@ from hermes_actors.store.pg.shard_queue import InboxListener
 from hermes_actors.store.pg.shards import ShardFence, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.pg.writer import PgReaders, PgWriter
-from hermes_actors.store.records import InboxRow
+from hermes_actors.store.records import InboxKind, InboxRow
 
 __all__ = ["HostRuntime", "HostSettings", "HostStatus", "shard_for_key"]
 
@@ -273,10 +272,10 @@ class HostRuntime:
         self._pulls += 1
         self._rows_read += len(rows)
         for shard, row, route in rows:
-            if row.platform == TIMER_PLATFORM:
+            if row.kind is InboxKind.TIMER:
                 handed += self._reset(row)
                 continue
-            if row.platform == ADMIN_PLATFORM:  # an operator's rename, end or delete (hermesctl sessions --dsn)
+            if row.kind is InboxKind.ADMIN:  # an operator's rename, end or delete (hermesctl sessions --dsn)
                 handed += self.admin.submit(row)
                 continue
             target = shard_of(route or row.routing_key, self.settings.shards)

@@ -5,7 +5,8 @@ Instead :meth:`ShardTimers.scan` (every ``timer_scan_s``) reads the live session
 were last active before :func:`reset_cutoff` (no session active since can be due under any policy of the
 configuration; the store filters by shard too) and, for each whose reset is due by its policy and not held off by a
 background process younger than ``bg_process_max_age_hours`` (:mod:`hermes_actors.cluster.background`), commits an
-inbox row of platform :data:`TIMER_PLATFORM` into the session's shard, deduplicated by session and deadline.
+inbox row of kind :attr:`~hermes_actors.store.records.InboxKind.TIMER` into the session's shard, deduplicated by
+session and deadline.
 Whichever host holds the shard pulls the row like any other and tells its supervisor
 :class:`~hermes_actors.lifecycle.work.EndDue`: the end is a control turn of the session, committed under the same
 shard fence as every turn. The row is completed once the session has ended (or is active again, which moved its
@@ -35,14 +36,11 @@ from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.store import EndReason, InboxState
 from hermes_actors.store.pg.shards import ShardFence, shard_of
 from hermes_actors.store.pg.store import PostgresStore
-from hermes_actors.store.records import InboxRow, SessionRecord
+from hermes_actors.store.records import InboxKind, InboxRow, SessionRecord
 
-__all__ = ["TIMER_PLATFORM", "ResetDue", "ShardTimers", "reset_cutoff"]
+__all__ = ["ResetDue", "ShardTimers", "reset_cutoff"]
 
 _log = logging.getLogger(__name__)
-
-TIMER_PLATFORM = "hermes-timer"
-"""The ``platform`` of inbox rows that are resets, not messages."""
 
 
 class ResetDue(msgspec.Struct, frozen=True, kw_only=True):
@@ -159,10 +157,11 @@ class ShardTimers:
                 continue
             inbox_id = self._store.shard_queue.add(
                 shard_of(session_id, self._fence.shards),
-                platform=TIMER_PLATFORM,
+                kind=InboxKind.TIMER,
+                platform="",
                 account_id="",
                 platform_message_id=f"reset:{session_id}:{reset.due_at:.0f}",
-                routing_key=f"{TIMER_PLATFORM}:{session_id}",
+                routing_key=f"reset:{session_id}",
                 payload=_encoder.encode(reset),
             )
             added += inbox_id is not None

@@ -125,7 +125,7 @@ def cluster_status(
     cutoff = now - health.stuck_after_s
     stuck_count = store.shard_queue.pending_before(cutoff) if oldest is not None and oldest < cutoff else 0
     stuck = [
-        _where(row.inbox_id, row.shard, row.platform, now - row.received_at, holders, hosts)
+        _where(row.inbox_id, row.shard, row.platform or row.kind, now - row.received_at, holders, hosts)
         for row in (store.shard_queue.oldest(limit=_STUCK_READ) if stuck_count else [])
         if row.received_at < cutoff
     ]

@@ -13,20 +13,20 @@ from typing import Any
 import msgspec
 
 from hermes_actors.store.connection import Table, Transaction
-from hermes_actors.store.records import InboxRow, InboxState, QueueSummary
+from hermes_actors.store.records import InboxKind, InboxRow, InboxState, QueueSummary
 
 __all__ = ["Inbox"]
 
 _PENDING = InboxState.PENDING.value
 
 _INBOX_COLUMNS = (
-    "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner"
+    "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner, kind"
 )
 
 
 def _inbox_row(row: tuple[Any, ...]) -> InboxRow:
     fields = dict(zip(InboxRow.__struct_fields__, row, strict=True))
-    return InboxRow(**{**fields, "state": InboxState(fields["state"])})
+    return InboxRow(**{**fields, "state": InboxState(fields["state"]), "kind": InboxKind(fields["kind"])})
 
 
 class Inbox(Table):
@@ -41,6 +41,7 @@ class Inbox(Table):
         routing_key: str,
         payload: bytes,
         owner: str | None = None,
+        kind: InboxKind = InboxKind.MESSAGE,
     ) -> int | None:
         """Commit an inbound message; return its row id, or ``None`` when it was seen before (a redelivery).
 
@@ -50,9 +51,9 @@ class Inbox(Table):
         with Transaction(self._db, savepoint=False):
             self._db.execute(
                 "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
-                "owner) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) "
+                "owner, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) "
                 "DO NOTHING",
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner),
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner, kind.value),
             )
             return self._db.last_insert_rowid() if self._db.changes() else None
 

@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -161,6 +161,24 @@ def _v8(connection: apsw.Connection) -> None:
         connection.execute("ALTER TABLE sessions ADD COLUMN agent TEXT")
 
 
+_CONTROL_PLATFORMS = (("timer", "hermes-timer"), ("admin", "hermes-admin"))  # before version 9
+
+
+def _v9(connection: apsw.Connection) -> None:
+    """The kind of each inbox row: a platform's message, or a cluster's control row (a reset, an operator's change).
+
+    A control row of an older cluster carried its kind as a platform name; the step gives it the kind and no
+    platform. A database tests rebuilt from this schema.sql has the column already.
+    """
+    if "kind" not in {str(row[1]) for row in connection.execute("PRAGMA table_info(inbox)")}:
+        connection.execute(
+            "ALTER TABLE inbox ADD COLUMN kind TEXT NOT NULL DEFAULT 'message' "
+            "CHECK (kind IN ('message', 'timer', 'admin'))"
+        )
+    for kind, platform in _CONTROL_PLATFORMS:
+        connection.execute("UPDATE inbox SET kind = ?, platform = '' WHERE platform = ?", (kind, platform))
+
+
 STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     2: _v2,
     3: _v3,
@@ -169,6 +187,7 @@ STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     6: _v6,
     7: _v7,
     8: _v8,
+    9: _v9,
 }
 
 

@@ -13,6 +13,7 @@ __all__ = [
     "FtsHit",
     "FtsResult",
     "HomeChannel",
+    "InboxKind",
     "InboxRow",
     "InboxState",
     "LineagePage",
@@ -221,8 +222,19 @@ class InboxState(enum.StrEnum):
     """Refused (backpressure, a closed session); the refusal is the reply."""
 
 
+class InboxKind(enum.StrEnum):
+    """What an inbox row carries; the stored text is the value. Only a message belongs to a platform."""
+
+    MESSAGE = "message"
+    """A platform's inbound message (its payload an encoded :class:`~hermes_actors.messages.InboundMessage`)."""
+    TIMER = "timer"
+    """A cluster's due idle or daily reset of a session (its payload names the session and the deadline)."""
+    ADMIN = "admin"
+    """An operator's rename, end or delete of a session in a cluster (its payload the request, then the outcome)."""
+
+
 class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
-    """A committed inbound message."""
+    """A committed inbound message, or a control row of a cluster (``kind``; its ``platform`` is then empty)."""
 
     id: int
     platform: str
@@ -234,6 +246,7 @@ class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
     state: InboxState
     session_id: str | None = None
     owner: str | None = None  # the lease owner of the process that accepted (or since claimed) the row
+    kind: InboxKind = InboxKind.MESSAGE
 
 
 class QueueSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 8.
+-- hermes-actors state database, schema version 9.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 8; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 9; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -152,6 +152,8 @@ CREATE TABLE inbox (
     state               TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'rejected')),
     completed_at        REAL,
     owner               TEXT,                     -- version 5: the lease owner whose process runs the turn
+    -- version 9: a platform's message, or a cluster's control row (a reset, an operator's change; platform '')
+    kind                TEXT NOT NULL DEFAULT 'message' CHECK (kind IN ('message', 'timer', 'admin')),
     UNIQUE (platform, account_id, platform_message_id)
 );
 CREATE INDEX inbox_pending ON inbox (id) WHERE state = 'pending';

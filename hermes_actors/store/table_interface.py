@@ -14,6 +14,7 @@ from hermes_actors.messages import Attachment, ResponseRecord
 from hermes_actors.store.records import (
     AttachmentRecord,
     HomeChannel,
+    InboxKind,
     InboxRow,
     InboxState,
     OutboxRow,
@@ -47,8 +48,9 @@ class InboxQueue(Protocol):
         routing_key: str,
         payload: bytes,
         owner: str | None = None,
+        kind: InboxKind = InboxKind.MESSAGE,
     ) -> int | None:
-        """Commit an inbound message; its row id, ``None`` for a redelivery."""
+        """Commit an inbound message (or a control row of ``kind``); its row id, ``None`` for a redelivery."""
         ...
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:

@@ -20,6 +20,7 @@ from hermes_actors.cli.hermesctl import main
 from hermes_actors.cluster import admin_requests
 from hermes_actors.store import EndReason, InboxState, NewMessage, Role, SessionRecord, Store, StoreInterface
 from hermes_actors.store.export import decode_export_line
+from hermes_actors.store.records import InboxKind
 from tests.stores import IMPLEMENTATIONS
 
 DAY = 86_400.0
@@ -185,7 +186,7 @@ def _admin_rows(place: Place) -> list[InboxState]:
     from hermes_actors.store.pg import PostgresStore
 
     assert isinstance(place.store, PostgresStore)
-    rows = place.store.database.execute("SELECT state FROM inbox WHERE platform = %s", (admin_requests.ADMIN_PLATFORM,))
+    rows = place.store.database.execute("SELECT state FROM inbox WHERE kind = %s", (InboxKind.ADMIN,))
     return [InboxState(state) for (state,) in rows]
 
 
@@ -243,7 +244,7 @@ def test_a_change_a_host_took_but_did_not_finish_in_time_is_not_withdrawn(
     def slow_host() -> None:  # takes the row, then never completes it (a turn of the session runs long)
         while not stop.wait(0.01):
             for _, row in pg.shard_queue.pending(range(4)):
-                if row.platform == admin_requests.ADMIN_PLATFORM and pg.shard_queue.take(row.id, "host-1:7:1"):
+                if row.kind is InboxKind.ADMIN and pg.shard_queue.take(row.id, "host-1:7:1"):
                     return
 
     taker = threading.Thread(target=slow_host)

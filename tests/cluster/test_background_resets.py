@@ -44,7 +44,7 @@ def _one_turn(pg: PostgresStore) -> str:
 
 
 def _reset_rows(pg: PostgresStore) -> int:
-    return int(pg.database.value("SELECT count(*) FROM inbox WHERE platform = 'hermes-timer'"))
+    return int(pg.database.value("SELECT count(*) FROM inbox WHERE kind = 'timer'"))
 
 
 def _idle_past_reset(pg: PostgresStore, session_id: str) -> None:

@@ -11,13 +11,14 @@ from click.testing import CliRunner, Result
 
 from hermes_actors.cli.hermesctl import main
 from hermes_actors.cluster import admin_requests
-from hermes_actors.cluster.admin_requests import ADMIN_PLATFORM, AdminOp, decode_request
+from hermes_actors.cluster.admin_requests import AdminOp, decode_request
 from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
 from hermes_actors.cluster.ingress import ClusterIngress
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.store import InboxState
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.records import InboxKind
 from hermes_actors.testing import FakePlatform, poll_until
 
 SHARDS = 4
@@ -71,7 +72,7 @@ def run(dsn: str, tmp_path: Path, *args: str, input: str | None = None) -> Resul
 
 
 def admin_rows(pg: PostgresStore) -> list[tuple[InboxState, AdminOp]]:
-    rows = pg.database.execute("SELECT state, payload FROM inbox WHERE platform = %s ORDER BY id", (ADMIN_PLATFORM,))
+    rows = pg.database.execute("SELECT state, payload FROM inbox WHERE kind = %s ORDER BY id", (InboxKind.ADMIN,))
     return [(InboxState(state), decode_request(bytes(payload)).op) for state, payload in rows]
 
 
@@ -175,7 +176,13 @@ def test_an_ended_session_is_renamed_and_deleted_through_the_host_too(
 
 def test_a_row_that_is_not_an_operator_s_change_is_refused_once(pg: PostgresStore, host: HostRuntime) -> None:
     inbox_id = pg.shard_queue.add(
-        0, platform=ADMIN_PLATFORM, account_id="", platform_message_id="junk", routing_key="x", payload=b"{not json"
+        0,
+        kind=InboxKind.ADMIN,
+        platform="",
+        account_id="",
+        platform_message_id="junk",
+        routing_key="x",
+        payload=b"{not json",
     )
     assert inbox_id is not None
     host.poke()
@@ -199,7 +206,8 @@ def test_a_change_found_off_its_session_s_shard_goes_back_there(
     request = AdminRequest(op=AdminOp.RENAME, session_id=record.id, request_id="r1", title="moved back")
     inbox_id = pg.shard_queue.add(
         min(mine),
-        platform=ADMIN_PLATFORM,
+        kind=InboxKind.ADMIN,
+        platform="",
         account_id="",
         platform_message_id="r1",
         routing_key="x",

@@ -432,16 +432,18 @@ def test_a_version_3_database_gains_the_attachments_table_and_keeps_its_rows(tmp
     with Store.open(tmp_path / "old.db") as old:
         old.create_session("cli", session_id="s1")
         old.append_messages("s1", [NewMessage(role=Role.USER, content="before attachments")])
-        # What version 3 was: the same schema without the attachments table (and versions 5's, 7's and 8's additions).
+        # What version 3 was: the same schema without the attachments table (and versions 5's, 7's, 8's and 9's
+        # additions).
         old._connection.execute("DROP TABLE attachments")
         old._connection.execute("ALTER TABLE leases DROP COLUMN epoch")
+        old._connection.execute("ALTER TABLE inbox DROP COLUMN kind")
         old._connection.execute("ALTER TABLE inbox DROP COLUMN owner")
         old._connection.execute("DROP TABLE api_responses")
         old._connection.execute("ALTER TABLE sessions DROP COLUMN agent")
         old._connection.execute("PRAGMA user_version = 3")
     connection = open_connection(tmp_path / "old.db")
     assert migrate(connection) == 3
-    assert schema_version(connection) == SCHEMA_VERSION == 8
+    assert schema_version(connection) == SCHEMA_VERSION == 9
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)
     assert _shape(connection) == _shape(fresh)

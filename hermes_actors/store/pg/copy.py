@@ -57,7 +57,7 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
     "inbox": (
         _columns(
             "id, platform, account_id, platform_message_id, routing_key, session_id, payload, received_at, state, "
-            "completed_at, owner"
+            "completed_at, owner, kind"
         ),
         "id",
     ),

@@ -117,6 +117,18 @@ CREATE TABLE cluster_replicas (
     )
 
 
+def _add_inbox_kind(db: Database) -> None:
+    """Version 8 (schema.sql's version 9): the kind of each inbox row, a platform's message or a cluster's control
+    row; a control row of an older cluster, which carried its kind as a platform name, gets the kind and no
+    platform."""
+    db.execute(
+        "ALTER TABLE inbox ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'message' "
+        "CHECK (kind IN ('message', 'timer', 'admin'))"
+    )
+    for kind, platform in (("timer", "hermes-timer"), ("admin", "hermes-admin")):
+        db.execute("UPDATE inbox SET kind = %s, platform = '' WHERE platform = %s", (kind, platform))
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
@@ -124,6 +136,7 @@ MIGRATIONS: dict[int, Callable[[Database], None]] = {
     5: _add_background_processes,
     6: _add_session_agent,
     7: _add_cluster_members,
+    8: _add_inbox_kind,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""

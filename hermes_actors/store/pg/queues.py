@@ -11,13 +11,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_actors.store.pg.db import Database
-from hermes_actors.store.records import InboxRow, InboxState, OutboxRow, QueueSummary
+from hermes_actors.store.records import InboxKind, InboxRow, InboxState, OutboxRow, QueueSummary
 
 __all__ = ["PgInbox", "PgOutbox", "PgTable"]
 
 _PENDING = InboxState.PENDING.value
 _INBOX_COLUMNS = (
-    "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner"
+    "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner, kind"
 )
 _OUTBOX_COLUMNS = (
     "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
@@ -27,7 +27,8 @@ _UNSENT = "sent_at IS NULL AND abandoned_at IS NULL"
 
 def _inbox_row(row: tuple[Any, ...]) -> InboxRow:
     fields = dict(zip(InboxRow.__struct_fields__, row, strict=True))
-    return InboxRow(**{**fields, "payload": bytes(fields["payload"]), "state": InboxState(fields["state"])})
+    state, kind = InboxState(fields["state"]), InboxKind(fields["kind"])
+    return InboxRow(**{**fields, "payload": bytes(fields["payload"]), "state": state, "kind": kind})
 
 
 def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
@@ -75,13 +76,14 @@ class PgInbox(PgTable):
         routing_key: str,
         payload: bytes,
         owner: str | None = None,
+        kind: InboxKind = InboxKind.MESSAGE,
     ) -> int | None:
         """Commit an inbound message; its row id, or ``None`` when it was seen before (a redelivery)."""
         found = self._db.value(
-            "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, owner) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING "
-            "RETURNING id",
-            (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner),
+            "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, owner, "
+            "kind) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (platform, account_id, platform_message_id) "
+            "DO NOTHING RETURNING id",
+            (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner, kind.value),
         )
         return None if found is None else int(found)
 

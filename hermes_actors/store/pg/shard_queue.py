@@ -17,7 +17,7 @@ import psycopg
 
 from hermes_actors.store.pg.db import Database, store_error
 from hermes_actors.store.pg.queues import _INBOX_COLUMNS, _inbox_row
-from hermes_actors.store.records import InboxRow, InboxState
+from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 
 __all__ = ["CHANNEL", "InboxListener", "PendingRow", "ShardLag", "ShardQueue"]
 
@@ -35,12 +35,14 @@ class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
-    """A pending inbox row as the cluster's status shows it: id, shard, platform and receipt time (unix seconds)."""
+    """A pending inbox row as the cluster's status shows it: id, shard, platform (empty for a control row), receipt
+    time (unix seconds) and kind."""
 
     inbox_id: int
     shard: int | None
     platform: str
     received_at: float
+    kind: InboxKind = InboxKind.MESSAGE
 
 
 class ShardQueue:
@@ -61,15 +63,16 @@ class ShardQueue:
         platform_message_id: str,
         routing_key: str,
         payload: bytes,
+        kind: InboxKind = InboxKind.MESSAGE,
     ) -> int | None:
-        """Commit an inbound message to ``shard`` and notify its holder; the row id, or ``None`` for a
-        redelivery (nothing added, nobody notified)."""
+        """Commit an inbound message (or a control row of ``kind``) to ``shard`` and notify its holder; the row id,
+        or ``None`` for a redelivery (nothing added, nobody notified)."""
         with self._db.transaction(savepoint=False):
             found = self._db.value(
                 "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
-                "shard) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "shard, kind) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING RETURNING id",
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), shard),
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), shard, kind.value),
             )
             if found is not None:
                 self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
@@ -144,12 +147,18 @@ class ShardQueue:
     def oldest(self, *, limit: int) -> list[PendingRow]:
         """The ``limit`` oldest pending rows (by id: the order they were taken in), oldest first."""
         rows = self._db.execute(
-            "SELECT id, shard, platform, received_at FROM inbox WHERE state = %s ORDER BY id LIMIT %s",
+            "SELECT id, shard, platform, received_at, kind FROM inbox WHERE state = %s ORDER BY id LIMIT %s",
             (_PENDING, limit),
         )
         return [
-            PendingRow(inbox_id=int(i), shard=None if s is None else int(s), platform=str(p), received_at=float(t))
-            for i, s, p, t in rows
+            PendingRow(
+                inbox_id=int(i),
+                shard=None if s is None else int(s),
+                platform=str(p),
+                received_at=float(t),
+                kind=InboxKind(k),
+            )
+            for i, s, p, t, k in rows
         ]
 
     def pending_before(self, received_at: float) -> int:
