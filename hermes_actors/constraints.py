@@ -1,0 +1,179 @@
+"""Constraints on configuration values, declared on their types: a msgspec :class:`~msgspec.Meta` and the problem a
+user reads when a value breaks it.
+
+A field ``port: Port`` (``Annotated[int, Rule(Meta(ge=0, le=65535), "{value} is not a TCP port; ...")]``) carries its
+rule; a section calls :func:`check_section` first in ``__post_init__``, which checks every rule of its fields and
+of the structs inside them (dictionary keys and values, list items) and raises :class:`ConfigError` at the first
+broken one, naming its key path (``platforms.telegram.bots.main``). ``__post_init__`` runs whether a section is
+built in Python or decoded from ``config.yaml`` (``msgspec.convert``), so both refuse a bad value the same way and
+only cross-field rules remain to be written by hand.
+
+The rule is not a bare ``Meta`` in the annotation: msgspec's decoder would refuse the value first, with its own
+``ValidationError`` and message, and a section built in Python would not be checked at all. :func:`check_section`
+asks msgspec itself (``Annotated[base, meta]``, :meth:`Rule.on`), so a rule means exactly what the ``Meta`` would.
+
+A problem may name ``{value}`` (the value refused) and ``{entry}`` (what the value names, from its field: ``a
+bot`` for a key of ``bots``, ``a server`` for ``server_name``).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from hermes_actors.errors import ConfigError
+
+__all__ = [
+    "AccountName",
+    "BodyBytes",
+    "Burst",
+    "ListenHost",
+    "NonNegativeSeconds",
+    "Port",
+    "PositiveBytes",
+    "PositiveRate",
+    "PositiveSeconds",
+    "Rule",
+    "check_section",
+]
+
+
+class Rule:
+    """A msgspec :class:`~msgspec.Meta` constraint and the problem a user reads when a value breaks it."""
+
+    __slots__ = ("meta", "problem")
+
+    def __init__(self, meta: msgspec.Meta, problem: str) -> None:
+        self.meta = meta
+        self.problem = problem
+
+    def on(self, base: object) -> object:
+        """The type msgspec checks a value of this rule against: ``Annotated[base, self.meta]``."""
+        return Annotated[base, self.meta]
+
+    def __repr__(self) -> str:
+        return f"Rule({self.meta!r}, {self.problem!r})"
+
+
+AccountName = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^[A-Za-z0-9_-]{1,64}\Z"),
+        "{entry} name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)",
+    ),
+]
+"""The name of a bot, app, robot, route or mailbox in its section: the ``account_id`` of what it receives."""
+Port = Annotated[int, Rule(Meta(ge=0, le=65535), "{value} is not a TCP port; use 0..65535 (0 picks a free one)")]
+ListenHost = Annotated[str, Rule(Meta(pattern=r"\S"), "must not be empty; use 127.0.0.1 to listen on loopback only")]
+PositiveSeconds = Annotated[float, Rule(Meta(gt=0), "must be a positive number of seconds")]
+NonNegativeSeconds = Annotated[float, Rule(Meta(ge=0), "must not be negative (seconds)")]
+PositiveRate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate")]
+Burst = Annotated[int, Rule(Meta(ge=1), "must be at least 1 message")]
+BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; leave it out for the default")]
+PositiveBytes = Annotated[int, Rule(Meta(ge=1), "must be a positive number of bytes")]
+
+_Check = Callable[[object, str, str], None]  # (value, its key path, the field it is in)
+_STRUCTS: dict[type[msgspec.Struct], _Check | None] = {}
+
+
+def check_section(section: msgspec.Struct, path: str) -> None:
+    """Raise :class:`ConfigError` at the first value in ``section`` (whose key path is ``path``) that breaks the
+    :class:`Rule` of its type, looking into the structs, dictionaries and lists it holds."""
+    check = _struct_check(type(section))
+    if check is not None:
+        check(section, path, "")
+
+
+def _struct_check(struct: type[msgspec.Struct]) -> _Check | None:
+    if struct not in _STRUCTS:
+        _STRUCTS[struct] = None  # a struct that holds itself is checked to the depth it is built
+        fields = [(f.name, check) for f in msgspec.structs.fields(struct) if (check := _compile(f.type))]
+
+        def check_fields(value: object, path: str, entry: str) -> None:
+            for name, check in fields:
+                check(getattr(value, name), f"{path}.{name}", name)
+
+        _STRUCTS[struct] = check_fields if fields else None
+    return _STRUCTS[struct]
+
+
+def _compile(kind: object) -> _Check | None:
+    """What checking a value of type ``kind`` takes; ``None`` when no rule applies to it."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is Annotated:
+        return _annotated(args[0], [extra for extra in args[1:] if isinstance(extra, Rule)])
+    if origin is types.UnionType or origin is typing.Union:
+        options = [option for option in args if option not in (type(None), msgspec.UnsetType)]
+        return _optional(_compile(options[0])) if len(options) == 1 else None
+    if origin is dict:
+        return _entries(_compile(args[0]), _compile(args[1]))
+    if origin in (list, tuple, set, frozenset) and args:
+        return _items(_compile(args[0]))
+    if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+        return _struct_check(kind)
+    return None
+
+
+def _annotated(base: object, rules: list[Rule]) -> _Check | None:
+    inner = _compile(base)
+    if not rules:
+        return inner
+    typed = [(rule, rule.on(base)) for rule in rules]
+
+    def check(value: object, path: str, entry: str) -> None:
+        for rule, kind in typed:
+            try:
+                msgspec.convert(value, kind)
+            except msgspec.ValidationError:
+                raise ConfigError(path, rule.problem.format(value=value, entry=_entry(entry))) from None
+        if inner is not None:
+            inner(value, path, entry)
+
+    return check
+
+
+def _optional(inner: _Check | None) -> _Check | None:
+    if inner is None:
+        return None
+
+    def check(value: object, path: str, entry: str) -> None:
+        if value is not None and value is not msgspec.UNSET:
+            inner(value, path, entry)
+
+    return check
+
+
+def _entries(key: _Check | None, value: _Check | None) -> _Check | None:
+    if key is None and value is None:
+        return None
+
+    def check(entries: object, path: str, entry: str) -> None:
+        for name, item in typing.cast(dict[object, object], entries).items():
+            if key is not None:
+                key(name, f"{path}.{name}", entry)
+            if value is not None:
+                value(item, f"{path}.{name}", entry)
+
+    return check
+
+
+def _items(item: _Check | None) -> _Check | None:
+    if item is None:
+        return None
+
+    def check(items: object, path: str, entry: str) -> None:
+        for index, value in enumerate(typing.cast(list[object], items)):
+            item(value, f"{path}[{index}]", entry)
+
+    return check
+
+
+def _entry(field: str) -> str:
+    """``a bot`` for the field ``bots``, ``an app`` for ``apps``, ``a server`` for ``server_name``."""
+    noun = field.removesuffix("_name").removesuffix("s")
+    return f"{'an' if noun[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {noun}"
