@@ -8,10 +8,13 @@ when it is built. ``api_base_url`` and ``gateway_url`` point elsewhere only for 
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import AccountName, NonNegativeSeconds, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -34,8 +37,16 @@ CDN_HOSTS = ("*.discordapp.com", "*.discordapp.net")  # cdn.discordapp.com, medi
 """The hosts an attachment's ``url`` may name; ``fetch.hosts`` adds to them."""
 
 _SECTION = "platforms.discord"
-_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{10,100}\.[A-Za-z0-9_-]{4,100}\.[A-Za-z0-9_-]{10,200}")
+_MessageChars = Annotated[
+    int,
+    Rule(
+        Meta(ge=100, le=MAX_MESSAGE_CHARS),
+        f"must be between 100 and {MAX_MESSAGE_CHARS} (Discord refuses longer messages)",
+    ),
+]
+_Rate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate; Discord allows 50")]
+_FrameBytes = Annotated[int, Rule(Meta(ge=64 * 1024), "must be at least 65536 bytes; the default is 32 MiB")]
 
 
 class DiscordBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -62,20 +73,21 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     enabled: bool = True
     api_base_url: str = DEFAULT_API_BASE_URL
     gateway_url: str | None = None
-    bots: dict[str, DiscordBot] = msgspec.field(default_factory=dict)
+    bots: dict[AccountName, DiscordBot] = msgspec.field(default_factory=dict)
     message_content_intent: bool = True
-    max_message_chars: int = MAX_MESSAGE_CHARS
-    request_timeout_s: float = 15.0
-    requests_per_second: float = 50.0  # per bot, Discord's global REST limit
-    reconnect_min_s: float = 1.0
+    max_message_chars: _MessageChars = MAX_MESSAGE_CHARS
+    request_timeout_s: PositiveSeconds = 15.0
+    requests_per_second: _Rate = 50.0  # per bot, Discord's global REST limit
+    reconnect_min_s: PositiveSeconds = 1.0
     reconnect_max_s: float = 60.0
-    identify_wait_min_s: float = 1.0
-    identify_wait_max_s: float = 5.0
-    hello_timeout_s: float = 20.0
-    max_frame_bytes: int = 32 * 1024 * 1024
+    identify_wait_min_s: NonNegativeSeconds = 1.0
+    identify_wait_max_s: PositiveSeconds = 5.0
+    hello_timeout_s: PositiveSeconds = 20.0
+    max_frame_bytes: _FrameBytes = 32 * 1024 * 1024
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         parts = urlsplit(self.api_base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ConfigError(
@@ -88,24 +100,10 @@ class DiscordConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     f"{_SECTION}.gateway_url",
                     "must be a ws(s):// URL such as wss://gateway.discord.gg, or left out to ask Discord for it",
                 )
-        if not 100 <= self.max_message_chars <= MAX_MESSAGE_CHARS:
-            raise ConfigError(
-                f"{_SECTION}.max_message_chars",
-                f"must be between 100 and {MAX_MESSAGE_CHARS} (Discord refuses longer messages)",
-            )
-        for field in ("request_timeout_s", "reconnect_min_s", "identify_wait_max_s", "hello_timeout_s"):
-            if getattr(self, field) <= 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number of seconds")
-        if self.identify_wait_min_s < 0:
-            raise ConfigError(f"{_SECTION}.identify_wait_min_s", "must not be negative")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ConfigError(f"{_SECTION}.reconnect_max_s", "must not be smaller than reconnect_min_s")
         if self.identify_wait_max_s < self.identify_wait_min_s:
             raise ConfigError(f"{_SECTION}.identify_wait_max_s", "must not be smaller than identify_wait_min_s")
-        if self.requests_per_second <= 0:
-            raise ConfigError(f"{_SECTION}.requests_per_second", "must be a positive rate; Discord allows 50")
-        if self.max_frame_bytes < 64 * 1024:
-            raise ConfigError(f"{_SECTION}.max_frame_bytes", "must be at least 65536 bytes; the default is 32 MiB")
         self.fetch.check(f"{_SECTION}.fetch")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
@@ -137,8 +135,6 @@ def check_token(token: str, path: str, what: str = "") -> str:
 
 def _check_bot(name: str, bot: DiscordBot) -> None:
     path = f"{_SECTION}.bots.{name}"
-    if not _BOT_NAME.fullmatch(name):
-        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
     check_secret_source(
         path,
         "token",

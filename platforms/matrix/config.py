@@ -8,10 +8,13 @@ homeserver belongs to the account (it is where the account lives), so it needs n
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import AccountName, Burst, PositiveRate, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -20,10 +23,27 @@ from platforms.support.secrets import check_secret_source
 __all__ = ["MatrixAccount", "MatrixConfig", "cluster_parts", "is_access_token"]
 
 _SECTION = "platforms.matrix"
-_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")  # it travels in an Authorization header
 _MAX_POLL_TIMEOUT_S = 120
 _MAX_EVENT_BYTES = 60_000  # an event is at most 65,536 bytes with its envelope and signatures
+_PollTimeout = Annotated[
+    int,
+    Rule(
+        Meta(ge=1, le=_MAX_POLL_TIMEOUT_S),
+        f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long the homeserver holds a /sync open",
+    ),
+]
+_TimelineLimit = Annotated[int, Rule(Meta(ge=1, le=1000), "must be 1..1000 events per room and sync")]
+_BackfillLimit = Annotated[
+    int, Rule(Meta(ge=0, le=100_000), "must be 0..100000 events (0 only reports a gap, fetching nothing)")
+]
+_MessageBytes = Annotated[
+    int,
+    Rule(
+        Meta(ge=1024, le=_MAX_EVENT_BYTES),
+        f"must be 1024..{_MAX_EVENT_BYTES} bytes: a Matrix event is at most 64 KiB with its envelope",
+    ),
+]
 
 
 class MatrixAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,42 +73,22 @@ class MatrixConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """
 
     enabled: bool = True
-    accounts: dict[str, MatrixAccount] = msgspec.field(default_factory=dict)
-    poll_timeout_s: int = 30
-    poll_retry_s: float = 1.0
-    poll_retry_max_s: float = 60.0
-    request_timeout_s: float = 15.0
-    timeline_limit: int = 50
-    backfill_limit: int = 500
+    accounts: dict[AccountName, MatrixAccount] = msgspec.field(default_factory=dict)
+    poll_timeout_s: _PollTimeout = 30
+    poll_retry_s: PositiveSeconds = 1.0
+    poll_retry_max_s: PositiveSeconds = 60.0
+    request_timeout_s: PositiveSeconds = 15.0
+    timeline_limit: _TimelineLimit = 50
+    backfill_limit: _BackfillLimit = 500
     answer_history: bool = False
-    max_message_bytes: int = 32_000
-    room_messages_per_second: float = 1.0
-    room_burst: int = 3
+    max_message_bytes: _MessageBytes = 32_000
+    room_messages_per_second: PositiveRate = 1.0
+    room_burst: Burst = 3
 
     def __post_init__(self) -> None:
-        if not 1 <= self.poll_timeout_s <= _MAX_POLL_TIMEOUT_S:
-            raise ConfigError(
-                f"{_SECTION}.poll_timeout_s",
-                f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long the homeserver holds a /sync open",
-            )
-        for field in ("poll_retry_s", "poll_retry_max_s", "request_timeout_s", "room_messages_per_second"):
-            if not getattr(self, field) > 0:  # also refuses NaN
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+        check_section(self, _SECTION)
         if self.poll_retry_max_s < self.poll_retry_s:
             raise ConfigError(f"{_SECTION}.poll_retry_max_s", "must not be smaller than poll_retry_s")
-        if not 1 <= self.timeline_limit <= 1000:
-            raise ConfigError(f"{_SECTION}.timeline_limit", "must be 1..1000 events per room and sync")
-        if not 0 <= self.backfill_limit <= 100_000:
-            raise ConfigError(
-                f"{_SECTION}.backfill_limit", "must be 0..100000 events (0 only reports a gap, fetching nothing)"
-            )
-        if not 1024 <= self.max_message_bytes <= _MAX_EVENT_BYTES:
-            raise ConfigError(
-                f"{_SECTION}.max_message_bytes",
-                f"must be 1024..{_MAX_EVENT_BYTES} bytes: a Matrix event is at most 64 KiB with its envelope",
-            )
-        if self.room_burst < 1:
-            raise ConfigError(f"{_SECTION}.room_burst", "must be at least 1 message")
         for name, account in self.accounts.items():
             _check_account(name, account)
 
@@ -100,10 +100,6 @@ def is_access_token(text: str) -> bool:
 
 def _check_account(name: str, account: MatrixAccount) -> None:
     path = f"{_SECTION}.accounts.{name}"
-    if not _ACCOUNT_NAME.fullmatch(name):
-        raise ConfigError(
-            path, "an account name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)"
-        )
     if not account.homeserver:
         raise ConfigError(
             f"{path}.homeserver",

@@ -8,10 +8,23 @@ environment variables named here; the adapter reads them when it is built.
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    BodyBytes,
+    Burst,
+    ListenHost,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -30,11 +43,17 @@ __all__ = [
 DEFAULT_BASE_URL = "https://api.telegram.org"
 MODES = ("polling", "webhook")
 
-_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,128}")  # <bot id>:<secret>, as @BotFather hands it out
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook accepts as secret_token
 _MAX_POLL_TIMEOUT_S = 50  # the Bot API holds a long poll for at most about this long
 _SECTION = "platforms.telegram"
+_PollTimeout = Annotated[
+    int,
+    Rule(
+        Meta(ge=1, le=_MAX_POLL_TIMEOUT_S),
+        f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long Telegram holds a long poll open",
+    ),
+]
 
 
 class TelegramBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -64,46 +83,28 @@ class TelegramConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     enabled: bool = True
     base_url: str = DEFAULT_BASE_URL
-    bots: dict[str, TelegramBot] = msgspec.field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 8645
-    max_body_bytes: int = 1024 * 1024
-    poll_timeout_s: int = 30
-    poll_retry_s: float = 1.0
-    poll_retry_max_s: float = 60.0
-    request_timeout_s: float = 15.0
-    chat_messages_per_second: float = 1.0
-    chat_burst: int = 3
-    group_messages_per_minute: float = 20.0
-    bot_messages_per_second: float = 30.0
+    bots: dict[AccountName, TelegramBot] = msgspec.field(default_factory=dict)
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8645
+    max_body_bytes: BodyBytes = 1024 * 1024
+    poll_timeout_s: _PollTimeout = 30
+    poll_retry_s: PositiveSeconds = 1.0
+    poll_retry_max_s: PositiveSeconds = 60.0
+    request_timeout_s: PositiveSeconds = 15.0
+    chat_messages_per_second: PositiveRate = 1.0
+    chat_burst: Burst = 3
+    group_messages_per_minute: PositiveRate = 20.0
+    bot_messages_per_second: PositiveRate = 30.0
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         parts = urlsplit(self.base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ConfigError(
                 f"{_SECTION}.base_url", f"must be an http(s) URL such as {DEFAULT_BASE_URL} (no query or fragment)"
             )
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
-        if not 1 <= self.poll_timeout_s <= _MAX_POLL_TIMEOUT_S:
-            raise ConfigError(
-                f"{_SECTION}.poll_timeout_s",
-                f"must be 1..{_MAX_POLL_TIMEOUT_S} seconds: how long Telegram holds a long poll open",
-            )
-        for field in ("poll_retry_s", "poll_retry_max_s", "request_timeout_s"):
-            if getattr(self, field) <= 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number of seconds")
         if self.poll_retry_max_s < self.poll_retry_s:
             raise ConfigError(f"{_SECTION}.poll_retry_max_s", "must not be smaller than poll_retry_s")
-        for field in ("chat_messages_per_second", "group_messages_per_minute", "bot_messages_per_second"):
-            if getattr(self, field) <= 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive rate")
-        if self.chat_burst < 1:
-            raise ConfigError(f"{_SECTION}.chat_burst", "must be at least 1 message")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
 
@@ -137,8 +138,6 @@ def check_secret_token(secret: str, path: str, what: str = "") -> str:
 
 def _check_bot(name: str, bot: TelegramBot) -> None:
     path = f"{_SECTION}.bots.{name}"
-    if not _BOT_NAME.fullmatch(name):
-        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
     _check_either(path, "token", bot.token, bot.token_env, "TELEGRAM_BOT_TOKEN", "the token from @BotFather")
     if bot.token is not None:
         check_token(bot.token, f"{path}.token")
