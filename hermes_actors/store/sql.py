@@ -73,6 +73,13 @@ class Dialect(enum.StrEnum):
         """Keeps the selected rows from being deleted or re-keyed until this transaction ends (PostgreSQL)."""
         return "" if self is Dialect.SQLITE else " FOR KEY SHARE"
 
+    def limit(self, rows: int | None) -> int | None:
+        """The parameter of ``LIMIT ?`` for at most ``rows`` rows, ``None`` meaning all of them (SQLite's -1: it
+        refuses ``LIMIT NULL``; PostgreSQL's NULL: it refuses -1). The clause stays, so ``OFFSET ?`` may follow."""
+        if rows is not None:
+            return rows
+        return -1 if self is Dialect.SQLITE else None
+
 
 class SqlDb(Protocol):
     """One database as the table classes see it. Statements use SQLite's placeholders (see the module docstring)."""

@@ -70,3 +70,11 @@ def test_a_limit_of_minus_one_leaves_the_clause_out_on_every_backend(store: Stor
         clause, bound = limit_clause(limit)
         rows = db.execute(f"SELECT key FROM meta WHERE key LIKE 'limit:%' ORDER BY key{clause}", bound)
         assert len(rows) == expected
+
+
+def test_a_limit_of_none_returns_every_row_and_keeps_room_for_an_offset(store: StoreInterface) -> None:
+    db = store.sql
+    db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [(f"all:{i}", str(i)) for i in range(3)])
+    sql = "SELECT key FROM meta WHERE key LIKE 'all:%' ORDER BY key LIMIT ? OFFSET ?"
+    assert [k for (k,) in db.execute(sql, (db.dialect.limit(None), 1))] == ["all:1", "all:2"]
+    assert [k for (k,) in db.execute(sql, (db.dialect.limit(1), 0))] == ["all:0"]
