@@ -23,7 +23,8 @@ from platforms.base import SendError
 from platforms.dingtalk.callback import FileRef
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 
 __all__ = ["DOWNLOAD_PATH", "TokenSource", "attach_files"]
 

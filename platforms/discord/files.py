@@ -27,8 +27,8 @@ from hermes_actors.messages import Attachment, InboundMessage
 from platforms.discord.events import MessageAttachment
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
-from platforms.support.fetch_policy import FetchPolicy, open_session
-from platforms.support.http_client import shown
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session, shown
 
 __all__ = ["attach_files", "mime_type_of", "source_url_of"]
 

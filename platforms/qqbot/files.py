@@ -18,7 +18,8 @@ from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.qqbot.events import AttachmentRef
 from platforms.support import downloads
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 
 __all__ = ["attach_files", "url_of"]
 

@@ -25,7 +25,8 @@ from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed, Fetched
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 
 __all__ = ["SlackFile", "attach_files", "downloadable"]
 

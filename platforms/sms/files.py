@@ -24,7 +24,8 @@ from hermes_actors.messages import Attachment, InboundMessage
 from platforms.sms.config import TwilioKeys
 from platforms.sms.events import MediaRef
 from platforms.support import downloads
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 
 __all__ = ["attach_media", "basic_auth"]
 

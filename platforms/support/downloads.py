@@ -11,7 +11,7 @@ credentials are known.
 Credentials travel in headers, never in the records: attachments made here carry no source URL (a platform's
 download address is useless without its token, and some hold a signed capability). Redirects are followed the
 way aiohttp does, which drops ``Authorization`` when one leads to another origin. A URL a payload names is
-fetched through a session of :func:`platforms.support.fetch_policy.open_session`; what its policy refuses
+fetched through a session of :func:`platforms.support.http_client.open_session`; what its policy refuses
 becomes a refused attachment that says why, like any other failure.
 """
 

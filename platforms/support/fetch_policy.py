@@ -8,11 +8,12 @@ link-local, shared (CGNAT), multicast, reserved or unspecified (an IPv4-mapped, 
 judged by the IPv4 address inside it), unless the section's ``fetch.allow_private`` lists the host or a network
 holding the address.
 
-:func:`open_session` enforces it on every connection of its session, redirects included: a client middleware
-checks each request's URL before it is sent (the host against the allowed names, and an IP-literal host, which
-aiohttp never resolves, against the address rule), and the connector's resolver keeps only the addresses the rule
-allows (a name left with none is refused), so the address connected to is the address checked, however the name
-resolves from one lookup to the next. A refusal is :class:`FetchRefused`, which
+A session of :func:`platforms.support.http_client.open_session` guarded by a policy enforces it on every
+connection, redirects included: the policy's :meth:`~FetchPolicy.middleware` checks each request's URL before it is
+sent (the host against the allowed names, and an IP-literal host, which aiohttp never resolves, against the address
+rule), and its :meth:`~FetchPolicy.resolver` keeps only the addresses the rule allows (a name left with none is
+refused), so the address connected to is the address checked, however the name resolves from one lookup to the
+next. A refusal is :class:`FetchRefused`, which
 :func:`platforms.support.downloads.fetch` turns into a refused attachment saying why.
 
 URLs an adapter builds from its own configured base URL (Telegram's ``api_base_url``, a Mattermost, Matrix or
@@ -27,7 +28,7 @@ import ipaddress
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import aiohttp
 import msgspec
@@ -37,7 +38,7 @@ from yarl import URL
 from hermes_actors.errors import ConfigError
 from platforms.support.http_client import shown
 
-__all__ = ["FetchPolicy", "FetchRefused", "FetchSettings", "base_resolver", "is_public", "open_session"]
+__all__ = ["FetchPolicy", "FetchRefused", "FetchSettings", "base_resolver", "is_public"]
 
 _log = logging.getLogger(__name__)
 
@@ -233,9 +234,13 @@ class FetchPolicy:
     async def middleware(
         self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
-        """The client middleware of :func:`open_session`: :meth:`check_url` on each request, redirects included."""
+        """The guarded session's client middleware: :meth:`check_url` on each request, redirects included."""
         self.check_url(request.url)
         return await handler(request)
+
+    def resolver(self) -> AbstractResolver:
+        """The guarded session's resolver: :data:`base_resolver`'s answers, only the addresses this policy allows."""
+        return _GuardedResolver(self, base_resolver())
 
 
 class _GuardedResolver(AbstractResolver):
@@ -265,20 +270,3 @@ class _GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._base.close()
-
-
-@contextlib.asynccontextmanager
-async def open_session(policy: FetchPolicy) -> AsyncIterator[aiohttp.ClientSession]:
-    """An aiohttp session every request of which (redirects included) ``policy`` checks; closed on exit.
-
-    Proxy variables are ignored (``trust_env`` off): the connection goes to the address checked.
-    """
-    resolver = _GuardedResolver(policy, base_resolver())
-    try:
-        connector = aiohttp.TCPConnector(resolver=resolver)
-        async with aiohttp.ClientSession(
-            connector=connector, middlewares=(policy.middleware,), trust_env=False
-        ) as session:
-            yield session
-    finally:
-        await resolver.close()

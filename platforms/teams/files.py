@@ -27,7 +27,8 @@ import msgspec
 from hermes_actors.media import MediaStore, kind_of
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 from platforms.teams.activity import TeamsAttachment
 
 __all__ = ["FILE_DOWNLOAD_INFO", "attach_files"]

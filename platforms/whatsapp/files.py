@@ -25,7 +25,8 @@ from hermes_actors.media import MediaStore
 from hermes_actors.messages import Attachment, InboundMessage
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
-from platforms.support.fetch_policy import FetchPolicy, open_session
+from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 from platforms.whatsapp.config import NumberKeys
 
 __all__ = ["MediaRef", "attach_media"]

@@ -3,7 +3,7 @@
 :class:`Canary` is an HTTP server on 127.0.0.1 that records every request: a URL on it stands for anything inside
 the host (``/metrics``, a metadata service, an admin panel), so a test that names it in a payload proves by
 ``canary.hits`` whether the adapter fetched it. ``/redirect?to=<url>`` answers 302 to ``url``; every other path
-answers 200 with a few bytes of text. :func:`use_hosts` makes :func:`platforms.support.fetch_policy.open_session`
+answers 200 with a few bytes of text. :func:`use_hosts` makes :func:`platforms.support.http_client.open_session`
 resolve names from a mapping (``{"smba.trafficmanager.net": "127.0.0.1"}``) instead of DNS, so a platform host
 can be pointed at loopback (DNS rebinding) and a test never resolves a real name.
 """

@@ -18,7 +18,8 @@ from hermes_actors.media import MediaConfig, MediaStore
 from hermes_actors.testing import FakeClock
 from platforms.dingtalk import DingtalkAdapter, DingtalkConfig, DingtalkRobot
 from platforms.support.downloads import download
-from platforms.support.fetch_policy import FetchPolicy, FetchRefused, FetchSettings, is_public, open_session
+from platforms.support.fetch_policy import FetchPolicy, FetchRefused, FetchSettings, is_public
+from platforms.support.http_client import open_session
 from tests.platforms.dingtalk_fake import FakeDingtalk, deliver
 from tests.platforms.fetch_canary import CANARY_BODY, Canary, running_canary, use_hosts
 from tests.platforms.support import StartGateway, inbound_messages

@@ -1,0 +1,102 @@
+"""The network as a transport: each request on the client loop's aiohttp session, its failures sorted in two.
+
+A failure to connect (refused, DNS, TLS, a connect timeout) is :class:`Unreachable`: nothing left, a retry cannot
+duplicate it. Anything after the connection opened (a reset, a timeout waiting for the answer, a cut or garbled
+answer) is :class:`NoAnswer`: the server may have acted on it. Requests go out as a blocking client sends them: the
+URL as given (not re-quoted), no redirects followed unless asked, no proxy, no cookies, no ``User-Agent`` or
+``Accept`` of aiohttp's own, ``Accept-Encoding: identity`` unless the caller names one. Error texts never carry
+the URL's query.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+from yarl import URL
+
+from platforms.support.http_client._errors import NoAnswer, TooLarge, Unreachable
+from platforms.support.http_client._exchange import HttpRequest, HttpResult, shown
+from platforms.support.http_client._loop import ClientLoop
+from platforms.support.http_client._sessions import client_session
+
+__all__ = ["NetworkTransport"]
+
+_SKIPPED = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})  # aiohttp's, when not given
+
+
+class NetworkTransport:
+    """Sends each request over the network from ``loop``'s session (made on first use, closed with the loop);
+    :meth:`handle` runs on that loop."""
+
+    def __init__(self, loop: ClientLoop) -> None:
+        self._loop = loop
+        self._session: aiohttp.ClientSession | None = None
+        self._generation = 0
+
+    async def handle(self, request: HttpRequest) -> HttpResult:
+        where = f"{request.method} {shown(request.url)}"
+        headers = {"accept-encoding": "identity", **request.headers}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=request.timeout, sock_read=request.timeout)
+        try:
+            url = URL(request.url, encoded=True)  # sent as the caller quoted it
+            async with self._current().request(
+                request.method,
+                url,
+                data=request.body,
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=request.follow_redirects,
+                skip_auto_headers=_SKIPPED,
+            ) as response:
+                return await _read(response, request.max_bytes, where)
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise Unreachable(f"{where}: cannot be reached (timed out)", timed_out=True) from exc
+        except (aiohttp.ClientConnectorError, aiohttp.InvalidURL, ValueError) as exc:
+            raise Unreachable(f"{where}: cannot be reached ({_cause(exc, request.url)})") from exc
+        except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
+            raise NoAnswer(
+                f"{where}: did not answer after the request was sent ({_cause(exc, request.url)})",
+                timed_out=isinstance(exc, TimeoutError),
+            ) from exc
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _current(self) -> aiohttp.ClientSession:
+        """The session on the loop running now: one made on a loop since ended (a fork, a closed client) is dropped."""
+        if self._session is None or self._generation != self._loop.generation:
+            if self._session is not None:
+                self._session.detach()  # its loop is gone; nothing of it can be closed from here
+            self._session = client_session()
+            self._generation = self._loop.generation
+            self._loop.at_close(self.aclose)
+        return self._session
+
+
+async def _read(response: aiohttp.ClientResponse, limit: int, where: str) -> HttpResult:
+    """The whole answer, or :class:`TooLarge` once it passes ``limit`` (by its ``Content-Length``, or while read)."""
+    encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
+    declared = None if encoded else response.content_length
+    if declared is not None and declared > limit:
+        raise TooLarge(f"{where}: the answer is larger than {limit} bytes", status=response.status, size=declared)
+    data = bytearray()
+    async for chunk in response.content.iter_any():
+        data += chunk
+        if len(data) > limit:
+            raise TooLarge(f"{where}: the answer is larger than {limit} bytes", status=response.status, size=None)
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    return HttpResult(status=response.status, headers=headers, body=bytes(data))
+
+
+def _cause(exc: BaseException, url: str) -> str:
+    """What went wrong, for a message: the socket's error where there is one; never the URL's query."""
+    if isinstance(exc, TimeoutError):
+        text = "timed out"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        text = str(getattr(exc, "os_error", None) or exc)
+    elif isinstance(exc, aiohttp.ClientResponseError):
+        text = exc.message
+    else:
+        text = str(exc)
+    return (text or type(exc).__name__).replace(url, shown(url))
