@@ -72,7 +72,7 @@ Port = Annotated[int, Rule(Meta(ge=0, le=65535), "{value} is not a TCP port; use
 ListenHost = Annotated[str, Rule(Meta(pattern=r"\S"), "must not be empty; use 127.0.0.1 to listen on loopback only")]
 PositiveSeconds = Annotated[float, Rule(Meta(gt=0), "must be a positive number of seconds")]
 NonNegativeSeconds = Annotated[float, Rule(Meta(ge=0), "must not be negative (seconds)")]
-PositiveRate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate")]
+PositiveRate = Annotated[float, Rule(Meta(gt=0), "must be a positive number")]
 Burst = Annotated[int, Rule(Meta(ge=1), "must be at least 1 message")]
 BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; leave it out for the default")]
 PositiveBytes = Annotated[int, Rule(Meta(ge=1), "must be a positive number of bytes")]

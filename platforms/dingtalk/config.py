@@ -9,12 +9,22 @@ variable (``app_secret_env``), read when the adapter is built, so a missing one 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    ListenHost,
+    Port,
+    PositiveBytes,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -32,8 +42,8 @@ __all__ = [
 
 DINGTALK_API_URL = "https://api.dingtalk.com"
 
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTION = "platforms.dingtalk"
+_PerMinute = Annotated[int, Rule(Meta(ge=1), "must be a positive number of messages")]
 
 
 class DingtalkRobot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -58,27 +68,19 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     enabled: bool = True
     mode: str = "callback"
-    host: str = "127.0.0.1"
-    port: int = 8657
-    max_body_bytes: int = 1024 * 1024
-    http_timeout_s: float = 10.0
-    chat_messages_per_minute: int = 20
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8657
+    max_body_bytes: PositiveBytes = 1024 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
+    chat_messages_per_minute: _PerMinute = 20
     api_base_url: str = DINGTALK_API_URL
-    robots: dict[str, DingtalkRobot] = msgspec.field(default_factory=dict)
+    robots: dict[AccountName, DingtalkRobot] = msgspec.field(default_factory=dict)
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         if self.mode not in ("callback", "stream"):
             raise ConfigError(f"{_SECTION}.mode", f"{self.mode!r} is not a mode; use callback or stream")
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if self.max_body_bytes < 1:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be a positive number of bytes")
-        for field in ("http_timeout_s", "chat_messages_per_minute"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
         check_base_url(f"{_SECTION}.api_base_url", self.api_base_url, DINGTALK_API_URL)
         self.fetch.check(f"{_SECTION}.fetch")
         if self.fetch.hosts:
@@ -90,8 +92,6 @@ class DingtalkConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         codes: dict[str, str] = {}
         for name, robot in self.robots.items():
             path = f"{_SECTION}.robots.{name}"
-            if not _NAME.fullmatch(name):
-                raise ConfigError(path, "a robot name is 1 to 64 letters, digits, '_' or '-' (the URL path)")
             if not robot.app_key.strip():
                 raise ConfigError(f"{path}.app_key", "must not be empty; copy the Client ID (AppKey) of the app")
             if robot.robot_code is not None and not robot.robot_code.strip():

@@ -9,12 +9,20 @@ so a missing one is a :class:`~hermes_actors.errors.ConfigError` before anything
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import msgspec
 
+from hermes_actors.constraints import (
+    AccountName,
+    ListenHost,
+    Port,
+    PositiveBytes,
+    PositiveRate,
+    PositiveSeconds,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.secrets import check_secret_source, read_env_secret
 
@@ -23,7 +31,6 @@ __all__ = ["FEISHU_BASE_URL", "LARK_BASE_URL", "AppKeys", "FeishuApp", "FeishuCo
 FEISHU_BASE_URL = "https://open.feishu.cn"
 LARK_BASE_URL = "https://open.larksuite.com"
 
-_APP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SECTION = "platforms.feishu"
 _CONSOLE = "the app's page in the developer console"
 
@@ -54,24 +61,16 @@ class FeishuConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8646
-    max_body_bytes: int = 1024 * 1024
-    chat_messages_per_second: float = 5.0
-    app_messages_per_second: float = 50.0
-    http_timeout_s: float = 10.0
-    apps: dict[str, FeishuApp] = msgspec.field(default_factory=dict)
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8646
+    max_body_bytes: PositiveBytes = 1024 * 1024
+    chat_messages_per_second: PositiveRate = 5.0
+    app_messages_per_second: PositiveRate = 50.0
+    http_timeout_s: PositiveSeconds = 10.0
+    apps: dict[AccountName, FeishuApp] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if self.max_body_bytes < 1:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be a positive number of bytes")
-        for field in ("chat_messages_per_second", "app_messages_per_second", "http_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
+        check_section(self, _SECTION)
         app_ids: dict[str, str] = {}
         for name, app in self.apps.items():
             _check_app(name, app)
@@ -85,8 +84,6 @@ class FeishuConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 def _check_app(name: str, app: FeishuApp) -> None:
     path = f"{_SECTION}.apps.{name}"
-    if not _APP_NAME.fullmatch(name):
-        raise ConfigError(path, "an app name is 1 to 64 letters, digits, '_' or '-' (the URL is /feishu/events/<name>)")
     if not app.app_id.strip():
         raise ConfigError(f"{path}.app_id", f"must not be empty; copy the App ID (cli_...) from {_CONSOLE}")
     _check_secret(path, "app_secret", app.app_secret, app.app_secret_env, required=True)

@@ -9,10 +9,13 @@ the adapter is built.
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import AccountName, PositiveRate, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -23,8 +26,15 @@ __all__ = ["MAX_MESSAGE_CHARS", "MattermostBot", "MattermostConfig", "check_toke
 MAX_MESSAGE_CHARS = 16383  # a post's message limit since Mattermost 5.0 (older servers: 4,000)
 
 _SECTION = "platforms.mattermost"
-_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"[A-Za-z0-9]{20,64}")
+_MessageChars = Annotated[
+    int,
+    Rule(
+        Meta(ge=100, le=MAX_MESSAGE_CHARS),
+        f"must be between 100 and {MAX_MESSAGE_CHARS} (Mattermost refuses longer posts)",
+    ),
+]
+_FrameBytes = Annotated[int, Rule(Meta(ge=64 * 1024), "must be at least 65536 bytes; the default is 8 MiB")]
 
 
 class MattermostBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,35 +55,26 @@ class MattermostConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
     enabled: bool = True
     url: str = ""
-    bots: dict[str, MattermostBot] = msgspec.field(default_factory=dict)
-    max_message_chars: int = MAX_MESSAGE_CHARS
-    request_timeout_s: float = 15.0
-    requests_per_second: float = 10.0
-    heartbeat_s: float = 30.0
-    reconnect_min_s: float = 1.0
+    bots: dict[AccountName, MattermostBot] = msgspec.field(default_factory=dict)
+    max_message_chars: _MessageChars = MAX_MESSAGE_CHARS
+    request_timeout_s: PositiveSeconds = 15.0
+    requests_per_second: PositiveRate = 10.0
+    heartbeat_s: PositiveSeconds = 30.0
+    reconnect_min_s: PositiveSeconds = 1.0
     reconnect_max_s: float = 60.0
-    hello_timeout_s: float = 20.0
-    max_frame_bytes: int = 8 * 1024 * 1024
+    hello_timeout_s: PositiveSeconds = 20.0
+    max_frame_bytes: _FrameBytes = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         parts = urlsplit(self.url)
         malformed = parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment
         if (self.url or self.bots) and malformed:
             raise ConfigError(
                 f"{_SECTION}.url", "must be the server's http(s) URL such as https://chat.example.com (no query)"
             )
-        if not 100 <= self.max_message_chars <= MAX_MESSAGE_CHARS:
-            raise ConfigError(
-                f"{_SECTION}.max_message_chars",
-                f"must be between 100 and {MAX_MESSAGE_CHARS} (Mattermost refuses longer posts)",
-            )
-        for field in ("request_timeout_s", "requests_per_second", "heartbeat_s", "reconnect_min_s", "hello_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ConfigError(f"{_SECTION}.reconnect_max_s", "must not be smaller than reconnect_min_s")
-        if self.max_frame_bytes < 64 * 1024:
-            raise ConfigError(f"{_SECTION}.max_frame_bytes", "must be at least 65536 bytes; the default is 8 MiB")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
 
@@ -106,8 +107,6 @@ def check_token(token: str, path: str, what: str = "") -> str:
 
 def _check_bot(name: str, bot: MattermostBot) -> None:
     path = f"{_SECTION}.bots.{name}"
-    if not _BOT_NAME.fullmatch(name):
-        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is the account in session keys)")
     check_secret_source(
         path,
         "token",

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    BodyBytes,
+    ListenHost,
+    Port,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
@@ -18,8 +29,13 @@ FILE_HOSTS = ("slack.com", "*.slack.com")  # files.slack.com
 """The hosts a file's ``url_private_download`` may name; ``fetch.hosts`` adds to them."""
 
 MAX_TEXT_CHARS = 40_000  # Slack truncates longer message text
-_APP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SLACK_ID = re.compile(r"[A-Z0-9]{1,32}")  # team, channel and user ids: T0123, C0123, U0123, W0123
+_SECTION = "platforms.slack"
+_MessageChars = Annotated[
+    int,
+    Rule(Meta(ge=100, le=MAX_TEXT_CHARS), f"must be between 100 and {MAX_TEXT_CHARS} (Slack truncates longer text)"),
+]
+_Rate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate; Slack allows about 1")]
 
 
 class SlackApp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -44,50 +60,34 @@ class SlackConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8647
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8647
     api_base_url: str = "https://slack.com/api"
     reply_in_thread: bool = True
-    max_message_chars: int = 3_900
-    messages_per_second: float = 1.0  # per channel; Slack allows about one, with short bursts
-    max_body_bytes: int = 1024 * 1024
-    http_timeout_s: float = 10.0
-    apps: dict[str, SlackApp] = msgspec.field(default_factory=dict)
+    max_message_chars: _MessageChars = 3_900
+    messages_per_second: _Rate = 1.0  # per channel; Slack allows about one, with short bursts
+    max_body_bytes: BodyBytes = 1024 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
+    apps: dict[AccountName, SlackApp] = msgspec.field(default_factory=dict)
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
-        field = "platforms.slack"
-        if not self.host.strip():
-            raise ConfigError(f"{field}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{field}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        check_section(self, _SECTION)
         parts = urlsplit(self.api_base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{field}.api_base_url", "must be an http(s) URL such as https://slack.com/api")
-        if not 100 <= self.max_message_chars <= MAX_TEXT_CHARS:
-            raise ConfigError(
-                f"{field}.max_message_chars", f"must be between 100 and {MAX_TEXT_CHARS} (Slack truncates longer text)"
-            )
-        if self.messages_per_second <= 0:
-            raise ConfigError(f"{field}.messages_per_second", "must be a positive rate; Slack allows about 1")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
-        if self.http_timeout_s <= 0:
-            raise ConfigError(f"{field}.http_timeout_s", "must be a positive number of seconds")
-        self.fetch.check(f"{field}.fetch")
+            raise ConfigError(f"{_SECTION}.api_base_url", "must be an http(s) URL such as https://slack.com/api")
+        self.fetch.check(f"{_SECTION}.fetch")
         for name, app in self.apps.items():
             _check_app(name, app)
 
     @property
     def fetch_policy(self) -> FetchPolicy:
         """Where the URLs of an event's files may be fetched from."""
-        return FetchPolicy(self.fetch, platform="Slack", hosts=FILE_HOSTS, setting="platforms.slack.fetch")
+        return FetchPolicy(self.fetch, platform="Slack", hosts=FILE_HOSTS, setting=f"{_SECTION}.fetch")
 
 
 def _check_app(name: str, app: SlackApp) -> None:
-    path = f"platforms.slack.apps.{name}"
-    if not _APP_NAME.fullmatch(name):
-        raise ConfigError(path, "an app name is 1 to 64 letters, digits, '_' or '-' (the URL is /slack/events/<name>)")
+    path = f"{_SECTION}.apps.{name}"
     for what, value, env in (
         ("signing_secret", app.signing_secret, app.signing_secret_env),
         ("bot_token", app.bot_token, app.bot_token_env),
@@ -116,7 +116,7 @@ class ResolvedApp(msgspec.Struct, frozen=True, kw_only=True):
 def _secret(name: str, what: str, value: str | None, env: str | None, environ: Mapping[str, str]) -> str:
     if env is None:
         return value or ""
-    return read_env_secret(f"platforms.slack.apps.{name}.{what}_env", env, environ, strip=True)
+    return read_env_secret(f"{_SECTION}.apps.{name}.{what}_env", env, environ, strip=True)
 
 
 def resolve_app(name: str, app: SlackApp, environ: Mapping[str, str]) -> ResolvedApp:

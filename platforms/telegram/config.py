@@ -20,7 +20,6 @@ from hermes_actors.constraints import (
     Burst,
     ListenHost,
     Port,
-    PositiveRate,
     PositiveSeconds,
     Rule,
     check_section,
@@ -47,6 +46,7 @@ _TOKEN = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,128}")  # <bot id>:<secret>, a
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what setWebhook accepts as secret_token
 _MAX_POLL_TIMEOUT_S = 50  # the Bot API holds a long poll for at most about this long
 _SECTION = "platforms.telegram"
+_Rate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate")]
 _PollTimeout = Annotated[
     int,
     Rule(
@@ -91,10 +91,10 @@ class TelegramConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     poll_retry_s: PositiveSeconds = 1.0
     poll_retry_max_s: PositiveSeconds = 60.0
     request_timeout_s: PositiveSeconds = 15.0
-    chat_messages_per_second: PositiveRate = 1.0
+    chat_messages_per_second: _Rate = 1.0
     chat_burst: Burst = 3
-    group_messages_per_minute: PositiveRate = 20.0
-    bot_messages_per_second: PositiveRate = 30.0
+    group_messages_per_minute: _Rate = 20.0
+    bot_messages_per_second: _Rate = 30.0
 
     def __post_init__(self) -> None:
         check_section(self, _SECTION)
