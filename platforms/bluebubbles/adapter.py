@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
@@ -31,7 +30,7 @@ from platforms.bluebubbles.events import PLATFORM, AttachmentRef, decode_event, 
 from platforms.bluebubbles.files import attach_files
 from platforms.bluebubbles.sender import BluebubblesSender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
 
 __all__ = ["PATH_PREFIX", "BluebubblesAdapter"]
@@ -125,7 +124,7 @@ class BluebubblesAdapter(HttpAdapter[BluebubblesConfig]):
         inbox = self._inbox
         if inbox is None:  # pragma: no cover - the server runs only after start()
             return inbound
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             return await attach_files(
                 inbound,
                 refs,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import aiohttp
 import msgspec
 
 from platforms.base import AcceptResult, Inbox, PollCursor
@@ -21,6 +20,7 @@ from platforms.dingtalk.callback import PLATFORM, Received, encode_route, route_
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.files import attach_files
 from platforms.support.fetch_policy import FetchPolicy
+from platforms.support.http_client import open_session
 from platforms.support.http_host import committed
 
 __all__ = ["commit", "with_files"]
@@ -40,7 +40,7 @@ async def with_files(
     addresses fetched as ``fetch`` allows)."""
     if not received.files:
         return received
-    async with aiohttp.ClientSession() as session:
+    async with open_session() as session:
         inbound = await attach_files(
             received.inbound,
             received.files,

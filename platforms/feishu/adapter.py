@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import ConfigError, PlatformError
@@ -27,7 +26,7 @@ from platforms.feishu.events import PLATFORM, Challenge, Ignored, Received, open
 from platforms.feishu.files import attach_resources
 from platforms.feishu.sender import TOKEN_PATH, FeishuSender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.ratelimit import Rate
 
@@ -164,7 +163,7 @@ class FeishuAdapter(HttpAdapter[FeishuConfig]):
         async def token(refused: str | None) -> str:
             return await host.blocking(lambda: self._sender.tenant_token(app.name, refused))
 
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             return await attach_resources(
                 received.inbound,
                 received.resources,

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
@@ -20,7 +19,7 @@ from platforms.slack.events import PLATFORM, Skipped, decode_envelope, to_inboun
 from platforms.slack.files import SlackFile, attach_files, downloadable
 from platforms.slack.sender import SlackSender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
 
 __all__ = ["SlackAdapter"]
@@ -161,7 +160,7 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         inbox = self._inbox
         if inbox is None:  # pragma: no cover - the server runs only after start()
             return inbound
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             return await attach_files(
                 inbound,
                 files,

@@ -22,6 +22,8 @@ from typing import Any
 
 import aiohttp
 
+from platforms.support.http_client import open_session
+
 __all__ = ["Spawn", "TaskThread"]
 
 _START_TIMEOUT_S = 30.0
@@ -72,7 +74,7 @@ class TaskThread:
         started.result(timeout=_START_TIMEOUT_S)
 
     async def _run(self, spawn: Spawn, started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             self._tasks = [asyncio.create_task(coro, name=name) for name, coro in spawn(session).items()]
             started.set_result(None)
             await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -17,13 +17,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import jwt
 import msgspec
 
 from platforms.support import downloads
 from platforms.support.downloads import DownloadFailed
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 
 __all__ = [
     "ISSUER",
@@ -113,7 +112,7 @@ class SigningKeys:
             return self._keys.get(kid)
 
     async def _fetch(self) -> None:
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             try:
                 fetched = await downloads.fetch(
                     session, self._metadata_url, limit=_METADATA_BYTES, timeout_s=self._timeout_s

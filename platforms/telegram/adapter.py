@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -25,7 +24,7 @@ from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.telegram.api import BotApi, BotApiError
@@ -208,7 +207,7 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
             return _answer(200, {"ok": True, "accepted": False})
         inbound, files = read
         if files and self._inbox is not None:
-            async with aiohttp.ClientSession() as session:
+            async with open_session() as session:
                 inbound = await attach_files(
                     inbound,
                     files,

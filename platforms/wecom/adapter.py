@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-import aiohttp
 from aiohttp import web
 
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.ratelimit import Rate
 from platforms.wecom.callback import PLATFORM, Ignored, Received, open_echo, open_message
@@ -169,7 +168,7 @@ class WecomAdapter(HttpAdapter[WecomConfig]):
         async def token(refused: str | None) -> str:
             return await host.blocking(lambda: self._sender.token(app.name, refused))
 
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             return await attach_media(
                 received.inbound,
                 received.media,

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -27,7 +26,7 @@ from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.credentials import fetch_json
-from platforms.support.http_client import shown
+from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused, committed
 from platforms.whatsapp.config import WhatsappConfig, resolve_numbers
 from platforms.whatsapp.events import (
@@ -159,7 +158,7 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
             return parsed
         inbound: list[InboundMessage] = []
         base, version = self.config.graph_base, self.config.graph_version
-        async with aiohttp.ClientSession() as session:
+        async with open_session() as session:
             for message in parsed.inbound:
                 ref = parsed.media.get(message.message_id)
                 number = self._numbers.get(message.source.account_id or "")
