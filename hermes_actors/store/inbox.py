@@ -7,30 +7,58 @@ no-op. Writes join the caller's transaction, so a turn commits its inbox complet
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
-from hermes_actors.store.connection import Table, Transaction
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState, QueueSummary
+from hermes_actors.store.sql import SqlDb, SqlTable, limit_clause
 
-__all__ = ["Inbox"]
+__all__ = ["INBOX_COLUMNS", "Inbox", "inbox_insert", "inbox_row"]
 
 _PENDING = InboxState.PENDING.value
 
-_INBOX_COLUMNS = (
+INBOX_COLUMNS = (
     "id, platform, account_id, platform_message_id, routing_key, payload, received_at, state, session_id, owner, kind"
 )
+"""The columns of an :class:`InboxRow`, in its fields' order."""
 
 
-def _inbox_row(row: tuple[Any, ...]) -> InboxRow:
+def inbox_insert(holder: str) -> str:
+    """The statement that adds a row unless its key is taken, returning its id: the platform, account, platform
+    message id, routing key, payload, receipt time, kind, and then the column ``holder`` (``owner``: the process
+    that runs its turn; ``shard``: the cluster shard whose holder does)."""
+    return (
+        "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, kind, "
+        f"{holder}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) "
+        "DO NOTHING RETURNING id"
+    )
+
+
+_ADD = inbox_insert("owner")
+
+
+def inbox_row(row: tuple[Any, ...]) -> InboxRow:
+    """An :class:`InboxRow` from the values of :data:`INBOX_COLUMNS` (PostgreSQL's payload made ``bytes``)."""
     fields = dict(zip(InboxRow.__struct_fields__, row, strict=True))
-    return InboxRow(**{**fields, "state": InboxState(fields["state"]), "kind": InboxKind(fields["kind"])})
+    state, kind = InboxState(fields["state"]), InboxKind(fields["kind"])
+    return InboxRow(**{**fields, "payload": bytes(fields["payload"]), "state": state, "kind": kind})
 
 
-class Inbox(Table):
-    """Durable inbound queue with dedupe on (platform, account, platform message id)."""
+class Inbox(SqlTable):
+    """Durable inbound queue with dedupe on (platform, account, platform message id).
+
+    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs when a row is completed for a session,
+    inside the transaction that completes it (a turn's): a host that lost the row's shard cannot commit it. The
+    shard checked is the row's own (the one its host pulled it from), which is its session's except for a command
+    that re-points its key to a session of another shard (``/resume``, a handoff); a row without a shard (written
+    outside cluster mode) is checked by its session's.
+    """
+
+    __slots__ = ("shard_check",)
+
+    def __init__(self, db: SqlDb, clock: Callable[[], float]) -> None:
+        super().__init__(db, clock)
+        self.shard_check: Callable[[str | int], bool] | None = None
 
     def add(
         self,
@@ -48,14 +76,10 @@ class Inbox(Table):
         ``owner`` is the lease owner of the accepting process: its turn is that process's to run, and another
         process's recovery leaves the row alone while that owner lives.
         """
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
-                "owner, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (platform, account_id, platform_message_id) "
-                "DO NOTHING",
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), owner, kind.value),
-            )
-            return self._db.last_insert_rowid() if self._db.changes() else None
+        rows = self._db.execute(
+            _ADD, (platform, account_id, platform_message_id, routing_key, payload, self._clock(), kind.value, owner)
+        )
+        return int(rows[0][0]) if rows else None
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered (:attr:`InboxState.DONE`) or refused (:attr:`InboxState.REJECTED`); return
@@ -63,37 +87,39 @@ class Inbox(Table):
 
         A row another turn completed already is left as it is: a caller that expected it pending ran a turn twice.
         """
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ? AND state = ?",
-                (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING),
-            )
-            return self._db.changes() > 0
+        params = (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING)
+        sql = "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ? AND state = ?"
+        check = self.shard_check
+        if check is None or session_id is None:
+            return self._db.count(sql, params) > 0
+        with self._db.transaction(savepoint=False):  # the caller's (a turn's), or one of its own
+            changed = self._db.execute(sql + " RETURNING shard", params)
+            shard = changed[0][0] if changed else None  # checked before the commit, so it can refuse it
+            check(session_id if shard is None else int(shard))
+        return bool(changed)
 
     def claim(self, inbox_id: int, owner: str) -> None:
         """Make ``owner`` the process that runs the pending row's turn (recovery after its owner died)."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute("UPDATE inbox SET owner = ? WHERE id = ? AND state = ?", (owner, inbox_id, _PENDING))
+        self._db.execute("UPDATE inbox SET owner = ? WHERE id = ? AND state = ?", (owner, inbox_id, _PENDING))
 
     def pending_among(self, inbox_ids: Sequence[int]) -> set[int]:
         """Return which of ``inbox_ids`` are still pending."""
         if not inbox_ids:
             return set()
+        dialect = self._db.dialect
         rows = self._db.execute(
-            "SELECT id FROM inbox WHERE state = ? AND id IN (SELECT value FROM json_each(?))",
-            (_PENDING, msgspec.json.encode(list(inbox_ids)).decode()),
+            f"SELECT id FROM inbox WHERE state = ? AND {dialect.member('id')}", (_PENDING, dialect.members(inbox_ids))
         )
         return {int(inbox_id) for (inbox_id,) in rows}
 
     def pending(self) -> list[InboxRow]:
         """Return every row without a completed turn, oldest first."""
-        rows = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE state = ? ORDER BY id", (_PENDING,))
-        return [_inbox_row(r) for r in rows]
+        rows = self._db.execute(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE state = ? ORDER BY id", (_PENDING,))
+        return [inbox_row(r) for r in rows]
 
     def depth(self) -> int:
         """Count the rows without a completed turn."""
-        row = self._db.execute("SELECT count(*) FROM inbox WHERE state = ?", (_PENDING,)).fetchone()
-        return int(row[0]) if row else 0
+        return int(self._db.value("SELECT count(*) FROM inbox WHERE state = ?", (_PENDING,)) or 0)
 
     def summary(self) -> QueueSummary:
         """Count the rows without a completed turn and say when the oldest of them arrived, from the index alone
@@ -101,10 +127,8 @@ class Inbox(Table):
         count = self.depth()
         if count == 0:
             return QueueSummary(count=0, oldest_at=None)
-        row = self._db.execute(
-            "SELECT received_at FROM inbox WHERE state = ? ORDER BY id LIMIT 1", (_PENDING,)
-        ).fetchone()
-        return QueueSummary(count=count, oldest_at=float(row[0]) if row else None)
+        oldest = self._db.value("SELECT received_at FROM inbox WHERE state = ? ORDER BY id LIMIT 1", (_PENDING,))
+        return QueueSummary(count=count, oldest_at=None if oldest is None else float(oldest))
 
     def summary_by_platform(self) -> dict[str, QueueSummary]:
         """Per platform with messages pending: how many, and when the oldest of them arrived."""
@@ -115,32 +139,31 @@ class Inbox(Table):
 
     def get(self, inbox_id: int) -> InboxRow | None:
         """Return one row, or ``None``."""
-        row = self._db.execute(f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,)).fetchone()
-        return _inbox_row(row) if row is not None else None
+        rows = self._db.execute(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE id = ?", (inbox_id,))
+        return inbox_row(rows[0]) if rows else None
 
     def find(self, platform: str, account_id: str, platform_message_id: str) -> InboxRow | None:
         """The row of a platform's message, ``None`` when the inbox never took it (or pruned it)."""
-        row = self._db.execute(
-            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE platform = ? AND account_id = ? AND platform_message_id = ?",
+        rows = self._db.execute(
+            f"SELECT {INBOX_COLUMNS} FROM inbox WHERE platform = ? AND account_id = ? AND platform_message_id = ?",
             (platform, account_id, platform_message_id),
-        ).fetchone()
-        return _inbox_row(row) if row is not None else None
+        )
+        return inbox_row(rows[0]) if rows else None
 
     def prune_completed(self, before: float, *, limit: int = -1) -> int:
         """Forget completed rows older than ``before`` (their dedupe window ends), at most ``limit`` (-1: all) of
         them; return how many."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "DELETE FROM inbox WHERE id IN "
-                "(SELECT id FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ? LIMIT ?)",
-                (before, limit),
-            )
-            return self._db.changes()
+        clause, bound = limit_clause(limit)
+        return self._db.count(
+            "DELETE FROM inbox WHERE id IN "
+            f"(SELECT id FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ?{clause})",
+            (before, *bound),
+        )
 
     def payloads_since(self, platform: str, since: float) -> list[bytes]:
         """Return the payloads of ``platform``'s rows received at or after ``since`` (answered or not), oldest
         first."""
         rows = self._db.execute(
             "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (platform, since)
-        ).fetchall()
-        return [payload for (payload,) in rows if isinstance(payload, bytes)]
+        )
+        return [bytes(payload) for (payload,) in rows if isinstance(payload, bytes | memoryview)]

@@ -1,39 +1,40 @@
 """The durable outbound queue: replies committed with their turn and delivered afterwards.
 
 A row is unsent until ``sent_at`` or ``abandoned_at`` is set; ``attempts`` counts sends begun, so a row with
-``attempts > 0`` may already have reached the platform.
+``attempts > 0`` may already have reached the platform. On PostgreSQL the commit that queues a reply also sends
+``NOTIFY hermes_outbox`` with its platform (:mod:`hermes_actors.store.pg.turn_relay`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hermes_actors.store.connection import Table, Transaction
 from hermes_actors.store.records import OutboxRow, QueueSummary
+from hermes_actors.store.sql import Dialect, SqlTable, limit_clause
 
-__all__ = ["Outbox"]
+__all__ = ["OUTBOX_COLUMNS", "Outbox", "outbox_row"]
 
-_OUTBOX_COLUMNS = (
+OUTBOX_COLUMNS = (
     "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
 )
+"""The columns of an :class:`OutboxRow`, in its fields' order."""
+
+_UNSENT = "sent_at IS NULL AND abandoned_at IS NULL"
+_ADD = (
+    "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
+_ADD_NOTIFIED = f"WITH added AS ({_ADD}) SELECT id FROM added, pg_notify('hermes_outbox', ?)"
 
 
-def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
-    return OutboxRow(**dict(zip(OutboxRow.__struct_fields__, row, strict=True)))
+def outbox_row(row: tuple[Any, ...]) -> OutboxRow:
+    """An :class:`OutboxRow` from the values of :data:`OUTBOX_COLUMNS` (PostgreSQL's payload made ``bytes``)."""
+    fields = dict(zip(OutboxRow.__struct_fields__, row, strict=True))
+    return OutboxRow(**{**fields, "payload": bytes(fields["payload"])})
 
 
-class Outbox(Table):
+class Outbox(SqlTable):
     """Replies committed with their turn, delivered afterwards."""
-
-    def prune_finished(self, before: float, *, limit: int = -1) -> int:
-        """Forget replies sent or given up before ``before``, at most ``limit`` (-1: all) of them; return how many."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE (sent_at IS NOT NULL AND sent_at < ?) "
-                "OR (abandoned_at IS NOT NULL AND abandoned_at < ?) LIMIT ?)",
-                (before, before, limit),
-            )
-            return self._db.changes()
 
     def add(
         self,
@@ -47,55 +48,64 @@ class Outbox(Table):
         attempts: int = 0,
     ) -> int:
         """Queue a reply; return its row id. ``attempts=1`` counts its first send ahead, in the caller's
-        transaction: the outbox that makes that send need not count it (see :meth:`uncount_attempts`)."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, "
-                "attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, platform, account_id, chat_id, thread_id, payload, self._clock(), attempts),
-            )
-            return self._db.last_insert_rowid()
+        transaction: the outbox that makes that send need not count it (see :meth:`uncount_attempts`). On
+        PostgreSQL its commit notifies whoever delivers ``platform``'s replies (a cluster dispatcher, an API
+        replica's waiting requests), so they look at once."""
+        params: tuple[Any, ...] = (
+            session_id,
+            platform,
+            account_id,
+            chat_id,
+            thread_id,
+            payload,
+            self._clock(),
+            attempts,
+        )
+        if self._db.dialect is Dialect.POSTGRES:
+            return int(self._db.execute(_ADD_NOTIFIED, (*params, platform))[0][0])
+        return int(self._db.execute(_ADD, params)[0][0])
 
     def backlog(self) -> int:
         """Count the replies neither sent nor given up."""
-        row = self._db.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL").fetchone()
-        return int(row[0]) if row else 0
+        return int(self._db.value(f"SELECT count(*) FROM outbox WHERE {_UNSENT}") or 0)
 
     def summary_by_platform(self) -> dict[str, QueueSummary]:
         """Per platform, how many replies are neither sent nor given up and when the oldest was queued."""
-        rows = self._db.execute(
-            "SELECT platform, count(*), min(created_at) FROM outbox"
-            " WHERE sent_at IS NULL AND abandoned_at IS NULL GROUP BY platform"
-        )
+        rows = self._db.execute(f"SELECT platform, count(*), min(created_at) FROM outbox WHERE {_UNSENT} GROUP BY 1")
         return {str(p): QueueSummary(count=int(n), oldest_at=float(at)) for p, n, at in rows}
 
     def unsent(self, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
         """Return undelivered rows in id order (per chat, that is the order to send them in)."""
-        where = "sent_at IS NULL AND abandoned_at IS NULL" + (" AND platform = ?" if platform is not None else "")
+        where = _UNSENT + (" AND platform = ?" if platform is not None else "")
         params: tuple[Any, ...] = (platform, limit) if platform is not None else (limit,)
-        rows = self._db.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
-        return [_outbox_row(r) for r in rows]
+        rows = self._db.execute(f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
+        return [outbox_row(r) for r in rows]
 
     def begin_attempt(self, outbox_id: int) -> int:
         """Count a send attempt before it is made; return the attempt number (1 for the first)."""
-        with Transaction(self._db, savepoint=False):
-            found = self._db.execute(
-                "UPDATE outbox SET attempts = attempts + 1 WHERE id = ? RETURNING attempts", (outbox_id,)
-            )
-            return int(found.get or 0)
+        rows = self._db.execute(
+            "UPDATE outbox SET attempts = attempts + 1 WHERE id = ? RETURNING attempts", (outbox_id,)
+        )
+        return int(rows[0][0]) if rows else 0
 
     def begin_attempts(self, outbox_ids: list[int]) -> None:
-        """Count a send attempt of each row, before the sends are made (one write for a batch)."""
-        with Transaction(self._db, savepoint=False):
-            self._db.executemany("UPDATE outbox SET attempts = attempts + 1 WHERE id = ?", [(i,) for i in outbox_ids])
+        """Count a send attempt of each row, before the sends are made (one statement for a batch)."""
+        if outbox_ids:
+            dialect = self._db.dialect
+            self._db.execute(
+                f"UPDATE outbox SET attempts = attempts + 1 WHERE {dialect.member('id')}",
+                (dialect.members(outbox_ids),),
+            )
 
     def uncount_attempts(self, outbox_ids: list[int]) -> None:
         """Take back the attempt counted ahead (:meth:`add` with ``attempts=1``) of each unsent row whose send never
         began, so a later start does not flag it as a possible duplicate."""
-        with Transaction(self._db, savepoint=False):
-            self._db.executemany(
-                "UPDATE outbox SET attempts = attempts - 1 WHERE id = ? AND attempts > 0 AND sent_at IS NULL",
-                [(i,) for i in outbox_ids],
+        if outbox_ids:
+            dialect = self._db.dialect
+            self._db.execute(
+                f"UPDATE outbox SET attempts = attempts - 1 WHERE {dialect.member('id')} AND attempts > 0 "
+                "AND sent_at IS NULL",
+                (dialect.members(outbox_ids),),
             )
 
     def mark_sent(self, outbox_id: int, platform_message_id: str | None) -> None:
@@ -105,7 +115,7 @@ class Outbox(Table):
     def mark_sent_many(self, sent: list[tuple[int, str | None]]) -> None:
         """Record the delivery of several rows: (row id, platform message id) pairs."""
         now = self._clock()
-        with Transaction(self._db, savepoint=False):
+        with self._db.transaction(savepoint=False):
             self._db.executemany(
                 "UPDATE outbox SET sent_at = ?, platform_message_id = ?, last_error = NULL WHERE id = ?",
                 [(now, platform_id, outbox_id) for outbox_id, platform_id in sent],
@@ -113,14 +123,21 @@ class Outbox(Table):
 
     def abandon(self, outbox_id: int, reason: str) -> None:
         """Give a reply up: it is never sent (a handoff whose delivery failed)."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "UPDATE outbox SET abandoned_at = ?, last_error = ? WHERE id = ?", (self._clock(), reason, outbox_id)
-            )
+        self._db.execute(
+            "UPDATE outbox SET abandoned_at = ?, last_error = ? WHERE id = ?", (self._clock(), reason, outbox_id)
+        )
 
     def mark_failed(self, outbox_id: int, error: str, retry_at: float) -> None:
         """Record a failed attempt and when to try again."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "UPDATE outbox SET last_error = ?, next_attempt_at = ? WHERE id = ?", (error, retry_at, outbox_id)
-            )
+        self._db.execute(
+            "UPDATE outbox SET last_error = ?, next_attempt_at = ? WHERE id = ?", (error, retry_at, outbox_id)
+        )
+
+    def prune_finished(self, before: float, *, limit: int = -1) -> int:
+        """Forget replies sent or given up before ``before``, at most ``limit`` (-1: all) of them; return how many."""
+        clause, bound = limit_clause(limit)
+        return self._db.count(
+            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE (sent_at IS NOT NULL AND sent_at < ?) "
+            f"OR (abandoned_at IS NOT NULL AND abandoned_at < ?){clause})",
+            (before, before, *bound),
+        )

@@ -67,14 +67,14 @@ class Store(TranscriptRows):
 
     def __init__(self, connection: apsw.Connection, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__(connection, clock)
-        self.inbox = Inbox(connection, clock)
-        self.outbox = Outbox(connection, clock)
+        self.inbox = Inbox(self.sql, clock)
+        self.outbox = Outbox(self.sql, clock)
         self.leases = Leases(connection, clock)
         self.timers = Timers(self.sql, clock)
         self.kv = KeyValues(self.sql, clock)
         self.homes = HomeChannels(self.sql, clock)
         self.memories = Memories(self.sql, clock)
-        self.responses = Responses(connection, clock)
+        self.responses = Responses(self.sql, clock)
 
     @classmethod
     def open(

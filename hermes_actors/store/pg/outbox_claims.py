@@ -8,27 +8,21 @@ once without waiting on each other's rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from hermes_actors.store.pg.db import Database
-from hermes_actors.store.pg.queues import _OUTBOX_COLUMNS, _outbox_row
+from hermes_actors.store.outbox_queue import OUTBOX_COLUMNS, outbox_row
 from hermes_actors.store.records import OutboxRow
+from hermes_actors.store.sql import SqlTable
 
 __all__ = ["OutboxClaims"]
 
-_COLUMNS = ", ".join(f"o.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
-_RETURNED = ", ".join(f"heads.{column.strip()}" for column in _OUTBOX_COLUMNS.split(","))
+_COLUMNS = ", ".join(f"o.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
+_RETURNED = ", ".join(f"heads.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
 _UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
 
 
-class OutboxClaims:
+class OutboxClaims(SqlTable):
     """Claims of unsent outbox rows by dispatchers (``outbox.claimed_by``, ``claimed_until``; schema version 3)."""
-
-    __slots__ = ("_clock", "_db")
-
-    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
-        self._db = db
-        self._clock = clock
 
     def claim(
         self,
@@ -45,16 +39,16 @@ class OutboxClaims:
             return []
         rows = self._db.execute(
             f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
-            "AND o.next_attempt_at <= %(now)s AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
-            "AND (%(platforms)s::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest(%(platforms)s::text[], "
-            "%(accounts)s::text[]) AS t(platform, account) WHERE t.platform = o.platform "
+            "AND o.next_attempt_at <= :now AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
+            "AND (:platforms::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest(:platforms::text[], "
+            ":accounts::text[]) AS t(platform, account) WHERE t.platform = o.platform "
             "AND (t.account IS NULL OR t.account = o.account_id))) "
             f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
             "AND p.platform = o.platform AND p.account_id = o.account_id "
             "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
-            "ORDER BY o.id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED) "
-            "UPDATE outbox AS u SET claimed_by = %(who)s, "
-            "claimed_until = clock_timestamp() + make_interval(secs => %(lease)s) "
+            "ORDER BY o.id LIMIT :limit FOR UPDATE OF o SKIP LOCKED) "
+            "UPDATE outbox AS u SET claimed_by = :who, "
+            "claimed_until = clock_timestamp() + make_interval(secs => :lease) "
             f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}",
             {
                 "now": self._clock(),
@@ -65,11 +59,11 @@ class OutboxClaims:
                 "accounts": None if targets is None else [account for _, account in targets],
             },
         )
-        return sorted((_outbox_row(row) for row in rows), key=lambda row: row.id)
+        return sorted((outbox_row(row) for row in rows), key=lambda row: row.id)
 
     def unclaim(self, dispatcher: str, outbox_ids: Sequence[int]) -> int:
         """End ``dispatcher``'s claims of ``outbox_ids`` (sent, failed or put back); how many it held."""
         return self._db.count(
-            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL WHERE id = ANY(%s) AND claimed_by = %s",
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL WHERE id = ANY(?) AND claimed_by = ?",
             (list(outbox_ids), dispatcher),
         )

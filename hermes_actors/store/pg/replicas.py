@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import msgspec
 
-from hermes_actors.store.pg.db import Database
+from hermes_actors.store.sql import SqlDb
 
 __all__ = ["PgReplicas", "ReplicaBeat"]
 
-_NOW = "(clock_timestamp() + make_interval(secs => %(skew)s))"
+_NOW = "(clock_timestamp() + make_interval(secs => :skew))"
 _FORGOTTEN_AFTER = "1 day"
 
 
@@ -36,7 +36,7 @@ class PgReplicas:
 
     __slots__ = ("_db", "_skew")
 
-    def __init__(self, db: Database, skew: Callable[[], float]) -> None:
+    def __init__(self, db: SqlDb, skew: Callable[[], float]) -> None:
         self._db = db
         self._skew = skew
 
@@ -44,7 +44,7 @@ class PgReplicas:
         """Record that replica ``name`` runs now, on the config ``settings`` (``fingerprint`` its digest)."""
         self._db.execute(
             "INSERT INTO cluster_replicas (name, seen_at, started_at, fingerprint, settings) "
-            f"VALUES (%(name)s, {_NOW}, {_NOW}, %(fingerprint)s, %(settings)s) "
+            f"VALUES (:name, {_NOW}, {_NOW}, :fingerprint, :settings) "
             "ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at, fingerprint = excluded.fingerprint, "
             "settings = excluded.settings",
             {"name": name, "fingerprint": fingerprint, "settings": settings, "skew": self._skew()},
@@ -53,7 +53,7 @@ class PgReplicas:
     def forget(self, name: str) -> None:
         """Remove replica ``name`` (it stopped), and every replica silent for a day."""
         self._db.execute(
-            f"DELETE FROM cluster_replicas WHERE name = %(name)s OR seen_at < {_NOW} - interval '{_FORGOTTEN_AFTER}'",
+            f"DELETE FROM cluster_replicas WHERE name = :name OR seen_at < {_NOW} - interval '{_FORGOTTEN_AFTER}'",
             {"name": name, "skew": self._skew()},
         )
 

@@ -17,18 +17,18 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hermes_actors.store.pg.db import Database
 from hermes_actors.store.pg.sessions import SESSION_COLUMNS, session_record
 from hermes_actors.store.records import SessionRecord
+from hermes_actors.store.sql import SqlDb
 
 __all__ = ["SHARD_SQL", "BackgroundHold", "ResetScan"]
 
 SHARD_SQL = (
     "mod(('x' || left(encode(sha256(convert_to({id}, 'UTF8')), 'hex'), 16))::bit(64)::bigint::numeric "
     "+ CASE WHEN ('x' || left(encode(sha256(convert_to({id}, 'UTF8')), 'hex'), 16))::bit(64)::bigint < 0 "
-    "THEN 18446744073709551616 ELSE 0 END, %(shards)s)::integer"
+    "THEN 18446744073709551616 ELSE 0 END, :shards)::integer"
 )
-"""``shard_of`` in SQL, over the text column or expression put in for ``{id}`` (the shard count: ``%(shards)s``)."""
+"""``shard_of`` in SQL, over the text column or expression put in for ``{id}`` (the shard count: ``:shards``)."""
 
 
 class BackgroundHold(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,7 +44,7 @@ class ResetScan:
 
     __slots__ = ("_db",)
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: SqlDb) -> None:
         self._db = db
 
     def candidates(self, shards: Sequence[int], shard_count: int, active_before: float) -> list[SessionRecord]:
@@ -52,8 +52,8 @@ class ResetScan:
         if not shards:
             return []
         rows = self._db.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE ended_at IS NULL AND last_active_at <= %(before)s "
-            f"AND {SHARD_SQL.format(id='id')} = ANY(%(wanted)s)",
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE ended_at IS NULL AND last_active_at <= :before "
+            f"AND {SHARD_SQL.format(id='id')} = ANY(:wanted)",
             {"before": active_before, "shards": shard_count, "wanted": sorted(shards)},
         )
         return [session_record(row) for row in rows]
@@ -61,8 +61,8 @@ class ResetScan:
     def hold(self, session_id: str, started_at: float, reporter: str) -> None:
         """Record that ``reporter``'s agent runs a background process of ``session_id`` since ``started_at``."""
         self._db.execute(
-            "INSERT INTO background_processes (session_id, started_at, reporter) SELECT id, %s, %s FROM sessions "
-            "WHERE id = %s ON CONFLICT (session_id) DO UPDATE SET started_at = excluded.started_at, "
+            "INSERT INTO background_processes (session_id, started_at, reporter) SELECT id, ?, ? FROM sessions "
+            "WHERE id = ? ON CONFLICT (session_id) DO UPDATE SET started_at = excluded.started_at, "
             "reporter = excluded.reporter",
             (started_at, reporter, session_id),
         )
@@ -71,7 +71,7 @@ class ResetScan:
         """Forget ``reporter``'s record of the background process of ``session_id``; whether there was one."""
         return (
             self._db.count(
-                "DELETE FROM background_processes WHERE session_id = %s AND reporter = %s", (session_id, reporter)
+                "DELETE FROM background_processes WHERE session_id = ? AND reporter = ?", (session_id, reporter)
             )
             > 0
         )
@@ -81,7 +81,7 @@ class ResetScan:
         if not session_ids:
             return {}
         rows = self._db.execute(
-            "SELECT session_id, started_at, reporter FROM background_processes WHERE session_id = ANY(%s)",
+            "SELECT session_id, started_at, reporter FROM background_processes WHERE session_id = ANY(?)",
             (list(session_ids),),
         )
         return {str(s): BackgroundHold(session_id=str(s), started_at=float(t), reporter=str(r)) for s, t, r in rows}

@@ -9,21 +9,24 @@ notification: ``NOTIFY`` is not delivered to a listener that was not connected w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 import psycopg
 
-from hermes_actors.store.pg.db import Database, store_error
-from hermes_actors.store.pg.queues import _INBOX_COLUMNS, _inbox_row
+from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
+from hermes_actors.store.pg.db import store_error
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
+from hermes_actors.store.sql import SqlTable
 
 __all__ = ["CHANNEL", "InboxListener", "PendingRow", "ShardLag", "ShardQueue"]
 
 CHANNEL = "hermes_inbox"
 _PENDING = InboxState.PENDING.value
-_JOINED_COLUMNS = ", ".join(f"i.{column.strip()}" for column in _INBOX_COLUMNS.split(","))
+_JOINED_COLUMNS = ", ".join(f"i.{column.strip()}" for column in INBOX_COLUMNS.split(","))
+_ADD = inbox_insert("shard")
+_NOTIFY = f"SELECT pg_notify('{CHANNEL}', ?)"
 
 
 class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,14 +48,8 @@ class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
     kind: InboxKind = InboxKind.MESSAGE
 
 
-class ShardQueue:
+class ShardQueue(SqlTable):
     """The inbox's rows by shard (``inbox.shard``, schema version 3)."""
-
-    __slots__ = ("_clock", "_db")
-
-    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
-        self._db = db
-        self._clock = clock
 
     def add(
         self,
@@ -69,13 +66,11 @@ class ShardQueue:
         or ``None`` for a redelivery (nothing added, nobody notified)."""
         with self._db.transaction(savepoint=False):
             found = self._db.value(
-                "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, "
-                "shard, kind) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING RETURNING id",
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), shard, kind.value),
+                _ADD,
+                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), kind.value, shard),
             )
             if found is not None:
-                self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
+                self._db.execute(_NOTIFY, (str(shard),))
         return None if found is None else int(found)
 
     def pending(self, shards: Sequence[int], *, limit: int = 500) -> list[tuple[int, InboxRow]]:
@@ -83,10 +78,10 @@ class ShardQueue:
         if not shards:
             return []
         rows = self._db.execute(
-            f"SELECT shard, {_INBOX_COLUMNS} FROM inbox WHERE state = %s AND shard = ANY(%s) ORDER BY id LIMIT %s",
+            f"SELECT shard, {INBOX_COLUMNS} FROM inbox WHERE state = ? AND shard = ANY(?) ORDER BY id LIMIT ?",
             (_PENDING, sorted(shards), limit),
         )
-        return [(int(row[0]), _inbox_row(row[1:])) for row in rows]
+        return [(int(row[0]), inbox_row(row[1:])) for row in rows]
 
     def pending_ids(self, shards: Sequence[int], *, limit: int = 500) -> list[int]:
         """The ids of the oldest pending rows of ``shards`` (up to ``limit``), in order: read from the index alone,
@@ -94,7 +89,7 @@ class ShardQueue:
         if not shards:
             return []
         rows = self._db.execute(
-            "SELECT id FROM inbox WHERE state = %s AND shard = ANY(%s) ORDER BY id LIMIT %s",
+            "SELECT id FROM inbox WHERE state = ? AND shard = ANY(?) ORDER BY id LIMIT ?",
             (_PENDING, sorted(shards), limit),
         )
         return [int(inbox_id) for (inbox_id,) in rows]
@@ -106,34 +101,32 @@ class ShardQueue:
             return []
         rows = self._db.execute(
             f"SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
-            "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = ANY(%s) AND i.state = %s ORDER BY i.id",
+            "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = ANY(?) AND i.state = ? ORDER BY i.id",
             (list(inbox_ids), _PENDING),
         )
-        return [(int(row[0]), _inbox_row(row[2:]), None if row[1] is None else str(row[1])) for row in rows]
+        return [(int(row[0]), inbox_row(row[2:]), None if row[1] is None else str(row[1])) for row in rows]
 
     def reshard(self, inbox_id: int, shard: int) -> bool:
         """Move a pending row to ``shard`` (its routing key now leads to a session there) and notify; whether it
         was pending."""
         with self._db.transaction(savepoint=False):
             moved = self._db.count(
-                "UPDATE inbox SET shard = %s, owner = NULL WHERE id = %s AND state = %s", (shard, inbox_id, _PENDING)
+                "UPDATE inbox SET shard = ?, owner = NULL WHERE id = ? AND state = ?", (shard, inbox_id, _PENDING)
             )
             if moved:
-                self._db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(shard)))
+                self._db.execute(_NOTIFY, (str(shard),))
         return moved > 0
 
     def take(self, inbox_id: int, owner: str) -> bool:
         """Mark a pending row as being worked on by ``owner`` (a host applying an operator's change); whether it
         was pending. A row taken by no one can still be withdrawn (:meth:`withdraw`)."""
-        return (
-            self._db.count("UPDATE inbox SET owner = %s WHERE id = %s AND state = %s", (owner, inbox_id, _PENDING)) > 0
-        )
+        return self._db.count("UPDATE inbox SET owner = ? WHERE id = ? AND state = ?", (owner, inbox_id, _PENDING)) > 0
 
     def withdraw(self, inbox_id: int) -> bool:
         """Refuse a pending row no host has taken (its sender gave up waiting); whether it was withdrawn."""
         return (
             self._db.count(
-                "UPDATE inbox SET state = %s, completed_at = %s WHERE id = %s AND state = %s AND owner IS NULL",
+                "UPDATE inbox SET state = ?, completed_at = ? WHERE id = ? AND state = ? AND owner IS NULL",
                 (InboxState.REJECTED.value, self._clock(), inbox_id, _PENDING),
             )
             > 0
@@ -142,12 +135,12 @@ class ShardQueue:
     def record(self, inbox_id: int, payload: bytes) -> None:
         """Replace a row's payload (a host records an operator change's outcome in it, in the transaction that
         completes the row)."""
-        self._db.execute("UPDATE inbox SET payload = %s WHERE id = %s", (payload, inbox_id))
+        self._db.execute("UPDATE inbox SET payload = ? WHERE id = ?", (payload, inbox_id))
 
     def oldest(self, *, limit: int) -> list[PendingRow]:
         """The ``limit`` oldest pending rows (by id: the order they were taken in), oldest first."""
         rows = self._db.execute(
-            "SELECT id, shard, platform, received_at, kind FROM inbox WHERE state = %s ORDER BY id LIMIT %s",
+            "SELECT id, shard, platform, received_at, kind FROM inbox WHERE state = ? ORDER BY id LIMIT ?",
             (_PENDING, limit),
         )
         return [
@@ -164,13 +157,13 @@ class ShardQueue:
     def pending_before(self, received_at: float) -> int:
         """How many rows received before ``received_at`` (unix seconds) are still pending."""
         return int(
-            self._db.value("SELECT count(*) FROM inbox WHERE state = %s AND received_at < %s", (_PENDING, received_at))
+            self._db.value("SELECT count(*) FROM inbox WHERE state = ? AND received_at < ?", (_PENDING, received_at))
         )
 
     def lag(self) -> list[ShardLag]:
         """Every shard with pending rows: how many and since when, in shard order."""
         rows = self._db.execute(
-            "SELECT shard, count(*), min(received_at) FROM inbox WHERE state = %s AND shard IS NOT NULL "
+            "SELECT shard, count(*), min(received_at) FROM inbox WHERE state = ? AND shard IS NOT NULL "
             "GROUP BY shard ORDER BY shard",
             (_PENDING,),
         )

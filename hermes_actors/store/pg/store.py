@@ -25,16 +25,16 @@ from hermes_actors.store.connection import StoreUnwritableError
 from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.export import AttachmentRow, SessionExport
 from hermes_actors.store.homes import HomeChannels
+from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
 from hermes_actors.store.memories import Memories
+from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.pg import lineage, maintenance
 from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
-from hermes_actors.store.pg.queues import PgInbox, PgOutbox
 from hermes_actors.store.pg.replicas import PgReplicas
 from hermes_actors.store.pg.reset_scan import ResetScan
-from hermes_actors.store.pg.responses import PgResponses
 from hermes_actors.store.pg.roles import PgRoles
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
@@ -42,6 +42,7 @@ from hermes_actors.store.pg.tables import PgLeases
 from hermes_actors.store.pg.transcript import PgTranscriptRows
 from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
 from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord, TipFilter
+from hermes_actors.store.responses import Responses
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.timers import Timers
 
@@ -73,20 +74,20 @@ class PostgresStore(PgTranscriptRows):
     ) -> None:
         super().__init__(database, clock)
         self.database = database
-        self.inbox = PgInbox(database, clock)
-        self.outbox = PgOutbox(database, clock)
+        self.inbox = Inbox(self.sql, clock)
+        self.outbox = Outbox(self.sql, clock)
         self.leases = PgLeases(database, lease_skew)
         self.timers = Timers(self.sql, clock)
         self.kv = KeyValues(self.sql, clock)
         self.homes = HomeChannels(self.sql, clock)
         self.memories = Memories(self.sql, clock)
-        self.responses = PgResponses(database, clock)
+        self.responses = Responses(self.sql, clock)
         self.shards = PgShards(database, lease_skew)
         self.roles = PgRoles(database, lease_skew)
-        self.replicas = PgReplicas(database, lease_skew)
-        self.shard_queue = ShardQueue(database, clock)
-        self.outbox_claims = OutboxClaims(database, clock)
-        self.reset_scan = ResetScan(database)
+        self.replicas = PgReplicas(self.sql, lease_skew)
+        self.shard_queue = ShardQueue(self.sql, clock)
+        self.outbox_claims = OutboxClaims(self.sql, clock)
+        self.reset_scan = ResetScan(self.sql)
 
     @classmethod
     def open(

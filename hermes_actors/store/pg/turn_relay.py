@@ -8,7 +8,7 @@ request waits in a ``hermesd --cluster`` replica. Two channels carry what the re
   transaction, so they arrive while the turn runs). A payload is at most :data:`MAX_PAYLOAD` bytes (PostgreSQL's
   limit is 8,000): the caller splits longer text.
 - :data:`OUTBOX_CHANNEL` (``hermes_outbox``): sent in the transaction that queues a reply
-  (:meth:`~hermes_actors.store.pg.queues.PgOutbox.add`), with the platform: a replica looks for the replies its
+  (:meth:`~hermes_actors.store.outbox_queue.Outbox.add`), with the platform: a replica looks for the replies its
   requests wait for once the turn has committed.
 
 ``NOTIFY`` reaches only listeners connected when it is sent and is not stored, so both are wake-ups: the reply
