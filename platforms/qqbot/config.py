@@ -8,13 +8,23 @@ access tokens and derives the Ed25519 key pair QQ signs callbacks with. QQ calls
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    BodyBytes,
+    ListenHost,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -44,8 +54,11 @@ MEDIA_HOSTS = (
 GROUP_AND_C2C_EVENT, PUBLIC_GUILD_MESSAGES = 1 << 25, 1 << 30
 DEFAULT_INTENTS = GROUP_AND_C2C_EVENT | PUBLIC_GUILD_MESSAGES
 _SECTION = "platforms.qqbot"
-_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_APP_ID = re.compile(r"[0-9]{4,20}")
+_AppId = Annotated[
+    str, Rule(Meta(pattern=r"^[0-9]{4,20}\Z"), "must be the bot's AppID: digits, as shown on the QQ open platform")
+]
+_Intents = Annotated[int, Rule(Meta(gt=0, lt=1 << 31), "must be a positive 31-bit intents mask")]
+_MessageChars = Annotated[int, Rule(Meta(ge=2, le=10_000), "must be between 2 and 10000")]
 
 
 class QqbotBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,7 +66,7 @@ class QqbotBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     events arrive: ``callback`` (QQ POSTs them to ``/qqbot/<name>``) or ``websocket`` (the bot connects to QQ's
     gateway; QQ delivers by one or the other, as set on the open platform)."""
 
-    app_id: str
+    app_id: _AppId
     secret: str | None = None
     secret_env: str | None = None
     mode: Literal["callback", "websocket"] = "callback"
@@ -69,50 +82,34 @@ class QqbotConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8662
-    intents: int = DEFAULT_INTENTS
-    reconnect_min_s: float = 1.0
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8662
+    intents: _Intents = DEFAULT_INTENTS
+    reconnect_min_s: PositiveSeconds = 1.0
     reconnect_max_s: float = 60.0
-    hello_timeout_s: float = 20.0
+    hello_timeout_s: PositiveSeconds = 20.0
     token_url: str = DEFAULT_TOKEN_URL
     api_base_url: str = DEFAULT_API_BASE_URL
-    max_skew_s: float = 300.0
-    max_message_chars: int = 2000
-    messages_per_second: float = 5.0
-    max_body_bytes: int = 1024 * 1024
-    http_timeout_s: float = 10.0
-    bots: dict[str, QqbotBot] = msgspec.field(default_factory=dict)
+    max_skew_s: PositiveSeconds = 300.0
+    max_message_chars: _MessageChars = 2000
+    messages_per_second: PositiveRate = 5.0
+    max_body_bytes: BodyBytes = 1024 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
+    bots: dict[AccountName, QqbotBot] = msgspec.field(default_factory=dict)
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        check_section(self, _SECTION)
         _check_url("token_url", self.token_url, DEFAULT_TOKEN_URL)
         _check_url("api_base_url", self.api_base_url, DEFAULT_API_BASE_URL)
         self.fetch.check(f"{_SECTION}.fetch")
-        for field in ("max_skew_s", "messages_per_second", "http_timeout_s", "reconnect_min_s", "hello_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ConfigError(f"{_SECTION}.reconnect_max_s", "must be at least reconnect_min_s")
-        if not 0 < self.intents < 1 << 31:
-            raise ConfigError(f"{_SECTION}.intents", "must be a positive 31-bit intents mask")
-        if not 2 <= self.max_message_chars <= 10_000:
-            raise ConfigError(f"{_SECTION}.max_message_chars", "must be between 2 and 10000")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
         if self.enabled and not self.bots:
             raise ConfigError(f"{_SECTION}.bots", "name at least one bot, such as bots: {main: {app_id: ...}}")
         seen: set[str] = set()
         for name, bot in self.bots.items():
             path = f"{_SECTION}.bots.{name}"
-            if not _BOT_NAME.fullmatch(name):
-                raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (it is part of the URL)")
-            if not _APP_ID.fullmatch(bot.app_id):
-                raise ConfigError(f"{path}.app_id", "must be the bot's AppID: digits, as shown on the QQ open platform")
             if bot.app_id in seen:
                 raise ConfigError(f"{path}.app_id", f"app {bot.app_id} is configured twice")
             seen.add(bot.app_id)

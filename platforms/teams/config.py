@@ -3,12 +3,24 @@ tokens come from, and send rates."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    BodyBytes,
+    ListenHost,
+    NonNegativeSeconds,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
@@ -36,10 +48,25 @@ FILE_HOSTS = (
 )
 """The hosts a Teams attachment's ``contentUrl`` or ``downloadUrl`` may name; ``fetch.hosts`` adds to them."""
 MAX_TEXT_CHARS = 28_000  # Teams refuses a message over about 28 KB; characters are a safe measure below that
-_BOT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_APP_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-_TENANT = re.compile(r"[A-Za-z0-9.-]{1,128}")  # a tenant GUID, or a domain such as botframework.com
 _SECTION = "platforms.teams"
+_AppId = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"),
+        "must be the bot's Microsoft App ID, a GUID such as 8a2e5c1f-0b6d-4e2a-9c31-5f7d8e9a0b1c",
+    ),
+]
+_TenantId = Annotated[  # a tenant GUID, or a domain such as botframework.com
+    str, Rule(Meta(pattern=r"^[A-Za-z0-9.-]{1,128}\Z"), "must be a Microsoft Entra tenant id (a GUID)")
+]
+_ClockSkew = Annotated[float, Rule(Meta(ge=0, le=600), "must be 0..600 seconds; the default is 60")]
+_MessageChars = Annotated[
+    int,
+    Rule(
+        Meta(ge=100, le=MAX_TEXT_CHARS),
+        f"must be between 100 and {MAX_TEXT_CHARS} (Teams refuses messages over about 28 KB)",
+    ),
+]
 
 
 class TeamsBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -50,10 +77,10 @@ class TeamsBot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     that tenant and activities from any other tenant are refused.
     """
 
-    app_id: str
+    app_id: _AppId
     app_password: str | None = None
     app_password_env: str | None = None
-    tenant_id: str | None = None
+    tenant_id: _TenantId | None = None
 
 
 class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -68,25 +95,22 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 3978
+    host: ListenHost = "127.0.0.1"
+    port: Port = 3978
     openid_metadata_url: str = DEFAULT_OPENID_METADATA_URL
     login_url: str = DEFAULT_LOGIN_URL
-    clock_skew_s: float = 60.0
-    keys_min_refresh_s: float = 60.0
-    keys_max_age_s: float = 86_400.0
-    max_message_chars: int = 4_000
-    messages_per_second: float = 1.0  # per conversation; Teams allows about 7 a second, 60 in 30 s
-    max_body_bytes: int = 1024 * 1024
-    http_timeout_s: float = 10.0
-    bots: dict[str, TeamsBot] = msgspec.field(default_factory=dict)
+    clock_skew_s: _ClockSkew = 60.0
+    keys_min_refresh_s: NonNegativeSeconds = 60.0
+    keys_max_age_s: NonNegativeSeconds = 86_400.0
+    max_message_chars: _MessageChars = 4_000
+    messages_per_second: PositiveRate = 1.0  # per conversation; Teams allows about 7 a second, 60 in 30 s
+    max_body_bytes: BodyBytes = 1024 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
+    bots: dict[AccountName, TeamsBot] = msgspec.field(default_factory=dict)
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        check_section(self, _SECTION)
         for field, example in (
             ("openid_metadata_url", DEFAULT_OPENID_METADATA_URL),
             ("login_url", DEFAULT_LOGIN_URL),
@@ -94,22 +118,6 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             parts = urlsplit(getattr(self, field))
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ConfigError(f"{_SECTION}.{field}", f"must be an http(s) URL such as {example}")
-        if not 0 <= self.clock_skew_s <= 600:
-            raise ConfigError(f"{_SECTION}.clock_skew_s", "must be 0..600 seconds; the default is 60")
-        for field in ("keys_min_refresh_s", "keys_max_age_s"):
-            if getattr(self, field) < 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must not be negative")
-        if not 100 <= self.max_message_chars <= MAX_TEXT_CHARS:
-            raise ConfigError(
-                f"{_SECTION}.max_message_chars",
-                f"must be between 100 and {MAX_TEXT_CHARS} (Teams refuses messages over about 28 KB)",
-            )
-        if self.messages_per_second <= 0:
-            raise ConfigError(f"{_SECTION}.messages_per_second", "must be a positive rate")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
-        if self.http_timeout_s <= 0:
-            raise ConfigError(f"{_SECTION}.http_timeout_s", "must be a positive number of seconds")
         self.fetch.check(f"{_SECTION}.fetch")
         for name, bot in self.bots.items():
             _check_bot(name, bot)
@@ -122,12 +130,6 @@ class TeamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 def _check_bot(name: str, bot: TeamsBot) -> None:
     path = f"{_SECTION}.bots.{name}"
-    if not _BOT_NAME.fullmatch(name):
-        raise ConfigError(path, "a bot name is 1 to 64 letters, digits, '_' or '-' (the URL is /teams/messages/<name>)")
-    if not _APP_ID.fullmatch(bot.app_id):
-        raise ConfigError(
-            f"{path}.app_id", "must be the bot's Microsoft App ID, a GUID such as 8a2e5c1f-0b6d-4e2a-9c31-5f7d8e9a0b1c"
-        )
     missing = (
         "is required; create a client secret under the Azure Bot's Configuration > Manage Password, or name an "
         "environment variable holding it in app_password_env"
@@ -137,8 +139,6 @@ def _check_bot(name: str, bot: TeamsBot) -> None:
     )
     if bot.app_password is not None and (not bot.app_password or bot.app_password != bot.app_password.strip()):
         raise ConfigError(f"{path}.app_password", "must not be empty or have spaces around it")
-    if bot.tenant_id is not None and not _TENANT.fullmatch(bot.tenant_id):
-        raise ConfigError(f"{path}.tenant_id", "must be a Microsoft Entra tenant id (a GUID)")
 
 
 class ResolvedBot(msgspec.Struct, frozen=True, kw_only=True):

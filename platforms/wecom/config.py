@@ -12,9 +12,21 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    ListenHost,
+    Port,
+    PositiveBytes,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.secrets import check_secret_source, read_env_secret
 
@@ -22,17 +34,24 @@ __all__ = ["WECOM_API_URL", "AppKeys", "WecomApp", "WecomConfig", "aes_key_of", 
 
 WECOM_API_URL = "https://qyapi.weixin.qq.com"
 
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _AES_KEY = re.compile(r"[A-Za-z0-9]{43}")
 _SECTION = "platforms.wecom"
 _SECRETS = ("secret", "token", "encoding_aes_key")
+_CorpId = Annotated[
+    str,
+    Rule(Meta(pattern=r"^[A-Za-z0-9_-]{1,64}\Z"), "must be the corp id (ww...) from My Company > Company Information"),
+]
+_AgentId = Annotated[int, Rule(Meta(gt=0), "must be the app's AgentId (a positive number such as 1000002)")]
+_ApiUrl = Annotated[
+    str, Rule(Meta(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?\Z"), f"must be an http(s) URL such as {WECOM_API_URL}")
+]
 
 
 class WecomApp(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One app (``platforms.wecom.apps.<name>``); the name is the account in session keys and the URL path."""
 
-    corp_id: str
-    agent_id: int
+    corp_id: _CorpId
+    agent_id: _AgentId
     secret: str | None = None
     secret_env: str | None = None
     token: str | None = None
@@ -48,26 +67,16 @@ class WecomConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8658
-    max_body_bytes: int = 256 * 1024
-    http_timeout_s: float = 10.0
-    user_messages_per_second: float = 5.0
-    api_base_url: str = WECOM_API_URL
-    apps: dict[str, WecomApp] = msgspec.field(default_factory=dict)
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8658
+    max_body_bytes: PositiveBytes = 256 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
+    user_messages_per_second: PositiveRate = 5.0
+    api_base_url: _ApiUrl = WECOM_API_URL
+    apps: dict[AccountName, WecomApp] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if self.max_body_bytes < 1:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be a positive number of bytes")
-        for field in ("http_timeout_s", "user_messages_per_second"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-        if not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?", self.api_base_url):
-            raise ConfigError(f"{_SECTION}.api_base_url", f"must be an http(s) URL such as {WECOM_API_URL}")
+        check_section(self, _SECTION)
         seen: dict[tuple[str, int], str] = {}
         for name, app in self.apps.items():
             _check_app(name, app)
@@ -81,14 +90,6 @@ class WecomConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 def _check_app(name: str, app: WecomApp) -> None:
     path = f"{_SECTION}.apps.{name}"
-    if not _NAME.fullmatch(name):
-        raise ConfigError(
-            path, "an app name is 1 to 64 letters, digits, '_' or '-' (the URL is /wecom/callback/<name>)"
-        )
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", app.corp_id):
-        raise ConfigError(f"{path}.corp_id", "must be the corp id (ww...) from My Company > Company Information")
-    if app.agent_id <= 0:
-        raise ConfigError(f"{path}.agent_id", "must be the app's AgentId (a positive number such as 1000002)")
     for field in _SECRETS:
         value, env = getattr(app, field), getattr(app, f"{field}_env")
         check_secret_source(
