@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import http.client
 import logging
 import re
-import ssl
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from hermes_actors.media import MediaStore, format_size
 from hermes_actors.messages import Attachment
+from platforms.support import http_client
 from platforms.wechat.wire import MediaRef
 
 __all__ = ["INSTALL_HINT", "decrypt", "fetch_media"]
@@ -37,7 +36,6 @@ __all__ = ["INSTALL_HINT", "decrypt", "fetch_media"]
 _log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'hermes-actors[feishu]'"
-_CHUNK = 64 * 1024
 _BLOCK = 16  # AES block size: PKCS#7 adds 1 to 16 bytes
 _HEX_KEY = re.compile(r"[0-9a-fA-F]{32}")
 _IMAGE_TYPES = (
@@ -151,35 +149,21 @@ def _image_type(data: bytes) -> str:
 
 def _get(url: str, *, limit: int, timeout_s: float) -> bytes:
     """GET ``url`` and read at most ``limit`` bytes of it; :class:`_Failed` saying why otherwise."""
-    parts = urlsplit(url)
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        context = ssl.create_default_context()
-        connection = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout_s, context=context)
-    else:
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
+    over = f"over the {format_size(limit - _BLOCK)} limit"
     try:
-        try:
-            connection.request("GET", f"{parts.path}?{parts.query}", headers={"Accept": "application/octet-stream"})
-        except (OSError, http.client.HTTPException) as exc:
-            raise _Failed("WeChat's CDN could not be reached") from exc
-        try:
-            response = connection.getresponse()
-            if response.status != 200:
-                raise _Failed(f"its download failed (HTTP {response.status})")
-            declared = response.getheader("Content-Length", "")
-            if declared.isdigit() and int(declared) > limit:
-                size = int(declared)
-                raise _Failed(f"it is {format_size(size)}, over the {format_size(limit - _BLOCK)} limit", size)
-            data = bytearray()
-            while chunk := response.read(_CHUNK):
-                data += chunk
-                if len(data) > limit:
-                    raise _Failed(f"it is over the {format_size(limit - _BLOCK)} limit")
-            if declared.isdigit() and len(data) < int(declared):  # http.client ends a cut body quietly
-                raise _Failed("its download broke off")
-            return bytes(data)
-        except (OSError, http.client.HTTPException) as exc:
-            raise _Failed("its download broke off") from exc
-    finally:
-        connection.close()
+        result = http_client.request(
+            "GET", url, headers={"Accept": "application/octet-stream"}, timeout=timeout_s, max_bytes=limit
+        )
+    except http_client.TooLarge as exc:
+        if exc.status != 200:
+            raise _Failed(f"its download failed (HTTP {exc.status})") from exc
+        if exc.size is not None:
+            raise _Failed(f"it is {format_size(exc.size)}, {over}", exc.size) from exc
+        raise _Failed(f"it is {over}") from exc
+    except http_client.Unreachable as exc:
+        raise _Failed("WeChat's CDN could not be reached") from exc
+    except http_client.HttpError as exc:  # reset, timed out, or cut short of its Content-Length
+        raise _Failed("its download broke off") from exc
+    if result.status != 200:
+        raise _Failed(f"its download failed (HTTP {result.status})")
+    return result.body

@@ -24,23 +24,19 @@ and never spoils the rest of its answer.
 from __future__ import annotations
 
 import base64
-import contextlib
+import concurrent.futures
 import hashlib
-import http.client
 import mimetypes
 import re
 import secrets
-import socket
-import ssl
 import threading
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from hermes_actors.media import kind_of
 from hermes_actors.messages import Attachment
-from platforms.support.http_client import HttpResult, NoAnswer, Unreachable, shown
+from platforms.support.http_client import HttpClient, HttpError, HttpResult, Unreachable, shared_client, shown
 
 __all__ = [
     "BASE_INFO",
@@ -340,21 +336,20 @@ class LongPoll:
     The server keeps a ``getupdates`` request open for tens of seconds; stopping must not wait for it.
     """
 
-    def __init__(self, *, max_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, *, max_bytes: int = 16 * 1024 * 1024, client: HttpClient | None = None) -> None:
         self._max_bytes = max_bytes
+        self._client = client if client is not None else shared_client()
         self._lock = threading.Lock()
-        self._connection: http.client.HTTPConnection | None = None
+        self._pending: concurrent.futures.Future[HttpResult] | None = None
         self._aborted = False
 
     def abort(self) -> None:
         """End the request in progress (it raises :class:`Unreachable`) and refuse further requests."""
         with self._lock:
             self._aborted = True
-            connection = self._connection
-        sock = connection.sock if connection is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):  # already closed
-                sock.shutdown(socket.SHUT_RDWR)
+            pending = self._pending
+        if pending is not None:
+            pending.cancel()
 
     def post(self, url: str, body: object, headers: dict[str, str], timeout: float) -> HttpResult | None:
         """Send one JSON POST; ``None`` when no answer came within ``timeout`` (an idle long poll).
@@ -362,39 +357,24 @@ class LongPoll:
         :class:`Unreachable` when the request did not leave (or the poll was aborted), :class:`NoAnswer` when the
         connection broke after it left.
         """
-        parts = urlsplit(url)
-        where = f"POST {shown(parts)}"
-        connection: http.client.HTTPConnection
-        if parts.scheme == "https":
-            context = ssl.create_default_context()
-            connection = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout, context=context)
-        else:
-            connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        stopping = f"POST {shown(url)}: the poll is stopping"
         with self._lock:
             if self._aborted:
-                raise Unreachable(f"{where}: the poll is stopping")
-            self._connection = connection
+                raise Unreachable(stopping)
+            pending = self._client.submit(
+                "POST", url, body=msgspec.json.encode(body), headers=headers, timeout=timeout, max_bytes=self._max_bytes
+            )
+            self._pending = pending
         try:
-            try:
-                connection.request("POST", parts.path or "/", body=msgspec.json.encode(body), headers=headers)
-            except TimeoutError:
+            return pending.result()
+        except concurrent.futures.CancelledError:
+            raise Unreachable(stopping) from None
+        except HttpError as exc:
+            if exc.timed_out:
                 return None
-            except (OSError, http.client.HTTPException) as exc:
-                raise Unreachable(f"{where}: cannot be reached ({exc or type(exc).__name__})") from exc
-            try:
-                response = connection.getresponse()
-                data = response.read(self._max_bytes + 1)
-            except TimeoutError:
-                return None
-            except (OSError, http.client.HTTPException) as exc:
-                if self._aborted:
-                    raise Unreachable(f"{where}: the poll is stopping") from exc
-                raise NoAnswer(f"{where}: the connection broke ({exc or type(exc).__name__})") from exc
-            if len(data) > self._max_bytes:
-                raise NoAnswer(f"{where}: the answer is larger than {self._max_bytes} bytes")
-            headers_seen = {k.lower(): v for k, v in response.getheaders()}
-            return HttpResult(status=response.status, headers=headers_seen, body=data)
+            if self._aborted:
+                raise Unreachable(stopping) from exc
+            raise
         finally:
             with self._lock:
-                self._connection = None
-            connection.close()
+                self._pending = None
