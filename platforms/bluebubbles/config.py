@@ -11,19 +11,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    AccountName,
+    BodyBytes,
+    ListenHost,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 
 __all__ = ["BluebubblesConfig", "ServerKeys", "resolve_keys"]
 
 _SECTION = "platforms.bluebubbles"
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{24,128}")
+_MessageChars = Annotated[int, Rule(Meta(ge=2, le=20_000), "must be between 2 and 20000")]
 
 
 class BluebubblesConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -37,35 +48,25 @@ class BluebubblesConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8663
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8663
     server_url: str = ""
-    server_name: str = "imessage"
+    server_name: AccountName = "imessage"
     password: str | None = None
     password_env: str | None = None
     webhook_token: str | None = None
     webhook_token_env: str | None = None
     method: Literal["apple-script", "private-api"] = "apple-script"
-    max_age_s: float = 3600.0
-    max_message_chars: int = 4000
-    messages_per_second: float = 1.0
-    max_body_bytes: int = 1024 * 1024
-    http_timeout_s: float = 30.0  # the server answers a send once Messages has taken it, which can take a while
+    max_age_s: PositiveSeconds = 3600.0
+    max_message_chars: _MessageChars = 4000
+    messages_per_second: PositiveRate = 1.0
+    max_body_bytes: BodyBytes = 1024 * 1024
+    http_timeout_s: PositiveSeconds = (
+        30.0  # the server answers a send once Messages has taken it, which can take a while
+    )
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if not _NAME.fullmatch(self.server_name):
-            raise ConfigError(f"{_SECTION}.server_name", "must be 1 to 64 letters, digits, '_' or '-'")
-        for field in ("max_age_s", "messages_per_second", "http_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-        if not 2 <= self.max_message_chars <= 20_000:
-            raise ConfigError(f"{_SECTION}.max_message_chars", "must be between 2 and 20000")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 1 MiB")
+        check_section(self, _SECTION)
         if self.enabled:
             self._check_server()
 

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    BodyBytes,
+    ListenHost,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
@@ -46,6 +57,10 @@ NUMBER = re.compile(r"\+[1-9][0-9]{6,14}|[0-9]{3,8}")  # E.164, or a short code
 
 _SECTION = "platforms.sms"
 _ACCOUNT_SID = re.compile(r"AC[0-9a-f]{32}")
+_MessageChars = Annotated[
+    int,
+    Rule(Meta(ge=2, le=MAX_BODY_CHARS), f"must be between 2 and {MAX_BODY_CHARS} (Twilio refuses a longer body)"),
+]
 
 
 class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,41 +74,28 @@ class SmsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8655
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8655
     public_url: str | None = None
     api_base_url: str = DEFAULT_API_BASE_URL
     account_sid: str = ""
     auth_token: str | None = None
     auth_token_env: str | None = None
     numbers: list[str] = msgspec.field(default_factory=list)
-    max_message_chars: int = MAX_BODY_CHARS
-    messages_per_second: float = 1.0
-    max_body_bytes: int = 256 * 1024
-    http_timeout_s: float = 15.0
+    max_message_chars: _MessageChars = MAX_BODY_CHARS
+    messages_per_second: PositiveRate = 1.0
+    max_body_bytes: BodyBytes = 256 * 1024
+    http_timeout_s: PositiveSeconds = 15.0
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        check_section(self, _SECTION)
         if self.public_url is not None:
             _check_url("public_url", self.public_url, "https://hermes.example.com/sms/twilio")
         _check_url("api_base_url", self.api_base_url, DEFAULT_API_BASE_URL)
         self.fetch.check(f"{_SECTION}.fetch")
         if self.enabled:  # a section turned off may leave its account out
             self._check_account()
-        if not 2 <= self.max_message_chars <= MAX_BODY_CHARS:
-            raise ConfigError(
-                f"{_SECTION}.max_message_chars",
-                f"must be between 2 and {MAX_BODY_CHARS} (Twilio refuses a longer body)",
-            )
-        for field in ("messages_per_second", "http_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 256 KiB")
 
     def _check_account(self) -> None:
         if not _ACCOUNT_SID.fullmatch(self.account_sid):

@@ -12,10 +12,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import (
+    BodyBytes,
+    Burst,
+    ListenHost,
+    Port,
+    PositiveRate,
+    PositiveSeconds,
+    Rule,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from platforms.support.fetch_policy import FetchPolicy, FetchSettings
 from platforms.support.secrets import check_secret_source, read_env_secret
@@ -39,7 +51,17 @@ _SECTION = "platforms.whatsapp"
 MEDIA_HOSTS = ("*.fbsbx.com", "*.fbcdn.net", "*.whatsapp.net", "graph.facebook.com")  # lookaside.fbsbx.com
 """The hosts a media lookup's ``url`` may name; ``fetch.hosts`` adds to them."""
 _PHONE_NUMBER_ID = re.compile(r"[0-9]{1,24}")
-_VERSION = re.compile(r"v[0-9]{1,3}\.[0-9]{1,3}")
+_Version = Annotated[
+    str,
+    Rule(Meta(pattern=r"^v[0-9]{1,3}\.[0-9]{1,3}\Z"), f"must be a Graph API version such as {DEFAULT_GRAPH_VERSION}"),
+]
+_MessageChars = Annotated[
+    int,
+    Rule(
+        Meta(ge=100, le=MAX_TEXT_CHARS), f"must be between 100 and {MAX_TEXT_CHARS} (the Cloud API refuses longer text)"
+    ),
+]
+_NumberRate = Annotated[float, Rule(Meta(gt=0), "must be a positive rate (Meta's default is 80)")]
 _APP_PAGE = "the Meta app's WhatsApp settings at developers.facebook.com/apps"
 _SECRETS = (
     ("app_secret", "WHATSAPP_APP_SECRET", "the App Secret (App settings > Basic)"),
@@ -61,7 +83,7 @@ class WhatsappNumber(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     verify_token_env: str | None = None
     access_token: str | None = None
     access_token_env: str | None = None
-    messages_per_second: float | None = None
+    messages_per_second: _NumberRate | None = None
 
 
 class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -76,42 +98,23 @@ class WhatsappConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8648
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8648
     graph_base_url: str = DEFAULT_GRAPH_BASE_URL
-    graph_version: str = DEFAULT_GRAPH_VERSION
-    max_message_chars: int = MAX_TEXT_CHARS
-    messages_per_second: float = 80.0
-    recipient_interval_s: float = 6.0
-    recipient_burst: int = 45
-    max_body_bytes: int = 3 * 1024 * 1024
-    http_timeout_s: float = 10.0
+    graph_version: _Version = DEFAULT_GRAPH_VERSION
+    max_message_chars: _MessageChars = MAX_TEXT_CHARS
+    messages_per_second: PositiveRate = 80.0
+    recipient_interval_s: PositiveSeconds = 6.0
+    recipient_burst: Burst = 45
+    max_body_bytes: BodyBytes = 3 * 1024 * 1024
+    http_timeout_s: PositiveSeconds = 10.0
     numbers: dict[str | int, WhatsappNumber] = msgspec.field(default_factory=dict)
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
 
     def __post_init__(self) -> None:
-        if not self.host.strip():
-            raise ConfigError(f"{_SECTION}.host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{_SECTION}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
+        check_section(self, _SECTION)
         _check_url(self.graph_base_url)
         self.fetch.check(f"{_SECTION}.fetch")
-        if not _VERSION.fullmatch(self.graph_version):
-            raise ConfigError(
-                f"{_SECTION}.graph_version", f"must be a Graph API version such as {DEFAULT_GRAPH_VERSION}"
-            )
-        if not 100 <= self.max_message_chars <= MAX_TEXT_CHARS:
-            raise ConfigError(
-                f"{_SECTION}.max_message_chars",
-                f"must be between 100 and {MAX_TEXT_CHARS} (the Cloud API refuses longer text)",
-            )
-        for field in ("messages_per_second", "recipient_interval_s", "http_timeout_s"):
-            if not getattr(self, field) > 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-        if self.recipient_burst < 1:
-            raise ConfigError(f"{_SECTION}.recipient_burst", "must be at least 1 message (Meta allows about 45)")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{_SECTION}.max_body_bytes", "must be at least 1024 bytes; the default is 3 MiB")
         seen: set[str] = set()
         for key, number in self.numbers.items():
             name = str(key)
@@ -157,8 +160,6 @@ def _check_number(name: str, number: WhatsappNumber) -> None:
         check_secret_source(path, field, value, env, example_env=example_env, missing=missing)
         if value is not None and (not value or value != value.strip()):
             raise ConfigError(f"{path}.{field}", "must not be empty or have spaces around it")
-    if number.messages_per_second is not None and not number.messages_per_second > 0:
-        raise ConfigError(f"{path}.messages_per_second", "must be a positive rate (Meta's default is 80)")
 
 
 class NumberKeys(msgspec.Struct, frozen=True, kw_only=True):
