@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import AccountName, PositiveRate, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -16,11 +18,33 @@ __all__ = ["SECURITY", "SESSIONS", "EmailAccount", "EmailConfig", "ResolvedAccou
 
 SECURITY = ("tls", "starttls", "none")
 SESSIONS = ("sender", "thread")
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ADDRESS = re.compile(r"[^@\s<>\"(),;:]{1,64}@[A-Za-z0-9.-]{1,253}")
-_DOMAIN = re.compile(r"@[A-Za-z0-9.-]{1,253}")
-_HOST = re.compile(r"[A-Za-z0-9.:\[\]-]{1,253}")
 _SECTION = "platforms.email"
+_LOCAL, _DOMAIN = r"[^@\s<>\"(),;:]{1,64}", r"@[A-Za-z0-9.-]{1,253}"
+_Address = Annotated[
+    str, Rule(Meta(pattern=rf"^{_LOCAL}{_DOMAIN}\Z"), "must be an email address such as agent@example.com")
+]
+_Sender = Annotated[
+    str,
+    Rule(
+        Meta(pattern=rf"^(?:{_LOCAL})?{_DOMAIN}\Z"),
+        "must be an address (alice@example.com) or a domain (@example.com)",
+    ),
+]
+_Senders = Annotated[
+    list[_Sender],
+    Rule(
+        Meta(min_length=1),
+        "must list who may write to the agent (addresses or @domains); an open mailbox must not be an open agent",
+    ),
+]
+_HOST = r"^[A-Za-z0-9.:\[\]-]{1,253}\Z"
+_Host = Annotated[str, Rule(Meta(pattern=_HOST), "must be a host name such as imap.example.com")]
+_ServerName = Annotated[str, Rule(Meta(pattern=_HOST), "must be a server name such as mx.example.org")]
+_ServerPort = Annotated[int, Rule(Meta(ge=1, le=65535), "must be a TCP port 1..65535")]
+_IdleRenew = Annotated[
+    float, Rule(Meta(gt=0, le=1740), "must be a positive number, at most 1740 s (RFC 2177: under 29 minutes)")
+]
+_Batch = Annotated[int, Rule(Meta(ge=1, le=500), "must be 1..500 messages")]
 
 
 class EmailAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,20 +63,20 @@ class EmailAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``header.from`` is the From domain (:mod:`platforms.email.authres`).
     """
 
-    address: str
-    imap_host: str
-    smtp_host: str
-    allowed_senders: list[str]
-    imap_port: int = 993
+    address: _Address
+    imap_host: _Host
+    smtp_host: _Host
+    allowed_senders: _Senders
+    imap_port: _ServerPort = 993
     imap_security: str = "tls"
-    smtp_port: int = 587
+    smtp_port: _ServerPort = 587
     smtp_security: str = "starttls"
     username: str | None = None
     password: str | None = None
     password_env: str | None = None
     mailbox: str = "INBOX"
     sessions: str = "sender"
-    trusted_authserv_id: str | None = None
+    trusted_authserv_id: _ServerName | None = None
 
 
 class EmailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -65,42 +89,26 @@ class EmailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     enabled: bool = True
-    accounts: dict[str, EmailAccount] = msgspec.field(default_factory=dict)
+    accounts: dict[AccountName, EmailAccount] = msgspec.field(default_factory=dict)
     use_idle: bool = True
-    idle_renew_s: float = 1500.0
-    poll_interval_s: float = 60.0
-    retry_s: float = 2.0
-    retry_max_s: float = 300.0
-    timeout_s: float = 30.0
-    max_batch: int = 20
-    messages_per_minute: float = 10.0
+    idle_renew_s: _IdleRenew = 1500.0
+    poll_interval_s: PositiveSeconds = 60.0
+    retry_s: PositiveSeconds = 2.0
+    retry_max_s: PositiveSeconds = 300.0
+    timeout_s: PositiveSeconds = 30.0
+    max_batch: _Batch = 20
+    messages_per_minute: PositiveRate = 10.0
 
     def __post_init__(self) -> None:
-        for field in ("idle_renew_s", "poll_interval_s", "retry_s", "retry_max_s", "timeout_s", "messages_per_minute"):
-            if getattr(self, field) <= 0:
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-        if self.idle_renew_s > 1740:
-            raise ConfigError(f"{_SECTION}.idle_renew_s", "must be at most 1740 s (RFC 2177: under 29 minutes)")
+        check_section(self, _SECTION)
         if self.retry_max_s < self.retry_s:
             raise ConfigError(f"{_SECTION}.retry_max_s", "must not be smaller than retry_s")
-        if not 1 <= self.max_batch <= 500:
-            raise ConfigError(f"{_SECTION}.max_batch", "must be 1..500 messages")
         for name, account in self.accounts.items():
             _check_account(name, account)
 
 
 def _check_account(name: str, account: EmailAccount) -> None:
     path = f"{_SECTION}.accounts.{name}"
-    if not _NAME.fullmatch(name):
-        raise ConfigError(path, "an account name is 1 to 64 letters, digits, '_' or '-' (it is part of session keys)")
-    if not _ADDRESS.fullmatch(account.address):
-        raise ConfigError(f"{path}.address", "must be an email address such as agent@example.com")
-    for field in ("imap_host", "smtp_host"):
-        if not _HOST.fullmatch(getattr(account, field)):
-            raise ConfigError(f"{path}.{field}", "must be a host name such as imap.example.com")
-    for field in ("imap_port", "smtp_port"):
-        if not 1 <= getattr(account, field) <= 65535:
-            raise ConfigError(f"{path}.{field}", "must be a TCP port 1..65535")
     for field in ("imap_security", "smtp_security"):
         if getattr(account, field) not in SECURITY:
             raise ConfigError(f"{path}.{field}", f"must be one of {', '.join(SECURITY)}")
@@ -108,18 +116,6 @@ def _check_account(name: str, account: EmailAccount) -> None:
         raise ConfigError(f"{path}.sessions", f"must be one of {', '.join(SESSIONS)}")
     if not account.mailbox.strip() or any(c in account.mailbox for c in '"\r\n\\'):
         raise ConfigError(f"{path}.mailbox", "must be a mailbox name such as INBOX")
-    if not account.allowed_senders:
-        raise ConfigError(
-            f"{path}.allowed_senders",
-            "must list who may write to the agent (addresses or @domains); an open mailbox must not be an open agent",
-        )
-    for index, sender in enumerate(account.allowed_senders):
-        if not (_ADDRESS.fullmatch(sender) or _DOMAIN.fullmatch(sender)):
-            raise ConfigError(
-                f"{path}.allowed_senders[{index}]", "must be an address (alice@example.com) or a domain (@example.com)"
-            )
-    if account.trusted_authserv_id is not None and not _HOST.fullmatch(account.trusted_authserv_id):
-        raise ConfigError(f"{path}.trusted_authserv_id", "must be a server name such as mx.example.org")
     missing = "is required: set password, or password_env to a variable holding it"
     check_secret_source(
         path, "password", account.password, account.password_env, example_env="EMAIL_PASSWORD", missing=missing

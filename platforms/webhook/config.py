@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from typing import Annotated
 from urllib.parse import SplitResult, urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import AccountName, ListenHost, Port, PositiveBytes, Rule, check_section
 from hermes_actors.errors import ConfigError
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
 from platforms.webhook.signing import NEW_SECRET_HINT, bad_secret, decode_secret
 
 __all__ = ["ResolvedRoute", "WebhookConfig", "WebhookRoute", "resolve_route"]
 
-_ROUTE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_FIELD_PATH = re.compile(r"[^.]+(?:\.[^.]+)*")
+_SECTION = "platforms.webhook"
 _CHAT_TYPES = ("dm", "group", "channel", "thread")
+_FieldPath = Annotated[
+    str,
+    Rule(Meta(pattern=r"^[^.]+(?:\.[^.]+)*\Z"), "must be a dotted path into the JSON payload, such as 'message.text'"),
+]
 
 
 class WebhookRoute(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -32,11 +37,11 @@ class WebhookRoute(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     secret: str | None = None
     secret_env: str | None = None
-    text: str = "text"
-    chat_id: str = "chat_id"
-    user_id: str = "user_id"
-    thread_id: str | None = None
-    user_name: str | None = None
+    text: _FieldPath = "text"
+    chat_id: _FieldPath = "chat_id"
+    user_id: _FieldPath = "user_id"
+    thread_id: _FieldPath | None = None
+    user_name: _FieldPath | None = None
     chat_type: str = "dm"
     callback_url: str | None = None
     callback_secret: str | None = None
@@ -46,26 +51,19 @@ class WebhookConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The ``platforms.webhook`` section; the daemon starts no webhook server when ``enabled`` is false."""
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8644
-    max_body_bytes: int = 1024 * 1024
-    routes: dict[str, WebhookRoute] = msgspec.field(default_factory=dict)
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8644
+    max_body_bytes: PositiveBytes = 1024 * 1024
+    routes: dict[AccountName, WebhookRoute] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.host:
-            raise ConfigError("platforms.webhook.host", "must not be empty; use 127.0.0.1 to listen on loopback only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError("platforms.webhook.port", "must be a TCP port between 0 and 65535")
-        if self.max_body_bytes < 1:
-            raise ConfigError("platforms.webhook.max_body_bytes", "must be a positive number of bytes")
+        check_section(self, _SECTION)
         for name, route in self.routes.items():
             _check_route(name, route)
 
 
 def _check_route(name: str, route: WebhookRoute) -> None:
-    path = f"platforms.webhook.routes.{name}"
-    if not _ROUTE_NAME.fullmatch(name):
-        raise ConfigError(path, "a route name is 1 to 64 letters, digits, '_' or '-' (the URL is /webhooks/<name>)")
+    path = f"{_SECTION}.routes.{name}"
     check_secret_source(
         path,
         "secret",
@@ -79,11 +77,6 @@ def _check_route(name: str, route: WebhookRoute) -> None:
     )
     if route.secret is not None and decode_secret(route.secret) is None:
         raise bad_secret(f"{path}.secret")
-    fields: dict[str, str | None] = {"text": route.text, "chat_id": route.chat_id, "user_id": route.user_id}
-    fields |= {"thread_id": route.thread_id, "user_name": route.user_name}
-    for field, value in fields.items():
-        if value is not None and not _FIELD_PATH.fullmatch(value):
-            raise ConfigError(f"{path}.{field}", "must be a dotted path into the JSON payload, such as 'message.text'")
     if route.chat_type not in _CHAT_TYPES:
         raise ConfigError(f"{path}.chat_type", f"must be one of {', '.join(_CHAT_TYPES)}")
     if route.callback_url is not None and _callback_target(route.callback_url) is None:
@@ -117,7 +110,7 @@ class ResolvedRoute(msgspec.Struct, frozen=True, kw_only=True):
 
 def resolve_route(name: str, route: WebhookRoute, environ: Mapping[str, str]) -> ResolvedRoute:
     if route.secret_env is not None:
-        path = f"platforms.webhook.routes.{name}.secret_env"
+        path = f"{_SECTION}.routes.{name}.secret_env"
         value = read_env_secret(path, route.secret_env, environ, export="export the route's secret")
         key = decode_secret(value)
         if key is None:
@@ -126,7 +119,7 @@ def resolve_route(name: str, route: WebhookRoute, environ: Mapping[str, str]) ->
     else:
         key = decode_secret(route.secret or "")
         if key is None:  # WebhookConfig refuses this already; a route built by hand may still get here
-            raise bad_secret(f"platforms.webhook.routes.{name}.secret")
+            raise bad_secret(f"{_SECTION}.routes.{name}.secret")
         origin = secret_origin("secret", None)
     callback_key = decode_secret(route.callback_secret) if route.callback_secret else None
     callback = _callback_target(route.callback_url) if route.callback_url else None
