@@ -43,7 +43,8 @@ SHARDS = 16
 
 def serve_host(dsn: str) -> None:
     """The shard host process: hold every shard, run turns with the echo agent until stdin closes."""
-    from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
+    from hermes_actors.cluster.host.runtime import HostRuntime
+    from hermes_actors.cluster.host.settings import HostSettings
 
     host = HostRuntime(
         HostSettings(name="bench-host", postgres_dsn=dsn, hosts=("bench-host",), shards=SHARDS),
@@ -119,9 +120,9 @@ def single_machine() -> Iterator[int]:
 
 @contextlib.contextmanager
 def cluster_replica(dsn: str) -> Iterator[int]:
-    from hermes_actors.cluster.api_replies import ApiReplies
-    from hermes_actors.cluster.inbox import ClusterInbox
-    from hermes_actors.cluster.ingress import ClusterIngress
+    from hermes_actors.cluster.replica.api_replies import ApiReplies
+    from hermes_actors.cluster.replica.inbox import ClusterInbox
+    from hermes_actors.cluster.replica.ingress import ClusterIngress
     from hermes_actors.media import MediaStore
     from hermes_actors.store.pg import PostgresStore
     from hermes_actors.waiters import ReplyWaiters

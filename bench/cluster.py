@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from report import figure_line
 
 from hermes_actors.agents.base import Agent, EchoAgent
-from hermes_actors.cluster.host_runtime import HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import home_shards
 from hermes_actors.testing import FakePlatform, SeeingAgent, open_fake_gateway, poll_until
@@ -158,7 +158,7 @@ def measure_cluster(
     """One run: every message in through the ingress, until the inbox is empty; its figures by name."""
     import ray
 
-    from hermes_actors.cluster.ray_host import ensure_hosts
+    from hermes_actors.cluster.host.ray_host import ensure_hosts
 
     name = postgres.create_database()
     dsn = postgres.dsn(name)
@@ -259,7 +259,7 @@ def measure_cluster(
 def measure_failover(postgres: Cluster, args: argparse.Namespace) -> None:
     import ray
 
-    from hermes_actors.cluster.ray_host import ensure_hosts
+    from hermes_actors.cluster.host.ray_host import ensure_hosts
     from hermes_actors.store.pg.shards import shard_of
 
     name = postgres.create_database()
@@ -302,7 +302,7 @@ def measure_failover(postgres: Cluster, args: argparse.Namespace) -> None:
 def measure_scan(postgres: Cluster, args: argparse.Namespace) -> None:
     """One reset scan of a host holding every shard, over ``--scan-sessions`` live sessions (1% of them idle past
     their reset, the rest active within the idle time), timed once on a fresh database."""
-    from hermes_actors.cluster.shard_timers import ShardTimers
+    from hermes_actors.cluster.host.timers import ShardTimers
     from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
     from hermes_actors.store.pg.shards import ShardFence
 

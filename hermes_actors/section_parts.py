@@ -1,7 +1,7 @@
 """How a platform section with several accounts runs in cluster mode: the type the platforms and the cluster share.
 
-Platforms build it (``platforms.support.cluster_parts``); :class:`~hermes_actors.cluster.replica.ClusterReplica`
-runs it.
+Platforms build it (``platforms.support.cluster_parts``);
+:class:`~hermes_actors.cluster.replica.entry_points.ClusterReplica` runs it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ from hermes_actors.ports import Adapter
 from hermes_actors.section_parts import SectionParts
 
 __all__ = [
+    "LEASED_PLATFORMS",
     "PLATFORMS",
+    "Placement",
     "PlatformSpec",
     "SharedListener",
     "account_scopes",
@@ -30,13 +32,22 @@ __all__ = [
     "config_type",
     "enabled",
     "new_webhook_secret",
+    "placement",
     "probe_listen",
     "shared_listener",
 ]
 
 
+Placement = Literal["push", "leased", "request"]
+"""Where a platform's adapter runs in cluster mode (``hermesd --cluster``): ``push``, on every replica (the platform
+calls it; each request is committed where it arrives); ``leased``, each account that polls or holds a socket on the
+one replica holding its role (the section split by :func:`cluster_parts`; its called accounts on every replica);
+``request``, on every replica, each reply going back to the replica whose client waits for it (the API server)."""
+
+
 class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """One platform: its module, config and adapter class names, and whether it runs without a section.
+    """One platform: its module, config and adapter class names, where it runs in cluster mode (``placement``;
+    ``leased`` exactly when it has ``parts``), and whether it runs without a section.
 
     How its adapter keys a chat (read by ``hermesctl import-hermes``, so an imported conversation continues):
     ``accounts`` names the section's field listing its accounts (the keys of a mapping, or the items of a list),
@@ -46,6 +57,7 @@ class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     name: str
+    placement: Placement
     module: str
     config: str
     adapter: str
@@ -56,12 +68,17 @@ class PlatformSpec(msgspec.Struct, frozen=True, kw_only=True):
     account_scope: str | None = None
     scopes: Literal["all", "shared"] | None = None
 
+    def __post_init__(self) -> None:
+        if (self.placement == "leased") != (self.parts is not None):
+            raise ValueError(f"platform {self.name}: a leased platform, and only one, names its parts function")
+
 
 PLATFORMS: dict[str, PlatformSpec] = {
     spec.name: spec
     for spec in (
         PlatformSpec(
             name="api_server",
+            placement="request",
             module="platforms.api_server",
             config="ApiServerConfig",
             adapter="ApiServer",
@@ -69,6 +86,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="webhook",
+            placement="push",
             module="platforms.webhook",
             config="WebhookConfig",
             adapter="WebhookAdapter",
@@ -76,6 +94,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="telegram",
+            placement="leased",
             module="platforms.telegram",
             config="TelegramConfig",
             adapter="TelegramAdapter",
@@ -84,6 +103,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="slack",
+            placement="push",
             module="platforms.slack",
             config="SlackConfig",
             adapter="SlackAdapter",
@@ -93,6 +113,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="feishu",
+            placement="push",
             module="platforms.feishu",
             config="FeishuConfig",
             adapter="FeishuAdapter",
@@ -102,6 +123,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="wechat",
+            placement="leased",
             module="platforms.wechat",
             config="WechatConfig",
             adapter="WechatAdapter",
@@ -110,6 +132,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="discord",
+            placement="leased",
             module="platforms.discord",
             config="DiscordConfig",
             adapter="DiscordAdapter",
@@ -119,6 +142,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="whatsapp",
+            placement="push",
             module="platforms.whatsapp",
             config="WhatsappConfig",
             adapter="WhatsappAdapter",
@@ -126,6 +150,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="matrix",
+            placement="leased",
             module="platforms.matrix",
             config="MatrixConfig",
             adapter="MatrixAdapter",
@@ -134,6 +159,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="signal",
+            placement="leased",
             module="platforms.signal",
             config="SignalConfig",
             adapter="SignalAdapter",
@@ -142,6 +168,7 @@ PLATFORMS: dict[str, PlatformSpec] = {
         ),
         PlatformSpec(
             name="mattermost",
+            placement="leased",
             module="platforms.mattermost",
             config="MattermostConfig",
             adapter="MattermostAdapter",
@@ -149,9 +176,17 @@ PLATFORMS: dict[str, PlatformSpec] = {
             accounts="bots",
             scopes="shared",
         ),
-        PlatformSpec(name="sms", module="platforms.sms", config="SmsConfig", adapter="SmsAdapter", accounts="numbers"),
+        PlatformSpec(
+            name="sms",
+            placement="push",
+            module="platforms.sms",
+            config="SmsConfig",
+            adapter="SmsAdapter",
+            accounts="numbers",
+        ),
         PlatformSpec(
             name="teams",
+            placement="push",
             module="platforms.teams",
             config="TeamsConfig",
             adapter="TeamsAdapter",
@@ -161,10 +196,16 @@ PLATFORMS: dict[str, PlatformSpec] = {
             scopes="all",
         ),
         PlatformSpec(
-            name="email", module="platforms.email", config="EmailConfig", adapter="EmailAdapter", parts="cluster_parts"
+            name="email",
+            placement="leased",
+            module="platforms.email",
+            config="EmailConfig",
+            adapter="EmailAdapter",
+            parts="cluster_parts",
         ),
         PlatformSpec(
             name="qqbot",
+            placement="leased",
             module="platforms.qqbot",
             config="QqbotConfig",
             adapter="QqbotAdapter",
@@ -172,20 +213,41 @@ PLATFORMS: dict[str, PlatformSpec] = {
             parts="cluster_parts",
         ),
         PlatformSpec(
-            name="bluebubbles", module="platforms.bluebubbles", config="BluebubblesConfig", adapter="BluebubblesAdapter"
+            name="bluebubbles",
+            placement="push",
+            module="platforms.bluebubbles",
+            config="BluebubblesConfig",
+            adapter="BluebubblesAdapter",
         ),
         PlatformSpec(
             name="dingtalk",
+            placement="leased",
             module="platforms.dingtalk",
             config="DingtalkConfig",
             adapter="DingtalkAdapter",
             parts="cluster_parts",
         ),
         PlatformSpec(
-            name="wecom", module="platforms.wecom", config="WecomConfig", adapter="WecomAdapter", extra="feishu"
+            name="wecom",
+            placement="push",
+            module="platforms.wecom",
+            config="WecomConfig",
+            adapter="WecomAdapter",
+            extra="feishu",
         ),
     )
 }
+
+
+LEASED_PLATFORMS = frozenset(name for name, spec in PLATFORMS.items() if spec.placement == "leased")
+"""The platforms whose accounts poll or hold a socket: one replica of a cluster runs each such account."""
+
+
+def placement(name: str) -> Placement | Literal["not yet"]:
+    """Where platform ``name`` runs in cluster mode (:data:`Placement`); ``not yet`` for a name the registry does
+    not know."""
+    spec = PLATFORMS.get(name)
+    return "not yet" if spec is None else spec.placement
 
 
 def _load(spec: PlatformSpec, attribute: str) -> Any:

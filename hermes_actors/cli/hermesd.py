@@ -113,7 +113,7 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
     """Cluster mode until SIGTERM or Ctrl-C: the platforms' entry points (push adapters on every replica, leased ones
     where their role is held), the outbox dispatcher and the shard hosts on Ray (logging at ``level`` in
     ``daemon.log_format``, as this process does)."""
-    from hermes_actors.cluster.service import serve_cluster
+    from hermes_actors.cluster.replica.service import serve_cluster
     from hermes_actors.daemon.admin_key import admin_key
     from hermes_actors.daemon.agent_bindings import host_roster_factory
     from hermes_actors.runtime.agent_roster import DEFAULT_AGENT

@@ -5,7 +5,7 @@ commit under that shard's fenced lease. So ``hermesctl sessions rename/end/delet
 itself: :func:`request_change` commits an inbox row of kind :attr:`~hermes_actors.store.records.InboxKind.ADMIN`
 into the session's shard
 (its ``NOTIFY`` wakes the holder), the holding host applies it through its supervisor's ordinary admin path
-(:mod:`hermes_actors.cluster.shard_admin`, the one hermesd's control socket uses) and completes the row with the
+(:mod:`hermes_actors.cluster.host.admin`, the one hermesd's control socket uses) and completes the row with the
 outcome written into its payload, and :func:`request_change` returns that outcome. A row no host takes within the
 wait is withdrawn, so a host started later never applies a change its operator was told had failed.
 """

@@ -1,13 +1,13 @@
 """A running turn's events, from the shard host that runs it to the replica whose client watches it.
 
-The host side, :class:`EventRelay`: :meth:`HostRuntime.pull <hermes_actors.cluster.host_runtime.HostRuntime.pull>`
+The host side, :class:`EventRelay`: :meth:`HostRuntime.pull <hermes_actors.cluster.host.runtime.HostRuntime.pull>`
 registers ``relay.events(message_id)`` as the watcher of every message of a relayed platform (the API server)
 before handing it to the supervisor, so the agent streams (it streams only while someone watches) and each event
 goes into a queue. A thread of the relay's own sends the queue as ``NOTIFY``s
 (:class:`~hermes_actors.store.pg.turn_relay.EventPublisher`): the agent's thread never waits for the database,
 adjacent text deltas of one message are sent as one, and text longer than a notification holds is split.
 
-The replica side is :class:`~hermes_actors.cluster.api_replies.ApiReplies`, which decodes them with
+The replica side is :class:`~hermes_actors.cluster.replica.api_replies.ApiReplies`, which decodes them with
 :func:`decode_event` and replays them on the watchers its requests registered.
 """
 

@@ -246,7 +246,7 @@ def wire(
     new_id: NewSessionId = default_session_id,
 ) -> Runtime:
     """Build and wire a runtime on an opened store's ``writer`` and ``readers`` (a shard host's are PostgreSQL's:
-    :mod:`hermes_actors.cluster.host_runtime`); :meth:`Runtime.start` starts it."""
+    :mod:`hermes_actors.cluster.host.runtime`); :meth:`Runtime.start` starts it."""
     config = options.get("config") or RuntimeConfig()
     clock = options.get("clock", time.time)
     sessions = options.get("sessions")

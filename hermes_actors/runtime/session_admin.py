@@ -8,7 +8,7 @@ running turn, as ``/new`` does, without a save-memory turn, and the session's ch
 next message. A delete ends a live session that way first, then deletes it on a connection of its own under its
 lease (:func:`~hermes_actors.runtime.admin.delete_in_store`). A session another live process holds (a terminal
 chat started before hermesd) is refused with :class:`SessionBusyError`, naming that process. In cluster mode a
-shard host applies ``hermesctl sessions ... --dsn`` changes the same way (:mod:`hermes_actors.cluster.shard_admin`):
+shard host applies ``hermesctl sessions ... --dsn`` changes the same way (:mod:`hermes_actors.cluster.host.admin`):
 what :class:`LiveAdmin` needs of its runtime is the :class:`AdminSite` protocol.
 """
 
@@ -35,7 +35,7 @@ ADMIN_TIMEOUT_S = 120.0  # how long to wait for a session's actor to apply a cha
 
 class AdminSite(Protocol):
     """A running runtime whose sessions :class:`LiveAdmin` changes: hermesd's
-    :class:`~hermes_actors.runtime.gateway.Gateway`, or a shard host (:mod:`hermes_actors.cluster.shard_admin`)."""
+    :class:`~hermes_actors.runtime.gateway.Gateway`, or a shard host (:mod:`hermes_actors.cluster.host.admin`)."""
 
     @property
     def lease_owner(self) -> str:

@@ -30,9 +30,9 @@ os.environ["RAY_AUTH_MODE"] = "disabled"  # nothing outside this network namespa
 import psycopg
 import ray
 
-from hermes_actors.cluster.host_runtime import HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
+from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import FakePlatform, SeeingAgent
 from tests.cluster.ray_driver import _start_ray, _wait

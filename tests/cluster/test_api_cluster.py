@@ -23,11 +23,12 @@ import pytest
 
 from hermes_actors.agents.base import EchoAgent
 from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
-from hermes_actors.cluster.api_replies import ApiReplies
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_operator
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.api_replies import ApiReplies
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
+from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.store import Role

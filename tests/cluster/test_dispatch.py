@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hermes_actors.cluster.dispatch import OutboxDispatcher
+from hermes_actors.cluster.replica.dispatch import OutboxDispatcher
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.ports import SendError
 from hermes_actors.store.pg import PostgresStore

@@ -9,8 +9,9 @@ import pytest
 
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.daemon.agent_bindings import host_roster_factory
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT, AgentBinding, AgentRoster, NamedAgent

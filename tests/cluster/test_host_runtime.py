@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
 from hermes_actors.messages import decode_outbound
 from hermes_actors.store import EndReason

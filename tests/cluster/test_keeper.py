@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes_actors.cluster.keeper import ShardKeeper
+from hermes_actors.cluster.host.keeper import ShardKeeper
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import ShardFence, home_shards
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.replica import ClusterReplica, placement
-from hermes_actors.cluster.singleton import LeasedAdapter
+from hermes_actors.cluster.replica.entry_points import ClusterReplica
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
+from hermes_actors.cluster.replica.singleton import LeasedAdapter
 from hermes_actors.errors import RoleLostError
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, decode_inbound, encode
@@ -22,6 +22,7 @@ from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import poll_until
 from platforms import registry
+from platforms.registry import placement
 from platforms.telegram import TelegramAdapter, TelegramBot, TelegramConfig
 from platforms.telegram.updates import PLATFORM
 from tests.platforms.telegram_fake import TelegramFake, message, post_update, private_chat, user

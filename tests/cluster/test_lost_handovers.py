@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.errors import StoreError
 from hermes_actors.runtime import supervisor as supervisor_module
 from hermes_actors.runtime.gateway import Gateway
@@ -55,7 +56,7 @@ def test_a_delivery_the_supervisor_lost_is_handed_over_again(
     with PostgresStore.open(postgres_dsn, migrate_schema=False) as pg:
         try:
             poll_until(lambda: len(host.fence.held()) == SHARDS, what="the host holding every shard")
-            with caplog.at_level(logging.WARNING, logger="hermes_actors.cluster.host_runtime"):
+            with caplog.at_level(logging.WARNING, logger="hermes_actors.cluster.host.runtime"):
                 inbox_id = ClusterIngress(pg, shards=SHARDS, poke=lambda shard: host.poke()).accept(
                     FakePlatform("fake").message("hello", message_id="m1")
                 )

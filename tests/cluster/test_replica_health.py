@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.settings import ClusterHealth
 from hermes_actors.media import MediaStore
 from hermes_actors.store.pg import PostgresStore

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.cluster.fingerprint import cluster_config, differences
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.replica import ClusterReplica
+from hermes_actors.cluster.replica.entry_points import ClusterReplica
+from hermes_actors.cluster.replica.fingerprint import cluster_config, differences
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.cluster.status import cluster_status
 from hermes_actors.media import MediaStore
@@ -71,7 +71,7 @@ def test_a_reply_of_a_route_this_replica_does_not_know_waits_unsent(
         )
         known = _reply(pg, "known", "to a route known here")
         unknown = _reply(pg, "elsewhere", "to a route only replica-b knows")
-        with caplog.at_level(logging.WARNING, logger="hermes_actors.cluster.replica"):
+        with caplog.at_level(logging.WARNING, logger="hermes_actors.cluster.replica.entry_points"):
             replica.start()
         try:
             assert receiver.take().json()["text"] == "to a route known here"

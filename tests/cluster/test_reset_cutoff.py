@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hermes_actors.cluster.shard_timers import reset_cutoff
+from hermes_actors.cluster.host.timers import reset_cutoff
 from hermes_actors.lifecycle.policy import (
     PlatformResetOverride,
     ResetConfig,

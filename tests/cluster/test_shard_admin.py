@@ -12,8 +12,9 @@ from click.testing import CliRunner, Result
 from hermes_actors.cli.hermesctl import main
 from hermes_actors.cluster import admin_requests
 from hermes_actors.cluster.admin_requests import AdminOp, decode_request
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.store import InboxState

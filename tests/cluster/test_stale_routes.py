@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.routing import build_session_key
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import home_shards, shard_of

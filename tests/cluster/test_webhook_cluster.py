@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.cluster.dispatch import OutboxDispatcher
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.dispatch import OutboxDispatcher
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.media import MediaStore
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.testing import poll_until

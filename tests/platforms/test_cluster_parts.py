@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from hermes_actors.cluster.replica import LEASED_PLATFORMS
 from hermes_actors.section_parts import SectionParts
 from platforms import registry
 from platforms.qqbot.config import QqbotConfig
+from platforms.registry import LEASED_PLATFORMS
 from platforms.telegram import TelegramConfig
 
 TG_A, TG_B = "111111:" + "A" * 35, "222222:" + "B" * 35

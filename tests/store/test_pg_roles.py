@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes_actors.cluster.roles import RoleTerm
+from hermes_actors.cluster.replica.roles import RoleTerm
 from hermes_actors.errors import RoleLostError
 from hermes_actors.store.pg import PostgresStore
 from tests.store.test_pg_shards import Skew

@@ -28,7 +28,16 @@ import msgspec
 from hermes_actors.errors import ShardLostError
 from hermes_actors.store.pg.db import Database
 
-__all__ = ["DEFAULT_SHARDS", "HostBeat", "PgShards", "ShardFence", "ShardLease", "home_shards", "shard_of"]
+__all__ = [
+    "DEFAULT_SHARDS",
+    "HostBeat",
+    "PgShards",
+    "ShardFence",
+    "ShardLease",
+    "home_shards",
+    "shard_for_key",
+    "shard_of",
+]
 
 DEFAULT_SHARDS = 256
 _NOW = "(clock_timestamp() + make_interval(secs => %(skew)s))"
@@ -38,6 +47,12 @@ def shard_of(session_id: str, shards: int) -> int:
     """The shard of ``session_id`` among ``shards`` (stable across hosts, processes and Python versions)."""
     digest = hashlib.sha256(session_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % shards
+
+
+def shard_for_key(route: str | None, routing_key: str, shards: int) -> int:
+    """The shard a message of ``routing_key`` goes to: that of ``route``, the session the key leads to, or for a key
+    with no session yet the key's own (the host that runs it draws the new session's id in that shard)."""
+    return shard_of(route or routing_key, shards)
 
 
 def home_shards(host: str, hosts: Sequence[str], shards: int) -> set[int]:

@@ -4,12 +4,12 @@
 A Telegram bot polled twice loses updates to the other poller (409), a Discord or QQ gateway session opened twice
 delivers every event twice: such an account must run in one process of the cluster. Every ``hermesd --cluster``
 replica keeps a :class:`LeasedAdapter` per such account of its enabled sections (the section cut down to that
-account, :class:`~hermes_actors.section_parts.SectionParts`); each competes for the account's role lease, so two bots of
-one section may run in two replicas. The holder builds the adapter, starts it on a
-:meth:`~hermes_actors.cluster.inbox.ClusterInbox.guarded` inbox and offers its senders to the replica's dispatcher,
-which sends the account's replies under the same term; it renews the term every third of ``ttl_s`` and stops the
-adapter (senders withdrawn first) when a renewal fails or the local deadline passes, and at shutdown, where it also
-releases the role so another replica takes over at once. Each term gets a freshly built adapter.
+account, :class:`~hermes_actors.section_parts.SectionParts`); each competes for the account's role lease, so two bots
+of one section may run in two replicas. The holder builds the adapter, starts it on a
+:meth:`~hermes_actors.cluster.replica.inbox.ClusterInbox.guarded` inbox and offers its senders to the replica's
+dispatcher, which sends the account's replies under the same term; it renews the term every third of ``ttl_s`` and
+stops the adapter (senders withdrawn first) when a renewal fails or the local deadline passes, and at shutdown, where
+it also releases the role so another replica takes over at once. Each term gets a freshly built adapter.
 
 Between the loss of a term and the stop, the adapter may still poll: its commits are refused, because its inbox
 runs :meth:`RoleTerm.check` first in the transaction of every commit (a batch's rows and its poll cursor, a
@@ -23,8 +23,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.roles import RoleTerm
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.roles import RoleTerm
 from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.runtime.platform_board import PlatformBoard
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from hermes_actors.cluster.outage import Outages
+from hermes_actors.cluster.host.outage import Outages
 from hermes_actors.store.pg.shards import ShardFence, home_shards
 from hermes_actors.store.pg.store import PostgresStore
 

@@ -2,7 +2,7 @@
 
 Shard hosts commit replies and leave them in the outbox. An :class:`OutboxDispatcher` runs in every
 ``hermesd --cluster`` replica with the senders it has, each for a set of rows under a role lease
-(:class:`~hermes_actors.cluster.roles.RoleTerm`), and claims those rows only while it holds the role:
+(:class:`~hermes_actors.cluster.replica.roles.RoleTerm`), and claims those rows only while it holds the role:
 
 - a push platform's sender sends every account of it under ``send:<platform>``, which the dispatcher competes for
   itself (for a platform split by account, :class:`~hermes_actors.section_parts.SectionParts`, only the accounts
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from hermes_actors.cluster.roles import RoleTerm, send_role
+from hermes_actors.cluster.replica.roles import RoleTerm, send_role
 from hermes_actors.errors import RoleLostError, StoreError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.ports import ReplySender, SendError

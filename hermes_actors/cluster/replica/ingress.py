@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hermes_actors.cluster.host_runtime import shard_for_key
 from hermes_actors.messages import InboundMessage, encode
 from hermes_actors.ports import PollCursor
 from hermes_actors.routing import KeyPolicy, build_session_key
+from hermes_actors.store.pg.shards import shard_for_key
 from hermes_actors.store.pg.store import PostgresStore
 
 __all__ = ["ClusterIngress"]
@@ -81,7 +81,7 @@ class ClusterIngress:
 
     def _add(self, message: InboundMessage) -> tuple[int, int | None]:
         key = build_session_key(message.source, self._policy)
-        shard = shard_for_key(self._store, key, self._shards)
+        shard = shard_for_key(self._store.get_route(key), key, self._shards)
         inbox_id = self._store.shard_queue.add(
             shard,
             platform=message.source.platform,

@@ -4,11 +4,11 @@ the shards the host holds.
 :class:`HostRuntime` opens a :class:`~hermes_actors.store.pg.PostgresStore` whose every turn transaction is fenced
 by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordinary runtime on it
 (:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
-shards with a :class:`~hermes_actors.cluster.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
+shards with a :class:`~hermes_actors.cluster.host.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
 into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
 ``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Control rows
-(their ``kind``) go elsewhere: resets to :class:`~hermes_actors.cluster.shard_timers.ShardTimers`, an operator's
-changes to :class:`~hermes_actors.cluster.shard_admin.ShardAdmin`.
+(their ``kind``) go elsewhere: resets to :class:`~hermes_actors.cluster.host.timers.ShardTimers`, an operator's
+changes to :class:`~hermes_actors.cluster.host.admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
 any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a
@@ -28,13 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.cluster.background import BackgroundWatch
-from hermes_actors.cluster.host_settings import HostSettings, HostStatus
+from hermes_actors.cluster.host.admin import ShardAdmin
+from hermes_actors.cluster.host.background import BackgroundWatch
+from hermes_actors.cluster.host.keeper import ShardKeeper
+from hermes_actors.cluster.host.outage import Outages
+from hermes_actors.cluster.host.settings import HostSettings, HostStatus
+from hermes_actors.cluster.host.timers import ShardTimers
 from hermes_actors.cluster.host_stats import HostStats, encode_stats, oldest_handed, turn_outcomes
-from hermes_actors.cluster.keeper import ShardKeeper
-from hermes_actors.cluster.outage import Outages
-from hermes_actors.cluster.shard_admin import ShardAdmin
-from hermes_actors.cluster.shard_timers import ShardTimers
 from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
@@ -45,22 +45,16 @@ from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.protocol import Deliver, Delivery, TurnOutcome
 from hermes_actors.store.pg.shard_queue import InboxListener
-from hermes_actors.store.pg.shards import ShardFence, shard_of
+from hermes_actors.store.pg.shards import ShardFence, shard_for_key, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.pg.writer import PgReaders, PgWriter
 from hermes_actors.store.records import InboxKind, InboxRow
 
-__all__ = ["HostRuntime", "HostSettings", "HostStatus", "shard_for_key"]
+__all__ = ["HostRuntime"]
 
 _log = logging.getLogger(__name__)
 _PULL_LIMIT = 2000  # pending rows a pull reads
 _SETTLE_S = 5.0  # a row handed over this long ago, in a supervisor holding nothing, was lost on the way
-
-
-def shard_for_key(store: PostgresStore, routing_key: str, shards: int) -> int:
-    """The shard a message of ``routing_key`` goes to: its session's, or for a key with no session yet the key's
-    own (the host that runs it draws the new session's id in that shard: :meth:`HostRuntime._new_id`)."""
-    return shard_of(store.get_route(routing_key) or routing_key, shards)
 
 
 class HostRuntime:
@@ -278,7 +272,7 @@ class HostRuntime:
             if row.kind is InboxKind.ADMIN:  # an operator's rename, end or delete (hermesctl sessions --dsn)
                 handed += self.admin.submit(row)
                 continue
-            target = shard_of(route or row.routing_key, self.settings.shards)
+            target = shard_for_key(route, row.routing_key, self.settings.shards)
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self.store.shard_queue.reshard(row.id, target)
                 continue

@@ -3,7 +3,7 @@
 :class:`ShardHost` is a named, detached Ray actor (``max_restarts=-1``: Ray starts it again after its worker dies,
 rerunning the constructor, which takes the host's shards again once their terms have run out;
 ``max_task_retries=0``: no call is ever run twice). It hosts a
-:class:`~hermes_actors.cluster.host_runtime.HostRuntime`. No call waits for a turn: :meth:`ShardHost.poke` only
+:class:`~hermes_actors.cluster.host.runtime.HostRuntime`. No call waits for a turn: :meth:`ShardHost.poke` only
 wakes the puller. :func:`ensure_hosts` creates the hosts that do not exist yet (``get_if_exists``), which is what
 ``hermesd --cluster`` does at start; a second creation under a name already taken returns the running actor. A race
 in Ray's named-actor registry could at worst run two incarnations of one name for a moment: they share the holder
@@ -21,7 +21,8 @@ from typing import Any
 import ray
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.cluster.host_runtime import HostRuntime, HostSettings, HostStatus
+from hermes_actors.cluster.host.runtime import HostRuntime
+from hermes_actors.cluster.host.settings import HostSettings, HostStatus
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -141,7 +142,7 @@ def poke_host(name: str, namespace: str = NAMESPACE) -> None:
 
 
 class HolderPoker:
-    """``poke(shard)`` for :class:`~hermes_actors.cluster.ingress.ClusterIngress`: a fire-and-forget
+    """``poke(shard)`` for :class:`~hermes_actors.cluster.replica.ingress.ClusterIngress`: a fire-and-forget
     :meth:`ShardHost.poke` of the shard's holder, read from the shard map at most every ``refresh_s``."""
 
     def __init__(self, store: PostgresStore, *, namespace: str = NAMESPACE, refresh_s: float = 1.0) -> None:

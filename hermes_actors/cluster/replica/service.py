@@ -2,11 +2,11 @@
 and the shard hosts kept created on Ray.
 
 It migrates the PostgreSQL store first (so hosts never race to do it), runs the replica's entry points
-(:class:`~hermes_actors.cluster.replica.ClusterReplica`: the push adapters on every replica, each long-poll or
-socket adapter on the one replica holding its role lease, the replies of each platform sent by the one replica
-holding ``send:<platform>``) on a :class:`~hermes_actors.cluster.inbox.ClusterInbox`, and calls
-:func:`~hermes_actors.cluster.ray_host.ensure_hosts` at start and every ``check_s`` until stopped: a host Ray gave up
-on, or one an operator killed, is created again (Ray restarts a crashed host by itself, ``max_restarts=-1``).
+(:class:`~hermes_actors.cluster.replica.entry_points.ClusterReplica`: the push adapters on every replica, each
+long-poll or socket adapter on the one replica holding its role lease, the replies of each platform sent by the one
+replica holding ``send:<platform>``) on a :class:`~hermes_actors.cluster.replica.inbox.ClusterInbox`, and calls
+:func:`~hermes_actors.cluster.host.ray_host.ensure_hosts` at start and every ``check_s`` until stopped: a host Ray
+gave up on, or one an operator killed, is created again (Ray restarts a crashed host by itself, ``max_restarts=-1``).
 Several replicas may run it: creation is ``get_if_exists``, inbox rows are unique per message, and the role leases
 keep each singleton in one replica.
 """
@@ -24,12 +24,12 @@ from typing import Any
 import msgspec
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.cluster.fingerprint import cluster_config
-from hermes_actors.cluster.host_runtime import HostSettings
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.operator_access import ClusterSessionAdmin, cluster_operator
-from hermes_actors.cluster.replica import PUSH_PLATFORMS, ClusterReplica, replica_name
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.replica.entry_points import ClusterReplica, replica_name
+from hermes_actors.cluster.replica.fingerprint import cluster_config
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.ingress import ClusterIngress
+from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.config import HttpLimits
 from hermes_actors.errors import HermesError
@@ -38,7 +38,7 @@ from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT, AgentRoster
 from hermes_actors.runtime.platform_board import PlatformBoard
 
-__all__ = ["PUSH_PLATFORMS", "host_settings", "reach_ray", "serve_cluster"]
+__all__ = ["host_settings", "reach_ray", "serve_cluster"]
 
 _log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def serve_cluster(
     here (it would add its prefixes and colours to this replica's log)."""
     import ray
 
-    from hermes_actors.cluster.ray_host import HolderPoker, ensure_hosts
+    from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
@@ -153,6 +153,8 @@ def serve_cluster(
             name=replica_name(socket.gethostname()),
             role_ttl_s=cluster.lease_ttl_s,
             enabled=registry.enabled,
+            parts=registry.cluster_parts,
+            placement=registry.placement,
             board=board,
             shared_config=cluster_config(cluster, platforms),
         )

@@ -4,7 +4,7 @@ A shard host arms no in-memory reset timers (a host can lose a shard at any mome
 Instead :meth:`ShardTimers.scan` (every ``timer_scan_s``) reads the live sessions of the shards the host holds that
 were last active before :func:`reset_cutoff` (no session active since can be due under any policy of the
 configuration; the store filters by shard too) and, for each whose reset is due by its policy and not held off by a
-background process younger than ``bg_process_max_age_hours`` (:mod:`hermes_actors.cluster.background`), commits an
+background process younger than ``bg_process_max_age_hours`` (:mod:`hermes_actors.cluster.host.background`), commits an
 inbox row of kind :attr:`~hermes_actors.store.records.InboxKind.TIMER` into the session's shard, deduplicated by
 session and deadline.
 Whichever host holds the shard pulls the row like any other and tells its supervisor
@@ -91,7 +91,7 @@ class ShardTimers:
     """Turns due resets of the sessions in ``fence``'s shards into inbox rows; settles them once done.
 
     ``background_started_at`` answers, for some sessions, since when each has a background process (see
-    :class:`~hermes_actors.cluster.background.BackgroundWatch`); without it no reset is held off.
+    :class:`~hermes_actors.cluster.host.background.BackgroundWatch`); without it no reset is held off.
     """
 
     def __init__(

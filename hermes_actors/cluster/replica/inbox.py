@@ -1,15 +1,14 @@
 """The inbox port of ``hermesd --cluster``: what an adapter running in a replica sees of the cluster.
 
-It commits a message to the PostgreSQL inbox in its session's shard (:class:`~hermes_actors.cluster.ingress.
-ClusterIngress`, which pokes the holder) and answers once that commit is durable: the adapter then acknowledges
-the platform, and the turn runs later in whichever shard host holds the shard. A long-poll or socket adapter's batch
-commits with its poll cursor in one transaction, under the role lease of the adapter's account: such an adapter is
-started on :meth:`ClusterInbox.guarded`, whose every commit checks the lease first.
-Reads (a session's owner, a stored
-answer, the API's stored responses, routes) go to the PostgreSQL store. A turn is watched through :attr:`watch`,
-which :class:`~hermes_actors.cluster.api_replies.ApiReplies` feeds with the events the shard host relays; readiness
-is the store's and this replica's entry points'; the metrics are this replica's, with the cluster's queues read
-from the store.
+It commits a message to the PostgreSQL inbox in its session's shard
+(:class:`~hermes_actors.cluster.replica.ingress.ClusterIngress`, which pokes the holder) and answers once that commit
+is durable: the adapter then acknowledges the platform, and the turn runs later in whichever shard host holds the
+shard. A long-poll or socket adapter's batch commits with its poll cursor in one transaction, under the role lease of
+the adapter's account: such an adapter is started on :meth:`ClusterInbox.guarded`, whose every commit checks the
+lease first. Reads (a session's owner, a stored answer, the API's stored responses, routes) go to the PostgreSQL
+store. A turn is watched through :attr:`watch`, which :class:`~hermes_actors.cluster.replica.api_replies.ApiReplies`
+feeds with the events the shard host relays; readiness is the store's and this replica's entry points'; the metrics
+are this replica's, with the cluster's queues read from the store.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
-from hermes_actors.cluster.ingress import ClusterIngress
-from hermes_actors.cluster.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
+from hermes_actors.cluster.replica.ingress import ClusterIngress
+from hermes_actors.cluster.replica.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
 from hermes_actors.cluster.settings import ClusterHealth
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
@@ -129,7 +128,7 @@ class ClusterInbox:
     def guarded(self, check: Callable[[], None]) -> ClusterInbox:
         """This inbox as one leased adapter sees it: each of its commits (a message, a batch with its cursor, a
         cursor alone) runs ``check`` first in its transaction, which refuses the commit by raising (the adapter's
-        :meth:`~hermes_actors.cluster.roles.RoleTerm.check`). Shares everything else with this inbox."""
+        :meth:`~hermes_actors.cluster.replica.roles.RoleTerm.check`). Shares everything else with this inbox."""
         twin = copy.copy(self)
         twin._check = check
         return twin

@@ -1,25 +1,27 @@
-"""The entry points of one ``hermesd --cluster`` replica, without Ray: what :func:`~hermes_actors.cluster.service.
-serve_cluster` runs beside the shard hosts, and what the tests run two of.
+"""The entry points of one ``hermesd --cluster`` replica, without Ray: what
+:func:`~hermes_actors.cluster.replica.service.serve_cluster` runs beside the shard hosts, and what the tests run two
+of.
 
-Each enabled platform section is one of (:func:`placement`):
+Each enabled platform section runs where the platform registry places it (``placement``, by default
+:func:`platforms.registry.placement`, handed in with ``build`` and ``parts``):
 
-- **push** (:data:`PUSH_PLATFORMS`): its adapter runs on every replica (a load balancer spreads the requests; a
-  redelivery adds nothing, the inbox rows being unique). Its sender may run in another replica than the adapter
-  that took a message, so what it needs of that message it reads from the store through the inbox: Teams'
-  conversation addresses (cursors committed with each activity), WhatsApp's 24-hour windows (the inbox rows);
-  the others need nothing but their configuration (Feishu's and WeCom's tokens are fetched per process);
-- **leased** (:data:`LEASED_PLATFORMS`, the platforms with long-poll or socket accounts): the section is split by
-  account (``parts``, :class:`~hermes_actors.section_parts.SectionParts`). Each long-poll or socket account is run
-  by the one replica holding ``adapter:<platform>:<account>`` (:class:`~hermes_actors.cluster.singleton.LeasedAdapter`),
-  which also sends that account's replies; the accounts the platform calls (Telegram webhook bots, QQ Bot callback
-  bots, DingTalk in callback mode) are served together on every replica, like a push platform;
-- **request** (:data:`REQUEST_PLATFORMS`, the API server): run on every replica like a push adapter, but its
-  clients wait for their replies, so each reply goes to the replica whose request waits for it
-  (:class:`~hermes_actors.cluster.api_replies.ApiReplies`, one per replica), never to a dispatcher;
-- **not yet**: a platform this module does not know (none of the registry's); skipped with a warning.
+- **push**: its adapter runs on every replica (a load balancer spreads the requests; a redelivery adds nothing, the
+  inbox rows being unique). Its sender may run in another replica than the adapter that took a message, so what it
+  needs of that message it reads from the store through the inbox: Teams' conversation addresses (cursors committed
+  with each activity), WhatsApp's 24-hour windows (the inbox rows); the others need nothing but their configuration
+  (Feishu's and WeCom's tokens are fetched per process);
+- **leased** (the platforms with long-poll or socket accounts): the section is split by account (``parts``,
+  :class:`~hermes_actors.section_parts.SectionParts`). Each long-poll or socket account is run by the one replica
+  holding ``adapter:<platform>:<account>`` (:class:`~hermes_actors.cluster.replica.singleton.LeasedAdapter`), which
+  also sends that account's replies; the accounts the platform calls (Telegram webhook bots, QQ Bot callback bots,
+  DingTalk in callback mode) are served together on every replica, like a push platform;
+- **request** (the API server): run on every replica like a push adapter, but its clients wait for their replies,
+  so each reply goes to the replica whose request waits for it
+  (:class:`~hermes_actors.cluster.replica.api_replies.ApiReplies`, one per replica), never to a dispatcher;
+- anything else (a platform the registry does not place): skipped with a warning.
 
-The replica's :class:`~hermes_actors.cluster.dispatch.OutboxDispatcher` is offered the push adapters' senders at
-start, which send under ``send:<platform>``, and a leased adapter's senders while it runs here (a sender may need
+The replica's :class:`~hermes_actors.cluster.replica.dispatch.OutboxDispatcher` is offered the push adapters' senders
+at start, which send under ``send:<platform>``, and a leased adapter's senders while it runs here (a sender may need
 its adapter started: WeChat's reads the context tokens its adapter stores), which send under the adapter's term.
 """
 
@@ -33,12 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
-from hermes_actors.cluster.api_replies import ApiReplies
-from hermes_actors.cluster.dispatch import OutboxDispatcher
-from hermes_actors.cluster.fingerprint import differences
-from hermes_actors.cluster.inbox import ClusterInbox
-from hermes_actors.cluster.roles import RoleTerm, adapter_role
-from hermes_actors.cluster.singleton import LeasedAdapter
+from hermes_actors.cluster.replica.api_replies import ApiReplies
+from hermes_actors.cluster.replica.dispatch import OutboxDispatcher
+from hermes_actors.cluster.replica.fingerprint import differences
+from hermes_actors.cluster.replica.inbox import ClusterInbox
+from hermes_actors.cluster.replica.roles import RoleTerm, adapter_role
+from hermes_actors.cluster.replica.singleton import LeasedAdapter
 from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.section_parts import SectionParts
@@ -46,39 +48,11 @@ from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.waiters import ReplyWaiters
 from platforms import registry
 
-__all__ = [
-    "LEASED_PLATFORMS",
-    "PUSH_PLATFORMS",
-    "REQUEST_PLATFORMS",
-    "ClusterReplica",
-    "placement",
-    "replica_name",
-]
+__all__ = ["ClusterReplica", "replica_name"]
 
 _log = logging.getLogger(__name__)
 
-PUSH_PLATFORMS = frozenset({"webhook", "slack", "feishu", "whatsapp", "teams", "sms", "bluebubbles", "wecom"})
-"""Push adapters every replica runs: each request is verified, committed and acknowledged where it arrives."""
-
-LEASED_PLATFORMS = frozenset(name for name, spec in registry.PLATFORMS.items() if spec.parts is not None)
-"""Platforms whose accounts poll or hold a socket: one replica of the cluster runs each such account
-(``adapter:<platform>:<account>``); the registry knows how to split their sections (:func:`registry.cluster_parts`)."""
-
-REQUEST_PLATFORMS = frozenset({"api_server"})
-"""Entry points whose clients wait for their replies: every replica runs them, with its :class:`ApiReplies`."""
-
 Build = Callable[[str, msgspec.Struct], Adapter]
-
-
-def placement(platform: str) -> str:
-    """``push``, ``leased``, ``request`` or ``not yet``: how a replica runs ``platform``'s section."""
-    if platform in PUSH_PLATFORMS:
-        return "push"
-    if platform in LEASED_PLATFORMS:
-        return "leased"
-    if platform in REQUEST_PLATFORMS:
-        return "request"
-    return "not yet"
 
 
 class ClusterReplica:
@@ -97,6 +71,7 @@ class ClusterReplica:
         enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
         board: PlatformBoard | None = None,
         parts: Callable[[str, msgspec.Struct], SectionParts | None] = registry.cluster_parts,
+        placement: Callable[[str], str] = registry.placement,
         shared_config: tuple[str, str] = ("", ""),
     ) -> None:
         self.name = name
@@ -143,12 +118,7 @@ class ClusterReplica:
                         board=self._board,
                     )
             else:
-                _log.warning(
-                    "platform %s is not run in cluster mode yet (push adapters: %s; leased: %s)",
-                    platform,
-                    ", ".join(sorted(PUSH_PLATFORMS)),
-                    ", ".join(sorted(LEASED_PLATFORMS)),
-                )
+                _log.warning("platform %s is not run in cluster mode: the registry does not place it", platform)
         self._build = build
 
     def _senders(self, leased: LeasedAdapter, senders: Sequence[ReplySender] | None) -> None:
