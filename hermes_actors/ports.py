@@ -1,16 +1,19 @@
 """The ports the core owns: what a platform adapter implements, and all it sees of the runtime.
 
 An adapter implements :class:`Adapter` and hands the runtime :class:`ReplySender` objects (and, on a platform with
-threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`: the durable edge it feeds inbound
-messages into, with the few reads an adapter needs (its stored poll position, who owns a session, what it accepted
-recently, the HTTP API's stored responses), the runtime's health and numbers for the endpoints that publish them
-(``/health/ready``, ``/metrics``; their types are :mod:`hermes_actors.health`'s), the names of the agents a request
-may ask for, and the :class:`~hermes_actors.operator_port.Operator` for an entry point that serves the holder of the
-admin key. It never gets the gateway or a store. ``platforms.base`` re-exports these names for adapter authors.
+threads, :class:`ThreadCreator`). Once started it receives an :class:`Inbox`, which is two ports cut by their
+users: a chat adapter types itself against :class:`ChatInbox` (the durable edge it feeds inbound messages into,
+with its stored poll positions and what it accepted recently; :func:`accept_many_async` commits from an event loop),
+the HTTP API server against :class:`ApiInbox` (turn calls, sessions, stored responses, the runtime's health and
+numbers for ``/health/ready`` and ``/metrics`` (their types are :mod:`hermes_actors.health`'s), the names of the
+agents a request may ask for, and the :class:`~hermes_actors.operator_port.Operator` for the holder of the admin
+key); :class:`Intake` is what both use. An adapter never gets the gateway or a store. ``platforms.base``
+re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
@@ -40,12 +43,15 @@ __all__ = [
     "AcceptResult",
     "Adapter",
     "AgentInfo",
+    "ApiInbox",
     "Capabilities",
+    "ChatInbox",
     "ClusterView",
     "ConnectionReporter",
     "DiskSpace",
     "Exposition",
     "Inbox",
+    "Intake",
     "Latency",
     "PlatformHealth",
     "PlatformStatus",
@@ -59,6 +65,7 @@ __all__ = [
     "ToolStatus",
     "TurnEvents",
     "Vitals",
+    "accept_many_async",
 ]
 
 
@@ -159,12 +166,9 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str | None = None  # the participant who opened it
 
 
-class Inbox(Protocol):
-    """All an adapter sees of the runtime: the durable inbox it feeds, and the few reads it needs.
-
-    ``accept`` and ``accept_many`` return once the inbox rows have committed, so the adapter acknowledges the
-    platform only when a message is safe; ``submit`` and ``submit_many`` do the same without waiting.
-    """
+class Intake(Protocol):
+    """What every entry point uses to hand the runtime a message: the parts :class:`ChatInbox` and
+    :class:`ApiInbox` share."""
 
     @property
     def media(self) -> MediaStore:
@@ -176,16 +180,19 @@ class Inbox(Protocol):
         """How long a blocking call of the runtime may take (``runtime.ask_timeout_s``)."""
         ...
 
-    @property
-    def key_policy(self) -> KeyPolicy:
-        """How the runtime turns a message's source into its routing key."""
+    def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
+        """Commit ``inbound`` (or recognise a redelivery) and queue its turn without waiting: the future resolves
+        once the inbox row has committed."""
         ...
 
-    @property
-    def agents(self) -> tuple[str, ...]:
-        """The names of the configured agents, the default first: a message may ask for one
-        (:attr:`~hermes_actors.messages.InboundMessage.agent`, the API's ``model``) for the session it starts."""
-        ...
+
+class ChatInbox(Intake, Protocol):
+    """The chat-adapter port: the durable inbox a platform adapter feeds, with its stored poll positions.
+
+    ``accept`` and ``accept_many`` return once the inbox rows have committed, so the adapter acknowledges the
+    platform only when a message is safe; they block, so an adapter on an event loop awaits
+    :func:`accept_many_async` instead. ``submit`` and ``submit_many`` return a future of the same commit.
+    """
 
     def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Commit ``inbound`` (or recognise a redelivery) and queue its turn; return once it is safe."""
@@ -193,10 +200,6 @@ class Inbox(Protocol):
 
     def accept_many(self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None) -> list[AcceptResult]:
         """Commit ``batch`` in one transaction with the poll ``cursor`` that covers it; return once it is safe."""
-        ...
-
-    def submit(self, inbound: InboundMessage) -> Future[AcceptResult]:
-        """:meth:`accept` without waiting: the future resolves once the inbox row has committed."""
         ...
 
     def submit_many(
@@ -209,12 +212,28 @@ class Inbox(Protocol):
         """The poll position last committed for (``platform``, ``account_id``), or ``None``."""
         ...
 
-    def session_owner(self, session_id: str) -> SessionOwner | None:
-        """Who owns the stored session ``session_id``, or ``None`` if there is none."""
-        ...
-
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
         """``platform``'s messages the inbox accepted at or after ``since`` (answered or not), oldest first."""
+        ...
+
+
+class ApiInbox(Intake, Protocol):
+    """The API application port: what the HTTP API server does with turns, sessions, stored responses and the
+    runtime's health, besides submitting messages."""
+
+    @property
+    def key_policy(self) -> KeyPolicy:
+        """How the runtime turns a message's source into its routing key."""
+        ...
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """The names of the configured agents, the default first: a message may ask for one
+        (:attr:`~hermes_actors.messages.InboundMessage.agent`, the API's ``model``) for the session it starts."""
+        ...
+
+    def session_owner(self, session_id: str) -> SessionOwner | None:
+        """Who owns the stored session ``session_id``, or ``None`` if there is none."""
         ...
 
     def session_for(self, routing_key: str) -> str | None:
@@ -277,11 +296,33 @@ class Inbox(Protocol):
         ...
 
 
+class Inbox(ChatInbox, ApiInbox, Protocol):
+    """Both ports in one object: what the runtime hands every entry point's :meth:`Adapter.start`. Each adapter
+    types its ``start`` against the port it uses (:class:`ChatInbox`, or :class:`ApiInbox` for the API server)."""
+
+
+async def accept_many_async(
+    inbox: ChatInbox, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None
+) -> list[AcceptResult]:
+    """:meth:`ChatInbox.accept_many` for an adapter on an event loop: the commit waits on a worker thread, so the
+    loop goes on serving the adapter's other connections meanwhile.
+
+    Cancelled (the adapter stopping) while the commit runs, it still waits for that commit before raising
+    :class:`asyncio.CancelledError`, so a stop never leaves a batch whose outcome nobody saw.
+    """
+    commit = asyncio.ensure_future(asyncio.to_thread(inbox.accept_many, batch, cursor=cursor))
+    try:
+        return await asyncio.shield(commit)
+    except asyncio.CancelledError:
+        await asyncio.wait([commit])
+        raise
+
+
 class Adapter(Protocol):
     """A platform entry point the daemon starts and stops.
 
     It is built from its config section before the runtime exists (the runtime needs its reply senders), then
-    started with the :class:`Inbox`, into which it feeds inbound messages with ``inbox.accept``.
+    started with the :class:`Inbox`, into which it feeds inbound messages (``inbox.accept_many``).
     """
 
     platform: str

@@ -1,8 +1,9 @@
 """What the runtime needs of a platform adapter, and what it hands one: the ports of :mod:`hermes_actors.ports`.
 
 Adapters build on :mod:`hermes_actors.messages` and :mod:`hermes_actors.routing`; they reach the runtime only
-through the :class:`~hermes_actors.ports.Inbox` handed to :meth:`Adapter.start`. The names are re-exported here so
-an adapter author imports them from one place.
+through the :class:`~hermes_actors.ports.Inbox` handed to :meth:`Adapter.start`, typed as the port they use (a chat
+adapter's :class:`~hermes_actors.ports.ChatInbox`, the API server's :class:`~hermes_actors.ports.ApiInbox`). The
+names are re-exported here so an adapter author imports them from one place.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from hermes_actors.ports import (
     AcceptResult,
     Adapter,
+    ApiInbox,
     Capabilities,
+    ChatInbox,
     ConnectionReporter,
     Inbox,
     PollCursor,
@@ -18,12 +21,15 @@ from hermes_actors.ports import (
     SendError,
     SessionOwner,
     ThreadCreator,
+    accept_many_async,
 )
 
 __all__ = [
     "AcceptResult",
     "Adapter",
+    "ApiInbox",
     "Capabilities",
+    "ChatInbox",
     "ConnectionReporter",
     "Inbox",
     "PollCursor",
@@ -31,4 +37,5 @@ __all__ = [
     "SendError",
     "SessionOwner",
     "ThreadCreator",
+    "accept_many_async",
 ]

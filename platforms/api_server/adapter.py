@@ -8,7 +8,6 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -32,11 +31,8 @@ from platforms.api_server.wire import (
     ApiError,
     json_response,
 )
-from platforms.base import Capabilities, ReplySender
+from platforms.base import ApiInbox, Capabilities, ReplySender
 from platforms.support.http_host import HttpAdapter, HttpHost, unreadable
-
-if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
 
 __all__ = ["ApiServer"]
 
@@ -56,6 +52,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
     continue and are stored).
     """
 
+    _inbox: ApiInbox | None  # the port it is started with (``start``)
     platform = PLATFORM
     capabilities = Capabilities()
     server_name = PLATFORM
@@ -90,11 +87,11 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         """Whether requests to ``/v1/*``, ``/metrics`` and ``/health/detailed`` must carry the bearer key."""
         return self._key is not None
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ApiInbox) -> None:
         """Serve the API on ``inbox``; raise :class:`PlatformError` if the address cannot be bound."""
         if self._host is not None:
             raise PlatformError("api_server: start() was already called; build a new ApiServer to serve again")
-        super().start(inbox)
+        self._serve(inbox)
 
     def describe(self) -> list[str]:
         """Banner lines: the base URL, a curl example and whether a key is required."""
@@ -141,7 +138,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities
         McpEndpoint(self._service, self._runs, self._attached).add_to(app)  # /mcp: the sessions as MCP tools
 
-    def _attached(self) -> tuple[Inbox, HttpHost] | None:
+    def _attached(self) -> tuple[ApiInbox, HttpHost] | None:
         inbox, host = self._inbox, self._host
         return (inbox, host) if inbox is not None and host is not None else None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-from hermes_actors.ports import Inbox
+from hermes_actors.ports import ApiInbox
 from platforms.api_server.wire import Model, ModelList
 
 __all__ = ["OWNER", "conversation_with", "model_list", "requested_agent"]
@@ -31,7 +31,7 @@ def model_list(model_name: str, agents: tuple[str, ...], created: int) -> ModelL
     )
 
 
-def requested_agent(inbox: Inbox, model: str | None) -> str | None:
+def requested_agent(inbox: ApiInbox, model: str | None) -> str | None:
     """The agent a request's ``model`` names; ``None`` when it names none (the bindings choose)."""
     return model if model is not None and model in inbox.agents else None
 

@@ -43,13 +43,13 @@ from platforms.support import json_guard
 from platforms.support.http_host import read_decoded
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ApiInbox
     from platforms.support.http_host import HttpHost
 
 __all__ = ["Attached", "OperatorApi", "decode_body", "operator_call"]
 
 T = TypeVar("T")
-Attached = Callable[[], "tuple[Inbox, HttpHost] | None"]
+Attached = Callable[[], "tuple[ApiInbox, HttpHost] | None"]
 Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _MAX_LIMIT = 200

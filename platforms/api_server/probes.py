@@ -8,7 +8,7 @@ check (``checks``: the store writable, the free space of the store's disk, the a
 cluster (``cluster``);
 ``/health/cluster`` (cluster mode) is that view alone: 503 when it names trouble (a message pending too long, a
 shard held by no host, a silent host), 404 outside cluster mode;
-``/metrics`` is the Prometheus exposition. All of it comes through the :class:`~hermes_actors.ports.Inbox` port,
+``/metrics`` is the Prometheus exposition. All of it comes through the :class:`~hermes_actors.ports.ApiInbox` port,
 read off the event loop. ``/metrics`` and ``/health/detailed`` need the bearer key when one is set (the adapter's
 authentication covers :data:`KEYED_PATHS`).
 """
@@ -25,7 +25,7 @@ from hermes_actors.ports import PlatformStatus, Readiness
 from platforms.api_server.wire import PLATFORM, json_response
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ApiInbox
     from platforms.support.http_host import HttpHost
 
 __all__ = ["KEYED_PATHS", "Probes"]
@@ -40,7 +40,7 @@ class Probes:
     """The operational routes; ``attached`` returns the running server's inbox and host (``None`` before start),
     ``waiting`` how many requests wait for a reply now."""
 
-    def __init__(self, attached: Callable[[], tuple[Inbox, HttpHost] | None], waiting: Callable[[], int]) -> None:
+    def __init__(self, attached: Callable[[], tuple[ApiInbox, HttpHost] | None], waiting: Callable[[], int]) -> None:
         self._attached = attached
         self._waiting = waiting
 

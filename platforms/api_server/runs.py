@@ -6,7 +6,7 @@
   under the rules of :mod:`platforms.api_server.sessions`; without either a run starts a fresh one).
 - Each run is watched by one task on the server's loop, through a :class:`TurnCall`; what it sees is kept in a
   :class:`Run` (status, outcome, buffered events). ``GET /v1/runs/{id}`` answers from it, or from the store
-  (:meth:`Inbox.stored_answer`) for a run this process does not watch (after a restart): a pending one is watched
+  (:meth:`ApiInbox.stored_answer`) for a run this process does not watch (after a restart): a pending one is watched
   again from then on.
 - ``GET /v1/runs/{id}/events`` streams ``message.delta``, ``tool.started``, ``tool.completed`` and then
   ``run.completed``, ``run.failed`` or ``run.cancelled``; ``POST /v1/runs/{id}/stop`` stops the turn as ``/stop``

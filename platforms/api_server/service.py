@@ -1,4 +1,4 @@
-"""What the API's routes share: the running gateway (through the Inbox port), admission (the concurrency cap and
+"""What the API's routes share: the running gateway (through the ApiInbox port), admission (the concurrency cap and
 draining), submitting a turn, and the ways a wait for one ends without its reply.
 
 Admission: at most ``max_concurrent_runs`` requests run turns at once (429 ``rate_limit_exceeded`` with
@@ -36,7 +36,7 @@ from platforms.api_server.wire import PLATFORM, ApiError, Turn
 from platforms.support.http_host import committed, read_decoded
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox, StoredAnswer
+    from hermes_actors.ports import ApiInbox, StoredAnswer
     from platforms.support.http_host import HttpHost
 
 __all__ = ["DISCONNECT_POLL_S", "KEEP_ALIVE", "NO_RETRY", "ApiService", "failure_error", "require_json"]
@@ -112,7 +112,7 @@ class ApiService:
         *,
         scope: str | None,
         waiters: ReplyWaiters,
-        attached: Callable[[], tuple[Inbox, HttpHost] | None],
+        attached: Callable[[], tuple[ApiInbox, HttpHost] | None],
     ) -> None:
         self.config = config
         self.scope = scope  # the key's fingerprint: the scope of the sessions this server's key made
@@ -124,7 +124,7 @@ class ApiService:
         self.draining = False
         self.stopping: asyncio.Future[None] | None = None  # done once the server stops for good
 
-    def parts(self) -> tuple[Inbox, HttpHost]:
+    def parts(self) -> tuple[ApiInbox, HttpHost]:
         """The running gateway's inbox and the server's host, or a 503 before start."""
         attached = self._attached()
         if attached is None:

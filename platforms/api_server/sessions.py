@@ -15,7 +15,7 @@ from hermes_actors.routing import build_session_key
 from platforms.api_server.wire import PLATFORM, ApiError
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ApiInbox
 
 __all__ = [
     "COMPLETED_HEADER",
@@ -64,7 +64,7 @@ def key_fingerprint(key: str) -> str:
     return "k" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def continue_session(inbox: Inbox, inbound: InboundMessage, continues: str) -> None:
+def continue_session(inbox: ApiInbox, inbound: InboundMessage, continues: str) -> None:
     """Point the request's routing key at the session ``continues`` names (blocking): a client continues a session
     by naming it in the header.
 

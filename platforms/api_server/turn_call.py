@@ -23,7 +23,7 @@ from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessag
 from hermes_actors.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ApiInbox
 
 __all__ = ["STOPPED", "Finished", "Idle", "TextDelta", "ToolEvent", "TurnCall", "TurnEvent", "finished_from"]
 
@@ -132,7 +132,7 @@ class TurnCall:
     """The turn of one inbound message, watched from the request's event loop. Use :meth:`open` before
     submitting the message and :meth:`close` when the request is done (in a ``finally``)."""
 
-    def __init__(self, watch: Inbox, waiters: ReplyWaiters, inbound: InboundMessage) -> None:
+    def __init__(self, watch: ApiInbox, waiters: ReplyWaiters, inbound: InboundMessage) -> None:
         self.inbound = inbound
         self._watch_port = watch
         self._waiters = waiters

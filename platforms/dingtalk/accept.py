@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from platforms.base import AcceptResult, Inbox, PollCursor
+from platforms.base import AcceptResult, ChatInbox, PollCursor
 from platforms.dingtalk.callback import PLATFORM, Received, encode_route, route_key
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.files import attach_files
@@ -30,7 +30,7 @@ async def with_files(
     received: Received,
     robot: RobotKeys,
     *,
-    inbox: Inbox,
+    inbox: ChatInbox,
     api_base_url: str,
     token: Callable[[str | None], Awaitable[str]],
     fetch: FetchPolicy,
@@ -55,7 +55,7 @@ async def with_files(
     return msgspec.structs.replace(received, inbound=inbound)
 
 
-async def commit(inbox: Inbox, robot: str, received: Received, *, again: bool = False) -> AcceptResult:
+async def commit(inbox: ChatInbox, robot: str, received: Received, *, again: bool = False) -> AcceptResult:
     """Commit the message with its conversation's route; return once it is safe (raises what the store raised).
     ``again``: the message is being delivered again, so its route replaces no stored one."""
     key = route_key(robot, received.route.conversation_id)

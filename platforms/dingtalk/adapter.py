@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
-from platforms.base import Capabilities, Inbox, ReplySender
+from platforms.base import Capabilities, ChatInbox, ReplySender
 from platforms.dingtalk.accept import commit, with_files
 from platforms.dingtalk.callback import PLATFORM, Ignored, Received, Signed, open_callback
 from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
@@ -57,6 +57,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
     inbound messages, bounds the callbacks' timestamps and ages tokens and session webhooks.
     """
 
+    _inbox: ChatInbox | None  # the port it is started with (``start``)
     platform = PLATFORM
     capabilities = Capabilities(max_message_chars=5000)
     server_name = "dingtalk"
@@ -82,9 +83,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         self._rng = rng or random.Random()
         self._signatures: Signatures | None = None
         self._links = Links("robot", self._robots)
-        self._thread = TaskThread(
-            name="hermes-dingtalk", label="dingtalk: the stream", log=_log, shutdown_executor=True
-        )
+        self._thread = TaskThread(name="hermes-dingtalk", label="dingtalk: the stream", log=_log)
 
     @property
     def sender(self) -> DingtalkSender:
@@ -95,13 +94,13 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         """The sender of every robot's replies."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Serve the callback URLs, or open every robot's stream; the sender reads the conversations' routes from
         ``inbox``."""
         self._sender.attach(inbox)
         if self.config.mode == "callback":
             self._signatures = Signatures(inbox)
-            super().start(inbox)
+            self._serve(inbox)
             return
         self._inbox = inbox
         connections = [

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from hermes_actors.messages import OutboundMessage
-from platforms.base import Inbox, SendError
+from platforms.base import ChatInbox, SendError
 from platforms.dingtalk.callback import PLATFORM, Route, decode_route, route_key
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.webhook import webhook_problem
@@ -113,9 +113,9 @@ class DingtalkSender:
         self._tokens = _Tokens(self._base_url, clock=clock, timeout_s=timeout_s)
         self._limits = RateLimiter(per_key=chat_rate or Rate(per_second=20 / 60, burst=20))
         self._progress: PartProgress[str] = PartProgress()
-        self._inbox: Inbox | None = None
+        self._inbox: ChatInbox | None = None
 
-    def attach(self, inbox: Inbox) -> None:
+    def attach(self, inbox: ChatInbox) -> None:
         """Read conversations' routes from ``inbox`` (the adapter calls this when it starts)."""
         self._inbox = inbox
 

@@ -24,7 +24,7 @@ import threading
 
 import msgspec
 
-from platforms.base import Inbox, PollCursor
+from platforms.base import ChatInbox, PollCursor
 from platforms.dingtalk.callback import PLATFORM, REPLAY_WINDOW_S
 from platforms.support.cursors import CursorState
 
@@ -57,7 +57,7 @@ _state = CursorState(_Pair)
 class Signatures:
     """The pairs a robot's callbacks were signed with, kept through ``inbox``; :meth:`claim` is thread-safe."""
 
-    def __init__(self, inbox: Inbox) -> None:
+    def __init__(self, inbox: ChatInbox) -> None:
         self._inbox = inbox
         self._lock = threading.Lock()
 

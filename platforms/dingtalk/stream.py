@@ -24,7 +24,7 @@ from urllib.parse import quote
 import aiohttp
 import msgspec
 
-from platforms.base import Inbox
+from platforms.base import ChatInbox
 from platforms.dingtalk.accept import commit, with_files
 from platforms.dingtalk.callback import Ignored, decode_callback
 from platforms.dingtalk.config import RobotKeys
@@ -63,7 +63,7 @@ class StreamConnection:
     def __init__(
         self,
         robot: RobotKeys,
-        inbox: Inbox,
+        inbox: ChatInbox,
         sender: DingtalkSender,
         links: Links,
         *,

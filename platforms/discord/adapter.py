@@ -31,7 +31,7 @@ from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["DiscordAdapter"]
 
@@ -61,9 +61,7 @@ class Shards:
 
     def __init__(self, shards: Sequence[Shard]) -> None:
         self.shards = list(shards)
-        self._thread = TaskThread(
-            name="hermes-discord-gateway", label="discord: the gateway", log=_log, shutdown_executor=True
-        )
+        self._thread = TaskThread(name="hermes-discord-gateway", label="discord: the gateway", log=_log)
 
     def start(self) -> None:
         """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
@@ -133,7 +131,7 @@ class DiscordAdapter:
         """The one sender for every bot's replies (it also opens handoff threads)."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Connect every bot to the gateway, resuming a stored session where there is one."""
         if not self._bots:
             _log.warning("discord: no bots are configured; add one under platforms.discord.bots")

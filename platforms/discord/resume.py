@@ -18,7 +18,7 @@ from hermes_actors.ports import PollCursor
 from platforms.discord.events import PLATFORM
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = [
     "FATAL_CLOSES",
@@ -65,7 +65,7 @@ class ResumeState(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str
 
 
-def read_resume_state(inbox: Inbox, bot: str) -> ResumeState | None:
+def read_resume_state(inbox: ChatInbox, bot: str) -> ResumeState | None:
     """The stored resume state of ``bot``, or ``None`` (first start, or a value that does not decode)."""
     stored = inbox.poll_cursor(PLATFORM, bot)
     if stored is None:

@@ -41,6 +41,7 @@ import aiohttp
 import msgspec
 
 from hermes_actors.messages import InboundMessage
+from hermes_actors.ports import accept_many_async
 from platforms.discord.config import DiscordConfig
 from platforms.discord.events import (
     Channel,
@@ -76,7 +77,7 @@ from platforms.discord.resume import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["Shard"]
 
@@ -95,7 +96,7 @@ class Shard:
         name: str,
         token: str,
         rest: RestClient,
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: DiscordConfig,
         cache: ChannelCache,
         *,
@@ -348,7 +349,7 @@ class Shard:
         self.status = "connected"
         _log.info("discord bot %r: connected as %s (user %s)", self.name, ready.user.username, ready.user.id)
         try:
-            await asyncio.to_thread(self._inbox.accept_many, [], cursor=resume_cursor(self.name, self._resume))
+            await accept_many_async(self._inbox, [], cursor=resume_cursor(self.name, self._resume))
         except Exception as exc:
             _log.warning("discord bot %r: could not store the new session (%s)", self.name, exc)
 
@@ -375,7 +376,7 @@ class Shard:
         if self._resume is not None and frame.s is not None:
             cursor = resume_cursor(self.name, msgspec.structs.replace(self._resume, seq=frame.s))
         try:
-            (result,) = await asyncio.to_thread(self._inbox.accept_many, [outcome], cursor=cursor)
+            (result,) = await accept_many_async(self._inbox, [outcome], cursor=cursor)
         except Exception as exc:
             _log.exception("discord bot %r: could not store message %s", self.name, message.id)
             raise NotStored(f"message {message.id} could not be stored ({exc})") from exc

@@ -15,7 +15,7 @@ from platforms.email.threads import Threads
 from platforms.support.links import Links
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["EmailAdapter"]
 
@@ -50,7 +50,7 @@ class EmailAdapter:
         """The SMTP sender for every account's replies (it also opens mail threads for handoffs)."""
         return [self.sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Start reading every account's mailbox (connecting happens on their threads, retried on failure)."""
         self._threads.attach(inbox)
         for name, account in self._accounts.items():

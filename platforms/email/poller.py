@@ -32,7 +32,7 @@ from platforms.email.threads import Threads, ThreadState
 from platforms.support.links import Links
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["MailboxPoller", "to_inbound"]
 
@@ -69,7 +69,7 @@ class MailboxPoller:
     def __init__(
         self,
         account: ResolvedAccount,
-        inbox: Inbox,
+        inbox: ChatInbox,
         threads: Threads,
         config: EmailConfig,
         links: Links,

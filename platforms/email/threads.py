@@ -17,7 +17,7 @@ import msgspec
 from hermes_actors.ports import PollCursor
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["THREAD_PLATFORM", "ThreadState", "Threads"]
 
@@ -47,9 +47,9 @@ class Threads:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known: dict[str, ThreadState] = {}
-        self._inbox: Inbox | None = None
+        self._inbox: ChatInbox | None = None
 
-    def attach(self, inbox: Inbox) -> None:
+    def attach(self, inbox: ChatInbox) -> None:
         """Store and read states through ``inbox`` from now on."""
         self._inbox = inbox
 

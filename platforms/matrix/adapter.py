@@ -26,7 +26,7 @@ from platforms.support.http_client import shown
 from platforms.support.secrets import read_env_secret, secret_origin
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["MatrixAdapter"]
 
@@ -93,7 +93,7 @@ class MatrixAdapter:
         """The one sender for every account's replies (it also opens threads for handoffs)."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Load each account's stored state and start its ``/sync`` long poll."""
         if not self._homeservers:
             return

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 import msgspec
 
-from hermes_actors.ports import PollCursor
+from hermes_actors.ports import PollCursor, accept_many_async
 from platforms.matrix.answer import Batch, SyncReader
 from platforms.matrix.client import Account
 from platforms.matrix.config import MatrixConfig
@@ -56,7 +56,7 @@ from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["Poller"]
 
@@ -75,7 +75,7 @@ class Poller:
     def __init__(
         self,
         accounts: Sequence[Account],
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: MatrixConfig,
         snapshots: Snapshots,
         *,
@@ -172,14 +172,13 @@ class Poller:
             )
         batch = await self._reader.read(session, account, user_id, state, answer)
         if batch.messages or batch.state != state:
-            self._commit(account, batch)
+            await self._commit(account, batch)
         self._snapshots.put(account.name, batch.state)
         return batch.state
 
-    def _commit(self, account: Account, batch: Batch) -> None:
+    async def _commit(self, account: Account, batch: Batch) -> None:
         cursor = PollCursor(platform=PLATFORM, cursor=encode_state(batch.state), account_id=account.name)
-        # Blocking on purpose: a cancelled poll still finishes its commit, so stop() never splits a batch.
-        results = self._inbox.accept_many(batch.messages, cursor=cursor)
+        results = await accept_many_async(self._inbox, batch.messages, cursor=cursor)  # a cancelled poll finishes it
         for message, result in zip(batch.messages, results, strict=True):
             if result.duplicate:
                 _log.info(

@@ -28,7 +28,7 @@ from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["MattermostAdapter"]
 
@@ -88,15 +88,13 @@ class MattermostAdapter:
         }
         self._sender = MattermostSender(self._rest, max_message_chars=config.max_message_chars)
         self._connections: list[Connection] = []
-        self._thread = TaskThread(
-            name="hermes-mattermost", label="mattermost: the websocket", log=_log, shutdown_executor=True
-        )
+        self._thread = TaskThread(name="hermes-mattermost", label="mattermost: the websocket", log=_log)
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens handoff threads)."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Connect every bot, catching up on what was posted since its stored read position."""
         if not self._bots:
             _log.warning("mattermost: no bots are configured; add one under platforms.mattermost.bots")

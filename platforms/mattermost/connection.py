@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from hermes_actors.messages import InboundMessage
+from hermes_actors.ports import accept_many_async
 from platforms.mattermost.config import MattermostConfig
 from platforms.mattermost.cursor import ReadState, read_state, state_cursor
 from platforms.mattermost.events import DIRECT, GROUP, Skipped, Where, inbound_from_post
@@ -45,7 +46,7 @@ from platforms.mattermost.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["Connection", "Fatal", "NotStored"]
 
@@ -71,7 +72,7 @@ class Connection:
         self,
         name: str,
         rest: RestClient,
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: MattermostConfig,
         *,
         clock: Callable[[], float],
@@ -268,9 +269,7 @@ class Connection:
                 timeout_s=self._config.request_timeout_s,
             )
         try:
-            (result,) = await asyncio.to_thread(
-                self._inbox.accept_many, [outcome], cursor=state_cursor(self.name, advanced)
-            )
+            (result,) = await accept_many_async(self._inbox, [outcome], cursor=state_cursor(self.name, advanced))
         except Exception as exc:
             _log.exception("mattermost bot %r: could not store post %s", self.name, post.id)
             raise NotStored(f"post {post.id} could not be stored ({exc})") from exc
@@ -337,7 +336,7 @@ class Connection:
 
     async def _store_position(self, state: ReadState) -> None:
         try:
-            await asyncio.to_thread(self._inbox.accept_many, [], cursor=state_cursor(self.name, state))
+            await accept_many_async(self._inbox, [], cursor=state_cursor(self.name, state))
         except Exception as exc:
             raise NotStored(f"the read position could not be stored ({exc})") from exc
         self._state = state

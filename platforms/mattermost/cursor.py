@@ -24,7 +24,7 @@ from platforms.mattermost.events import PLATFORM
 from platforms.support.cursors import CursorState
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["KEPT_CHANNELS", "OVERLAP_MS", "ReadState", "read_state", "state_cursor"]
 
@@ -59,7 +59,7 @@ class ReadState(msgspec.Struct, frozen=True, kw_only=True):
 _STATE = CursorState(ReadState)
 
 
-def read_state(inbox: Inbox, bot: str) -> ReadState | None:
+def read_state(inbox: ChatInbox, bot: str) -> ReadState | None:
     """The stored state of ``bot``, or ``None`` (first start, or text that does not decode: logged)."""
     stored = inbox.poll_cursor(PLATFORM, bot)
     if not stored:

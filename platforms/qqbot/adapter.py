@@ -21,13 +21,12 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
-from platforms.base import Capabilities, ReplySender
+from platforms.base import Capabilities, ChatInbox, ReplySender
 from platforms.qqbot.config import QqbotConfig, ResolvedBot, resolve_bots
 from platforms.qqbot.events import (
     MESSAGE_EVENTS,
@@ -48,9 +47,6 @@ from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
 from platforms.support.links import Links
 
-if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
-
 __all__ = ["ACK", "APPID_HEADER", "PATH_PREFIX", "QqbotAdapter"]
 
 _log = logging.getLogger(__name__)
@@ -69,6 +65,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
     checked against (and received messages stamped with).
     """
 
+    _inbox: ChatInbox | None  # the port it is started with (``start``)
     platform = PLATFORM
     server_name = "qqbot"
 
@@ -102,11 +99,11 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             seen.append(f"bot {name!r} (app {bot.app_id}) got an access token")
         return seen
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Serve the callback bots and connect the websocket bots (in the background)."""
         self._inbox = inbox
         if self._serves_http():
-            super().start(inbox)
+            self._serve(inbox)
         gateways = [
             BotGateway(
                 bot,

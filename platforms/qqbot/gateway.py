@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import msgspec
 
-from hermes_actors.ports import PollCursor, SendError
+from hermes_actors.ports import PollCursor, SendError, accept_many_async
 from platforms.qqbot.config import QqbotConfig, ResolvedBot
 from platforms.qqbot.events import (
     MESSAGE_EVENTS,
@@ -46,7 +46,7 @@ from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["FATAL_CLOSES", "NEW_SESSION_CLOSES", "BotGateway", "Gateways", "ResumeState"]
 
@@ -98,7 +98,7 @@ class BotGateway:
         self,
         bot: ResolvedBot,
         tokens: AccessTokens,
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: QqbotConfig,
         links: Links,
         *,
@@ -286,7 +286,7 @@ class BotGateway:
             self._links.connected(self.bot.name)
             _log.info("qqbot app %s: connected, session %s", self.bot.app_id, ready.session_id)
             try:
-                await asyncio.to_thread(self._inbox.accept_many, [], cursor=self._cursor(self._resume))
+                await accept_many_async(self._inbox, [], cursor=self._cursor(self._resume))
             except Exception as exc:  # the next committed message stores the session with it
                 _log.warning("qqbot app %s: could not store the new session (%s)", self.bot.app_id, exc)
         elif frame.t == "RESUMED":
@@ -321,7 +321,7 @@ class BotGateway:
         if self._resume is not None and frame.s is not None:
             cursor = self._cursor(ResumeState(session_id=self._resume.session_id, seq=frame.s))
         try:
-            (result,) = await asyncio.to_thread(self._inbox.accept_many, [inbound], cursor=cursor)
+            (result,) = await accept_many_async(self._inbox, [inbound], cursor=cursor)
         except Exception as exc:
             _log.exception("qqbot app %s: could not store message %s", self.bot.app_id, message.id)
             raise _Next(f"message {message.id} could not be stored ({exc})") from exc
@@ -334,9 +334,7 @@ class Gateways:
 
     def __init__(self, gateways: Sequence[BotGateway]) -> None:
         self.gateways = list(gateways)
-        self._thread = TaskThread(
-            name="hermes-qqbot-gateway", label="qqbot: the gateway", log=_log, shutdown_executor=True
-        )
+        self._thread = TaskThread(name="hermes-qqbot-gateway", label="qqbot: the gateway", log=_log)
 
     def start(self) -> None:
         """Start connecting every bot; connections come up in the background."""

@@ -22,7 +22,7 @@ from platforms.signal.sender import SignalSender
 from platforms.support.http_client import shown
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["SignalAdapter"]
 
@@ -57,7 +57,7 @@ class SignalAdapter:
         """The JSON-RPC ``send`` sender for replies of every account."""
         return [self.sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Connect each account's event stream (in the background: a daemon that is down is retried)."""
         if not self.config.accounts:
             return

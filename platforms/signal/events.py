@@ -44,7 +44,7 @@ from urllib.parse import quote
 import aiohttp
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.ports import PollCursor
+from hermes_actors.ports import PollCursor, accept_many_async
 from platforms.signal.config import SignalConfig
 from platforms.signal.envelopes import (
     PLATFORM,
@@ -60,7 +60,7 @@ from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["EVENT_TYPES", "EventStreams", "events_url"]
 
@@ -109,7 +109,7 @@ class EventStreams:
     def __init__(
         self,
         accounts: Sequence[str],
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: SignalConfig,
         *,
         clock: Callable[[], float],
@@ -229,24 +229,19 @@ class EventStreams:
                 session=session,
                 timeout_s=self._config.request_timeout_s,
             )
-        self._commit(state, found, item.id)
+        await self._commit(state, found, item.id)
 
-    def _commit(self, state: _Account, inbound: InboundMessage, event_id: str | None) -> None:
-        """Store ``inbound`` with the event id; retry until it is stored or the adapter stops."""
+    async def _commit(self, state: _Account, inbound: InboundMessage, event_id: str | None) -> None:
+        """Store ``inbound`` with the event id; retry until it is stored or the adapter stops. The commit waits on a
+        worker thread: this account's stream waits for it, the other accounts' streams go on."""
         cursor = None if event_id is None else PollCursor(platform=PLATFORM, cursor=event_id, account_id=state.name)
         delay = self._config.reconnect_base_s
         while True:
             try:
-                # Blocking on purpose: the stream waits, and stop() never leaves an event half stored.
-                (result,) = self._inbox.accept_many([inbound], cursor=cursor)
+                (result,) = await accept_many_async(self._inbox, [inbound], cursor=cursor)
             except Exception:
                 if self._stopping.is_set():
-                    _log.error(
-                        "signal account %s: stopped before message %s could be stored; it is lost unless signal-cli "
-                        "delivers it again",
-                        state.name,
-                        inbound.message_id,
-                    )
+                    self._lost(state, inbound)
                     return
                 _log.exception(
                     "signal account %s: could not store message %s; trying again in %.1f s",
@@ -254,7 +249,11 @@ class EventStreams:
                     inbound.message_id,
                     delay,
                 )
-                self._stopping.wait(delay)
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    self._lost(state, inbound)
+                    raise
                 delay = min(delay * 2, _COMMIT_RETRY_MAX_S)
                 continue
             if result.duplicate:
@@ -262,6 +261,14 @@ class EventStreams:
                     "signal account %s: message %s was stored before; no new turn", state.name, inbound.message_id
                 )
             return
+
+    def _lost(self, state: _Account, inbound: InboundMessage) -> None:
+        _log.error(
+            "signal account %s: stopped before message %s could be stored; it is lost unless signal-cli delivers it "
+            "again",
+            state.name,
+            inbound.message_id,
+        )
 
     def _backoff(self, failures: int) -> float:
         config = self._config

@@ -37,7 +37,7 @@ from platforms.support.security_headers import stamp_security_headers
 
 if TYPE_CHECKING:
     from hermes_actors.messages import InboundMessage
-    from hermes_actors.ports import AcceptResult, Inbox
+    from hermes_actors.ports import AcceptResult, Inbox, Intake
 
 __all__ = [
     "HttpAdapter",
@@ -271,14 +271,16 @@ class HttpAdapter(abc.ABC, Generic[C]):
 
     Subclasses set :attr:`server_name` (the ``platforms.<name>`` config section, also the server thread's name)
     and add their handlers in :meth:`_add_routes`; handlers read bodies with :meth:`_read_body` and commit
-    messages with :meth:`_accept_inbound`.
+    messages with :meth:`_accept_inbound`. A subclass that needs more of the runtime than the
+    :class:`~hermes_actors.ports.Intake` kept here types its own ``start`` against its port and serves with
+    :meth:`_serve`.
     """
 
     server_name: ClassVar[str]
 
     def __init__(self, config: C) -> None:
         self.config = config
-        self._inbox: Inbox | None = None
+        self._inbox: Intake | None = None
         self._host: HttpHost | None = None
         self._shared: SharedPort | None = None
         self._limits = HttpLimits()
@@ -300,6 +302,10 @@ class HttpAdapter(abc.ABC, Generic[C]):
         return f"http://{host}:{self.config.port}"
 
     def start(self, inbox: Inbox) -> None:
+        """:meth:`_serve` on ``inbox``."""
+        self._serve(inbox)
+
+    def _serve(self, inbox: Intake) -> None:
         """Serve the adapter's routes; raise :class:`~hermes_actors.errors.PlatformError` if it cannot bind. On a
         shared port the routes are mounted there, and the port's owner binds it."""
         if self._shared is not None:

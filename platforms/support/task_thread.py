@@ -7,8 +7,9 @@ every task runs and raises what failed before that; an error after it is logged,
 :meth:`TaskThread.stop` cancels the tasks from the caller's thread and waits a bounded time for the loop to end.
 
 What differs stays in each adapter: what its tasks do, its thread name and log wording (passed in, with its own
-logger, so its log lines read as before), and whether the loop's default executor is shut down before it closes
-(Discord's shards use ``asyncio.to_thread``).
+logger, so its log lines read as before). The loop's default executor (where ``asyncio.to_thread`` and
+:func:`~hermes_actors.ports.accept_many_async` run) is shut down before the loop closes, so a commit under way ends
+first.
 """
 
 from __future__ import annotations
@@ -36,15 +37,13 @@ class TaskThread:
     """Runs the tasks a :data:`Spawn` returns on a new event loop in the thread ``name``.
 
     ``log`` and ``label`` (such as ``"telegram: the poll"``) word the two log lines this class writes: ``"<label>
-    loop ended with an error"`` and ``"<label> thread did not stop within <timeout> s"``. ``shutdown_executor``
-    waits for the loop's default executor (``asyncio.to_thread`` calls) before the loop closes.
+    loop ended with an error"`` and ``"<label> thread did not stop within <timeout> s"``.
     """
 
-    def __init__(self, *, name: str, label: str, log: logging.Logger, shutdown_executor: bool = False) -> None:
+    def __init__(self, *, name: str, label: str, log: logging.Logger) -> None:
         self._name = name
         self._label = label
         self._log = log
-        self._shutdown_executor = shutdown_executor
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -65,8 +64,7 @@ class TaskThread:
                 else:
                     self._log.exception("%s loop ended with an error", self._label)
             finally:
-                if self._shutdown_executor:
-                    loop.run_until_complete(loop.shutdown_default_executor())
+                loop.run_until_complete(loop.shutdown_default_executor())
                 loop.close()
 
         self._thread = threading.Thread(target=run, name=self._name, daemon=True)

@@ -7,12 +7,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
-from platforms.base import Capabilities, ReplySender
+from platforms.base import Capabilities, ChatInbox, ReplySender
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused, committed
 from platforms.teams.activity import PLATFORM, Address, Skipped, TeamsAttachment, decode_activity, to_inbound
@@ -22,9 +22,6 @@ from platforms.teams.config import ResolvedBot, TeamsConfig, resolve_bot
 from platforms.teams.connector import Connector
 from platforms.teams.files import attach_files
 from platforms.teams.sender import TeamsSender
-
-if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
 
 __all__ = ["TeamsAdapter"]
 
@@ -43,6 +40,7 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
     messages; ``monotonic`` times the key and token caches.
     """
 
+    _inbox: ChatInbox | None  # the port it is started with (``start``)
     platform = PLATFORM
     server_name = "teams"
 
@@ -77,10 +75,10 @@ class TeamsAdapter(HttpAdapter[TeamsConfig]):
         """The Bot Connector sender (it also opens channel threads for handoffs)."""
         return [self.sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Serve the messaging endpoints; replies find stored conversation addresses through ``inbox``."""
         self._addresses.attach(inbox)
-        super().start(inbox)
+        self._serve(inbox)
 
     def _add_routes(self, app: web.Application) -> None:
         """Serve ``POST /teams/messages/<bot>``."""

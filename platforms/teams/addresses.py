@@ -21,7 +21,7 @@ from platforms.base import SendError
 from platforms.teams.activity import Address
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["ADDRESS_PLATFORM", "Addresses"]
 
@@ -38,9 +38,9 @@ class Addresses:
     """The latest :class:`Address` per (bot, conversation), in the store, read through the adapter's inbox."""
 
     def __init__(self) -> None:
-        self._inbox: Inbox | None = None
+        self._inbox: ChatInbox | None = None
 
-    def attach(self, inbox: Inbox) -> None:
+    def attach(self, inbox: ChatInbox) -> None:
         """Read stored addresses through ``inbox`` from now on."""
         self._inbox = inbox
 

@@ -15,14 +15,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
-from platforms.base import Capabilities, ReplySender
+from platforms.base import Capabilities, ChatInbox, ReplySender
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
@@ -41,9 +41,6 @@ from platforms.telegram.updates import (
     files_of,
     inbound_from_update,
 )
-
-if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
 
 __all__ = ["SECRET_HEADER", "TelegramAdapter"]
 
@@ -116,13 +113,13 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Serve the webhook bots, register their ``webhook_url``s, and start polling the others."""
         self._inbox = inbox
         hooked = [bot for bot in self._bots.values() if bot.config.mode == "webhook"]
         polled = [bot.api for bot in self._bots.values() if bot.config.mode == "polling"]
         if hooked:
-            super().start(inbox)
+            self._serve(inbox)
             for bot in hooked:
                 self._register(bot)
         if polled:

@@ -31,7 +31,7 @@ import aiohttp
 import msgspec
 
 from hermes_actors.messages import InboundMessage
-from hermes_actors.ports import PollCursor
+from hermes_actors.ports import PollCursor, accept_many_async
 from platforms.support.links import Links
 from platforms.support.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
@@ -49,7 +49,7 @@ from platforms.telegram.updates import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["Poller", "read_offset"]
 
@@ -59,7 +59,7 @@ _GRACE_S = 15.0  # beyond the long-poll timeout, how long an answer may take bef
 _MAX_BATCH = 100  # getUpdates' own upper bound
 
 
-def read_offset(inbox: Inbox, bot: str) -> int | None:
+def read_offset(inbox: ChatInbox, bot: str) -> int | None:
     """The stored ``getUpdates`` offset of ``bot``, or ``None`` (first start, or a value that is not a number)."""
     stored = inbox.poll_cursor(PLATFORM, bot)
     if stored is None:
@@ -85,7 +85,7 @@ class Poller:
     def __init__(
         self,
         bots: Sequence[BotApi],
-        inbox: Inbox,
+        inbox: ChatInbox,
         config: TelegramConfig,
         *,
         clock: Callable[[], float],
@@ -117,7 +117,7 @@ class Poller:
                 batch = await self._fetch(session, bot, offset)
                 self.links.connected(bot.name)
                 if batch.messages or (batch.next_offset is not None and batch.next_offset != offset):
-                    self._commit(bot, batch)
+                    await self._commit(bot, batch)
                     offset = batch.next_offset
                 failures = 0
             except asyncio.CancelledError:
@@ -197,12 +197,11 @@ class Poller:
             raise BotApiError(f"{where}: no update in the answer has an update_id")
         return _Batch(messages=messages, next_offset=None if highest is None else highest + 1, files=files)
 
-    def _commit(self, bot: BotApi, batch: _Batch) -> None:
+    async def _commit(self, bot: BotApi, batch: _Batch) -> None:
         cursor = None
         if batch.next_offset is not None:
             cursor = PollCursor(platform=PLATFORM, cursor=str(batch.next_offset), account_id=bot.name)
-        # Blocking on purpose: a cancelled poll still finishes its commit, so stop() never splits a batch.
-        self._inbox.accept_many(batch.messages, cursor=cursor)
+        await accept_many_async(self._inbox, batch.messages, cursor=cursor)  # a cancelled poll still finishes it
 
     def _failed(self, bot: BotApi, exc: BotApiError, failures: int) -> float:
         """Log a failed poll and keep its error in :attr:`links`; return how long to wait before the next one."""

@@ -40,7 +40,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["PLATFORM", "BotAccount"]
 
@@ -86,14 +86,14 @@ class BotAccount:
         self._committed = ""
         self._timeout = config.poll_timeout_s
         self._failures = 0
-        self._inbox: Inbox | None = None
+        self._inbox: ChatInbox | None = None
         self._threads: list[threading.Thread] = []
 
     @property
     def name(self) -> str:
         return self.auth.name
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         stored = inbox.poll_cursor(PLATFORM, self.name)
         state = decode_state(stored, self.name)
         self._inbox = inbox

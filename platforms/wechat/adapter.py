@@ -35,7 +35,7 @@ from platforms.wechat.config import WechatConfig, is_bot_token
 from platforms.wechat.sender import AccountAuth, ContextTokens, WechatSender
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["PLATFORM", "WechatAdapter"]
 
@@ -94,7 +94,7 @@ class WechatAdapter:
         """The ``sendmessage`` sender for replies to WeChat sessions."""
         return [self._sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Load each account's stored state and start polling."""
         self._tokens.attach(inbox)
         for account in self._accounts:

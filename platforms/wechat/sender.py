@@ -39,7 +39,7 @@ from platforms.wechat.wire import (
 )
 
 if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
+    from hermes_actors.ports import ChatInbox
 
 __all__ = ["TOKEN_PLATFORM", "AccountAuth", "ContextTokens", "WechatSender"]
 
@@ -74,9 +74,9 @@ class ContextTokens:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._latest: dict[tuple[str, str], str] = {}
-        self._inbox: Inbox | None = None
+        self._inbox: ChatInbox | None = None
 
-    def attach(self, inbox: Inbox) -> None:
+    def attach(self, inbox: ChatInbox) -> None:
         """Store tokens through ``inbox`` from now on."""
         self._inbox = inbox
 

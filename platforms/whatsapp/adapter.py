@@ -17,14 +17,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
-from platforms.base import Capabilities, ReplySender
+from platforms.base import Capabilities, ChatInbox, ReplySender
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused, committed
@@ -42,9 +42,6 @@ from platforms.whatsapp.sender import RE_ENGAGEMENT, WhatsappSender
 from platforms.whatsapp.window import ServiceWindows
 from platforms.whatsapp.wire import decode_notification
 
-if TYPE_CHECKING:
-    from hermes_actors.ports import Inbox
-
 __all__ = ["WEBHOOK_PATH", "WhatsappAdapter"]
 
 _log = logging.getLogger(__name__)
@@ -60,6 +57,7 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
     24-hour window is measured with.
     """
 
+    _inbox: ChatInbox | None  # the port it is started with (``start``)
     platform = PLATFORM
     server_name = "whatsapp"
 
@@ -99,13 +97,13 @@ class WhatsappAdapter(HttpAdapter[WhatsappConfig]):
         """The Cloud API sender."""
         return [self.sender]
 
-    def start(self, inbox: Inbox) -> None:
+    def start(self, inbox: ChatInbox) -> None:
         """Load the 24-hour windows from the inbox (read again for a chat unknown here: another replica may have
         accepted its message), then serve the webhook (:class:`PlatformError` if it cannot bind)."""
         known = self.windows.attach(functools.partial(inbox.recent_inbound, PLATFORM))
         if known:
             _log.info("whatsapp: %d chats wrote in the last 24 hours (from the inbox)", known)
-        super().start(inbox)
+        self._serve(inbox)
 
     def _add_routes(self, app: web.Application) -> None:
         """Serve the webhook: ``GET`` for the verification handshake, ``POST`` for notifications."""

@@ -36,7 +36,7 @@ _KEPT = 100_000  # chats remembered before those outside the window are dropped
 _OVERLAP_S = 300.0  # how far before the last read a new read starts: the inbox rows are stamped by other clocks
 
 ReadInbox = Callable[[float], Sequence[InboundMessage]]
-"""The platform's inbox rows received at or after a time (``Inbox.recent_inbound`` bound to the platform)."""
+"""The platform's inbox rows received at or after a time (``ChatInbox.recent_inbound`` bound to the platform)."""
 
 
 class Chat(msgspec.Struct, frozen=True, kw_only=True):

@@ -170,7 +170,7 @@ class Pages:
         return web.json_response(await self._live(), headers={"Cache-Control": "no-store"})
 
     async def _live(self) -> dict[str, Any]:
-        """What the runtime says of itself: the Inbox port's vitals and readiness."""
+        """What the runtime says of itself: the ApiInbox port's vitals and readiness."""
         running = self._site.attached()
         if running is None:
             raise ConsoleRefusal(503, "the API server is not started")

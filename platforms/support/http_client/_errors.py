@@ -17,13 +17,15 @@ __all__ = ["HttpError", "NoAnswer", "TooLarge", "Unreachable"]
 
 
 class HttpError(PlatformError):
-    """An HTTP exchange failed; ``where`` names the endpoint (without credentials).
+    """An HTTP exchange failed; the message names the endpoint (without credentials or query).
 
-    ``timed_out`` is set when a timeout ended it (connecting, or waiting for the answer).
+    ``reason`` is what went wrong without the endpoint (``[Errno 111] Connection refused``, ``timed out``), for a
+    message about a URL that must not be shown; ``timed_out`` is set when a timeout ended the exchange.
     """
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, reason: str | None = None, timed_out: bool = False) -> None:
         super().__init__(message)
+        self.reason = message if reason is None else reason
         self.timed_out = timed_out
 
 
@@ -39,7 +41,7 @@ class TooLarge(NoAnswer):
     """The answer passed the caller's limit; ``status`` is its HTTP status, ``size`` its ``Content-Length``
     when the server stated one."""
 
-    def __init__(self, message: str, *, status: int, size: int | None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, reason: str, status: int, size: int | None) -> None:
+        super().__init__(message, reason=reason)
         self.status = status
         self.size = size

@@ -111,7 +111,7 @@ def build_request(
     not http(s), which cannot leave."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Unreachable(f"not an http(s) URL: {shown(parts)!r}")
+        raise Unreachable(f"not an http(s) URL: {shown(parts)!r}", reason="not an http(s) URL")
     send_headers = {name.lower(): value for name, value in (headers or {}).items()}
     if json_body is not None:
         body = msgspec.json.encode(json_body)

@@ -49,12 +49,15 @@ class NetworkTransport:
             ) as response:
                 return await _read(response, request.max_bytes, where)
         except aiohttp.ConnectionTimeoutError as exc:
-            raise Unreachable(f"{where}: cannot be reached (timed out)", timed_out=True) from exc
+            raise Unreachable(f"{where}: cannot be reached (timed out)", reason="timed out", timed_out=True) from exc
         except (aiohttp.ClientConnectorError, aiohttp.InvalidURL, ValueError) as exc:
-            raise Unreachable(f"{where}: cannot be reached ({_cause(exc, request.url)})") from exc
+            cause = _cause(exc, request.url)
+            raise Unreachable(f"{where}: cannot be reached ({cause})", reason=cause) from exc
         except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
+            cause = _cause(exc, request.url)
             raise NoAnswer(
-                f"{where}: did not answer after the request was sent ({_cause(exc, request.url)})",
+                f"{where}: did not answer after the request was sent ({cause})",
+                reason=cause,
                 timed_out=isinstance(exc, TimeoutError),
             ) from exc
 
@@ -76,15 +79,16 @@ class NetworkTransport:
 
 async def _read(response: aiohttp.ClientResponse, limit: int, where: str) -> HttpResult:
     """The whole answer, or :class:`TooLarge` once it passes ``limit`` (by its ``Content-Length``, or while read)."""
+    reason = f"the answer is larger than {limit} bytes"
     encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
     declared = None if encoded else response.content_length
     if declared is not None and declared > limit:
-        raise TooLarge(f"{where}: the answer is larger than {limit} bytes", status=response.status, size=declared)
+        raise TooLarge(f"{where}: {reason}", reason=reason, status=response.status, size=declared)
     data = bytearray()
     async for chunk in response.content.iter_any():
         data += chunk
         if len(data) > limit:
-            raise TooLarge(f"{where}: the answer is larger than {limit} bytes", status=response.status, size=None)
+            raise TooLarge(f"{where}: {reason}", reason=reason, status=response.status, size=None)
     headers = {name.lower(): value for name, value in response.headers.items()}
     return HttpResult(status=response.status, headers=headers, body=bytes(data))
 
