@@ -71,7 +71,7 @@ AccountName = Annotated[
 Port = Annotated[int, Rule(Meta(ge=0, le=65535), "{value} is not a TCP port; use 0..65535 (0 picks a free one)")]
 ListenHost = Annotated[str, Rule(Meta(pattern=r"\S"), "must not be empty; use 127.0.0.1 to listen on loopback only")]
 PositiveSeconds = Annotated[float, Rule(Meta(gt=0), "must be a positive number of seconds")]
-NonNegativeSeconds = Annotated[float, Rule(Meta(ge=0), "must not be negative (seconds)")]
+NonNegativeSeconds = Annotated[float, Rule(Meta(ge=0), "must not be negative: a number of seconds, at least 0")]
 PositiveRate = Annotated[float, Rule(Meta(gt=0), "must be a positive number")]
 Burst = Annotated[int, Rule(Meta(ge=1), "must be at least 1 message")]
 BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; leave it out for the default")]

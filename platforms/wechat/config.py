@@ -7,10 +7,13 @@ two bots never share a conversation even when the same person writes to both.
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import NonNegativeSeconds, PositiveRate, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -22,8 +25,16 @@ DEFAULT_BASE_URL = "https://ilinkai.weixin.qq.com"
 DEFAULT_CDN_BASE_URL = "https://novac2c.cdn.weixin.qq.com/c2c"  # where iLink media is downloaded
 
 _SECTION = "platforms.wechat"
-_ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_@.\-]{1,128}")
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
+_AccountName = Annotated[  # the bot id: its ilink_bot_id
+    str,
+    Rule(
+        Meta(pattern=r"^[A-Za-z0-9_@.\-]{1,128}\Z"),
+        "an account name is 1 to 128 letters, digits, '_', '-', '.' or '@' (the bot id, such as abc@im.bot)",
+    ),
+]
+_ChunkChars = Annotated[int, Rule(Meta(ge=1), "must be a positive number of characters")]
+_MessageChars = Annotated[int, Rule(Meta(ge=16), "must be at least 16; the default is 2000")]
 
 
 class WechatAccount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -50,36 +61,26 @@ class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """
 
     enabled: bool = True
-    accounts: dict[str, WechatAccount] = msgspec.field(default_factory=dict)
-    batch_window_s: float = 3.0
-    long_chunk_chars: int = 1800
+    accounts: dict[_AccountName, WechatAccount] = msgspec.field(default_factory=dict)
+    batch_window_s: NonNegativeSeconds = 3.0
+    long_chunk_chars: _ChunkChars = 1800
     long_chunk_wait_s: float = 8.0
-    dedupe_window_s: float = 300.0
-    max_message_chars: int = 2000
-    poll_timeout_s: float = 35.0
-    send_timeout_s: float = 15.0
-    retry_base_s: float = 2.0
-    retry_max_s: float = 30.0
-    session_expired_backoff_s: float = 600.0
-    rate_limit_backoff_s: float = 30.0
-    sends_per_second_per_chat: float = 1.0
+    dedupe_window_s: NonNegativeSeconds = 300.0
+    max_message_chars: _MessageChars = 2000
+    poll_timeout_s: PositiveSeconds = 35.0
+    send_timeout_s: PositiveSeconds = 15.0
+    retry_base_s: PositiveSeconds = 2.0
+    retry_max_s: PositiveSeconds = 30.0
+    session_expired_backoff_s: PositiveSeconds = 600.0
+    rate_limit_backoff_s: PositiveSeconds = 30.0
+    sends_per_second_per_chat: PositiveRate = 1.0
     cdn_base_url: str = DEFAULT_CDN_BASE_URL
-    download_timeout_s: float = 30.0
+    download_timeout_s: PositiveSeconds = 30.0
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         for name, account in self.accounts.items():
             _check_account(name, account)
-        _at_least(0.0, batch_window_s=self.batch_window_s, dedupe_window_s=self.dedupe_window_s)
-        _positive(
-            poll_timeout_s=self.poll_timeout_s,
-            send_timeout_s=self.send_timeout_s,
-            retry_base_s=self.retry_base_s,
-            retry_max_s=self.retry_max_s,
-            session_expired_backoff_s=self.session_expired_backoff_s,
-            rate_limit_backoff_s=self.rate_limit_backoff_s,
-            sends_per_second_per_chat=self.sends_per_second_per_chat,
-            download_timeout_s=self.download_timeout_s,
-        )
         if not _is_base_url(self.cdn_base_url):
             raise ConfigError(
                 f"{_SECTION}.cdn_base_url",
@@ -89,32 +90,12 @@ class WechatConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ConfigError(
                 f"{_SECTION}.long_chunk_wait_s", "must be at least batch_window_s (it is the longer wait after a chunk)"
             )
-        if self.long_chunk_chars < 1:
-            raise ConfigError(f"{_SECTION}.long_chunk_chars", "must be a positive number of characters")
-        if self.max_message_chars < 16:
-            raise ConfigError(f"{_SECTION}.max_message_chars", "must be at least 16; the default is 2000")
         if self.retry_max_s < self.retry_base_s:
             raise ConfigError(f"{_SECTION}.retry_max_s", "must be at least retry_base_s")
 
 
-def _at_least(minimum: float, **values: float) -> None:
-    for field, value in values.items():
-        if not value >= minimum:  # also refuses NaN
-            raise ConfigError(f"{_SECTION}.{field}", f"must be a number of seconds, at least {minimum:g}")
-
-
-def _positive(**values: float) -> None:
-    for field, value in values.items():
-        if not value > 0:
-            raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
-
-
 def _check_account(name: str, account: WechatAccount) -> None:
     path = f"{_SECTION}.accounts.{name}"
-    if not _ACCOUNT_NAME.fullmatch(name):
-        raise ConfigError(
-            path, "an account name is 1 to 128 letters, digits, '_', '-', '.' or '@' (the bot id, such as abc@im.bot)"
-        )
     check_secret_source(
         path,
         "token",
