@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 import typing
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import BodyBytes, ListenHost, Port, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 
 __all__ = ["ApiServerConfig", "ConsoleConfig", "is_loopback"]
 
-_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
+_SECTION = "platforms.api_server"
+_Key = Annotated[str, Rule(Meta(pattern=r"\S"), "is empty; remove it or set a non-empty key")]
+_ModelName = Annotated[str, Rule(Meta(pattern=r"\S"), "must not be empty; the default is 'hermes-agent'")]
+_User = Annotated[str, Rule(Meta(pattern=r"\S"), "is empty; remove it or name the user this key speaks for")]
+_Runs = Annotated[int, Rule(Meta(ge=0), "must be 0 (no cap) or a positive number of requests")]
+_FoldSeconds = Annotated[float, Rule(Meta(ge=0), "must be 0 (no folding) or a positive number of seconds")]
+_Origin = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^(?:\*|[a-z][a-z0-9+.-]*://[^/\s?#]+)\Z"),
+        "{value!r} is not an origin; write scheme://host[:port] with no path or trailing slash "
+        "(https://chat.example.org, http://localhost:3000), or '*' for any",
+    ),
+]
 
 
 class ConsoleConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -49,58 +64,31 @@ class ApiServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """
 
     enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 8642
-    key: str | None = None
+    host: ListenHost = "127.0.0.1"
+    port: Port = 8642
+    key: _Key | None = None
     key_env: str = "HERMES_API_KEY"
-    model_name: str = "hermes-agent"
-    request_timeout_s: float = 300.0
-    max_body_bytes: int = 4 * 1024 * 1024
-    keepalive_s: float = 30.0
-    max_concurrent_runs: int = 64
-    retry_fold_s: float = 10.0
-    user: str | None = None
+    model_name: _ModelName = "hermes-agent"
+    request_timeout_s: PositiveSeconds = 300.0
+    max_body_bytes: BodyBytes = 4 * 1024 * 1024
+    keepalive_s: PositiveSeconds = 30.0
+    max_concurrent_runs: _Runs = 64
+    retry_fold_s: _FoldSeconds = 10.0
+    user: _User | None = None
     trust_user_headers: bool = False
     housekeeping: bool = True
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[_Origin, ...] = ()
     trusted_proxies: tuple[str, ...] = ()
     console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
 
     def __post_init__(self) -> None:
-        field = "platforms.api_server"
-        if not self.host.strip():
-            raise ConfigError(f"{field}.host", "must not be empty; use 127.0.0.1 to serve this machine only")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"{field}.port", f"{self.port} is not a TCP port; use 0..65535 (0 picks a free one)")
-        if self.key is not None and not self.key.strip():
-            raise ConfigError(f"{field}.key", "is empty; remove it or set a non-empty key")
-        if not self.model_name.strip():
-            raise ConfigError(f"{field}.model_name", "must not be empty; the default is 'hermes-agent'")
-        if self.request_timeout_s <= 0:
-            raise ConfigError(f"{field}.request_timeout_s", "must be a positive number of seconds")
-        if self.max_body_bytes < 1024:
-            raise ConfigError(f"{field}.max_body_bytes", "must be at least 1024 bytes; the default is 4 MiB")
-        if self.max_concurrent_runs < 0:
-            raise ConfigError(f"{field}.max_concurrent_runs", "must be 0 (no cap) or a positive number of requests")
-        if self.user is not None and not self.user.strip():
-            raise ConfigError(f"{field}.user", "is empty; remove it or name the user this key speaks for")
-        if self.retry_fold_s < 0:
-            raise ConfigError(f"{field}.retry_fold_s", "must be 0 (no folding) or a positive number of seconds")
-        if self.keepalive_s <= 0:
-            raise ConfigError(f"{field}.keepalive_s", "must be a positive number of seconds")
-        for index, origin in enumerate(self.cors_origins):
-            if origin != "*" and not _ORIGIN.fullmatch(origin):
-                raise ConfigError(
-                    f"{field}.cors_origins[{index}]",
-                    f"{origin!r} is not an origin; write scheme://host[:port] with no path or trailing slash "
-                    "(https://chat.example.org, http://localhost:3000), or '*' for any",
-                )
+        check_section(self, _SECTION)
         for index, proxy in enumerate(self.trusted_proxies):
             try:
                 ipaddress.ip_network(proxy.strip(), strict=False)
             except ValueError:
                 raise ConfigError(
-                    f"{field}.trusted_proxies[{index}]",
+                    f"{_SECTION}.trusted_proxies[{index}]",
                     f"{proxy!r} is not an IP address or network; write the reverse proxy's address (127.0.0.1, ::1) "
                     "or its network in CIDR form (10.0.0.0/8, fd00::/8)",
                 ) from None

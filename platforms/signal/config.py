@@ -9,10 +9,13 @@ every session key it opens, so two accounts never share a conversation.
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import Burst, PositiveRate, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.section_parts import SectionParts
 from platforms.support.cluster_parts import split_accounts
@@ -22,8 +25,19 @@ __all__ = ["DEFAULT_URL", "SignalConfig", "cluster_parts", "is_account", "is_uui
 DEFAULT_URL = "http://127.0.0.1:8080"  # signal-cli daemon --http binds localhost:8080 by default
 
 _SECTION = "platforms.signal"
-_NUMBER = re.compile(r"\+[1-9][0-9]{6,14}")  # E.164
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_NUMBER_TEXT = r"\+[1-9][0-9]{6,14}"  # E.164
+_UUID_TEXT = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_NUMBER, _UUID = re.compile(_NUMBER_TEXT), re.compile(_UUID_TEXT)
+_Account = Annotated[
+    str,
+    Rule(
+        Meta(pattern=rf"^(?:{_NUMBER_TEXT}|{_UUID_TEXT})\Z"),
+        "{value!r:.42} is not a Signal account as signal-cli names it: a phone number in E.164 form such as "
+        "+15550001, or the ACI (a UUID) of an account without a number",
+    ),
+]
+_MessageChars = Annotated[int, Rule(Meta(ge=16, le=64_000), "must be between 16 and 64000; the default is 2000")]
+_EventBytes = Annotated[int, Rule(Meta(ge=4096), "must be at least 4096 bytes; the default is 1 MiB")]
 
 
 def is_uuid(text: str) -> bool:
@@ -50,19 +64,20 @@ class SignalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     enabled: bool = True
     url: str = DEFAULT_URL
-    accounts: list[str] = msgspec.field(default_factory=list)
-    max_message_chars: int = 2000
-    messages_per_second: float = 1.0
-    burst: int = 3
-    request_timeout_s: float = 30.0
-    connect_timeout_s: float = 10.0
-    idle_timeout_s: float = 60.0
-    reconnect_base_s: float = 1.0
-    reconnect_max_s: float = 60.0
-    rate_limit_backoff_s: float = 60.0
-    max_event_bytes: int = 1024 * 1024
+    accounts: list[_Account] = msgspec.field(default_factory=list)
+    max_message_chars: _MessageChars = 2000
+    messages_per_second: PositiveRate = 1.0
+    burst: Burst = 3
+    request_timeout_s: PositiveSeconds = 30.0
+    connect_timeout_s: PositiveSeconds = 10.0
+    idle_timeout_s: PositiveSeconds = 60.0
+    reconnect_base_s: PositiveSeconds = 1.0
+    reconnect_max_s: PositiveSeconds = 60.0
+    rate_limit_backoff_s: PositiveSeconds = 60.0
+    max_event_bytes: _EventBytes = 1024 * 1024
 
     def __post_init__(self) -> None:
+        check_section(self, _SECTION)
         if not _is_base_url(self.url):
             raise ConfigError(
                 f"{_SECTION}.url",
@@ -71,33 +86,9 @@ class SignalConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             )
         seen: set[str] = set()
         for index, account in enumerate(self.accounts):
-            path = f"{_SECTION}.accounts[{index}]"
-            if not is_account(account):
-                raise ConfigError(
-                    path,
-                    f"{account[:40]!r} is not a Signal account as signal-cli names it: a phone number in E.164 form "
-                    "such as +15550001, or the ACI (a UUID) of an account without a number",
-                )
             if account in seen:
-                raise ConfigError(path, f"{account} is listed twice; list each account once")
+                raise ConfigError(f"{_SECTION}.accounts[{index}]", f"{account} is listed twice; list each account once")
             seen.add(account)
-        if not 16 <= self.max_message_chars <= 64_000:
-            raise ConfigError(f"{_SECTION}.max_message_chars", "must be between 16 and 64000; the default is 2000")
-        if self.burst < 1:
-            raise ConfigError(f"{_SECTION}.burst", "must be at least 1 message")
-        if self.max_event_bytes < 4096:
-            raise ConfigError(f"{_SECTION}.max_event_bytes", "must be at least 4096 bytes; the default is 1 MiB")
-        for field in (
-            "messages_per_second",
-            "request_timeout_s",
-            "connect_timeout_s",
-            "idle_timeout_s",
-            "reconnect_base_s",
-            "reconnect_max_s",
-            "rate_limit_backoff_s",
-        ):
-            if not getattr(self, field) > 0:  # also refuses NaN
-                raise ConfigError(f"{_SECTION}.{field}", "must be a positive number")
         if self.reconnect_max_s < self.reconnect_base_s:
             raise ConfigError(f"{_SECTION}.reconnect_max_s", "must be at least reconnect_base_s")
 
