@@ -31,6 +31,7 @@ __all__ = [
     "cluster_parts",
     "config_type",
     "enabled",
+    "fetch_json",
     "new_webhook_secret",
     "placement",
     "probe_listen",
@@ -349,6 +350,14 @@ def shared_listener(*, host: str, port: int, limits: HttpLimits | None = None) -
     (``platforms.support.shared_http``, loaded by path like the platforms, so the daemon sees only this protocol)."""
     module = importlib.import_module("platforms.support.shared_http")
     return cast(SharedListener, module.SharedListener(host=host, port=port, limits=limits))
+
+
+def fetch_json(url: str, *, headers: Mapping[str, str] | None = None, timeout_s: float) -> tuple[int, Any]:
+    """``(status, decoded JSON body or None)`` of one GET through the platforms' HTTP client
+    (``platforms.support.credentials``, loaded by path like :func:`shared_listener`), for ``config check --online``;
+    a request that got no answer is a :class:`~hermes_actors.errors.PlatformError` saying why (never the URL)."""
+    get_json = importlib.import_module("platforms.support.credentials").get_json
+    return cast(tuple[int, Any], get_json(url, headers=headers, timeout_s=timeout_s))
 
 
 def probe_listen(adapter: Adapter) -> None:

@@ -4,15 +4,14 @@ The agent endpoint is asked for its models (``GET {agent.base_url}/models`` with
 enabled platform whose adapter has a cheap credential check (``check_credentials``: Telegram ``getMe``, Slack
 ``auth.test``, Discord ``/users/@me``, Matrix ``/account/whoami``, Feishu's tenant token, WhatsApp's number on
 the Graph API) runs it; a platform without one (the API server, webhooks, WeChat, Signal) says so. Every check is
-one line: what was tried and what came back.
+one line: what was tried and what came back. The agent's request goes through the platforms' HTTP client
+(:func:`platforms.registry.fetch_json`), like the platforms' own checks.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
+from http import HTTPStatus
 from pathlib import Path
 
 import msgspec
@@ -67,22 +66,21 @@ def check_agent(agent: AgentSettings, environ: Mapping[str, str], *, timeout_s: 
     if agent.base_url is None:
         return OnlineCheck(subject="agent", ok=True, outcome="the built-in echo agent; nothing to contact")
     url = agent.base_url.rstrip("/") + "/models"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
     key = environ.get(agent.api_key_env)
     if key:
-        request.add_header("Authorization", f"Bearer {key}")
+        headers["Authorization"] = f"Bearer {key}"
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        hint = f"; check the key in ${agent.api_key_env}" if exc.code in (401, 403) else ""
-        return OnlineCheck(subject="agent", ok=False, outcome=f"GET {url} answered HTTP {exc.code} {exc.reason}{hint}")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return OnlineCheck(subject="agent", ok=False, outcome=f"GET {url} failed ({reason}); is the endpoint running?")
+        status, answer = registry.fetch_json(url, headers=headers, timeout_s=timeout_s)
+    except HermesError as exc:
+        return OnlineCheck(subject="agent", ok=False, outcome=f"GET {url} failed ({exc}); is the endpoint running?")
+    if not 200 <= status < 300:
+        hint = f"; check the key in ${agent.api_key_env}" if status in (401, 403) else ""
+        outcome = f"GET {url} answered HTTP {status} {_phrase(status)}{hint}"
+        return OnlineCheck(subject="agent", ok=False, outcome=outcome)
     try:
-        listed = [str(entry["id"]) for entry in json.loads(body)["data"]]
-    except (ValueError, KeyError, TypeError):
+        listed = [str(entry["id"]) for entry in answer["data"]]
+    except (KeyError, TypeError):
         return OnlineCheck(subject="agent", ok=False, outcome=f"GET {url} did not answer a model list")
     if agent.model in listed:
         return OnlineCheck(subject="agent", ok=True, outcome=f"ok: {url} lists {agent.model}")
@@ -91,3 +89,11 @@ def check_agent(agent: AgentSettings, environ: Mapping[str, str], *, timeout_s: 
         ok=True,
         outcome=f"reachable, but {url} does not list {agent.model} (it lists {', '.join(listed[:5]) or 'none'})",
     )
+
+
+def _phrase(status: int) -> str:
+    """The reason phrase of ``status`` (``Unauthorized``), or nothing for a code HTTP does not name."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
