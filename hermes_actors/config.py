@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import NonNegativeSeconds, PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
@@ -21,6 +24,29 @@ __all__ = [
 MIN_MESSAGE_CAP_CHARS = 500
 SAVE_MEMORY_TRIGGERS = ("idle", "daily", "new", "reset")  # the ends a save-memory turn may run before
 
+_LiveActors = Annotated[
+    int,
+    Rule(
+        Meta(ge=1, le=15000),
+        "must be between 1 and 15000 (each live actor is an OS thread; a process dies near 22000)",
+    ),
+]
+_AtLeastOne = Annotated[int, Rule(Meta(ge=1), "must be at least 1")]
+_Triggers = Annotated[
+    tuple[Annotated[str, Rule(Meta(pattern="^/"), "must be a command starting with '/'")], ...],
+    Rule(Meta(min_length=1), "must be a non-empty list of commands starting with '/'"),
+]
+_Ratio = Annotated[float, Rule(Meta(gt=0, le=1), "must be in (0, 1]: a share of the agent's context window")]
+_CompressAt = Annotated[int, Rule(Meta(ge=4), "must be at least 4 messages")]
+_SummaryTokens = Annotated[
+    int, Rule(Meta(ge=0), "must be 0 (a tenth of the context window) or a positive number of tokens")
+]
+_RetentionDays = Annotated[
+    float,
+    Rule(Meta(ge=1), "must be at least 1 day: answered inbox rows are what recognises a platform's redelivery"),
+]
+_NonNegative = Annotated[float, Rule(Meta(ge=0), "must not be negative")]
+
 
 class HttpLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What every HTTP listener holds a client to (``daemon.http_header_timeout_s``, ``daemon.http_idle_timeout_s``,
@@ -30,47 +56,39 @@ class HttpLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     ``idle_timeout_s``: a connection waiting for its next request is closed after it (its clock runs from the
     connection's start too, so the shorter of the two bounds the first request); ``max_connections``: open
     connections per listener, past which the longest idle one is closed to make room for a new one (or, when
-    every one is answering a request, new ones wait in the listen queue).
+    every one is answering a request, new ones wait in the listen queue). The daemon's settings check the values.
     """
 
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 75.0  # above the 60 s a reverse proxy (nginx) keeps its idle upstream connections
     max_connections: int = 512
 
-    def __post_init__(self) -> None:
-        if not 0 < self.header_timeout_s <= 3600:
-            raise ConfigError("daemon.http_header_timeout_s", "must be more than 0 and at most 3600 seconds")
-        if not 0 < self.idle_timeout_s <= 86400:
-            raise ConfigError("daemon.http_idle_timeout_s", "must be more than 0 and at most 86400 seconds")
-        if self.max_connections < 1:
-            raise ConfigError("daemon.http_max_connections", "must be at least 1 connection per listener")
-
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the actor runtime behaves (the ``runtime:`` section of ``config.yaml``)."""
 
-    passivate_after_s: float = 300.0
-    max_live_actors: int = 5000
+    passivate_after_s: PositiveSeconds = 300.0
+    max_live_actors: _LiveActors = 5000
     pending_soft_limit: int = 4  # queued messages from which a session's next turn merges them
     pending_hard_limit: int = 64  # queued messages beyond which new ones are refused with a reply
-    max_concurrent_agent_calls: int = 256
-    agent_timeout_s: float = 120.0
-    lease_ttl_s: float = 30.0
-    lease_wait_s: float = 10.0
+    max_concurrent_agent_calls: _AtLeastOne = 256
+    agent_timeout_s: PositiveSeconds = 120.0
+    lease_ttl_s: PositiveSeconds = 30.0
+    lease_wait_s: NonNegativeSeconds = 10.0
     outbox_retry_base_s: float = 1.0
     outbox_retry_max_s: float = 300.0
     # Answered inbox rows are the durable dedupe record (platforms redeliver for up to 7 days: WhatsApp); they and
     # delivered outbox rows are deleted once older than this.
-    queue_retention_days: float = 8.0
+    queue_retention_days: _RetentionDays = 8.0
     ask_timeout_s: float = 30.0
     key_policy: KeyPolicy = KeyPolicy()
-    reset_triggers: tuple[str, ...] = ("/new", "/reset")
+    reset_triggers: _Triggers = ("/new", "/reset")
     resume_any_user: bool = False  # /resume may pick sessions of other users (an admin setting)
-    compress_at_messages: int = 5000
-    compress_at_ratio: float = 0.85  # of the agent's context window, in estimated prompt tokens
+    compress_at_messages: _CompressAt = 5000
+    compress_at_ratio: _Ratio = 0.85  # of the agent's context window, in estimated prompt tokens
     context_window: int = 128_000  # used when the agent does not say (``agent.context_window``)
     protected_recent_messages: int = 4  # copied verbatim into a compression child
-    summary_max_tokens: int = 0  # a compression summary's budget; 0: a tenth of the context window
+    summary_max_tokens: _SummaryTokens = 0  # a compression summary's budget; 0: a tenth of the context window
     # Which ends run a save-memory turn first: timer resets (idle, daily) and the /new and /reset commands.
     save_memory_on: tuple[str, ...] = SAVE_MEMORY_TRIGGERS
     auto_titles: bool = True  # title a session after its first exchange (``hermes_actors.lifecycle.auto_titles``)
@@ -81,36 +99,15 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return trigger in self.save_memory_on
 
     def __post_init__(self) -> None:
-        if self.passivate_after_s <= 0:
-            raise ConfigError("runtime.passivate_after_s", "must be a positive number of seconds")
-        if not 1 <= self.max_live_actors <= 15000:
-            raise ConfigError(
-                "runtime.max_live_actors",
-                "must be between 1 and 15000 (each live actor is an OS thread; a process dies near 22000)",
-            )
+        check_section(self, "runtime")
         if not 1 <= self.pending_soft_limit <= self.pending_hard_limit:
             raise ConfigError("runtime.pending_soft_limit", "must be at least 1 and at most runtime.pending_hard_limit")
-        if self.max_concurrent_agent_calls < 1:
-            raise ConfigError("runtime.max_concurrent_agent_calls", "must be at least 1")
-        if not self.reset_triggers or not all(t.startswith("/") for t in self.reset_triggers):
-            raise ConfigError("runtime.reset_triggers", "must be a non-empty list of commands starting with '/'")
-        if not 0 < self.compress_at_ratio <= 1 or self.compress_at_messages < 4:
-            raise ConfigError("runtime.compress_at_ratio", "must be in (0, 1], and compress_at_messages at least 4")
-        if self.summary_max_tokens < 0:
-            raise ConfigError("runtime.summary_max_tokens", "must be 0 (a tenth of the context window) or positive")
         unknown = [t for t in self.save_memory_on if t not in SAVE_MEMORY_TRIGGERS]
         if unknown:
             raise ConfigError(
                 "runtime.save_memory_on",
                 f"unknown trigger {unknown[0]!r} (expected a list of: {', '.join(SAVE_MEMORY_TRIGGERS)}; [] for none)",
             )
-        if self.queue_retention_days < 1:
-            raise ConfigError(
-                "runtime.queue_retention_days",
-                "must be at least 1 day: answered inbox rows are what recognises a platform's redelivery",
-            )
-        if self.agent_timeout_s <= 0 or self.lease_ttl_s <= 0 or self.lease_wait_s < 0:
-            raise ConfigError("runtime", "agent_timeout_s and lease_ttl_s must be positive, lease_wait_s >= 0")
         if self.model_message_cap_chars != 0 and self.model_message_cap_chars < MIN_MESSAGE_CAP_CHARS:
             raise ConfigError(
                 "runtime.model_message_cap_chars",
@@ -133,9 +130,9 @@ class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     agent's ``session_search`` reaches (``search_scope``, overridable per platform in ``search_scope_platforms``)."""
 
     auto_prune: bool = False
-    retention_days: float = 90
+    retention_days: _NonNegative = 90
     vacuum_after_prune: bool = True
-    min_interval_hours: float = 24
+    min_interval_hours: _NonNegative = 24
     search_scope: SearchScope = SearchScope.USER
     search_scope_platforms: dict[str, SearchScope] = {}
 
@@ -144,5 +141,4 @@ class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return self.search_scope_platforms.get(platform, self.search_scope)
 
     def __post_init__(self) -> None:
-        if self.retention_days < 0 or self.min_interval_hours < 0:
-            raise ConfigError("sessions", "retention_days and min_interval_hours must not be negative")
+        check_section(self, "sessions")

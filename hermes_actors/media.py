@@ -31,9 +31,12 @@ import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.messages import Attachment, AttachmentKind, InboundMessage
 
@@ -63,7 +66,15 @@ Describe = Callable[[Path, Attachment], str | None]
 _log = logging.getLogger(__name__)
 
 _MB = 1024 * 1024
-_FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_MaxBytes = Annotated[int, Rule(Meta(ge=1), f"must be a positive number of bytes; the default is {20 * _MB}")]
+_ExcerptBytes = Annotated[int, Rule(Meta(ge=0), "must be 0 (no text excerpts) or a positive number of bytes")]
+_Function = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*\Z"),
+        "must name a function as module:function, such as mypkg.vision:describe",
+    ),
+]
 _SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}")
 _TEXT_TYPES = frozenset(
     {"application/json", "application/xml", "application/yaml", "application/x-yaml", "application/x-ndjson"}
@@ -79,23 +90,16 @@ class MediaConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     file is saved, on the adapter's thread, so it should be quick (or queue the work elsewhere).
     """
 
-    max_bytes: int = 20 * _MB
+    max_bytes: _MaxBytes = 20 * _MB
     allowed_kinds: tuple[str, ...] = KINDS
-    excerpt_bytes: int = 4096
-    describe: str | None = None
+    excerpt_bytes: _ExcerptBytes = 4096
+    describe: _Function | None = None
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1:
-            raise ConfigError("media.max_bytes", f"must be a positive number of bytes; the default is {20 * _MB}")
+        check_section(self, "media")
         for kind in self.allowed_kinds:
             if kind not in KINDS:
                 raise ConfigError("media.allowed_kinds", f"{kind!r} is not a kind; use some of: {', '.join(KINDS)}")
-        if self.excerpt_bytes < 0:
-            raise ConfigError("media.excerpt_bytes", "must be 0 (no text excerpts) or a positive number of bytes")
-        if self.describe is not None and not _FUNCTION.fullmatch(self.describe):
-            raise ConfigError(
-                "media.describe", "must name a function as module:function, such as mypkg.vision:describe"
-            )
 
 
 def format_size(size: int) -> str:

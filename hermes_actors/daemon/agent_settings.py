@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from hermes_actors.agents.factory import FACTORY_PATTERN
 from hermes_actors.agents.mcp.settings import McpServerSettings, check_servers
+from hermes_actors.constraints import PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.runtime.agent_health import AgentProbeConfig
 
 __all__ = ["AgentSettings"]
 
 _ENDPOINT_KEYS = ("api_key_env", "timeout_s", "max_retries", "temperature", "vision")
+_BaseUrl = Annotated[
+    str, Rule(Meta(pattern="^https?://"), "must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
+]
+_Retries = Annotated[int, Rule(Meta(ge=0), "must not be negative")]
+_Window = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 tokens")]
+_PromptFile = Annotated[str, Rule(Meta(pattern=r"\S"), "must be a file path such as prompt.md, not empty")]
+_Factory = Annotated[
+    str,
+    Rule(
+        Meta(pattern=rf"^(?:{FACTORY_PATTERN.pattern})\Z"),
+        "{value!r} names no callable; use package.module:callable (such as mypkg.agent:build) or the name of an "
+        "entry point of the hermes_actors.agents group",
+    ),
+]
 
 
 class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -42,22 +57,23 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     (``probe.fail_readiness``).
     """
 
-    base_url: str | None = None
+    base_url: _BaseUrl | None = None
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_retries: int = 2
+    timeout_s: PositiveSeconds = 120.0
+    max_retries: _Retries = 2
     temperature: float | None = None
-    context_window: int | None = None
+    context_window: _Window | None = None
     vision: bool = False
     system_prompt: str | None = None
-    system_prompt_file: str | None = None
-    factory: str | None = None
+    system_prompt_file: _PromptFile | None = None
+    factory: _Factory | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp_servers: dict[str, McpServerSettings] = msgspec.field(default_factory=dict)
     probe: AgentProbeConfig = AgentProbeConfig()
 
     def __post_init__(self) -> None:
+        check_section(self, "agent")
         self._check_factory()
         check_servers(self.mcp_servers, "agent.mcp_servers")
         if self.system_prompt is not None and self.system_prompt_file is not None:
@@ -65,16 +81,8 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 "agent.system_prompt_file",
                 "cannot be set together with agent.system_prompt; keep one of them (the text, or a file holding it)",
             )
-        if self.system_prompt_file is not None and not self.system_prompt_file.strip():
-            raise ConfigError("agent.system_prompt_file", "must be a file path such as prompt.md, not empty")
-        if self.base_url is not None and not re.match(r"^https?://", self.base_url):
-            raise ConfigError("agent.base_url", "must be an http:// or https:// URL such as http://127.0.0.1:8000/v1")
         if self.base_url is not None and not self.model:
             raise ConfigError("agent.model", "is required with agent.base_url (the model name the endpoint serves)")
-        if self.timeout_s <= 0 or self.max_retries < 0:
-            raise ConfigError("agent", "timeout_s must be positive and max_retries not negative")
-        if self.context_window is not None and self.context_window < 1024:
-            raise ConfigError("agent.context_window", "must be at least 1024 tokens")
 
     def _check_factory(self) -> None:
         if self.factory is None:
@@ -83,12 +91,6 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     "agent.options", "only a plug-in agent takes options; set agent.factory or remove them"
                 )
             return
-        if not FACTORY_PATTERN.fullmatch(self.factory):
-            raise ConfigError(
-                "agent.factory",
-                f"{self.factory!r} names no callable; use package.module:callable (such as mypkg.agent:build) or the "
-                "name of an entry point of the hermes_actors.agents group",
-            )
         if self.base_url is not None:
             raise ConfigError(
                 "agent.factory",

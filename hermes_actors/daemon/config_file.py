@@ -13,13 +13,15 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
+from msgspec import Meta
 
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import HttpLimits, RuntimeConfig, SessionsConfig
+from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section
 from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
@@ -64,6 +66,10 @@ def decode_platforms(obj: object) -> dict[str, Any]:
 
 
 _MIN_ADMIN_KEY = 16
+_HttpPort = Annotated[int, Rule(Meta(ge=0, le=65535), "{value} is not a TCP port; use 1..65535, or 0 for none")]
+_HeaderTimeout = Annotated[float, Rule(Meta(gt=0, le=3600), "must be more than 0 and at most 3600 seconds")]
+_IdleTimeout = Annotated[float, Rule(Meta(gt=0, le=86400), "must be more than 0 and at most 86400 seconds")]
+_Connections = Annotated[int, Rule(Meta(ge=1), "must be at least 1 connection per listener")]
 
 
 class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -74,15 +80,15 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     operator routes (unset: ``$HERMES_ADMIN_KEY``, else one generated into ``$HERMES_HOME/admin_key``)."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
-    drain_timeout_s: float = 30.0
+    drain_timeout_s: NonNegativeSeconds = 30.0
     timezone: str | None = None  # IANA name for daily resets; default: the machine's local zone
     log_level: typing.Literal["debug", "info", "warning", "error"] = "info"
     log_format: typing.Literal["logfmt", "json"] = "logfmt"  # one line per event either way
-    http_port: int = 0
-    http_host: str = "127.0.0.1"
-    http_header_timeout_s: float = 10.0
-    http_idle_timeout_s: float = 75.0
-    http_max_connections: int = 512
+    http_port: _HttpPort = 0
+    http_host: ListenHost = "127.0.0.1"
+    http_header_timeout_s: _HeaderTimeout = 10.0
+    http_idle_timeout_s: _IdleTimeout = 75.0
+    http_max_connections: _Connections = 512
     admin_key: str | None = None
 
     @property
@@ -95,19 +101,13 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         )
 
     def __post_init__(self) -> None:
+        check_section(self, "daemon")
         if self.admin_key is not None and len(self.admin_key.strip()) < _MIN_ADMIN_KEY:
             raise ConfigError(
                 "daemon.admin_key",
                 f"must be at least {_MIN_ADMIN_KEY} characters (it opens every session); remove it to have hermesd "
                 "generate one into $HERMES_HOME/admin_key",
             )
-        if not 0 <= self.http_port <= 65535:
-            raise ConfigError("daemon.http_port", f"{self.http_port} is not a TCP port; use 1..65535, or 0 for none")
-        if not self.http_host:
-            raise ConfigError("daemon.http_host", "must not be empty; use 127.0.0.1 behind a reverse proxy")
-        self.http_limits  # noqa: B018 - checks the http_* limits, naming the field
-        if self.drain_timeout_s < 0:
-            raise ConfigError("daemon.drain_timeout_s", "must not be negative")
         if self.timezone is not None:
             from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

@@ -14,9 +14,12 @@ import os
 import re
 import time as system_time
 from datetime import date, datetime, time, timedelta, tzinfo
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import Rule, check_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.store.records import EndReason
 
@@ -37,6 +40,9 @@ __all__ = [
 ]
 
 _SECTION = "session_reset"
+_IdleMinutes = Annotated[int, Rule(Meta(ge=1), "must be at least 1 (minutes of inactivity)")]
+_AtHour = Annotated[int, Rule(Meta(ge=0, le=23), "must be 0..23 (an hour of the local day)")]
+_MaxAgeHours = Annotated[float, Rule(Meta(ge=0), "must be a non-negative number of hours")]
 
 
 class ResetMode(enum.StrEnum):
@@ -48,40 +54,29 @@ class ResetMode(enum.StrEnum):
     BOTH = "both"
 
 
-def _check(path: str, values: ResetPolicy | ResetOverride | ResetConfig) -> None:
-    """Raise ConfigError for the first value out of range; unset values pass (types are msgspec's job)."""
-    idle_minutes, at_hour, max_age = values.idle_minutes, values.at_hour, values.bg_process_max_age_hours
-    if not isinstance(idle_minutes, msgspec.UnsetType) and not idle_minutes >= 1:
-        raise ConfigError(f"{path}.idle_minutes", "must be at least 1 (minutes of inactivity)")
-    if not isinstance(at_hour, msgspec.UnsetType) and not 0 <= at_hour <= 23:
-        raise ConfigError(f"{path}.at_hour", "must be 0..23 (an hour of the local day)")
-    if not isinstance(max_age, msgspec.UnsetType) and not max_age >= 0:  # also refuses NaN
-        raise ConfigError(f"{path}.bg_process_max_age_hours", "must be a non-negative number of hours")
-
-
 class ResetPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """The reset rules of one session, after overrides (see :meth:`ResetConfig.policy_for`)."""
 
     mode: ResetMode = ResetMode.NONE
-    idle_minutes: int = 1440
-    at_hour: int = 4
+    idle_minutes: _IdleMinutes = 1440
+    at_hour: _AtHour = 4
     notify: bool = True
     notify_exclude_platforms: tuple[str, ...] = ("api_server", "webhook")
-    bg_process_max_age_hours: float = 24.0
+    bg_process_max_age_hours: _MaxAgeHours = 24.0
 
     def __post_init__(self) -> None:
-        _check(_SECTION, self)
+        check_section(self, _SECTION)
 
 
 class ResetOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Some of :class:`ResetPolicy`'s fields; those left unset keep the value of the less specific level."""
 
     mode: ResetMode | msgspec.UnsetType = msgspec.UNSET
-    idle_minutes: int | msgspec.UnsetType = msgspec.UNSET
-    at_hour: int | msgspec.UnsetType = msgspec.UNSET
+    idle_minutes: _IdleMinutes | msgspec.UnsetType = msgspec.UNSET
+    at_hour: _AtHour | msgspec.UnsetType = msgspec.UNSET
     notify: bool | msgspec.UnsetType = msgspec.UNSET
     notify_exclude_platforms: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET
-    bg_process_max_age_hours: float | msgspec.UnsetType = msgspec.UNSET
+    bg_process_max_age_hours: _MaxAgeHours | msgspec.UnsetType = msgspec.UNSET
 
     def apply(self, policy: ResetPolicy) -> ResetPolicy:
         """Return ``policy`` with the fields this override sets replaced."""
@@ -125,22 +120,16 @@ class ResetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     mode: ResetMode = ResetMode.NONE
-    idle_minutes: int = 1440
-    at_hour: int = 4
+    idle_minutes: _IdleMinutes = 1440
+    at_hour: _AtHour = 4
     notify: bool = True
     notify_exclude_platforms: tuple[str, ...] = ("api_server", "webhook")
-    bg_process_max_age_hours: float = 24.0
+    bg_process_max_age_hours: _MaxAgeHours = 24.0
     chat_types: dict[str, ResetOverride] = {}
     platforms: dict[str, PlatformResetOverride] = {}
 
     def __post_init__(self) -> None:
-        _check(_SECTION, self)
-        for chat_type, override in self.chat_types.items():
-            _check(f"{_SECTION}.chat_types.{chat_type}", override)
-        for platform, platform_override in self.platforms.items():
-            _check(f"{_SECTION}.platforms.{platform}", platform_override)
-            for chat_type, override in platform_override.chat_types.items():
-                _check(f"{_SECTION}.platforms.{platform}.chat_types.{chat_type}", override)
+        check_section(self, _SECTION)  # and the overrides inside it
 
     @property
     def base(self) -> ResetPolicy:

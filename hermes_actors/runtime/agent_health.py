@@ -17,9 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import Rule, check_section
 from hermes_actors.errors import ConfigError
 
 __all__ = ["AgentCondition", "AgentHealth", "AgentProbeConfig", "AgentState"]
@@ -35,19 +38,21 @@ class AgentState(enum.StrEnum):
     UNKNOWN = "unknown"  # nothing has been asked of it yet (no probe, no turn)
 
 
+_Interval = Annotated[float, Rule(Meta(ge=1), "must be at least 1 second (a probe per health check is waste)")]
+
+
 class AgentProbeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``agent.probe``: how often health checks may probe the agent (``interval_s``), how long a probe may take
     (``timeout_s``), whether probing is on (``enabled``), and whether a degraded agent fails readiness
     (``fail_readiness``; off by default)."""
 
     enabled: bool = True
-    interval_s: float = 30.0
+    interval_s: _Interval = 30.0
     timeout_s: float = 5.0
     fail_readiness: bool = False
 
     def __post_init__(self) -> None:
-        if self.interval_s < 1.0:
-            raise ConfigError("agent.probe.interval_s", "must be at least 1 second (a probe per health check is waste)")
+        check_section(self, "agent.probe")
         if self.timeout_s <= 0 or self.timeout_s > self.interval_s:
             raise ConfigError("agent.probe.timeout_s", "must be positive and at most agent.probe.interval_s")
 
