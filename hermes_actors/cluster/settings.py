@@ -5,14 +5,20 @@ module imports neither psycopg nor Ray."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
+from hermes_actors.constraints import PositiveSeconds, Rule, check_section
 from hermes_actors.errors import ConfigError
 
 __all__ = ["ClusterHealth", "ClusterSettings", "require_cluster"]
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_Shards = Annotated[int, Rule(Meta(ge=1, le=65536), "{value} is out of range; use 1..65536 (the default is 256)")]
+_Hosts = Annotated[tuple[str, ...], Rule(Meta(min_length=1), "must name at least one shard host")]
+_LeaseTtl = Annotated[float, Rule(Meta(ge=1), "must be at least 1 second (a host renews every third of it)")]
 
 
 class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -20,14 +26,12 @@ class ClusterHealth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     status`` exits 1): a message pending longer than ``stuck_after_s``, a shard no host has held for
     ``unheld_after_s``, a host silent (no heartbeat) for ``host_silent_after_s``."""
 
-    stuck_after_s: float = 120.0
-    unheld_after_s: float = 30.0
-    host_silent_after_s: float = 30.0
+    stuck_after_s: PositiveSeconds = 120.0
+    unheld_after_s: PositiveSeconds = 30.0
+    host_silent_after_s: PositiveSeconds = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("stuck_after_s", "unheld_after_s", "host_silent_after_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"cluster.health.{name}", "must be positive (seconds)")
+        check_section(self, "cluster.health")
 
 
 class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -41,18 +45,15 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ray_address: str = "auto"
     node_ip_address: str | None = None
     namespace: str = "hermes"
-    shards: int = 256
-    hosts: tuple[str, ...] = ("host-0", "host-1", "host-2")
-    lease_ttl_s: float = 10.0
+    shards: _Shards = 256
+    hosts: _Hosts = ("host-0", "host-1", "host-2")
+    lease_ttl_s: _LeaseTtl = 10.0
     grace_s: float = 5.0
-    pull_interval_s: float = 2.0
+    pull_interval_s: PositiveSeconds = 2.0
     health: ClusterHealth = msgspec.field(default_factory=ClusterHealth)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.shards <= 65536:
-            raise ConfigError("cluster.shards", f"{self.shards} is out of range; use 1..65536 (the default is 256)")
-        if not self.hosts:
-            raise ConfigError("cluster.hosts", "must name at least one shard host")
+        check_section(self, "cluster")
         for name in self.hosts:
             if not _HOST_NAME.match(name):
                 raise ConfigError(
@@ -60,12 +61,8 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                 )
         if len(set(self.hosts)) != len(self.hosts):
             raise ConfigError("cluster.hosts", "names a host twice; each name is one Ray actor")
-        if self.lease_ttl_s < 1.0:
-            raise ConfigError("cluster.lease_ttl_s", "must be at least 1 second (a host renews every third of it)")
         if not 0.0 <= self.grace_s <= 10 * self.lease_ttl_s:
             raise ConfigError("cluster.grace_s", "must be between 0 and ten times cluster.lease_ttl_s")
-        if self.pull_interval_s <= 0:
-            raise ConfigError("cluster.pull_interval_s", "must be positive")
 
 
 def require_cluster(settings: ClusterSettings) -> str:
