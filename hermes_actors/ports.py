@@ -315,6 +315,8 @@ async def accept_many_async(
         return await asyncio.shield(commit)
     except asyncio.CancelledError:
         await asyncio.wait([commit])
+        if not commit.cancelled():
+            commit.exception()  # seen here: the caller, stopping, hears of the commit no more
         raise
 
 

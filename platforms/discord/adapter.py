@@ -24,11 +24,10 @@ from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient
 from platforms.discord.sender import DiscordSender
 from platforms.discord.shard import Shard
+from platforms.support.connections import Connections
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
-from platforms.support.links import problem_of
 from platforms.support.secrets import resolve_secret, secret_origin
-from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
@@ -54,22 +53,6 @@ def _resolve(name: str, config: DiscordConfig, environ: Mapping[str, str]) -> _B
     )
     assert token is not None  # DiscordConfig requires token or token_env
     return _Bot(name=name, token=token, origin=secret_origin("token", bot.token_env))
-
-
-class Shards:
-    """Runs every bot's :class:`Shard` on one background event loop."""
-
-    def __init__(self, shards: Sequence[Shard]) -> None:
-        self.shards = list(shards)
-        self._thread = TaskThread(name="hermes-discord-gateway", label="discord: the gateway", log=_log)
-
-    def start(self) -> None:
-        """Start connecting every bot; returns once the tasks run (connections come up in the background)."""
-        self._thread.start(lambda http: {f"discord-{shard.name}": shard.run(http) for shard in self.shards})
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
-        self._thread.stop(timeout)
 
 
 class DiscordAdapter:
@@ -109,7 +92,10 @@ class DiscordAdapter:
             for name, bot in self._bots.items()
         }
         self._sender = DiscordSender(self._rest, self.cache, max_message_chars=config.max_message_chars)
-        self._shards: Shards | None = None
+        self._shards = Connections(
+            "bot", self._bots, thread="hermes-discord-gateway", label="discord: the gateway", log=_log
+        )
+        self._started = False
 
     def check_credentials(self, *, timeout_s: float) -> list[str]:
         """``GET /users/@me`` with every bot's token: one line per bot naming its user; :class:`PlatformError` for
@@ -144,31 +130,28 @@ class DiscordAdapter:
                 inbox,
                 self.config,
                 self.cache,
+                self._shards.links,
                 clock=self._clock,
                 rng=self._rng,
             )
             for bot in self._bots.values()
         ]
-        self._shards = Shards(shards)
-        self._shards.start()
+        self._started = True
+        self._shards.start(shards)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the connections (resumably, so a restart soon after misses nothing)."""
-        if self._shards is not None:
-            self._shards.stop(timeout)
+        self._shards.stop(timeout)
 
     def status(self) -> dict[str, str]:
         """Each bot's connection state: ``starting``, ``connected``, ``reconnecting (...)`` or ``stopped: ...``."""
-        if self._shards is None:
-            return dict.fromkeys(self._bots, "not started")
-        return {shard.name: shard.status for shard in self._shards.shards}
+        return self._shards.states() if self._started else dict.fromkeys(self._bots, "not started")
 
     def connection_problem(self) -> str | None:
         """Each bot whose gateway connection is down, with its state (``reconnecting (...)`` after a failed or
         dropped connection, ``stopped: ...`` naming the fix); ``None`` while every bot is connected or still in its
         first connect."""
-        up = ("starting", "connected", "not started")
-        return problem_of("bot", ((name, None if now in up else now) for name, now in self.status().items()))
+        return self._shards.problem()
 
     def describe(self) -> list[str]:
         """One banner line per bot: where it connects and how it replies."""

@@ -25,8 +25,9 @@ from yarl import URL
 from hermes_actors.errors import PlatformError
 from platforms.discord.config import DiscordConfig
 from platforms.discord.events import Channel, ChannelCache, Message
-from platforms.discord.resume import Fatal, ProtocolBroken
+from platforms.discord.resume import ProtocolBroken
 from platforms.support import http_client
+from platforms.support.connections import Fatal
 from platforms.support.ratelimit import Rate, RateLimiter
 
 __all__ = [

@@ -1,21 +1,20 @@
 """What a bot's gateway session is across connections and restarts.
 
-The intents it identifies with, the close codes that end it for good or force a new one, how a connection ended
-and how long to wait before the next, and the resume state: the session id and last committed sequence, stored
-as the bot's poll cursor with the inbox rows it covers, so a new connection (or a new process) resumes where the
-inbox stops.
+The intents it identifies with, the close codes that end it for good or force a new one, and the resume state: the
+session id and last committed sequence, stored as the bot's poll cursor with the inbox rows it covers, so a new
+connection (or a new process) resumes where the inbox stops.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.ports import PollCursor
 from platforms.discord.events import PLATFORM
+from platforms.support.connections import Ended, Fatal
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
@@ -26,14 +25,10 @@ __all__ = [
     "MESSAGE_CONTENT",
     "NEW_SESSION_CLOSES",
     "RESUMABLE_CLOSE",
-    "Fatal",
-    "Next",
-    "NotStored",
     "ProtocolBroken",
     "ResumeState",
     "after_close",
     "read_resume_state",
-    "reconnect_delay",
     "resume_cursor",
 ]
 
@@ -82,38 +77,15 @@ def resume_cursor(bot: str, state: ResumeState) -> PollCursor:
     return PollCursor(platform=PLATFORM, cursor=msgspec.json.encode(state).decode(), account_id=bot)
 
 
-class Next(msgspec.Struct, frozen=True, kw_only=True):
-    """How a connection ended and when to connect again (``wait_s`` ``None``: by the backoff)."""
-
-    reason: str
-    wait_s: float | None = None
-
-
-def reconnect_delay(failures: int, min_s: float, max_s: float, rng: random.Random) -> float:
-    """Seconds to wait before connecting again after ``failures`` failed connections in a row: none after the
-    first, then doubling from ``min_s`` up to ``max_s``, each with jitter (half to all of it)."""
-    if failures == 0:
-        return 0.0
-    return min(max_s, min_s * 2.0 ** (failures - 1)) * (0.5 + rng.random() / 2)
-
-
-def after_close(code: int | None, reason: object) -> tuple[Next, bool]:
+def after_close(code: int | None, reason: object) -> tuple[Ended, bool]:
     """How a connection Discord closed with ``code`` ends: the next step, and whether the session must start anew
     (identify instead of resume). Raises :class:`Fatal` for a close that reconnecting cannot fix."""
     said = f"{code}" + (f" {str(reason)[:100]!r}" if reason else "")
     if code in FATAL_CLOSES:
         raise Fatal(f"Discord closed the connection ({said}): {FATAL_CLOSES[code]}")
     if code in NEW_SESSION_CLOSES:
-        return Next(reason=f"Discord closed the connection ({said}: {NEW_SESSION_CLOSES[code]})"), True
-    return Next(reason=f"the connection closed ({said})"), False
-
-
-class Fatal(Exception):
-    """Reconnecting cannot help (the token or the intents were refused)."""
-
-
-class NotStored(Exception):
-    """A message could not be committed; the connection is resumed later so that Discord replays it."""
+        return Ended(f"Discord closed the connection ({said}: {NEW_SESSION_CLOSES[code]})"), True
+    return Ended(f"the connection closed ({said})"), False
 
 
 class ProtocolBroken(Exception):

@@ -33,7 +33,6 @@ import asyncio
 import logging
 import random
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,16 +64,14 @@ from platforms.discord.resume import (
     INTENTS,
     MESSAGE_CONTENT,
     RESUMABLE_CLOSE,
-    Fatal,
-    Next,
-    NotStored,
     ProtocolBroken,
     ResumeState,
     after_close,
     read_resume_state,
-    reconnect_delay,
     resume_cursor,
 )
+from platforms.support.connections import Connection, Ended
+from platforms.support.links import Links
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
@@ -88,8 +85,13 @@ _STABLE_S = 5.0  # a connection that lasted this long resets the backoff: its dr
 _CHANNEL_EVENTS = frozenset({"CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE"})
 
 
-class Shard:
-    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``inbox`` until cancelled."""
+class Shard(Connection):
+    """The gateway session of one bot, feeding ``inbox``: an attempt is one connection (identify or resume); one
+    that was up for a while ends with a reconnect at once, failures in a row back off."""
+
+    stable_s = _STABLE_S
+    stable_end_counts = False
+    expected = (aiohttp.ClientError, OSError, TimeoutError, ValueError, RestError, EventError, ProtocolBroken)
 
     def __init__(
         self,
@@ -99,14 +101,14 @@ class Shard:
         inbox: ChatInbox,
         config: DiscordConfig,
         cache: ChannelCache,
+        links: Links,
         *,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
-        self.name = name
+        super().__init__(name, inbox, who=f"discord bot {name!r}", links=links, log=_log)
         self._token = token
         self._rest = rest
-        self._inbox = inbox
         self._config = config
         self._cache = cache
         self._clock = clock
@@ -117,58 +119,31 @@ class Shard:
         self._acked = True
         self._busy = False  # a frame is being handled: later ones, ACKs among them, wait unread
         self._busy_since_beat = False
-        self._established = False
-        self._store_failures = 0
         self._http: aiohttp.ClientSession | None = None
-        self.status = "starting"
 
     @property
     def intents(self) -> int:
         return INTENTS if self._config.message_content_intent else INTENTS & ~MESSAGE_CONTENT
 
-    async def run(self, http: aiohttp.ClientSession) -> None:
-        """Keep a session going until cancelled or refused for good."""
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
         self._http = http
-        failures = 0
-        while True:
-            self._established = False
-            began = time.monotonic()
-            try:
-                ended = await self._connect(http)
-            except Fatal as exc:
-                self.status = f"stopped: {exc}"
-                _log.error("discord bot %r: %s; not reconnecting", self.name, exc)
-                return
-            except NotStored as exc:  # backed off on its own count: resuming at once would fail the same way
-                self._store_failures += 1
-                ended = Next(reason=str(exc), wait_s=self._backoff(self._store_failures))
-            except (
-                aiohttp.ClientError,
-                OSError,
-                TimeoutError,
-                ValueError,
-                RestError,
-                EventError,
-                ProtocolBroken,
-            ) as exc:
-                ended = Next(reason=f"the connection failed ({str(exc) or type(exc).__name__})")
-            except Exception:
-                _log.exception("discord bot %r: the connection failed unexpectedly", self.name)
-                ended = Next(reason="an unexpected error")
-            stable = self._established and time.monotonic() - began >= _STABLE_S
-            failures = 0 if stable else failures + 1
-            wait = ended.wait_s if ended.wait_s is not None else self._backoff(failures)
-            how = "resuming" if self._resume is not None else "identifying"
-            self.status = f"reconnecting ({ended.reason})"
-            _log.info("discord bot %r: %s; %s in %.1f s", self.name, ended.reason, how, wait)
-            await asyncio.sleep(wait)
+        return await self._connect(http)
 
-    def _backoff(self, failures: int) -> float:
-        return reconnect_delay(failures, self._config.reconnect_min_s, self._config.reconnect_max_s, self._rng)
+    def retrying(self, ended: Ended, wait: float) -> None:
+        how = "resuming" if self._resume is not None else "identifying"
+        _log.info("discord bot %r: %s; %s in %.1f s", self.name, ended.reason, how, wait)
+
+    def backoff(self, failures: int) -> float:
+        """None after a connection that lasted, then doubling from ``reconnect_min_s`` up to ``reconnect_max_s``,
+        each with jitter (half to all of it)."""
+        if failures == 0:
+            return 0.0
+        low, high = self._config.reconnect_min_s, self._config.reconnect_max_s
+        return min(high, low * 2.0 ** (failures - 1)) * (0.5 + self._rng.random() / 2)
 
     # -- one connection
 
-    async def _connect(self, http: aiohttp.ClientSession) -> Next:
+    async def _connect(self, http: aiohttp.ClientSession) -> Ended:
         resume = self._resume
         url = (
             resume.resume_gateway_url
@@ -185,7 +160,7 @@ class Shard:
         ) as ws:
             try:
                 hello = await self._hello(ws)
-                if isinstance(hello, Next):
+                if isinstance(hello, Ended):
                     return hello
                 self._acked, self._busy_since_beat = True, False
                 await self._send(ws, self._resume_payload(resume) if resume is not None else self._identify_payload())
@@ -202,7 +177,7 @@ class Shard:
                 if not ws.closed:
                     await ws.close(code=RESUMABLE_CLOSE)
 
-    async def _hello(self, ws: aiohttp.ClientWebSocketResponse) -> Hello | Next:
+    async def _hello(self, ws: aiohttp.ClientWebSocketResponse) -> Hello | Ended:
         try:
             message = await ws.receive(timeout=self._config.hello_timeout_s)
         except TimeoutError:
@@ -226,7 +201,7 @@ class Shard:
     async def _send(self, ws: aiohttp.ClientWebSocketResponse, payload: dict[str, Any]) -> None:
         await ws.send_str(msgspec.json.encode(payload).decode())
 
-    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> Next:
+    async def _heartbeat(self, ws: aiohttp.ClientWebSocketResponse, interval: float) -> Ended:
         await asyncio.sleep(interval * self._rng.random())
         while True:
             if not self._acked and not self._busy and not self._busy_since_beat:
@@ -235,13 +210,13 @@ class Shard:
                     self.name,
                     interval,
                 )
-                return Next(reason="the connection stopped answering heartbeats", wait_s=0.0)
+                return Ended("the connection stopped answering heartbeats", 0.0)
             self._acked = False
             self._busy_since_beat = self._busy
             await self._send(ws, {"op": 1, "d": self._seq})
             await asyncio.sleep(interval)
 
-    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> Next:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> Ended:
         while True:
             message = await ws.receive()
             if message.type is aiohttp.WSMsgType.TEXT:
@@ -263,13 +238,13 @@ class Shard:
             else:  # CLOSE, CLOSING, CLOSED
                 return self._closed(ws.close_code, message.extra)
 
-    def _closed(self, code: int | None, reason: object) -> Next:
+    def _closed(self, code: int | None, reason: object) -> Ended:
         ended, new_session = after_close(code, reason)
         if new_session:
             self._forget_session()
         return ended
 
-    def _broken(self, error: object) -> Next:
+    def _broken(self, error: object) -> Ended:
         if isinstance(error, aiohttp.WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
             # Resuming would replay the same frame: start a new session past it.
             _log.error(
@@ -279,7 +254,7 @@ class Shard:
                 self._config.max_frame_bytes,
             )
             self._forget_session()
-        return Next(reason=f"the connection broke ({error})")
+        return Ended(f"the connection broke ({error})")
 
     def _forget_session(self) -> None:
         self._resume = None
@@ -287,7 +262,7 @@ class Shard:
 
     # -- payloads
 
-    async def _frame(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> Next | None:
+    async def _frame(self, ws: aiohttp.ClientWebSocketResponse, text: str) -> Ended | None:
         try:
             frame = decode_frame(text)
         except EventError as exc:
@@ -299,13 +274,13 @@ class Shard:
             case 1:
                 await self._send(ws, {"op": 1, "d": self._seq})
             case 7:
-                return Next(reason="Discord asked for a reconnect (op 7)", wait_s=0.0)
+                return Ended("Discord asked for a reconnect (op 7)", 0.0)
             case 9:
                 if bytes(frame.d).strip() == b"true":
-                    return Next(reason="Discord invalidated the session, resumable (op 9)", wait_s=0.0)
+                    return Ended("Discord invalidated the session, resumable (op 9)", wait_s=0.0)
                 self._forget_session()
                 wait = self._rng.uniform(self._config.identify_wait_min_s, self._config.identify_wait_max_s)
-                return Next(reason="Discord invalidated the session (op 9)", wait_s=wait)
+                return Ended("Discord invalidated the session (op 9)", wait)
             case 11:
                 self._acked = True
             case _:
@@ -318,8 +293,7 @@ class Shard:
                 case "READY":
                     await self._ready(decode_data(frame, Ready), frame.s)
                 case "RESUMED":
-                    self._established = True
-                    self.status = "connected"
+                    self.connected()
                     _log.info("discord bot %r: resumed session at sequence %s", self.name, self._seq)
                 case "MESSAGE_CREATE":
                     await self._message(frame)
@@ -345,11 +319,10 @@ class Shard:
             user_id=ready.user.id,
         )
         self._user_id = ready.user.id
-        self._established = True
-        self.status = "connected"
+        self.connected()
         _log.info("discord bot %r: connected as %s (user %s)", self.name, ready.user.username, ready.user.id)
         try:
-            await accept_many_async(self._inbox, [], cursor=resume_cursor(self.name, self._resume))
+            await accept_many_async(self.inbox, [], cursor=resume_cursor(self.name, self._resume))
         except Exception as exc:
             _log.warning("discord bot %r: could not store the new session (%s)", self.name, exc)
 
@@ -375,22 +348,17 @@ class Shard:
         cursor = None
         if self._resume is not None and frame.s is not None:
             cursor = resume_cursor(self.name, msgspec.structs.replace(self._resume, seq=frame.s))
-        try:
-            (result,) = await accept_many_async(self._inbox, [outcome], cursor=cursor)
-        except Exception as exc:
-            _log.exception("discord bot %r: could not store message %s", self.name, message.id)
-            raise NotStored(f"message {message.id} could not be stored ({exc})") from exc
-        self._store_failures = 0
+        (result,) = await self.commit([outcome], cursor=cursor, what=f"message {message.id}")
         if result.duplicate:
             _log.info("discord bot %r: message %s was already stored (a replayed event)", self.name, message.id)
 
     async def _attach(self, inbound: InboundMessage, message: Message) -> InboundMessage:
         """``inbound`` with the files of ``message`` saved into the media store (or refused, saying why)."""
-        assert self._http is not None  # set by run()
+        assert self._http is not None  # set by attempt()
         return await attach_files(
             inbound,
             message.attachments,
-            media=self._inbox.media,
+            media=self.inbox.media,
             fetch=self._config.fetch_policy,
             timeout_s=self._config.request_timeout_s,
             where=f"discord bot {self.name!r}",

@@ -8,6 +8,7 @@ group rooms only.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,12 +16,14 @@ from typing import TYPE_CHECKING
 
 from hermes_actors.errors import ConfigError, PlatformError
 from platforms.base import Capabilities, ReplySender
+from platforms.matrix.answer import SyncReader
 from platforms.matrix.client import Account, Homeserver
 from platforms.matrix.config import MatrixAccount, MatrixConfig, is_access_token
 from platforms.matrix.events import PLATFORM
 from platforms.matrix.sender import MatrixSender
 from platforms.matrix.state import Snapshots
-from platforms.matrix.sync import Poller
+from platforms.matrix.sync import AccountSync
+from platforms.support.connections import Connections
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.secrets import read_env_secret, secret_origin
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
 __all__ = ["MatrixAdapter"]
+
+_log = logging.getLogger(__name__)
 
 _MAX_ESCAPED_CHAR_BYTES = 6  # "\u001f": the most one character takes in an event's JSON
 
@@ -72,7 +77,9 @@ class MatrixAdapter:
         self._clock = clock
         self._rooms = Snapshots()
         self._sender = MatrixSender(self._homeservers, config, self._rooms, clock=monotonic)
-        self._poller: Poller | None = None
+        self._syncs = Connections(
+            "account", self._homeservers, thread="hermes-matrix-sync", label="matrix: the sync", log=_log
+        )
 
     def check_credentials(self, *, timeout_s: float) -> list[str]:
         """``GET /account/whoami`` with every account's token: one line per account naming its user;
@@ -97,22 +104,31 @@ class MatrixAdapter:
         """Load each account's stored state and start its ``/sync`` long poll."""
         if not self._homeservers:
             return
-        accounts = [
-            Account(name=name, api=api, auto_join=self.config.accounts[name].auto_join)
-            for name, api in self._homeservers.items()
-        ]
-        self._poller = Poller(accounts, inbox, self.config, self._rooms, clock=self._clock)
-        self._poller.start()
+        own_users: set[str] = set()  # every account's user: bots of ours never answer each other
+        reader = SyncReader(self.config, media=inbox.media, clock=self._clock, own_users=own_users)
+        self._syncs.start(
+            [
+                AccountSync(
+                    Account(name=name, api=api, auto_join=self.config.accounts[name].auto_join),
+                    inbox,
+                    self.config,
+                    self._rooms,
+                    self._syncs.links,
+                    reader=reader,
+                    own_users=own_users,
+                )
+                for name, api in self._homeservers.items()
+            ]
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop polling; a commit under way finishes first."""
-        if self._poller is not None:
-            self._poller.stop(timeout)
+        self._syncs.stop(timeout)
 
     def connection_problem(self) -> str | None:
         """The accounts whose last ``/sync`` failed, with its error; ``None`` while every sync is answered (or
         still in its first attempt)."""
-        return None if self._poller is None else self._poller.links.problem()
+        return self._syncs.problem()
 
     def describe(self) -> list[str]:
         """One banner line per account: where it syncs, where its token comes from, what it does."""

@@ -24,15 +24,13 @@ from the same ``since`` after a backoff (``retry_after_ms`` for 429); a refused 
 is logged with the fix and tried again every ``poll_retry_max_s``. Malformed rooms and events are logged and
 stepped over. ``stop()`` cancels the polls in flight; a commit under way finishes first.
 
-Each account's connection state is kept in :attr:`Poller.links` for readiness: an answered sync says it is up, a
-failed one says why (with the fix, for a refused token) until a sync is answered again.
+Each account's sync is a :class:`~platforms.support.connections.Connection`: an answered sync says in its links that
+it is up, a failed one says why (with the fix, for a refused token) until a sync is answered again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -52,13 +50,13 @@ from platforms.matrix.wire import (
     SyncError,
     decode_sync,
 )
+from platforms.support.connections import Connection, Ended
 from platforms.support.links import Links
-from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["Poller"]
+__all__ = ["AccountSync"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,79 +67,43 @@ class _WhoAmI(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str
 
 
-class Poller:
-    """Long-polls ``/sync`` for every account and feeds their messages to ``inbox``."""
+class AccountSync(Connection):
+    """The ``/sync`` long poll of one account, feeding its messages to ``inbox``: an attempt signs in (once) and
+    syncs until a sync fails, and the count of failures restarts with each answered sync.
+
+    ``reader`` reads the answers of every account of the adapter; ``own_users`` is the set of those accounts'
+    users, to which this one adds its own once signed in.
+    """
 
     def __init__(
         self,
-        accounts: Sequence[Account],
+        account: Account,
         inbox: ChatInbox,
         config: MatrixConfig,
         snapshots: Snapshots,
+        links: Links,
         *,
-        clock: Callable[[], float],
+        reader: SyncReader,
+        own_users: set[str],
     ) -> None:
-        self._accounts = list(accounts)
-        self._inbox = inbox
+        super().__init__(account.name, inbox, who=f"matrix account {account.name!r}", links=links, log=_log)
+        self.account = account
         self._config = config
         self._snapshots = snapshots
-        self._clock = clock
+        self._reader = reader
+        self._own_users = own_users
         self._filter = sync_filter(config.timeline_limit)
-        self._own_users: set[str] = set()  # every account's user: bots of ours never answer each other
-        self._reader = SyncReader(config, media=inbox.media, clock=clock, own_users=self._own_users)
-        self.links = Links("account", (account.name for account in self._accounts))
-        self._thread = TaskThread(name="hermes-matrix-sync", label="matrix: the sync", log=_log)
+        self._user_id: str | None = None
+        self._state = decode_state(inbox.poll_cursor(PLATFORM, account.name), account.name)
+        snapshots.put(account.name, self._state)
 
-    # -- lifecycle -------------------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Read each account's stored state and start polling."""
-        states = {account.name: self._stored(account.name) for account in self._accounts}
-        for name, state in states.items():
-            self._snapshots.put(name, state)
-        self._thread.start(
-            lambda session: {
-                f"matrix-{account.name}": self._poll(session, account, states[account.name])
-                for account in self._accounts
-            }
-        )
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Cancel the polls (a commit under way finishes first) and wait up to ``timeout`` for the thread."""
-        self._thread.stop(timeout)
-
-    def _stored(self, account: str) -> AccountState:
-        return decode_state(self._inbox.poll_cursor(PLATFORM, account), account)
-
-    # -- the loop --------------------------------------------------------------------------------------------------
-
-    async def _poll(self, session: aiohttp.ClientSession, account: Account, state: AccountState) -> None:
-        user_id: str | None = None
-        failures = 0
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
+        account = self.account
         while True:
-            try:
-                if user_id is None:
-                    user_id = await self._whoami(session, account)
-                state = await self._sync(session, account, user_id, state)
-                self.links.connected(account.name)
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except ApiError as exc:
-                failures += 1
-                await asyncio.sleep(self._failed(account, exc, failures))
-            except SyncError as exc:
-                failures += 1
-                wait = self._backoff(failures)
-                self.links.failed(account.name, str(exc))
-                _log.warning("matrix account %r: %s; syncing again in %.1f s", account.name, exc, wait)
-                await asyncio.sleep(wait)
-            except Exception as exc:
-                failures += 1
-                wait = self._backoff(failures)
-                self.links.failed(account.name, f"the sync failed ({str(exc) or type(exc).__name__})")
-                _log.exception("matrix account %r: the sync failed; syncing again in %.1f s", account.name, wait)
-                await asyncio.sleep(wait)
+            if self._user_id is None:
+                self._user_id = await self._whoami(http, account)
+            self._state = await self._sync(http, account, self._user_id, self._state)
+            self.connected()
 
     async def _whoami(self, session: aiohttp.ClientSession, account: Account) -> str:
         body = await account.api.call(session, "GET", "/account/whoami")
@@ -178,43 +140,51 @@ class Poller:
 
     async def _commit(self, account: Account, batch: Batch) -> None:
         cursor = PollCursor(platform=PLATFORM, cursor=encode_state(batch.state), account_id=account.name)
-        results = await accept_many_async(self._inbox, batch.messages, cursor=cursor)  # a cancelled poll finishes it
+        results = await accept_many_async(self.inbox, batch.messages, cursor=cursor)  # a cancelled poll finishes it
         for message, result in zip(batch.messages, results, strict=True):
             if result.duplicate:
                 _log.info(
                     "matrix account %r: event %s was stored before; no new turn", account.name, message.message_id
                 )
 
-    def _failed(self, account: Account, exc: ApiError, failures: int) -> float:
-        """Log a failed sync and keep its error in :attr:`links`; return how long to wait before the next one."""
-        error = str(exc).removeprefix(f"matrix account '{account.name}': ")
+    def failure(self, exc: Exception) -> Ended:
+        """A failed sync: the homeserver's error (with the fix, for a refused token) and the wait it asks for."""
+        if isinstance(exc, SyncError):
+            return Ended(str(exc), error=exc)
+        if not isinstance(exc, ApiError):
+            return Ended(f"the sync failed ({str(exc) or type(exc).__name__})", error=exc)
+        error = str(exc).removeprefix(f"{self.who}: ")
+        wait = exc.retry_after_s
         if exc.token_refused:
             error = (
-                f"{account.api.base_url} does not accept the access token ({exc.errcode or exc}); put a new token in "
-                f"platforms.matrix.accounts.{account.name}.access_token (or the variable named by access_token_env)"
+                f"{self.account.api.base_url} does not accept the access token ({exc.errcode or exc}); put a new "
+                f"token in platforms.matrix.accounts.{self.name}.access_token (or the variable named by "
+                "access_token_env)"
             )
-        self.links.failed(account.name, error)
-        if exc.retry_after_s is not None:
-            _log.warning(
-                "matrix account %r: the homeserver asked to wait %.1f s (%s)", account.name, exc.retry_after_s, exc
-            )
-            return exc.retry_after_s
-        if exc.token_refused:
-            wait = self._config.poll_retry_max_s
+            wait = self._config.poll_retry_max_s if wait is None else wait
+        return Ended(error, wait, error=exc)
+
+    def retrying(self, ended: Ended, wait: float) -> None:
+        exc, name = ended.error, self.name
+        if isinstance(exc, SyncError):
+            _log.warning("matrix account %r: %s; syncing again in %.1f s", name, exc, wait)
+        elif not isinstance(exc, ApiError):
+            _log.error("matrix account %r: the sync failed; syncing again in %.1f s", name, wait, exc_info=exc)
+        elif exc.retry_after_s is not None:
+            _log.warning("matrix account %r: the homeserver asked to wait %.1f s (%s)", name, wait, exc)
+        elif exc.token_refused:
             _log.error(
                 "matrix account %r: %s does not accept the access token (%s). Log the bot in again, put the new "
                 "token in platforms.matrix.accounts.%s.access_token (or the variable named by access_token_env) and "
                 "reload; trying again in %.0f s",
-                account.name,
-                account.api.base_url,
+                name,
+                self.account.api.base_url,
                 exc.errcode or exc,
-                account.name,
+                name,
                 wait,
             )
-            return wait
-        wait = self._backoff(failures)
-        _log.warning("matrix account %r: the sync failed (%s); syncing again in %.1f s", account.name, exc, wait)
-        return wait
+        else:
+            _log.warning("matrix account %r: the sync failed (%s); syncing again in %.1f s", name, exc, wait)
 
-    def _backoff(self, failures: int) -> float:
+    def backoff(self, failures: int) -> float:
         return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** min(failures - 1, 30)))

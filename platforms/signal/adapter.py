@@ -78,7 +78,7 @@ class SignalAdapter:
     def connection_problem(self) -> str | None:
         """The accounts whose event stream is down, with why; ``None`` while every stream is connected (or in its
         first attempt)."""
-        return None if self._streams is None else self._streams.links.problem()
+        return None if self._streams is None else self._streams.problem()
 
     def describe(self) -> list[str]:
         """One banner line per account: where its events come from and how replies leave."""

@@ -28,15 +28,14 @@ so its inbox row holds the attachment records; the stream waits meanwhile, as it
 An event that cannot be committed is retried (the stream waits) until it is stored or the adapter stops; a bad
 event is logged and stepped over. ``stop()`` cancels the streams at once.
 
-Each account's connection state is kept in :attr:`EventStreams.links` for readiness: a stream the daemon answered
-says it is up, a refused or dropped one says why until a stream is answered again.
+Each account's stream is a :class:`~platforms.support.connections.Connection`: a stream the daemon answered says in
+its links that it is up, a refused or dropped one says why until a stream is answered again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -56,13 +55,13 @@ from platforms.signal.envelopes import (
 )
 from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
+from platforms.support.connections import Connection, Connections, Ended
 from platforms.support.links import Links
-from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["EVENT_TYPES", "EventStreams", "events_url"]
+__all__ = ["EVENT_TYPES", "AccountStream", "EventStreams", "events_url"]
 
 _log = logging.getLogger(__name__)
 
@@ -93,82 +92,70 @@ class _Refused(Exception):
         self.detail = detail
 
 
-class _Account:
-    """One account's stream state: the last event id seen, and how many connects failed in a row."""
-
-    def __init__(self, name: str, last_id: str | None) -> None:
-        self.name = name
-        self.last_id = last_id
-        self.failures = 0
-        self.connected = False
-
-
 class EventStreams:
-    """Listens to the event stream of every account in ``accounts`` and commits their messages to ``inbox``."""
+    """The event stream of every account in ``accounts`` (an :class:`AccountStream` each) on one event loop thread,
+    committing their messages to ``inbox``."""
 
     def __init__(
-        self,
-        accounts: Sequence[str],
-        inbox: ChatInbox,
-        config: SignalConfig,
-        *,
-        clock: Callable[[], float],
+        self, accounts: Sequence[str], inbox: ChatInbox, config: SignalConfig, *, clock: Callable[[], float]
     ) -> None:
-        self._accounts = list(accounts)
-        self._inbox = inbox
-        self._config = config
-        self._clock = clock
-        self.links = Links("account", self._accounts)
-        self._thread = TaskThread(name="hermes-signal-events", label="signal: the event", log=_log)
-        self._stopping = threading.Event()
+        self._connections = Connections(
+            "account", accounts, thread="hermes-signal-events", label="signal: the event", log=_log
+        )
+        links = self._connections.links
+        self._streams = [AccountStream(account, inbox, config, links, clock=clock) for account in accounts]
 
     def start(self) -> None:
-        """Read each account's stored event id and connect."""
-        states = [_Account(name, self._stored_id(name)) for name in self._accounts]
-        self._thread.start(
-            lambda session: {f"signal-events-{state.name}": self._listen(session, state) for state in states}
-        )
+        """Connect every account's stream (from its stored event id)."""
+        self._connections.start(self._streams)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the streams (an event being committed finishes first); wait up to ``timeout`` for the thread."""
-        self._stopping.set()
-        self._thread.stop(timeout)
+        self._connections.stop(timeout)
 
-    def _stored_id(self, account: str) -> str | None:
-        return self._inbox.poll_cursor(PLATFORM, account)
+    def problem(self) -> str | None:
+        """The accounts whose stream is down, with why, or ``None``."""
+        return self._connections.problem()
 
-    async def _listen(self, session: aiohttp.ClientSession, state: _Account) -> None:
-        while not self._stopping.is_set():
-            try:
-                await self._stream(session, state)
-                problem = "the daemon closed the event stream"
-            except asyncio.CancelledError:
-                raise
-            except _Refused as exc:
-                hint = _HINTS.get(exc.status, "check that platforms.signal.url is signal-cli's daemon --http")
-                problem = f"the event stream was refused ({exc}); {hint}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                problem = f"the event stream failed ({type(exc).__name__}: {str(exc)[:200] or 'no detail'})"
-            except Exception:
-                _log.exception("signal account %s: the event stream failed unexpectedly", state.name)
-                problem = "the event stream failed unexpectedly"
-            if self._stopping.is_set():
-                return
-            self.links.failed(state.name, problem)
-            if state.connected:
-                state.connected = False
-                state.failures = 0  # it worked until now: the first reconnect is quick
-            state.failures += 1
-            wait = self._backoff(state.failures)
-            level = logging.WARNING if state.failures == 1 else logging.ERROR
-            _log.log(level, "signal account %s: %s; reconnecting in %.1f s", state.name, problem, wait)
-            await asyncio.sleep(wait)
 
-    async def _stream(self, session: aiohttp.ClientSession, state: _Account) -> None:
-        url = events_url(self._config.base, state.name)
+class AccountStream(Connection):
+    """The event stream of one account, committing its messages to ``inbox``: an attempt holds the stream until it
+    drops, and the count of failures restarts with each stream the daemon answered."""
+
+    def __init__(
+        self, account: str, inbox: ChatInbox, config: SignalConfig, links: Links, *, clock: Callable[[], float]
+    ) -> None:
+        super().__init__(account, inbox, who=f"signal account {account}", links=links, log=_log)
+        self._config = config
+        self._clock = clock
+        self.last_id = inbox.poll_cursor(PLATFORM, account)  # the last event id seen
+
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
+        await self._stream(http)
+        return Ended("the daemon closed the event stream")
+
+    def failure(self, exc: Exception) -> Ended:
+        if isinstance(exc, _Refused):
+            hint = _HINTS.get(exc.status, "check that platforms.signal.url is signal-cli's daemon --http")
+            return Ended(f"the event stream was refused ({exc}); {hint}", error=exc)
+        if isinstance(exc, (aiohttp.ClientError, TimeoutError)):
+            return Ended(f"the event stream failed ({type(exc).__name__}: {str(exc)[:200] or 'no detail'})", error=exc)
+        _log.exception("signal account %s: the event stream failed unexpectedly", self.name)
+        return Ended("the event stream failed unexpectedly", error=exc)
+
+    def retrying(self, ended: Ended, wait: float) -> None:
+        level = logging.WARNING if self.failures == 1 else logging.ERROR
+        _log.log(level, "signal account %s: %s; reconnecting in %.1f s", self.name, ended.reason, wait)
+
+    def backoff(self, failures: int) -> float:
+        config = self._config
+        return float(min(config.reconnect_max_s, config.reconnect_base_s * 2 ** min(failures - 1, 30)))
+
+    async def _stream(self, session: aiohttp.ClientSession) -> None:
+        url = events_url(self._config.base, self.name)
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
-        if state.last_id:
-            headers["Last-Event-ID"] = state.last_id
+        if self.last_id:
+            headers["Last-Event-ID"] = self.last_id
         config = self._config
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=config.connect_timeout_s, sock_read=config.idle_timeout_s
@@ -180,96 +167,81 @@ class EventStreams:
             kind = response.headers.get("Content-Type", "")
             if not kind.lower().startswith("text/event-stream"):
                 raise _Refused(response.status, f"Content-Type {kind[:60]!r} is not text/event-stream")
-            if state.failures:
-                _log.info("signal account %s: the event stream is back after %d failures", state.name, state.failures)
+            if self.failures:
+                _log.info("signal account %s: the event stream is back after %d failures", self.name, self.failures)
             else:
-                _log.info("signal account %s: listening to %s", state.name, url)
-            state.connected = True
-            self.links.connected(state.name)
-            parser = SseParser(config.max_event_bytes, last_id=state.last_id)
+                _log.info("signal account %s: listening to %s", self.name, url)
+            self.connected()
+            parser = SseParser(config.max_event_bytes, last_id=self.last_id)
             async for chunk in response.content.iter_any():
                 for item in parser.feed(chunk):
-                    await self._handle(session, state, item)
-                    if self._stopping.is_set():
-                        return
+                    await self._handle(session, item)
 
-    async def _handle(self, session: aiohttp.ClientSession, state: _Account, item: SseEvent | Oversized) -> None:
+    async def _handle(self, session: aiohttp.ClientSession, item: SseEvent | Oversized) -> None:
         if isinstance(item, Oversized):
             _log.warning(
                 "signal account %s: skipped an event of more than %d bytes (platforms.signal.max_event_bytes)",
-                state.name,
+                self.name,
                 self._config.max_event_bytes,
             )
             return
         if item.event not in EVENT_TYPES:
-            _log.debug("signal account %s: ignored a %r event", state.name, item.event[:40])
+            _log.debug("signal account %s: ignored a %r event", self.name, item.event[:40])
         else:
-            await self._receive(session, state, item)
-        state.last_id = item.id
+            await self._receive(session, item)
+        self.last_id = item.id
 
-    async def _receive(self, session: aiohttp.ClientSession, state: _Account, item: SseEvent) -> None:
+    async def _receive(self, session: aiohttp.ClientSession, item: SseEvent) -> None:
         try:
             event = decode_event(item.data)
-            found = inbound_from_event(event, state.name, received_at=self._clock())
+            found = inbound_from_event(event, self.name, received_at=self._clock())
         except EventError as exc:
-            _log.warning("signal account %s: skipped event %s: %s", state.name, item.id or "without id", exc)
+            _log.warning("signal account %s: skipped event %s: %s", self.name, item.id or "without id", exc)
             return
         if isinstance(found, Skipped):
             where = item.id or "without id"
-            _log.log(found.level, "signal account %s: skipped event %s: %s", state.name, where, found.reason)
+            _log.log(found.level, "signal account %s: skipped event %s: %s", self.name, where, found.reason)
             return
         files = files_of(event)
         if files:  # fetched before the commit, so the stored message holds their records
             found = await attach_files(
                 found,
                 files,
-                account=state.name,
+                account=self.name,
                 rpc_url=self._config.base + "/api/v1/rpc",
-                media=self._inbox.media,
+                media=self.inbox.media,
                 session=session,
                 timeout_s=self._config.request_timeout_s,
             )
-        await self._commit(state, found, item.id)
+        await self._commit(found, item.id)
 
-    async def _commit(self, state: _Account, inbound: InboundMessage, event_id: str | None) -> None:
+    async def _commit(self, inbound: InboundMessage, event_id: str | None) -> None:
         """Store ``inbound`` with the event id; retry until it is stored or the adapter stops. The commit waits on a
         worker thread: this account's stream waits for it, the other accounts' streams go on."""
-        cursor = None if event_id is None else PollCursor(platform=PLATFORM, cursor=event_id, account_id=state.name)
+        cursor = None if event_id is None else PollCursor(platform=PLATFORM, cursor=event_id, account_id=self.name)
         delay = self._config.reconnect_base_s
         while True:
             try:
-                (result,) = await accept_many_async(self._inbox, [inbound], cursor=cursor)
+                (result,) = await accept_many_async(self.inbox, [inbound], cursor=cursor)
             except Exception:
-                if self._stopping.is_set():
-                    self._lost(state, inbound)
-                    return
                 _log.exception(
                     "signal account %s: could not store message %s; trying again in %.1f s",
-                    state.name,
+                    self.name,
                     inbound.message_id,
                     delay,
                 )
                 try:
                     await asyncio.sleep(delay)
                 except asyncio.CancelledError:
-                    self._lost(state, inbound)
+                    _log.error(
+                        "signal account %s: stopped before message %s could be stored; it is lost unless signal-cli "
+                        "delivers it again",
+                        self.name,
+                        inbound.message_id,
+                    )
                     raise
                 delay = min(delay * 2, _COMMIT_RETRY_MAX_S)
                 continue
             if result.duplicate:
-                _log.info(
-                    "signal account %s: message %s was stored before; no new turn", state.name, inbound.message_id
-                )
+                _log.info("signal account %s: message %s was stored before; no new turn", self.name, inbound.message_id)
             return
-
-    def _lost(self, state: _Account, inbound: InboundMessage) -> None:
-        _log.error(
-            "signal account %s: stopped before message %s could be stored; it is lost unless signal-cli delivers it "
-            "again",
-            state.name,
-            inbound.message_id,
-        )
-
-    def _backoff(self, failures: int) -> float:
-        config = self._config
-        return float(min(config.reconnect_max_s, config.reconnect_base_s * 2 ** min(failures - 1, 30)))

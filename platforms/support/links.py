@@ -6,7 +6,8 @@ successful poll or handshake, :meth:`Links.failed` with the error after each fai
 when they give up for good; readiness reads :meth:`Links.problem` from another thread at every probe.
 
 A connection in its first attempt is not a problem (a starting daemon is not "not ready" for the moment its
-first poll takes); it becomes one only once an attempt has failed, and stays one until an attempt succeeds.
+first poll takes); it becomes one only once an attempt has failed, and stays one until an attempt succeeds. Its
+state reads ``starting``, ``connected``, ``reconnecting (<error>)`` or ``stopped: <error>`` (:meth:`Links.state`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import threading
 from collections.abc import Iterable
 
 __all__ = ["Links", "problem_of"]
+
+_STARTING, _CONNECTED = "starting", "connected"
 
 
 def problem_of(kind: str, states: Iterable[tuple[str, str | None]]) -> str | None:
@@ -33,12 +36,12 @@ class Links:
     def __init__(self, kind: str, names: Iterable[str] = ()) -> None:
         self._kind = kind
         self._lock = threading.Lock()
-        self._states: dict[str, str | None] = dict.fromkeys(names)
+        self._states: dict[str, str] = dict.fromkeys(names, _STARTING)
 
     def connected(self, name: str) -> None:
         """``name`` is up: a poll was answered, a handshake finished."""
         with self._lock:
-            self._states[name] = None
+            self._states[name] = _CONNECTED
 
     def failed(self, name: str, error: str) -> None:
         """``name``'s last attempt failed with ``error``; it tries again."""
@@ -50,8 +53,18 @@ class Links:
         with self._lock:
             self._states[name] = f"stopped: {error}"
 
+    def state(self, name: str) -> str:
+        """Where ``name`` stands: ``starting``, ``connected``, ``reconnecting (...)`` or ``stopped: ...``."""
+        with self._lock:
+            return self._states.get(name, _STARTING)
+
+    def states(self) -> dict[str, str]:
+        """:meth:`state` of every connection."""
+        with self._lock:
+            return dict(self._states)
+
     def problem(self) -> str | None:
         """Every connection that is down, named with its last error, or ``None`` when none is."""
         with self._lock:
             states = sorted(self._states.items())
-        return problem_of(self._kind, states)
+        return problem_of(self._kind, ((name, None if now in (_STARTING, _CONNECTED) else now) for name, now in states))

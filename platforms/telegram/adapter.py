@@ -23,6 +23,7 @@ from aiohttp import web
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ChatInbox, ReplySender
+from platforms.support.connections import Connections
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import open_session, shown
 from platforms.support.http_host import HttpAdapter, Refused
@@ -30,7 +31,7 @@ from platforms.support.secrets import resolve_secret, secret_origin
 from platforms.telegram.api import BotApi, BotApiError
 from platforms.telegram.config import TelegramBot, TelegramConfig, check_secret_token, check_token
 from platforms.telegram.files import attach_files
-from platforms.telegram.polling import Poller
+from platforms.telegram.polling import BotPoll
 from platforms.telegram.sender import MAX_MESSAGE_UTF16, TelegramSender
 from platforms.telegram.updates import (
     ALLOWED_UPDATES,
@@ -107,7 +108,8 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         self._clock = clock
         apis = {name: bot.api for name, bot in self._bots.items()}
         self._sender = TelegramSender(apis, config, clock=monotonic)
-        self._poller: Poller | None = None
+        polled = [name for name, bot in self._bots.items() if bot.config.mode == "polling"]
+        self._polls = Connections("bot", polled, thread="hermes-telegram-poll", label="telegram: the poll", log=_log)
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens forum topics for handoffs)."""
@@ -123,19 +125,18 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
             for bot in hooked:
                 self._register(bot)
         if polled:
-            self._poller = Poller(polled, inbox, self.config, clock=self._clock)
-            self._poller.start()
+            links = self._polls.links
+            self._polls.start([BotPoll(api, inbox, self.config, links, clock=self._clock) for api in polled])
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop polling and serving; a batch being committed finishes first."""
-        if self._poller is not None:
-            self._poller.stop(timeout)
+        self._polls.stop(timeout)
         super().stop(timeout)
 
     def connection_problem(self) -> str | None:
         """The polling bots whose last ``getUpdates`` failed, with its error (``None`` while every poll is
         answered, or still in its first attempt); webhook bots hold no connection of their own."""
-        return None if self._poller is None else self._poller.links.problem()
+        return self._polls.problem()
 
     def _serves_http(self) -> bool:
         return any(bot.config.mode == "webhook" for bot in self._bots.values())

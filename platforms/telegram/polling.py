@@ -16,15 +16,14 @@ update cannot stall a bot. Failed polls back off (``poll_retry_s`` doubling to `
 Telegram's ``retry_after``); a refused token or a webhook still set (409) is logged with the fix. ``stop()``
 cancels the polls in flight, so it returns at once rather than after the long-poll timeout.
 
-Each bot's connection state is kept in :attr:`Poller.links` for readiness: an answered poll says it is up, a
-failed one says why (with the fix, for a refused token) until a poll is answered again.
+Each bot's poll is a :class:`~platforms.support.connections.Connection`: an answered poll says in its links that it
+is up, a failed one says why (with the fix, for a refused token) until a poll is answered again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -32,8 +31,8 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import PollCursor, accept_many_async
+from platforms.support.connections import Connection, Ended
 from platforms.support.links import Links
-from platforms.support.task_thread import TaskThread
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
 from platforms.telegram.files import attach_files
@@ -51,7 +50,7 @@ from platforms.telegram.updates import (
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["Poller", "read_offset"]
+__all__ = ["BotPoll", "read_offset"]
 
 _log = logging.getLogger(__name__)
 
@@ -79,58 +78,27 @@ class _Batch(msgspec.Struct, frozen=True, kw_only=True):
     files: list[tuple[int, list[TelegramFile]]] = msgspec.field(default_factory=list)  # message index -> to fetch
 
 
-class Poller:
-    """Long-polls every bot in ``bots`` and feeds their messages to ``inbox``."""
+class BotPoll(Connection):
+    """The ``getUpdates`` long poll of one bot, feeding its messages to ``inbox``: an attempt polls until a poll
+    fails, and the count of failures restarts with each answered poll."""
 
     def __init__(
-        self,
-        bots: Sequence[BotApi],
-        inbox: ChatInbox,
-        config: TelegramConfig,
-        *,
-        clock: Callable[[], float],
+        self, bot: BotApi, inbox: ChatInbox, config: TelegramConfig, links: Links, *, clock: Callable[[], float]
     ) -> None:
-        self._bots = list(bots)
-        self._inbox = inbox
+        super().__init__(bot.name, inbox, who=f"telegram bot {bot.name!r}", links=links, log=_log)
+        self.bot = bot
         self._config = config
         self._clock = clock
-        self.links = Links("bot", (bot.name for bot in self._bots))
-        self._thread = TaskThread(name="hermes-telegram-poll", label="telegram: the poll", log=_log)
+        self._offset = read_offset(inbox, bot.name)
 
-    def start(self) -> None:
-        """Read each bot's stored offset and start polling."""
-        offsets = {bot.name: read_offset(self._inbox, bot.name) for bot in self._bots}
-        self._thread.start(
-            lambda session: {
-                f"telegram-poll-{bot.name}": self._poll(session, bot, offsets[bot.name]) for bot in self._bots
-            }
-        )
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Cancel the polls (a batch being committed finishes first) and wait up to ``timeout`` for the thread."""
-        self._thread.stop(timeout)
-
-    async def _poll(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> None:
-        failures = 0
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
+        bot = self.bot
         while True:
-            try:
-                batch = await self._fetch(session, bot, offset)
-                self.links.connected(bot.name)
-                if batch.messages or (batch.next_offset is not None and batch.next_offset != offset):
-                    await self._commit(bot, batch)
-                    offset = batch.next_offset
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except BotApiError as exc:
-                failures += 1
-                await asyncio.sleep(self._failed(bot, exc, failures))
-            except Exception as exc:
-                failures += 1
-                wait = self._backoff(failures)
-                self.links.failed(bot.name, f"the poll failed ({str(exc) or type(exc).__name__})")
-                _log.exception("telegram bot %r: the poll failed; polling again in %.1f s", bot.name, wait)
-                await asyncio.sleep(wait)
+            batch = await self._fetch(http, bot, self._offset)
+            self.connected()
+            if batch.messages or (batch.next_offset is not None and batch.next_offset != self._offset):
+                await self._commit(bot, batch)
+                self._offset = batch.next_offset
 
     async def _fetch(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> _Batch:
         params: dict[str, Any] = {
@@ -164,7 +132,7 @@ class Poller:
                 messages[index],
                 files,
                 bot=bot,
-                media=self._inbox.media,
+                media=self.inbox.media,
                 session=session,
                 timeout_s=self._config.request_timeout_s,
             )
@@ -201,42 +169,47 @@ class Poller:
         cursor = None
         if batch.next_offset is not None:
             cursor = PollCursor(platform=PLATFORM, cursor=str(batch.next_offset), account_id=bot.name)
-        await accept_many_async(self._inbox, batch.messages, cursor=cursor)  # a cancelled poll still finishes it
+        await accept_many_async(self.inbox, batch.messages, cursor=cursor)  # a cancelled poll still finishes it
 
-    def _failed(self, bot: BotApi, exc: BotApiError, failures: int) -> float:
-        """Log a failed poll and keep its error in :attr:`links`; return how long to wait before the next one."""
-        wait = self._backoff(failures)
-        error = str(exc).removeprefix(f"telegram bot '{bot.name}': ")
+    def failure(self, exc: Exception) -> Ended:
+        """A failed poll: the Bot API's error (with the fix, for a refused token) and the wait it asks for."""
+        if not isinstance(exc, BotApiError):
+            return Ended(f"the poll failed ({str(exc) or type(exc).__name__})", error=exc)
+        error = str(exc).removeprefix(f"{self.who}: ")
+        wait = exc.retry_after_s
         if exc.status in (401, 404):
             error = (
-                f"Telegram refused the token ({exc.description}); check platforms.telegram.bots.{bot.name}.token or "
+                f"Telegram refused the token ({exc.description}); check platforms.telegram.bots.{self.name}.token or "
                 "the variable named by token_env"
             )
-        self.links.failed(bot.name, error)
-        if exc.retry_after_s is not None:
-            wait = exc.retry_after_s
-            _log.warning("telegram bot %r: Telegram asked to wait %.0f s before polling again", bot.name, wait)
+            wait = self._config.poll_retry_max_s if wait is None else wait
+        return Ended(error, wait, error=exc)
+
+    def retrying(self, ended: Ended, wait: float) -> None:
+        exc, name = ended.error, self.name
+        if not isinstance(exc, BotApiError):
+            _log.error("telegram bot %r: the poll failed; polling again in %.1f s", name, wait, exc_info=exc)
+        elif exc.retry_after_s is not None:
+            _log.warning("telegram bot %r: Telegram asked to wait %.0f s before polling again", name, wait)
         elif exc.status in (401, 404):
-            wait = self._config.poll_retry_max_s
             _log.error(
                 "telegram bot %r: Telegram refused the token (%s); check platforms.telegram.bots.%s.token or the "
                 "variable named by token_env; trying again in %.0f s",
-                bot.name,
+                name,
                 exc.description,
-                bot.name,
+                name,
                 wait,
             )
         elif exc.status == 409:
             _log.error(
                 "telegram bot %r: %s; another program polls with this token, or a webhook is set for it (remove it "
                 "with deleteWebhook, or set mode: webhook); trying again in %.1f s",
-                bot.name,
+                name,
                 exc.description,
                 wait,
             )
         else:
-            _log.warning("telegram bot %r: the poll failed (%s); polling again in %.1f s", bot.name, exc, wait)
-        return wait
+            _log.warning("telegram bot %r: the poll failed (%s); polling again in %.1f s", name, exc, wait)
 
-    def _backoff(self, failures: int) -> float:
-        return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** (failures - 1)))
+    def backoff(self, failures: int) -> float:
+        return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** min(failures - 1, 30)))
