@@ -14,14 +14,19 @@ asks msgspec itself (``Annotated[base, meta]``, :meth:`Rule.on`), so a rule mean
 
 A problem may name ``{value}`` (the value refused) and ``{entry}`` (what the value names, from its field: ``a
 bot`` for a key of ``bots``, ``a server`` for ``server_name``).
+
+A value of the wrong type, an unknown field or a wrong enum value is msgspec's to refuse while decoding;
+:func:`decode_section` turns its ``ValidationError`` into the same :class:`ConfigError` with a key path.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -40,6 +45,7 @@ __all__ = [
     "PositiveSeconds",
     "Rule",
     "check_section",
+    "decode_section",
 ]
 
 
@@ -77,6 +83,7 @@ Burst = Annotated[int, Rule(Meta(ge=1), "must be at least 1 message")]
 BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; leave it out for the default")]
 PositiveBytes = Annotated[int, Rule(Meta(ge=1), "must be a positive number of bytes")]
 
+S = typing.TypeVar("S", bound=msgspec.Struct)
 _Check = Callable[[object, str, str], None]  # (value, its key path, the field it is in)
 _STRUCTS: dict[type[msgspec.Struct], _Check | None] = {}
 
@@ -177,3 +184,100 @@ def _entry(field: str) -> str:
     """``a bot`` for the field ``bots``, ``an app`` for ``apps``, ``a server`` for ``server_name``."""
     noun = field.removesuffix("_name").removesuffix("s")
     return f"{'an' if noun[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {noun}"
+
+
+_AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
+_AT_KEY = re.compile(r"^(?P<message>.*?) - at `key` in `(?P<path>\$[^`]*)`$")
+_TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>[^\]]*)\]")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
+_INVALID_ENUM = re.compile(r"^Invalid enum value ")
+
+
+def decode_section(obj: object, struct: type[S], path: str) -> S:
+    """``obj`` (parsed YAML or JSON) as ``struct``, the section at ``path``; a nested section left empty (YAML null,
+    every line of it commented out) reads as ``{}``. Raises :class:`ConfigError` naming the key path."""
+    try:
+        return msgspec.convert(_empty_sections(obj, struct), struct)
+    except msgspec.ValidationError as exc:
+        raise _translate(exc, obj, struct, path) from None
+
+
+def _empty_sections(obj: object, kind: object) -> object:
+    if obj is None and (typing.get_origin(kind) is dict or _is_struct(kind)):
+        return {}
+    if isinstance(obj, dict) and _is_struct(kind):
+        return {key: _empty_sections(value, _field_type(kind, str(key))) for key, value in obj.items()}
+    if isinstance(obj, dict) and _value_type(kind) is not None:
+        return {key: _empty_sections(value, _value_type(kind)) for key, value in obj.items()}
+    return obj
+
+
+def _translate(error: msgspec.ValidationError, obj: object, struct: type[msgspec.Struct], path: str) -> ConfigError:
+    """msgspec's ``message - at `$.a[...].b``` as the key path with the real dictionary keys (``path.a.main.b``); an
+    unknown field lists the known ones, a wrong enum value the allowed ones."""
+    text = str(error)
+    key = _AT_KEY.match(text)
+    match = key or _AT.match(text)
+    message, at = (match["message"], match["path"]) if match else (text, "$")
+    names: list[str] = [path]
+    node, kind = obj, _unwrap(struct)
+    for token in _TOKEN.finditer(at):
+        if token["field"] is not None:
+            names.append(token["field"])
+            node = node.get(token["field"]) if isinstance(node, dict) else None
+            kind = _field_type(kind, token["field"])
+        elif isinstance(node, dict):
+            kind = _value_type(kind)
+            name, node = _first_invalid(node, kind)
+            names.append(name)
+        else:
+            names[-1] += f"[{token['index']}]"
+    if key is not None:
+        message += " (for a key)"
+    elif (unknown := _UNKNOWN.match(message)) is not None:
+        names.append(unknown["field"])
+        if _is_struct(kind):
+            message = f"unknown field (expected one of: {', '.join(f.name for f in msgspec.structs.fields(kind))})"
+        else:
+            message = "unknown field"
+    elif _INVALID_ENUM.match(message) and isinstance(kind, type) and issubclass(kind, enum.Enum):
+        message += f" (expected one of: {', '.join(str(member.value) for member in kind)})"
+    return ConfigError(".".join(names), message)
+
+
+def _is_struct(kind: object) -> typing.TypeGuard[type[msgspec.Struct]]:
+    return isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+
+
+def _field_type(kind: object, name: str) -> object:
+    if _is_struct(kind):
+        for field in msgspec.structs.fields(kind):
+            if field.name == name:
+                return _unwrap(field.type)
+    return None
+
+
+def _value_type(kind: object) -> object:
+    args = typing.get_args(kind)
+    return _unwrap(args[1]) if typing.get_origin(kind) is dict and len(args) == 2 else None
+
+
+def _unwrap(kind: object) -> object:
+    """``Annotated[X, ...]``, ``X | None`` and ``X | UnsetType`` → ``X``."""
+    if typing.get_origin(kind) is Annotated:
+        return _unwrap(typing.get_args(kind)[0])
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        options = [a for a in typing.get_args(kind) if a not in (type(None), msgspec.UnsetType)]
+        return _unwrap(options[0]) if len(options) == 1 else kind
+    return kind
+
+
+def _first_invalid(entries: dict[Any, Any], entry: object) -> tuple[str, object]:
+    # msgspec reports a failing dictionary value as "[...]": the first entry that fails on its own is the one.
+    if isinstance(entry, type):
+        for key, value in entries.items():
+            try:
+                msgspec.convert(value, entry)
+            except (msgspec.ValidationError, ConfigError):
+                return str(key), value
+    return "...", None

@@ -9,8 +9,6 @@ and whose message says what is expected; unknown fields are errors too, so a typ
 
 from __future__ import annotations
 
-import re
-import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +19,7 @@ from msgspec import Meta
 
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import HttpLimits, RuntimeConfig, SessionsConfig
-from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section
+from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section, decode_section
 from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
@@ -143,9 +141,6 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "media": MediaConfig,
     "cluster": ClusterSettings,
 }
-_AT = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
-_TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>[^\]]*)\]")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
 
 
 def decode_settings(data: object) -> Settings:
@@ -168,91 +163,15 @@ def decode_settings(data: object) -> Settings:
     return Settings(**values)
 
 
-def _empty_sections(obj: object, kind: object) -> object:
-    """Read a nested section left empty (``api_server:`` with every line commented out, so YAML null) as ``{}``."""
-    if obj is None and (
-        typing.get_origin(kind) is dict or (isinstance(kind, type) and issubclass(kind, msgspec.Struct))
-    ):
-        return {}
-    if isinstance(obj, dict) and isinstance(kind, type) and issubclass(kind, msgspec.Struct):
-        return {key: _empty_sections(value, _field_type(kind, str(key))) for key, value in obj.items()}
-    if isinstance(obj, dict) and _value_type(kind) is not None:
-        return {key: _empty_sections(value, _value_type(kind)) for key, value in obj.items()}
-    return obj
-
-
 def _decode_section(obj: object, struct: type[msgspec.Struct], section: str) -> Any:
     try:
-        return msgspec.convert(_empty_sections(obj, struct), struct)
-    except msgspec.ValidationError as exc:
-        raise _translate(str(exc), obj, struct, section) from None
+        return decode_section(obj, struct, section)
     except ConfigError as exc:
         if exc.path.startswith(section) or not section.startswith("platforms."):
             raise
         # a platform's own check names its field relative to the section (or as platforms.<name>.<field>)
         relative = exc.path.removeprefix("platforms.").split(".", 1)[-1] if "." in exc.path else exc.path
         raise ConfigError(f"{section}.{relative}", str(exc)[len(exc.path) + 2 :]) from None
-
-
-def _translate(text: str, obj: object, struct: type[msgspec.Struct], section: str) -> ConfigError:
-    """Turn msgspec's ``message - at `$.a[...].b``` into a dotted path with real dictionary keys."""
-    match = _AT.match(text)
-    message, at = (match["message"], match["path"]) if match else (text, "$")
-    names: list[str] = [section]
-    node: object = obj
-    kind: object = struct
-    for token in _TOKEN.finditer(at):
-        if token["field"] is not None:
-            names.append(token["field"])
-            node = node.get(token["field"]) if isinstance(node, dict) else None
-            kind = _field_type(kind, token["field"])
-        elif isinstance(node, dict):
-            key, node = _first_invalid(node, _value_type(kind))
-            names.append(key)
-            kind = _value_type(kind)
-        else:
-            names[-1] += f"[{token['index']}]"
-    unknown = _UNKNOWN.match(message)
-    if unknown is not None:
-        names.append(unknown["field"])
-        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
-            expected = ", ".join(f.name for f in msgspec.structs.fields(kind))
-            message = f"unknown field (expected one of: {expected})"
-        else:
-            message = "unknown field"
-    return ConfigError(".".join(names), message)
-
-
-def _field_type(kind: object, name: str) -> object:
-    if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
-        for field in msgspec.structs.fields(kind):
-            if field.name == name:
-                return _unwrap(field.type)
-    return None
-
-
-def _value_type(kind: object) -> object:
-    args = typing.get_args(kind)
-    return _unwrap(args[1]) if typing.get_origin(kind) is dict and len(args) == 2 else None
-
-
-def _unwrap(kind: object) -> object:
-    """``X | None`` → ``X``."""
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        options = [a for a in typing.get_args(kind) if a is not type(None)]
-        return options[0] if len(options) == 1 else kind
-    return kind
-
-
-def _first_invalid(entries: dict[Any, Any], entry: object) -> tuple[str, object]:
-    # msgspec reports a failing dict value as "[...]": the first entry that fails on its own is the one.
-    if isinstance(entry, type):
-        for key, value in entries.items():
-            try:
-                msgspec.convert(value, entry)
-            except (msgspec.ValidationError, ConfigError):
-                return str(key), value
-    return "...", None
 
 
 def load_settings(path: Path, *, home: Path | None = None) -> Settings:

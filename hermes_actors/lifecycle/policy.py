@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import math
 import os
-import re
 import time as system_time
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Annotated
@@ -19,7 +18,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from hermes_actors.constraints import Rule, check_section
+from hermes_actors.constraints import Rule, check_section, decode_section
 from hermes_actors.errors import ConfigError
 from hermes_actors.store.records import EndReason
 
@@ -151,15 +150,6 @@ class ResetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         return policy
 
 
-# The type of the values of each dict-valued field, for finding which key msgspec's "[...]" stands for.
-_ENTRY_TYPES: dict[str, type[msgspec.Struct]] = {"chat_types": ResetOverride, "platforms": PlatformResetOverride}
-_AT_PATH = re.compile(r"^(?P<message>.*?) - at `(?P<path>\$[^`]*)`$")
-_AT_KEY = re.compile(r"^(?P<message>.*?) - at `key` in `(?P<path>\$[^`]*)`$")
-_PATH_TOKEN = re.compile(r"\.(?P<field>\w+)|\[(?P<index>\d+|\.\.\.)\]")
-_UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")
-_INVALID_ENUM = re.compile(r"^Invalid enum value ")
-
-
 def decode_reset_config(obj: object, *, path: str = _SECTION) -> ResetConfig:
     """Decode the ``session_reset:`` section from plain data (parsed YAML or JSON; ``None`` means all defaults).
 
@@ -167,62 +157,12 @@ def decode_reset_config(obj: object, *, path: str = _SECTION) -> ResetConfig:
     field, a value of the wrong type, or a value out of range; ``path`` is the section's own path.
     """
     try:
-        return msgspec.convert({} if obj is None else obj, ResetConfig)
-    except msgspec.ValidationError as exc:
-        raise _translate(str(exc), obj, path) from None
-    except ConfigError as exc:  # a range check in __post_init__, which only knows the default section path
-        if path == _SECTION:
+        return decode_section(obj, ResetConfig, path)
+    except ConfigError as exc:  # a rule of __post_init__, which only knows the default section path
+        if path == _SECTION or not exc.path.startswith(_SECTION):
             raise
         message = str(exc)[len(exc.path) + 2 :]
         raise ConfigError(path + exc.path[len(_SECTION) :], message) from None
-
-
-def _translate(text: str, obj: object, section: str) -> ConfigError:
-    """Turn msgspec's ``message - at `$.a[...].b``` into a ConfigError with a dotted path and the real keys."""
-    key_match = _AT_KEY.match(text)
-    match = key_match or _AT_PATH.match(text)
-    message, at = (match["message"], match["path"]) if match else (text, "$")
-    names, struct = _resolve(at, obj)
-    if key_match is not None:
-        message += " (for a key)"
-    elif (unknown := _UNKNOWN_FIELD.match(message)) is not None:
-        names.append(f".{unknown['field']}")
-        expected = ", ".join(field.name for field in msgspec.structs.fields(struct))
-        message = f"unknown field (expected one of: {expected})"
-    elif _INVALID_ENUM.match(message) and names[-1:] == [".mode"]:
-        message += f" (expected one of: {', '.join(ResetMode)})"
-    return ConfigError(section + "".join(names), message)
-
-
-def _resolve(at: str, obj: object) -> tuple[list[str], type[msgspec.Struct]]:
-    """Return the segments of the path ``at`` with each ``[...]`` replaced by its key, and the struct reached."""
-    names: list[str] = []
-    struct: type[msgspec.Struct] = ResetConfig
-    entry: type[msgspec.Struct] | None = None
-    node = obj
-    for token in _PATH_TOKEN.finditer(at):
-        field, index = token["field"], token["index"]
-        if field is not None:
-            names.append(f".{field}")
-            entry = _ENTRY_TYPES.get(field)
-            node = node.get(field) if isinstance(node, dict) else None
-        elif index == "..." and isinstance(node, dict) and entry is not None:
-            key, node = _first_invalid(node, entry)
-            names.append(f".{key}")
-            struct = entry
-        else:
-            names.append(f"[{index}]")
-    return names, struct
-
-
-def _first_invalid(entries: dict[object, object], entry: type[msgspec.Struct]) -> tuple[str, object]:
-    # msgspec checks entries in order and reports the first failure, so the first entry that fails alone is it.
-    for key, value in entries.items():
-        try:
-            msgspec.convert(value, entry)
-        except msgspec.ValidationError:
-            return str(key), value
-    return "...", None
 
 
 def idle_deadline(last_active: float, policy: ResetPolicy) -> float:
