@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState, QueueSummary
-from hermes_actors.store.sql import SqlDb, SqlTable, limit_clause
+from hermes_actors.store.sql import SqlDb, SqlTable
 
 __all__ = ["INBOX_COLUMNS", "Inbox", "inbox_insert", "inbox_row"]
 
@@ -153,11 +153,10 @@ class Inbox(SqlTable):
     def prune_completed(self, before: float, *, limit: int = -1) -> int:
         """Forget completed rows older than ``before`` (their dedupe window ends), at most ``limit`` (-1: all) of
         them; return how many."""
-        clause, bound = limit_clause(limit)
         return self._db.count(
             "DELETE FROM inbox WHERE id IN "
-            f"(SELECT id FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ?{clause})",
-            (before, *bound),
+            "(SELECT id FROM inbox WHERE completed_at IS NOT NULL AND completed_at < ? LIMIT ?)",
+            (before, self._db.dialect.limit(None if limit < 0 else limit)),
         )
 
     def payloads_since(self, platform: str, since: float) -> list[bytes]:

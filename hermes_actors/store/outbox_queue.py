@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_actors.store.records import OutboxRow, QueueSummary
-from hermes_actors.store.sql import Dialect, SqlTable, limit_clause
+from hermes_actors.store.sql import Dialect, SqlTable
 
 __all__ = ["OUTBOX_COLUMNS", "Outbox", "outbox_row"]
 
@@ -135,9 +135,8 @@ class Outbox(SqlTable):
 
     def prune_finished(self, before: float, *, limit: int = -1) -> int:
         """Forget replies sent or given up before ``before``, at most ``limit`` (-1: all) of them; return how many."""
-        clause, bound = limit_clause(limit)
         return self._db.count(
             "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE (sent_at IS NOT NULL AND sent_at < ?) "
-            f"OR (abandoned_at IS NOT NULL AND abandoned_at < ?){clause})",
-            (before, before, *bound),
+            "OR (abandoned_at IS NOT NULL AND abandoned_at < ?) LIMIT ?)",
+            (before, before, self._db.dialect.limit(None if limit < 0 else limit)),
         )

@@ -28,7 +28,6 @@ __all__ = [
     "SqlTable",
     "StatementTrace",
     "TraceHook",
-    "limit_clause",
     "pg_sql",
     "timed",
     "tracing",
@@ -115,12 +114,6 @@ class SqlDb(Protocol):
     def transaction(self, *, savepoint: bool = True) -> AbstractContextManager[None]:
         """Run the block in one transaction; nested, in a savepoint (``savepoint=False``: joined as it is)."""
         ...
-
-
-def limit_clause(limit: int) -> tuple[str, tuple[int, ...]]:
-    """A `` LIMIT ?`` clause and its parameter, or neither for a ``limit`` of -1 (no limit): SQLite refuses
-    ``LIMIT NULL`` and PostgreSQL ``LIMIT -1``, so the clause is left out instead."""
-    return ("", ()) if limit < 0 else (" LIMIT ?", (limit,))
 
 
 _PG_CACHE: dict[str, str] = {}

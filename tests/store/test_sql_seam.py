@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hermes_actors.store import StoreInterface
-from hermes_actors.store.sql import Dialect, limit_clause, pg_sql, tracing
+from hermes_actors.store.sql import Dialect, pg_sql, tracing
 
 
 @pytest.mark.parametrize(
@@ -61,15 +61,6 @@ def test_a_trace_sees_each_statement_with_its_time_and_nothing_once_it_ends(stor
     assert all(seconds >= 0 for _, seconds in trace.statements)
     assert [count for _, count, _ in trace.summary()] == [1, 1]
     assert store.sql.trace is None
-
-
-def test_a_limit_of_minus_one_leaves_the_clause_out_on_every_backend(store: StoreInterface) -> None:
-    db = store.sql
-    db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [(f"limit:{i}", str(i)) for i in range(3)])
-    for limit, expected in ((-1, 3), (2, 2), (0, 0)):
-        clause, bound = limit_clause(limit)
-        rows = db.execute(f"SELECT key FROM meta WHERE key LIKE 'limit:%' ORDER BY key{clause}", bound)
-        assert len(rows) == expected
 
 
 def test_a_limit_of_none_returns_every_row_and_keeps_room_for_an_offset(store: StoreInterface) -> None:
