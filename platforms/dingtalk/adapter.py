@@ -29,12 +29,11 @@ from platforms.dingtalk.config import DingtalkConfig, RobotKeys, resolve_robots
 from platforms.dingtalk.sender import TOKEN_PATH, DingtalkSender
 from platforms.dingtalk.signatures import Claim, Signatures
 from platforms.dingtalk.stream import OPEN_PATH, StreamConnection
+from platforms.support.connections import Connections
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
-from platforms.support.links import Links
 from platforms.support.ratelimit import Rate
-from platforms.support.task_thread import TaskThread
 
 __all__ = ["DingtalkAdapter"]
 
@@ -82,8 +81,9 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
         )
         self._rng = rng or random.Random()
         self._signatures: Signatures | None = None
-        self._links = Links("robot", self._robots)
-        self._thread = TaskThread(name="hermes-dingtalk", label="dingtalk: the stream", log=_log)
+        self._streams = Connections(
+            "robot", self._robots, thread="hermes-dingtalk", label="dingtalk: the stream", log=_log
+        )
 
     @property
     def sender(self) -> DingtalkSender:
@@ -108,7 +108,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
                 robot,
                 inbox,
                 self._sender,
-                self._links,
+                self._streams.links,
                 fetch=self.config.fetch_policy,
                 timeout_s=self.config.http_timeout_s,
                 clock=self._clock,
@@ -117,11 +117,11 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
             for robot in self._robots.values()
         ]
         if connections:
-            self._thread.start(lambda http: {f"dingtalk-{c.robot.name}": c.run(http) for c in connections})
+            self._streams.start(connections)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the server or the streams."""
-        self._thread.stop(timeout)
+        self._streams.stop(timeout)
         super().stop(timeout)
 
     def _serves_http(self) -> bool:
@@ -129,7 +129,7 @@ class DingtalkAdapter(HttpAdapter[DingtalkConfig]):
 
     def connection_problem(self) -> str | None:
         """In stream mode, each robot whose stream is down, with its last error; ``None`` otherwise."""
-        return self._links.problem()
+        return self._streams.problem()
 
     def check_credentials(self, *, timeout_s: float) -> list[str]:
         """Ask every robot's access token: one line per robot; :class:`PlatformError` for one DingTalk refuses."""

@@ -29,6 +29,7 @@ from platforms.dingtalk.accept import commit, with_files
 from platforms.dingtalk.callback import Ignored, decode_callback
 from platforms.dingtalk.config import RobotKeys
 from platforms.dingtalk.sender import DingtalkSender
+from platforms.support.connections import Connection, Ended
 from platforms.support.fetch_policy import FetchPolicy
 from platforms.support.http_host import Refused
 from platforms.support.links import Links
@@ -57,8 +58,11 @@ class _Refused(Exception):
     """DingTalk would not open a connection (an answer, not a network failure)."""
 
 
-class StreamConnection:
-    """One robot's stream: connect, read frames, commit messages, acknowledge them, reconnect."""
+class StreamConnection(Connection):
+    """One robot's stream: connect, read frames, commit messages, acknowledge them, reconnect. An attempt reopens
+    the stream at once after each clean end (a ``disconnect`` frame)."""
+
+    expected = (aiohttp.ClientError, TimeoutError, _Refused, OSError)
 
     def __init__(
         self,
@@ -72,31 +76,28 @@ class StreamConnection:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
+        super().__init__(robot.name, inbox, who=f"dingtalk robot {robot.name!r}", links=links, log=_log)
         self.robot = robot
-        self._inbox = inbox
         self._sender = sender
-        self._links = links
         self._fetch = fetch
         self._timeout = timeout_s
         self._clock = clock
         self._rng = rng or random.Random()
 
-    async def run(self, http: aiohttp.ClientSession) -> None:
-        """Hold the stream until cancelled."""
-        failures = 0
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
         while True:
-            try:
-                await self._session(http)
-                failures = 0  # a clean end (disconnect frame, closed socket): reconnect at once
-            except asyncio.CancelledError:
-                raise
-            except (aiohttp.ClientError, TimeoutError, _Refused, OSError) as exc:
-                failures += 1
-                reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-                self._links.failed(self.robot.name, reason)
-                _log.warning("dingtalk robot %r: the stream failed (%s); reconnecting", self.robot.name, reason)
-                wait = _BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1]
-                await asyncio.sleep(wait * (0.5 + self._rng.random()))
+            await self._session(http)
+
+    def failure(self, exc: Exception) -> Ended:
+        if isinstance(exc, self.expected):
+            return Ended(" ".join(str(exc).split())[:200] or type(exc).__name__, error=exc)
+        return super().failure(exc)
+
+    def retrying(self, ended: Ended, wait: float) -> None:
+        _log.warning("dingtalk robot %r: the stream failed (%s); reconnecting", self.name, ended.reason)
+
+    def backoff(self, failures: int) -> float:
+        return _BACKOFF_S[min(max(failures, 1), len(_BACKOFF_S)) - 1] * (0.5 + self._rng.random())
 
     async def _open(self, http: aiohttp.ClientSession) -> _Opened:
         body = {
@@ -121,7 +122,7 @@ class StreamConnection:
         opened = await self._open(http)
         url = f"{opened.endpoint}{'&' if '?' in opened.endpoint else '?'}ticket={quote(opened.ticket, safe='')}"
         async with http.ws_connect(url, heartbeat=60.0, max_msg_size=4 * 1024 * 1024) as socket:
-            self._links.connected(self.robot.name)
+            self.connected()
             _log.info("dingtalk robot %r: the stream is connected", self.robot.name)
             async for message in socket:
                 if message.type != aiohttp.WSMsgType.TEXT:
@@ -172,13 +173,13 @@ class StreamConnection:
             received = await with_files(
                 opened,
                 robot,
-                inbox=self._inbox,
+                inbox=self.inbox,
                 api_base_url=self._sender.api_base_url,
                 token=token,
                 fetch=self._fetch,
                 timeout_s=self._timeout,
             )
-            await commit(self._inbox, robot.name, received)
+            await commit(self.inbox, robot.name, received)
         except Exception:  # not acknowledged: DingTalk delivers it again
             _log.exception("dingtalk robot %r: could not accept message %s", robot.name, opened.inbound.message_id)
             return None, ""

@@ -70,7 +70,7 @@ from platforms.discord.resume import (
     read_resume_state,
     resume_cursor,
 )
-from platforms.support.connections import Connection, Ended
+from platforms.support.connections import Connection, Ended, doubling
 from platforms.support.links import Links
 
 if TYPE_CHECKING:
@@ -136,10 +136,8 @@ class Shard(Connection):
     def backoff(self, failures: int) -> float:
         """None after a connection that lasted, then doubling from ``reconnect_min_s`` up to ``reconnect_max_s``,
         each with jitter (half to all of it)."""
-        if failures == 0:
-            return 0.0
-        low, high = self._config.reconnect_min_s, self._config.reconnect_max_s
-        return min(high, low * 2.0 ** (failures - 1)) * (0.5 + self._rng.random() / 2)
+        config = self._config
+        return doubling(failures, config.reconnect_min_s, config.reconnect_max_s, self._rng) if failures else 0.0
 
     # -- one connection
 

@@ -50,7 +50,7 @@ from platforms.matrix.wire import (
     SyncError,
     decode_sync,
 )
-from platforms.support.connections import Connection, Ended
+from platforms.support.connections import Connection, Ended, doubling
 from platforms.support.links import Links
 
 if TYPE_CHECKING:
@@ -187,4 +187,4 @@ class AccountSync(Connection):
             _log.warning("matrix account %r: the sync failed (%s); syncing again in %.1f s", name, exc, wait)
 
     def backoff(self, failures: int) -> float:
-        return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** min(failures - 1, 30)))
+        return doubling(failures, self._config.poll_retry_s, self._config.poll_retry_max_s)

@@ -18,14 +18,13 @@ import msgspec
 
 from platforms.base import Capabilities, ReplySender
 from platforms.mattermost.config import MattermostConfig, check_token
-from platforms.mattermost.connection import Connection
+from platforms.mattermost.connection import BotConnection
 from platforms.mattermost.events import PLATFORM
 from platforms.mattermost.rest import RestClient
 from platforms.mattermost.sender import MattermostSender
+from platforms.support.connections import Connections
 from platforms.support.http_client import shown
-from platforms.support.links import problem_of
 from platforms.support.secrets import resolve_secret, secret_origin
-from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
@@ -87,8 +86,10 @@ class MattermostAdapter:
             for name, bot in self._bots.items()
         }
         self._sender = MattermostSender(self._rest, max_message_chars=config.max_message_chars)
-        self._connections: list[Connection] = []
-        self._thread = TaskThread(name="hermes-mattermost", label="mattermost: the websocket", log=_log)
+        self._connections = Connections(
+            "bot", self._bots, thread="hermes-mattermost", label="mattermost: the websocket", log=_log
+        )
+        self._started = False
 
     def senders(self) -> Sequence[ReplySender]:
         """The one sender for every bot's replies (it also opens handoff threads)."""
@@ -99,28 +100,28 @@ class MattermostAdapter:
         if not self._bots:
             _log.warning("mattermost: no bots are configured; add one under platforms.mattermost.bots")
             return
-        self._connections = [
-            Connection(name, self._rest[name], inbox, self.config, clock=self._clock, rng=self._rng)
-            for name in self._bots
-        ]
-        self._thread.start(lambda http: {f"mattermost-{c.name}": c.run(http) for c in self._connections})
+        links = self._connections.links
+        self._started = True
+        self._connections.start(
+            [
+                BotConnection(name, self._rest[name], inbox, self.config, links, clock=self._clock, rng=self._rng)
+                for name in self._bots
+            ]
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the connections; the next start catches up on what was posted meanwhile."""
-        self._thread.stop(timeout)
+        self._connections.stop(timeout)
 
     def status(self) -> dict[str, str]:
         """Each bot's state: ``starting``, ``connected``, ``reconnecting (...)`` or ``stopped: ...``."""
-        if not self._connections:
-            return dict.fromkeys(self._bots, "not started")
-        return {c.name: c.status for c in self._connections}
+        return self._connections.states() if self._started else dict.fromkeys(self._bots, "not started")
 
     def connection_problem(self) -> str | None:
         """Each bot whose websocket is down, with its state (``reconnecting (...)`` after a failed or dropped
         connection, ``stopped: ...`` naming the fix); ``None`` while every bot is connected or still in its first
         connect."""
-        up = ("starting", "connected", "not started")
-        return problem_of("bot", ((name, None if now in up else now) for name, now in self.status().items()))
+        return self._connections.problem()
 
     def describe(self) -> list[str]:
         """One banner line per bot: where it connects and how it replies."""

@@ -1,6 +1,6 @@
 """The websocket of each bot: sign in, catch up over REST, then turn ``posted`` events into inbox rows.
 
-One :class:`Connection` per bot, all on one background event loop (``adapter.Connections``). A connection goes:
+One :class:`BotConnection` per bot, all on one background event loop (the adapter's ``Connections``). One goes:
 ``GET /users/me`` (the bot's own id and name; HTTP 401 means the token is refused, which reconnecting cannot fix:
 the bot stops and logs the fix), then the websocket ``/api/v4/websocket`` with ``Authorization: Bearer <token>``
 on the upgrade; the server greets with a ``hello`` event. Before any event is read, the posts made while the bot
@@ -44,11 +44,13 @@ from platforms.mattermost.wire import (
     decode_envelope,
     decode_post,
 )
+from platforms.support.connections import Connection, Ended, Fatal, NotStored, doubling
+from platforms.support.links import Links
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["Connection", "Fatal", "NotStored"]
+__all__ = ["BotConnection"]
 
 _log = logging.getLogger(__name__)
 
@@ -57,16 +59,13 @@ _CLOSED = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType
 _KEPT_CHANNELS = 10_000
 
 
-class Fatal(Exception):
-    """Reconnecting cannot help (the token was refused)."""
+class BotConnection(Connection):
+    """The websocket session of one bot, feeding ``inbox``: an attempt signs in, connects and catches up, then
+    reads events until the connection ends; one that was up for a while ends with a reconnect at once."""
 
-
-class NotStored(Exception):
-    """A post could not be committed; the connection is made again later and catches up from the stored position."""
-
-
-class Connection:
-    """The websocket session of one bot; :meth:`run` connects, catches up, reconnects and feeds ``inbox``."""
+    stable_s = _STABLE_S
+    stable_end_counts = False
+    expected = (aiohttp.ClientError, OSError, TimeoutError, RestError, WireError)
 
     def __init__(
         self,
@@ -74,13 +73,13 @@ class Connection:
         rest: RestClient,
         inbox: ChatInbox,
         config: MattermostConfig,
+        links: Links,
         *,
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
-        self.name = name
+        super().__init__(name, inbox, who=f"mattermost bot {name!r}", links=links, log=_log)
         self._rest = rest
-        self._inbox = inbox
         self._config = config
         self._clock = clock
         self._rng = rng
@@ -88,41 +87,14 @@ class Connection:
         self._me: User | None = None
         self._channels: dict[str, Where] = {}
         self._http: aiohttp.ClientSession | None = None
-        self._store_failures = 0
-        self.status = "starting"
 
-    async def run(self, http: aiohttp.ClientSession) -> None:
-        """Keep a connection going until cancelled or refused for good."""
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
         self._http = http
-        failures = 0
-        while True:
-            began = time.monotonic()
-            try:
-                reason = await self._connect(http)
-            except Fatal as exc:
-                self.status = f"stopped: {exc}"
-                _log.error("mattermost bot %r: %s; not reconnecting", self.name, exc)
-                return
-            except NotStored as exc:
-                self._store_failures += 1
-                reason = str(exc)
-            except (aiohttp.ClientError, OSError, TimeoutError, RestError, WireError) as exc:
-                reason = f"the connection failed ({str(exc) or type(exc).__name__})"
-            except Exception:
-                _log.exception("mattermost bot %r: the connection failed unexpectedly", self.name)
-                reason = "an unexpected error"
-            stable = time.monotonic() - began >= _STABLE_S and not self._store_failures
-            failures = 0 if stable else failures + 1
-            wait = self._backoff(max(failures, self._store_failures))
-            self.status = f"reconnecting ({reason})"
-            _log.info("mattermost bot %r: %s; reconnecting in %.1f s", self.name, reason, wait)
-            await asyncio.sleep(wait)
+        return Ended(await self._connect(http))
 
-    def _backoff(self, failures: int) -> float:
-        if failures == 0:
-            return 0.0
-        low, high = self._config.reconnect_min_s, self._config.reconnect_max_s
-        return min(high, low * 2.0 ** (failures - 1)) * (0.5 + self._rng.random() / 2)
+    def backoff(self, failures: int) -> float:
+        config = self._config
+        return doubling(failures, config.reconnect_min_s, config.reconnect_max_s, self._rng) if failures else 0.0
 
     # -- one connection
 
@@ -146,7 +118,7 @@ class Connection:
             raise
         async with ws:
             hello_seq = await self._hello(ws)
-            self.status = "connected"
+            self.connected()
             _log.info("mattermost bot %r: connected as @%s (user %s)", self.name, self._me.username, self._me.id)
             await self._catch_up()
             return await self._read(ws, None if hello_seq is None else hello_seq + 1)
@@ -242,7 +214,7 @@ class Connection:
         """Commit ``post`` (or pass over it) and advance the read position with it."""
         me = self._me
         assert me is not None  # set by _connect()
-        assert self._http is not None  # set by run()
+        assert self._http is not None  # set by attempt()
         state = self._state or ReadState(since=0)
         outcome: InboundMessage | Skipped = inbound_from_post(
             post,
@@ -264,17 +236,12 @@ class Connection:
                 outcome,
                 post,
                 rest=self._rest,
-                media=self._inbox.media,
+                media=self.inbox.media,
                 session=self._http,
                 timeout_s=self._config.request_timeout_s,
             )
-        try:
-            (result,) = await accept_many_async(self._inbox, [outcome], cursor=state_cursor(self.name, advanced))
-        except Exception as exc:
-            _log.exception("mattermost bot %r: could not store post %s", self.name, post.id)
-            raise NotStored(f"post {post.id} could not be stored ({exc})") from exc
+        (result,) = await self.commit([outcome], cursor=state_cursor(self.name, advanced), what=f"post {post.id}")
         self._state = advanced
-        self._store_failures = 0
         if result.duplicate:
             _log.info("mattermost bot %r: post %s was already stored", self.name, post.id)
 
@@ -336,7 +303,7 @@ class Connection:
 
     async def _store_position(self, state: ReadState) -> None:
         try:
-            await accept_many_async(self._inbox, [], cursor=state_cursor(self.name, state))
+            await accept_many_async(self.inbox, [], cursor=state_cursor(self.name, state))
         except Exception as exc:
             raise NotStored(f"the read position could not be stored ({exc})") from exc
         self._state = state

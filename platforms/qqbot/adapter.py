@@ -39,13 +39,13 @@ from platforms.qqbot.events import (
     skip_reason,
 )
 from platforms.qqbot.files import attach_files
-from platforms.qqbot.gateway import BotGateway, Gateways
+from platforms.qqbot.gateway import BotGateway
 from platforms.qqbot.sender import QqbotSender
 from platforms.qqbot.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, Signer
+from platforms.support.connections import Connections
 from platforms.support.credentials import fetch_json
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
-from platforms.support.links import Links
 
 __all__ = ["ACK", "APPID_HEADER", "PATH_PREFIX", "QqbotAdapter"]
 
@@ -78,8 +78,10 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
         self._clock = clock
         self.capabilities = Capabilities(max_message_chars=config.max_message_chars)
         self.sender = QqbotSender(self._bots, config)
-        self._links = Links("bot", [name for name, bot in self._bots.items() if bot.mode == "websocket"])
-        self._gateways: Gateways | None = None
+        websocket = [name for name, bot in self._bots.items() if bot.mode == "websocket"]
+        self._gateways = Connections(
+            "bot", websocket, thread="hermes-qqbot-gateway", label="qqbot: the gateway", log=_log
+        )
 
     def senders(self) -> Sequence[ReplySender]:
         """The OpenAPI sender of every bot."""
@@ -110,7 +112,7 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
                 self.sender.tokens(bot.app_id),
                 inbox,
                 self.config,
-                self._links,
+                self._gateways.links,
                 clock=self._clock,
                 rng=random.Random(),
             )
@@ -118,19 +120,17 @@ class QqbotAdapter(HttpAdapter[QqbotConfig]):
             if bot.mode == "websocket"
         ]
         if gateways:
-            self._gateways = Gateways(gateways)
-            self._gateways.start()
+            self._gateways.start(gateways)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close the gateway connections (resumably) and stop serving."""
-        if self._gateways is not None:
-            self._gateways.stop(timeout)
+        self._gateways.stop(timeout)
         super().stop(timeout)
 
     def connection_problem(self) -> str | None:
         """Each websocket bot whose gateway connection is down, with its last error; ``None`` while all are up (or
         in their first connect), and always for callback bots, which hold no connection."""
-        return self._links.problem()
+        return self._gateways.problem()
 
     def _serves_http(self) -> bool:
         return any(bot.mode == "callback" for bot in self._bots.values())

@@ -1,11 +1,11 @@
 """The WebSocket gateway of each bot in ``websocket`` mode: hello, heartbeats, identify or resume, dispatches.
 
-One :class:`BotGateway` per bot, all on one background event loop (:class:`Gateways`). A connection goes: the URL
-from ``GET {api_base_url}/gateway``; ``op 10`` Hello gives ``heartbeat_interval``; ``op 2`` Identify (``token``
-``QQBot <access token>``, ``intents``, ``shard`` [0, 1]) starts a session that ``READY`` names (``session_id``), or
-``op 6`` Resume (``session_id``, ``seq``) continues one, QQ replaying every event after ``seq`` and then sending
-``RESUMED``; ``op 1`` heartbeats carry the last ``s``, each answered by ``op 11``. ``op 7`` asks for a reconnect
-(resume); ``op 9`` invalidates the session (identify anew).
+One :class:`BotGateway` per bot, all on one background event loop (the adapter's ``Connections``). A connection
+goes: the URL from ``GET {api_base_url}/gateway``; ``op 10`` Hello gives ``heartbeat_interval``; ``op 2`` Identify
+(``token`` ``QQBot <access token>``, ``intents``, ``shard`` [0, 1]) starts a session that ``READY`` names
+(``session_id``), or ``op 6`` Resume (``session_id``, ``seq``) continues one, QQ replaying every event after ``seq``
+and then sending ``RESUMED``; ``op 1`` heartbeats carry the last ``s``, each answered by ``op 11``. ``op 7`` asks
+for a reconnect (resume); ``op 9`` invalidates the session (identify anew).
 
 Nothing received is lost: a message event counts as received only once ``inbox.accept_many`` has committed it
 together with the session id and its ``s`` (the resume state, the bot's poll cursor, account = AppID), so a drop, a
@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -41,14 +40,14 @@ from platforms.qqbot.events import (
 from platforms.qqbot.files import attach_files
 from platforms.qqbot.token import AccessTokens
 from platforms.support import http_client
+from platforms.support.connections import Connection, Ended, Fatal, doubling
 from platforms.support.http_host import Refused
 from platforms.support.links import Links
-from platforms.support.task_thread import TaskThread
 
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["FATAL_CLOSES", "NEW_SESSION_CLOSES", "BotGateway", "Gateways", "ResumeState"]
+__all__ = ["FATAL_CLOSES", "NEW_SESSION_CLOSES", "BotGateway", "ResumeState"]
 
 _log = logging.getLogger(__name__)
 
@@ -78,21 +77,13 @@ class _Ready(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str
 
 
-class _Next(Exception):
-    """The connection ended: why, and how long to wait (``None``: by the backoff)."""
+class BotGateway(Connection):
+    """The gateway session of one bot, feeding ``inbox``: an attempt is one connection (identify or resume); one
+    that was up for a while ends with a quick reconnect, failures in a row back off."""
 
-    def __init__(self, reason: str, wait_s: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.wait_s = wait_s
-
-
-class _Fatal(Exception):
-    """Reconnecting cannot help."""
-
-
-class BotGateway:
-    """The gateway session of one bot; :meth:`run` connects, reconnects and feeds ``inbox`` until cancelled."""
+    stable_s = 5.0
+    stable_end_counts = False
+    expected = (aiohttp.ClientError, OSError, TimeoutError, ValueError, SendError, Refused)
 
     def __init__(
         self,
@@ -105,11 +96,10 @@ class BotGateway:
         clock: Callable[[], float],
         rng: random.Random,
     ) -> None:
+        super().__init__(bot.name, inbox, who=f"qqbot app {bot.app_id}", links=links, log=_log)
         self.bot = bot
         self._tokens = tokens
-        self._inbox = inbox
         self._config = config
-        self._links = links
         self._clock = clock
         self._rng = rng
         self._resume = self._stored()
@@ -119,7 +109,7 @@ class BotGateway:
         self._http: aiohttp.ClientSession | None = None
 
     def _stored(self) -> ResumeState | None:
-        stored = self._inbox.poll_cursor(PLATFORM, self.bot.app_id)
+        stored = self.inbox.poll_cursor(PLATFORM, self.bot.app_id)
         if stored is None:
             return None
         try:
@@ -131,36 +121,13 @@ class BotGateway:
     def _cursor(self, state: ResumeState) -> PollCursor:
         return PollCursor(platform=PLATFORM, cursor=msgspec.json.encode(state).decode(), account_id=self.bot.app_id)
 
-    async def run(self, http: aiohttp.ClientSession) -> None:
-        """Keep a session going until cancelled or refused for good."""
+    async def attempt(self, http: aiohttp.ClientSession) -> Ended:
         self._http = http
-        failures = 0
-        while True:
-            began = time.monotonic()
-            try:
-                await self._connect(http)
-                ended = _Next("the connection closed")
-            except _Fatal as exc:
-                self._links.stopped(self.bot.name, str(exc))
-                _log.error("qqbot app %s: %s; not reconnecting", self.bot.app_id, exc)
-                return
-            except _Next as exc:
-                ended = exc
-            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, SendError, Refused) as exc:
-                ended = _Next(f"the connection failed ({str(exc)[:300] or type(exc).__name__})")
-            except Exception:
-                _log.exception("qqbot app %s: the connection failed unexpectedly", self.bot.app_id)
-                ended = _Next("an unexpected error")
-            stable = time.monotonic() - began >= 5.0
-            failures = 0 if stable and ended.wait_s is None else failures + 1
-            wait = ended.wait_s if ended.wait_s is not None else self._backoff(failures)
-            self._links.failed(self.bot.name, ended.reason)
-            _log.info("qqbot app %s: %s; reconnecting in %.1f s", self.bot.app_id, ended.reason, wait)
-            await asyncio.sleep(wait)
+        await self._connect(http)
+        return Ended("the connection closed")
 
-    def _backoff(self, failures: int) -> float:
-        base = min(self._config.reconnect_max_s, self._config.reconnect_min_s * 2.0 ** max(failures - 1, 0))
-        return base * (0.5 + self._rng.random() / 2)
+    def backoff(self, failures: int) -> float:
+        return doubling(failures, self._config.reconnect_min_s, self._config.reconnect_max_s, self._rng)
 
     async def _gateway_url(self, header: dict[str, str]) -> str:
         url = f"{self._config.api_base}/gateway"
@@ -171,7 +138,7 @@ class BotGateway:
             self._tokens.forget()
         found = result.json() if result.status == 200 else None
         if not isinstance(found, dict) or not isinstance(found.get("url"), str):
-            raise _Next(f"GET /gateway answered HTTP {result.status}: {result.excerpt()!r}")
+            raise Ended(f"GET /gateway answered HTTP {result.status}: {result.excerpt()!r}")
         return str(found["url"])
 
     async def _connect(self, http: aiohttp.ClientSession) -> None:
@@ -203,14 +170,14 @@ class BotGateway:
         message = await ws.receive(timeout=self._config.hello_timeout_s)
         if message.type is not aiohttp.WSMsgType.TEXT:
             self._closed(ws.close_code, message.extra)
-            raise _Next(f"expected Hello, got a {message.type.name} frame")
+            raise Ended(f"expected Hello, got a {message.type.name} frame")
         frame = decode_envelope(message.data.encode())
         if frame.op != 10:
-            raise _Next(f"expected Hello (op 10) first, got op {frame.op}")
+            raise Ended(f"expected Hello (op 10) first, got op {frame.op}")
         try:
             return msgspec.json.decode(bytes(frame.d), type=_Hello)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise _Next(f"the Hello cannot be read ({exc})") from None
+            raise Ended(f"the Hello cannot be read ({exc})") from None
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse, payload: dict[str, Any]) -> None:
         await ws.send_str(msgspec.json.encode(payload).decode())
@@ -237,21 +204,21 @@ class BotGateway:
             elif message.type is aiohttp.WSMsgType.BINARY:
                 _log.warning("qqbot app %s: ignored a binary gateway frame", self.bot.app_id)
             elif message.type is aiohttp.WSMsgType.ERROR:
-                raise _Next(f"the connection broke ({message.data})")
+                raise Ended(f"the connection broke ({message.data})")
             else:
                 self._closed(ws.close_code, message.extra)
 
     def _closed(self, code: int | None, reason: object) -> None:
         said = f"{code}" + (f" {str(reason)[:100]!r}" if reason else "")
         if code in FATAL_CLOSES:
-            raise _Fatal(f"QQ closed the connection ({said}): {FATAL_CLOSES[code]}")
+            raise Fatal(f"QQ closed the connection ({said}): {FATAL_CLOSES[code]}")
         if code in NEW_SESSION_CLOSES:
             self._forget_session()
-            raise _Next(f"QQ closed the connection ({said}: {NEW_SESSION_CLOSES[code]})")
+            raise Ended(f"QQ closed the connection ({said}: {NEW_SESSION_CLOSES[code]})")
         if code == _TOKEN_CLOSE:
             self._tokens.forget()
-            raise _Next(f"QQ closed the connection ({said}: the access token was refused)", wait_s=0.0)
-        raise _Next(f"the connection closed ({said})")
+            raise Ended(f"QQ closed the connection ({said}: the access token was refused)", wait_s=0.0)
+        raise Ended(f"the connection closed ({said})")
 
     def _forget_session(self) -> None:
         self._resume = None
@@ -267,10 +234,10 @@ class BotGateway:
             case 0:
                 await self._dispatch(frame)
             case 7:
-                raise _Next("QQ asked for a reconnect (op 7)", wait_s=0.0)
+                raise Ended("QQ asked for a reconnect (op 7)", wait_s=0.0)
             case 9:
                 self._forget_session()
-                raise _Next("QQ invalidated the session (op 9)", wait_s=1.0)
+                raise Ended("QQ invalidated the session (op 9)", wait_s=1.0)
             case 11:
                 self._acked = True
             case _:
@@ -281,16 +248,16 @@ class BotGateway:
             try:
                 ready = msgspec.json.decode(bytes(frame.d), type=_Ready)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise _Next(f"READY cannot be read ({exc})") from None
+                raise Ended(f"READY cannot be read ({exc})") from None
             self._resume, self._seq = ResumeState(session_id=ready.session_id, seq=frame.s), frame.s
-            self._links.connected(self.bot.name)
+            self.connected()
             _log.info("qqbot app %s: connected, session %s", self.bot.app_id, ready.session_id)
             try:
-                await accept_many_async(self._inbox, [], cursor=self._cursor(self._resume))
+                await accept_many_async(self.inbox, [], cursor=self._cursor(self._resume))
             except Exception as exc:  # the next committed message stores the session with it
                 _log.warning("qqbot app %s: could not store the new session (%s)", self.bot.app_id, exc)
         elif frame.t == "RESUMED":
-            self._links.connected(self.bot.name)
+            self.connected()
             _log.info("qqbot app %s: resumed the session at seq %s", self.bot.app_id, self._seq)
         elif frame.t in MESSAGE_EVENTS:
             await self._message(frame)
@@ -313,7 +280,7 @@ class BotGateway:
             inbound = await attach_files(
                 inbound,
                 message.attachments,
-                media=self._inbox.media,
+                media=self.inbox.media,
                 fetch=self._config.fetch_policy,
                 timeout_s=self._config.http_timeout_s,
             )
@@ -321,25 +288,9 @@ class BotGateway:
         if self._resume is not None and frame.s is not None:
             cursor = self._cursor(ResumeState(session_id=self._resume.session_id, seq=frame.s))
         try:
-            (result,) = await accept_many_async(self._inbox, [inbound], cursor=cursor)
+            (result,) = await accept_many_async(self.inbox, [inbound], cursor=cursor)
         except Exception as exc:
             _log.exception("qqbot app %s: could not store message %s", self.bot.app_id, message.id)
-            raise _Next(f"message {message.id} could not be stored ({exc})") from exc
+            raise Ended(f"message {message.id} could not be stored ({exc})") from exc
         if result.duplicate:
             _log.info("qqbot app %s: message %s was already stored (a replayed event)", self.bot.app_id, message.id)
-
-
-class Gateways:
-    """Every websocket bot's :class:`BotGateway` on one background event loop."""
-
-    def __init__(self, gateways: Sequence[BotGateway]) -> None:
-        self.gateways = list(gateways)
-        self._thread = TaskThread(name="hermes-qqbot-gateway", label="qqbot: the gateway", log=_log)
-
-    def start(self) -> None:
-        """Start connecting every bot; connections come up in the background."""
-        self._thread.start(lambda http: {f"qqbot-{g.bot.name}": g.run(http) for g in self.gateways})
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every connection (resumably) and wait up to ``timeout`` for the loop to end."""
-        self._thread.stop(timeout)

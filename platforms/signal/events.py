@@ -55,7 +55,7 @@ from platforms.signal.envelopes import (
 )
 from platforms.signal.files import attach_files
 from platforms.signal.sse import Oversized, SseEvent, SseParser
-from platforms.support.connections import Connection, Connections, Ended
+from platforms.support.connections import Connection, Connections, Ended, doubling
 from platforms.support.links import Links
 
 if TYPE_CHECKING:
@@ -148,8 +148,7 @@ class AccountStream(Connection):
         _log.log(level, "signal account %s: %s; reconnecting in %.1f s", self.name, ended.reason, wait)
 
     def backoff(self, failures: int) -> float:
-        config = self._config
-        return float(min(config.reconnect_max_s, config.reconnect_base_s * 2 ** min(failures - 1, 30)))
+        return doubling(failures, self._config.reconnect_base_s, self._config.reconnect_max_s)
 
     async def _stream(self, session: aiohttp.ClientSession) -> None:
         url = events_url(self._config.base, self.name)

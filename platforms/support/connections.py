@@ -24,6 +24,7 @@ import abc
 import asyncio
 import concurrent.futures
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -35,9 +36,16 @@ from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import AcceptResult, ChatInbox, PollCursor, accept_many_async
 from platforms.support.links import Links
 
-__all__ = ["Connection", "Connections", "Ended", "Fatal", "NotStored"]
+__all__ = ["Connection", "Connections", "Ended", "Fatal", "NotStored", "doubling"]
 
 _START_TIMEOUT_S = 30.0
+
+
+def doubling(failures: int, low: float, high: float, rng: random.Random | None = None) -> float:
+    """``low`` seconds after the first failure, doubling with each one after it up to ``high``; jittered to half to
+    all of it with ``rng``."""
+    wait = min(high, low * 2.0 ** min(max(failures - 1, 0), 30))
+    return wait if rng is None else wait * (0.5 + rng.random() / 2)
 
 
 class Ended(Exception):

@@ -31,7 +31,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import PollCursor, accept_many_async
-from platforms.support.connections import Connection, Ended
+from platforms.support.connections import Connection, Ended, doubling
 from platforms.support.links import Links
 from platforms.telegram.api import BotApi, BotApiError, read_answer, result_as
 from platforms.telegram.config import TelegramConfig
@@ -212,4 +212,4 @@ class BotPoll(Connection):
             _log.warning("telegram bot %r: the poll failed (%s); polling again in %.1f s", name, exc, wait)
 
     def backoff(self, failures: int) -> float:
-        return float(min(self._config.poll_retry_max_s, self._config.poll_retry_s * 2 ** min(failures - 1, 30)))
+        return doubling(failures, self._config.poll_retry_s, self._config.poll_retry_max_s)
