@@ -9,8 +9,8 @@ built in Python or decoded from ``config.yaml`` (``msgspec.convert``), so both r
 only cross-field rules remain to be written by hand.
 
 The rule is not a bare ``Meta`` in the annotation: msgspec's decoder would refuse the value first, with its own
-``ValidationError`` and message, and a section built in Python would not be checked at all. :func:`check_section`
-asks msgspec itself (``Annotated[base, meta]``, :meth:`Rule.on`), so a rule means exactly what the ``Meta`` would.
+``ValidationError`` and message, and a section built in Python would not be checked at all. :meth:`Rule.refuses`
+applies the ``Meta`` as msgspec does.
 
 A problem may name ``{value}`` (the value refused) and ``{entry}`` (what the value names, from its field: ``a
 bot`` for a key of ``bots``, ``a server`` for ``server_name``).
@@ -22,6 +22,7 @@ A value of the wrong type, an unknown field or a wrong enum value is msgspec's t
 from __future__ import annotations
 
 import enum
+import operator
 import re
 import types
 import typing
@@ -50,21 +51,53 @@ __all__ = [
 
 
 class Rule:
-    """A msgspec :class:`~msgspec.Meta` constraint and the problem a user reads when a value breaks it."""
+    """A msgspec :class:`~msgspec.Meta` constraint and the problem a user reads when a value breaks it.
 
-    __slots__ = ("meta", "problem")
+    :meth:`refuses` applies the ``Meta``'s bounds (``gt``, ``ge``, ``lt``, ``le``), ``min_length``/``max_length``
+    and ``pattern`` (found anywhere, as msgspec does: anchor it) the way msgspec's decoder would; NaN is below and
+    above every bound.
+    """
+
+    __slots__ = ("_bounds", "_pattern", "meta", "problem")
 
     def __init__(self, meta: msgspec.Meta, problem: str) -> None:
         self.meta = meta
         self.problem = problem
+        self._bounds = tuple(
+            (compare, bound) for name, compare in _BOUNDS if (bound := getattr(meta, name)) is not None
+        )
+        self._pattern = None if meta.pattern is None else re.compile(meta.pattern)
 
-    def on(self, base: object) -> object:
-        """The type msgspec checks a value of this rule against: ``Annotated[base, self.meta]``."""
-        return Annotated[base, self.meta]
+    def refuses(self, value: Any) -> bool:
+        """Whether ``value`` breaks the constraint (a value it cannot be compared with does)."""
+        try:
+            for compare, bound in self._bounds:
+                if not compare(value, bound):
+                    return True
+            return self._pattern is not None and self._pattern.search(value) is None
+        except TypeError:
+            return True
 
     def __repr__(self) -> str:
         return f"Rule({self.meta!r}, {self.problem!r})"
 
+
+def _long_enough(value: Any, length: int) -> bool:
+    return len(value) >= length
+
+
+def _short_enough(value: Any, length: int) -> bool:
+    return len(value) <= length
+
+
+_BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool]], ...] = (
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("min_length", _long_enough),
+    ("max_length", _short_enough),
+)
 
 AccountName = Annotated[
     str,
@@ -84,7 +117,18 @@ BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; lea
 PositiveBytes = Annotated[int, Rule(Meta(ge=1), "must be a positive number of bytes")]
 
 S = typing.TypeVar("S", bound=msgspec.Struct)
-_Check = Callable[[object, str, str], None]  # (value, its key path, the field it is in)
+
+
+class _Fault:
+    """A broken rule found below a section: the key path from the section down, last segment first."""
+
+    __slots__ = ("problem", "segments")
+
+    def __init__(self, problem: str) -> None:
+        self.problem, self.segments = problem, list[str]()
+
+
+_Check = Callable[[object, str], _Fault | None]  # (value, the field holding it) -> the fault or None
 _STRUCTS: dict[type[msgspec.Struct], _Check | None] = {}
 
 
@@ -92,18 +136,27 @@ def check_section(section: msgspec.Struct, path: str) -> None:
     """Raise :class:`ConfigError` at the first value in ``section`` (whose key path is ``path``) that breaks the
     :class:`Rule` of its type, looking into the structs, dictionaries and lists it holds."""
     check = _struct_check(type(section))
-    if check is not None:
-        check(section, path, "")
+    fault = check(section, "") if check is not None else None
+    if fault is not None:
+        raise ConfigError(path + "".join(reversed(fault.segments)), fault.problem)
 
 
 def _struct_check(struct: type[msgspec.Struct]) -> _Check | None:
     if struct not in _STRUCTS:
         _STRUCTS[struct] = None  # a struct that holds itself is checked to the depth it is built
-        fields = [(f.name, check) for f in msgspec.structs.fields(struct) if (check := _compile(f.type))]
+        # A field still holding its default (the very object) passes without a look: the default is checked here.
+        fields = [(f.name, f.default, check) for f in msgspec.structs.fields(struct) if (check := _compile(f.type))]
+        for name, default, check in fields:
+            if default is not msgspec.NODEFAULT and (fault := check(default, name)) is not None:
+                raise TypeError(f"the default of {struct.__name__}.{name} breaks its rule: {fault.problem}")
 
-        def check_fields(value: object, path: str, entry: str) -> None:
-            for name, check in fields:
-                check(getattr(value, name), f"{path}.{name}", name)
+        def check_fields(value: object, entry: str) -> _Fault | None:
+            for name, default, check in fields:
+                field = getattr(value, name)
+                if field is not default and (fault := check(field, name)) is not None:
+                    fault.segments.append(f".{name}")
+                    return fault
+            return None
 
         _STRUCTS[struct] = check_fields if fields else None
     return _STRUCTS[struct]
@@ -113,7 +166,7 @@ def _compile(kind: object) -> _Check | None:
     """What checking a value of type ``kind`` takes; ``None`` when no rule applies to it."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is Annotated:
-        return _annotated(args[0], [extra for extra in args[1:] if isinstance(extra, Rule)])
+        return _annotated(_compile(args[0]), [extra for extra in args[1:] if isinstance(extra, Rule)])
     if origin is types.UnionType or origin is typing.Union:
         options = [option for option in args if option not in (type(None), msgspec.UnsetType)]
         return _optional(_compile(options[0])) if len(options) == 1 else None
@@ -121,25 +174,20 @@ def _compile(kind: object) -> _Check | None:
         return _entries(_compile(args[0]), _compile(args[1]))
     if origin in (list, tuple, set, frozenset) and args:
         return _items(_compile(args[0]))
-    if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+    if _is_struct(kind):
         return _struct_check(kind)
     return None
 
 
-def _annotated(base: object, rules: list[Rule]) -> _Check | None:
-    inner = _compile(base)
+def _annotated(inner: _Check | None, rules: list[Rule]) -> _Check | None:
     if not rules:
         return inner
-    typed = [(rule, rule.on(base)) for rule in rules]
 
-    def check(value: object, path: str, entry: str) -> None:
-        for rule, kind in typed:
-            try:
-                msgspec.convert(value, kind)
-            except msgspec.ValidationError:
-                raise ConfigError(path, rule.problem.format(value=value, entry=_entry(entry))) from None
-        if inner is not None:
-            inner(value, path, entry)
+    def check(value: object, entry: str) -> _Fault | None:
+        for rule in rules:
+            if rule.refuses(value):
+                return _Fault(rule.problem.format(value=value, entry=_entry(entry)))
+        return inner(value, entry) if inner is not None else None
 
     return check
 
@@ -148,9 +196,8 @@ def _optional(inner: _Check | None) -> _Check | None:
     if inner is None:
         return None
 
-    def check(value: object, path: str, entry: str) -> None:
-        if value is not None and value is not msgspec.UNSET:
-            inner(value, path, entry)
+    def check(value: object, entry: str) -> _Fault | None:
+        return None if value is None or value is msgspec.UNSET else inner(value, entry)
 
     return check
 
@@ -159,12 +206,15 @@ def _entries(key: _Check | None, value: _Check | None) -> _Check | None:
     if key is None and value is None:
         return None
 
-    def check(entries: object, path: str, entry: str) -> None:
+    def check(entries: object, entry: str) -> _Fault | None:
         for name, item in typing.cast(dict[object, object], entries).items():
-            if key is not None:
-                key(name, f"{path}.{name}", entry)
-            if value is not None:
-                value(item, f"{path}.{name}", entry)
+            fault = key(name, entry) if key is not None else None
+            if fault is None and value is not None:
+                fault = value(item, entry)
+            if fault is not None:
+                fault.segments.append(f".{name}")
+                return fault
+        return None
 
     return check
 
@@ -173,9 +223,12 @@ def _items(item: _Check | None) -> _Check | None:
     if item is None:
         return None
 
-    def check(items: object, path: str, entry: str) -> None:
+    def check(items: object, entry: str) -> _Fault | None:
         for index, value in enumerate(typing.cast(list[object], items)):
-            item(value, f"{path}[{index}]", entry)
+            if (fault := item(value, entry)) is not None:
+                fault.segments.append(f"[{index}]")
+                return fault
+        return None
 
     return check
 
