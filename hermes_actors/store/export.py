@@ -10,21 +10,22 @@ Message ids are left out: a message is its place in the list, so a line reads ba
 Sessions are read in pages of :data:`PAGE_SIZE` and one transcript at a time, so exporting a large database holds
 one session in memory, not the database. Run the iteration inside ``store.transaction()`` to read one consistent
 snapshot while the daemon keeps writing. :class:`ExportLine` reads a line back (ours or the reference system's);
-:func:`insert_session_export` writes one session with its messages and their files, as they are.
+:func:`insert_session_export` writes one session with its messages and their files, as they are. The functions are
+written once for both stores (:class:`ExportedTables`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
+from hermes_actors.errors import SessionNotFoundError
+from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.content import HERMES_JSON_PREFIX, split_content
 from hermes_actors.store.records import AttachmentRecord, MessageRecord, MessageRow, SessionRecord
-
-if TYPE_CHECKING:
-    from hermes_actors.store.store import Store
+from hermes_actors.store.sql import SqlDb
 
 __all__ = [
     "PAGE_SIZE",
@@ -32,6 +33,7 @@ __all__ = [
     "ExportLine",
     "ExportedAttachment",
     "ExportedMessage",
+    "ExportedTables",
     "LineMessage",
     "SessionExport",
     "child_session_ids",
@@ -46,12 +48,36 @@ __all__ = [
 PAGE_SIZE = 200
 
 _SESSION_COLUMNS = ", ".join(SessionRecord.__struct_fields__)
-# Messages name their session by sessions.ref; the query puts the session id back as ?1.
-_MESSAGE_COLUMNS = ", ".join("?1" if f == "session_id" else f for f in MessageRecord.__struct_fields__)
 _encoder = msgspec.json.Encoder()
 # JSON allows U+2028/U+2029 raw inside strings, but many line readers (Python's str.splitlines among them) split
 # on them; escaped, every export line is one line to any reader.
 _LINE_BREAKS = ((b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+class ExportedTables(Protocol):
+    """What an export reads and an import writes of a store (both stores have it)."""
+
+    @property
+    def sql(self) -> SqlDb:
+        """The database."""
+        ...
+
+    @property
+    def attachments(self) -> Attachments:
+        """The ``attachments`` table."""
+        ...
+
+    def load_transcript(self, session_id: str) -> list[MessageRecord]:
+        """The session's messages in id order, their content as the agent saw it."""
+        ...
+
+    def insert_session(self, record: SessionRecord) -> None:
+        """Insert ``record`` exactly as it is."""
+        ...
+
+    def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
+        """Append message rows as they are to a session."""
+        ...
 
 
 class SessionExport(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,24 +190,26 @@ def _where(source: str | None, session_id: str | None) -> tuple[str, list[Any]]:
     return "".join(f" AND {c}" for c in clauses), params
 
 
-def count_exports(store: Store, *, source: str | None = None, session_id: str | None = None) -> int:
+def count_exports(store: ExportedTables, *, source: str | None = None, session_id: str | None = None) -> int:
     """Return how many sessions :func:`iter_exports` with the same arguments yields."""
     where, params = _where(source, session_id)
-    return int(store._connection.execute(f"SELECT count(*) FROM sessions WHERE 1{where}", params).get)
+    return int(store.sql.value(f"SELECT count(*) FROM sessions WHERE TRUE{where}", params) or 0)
 
 
 def _session(columns: tuple[Any, ...]) -> SessionRecord:
     return SessionRecord(**dict(zip(SessionRecord.__struct_fields__, columns, strict=True)))
 
 
-def _transcript(store: Store, ref: int, session_id: str) -> list[MessageRecord]:
-    rows = store._connection.execute(
-        f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_ref = ?2 ORDER BY id", (session_id, ref)
-    )
-    return [MessageRecord(**dict(zip(MessageRecord.__struct_fields__, row, strict=True))) for row in rows]
+def _transcript(store: ExportedTables, session_id: str) -> list[MessageRecord]:
+    try:
+        return store.load_transcript(session_id)
+    except SessionNotFoundError:  # deleted since its page was read: exported as it is now, without messages
+        return []
 
 
-def iter_exports(store: Store, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
+def iter_exports(
+    store: ExportedTables, *, source: str | None = None, session_id: str | None = None
+) -> Iterator[SessionExport]:
     """Yield every session (of ``source``, or just ``session_id``, when given) with its messages, oldest first.
 
     Sessions come in the order they were created; each page of sessions is a fresh query, so the caller may
@@ -190,15 +218,15 @@ def iter_exports(store: Store, *, source: str | None = None, session_id: str | N
     where, params = _where(source, session_id)
     after = 0
     while True:
-        page: list[tuple[Any, ...]] = store._connection.execute(
+        page = store.sql.execute(
             f"SELECT ref, {_SESSION_COLUMNS} FROM sessions WHERE ref > ?{where} ORDER BY ref LIMIT {PAGE_SIZE}",
             [after, *params],
-        ).fetchall()
+        )
         for row in page:
-            ref, session = int(row[0]), _session(row[1:])
+            session = _session(row[1:])
             yield SessionExport(
                 session=session,
-                messages=_transcript(store, ref, session.id),
+                messages=_transcript(store, session.id),
                 attachments=store.attachments.for_session(session.id),
             )
         if len(page) < PAGE_SIZE:
@@ -277,31 +305,35 @@ def decode_export_line(line: bytes | str) -> ExportLine:
 
 
 def insert_session_export(
-    store: Store, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
+    store: ExportedTables, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
 ) -> None:
-    """Insert ``record`` as it is, then its messages in order with their files (an import; run it inside
-    ``store.transaction()``: the title must be free and the parent, if any, present)."""
-    store.insert_session(record)
-    db = store._connection
-    ref = db.execute("SELECT ref FROM sessions WHERE id = ?", (record.id,)).get
-    for row, files in messages:
-        db.execute(
-            "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, token_count, "
-            "created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (ref, *row),
+    """Insert ``record`` as it is, then its messages in order with their files, in one transaction (an import; the
+    title must be free and the parent, if any, present)."""
+    db = store.sql
+    with db.transaction(savepoint=False):
+        store.insert_session(record)
+        store.insert_messages(record.id, [row for row, _ in messages])
+        if not any(files for _, files in messages):
+            return
+        # The session is new in this transaction: its messages are those just inserted, and ids ascend.
+        ids = db.execute(
+            "SELECT id FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?) ORDER BY id",
+            (record.id,),
         )
-        message_id = db.last_insert_rowid()
-        for file in files:
-            db.execute(
-                "INSERT INTO attachments (message_id, kind, created_at, mime_type, size, path, sha256, source_url, "
-                "name, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (message_id, *msgspec.structs.astuple(file)),
-            )
+        db.executemany(
+            "INSERT INTO attachments (message_id, kind, created_at, mime_type, size, path, sha256, source_url, "
+            "name, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (message_id, *msgspec.structs.astuple(file))
+                for (message_id,), (_, files) in zip(ids, messages, strict=True)
+                for file in files
+            ],
+        )
 
 
-def child_session_ids(store: Store, session_id: str) -> list[str]:
+def child_session_ids(store: ExportedTables, session_id: str) -> list[str]:
     """Return the ids of the sessions whose parent is ``session_id``, oldest first (any end reason)."""
-    rows = store._connection.execute(
+    rows = store.sql.execute(
         "SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,)
     )
     return [str(sid) for (sid,) in rows]

@@ -1,9 +1,12 @@
 """Keeping the database healthy: integrity checks, rebuilding the search indexes, compaction and its size on disk.
 
-Functions over one connection, behind ``Store.check_integrity``, ``Store.check_search_indexes``, ``Store.optimize``
-and ``Store.free_bytes``; ``hermesctl db`` and ``hermesctl sessions prune`` are thin shells over them. The long ones
-take a :data:`PhaseProgress` callback, called with the name of each phase as it starts (the return ends the last),
-since on a large database each phase runs for seconds without another sign of life.
+SQLite's own checks and compaction are functions over one APSW connection, behind ``Store.check_integrity``,
+``Store.check_search_indexes``, ``Store.optimize`` and ``Store.free_bytes`` (PostgreSQL's are in
+:mod:`hermes_actors.store.pg.maintenance`); ``hermesctl db`` and ``hermesctl sessions prune`` are thin shells over
+them. What a prune needs on either store, a size and a vacuum, is :func:`database_bytes` and :func:`reclaim` over
+the database seam. The long ones take a :data:`PhaseProgress` callback, called with the name of each phase as it
+starts (the return ends the last), since on a large database each phase runs for seconds without another sign of
+life.
 """
 
 from __future__ import annotations
@@ -14,18 +17,22 @@ from collections.abc import Callable
 
 import apsw
 
-from hermes_actors.errors import StoreBusyError
+from hermes_actors.errors import StoreBusyError, StoreError
 from hermes_actors.store.migrations import CJK_GLOB
 from hermes_actors.store.records import OptimizeResult
+from hermes_actors.store.sql import Dialect, SqlDb
 
 __all__ = [
     "PhaseProgress",
     "check_integrity",
     "check_search_indexes",
+    "database_bytes",
     "file_bytes",
+    "fold_wal",
     "free_bytes",
     "optimize",
     "rebuild_search_indexes",
+    "reclaim",
 ]
 
 PhaseProgress = Callable[[str], None]
@@ -48,6 +55,37 @@ def file_bytes(path: str) -> int:
         with contextlib.suppress(OSError):
             size += os.path.getsize(path + suffix)
     return size
+
+
+_RECLAIMED = ("messages", "attachments", "sessions", "routes", "leases")
+"""The PostgreSQL tables a prune shrinks, which :func:`reclaim` vacuums."""
+
+
+def _number(db: SqlDb, sql: str) -> int:
+    value = db.value(sql)
+    if not isinstance(value, int):
+        raise StoreError(f"expected a number from {sql!r}, got {value!r}")
+    return value
+
+
+def database_bytes(db: SqlDb) -> int:
+    """The database's size: SQLite's pages (free ones included; only a VACUUM gives those back), PostgreSQL's
+    ``pg_database_size``."""
+    if db.dialect is Dialect.SQLITE:
+        return _number(db, "PRAGMA page_size") * _number(db, "PRAGMA page_count")
+    return int(db.value("SELECT pg_database_size(current_database())") or 0)
+
+
+def reclaim(db: SqlDb) -> None:
+    """Give back the space of deleted rows (outside a transaction): SQLite's VACUUM of the file, then a checkpoint,
+    since VACUUM writes the compacted database to the WAL and the checkpoint moves it back and shortens the file;
+    PostgreSQL's ``VACUUM (ANALYZE)`` of the tables a prune shrinks."""
+    if db.dialect is Dialect.SQLITE:
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return
+    for table in _RECLAIMED:
+        db.execute(f"VACUUM (ANALYZE) {table}")
 
 
 def free_bytes(db: apsw.Connection) -> int:

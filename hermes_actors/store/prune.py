@@ -5,6 +5,9 @@ read). A deleted session takes its messages (and their full-text index rows), at
 it; its children stay, without a parent; outbox rows and memories keep their text and lose the link. Sessions go in
 batches, one transaction each, so a large prune never holds the write lock for long; after each batch commits, the
 media files its attachments named and no remaining row names are removed.
+
+Written once for both stores (:class:`PrunedTables`); what a size is and what a vacuum does are the dialect's
+(:func:`~.maintenance.database_bytes`, :func:`~.maintenance.reclaim`).
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
 from hermes_actors.errors import StoreError
-
-if TYPE_CHECKING:
-    from hermes_actors.store.store import Store
+from hermes_actors.store.attachments import Attachments
+from hermes_actors.store.cursors import KeyValues
+from hermes_actors.store.maintenance import database_bytes, reclaim
+from hermes_actors.store.sql import Dialect, SqlDb
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -28,6 +32,7 @@ __all__ = [
     "MAX_LISTED_IDS",
     "PruneFilter",
     "PruneResult",
+    "PrunedTables",
     "auto_prune",
     "prune_sessions",
 ]
@@ -41,6 +46,25 @@ _HOUR = 3_600.0
 _ELIGIBLE = "ended_at IS NOT NULL AND ended_at < ?"
 
 _log = logging.getLogger(__name__)
+
+
+class PrunedTables(Protocol):
+    """What a prune uses of a store (both stores have it): its database, attachments and meta keys."""
+
+    @property
+    def sql(self) -> SqlDb:
+        """The database."""
+        ...
+
+    @property
+    def attachments(self) -> Attachments:
+        """The ``attachments`` table, whose files go with their sessions."""
+        ...
+
+    @property
+    def kv(self) -> KeyValues:
+        """The ``meta`` table, where :func:`auto_prune` records its last run."""
+        ...
 
 
 class PruneFilter(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,70 +91,50 @@ class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
     files_deleted: int = 0  # media files of the deleted attachments that no other row named
 
 
-def _number(store: Store, sql: str, params: Sequence[object] = ()) -> int:
-    value = store._connection.execute(sql, params).get
-    if not isinstance(value, int):
-        raise StoreError(f"expected a number from {sql!r}, got {value!r}")
-    return value
-
-
-def _database_bytes(store: Store) -> int:
-    return _number(store, "PRAGMA page_size") * _number(store, "PRAGMA page_count")
-
-
-def _require_no_transaction(store: Store) -> None:
-    if store._connection.in_transaction:
+def _require_no_transaction(db: SqlDb) -> None:
+    if db.in_transaction:
         raise StoreError("VACUUM cannot run inside a transaction; prune with vacuum outside store.transaction()")
 
 
-def _vacuum(store: Store) -> None:
-    store._connection.execute("VACUUM")
-    # VACUUM writes the compacted database to the WAL; the checkpoint moves it back and shortens the file.
-    store._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-
-
-def _marks(values: Sequence[object]) -> str:
-    return ", ".join("?" * len(values))
-
-
-def _candidates(store: Store, criteria: PruneFilter, cutoff: float) -> list[str]:
+def _candidates(db: SqlDb, criteria: PruneFilter, cutoff: float) -> list[str]:
     sql = f"SELECT id FROM sessions WHERE {_ELIGIBLE}"
     params: list[object] = [cutoff]
     if criteria.source is not None:
         sql += " AND source = ?"
         params.append(criteria.source)
-    return [str(sid) for (sid,) in store._connection.execute(sql + " ORDER BY ended_at, id", params)]
+    return [str(sid) for (sid,) in db.execute(sql + " ORDER BY ended_at, id", params)]
 
 
-def _count_messages(store: Store, ids: Sequence[str]) -> int:
-    total = 0
-    for start in range(0, len(ids), DEFAULT_BATCH_SIZE):
-        chunk = ids[start : start + DEFAULT_BATCH_SIZE]
-        refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(chunk)})"
-        total += _number(store, f"SELECT count(*) FROM messages WHERE session_ref IN ({refs})", chunk)
-    return total
+def _count_messages(db: SqlDb, ids: Sequence[str]) -> int:
+    refs = f"SELECT ref FROM sessions WHERE {db.dialect.member('id')}"
+    return int(db.value(f"SELECT count(*) FROM messages WHERE session_ref IN ({refs})", (db.dialect.members(ids),)))
 
 
-def _delete_batch(store: Store, ids: Sequence[str], cutoff: float) -> tuple[list[str], int, int]:
+def _delete_batch(store: PrunedTables, ids: Sequence[str], cutoff: float) -> tuple[list[str], int, int]:
     """Delete the still-eligible sessions of ``ids``; return them, their message count and media files removed."""
-    db = store._connection
-    eligible = f"SELECT id FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
-    eligible_refs = f"SELECT ref FROM sessions WHERE id IN ({_marks(ids)}) AND {_ELIGIBLE}"
-    with store.transaction():
-        # A write first takes the write lock at once, so nothing can reopen a session between the re-check
-        # here and the delete below. Deleting messages before sessions runs the FTS triggers row by row.
-        files = store.attachments.delete_for_sessions(eligible_refs, (*ids, cutoff))
-        db.execute(f"DELETE FROM messages WHERE session_ref IN ({eligible_refs})", (*ids, cutoff))
-        messages = db.changes()
-        found = {str(sid) for (sid,) in db.execute(eligible, (*ids, cutoff))}
-        deleted = [sid for sid in ids if sid in found]
-        if deleted:
-            db.execute(f"DELETE FROM sessions WHERE id IN ({_marks(deleted)})", deleted)
-    return deleted, messages, store.attachments.remove_unreferenced(files)
+    db = store.sql
+    eligible = f"FROM sessions WHERE {db.dialect.member('id')} AND {_ELIGIBLE}"
+    params = (db.dialect.members(ids), cutoff)
+    with db.transaction():
+        # Nothing may reopen a session between the re-check here and the deletes below: SQLite's transaction holds
+        # the write lock from its start; PostgreSQL locks the batch's rows first.
+        if db.dialect is Dialect.POSTGRES:
+            db.execute(f"SELECT ref {eligible}{db.dialect.for_update}", params)
+        # Messages go before their sessions, so SQLite's FTS triggers run row by row.
+        files = store.attachments.delete_for_sessions(f"SELECT ref {eligible}", params)
+        messages = db.count(f"DELETE FROM messages WHERE session_ref IN (SELECT ref {eligible})", params)
+        found = {str(sid) for (sid,) in db.execute(f"DELETE {eligible} RETURNING id", params)}
+    return [sid for sid in ids if sid in found], messages, store.attachments.remove_unreferenced(files)
+
+
+def _bytes_after(db: SqlDb, before: int, vacuumed: bool) -> int:
+    """The size after a prune. PostgreSQL's files keep their size until a VACUUM (and its size counts the maps a
+    concurrent autovacuum writes), so without one the size before stands."""
+    return database_bytes(db) if vacuumed or db.dialect is Dialect.SQLITE else before
 
 
 def prune_sessions(
-    store: Store,
+    store: PrunedTables,
     filter: PruneFilter,
     *,
     dry_run: bool = False,
@@ -149,15 +153,16 @@ def prune_sessions(
         raise ValueError(f"older_than_days must be 0 or more, got {filter.older_than_days}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    db = store.sql
     if vacuum and not dry_run:
-        _require_no_transaction(store)
+        _require_no_transaction(db)
     cutoff = (time.time() if now is None else now) - filter.older_than_days * _DAY
-    bytes_before = _database_bytes(store)
-    ids = _candidates(store, filter, cutoff)
+    bytes_before = database_bytes(db)
+    ids = _candidates(db, filter, cutoff)
     if dry_run:
         return PruneResult(
             sessions_deleted=len(ids),
-            messages_deleted=_count_messages(store, ids),
+            messages_deleted=_count_messages(db, ids),
             bytes_before=bytes_before,
             bytes_after=bytes_before,
             session_ids=ids[:MAX_LISTED_IDS],
@@ -175,19 +180,19 @@ def prune_sessions(
             progress(min(start + batch_size, len(ids)), len(ids))
     vacuumed = vacuum and sessions > 0
     if vacuumed:
-        _vacuum(store)
+        reclaim(db)
     return PruneResult(
         sessions_deleted=sessions,
         messages_deleted=messages,
         bytes_before=bytes_before,
-        bytes_after=_database_bytes(store),
+        bytes_after=_bytes_after(db, bytes_before, vacuumed),
         session_ids=listed,
         vacuumed=vacuumed,
         files_deleted=files,
     )
 
 
-def _last_auto_prune(store: Store) -> float | None:
+def _last_auto_prune(store: PrunedTables) -> float | None:
     raw = store.kv.get_meta(LAST_AUTO_PRUNE_KEY)
     if raw is None:
         return None
@@ -202,7 +207,7 @@ def _last_auto_prune(store: Store) -> float | None:
 
 
 def auto_prune(
-    store: Store,
+    store: PrunedTables,
     *,
     enabled: bool,
     retention_days: float = 90,
@@ -223,13 +228,13 @@ def auto_prune(
     if last is not None and 0 <= now - last < min_interval_hours * _HOUR:
         return None
     if vacuum_after_prune:
-        _require_no_transaction(store)
+        _require_no_transaction(store.sql)
     result = prune_sessions(store, PruneFilter(older_than_days=retention_days), now=now)
     # Recorded before the VACUUM: a failed VACUUM must not make every start retry the prune.
     store.kv.set_meta(LAST_AUTO_PRUNE_KEY, str(now))
     if vacuum_after_prune and result.sessions_deleted > 0:
-        _vacuum(store)
-        result = msgspec.structs.replace(result, vacuumed=True, bytes_after=_database_bytes(store))
+        reclaim(store.sql)
+        result = msgspec.structs.replace(result, vacuumed=True, bytes_after=database_bytes(store.sql))
     _log.info(
         "auto-prune deleted %d sessions and %d messages older than %g days",
         result.sessions_deleted,

@@ -2,8 +2,9 @@
 
 Every table of ``schema.sql`` is copied row for row with its ids (sessions keep their ``ref``, messages their
 ``id``, so attachments, inbox and outbox rows still point at the right rows), through PostgreSQL's ``COPY`` in
-batches of ``batch_size`` rows read by keyset from one SQLite read snapshot. Messages get their search columns
-computed on the way (:func:`~hermes_actors.store.pg.text.index_text`). The whole copy is one PostgreSQL
+batches of ``batch_size`` rows read by keyset from one SQLite read snapshot (statements over each store's database
+seam; the rows go in through psycopg's ``COPY``). Messages get their search columns computed on the way
+(:func:`~hermes_actors.store.pg.text.index_text`). The whole copy is one PostgreSQL
 transaction: it lands completely or not at all, so a failed copy leaves the target empty and can be run again.
 A target that already holds rows is refused before anything is written. Afterwards the identity sequences are
 moved past the copied ids.
@@ -99,16 +100,16 @@ Progress = Callable[[str, int, int], None]  # (table, rows done, rows in all)
 def _batches(source: Store, table: str, batch_size: int) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``table``, ``batch_size`` at a time in key order (a table without a key: all at once)."""
     columns, key = COPIED_TABLES[table]
-    db = source._connection
+    db = source.sql
     if key is None:
-        yield db.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
+        yield db.execute(f"SELECT {', '.join(columns)} FROM {table}")
         return
     select = f"SELECT {', '.join(columns)}, {key} FROM {table}"  # the key last, whether it is copied or not
     after: Any = None
     while True:
         where = "" if after is None else f" WHERE {key} > ?"
         params = ([] if after is None else [after]) + [batch_size]
-        page = db.execute(f"{select}{where} ORDER BY {key} LIMIT ?", params).fetchall()
+        page = db.execute(f"{select}{where} ORDER BY {key} LIMIT ?", params)
         if not page:
             return
         after = page[-1][-1]
@@ -139,8 +140,8 @@ def _pg_row(table: str, row: tuple[Any, ...]) -> tuple[Any, ...]:
 def _refuse_non_empty(target: PostgresStore) -> None:
     found = {}
     for table in COPIED_TABLES:
-        where, params = (" WHERE key <> ALL(%s)", [list(_PG_ONLY_META)]) if table == "meta" else ("", [])
-        held = int(target.database.value(f"SELECT count(*) FROM {table}{where}", params) or 0)
+        where, params = (" WHERE key <> ALL(?)", [list(_PG_ONLY_META)]) if table == "meta" else ("", [])
+        held = int(target.sql.value(f"SELECT count(*) FROM {table}{where}", params) or 0)
         if held:
             found[table] = held
     if found:
@@ -159,10 +160,10 @@ def copy_store(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     _refuse_non_empty(target)
     counts: dict[str, int] = {}
-    db = target.database
+    db = target.sql
     with source.transaction(), db.transaction():
         for table, (columns, _) in COPIED_TABLES.items():
-            total = int(source._connection.execute(f"SELECT count(*) FROM {table}").get or 0)
+            total = int(source.sql.value(f"SELECT count(*) FROM {table}") or 0)
             pg_columns = ", ".join([*columns, "words", "cjk", "n_tokens"] if table == "messages" else columns)
             statement = f"COPY {table} ({pg_columns}) FROM STDIN".encode()
             done = 0
@@ -170,17 +171,15 @@ def copy_store(
                 progress(table, done, total)
             for page in _batches(source, table, batch_size):
                 rows = [_pg_row(table, row) for row in page if table != "meta" or row[0] not in _PG_ONLY_META]
-                with db.cursor() as cursor, cursor.copy(statement) as copy:
+                with target.database.cursor() as cursor, cursor.copy(statement) as copy:
                     for row in rows:
                         copy.write_row(row)
                 done += len(rows)
                 if progress is not None:
                     progress(table, done, total)
             counts[table] = done
-        parents = source._connection.execute(
-            "SELECT id, parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL"
-        ).fetchall()
-        db.executemany("UPDATE sessions SET parent_session_id = %s WHERE id = %s", [(p, s) for s, p in parents])
+        parents = source.sql.execute("SELECT id, parent_session_id FROM sessions WHERE parent_session_id IS NOT NULL")
+        db.executemany("UPDATE sessions SET parent_session_id = ? WHERE id = ?", [(p, s) for s, p in parents])
         for identity in _IDENTITIES:
             table, column = identity.split(".")
             db.execute(

@@ -21,6 +21,7 @@ from types import TracebackType
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import backup as sqlite_backup
+from hermes_actors.store import export, prune
 from hermes_actors.store.connection import StoreUnwritableError
 from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.export import AttachmentRow, SessionExport
@@ -170,15 +171,15 @@ class PostgresStore(PgTranscriptRows):
 
     def check_integrity(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
         """Rows whose references dangle, one line each."""
-        return maintenance.check_integrity(self, progress or _quiet)
+        return maintenance.check_integrity(self.sql, progress or _quiet)
 
     def check_search_indexes(self, *, progress: Callable[[str], None] | None = None) -> list[str]:
         """Stale search columns among the newest messages, one line."""
-        return maintenance.check_search_indexes(self, progress or _quiet)
+        return maintenance.check_search_indexes(self.sql, progress or _quiet)
 
     def optimize(self, *, progress: Callable[[str], None] | None = None) -> OptimizeResult:
         """Recompute the search columns, vacuum and analyze."""
-        return maintenance.optimize(self, progress or _quiet)
+        return maintenance.optimize(self.sql, progress or _quiet)
 
     def backup(
         self,
@@ -256,7 +257,7 @@ class PostgresStore(PgTranscriptRows):
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> PruneResult:
         """Delete the ended sessions ``filter`` selects, oldest first, ``batch_size`` per transaction."""
-        return maintenance.prune_sessions(
+        return prune.prune_sessions(
             self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
         )
 
@@ -270,7 +271,7 @@ class PostgresStore(PgTranscriptRows):
         now: float,
     ) -> PruneResult | None:
         """Prune by retention unless disabled or the last run is recent."""
-        return maintenance.auto_prune(
+        return prune.auto_prune(
             self,
             enabled=enabled,
             retention_days=retention_days,
@@ -281,18 +282,18 @@ class PostgresStore(PgTranscriptRows):
 
     def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
         """How many sessions :meth:`iter_exports` yields."""
-        return maintenance.count_exports(self, source=source, session_id=session_id)
+        return export.count_exports(self, source=source, session_id=session_id)
 
     def iter_exports(self, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
         """Sessions with their transcripts and attachments, for ``sessions export``."""
-        return maintenance.iter_exports(self, source=source, session_id=session_id)
+        return export.iter_exports(self, source=source, session_id=session_id)
 
     def insert_session_export(
         self, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
     ) -> None:
         """Insert a session with its messages and their files as they are, for ``sessions import``."""
-        maintenance.insert_session_export(self, record, messages)
+        export.insert_session_export(self, record, messages)
 
     def child_session_ids(self, session_id: str) -> list[str]:
         """The sessions whose parent is ``session_id``."""
-        return maintenance.child_session_ids(self, session_id)
+        return export.child_session_ids(self, session_id)
