@@ -34,6 +34,7 @@ import aiohttp
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.ports import AcceptResult, ChatInbox, PollCursor, accept_many_async
+from platforms.support.http_client import open_session
 from platforms.support.links import Links
 
 __all__ = ["Connection", "Connections", "Ended", "Fatal", "NotStored", "doubling"]
@@ -212,7 +213,7 @@ class Connections:
         started.result(timeout=_START_TIMEOUT_S)
 
     async def _run(self, connections: Sequence[Connection], started: concurrent.futures.Future[None]) -> None:
-        async with aiohttp.ClientSession() as http:
+        async with open_session() as http:
             self._tasks = [
                 asyncio.create_task(connection.run(http), name=f"{self._name}-{connection.name}")
                 for connection in connections
