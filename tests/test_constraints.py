@@ -62,7 +62,7 @@ def test_a_value_breaking_its_rule_is_refused_alike_built_in_python_and_decoded(
         msgspec.convert(fields, Section)
     assert decoded.value.path == path
     assert str(decoded.value).startswith(f"{path}: {problem}")
-    built = {
+    built: dict[str, Any] = {
         key: {name: Bot(**bot) for name, bot in value.items()}
         if key == "bots"
         else Bot(**value)
