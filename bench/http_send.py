@@ -2,8 +2,10 @@
 
 Every figure goes the sender's full path: ``CallbackSender.send`` (encode, sign) → ``http_client.request`` → a
 receiver on 127.0.0.1 that answers ``200 {}``. ``sequential`` sends one reply after another from one thread (the
-latency one outbox lane sees); ``concurrent`` has ``--threads`` senders at once (the outbox's lanes). The receiver
-is a small asyncio protocol on its own thread, so it costs both sides of a comparison alike. Not a test.
+latency one outbox lane sees); ``concurrent`` has ``--threads`` senders at once (the outbox's lanes). ``cpu`` is
+the process's CPU time per send (every thread, the receiver's too), which a busy machine disturbs less than the
+wall-clock figures. The receiver is a small asyncio protocol on its own thread, so it costs both sides of a
+comparison alike. Not a test.
 
 ``HERMES_BENCH_CODE=DIR`` measures the package of the checkout at ``DIR`` (compare two checkouts by alternating
 them: ``for i in 1 2 3 4 5; do for d in OLD NEW; do HERMES_BENCH_CODE=$d python bench/http_send.py; done; done``).
@@ -80,16 +82,17 @@ def main() -> None:
     for index in range(200):  # warm-up: imports, the client's loop, the first connections
         sender.send(_reply(index))
     latencies = []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for index in range(args.replies):
         before = time.perf_counter()
         sender.send(_reply(index))
         latencies.append(time.perf_counter() - before)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     latencies.sort()
     print(figure_line("sequential send median", statistics.median(latencies) * 1e6, "us"))
     print(figure_line("sequential send p90", latencies[int(len(latencies) * 0.9)] * 1e6, "us"))
     print(figure_line("sequential sends", args.replies / elapsed, "/s"))
+    print(figure_line("sequential send cpu", cpu / args.replies * 1e6, "us", "this process, receiver included"))
     with ThreadPoolExecutor(args.threads) as pool:
         started = time.perf_counter()
         list(pool.map(lambda index: sender.send(_reply(index)), range(args.replies)))

@@ -16,6 +16,7 @@ import pytest
 from platforms.support import http_client
 from platforms.support.http_client import (
     SESSION_TIMEOUT,
+    ClientLoop,
     HttpClient,
     HttpRequest,
     HttpResult,
@@ -179,6 +180,24 @@ def test_a_blocking_request_from_the_client_loop_itself_is_refused_rather_than_d
     inner = client
     with pytest.raises(RuntimeError, match="would wait on itself"):
         client.request("GET", "http://example.org/outer")
+
+
+def test_a_request_under_way_when_its_loop_closes_gave_no_answer() -> None:
+    arrived = threading.Event()
+
+    async def hold(request: HttpRequest) -> HttpResult:
+        arrived.set()
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("not reached")
+
+    loop = ClientLoop("test-http-client")
+    client = HttpClient(MockTransport(hold), loop=loop)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.request, "POST", "http://example.org/hook")
+        assert arrived.wait(5)
+        loop.close()
+        with pytest.raises(NoAnswer, match="closed before the answer came"):
+            waiting.result(5)
 
 
 # -- the network --------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 
-from platforms.support.http_client._exchange import HttpResult, Transport, build_request
+from platforms.support.http_client._errors import NoAnswer
+from platforms.support.http_client._exchange import HttpResult, Transport, build_request, shown
 from platforms.support.http_client._loop import ClientLoop
 from platforms.support.http_client._network import NetworkTransport
 
@@ -93,7 +94,7 @@ class HttpClient:
         """:meth:`send`, waited for by this thread (any but the client loop's own, which would wait on itself)."""
         if self._loop.is_current():
             raise RuntimeError("a blocking HTTP request on the client's own loop would wait on itself; await send()")
-        return self.submit(
+        pending = self.submit(
             method,
             url,
             body=body,
@@ -102,7 +103,12 @@ class HttpClient:
             timeout=timeout,
             max_bytes=max_bytes,
             follow_redirects=follow_redirects,
-        ).result()
+        )
+        try:
+            return pending.result()
+        except concurrent.futures.CancelledError:  # the client loop closed (at exit) while it ran
+            reason = "the HTTP client closed before the answer came"
+            raise NoAnswer(f"{method} {shown(url)}: {reason}", reason=reason) from None
 
     def close(self) -> None:
         """Release the transport's connections (a client made for a test; the shared one closes at exit)."""
