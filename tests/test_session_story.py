@@ -23,7 +23,8 @@ from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.runtime.records import source_of, user_key
+from hermes_actors.runtime.prefix import user_key
+from hermes_actors.runtime.records import source_of
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock, FakePlatform, FakeThreadedPlatform
 from tests.agents.chat_server import ChatServer, Scripted, completion, open_chat_server

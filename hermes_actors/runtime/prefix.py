@@ -18,11 +18,11 @@ import msgspec
 from hermes_actors.agents.base import system_prompt_of
 from hermes_actors.agents.tools import Tool, agent_tools, freeze_tools, thaw_tools
 from hermes_actors.agents.turn import system_message
+from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.records import user_key
 from hermes_actors.store import SessionRecord, Store
 
-__all__ = ["FrozenPrefix", "fresh_prefix", "stored_prefix"]
+__all__ = ["FrozenPrefix", "fresh_prefix", "stored_prefix", "user_key"]
 
 
 class FrozenPrefix(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +39,11 @@ class FrozenPrefix(msgspec.Struct, frozen=True, kw_only=True):
     def offered(self, current: Sequence[Tool]) -> tuple[Tool, ...]:
         """The frozen tools, each run by the ``current`` tool of its name."""
         return thaw_tools(self.tools, current)
+
+
+def user_key(source: SessionSource) -> str | None:
+    """Return the key of the principal a session belongs to (memories are kept per principal), or ``None``."""
+    return Principal.of(source).memory_key
 
 
 def fresh_prefix(

@@ -1,24 +1,20 @@
-"""Helpers of the turn logic: where a session came from, whose memories it keeps, token estimates, which
-deliveries are still pending, what a new session starts with and what its first commit created."""
+"""Helpers of the turn logic: where a session came from, which deliveries are still pending, what a new session
+starts with and what its first commit created."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.errors import HermesError
 from hermes_actors.messages import InboundMessage
-from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import Delivery
 from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
 from hermes_actors.store.readers import ReaderPool
-
-if TYPE_CHECKING:
-    from hermes_actors.runtime.prefix import FrozenPrefix  # prefix imports this module
 
 _log = logging.getLogger(__name__)
 
@@ -28,18 +24,10 @@ __all__ = [
     "answered",
     "appended",
     "create_session_row",
-    "estimate_tokens",
     "record_attachments",
-    "release_lease",
     "source_of",
     "still_pending",
-    "user_key",
 ]
-
-
-def estimate_tokens(messages: Sequence[MessageRecord]) -> int:
-    """Estimate the prompt tokens of ``messages`` (four characters a token)."""
-    return sum(len(m.content or "") + len(m.tool_calls or "") for m in messages) // 4
 
 
 def source_of(record: SessionRecord) -> SessionSource:
@@ -86,16 +74,6 @@ def record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Sequen
     for delivery, message_id in zip(deliveries, ids, strict=False):
         for attachment in delivery.message.attachments:
             store.attachments.add(message_id, attachment, at=now)
-
-
-def user_key(source: SessionSource) -> str | None:
-    """Return the key of the principal a session belongs to (memories are kept per principal), or ``None``."""
-    return Principal.of(source).memory_key
-
-
-def release_lease(store: Store, *, session_id: str, owner: str) -> bool:
-    """Release ``owner``'s lease of ``session_id`` (inside a write); return whether it held it."""
-    return store.leases.release(session_id, owner)
 
 
 def still_pending(readers: ReaderPool, deliveries: Sequence[Delivery]) -> list[Delivery]:

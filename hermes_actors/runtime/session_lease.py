@@ -7,10 +7,7 @@ process's hold, so a commit made after another process took the session over is 
 
 from __future__ import annotations
 
-import functools
-
 from hermes_actors.runtime.leases import wait_for_lease
-from hermes_actors.runtime.records import release_lease
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.store import Store
 
@@ -44,7 +41,7 @@ class SessionLease:
 
         holder = wait_for_lease(
             try_acquire,
-            lambda dead: writer.call(functools.partial(release_lease, session_id=self.session_id, owner=dead)),
+            lambda dead: writer.call(lambda store: store.leases.release(self.session_id, dead)),
             wait_s=config.lease_wait_s,
             owner_alive=services.owner_alive,
         )
@@ -73,8 +70,3 @@ class SessionLease:
             self.held = False
             owner = self._services.lease_owner
             self._services.writer.submit(lambda store: store.leases.release(self.session_id, owner))
-
-
-def _grant(store: Store, *, session_id: str, owner: str, ttl_s: float) -> int | str:
-    """Inside a write: grant ``owner`` the lease (its epoch), or name the process that holds it."""
-    return store.leases.grant(session_id, owner, ttl_s)

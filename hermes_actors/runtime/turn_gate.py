@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from hermes_actors.messages import OutboundError
 from hermes_actors.routing import build_session_key
+from hermes_actors.runtime.exchange import Exchange
 from hermes_actors.runtime.leases import describe_owner
 from hermes_actors.runtime.protocol import Compress, Delivery, EndSession, Handoff, RunTurn, TurnOutcome
 from hermes_actors.runtime.records import still_pending
+from hermes_actors.runtime.session_state import SessionState
 from hermes_actors.store import InboxState, Store
-
-if TYPE_CHECKING:
-    from hermes_actors.runtime.session_lease import SessionLease
-    from hermes_actors.runtime.turns import SessionTurns
 
 __all__ = ["TurnGate", "calls_agent", "ended_text"]
 
@@ -60,58 +57,58 @@ def _leads_elsewhere(store: Store, routing_key: str, session_id: str) -> bool:
 
 
 class TurnGate:
-    """The checks a turn of one :class:`~hermes_actors.runtime.turns.SessionTurns` passes before its agent runs."""
+    """The checks a turn of one session passes before its agent runs, against its :class:`SessionState`."""
 
-    __slots__ = ("_lease", "_turns")
+    __slots__ = ("_exchange", "_state")
 
-    def __init__(self, turns: SessionTurns, lease: SessionLease) -> None:
-        self._turns = turns
-        self._lease = lease
+    def __init__(self, state: SessionState, exchange: Exchange) -> None:
+        self._state = state
+        self._exchange = exchange
 
     def admit(self, request: RunTurn) -> RunTurn | TurnOutcome:
         """Return the turn to run (its deliveries that are still pending), or the outcome of a turn that must not
         run here: the lease stayed with another process, every row was answered already, or the session ended."""
-        turns = self._turns
-        if not self._lease.held and not turns.is_new:
-            holder = turns.acquire_lease()
+        state = self._state
+        if not state.lease_held and not state.is_new:
+            holder = state.acquire_lease()
             if holder is not None:
                 return self._busy(request, holder)
         deliveries = request.deliveries
         if deliveries:
-            fresh = still_pending(turns.services.readers, deliveries)
+            fresh = still_pending(state.services.readers, deliveries)
             if len(fresh) < len(deliveries):
                 done = [d.inbox_id for d in deliveries if d not in fresh]
-                _log.info("session %s: inbox rows %s were answered by another turn already", turns.session_id, done)
+                _log.info("session %s: inbox rows %s were answered by another turn already", state.session_id, done)
                 if not fresh:
-                    return TurnOutcome(session_id=turns.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
+                    return TurnOutcome(session_id=state.session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
                 request = msgspec.structs.replace(request, deliveries=tuple(fresh))
-        if calls_agent(request) and turns.record is not None and not turns.record.is_live:
+        if calls_agent(request) and state.record is not None and not state.record.is_live:
             return self.closed(request.deliveries)
         return request
 
     def _busy(self, request: RunTurn, holder: str) -> TurnOutcome:
         """Another process kept the lease for ``lease_wait_s``: refuse the messages (an end cannot run here)."""
-        turns = self._turns
+        state = self._state
         refused = isinstance(request.control, EndSession)
         if not request.deliveries:  # a timer's reset: the lease holder's own timers decide
             return TurnOutcome(
-                session_id=turns.session_id, inbox_ids=(), outbox_id=None, stored_messages=0, not_ended=refused
+                session_id=state.session_id, inbox_ids=(), outbox_id=None, stored_messages=0, not_ended=refused
             )
         busy = (
             f"This conversation is busy in {describe_owner(holder)}; "
             "your message was not run. Send it again when that process has finished."
         )
-        outcome = turns.answer(request.deliveries, busy, state=InboxState.REJECTED)
+        outcome = self._exchange.answer(request.deliveries, busy, state=InboxState.REJECTED)
         return msgspec.structs.replace(outcome, not_ended=refused)
 
     def closed(self, deliveries: Sequence[Delivery]) -> TurnOutcome:
         """The session has ended (in another process): send each of ``deliveries`` to the session its routing key
         leads to now (``requeue``), or answer it with why it was not run; the outcome says the session ended."""
-        turns = self._turns
-        session_id = turns.session_id
-        reason = turns.record.end_reason if turns.record is not None else None
-        policy = turns.services.config.key_policy
-        with turns.services.readers.reader() as store:
+        state = self._state
+        session_id = state.session_id
+        reason = state.record.end_reason if state.record is not None else None
+        policy = state.services.config.key_policy
+        with state.services.readers.reader() as store:
             moved = tuple(
                 d
                 for d in deliveries
@@ -129,5 +126,5 @@ class TurnGate:
         outcome = TurnOutcome(session_id=session_id, inbox_ids=(), outbox_id=None, stored_messages=0)
         if refused:
             text = ended_text(session_id, reason)
-            outcome = turns.answer(refused, text, state=InboxState.REJECTED, error=OutboundError.SESSION_ENDED)
+            outcome = self._exchange.answer(refused, text, state=InboxState.REJECTED, error=OutboundError.SESSION_ENDED)
         return msgspec.structs.replace(outcome, ended=True, requeue=moved)

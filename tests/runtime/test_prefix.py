@@ -15,7 +15,8 @@ from hermes_actors.agents.base import AgentReply, EchoAgent, TurnInput
 from hermes_actors.agents.openai_chat import OpenAIAgent
 from hermes_actors.cli.session_text import load_details, summary_lines
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.records import source_of, user_key
+from hermes_actors.runtime.prefix import user_key
+from hermes_actors.runtime.records import source_of
 from hermes_actors.store import NewMessage, Role, Store
 from hermes_actors.testing import FakeClock
 from tests.agents.chat_server import ChatServer, completion, open_chat_server

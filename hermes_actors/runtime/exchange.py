@@ -1,0 +1,164 @@
+"""One exchange of a session: its messages, the agent's call and the commit of all of it; or an answer alone.
+
+A turn's commit holds the user message(s) and their attachment rows, the agent's messages, token counts, the inbox
+rows' completion and the outbox row, so after a crash a turn either happened entirely or is replayed from the inbox.
+An answer (:meth:`Exchange.answer`: a refusal, a notice, a lifecycle step's reply) completes the inbox rows with a
+reply and stores nothing in the transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from hermes_actors.agents.base import AgentReply, runs_inline
+from hermes_actors.errors import StaleTurnError
+from hermes_actors.media import for_agent, unread_note, user_content
+from hermes_actors.messages import Attachment, OutboundError
+from hermes_actors.runtime.protocol import AgentFailure, Delivery, TurnOutcome
+from hermes_actors.runtime.records import CreatedRow, answered, record_attachments, source_of
+from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
+from hermes_actors.runtime.session_state import SessionState
+from hermes_actors.runtime.turn_input import marked_reply, posted_messages, turn_input
+from hermes_actors.store import InboxState, NewMessage, Store
+
+__all__ = ["Exchange"]
+
+
+class Exchange:
+    """The exchanges of one session, run against its :class:`SessionState`."""
+
+    __slots__ = ("_services", "_state", "session_id")
+
+    def __init__(self, state: SessionState) -> None:
+        self._state = state
+        self._services = state.services
+        self.session_id = state.session_id
+
+    def answer(
+        self,
+        deliveries: Sequence[Delivery],
+        text: str,
+        *,
+        state: InboxState = InboxState.DONE,
+        error: OutboundError | None = None,
+    ) -> TurnOutcome:
+        """Complete ``deliveries`` with a reply (a notice, with ``error``) and nothing in the transcript."""
+        first = deliveries[0].message
+        outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=answered(deliveries))
+        outbound = msgspec.structs.replace(outbound, error=error)
+
+        def answer(store: Store) -> int:
+            for delivery in deliveries:
+                store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state=state)
+            return queue_reply(store, outbound)
+
+        outbox_id = self._services.writer.call(answer)
+        self._services.outbox.deliver(outbox_id, outbound)
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=0,
+            failed=text if state is InboxState.REJECTED else None,
+        )
+
+    def _call_agent(
+        self, text: str, token: CancelToken, deliveries: Sequence[Delivery], attachments: Sequence[Attachment] = ()
+    ) -> AgentReply | AgentFailure | None:
+        state = self._state
+        turn = turn_input(
+            self.session_id,
+            text=text,
+            history=state.history,
+            model_history=state.model_history,
+            prefix=state.prefix,
+            tools=state.offered,
+            attachments=attachments,
+            deliveries=deliveries,
+            watch=self._services.watch,
+            token=token,
+        )
+        agent = state.named_agent.agent
+        timeout = self._services.config.agent_timeout_s
+        if runs_inline(agent):
+            # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
+            return state.agent_calls.inline(lambda: agent.run_turn(turn, timeout_s=timeout))
+        return state.agent_calls.in_pool(lambda: agent.run_turn(turn, timeout_s=timeout), token)
+
+    def converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:
+        """Run an ordinary turn answering ``deliveries``: call the agent, commit the exchange, hand the reply to the
+        outbox (``no_retry``: a failed send is not tried again)."""
+        state = self._state
+        first = deliveries[0].message
+        # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
+        contents = [user_content(d.message) for d in deliveries]
+        reply = self._call_agent("\n".join(contents), token, deliveries, for_agent(d.message for d in deliveries))
+        cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
+        now = self._services.clock()
+        new, firsts = posted_messages(deliveries, contents, now)  # user messages, or a client's tool results
+        reply_text: str | None = None
+        if isinstance(reply, AgentReply) and not cancelled:
+            new.extend(
+                NewMessage(
+                    role=m.role,
+                    content=m.content,
+                    tool_calls=m.tool_calls,
+                    tool_name=m.tool_name,
+                    tool_call_id=m.tool_call_id,
+                    token_count=m.token_count,  # the model's count; a user message has none of its own
+                    created_at=now,
+                )
+                for m in reply.messages
+            )
+            new[-1] = msgspec.structs.replace(
+                new[-1],
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+                tokens_estimated=reply.tokens_estimated,
+            )
+            reply_text = reply.text
+        elif isinstance(reply, AgentFailure):
+            reply_text = reply.text
+        unread = unread_note(d.message for d in deliveries)
+        if reply_text is not None and unread is not None:
+            reply_text = f"{unread}\n\n{reply_text}"
+        outbound = (
+            reply_for(first.source, self.session_id, reply_text, first.message_id, answers=answered(deliveries))
+            if reply_text is not None
+            else None
+        )
+        outbound = outbound and marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
+        ahead = outbound is not None and self._services.outbox.counts_ahead(outbound.platform)
+
+        def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
+            state.fence(store)
+            for delivery in deliveries:
+                if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
+                    raise StaleTurnError(
+                        f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
+                    )
+            created = state.start_rows(store)
+            ids = store.append_messages(self.session_id, new)
+            record_attachments(store, deliveries, [ids[i] for i in firsts], now)
+            return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
+
+        outbox_id, ids, created = self._services.writer.call(commit)
+        state.committed(created, ids, new, now)
+        if outbound is not None and outbox_id is not None:
+            self._services.outbox.deliver(outbox_id, outbound, counted=ahead)
+        state.after_exchange(  # after the reply has left: a title never delays it
+            added=len(ids),
+            user_text="\n".join(d.message.text for d in deliveries),
+            reply_text=reply.text if isinstance(reply, AgentReply) and not cancelled else None,
+        )
+        return TurnOutcome(
+            session_id=self.session_id,
+            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            outbox_id=outbox_id,
+            stored_messages=len(ids),
+            cancelled=cancelled,
+            failed=reply.text if isinstance(reply, AgentFailure) else None,
+            origin=source_of(state.record) if state.record is not None else None,
+        )
