@@ -225,6 +225,11 @@ class Transcripts(Protocol):
         """Append to a live session in one transaction, updating its counters; the new message ids."""
         ...
 
+    def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
+        """Store the exact system message (``None``: none is sent) and the tool list (JSON) the session's turns go
+        out with."""
+        ...
+
     def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
         """Append rows as they are (an import), counters untouched."""
         ...

@@ -8,21 +8,20 @@ A listing sees only the sessions its filters (``visible`` and ``source``) pass: 
 holds does not count, so a lineage never reaches into sessions the caller may not see, and its totals and preview
 come from visible sessions only. ``ended`` applies to the tip (a lineage is live while its tip is). Two queries
 answer a page whatever its size: the total, and the page with its members' totals, gathered by a walk from each of
-the page's tips up to its root.
+the page's tips up to its root. They are written once; SQLite gathers a lineage's members in a JSON array,
+PostgreSQL in an array.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from hermes_actors.store.lineage import MAX_DEPTH
 from hermes_actors.store.records import EndReason, LineagePage, LineageRow, SessionFilter, SessionRecord, TipFilter
-
-if TYPE_CHECKING:
-    from hermes_actors.store.store import Store
+from hermes_actors.store.sql import Dialect, SqlDb
 
 __all__ = ["DEFAULT_PREVIEW_CHARS", "list_lineages"]
 
@@ -50,6 +49,7 @@ def _scope(alias: str, visible: SessionFilter | None, source: str | None) -> tup
 
 
 def _tips(
+    dialect: Dialect,
     visible: SessionFilter | None,
     source: str | None,
     ended: bool | None,
@@ -70,17 +70,28 @@ def _tips(
     clauses += tip_clauses
     ids: list[Any] = [*tip_params]
     if among is not None:
-        members = list(dict.fromkeys(among))
-        clauses.append(f"s.id IN ({', '.join('?' * len(members))})" if members else "0")
-        ids += members
+        clauses.append(dialect.member("s.id"))
+        ids.append(dialect.members(list(dict.fromkeys(among))))
     return f"FROM sessions AS s WHERE {' AND '.join(clauses)}", [*params, *child_params, *ids]
 
 
-def _page_sql(tips: str, scope: str, preview_chars: int) -> str:
+def _page_sql(dialect: Dialect, tips: str, scope: str, preview_chars: int) -> str:
     # The walk cannot loop: a member's parent is taken only when that member is the parent's continuation, and a
     # session has one continuation, so a walk that starts at a tip (continued by nothing) never enters a cycle.
-    # MAX_DEPTH bounds it anyway. CROSS JOIN keeps SQLite's join order: from each walked row by primary key, never
-    # from an index on a filter column (with a source filter it otherwise scanned the source's sessions per step).
+    # MAX_DEPTH bounds it anyway. SQLite's CROSS JOIN keeps its join order: from each walked row by primary key,
+    # never from an index on a filter column (with a source filter it otherwise scanned the source's sessions per
+    # step). PostgreSQL has no CROSS JOIN ... ON, and plans this walk well as a plain JOIN.
+    join = "CROSS JOIN" if dialect is Dialect.SQLITE else "JOIN"
+    if dialect is Dialect.SQLITE:
+        gathered = (
+            "json_group_array(id ORDER BY depth DESC) AS ids, (json_group_array(first_user ORDER BY depth DESC) "
+            "FILTER (WHERE first_user IS NOT NULL)) ->> 0 AS first_user"
+        )
+    else:
+        gathered = (
+            "array_agg(id ORDER BY depth DESC) AS ids, (array_agg(first_user ORDER BY depth DESC) "
+            "FILTER (WHERE first_user IS NOT NULL))[1] AS first_user"
+        )
     columns = ", ".join(f"t.{name}" for name in _FIELDS)
     return f"""
 WITH RECURSIVE
@@ -89,20 +100,17 @@ walk(tip, id, depth) AS (
     SELECT id, id, 0 FROM tips
     UNION ALL
     SELECT walk.tip, p.id, walk.depth + 1
-    FROM walk CROSS JOIN sessions AS m ON m.id = walk.id CROSS JOIN sessions AS p ON p.id = m.parent_session_id
+    FROM walk {join} sessions AS m ON m.id = walk.id {join} sessions AS p ON p.id = m.parent_session_id
     WHERE p.end_reason = '{_COMPRESSION}' AND {scope} AND {_next("p")} = m.id AND walk.depth < {MAX_DEPTH}
 ),
 members AS (
     SELECT walk.tip, walk.id, walk.depth, s.message_count,
         (SELECT u.id FROM messages AS u WHERE u.session_ref = s.ref AND u.role = 'user' ORDER BY u.id LIMIT 1)
             AS first_user
-    FROM walk CROSS JOIN sessions AS s ON s.id = walk.id
+    FROM walk {join} sessions AS s ON s.id = walk.id
 ),
 lineages AS (
-    SELECT tip, sum(message_count) AS messages,
-        json_group_array(id ORDER BY depth DESC) AS ids,
-        (json_group_array(first_user ORDER BY depth DESC) FILTER (WHERE first_user IS NOT NULL)) ->> 0
-            AS first_user
+    SELECT tip, sum(message_count) AS messages, {gathered}
     FROM members
     GROUP BY tip
 )
@@ -112,7 +120,7 @@ FROM lineages AS l JOIN sessions AS t ON t.id = l.tip
 ORDER BY t.last_active_at DESC, t.id DESC"""
 
 
-def preview_text(content: str | None, chars: int) -> str | None:
+def _preview_text(content: str | None, chars: int) -> str | None:
     """The first user message as a listing shows it: its text part (an imported multimodal message keeps its
     original value after a NUL), on one line, cut to ``chars`` characters with ``…``."""
     if content is None:
@@ -124,7 +132,7 @@ def preview_text(content: str | None, chars: int) -> str | None:
 
 
 def list_lineages(
-    store: Store,
+    db: SqlDb,
     *,
     source: str | None = None,
     ended: bool | None = None,
@@ -137,27 +145,26 @@ def list_lineages(
 ) -> LineagePage:
     """Return the lineages in scope, most recently active tip first (at most ``limit``; ``None``: all; the first
     ``offset`` skipped), with the number there are in all; ``tips`` keeps only the lineages whose tips have these
-    ids (a few: each is a query parameter), ``tip`` those whose tip passes it. See the module docstring for what a
-    lineage and the scope are."""
+    ids, ``tip`` those whose tip passes it. See the module docstring for what a lineage and the scope are."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more (None: no limit), not {limit}")
     if preview_chars < 1:
         raise ValueError(f"preview_chars must be 1 or more, not {preview_chars}")
-    db = store._connection
-    selected, tip_params = _tips(visible, source, ended, tips, tip)
-    total = int(db.execute(f"SELECT count(*) {selected}", tip_params).get or 0)
     if offset < 0:
         raise ValueError(f"offset must be 0 or more, not {offset}")
+    dialect = db.dialect
+    selected, tip_params = _tips(dialect, visible, source, ended, tips, tip)
+    total = int(db.value(f"SELECT count(*) {selected}", tip_params) or 0)
     if limit == 0 or total <= offset:
         return LineagePage(rows=[], total=total)
     scope, scope_params = _scope("p", visible, source)
     page = f"SELECT s.id {selected} ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
-    params = [*tip_params, -1 if limit is None else limit, offset, *scope_params]
+    params = [*tip_params, dialect.limit(limit), offset, *scope_params]
     rows = []
-    for row in db.execute(_page_sql(page, scope, preview_chars), params):
+    for row in db.execute(_page_sql(dialect, page, scope, preview_chars), params):
         tip_record = SessionRecord(**dict(zip(_FIELDS, row[: len(_FIELDS)], strict=True)))
         messages, ids, preview = row[len(_FIELDS) :]
-        members = [str(member) for member in msgspec.json.decode(ids)]
+        members = [str(member) for member in (msgspec.json.decode(ids) if isinstance(ids, str) else ids)]
         rows.append(
             LineageRow(
                 tip=tip_record,
@@ -165,7 +172,7 @@ def list_lineages(
                 members=members,
                 message_count=int(messages),
                 compressions=len(members) - 1,
-                preview=preview_text(preview, preview_chars),
+                preview=_preview_text(preview, preview_chars),
             )
         )
     return LineagePage(rows=rows, total=total)

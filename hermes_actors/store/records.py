@@ -329,13 +329,14 @@ class SessionFilter(msgspec.Struct, frozen=True, kw_only=True):
         return pairs
 
     def sql(self, alias: str = "") -> tuple[str, list[Any]]:
-        """An SQL condition over ``sessions`` (``alias.`` before each column) and its parameters; ``1`` when empty."""
+        """An SQL condition over ``sessions`` (``alias.`` before each column) and its parameters; ``TRUE`` when
+        empty."""
         prefix = f"{alias}." if alias else ""
         if self.nothing:
-            return "0", []
+            return "FALSE", []
         pairs = self._pairs()
         if not pairs:
-            return "1", []
+            return "TRUE", []
         clauses = [f"coalesce({prefix}{column}, '') = ?" for column, _ in pairs]
         return "(" + " AND ".join(clauses) + ")", [value for _, value in pairs]
 
@@ -361,17 +362,17 @@ class TipFilter(msgspec.Struct, frozen=True, kw_only=True):
     active_after: float | None = None
     active_before: float | None = None
 
-    def sql(self, mark: str = "?") -> tuple[list[str], list[Any]]:
-        """The clauses over the tip ``s`` and their parameters (``mark``: the driver's placeholder)."""
+    def sql(self) -> tuple[list[str], list[Any]]:
+        """The clauses over the tip ``s`` and their parameters."""
         clauses: list[str] = []
         params: list[Any] = []
         if self.chat_type is not None:
-            clauses.append(f"coalesce(s.chat_type, '') = {mark}")
+            clauses.append("coalesce(s.chat_type, '') = ?")
             params.append(self.chat_type)
         if self.active_after is not None:
-            clauses.append(f"s.last_active_at >= {mark}")
+            clauses.append("s.last_active_at >= ?")
             params.append(self.active_after)
         if self.active_before is not None:
-            clauses.append(f"s.last_active_at <= {mark}")
+            clauses.append("s.last_active_at <= ?")
             params.append(self.active_before)
         return clauses, params

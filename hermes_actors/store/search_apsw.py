@@ -19,8 +19,9 @@ import msgspec
 
 from hermes_actors.errors import HermesError
 from hermes_actors.store.connection import Transaction
-from hermes_actors.store.lineage import lineage_root
+from hermes_actors.store.lineage import root_on
 from hermes_actors.store.records import EndReason, FtsResult, SessionFilter
+from hermes_actors.store.resolution import SessionResolution
 from hermes_actors.store.search_query import (
     And,
     ColumnFilter,
@@ -41,7 +42,7 @@ from hermes_actors.store.search_reads import (
     RankT,
     SessionRow,
 )
-from hermes_actors.store.store import Store
+from hermes_actors.store.sqlite_db import SqliteDb
 from hermes_actors.store.tokenizer import TOKENIZER_NAME
 
 __all__ = ["RANK_FUNCTION", "StoreSearchReads"]
@@ -89,15 +90,17 @@ def _json_list(values: set[int]) -> str:
 
 
 class StoreSearchReads:
-    """:class:`~hermes_actors.store.search_reads.SearchReads` on one :class:`Store` (see the protocol)."""
+    """:class:`~hermes_actors.store.search_reads.SearchReads` on the SQLite store's connection (see the protocol);
+    ``resolution`` finds the session a user named."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._db = store._connection
+    def __init__(self, sql: SqliteDb, resolution: SessionResolution) -> None:
+        self._sql = sql
+        self._db = sql.connection
+        self._resolution = resolution
         self._tokenizer: apsw.FTS5Tokenizer | None = None
 
     def snapshot(self) -> Transaction:
-        return self._store.transaction()
+        return Transaction(self._db)
 
     # -- the query and its words ------------------------------------------------------------------------------
 
@@ -120,7 +123,7 @@ class StoreSearchReads:
         )
 
     def resolve_session(self, reference: str, scope: SessionFilter) -> SessionRow:
-        resolved = self._store.resolve_session(reference, visible=scope)
+        resolved = self._resolution.resolve_session(reference, visible=scope)
         return cast(SessionRow, self._db.execute(_SESSION_BY_ID, (resolved.id,)).fetchall()[0])
 
     def session_by_ref(self, ref: int) -> SessionRow:
@@ -155,12 +158,12 @@ class StoreSearchReads:
 
     def lineage_root(self, session_id: str) -> str | None:
         try:
-            return lineage_root(self._store, session_id)
+            return root_on(self._sql, session_id)
         except HermesError:
             return None
 
     def lineage_root_of_ref(self, ref: int) -> str:
-        return lineage_root(self._store, str(self._db.execute("SELECT id FROM sessions WHERE ref = ?", (ref,)).get))
+        return root_on(self._sql, str(self._db.execute("SELECT id FROM sessions WHERE ref = ?", (ref,)).get))
 
     def lineage_members(self, root: str) -> set[int]:
         return {int(ref) for (ref,) in self._db.execute(_MEMBERS, {"root": root})}
@@ -266,7 +269,7 @@ def _match_sql(
         match = " AND ".join("messages_fts_cjk.content LIKE ?" for _ in query.substrings)
         params = [f"%{s}%" for s in query.substrings]
     condition, values = scope.sql("s")
-    scoped = condition != "1"
+    scoped = condition != "TRUE"
     join = " JOIN sessions AS s ON s.ref = m.session_ref" if scoped else ""
     source = f" AND {condition}" if scoped else ""
     keyset = f" AND {table}.rowid {'>' if oldest_first else '<'} ?"

@@ -1,13 +1,9 @@
-"""The store: one class over one APSW connection that satisfies every protocol of :mod:`.interface`.
+"""The SQLite store: :class:`Store`, the tables of :class:`~.sql_store.SqlStore` over one APSW connection, with
+what is SQLite's own (opening and migrating the file, FTS5 search, the file's integrity, backup and size).
 
 A plain synchronous library. The connection belongs to the thread that uses it; the daemon gives its writing
 ``Store`` to one actor and opens read-only ``Store`` objects elsewhere. Every method that writes runs in one
 transaction; :meth:`Store.transaction` nests them (as savepoints) when a turn must commit several together.
-
-The concerns live in their own modules: sessions, titles and routes in :mod:`.sessions`, messages and search in
-:mod:`.transcript`, the queues and small tables in :mod:`.inbox`, :mod:`.outbox_queue`, :mod:`.leases`,
-:mod:`.timers`, :mod:`.cursors`, :mod:`.homes`, :mod:`.memories` and :mod:`.responses`; this module opens the
-store and adds the maintenance operations.
 """
 
 from __future__ import annotations
@@ -16,12 +12,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import apsw
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import backup, export, lineage, lineage_list, maintenance, prune
+from hermes_actors.store import backup, export, fts, maintenance, prune
+from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.connection import (
     DEFAULT_BUSY_TIMEOUT_MS,
     Synchronous,
@@ -29,25 +25,14 @@ from hermes_actors.store.connection import (
     check_writable,
     open_connection,
 )
-from hermes_actors.store.cursors import KeyValues
-from hermes_actors.store.homes import HomeChannels
-from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.leases import Leases
-from hermes_actors.store.memories import Memories
 from hermes_actors.store.migrations import migrate, schema_version
-from hermes_actors.store.outbox_queue import Outbox
-from hermes_actors.store.records import (
-    LineagePage,
-    MessageRow,
-    OptimizeResult,
-    SessionFilter,
-    SessionRecord,
-    TipFilter,
-)
-from hermes_actors.store.responses import Responses
+from hermes_actors.store.records import FtsResult, MessageRow, OptimizeResult, SessionRecord
+from hermes_actors.store.search_apsw import StoreSearchReads
 from hermes_actors.store.search_reads import SearchReads
-from hermes_actors.store.timers import Timers
-from hermes_actors.store.transcript import TranscriptRows
+from hermes_actors.store.sql_store import SqlStore
+from hermes_actors.store.sqlite_db import SqliteDb
+from hermes_actors.store.transcript import SqliteMessageRows
 
 __all__ = ["Store"]
 
@@ -58,7 +43,7 @@ def _quiet(phase: str) -> None:
     """Progress that reports nothing."""
 
 
-class Store(TranscriptRows):
+class Store(SqlStore):
     """Sessions, messages, titles, routes and the tables around them in one SQLite database: the APSW
     implementation of :class:`~hermes_actors.store.interface.StoreInterface`.
 
@@ -66,15 +51,11 @@ class Store(TranscriptRows):
     """
 
     def __init__(self, connection: apsw.Connection, *, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(connection, clock)
-        self.inbox = Inbox(self.sql, clock)
-        self.outbox = Outbox(self.sql, clock)
-        self.leases = Leases(connection, clock)
-        self.timers = Timers(self.sql, clock)
-        self.kv = KeyValues(self.sql, clock)
-        self.homes = HomeChannels(self.sql, clock)
-        self.memories = Memories(self.sql, clock)
-        self.responses = Responses(self.sql, clock)
+        sql = SqliteDb(connection)
+        super().__init__(sql, clock, rows=SqliteMessageRows(sql), media_dir=media_dir_for(connection.filename or ""))
+        self._db = connection
+        self._sqlite = sql
+        self.leases = Leases(self.sql, clock)
 
     @classmethod
     def open(
@@ -123,21 +104,8 @@ class Store(TranscriptRows):
             _log.debug("%s: the WAL was not folded back at close: %s", self._db.filename, exc)
         self._db.close()
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
     def transaction(self) -> Transaction:
-        """Return a context manager running its block in one transaction (a savepoint when nested).
-
-        An exception leaving the block rolls it back and propagates. Inside it, the store's methods add no
-        savepoints of their own: a method that raises may leave part of its writes, so let its exception leave
-        the block rather than catch it inside.
-        """
+        """A block run in one transaction (a savepoint when nested; see :meth:`SqlStore.transaction`)."""
         return Transaction(self._db)
 
     # -- maintenance -------------------------------------------------------------------------------------------
@@ -194,51 +162,28 @@ class Store(TranscriptRows):
         """Return the bytes of free pages in the file (reused by new data; a VACUUM gives them back)."""
         return maintenance.free_bytes(self._db)
 
-    # -- lineages, pruning and export (SQL in their own modules) -----------------------------------------------
+    def _database_bytes(self) -> int:
+        return maintenance.file_bytes(self.path)
+
+    # -- full-text search ---------------------------------------------------------------------------------------
+
+    def fts_query(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        roles: Sequence[str] | None = None,
+        session_id: str | None = None,
+        order: fts.Order = "relevance",
+    ) -> FtsResult:
+        """Run a full-text query over messages; never raises for a malformed query (see :mod:`.fts`)."""
+        return fts.query_messages(self._db, query, limit=limit, roles=roles, session_id=session_id, order=order)
 
     def search_reads(self) -> SearchReads:
         """Return the reads ``session_search`` makes, on this store's connection (one per search)."""
-        from hermes_actors.store.search_apsw import StoreSearchReads  # it builds on this module
+        return StoreSearchReads(self._sqlite, self.resolution)
 
-        return StoreSearchReads(self)
-
-    def lineage_root(self, session_id: str) -> str:
-        """Return the first session of the compression lineage ``session_id`` belongs to."""
-        return lineage.lineage_root(self, session_id)
-
-    def lineage_tip(self, session_id: str) -> str:
-        """Return the newest session continuing ``session_id`` through compressions (itself when none does)."""
-        return lineage.lineage_tip(self, session_id)
-
-    def lineage_chain(self, session_id: str) -> list[str]:
-        """Return the lineage through ``session_id``, root first and tip last."""
-        return lineage.lineage_chain(self, session_id)
-
-    def list_lineages(
-        self,
-        *,
-        source: str | None = None,
-        ended: bool | None = None,
-        limit: int | None = 20,
-        visible: SessionFilter | None = None,
-        preview_chars: int = lineage_list.DEFAULT_PREVIEW_CHARS,
-        tips: Sequence[str] | None = None,
-        offset: int = 0,
-        tip: TipFilter | None = None,
-    ) -> LineagePage:
-        """Return one row per conversation (compression lineage), most recently active first, and how many there
-        are in all (see :func:`.lineage_list.list_lineages`)."""
-        return lineage_list.list_lineages(
-            self,
-            source=source,
-            ended=ended,
-            limit=limit,
-            visible=visible,
-            preview_chars=preview_chars,
-            tips=tips,
-            offset=offset,
-            tip=tip,
-        )
+    # -- pruning and export (SQL in their own modules) ---------------------------------------------------------
 
     def prune_sessions(
         self,

@@ -1,34 +1,72 @@
-"""Transcripts: appending and loading the messages of sessions, full-text search over them, and totals."""
+"""Transcripts: appending and loading the messages of sessions, and the totals over them, written once.
+
+What differs between the stores is how a message row is written and read back (:class:`MessageRows`): SQLite's
+triggers index what is inserted (:class:`SqliteMessageRows`), while PostgreSQL's search columns are computed in
+Python at insert and its text cannot hold NUL (:class:`~hermes_actors.store.pg.transcript.PgMessageRows`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
 from hermes_actors.errors import SessionClosedError, SessionNotFoundError, StoreError
-from hermes_actors.store import fts, maintenance
-from hermes_actors.store.migrations import schema_version
-from hermes_actors.store.records import (
-    FtsResult,
-    MessageRecord,
-    MessageRow,
-    NewMessage,
-    SourceCount,
-    StoreStats,
+from hermes_actors.store.records import MessageRecord, MessageRow, NewMessage, SourceCount, StoreStats
+from hermes_actors.store.sql import SqlDb, SqlTable
+from hermes_actors.store.sqlite_db import SqliteDb
+
+__all__ = ["MESSAGE_INSERT", "MessageRows", "SqliteMessageRows", "Transcript"]
+
+MESSAGE_INSERT = (
+    "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, token_count, created_at, "
+    "platform_message_id"
 )
-from hermes_actors.store.sessions import SessionRows
+"""The start of a statement inserting message rows: the columns both stores have, without the closing parenthesis
+(PostgreSQL adds its search columns)."""
 
-__all__ = ["TranscriptRows"]
-
-# Messages refer to their session by sessions.ref; a transcript query puts the session id back as ?1.
-_MESSAGE_COLUMNS = ", ".join("?1" if f == "session_id" else f for f in MessageRecord.__struct_fields__)
+# A transcript query puts the session id back as :sid (messages refer to their session by sessions.ref).
+_MESSAGE_COLUMNS = ", ".join(":sid" if f == "session_id" else f for f in MessageRecord.__struct_fields__)
 _tool_calls_decoder = msgspec.json.Decoder(list[Any])
 
 
-def _message(row: tuple[Any, ...]) -> MessageRecord:
-    return MessageRecord(**dict(zip(MessageRecord.__struct_fields__, row, strict=True)))
+class MessageRows(Protocol):
+    """How a store writes message rows, with whatever its search index needs, and reads their content back."""
+
+    def insert(self, ref: int, rows: Sequence[MessageRow]) -> list[int]:
+        """Insert ``rows`` into the session whose ``ref`` is given; their ids, in order."""
+        ...
+
+    @property
+    def read_content(self) -> Callable[[Any], str | None] | None:
+        """What turns a stored ``content`` back into the message's (``None``: it is stored as it is)."""
+        ...
+
+
+class SqliteMessageRows:
+    """SQLite's message rows: inserted as they are (the FTS triggers index them), their ids consecutive."""
+
+    __slots__ = ("_db",)
+
+    _SQL = f"{MESSAGE_INSERT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+    def __init__(self, db: SqliteDb) -> None:
+        self._db = db
+
+    @property
+    def read_content(self) -> None:
+        """Content is stored as it is."""
+        return None
+
+    def insert(self, ref: int, rows: Sequence[MessageRow]) -> list[int]:
+        """Insert ``rows`` (one prepared statement for all); their ids."""
+        if not rows:
+            return []
+        self._db.executemany(self._SQL, [(ref, *row) for row in rows])
+        # One connection writes, and AUTOINCREMENT hands out ids in order: the batch's ids are consecutive.
+        last = self._db.connection.last_insert_rowid()
+        return list(range(last - len(rows) + 1, last + 1))
 
 
 def _count_tool_calls(message: NewMessage) -> int:
@@ -40,42 +78,45 @@ def _count_tool_calls(message: NewMessage) -> int:
         raise StoreError(f"tool_calls must be a JSON array of calls: {exc}; nothing was appended") from exc
 
 
-def _as_int(value: object) -> int:
-    if not isinstance(value, int | float):
-        raise StoreError(f"expected a number from the database, got {value!r}")
-    return int(value)
+class Transcript(SqlTable):
+    """The ``messages`` table (``store.transcript``), and the counters it keeps on ``sessions``."""
 
+    __slots__ = ("_append_counts", "_append_find", "_rows")
 
-class TranscriptRows(SessionRows):
-    """The ``messages`` table and its search indexes (implements :class:`~.interface.Transcripts`); the sessions
-    and routes of :class:`SessionRows` come with it, since every message belongs to a session."""
+    def __init__(self, db: SqlDb, clock: Callable[[], float], rows: MessageRows) -> None:
+        super().__init__(db, clock)
+        self._rows = rows
+        greatest = db.dialect.greatest
+        self._append_find = f"SELECT ref, ended_at IS NOT NULL FROM sessions WHERE id = ?{db.dialect.for_update}"
+        self._append_counts = (
+            "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
+            "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+            f"tokens_estimated = {greatest('tokens_estimated', '?')}, "
+            f"last_active_at = {greatest('last_active_at', '?')} WHERE ref = ?"
+        )
 
-    def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
-        """Append ``messages`` to a live session in one transaction; return their ids in order.
+    def append(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
+        """Append ``messages`` to a live session in one transaction; their ids in order.
 
         Updates the session's message, tool-call and token counters (a message with ``tokens_estimated`` marks the
-        session's counts as estimates, for good) and its last activity. Raises
-        :class:`SessionNotFoundError` or :class:`SessionClosedError`, appending nothing.
+        session's counts as estimates, for good) and its last activity. Raises :class:`SessionNotFoundError` or
+        :class:`SessionClosedError`, appending nothing.
         """
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
-        with self._atomic():
-            row = self._db.execute(
-                "SELECT ref, ended_at IS NOT NULL FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
+        with self._db.transaction(savepoint=False):
+            found = self._db.execute(self._append_find, (session_id,))
+            if not found:
                 raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
-            ref, ended = row
+            ref, ended = found[0]
             if ended:
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
-            self._db.executemany(
-                "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
-                "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ids = self._rows.insert(
+                int(ref),
                 [
                     (
-                        ref,
                         m.role.value,
                         m.content,
                         m.tool_calls,
@@ -88,13 +129,8 @@ class TranscriptRows(SessionRows):
                     for m in messages
                 ],
             )
-            # One connection writes, and AUTOINCREMENT hands out ids in order: the batch's ids are consecutive.
-            last = self._db.last_insert_rowid()
-            ids = list(range(last - len(messages) + 1, last + 1)) if messages else []
             self._db.execute(
-                "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
-                "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                "tokens_estimated = max(tokens_estimated, ?), last_active_at = max(last_active_at, ?) WHERE ref = ?",
+                self._append_counts,
                 (
                     len(messages),
                     tool_calls,
@@ -111,25 +147,24 @@ class TranscriptRows(SessionRows):
         """Store what goes before the session's conversation: the exact system message (``None``: none is sent)
         and the tool list (JSON). A session created before schema version 6 gets them on its next turn; the
         runtime never changes them afterwards (a new prefix means a new session)."""
-        with self._atomic():
-            self._db.execute(
-                "UPDATE sessions SET system_prompt = ?, tools = ? WHERE id = ?", (system_prompt, tools, session_id)
-            )
-            if self._db.changes() == 0:
-                raise SessionNotFoundError(f"cannot freeze the prompt of {session_id!r}: no such session")
+        sql = "UPDATE sessions SET system_prompt = ?, tools = ? WHERE id = ?"
+        if self._db.count(sql, (system_prompt, tools, session_id)) == 0:
+            raise SessionNotFoundError(f"cannot freeze the prompt of {session_id!r}: no such session")
 
-    def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
+    def insert_rows(self, ref: int, rows: Sequence[MessageRow]) -> list[int]:
+        """Insert message rows as they are into the session ``ref`` (an import); their ids in order."""
+        return self._rows.insert(ref, rows)
+
+    def insert(self, session_id: str, rows: Sequence[MessageRow]) -> None:
         """Append message rows as they are to a session, live or ended (an import); its counters are left alone
         (see :meth:`add_counts`)."""
         if not rows:
             return
-        with self._atomic():
-            ref = self._db.execute("SELECT ref FROM sessions WHERE id = ?", (session_id,)).get
-            self._db.executemany(
-                "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, "
-                "token_count, created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(ref, *row) for row in rows],
-            )
+        with self._db.transaction(savepoint=False):
+            ref = self._db.value("SELECT ref FROM sessions WHERE id = ?", (session_id,))
+            if ref is None:
+                raise SessionNotFoundError(f"cannot insert messages into {session_id!r}: no such session")
+            self._rows.insert(int(ref), rows)
 
     def add_counts(
         self,
@@ -140,61 +175,59 @@ class TranscriptRows(SessionRows):
         last_active_at: float,
         tokens: tuple[int, int] | None = None,
     ) -> None:
-        """Count messages written by :meth:`insert_messages` on the session; ``tokens`` replaces its (input, output)
-        token counts."""
-        with self._atomic():
-            self._db.execute(
-                "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
-                "last_active_at = max(last_active_at, ?), input_tokens = coalesce(?, input_tokens), "
-                "output_tokens = coalesce(?, output_tokens) WHERE id = ?",
-                (messages, tool_calls, last_active_at, *(tokens or (None, None)), session_id),
-            )
+        """Count messages written by :meth:`insert` on the session; ``tokens`` replaces its (input, output) token
+        counts."""
+        self._db.execute(
+            "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
+            f"last_active_at = {self._db.dialect.greatest('last_active_at', '?')}, "
+            "input_tokens = coalesce(?, input_tokens), output_tokens = coalesce(?, output_tokens) WHERE id = ?",
+            (messages, tool_calls, last_active_at, *(tokens or (None, None)), session_id),
+        )
 
-    def last_message_id(self, session_id: str) -> int:
-        """Return the highest message id of the session (0: no messages, or no such session)."""
-        tail = self._db.execute(
+    def last_id(self, session_id: str) -> int:
+        """The highest message id of the session (0: no messages, or no such session)."""
+        tail = self._db.value(
             "SELECT max(id) FROM messages WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?)", (session_id,)
-        ).get
+        )
         return int(tail or 0)
 
-    def load_transcript(self, session_id: str) -> list[MessageRecord]:
-        """Return the session's messages in id order; raise :class:`SessionNotFoundError` for an unknown id."""
+    def load(self, session_id: str) -> list[MessageRecord]:
+        """The session's messages in id order; :class:`SessionNotFoundError` for an unknown id."""
         rows = self._db.execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages "
-            "WHERE session_ref = (SELECT ref FROM sessions WHERE id = ?1) ORDER BY id",
-            (session_id,),
-        ).fetchall()
-        if not rows:
-            self.get_session(session_id)
-        return [_message(row) for row in rows]
+            "WHERE session_ref = (SELECT ref FROM sessions WHERE id = :sid) ORDER BY id",
+            {"sid": session_id},
+        )
+        return self.records(rows, session_id)
 
-    # -- search and statistics ---------------------------------------------------------------------------------
+    def records(self, rows: Sequence[Sequence[Any]], session_id: str) -> list[MessageRecord]:
+        """Messages of session ``session_id`` read as ``MessageRecord`` columns, their content as stored turned
+        back; :class:`SessionNotFoundError` when there are none and no such session."""
+        if not rows and self._db.value("SELECT 1 FROM sessions WHERE id = ?", (session_id,)) is None:
+            raise SessionNotFoundError(f"no session has id {session_id!r}; list them with 'hermesctl sessions list'")
+        fields = MessageRecord.__struct_fields__
+        read = self._rows.read_content
+        if read is None:
+            return [MessageRecord(**dict(zip(fields, row, strict=True))) for row in rows]
+        records = []
+        for row in rows:
+            values = dict(zip(fields, row, strict=True))
+            records.append(MessageRecord(**{**values, "content": read(values["content"])}))
+        return records
 
-    def fts_query(
-        self,
-        query: str,
-        *,
-        limit: int = 20,
-        roles: Sequence[str] | None = None,
-        session_id: str | None = None,
-        order: fts.Order = "relevance",
-    ) -> FtsResult:
-        """Run a full-text query over messages; never raises for a malformed query (see :mod:`.fts`)."""
-        return fts.query_messages(self._db, query, limit=limit, roles=roles, session_id=session_id, order=order)
-
-    def stats(self) -> StoreStats:
-        """Return session and message totals, per-source counts and the database size on disk."""
+    def stats(self, *, database_bytes: int, schema_version: int) -> StoreStats:
+        """Session and message totals, per-source counts, with the store's size and schema version."""
         rows = self._db.execute(
-            "SELECT source, count(*), total(message_count), sum(ended_at IS NULL) FROM sessions "
-            "GROUP BY source ORDER BY count(*) DESC, source"
-        ).fetchall()
-        by_source = [SourceCount(source=str(s), sessions=_as_int(n), messages=_as_int(m)) for s, n, m, _ in rows]
-        size = maintenance.file_bytes(str(self._db.filename))
+            "SELECT source, count(*), coalesce(sum(message_count), 0), "
+            "coalesce(sum(CASE WHEN ended_at IS NULL THEN 1 ELSE 0 END), 0) "
+            "FROM sessions GROUP BY source ORDER BY count(*) DESC, source"
+        )
+        by_source = [SourceCount(source=str(s), sessions=int(n), messages=int(m)) for s, n, m, _ in rows]
         return StoreStats(
             sessions=sum(c.sessions for c in by_source),
-            live_sessions=sum(_as_int(live) for *_, live in rows),
-            messages=_as_int(self._db.execute("SELECT count(*) FROM messages").get),
+            live_sessions=sum(int(live) for *_, live in rows),
+            messages=int(self._db.value("SELECT count(*) FROM messages") or 0),
             by_source=by_source,
-            database_bytes=size,
-            schema_version=schema_version(self._db),
+            database_bytes=database_bytes,
+            schema_version=schema_version,
         )

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hermes_actors.store.pg.sessions import SESSION_COLUMNS, session_record
 from hermes_actors.store.records import SessionRecord
+from hermes_actors.store.sessions import SESSION_COLUMNS, session_record
 from hermes_actors.store.sql import SqlDb
 
 __all__ = ["SHARD_SQL", "BackgroundHold", "ResetScan"]

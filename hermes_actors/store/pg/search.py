@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import apsw
 
 from hermes_actors.errors import HermesError
-from hermes_actors.store.pg.lineage import lineage_root
+from hermes_actors.store.lineage import root_on
+from hermes_actors.store.pg.db import PgSqlDb
 from hermes_actors.store.pg.match import condition, phrase_locations, phrases
-from hermes_actors.store.pg.sessions import scope_sql
 from hermes_actors.store.pg.text import from_db, tokenize
 from hermes_actors.store.records import EndReason, FtsResult, SessionFilter
+from hermes_actors.store.resolution import SessionResolution
 from hermes_actors.store.search_query import (
     And,
     ColumnFilter,
@@ -35,9 +36,6 @@ from hermes_actors.store.search_query import (
     parse_search_query,
 )
 from hermes_actors.store.search_reads import Candidate, IndexRefusedError, MessageRow, RankFunction, RankT, SessionRow
-
-if TYPE_CHECKING:
-    from hermes_actors.store.pg.store import PostgresStore
 
 __all__ = ["PgSearchReads"]
 
@@ -53,6 +51,12 @@ WITH RECURSIVE down(id, ref) AS (
     JOIN sessions AS c ON c.parent_session_id = p.id
 )
 SELECT ref FROM down LIMIT 100000"""
+
+
+def _scope(scope: SessionFilter, alias: str = "") -> tuple[str, list[Any]]:
+    """``scope`` as a condition in psycopg's placeholders (this module runs on the pool itself)."""
+    condition, values = scope.sql(alias)
+    return condition.replace("?", "%s"), values
 
 
 class _Row:
@@ -82,11 +86,13 @@ def _message_rows(rows: list[tuple[Any, ...]]) -> list[MessageRow]:
 
 
 class PgSearchReads:
-    """:class:`~hermes_actors.store.search_reads.SearchReads` on one :class:`PostgresStore` (see the protocol)."""
+    """:class:`~hermes_actors.store.search_reads.SearchReads` on the PostgreSQL store's pool (see the protocol);
+    ``resolution`` finds the session a user named."""
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self._db = store.database
+    def __init__(self, sql: PgSqlDb, resolution: SessionResolution) -> None:
+        self._sql = sql
+        self._db = sql.database
+        self._resolution = resolution
         self._rank: RankFunction | None = None
 
     @contextmanager
@@ -114,12 +120,12 @@ class PgSearchReads:
         return cast(list[SessionRow], self._db.execute(sql, params))
 
     def session(self, session_id: str, scope: SessionFilter) -> SessionRow | None:
-        where, values = scope_sql(scope)
+        where, values = _scope(scope)
         found = self._sessions(f"SELECT {_SESSION} FROM sessions WHERE id = %s AND {where}", (session_id, *values))
         return found[0] if found else None
 
     def resolve_session(self, reference: str, scope: SessionFilter) -> SessionRow:
-        resolved = self._store.resolve_session(reference, visible=scope)
+        resolved = self._resolution.resolve_session(reference, visible=scope)
         return self._sessions(f"SELECT {_SESSION} FROM sessions WHERE id = %s", (resolved.id,))[0]
 
     def session_by_ref(self, ref: int) -> SessionRow:
@@ -127,7 +133,7 @@ class PgSearchReads:
 
     def lineage_tips(self, count: int, *, oldest_first: bool, skip: set[int], scope: SessionFilter) -> list[SessionRow]:
         direction = "ASC" if oldest_first else "DESC"
-        where, values = scope_sql(scope, "s")
+        where, values = _scope(scope, "s")
         columns = ", ".join("s." + c.strip() for c in _SESSION.split(","))
         sql = (
             f"SELECT {columns} FROM sessions AS s WHERE NOT (s.end_reason = %s "
@@ -139,7 +145,7 @@ class PgSearchReads:
     def titled_sessions(self, query: SearchQuery, *, oldest_first: bool, scope: SessionFilter) -> Iterator[SessionRow]:
         params: list[Any] = []
         title = _title_filter(query.root, params)
-        where, values = scope_sql(scope)
+        where, values = _scope(scope)
         direction = "ASC" if oldest_first else "DESC"
         sql = (
             f"SELECT {_SESSION} FROM sessions WHERE title IS NOT NULL AND {title} AND {where} "
@@ -151,12 +157,12 @@ class PgSearchReads:
 
     def lineage_root(self, session_id: str) -> str | None:
         try:
-            return lineage_root(self._db, session_id)
+            return root_on(self._sql, session_id)
         except HermesError:
             return None
 
     def lineage_root_of_ref(self, ref: int) -> str:
-        return lineage_root(self._db, str(self._db.value("SELECT id FROM sessions WHERE ref = %s", (ref,))))
+        return root_on(self._sql, str(self._db.value("SELECT id FROM sessions WHERE ref = %s", (ref,))))
 
     def lineage_members(self, root: str) -> set[int]:
         return {int(ref) for (ref,) in self._db.execute(_MEMBERS, (root,))}
@@ -230,7 +236,7 @@ class PgSearchReads:
     ) -> list[Candidate]:
         params: list[Any] = []
         match = condition(query.root, params)
-        where, values = scope_sql(scope, "s")
+        where, values = _scope(scope, "s")
         join = "" if where == "TRUE" else " JOIN sessions AS s ON s.ref = m.session_ref"
         keyset = "" if beyond is None else f" AND m.id {'>' if oldest_first else '<'} %s"
         sql = (

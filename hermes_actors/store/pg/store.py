@@ -6,7 +6,7 @@ It satisfies every protocol of :mod:`hermes_actors.store.interface` (the contrac
 several threads at once: each thread's :meth:`PostgresStore.transaction` holds its own connection.
 
 What differs from the SQLite store, by design: lease expiry is the database clock's (see
-:mod:`~hermes_actors.store.pg.tables`); :meth:`~PostgresStore.backup` refuses (``pg_dump`` is PostgreSQL's
+:mod:`~hermes_actors.store.leases`); :meth:`~PostgresStore.backup` refuses (``pg_dump`` is PostgreSQL's
 backup); sizes are ``pg_database_size``; ``free_bytes`` is 0 (PostgreSQL reuses dead space itself).
 """
 
@@ -15,37 +15,30 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import backup as sqlite_backup
 from hermes_actors.store import export, prune
 from hermes_actors.store.connection import StoreUnwritableError
-from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.export import AttachmentRow, SessionExport
-from hermes_actors.store.homes import HomeChannels
-from hermes_actors.store.inbox import Inbox
-from hermes_actors.store.lineage_list import DEFAULT_PREVIEW_CHARS
-from hermes_actors.store.memories import Memories
-from hermes_actors.store.outbox_queue import Outbox
-from hermes_actors.store.pg import lineage, maintenance
-from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
+from hermes_actors.store.fts import Order
+from hermes_actors.store.leases import Leases
+from hermes_actors.store.pg import fts, maintenance
+from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, PgSqlDb, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.replicas import PgReplicas
 from hermes_actors.store.pg.reset_scan import ResetScan
 from hermes_actors.store.pg.roles import PgRoles
+from hermes_actors.store.pg.search import PgSearchReads
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
-from hermes_actors.store.pg.tables import PgLeases
-from hermes_actors.store.pg.transcript import PgTranscriptRows
+from hermes_actors.store.pg.transcript import PgMessageRows
 from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
-from hermes_actors.store.records import LineagePage, MessageRow, OptimizeResult, SessionFilter, SessionRecord, TipFilter
-from hermes_actors.store.responses import Responses
+from hermes_actors.store.records import FtsResult, MessageRow, OptimizeResult, SessionRecord
 from hermes_actors.store.search_reads import SearchReads
-from hermes_actors.store.timers import Timers
+from hermes_actors.store.sql_store import SqlStore
 
 __all__ = ["PostgresStore"]
 
@@ -58,7 +51,7 @@ def _no_skew() -> float:
     return 0.0
 
 
-class PostgresStore(PgTranscriptRows):
+class PostgresStore(SqlStore):
     """Sessions, messages, routes and the tables around them in one PostgreSQL database.
 
     Open with :meth:`open`; it migrates the database to the current schema. ``clock`` dates rows as the SQLite
@@ -73,18 +66,13 @@ class PostgresStore(PgTranscriptRows):
         clock: Callable[[], float] = time.time,
         lease_skew: Callable[[], float] = _no_skew,
     ) -> None:
-        super().__init__(database, clock)
+        sql = PgSqlDb(database)
+        super().__init__(sql, clock, rows=PgMessageRows(sql), media_dir=None)
         self.database = database
-        self.inbox = Inbox(self.sql, clock)
-        self.outbox = Outbox(self.sql, clock)
-        self.leases = PgLeases(database, lease_skew)
-        self.timers = Timers(self.sql, clock)
-        self.kv = KeyValues(self.sql, clock)
-        self.homes = HomeChannels(self.sql, clock)
-        self.memories = Memories(self.sql, clock)
-        self.responses = Responses(self.sql, clock)
-        self.shards = PgShards(database, lease_skew)
-        self.roles = PgRoles(database, lease_skew)
+        self._pg = sql
+        self.leases = Leases(self.sql, clock, skew=lease_skew)
+        self.shards = PgShards(self.sql, lease_skew, locks=database)
+        self.roles = PgRoles(self.sql, lease_skew)
         self.replicas = PgReplicas(self.sql, lease_skew)
         self.shard_queue = ShardQueue(self.sql, clock)
         self.outbox_claims = OutboxClaims(self.sql, clock)
@@ -118,18 +106,6 @@ class PostgresStore(PgTranscriptRows):
     def close(self) -> None:
         """Close every connection of the pool."""
         self.database.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def transaction(self) -> AbstractContextManager[None]:
-        """A block run in one transaction on this thread's connection (nested: a savepoint)."""
-        return self.database.transaction()
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -200,51 +176,28 @@ class PostgresStore(PgTranscriptRows):
         """0: PostgreSQL reuses dead space itself (VACUUM); there is no free list to report."""
         return 0
 
-    # -- lineages, pruning and export ---------------------------------------------------------------------------
+    def _database_bytes(self) -> int:
+        return int(self.database.value("SELECT pg_database_size(current_database())") or 0)
+
+    # -- full-text search ---------------------------------------------------------------------------------------
+
+    def fts_query(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        roles: Sequence[str] | None = None,
+        session_id: str | None = None,
+        order: Order = "relevance",
+    ) -> FtsResult:
+        """Run a full-text query over messages; never raises for a malformed query (see :mod:`.fts`)."""
+        return fts.query_messages(self.database, query, limit=limit, roles=roles, session_id=session_id, order=order)
 
     def search_reads(self) -> SearchReads:
         """The reads ``session_search`` makes, on this store's pool."""
-        from hermes_actors.store.pg.search import PgSearchReads  # it builds on this module
+        return PgSearchReads(self._pg, self.resolution)
 
-        return PgSearchReads(self)
-
-    def lineage_root(self, session_id: str) -> str:
-        """The first session of the compression lineage ``session_id`` belongs to."""
-        return lineage.lineage_root(self.database, session_id)
-
-    def lineage_tip(self, session_id: str) -> str:
-        """The newest session continuing ``session_id`` through compressions."""
-        return lineage.lineage_tip(self.database, session_id)
-
-    def lineage_chain(self, session_id: str) -> list[str]:
-        """The lineage through ``session_id``, root first and tip last."""
-        return lineage.chain_on(self.database, session_id)
-
-    def list_lineages(
-        self,
-        *,
-        source: str | None = None,
-        ended: bool | None = None,
-        limit: int | None = 20,
-        visible: SessionFilter | None = None,
-        preview_chars: int = DEFAULT_PREVIEW_CHARS,
-        tips: Sequence[str] | None = None,
-        offset: int = 0,
-        tip: TipFilter | None = None,
-    ) -> LineagePage:
-        """One row per conversation, most recently active first (the first ``offset`` skipped), and how many
-        there are in all; ``tip`` filters on the tip alone."""
-        return lineage.list_lineages(
-            self.database,
-            source=source,
-            ended=ended,
-            limit=limit,
-            visible=visible,
-            preview_chars=preview_chars,
-            tips=tips,
-            offset=offset,
-            tip=tip,
-        )
+    # -- pruning and export -------------------------------------------------------------------------------------
 
     def prune_sessions(
         self,
