@@ -1,104 +1,114 @@
-"""Cross-process ownership of sessions: the ``leases`` table and its fencing epochs."""
+"""Cross-process ownership of sessions: the ``leases`` table, a term table (:mod:`hermes_actors.store.terms`) of
+both stores.
+
+A process (``owner``) holds a session's lease while its turns run there; every take-over gets a new epoch, so a turn
+computed under one tenure cannot commit under another (:meth:`Leases.fence`). What sets session leases apart is
+declared in their spec: a row exists only while someone holds the lease (a release deletes it), so epochs come from
+``meta`` 'lease_epoch', a counter that only grows; and the owner renews its own lease even past its end while no
+other process took it (a paused process goes on where it was). The SQLite store keeps the time of its own clock;
+the PostgreSQL store the database's (``clock_timestamp()``, plus ``skew`` in tests), so hosts whose clocks disagree
+still agree on who holds a session.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from hermes_actors.errors import LeaseLostError
-from hermes_actors.store.connection import Table, Transaction
+from hermes_actors.store.sql import Dialect, SqlDb
+from hermes_actors.store.terms import TermClock, TermSpec, TermTable
 
 __all__ = ["Leases"]
 
 
-class Leases(Table):
-    """Cross-process ownership of sessions: one row per owned session, renewed by heartbeat, expiring.
+def _spec(clock: TermClock) -> TermSpec:
+    return TermSpec(
+        table="leases",
+        key="session_id",
+        holder="owner",
+        clock=clock,
+        rows_outlive_terms=False,
+        epoch_counter="lease_epoch",
+        renew_expired=True,
+        acquired_at=True,
+        free_row=(("owner", "''"), ("acquired_at", "{now}"), ("expires_at", "{never}")),
+    )
 
-    Every take-over (a new owner, or the same owner after its row was gone) gets a new ``epoch`` from a counter
-    that only grows, so a turn computed under one tenure cannot commit under another: see :meth:`fence`.
+
+class Leases:
+    """Session leases with fencing epochs, one row per owned session, renewed by heartbeat, expiring.
+
+    ``shard_check`` (cluster mode, :meth:`PostgresStore.fence_shards`) runs first in :meth:`grant` and
+    :meth:`fence`: a session's lease is taken and a turn's commit made only under its shard's lease. When it
+    answers ``False`` (the fault test's switch: fencing off) :meth:`fence` checks no epoch either.
     """
 
-    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
-        """Take or renew the lease; return its epoch, or the current holder's owner string when it is held."""
-        now = self._clock()
-        with Transaction(self._db, savepoint=False):
-            held = self._db.execute(
-                "SELECT owner, epoch, expires_at FROM leases WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if held is not None and held[0] == owner:
-                self._db.execute(
-                    "UPDATE leases SET expires_at = ? WHERE session_id = ?", (max(now + ttl_s, held[2]), session_id)
-                )
-                return int(held[1])
-            if held is not None and held[2] >= now:
-                return str(held[0])
-            epoch = self._next_epoch()
-            self._db.execute(
-                "INSERT INTO leases (session_id, owner, acquired_at, expires_at, epoch) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
-                "expires_at = excluded.expires_at, epoch = excluded.epoch",
-                (session_id, owner, now, now + ttl_s, epoch),
-            )
-            return epoch
+    __slots__ = ("_db", "_terms", "shard_check")
 
-    def _next_epoch(self) -> int:
-        row = self._db.execute(
-            "INSERT INTO meta (key, value) VALUES ('lease_epoch', '1') ON CONFLICT (key) DO UPDATE "
-            "SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) RETURNING value"
-        ).get
-        return int(str(row))
+    def __init__(
+        self, db: SqlDb, clock: Callable[[], float] = time.time, *, skew: Callable[[], float] | None = None
+    ) -> None:
+        self._db = db
+        kept = TermClock.STORE if db.dialect is Dialect.SQLITE else TermClock.DATABASE_SECONDS
+        self._terms = TermTable(db, _spec(kept), skew=skew or (lambda: 0.0), clock=clock)
+        self.shard_check: Callable[[str], bool] | None = None
+
+    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
+        """Take or renew the lease: its epoch, or the current holder's owner string when another holds it."""
+        terms = self._terms
+        with self._db.transaction(savepoint=False):
+            if self.shard_check is not None:
+                self.shard_check(session_id)
+            renewed = terms.renew(owner, ttl_s, keys=[session_id])
+            if renewed:
+                return renewed[session_id]
+            terms.create([session_id])
+            held = terms.holding(session_id)  # the row locked: a concurrent grant waits for this one
+            if held is not None and held[2] and held[0]:
+                return held[0]
+            return terms.take(owner, [session_id], ttl_s)[session_id]
 
     def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:
-        """Take or renew the lease; return ``None`` on success or the current holder's owner string."""
+        """Take or renew the lease: ``None``, or the current holder's owner string."""
         granted = self.grant(session_id, owner, ttl_s)
         return granted if isinstance(granted, str) else None
 
     def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
         """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it.
 
-        Raises :class:`LeaseLostError` otherwise (the lease expired and another process took it, even if it has
-        given it up since): the caller's transaction must roll back, its work was computed from a stale history.
+        Raises :class:`LeaseLostError` otherwise (another process took the lease over, even if it has given it up
+        since): the caller's transaction must roll back, its work was computed from a stale history.
         """
-        with Transaction(self._db, savepoint=False):
-            self._db.execute(
-                "UPDATE leases SET expires_at = max(expires_at, ?) WHERE session_id = ? AND owner = ? AND epoch = ?",
-                (self._clock() + ttl_s, session_id, owner, epoch),
-            )
-            if self._db.changes() == 0:
+        if self.shard_check is not None and not self.shard_check(session_id):
+            return
+        with self._db.transaction(savepoint=False):
+            if not self._terms.renew(owner, ttl_s, terms={session_id: epoch}):
                 raise LeaseLostError(
                     f"this process no longer holds the lease of session {session_id} (epoch {epoch}): another "
                     "process took it over; the turn is rolled back and runs again under a new lease"
                 )
 
     def epoch_of(self, session_id: str, owner: str) -> int | None:
-        """Return the epoch of ``owner``'s lease on ``session_id``, or ``None`` when it does not hold it."""
-        row = self._db.execute(
-            "SELECT epoch FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner)
-        ).fetchone()
-        return None if row is None else int(row[0])
+        """The epoch of ``owner``'s lease on ``session_id``, or ``None`` when it does not hold it."""
+        return self._terms.epoch_of(session_id, owner)
 
     def heartbeat(self, owner: str, ttl_s: float) -> int:
-        """Extend every lease ``owner`` holds; return how many."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (self._clock() + ttl_s, owner))
-            return self._db.changes()
+        """Extend every lease ``owner`` holds; how many."""
+        return len(self._terms.renew(owner, ttl_s))
 
     def release(self, session_id: str, owner: str) -> bool:
-        """Give the lease up; return whether ``owner`` held it."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute("DELETE FROM leases WHERE session_id = ? AND owner = ?", (session_id, owner))
-            return self._db.changes() > 0
+        """Give the lease up; whether ``owner`` held it."""
+        return self._terms.release(owner, keys=[session_id]) > 0
 
     def release_all(self, owner: str) -> int:
         """Give up every lease ``owner`` holds (clean shutdown)."""
-        with Transaction(self._db, savepoint=False):
-            self._db.execute("DELETE FROM leases WHERE owner = ?", (owner,))
-            return self._db.changes()
+        return self._terms.release(owner)
 
     def owners(self) -> list[str]:
-        """Return every owner holding at least one lease, expired or not (recovery looks for dead ones)."""
-        return [str(owner) for (owner,) in self._db.execute("SELECT DISTINCT owner FROM leases")]
+        """Every owner holding at least one lease, expired or not (recovery looks for dead ones)."""
+        return self._terms.holders()
 
     def holder(self, session_id: str) -> str | None:
-        """Return the owner of a lease that has not expired, or ``None``."""
-        row = self._db.execute(
-            "SELECT owner FROM leases WHERE session_id = ? AND expires_at >= ?", (session_id, self._clock())
-        ).get
-        return None if row is None else str(row)
+        """The owner of a lease that has not expired, or ``None``."""
+        return self._terms.holder(session_id)

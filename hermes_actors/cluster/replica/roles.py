@@ -1,4 +1,5 @@
-"""One role term as a ``hermesd --cluster`` replica holds it in memory: the epoch and the local deadline.
+"""One role term as a ``hermesd --cluster`` replica holds it in memory: the epoch and the local deadline
+(:class:`~hermes_actors.store.terms.HeldTerms`, as a shard host holds its shards).
 
 :class:`RoleTerm` wraps a role of :class:`~hermes_actors.store.pg.roles.PgRoles` (``adapter:<platform>:<account>``,
 ``send:<platform>``). :meth:`RoleTerm.keep` takes the role when it is free and renews it while held; the local
@@ -11,12 +12,12 @@ then the database row ``FOR KEY SHARE``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from hermes_actors.errors import RoleLostError, StoreError
 from hermes_actors.store.pg.roles import PgRoles
+from hermes_actors.store.terms import HeldTerms
 
 __all__ = ["RoleTerm", "adapter_role", "send_role"]
 
@@ -52,16 +53,14 @@ class RoleTerm:
         self.ttl_s = ttl_s
         self._roles = roles
         self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._term: tuple[int, float] | None = None  # (epoch, local deadline)
+        self._term = HeldTerms[str](holder, monotonic=monotonic, on_expired=self._ran_out)
+
+    def _ran_out(self, roles: list[str]) -> None:
+        _log.warning("%s: the term of %s ran out locally; it is no longer held", self.holder, self.role)
 
     def epoch(self) -> int | None:
         """The epoch held, or ``None`` when not held or past the local deadline (the term is then forgotten)."""
-        with self._lock:
-            if self._term is not None and self._term[1] <= self._monotonic():
-                _log.warning("%s: the term of %s ran out locally; it is no longer held", self.holder, self.role)
-                self._term = None
-            return None if self._term is None else self._term[0]
+        return self._term.epoch(self.role)
 
     def keep(self) -> bool:
         """Renew the term when held, else try to take the role; whether it is held now. A store error counts as
@@ -74,26 +73,26 @@ class RoleTerm:
                 if not kept:
                     _log.warning("%s: lost %s at epoch %d (expired or taken)", self.holder, self.role, epoch)
             else:
-                found = self._roles.acquire(self.role, self.holder, self.ttl_s)
-                kept = found is not None
-                epoch = found
-                if found is not None:
-                    _log.info("%s: took %s at epoch %d", self.holder, self.role, found)
+                epoch = self._roles.acquire(self.role, self.holder, self.ttl_s)
+                kept = epoch is not None
+                if epoch is not None:
+                    _log.info("%s: took %s at epoch %d", self.holder, self.role, epoch)
         except StoreError as exc:
             _log.warning("%s: could not renew or take %s: %s", self.holder, self.role, exc)
             return self.epoch() is not None
-        with self._lock:
-            self._term = (epoch, asked_at + self.ttl_s) if kept and epoch is not None else None
+        if kept and epoch is not None:
+            self._term.grant({self.role: epoch}, self.ttl_s, asked_at=asked_at)
+        else:
+            self._term.drop([self.role])
         return kept
 
     def release(self) -> None:
         """End the term now (another replica may take the role at once); nothing when not held."""
-        with self._lock:
-            term, self._term = self._term, None
-        if term is None:
+        epoch = self._term.drop([self.role]).get(self.role)
+        if epoch is None:
             return
         try:
-            self._roles.release(self.role, self.holder, term[0])
+            self._roles.release(self.role, self.holder, epoch)
         except StoreError as exc:
             _log.warning("%s: could not release %s (it runs out by itself): %s", self.holder, self.role, exc)
 

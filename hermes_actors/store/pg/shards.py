@@ -1,9 +1,8 @@
 """Virtual shards and their leases (``shard_leases``): the cluster's shard map and the fence of every turn.
 
 A session belongs to shard ``shard_of(session_id, shards)`` (the first 8 bytes of its id's SHA-256, modulo the
-shard count: the same on every host and Python version, unlike ``hash``). A host holds a shard for a term: the row's
-``holder`` and ``epoch`` name the tenure, ``expires_at`` its end **by the database clock**; every comparison is
-made by PostgreSQL (``clock_timestamp()``), never by a host whose clock may disagree. Taking a free or expired shard
+shard count: the same on every host and Python version, unlike ``hash``). A host holds a shard for a term of the
+shard's lease, a term table (:mod:`hermes_actors.store.terms`) on the database clock: taking a free or expired shard
 raises its epoch, so a host paused past its term (SIGSTOP, a long GC, a stalled network) finds its epoch gone when it
 wakes: :meth:`PgShards.check`, run first in every turn's transaction, refuses its commit with
 :class:`~hermes_actors.errors.ShardLostError`. The check holds the row ``FOR KEY SHARE`` and a takeover locks it
@@ -11,26 +10,28 @@ wakes: :meth:`PgShards.check`, run first in every turn's transaction, refuses it
 holder's own renewal and release change no key, so they wait for nothing (a renewal that waited for the turns of the
 shards it renews could deadlock with a group commit holding one of them and asking for another).
 
-:class:`ShardFence` is what a host holds in memory: the epochs of its shards and the local deadline of each term
-(measured from before the renewal was sent, so it ends no later than the database's). Past the deadline the host
-stops committing on its own (self-fencing), before it has even heard that another host took over.
+:class:`ShardFence` is what a host holds in memory: the terms of its shards, each with its local deadline
+(:class:`~hermes_actors.store.terms.HeldTerms`). Past the deadline the host stops committing on its own
+(self-fencing), before it has even heard that another host took over.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 import msgspec
 
 from hermes_actors.errors import ShardLostError
-from hermes_actors.store.pg.db import Database
+from hermes_actors.store.sql import SqlDb
+from hermes_actors.store.terms import HeldTerms, TermClock, TermSpec, TermTable
 
 __all__ = [
     "DEFAULT_SHARDS",
     "HostBeat",
+    "LockMemo",
     "PgShards",
     "ShardFence",
     "ShardLease",
@@ -40,7 +41,8 @@ __all__ = [
 ]
 
 DEFAULT_SHARDS = 256
-_NOW = "(clock_timestamp() + make_interval(secs => %(skew)s))"
+_NOW = TermClock.DATABASE.now()
+_SPEC = TermSpec(table="shard_leases", key="shard", clock=TermClock.DATABASE)
 
 
 def shard_of(session_id: str, shards: int) -> int:
@@ -87,39 +89,37 @@ class HostBeat(msgspec.Struct, frozen=True, kw_only=True):
     stats: bytes | None
 
 
-class PgShards:
-    """The ``shard_leases`` table: acquire, renew, release and check shard terms, on the database clock.
+class LockMemo(Protocol):
+    """What a transaction remembers of the row locks it took (:class:`~hermes_actors.store.pg.db.Database`)."""
 
-    ``skew`` (seconds, 0 in production) is added to the database clock, for tests that move time forward.
+    def holds(self, lock: Hashable) -> bool: ...
+
+    def took(self, lock: Hashable) -> None: ...
+
+
+class PgShards:
+    """The ``shard_leases`` table (acquire, renew, release and check shard terms, on the database clock) and the
+    shard hosts' heartbeats (``shard_hosts``).
+
+    ``skew`` (seconds, 0 in production) is added to the database clock, for tests that move time forward; ``locks``
+    remembers which rows a transaction has checked already.
     """
 
-    __slots__ = ("_db", "_skew")
+    __slots__ = ("_db", "_locks", "_skew", "_terms")
 
-    def __init__(self, db: Database, skew: Callable[[], float]) -> None:
+    def __init__(self, db: SqlDb, skew: Callable[[], float], *, locks: LockMemo | None = None) -> None:
         self._db = db
         self._skew = skew
+        self._locks = locks
+        self._terms = TermTable(db, _SPEC, skew=skew)
 
     def ensure(self, shards: int) -> None:
         """Create the rows of shards ``0 .. shards - 1`` that do not exist yet (free, epoch 0)."""
-        self._db.execute(
-            "INSERT INTO shard_leases (shard) SELECT generate_series(0, %s - 1) ON CONFLICT (shard) DO NOTHING",
-            (shards,),
-        )
+        self._terms.create(range(shards))
 
     def acquire(self, holder: str, shards: Iterable[int], ttl_s: float) -> dict[int, int]:
         """Take those of ``shards`` that are free or expired (each under a new epoch); shard -> epoch taken."""
-        wanted = sorted(set(shards))
-        if not wanted:
-            return {}
-        rows = self._db.execute(  # FOR UPDATE: waits for the turns in flight under the old term (FOR KEY SHARE)
-            f"WITH free AS (SELECT shard FROM shard_leases WHERE shard = ANY(%(shards)s) AND expires_at <= {_NOW} "
-            "ORDER BY shard FOR UPDATE) "
-            f"UPDATE shard_leases AS s SET holder = %(holder)s, epoch = s.epoch + 1, "
-            f"expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
-            f"FROM free WHERE s.shard = free.shard AND s.expires_at <= {_NOW} RETURNING s.shard, s.epoch",
-            {"holder": holder, "shards": wanted, "ttl": ttl_s, "skew": self._skew()},
-        )
-        return {int(shard): int(epoch) for shard, epoch in rows}
+        return self._terms.take(holder, set(shards), ttl_s)
 
     def renew(self, holder: str, held: Mapping[int, int], ttl_s: float) -> dict[int, int]:
         """Extend the terms of ``held`` (shard -> epoch) that are still ``holder``'s and unexpired; those renewed.
@@ -127,39 +127,13 @@ class PgShards:
         A term that expired is not renewed even when no one took it: another host may be taking it right now, and
         the holder must take it again (under a new epoch) like anyone else.
         """
-        if not held:
-            return {}
-        shards = sorted(held)
-        rows = self._db.execute(
-            f"UPDATE shard_leases AS s SET expires_at = {_NOW} + make_interval(secs => %(ttl)s) "
-            "FROM unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h(shard, epoch) "
-            f"WHERE s.shard = h.shard AND s.epoch = h.epoch AND s.holder = %(holder)s AND s.expires_at > {_NOW} "
-            "RETURNING s.shard, s.epoch",
-            {
-                "holder": holder,
-                "shards": shards,
-                "epochs": [held[s] for s in shards],
-                "ttl": ttl_s,
-                "skew": self._skew(),
-            },
-        )
-        return {int(shard): int(epoch) for shard, epoch in rows}
+        return self._terms.renew(holder, ttl_s, terms=held)
 
     def release(self, holder: str, held: Mapping[int, int]) -> int:
-        """End ``holder``'s terms of ``held`` now (the shards are free to take); how many were still its.
-
-        The term ends at the database's now, not at ``-infinity`` (a shard never held): the grace period in which
-        only its home host takes a free shard counts from the release, so a shard given back to its home host is
-        not taken first by another host (nor by the releasing one again) that ticks sooner."""
-        if not held:
-            return 0
-        shards = sorted(held)
-        return self._db.count(
-            f"UPDATE shard_leases AS s SET holder = NULL, expires_at = {_NOW} "
-            "FROM unnest(%(shards)s::integer[], %(epochs)s::bigint[]) AS h(shard, epoch) "
-            "WHERE s.shard = h.shard AND s.epoch = h.epoch AND s.holder = %(holder)s",
-            {"holder": holder, "shards": shards, "epochs": [held[s] for s in shards], "skew": self._skew()},
-        )
+        """End ``holder``'s terms of ``held`` now (the shards are free to take); how many were still its. The grace
+        period in which only its home host takes a free shard counts from the release, so a shard given back to its
+        home host is not taken first by another host (nor by the releasing one again) that ticks sooner."""
+        return self._terms.release(holder, terms=held)
 
     def check(self, shard: int, holder: str, epoch: int) -> None:
         """Inside the caller's transaction: hold the shard's row (``FOR KEY SHARE``) if ``holder`` still has it at
@@ -167,26 +141,22 @@ class PgShards:
         per transaction: the row stays held until it ends, so a second check would find what the first did (a
         takeover waits for the commit)."""
         lock = ("shard_leases", shard, holder, epoch)
-        if self._db.holds(lock):
+        if self._locks is not None and self._locks.holds(lock):
             return
-        rows = self._db.execute(
-            "SELECT 1 FROM shard_leases WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s "
-            f"AND expires_at > {_NOW} FOR KEY SHARE",
-            {"shard": shard, "holder": holder, "epoch": epoch, "skew": self._skew()},
-        )
-        if not rows:
+        if not self._terms.check(shard, holder, epoch):
             raise ShardLostError(
                 f"{holder} no longer holds shard {shard} at epoch {epoch} (its term ended or another host took it); "
                 "the turn is rolled back and its messages stay pending for the shard's holder"
             )
-        self._db.took(lock)
+        if self._locks is not None:
+            self._locks.took(lock)
 
     def beat(self, holder: str, *, incarnation: str = "", stats: bytes | None = None) -> None:
         """Record that ``holder`` is alive now (by the database clock), as ``incarnation`` (a new one is counted
         and its start recorded), with its numbers ``stats``."""
         self._db.execute(
             "INSERT INTO shard_hosts (holder, seen_at, incarnation, started_at, incarnations, stats) "
-            f"VALUES (%(holder)s, {_NOW}, %(incarnation)s, {_NOW}, 1, %(stats)s) "
+            f"VALUES (:holder, {_NOW}, :incarnation, {_NOW}, 1, :stats) "
             "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at, stats = excluded.stats, "
             "incarnation = excluded.incarnation, "
             "started_at = CASE WHEN shard_hosts.incarnation = excluded.incarnation AND shard_hosts.started_at "
@@ -222,31 +192,17 @@ class PgShards:
 
     def leases(self) -> list[ShardLease]:
         """Every shard's row, in shard order."""
-        rows = self._db.execute(
-            "SELECT shard, holder, epoch, CASE WHEN isfinite(expires_at) THEN "
-            f"extract(epoch FROM expires_at - {_NOW})::double precision END "
-            "FROM shard_leases ORDER BY shard",
-            {"skew": self._skew()},
-        )
         return [
-            ShardLease(
-                shard=int(shard),
-                holder=holder,
-                epoch=int(epoch),
-                remaining_s=float(left) if left is not None else float("-inf"),
-            )
-            for shard, holder, epoch, left in rows
+            ShardLease(shard=int(row.key), holder=row.holder, epoch=row.epoch, remaining_s=row.remaining_s)
+            for row in self._terms.rows()
         ]
 
     def expired(self) -> list[int]:
         """The shards free to take now (never held, released, or past their term), in order."""
-        rows = self._db.execute(
-            f"SELECT shard FROM shard_leases WHERE expires_at <= {_NOW} ORDER BY shard", {"skew": self._skew()}
-        )
-        return [int(shard) for (shard,) in rows]
+        return [int(shard) for shard in self._terms.ended()]
 
 
-class ShardFence:
+class ShardFence(HeldTerms[int]):
     """The shards one host holds (shard -> epoch), each with a local deadline, shared by the host's threads.
 
     ``enabled=False`` is the test-only switch that turns fencing off: :meth:`check` checks nothing, the local
@@ -262,36 +218,9 @@ class ShardFence:
         enabled: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.holder = holder
+        super().__init__(holder, monotonic=monotonic, enabled=enabled)
         self.shards = shards
-        self.enabled = enabled
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._held: dict[int, tuple[int, float]] = {}  # shard -> (epoch, local deadline)
         self.refusals = 0  # commits refused: a term run out locally, or lost by the database's verdict
-        self.expired = 0  # terms whose local deadline passed before a renewal
-
-    def grant(self, terms: Mapping[int, int], ttl_s: float, *, asked_at: float) -> None:
-        """``terms`` (shard -> epoch) were granted or renewed by a statement sent at ``asked_at`` (monotonic)."""
-        with self._lock:
-            for shard, epoch in terms.items():
-                self._held[shard] = (epoch, asked_at + ttl_s)
-
-    def drop(self, shards: Iterable[int]) -> None:
-        """Forget ``shards`` (released, or found lost at renewal)."""
-        with self._lock:
-            for shard in shards:
-                self._held.pop(shard, None)
-
-    def held(self) -> dict[int, int]:
-        """shard -> epoch of every shard held whose local deadline has not passed (self-fencing drops the rest)."""
-        now = self._monotonic() if self.enabled else float("-inf")
-        with self._lock:
-            expired = [shard for shard, (_, deadline) in self._held.items() if deadline <= now]
-            for shard in expired:
-                del self._held[shard]
-            self.expired += len(expired)
-            return {shard: epoch for shard, (epoch, _) in self._held.items()}
 
     def owns(self, session_id: str) -> bool:
         """Whether the session's shard is held (and within its local deadline)."""

@@ -1,0 +1,377 @@
+"""Leases, written once: a term table in the database (:class:`TermTable`) and the terms one holder keeps in memory
+(:class:`HeldTerms`). Session leases (:mod:`hermes_actors.store.leases`), shard leases
+(:mod:`hermes_actors.store.pg.shards`) and role leases (:mod:`hermes_actors.store.pg.roles`) are its instances.
+
+A row of a term table is one key's lease: its ``holder``, the ``epoch`` of the holder's term and the term's end,
+``expires_at``. The algebra is the same for every table:
+
+- **take** (:meth:`TermTable.take`): a key whose term has ended (``expires_at`` before now) is taken under a new
+  epoch; a takeover first locks the row ``FOR UPDATE``, so it waits for the writes in flight under the old term;
+- **renew** (:meth:`TermTable.renew`): the holder moves the end of its own term forward, never back; the renewal
+  changes no key, so it waits for none of those writes;
+- **release** (:meth:`TermTable.release`): the term ends now, and the key is free to take at once;
+- **check** (:meth:`TermTable.check`): inside a write's transaction, the row is read ``FOR KEY SHARE`` at the
+  holder's epoch and unexpired: the write commits only under the term it was computed in, and a takeover waits for
+  it;
+- a **local deadline** (:class:`HeldTerms`): the holder counts each term from before the statement that granted it
+  was sent, so by its own clock the term ends no later than by the database's, and past it the holder stops on its
+  own (self-fencing), before it has heard that someone else took over.
+
+What differs between the tables is declared once, in their :class:`TermSpec`: how time is kept (:class:`TermClock`),
+whether a row outlives its term (a session lease's row is deleted at release, so its epochs come from one counter
+that only grows), and whether the holder of an expired term may still renew it while no one took it over (a
+session's may: its turn goes on; a shard's or a role's may not: an expired term is taken again like anyone's, since
+the cluster moves a shard or a role by expiry alone). cluster/README.md tells the discipline as the cluster uses it.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from hermes_actors.store.sql import Dialect, SqlDb
+
+__all__ = ["HeldTerms", "TermClock", "TermRow", "TermSpec", "TermTable"]
+
+K = TypeVar("K", bound=int | str)
+
+
+class TermClock(enum.Enum):
+    """How a term table keeps time: which clock says now, and how ``expires_at`` is stored."""
+
+    DATABASE = "database"
+    """PostgreSQL's ``clock_timestamp()`` (plus the table's skew), ``expires_at`` a ``timestamptz``: hosts whose
+    clocks disagree still agree on who holds what."""
+    DATABASE_SECONDS = "database_seconds"
+    """The same clock, ``expires_at`` in unix seconds (``double precision``, as the SQLite schema keeps them)."""
+    STORE = "store"
+    """The store's injected clock in unix seconds, sent with each statement (SQLite: one machine, one clock)."""
+
+    def now(self) -> str:
+        """SQL for the current time."""
+        if self is TermClock.DATABASE:
+            return "(clock_timestamp() + make_interval(secs => :skew))"
+        if self is TermClock.DATABASE_SECONDS:
+            return "(extract(epoch FROM clock_timestamp())::double precision + :skew)"
+        return ":now"
+
+    def deadline(self) -> str:
+        """SQL for the end of a term of ``:ttl`` seconds starting now."""
+        if self is TermClock.DATABASE:
+            return f"{self.now()} + make_interval(secs => :ttl)"
+        return f"{self.now()} + :ttl"
+
+    def never(self) -> str:
+        """SQL for the end of a term never held: before any now."""
+        if self is TermClock.DATABASE:
+            return "'-infinity'::timestamptz"
+        if self is TermClock.DATABASE_SECONDS:
+            return "'-Infinity'::double precision"
+        return "-9e999"  # SQLite reads it as -Inf
+
+    def remaining(self) -> str:
+        """SQL for the seconds left of the row's term (negative: ended; NULL: never held)."""
+        if self is TermClock.DATABASE:
+            return (
+                "CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - "
+                f"{self.now()})::double precision END"
+            )
+        return f"CASE WHEN expires_at > -1e308 THEN expires_at - {self.now()} END"
+
+
+class TermSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What one term table declares: its name, key and holder columns, its clock, whether a row is deleted when
+    its term ends (``rows_outlive_terms=False``: the epochs then come from the ``meta`` counter ``epoch_counter``),
+    and whether a holder may renew its expired term while no one took it (``renew_expired``). ``free_row`` gives
+    the values (SQL) a row needs besides its key when it is created free."""
+
+    table: str
+    key: str
+    holder: str = "holder"
+    clock: TermClock
+    rows_outlive_terms: bool = True
+    epoch_counter: str | None = None
+    renew_expired: bool = False
+    acquired_at: bool = False  # the table records when each term was taken
+    free_row: tuple[tuple[str, str], ...] = ()
+
+
+class TermRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of a term table; ``remaining_s`` is the term left by the table's clock (negative: ended;
+    ``-inf``: never held)."""
+
+    key: int | str
+    holder: str | None
+    epoch: int
+    remaining_s: float
+
+
+class TermTable:
+    """The statements of one term table (see the module docstring), over an :class:`SqlDb` of either dialect.
+
+    ``skew`` (seconds added to the database clock, 0 in production) lets tests move a database's time forward;
+    ``clock`` is the store's clock, for :attr:`TermClock.STORE`."""
+
+    __slots__ = ("_clock", "_db", "_skew", "spec")
+
+    spec: TermSpec
+
+    def __init__(
+        self,
+        db: SqlDb,
+        spec: TermSpec,
+        *,
+        skew: Callable[[], float] = lambda: 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._db = db
+        self.spec = spec
+        self._skew = skew
+        self._clock = clock
+
+    def _time(self, **params: Any) -> dict[str, Any]:
+        """``params`` with the clock's own (``skew`` or ``now``)."""
+        if self.spec.clock is TermClock.STORE:
+            return {**params, "now": self._clock()}
+        return {**params, "skew": self._skew()}
+
+    def _which(
+        self, keys: Collection[K] | None = None, terms: Mapping[K, int] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The condition naming ``terms`` (key and epoch), or ``keys``, or every key (both ``None``)."""
+        key = self.spec.key
+        if terms is not None:
+            marks = ", ".join(f"(:k{i}, :e{i})" for i in range(len(terms)))
+            params = {f"k{i}": k for i, k in enumerate(terms)} | {f"e{i}": e for i, e in enumerate(terms.values())}
+            return f"({key}, epoch) IN (VALUES {marks})", params
+        if keys is not None:
+            marks = ", ".join(f"(:k{i})" for i in range(len(keys)))
+            return f"{key} IN (VALUES {marks})", {f"k{i}": k for i, k in enumerate(keys)}
+        return "TRUE", {}
+
+    def _rows(self, rows: list[tuple[Any, ...]]) -> dict[Any, int]:
+        return {key: int(epoch) for key, epoch in rows}
+
+    def create(self, keys: Iterable[K]) -> None:
+        """Create the rows of ``keys`` that do not exist yet, free (never held)."""
+        spec = self.spec
+        clock = spec.clock
+        columns = [spec.key, *(name for name, _ in spec.free_row)]
+        values = [":key", *(value.format(now=clock.now(), never=clock.never()) for _, value in spec.free_row)]
+        self._db.executemany(
+            f"INSERT INTO {spec.table} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+            f"ON CONFLICT ({spec.key}) DO NOTHING",
+            [self._time(key=key) for key in keys],
+        )
+
+    def _next_epoch(self) -> int:
+        """The next value of the table's epoch counter (``meta``), which only grows."""
+        name = self.spec.epoch_counter
+        assert name is not None, f"{self.spec.table}: a table whose rows end with their terms names an epoch counter"
+        cast = "INTEGER" if self._db.dialect is Dialect.SQLITE else "bigint"
+        return int(
+            self._db.value(
+                "INSERT INTO meta (key, value) VALUES (:name, '1') ON CONFLICT (key) DO UPDATE "
+                f"SET value = CAST(CAST(meta.value AS {cast}) + 1 AS TEXT) RETURNING value",
+                {"name": name},
+            )
+        )
+
+    def take(self, holder: str, keys: Collection[K], ttl_s: float) -> dict[K, int]:
+        """Take those of ``keys`` whose rows exist and whose terms have ended, each under a new epoch (locking each
+        row first, in key order: a takeover waits for the writes in flight under the old term); key -> epoch."""
+        if not keys:
+            return {}
+        spec = self.spec
+        clock = spec.clock
+        which, params = self._which(sorted(keys))
+        epoch = "epoch + 1" if spec.rows_outlive_terms else ":epoch"
+        if not spec.rows_outlive_terms:
+            params["epoch"] = self._next_epoch()
+        taken_at = f", acquired_at = {clock.now()}" if spec.acquired_at else ""
+        rows = self._db.execute(
+            f"WITH free AS (SELECT {spec.key} FROM {spec.table} WHERE {which} AND expires_at < {clock.now()} "
+            f"ORDER BY {spec.key}{self._db.dialect.for_update}) "
+            f"UPDATE {spec.table} SET {spec.holder} = :holder, epoch = {epoch}, expires_at = {clock.deadline()}"
+            f"{taken_at} WHERE {spec.key} IN (SELECT {spec.key} FROM free) AND expires_at < {clock.now()} "
+            f"RETURNING {spec.key}, epoch",
+            self._time(holder=holder, ttl=ttl_s, **params),
+        )
+        return self._rows(rows)
+
+    def renew(
+        self,
+        holder: str,
+        ttl_s: float,
+        *,
+        terms: Mapping[K, int] | None = None,
+        keys: Collection[K] | None = None,
+    ) -> dict[Any, int]:
+        """Move the end of ``holder``'s terms forward by ``ttl_s`` from now (never back): those of ``terms`` (key
+        -> epoch), of ``keys``, or (both ``None``) all of them; key -> epoch of those renewed. An expired term is
+        renewed only where the spec allows it (``renew_expired``)."""
+        if (terms is not None and not terms) or (keys is not None and not keys):
+            return {}
+        spec = self.spec
+        clock = spec.clock
+        which, params = self._which(keys, terms)
+        unexpired = "" if spec.renew_expired else f" AND expires_at >= {clock.now()}"
+        rows = self._db.execute(
+            f"UPDATE {spec.table} SET expires_at = {self._db.dialect.greatest('expires_at', clock.deadline())} "
+            f"WHERE {which} AND {spec.holder} = :holder{unexpired} RETURNING {spec.key}, epoch",
+            self._time(holder=holder, ttl=ttl_s, **params),
+        )
+        return self._rows(rows)
+
+    def release(self, holder: str, *, terms: Mapping[K, int] | None = None, keys: Collection[K] | None = None) -> int:
+        """End ``holder``'s terms now: those of ``terms`` (key -> epoch), of ``keys``, or (both ``None``) all of
+        them; how many were still its. The keys are free to take at once (a row that ends with its term is
+        deleted)."""
+        if (terms is not None and not terms) or (keys is not None and not keys):
+            return 0
+        spec = self.spec
+        which, params = self._which(keys, terms)
+        if spec.rows_outlive_terms:
+            statement = (
+                f"UPDATE {spec.table} SET {spec.holder} = NULL, expires_at = {spec.clock.now()} "
+                f"WHERE {which} AND {spec.holder} = :holder"
+            )
+        else:
+            statement = f"DELETE FROM {spec.table} WHERE {which} AND {spec.holder} = :holder"
+        return self._db.count(statement, self._time(holder=holder, **params))
+
+    def check(self, key: K, holder: str, epoch: int) -> bool:
+        """Inside the caller's transaction: whether ``holder`` holds ``key`` at ``epoch``, unexpired; its row is then
+        held ``FOR KEY SHARE`` until the transaction ends (a takeover waits for it, the holder's renewal does not)."""
+        spec = self.spec
+        rows = self._db.execute(
+            f"SELECT 1 FROM {spec.table} WHERE {spec.key} = :key AND {spec.holder} = :holder AND epoch = :epoch "
+            f"AND expires_at >= {spec.clock.now()}{self._db.dialect.for_key_share}",
+            self._time(key=key, holder=holder, epoch=epoch),
+        )
+        return bool(rows)
+
+    def holding(self, key: K) -> tuple[str, int, bool] | None:
+        """Inside the caller's transaction: the row of ``key`` locked ``FOR UPDATE`` as (holder, epoch, whether its
+        term is unexpired), ``None`` when there is none or no one holds it."""
+        spec = self.spec
+        rows = self._db.execute(
+            f"SELECT {spec.holder}, epoch, expires_at >= {spec.clock.now()} FROM {spec.table} "
+            f"WHERE {spec.key} = :key{self._db.dialect.for_update}",
+            self._time(key=key),
+        )
+        if not rows or rows[0][0] is None:
+            return None
+        holder, epoch, live = rows[0]
+        return str(holder), int(epoch), bool(live)
+
+    def holder(self, key: K) -> str | None:
+        """The holder of ``key``'s unexpired term, or ``None``."""
+        spec = self.spec
+        found = self._db.value(
+            f"SELECT {spec.holder} FROM {spec.table} WHERE {spec.key} = :key AND expires_at >= {spec.clock.now()}",
+            self._time(key=key),
+        )
+        return None if found is None else str(found)
+
+    def epoch_of(self, key: K, holder: str) -> int | None:
+        """The epoch of ``holder``'s term of ``key`` (expired or not), or ``None``."""
+        spec = self.spec
+        found = self._db.value(
+            f"SELECT epoch FROM {spec.table} WHERE {spec.key} = :key AND {spec.holder} = :holder",
+            {"key": key, "holder": holder},
+        )
+        return None if found is None else int(found)
+
+    def holders(self) -> list[str]:
+        """Every holder of a term, expired or not, in order."""
+        spec = self.spec
+        rows = self._db.execute(
+            f"SELECT DISTINCT {spec.holder} FROM {spec.table} WHERE {spec.holder} IS NOT NULL ORDER BY {spec.holder}"
+        )
+        return [str(holder) for (holder,) in rows]
+
+    def rows(self) -> list[TermRow]:
+        """Every row, in key order."""
+        spec = self.spec
+        rows = self._db.execute(
+            f"SELECT {spec.key}, {spec.holder}, epoch, {spec.clock.remaining()} FROM {spec.table} ORDER BY {spec.key}",
+            self._time(),
+        )
+        return [
+            TermRow(
+                key=key,
+                holder=None if holder is None else str(holder),
+                epoch=int(epoch),
+                remaining_s=float("-inf") if left is None else float(left),
+            )
+            for key, holder, epoch, left in rows
+        ]
+
+    def ended(self) -> list[Any]:
+        """The keys whose terms have ended (or were never held), in order: free to take now."""
+        spec = self.spec
+        rows = self._db.execute(
+            f"SELECT {spec.key} FROM {spec.table} WHERE expires_at < {spec.clock.now()} ORDER BY {spec.key}",
+            self._time(),
+        )
+        return [key for (key,) in rows]
+
+
+class HeldTerms(Generic[K]):
+    """The terms ``holder`` holds (key -> epoch), each with its local deadline, shared by the holder's threads.
+
+    A term granted or renewed by a statement sent at ``asked_at`` (``monotonic``) ends locally ``ttl_s`` later:
+    no later than in the database. :meth:`held` forgets the terms past their deadline (counted in ``expired``, and
+    told to ``on_expired``); ``enabled=False`` (a test's switch) keeps every term whatever the deadline."""
+
+    def __init__(
+        self,
+        holder: str,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_expired: Callable[[list[K]], None] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.holder = holder
+        self.enabled = enabled
+        self.expired = 0  # terms whose local deadline passed before a renewal
+        self._monotonic = monotonic
+        self._on_expired: Callable[[list[K]], None] | None = on_expired
+        self._lock = threading.Lock()
+        self._held: dict[K, tuple[int, float]] = {}  # key -> (epoch, local deadline)
+
+    def grant(self, terms: Mapping[K, int], ttl_s: float, *, asked_at: float) -> None:
+        """``terms`` (key -> epoch) were granted or renewed by a statement sent at ``asked_at`` (monotonic)."""
+        with self._lock:
+            for key, epoch in terms.items():
+                self._held[key] = (epoch, asked_at + ttl_s)
+
+    def drop(self, keys: Iterable[K]) -> dict[K, int]:
+        """Forget ``keys`` (released, or found lost at renewal); the terms forgotten, key -> epoch, whatever their
+        local deadline."""
+        with self._lock:
+            dropped = {key: self._held.pop(key) for key in keys if key in self._held}
+        return {key: epoch for key, (epoch, _) in dropped.items()}
+
+    def held(self) -> dict[K, int]:
+        """key -> epoch of every term whose local deadline has not passed (self-fencing forgets the rest)."""
+        now = self._monotonic() if self.enabled else float("-inf")
+        with self._lock:
+            expired = [key for key, (_, deadline) in self._held.items() if deadline <= now]
+            for key in expired:
+                del self._held[key]
+            self.expired += len(expired)
+            held = {key: epoch for key, (epoch, _) in self._held.items()}
+        if expired and self._on_expired is not None:
+            self._on_expired(expired)
+        return held
+
+    def epoch(self, key: K) -> int | None:
+        """The epoch of ``key``'s term, or ``None`` when not held (or past its local deadline)."""
+        return self.held().get(key)
