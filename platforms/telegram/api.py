@@ -9,7 +9,6 @@ The token is part of every URL, so it is cut out of anything this module says.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -17,6 +16,7 @@ import msgspec
 
 from hermes_actors.errors import PlatformError
 from platforms.support import http_client
+from platforms.support.documents import FormFile, form_data
 
 __all__ = ["BotApi", "BotApiError", "read_answer", "result_as"]
 
@@ -138,13 +138,11 @@ class BotApi:
             raise BotApiError(f"{where}: {self.redact(str(exc))}", outcome_unknown=unknown) from None
         return read_answer(result.status, result.headers, result.body, where)
 
-    def upload(
-        self, method: str, fields: Mapping[str, str], file_field: str, file: tuple[str, str, bytes]
-    ) -> msgspec.Raw:
-        """Call ``method`` with ``fields`` and ``file`` (name, MIME type, bytes) as ``multipart/form-data``, as the
-        Bot API takes a new file; its raw ``result``, or :class:`BotApiError`."""
+    def upload(self, method: str, fields: Mapping[str, str], file: FormFile) -> msgspec.Raw:
+        """Call ``method`` with ``fields`` and ``file`` as ``multipart/form-data``, as the Bot API takes a new file;
+        its raw ``result``, or :class:`BotApiError`."""
         where = f"telegram bot '{self.name}': {method}"
-        body, content_type = _multipart(fields, file_field, file)
+        body, content_type = form_data(fields, [file])
         try:
             result = http_client.request(
                 "POST", self.url(method), body=body, headers={"content-type": content_type}, timeout=self._timeout
@@ -153,20 +151,3 @@ class BotApi:
             unknown = isinstance(exc, http_client.NoAnswer)
             raise BotApiError(f"{where}: {self.redact(str(exc))}", outcome_unknown=unknown) from None
         return read_answer(result.status, result.headers, result.body, where)
-
-
-def _multipart(fields: Mapping[str, str], file_field: str, file: tuple[str, str, bytes]) -> tuple[bytes, str]:
-    """A ``multipart/form-data`` body of ``fields`` and one file, and its content type."""
-    boundary = f"hermes-{secrets.token_hex(16)}"
-    name, mime_type, data = file
-    safe_name = "".join(c for c in name if c not in '"\\\r\n') or "file"
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode()
-        for key, value in fields.items()
-    ]
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{safe_name}"\r\n'
-        f"Content-Type: {mime_type}\r\n\r\n"
-    )
-    body = b"".join(parts) + head.encode() + data + f"\r\n--{boundary}--\r\n".encode()
-    return body, f"multipart/form-data; boundary={boundary}"

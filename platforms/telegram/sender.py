@@ -12,7 +12,8 @@ short wait is slept through; a longer one hands the reply back to the outbox wit
 are not held up. A 429 from Telegram carries ``parameters.retry_after``: the reply comes back then, and the chat
 stays quiet until then. Replies to a group quote the message they answer (``reply_parameters``), so in a busy
 group each person sees which answer is theirs; a reply in a forum topic goes to the same topic. A reply carrying a
-document (``/save``) is one ``sendDocument`` upload, its caption cut to Telegram's 1024 characters.
+document (``/save``) is one ``sendDocument`` upload, its caption cut to Telegram's 1024 characters; when Telegram
+refuses it, the reply's text goes instead (:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import msgspec
 
 from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
+from platforms.support.documents import FormFile, posting_failed, send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message, utf16_length
@@ -108,10 +110,20 @@ class TelegramSender:
                 message.chat_id,
             )
             return None
-        if message.chat_id is not None and isinstance(message.document, OutboundDocument):
-            return self._send_document(api, message, message.document)
-        if message.chat_id is None or not message.text.strip():
-            _log.info("telegram bot %r: a reply with no chat or no text is not sent", api.name)
+        if message.chat_id is None:
+            _log.info("telegram bot %r: a reply with no chat is not sent", api.name)
+            return None
+        what = f"telegram bot '{api.name}': a reply to chat {message.chat_id}"
+        return send_document(
+            message,
+            lambda document: self._send_document(api, message, document),
+            lambda: self._send_text(api, message),
+            what,
+        )
+
+    def _send_text(self, api: BotApi, message: OutboundMessage) -> str | None:
+        if not message.text.strip():
+            _log.info("telegram bot %r: a reply with no text is not sent", api.name)
             return None
         parts = split_message(message.text, MAX_MESSAGE_UTF16, length=utf16_length)
         sent = self._progress.sent(message)
@@ -186,10 +198,11 @@ class TelegramSender:
         quoted = _quoted_message(message) if _is_group(chat_id) else None
         if quoted is not None:
             fields["reply_parameters"] = f'{{"message_id": {quoted}, "allow_sending_without_reply": true}}'
+        file = FormFile(field="document", name=document.name, mime_type=document.mime_type, data=document.data)
         try:
-            result = api.upload("sendDocument", fields, "document", (document.name, document.mime_type, document.data))
+            result = api.upload("sendDocument", fields, file)
         except BotApiError as exc:
-            raise self._send_error(api.name, chat_id, exc, what) from None
+            raise posting_failed(self._send_error(api.name, chat_id, exc, what)) from None
         sent = result_as(result, _SentMessage, f"{what}: sendDocument")
         return None if sent is None else str(sent.message_id)
 

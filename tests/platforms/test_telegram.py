@@ -982,3 +982,20 @@ def test_save_comes_back_as_a_markdown_document_uploaded_with_send_document(fake
     assert upload.params["chat_id"] == "5001"
     assert upload.params["caption"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
     assert len(fake.sent(TOKEN)) == 1  # the document instead of the text, not beside it
+
+
+def test_save_sends_the_markdown_as_text_when_telegram_refuses_the_document(
+    fake: TelegramFake, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    start()
+    fake.push(TOKEN, message(private_chat(ALICE), ALICE, "hello", message_id=61))
+    wait_sent(fake, 1)
+    fake.fail("sendDocument", 400, "Bad Request: not enough rights to send documents to the chat")
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        fake.push(TOKEN, message(private_chat(ALICE), ALICE, "/save", message_id=62))
+        sent = wait_sent(fake, 2)
+    assert [c.status for c in fake.calls("sendDocument")] == [400]  # tried once, not retried as a file
+    markdown = sent[1]["text"]
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert "not enough rights to send documents" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text
