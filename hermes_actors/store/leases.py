@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from hermes_actors.errors import LeaseLostError
 from hermes_actors.store.sql import Dialect, SqlDb
-from hermes_actors.store.terms import TermClock, TermSpec, TermTable
+from hermes_actors.store.terms import DATABASE_SECONDS_CLOCK, STORE_CLOCK, TermClock, TermSpec, TermTable
 
 __all__ = ["Leases"]
 
@@ -50,7 +50,7 @@ class Leases:
         self, db: SqlDb, clock: Callable[[], float] = time.time, *, skew: Callable[[], float] | None = None
     ) -> None:
         self._db = db
-        kept = TermClock.STORE if db.dialect is Dialect.SQLITE else TermClock.DATABASE_SECONDS
+        kept = STORE_CLOCK if db.dialect is Dialect.SQLITE else DATABASE_SECONDS_CLOCK
         self._terms = TermTable(db, _spec(kept), skew=skew or (lambda: 0.0), clock=clock)
         self.shard_check: Callable[[str], bool] | None = None
 

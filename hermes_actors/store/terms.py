@@ -1,32 +1,20 @@
 """Leases, written once: a term table in the database (:class:`TermTable`) and the terms one holder keeps in memory
-(:class:`HeldTerms`). Session leases (:mod:`hermes_actors.store.leases`), shard leases
+with their local deadlines (:class:`HeldTerms`). Session leases (:mod:`hermes_actors.store.leases`), shard leases
 (:mod:`hermes_actors.store.pg.shards`) and role leases (:mod:`hermes_actors.store.pg.roles`) are its instances.
 
-A row of a term table is one key's lease: its ``holder``, the ``epoch`` of the holder's term and the term's end,
-``expires_at``. The algebra is the same for every table:
-
-- **take** (:meth:`TermTable.take`): a key whose term has ended (``expires_at`` before now) is taken under a new
-  epoch; a takeover first locks the row ``FOR UPDATE``, so it waits for the writes in flight under the old term;
-- **renew** (:meth:`TermTable.renew`): the holder moves the end of its own term forward, never back; the renewal
-  changes no key, so it waits for none of those writes;
-- **release** (:meth:`TermTable.release`): the term ends now, and the key is free to take at once;
-- **check** (:meth:`TermTable.check`): inside a write's transaction, the row is read ``FOR KEY SHARE`` at the
-  holder's epoch and unexpired: the write commits only under the term it was computed in, and a takeover waits for
-  it;
-- a **local deadline** (:class:`HeldTerms`): the holder counts each term from before the statement that granted it
-  was sent, so by its own clock the term ends no later than by the database's, and past it the holder stops on its
-  own (self-fencing), before it has heard that someone else took over.
-
-What differs between the tables is declared once, in their :class:`TermSpec`: how time is kept (:class:`TermClock`),
-whether a row outlives its term (a session lease's row is deleted at release, so its epochs come from one counter
-that only grows), and whether the holder of an expired term may still renew it while no one took it over (a
-session's may: its turn goes on; a shard's or a role's may not: an expired term is taken again like anyone's, since
-the cluster moves a shard or a role by expiry alone). cluster/README.md tells the discipline as the cluster uses it.
+A row is one key's lease: ``holder``, the ``epoch`` of the holder's term, and ``expires_at``, its end. A term is
+taken under a new epoch once the last one ended (:meth:`TermTable.take`, after locking the row ``FOR UPDATE``),
+renewed by its holder (:meth:`TermTable.renew`, never shortened), released (:meth:`TermTable.release`: it ends now)
+and checked inside the transaction of every write it guards (:meth:`TermTable.check`, ``FOR KEY SHARE``);
+hermes_actors/cluster/README.md tells this discipline, the release rule and the grace period once. What differs
+between the tables is declared in their :class:`TermSpec`: the clock (:class:`TermClock`), whether a row outlives
+its term (a session lease's row is deleted at release, so its epochs come from a counter that only grows), and
+whether a holder may renew its expired term while no one took it over (a session's may: its turn goes on; a
+shard's or a role's may not, since the cluster moves them by expiry alone).
 """
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -36,52 +24,61 @@ import msgspec
 
 from hermes_actors.store.sql import Dialect, SqlDb
 
-__all__ = ["HeldTerms", "TermClock", "TermRow", "TermSpec", "TermTable"]
+__all__ = [
+    "DATABASE_CLOCK",
+    "DATABASE_SECONDS_CLOCK",
+    "STORE_CLOCK",
+    "HeldTerms",
+    "TermClock",
+    "TermRow",
+    "TermSpec",
+    "TermTable",
+]
 
 K = TypeVar("K", bound=int | str)
 
 
-class TermClock(enum.Enum):
-    """How a term table keeps time: which clock says now, and how ``expires_at`` is stored."""
+class TermClock(msgspec.Struct, frozen=True, kw_only=True):
+    """How a term table keeps time, as SQL: now, the end of a term of ``:ttl`` seconds from now, the end of a term
+    never held, and the seconds left of a row's term (NULL: never held); ``database``: now is the database's
+    clock (plus ``:skew``), else the store's, sent as ``:now``."""
 
-    DATABASE = "database"
-    """PostgreSQL's ``clock_timestamp()`` (plus the table's skew), ``expires_at`` a ``timestamptz``: hosts whose
-    clocks disagree still agree on who holds what."""
-    DATABASE_SECONDS = "database_seconds"
-    """The same clock, ``expires_at`` in unix seconds (``double precision``, as the SQLite schema keeps them)."""
-    STORE = "store"
-    """The store's injected clock in unix seconds, sent with each statement (SQLite: one machine, one clock)."""
+    now: str
+    deadline: str
+    never: str
+    remaining: str
+    database: bool
 
-    def now(self) -> str:
-        """SQL for the current time."""
-        if self is TermClock.DATABASE:
-            return "(clock_timestamp() + make_interval(secs => :skew))"
-        if self is TermClock.DATABASE_SECONDS:
-            return "(extract(epoch FROM clock_timestamp())::double precision + :skew)"
-        return ":now"
 
-    def deadline(self) -> str:
-        """SQL for the end of a term of ``:ttl`` seconds starting now."""
-        if self is TermClock.DATABASE:
-            return f"{self.now()} + make_interval(secs => :ttl)"
-        return f"{self.now()} + :ttl"
+_PG_NOW = "(clock_timestamp() + make_interval(secs => :skew))"
+_PG_SECONDS = "(extract(epoch FROM clock_timestamp())::double precision + :skew)"
 
-    def never(self) -> str:
-        """SQL for the end of a term never held: before any now."""
-        if self is TermClock.DATABASE:
-            return "'-infinity'::timestamptz"
-        if self is TermClock.DATABASE_SECONDS:
-            return "'-Infinity'::double precision"
-        return "-9e999"  # SQLite reads it as -Inf
+DATABASE_CLOCK = TermClock(
+    now=_PG_NOW,
+    deadline=f"{_PG_NOW} + make_interval(secs => :ttl)",
+    never="'-infinity'::timestamptz",
+    remaining=f"CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - {_PG_NOW})::double precision END",
+    database=True,
+)
+"""PostgreSQL's ``clock_timestamp()``, ``expires_at`` a ``timestamptz``: hosts whose clocks disagree still agree."""
 
-    def remaining(self) -> str:
-        """SQL for the seconds left of the row's term (negative: ended; NULL: never held)."""
-        if self is TermClock.DATABASE:
-            return (
-                "CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - "
-                f"{self.now()})::double precision END"
-            )
-        return f"CASE WHEN expires_at > -1e308 THEN expires_at - {self.now()} END"
+DATABASE_SECONDS_CLOCK = TermClock(
+    now=_PG_SECONDS,
+    deadline=f"{_PG_SECONDS} + :ttl",
+    never="'-Infinity'::double precision",
+    remaining=f"CASE WHEN expires_at > -1e308 THEN expires_at - {_PG_SECONDS} END",
+    database=True,
+)
+"""The same clock, ``expires_at`` in unix seconds (``double precision``, as the SQLite schema keeps them)."""
+
+STORE_CLOCK = TermClock(
+    now=":now",
+    deadline=":now + :ttl",
+    never="-9e999",  # SQLite reads it as -Inf
+    remaining="CASE WHEN expires_at > -1e308 THEN expires_at - :now END",
+    database=False,
+)
+"""The store's injected clock in unix seconds (SQLite: one machine, one clock)."""
 
 
 class TermSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,7 +112,7 @@ class TermTable:
     """The statements of one term table (see the module docstring), over an :class:`SqlDb` of either dialect.
 
     ``skew`` (seconds added to the database clock, 0 in production) lets tests move a database's time forward;
-    ``clock`` is the store's clock, for :attr:`TermClock.STORE`."""
+    ``clock`` is the store's clock, for :data:`STORE_CLOCK`."""
 
     __slots__ = ("_clock", "_db", "_skew", "spec")
 
@@ -136,9 +133,9 @@ class TermTable:
 
     def _time(self, **params: Any) -> dict[str, Any]:
         """``params`` with the clock's own (``skew`` or ``now``)."""
-        if self.spec.clock is TermClock.STORE:
-            return {**params, "now": self._clock()}
-        return {**params, "skew": self._skew()}
+        if self.spec.clock.database:
+            return {**params, "skew": self._skew()}
+        return {**params, "now": self._clock()}
 
     def _which(
         self, keys: Collection[K] | None = None, terms: Mapping[K, int] | None = None
@@ -162,7 +159,7 @@ class TermTable:
         spec = self.spec
         clock = spec.clock
         columns = [spec.key, *(name for name, _ in spec.free_row)]
-        values = [":key", *(value.format(now=clock.now(), never=clock.never()) for _, value in spec.free_row)]
+        values = [":key", *(value.format(now=clock.now, never=clock.never) for _, value in spec.free_row)]
         self._db.executemany(
             f"INSERT INTO {spec.table} ({', '.join(columns)}) VALUES ({', '.join(values)}) "
             f"ON CONFLICT ({spec.key}) DO NOTHING",
@@ -193,12 +190,12 @@ class TermTable:
         epoch = "epoch + 1" if spec.rows_outlive_terms else ":epoch"
         if not spec.rows_outlive_terms:
             params["epoch"] = self._next_epoch()
-        taken_at = f", acquired_at = {clock.now()}" if spec.acquired_at else ""
+        taken_at = f", acquired_at = {clock.now}" if spec.acquired_at else ""
         rows = self._db.execute(
-            f"WITH free AS (SELECT {spec.key} FROM {spec.table} WHERE {which} AND expires_at < {clock.now()} "
+            f"WITH free AS (SELECT {spec.key} FROM {spec.table} WHERE {which} AND expires_at < {clock.now} "
             f"ORDER BY {spec.key}{self._db.dialect.for_update}) "
-            f"UPDATE {spec.table} SET {spec.holder} = :holder, epoch = {epoch}, expires_at = {clock.deadline()}"
-            f"{taken_at} WHERE {spec.key} IN (SELECT {spec.key} FROM free) AND expires_at < {clock.now()} "
+            f"UPDATE {spec.table} SET {spec.holder} = :holder, epoch = {epoch}, expires_at = {clock.deadline}"
+            f"{taken_at} WHERE {spec.key} IN (SELECT {spec.key} FROM free) AND expires_at < {clock.now} "
             f"RETURNING {spec.key}, epoch",
             self._time(holder=holder, ttl=ttl_s, **params),
         )
@@ -220,9 +217,9 @@ class TermTable:
         spec = self.spec
         clock = spec.clock
         which, params = self._which(keys, terms)
-        unexpired = "" if spec.renew_expired else f" AND expires_at >= {clock.now()}"
+        unexpired = "" if spec.renew_expired else f" AND expires_at >= {clock.now}"
         rows = self._db.execute(
-            f"UPDATE {spec.table} SET expires_at = {self._db.dialect.greatest('expires_at', clock.deadline())} "
+            f"UPDATE {spec.table} SET expires_at = {self._db.dialect.greatest('expires_at', clock.deadline)} "
             f"WHERE {which} AND {spec.holder} = :holder{unexpired} RETURNING {spec.key}, epoch",
             self._time(holder=holder, ttl=ttl_s, **params),
         )
@@ -238,7 +235,7 @@ class TermTable:
         which, params = self._which(keys, terms)
         if spec.rows_outlive_terms:
             statement = (
-                f"UPDATE {spec.table} SET {spec.holder} = NULL, expires_at = {spec.clock.now()} "
+                f"UPDATE {spec.table} SET {spec.holder} = NULL, expires_at = {spec.clock.now} "
                 f"WHERE {which} AND {spec.holder} = :holder"
             )
         else:
@@ -251,7 +248,7 @@ class TermTable:
         spec = self.spec
         rows = self._db.execute(
             f"SELECT 1 FROM {spec.table} WHERE {spec.key} = :key AND {spec.holder} = :holder AND epoch = :epoch "
-            f"AND expires_at >= {spec.clock.now()}{self._db.dialect.for_key_share}",
+            f"AND expires_at >= {spec.clock.now}{self._db.dialect.for_key_share}",
             self._time(key=key, holder=holder, epoch=epoch),
         )
         return bool(rows)
@@ -261,7 +258,7 @@ class TermTable:
         term is unexpired), ``None`` when there is none or no one holds it."""
         spec = self.spec
         rows = self._db.execute(
-            f"SELECT {spec.holder}, epoch, expires_at >= {spec.clock.now()} FROM {spec.table} "
+            f"SELECT {spec.holder}, epoch, expires_at >= {spec.clock.now} FROM {spec.table} "
             f"WHERE {spec.key} = :key{self._db.dialect.for_update}",
             self._time(key=key),
         )
@@ -274,7 +271,7 @@ class TermTable:
         """The holder of ``key``'s unexpired term, or ``None``."""
         spec = self.spec
         found = self._db.value(
-            f"SELECT {spec.holder} FROM {spec.table} WHERE {spec.key} = :key AND expires_at >= {spec.clock.now()}",
+            f"SELECT {spec.holder} FROM {spec.table} WHERE {spec.key} = :key AND expires_at >= {spec.clock.now}",
             self._time(key=key),
         )
         return None if found is None else str(found)
@@ -300,7 +297,7 @@ class TermTable:
         """Every row, in key order."""
         spec = self.spec
         rows = self._db.execute(
-            f"SELECT {spec.key}, {spec.holder}, epoch, {spec.clock.remaining()} FROM {spec.table} ORDER BY {spec.key}",
+            f"SELECT {spec.key}, {spec.holder}, epoch, {spec.clock.remaining} FROM {spec.table} ORDER BY {spec.key}",
             self._time(),
         )
         return [
@@ -317,7 +314,7 @@ class TermTable:
         """The keys whose terms have ended (or were never held), in order: free to take now."""
         spec = self.spec
         rows = self._db.execute(
-            f"SELECT {spec.key} FROM {spec.table} WHERE expires_at < {spec.clock.now()} ORDER BY {spec.key}",
+            f"SELECT {spec.key} FROM {spec.table} WHERE expires_at < {spec.clock.now} ORDER BY {spec.key}",
             self._time(),
         )
         return [key for (key,) in rows]

@@ -18,11 +18,11 @@ import msgspec
 
 from hermes_actors.errors import RoleLostError
 from hermes_actors.store.sql import SqlDb
-from hermes_actors.store.terms import TermClock, TermSpec, TermTable
+from hermes_actors.store.terms import DATABASE_CLOCK, TermSpec, TermTable
 
 __all__ = ["PgRoles", "RoleLease"]
 
-_SPEC = TermSpec(table="role_leases", key="role", clock=TermClock.DATABASE)
+_SPEC = TermSpec(table="role_leases", key="role", clock=DATABASE_CLOCK)
 
 
 class RoleLease(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,7 +26,7 @@ import msgspec
 
 from hermes_actors.errors import ShardLostError
 from hermes_actors.store.sql import SqlDb
-from hermes_actors.store.terms import HeldTerms, TermClock, TermSpec, TermTable
+from hermes_actors.store.terms import DATABASE_CLOCK, HeldTerms, TermSpec, TermTable
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -41,8 +41,8 @@ __all__ = [
 ]
 
 DEFAULT_SHARDS = 256
-_NOW = TermClock.DATABASE.now()
-_SPEC = TermSpec(table="shard_leases", key="shard", clock=TermClock.DATABASE)
+_NOW = DATABASE_CLOCK.now
+_SPEC = TermSpec(table="shard_leases", key="shard", clock=DATABASE_CLOCK)
 
 
 def shard_of(session_id: str, shards: int) -> int:
