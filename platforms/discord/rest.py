@@ -28,6 +28,7 @@ from platforms.discord.events import Channel, ChannelCache, Message
 from platforms.discord.resume import ProtocolBroken
 from platforms.support import http_client
 from platforms.support.connections import Fatal
+from platforms.support.documents import FormFile, form_data
 from platforms.support.ratelimit import Rate, RateLimiter
 
 __all__ = [
@@ -198,9 +199,16 @@ class RestClient:
         answer = self.call("GET", f"/channels/{channel_id}", CHANNEL_ROUTE, channel_id)
         return self._decode(answer, Channel, f"GET /channels/{channel_id}")
 
-    def create_message(self, channel_id: str, body: dict[str, Any]) -> str:
-        """``POST /channels/{id}/messages``; return the new message's id."""
-        answer = self.call("POST", f"/channels/{channel_id}/messages", MESSAGES_ROUTE, channel_id, body)
+    def create_message(self, channel_id: str, body: dict[str, Any], *, file: FormFile | None = None) -> str:
+        """``POST /channels/{id}/messages``; return the new message's id. With ``file`` the body goes as
+        ``multipart/form-data``: ``payload_json`` and the file as ``files[0]`` (``body`` names it in
+        ``attachments``)."""
+        path = f"/channels/{channel_id}/messages"
+        if file is None:
+            answer = self.call("POST", path, MESSAGES_ROUTE, channel_id, body)
+        else:
+            form = form_data({"payload_json": msgspec.json.encode(body).decode()}, [file])
+            answer = self.call("POST", path, MESSAGES_ROUTE, channel_id, form=form)
         return self._decode(answer, _Created, f"a message to channel {channel_id}").id
 
     def start_thread(self, channel_id: str, body: dict[str, Any]) -> Channel:
@@ -208,14 +216,27 @@ class RestClient:
         answer = self.call("POST", f"/channels/{channel_id}/threads", THREADS_ROUTE, channel_id, body)
         return self._decode(answer, Channel, f"a thread in channel {channel_id}")
 
-    def call(self, method: str, path: str, route: str, major: str, body: object = None) -> bytes:
-        """One request on ``route`` (``major`` is its channel); return the 2xx body or raise :class:`RestError`."""
+    def call(
+        self,
+        method: str,
+        path: str,
+        route: str,
+        major: str,
+        body: object = None,
+        *,
+        form: tuple[bytes, str] | None = None,
+    ) -> bytes:
+        """One request on ``route`` (``major`` is its channel) with a JSON ``body`` or a ``form`` (its bytes and
+        content type); return the 2xx body or raise :class:`RestError`."""
         where = f"discord bot '{self.name}': {method} {path}"
         self._pace(route, major, where)
         headers = {"authorization": f"Bot {self._token}", "user-agent": _USER_AGENT}
+        raw = None
+        if form is not None:
+            raw, headers["content-type"] = form
         try:
             result = http_client.request(
-                method, self._base + path, json_body=body, headers=headers, timeout=self._timeout
+                method, self._base + path, body=raw, json_body=body, headers=headers, timeout=self._timeout
             )
         except http_client.NoAnswer as exc:
             raise RestError(f"{where}: {exc}", outcome_unknown=True) from None

@@ -12,6 +12,10 @@ created, so a retry after a lost answer, or after a crash between the send and i
 twice (the outbox id is the row's, the same after a restart). Beyond that window a retry can duplicate, so sends
 do not count as idempotent.
 
+A reply carrying a document (``/save``) is one message with the file as ``files[0]`` of a ``multipart/form-data``
+body and its caption as the content, under a nonce of its own; a file Discord refuses (too large, no Attach Files
+permission) sends the reply's text instead (:mod:`platforms.support.documents`).
+
 Pacing is :mod:`platforms.discord.rest`'s buckets; a 429 comes back as ``SendError(retry_after_s=...)``. Refusals
 no retry can fix (unknown channel, missing access or permissions, a user who takes no DMs, a body Discord rejects)
 are permanent, so the outbox gives that reply up and goes on with the chat.
@@ -27,18 +31,20 @@ from typing import Any
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.discord.events import PLATFORM, ChannelCache
 from platforms.discord.rest import RestClient, RestError
+from platforms.support.documents import FormFile, UploadFailed, posting_failed, send_document
 from platforms.support.progress import PartProgress, reply_identity
 from platforms.support.text import split_message
 
-__all__ = ["MAX_THREAD_NAME", "DiscordSender"]
+__all__ = ["MAX_FILE_BYTES", "MAX_THREAD_NAME", "DiscordSender"]
 
 _log = logging.getLogger(__name__)
 
 MAX_THREAD_NAME = 100
+MAX_FILE_BYTES = 10 * 1024 * 1024  # what a bot may upload to a server without boosts
 _FORUM_TYPES = frozenset({15, 16})  # forum and media channels: a thread there starts with a message
 _SNOWFLAKE = re.compile(r"[0-9]{1,20}")
 _HINTS = {
@@ -72,6 +78,14 @@ class DiscordSender:
         if not channel:
             _log.info("discord bot %r: a reply without a channel is not sent", rest.name)
             return None
+        return send_document(
+            message,
+            lambda document: self._post_file(rest, channel, message, document),
+            lambda: self._send_text(rest, channel, message),
+            f"discord bot '{rest.name}': a reply to channel {channel}",
+        )
+
+    def _send_text(self, rest: RestClient, channel: str, message: OutboundMessage) -> str | None:
         parts = split_message(message.text, self._limit) if message.text.strip() else []
         if not parts:
             _log.info("discord bot %r: an empty reply to channel %s is not sent", rest.name, channel)
@@ -123,14 +137,9 @@ class DiscordSender:
         return rest
 
     def _post(
-        self, rest: RestClient, channel: str, message: OutboundMessage, text: str, index: int, identity: str
+        self, rest: RestClient, channel: str, message: OutboundMessage, text: str, index: int | str, identity: str
     ) -> str | None:
-        body: dict[str, Any] = {"content": text, "allowed_mentions": {"parse": []}}
-        if message.answers or message.outbox_id is not None:  # unique replies; a bare notice may repeat on purpose
-            body["nonce"] = hashlib.sha256(f"{identity}:{index}".encode()).hexdigest()[:25]
-            body["enforce_nonce"] = True
-        if index == 0 and self._quotes(channel, message.reply_to):
-            body["message_reference"] = {"message_id": message.reply_to, "fail_if_not_exists": False}
+        body = self._body(channel, message, text, index, identity)
         try:
             return rest.create_message(channel, body)
         except RestError as exc:
@@ -138,6 +147,34 @@ class DiscordSender:
                 _log.warning("%s; the message was posted", exc)
                 return None  # it went out: sending it again would duplicate it
             raise _send_error(exc) from None
+
+    def _post_file(
+        self, rest: RestClient, channel: str, message: OutboundMessage, document: OutboundDocument
+    ) -> str | None:
+        """The document as ``files[0]`` of one message, its caption as the content (one request, one message)."""
+        if len(document.data) > MAX_FILE_BYTES:
+            raise UploadFailed(f"the file is {len(document.data):,} bytes, more than a bot may upload")
+        body = self._body(channel, message, document.caption[: self._limit], "file", reply_identity(message))
+        body["attachments"] = [{"id": 0, "filename": document.name}]
+        file = FormFile(field="files[0]", name=document.name, mime_type=document.mime_type, data=document.data)
+        try:
+            return rest.create_message(channel, body, file=file)
+        except RestError as exc:
+            if exc.status is not None and 200 <= exc.status < 300:
+                _log.warning("%s; the message was posted", exc)
+                return None
+            raise posting_failed(_send_error(exc)) from None
+
+    def _body(
+        self, channel: str, message: OutboundMessage, text: str, index: int | str, identity: str
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"content": text, "allowed_mentions": {"parse": []}}
+        if message.answers or message.outbox_id is not None:  # unique replies; a bare notice may repeat on purpose
+            body["nonce"] = hashlib.sha256(f"{identity}:{index}".encode()).hexdigest()[:25]
+            body["enforce_nonce"] = True
+        if index in (0, "file") and self._quotes(channel, message.reply_to):
+            body["message_reference"] = {"message_id": message.reply_to, "fail_if_not_exists": False}
+        return body
 
     def _quotes(self, channel: str, reply_to: str | None) -> bool:
         if reply_to is None or not _SNOWFLAKE.fullmatch(reply_to):

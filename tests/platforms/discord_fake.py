@@ -9,7 +9,8 @@ Events dispatched while a session has no connection wait in its log; after an in
 Discord (see :attr:`DiscordFake.lost`).
 
 The REST API (``/api/v10``) answers ``GET /gateway/bot``, ``GET /channels/{id}``, ``POST /channels/{id}/messages``
-(2,000 characters, ``enforce_nonce``, echoing the bot's own message over the gateway as Discord does) and
+(2,000 characters, ``enforce_nonce``, echoing the bot's own message over the gateway as Discord does; as JSON, or
+as ``multipart/form-data`` with ``payload_json`` and files ``files[n]`` named in its ``attachments``) and
 ``POST /channels/{id}/threads``, with ``Authorization: Bot <token>``, ``X-RateLimit-*`` headers per channel bucket,
 429 with JSON ``retry_after`` (per bucket or ``global``), and Discord's JSON error codes. Failures can be
 scripted, including an answer lost after the message was created.
@@ -50,9 +51,20 @@ from urllib.parse import quote
 from aiohttp import WSMsgType, web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import Upload, is_form, parse_form
 from tests.platforms.support import wait_on
 
-__all__ = ["API_PREFIX", "CDN_PREFIX", "MESSAGES_BUCKET", "Call", "DiscordFake", "Download", "Sent", "user"]
+__all__ = [
+    "API_PREFIX",
+    "CDN_PREFIX",
+    "MESSAGES_BUCKET",
+    "Call",
+    "DiscordFake",
+    "Download",
+    "FormBody",
+    "Sent",
+    "user",
+]
 
 T = TypeVar("T")
 
@@ -93,13 +105,23 @@ class Call:
 
 
 @dataclass(frozen=True)
+class FormBody:
+    """A ``multipart/form-data`` request: its ``payload_json`` decoded, and its files."""
+
+    payload: Any
+    files: list[Upload]
+
+
+@dataclass(frozen=True)
 class Sent:
-    """A message the REST API created: who sent it, the request body, and the message object answered."""
+    """A message the REST API created: who sent it, the request body (``payload_json`` of a form), the message
+    object answered, and the files uploaded with it."""
 
     token: str
     channel_id: str
     body: dict[str, Any]
     message: dict[str, Any]
+    files: tuple[Upload, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -798,7 +820,13 @@ class DiscordFake:
         raw = await request.read()
         with self._lock:
             bot = self._bots.get(auth.removeprefix("Bot ")) if auth.startswith("Bot ") else None
-        if raw:
+        if raw and is_form(request.headers.get("Content-Type", "")):
+            try:
+                fields, files = parse_form(request.headers["Content-Type"], raw)
+                body = FormBody(json.loads(fields.get("payload_json", "{}")), files)
+            except ValueError:
+                return self._record(request, bot, None, 400, {"message": "Invalid Form Body", "code": 50035})
+        elif raw:
             try:
                 body = json.loads(raw)
             except ValueError:
@@ -897,11 +925,18 @@ class DiscordFake:
         found = self._visible(bot, channel_id)
         if isinstance(found, tuple):
             return found[0], found[1], {}
+        files: list[Upload] = []
+        if isinstance(body, FormBody):
+            body, files = body.payload, body.files
         if not isinstance(body, dict):
             return 400, {"message": "Invalid Form Body", "code": 50035}, {}
+        attachments = _attachments(body, files)
+        if isinstance(attachments, tuple):
+            return attachments[0], attachments[1], {}
         content, nonce = body.get("content"), body.get("nonce")
-        if content is None or content == "":
+        if (content is None or content == "") and not files:
             return 400, {"message": "Cannot send an empty message", "code": 50006}, {}
+        content = content or ""
         if not isinstance(content, str) or len(content) > 2000:
             errors = {
                 "content": {
@@ -937,7 +972,7 @@ class DiscordFake:
                 "content": content,
                 "timestamp": "2026-01-01T00:00:00.000000+00:00",
                 "type": 19 if body.get("message_reference") else 0,
-                "attachments": [],
+                "attachments": attachments,
                 "embeds": [],
                 "mentions": [],
             }
@@ -946,7 +981,7 @@ class DiscordFake:
             if nonce is not None:
                 message["nonce"] = nonce
                 self._nonces[(bot.token, str(nonce))] = message
-            self._sent.append(Sent(bot.token, channel_id, body, message))
+            self._sent.append(Sent(bot.token, channel_id, body, message, tuple(files)))
         await self._deliver(found, "MESSAGE_CREATE", message)  # bots see their own messages, as on Discord
         return 200, message, headers
 
@@ -972,6 +1007,28 @@ class DiscordFake:
         thread = thread | {"owner_id": bot.user["id"], "thread_metadata": {"archived": False, "locked": False}}
         await self._deliver(thread, "THREAD_CREATE", thread | {"newly_created": True})
         return 201, thread, _bucket_headers(_OTHER_BUCKET, 50, 49, 1.0)
+
+
+def _attachments(body: dict[str, Any], files: list[Upload]) -> list[dict[str, Any]] | tuple[int, Any]:
+    """The attachment objects of a message's uploaded ``files``, each named by its ``files[n]`` field and by an
+    entry of the payload's ``attachments`` with ``id`` n; an error answer for files the payload does not name."""
+    named = {str(entry.get("id")): entry for entry in body.get("attachments") or [] if isinstance(entry, dict)}
+    made = []
+    for upload in files:
+        index = upload.field.removeprefix("files[").removesuffix("]")
+        entry = named.get(index)
+        if not upload.field.startswith("files[") or entry is None:
+            return 400, {"message": "Invalid Form Body", "code": 50035, "errors": {"attachments": {}}}
+        made.append(
+            {
+                "id": _snowflake(),
+                "filename": entry.get("filename") or upload.filename,
+                "size": len(upload.data),
+                "content_type": upload.content_type,
+                "url": f"https://cdn.discordapp.com/attachments/0/0/{upload.filename}",
+            }
+        )
+    return made
 
 
 def _bucket_headers(bucket: str, limit: int, remaining: int, reset_after: float) -> dict[str, str]:

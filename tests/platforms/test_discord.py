@@ -1231,3 +1231,63 @@ def test_the_banner_says_how_each_bot_connects_and_replies(fake: DiscordFake) ->
     assert adapter.capabilities.threads
     assert adapter.capabilities.max_message_chars == 2000
     assert adapter.status() == {"main": "not started"}
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_posts_one_message_with_the_markdown_as_its_file(fake: DiscordFake, start: Start) -> None:
+    discord = start()
+    fake.wait_ready(TOKEN)
+    dm = fake.dm_channel(TOKEN, ALICE)
+    fake.post(dm, ALICE, "hello")
+    wait_texts(fake, 1)
+    fake.post(dm, ALICE, "/save")
+    fake.wait_for(lambda: len(fake.sent(TOKEN)) >= 2)
+    assert discord.gateway.wait_idle()
+    _, saved = fake.sent(TOKEN)
+    (upload,) = saved.files
+    assert upload.field == "files[0]"
+    assert upload.filename.endswith(".md") and upload.content_type == "text/markdown"
+    markdown = upload.data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert saved.body["content"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert saved.body["attachments"] == [{"id": 0, "filename": upload.filename}]
+    assert saved.message["attachments"][0]["filename"] == upload.filename
+    assert len(fake.sent(TOKEN)) == 2  # the file instead of the text, not beside it
+
+
+def test_a_lost_answer_to_the_file_message_is_retried_under_its_nonce_and_posts_once(
+    fake: DiscordFake, start: Start
+) -> None:
+    discord = start()
+    fake.wait_ready(TOKEN)
+    fake.post(GENERAL, ALICE, "hello")
+    wait_texts(fake, 1)
+    fake.fail(MESSAGES, 200, lose_answer=True)
+    fake.post(GENERAL, ALICE, "/save")
+    fake.wait_for(lambda: len(fake.calls("POST /channels/")) >= 3)
+    assert discord.gateway.wait_idle()
+    _, lost, retried = fake.calls("POST /channels/")
+    assert lost.body.payload["nonce"] == retried.body.payload["nonce"]
+    assert lost.body.files[0].data == retried.body.files[0].data
+    assert [len(sent.files) for sent in fake.sent(TOKEN)] == [0, 1]  # one file message
+    with discord.gateway.read() as store:
+        assert store.outbox.unsent() == []
+
+
+def test_save_sends_the_text_when_the_bot_may_not_attach_files(
+    fake: DiscordFake, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    discord = start()
+    fake.wait_ready(TOKEN)
+    fake.post(GENERAL, ALICE, "hello")
+    wait_texts(fake, 1)
+    fake.fail(MESSAGES, 403, {"message": "Missing Permissions", "code": 50013})
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        fake.post(GENERAL, ALICE, "/save")
+        texts = wait_texts(fake, 2)
+        assert discord.gateway.wait_idle()
+    assert texts[1].index("hello") < texts[1].index("echo: hello")  # the Markdown as text
+    assert [len(sent.files) for sent in fake.sent(TOKEN)] == [0, 0]
+    assert "Missing Permissions" in caplog.text and "the reply's text is sent instead" in caplog.text
