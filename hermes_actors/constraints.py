@@ -35,6 +35,7 @@ from msgspec import Meta
 from hermes_actors.errors import ConfigError
 
 __all__ = [
+    "WEBHOOK_SECRET_HINT",
     "AccountName",
     "BodyBytes",
     "Burst",
@@ -45,6 +46,7 @@ __all__ = [
     "PositiveRate",
     "PositiveSeconds",
     "Rule",
+    "WebhookSecret",
     "check_section",
     "decode_section",
 ]
@@ -115,6 +117,18 @@ PositiveRate = Annotated[float, Rule(Meta(gt=0), "must be a positive number")]
 Burst = Annotated[int, Rule(Meta(ge=1), "must be at least 1 message")]
 BodyBytes = Annotated[int, Rule(Meta(ge=1024), "must be at least 1024 bytes; leave it out for the default")]
 PositiveBytes = Annotated[int, Rule(Meta(ge=1), "must be a positive number of bytes")]
+WEBHOOK_SECRET_HINT = (
+    "generate one with: python -c \"import secrets,base64;print('whsec_'+base64.b64encode(secrets.token_bytes(24))"
+    '.decode())"'
+)
+WebhookSecret = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^whsec_(?:[A-Za-z0-9+/]{4}){8,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?\Z"),
+        f"must be 'whsec_' followed by the base64 of at least 24 random bytes; {WEBHOOK_SECRET_HINT}",
+    ),
+]
+"""A Standard Webhooks secret: ``whsec_`` and the base64 of its HMAC key (at least 24 bytes, as the standard asks)."""
 
 S = typing.TypeVar("S", bound=msgspec.Struct)
 

@@ -14,9 +14,9 @@ large, 401 unsigned, badly signed or outside the tolerance, 400 malformed; 503 i
 
 from __future__ import annotations
 
+from platforms.support.standard_webhooks import TOLERANCE_S, new_webhook_secret
 from platforms.webhook.adapter import WebhookAdapter
 from platforms.webhook.config import WebhookConfig, WebhookRoute
 from platforms.webhook.sender import WebhookReply
-from platforms.webhook.signing import TOLERANCE_S, new_webhook_secret
 
 __all__ = ["TOLERANCE_S", "WebhookAdapter", "WebhookConfig", "WebhookReply", "WebhookRoute", "new_webhook_secret"]

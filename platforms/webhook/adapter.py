@@ -14,10 +14,10 @@ from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
 from platforms.support.http_client import shown
 from platforms.support.http_host import HttpAdapter, Refused
+from platforms.support.standard_webhooks import NEW_SECRET_HINT, verify
 from platforms.webhook.config import ResolvedRoute, WebhookConfig, resolve_route
 from platforms.webhook.payload import PLATFORM, to_inbound
 from platforms.webhook.sender import CallbackSender
-from platforms.webhook.signing import NEW_SECRET_HINT, verify
 
 __all__ = ["WebhookAdapter"]
 

@@ -12,7 +12,7 @@ from msgspec import Meta
 from hermes_actors.constraints import AccountName, ListenHost, Port, PositiveBytes, Rule, check_section
 from hermes_actors.errors import ConfigError
 from platforms.support.secrets import check_secret_source, read_env_secret, secret_origin
-from platforms.webhook.signing import NEW_SECRET_HINT, bad_secret, decode_secret
+from platforms.support.standard_webhooks import NEW_SECRET_HINT, bad_secret, decode_secret
 
 __all__ = ["ResolvedRoute", "WebhookConfig", "WebhookRoute", "resolve_route"]
 

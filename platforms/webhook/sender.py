@@ -13,9 +13,9 @@ from hermes_actors.messages import OutboundMessage
 from platforms.base import SendError
 from platforms.support import http_client
 from platforms.support.http_client import shown
+from platforms.support.standard_webhooks import sign
 from platforms.webhook.config import ResolvedRoute
 from platforms.webhook.payload import PLATFORM
-from platforms.webhook.signing import sign
 
 __all__ = ["CallbackSender", "WebhookReply"]
 

@@ -1,4 +1,5 @@
-"""Standard Webhooks signing: ``whsec_`` secrets, the HMAC-SHA256 signature and the checks a request must pass."""
+"""Standard Webhooks (https://www.standardwebhooks.com): ``whsec_`` secrets, the HMAC-SHA256 signature and the checks a
+request must pass; the webhook platform's inbound routes and callbacks and the event webhooks sign with it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from hermes_actors.constraints import WEBHOOK_SECRET_HINT
 from hermes_actors.errors import ConfigError
 from platforms.support.http_host import Refused
 
@@ -18,10 +20,7 @@ __all__ = ["NEW_SECRET_HINT", "TOLERANCE_S", "bad_secret", "decode_secret", "new
 TOLERANCE_S = 300  # how far a webhook-timestamp may be from our clock, either way
 _SECRET_PREFIX = "whsec_"
 _MIN_KEY_BYTES = 24  # the Standard Webhooks lower bound
-NEW_SECRET_HINT = (
-    "generate one with: python -c \"import secrets,base64;print('whsec_'+base64.b64encode(secrets.token_bytes(24))"
-    '.decode())"'
-)
+NEW_SECRET_HINT = WEBHOOK_SECRET_HINT
 _WEBHOOK_ID = re.compile(r"[\x21-\x7e]{1,256}")  # printable ASCII: it is signed and stored as the message id
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
