@@ -8,13 +8,24 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from hermes_actors.constraints import NonNegativeSeconds, PositiveSeconds, Rule, check_section
+from hermes_actors.constraints import (
+    AccountName,
+    NonNegativeSeconds,
+    PositiveSeconds,
+    Rule,
+    WebhookSecret,
+    check_section,
+)
 from hermes_actors.errors import ConfigError
 from hermes_actors.routing import KeyPolicy
 
 __all__ = [
+    "EVENTS_PLATFORM",
     "MIN_MESSAGE_CAP_CHARS",
     "SAVE_MEMORY_TRIGGERS",
+    "EventKind",
+    "EventWebhook",
+    "EventsConfig",
     "HttpLimits",
     "RuntimeConfig",
     "SearchScope",
@@ -142,3 +153,66 @@ class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     def __post_init__(self) -> None:
         check_section(self, "sessions")
+
+
+EVENTS_PLATFORM = "events"
+"""The outbox's platform of event deliveries: a row's account and chat are the webhook's name (one lane each)."""
+
+
+class EventKind(enum.StrEnum):
+    """What an event webhook can subscribe to (the ``type`` of its deliveries)."""
+
+    TURN_COMPLETED = "turn.completed"  # a turn committed (its reply queued, or none: a stopped turn)
+    RUN_COMPLETED = "run.completed"  # the turn of an API run (POST /v1/runs) committed
+    SESSION_ENDED = "session.ended"  # a session ended (a reset, /new, an operator's end)
+    JOB_FIRED = "job.fired"  # a scheduled job sent its prompt
+    APPROVAL_REQUESTED = "approval.requested"  # a tool call waits for a person's decision
+    MESSAGE_DEAD_LETTERED = "message.dead_lettered"  # a message could not be answered (see hermesctl messages)
+
+
+_WebhookUrl = Annotated[
+    str,
+    Rule(
+        Meta(pattern=r"^https?://[^/?#\s@]+(?:[/?#]\S*)?\Z"),
+        "must be an http:// or https:// URL with a host, such as https://hooks.example.com/hermes",
+    ),
+]
+_EventKinds = Annotated[
+    tuple[EventKind, ...],
+    Rule(Meta(min_length=1), f"must list at least one event of: {', '.join(EventKind)}"),
+]
+_GiveUpAfter = Annotated[float, Rule(Meta(ge=60), "must be at least 60 seconds")]
+
+
+class EventWebhook(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``events.webhooks.<name>``: the ``url`` each delivery is POSTed to, the Standard Webhooks ``secret`` it is
+    signed with (or ``secret_env``, the environment variable holding it), the ``events`` it wants, how long a
+    delivery that keeps failing is retried before it is given up as a dead letter (``give_up_after_s``, from when
+    it was queued or replayed) and how long one POST may take (``timeout_s``)."""
+
+    url: _WebhookUrl
+    events: _EventKinds
+    secret: WebhookSecret | None = None
+    secret_env: str | None = None
+    give_up_after_s: _GiveUpAfter = 86400.0
+    timeout_s: PositiveSeconds = 10.0
+
+
+class EventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``events:`` section: signed webhooks told what happens (:class:`EventKind`), through the durable outbox."""
+
+    webhooks: dict[AccountName, EventWebhook] = {}
+
+    def subscribers(self, kind: EventKind) -> list[str]:
+        """The names of the webhooks that want ``kind``, sorted."""
+        return sorted(name for name, hook in self.webhooks.items() if kind in hook.events)
+
+    def __post_init__(self) -> None:
+        check_section(self, "events")
+        for name, hook in self.webhooks.items():
+            if (hook.secret is None) == (hook.secret_env is None):
+                raise ConfigError(
+                    f"events.webhooks.{name}.secret",
+                    "give the webhook's secret as secret, or name the environment variable holding it in "
+                    "secret_env (one of them)",
+                )
