@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 8.
+-- hermes-actors state database on PostgreSQL, schema version 9.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 8; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 9; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -286,6 +286,15 @@ CREATE TABLE api_responses (
 CREATE INDEX api_responses_conversation ON api_responses (scope, conversation, created_at, seq)
     WHERE conversation IS NOT NULL;
 CREATE INDEX api_responses_session ON api_responses (session_id);
+
+CREATE TABLE api_conversations (
+    id          text COLLATE "C" PRIMARY KEY,
+    session_id  text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    scope       text NOT NULL DEFAULT '',
+    metadata    text NOT NULL DEFAULT '{}',
+    created_at  double precision NOT NULL
+);
+CREATE INDEX api_conversations_session ON api_conversations (session_id);
 
 CREATE TABLE meta (
     key   text PRIMARY KEY,

@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -179,6 +179,15 @@ def _v9(connection: apsw.Connection) -> None:
         connection.execute("UPDATE inbox SET kind = ?, platform = '' WHERE platform = ?", (kind, platform))
 
 
+def _v10(connection: apsw.Connection) -> None:
+    """The conversations of the API's ``/v1/conversations``. A database tests rebuilt from this schema.sql has the
+    table already."""
+    if connection.execute("SELECT 1 FROM sqlite_schema WHERE name = 'api_conversations'").fetchall():
+        return
+    for statement in _schema_statements("api_conversations"):
+        connection.execute(statement)
+
+
 STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     2: _v2,
     3: _v3,
@@ -188,6 +197,7 @@ STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     7: _v7,
     8: _v8,
     9: _v9,
+    10: _v10,
 }
 
 

@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 9.
+-- hermes-actors state database, schema version 10.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 9; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 10; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -247,6 +247,18 @@ CREATE TABLE api_responses (
 CREATE INDEX api_responses_conversation ON api_responses (scope, conversation, created_at)
     WHERE conversation IS NOT NULL;
 CREATE INDEX api_responses_session ON api_responses (session_id);
+
+-- Conversations of the API's /v1/conversations (version 10): the metadata and the API key's scope of a conversation,
+-- tied to the session it began in (its items are that session's lineage's messages), so deleting the session takes
+-- the conversation with it.
+CREATE TABLE api_conversations (
+    id          TEXT PRIMARY KEY,                 -- 'conv_<hex>', the chat id of its sessions
+    session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    scope       TEXT NOT NULL DEFAULT '',         -- the API key's fingerprint ('' without a key)
+    metadata    TEXT NOT NULL DEFAULT '{}',       -- the client's key-value pairs, a JSON object
+    created_at  REAL NOT NULL
+);
+CREATE INDEX api_conversations_session ON api_conversations (session_id);
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,

@@ -82,6 +82,7 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
         _columns("id, session_id, scope, conversation, previous_id, instructions, status, body, created_at"),
         "rowid",
     ),
+    "api_conversations": (("id", "session_id", "scope", "metadata", "created_at"), "id"),
     "meta": (("key", "value"), None),
 }
 _IDENTITIES = ("sessions.ref", "messages.id", "attachments.id", "inbox.id", "outbox.id", "memories.id")

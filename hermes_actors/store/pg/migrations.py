@@ -129,6 +129,22 @@ def _add_inbox_kind(db: Database) -> None:
         db.execute("UPDATE inbox SET kind = %s, platform = '' WHERE platform = %s", (kind, platform))
 
 
+def _add_api_conversations(db: Database) -> None:
+    """Version 9 (schema.sql's version 10): the conversations of the API's ``/v1/conversations``."""
+    db.execute(
+        """
+CREATE TABLE IF NOT EXISTS api_conversations (
+    id          text COLLATE "C" PRIMARY KEY,
+    session_id  text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    scope       text NOT NULL DEFAULT '',
+    metadata    text NOT NULL DEFAULT '{}',
+    created_at  double precision NOT NULL
+);
+CREATE INDEX IF NOT EXISTS api_conversations_session ON api_conversations (session_id);
+"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
@@ -137,6 +153,7 @@ MIGRATIONS: dict[int, Callable[[Database], None]] = {
     6: _add_session_agent,
     7: _add_cluster_members,
     8: _add_inbox_kind,
+    9: _add_api_conversations,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""
