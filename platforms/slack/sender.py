@@ -1,5 +1,6 @@
 """Replies through ``chat.postMessage``: escaped, split at ``max_message_chars``, resumed after the parts already
-posted; a handoff's thread anchor.
+posted; a handoff's thread anchor. A reply carrying a document (``/save``) is shared as a file
+(:mod:`platforms.slack.uploads`), or sent as text when Slack does not take the file.
 """
 
 from __future__ import annotations
@@ -7,11 +8,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.slack.config import ResolvedApp, SlackConfig
 from platforms.slack.events import PLATFORM
+from platforms.slack.uploads import share_document
 from platforms.support import http_client
+from platforms.support.documents import send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
@@ -53,7 +56,8 @@ class SlackSender:
 
     def __init__(self, apps: Mapping[str, ResolvedApp], config: SlackConfig) -> None:
         self._apps = apps
-        self._url = config.api_base_url.rstrip("/") + "/chat.postMessage"
+        self._base = config.api_base_url.rstrip("/")
+        self._url = self._base + "/chat.postMessage"
         self._limit = config.max_message_chars
         self._timeout = config.http_timeout_s
         self._limiter = RateLimiter(per_key=Rate(per_second=config.messages_per_second, burst=3))
@@ -62,16 +66,25 @@ class SlackSender:
     def send(self, message: OutboundMessage) -> str | None:
         """Post ``message`` (split if long) into its channel and thread; return the ts of its first part."""
         app = self._app(message.account_id)
-        if not message.chat_id:
+        channel = message.chat_id
+        if not channel:
             raise SendError(f"slack app {app.name!r}: a reply without a channel id cannot be sent")
+        return send_document(
+            message,
+            lambda document: self._share(app, channel, message.thread_id, document),
+            lambda: self._send_text(app, channel, message),
+            f"slack app '{app.name}': a reply to {channel}",
+        )
+
+    def _send_text(self, app: ResolvedApp, channel: str, message: OutboundMessage) -> str | None:
         parts = split_message(message.text, self._limit, length=_escaped_length) if message.text.strip() else []
         if not parts:
-            _log.info("slack app %r: an empty reply to %s is not sent", app.name, message.chat_id)
+            _log.info("slack app %r: an empty reply to %s is not sent", app.name, channel)
             return None
         posted = self._progress.sent(message)
         for part in parts[len(posted) :]:
             try:
-                posted.append(self._post(app, message.chat_id, part, message.thread_id))
+                posted.append(self._post(app, channel, part, message.thread_id))
             except SendError:
                 if posted:  # a retry resumes after the parts Slack already has
                     self._progress.remember(message, posted)
@@ -84,6 +97,10 @@ class SlackSender:
         app = self._app(account_id)
         anchor = split_message(title.strip() or "Handoff", self._limit, length=_escaped_length)[0]
         return self._post(app, chat_id, anchor, None)
+
+    def _share(self, app: ResolvedApp, channel: str, thread_ts: str | None, document: OutboundDocument) -> str:
+        self._limiter.acquire(f"{app.name}:{channel}")
+        return share_document(app, self._base, channel, thread_ts, document, self._timeout)
 
     def _app(self, account_id: str) -> ResolvedApp:
         app = self._apps.get(account_id)

@@ -6,6 +6,12 @@
 test scripts with :meth:`FakeSlack.fail_next` (HTTP 429 with ``Retry-After``, ``ratelimited``, 5xx). Every
 accepted post is recorded with its arrival time.
 
+Files are shared as Slack's external upload takes them: ``POST /api/files.getUploadURLExternal`` (form fields
+``filename`` and ``length``) answers an ``upload_url`` on this host and a ``file_id``; ``POST`` to that URL stores the
+bytes (raw, or as a form's file; the length must match); ``POST /api/files.completeUploadExternal`` (JSON or form:
+``files``, ``channel_id``, ``thread_ts``, ``initial_comment``) shares each file into the channel once, recorded as
+a :class:`Shared`. :meth:`FakeSlack.fail_next_share` scripts an answer of one of those steps.
+
 Files added with :meth:`FakeSlack.add_file` are served as Slack serves them: ``GET
 /files-pri/<team>-<id>/download/<name>`` (the ``url_private_download`` of the file object it returns, which a
 message event carries in ``files[]``) with the bytes and the file's ``Content-Type`` for a Bearer bot token of the
@@ -41,6 +47,7 @@ from urllib.parse import parse_qsl, urlsplit
 from aiohttp import web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import is_form, parse_form
 from tests.platforms.support import Arrivals
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "Download",
     "FakeSlack",
     "Posted",
+    "Shared",
     "app_mention",
     "deliver",
     "deliver_until_acknowledged",
@@ -71,6 +79,29 @@ class Posted:
     thread_ts: str | None
     ts: str
     at: float  # time.monotonic() on arrival
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One file shared by ``files.completeUploadExternal``: where, with which comment, and the file."""
+
+    token: str
+    channel: str
+    thread_ts: str | None
+    initial_comment: str | None
+    file_id: str
+    title: str | None
+    filename: str
+    data: bytes
+
+
+@dataclass
+class _Upload:
+    team: str
+    filename: str
+    length: int
+    data: bytes | None = None
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +148,11 @@ class FakeSlack:
     _redirects: dict[str, str] = field(default_factory=dict)  # file id -> where its download redirects
     download_arrived: threading.Event = field(default_factory=threading.Event)  # set by the first download request
     _held: threading.Event | None = None
+    shared: list[Shared] = field(default_factory=list)
+    share_calls: list[str] = field(default_factory=list)  # the step of every upload request, in order
+    _uploads: dict[str, _Upload] = field(default_factory=dict)
+    _share_script: dict[str, deque[_Failure]] = field(default_factory=dict)
+    _file_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
         app = web.Application()
@@ -124,6 +160,9 @@ class FakeSlack:
         app.router.add_post("/api/auth.test", self._auth_test)
         app.router.add_get("/api/files.info", self._files_info)
         app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
+        app.router.add_post("/api/files.getUploadURLExternal", self._get_upload_url)
+        app.router.add_post("/upload/v1/{file_id}", self._upload)
+        app.router.add_post("/api/files.completeUploadExternal", self._complete_upload)
         self.host = HttpHost(app, name="fake-slack")
 
     @property
@@ -320,6 +359,87 @@ class FakeSlack:
         if status != 200 or file is None:
             return web.Response(status=status, body=b"<html>error</html>", content_type="text/html")
         return web.Response(body=file.data, headers={"Content-Type": file.mimetype})
+
+    def fail_next_share(self, step: str, body: dict[str, Any], status: int = 200) -> None:
+        """Answer the next request of ``step`` (``getUploadURLExternal``, ``upload`` or ``completeUploadExternal``)
+        with ``body``."""
+        with self._lock:
+            self._share_script.setdefault(step, deque()).append(_Failure(status, {}, body))
+
+    def _scripted(self, step: str) -> web.Response | None:
+        with self._lock:
+            self.share_calls.append(step)
+            queue = self._share_script.get(step)
+            failure = queue.popleft() if queue else None
+        return None if failure is None else web.json_response(failure.body, status=failure.status)
+
+    async def _get_upload_url(self, request: web.Request) -> web.Response:
+        token, team = self._team_of(request)
+        if token is None or team is None:
+            return web.json_response({"ok": False, "error": "not_authed" if token is None else "invalid_auth"})
+        fields = self._fields(request.content_type, await request.read()) or {}
+        scripted = self._scripted("getUploadURLExternal")
+        if scripted is not None:
+            return scripted
+        filename, length = fields.get("filename"), str(fields.get("length", ""))
+        if not isinstance(filename, str) or not filename or not length.isdigit():
+            return web.json_response({"ok": False, "error": "invalid_arguments"})
+        file_id = f"F{next(self._file_ids):08d}"
+        with self._lock:
+            self._uploads[file_id] = _Upload(team, filename, int(length))
+        upload_url = f"{self.host.url}/upload/v1/{file_id}"
+        return web.json_response({"ok": True, "upload_url": upload_url, "file_id": file_id})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        scripted = self._scripted("upload")
+        if scripted is not None:
+            return scripted
+        if is_form(request.headers.get("Content-Type", "")):
+            _, files = parse_form(request.headers["Content-Type"], raw)
+            raw = files[0].data if files else b""
+        with self._lock:
+            upload = self._uploads.get(request.match_info["file_id"])
+            if upload is None or upload.data is not None:
+                return web.Response(status=404, text="Not Found")
+            if len(raw) != upload.length:
+                return web.Response(status=400, text="length mismatch")
+            upload.data = raw
+        return web.Response(text=f"OK - {len(raw)}")
+
+    async def _complete_upload(self, request: web.Request) -> web.Response:
+        token, team = self._team_of(request)
+        if token is None or team is None:
+            return web.json_response({"ok": False, "error": "not_authed" if token is None else "invalid_auth"})
+        fields = self._fields(request.content_type, await request.read()) or {}
+        scripted = self._scripted("completeUploadExternal")
+        if scripted is not None:
+            return scripted
+        files = fields.get("files")
+        if isinstance(files, str):
+            files = json.loads(files)
+        channel = fields.get("channel_id")
+        if not isinstance(files, list) or not files or not isinstance(channel, str):
+            return web.json_response({"ok": False, "error": "invalid_arguments"})
+        done = []
+        with self._lock:
+            for entry in files:
+                upload = self._uploads.get(str(entry.get("id")))
+                if upload is None or upload.team != team or upload.data is None or upload.shared:
+                    return web.json_response({"ok": False, "error": "file_not_found"})
+            for entry in files:
+                file_id = str(entry["id"])
+                upload = self._uploads[file_id]
+                upload.shared = True
+                thread_ts, comment = fields.get("thread_ts"), fields.get("initial_comment")
+                assert upload.data is not None
+                self.shared.append(
+                    Shared(
+                        token, channel, thread_ts, comment, file_id, entry.get("title"), upload.filename, upload.data
+                    )
+                )
+                done.append({"id": file_id, "title": entry.get("title") or upload.filename})
+        return web.json_response({"ok": True, "files": done})
 
     @staticmethod
     def _fields(content_type: str, raw: bytes) -> dict[str, Any] | None:

@@ -953,3 +953,53 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     finally:
         worker.stop()
     assert len(slack.posted) == 1
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_shares_the_markdown_as_one_file_with_the_external_upload(
+    start_slack: StartSlack, slack: FakeSlack
+) -> None:
+    running = start_slack()
+    running.post(message("hello", channel="D1", channel_type="im"))
+    assert slack.take().text == "echo: hello"
+    running.post(message("/save", channel="D1", channel_type="im", ts=LATER_TS))
+    assert running.gateway.wait_idle()
+    (shared,) = slack.shared
+    assert (shared.token, shared.channel, shared.thread_ts) == (TOKEN, "D1", None)
+    assert shared.filename.endswith(".md") and shared.title == shared.filename
+    markdown = shared.data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert shared.initial_comment is not None
+    assert shared.initial_comment.endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert slack.share_calls == ["getUploadURLExternal", "upload", "completeUploadExternal"]
+    assert slack.nothing_more()  # the file instead of the text, not beside it
+
+
+def test_save_sends_the_text_when_the_app_may_not_upload_files(
+    start_slack: StartSlack, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_slack()
+    running.post(message("hello", channel="D1", channel_type="im"))
+    assert slack.take().text == "echo: hello"
+    slack.fail_next_share("getUploadURLExternal", {"ok": False, "error": "missing_scope", "needed": "files:write"})
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        running.post(message("/save", channel="D1", channel_type="im", ts=LATER_TS))
+        text = slack.take().text
+    assert text.index("hello") < text.index("echo: hello")  # the Markdown as text
+    assert slack.shared == []
+    assert "files:write" in caplog.text and "the reply's text is sent instead" in caplog.text
+
+
+def test_an_upload_url_off_slack_is_not_used(start_slack: StartSlack, slack: FakeSlack) -> None:
+    running = start_slack()
+    running.post(message("hello", channel="D1", channel_type="im"))
+    assert slack.take().text == "echo: hello"
+    assert slack.host.url.startswith("http://127.0.0.1:")
+    other_origin = slack.host.url.replace("127.0.0.1", "localhost")  # the same fake, under a name that is not Slack's
+    elsewhere = {"ok": True, "upload_url": f"{other_origin}/upload/v1/F1", "file_id": "F1"}
+    slack.fail_next_share("getUploadURLExternal", elsewhere)
+    running.post(message("/save", channel="D1", channel_type="im", ts=LATER_TS))
+    assert "echo: hello" in slack.take().text
+    assert slack.share_calls == ["getUploadURLExternal"]  # the file's bytes never went to that URL
