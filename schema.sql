@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 10.
+-- hermes-actors state database, schema version 11.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 10; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 11; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -259,6 +259,26 @@ CREATE TABLE api_conversations (
     created_at  REAL NOT NULL
 );
 CREATE INDEX api_conversations_session ON api_conversations (session_id);
+
+-- What could not be done (version 11): a message whose turn failed (inbox_id alone), a reply given up with the
+-- message it answered (both), an event delivery given up (outbox_id alone), with the reason. A replay is asked for
+-- by hermesctl (replay_requested_at) and done by the runtime running the turns (replayed_at): hermes_actors.store.
+-- dead_letters. Rows go with their inbox or outbox row.
+CREATE TABLE dead_letters (
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    inbox_id            INTEGER REFERENCES inbox (id) ON DELETE CASCADE,
+    outbox_id           INTEGER REFERENCES outbox (id) ON DELETE CASCADE,
+    platform            TEXT NOT NULL,
+    session_id          TEXT REFERENCES sessions (id) ON DELETE SET NULL,
+    reason              TEXT NOT NULL,
+    created_at          REAL NOT NULL,
+    replay_requested_at REAL,
+    replayed_at         REAL,
+    CHECK (inbox_id IS NOT NULL OR outbox_id IS NOT NULL)
+);
+CREATE INDEX dead_letters_inbox ON dead_letters (inbox_id) WHERE inbox_id IS NOT NULL;
+CREATE INDEX dead_letters_outbox ON dead_letters (outbox_id) WHERE outbox_id IS NOT NULL;
+CREATE INDEX dead_letters_open ON dead_letters (id) WHERE replayed_at IS NULL;
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,

@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -188,6 +188,15 @@ def _v10(connection: apsw.Connection) -> None:
         connection.execute(statement)
 
 
+def _v11(connection: apsw.Connection) -> None:
+    """The dead letters: messages, replies and event deliveries that could not be done. A database tests rebuilt
+    from this schema.sql has the table already."""
+    if connection.execute("SELECT 1 FROM sqlite_schema WHERE name = 'dead_letters'").fetchall():
+        return
+    for statement in _schema_statements("dead_letters"):
+        connection.execute(statement)
+
+
 STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     2: _v2,
     3: _v3,
@@ -198,6 +207,7 @@ STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     8: _v8,
     9: _v9,
     10: _v10,
+    11: _v11,
 }
 
 

@@ -83,9 +83,21 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
         "rowid",
     ),
     "api_conversations": (("id", "session_id", "scope", "metadata", "created_at"), "id"),
+    "dead_letters": (
+        _columns("id, inbox_id, outbox_id, platform, session_id, reason, created_at, replay_requested_at, replayed_at"),
+        "id",
+    ),
     "meta": (("key", "value"), None),
 }
-_IDENTITIES = ("sessions.ref", "messages.id", "attachments.id", "inbox.id", "outbox.id", "memories.id")
+_IDENTITIES = (
+    "sessions.ref",
+    "messages.id",
+    "attachments.id",
+    "inbox.id",
+    "outbox.id",
+    "memories.id",
+    "dead_letters.id",
+)
 _PG_ONLY_META = ("schema_version",)  # the PostgreSQL schema's own version; SQLite keeps its in PRAGMA user_version
 
 
