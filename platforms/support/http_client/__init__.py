@@ -21,13 +21,15 @@ made, with the house defaults and, for payload-named URLs, the fetch policy's gu
 
 from __future__ import annotations
 
-from platforms.support.http_client._client import MAX_BYTES, HttpClient, request, shared_client
+from platforms.support.http_client._client import HttpClient, request, shared_client
 from platforms.support.http_client._errors import HttpError, NoAnswer, TooLarge, Unreachable
 from platforms.support.http_client._exchange import (
     EXCERPT_BYTES,
+    MAX_BYTES,
     HttpRequest,
     HttpResult,
     MockTransport,
+    Options,
     Transport,
     shown,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "MockTransport",
     "NetworkTransport",
     "NoAnswer",
+    "Options",
     "SessionGuard",
     "TooLarge",
     "Transport",

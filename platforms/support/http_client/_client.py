@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from typing import Unpack
 
 from platforms.support.http_client._errors import NoAnswer
-from platforms.support.http_client._exchange import HttpResult, Transport, build_request, shown
+from platforms.support.http_client._exchange import HttpResult, Options, Transport, build_request, shown
 from platforms.support.http_client._loop import ClientLoop
 from platforms.support.http_client._network import NetworkTransport
 
-__all__ = ["MAX_BYTES", "HttpClient", "request", "shared_client"]
-
-MAX_BYTES = 16 * 1024 * 1024
+__all__ = ["HttpClient", "request", "shared_client"]
 
 
 class HttpClient:
@@ -20,90 +19,30 @@ class HttpClient:
 
     :meth:`send` is the coroutine, for any event loop; :meth:`request` waits for it from a thread; :meth:`submit`
     starts it and returns a future that another thread may cancel (an abortable long poll). Every answer is a
-    :class:`HttpResult`, whatever its status; a failure is :class:`Unreachable` or :class:`NoAnswer`.
+    :class:`HttpResult`, whatever its status; a failure is :class:`Unreachable` or :class:`NoAnswer`. The
+    options are :class:`Options`.
     """
 
     def __init__(self, transport: Transport | None = None, *, loop: ClientLoop | None = None) -> None:
         self._loop = loop if loop is not None else _LOOP
         self._transport = transport if transport is not None else NetworkTransport(self._loop)
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None = None,
-        json_body: object = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-        max_bytes: int = MAX_BYTES,
-        follow_redirects: bool = False,
-    ) -> HttpResult:
-        """Send one request and read the whole answer; ``json_body`` is encoded as JSON."""
-        built = build_request(
-            method,
-            url,
-            body=body,
-            json_body=json_body,
-            headers=headers,
-            timeout=timeout,
-            max_bytes=max_bytes,
-            follow_redirects=follow_redirects,
-        )
+    async def send(self, method: str, url: str, **options: Unpack[Options]) -> HttpResult:
+        """Send one request and read the whole answer."""
+        built = build_request(method, url, **options)
         if self._loop.is_current():
             return await self._transport.handle(built)
         return await asyncio.wrap_future(self._loop.submit(self._transport.handle(built)))
 
-    def submit(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None = None,
-        json_body: object = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-        max_bytes: int = MAX_BYTES,
-        follow_redirects: bool = False,
-    ) -> concurrent.futures.Future[HttpResult]:
+    def submit(self, method: str, url: str, **options: Unpack[Options]) -> concurrent.futures.Future[HttpResult]:
         """Start one request on the client loop; its future gives what :meth:`send` would, and ``cancel()`` ends it."""
-        built = build_request(
-            method,
-            url,
-            body=body,
-            json_body=json_body,
-            headers=headers,
-            timeout=timeout,
-            max_bytes=max_bytes,
-            follow_redirects=follow_redirects,
-        )
-        return self._loop.submit(self._transport.handle(built))
+        return self._loop.submit(self._transport.handle(build_request(method, url, **options)))
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: bytes | None = None,
-        json_body: object = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 10.0,
-        max_bytes: int = MAX_BYTES,
-        follow_redirects: bool = False,
-    ) -> HttpResult:
+    def request(self, method: str, url: str, **options: Unpack[Options]) -> HttpResult:
         """:meth:`send`, waited for by this thread (any but the client loop's own, which would wait on itself)."""
         if self._loop.is_current():
             raise RuntimeError("a blocking HTTP request on the client's own loop would wait on itself; await send()")
-        pending = self.submit(
-            method,
-            url,
-            body=body,
-            json_body=json_body,
-            headers=headers,
-            timeout=timeout,
-            max_bytes=max_bytes,
-            follow_redirects=follow_redirects,
-        )
+        pending = self.submit(method, url, **options)
         try:
             return pending.result()
         except concurrent.futures.CancelledError:  # the client loop closed (at exit) while it ran
@@ -124,29 +63,10 @@ def shared_client() -> HttpClient:
     return _SHARED
 
 
-def request(
-    method: str,
-    url: str,
-    *,
-    body: bytes | None = None,
-    json_body: object = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 10.0,
-    max_bytes: int = MAX_BYTES,
-    follow_redirects: bool = False,
-) -> HttpResult:
+def request(method: str, url: str, **options: Unpack[Options]) -> HttpResult:
     """Send one request with the shared client and read the whole answer; raise :class:`Unreachable` or
     :class:`NoAnswer`.
 
     Any status is a result (the caller decides what 4xx/5xx mean); ``json_body`` is encoded as JSON.
     """
-    return _SHARED.request(
-        method,
-        url,
-        body=body,
-        json_body=json_body,
-        headers=headers,
-        timeout=timeout,
-        max_bytes=max_bytes,
-        follow_redirects=follow_redirects,
-    )
+    return _SHARED.request(method, url, **options)

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 from urllib.parse import SplitResult, urlsplit
 
 import msgspec
 
 from platforms.support.http_client._errors import HttpError, Unreachable
 
-__all__ = ["EXCERPT_BYTES", "HttpRequest", "HttpResult", "MockTransport", "Transport", "build_request", "shown"]
+__all__ = [
+    "EXCERPT_BYTES",
+    "MAX_BYTES",
+    "HttpRequest",
+    "HttpResult",
+    "MockTransport",
+    "Options",
+    "Transport",
+    "build_request",
+    "shown",
+]
 
 EXCERPT_BYTES = 300
+MAX_BYTES = 16 * 1024 * 1024
 
 
 class HttpRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,7 +42,7 @@ class HttpRequest(msgspec.Struct, frozen=True, kw_only=True):
     headers: dict[str, str]
     body: bytes | None = None
     timeout: float = 10.0
-    max_bytes: int = 16 * 1024 * 1024
+    max_bytes: int = MAX_BYTES
     follow_redirects: bool = False
 
 
@@ -96,32 +107,36 @@ def shown(url: str | SplitResult) -> str:
     return f"{parts.scheme}://{parts.hostname}{port}{parts.path}"
 
 
-def build_request(
-    method: str,
-    url: str,
-    *,
-    body: bytes | None,
-    json_body: object,
-    headers: dict[str, str] | None,
-    timeout: float,
-    max_bytes: int,
-    follow_redirects: bool,
-) -> HttpRequest:
-    """The :class:`HttpRequest` of a call (``json_body`` encoded as JSON); :class:`Unreachable` for a URL that is
-    not http(s), which cannot leave."""
+class Options(TypedDict, total=False):
+    """A request's options beside its method and URL: ``body`` bytes or ``json_body`` (encoded as JSON, with a
+    JSON ``content-type`` unless ``headers`` name one), ``timeout`` (default 10 s) for connecting and for each wait
+    for bytes, ``max_bytes`` of answer (default 16 MiB), ``follow_redirects`` (default no)."""
+
+    body: bytes | None
+    json_body: object
+    headers: dict[str, str] | None
+    timeout: float
+    max_bytes: int
+    follow_redirects: bool
+
+
+def build_request(method: str, url: str, **options: Unpack[Options]) -> HttpRequest:
+    """The :class:`HttpRequest` of a call; :class:`Unreachable` for a URL that is not http(s), which cannot leave."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Unreachable(f"not an http(s) URL: {shown(parts)!r}", reason="not an http(s) URL")
-    send_headers = {name.lower(): value for name, value in (headers or {}).items()}
+    headers = {name.lower(): value for name, value in (options.get("headers") or {}).items()}
+    body = options.get("body")
+    json_body = options.get("json_body")
     if json_body is not None:
         body = msgspec.json.encode(json_body)
-        send_headers.setdefault("content-type", "application/json; charset=utf-8")
+        headers.setdefault("content-type", "application/json; charset=utf-8")
     return HttpRequest(
         method=method,
         url=url,
-        headers=send_headers,
+        headers=headers,
         body=body,
-        timeout=timeout,
-        max_bytes=max_bytes,
-        follow_redirects=follow_redirects,
+        timeout=options.get("timeout", 10.0),
+        max_bytes=options.get("max_bytes", MAX_BYTES),
+        follow_redirects=options.get("follow_redirects", False),
     )
