@@ -1,9 +1,10 @@
 """One account's client-server API: ``{homeserver}/_matrix/client/v3/...`` with its access token.
 
 The poller calls it asynchronously (``/sync`` long polls, joins, backfill pages, member lists) on its event loop;
-the sender calls :meth:`Homeserver.put` from the outbox thread. Files are fetched from the authenticated media API
-(:meth:`Homeserver.media_url`, Matrix 1.11), with the same token. The token travels in the ``Authorization``
-header, never in a URL, so nothing logged can hold it. Every failure is an :class:`~platforms.matrix.wire.ApiError`.
+the sender calls :meth:`Homeserver.put` (and :meth:`Homeserver.upload` for a reply's file) from the outbox thread.
+Files are fetched from the authenticated media API (:meth:`Homeserver.media_url`, Matrix 1.11), with the same
+token. The token travels in the ``Authorization`` header, never in a URL, so nothing logged can hold it. Every
+failure is an :class:`~platforms.matrix.wire.ApiError`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from yarl import URL
 from platforms.matrix.wire import ApiError, api_error
 from platforms.support import http_client
 
-__all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "Account", "Homeserver", "room_path"]
+__all__ = ["CLIENT_PREFIX", "MEDIA_PREFIX", "UPLOAD_PATH", "Account", "Homeserver", "room_path"]
 
 CLIENT_PREFIX = "/_matrix/client/v3"
 MEDIA_PREFIX = "/_matrix/client/v1/media"
+UPLOAD_PATH = "/_matrix/media/v3/upload"  # uploads stay on the media API (Matrix 1.11 moved downloads only)
 _MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
@@ -94,6 +96,30 @@ class Homeserver:
         if not 200 <= result.status < 300:
             raise api_error(result.status, result.headers, result.body, what)
         return result.body
+
+    def upload(self, name: str, mime_type: str, data: bytes, *, what: str) -> str:
+        """A blocking ``POST /_matrix/media/v3/upload`` of a file; its ``mxc://`` URI, else :class:`ApiError`."""
+        url = f"{self.base_url}{UPLOAD_PATH}?{urlencode({'filename': name})}"
+        headers = self.headers() | {"Content-Type": mime_type}
+        try:
+            result = http_client.request("POST", url, body=data, headers=headers, timeout=self._timeout)
+        except http_client.HttpError as exc:
+            raise ApiError(f"{what}: {exc}", outcome_unknown=isinstance(exc, http_client.NoAnswer)) from None
+        if not 200 <= result.status < 300:
+            raise api_error(result.status, result.headers, result.body, what)
+        try:
+            uri = msgspec.json.decode(result.body, type=_Uploaded).content_uri
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise ApiError(f"{what}: the upload was answered without a content_uri", status=result.status) from None
+        if not uri.startswith("mxc://"):
+            raise ApiError(
+                f"{what}: the upload was answered with {uri[:100]!r}, not an mxc:// URI", status=result.status
+            )
+        return uri
+
+
+class _Uploaded(msgspec.Struct, frozen=True, kw_only=True):
+    content_uri: str
 
 
 class Account(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,6 +13,11 @@ mentions its sender, so in a busy room each person sees which answer is theirs. 
 ids the agent writes out do not ping anyone. Parts are at most ``max_message_bytes`` of JSON-escaped UTF-8 (an
 event is at most 64 KiB), cut at paragraphs, lines or sentences.
 
+A reply carrying a document (``/save``) is uploaded (``POST /_matrix/media/v3/upload``) and posted as one
+``m.file`` event (``filename``, ``url``, ``info``; the caption is the body) under a transaction id of its own, so a
+retry after a lost answer shows it once; a file the homeserver refuses sends the reply's text instead
+(:mod:`platforms.support.documents`).
+
 Failures: 429 ``M_LIMIT_EXCEEDED`` comes back with ``retry_after_ms`` for the outbox, and the room stays quiet
 until then; a refused access token (401 ``M_UNKNOWN_TOKEN``) says how to fix it and is retried; ``M_FORBIDDEN``
 (the bot is not in the room or may not speak), ``M_NOT_FOUND``, 400 and 413 cannot be fixed by retrying, so the
@@ -31,13 +36,14 @@ from typing import Any
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.matrix.client import Homeserver, room_path
 from platforms.matrix.config import MatrixConfig
 from platforms.matrix.events import PLATFORM
 from platforms.matrix.state import Snapshots
 from platforms.matrix.wire import ApiError
+from platforms.support.documents import before_posting, posting_failed, send_document
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 
@@ -64,7 +70,7 @@ def wire_length(text: str) -> int:
     return len(msgspec.json.encode(text)) - 2
 
 
-def transaction_id(message: OutboundMessage, part: int) -> str:
+def transaction_id(message: OutboundMessage, part: int | str) -> str:
     """The same for every attempt at part ``part`` of ``message``, different between replies and parts."""
     identity = msgspec.json.encode(
         [
@@ -107,19 +113,44 @@ class MatrixSender:
     def send(self, message: OutboundMessage) -> str | None:
         """Send ``message`` (in parts when long) to its room and thread; return the event id of its first part."""
         api = self._account(message.account_id)
-        if not message.chat_id:
+        room = message.chat_id
+        if not room:
             raise SendError(f"matrix account '{api.name}': a reply without a room id cannot be sent", permanent=True)
+        return send_document(
+            message,
+            lambda document: self._send_file(api, room, message, document),
+            lambda: self._send_text(api, room, message),
+            f"matrix account '{api.name}': a reply to {room}",
+        )
+
+    def _send_text(self, api: Homeserver, room: str, message: OutboundMessage) -> str | None:
         if not message.text.strip():
-            _log.info("matrix account %r: an empty reply to %s is not sent", api.name, message.chat_id)
+            _log.info("matrix account %r: an empty reply to %s is not sent", api.name, room)
             return None
-        direct = self._rooms.is_direct(api.name, message.chat_id)
+        direct = self._rooms.is_direct(api.name, room)
         parts = split_message(message.text, self._limit, length=wire_length)
         first: str | None = None
         for index, part in enumerate(parts):
             content = _content(message, part, first=index == 0, direct=direct)
-            event_id = self._put(api, message.chat_id, transaction_id(message, index), content)
+            event_id = self._put(api, room, transaction_id(message, index), content)
             first = first if first is not None else event_id
         return first
+
+    def _send_file(
+        self, api: Homeserver, room: str, message: OutboundMessage, document: OutboundDocument
+    ) -> str | None:
+        """Upload ``document`` to the media repository, then post it as one ``m.file`` event (its caption the body)."""
+        what = f"matrix account '{api.name}': a file for {room}"
+        with before_posting(what):
+            uri = api.upload(document.name, document.mime_type, document.data, what=what)
+        caption = split_message(document.caption, self._limit, length=wire_length)[0] if document.caption else ""
+        content = _content(message, caption or document.name, first=True, direct=self._rooms.is_direct(api.name, room))
+        info = {"mimetype": document.mime_type, "size": len(document.data)}
+        content |= {"msgtype": "m.file", "filename": document.name, "url": uri, "info": info}
+        try:
+            return self._put(api, room, transaction_id(message, "file"), content)
+        except SendError as exc:
+            raise posting_failed(exc) from None
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
         """Post ``title`` in room ``chat_id``; its event id is the root of the new thread."""

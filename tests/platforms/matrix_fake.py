@@ -8,7 +8,8 @@ left rooms and ``m.direct`` account data. A sync with nothing to answer waits up
 ``/rooms/{roomId}/messages?dir=b`` pages backwards from a ``prev_batch``; ``PUT .../send/{type}/{txnId}`` makes an
 event and remembers the transaction id per access token (a repeat answers the same event id);
 ``POST /join/{roomId}`` needs an invite. ``GET /_matrix/client/v1/media/download/{serverName}/{mediaId}`` (the
-authenticated media API) serves what :meth:`MatrixFake.upload` stored, with its ``Content-Type`` and
+authenticated media API) serves what :meth:`MatrixFake.upload` or a client's ``POST /_matrix/media/v3/upload``
+(raw bytes, ``Content-Type``, ``?filename=``; answered with its ``content_uri``) stored, with its ``Content-Type`` and
 ``Content-Length``, to any valid token; an unknown file is ``M_NOT_FOUND``. Errors are ``{"errcode", "error"}``:
 ``M_UNKNOWN_TOKEN``, ``M_MISSING_TOKEN``, ``M_FORBIDDEN``, ``M_LIMIT_EXCEEDED`` with ``retry_after_ms`` and
 ``Retry-After``. Tests add users and rooms, post messages as users, upload files, queue raw events, script failures
@@ -47,6 +48,7 @@ T = TypeVar("T")
 
 _PREFIX = "/_matrix/client/v3"
 _MEDIA = "/_matrix/client/v1/media"
+_UPLOAD = "/_matrix/media/v3/upload"
 _DEFAULT_TIMELINE_LIMIT = 10
 
 
@@ -123,11 +125,13 @@ class MatrixFake:
         self._calls: list[Call] = []
         self._media: dict[tuple[str, str], tuple[bytes, str, bool]] = {}  # (server, id) -> (bytes, type, cut)
         self._media_ids = itertools.count(1)
+        self.uploads: list[tuple[str | None, str, bytes, str]] = []  # (filename, Content-Type, bytes, mxc URI)
         self._closing = False
         self.send_summaries = True  # False: leave summary.m.joined_member_count out, as some servers do
         app = web.Application(client_max_size=4 * 1024 * 1024)
         app.router.add_route("*", _PREFIX + "/{tail:.*}", self._handle)
         app.router.add_route("*", _MEDIA + "/{tail:.*}", self._handle)
+        app.router.add_route("*", _UPLOAD, self._handle)
         self._host = HttpHost(app, name="matrix-fake")
 
     # -- lifecycle
@@ -279,7 +283,7 @@ class MatrixFake:
         raw_body: bytes | None = None,
         drop: bool = False,
     ) -> None:
-        """Answer ``times`` calls of ``endpoint`` (sync, send, join, messages, whoami, joined_members), after
+        """Answer ``times`` calls of ``endpoint`` (sync, send, join, messages, whoami, joined_members, upload), after
         letting ``after`` through, with an error; ``raw_body`` replaces the JSON; ``drop`` does the work (a send
         makes its event) and cuts the connection without answering."""
         with self._lock:
@@ -386,7 +390,12 @@ class MatrixFake:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         began = time.monotonic()
         path = request.raw_path.split("?")[0]
-        tail = path.removeprefix(_PREFIX) if path.startswith(_PREFIX + "/") else "/v1-media" + path.removeprefix(_MEDIA)
+        if path == _UPLOAD:
+            tail = "/v3-upload"
+        elif path.startswith(_PREFIX + "/"):
+            tail = path.removeprefix(_PREFIX)
+        else:
+            tail = "/v1-media" + path.removeprefix(_MEDIA)
         endpoint, args = _route(request.method, tail)
         query = dict(request.query)
         header = request.headers.get("Authorization", "")
@@ -401,7 +410,7 @@ class MatrixFake:
             return response
 
         raw = await request.read()
-        if raw:
+        if raw and endpoint != "upload":
             try:
                 body = json.loads(raw)
             except ValueError:
@@ -438,6 +447,8 @@ class MatrixFake:
         answer: web.StreamResponse
         if endpoint == "download":  # streamed: it needs the request
             answer = await self._download(request, args)
+        elif endpoint == "upload":  # raw bytes, not JSON
+            answer = self._upload(request, raw)
         elif handler is None:
             return record(_error(404, "M_UNRECOGNIZED", "Unrecognized request"))
         else:
@@ -467,6 +478,13 @@ class MatrixFake:
         if request.transport is not None:
             request.transport.close()
         return response
+
+    def _upload(self, request: web.Request, data: bytes) -> web.Response:
+        content_type = request.headers.get("Content-Type", "application/octet-stream")
+        mxc = self.upload(data, content_type)
+        with self._lock:
+            self.uploads.append((request.query.get("filename"), content_type, data, mxc))
+        return web.json_response({"content_uri": mxc})
 
     async def _joined_members(
         self, user_id: str, token: str, args: list[str], query: dict[str, str], body: Any
@@ -650,6 +668,8 @@ def _route(method: str, tail: str) -> tuple[str, list[str]]:
         return "sync", []
     if method == "GET" and parts == ["account", "whoami"]:
         return "whoami", []
+    if method == "POST" and parts == ["v3-upload"]:
+        return "upload", []
     if method == "GET" and len(parts) == 4 and parts[:2] == ["v1-media", "download"]:
         return "download", parts[2:]
     if method == "POST" and len(parts) == 2 and parts[0] == "join":

@@ -1261,3 +1261,62 @@ def test_the_banner_says_how_each_account_receives_and_replies(hs: MatrixFake) -
     assert adapter.capabilities.threads
     assert adapter.capabilities.max_message_chars == 32000 // 6
     assert adapter.senders()[0].idempotent_sends
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_uploads_the_markdown_and_posts_one_m_file_event(hs: MatrixFake, start: Start) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    hs.post(DM, ALICE, "hello")
+    wait_sent(hs, 1)
+    hs.post(DM, ALICE, "/save")
+    _, saved = wait_sent(hs, 2)
+    assert matrix.gateway.wait_idle()
+    ((filename, content_type, data, uri),) = hs.uploads
+    assert filename is not None and filename.endswith(".md")
+    assert content_type.startswith("text/markdown")
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert saved["msgtype"] == "m.file"
+    assert (saved["url"], saved["filename"]) == (uri, filename)
+    assert saved["info"] == {"mimetype": content_type, "size": len(data)}
+    assert saved["body"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert len(hs.sent(BOT)) == 2  # the file instead of the text, not beside it
+
+
+def test_a_lost_answer_to_the_m_file_event_is_retried_under_its_transaction_id_and_shows_once(
+    hs: MatrixFake, start: Start
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    hs.post(DM, ALICE, "hello")
+    wait_sent(hs, 1)
+    hs.fail("send", 200, drop=True, times=2)  # aiohttp sends a PUT whose connection closed once more by itself
+    hs.post(DM, ALICE, "/save")
+    hs.wait_for(lambda: len(hs.calls("send")) >= 4)
+    assert matrix.gateway.wait_idle()
+    _, *file_sends = hs.calls("send")
+    assert [call.status for call in file_sends] == [0, 0, 200]
+    assert len({call.path for call in file_sends}) == 1  # one transaction id on every attempt
+    assert [event["msgtype"] for event in hs.sent(BOT)] == ["m.text", "m.file"]
+    assert len(hs.uploads) == 2  # the outbox's retry uploaded the file again; the room shows it once
+
+
+def test_save_sends_the_text_when_the_homeserver_refuses_the_upload(
+    hs: MatrixFake, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    hs.create_room(DM, ALICE, BOT)
+    matrix = start()
+    hs.post(DM, ALICE, "hello")
+    wait_sent(hs, 1)
+    hs.fail("upload", 413, "M_TOO_LARGE", "Cannot upload files larger than 10 MB")
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        hs.post(DM, ALICE, "/save")
+        _, text = wait_sent(hs, 2)
+        assert matrix.gateway.wait_idle()
+    assert text["msgtype"] == "m.text"
+    assert text["body"].index("hello") < text["body"].index("echo: hello")
+    assert hs.uploads == []
+    assert "M_TOO_LARGE" in caplog.text and "the reply's text is sent instead" in caplog.text
