@@ -105,12 +105,16 @@ class Conversation(msgspec.Struct, frozen=True, kw_only=True):
     sees this history and this extra system text instead of the stored transcript's, for that turn only.
 
     ``after_transcript`` keeps the stored transcript (a Responses chain continues its session): the model sees the
-    transcript, then ``history``, with ``system`` added to the session's system text.
+    transcript, then ``history``, with ``system`` added to the session's system text. ``whole`` says ``history`` is
+    the whole conversation as the client holds it now (a chat-completions body): the turn stores the conversation
+    that way, the stored messages the client no longer sends (a regenerated answer, an edited message) replaced by
+    the client's.
     """
 
     system: str | None = None
     history: tuple[ContextMessage, ...] = ()
     after_transcript: bool = False
+    whole: bool = False
 
 
 class TokenUsage(msgspec.Struct, frozen=True, kw_only=True):

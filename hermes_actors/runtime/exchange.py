@@ -18,10 +18,12 @@ from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment, OutboundError
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, TurnOutcome
 from hermes_actors.runtime.records import CreatedRow, answered, record_attachments, source_of
+from hermes_actors.runtime.rewind import rewind_of
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
-from hermes_actors.runtime.turn_input import marked_reply, posted_messages, turn_input
+from hermes_actors.runtime.turn_input import conversation_of, marked_reply, posted_messages, turn_input
 from hermes_actors.store import InboxState, NewMessage, Store
+from hermes_actors.store.transcript_cuts import TranscriptCuts
 
 __all__ = ["Exchange"]
 
@@ -98,6 +100,10 @@ class Exchange:
         cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
         now = self._services.clock()
         new, firsts = posted_messages(deliveries, contents, now)  # user messages, or a client's tool results
+        rewind = rewind_of(state.history, conversation_of(deliveries))  # a regenerated or edited tail, replaced
+        if rewind is not None and rewind.restored:
+            new = [msgspec.structs.replace(m, created_at=now) for m in rewind.restored] + new
+            firsts = [first + len(rewind.restored) for first in firsts]
         reply_text: str | None = None
         if isinstance(reply, AgentReply) and not cancelled:
             new.extend(
@@ -140,11 +146,15 @@ class Exchange:
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
                     )
             created = state.start_rows(store)
+            if rewind is not None and rewind.cut_id is not None:
+                TranscriptCuts(store.sql, self._services.clock).cut_from(self.session_id, rewind.cut_id)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, [ids[i] for i in firsts], now)
             return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
 
         outbox_id, ids, created = self._services.writer.call(commit)
+        if rewind is not None:
+            state.cut(rewind.cut_at)
         state.committed(created, ids, new, now)
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound, counted=ahead)

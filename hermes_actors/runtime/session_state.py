@@ -189,6 +189,11 @@ class SessionState:
             self._pending_title = None
         self._history.extend(appended(self.session_id, ids, new, now))
 
+    def cut(self, at: int) -> None:
+        """A turn's commit cut the transcript's messages from position ``at`` on (:mod:`.rewind`); call before
+        :meth:`committed` adds what it stored."""
+        del self._history[at:]
+
     # -- titles ------------------------------------------------------------------------------------------------
 
     def apply_background_title(self) -> None:

@@ -10,6 +10,11 @@ requests of one frontend conversation land in one stored session. When the reque
 are mixed into the fingerprint, so two clients never share a stored session (the reference lets any two that open
 with "Hello" share one).
 
+The body is the conversation as the client holds it now (``Conversation.whole``): when its user regenerated an answer
+or edited a message, the turn replaces the stored tail from the first message the client no longer sends with the
+client's (:mod:`hermes_actors.runtime.rewind`), so the stored session holds what the user sees. An edit of the first
+user message begins another conversation (its fingerprint changes): a new session, the old one kept as it was.
+
 A request whose messages end with ``tool`` messages brings the results of the client tool calls the previous
 answer ended with: those results are the new turn (stored as tool messages, and the model continues from them), and
 the messages before them, the assistant's tool calls among them, are the history. Its fingerprint is the same as
@@ -78,7 +83,7 @@ def chat_turn(chat: ChatRequest, *, stateless: bool, scope: str | None, user: st
     if first_user is None:
         raise ApiError(400, "messages holds no message with role 'user'; add one", param="messages")
     name = conversation_name(system, first_user, scope=scope, user=user or chat.user)
-    conversation = Conversation(system=system, history=history)
+    conversation = Conversation(system=system, history=history, whole=True)
     return ChatTurn(text=text, images=images, conversation=conversation, name=name, tools=tools, tool_results=results)
 
 
