@@ -22,6 +22,7 @@ import msgspec
 from hermes_actors.errors import PlatformError
 from platforms.mattermost.wire import Channel, FileInfo, Post, PostList, User
 from platforms.support import http_client
+from platforms.support.documents import FormFile, form_data
 from platforms.support.ratelimit import Rate, RateLimiter
 
 __all__ = ["RestClient", "RestError", "retry_after"]
@@ -59,6 +60,14 @@ class _Error(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Team(msgspec.Struct, frozen=True, kw_only=True):
     id: str
+
+
+class _FileId(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+
+
+class _Uploaded(msgspec.Struct, frozen=True, kw_only=True):
+    file_infos: list[_FileId] = msgspec.field(default_factory=list)
 
 
 def retry_after(headers: dict[str, str], now: float | None = None) -> float:
@@ -136,22 +145,36 @@ class RestClient:
         """``POST /posts``; return the created post."""
         return self._decode(self.call("POST", "/posts", body), Post, "POST /posts")
 
+    def upload_file(self, channel_id: str, file: FormFile) -> str:
+        """``POST /files`` (``multipart/form-data``: ``channel_id`` and the file as ``files``); return the file's id,
+        which a post then names in ``file_ids``."""
+        form = form_data({"channel_id": channel_id}, [file])
+        answer = self._decode(self.call("POST", "/files", form=form), _Uploaded, "POST /files")
+        if not answer.file_infos:
+            raise RestError(f"mattermost bot '{self.name}': POST /files answered no file_infos", status=201)
+        return answer.file_infos[0].id
+
     def file_info(self, file_id: str) -> FileInfo:
         """``GET /files/{id}/info``: name, size and type of a post's file."""
         path = f"/files/{quote(file_id)}/info"
         return self._decode(self.call("GET", path), FileInfo, f"GET {path}")
 
-    def call(self, method: str, path: str, body: object = None) -> bytes:
-        """One request; return the 2xx body or raise :class:`RestError`."""
+    def call(self, method: str, path: str, body: object = None, *, form: tuple[bytes, str] | None = None) -> bytes:
+        """One request with a JSON ``body`` or a ``form`` (its bytes and content type); return the 2xx body or raise
+        :class:`RestError`."""
         where = f"mattermost bot '{self.name}': {method} {path.split('?', 1)[0]}"
         wait = self._pace.delay(self.name)
         if wait > self._max_sleep:
             raise RestError(f"{where}: held back {wait:.1f} s by the request rate limit", retry_after_s=wait)
         if wait > 0:
             self._sleep(wait)
+        headers, raw = self.auth, None
+        if form is not None:
+            raw, content_type = form
+            headers = headers | {"content-type": content_type}
         try:
             result = http_client.request(
-                method, self.base + path, json_body=body, headers=self.auth, timeout=self._timeout
+                method, self.base + path, body=raw, json_body=body, headers=headers, timeout=self._timeout
             )
         except http_client.NoAnswer as exc:
             raise RestError(f"{where}: {exc}", outcome_unknown=True) from None

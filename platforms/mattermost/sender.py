@@ -8,6 +8,10 @@ Each part carries a ``pending_post_id`` derived from the outbox id, the reply an
 repeat within its dedupe window (about 30 s) with the post it already made, so a retry after a lost answer does not
 post twice. Beyond that window a retry can duplicate, so sends do not count as idempotent.
 
+A reply carrying a document (``/save``) uploads it (``POST /api/v4/files``) and makes one post naming it in
+``file_ids``, its caption the message, under a ``pending_post_id`` of its own; a file the server refuses (uploads
+off, too large) sends the reply's text instead (:mod:`platforms.support.documents`).
+
 A ``/handoff`` thread is a root post naming it (:meth:`MattermostSender.create_thread`); its id is the thread id.
 A 429 comes back as ``SendError(retry_after_s=...)``; refusals no retry can fix (the channel is gone, the bot may not
 post there, a root post that does not exist, a body the server rejects: HTTP 400, 403 and 404) are permanent, so the
@@ -22,10 +26,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.mattermost.events import PLATFORM
 from platforms.mattermost.rest import RestClient, RestError
+from platforms.support.documents import FormFile, before_posting, posting_failed, send_document
 from platforms.support.progress import PartProgress, reply_identity
 from platforms.support.text import split_message
 
@@ -38,7 +43,7 @@ _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _MAX_THREAD_TITLE = 200
 
 
-def pending_post_id(identity: str, index: int) -> str:
+def pending_post_id(identity: str, index: int | str) -> str:
     """A 26-character id, the same on every attempt at part ``index`` of the reply ``identity``."""
     number = int.from_bytes(hashlib.sha256(f"{identity}:{index}".encode()).digest()[:17])
     letters = []
@@ -68,6 +73,14 @@ class MattermostSender:
                 f"mattermost bot {rest.name!r}: {channel!r} is not a channel id; the reply is given up", permanent=True
             )
         root = message.thread_id if message.thread_id and _ID.fullmatch(message.thread_id) else ""
+        return send_document(
+            message,
+            lambda document: self._post_file(rest, channel, root, message, document),
+            lambda: self._send_text(rest, channel, root, message),
+            f"mattermost bot '{rest.name}': a reply to channel {channel}",
+        )
+
+    def _send_text(self, rest: RestClient, channel: str, root: str, message: OutboundMessage) -> str | None:
         parts = split_message(message.text, self._limit) if message.text.strip() else []
         if not parts:
             _log.info("mattermost bot %r: an empty reply to channel %s is not sent", rest.name, channel)
@@ -87,6 +100,26 @@ class MattermostSender:
                 raise
         self._progress.forget(message)
         return sent[0]
+
+    def _post_file(
+        self, rest: RestClient, channel: str, root: str, message: OutboundMessage, document: OutboundDocument
+    ) -> str:
+        """Upload ``document`` to the channel, then one post naming it in ``file_ids``, its caption the message."""
+        with before_posting(f"mattermost bot '{rest.name}': a file for channel {channel}"):
+            file = FormFile(field="files", name=document.name, mime_type=document.mime_type, data=document.data)
+            file_id = rest.upload_file(channel, file)
+        body: dict[str, Any] = {
+            "channel_id": channel,
+            "message": document.caption[: self._limit],
+            "file_ids": [file_id],
+        }
+        if root:
+            body["root_id"] = root
+        body["pending_post_id"] = pending_post_id(reply_identity(message), "file")
+        try:
+            return self._post(rest, body)
+        except SendError as exc:
+            raise posting_failed(exc) from None
 
     def create_thread(self, chat_id: str, title: str, *, account_id: str = "") -> str:
         """Start a thread in channel ``chat_id`` with a root post saying ``title``; return the root post's id."""

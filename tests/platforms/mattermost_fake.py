@@ -13,10 +13,11 @@ raw frames.
 The REST API answers ``GET /users/me``, ``GET /users/me/teams``, ``GET /users/me/teams/{id}/channels``,
 ``GET /channels/{id}``, ``GET /channels/{id}/posts?since=`` (``{"order", "posts"}``: posts changed after
 ``since``), ``POST /posts`` (``channel_id``, ``message`` up to 16,383 characters, ``root_id`` of a root post in the
-same channel, ``pending_post_id`` deduplicated for :attr:`MattermostFake.dedupe_s`), ``GET /files/{id}/info`` and
-``GET /files/{id}``, all behind the Bearer token, with Mattermost's JSON errors (``id``, ``message``,
-``status_code``) and ``X-Ratelimit-*`` headers; failures (429 with ``Retry-After``, 403, a lost answer) can be
-scripted.
+same channel, ``pending_post_id`` deduplicated for :attr:`MattermostFake.dedupe_s`, ``file_ids`` of files uploaded
+to that channel and not yet in a post), ``POST /files`` (``multipart/form-data``: ``channel_id`` and ``files``;
+answered 201 with ``file_infos``), ``GET /files/{id}/info`` and ``GET /files/{id}``, all behind the Bearer token,
+with Mattermost's JSON errors (``id``, ``message``, ``status_code``) and ``X-Ratelimit-*`` headers; failures (429
+with ``Retry-After``, 403, a lost answer) can be scripted.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 from aiohttp import WSMsgType, web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import Upload, is_form, parse_form
 from tests.platforms.support import wait_on
 
 __all__ = ["MattermostFake", "Request", "new_id"]
@@ -94,6 +96,14 @@ class _File:
     data: bytes
 
 
+@dataclass(frozen=True)
+class Form:
+    """The body of a ``multipart/form-data`` request: its text fields and its files."""
+
+    fields: dict[str, str]
+    files: list[Upload]
+
+
 class MattermostFake:
     """The fake server; see the module docstring."""
 
@@ -131,6 +141,7 @@ class MattermostFake:
             "/api/v4/channels/{channel_id}/posts", self._rest("GET /channels/{channel_id}/posts", self._channel_posts)
         )
         app.router.add_post("/api/v4/posts", self._rest("POST /posts", self._create_post))
+        app.router.add_post("/api/v4/files", self._rest("POST /files", self._upload_files))
         app.router.add_get("/api/v4/files/{file_id}/info", self._rest("GET /files/{file_id}/info", self._file_info))
         app.router.add_get("/api/v4/files/{file_id}", self._rest("GET /files/{file_id}", self._file))
         self._host = HttpHost(app, name="mattermost-fake")
@@ -425,7 +436,14 @@ class MattermostFake:
                 user_id = self._tokens.get(auth.removeprefix("Bearer ")) if auth.startswith("Bearer ") else None
             token = auth.removeprefix("Bearer ") if user_id is not None else None
             body: Any = None
-            if raw:
+            if raw and is_form(request.headers.get("Content-Type", "")):
+                try:
+                    body = Form(*parse_form(request.headers["Content-Type"], raw))
+                except ValueError:
+                    return self._record(
+                        request, token, None, 400, _error("api.context.invalid_body_param.app_error", 400)
+                    )
+            elif raw:
                 try:
                     body = json.loads(raw)
                 except ValueError:
@@ -444,7 +462,7 @@ class MattermostFake:
             if failure is not None and not failure.lose_answer:
                 return self._record(request, token, body, failure.status, failure.body, failure.headers)
             status, answer, headers = handle(user_id, request, body)
-            if status == 201 and isinstance(answer, dict):
+            if status == 201 and route == "POST /posts" and isinstance(answer, dict):
                 with self._lock:
                     new = answer["id"] not in self._broadcasted
                     self._broadcasted.add(answer["id"])
@@ -534,7 +552,10 @@ class MattermostFake:
         if isinstance(found, tuple):
             return found[0], found[1], {}
         message, root_id, pending = body.get("message", ""), body.get("root_id", ""), body.get("pending_post_id", "")
-        if not isinstance(message, str) or not message or len(message) > MAX_MESSAGE:
+        file_ids = body.get("file_ids") or []
+        if not isinstance(file_ids, list) or len(file_ids) > 10:
+            return 400, _error("model.post.is_valid.file_ids.app_error", 400), {}
+        if not isinstance(message, str) or not (message or file_ids) or len(message) > MAX_MESSAGE:
             return 400, _error("model.post.is_valid.msg.app_error", 400), {}
         with self._lock:
             root = self._posts.get(root_id) if root_id else None
@@ -544,12 +565,45 @@ class MattermostFake:
                 seen = self._pending.get(pending)
                 if seen is not None and time.monotonic() - seen[0] < self.dedupe_s:
                     return 201, seen[1], {}
-        post = self._new_post(found["id"], user_id, message, root_id=root_id)
+            files = [self._files.get(str(file_id)) for file_id in file_ids]
+            for file in files:  # Mattermost drops what it cannot attach; the fake refuses it, to be seen
+                if file is None or file.info.get("channel_id") != found["id"] or file.info.get("post_id"):
+                    return 400, _error("api.post.create_post.attach_files.app_error", 400), {}
+        post = self._new_post(found["id"], user_id, message, root_id=root_id, file_ids=[str(f) for f in file_ids])
+        if files:
+            with self._lock:
+                for file in files:
+                    assert file is not None
+                    file.info["post_id"] = post["id"]
+                post["metadata"] = {"files": [dict(file.info) for file in files if file is not None]}
         if pending:
             post["pending_post_id"] = pending
             with self._lock:
                 self._pending[pending] = (time.monotonic(), post)
         return 201, post, {}
+
+    def _upload_files(self, user_id: str, request: web.Request, body: Any) -> tuple[int, Any, dict[str, str]]:
+        if not isinstance(body, Form) or not body.files:
+            return 400, _error("api.file.upload_file.incorrect_number_of_files.app_error", 400), {}
+        found = self._visible(user_id, body.fields.get("channel_id", ""))
+        if isinstance(found, tuple):
+            return found[0], found[1], {}
+        infos = []
+        for upload in body.files:
+            if upload.field != "files":
+                return 400, _error("api.file.upload_file.incorrect_number_of_files.app_error", 400), {}
+            file_id = self.add_file(upload.data, upload.filename, upload.content_type)
+            with self._lock:
+                info = self._files[file_id].info
+                info.update({"channel_id": found["id"], "user_id": user_id, "post_id": ""})
+                infos.append(dict(info))
+        return 201, {"file_infos": infos, "client_ids": []}, {}
+
+    def uploaded(self, file_id: str) -> tuple[dict[str, Any], bytes]:
+        """The info and the bytes of a file."""
+        with self._lock:
+            file = self._files[file_id]
+            return dict(file.info), file.data
 
     def _file_info(self, user_id: str, request: web.Request, body: Any) -> tuple[int, Any, dict[str, str]]:
         with self._lock:

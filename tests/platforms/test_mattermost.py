@@ -692,3 +692,64 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(world: W
         worker.stop()
     assert texts(fake.posts_by(world.bot)) == ["echo: survive", "echo: after"]
     assert [state for _, state in wait_for_inbox(db, 2)] == ["done", "done"]
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_uploads_the_markdown_and_makes_one_post_with_it(world: World, start: Start) -> None:
+    fake = world.fake
+    dm = fake.add_channel("D", [world.bot, world.alice])
+    running = start()
+    fake.wait_connected(TOKEN)
+    fake.post(dm, world.alice, "hello")
+    fake.wait_posts(world.bot, 1)
+    fake.post(dm, world.alice, "/save")
+    _, saved = fake.wait_posts(world.bot, 2)
+    assert running.gateway.wait_idle()
+    (file_id,) = saved["file_ids"]
+    info, data = fake.uploaded(file_id)
+    assert (info["channel_id"], info["post_id"]) == (dm, saved["id"])
+    assert info["name"].endswith(".md") and info["mime_type"] == "text/markdown"
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert saved["message"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert len(fake.posts_by(world.bot)) == 2  # the file instead of the text, not beside it
+
+
+def test_a_lost_answer_to_the_file_post_is_retried_under_its_pending_post_id_and_posts_once(
+    world: World, start: Start
+) -> None:
+    fake = world.fake
+    running = start()
+    fake.wait_connected(TOKEN)
+    fake.post(world.town, world.alice, "hello")
+    fake.wait_posts(world.bot, 1)
+    fake.fail("POST /posts", 201, lose_answer=True)
+    fake.post(world.town, world.alice, "/save")
+    fake.wait_for(lambda: len(fake.requests("POST /posts")) >= 3)
+    assert running.gateway.wait_idle()
+    _, lost, retried = fake.requests("POST /posts")
+    assert lost.body["pending_post_id"] == retried.body["pending_post_id"]
+    assert [len(post["file_ids"]) for post in fake.posts_by(world.bot)] == [0, 1]
+    assert len(fake.requests("POST /files")) == 2  # the retry uploaded again; the channel shows one post
+
+
+def test_save_sends_the_text_when_file_uploads_are_off(
+    world: World, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = world.fake
+    running = start()
+    fake.wait_connected(TOKEN)
+    fake.post(world.town, world.alice, "hello")
+    fake.wait_posts(world.bot, 1)
+    fake.fail(
+        "POST /files", 501, {"id": "api.file.upload_file.storage.app_error", "message": "File storage is disabled"}
+    )
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        fake.post(world.town, world.alice, "/save")
+        _, text = fake.wait_posts(world.bot, 2)
+        assert running.gateway.wait_idle()
+    assert text["file_ids"] == []
+    assert text["message"].index("hello") < text["message"].index("echo: hello")
+    assert "File storage is disabled" in caplog.text and "the reply's text is sent instead" in caplog.text
