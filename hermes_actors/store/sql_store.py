@@ -11,7 +11,7 @@ and :class:`~hermes_actors.store.interface.Transcripts` are one line each over t
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -19,9 +19,11 @@ from typing import Literal, Self
 
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import lineage, lineage_list
+from hermes_actors.store import export, lineage, lineage_list, prune
 from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.cursors import KeyValues
+from hermes_actors.store.dead_letters import DeadLetters
+from hermes_actors.store.deliveries import Deliveries
 from hermes_actors.store.homes import HomeChannels
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.memories import Memories
@@ -67,6 +69,8 @@ class SqlStore(abc.ABC):
         self.inbox = Inbox(sql, clock)
         self.outbox = Outbox(sql, clock)
         self.responses = Responses(sql, clock)
+        self.dead_letters = DeadLetters(sql, clock)
+        self.deliveries = Deliveries(sql, clock)
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -319,3 +323,61 @@ class SqlStore(abc.ABC):
     def stats(self) -> StoreStats:
         """Return session and message totals, per-source counts and the database's size."""
         return self.transcript.stats(database_bytes=self._database_bytes(), schema_version=self.schema_version())
+
+    # -- pruning and export (see prune and export) ---------------------------------------------------------------
+
+    def prune_sessions(
+        self,
+        filter: prune.PruneFilter,
+        *,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        now: float | None = None,
+        batch_size: int = prune.DEFAULT_BATCH_SIZE,
+    ) -> prune.PruneResult:
+        """Delete the ended sessions ``filter`` selects, oldest first (see :func:`.prune.prune_sessions`)."""
+        return prune.prune_sessions(
+            self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
+        )
+
+    def auto_prune(
+        self,
+        *,
+        enabled: bool,
+        retention_days: float = 90,
+        vacuum_after_prune: bool = True,
+        min_interval_hours: float = 24,
+        now: float,
+    ) -> prune.PruneResult | None:
+        """Prune ended sessions past ``retention_days`` unless disabled or recently done (see
+        :func:`.prune.auto_prune`)."""
+        return prune.auto_prune(
+            self,
+            enabled=enabled,
+            retention_days=retention_days,
+            vacuum_after_prune=vacuum_after_prune,
+            min_interval_hours=min_interval_hours,
+            now=now,
+        )
+
+    def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
+        """Return how many sessions :meth:`iter_exports` yields."""
+        return export.count_exports(self, source=source, session_id=session_id)
+
+    def iter_exports(
+        self, *, source: str | None = None, session_id: str | None = None
+    ) -> Iterator[export.SessionExport]:
+        """Yield sessions with their transcripts and attachments (see :func:`.export.iter_exports`)."""
+        return export.iter_exports(self, source=source, session_id=session_id)
+
+    def insert_session_export(
+        self, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[export.AttachmentRow]]]
+    ) -> None:
+        """Insert a session with its messages and their files as they are (an import; see
+        :func:`.export.insert_session_export`)."""
+        export.insert_session_export(self, record, messages)
+
+    def child_session_ids(self, session_id: str) -> list[str]:
+        """Return the sessions whose parent is ``session_id``."""
+        return export.child_session_ids(self, session_id)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import apsw
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store import backup, export, fts, maintenance, prune
+from hermes_actors.store import backup, fts, maintenance
 from hermes_actors.store.attachments import media_dir_for
 from hermes_actors.store.connection import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -27,7 +27,7 @@ from hermes_actors.store.connection import (
 )
 from hermes_actors.store.leases import Leases
 from hermes_actors.store.migrations import migrate, schema_version
-from hermes_actors.store.records import FtsResult, MessageRow, OptimizeResult, SessionRecord
+from hermes_actors.store.records import FtsResult, OptimizeResult
 from hermes_actors.store.search_apsw import StoreSearchReads
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.sql_store import SqlStore
@@ -182,63 +182,3 @@ class Store(SqlStore):
     def search_reads(self) -> SearchReads:
         """Return the reads ``session_search`` makes, on this store's connection (one per search)."""
         return StoreSearchReads(self._sqlite, self.resolution)
-
-    # -- pruning and export (SQL in their own modules) ---------------------------------------------------------
-
-    def prune_sessions(
-        self,
-        filter: prune.PruneFilter,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        progress: Callable[[int, int], None] | None = None,
-        now: float | None = None,
-        batch_size: int = prune.DEFAULT_BATCH_SIZE,
-    ) -> prune.PruneResult:
-        """Delete the ended sessions ``filter`` selects, oldest first (see :func:`.prune.prune_sessions`)."""
-        return prune.prune_sessions(
-            self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
-        )
-
-    def auto_prune(
-        self,
-        *,
-        enabled: bool,
-        retention_days: float = 90,
-        vacuum_after_prune: bool = True,
-        min_interval_hours: float = 24,
-        now: float,
-    ) -> prune.PruneResult | None:
-        """Prune ended sessions past ``retention_days`` unless disabled or recently done (see
-        :func:`.prune.auto_prune`)."""
-        return prune.auto_prune(
-            self,
-            enabled=enabled,
-            retention_days=retention_days,
-            vacuum_after_prune=vacuum_after_prune,
-            min_interval_hours=min_interval_hours,
-            now=now,
-        )
-
-    def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
-        """Return how many sessions :meth:`iter_exports` yields."""
-        return export.count_exports(self, source=source, session_id=session_id)
-
-    def iter_exports(
-        self, *, source: str | None = None, session_id: str | None = None
-    ) -> Iterator[export.SessionExport]:
-        """Yield sessions with their transcripts and attachments (see :func:`.export.iter_exports`)."""
-        return export.iter_exports(self, source=source, session_id=session_id)
-
-    def insert_session_export(
-        self,
-        record: SessionRecord,
-        messages: Sequence[tuple[MessageRow, Sequence[export.AttachmentRow]]],
-    ) -> None:
-        """Insert a session with its messages and their files as they are (an import; see
-        :func:`.export.insert_session_export`)."""
-        export.insert_session_export(self, record, messages)
-
-    def child_session_ids(self, session_id: str) -> list[str]:
-        """Return the sessions whose parent is ``session_id``."""
-        return export.child_session_ids(self, session_id)

@@ -19,9 +19,7 @@ from pathlib import Path
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store import backup as sqlite_backup
-from hermes_actors.store import export, prune
 from hermes_actors.store.connection import StoreUnwritableError
-from hermes_actors.store.export import AttachmentRow, SessionExport
 from hermes_actors.store.fts import Order
 from hermes_actors.store.leases import Leases
 from hermes_actors.store.pg import fts, maintenance
@@ -35,8 +33,7 @@ from hermes_actors.store.pg.search import PgSearchReads
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
 from hermes_actors.store.pg.transcript import PgMessageRows
-from hermes_actors.store.prune import DEFAULT_BATCH_SIZE, PruneFilter, PruneResult
-from hermes_actors.store.records import FtsResult, MessageRow, OptimizeResult, SessionRecord
+from hermes_actors.store.records import FtsResult, OptimizeResult
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.sql_store import SqlStore
 
@@ -196,57 +193,3 @@ class PostgresStore(SqlStore):
     def search_reads(self) -> SearchReads:
         """The reads ``session_search`` makes, on this store's pool."""
         return PgSearchReads(self._pg, self.resolution)
-
-    # -- pruning and export -------------------------------------------------------------------------------------
-
-    def prune_sessions(
-        self,
-        filter: PruneFilter,
-        *,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        progress: Callable[[int, int], None] | None = None,
-        now: float | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> PruneResult:
-        """Delete the ended sessions ``filter`` selects, oldest first, ``batch_size`` per transaction."""
-        return prune.prune_sessions(
-            self, filter, dry_run=dry_run, vacuum=vacuum, progress=progress, now=now, batch_size=batch_size
-        )
-
-    def auto_prune(
-        self,
-        *,
-        enabled: bool,
-        retention_days: float = 90,
-        vacuum_after_prune: bool = True,
-        min_interval_hours: float = 24,
-        now: float,
-    ) -> PruneResult | None:
-        """Prune by retention unless disabled or the last run is recent."""
-        return prune.auto_prune(
-            self,
-            enabled=enabled,
-            retention_days=retention_days,
-            vacuum_after_prune=vacuum_after_prune,
-            min_interval_hours=min_interval_hours,
-            now=now,
-        )
-
-    def count_exports(self, *, source: str | None = None, session_id: str | None = None) -> int:
-        """How many sessions :meth:`iter_exports` yields."""
-        return export.count_exports(self, source=source, session_id=session_id)
-
-    def iter_exports(self, *, source: str | None = None, session_id: str | None = None) -> Iterator[SessionExport]:
-        """Sessions with their transcripts and attachments, for ``sessions export``."""
-        return export.iter_exports(self, source=source, session_id=session_id)
-
-    def insert_session_export(
-        self, record: SessionRecord, messages: Sequence[tuple[MessageRow, Sequence[AttachmentRow]]]
-    ) -> None:
-        """Insert a session with its messages and their files as they are, for ``sessions import``."""
-        export.insert_session_export(self, record, messages)
-
-    def child_session_ids(self, session_id: str) -> list[str]:
-        """The sessions whose parent is ``session_id``."""
-        return export.child_session_ids(self, session_id)
