@@ -160,6 +160,8 @@ class Vitals(msgspec.Struct, frozen=True, kw_only=True):
     commit_latency: Latency | None
     inbox_by_platform: dict[str, int] = msgspec.field(default_factory=dict)  # pending inbound messages
     inbox_oldest_by_platform_s: dict[str, float] = msgspec.field(default_factory=dict)
+    messages: dict[str, int] = msgspec.field(default_factory=dict)  # accepted messages by how they ended
+    dead_letters: dict[str, int] = msgspec.field(default_factory=dict)  # waiting for a replay: message, delivery
 
 
 class Exposition(msgspec.Struct, frozen=True, kw_only=True):

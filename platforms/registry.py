@@ -13,9 +13,9 @@ from typing import Any, Literal, Protocol, cast
 
 import msgspec
 
-from hermes_actors.config import HttpLimits
+from hermes_actors.config import EventsConfig, HttpLimits
 from hermes_actors.errors import ConfigError
-from hermes_actors.ports import Adapter
+from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.section_parts import SectionParts
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "cluster_parts",
     "config_type",
     "enabled",
+    "event_sender",
     "fetch_json",
     "new_webhook_secret",
     "placement",
@@ -372,3 +373,13 @@ def new_webhook_secret() -> str:
     """A fresh secret for a webhook route (the default ``config.yaml`` is written with one)."""
     make = cast(Callable[[], str], _load(PLATFORMS["webhook"], "new_webhook_secret"))
     return make()
+
+
+def event_sender(
+    config: EventsConfig, *, queued_at: Callable[[int], float | None], environ: Mapping[str, str]
+) -> ReplySender:
+    """The outbox's sender of event deliveries to ``config``'s webhooks (``platforms.support.event_webhooks``, loaded
+    by path like :func:`shared_listener`); ``queued_at`` reads when a delivery's row was queued. A secret that is
+    missing or malformed is a :class:`~hermes_actors.errors.ConfigError` naming its field."""
+    module = importlib.import_module("platforms.support.event_webhooks")
+    return cast(ReplySender, module.EventSender(config, queued_at=queued_at, environ=environ))

@@ -3,9 +3,10 @@
 :func:`assemble` opens the store (auto-prune first, before the writer owns the connection), then builds the
 writer, the reader pool, the outbox router, the agent pool, the session services, the timer service, the reset
 scheduler, the supervisor and the recovery, and wires the callbacks between them (reset deadlines tell the
-supervisor, the outbox's delivery reports end handoffs, the timers drive passivation, retries, queue pruning and
-deferred replays). :meth:`Runtime.start` replays what an earlier process left and starts the timers;
-:meth:`Runtime.close` stops everything in order. The :class:`~hermes_actors.runtime.gateway.Gateway` is the edge in
+supervisor, the outbox's delivery reports end handoffs, the outbox's give-ups record dead letters, the timers drive
+passivation, retries, queue pruning, deferred replays, event deliveries and dead letters' replays).
+:meth:`Runtime.start` replays what an earlier process left and starts the timers; :meth:`Runtime.close` stops
+everything in order. The :class:`~hermes_actors.runtime.gateway.Gateway` is the edge in
 front of it. One :class:`~hermes_actors.runtime.metrics.Metrics` per runtime is fed by the parts that count
 (the store writer through its commit observer) and reads the queues and actors when scraped.
 """
@@ -13,6 +14,7 @@ front of it. One :class:`~hermes_actors.runtime.metrics.Metrics` per runtime is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from hermes_actors.agents.base import Agent, EchoAgent
-from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.config import EventsConfig, RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.lifecycle.resets import ResetScheduler, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
@@ -30,6 +32,8 @@ from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
 from hermes_actors.runtime.agent_health import AgentProbeConfig
 from hermes_actors.runtime.agent_roster import AgentRoster
+from hermes_actors.runtime.dead_letters import Replays, give_up
+from hermes_actors.runtime.events import Events, EventSweep
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.outbox_router import OutboxRouter
@@ -63,7 +67,8 @@ class GatewayOptions(TypedDict, total=False):
     the replies of platforms without a sender here are sent by another process (a cluster's dispatchers).
     ``agent_probe`` says how health checks probe the default agent (:mod:`hermes_actors.runtime.agent_health`).
     ``agents`` are the named agents and their bindings (:mod:`hermes_actors.runtime.agent_roster`); without them
-    ``agent`` (by default the echo agent) answers every session.
+    ``agent`` (by default the echo agent) answers every session. ``events`` are the webhooks told what happens
+    (:mod:`hermes_actors.runtime.events`; their sender is one of ``senders``).
     """
 
     config: RuntimeConfig | None
@@ -83,6 +88,7 @@ class GatewayOptions(TypedDict, total=False):
     describe_media: Describe | None
     replies_sent_elsewhere: bool
     agent_probe: AgentProbeConfig | None
+    events: EventsConfig | None
 
 
 class Runtime:
@@ -92,6 +98,7 @@ class Runtime:
         "agent_pool",
         "clock",
         "config",
+        "events",
         "lease_owner",
         "media",
         "metrics",
@@ -99,10 +106,12 @@ class Runtime:
         "pruned",
         "readers",
         "recovery",
+        "replays",
         "resets",
         "schedule_resets",
         "services",
         "supervisor",
+        "sweep",
         "timers",
         "writer",
     )
@@ -125,8 +134,13 @@ class Runtime:
         recovery: Recovery,
         schedule_resets: bool,
         metrics: Metrics,
+        sweep: EventSweep | None = None,
+        replays: Replays | None = None,
     ) -> None:
         self.config = config
+        self.events = services.events
+        self.sweep = sweep  # None where another process sends the replies (a cluster's shard host)
+        self.replays = replays
         self.metrics = metrics
         self.clock = clock
         self.media = media
@@ -144,17 +158,27 @@ class Runtime:
         self.schedule_resets = schedule_resets
 
     def start(self) -> None:
-        """Replay what an earlier process left, arm every live session's reset deadline, start the timers."""
+        """Replay what an earlier process left (and the dead letters asked to be replayed), send the event
+        deliveries it left, arm every live session's reset deadline, start the timers."""
         self.recovery.recover()
+        self._sweep_and_replay()
         if self.schedule_resets:
             with self.readers.reader() as store:
                 self.resets.rebuild(store)
         self.timers.start()
 
     def tick(self) -> None:
-        """Passivate idle actors, renew leases and retry due replies."""
+        """Passivate idle actors, renew leases, retry due replies, send event deliveries not yet handed over and do
+        the replays asked for."""
         self.supervisor.tell(PassivationTick())
         self.outbox.retry_due()
+        self._sweep_and_replay()
+
+    def _sweep_and_replay(self) -> None:
+        if self.sweep is not None:
+            self.sweep.sweep()
+        if self.replays is not None:
+            self.replays.run()
 
     def prune_queues(self) -> None:
         """Delete answered inbox rows and finished outbox rows older than ``runtime.queue_retention_days``, in
@@ -251,6 +275,8 @@ def wire(
     clock = options.get("clock", time.time)
     sessions = options.get("sessions")
     runtime: Runtime | None = None  # the callbacks below run only once it is set
+    events = Events(options.get("events"), clock=clock)
+    sent_elsewhere = options.get("replies_sent_elsewhere", False)
 
     def report(message: OutboundMessage, error: str | None) -> None:
         assert runtime is not None
@@ -265,7 +291,8 @@ def wire(
         on_result=report,
         wake_at=timers.once,
         metrics=metrics,
-        sent_elsewhere=options.get("replies_sent_elsewhere", False),
+        sent_elsewhere=sent_elsewhere,
+        give_up=functools.partial(give_up, events),
     )
     for sender in options.get("senders", ()):
         outbox.register(sender)
@@ -285,6 +312,7 @@ def wire(
         sessions=sessions,
         metrics=metrics,
         new_id=new_id,
+        events=events,
     )
     supervisor: Supervisor | None = None
 
@@ -314,6 +342,12 @@ def wire(
         timeout_s=config.ask_timeout_s,
         platforms=options.get("recover_platforms"),
     )
+    sweep = replays = None
+    if not sent_elsewhere:  # a shard host's deliveries and replays are the cluster's (its dispatchers)
+        events.sweep = sweep = EventSweep(writer, outbox.redeliver)
+        replays = Replays(
+            writer, owner=services.lease_owner, deliver=supervisor.tell, redeliver=outbox.redeliver, sweep=sweep
+        )
     runtime = Runtime(
         config=config,
         clock=clock,
@@ -330,6 +364,8 @@ def wire(
         recovery=recovery,
         schedule_resets=options.get("schedule_resets", True),
         metrics=metrics,
+        sweep=sweep,
+        replays=replays,
     )
     metrics.register(RuntimeCollector(readers, supervisor.statistics, outbox.platforms, clock))
     interval = options.get("tick_interval_s", 5.0)

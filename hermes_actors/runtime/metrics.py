@@ -13,13 +13,16 @@ Series (``_total`` is added to counters by the client):
 * ``hermes_turns_total{platform,outcome}``: finished turns; outcome is ``ok``, ``failed`` (the agent gave no answer,
   or the turn was refused), ``cancelled`` (``/stop``), ``unsaved`` (the store refused the commit; it runs again),
   ``lease_lost`` (another process took the session; it runs again), ``stale`` (another turn answered it) or
-  ``error`` (a bug; its messages are replayed at the next start)
+  ``error`` (a bug; its messages are dead-lettered: ``hermesctl messages dead-letters``)
 * ``hermes_turn_duration_seconds{platform}``: a turn from its start in the session actor to its commit
 * ``hermes_agent_call_duration_seconds{outcome}``: one agent call; ``ok``, ``timeout``, ``error``, ``crash``,
   ``cancelled``
 * ``hermes_model_tokens_total{direction}``: the model's token counts, ``input`` and ``output``
 * ``hermes_deliveries_retried_total{platform}``, ``hermes_deliveries_given_up_total{platform}``
 * ``hermes_inbox_duplicates_total{platform}``: redeliveries the inbox recognised and refused
+* ``hermes_messages_total{outcome}``: accepted messages by how they ended: ``answered``, ``refused`` (with a reply
+  saying why: busy, the session ended, the agent gave no answer), ``stopped`` (``/stop``) or ``dead_lettered``
+  (recorded as a dead letter: ``hermesctl messages dead-letters``)
 * ``hermes_resets_total{reason}``: sessions ended by a reset, ``/new``, an operator (the end reason)
 * ``hermes_store_commit_duration_seconds``, ``hermes_store_commit_batch_size``: the writer's committed transactions
 """
@@ -35,7 +38,10 @@ from prometheus_client.registry import Collector
 from hermes_actors.agents.base import AgentReply
 from hermes_actors.ports import Exposition, Latency, Vitals
 
-__all__ = ["Metrics", "latency_of"]
+__all__ = ["MESSAGE_OUTCOMES", "Metrics", "latency_of"]
+
+MESSAGE_OUTCOMES = ("answered", "refused", "stopped", "dead_lettered")
+"""How an accepted message can end (``hermes_messages_total{outcome}``)."""
 
 _LATENCY_BUCKETS = (
     0.001,
@@ -97,6 +103,10 @@ class Metrics:
             registry=registry,
         )
         self.resets = Counter("hermes_resets", "Sessions ended, by reason.", ["reason"], registry=registry)
+        self.messages = Counter(
+            "hermes_messages", "Accepted messages, by how they ended.", ["outcome"], registry=registry
+        )
+        self._outcomes = {outcome: self.messages.labels(outcome) for outcome in MESSAGE_OUTCOMES}  # 0 from the start
         self.commit_seconds = Histogram(
             "hermes_store_commit_duration_seconds",
             "One transaction of the store writer.",
@@ -133,6 +143,11 @@ class Metrics:
             )
         series[0].inc()
         series[1].observe(seconds)
+
+    def messages_ended(self, outcome: str, count: int = 1) -> None:
+        """Count ``count`` messages that ended with ``outcome`` (one of :data:`MESSAGE_OUTCOMES`)."""
+        if count > 0:
+            self._outcomes[outcome].inc(count)
 
     def agent_called(self, outcome: str, seconds: float, result: object = None) -> None:
         """Count an agent call's duration, and the tokens of its reply."""
@@ -205,6 +220,8 @@ class Metrics:
             commit_latency=latency_of(samples, "hermes_store_commit_duration_seconds"),
             inbox_by_platform=by("hermes_inbox_platform_pending", "platform"),
             inbox_oldest_by_platform_s={k: v for k, v in inbox_ages.items() if not math.isnan(v)},
+            messages=by("hermes_messages_total", "outcome"),
+            dead_letters=by("hermes_dead_letters", "kind"),
         )
 
 

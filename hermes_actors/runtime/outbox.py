@@ -17,7 +17,8 @@ ahead of the replies it never began to send, so the next start sends those unfla
 flag, so an adapter whose sends are idempotent (a waiting HTTP request, say) gets its reply even when the store
 cannot count the attempt (a full disk): it is not held until the store writes again. A failed send is retried with
 exponential backoff or after the platform's ``retry_after``; later replies to the chat wait behind it, other
-chats do not. A permanent failure gives the reply up with the reason and the chat goes on. A sender raising
+chats do not. A permanent failure gives the reply up with the reason (through ``give_up``, which records the dead
+letters of what it answered: :mod:`hermes_actors.runtime.dead_letters`) and the chat goes on. A sender raising
 something other than :class:`~hermes_actors.ports.SendError` is logged and treated as a failure of unknown outcome.
 
 The :class:`~hermes_actors.runtime.outbox_router.OutboxRouter` starts one actor per platform and routes replies to
@@ -59,7 +60,7 @@ from hermes_actors.store.writer import StoreWriter, WriterClosedError
 if TYPE_CHECKING:
     from hermes_actors.store import Store
 
-__all__ = ["LANES_PER_PLATFORM", "RELEASE_TIMEOUT_S", "OutboxActor", "tick_outbox"]
+__all__ = ["LANES_PER_PLATFORM", "RELEASE_TIMEOUT_S", "GiveUp", "OutboxActor", "abandon", "tick_outbox"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,6 +68,14 @@ LANES_PER_PLATFORM = 16  # sends in progress at once per platform: chats beyond 
 RELEASE_TIMEOUT_S = 5.0  # how long replace() waits for the old actor to hand over what it holds
 
 WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
+GiveUp = Callable[["Store", int, OutboundMessage, str], int]
+"""Inside a write: give row ``outbox_id`` (its message, why) up; how many messages that dead-lettered."""
+
+
+def abandon(store: Store, outbox_id: int, message: OutboundMessage, reason: str) -> int:
+    """The :data:`GiveUp` that only marks the row given up (dead-lettering nothing)."""
+    store.outbox.abandon(outbox_id, reason)
+    return 0
 
 
 class OutboxActor(RuntimeActor):
@@ -92,9 +101,11 @@ class OutboxActor(RuntimeActor):
         on_result: Callable[[OutboundMessage, str | None], None] | None = None,
         wake_at: WakeAt | None = None,
         metrics: Metrics | None = None,
+        give_up: GiveUp = abandon,
     ) -> None:
         super().__init__()
         self._metrics = metrics
+        self._give_up = give_up
         if metrics is not None:  # the platform's series exist from the start, at 0
             metrics.retried.labels(sender.platform)
             metrics.given_up.labels(sender.platform)
@@ -235,7 +246,8 @@ class OutboxActor(RuntimeActor):
             _log.warning("outbox %s: reply %d failed and is given up: %s", platform, outbox_id, reason)
             if self._metrics is not None:
                 self._metrics.given_up.labels(platform).inc()
-            self._submit(lambda store: store.outbox.abandon(outbox_id, reason))
+            give_up = self._give_up
+            self._submit(lambda store: give_up(store, outbox_id, message, reason), then=self._dead_lettered)
             self._suspect.discard(outbox_id)
             self._report(message, reason)
             self._advance(key)  # later replies to the chat go on
@@ -325,11 +337,16 @@ class OutboxActor(RuntimeActor):
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
-    def _submit(self, work: Callable[[Store], object]) -> None:
+    def _submit(self, work: Callable[[Store], Any], then: Callable[[Any], object] | None = None) -> None:
         try:
-            self._writer.submit(work)
+            self._writer.submit(work, then=then)
         except WriterClosedError:
             _log.warning("outbox %s: the store is closed; the reply's state is not recorded", self._sender.platform)
+
+    def _dead_lettered(self, count: int) -> None:
+        """After a give-up committed (on the writer's thread): count the messages it dead-lettered."""
+        if self._metrics is not None:
+            self._metrics.messages_ended("dead_lettered", count)
 
     def _report(self, message: OutboundMessage, error: str | None) -> None:
         if self._on_result is not None:

@@ -4,7 +4,8 @@ A pending inbox row is replayed here only if this process may run it: its owner 
 gone, and the session it leads to is not leased by another live process; this process then claims the row and
 takes that lease in the same transaction. Rows of a live owner are deferred: looked at again every tick
 (:meth:`Recovery.replay_released`), so a turn is never run by two processes. Unsent outbox rows are queued before
-any replayed turn, so a replayed turn's new reply to a chat never overtakes an old one.
+any replayed turn, so a replayed turn's new reply to a chat never overtakes an old one (event deliveries are left to
+the :class:`~hermes_actors.runtime.events.EventSweep`, which sends them at start).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
 
+from hermes_actors.config import EVENTS_PLATFORM
 from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.leases import lease_owner_alive
 from hermes_actors.runtime.outbox_router import OutboxRouter
@@ -60,7 +62,7 @@ class Recovery:
             for holder in store.leases.owners():
                 if not lease_owner_alive(str(holder)):
                     store.leases.release_all(str(holder))
-            outbox = store.outbox.unsent(limit=1_000_000)
+            outbox = [row for row in store.outbox.unsent(limit=1_000_000) if row.platform != EVENTS_PLATFORM]
             if platforms is not None:
                 outbox = [row for row in outbox if row.platform in platforms]
             return self._claim_pending(store), outbox

@@ -8,6 +8,7 @@ supervisor stopped or too busy) leaves its series out of that scrape and logs wh
   long the oldest has waited (NaN when none waits)
 * ``hermes_outbox_pending{platform}``, ``hermes_outbox_oldest_age_seconds{platform}``: replies neither sent nor
   given up, per platform (every platform with a sender, 0 when nothing waits)
+* ``hermes_dead_letters{kind}``: dead letters not replayed: a ``message``'s, an event ``delivery``'s
 * ``hermes_live_actors``, ``hermes_activations_total``, ``hermes_passivations_total{reason}`` (``idle``,
   ``evicted``, ``ended``)
 """
@@ -65,6 +66,7 @@ class RuntimeCollector(Collector):
             inbox = store.inbox.summary()
             inbox_platforms = store.inbox.summary_by_platform()
             outbox = store.outbox.summary_by_platform()
+            messages, deliveries = store.dead_letters.open_counts()
         now = self._clock()
         yield GaugeMetricFamily("hermes_inbox_pending", "Inbound messages without a finished turn.", inbox.count)
         yield GaugeMetricFamily(
@@ -76,6 +78,12 @@ class RuntimeCollector(Collector):
         inbound = "Inbound messages without a finished turn"
         yield from _by_platform("hermes_inbox_platform", inbound, platforms, inbox_platforms, now)
         yield from _by_platform("hermes_outbox", "Replies neither sent nor given up", platforms, outbox, now)
+        letters = GaugeMetricFamily(
+            "hermes_dead_letters", "Dead letters waiting for a replay, by kind.", labels=["kind"]
+        )
+        letters.add_metric(["message"], messages)
+        letters.add_metric(["delivery"], deliveries)
+        yield letters
 
 
 def _by_platform(

@@ -16,6 +16,7 @@ from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.agent_roster import AgentRoster
+from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import Store
@@ -203,7 +204,8 @@ def default_session_id(kind: SessionKind, near: str) -> str:
 
 class SessionServices:
     """The runtime parts every session uses, shared by all of them. ``agents`` are the named agents a session's
-    agent is chosen from (by default ``agent`` alone); ``agent`` is their default one."""
+    agent is chosen from (by default ``agent`` alone); ``agent`` is their default one. ``events`` is where a commit
+    emits what it made happen (by default nowhere)."""
 
     __slots__ = (
         "agent",
@@ -212,6 +214,7 @@ class SessionServices:
         "background",
         "clock",
         "config",
+        "events",
         "handoffs",
         "lease_owner",
         "metrics",
@@ -240,7 +243,9 @@ class SessionServices:
         metrics: Metrics | None = None,
         new_id: NewSessionId = default_session_id,
         agents: AgentRoster | None = None,
+        events: Events | None = None,
     ) -> None:
+        self.events = events or Events(clock=clock)
         self.new_id = new_id  # cluster mode draws a new session's id in the shard of what it continues
         self.writer = writer
         self.readers = readers

@@ -20,6 +20,7 @@ import pykka
 from hermes_actors.errors import LeaseLostError, ShardLostError, StaleTurnError, StoreError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.admin import settle_unanswered
+from hermes_actors.runtime.dead_letters import fail_turn
 from hermes_actors.runtime.log_fields import bind_session
 from hermes_actors.runtime.protocol import RunTurn, SessionMessage, SessionStopped, TurnFinished, TurnOutcome
 from hermes_actors.runtime.records import answered
@@ -36,6 +37,11 @@ def outcome_of(outcome: TurnOutcome | None, failed: str) -> str:
     if outcome is None:
         return failed
     return "cancelled" if outcome.cancelled else "failed" if outcome.failed is not None else "ok"
+
+
+def message_outcome(outcome: TurnOutcome) -> str:
+    """How the messages a turn completed ended (``hermes_messages_total{outcome}``)."""
+    return "stopped" if outcome.cancelled else "refused" if outcome.failed is not None else "answered"
 
 
 def tell_unsaved(outbox: OutboxSink, session_id: str, request: RunTurn, error: str) -> None:
@@ -85,9 +91,10 @@ class SessionActor(RuntimeActor):
         return None
 
     def on_receive(self, message: SessionMessage) -> None:
-        """Run one turn and tell the supervisor it finished. A turn's failure never escapes (its inbox rows stay
-        pending for replay); anything but a :class:`RunTurn` is a bug: raised, so an ask gets it back and a tell
-        reaches :meth:`on_failure`, which reports the actor stopped."""
+        """Run one turn and tell the supervisor it finished. A turn's failure never escapes (one that can succeed
+        later runs again; one that failed unexpectedly dead-letters its messages:
+        :func:`~hermes_actors.runtime.dead_letters.fail_turn`); anything but a :class:`RunTurn` is a bug: raised,
+        so an ask gets it back and a tell reaches :meth:`on_failure`, which reports the actor stopped."""
         match message:
             case RunTurn():
                 if self._turns is None and (failed := self._open()) is not None:
@@ -131,14 +138,18 @@ class SessionActor(RuntimeActor):
             _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
             error, retry, kind = str(exc), message, "unsaved"
             tell_unsaved(self._turns.services.outbox, self._session_id, message, error)
-        except Exception:
-            _log.exception("session %s: turn failed; its inbox rows stay pending for replay", self._session_id)
+        except Exception as exc:
+            _log.exception("session %s: turn failed; its messages are dead-lettered", self._session_id)
+            fail_turn(self._turns.services, self._session_id, message, repr(exc))
         finally:
             if retry is None:
                 settle_unanswered(self._turns.services, self._session_id, message)
             platform = message.deliveries[0].message.source.platform if message.deliveries else self._turns.platform
             seconds = time.perf_counter() - started
-            self._turns.services.metrics.turn_finished(platform, outcome_of(outcome, kind), seconds)
+            metrics = self._turns.services.metrics
+            metrics.turn_finished(platform, outcome_of(outcome, kind), seconds)
+            if outcome is not None:
+                metrics.messages_ended(message_outcome(outcome), sum(1 for i in outcome.inbox_ids if i > 0))
             finished = TurnFinished(
                 session_id=self._session_id, outcome=outcome, retry=retry, error=error, abandon_term=abandon
             )
