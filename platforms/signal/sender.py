@@ -11,6 +11,10 @@ already
 sent are remembered (in memory) and not sent again. Signal has no idempotency key, so after an unknown outcome a
 retry may duplicate a message. Sends to one chat are paced; a longer wait hands the reply back to the outbox.
 
+A reply carrying a document (``/save``) is one ``send`` with the file as an ``attachment`` data URI
+(``data:<type>;filename=<name>;base64,<bytes>``) and its caption as the message; when signal-cli refuses it, the
+reply's text is sent instead (:mod:`platforms.support.documents`).
+
 Failures: a Signal rate limit (``RATE_LIMIT_FAILURE``, or error -5) is retried after its ``retryAfterSeconds``
 (or ``rate_limit_backoff_s``), and a captcha challenge is logged with the command that answers it; network and
 I/O errors are retried with backoff; a recipient that is not registered, an identity signal-cli does not trust
@@ -27,12 +31,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.signal import rpc
 from platforms.signal.config import SignalConfig, is_uuid
 from platforms.signal.envelopes import PLATFORM
 from platforms.support import http_client
+from platforms.support.documents import data_uri, posting_failed, send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
@@ -91,15 +96,33 @@ class SignalSender:
         account = self._account(message.account_id)
         if not message.chat_id:
             raise SendError(f"signal account {account}: a reply without a chat id cannot be sent", permanent=True)
+        chat_id = message.chat_id
+        quote = _quote(message) if "groupId" in send_target(chat_id) else {}
+        return send_document(
+            message,
+            lambda document: self._send_file(account, chat_id, document, quote),
+            lambda: self._send_text(account, chat_id, message, quote),
+            f"signal account {account}: a reply to {chat_id}",
+        )
+
+    def _send_file(self, account: str, chat_id: str, document: OutboundDocument, quote: dict[str, Any]) -> str | None:
+        """One ``send`` with the document as a data URI attachment and its caption as the message."""
+        caption = split_message(document.caption, self._config.max_message_chars)[0] if document.caption else ""
+        extra = {**quote, "attachment": [data_uri(document)]}
+        try:
+            return self._send_part(account, chat_id, caption, extra)
+        except SendError as exc:
+            raise posting_failed(exc) from None
+
+    def _send_text(self, account: str, chat_id: str, message: OutboundMessage, quote: dict[str, Any]) -> str | None:
         parts = split_message(message.text, self._config.max_message_chars) if message.text.strip() else []
         if not parts:
-            _log.info("signal account %s: an empty reply to %s is not sent", account, message.chat_id)
+            _log.info("signal account %s: an empty reply to %s is not sent", account, chat_id)
             return None
         sent = self._progress.sent(message)
-        quote = _quote(message) if "groupId" in send_target(message.chat_id) else {}
         for index in range(len(sent), len(parts)):
             try:
-                sent.append(self._send_part(account, message.chat_id, parts[index], quote if index == 0 else {}))
+                sent.append(self._send_part(account, chat_id, parts[index], quote if index == 0 else {}))
             except SendError:
                 if sent:
                     self._progress.remember(message, sent)
@@ -118,7 +141,8 @@ class SignalSender:
             permanent=True,
         )
 
-    def _send_part(self, account: str, chat_id: str, text: str, quote: dict[str, Any]) -> str | None:
+    def _send_part(self, account: str, chat_id: str, text: str, extra: dict[str, Any]) -> str | None:
+        """One ``send`` of ``text`` to ``chat_id`` with ``extra`` params (a quote, an attachment)."""
         key = f"{account}:{chat_id}"
         what = f"signal account {account}: a reply to {chat_id}"
         wait = self._limiter.delay(key)
@@ -126,7 +150,7 @@ class SignalSender:
             raise SendError(f"{what}: held back {wait:.1f} s by the chat's rate limit", retry_after_s=wait)
         if wait > 0:
             self._sleep(wait)
-        params: dict[str, Any] = {"account": account, "message": text, **send_target(chat_id), **quote}
+        params: dict[str, Any] = {"account": account, "message": text, **send_target(chat_id), **extra}
         try:
             result = self._rpc.call("send", params)
         except rpc.RpcError as exc:

@@ -14,7 +14,10 @@ Written from signal-cli's man page (signal-cli-jsonrpc(5)) and its HTTP handler,
 - ``/api/v1/rpc`` takes one JSON-RPC 2.0 request (``Content-Type: application/json`` or 415) and answers 200
   with ``result`` or ``error``: -32700 unparsable, -32600 not a request, -32601 unknown method, -32602 no or an
   unknown ``account``, -1 an empty message. ``send`` needs exactly one of ``recipient`` and ``groupId`` and
-  answers ``{"timestamp": ..., "results": [{"recipientAddress": {...}, "type": "SUCCESS"}]}``.
+  answers ``{"timestamp": ..., "results": [{"recipientAddress": {...}, "type": "SUCCESS"}]}``. Its
+  ``attachment`` (or ``attachments``: signal-cli takes a list parameter's plural too) is a list of data URIs as
+  RFC 2397 writes them, with signal-cli's ``filename=`` parameter (``data:<type>;filename=<name>;base64,<data>``);
+  one that is not is -1, as signal-cli refuses an attachment it cannot read (:attr:`Sent.files`).
 - ``getAttachment`` (signal-cli's GetAttachmentCommand) takes ``id`` and exactly one of ``recipient`` and
   ``groupId``, and answers ``{"data": "<base64>"}`` for a file stored with :meth:`FakeSignalCli.add_attachment`;
   an unknown id is -1 ``Could not find attachment with ID: ...`` (signal-cli's UserErrorException).
@@ -33,12 +36,14 @@ import base64
 import itertools
 import json
 import queue
+import re
 import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, unquote_to_bytes
 
 from aiohttp import web
 
@@ -52,6 +57,7 @@ __all__ = [
     "io_error",
     "message",
     "not_a_member_error",
+    "parse_data_uri",
     "rate_limit_error",
     "receipt",
     "sync_sent",
@@ -89,6 +95,12 @@ class Sent:
     @property
     def text(self) -> str:
         return str(self.params.get("message", ""))
+
+    @property
+    def files(self) -> list[tuple[str | None, str, bytes]]:
+        """The attachments sent: (file name, MIME type, bytes) of each data URI."""
+        found = self.params.get("attachment", self.params.get("attachments")) or []
+        return [parsed for uri in found if (parsed := parse_data_uri(uri)) is not None]
 
     @property
     def to(self) -> str:
@@ -214,6 +226,25 @@ def sync_sent(own: Person, text: str, destination: Person) -> dict[str, Any]:
             }
         },
     }
+
+
+_DATA_URI = re.compile(
+    r"data:(?P<type>[^;,]+/[^;,]+)?(?P<parameters>(?:;[^;,=]+=[^;,]*)*)(?P<base64>;base64)?,(?P<data>.*)", re.S
+)
+
+
+def parse_data_uri(uri: object) -> tuple[str | None, str, bytes] | None:
+    """(file name, MIME type, bytes) of a data URI as signal-cli reads one, or ``None``."""
+    match = _DATA_URI.fullmatch(uri) if isinstance(uri, str) else None
+    if match is None:
+        return None
+    parameters = dict(part.split("=", 1) for part in (match["parameters"] or "").split(";") if part and "=" in part)
+    try:
+        data = base64.b64decode(match["data"], validate=True) if match["base64"] else unquote_to_bytes(match["data"])
+    except ValueError:
+        return None
+    name = parameters.get("filename")
+    return (unquote(name) if name is not None else None), match["type"] or "text/plain", data
 
 
 def _results(kind: str, recipient: str, **extra: Any) -> dict[str, Any]:
@@ -622,8 +653,11 @@ class FakeSignalCli:
             return "recipient must be a string or a list of strings"
         if group is not None and not isinstance(group, str):
             return "groupId must be a string"
+        attachments = params.get("attachment", params.get("attachments")) or []
+        if not isinstance(attachments, list) or any(parse_data_uri(uri) is None for uri in attachments):
+            return "Invalid attachment: an attachment must be a data URI (data:<type>;filename=<name>;base64,<data>)"
         text = params.get("message")
-        if not isinstance(text, str) or not text:
+        if not isinstance(text, str) or not (text or attachments):
             return "Sending empty message is not allowed, either a message, attachment or sticker must be given."
         if len(text) > self.max_text_chars:
             return f"the message is longer than {self.max_text_chars} characters"

@@ -1032,3 +1032,40 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     assert daemon.sent.empty()
     assert [state for _, state in wait_for_inbox(db, 2)] == ["done", "done"]
     assert daemon.protocol_errors == []
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_sends_one_message_with_the_markdown_as_a_data_uri_attachment(daemon: FakeSignalCli, start: Start) -> None:
+    running = start(fast(daemon.url))
+    daemon.push(ACCOUNT, message(ALICE, "hello"))
+    assert daemon.take_sent().text == "echo: hello"
+    daemon.push(ACCOUNT, message(ALICE, "/save"))
+    saved = daemon.take_sent()
+    assert running.gateway.wait_idle()
+    ((name, mime_type, data),) = saved.files
+    assert name is not None and name.endswith(".md")
+    assert mime_type == "text/markdown"
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert saved.to == ALICE.uuid
+    assert saved.text.endswith("the conversation as Markdown (2 messages, 1 part(s)).")
+    assert daemon.sent.empty()  # the file instead of the text, not beside it
+    assert daemon.protocol_errors == []
+
+
+def test_save_sends_the_text_when_signal_cli_refuses_the_attachment(
+    daemon: FakeSignalCli, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start(fast(daemon.url))
+    daemon.push(ACCOUNT, message(ALICE, "hello"))
+    daemon.take_sent()
+    daemon.answer_send({"code": -1, "message": "Invalid attachments: the attachment is too large", "data": None})
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        daemon.push(ACCOUNT, message(ALICE, "/save"))
+        refused, text = daemon.take_sent(), daemon.take_sent()
+        assert running.gateway.wait_idle()
+    assert len(refused.files) == 1 and text.files == []
+    assert text.text.index("hello") < text.text.index("echo: hello")
+    assert "the attachment is too large" in caplog.text and "the reply's text is sent instead" in caplog.text
