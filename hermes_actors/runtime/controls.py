@@ -83,6 +83,7 @@ class SessionControls:
                 if notes and key is not None:
                     store.memories.add(key, notes, source_session_id=self.session_id)
                 store.end_session(self.session_id, control.reason)
+                self._services.events.session_ended(store, self.session_id, control.reason.value)
                 store.unbind_session(self.session_id)
                 store.leases.release(self.session_id, owner)
             for delivery in deliveries:

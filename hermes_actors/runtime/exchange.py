@@ -150,6 +150,7 @@ class Exchange:
                 TranscriptCuts(store.sql, self._services.clock).cut_from(self.session_id, rewind.cut_id)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, [ids[i] for i in firsts], now)
+            self._services.events.turn_completed(store, self.session_id, deliveries, outbound, cancelled)
             return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
 
         outbox_id, ids, created = self._services.writer.call(commit)
