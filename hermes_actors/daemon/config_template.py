@@ -240,6 +240,18 @@ daemon:
   # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 
+# Signed event webhooks (README "Event webhooks"): what happens, POSTed as Standard Webhooks through the outbox, each
+# event once by its id (the webhook-id header), retried with backoff and Retry-After, given up after
+# give_up_after_s as a dead letter ('hermesctl events deliveries' lists them; 'replay ID' sends one again).
+# events:
+#   webhooks:
+#     ops:                             # the webhook's name
+#       url: https://hooks.example.com/hermes  # only this URL is ever posted to (private addresses allowed)
+#       secret_env: HERMES_EVENTS_SECRET  # holds its whsec_ secret (or secret: whsec_...)
+#       events: [turn.completed, run.completed, session.ended, job.fired, approval.requested, message.dead_lettered]
+#       give_up_after_s: 86400         # a delivery still failing this long after it was queued is a dead letter
+#       timeout_s: 10                  # one POST
+
 # Cluster mode (hermesd --cluster; README "Running a cluster"): shard hosts on Ray over PostgreSQL. Every replica
 # needs the same cluster: and platforms: sections.
 # cluster:

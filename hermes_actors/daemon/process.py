@@ -155,7 +155,8 @@ class Daemon:
             database_path(self.home),
             config=runtime,
             agents=plan.agents,
-            senders=[*senders, self._terminal.waiters],
+            senders=[*senders, self._terminal.waiters, plan.events],
+            events=settings.events,
             reset=settings.session_reset,
             tz=_timezone(settings),
             sessions=settings.sessions,
@@ -293,7 +294,7 @@ class Daemon:
             fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
         elif fresh.platforms != self.settings.platforms:
             self._reload_adapters(fresh.platforms)
-        for section in ("agent", "agents", "bindings", "runtime", "sessions", "daemon"):
+        for section in ("agent", "agents", "bindings", "runtime", "sessions", "daemon", "events"):
             if getattr(fresh, section) != getattr(self.settings, section):
                 _log.warning("config section %r changed; it takes effect when hermesd restarts", section)
         self.settings = msgspec.structs.replace(

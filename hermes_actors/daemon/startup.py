@@ -3,14 +3,15 @@
 One code path for ``hermesd`` and ``hermesctl config check``: :func:`check_configuration` reads the file
 (:func:`~hermes_actors.daemon.config_file.load_settings`) and runs :func:`prepare_start` on it, which builds the
 agents and every enabled platform's adapter (reading their ``*_env`` secrets and refusing a non-loopback API
-without a key), loads the ``media.describe`` step and checks the control socket's path. ``hermesd`` refuses to
+without a key) and the sender of the event webhooks (their secrets), loads the ``media.describe`` step and checks
+the control socket's path. ``hermesd`` refuses to
 start on the :class:`ConfigError` either raises, and ``config check`` says ``ok`` only when neither does.
 Building an adapter opens nothing (no socket, no thread), so the check builds and drops them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,22 +24,25 @@ from hermes_actors.daemon.admin_key import configured_admin_key, refuse_shared_k
 from hermes_actors.daemon.agent_bindings import build_roster
 from hermes_actors.daemon.config_file import Settings, load_settings
 from hermes_actors.daemon.control import ControlError, check_socket_path
-from hermes_actors.daemon.home import socket_path
-from hermes_actors.errors import ConfigError
+from hermes_actors.daemon.home import database_path, socket_path
+from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.media import check_describe
-from hermes_actors.ports import Adapter
+from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.runtime.agent_roster import AgentRoster
+from hermes_actors.store import Store
 from platforms import registry
 
-__all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start"]
+__all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start", "queued_at"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class StartPlan:
-    """What a start runs: the agents and one adapter per enabled platform, built but not started."""
+    """What a start runs: the agents, one adapter per enabled platform, and the event webhooks' sender (``events``),
+    built but not started."""
 
     agents: AgentRoster
     adapters: dict[str, Adapter]
+    events: ReplySender
     listener: registry.SharedListener | None = None  # daemon.http_port: the one port of every HTTP adapter
 
     @property
@@ -89,8 +93,23 @@ def prepare_start(settings: Settings, *, home: Path, environ: Mapping[str, str])
     for name, adapter in adapters.items():
         if listener is not None:
             listener.attach(name, adapter)
+    events = registry.event_sender(settings.events, queued_at=queued_at(database_path(home)), environ=environ)
     agents = build_roster(settings.agent, settings.agents, settings.bindings, environ)
-    return StartPlan(agents=agents, adapters=adapters, listener=listener)
+    return StartPlan(agents=agents, adapters=adapters, events=events, listener=listener)
+
+
+def queued_at(path: Path) -> Callable[[int], float | None]:
+    """When an outbox row of the store at ``path`` was queued, read on a connection of its own (an event webhook's
+    ``give_up_after_s``, asked after a failed delivery); ``None`` when the store cannot say."""
+
+    def read(outbox_id: int) -> float | None:
+        try:
+            with Store.open(path, readonly=True) as store:
+                return store.deliveries.queued_at(outbox_id)
+        except HermesError:
+            return None
+
+    return read
 
 
 def _moved(config: Any, host: str) -> Any:
