@@ -12,6 +12,10 @@ already sent. Sends are paced per number (Meta's throughput, 80 messages a secon
 (pair rate) and ``4``/``80007``/``131048`` (app, account and spam limits) come back as ``retry_after_s`` and keep
 that number or user quiet until then. Errors no retry can fix (the user cannot receive messages, a test number
 not on the allowed list) give the reply up; others are retried with backoff and a hint.
+
+A reply carrying a document (``/save``) is uploaded to the number's media and sent as one ``document`` message
+(:mod:`platforms.whatsapp.uploads`), inside the same window; a file the Cloud API refuses sends the reply's text
+instead (:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.support import http_client
+from platforms.support.documents import posting_failed, send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 from platforms.whatsapp.config import NumberKeys, WhatsappConfig
 from platforms.whatsapp.events import PLATFORM
+from platforms.whatsapp.uploads import document_message, upload_media
 from platforms.whatsapp.window import WINDOW_S, Chat, ServiceWindows
 
 __all__ = ["MAX_SLEEP_S", "RE_ENGAGEMENT", "WhatsappSender"]
@@ -145,15 +151,36 @@ class WhatsappSender:
         group = known.group if known is not None else not chat.isdigit()  # a wa_id is digits, a group id is not
         if not group:
             self._check_window(number.phone_number_id, chat, known)
+        quoted = message.reply_to if group and (message.reply_to or "").startswith("wamid.") else None
+        return send_document(
+            message,
+            lambda document: self._send_file(number, chat, document, group=group, quoted=quoted),
+            lambda: self._send_text(number, chat, message, group=group, quoted=quoted),
+            f"whatsapp number {number.phone_number_id}: a reply to {chat}",
+        )
+
+    def _send_file(
+        self, number: NumberKeys, chat: str, document: OutboundDocument, *, group: bool, quoted: str | None
+    ) -> str | None:
+        """Upload ``document`` to the number's media, then one ``document`` message naming it."""
+        media_id = upload_media(number, self._base, document, self._timeout)
+        try:
+            return self._post(number, chat, document_message(media_id, document), group=group, quoted=quoted) or None
+        except SendError as exc:
+            raise posting_failed(exc) from None
+
+    def _send_text(
+        self, number: NumberKeys, chat: str, message: OutboundMessage, *, group: bool, quoted: str | None
+    ) -> str | None:
         parts = split_message(message.text, self._limit) if message.text.strip() else []
         if not parts:
             _log.info("whatsapp number %s: an empty reply to %s is not sent", number.phone_number_id, chat)
             return None
-        quoted = message.reply_to if group and (message.reply_to or "").startswith("wamid.") else None
         sent = self._progress.sent(message)
         for index in range(len(sent), len(parts)):
+            text = {"type": "text", "text": {"body": parts[index]}}
             try:
-                sent.append(self._post(number, chat, parts[index], group=group, quoted=quoted if index == 0 else None))
+                sent.append(self._post(number, chat, text, group=group, quoted=quoted if index == 0 else None))
             except SendError:
                 if sent:  # a retry resumes after the parts WhatsApp already has
                     self._progress.remember(message, sent)
@@ -202,8 +229,11 @@ class WhatsappSender:
         if wait > 0:
             self._sleep(wait)
 
-    def _post(self, number: NumberKeys, chat: str, text: str, *, group: bool, quoted: str | None) -> str:
-        """One ``messages`` call; return the new message's ``wamid`` or raise :class:`SendError`."""
+    def _post(
+        self, number: NumberKeys, chat: str, content: dict[str, object], *, group: bool, quoted: str | None
+    ) -> str:
+        """One ``messages`` call with ``content`` (``type`` and its object); return the new message's ``wamid`` or
+        raise :class:`SendError`."""
         name = number.phone_number_id
         where = f"whatsapp number {name}: message to {chat}"
         self._pace(name, chat, where)
@@ -211,8 +241,7 @@ class WhatsappSender:
             "messaging_product": "whatsapp",
             "recipient_type": "group" if group else "individual",
             "to": chat,
-            "type": "text",
-            "text": {"body": text},
+            **content,
         }
         if quoted is not None:
             body["context"] = {"message_id": quoted}

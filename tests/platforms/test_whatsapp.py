@@ -1144,3 +1144,41 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     finally:
         worker.stop()
     assert len(graph.sent) == 1
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_uploads_the_markdown_as_plain_text_media_and_sends_one_document_message(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph
+) -> None:
+    running = start_whatsapp()
+    running.say(text_message("hello"))
+    assert graph.take().body == "echo: hello"
+    running.say(text_message("/save"))
+    saved = graph.take()
+    assert running.gateway.wait_idle()
+    ((number, kind, filename, data),) = graph.uploads
+    assert (number, kind) == (NUMBER, "text/plain")  # the Cloud API takes no text/markdown documents
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert (saved.kind, saved.to) == ("document", USER)
+    assert saved.document is not None and saved.document["filename"] == filename and filename.endswith(".md")
+    assert saved.body.endswith("the conversation as Markdown (2 messages, 1 part(s)).")  # the caption
+    assert graph.nothing_more()  # the file instead of the text, not beside it
+
+
+def test_save_sends_the_text_when_the_media_upload_is_refused(
+    start_whatsapp: StartWhatsapp, graph: FakeGraph, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_whatsapp()
+    running.say(text_message("hello"))
+    graph.take()
+    graph.fail_next_upload(message="Media upload error: the file could not be stored")
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        running.say(text_message("/save"))
+        text = graph.take()
+        assert running.gateway.wait_idle()
+    assert text.kind == "text" and text.body.index("hello") < text.body.index("echo: hello")
+    assert graph.uploads == []
+    assert "could not be stored" in caplog.text and "the reply's text is sent instead" in caplog.text

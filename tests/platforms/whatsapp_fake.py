@@ -6,7 +6,13 @@ body with ``messaging_product: whatsapp``, ``recipient_type``, ``to``, ``type: t
 most 4,096 characters (HTTP 400 with code 100 or 131008 otherwise), ``{"messaging_product", "contacts",
 "messages": [{"id": "wamid..."}]}`` on success, and whatever a test scripts with :meth:`FakeGraph.fail_next`
 (an ``{"error": {"message", "type", "code", "error_data", "fbtrace_id"}}`` body with any status, code and
-``Retry-After``). Every accepted message is recorded with its arrival time.
+``Retry-After``). Every accepted message is recorded with its arrival time. A ``type: document`` message names an
+uploaded media ``id`` (of the same number), a ``filename`` and an optional ``caption`` of at most 1,024 characters.
+
+``POST /<version>/<phone_number_id>/media`` takes an upload as the Cloud API does: ``multipart/form-data`` with
+``messaging_product: whatsapp``, ``type`` and ``file`` of a supported type (documents: plain text, PDF, Office;
+anything else is error 131053), answered ``{"id": ...}``; uploads are recorded (:attr:`FakeGraph.uploads`) and
+:meth:`FakeGraph.fail_next_upload` scripts a refusal.
 
 Media added with :meth:`FakeGraph.add_media` are served the Cloud API's two-step way: ``GET /<version>/<media
 id>`` (with the same Bearer token, and ``phone_number_id`` checked when given) answers ``{"messaging_product",
@@ -40,6 +46,7 @@ from urllib.parse import urlencode, urlsplit
 from aiohttp import web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import parse_form
 from tests.platforms.support import Arrivals
 
 __all__ = [
@@ -58,6 +65,22 @@ __all__ = [
 
 MAX_TEXT_CHARS = 4096
 _wamids = itertools.count(1)
+_UPLOAD_TYPES = frozenset(
+    {
+        "text/plain",
+        "application/pdf",
+        "application/msword",
+        "application/vnd.ms-excel",
+        "application/vnd.ms-powerpoint",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "image/jpeg",
+        "image/png",
+        "audio/ogg",
+        "video/mp4",
+    }
+)
 
 
 def new_wamid() -> str:
@@ -78,6 +101,8 @@ class Sent:
     context: str | None
     id: str
     at: float  # time.monotonic() on arrival
+    kind: str = "text"
+    document: dict[str, Any] | None = None  # a document message's document object
 
 
 @dataclass(frozen=True)
@@ -126,10 +151,14 @@ class FakeGraph:
     _media: dict[str, _Media] = field(default_factory=dict)
     _download_script: deque[int] = field(default_factory=deque)
     _redirects: dict[str, str] = field(default_factory=dict)  # media id -> where its download redirects
+    uploads: list[tuple[str, str, str, bytes]] = field(default_factory=list)  # (number, type, file name, bytes)
+    _upload_script: deque[_Failure] = field(default_factory=deque)
+    _media_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(900_000_000_000_001))
 
     def __post_init__(self) -> None:
         app = web.Application()
         app.router.add_post("/{version}/{number}/messages", self._messages)
+        app.router.add_post("/{version}/{number}/media", self._upload)
         app.router.add_get("/whatsapp_business/attachments/", self._download)
         app.router.add_get("/{version}/{media_id}", self._lookup)
         self.host = HttpHost(app, name="fake-graph")
@@ -164,6 +193,11 @@ class FakeGraph:
         with self._lock:
             self._script.extend([None] * after)
             self._script.extend(_Failure(status, headers, body) for _ in range(count))
+
+    def fail_next_upload(self, *, status: int = 400, code: int = 131053, message: str = "Media upload error") -> None:
+        """Answer the next media upload with HTTP ``status`` and a Graph error carrying ``code``."""
+        with self._lock:
+            self._upload_script.append(_Failure(status, {}, _error(code, message, details=message)))
 
     def add_media(self, media_id: str, data: bytes, *, mime_type: str, number: str) -> dict[str, Any]:
         """Hold ``data`` as media ``media_id`` received by ``number``; return the media object a webhook carries."""
@@ -218,7 +252,15 @@ class FakeGraph:
         refused = self._refusal(fields)
         if refused is not None:
             return web.json_response(refused, status=400)
-        to, text = fields["to"], fields["text"]["body"]
+        document = fields.get("document") if fields.get("type") == "document" else None
+        if document is not None:
+            with self._lock:
+                media = self._media.get(str(document.get("id")))
+            if media is None or media.number != number:
+                details = f"Media id {document.get('id')} is not an upload of this number"
+                return web.json_response(_error(131053, "Media upload error", details=details), status=400)
+        to = fields["to"]
+        text = fields["text"]["body"] if document is None else document.get("caption", "")
         context = fields.get("context")
         quoted = context.get("message_id") if isinstance(context, dict) else None
         sent = Sent(
@@ -230,6 +272,8 @@ class FakeGraph:
             context=quoted if isinstance(quoted, str) else None,
             id=new_wamid(),
             at=arrived,
+            kind=fields.get("type", "text"),
+            document=document,
         )
         with self._lock:
             self.sent.append(sent)
@@ -238,6 +282,33 @@ class FakeGraph:
         if sent.recipient_type == "individual":
             answer["contacts"] = [{"input": to, "wa_id": to}]
         return web.json_response(answer)
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        number, token = request.match_info["number"], self._token(request)
+        if token is None or token not in self.tokens:
+            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
+        if self.tokens[token] != number:
+            return web.json_response(_error(10, "Application does not have permission for this action"), status=403)
+        raw = await request.read()
+        with self._lock:
+            failure = self._upload_script.popleft() if self._upload_script else None
+        if failure is not None:
+            return web.json_response(failure.body, status=failure.status)
+        try:
+            fields, files = parse_form(request.headers.get("Content-Type", ""), raw)
+        except ValueError:
+            return web.json_response(_error(100, "Invalid parameter", details="not a multipart form"), status=400)
+        if fields.get("messaging_product") != "whatsapp" or len(files) != 1 or files[0].field != "file":
+            return web.json_response(_error(100, "Invalid parameter", details="messaging_product and file"), status=400)
+        kind = fields.get("type", "")
+        if kind not in _UPLOAD_TYPES:
+            details = f"Param file must be a file with one of the following types: {', '.join(sorted(_UPLOAD_TYPES))}"
+            return web.json_response(_error(131053, "Media upload error", details=details), status=400)
+        media_id = str(next(self._media_ids))
+        with self._lock:
+            self._media[media_id] = _Media(number=number, data=files[0].data, mime_type=kind)
+            self.uploads.append((number, kind, files[0].filename, files[0].data))
+        return web.json_response({"id": media_id})
 
     def _token(self, request: web.Request) -> str | None:
         authorization = request.headers.get("Authorization", "")
@@ -315,8 +386,15 @@ class FakeGraph:
             return _error(100, "Invalid parameter", details="recipient_type must be individual or group")
         if not isinstance(fields.get("to"), str) or not fields["to"]:
             return _error(131008, "Required parameter is missing", details="The parameter to is required.")
+        if fields.get("type", "text") == "document":
+            document = fields.get("document")
+            if not isinstance(document, dict) or not isinstance(document.get("id"), str):
+                return _error(131008, "Required parameter is missing", details="document['id'] is required.")
+            if not isinstance(document.get("filename", ""), str) or len(document.get("caption", "")) > 1024:
+                return _error(100, "Invalid parameter", details="document['caption'] is at most 1024 characters.")
+            return None
         if fields.get("type", "text") != "text":
-            return _error(131009, "Parameter value is not valid", details="only text is faked")
+            return _error(131009, "Parameter value is not valid", details="only text and documents are faked")
         text = fields.get("text")
         body = text.get("body") if isinstance(text, dict) else None
         if not isinstance(body, str) or not body:
