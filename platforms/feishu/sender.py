@@ -8,6 +8,10 @@ one-hour window does not post it twice, also after a restart (the outbox id is t
 their ``expire``; a send refused for its token (99991661, 99991663, 99991664) fetches a new one and tries once
 more at once. Rate limits (HTTP 429, code 99991400, or 230020 for one chat) become
 ``SendError(retry_after_s=...)`` from ``x-ogw-ratelimit-reset`` or ``Retry-After``.
+
+A reply carrying a document (``/save``) is uploaded with ``POST /open-apis/im/v1/files`` (``file_type: stream``)
+and sent as one ``file`` message naming its ``file_key``, under a ``uuid`` of its own; a file Feishu refuses sends
+the reply's text instead (:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from urllib.parse import quote
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.feishu.config import AppKeys
 from platforms.feishu.events import PLATFORM
 from platforms.support import http_client
+from platforms.support.documents import FormFile, UploadFailed, before_posting, form_data, posting_failed, send_document
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 from platforms.support.tokens import TokenCache
@@ -37,6 +42,7 @@ _log = logging.getLogger(__name__)
 MAX_CONTENT_BYTES = 148 * 1024  # a text message's request body may be 150 KB; the rest is room for the other fields
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 SEND_PATH = "/open-apis/im/v1/messages?receive_id_type=chat_id"
+FILES_PATH = "/open-apis/im/v1/files"
 _TOKEN_INVALID = frozenset({99991661, 99991663, 99991664})
 _RATE_LIMITED = frozenset({99991400, 230020})
 _DEFAULT_EXPIRE_S = 7200
@@ -171,16 +177,41 @@ class FeishuSender:
             why = "names no chat" if app is not None else f"is for app {message.account_id!r}, which is not configured"
             _log.warning("feishu: a reply to session %s %s; it stays in the transcript", message.session_id, why)
             return None
+        what = f"feishu app '{app.name}': reply to {'thread' if message.thread_id else 'chat'} {target}"
+        return send_document(
+            message,
+            lambda document: self._send_file(app, message, document, target, what),
+            lambda: self._send_text(app, message, target, what),
+            what,
+        )
+
+    def _send_text(self, app: AppKeys, message: OutboundMessage, target: str, what: str) -> str | None:
         if not message.text.strip():
             return None
-        what = f"feishu app '{app.name}': reply to {'thread' if message.thread_id else 'chat'} {target}"
         key = _reply_key(message)
         ids: list[str] = []
         for index, part in enumerate(split_message(message.text, self._max_bytes, length=content_bytes)):
             # Feishu limits sends per chat; after a 429 the outbox itself holds the chat back for retry_after.
             self._limits[app.name].acquire(message.chat_id or target)
-            ids.append(self._post(app, message.chat_id, message.thread_id, part, f"{key}-{index}", what))
+            ids.append(self._post(app, message.chat_id, message.thread_id, _text(part), f"{key}-{index}", what))
         return ids[0]
+
+    def _send_file(
+        self, app: AppKeys, message: OutboundMessage, document: OutboundDocument, target: str, what: str
+    ) -> str:
+        """Upload ``document`` (``im/v1/files``, ``file_type: stream``), then one ``file`` message naming its key."""
+        with before_posting(what):
+            file = FormFile(field="file", name=document.name, mime_type=document.mime_type, data=document.data)
+            form = form_data({"file_type": "stream", "file_name": document.name}, [file])
+            file_key = self._call(app, FILES_PATH, None, f"{what}: file upload", form=form).get("file_key")
+            if not isinstance(file_key, str) or not file_key:
+                raise UploadFailed(f"{what}: the file upload was answered without a file_key")
+        self._limits[app.name].acquire(message.chat_id or target)
+        content = {"msg_type": "file", "content": msgspec.json.encode({"file_key": file_key}).decode()}
+        try:
+            return self._post(app, message.chat_id, message.thread_id, content, f"{_reply_key(message)}-file", what)
+        except SendError as exc:
+            raise posting_failed(exc) from None
 
     def tenant_token(self, account_id: str, refused: str | None = None) -> str:
         """App ``account_id``'s tenant access token, from the cache or fetched (so this may block).
@@ -206,12 +237,18 @@ class FeishuSender:
             )
         what = f"feishu app '{app.name}': new thread in chat {chat_id}"
         self._limits[app.name].acquire(chat_id)
-        return self._post(app, chat_id, None, title.strip() or "New thread", None, what)
+        return self._post(app, chat_id, None, _text(title.strip() or "New thread"), None, what)
 
     def _post(
-        self, app: AppKeys, chat_id: str | None, thread: str | None, text: str, uuid: str | None, what: str
+        self,
+        app: AppKeys,
+        chat_id: str | None,
+        thread: str | None,
+        content: dict[str, str],
+        uuid: str | None,
+        what: str,
     ) -> str:
-        body: dict[str, Any] = {"msg_type": "text", "content": content_json(text)}
+        body: dict[str, Any] = dict(content)
         if uuid is not None:
             body["uuid"] = uuid
         if thread is not None:
@@ -226,9 +263,17 @@ class FeishuSender:
             raise SendError(f"{what}: the answer has no message_id; it will be retried", outcome_unknown=True)
         return message_id
 
-    def _call(self, app: AppKeys, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+    def _call(
+        self,
+        app: AppKeys,
+        path: str,
+        body: dict[str, Any] | None,
+        what: str,
+        *,
+        form: tuple[bytes, str] | None = None,
+    ) -> dict[str, Any]:
         token = self._tokens.get(app)
-        result, answer = self._request(app, path, body, token, what)
+        result, answer = self._request(app, path, body, form, token, what)
         if _code(answer) in _TOKEN_INVALID:
             _log.info(
                 "feishu app %r: the tenant access token was refused (code %s); fetching a new one",
@@ -236,20 +281,33 @@ class FeishuSender:
                 _code(answer),
             )
             self._tokens.forget(app, token)
-            result, answer = self._request(app, path, body, self._tokens.get(app), what)
+            result, answer = self._request(app, path, body, form, self._tokens.get(app), what)
         return _check(result, answer, what)
 
     def _request(
-        self, app: AppKeys, path: str, body: dict[str, Any], token: str, what: str
+        self,
+        app: AppKeys,
+        path: str,
+        body: dict[str, Any] | None,
+        form: tuple[bytes, str] | None,
+        token: str,
+        what: str,
     ) -> tuple[http_client.HttpResult, dict[str, Any] | None]:
         headers = {"authorization": f"Bearer {token}"}
+        raw = None
+        if form is not None:
+            raw, headers["content-type"] = form
         try:
             result = http_client.request(
-                "POST", app.base_url + path, json_body=body, headers=headers, timeout=self._timeout
+                "POST", app.base_url + path, body=raw, json_body=body, headers=headers, timeout=self._timeout
             )
         except http_client.HttpError as exc:
             raise http_client.send_error(exc, what) from exc
         return result, _json_object(result)
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"msg_type": "text", "content": content_json(text)}
 
 
 def _reply_key(message: OutboundMessage) -> str:

@@ -5,7 +5,11 @@ Both halves of the platform, written from Feishu's documentation and independent
 - the Open API the adapter calls: ``POST /open-apis/auth/v3/tenant_access_token/internal``,
   ``POST /open-apis/im/v1/messages?receive_id_type=chat_id`` and ``POST /open-apis/im/v1/messages/<id>/reply``,
   with bearer tokens checked (99991661 missing, 99991663 invalid), the ``uuid`` dedupe, the 150 KB body limit,
-  and scripted failures (HTTP 429 with code 99991400 and ``x-ogw-ratelimit-reset``, 5xx, error codes);
+  and scripted failures (HTTP 429 with code 99991400 and ``x-ogw-ratelimit-reset``, 5xx, error codes); a message is
+  ``msg_type: text`` or ``file`` (``content`` ``{"file_key"}`` of a file the app uploaded);
+- ``POST /open-apis/im/v1/files`` (``multipart/form-data``: ``file_type`` one of opus, mp4, pdf, doc, xls, ppt,
+  stream; ``file_name``; ``file``), answered with ``data.file_key``; uploads are recorded in
+  :attr:`FakeFeishu.uploads` and take the scripted failures too;
 - ``GET /open-apis/im/v1/messages/<id>/resources/<key>?type=image|file`` for a resource added with
   :meth:`FakeFeishu.add_resource`: the bytes with their ``Content-Type`` (and ``Content-Length``, unless the
   resource is sent chunked) for a valid tenant token and the right ``type``; a JSON error answer otherwise (the
@@ -38,6 +42,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import parse_form
 
 __all__ = [
     "ApiCall",
@@ -85,6 +90,8 @@ class SentMessage:
     in_thread: bool = False
     thread_id: str | None = None
     uuid: str | None = None
+    msg_type: str = "text"
+    file_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,12 +157,14 @@ class FakeFeishu:
         self._messages: dict[str, str] = {}  # message id -> chat id
         self._threads: dict[str, str] = {}  # root message id -> thread id
         self._by_uuid: dict[tuple[str, str], SentMessage] = {}
+        self.uploads: dict[str, tuple[str, str, str, bytes]] = {}  # file_key -> (app id, file_type, name, bytes)
         self._counter = itertools.count(1)
         self._changed = threading.Condition()
         app = web.Application(client_max_size=4 * MAX_BODY_BYTES)
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        app.router.add_post("/open-apis/im/v1/files", self._upload)
         app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{file_key}", self._resource)
         self.host = HttpHost(app, name="fake-feishu")
 
@@ -355,6 +364,37 @@ class FakeFeishu:
             pass  # the client stopped reading (it refused the rest)
         return response
 
+    async def _upload(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        status, answer = 200, None
+        with self._changed:
+            failure = self.failures.popleft() if self.failures else None
+            app_id = self._tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
+        if failure is not None:
+            status, answer = failure.status, {"code": failure.code, "msg": failure.msg}
+        elif not request.headers.get("Authorization", "").startswith("Bearer "):
+            status, answer = 400, TOKEN_MISSING
+        elif app_id is None:
+            status, answer = 400, TOKEN_INVALID
+        else:
+            try:
+                fields, files = parse_form(request.headers.get("Content-Type", ""), raw)
+                _require(fields.get("file_type") in ("opus", "mp4", "pdf", "doc", "xls", "ppt", "stream"))
+                _require(bool(fields.get("file_name")) and len(files) == 1 and files[0].field == "file")
+            except ValueError:
+                status, answer = 400, {"code": 234001, "msg": "Invalid request param."}
+            else:
+                file_key = f"file_v3_{next(self._counter)}"
+                with self._changed:
+                    self.uploads[file_key] = (app_id, fields["file_type"], fields["file_name"], files[0].data)
+                answer = {"code": 0, "msg": "success", "data": {"file_key": file_key}}
+        code = int(answer["code"])
+        call = ApiCall(request.path, dict(request.query), request.headers.get("Authorization"), raw, status, code)
+        with self._changed:
+            self.calls.append(call)
+            self._changed.notify_all()
+        return web.json_response(answer, status=status, headers=failure.headers if failure else None)
+
     async def _create(self, request: web.Request) -> web.Response:
         return await self._message(request, None)
 
@@ -396,10 +436,16 @@ class FakeFeishu:
             return 400, {"code": 230025, "msg": "The length of the message content exceeds the limit"}, {}, 0.0
         try:
             body = json.loads(raw)
-            text = json.loads(body["content"])["text"]
+            content = json.loads(body["content"])
+            msg_type = body["msg_type"]
+            file_key = content["file_key"] if msg_type == "file" else None
+            text = content["text"] if msg_type == "text" else ""
             uuid = body.get("uuid")
             chat_id = body.get("receive_id") if reply_to is None else self._messages[reply_to]
-            _require(body["msg_type"] == "text" and isinstance(text, str) and bool(text))
+            if msg_type == "file":
+                _require(file_key in self.uploads and self.uploads[file_key][0] == app_id)
+            else:
+                _require(msg_type == "text" and isinstance(text, str) and bool(text))
             _require(uuid is None or (isinstance(uuid, str) and len(uuid) <= 50))
             _require(reply_to is not None or request.query.get("receive_id_type") == "chat_id")
             _require(isinstance(chat_id, str))
@@ -420,6 +466,8 @@ class FakeFeishu:
                     if in_thread and reply_to
                     else None,
                     uuid=uuid,
+                    msg_type=msg_type,
+                    file_key=file_key,
                 )
                 self.sent.append(message)
                 self._messages[message.message_id] = chat_id
@@ -429,8 +477,10 @@ class FakeFeishu:
         data = {
             "message_id": repeat.message_id,
             "chat_id": repeat.chat_id,
-            "msg_type": "text",
-            "body": {"content": json.dumps({"text": repeat.text})},
+            "msg_type": repeat.msg_type,
+            "body": {
+                "content": json.dumps({"file_key": repeat.file_key} if repeat.file_key else {"text": repeat.text})
+            },
             "sender": {"id": app_id, "id_type": "app_id", "sender_type": "app"},
         }
         if repeat.reply_to:

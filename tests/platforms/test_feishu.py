@@ -934,3 +934,38 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     assert (sent.chat_id, sent.text) == ("oc_crash", "echo: survive")
     assert [m.text for m in fake.sent] == ["echo: survive"]
     assert [state for _, state in inbox_rows(db)] == ["done"]
+
+
+# -- /save ----------------------------------------------------------------------------------------------------------
+
+
+def test_save_uploads_the_markdown_and_sends_one_file_message(start_feishu: StartFeishu) -> None:
+    feishu = start_feishu()
+    feishu.say("hello", chat_id="oc_dm1", event_id="ev-1", message_id="om_in1")
+    feishu.fake.wait_sent(1)
+    feishu.say("/save", chat_id="oc_dm1", event_id="ev-2", message_id="om_in2")
+    _, saved = feishu.fake.wait_sent(2)
+    assert feishu.gateway.wait_idle()
+    assert (saved.msg_type, saved.chat_id, saved.app_id) == ("file", "oc_dm1", MAIN_ID)
+    assert saved.file_key is not None and saved.uuid is not None
+    app_id, file_type, name, data = feishu.fake.uploads[saved.file_key]
+    assert (app_id, file_type) == (MAIN_ID, "stream") and name.endswith(".md")
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert len(feishu.fake.sent) == 2  # the file instead of the text, not beside it
+
+
+def test_save_sends_the_text_when_feishu_refuses_the_upload(
+    start_feishu: StartFeishu, caplog: pytest.LogCaptureFixture
+) -> None:
+    feishu = start_feishu()
+    feishu.say("hello", chat_id="oc_dm1", event_id="ev-1", message_id="om_in1")
+    feishu.fake.wait_sent(1)
+    feishu.fake.fail_next(Failure(400, 99991672, "Access denied: the app lacks im:resource:upload"))
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        feishu.say("/save", chat_id="oc_dm1", event_id="ev-2", message_id="om_in2")
+        _, text = feishu.fake.wait_sent(2)
+        assert feishu.gateway.wait_idle()
+    assert text.msg_type == "text" and text.text.index("hello") < text.text.index("echo: hello")
+    assert feishu.fake.uploads == {}
+    assert "im:resource:upload" in caplog.text and "the reply's text is sent instead" in caplog.text
