@@ -13,7 +13,9 @@ from hermes_actors.cli.ctl_cluster import cluster
 from hermes_actors.cli.ctl_console import console_command
 from hermes_actors.cli.ctl_daemon import admin_key_command, config, status
 from hermes_actors.cli.ctl_db import db
+from hermes_actors.cli.ctl_events import events
 from hermes_actors.cli.ctl_import import import_hermes
+from hermes_actors.cli.ctl_messages import messages
 from hermes_actors.cli.ctl_search import search
 from hermes_actors.cli.ctl_service import service
 from hermes_actors.cli.ctl_sessions import sessions
@@ -40,5 +42,7 @@ for command in (
     sessions,
     import_hermes,
     cluster,
+    messages,
+    events,
 ):
     main.add_command(command)

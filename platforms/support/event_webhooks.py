@@ -103,26 +103,32 @@ class EventSender:
                 "POST", hook.settings.url, body=body, headers=headers, timeout=hook.settings.timeout_s
             )
         except http_client.HttpError as exc:
-            raise self._failed(http_client.send_error(exc, where), hook, message) from None
+            unknown = isinstance(exc, http_client.NoAnswer)  # it left: the receiver may have it (same webhook-id)
+            raise self._failed(f"{exc.reason} from {where}", hook, message, unknown=unknown) from None
         if result.status >= 300:
-            error = http_client.status_error(result, where, now=self._clock())
+            excerpt = f": {result.excerpt()!r}" if result.body else ""
             wait = retry_after_seconds(result.headers.get("retry-after"), self._clock())
-            if wait is not None and error.retry_after_s is None:  # a 503 may say when to come back too
-                error = SendError(str(error), retry_after_s=wait)
-            raise self._failed(error, hook, message) from None
+            raise self._failed(f"HTTP {result.status} from {where}{excerpt}", hook, message, retry_after_s=wait)
         return event_id
 
-    def _failed(self, error: SendError, hook: _Hook, message: OutboundMessage) -> SendError:
-        """``error``, or a permanent one when the delivery has been queued longer than the webhook gives it."""
+    def _failed(
+        self,
+        problem: str,
+        hook: _Hook,
+        message: OutboundMessage,
+        *,
+        unknown: bool = False,
+        retry_after_s: float | None = None,
+    ) -> SendError:
+        """The :class:`SendError` of a failed attempt: retried (after ``Retry-After`` when the receiver sent one),
+        or permanent once the delivery has been queued longer than the webhook gives it."""
         queued = self._queued_at(message.outbox_id) if message.outbox_id is not None else None
-        if queued is None:
-            return error
-        age = self._clock() - queued
-        if age < hook.settings.give_up_after_s:
-            return error
+        age = None if queued is None else self._clock() - queued
+        if age is None or age < hook.settings.give_up_after_s:
+            return SendError(f"{problem}; it will be retried", retry_after_s=retry_after_s, outcome_unknown=unknown)
         return SendError(
-            f"{error}; given up after {age:.0f} s of failed attempts (events.webhooks.{hook.name}.give_up_after_s "
-            f"is {hook.settings.give_up_after_s:.0f}); replay it with: hermesctl events deliveries replay "
+            f"{problem}; given up after {age:.0f} s (events.webhooks.{hook.name}.give_up_after_s is "
+            f"{hook.settings.give_up_after_s:.0f}); send it again with: hermesctl events deliveries replay "
             f"{message.outbox_id}",
             permanent=True,
         )
