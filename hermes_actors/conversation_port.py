@@ -73,8 +73,9 @@ class ConversationBook(Protocol):
         """Delete the conversation with its sessions, their messages and the responses made in them."""
         ...
 
-    def items(self, conversation_id: str, scope: str | None) -> list[ConversationItem] | None:
-        """The conversation's items, oldest first."""
+    def items(self, conversation_id: str, scope: str | None, *, current: bool = False) -> list[ConversationItem] | None:
+        """The conversation's items, oldest first; ``current``: only the messages of the session it goes on in now,
+        as its next turn's model is sent them (after a compression, the summary first, as a ``system`` item)."""
         ...
 
     def add_items(

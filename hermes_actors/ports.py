@@ -6,9 +6,9 @@ users: a chat adapter types itself against :class:`ChatInbox` (the durable edge 
 with its stored poll positions and what it accepted recently; :func:`accept_many_async` commits from an event loop),
 the HTTP API server against :class:`ApiInbox` (turn calls, sessions, stored responses, the runtime's health and
 numbers for ``/health/ready`` and ``/metrics`` (their types are :mod:`hermes_actors.health`'s), the names of the
-agents a request may ask for, and the :class:`~hermes_actors.operator_port.Operator` for the holder of the admin
-key); :class:`Intake` is what both use. An adapter never gets the gateway or a store. ``platforms.base``
-re-exports these names for adapter authors.
+agents a request may ask for, the API's conversations, and the :class:`~hermes_actors.operator_port.Operator` for
+the holder of the admin key); :class:`Intake` is what both use. An adapter never gets the gateway or a store.
+``platforms.base`` re-exports these names for adapter authors.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from hermes_actors.conversation_port import ConversationBook
 from hermes_actors.errors import PlatformError
 from hermes_actors.health import (
     AgentInfo,
@@ -293,6 +294,11 @@ class ApiInbox(Intake, Protocol):
     @property
     def operator(self) -> Operator:
         """What an operator holding the admin key may do to every session (:mod:`hermes_actors.operator_port`)."""
+        ...
+
+    @property
+    def conversations(self) -> ConversationBook:
+        """The API's ``/v1/conversations``, each a session (:mod:`hermes_actors.conversation_port`)."""
         ...
 
 

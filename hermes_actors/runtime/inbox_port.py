@@ -27,8 +27,10 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.operator import GatewayOperator
+from hermes_actors.runtime.session_admin import LiveAdmin
 from hermes_actors.store import InboxState, MessageRecord, Role, Store
 
 __all__ = ["GatewayInbox", "recent_inbound_in", "session_owner_in", "stored_answer_in"]
@@ -42,6 +44,8 @@ class GatewayInbox:
     def __init__(self, gateway: Gateway, *, admin_key: str | None = None) -> None:
         self._gateway = gateway
         self._operator = GatewayOperator(gateway, admin_key)
+        admin = LiveAdmin(gateway, timeout_s=gateway.config.ask_timeout_s)
+        self._conversations = StoreConversations(gateway, admin, agent_for=lambda s: gateway.agents.bound(s).name)
 
     @property
     def media(self) -> MediaStore:
@@ -169,6 +173,11 @@ class GatewayInbox:
     def operator(self) -> GatewayOperator:
         """What an operator holding the admin key may do to every session."""
         return self._operator
+
+    @property
+    def conversations(self) -> StoreConversations:
+        """The API's conversations on the gateway's store."""
+        return self._conversations
 
 
 def session_owner_in(store: Store, session_id: str) -> SessionOwner | None:

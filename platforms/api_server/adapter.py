@@ -17,6 +17,7 @@ from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.chat import ChatCompletions
 from platforms.api_server.config import ApiServerConfig, is_loopback
+from platforms.api_server.conversations import ConversationsApi
 from platforms.api_server.mcp_server import McpEndpoint
 from platforms.api_server.models import model_list
 from platforms.api_server.probes import KEYED_PATHS, Probes
@@ -133,6 +134,7 @@ class ApiServer(HttpAdapter[ApiServerConfig]):
         app.router.add_post("/v1/chat/completions", ChatCompletions(self._service).handle)
         self._runs.add_to(app)
         ResponsesApi(self._service).add_to(app)
+        ConversationsApi(self._service).add_to(app)
         app.router.add_get("/v1/models", self._models)
         Probes(self._attached, self._waiters.waiting).add_to(app)
         add_surface(app, self.config, self._attached, self._waiters)  # guards, /api/sessions, /v1/capabilities

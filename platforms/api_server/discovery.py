@@ -35,6 +35,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/v1/responses/{id}", methods=("GET", "DELETE"), auth="client"),
     Endpoint(path="/v1/responses/{id}/input_items", methods=("GET",), auth="client"),
     Endpoint(path="/v1/responses/{id}/cancel", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/conversations", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/conversations/{id}", methods=("GET", "POST", "DELETE"), auth="client"),
+    Endpoint(path="/v1/conversations/{id}/items", methods=("GET", "POST"), auth="client"),
+    Endpoint(path="/v1/conversations/{id}/items/{id}", methods=("GET", "DELETE"), auth="client"),
     Endpoint(path="/v1/runs", methods=("POST",), auth="client"),
     Endpoint(path="/v1/runs/{id}", methods=("GET",), auth="client"),
     Endpoint(path="/v1/runs/{id}/events", methods=("GET",), auth="client"),
@@ -75,6 +79,7 @@ def features(config: ApiServerConfig) -> dict[str, object]:
         "retry_fold_s": config.retry_fold_s,  # an identical request this soon after is its client's retry
         "ignored_parameters": IGNORED_PARAMETERS,  # accepted and not used: the agent's model settings decide
         "responses": True,  # /v1/responses: previous_response_id, conversation, stored with their session
+        "conversations": True,  # /v1/conversations: each a session; its items are the stored messages
         "runs": True,  # /v1/runs: 202 at once, status, SSE events, stop
         "operator_api": True,  # /api/sessions with the admin key
         "mcp": "/mcp",  # the sessions as MCP tools (Streamable HTTP), with the client key or the admin key

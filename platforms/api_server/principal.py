@@ -6,6 +6,9 @@ and, only when ``platforms.api_server.trust_user_headers`` is on, the user Open 
 are off by default because any client holding the key can send them: turn them on only when the API is reached
 through Open WebUI alone (its key is the only one, and not handed to users), else one user could read another's
 memories by naming them. Without any of them each stateless conversation is its own user, as before.
+
+A key that speaks for one user (``platforms.api_server.user``) sees only that user's sessions, stored responses and
+conversations (:func:`key_sees`): the MCP tools' listings and reads, ``GET /v1/responses/{id}``, ``/v1/conversations``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.wire import ApiError
 
-__all__ = ["USER_HEADERS", "forwarded_user", "request_user"]
+__all__ = ["USER_HEADERS", "forwarded_user", "key_sees", "request_user"]
 
 USER_HEADERS = ("X-OpenWebUI-User-Id", "X-OpenWebUI-User-Email", "X-OpenWebUI-User-Name")
 _MAX_USER = 256
@@ -41,6 +44,12 @@ def request_user(config: ApiServerConfig, body_user: str | None, headers: Mappin
     if body_user is not None and body_user.strip():
         return _checked(body_user.strip(), "user")
     return forwarded_user(config, headers)
+
+
+def key_sees(config: ApiServerConfig, user_id: str | None) -> bool:
+    """Whether this server's key may see a session (or what was made in it) of ``user_id``: any, unless the key
+    speaks for one user, whose alone it sees."""
+    return config.user is None or user_id == config.user
 
 
 def _checked(value: str, where: str) -> str:

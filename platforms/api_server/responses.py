@@ -1,10 +1,12 @@
 """``/v1/responses``: OpenAI's Responses API over stored sessions.
 
 - ``POST /v1/responses`` runs a turn. A fresh request starts a session; ``previous_response_id`` continues the
-  session of that response (the model sees the stored transcript, as ``X-Hermes-Session-Id`` continuation does), and
-  ``conversation`` (a name the client chooses) continues from the newest response in it. ``instructions`` are extra
-  system text, inherited from the previous response when absent. Input items before the last user message are
-  history the model sees for this turn (tool calls and outputs as text); the last one is the new turn.
+  session of that response (the model sees the stored transcript, as ``X-Hermes-Session-Id`` continuation does),
+  ``conversation`` naming one of ``/v1/conversations`` runs in its session, and any other ``conversation`` (a name
+  the client chooses) continues from the newest response in it (:mod:`.responses_turns`, also for the user a turn
+  speaks for). ``instructions`` are extra system text, inherited from the previous response when absent. Input
+  items before the last user message are history the model sees for this turn (tool calls and outputs as text); the
+  last one is the new turn.
 - The output holds this turn only: an ``mcp_call`` item (``server_label: "hermes"``) for each run of the gateway's
   own tools (``session_search``, MCP tools; from the turn's live tool events, which carry the arguments and the
   result), then the ``message``. ``tools`` are the client's own function tools (:mod:`.client_tools`): a turn whose
@@ -33,21 +35,16 @@ from typing import TYPE_CHECKING
 import msgspec
 from aiohttp import web
 
-from hermes_actors.messages import Conversation, InboundMessage, ResponseRecord
+from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
 from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
-from platforms.api_server.responses_wire import (
-    StreamEvent,
-    conversation_of,
-    decode_responses,
-    input_turn,
-    request_tools,
-)
+from platforms.api_server.responses_turns import place_turn, response_not_found, visible_response
+from platforms.api_server.responses_wire import StreamEvent, decode_responses, input_turn, request_tools
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
-from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER, memory_scope
+from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
 from platforms.api_server.wire import PLATFORM, ApiError, Turn, json_response
 from platforms.support.http_host import committed
@@ -84,12 +81,11 @@ class ResponsesApi:
     # -- stored responses -------------------------------------------------------------------------------------------
 
     async def retrieve(self, request: web.Request) -> web.StreamResponse:
-        inbox, host = self._service.parts()
         response_id = request.match_info["response_id"]
         stream = request.query.get("stream", "false").lower() == "true"
         background = self._background.find(response_id)
         if background is None:
-            found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+            found = await visible_response(self._service, response_id)
             if found is not None and stream:
                 raise ApiError(
                     400,
@@ -101,7 +97,7 @@ class ResponsesApi:
                 return web.Response(body=read_stored(found.body).response, content_type="application/json")
             background = await self._adopt(response_id)
         if background is None:
-            raise _not_found(response_id, "response_id")
+            raise response_not_found(response_id, "response_id")
         if not stream:
             return json_response(background.draft.response())
         return await self._background.stream(request, background, after=_starting_after(request))
@@ -110,8 +106,7 @@ class ResponsesApi:
         response_id = request.match_info["response_id"]
         background = self._background.find(response_id)
         if background is None:
-            inbox, host = self._service.parts()
-            found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+            found = await visible_response(self._service, response_id)
             if found is not None and _was_background(found.body):
                 raise ApiError(
                     409,
@@ -127,7 +122,7 @@ class ResponsesApi:
                 )
             background = await self._adopt(response_id)
         if background is None:
-            raise _not_found(response_id, "response_id")
+            raise response_not_found(response_id, "response_id")
         await self._background.cancel(background)
         return json_response(background.draft.response())
 
@@ -142,22 +137,23 @@ class ResponsesApi:
         return await self._background.adopt(stored, self._service.config.model_name)
 
     async def list_input_items(self, request: web.Request) -> web.Response:
-        inbox, host = self._service.parts()
         response_id = request.match_info["response_id"]
         background = self._background.find(response_id)
         if background is not None:
             return json_response(page_of(background.draft.input_items, request.query))
-        found = await host.blocking(partial(inbox.get_response, response_id, self._service.scope))
+        found = await visible_response(self._service, response_id)
         if found is None:
-            raise _not_found(response_id, "response_id")
+            raise response_not_found(response_id, "response_id")
         return json_response(page_of(read_stored(found.body).input_items, request.query))
 
     async def delete(self, request: web.Request) -> web.Response:
         inbox, _ = self._service.parts()
         response_id = request.match_info["response_id"]
+        if self._service.config.user is not None and await visible_response(self._service, response_id) is None:
+            raise response_not_found(response_id, "response_id")
         deleted = await committed(inbox.delete_response(response_id, self._service.scope), inbox.ask_timeout_s)
         if not deleted:
-            raise _not_found(response_id, "response_id")
+            raise response_not_found(response_id, "response_id")
         return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
 
     # -- a turn ---------------------------------------------------------------------------------------------------
@@ -165,9 +161,7 @@ class ResponsesApi:
     async def create(self, request: web.Request) -> web.StreamResponse:
         service = self._service
         require_json(request)
-        memory = memory_scope(request.headers)
         body = decode_responses(await service.read_body(request))
-        conversation = conversation_of(body)
         given = input_turn(body.input)
         tools = request_tools(body)
         if body.background and not body.store:
@@ -177,32 +171,17 @@ class ResponsesApi:
                 code="invalid_value",
                 param="store",
             )
-        inbox, host = service.parts()
-        previous: ResponseRecord | None = None
-        if body.previous_response_id is not None:
-            previous = await host.blocking(partial(inbox.get_response, body.previous_response_id, service.scope))
-            if previous is None:
-                raise _not_found(body.previous_response_id, "previous_response_id")
-        elif conversation is not None:
-            previous = await host.blocking(partial(inbox.latest_response_in, service.scope, conversation))
-        instructions = body.instructions
-        if instructions is None and previous is not None:
-            instructions = previous.instructions
         response_id = f"resp_{uuid.uuid4().hex}"
-        continues = previous.session_id if previous is not None else None
-        name = continues or f"api-{response_id}"
-        user = memory or name
-        if memory is None and continues is not None:  # the chain's turns speak for whoever opened the session
-            owner = await host.blocking(partial(inbox.session_owner, continues))
-            user = (owner.user_id if owner is not None else None) or name
-        system = "\n".join(part for part in (instructions, given.system) if part) or None
+        place = await place_turn(service, request, body, given, response_id)
         inbound = InboundMessage(
-            source=SessionSource(platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=name, user_id=user),
+            source=SessionSource(
+                platform=PLATFORM, scope_id=service.scope, chat_type="dm", chat_id=place.name, user_id=place.user
+            ),
             text=given.text,
             message_id=turn_id(response_id) if body.background else f"api-{response_id}",
             received_at=time.time(),
-            context=Conversation(system=system, history=given.history, after_transcript=True),
-            agent=requested_agent(inbox, body.model) or msgspec.UNSET,  # a session it starts; one keeps its own
+            context=place.context,
+            agent=requested_agent(service.parts()[0], body.model) or msgspec.UNSET,  # a session it starts
             client_tools=tools or msgspec.UNSET,
             tool_results=given.tool_results or msgspec.UNSET,
         )
@@ -211,20 +190,20 @@ class ResponsesApi:
             created_at=int(time.time()),
             model=body.model or service.config.model_name,
             prompt=given.text,
-            instructions=instructions,
-            previous_response_id=previous.id if previous is not None else None,
-            conversation=conversation,
+            instructions=place.instructions,
+            previous_response_id=place.previous.id if place.previous is not None else None,
+            conversation=place.conversation,
             store=body.store,
             background=body.background,
         )
         draft.input_items = input_items(body.input)
         if body.background:
-            return await self._background.start(request, inbound, draft, continues=continues, stream=body.stream)
+            return await self._background.start(request, inbound, draft, continues=place.continues, stream=body.stream)
         with service.admitted():
             call = service.turn_call(inbound)
             try:
                 call.open()
-                routing_key = await service.submit(inbound, continues=continues, idempotency=None, call=call)
+                routing_key = await service.submit(inbound, continues=place.continues, idempotency=None, call=call)
                 turn = Turn(
                     completion_id=response_id,
                     created=draft.base.created_at,
@@ -379,13 +358,3 @@ def _starting_after(request: web.Request) -> int:
         raise ApiError(
             400, "starting_after must be the sequence_number of an event", code="invalid_value", param="starting_after"
         ) from None
-
-
-def _not_found(response_id: str, param: str) -> ApiError:
-    return ApiError(
-        404,
-        f"no response {response_id[:100]!r}; it was never stored (store: false), was deleted with its session, or "
-        "belongs to another API key",
-        code="response_not_found",
-        param=param,
-    )

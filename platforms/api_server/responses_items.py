@@ -101,8 +101,11 @@ def _limit(query: MultiMapping[str]) -> int:
     return limit
 
 
-def page_of(items: list[dict[str, Any]], query: MultiMapping[str]) -> dict[str, Any]:
-    """One page of ``items`` (in the order sent) for the list's query; an ``after`` not among them is a 400."""
+def page_of(
+    items: list[dict[str, Any]], query: MultiMapping[str], *, what: str = "an input item of this response"
+) -> dict[str, Any]:
+    """One page of ``items`` (in the order sent) for the list's query; an ``after`` not among them is a 400 saying it
+    is not ``what``."""
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order must be asc or desc, not {order[:20]!r}", code="invalid_value", param="order")
@@ -115,7 +118,7 @@ def page_of(items: list[dict[str, Any]], query: MultiMapping[str]) -> dict[str, 
         if after not in ids:
             raise ApiError(
                 400,
-                f"after {after[:100]!r} is not an input item of this response; pass the last_id of the page before",
+                f"after {after[:100]!r} is not {what}; pass the last_id of the page before",
                 code="invalid_value",
                 param="after",
             )

@@ -40,6 +40,7 @@ __all__ = [
     "conversation_of",
     "decode_responses",
     "input_turn",
+    "item_messages",
     "request_tools",
 ]
 
@@ -83,6 +84,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     tools: list[ResponsesTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
     tool_choice: str | dict[str, object] | None = None
+    user: str | None = None  # the OpenAI user (platforms.api_server.principal)
+    safety_identifier: str | None = None  # OpenAI's newer name for a stable user id, taken when user is absent
 
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)
@@ -156,10 +159,11 @@ def _call(item: _InputItem) -> dict[str, Any]:
 class _History:
     """The history the input items before the new turn make, with a client's consecutive calls as one message."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_system: bool = False) -> None:
         self.messages: list[ContextMessage] = []
         self.systems: list[str] = []
         self._calls: list[dict[str, Any]] = []
+        self._keep_system = keep_system  # system and developer messages among the messages, as ``system`` ones
 
     def flush(self) -> None:
         if self._calls:
@@ -171,7 +175,9 @@ class _History:
             self._calls.append(_call(item))
             return
         self.flush()
-        if item.type == "message" and item.role in ("system", "developer"):
+        if item.type == "message" and item.role in ("system", "developer") and self._keep_system:
+            self.messages.append(ContextMessage(role="system", content=_text(item.content, f"{where}.content")))
+        elif item.type == "message" and item.role in ("system", "developer"):
             self.systems.append(_text(item.content, f"{where}.content"))
         elif item.type == "message" and item.role in ("user", "assistant"):
             self.messages.append(ContextMessage(role=item.role, content=_text(item.content, f"{where}.content")))
@@ -198,6 +204,16 @@ class _History:
                 code="invalid_value",
                 param=f"{where}.type",
             )
+
+
+def item_messages(items: list[_InputItem], where: str) -> list[ContextMessage]:
+    """Input items as the messages a conversation stores (``where[i]`` names a bad one in a 400): system and
+    developer messages as ``system`` ones, a client's consecutive calls as one assistant message."""
+    history = _History(keep_system=True)
+    for index, item in enumerate(items):
+        history.add(item, f"{where}[{index}]")
+    history.flush()
+    return history.messages
 
 
 def input_turn(given: str | list[_InputItem]) -> InputTurn:

@@ -5,7 +5,7 @@ follow."""
 from __future__ import annotations
 
 from hermes_actors.conversation_port import ConversationRecord
-from hermes_actors.messages import Attachment
+from hermes_actors.messages import Attachment, AttachmentKind
 from hermes_actors.store import NewMessage, Role, StoreInterface
 from hermes_actors.store.conversations import ConversationTable
 from hermes_actors.store.transcript_cuts import TranscriptCuts
@@ -82,7 +82,7 @@ def test_a_cut_message_takes_its_attachments_and_search_rows(store: StoreInterfa
         "s1",
         [NewMessage(role=Role.USER, content="ptarmigan"), NewMessage(role=Role.USER, content="look at this")],
     )
-    store.attachments.add(second, Attachment(kind="image", name="bird.png", mime_type="image/png"), at=1.0)
+    store.attachments.add(second, Attachment(kind=AttachmentKind.IMAGE, name="bird.png", mime_type="image/png"), at=1.0)
     assert TranscriptCuts(store.sql, clock).cut("s1", [second, first]) == 2
     assert store.load_transcript("s1") == []
     assert store.attachments.for_session("s1") == []

@@ -21,6 +21,7 @@ from typing import cast
 
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
+from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, PgAccess
 from hermes_actors.cluster.settings import ClusterHealth
 from hermes_actors.errors import PlatformError
 from hermes_actors.media import MediaStore
@@ -38,6 +39,7 @@ from hermes_actors.ports import (
 )
 from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
+from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.platform_board import PlatformBoard
@@ -97,6 +99,7 @@ class ClusterInbox:
         self._watch = TurnWatch()
         self._board = board or PlatformBoard()
         self._operator = operator
+        self._conversations = StoreConversations(PgAccess(ingress.store), ClusterSessionAdmin(ingress.store))
         self._check: Callable[[], None] | None = None
         self._store_check = StoreCheck(ingress.store, timeout_s=_CHECK_TIMEOUT_S, keep_s=_VERDICT_S)
         self._cluster = ClusterWatch(ingress.store, self._store_check, health=health, hosts=hosts)
@@ -249,6 +252,11 @@ class ClusterInbox:
         if self._operator is None:
             raise PlatformError("the operator API is not configured in this replica")
         return self._operator
+
+    @property
+    def conversations(self) -> StoreConversations:
+        """The API's conversations on the PostgreSQL store (a deletion goes to each session's shard host)."""
+        return self._conversations
 
 
 def _conforms(inbox: ClusterInbox) -> Inbox:
