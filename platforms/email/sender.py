@@ -11,6 +11,10 @@ SMTP answers decide what a failure is: 4xx (mailbox busy, greylisting, server sh
 is retried (the fix is in the config, and the outbox's backoff spaces the attempts); a connection that breaks
 after the message was handed over is retried flagged as a possible duplicate. A handoff opens a new mail thread:
 :meth:`EmailSender.create_thread` reserves its root Message-ID and the first message sent in it is that root.
+
+A reply carrying a document (``/save``) is one mail with the caption as its text and the file as a MIME
+attachment; when the server refuses it (too large), the reply's text is mailed instead
+(:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from email.message import EmailMessage
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.email.config import EmailConfig, ResolvedAccount
 from platforms.email.threads import Threads, ThreadState
+from platforms.support.documents import posting_failed, send_document
 from platforms.support.progress import reply_identity
 from platforms.support.ratelimit import Rate, RateLimiter
 
@@ -70,7 +75,27 @@ class EmailSender:
         where = f"email account '{account.name}': a reply to {message.chat_id}"
         if not message.chat_id or not account.allows(message.chat_id):
             raise SendError(f"{where}: the address is not in allowed_senders, so nothing is sent", permanent=True)
-        if not message.text.strip():
+        return send_document(
+            message,
+            lambda document: self._mail_file(account, message, document, where),
+            lambda: self._mail(account, message, None, where),
+            where,
+        )
+
+    def _mail_file(
+        self, account: ResolvedAccount, message: OutboundMessage, document: OutboundDocument, where: str
+    ) -> str | None:
+        try:
+            return self._mail(account, message, document, where)
+        except SendError as exc:
+            raise posting_failed(exc) from None
+
+    def _mail(
+        self, account: ResolvedAccount, message: OutboundMessage, document: OutboundDocument | None, where: str
+    ) -> str | None:
+        """Mail the reply's text, or ``document`` as an attachment under its caption; return the Message-ID."""
+        assert message.chat_id is not None
+        if document is None and not message.text.strip():
             _log.info("email account %r: an empty reply to %s is not sent", account.name, message.chat_id)
             return None
         state = self._threads.find(account.name, message.chat_id, message.thread_id)
@@ -88,7 +113,17 @@ class EmailSender:
             mail["Message-ID"] = f"<hermes.{reply_identity(message)[:32]}@{domain}>"
             mail["Subject"] = reply_subject(state.subject if state is not None else "")
             _thread(mail, message.reply_to, state)
-        mail.set_content(message.text)
+        if document is None:
+            mail.set_content(message.text)
+        else:
+            mail.set_content(f"{document.caption}\n\nAttached: {document.name}\n".lstrip())
+            maintype, _, subtype = document.mime_type.split(";", 1)[0].strip().partition("/")
+            mail.add_attachment(
+                document.data,
+                maintype=maintype or "application",
+                subtype=subtype or "octet-stream",
+                filename=document.name,
+            )
         self._pace(account.name, message.chat_id, where)
         self._deliver(account, mail, message.chat_id, where)
         if state is not None and root:

@@ -972,3 +972,46 @@ def test_results_are_read_back_as_written_whatever_their_values_hold(
         for method, result, props in written
     )
     assert parse_authres(header).results == expected
+
+
+# -- /save ---------------------------------------------------------------------------------------------------------
+
+
+def test_save_mails_the_markdown_as_an_attachment_in_the_thread(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp
+) -> None:
+    running = start_email()
+    imap.deliver(mail("hello", message_id="<s1@mail.example.com>", subject="Plans"))
+    assert said(smtp.take().message).endswith("hello")
+    imap.deliver(mail("/save", message_id="<s2@mail.example.com>", in_reply_to="<s1@mail.example.com>"))
+    saved = smtp.take().message
+    assert running.gateway.wait_idle()
+    assert saved["In-Reply-To"] == "<s2@mail.example.com>"
+    (attachment,) = saved.iter_attachments()
+    filename = attachment.get_filename()
+    assert filename is not None and filename.endswith(".md")
+    assert attachment.get_content_type() == "text/markdown"
+    markdown = attachment.get_payload(decode=True).decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: Subject: Plans")  # the first mail of a thread: its subject
+    body = saved.get_body(preferencelist=("plain",))
+    assert body is not None
+    assert "the conversation as Markdown (2 messages, 1 part(s))." in body.get_content()
+    assert smtp.nothing_more()  # the file instead of the text, not beside it
+
+
+def test_save_mails_the_text_when_the_server_refuses_the_attachment(
+    start_email: StartEmail, imap: FakeImap, smtp: FakeSmtp, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start_email()
+    imap.deliver(mail("hello", message_id="<s1@mail.example.com>", subject="Plans"))
+    smtp.take()
+    smtp.fail_next(552, "5.3.4 Message size exceeds fixed maximum message size")
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        imap.deliver(mail("/save", message_id="<s2@mail.example.com>", in_reply_to="<s1@mail.example.com>"))
+        text = smtp.take().message
+        assert running.gateway.wait_idle()
+    assert list(text.iter_attachments()) == []
+    content = str(text.get_content())
+    assert content.index("hello") < content.index("echo: Subject: Plans")
+    assert smtp.attempts == 3  # the reply, the refused mail with the file, the text
+    assert "5.3.4" in caplog.text and "the reply's text is sent instead" in caplog.text
