@@ -20,7 +20,7 @@ from hermes_actors.store import Store
 from hermes_actors.store.deliveries import DeliveryState
 from hermes_actors.testing import FakePlatform, poll_until
 from platforms.support.event_webhooks import EventSender
-from tests.events.receiver import Receiver, open_receiver
+from tests.events.receiver import open_receiver
 
 SECRET = "whsec_" + base64.b64encode(b"events-test-secret-24-bytes!").decode()
 ALL = tuple(EventKind)
@@ -160,12 +160,12 @@ def test_a_delivery_failing_past_give_up_after_s_is_a_dead_letter_that_a_replay_
 def test_deliveries_left_unsent_by_a_stopped_gateway_go_at_the_next_start(tmp_path: Path) -> None:
     hold = threading.Event()
     with open_receiver(SECRET, hold=hold) as receiver:
-        with gateway_with(tmp_path, webhooks(receiver.url)) as (gateway, fake):
+        with gateway_with(tmp_path, webhooks(receiver.url)) as (_, fake):
             fake.push("hello")
             fake.pop()
             assert receiver.held.wait(10)  # its first attempt is under way, unanswered
         hold.set()  # the stopped gateway's attempt is answered now; it may or may not count as sent
-        with gateway_with(tmp_path, webhooks(receiver.url)) as (gateway, fake):
+        with gateway_with(tmp_path, webhooks(receiver.url)):
             poll_until(lambda: _all_sent(tmp_path / "state.db", 1), what="the delivery sent after the restart")
     assert len(receiver.accepted) == 1
 
