@@ -6,6 +6,10 @@ reused until five minutes before ``expires_in``; errcode 42001 (expired), 40014 
 one and tries once more. 45009 (API frequency limit) and -1 (system busy) become
 ``SendError(retry_after_s=...)``; errcodes that no retry can change (an unknown user, an agent the user cannot
 see, an IP not on the app's allow-list) give the reply up with WeCom's code and message.
+
+A reply carrying a document (``/save``) is uploaded as temporary media (``POST /cgi-bin/media/upload?type=file``,
+the file as ``media``) and sent as one ``msgtype: file`` message (a file message has no caption) with WeCom's
+duplicate check on; a file WeCom refuses sends the reply's text instead (:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.support import http_client
+from platforms.support.documents import FormFile, UploadFailed, before_posting, form_data, posting_failed, send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
@@ -26,14 +31,16 @@ from platforms.support.tokens import TokenCache
 from platforms.wecom.callback import PLATFORM
 from platforms.wecom.config import AppKeys
 
-__all__ = ["MAX_TEXT_BYTES", "SEND_PATH", "TOKEN_INVALID", "TOKEN_PATH", "WecomSender"]
+__all__ = ["MAX_TEXT_BYTES", "SEND_PATH", "TOKEN_INVALID", "TOKEN_PATH", "UPLOAD_PATH", "WecomSender"]
 
 _log = logging.getLogger(__name__)
 
 TOKEN_PATH = "/cgi-bin/gettoken"
 SEND_PATH = "/cgi-bin/message/send"
+UPLOAD_PATH = "/cgi-bin/media/upload"
 MAX_TEXT_BYTES = 2048
 TOKEN_INVALID = frozenset({42001, 40014, 40001})
+_DUPLICATE_CHECK = {"enable_duplicate_check": 1, "duplicate_check_interval": 3600}
 _RATE_LIMITED = {45009: 60.0, 45033: 5.0, -1: 1.0}  # errcode -> seconds to wait
 _PERMANENT = {
     40003: "the user id is not in the corp",
@@ -109,6 +116,7 @@ class WecomSender:
         self._tokens = _Tokens(self._base_url, clock=clock, timeout_s=timeout_s)
         self._limits = RateLimiter(per_key=user_rate or Rate(per_second=5.0, burst=5.0))
         self._progress: PartProgress[str] = PartProgress()
+        self._uploads: PartProgress[str] = PartProgress()  # the media id of each reply's file not yet shown
 
     @property
     def base_url(self) -> str:
@@ -132,22 +140,78 @@ class WecomSender:
             raise SendError(
                 f"wecom: the reply is for app {message.account_id!r}, which is not configured", permanent=True
             )
-        if not message.chat_id:
+        user = message.chat_id
+        if not user:
             raise SendError(f"wecom app '{app.name}': the reply names no user", permanent=True)
+        what = f"wecom app '{app.name}': reply to {user}"
+        return send_document(
+            message,
+            lambda document: self._send_file(app, user, message, document, what),
+            lambda: self._send_text(app, user, message, what),
+            what,
+        )
+
+    def _send_text(self, app: AppKeys, user: str, message: OutboundMessage, what: str) -> str | None:
         if not message.text.strip():
             return None
-        what = f"wecom app '{app.name}': reply to {message.chat_id}"
         sent = self._progress.sent(message)
         parts = split_message(message.text, MAX_TEXT_BYTES, length=_bytes)
         for part in parts[len(sent) :]:
-            self._limits.acquire(f"{app.name}:{message.chat_id}")
-            sent.append(self._send_part(app, message.chat_id, part, what))
+            self._limits.acquire(f"{app.name}:{user}")
+            sent.append(self._send_part(app, user, {"msgtype": "text", "text": {"content": part}}, what))
             self._progress.remember(message, sent)
         self._progress.forget(message)
         return sent[0] if sent else None
 
-    def _send_part(self, app: AppKeys, user: str, text: str, what: str) -> str:
-        body = {"touser": user, "msgtype": "text", "agentid": app.agent_id, "text": {"content": text}}
+    def _send_file(
+        self, app: AppKeys, user: str, message: OutboundMessage, document: OutboundDocument, what: str
+    ) -> str:
+        """Upload ``document`` as temporary media (once per reply in this process), then one ``file`` message with
+        WeCom's duplicate check, so a retry of the same media within the hour is dropped."""
+        uploaded = self._uploads.sent(message)
+        if not uploaded:
+            with before_posting(what):
+                uploaded = [self._upload(app, document, what)]
+            self._uploads.remember(message, uploaded)
+        self._limits.acquire(f"{app.name}:{user}")
+        content = {"msgtype": "file", "file": {"media_id": uploaded[0]}, **_DUPLICATE_CHECK}
+        try:
+            msgid = self._send_part(app, user, content, what)
+        except SendError as exc:
+            raise posting_failed(exc) from None
+        self._uploads.forget(message)
+        return msgid
+
+    def _upload(self, app: AppKeys, document: OutboundDocument, what: str) -> str:
+        file = FormFile(field="media", name=document.name, mime_type=document.mime_type, data=document.data)
+        form = form_data({}, [file])
+        token = self._tokens.get(app)
+        result, answer = self._post_upload(form, token, what)
+        if answer is not None and answer.get("errcode") in TOKEN_INVALID:
+            self._tokens.forget(app, token)
+            result, answer = self._post_upload(form, self._tokens.get(app), what)
+        code = answer.get("errcode") if answer is not None else None
+        media_id = answer.get("media_id") if answer is not None and code == 0 else None
+        if isinstance(media_id, str) and media_id:
+            return media_id
+        said = answer.get("errmsg") if answer is not None else result.excerpt()
+        raise UploadFailed(f"{what}: the file upload was refused (HTTP {result.status}, errcode {code}: {said!s:.200})")
+
+    def _post_upload(
+        self, form: tuple[bytes, str], token: str, what: str
+    ) -> tuple[http_client.HttpResult, dict[str, Any] | None]:
+        url = f"{self._base_url}{UPLOAD_PATH}?{urlencode({'access_token': token, 'type': 'file'})}"
+        body, content_type = form
+        try:
+            result = http_client.request(
+                "POST", url, body=body, headers={"content-type": content_type}, timeout=self._timeout
+            )
+        except http_client.HttpError as exc:
+            raise UploadFailed(f"{what}: the file upload failed ({exc.reason})") from None
+        return result, _json_object(result)
+
+    def _send_part(self, app: AppKeys, user: str, content: dict[str, Any], what: str) -> str:
+        body = {"touser": user, "agentid": app.agent_id, **content}
         token = self._tokens.get(app)
         result, answer = self._post(body, token, what)
         code = answer.get("errcode") if answer is not None else None

@@ -20,7 +20,7 @@ import pytest
 
 from hermes_actors.errors import ConfigError
 from hermes_actors.media import MediaConfig
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.testing import FakeClock
 from platforms import registry
@@ -320,3 +320,55 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
     assert (sent.touser, sent.text) == ("zhangsan", "echo: survive")
     assert [m.text for m in fake.sent] == ["echo: survive"]
     assert [state for _, state in inbox_rows(db)] == ["done"]
+
+
+def test_save_uploads_the_markdown_and_sends_one_file_message(start_wecom: StartWecom) -> None:
+    wecom = start_wecom()
+    wecom.say(Content="hello", MsgId="1")
+    wecom.fake.wait_sent(1)
+    wecom.say(Content="/save", MsgId="2")
+    _, saved = wecom.fake.wait_sent(2)
+    assert wecom.gateway.wait_idle()
+    assert (saved.msgtype, saved.touser, saved.agentid) == ("file", "zhangsan", AGENT)
+    assert saved.media_id is not None
+    name, content_type, data = wecom.fake.uploads[saved.media_id]
+    assert name.endswith(".md") and content_type == "text/markdown"
+    markdown = data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert len(wecom.fake.sent) == 2  # the file instead of the text, not beside it
+
+
+def test_save_sends_the_text_when_wecom_refuses_the_upload(
+    start_wecom: StartWecom, caplog: pytest.LogCaptureFixture
+) -> None:
+    wecom = start_wecom()
+    wecom.say(Content="hello", MsgId="1")
+    wecom.fake.wait_sent(1)
+    wecom.fake.upload_failures.append({"errcode": 40006, "errmsg": "invalid media size"})
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        wecom.say(Content="/save", MsgId="2")
+        _, text = wecom.fake.wait_sent(2)
+        assert wecom.gateway.wait_idle()
+    assert text.msgtype == "text" and text.text.index("hello") < text.text.index("echo: hello")
+    assert wecom.fake.uploads == {}
+    assert "invalid media size" in caplog.text and "the reply's text is sent instead" in caplog.text
+
+
+def test_a_file_message_whose_answer_was_lost_is_retried_with_the_same_media_and_shown_once(fake: FakeWecom) -> None:
+    (sender,) = WecomAdapter(config_for(fake), environ={}).senders()
+    document = OutboundDocument(name="chat.md", mime_type="text/markdown", data=b"# chat\n", caption="the chat")
+    reply = OutboundMessage(
+        platform="wecom", account_id="main", chat_id="zhangsan", text="# chat", outbox_id=7, document=document
+    )
+    fake.fail_next({"errcode": -1, "errmsg": "system busy"})
+    with pytest.raises(SendError) as busy:
+        sender.send(reply)
+    assert busy.value.retry_after_s is not None  # the file is retried later, not swapped for the text
+    fake.lose_next_answer()
+    with pytest.raises(SendError) as lost:
+        sender.send(reply)
+    assert lost.value.outcome_unknown
+    msgid = sender.send(msgspec.structs.replace(reply, possible_duplicate=True))
+    assert len(fake.uploads) == 1  # every attempt named the one upload
+    assert [(m.msgtype, m.media_id) for m in fake.sent] == [("file", next(iter(fake.uploads)))]  # shown once
+    assert msgid is not None and fake.calls == [-1, 0, 0]

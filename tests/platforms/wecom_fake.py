@@ -2,8 +2,11 @@
 
 Written from WeCom's documentation, independent of the adapter: ``GET /cgi-bin/gettoken`` (corpid and corpsecret
 in, ``access_token`` and ``expires_in`` out), ``POST /cgi-bin/message/send?access_token=`` (errcode 40014 for a
-token it did not hand out, scripted errcodes), ``GET /cgi-bin/media/get`` (the bytes, or a JSON errcode with
-HTTP 200 as WeCom does). :func:`seal` encrypts as WeCom does (random 16 bytes, 4-byte length, XML, corp id;
+token it did not hand out, scripted errcodes; ``msgtype`` text, or file naming an uploaded ``media_id``, with the
+duplicate check: a repeat of the same message to the same user within ``duplicate_check_interval`` is answered
+without being sent), ``POST /cgi-bin/media/upload?access_token=&type=file`` (the file as ``media`` in a
+``multipart/form-data`` body; answered with a ``media_id``), ``GET /cgi-bin/media/get`` (the bytes, or a JSON
+errcode with HTTP 200 as WeCom does). :func:`seal` encrypts as WeCom does (random 16 bytes, 4-byte length, XML, corp id;
 PKCS#7 to 32 bytes; AES-256-CBC with the key's first 16 bytes as IV), :func:`signature` signs, :func:`message_xml`
 builds a message and :func:`push` / :func:`check_url` post and get the callback URL.
 """
@@ -14,9 +17,11 @@ import base64
 import hashlib
 import http.client
 import itertools
+import json
 import os
 import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +32,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import parse_form
 
 __all__ = ["FakeWecom", "Sent", "check_url", "message_xml", "push", "seal", "signature"]
 
@@ -38,6 +44,8 @@ class Sent:
     touser: str
     agentid: int
     text: str
+    msgtype: str = "text"
+    media_id: str | None = None
 
 
 class FakeWecom:
@@ -51,6 +59,10 @@ class FakeWecom:
         self.media: dict[str, tuple[bytes, str]] = {}
         self.media_requests: list[str] = []
         self.failures: deque[dict[str, Any]] = deque()
+        self.uploads: dict[str, tuple[str, str, bytes]] = {}  # media id -> (file name, content type, bytes)
+        self.upload_failures: deque[dict[str, Any]] = deque()
+        self._recent: dict[str, tuple[str, float]] = {}  # the JSON of a duplicate-checked send -> (msgid, when)
+        self._lose_next = False
         self._tokens: set[str] = set()
         self._counter = itertools.count(1)
         self._changed = threading.Condition()
@@ -58,6 +70,7 @@ class FakeWecom:
         app.router.add_get("/cgi-bin/gettoken", self._token)
         app.router.add_post("/cgi-bin/message/send", self._send)
         app.router.add_get("/cgi-bin/media/get", self._media)
+        app.router.add_post("/cgi-bin/media/upload", self._upload)
         self.host = HttpHost(app, name="fake-wecom")
 
     @property
@@ -74,6 +87,11 @@ class FakeWecom:
         """Answer the next sends with these JSON bodies (HTTP 200, as WeCom does)."""
         with self._changed:
             self.failures.extend(answers)
+
+    def lose_next_answer(self) -> None:
+        """Handle the next send, then drop the connection without answering it."""
+        with self._changed:
+            self._lose_next = True
 
     def revoke_tokens(self) -> None:
         with self._changed:
@@ -108,14 +126,59 @@ class FakeWecom:
                 answer = self.failures.popleft()
             elif request.query.get("access_token") not in self._tokens:
                 answer = {"errcode": 40014, "errmsg": "invalid access_token"}
+            elif body["msgtype"] == "file" and body["file"]["media_id"] not in self.uploads:
+                answer = {"errcode": 40007, "errmsg": "invalid media_id"}
             else:
-                assert body["msgtype"] == "text"
-                assert len(body["text"]["content"].encode()) <= 2048
-                self.sent.append(Sent(touser=body["touser"], agentid=body["agentid"], text=body["text"]["content"]))
-                answer = {"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": f"msg{next(self._counter)}"}
+                answer = self._sent(body)
             self.calls.append(int(answer["errcode"]))
+            lose, self._lose_next = self._lose_next, False
             self._changed.notify_all()
+        if lose and request.transport is not None:
+            request.transport.abort()
         return web.json_response(answer)
+
+    def _sent(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = json.dumps({k: v for k, v in body.items() if k not in ("duplicate_check_interval",)}, sort_keys=True)
+        seen = self._recent.get(key) if body.get("enable_duplicate_check") == 1 else None
+        interval = float(body.get("duplicate_check_interval", 1800))
+        if seen is not None and time.monotonic() - seen[1] < interval:
+            return {"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": seen[0]}
+        if body["msgtype"] == "text":
+            assert len(body["text"]["content"].encode()) <= 2048
+            sent = Sent(touser=body["touser"], agentid=body["agentid"], text=body["text"]["content"])
+        else:
+            assert body["msgtype"] == "file"
+            sent = Sent(body["touser"], body["agentid"], "", msgtype="file", media_id=body["file"]["media_id"])
+        self.sent.append(sent)
+        msgid = f"msg{next(self._counter)}"
+        if body.get("enable_duplicate_check") == 1:
+            self._recent[key] = (msgid, time.monotonic())
+        return {"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": msgid}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        with self._changed:
+            if self.upload_failures:
+                return web.json_response(self.upload_failures.popleft())
+            if request.query.get("access_token") not in self._tokens:
+                return web.json_response({"errcode": 40014, "errmsg": "invalid access_token"})
+        try:
+            _, files = parse_form(request.headers.get("Content-Type", ""), raw)
+        except ValueError:
+            return web.json_response({"errcode": 44001, "errmsg": "empty media data"})
+        if (
+            request.query.get("type") != "file"
+            or len(files) != 1
+            or files[0].field != "media"
+            or len(files[0].data) < 5
+        ):
+            return web.json_response({"errcode": 40004, "errmsg": "invalid media type"})
+        media_id = f"media{next(self._counter)}"
+        with self._changed:
+            self.uploads[media_id] = (files[0].filename, files[0].content_type, files[0].data)
+        return web.json_response(
+            {"errcode": 0, "errmsg": "ok", "type": "file", "media_id": media_id, "created_at": "0"}
+        )
 
     async def _media(self, request: web.Request) -> web.Response:
         media_id = request.query.get("media_id", "")
