@@ -105,10 +105,11 @@ class SessionMessages(msgspec.Struct, frozen=True, kw_only=True):
 
 class Audience(msgspec.Struct, frozen=True, kw_only=True):
     """The sessions one API key sees: those ``platform`` opened in ``scope_id`` (the key's fingerprint; ``None``
-    for a server without a key)."""
+    for a server without a key), and only ``user_id``'s when the key speaks for one user."""
 
     platform: str
     scope_id: str | None
+    user_id: str | None = None
 
 
 class ConversationFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -103,6 +103,8 @@ def audience_filter(audience: Audience | None) -> SessionFilter | None:
     """The sessions ``audience`` sees as a store filter (``None``: every session)."""
     if audience is None:
         return None
+    if audience.user_id is not None:
+        return SessionFilter(source=audience.platform, scope_id=audience.scope_id, user_id=audience.user_id)
     return SessionFilter(source=audience.platform, scope_id=audience.scope_id)
 
 

@@ -147,7 +147,7 @@ class McpEndpoint:
             return Caller(admin=True)
         scope = self._service.scope
         if scope is None or (given and hmac.compare_digest(key_fingerprint(given), scope)):
-            return Caller(admin=False, scope=scope)
+            return Caller(admin=False, scope=scope, user=self._service.config.user)
         raise ApiError(
             401,
             "missing or incorrect API key; send 'Authorization: Bearer <key>' with the API's key (its sessions) or "

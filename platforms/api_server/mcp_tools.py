@@ -68,15 +68,16 @@ class ToolError(Exception):
 
 class Caller(msgspec.Struct, frozen=True, kw_only=True):
     """Who called: the admin key (every session), or the client key whose fingerprint is ``scope`` (``None``: a
-    server without a key)."""
+    server without a key) and which speaks for ``user`` (``platforms.api_server.user``; ``None``: any user)."""
 
     admin: bool
     scope: str | None = None
+    user: str | None = None
 
     @property
     def audience(self) -> Audience | None:
         """The sessions the caller sees (``None``: every session)."""
-        return None if self.admin else Audience(platform=PLATFORM, scope_id=self.scope)
+        return None if self.admin else Audience(platform=PLATFORM, scope_id=self.scope, user_id=self.user)
 
 
 class ListArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -152,6 +153,8 @@ class SessionTools:
         owner = await host.blocking(partial(inbox.session_owner, session_id)) if is_session_id(session_id) else None
         if owner is None or owner.platform != PLATFORM or owner.scope_id != caller.scope:
             raise unknown_session(session_id)
+        if caller.user is not None and owner.user_id != caller.user:
+            raise unknown_session(session_id)
 
     async def read(self, caller: Caller, args: ReadArguments) -> dict[str, Any]:
         await self._check_visible(caller, args.session_id)
@@ -180,7 +183,7 @@ class SessionTools:
             await self._check_visible(caller, args.session_id)
         try:
             with self._service.admitted():
-                call = await (self._begin_as_admin(args) if caller.admin else self._begin_as_client(args))
+                call = await (self._begin_as_admin(args) if caller.admin else self._begin_as_client(caller, args))
                 return await self._finish(call, progress)
         except ApiError as error:
             raise ToolError.of(error) from None
@@ -194,11 +197,11 @@ class SessionTools:
                 raise unknown_session(args.session_id) from None
             raise
 
-    async def _begin_as_client(self, args: SendArguments) -> TurnCall:
+    async def _begin_as_client(self, caller: Caller, args: SendArguments) -> TurnCall:
         service = self._service
         inbox, host = service.parts()
-        user = None
-        if args.session_id is not None:
+        user = caller.user  # a key that speaks for one user: the turn is that user's
+        if user is None and args.session_id is not None:
             owner = await host.blocking(partial(inbox.session_owner, args.session_id))
             user = owner.user_id if owner is not None else None  # the turn speaks for whoever opened the session
         name = args.session_id or f"mcp-{uuid.uuid4().hex}"

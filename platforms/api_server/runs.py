@@ -34,6 +34,7 @@ from aiohttp import web
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
 from platforms.api_server.models import requested_agent
+from platforms.api_server.principal import request_user
 from platforms.api_server.run import Run, RunError, RunStatus, RunView
 from platforms.api_server.service import require_json
 from platforms.api_server.sessions import SESSION_HEADER, memory_scope, session_named
@@ -97,7 +98,7 @@ class Runs:
         if not body.input.strip():
             raise ApiError(400, "input is empty; send the text the agent should answer", param="input")
         named = _session_of(request, body)
-        memory = memory_scope(request.headers)
+        user = memory_scope(request.headers) or request_user(service.config, None, request.headers)
         if body.instructions is not None and named is not None:
             raise ApiError(
                 400,
@@ -109,7 +110,7 @@ class Runs:
         run: Run | None = None
         try:
             run_id = f"run_{uuid.uuid4().hex}"
-            inbound = _inbound(service, run_id, body, named or run_id, memory)
+            inbound = _inbound(service, run_id, body, named or run_id, user)
             call = service.turn_call(inbound)
             run = Run(run_id, scope=service.scope, prompt=body.input, call=call)
             call.open(on_started=run.begin)
@@ -341,10 +342,10 @@ def _session_of(request: web.Request, body: RunRequest) -> str | None:
     return named
 
 
-def _inbound(service: ApiService, run_id: str, body: RunRequest, name: str, memory: str | None) -> InboundMessage:
+def _inbound(service: ApiService, run_id: str, body: RunRequest, name: str, user: str | None) -> InboundMessage:
     context = Conversation(system=body.instructions) if body.instructions else msgspec.UNSET
     return InboundMessage(
-        source=service.source(name, memory),
+        source=service.source(name, user),
         text=body.input,
         message_id=run_id,
         received_at=time.time(),
