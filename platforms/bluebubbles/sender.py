@@ -11,6 +11,10 @@ several messages; a retry resumes after the parts already accepted. The server d
 HTTP 429 comes back as ``retry_after_s``; 401 (a wrong password) is retried with a hint, as the password may be
 fixed; 400 and 404 (no such chat, a malformed request) are refused for good with the server's message; 5xx (Messages
 failed to send) and lost answers are retried.
+
+A reply carrying a document (``/save``) is one ``POST /api/v1/message/attachment`` (``multipart/form-data``:
+``chatGuid``, ``tempGuid``, ``name``, ``method`` and the file as ``attachment``; Messages shows an attachment without
+a caption); when the server refuses it, the reply's text is sent instead (:mod:`platforms.support.documents`).
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from urllib.parse import urlencode
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.bluebubbles.config import BluebubblesConfig, ServerKeys
 from platforms.bluebubbles.events import PLATFORM
 from platforms.support import http_client
+from platforms.support.documents import FormFile, form_data, posting_failed, send_document
 from platforms.support.progress import PartProgress
 from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
@@ -49,7 +54,7 @@ class _Answer(msgspec.Struct, frozen=True, kw_only=True):
     data: dict[str, object] | str | None = None
 
 
-def temp_guid_of(message: OutboundMessage, part: int) -> str:
+def temp_guid_of(message: OutboundMessage, part: int | str) -> str:
     """The ``tempGuid`` of part ``part`` of ``message``: the same on every attempt, different between replies."""
     return f"hermes-{message.outbox_id or 0}-{part}"
 
@@ -69,7 +74,9 @@ class BluebubblesSender:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._name = config.server_name
-        self._url = f"{config.server}/api/v1/message/text?{urlencode({'password': keys.password})}"
+        query = urlencode({"password": keys.password})
+        self._url = f"{config.server}/api/v1/message/text?{query}"
+        self._attachment_url = f"{config.server}/api/v1/message/attachment?{query}"
         self._method = config.method
         self._limit = config.max_message_chars
         self._timeout = config.http_timeout_s
@@ -88,6 +95,24 @@ class BluebubblesSender:
         chat = message.chat_id or ""
         if not chat:
             raise SendError(f"bluebubbles server {self._name}: a reply without a chat cannot be sent", permanent=True)
+        return send_document(
+            message,
+            lambda document: self._send_file(chat, message, document),
+            lambda: self._send_text(chat, message),
+            f"bluebubbles server {self._name}: a reply to {chat}",
+        )
+
+    def _send_file(self, chat: str, message: OutboundMessage, document: OutboundDocument) -> str | None:
+        """One ``POST /api/v1/message/attachment`` (``multipart/form-data``; an attachment has no caption)."""
+        fields = {"chatGuid": chat, "tempGuid": temp_guid_of(message, "file"), "name": document.name}
+        fields["method"] = self._method
+        file = FormFile(field="attachment", name=document.name, mime_type=document.mime_type, data=document.data)
+        try:
+            return self._post(chat, self._attachment_url, form=form_data(fields, [file])) or None
+        except SendError as exc:
+            raise posting_failed(exc) from None
+
+    def _send_text(self, chat: str, message: OutboundMessage) -> str | None:
         parts = split_message(message.text, self._limit) if message.text.strip() else []
         if not parts:
             return None
@@ -102,7 +127,7 @@ class BluebubblesSender:
             if self._method == "private-api" and message.reply_to and index == 0:
                 body |= {"selectedMessageGuid": message.reply_to, "partIndex": 0}
             try:
-                sent.append(self._post(chat, body))
+                sent.append(self._post(chat, self._url, body=body))
             except SendError:
                 if sent:
                     self._progress.remember(message, sent)
@@ -110,15 +135,18 @@ class BluebubblesSender:
         self._progress.forget(message)
         return sent[0] or None
 
-    def _post(self, chat: str, body: dict[str, object]) -> str:
+    def _post(
+        self, chat: str, url: str, *, body: dict[str, object] | None = None, form: tuple[bytes, str] | None = None
+    ) -> str:
         where = f"bluebubbles server {self._name}: message to {chat}"
         wait = self._pace.delay(chat)
         if wait > MAX_SLEEP_S:
             raise SendError(f"{where}: held back {wait:.1f} s by the send rate", retry_after_s=wait)
         if wait > 0:
             self._sleep(wait)
+        raw, headers = (None, None) if form is None else (form[0], {"content-type": form[1]})
         try:
-            result = http_client.request("POST", self._url, json_body=body, timeout=self._timeout)
+            result = http_client.request("POST", url, body=raw, json_body=body, headers=headers, timeout=self._timeout)
         except http_client.HttpError as exc:
             raise http_client.send_error(exc, where) from exc
         try:

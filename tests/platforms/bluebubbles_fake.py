@@ -5,7 +5,9 @@ Written from BlueBubbles' documentation, independently of the adapter. :class:`F
 ``password`` query parameter (401 ``{"status": 401, "message": "Unauthorized"}`` otherwise), answering in the
 server's format ``{"status", "message", "data"}`` or, on failure, ``{"status", "message", "error": {"type",
 "message"}}``. A send needs ``chatGuid`` of a chat the server knows, ``message`` and ``tempGuid`` (400 otherwise)
-and answers the sent message with a fresh ``guid``. Failures can be scripted (:meth:`FakeBlueBubbles.fail`).
+and answers the sent message with a fresh ``guid``. ``POST /api/v1/message/attachment`` takes a
+``multipart/form-data`` body with ``chatGuid``, ``tempGuid``, ``name`` and the file as ``attachment`` (400 without
+one of them) and answers the same way. Failures can be scripted (:meth:`FakeBlueBubbles.fail`, for either send).
 
 :func:`new_message` builds a ``new-message`` webhook body as the server POSTs it, and :func:`post` delivers one.
 """
@@ -26,6 +28,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from platforms.support.http_host import HttpHost
+from tests.platforms.form_data import Upload, parse_form
 from tests.platforms.support import Arrivals
 
 __all__ = ["Answer", "FakeBlueBubbles", "Sent", "new_message", "post", "token"]
@@ -108,9 +111,10 @@ def post(url: str, body: bytes, headers: Mapping[str, str] | None = None) -> Ans
 
 @dataclass(frozen=True)
 class Sent:
-    """One accepted send: the request body as posted."""
+    """One accepted send: the request body as posted (a form's fields), and the file of an attachment send."""
 
     body: dict[str, Any]
+    file: Upload | None = None
 
 
 @dataclass
@@ -137,6 +141,7 @@ class FakeBlueBubbles:
         app = web.Application()
         app.router.add_get("/api/v1/ping", self._ping)
         app.router.add_post("/api/v1/message/text", self._text)
+        app.router.add_post("/api/v1/message/attachment", self._attachment)
         app.router.add_get("/api/v1/attachment/{guid}/download", self._download)
         self.host = HttpHost(app, name="fake-bluebubbles")
 
@@ -214,6 +219,38 @@ class FakeBlueBubbles:
             "dateCreated": int(time.time() * 1000),
         }
         return web.json_response({"status": 200, "message": "Message sent!", "data": message})
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"status": 401, "message": "Unauthorized"}, status=401)
+        with self._lock:
+            failure = self._script.popleft() if self._script else None
+        if failure is not None:
+            return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        try:
+            fields, files = parse_form(request.headers.get("Content-Type", ""), await request.read())
+        except ValueError:
+            return _error(400, "No attachment provided!")
+        for name in ("chatGuid", "tempGuid", "name"):
+            if not fields.get(name):
+                return _error(400, f"No {name} provided!")
+        file = next((f for f in files if f.field == "attachment"), None)
+        if file is None:
+            return _error(400, "No attachment provided!")
+        if fields["chatGuid"] not in self.chats:
+            return _error(400, "Chat does not exist!")
+        sent = Sent(body=dict(fields), file=file)
+        with self._lock:
+            self.sent.append(sent)
+        self._arrivals.put(sent)
+        message = {
+            "guid": str(uuid.uuid4()).upper(),
+            "tempGuid": fields["tempGuid"],
+            "text": "",
+            "isFromMe": True,
+            "attachments": [{"transferName": fields["name"], "totalBytes": len(file.data)}],
+        }
+        return web.json_response({"status": 200, "message": "Attachment sent!", "data": message})
 
     async def _download(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

@@ -353,3 +353,36 @@ def test_the_credential_check_pings_the_server_with_the_password(server: FakeBlu
     wrong = BluebubblesAdapter(make_config(server, password="wrong"), environ={})
     with pytest.raises(PlatformError, match="HTTP 401 \\(Unauthorized\\); check the server password"):
         registry.check_credentials(wrong, timeout_s=5)
+
+
+# -- /save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_sends_one_attachment_with_the_markdown(start: Start, server: FakeBlueBubbles) -> None:
+    running = start()
+    running.say("hello")
+    assert server.take().body["message"] == "echo: hello"
+    running.say("/save")
+    saved = server.take()
+    assert running.gateway.wait_idle()
+    assert saved.file is not None
+    assert (saved.body["chatGuid"], saved.body["name"]) == (DM, saved.file.filename)
+    assert saved.body["tempGuid"].endswith("-file") and saved.file.filename.endswith(".md")
+    markdown = saved.file.data.decode("utf-8")
+    assert markdown.index("hello") < markdown.index("echo: hello")
+    assert server.nothing_more()  # the file instead of the text, not beside it
+
+
+def test_save_sends_the_text_when_the_server_refuses_the_attachment(
+    start: Start, server: FakeBlueBubbles, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = start()
+    running.say("hello")
+    server.take()
+    server.fail(400, "Attachment upload failed: the file could not be written")
+    with caplog.at_level(logging.WARNING, logger="platforms.support.documents"):
+        running.say("/save")
+        text = server.take()
+        assert running.gateway.wait_idle()
+    assert text.file is None and text.body["message"].index("hello") < text.body["message"].index("echo: hello")
+    assert "could not be written" in caplog.text and "the reply's text is sent instead" in caplog.text
