@@ -41,20 +41,21 @@ class Receiver:
     attempts: list[Attempt] = field(default_factory=list)
     accepted: Counter[str] = field(default_factory=Counter)
     events: dict[str, Any] = field(default_factory=dict)  # webhook-id -> the verified JSON body
-    hold: threading.Event | None = None  # when set: requests wait for it before anything is answered
+    hold: threading.Event | None = None  # requests wait until it is set, then are answered with ``after_hold``
+    after_hold: str | None = None  # None: by the plan; "drop": the sender is gone (killed), nothing is accepted
     held: threading.Event = field(default_factory=threading.Event)  # a request is waiting on ``hold``
     url: str = ""
     _lock: threading.Condition = field(default_factory=threading.Condition)
 
-    def answer(self, headers: dict[str, str], body: bytes, path: str) -> str:
-        """Verify and decide the answer of one request; record it."""
+    def answer(self, headers: dict[str, str], body: bytes, path: str, forced: str | None = None) -> str:
+        """Verify and decide the answer of one request (``forced``: this one); record it."""
         try:
             payload = Webhook(self.secret).verify(body, headers)
             verified = True
         except WebhookVerificationError:
             payload, verified = None, False
         with self._lock:
-            step = "unsigned" if not verified else (self.plan.pop(0) if self.plan else "accepted")
+            step = "unsigned" if not verified else forced or (self.plan.pop(0) if self.plan else "accepted")
             webhook_id = headers.get("webhook-id", "")
             self.attempts.append(
                 Attempt(path, webhook_id, headers.get("webhook-timestamp", ""), step, body, time.time())
@@ -87,10 +88,12 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            if receiver.hold is not None:
+            forced = None
+            if receiver.hold is not None and not receiver.hold.is_set():
                 receiver.held.set()
                 receiver.hold.wait()
-            step = receiver.answer({k.lower(): v for k, v in self.headers.items()}, body, self.path)
+                forced = receiver.after_hold
+            step = receiver.answer({k.lower(): v for k, v in self.headers.items()}, body, self.path, forced)
             if step == "drop":
                 self.close_connection = True
                 return
@@ -108,9 +111,11 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def open_receiver(secret: str, plan: Sequence[str] = (), *, hold: threading.Event | None = None) -> Iterator[Receiver]:
+def open_receiver(
+    secret: str, plan: Sequence[str] = (), *, hold: threading.Event | None = None, after_hold: str | None = None
+) -> Iterator[Receiver]:
     """A running receiver on 127.0.0.1 (its ``url`` ends in ``/hooks``)."""
-    receiver = Receiver(secret=secret, plan=list(plan), hold=hold)
+    receiver = Receiver(secret=secret, plan=list(plan), hold=hold, after_hold=after_hold)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
     server.daemon_threads = True
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"

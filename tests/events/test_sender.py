@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -68,9 +69,7 @@ def test_a_delivery_is_signed_as_standard_webhooks_and_goes_only_to_the_configur
     }
 
 
-def _at(seconds: float) -> object:
-    from datetime import UTC, datetime
-
+def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
