@@ -218,6 +218,12 @@ class Pages:
             "passivations": vitals.passivations,
             "deliveries_retried": vitals.deliveries_retried,
             "deliveries_given_up": vitals.deliveries_given_up,
+            "messages_answered": vitals.messages.get("answered", 0),
+            "messages_refused": vitals.messages.get("refused", 0),
+            "messages_stopped": vitals.messages.get("stopped", 0),
+            "messages_dead_lettered": vitals.messages.get("dead_lettered", 0),
+            "dead_letters_waiting": vitals.dead_letters.get("message", 0),
+            "dead_deliveries_waiting": vitals.dead_letters.get("delivery", 0),
             "duplicates": vitals.duplicates,
             "commits": vitals.commits,
         }
