@@ -11,6 +11,10 @@ part through the API instead). Otherwise it goes through the robot send API with
 to a group, header ``x-acs-dingtalk-access-token``. A 401 fetches a new token once; 429 and throttling codes become
 ``SendError(retry_after_s=...)``; other 4xx answers (the robot left the group, a user who is not staff) give the
 reply up with DingTalk's code and message.
+
+A reply carrying a document (``/save``) is sent as its text: the robot API's file message (``sampleFile``) needs
+media uploaded to ``oapi.dingtalk.com``, another host than ``api_base_url``, and takes only Office, PDF, ZIP and RAR
+files, and a session webhook takes no files.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ HTTP 429 (or code 22009, the message rate) comes back as ``retry_after_s`` and k
 401 drops the access token and is retried with a new one; another 4xx is QQ refusing this message (the passive
 reply window has closed, the bot was removed from the group, ...): no retry can succeed, so the reply is given up
 with QQ's code and message. 5xx and lost answers are retried.
+
+A reply carrying a document (``/save``) is sent as its text: the rich media upload (``/v2/.../files``) takes images,
+video and voice; its file type (4) is not open to bots, and a guild channel takes images only.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Sends are paced per number (``messages_per_second``). HTTP 429 (error 20429) com
 (21211 the number is not valid, 21610 the user replied STOP, 21614 not a mobile number, 21408 a region not enabled,
 ...): no retry can succeed, so the reply is given up with Twilio's code and message as the reason. 401, 403 and 404
 (the credentials or the account) are retried with a hint; 5xx and lost answers are retried.
+
+A reply carrying a document (``/save``) is sent as its text: an MMS names its media by a public ``MediaUrl`` that
+Twilio fetches, and the gateway publishes no files.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ and transport failures are retried. 403 (the bot was removed from the conversati
 404 (the conversation is gone) and 400/413 (Teams will refuse the same activity again) give the reply up with
 the reason. A handoff opens a channel thread with ``POST {serviceUrl}/v3/conversations`` (``isGroup``,
 ``channelData.channel.id``, the first message as ``activity``); the new thread's root message id is the thread.
+
+A reply carrying a document (``/save``) is sent as its text: a bot may send a file only in a personal chat, after
+the user accepts a file consent card, and then uploads it to a OneDrive URL the consent names, which this sender
+never sends data to (an upload goes to the platform's configured API only).
 """
 
 from __future__ import annotations

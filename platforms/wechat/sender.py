@@ -9,6 +9,9 @@ an adapter has; see the adapter docs.)
 A long reply leaves as several messages. Each part has a ``client_id`` derived from the reply (its outbox id
 included, so it is the same after a restart) and its index, and the sender remembers how many parts of a reply
 went out, so a retry after part 3 failed starts at part 3.
+
+A reply carrying a document (``/save``) is sent as its text: iLink takes files only through Weixin's CDN (an
+encrypted upload to a host the API names), not through the configured API.
 """
 
 from __future__ import annotations

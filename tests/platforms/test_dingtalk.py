@@ -538,3 +538,15 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once_through_
     assert (sent.via, sent.target, sent.text) == ("webhook", "crash", "echo: survive")
     assert [m.text for m in fake.sent] == ["echo: survive"]
     assert [state for _, state in inbox_rows(db)] == ["done"]
+
+
+def test_save_sends_the_markdown_as_text_since_a_robot_cannot_send_a_markdown_file(start_ding: StartDing) -> None:
+    ding = start_ding()
+    ding.say("hello", msg_id="msg-1")
+    ding.fake.wait_sent(1)
+    ding.say("/save", msg_id="msg-2")
+    _, saved = ding.fake.wait_sent(2)
+    assert ding.gateway.wait_idle()
+    assert saved.via == "webhook"
+    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert len(ding.fake.sent) == 2

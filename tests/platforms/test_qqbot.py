@@ -493,3 +493,16 @@ def test_the_credential_check_fetches_an_access_token_for_every_bot(qq: FakeQq) 
     wrong = QqbotAdapter(make_config(qq, bots={"main": QqbotBot(app_id=APP, secret="wrong")}), environ={})
     with pytest.raises(PlatformError, match="invalid appid or secret"):
         registry.check_credentials(wrong, timeout_s=5)
+
+
+def test_save_sends_the_markdown_as_text_since_qq_bots_cannot_send_files(start: Start, qq: FakeQq) -> None:
+    running = start()
+    running.deliver(c2c("hello"))
+    assert qq.take().body["content"] == "echo: hello"
+    running.deliver(c2c("/save"))
+    saved = qq.take()
+    assert running.gateway.wait_idle()
+    content = saved.body["content"]
+    assert content.startswith("# ") and content.index("hello") < content.index("echo: hello")
+    assert saved.body["msg_type"] == 0
+    assert qq.nothing_more()

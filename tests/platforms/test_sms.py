@@ -563,3 +563,14 @@ def test_a_kill_between_accept_and_reply_loses_nothing_and_replies_once(tmp_path
         worker.stop()
     assert [s.body for s in twilio.sent] == ["echo: survive", "echo: after"]
     assert [state for _, state in wait_for_inbox(db, 2)] == ["done", "done"]
+
+
+def test_save_sends_the_markdown_as_text_since_mms_media_needs_a_public_url(start: Start, twilio: FakeTwilio) -> None:
+    running = start()
+    deliver(running.url, incoming(ACCOUNT, NUMBER, ALICE, "hello", sid=new_sid()), TOKEN)
+    assert twilio.take().body == "echo: hello"
+    deliver(running.url, incoming(ACCOUNT, NUMBER, ALICE, "/save", sid=new_sid()), TOKEN)
+    saved = twilio.take()
+    assert running.gateway.wait_idle()
+    assert saved.body.startswith("# ") and saved.body.index("hello") < saved.body.index("echo: hello")
+    assert twilio.nothing_more()

@@ -800,3 +800,17 @@ def test_a_malformed_mention_entity_is_a_400_and_the_next_message_runs(
     assert broken.body["error"].startswith("a mention entity is malformed")
     assert running.say("fine now").status == 200
     assert teams.take().text == "echo: fine now"
+
+
+def test_save_sends_the_markdown_as_text_since_a_bot_may_not_upload_files_to_a_chat(
+    start_teams: StartTeams, teams: FakeTeams
+) -> None:
+    running = start_teams()
+    running.say("hello", activity_id="2001")
+    assert teams.take().text == "echo: hello"
+    running.say("/save", activity_id="2002")
+    saved = teams.take()
+    assert running.gateway.wait_idle()
+    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert "attachments" not in saved.body or not saved.body["attachments"]
+    assert teams.nothing_more()

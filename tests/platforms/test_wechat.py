@@ -968,3 +968,16 @@ def test_a_kill_while_a_batch_waits_loses_nothing(tmp_path: Path, ilink: FakeIli
         worker.stop()
     assert reply.text == "echo: still typing"
     assert len(wait_for_inbox(db, 1)) == 1
+
+
+def test_save_sends_the_markdown_as_text_since_files_go_through_weixins_cdn(
+    ilink: FakeIlink, start_wechat: StartWechat
+) -> None:
+    wechat = start_wechat(fast(ilink.url))
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", "hello", context_token="ctx-alice-1"))
+    assert replies(ilink, 1)[0].text == "echo: hello"
+    ilink.push(TOKEN_A, ilink.message("wxid_alice", "/save", context_token="ctx-alice-2"))
+    (saved,) = replies(ilink, 1)
+    assert wechat.gateway.wait_idle()
+    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert saved.msg["context_token"] == "ctx-alice-2"
