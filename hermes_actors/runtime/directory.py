@@ -3,7 +3,8 @@
 :class:`SupervisorDirectory` answers the lifecycle commands from the supervisor's routes and live sessions, and
 queues their work through the supervisor; it runs on the supervisor's thread. Replies of its own are submitted to
 the writer and go to the outbox once their row has committed (the writer's ``then``): it never waits for a commit.
-When the store refuses that commit (a full disk), the sender is told so at once, without a row.
+When the store refuses that commit (a full disk), the sender is told so at once, without a row. Each message answered
+here is counted by how it ended, once its answer committed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
 from hermes_actors.runtime.routes import Routes, submit_logged
-from hermes_actors.runtime.services import OutboxSink, queue_reply, reply_for
+from hermes_actors.runtime.services import SessionServices, queue_reply, reply_for
 from hermes_actors.store import InboxState, Store
 from hermes_actors.store.writer import StoreWriter
 
@@ -32,22 +33,22 @@ _log = logging.getLogger(__name__)
 class SupervisorDirectory:
     """Implements the lifecycle's ``Directory`` port over the supervisor's state (see the module docstring)."""
 
-    __slots__ = ("_cancel_running", "_live", "_outbox", "_queue_control", "_routes", "_writer")
+    __slots__ = ("_cancel_running", "_live", "_metrics", "_outbox", "_queue_control", "_routes", "_writer")
 
     def __init__(
         self,
         routes: Routes,
         live: Mapping[str, LiveSession],
         *,
-        writer: StoreWriter,
-        outbox: OutboxSink,
+        services: SessionServices,
         queue_control: Callable[[str, Control, Delivery | None], None],
         cancel_running: Callable[[str | None], None],
     ) -> None:
         self._routes = routes
         self._live = live
-        self._writer = writer
-        self._outbox = outbox
+        self._writer: StoreWriter = services.writer
+        self._outbox = services.outbox
+        self._metrics = services.metrics
         self._queue_control = queue_control
         self._cancel_running = cancel_running
 
@@ -82,14 +83,19 @@ class SupervisorDirectory:
         reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
         if document is not None:
             reply = msgspec.structs.replace(reply, document=document)
-        outbox = self._outbox
+        outbox, metrics = self._outbox, self._metrics
+        outcome = "refused" if state is InboxState.REJECTED else "answered"
 
         def answer(store: Store) -> int:
             known = session_id if session_id is not None and store.find_session(session_id) else None
             store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
             return queue_reply(store, reply)
 
-        written = submit_logged(self._writer, answer, then=lambda outbox_id: outbox.deliver(outbox_id, reply))
+        def then(outbox_id: int) -> None:
+            metrics.messages_ended(outcome, 1 if delivery.inbox_id > 0 else 0)
+            outbox.deliver(outbox_id, reply)
+
+        written = submit_logged(self._writer, answer, then=then)
         written.add_done_callback(lambda done: self._tell_unanswered(delivery, session_id, done))
 
     def _tell_unanswered(self, delivery: Delivery, session_id: str | None, written: Future[int]) -> None:

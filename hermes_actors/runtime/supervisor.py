@@ -92,8 +92,7 @@ class SupervisorActor(RuntimeActor):
         self._port = SupervisorDirectory(
             self._routes,
             self._live,
-            writer=self._writer,
-            outbox=services.outbox,
+            services=services,
             queue_control=self._queue_control,
             cancel_running=self._cancel_running,
         )

@@ -21,7 +21,7 @@ from hermes_actors.messages import OutboundError
 from hermes_actors.runtime.exchange import Exchange
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import InboxState, Store
-from hermes_actors.testing import FakePlatform, poll_until
+from hermes_actors.testing import FakePlatform, GatedAgent, open_fake_gateway, poll_until
 from platforms.support.event_webhooks import EventSender
 from tests.events.receiver import Receiver, open_receiver
 
@@ -180,3 +180,21 @@ def test_hermesctl_messages_names_what_it_cannot_find(tmp_path: Path) -> None:
         "Error: 'abc' is not an inbox id; name a platform's message id with --platform (and --account)\n"
     )
     assert _ctl(tmp_path, "messages", "dead-letters") == "No dead letters waiting for a replay.\n"
+
+
+def test_a_message_refused_by_backpressure_is_counted_refused(tmp_path: Path) -> None:
+    agent = GatedAgent()
+    with open_fake_gateway(tmp_path / "state.db", agent=agent, pending_soft_limit=1, pending_hard_limit=1) as (
+        gateway,
+        fake,
+    ):
+        fake.push("first")
+        assert agent.started.wait(10)
+        fake.push("second")  # waits for the first turn
+        fake.push("third")  # over the hard limit: refused with a reply
+        assert fake.pop().text.startswith("Too many messages are waiting in this conversation")
+        agent.release.set()
+        replies = {fake.pop().text, fake.pop().text}
+        assert replies == {"echo: first", "echo: second"}
+        counts = {"answered": 2, "refused": 1, "stopped": 0, "dead_lettered": 0}
+        poll_until(lambda: gateway.vitals().messages == counts, what=lambda: f"not {gateway.vitals().messages}")
