@@ -137,6 +137,7 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
             connected=on_sigterm,  # ray.init replaced it
             http_limits=settings.daemon.http_limits,
             host_logging=functools.partial(configure_logging, level, log_format=settings.daemon.log_format),
+            events=settings.events,
         )
     except KeyboardInterrupt:
         stop.set()

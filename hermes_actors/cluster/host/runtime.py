@@ -87,6 +87,7 @@ class HostRuntime:
             "on_turn": self._turn_done,
             "schedule_resets": False,
             "replies_sent_elsewhere": True,
+            "events": settings.events,  # emitted in its fenced commits; the replicas' dispatchers deliver them
         }
         media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
         metrics = Metrics()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from hermes_actors.config import EventsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
 
 __all__ = ["HostSettings", "HostStatus"]
@@ -27,6 +28,7 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     reset: ResetConfig = msgspec.field(default_factory=ResetConfig)  # idle and daily resets (session_reset:)
     timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
     relay_platforms: tuple[str, ...] = ("api_server",)  # whose turns' events are relayed to a waiting replica
+    events: EventsConfig = msgspec.field(default_factory=EventsConfig)  # webhooks its commits emit events for
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,8 @@ Each send mirrors the single-machine outbox (:mod:`hermes_actors.runtime.outbox`
 transaction that also checks the role lease (a replica whose term ended sends nothing); a row with attempts but no
 ``sent_at`` whose outcome this process does not know is sent again with ``possible_duplicate`` unless the sender's
 sends are idempotent; a failure is retried with exponential backoff or after the platform's ``retry_after``, a
-permanent one gives the reply up. A dispatcher that dies mid-send leaves a claim that runs out.
+permanent one gives the reply up (``give_up``: recording the dead letters of what it answered, as the single-machine
+outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from hermes_actors.errors import RoleLostError, StoreError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.lanes import LaneWorkers
+from hermes_actors.runtime.outbox import GiveUp, abandon
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.records import OutboxRow
 
@@ -98,8 +100,10 @@ class OutboxDispatcher:
         retry_max_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        give_up: GiveUp = abandon,
     ) -> None:
         self._store = store
+        self._give_up = give_up
         self._name = name
         self._clock = clock
         self._monotonic = monotonic
@@ -254,7 +258,8 @@ class OutboxDispatcher:
         except SendError as exc:
             if exc.permanent or message.no_retry:
                 _log.warning("dispatcher %s: reply %d failed and is given up: %s", self._name, row.id, exc)
-                self._store.outbox.abandon(row.id, str(exc))
+                with self._store.transaction():
+                    self._give_up(self._store, row.id, message, str(exc))  # type: ignore[arg-type]
                 self._remember(row.id, None)
             else:
                 wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2 ** (attempt - 1))

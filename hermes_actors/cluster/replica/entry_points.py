@@ -42,6 +42,7 @@ from hermes_actors.cluster.replica.inbox import ClusterInbox
 from hermes_actors.cluster.replica.roles import RoleTerm, adapter_role
 from hermes_actors.cluster.replica.singleton import LeasedAdapter
 from hermes_actors.ports import Adapter, ReplySender
+from hermes_actors.runtime.outbox import GiveUp, abandon
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.section_parts import SectionParts
 from hermes_actors.store.pg.store import PostgresStore
@@ -73,6 +74,7 @@ class ClusterReplica:
         parts: Callable[[str, msgspec.Struct], SectionParts | None] = registry.cluster_parts,
         placement: Callable[[str], str] = registry.placement,
         shared_config: tuple[str, str] = ("", ""),
+        give_up: GiveUp = abandon,
     ) -> None:
         self.name = name
         # cluster_config(): the config's part the replicas must agree on (text, secrets masked) and its digest
@@ -88,7 +90,7 @@ class ClusterReplica:
         self._board = board or PlatformBoard()
         self._requests: dict[str, msgspec.Struct] = {}
         self.leased: dict[tuple[str, str], LeasedAdapter] = {}  # (platform, account) -> its singleton
-        self.dispatcher = OutboxDispatcher(store, {}, name=name, role_ttl_s=role_ttl_s)
+        self.dispatcher = OutboxDispatcher(store, {}, name=name, role_ttl_s=role_ttl_s, give_up=give_up)
         self._sections: dict[str, tuple[msgspec.Struct, frozenset[str] | None]] = {}  # served here, for accounts
         for platform, config in platforms.items():
             if not enabled(config):

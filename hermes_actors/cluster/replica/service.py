@@ -13,6 +13,7 @@ keep each singleton in one replica.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -31,11 +32,13 @@ from hermes_actors.cluster.replica.inbox import ClusterInbox
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
-from hermes_actors.config import HttpLimits
+from hermes_actors.config import EventsConfig, HttpLimits
 from hermes_actors.errors import HermesError
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT, AgentRoster
+from hermes_actors.runtime.dead_letters import give_up
+from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.platform_board import PlatformBoard
 
 __all__ = ["host_settings", "reach_ray", "serve_cluster"]
@@ -43,8 +46,8 @@ __all__ = ["host_settings", "reach_ray", "serve_cluster"]
 _log = logging.getLogger(__name__)
 
 
-def host_settings(cluster: ClusterSettings) -> list[HostSettings]:
-    """The settings of every shard host of ``cluster``."""
+def host_settings(cluster: ClusterSettings, events: EventsConfig | None = None) -> list[HostSettings]:
+    """The settings of every shard host of ``cluster`` (emitting events for ``events``' webhooks)."""
     dsn = require_cluster(cluster)
     return [
         HostSettings(
@@ -55,6 +58,7 @@ def host_settings(cluster: ClusterSettings) -> list[HostSettings]:
             lease_ttl_s=cluster.lease_ttl_s,
             grace_s=cluster.grace_s,
             pull_interval_s=cluster.pull_interval_s,
+            events=events or EventsConfig(),
         )
         for name in cluster.hosts
     ]
@@ -95,6 +99,7 @@ def serve_cluster(
     connected: Callable[[], object] = lambda: None,
     http_limits: HttpLimits | None = None,
     host_logging: Callable[[], None] | None = None,
+    events: EventsConfig | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent or
@@ -103,14 +108,15 @@ def serve_cluster(
     signal handlers of its own: a caller installs its SIGTERM handler again there). The adapters' own listeners hold
     their clients to ``http_limits`` (``daemon.http_*``). The hosts log as ``host_logging`` sets up (``hermesd``'s
     level and format) into their Ray workers' stderr, which Ray keeps in its session directory and does not forward
-    here (it would add its prefixes and colours to this replica's log)."""
+    here (it would add its prefixes and colours to this replica's log). ``events`` are the webhooks the hosts emit
+    events for; the replica holding ``send:events`` delivers them."""
     import ray
 
     from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
-    hosts = host_settings(cluster)
+    hosts = host_settings(cluster, events)
     reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
@@ -157,7 +163,12 @@ def serve_cluster(
             placement=registry.placement,
             board=board,
             shared_config=cluster_config(cluster, platforms),
+            give_up=functools.partial(give_up, Events(events)),
         )
+        sender = registry.event_sender(
+            events or EventsConfig(), queued_at=store.deliveries.queued_at, environ=os.environ
+        )
+        replica.dispatcher.offer(sender.platform, sender)
         try:
             replica.start()
             while True:
