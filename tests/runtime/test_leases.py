@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from hermes_actors.agents.base import AgentReply, TurnInput
 from hermes_actors.messages import OutboundError
 from hermes_actors.routing import SessionSource
+from hermes_actors.runtime import leases, session_lease
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import EndReason, Store
 from hermes_actors.testing import GatedAgent
@@ -135,16 +137,40 @@ def _inbox_state(gateway: Gateway, message_id: str) -> str:
         )
 
 
+def _waits_for_leases(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once a session actor of this process finds the lease held and starts waiting for it."""
+    waiting = threading.Event()
+    real = leases.wait_for_lease
+
+    def observed(try_acquire: Callable[[], str | None], *args: object, **kwargs: object) -> str | None:
+        def attempt() -> str | None:
+            holder = try_acquire()
+            if holder is not None:
+                waiting.set()
+            return holder
+
+        return real(attempt, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_lease, "wait_for_lease", observed)
+    return waiting
+
+
 def test_a_message_waiting_for_the_lease_of_a_session_its_holder_then_ends_is_told_so_without_an_agent_call(
-    make_gateway: MakeGateway, db_path: Path, session_id: str, holders: list[subprocess.Popen[str]]
+    make_gateway: MakeGateway,
+    db_path: Path,
+    session_id: str,
+    holders: list[subprocess.Popen[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     holder = start_holder(db_path, session_id)
     holders.append(holder)
     _holder_held(holder)
     agent = AskedAgent()
     agent.release.set()
+    waiting = _waits_for_leases(monkeypatch)
     gateway, fake = make_gateway(agent=agent, lease_wait_s=30)
     fake.push("are you there?", message_id="waiting")
+    assert waiting.wait(30)  # routed to the held session, whose actor now waits: only then does the holder end it
     _tell_holder(holder, "end")  # the holder's user closed the chat: the session ended with user_exit
     notice = fake.pop()
     assert notice.error == OutboundError.SESSION_ENDED
