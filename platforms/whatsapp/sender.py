@@ -178,7 +178,7 @@ class WhatsappSender:
             return None
         sent = self._progress.sent(message)
         for index in range(len(sent), len(parts)):
-            text = {"type": "text", "text": {"body": parts[index]}}
+            text: dict[str, object] = {"type": "text", "text": {"body": parts[index]}}
             try:
                 sent.append(self._post(number, chat, text, group=group, quoted=quoted if index == 0 else None))
             except SendError:

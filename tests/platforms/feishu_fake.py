@@ -366,7 +366,7 @@ class FakeFeishu:
 
     async def _upload(self, request: web.Request) -> web.Response:
         raw = await request.read()
-        status, answer = 200, None
+        status, answer = 200, dict[str, object]()
         with self._changed:
             failure = self.failures.popleft() if self.failures else None
             app_id = self._tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer "))
@@ -388,7 +388,8 @@ class FakeFeishu:
                 with self._changed:
                     self.uploads[file_key] = (app_id, fields["file_type"], fields["file_name"], files[0].data)
                 answer = {"code": 0, "msg": "success", "data": {"file_key": file_key}}
-        code = int(answer["code"])
+        code = answer["code"]
+        assert isinstance(code, int)
         call = ApiCall(request.path, dict(request.query), request.headers.get("Authorization"), raw, status, code)
         with self._changed:
             self.calls.append(call)

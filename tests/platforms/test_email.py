@@ -991,7 +991,9 @@ def test_save_mails_the_markdown_as_an_attachment_in_the_thread(
     filename = attachment.get_filename()
     assert filename is not None and filename.endswith(".md")
     assert attachment.get_content_type() == "text/markdown"
-    markdown = attachment.get_payload(decode=True).decode("utf-8")
+    payload = attachment.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    markdown = payload.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: Subject: Plans")  # the first mail of a thread: its subject
     body = saved.get_body(preferencelist=("plain",))
     assert body is not None
