@@ -17,16 +17,21 @@ from hermes_actors.constraints import (
     check_section,
 )
 from hermes_actors.errors import ConfigError
+from hermes_actors.messages import BusyPolicy, InboundMessage
 from hermes_actors.routing import KeyPolicy
 
 __all__ = [
     "EVENTS_PLATFORM",
     "MIN_MESSAGE_CAP_CHARS",
     "SAVE_MEMORY_TRIGGERS",
+    "BusyConfig",
+    "BusyOverride",
     "EventKind",
     "EventWebhook",
     "EventsConfig",
     "HttpLimits",
+    "InterruptedOutput",
+    "PlatformBusyOverride",
     "RuntimeConfig",
     "SearchScope",
     "SessionsConfig",
@@ -153,6 +158,79 @@ class SessionsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     def __post_init__(self) -> None:
         check_section(self, "sessions")
+
+
+class InterruptedOutput(enum.StrEnum):
+    """What a turn stopped by a newer message (busy policy ``interrupt``) keeps of its agent's answer."""
+
+    DISCARD = "discard"  # nothing: the transcript keeps the user's message without an answer
+    PARTIAL = "partial"  # the text the agent streamed before the stop, stored marked as partial
+
+
+class BusyOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A chat type's busy policy; unset keeps the less specific level's."""
+
+    mode: BusyPolicy | msgspec.UnsetType = msgspec.UNSET
+
+
+class PlatformBusyOverride(BusyOverride, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A platform's busy policy, with further ones for chat types on that platform."""
+
+    chat_types: dict[str, BusyOverride] = {}
+
+
+_RetryAfter = Annotated[int, Rule(Meta(ge=1, le=3600), "must be 1..3600 seconds")]
+
+
+class BusyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``busy:`` section: what happens to a message that arrives while its session runs a turn (double
+    texting), shaped like ``session_reset``'s overrides::
+
+        busy:
+          mode: queue                 # queue | collect | interrupt | reject | steer
+          interrupted_output: discard # discard | partial
+          retry_after_s: 5            # a rejected API request's Retry-After
+          chat_types:                 # any chat type, on every platform
+            group: {mode: collect}
+          platforms:
+            telegram:
+              mode: collect
+              chat_types:             # this chat type on this platform only
+                group: {mode: queue}
+
+    :meth:`policy_for` applies, most specific last: ``mode``, ``chat_types[chat_type]``, ``platforms[platform]``,
+    ``platforms[platform].chat_types[chat_type]``; a message's own policy (an API request's ``X-Hermes-Busy``)
+    comes before all of them (:meth:`policy_of`).
+    """
+
+    mode: BusyPolicy = BusyPolicy.QUEUE
+    interrupted_output: InterruptedOutput = InterruptedOutput.DISCARD
+    retry_after_s: _RetryAfter = 5
+    chat_types: dict[str, BusyOverride] = {}
+    platforms: dict[str, PlatformBusyOverride] = {}
+
+    def __post_init__(self) -> None:
+        check_section(self, "busy")
+
+    def policy_for(self, platform: str, chat_type: str | None) -> BusyPolicy:
+        """The policy of messages on ``platform`` in chats of ``chat_type`` (``None``: no chat type)."""
+        on_platform = self.platforms.get(platform)
+        layers = (
+            None if chat_type is None else self.chat_types.get(chat_type),
+            on_platform,
+            None if chat_type is None or on_platform is None else on_platform.chat_types.get(chat_type),
+        )
+        policy = self.mode
+        for layer in layers:
+            if layer is not None and isinstance(layer.mode, BusyPolicy):
+                policy = layer.mode
+        return policy
+
+    def policy_of(self, message: InboundMessage) -> BusyPolicy:
+        """The policy of ``message``: its own (an API request's), else the configured one of its chat."""
+        if isinstance(message.busy, BusyPolicy):
+            return message.busy
+        return self.policy_for(message.source.platform, message.source.chat_type or None)
 
 
 EVENTS_PLATFORM = "events"

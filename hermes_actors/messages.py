@@ -17,6 +17,7 @@ from hermes_actors.routing import SessionSource
 __all__ = [
     "Attachment",
     "AttachmentKind",
+    "BusyPolicy",
     "ClientTool",
     "ContextMessage",
     "Conversation",
@@ -50,6 +51,18 @@ class OutboundError(enum.StrEnum):
     STORAGE_UNAVAILABLE = "storage_unavailable"  # the message could not be saved yet; it is kept and retried
     AGENT_FAILED = "agent_failed"  # the agent gave no reply (failed, timed out); the text says so to a chat user
     SESSION_ENDED = "session_ended"  # the session ended (elsewhere) before the message ran; it was not run
+    SESSION_BUSY = "session_busy"  # the session was answering another message (busy policy reject); not run
+
+
+class BusyPolicy(enum.StrEnum):
+    """What happens to a message that arrives while its session is busy with a turn (``busy:`` in config.yaml, or
+    an API request's ``X-Hermes-Busy``)."""
+
+    QUEUE = "queue"  # its own turn after the running one, in order
+    COLLECT = "collect"  # the messages that arrive during a turn become one next turn
+    INTERRUPT = "interrupt"  # the running turn is stopped; a new turn answers everything since
+    REJECT = "reject"  # answered at once that the session is busy; not run
+    STEER = "steer"  # into the running turn at its agent's next model call, when the agent takes it; else collect
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,7 +148,8 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     starts is answered by that agent instead of the one the bindings choose; a session that exists keeps its own.
     ``client_tools`` are an API client's own tools, offered to the model for this turn beside the session's;
     ``tool_results`` make the message the results of the client tool calls the previous turn ended with (its
-    ``text`` is then empty): they are stored as tool messages and the model continues from them.
+    ``text`` is then empty): they are stored as tool messages and the model continues from them. ``busy`` is the
+    sender's own :class:`BusyPolicy` for this message (an API request's), over the configured one.
     They are left out of the encoding when unset, so rows stay as they were.
     """
 
@@ -149,6 +163,7 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     agent: str | msgspec.UnsetType = msgspec.UNSET
     client_tools: tuple[ClientTool, ...] | msgspec.UnsetType = msgspec.UNSET
     tool_results: tuple[ToolResult, ...] | msgspec.UnsetType = msgspec.UNSET
+    busy: BusyPolicy | msgspec.UnsetType = msgspec.UNSET
 
 
 class OutboundDocument(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,6 +189,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     agent's reply. ``usage`` is the model's tokens for the turn the reply ends; ``tool_calls`` (a JSON array,
     OpenAI's shape) are the calls of the client's own tools the turn ended with, for the client to run (both left
     out of the encoding when unset). ``document`` is a file the reply carries (:class:`OutboundDocument`; also
+    left out when unset). ``retry_after_s`` is when a refused message may be sent again (a busy session's notice;
     left out when unset).
     """
 
@@ -193,6 +209,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     usage: TokenUsage | msgspec.UnsetType = msgspec.UNSET
     tool_calls: str | msgspec.UnsetType = msgspec.UNSET
     document: OutboundDocument | msgspec.UnsetType = msgspec.UNSET
+    retry_after_s: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):

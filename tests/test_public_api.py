@@ -59,6 +59,8 @@ def test_the_agent_plugin_api_is_pinned() -> None:
         "PromptedAgent",
         "Role",
         "SessionReleasingAgent",
+        "SteerableAgent",
+        "Steering",
         "TitlingAgent",
         "Tool",
         "ToolResult",

@@ -2,11 +2,12 @@
 
 An agent of your own (``agent.factory`` in ``config.yaml``, see :mod:`hermes_actors.agents.factory`) needs only the
 names exported here: the :class:`Agent` protocol and its capability protocols, what a turn gives it
-(:class:`TurnInput`, with :class:`TurnEvents` for streaming text and tool progress, :class:`Tool` for what it may
-call, :class:`ClientTool` and :class:`ToolResult` for an API client's own tools and their results,
-:class:`MessageRecord` for the history) and what it gives back (:class:`AgentReply` of :class:`AgentMessage`,
-:class:`Memory`, or an :class:`AgentError`). :mod:`hermes_actors.testing` checks an agent against the runtime's
-expectations (``check_agent``, ``AgentContract``).
+(:class:`TurnInput`, with :class:`TurnEvents` for streaming text and tool progress, :class:`Steering` for messages
+sent while it runs, :class:`Tool` for what it may call, :class:`ClientTool` and :class:`ToolResult` for an API
+client's own tools and their results, :class:`MessageRecord` for the history) and what it gives back
+(:class:`AgentReply` of :class:`AgentMessage`, :class:`Memory`, or an :class:`AgentError`).
+:mod:`hermes_actors.testing` checks an agent against the runtime's expectations (``check_agent``,
+``AgentContract``).
 
 The modules: ``base`` (the protocols and the runtime's helpers that ask for a capability), ``turn`` (the data of
 a turn), ``factory`` (plug-ins), ``contract`` (the checks), ``echo`` (the built-in deterministic agent),
@@ -28,6 +29,7 @@ from hermes_actors.agents.base import (
     ModelNamingAgent,
     PromptedAgent,
     SessionReleasingAgent,
+    SteerableAgent,
     TitlingAgent,
 )
 from hermes_actors.agents.factory import ENTRY_POINT_GROUP, AgentContext, AgentFactory
@@ -38,6 +40,7 @@ from hermes_actors.agents.turn import (
     AgentReply,
     ClientTool,
     Memory,
+    Steering,
     ToolResult,
     ToolStatus,
     TurnEvents,
@@ -66,6 +69,8 @@ __all__ = [
     "PromptedAgent",
     "Role",
     "SessionReleasingAgent",
+    "SteerableAgent",
+    "Steering",
     "TitlingAgent",
     "Tool",
     "ToolResult",

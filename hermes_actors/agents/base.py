@@ -19,6 +19,8 @@ for with ``isinstance`` (they are ``runtime_checkable``) or with the helper next
   frozen into each session's system message when it starts.
 - :class:`ProbingAgent` (see :func:`probe_call`): a cheap check that the agent's model answers (no model call),
   which health checks run now and then to report the agent ``degraded`` before a turn finds out.
+- :class:`SteerableAgent` (see :func:`takes_steering`): messages sent while a turn runs (busy policy ``steer``)
+  go into that turn at its next model call (:attr:`TurnInput.steering`) instead of waiting for the next turn.
 
 The built-in :class:`~hermes_actors.agents.echo.EchoAgent` is the embedded default;
 ``hermes_actors.agents.openai_chat`` talks to any OpenAI-compatible endpoint. The data of a turn lives in
@@ -54,6 +56,7 @@ __all__ = [
     "ProbingAgent",
     "PromptedAgent",
     "SessionReleasingAgent",
+    "SteerableAgent",
     "TitleCall",
     "TitlingAgent",
     "TurnInput",
@@ -67,6 +70,7 @@ __all__ = [
     "runs_inline",
     "summary_call",
     "system_prompt_of",
+    "takes_steering",
     "title_call",
 ]
 
@@ -191,6 +195,20 @@ class ProbingAgent(Protocol):
         ...
 
 
+@runtime_checkable
+class SteerableAgent(Protocol):
+    """An agent that takes messages sent while its turn runs (``takes_steering = True``).
+
+    Before each model call of a turn whose :attr:`TurnInput.steering` is not ``None`` it calls
+    ``turn.steering.take()``, sends each text as a user message after what the model has been sent so far, and puts
+    each into its reply's ``messages`` at that place as ``AgentMessage(role=Role.USER, content=text)``: the runtime
+    stores them there and completes their messages with the turn. What a turn never took, or a turn that fails,
+    leaves for the next turn. An agent without the attribute gets no ``steering``; such messages wait for the next
+    turn, collected into one."""
+
+    takes_steering: bool
+
+
 class TitleCall(Protocol):
     """The bound ``title`` of a :class:`TitlingAgent`."""
 
@@ -292,6 +310,11 @@ def system_prompt_of(agent: object) -> str | None:
     if _capable(agent, PromptedAgent, "system_prompt"):
         return cast(PromptedAgent, agent).system_prompt or None
     return None
+
+
+def takes_steering(agent: object) -> bool:
+    """Whether ``agent`` takes messages into a running turn (:class:`SteerableAgent` with ``takes_steering`` true)."""
+    return _capable(agent, SteerableAgent, "takes_steering") and bool(cast(SteerableAgent, agent).takes_steering)
 
 
 def probe_call(agent: object) -> Callable[[float], None] | None:

@@ -9,6 +9,9 @@ whole turn stays within the call's ``timeout_s``. Tool calls that come back when
 on the assistant message and named in the reply text, and calls that never got a result are left out of later
 requests (the API rejects them).
 
+Messages the user sends while a turn runs (busy policy ``steer``, ``TurnInput.steering``) are taken before each
+model call and sent as user messages after what the model has so far; the reply keeps them at that place.
+
 An API client's own tools (``TurnInput.client_tools``) are offered after the turn's: a round whose calls name one of
 them ends the turn once the gateway's own calls of that round have run, with those calls for the client
 (``AgentReply.client_calls``); the client's results come as the next turn's ``TurnInput.tool_results``, which the
@@ -95,6 +98,8 @@ class OpenAIAgent:
     that carried it, the reply the prompt and completion tokens of all the turn's calls. A response without
     ``usage`` has its share estimated at four characters a token, and the reply says its counts are estimates.
     """
+
+    takes_steering = True  # a SteerableAgent: messages sent while a turn runs join it at the next model call
 
     def __init__(
         self,
@@ -185,6 +190,9 @@ class OpenAIAgent:
                     f"{self._endpoint.where} used up the turn's {timeout_s:g} s after {round_number} tool rounds; "
                     "raise runtime.agent_timeout_s or check why the tools are slow"
                 )
+            for text in turn.steering.take() if turn.steering is not None else ():
+                messages.append(user_message(text, ()))
+                produced.append(AgentMessage(role=Role.USER, content=text))
             content, calls, usage = self._ask(messages, timeout_s, turn.events, tools=tools, left_s=left)
             counted = usage[1] if usage is not None else None  # the message's own count: only the model's
             if usage is None:

@@ -4,6 +4,7 @@ calls, and the one error every agent raises."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import msgspec
 
@@ -18,6 +19,7 @@ __all__ = [
     "AgentReply",
     "ClientTool",
     "Memory",
+    "Steering",
     "ToolResult",
     "ToolStatus",
     "TurnEvents",
@@ -70,6 +72,15 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     client_calls: str | None = None
 
 
+class Steering(Protocol):
+    """Messages the user sent while the turn runs, for a
+    :class:`~hermes_actors.agents.base.SteerableAgent` to take into it (busy policy ``steer``). Thread-safe."""
+
+    def take(self) -> Sequence[str]:
+        """The texts that arrived since the last call, oldest first (each once; empty when none did)."""
+        ...
+
+
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     """What a turn gives the agent: the session, its system prompt, history, the new user text and its tools.
 
@@ -101,6 +112,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     # The results of the client tool calls the previous turn ended with: this turn continues from them instead of a
     # user message (``user_text`` is empty unless a user message came too). The runtime stores them as tool messages.
     tool_results: Sequence[ToolResult] = ()
+    # Messages sent while this turn runs, for an agent that takes them (SteerableAgent); ``None`` otherwise.
+    steering: Steering | None = None
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):
