@@ -367,7 +367,8 @@ def test_save_sends_one_attachment_with_the_markdown(start: Start, server: FakeB
     assert running.gateway.wait_idle()
     assert saved.file is not None
     assert (saved.body["chatGuid"], saved.body["name"]) == (DM, saved.file.filename)
-    assert saved.body["tempGuid"].endswith("-file") and saved.file.filename.endswith(".md")
+    assert saved.body["tempGuid"].endswith("-file")
+    assert saved.file.filename.endswith(".md")
     markdown = saved.file.data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert server.nothing_more()  # the file instead of the text, not beside it
@@ -384,5 +385,7 @@ def test_save_sends_the_text_when_the_server_refuses_the_attachment(
         running.say("/save")
         text = server.take()
         assert running.gateway.wait_idle()
-    assert text.file is None and text.body["message"].index("hello") < text.body["message"].index("echo: hello")
-    assert "could not be written" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert text.file is None
+    assert text.body["message"].index("hello") < text.body["message"].index("echo: hello")
+    assert "could not be written" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

@@ -548,5 +548,6 @@ def test_save_sends_the_markdown_as_text_since_a_robot_cannot_send_a_markdown_fi
     _, saved = ding.fake.wait_sent(2)
     assert ding.gateway.wait_idle()
     assert saved.via == "webhook"
-    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert saved.text.startswith("# ")
+    assert saved.text.index("hello") < saved.text.index("echo: hello")
     assert len(ding.fake.sent) == 2

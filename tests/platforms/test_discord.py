@@ -1248,7 +1248,8 @@ def test_save_posts_one_message_with_the_markdown_as_its_file(fake: DiscordFake,
     _, saved = fake.sent(TOKEN)
     (upload,) = saved.files
     assert upload.field == "files[0]"
-    assert upload.filename.endswith(".md") and upload.content_type == "text/markdown"
+    assert upload.filename.endswith(".md")
+    assert upload.content_type == "text/markdown"
     markdown = upload.data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert saved.body["content"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
@@ -1290,4 +1291,5 @@ def test_save_sends_the_text_when_the_bot_may_not_attach_files(
         assert discord.gateway.wait_idle()
     assert texts[1].index("hello") < texts[1].index("echo: hello")  # the Markdown as text
     assert [len(sent.files) for sent in fake.sent(TOKEN)] == [0, 0]
-    assert "Missing Permissions" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "Missing Permissions" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

@@ -989,7 +989,8 @@ def test_save_mails_the_markdown_as_an_attachment_in_the_thread(
     assert saved["In-Reply-To"] == "<s2@mail.example.com>"
     (attachment,) = saved.iter_attachments()
     filename = attachment.get_filename()
-    assert filename is not None and filename.endswith(".md")
+    assert filename is not None
+    assert filename.endswith(".md")
     assert attachment.get_content_type() == "text/markdown"
     payload = attachment.get_payload(decode=True)
     assert isinstance(payload, bytes)
@@ -1016,4 +1017,5 @@ def test_save_mails_the_text_when_the_server_refuses_the_attachment(
     content = str(text.get_content())
     assert content.index("hello") < content.index("echo: Subject: Plans")
     assert smtp.attempts == 3  # the reply, the refused mail with the file, the text
-    assert "5.3.4" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "5.3.4" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

@@ -947,9 +947,11 @@ def test_save_uploads_the_markdown_and_sends_one_file_message(start_feishu: Star
     _, saved = feishu.fake.wait_sent(2)
     assert feishu.gateway.wait_idle()
     assert (saved.msg_type, saved.chat_id, saved.app_id) == ("file", "oc_dm1", MAIN_ID)
-    assert saved.file_key is not None and saved.uuid is not None
+    assert saved.file_key is not None
+    assert saved.uuid is not None
     app_id, file_type, name, data = feishu.fake.uploads[saved.file_key]
-    assert (app_id, file_type) == (MAIN_ID, "stream") and name.endswith(".md")
+    assert (app_id, file_type) == (MAIN_ID, "stream")
+    assert name.endswith(".md")
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert len(feishu.fake.sent) == 2  # the file instead of the text, not beside it
@@ -966,6 +968,8 @@ def test_save_sends_the_text_when_feishu_refuses_the_upload(
         feishu.say("/save", chat_id="oc_dm1", event_id="ev-2", message_id="om_in2")
         _, text = feishu.fake.wait_sent(2)
         assert feishu.gateway.wait_idle()
-    assert text.msg_type == "text" and text.text.index("hello") < text.text.index("echo: hello")
+    assert text.msg_type == "text"
+    assert text.text.index("hello") < text.text.index("echo: hello")
     assert feishu.fake.uploads == {}
-    assert "im:resource:upload" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "im:resource:upload" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

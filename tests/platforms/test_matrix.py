@@ -1275,7 +1275,8 @@ def test_save_uploads_the_markdown_and_posts_one_m_file_event(hs: MatrixFake, st
     _, saved = wait_sent(hs, 2)
     assert matrix.gateway.wait_idle()
     ((filename, content_type, data, uri),) = hs.uploads
-    assert filename is not None and filename.endswith(".md")
+    assert filename is not None
+    assert filename.endswith(".md")
     assert content_type.startswith("text/markdown")
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
@@ -1319,4 +1320,5 @@ def test_save_sends_the_text_when_the_homeserver_refuses_the_upload(
     assert text["msgtype"] == "m.text"
     assert text["body"].index("hello") < text["body"].index("echo: hello")
     assert hs.uploads == []
-    assert "M_TOO_LARGE" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "M_TOO_LARGE" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

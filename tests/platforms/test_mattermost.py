@@ -710,7 +710,8 @@ def test_save_uploads_the_markdown_and_makes_one_post_with_it(world: World, star
     (file_id,) = saved["file_ids"]
     info, data = fake.uploaded(file_id)
     assert (info["channel_id"], info["post_id"]) == (dm, saved["id"])
-    assert info["name"].endswith(".md") and info["mime_type"] == "text/markdown"
+    assert info["name"].endswith(".md")
+    assert info["mime_type"] == "text/markdown"
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert saved["message"].endswith("the conversation as Markdown (2 messages, 1 part(s)).")
@@ -752,4 +753,5 @@ def test_save_sends_the_text_when_file_uploads_are_off(
         assert running.gateway.wait_idle()
     assert text["file_ids"] == []
     assert text["message"].index("hello") < text["message"].index("echo: hello")
-    assert "File storage is disabled" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "File storage is disabled" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

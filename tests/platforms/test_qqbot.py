@@ -503,6 +503,7 @@ def test_save_sends_the_markdown_as_text_since_qq_bots_cannot_send_files(start: 
     saved = qq.take()
     assert running.gateway.wait_idle()
     content = saved.body["content"]
-    assert content.startswith("# ") and content.index("hello") < content.index("echo: hello")
+    assert content.startswith("# ")
+    assert content.index("hello") < content.index("echo: hello")
     assert saved.body["msg_type"] == 0
     assert qq.nothing_more()

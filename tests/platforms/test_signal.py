@@ -1045,7 +1045,8 @@ def test_save_sends_one_message_with_the_markdown_as_a_data_uri_attachment(daemo
     saved = daemon.take_sent()
     assert running.gateway.wait_idle()
     ((name, mime_type, data),) = saved.files
-    assert name is not None and name.endswith(".md")
+    assert name is not None
+    assert name.endswith(".md")
     assert mime_type == "text/markdown"
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
@@ -1066,6 +1067,8 @@ def test_save_sends_the_text_when_signal_cli_refuses_the_attachment(
         daemon.push(ACCOUNT, message(ALICE, "/save"))
         refused, text = daemon.take_sent(), daemon.take_sent()
         assert running.gateway.wait_idle()
-    assert len(refused.files) == 1 and text.files == []
+    assert len(refused.files) == 1
+    assert text.files == []
     assert text.text.index("hello") < text.text.index("echo: hello")
-    assert "the attachment is too large" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "the attachment is too large" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text

@@ -968,7 +968,8 @@ def test_save_shares_the_markdown_as_one_file_with_the_external_upload(
     assert running.gateway.wait_idle()
     (shared,) = slack.shared
     assert (shared.token, shared.channel, shared.thread_ts) == (TOKEN, "D1", None)
-    assert shared.filename.endswith(".md") and shared.title == shared.filename
+    assert shared.filename.endswith(".md")
+    assert shared.title == shared.filename
     markdown = shared.data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert shared.initial_comment is not None
@@ -989,7 +990,8 @@ def test_save_sends_the_text_when_the_app_may_not_upload_files(
         text = slack.take().text
     assert text.index("hello") < text.index("echo: hello")  # the Markdown as text
     assert slack.shared == []
-    assert "files:write" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "files:write" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text
 
 
 def test_an_upload_url_off_slack_is_not_used(start_slack: StartSlack, slack: FakeSlack) -> None:

@@ -572,5 +572,6 @@ def test_save_sends_the_markdown_as_text_since_mms_media_needs_a_public_url(star
     deliver(running.url, incoming(ACCOUNT, NUMBER, ALICE, "/save", sid=new_sid()), TOKEN)
     saved = twilio.take()
     assert running.gateway.wait_idle()
-    assert saved.body.startswith("# ") and saved.body.index("hello") < saved.body.index("echo: hello")
+    assert saved.body.startswith("# ")
+    assert saved.body.index("hello") < saved.body.index("echo: hello")
     assert twilio.nothing_more()

@@ -811,6 +811,7 @@ def test_save_sends_the_markdown_as_text_since_a_bot_may_not_upload_files_to_a_c
     running.say("/save", activity_id="2002")
     saved = teams.take()
     assert running.gateway.wait_idle()
-    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert saved.text.startswith("# ")
+    assert saved.text.index("hello") < saved.text.index("echo: hello")
     assert "attachments" not in saved.body or not saved.body["attachments"]
     assert teams.nothing_more()

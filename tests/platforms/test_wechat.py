@@ -979,5 +979,6 @@ def test_save_sends_the_markdown_as_text_since_files_go_through_weixins_cdn(
     ilink.push(TOKEN_A, ilink.message("wxid_alice", "/save", context_token="ctx-alice-2"))
     (saved,) = replies(ilink, 1)
     assert wechat.gateway.wait_idle()
-    assert saved.text.startswith("# ") and saved.text.index("hello") < saved.text.index("echo: hello")
+    assert saved.text.startswith("# ")
+    assert saved.text.index("hello") < saved.text.index("echo: hello")
     assert saved.msg["context_token"] == "ctx-alice-2"

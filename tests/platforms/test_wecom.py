@@ -332,7 +332,8 @@ def test_save_uploads_the_markdown_and_sends_one_file_message(start_wecom: Start
     assert (saved.msgtype, saved.touser, saved.agentid) == ("file", "zhangsan", AGENT)
     assert saved.media_id is not None
     name, content_type, data = wecom.fake.uploads[saved.media_id]
-    assert name.endswith(".md") and content_type == "text/markdown"
+    assert name.endswith(".md")
+    assert content_type == "text/markdown"
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert len(wecom.fake.sent) == 2  # the file instead of the text, not beside it
@@ -349,9 +350,11 @@ def test_save_sends_the_text_when_wecom_refuses_the_upload(
         wecom.say(Content="/save", MsgId="2")
         _, text = wecom.fake.wait_sent(2)
         assert wecom.gateway.wait_idle()
-    assert text.msgtype == "text" and text.text.index("hello") < text.text.index("echo: hello")
+    assert text.msgtype == "text"
+    assert text.text.index("hello") < text.text.index("echo: hello")
     assert wecom.fake.uploads == {}
-    assert "invalid media size" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "invalid media size" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text
 
 
 def test_a_file_message_whose_answer_was_lost_is_retried_with_the_same_media_and_shown_once(fake: FakeWecom) -> None:
@@ -371,4 +374,5 @@ def test_a_file_message_whose_answer_was_lost_is_retried_with_the_same_media_and
     msgid = sender.send(msgspec.structs.replace(reply, possible_duplicate=True))
     assert len(fake.uploads) == 1  # every attempt named the one upload
     assert [(m.msgtype, m.media_id) for m in fake.sent] == [("file", next(iter(fake.uploads)))]  # shown once
-    assert msgid is not None and fake.calls == [-1, 0, 0]
+    assert msgid is not None
+    assert fake.calls == [-1, 0, 0]

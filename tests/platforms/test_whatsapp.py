@@ -1163,7 +1163,9 @@ def test_save_uploads_the_markdown_as_plain_text_media_and_sends_one_document_me
     markdown = data.decode("utf-8")
     assert markdown.index("hello") < markdown.index("echo: hello")
     assert (saved.kind, saved.to) == ("document", USER)
-    assert saved.document is not None and saved.document["filename"] == filename and filename.endswith(".md")
+    assert saved.document is not None
+    assert saved.document["filename"] == filename
+    assert filename.endswith(".md")
     assert saved.body.endswith("the conversation as Markdown (2 messages, 1 part(s)).")  # the caption
     assert graph.nothing_more()  # the file instead of the text, not beside it
 
@@ -1179,6 +1181,8 @@ def test_save_sends_the_text_when_the_media_upload_is_refused(
         running.say(text_message("/save"))
         text = graph.take()
         assert running.gateway.wait_idle()
-    assert text.kind == "text" and text.body.index("hello") < text.body.index("echo: hello")
+    assert text.kind == "text"
+    assert text.body.index("hello") < text.body.index("echo: hello")
     assert graph.uploads == []
-    assert "could not be stored" in caplog.text and "the reply's text is sent instead" in caplog.text
+    assert "could not be stored" in caplog.text
+    assert "the reply's text is sent instead" in caplog.text
