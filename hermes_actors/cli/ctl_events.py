@@ -1,9 +1,10 @@
-"""``hermesctl events deliveries``: the event webhooks' deliveries as they stand, and a dead one sent again.
+"""``hermesctl events deliveries`` and ``hermesctl events replay``: the event webhooks' deliveries as they stand,
+and a dead one sent again.
 
 A delivery is an outbox row of platform ``events``: one event for one webhook (``events.webhooks.<name>``), sent
 with the event's id as ``webhook-id`` on every attempt. ``deliveries`` lists the newest first with their state
 (``queued``, ``retrying``, ``sent`` or ``dead``: given up after ``give_up_after_s``), attempts and last error;
-``deliveries replay ID`` asks for a dead one to be sent again, as it was (same id and body), by the running
+``replay ID`` asks for a dead one to be sent again, as it was (same id and body), by the running
 ``hermesd`` within a few seconds, or at its next start.
 """
 
@@ -65,7 +66,7 @@ def events() -> None:
     """The event webhooks' deliveries (events.webhooks in config.yaml)."""
 
 
-@events.group("deliveries", invoke_without_command=True)
+@events.command("deliveries")
 @click.option("--webhook", default=None, help="Only this webhook's deliveries (its name in events.webhooks).")
 @click.option(
     "--state", type=click.Choice([s.value for s in DeliveryState]), default=None, help="Only deliveries in this state."
@@ -74,10 +75,8 @@ def events() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @home_option
 @dsn_option
-@click.pass_context
 @reports_errors
 def deliveries(
-    ctx: click.Context,
     webhook: str | None,
     state: str | None,
     limit: int,
@@ -85,10 +84,8 @@ def deliveries(
     home: str | None,
     dsn: str | None,
 ) -> None:
-    """List event deliveries, newest first: state, attempts, last error. 'deliveries replay ID' sends a dead one
-    again."""
-    if ctx.invoked_subcommand is not None:
-        return
+    """List event deliveries, newest first: state, attempts, last error ('events replay ID' sends a dead one
+    again)."""
     chosen = DeliveryState(state) if state is not None else None
     with open_sql_reads(home, dsn) as store:
         rows = store.deliveries.of_platform(EVENTS_PLATFORM, account_id=webhook, state=chosen, limit=limit)
@@ -118,10 +115,10 @@ def deliveries(
     dead = sum(1 for v in views if v.state is DeliveryState.DEAD)
     if dead:
         noun = "dead delivery" if dead == 1 else "dead deliveries"
-        click.echo(f"{dead} {noun}: send one again with 'hermesctl events deliveries replay ID'.")
+        click.echo(f"{dead} {noun}: send one again with 'hermesctl events replay ID'.")
 
 
-@deliveries.command("replay")
+@events.command("replay")
 @click.argument("delivery_id", metavar="ID", type=int)
 @home_option
 @reports_errors

@@ -241,8 +241,8 @@ daemon:
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 
 # Signed event webhooks (README "Event webhooks"): what happens, POSTed as Standard Webhooks through the outbox, each
-# event once by its id (the webhook-id header), retried with backoff and Retry-After, given up after
-# give_up_after_s as a dead letter ('hermesctl events deliveries' lists them; 'replay ID' sends one again).
+# event once by its id (the webhook-id header), retried with backoff and Retry-After, given up after give_up_after_s
+# as a dead letter ('hermesctl events deliveries' lists them, 'hermesctl events replay ID' sends one again).
 # events:
 #   webhooks:
 #     ops:                             # the webhook's name

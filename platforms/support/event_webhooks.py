@@ -128,7 +128,7 @@ class EventSender:
             return SendError(f"{problem}; it will be retried", retry_after_s=retry_after_s, outcome_unknown=unknown)
         return SendError(
             f"{problem}; given up after {age:.0f} s (events.webhooks.{hook.name}.give_up_after_s is "
-            f"{hook.settings.give_up_after_s:.0f}); send it again with: hermesctl events deliveries replay "
+            f"{hook.settings.give_up_after_s:.0f}); send it again with: hermesctl events replay "
             f"{message.outbox_id}",
             permanent=True,
         )

@@ -134,16 +134,16 @@ def test_a_delivery_failing_past_give_up_after_s_is_a_dead_letter_that_a_replay_
         assert row[1:6] == ["ops", "turn.completed", row[3], "dead", "1"]
         assert "HTTP 500" in listed.output
         assert "give_up_after_s" in _deliveries(db)[0].last_error
-        assert "1 dead delivery: send one again with 'hermesctl events deliveries replay ID'." in listed.output
+        assert "1 dead delivery: send one again with 'hermesctl events replay ID'." in listed.output
         assert receiver.accepted == {}
 
         aged.clear()
-        replayed = runner.invoke(hermesctl, ["events", "deliveries", "replay", row[0], "--home", str(tmp_path)])
+        replayed = runner.invoke(hermesctl, ["events", "replay", row[0], "--home", str(tmp_path)])
         assert replayed.exit_code == 0, replayed.output
         assert f"Delivery {row[0]} to webhook 'ops' will be sent again" in replayed.output
         receiver.wait_accepted(1)
         poll_until(lambda: _all_sent(db, 1), what="the replayed delivery sent")
-        again = runner.invoke(hermesctl, ["events", "deliveries", "replay", row[0], "--home", str(tmp_path)])
+        again = runner.invoke(hermesctl, ["events", "replay", row[0], "--home", str(tmp_path)])
         assert again.exit_code == 1
         assert (
             again.output
@@ -172,7 +172,7 @@ def test_deliveries_left_unsent_by_a_stopped_gateway_go_at_the_next_start(tmp_pa
 
 def test_hermesctl_events_deliveries_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
     Store.open(tmp_path / "state.db").close()
-    result = CliRunner().invoke(hermesctl, ["events", "deliveries", "replay", "7", "--home", str(tmp_path)])
+    result = CliRunner().invoke(hermesctl, ["events", "replay", "7", "--home", str(tmp_path)])
     assert result.exit_code == 1
     assert (
         result.output == "Error: no event delivery 7; 'hermesctl events deliveries --state dead' lists the dead ones\n"

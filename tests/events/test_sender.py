@@ -104,7 +104,7 @@ def test_a_delivery_failing_past_give_up_after_s_is_given_up_naming_the_replay()
         sender.send(_delivery(outbox_id=12))
     assert failed.value.permanent
     assert "given up after 86460 s (events.webhooks.ops.give_up_after_s is 86400)" in str(failed.value)
-    assert str(failed.value).endswith("send it again with: hermesctl events deliveries replay 12")
+    assert str(failed.value).endswith("send it again with: hermesctl events replay 12")
 
 
 def test_a_delivery_to_a_webhook_no_longer_configured_is_given_up() -> None:
