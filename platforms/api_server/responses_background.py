@@ -166,10 +166,9 @@ class BackgroundResponses:
             store=True,
             background=True,
         )
-        draft.queue()
-        draft.begin()
         call = self._service.turn_call(message)
         entry = BackgroundResponse(draft, call, message.source.scope_id)
+        entry.publish([*draft.queue(), *draft.begin()])  # its stream starts over from 0: created, queued, in_progress
         entry.began = True
         if stored.state != "pending":
             entry.publish(draft.finish(_finished(stored)))

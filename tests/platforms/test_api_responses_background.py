@@ -182,3 +182,35 @@ def test_a_restarted_server_keeps_a_cancelled_response_cancelled_and_does_not_st
             assert client.responses.retrieve(created.id).status == "cancelled"
     finally:
         restarted.stop(10)
+
+
+def test_a_restarted_servers_stream_starts_over_from_0_and_resumes_after_a_sequence_number(start: Start) -> None:
+    agent = GatedAgent()
+    running = start(agent=agent)
+    with running.client() as client:
+        pending = client.responses.create(model="hermes-agent", input="third", background=True)
+        assert agent.started.wait(10)
+    running.server.stop(0.5)
+    restarted = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+    restarted.start(GatewayInbox(running.gateway))
+    try:
+        with openai.OpenAI(base_url=restarted.url + "/v1", api_key=KEY, max_retries=0, timeout=10) as client:
+            with client.responses.retrieve(pending.id, stream=True) as events:
+                head = []
+                for event in events:
+                    head.append(event)
+                    if event.type == "response.in_progress":
+                        break
+            assert [(e.sequence_number, e.type) for e in head] == [
+                (0, "response.created"),
+                (1, "response.queued"),
+                (2, "response.in_progress"),
+            ]
+            resumed = client.responses.retrieve(pending.id, stream=True, starting_after=1)
+            agent.release.set()
+            rest = list(resumed)
+    finally:
+        restarted.stop(10)
+    assert [e.sequence_number for e in rest] == list(range(2, 2 + len(rest)))
+    assert rest[0].type == "response.in_progress"
+    assert rest[-1].type == "response.completed"
