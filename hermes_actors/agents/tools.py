@@ -49,12 +49,14 @@ SESSION_SEARCH = "session_search"
 
 
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
-    """A function the agent can call: ``handler`` gets the decoded arguments and returns JSON text."""
+    """A function the agent can call: ``handler`` gets the decoded arguments and returns JSON text.
+    ``needs_approval``: a call waits for a person's decision before it runs (``TurnInput.approvals``)."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     handler: Callable[[dict[str, Any]], str]
+    needs_approval: bool = False
 
     def run(self, arguments: dict[str, Any]) -> str:
         """Call the tool; return its JSON result, or ``{"error": ...}`` when it fails (it never raises)."""
@@ -193,15 +195,18 @@ def freeze_tools(tools: Sequence[Tool]) -> str:
 
 
 def thaw_tools(frozen: str, current: Sequence[Tool]) -> tuple[Tool, ...]:
-    """The tools ``frozen`` lists, each with its stored name, description and parameters and the handler of the
-    ``current`` tool of that name; a tool no longer available answers with an error. Text that is not a frozen
-    tool list gives ``current`` (logged)."""
+    """The tools ``frozen`` lists, each with its stored name, description and parameters and the handler (and
+    whether it needs approval: today's setting) of the ``current`` tool of that name; a tool no longer available
+    answers with an error. Text that is not a frozen tool list gives ``current`` (logged)."""
     try:
         tools = []
         for name, description, parameters in _frozen_specs(frozen):
             now = find_tool(current, name)
             handler = now.handler if now is not None else _gone(name)
-            tools.append(Tool(name=name, description=description, parameters=parameters, handler=handler))
+            needs = now is not None and now.needs_approval
+            tools.append(
+                Tool(name=name, description=description, parameters=parameters, handler=handler, needs_approval=needs)
+            )
         return tuple(tools)
     except (msgspec.DecodeError, KeyError, TypeError) as exc:
         _log.warning("a frozen tool list is not valid (%s); offering the current tools", exc)

@@ -3,6 +3,7 @@ calls, and the one error every agent raises."""
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -17,6 +18,8 @@ __all__ = [
     "AgentError",
     "AgentMessage",
     "AgentReply",
+    "ApprovalDecision",
+    "ApprovalGate",
     "ClientTool",
     "Memory",
     "Steering",
@@ -62,6 +65,14 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     message also carries (followed only by the results of the gateway's own calls of that message); ``text`` is then
     that message's content (``""`` without). The client's next message brings their results
     (:attr:`TurnInput.tool_results`).
+
+    ``approval_calls`` pauses the turn on calls that need a person's approval (:attr:`TurnInput.approvals`): a JSON
+    array in the same shape, of calls the reply's last assistant message also carries (followed only by the results
+    of the calls of that message that ran). The runtime stores the reply's messages, asks the session's user and
+    waits, durably; the decision comes as the next turn: a call of one of :attr:`TurnInput.tools` the runtime ran
+    once when approved, its result (or the denial) in :attr:`TurnInput.tool_results`, and every call's decision in
+    :attr:`TurnInput.approvals`. ``text`` is what is said before the question (``""`` for nothing).
+    :func:`hermes_actors.agents.approvals.request_approval` builds such a reply.
     """
 
     messages: tuple[AgentMessage, ...]
@@ -70,6 +81,46 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int = 0
     tokens_estimated: bool = False
     client_calls: str | None = None
+    approval_calls: str | None = None
+
+
+class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """A person's answer to a call the previous turn paused on (:attr:`AgentReply.approval_calls`).
+
+    ``ran`` says the runtime ran the call (one of :attr:`TurnInput.tools`): its result is among
+    :attr:`TurnInput.tool_results`. A call of the agent's own it did not run: the agent runs it when ``approved``
+    (a call approved before a restart that may have run already comes back not approved, with the reason, so a
+    call never runs twice).
+    """
+
+    call_id: str
+    tool_name: str
+    approved: bool
+    reason: str | None = None
+    ran: bool = False
+
+
+class ApprovalGate(msgspec.Struct, frozen=True, kw_only=True):
+    """What a turn knows of approvals (:attr:`TurnInput.approvals`): which tools need one, and the decisions the
+    turn continues from.
+
+    A tool needs approval when it says so (:attr:`Tool.needs_approval`: an MCP server's ``require_approval``) or
+    its name matches one of ``patterns`` (shell patterns, ``agent.approvals.tools``), which an agent asks about its
+    own tools too (:meth:`required`).
+    """
+
+    patterns: tuple[str, ...] = ()
+    decisions: tuple[ApprovalDecision, ...] = ()
+
+    def required(self, name: str, tools: Sequence[Tool] = ()) -> bool:
+        """Whether a call of the tool ``name`` (one of ``tools``, or the agent's own) waits for approval."""
+        if any(tool.name == name and tool.needs_approval for tool in tools):
+            return True
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.patterns)
+
+    def decision(self, call_id: str) -> ApprovalDecision | None:
+        """The decision on the call ``call_id`` this turn continues from, or ``None``."""
+        return next((d for d in self.decisions if d.call_id == call_id), None)
 
 
 class Steering(Protocol):
@@ -114,6 +165,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     tool_results: Sequence[ToolResult] = ()
     # Messages sent while this turn runs, for an agent that takes them (SteerableAgent); ``None`` otherwise.
     steering: Steering | None = None
+    # Which tools wait for a person's approval, and the decisions this turn continues from (AgentReply.approval_calls).
+    approvals: ApprovalGate = ApprovalGate()
 
 
 class Memory(msgspec.Struct, frozen=True, kw_only=True):

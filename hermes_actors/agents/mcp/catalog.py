@@ -65,7 +65,13 @@ def offered_tools(
         description = tool.description or tool.title or f"The {tool.name} tool of the MCP server {server}."
         handler = functools.partial(call, tool.name)
         tools.append(
-            Tool(name=name, description=description, parameters=_parameters(tool.inputSchema), handler=handler)
+            Tool(
+                name=name,
+                description=description,
+                parameters=_parameters(tool.inputSchema),
+                handler=handler,
+                needs_approval=settings.requires_approval(tool.name),
+            )
         )
     return tuple(tools)
 

@@ -7,6 +7,7 @@ talks to over stdio, or ``{url: ..., headers_env: {...}}`` for a Streamable HTTP
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 from collections.abc import Mapping
@@ -37,6 +38,8 @@ class McpServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     is built. ``allow`` and ``deny`` hold tool names or shell patterns (``read_*``): with ``allow`` only the tools it
     matches are offered, and never a tool ``deny`` matches. ``timeout_s`` bounds each tool call; ``start_timeout_s``
     bounds a start (connect, initialise, list the tools) and each listing when a session starts.
+    ``require_approval`` makes calls wait for a person's decision before they run: ``true`` for every tool of the
+    server, or a list of tool names or shell patterns (``delete_*``).
     """
 
     command: list[str] | None = None
@@ -48,6 +51,13 @@ class McpServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     deny: list[str] = []
     timeout_s: Seconds = 30.0
     start_timeout_s: Seconds = 10.0
+    require_approval: bool | list[str] = False
+
+    def requires_approval(self, tool: str) -> bool:
+        """Whether calls of the server's tool ``tool`` wait for a person's approval (``require_approval``)."""
+        if isinstance(self.require_approval, bool):
+            return self.require_approval
+        return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.require_approval)
 
     @property
     def transport(self) -> str:
