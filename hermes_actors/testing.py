@@ -285,7 +285,7 @@ def open_fake_gateway(
     **runtime: Any,
 ) -> Iterator[tuple[Gateway, FakePlatform]]:
     """Run a gateway on ``path`` with one :class:`FakePlatform`; ``runtime`` fields go to ``RuntimeConfig``
-    (except ``reset``, ``tz``, ``on_turn`` and ``tick_interval_s``, which go to the gateway).
+    (except ``reset``, ``tz``, ``on_turn``, ``tick_interval_s`` and ``busy``, which go to the gateway).
 
     ``with open_fake_gateway(tmp_path / "state.db") as (gateway, fake): fake.push("hi"); fake.pop()``
     """
@@ -294,7 +294,7 @@ def open_fake_gateway(
 
     fake = FakePlatform(platform)
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
-    for option in ("reset", "tz", "on_turn", "tick_interval_s"):
+    for option in ("reset", "tz", "on_turn", "tick_interval_s", "busy"):
         if option in runtime:
             extra[option] = runtime.pop(option)
     gateway = Gateway(path, config=RuntimeConfig(**runtime), agent=agent, senders=[fake], **extra)

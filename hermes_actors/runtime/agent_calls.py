@@ -40,7 +40,8 @@ class AgentCalls:
     ) -> T | AgentFailure | None:
         """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled."""
         started = time.perf_counter()
-        result = self._in_pool(call, token, self._timeout if timeout is None else timeout)
+        # A turn stopped before its call began (a /stop, a newer message) makes no call at all.
+        result = None if token.cancelled else self._in_pool(call, token, self._timeout if timeout is None else timeout)
         outcome = "cancelled" if result is None else result.kind.value if isinstance(result, AgentFailure) else "ok"
         self._metrics.agent_called(outcome, time.perf_counter() - started, result)
         return result

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from hermes_actors.agents.base import Agent, EchoAgent
-from hermes_actors.config import EventsConfig, RuntimeConfig, SessionsConfig
+from hermes_actors.config import BusyConfig, EventsConfig, RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.lifecycle.resets import ResetScheduler, watch_background_ends
 from hermes_actors.media import Describe, MediaConfig, MediaStore
@@ -68,7 +68,8 @@ class GatewayOptions(TypedDict, total=False):
     ``agent_probe`` says how health checks probe the default agent (:mod:`hermes_actors.runtime.agent_health`).
     ``agents`` are the named agents and their bindings (:mod:`hermes_actors.runtime.agent_roster`); without them
     ``agent`` (by default the echo agent) answers every session. ``events`` are the webhooks told what happens
-    (:mod:`hermes_actors.runtime.events`; their sender is one of ``senders``).
+    (:mod:`hermes_actors.runtime.events`; their sender is one of ``senders``). ``busy`` says what happens to a
+    message that arrives while its session runs a turn (:mod:`hermes_actors.runtime.busy`).
     """
 
     config: RuntimeConfig | None
@@ -89,6 +90,7 @@ class GatewayOptions(TypedDict, total=False):
     replies_sent_elsewhere: bool
     agent_probe: AgentProbeConfig | None
     events: EventsConfig | None
+    busy: BusyConfig | None
 
 
 class Runtime:
@@ -313,6 +315,7 @@ def wire(
         metrics=metrics,
         new_id=new_id,
         events=events,
+        busy=options.get("busy"),
     )
     supervisor: Supervisor | None = None
 

@@ -78,11 +78,17 @@ class SupervisorDirectory:
         session_id: str | None,
         state: InboxState = InboxState.DONE,
         document: OutboundDocument | None = None,
+        error: OutboundError | None = None,
+        retry_after_s: int | None = None,
     ) -> None:
-        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript)."""
+        """Complete ``delivery`` with a reply straight from the supervisor (nothing goes to a transcript); with
+        ``error``, a notice (sent again no sooner than ``retry_after_s``, when it says)."""
         reply = reply_for(delivery.message.source, session_id, text, delivery.message.message_id)
         if document is not None:
             reply = msgspec.structs.replace(reply, document=document)
+        if error is not None:
+            retry = msgspec.UNSET if retry_after_s is None else retry_after_s
+            reply = msgspec.structs.replace(reply, error=error, retry_after_s=retry)
         outbox, metrics = self._outbox, self._metrics
         outcome = "refused" if state is InboxState.REJECTED else "answered"
 

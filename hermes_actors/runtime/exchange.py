@@ -12,17 +12,20 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hermes_actors.agents.base import AgentReply, runs_inline
+from hermes_actors.agents.base import AgentReply, runs_inline, takes_steering
+from hermes_actors.config import InterruptedOutput
 from hermes_actors.errors import StaleTurnError
 from hermes_actors.media import for_agent, unread_note, user_content
 from hermes_actors.messages import Attachment, OutboundError
+from hermes_actors.runtime.interruption import PartialText, partial_message
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, TurnOutcome
 from hermes_actors.runtime.records import CreatedRow, answered, record_attachments, source_of
 from hermes_actors.runtime.rewind import rewind_of
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
+from hermes_actors.runtime.steering import SteerChannel, steered_messages
 from hermes_actors.runtime.turn_input import conversation_of, marked_reply, posted_messages, turn_input
-from hermes_actors.store import InboxState, NewMessage, Store
+from hermes_actors.store import InboxState, Store
 from hermes_actors.store.transcript_cuts import TranscriptCuts
 
 __all__ = ["Exchange"]
@@ -67,9 +70,22 @@ class Exchange:
         )
 
     def _call_agent(
-        self, text: str, token: CancelToken, deliveries: Sequence[Delivery], attachments: Sequence[Attachment] = ()
+        self,
+        text: str,
+        token: CancelToken,
+        deliveries: Sequence[Delivery],
+        attachments: Sequence[Attachment] = (),
+        *,
+        steering: SteerChannel | None = None,
+        partial: PartialText | None = None,
+        also_answers: tuple[str, ...] = (),
     ) -> AgentReply | AgentFailure | None:
         state = self._state
+        agent = state.named_agent.agent
+        if steering is not None and takes_steering(agent):
+            steering.open()
+        else:
+            steering = None
         turn = turn_input(
             self.session_id,
             text=text,
@@ -81,23 +97,45 @@ class Exchange:
             deliveries=deliveries,
             watch=self._services.watch,
             token=token,
+            steering=steering,
+            partial=partial,
+            also_answers=also_answers,
         )
-        agent = state.named_agent.agent
         timeout = self._services.config.agent_timeout_s
         if runs_inline(agent):
             # An agent that never blocks (the echo agent) runs on the session's thread: no pool hop per turn.
             return state.agent_calls.inline(lambda: agent.run_turn(turn, timeout_s=timeout))
         return state.agent_calls.in_pool(lambda: agent.run_turn(turn, timeout_s=timeout), token)
 
-    def converse(self, deliveries: Sequence[Delivery], token: CancelToken, *, no_retry: bool = False) -> TurnOutcome:
+    def converse(
+        self,
+        deliveries: Sequence[Delivery],
+        token: CancelToken,
+        *,
+        no_retry: bool = False,
+        steering: SteerChannel | None = None,
+        also_answers: tuple[str, ...] = (),
+    ) -> TurnOutcome:
         """Run an ordinary turn answering ``deliveries``: call the agent, commit the exchange, hand the reply to the
-        outbox (``no_retry``: a failed send is not tried again)."""
+        outbox (``no_retry``: a failed send is not tried again). The messages the agent took from ``steering`` are
+        committed with it, and its reply answers ``also_answers`` too (the messages of interrupted turns)."""
         state = self._state
         first = deliveries[0].message
         # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
         contents = [user_content(d.message) for d in deliveries]
-        reply = self._call_agent("\n".join(contents), token, deliveries, for_agent(d.message for d in deliveries))
+        keeps = self._services.busy.interrupted_output is InterruptedOutput.PARTIAL
+        partial = PartialText() if keeps else None
+        reply = self._call_agent(
+            "\n".join(contents),
+            token,
+            deliveries,
+            for_agent(d.message for d in deliveries),
+            steering=steering,
+            partial=partial,
+            also_answers=also_answers,
+        )
         cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
+        taken = steering.close() if steering is not None else ()
         now = self._services.clock()
         new, firsts = posted_messages(deliveries, contents, now)  # user messages, or a client's tool results
         rewind = rewind_of(state.history, conversation_of(deliveries))  # a regenerated or edited tail, replaced
@@ -105,19 +143,10 @@ class Exchange:
             new = [msgspec.structs.replace(m, created_at=now) for m in rewind.restored] + new
             firsts = [first + len(rewind.restored) for first in firsts]
         reply_text: str | None = None
+        steered: tuple[Delivery, ...] = ()  # what the agent took into this turn: committed with it
         if isinstance(reply, AgentReply) and not cancelled:
-            new.extend(
-                NewMessage(
-                    role=m.role,
-                    content=m.content,
-                    tool_calls=m.tool_calls,
-                    tool_name=m.tool_name,
-                    tool_call_id=m.tool_call_id,
-                    token_count=m.token_count,  # the model's count; a user message has none of its own
-                    created_at=now,
-                )
-                for m in reply.messages
-            )
+            steered = taken
+            new.extend(steered_messages(reply.messages, steered, now))
             new[-1] = msgspec.structs.replace(
                 new[-1],
                 input_tokens=reply.input_tokens,
@@ -127,11 +156,15 @@ class Exchange:
             reply_text = reply.text
         elif isinstance(reply, AgentFailure):
             reply_text = reply.text
+        elif token.interrupted and partial is not None and (kept := partial_message(partial.written(), now)):
+            new.append(kept)
+        answering = (*deliveries, *steered)
         unread = unread_note(d.message for d in deliveries)
         if reply_text is not None and unread is not None:
             reply_text = f"{unread}\n\n{reply_text}"
+        answers = (*also_answers, *answered(answering))
         outbound = (
-            reply_for(first.source, self.session_id, reply_text, first.message_id, answers=answered(deliveries))
+            reply_for(first.source, self.session_id, reply_text, first.message_id, answers=answers)
             if reply_text is not None
             else None
         )
@@ -140,7 +173,7 @@ class Exchange:
 
         def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
             state.fence(store)
-            for delivery in deliveries:
+            for delivery in answering:
                 if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
                     raise StaleTurnError(
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
@@ -150,7 +183,7 @@ class Exchange:
                 TranscriptCuts(store.sql, self._services.clock).cut_from(self.session_id, rewind.cut_id)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, [ids[i] for i in firsts], now)
-            self._services.events.turn_completed(store, self.session_id, deliveries, outbound, cancelled)
+            self._services.events.turn_completed(store, self.session_id, answering, outbound, cancelled)
             return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
 
         outbox_id, ids, created = self._services.writer.call(commit)
@@ -161,15 +194,16 @@ class Exchange:
             self._services.outbox.deliver(outbox_id, outbound, counted=ahead)
         state.after_exchange(  # after the reply has left: a title never delays it
             added=len(ids),
-            user_text="\n".join(d.message.text for d in deliveries),
+            user_text="\n".join(d.message.text for d in answering),
             reply_text=reply.text if isinstance(reply, AgentReply) and not cancelled else None,
         )
         return TurnOutcome(
             session_id=self.session_id,
-            inbox_ids=tuple(d.inbox_id for d in deliveries),
+            inbox_ids=tuple(d.inbox_id for d in answering),
             outbox_id=outbox_id,
             stored_messages=len(ids),
             cancelled=cancelled,
             failed=reply.text if isinstance(reply, AgentFailure) else None,
             origin=source_of(state.record) if state.record is not None else None,
+            interrupted=(*also_answers, *answered(deliveries)) if cancelled and token.interrupted else (),
         )

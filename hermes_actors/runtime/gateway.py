@@ -26,6 +26,7 @@ from msgspec.structs import replace
 
 from hermes_actors.agents.base import model_of, probe_call
 from hermes_actors.agents.tools import tool_servers
+from hermes_actors.config import BusyConfig
 from hermes_actors.errors import StoreError
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.messages import InboundMessage, ToolServerHealth, encode
@@ -235,6 +236,10 @@ class Gateway:
         """Apply new reset policies to every live session now; return how many deadlines are armed."""
         with self.read() as store:
             return self.resets.reconfigure(reset, store)
+
+    def reconfigure_busy(self, busy: BusyConfig) -> None:
+        """Apply new busy policies from the next message on (queued messages stay queued, in order)."""
+        self._runtime.services.busy = busy
 
     def tick(self) -> None:
         """Passivate idle actors, renew leases and retry due replies (the timer calls this periodically)."""

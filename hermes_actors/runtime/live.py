@@ -3,13 +3,15 @@
 A :class:`LiveSession` exists while the session has an actor or a queue waiting for one; the supervisor hands its
 actor one turn at a time (:meth:`LiveSession.next_turn`) and puts back a turn that saved nothing
 (:meth:`LiveSession.put_back`), pausing the session after each refused save (:meth:`LiveSession.pause_after_failure`).
+Its running ordinary turn's cancel token and steering channel are the supervisor's signals to that turn
+(:meth:`LiveSession.interrupt`, :mod:`hermes_actors.runtime.steering`).
 :func:`idle_sessions` and :func:`evictable_sessions` choose which actors the supervisor passivates.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from typing import Any
 
@@ -18,9 +20,10 @@ import pykka
 
 from hermes_actors.lifecycle.commands import parse_command
 from hermes_actors.routing import KeyPolicy, build_session_key
-from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics
+from hermes_actors.runtime.protocol import Control, Delivery, RunTurn, SupervisorStatistics, TurnOutcome
 from hermes_actors.runtime.records import NewSession
 from hermes_actors.runtime.services import CancelToken
+from hermes_actors.runtime.steering import SteerChannel
 
 __all__ = ["ControlWork", "LiveSession", "Work", "evictable_sessions", "idle_sessions", "statistics_of"]
 
@@ -43,13 +46,16 @@ class LiveSession:
 
     __slots__ = (
         "busy",
+        "carried",
         "create_with",
         "failures",
         "hold_until",
+        "joined",
         "last_used",
         "paused_until",
         "queue",
         "ref",
+        "steering",
         "stopping",
         "title",
         "token",
@@ -61,6 +67,9 @@ class LiveSession:
         self.busy = False
         self.stopping = False
         self.token = CancelToken()
+        self.steering = SteerChannel()  # the running ordinary turn's: messages handed into it (busy policy steer)
+        self.joined: set[int] = set()  # inbox rows that join the next turn (a newer message interrupted the last)
+        self.carried: tuple[str, ...] = ()  # message ids of interrupted turns the next ordinary turn answers too
         self.last_used = 0.0
         self.create_with = create_with
         self.title = title
@@ -82,11 +91,15 @@ class LiveSession:
         """Whether a turn runs or waits, or the session's row (and route) is not created yet."""
         return self.busy or bool(self.queue) or self.create_with is not None or self.hold_until is not None
 
-    def next_turn(self, soft_limit: int, policy: KeyPolicy) -> RunTurn:
+    def next_turn(
+        self, soft_limit: int, policy: KeyPolicy, collects: Callable[[Delivery], bool] = lambda _: False
+    ) -> RunTurn:
         """Take the next turn off the queue (not empty): a control step, a ``/stop`` answer, once ``soft_limit``
         messages wait (rapid-fire text) the head and the messages after it of the same routing key (by ``policy``)
-        up to a command or another key's message, or one message. A merged turn has one reply, so it never
-        merges two chats' messages (a DM and a group resumed into one session each get theirs)."""
+        up to a command or another key's message, or one message. A message that ``collects`` (its busy policy
+        gathers what arrived during a turn) or that an interrupt joined takes the messages after it that do too.
+        A merged turn has one reply, so it never merges two chats' messages (a DM and a group resumed into one
+        session each get theirs)."""
         head = self.queue[0]
         if isinstance(head, ControlWork):
             self.queue.popleft()
@@ -95,23 +108,48 @@ class LiveSession:
         if parse_command(head.message.text) is not None:  # /stop, queued behind the turn it stopped
             self.queue.popleft()
             return RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
-        self.token = CancelToken()
-        if len(self.queue) >= soft_limit:
-            key = build_session_key(head.message.source, policy)
-            merged: list[Delivery] = []
+        self.token, self.steering = CancelToken(), SteerChannel()
+        carried, self.carried = self.carried, ()
+        key = build_session_key(head.message.source, policy)
+        merged: list[Delivery] = [self.queue.popleft()]  # type: ignore[list-item]
+        if len(self.queue) + 1 >= soft_limit:
             while self.queue and _mergeable(self.queue[0], key, policy):
                 merged.append(self.queue.popleft())  # type: ignore[arg-type]
-            return RunTurn(deliveries=tuple(merged), token=self.token)
-        self.queue.popleft()
-        return RunTurn(deliveries=(head,), token=self.token)
+        elif self._joins(head, collects):
+            while self.queue and _mergeable(self.queue[0], key, policy) and self._joins(self.queue[0], collects):
+                merged.append(self.queue.popleft())  # type: ignore[arg-type]
+        self.joined.difference_update(d.inbox_id for d in merged)
+        return RunTurn(deliveries=tuple(merged), token=self.token, steering=self.steering, also_answers=carried)
+
+    def _joins(self, work: Work, collects: Callable[[Delivery], bool]) -> bool:
+        """Whether ``work`` is a message gathered with the others into one turn (collected, or joined)."""
+        return isinstance(work, Delivery) and (work.inbox_id in self.joined or collects(work))
+
+    def interrupt(self) -> None:
+        """A newer message interrupts: stop the running ordinary turn, and let every queued message join the next
+        turn, which answers everything since."""
+        self.token.cancel(interrupted=True)
+        self.joined.update(w.inbox_id for w in self.queue if isinstance(w, Delivery))
+
+    def turn_ended(self, outcome: TurnOutcome | None) -> None:
+        """The running turn (or step) finished with ``outcome`` (``None``: it saved nothing): the messages handed
+        into it that it did not commit go back to the head of the queue, in order, and an interrupted turn's
+        messages are answered by the next ordinary turn."""
+        self.busy = False
+        left = self.steering.returned(outcome.inbox_ids if outcome is not None else ())
+        self.queue.extendleft(reversed(left))
+        if outcome is not None:
+            self.carried += outcome.interrupted
 
     def put_back(self, turn: RunTurn) -> None:
-        """Put ``turn``'s work back at the head of the queue, in order: it runs again before anything after it."""
+        """Put ``turn``'s work back at the head of the queue, in order: it runs again before anything after it
+        (and answers the interrupted messages it was to answer)."""
         items: list[Work]
         if turn.control is not None:
             items = [ControlWork(control=turn.control, delivery=turn.deliveries[0] if turn.deliveries else None)]
         else:
             items = list(turn.deliveries)
+            self.carried = turn.also_answers + self.carried
         self.queue.extendleft(reversed(items))
 
     def pause_after_failure(self, now: float) -> float:

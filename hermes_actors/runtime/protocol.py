@@ -30,6 +30,7 @@ from hermes_actors.lifecycle.work import (
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.services import CancelToken
+from hermes_actors.runtime.steering import SteerChannel
 
 __all__ = [
     "AdminChange",
@@ -91,13 +92,17 @@ class AgentFailure(msgspec.Struct, frozen=True, kw_only=True):
 class RunTurn(msgspec.Struct, frozen=True, kw_only=True):
     """Supervisor → session: one turn over ``deliveries`` (several when rapid-fire text was merged).
 
-    With ``reply_override`` the turn only answers (``/stop``); with ``control`` it runs a lifecycle step.
+    With ``reply_override`` the turn only answers (``/stop``); with ``control`` it runs a lifecycle step. An
+    ordinary turn's ``steering`` takes messages that arrive while it runs (busy policy ``steer``), and its reply
+    also answers ``also_answers``, the messages of turns a newer message interrupted (busy policy ``interrupt``).
     """
 
     deliveries: tuple[Delivery, ...]
     token: CancelToken
     reply_override: str | None = None
     control: Control | None = None
+    steering: SteerChannel | None = None
+    also_answers: tuple[str, ...] = ()
 
 
 SessionMessage = RunTurn
@@ -107,7 +112,8 @@ SessionMessage = RunTurn
 class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What a turn did. ``ended`` means the session is over; ``continued_by`` names its compression child, and
     ``requeue`` the deliveries that child must run first (they were not run here); without a child, ``requeue`` is
-    the deliveries to route anew (their keys lead to another session since this one ended elsewhere)."""
+    the deliveries to route anew (their keys lead to another session since this one ended elsewhere).
+    ``interrupted`` (of a turn a newer message stopped) are the message ids the session's next turn answers too."""
 
     session_id: str
     inbox_ids: tuple[int, ...]
@@ -122,6 +128,7 @@ class TurnOutcome(msgspec.Struct, frozen=True, kw_only=True):
     rebound: tuple[str, ...] = ()  # routing keys this turn pointed at the session (handoff)
     handoff_previous: str | None = None  # the session the handoff key led to before
     not_ended: bool = False  # an end asked for could not run here (another process holds the lease)
+    interrupted: tuple[str, ...] = ()
 
 
 class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):

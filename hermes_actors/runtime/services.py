@@ -11,7 +11,7 @@ from concurrent.futures import Executor, Future
 from typing import Any, Protocol
 
 from hermes_actors.agents.base import Agent
-from hermes_actors.config import RuntimeConfig, SessionsConfig
+from hermes_actors.config import BusyConfig, RuntimeConfig, SessionsConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.routing import SessionSource
@@ -43,7 +43,8 @@ def _open(latch: threading.Lock) -> None:
 
 
 class CancelToken:
-    """Set by ``/stop``, ``/new`` and resets to invalidate a running turn; its late result is dropped.
+    """Set by ``/stop``, ``/new``, resets and a newer message (busy policy ``interrupt``: :attr:`interrupted`) to
+    invalidate a running turn; its late result is dropped.
 
     A turn may make several agent calls (a summary, then the reply); :meth:`wait_for` gives each call a latch of
     its own, which the call's end or :meth:`cancel` opens, so one call's end never counts for the next one. A
@@ -52,21 +53,24 @@ class CancelToken:
     that really dropped the turn's result.
     """
 
-    __slots__ = ("_callbacks", "_latch", "_lock", "_settled", "cancelled")
+    __slots__ = ("_callbacks", "_latch", "_lock", "_settled", "cancelled", "interrupted")
 
     def __init__(self) -> None:
         self.cancelled = False
+        self.interrupted = False  # cancelled by a newer message, whose turn answers this one's messages too
         self._latch: threading.Lock | None = None  # the latch of the call being waited for, if any
         self._lock = threading.Lock()
         self._settled = False
         self._callbacks: list[Callable[[], None]] = []
 
-    def cancel(self) -> None:
-        """Invalidate the turn and wake the call waiting on it; nothing happens once the turn has settled."""
+    def cancel(self, *, interrupted: bool = False) -> None:
+        """Invalidate the turn and wake the call waiting on it (``interrupted``: for a newer message); nothing
+        happens once the turn has settled or was cancelled already."""
         with self._lock:
             if self._settled or self.cancelled:
                 return
             self.cancelled = True
+            self.interrupted = interrupted
             callbacks, self._callbacks = self._callbacks, []
         latch = self._latch
         if latch is not None:
@@ -205,13 +209,15 @@ def default_session_id(kind: SessionKind, near: str) -> str:
 class SessionServices:
     """The runtime parts every session uses, shared by all of them. ``agents`` are the named agents a session's
     agent is chosen from (by default ``agent`` alone); ``agent`` is their default one. ``events`` is where a commit
-    emits what it made happen (by default nowhere)."""
+    emits what it made happen (by default nowhere). ``busy`` is what happens to a message that arrives while its
+    session runs a turn; a reload replaces it whole (the supervisor reads it at each message)."""
 
     __slots__ = (
         "agent",
         "agent_pool",
         "agents",
         "background",
+        "busy",
         "clock",
         "config",
         "events",
@@ -244,8 +250,10 @@ class SessionServices:
         new_id: NewSessionId = default_session_id,
         agents: AgentRoster | None = None,
         events: Events | None = None,
+        busy: BusyConfig | None = None,
     ) -> None:
         self.events = events or Events(clock=clock)
+        self.busy = busy or BusyConfig()
         self.new_id = new_id  # cluster mode draws a new session's id in the shard of what it continues
         self.writer = writer
         self.readers = readers

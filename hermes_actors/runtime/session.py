@@ -41,7 +41,9 @@ def outcome_of(outcome: TurnOutcome | None, failed: str) -> str:
 
 def message_outcome(outcome: TurnOutcome) -> str:
     """How the messages a turn completed ended (``hermes_messages_total{outcome}``)."""
-    return "stopped" if outcome.cancelled else "refused" if outcome.failed is not None else "answered"
+    if outcome.cancelled and not outcome.interrupted:  # an interrupted turn's messages: the next turn answers
+        return "stopped"
+    return "refused" if outcome.failed is not None else "answered"
 
 
 def tell_unsaved(outbox: OutboxSink, session_id: str, request: RunTurn, error: str) -> None:
@@ -118,7 +120,7 @@ class SessionActor(RuntimeActor):
         started = time.perf_counter()
         try:
             outcome = self._turns.run(message)
-            if outcome.cancelled:  # stored without an answer: whoever watches the turn hears so now
+            if outcome.cancelled and not outcome.interrupted:  # stored unanswered: its watchers hear so now
                 self._turns.services.watch.stopped(d.message.message_id for d in message.deliveries)
         except LeaseLostError as exc:
             _log.warning("session %s: %s", self._session_id, exc)

@@ -10,7 +10,9 @@ arrives while a session is ending goes to its successor, never to the ended sess
 :class:`~hermes_actors.lifecycle.handlers.LifecycleCommands` runs those commands (and an operator's
 :class:`~hermes_actors.runtime.protocol.AdminChange`) through the
 :class:`~hermes_actors.runtime.directory.SupervisorDirectory` port; the routes are a
-:class:`~hermes_actors.runtime.routes.Routes`, each session's entry a :class:`~hermes_actors.runtime.live.LiveSession`.
+:class:`~hermes_actors.runtime.routes.Routes`, each session's entry a :class:`~hermes_actors.runtime.live.LiveSession`,
+and what happens to a message that reaches a busy session (its busy policy, backpressure, ``/stop``) is
+:class:`~hermes_actors.runtime.busy.Arrivals`'s to say.
 
 The supervisor never waits for a commit: what it writes (a route, a reply of its own, a refusal) is submitted to
 the writer, and a reply goes to the outbox once its row has committed (the writer's ``then``, which only tells the
@@ -31,6 +33,7 @@ from hermes_actors.lifecycle.handlers import LifecycleCommands
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.busy import Arrivals
 from hermes_actors.runtime.directory import SupervisorDirectory
 from hermes_actors.runtime.live import ControlWork, LiveSession, evictable_sessions, idle_sessions, statistics_of
 from hermes_actors.runtime.log_fields import platform_extra
@@ -58,7 +61,6 @@ from hermes_actors.runtime.routes import Routes
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session import SessionActor
 from hermes_actors.runtime.turns import SessionTurns
-from hermes_actors.store import InboxState
 
 __all__ = ["SupervisorActor"]
 
@@ -107,6 +109,7 @@ class SupervisorActor(RuntimeActor):
         )
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
+        self._arrivals = Arrivals(services, self._port, self._counts)
 
     # -- messages ----------------------------------------------------------------------------------------------
 
@@ -209,15 +212,8 @@ class SupervisorActor(RuntimeActor):
             return
         session_id = self._resolve(message.routing_key, delivery.message)
         state = self._state(session_id)
-        if command is not None:  # /stop: invalidate the running turn now, answer in order
-            state.token.cancel()
-            state.queue.append(delivery)
-        elif len(state.queue) >= self._config.pending_hard_limit:
-            self._reject(session_id, delivery, len(state.queue))
-            return
-        else:
-            state.queue.append(delivery)
-        self._dispatch(session_id, state)
+        if self._arrivals.arrive(session_id, state, delivery, stop=command is not None):
+            self._dispatch(session_id, state)
 
     def _state(self, session_id: str) -> LiveSession:
         state = self._live.get(session_id)
@@ -226,16 +222,6 @@ class SupervisorActor(RuntimeActor):
         self._live.move_to_end(session_id)
         state.last_used = self._clock()
         return state
-
-    def _reject(self, session_id: str, delivery: Delivery, queued: int) -> None:
-        self._counts["rejected"] += 1
-        self._port.reply_now(
-            delivery,
-            f"Too many messages are waiting in this conversation ({queued}); this one was not run. "
-            "Wait for the replies, then send it again.",
-            session_id=None,
-            state=InboxState.REJECTED,
-        )
 
     def _dispatch(self, session_id: str, state: LiveSession) -> None:
         """Hand the next turn to the session's actor if it is free, activating it first when needed."""
@@ -247,7 +233,7 @@ class SupervisorActor(RuntimeActor):
             state.paused_until = None
         if state.ref is None:
             self._activate(session_id, state)
-        turn = state.next_turn(self._config.pending_soft_limit, self._config.key_policy)
+        turn = state.next_turn(self._config.pending_soft_limit, self._config.key_policy, self._arrivals.collects)
         state.busy = True
         assert state.ref is not None
         state.ref.tell(turn)
@@ -269,7 +255,7 @@ class SupervisorActor(RuntimeActor):
             self._on_turn(outcome)
         if state is None:
             return
-        state.busy = False
+        state.turn_ended(outcome)
         state.last_used = self._clock()
         self._live.move_to_end(session_id)
         if message.retry is not None:

@@ -22,6 +22,7 @@ import msgspec
 from hermes_actors.agents.base import AgentReply, TurnInput
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import Tool
+from hermes_actors.agents.turn import Steering
 from hermes_actors.messages import (
     Attachment,
     ClientTool,
@@ -32,6 +33,7 @@ from hermes_actors.messages import (
     TokenUsage,
     ToolResult,
 )
+from hermes_actors.runtime.interruption import PartialText
 from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import AgentFailure, Delivery
 from hermes_actors.runtime.turn_watch import Cancellable, TurnWatch
@@ -121,10 +123,19 @@ def turn_input(
     deliveries: Sequence[Delivery],
     watch: TurnWatch,
     token: Cancellable | None = None,
+    steering: Steering | None = None,
+    partial: PartialText | None = None,
+    also_answers: Sequence[str] = (),
 ) -> TurnInput:
-    """The agent's input for a turn answering ``deliveries`` with the user ``text``; built just before the agent is
-    called, so the turn's watchers are told here that it has begun (and, through ``token``, when it is stopped)."""
-    events = watch.begin((d.message.message_id for d in deliveries), session_id, token)
+    """The agent's input for a turn answering ``deliveries`` (and ``also_answers``, the messages of interrupted
+    turns) with the user ``text``; built just before the agent is called, so the turn's watchers are told here that
+    it has begun (and, through ``token``, when it is stopped). ``steering`` takes messages sent while it runs;
+    ``partial`` records the text the agent streams, passing it on to the watchers."""
+    ids = [*also_answers, *(d.message.message_id for d in deliveries)]
+    events = watch.begin(ids, session_id, token)
+    if partial is not None:
+        partial.watchers = events
+        events = partial
     conversation = conversation_of(deliveries)
     client_tools, tool_results = _client_tools(deliveries), _tool_results(deliveries)
     if conversation is None:
@@ -139,6 +150,7 @@ def turn_input(
             events=events,
             client_tools=client_tools,
             tool_results=tool_results,
+            steering=steering,
         )
     sent = [_record(session_id, m) for m in conversation.history]
     view = ModelHistory(0)  # the client's history goes as the client sent it: it chose what to send
@@ -157,6 +169,7 @@ def turn_input(
         events=events,
         client_tools=client_tools,
         tool_results=tool_results,
+        steering=steering,
     )
 
 

@@ -98,4 +98,6 @@ class SessionTurns:
         early = self._compression.before_turn(deliveries, request.token)  # compression, or a turn over the window
         if early is not None:
             return early
-        return self._exchange.converse(deliveries, request.token)
+        return self._exchange.converse(
+            deliveries, request.token, steering=request.steering, also_answers=request.also_answers
+        )
