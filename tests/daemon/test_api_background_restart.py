@@ -94,6 +94,12 @@ platforms:
     return root
 
 
+def _text(content: list[Any]) -> str:
+    """The text of a listed message's content (one text part)."""
+    (part,) = content
+    return str(part.text)
+
+
 def _client(daemon: Daemon) -> openai.OpenAI:
     return openai.OpenAI(base_url=daemon.api + "/v1", api_key="unused", max_retries=0, timeout=20)
 
@@ -182,7 +188,7 @@ def test_background_responses_survive_a_restart_and_their_stream_resumes(
         assert _status(second, waiting.id, "completed").output_text == "done: next job"
         with _client(second) as client:
             items = list(client.conversations.items.list(conversation.id, order="asc"))
-        texts = [(item.role, item.content[0].text) for item in items if item.type == "message"]
+        texts = [(item.role, _text(item.content)) for item in items if item.type == "message"]
         assert texts == [
             ("user", "long job"),
             ("assistant", "done: long job"),

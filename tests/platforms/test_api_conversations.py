@@ -123,17 +123,19 @@ def test_items_are_listed_in_pages_retrieved_and_deleted_one_by_one(serve: Serve
         assert _texts(after.data) == [("user", "note 2"), ("user", "note 1")]
         every = list(client.conversations.items.list(conversation.id, order="asc"))
         assert _texts(every) == [("user", text) for text in texts]
-        one = client.conversations.items.retrieve(every[2].id, conversation_id=conversation.id)
-        assert one.id == every[2].id
-        after_delete = client.conversations.items.delete(every[2].id, conversation_id=conversation.id)
+        third = every[2].id
+        assert third is not None
+        one = client.conversations.items.retrieve(third, conversation_id=conversation.id)
+        assert one.id == third
+        after_delete = client.conversations.items.delete(third, conversation_id=conversation.id)
         assert after_delete.id == conversation.id
         assert _texts(list(client.conversations.items.list(conversation.id, order="asc"))) == [
             ("user", text) for text in texts if text != "note 2"
         ]
         with pytest.raises(openai.NotFoundError):
-            client.conversations.items.retrieve(every[2].id, conversation_id=conversation.id)
+            client.conversations.items.retrieve(third, conversation_id=conversation.id)
         with pytest.raises(openai.NotFoundError):
-            client.conversations.items.delete(every[2].id, conversation_id=conversation.id)
+            client.conversations.items.delete(third, conversation_id=conversation.id)
         added = client.conversations.items.create(
             conversation.id,
             items=[
