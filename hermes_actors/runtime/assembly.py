@@ -347,7 +347,7 @@ def wire(
     )
     sweep = replays = None
     if not sent_elsewhere:  # a shard host's deliveries and replays are the cluster's (its dispatchers)
-        events.sweep = sweep = EventSweep(writer, outbox.redeliver)
+        events.sweep = sweep = EventSweep(writer, outbox)
         replays = Replays(
             writer, owner=services.lease_owner, deliver=supervisor.tell, redeliver=outbox.redeliver, sweep=sweep
         )

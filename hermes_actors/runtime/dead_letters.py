@@ -177,8 +177,8 @@ class Replays:
         replies = [row for row in revived.sends if row.platform != EVENTS_PLATFORM]
         if replies:
             self._redeliver(replies)
-        if self._sweep is not None and len(replies) < len(revived.sends):
-            self._sweep.sweep()
+        if self._sweep is not None:  # on this (the writer's) thread, before any sweep could take them as new
+            self._sweep.hand_over([row for row in revived.sends if row.platform == EVENTS_PLATFORM])
         for row in revived.messages:
             if row.kind is not InboxKind.MESSAGE:
                 continue

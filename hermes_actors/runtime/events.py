@@ -10,7 +10,9 @@ never a URL: the sender posts only to the URL configured for the name.
 
 Committed rows reach the outbox through :class:`EventSweep`: an emit asks for a sweep, which reads the unsent rows
 in the writer's next transaction and hands the new ones to the outbox once that has committed (so a row rolled
-back is never sent); the runtime's tick sweeps too, and the start sends what an earlier process left.
+back is never sent); the runtime's tick sweeps too, and the start sends what an earlier process left. Where this
+process sends them (one machine), a row is committed with its first attempt counted ahead, as a turn's reply is,
+so its first send waits for no other commit; a cluster's dispatchers count their own.
 """
 
 from __future__ import annotations
@@ -19,23 +21,35 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig
 from hermes_actors.lifecycle.work import Delivery
-from hermes_actors.messages import OutboundMessage, encode
+from hermes_actors.messages import OutboundMessage, decode_outbound, encode
 from hermes_actors.store import Store
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
-__all__ = ["RUN_PREFIX", "EventSweep", "Events", "event_body"]
+__all__ = ["RUN_PREFIX", "EventOutbox", "EventSweep", "Events", "event_body"]
 
 RUN_PREFIX = "run_"
 """The message ids of the API's runs (``POST /v1/runs``): a turn answering one is also a ``run.completed``."""
 _API_PLATFORM = "api_server"
 _SWEEP_LIMIT = 1_000_000  # every unsent delivery: what was handed over is told apart by id
+
+
+class EventOutbox(Protocol):
+    """What :class:`EventSweep` hands deliveries to: the outbox router."""
+
+    def deliver(self, outbox_id: int, message: OutboundMessage, *, counted: bool = False) -> None:
+        """Send one row (``counted``: committed with its first attempt counted ahead)."""
+        ...
+
+    def redeliver(self, rows: list[OutboxRow]) -> int:
+        """Send rows left unsent (their earlier attempts flag them); how many went to a sender."""
+        ...
 
 
 def event_body(kind: EventKind, at: float, data: Mapping[str, Any]) -> str:
@@ -72,6 +86,7 @@ class Events:
         body = event_body(kind, self._clock(), data)
         if session_id is not None and store.find_session(session_id) is None:
             session_id = None  # a session deleted meanwhile: the row refers to none
+        ahead = 1 if self.sweep is not None else 0  # this process sends it: its first attempt is counted now
         for name in names:
             message = OutboundMessage(
                 platform=EVENTS_PLATFORM, account_id=name, chat_id=name, session_id=session_id, text=body
@@ -83,6 +98,7 @@ class Events:
                 chat_id=name,
                 thread_id=None,
                 payload=encode(msgspec.structs.replace(message, reply_to=event_id)),
+                attempts=ahead,
             )
         if self.sweep is not None:
             self.sweep.after_commit()
@@ -133,17 +149,19 @@ class Events:
 class EventSweep:
     """Hands committed event deliveries to the outbox (see the module docstring), on the writer's thread.
 
-    ``hand`` is the outbox's :meth:`~hermes_actors.runtime.outbox_router.OutboxRouter.redeliver`. What was handed
-    over and is still unsent is not handed again: the outbox holds it (sending, or waiting for a retry).
+    What was handed over and is still unsent is not handed again: the outbox holds it (sending, or waiting for a
+    retry). A row this process emitted (past the newest unsent row of its first sweep) and never handed over goes
+    with its attempt counted ahead; any other (left by an earlier process, replayed) as a row found unsent.
     """
 
-    __slots__ = ("_hand", "_handed", "_scheduled", "_writer")
+    __slots__ = ("_boundary", "_handed", "_outbox", "_scheduled", "_writer")
 
-    def __init__(self, writer: StoreWriter, hand: Callable[[list[OutboxRow]], int]) -> None:
+    def __init__(self, writer: StoreWriter, outbox: EventOutbox) -> None:
         self._writer = writer
-        self._hand = hand
+        self._outbox = outbox
         self._handed: set[int] = set()  # unsent rows the outbox holds (writer thread only)
         self._scheduled = False  # a sweep is queued on the writer (writer thread only)
+        self._boundary: int | None = None  # rows past it were emitted by this process (after its first sweep)
 
     def after_commit(self) -> None:
         """Inside a write (an emit): sweep once the write has committed; one sweep serves every emit before it."""
@@ -165,5 +183,19 @@ class EventSweep:
     def _handover(self, rows: list[OutboxRow]) -> None:
         fresh = [row for row in rows if row.id not in self._handed]
         self._handed = {row.id for row in rows}  # sent and given-up rows are no longer unsent: forgotten
-        if fresh and self._hand(fresh) == 0:  # no sender (yet): the next sweep offers them again
-            self._handed.difference_update(row.id for row in fresh)
+        if self._boundary is None:
+            self._boundary = max((row.id for row in rows), default=0)
+            self.hand_over(fresh)
+            return
+        ahead = [row for row in fresh if row.id > self._boundary and row.attempts == 1]
+        counted = {row.id for row in ahead}
+        self.hand_over([row for row in fresh if row.id not in counted])
+        for row in ahead:
+            self._outbox.deliver(row.id, decode_outbound(row.payload), counted=True)
+
+    def hand_over(self, rows: list[OutboxRow]) -> None:
+        """On the writer's thread: send ``rows`` as found unsent (a replay's, an earlier process's); they are not
+        handed over again while unsent."""
+        self._handed.update(row.id for row in rows)
+        if rows and self._outbox.redeliver(rows) == 0:  # no sender (yet): the next sweep offers them again
+            self._handed.difference_update(row.id for row in rows)
