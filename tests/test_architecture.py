@@ -23,6 +23,7 @@ CORE = frozenset(
         "hermes_actors.errors",
         "hermes_actors.health",
         "hermes_actors.ids",
+        "hermes_actors.job_port",
         "hermes_actors.media",
         "hermes_actors.messages",
         "hermes_actors.operator_port",

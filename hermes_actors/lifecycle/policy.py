@@ -31,6 +31,7 @@ __all__ = [
     "bg_process_blocks_reset",
     "daily_deadline",
     "decode_reset_config",
+    "first_instant",
     "idle_deadline",
     "is_idle_expired",
     "next_reset",
@@ -265,7 +266,12 @@ def _first_instant_at(day: date, hour: int, tz: tzinfo | None) -> float:
 
 
 def _compute_first_instant_at(day: date, hour: int, tz: tzinfo | None) -> float:
-    wall = datetime.combine(day, time(hour))
+    return first_instant(datetime.combine(day, time(hour)), tz)
+
+
+def first_instant(wall: datetime, tz: tzinfo | None) -> float:
+    """Return the first instant whose local wall time is the naive ``wall``: its first occurrence when the clock goes
+    back over it, the end of the gap (the transition instant) when the clock skips it."""
     # fold=0 and fold=1 pick the offset before and after a transition (PEP 495); naive means local time.
     instants = sorted({wall.replace(tzinfo=tz, fold=fold).timestamp() for fold in (0, 1)})
     existing = [instant for instant in instants if _wall(instant, tz) == wall]

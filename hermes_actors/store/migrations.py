@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 13
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -197,6 +197,23 @@ def _v11(connection: apsw.Connection) -> None:
         connection.execute(statement)
 
 
+def _v12(connection: apsw.Connection) -> None:
+    """The scheduled turns (``store.jobs``). A database tests rebuilt from this schema.sql has the table already."""
+    if connection.execute("SELECT 1 FROM sqlite_schema WHERE name = 'jobs'").fetchall():
+        return
+    for statement in _schema_statements("jobs"):
+        connection.execute(statement)
+
+
+def _v13(connection: apsw.Connection) -> None:
+    """Tool calls waiting for a person's decision (``store.approvals``). A database tests rebuilt from this
+    schema.sql has the table already."""
+    if connection.execute("SELECT 1 FROM sqlite_schema WHERE name = 'approvals'").fetchall():
+        return
+    for statement in _schema_statements("approvals"):
+        connection.execute(statement)
+
+
 STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     2: _v2,
     3: _v3,
@@ -208,6 +225,8 @@ STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     9: _v9,
     10: _v10,
     11: _v11,
+    12: _v12,
+    13: _v13,
 }
 
 

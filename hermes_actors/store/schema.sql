@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 11.
+-- hermes-actors state database, schema version 13.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 11; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 13; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -279,6 +279,56 @@ CREATE TABLE dead_letters (
 CREATE INDEX dead_letters_inbox ON dead_letters (inbox_id) WHERE inbox_id IS NOT NULL;
 CREATE INDEX dead_letters_outbox ON dead_letters (outbox_id) WHERE outbox_id IS NOT NULL;
 CREATE INDEX dead_letters_open ON dead_letters (id) WHERE replayed_at IS NULL;
+
+-- Tool calls waiting for a person's decision (version 13): a turn paused until the session's user (or the operator)
+-- approves or denies them, or nobody answers in time (a denial): hermes_actors.store.approvals. A row is decided
+-- once (the commit that approves it claims its calls, which then run at most once) and resumed by the commit of the
+-- turn that continued with the decision. Rows go with their session.
+CREATE TABLE approvals (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    message_id  TEXT NOT NULL,                    -- the platform message whose turn paused (an API run's id)
+    source      BLOB NOT NULL,                    -- the chat and person asked (msgpack SessionSource)
+    calls       TEXT NOT NULL,                    -- the tool calls waiting, a JSON array in OpenAI's shape
+    prompt      TEXT NOT NULL,                    -- what the user was asked
+    state       TEXT NOT NULL DEFAULT 'pending',  -- pending, approved, denied
+    created_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,                    -- no answer by then is a denial
+    decided_at  REAL,
+    decided_by  TEXT,
+    reason      TEXT,
+    results     TEXT,                             -- JSON object: call id -> result, once the approved calls ran
+    resumed_at  REAL                              -- the turn continued with the decision
+);
+CREATE INDEX approvals_open ON approvals (session_id, id) WHERE resumed_at IS NULL;
+CREATE INDEX approvals_pending ON approvals (id) WHERE state = 'pending';
+CREATE INDEX approvals_message ON approvals (message_id);
+
+-- Scheduled turns (version 12): a prompt sent as a message of a chat at times (hermes_actors.store.jobs). next_due_at
+-- is the job's durable deadline: a run's inbox row commits in the transaction that moves it on, guarded by its old
+-- value, so a due time fires once whichever process (or cluster host) gets there first.
+CREATE TABLE jobs (
+    id            TEXT PRIMARY KEY,                 -- 'job_<hex>'
+    owner         TEXT NOT NULL,                    -- 'operator', or the key of the principal that asked (its tool)
+    prompt        TEXT NOT NULL,                    -- the text each run sends
+    schedule      TEXT NOT NULL CHECK (schedule IN ('at', 'every', 'cron')),
+    spec          TEXT NOT NULL,                    -- unix seconds (at), seconds (every) or the cron expression
+    tz            TEXT,                             -- the cron expression's zone; NULL: the gateway's
+    target        TEXT NOT NULL CHECK (target IN ('chat', 'session', 'fresh')),
+    session_id    TEXT,                             -- a 'session' target's session
+    chat          TEXT NOT NULL,                    -- where runs come from and replies go: a SessionSource as JSON
+    missed        TEXT NOT NULL DEFAULT 'run' CHECK (missed IN ('run', 'skip')),
+    state         TEXT NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'paused', 'done')),
+    next_due_at   REAL,                             -- NULL unless active
+    runs          INTEGER NOT NULL DEFAULT 0,
+    skipped       INTEGER NOT NULL DEFAULT 0,       -- due times missed and skipped (missed = 'skip')
+    last_run_at   REAL,
+    last_inbox_id INTEGER,                          -- the inbox row of the latest run
+    created_at    REAL NOT NULL,
+    created_by    TEXT NOT NULL                     -- 'cli', 'api' or 'agent'
+);
+CREATE INDEX jobs_due ON jobs (next_due_at) WHERE state = 'active';
+CREATE INDEX jobs_owner ON jobs (owner, created_at);
 
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,

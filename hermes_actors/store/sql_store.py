@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Self
 
 from hermes_actors.store import export, prune
+from hermes_actors.store.approvals import Approvals
 from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.dead_letters import DeadLetters
@@ -25,6 +26,7 @@ from hermes_actors.store.deliveries import Deliveries
 from hermes_actors.store.directory import Directory
 from hermes_actors.store.homes import HomeChannels
 from hermes_actors.store.inbox import Inbox
+from hermes_actors.store.jobs import Jobs
 from hermes_actors.store.memories import Memories
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import (
@@ -59,6 +61,8 @@ class SqlStore(Directory, abc.ABC):
         self.responses = Responses(sql, clock)
         self.dead_letters = DeadLetters(sql, clock)
         self.deliveries = Deliveries(sql, clock)
+        self.jobs = Jobs(sql, clock)
+        self.approvals = Approvals(sql, clock)
 
     @abc.abstractmethod
     def close(self) -> None:

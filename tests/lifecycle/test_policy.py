@@ -67,6 +67,7 @@ def test_the_public_names_are_pinned() -> None:
         "bg_process_blocks_reset",
         "daily_deadline",
         "decode_reset_config",
+        "first_instant",
         "idle_deadline",
         "is_idle_expired",
         "next_reset",

@@ -87,6 +87,20 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
         _columns("id, inbox_id, outbox_id, platform, session_id, reason, created_at, replay_requested_at, replayed_at"),
         "id",
     ),
+    "approvals": (
+        _columns(
+            "id, session_id, message_id, source, calls, prompt, state, created_at, expires_at, decided_at, "
+            "decided_by, reason, results, resumed_at"
+        ),
+        "id",
+    ),
+    "jobs": (
+        _columns(
+            "id, owner, prompt, schedule, spec, tz, target, session_id, chat, missed, state, next_due_at, runs, "
+            "skipped, last_run_at, last_inbox_id, created_at, created_by"
+        ),
+        "id",
+    ),
     "meta": (("key", "value"), None),
 }
 _IDENTITIES = (
@@ -97,6 +111,7 @@ _IDENTITIES = (
     "outbox.id",
     "memories.id",
     "dead_letters.id",
+    "approvals.id",
 )
 _PG_ONLY_META = ("schema_version",)  # the PostgreSQL schema's own version; SQLite keeps its in PRAGMA user_version
 
