@@ -4,6 +4,7 @@ with the official ``standardwebhooks`` package."""
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +17,14 @@ from hermes_actors.cli.hermesctl import main as hermesctl
 from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig, EventWebhook, RuntimeConfig
 from hermes_actors.daemon.startup import queued_at
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.store.deliveries import DeliveryState
 from hermes_actors.testing import FakePlatform, poll_until
+from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.support.event_webhooks import EventSender
 from tests.events.receiver import open_receiver
+from tests.platforms.test_api_operator import KEY, Api
 
 SECRET = "whsec_" + base64.b64encode(b"events-test-secret-24-bytes!").decode()
 ALL = tuple(EventKind)
@@ -179,3 +183,24 @@ def test_hermesctl_events_deliveries_refuses_what_it_cannot_replay(tmp_path: Pat
     )
     listed = CliRunner().invoke(hermesctl, ["events", "deliveries", "--home", str(tmp_path)])
     assert listed.output == "No event deliveries.\n"
+
+
+def test_an_api_run_that_completes_is_a_run_completed_event(tmp_path: Path) -> None:
+    with open_receiver(SECRET) as receiver:
+        config = webhooks(receiver.url, events=(EventKind.RUN_COMPLETED,))
+        server = ApiServer(ApiServerConfig(port=0, key=KEY), environ={})
+        sender = EventSender(config, queued_at=queued_at(tmp_path / "state.db"), environ={})
+        gateway = Gateway(tmp_path / "state.db", senders=[*server.senders(), sender], events=config)
+        server.start(GatewayInbox(gateway))
+        try:
+            api = Api(server, gateway)
+            status, _, body = api.raw("POST", "/v1/runs", {"input": "run me", "model": "hermes-agent"}, key=KEY)
+            assert status == 202, body
+            run_id = json.loads(body)["run_id"]
+            receiver.wait_accepted(1)
+        finally:
+            server.stop(10)
+            gateway.stop(10)
+    (event,) = receiver.of_type("run.completed")
+    assert event["data"]["run_id"] == run_id
+    assert (event["data"]["status"], event["data"]["output"]) == ("completed", "echo: run me")
