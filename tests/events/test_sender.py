@@ -11,8 +11,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 from standardwebhooks.webhooks import Webhook
 
+from hermes_actors.cli.hermesctl import main as hermesctl
+from hermes_actors.cli.hermesd import main as hermesd
 from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig, EventWebhook
 from hermes_actors.constraints import decode_section
 from hermes_actors.errors import ConfigError
@@ -185,3 +188,20 @@ def test_an_emit_commits_with_its_fact_and_is_rolled_back_with_it(tmp_path: Path
         "data": {"session_id": "x", "reason": "idle"},
     }
     assert Events(None).emit(store, EventKind.SESSION_ENDED, {}) is None  # no webhooks: nothing, not even a read
+
+
+def test_hermesd_and_config_check_refuse_an_event_webhook_whose_secret_is_not_set(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "events:\n  webhooks:\n    ops:\n      url: http://127.0.0.1:9/hooks\n      secret_env: HOOK_UNSET\n"
+        "      events: [session.ended]\n"
+    )
+    runner = CliRunner()
+    checked = runner.invoke(hermesctl, ["config", "check", "--home", str(home)], env={"HOOK_UNSET": None})
+    started = runner.invoke(hermesd, ["--home", str(home)], env={"HOOK_UNSET": None})
+    problem = "events.webhooks.ops.secret_env: the environment variable HOOK_UNSET is not set; export the secret there"
+    assert (checked.exit_code, started.exit_code) == (2, 2), checked.output + started.output
+    assert checked.output == f"Error: configuration {home / 'config.yaml'}: {problem}\n"
+    assert started.output.splitlines()[-1] == checked.output.splitlines()[-1]
+    assert not (home / "state.db").exists()  # refused before the store was touched
