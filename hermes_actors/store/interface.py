@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
+from hermes_actors.store.jobs import Jobs
 from hermes_actors.store.maintenance_interface import Maintenance
 from hermes_actors.store.records import (
     EndReason,
@@ -323,4 +324,9 @@ class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     @property
     def responses(self) -> ResponseTable:
         """The API's stored responses."""
+        ...
+
+    @property
+    def jobs(self) -> Jobs:
+        """The scheduled jobs (one implementation over the database seam for both stores)."""
         ...
