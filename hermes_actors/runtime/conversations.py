@@ -26,7 +26,7 @@ from hermes_actors.runtime.operator import SessionAdmin, StoreAccess
 from hermes_actors.runtime.operator_reads import carried_over
 from hermes_actors.store import MessageRecord, NewMessage, Role, StoreInterface
 from hermes_actors.store.conversations import ConversationTable
-from hermes_actors.store.transcript_cuts import TranscriptCuts
+from hermes_actors.store.transcript_cuts import Cut, TranscriptCuts
 
 __all__ = ["StoreConversations", "items_of"]
 
@@ -175,14 +175,20 @@ class StoreConversations:
     def delete_item(self, conversation_id: str, scope: str | None, item_id: int) -> bool | None:
         """Delete the item ``item_id`` of the conversation."""
 
-        def delete(store: StoreInterface) -> bool | None:
+        def delete(store: StoreInterface) -> Cut | None:
             found = self._current(store, conversation_id, scope)
             if found is None:
                 return None
             owner = next((sid for sid, m in items_of(store, found.session_id) if m.id == item_id), None)
-            return owner is not None and TranscriptCuts(store.sql, self._clock).cut(owner, [item_id]) > 0
+            return TranscriptCuts(store.sql, self._clock).cut(owner, [item_id]) if owner is not None else Cut()
 
-        return self._access.write(delete)
+        cut = self._access.write(delete)
+        if cut is None:
+            return None
+        if cut.files:  # once the cut has committed
+            with self._access.read() as store:
+                store.attachments.remove_unreferenced(cut.files)
+        return cut.messages > 0
 
     def _current(self, store: StoreInterface, conversation_id: str, scope: str | None) -> ConversationRecord | None:
         found = ConversationTable(store.sql, self._clock).find(conversation_id, scope)

@@ -1,9 +1,10 @@
 """Messages taken out of a transcript (``TranscriptCuts``): the tail a stateless client no longer sends (it
 regenerated an answer or edited a message), an item an API client deleted from its conversation.
 
-A cut message takes its attachment rows and full-text index rows with it, as a deleted session's messages do; the
-session's message and tool-call counters shrink by what was cut, while its token counters keep what the model was
-paid for. Written once over the database seam for both stores.
+A cut message takes its attachment rows and full-text index rows with it, as a deleted session's messages do (the
+files those rows named are said in the :class:`Cut`, to be removed once the cut has committed); the session's
+message and tool-call counters shrink by what was cut, while its token counters keep what the model was paid for.
+Written once over the database seam for both stores.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import msgspec
 
 from hermes_actors.store.sql import SqlTable
 
-__all__ = ["TranscriptCuts"]
+__all__ = ["Cut", "TranscriptCuts"]
 
 _calls = msgspec.json.Decoder(list[Any])
 
@@ -29,24 +30,35 @@ def _call_count(tool_calls: Any) -> int:
         return 0
 
 
+class Cut(msgspec.Struct, frozen=True, kw_only=True):
+    """What a cut deleted: how many ``messages``, and the media ``files`` their attachments named (for
+    :meth:`~hermes_actors.store.attachments.Attachments.remove_unreferenced` once the cut has committed)."""
+
+    messages: int = 0
+    files: frozenset[str] = frozenset()
+
+
 class TranscriptCuts(SqlTable):
     """Deletes chosen messages of one session and keeps its counters true."""
 
-    def cut(self, session_id: str, message_ids: Sequence[int]) -> int:
-        """Delete the messages ``message_ids`` of ``session_id`` (ids of other sessions are left alone); how many
-        were deleted."""
+    def cut(self, session_id: str, message_ids: Sequence[int]) -> Cut:
+        """Delete the messages ``message_ids`` of ``session_id`` (ids of other sessions are left alone)."""
         if not message_ids:
-            return 0
+            return Cut()
         dialect = self._db.dialect
         with self._db.transaction(savepoint=False):
             ref = self._db.value("SELECT ref FROM sessions WHERE id = ?", (session_id,))
             if ref is None:
-                return 0
+                return Cut()
             chosen = f"session_ref = ? AND {dialect.member('id')}"
             params = (ref, dialect.members([int(i) for i in message_ids]))
             rows = self._db.execute(f"SELECT tool_calls FROM messages WHERE {chosen}", params)
             if not rows:
-                return 0
+                return Cut()
+            files = self._db.execute(
+                f"DELETE FROM attachments WHERE message_id IN (SELECT id FROM messages WHERE {chosen}) RETURNING path",
+                params,
+            )
             self._db.execute(f"DELETE FROM messages WHERE {chosen}", params)
             calls = sum(_call_count(tool_calls) for (tool_calls,) in rows)
             self._db.execute(
@@ -54,10 +66,10 @@ class TranscriptCuts(SqlTable):
                 f"tool_call_count = {dialect.greatest('tool_call_count - ?', '0')} WHERE ref = ?",
                 (len(rows), calls, ref),
             )
-            return len(rows)
+            return Cut(messages=len(rows), files=frozenset(str(path) for (path,) in files if path is not None))
 
-    def cut_from(self, session_id: str, first_id: int) -> int:
-        """Delete the messages of ``session_id`` from ``first_id`` on (the tail); how many were deleted."""
+    def cut_from(self, session_id: str, first_id: int) -> Cut:
+        """Delete the messages of ``session_id`` from ``first_id`` on (the tail)."""
         with self._db.transaction(savepoint=False):
             rows = self._db.execute(
                 "SELECT m.id FROM messages AS m JOIN sessions AS s ON s.ref = m.session_ref "

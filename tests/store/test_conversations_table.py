@@ -67,13 +67,13 @@ def test_a_cut_tail_leaves_the_rest_and_fixes_the_counters(store: StoreInterface
     )
     (other,) = store.append_messages("s2", [NewMessage(role=Role.USER, content="merlin elsewhere")])
     cuts = TranscriptCuts(store.sql, clock)
-    assert cuts.cut_from("s1", ids[1]) == 5
+    assert cuts.cut_from("s1", ids[1]).messages == 5
     assert [m.content for m in store.load_transcript("s1")] == ["kestrel"]
     record = store.get_session("s1")
     assert (record.message_count, record.tool_call_count) == (1, 0)
-    assert cuts.cut("s1", [other]) == 0  # another session's message is left alone
+    assert cuts.cut("s1", [other]).messages == 0  # another session's message is left alone
     assert [m.content for m in store.load_transcript("s2")] == ["merlin elsewhere"]
-    assert cuts.cut_from("nobody", 1) == 0
+    assert cuts.cut_from("nobody", 1).messages == 0
 
 
 def test_a_cut_message_takes_its_attachments_and_search_rows(store: StoreInterface, clock: FakeClock) -> None:
@@ -82,8 +82,10 @@ def test_a_cut_message_takes_its_attachments_and_search_rows(store: StoreInterfa
         "s1",
         [NewMessage(role=Role.USER, content="ptarmigan"), NewMessage(role=Role.USER, content="look at this")],
     )
-    store.attachments.add(second, Attachment(kind=AttachmentKind.IMAGE, name="bird.png", mime_type="image/png"), at=1.0)
-    assert TranscriptCuts(store.sql, clock).cut("s1", [second, first]) == 2
+    image = Attachment(kind=AttachmentKind.IMAGE, name="bird.png", mime_type="image/png", path="ab/bird.png")
+    store.attachments.add(second, image, at=1.0)
+    cut = TranscriptCuts(store.sql, clock).cut("s1", [second, first])
+    assert (cut.messages, cut.files) == (2, frozenset({"ab/bird.png"}))
     assert store.load_transcript("s1") == []
     assert store.attachments.for_session("s1") == []
     assert store.fts_query("ptarmigan").hits == []
