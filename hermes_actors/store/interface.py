@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
+from hermes_actors.store.dead_letters import DeadLetters
+from hermes_actors.store.deliveries import Deliveries
 from hermes_actors.store.jobs import Jobs
 from hermes_actors.store.maintenance_interface import Maintenance
 from hermes_actors.store.records import (
@@ -329,4 +331,14 @@ class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     @property
     def jobs(self) -> Jobs:
         """The scheduled jobs (one implementation over the database seam for both stores)."""
+        ...
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        """What could not be done and its replays (one implementation over the database seam for both stores)."""
+        ...
+
+    @property
+    def deliveries(self) -> Deliveries:
+        """The outbox's rows as they stand, for people (reads only)."""
         ...
