@@ -40,6 +40,7 @@ __all__ = [
     "Compress",
     "Control",
     "Deliver",
+    "DeliverBatch",
     "Delivery",
     "EndDue",
     "EndSession",
@@ -164,6 +165,14 @@ class Deliver(msgspec.Struct, frozen=True, kw_only=True):
     stored_route: str | None = None
 
 
+class DeliverBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """Recovery → supervisor: replayed inbound messages, in order, handed over together. Their sessions' turns start
+    once all of them are queued, so each session's busy policy sees them as arriving together (``collect`` makes
+    them one turn, ``queue`` one turn each)."""
+
+    delivers: tuple[Deliver, ...]
+
+
 class Rebind(msgspec.Struct, frozen=True, kw_only=True):
     """Point ``routing_key`` at ``session_id`` from now on. Ask it: the reply is the future of the route's commit
     (the supervisor does not wait for it; the caller may)."""
@@ -208,7 +217,9 @@ class SupervisorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     ended: int = 0  # actors stopped because their session ended
 
 
-SupervisorTell = Deliver | TurnFinished | SessionStopped | StopSession | EndDue | HandoffResult | PassivationTick
+SupervisorTell = (
+    Deliver | DeliverBatch | TurnFinished | SessionStopped | StopSession | EndDue | HandoffResult | PassivationTick
+)
 """What the supervisor is told. A failure handling one is logged and the directory goes on (an inbound message it
 could not queue stays pending in the inbox and is replayed at the next start)."""
 

@@ -19,7 +19,7 @@ from hermes_actors.config import EVENTS_PLATFORM
 from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.leases import lease_owner_alive
 from hermes_actors.runtime.outbox_router import OutboxRouter
-from hermes_actors.runtime.protocol import Deliver, Delivery
+from hermes_actors.runtime.protocol import Deliver, DeliverBatch, Delivery
 from hermes_actors.store import Store
 from hermes_actors.store.records import InboxRow, OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
@@ -30,13 +30,14 @@ _log = logging.getLogger(__name__)
 
 
 class Recovery:
-    """Replays pending inbox rows this process may run, through ``deliver`` (a tell to the supervisor)."""
+    """Replays pending inbox rows this process may run, through ``deliver`` (a tell to the supervisor of each
+    replay's rows as one :class:`DeliverBatch`)."""
 
     def __init__(
         self,
         writer: StoreWriter,
         outbox: OutboxRouter,
-        deliver: Callable[[Deliver], None],
+        deliver: Callable[[DeliverBatch], None],
         *,
         lease_owner: str,
         lease_ttl_s: float,
@@ -127,6 +128,13 @@ class Recovery:
         return claimed, deferred
 
     def _replay(self, rows: Sequence[InboxRow]) -> None:
-        for row in rows:
-            delivery = Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True)
-            self._deliver(Deliver(routing_key=row.routing_key, delivery=delivery))
+        """Hand ``rows`` to the supervisor in one batch: a session's replayed messages arrive together."""
+        delivers = tuple(
+            Deliver(
+                routing_key=row.routing_key,
+                delivery=Delivery(inbox_id=row.id, message=decode_inbound(row.payload), replayed=True),
+            )
+            for row in rows
+        )
+        if delivers:
+            self._deliver(DeliverBatch(delivers=delivers))

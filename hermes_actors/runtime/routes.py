@@ -16,10 +16,12 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
+from hermes_actors.ids import SessionKind
 from hermes_actors.routing import KeyPolicy, LegacyKeyAction, SessionSource, build_session_key, migrate_scopeless_key
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.log_fields import session_extra
 from hermes_actors.runtime.protocol import Deliver
+from hermes_actors.runtime.services import NewSessionId
 from hermes_actors.store import Store
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
@@ -73,6 +75,17 @@ class Routes:
 
     def __len__(self) -> int:
         return len(self._routes)
+
+    def fresh_id(self, new_id: NewSessionId, kind: SessionKind, near: str) -> str:
+        """A new session id of ``kind`` (drawn by ``new_id`` near ``near``) that no live entry and no stored session
+        has (ids repeat with 2^-32 odds)."""
+        while True:
+            session_id = new_id(kind, near)
+            if session_id in self._live:
+                continue
+            with self._readers.reader() as store:
+                if store.find_session(session_id) is None:
+                    return session_id
 
     def cached(self, routing_key: str) -> str | None:
         """Return the cached session of ``routing_key`` (ending or not), without reading the store."""

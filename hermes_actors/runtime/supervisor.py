@@ -42,6 +42,7 @@ from hermes_actors.runtime.protocol import (
     AdminChange,
     Control,
     Deliver,
+    DeliverBatch,
     Delivery,
     EndDue,
     GetStatistics,
@@ -110,6 +111,7 @@ class SupervisorActor(RuntimeActor):
         self._actors = 0
         self._counts = {"activations": 0, "passivations": 0, "evictions": 0, "turns": 0, "rejected": 0}
         self._arrivals = Arrivals(services, self._port, self._counts)
+        self._held: set[str] | None = None  # sessions whose dispatch waits for the batch being queued
 
     # -- messages ----------------------------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class SupervisorActor(RuntimeActor):
                 return None
             case (
                 Deliver()
+                | DeliverBatch()
                 | TurnFinished()
                 | SessionStopped()
                 | StopSession()
@@ -147,6 +150,8 @@ class SupervisorActor(RuntimeActor):
         match message:
             case Deliver():
                 self._deliver(message)
+            case DeliverBatch():
+                self._deliver_together(message.delivers)
             case TurnFinished():
                 self._finished(message)
             case SessionStopped():
@@ -182,7 +187,8 @@ class SupervisorActor(RuntimeActor):
         if session_id is not None:
             return session_id
         previous = routes.predecessor(routing_key)
-        session_id = self._fresh_id(SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY, routing_key)
+        kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
+        session_id = routes.fresh_id(self._services.new_id, kind, routing_key)
         state = self._live[session_id] = LiveSession(
             create_with=NewSession.of(routing_key, message), title=self._lifecycle.take_pending_title(routing_key)
         )
@@ -190,16 +196,6 @@ class SupervisorActor(RuntimeActor):
             state.hold_until = previous
         routes.cache(routing_key, session_id)
         return session_id
-
-    def _fresh_id(self, kind: SessionKind, routing_key: str) -> str:
-        """Return a new session id that no live entry and no stored session has (ids repeat with 2^-32 odds)."""
-        while True:
-            session_id = self._services.new_id(kind, routing_key)
-            if session_id in self._live:
-                continue
-            with self._readers.reader() as store:
-                if store.find_session(session_id) is None:
-                    return session_id
 
     # -- delivery and turns ------------------------------------------------------------------------------------
 
@@ -215,6 +211,18 @@ class SupervisorActor(RuntimeActor):
         if self._arrivals.arrive(session_id, state, delivery, stop=command is not None):
             self._dispatch(session_id, state)
 
+    def _deliver_together(self, delivers: tuple[Deliver, ...]) -> None:
+        """Queue replayed messages, then start their sessions' turns: each session's policy sees them together."""
+        self._held = held = set()
+        try:
+            for deliver in delivers:
+                self.on_receive(deliver)  # a failure is logged and the others go on, as for single messages
+        finally:
+            self._held = None
+        for session_id in held:
+            if (state := self._live.get(session_id)) is not None:
+                self._dispatch(session_id, state)
+
     def _state(self, session_id: str) -> LiveSession:
         state = self._live.get(session_id)
         if state is None:
@@ -225,6 +233,9 @@ class SupervisorActor(RuntimeActor):
 
     def _dispatch(self, session_id: str, state: LiveSession) -> None:
         """Hand the next turn to the session's actor if it is free, activating it first when needed."""
+        if self._held is not None:  # a batch is being queued: its sessions start after it
+            self._held.add(session_id)
+            return
         if state.busy or state.stopping or not state.queue or state.hold_until is not None:
             return
         if state.paused_until is not None:
