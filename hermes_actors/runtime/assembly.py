@@ -348,6 +348,7 @@ def wire(
     sweep = replays = None
     if not sent_elsewhere:  # a shard host's deliveries and replays are the cluster's (its dispatchers)
         events.sweep = sweep = EventSweep(writer, outbox)
+    if not sent_elsewhere and options.get("recover_platforms") is None:  # a whole runtime, not a terminal chat's
         replays = Replays(
             writer, owner=services.lease_owner, deliver=supervisor.tell, redeliver=outbox.redeliver, sweep=sweep
         )
