@@ -1,0 +1,79 @@
+"""The lease engine (hermes_actors.store.terms): one release rule for shards and roles, the session leases' declared
+difference (an owner renews its own expired lease while no one took it), on both stores, and the local deadlines a
+holder keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hermes_actors.store import StoreInterface
+from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.terms import HeldTerms
+from hermes_actors.testing import FakeClock
+
+TTL = 10.0
+
+
+@pytest.fixture
+def pg(postgres_dsn: str) -> Iterator[PostgresStore]:
+    with PostgresStore.open(postgres_dsn, migrate_schema=False) as store:
+        yield store
+
+
+def test_a_released_shard_and_a_released_role_both_end_at_the_database_s_now(pg: PostgresStore) -> None:
+    pg.shards.ensure(2)
+    assert pg.shards.acquire("a", [0], TTL) == {0: 1}
+    assert pg.roles.acquire("send:fake", "a", TTL) == 1
+    assert pg.shards.release("a", {0: 1}) == 1
+    assert pg.roles.release("send:fake", "a", 1)
+    rows = pg.database.execute(
+        "SELECT holder, extract(epoch FROM clock_timestamp() - expires_at) FROM shard_leases WHERE shard = 0 "
+        "UNION ALL SELECT holder, extract(epoch FROM clock_timestamp() - expires_at) FROM role_leases"
+    )
+    assert [holder for holder, _ in rows] == [None, None]
+    assert all(0 <= float(ago) < 5 for _, ago in rows)  # ended now, not at -infinity
+    [shard] = [lease for lease in pg.shards.leases() if lease.shard == 0]
+    assert -5 < shard.remaining_s <= 0  # the grace period counts from the release
+    assert pg.roles.leases()[0].remaining_s == float("-inf")  # a role no one holds
+    assert pg.shards.acquire("b", [0], TTL) == {0: 2}
+    assert pg.roles.acquire("send:fake", "b", TTL) == 2
+
+
+def test_an_owner_renews_its_own_expired_session_lease_while_no_one_took_it(
+    store: StoreInterface, clock: FakeClock
+) -> None:
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", TTL)
+    clock.advance(TTL + 1)
+    assert store.leases.holder("s1") is None  # expired: another owner could take it now
+    assert store.leases.heartbeat("a", TTL) == 1
+    assert store.leases.holder("s1") == "a"
+    clock.advance(TTL + 1)
+    assert store.leases.grant("s1", "a", TTL) == epoch  # the same tenure
+    store.leases.fence("s1", "a", epoch, TTL)
+    assert store.leases.release("s1", "a")
+    later = store.leases.grant("s1", "a", TTL)
+    assert isinstance(later, int)
+    assert isinstance(epoch, int)
+    assert later > epoch  # a new tenure once released: the epochs come from a counter that only grows
+
+
+def test_held_terms_end_at_their_local_deadline_and_a_drop_returns_what_was_held() -> None:
+    now = [100.0]
+    ran_out: list[list[int]] = []
+    terms = HeldTerms[int]("a", monotonic=lambda: now[0], on_expired=ran_out.append)
+    terms.grant({1: 3, 2: 4}, TTL, asked_at=95.0)
+    terms.grant({2: 4}, TTL, asked_at=99.0)  # a renewal sent later moves the deadline
+    assert terms.held() == {1: 3, 2: 4}
+    now[0] = 106.0
+    assert terms.held() == {2: 4}
+    assert ran_out == [[1]]
+    assert terms.expired == 1
+    now[0] = 200.0
+    assert terms.drop([2, 7]) == {2: 4}  # even past its deadline, for a release
+    assert terms.epoch(2) is None
+    stalled = HeldTerms[str]("a", monotonic=lambda: now[0], enabled=False)
+    stalled.grant({"r": 1}, TTL, asked_at=0.0)
+    assert stalled.epoch("r") == 1  # fencing off (the fault test's switch): no deadline
