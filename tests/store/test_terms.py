@@ -46,6 +46,7 @@ def test_an_owner_renews_its_own_expired_session_lease_while_no_one_took_it(
 ) -> None:
     store.create_session("telegram", session_id="s1")
     epoch = store.leases.grant("s1", "a", TTL)
+    assert isinstance(epoch, int)
     clock.advance(TTL + 1)
     assert store.leases.holder("s1") is None  # expired: another owner could take it now
     assert store.leases.heartbeat("a", TTL) == 1
@@ -56,7 +57,6 @@ def test_an_owner_renews_its_own_expired_session_lease_while_no_one_took_it(
     assert store.leases.release("s1", "a")
     later = store.leases.grant("s1", "a", TTL)
     assert isinstance(later, int)
-    assert isinstance(epoch, int)
     assert later > epoch  # a new tenure once released: the epochs come from a counter that only grows
 
 
