@@ -290,7 +290,6 @@ CREATE TABLE approvals (
     message_id  TEXT NOT NULL,                    -- the platform message whose turn paused (an API run's id)
     source      BLOB NOT NULL,                    -- the chat and person asked (msgpack SessionSource)
     calls       TEXT NOT NULL,                    -- the tool calls waiting, a JSON array in OpenAI's shape
-    prompt      TEXT NOT NULL,                    -- what the user was asked
     state       TEXT NOT NULL DEFAULT 'pending',  -- pending, approved, denied
     created_at  REAL NOT NULL,
     expires_at  REAL NOT NULL,                    -- no answer by then is a denial

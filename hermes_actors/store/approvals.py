@@ -21,8 +21,8 @@ from hermes_actors.store.sql import SqlTable
 __all__ = ["ApprovalRow", "ApprovalState", "Approvals"]
 
 _COLUMNS = (
-    "id, session_id, message_id, source, calls, prompt, state, created_at, expires_at, decided_at, decided_by, "
-    "reason, results, resumed_at"
+    "id, session_id, message_id, source, calls, state, created_at, expires_at, decided_at, decided_by, reason, "
+    "results, resumed_at"
 )
 _source_encoder = msgspec.msgpack.Encoder()
 _source_decoder = msgspec.msgpack.Decoder(SessionSource)
@@ -40,8 +40,8 @@ class ApprovalRow(msgspec.Struct, frozen=True, kw_only=True):
     """One request for approval (see the module docstring).
 
     ``message_id`` is the platform message whose turn paused (an API run's id), ``source`` the chat and person it
-    was asked of, ``calls`` the tool calls waiting (a JSON array in OpenAI's shape), ``prompt`` what the user was
-    told. ``decided_by`` names who answered; ``results`` maps each call that ran to its result (JSON object text).
+    was asked of, ``calls`` the tool calls waiting (a JSON array in OpenAI's shape). ``decided_by`` names who
+    answered; ``results`` maps each call that ran to its result (JSON object text).
     """
 
     id: int
@@ -49,7 +49,6 @@ class ApprovalRow(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     source: SessionSource
     calls: str
-    prompt: str
     state: ApprovalState
     created_at: float
     expires_at: float
@@ -82,14 +81,13 @@ class Approvals(SqlTable):
         message_id: str,
         source: SessionSource,
         calls: str,
-        prompt: str,
         expires_at: float,
     ) -> int:
         """Store a pending request (inside the commit of the turn that pauses); its id."""
         rows = self._db.execute(
-            "INSERT INTO approvals (session_id, message_id, source, calls, prompt, state, created_at, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
-            (session_id, message_id, _source_encoder.encode(source), calls, prompt, self._clock(), expires_at),
+            "INSERT INTO approvals (session_id, message_id, source, calls, state, created_at, expires_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
+            (session_id, message_id, _source_encoder.encode(source), calls, self._clock(), expires_at),
         )
         return int(rows[0][0])
 

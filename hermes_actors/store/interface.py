@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from hermes_actors.ids import SessionKind
 from hermes_actors.routing import SessionSource
+from hermes_actors.store.approvals import Approvals
 from hermes_actors.store.dead_letters import DeadLetters
 from hermes_actors.store.deliveries import Deliveries
 from hermes_actors.store.jobs import Jobs
@@ -341,4 +342,9 @@ class StoreInterface(SessionDirectory, Transcripts, Maintenance, Protocol):
     @property
     def deliveries(self) -> Deliveries:
         """The outbox's rows as they stand, for people (reads only)."""
+        ...
+
+    @property
+    def approvals(self) -> Approvals:
+        """Tool calls waiting for a person's decision (one implementation over the database seam for both stores)."""
         ...

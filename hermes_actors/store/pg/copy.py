@@ -89,7 +89,7 @@ COPIED_TABLES: dict[str, tuple[Sequence[str], str | None]] = {
     ),
     "approvals": (
         _columns(
-            "id, session_id, message_id, source, calls, prompt, state, created_at, expires_at, decided_at, "
+            "id, session_id, message_id, source, calls, state, created_at, expires_at, decided_at, "
             "decided_by, reason, results, resumed_at"
         ),
         "id",

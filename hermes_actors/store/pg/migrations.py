@@ -208,7 +208,6 @@ CREATE TABLE IF NOT EXISTS approvals (
     message_id  text NOT NULL,
     source      bytea NOT NULL,
     calls       text NOT NULL,
-    prompt      text NOT NULL,
     state       text NOT NULL DEFAULT 'pending',
     created_at  double precision NOT NULL,
     expires_at  double precision NOT NULL,

@@ -323,7 +323,6 @@ CREATE TABLE approvals (
     message_id  text NOT NULL,                    -- the platform message whose turn paused (an API run's id)
     source      bytea NOT NULL,                   -- the chat and person asked (msgpack SessionSource)
     calls       text NOT NULL,                    -- the tool calls waiting, a JSON array in OpenAI's shape
-    prompt      text NOT NULL,                    -- what the user was asked
     state       text NOT NULL DEFAULT 'pending',  -- pending, approved, denied
     created_at  double precision NOT NULL,
     expires_at  double precision NOT NULL,        -- no answer by then is a denial
