@@ -102,6 +102,11 @@ class DeadLetters(SqlTable):
         counts = {bool(kind): int(n) for kind, n in rows}
         return counts.get(True, 0), counts.get(False, 0)
 
+    def replays_asked(self) -> bool:
+        """Whether a replay was asked for and not yet done (a read: the runtime's tick looks before it writes)."""
+        found = self._db.value(f"SELECT 1 FROM dead_letters WHERE replay_requested_at IS NOT NULL AND {_OPEN} LIMIT 1")
+        return found is not None
+
     def request_replay(self, *, inbox_id: int | None = None, outbox_id: int | None = None) -> list[DeadLetterRow]:
         """Ask for the open dead letters of a message (``inbox_id``) or of a reply or delivery (``outbox_id``) to be
         run again by the runtime; return them (none: nothing of it is dead-lettered)."""
