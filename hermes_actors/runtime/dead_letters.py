@@ -26,6 +26,7 @@ from hermes_actors.runtime.records import answered
 from hermes_actors.runtime.services import SessionServices, queue_reply, reply_for
 from hermes_actors.store import InboxState, Store
 from hermes_actors.store.dead_letters import Revived
+from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.records import InboxKind, OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
@@ -144,11 +145,12 @@ def fail_turn(services: SessionServices, session_id: str, request: RunTurn, erro
 
 
 class Replays:
-    """Does the replays asked for in the store (``hermesctl messages replay``, ``hermesctl events deliveries
-    replay``): :meth:`run` takes them in one write and, once it has committed, sends replies and deliveries again
-    (``redeliver``; event deliveries through ``sweep``) and hands messages to the supervisor (``deliver``)."""
+    """Does the replays asked for in the store (``hermesctl messages replay``, ``hermesctl events replay``):
+    :meth:`run` looks on a reader whether any waits and takes them in one write; once it has committed, it sends
+    replies and deliveries again (``redeliver``; event deliveries through ``sweep``) and hands messages to the
+    supervisor (``deliver``)."""
 
-    __slots__ = ("_deliver", "_owner", "_redeliver", "_sweep", "_writer")
+    __slots__ = ("_deliver", "_owner", "_readers", "_redeliver", "_sweep", "_writer")
 
     def __init__(
         self,
@@ -158,15 +160,21 @@ class Replays:
         deliver: Callable[[Deliver], None],
         redeliver: Callable[[list[OutboxRow]], int],
         sweep: EventSweep | None,
+        readers: ReaderPool | None = None,
     ) -> None:
         self._writer = writer
+        self._readers = readers
         self._owner = owner
         self._deliver = deliver
         self._redeliver = redeliver
         self._sweep = sweep
 
     def run(self) -> None:
-        """Take the replays asked for (never waits for the commit)."""
+        """Take the replays asked for (never waits for the commit; writes nothing when none waits)."""
+        if self._readers is not None:
+            with self._readers.reader() as store:
+                if not store.dead_letters.replays_asked():
+                    return
         owner = self._owner
         try:
             self._writer.submit(lambda store: store.dead_letters.take_replays(owner), then=self._revived)
