@@ -70,6 +70,11 @@ class Events:
         self._clock = clock
         self.sweep: EventSweep | None = None
 
+    @property
+    def enabled(self) -> bool:
+        """Whether any webhook is configured."""
+        return any(self._subscribers.values())
+
     def wanted(self, kind: EventKind) -> bool:
         """Whether any webhook subscribes to ``kind``."""
         return bool(self._subscribers[kind])
