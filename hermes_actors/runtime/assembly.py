@@ -163,7 +163,7 @@ class Runtime:
         """Replay what an earlier process left (and the dead letters asked to be replayed), send the event
         deliveries it left, arm every live session's reset deadline, start the timers."""
         self.recovery.recover()
-        self._sweep_and_replay()
+        self._sweep_and_replay(start=True)
         if self.schedule_resets:
             with self.readers.reader() as store:
                 self.resets.rebuild(store)
@@ -176,8 +176,10 @@ class Runtime:
         self.outbox.retry_due()
         self._sweep_and_replay()
 
-    def _sweep_and_replay(self) -> None:
-        if self.sweep is not None:
+    def _sweep_and_replay(self, *, start: bool = False) -> None:
+        """Sweep the event deliveries (at start always: an earlier process may have left some; then while webhooks
+        are configured) and take the replays asked for."""
+        if self.sweep is not None and (start or self.events.enabled):
             self.sweep.sweep()
         if self.replays is not None:
             self.replays.run()
@@ -350,7 +352,12 @@ def wire(
         events.sweep = sweep = EventSweep(writer, outbox)
     if not sent_elsewhere and options.get("recover_platforms") is None:  # a whole runtime, not a terminal chat's
         replays = Replays(
-            writer, owner=services.lease_owner, deliver=supervisor.tell, redeliver=outbox.redeliver, sweep=sweep
+            writer,
+            owner=services.lease_owner,
+            deliver=supervisor.tell,
+            redeliver=outbox.redeliver,
+            sweep=sweep,
+            readers=readers,
         )
     runtime = Runtime(
         config=config,
