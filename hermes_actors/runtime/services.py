@@ -11,6 +11,7 @@ from concurrent.futures import Executor, Future
 from typing import Any, Protocol
 
 from hermes_actors.agents.base import Agent
+from hermes_actors.agents.tools import Tool
 from hermes_actors.config import BusyConfig, RuntimeConfig, SessionsConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.messages import OutboundMessage, encode
@@ -30,6 +31,7 @@ __all__ = [
     "NewSessionId",
     "OutboxSink",
     "SessionServices",
+    "SessionTools",
     "default_session_id",
     "queue_reply",
     "reply_for",
@@ -206,6 +208,14 @@ def default_session_id(kind: SessionKind, near: str) -> str:
     return new_session_id(kind)
 
 
+SessionTools = Callable[[str, SessionSource], Sequence[Tool]]
+"""The built-in tools a session offers beside ``session_search`` (its id and origin given); frozen with its prefix."""
+
+
+def _no_tools(session_id: str, origin: SessionSource) -> Sequence[Tool]:
+    return ()
+
+
 class SessionServices:
     """The runtime parts every session uses, shared by all of them. ``agents`` are the named agents a session's
     agent is chosen from (by default ``agent`` alone); ``agent`` is their default one. ``events`` is where a commit
@@ -228,6 +238,7 @@ class SessionServices:
         "outbox",
         "owner_alive",
         "readers",
+        "session_tools",
         "sessions",
         "watch",
         "writer",
@@ -270,6 +281,7 @@ class SessionServices:
         self.background = BackgroundJobs()
         self.handoffs = HandoffReplies()
         self.watch = TurnWatch()  # clients watching turns live (an API request that streams)
+        self.session_tools: SessionTools = _no_tools  # built-in tools beside session_search (the schedule tool)
 
 
 def reply_for(

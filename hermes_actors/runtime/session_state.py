@@ -67,6 +67,8 @@ class SessionState:
             scope = services.sessions.search_scope_for(self._origin.platform)
             visible = visible_sessions(self._origin, scope)
             self._tools = [session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope)]
+            self._tools += services.session_tools(session_id, self._origin)  # built in (the schedule tool)
+            self._builtin = len(self._tools)  # what a fresh prefix freezes: these, then the agent's own
             # What goes before the conversation: frozen at the start (stored by the first commit), or as stored.
             stored = stored_prefix(self._record) if self._record is not None else None
             self._prefix = stored or self.fresh_prefix(store, self._record.system_prompt if self._record else None)
@@ -80,7 +82,7 @@ class SessionState:
 
     def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
         """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
-        return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools[:1], prompt=prompt)
+        return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools[: self._builtin], prompt=prompt)
 
     @property
     def platform(self) -> str:
