@@ -138,6 +138,7 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
             http_limits=settings.daemon.http_limits,
             host_logging=functools.partial(configure_logging, level, log_format=settings.daemon.log_format),
             events=settings.events,
+            busy=settings.busy,
         )
     except KeyboardInterrupt:
         stop.set()

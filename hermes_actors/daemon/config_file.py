@@ -18,7 +18,7 @@ import yaml
 from msgspec import Meta
 
 from hermes_actors.cluster.settings import ClusterSettings
-from hermes_actors.config import EventsConfig, HttpLimits, RuntimeConfig, SessionsConfig
+from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits, RuntimeConfig, SessionsConfig
 from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section, decode_section
 from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
@@ -132,6 +132,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     media: MediaConfig = MediaConfig()
     cluster: ClusterSettings = ClusterSettings()
     events: EventsConfig = EventsConfig()
+    busy: BusyConfig = BusyConfig()
 
 
 _SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -142,6 +143,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "media": MediaConfig,
     "cluster": ClusterSettings,
     "events": EventsConfig,
+    "busy": BusyConfig,
 }
 
 

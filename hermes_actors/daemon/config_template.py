@@ -218,6 +218,18 @@ session_reset:
   # idle_minutes: 1440
   # at_hour: 4
 
+# A message that arrives while its session answers another one (double texting; README "Busy sessions"). An API
+# request chooses its own with the X-Hermes-Busy header or a hermes_busy field.
+busy:
+  # mode: queue                      # queue: its own turn, in order | collect: those that arrive during a turn
+  #                                  # become one next turn | interrupt: the running turn stops, a new one answers
+  #                                  # everything since | reject: "busy" (the API: 409 with Retry-After) | steer:
+  #                                  # into the running turn at its next model call (the OpenAI agent), else collect
+  # interrupted_output: discard      # discard | partial: an interrupted turn keeps what it streamed, marked partial
+  # retry_after_s: 5                 # a rejected request's Retry-After
+  # chat_types: {{}}                   # per chat type, e.g. {{group: {{mode: collect}}}}
+  # platforms: {{}}                    # per platform (and its chat types), e.g. {{telegram: {{mode: collect}}}}
+
 media:
   # Files that come with messages are saved once under <home>/media and listed in the transcript.
   # max_bytes: 20971520              # larger files are not read; the reply says so

@@ -5,8 +5,8 @@ stale file never blocks a start; a live one refuses the second daemon by pid), b
 from the settings, open the gateway (which recovers unanswered messages and unsent replies), start the adapters
 and the control socket, print the banner. SIGTERM/SIGINT: stop the entry points, let queued turns finish up to
 ``daemon.drain_timeout_s``, commit and exit 0; what did not finish stays in the inbox and runs at the next start.
-SIGHUP: re-read ``config.yaml``; reset policies and entry points change in place, sessions and actors stay; a bad
-file is logged and the running configuration kept.
+SIGHUP: re-read ``config.yaml``; reset and busy policies and entry points change in place, sessions, actors and
+queued messages stay; a bad file is logged and the running configuration kept.
 
 Before anything runs, the home is checked: a full or read-only disk, a read-only ``state.db`` or home directory
 refuse the start with :class:`HomeUnusableError` (one line naming the file and the fix; ``hermesd`` exits 2), and a
@@ -157,6 +157,7 @@ class Daemon:
             agents=plan.agents,
             senders=[*senders, self._terminal.waiters, plan.events],
             events=settings.events,
+            busy=settings.busy,
             reset=settings.session_reset,
             tz=_timezone(settings),
             sessions=settings.sessions,
@@ -289,6 +290,9 @@ class Daemon:
         if fresh.session_reset != self.settings.session_reset:
             armed = gateway.reconfigure_resets(fresh.session_reset)
             _log.info("reset policies reloaded: %d sessions have a reset deadline", armed)
+        if fresh.busy != self.settings.busy:  # from the next message on; queued ones stay queued
+            gateway.reconfigure_busy(fresh.busy)
+            _log.info("busy policies reloaded")
         if fresh.platforms != self.settings.platforms and self._listener is not None:
             _log.warning("platforms changed; with daemon.http_port set, that takes effect when hermesd restarts")
             fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
@@ -298,7 +302,7 @@ class Daemon:
             if getattr(fresh, section) != getattr(self.settings, section):
                 _log.warning("config section %r changed; it takes effect when hermesd restarts", section)
         self.settings = msgspec.structs.replace(
-            self.settings, session_reset=fresh.session_reset, platforms=fresh.platforms
+            self.settings, session_reset=fresh.session_reset, busy=fresh.busy, platforms=fresh.platforms
         )
         _log.info("configuration reloaded from %s", self.config_path)
 

@@ -88,6 +88,7 @@ class HostRuntime:
             "schedule_resets": False,
             "replies_sent_elsewhere": True,
             "events": settings.events,  # emitted in its fenced commits; the replicas' dispatchers deliver them
+            "busy": settings.busy,
         }
         media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
         metrics = Metrics()

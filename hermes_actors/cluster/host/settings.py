@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from hermes_actors.config import EventsConfig
+from hermes_actors.config import BusyConfig, EventsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
 
 __all__ = ["HostSettings", "HostStatus"]
@@ -29,6 +29,7 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     timer_scan_s: float = 30.0  # how often the held shards are scanned for due resets
     relay_platforms: tuple[str, ...] = ("api_server",)  # whose turns' events are relayed to a waiting replica
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)  # webhooks its commits emit events for
+    busy: BusyConfig = msgspec.field(default_factory=BusyConfig)  # what a message to a busy session does (busy:)
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,7 +32,7 @@ from hermes_actors.cluster.replica.inbox import ClusterInbox
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
-from hermes_actors.config import EventsConfig, HttpLimits
+from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits
 from hermes_actors.errors import HermesError
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
@@ -46,8 +46,11 @@ __all__ = ["host_settings", "reach_ray", "serve_cluster"]
 _log = logging.getLogger(__name__)
 
 
-def host_settings(cluster: ClusterSettings, events: EventsConfig | None = None) -> list[HostSettings]:
-    """The settings of every shard host of ``cluster`` (emitting events for ``events``' webhooks)."""
+def host_settings(
+    cluster: ClusterSettings, events: EventsConfig | None = None, busy: BusyConfig | None = None
+) -> list[HostSettings]:
+    """The settings of every shard host of ``cluster`` (emitting events for ``events``' webhooks, treating a
+    message to a busy session by ``busy``)."""
     dsn = require_cluster(cluster)
     return [
         HostSettings(
@@ -59,6 +62,7 @@ def host_settings(cluster: ClusterSettings, events: EventsConfig | None = None) 
             grace_s=cluster.grace_s,
             pull_interval_s=cluster.pull_interval_s,
             events=events or EventsConfig(),
+            busy=busy or BusyConfig(),
         )
         for name in cluster.hosts
     ]
@@ -100,6 +104,7 @@ def serve_cluster(
     http_limits: HttpLimits | None = None,
     host_logging: Callable[[], None] | None = None,
     events: EventsConfig | None = None,
+    busy: BusyConfig | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent or
@@ -109,14 +114,15 @@ def serve_cluster(
     their clients to ``http_limits`` (``daemon.http_*``). The hosts log as ``host_logging`` sets up (``hermesd``'s
     level and format) into their Ray workers' stderr, which Ray keeps in its session directory and does not forward
     here (it would add its prefixes and colours to this replica's log). ``events`` are the webhooks the hosts emit
-    events for; the replica holding ``send:events`` delivers them."""
+    events for; the replica holding ``send:events`` delivers them; ``busy`` is what they do with a message that
+    reaches a busy session."""
     import ray
 
     from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
-    hosts = host_settings(cluster, events)
+    hosts = host_settings(cluster, events, busy)
     reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
