@@ -21,6 +21,8 @@ what really happened.
   its message is stored), ``finish_reason: error`` with ``X-Hermes-Completed: false`` when part of the answer was
   already produced.
 - ``stream_options.include_usage`` sends the usage once, in a last chunk with empty ``choices``, as OpenAI does.
+- ``X-Hermes-Busy`` (or ``hermes_busy``) says what the message does while its session answers another one
+  (:mod:`platforms.api_server.busy`); one refused as busy is a 409 ``session_busy`` with ``Retry-After``.
 - A turn stopped by another request (``/stop``, ``/new``) is told at once: 409 ``turn_stopped`` (with
   ``x-should-retry: false``), or, once a stream has begun, a chunk with ``finish_reason: cancelled`` and then the
   error; nothing the stopped turn writes afterwards is sent.
@@ -38,6 +40,7 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.messages import InboundMessage
+from platforms.api_server.busy import requested_busy
 from platforms.api_server.conversation import ChatTurn, chat_turn
 from platforms.api_server.housekeeping import AgentAsking, answer_housekeeping, housekeeping_task
 from platforms.api_server.idempotency import Idempotency
@@ -145,6 +148,7 @@ class ChatCompletions:
                 agent=agent or msgspec.UNSET,
                 client_tools=turn_of.tools or msgspec.UNSET,
                 tool_results=turn_of.tool_results or msgspec.UNSET,
+                busy=requested_busy(request.headers, chat.hermes_busy, chat.metadata),
             )
             call = service.turn_call(inbound)
             try:

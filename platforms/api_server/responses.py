@@ -37,6 +37,7 @@ from aiohttp import web
 
 from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
+from platforms.api_server.busy import requested_busy
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
@@ -184,6 +185,7 @@ class ResponsesApi:
             agent=requested_agent(service.parts()[0], body.model) or msgspec.UNSET,  # a session it starts
             client_tools=tools or msgspec.UNSET,
             tool_results=given.tool_results or msgspec.UNSET,
+            busy=requested_busy(request.headers, body.hermes_busy, body.metadata),
         )
         draft = ResponseDraft.start(
             response_id,

@@ -86,6 +86,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: str | dict[str, object] | None = None
     user: str | None = None  # the OpenAI user (platforms.api_server.principal)
     safety_identifier: str | None = None  # OpenAI's newer name for a stable user id, taken when user is absent
+    hermes_busy: str | None = None  # the message's busy policy (platforms.api_server.busy)
+    metadata: dict[str, object] | None = None  # only its hermes_busy is read
 
 
 _decoder = msgspec.json.Decoder(ResponsesRequest)

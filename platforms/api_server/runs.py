@@ -10,9 +10,11 @@
   again from then on.
 - ``GET /v1/runs/{id}/events`` streams ``message.delta``, ``tool.started``, ``tool.completed`` and then
   ``run.completed``, ``run.failed`` or ``run.cancelled``; ``POST /v1/runs/{id}/stop`` stops the turn as ``/stop``
-  does (409 once the run has completed or failed; a cancelled one answers as it is). A run whose turn is stopped
-  from elsewhere (``/stop``, ``/new`` in its session) is ``cancelled`` as soon as the stopped turn is stored, and
-  none of the stopped turn's deltas after the stop is published.
+  does (409 once the run has completed or failed; a cancelled one answers as it is). ``X-Hermes-Busy`` (or
+  ``hermes_busy``) says what the run's message does while its session is busy; one refused as busy is ``failed``
+  with the error code ``session_busy``. A run whose turn is stopped from elsewhere (``/stop``, ``/new`` in its
+  session) is ``cancelled`` as soon as the stopped turn is stored, and none of the stopped turn's deltas after the
+  stop is published.
 - Runs count under ``max_concurrent_runs`` until they end; a draining server refuses new ones. Finished runs are
   kept for :data:`KEEP_S` seconds, the newest :data:`KEEP` of them; the store still answers for older ones.
 """
@@ -33,6 +35,7 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
+from platforms.api_server.busy import requested_busy
 from platforms.api_server.models import requested_agent
 from platforms.api_server.principal import request_user
 from platforms.api_server.run import Run, RunError, RunStatus, RunView
@@ -62,6 +65,7 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None = None
     instructions: str | None = None
     model: str | None = None  # an agent's name chooses the agent of a session it starts (platforms.api_server.models)
+    hermes_busy: str | None = None  # the message's busy policy (platforms.api_server.busy)
 
 
 _request_decoder = msgspec.json.Decoder(RunRequest)
@@ -98,6 +102,7 @@ class Runs:
         if not body.input.strip():
             raise ApiError(400, "input is empty; send the text the agent should answer", param="input")
         named = _session_of(request, body)
+        busy = requested_busy(request.headers, body.hermes_busy)
         user = memory_scope(request.headers) or request_user(service.config, None, request.headers)
         if body.instructions is not None and named is not None:
             raise ApiError(
@@ -110,7 +115,7 @@ class Runs:
         run: Run | None = None
         try:
             run_id = f"run_{uuid.uuid4().hex}"
-            inbound = _inbound(service, run_id, body, named or run_id, user)
+            inbound = msgspec.structs.replace(_inbound(service, run_id, body, named or run_id, user), busy=busy)
             call = service.turn_call(inbound)
             run = Run(run_id, scope=service.scope, prompt=body.input, call=call)
             call.open(on_started=run.begin)

@@ -22,7 +22,7 @@ import msgspec
 from aiohttp import web
 
 from hermes_actors.errors import HermesError, StoreError
-from hermes_actors.messages import Attachment, InboundMessage
+from hermes_actors.messages import Attachment, InboundMessage, OutboundError
 from hermes_actors.routing import SessionSource
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server.config import ApiServerConfig
@@ -78,7 +78,13 @@ def require_json(request: web.Request) -> None:
 
 def failure_error(finished: Finished, headers: dict[str, str]) -> ApiError:
     """The error a request gets for a turn that ended without the agent's answer. A stopped turn is a 409 the
-    client must not retry on its own (the user stopped it)."""
+    client must not retry on its own (the user stopped it); a message refused because its session was busy is a
+    409 ``session_busy`` with ``Retry-After`` (nothing of it ran: sending it again then is safe)."""
+    if finished.failure_code == OutboundError.SESSION_BUSY:
+        retry = {"Retry-After": str(finished.retry_after_s or 1)}
+        return ApiError(
+            409, finished.failure or "the session is busy", code="session_busy", headers={**headers, **retry}
+        )
     if finished.stopped:
         return ApiError(
             409,

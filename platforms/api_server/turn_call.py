@@ -52,10 +52,11 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None
     reply: str | None
     failure: str | None = None
-    failure_code: str | None = None  # agent_incomplete, storage_unavailable, turn_stopped
+    failure_code: str | None = None  # agent_incomplete, storage_unavailable, turn_stopped, session_busy
     usage: TokenUsage | None = None
     streamed: str = ""  # the text the watcher saw before the end (a failed turn's partial answer)
     tool_calls: str | None = None  # the calls of the client's tools the reply ends with (JSON, OpenAI's shape)
+    retry_after_s: int | None = None  # a message refused as busy: when it may be sent again
 
     @property
     def completed(self) -> bool:
@@ -123,6 +124,7 @@ def finished_from(message: OutboundMessage, streamed: str) -> Finished:
             failure=message.text,
             failure_code=str(message.error),
             streamed=streamed,
+            retry_after_s=message.retry_after_s if isinstance(message.retry_after_s, int) else None,
         )
     calls = message.tool_calls if isinstance(message.tool_calls, str) else None
     return Finished(session_id=message.session_id, reply=message.text, usage=usage, streamed=streamed, tool_calls=calls)

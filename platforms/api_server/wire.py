@@ -74,6 +74,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     n: int | None = None
     tools: list[ChatTool] | None = None  # the client's own function tools (platforms.api_server.client_tools)
     tool_choice: str | dict[str, object] | None = None
+    hermes_busy: str | None = None  # the message's busy policy (platforms.api_server.busy)
+    metadata: dict[str, object] | None = None  # only its hermes_busy is read
 
 
 IGNORED_PARAMETERS = (
