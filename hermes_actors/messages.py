@@ -15,6 +15,8 @@ import msgspec
 from hermes_actors.routing import SessionSource
 
 __all__ = [
+    "ApprovalCall",
+    "ApprovalRequest",
     "Attachment",
     "AttachmentKind",
     "BusyPolicy",
@@ -176,6 +178,23 @@ class OutboundDocument(msgspec.Struct, frozen=True, kw_only=True):
     caption: str = ""
 
 
+class ApprovalCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call waiting for a person's approval: the tool's name and its arguments (JSON text)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """The question a reply asks (:attr:`OutboundMessage.approval`): may these calls run? ``id`` is what
+    ``/approve ID`` and ``/deny ID`` name (a platform's buttons send them); no answer by ``expires_at`` is a no."""
+
+    id: int
+    calls: tuple[ApprovalCall, ...]
+    expires_at: float
+
+
 class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     """A reply for a platform to deliver.
 
@@ -190,7 +209,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     OpenAI's shape) are the calls of the client's own tools the turn ended with, for the client to run (both left
     out of the encoding when unset). ``document`` is a file the reply carries (:class:`OutboundDocument`; also
     left out when unset). ``retry_after_s`` is when a refused message may be sent again (a busy session's notice;
-    left out when unset).
+    left out when unset). ``approval`` is the question of a turn paused on tool calls (:class:`ApprovalRequest`;
+    its ``text`` asks it in words): a platform with buttons adds approve and deny buttons (left out when unset).
     """
 
     platform: str
@@ -210,6 +230,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: str | msgspec.UnsetType = msgspec.UNSET
     document: OutboundDocument | msgspec.UnsetType = msgspec.UNSET
     retry_after_s: int | msgspec.UnsetType = msgspec.UNSET
+    approval: ApprovalRequest | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -67,6 +67,32 @@ def _results_text(turn: TurnInput) -> str:
     return f"echo: {said}"
 
 
+def _asking_turn(turn: TurnInput, name: str, args: str) -> tuple[AgentMessage, ...]:
+    """Call ``name``, which needs approval: the turn pauses on the call until a person decides."""
+    call = [{"id": f"call_{len(turn.history)}", "type": "function", "function": {"name": name, "arguments": args}}]
+    return (AgentMessage(role=Role.ASSISTANT, content=None, tool_calls=json.dumps(call)),)
+
+
+def _decided_turn(turn: TurnInput) -> tuple[AgentMessage, ...]:
+    """Continue from the decisions on the calls the last turn paused on: a call the runtime ran answers with its
+    result; one of the echo agent's own is acted out when approved, and answered with the denial when not."""
+    produced: list[AgentMessage] = []
+    said = [_results_text(turn).removeprefix("echo: ")] if turn.tool_results else []
+    for decision in turn.approvals.decisions:
+        if decision.answered:
+            continue
+        name, call_id = decision.tool_name, decision.call_id
+        if decision.approved:
+            result = f"{name} ran"
+            said.append(f"{name} ran")
+        else:
+            result = error_json(f"{name} was denied: {decision.reason or 'no reason given'}")
+            said.append(f"{name} was denied ({decision.reason or 'no reason given'})")
+        produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
+    produced.append(AgentMessage(role=Role.ASSISTANT, content="echo: " + "; ".join(said)))
+    return tuple(produced)
+
+
 def _search_turn(turn: TurnInput, query: str) -> tuple[AgentMessage, ...]:
     """Call the turn's session_search tool with ``query``: the call, its result and a summary of the hits."""
     arguments = {"query": query}
@@ -98,13 +124,24 @@ def _summarise_search(result: str) -> str:
     return f"search found {len(hits)}: {found}"
 
 
+def _arguments(args: str) -> dict[str, object]:
+    """``args`` as a call's arguments: a JSON object as it is, any other text as ``{"input": text}``."""
+    try:
+        value = json.loads(args) if args else {}
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"input": args}
+
+
 class EchoAgent:
     """A deterministic agent: replies ``echo: <text>``.
 
     ``tool <name> <args>`` makes it emit an assistant tool call, the tool's result and a final answer, so the
     whole message shape is exercised; when ``name`` is one of the client's tools the turn ends with the call
     (``args`` are its arguments, as given) and the client's results are answered ``echo: <name> returned
-    '<output>'``. ``search: <query>`` does the same with a real call of the turn's
+    '<output>'``. A tool that needs approval (``turn.approvals``) pauses the turn on the call; the decision is
+    answered with the result the runtime got (a tool of the turn's) or acted out (approved) or refused (denied).
+    ``search: <query>`` does the same with a real call of the turn's
     ``session_search`` tool and answers with the session ids and snippets it found. ``remember <fact>`` in a
     session makes its save-memory turn keep the fact. It never blocks (a search is a few indexed reads), so
     sessions call it on their own thread (``runs_inline``) instead of the agent pool; a subclass that blocks
@@ -125,12 +162,18 @@ class EchoAgent:
         match = _TOOL_REQUEST.match(text.strip())
         messages: tuple[AgentMessage, ...]
         clients = {tool.name for tool in turn.client_tools}
-        if turn.tool_results and not text:
+        asking = None
+        if turn.approvals.decisions and not text:
+            messages = _decided_turn(turn)
+        elif turn.tool_results and not text:
             messages = (AgentMessage(role=Role.ASSISTANT, content=_results_text(turn)),)
         elif search is not None:
             messages = _search_turn(turn, search["query"].strip())
         elif match is not None and match["name"] in clients:
             messages = _client_turn(turn, match["name"], match["args"].strip() or "{}")
+        elif match is not None and turn.approvals.required(match["name"], turn.tools):
+            messages = _asking_turn(turn, match["name"], json.dumps(_arguments(match["args"].strip())))
+            asking = messages[-1].tool_calls
         elif match is not None:
             messages = _tool_turn(turn, match["name"], match["args"].strip())
         else:
@@ -145,7 +188,8 @@ class EchoAgent:
             input_tokens=prompt,
             output_tokens=sum(_estimate_tokens(m.content or m.tool_calls or "") for m in messages),
             tokens_estimated=True,
-            client_calls=messages[-1].tool_calls,  # only a call of the client's tool ends a turn without words
+            client_calls=None if asking else messages[-1].tool_calls,  # a client's call ends a turn without words
+            approval_calls=asking,
         )
 
     def summarize(self, history: Sequence[MessageRecord], *, timeout_s: float) -> str:

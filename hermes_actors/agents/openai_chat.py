@@ -12,6 +12,11 @@ requests (the API rejects them).
 Messages the user sends while a turn runs (busy policy ``steer``, ``TurnInput.steering``) are taken before each
 model call and sent as user messages after what the model has so far; the reply keeps them at that place.
 
+A call of a tool that needs approval (``TurnInput.approvals``) is not run: once the round's other calls have run,
+the turn ends with it (``AgentReply.approval_calls``), and the next turn continues from the decision, the runtime's
+result of the approved call or the denial coming as ``TurnInput.tool_results``. A call of a client's tool in the same
+round is left unanswered then.
+
 An API client's own tools (``TurnInput.client_tools``) are offered after the turn's: a round whose calls name one of
 them ends the turn once the gateway's own calls of that round have run, with those calls for the client
 (``AgentReply.client_calls``); the client's results come as the next turn's ``TurnInput.tool_results``, which the
@@ -228,9 +233,10 @@ class OpenAIAgent:
                 }
             )
             for_client = [call for call in calls if _call_name(call) in theirs]
+            held = [c for c in calls if c not in for_client and turn.approvals.required(_call_name(c), turn.tools)]
             for call in calls:
-                if call in for_client:
-                    continue  # the client runs it: the turn ends below, with the call for the client
+                if call in for_client or call in held:
+                    continue  # the client runs it, or a person decides first: the turn ends below with the call
                 if turn.events is not None:
                     turn.events.tool(_call_name(call), str(call.get("id") or ""), "running", _call_arguments(call))
                 name, call_id, result = run_tool_call(turn.tools, call)
@@ -238,6 +244,15 @@ class OpenAIAgent:
                     turn.events.tool(name, call_id, "completed", result)
                 produced.append(AgentMessage(role=Role.TOOL, content=result, tool_name=name, tool_call_id=call_id))
                 messages.append({"role": "tool", "content": result, "tool_call_id": call_id})
+            if held:
+                return AgentReply(
+                    messages=tuple(produced),
+                    text=content or "",
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    tokens_estimated=estimated,
+                    approval_calls=json.dumps(held),
+                )
             if for_client:
                 return AgentReply(
                     messages=tuple(produced),

@@ -87,17 +87,17 @@ class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
 class ApprovalDecision(msgspec.Struct, frozen=True, kw_only=True):
     """A person's answer to a call the previous turn paused on (:attr:`AgentReply.approval_calls`).
 
-    ``ran`` says the runtime ran the call (one of :attr:`TurnInput.tools`): its result is among
-    :attr:`TurnInput.tool_results`. A call of the agent's own it did not run: the agent runs it when ``approved``
-    (a call approved before a restart that may have run already comes back not approved, with the reason, so a
-    call never runs twice).
+    ``answered`` says the runtime answered the call in :attr:`TurnInput.tool_results` (one of
+    :attr:`TurnInput.tools`: its result, run once when approved, or the denial). A call of the agent's own it leaves
+    to the agent, which runs it when ``approved`` (a call approved before a restart that may have run already comes
+    back not approved, with the reason, so a call never runs twice).
     """
 
     call_id: str
     tool_name: str
     approved: bool
     reason: str | None = None
-    ran: bool = False
+    answered: bool = False
 
 
 class ApprovalGate(msgspec.Struct, frozen=True, kw_only=True):

@@ -36,6 +36,8 @@ _GATEWAY_COMMANDS: dict[CommandName, tuple[str, str]] = {
     CommandName.SETHOME: ("/sethome", "make this chat the home channel for handoffs and notices"),
     CommandName.HANDOFF: ("/handoff <platform>", "continue this session in that platform's home chat"),
     CommandName.SAVE: ("/save", "the conversation as a Markdown document"),
+    CommandName.APPROVE: ("/approve ID", "let the tool call the agent asked about run"),
+    CommandName.DENY: ("/deny ID [reason]", "refuse the tool call the agent asked about"),
 }
 
 

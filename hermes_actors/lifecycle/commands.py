@@ -15,7 +15,7 @@ from hermes_actors.errors import TitleError
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
 from hermes_actors.search import session_search
-from hermes_actors.store import LineageRow, SessionFilter, SessionRecord, Store
+from hermes_actors.store import LineageRow, SessionFilter, SessionRecord, StoreInterface
 from hermes_actors.titles import check_chosen_title, sanitize_title
 
 __all__ = [
@@ -50,6 +50,8 @@ class CommandName(enum.StrEnum):
     SETHOME = "sethome"
     HANDOFF = "handoff"
     SAVE = "save"
+    APPROVE = "approve"
+    DENY = "deny"
 
 
 class Command(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +70,8 @@ _FIXED = {
     "/sethome": CommandName.SETHOME,
     "/handoff": CommandName.HANDOFF,
     "/save": CommandName.SAVE,
+    "/approve": CommandName.APPROVE,
+    "/deny": CommandName.DENY,
 }
 
 
@@ -114,7 +118,7 @@ def title_holder_text(source: SessionSource | None, title: str, holder: SessionR
     return f"Title '{title}' is already taken; choose another"
 
 
-def next_title_refusal(store: Store, source: SessionSource, title: str) -> str | None:
+def next_title_refusal(store: StoreInterface, source: SessionSource, title: str) -> str | None:
     """Why ``title`` cannot be kept for the sender's next session (``None``: it can), as a sentence without its
     full stop: it ends in a lineage's ``" #N"``, or another session holds it (named only when it is the sender's
     own). The title compared is the sanitised one, exactly: a lineage's newer segments (``"t #2"``) do not make
@@ -135,7 +139,7 @@ def next_title_refusal(store: Store, source: SessionSource, title: str) -> str |
     return f"The title '{clean}' {taken}, so it was not applied; choose another with /title <text>"
 
 
-def list_resumable(store: Store, source: SessionSource, *, any_user: bool = False) -> list[SessionRecord]:
+def list_resumable(store: StoreInterface, source: SessionSource, *, any_user: bool = False) -> list[SessionRecord]:
     """Return the titled conversations ``/resume`` offers the sender, each by the newest segment of its compression
     lineage, most recently active first (at most 20)."""
     page = store.list_lineages(limit=200, visible=reachable(source, any_user=any_user))
@@ -158,7 +162,7 @@ class ResumeChoice(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def choose_resume_target(
-    store: Store, source: SessionSource, argument: str, listed: Sequence[str], *, any_user: bool = False
+    store: StoreInterface, source: SessionSource, argument: str, listed: Sequence[str], *, any_user: bool = False
 ) -> ResumeChoice:
     """Resolve ``argument`` (a number from the last listing, an id, a unique prefix or a title) among the
     sessions the sender may reach; another principal's session is not found, exactly like a missing one.
@@ -174,7 +178,7 @@ def choose_resume_target(
 
 
 def list_sessions_text(
-    store: Store, source: SessionSource, query: str, *, any_user: bool = False, limit: int = 10
+    store: StoreInterface, source: SessionSource, query: str, *, any_user: bool = False, limit: int = 10
 ) -> str:
     """Answer ``/sessions [query]``: the sender's recent conversations, or those whose messages or titles match
     ``query`` (through ``session_search`` discovery, restricted to the sessions the sender may reach). Each
@@ -192,7 +196,7 @@ def list_sessions_text(
     return "\n".join(_conversation_line(row) for row in rows)
 
 
-def _lineages_of(store: Store, session_ids: Sequence[str], visible: SessionFilter) -> list[LineageRow]:
+def _lineages_of(store: StoreInterface, session_ids: Sequence[str], visible: SessionFilter) -> list[LineageRow]:
     """The conversations of ``session_ids`` (segments of any lineage), once each, in the order first met."""
     # A segment's own id stands in for a tip the sender may not see (its lineage, as they see it, ends there).
     pairs = [(store.lineage_tip(sid), sid) for sid in session_ids]

@@ -1,6 +1,6 @@
 """The lifecycle commands: ``/new``, ``/reset``, ``/resume``, ``/title``, ``/compress``, ``/sessions``,
-``/sethome``, ``/handoff``, ``/save``, resets by timer and an operator's rename or end (``hermesctl sessions`` via
-hermesd).
+``/sethome``, ``/handoff``, ``/save``, ``/approve`` and ``/deny`` (:mod:`~hermes_actors.lifecycle.approvals`),
+resets by timer and an operator's rename or end (``hermesctl sessions`` via hermesd).
 
 :class:`LifecycleCommands` is held by the supervisor and runs on its thread. It sees the runtime only through the
 :class:`~hermes_actors.lifecycle.directory.Directory` port the supervisor implements: commands that change where a
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hermes_actors.errors import HermesError, SessionClosedError
+from hermes_actors.lifecycle.approvals import decide
 from hermes_actors.lifecycle.commands import (
     Command,
     CommandName,
@@ -43,7 +44,7 @@ from hermes_actors.lifecycle.work import (
     PendingHandoff,
     SetTitle,
 )
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import EndReason, StoreInterface
 from hermes_actors.store.records import HomeChannel
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ class LifecycleCommands:
                     self._handoff(routing_key, delivery, command.argument)
                 case CommandName.SAVE:
                     self._save(routing_key, delivery)
+                case CommandName.APPROVE | CommandName.DENY:
+                    with self._readers.reader() as store:
+                        decide(self._directory, store, delivery, command, self._submit)
                 case CommandName.STOP:  # handled in _deliver
                     raise AssertionError("unreachable")
         except HermesError as exc:
@@ -346,7 +350,7 @@ class LifecycleCommands:
             delivery, f"This chat is now the home channel for {source.platform}.", session_id=None
         )
 
-    def _submit(self, work: Callable[[Store], object]) -> None:
+    def _submit(self, work: Callable[[StoreInterface], object]) -> None:
         """Queue a write without waiting for it; a failure is logged (the command's reply has gone already)."""
         self._writer.submit(work).add_done_callback(_log_failure)
 

@@ -1,9 +1,10 @@
 """The work a session runs besides plain messages, and the lifecycle's reports to the supervisor.
 
 A :class:`Delivery` is a committed inbound message; a :data:`Control` is a lifecycle step (end, title, compress,
-handoff) run as a turn of the session's actor. :class:`EndDue` and :class:`HandoffResult` are what the reset timers
-and the outbox report. They live here, below the runtime, because the lifecycle commands build and read them; the
-runtime's message protocol (:mod:`hermes_actors.runtime.protocol`) re-exports every one of them.
+handoff, an approval's decision) run as a turn of the session's actor. :class:`EndDue` and :class:`HandoffResult`
+are what the reset timers and the outbox report. They live here, below the runtime, because the lifecycle commands
+build and read them; the runtime's message protocol (:mod:`hermes_actors.runtime.protocol`) re-exports every one of
+them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "AdminChange",
     "Compress",
     "Control",
+    "Decide",
     "Delivery",
     "EndDue",
     "EndSession",
@@ -68,7 +70,18 @@ class Handoff(msgspec.Struct, frozen=True, kw_only=True):
     platform: str
 
 
-Control = EndSession | SetTitle | Compress | Handoff
+class Decide(msgspec.Struct, frozen=True, kw_only=True):
+    """``/approve ID`` or ``/deny ID [reason]`` (a chat's buttons, the API and the console send the same): the
+    decision on the calls request ``approval_id`` holds, which the paused turn continues from. ``by`` names who
+    answered (a principal, ``operator`` or ``timeout``)."""
+
+    approval_id: int
+    approved: bool
+    by: str
+    reason: str | None = None
+
+
+Control = EndSession | SetTitle | Compress | Handoff | Decide
 
 
 class AdminChange(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,8 @@ from hermes_actors.agents.base import AgentReply, runs_inline, takes_steering
 from hermes_actors.config import InterruptedOutput
 from hermes_actors.errors import StaleTurnError
 from hermes_actors.media import for_agent, unread_note, user_content
-from hermes_actors.messages import Attachment, OutboundError
+from hermes_actors.messages import Attachment, OutboundError, OutboundMessage
+from hermes_actors.runtime.approval_requests import Asking, Resumption
 from hermes_actors.runtime.interruption import PartialText, partial_message
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, TurnOutcome
 from hermes_actors.runtime.records import CreatedRow, answered, record_attachments, source_of
@@ -25,7 +26,7 @@ from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
 from hermes_actors.runtime.steering import SteerChannel, steered_messages
 from hermes_actors.runtime.turn_input import conversation_of, marked_reply, posted_messages, turn_input
-from hermes_actors.store import InboxState, Store
+from hermes_actors.store import InboxState, StoreInterface
 from hermes_actors.store.transcript_cuts import TranscriptCuts
 
 __all__ = ["Exchange"]
@@ -54,7 +55,7 @@ class Exchange:
         outbound = reply_for(first.source, self.session_id, text, first.message_id, answers=answered(deliveries))
         outbound = msgspec.structs.replace(outbound, error=error)
 
-        def answer(store: Store) -> int:
+        def answer(store: StoreInterface) -> int:
             for delivery in deliveries:
                 store.inbox.complete(delivery.inbox_id, session_id=self.session_id, state=state)
             return queue_reply(store, outbound)
@@ -79,6 +80,7 @@ class Exchange:
         steering: SteerChannel | None = None,
         partial: PartialText | None = None,
         also_answers: tuple[str, ...] = (),
+        resumed: Resumption | None = None,
     ) -> AgentReply | AgentFailure | None:
         state = self._state
         agent = state.named_agent.agent
@@ -100,6 +102,7 @@ class Exchange:
             steering=steering,
             partial=partial,
             also_answers=also_answers,
+            approvals=state.approval_gate(resumed.decisions if resumed is not None else ()),
         )
         timeout = self._services.config.agent_timeout_s
         if runs_inline(agent):
@@ -115,10 +118,13 @@ class Exchange:
         no_retry: bool = False,
         steering: SteerChannel | None = None,
         also_answers: tuple[str, ...] = (),
+        resumed: Resumption | None = None,
     ) -> TurnOutcome:
         """Run an ordinary turn answering ``deliveries``: call the agent, commit the exchange, hand the reply to the
         outbox (``no_retry``: a failed send is not tried again). The messages the agent took from ``steering`` are
-        committed with it, and its reply answers ``also_answers`` too (the messages of interrupted turns)."""
+        committed with it, and its reply answers ``also_answers`` too (the messages of interrupted turns). A turn
+        ``resumed`` from a decision gives the agent the decisions and marks the request resumed; a reply that ends
+        with calls waiting for approval commits the request and asks it (:mod:`~.approval_requests`)."""
         state = self._state
         first = deliveries[0].message
         # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
@@ -133,6 +139,7 @@ class Exchange:
             steering=steering,
             partial=partial,
             also_answers=also_answers,
+            resumed=resumed,
         )
         cancelled = token.settle()  # the verdict: a /stop from now on leaves this turn's result alone
         taken = steering.close() if steering is not None else ()
@@ -170,8 +177,12 @@ class Exchange:
         )
         outbound = outbound and marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
         ahead = outbound is not None and self._services.outbox.counts_ahead(outbound.platform)
+        waiting = reply.approval_calls if isinstance(reply, AgentReply) and not cancelled else None
+        asking = Asking(state, deliveries[0], waiting) if waiting else None  # the turn pauses on these calls
 
-        def commit(store: Store) -> tuple[int | None, list[int], CreatedRow | None]:
+        def commit(
+            store: StoreInterface,
+        ) -> tuple[int | None, list[int], CreatedRow | None, OutboundMessage | None]:
             state.fence(store)
             for delivery in answering:
                 if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
@@ -183,13 +194,20 @@ class Exchange:
                 TranscriptCuts(store.sql, self._services.clock).cut_from(self.session_id, rewind.cut_id)
             ids = store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, [ids[i] for i in firsts], now)
-            self._services.events.turn_completed(store, self.session_id, answering, outbound, cancelled)
-            return queue_reply(store, outbound, session_exists=True, counted=ahead) if outbound else None, ids, created
+            if resumed is not None:
+                resumed.in_commit(store)
+            sent = asking.in_commit(store, outbound) if asking is not None and outbound is not None else outbound
+            self._services.events.turn_completed(store, self.session_id, answering, sent, cancelled)
+            return queue_reply(store, sent, session_exists=True, counted=ahead) if sent else None, ids, created, sent
 
-        outbox_id, ids, created = self._services.writer.call(commit)
+        outbox_id, ids, created, outbound = self._services.writer.call(commit)
         if rewind is not None:
             state.cut(rewind.cut_at)
         state.committed(created, ids, new, now)
+        asked = asking.row if asking is not None else None
+        state.approval_committed(asked, resumed=resumed is not None)
+        if asked is not None:
+            self._services.arm_approval(asked.id, asked.expires_at)
         if outbound is not None and outbox_id is not None:
             self._services.outbox.deliver(outbox_id, outbound, counted=ahead)
         state.after_exchange(  # after the reply has left: a title never delays it

@@ -20,11 +20,12 @@ from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.turn_watch import TurnWatch
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 
 __all__ = [
+    "ArmApproval",
     "BackgroundJobs",
     "CancelToken",
     "HandoffReplies",
@@ -216,6 +217,14 @@ def _no_tools(session_id: str, origin: SessionSource) -> Sequence[Tool]:
     return ()
 
 
+ArmApproval = Callable[[int, float], None]
+"""Arm the deadline (``due_at``) of a request for approval whose commit stored its durable timer (its id given)."""
+
+
+def _unarmed(approval_id: int, due_at: float) -> None:
+    """No timer service (a test's bare services): the deadline is armed at the next start."""
+
+
 class SessionServices:
     """The runtime parts every session uses, shared by all of them. ``agents`` are the named agents a session's
     agent is chosen from (by default ``agent`` alone); ``agent`` is their default one. ``events`` is where a commit
@@ -226,6 +235,7 @@ class SessionServices:
         "agent",
         "agent_pool",
         "agents",
+        "arm_approval",
         "background",
         "busy",
         "clock",
@@ -282,6 +292,7 @@ class SessionServices:
         self.handoffs = HandoffReplies()
         self.watch = TurnWatch()  # clients watching turns live (an API request that streams)
         self.session_tools: SessionTools = _no_tools  # built-in tools beside session_search (the schedule tool)
+        self.arm_approval: ArmApproval = _unarmed  # arms a request's deadline once its commit stored the timer
 
 
 def reply_for(
@@ -306,7 +317,9 @@ def reply_for(
     )
 
 
-def queue_reply(store: Store, outbound: OutboundMessage, *, session_exists: bool = False, counted: bool = False) -> int:
+def queue_reply(
+    store: StoreInterface, outbound: OutboundMessage, *, session_exists: bool = False, counted: bool = False
+) -> int:
     """Commit ``outbound`` to the outbox (inside the caller's transaction); return its row id.
 
     ``session_exists`` skips the lookup when the caller has just written to the session; ``counted`` counts its first

@@ -5,7 +5,9 @@ row exists yet (and the title its first commit gives it), the automatic title jo
 summary did not gain. The turn steps (:mod:`~hermes_actors.runtime.exchange`,
 :mod:`~hermes_actors.runtime.compression`, :mod:`~hermes_actors.runtime.controls`) read it and change it only
 through its methods, each named after what happened (a commit was durable, the title changed, the lease ended), and
-nothing here refers back to them. Whatever a turn keeps across messages (a turn waiting for a decision) belongs here.
+nothing here refers back to them. Whatever a turn keeps across messages belongs here: a turn paused on tool calls
+that wait for a person's decision is its request (``paused``, from ``store.approvals``), which the decision's turn
+continues from (:mod:`~hermes_actors.runtime.approvals`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import Sequence
 
 import msgspec
 
+from hermes_actors.agents.approvals import approval_settings
 from hermes_actors.agents.base import context_window_of, model_of
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import agent_tools, session_search_tool
+from hermes_actors.agents.turn import ApprovalDecision, ApprovalGate
 from hermes_actors.lifecycle.auto_titles import AutoTitle
 from hermes_actors.principal import visible_sessions
 from hermes_actors.routing import SessionSource
@@ -26,7 +30,8 @@ from hermes_actors.runtime.protocol import Delivery
 from hermes_actors.runtime.records import CreatedRow, NewSession, appended, create_session_row, source_of
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session_lease import SessionLease
-from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
+from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, StoreInterface
+from hermes_actors.store.approvals import ApprovalRow
 
 __all__ = ["SessionState"]
 
@@ -69,6 +74,8 @@ class SessionState:
             self._tools = [session_search_tool(services.readers.reader, session_id, visible=visible, scope=scope)]
             self._tools += services.session_tools(session_id, self._origin)  # built in (the schedule tool)
             self._builtin = len(self._tools)  # what a fresh prefix freezes: these, then the agent's own
+            # The request for approval a paused turn waits on (the decision continues it), if any.
+            self._paused: ApprovalRow | None = store.approvals.open_in(session_id) if create_with is None else None
             # What goes before the conversation: frozen at the start (stored by the first commit), or as stored.
             stored = stored_prefix(self._record) if self._record is not None else None
             self._prefix = stored or self.fresh_prefix(store, self._record.system_prompt if self._record else None)
@@ -77,10 +84,11 @@ class SessionState:
         self.offered = self._prefix.offered(self._tools)
         self.agent_calls = AgentCalls(services, session_id)
         named = self.named_agent
+        self.approval_settings = approval_settings(named.agent)  # which calls wait for a person, and how long
         # The agent and the config do not change while the actor lives: the window is asked once.
         self.window = context_window_of(named.agent, named.context_window or services.config.context_window)
 
-    def fresh_prefix(self, store: Store, prompt: str | None = None) -> FrozenPrefix:
+    def fresh_prefix(self, store: StoreInterface, prompt: str | None = None) -> FrozenPrefix:
         """What a session of this origin starts with now (:func:`~hermes_actors.runtime.prefix.fresh_prefix`)."""
         return fresh_prefix(store, self.named_agent.agent, self._origin, self._tools[: self._builtin], prompt=prompt)
 
@@ -135,7 +143,7 @@ class SessionState:
             self.reload()
         return holder
 
-    def fence(self, store: Store) -> None:
+    def fence(self, store: StoreInterface) -> None:
         """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
         if self._create_with is None:
             self._lease.fence(store)
@@ -156,11 +164,12 @@ class SessionState:
         with self.services.readers.reader() as store:
             self._record = store.get_session(self.session_id)
             self._history = store.load_transcript(self.session_id)
+            self._paused = store.approvals.open_in(self.session_id)
         stored = stored_prefix(self._record)
         if stored is not None and stored != self._prefix:  # another process froze it (a session from before 6)
             self._prefix, self._prefix_unsaved, self.offered = stored, False, stored.offered(self._tools)
 
-    def start_rows(self, store: Store) -> CreatedRow | None:
+    def start_rows(self, store: StoreInterface) -> CreatedRow | None:
         """Inside a turn's commit: create the session's row, route and lease (its first commit; the result is
         :meth:`committed`), or store its prefix when it has none stored yet. Changes nothing of this object: the
         commit may be rolled back and run again."""
@@ -195,6 +204,21 @@ class SessionState:
         """A turn's commit cut the transcript's messages from position ``at`` on (:mod:`.rewind`); call before
         :meth:`committed` adds what it stored."""
         del self._history[at:]
+
+    @property
+    def paused(self) -> ApprovalRow | None:
+        """The request for approval the session's last turn paused on, until a turn continues from it."""
+        return self._paused
+
+    def approval_committed(self, asked: ApprovalRow | None, *, resumed: bool) -> None:
+        """A turn's commit continued from a decision (``resumed``) and/or paused on a new request (``asked``)."""
+        if asked is not None or resumed:
+            self._paused = asked
+
+    def approval_gate(self, decisions: Sequence[ApprovalDecision] = ()) -> ApprovalGate:
+        """What a turn's agent knows of approvals: the tools that wait for one, and the ``decisions`` it continues
+        from."""
+        return ApprovalGate(patterns=tuple(self.approval_settings.tools), decisions=tuple(decisions))
 
     # -- titles ------------------------------------------------------------------------------------------------
 

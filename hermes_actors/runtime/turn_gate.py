@@ -21,10 +21,10 @@ from hermes_actors.messages import OutboundError
 from hermes_actors.routing import build_session_key
 from hermes_actors.runtime.exchange import Exchange
 from hermes_actors.runtime.leases import describe_owner
-from hermes_actors.runtime.protocol import Compress, Delivery, EndSession, Handoff, RunTurn, TurnOutcome
+from hermes_actors.runtime.protocol import Compress, Decide, Delivery, EndSession, Handoff, RunTurn, TurnOutcome
 from hermes_actors.runtime.records import still_pending
 from hermes_actors.runtime.session_state import SessionState
-from hermes_actors.store import InboxState, Store
+from hermes_actors.store import InboxState, StoreInterface
 
 __all__ = ["TurnGate", "calls_agent", "ended_text"]
 
@@ -32,9 +32,9 @@ _log = logging.getLogger(__name__)
 
 
 def calls_agent(request: RunTurn) -> bool:
-    """Whether ``request`` may call the agent: an ordinary turn, a compression or a handoff."""
+    """Whether ``request`` may call the agent: an ordinary turn, a compression, a handoff or a decision."""
     return request.reply_override is None and (
-        request.control is None or isinstance(request.control, Compress | Handoff)
+        request.control is None or isinstance(request.control, Compress | Handoff | Decide)
     )
 
 
@@ -47,7 +47,7 @@ def ended_text(session_id: str, reason: str | None) -> str:
     )
 
 
-def _leads_elsewhere(store: Store, routing_key: str, session_id: str) -> bool:
+def _leads_elsewhere(store: StoreInterface, routing_key: str, session_id: str) -> bool:
     """Whether ``routing_key`` leads to a live session other than ``session_id`` now."""
     current = store.get_route(routing_key)
     if current is None or current == session_id:

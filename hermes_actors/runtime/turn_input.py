@@ -22,7 +22,7 @@ import msgspec
 from hermes_actors.agents.base import AgentReply, TurnInput
 from hermes_actors.agents.history import ModelHistory
 from hermes_actors.agents.tools import Tool
-from hermes_actors.agents.turn import Steering
+from hermes_actors.agents.turn import ApprovalGate, Steering
 from hermes_actors.messages import (
     Attachment,
     ClientTool,
@@ -126,11 +126,13 @@ def turn_input(
     steering: Steering | None = None,
     partial: PartialText | None = None,
     also_answers: Sequence[str] = (),
+    approvals: ApprovalGate | None = None,
 ) -> TurnInput:
     """The agent's input for a turn answering ``deliveries`` (and ``also_answers``, the messages of interrupted
     turns) with the user ``text``; built just before the agent is called, so the turn's watchers are told here that
     it has begun (and, through ``token``, when it is stopped). ``steering`` takes messages sent while it runs;
-    ``partial`` records the text the agent streams, passing it on to the watchers."""
+    ``partial`` records the text the agent streams, passing it on to the watchers; ``approvals`` says which calls
+    wait for a person and the decisions the turn continues from."""
     ids = [*also_answers, *(d.message.message_id for d in deliveries)]
     events = watch.begin(ids, session_id, token)
     if partial is not None:
@@ -138,6 +140,7 @@ def turn_input(
         events = partial
     conversation = conversation_of(deliveries)
     client_tools, tool_results = _client_tools(deliveries), _tool_results(deliveries)
+    gate = approvals if approvals is not None else ApprovalGate()
     if conversation is None:
         return TurnInput(
             session_id=session_id,
@@ -151,6 +154,7 @@ def turn_input(
             client_tools=client_tools,
             tool_results=tool_results,
             steering=steering,
+            approvals=gate,
         )
     sent = [_record(session_id, m) for m in conversation.history]
     view = ModelHistory(0)  # the client's history goes as the client sent it: it chose what to send
@@ -170,6 +174,7 @@ def turn_input(
         client_tools=client_tools,
         tool_results=tool_results,
         steering=steering,
+        approvals=gate,
     )
 
 

@@ -4,7 +4,8 @@
 Each request passes the :class:`~hermes_actors.runtime.turn_gate.TurnGate`, which decides whether it runs here (the
 one place a request that cannot run now is refused, answered or sent elsewhere), then runs as the step it names: an
 exchange with the agent (:class:`~hermes_actors.runtime.exchange.Exchange`), a compression
-(:class:`~hermes_actors.runtime.compression.Compression`) or another lifecycle step
+(:class:`~hermes_actors.runtime.compression.Compression`), the decision a paused turn waits for
+(:class:`~hermes_actors.runtime.approvals.ApprovalTurns`) or another lifecycle step
 (:class:`~hermes_actors.runtime.controls.SessionControls`). All of them work on the session's one
 :class:`~hermes_actors.runtime.session_state.SessionState`, which none of them refers back from.
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 import logging
 
 from hermes_actors.errors import SessionClosedError
+from hermes_actors.runtime.approvals import ApprovalTurns
 from hermes_actors.runtime.compression import Compression
 from hermes_actors.runtime.controls import SessionControls
 from hermes_actors.runtime.exchange import Exchange
-from hermes_actors.runtime.protocol import Compress, EndSession, Handoff, RunTurn, SetTitle, TurnOutcome
+from hermes_actors.runtime.protocol import Compress, Decide, EndSession, Handoff, RunTurn, SetTitle, TurnOutcome
 from hermes_actors.runtime.records import NewSession
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session_state import SessionState
@@ -32,7 +34,7 @@ class SessionTurns:
     """The turns of one session, driven by :class:`SessionActor` (or any single thread); ``create_with`` and
     ``title``: a session that does not exist yet (:class:`SessionState`)."""
 
-    __slots__ = ("_compression", "_controls", "_exchange", "_gate", "_state", "services", "session_id")
+    __slots__ = ("_approvals", "_compression", "_controls", "_exchange", "_gate", "_state", "services", "session_id")
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class SessionTurns:
         self._compression = Compression(self._state, self._exchange)
         self._controls = SessionControls(self._state, self._exchange)
         self._gate = TurnGate(self._state, self._exchange)
+        self._approvals = ApprovalTurns(self._state, self._exchange)
 
     @property
     def platform(self) -> str:
@@ -91,10 +94,18 @@ class SessionTurns:
                 return self._compression.compress(deliveries, request.token, reply=True)
             case Handoff():
                 return self._controls.handoff(request.control, deliveries, request.token)
+            case Decide():
+                return self._approvals.decide(request.control, deliveries, request.token)
             case None:  # no lifecycle step: an ordinary turn, below
                 pass
         if request.reply_override is not None:
             return self._exchange.answer(deliveries, request.reply_override)
+        # A message while the last turn waits for a decision on tool calls: the calls are refused, and it answers.
+        superseding = self._approvals.supersede(
+            deliveries, request.token, steering=request.steering, also_answers=request.also_answers
+        )
+        if superseding is not None:
+            return superseding
         early = self._compression.before_turn(deliveries, request.token)  # compression, or a turn over the window
         if early is not None:
             return early

@@ -1,0 +1,116 @@
+"""The deadlines of requests for approval: no answer in time is a denial.
+
+A pausing turn's commit stores its request's deadline as a durable timer (``approval:<id>``, the ``timers`` table the
+resets use) and the session arms it here (:meth:`ApprovalTimeouts.arm`); at start every pending request's deadline
+is armed again from the ``approvals`` table (:meth:`ApprovalTimeouts.rebuild`), so a restart loses none. When one
+passes, the denial is committed as an inbox message of the chat that was asked (``/deny ID ...``, one per request:
+:func:`~hermes_actors.lifecycle.approvals.timeout_decision`) and delivered like any message, so it runs in order with
+the session's other turns and is replayed after a crash like them. A request of a session that has ended is closed
+instead, without a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from hermes_actors.lifecycle.approvals import TIMEOUT, timeout_decision
+from hermes_actors.messages import encode
+from hermes_actors.routing import KeyPolicy, build_session_key
+from hermes_actors.runtime.approval_requests import TIMER_PREFIX, timer_name
+from hermes_actors.runtime.protocol import Deliver, Delivery
+from hermes_actors.runtime.services import SessionServices
+from hermes_actors.runtime.timers import TimerService
+from hermes_actors.store import StoreInterface
+from hermes_actors.store.approvals import ApprovalState
+from hermes_actors.store.writer import StoreWriter, WriterClosedError
+
+__all__ = ["ApprovalTimeouts", "wire_approvals"]
+
+_log = logging.getLogger(__name__)
+
+
+class ApprovalTimeouts:
+    """Arms the deadlines of pending requests and denies those that pass (see the module docstring); ``deliver``
+    hands the supervisor a committed message."""
+
+    __slots__ = ("_deliver", "_owner", "_policy", "_timers", "_writer")
+
+    def __init__(
+        self,
+        writer: StoreWriter,
+        timers: TimerService,
+        deliver: Callable[[Deliver], None],
+        *,
+        key_policy: KeyPolicy,
+        owner: str,
+    ) -> None:
+        self._writer = writer
+        self._timers = timers
+        self._deliver = deliver
+        self._policy = key_policy
+        self._owner = owner
+        timers.on(TIMER_PREFIX, self._fire)
+
+    def arm(self, approval_id: int, due_at: float) -> None:
+        """Arm the deadline of a request whose commit stored its timer."""
+        self._timers.load(timer_name(approval_id), due_at)
+
+    def rebuild(self, store: StoreInterface) -> int:
+        """At start: arm the deadline of every pending request; how many."""
+        pending = store.approvals.pending(limit=1_000_000)
+        for row in pending:
+            self.arm(row.id, row.expires_at)
+        return len(pending)
+
+    def _fire(self, name: str, payload: bytes | None) -> None:
+        approval_id = int(name.removeprefix(TIMER_PREFIX))
+        policy, owner = self._policy, self._owner
+
+        def deny(store: StoreInterface) -> Deliver | None:
+            row = store.approvals.get(approval_id)
+            if row is None or row.state is not ApprovalState.PENDING:
+                return None  # answered in time (or gone with its session)
+            record = store.find_session(row.session_id)
+            if record is None or not record.is_live:
+                store.approvals.decide(approval_id, approved=False, by=TIMEOUT, reason="the conversation ended")
+                store.approvals.resume(approval_id)
+                return None
+            message = timeout_decision(row, row.expires_at - row.created_at)
+            key = build_session_key(message.source, policy)
+            inbox_id = store.inbox.add(
+                platform=message.source.platform,
+                account_id=message.source.account_id or "",
+                platform_message_id=message.message_id,
+                routing_key=key,
+                payload=encode(message),
+                owner=owner,
+            )
+            if inbox_id is None:
+                return None  # denied before (a timer that fired twice)
+            return Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=message))
+
+        def then(due: Deliver | None) -> None:
+            if due is not None:
+                _log.info("approval %d: nobody answered in time; denied", approval_id)
+                self._deliver(due)
+
+        with contextlib.suppress(WriterClosedError):  # stopping: the next start arms it again
+            self._writer.submit(deny, then=then)
+
+
+def wire_approvals(
+    services: SessionServices, timers: TimerService, deliver: Callable[[Deliver], None], *, armed: bool
+) -> ApprovalTimeouts | None:
+    """Give a runtime's sessions the deadlines of their requests (``armed``: the whole runtime, not a terminal
+    chat's in-process one, which leaves other chats' requests to the daemon), and arm the pending ones now."""
+    if not armed:
+        return None
+    timeouts = ApprovalTimeouts(
+        services.writer, timers, deliver, key_policy=services.config.key_policy, owner=services.lease_owner
+    )
+    services.arm_approval = timeouts.arm
+    with services.readers.reader() as store:
+        timeouts.rebuild(store)
+    return timeouts
