@@ -121,7 +121,8 @@ class SessionActor(RuntimeActor):
         try:
             outcome = self._turns.run(message)
             if outcome.cancelled and not outcome.interrupted:  # stored unanswered: its watchers hear so now
-                self._turns.services.watch.stopped(d.message.message_id for d in message.deliveries)
+                stopped = [*message.also_answers, *(d.message.message_id for d in message.deliveries)]
+                self._turns.services.watch.stopped(stopped)  # the interrupted turns' messages it answered too
         except LeaseLostError as exc:
             _log.warning("session %s: %s", self._session_id, exc)
             self._turns.lost_lease()
