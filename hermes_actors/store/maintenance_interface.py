@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from hermes_actors.store.records import MessageRow, OptimizeResult, SessionRecord
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import TracebackType
 
     from hermes_actors.store.backup import BackupResult
     from hermes_actors.store.export import AttachmentRow, SessionExport
@@ -29,6 +30,16 @@ class Maintenance(Protocol):
         ...
 
     def close(self) -> None:
+        """Close the store."""
+        ...
+
+    def __enter__(self) -> Self:
+        """The store itself, closed when the block ends."""
+        ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         """Close the store."""
         ...
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hermes_actors.store.interface import StoreInterface
 from hermes_actors.store.store import Store
 
 __all__ = ["ReaderPool"]
@@ -26,7 +27,7 @@ class ReaderPool:
             self._idle.put(store)
 
     @contextmanager
-    def reader(self, timeout: float | None = 30.0) -> Iterator[Store]:
+    def reader(self, timeout: float | None = 30.0) -> Iterator[StoreInterface]:
         """Borrow a reader for the block; waits up to ``timeout`` when all are lent."""
         store = self._idle.get(timeout=timeout)
         try:

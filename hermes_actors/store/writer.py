@@ -1,6 +1,7 @@
 """The single writing connection, on a thread of its own, with group commit.
 
-Every write in the daemon is a function of the :class:`Store` submitted here. The writer takes the first queued
+Every write in the daemon is a function of the store (typed as
+:class:`~hermes_actors.store.interface.StoreInterface`) submitted here. The writer takes the first queued
 function, then everything else already queued (up to ``max_batch``), runs each in its own savepoint inside one
 transaction and commits once: writes that arrive while a commit is in flight share the next one, and a lone write
 is committed at once, never held back by a timer. A function that raises rolls back only its own savepoint and
@@ -27,7 +28,7 @@ import msgspec
 
 from hermes_actors.errors import StoreError, StoreFault
 from hermes_actors.store.connection import fault_of
-from hermes_actors.store.store import Store
+from hermes_actors.store.interface import StoreInterface
 
 __all__ = ["CommitObserver", "StoreWriter", "WriterClosedError", "WriterStatistics"]
 
@@ -90,7 +91,7 @@ class CommitObserver(Protocol):
 class _Job:
     __slots__ = ("future", "then", "work")
 
-    def __init__(self, work: Callable[[Store], Any], then: Callable[[Any], object] | None) -> None:
+    def __init__(self, work: Callable[[StoreInterface], Any], then: Callable[[Any], object] | None) -> None:
         self.work = work
         self.then = then
         self.future: Future[Any] = Future()
@@ -107,11 +108,12 @@ class _Job:
 
 
 class StoreWriter:
-    """Owns a writable :class:`Store` and runs submitted writes on its thread, committing them in groups."""
+    """Owns a writable store and runs submitted writes on its thread, committing them in groups (the SQLite store's
+    commit: :class:`~hermes_actors.store.pg.writer.PgWriter` commits a PostgreSQL one)."""
 
     def __init__(
         self,
-        store: Store,
+        store: StoreInterface,
         *,
         max_batch: int = 512,
         name: str = "hermes-store-writer",
@@ -129,7 +131,7 @@ class StoreWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, work: Callable[[Store], T], *, then: Callable[[T], object] | None = None) -> Future[T]:
+    def submit(self, work: Callable[[StoreInterface], T], *, then: Callable[[T], object] | None = None) -> Future[T]:
         """Queue ``work(store)`` for the next commit; the future resolves after that commit.
 
         ``then(result)`` runs on the writer thread once the commit is durable and before the future resolves
@@ -142,7 +144,7 @@ class StoreWriter:
             self._queue.put(job)
         return job.future
 
-    def call(self, work: Callable[[Store], T], *, timeout: float | None = 30.0) -> T:
+    def call(self, work: Callable[[StoreInterface], T], *, timeout: float | None = 30.0) -> T:
         """Run ``work(store)`` in the next commit and return its result (or raise its exception)."""
         return self.submit(work).result(timeout=timeout)
 
@@ -198,7 +200,7 @@ class StoreWriter:
 
     def _commit_one(self, job: _Job) -> bool:
         """A lone write needs no savepoint of its own: its transaction is all there is to roll back."""
-        db = self._store._connection
+        db = self._store.sql
         worked = False
         try:
             with self._store.transaction():
@@ -224,7 +226,7 @@ class StoreWriter:
         if len(batch) == 1:
             return self._commit_one(batch[0])
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
-        db = self._store._connection
+        db = self._store.sql
         try:
             with self._store.transaction():
                 for job in batch:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.errors import StoreError, StoreFault
-from hermes_actors.store import NewMessage, Role, SessionRecord, Store
+from hermes_actors.store import NewMessage, Role, SessionRecord, Store, StoreInterface
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 
@@ -26,7 +26,7 @@ def test_a_lone_write_is_committed_at_once(writer: StoreWriter, db_path: Path) -
     assert writer.statistics().commits == 1
 
 
-def create(store: Store, *, session_id: str) -> SessionRecord:
+def create(store: StoreInterface, *, session_id: str) -> SessionRecord:
     return store.create_session("cli", session_id=session_id)
 
 
@@ -34,7 +34,7 @@ def test_writes_queued_behind_a_commit_share_the_next_one(writer: StoreWriter) -
     entered = threading.Event()
     release = threading.Event()
 
-    def slow(store: Store) -> None:
+    def slow(store: StoreInterface) -> None:
         entered.set()
         assert release.wait(10)
 
@@ -52,11 +52,11 @@ def test_a_failing_write_rolls_back_only_itself(writer: StoreWriter) -> None:
     entered = threading.Event()
     release = threading.Event()
 
-    def hold(store: Store) -> None:
+    def hold(store: StoreInterface) -> None:
         entered.set()
         assert release.wait(10)
 
-    def fail(store: Store) -> None:
+    def fail(store: StoreInterface) -> None:
         store.create_session("cli", session_id="doomed")
         raise ValueError("this write is wrong")
 
@@ -77,9 +77,9 @@ def test_a_full_database_fails_the_write_with_the_fix_and_keeps_earlier_writes(w
     session = writer.call(lambda store: store.create_session("cli"))
     writer.call(lambda store: store.append_messages(session.id, [NewMessage(role=Role.USER, content="kept")]))
 
-    def cap(store: Store) -> None:
-        pages = store._connection.execute("PRAGMA page_count").get
-        store._connection.execute(f"PRAGMA max_page_count = {pages}")
+    def cap(store: StoreInterface) -> None:
+        pages = store.sql.value("PRAGMA page_count")
+        store.sql.execute(f"PRAGMA max_page_count = {pages}")
 
     writer.call(cap)
     with pytest.raises(StoreError, match=r"full; nothing of this write was saved.*Free disk space"):
@@ -93,8 +93,8 @@ def test_a_full_database_fails_the_write_with_the_fix_and_keeps_earlier_writes(w
 def test_a_full_database_says_so_in_the_errors_fault(writer: StoreWriter) -> None:
     session = writer.call(lambda store: store.create_session("cli"))
 
-    def cap(store: Store) -> None:
-        store._connection.execute(f"PRAGMA max_page_count = {store._connection.execute('PRAGMA page_count').get}")
+    def cap(store: StoreInterface) -> None:
+        store.sql.execute(f"PRAGMA max_page_count = {store.sql.value('PRAGMA page_count')}")
 
     writer.call(cap)
     with pytest.raises(StoreError) as refused:
@@ -120,7 +120,7 @@ def test_then_runs_after_the_commit_in_commit_order_and_its_failure_fails_only_i
     release = threading.Event()
     seen: list[tuple[str, bool]] = []
 
-    def hold(store: Store) -> None:
+    def hold(store: StoreInterface) -> None:
         entered.set()
         assert release.wait(10)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store import SessionRecord, Store, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 
 Seen = queue.SimpleQueue[tuple[int, float, bool]]
@@ -20,7 +20,7 @@ def _observer(seen: Seen, writes: int, seconds: float, *, committed: bool) -> No
     seen.put((writes, seconds, committed))
 
 
-def create(store: Store, *, session_id: str) -> SessionRecord:
+def create(store: StoreInterface, *, session_id: str) -> SessionRecord:
     return store.create_session("cli", session_id=session_id)
 
 
@@ -35,7 +35,7 @@ def test_each_transaction_is_reported_with_its_writes_and_duration(db_path: Path
 
         entered, release = threading.Event(), threading.Event()
 
-        def hold(store: Store) -> None:
+        def hold(store: StoreInterface) -> None:
             entered.set()
             assert release.wait(10)
 

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from hermes_actors.errors import StoreError
+from hermes_actors.store.interface import StoreInterface
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.pg.text import index_text, to_db
-from hermes_actors.store.store import Store
 
 __all__ = ["COPIED_TABLES", "CopyCounts", "copy_store"]
 
@@ -125,7 +125,7 @@ class CopyCounts(msgspec.Struct, frozen=True, kw_only=True):
 Progress = Callable[[str, int, int], None]  # (table, rows done, rows in all)
 
 
-def _batches(source: Store, table: str, batch_size: int) -> Iterator[list[tuple[Any, ...]]]:
+def _batches(source: StoreInterface, table: str, batch_size: int) -> Iterator[list[tuple[Any, ...]]]:
     """The rows of ``table``, ``batch_size`` at a time in key order (a table without a key: all at once)."""
     columns, key = COPIED_TABLES[table]
     db = source.sql
@@ -181,7 +181,11 @@ def _refuse_non_empty(target: PostgresStore) -> None:
 
 
 def copy_store(
-    source: Store, target: PostgresStore, *, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
+    source: StoreInterface,
+    target: PostgresStore,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
 ) -> CopyCounts:
     """Copy every row of ``source`` into the empty ``target`` in one transaction; the rows copied per table."""
     if batch_size < 1:

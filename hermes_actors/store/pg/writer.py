@@ -14,9 +14,6 @@ the store has, and "failed" only of what it does not, and nothing else is writte
 the middle of a batch fails every write of it (nothing was committed), never only the ones after the break; and
 :meth:`PgWriter.call` waits for the outcome however long that takes, since a caller that stopped waiting could not
 know what its write did.
-
-The runtime calls only methods of the store interface, which :class:`PostgresStore` implements: the casts to
-``Store`` below are where that duck typing is declared.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store.pg.db import CommitUnknownError
@@ -36,8 +33,8 @@ from hermes_actors.store.writer import CommitObserver, StoreWriter, WriterClosed
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from hermes_actors.store.interface import StoreInterface
     from hermes_actors.store.pg.store import PostgresStore
-    from hermes_actors.store.store import Store
 
 __all__ = ["PgReaders", "PgWriter"]
 
@@ -57,9 +54,9 @@ class PgWriter(StoreWriter):
     def __init__(self, store: PostgresStore, *, observer: CommitObserver | None = None) -> None:
         self._pg = store
         self.unknown_commits = 0  # commits whose connection broke on the way, resolved against the server
-        super().__init__(cast("Store", store), name="hermes-pg-writer", observer=observer)
+        super().__init__(store, name="hermes-pg-writer", observer=observer)
 
-    def call(self, work: Callable[[Store], T], *, timeout: float | None = 30.0) -> T:
+    def call(self, work: Callable[[StoreInterface], T], *, timeout: float | None = 30.0) -> T:
         """Run ``work(store)`` in the next commit and return its result (or raise its exception). It waits for
         the outcome however long the server is away (``timeout`` is ignored): the writer settles every write,
         and one whose caller stopped waiting might commit unseen."""
@@ -156,10 +153,10 @@ class PgReaders(ReaderPool):
     """:class:`ReaderPool` on a :class:`PostgresStore`: every borrower gets the store (its pool does the lending)."""
 
     def __init__(self, store: PostgresStore) -> None:
-        self._pg = cast("Store", store)
+        self._pg: StoreInterface = store
 
     @contextmanager
-    def reader(self, timeout: float | None = 30.0) -> Iterator[Store]:
+    def reader(self, timeout: float | None = 30.0) -> Iterator[StoreInterface]:
         """The store, for the block."""
         yield self._pg
 
