@@ -27,7 +27,7 @@ import msgspec
 from hermes_actors.config import SearchScope
 from hermes_actors.messages import ToolServerHealth
 from hermes_actors.search import DEFAULT_LIMIT, DEFAULT_WINDOW, MAX_LIMIT, MAX_WINDOW, Sort, session_search
-from hermes_actors.store import Role, SessionFilter, Store
+from hermes_actors.store import Role, SessionFilter, StoreInterface
 
 __all__ = [
     "SESSION_SEARCH",
@@ -144,7 +144,7 @@ _PARAMETERS: dict[str, Any] = {
 
 
 def session_search_tool(
-    read: Callable[[], AbstractContextManager[Store]],
+    read: Callable[[], AbstractContextManager[StoreInterface]],
     current_session_id: str,
     *,
     visible: SessionFilter | None = None,

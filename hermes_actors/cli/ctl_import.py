@@ -103,7 +103,7 @@ def live_accounts(home: str | None, chosen: tuple[str, ...]) -> LiveAccounts:
 
 
 @contextlib.contextmanager
-def _existing_store(path: Path) -> Iterator[Store | None]:
+def _existing_store(path: Path) -> Iterator[StoreInterface | None]:
     """The store read-only when the database exists, else ``None``: a dry run must not create it.
 
     A dry run reads the current schema, so a database at another version is an error naming the fix.

@@ -18,9 +18,9 @@ from hermes_actors.cli.dead_letter_text import ask_replay, at, open_sql_reads, r
 from hermes_actors.cli.formatting import one_line, render_table, truncate
 from hermes_actors.cli.options import dsn_option, home_option, open_store, reports_errors
 from hermes_actors.messages import decode_inbound, decode_outbound
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.dead_letters import DeadLetterRow
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
-from hermes_actors.store.sql_store import SqlStore
 
 __all__ = ["MessageTrail", "messages", "trail"]
 
@@ -55,7 +55,7 @@ class MessageTrail(msgspec.Struct, frozen=True, kw_only=True):
     dead_letters: list[DeadLetterRow]
 
 
-def trail(store: SqlStore, row: InboxRow) -> MessageTrail:
+def trail(store: StoreInterface, row: InboxRow) -> MessageTrail:
     """What became of the message of inbox row ``row``."""
     inbound = decode_inbound(row.payload)
     chat = inbound.source.chat_id or None
@@ -96,7 +96,7 @@ def trail(store: SqlStore, row: InboxRow) -> MessageTrail:
     )
 
 
-def _find(store: SqlStore, reference: str, platform: str | None, account: str) -> InboxRow:
+def _find(store: StoreInterface, reference: str, platform: str | None, account: str) -> InboxRow:
     """The message ``reference`` names: an inbox row id, or with ``platform`` that platform's message id."""
     if platform is not None:
         row = store.inbox.find(platform, account, reference)

@@ -10,15 +10,15 @@ from hermes_actors.cli.formatting import format_timestamp, one_line, truncate
 from hermes_actors.cli.options import open_store, open_writable, resolve_home
 from hermes_actors.daemon.control import connect
 from hermes_actors.daemon.home import socket_path
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.dead_letters import DeadLetterRow
-from hermes_actors.store.sql_store import SqlStore
 
 __all__ = ["REASON_WIDTH", "ask_replay", "at", "open_sql_reads", "reason", "replay_note"]
 
 REASON_WIDTH = 72
 
 
-def open_sql_reads(home: str | None, dsn: str | None) -> AbstractContextManager[SqlStore]:
+def open_sql_reads(home: str | None, dsn: str | None) -> AbstractContextManager[StoreInterface]:
     """The store a listing reads: the PostgreSQL store at ``dsn`` when given, else the home's."""
     if dsn is None:
         return open_store(home)

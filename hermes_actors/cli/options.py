@@ -72,7 +72,7 @@ def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def open_store(home: str | None, *, readonly: bool = True) -> Store:
+def open_store(home: str | None, *, readonly: bool = True) -> StoreInterface:
     """Open the store under ``home``; a missing database is an error naming the command that creates it."""
     path = database_path(resolve_home(home))
     if not readonly:
@@ -120,7 +120,7 @@ def open_writes(home: str | None, dsn: str | None) -> AbstractContextManager[Sto
     return store
 
 
-def open_writable(home: str | None) -> Store:
+def open_writable(home: str | None) -> StoreInterface:
     """The home's store for writing; a missing database is an error naming the fix, never a new empty file."""
     open_store(home).close()
     return open_store(home, readonly=False)

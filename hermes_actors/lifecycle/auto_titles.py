@@ -28,7 +28,7 @@ import msgspec
 from hermes_actors.agents.base import Agent, AgentError, TitleCall, runs_inline, title_call
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.errors import HermesError
-from hermes_actors.store import MessageRecord, Role, SessionRecord, Store
+from hermes_actors.store import MessageRecord, Role, SessionRecord, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.titles import distinct_title, sanitize_title, unnumbered_title
 
@@ -76,7 +76,7 @@ class TitleServices(Protocol):
     def writer(self) -> StoreWriter: ...
 
 
-def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
+def store_auto_title(store: StoreInterface, session_id: str, title: str) -> str | None:
     """Give ``session_id`` the title ``title`` unless it has one (run it in the writer: the check and the write
     commit together); return the title stored, ``None`` when the session is gone or titled already.
 
@@ -93,7 +93,7 @@ def store_auto_title(store: Store, session_id: str, title: str) -> str | None:
     return store.set_title(session_id, title)
 
 
-def free_distinct_title(store: Store, title: str) -> str:
+def free_distinct_title(store: StoreInterface, title: str) -> str:
     """Return ``"<title> (N)"`` for a free N near the top of the numbers taken, in O(log N) index lookups.
 
     Automatic titles of unrelated sessions collide often ("Hello there" thousands of times), so scanning every

@@ -29,7 +29,7 @@ from hermes_actors.lifecycle.policy import (
 )
 from hermes_actors.lifecycle.work import EndDue
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import EndReason, StoreInterface
 
 __all__ = [
     "BG_RECHECK_MAX_S",
@@ -138,7 +138,7 @@ class ResetScheduler:
         if self._timers.armed(PREFIX + session_id):
             self._timers.cancel(PREFIX + session_id)
 
-    def rebuild(self, store: Store) -> int:
+    def rebuild(self, store: StoreInterface) -> int:
         """Arm a deadline for every live session from its last activity (at start); return how many were armed."""
         armed = 0
         for record in store.list_sessions(ended=False, limit=None):
@@ -155,7 +155,7 @@ class ResetScheduler:
             armed += 1
         return armed
 
-    def reconfigure(self, config: ResetConfig, store: Store) -> int:
+    def reconfigure(self, config: ResetConfig, store: StoreInterface) -> int:
         """Switch to ``config`` and re-arm (or cancel) every live session's deadline; return how many are armed."""
         self._config = config
         live = store.list_sessions(ended=False, limit=None)

@@ -17,7 +17,7 @@ from hermes_actors.lifecycle.transcript_doc import document_name, document_title
 from hermes_actors.lifecycle.transcript_markdown import render_markdown
 from hermes_actors.messages import OutboundDocument
 from hermes_actors.operator_port import TranscriptView
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_TEXT_CHARS", "NOTHING_TO_SAVE", "ReadTranscript", "SavedReply", "save_reply"]
 
@@ -25,7 +25,7 @@ MAX_TEXT_CHARS = 16_000  # past this a chat gets a note instead of the text (a d
 MAX_DOCUMENT_BYTES = 20 * 1024 * 1024  # an outbox row, and the smallest upload limit of the platforms that take files
 NOTHING_TO_SAVE = "Nothing to save yet: this chat has no conversation."
 
-ReadTranscript = Callable[[Store, str], TranscriptView]
+ReadTranscript = Callable[[StoreInterface, str], TranscriptView]
 """The runtime's read of the lineage through a session (:func:`hermes_actors.runtime.operator_reads.transcript`)."""
 
 
@@ -40,7 +40,7 @@ def _export_hint(session_id: str) -> str:
     return f"hermesctl sessions export --format md --session-id {session_id} conversation.md"
 
 
-def save_reply(store: Store, session_id: str, read_transcript: ReadTranscript) -> SavedReply:
+def save_reply(store: StoreInterface, session_id: str, read_transcript: ReadTranscript) -> SavedReply:
     """The reply to ``/save`` in a chat that leads to ``session_id`` (the caller checked the sender may read it)."""
     view = read_transcript(store, session_id)
     markdown = render_markdown(view)

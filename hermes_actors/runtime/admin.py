@@ -25,7 +25,7 @@ from hermes_actors.errors import HermesError, SessionBusyError
 from hermes_actors.runtime.leases import lease_owner_alive, wait_for_lease
 from hermes_actors.runtime.protocol import RunTurn
 from hermes_actors.runtime.services import SessionServices
-from hermes_actors.store import EndReason, SessionRecord, Store, StoreInterface
+from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 
 __all__ = [
     "admin_lease",
@@ -113,13 +113,13 @@ def admin_lease(
         store.leases.release(session_id, owner)
 
 
-def rename_in_store(store: Store, session_id: str, title: str | None, owner: str) -> str | None:
+def rename_in_store(store: StoreInterface, session_id: str, title: str | None, owner: str) -> str | None:
     """Set (blank or ``None``: clear) the title under the session's lease; return what was stored."""
     with admin_lease(store, session_id, owner):
         return store.set_title(session_id, title)
 
 
-def end_in_store(store: Store, session_id: str, owner: str) -> SessionRecord:
+def end_in_store(store: StoreInterface, session_id: str, owner: str) -> SessionRecord:
     """End the session as an operator (:attr:`EndReason.OPERATOR`) under its lease and unbind its routing keys, so
     its chats start a fresh session; a session that ended already keeps its first reason. Return its record."""
     with admin_lease(store, session_id, owner), store.transaction():

@@ -30,7 +30,7 @@ from hermes_actors.runtime.protocol import Delivery, TurnOutcome
 from hermes_actors.runtime.records import source_of
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
-from hermes_actors.store import EndReason, InboxState, NewMessage, Role, Store
+from hermes_actors.store import EndReason, InboxState, NewMessage, Role, StoreInterface
 
 __all__ = ["Compression"]
 
@@ -148,7 +148,7 @@ class Compression:
         owner = self._services.lease_owner
         model = model_of(state.named_agent.agent) or parent.model
 
-        def commit(store: Store) -> tuple[int, OutboundMessage] | None:
+        def commit(store: StoreInterface) -> tuple[int, OutboundMessage] | None:
             state.fence(store)
             title = store.next_lineage_title(parent.title) if parent.title else None
             prefix = child_prefix  # the child freezes its own, with the memories of now, as counted above

@@ -26,7 +26,7 @@ from hermes_actors.runtime.protocol import AgentFailure, Delivery, EndSession, H
 from hermes_actors.runtime.records import source_of
 from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.titles import check_chosen_title, sanitize_title
 
 __all__ = ["CLEANUP_TIMEOUT_S", "HANDOFF_PROMPT", "SessionControls"]
@@ -75,7 +75,7 @@ class SessionControls:
         )
         owner = self._services.lease_owner
 
-        def commit(store: Store) -> int | None:
+        def commit(store: StoreInterface) -> int | None:
             if not self._state.is_new:
                 self._state.fence(store)
                 record = store.get_session(self.session_id)
@@ -135,7 +135,7 @@ class SessionControls:
         try:
             text = control.text
 
-            def retitle(store: Store) -> str | None:
+            def retitle(store: StoreInterface) -> str | None:
                 self._state.fence(store)
                 return store.set_title(self.session_id, text)
 
@@ -152,7 +152,7 @@ class SessionControls:
         new title in the actor's record, and answer ``done`` with the stored title or the refusal. A lost lease or
         a store failure is raised: the turn runs again, and answers then."""
 
-        def retitle(store: Store) -> str | None:
+        def retitle(store: StoreInterface) -> str | None:
             self._state.fence(store)
             return store.set_title(self.session_id, text)
 
@@ -210,7 +210,7 @@ class SessionControls:
         )
         key = build_session_key(target, self._services.config.key_policy)
 
-        def bind(store: Store) -> str | None:
+        def bind(store: StoreInterface) -> str | None:
             self._state.fence(store)
             previous = store.get_route(key)
             store.set_route(key, self.session_id)

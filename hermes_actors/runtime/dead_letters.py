@@ -24,7 +24,7 @@ from hermes_actors.runtime.events import Events, EventSweep
 from hermes_actors.runtime.protocol import Deliver, Delivery, RunTurn
 from hermes_actors.runtime.records import answered
 from hermes_actors.runtime.services import SessionServices, queue_reply, reply_for
-from hermes_actors.store import InboxState, Store
+from hermes_actors.store import InboxState, StoreInterface
 from hermes_actors.store.dead_letters import Revived
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.records import InboxKind, OutboxRow
@@ -34,16 +34,16 @@ __all__ = ["GiveUp", "Replays", "dead_letter", "fail_turn", "give_up"]
 
 _log = logging.getLogger(__name__)
 
-GiveUp = Callable[[Store, int, OutboundMessage, str], int]
+GiveUp = Callable[[StoreInterface, int, OutboundMessage, str], int]
 """Inside a write: give the outbox row up (``outbox_id``, its message, why); how many messages that dead-lettered."""
 
 
-def _known(store: Store, session_id: str | None) -> str | None:
+def _known(store: StoreInterface, session_id: str | None) -> str | None:
     return session_id if session_id is not None and store.find_session(session_id) is not None else None
 
 
 def dead_letter(
-    store: Store,
+    store: StoreInterface,
     events: Events,
     *,
     inbox_id: int,
@@ -70,7 +70,7 @@ def dead_letter(
     events.emit(store, EventKind.MESSAGE_DEAD_LETTERED, data, session_id=session_id)
 
 
-def give_up(events: Events, store: Store, outbox_id: int, message: OutboundMessage, reason: str) -> int:
+def give_up(events: Events, store: StoreInterface, outbox_id: int, message: OutboundMessage, reason: str) -> int:
     """Inside a write: the outbox gives row ``outbox_id`` up (see the module docstring); how many messages that
     dead-lettered. ``functools.partial(give_up, events)`` is a :data:`GiveUp`."""
     store.outbox.abandon(outbox_id, reason)
@@ -114,7 +114,7 @@ def fail_turn(services: SessionServices, session_id: str, request: RunTurn, erro
     notice = msgspec.structs.replace(notice, error=OutboundError.AGENT_FAILED)
     events = services.events
 
-    def write(store: Store) -> tuple[int, int | None]:
+    def write(store: StoreInterface) -> tuple[int, int | None]:
         pending = store.inbox.pending_among([d.inbox_id for d in deliveries])
         failed = [d for d in deliveries if d.inbox_id in pending]
         known = _known(store, session_id)

@@ -22,7 +22,7 @@ from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Control, Delivery
 from hermes_actors.runtime.routes import Routes, submit_logged
 from hermes_actors.runtime.services import SessionServices, queue_reply, reply_for
-from hermes_actors.store import InboxState, Store
+from hermes_actors.store import InboxState, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 
 __all__ = ["SupervisorDirectory"]
@@ -92,7 +92,7 @@ class SupervisorDirectory:
         outbox, metrics = self._outbox, self._metrics
         outcome = "refused" if state is InboxState.REJECTED else "answered"
 
-        def answer(store: Store) -> int:
+        def answer(store: StoreInterface) -> int:
             known = session_id if session_id is not None and store.find_session(session_id) else None
             store.inbox.complete(delivery.inbox_id, session_id=known, state=state)
             return queue_reply(store, reply)

@@ -28,7 +28,7 @@ import msgspec
 from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig
 from hermes_actors.lifecycle.work import Delivery
 from hermes_actors.messages import OutboundMessage, decode_outbound, encode
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
@@ -80,7 +80,7 @@ class Events:
         return bool(self._subscribers[kind])
 
     def emit(
-        self, store: Store, kind: EventKind, data: Mapping[str, Any], *, session_id: str | None = None
+        self, store: StoreInterface, kind: EventKind, data: Mapping[str, Any], *, session_id: str | None = None
     ) -> str | None:
         """Inside a write: queue the event for every webhook subscribed to ``kind``; its id (``None``: nobody wants
         it). ``data`` is what the body's ``data`` holds (JSON-encodable)."""
@@ -111,7 +111,7 @@ class Events:
 
     def turn_completed(
         self,
-        store: Store,
+        store: StoreInterface,
         session_id: str,
         deliveries: Sequence[Delivery],
         reply: OutboundMessage | None,
@@ -144,7 +144,7 @@ class Events:
                 data = {"run_id": message.message_id, "session_id": session_id, "status": status, "output": text}
                 self.emit(store, EventKind.RUN_COMPLETED, data, session_id=session_id)
 
-    def session_ended(self, store: Store, session_id: str, reason: str) -> None:
+    def session_ended(self, store: StoreInterface, session_id: str, reason: str) -> None:
         """Inside the commit that ends a session: ``session.ended``."""
         if self.wanted(EventKind.SESSION_ENDED):
             data = {"session_id": session_id, "reason": reason}
@@ -181,7 +181,7 @@ class EventSweep:
         except WriterClosedError:  # stopping: the next start sends them
             self._scheduled = False
 
-    def _unsent(self, store: Store) -> list[OutboxRow]:
+    def _unsent(self, store: StoreInterface) -> list[OutboxRow]:
         self._scheduled = False  # an emit from here on needs a sweep of its own
         return store.outbox.unsent(EVENTS_PLATFORM, limit=_SWEEP_LIMIT)
 

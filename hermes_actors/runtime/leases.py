@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hermes_actors.errors import SessionBusyError
 
 if TYPE_CHECKING:
-    from hermes_actors.store import Store
+    from hermes_actors.store import StoreInterface
 
 __all__ = ["describe_owner", "hold_lease", "lease_owner_alive", "new_lease_owner", "wait_for_lease"]
 
@@ -79,7 +79,9 @@ def wait_for_lease(
         pause = min(pause * 2, 0.5)
 
 
-def hold_lease(store: Store, session_id: str, owner: str, *, ttl_s: float = 30.0, wait_s: float = 10.0) -> None:
+def hold_lease(
+    store: StoreInterface, session_id: str, owner: str, *, ttl_s: float = 30.0, wait_s: float = 10.0
+) -> None:
     """Take ``session_id``'s lease for ``owner`` through ``store`` (a process without the daemon).
 
     Raises :class:`SessionBusyError` naming the holder when it stays busy for ``wait_s``.

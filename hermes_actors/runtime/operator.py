@@ -40,7 +40,7 @@ from hermes_actors.runtime import operator_reads
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.operator_reads import message_view, session_view
 from hermes_actors.runtime.session_admin import LiveAdmin
-from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, Store
+from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, StoreInterface
 from hermes_actors.store.records import LineageRow, MessageRecord
 from hermes_actors.titles import distinct_title, sanitize_title
 
@@ -74,9 +74,9 @@ def _copy(message: MessageRecord) -> NewMessage:
 class StoreAccess(Protocol):
     """How an operator reads and writes the store: a gateway's reader pool and writer, or a cluster's database."""
 
-    def read(self) -> AbstractContextManager[Store]: ...
+    def read(self) -> AbstractContextManager[StoreInterface]: ...
 
-    def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T: ...
+    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T: ...
 
 
 class SessionAdmin(Protocol):
@@ -135,7 +135,7 @@ class GatewayOperator:
         """A live API session without a route; ``system_prompt`` is frozen into it by its first turn."""
         cleaned = sanitize_title(title)  # a TitleError before anything is written
 
-        def create(store: Store) -> SessionRecord:
+        def create(store: StoreInterface) -> SessionRecord:
             if session_id is not None and store.find_session(session_id) is not None:
                 raise SessionExistsError(f"a session with id {session_id} exists already; pick another id")
             source = SessionSource(platform=OPERATOR_PLATFORM, chat_type="dm", user_id="operator")
@@ -181,7 +181,7 @@ class GatewayOperator:
         parent = self._admin.check(session_id)
         self._admin.end(parent, EndReason.BRANCHED)
 
-        def fork(store: Store) -> SessionRecord:
+        def fork(store: StoreInterface) -> SessionRecord:
             record = store.get_session(session_id)
             title = self._fork_title(store, record.title)
             source = SessionSource(
@@ -211,7 +211,7 @@ class GatewayOperator:
         return session_view(self._gateway.write(fork))
 
     @staticmethod
-    def _fork_title(store: Store, title: str | None) -> str | None:
+    def _fork_title(store: StoreInterface, title: str | None) -> str | None:
         """``"<base> (N)"`` with the first N from 2 that no session holds (``None`` for an untitled parent)."""
         if title is None:
             return None

@@ -27,7 +27,7 @@ from hermes_actors.operator_port import (
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.search import session_search
 from hermes_actors.search.shapes import Sort
-from hermes_actors.store import SessionFilter, Store, StoreInterface, TipFilter
+from hermes_actors.store import SessionFilter, StoreInterface, TipFilter
 from hermes_actors.store.export import encode_export_line
 from hermes_actors.store.records import AttachmentRecord, LineageRow, MessageRecord, SessionRecord
 
@@ -72,7 +72,7 @@ def session_view(
     )
 
 
-def conversations(store: Store, where: ConversationFilter, *, limit: int, offset: int) -> ConversationPage:
+def conversations(store: StoreInterface, where: ConversationFilter, *, limit: int, offset: int) -> ConversationPage:
     """One row per lineage passing ``where``, most recently active tip first."""
     visible = audience_filter(where.audience)
     if where.user_id is not None:
@@ -108,7 +108,7 @@ def audience_filter(audience: Audience | None) -> SessionFilter | None:
     return SessionFilter(source=audience.platform, scope_id=audience.scope_id)
 
 
-def search(store: Store, query: str, *, sort: str, limit: int) -> SearchPage:
+def search(store: StoreInterface, query: str, *, sort: str, limit: int) -> SearchPage:
     """``session_search`` discovery over every session, as the agent's tool runs it (without its scope)."""
     chosen: Sort = next((s for s in _SORTS if s == sort), "relevance")
     result = session_search(store, query=query, sort=chosen, limit=limit)
@@ -194,7 +194,7 @@ def transcript(store: StoreInterface, session_id: str) -> TranscriptView:
     return TranscriptView(session_id=chain[-1], segments=segments)
 
 
-def export_lineage(store: Store, session_id: str) -> bytes:
+def export_lineage(store: StoreInterface, session_id: str) -> bytes:
     """The lineage through ``session_id`` as JSONL, root first, in one read transaction."""
     store.get_session(session_id)
     with store.transaction():

@@ -58,7 +58,7 @@ from hermes_actors.runtime.sent_marks import SentMarks
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 if TYPE_CHECKING:
-    from hermes_actors.store import Store
+    from hermes_actors.store import StoreInterface
 
 __all__ = ["LANES_PER_PLATFORM", "RELEASE_TIMEOUT_S", "GiveUp", "OutboxActor", "abandon", "tick_outbox"]
 
@@ -68,11 +68,11 @@ LANES_PER_PLATFORM = 16  # sends in progress at once per platform: chats beyond 
 RELEASE_TIMEOUT_S = 5.0  # how long replace() waits for the old actor to hand over what it holds
 
 WakeAt = Callable[[str, float, Callable[[], None]], None]  # (name, due_at, callback): TimerService.once
-GiveUp = Callable[["Store", int, OutboundMessage, str], int]
+GiveUp = Callable[["StoreInterface", int, OutboundMessage, str], int]
 """Inside a write: give row ``outbox_id`` (its message, why) up; how many messages that dead-lettered."""
 
 
-def abandon(store: Store, outbox_id: int, message: OutboundMessage, reason: str) -> int:
+def abandon(store: StoreInterface, outbox_id: int, message: OutboundMessage, reason: str) -> int:
     """The :data:`GiveUp` that only marks the row given up (dead-lettering nothing)."""
     store.outbox.abandon(outbox_id, reason)
     return 0
@@ -337,7 +337,7 @@ class OutboxActor(RuntimeActor):
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
-    def _submit(self, work: Callable[[Store], Any], then: Callable[[Any], object] | None = None) -> None:
+    def _submit(self, work: Callable[[StoreInterface], Any], then: Callable[[Any], object] | None = None) -> None:
         try:
             self._writer.submit(work, then=then)
         except WriterClosedError:

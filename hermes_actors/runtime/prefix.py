@@ -20,7 +20,7 @@ from hermes_actors.agents.tools import Tool, agent_tools, freeze_tools, thaw_too
 from hermes_actors.agents.turn import system_message
 from hermes_actors.principal import Principal
 from hermes_actors.routing import SessionSource
-from hermes_actors.store import SessionRecord, Store
+from hermes_actors.store import SessionRecord, StoreInterface
 
 __all__ = ["FrozenPrefix", "fresh_prefix", "stored_prefix", "user_key"]
 
@@ -47,7 +47,7 @@ def user_key(source: SessionSource) -> str | None:
 
 
 def fresh_prefix(
-    store: Store, agent: object, source: SessionSource, tools: Sequence[Tool], *, prompt: str | None = None
+    store: StoreInterface, agent: object, source: SessionSource, tools: Sequence[Tool], *, prompt: str | None = None
 ) -> FrozenPrefix:
     """The prefix a session of ``source`` starts with now: ``prompt`` (by default the agent's configured one) and
     the memories of its user as the store has them, then ``tools`` and the agent's own (its MCP servers' tools, as

@@ -13,7 +13,7 @@ from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.prefix import FrozenPrefix
 from hermes_actors.runtime.protocol import Delivery
-from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, Store
+from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, StoreInterface
 from hermes_actors.store.readers import ReaderPool
 
 _log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def appended(session_id: str, ids: Sequence[int], new: Sequence[NewMessage], now
     ]
 
 
-def record_attachments(store: Store, deliveries: Sequence[Delivery], ids: Sequence[int], now: float) -> None:
+def record_attachments(store: StoreInterface, deliveries: Sequence[Delivery], ids: Sequence[int], now: float) -> None:
     """Commit the attachment rows of each delivery's user message (the first ``len(deliveries)`` of ``ids``)."""
     for delivery, message_id in zip(deliveries, ids, strict=False):
         for attachment in delivery.message.attachments:
@@ -114,7 +114,7 @@ class CreatedRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def create_session_row(
-    store: Store,
+    store: StoreInterface,
     session_id: str,
     create_with: NewSession,
     *,

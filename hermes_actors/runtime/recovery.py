@@ -20,7 +20,7 @@ from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.leases import lease_owner_alive
 from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.protocol import Deliver, DeliverBatch, Delivery
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.records import InboxRow, OutboxRow
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
@@ -59,7 +59,7 @@ class Recovery:
         """Replay unanswered inbox rows (in id order) and queue unsent replies (older ones first)."""
         platforms = self._platforms
 
-        def pending_work(store: Store) -> tuple[tuple[list[InboxRow], dict[int, InboxRow]], list[OutboxRow]]:
+        def pending_work(store: StoreInterface) -> tuple[tuple[list[InboxRow], dict[int, InboxRow]], list[OutboxRow]]:
             for holder in store.leases.owners():
                 if not lease_owner_alive(str(holder)):
                     store.leases.release_all(str(holder))
@@ -85,7 +85,7 @@ class Recovery:
                 return
             ids = list(self._deferred)
 
-            def claim(store: Store) -> tuple[list[InboxRow], dict[int, InboxRow]]:
+            def claim(store: StoreInterface) -> tuple[list[InboxRow], dict[int, InboxRow]]:
                 if not store.inbox.pending_among(ids):
                     return [], {}
                 return self._claim_pending(store)
@@ -96,7 +96,7 @@ class Recovery:
                     _log.info("replaying %d inbound messages another process left", len(rows))
                 self._replay(rows)
 
-    def _claim_pending(self, store: Store) -> tuple[list[InboxRow], dict[int, InboxRow]]:
+    def _claim_pending(self, store: StoreInterface) -> tuple[list[InboxRow], dict[int, InboxRow]]:
         """Inside a write: claim the pending rows this process may run; return them and the deferred ones.
 
         It changes nothing of this object (the write may be rolled back and run again); the caller keeps the

@@ -22,7 +22,7 @@ from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.log_fields import session_extra
 from hermes_actors.runtime.protocol import Deliver
 from hermes_actors.runtime.services import NewSessionId
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 
@@ -38,7 +38,7 @@ def _log_failure(done: Future[Any]) -> None:
 
 
 def submit_logged(
-    writer: StoreWriter, work: Callable[[Store], T], then: Callable[[T], object] | None = None
+    writer: StoreWriter, work: Callable[[StoreInterface], T], then: Callable[[T], object] | None = None
 ) -> Future[T]:
     """Queue a write without waiting for it; a failure is logged (nothing on the submitting thread waits)."""
     future = writer.submit(work, then=then)
@@ -117,7 +117,7 @@ class Routes:
         del self._routes[routing_key]
         self._keys.get(cached, set()).discard(routing_key)
 
-    def _write(self, routing_key: str, work: Callable[[Store], object]) -> Future[object]:
+    def _write(self, routing_key: str, work: Callable[[StoreInterface], object]) -> Future[object]:
         """Queue a write of ``routing_key``'s route, counted as under way until it commits or fails."""
         with self._lock:
             self._writing[routing_key] = self._writing.get(routing_key, 0) + 1
@@ -229,7 +229,7 @@ class Routes:
             if decision.action != LegacyKeyAction.CLAIM:
                 continue
 
-            def claim(store: Store, legacy: str = legacy, session_id: str = session_id) -> None:
+            def claim(store: StoreInterface, legacy: str = legacy, session_id: str = session_id) -> None:
                 store.set_route(routing_key, session_id)
                 store.unbind_route(legacy)
                 record = store.get_session(session_id)

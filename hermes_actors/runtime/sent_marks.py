@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 if TYPE_CHECKING:
-    from hermes_actors.store import Store
+    from hermes_actors.store import StoreInterface
 
 __all__ = ["SentMarks"]
 
@@ -60,7 +60,7 @@ class SentMarks:
             return
         written.add_done_callback(self._written)
 
-    def _write(self, store: Store) -> int:
+    def _write(self, store: StoreInterface) -> int:
         """On the writer thread: take every mark added so far and write them."""
         with self._lock:
             marks, self._marks, self._queued = self._marks, [], False

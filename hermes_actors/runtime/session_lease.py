@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hermes_actors.runtime.leases import wait_for_lease
 from hermes_actors.runtime.services import SessionServices
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 
 __all__ = ["SessionLease"]
 
@@ -55,7 +55,7 @@ class SessionLease:
         self.held = epoch is not None
         self._epoch = epoch or 0
 
-    def fence(self, store: Store) -> None:
+    def fence(self, store: StoreInterface) -> None:
         """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands."""
         config = self._services.config
         store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
 __all__ = ["TimerService"]
@@ -162,7 +162,7 @@ class TimerService:
             with self._unwritten_lock:
                 self._flush_queued = False
 
-    def _flush(self, store: Store) -> int:
+    def _flush(self, store: StoreInterface) -> int:
         with self._unwritten_lock:
             changes, self._unwritten = self._unwritten, {}
             self._flush_queued = False

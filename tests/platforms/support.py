@@ -121,7 +121,7 @@ class RunningAdapter(Generic[A]):
     def inbox_rows(self, *columns: str) -> list[tuple[str, ...]]:
         """The given columns of every inbox row, oldest first, as text."""
         with self.gateway.read() as store:
-            rows = store._connection.execute(f"SELECT {', '.join(columns)} FROM inbox ORDER BY id").fetchall()
+            rows = store.sql.execute(f"SELECT {', '.join(columns)} FROM inbox ORDER BY id")
         return [tuple(str(value) for value in row) for row in rows]
 
 

@@ -88,7 +88,7 @@ def test_the_key_is_stored_as_a_fingerprint_only(running: Running) -> None:
     _, session_id = ask(running, "who made me?")
     with running.gateway.read() as store:
         record = store.get_session(session_id)
-        raw = store._connection.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchall()
+        raw = store.sql.execute("SELECT * FROM sessions WHERE id = ?", (session_id,))
     assert record.scope_id == key_fingerprint(KEY)
     assert KEY not in str(raw)
 

@@ -18,7 +18,7 @@ import pytest
 
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.outbox_router import OutboxRouter
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import NewMessage
@@ -111,7 +111,11 @@ def refuse_commits(gateway: Gateway, refusal: Refusal) -> None:
             return True
         return False
 
-    gateway.write(lambda store: store._connection.set_commit_hook(hook))
+    def install(store: StoreInterface) -> None:
+        assert isinstance(store, Store)  # the hook is SQLite's own
+        store._connection.set_commit_hook(hook)
+
+    gateway.write(install)
 
 
 def post(running: Running, text: str, session: str) -> tuple[int, dict[str, Any], float]:

@@ -239,7 +239,7 @@ def test_pairs_are_remembered_per_millisecond_and_a_slot_is_reused_once_its_pair
     assert ding.push(ding.fake.callback(MAIN_KEY, "later", msg_id="m-later"), timestamp_ms=later)[0] == 200
     assert ding.push(ding.fake.callback(MAIN_KEY, "y", msg_id="m-y"), timestamp_ms=later)[0] == 401
     with ding.gateway.read() as store:
-        slots = store._connection.execute("SELECT account_id FROM poll_cursors WHERE account_id LIKE 'signed:%'")
+        slots = store.sql.execute("SELECT account_id FROM poll_cursors WHERE account_id LIKE 'signed:%'")
         keys = sorted(key for (key,) in slots)
     assert keys == sorted(f"signed:main:{(NOW_MS + offset) % 10_800_000}" for offset in (0, 1, 999))
 

@@ -175,8 +175,8 @@ def test_a_direct_message_gets_its_own_session_and_the_reply_goes_to_the_chat(st
     assert feishu.transcript(key) == [("user", "hello"), ("assistant", "echo: hello")]
     with feishu.gateway.read() as store:
         (session,) = store.list_sessions()
-        (inbox,) = store._connection.execute("SELECT platform_message_id FROM inbox").fetchall()
-        (sent_id,) = store._connection.execute("SELECT platform_message_id FROM outbox").fetchall()
+        (inbox,) = store.sql.execute("SELECT platform_message_id FROM inbox")
+        (sent_id,) = store.sql.execute("SELECT platform_message_id FROM outbox")
     assert (session.scope_id, session.account_id, session.chat_type) == ("tenant-a", "main", "dm")
     assert session.user_id == "on_alice"  # the union_id: stable across the tenant's apps
     assert inbox == ("ev-1",)  # deduplicated on the event id

@@ -99,7 +99,7 @@ class Running:
 
     def rows(self) -> list[Row]:
         with self.gateway.read() as store:
-            found = store._connection.execute("SELECT platform_message_id, routing_key, payload FROM inbox ORDER BY id")
+            found = store.sql.execute("SELECT platform_message_id, routing_key, payload FROM inbox ORDER BY id")
             return [Row(str(mid), str(key), decode_inbound(payload).text) for mid, key, payload in found]
 
     def texts(self) -> list[str]:
@@ -605,9 +605,7 @@ def test_a_reply_no_retry_can_deliver_is_given_up_with_the_reason_and_the_chat_g
     assert daemon.take_sent().text == "echo: later"
     assert running.gateway.wait_idle()
     with running.gateway.read() as store:
-        rows = store._connection.execute(
-            "SELECT abandoned_at IS NOT NULL, last_error FROM outbox ORDER BY id"
-        ).fetchall()
+        rows = store.sql.execute("SELECT abandoned_at IS NOT NULL, last_error FROM outbox ORDER BY id")
     assert rows[0][0] == 1
     assert "is not a registered Signal user" in str(rows[0][1])
     assert rows[1] == (0, None)

@@ -87,9 +87,7 @@ class Running(RunningAdapter[SmsAdapter]):
     def given_up(self) -> list[str]:
         def reasons() -> list[str]:
             with self.gateway.read() as store:
-                rows = store._connection.execute(
-                    "SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id"
-                ).fetchall()
+                rows = store.sql.execute("SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id")
             return [str(reason) for (reason,) in rows]
 
         return poll_until(reasons, 10, what="a reply given up")

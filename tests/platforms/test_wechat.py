@@ -87,7 +87,7 @@ class Wechat:
 
     def rows(self) -> list[Row]:
         with self.gateway.read() as store:
-            found = store._connection.execute("SELECT platform_message_id, routing_key, payload FROM inbox ORDER BY id")
+            found = store.sql.execute("SELECT platform_message_id, routing_key, payload FROM inbox ORDER BY id")
             return [Row(str(mid), str(key), decode_inbound(payload).text) for mid, key, payload in found]
 
     def texts(self) -> list[str]:

@@ -107,9 +107,7 @@ class Running(RunningAdapter[WhatsappAdapter]):
 
         def reasons() -> list[str] | None:
             with self.gateway.read() as store:
-                rows = store._connection.execute(
-                    "SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id"
-                ).fetchall()
+                rows = store.sql.execute("SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL ORDER BY id")
             return [str(reason) for (reason,) in rows] if len(rows) >= count else None
 
         return poll_until(reasons, timeout, what=f"{count} replies given up")

@@ -75,7 +75,7 @@ def test_a_permanent_failure_gives_the_reply_up_and_the_chat_goes_on(make_gatewa
     assert gateway.wait_idle()
     with gateway.read() as store:
         assert store.outbox.unsent() == []
-        reasons = store._connection.execute("SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL").fetchall()
+        reasons = store.sql.execute("SELECT last_error FROM outbox WHERE abandoned_at IS NOT NULL")
     assert reasons == [("fake platform refused the send",)]
     assert [m.text for m in fake.sent] == ["echo: after"]
 
@@ -158,8 +158,8 @@ def test_old_answered_inbox_rows_and_sent_replies_are_pruned_in_chunks(
     gateway.prune_queues()
     assert gateway.wait_idle()
     with gateway.read() as store:
-        inbox = [str(m) for (m,) in store._connection.execute("SELECT platform_message_id FROM inbox")]
-        outbox = store._connection.execute("SELECT count(*) FROM outbox").get
+        inbox = [str(m) for (m,) in store.sql.execute("SELECT platform_message_id FROM inbox")]
+        outbox = store.sql.value("SELECT count(*) FROM outbox")
     assert inbox == ["recent"]
     assert outbox == 1
     # The transcript is untouched: only the queues are trimmed.

@@ -71,7 +71,7 @@ def test_a_session_held_by_another_process_gets_a_busy_reply_then_works_once_rel
     assert gateway.wait_idle()
     with gateway.read() as store:
         assert [m.content for m in store.load_transcript(session_id)] == ["now?", "echo: now?"]
-        state = store._connection.execute("SELECT state FROM inbox WHERE platform_message_id = 'm1'").get
+        state = store.sql.value("SELECT state FROM inbox WHERE platform_message_id = 'm1'")
         assert state == "rejected"
 
 
@@ -132,9 +132,7 @@ def _tell_holder(holder: subprocess.Popen[str], command: str) -> None:
 
 def _inbox_state(gateway: Gateway, message_id: str) -> str:
     with gateway.read() as store:
-        return str(
-            store._connection.execute("SELECT state FROM inbox WHERE platform_message_id = ?", (message_id,)).get
-        )
+        return str(store.sql.value("SELECT state FROM inbox WHERE platform_message_id = ?", (message_id,)))
 
 
 def _waits_for_leases(monkeypatch: pytest.MonkeyPatch) -> threading.Event:

@@ -17,7 +17,7 @@ from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.outbox_router import OutboxRouter
 from hermes_actors.runtime.sent_marks import SentMarks
 from hermes_actors.runtime.services import queue_reply
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock, poll_until
@@ -47,7 +47,7 @@ def writer_held(writer: StoreWriter) -> Iterator[None]:
     """Keep the writer inside one write for the block: nothing else commits meanwhile."""
     release, started = threading.Event(), threading.Event()
 
-    def hold(store: Store) -> None:
+    def hold(store: StoreInterface) -> None:
         started.set()
         assert release.wait(WAIT_S), "the writer was held too long"
 
@@ -179,7 +179,7 @@ def test_a_turns_reply_is_committed_with_its_attempt_counted_and_its_send_counts
     assert fake.pop().text == "echo: hello"
     assert gateway.wait_idle()
     with gateway.read() as store:
-        rows = store._connection.execute("SELECT attempts, sent_at IS NOT NULL FROM outbox").fetchall()
+        rows = store.sql.execute("SELECT attempts, sent_at IS NOT NULL FROM outbox")
     assert rows == [(1, 1)]
     assert counted == []  # the turn's commit counted it: no write of its own before the send
 

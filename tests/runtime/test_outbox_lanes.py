@@ -17,7 +17,7 @@ import pytest
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.runtime.outbox_router import OutboxRouter
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock, poll_until
 from platforms.base import ReplySender, SendError
@@ -127,7 +127,7 @@ def queue_reply(
     """Commit a reply to ``chat`` as a turn would; return its outbox id and message."""
     reply = reply or OutboundMessage(platform=PLATFORM, chat_id=chat, text=text)
 
-    def add(store: Store) -> int:
+    def add(store: StoreInterface) -> int:
         return store.outbox.add(
             session_id=reply.session_id,
             platform=reply.platform,

@@ -13,7 +13,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Deliver, Delivery
 from hermes_actors.runtime.routes import Routes
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 
@@ -61,7 +61,7 @@ def test_a_route_write_of_its_own_in_flight_or_a_session_at_work_here_keeps_the_
     routes.store(KEY, "old").result(10)
     gate, entered = threading.Event(), threading.Event()
 
-    def busy(store: Store) -> None:  # the writer is busy: the next write waits
+    def busy(store: StoreInterface) -> None:  # the writer is busy: the next write waits
         entered.set()
         gate.wait(10)
 

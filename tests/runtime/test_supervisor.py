@@ -17,7 +17,7 @@ from hermes_actors.runtime.protocol import Deliver, Delivery, RunTurn, Superviso
 from hermes_actors.runtime.services import CancelToken
 from hermes_actors.runtime.session import SessionActor
 from hermes_actors.runtime.turns import SessionTurns
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.testing import FakePlatform
 from tests.runtime.conftest import MakeGateway
 
@@ -26,7 +26,7 @@ def _commit_without_dispatch(gateway: Gateway, inbound: InboundMessage) -> Deliv
     """Store ``inbound`` in the inbox as ``accept`` does, but hand back its ``Deliver`` instead of sending it."""
     key = build_session_key(inbound.source, gateway.config.key_policy)
 
-    def add(store: Store) -> int | None:
+    def add(store: StoreInterface) -> int | None:
         return store.inbox.add(
             platform=inbound.source.platform,
             account_id="",
@@ -50,7 +50,7 @@ class _HeldWriter:
         self.done = gateway._writer.submit(self._hold)
         assert self._entered.wait(10), "the writer did not start the holding job"
 
-    def _hold(self, store: Store) -> None:
+    def _hold(self, store: StoreInterface) -> None:
         self._entered.set()
         self._release.wait(30)
 

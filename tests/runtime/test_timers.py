@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.runtime.timers import TimerService
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.testing import FakeClock
 
@@ -89,7 +89,7 @@ def test_deadline_changes_queued_behind_a_commit_are_stored_by_one_write_with_th
     timers = TimerService(writer=writer, clock=clock)
     entered, release = threading.Event(), threading.Event()
 
-    def hold(store: Store) -> None:
+    def hold(store: StoreInterface) -> None:
         entered.set()
         assert release.wait(10)
 

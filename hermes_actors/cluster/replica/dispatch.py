@@ -259,7 +259,7 @@ class OutboxDispatcher:
             if exc.permanent or message.no_retry:
                 _log.warning("dispatcher %s: reply %d failed and is given up: %s", self._name, row.id, exc)
                 with self._store.transaction():
-                    self._give_up(self._store, row.id, message, str(exc))  # type: ignore[arg-type]
+                    self._give_up(self._store, row.id, message, str(exc))
                 self._remember(row.id, None)
             else:
                 wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2 ** (attempt - 1))

@@ -35,9 +35,9 @@ from hermes_actors.cluster.settings import ClusterHealth
 from hermes_actors.cluster.status import ClusterStatus, cluster_status
 from hermes_actors.errors import HermesError, StoreError
 from hermes_actors.health import ClusterView
+from hermes_actors.store import StoreInterface
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.readers import ReaderPool
-from hermes_actors.store.store import Store
 
 __all__ = ["CheckedReaders", "ClusterCollector", "ClusterWatch", "StoreCheck"]
 
@@ -86,11 +86,11 @@ class CheckedReaders(ReaderPool):
         self._check = check
 
     @contextmanager
-    def reader(self, timeout: float | None = 30.0) -> Iterator[Store]:
+    def reader(self, timeout: float | None = 30.0) -> Iterator[StoreInterface]:
         problem = self._check.problem()
         if problem is not None:
             raise StoreError(f"not read: {problem}")
-        yield self._pg  # type: ignore[misc]
+        yield self._pg
 
     def close(self) -> None:
         """Nothing to close: the replica closes the store."""

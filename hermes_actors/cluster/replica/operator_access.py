@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from hermes_actors.cluster.admin_requests import AdminOp, request_change
 from hermes_actors.runtime.operator import GatewayOperator, SessionAdmin
-from hermes_actors.store import EndReason, SessionRecord, Store
+from hermes_actors.store import EndReason, SessionRecord, StoreInterface
 from hermes_actors.store.pg.store import PostgresStore
 
 __all__ = ["ClusterSessionAdmin", "PgAccess", "cluster_operator"]
@@ -23,14 +23,13 @@ class PgAccess:
     pool lends a connection per statement); a write is one transaction."""
 
     def __init__(self, store: PostgresStore) -> None:
-        self._pg = store
-        self._store = cast("Store", store)
+        self._store = store
 
-    def read(self) -> AbstractContextManager[Store]:
+    def read(self) -> AbstractContextManager[StoreInterface]:
         return nullcontext(self._store)
 
-    def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T:
-        with self._pg.transaction():
+    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T:
+        with self._store.transaction():
             return work(self._store)
 
 
