@@ -21,7 +21,7 @@ from hermes_actors.errors import (
 )
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.routing import KeyPolicy, SessionKey, SessionSource, build_session_key, parse_session_key
-from hermes_actors.store import EndReason, NewMessage, Role, Store
+from hermes_actors.store import EndReason, NewMessage, Role, Store  # Store: the public API's SQLite store
 
 __all__ = [
     "AmbiguousSessionError",

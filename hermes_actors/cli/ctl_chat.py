@@ -58,7 +58,7 @@ from hermes_actors.daemon.terminal import (
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.lifecycle.recap import recap_lines
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import EndReason, Store  # Store: to open the home's SQLite file by its path
 from hermes_actors.store.lineage import lineage_tip
 
 __all__ = ["chat"]

@@ -22,7 +22,7 @@ from hermes_actors.daemon.startup import check_configuration, check_ports, prepa
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import ToolServerHealth
 from hermes_actors.ports import AgentInfo, Latency, Vitals
-from hermes_actors.store import Store
+from hermes_actors.store import Store  # Store: to open the home's SQLite file by its path
 from platforms import registry
 
 __all__ = ["admin_key_command", "config", "home_settings", "status"]

@@ -15,7 +15,7 @@ from hermes_actors.cli.formatting import format_bytes
 from hermes_actors.cli.options import database_path, home_option, open_store, reports_errors, resolve_home
 from hermes_actors.cli.progress import Phases
 from hermes_actors.errors import StoreBusyError, StoreError, StoreFault
-from hermes_actors.store import Store
+from hermes_actors.store import Store  # Store: to open the home's SQLite file by its path
 from hermes_actors.store.migrations import SCHEMA_VERSION
 
 __all__ = ["db"]

@@ -38,7 +38,7 @@ from hermes_actors.importer import (
     ScopeRule,
     SourceDatabaseError,
 )
-from hermes_actors.store import Store, StoreInterface
+from hermes_actors.store import Store, StoreInterface  # Store: to open the home's SQLite file by its path
 from hermes_actors.store.migrations import SCHEMA_VERSION
 from platforms.registry import PLATFORMS, account_scopes
 

@@ -17,7 +17,7 @@ import click
 
 from hermes_actors.daemon.home import DATABASE_NAME, HomeError, database_path, make_home
 from hermes_actors.errors import HermesError, SchemaVersionError, StoreError
-from hermes_actors.store import Store, StoreInterface
+from hermes_actors.store import Store, StoreInterface  # Store: to open the home's SQLite file by its path
 
 __all__ = [
     "DATABASE_NAME",

@@ -29,7 +29,7 @@ from hermes_actors.errors import ConfigError, HermesError
 from hermes_actors.media import check_describe
 from hermes_actors.ports import Adapter, ReplySender
 from hermes_actors.runtime.agent_roster import AgentRoster
-from hermes_actors.store import Store
+from hermes_actors.store import Store  # Store: to open the home's SQLite file by its path
 from platforms import registry
 
 __all__ = ["StartPlan", "build_adapters", "check_configuration", "check_ports", "prepare_start", "queued_at"]

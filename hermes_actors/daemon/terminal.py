@@ -28,7 +28,7 @@ from hermes_actors.routing import SessionSource, build_session_key
 from hermes_actors.runtime.admin import admin_lease
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.leases import new_lease_owner
-from hermes_actors.store import EndReason, Store
+from hermes_actors.store import EndReason, Store  # Store: to open the home's SQLite file by its path
 from hermes_actors.turn_events import ToolStatus
 from hermes_actors.waiters import ReplyWaiters
 
