@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import pytest
 
@@ -150,7 +150,7 @@ def _replies(home: Path) -> dict[str, list[str]]:
     with Store.open(home / "state.db", readonly=True) as store:
         rows = store._connection.execute("SELECT payload FROM outbox ORDER BY id").fetchall()
     for (payload,) in rows:
-        message = decode_outbound(bytes(payload))
+        message = decode_outbound(cast(bytes, payload))
         tag = (message.chat_id or "").removeprefix("c-")
         if tag in found:
             assert message.error in (None, OutboundError.SESSION_BUSY)
