@@ -34,6 +34,7 @@ from hermes_actors.health import (
     Readiness,
     Vitals,
 )
+from hermes_actors.job_port import JobBook
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
 from hermes_actors.operator_port import Operator
@@ -299,6 +300,11 @@ class ApiInbox(Intake, Protocol):
     @property
     def conversations(self) -> ConversationBook:
         """The API's ``/v1/conversations``, each a session (:mod:`hermes_actors.conversation_port`)."""
+        ...
+
+    @property
+    def jobs(self) -> JobBook:
+        """The scheduled turns (:mod:`hermes_actors.job_port`): the operator's ``/api/jobs`` and the console."""
         ...
 
 

@@ -27,6 +27,7 @@ from hermes_actors.agents.base import Agent, EchoAgent
 from hermes_actors.config import BusyConfig, EventsConfig, RuntimeConfig, SessionsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
 from hermes_actors.lifecycle.resets import ResetScheduler, watch_background_ends
+from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
@@ -34,6 +35,8 @@ from hermes_actors.runtime.agent_health import AgentProbeConfig
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.dead_letters import Replays, give_up
 from hermes_actors.runtime.events import Events, EventSweep
+from hermes_actors.runtime.job_book import StoreJobs
+from hermes_actors.runtime.jobs import wire_jobs
 from hermes_actors.runtime.leases import lease_owner_alive, new_lease_owner
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.outbox_router import OutboxRouter
@@ -90,6 +93,7 @@ class GatewayOptions(TypedDict, total=False):
     replies_sent_elsewhere: bool
     agent_probe: AgentProbeConfig | None
     events: EventsConfig | None
+    jobs: JobsConfig | None  # the scheduled turns (runtime.jobs), fired where resets are scheduled
     busy: BusyConfig | None
 
 
@@ -101,6 +105,7 @@ class Runtime:
         "clock",
         "config",
         "events",
+        "jobs",
         "lease_owner",
         "media",
         "metrics",
@@ -143,6 +148,7 @@ class Runtime:
         self.events = services.events
         self.sweep = sweep  # None where another process sends the replies (a cluster's shard host)
         self.replays = replays
+        self.jobs: StoreJobs | None = None  # set by wire
         self.metrics = metrics
         self.clock = clock
         self.media = media
@@ -183,6 +189,8 @@ class Runtime:
             self.sweep.sweep()
         if self.replays is not None:
             self.replays.run()
+        if self.jobs is not None:  # at start, and on every tick: what another process changed
+            self.jobs.hooks.resync()
 
     def prune_queues(self) -> None:
         """Delete answered inbox rows and finished outbox rows older than ``runtime.queue_retention_days``, in
@@ -383,4 +391,7 @@ def wire(
     timers.every("passivation", interval, runtime.tick)
     timers.every("queue-prune", QUEUE_PRUNE_INTERVAL_S, runtime.prune_queues)
     timers.every("inbox-released", interval, recovery.replay_released)
+    runtime.jobs = wire_jobs(
+        services, timers, supervisor.tell, options.get("jobs"), options.get("tz"), runtime.schedule_resets
+    )
     return runtime

@@ -45,6 +45,7 @@ from hermes_actors.runtime.admin import delete_in_store
 from hermes_actors.runtime.agent_health import AgentHealth
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, assemble
+from hermes_actors.runtime.job_book import StoreJobs
 from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, AgentFailure, Deliver, Delivery, SupervisorStatistics
@@ -166,6 +167,12 @@ class Gateway:
     def agents(self) -> AgentRoster:
         """The named agents sessions are answered by, and the bindings between them."""
         return self._runtime.services.agents
+
+    @property
+    def jobs(self) -> StoreJobs:
+        """The scheduled turns on this gateway's store, fired here (:mod:`hermes_actors.runtime.jobs`)."""
+        assert self._runtime.jobs is not None  # wire sets it
+        return self._runtime.jobs
 
     @property
     def watch(self) -> TurnWatch:

@@ -29,6 +29,7 @@ from hermes_actors.ports import (
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.job_book import StoreJobs
 from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.runtime.session_admin import LiveAdmin
 from hermes_actors.store import InboxState, MessageRecord, Role, Store
@@ -178,6 +179,11 @@ class GatewayInbox:
     def conversations(self) -> StoreConversations:
         """The API's conversations on the gateway's store."""
         return self._conversations
+
+    @property
+    def jobs(self) -> StoreJobs:
+        """The scheduled turns, fired by this gateway."""
+        return self._gateway.jobs
 
 
 def session_owner_in(store: Store, session_id: str) -> SessionOwner | None:

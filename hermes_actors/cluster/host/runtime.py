@@ -30,6 +30,7 @@ from pathlib import Path
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.admin import ShardAdmin
 from hermes_actors.cluster.host.background import BackgroundWatch
+from hermes_actors.cluster.host.jobs import ShardJobs
 from hermes_actors.cluster.host.keeper import ShardKeeper
 from hermes_actors.cluster.host.outage import Outages
 from hermes_actors.cluster.host.settings import HostSettings, HostStatus
@@ -88,6 +89,7 @@ class HostRuntime:
             "schedule_resets": False,
             "replies_sent_elsewhere": True,
             "events": settings.events,  # emitted in its fenced commits; the replicas' dispatchers deliver them
+            "jobs": settings.jobs,  # the agent's schedule tool; the jobs are fired by scanning (ShardJobs)
             "busy": settings.busy,
         }
         media = MediaStore(Path(tempfile.gettempdir()) / f"hermes-media-{settings.name}")
@@ -122,7 +124,11 @@ class HostRuntime:
             self.store, self.fence, settings.reset, background_started_at=self.background.started_at
         )
         self.admin = ShardAdmin(self.store, self.fence, self.runtime, name=settings.name)
-        self._scanned_at = 0.0
+        services = self.runtime.services
+        self.jobs = ShardJobs(
+            self.store, self.fence, policy=services.config.key_policy, events=services.events, config=settings.jobs
+        )
+        self._scanned_at = self._jobs_scanned_at = 0.0
         self._recheck = False  # the next pull looks at every pending row again (a background process ended)
         self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
         self._lock = threading.Lock()
@@ -210,6 +216,9 @@ class HostRuntime:
                 if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
                     self._scanned_at = time.monotonic()
                     self.timers.scan()
+                if time.monotonic() - self._jobs_scanned_at >= self.settings.job_scan_s:
+                    self._jobs_scanned_at = time.monotonic()
+                    self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
                 self.pull(recheck=recheck or not woken)
                 if not woken:
                     self._hand_lost_again()

@@ -7,6 +7,7 @@ import msgspec
 
 from hermes_actors.config import BusyConfig, EventsConfig
 from hermes_actors.lifecycle.policy import ResetConfig
+from hermes_actors.lifecycle.schedule import JobsConfig
 
 __all__ = ["HostSettings", "HostStatus"]
 
@@ -30,6 +31,8 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     relay_platforms: tuple[str, ...] = ("api_server",)  # whose turns' events are relayed to a waiting replica
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)  # webhooks its commits emit events for
     busy: BusyConfig = msgspec.field(default_factory=BusyConfig)  # what a message to a busy session does (busy:)
+    jobs: JobsConfig = msgspec.field(default_factory=JobsConfig)  # scheduled turns (jobs:)
+    job_scan_s: float = 5.0  # how often the held shards' due jobs are looked for
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,11 +19,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
+from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
 from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, PgAccess
 from hermes_actors.cluster.settings import ClusterHealth
+from hermes_actors.config import EventsConfig
 from hermes_actors.errors import PlatformError
+from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import MediaStore
 from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.operator_port import Operator
@@ -40,7 +43,9 @@ from hermes_actors.ports import (
 from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.runtime.conversations import StoreConversations
+from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
+from hermes_actors.runtime.job_book import NoHooks, StoreJobs
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import SupervisorStatistics
@@ -88,6 +93,8 @@ class ClusterInbox:
         health: ClusterHealth | None = None,
         hosts: Sequence[str] = (),
         agent_names: Sequence[str] = (DEFAULT_AGENT,),
+        jobs: JobsConfig | None = None,
+        events: EventsConfig | None = None,
     ) -> None:
         self._ingress = ingress
         self._agent_names = tuple(agent_names)
@@ -100,6 +107,14 @@ class ClusterInbox:
         self._board = board or PlatformBoard()
         self._operator = operator
         self._conversations = StoreConversations(PgAccess(ingress.store), ClusterSessionAdmin(ingress.store))
+        self._jobs = StoreJobs(  # fired by the shard hosts' scans; a run by hand goes to its shard's queue
+            PgAccess(ingress.store),
+            hooks=NoHooks(),
+            queue=ShardRuns(ingress.store, ingress.shards),
+            policy=self._policy,
+            events=Events(events),
+            config=jobs,
+        )
         self._check: Callable[[], None] | None = None
         self._store_check = StoreCheck(ingress.store, timeout_s=_CHECK_TIMEOUT_S, keep_s=_VERDICT_S)
         self._cluster = ClusterWatch(ingress.store, self._store_check, health=health, hosts=hosts)
@@ -257,6 +272,11 @@ class ClusterInbox:
     def conversations(self) -> StoreConversations:
         """The API's conversations on the PostgreSQL store (a deletion goes to each session's shard host)."""
         return self._conversations
+
+    @property
+    def jobs(self) -> StoreJobs:
+        """The scheduled turns on the PostgreSQL store (fired by the shard hosts)."""
+        return self._jobs
 
 
 def _conforms(inbox: ClusterInbox) -> Inbox:

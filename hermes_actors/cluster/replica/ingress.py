@@ -48,6 +48,11 @@ class ClusterIngress:
         """The store messages are committed to."""
         return self._store
 
+    @property
+    def shards(self) -> int:
+        """How many shards the cluster has."""
+        return self._shards
+
     def accept(self, message: InboundMessage) -> int | None:
         """Commit ``message``; its inbox row id, or ``None`` for a redelivery (the first delivery's row stands)."""
         shard, inbox_id = self._add(message)

@@ -34,6 +34,7 @@ from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, c
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits
 from hermes_actors.errors import HermesError
+from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import MediaStore
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT, AgentRoster
@@ -47,10 +48,13 @@ _log = logging.getLogger(__name__)
 
 
 def host_settings(
-    cluster: ClusterSettings, events: EventsConfig | None = None, busy: BusyConfig | None = None
+    cluster: ClusterSettings,
+    events: EventsConfig | None = None,
+    busy: BusyConfig | None = None,
+    jobs: JobsConfig | None = None,
 ) -> list[HostSettings]:
     """The settings of every shard host of ``cluster`` (emitting events for ``events``' webhooks, treating a
-    message to a busy session by ``busy``)."""
+    message to a busy session by ``busy``, firing the scheduled turns as ``jobs`` says)."""
     dsn = require_cluster(cluster)
     return [
         HostSettings(
@@ -63,6 +67,7 @@ def host_settings(
             pull_interval_s=cluster.pull_interval_s,
             events=events or EventsConfig(),
             busy=busy or BusyConfig(),
+            jobs=jobs or JobsConfig(),
         )
         for name in cluster.hosts
     ]
@@ -105,6 +110,7 @@ def serve_cluster(
     host_logging: Callable[[], None] | None = None,
     events: EventsConfig | None = None,
     busy: BusyConfig | None = None,
+    jobs: JobsConfig | None = None,
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent or
@@ -115,14 +121,14 @@ def serve_cluster(
     level and format) into their Ray workers' stderr, which Ray keeps in its session directory and does not forward
     here (it would add its prefixes and colours to this replica's log). ``events`` are the webhooks the hosts emit
     events for; the replica holding ``send:events`` delivers them; ``busy`` is what they do with a message that
-    reaches a busy session."""
+    reaches a busy session; ``jobs`` is the scheduled turns' section."""
     import ray
 
     from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
-    hosts = host_settings(cluster, events, busy)
+    hosts = host_settings(cluster, events, busy, jobs)
     reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
@@ -156,6 +162,8 @@ def serve_cluster(
             health=cluster.health,
             hosts=cluster.hosts,
             agent_names=agent_names,
+            jobs=jobs,
+            events=events,
         )
         replica = ClusterReplica(
             store,
