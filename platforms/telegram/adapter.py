@@ -38,6 +38,7 @@ from platforms.telegram.updates import (
     PLATFORM,
     TelegramFile,
     UpdateError,
+    callback_query_id,
     decode_update,
     files_of,
     inbound_from_update,
@@ -237,4 +238,8 @@ class TelegramAdapter(HttpAdapter[TelegramConfig]):
         result = await self._accept_inbound(inbound, _log, "telegram bot %r: could not accept message %s")
         if result is None:
             return _answer(503, {"error": "the message could not be stored; Telegram will deliver it again"})
-        return _answer(200, {"ok": True, "accepted": True, "duplicate": result.duplicate})
+        answer: dict[str, Any] = {"ok": True, "accepted": True, "duplicate": result.duplicate}
+        query = callback_query_id(inbound)
+        if query is not None:  # a button press, stored: Telegram runs this call with the answer (the button stops)
+            answer |= {"method": "answerCallbackQuery", "callback_query_id": query}
+        return _answer(200, answer)

@@ -41,6 +41,7 @@ from platforms.telegram.updates import (
     PLATFORM,
     TelegramFile,
     UpdateError,
+    callback_query_id,
     decode_update,
     files_of,
     inbound_from_update,
@@ -50,12 +51,26 @@ from platforms.telegram.updates import (
 if TYPE_CHECKING:
     from hermes_actors.ports import ChatInbox
 
-__all__ = ["BotPoll", "read_offset"]
+__all__ = ["BotPoll", "answer_presses", "read_offset"]
 
 _log = logging.getLogger(__name__)
 
 _GRACE_S = 15.0  # beyond the long-poll timeout, how long an answer may take before the poll counts as failed
 _MAX_BATCH = 100  # getUpdates' own upper bound
+
+
+async def answer_presses(session: aiohttp.ClientSession, bot: BotApi, messages: list[InboundMessage]) -> None:
+    """Answer the button presses among ``messages`` once they are stored (``answerCallbackQuery``: the button stops
+    spinning); best effort, a failure is logged."""
+    for message in messages:
+        query = callback_query_id(message)
+        if query is None:
+            continue
+        try:
+            async with session.post(bot.url("answerCallbackQuery"), json={"callback_query_id": query}) as answer:
+                await answer.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            _log.info("telegram bot %r: could not answer a button press (%s)", bot.name, bot.redact(str(exc)))
 
 
 def read_offset(inbox: ChatInbox, bot: str) -> int | None:
@@ -99,6 +114,7 @@ class BotPoll(Connection):
             if batch.messages or (batch.next_offset is not None and batch.next_offset != self._offset):
                 await self._commit(bot, batch)
                 self._offset = batch.next_offset
+                await answer_presses(http, bot, batch.messages)
 
     async def _fetch(self, session: aiohttp.ClientSession, bot: BotApi, offset: int | None) -> _Batch:
         params: dict[str, Any] = {

@@ -13,7 +13,9 @@ are not held up. A 429 from Telegram carries ``parameters.retry_after``: the rep
 stays quiet until then. Replies to a group quote the message they answer (``reply_parameters``), so in a busy
 group each person sees which answer is theirs; a reply in a forum topic goes to the same topic. A reply carrying a
 document (``/save``) is one ``sendDocument`` upload, its caption cut to Telegram's 1024 characters; when Telegram
-refuses it, the reply's text goes instead (:mod:`platforms.support.documents`).
+refuses it, the reply's text goes instead (:mod:`platforms.support.documents`). A reply asking for approval
+(``OutboundMessage.approval``) carries Approve and Deny buttons on its last part (an inline keyboard; a press comes
+back as a ``callback_query``, :mod:`platforms.telegram.updates`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from hermes_actors.messages import OutboundDocument, OutboundMessage
+from hermes_actors.messages import ApprovalRequest, OutboundDocument, OutboundMessage
 from platforms.base import SendError
 from platforms.support.documents import FormFile, posting_failed, send_document
 from platforms.support.progress import PartProgress
@@ -33,7 +35,7 @@ from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message, utf16_length
 from platforms.telegram.api import BotApi, BotApiError, result_as
 from platforms.telegram.config import TelegramConfig
-from platforms.telegram.updates import PLATFORM
+from platforms.telegram.updates import PLATFORM, approval_markup
 
 __all__ = ["MAX_MESSAGE_UTF16", "MAX_SLEEP_S", "MAX_TOPIC_NAME", "TelegramSender"]
 
@@ -127,8 +129,10 @@ class TelegramSender:
             return None
         parts = split_message(message.text, MAX_MESSAGE_UTF16, length=utf16_length)
         sent = self._progress.sent(message)
+        asked = message.approval if isinstance(message.approval, ApprovalRequest) else None
         for index in range(len(sent), len(parts)):
-            sent.append(self._send_part(api, message, parts[index], quote=index == 0))
+            markup = approval_markup(asked.id) if asked is not None and index == len(parts) - 1 else None
+            sent.append(self._send_part(api, message, parts[index], quote=index == 0, markup=markup))
             if index + 1 < len(parts):
                 self._progress.remember(message, sent)
         self._progress.forget(message)
@@ -159,7 +163,9 @@ class TelegramSender:
             return next(iter(self._bots.values()))
         return self._bots.get(account_id)
 
-    def _send_part(self, api: BotApi, message: OutboundMessage, text: str, *, quote: bool) -> str | None:
+    def _send_part(
+        self, api: BotApi, message: OutboundMessage, text: str, *, quote: bool, markup: dict[str, Any] | None = None
+    ) -> str | None:
         assert message.chat_id is not None
         chat_id = self._migrated.get((api.name, message.chat_id), message.chat_id)
         what = f"telegram bot '{api.name}': a reply to chat {chat_id}"
@@ -170,6 +176,8 @@ class TelegramSender:
         quoted = _quoted_message(message) if quote and _is_group(chat_id) else None
         if quoted is not None:
             params["reply_parameters"] = {"message_id": quoted, "allow_sending_without_reply": True}
+        if markup is not None:
+            params["reply_markup"] = markup
         try:
             result = api.call("sendMessage", params)
         except BotApiError as exc:

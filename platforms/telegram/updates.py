@@ -1,9 +1,11 @@
 """Telegram ``Update`` objects in, :class:`InboundMessage` out: the one place the Bot API's shapes are read.
 
-Only ``message`` and ``channel_post`` updates start turns; anything else (edits, reactions, service messages such
-as "X joined") is acknowledged and dropped. Chats map to chat types as SPEC section 2 has them: ``private`` is
-``dm``, ``group`` and ``supergroup`` are ``group``, ``channel`` is ``channel``. A message in a forum topic
-(``is_topic_message``) carries the topic's ``message_thread_id`` as its thread, so a topic is one shared
+Only ``message`` and ``channel_post`` updates start turns, and a ``callback_query`` of an approval's inline
+keyboard (``approve:<id>`` or ``deny:<id>``) becomes ``/approve <id>`` or ``/deny <id>`` from the person who pressed
+the button (:func:`approval_markup` makes the keyboard); anything else (edits, reactions, service messages such as
+"X joined", other buttons) is acknowledged and dropped. Chats map to chat types as SPEC section 2 has them:
+``private`` is ``dm``, ``group`` and ``supergroup`` are ``group``, ``channel`` is ``channel``. A message in a forum
+topic (``is_topic_message``) carries the topic's ``message_thread_id`` as its thread, so a topic is one shared
 conversation; a plain reply chain in a group is not a topic and stays in the group's per-user session.
 
 The inbound message id is ``<chat id>:<message id>``: Telegram numbers messages per chat, so the pair names one
@@ -33,12 +35,15 @@ from platforms.support import json_guard
 __all__ = [
     "ALLOWED_UPDATES",
     "PLATFORM",
+    "CallbackQuery",
     "Chat",
     "Message",
     "TelegramFile",
     "Update",
     "UpdateError",
     "User",
+    "approval_markup",
+    "callback_query_id",
     "decode_update",
     "files_of",
     "inbound_from_update",
@@ -46,7 +51,7 @@ __all__ = [
 ]
 
 PLATFORM = "telegram"
-ALLOWED_UPDATES = ("message", "channel_post")  # what getUpdates and setWebhook ask Telegram for
+ALLOWED_UPDATES = ("message", "channel_post", "callback_query")  # what getUpdates and setWebhook ask Telegram for
 
 _MAX_ID = 2**63  # Telegram ids fit in 52 bits; anything past 64 is not from Telegram
 _CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group", "channel": "channel"}
@@ -126,12 +131,22 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     dice: Any = None
 
 
+class CallbackQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """A press of an inline keyboard's button: who pressed it, on which message, and the button's data."""
+
+    id: str
+    sender: User = msgspec.field(name="from")
+    message: Message | None = None
+    data: str | None = None
+
+
 class Update(msgspec.Struct, frozen=True, kw_only=True):
-    """A Telegram ``Update``: its id and the message kinds that start turns."""
+    """A Telegram ``Update``: its id and the kinds that start turns."""
 
     update_id: int
     message: Message | None = None
     channel_post: Message | None = None
+    callback_query: CallbackQuery | None = None
 
 
 class UpdateId(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,12 +197,56 @@ def inbound_from_update(update: Update, account_id: str, *, received_at: float |
 
     Raises :class:`UpdateError` for values Telegram never sends (an id past 64 bits, an unknown chat type).
     """
+    if update.callback_query is not None:
+        return _pressed(update.callback_query, account_id, received_at)
     message = update.message or update.channel_post
     if message is None:
         return None
     text = _text_of(message)
     if text is None:
         return None
+    user_id, user_name = _sender_of(message)
+    source = _source_of(message, account_id, user_id, user_name)
+    message_id = f"{source.chat_id}:{_id(message.message_id, 'message_id')}"
+    return InboundMessage(source=source, text=text, message_id=message_id, received_at=received_at)
+
+
+_PRESS_MARK = ":cb:"  # in the message id of a button press: <chat id>:cb:<callback query id>
+_DECISIONS = {"approve": "/approve", "deny": "/deny"}
+
+
+def approval_markup(approval_id: int) -> dict[str, Any]:
+    """The inline keyboard of a question for approval: Approve and Deny, answered as ``/approve`` and ``/deny``."""
+    buttons = [
+        {"text": "Approve", "callback_data": f"approve:{approval_id}"},
+        {"text": "Deny", "callback_data": f"deny:{approval_id}"},
+    ]
+    return {"inline_keyboard": [buttons]}
+
+
+def callback_query_id(inbound: InboundMessage) -> str | None:
+    """The callback query a button press's message came from (to answer it), ``None`` for any other message."""
+    _, mark, query = inbound.message_id.partition(_PRESS_MARK)
+    return query if mark and query else None
+
+
+def _pressed(query: CallbackQuery, account_id: str, received_at: float | None) -> InboundMessage | None:
+    """The decision a press of an approval's button stands for, from the person who pressed it; ``None`` for any
+    other button (or a press on a message Telegram no longer shows)."""
+    verb, _, number = (query.data or "").partition(":")
+    command = _DECISIONS.get(verb)
+    if command is None or not number.isdigit() or query.message is None:
+        return None
+    presser = query.sender
+    full = " ".join(part for part in (presser.first_name, presser.last_name) if part)
+    name = f"@{presser.username}" if presser.username else full or None
+    source = _source_of(query.message, account_id, _id(presser.id, "callback_query.from.id"), name)
+    message_id = f"{source.chat_id}{_PRESS_MARK}{query.id}"
+    return InboundMessage(source=source, text=f"{command} {number}", message_id=message_id, received_at=received_at)
+
+
+def _source_of(message: Message, account_id: str, user_id: str | None, user_name: str | None) -> SessionSource:
+    """Where ``message`` is, for a message or a press of one of its buttons by ``user_id``."""
     chat = message.chat
     chat_type = _CHAT_TYPES.get(chat.type)
     if chat_type is None:
@@ -196,8 +255,7 @@ def inbound_from_update(update: Update, account_id: str, *, received_at: float |
     thread_id = None
     if message.is_topic_message and message.message_thread_id is not None:
         thread_id = _id(message.message_thread_id, "message_thread_id")
-    user_id, user_name = _sender_of(message)
-    source = SessionSource(
+    return SessionSource(
         platform=PLATFORM,
         account_id=account_id,
         chat_type=chat_type,
@@ -207,8 +265,6 @@ def inbound_from_update(update: Update, account_id: str, *, received_at: float |
         chat_name=_chat_name(chat),
         user_name=user_name,
     )
-    message_id = f"{chat_id}:{_id(message.message_id, 'message_id')}"
-    return InboundMessage(source=source, text=text, message_id=message_id, received_at=received_at)
 
 
 def files_of(update: Update) -> list[TelegramFile]:

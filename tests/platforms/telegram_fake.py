@@ -106,6 +106,14 @@ def message(
     return {kind: body}
 
 
+def callback_query(
+    presser: Mapping[str, Any], on: Mapping[str, Any], data: str, *, query_id: str = "cq-1"
+) -> dict[str, Any]:
+    """An ``Update`` (without its ``update_id``) of ``presser`` pressing a button with ``data`` under the message
+    ``on`` (a message the bot sent, as :meth:`TelegramFake.sent_messages` has it)."""
+    return {"callback_query": {"id": query_id, "from": dict(presser), "message": dict(on), "data": data}}
+
+
 # -- the server ---------------------------------------------------------------------------------------------------
 
 
@@ -170,6 +178,7 @@ class TelegramFake:
         self._failures: defaultdict[str, deque[_Failure]] = defaultdict(deque)
         self._calls: list[Call] = []
         self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
+        self._bot_messages: list[dict[str, Any]] = []  # what sendMessage answered, in order
         self._closing = False
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
@@ -352,6 +361,7 @@ class TelegramFake:
         handler = {
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
+            "answercallbackquery": self._answer_callback_query,
             "senddocument": self._send_document,
             "createforumtopic": self._create_forum_topic,
             "getfile": self._get_file,
@@ -442,7 +452,28 @@ class TelegramFake:
             }
         if thread is not None:
             sent |= {"message_thread_id": thread, "is_topic_message": True}
+        markup = params.get("reply_markup")
+        if markup is not None:
+            rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+            buttons = [b for row in rows or [] for b in row] if isinstance(rows, list) else []
+            if not buttons or not all(isinstance(b, dict) and b.get("text") for b in buttons):
+                return _error(400, "Bad Request: can't parse reply keyboard markup JSON object")
+            if any(len(str(b.get("callback_data", "")).encode()) > 64 for b in buttons):
+                return _error(400, "Bad Request: BUTTON_DATA_INVALID")
+            sent["reply_markup"] = markup
+        with self._lock:
+            self._bot_messages.append(sent)
         return _ok(sent)
+
+    async def _answer_callback_query(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
+        if not params.get("callback_query_id"):
+            return _error(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+        return _ok(True)
+
+    def sent_messages(self) -> list[dict[str, Any]]:
+        """The ``Message`` objects the bot sent, as Telegram answered them (with their ``reply_markup``)."""
+        with self._lock:
+            return list(self._bot_messages)
 
     async def _send_document(self, bot: _Bot, params: dict[str, Any]) -> web.Response:
         document = params.get("document")

@@ -584,7 +584,7 @@ def test_a_webhook_update_with_the_secret_is_committed_once_and_answered(fake: T
     assert fake.webhook(TOKEN) == {
         "url": "https://bots.example.com/telegram/hook",
         "secret_token": SECRET,
-        "allowed_updates": ["message", "channel_post"],
+        "allowed_updates": ["message", "channel_post", "callback_query"],
     }
     url = telegram.adapter.url + "/telegram/hook"
     answers = [post_update(url, an_update(10), SECRET) for _ in range(3)]  # Telegram retrying
