@@ -36,7 +36,7 @@ from hermes_actors.health import (
 )
 from hermes_actors.job_port import JobBook
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
+from hermes_actors.messages import ApprovalRequest, InboundMessage, OutboundMessage, ResponseRecord, TokenUsage
 from hermes_actors.operator_port import Operator
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.turn_events import ToolStatus, TurnEvents
@@ -148,7 +148,8 @@ class StoredAnswer(msgspec.Struct, frozen=True, kw_only=True):
     """What became of a message the inbox took: ``pending`` until its turn commits, then ``done`` (answered) or
     ``rejected``; ``reply`` is the agent's last words after it in its session (``None``: the turn stored no
     reply, e.g. the agent failed), with the model's tokens for that turn; ``tool_calls`` the calls of the client's
-    tools the turn ended with (JSON, OpenAI's shape), when it did."""
+    tools the turn ended with (JSON, OpenAI's shape), when it did; ``approval`` the request for approval the turn
+    paused on, while no turn has continued from it."""
 
     message: InboundMessage  # as the inbox stored it
     state: str
@@ -156,6 +157,7 @@ class StoredAnswer(msgspec.Struct, frozen=True, kw_only=True):
     reply: str | None = None
     usage: TokenUsage | None = None
     tool_calls: str | None = None
+    approval: ApprovalRequest | None = None
 
 
 class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):

@@ -27,12 +27,13 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.approval_requests import approval_request_of
 from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.job_book import StoreJobs
 from hermes_actors.runtime.operator import GatewayOperator
 from hermes_actors.runtime.session_admin import LiveAdmin
-from hermes_actors.store import InboxState, MessageRecord, Role, Store
+from hermes_actors.store import InboxState, MessageRecord, Role, StoreInterface
 
 __all__ = ["GatewayInbox", "recent_inbound_in", "session_owner_in", "stored_answer_in"]
 
@@ -186,7 +187,7 @@ class GatewayInbox:
         return self._gateway.jobs
 
 
-def session_owner_in(store: Store, session_id: str) -> SessionOwner | None:
+def session_owner_in(store: StoreInterface, session_id: str) -> SessionOwner | None:
     """The owner of the stored session ``session_id`` in ``store`` (``None``: no such session)."""
     record = store.find_session(session_id)
     if record is None:
@@ -200,7 +201,7 @@ def session_owner_in(store: Store, session_id: str) -> SessionOwner | None:
     )
 
 
-def recent_inbound_in(store: Store, platform: str, since: float) -> list[InboundMessage]:
+def recent_inbound_in(store: StoreInterface, platform: str, since: float) -> list[InboundMessage]:
     """``platform``'s inbox rows in ``store`` received at or after ``since``, decoded, oldest first."""
     messages = []
     for payload in store.inbox.payloads_since(platform, since):
@@ -211,7 +212,7 @@ def recent_inbound_in(store: Store, platform: str, since: float) -> list[Inbound
     return messages
 
 
-def stored_answer_in(store: Store, platform: str, message_id: str) -> StoredAnswer | None:
+def stored_answer_in(store: StoreInterface, platform: str, message_id: str) -> StoredAnswer | None:
     """The inbox row of ``platform``'s ``message_id`` in ``store`` and, once answered, the reply stored after it."""
     row = store.inbox.find(platform, "", message_id)
     if row is None:
@@ -219,7 +220,11 @@ def stored_answer_in(store: Store, platform: str, message_id: str) -> StoredAnsw
     message = decode_inbound(row.payload)
     if row.state is not InboxState.DONE or row.session_id is None:
         return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
-    return _answer_in(message, row.session_id, store.load_transcript(row.session_id), message_id)
+    answer = _answer_in(message, row.session_id, store.load_transcript(row.session_id), message_id)
+    waiting = [request for request in store.approvals.of_message(message_id) if request.is_open]
+    if waiting:  # the turn paused on calls waiting for approval: they are no client's calls
+        return msgspec.structs.replace(answer, tool_calls=None, approval=approval_request_of(waiting[-1]))
+    return answer
 
 
 def _answer_in(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage, TokenUsage
+from hermes_actors.messages import ApprovalRequest, OutboundMessage, TokenUsage
 from hermes_actors.ports import StoredAnswer
 from platforms.api_server.turn_call import Finished
 from platforms.api_server.wire import Usage, usage_of
@@ -32,11 +32,13 @@ BUFFERED_EVENTS = 2048  # per run: a subscriber that comes later than this many 
 class RunStatus(enum.StrEnum):
     """Where a run stands: ``queued`` while its turn waits in its session's queue, ``running`` once it has begun
     (or has streamed something, for a run read back pending from the store), ``stopping`` from a stop until the
-    turn has ended."""
+    turn has ended, ``requires_approval`` while its turn waits for a decision on tool calls (``POST
+    /v1/runs/{id}/approval`` continues it)."""
 
     QUEUED = "queued"
     RUNNING = "running"
     STOPPING = "stopping"
+    REQUIRES_APPROVAL = "requires_approval"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -63,6 +65,7 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     output: str | None = None
     usage: Usage | None = None
     error: RunError | None = None
+    approval: ApprovalRequest | None = None  # what it waits for, while it requires approval
 
 
 class Run:
@@ -88,6 +91,7 @@ class Run:
         self.output: str | None = None
         self.usage: TokenUsage | None = None
         self.error: RunError | None = None
+        self.approval: ApprovalRequest | None = None  # the request its turn paused on, until it continues
         self.ended_at: float | None = None  # time.monotonic() of the end
         self.admitted = False  # holds a place under max_concurrent_runs until it ends
         self.began = False  # its turn has begun (the runtime said so)
@@ -130,10 +134,26 @@ class Run:
             self._terminal = _event("run.cancelled", {})
         self._notify()
 
+    def pause(self, approval: ApprovalRequest, question: str) -> None:
+        """The run's turn paused on calls waiting for approval: its status says so until a decision continues it
+        (:meth:`resume`); subscribers get ``run.requires_approval``."""
+        self.status, self.approval = RunStatus.REQUIRES_APPROVAL, approval
+        self.publish("run.requires_approval", {"approval": approval, "text": question})
+
+    def resume(self, call: TurnCall) -> None:
+        """A decision continues the run: its turn is ``call``'s from now on."""
+        self.call, self.approval, self.began = call, None, False
+        self.status = RunStatus.QUEUED
+
     def end_with(self, finished: Finished) -> None:
-        """Finish the run with its turn's outcome (``cancelled`` for a turn stopped before it answered)."""
+        """Finish the run with its turn's outcome (``cancelled`` for a turn stopped before it answered); a turn that
+        paused on calls waiting for approval pauses it instead."""
         if finished.session_id:
             self.session_id = finished.session_id
+        if finished.approval is not None and finished.reply is not None:
+            self.usage = finished.usage
+            self.pause(finished.approval, finished.reply)
+            return
         if finished.stopped:
             self.end(RunStatus.CANCELLED)
             return
@@ -152,7 +172,9 @@ class Run:
         the store cannot tell a stop from a failure."""
         self.session_id = stored.session_id or self.session_id
         where = f" (its input is stored in session {stored.session_id})" if stored.session_id else ""
-        if stored.state == "done" and stored.reply is not None:
+        if stored.approval is not None:
+            self.pause(stored.approval, stored.reply or "")
+        elif stored.state == "done" and stored.reply is not None:
             self.usage = stored.usage
             self.end(RunStatus.COMPLETED, output=stored.reply)
         elif stored.state == "done" and watched:
@@ -178,6 +200,7 @@ class Run:
             output=self.output,
             usage=self._usage() if self.status is RunStatus.COMPLETED else None,
             error=self.error,
+            approval=self.approval,
         )
 
     def _usage(self) -> Usage:

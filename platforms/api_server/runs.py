@@ -15,6 +15,9 @@
   with the error code ``session_busy``. A run whose turn is stopped from elsewhere (``/stop``, ``/new`` in its
   session) is ``cancelled`` as soon as the stopped turn is stored, and none of the stopped turn's deltas after the
   stop is published.
+- A run whose turn paused on tool calls that need approval is ``requires_approval`` (``approval`` names the request;
+  subscribers get ``run.requires_approval``) until ``POST /v1/runs/{id}/approval`` answers it
+  (:mod:`platforms.api_server.approvals`): the run goes on with the turn that continues from the decision.
 - Runs count under ``max_concurrent_runs`` until they end; a draining server refuses new ones. Finished runs are
   kept for :data:`KEEP_S` seconds, the newest :data:`KEEP` of them; the store still answers for older ones.
 """
@@ -35,6 +38,7 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
+from platforms.api_server.approvals import decision_body, decision_message
 from platforms.api_server.busy import requested_busy
 from platforms.api_server.models import requested_agent
 from platforms.api_server.principal import request_user
@@ -85,6 +89,7 @@ class Runs:
         app.router.add_get("/v1/runs/{run_id}", self.status)
         app.router.add_get("/v1/runs/{run_id}/events", self.events)
         app.router.add_post("/v1/runs/{run_id}/stop", self.stop)
+        app.router.add_post("/v1/runs/{run_id}/approval", self.approve)
 
     async def close(self) -> None:
         """Stop watching every run (the server stops): their turns go on and are stored."""
@@ -167,10 +172,38 @@ class Runs:
     async def stop(self, request: web.Request) -> web.Response:
         return json_response(await self.stop_run(await self._find(request)))
 
+    async def approve(self, request: web.Request) -> web.Response:
+        """Answer the request for approval the run waits for (:mod:`platforms.api_server.approvals`): the run goes on
+        with the turn that continues from the decision (202)."""
+        service = self._service
+        require_json(request)
+        run = await self._find(request)
+        body = decision_body(await service.read_body(request))
+        inbound = await decision_message(service, request, run, body)
+        service.admit()
+        call = service.turn_call(inbound)
+        try:
+            call.open(on_started=run.begin)
+            await service.submit(inbound, continues=None, idempotency=None, call=call)
+        except BaseException:
+            call.close()
+            service.release()
+            raise
+        run.resume(call)
+        run.admitted = True
+        self._watch(run)
+        return json_response(run.view(), status=202, headers={"Location": f"/v1/runs/{run.run_id}"})
+
     async def stop_run(self, run: Run) -> RunView:
         """Stop ``run``'s turn as ``/stop`` does; a 409 once it has completed or failed."""
         if run.status is RunStatus.CANCELLED:
             return run.view()  # stopped already (a stop sent twice, or a /stop from elsewhere)
+        if run.status is RunStatus.REQUIRES_APPROVAL:
+            raise ApiError(
+                409,
+                f"run {run.run_id} waits for approval, no turn runs; deny it with POST /v1/runs/{run.run_id}/approval",
+                code="run_waiting_for_approval",
+            )
         if run.status.finished:
             raise ApiError(
                 409,

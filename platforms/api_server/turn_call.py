@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from hermes_actors.messages import InboundMessage, OutboundError, OutboundMessage, TokenUsage
+from hermes_actors.messages import ApprovalRequest, InboundMessage, OutboundError, OutboundMessage, TokenUsage
 from hermes_actors.waiters import ReplyWaiters
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True):
     usage: TokenUsage | None = None
     streamed: str = ""  # the text the watcher saw before the end (a failed turn's partial answer)
     tool_calls: str | None = None  # the calls of the client's tools the reply ends with (JSON, OpenAI's shape)
+    approval: ApprovalRequest | None = None  # the turn paused on calls waiting for a person's approval
     retry_after_s: int | None = None  # a message refused as busy: when it may be sent again
 
     @property
@@ -127,7 +128,15 @@ def finished_from(message: OutboundMessage, streamed: str) -> Finished:
             retry_after_s=message.retry_after_s if isinstance(message.retry_after_s, int) else None,
         )
     calls = message.tool_calls if isinstance(message.tool_calls, str) else None
-    return Finished(session_id=message.session_id, reply=message.text, usage=usage, streamed=streamed, tool_calls=calls)
+    approval = message.approval if isinstance(message.approval, ApprovalRequest) else None
+    return Finished(
+        session_id=message.session_id,
+        reply=message.text,
+        usage=usage,
+        streamed=streamed,
+        tool_calls=calls,
+        approval=approval,
+    )
 
 
 class TurnCall:
