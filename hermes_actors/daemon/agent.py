@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from hermes_actors.agents.approvals import require_approvals
 from hermes_actors.agents.base import Agent
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.agents.factory import AgentContext, build_plugin_agent
@@ -25,11 +26,13 @@ __all__ = ["agent_name", "build_agent", "host_agent_factory"]
 def build_agent(settings: AgentSettings, environ: Mapping[str, str], *, section: str = "agent") -> Agent:
     """The agent ``settings`` (the config section ``section``) names, with the configured system prompt: the echo
     agent, an OpenAI-compatible client when ``base_url`` is set, or what ``factory`` builds from an
-    :class:`AgentContext` holding ``environ``; its sessions offer the tools of its ``mcp_servers``. Raises
+    :class:`AgentContext` holding ``environ``; its sessions offer the tools of its ``mcp_servers`` and hold the calls
+    ``approvals`` names for a person's decision. Raises
     :class:`~hermes_actors.errors.ConfigError` when ``system_prompt_file`` cannot be read, the factory cannot be
     loaded or built, or an MCP server cannot be set up (:func:`~hermes_actors.agents.mcp.attach_mcp_tools`)."""
     agent = _built(settings, environ, section)
     attach_mcp_tools(agent, settings.mcp_servers, environ, where=f"{section}.mcp_servers")
+    require_approvals(agent, settings.approvals)
     return agent
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from hermes_actors.agents.approvals import ApprovalSettings
 from hermes_actors.agents.factory import FACTORY_PATTERN
 from hermes_actors.agents.mcp.settings import McpServerSettings, check_servers
 from hermes_actors.constraints import PositiveSeconds, Rule, check_section
@@ -52,6 +53,9 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``mcp_servers`` names MCP servers (:class:`~hermes_actors.agents.mcp.McpServerSettings`) whose tools every
     session of this agent offers, whatever the agent is.
 
+    ``approvals`` (:class:`~hermes_actors.agents.approvals.ApprovalSettings`) names the tools whose calls wait for
+    a person's decision (an MCP server's ``require_approval`` marks its own) and how long a request waits.
+
     ``probe`` (:class:`~hermes_actors.runtime.agent_health.AgentProbeConfig`; the default agent's counts) says how
     often health checks may probe the agent, and whether a degraded agent fails ``/health/ready``
     (``probe.fail_readiness``).
@@ -70,6 +74,7 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     factory: _Factory | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp_servers: dict[str, McpServerSettings] = msgspec.field(default_factory=dict)
+    approvals: ApprovalSettings = ApprovalSettings()
     probe: AgentProbeConfig = AgentProbeConfig()
 
     def __post_init__(self) -> None:
