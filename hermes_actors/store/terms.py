@@ -142,6 +142,11 @@ class TermTable:
     ) -> tuple[str, dict[str, Any]]:
         """The condition naming ``terms`` (key and epoch), or ``keys``, or every key (both ``None``)."""
         key = self.spec.key
+        if terms is not None and len(terms) == 1:  # the common case, planned as a key lookup
+            [(one, epoch)] = terms.items()
+            return f"{key} = :k0 AND epoch = :e0", {"k0": one, "e0": epoch}
+        if keys is not None and len(keys) == 1:
+            return f"{key} = :k0", {"k0": next(iter(keys))}
         if terms is not None:
             marks = ", ".join(f"(:k{i}, :e{i})" for i in range(len(terms)))
             params = {f"k{i}": k for i, k in enumerate(terms)} | {f"e{i}": e for i, e in enumerate(terms.values())}
