@@ -15,6 +15,7 @@ from hermes_actors.cli.ctl_daemon import admin_key_command, config, status
 from hermes_actors.cli.ctl_db import db
 from hermes_actors.cli.ctl_events import events
 from hermes_actors.cli.ctl_import import import_hermes
+from hermes_actors.cli.ctl_jobs import jobs
 from hermes_actors.cli.ctl_messages import messages
 from hermes_actors.cli.ctl_search import search
 from hermes_actors.cli.ctl_service import service
@@ -44,5 +45,6 @@ for command in (
     cluster,
     messages,
     events,
+    jobs,
 ):
     main.add_command(command)

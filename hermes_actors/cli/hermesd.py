@@ -139,6 +139,7 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
             host_logging=functools.partial(configure_logging, level, log_format=settings.daemon.log_format),
             events=settings.events,
             busy=settings.busy,
+            jobs=settings.jobs,
         )
     except KeyboardInterrupt:
         stop.set()

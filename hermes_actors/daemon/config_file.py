@@ -24,6 +24,7 @@ from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, 
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetConfig, decode_reset_config
+from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import MediaConfig
 from hermes_actors.runtime.agent_roster import AgentBinding
 from platforms.registry import PLATFORMS, config_type
@@ -133,6 +134,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cluster: ClusterSettings = ClusterSettings()
     events: EventsConfig = EventsConfig()
     busy: BusyConfig = BusyConfig()
+    jobs: JobsConfig = JobsConfig()
 
 
 _SECTIONS: dict[str, type[msgspec.Struct]] = {
@@ -144,6 +146,7 @@ _SECTIONS: dict[str, type[msgspec.Struct]] = {
     "cluster": ClusterSettings,
     "events": EventsConfig,
     "busy": BusyConfig,
+    "jobs": JobsConfig,
 }
 
 

@@ -230,6 +230,14 @@ busy:
   # chat_types: {{}}                   # per chat type, e.g. {{group: {{mode: collect}}}}
   # platforms: {{}}                    # per platform (and its chat types), e.g. {{telegram: {{mode: collect}}}}
 
+# Scheduled turns (README "Scheduled turns"): 'hermesctl jobs add', /api/jobs, the console's Jobs page, and the
+# agent's schedule tool when agent_tool is on.
+jobs:
+  # agent_tool: false                # offer new sessions the schedule tool: jobs of the asking user, in its own chat
+  # agent_tool_max_jobs: 20          # active or paused jobs one user may keep through the tool
+  # agent_tool_min_interval_s: 60    # the tool's jobs run at most this often
+  # missed_after_s: 120              # a run this late (hermesd was stopped) is missed: run once late, or skipped
+
 media:
   # Files that come with messages are saved once under <home>/media and listed in the transcript.
   # max_bytes: 20971520              # larger files are not read; the reply says so
@@ -240,7 +248,7 @@ media:
 daemon:
   # socket: hermesd.sock             # control socket, relative to the home directory
   # drain_timeout_s: 30              # SIGTERM waits this long for running turns
-  # timezone: null                   # for daily resets; default: the machine's zone
+  # timezone: null                   # for daily resets and jobs' times; default: the machine's zone
   # log_level: info
   # log_format: logfmt               # logfmt | json (one JSON object a line)
   # http_port: 0                     # one port for the API and every webhook (behind a reverse proxy): the API

@@ -34,6 +34,9 @@ from hermes_actors.daemon.control_messages import (
     ChatTool,
     Emit,
     ErrorReply,
+    JobsAction,
+    JobsReply,
+    JobsRequest,
     PlatformState,
     Reply,
     Request,
@@ -60,6 +63,9 @@ __all__ = [
     "ControlServer",
     "Emit",
     "ErrorReply",
+    "JobsAction",
+    "JobsReply",
+    "JobsRequest",
     "PlatformState",
     "PlatformStatus",
     "Reply",
@@ -321,6 +327,13 @@ class ControlClient:
         reply = self.request(message, timeout=timeout)
         if not isinstance(reply, SessionAdminReply):
             raise ControlError(f"expected a session admin reply, got {type(reply).__name__}")
+        return reply
+
+    def jobs(self, message: JobsRequest) -> JobsReply:
+        """Read or change the scheduled jobs through the daemon."""
+        reply = self.request(message)
+        if not isinstance(reply, JobsReply):
+            raise ControlError(f"expected a jobs reply, got {type(reply).__name__}")
         return reply
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from hermes_actors.job_port import JobSpec, JobView
 from hermes_actors.ports import PlatformHealth, Readiness, Vitals
 from hermes_actors.store.records import EndReason
 
@@ -25,6 +26,9 @@ __all__ = [
     "ChatTool",
     "Emit",
     "ErrorReply",
+    "JobsAction",
+    "JobsReply",
+    "JobsRequest",
     "PlatformState",
     "Reply",
     "Request",
@@ -147,11 +151,39 @@ class SessionAdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     deleted: bool = False
 
 
+class JobsAction(enum.StrEnum):
+    """What ``hermesctl jobs`` asks the daemon to do (through its jobs port, so its timers follow at once)."""
+
+    ADD = "add"
+    LIST = "list"
+    SHOW = "show"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RUN = "run"
+    DELETE = "delete"
+
+
+class JobsRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A scheduled-job change or read: ``spec`` for ``add``, ``job_id`` for one job, ``limit`` for ``list``."""
+
+    action: JobsAction
+    job_id: str | None = None
+    spec: JobSpec | None = None
+    limit: int = 100
+
+
+class JobsReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The jobs a request read or changed (none for a delete), and whether a delete found its job."""
+
+    jobs: list[JobView]
+    deleted: bool = False
+
+
 class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The request failed; ``message`` says why and what to do."""
 
     message: str
 
 
-Request = Status | Chat | Bind | SessionAdmin
-Reply = StatusReply | ChatReply | ChatText | ChatTool | BindReply | SessionAdminReply | ErrorReply
+Request = Status | Chat | Bind | SessionAdmin | JobsRequest
+Reply = StatusReply | ChatReply | ChatText | ChatTool | BindReply | SessionAdminReply | JobsReply | ErrorReply

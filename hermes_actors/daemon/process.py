@@ -22,7 +22,6 @@ import stat
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import tzinfo
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -34,19 +33,15 @@ from hermes_actors.daemon.admin_key import AdminKey, admin_key
 from hermes_actors.daemon.agent_bindings import roster_text
 from hermes_actors.daemon.banner import banner
 from hermes_actors.daemon.config_file import Settings, load_settings
-from hermes_actors.daemon.control import Bind, Chat, ControlServer, Emit, SessionAdmin, Status, StatusReply
-from hermes_actors.daemon.home import (
-    check_home,
-    database_path,
-    make_home,
-    socket_path,
-    start_refusal,
-)
+from hermes_actors.daemon.control import Bind, Chat, ControlServer, Emit, JobsRequest, SessionAdmin, Status, StatusReply
+from hermes_actors.daemon.home import check_home, database_path, make_home, socket_path, start_refusal
+from hermes_actors.daemon.job_requests import apply_jobs_request
 from hermes_actors.daemon.notify import Notifier
 from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.startup import build_adapters, prepare_start
 from hermes_actors.daemon.terminal import TerminalChannel
 from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.lifecycle.schedule import zone_named
 from hermes_actors.ports import Adapter
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
@@ -57,14 +52,6 @@ from platforms import registry
 __all__ = ["Daemon"]
 
 _log = logging.getLogger("hermesd")
-
-
-def _timezone(settings: Settings) -> tzinfo | None:
-    if settings.daemon.timezone is None:
-        return None
-    from zoneinfo import ZoneInfo
-
-    return ZoneInfo(settings.daemon.timezone)
 
 
 class Daemon:
@@ -159,7 +146,8 @@ class Daemon:
             events=settings.events,
             busy=settings.busy,
             reset=settings.session_reset,
-            tz=_timezone(settings),
+            tz=zone_named(settings.daemon.timezone, None),
+            jobs=settings.jobs,
             sessions=settings.sessions,
             media=settings.media,
             agent_probe=settings.agent.probe,
@@ -298,7 +286,7 @@ class Daemon:
             fresh = msgspec.structs.replace(fresh, platforms=self.settings.platforms)
         elif fresh.platforms != self.settings.platforms:
             self._reload_adapters(fresh.platforms)
-        for section in ("agent", "agents", "bindings", "runtime", "sessions", "daemon", "events"):
+        for section in ("agent", "agents", "bindings", "runtime", "sessions", "daemon", "events", "jobs"):
             if getattr(fresh, section) != getattr(self.settings, section):
                 _log.warning("config section %r changed; it takes effect when hermesd restarts", section)
         self.settings = msgspec.structs.replace(
@@ -343,7 +331,7 @@ class Daemon:
 
     # -- control requests ----------------------------------------------------------------------------------------
 
-    def _handle(self, request: Status | Chat | Bind | SessionAdmin, emit: Emit) -> msgspec.Struct:
+    def _handle(self, request: Status | Chat | Bind | SessionAdmin | JobsRequest, emit: Emit) -> msgspec.Struct:
         match request:
             case Status():
                 return self.status()
@@ -354,6 +342,9 @@ class Daemon:
             case SessionAdmin():
                 assert self._gateway is not None
                 return SessionAdministration(self._gateway).handle(request)
+            case JobsRequest():
+                assert self._gateway is not None
+                return apply_jobs_request(self._gateway.jobs, request)
 
     def status(self) -> StatusReply:
         """The daemon's state for ``hermesctl status``: what ``/health/ready`` and ``/metrics`` say, too."""
