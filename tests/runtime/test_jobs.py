@@ -18,7 +18,7 @@ from hermes_actors.job_port import JobError, JobNotFoundError, JobSpec
 from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.messages import decode_inbound, decode_outbound
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.store import InboxState, Store
+from hermes_actors.store import InboxState, StoreInterface
 from hermes_actors.testing import FakeClock, FakePlatform
 
 UTC = ZoneInfo("UTC")
@@ -43,7 +43,7 @@ def _tick(gateway: Gateway, clock: FakeClock, seconds: float) -> None:
     gateway.timers.poke()
 
 
-def _user_texts(store: Store, session_id: str) -> list[str]:
+def _user_texts(store: StoreInterface, session_id: str) -> list[str]:
     return [m.content or "" for m in store.load_transcript(session_id) if m.role == "user"]
 
 
