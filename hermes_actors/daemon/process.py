@@ -46,7 +46,7 @@ from hermes_actors.ports import Adapter
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.store import Store
+from hermes_actors.store import Store  # Store: to open the home's SQLite file by its path
 from platforms import registry
 
 __all__ = ["Daemon"]

@@ -50,7 +50,7 @@ from hermes_actors.runtime.leases import new_lease_owner
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import AdminChange, AgentFailure, Deliver, Delivery, SupervisorStatistics
 from hermes_actors.runtime.turn_watch import TurnWatch
-from hermes_actors.store import Store
+from hermes_actors.store import Store, StoreInterface  # Store: to open the home's SQLite file by its path
 from hermes_actors.store.prune import PruneResult
 from hermes_actors.store.writer import WriterClosedError
 
@@ -117,11 +117,11 @@ class Gateway:
 
     def _inbox_commit(
         self, batch: Sequence[InboundMessage], cursor: PollCursor | None
-    ) -> tuple[Callable[[Store], list[AcceptResult]], Callable[[list[AcceptResult]], None]]:
+    ) -> tuple[Callable[[StoreInterface], list[AcceptResult]], Callable[[list[AcceptResult]], None]]:
         """The write that stores ``batch`` in the inbox, and what queues its turns once that has committed."""
         keyed = [(build_session_key(m.source, self.config.key_policy), m) for m in batch]
 
-        def commit(store: Store) -> list[AcceptResult]:
+        def commit(store: StoreInterface) -> list[AcceptResult]:
             results = []
             for key, m in keyed:
                 inbox_id = store.inbox.add(
@@ -260,15 +260,15 @@ class Gateway:
         """
         self._runtime.prune_queues()
 
-    def write(self, work: Callable[[Store], T], *, timeout: float | None = None) -> T:
+    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T:
         """Run ``work(store)`` in the writer's next commit and return its result (or raise its exception)."""
         return self._writer.call(work, timeout=self.config.ask_timeout_s if timeout is None else timeout)
 
-    def read(self) -> AbstractContextManager[Store]:
+    def read(self) -> AbstractContextManager[StoreInterface]:
         """Borrow a read-only store: ``with gateway.read() as store: ...``."""
         return self._readers.reader()
 
-    def submit_write(self, work: Callable[[Store], T]) -> Future[T]:
+    def submit_write(self, work: Callable[[StoreInterface], T]) -> Future[T]:
         """:meth:`write` without waiting: the future resolves after that commit."""
         return self._writer.submit(work)
 

@@ -17,7 +17,6 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import cast
 
 from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
@@ -51,7 +50,7 @@ from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import SupervisorStatistics
 from hermes_actors.runtime.scrape import RuntimeCollector
 from hermes_actors.runtime.turn_watch import TurnWatch
-from hermes_actors.store import Store
+from hermes_actors.store import StoreInterface
 from hermes_actors.turn_events import TurnEvents
 
 __all__ = ["ClusterInbox"]
@@ -98,7 +97,7 @@ class ClusterInbox:
     ) -> None:
         self._ingress = ingress
         self._agent_names = tuple(agent_names)
-        self._store = cast("Store", ingress.store)
+        self._store: StoreInterface = ingress.store
         self._media = media
         self._policy = key_policy or KeyPolicy()
         self._timeout = ask_timeout_s
