@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from hermes_actors.agents.tools import error_json, find_tool
+from hermes_actors.agents.tools import agent_tools, error_json, find_tool
 from hermes_actors.agents.turn import ApprovalDecision
 from hermes_actors.lifecycle.approvals import decided_by
 from hermes_actors.lifecycle.work import Decide
@@ -158,7 +158,10 @@ class ApprovalTurns:
                     f"The user did not approve this call ({row.reason or 'no reason given'}); it was not run."
                 )
             elif claimed:
-                output = ran[call_id] = _run(tool.run, call_arguments(call))
+                # The agent's MCP tools as their servers list them now: a process that started since the pause may
+                # not have listed them yet, and the frozen tool would answer that it is gone.
+                live = find_tool(agent_tools(state.named_agent.agent, fresh=True), name) or tool
+                output = ran[call_id] = _run(live.run, call_arguments(call))
             else:
                 output = kept.get(call_id) or error_json(INTERRUPTED)
             results.append(ToolResult(call_id=call_id, output=output))

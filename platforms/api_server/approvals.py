@@ -83,9 +83,9 @@ async def decision_message(service: ApiService, request: web.Request, run: Run, 
             code="approval_mismatch",
             param="approval_id",
         )
-    assert run.call is not None  # a run that paused was watched
     user = memory_scope(request.headers) or request_user(service.config, None, request.headers)
-    source = service.source(run.call.inbound.source.chat_id or run.run_id, user)
+    chat = run.source.chat_id if run.source is not None else None
+    source = service.source(chat or run.run_id, user)
     inbox, host = service.parts()
     owner = await host.blocking(partial(inbox.session_owner, run.session_id)) if run.session_id else None
     if owner is not None and (owner.scope_id != source.scope_id or owner.user_id != source.user_id):

@@ -18,6 +18,7 @@ import msgspec
 
 from hermes_actors.messages import ApprovalRequest, OutboundMessage, TokenUsage
 from hermes_actors.ports import StoredAnswer
+from hermes_actors.routing import SessionSource
 from platforms.api_server.turn_call import Finished
 from platforms.api_server.wire import Usage, usage_of
 
@@ -80,8 +81,10 @@ class Run:
         call: TurnCall | None,
         routing_key: str | None = None,
         session_id: str | None = None,
+        source: SessionSource | None = None,
     ) -> None:
         self.run_id = run_id
+        self.source = source or (call.inbound.source if call is not None else None)  # the run's conversation
         self.scope = scope
         self.prompt = prompt
         self.call = call

@@ -283,6 +283,7 @@ class Runs:
             prompt=message.text,
             call=call,
             session_id=stored.session_id,
+            source=message.source,
         )
         if call is None:
             run.end_stored(stored, watched=False)
