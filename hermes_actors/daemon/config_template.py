@@ -47,7 +47,11 @@ agent:
   #                                  # point of the hermes_actors.agents group (not with base_url)
   # options: {{}}                    # the factory's own settings, passed through as they are
   # mcp_servers: {{}}                # MCP servers whose tools every session offers: name: {{command: [argv...]}}
-  #                                  # or {{url: ..., headers_env: {{Header: ENV_VAR}}}} (README: MCP tools)
+  #                                  # or {{url: ..., headers_env: {{Header: ENV_VAR}}}} (README: MCP tools); a
+  #                                  # server's require_approval: true (or [tool patterns]) holds its calls
+  # approvals:                       # calls that wait for the user's /approve ID or /deny ID (README: Approvals)
+  #   tools: []                      # tool names or patterns as the model calls them: session_search, files__rm*
+  #   timeout_s: 600                 # no answer within this many seconds is a denial
   # probe:                           # health checks ask the endpoint for its models (no model call) at most
   #   interval_s: 30                 # once per interval_s and report the agent ok or degraded with the error
   #   timeout_s: 5
