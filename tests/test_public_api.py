@@ -46,6 +46,8 @@ def test_the_agent_plugin_api_is_pinned() -> None:
         "AgentFactory",
         "AgentMessage",
         "AgentReply",
+        "ApprovalDecision",
+        "ApprovalGate",
         "BackgroundEndReportingAgent",
         "BackgroundInterruptingAgent",
         "BackgroundReportingAgent",
@@ -68,6 +70,8 @@ def test_the_agent_plugin_api_is_pinned() -> None:
         "TurnEvents",
         "TurnInput",
         "error_json",
+        "request_approval",
+        "tool_call",
     ]
     assert hermes_actors.agents.ENTRY_POINT_GROUP == "hermes_actors.agents"
 

@@ -5,9 +5,11 @@ names exported here: the :class:`Agent` protocol and its capability protocols, w
 (:class:`TurnInput`, with :class:`TurnEvents` for streaming text and tool progress, :class:`Steering` for messages
 sent while it runs, :class:`Tool` for what it may call, :class:`ClientTool` and :class:`ToolResult` for an API
 client's own tools and their results, :class:`MessageRecord` for the history) and what it gives back
-(:class:`AgentReply` of :class:`AgentMessage`, :class:`Memory`, or an :class:`AgentError`).
-:mod:`hermes_actors.testing` checks an agent against the runtime's expectations (``check_agent``,
-``AgentContract``).
+(:class:`AgentReply` of :class:`AgentMessage`, :class:`Memory`, or an :class:`AgentError`). A tool call that needs a
+person's approval pauses the turn (:attr:`TurnInput.approvals`, an :class:`ApprovalGate`: ask
+:meth:`ApprovalGate.required`, pause with :func:`request_approval` of :func:`tool_call`, continue from
+:class:`ApprovalDecision`). :mod:`hermes_actors.testing` checks an agent against the runtime's expectations
+(``check_agent``, ``AgentContract``).
 
 The modules: ``base`` (the protocols and the runtime's helpers that ask for a capability), ``turn`` (the data of
 a turn), ``factory`` (plug-ins), ``contract`` (the checks), ``echo`` (the built-in deterministic agent),
@@ -18,6 +20,7 @@ to the model).
 
 from __future__ import annotations
 
+from hermes_actors.agents.approvals import request_approval, tool_call
 from hermes_actors.agents.base import (
     Agent,
     BackgroundEndReportingAgent,
@@ -38,6 +41,8 @@ from hermes_actors.agents.turn import (
     AgentError,
     AgentMessage,
     AgentReply,
+    ApprovalDecision,
+    ApprovalGate,
     ClientTool,
     Memory,
     Steering,
@@ -56,6 +61,8 @@ __all__ = [
     "AgentFactory",
     "AgentMessage",
     "AgentReply",
+    "ApprovalDecision",
+    "ApprovalGate",
     "BackgroundEndReportingAgent",
     "BackgroundInterruptingAgent",
     "BackgroundReportingAgent",
@@ -78,4 +85,6 @@ __all__ = [
     "TurnEvents",
     "TurnInput",
     "error_json",
+    "request_approval",
+    "tool_call",
 ]
