@@ -19,6 +19,7 @@ Every error names the object at fault and, where there is one, the fix.
     │       └── ShardLostError the host no longer holds the session's shard: the turn is rolled back
     ├── TitleError             a title is invalid after sanitising (too long)
     ├── PlatformError          a platform adapter failed
+    ├── ShutdownError          the runtime stopped mid-turn: the turn committed nothing and runs at the next start
     └── SourceDatabaseError    import-hermes cannot read the other system's database (hermes_actors.importer)
 """
 
@@ -39,6 +40,7 @@ __all__ = [
     "SessionClosedError",
     "SessionNotFoundError",
     "ShardLostError",
+    "ShutdownError",
     "StaleTurnError",
     "StoreBusyError",
     "StoreError",
@@ -150,6 +152,11 @@ class TitleError(HermesError):
 
 class PlatformError(HermesError):
     """A platform adapter failed to receive or deliver."""
+
+
+class ShutdownError(HermesError):
+    """The runtime is shutting down: the turn waiting for an agent call was given up without committing anything;
+    its messages stay pending and run again at the next start (nothing to do)."""
 
 
 class SessionBusyError(StoreError):

@@ -3,6 +3,11 @@
 Either way an agent that fails gives an :class:`~hermes_actors.runtime.protocol.AgentFailure` (its kind, and what
 the user is told instead of a reply), never an exception, and each call is counted in the runtime's metrics. A pool
 call runs in a copy of the session thread's context, so the agent's log lines carry the session's fields too.
+
+The one exception is shutdown: a pool that refuses the call or cancels it
+(:meth:`~hermes_actors.runtime.agent_pool.AgentPool.shutdown`) raises :class:`~hermes_actors.errors.ShutdownError`,
+so the turn commits nothing and runs again at the next start (a ``/stop`` instead stores the turn as stopped). Such a
+call is not counted: it says nothing of the agent.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from hermes_actors.agents.base import AgentError, AgentReply
+from hermes_actors.errors import ShutdownError
 from hermes_actors.runtime.protocol import AgentFailure, FailureKind
 from hermes_actors.runtime.services import CancelToken, SessionServices
 
@@ -38,7 +44,8 @@ class AgentCalls:
     def in_pool(
         self, call: Callable[[], T], token: CancelToken, timeout: float | None = None
     ) -> T | AgentFailure | None:
-        """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled."""
+        """Run ``call`` in the agent pool; return its result, how it failed, or ``None`` if cancelled. Raise
+        :class:`ShutdownError` if the pool shut down before the call finished."""
         started = time.perf_counter()
         # A turn stopped before its call began (a /stop, a newer message) makes no call at all.
         result = None if token.cancelled else self._in_pool(call, token, self._timeout if timeout is None else timeout)
@@ -47,10 +54,15 @@ class AgentCalls:
         return result
 
     def _in_pool(self, call: Callable[[], T], token: CancelToken, timeout: float) -> T | AgentFailure | None:
-        future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
+        try:
+            future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
+        except RuntimeError as exc:  # the only reason an executor refuses a call: it has shut down
+            raise ShutdownError(f"session {self.session_id}: the runtime is stopping; the turn runs again") from exc
         token.wait_for(future, timeout)
         if token.cancelled:
             return None
+        if future.cancelled():  # only the pool's shutdown cancels a call before this method does
+            raise ShutdownError(f"session {self.session_id}: the runtime stopped during the agent call; it runs again")
         if not future.done():
             future.cancel()
             _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)

@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import tzinfo
 from pathlib import Path
 from typing import TypedDict
@@ -32,6 +32,7 @@ from hermes_actors.media import Describe, MediaConfig, MediaStore
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.ports import ReplySender
 from hermes_actors.runtime.agent_health import AgentProbeConfig
+from hermes_actors.runtime.agent_pool import AgentPool
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.dead_letters import Replays, give_up
 from hermes_actors.runtime.events import Events, EventSweep
@@ -133,7 +134,7 @@ class Runtime:
         writer: StoreWriter,
         readers: ReaderPool,
         outbox: OutboxRouter,
-        agent_pool: ThreadPoolExecutor,
+        agent_pool: AgentPool,
         services: SessionServices,
         timers: TimerService,
         resets: ResetScheduler,
@@ -227,13 +228,13 @@ class Runtime:
             )
 
     def close(self, drain_deadline: float, closing_s: float) -> None:
-        """Stop the timers, the supervisor (and its session actors), the agent pool and the outbox (whose sends get
-        until ``drain_deadline``, a ``time.monotonic`` value), release this process's leases and close the store.
-        Each actor stop gets ``closing_s`` seconds."""
+        """Stop the timers, the supervisor (and its session actors, giving up the agent calls still running once the
+        stop is queued: :meth:`AgentPool.abandon`) and the outbox (whose sends get until ``drain_deadline``, a
+        ``time.monotonic`` value), release this process's leases and close the store. Each actor stop gets
+        ``closing_s`` seconds."""
         self.recovery.stopped.set()  # Gateway.stop sets it first; setting it twice is harmless
         self.timers.stop()
-        self.supervisor.stop(timeout=closing_s)
-        self.agent_pool.shutdown(wait=False, cancel_futures=True)
+        self.supervisor.stop(timeout=closing_s, queued=self.agent_pool.abandon)
         self.outbox.stop(timeout=max(drain_deadline - time.monotonic(), 0.0))
         owner = self.lease_owner
         self.writer.call(lambda store: store.leases.release_all(owner))
@@ -308,7 +309,7 @@ def wire(
     )
     for sender in options.get("senders", ()):
         outbox.register(sender)
-    agent_pool = ThreadPoolExecutor(config.max_concurrent_agent_calls, thread_name_prefix="hermes-agent")
+    agent_pool = AgentPool(config.max_concurrent_agent_calls)
     roster = options.get("agents") or AgentRoster.single(options.get("agent") or EchoAgent())
     services = SessionServices(
         writer=writer,

@@ -12,8 +12,9 @@ Series (``_total`` is added to counters by the client):
 
 * ``hermes_turns_total{platform,outcome}``: finished turns; outcome is ``ok``, ``failed`` (the agent gave no answer,
   or the turn was refused), ``cancelled`` (``/stop``), ``unsaved`` (the store refused the commit; it runs again),
-  ``lease_lost`` (another process took the session; it runs again), ``stale`` (another turn answered it) or
-  ``error`` (a bug; its messages are dead-lettered: ``hermesctl messages dead-letters``)
+  ``lease_lost`` (another process took the session; it runs again), ``stale`` (another turn answered it),
+  ``abandoned`` (the process stopped during its agent call; it runs again at the next start) or ``error`` (a bug;
+  its messages are dead-lettered: ``hermesctl messages dead-letters``)
 * ``hermes_turn_duration_seconds{platform}``: a turn from its start in the session actor to its commit
 * ``hermes_agent_call_duration_seconds{outcome}``: one agent call; ``ok``, ``timeout``, ``error``, ``crash``,
   ``cancelled``

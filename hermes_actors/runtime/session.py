@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pykka
 
-from hermes_actors.errors import LeaseLostError, ShardLostError, StaleTurnError, StoreError
+from hermes_actors.errors import LeaseLostError, ShardLostError, ShutdownError, StaleTurnError, StoreError
 from hermes_actors.runtime.actors import RuntimeActor
 from hermes_actors.runtime.admin import settle_unanswered
 from hermes_actors.runtime.dead_letters import fail_turn
@@ -141,6 +141,11 @@ class SessionActor(RuntimeActor):
             _log.error("session %s: the turn could not be saved: %s", self._session_id, exc)
             error, retry, kind = str(exc), message, "unsaved"
             tell_unsaved(self._turns.services.outbox, self._session_id, message, error)
+        except ShutdownError as exc:
+            # Not a /stop: the process stops. Nothing of the turn was saved or sent; its inbox rows stay pending, and
+            # the next start runs it again.
+            _log.info("session %s: %s", self._session_id, exc)
+            kind = "abandoned"
         except Exception as exc:
             _log.exception("session %s: turn failed; its messages are dead-lettered", self._session_id)
             fail_turn(self._turns.services, self._session_id, message, repr(exc))

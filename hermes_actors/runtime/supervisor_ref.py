@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -61,6 +62,11 @@ class Supervisor:
         is ending). The change's future resolves once the session's actor has applied it."""
         self._ref.ask(change, block=True, timeout=self._timeout)
 
-    def stop(self, timeout: float) -> None:
-        """Stop the supervisor and its session actors."""
-        self._ref.stop(timeout=timeout)
+    def stop(self, timeout: float, *, queued: Callable[[], object] | None = None) -> None:
+        """Stop the supervisor and its session actors (within ``timeout`` seconds, else ``pykka.Timeout``).
+        ``queued`` runs once the stop is queued behind what the supervisor was told so far: a turn that ends from
+        then on starts no other."""
+        stopping = self._ref.stop(block=False)
+        if queued is not None:
+            queued()
+        stopping.get(timeout=timeout)

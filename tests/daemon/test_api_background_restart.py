@@ -128,21 +128,8 @@ def _stop(daemon: Daemon, how: signal.Signals) -> None:
         assert daemon.process.returncode == 0, err
 
 
-_SIGTERM_HANGS = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "hermesd does not stop on SIGTERM while an agent call is in flight past the drain: the supervisor's stop "
-        "times out after 5 s (pykka Timeout from Runtime.close) and the process stays up until the model answers; "
-        "a running turn must be given up at shutdown with its inbox row left pending, for the next start to replay"
-    ),
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "how", [pytest.param(signal.SIGTERM, marks=_SIGTERM_HANGS), signal.SIGKILL], ids=["sigterm", "kill-9"]
-)
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 def test_background_responses_survive_a_restart_and_their_stream_resumes(
     home: Path, model: HeldModel, how: signal.Signals
 ) -> None:
