@@ -12,6 +12,7 @@ from platforms.api_server.config import ApiServerConfig
 from platforms.api_server.console import Console
 from platforms.api_server.discovery import Discovery
 from platforms.api_server.guards import Guards
+from platforms.api_server.jobs_api import JobsApi
 from platforms.api_server.operator_api import Attached, OperatorApi
 from platforms.api_server.operator_chat import OperatorChat
 from platforms.api_server.proxies import TrustedProxies
@@ -26,6 +27,8 @@ def add_surface(app: web.Application, config: ApiServerConfig, attached: Attache
     guards.install(app)
     TrustedProxies(config.trusted_proxies).install(app)  # outside the guards: their origin check sees the proxy's word
     chat = OperatorChat(attached, waiters, config, guards)
-    OperatorApi(attached, config.max_body_bytes).add_to(app, chat.chat, chat.chat_stream)
+    operator = OperatorApi(attached, config.max_body_bytes)
+    operator.add_to(app, chat.chat, chat.chat_stream)
+    JobsApi(attached, config.max_body_bytes, operator.guarded).add_to(app)
     Console(attached, config=config.console).add_to(app)
     Discovery(config).add_to(app)
