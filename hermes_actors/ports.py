@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from hermes_actors.approval_port import ApprovalDesk
 from hermes_actors.conversation_port import ConversationBook
 from hermes_actors.errors import PlatformError
 from hermes_actors.health import (
@@ -302,6 +303,12 @@ class ApiInbox(Intake, Protocol):
     @property
     def conversations(self) -> ConversationBook:
         """The API's ``/v1/conversations``, each a session (:mod:`hermes_actors.conversation_port`)."""
+        ...
+
+    @property
+    def approvals(self) -> ApprovalDesk:
+        """Requests for approval (:mod:`hermes_actors.approval_port`): the operator's ``/api/approvals`` and the
+        console."""
         ...
 
     @property

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CORE = frozenset(
     {
+        "hermes_actors.approval_port",
         "hermes_actors.clock",
         "hermes_actors.config",
         "hermes_actors.constraints",

@@ -28,6 +28,8 @@ __all__ = [
     "TIMER_PREFIX",
     "Asking",
     "Resumption",
+    "approval_calls_of",
+    "approval_request_of",
     "call_arguments",
     "call_name",
     "calls_of",
@@ -75,6 +77,19 @@ def prompt_text(approval_id: int, calls: Sequence[ApprovalCall], timeout_s: floa
     )
 
 
+def approval_calls_of(calls: str) -> tuple[ApprovalCall, ...]:
+    """The calls of a request (a JSON array in OpenAI's shape) as the question names them."""
+    return tuple(
+        ApprovalCall(call_id=str(call.get("id") or ""), name=call_name(call), arguments=call_arguments(call))
+        for call in calls_of(calls)
+    )
+
+
+def approval_request_of(row: ApprovalRow) -> ApprovalRequest:
+    """The question ``row`` asks, as a reply carries it (:attr:`OutboundMessage.approval`)."""
+    return ApprovalRequest(id=row.id, calls=approval_calls_of(row.calls), expires_at=row.expires_at)
+
+
 class Asking:
     """The request a pausing turn commits (see the module docstring); :meth:`in_commit` runs inside the turn's
     commit (again, when it is retried), :attr:`row` is the stored request once that commit returned."""
@@ -93,10 +108,7 @@ class Asking:
 
     def in_commit(self, store: StoreInterface, outbound: OutboundMessage) -> OutboundMessage:
         """Store the request, its timer and event; the reply that asks it (``outbound`` with the question)."""
-        calls = tuple(
-            ApprovalCall(call_id=str(call.get("id") or ""), name=call_name(call), arguments=call_arguments(call))
-            for call in calls_of(self._calls)
-        )
+        calls = approval_calls_of(self._calls)
         deadline = self._clock() + self._timeout_s
         approval_id = store.approvals.add(
             self._session_id, message_id=self._message_id, source=self._source, calls=self._calls, expires_at=deadline

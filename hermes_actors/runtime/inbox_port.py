@@ -27,6 +27,7 @@ from hermes_actors.ports import (
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy
+from hermes_actors.runtime.approval_desk import StoreApprovals
 from hermes_actors.runtime.approval_requests import approval_request_of
 from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.gateway import Gateway
@@ -185,6 +186,11 @@ class GatewayInbox:
     def jobs(self) -> StoreJobs:
         """The scheduled turns, fired by this gateway."""
         return self._gateway.jobs
+
+    @property
+    def approvals(self) -> StoreApprovals:
+        """Requests for approval, answered through this gateway."""
+        return StoreApprovals(self._gateway.read, self._gateway.accept)
 
 
 def session_owner_in(store: StoreInterface, session_id: str) -> SessionOwner | None:

@@ -43,6 +43,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/v1/runs/{id}", methods=("GET",), auth="client"),
     Endpoint(path="/v1/runs/{id}/events", methods=("GET",), auth="client"),
     Endpoint(path="/v1/runs/{id}/stop", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/runs/{id}/approval", methods=("POST",), auth="client"),
     Endpoint(path="/v1/models", methods=("GET",), auth="client"),
     Endpoint(path="/v1/capabilities", methods=("GET",), auth="client"),
     Endpoint(path="/health", methods=("GET",), auth="none"),
@@ -56,6 +57,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/api/sessions/{id}/fork", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat", methods=("POST",), auth="admin"),
     Endpoint(path="/api/sessions/{id}/chat/stream", methods=("POST",), auth="admin"),
+    Endpoint(path="/api/approvals", methods=("GET",), auth="admin"),
+    Endpoint(path="/api/approvals/{id}", methods=("POST",), auth="admin"),
     Endpoint(path="/mcp", methods=("POST",), auth="client"),  # the admin key too: every session
 )
 """Every route the server answers."""

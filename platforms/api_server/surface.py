@@ -1,7 +1,7 @@
 """What the API server serves besides the OpenAI routes, added in one call: the guards (security headers and
 CORS, :mod:`.guards`), the trusted proxies' word on each request (:mod:`.proxies`), the operator API
-(:mod:`.operator_api`, :mod:`.operator_chat`), the web console (:mod:`.console`) and ``/v1/capabilities``
-(:mod:`.discovery`)."""
+(:mod:`.operator_api`, :mod:`.operator_chat`, :mod:`.operator_approvals`), the web console (:mod:`.console`) and
+``/v1/capabilities`` (:mod:`.discovery`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from platforms.api_server.discovery import Discovery
 from platforms.api_server.guards import Guards
 from platforms.api_server.jobs_api import JobsApi
 from platforms.api_server.operator_api import Attached, OperatorApi
+from platforms.api_server.operator_approvals import OperatorApprovals
 from platforms.api_server.operator_chat import OperatorChat
 from platforms.api_server.proxies import TrustedProxies
 
@@ -29,6 +30,7 @@ def add_surface(app: web.Application, config: ApiServerConfig, attached: Attache
     chat = OperatorChat(attached, waiters, config, guards)
     operator = OperatorApi(attached, config.max_body_bytes)
     operator.add_to(app, chat.chat, chat.chat_stream)
+    OperatorApprovals(attached, config.max_body_bytes).add_to(app, operator.guarded)
     JobsApi(attached, config.max_body_bytes, operator.guarded).add_to(app)
     Console(attached, config=config.console).add_to(app)
     Discovery(config).add_to(app)

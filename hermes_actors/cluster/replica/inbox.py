@@ -17,6 +17,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 
 from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
@@ -41,6 +42,7 @@ from hermes_actors.ports import (
 )
 from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
+from hermes_actors.runtime.approval_desk import StoreApprovals
 from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
@@ -276,6 +278,11 @@ class ClusterInbox:
     def jobs(self) -> StoreJobs:
         """The scheduled turns on the PostgreSQL store (fired by the shard hosts)."""
         return self._jobs
+
+    @property
+    def approvals(self) -> StoreApprovals:
+        """Requests for approval on the PostgreSQL store; an answer goes to its session's shard like any message."""
+        return StoreApprovals(lambda: nullcontext(self._store), self.accept)
 
 
 def _conforms(inbox: ClusterInbox) -> Inbox:

@@ -10,7 +10,9 @@ package and served from ``/console/static``, nothing fetched from elsewhere):
   attachments, ``#m<message id>`` anchors), with rename, end, export (``/export``) and delete (``/delete``, a
   confirmation page first);
 - ``/console/live`` and ``/console/live.json``: the runtime's vitals and readiness, polled every two seconds;
-- ``/console/media/<path>``: a file of the media store, only from inside the media directory.
+- ``/console/media/<path>``: a file of the media store, only from inside the media directory;
+- ``/console/approvals``: the tool calls waiting for a person's approval, each answered with Approve or Deny
+  (:mod:`.approvals`).
 
 Everything is read and changed through :class:`~hermes_actors.operator_port.Operator`, as ``/api/sessions`` does.
 Transcripts and titles are hostile input: :mod:`.text` escapes them, shows bidi controls harmlessly and links only
@@ -24,6 +26,7 @@ from aiohttp import web
 
 from platforms.api_server.config import ConsoleConfig
 from platforms.api_server.console.actions import Actions
+from platforms.api_server.console.approvals import ApprovalPages
 from platforms.api_server.console.logins import Logins
 from platforms.api_server.console.pages import Pages
 from platforms.api_server.console.site import PREFIX, Site
@@ -47,3 +50,4 @@ class Console:
         self.site.add_to(app)
         Pages(self.site).add_to(app)
         Actions(self.site).add_to(app)
+        ApprovalPages(self.site).add_to(app)
