@@ -34,6 +34,7 @@ from hermes_actors.ports import ReplySender
 from hermes_actors.runtime.agent_health import AgentProbeConfig
 from hermes_actors.runtime.agent_pool import AgentPool
 from hermes_actors.runtime.agent_roster import AgentRoster
+from hermes_actors.runtime.approval_timeouts import wire_approvals
 from hermes_actors.runtime.dead_letters import Replays, give_up
 from hermes_actors.runtime.events import Events, EventSweep
 from hermes_actors.runtime.job_book import StoreJobs
@@ -47,7 +48,7 @@ from hermes_actors.runtime.scrape import RuntimeCollector
 from hermes_actors.runtime.services import NewSessionId, SessionServices, default_session_id
 from hermes_actors.runtime.supervisor_ref import Supervisor
 from hermes_actors.runtime.timers import TimerService
-from hermes_actors.store import Store, Synchronous
+from hermes_actors.store import Store, StoreInterface, Synchronous  # Store: to open the home's SQLite file by its path
 from hermes_actors.store.attachments import MEDIA_DIR_NAME, media_dir_for
 from hermes_actors.store.prune import PruneResult, auto_prune
 from hermes_actors.store.readers import ReaderPool
@@ -199,7 +200,7 @@ class Runtime:
         """
         before = self.clock() - self.config.queue_retention_days * 86400
 
-        def prune(store: Store) -> int:
+        def prune(store: StoreInterface) -> int:
             inbox = store.inbox.prune_completed(before, limit=QUEUE_PRUNE_CHUNK)
             outbox = store.outbox.prune_finished(before, limit=QUEUE_PRUNE_CHUNK)
             if inbox or outbox:
@@ -212,7 +213,7 @@ class Runtime:
 
         self._submit_quietly(prune, again)
 
-    def _submit_quietly(self, work: Callable[[Store], int], then: Callable[[Future[int]], None]) -> None:
+    def _submit_quietly(self, work: Callable[[StoreInterface], int], then: Callable[[Future[int]], None]) -> None:
         with contextlib.suppress(WriterClosedError):  # stopping: the next start prunes
             future = self.writer.submit(work)
             future.add_done_callback(then)  # before tracking: the next chunk is counted before this one ends
@@ -395,4 +396,5 @@ def wire(
     runtime.jobs = wire_jobs(
         services, timers, supervisor.tell, options.get("jobs"), options.get("tz"), runtime.schedule_resets
     )
+    wire_approvals(services, timers, supervisor.tell, armed=runtime.schedule_resets)
     return runtime
