@@ -12,7 +12,8 @@ package and served from ``/console/static``, nothing fetched from elsewhere):
 - ``/console/live`` and ``/console/live.json``: the runtime's vitals and readiness, polled every two seconds;
 - ``/console/media/<path>``: a file of the media store, only from inside the media directory;
 - ``/console/approvals``: the tool calls waiting for a person's approval, each answered with Approve or Deny
-  (:mod:`.approvals`).
+  (:mod:`.approvals`);
+- ``/console/jobs``: the scheduled turns, each with Pause or Resume, Run now and Delete (:mod:`.jobs`).
 
 Everything is read and changed through :class:`~hermes_actors.operator_port.Operator`, as ``/api/sessions`` does.
 Transcripts and titles are hostile input: :mod:`.text` escapes them, shows bidi controls harmlessly and links only
@@ -27,6 +28,7 @@ from aiohttp import web
 from platforms.api_server.config import ConsoleConfig
 from platforms.api_server.console.actions import Actions
 from platforms.api_server.console.approvals import ApprovalPages
+from platforms.api_server.console.jobs import JobPages
 from platforms.api_server.console.logins import Logins
 from platforms.api_server.console.pages import Pages
 from platforms.api_server.console.site import PREFIX, Site
@@ -51,3 +53,4 @@ class Console:
         Pages(self.site).add_to(app)
         Actions(self.site).add_to(app)
         ApprovalPages(self.site).add_to(app)
+        JobPages(self.site).add_to(app)
