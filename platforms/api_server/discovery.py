@@ -59,6 +59,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/api/sessions/{id}/chat/stream", methods=("POST",), auth="admin"),
     Endpoint(path="/api/approvals", methods=("GET",), auth="admin"),
     Endpoint(path="/api/approvals/{id}", methods=("POST",), auth="admin"),
+    Endpoint(path="/api/jobs", methods=("GET", "POST"), auth="admin"),
+    Endpoint(path="/api/jobs/{id}", methods=("GET", "DELETE"), auth="admin"),
+    Endpoint(path="/api/jobs/{id}/pause", methods=("POST",), auth="admin"),
+    Endpoint(path="/api/jobs/{id}/resume", methods=("POST",), auth="admin"),
+    Endpoint(path="/api/jobs/{id}/run", methods=("POST",), auth="admin"),
     Endpoint(path="/mcp", methods=("POST",), auth="client"),  # the admin key too: every session
 )
 """Every route the server answers."""
