@@ -14,6 +14,7 @@ from aiohttp import web
 from hermes_actors.errors import PlatformError
 from hermes_actors.messages import InboundMessage
 from platforms.base import Capabilities, ReplySender
+from platforms.slack.actions import press_to_inbound
 from platforms.slack.config import ResolvedApp, SlackConfig, resolve_app
 from platforms.slack.events import PLATFORM, Skipped, decode_envelope, to_inbound, verify
 from platforms.slack.files import SlackFile, attach_files, downloadable
@@ -79,8 +80,27 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         return [self.sender]
 
     def _add_routes(self, app: web.Application) -> None:
-        """Serve ``POST /slack/events/<app>``."""
+        """Serve ``POST /slack/events/<app>`` and the buttons' ``POST /slack/actions/<app>``."""
         app.router.add_post("/slack/events/{app}", self._receive)
+        app.router.add_post("/slack/actions/{app}", self._press)
+
+    async def _press(self, request: web.Request) -> web.Response:
+        """An Interactivity request (a button of a question for approval), signed like an event."""
+        name = request.match_info["app"]
+        try:
+            app = self._apps.get(name)
+            if app is None:
+                raise Refused(404, f"no Slack app {name!r}; add it under platforms.slack.apps")
+            body = await self._read_body(request)
+            verify(app.signing_key, request.headers, body, self._clock())
+            read = press_to_inbound(app, body, received_at=self._clock())
+        except Refused as exc:
+            _log.info("slack app %r: refused an interactivity request (%d %s)", name, exc.status, exc.reason)
+            return _answer(exc.status, {"error": exc.reason})
+        if isinstance(read, Skipped):
+            _log.info("slack app %r: ignored an interactivity request: %s", name, read.reason)
+            return _answer(200, {"ok": True, "ignored": read.reason})
+        return await self._accept(read)
 
     def describe(self) -> list[str]:
         """One banner line per app: its Request URL, where its secrets come from and where replies go."""
@@ -93,8 +113,9 @@ class SlackAdapter(HttpAdapter[SlackConfig]):
         threads = "top-level channel messages answered in a thread" if self.config.reply_in_thread else "no threads"
         return [
             f"Slack app '{app.name}': Events API Request URL POST {self.url}/slack/events/{app.name} "
-            f"(signed, {app.origin}); replies via {api} ({threads}); files are downloaded with the bot token "
-            "(files:read scope) as attachments"
+            f"(signed, {app.origin}); Interactivity Request URL POST {self.url}/slack/actions/{app.name} (approval "
+            f"buttons); replies via {api} ({threads}); files are downloaded with the bot token (files:read scope) as "
+            "attachments"
             for app in self._apps.values()
         ]
 

@@ -1,15 +1,18 @@
 """Replies through ``chat.postMessage``: escaped, split at ``max_message_chars``, resumed after the parts already
 posted; a handoff's thread anchor. A reply carrying a document (``/save``) is shared as a file
-(:mod:`platforms.slack.uploads`), or sent as text when Slack does not take the file.
+(:mod:`platforms.slack.uploads`), or sent as text when Slack does not take the file. A reply asking for approval
+carries Approve and Deny buttons under its last part (:mod:`platforms.slack.actions`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
-from hermes_actors.messages import OutboundDocument, OutboundMessage
+from hermes_actors.messages import ApprovalRequest, OutboundDocument, OutboundMessage
 from platforms.base import SendError
+from platforms.slack.actions import approval_blocks
 from platforms.slack.config import ResolvedApp, SlackConfig
 from platforms.slack.events import PLATFORM
 from platforms.slack.uploads import share_document
@@ -82,9 +85,12 @@ class SlackSender:
             _log.info("slack app %r: an empty reply to %s is not sent", app.name, channel)
             return None
         posted = self._progress.sent(message)
-        for part in parts[len(posted) :]:
+        asked = message.approval if isinstance(message.approval, ApprovalRequest) else None
+        for index in range(len(posted), len(parts)):
+            part = parts[index]
+            blocks = approval_blocks(part, asked.id) if asked is not None and index == len(parts) - 1 else None
             try:
-                posted.append(self._post(app, channel, part, message.thread_id))
+                posted.append(self._post(app, channel, part, message.thread_id, blocks=blocks))
             except SendError:
                 if posted:  # a retry resumes after the parts Slack already has
                     self._progress.remember(message, posted)
@@ -110,13 +116,24 @@ class SlackSender:
             raise SendError(f"slack: no app {account_id!r} is configured; add it under platforms.slack.apps")
         return app
 
-    def _post(self, app: ResolvedApp, channel: str, text: str, thread_ts: str | None) -> str:
-        """One ``chat.postMessage`` call; return the new message's ts or raise :class:`SendError`."""
+    def _post(
+        self,
+        app: ResolvedApp,
+        channel: str,
+        text: str,
+        thread_ts: str | None,
+        *,
+        blocks: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """One ``chat.postMessage`` call (with ``blocks``: buttons under the text); return the new message's ts or
+        raise :class:`SendError`."""
         key = f"{app.name}:{channel}"
         self._limiter.acquire(key)
-        body: dict[str, str] = {"channel": channel, "text": _escape(text)}
+        body: dict[str, Any] = {"channel": channel, "text": _escape(text)}
         if thread_ts:
             body["thread_ts"] = thread_ts
+        if blocks is not None:
+            body["blocks"] = blocks
         where = f"slack app '{app.name}': chat.postMessage to {channel}"
         headers = {"authorization": f"Bearer {app.bot_token}"}
         try:

@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from aiohttp import web
 
@@ -61,6 +61,7 @@ __all__ = [
     "deliver_until_acknowledged",
     "event_callback",
     "message",
+    "press",
     "sign",
     "url_verification",
 ]
@@ -79,6 +80,7 @@ class Posted:
     thread_ts: str | None
     ts: str
     at: float  # time.monotonic() on arrival
+    blocks: Any = None  # the message's Block Kit blocks, when it has any (an approval's buttons)
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,10 @@ class FakeSlack:
             thread_ts=thread_ts if isinstance(thread_ts, str) else None,
             ts=ts,
             at=arrived,
+            blocks=fields.get("blocks"),
         )
+        if posted.blocks is not None and not _valid_blocks(posted.blocks):
+            return web.json_response({"ok": False, "error": "invalid_blocks"})
         with self._lock:
             self.posted.append(posted)
         self._arrivals.put(posted)
@@ -450,6 +455,46 @@ class FakeSlack:
         except ValueError:
             return None
         return decoded if isinstance(decoded, dict) else None
+
+
+def _valid_blocks(blocks: Any) -> bool:
+    """Whether ``blocks`` is a list of blocks whose buttons have text, an ``action_id`` and a short ``value``."""
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in blocks):
+        return False
+    buttons = [e for b in blocks if b["type"] == "actions" for e in b.get("elements", [])]
+    return all(
+        isinstance(e, dict) and e.get("text") and e.get("action_id") and len(str(e.get("value", ""))) <= 2000
+        for e in buttons
+    )
+
+
+def press(
+    action_id: str,
+    value: str,
+    *,
+    user: str = "U1",
+    team: str = "T1",
+    channel: str = "C1",
+    message_ts: str | None = None,
+    thread_ts: str | None = None,
+    action_ts: str = "1764460999.000001",
+) -> bytes:
+    """The form body of a ``block_actions`` interactivity request: ``user`` pressed the button ``action_id``."""
+    message: dict[str, Any] = {"type": "message", "ts": message_ts or "1764460998.000100"}
+    if thread_ts is not None:
+        message["thread_ts"] = thread_ts
+    payload = {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "team_id": team},
+        "team": {"id": team, "domain": "example"},
+        "channel": {"id": channel, "name": "general"},
+        "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel},
+        "message": message,
+        "actions": [
+            {"type": "button", "action_id": action_id, "block_id": "b", "value": value, "action_ts": action_ts}
+        ],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
 
 
 # -- Slack's side of the Events API ----------------------------------------------------------------------------

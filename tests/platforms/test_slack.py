@@ -913,7 +913,8 @@ def test_the_registry_builds_the_adapter_and_the_banner_names_each_request_url(s
     assert not base.endswith(":0")
     assert running.adapter.describe() == [
         f"Slack app 'main': Events API Request URL POST {base}/slack/events/main (signed, signing secret in "
-        f"config.yaml, bot token in config.yaml); replies via {running.adapter.config.api_base_url}/chat.postMessage "
+        f"config.yaml, bot token in config.yaml); Interactivity Request URL POST {base}/slack/actions/main (approval "
+        f"buttons); replies via {running.adapter.config.api_base_url}/chat.postMessage "
         "(top-level channel messages answered in a thread); files are downloaded with the bot token (files:read "
         "scope) as attachments"
     ]
