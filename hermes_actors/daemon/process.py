@@ -177,11 +177,13 @@ class Daemon:
         return GatewayInbox(gateway, admin_key=self.admin_key.key if self.admin_key is not None else None)
 
     def shutdown(self, drain_timeout: float | None = None) -> None:
-        """Stop entry points, drain turns up to the bound, stop the gateway, release the lock. Idempotent."""
+        """Stop entry points, drain turns up to the bound (one for both: turns run while entry points drain), stop the
+        gateway, release the lock. Idempotent."""
         bound = self.settings.daemon.drain_timeout_s if drain_timeout is None else drain_timeout
+        deadline = time.monotonic() + bound
         try:
             self._stop_entry_points(bound)
-            self._stop_gateway(bound)
+            self._stop_gateway(max(deadline - time.monotonic(), 0.0))
         finally:
             self._lock.release()  # even when a stop failed: the next start must not find the home held
 

@@ -57,12 +57,12 @@ class AgentCalls:
         try:
             future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
         except RuntimeError as exc:  # the only reason an executor refuses a call: it has shut down
-            raise ShutdownError(f"session {self.session_id}: the runtime is stopping; the turn runs again") from exc
+            raise ShutdownError("the runtime is stopping: the turn runs again at the next start") from exc
         token.wait_for(future, timeout)
         if token.cancelled:
             return None
         if future.cancelled():  # only the pool's shutdown cancels a call before this method does
-            raise ShutdownError(f"session {self.session_id}: the runtime stopped during the agent call; it runs again")
+            raise ShutdownError("the runtime stopped during the agent call: the turn runs again at the next start")
         if not future.done():
             future.cancel()
             _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)

@@ -24,7 +24,7 @@ from tests.daemon.test_daemon import SECRET, Daemon, _signed, start_daemon
 from tests.daemon.test_shutdown import SlowReceiver
 
 DRAIN_S = 1.0
-MARGIN_S = 3.0  # stopping the entry points and the actors, the store's checkpoint
+MARGIN_S = 2.0  # stopping the entry points and the actors, the store's checkpoint
 WAIT_S = 30.0
 
 
