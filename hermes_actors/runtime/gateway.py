@@ -343,8 +343,9 @@ class Gateway:
 
         ``timeout`` bounds the drain, the outbox's sends in progress included: a reply not sent by then stays
         queued in the store for the next start (one whose send was cut has its attempt counted, so it goes again
-        flagged as a possible duplicate). Stopping the other actors afterwards gets a few seconds of its own, so
-        a zero drain (a start that failed) still closes everything.
+        flagged as a possible duplicate). A turn still waiting for the agent then is given up: it commits and sends
+        nothing, and its messages run again at the next start. Stopping the other actors afterwards gets a few
+        seconds of its own, so a zero drain (a start that failed) still closes everything.
         """
         if self._closed.is_set():
             return
