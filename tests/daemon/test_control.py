@@ -20,6 +20,8 @@ from hermes_actors.daemon.control import (
     ControlError,
     ControlServer,
     Emit,
+    JobsReply,
+    JobsRequest,
     Request,
     SessionAction,
     SessionAdmin,
@@ -50,6 +52,8 @@ def _handler(request: Request, emit: Emit) -> msgspec.Struct:
             raise SessionNotFoundError(f"no session {request.session_id!r}")
         case Status():
             raise RuntimeError("boom")
+        case JobsRequest():
+            return JobsReply(jobs=[])
 
 
 @pytest.fixture
