@@ -7,9 +7,10 @@ thread the message is in, which is the session (shared by its users) and where t
 ``<conversation.id>:<activity id>``: Teams' activity ids are unique only within a conversation, and a redelivery
 carries the same one.
 
-The bot's own ``<at>name</at>`` mention is removed from the text; another person's becomes ``@name``. Only
-``type: message`` starts a turn; ``conversationUpdate``, ``messageReaction``, ``typing``, ``invoke`` and the
-rest are acknowledged and skipped.
+The bot's own ``<at>name</at>`` mention is removed from the text; another person's becomes ``@name``. A message
+without text whose ``value`` is a press of an approval card's button (:mod:`platforms.teams.cards`) is that
+decision, from the person who pressed. Only ``type: message`` starts a turn; ``conversationUpdate``,
+``messageReaction``, ``typing``, ``invoke`` and the rest are acknowledged and skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from platforms.support import json_guard
 from platforms.support.http_host import Refused
+from platforms.teams.cards import submitted_decision
 
 __all__ = [
     "PLATFORM",
@@ -84,6 +86,7 @@ class Activity(msgspec.Struct, frozen=True, kw_only=True):
     attachments: list[TeamsAttachment] = msgspec.field(default_factory=list)
     entities: list[dict[str, Any]] = msgspec.field(default_factory=list)
     channelData: dict[str, Any] | None = None
+    value: Any = None  # what an Adaptive Card's Action.Submit sent (a press of an approval's button)
 
 
 class Address(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,7 +187,7 @@ def to_inbound(
         chat_type, thread = "group", None
     else:
         chat_type, thread = "dm", None
-    text = _text_of(activity, recipient)
+    text = _text_of(activity, recipient) or submitted_decision(activity.value) or ""
     files = [a for a in activity.attachments if a.contentType != "text/html"]
     if not text and not files:
         return Skipped(reason="a message without text or files")

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from hermes_actors.messages import OutboundMessage
+from hermes_actors.messages import ApprovalRequest, OutboundMessage
 from platforms.base import SendError
 from platforms.support import http_client
 from platforms.support.http_client import HttpResult
@@ -31,6 +31,7 @@ from platforms.support.ratelimit import Rate, RateLimiter
 from platforms.support.text import split_message
 from platforms.teams.activity import PLATFORM, split_conversation
 from platforms.teams.addresses import Addresses
+from platforms.teams.cards import approval_card
 from platforms.teams.config import TeamsConfig
 from platforms.teams.connector import Connector
 
@@ -82,10 +83,14 @@ class TeamsSender:
         conversation = conversation_of(message.chat_id, message.thread_id)
         reply_to = _reply_to(message.reply_to, conversation)
         posted = self._progress.sent(message)
-        for part in parts[len(posted) :]:
+        asked = message.approval if isinstance(message.approval, ApprovalRequest) else None
+        for index in range(len(posted), len(parts)):
+            part = parts[index]
             body: dict[str, Any] = {"type": "message", "text": part, "textFormat": "markdown"}
             if reply_to is not None:
                 body["replyToId"] = reply_to
+            if asked is not None and index == len(parts) - 1:  # the question's buttons, under its last part
+                body["attachments"] = [approval_card(part, asked.id)]
             try:
                 posted.append(self._post(connector, address.service_url, conversation, body, reply_to))
             except SendError:
