@@ -115,10 +115,11 @@ class LiveSession:
         if len(self.queue) + 1 >= soft_limit:
             while self.queue and _mergeable(self.queue[0], key, policy):
                 merged.append(self.queue.popleft())  # type: ignore[arg-type]
-        elif self._joins(head, collects):
+        elif self.queue and self._joins(head, collects):
             while self.queue and _mergeable(self.queue[0], key, policy) and self._joins(self.queue[0], collects):
                 merged.append(self.queue.popleft())  # type: ignore[arg-type]
-        self.joined.difference_update(d.inbox_id for d in merged)
+        if self.joined:
+            self.joined.difference_update(d.inbox_id for d in merged)
         return RunTurn(deliveries=tuple(merged), token=self.token, steering=self.steering, also_answers=carried)
 
     def _joins(self, work: Work, collects: Callable[[Delivery], bool]) -> bool:
