@@ -62,18 +62,20 @@ class DaemonJobs:
     def __init__(self, path: Path) -> None:
         self._path = path
 
-    def _ask(self, action: JobsAction, *, job_id: str | None = None, spec: JobSpec | None = None) -> JobsReply:
+    def _ask(
+        self, action: JobsAction, *, job_id: str | None = None, spec: JobSpec | None = None, limit: int = 100
+    ) -> JobsReply:
         client = connect(self._path)
         if client is None:
             raise click.ClickException("hermesd stopped while the command ran; run it again")
         with client:
-            return client.jobs(JobsRequest(action=action, job_id=job_id, spec=spec))
+            return client.jobs(JobsRequest(action=action, job_id=job_id, spec=spec, limit=limit))
 
     def add(self, spec: JobSpec, *, owner: str | None = None, created_by: str = "cli") -> JobView:
         return self._ask(JobsAction.ADD, spec=spec).jobs[0]
 
     def listed(self, *, owner: str | None = None, limit: int = 100) -> list[JobView]:
-        return self._ask(JobsAction.LIST).jobs
+        return self._ask(JobsAction.LIST, limit=limit).jobs
 
     def get(self, job_id: str, *, owner: str | None = None) -> JobView:
         return self._ask(JobsAction.SHOW, job_id=job_id).jobs[0]
