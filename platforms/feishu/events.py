@@ -1,4 +1,5 @@
-"""Feishu event subscription v2 requests: unseal, authenticate, and turn ``im.message.receive_v1`` into a message.
+"""Feishu event subscription v2 requests: unseal, authenticate, and turn ``im.message.receive_v1`` into a message
+(and ``card.action.trigger``, a press of an approval card's button, into ``/approve`` or ``/deny``).
 
 A request is checked in the order that leaks least: with an encrypt key, the ``X-Lark-Signature`` (hex SHA-256 of
 timestamp + nonce + encrypt key + raw body) when the headers are present, its ``X-Lark-Request-Timestamp`` within
@@ -31,6 +32,7 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
+from platforms.feishu.cards import CARD_EVENT, press_of
 from platforms.feishu.config import AppKeys
 from platforms.feishu.files import Resource, resources_of
 from platforms.support import json_guard
@@ -273,10 +275,34 @@ def open_event(
             f"the event is for app {header.app_id!r}, but this URL is app {app.name!r} ({app.app_id}); "
             f"give each app its own request URL, /feishu/events/<name>",
         )
+    if header.event_type == CARD_EVENT:
+        return _pressed(app, header, plain, received_at)
     if header.event_type != MESSAGE_EVENT:
         return Ignored(reason=f"event type {header.event_type!r} is not handled")
     envelope: _MessageEnvelope = _decode(_message_envelope, plain, "the message event")
     return _to_inbound(app, envelope, received_at)
+
+
+def _pressed(app: AppKeys, header: _Header, plain: bytes, received_at: float) -> Ignored | Received:
+    """A press of an approval card's button (:mod:`platforms.feishu.cards`), from the person who pressed."""
+    try:
+        press = press_of(plain)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise Refused(400, f"the card action event is malformed ({exc})") from None
+    if press is None:
+        return Ignored(reason="a press of a card button that is not an approval's")
+    source = SessionSource(
+        platform=PLATFORM,
+        account_id=app.name,
+        scope_id=header.tenant_key or None,
+        chat_type="group",
+        chat_id=press.chat_id,
+        user_id=press.open_id or None,
+        user_id_alt=press.union_id or None,
+        message_id=press.message_id,
+    )
+    inbound = InboundMessage(source=source, text=press.text, message_id=header.event_id, received_at=received_at)
+    return Received(inbound=inbound)
 
 
 # -- messages ---------------------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from urllib.parse import quote
 
 import msgspec
 
-from hermes_actors.messages import OutboundDocument, OutboundMessage
+from hermes_actors.messages import ApprovalRequest, OutboundDocument, OutboundMessage
 from platforms.base import SendError
+from platforms.feishu.cards import approval_card
 from platforms.feishu.config import AppKeys
 from platforms.feishu.events import PLATFORM
 from platforms.support import http_client
@@ -190,10 +191,14 @@ class FeishuSender:
             return None
         key = _reply_key(message)
         ids: list[str] = []
-        for index, part in enumerate(split_message(message.text, self._max_bytes, length=content_bytes)):
+        parts = split_message(message.text, self._max_bytes, length=content_bytes)
+        asked = message.approval if isinstance(message.approval, ApprovalRequest) else None
+        for index, part in enumerate(parts):
             # Feishu limits sends per chat; after a 429 the outbox itself holds the chat back for retry_after.
             self._limits[app.name].acquire(message.chat_id or target)
-            ids.append(self._post(app, message.chat_id, message.thread_id, _text(part), f"{key}-{index}", what))
+            last = asked is not None and index == len(parts) - 1  # the question's buttons, under its last part
+            content = approval_card(part, asked.id) if last and asked is not None else _text(part)
+            ids.append(self._post(app, message.chat_id, message.thread_id, content, f"{key}-{index}", what))
         return ids[0]
 
     def _send_file(

@@ -92,6 +92,7 @@ class SentMessage:
     uuid: str | None = None
     msg_type: str = "text"
     file_key: str | None = None
+    card: dict[str, Any] | None = None  # an interactive message's card (an approval's buttons)
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,38 @@ class FakeFeishu:
             },
         }
 
+    def card_action_event(
+        self,
+        app_id: str,
+        value: dict[str, Any],
+        *,
+        chat_id: str = "oc_chat",
+        message_id: str = "om_card",
+        open_id: str = "ou_alice",
+        union_id: str = "on_alice",
+        tenant_key: str = "tenant-a",
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A ``card.action.trigger`` event (schema 2.0): ``open_id`` pressed a card button carrying ``value``."""
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": event_id or uuid_module.uuid4().hex,
+                "event_type": "card.action.trigger",
+                "create_time": "1764460800000",
+                "token": self.apps[app_id].verification_token,
+                "app_id": app_id,
+                "tenant_key": tenant_key,
+            },
+            "event": {
+                "operator": {"tenant_key": tenant_key, "open_id": open_id, "union_id": union_id},
+                "token": "c-card-token",
+                "action": {"value": value, "tag": "button"},
+                "host": "im_message",
+                "context": {"open_message_id": message_id, "open_chat_id": chat_id},
+            },
+        }
+
     def push(self, url: str, payload: Any, app_id: str, **options: Any) -> tuple[int, dict[str, Any]]:
         """:func:`deliver` ``payload`` as ``app_id``'s events are delivered (encrypted and signed if it has a key)."""
         options.setdefault("encrypt_key", self.apps[app_id].encrypt_key)
@@ -440,13 +473,14 @@ class FakeFeishu:
             content = json.loads(body["content"])
             msg_type = body["msg_type"]
             file_key = content["file_key"] if msg_type == "file" else None
-            text = content["text"] if msg_type == "text" else ""
+            card = content if msg_type == "interactive" else None
+            text = content["text"] if msg_type == "text" else _card_text(card) if card is not None else ""
             uuid = body.get("uuid")
             chat_id = body.get("receive_id") if reply_to is None else self._messages[reply_to]
             if msg_type == "file":
                 _require(file_key in self.uploads and self.uploads[file_key][0] == app_id)
             else:
-                _require(msg_type == "text" and isinstance(text, str) and bool(text))
+                _require(msg_type in ("text", "interactive") and isinstance(text, str) and bool(text))
             _require(uuid is None or (isinstance(uuid, str) and len(uuid) <= 50))
             _require(reply_to is not None or request.query.get("receive_id_type") == "chat_id")
             _require(isinstance(chat_id, str))
@@ -469,6 +503,7 @@ class FakeFeishu:
                     uuid=uuid,
                     msg_type=msg_type,
                     file_key=file_key,
+                    card=card,
                 )
                 self.sent.append(message)
                 self._messages[message.message_id] = chat_id
@@ -489,6 +524,15 @@ class FakeFeishu:
         if repeat.thread_id:
             data["thread_id"] = repeat.thread_id
         return 200, {"code": 0, "msg": "success", "data": data}, {}, 0.0
+
+
+def _card_text(card: dict[str, Any]) -> str:
+    """The text of a card's ``div`` elements; the card must hold elements whose buttons carry a ``value``."""
+    elements = card["elements"]
+    _require(isinstance(elements, list) and bool(elements))
+    buttons = [b for e in elements if e.get("tag") == "action" for b in e["actions"]]
+    _require(all(b.get("tag") == "button" and isinstance(b.get("value"), dict) for b in buttons))
+    return "\n".join(e["text"]["content"] for e in elements if e.get("tag") == "div")
 
 
 def _require(condition: bool) -> None:
