@@ -35,6 +35,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(path="/v1/responses/{id}", methods=("GET", "DELETE"), auth="client"),
     Endpoint(path="/v1/responses/{id}/input_items", methods=("GET",), auth="client"),
     Endpoint(path="/v1/responses/{id}/cancel", methods=("POST",), auth="client"),
+    Endpoint(path="/v1/responses/{id}/approval", methods=("POST",), auth="client"),
     Endpoint(path="/v1/conversations", methods=("POST",), auth="client"),
     Endpoint(path="/v1/conversations/{id}", methods=("GET", "POST", "DELETE"), auth="client"),
     Endpoint(path="/v1/conversations/{id}/items", methods=("GET", "POST"), auth="client"),

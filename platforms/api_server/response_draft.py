@@ -6,7 +6,9 @@ only :meth:`ResponseDraft.response`, so both answers hold the same items. A run 
 becomes an ``mcp_call`` item (as OpenAI lists its hosted MCP tools' runs: added with the arguments as it starts,
 done with its result), never a ``function_call``, which a client would take for a call to run itself; text becomes a
 ``message`` item, closed when a tool call comes between (the model spoke before calling a tool) or the turn ends;
-the calls of the client's own tools a turn ends with become ``function_call`` items after it.
+the calls of the client's own tools a turn ends with become ``function_call`` items after it, and the gateway's calls
+a turn paused on for approval ``mcp_approval_request`` items (answered by an ``mcp_approval_response`` input item
+with ``previous_response_id``, or ``POST /v1/responses/{id}/approval``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from platforms.api_server.responses_wire import (
     ErrorDetail,
     FunctionCallItem,
     IncompleteDetails,
+    McpApprovalRequestItem,
     McpCallItem,
     MessageItem,
     OutputItem,
@@ -180,10 +183,23 @@ class ResponseDraft:
             calls = calls_of(finished.tool_calls)
             events = self._complete_text(finished.reply) if finished.reply or not calls else []
             events += self._close_message("completed")
-            for call in calls:  # the client's tools: its to run
-                item = FunctionCallItem(
+            items: list[OutputItem] = [
+                FunctionCallItem(
                     id=_item_id("fc"), call_id=call.id, name=call.function.name, arguments=call.function.arguments
                 )
+                for call in calls  # the client's tools: its to run
+            ]
+            if finished.approval is not None:  # the gateway's calls waiting for a person
+                items += [
+                    McpApprovalRequestItem(
+                        id=f"mcpr_{finished.approval.id}_{n}",
+                        server_label=SERVER_LABEL,
+                        name=c.name,
+                        arguments=c.arguments,
+                    )
+                    for n, c in enumerate(finished.approval.calls)
+                ]
+            for item in items:
                 self.items.append(item)
                 events.append(self._event("response.output_item.added", output_index=len(self.items) - 1, item=item))
                 events.append(self._event("response.output_item.done", output_index=len(self.items) - 1, item=item))

@@ -18,6 +18,10 @@
   ``response.output_text.delta`` for each model delta, ``response.output_text.done``), then ``response.completed`` or
   ``response.failed``, each with its ``sequence_number``. A client that disconnects stops the turn as ``/stop`` does,
   and an ``incomplete`` snapshot of the response is stored.
+- A turn that paused on the gateway's tool calls that need approval ends with an ``mcp_approval_request`` item per
+  call (``id`` ``mcpr_<approval id>_<n>``); a request with ``previous_response_id`` whose input is an
+  ``mcp_approval_response`` (``approval_request_id``, ``approve``, ``reason``), or ``POST /v1/responses/{id}/approval``
+  with ``{approval_id, decision: approve|deny, reason?}``, answers it and continues the turn.
 - A turn stopped by another request (``/stop``, ``/new``) ends the response at once as ``incomplete`` with
   ``incomplete_details.reason: stopped`` (``response.incomplete`` when streaming), and that snapshot is stored.
 """
@@ -37,13 +41,20 @@ from aiohttp import web
 
 from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.routing import SessionSource
+from platforms.api_server.approvals import Decision, decision_body
 from platforms.api_server.busy import requested_busy
 from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
 from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
 from platforms.api_server.responses_turns import place_turn, response_not_found, visible_response
-from platforms.api_server.responses_wire import StreamEvent, decode_responses, input_turn, request_tools
+from platforms.api_server.responses_wire import (
+    ResponsesRequest,
+    StreamEvent,
+    decode_responses,
+    input_turn,
+    request_tools,
+)
 from platforms.api_server.service import DISCONNECT_POLL_S, KEEP_ALIVE, failure_error, require_json
 from platforms.api_server.sessions import COMPLETED_HEADER, SESSION_HEADER
 from platforms.api_server.turn_call import Finished, Idle, TextDelta, ToolEvent, TurnCall
@@ -76,6 +87,7 @@ class ResponsesApi:
         app.router.add_get("/v1/responses/{response_id}", self.retrieve)
         app.router.add_get("/v1/responses/{response_id}/input_items", self.list_input_items)
         app.router.add_post("/v1/responses/{response_id}/cancel", self.cancel)
+        app.router.add_post("/v1/responses/{response_id}/approval", self.approval)
         app.router.add_delete("/v1/responses/{response_id}", self.delete)
         app.on_shutdown.append(self._background.close)  # their turns go on; GET adopts them after a restart
 
@@ -160,9 +172,23 @@ class ResponsesApi:
     # -- a turn ---------------------------------------------------------------------------------------------------
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        service = self._service
         require_json(request)
-        body = decode_responses(await service.read_body(request))
+        return await self._respond(request, decode_responses(await self._service.read_body(request)))
+
+    async def approval(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/responses/{id}/approval`` (``{approval_id, decision, reason?}``): a response continuing
+        ``{id}`` with the answer to the request for approval it ended with, as ``/approve`` or ``/deny`` from the
+        request's principal (the session's runtime refuses anyone else, in the answer's text)."""
+        require_json(request)
+        decided = decision_body(await self._service.read_body(request))
+        verb = "/approve" if decided.decision is Decision.APPROVE else "/deny"
+        reason = f" {decided.reason.strip()}" if decided.reason and decided.reason.strip() else ""
+        text = f"{verb} {decided.approval_id}{reason}"
+        previous = request.match_info["response_id"]
+        return await self._respond(request, ResponsesRequest(input=text, previous_response_id=previous))
+
+    async def _respond(self, request: web.Request, body: ResponsesRequest) -> web.StreamResponse:
+        service = self._service
         given = input_turn(body.input)
         tools = request_tools(body)
         if body.background and not body.store:

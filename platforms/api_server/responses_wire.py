@@ -29,6 +29,7 @@ __all__ = [
     "IncompleteDetails",
     "InputItem",
     "InputTurn",
+    "McpApprovalRequestItem",
     "McpCallItem",
     "MessageItem",
     "OutputItem",
@@ -62,6 +63,9 @@ class _InputItem(msgspec.Struct, frozen=True, kw_only=True):
     call_id: str | None = None
     arguments: str | None = None
     output: str | list[_InputPart] | None = None
+    approval_request_id: str | None = None  # an mcp_approval_response: the request it answers, approve, why
+    approve: bool | None = None
+    reason: str | None = None
 
 
 InputItem = _InputItem
@@ -240,6 +244,12 @@ def input_turn(given: str | list[_InputItem]) -> InputTurn:
     if results:
         return InputTurn(text="", history=tuple(history.messages), system=system, tool_results=results)
     last, where = given[-1], f"input[{len(given) - 1}]"
+    if last.type == "mcp_approval_response":  # the answer to a request for approval: /approve or /deny
+        number = (last.approval_request_id or "").removeprefix("mcpr_").partition("_")[0]
+        if not number.isdigit() or last.approve is None:
+            raise ApiError(400, f"{where} needs approve and an approval_request_id mcpr_<n>", param=where)
+        reason = f" {last.reason.strip()}" if last.reason and last.reason.strip() else ""
+        return InputTurn(text=f"{'/approve' if last.approve else '/deny'} {number}{reason}", system=system)
     if last.type != "message" or last.role != "user":
         raise ApiError(
             400,
@@ -306,7 +316,17 @@ class McpCallItem(msgspec.Struct, frozen=True, kw_only=True):
     status: str = "completed"  # in_progress while it runs
 
 
-OutputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | McpCallItem
+class McpApprovalRequestItem(msgspec.Struct, frozen=True, kw_only=True):
+    """A call of the gateway's own tools waiting for approval: answer it with an ``mcp_approval_response``."""
+
+    type: str = "mcp_approval_request"
+    id: str  # mcpr_<approval id>_<call>
+    server_label: str
+    name: str
+    arguments: str
+
+
+OutputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | McpCallItem | McpApprovalRequestItem
 
 
 class _Cached(msgspec.Struct, frozen=True):
