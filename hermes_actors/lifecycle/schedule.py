@@ -7,7 +7,7 @@ system's local time, as for the daily reset.
 A cron expression names wall-clock times of its zone, and each is the first instant showing it
 (:func:`~hermes_actors.lifecycle.policy.first_instant`, the daily reset's rule): on the day the clock skips it (spring
 forward), the job runs once, at the end of the gap; on the day it shows twice (fall back), once, at its first
-occurrence. Cron expressions are parsed and stepped by ``croniter`` (the ``jobs`` extra) on naive wall times, so its
+occurrence. Cron expressions are parsed and stepped by ``croniter`` (a dependency) on naive wall times, so its
 own zone handling never comes into it.
 """
 
@@ -123,7 +123,7 @@ def _croniter() -> type[croniter]:
         from croniter import croniter
     except ImportError:
         raise JobError(
-            "cron: cron schedules need the croniter package; install it with pip install 'hermes-actors[jobs]'"
+            "cron: cron schedules need croniter, a dependency of hermes-actors: reinstall it (pip install .)"
         ) from None
     return croniter
 
