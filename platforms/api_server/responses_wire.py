@@ -248,8 +248,8 @@ def input_turn(given: str | list[_InputItem]) -> InputTurn:
         number = (last.approval_request_id or "").removeprefix("mcpr_").partition("_")[0]
         if not number.isdigit() or last.approve is None:
             raise ApiError(400, f"{where} needs approve and an approval_request_id mcpr_<n>", param=where)
-        reason = f" {last.reason.strip()}" if last.reason and last.reason.strip() else ""
-        return InputTurn(text=f"{'/approve' if last.approve else '/deny'} {number}{reason}", system=system)
+        said = f"{'/approve' if last.approve else '/deny'} {number} {(last.reason or '').strip()}"
+        return InputTurn(text=said.strip(), system=system)
     if last.type != "message" or last.role != "user":
         raise ApiError(
             400,
@@ -324,6 +324,10 @@ class McpApprovalRequestItem(msgspec.Struct, frozen=True, kw_only=True):
     server_label: str
     name: str
     arguments: str
+
+    @property
+    def status(self) -> str:  # not on the wire (OpenAI's item has none): whole once listed
+        return "completed"
 
 
 OutputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | McpCallItem | McpApprovalRequestItem

@@ -33,7 +33,7 @@ def _card(running: Teams, teams: FakeTeams) -> tuple[int, list[dict[str, Any]]]:
     return int(actions[0]["data"]["hermes_approval"]), actions
 
 
-def _press(running: Teams, teams: FakeTeams, value: dict[str, Any], *, token: bool = True, **fields: Any) -> int:
+def _press(running: Teams, teams: FakeTeams, value: dict[str, Any], *, token: bool = True, **fields: str) -> int:
     activity = message("", bot_app_id=APP, service_url=teams.service_url, value=value, **fields)
     return deliver(running.url(), activity, teams.token(APP) if token else None).status
 
@@ -55,8 +55,8 @@ def test_the_question_has_a_card_and_a_signed_press_of_approve_runs_the_call_onc
 def test_a_press_of_deny_refuses_and_someone_elses_press_is_refused(start_teams: StartTeams, teams: FakeTeams) -> None:
     running, deploys = _start(start_teams)
     _, actions = _card(running, teams)
-    other = {"user": "29:1user-mallory", "aad": "aad-mallory", "activity_id": "2004"}
-    assert _press(running, teams, actions[0]["data"], **other) == 200
+    mallory = _press(running, teams, actions[0]["data"], activity_id="2004", user="29:1user-mallory", aad="aad-mallory")
+    assert mallory == 200
     assert teams.take().text.startswith("Only the person this conversation belongs to (or the operator)")
     assert _press(running, teams, actions[1]["data"], activity_id="2005") == 200
     assert "did not approve this call" in teams.take().text
