@@ -117,10 +117,13 @@ class Events:
         reply: OutboundMessage | None,
         cancelled: bool,
     ) -> None:
-        """Inside a turn's commit: ``turn.completed``, and ``run.completed`` for each API run it answers."""
+        """Inside a turn's commit: ``turn.completed``, and ``run.completed`` for each API run it answers (a turn
+        paused for approval: outcome ``paused``, the run's status ``requires_approval``)."""
         if not (self.wanted(EventKind.TURN_COMPLETED) or self.wanted(EventKind.RUN_COMPLETED)):
             return
         outcome = "cancelled" if cancelled else "failed" if reply is None or reply.error is not None else "ok"
+        if outcome == "ok" and reply is not None and reply.approval is not msgspec.UNSET:
+            outcome = "paused"  # on tool calls waiting for a person's approval (approval.requested says which)
         text = reply.text if reply is not None and not cancelled else None
         first = deliveries[0].message.source if deliveries else None
         self.emit(
@@ -137,7 +140,9 @@ class Events:
             },
             session_id=session_id,
         )
-        status = {"ok": "completed", "failed": "failed", "cancelled": "cancelled"}[outcome]
+        status = {"ok": "completed", "failed": "failed", "cancelled": "cancelled", "paused": "requires_approval"}[
+            outcome
+        ]
         for delivery in deliveries:
             message = delivery.message
             if message.source.platform == _API_PLATFORM and message.message_id.startswith(RUN_PREFIX):

@@ -250,9 +250,10 @@ def test_an_unknown_request_is_named(make_gateway: MakeGateway) -> None:
     assert fake.pop().text == "There is no approval 4242 waiting here."
 
 
-def test_the_request_is_told_to_event_webhooks_in_its_commit(db_path: Path) -> None:
+def test_the_request_is_told_to_event_webhooks_in_its_commit_and_the_turn_is_paused(db_path: Path) -> None:
     secret = "whsec_" + base64.b64encode(b"approvals-test-secret-24b").decode()
-    hook = EventWebhook(url="http://10.1.2.3:9000/hooks", secret=secret, events=(EventKind.APPROVAL_REQUESTED,))
+    kinds = (EventKind.APPROVAL_REQUESTED, EventKind.TURN_COMPLETED)
+    hook = EventWebhook(url="http://10.1.2.3:9000/hooks", secret=secret, events=kinds)
     fake = FakePlatform()
     gateway = Gateway(db_path, agent=_agent(Deploys()), senders=[fake], events=EventsConfig(webhooks={"ops": hook}))
     fake.attach(gateway)
@@ -264,6 +265,7 @@ def test_the_request_is_told_to_event_webhooks_in_its_commit(db_path: Path) -> N
     finally:
         gateway.stop(timeout=10)
     bodies = [json.loads(decode_outbound(row.payload).text) for row in rows]
-    assert [body["type"] for body in bodies] == ["approval.requested"]
+    assert [body["type"] for body in bodies] == ["approval.requested", "turn.completed"]
     assert bodies[0]["data"]["approval_id"] == request.id
     assert bodies[0]["data"]["calls"] == [{"name": "deploy", "arguments": '{"env": "prod"}'}]
+    assert bodies[1]["data"]["outcome"] == "paused"
