@@ -1,10 +1,11 @@
 """Busy policies through the real ``hermesd``: every policy at once, one chat each (webhook routes of four chat types,
-and ``/v1/runs`` of the API), across a SIGHUP and a restart, and across a ``kill -9``.
+and ``/v1/runs`` of the API), across a SIGHUP and a SIGTERM, and across a ``kill -9``, each followed by a restart.
 
 In each chat, ``<policy>-1`` runs with its model call held by the scripted endpoint (:class:`GatedModel`), then
-``<policy>-2`` and ``<policy>-3`` arrive. Then the daemon stops, the held calls are let through, and a new daemon
-answers what was left. Each test checks that no message was lost (every inbox row answered, every text in the
-transcript), how many model calls each chat made, and each chat's replies in the order they were committed.
+``<policy>-2`` and ``<policy>-3`` arrive. The daemon stops with the calls still held, the calls are let through, and a
+new daemon answers what was left. Each test checks that no message was lost (every inbox row answered, every text
+once in the transcript), how many model calls each chat made, and each chat's replies in the order they were
+committed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.slow
 ROUTES = {"queue": "dm", "collect": "group", "interrupt": "channel", "steer": "thread"}  # webhook route: chat type
 TAGS = (*ROUTES, "reject")  # reject: the API's runs
 BUSY = busy_text(5)
-STOPPING_S = 1.2  # after the control socket is gone, the supervisor stops within milliseconds (see _restart)
 
 
 def _config(model: str, retry_after_s: int = 5) -> str:
@@ -180,8 +180,25 @@ def _answered(home: Path, expected: dict[str, list[str]]) -> None:
         assert users[tag] == kept, tag  # each message once in the transcript (a refused one not at all)
 
 
-def test_a_sighup_and_a_restart_lose_no_queued_message_and_keep_each_policys_order(
-    tmp_path: Path, model: tuple[ChatServer, GatedModel], daemons: list[Hermesd]
+# Left pending when the daemon stops (a SIGTERM's drain gives up the turns still waiting for the model, as a kill -9
+# does): all three of queue, collect and steer; the interrupting third; the running reject-1.
+PENDING = 11
+
+# Each chat's replies once the restarted daemon has answered what was left (rows replayed together: a gathering
+# policy makes them one turn), and its model calls in all.
+ANSWERED = {
+    "queue": [answer_of("queue-1"), answer_of("queue-2"), answer_of("queue-3")],
+    "collect": [answer_of("collect-1", "collect-2", "collect-3")],
+    "interrupt": [answer_of("interrupt-1", "interrupt-2", "interrupt-3")],  # the first two stored unanswered
+    "steer": [answer_of("steer-1", "steer-2", "steer-3")],  # never taken before the stop: collected
+    "reject": [BUSY, BUSY, answer_of("reject-1")],
+}
+CALLS = {"queue": 4, "collect": 2, "interrupt": 4, "steer": 2, "reject": 2}
+
+
+@pytest.mark.parametrize("stop", ["sighup-then-sigterm", "kill-9"])
+def test_no_message_is_lost_across_a_stop_and_each_chat_is_answered_in_its_policys_order(
+    tmp_path: Path, model: tuple[ChatServer, GatedModel], daemons: list[Hermesd], stop: str
 ) -> None:
     server, gate = model
     home = tmp_path / "h"
@@ -190,63 +207,19 @@ def test_a_sighup_and_a_restart_lose_no_queued_message_and_keep_each_policys_ord
     daemon = Hermesd(home)
     daemons.append(daemon)
     _busy_everywhere(daemon, gate)
-
-    (home / "config.yaml").write_text(_config(server.base_url, retry_after_s=9))
-    daemon.process.send_signal(signal.SIGHUP)
-    poll_until(lambda: "busy policies reloaded" in daemon.log(), what="the reload")
-    assert daemon.barrier() == 4  # nothing queued was dropped
-
-    daemon.process.send_signal(signal.SIGTERM)
-    poll_until(lambda: not (home / "hermesd.sock").exists(), what="the daemon stopping its gateway")
-    # From here the gateway drains for 0.2 s and stops its supervisor, which then starts no turn: nothing from
-    # outside tells when, so the held model calls are let through after a margin. (Were they let through sooner,
-    # queued turns would run before the stop instead of after the restart: the same replies and calls.)
-    time.sleep(STOPPING_S)
-    gate.open()
-    assert daemon.process.wait(timeout=30) == 0
-    assert _pending(home) == 6  # queue's, collect's and steer's second and third messages wait for the restart
-
-    daemons.append(Hermesd(home))
-    _answered(
-        home,
-        {
-            "queue": [answer_of("queue-1"), answer_of("queue-2"), answer_of("queue-3")],
-            "collect": [answer_of("collect-1"), answer_of("collect-2", "collect-3")],
-            "interrupt": [answer_of("interrupt-1", "interrupt-2", "interrupt-3")],  # the third turn ended at the stop
-            "steer": [answer_of("steer-1"), answer_of("steer-2", "steer-3")],  # never taken: collected
-            "reject": [BUSY, BUSY, answer_of("reject-1")],
-        },
-    )
-    assert dict(gate.calls) == {"queue": 3, "collect": 2, "interrupt": 3, "steer": 2, "reject": 1}
-    assert "busy policies reloaded" in daemon.log()
-
-
-def test_a_kill_9_loses_no_message_and_the_restart_answers_each_chat_in_its_policys_order(
-    tmp_path: Path, model: tuple[ChatServer, GatedModel], daemons: list[Hermesd]
-) -> None:
-    server, gate = model
-    home = tmp_path / "h"
-    home.mkdir()
-    (home / "config.yaml").write_text(_config(server.base_url))
-    daemon = Hermesd(home)
-    daemons.append(daemon)
-    _busy_everywhere(daemon, gate)
-    daemon.process.kill()  # kill -9
-    daemon.process.wait(timeout=30)
-    # Left pending: all three of queue, collect and steer; the interrupting third; the running reject-1.
-    assert _pending(home) == 11
+    if stop == "kill-9":
+        daemon.process.kill()
+        daemon.process.wait(timeout=30)
+    else:
+        (home / "config.yaml").write_text(_config(server.base_url, retry_after_s=9))
+        daemon.process.send_signal(signal.SIGHUP)
+        poll_until(lambda: "busy policies reloaded" in daemon.log(), what="the reload")
+        assert daemon.barrier() == 4  # nothing queued was dropped
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(timeout=30) == 0  # within its drain, the model calls still held
+    assert _pending(home) == PENDING
 
     gate.open()
     daemons.append(Hermesd(home))
-    _answered(
-        home,
-        {
-            "queue": [answer_of("queue-1"), answer_of("queue-2"), answer_of("queue-3")],
-            # Replayed together: a gathering policy makes them one turn.
-            "collect": [answer_of("collect-1", "collect-2", "collect-3")],
-            "interrupt": [answer_of("interrupt-1", "interrupt-2", "interrupt-3")],
-            "steer": [answer_of("steer-1", "steer-2", "steer-3")],
-            "reject": [BUSY, BUSY, answer_of("reject-1")],
-        },
-    )
-    assert dict(gate.calls) == {"queue": 4, "collect": 2, "interrupt": 4, "steer": 2, "reject": 2}
+    _answered(home, ANSWERED)
+    assert dict(gate.calls) == CALLS
