@@ -87,12 +87,19 @@ class Arrivals:
             retry = self._services.busy.retry_after_s
             self._refuse(delivery, busy_text(retry), session_id, error=OutboundError.SESSION_BUSY, retry_after_s=retry)
             return False
-        extra = platform_extra(session_id, (delivery,))
         if policy is BusyPolicy.INTERRUPT:
             state.interrupt()
-            _log.info("session %s: a newer message interrupts its turn", session_id, extra=extra)
+            _log.info(
+                "session %s: a newer message interrupts its turn",
+                session_id,
+                extra=platform_extra(session_id, (delivery,)),
+            )
         elif policy is BusyPolicy.STEER and not state.queue and steerable(delivery) and state.steering.offer(delivery):
-            _log.info("session %s: a message goes into its running turn", session_id, extra=extra)
+            _log.info(
+                "session %s: a message goes into its running turn",
+                session_id,
+                extra=platform_extra(session_id, (delivery,)),
+            )
             return False
         state.queue.append(delivery)
         return True
