@@ -213,7 +213,8 @@ class SupervisorActor(RuntimeActor):
 
     def _deliver_together(self, delivers: tuple[Deliver, ...]) -> None:
         """Queue replayed messages, then start their sessions' turns: each session's policy sees them together."""
-        self._held = held = set()
+        held: set[str] = set()
+        self._held = held
         try:
             for deliver in delivers:
                 self.on_receive(deliver)  # a failure is logged and the others go on, as for single messages
