@@ -17,7 +17,8 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
 
 from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
@@ -28,7 +29,7 @@ from hermes_actors.config import EventsConfig
 from hermes_actors.errors import PlatformError
 from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import InboundMessage, ResponseRecord
+from hermes_actors.messages import InboundMessage
 from hermes_actors.operator_port import Operator
 from hermes_actors.ports import (
     AcceptResult,
@@ -36,8 +37,6 @@ from hermes_actors.ports import (
     Inbox,
     PollCursor,
     Readiness,
-    SessionOwner,
-    StoredAnswer,
     Vitals,
 )
 from hermes_actors.routing import KeyPolicy, build_session_key
@@ -45,7 +44,7 @@ from hermes_actors.runtime.agent_roster import DEFAULT_AGENT
 from hermes_actors.runtime.approval_desk import StoreApprovals
 from hermes_actors.runtime.conversations import StoreConversations
 from hermes_actors.runtime.events import Events
-from hermes_actors.runtime.inbox_port import recent_inbound_in, session_owner_in, stored_answer_in
+from hermes_actors.runtime.inbox_reads import StoreInbox
 from hermes_actors.runtime.job_book import NoHooks, StoreJobs
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.platform_board import PlatformBoard
@@ -57,6 +56,7 @@ from hermes_actors.turn_events import TurnEvents
 
 __all__ = ["ClusterInbox"]
 
+T = TypeVar("T")
 
 _VERDICT_S = 1.0  # how long a verdict on the store's writability is kept (``/health`` stays cheap)
 _CHECK_TIMEOUT_S = 1.0  # how long a health check waits for PostgreSQL (a connection, then each statement)
@@ -78,8 +78,9 @@ def _no_actors() -> SupervisorStatistics:
     )
 
 
-class ClusterInbox:
-    """:class:`~hermes_actors.ports.Inbox` over a :class:`ClusterIngress`, for the adapters of a replica."""
+class ClusterInbox(StoreInbox):
+    """:class:`~hermes_actors.ports.Inbox` over a :class:`ClusterIngress`, for the adapters of a replica (the
+    store's part on the PostgreSQL store, its writes on the ingress pool)."""
 
     def __init__(
         self,
@@ -189,17 +190,15 @@ class ClusterInbox:
         """Finish the commits under way and stop the pool."""
         self._pool.shutdown(wait=True)
 
+    def _reader(self) -> AbstractContextManager[StoreInterface]:
+        return nullcontext(self._store)
+
+    def _write(self, work: Callable[[StoreInterface], T]) -> Future[T]:
+        return self._pool.submit(work, self._ingress.store)
+
     def poll_cursor(self, platform: str, account_id: str = "") -> str | None:
         """The poll position last committed for (``platform``, ``account_id``) in PostgreSQL, or ``None``."""
         return self._ingress.poll_cursor(platform, account_id)
-
-    def session_owner(self, session_id: str) -> SessionOwner | None:
-        """The owner of the stored session ``session_id``."""
-        return session_owner_in(self._store, session_id)
-
-    def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
-        """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
-        return recent_inbound_in(self._store, platform, since)
 
     def session_for(self, routing_key: str) -> str | None:
         """The session ``routing_key`` reaches now (its route in the store)."""
@@ -226,26 +225,6 @@ class ClusterInbox:
     def unwatch_turn(self, message_id: str) -> None:
         """Stop reporting ``message_id``'s turn."""
         self._watch.unwatch(message_id)
-
-    def stored_answer(self, platform: str, message_id: str) -> StoredAnswer | None:
-        """The inbox row of ``platform``'s ``message_id`` and, once answered, the reply stored after it."""
-        return stored_answer_in(self._store, platform, message_id)
-
-    def save_response(self, response: ResponseRecord) -> Future[None]:
-        """``store.responses.save``, committed before the future resolves."""
-        return self._pool.submit(self._ingress.store.responses.save, response)
-
-    def get_response(self, response_id: str, scope: str | None) -> ResponseRecord | None:
-        """``store.responses.get``."""
-        return self._ingress.store.responses.get(response_id, scope)
-
-    def delete_response(self, response_id: str, scope: str | None) -> Future[bool]:
-        """``store.responses.delete``, committed before the future resolves."""
-        return self._pool.submit(self._ingress.store.responses.delete, response_id, scope)
-
-    def latest_response_in(self, scope: str | None, conversation: str) -> ResponseRecord | None:
-        """``store.responses.latest_in``."""
-        return self._ingress.store.responses.latest_in(scope, conversation)
 
     def readiness(self) -> Readiness:
         """Whether the PostgreSQL store takes writes and each of this replica's entry points is up, with the
@@ -282,7 +261,7 @@ class ClusterInbox:
     @property
     def approvals(self) -> StoreApprovals:
         """Requests for approval on the PostgreSQL store; an answer goes to its session's shard like any message."""
-        return StoreApprovals(lambda: nullcontext(self._store), self.accept)
+        return StoreApprovals(self._reader, self.accept)
 
 
 def _conforms(inbox: ClusterInbox) -> Inbox:
