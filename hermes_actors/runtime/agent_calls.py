@@ -58,12 +58,16 @@ class AgentCalls:
             future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
         except RuntimeError as exc:  # the only reason an executor refuses a call: it has shut down
             raise ShutdownError("the runtime is stopping: the turn runs again at the next start") from exc
+        deadline = time.monotonic() + timeout
         token.wait_for(future, timeout)
         if token.cancelled:
             return None
         if future.cancelled():  # only the pool's shutdown cancels a call before this method does
             raise ShutdownError("the runtime stopped during the agent call: the turn runs again at the next start")
-        if not future.done():
+        # An agent held to the same deadline (the OpenAI agent's request timeout) may fail with its own timeout
+        # just as the wait ends: past the deadline, an agent's error is the turn's timeout, told one way.
+        late_error = time.monotonic() >= deadline and future.done() and isinstance(future.exception(), AgentError)
+        if not future.done() or late_error:
             future.cancel()
             _log.warning("session %s: the agent did not answer within %.0f s", self.session_id, timeout)
             return AgentFailure(
