@@ -76,25 +76,13 @@ class NoHooks:
 def job_view(row: JobRow) -> JobView:
     """A row as the port shows it."""
     return JobView(
-        id=row.id,
-        owner=row.owner,
-        prompt=row.prompt,
-        schedule=row.schedule,
-        spec=row.spec,
-        tz=row.tz,
-        describe=schedule_of_row(row).describe(),
-        target=row.target.value,
-        session_id=row.session_id,
-        chat=f"{row.chat.platform}:{row.chat.chat_id or ''}",
-        missed=row.missed,
-        state=row.state.value,
-        next_due_at=row.next_due_at,
-        runs=row.runs,
-        skipped=row.skipped,
-        last_run_at=row.last_run_at,
-        last_inbox_id=row.last_inbox_id,
-        created_at=row.created_at,
-        created_by=row.created_by,
+        **{
+            **msgspec.structs.asdict(row),
+            "describe": schedule_of_row(row).describe(),
+            "target": row.target.value,
+            "chat": f"{row.chat.platform}:{row.chat.chat_id or ''}",
+            "state": row.state.value,
+        }
     )
 
 

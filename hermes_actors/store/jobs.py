@@ -19,10 +19,6 @@ from hermes_actors.store.sql import SqlTable
 
 __all__ = ["JobRow", "JobState", "JobTarget", "Jobs", "NewJob"]
 
-_COLUMNS = (
-    "id, owner, prompt, schedule, spec, tz, target, session_id, chat, missed, state, next_due_at, runs, skipped, "
-    "last_run_at, last_inbox_id, created_at, created_by"
-)
 _ACTIVE = "active"
 _source = msgspec.json.Decoder(SessionSource)
 
@@ -43,8 +39,9 @@ class JobTarget(enum.StrEnum):
     FRESH = "fresh"  # a new session for every run, in the chat
 
 
-class NewJob(msgspec.Struct, frozen=True, kw_only=True):
-    """A job to store; ``schedule`` and ``spec`` as :class:`~hermes_actors.lifecycle.schedule.Schedule` keeps them."""
+class _JobFields(msgspec.Struct, frozen=True, kw_only=True):
+    """What a job is made of; ``schedule`` and ``spec`` as :class:`~hermes_actors.lifecycle.schedule.Schedule`
+    keeps them."""
 
     id: str
     owner: str
@@ -56,23 +53,18 @@ class NewJob(msgspec.Struct, frozen=True, kw_only=True):
     session_id: str | None
     chat: SessionSource
     missed: str
-    next_due_at: float
     created_by: str
 
 
-class JobRow(msgspec.Struct, frozen=True, kw_only=True):
+class NewJob(_JobFields, frozen=True, kw_only=True):
+    """A job to store, due first at ``next_due_at``."""
+
+    next_due_at: float
+
+
+class JobRow(_JobFields, frozen=True, kw_only=True):
     """One row of ``jobs``."""
 
-    id: str
-    owner: str
-    prompt: str
-    schedule: str
-    spec: str
-    tz: str | None
-    target: JobTarget
-    session_id: str | None
-    chat: SessionSource
-    missed: str
     state: JobState
     next_due_at: float | None
     runs: int
@@ -80,7 +72,10 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     last_run_at: float | None
     last_inbox_id: int | None
     created_at: float
-    created_by: str
+
+
+_COLUMNS = ", ".join(JobRow.__struct_fields__)
+_NEW_COLUMNS = (*NewJob.__struct_fields__, "state", "created_at")
 
 
 def _row(values: tuple[Any, ...]) -> JobRow:
@@ -110,26 +105,17 @@ class Jobs(SqlTable):
 
     def add(self, job: NewJob) -> JobRow:
         """Store a new active job, due at its ``next_due_at``."""
+        fields = {
+            **msgspec.structs.asdict(job),
+            "target": job.target.value,
+            "chat": msgspec.json.encode(job.chat).decode(),
+            "state": _ACTIVE,
+            "created_at": self._clock(),
+        }
         rows = self._db.execute(
-            "INSERT INTO jobs (id, owner, prompt, schedule, spec, tz, target, session_id, chat, missed, state, "
-            "next_due_at, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO jobs ({', '.join(_NEW_COLUMNS)}) VALUES ({', '.join('?' * len(_NEW_COLUMNS))}) "
             f"RETURNING {_COLUMNS}",
-            (
-                job.id,
-                job.owner,
-                job.prompt,
-                job.schedule,
-                job.spec,
-                job.tz,
-                job.target.value,
-                job.session_id,
-                msgspec.json.encode(job.chat).decode(),
-                job.missed,
-                _ACTIVE,
-                job.next_due_at,
-                self._clock(),
-                job.created_by,
-            ),
+            tuple(fields[name] for name in _NEW_COLUMNS),
         )
         return _row(rows[0])
 
