@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,25 +33,11 @@ from hermes_actors.lifecycle.schedule import zone_named
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.job_book import NoHooks, StoreJobs
 from hermes_actors.runtime.job_runs import LocalRuns, RunQueue
-from hermes_actors.store import StoreInterface
+from hermes_actors.runtime.store_access import DirectAccess
 
 __all__ = ["DaemonJobs", "jobs"]
 
 T = TypeVar("T")
-
-
-class _Direct:
-    """The store as the jobs port reaches it without a daemon: reads as they are, a write in one transaction."""
-
-    def __init__(self, store: StoreInterface) -> None:
-        self._store = store
-
-    def read(self) -> AbstractContextManager[StoreInterface]:
-        return nullcontext(self._store)
-
-    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T:
-        with self._store.transaction():
-            return work(self._store)
 
 
 class DaemonJobs:
@@ -115,7 +100,7 @@ def _jobs_of(home: str | None, dsn: str | None) -> Iterator[tuple[JobBook, bool]
             assert isinstance(store, PostgresStore)
             queue = ShardRuns(store, shard_count(store))
         book = StoreJobs(
-            _Direct(store),
+            DirectAccess(store),
             hooks=NoHooks(),
             queue=queue,
             policy=settings.runtime.key_policy,

@@ -22,8 +22,9 @@ from hermes_actors.conversation_port import ConversationItem, ConversationRecord
 from hermes_actors.errors import SessionNotFoundError
 from hermes_actors.messages import ContextMessage
 from hermes_actors.routing import SessionSource
-from hermes_actors.runtime.operator import SessionAdmin, StoreAccess
+from hermes_actors.runtime.operator import SessionAdmin
 from hermes_actors.runtime.operator_reads import carried_over
+from hermes_actors.runtime.store_access import StoreAccess
 from hermes_actors.store import MessageRecord, NewMessage, Role, StoreInterface
 from hermes_actors.store.conversations import ConversationTable
 from hermes_actors.store.transcript_cuts import Cut, TranscriptCuts

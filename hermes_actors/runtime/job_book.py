@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import tzinfo
 from typing import Protocol, TypeVar
 
@@ -26,22 +25,14 @@ from hermes_actors.routing import KeyPolicy, SessionSource
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.job_runs import JobRun, RunQueue, enqueue_run, schedule_of_row
 from hermes_actors.runtime.records import source_of
+from hermes_actors.runtime.store_access import StoreAccess
 from hermes_actors.store import SessionFilter, StoreInterface
 from hermes_actors.store.jobs import JobRow, JobState, JobTarget, NewJob
 
-__all__ = ["MAX_PROMPT_CHARS", "JobHooks", "NoHooks", "StoreAccess", "StoreJobs", "job_view"]
+__all__ = ["MAX_PROMPT_CHARS", "JobHooks", "NoHooks", "StoreJobs", "job_view"]
 
 MAX_PROMPT_CHARS = 8000
 T = TypeVar("T")
-
-
-class StoreAccess(Protocol):
-    """How the jobs reach the store: a runtime's readers and writer, or a cluster's database (the operator's
-    :class:`~hermes_actors.runtime.operator.StoreAccess` is one)."""
-
-    def read(self) -> AbstractContextManager[StoreInterface]: ...
-
-    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T: ...
 
 
 class JobHooks(Protocol):

@@ -150,7 +150,7 @@ def _log_failure(job_id: str, error: BaseException | None) -> None:
 
 
 class WriterAccess:
-    """:class:`~hermes_actors.runtime.operator.StoreAccess` of a runtime: reads on its reader pool, writes through
+    """:class:`~hermes_actors.runtime.store_access.StoreAccess` of a runtime: reads on its reader pool, writes through
     its writer."""
 
     __slots__ = ("_readers", "_timeout", "_writer")

@@ -16,8 +16,7 @@ compression lineages only). Attachments are not copied: the child's messages kee
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -40,11 +39,12 @@ from hermes_actors.runtime import operator_reads
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.operator_reads import message_view, session_view
 from hermes_actors.runtime.session_admin import LiveAdmin
+from hermes_actors.runtime.store_access import StoreAccess
 from hermes_actors.store import EndReason, NewMessage, Role, SessionRecord, StoreInterface
 from hermes_actors.store.records import LineageRow, MessageRecord
 from hermes_actors.titles import distinct_title, sanitize_title
 
-__all__ = ["OPERATOR_PLATFORM", "GatewayOperator", "SessionAdmin", "StoreAccess"]
+__all__ = ["OPERATOR_PLATFORM", "GatewayOperator", "SessionAdmin"]
 
 T = TypeVar("T")
 
@@ -69,14 +69,6 @@ def _copy(message: MessageRecord) -> NewMessage:
         token_count=message.token_count,
         created_at=message.created_at,
     )
-
-
-class StoreAccess(Protocol):
-    """How an operator reads and writes the store: a gateway's reader pool and writer, or a cluster's database."""
-
-    def read(self) -> AbstractContextManager[StoreInterface]: ...
-
-    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T: ...
 
 
 class SessionAdmin(Protocol):

@@ -26,11 +26,11 @@ import ray
 from hermes_actors.cluster.host.ray_host import ensure_hosts
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.job_runs import ShardRuns
-from hermes_actors.cluster.replica.operator_access import PgAccess
 from hermes_actors.job_port import JobSpec
 from hermes_actors.routing import KeyPolicy
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.job_book import NoHooks, StoreJobs
+from hermes_actors.runtime.store_access import DirectAccess
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import shard_of
 from tests.cluster.ray_driver import _start_ray, _wait
@@ -82,7 +82,7 @@ def main() -> None:
     with PostgresStore.open(args.dsn, migrate_schema=False) as pg:
         _wait(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), 30, "both hosts holding shards")
         book = StoreJobs(
-            PgAccess(pg), hooks=NoHooks(), queue=ShardRuns(pg, SHARDS), policy=KeyPolicy(), events=Events()
+            DirectAccess(pg), hooks=NoHooks(), queue=ShardRuns(pg, SHARDS), policy=KeyPolicy(), events=Events()
         )
         started = time.monotonic()
         once = [

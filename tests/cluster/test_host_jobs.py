@@ -12,12 +12,12 @@ import pytest
 
 from hermes_actors.cluster.host.jobs import ShardJobs
 from hermes_actors.cluster.job_runs import ShardRuns
-from hermes_actors.cluster.replica.operator_access import PgAccess
 from hermes_actors.job_port import JobSpec
 from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.routing import KeyPolicy, SessionSource, build_session_key
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.job_book import NoHooks, StoreJobs
+from hermes_actors.runtime.store_access import DirectAccess
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import ShardFence, shard_for_key, shard_of
 from hermes_actors.testing import FakeClock
@@ -39,7 +39,7 @@ def _fence(name: str, shards: set[int]) -> ShardFence:
 
 def _book(pg: PostgresStore, clock: FakeClock) -> StoreJobs:
     return StoreJobs(
-        PgAccess(pg), hooks=NoHooks(), queue=ShardRuns(pg, SHARDS), policy=KeyPolicy(), events=Events(), clock=clock
+        DirectAccess(pg), hooks=NoHooks(), queue=ShardRuns(pg, SHARDS), policy=KeyPolicy(), events=Events(), clock=clock
     )
 
 

@@ -23,7 +23,7 @@ from typing import TypeVar
 from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.observe import CheckedReaders, ClusterCollector, ClusterWatch, StoreCheck
-from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, PgAccess
+from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin
 from hermes_actors.cluster.settings import ClusterHealth
 from hermes_actors.config import EventsConfig
 from hermes_actors.errors import PlatformError
@@ -50,6 +50,7 @@ from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.platform_board import PlatformBoard
 from hermes_actors.runtime.protocol import SupervisorStatistics
 from hermes_actors.runtime.scrape import RuntimeCollector
+from hermes_actors.runtime.store_access import DirectAccess
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import StoreInterface
 from hermes_actors.turn_events import TurnEvents
@@ -108,9 +109,9 @@ class ClusterInbox(StoreInbox):
         self._watch = TurnWatch()
         self._board = board or PlatformBoard()
         self._operator = operator
-        self._conversations = StoreConversations(PgAccess(ingress.store), ClusterSessionAdmin(ingress.store))
+        self._conversations = StoreConversations(DirectAccess(ingress.store), ClusterSessionAdmin(ingress.store))
         self._jobs = StoreJobs(  # fired by the shard hosts' scans; a run by hand goes to its shard's queue
-            PgAccess(ingress.store),
+            DirectAccess(ingress.store),
             hooks=NoHooks(),
             queue=ShardRuns(ingress.store, ingress.shards),
             policy=self._policy,

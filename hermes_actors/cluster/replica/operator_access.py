@@ -4,33 +4,17 @@ handing renames, ends and deletes to the session's shard host through its ``admi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 from hermes_actors.cluster.admin_requests import AdminOp, request_change
 from hermes_actors.runtime.operator import GatewayOperator, SessionAdmin
-from hermes_actors.store import EndReason, SessionRecord, StoreInterface
+from hermes_actors.runtime.store_access import DirectAccess
+from hermes_actors.store import EndReason, SessionRecord
 from hermes_actors.store.pg.store import PostgresStore
 
-__all__ = ["ClusterSessionAdmin", "PgAccess", "cluster_operator"]
+__all__ = ["ClusterSessionAdmin", "cluster_operator"]
 
 T = TypeVar("T")
-
-
-class PgAccess:
-    """:class:`~hermes_actors.runtime.operator.StoreAccess` on a PostgreSQL store: a read is the store itself (its
-    pool lends a connection per statement); a write is one transaction."""
-
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-
-    def read(self) -> AbstractContextManager[StoreInterface]:
-        return nullcontext(self._store)
-
-    def write(self, work: Callable[[StoreInterface], T], *, timeout: float | None = None) -> T:
-        with self._store.transaction():
-            return work(self._store)
 
 
 class ClusterSessionAdmin:
@@ -62,4 +46,4 @@ class ClusterSessionAdmin:
 
 def cluster_operator(store: PostgresStore, admin_key: str, admin: SessionAdmin) -> GatewayOperator:
     """The operator of a ``hermesd --cluster`` replica."""
-    return GatewayOperator(PgAccess(store), admin_key, admin=admin)
+    return GatewayOperator(DirectAccess(store), admin_key, admin=admin)
