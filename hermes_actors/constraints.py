@@ -16,7 +16,8 @@ A problem may name ``{value}`` (the value refused) and ``{entry}`` (what the val
 bot`` for a key of ``bots``, ``a server`` for ``server_name``).
 
 A value of the wrong type, an unknown field or a wrong enum value is msgspec's to refuse while decoding;
-:func:`decode_section` turns its ``ValidationError`` into the same :class:`ConfigError` with a key path.
+:func:`decode_section` turns its ``ValidationError`` into the same :class:`ConfigError` with a key path, and a
+wrong type into one that shows the right shape when the field's rule has an ``example``.
 """
 
 from __future__ import annotations
@@ -53,18 +54,20 @@ __all__ = [
 
 
 class Rule:
-    """A msgspec :class:`~msgspec.Meta` constraint and the problem a user reads when a value breaks it.
+    """A msgspec :class:`~msgspec.Meta` constraint and the problem a user reads when a value breaks it; ``example``
+    (optional) shows the value's shape to whoever wrote a value of the wrong type.
 
     :meth:`refuses` applies the ``Meta``'s bounds (``gt``, ``ge``, ``lt``, ``le``), ``min_length``/``max_length``
     and ``pattern`` (found anywhere, as msgspec does: anchor it) the way msgspec's decoder would; NaN is below and
     above every bound.
     """
 
-    __slots__ = ("_bounds", "_pattern", "meta", "problem")
+    __slots__ = ("_bounds", "_pattern", "example", "meta", "problem")
 
-    def __init__(self, meta: msgspec.Meta, problem: str) -> None:
+    def __init__(self, meta: msgspec.Meta, problem: str, *, example: str | None = None) -> None:
         self.meta = meta
         self.problem = problem
+        self.example = example
         self._bounds = tuple(
             (compare, bound) for name, compare in _BOUNDS if (bound := getattr(meta, name)) is not None
         )
@@ -288,10 +291,13 @@ def _translate(error: msgspec.ValidationError, obj: object, struct: type[msgspec
     message, at = (match["message"], match["path"]) if match else (text, "$")
     names: list[str] = [path]
     node, kind = obj, _unwrap(struct)
+    example: str | None = None
     for token in _TOKEN.finditer(at):
+        example = None
         if token["field"] is not None:
             names.append(token["field"])
             node = node.get(token["field"]) if isinstance(node, dict) else None
+            example = _example(kind, token["field"])
             kind = _field_type(kind, token["field"])
         elif isinstance(node, dict):
             kind = _value_type(kind)
@@ -309,7 +315,21 @@ def _translate(error: msgspec.ValidationError, obj: object, struct: type[msgspec
             message = "unknown field"
     elif _INVALID_ENUM.match(message) and isinstance(kind, type) and issubclass(kind, enum.Enum):
         message += f" (expected one of: {', '.join(str(member.value) for member in kind)})"
+    elif _INVALID_ENUM.match(message) and typing.get_origin(kind) is typing.Literal:
+        message += f" (expected one of: {', '.join(str(value) for value in typing.get_args(kind))})"
+    elif example is not None and message.startswith("Expected "):
+        message += f"; write {example}"
     return ConfigError(".".join(names), message)
+
+
+def _example(kind: object, name: str) -> str | None:
+    """The ``example`` of the rule on field ``name`` of struct ``kind``, if it has one."""
+    if _is_struct(kind):
+        for field in msgspec.structs.fields(kind):
+            if field.name == name and typing.get_origin(field.type) is Annotated:
+                rules = [extra for extra in typing.get_args(field.type)[1:] if isinstance(extra, Rule)]
+                return next((rule.example for rule in rules if rule.example is not None), None)
+    return None
 
 
 def _is_struct(kind: object) -> typing.TypeGuard[type[msgspec.Struct]]:

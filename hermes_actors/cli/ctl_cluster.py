@@ -1,4 +1,5 @@
-"""``hermesctl cluster``: cluster mode (the shard hosts on Ray over PostgreSQL) as an operator sees it."""
+"""``hermesctl cluster``: cluster mode (the shard hosts on Ray over PostgreSQL) as an operator sees it, and the
+shard hosts' end (``stop-hosts``: they are detached Ray actors that outlive every replica)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,44 @@ def cluster_status_command(home: str | None, dsn: str | None, as_json: bool) -> 
     if status.trouble:
         click.echo(f"Error: the cluster is in trouble: {'; '.join(status.trouble)}", err=True)
         sys.exit(TROUBLE)
+
+
+@cluster.command("stop-hosts")
+@home_option
+@click.option(
+    "--host",
+    "names",
+    multiple=True,
+    help="Stop only this host (repeat for more; default: every host of cluster.hosts).",
+)
+@reports_errors
+def cluster_stop_hosts_command(home: str | None, names: tuple[str, ...]) -> None:
+    """Stop the shard hosts on Ray for good: each gives its shards up, then its actor is killed without a restart.
+
+    The hosts are detached Ray actors: they keep running when every replica has stopped, and a changed agent:
+    section or a new hermes-actors version reaches them only when they are created again. A running replica
+    creates them again within 10 s from its own configuration: stop every replica first to keep them stopped, or
+    stop them after upgrading the replicas to have them recreated as configured now. Connects to
+    cluster.ray_address (with RAY_AUTH_MODE and RAY_AUTH_TOKEN from the environment when the cluster uses token
+    authentication).
+
+    \b
+    Examples:
+      hermesctl cluster stop-hosts
+      hermesctl cluster stop-hosts --host host-2
+    """
+    settings = home_settings(resolve_home(home)).cluster
+    from hermes_actors.cluster.replica.service import connect_ray
+
+    connect_ray(settings)
+    import ray
+
+    from hermes_actors.cluster.host.ray_host import stop_hosts
+
+    try:
+        wanted = names or settings.hosts
+        stopped = stop_hosts(wanted, namespace=settings.namespace)
+    finally:
+        ray.shutdown()
+    for name in wanted:
+        click.echo(f"{name}: {'stopped' if name in stopped else 'not running'}")

@@ -4,9 +4,11 @@ configuration file and the operator API's key."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import msgspec
@@ -18,6 +20,7 @@ from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error
 from hermes_actors.daemon.control import StatusReply, connect
 from hermes_actors.daemon.home import make_home, socket_path
 from hermes_actors.daemon.online import online_checks
+from hermes_actors.daemon.pid_lock import lock_holder
 from hermes_actors.daemon.startup import check_configuration, check_ports, prepare_start
 from hermes_actors.errors import ConfigError, PlatformError
 from hermes_actors.messages import ToolServerHealth
@@ -156,7 +159,8 @@ def _tool_server_lines(servers: list[ToolServerHealth]) -> list[str]:
 @reports_errors
 def status(home: str | None, as_json: bool) -> None:
     """Show whether hermesd runs on the home and is ready, its numbers (turns, latency, queues, actors) and entry
-    points (exit 1 when running but not ready, 3 when not running).
+    points (exit 1 when running but not ready, 3 when not running). On a cluster replica's home (cluster.postgres_dsn
+    set): whether 'hermesd --cluster' runs on it, and how to see the cluster.
 
     \b
     Examples:
@@ -166,6 +170,8 @@ def status(home: str | None, as_json: bool) -> None:
     root = resolve_home(home)
     settings = home_settings(root)
     client = connect(socket_path(root, settings))
+    if client is None and settings.cluster.postgres_dsn is not None:
+        _replica_status(root, settings.cluster.postgres_dsn, as_json=as_json)
     if client is None:
         backlog = _offline_backlog(root)
         if as_json:
@@ -192,6 +198,26 @@ def status(home: str | None, as_json: bool) -> None:
         assert state.ready is not None
         click.echo(f"Error: hermesd is not ready: {'; '.join(state.ready.reasons())}", err=True)
         sys.exit(NOT_READY)
+
+
+def _replica_status(root: Path, dsn: str, *, as_json: bool) -> NoReturn:
+    """What a cluster replica's home says: whether ``hermesd --cluster`` runs on it (it holds the pid lock and
+    opens no control socket) and where the cluster's state is; exits 0 when it runs, 3 when not."""
+    pid = lock_holder(root)
+    see = f"hermesctl cluster status --dsn {shlex.quote(dsn)}"
+    if as_json:
+        payload = {"running": pid is not None, "home": str(root), "cluster_replica": True, "pid": pid, "dsn": dsn}
+        click.echo(msgspec.json.encode(payload).decode())
+    elif pid is not None:
+        click.echo(f"hermesd --cluster runs on {root} (pid {pid}): a replica of the cluster whose store is {dsn}")
+        click.echo(f"  sessions, hosts and shards are the cluster's; see them with: {see}")
+    else:
+        click.echo(
+            f"hermesd --cluster is not running on {root} (a cluster replica's home: cluster.postgres_dsn is set)"
+        )
+        click.echo(f"  start it with: hermesd --home {shlex.quote(str(root))} --cluster")
+        click.echo(f"  the cluster may run on without it; see it with: {see}")
+    sys.exit(0 if pid is not None else NOT_RUNNING)
 
 
 @click.group("config")

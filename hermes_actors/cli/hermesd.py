@@ -26,6 +26,7 @@ from hermes_actors.daemon.config_template import write_default_config
 from hermes_actors.daemon.descriptors import raise_descriptor_limit
 from hermes_actors.daemon.home import HomeError, HomeUnusableError, check_home, make_home
 from hermes_actors.daemon.logs import configure_logging
+from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.process import Daemon
 from hermes_actors.daemon.startup import check_configuration
 from hermes_actors.errors import ConfigError, HermesError
@@ -124,6 +125,15 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     on_sigterm()
+    lock = PidLock(root)  # one replica per home; 'hermesctl status' tells a running replica by it
+    try:
+        lock.acquire()
+    except HermesError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"Error: cannot take {lock.path}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
     try:
         serve_cluster(
             settings.cluster,
@@ -146,6 +156,8 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
     except HermesError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

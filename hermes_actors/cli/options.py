@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -78,8 +79,30 @@ def open_store(home: str | None, *, readonly: bool = True) -> StoreInterface:
     if not readonly:
         make_home(path.parent)  # the database itself is made 0600
     elif not path.exists():
-        raise StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
+        raise _no_database(path)
     return Store.open(path, readonly=readonly)
+
+
+def _no_database(path: Path) -> StoreError:
+    """The error for a home without its SQLite file: on a cluster replica's home (``cluster.postgres_dsn`` in its
+    config.yaml) it points at the cluster's store (``--dsn``, where the command has it), else at creating one."""
+    from hermes_actors.daemon.config_file import CONFIG_NAME, load_settings
+
+    home = path.parent
+    try:
+        dsn = load_settings(home / CONFIG_NAME).cluster.postgres_dsn
+    except HermesError:
+        dsn = None
+    if dsn is None:
+        return StoreError(f"no database at {path}; run 'hermesd' or 'hermesctl db migrate' to create it")
+    replica = f"{home} is a cluster replica's home (cluster.postgres_dsn in its config.yaml), with no SQLite store"
+    context = click.get_current_context(silent=True)
+    if context is not None and any(param.name == "dsn" for param in context.command.params):
+        return StoreError(
+            f"{replica}; the cluster's sessions are in its PostgreSQL store: pass --dsn {shlex.quote(dsn)} "
+            "(or set HERMES_CLUSTER_DSN)"
+        )
+    return StoreError(f"{replica}; this command works on a home's SQLite store only (the cluster's store: {dsn})")
 
 
 dsn_option = click.option(

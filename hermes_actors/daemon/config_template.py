@@ -279,11 +279,13 @@ daemon:
 # Cluster mode (hermesd --cluster; README "Running a cluster"): shard hosts on Ray over PostgreSQL. Every replica
 # needs the same cluster: and platforms: sections.
 # cluster:
-#   postgres_dsn: null               # postgresql://hermes@db.internal/hermes (a password from $PGPASSWORD)
+#   postgres_dsn: null               # postgresql://hermes@db.internal/hermes (no password here: $PGPASSWORD)
 #   ray_address: auto                # the Ray head: auto (the cluster this machine joined) or host:6379
 #   node_ip_address: null            # this machine's address in the Ray cluster (ray start --node-ip-address)
+#   namespace: hermes                # the Ray namespace of the shard hosts
 #   shards: 256                      # fixed for the life of the cluster
 #   hosts: [host-0, host-1, host-2]  # the shard hosts' names: a list
+#   placement: spread                # spread the hosts over the Ray nodes, or pack (Ray's default placement)
 #   lease_ttl_s: 10                  # a shard term; a host renews every third of it
 #   grace_s: 5                       # how long a free shard waits for its home host
 #   pull_interval_s: 2

@@ -14,7 +14,7 @@ from typing import IO
 from hermes_actors.daemon.home import PID_NAME
 from hermes_actors.errors import HermesError
 
-__all__ = ["DaemonRunningError", "PidLock"]
+__all__ = ["DaemonRunningError", "PidLock", "lock_holder"]
 
 
 class DaemonRunningError(HermesError):
@@ -93,3 +93,20 @@ class PidLock:
         self.path.unlink(missing_ok=True)
         self._handle.close()
         self._handle = None
+
+
+def lock_holder(home: Path) -> str | None:
+    """The pid in ``home``'s pid file while a process holds its lock, else ``None`` (no file, or a crashed daemon's).
+
+    A probe: it takes a shared lock for an instant (never creating the file), which a daemon starting at that very
+    instant would see as held."""
+    try:
+        with open(home / PID_NAME, encoding="ascii") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return handle.read().strip() or "unknown"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except FileNotFoundError:
+        pass
+    return None

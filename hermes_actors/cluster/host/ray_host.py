@@ -5,7 +5,9 @@ rerunning the constructor, which takes the host's shards again once their terms 
 ``max_task_retries=0``: no call is ever run twice). It hosts a
 :class:`~hermes_actors.cluster.host.runtime.HostRuntime`. No call waits for a turn: :meth:`ShardHost.poke` only
 wakes the puller. :func:`ensure_hosts` creates the hosts that do not exist yet (``get_if_exists``), which is what
-``hermesd --cluster`` does at start; a second creation under a name already taken returns the running actor. A race
+``hermesd --cluster`` does at start; a second creation under a name already taken returns the running actor.
+:func:`stop_hosts` (``hermesctl cluster stop-hosts``) ends them for good, to be created again from a replica's
+configuration. A race
 in Ray's named-actor registry could at worst run two incarnations of one name for a moment: they share the holder
 name, but each takes a shard only under a new epoch, so at most one of them can commit in it.
 """
@@ -23,10 +25,11 @@ import ray
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings, HostStatus
+from hermes_actors.cluster.settings import Placement
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.store.pg.store import PostgresStore
 
-__all__ = ["NAMESPACE", "HolderPoker", "ShardHost", "ensure_hosts", "host_handle", "poke_host"]
+__all__ = ["NAMESPACE", "HolderPoker", "ShardHost", "ensure_hosts", "host_handle", "poke_host", "stop_hosts"]
 
 NAMESPACE = "hermes"
 """The Ray namespace of the shard hosts (named actors are unique within a namespace)."""
@@ -97,7 +100,10 @@ class ShardHost:
         self._runtime.stop()
 
 
-def _options(name: str, namespace: str) -> dict[str, Any]:
+_STRATEGIES: dict[Placement, str] = {"spread": "SPREAD", "pack": "DEFAULT"}
+
+
+def _options(name: str, namespace: str, placement: Placement) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": namespace,
@@ -106,6 +112,7 @@ def _options(name: str, namespace: str) -> dict[str, Any]:
         "max_task_retries": 0,
         "max_concurrency": 4,  # status and poke are answered while another call runs
         "num_cpus": 0,  # the agent pool, not Ray's scheduler, bounds a host's work
+        "scheduling_strategy": _STRATEGIES[placement],  # also where Ray restarts it
         "get_if_exists": True,
     }
 
@@ -116,14 +123,32 @@ def ensure_hosts(
     agent_factory: Callable[[], Agent | AgentRoster] | None = None,
     namespace: str = NAMESPACE,
     log_setup: Callable[[], None] | None = None,
+    placement: Placement = "spread",
 ) -> dict[str, Any]:
-    """Create every host of ``hosts`` that is not running yet (logging as ``log_setup`` sets up); the handles by
-    name."""
+    """Create every host of ``hosts`` that is not running yet (logging as ``log_setup`` sets up), placed on the Ray
+    nodes as ``placement`` says (``cluster.placement``); the handles by name."""
     remote = ray.remote(ShardHost)
     return {
-        settings.name: remote.options(**_options(settings.name, namespace)).remote(settings, agent_factory, log_setup)
+        settings.name: remote.options(**_options(settings.name, namespace, placement)).remote(
+            settings, agent_factory, log_setup
+        )
         for settings in hosts
     }
+
+
+def stop_hosts(names: Iterable[str], *, namespace: str = NAMESPACE, timeout_s: float = 30.0) -> list[str]:
+    """Stop the running hosts among ``names`` for good: each gives its shards up (:meth:`ShardHost.stop`, waited for
+    at most ``timeout_s``), then its actor is killed without a restart. A running replica creates them again within
+    its check interval, with its own configuration and code. Returns the names that were running."""
+    handles = {name: handle for name in names if (handle := host_handle(name, namespace)) is not None}
+    stopping = {name: handle.stop.remote() for name, handle in handles.items()}
+    for name, pending in stopping.items():
+        try:
+            ray.get(pending, timeout=timeout_s)
+        except Exception:  # a host that cannot stop in time is killed all the same; its terms run out
+            _log.warning("shard host %s did not stop within %.0f s; killing it", name, timeout_s, exc_info=True)
+        ray.kill(handles[name], no_restart=True)
+    return sorted(handles)
 
 
 def host_handle(name: str, namespace: str = NAMESPACE) -> Any | None:

@@ -42,7 +42,7 @@ from hermes_actors.runtime.dead_letters import give_up
 from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.platform_board import PlatformBoard
 
-__all__ = ["host_settings", "reach_ray", "serve_cluster"]
+__all__ = ["connect_ray", "host_settings", "reach_ray", "serve_cluster"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,13 +85,59 @@ def _unreachable(address: str, cause: BaseException) -> HermesError:
 def reach_ray(address: str, *, timeout_s: float = 5.0) -> None:
     """Fail at once, naming ``cluster.ray_address``, when ``address`` (``host:port``) takes no connection: Ray itself
     would retry for minutes. ``auto`` and other forms are left to Ray (which fails fast for them)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or "/" in host:
+    target = _host_port(address)
+    if target is None:
         return
     try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s).close()
+        socket.create_connection(target, timeout=timeout_s).close()
     except OSError as exc:
         raise _unreachable(address, exc) from exc
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in host:
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def connect_ray(cluster: ClusterSettings) -> None:
+    """Connect this process to the Ray cluster at ``cluster.ray_address`` as a driver in ``cluster.namespace`` (Ray's
+    own lines go through this process's logging, in its format); :class:`HermesError` naming the setting and the
+    fix when it cannot. With token authentication on, Ray reads ``RAY_AUTH_MODE`` and the token from the
+    environment."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise HermesError(
+            f"cluster mode needs Ray, which is not installed ({exc}); install it with: "
+            "pip install 'hermes-actors[cluster]'"
+        ) from exc
+
+    reach_ray(cluster.ray_address)
+    located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
+    try:
+        ray.init(
+            address=cluster.ray_address,
+            namespace=cluster.namespace,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            **located,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        if _host_port(cluster.ray_address) is None:
+            raise _unreachable(cluster.ray_address, exc) from exc
+        raise _refused(cluster.ray_address, exc, ray.__version__) from exc  # its port took reach_ray's connection
+
+
+def _refused(address: str, cause: BaseException, version: str) -> HermesError:
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return HermesError(
+        f"the Ray cluster at cluster.ray_address {address!r} takes connections but this process could not join it "
+        f"({detail}); if its nodes run with token authentication (RAY_AUTH_MODE=token), give hermesd the same "
+        f"RAY_AUTH_MODE and RAY_AUTH_TOKEN; every node and replica needs Ray {version}, as here"
+    )
 
 
 def serve_cluster(
@@ -131,19 +177,11 @@ def serve_cluster(
     hosts = host_settings(cluster, events, busy, jobs)
     reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
-    located: dict[str, Any] = {"_node_ip_address": cluster.node_ip_address} if cluster.node_ip_address else {}
     try:
-        ray.init(  # Ray's own lines go through this process's logging (configure_logging=False), in its format
-            address=cluster.ray_address,
-            namespace=cluster.namespace,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            **located,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        connect_ray(cluster)
+    except HermesError:
         store.close()
-        raise _unreachable(cluster.ray_address, exc) from exc
+        raise
     connected()
     try:
         ingress = ClusterIngress(
@@ -187,7 +225,11 @@ def serve_cluster(
             replica.start()
             while True:
                 handles = ensure_hosts(
-                    hosts, agent_factory=agent_factory, namespace=cluster.namespace, log_setup=host_logging
+                    hosts,
+                    agent_factory=agent_factory,
+                    namespace=cluster.namespace,
+                    log_setup=host_logging,
+                    placement=cluster.placement,
                 )
                 _log.info("shard hosts running: %s", ", ".join(sorted(handles)))
                 if stop.wait(check_s):
