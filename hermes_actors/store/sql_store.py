@@ -22,6 +22,7 @@ from hermes_actors.store.approvals import Approvals
 from hermes_actors.store.attachments import Attachments
 from hermes_actors.store.cursors import KeyValues
 from hermes_actors.store.dead_letters import DeadLetters
+from hermes_actors.store.delegate import delegate
 from hermes_actors.store.deliveries import Deliveries
 from hermes_actors.store.directory import Directory
 from hermes_actors.store.homes import HomeChannels
@@ -30,9 +31,7 @@ from hermes_actors.store.jobs import Jobs
 from hermes_actors.store.memories import Memories
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import (
-    MessageRecord,
     MessageRow,
-    NewMessage,
     SessionRecord,
     StoreStats,
 )
@@ -95,39 +94,12 @@ class SqlStore(Directory, abc.ABC):
 
     # -- transcripts (see Transcript) ------------------------------------------------------------------------------
 
-    def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
-        """Append ``messages`` to a live session in one transaction; return their ids in order."""
-        return self.transcript.append(session_id, messages, at=at)
-
-    def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
-        """Store the exact system message and the tool list the session's turns go out with."""
-        self.transcript.freeze_prefix(session_id, system_prompt=system_prompt, tools=tools)
-
-    def insert_messages(self, session_id: str, rows: Sequence[MessageRow]) -> None:
-        """Append message rows as they are to a session, live or ended (an import), counters untouched."""
-        self.transcript.insert(session_id, rows)
-
-    def add_counts(
-        self,
-        session_id: str,
-        *,
-        messages: int,
-        tool_calls: int,
-        last_active_at: float,
-        tokens: tuple[int, int] | None = None,
-    ) -> None:
-        """Count messages written by :meth:`insert_messages` on the session."""
-        self.transcript.add_counts(
-            session_id, messages=messages, tool_calls=tool_calls, last_active_at=last_active_at, tokens=tokens
-        )
-
-    def last_message_id(self, session_id: str) -> int:
-        """Return the highest message id of the session (0: no messages, or no such session)."""
-        return self.transcript.last_id(session_id)
-
-    def load_transcript(self, session_id: str) -> list[MessageRecord]:
-        """Return the session's messages in id order; raise :class:`SessionNotFoundError` for an unknown id."""
-        return self.transcript.load(session_id)
+    append_messages = delegate("transcript", Transcript.append)
+    freeze_prefix = delegate("transcript", Transcript.freeze_prefix)
+    insert_messages = delegate("transcript", Transcript.insert)
+    add_counts = delegate("transcript", Transcript.add_counts)
+    last_message_id = delegate("transcript", Transcript.last_id)
+    load_transcript = delegate("transcript", Transcript.load)
 
     def stats(self) -> StoreStats:
         """Return session and message totals, per-source counts and the database's size."""
