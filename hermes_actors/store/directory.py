@@ -1,6 +1,6 @@
 """The session directory of a store (:class:`Directory`): the sessions, routes and resolution tables, the lineage
-walks over them, and the methods of :class:`~hermes_actors.store.interface.SessionDirectory` over them (most are
-a :class:`~hermes_actors.store.delegate.delegate` of a table's method). :class:`~hermes_actors.store.sql_store.SqlStore`,
+walks over them, and the methods of :class:`~hermes_actors.store.interface.SessionDirectory` over them (most a
+:class:`~hermes_actors.store.delegate.delegate` of a table's method). :class:`~hermes_actors.store.sql_store.SqlStore`,
 which both stores are, builds on it.
 """
 
