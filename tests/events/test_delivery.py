@@ -6,23 +6,22 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
 
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig, EventWebhook, RuntimeConfig
+from hermes_actors.config import EVENTS_PLATFORM, EventKind, EventsConfig, EventWebhook
 from hermes_actors.daemon.startup import queued_at
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
 from hermes_actors.store import Store
 from hermes_actors.store.deliveries import DeliveryState
-from hermes_actors.testing import FakePlatform, poll_until
+from hermes_actors.testing import poll_until
 from platforms.api_server import ApiServer, ApiServerConfig
 from platforms.support.event_webhooks import EventSender
+from tests.events.event_gateway import gateway_with
 from tests.events.receiver import open_receiver
 from tests.platforms.test_api_operator import KEY, Api
 
@@ -32,26 +31,6 @@ ALL = tuple(EventKind)
 
 def webhooks(url: str, events: tuple[EventKind, ...] = ALL, **hook: Any) -> EventsConfig:
     return EventsConfig(webhooks={"ops": EventWebhook(url=url, secret=SECRET, events=events, **hook)})
-
-
-@contextmanager
-def gateway_with(home: Path, config: EventsConfig, **sender: Any) -> Iterator[tuple[Gateway, FakePlatform]]:
-    """A gateway on ``home``'s state.db whose outbox sends events to ``config``'s webhooks (quick retries)."""
-    db = home / "state.db"
-    fake = FakePlatform()
-    events = EventSender(config, queued_at=sender.pop("queued_at", queued_at(db)), environ={}, **sender)
-    gateway = Gateway(
-        db,
-        config=RuntimeConfig(outbox_retry_base_s=0.2),
-        senders=[fake, events],
-        events=config,
-        tick_interval_s=0.2,
-    )
-    fake.attach(gateway)
-    try:
-        yield gateway, fake
-    finally:
-        gateway.stop(timeout=10)
 
 
 def _deliveries(db: Path) -> list[Any]:

@@ -15,14 +15,13 @@ from click.testing import CliRunner
 from hermes_actors.agents.base import AgentReply, EchoAgent
 from hermes_actors.agents.turn import TurnInput
 from hermes_actors.cli.hermesctl import main as hermesctl
-from hermes_actors.config import EventKind, EventsConfig, EventWebhook, RuntimeConfig
-from hermes_actors.daemon.startup import queued_at
+from hermes_actors.config import EventKind, EventsConfig, EventWebhook
 from hermes_actors.messages import OutboundError
 from hermes_actors.runtime.exchange import Exchange
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.store import InboxState, Store
 from hermes_actors.testing import FakePlatform, GatedAgent, open_fake_gateway, poll_until
-from platforms.support.event_webhooks import EventSender
+from tests.events.event_gateway import gateway_with
 from tests.events.receiver import Receiver, open_receiver
 
 SECRET = "whsec_" + base64.b64encode(b"dead-letter-test-secret-24b").decode()
@@ -61,20 +60,8 @@ def running(tmp_path: Path, receiver: Receiver) -> Iterator[tuple[Gateway, FakeP
     config = EventsConfig(
         webhooks={"ops": EventWebhook(url=receiver.url, secret=SECRET, events=(EventKind.MESSAGE_DEAD_LETTERED,))}
     )
-    fake = FakePlatform()
-    sender = EventSender(config, queued_at=queued_at(tmp_path / "state.db"), environ={})
-    gateway = Gateway(
-        tmp_path / "state.db",
-        config=RuntimeConfig(outbox_retry_base_s=0.2),
-        senders=[fake, sender],
-        events=config,
-        tick_interval_s=0.2,
-    )
-    fake.attach(gateway)
-    try:
-        yield gateway, fake
-    finally:
-        gateway.stop(timeout=10)
+    with gateway_with(tmp_path, config) as pair:
+        yield pair
 
 
 def _ctl(home: Path, *args: str) -> str:
