@@ -192,13 +192,20 @@ class FakeBlueBubbles:
             return web.json_response({"status": 401, "message": "Unauthorized"}, status=401)
         return web.json_response({"status": 200, "message": "Ping received!", "data": "pong"})
 
-    async def _text(self, request: web.Request) -> web.Response:
+    def _refused(self, request: web.Request) -> web.Response | None:
+        """The answer to a send that is not authorized, else the next scripted failure's; ``None``: go on."""
         if not self._authorized(request):
             return web.json_response({"status": 401, "message": "Unauthorized"}, status=401)
         with self._lock:
             failure = self._script.popleft() if self._script else None
         if failure is not None:
             return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        return None
+
+    async def _text(self, request: web.Request) -> web.Response:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         body = await request.json()
         for name in ("chatGuid", "message", "tempGuid"):
             if not body.get(name):
@@ -221,12 +228,9 @@ class FakeBlueBubbles:
         return web.json_response({"status": 200, "message": "Message sent!", "data": message})
 
     async def _attachment(self, request: web.Request) -> web.Response:
-        if not self._authorized(request):
-            return web.json_response({"status": 401, "message": "Unauthorized"}, status=401)
-        with self._lock:
-            failure = self._script.popleft() if self._script else None
-        if failure is not None:
-            return web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
         try:
             fields, files = parse_form(request.headers.get("Content-Type", ""), await request.read())
         except ValueError:
