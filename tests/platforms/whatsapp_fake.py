@@ -233,12 +233,9 @@ class FakeGraph:
         if request.match_info["version"] != self.version:
             return web.json_response(_error(2500, "Unknown path components"), status=400)
         number = request.match_info["number"]
-        authorization = request.headers.get("Authorization", "")
-        token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
-        if token is None or token not in self.tokens:
-            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
-        if self.tokens[token] != number:
-            return web.json_response(_error(10, "Application does not have permission for this action"), status=403)
+        token = self._sender(request, number)
+        if isinstance(token, web.Response):
+            return token
         raw = await request.read()
         with self._lock:
             self.attempts.append(arrived)
@@ -284,11 +281,10 @@ class FakeGraph:
         return web.json_response(answer)
 
     async def _upload(self, request: web.Request) -> web.Response:
-        number, token = request.match_info["number"], self._token(request)
-        if token is None or token not in self.tokens:
-            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
-        if self.tokens[token] != number:
-            return web.json_response(_error(10, "Application does not have permission for this action"), status=403)
+        number = request.match_info["number"]
+        token = self._sender(request, number)
+        if isinstance(token, web.Response):
+            return token
         raw = await request.read()
         with self._lock:
             failure = self._upload_script.popleft() if self._upload_script else None
@@ -309,6 +305,15 @@ class FakeGraph:
             self._media[media_id] = _Media(number=number, data=files[0].data, mime_type=kind)
             self.uploads.append((number, kind, files[0].filename, files[0].data))
         return web.json_response({"id": media_id})
+
+    def _sender(self, request: web.Request, number: str) -> str | web.Response:
+        """The token of a request that may act for ``number``, else Graph's refusal."""
+        token = self._token(request)
+        if token is None or token not in self.tokens:
+            return web.json_response(_error(190, "Invalid OAuth access token - Cannot parse access token"), status=401)
+        if self.tokens[token] != number:
+            return web.json_response(_error(10, "Application does not have permission for this action"), status=403)
+        return token
 
     def _token(self, request: web.Request) -> str | None:
         authorization = request.headers.get("Authorization", "")
