@@ -100,10 +100,7 @@ class ShardHost:
         self._runtime.stop()
 
 
-_STRATEGIES: dict[Placement, str] = {"spread": "SPREAD", "pack": "DEFAULT"}
-
-
-def _options(name: str, namespace: str, placement: Placement) -> dict[str, Any]:
+def _options(name: str, namespace: str, strategy: object) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": namespace,
@@ -112,8 +109,26 @@ def _options(name: str, namespace: str, placement: Placement) -> dict[str, Any]:
         "max_task_retries": 0,
         "max_concurrency": 4,  # status and poke are answered while another call runs
         "num_cpus": 0,  # the agent pool, not Ray's scheduler, bounds a host's work
-        "scheduling_strategy": _STRATEGIES[placement],  # also where Ray restarts it
+        "scheduling_strategy": strategy,  # also where Ray restarts it
         "get_if_exists": True,
+    }
+
+
+def _strategies(names: list[str], placement: Placement) -> dict[str, object]:
+    """Where each host goes. ``spread``: the i-th host of ``names`` on the i-th live Ray node (by node id, round
+    robin). The affinity is hard: when that node dies, Ray cannot restart the host there and gives it up, and a
+    replica creates it again within its check interval on a node alive then. Ray's own ``SPREAD`` strategy, and a
+    soft affinity, were not enough: two hosts could land on one node of two. ``pack``: Ray's default strategy."""
+    if placement == "pack":
+        return dict.fromkeys(names, "DEFAULT")
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    listed: Callable[[], list[dict[str, Any]]] = ray.nodes  # untyped in Ray
+    nodes = sorted(str(node["NodeID"]) for node in listed() if node.get("Alive"))
+    if not nodes:
+        return dict.fromkeys(names, "SPREAD")
+    return {
+        name: NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False) for index, name in enumerate(names)
     }
 
 
@@ -128,11 +143,13 @@ def ensure_hosts(
     """Create every host of ``hosts`` that is not running yet (logging as ``log_setup`` sets up), placed on the Ray
     nodes as ``placement`` says (``cluster.placement``); the handles by name."""
     remote = ray.remote(ShardHost)
+    settings = list(hosts)
+    strategies = _strategies([one.name for one in settings], placement)
     return {
-        settings.name: remote.options(**_options(settings.name, namespace, placement)).remote(
-            settings, agent_factory, log_setup
+        one.name: remote.options(**_options(one.name, namespace, strategies[one.name])).remote(
+            one, agent_factory, log_setup
         )
-        for settings in hosts
+        for one in settings
     }
 
 

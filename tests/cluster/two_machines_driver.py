@@ -1,0 +1,445 @@
+"""The two-machine deployment, run as ``python -m tests.cluster.two_machines_driver A B WORKDIR`` inside network
+namespace ``A`` (machine A) while ``B`` is machine B (``tests/cluster/netns.py``); prints one JSON line of what it
+saw. ``tests/cluster/test_two_machines.py`` checks it and kills whatever is left in both namespaces.
+
+As the README's recipe says: PostgreSQL on A (``pg_hba.conf`` and a password role), the Ray head on A and a worker
+node on B with fixed ports and token authentication, one ``hermesd --cluster`` replica on each machine with the same
+configuration and shared secrets from the environment, and the shard hosts spread over both nodes. Then: a chat
+completion and webhooks into replica B; every process of machine B killed with -9 while replica A takes more
+webhooks; every message answered; the hosts stopped with ``hermesctl cluster stop-hosts``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hermes_actors.store.pg import PostgresStore
+from tests.cluster.checks import counts, order_violations
+from tests.cluster.deployment import (
+    API_PORT,
+    OPEN_PORTS,
+    WEBHOOK_PORT,
+    Postgres,
+    Receiver,
+    head_command,
+    worker_command,
+)
+from tests.cluster.netns import ADDRESSES, kill_namespace, namespace_pids
+from tests.platforms.test_webhook import signature
+from tests.postgres import find_bin_dir
+
+A_IP, B_IP = ADDRESSES
+HOSTS = ("host-0", "host-1")
+SHARDS = 16
+RECEIVER_PORT = 9000
+
+
+class Secrets:
+    """What every machine shares, each in its environment variable (never in a config file or a DSN)."""
+
+    def __init__(self) -> None:
+        self.ray_token = secrets.token_hex(32)
+        self.pg_password = secrets.token_urlsafe(24)
+        self.admin_key = "hk-admin-" + secrets.token_urlsafe(24)
+        self.api_key = "sk-" + secrets.token_urlsafe(24)
+        self.webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+    def ray_env(self) -> dict[str, str]:
+        """For ``ray start`` on every machine: the token, and PostgreSQL's password for the Ray workers (the shard
+        hosts) it spawns."""
+        return {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.ray_token,
+            "PGPASSWORD": self.pg_password,
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+
+    def replica_env(self) -> dict[str, str]:
+        return self.ray_env() | {
+            "HERMES_ADMIN_KEY": self.admin_key,
+            "HERMES_API_KEY": self.api_key,
+            "HERMES_WEBHOOK_SECRET": self.webhook_secret,
+        }
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PG", "HERMES_"))}
+    return kept | extra
+
+
+def _config(address: str) -> dict[str, Any]:
+    """The replicas' config.yaml: the same on both machines but for node_ip_address."""
+    route = {"secret_env": "HERMES_WEBHOOK_SECRET", "callback_url": f"http://{A_IP}:{RECEIVER_PORT}/replies"}
+    return {
+        "daemon": {"log_format": "logfmt"},
+        "cluster": {
+            "postgres_dsn": f"postgresql://hermes@{A_IP}:5432/hermes",
+            "ray_address": f"{A_IP}:6379",
+            "node_ip_address": address,
+            "shards": SHARDS,
+            "hosts": list(HOSTS),
+            "placement": "spread",
+            "lease_ttl_s": 3,
+            "grace_s": 1,
+        },
+        "platforms": {
+            "api_server": {"host": "0.0.0.0", "port": API_PORT},
+            "webhook": {"host": "0.0.0.0", "port": WEBHOOK_PORT, "routes": {"default": route}},
+        },
+    }
+
+
+def _wait(probe: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := probe()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+    return found
+
+
+def _http(url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        return 0, str(exc)
+
+
+def _webhook(address: str, secret: str, webhook_id: str, chat: str, text: str) -> int:
+    body = json.dumps({"text": text, "chat_id": chat}).encode()
+    stamp = str(int(time.time()))
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": stamp,
+        "webhook-signature": signature(secret, webhook_id, stamp, body),
+    }
+    request = urllib.request.Request(f"http://{address}:{WEBHOOK_PORT}/webhooks/default", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _listeners(namespace: str | None) -> list[str]:
+    """Every listening TCP socket of a machine: ``address:port process``."""
+    command = ["ss", "-ltnpH"] if namespace is None else ["ip", "netns", "exec", namespace, "ss", "-ltnpH"]
+    lines = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
+    return [f"{line.split()[3]} {line.split()[-1]}" for line in lines if line.strip()]
+
+
+def _outside_recipe(listeners: list[str]) -> list[str]:
+    """Listeners on a non-loopback address whose port the recipe does not open."""
+    strange = []
+    for listener in listeners:
+        address, _, port = listener.split()[0].rpartition(":")
+        loopback = address.strip("[]") in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+        if not loopback and int(port) not in OPEN_PORTS | {RECEIVER_PORT}:  # the receiver stands for a callback URL
+            strange.append(listener)
+    return strange
+
+
+_PROBE = """
+from ray._raylet import GcsClient
+try:
+    GcsClient(address="{address}").internal_kv_get(b"hermes-probe", None, timeout=10)
+except Exception as exc:
+    print(type(exc).__name__)
+else:
+    print("OK")
+"""
+
+
+def _token_probe(mode: str, token: str) -> str:
+    """A call to the head's GCS from a process with ``RAY_AUTH_MODE=mode`` and ``token``: ``OK`` or the error's
+    class name."""
+    env = _env({"RAY_AUTH_MODE": mode, "RAY_AUTH_TOKEN": token, "RAY_gcs_rpc_server_reconnect_timeout_s": "5"})
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(address=f"{A_IP}:6379")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"exit {done.returncode}"
+
+
+class Run:
+    """One run of the deployment; ``events`` keep the time of each step for a failure's message."""
+
+    def __init__(self, namespaces: tuple[str, str], workdir: Path) -> None:
+        self.a, self.b = namespaces
+        self.workdir = workdir
+        self.secrets = Secrets()
+        self.events: list[str] = []
+        self._started = time.monotonic()
+        self.replicas: dict[str, subprocess.Popen[bytes]] = {}
+
+    def note(self, what: str) -> None:
+        self.events.append(f"{time.monotonic() - self._started:5.1f}s {what}")
+
+    def ray_start(self, command: list[str], machine: str, temp: str) -> None:
+        prefix = [] if machine == self.a else ["ip", "netns", "exec", machine]
+        env = _env(
+            self.secrets.ray_env() | {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000"}
+        )
+        done = subprocess.run(
+            [*prefix, *command, "--num-cpus=1", f"--temp-dir={self.workdir / temp}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(command[:3])} failed: {done.stderr[-3000:]}")
+
+    def start_replica(self, name: str, machine: str, address: str) -> None:
+        home = self.workdir / f"home-{name}"
+        home.mkdir(mode=0o700)
+        (home / "config.yaml").write_text(json.dumps(_config(address)))
+        prefix = [] if machine == self.a else ["ip", "netns", "exec", machine]
+        hermesd = str(Path(sys.executable).with_name("hermesd"))
+        out = (self.workdir / f"replica-{name}.log").open("wb")
+        self.replicas[name] = subprocess.Popen(
+            [*prefix, hermesd, "--home", str(home), "--cluster"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(self.secrets.replica_env()),
+        )
+
+    def replica_log(self, name: str) -> str:
+        return (self.workdir / f"replica-{name}.log").read_text(errors="replace")
+
+    def hermesctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        hermesctl = str(Path(sys.executable).with_name("hermesctl"))
+        return subprocess.run(
+            [hermesctl, *args, "--home", str(self.workdir / "home-a")],
+            env=_env(self.secrets.replica_env()),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+
+def _machine_of(pid: int) -> str:
+    done = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "?"
+
+
+def _shard_hosts(namespace: str) -> list[int]:
+    """The shard hosts' Ray worker processes in a machine (Ray titles them ``ray::ShardHost...``)."""
+    found = []
+    for pid in namespace_pids(namespace):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if title.startswith(b"ray::ShardHost"):
+            found.append(pid)
+    return found
+
+
+def _leaks(needle: str, roots: list[Path]) -> list[str]:
+    """The files under ``roots`` that hold ``needle``."""
+    found = []
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                try:
+                    if needle.encode() in path.read_bytes():
+                        found.append(str(path))
+                except OSError:
+                    continue
+    return found
+
+
+def scenario(run: Run) -> dict[str, Any]:
+    import psycopg
+
+    seen: dict[str, Any] = {}
+    s = run.secrets
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise SystemExit("PostgreSQL's server binaries are not installed")
+    pg_dir = run.workdir / "pg"
+    pg_dir.mkdir()
+    account = __import__("pwd").getpwnam("postgres")
+    os.chown(pg_dir, account.pw_uid, account.pw_gid)
+    postgres = Postgres(bin_dir, pg_dir, A_IP, f"{A_IP.rsplit('.', 1)[0]}.0/24")
+    postgres.start(s.pg_password)
+    run.note("PostgreSQL listens on A")
+    receiver = Receiver(A_IP, RECEIVER_PORT).start()
+    run.ray_start(head_command(A_IP), run.a, "ray-a")
+    run.note("Ray head up on A")
+    run.ray_start(worker_command(A_IP, B_IP), run.b, "ray-b")
+    run.note("Ray worker node up on B")
+    seen["token"] = {
+        "none": _token_probe("disabled", ""),
+        "wrong": _token_probe("token", "0" * 64),
+        "right": _token_probe("token", s.ray_token),
+    }
+    superuser = subprocess.run(  # pg_hba.conf: the superuser from the network is refused
+        ["ip", "netns", "exec", run.b, str(bin_dir / "psql"), f"host={A_IP} user=postgres dbname=hermes", "-c", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=_env({"PGPASSWORD": s.pg_password, "PGCONNECT_TIMEOUT": "5"}),
+    )
+    seen["superuser_from_b"] = superuser.stderr.strip()
+    os.environ.update(s.ray_env())  # this process joins the Ray cluster too, to see where the hosts run
+    import ray
+
+    ray.init(
+        address=f"{A_IP}:6379",
+        _node_ip_address=A_IP,
+        namespace="hermes",
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    _wait(lambda: sum(1 for node in ray.nodes() if node["Alive"]) == 2, 60, "both Ray nodes")
+    run.start_replica("a", run.a, A_IP)
+    _wait(lambda: _http(f"http://{A_IP}:{API_PORT}/health")[0] == 200, 120, "replica A's API")
+    run.start_replica("b", run.b, B_IP)
+    _wait(lambda: _http(f"http://{B_IP}:{API_PORT}/health")[0] == 200, 120, "replica B's API")
+    run.note("both replicas answer /health")
+    pg = psycopg.connect(f"postgresql://hermes@{A_IP}:5432/hermes", autocommit=True)  # PGPASSWORD
+    held_sql = (
+        "SELECT holder, count(*) FROM shard_leases WHERE holder IS NOT NULL AND expires_at > clock_timestamp() "
+        "GROUP BY holder"
+    )
+
+    def holders() -> dict[str, int]:
+        return {str(holder): int(count) for holder, count in pg.execute(held_sql).fetchall()}
+
+    _wait(lambda: set(holders()) == set(HOSTS) and sum(holders().values()) == SHARDS, 90, "both hosts holding shards")
+    seen["placement"] = _machines_of_hosts(ray)
+    seen["holders_before"] = holders()
+    run.note(f"hosts placed: {seen['placement']}")
+
+    completion = _http(
+        f"http://{B_IP}:{API_PORT}/v1/chat/completions",
+        {"model": "hermes-agent", "messages": [{"role": "user", "content": "hello from machine b"}]},
+        {"Authorization": f"Bearer {s.api_key}"},
+    )
+    seen["completion_b"] = completion
+    admin = {"Authorization": f"Bearer {s.admin_key}"}
+    seen["admin"] = {ip: _http(f"http://{ip}:{API_PORT}/api/sessions", headers=admin)[0] for ip in (A_IP, B_IP)}
+    seen["listeners"] = {"a": _listeners(None), "b": _listeners(run.b)}
+    seen["outside_recipe"] = _outside_recipe(seen["listeners"]["a"]) + _outside_recipe(seen["listeners"]["b"])
+    status = run.hermesctl("cluster", "status", "--json")
+    seen["fingerprints"] = sorted({r["fingerprint"] for r in json.loads(status.stdout or "{}").get("replicas", [])})
+    seen["replicas_seen"] = len(json.loads(status.stdout or "{}").get("replicas", []))
+    run.note("replica B answered; listeners and fingerprints read")
+
+    expected: dict[str, str] = {}
+    refused: dict[str, int] = {}
+    for n in range(24):  # into replica B, then machine B dies: a turn may be half done, a reply unsent
+        code = _webhook(B_IP, s.webhook_secret, f"b-{n}", f"chat-{n}", f"before {n}")
+        if code == 202:
+            expected[f"b-{n}"] = f"echo: before {n}"
+        else:
+            refused[f"b-{n}"] = code
+    shard_holders = dict(pg.execute("SELECT shard, holder FROM shard_leases").fetchall())
+    seen["killed_b"] = len(kill_namespace(run.b))
+    run.note(f"machine B killed ({seen['killed_b']} processes)")
+    for n in range(24):  # the same conversations through replica A: their shards were partly B's
+        code = _webhook(A_IP, s.webhook_secret, f"a-{n}", f"chat-{n}", f"after {n}")
+        if code == 202:
+            expected[f"a-{n}"] = f"echo: after {n}"
+        else:
+            refused[f"a-{n}"] = code
+    seen["accepted"], seen["refused"] = len(expected), refused
+    answered = receiver.wait_for(expected, timeout=120)
+    run.note(f"{len(answered)} of {len(expected)} accepted webhooks answered")
+    seen["unanswered"] = sorted(set(expected) - set(answered))
+    seen["wrong_answers"] = {key: text for key, text in answered.items() if text != expected[key]}
+    seen["pending"] = int(pg.execute("SELECT count(*) FROM inbox WHERE state = 'pending'").fetchone()[0])
+    b_host = next(name for name, machine in seen["placement"].items() if machine == run.b)
+    taken_over = "SELECT shard FROM inbox WHERE platform_message_id LIKE 'a-%%'"
+    seen["after_kill_on_b_shards"] = sum(1 for (shard,) in pg.execute(taken_over) if shard_holders[shard] == b_host)
+    with PostgresStore.open(f"postgresql://hermes@{A_IP}:5432/hermes", pool_size=1, migrate_schema=False) as store:
+        seen["counts"], seen["order"] = counts(store), order_violations(store)
+    _wait(lambda: sum(holders().values()) == SHARDS, 60, "every shard held again")
+    seen["holders_after"] = holders()
+    _wait(lambda: _machines_of_hosts(ray) == dict.fromkeys(HOSTS, run.a), 90, "both hosts running on machine A")
+    run.note("both hosts run on machine A")
+
+    replica_a = run.replicas["a"]
+    replica_a.send_signal(signal.SIGTERM)
+    seen["replica_a_exit"] = replica_a.wait(timeout=60)
+    stop = run.hermesctl("cluster", "stop-hosts")
+    seen["stop_hosts"] = [stop.returncode, stop.stdout, stop.stderr[-2000:]]
+    seen["hosts_left"] = [name for name in HOSTS if _actor_exists(ray, name)]
+    seen["host_workers_left"] = _wait(lambda: [True] if not _shard_hosts(run.a) else [], 30, "host workers to exit")
+    run.note("replica A stopped and the hosts with it")
+    ray.shutdown()
+    pg.close()
+    postgres.stop()
+    receiver.stop()
+    seen["password_in"] = _leaks(s.pg_password, [run.workdir / "ray-a", run.workdir / "ray-b"])
+    seen["password_in"] += [name for name in ("a", "b") if s.pg_password in run.replica_log(name)]
+    seen["replica_b_log"] = run.replica_log("b")[-1500:]
+    return seen
+
+
+def _machines_of_hosts(ray: Any) -> dict[str, str]:
+    """Where each host runs now (``?``: not running)."""
+    found = {}
+    for name in HOSTS:
+        try:
+            found[name] = _machine_of(int(ray.get(ray.get_actor(name, namespace="hermes").pid.remote(), timeout=5)))
+        except Exception:
+            found[name] = "?"
+    return found
+
+
+def _actor_exists(ray: Any, name: str) -> bool:
+    try:
+        ray.get_actor(name, namespace="hermes")
+    except ValueError:
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("workdir", type=Path)
+    args = parser.parse_args()
+    run = Run((args.a, args.b), args.workdir)
+    try:
+        seen = scenario(run)
+    except BaseException as exc:
+        logs = {name: run.replica_log(name)[-3000:] for name in run.replicas}
+        print(json.dumps({"failed": repr(exc), "events": run.events, "logs": logs}), flush=True)
+        raise
+    print(json.dumps(seen | {"events": run.events}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
