@@ -276,8 +276,6 @@ def _leaks(needle: str, roots: list[Path]) -> list[str]:
 
 
 def scenario(run: Run) -> dict[str, Any]:
-    import psycopg
-
     seen: dict[str, Any] = {}
     s = run.secrets
     bin_dir = find_bin_dir()
@@ -320,20 +318,21 @@ def scenario(run: Run) -> dict[str, Any]:
         log_to_driver=False,
         configure_logging=False,
     )
-    _wait(lambda: sum(1 for node in ray.nodes() if node["Alive"]) == 2, 60, "both Ray nodes")
+    listed: Callable[[], list[dict[str, Any]]] = ray.nodes  # untyped in Ray
+    _wait(lambda: len([node for node in listed() if node["Alive"]]) == 2, 60, "both Ray nodes")
     run.start_replica("a", run.a, A_IP)
     _wait(lambda: _http(f"http://{A_IP}:{API_PORT}/health")[0] == 200, 120, "replica A's API")
     run.start_replica("b", run.b, B_IP)
     _wait(lambda: _http(f"http://{B_IP}:{API_PORT}/health")[0] == 200, 120, "replica B's API")
     run.note("both replicas answer /health")
-    pg = psycopg.connect(f"postgresql://hermes@{A_IP}:5432/hermes", autocommit=True)  # PGPASSWORD
+    pg = PostgresStore.open(f"postgresql://hermes@{A_IP}:5432/hermes", pool_size=2, migrate_schema=False)
     held_sql = (
         "SELECT holder, count(*) FROM shard_leases WHERE holder IS NOT NULL AND expires_at > clock_timestamp() "
         "GROUP BY holder"
     )
 
     def holders() -> dict[str, int]:
-        return {str(holder): int(count) for holder, count in pg.execute(held_sql).fetchall()}
+        return {str(holder): int(count) for holder, count in pg.database.execute(held_sql)}
 
     _wait(lambda: set(holders()) == set(HOSTS) and sum(holders().values()) == SHARDS, 90, "both hosts holding shards")
     seen["placement"] = _machines_of_hosts(ray)
@@ -363,7 +362,9 @@ def scenario(run: Run) -> dict[str, Any]:
             expected[f"b-{n}"] = f"echo: before {n}"
         else:
             refused[f"b-{n}"] = code
-    shard_holders = dict(pg.execute("SELECT shard, holder FROM shard_leases").fetchall())
+    shard_holders = {
+        int(shard): holder for shard, holder in pg.database.execute("SELECT shard, holder FROM shard_leases")
+    }
     seen["killed_b"] = len(kill_namespace(run.b))
     run.note(f"machine B killed ({seen['killed_b']} processes)")
     for n in range(24):  # the same conversations through replica A: their shards were partly B's
@@ -377,12 +378,11 @@ def scenario(run: Run) -> dict[str, Any]:
     run.note(f"{len(answered)} of {len(expected)} accepted webhooks answered")
     seen["unanswered"] = sorted(set(expected) - set(answered))
     seen["wrong_answers"] = {key: text for key, text in answered.items() if text != expected[key]}
-    seen["pending"] = int(pg.execute("SELECT count(*) FROM inbox WHERE state = 'pending'").fetchone()[0])
+    seen["pending"] = int(pg.database.value("SELECT count(*) FROM inbox WHERE state = 'pending'"))
     b_host = next(name for name, machine in seen["placement"].items() if machine == run.b)
-    taken_over = "SELECT shard FROM inbox WHERE platform_message_id LIKE 'a-%%'"
-    seen["after_kill_on_b_shards"] = sum(1 for (shard,) in pg.execute(taken_over) if shard_holders[shard] == b_host)
-    with PostgresStore.open(f"postgresql://hermes@{A_IP}:5432/hermes", pool_size=1, migrate_schema=False) as store:
-        seen["counts"], seen["order"] = counts(store), order_violations(store)
+    after_kill = pg.database.execute("SELECT shard FROM inbox WHERE platform_message_id LIKE %s", ("a-%",))
+    seen["after_kill_on_b_shards"] = len([shard for (shard,) in after_kill if shard_holders[int(shard)] == b_host])
+    seen["counts"], seen["order"] = counts(pg), order_violations(pg)
     _wait(lambda: sum(holders().values()) == SHARDS, 60, "every shard held again")
     seen["holders_after"] = holders()
     _wait(lambda: _machines_of_hosts(ray) == dict.fromkeys(HOSTS, run.a), 90, "both hosts running on machine A")
