@@ -187,3 +187,16 @@ def test_stop_hosts_without_a_reachable_ray_is_one_error_line(tmp_path: Path) ->
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot reach the Ray cluster at cluster.ray_address '127.0.0.1:{port}' (")
     assert len(result.output.splitlines()) == 1
+
+
+def test_replicas_with_different_admin_keys_have_different_shared_configs_without_showing_the_key() -> None:
+    from hermes_actors.cluster.replica.fingerprint import cluster_config, differences
+
+    settings = ClusterSettings(postgres_dsn=DSN)
+    one = cluster_config(settings, {}, admin_key="hk-admin-one-0123456789")
+    same = cluster_config(settings, {}, admin_key="hk-admin-one-0123456789")
+    other = cluster_config(settings, {}, admin_key="hk-admin-two-0123456789")  # a home that generated its own
+    assert one == same
+    assert one[1] != other[1]
+    assert differences(one[0], other[0]) == ["operator.admin_key"]
+    assert "hk-admin" not in one[0]

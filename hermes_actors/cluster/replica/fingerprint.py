@@ -40,9 +40,13 @@ def _masked(value: Any, *, secret: bool = False) -> Any:
     return value
 
 
-def cluster_config(cluster: ClusterSettings, platforms: Mapping[str, msgspec.Struct]) -> tuple[str, str]:
-    """The replica's cluster-relevant config as JSON text (secrets masked) and its fingerprint (12 hex digits)."""
-    shape = {
+def cluster_config(
+    cluster: ClusterSettings, platforms: Mapping[str, msgspec.Struct], *, admin_key: str | None = None
+) -> tuple[str, str]:
+    """The replica's cluster-relevant config as JSON text (secrets masked) and its fingerprint (12 hex digits).
+    ``admin_key``, when given, counts as ``operator.admin_key``: a replica whose home generated a key of its own
+    would refuse the operator's key of every other replica."""
+    shape: dict[str, Any] = {
         "cluster": {
             "shards": cluster.shards,
             "hosts": list(cluster.hosts),
@@ -52,6 +56,8 @@ def cluster_config(cluster: ClusterSettings, platforms: Mapping[str, msgspec.Str
         },
         "platforms": {name: msgspec.to_builtins(section) for name, section in sorted(platforms.items())},
     }
+    if admin_key is not None:
+        shape["operator"] = {"admin_key": admin_key}
     text = json.dumps(_masked(shape), sort_keys=True, separators=(",", ":"), default=str)
     return text, hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -214,7 +214,7 @@ def serve_cluster(
             parts=registry.cluster_parts,
             placement=registry.placement,
             board=board,
-            shared_config=cluster_config(cluster, platforms),
+            shared_config=cluster_config(cluster, platforms, admin_key=admin_key),
             give_up=functools.partial(give_up, Events(events)),
         )
         sender = registry.event_sender(
