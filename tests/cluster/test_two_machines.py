@@ -80,6 +80,12 @@ def test_two_machines_spread_the_hosts_answer_through_either_replica_and_lose_no
     assert seen["admin"] == {"10.20.0.1": 200, "10.20.0.2": 200}  # one admin key, shared by the environment
     assert seen["outside_recipe"] == [], seen["listeners"]
     assert seen["replicas_seen"] == 2
+    code, first, pid = seen["status_running"]  # hermesctl status on replica A's home while it runs
+    assert code == 0
+    assert first[0].startswith("hermesd --cluster runs on ")
+    assert first[0].endswith(
+        f"(pid {pid}): a replica of the cluster whose store is postgresql://hermes@10.20.0.1:5432/hermes"
+    )
     assert len(seen["fingerprints"]) == 1  # the same configuration on both replicas
     # machine B killed: every accepted message answered once, with what it said; nothing pending; A holds all
     assert seen["refused"] == {}
@@ -94,6 +100,9 @@ def test_two_machines_spread_the_hosts_answer_through_either_replica_and_lose_no
     assert "both hosts run on machine A" in context  # the host of dead machine B was created again on A
     # stopping: the replica exits 0, stop-hosts ends both hosts for good
     assert seen["replica_a_exit"] == 0
+    code, first = seen["status_stopped"]
+    assert code == 3
+    assert first[0].startswith("hermesd --cluster is not running on ")
     code, out, err = seen["stop_hosts"]
     assert code == 0, err
     assert out.splitlines() == ["host-0: stopped", "host-1: stopped"]

@@ -349,6 +349,8 @@ def scenario(run: Run) -> dict[str, Any]:
     seen["admin"] = {ip: _http(f"http://{ip}:{API_PORT}/api/sessions", headers=admin)[0] for ip in (A_IP, B_IP)}
     seen["listeners"] = {"a": _listeners(None), "b": _listeners(run.b)}
     seen["outside_recipe"] = _outside_recipe(seen["listeners"]["a"]) + _outside_recipe(seen["listeners"]["b"])
+    running = run.hermesctl("status")
+    seen["status_running"] = [running.returncode, running.stdout.splitlines()[:1], run.replicas["a"].pid]
     status = run.hermesctl("cluster", "status", "--json")
     seen["fingerprints"] = sorted({r["fingerprint"] for r in json.loads(status.stdout or "{}").get("replicas", [])})
     seen["replicas_seen"] = len(json.loads(status.stdout or "{}").get("replicas", []))
@@ -391,6 +393,8 @@ def scenario(run: Run) -> dict[str, Any]:
     replica_a = run.replicas["a"]
     replica_a.send_signal(signal.SIGTERM)
     seen["replica_a_exit"] = replica_a.wait(timeout=60)
+    stopped = run.hermesctl("status")
+    seen["status_stopped"] = [stopped.returncode, stopped.stdout.splitlines()[:1]]
     stop = run.hermesctl("cluster", "stop-hosts")
     seen["stop_hosts"] = [stop.returncode, stop.stdout, stop.stderr[-2000:]]
     seen["hosts_left"] = [name for name in HOSTS if _actor_exists(ray, name)]
