@@ -200,3 +200,27 @@ def test_replicas_with_different_admin_keys_have_different_shared_configs_withou
     assert one[1] != other[1]
     assert differences(one[0], other[0]) == ["operator.admin_key"]
     assert "hk-admin" not in one[0]
+
+
+def test_a_ray_head_that_takes_the_connection_but_refuses_to_be_joined_is_named_with_the_token_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    def refused(**_: object) -> None:  # what ray.init raises after its retries, with another token than the head's
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:1")
+
+    monkeypatch.setattr(ray, "init", refused)
+    with socket.socket() as head:  # takes connections, as a head's port does
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        (tmp_path / "config.yaml").write_text(json.dumps({"cluster": {"postgres_dsn": DSN, "ray_address": address}}))
+        result = CliRunner().invoke(hermesctl, ["cluster", "stop-hosts", "--home", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: the Ray cluster at cluster.ray_address '{address}' takes connections but this process could not "
+        "join it (Failed to connect to Ray cluster at 127.0.0.1:1); if its nodes run with token authentication "
+        "(RAY_AUTH_MODE=token), give this process the same RAY_AUTH_MODE and RAY_AUTH_TOKEN; every node and "
+        f"replica needs Ray {ray.__version__}, as here\n"
+    )

@@ -135,7 +135,7 @@ def _refused(address: str, cause: BaseException, version: str) -> HermesError:
     detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     return HermesError(
         f"the Ray cluster at cluster.ray_address {address!r} takes connections but this process could not join it "
-        f"({detail}); if its nodes run with token authentication (RAY_AUTH_MODE=token), give hermesd the same "
+        f"({detail}); if its nodes run with token authentication (RAY_AUTH_MODE=token), give this process the same "
         f"RAY_AUTH_MODE and RAY_AUTH_TOKEN; every node and replica needs Ray {version}, as here"
     )
 
