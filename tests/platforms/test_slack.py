@@ -27,7 +27,7 @@ from hermes_actors.media import MediaConfig
 from hermes_actors.messages import OutboundMessage
 from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.inbox_port import GatewayInbox
-from hermes_actors.testing import FakePlatform, GatedAgent
+from hermes_actors.testing import FakePlatform, GatedAgent, poll_until
 from platforms import registry
 from platforms.base import Adapter, SendError, ThreadCreator
 from platforms.slack import SlackAdapter, SlackApp, SlackConfig, SlackSender
@@ -966,6 +966,8 @@ def test_save_shares_the_markdown_as_one_file_with_the_external_upload(
     running.post(message("hello", channel="D1", channel_type="im"))
     assert slack.take().text == "echo: hello"
     running.post(message("/save", channel="D1", channel_type="im", ts=LATER_TS))
+    # The upload is three requests on the outbox's lane: wait for the share itself, not only for an idle gateway.
+    poll_until(lambda: bool(slack.shared), timeout=20, what="the file was not shared")
     assert running.gateway.wait_idle()
     (shared,) = slack.shared
     assert (shared.token, shared.channel, shared.thread_ts) == (TOKEN, "D1", None)
