@@ -103,6 +103,7 @@ def test_two_machines_spread_the_hosts_answer_through_either_replica_and_lose_no
     code, first = seen["status_stopped"]
     assert code == 3
     assert first[0].startswith("hermesd --cluster is not running on ")
+    assert seen["hosts_without_replicas"] == ["host-0", "host-1"]  # detached: they outlive every replica
     code, out, err = seen["stop_hosts"]
     assert code == 0, err
     assert out.splitlines() == ["host-0: stopped", "host-1: stopped"]

@@ -395,6 +395,7 @@ def scenario(run: Run) -> dict[str, Any]:
     seen["replica_a_exit"] = replica_a.wait(timeout=60)
     stopped = run.hermesctl("status")
     seen["status_stopped"] = [stopped.returncode, stopped.stdout.splitlines()[:1]]
+    seen["hosts_without_replicas"] = [name for name in HOSTS if _actor_exists(ray, name)]  # detached: still there
     stop = run.hermesctl("cluster", "stop-hosts")
     seen["stop_hosts"] = [stop.returncode, stop.stdout, stop.stderr[-2000:]]
     seen["hosts_left"] = [name for name in HOSTS if _actor_exists(ray, name)]
