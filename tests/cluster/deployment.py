@@ -1,5 +1,7 @@
 """The README's two-machine recipe ("Running a cluster") as the test runs it: Ray's head and worker flags with fixed
-ports, the ports a firewall opens, PostgreSQL's ``pg_hba.conf`` and roles, and a callback receiver.
+ports, the ports a firewall opens, PostgreSQL's ``pg_hba.conf`` and roles, the secrets every machine shares (in the
+environment) and the replicas' configuration; and what the test looks with: a callback receiver, the listening
+sockets, a probe of Ray's token authentication.
 
 Machine A holds PostgreSQL, the Ray head and a replica; machine B a Ray worker node and a replica. The test's
 "machines" are network namespaces (``tests/cluster/netns.py``), so the fixed ports never meet another test's.
@@ -7,7 +9,10 @@ Machine A holds PostgreSQL, the Ray head and a replica; machine B a Ray worker n
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -25,7 +30,13 @@ __all__ = [
     "WEBHOOK_PORT",
     "Postgres",
     "Receiver",
+    "Secrets",
+    "clean_env",
     "head_command",
+    "listeners",
+    "outside_recipe",
+    "replica_config",
+    "token_probe",
     "worker_command",
 ]
 
@@ -160,3 +171,106 @@ class Receiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class Secrets:
+    """What every machine shares, each in its environment variable (never in a config file or a DSN)."""
+
+    def __init__(self) -> None:
+        self.ray_token = secrets.token_hex(32)
+        self.pg_password = secrets.token_urlsafe(24)
+        self.admin_key = "hk-admin-" + secrets.token_urlsafe(24)
+        self.api_key = "sk-" + secrets.token_urlsafe(24)
+        self.webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+    def ray_env(self) -> dict[str, str]:
+        """For ``ray start`` on every machine: the token, and PostgreSQL's password for the Ray workers (the shard
+        hosts) it spawns."""
+        return {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.ray_token,
+            "PGPASSWORD": self.pg_password,
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+
+    def replica_env(self) -> dict[str, str]:
+        """For ``hermesd --cluster`` and ``hermesctl`` on every machine: Ray's and PostgreSQL's, and the secrets the
+        replicas share (the operator's admin key, the API's key, the webhook route's secret)."""
+        return self.ray_env() | {
+            "HERMES_ADMIN_KEY": self.admin_key,
+            "HERMES_API_KEY": self.api_key,
+            "HERMES_WEBHOOK_SECRET": self.webhook_secret,
+        }
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without Ray's, libpq's and hermes' variables, with ``extra``."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PG", "HERMES_"))}
+    return kept | extra
+
+
+def replica_config(head: str, address: str, hosts: tuple[str, ...], shards: int, callback: str) -> dict[str, Any]:
+    """A replica's config.yaml (``head``: machine A's address, ``address``: the replica's own): the same on every
+    machine but for ``node_ip_address``; its secrets come from the environment (:class:`Secrets`)."""
+    route = {"secret_env": "HERMES_WEBHOOK_SECRET", "callback_url": callback}
+    return {
+        "daemon": {"log_format": "logfmt"},
+        "cluster": {
+            "postgres_dsn": f"postgresql://hermes@{head}:{PG_PORT}/hermes",
+            "ray_address": f"{head}:{RAY_PORT}",
+            "node_ip_address": address,
+            "shards": shards,
+            "hosts": list(hosts),
+            "placement": "spread",
+            "lease_ttl_s": 3,
+            "grace_s": 1,
+        },
+        "platforms": {
+            "api_server": {"host": "0.0.0.0", "port": API_PORT},
+            "webhook": {"host": "0.0.0.0", "port": WEBHOOK_PORT, "routes": {"default": route}},
+        },
+    }
+
+
+def listeners(namespace: str | None) -> list[str]:
+    """Every listening TCP socket of a machine: ``address:port process``."""
+    command = ["ss", "-ltnpH"] if namespace is None else ["ip", "netns", "exec", namespace, "ss", "-ltnpH"]
+    lines = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
+    return [f"{line.split()[3]} {line.split()[-1]}" for line in lines if line.strip()]
+
+
+def outside_recipe(listeners: list[str], *, also: frozenset[int] = frozenset()) -> list[str]:
+    """Listeners on a non-loopback address whose port neither the recipe opens nor ``also`` has."""
+    strange = []
+    for listener in listeners:
+        address, _, port = listener.split()[0].rpartition(":")
+        loopback = address.strip("[]") in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
+        if not loopback and int(port) not in OPEN_PORTS | also:
+            strange.append(listener)
+    return strange
+
+
+_PROBE = """
+from ray._raylet import GcsClient
+try:
+    GcsClient(address="{address}").internal_kv_get(b"hermes-probe", None, timeout=10)
+except Exception as exc:
+    print(type(exc).__name__)
+else:
+    print("OK")
+"""
+
+
+def token_probe(head: str, mode: str, token: str) -> str:
+    """A call to the GCS of the head at ``head`` from a process with ``RAY_AUTH_MODE=mode`` and ``token``: ``OK``
+    or the error's class name."""
+    env = clean_env({"RAY_AUTH_MODE": mode, "RAY_AUTH_TOKEN": token, "RAY_gcs_rpc_server_reconnect_timeout_s": "5"})
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(address=f"{head}:{RAY_PORT}")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"exit {done.returncode}"

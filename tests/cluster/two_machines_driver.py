@@ -12,10 +12,8 @@ webhooks; every message answered; the hosts stopped with ``hermesctl cluster sto
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -30,11 +28,16 @@ from hermes_actors.store.pg import PostgresStore
 from tests.cluster.checks import counts, order_violations
 from tests.cluster.deployment import (
     API_PORT,
-    OPEN_PORTS,
     WEBHOOK_PORT,
     Postgres,
     Receiver,
+    Secrets,
+    clean_env,
     head_command,
+    listeners,
+    outside_recipe,
+    replica_config,
+    token_probe,
     worker_command,
 )
 from tests.cluster.netns import ADDRESSES, kill_namespace, namespace_pids
@@ -45,61 +48,8 @@ A_IP, B_IP = ADDRESSES
 HOSTS = ("host-0", "host-1")
 SHARDS = 16
 RECEIVER_PORT = 9000
-
-
-class Secrets:
-    """What every machine shares, each in its environment variable (never in a config file or a DSN)."""
-
-    def __init__(self) -> None:
-        self.ray_token = secrets.token_hex(32)
-        self.pg_password = secrets.token_urlsafe(24)
-        self.admin_key = "hk-admin-" + secrets.token_urlsafe(24)
-        self.api_key = "sk-" + secrets.token_urlsafe(24)
-        self.webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
-
-    def ray_env(self) -> dict[str, str]:
-        """For ``ray start`` on every machine: the token, and PostgreSQL's password for the Ray workers (the shard
-        hosts) it spawns."""
-        return {
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": self.ray_token,
-            "PGPASSWORD": self.pg_password,
-            "RAY_USAGE_STATS_ENABLED": "0",
-        }
-
-    def replica_env(self) -> dict[str, str]:
-        return self.ray_env() | {
-            "HERMES_ADMIN_KEY": self.admin_key,
-            "HERMES_API_KEY": self.api_key,
-            "HERMES_WEBHOOK_SECRET": self.webhook_secret,
-        }
-
-
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PG", "HERMES_"))}
-    return kept | extra
-
-
-def _config(address: str) -> dict[str, Any]:
-    """The replicas' config.yaml: the same on both machines but for node_ip_address."""
-    route = {"secret_env": "HERMES_WEBHOOK_SECRET", "callback_url": f"http://{A_IP}:{RECEIVER_PORT}/replies"}
-    return {
-        "daemon": {"log_format": "logfmt"},
-        "cluster": {
-            "postgres_dsn": f"postgresql://hermes@{A_IP}:5432/hermes",
-            "ray_address": f"{A_IP}:6379",
-            "node_ip_address": address,
-            "shards": SHARDS,
-            "hosts": list(HOSTS),
-            "placement": "spread",
-            "lease_ttl_s": 3,
-            "grace_s": 1,
-        },
-        "platforms": {
-            "api_server": {"host": "0.0.0.0", "port": API_PORT},
-            "webhook": {"host": "0.0.0.0", "port": WEBHOOK_PORT, "routes": {"default": route}},
-        },
-    }
+RECEIVER = frozenset({RECEIVER_PORT})  # it stands for the application a webhook route calls back
+CALLBACK = f"http://{A_IP}:{RECEIVER_PORT}/replies"
 
 
 def _wait(probe: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -140,50 +90,6 @@ def _webhook(address: str, secret: str, webhook_id: str, chat: str, text: str) -
         return exc.code
 
 
-def _listeners(namespace: str | None) -> list[str]:
-    """Every listening TCP socket of a machine: ``address:port process``."""
-    command = ["ss", "-ltnpH"] if namespace is None else ["ip", "netns", "exec", namespace, "ss", "-ltnpH"]
-    lines = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
-    return [f"{line.split()[3]} {line.split()[-1]}" for line in lines if line.strip()]
-
-
-def _outside_recipe(listeners: list[str]) -> list[str]:
-    """Listeners on a non-loopback address whose port the recipe does not open."""
-    strange = []
-    for listener in listeners:
-        address, _, port = listener.split()[0].rpartition(":")
-        loopback = address.strip("[]") in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
-        if not loopback and int(port) not in OPEN_PORTS | {RECEIVER_PORT}:  # the receiver stands for a callback URL
-            strange.append(listener)
-    return strange
-
-
-_PROBE = """
-from ray._raylet import GcsClient
-try:
-    GcsClient(address="{address}").internal_kv_get(b"hermes-probe", None, timeout=10)
-except Exception as exc:
-    print(type(exc).__name__)
-else:
-    print("OK")
-"""
-
-
-def _token_probe(mode: str, token: str) -> str:
-    """A call to the head's GCS from a process with ``RAY_AUTH_MODE=mode`` and ``token``: ``OK`` or the error's
-    class name."""
-    env = _env({"RAY_AUTH_MODE": mode, "RAY_AUTH_TOKEN": token, "RAY_gcs_rpc_server_reconnect_timeout_s": "5"})
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(address=f"{A_IP}:6379")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else f"exit {done.returncode}"
-
-
 class Run:
     """One run of the deployment; ``events`` keep the time of each step for a failure's message."""
 
@@ -200,7 +106,7 @@ class Run:
 
     def ray_start(self, command: list[str], machine: str, temp: str) -> None:
         prefix = [] if machine == self.a else ["ip", "netns", "exec", machine]
-        env = _env(
+        env = clean_env(
             self.secrets.ray_env() | {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000"}
         )
         done = subprocess.run(
@@ -217,7 +123,7 @@ class Run:
     def start_replica(self, name: str, machine: str, address: str) -> None:
         home = self.workdir / f"home-{name}"
         home.mkdir(mode=0o700)
-        (home / "config.yaml").write_text(json.dumps(_config(address)))
+        (home / "config.yaml").write_text(json.dumps(replica_config(A_IP, address, HOSTS, SHARDS, CALLBACK)))
         prefix = [] if machine == self.a else ["ip", "netns", "exec", machine]
         hermesd = str(Path(sys.executable).with_name("hermesd"))
         out = (self.workdir / f"replica-{name}.log").open("wb")
@@ -225,7 +131,7 @@ class Run:
             [*prefix, hermesd, "--home", str(home), "--cluster"],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_env(self.secrets.replica_env()),
+            env=clean_env(self.secrets.replica_env()),
         )
 
     def replica_log(self, name: str) -> str:
@@ -235,7 +141,7 @@ class Run:
         hermesctl = str(Path(sys.executable).with_name("hermesctl"))
         return subprocess.run(
             [hermesctl, *args, "--home", str(self.workdir / "home-a")],
-            env=_env(self.secrets.replica_env()),
+            env=clean_env(self.secrets.replica_env()),
             capture_output=True,
             text=True,
             timeout=120,
@@ -294,9 +200,9 @@ def scenario(run: Run) -> dict[str, Any]:
     run.ray_start(worker_command(A_IP, B_IP), run.b, "ray-b")
     run.note("Ray worker node up on B")
     seen["token"] = {
-        "none": _token_probe("disabled", ""),
-        "wrong": _token_probe("token", "0" * 64),
-        "right": _token_probe("token", s.ray_token),
+        "none": token_probe(A_IP, "disabled", ""),
+        "wrong": token_probe(A_IP, "token", "0" * 64),
+        "right": token_probe(A_IP, "token", s.ray_token),
     }
     superuser = subprocess.run(  # pg_hba.conf: the superuser from the network is refused
         ["ip", "netns", "exec", run.b, str(bin_dir / "psql"), f"host={A_IP} user=postgres dbname=hermes", "-c", "1"],
@@ -304,7 +210,7 @@ def scenario(run: Run) -> dict[str, Any]:
         text=True,
         timeout=30,
         check=False,
-        env=_env({"PGPASSWORD": s.pg_password, "PGCONNECT_TIMEOUT": "5"}),
+        env=clean_env({"PGPASSWORD": s.pg_password, "PGCONNECT_TIMEOUT": "5"}),
     )
     seen["superuser_from_b"] = superuser.stderr.strip()
     os.environ.update(s.ray_env())  # this process joins the Ray cluster too, to see where the hosts run
@@ -347,8 +253,10 @@ def scenario(run: Run) -> dict[str, Any]:
     seen["completion_b"] = completion
     admin = {"Authorization": f"Bearer {s.admin_key}"}
     seen["admin"] = {ip: _http(f"http://{ip}:{API_PORT}/api/sessions", headers=admin)[0] for ip in (A_IP, B_IP)}
-    seen["listeners"] = {"a": _listeners(None), "b": _listeners(run.b)}
-    seen["outside_recipe"] = _outside_recipe(seen["listeners"]["a"]) + _outside_recipe(seen["listeners"]["b"])
+    seen["listeners"] = {"a": listeners(None), "b": listeners(run.b)}
+    seen["outside_recipe"] = outside_recipe(seen["listeners"]["a"], also=RECEIVER) + outside_recipe(
+        seen["listeners"]["b"]
+    )
     running = run.hermesctl("status")
     seen["status_running"] = [running.returncode, running.stdout.splitlines()[:1], run.replicas["a"].pid]
     status = run.hermesctl("cluster", "status", "--json")
