@@ -1,10 +1,11 @@
-"""Scheduled turns in a cluster: a run's inbox row goes to the shard of the session it leads to
-(:class:`ShardRuns`), where whichever host holds that shard pulls it like any message; the job's own row is fired by
-the host holding the job's shard (:mod:`hermes_actors.cluster.host.jobs`) or run by hand through a replica's jobs
-port."""
+"""Scheduled turns (and approvals' timeout denials) in a cluster: a run's inbox row goes to the shard of the session
+it leads to (:class:`ShardRuns`), where whichever host holds that shard pulls it like any message; the job's own
+row is fired by the host holding the job's shard (:mod:`hermes_actors.cluster.host.jobs`) or run by hand through a
+replica's jobs port."""
 
 from __future__ import annotations
 
+from hermes_actors.runtime.job_runs import QueuedMessage
 from hermes_actors.store import StoreInterface
 from hermes_actors.store.pg.shards import shard_for_key
 from hermes_actors.store.pg.store import PostgresStore
@@ -13,8 +14,9 @@ __all__ = ["ShardRuns"]
 
 
 class ShardRuns:
-    """A :class:`~hermes_actors.runtime.job_runs.RunQueue` into the shard queue of ``store`` (``shards`` shards): the
-    row joins the transaction the run's write holds on this thread, and its shard's holder is notified."""
+    """A :class:`~hermes_actors.runtime.job_runs.RunQueue` into the shard queue of ``store`` (``shards`` shards), for
+    a job's run or an approval's timeout denial: the row goes to the shard of the session its key leads to, joins
+    the transaction the write holds on this thread, and its shard's holder is notified."""
 
     __slots__ = ("_shards", "_store")
 
@@ -22,22 +24,7 @@ class ShardRuns:
         self._store = store
         self._shards = shards
 
-    def add(
-        self,
-        store: StoreInterface,
-        *,
-        platform: str,
-        account_id: str,
-        message_id: str,
-        routing_key: str,
-        payload: bytes,
-        route: str | None,
-    ) -> int | None:
+    def add(self, store: StoreInterface, queued: QueuedMessage) -> int | None:
         return self._store.shard_queue.add(
-            shard_for_key(route, routing_key, self._shards),
-            platform=platform,
-            account_id=account_id,
-            platform_message_id=message_id,
-            routing_key=routing_key,
-            payload=payload,
+            shard_for_key(queued.route, queued.routing_key, self._shards), **queued.row()
         )

@@ -18,7 +18,7 @@ is a missed one: it runs once, late, or is skipped, as the job says; the times m
 from __future__ import annotations
 
 from datetime import tzinfo
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import msgspec
 
@@ -30,30 +30,62 @@ from hermes_actors.runtime.events import Events
 from hermes_actors.store import StoreInterface
 from hermes_actors.store.jobs import JobRow, JobTarget
 
-__all__ = ["Fired", "JobRun", "LocalRuns", "RunQueue", "enqueue_run", "fire", "schedule_of_row"]
+__all__ = [
+    "Fired",
+    "InboxFields",
+    "JobRun",
+    "LocalRuns",
+    "QueuedMessage",
+    "RunQueue",
+    "enqueue_run",
+    "fire",
+    "schedule_of_row",
+]
+
+
+class InboxFields(TypedDict):
+    """The columns of a message's inbox row."""
+
+    platform: str
+    account_id: str
+    platform_message_id: str
+    routing_key: str
+    payload: bytes
+
+
+class QueuedMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message the runtime sends itself (a job's run, the denial of an approval nobody answered in time) as its
+    inbox row gets it: the routing key it goes by, and the session that key leads to now (``route``; ``None``: a
+    session its turn creates)."""
+
+    message: InboundMessage
+    routing_key: str
+    route: str | None
+
+    def row(self) -> InboxFields:
+        """The inbox row's columns (the store's ``inbox.add`` and the cluster's ``shard_queue.add`` take them)."""
+        source = self.message.source
+        return {
+            "platform": source.platform,
+            "account_id": source.account_id or "",
+            "platform_message_id": self.message.message_id,
+            "routing_key": self.routing_key,
+            "payload": encode(self.message),
+        }
 
 
 class RunQueue(Protocol):
-    """Where a run's inbox row goes."""
+    """Where the inbox row of a message the runtime sends itself goes (this process's inbox, or a cluster
+    shard's)."""
 
-    def add(
-        self,
-        store: StoreInterface,
-        *,
-        platform: str,
-        account_id: str,
-        message_id: str,
-        routing_key: str,
-        payload: bytes,
-        route: str | None,
-    ) -> int | None:
-        """Inside the run's write: add the row (``route``: the session its key leads to now, if any); its id, or
-        ``None`` when a row of that message id exists already."""
+    def add(self, store: StoreInterface, queued: QueuedMessage) -> int | None:
+        """Inside the write that sends it: add the row; its id, or ``None`` when a row of that message id exists
+        already."""
         ...
 
 
 class LocalRuns:
-    """Runs in this process's inbox, owned by its lease owner: its turn is this process's to run (recovery
+    """Rows in this process's inbox, owned by its lease owner: its turn is this process's to run (recovery
     replays it after a crash)."""
 
     __slots__ = ("_owner",)
@@ -61,25 +93,8 @@ class LocalRuns:
     def __init__(self, owner: str) -> None:
         self._owner = owner
 
-    def add(
-        self,
-        store: StoreInterface,
-        *,
-        platform: str,
-        account_id: str,
-        message_id: str,
-        routing_key: str,
-        payload: bytes,
-        route: str | None,
-    ) -> int | None:
-        return store.inbox.add(
-            platform=platform,
-            account_id=account_id,
-            platform_message_id=message_id,
-            routing_key=routing_key,
-            payload=payload,
-            owner=self._owner,
-        )
+    def add(self, store: StoreInterface, queued: QueuedMessage) -> int | None:
+        return store.inbox.add(**queued.row(), owner=self._owner)
 
 
 class JobRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,15 +159,7 @@ def enqueue_run(
     message_id = f"job-{job.id}-{run_key}"
     chat = msgspec.structs.replace(job.chat, message_id=message_id)
     message = InboundMessage(source=chat, text=job.prompt, message_id=message_id, received_at=now)
-    inbox_id = queue.add(
-        store,
-        platform=chat.platform,
-        account_id=chat.account_id or "",
-        message_id=message_id,
-        routing_key=key,
-        payload=encode(message),
-        route=route,
-    )
+    inbox_id = queue.add(store, QueuedMessage(message=message, routing_key=key, route=route))
     if inbox_id is None:
         return None
     store.jobs.ran(job.id, inbox_id, at=now, counted=due_at is None)
