@@ -8,13 +8,16 @@ locks rows, SQLite's ``BEGIN IMMEDIATE`` already holds the one write lock). The 
 placeholders once per statement text (:func:`pg_sql`, cached).
 
 Every statement passes one execute point, so :attr:`SqlDb.trace` sees each with its time (off by default: one
-``None`` check per statement). :func:`tracing` collects them for a block, for the benches and for debugging.
+``None`` check per statement). :func:`tracing` collects them for a block, for the benches and for debugging;
+``HERMES_SQL_TRACE=DIR`` in a process's environment has every :class:`SqlDb` it opens append its statements to a
+:class:`TraceFile` in ``DIR`` (:func:`trace_from_env`), for a bench watching processes it did not start itself.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,14 +25,17 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 __all__ = [
+    "TRACE_ENV",
     "Dialect",
     "Params",
     "SqlDb",
     "SqlTable",
     "StatementTrace",
+    "TraceFile",
     "TraceHook",
     "pg_sql",
     "timed",
+    "trace_from_env",
     "tracing",
 ]
 
@@ -200,6 +206,50 @@ def tracing(db: SqlDb) -> Iterator[StatementTrace]:
         yield trace
     finally:
         db.trace = before
+
+
+TRACE_ENV = "HERMES_SQL_TRACE"
+
+
+class TraceFile:
+    """A trace hook appending each statement to ``path``, for a reader in another process: a statement's text once,
+    as ``S<TAB>id<TAB>text`` (on one line), then ``wall-clock time<TAB>id<TAB>seconds`` per run. Each line is one
+    ``write`` to a file opened for appending, so a reader sees whole lines as they happen. Thread-safe."""
+
+    __slots__ = ("_fd", "_ids", "_lock", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, sql: str, seconds: float) -> None:
+        with self._lock:
+            number = self._ids.get(sql)
+            head = ""
+            if number is None:
+                number = self._ids[sql] = len(self._ids)
+                head = f"S\t{number}\t{' '.join(sql.split())}\n"
+            os.write(self._fd, f"{head}{time.time():.6f}\t{number}\t{seconds:.6f}\n".encode())
+
+
+_TRACE_FILES: dict[tuple[int, str], TraceFile] = {}  # by process id (a forked child opens its own) and directory
+_TRACE_FILES_LOCK = threading.Lock()
+
+
+def trace_from_env() -> TraceHook | None:
+    """The trace hook a new :class:`SqlDb` starts with: ``None``, unless ``HERMES_SQL_TRACE`` names a directory,
+    where this process's statements go to ``sql-<pid>.trace`` (one :class:`TraceFile` per process)."""
+    directory = os.environ.get(TRACE_ENV)
+    if not directory:
+        return None
+    key = (os.getpid(), directory)
+    with _TRACE_FILES_LOCK:
+        found = _TRACE_FILES.get(key)
+        if found is None:
+            found = _TRACE_FILES[key] = TraceFile(os.path.join(directory, f"sql-{key[0]}.trace"))
+    return found
 
 
 def timed(hook: TraceHook, sql: str, started: float) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import apsw
 
 from hermes_actors.store.connection import Transaction
-from hermes_actors.store.sql import Dialect, Params, TraceHook, timed
+from hermes_actors.store.sql import Dialect, Params, TraceHook, timed, trace_from_env
 
 __all__ = ["SqliteDb"]
 
@@ -26,7 +26,7 @@ class SqliteDb:
 
     def __init__(self, connection: apsw.Connection) -> None:
         self.connection = connection
-        self.trace: TraceHook | None = None
+        self.trace: TraceHook | None = trace_from_env()
 
     @property
     def dialect(self) -> Dialect:

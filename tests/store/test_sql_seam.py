@@ -3,10 +3,15 @@ greater-of fragment mean the same on both, and the trace hook sees every stateme
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from hermes_actors.store import StoreInterface
-from hermes_actors.store.sql import Dialect, pg_sql, tracing
+from hermes_actors.store import Store, StoreInterface
+from hermes_actors.store.sql import TRACE_ENV, Dialect, pg_sql, tracing
+from hermes_actors.testing import FakeClock
+from tests.stores import IMPLEMENTATIONS, open_implementation
 
 
 @pytest.mark.parametrize(
@@ -69,3 +74,46 @@ def test_a_limit_of_none_returns_every_row_and_keeps_room_for_an_offset(store: S
     sql = "SELECT key FROM meta WHERE key LIKE 'all:%' ORDER BY key LIMIT ? OFFSET ?"
     assert [k for (k,) in db.execute(sql, (db.dialect.limit(None), 1))] == ["all:1", "all:2"]
     assert [k for (k,) in db.execute(sql, (db.dialect.limit(1), 0))] == ["all:0"]
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_hermes_sql_trace_has_each_store_opened_append_its_statements_and_transactions_to_a_file(
+    implementation: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    monkeypatch.setenv(TRACE_ENV, str(traces))
+    with open_implementation(implementation, request, tmp_path / "traced.db", clock) as store:
+        with store.transaction():
+            store.kv.set_meta("traced", "1")
+        assert store.kv.get_meta("traced") == "1"
+    (path,) = traces.iterdir()
+    assert path.name == f"sql-{os.getpid()}.trace"
+    texts: dict[str, str] = {}
+    runs: list[str] = []
+    for line in path.read_text().splitlines():
+        kind, number, rest = line.split("\t")
+        if kind == "S":
+            texts[number] = rest
+        else:
+            assert float(kind) > 0
+            assert float(rest) >= 0
+            runs.append(texts[number])
+    insert = next(i for i, text in enumerate(runs) if text.startswith("INSERT INTO meta"))
+    after = runs[insert + 1 :]
+    if implementation == "postgres":  # the transaction is reported as it ends, after its statements
+        assert after[0] == "BEGIN"
+        after = after[1:]
+    assert after[0].startswith("SELECT value FROM meta")
+
+
+def test_without_hermes_sql_trace_a_store_traces_nothing(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    with Store.open(tmp_path / "plain.db", clock=clock) as store:
+        assert store.sql.trace is None

@@ -27,7 +27,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
-from hermes_actors.store.sql import Dialect, TraceHook, pg_sql, timed
+from hermes_actors.store.sql import Dialect, TraceHook, pg_sql, timed, trace_from_env
 
 __all__ = ["CommitUnknownError", "Database", "Params", "PgSqlDb", "fault_of", "store_error"]
 
@@ -290,7 +290,7 @@ class PgSqlDb:
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self.trace: TraceHook | None = None
+        self.trace: TraceHook | None = trace_from_env()
 
     @property
     def dialect(self) -> Dialect:
@@ -334,5 +334,23 @@ class PgSqlDb:
         return changed
 
     def transaction(self, *, savepoint: bool = True) -> AbstractContextManager[None]:
-        """A transaction on this thread's connection (nested: a savepoint, unless ``savepoint=False``)."""
-        return self.database.transaction(savepoint=savepoint)
+        """A transaction on this thread's connection (nested: a savepoint, unless ``savepoint=False``). With a trace
+        hook set, the hook sees an outermost one as ``BEGIN`` and a savepoint as ``SAVEPOINT``, each with its
+        seconds from its start to its end (the round trips a statement count leaves out)."""
+        if self.trace is None:
+            return self.database.transaction(savepoint=savepoint)
+        return self._traced_transaction(self.trace, savepoint)
+
+    @contextmanager
+    def _traced_transaction(self, hook: TraceHook, savepoint: bool) -> Iterator[None]:
+        kind = "SAVEPOINT" if self.database.in_transaction else "BEGIN"
+        if kind == "SAVEPOINT" and not savepoint:
+            with self.database.transaction(savepoint=False):
+                yield
+            return
+        started = time.perf_counter()
+        try:
+            with self.database.transaction(savepoint=savepoint):
+                yield
+        finally:
+            timed(hook, kind, started)
