@@ -1,8 +1,8 @@
--- hermes-actors state database, schema version 13.
+-- hermes-actors state database, schema version 14.
 --
 -- This file is the single source of truth for the schema. hermes_actors/store/schema.sql is a copy shipped in
 -- the wheel (tests/store/test_schema.py proves they are equal). A fresh database gets this file in one
--- transaction and PRAGMA user_version = 13; older databases are upgraded by the steps in
+-- transaction and PRAGMA user_version = 14; older databases are upgraded by the steps in
 -- hermes_actors/store/migrations.py, which must end in exactly this schema.
 --
 -- Full-text search stores message text once: both FTS5 tables are external-content tables over `messages`,
@@ -52,6 +52,9 @@ CREATE TABLE sessions (
 );
 CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;
 CREATE INDEX sessions_last_active ON sessions (last_active_at);
+-- Titled sessions in activity order, the title with them (version 14): discovery's title pass walks only these and
+-- tests its LIKE on the index entry, whatever the number of untitled sessions.
+CREATE INDEX sessions_titled ON sessions (last_active_at, id, title) WHERE title IS NOT NULL;
 CREATE INDEX sessions_source ON sessions (source, last_active_at);
 CREATE INDEX sessions_parent ON sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
 

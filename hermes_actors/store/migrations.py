@@ -20,7 +20,7 @@ from hermes_actors.store.connection import fault_of
 
 __all__ = ["SCHEMA_VERSION", "STEPS", "migrate", "schema_sql", "schema_version"]
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 # The CJK character class of schema.sql's trigram triggers.
 CJK_GLOB = "*[ᄀ-ᇿ぀-ヿㄱ-ㆎ㐀-䶿一-鿿가-힯豈-﫿ｦ-ﾟ𠀀-𱍊]*"
@@ -214,6 +214,16 @@ def _v13(connection: apsw.Connection) -> None:
         connection.execute(statement)
 
 
+def _v14(connection: apsw.Connection) -> None:
+    """The titled sessions in activity order (``sessions_titled``), so discovery's title pass reads no untitled
+    session. A database step 2 rebuilt from this schema.sql has the index already."""
+    if connection.execute("SELECT 1 FROM sqlite_schema WHERE name = 'sessions_titled'").fetchall():
+        return
+    for statement in _schema_statements("sessions"):
+        if statement.startswith("CREATE INDEX sessions_titled "):
+            connection.execute(statement)
+
+
 STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     2: _v2,
     3: _v3,
@@ -227,6 +237,7 @@ STEPS: Mapping[int, Callable[[apsw.Connection], None]] = {
     11: _v11,
     12: _v12,
     13: _v13,
+    14: _v14,
 }
 
 

@@ -443,7 +443,7 @@ def test_a_version_3_database_gains_the_attachments_table_and_keeps_its_rows(tmp
         old._connection.execute("PRAGMA user_version = 3")
     connection = open_connection(tmp_path / "old.db")
     assert migrate(connection) == 3
-    assert schema_version(connection) == SCHEMA_VERSION == 13
+    assert schema_version(connection) == SCHEMA_VERSION == 14
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)
     assert _shape(connection) == _shape(fresh)

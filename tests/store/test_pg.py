@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes_actors.errors import SchemaVersionError, StoreError
-from hermes_actors.store import EndReason, NewMessage, Role, Store, StoreInterface
+from hermes_actors.store import EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.table_interface import (
     AttachmentIndex,
@@ -31,6 +31,7 @@ from tests.postgres import Cluster
 pytest.importorskip("psycopg")
 
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.db import Database
 from hermes_actors.store.pg.match import condition
 from hermes_actors.store.pg.migrations import SCHEMA_VERSION, schema_sql
 from hermes_actors.store.pg.text import tokenize
@@ -153,6 +154,36 @@ def plan(pg: PostgresStore, text: str) -> str:
             f"EXPLAIN SELECT m.id FROM messages AS m WHERE {where} ORDER BY m.id DESC LIMIT 10", params
         )
     return "\n".join(str(row[0]) for row in rows)
+
+
+def test_the_title_query_reads_the_titled_sessions_index_not_every_session(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pg.transaction():
+        for i in range(3000):
+            pg.create_session("cli", session_id=f"s{i:05d}", title=f"garden notes {i}" if i % 100 == 0 else None)
+    pg.database.execute("ANALYZE sessions")
+    reads = pg.search_reads()
+    query = reads.parse_query("garden")
+    assert isinstance(query, SearchQuery)
+    seen: list[tuple[str, object]] = []
+    run = Database.execute
+
+    def capture(db: Database, sql: str, params: object = None) -> list[tuple[object, ...]]:
+        seen.append((sql, params))
+        return run(db, sql, params)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Database, "execute", capture)
+    rows = list(reads.titled_sessions(query, oldest_first=False, scope=SessionFilter()))
+    monkeypatch.undo()
+    assert [row[1] for row in rows] == [f"s{i:05d}" for i in range(2900, -1, -100)]
+    (sql, params), *_ = [s for s in seen if "title IS NOT NULL" in s[0]]
+    plan = "\n".join(str(row[0]) for row in pg.database.execute(f"EXPLAIN {sql}", params))  # type: ignore[arg-type]
+    # The titled sessions' entries alone (a bitmap of them, or the index in order); what is left to sort is their
+    # matches, never the untitled sessions.
+    assert "sessions_titled" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "sessions_last_active" not in plan, plan
 
 
 def test_rare_cjk_and_word_queries_are_answered_from_the_gin_indexes(pg: PostgresStore) -> None:

@@ -60,7 +60,7 @@ def test_version_8_adds_the_agent_column_and_older_sessions_keep_the_default(tmp
         old._connection.execute("PRAGMA user_version = 7")
     connection = open_connection(tmp_path / "v7.db")
     assert migrate(connection) == 7
-    assert schema_version(connection) == SCHEMA_VERSION == 13
+    assert schema_version(connection) == SCHEMA_VERSION == 14
     fresh = open_connection(tmp_path / "fresh.db")
     migrate(fresh)
     assert _shape(connection) == _shape(fresh)

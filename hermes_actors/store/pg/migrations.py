@@ -224,6 +224,12 @@ CREATE INDEX IF NOT EXISTS approvals_message ON approvals (message_id);
     )
 
 
+def _add_sessions_titled(db: Database) -> None:
+    """Version 13 (schema.sql's version 14): the titled sessions in activity order, so discovery's title pass reads
+    no untitled session."""
+    db.execute("CREATE INDEX IF NOT EXISTS sessions_titled ON sessions (last_active_at, id) WHERE title IS NOT NULL")
+
+
 MIGRATIONS: dict[int, Callable[[Database], None]] = {
     2: _add_api_responses,
     3: _add_inbox_shard,
@@ -236,6 +242,7 @@ MIGRATIONS: dict[int, Callable[[Database], None]] = {
     10: _add_dead_letters,
     11: _add_jobs,
     12: _add_approvals,
+    13: _add_sessions_titled,
 }
 """Version -> the step that brings a database of the version before it to that version (version 1 is the first
 ``schema_pg.sql``; an empty database gets the current file whole)."""

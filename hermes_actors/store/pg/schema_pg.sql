@@ -1,4 +1,4 @@
--- hermes-actors state database on PostgreSQL, schema version 12.
+-- hermes-actors state database on PostgreSQL, schema version 13.
 --
 -- This file is the single source of truth for the PostgreSQL schema; hermes_actors/store/pg/schema_pg.sql is its
 -- copy shipped in the wheel (tests/store/test_pg.py proves they are equal).
@@ -6,7 +6,7 @@
 -- The PostgreSQL counterpart of schema.sql: the same tables and columns (times are unix seconds in double
 -- precision, as the SQLite store keeps them), so a SQLite home copies over row for row (hermesctl db copy).
 -- hermes_actors.store.pg.migrations applies this file to an empty database in one transaction and records
--- meta 'schema_version' = 12; a database of an older version is upgraded by the steps in that module (a function
+-- meta 'schema_version' = 13; a database of an older version is upgraded by the steps in that module (a function
 -- per version), which must end in exactly this schema.
 --
 -- Full-text search (hermes_actors.store.pg.search):
@@ -51,6 +51,8 @@ CREATE TABLE sessions (
 );
 CREATE UNIQUE INDEX sessions_title ON sessions (title) WHERE title IS NOT NULL;
 CREATE INDEX sessions_last_active ON sessions (last_active_at);
+-- Titled sessions in activity order (version 13; schema.sql's 14): discovery's title pass walks only these.
+CREATE INDEX sessions_titled ON sessions (last_active_at, id) WHERE title IS NOT NULL;
 CREATE INDEX sessions_source ON sessions (source, last_active_at);
 CREATE INDEX sessions_parent ON sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
 
