@@ -6,7 +6,8 @@ is armed again from the ``approvals`` table (:meth:`ApprovalTimeouts.rebuild`), 
 passes, the denial is committed as an inbox message of the chat that was asked (``/deny ID ...``, one per request:
 :func:`~hermes_actors.lifecycle.approvals.timeout_decision`) and delivered like any message, so it runs in order with
 the session's other turns and is replayed after a crash like them. A request of a session that has ended is closed
-instead, without a message.
+instead, without a message. Both are :func:`deny_overdue`, which the shard hosts of a cluster run too (they arm no
+timers: :mod:`hermes_actors.cluster.host.approvals` scans for the deadlines passed).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import logging
 from collections.abc import Callable
 
 from hermes_actors.lifecycle.approvals import TIMEOUT, timeout_decision
-from hermes_actors.messages import encode
 from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.runtime.approval_requests import TIMER_PREFIX, timer_name
+from hermes_actors.runtime.job_runs import LocalRuns, QueuedMessage, RunQueue
 from hermes_actors.runtime.protocol import Deliver, Delivery
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.timers import TimerService
@@ -26,7 +27,7 @@ from hermes_actors.store import StoreInterface
 from hermes_actors.store.approvals import ApprovalState
 from hermes_actors.store.writer import StoreWriter, WriterClosedError
 
-__all__ = ["ApprovalTimeouts", "wire_approvals"]
+__all__ = ["ApprovalTimeouts", "deny_overdue", "wire_approvals"]
 
 _log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class ApprovalTimeouts:
     """Arms the deadlines of pending requests and denies those that pass (see the module docstring); ``deliver``
     hands the supervisor a committed message."""
 
-    __slots__ = ("_deliver", "_owner", "_policy", "_timers", "_writer")
+    __slots__ = ("_deliver", "_policy", "_queue", "_timers", "_writer")
 
     def __init__(
         self,
@@ -50,7 +51,7 @@ class ApprovalTimeouts:
         self._timers = timers
         self._deliver = deliver
         self._policy = key_policy
-        self._owner = owner
+        self._queue = LocalRuns(owner)
         timers.on(TIMER_PREFIX, self._fire)
 
     def arm(self, approval_id: int, due_at: float) -> None:
@@ -66,30 +67,14 @@ class ApprovalTimeouts:
 
     def _fire(self, name: str, payload: bytes | None) -> None:
         approval_id = int(name.removeprefix(TIMER_PREFIX))
-        policy, owner = self._policy, self._owner
+        policy, queue = self._policy, self._queue
 
         def deny(store: StoreInterface) -> Deliver | None:
-            row = store.approvals.get(approval_id)
-            if row is None or row.state is not ApprovalState.PENDING:
-                return None  # answered in time (or gone with its session)
-            record = store.find_session(row.session_id)
-            if record is None or not record.is_live:
-                store.approvals.decide(approval_id, approved=False, by=TIMEOUT, reason="the conversation ended")
-                store.approvals.resume(approval_id)
+            denied = deny_overdue(store, approval_id, policy=policy, queue=queue)
+            if denied is None:
                 return None
-            message = timeout_decision(row, row.expires_at - row.created_at)
-            key = build_session_key(message.source, policy)
-            inbox_id = store.inbox.add(
-                platform=message.source.platform,
-                account_id=message.source.account_id or "",
-                platform_message_id=message.message_id,
-                routing_key=key,
-                payload=encode(message),
-                owner=owner,
-            )
-            if inbox_id is None:
-                return None  # denied before (a timer that fired twice)
-            return Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=message))
+            inbox_id, queued = denied
+            return Deliver(routing_key=queued.routing_key, delivery=Delivery(inbox_id=inbox_id, message=queued.message))
 
         def then(due: Deliver | None) -> None:
             if due is not None:
@@ -98,6 +83,27 @@ class ApprovalTimeouts:
 
         with contextlib.suppress(WriterClosedError):  # stopping: the next start arms it again
             self._writer.submit(deny, then=then)
+
+
+def deny_overdue(
+    store: StoreInterface, approval_id: int, *, policy: KeyPolicy, queue: RunQueue
+) -> tuple[int, QueuedMessage] | None:
+    """Inside a write, once request ``approval_id``'s deadline has passed: queue its denial as a message of the chat
+    asked (``queue``: this process's inbox, or a cluster shard's); the inbox row's id and the message, or ``None``
+    (answered in time, denied before, or its session ended: then it is closed without a message)."""
+    row = store.approvals.get(approval_id)
+    if row is None or row.state is not ApprovalState.PENDING:
+        return None  # answered in time (or gone with its session)
+    record = store.find_session(row.session_id)
+    if record is None or not record.is_live:
+        store.approvals.decide(approval_id, approved=False, by=TIMEOUT, reason="the conversation ended")
+        store.approvals.resume(approval_id)
+        return None
+    message = timeout_decision(row, row.expires_at - row.created_at)
+    key = build_session_key(message.source, policy)
+    queued = QueuedMessage(message=message, routing_key=key, route=store.get_route(key))
+    inbox_id = queue.add(store, queued)
+    return None if inbox_id is None else (inbox_id, queued)  # None: denied before (a timer that fired twice)
 
 
 def wire_approvals(

@@ -116,6 +116,18 @@ class Approvals(SqlTable):
         )
         return [_row(r) for r in rows]
 
+    def overdue(self, now: float, *, timer_prefix: str, limit: int = 100) -> list[ApprovalRow]:
+        """The pending requests whose deadline has passed at ``now`` and whose timer (in ``timers``, named
+        ``timer_prefix`` and the id) is still set, oldest first: the write that queues a denial cancels the timer,
+        so a second look finds that request no longer."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM approvals WHERE state = 'pending' AND expires_at <= ? AND EXISTS "
+            "(SELECT 1 FROM timers WHERE timers.name = CAST(? AS text) || CAST(approvals.id AS text)) "
+            "ORDER BY id LIMIT ?",
+            (now, timer_prefix, limit),
+        )
+        return [_row(r) for r in rows]
+
     def decide(self, approval_id: int, *, approved: bool, by: str, reason: str | None = None) -> bool:
         """Answer a pending request (inside the commit that claims its calls); whether it was pending."""
         state = ApprovalState.APPROVED if approved else ApprovalState.DENIED

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.admin import ShardAdmin
+from hermes_actors.cluster.host.approvals import ShardApprovals
 from hermes_actors.cluster.host.background import BackgroundWatch
 from hermes_actors.cluster.host.jobs import ShardJobs
 from hermes_actors.cluster.host.keeper import ShardKeeper
@@ -128,6 +129,7 @@ class HostRuntime:
         self.jobs = ShardJobs(
             self.store, self.fence, policy=services.config.key_policy, events=services.events, config=settings.jobs
         )
+        self.approvals = ShardApprovals(self.store, self.fence, policy=services.config.key_policy)
         self._scanned_at = self._jobs_scanned_at = 0.0
         self._recheck = False  # the next pull looks at every pending row again (a background process ended)
         self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
@@ -219,6 +221,7 @@ class HostRuntime:
                 if time.monotonic() - self._jobs_scanned_at >= self.settings.job_scan_s:
                     self._jobs_scanned_at = time.monotonic()
                     self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
+                    self.approvals.scan()  # so does a timeout's denial
                 self.pull(recheck=recheck or not woken)
                 if not woken:
                     self._hand_lost_again()

@@ -32,7 +32,7 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)  # webhooks its commits emit events for
     busy: BusyConfig = msgspec.field(default_factory=BusyConfig)  # what a message to a busy session does (busy:)
     jobs: JobsConfig = msgspec.field(default_factory=JobsConfig)  # scheduled turns (jobs:)
-    job_scan_s: float = 5.0  # how often the held shards' due jobs are looked for
+    job_scan_s: float = 5.0  # how often the held shards' due jobs and passed approval deadlines are looked for
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
