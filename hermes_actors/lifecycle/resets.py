@@ -113,14 +113,22 @@ class ResetScheduler:
         self._tz = tz
         self._background = background_started_at
         self._held: dict[str, bytes] = {}  # session id -> payload of its reset held off by a background process
+        # The policy per (platform, chat type), kept: building one validates it, and every turn touches.
+        self._policies: dict[tuple[str, str | None], ResetPolicy] = {}
         timers.on(PREFIX, self._fire)
+
+    def _policy_for(self, platform: str, chat_type: str | None) -> ResetPolicy:
+        policy = self._policies.get((platform, chat_type))
+        if policy is None:
+            policy = self._policies[(platform, chat_type)] = self._config.policy_for(platform, chat_type)
+        return policy
 
     def touch(self, session_id: str, origin: SessionSource | None, last_active: float | None = None) -> None:
         """Move the session's deadline after activity at ``last_active`` (default: now)."""
         if origin is None:
             return
         self._held.pop(session_id, None)
-        policy = self._config.policy_for(origin.platform, origin.chat_type)
+        policy = self._policy_for(origin.platform, origin.chat_type)
         when = self._clock() if last_active is None else last_active
         upcoming = next_reset(policy, when, self._tz)
         name = PREFIX + session_id
@@ -143,7 +151,7 @@ class ResetScheduler:
         armed = 0
         for record in store.list_sessions(ended=False, limit=None):
             origin = SessionSource(platform=record.source, chat_type=record.chat_type or "dm")
-            policy = self._config.policy_for(origin.platform, origin.chat_type)
+            policy = self._policy_for(origin.platform, origin.chat_type)
             upcoming = next_reset(policy, record.last_active_at, self._tz)
             if upcoming is None:
                 continue
@@ -158,6 +166,7 @@ class ResetScheduler:
     def reconfigure(self, config: ResetConfig, store: StoreInterface) -> int:
         """Switch to ``config`` and re-arm (or cancel) every live session's deadline; return how many are armed."""
         self._config = config
+        self._policies = {}
         live = store.list_sessions(ended=False, limit=None)
         for record in live:
             origin = SessionSource(platform=record.source, chat_type=record.chat_type or "dm")
@@ -170,7 +179,7 @@ class ResetScheduler:
             _log.warning("reset timer %s has no payload; dropped", name)
             return
         due = _decoder.decode(payload)
-        policy = self._config.policy_for(due.platform, due.chat_type)
+        policy = self._policy_for(due.platform, due.chat_type)
         now = self._clock()
         started = self._background(session_id) if self._background is not None else None
         if bg_process_blocks_reset(started, now, policy):

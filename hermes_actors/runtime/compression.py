@@ -48,10 +48,10 @@ class Compression:
         self._services = state.services
         self.session_id = state.session_id
 
-    def needs_compression(self, deliveries: Sequence[Delivery]) -> bool:
+    def needs_compression(self, deliveries: Sequence[Delivery], tokens: int | None = None) -> bool:
         """Whether a turn answering ``deliveries`` compresses first: the history reached
-        ``runtime.compress_at_messages``, or the prompt it would send (:meth:`prompt_tokens`) reached
-        ``runtime.compress_at_ratio`` of the window."""
+        ``runtime.compress_at_messages``, or the prompt it would send (:meth:`prompt_tokens`; ``tokens`` when the
+        caller counted it already) reached ``runtime.compress_at_ratio`` of the window."""
         config = self._services.config
         history = self._state.history
         if not self._state.summary_may_gain:
@@ -63,7 +63,8 @@ class Compression:
             return False
         return (
             len(history) >= config.compress_at_messages
-            or self.prompt_tokens(deliveries) >= config.compress_at_ratio * self._state.window
+            or (self.prompt_tokens(deliveries) if tokens is None else tokens)
+            >= config.compress_at_ratio * self._state.window
         )
 
     def prompt_tokens(self, deliveries: Sequence[Delivery]) -> int:
@@ -78,14 +79,17 @@ class Compression:
         """Compress first when it is due or the turn would not fit the window; a turn that still would not fit is
         answered instead of being sent over the window. ``None``: run the turn here."""
         window = self._state.window
-        over = self.prompt_tokens(deliveries) > window
-        if over or self.needs_compression(deliveries):
+        tokens = self.prompt_tokens(deliveries)
+        over = tokens > window
+        if over or self.needs_compression(deliveries, tokens):
             outcome = self.compress((), token, reply=False)
             if outcome.continued_by is not None:
                 return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
+            if not over:
+                return None
+            tokens = self.prompt_tokens(deliveries)  # after a compression that changed nothing here
         if not over:
             return None
-        tokens = self.prompt_tokens(deliveries)
         _log.info(
             "session %s: a turn of about %d tokens does not fit the window of %d", self.session_id, tokens, window
         )

@@ -110,13 +110,15 @@ class LiveSession:
             return RunTurn(deliveries=(head,), token=CancelToken(), reply_override="Stopped.")
         self.token, self.steering = CancelToken(), SteerChannel()
         carried, self.carried = self.carried, ()
-        key = build_session_key(head.message.source, policy)
         merged: list[Delivery] = [self.queue.popleft()]  # type: ignore[list-item]
-        if len(self.queue) + 1 >= soft_limit:
-            while self.queue and _mergeable(self.queue[0], key, policy):
-                merged.append(self.queue.popleft())  # type: ignore[arg-type]
-        elif self.queue and self._joins(head, collects):
-            while self.queue and _mergeable(self.queue[0], key, policy) and self._joins(self.queue[0], collects):
+        rapid = len(self.queue) + 1 >= soft_limit
+        if self.queue and (rapid or self._joins(head, collects)):  # the key only when something may join
+            key = build_session_key(head.message.source, policy)
+            while (
+                self.queue
+                and _mergeable(self.queue[0], key, policy)
+                and (rapid or self._joins(self.queue[0], collects))
+            ):
                 merged.append(self.queue.popleft())  # type: ignore[arg-type]
         if self.joined:
             self.joined.difference_update(d.inbox_id for d in merged)

@@ -87,12 +87,15 @@ class Transcript(SqlTable):
         super().__init__(db, clock)
         self._rows = rows
         greatest = db.dialect.greatest
-        self._append_find = f"SELECT ref, ended_at IS NOT NULL FROM sessions WHERE id = ?{db.dialect.for_update}"
+        # Only when the counters' update found no live session: which of the two errors it is.
+        self._append_find = "SELECT ended_at IS NOT NULL FROM sessions WHERE id = ?"
+        # The counters first, on a live session only: the same statement finds the session's ref (and locks its
+        # row, as a SELECT ... FOR UPDATE did), one statement a turn fewer.
         self._append_counts = (
             "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?, "
             "input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
             f"tokens_estimated = {greatest('tokens_estimated', '?')}, "
-            f"last_active_at = {greatest('last_active_at', '?')} WHERE ref = ?"
+            f"last_active_at = {greatest('last_active_at', '?')} WHERE id = ? AND ended_at IS NULL RETURNING ref"
         )
 
     def append(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
@@ -105,16 +108,27 @@ class Transcript(SqlTable):
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
         with self._db.transaction(savepoint=False):
-            found = self._db.execute(self._append_find, (session_id,))
+            found = self._db.execute(
+                self._append_counts,
+                (
+                    len(messages),
+                    tool_calls,
+                    sum(m.input_tokens for m in messages),
+                    sum(m.output_tokens for m in messages),
+                    int(any(m.tokens_estimated for m in messages)),
+                    now,
+                    session_id,
+                ),
+            )
             if not found:
-                raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
-            ref, ended = found[0]
-            if ended:
+                ended = self._db.value(self._append_find, (session_id,))
+                if ended is None:
+                    raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
             ids = self._rows.insert(
-                int(ref),
+                int(found[0][0]),
                 [
                     (
                         m.role.value,
@@ -128,18 +142,6 @@ class Transcript(SqlTable):
                     )
                     for m in messages
                 ],
-            )
-            self._db.execute(
-                self._append_counts,
-                (
-                    len(messages),
-                    tool_calls,
-                    sum(m.input_tokens for m in messages),
-                    sum(m.output_tokens for m in messages),
-                    int(any(m.tokens_estimated for m in messages)),
-                    now,
-                    ref,
-                ),
             )
         return ids
 
