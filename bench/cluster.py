@@ -4,6 +4,8 @@ reply latency, failover time after kill -9, and the same workload on the single-
 Everything runs on this machine: a throw-away PostgreSQL cluster on a Unix socket (``tests/postgres.py``) and a
 local Ray head, in a network namespace of its own (the script re-runs itself under ``unshare -n``: Ray 2.60's
 servers listen on every address, and there the only one is loopback). Bounded: ``--messages`` per measurement.
+``--only cost`` is the cluster's CPU per message against one machine's under the same paced load, each started as an
+operator would (``bench/cluster_cost.py``). ``HERMES_BENCH_CODE=DIR`` measures the package of the checkout at ``DIR``.
 Run ``python bench/cluster.py --help``; bench/README.md explains every line.
 """
 
@@ -23,8 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, os.environ.get("HERMES_BENCH_CODE") or str(Path(__file__).resolve().parent.parent))
 
+import cluster_cost
 from report import figure_line
 
 from hermes_actors.agents.base import Agent, EchoAgent
@@ -406,7 +409,9 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=100, help="conversations they are spread over (default 100)")
     parser.add_argument("--hosts", default="1,2,4", help="shard host counts to measure (default 1,2,4)")
     parser.add_argument("--scan-sessions", type=int, default=100_000, help="live sessions in the scan run")
-    parser.add_argument("--only", choices=("all", "scan", "throughput", "failover"), default="all", help="which runs")
+    parser.add_argument(
+        "--only", choices=("all", "scan", "throughput", "failover", "cost"), default="all", help="which runs"
+    )
     parser.add_argument("--agents", choices=("all", "echo", "agent50ms"), default="all", help="which agents")
     parser.add_argument(
         "--no-settle",
@@ -415,11 +420,16 @@ def main() -> None:
         help="start each run once every host holds a shard, not once every shard is with its home host (as before)",
     )
     parser.add_argument("--pull-interval", type=float, default=2.0, help="the hosts' periodic pull (s, default 2)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration; medians (default 3)")
+    parser.add_argument(
+        "--repeat", type=int, help="runs of each configuration, alternating; medians (default 3; --only cost: 1)"
+    )
     parser.add_argument("--spy", metavar="FILE", help="append py-spy dumps of the host workers during each run")
     parser.add_argument("--profile", action="store_true", help="also print CPU seconds and pulls per run")
     parser.add_argument("--failover-ttl", type=float, default=3.0, help="shard term in the failover run (s)")
+    cluster_cost.add_arguments(parser)
     args = parser.parse_args()
+    if args.repeat is None:
+        args.repeat = 1 if args.only == "cost" else 3
     bin_dir = find_bin_dir()
     if bin_dir is None:
         sys.exit("PostgreSQL server binaries are not installed")
@@ -434,6 +444,9 @@ def main() -> None:
         print(figure_line("load_average_end", os.getloadavg()[0]))
         return
     _in_namespace()
+    if args.only == "cost":  # its own PostgreSQL, Ray head and hermesd processes
+        cluster_cost.run(args)
+        return
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray

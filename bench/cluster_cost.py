@@ -1,0 +1,239 @@
+"""``bench/cluster.py --only cost``: the cluster's cost per message against one machine's, same load, one run.
+
+Each side is started as an operator would (``bench/cost_sides.py``): one ``hermesd`` on SQLite; PostgreSQL, a Ray
+head and ``--replicas`` ``hermesd --cluster`` with ``--shard-hosts`` shard hosts. Both answer with the echo agent.
+Then, on each side in turn (alternating with ``--repeat``):
+
+1. warm-up: each of the ``--sessions`` conversations gets its first message, paced at ``--rate``;
+2. idle: ``--idle`` seconds without load, the side's CPU seconds per second;
+3. load: ``--rate`` messages/s for ``--seconds``, half signed webhooks answered through a callback the bench
+   receives, half non-streaming chat completions (``bench/cost_load.py``), until every one is answered. The window
+   runs from the first message to the last answer; the CPU each process group used in it (``/proc``,
+   ``bench/cost_procs.py``) is divided by the messages sent.
+
+One ``name: value unit (note)`` line per figure, medians over the runs; bench/README.md lists them.
+``--profile`` also traces every statement of the hosts and the replicas (``HERMES_SQL_TRACE``) and of the one
+machine, and counts PostgreSQL's own (``pg_stat_statements``): statements, transactions and the top statements per
+message of each side (the tracer's cost is then in the CPU figures too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from cost_load import Load, LoadResult, Receiver
+from cost_procs import Group, Snapshot, cpu_between
+from cost_profile import Statements, pg_counters, pg_statements, read_traces
+from cost_sides import SECRET, ClusterSide, SingleSide
+from report import figure_line
+
+__all__ = ["add_arguments", "run"]
+
+_RECEIVER_PORT = 9000
+_Side = SingleSide | ClusterSide
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``--only cost`` (``--repeat`` and ``--profile`` are bench/cluster.py's own)."""
+    cost = parser.add_argument_group("--only cost")
+    cost.add_argument("--rate", type=float, default=80.0, help="messages per second (default 80)")
+    cost.add_argument("--seconds", type=float, default=20.0, help="seconds of load (default 20, at most 120)")
+    cost.add_argument("--sessions", type=int, default=200, help="conversations, half of each kind (default 200)")
+    cost.add_argument("--replicas", type=int, default=1, help="hermesd --cluster replicas (default 1)")
+    cost.add_argument("--shard-hosts", type=int, default=2, help="shard hosts (default 2)")
+    cost.add_argument("--shards", type=int, default=256, help="cluster.shards (default 256, the config's)")
+    cost.add_argument("--idle", type=float, default=3.0, help="idle seconds measured before the load (default 3)")
+    cost.add_argument("--top", type=int, default=12, help="--profile: statements listed per side (default 12)")
+    cost.add_argument("--sides", choices=("both", "sqlite", "cluster"), default="both", help="which sides")
+    cost.add_argument("--keep", action="store_true", help="keep the work directory (logs, traces) and print it")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+def _cpu(before: Snapshot, after: Snapshot, groups: dict[str, Group]) -> dict[str, float]:
+    return {name: cpu_between(before, after, group) for name, group in groups.items()}
+
+
+async def _drive(side: _Side, args: argparse.Namespace, trace_dir: Path | None) -> tuple[dict[str, float], Any]:
+    """Warm-up, idle and load on a started side; its figures, and its profile (``None`` without ``--profile``)."""
+    receiver = Receiver(_RECEIVER_PORT)
+    await receiver.start()
+    count = int(args.rate * args.seconds)
+    try:
+        async with Load(side.targets, receiver, SECRET, args.sessions, uuid.uuid4().hex[:8]) as load:
+            await load.run(args.rate, 0, args.sessions, timeout=120)
+            await asyncio.sleep(1.0)
+            before = Snapshot()
+            idle_from = time.perf_counter()
+            await asyncio.sleep(args.idle)
+            after = Snapshot()
+            idle = sum(_cpu(before, after, side.groups(after)).values()) / (time.perf_counter() - idle_from)
+            cluster = isinstance(side, ClusterSide)
+            if cluster and args.profile:
+                side.sql("SELECT pg_stat_statements_reset()")
+            counters = pg_counters(side.sql) if cluster and args.profile else {}
+            since = time.time()
+            driver = os.times()
+            before = Snapshot()
+            result = await load.run(args.rate, args.sessions, count, timeout=120)
+            after = Snapshot()
+            driver_cpu = sum(os.times()[:2]) - sum(driver[:2])
+            until = time.time()
+    finally:
+        await receiver.stop()
+    groups = side.groups(after)
+    cpu = _cpu(before, after, groups)
+    figures = _figures(result, cpu, idle, driver_cpu)
+    figures["callbacks_twice"] = float(receiver.twice)
+    figures["pending_after"], figures["unsent_after"] = _drained(side)
+    profile = None
+    if args.profile:
+        assert trace_dir is not None
+        profile = read_traces(trace_dir, groups, since, until)
+        if isinstance(side, ClusterSide):
+            database = pg_statements(side.sql)
+            database.kinds = {k: v - counters[k] for k, v in pg_counters(side.sql).items()}
+            profile["postgres"] = database
+    return figures, profile
+
+
+def _figures(result: LoadResult, cpu: dict[str, float], idle: float, driver_cpu: float) -> dict[str, float]:
+    n = result.messages
+    figures = {f"{name}_cpu_ms_per_message": seconds * 1000 / n for name, seconds in cpu.items()}
+    figures["cpu_ms_per_message"] = sum(cpu.values()) * 1000 / n
+    figures |= {
+        "api_p50_ms": _pct(result.api_latency, 0.5),
+        "api_p99_ms": _pct(result.api_latency, 0.99),
+        "webhook_lag_p50_ms": _pct(result.webhook_lag, 0.5),
+        "webhook_lag_p99_ms": _pct(result.webhook_lag, 0.99),
+        "webhook_accept_p50_ms": _pct(result.webhook_accept, 0.5),
+        "idle_cpu_s_per_s": idle,
+        "messages_per_s": n / result.done_for,
+        "late_p99_ms": _pct(result.late, 0.99),
+        "window_s": result.done_for,
+        "driver_cpu_ms_per_message": driver_cpu * 1000 / n,
+    }
+    return figures
+
+
+def _drained(side: _Side) -> tuple[float, float]:
+    """(inbox rows pending, replies unsent) once they are 0, or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        pending, unsent = side.pending()
+        if (pending, unsent) == (0, 0) or time.monotonic() > deadline:
+            return float(pending), float(unsent)
+        time.sleep(0.2)
+
+
+def _measure(kind: str, args: argparse.Namespace, code: Path) -> tuple[dict[str, float], Any]:
+    workdir = Path(tempfile.mkdtemp(prefix=f"hermes-cost-{kind}-"))
+    trace_dir = workdir / "traces" if args.profile else None
+    if trace_dir is not None:
+        trace_dir.mkdir()
+    callback = f"http://127.0.0.1:{_RECEIVER_PORT}/replies"
+    side: _Side
+    if kind == "sqlite":
+        side = SingleSide(workdir, code, trace_dir, callback)
+    else:
+        side = ClusterSide(
+            workdir,
+            code,
+            trace_dir,
+            callback,
+            replicas=args.replicas,
+            hosts=args.shard_hosts,
+            shards=args.shards,
+            statements=args.profile,
+        )
+    try:
+        side.start()
+        return asyncio.run(_drive(side, args, trace_dir))
+    finally:
+        side.stop()
+        if args.keep:
+            print(f"# {kind}: logs and traces kept in {workdir}", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+_UNITS = {"_ms": "ms", "_per_message": "", "_s_per_s": "CPU-s/s", "_per_s": "messages/s", "_s": "s"}
+_NOTES = {
+    "cpu_ms_per_message": "CPU of every process of the side over the window / messages",
+    "api_p50_ms": "chat completion, request -> whole response",
+    "webhook_lag_p50_ms": "webhook request -> its callback received",
+    "pending_after": "inbox rows still pending at the end (must be 0)",
+    "unsent_after": "replies not marked sent at the end",
+    "driver_cpu_ms_per_message": "the bench's own load and receiver, not counted above",
+}
+
+
+def _unit(name: str) -> str:
+    if name.endswith("cpu_ms_per_message"):
+        return "ms"
+    return next((unit for suffix, unit in _UNITS.items() if name.endswith(suffix)), "")
+
+
+def _print_side(kind: str, runs: list[dict[str, float]], note: str) -> dict[str, float]:
+    medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+    for name, value in medians.items():
+        extra = _NOTES.get(name, "")
+        if name == "cpu_ms_per_message":
+            extra = f"{extra}; {note}"
+        print(figure_line(f"cost_{kind}_{name}", value, _unit(name), extra), flush=True)
+    return medians
+
+
+def _print_profile(kind: str, profile: dict[str, Statements], messages: int, top: int) -> None:
+    for name, statements in sorted(profile.items()):
+        prefix = f"cost_{kind}_{name}" if kind == "cluster" else f"cost_{kind}"
+        source = "pg_stat_statements, BEGIN and COMMIT included" if name == "postgres" else "traced SqlDb statements"
+        print(figure_line(f"{prefix}_statements_per_message", statements.count / messages, "", source))
+        for what, value in sorted(statements.kinds.items()):
+            print(figure_line(f"{prefix}_{what}_per_message", value / messages))
+        for rank, (sql, count, seconds) in enumerate(statements.top(top), 1):
+            mean = seconds * 1000 / max(count, 1)
+            line = figure_line(f"{prefix}_top_{rank}", count / messages, "per message", f"{mean:.3f} ms each")
+            print(f"{line}: {sql[:160]}")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Measure both sides ``args.repeat`` times, alternating; print the medians and the cluster's ratio."""
+    if not 0 < args.seconds <= 120:
+        raise SystemExit("--seconds must be more than 0 and at most 120")
+    code = Path(os.environ.get("HERMES_BENCH_CODE") or Path(__file__).resolve().parent.parent)
+    kinds = ["sqlite", "cluster"] if args.sides == "both" else [args.sides]
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    profiles: dict[str, Any] = {}
+    started = time.monotonic()
+    print(figure_line("load_average_start", os.getloadavg()[0]), flush=True)
+    for number in range(args.repeat):
+        for kind in kinds if number % 2 == 0 else kinds[::-1]:
+            figures, profile = _measure(kind, args, code)
+            runs[kind].append(figures)
+            profiles[kind] = profile
+    count = int(args.rate * args.seconds)
+    note = f"median of {args.repeat}, {count} messages at {args.rate:g}/s over {args.sessions} conversations" + (
+        "; traced (--profile)" if args.profile else ""
+    )
+    medians = {kind: _print_side(kind, runs[kind], note) for kind in kinds}
+    if len(kinds) == 2:
+        ratio = medians["cluster"]["cpu_ms_per_message"] / medians["sqlite"]["cpu_ms_per_message"]
+        print(figure_line("cost_cluster_vs_sqlite", ratio, "x", "CPU per message, cluster / one machine"))
+    for kind in kinds:
+        if profiles.get(kind):
+            _print_profile(kind, profiles[kind], count, args.top)
+    print(figure_line("load_average_end", os.getloadavg()[0]))
+    print(figure_line("cost_runtime_s", time.monotonic() - started, "s"))

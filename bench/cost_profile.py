@@ -1,0 +1,91 @@
+"""Where a side's statements go, for ``bench/cluster_cost.py --profile``: the SQL trace files the processes wrote
+(``HERMES_SQL_TRACE``, one ``sql-<pid>.trace`` per process, see :class:`hermes_actors.store.sql.TraceFile`) and,
+on the cluster, PostgreSQL's own counts (``pg_stat_statements``, ``pg_stat_database``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cost_procs import Group
+
+__all__ = ["Statements", "pg_counters", "pg_statements", "read_traces"]
+
+_TRANSACTIONS = {"BEGIN": "transactions", "SAVEPOINT": "savepoints"}
+
+
+@dataclass
+class Statements:
+    """Statements of one group of processes (or of the whole database) over a window: how often each ran and its
+    seconds; ``kinds``: counts that are not statements (transactions, savepoints, PostgreSQL's own counters)."""
+
+    runs: dict[str, tuple[int, float]] = field(default_factory=dict)
+    kinds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, sql: str, seconds: float, calls: int = 1) -> None:
+        kind = _TRANSACTIONS.get(sql)
+        if kind is not None:
+            self.kinds[kind] = self.kinds.get(kind, 0) + calls
+            return
+        count, total = self.runs.get(sql, (0, 0.0))
+        self.runs[sql] = (count + calls, total + seconds)
+
+    @property
+    def count(self) -> int:
+        return sum(count for count, _ in self.runs.values())
+
+    def top(self, n: int) -> list[tuple[str, int, float]]:
+        """The ``n`` statements run most often: text, count, total seconds."""
+        ranked = sorted(self.runs.items(), key=lambda item: (-item[1][0], -item[1][1]))
+        return [(sql, count, total) for sql, (count, total) in ranked[:n]]
+
+
+def read_traces(directory: Path, groups: dict[str, Group], since: float, until: float) -> dict[str, Statements]:
+    """The statements each group's processes ran between wall-clock times ``since`` and ``until``."""
+    found: dict[str, Statements] = {}
+    for path in sorted(directory.glob("sql-*.trace")):
+        pid = int(path.stem.removeprefix("sql-"))
+        name = next((n for n, group in groups.items() if pid in group.pids), "other")
+        statements = found.setdefault(name, Statements())
+        texts: dict[str, str] = {}
+        for line in path.read_text(errors="replace").splitlines():
+            first, number, rest = line.split("\t", 2)
+            if first == "S":
+                texts[number] = rest
+            elif since <= float(first) <= until:
+                statements.add(texts[number], float(rest))
+    return found
+
+
+def pg_counters(sql: Any) -> dict[str, float]:
+    """PostgreSQL's counters of the ``hermes`` database so far: transactions committed and rolled back, and rows
+    returned, fetched and written (they lag up to a second: backends report at most once a second)."""
+    sql("SELECT pg_stat_clear_snapshot()")
+    ((commits, rollbacks, returned, fetched, written),) = sql(
+        "SELECT xact_commit, xact_rollback, tup_returned, tup_fetched, tup_inserted + tup_updated + tup_deleted "
+        "FROM pg_stat_database WHERE datname = 'hermes'"
+    )
+    return {
+        "xacts": float(commits + rollbacks),
+        "rollbacks": float(rollbacks),
+        "tuples_returned": float(returned),
+        "tuples_fetched": float(fetched),
+        "tuples_written": float(written),
+    }
+
+
+def pg_statements(sql: Any) -> Statements:
+    """Every statement ``pg_stat_statements`` counted in the ``hermes`` database since its last reset (normalized:
+    parameters as ``$1``), ``BEGIN``, ``COMMIT`` and the other utility statements included."""
+    rows = sql(
+        "SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s "
+        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'hermes'"
+    )
+    found = Statements()
+    for query, calls, milliseconds in rows:
+        text = " ".join(str(query).split())
+        if "pg_stat_statements" in text:
+            continue
+        found.runs[text] = (int(calls), float(milliseconds) / 1000)
+    return found
