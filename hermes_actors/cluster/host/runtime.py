@@ -265,7 +265,11 @@ class HostRuntime:
         ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
         terms = self.fence.held()
         shards = set(terms) - self.keeper.leaving()
-        ids = self.store.shard_queue.pending_ids(sorted(shards), limit=_PULL_LIMIT)
+        with self._lock:
+            handed_over = set() if recheck else set(self._dispatched) | self._waiting
+        # One statement: every pending id, and only the rows not handed over yet whole (with their key's route),
+        # unless rechecking. A row handed over after ``handed_over`` was taken is read whole and skipped below.
+        ids, rows = self.store.shard_queue.pull(sorted(shards), known=handed_over, limit=_PULL_LIMIT)
         handed = 0
         with self._lock:
             pending = set(ids)
@@ -274,9 +278,6 @@ class HostRuntime:
             for inbox_id in [i for i in self._relayed if i not in pending]:
                 self.runtime.services.watch.unwatch(self._relayed.pop(inbox_id))
             self._waiting &= pending
-            handed_over = set(self._dispatched) | self._waiting
-        # Only the rows not handed over yet are read whole (with their key's route), unless rechecking.
-        rows = self.store.shard_queue.routed(ids if recheck else [i for i in ids if i not in handed_over])
         self._pulls += 1
         self._rows_read += len(rows)
         for shard, row, route in rows:

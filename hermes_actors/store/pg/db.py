@@ -35,6 +35,7 @@ Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
 _POOL_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 10
+_PREPARE_AFTER = 5  # runs of one statement text on a connection before psycopg prepares it
 _LOST = (
     "the connection to PostgreSQL was lost inside a transaction ({cause}); nothing of it was committed "
     "(PostgreSQL rolls back a transaction whose connection ends)"
@@ -80,10 +81,11 @@ class _Open(threading.local):
 class Database:
     """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
 
-    ``prepare_threshold=None`` on every connection: psycopg would otherwise prepare a statement run five times,
-    and PostgreSQL may then switch it to a generic plan that cannot see a search query's values (a rare bigram
-    and a common one get the same plan) and so loses the GIN index. Statements here are short; planning each is
-    cheap next to a lost index.
+    A statement a connection has run five times is prepared (psycopg's ``prepare_threshold``): PostgreSQL then
+    skips parsing and rewriting it, and psycopg sends only its parameters. Every connection sets
+    ``plan_cache_mode = force_custom_plan``, so a prepared statement is still planned for its values each time:
+    a generic plan cannot see a search query's values (a rare bigram and a common one would get the same plan) and
+    would lose the GIN index.
     """
 
     def __init__(self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
@@ -97,7 +99,8 @@ class Database:
             dsn,
             min_size=1,
             max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "prepare_threshold": None, "connect_timeout": _CONNECT_TIMEOUT_S},
+            kwargs={"autocommit": True, "prepare_threshold": _PREPARE_AFTER, "connect_timeout": _CONNECT_TIMEOUT_S},
+            configure=_custom_plans,
             open=False,
             timeout=_POOL_TIMEOUT_S,
             name="hermes-store",
@@ -270,6 +273,11 @@ class Database:
         """The first column of the first row, or ``None``."""
         rows = self.execute(sql, params)
         return rows[0][0] if rows else None
+
+
+def _custom_plans(connection: psycopg.Connection[Any]) -> None:
+    """Plan every prepared statement for its parameters' values (never a generic plan): see :class:`Database`."""
+    connection.execute(b"SET plan_cache_mode = force_custom_plan")
 
 
 def redact(dsn: str) -> str:

@@ -9,7 +9,7 @@ notification: ``NOTIFY`` is not delivered to a listener that was not connected w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -27,6 +27,9 @@ _PENDING = InboxState.PENDING.value
 _JOINED_COLUMNS = ", ".join(f"i.{column.strip()}" for column in INBOX_COLUMNS.split(","))
 _ADD = inbox_insert("shard")
 _NOTIFY = f"SELECT pg_notify('{CHANNEL}', ?)"
+# The row and its notification in one statement (one round trip; alone, its own transaction): a redelivery adds no
+# row, and the select list, evaluated per row added, notifies nobody.
+_ADD_NOTIFIED = f"WITH added AS ({_ADD}) SELECT id, pg_notify('{CHANNEL}', ?) FROM added"
 
 
 class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,13 +67,20 @@ class ShardQueue(SqlTable):
     ) -> int | None:
         """Commit an inbound message (or a control row of ``kind``) to ``shard`` and notify its holder; the row id,
         or ``None`` for a redelivery (nothing added, nobody notified)."""
-        with self._db.transaction(savepoint=False):
-            found = self._db.value(
-                _ADD,
-                (platform, account_id, platform_message_id, routing_key, payload, self._clock(), kind.value, shard),
-            )
-            if found is not None:
-                self._db.execute(_NOTIFY, (str(shard),))
+        found = self._db.value(
+            _ADD_NOTIFIED,
+            (
+                platform,
+                account_id,
+                platform_message_id,
+                routing_key,
+                payload,
+                self._clock(),
+                kind.value,
+                shard,
+                str(shard),
+            ),
+        )
         return None if found is None else int(found)
 
     def pending(self, shards: Sequence[int], *, limit: int = 500) -> list[tuple[int, InboxRow]]:
@@ -105,6 +115,29 @@ class ShardQueue(SqlTable):
             (list(inbox_ids), _PENDING),
         )
         return [(int(row[0]), inbox_row(row[2:]), None if row[1] is None else str(row[1])) for row in rows]
+
+    def pull(
+        self, shards: Sequence[int], *, known: Collection[int] = (), limit: int = 500
+    ) -> tuple[list[int], list[tuple[int, InboxRow, str | None]]]:
+        """The ids of the oldest pending rows of ``shards`` (up to ``limit``), in order, and those of them not in
+        ``known`` read whole, each with its shard and the session its routing key leads to now (``None``: no
+        route): :meth:`pending_ids` and :meth:`routed` in one statement (one round trip)."""
+        if not shards:
+            return [], []
+        rows = self._db.execute(
+            f"SELECT p.id, w.* FROM (SELECT id FROM inbox WHERE state = ? AND shard = ANY(?) ORDER BY id LIMIT ?) p "
+            f"LEFT JOIN LATERAL (SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
+            "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = p.id AND NOT p.id = ANY(?)) w ON true "
+            "ORDER BY p.id",
+            (_PENDING, sorted(shards), limit, sorted(known)),
+        )
+        ids = [int(row[0]) for row in rows]
+        whole = [
+            (int(row[1]), inbox_row(row[3:]), None if row[2] is None else str(row[2]))
+            for row in rows
+            if row[1] is not None
+        ]
+        return ids, whole
 
     def reshard(self, inbox_id: int, shard: int) -> bool:
         """Move a pending row to ``shard`` (its routing key now leads to a session there) and notify; whether it

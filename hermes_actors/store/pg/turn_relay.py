@@ -41,8 +41,9 @@ class EventPublisher:
         self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
 
     def publish(self, payloads: Sequence[str]) -> None:
-        """Send ``payloads`` in one transaction (delivered together, in this order). Identical payloads in one
-        transaction are delivered once, so each must differ (the relay numbers its events)."""
+        """Send ``payloads`` in one statement, its own transaction (delivered together, in this order; one round
+        trip). Identical payloads in one transaction are delivered once, so each must differ (the relay numbers its
+        events)."""
         if not payloads:
             return
         too_long = [p for p in payloads if len(p.encode("utf-8")) > MAX_PAYLOAD]
@@ -51,11 +52,10 @@ class EventPublisher:
         with self._lock:
             if self._connection.broken:
                 self._connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
-            with self._connection.transaction():
-                self._connection.execute(
-                    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS e(p, n) ORDER BY n",
-                    (EVENTS_CHANNEL, list(payloads)),
-                )
+            self._connection.execute(  # autocommit: one statement, one transaction, no BEGIN and COMMIT to send
+                "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS e(p, n) ORDER BY n",
+                (EVENTS_CHANNEL, list(payloads)),
+            )
 
     def close(self) -> None:
         with self._lock:
