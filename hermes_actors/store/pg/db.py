@@ -218,6 +218,25 @@ class Database:
                 "check that the server runs and takes connections"
             ) from exc
 
+    def lend(self, timeout_s: float | None = None) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A pooled connection for the block (for a transaction its borrower begins and ends itself,
+        :mod:`~hermes_actors.store.pg.group_commit`); the pool's own timeout when ``timeout_s`` is ``None``."""
+        return self._lend(timeout_s)
+
+    @contextmanager
+    def holding(self, connection: psycopg.Connection[Any], xid: str) -> Iterator[None]:
+        """Make ``connection``, on which the caller began transaction ``xid``, this thread's open transaction for the
+        block: every statement of the thread runs there, and a nested :meth:`transaction` is a savepoint of it."""
+        self._open.connection, self._open.locks, self._open.xid = connection, None, xid
+        try:
+            yield
+        finally:
+            self._open.connection, self._open.locks, self._open.xid = None, None, None
+
+    def forget_locks(self) -> None:
+        """A savepoint was rolled back: the row locks taken since are no longer known to be held."""
+        self._open.locks = None
+
     def holds(self, lock: Hashable) -> bool:
         """Whether the current transaction took ``lock`` (a row lock a caller named, :meth:`took`) and still holds
         it: until the transaction ends, or a savepoint inside it rolls back (which forgets every lock, to be safe)."""

@@ -3,7 +3,8 @@
 The runtime is written against the SQLite store's :class:`~hermes_actors.store.writer.StoreWriter` and
 :class:`~hermes_actors.store.readers.ReaderPool`; these are the same two on PostgreSQL. :class:`PgWriter` keeps
 the writer's contract (one thread, group commit, each write in its own savepoint, ``then`` after the commit) on one
-pooled connection; :class:`PgReaders` lends the store itself, whose pool gives each reading thread a connection of
+pooled connection, whose control statements ride together (:mod:`~hermes_actors.store.pg.group_commit`);
+:class:`PgReaders` lends the store itself, whose pool gives each reading thread a connection of
 its own.
 
 A network store adds one case a file does not have: the connection breaks while ``COMMIT`` is on its way, and the
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hermes_actors.errors import StoreError
 from hermes_actors.store.pg.db import CommitUnknownError
+from hermes_actors.store.pg.group_commit import group_transaction
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import CommitObserver, StoreWriter, WriterClosedError, _Job
 
@@ -91,16 +93,14 @@ class PgWriter(StoreWriter):
     def _commit(self, batch: list[_Job]) -> bool:
         """Run ``batch`` in one transaction, each write in a savepoint; return whether it committed."""
         outcomes: list[tuple[_Job, Any, BaseException | None]] = []
-        database = self._pg.database
         try:
-            with self._pg.transaction():
-                database.xid()
+            with group_transaction(self._pg.database) as transaction:
                 for job in batch:
                     try:
-                        with self._pg.transaction():
+                        with transaction.write():
                             result = job.work(self._store)
                     except Exception as exc:
-                        if database.broken():
+                        if transaction.broken:
                             raise _Broken(str(exc)) from exc
                         outcomes.append((job, None, exc))
                     else:
