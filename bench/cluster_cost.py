@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cost_load import Load, LoadResult, Receiver
-from cost_procs import Group, Snapshot, cpu_between
+from cost_procs import Group, Snapshot, calls_between, cpu_between
 from cost_profile import Statements, pg_counters, pg_statements, read_traces
 from cost_sides import SECRET, ClusterSide, SingleSide
 from report import figure_line
@@ -96,6 +96,8 @@ async def _drive(side: _Side, args: argparse.Namespace, trace_dir: Path | None) 
     groups = side.groups(after)
     cpu = _cpu(before, after, groups)
     figures = _figures(result, cpu, idle, driver_cpu)
+    for name, group in groups.items():
+        figures[f"{name}_syscalls_per_message"] = calls_between(before, after, group) / result.messages
     figures["callbacks_twice"] = float(receiver.twice)
     figures["pending_after"], figures["unsent_after"] = _drained(side)
     profile = None
@@ -190,6 +192,8 @@ def _print_side(kind: str, runs: list[dict[str, float]], note: str) -> dict[str,
     medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
     for name, value in medians.items():
         extra = _NOTES.get(name, "")
+        if name.endswith("_syscalls_per_message"):
+            extra = "read and write system calls over the window / messages (a round trip is at least two)"
         if name == "cpu_ms_per_message":
             extra = f"{extra}; {note}"
         print(figure_line(f"cost_{kind}_{name}", value, _unit(name), extra), flush=True)
@@ -223,6 +227,8 @@ def run(args: argparse.Namespace) -> None:
         for kind in kinds if number % 2 == 0 else kinds[::-1]:
             figures, profile = _measure(kind, args, code)
             runs[kind].append(figures)
+            cpu, api = figures["cpu_ms_per_message"], figures["api_p50_ms"]
+            print(f"# {kind} run {number + 1}: {cpu:.2f} ms CPU per message, API p50 {api:.1f} ms", flush=True)
             profiles[kind] = profile
     count = int(args.rate * args.seconds)
     note = f"median of {args.repeat}, {count} messages at {args.rate:g}/s over {args.sessions} conversations" + (

@@ -2,11 +2,12 @@
 ``hermesd`` on SQLite, and a cluster of a throw-away PostgreSQL (``tests/postgres.py``), a Ray head (``ray start
 --head --block``, no dashboard, no usage stats) and ``hermesd --cluster`` replicas, whose shard hosts Ray runs.
 
-Both serve the echo agent, the OpenAI-compatible API and one signed webhook route calling back ``callback``, on
-fixed loopback ports (the bench runs in a network namespace of its own). Each process's output goes to a log file
-in ``workdir``; a failure to start names that file. ``code`` is the checkout whose package runs
-(``HERMES_BENCH_CODE``), put first on every process's ``PYTHONPATH``; ``trace_dir`` is handed over as
-``HERMES_SQL_TRACE`` (``--profile``).
+Both serve the echo agent, the OpenAI-compatible API (no cap on requests at once: a slow side queues them rather
+than refusing with 429) and one signed webhook route calling back ``callback``, on fixed loopback ports (the bench
+runs in a network namespace of its own). Each process's output goes to a log file in ``workdir``, which is also its
+working directory; a failure to start names that file. ``code`` is the checkout whose package runs
+(``HERMES_BENCH_CODE``), put first on every process's ``PYTHONPATH`` (Ray's workers get it from ``ray start``, and
+the replicas' ``sys.path`` as Ray's job); ``trace_dir`` is handed over as ``HERMES_SQL_TRACE`` (``--profile``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _config(api: int, webhook: int, callback: str, cluster: dict[str, Any] | Non
     config: dict[str, Any] = {
         "daemon": {"log_format": "logfmt"},
         "platforms": {
-            "api_server": {"host": "127.0.0.1", "port": api},
+            "api_server": {"host": "127.0.0.1", "port": api, "max_concurrent_runs": 0},
             "webhook": {"host": "127.0.0.1", "port": webhook, "routes": {"default": route}},
         },
     }
@@ -93,8 +94,9 @@ def _stop(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
 
 def _hermesd(home: Path, env: dict[str, str], log: Path, *extra: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen(
+        return subprocess.Popen(  # run from the log's directory: ``-m`` puts the cwd before PYTHONPATH
             [sys.executable, "-m", "hermes_actors.cli.hermesd", "--home", str(home), *extra],
+            cwd=log.parent,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -205,7 +207,6 @@ class ClusterSide:
     def _load_statements(self, bin_dir: Path) -> None:
         """Restart PostgreSQL with ``pg_stat_statements`` loaded (it must be preloaded at server start)."""
         self.postgres.admin("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        self.postgres.admin("ALTER SYSTEM SET pg_stat_statements.track_utility = on")
         command = [str(bin_dir / "pg_ctl"), "-D", str(self.postgres.data), "-w", "-m", "fast", "restart"]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
@@ -230,6 +231,7 @@ class ClusterSide:
         with log.open("ab") as out:
             self.ray = subprocess.Popen(
                 command,
+                cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
