@@ -114,19 +114,23 @@ class ApiReplies:
         How many were handed."""
         handed = 0
         now = self._clock()
-        for row in self._store.outbox.unsent(self._waiters.platform):
-            message = decode_outbound(row.payload)
-            if self._waiters.waits_for(message.answers):
-                self._waiters.send(message)
-                self._store.outbox.mark_sent(row.id, message.answers[0] if message.answers else None)
-                handed += 1
-            elif now - row.created_at >= self._orphan_after_s:
-                _log.info(
-                    "%s: reply for session %s has no waiting client in any replica (kept in the transcript)",
-                    self._waiters.platform,
-                    message.session_id,
-                )
-                self._store.outbox.mark_sent(row.id, None)
+        settled: list[tuple[int, str | None]] = []
+        try:
+            for row in self._store.outbox.unsent(self._waiters.platform):
+                message = decode_outbound(row.payload)
+                if self._waiters.waits_for(message.answers):
+                    self._waiters.send(message)
+                    settled.append((row.id, message.answers[0] if message.answers else None))
+                    handed += 1
+                elif now - row.created_at >= self._orphan_after_s:
+                    _log.info(
+                        "%s: reply for session %s has no waiting client in any replica (kept in the transcript)",
+                        self._waiters.platform,
+                        message.session_id,
+                    )
+                    settled.append((row.id, None))
+        finally:  # every reply handed is marked sent, in one statement
+            self._store.outbox_claims.sent(None, settled)
         return handed
 
     def close(self) -> None:

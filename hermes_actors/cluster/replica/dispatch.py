@@ -253,6 +253,7 @@ class OutboxDispatcher:
         if suspect and not sender.idempotent_sends and not message.possible_duplicate:
             message = msgspec.structs.replace(message, possible_duplicate=True)
         base, cap = self._retry
+        # Each outcome is recorded with the claim's end in one statement (the claim ends with the row settled).
         try:
             platform_id = sender.send(message)
         except SendError as exc:
@@ -261,19 +262,19 @@ class OutboxDispatcher:
                 with self._store.transaction():
                     self._give_up(self._store, row.id, message, str(exc))
                 self._remember(row.id, None)
+                claims.unclaim(self._name, [row.id])
             else:
                 wait = exc.retry_after_s if exc.retry_after_s is not None else min(cap, base * 2 ** (attempt - 1))
                 _log.warning("dispatcher %s: reply %d failed (%s); retry in %.1f s", self._name, row.id, exc, wait)
                 self._remember(row.id, suspect or exc.outcome_unknown)
-                self._store.outbox.mark_failed(row.id, str(exc), self._clock() + wait)
+                claims.failed(self._name, row.id, str(exc), self._clock() + wait)
         except Exception as exc:  # of unknown outcome: the next attempt is flagged
             _log.exception("dispatcher %s: the sender failed on reply %d", self._name, row.id)
             self._remember(row.id, True)
-            self._store.outbox.mark_failed(row.id, f"the sender failed: {exc!r}", self._clock() + base)
+            claims.failed(self._name, row.id, f"the sender failed: {exc!r}", self._clock() + base)
         else:
-            self._store.outbox.mark_sent(row.id, platform_id)
+            claims.sent(self._name, [(row.id, platform_id)])
             self._remember(row.id, None)
-        claims.unclaim(self._name, [row.id])
 
     def _remember(self, outbox_id: int, suspect: bool | None) -> None:
         """After a failed attempt, whether the row is suspect from now on; ``None``: done with it (sent, given up)."""

@@ -61,6 +61,31 @@ class OutboxClaims(SqlTable):
         )
         return sorted((outbox_row(row) for row in rows), key=lambda row: row.id)
 
+    def sent(self, dispatcher: str | None, sent: Sequence[tuple[int, str | None]]) -> None:
+        """Record the delivery of rows (row id, platform message id) as
+        :meth:`~hermes_actors.store.outbox_queue.Outbox.mark_sent_many` does, and end ``dispatcher``'s claims of
+        them (``None``: rows no dispatcher claimed), in one statement."""
+        if not sent:
+            return
+        self._db.execute(
+            "UPDATE outbox AS o SET sent_at = ?, platform_message_id = v.platform_message_id, last_error = NULL, "
+            "claimed_by = CASE WHEN o.claimed_by = ? THEN NULL ELSE o.claimed_by END, "
+            "claimed_until = CASE WHEN o.claimed_by = ? THEN NULL ELSE o.claimed_until END "
+            "FROM unnest(?::bigint[], ?::text[]) AS v(id, platform_message_id) WHERE o.id = v.id",
+            (self._clock(), dispatcher, dispatcher, [i for i, _ in sent], [p for _, p in sent]),
+        )
+
+    def failed(self, dispatcher: str, outbox_id: int, error: str, retry_at: float) -> None:
+        """Record a failed attempt and when to try again, as
+        :meth:`~hermes_actors.store.outbox_queue.Outbox.mark_failed` does, and end ``dispatcher``'s claim of the row,
+        in one statement."""
+        self._db.execute(
+            "UPDATE outbox SET last_error = ?, next_attempt_at = ?, "
+            "claimed_by = CASE WHEN claimed_by = ? THEN NULL ELSE claimed_by END, "
+            "claimed_until = CASE WHEN claimed_by = ? THEN NULL ELSE claimed_until END WHERE id = ?",
+            (error, retry_at, dispatcher, dispatcher, outbox_id),
+        )
+
     def unclaim(self, dispatcher: str, outbox_ids: Sequence[int]) -> int:
         """End ``dispatcher``'s claims of ``outbox_ids`` (sent, failed or put back); how many it held."""
         return self._db.count(
