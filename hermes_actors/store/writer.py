@@ -89,6 +89,8 @@ class CommitObserver(Protocol):
 
 
 class _Job:
+    """A submitted write whose :class:`Future` resolves after its commit."""
+
     __slots__ = ("future", "then", "work")
 
     def __init__(self, work: Callable[[StoreInterface], Any], then: Callable[[Any], object] | None) -> None:
@@ -105,6 +107,46 @@ class _Job:
                 self.future.set_exception(exc)
                 return
         self.future.set_result(result)
+
+    def fail(self, error: BaseException) -> None:
+        """The write or its commit failed with ``error``."""
+        self.future.set_exception(error)
+
+
+class _Call(_Job):
+    """A write whose caller waits for it (:meth:`StoreWriter.call`): a lock released once the outcome is set, and
+    no :class:`Future` (its ``future`` is never set; only ``call`` makes one, and waits on it itself).
+
+    A future costs a condition and its lock on both sides, and every turn waits for its commit.
+    """
+
+    __slots__ = ("_done", "_error", "_result")
+
+    def __init__(self, work: Callable[[StoreInterface], Any]) -> None:
+        self.work = work
+        self.then = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def succeed(self, result: Any) -> None:
+        """The write committed with ``result``."""
+        self._result = result
+        self._done.release()
+
+    def fail(self, error: BaseException) -> None:
+        """The write or its commit failed with ``error``."""
+        self._error = error
+        self._done.release()
+
+    def wait(self, timeout: float | None) -> Any:
+        """The write's result once committed, or its error; :class:`TimeoutError` after ``timeout`` seconds."""
+        if not self._done.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError(f"the store writer did not commit this write within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 class StoreWriter:
@@ -138,15 +180,22 @@ class StoreWriter:
         (jobs' ``then`` calls run in commit order); if it raises, the future carries its exception instead.
         """
         job = _Job(work, then)
+        self._put(job)
+        return job.future
+
+    def call(self, work: Callable[[StoreInterface], T], *, timeout: float | None = 30.0) -> T:
+        """Run ``work(store)`` in the next commit and return its result (or raise its exception); ``TimeoutError``
+        when it has not committed within ``timeout`` seconds (it still runs)."""
+        job = _Call(work)
+        self._put(job)
+        result: T = job.wait(timeout)
+        return result
+
+    def _put(self, job: _Job) -> None:
         with self._lock:
             if self._closed.is_set():
                 raise WriterClosedError("the store writer has stopped; no more writes are accepted")
             self._queue.put(job)
-        return job.future
-
-    def call(self, work: Callable[[StoreInterface], T], *, timeout: float | None = 30.0) -> T:
-        """Run ``work(store)`` in the next commit and return its result (or raise its exception)."""
-        return self.submit(work).result(timeout=timeout)
 
     def statistics(self) -> WriterStatistics:
         """Return counts of writes and commits so far."""
@@ -213,7 +262,7 @@ class StoreWriter:
             if worked and not isinstance(refused, StoreError):  # the COMMIT failed: as a batch's failed commit
                 _log.error("store commit of 1 write failed: %s", exc)
                 refused = _write_refused(exc, fault_of(exc))
-            job.future.set_exception(refused)
+            job.fail(refused)
             return False
         self._writes += 1
         self._commits += 1
@@ -240,7 +289,7 @@ class StoreWriter:
             refused = _refused(exc)
             failure = refused if isinstance(refused, StoreError) else _write_refused(exc, fault_of(exc))
             for job in batch:
-                job.future.set_exception(failure)
+                job.fail(failure)
             return False
         finally:
             if db.in_transaction:  # a failed COMMIT can leave the transaction open
@@ -252,5 +301,5 @@ class StoreWriter:
             if error is None:
                 job.succeed(result)
             else:
-                job.future.set_exception(error)
+                job.fail(error)
         return True
