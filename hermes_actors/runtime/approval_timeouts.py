@@ -99,7 +99,8 @@ def deny_overdue(
         store.approvals.decide(approval_id, approved=False, by=TIMEOUT, reason="the conversation ended")
         store.approvals.resume(approval_id)
         return None
-    message = timeout_decision(row, row.expires_at - row.created_at)
+    # The deadline was set by the session's clock, created_at by the store's, a moment apart: 30 s, not 29.99998.
+    message = timeout_decision(row, round(row.expires_at - row.created_at, 1))
     key = build_session_key(message.source, policy)
     queued = QueuedMessage(message=message, routing_key=key, route=store.get_route(key))
     inbox_id = queue.add(store, queued)

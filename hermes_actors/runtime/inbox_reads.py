@@ -18,13 +18,15 @@ import msgspec
 
 from hermes_actors.messages import InboundMessage, ResponseRecord, decode_inbound
 from hermes_actors.ports import SessionOwner, StoredAnswer
-from hermes_actors.runtime.approval_requests import approval_request_of
+from hermes_actors.runtime.approval_requests import approval_request_of, calls_of
 from hermes_actors.store import InboxState, MessageRecord, Role, StoreInterface
+from hermes_actors.store.approvals import ApprovalRow
 
 __all__ = ["StoreInbox"]
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
+_CONTINUATIONS = 20  # decided requests followed from a message to the turn that answers it at last
 
 
 class StoreInbox:
@@ -107,11 +109,30 @@ def _stored_answer_in(store: StoreInterface, platform: str, message_id: str) -> 
     message = decode_inbound(row.payload)
     if row.state is not InboxState.DONE or row.session_id is None:
         return StoredAnswer(message=message, state=row.state.value, session_id=row.session_id)
-    answer = _answer_in(message, row.session_id, store.load_transcript(row.session_id), message_id)
-    waiting = [request for request in store.approvals.of_message(message_id) if request.is_open]
-    if waiting:  # the turn paused on calls waiting for approval: they are no client's calls
-        return msgspec.structs.replace(answer, tool_calls=None, approval=approval_request_of(waiting[-1]))
-    return answer
+    transcript = store.load_transcript(row.session_id)
+    answered = message_id
+    for _ in range(_CONTINUATIONS):
+        requests = store.approvals.of_message(answered)
+        if not requests:
+            break
+        if requests[-1].is_open:  # the turn paused on calls waiting for approval: they are no client's calls
+            answer = _answer_in(message, row.session_id, transcript, answered)
+            return msgspec.structs.replace(answer, tool_calls=None, approval=approval_request_of(requests[-1]))
+        continued = _continuation(transcript, requests[-1])
+        if continued is None:
+            break
+        answered = continued  # decided (here or elsewhere) and continued: the answer is the continued turn's
+    return _answer_in(message, row.session_id, transcript, answered)
+
+
+def _continuation(transcript: Sequence[MessageRecord], request: ApprovalRow) -> str | None:
+    """The message id of the decision the turn that continued from ``request`` answered: the one its calls' results
+    carry (``None``: not in ``transcript``)."""
+    calls = {str(call.get("id")) for call in calls_of(request.calls)}
+    for record in reversed(transcript):
+        if record.role == Role.TOOL and record.tool_call_id in calls and record.platform_message_id is not None:
+            return record.platform_message_id
+    return None
 
 
 def _answer_in(

@@ -7,12 +7,16 @@ would in a chat, from the request's principal (the API key and the user it speak
 them): only the principal of the run's session may answer (403 for anyone else; the runtime checks again). The
 answer is a message of the run's conversation, so the run goes on with the turn that continues from the decision
 (202, then ``GET`` and the event stream follow it as before) and ends with that turn's reply, or pauses again.
+A request answered elsewhere (a chat, the console, another replica, its deadline) is seen in the store
+(:func:`follow_decision`): the run ends as the store has it, with the continued turn's reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Container
 from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hermes_actors.messages import InboundMessage
+from hermes_actors.ports import StoredAnswer
 from platforms.api_server.principal import request_user
 from platforms.api_server.run import Run, RunStatus
 from platforms.api_server.sessions import memory_scope
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
 
     from platforms.api_server.service import ApiService
 
-__all__ = ["Decision", "DecisionBody", "decision_body", "decision_message"]
+__all__ = ["Decision", "DecisionBody", "decision_body", "decision_message", "follow_decision"]
 
 
 class Decision(StrEnum):
@@ -100,3 +105,29 @@ async def decision_message(service: ApiService, request: web.Request, run: Run, 
     reason = (body.reason or "").strip()
     text = f"{verb} {body.approval_id}" + (f" {reason}" if reason else "")
     return InboundMessage(source=source, text=text, message_id=f"approval-{uuid.uuid4().hex}", received_at=time.time())
+
+
+async def follow_decision(
+    run: Run, stored: Callable[[], Awaitable[StoredAnswer | None]], answering: Container[str], every_s: float
+) -> None:
+    """Look at a paused run in the store (``stored``) every ``every_s`` until its request is answered elsewhere (a
+    chat's ``/approve``, the console, another process of the cluster, the deadline): the run then ends as the store
+    has it, with the continued turn's reply (or pauses on the next request). An answer this process submits (the
+    run's id is in ``answering`` meanwhile) resumes the run itself, and the look ends."""
+    waiting, call = run.approval, run.call
+
+    def still_waiting() -> bool:
+        return run.status is RunStatus.REQUIRES_APPROVAL and run.approval is waiting and run.call is call
+
+    while still_waiting():
+        await asyncio.sleep(every_s)
+        if not still_waiting() or run.run_id in answering:
+            continue
+        try:
+            found = await stored()
+        except ApiError:
+            continue  # logged; looked at again later
+        if not still_waiting() or run.run_id in answering or found is None or found.state == "pending":
+            continue
+        if found.approval is None or waiting is None or found.approval.id != waiting.id:
+            run.end_stored(found, watched=False)

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from hermes_actors.messages import Conversation, InboundMessage
 from hermes_actors.ports import StoredAnswer
-from platforms.api_server.approvals import decision_body, decision_message
+from platforms.api_server.approvals import decision_body, decision_message, follow_decision
 from platforms.api_server.busy import requested_busy
 from platforms.api_server.models import requested_agent
 from platforms.api_server.principal import request_user
@@ -83,6 +83,7 @@ class Runs:
         self._keep_s = keep_s
         self._keep = keep
         self._runs: dict[str, Run] = {}
+        self._answering: set[str] = set()  # runs whose approval this process is submitting an answer for
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/runs", self.create)
@@ -182,6 +183,7 @@ class Runs:
         inbound = await decision_message(service, request, run, body)
         service.admit()
         call = service.turn_call(inbound)
+        self._answering.add(run.run_id)
         try:
             call.open(on_started=run.begin)
             await service.submit(inbound, continues=None, idempotency=None, call=call)
@@ -189,6 +191,8 @@ class Runs:
             call.close()
             service.release()
             raise
+        finally:
+            self._answering.discard(run.run_id)
         run.resume(call)
         run.admitted = True
         self._watch(run)
@@ -351,6 +355,9 @@ class Runs:
                 run.admitted = False
                 self._service.release()
             self._prune()
+        if run.status is RunStatus.REQUIRES_APPROVAL and run.call is call:  # until answered, here or elsewhere
+            answered = follow_decision(run, partial(self._stored, run.run_id), self._answering, _STORE_CHECK_S)
+            run.task = asyncio.get_running_loop().create_task(answered, name=run.run_id)
 
     def _keep_run(self, run: Run) -> None:
         self._runs[run.run_id] = run
