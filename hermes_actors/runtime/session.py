@@ -1,9 +1,11 @@
-"""The session actor: the mailbox and thread of one session's :class:`~hermes_actors.runtime.turns.SessionTurns`.
+"""The session actor: the mailbox of one session's :class:`~hermes_actors.runtime.turns.SessionTurns`, run on a
+thread of a shared pool while it has a turn to run (:class:`~hermes_actors.runtime.actors.PooledActor`: an idle
+session holds no thread).
 
 The supervisor is its only sender: one :class:`~hermes_actors.runtime.protocol.RunTurn` at a time, answered by
 :class:`~hermes_actors.runtime.protocol.TurnFinished`; when it stops (passivated, evicted, ended or crashed) it tells
-the supervisor :class:`~hermes_actors.runtime.protocol.SessionStopped`. Its thread's log lines carry the session's
-fields (:mod:`hermes_actors.runtime.log_fields`), and each turn is counted in the runtime's metrics.
+the supervisor :class:`~hermes_actors.runtime.protocol.SessionStopped`. Its log lines carry the session's fields
+(:mod:`hermes_actors.runtime.log_fields`), and each turn is counted in the runtime's metrics.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import msgspec
 import pykka
 
 from hermes_actors.errors import LeaseLostError, ShardLostError, ShutdownError, StaleTurnError, StoreError
-from hermes_actors.runtime.actors import RuntimeActor
+from hermes_actors.runtime.actors import ActorPool, PooledActor
 from hermes_actors.runtime.admin import settle_unanswered
 from hermes_actors.runtime.dead_letters import fail_turn
 from hermes_actors.runtime.log_fields import bind_session
@@ -62,10 +64,11 @@ def tell_unsaved(outbox: OutboxSink, session_id: str, request: RunTurn, error: s
             _log.exception("session %s: the notice of an unsaved turn could not be sent", session_id)
 
 
-class SessionActor(RuntimeActor):
-    """The mailbox and thread of one session; the supervisor is its only sender."""
+class SessionActor(PooledActor):
+    """The mailbox of one session, run on a thread of the session actors' pool while it has a turn to run; the
+    supervisor is its only sender."""
 
-    use_daemon_thread = True
+    pool = ActorPool("SessionActor")
 
     def __init__(
         self, turns: Callable[[], SessionTurns], supervisor: pykka.ActorRef[Any], session_id: str = ""
@@ -89,7 +92,7 @@ class SessionActor(RuntimeActor):
             _log.error("session %s: its actor could not read the session (%s); it tries again", self._session_id, exc)
             return str(exc)
         self._session_id = self._turns.session_id
-        bind_session(self._session_id, self._turns.platform)  # this thread works for this session only
+        bind_session(self._session_id, self._turns.platform)  # in the actor's own context: its lines only
         return None
 
     def on_receive(self, message: SessionMessage) -> None:
