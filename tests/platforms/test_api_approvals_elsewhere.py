@@ -18,12 +18,12 @@ from tests.runtime.test_approvals import Deploys
 start = test_api_server.start
 
 
-def _running(start: Start, **approvals: float) -> tuple[Running, Deploys]:
+def _running(start: Start, *, timeout_s: float | None = None) -> tuple[Running, Deploys]:
     deploys = Deploys()
     agent = EchoAgent()
     offer_tools(agent, deploys)
-    if approvals:
-        require_approvals(agent, ApprovalSettings(**approvals))
+    if timeout_s is not None:
+        require_approvals(agent, ApprovalSettings(timeout_s=timeout_s))
     return start(agent=agent), deploys
 
 
