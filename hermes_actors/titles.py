@@ -55,7 +55,9 @@ def sanitize_title(raw: str | None) -> str | None:
     """
     if raw is None:
         return None
-    visible = _INVISIBLE.sub("", "".join(_visible(ch) for ch in raw))
+    # A printable string (most titles) holds no control, format or separator character but the space: only the
+    # white space is collapsed. Every character _INVISIBLE names is of one of those categories.
+    visible = raw if raw.isprintable() else _INVISIBLE.sub("", "".join(_visible(ch) for ch in raw))
     title = " ".join(visible.split())
     if not title:
         return None
