@@ -5,7 +5,9 @@ receiver on 127.0.0.1 that answers ``200 {}``. ``sequential`` sends one reply af
 latency one outbox lane sees); ``concurrent`` has ``--threads`` senders at once (the outbox's lanes). ``cpu`` is
 the process's CPU time per send (every thread, the receiver's too), which a busy machine disturbs less than the
 wall-clock figures. The receiver is a small asyncio protocol on its own thread, so it costs both sides of a
-comparison alike. Not a test.
+comparison alike. The ``reference`` lines POST the same JSON with ``http.client``, a connection per request (as the
+senders' blocking client did before the one HTTP client) and one kept alive: a blocking client's floor. Not a
+test.
 
 ``HERMES_BENCH_CODE=DIR`` measures the package of the checkout at ``DIR`` (compare two checkouts by alternating
 them: ``for i in 1 2 3 4 5; do for d in OLD NEW; do HERMES_BENCH_CODE=$d python bench/http_send.py; done; done``).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import statistics
 import sys
@@ -22,6 +25,9 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import msgspec
 
 sys.path.insert(0, os.environ.get("HERMES_BENCH_CODE") or str(Path(__file__).resolve().parent.parent))
 
@@ -94,10 +100,44 @@ def main() -> None:
     print(figure_line("sequential sends", args.replies / elapsed, "/s"))
     print(figure_line("sequential send cpu", cpu / args.replies * 1e6, "us", "this process, receiver included"))
     with ThreadPoolExecutor(args.threads) as pool:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         list(pool.map(lambda index: sender.send(_reply(index)), range(args.replies)))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     print(figure_line(f"concurrent sends ({args.threads} threads)", args.replies / elapsed, "/s"))
+    print(figure_line("concurrent send cpu", cpu / args.replies * 1e6, "us", "this process, receiver included"))
+    for kept in (False, True):
+        median, cpu_each = _reference(url, args.replies, kept_alive=kept)
+        how = "one kept-alive connection" if kept else "a connection per request"
+        name = "reference http.client kept-alive send" if kept else "reference http.client send"
+        print(figure_line(f"{name} median", median * 1e6, "us", f"{how}, the same body unsigned"))
+        print(figure_line(f"{name} cpu", cpu_each * 1e6, "us", "this process, receiver included"))
+
+
+def _reference(url: str, replies: int, *, kept_alive: bool) -> tuple[float, float]:
+    """The median seconds and CPU seconds per POST of a reply's JSON with ``http.client`` (a blocking client's
+    floor): a new connection per request, or one kept alive."""
+    parts = urlsplit(url)
+    body = msgspec.json.encode({"text": _reply(0).text, "chat_id": "c1"})
+    headers = {"content-type": "application/json", "content-length": str(len(body))}
+    connection: http.client.HTTPConnection | None = None
+    latencies = []
+    cpu = 0.0
+    for index in range(200 + replies):  # the first 200 are a warm-up
+        before, before_cpu = time.perf_counter(), time.process_time()
+        if connection is None:
+            connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=10)
+        connection.request("POST", parts.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        answer.read()
+        if not kept_alive:
+            connection.close()
+            connection = None
+        if index >= 200:
+            latencies.append(time.perf_counter() - before)
+            cpu += time.process_time() - before_cpu
+    if connection is not None:
+        connection.close()
+    return statistics.median(latencies), cpu / replies
 
 
 if __name__ == "__main__":
