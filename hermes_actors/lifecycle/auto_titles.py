@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol
@@ -93,28 +94,62 @@ def store_auto_title(store: StoreInterface, session_id: str, title: str) -> str 
     return store.set_title(session_id, title)
 
 
+class _LastNumbers:
+    """The number each title was last made unique with, by :func:`free_distinct_title` in this process: where the
+    next search starts. Only a hint (another store, a deleted session): the store is asked whether it holds."""
+
+    __slots__ = ("_lock", "_numbers")
+
+    LIMIT = 1024  # titles remembered; the oldest is forgotten first
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._numbers: dict[str, int] = {}
+
+    def get(self, title: str) -> int | None:
+        return self._numbers.get(title)
+
+    def put(self, title: str, number: int) -> None:
+        with self._lock:
+            self._numbers.pop(title, None)
+            if len(self._numbers) >= self.LIMIT:
+                del self._numbers[next(iter(self._numbers))]
+            self._numbers[title] = number
+
+
+_last_numbers = _LastNumbers()
+
+
 def free_distinct_title(store: StoreInterface, title: str) -> str:
-    """Return ``"<title> (N)"`` for a free N near the top of the numbers taken, in O(log N) index lookups.
+    """Return ``"<title> (N)"`` for a free N near the top of the numbers taken, in two index lookups when the
+    number this process gave ``title`` last is the top one, else in O(log N).
 
     Automatic titles of unrelated sessions collide often ("Hello there" thousands of times), so scanning every
-    "<title> (N)" to find the largest N would make each new session cost more than the last. Doubling finds a free
-    number, bisection walks back to the first free one after the taken run; a gap lower down (a deleted session)
-    is left alone. The number is in parentheses, not ``#N``: that is a compression lineage's.
+    "<title> (N)" to find the largest N would make each new session cost more than the last. The number after the
+    last one given is taken when it is free and that one is still held; otherwise doubling finds a free number and
+    bisection walks back to the first free one after the taken run; a gap lower down (a deleted session) is left
+    alone. The number is in parentheses, not ``#N``: that is a compression lineage's.
     """
 
     def taken(number: int) -> bool:
-        return store.title_holder(distinct_title(title, number)) is not None
+        return number <= 1 or store.title_holder(distinct_title(title, number)) is not None
 
-    low, high = 1, 2  # "(1)" is the bare title, which is taken
-    while taken(high):
-        low, high = high, high * 2
-    while high - low > 1:  # taken(low) (or low is the bare title), not taken(high)
-        middle = (low + high) // 2
-        if taken(middle):
-            low = middle
-        else:
-            high = middle
-    return distinct_title(title, high)
+    last = _last_numbers.get(title)
+    if last is not None and not taken(last + 1) and taken(last):
+        number = last + 1
+    else:
+        low, high = 1, 2  # "(1)" is the bare title, which is taken
+        while taken(high):
+            low, high = high, high * 2
+        while high - low > 1:  # taken(low) (or low is the bare title), not taken(high)
+            middle = (low + high) // 2
+            if taken(middle):
+                low = middle
+            else:
+                high = middle
+        number = high
+    _last_numbers.put(title, number)
+    return distinct_title(title, number)
 
 
 def _first_exchange_ends_here(history: Sequence[MessageRecord], added: int) -> bool:

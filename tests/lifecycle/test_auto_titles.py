@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from hermes_actors.lifecycle.auto_titles import store_auto_title
-from hermes_actors.store import EndReason, Store
-from hermes_actors.titles import lineage_base
+from pathlib import Path
+from typing import cast
+
+from hermes_actors.lifecycle.auto_titles import free_distinct_title, store_auto_title
+from hermes_actors.store import EndReason, Store, StoreInterface
+from hermes_actors.titles import distinct_title, lineage_base
 
 
 def test_a_taken_automatic_title_gets_a_number_that_no_lookup_reads_as_a_lineage(store: Store) -> None:
@@ -30,3 +33,35 @@ def test_an_automatic_title_is_stored_only_on_an_untitled_session(store: Store) 
     assert store_auto_title(store, titled.id, "automatic") is None
     assert store_auto_title(store, "no-such-session", "automatic") is None
     assert store.get_session(titled.id).title == "by hand"
+
+
+class _CountingLookups:
+    """A store whose title lookups are counted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lookups = 0
+
+    def title_holder(self, title: str) -> str | None:
+        self.lookups += 1
+        return self.store.title_holder(title)
+
+
+def test_the_next_free_number_after_the_last_one_given_costs_two_lookups(store: Store) -> None:
+    base = "Hello there, counted"
+    for n in range(1, 41):  # "Hello there, counted", "... (2)", ... "... (40)"
+        session = store.create_session("telegram")
+        assert store_auto_title(store, session.id, base) == distinct_title(base, n)
+    counting = _CountingLookups(store)
+    assert free_distinct_title(cast(StoreInterface, counting), base) == f"{base} (41)"
+    assert counting.lookups == 2
+
+
+def test_a_number_remembered_from_another_store_is_checked_and_not_trusted(store: Store, tmp_path: Path) -> None:
+    base = "Hello there, elsewhere"
+    for n in range(1, 4):
+        assert store_auto_title(store, store.create_session("telegram").id, base) == distinct_title(base, n)
+    with Store.open(tmp_path / "other.db") as other:
+        for _ in range(30):  # the number remembered is now 30, which this store does not hold
+            store_auto_title(other, other.create_session("telegram").id, base)
+    assert store_auto_title(store, store.create_session("telegram").id, base) == f"{base} (4)"
