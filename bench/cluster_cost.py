@@ -12,9 +12,10 @@ Then, on each side in turn (alternating with ``--repeat``):
    ``bench/cost_procs.py``) is divided by the messages sent.
 
 One ``name: value unit (note)`` line per figure, medians over the runs; bench/README.md lists them.
-``--profile`` also traces every statement of the hosts and the replicas (``HERMES_SQL_TRACE``) and of the one
-machine, and counts PostgreSQL's own (``pg_stat_statements``): statements, transactions and the top statements per
-message of each side (the tracer's cost is then in the CPU figures too).
+``--profile`` also traces every statement of the hosts, the replicas and the one machine (``HERMES_SQL_TRACE``),
+has PostgreSQL log every round trip with the client group it came from (``log_statement = all``, ``PGAPPNAME``)
+and counts its statements (``pg_stat_statements``): per message, statements, round trips, transactions and the top
+ones of each group (bench/cost_profile.py). The tracing and the logging cost CPU, which the CPU lines then include.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cost_load import Load, LoadResult, Receiver
-from cost_procs import Group, Snapshot, calls_between, cpu_between
-from cost_profile import Statements, pg_counters, pg_statements, read_traces
+from cost_procs import Group, Snapshot, cpu_between
+from cost_profile import Statements, pg_counters, pg_statements, read_pg_log, read_traces
 from cost_sides import SECRET, ClusterSide, SingleSide
 from report import figure_line
 
@@ -66,7 +67,19 @@ def _cpu(before: Snapshot, after: Snapshot, groups: dict[str, Group]) -> dict[st
     return {name: cpu_between(before, after, group) for name, group in groups.items()}
 
 
-async def _drive(side: _Side, args: argparse.Namespace, trace_dir: Path | None) -> tuple[dict[str, float], Any]:
+@dataclass
+class Profile:
+    """``--profile``'s view of one run: the statements each process group traced, the round trips PostgreSQL
+    logged from each, and PostgreSQL's own statement counts (the cluster only)."""
+
+    traced: dict[str, Statements]
+    round_trips: dict[str, Statements] = field(default_factory=dict)
+    postgres: Statements | None = None
+
+
+async def _drive(
+    side: _Side, args: argparse.Namespace, trace_dir: Path | None
+) -> tuple[dict[str, float], Profile | None]:
     """Warm-up, idle and load on a started side; its figures, and its profile (``None`` without ``--profile``)."""
     receiver = Receiver(_RECEIVER_PORT)
     await receiver.start()
@@ -96,18 +109,16 @@ async def _drive(side: _Side, args: argparse.Namespace, trace_dir: Path | None) 
     groups = side.groups(after)
     cpu = _cpu(before, after, groups)
     figures = _figures(result, cpu, idle, driver_cpu)
-    for name, group in groups.items():
-        figures[f"{name}_syscalls_per_message"] = calls_between(before, after, group) / result.messages
     figures["callbacks_twice"] = float(receiver.twice)
     figures["pending_after"], figures["unsent_after"] = _drained(side)
-    profile = None
+    profile: Profile | None = None
     if args.profile:
         assert trace_dir is not None
-        profile = read_traces(trace_dir, groups, since, until)
+        profile = Profile(traced=read_traces(trace_dir, groups, since, until))
         if isinstance(side, ClusterSide):
-            database = pg_statements(side.sql)
-            database.kinds = {k: v - counters[k] for k, v in pg_counters(side.sql).items()}
-            profile["postgres"] = database
+            profile.postgres = pg_statements(side.sql)
+            profile.postgres.kinds = {k: v - counters[k] for k, v in pg_counters(side.sql).items()}
+            profile.round_trips = read_pg_log(side.server_log, side.applications(), since, until)
     return figures, profile
 
 
@@ -140,7 +151,7 @@ def _drained(side: _Side) -> tuple[float, float]:
         time.sleep(0.2)
 
 
-def _measure(kind: str, args: argparse.Namespace, code: Path) -> tuple[dict[str, float], Any]:
+def _measure(kind: str, args: argparse.Namespace, code: Path) -> tuple[dict[str, float], Profile | None]:
     workdir = Path(tempfile.mkdtemp(prefix=f"hermes-cost-{kind}-"))
     trace_dir = workdir / "traces" if args.profile else None
     if trace_dir is not None:
@@ -192,25 +203,39 @@ def _print_side(kind: str, runs: list[dict[str, float]], note: str) -> dict[str,
     medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
     for name, value in medians.items():
         extra = _NOTES.get(name, "")
-        if name.endswith("_syscalls_per_message"):
-            extra = "read and write system calls over the window / messages (a round trip is at least two)"
         if name == "cpu_ms_per_message":
             extra = f"{extra}; {note}"
         print(figure_line(f"cost_{kind}_{name}", value, _unit(name), extra), flush=True)
     return medians
 
 
-def _print_profile(kind: str, profile: dict[str, Statements], messages: int, top: int) -> None:
-    for name, statements in sorted(profile.items()):
-        prefix = f"cost_{kind}_{name}" if kind == "cluster" else f"cost_{kind}"
-        source = "pg_stat_statements, BEGIN and COMMIT included" if name == "postgres" else "traced SqlDb statements"
-        print(figure_line(f"{prefix}_statements_per_message", statements.count / messages, "", source))
+def _print_tops(prefix: str, statements: Statements, messages: int, top: int, *, timed: bool = True) -> None:
+    for rank, (sql, count, seconds) in enumerate(statements.top(top), 1):
+        mean = f"{seconds * 1000 / max(count, 1):.3f} ms each" if timed else ""
+        print(f"{figure_line(f'{prefix}_{rank}', count / messages, 'per message', mean)}: {sql[:180]}")
+
+
+def _print_profile(kind: str, profile: Profile, messages: int, top: int) -> None:
+    side = f"cost_{kind}"
+    for name, statements in sorted(profile.traced.items()):
+        prefix = f"{side}_{name}" if kind == "cluster" else side
+        note = "statements through the store's SqlDb, traced in the process (HERMES_SQL_TRACE)"
+        print(figure_line(f"{prefix}_statements_per_message", statements.count / messages, "", note))
         for what, value in sorted(statements.kinds.items()):
-            print(figure_line(f"{prefix}_{what}_per_message", value / messages))
-        for rank, (sql, count, seconds) in enumerate(statements.top(top), 1):
-            mean = seconds * 1000 / max(count, 1)
-            line = figure_line(f"{prefix}_top_{rank}", count / messages, "per message", f"{mean:.3f} ms each")
-            print(f"{line}: {sql[:160]}")
+            print(figure_line(f"{prefix}_traced_{what}_per_message", value / messages))
+        _print_tops(f"{prefix}_statement", statements, messages, top)
+    for name, statements in sorted(profile.round_trips.items()):
+        note = "statements PostgreSQL logged from these processes (log_statement = all), each one round trip"
+        print(figure_line(f"{side}_{name}_round_trips_per_message", statements.count / messages, "", note))
+        opened = statements.kinds.get("transactions", 0) / messages
+        print(figure_line(f"{side}_{name}_transactions_per_message", opened, "", "round trips that BEGIN"))
+        _print_tops(f"{side}_{name}_round_trip", statements, messages, top, timed=False)
+    if profile.postgres is not None:
+        note = "pg_stat_statements calls, BEGIN and COMMIT included"
+        print(figure_line(f"{side}_postgres_statements_per_message", profile.postgres.count / messages, "", note))
+        for what, value in sorted(profile.postgres.kinds.items()):
+            print(figure_line(f"{side}_postgres_{what}_per_message", value / messages, "", "pg_stat_database"))
+        _print_tops(f"{side}_postgres_statement", profile.postgres, messages, top)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -220,7 +245,7 @@ def run(args: argparse.Namespace) -> None:
     code = Path(os.environ.get("HERMES_BENCH_CODE") or Path(__file__).resolve().parent.parent)
     kinds = ["sqlite", "cluster"] if args.sides == "both" else [args.sides]
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
-    profiles: dict[str, Any] = {}
+    profiles: dict[str, Profile | None] = {}
     started = time.monotonic()
     print(figure_line("load_average_start", os.getloadavg()[0]), flush=True)
     for number in range(args.repeat):
@@ -239,7 +264,8 @@ def run(args: argparse.Namespace) -> None:
         ratio = medians["cluster"]["cpu_ms_per_message"] / medians["sqlite"]["cpu_ms_per_message"]
         print(figure_line("cost_cluster_vs_sqlite", ratio, "x", "CPU per message, cluster / one machine"))
     for kind in kinds:
-        if profiles.get(kind):
-            _print_profile(kind, profiles[kind], count, args.top)
+        found = profiles.get(kind)
+        if found is not None:
+            _print_profile(kind, found, count, args.top)
     print(figure_line("load_average_end", os.getloadavg()[0]))
     print(figure_line("cost_runtime_s", time.monotonic() - started, "s"))

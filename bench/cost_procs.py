@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Group", "Snapshot", "calls_between", "cpu_between", "titled", "tree"]
+__all__ = ["Group", "Snapshot", "cpu_between", "titled", "tree"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -24,7 +24,6 @@ class _Proc:
     started: int  # clock ticks after boot: a reused pid is another process
     own: int  # utime + stime, ticks
     reaped: int  # cutime + cstime: the children it waited for
-    calls: int  # read and write system calls (syscr + syscw): every socket round trip is at least two
 
 
 @dataclass(frozen=True)
@@ -45,15 +44,13 @@ class Snapshot:
                 continue
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                io = dict(line.split(": ", 1) for line in (entry / "io").read_text().splitlines())
-            except (OSError, ValueError):
+            except OSError:
                 continue
             self.procs[int(entry.name)] = _Proc(
                 ppid=int(fields[1]),
                 started=int(fields[19]),
                 own=int(fields[11]) + int(fields[12]),
                 reaped=int(fields[13]) + int(fields[14]),
-                calls=int(io.get("syscr", 0)) + int(io.get("syscw", 0)),
             )
 
 
@@ -104,8 +101,3 @@ def cpu_between(before: Snapshot, after: Snapshot, group: Group) -> float:
         if pid in group.reaped:
             ticks += now.reaped - (then.reaped if then else 0)
     return ticks / _TICK
-
-
-def calls_between(before: Snapshot, after: Snapshot, group: Group) -> int:
-    """Read and write system calls of ``group``'s live processes from ``before`` to ``after``."""
-    return sum(now.calls - (then.calls if then else 0) for _, then, now in _pairs(before, after, group))

@@ -1,18 +1,25 @@
 """Where a side's statements go, for ``bench/cluster_cost.py --profile``: the SQL trace files the processes wrote
 (``HERMES_SQL_TRACE``, one ``sql-<pid>.trace`` per process, see :class:`hermes_actors.store.sql.TraceFile`) and,
-on the cluster, PostgreSQL's own counts (``pg_stat_statements``, ``pg_stat_database``)."""
+on the cluster, PostgreSQL's own view: its log of every statement a client sent (``log_statement = all``), each
+line one round trip, by the client's ``application_name`` (the bench gives each process group its own through
+``PGAPPNAME``), and its counters (``pg_stat_statements``, ``pg_stat_database``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cost_procs import Group
 
-__all__ = ["Statements", "pg_counters", "pg_statements", "read_traces"]
+__all__ = ["LOG_LINE_PREFIX", "Statements", "pg_counters", "pg_statements", "read_pg_log", "read_traces"]
 
 _TRANSACTIONS = {"BEGIN": "transactions", "SAVEPOINT": "savepoints"}
+LOG_LINE_PREFIX = "%n|%a|"  # epoch seconds with milliseconds, the client's application_name
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+_NUMBER = re.compile(r"(?<![$\w])\d+(?:\.\d+)?\b")
+_SENT = re.compile(r"^(\d+\.\d+)\|([^|]*)\|LOG:  (?:statement|execute [^:]*): (.*)$")
 
 
 @dataclass
@@ -88,4 +95,22 @@ def pg_statements(sql: Any) -> Statements:
         if "pg_stat_statements" in text:
             continue
         found.runs[text] = (int(calls), float(milliseconds) / 1000)
+    return found
+
+
+def read_pg_log(path: Path, groups: dict[str, str], since: float, until: float) -> dict[str, Statements]:
+    """The round trips PostgreSQL logged between ``since`` and ``until`` (one ``statement:`` or ``execute`` line
+    each, a simple-protocol list of statements being one), by group: ``groups`` maps an ``application_name`` to
+    its group. A round trip that opens a transaction (``BEGIN...``) also counts as one of its ``transactions``."""
+    found: dict[str, Statements] = {}
+    with path.open(errors="replace") as log:
+        for line in log:
+            sent = _SENT.match(line.rstrip("\n"))
+            if sent is None or not since <= float(sent[1]) <= until:
+                continue
+            statements = found.setdefault(groups.get(sent[2], sent[2] or "other"), Statements())
+            text = _NUMBER.sub("N", _LITERAL.sub("'?'", " ".join(sent[3].split())))
+            statements.runs[text] = (statements.runs.get(text, (0, 0.0))[0] + 1, 0.0)
+            if text.upper().startswith("BEGIN"):
+                statements.kinds["transactions"] = statements.kinds.get("transactions", 0) + 1
     return found

@@ -28,6 +28,7 @@ from typing import Any
 
 from cost_load import Target
 from cost_procs import Group, Snapshot, titled, tree
+from cost_profile import LOG_LINE_PREFIX
 
 __all__ = ["SECRET", "ClusterSide", "SingleSide"]
 
@@ -199,14 +200,18 @@ class ClusterSide:
             api, webhook = (int(url.rsplit(":", 1)[1]) for url in (target.api, target.webhook))
             (home / "config.yaml").write_text(_config(api, webhook, self.callback, cluster))
             log = self.workdir / f"replica-{i}.log"
-            process = _hermesd(home, _env(self.code, self.trace_dir), log, "--cluster")
+            env = _env(self.code, self.trace_dir, {"PGAPPNAME": f"hermes-replica-{i}"})
+            process = _hermesd(home, env, log, "--cluster")
             self.replicas.append(process)
             _wait(functools.partial(_healthy, target.api), 120, f"replica {i} did not answer /health", process, log)
         self._settle()
 
     def _load_statements(self, bin_dir: Path) -> None:
-        """Restart PostgreSQL with ``pg_stat_statements`` loaded (it must be preloaded at server start)."""
+        """Restart PostgreSQL with ``pg_stat_statements`` loaded (it must be preloaded at server start) and every
+        statement logged with its time and client (:data:`cost_profile.LOG_LINE_PREFIX`)."""
         self.postgres.admin("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        self.postgres.admin("ALTER SYSTEM SET log_statement = 'all'")
+        self.postgres.admin(f"ALTER SYSTEM SET log_line_prefix = '{LOG_LINE_PREFIX}'")
         command = [str(bin_dir / "pg_ctl"), "-D", str(self.postgres.data), "-w", "-m", "fast", "restart"]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
@@ -235,7 +240,7 @@ class ClusterSide:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=_env(self.code, self.trace_dir),
+                env=_env(self.code, self.trace_dir, {"PGAPPNAME": "hermes-host"}),  # its workers: the hosts
                 start_new_session=True,  # its own process group: whatever it leaves is killed with it
             )
 
@@ -269,6 +274,14 @@ class ClusterSide:
         with psycopg.connect(self.dsn, autocommit=True) as connection:
             cursor = connection.execute(statement.encode())
             return list(cursor.fetchall()) if cursor.description is not None else []
+
+    def applications(self) -> dict[str, str]:
+        """Each process group's ``application_name`` (``PGAPPNAME``), to its group's name."""
+        return {"hermes-host": "hosts"} | {f"hermes-replica-{i}": "replicas" for i in range(self.replica_count)}
+
+    @property
+    def server_log(self) -> Path:
+        return Path(self.postgres.directory) / "server.log"
 
     def postmaster(self) -> int:
         return int((self.postgres.data / "postmaster.pid").read_text().split()[0])
