@@ -102,7 +102,9 @@ def _recent_inbound_in(store: StoreInterface, platform: str, since: float) -> li
 
 
 def _stored_answer_in(store: StoreInterface, platform: str, message_id: str) -> StoredAnswer | None:
-    """The inbox row of ``platform``'s ``message_id`` in ``store`` and, once answered, the reply stored after it."""
+    """The inbox row of ``platform``'s ``message_id`` in ``store`` and, once answered, the reply stored after it: a
+    turn that paused for approval is answered by the turn that continued from the decision (wherever it came
+    from), or waits with its open request."""
     row = store.inbox.find(platform, "", message_id)
     if row is None:
         return None
