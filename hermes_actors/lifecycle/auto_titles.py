@@ -165,17 +165,22 @@ class AutoTitle:
     the session's cached record once the job has finished.
     """
 
-    __slots__ = ("_decided", "_future", "_services", "session_id")
+    __slots__ = ("_decided", "_future", "_inline", "_services", "session_id")
 
     def __init__(self, services: TitleServices, session_id: str) -> None:
         self._services = services
         self.session_id = session_id
         self._decided = not services.config.auto_titles  # True once this session needs no more thought
-        self._future: Future[str | None] | None = None
+        self._future: Future[str | None] | None = None  # the job in the agent pool
+        self._inline: tuple[str | None] | None = None  # what an inline job stored, once it ran (no future kept)
 
     @property
     def job(self) -> Future[str | None] | None:
         """The running or finished job (its result is the title stored, or ``None``); ``None`` before it starts."""
+        if self._inline is not None:
+            done: Future[str | None] = Future()
+            done.set_result(self._inline[0])
+            return done
         return self._future
 
     def after_exchange(
@@ -201,8 +206,7 @@ class AutoTitle:
         if runs_inline(self._services.agent):
             # It never blocks: ask it here, after the reply has left, and wait for the write, so the next turn (a
             # /compress that numbers the child's title after this one) already sees the title.
-            self._future = Future()
-            self._future.set_result(self._ask_and_store(call, user_text, reply_text))
+            self._inline = (self._ask_and_store(call, user_text, reply_text),)
         else:
             try:
                 # In a copy of the session thread's context: the job's log lines are about the session too.
@@ -215,10 +219,15 @@ class AutoTitle:
 
     def applied(self, record: SessionRecord | None) -> SessionRecord | None:
         """Return ``record`` with the automatic title once the job has stored one (a title set since wins)."""
-        future = self._future
-        if future is None or not future.done() or future.cancelled() or record is None or record.title is not None:
+        if record is None or record.title is not None:
             return record
-        title = future.result()
+        if self._inline is not None:
+            title = self._inline[0]
+        else:
+            future = self._future
+            if future is None or not future.done() or future.cancelled():
+                return record
+            title = future.result()
         return record if title is None else msgspec.structs.replace(record, title=title)
 
     def _ask(self, call: TitleCall, user_text: str, reply_text: str) -> str | None:
