@@ -214,12 +214,25 @@ def test_a_request_leaves_as_given_with_no_headers_of_the_librarys_own(server: L
     assert seen.headers["accept-encoding"] == "identity"
 
 
-def test_each_request_opens_its_own_connection_and_no_cookie_is_kept(server: Loopback, network: HttpClient) -> None:
+def test_requests_one_after_another_share_a_kept_alive_connection_and_no_cookie_is_kept(
+    server: Loopback, network: HttpClient
+) -> None:
     network.request("GET", server.url + "/cookie")
     network.request("GET", server.url + "/ok")
     first, second = server.seen
-    assert first.port != second.port
+    assert first.port == second.port
     assert "cookie" not in second.headers
+
+
+def test_after_a_server_hung_up_unanswered_the_next_request_goes_on_a_new_connection(
+    server: Loopback, network: HttpClient
+) -> None:
+    network.request("POST", server.url + "/ok")
+    with pytest.raises(NoAnswer):
+        network.request("POST", server.url + "/drop")
+    network.request("POST", server.url + "/ok")
+    first, dropped, third = server.seen
+    assert first.port == dropped.port != third.port
 
 
 def test_redirects_are_answers_unless_the_caller_follows_them(server: Loopback, network: HttpClient) -> None:

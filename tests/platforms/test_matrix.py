@@ -1294,7 +1294,7 @@ def test_a_lost_answer_to_the_m_file_event_is_retried_under_its_transaction_id_a
     matrix = start()
     hs.post(DM, ALICE, "hello")
     wait_sent(hs, 1)
-    hs.fail("send", 200, drop=True, times=2)  # aiohttp sends a PUT whose connection closed once more by itself
+    hs.fail("send", 200, drop=True, times=2)  # two attempts lose their answer (the client never re-sends by itself)
     hs.post(DM, ALICE, "/save")
     hs.wait_for(lambda: len(hs.calls("send")) >= 4)
     assert matrix.gateway.wait_idle()
@@ -1302,7 +1302,7 @@ def test_a_lost_answer_to_the_m_file_event_is_retried_under_its_transaction_id_a
     assert [call.status for call in file_sends] == [0, 0, 200]
     assert len({call.path for call in file_sends}) == 1  # one transaction id on every attempt
     assert [event["msgtype"] for event in hs.sent(BOT)] == ["m.text", "m.file"]
-    assert len(hs.uploads) == 2  # the outbox's retry uploaded the file again; the room shows it once
+    assert len(hs.uploads) == 3  # each of the outbox's attempts uploaded the file again; the room shows it once
 
 
 def test_save_sends_the_text_when_the_homeserver_refuses_the_upload(

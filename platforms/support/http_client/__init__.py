@@ -9,9 +9,11 @@ waits on (:func:`request`) and a coroutine on another loop awaits (:meth:`HttpCl
 
 What matters to a sender is telling apart a request that never left (safe to retry) from one that left and got no
 answer (a retry may duplicate it): :class:`Unreachable` vs :class:`NoAnswer`, which :func:`send_error` maps to
-``SendError(outcome_unknown=...)``. So the shared client opens one connection per request, as the blocking client
-before it did (a kept-alive connection the server closed meanwhile would blur the two), follows no redirects and
-reads no proxy variables: a platform API answers directly.
+``SendError(outcome_unknown=...)``. The shared client keeps connections alive (at most
+:data:`MAX_IDLE_PER_HOST` idle per host, each reused only within :data:`KEEPALIVE_IDLE_S`) and never sends a
+request twice on its own: a request that failed on a reused connection after it was written is NoAnswer, since a
+server closing the connection just as it arrived cannot be told from one that read it and went away. It follows no
+redirects and reads no proxy variables: a platform API answers directly.
 
 A client takes a :class:`Transport`: the network (:class:`NetworkTransport`) unless a test hands it a
 :class:`MockTransport`, a function from :class:`HttpRequest` to :class:`HttpResult`. Sessions for what is not a
@@ -41,11 +43,19 @@ from platforms.support.http_client._send_errors import (
     send_error,
     status_error,
 )
-from platforms.support.http_client._sessions import SESSION_TIMEOUT, SessionGuard, open_session
+from platforms.support.http_client._sessions import (
+    KEEPALIVE_IDLE_S,
+    MAX_IDLE_PER_HOST,
+    SESSION_TIMEOUT,
+    SessionGuard,
+    open_session,
+)
 
 __all__ = [
     "EXCERPT_BYTES",
+    "KEEPALIVE_IDLE_S",
     "MAX_BYTES",
+    "MAX_IDLE_PER_HOST",
     "MAX_RETRY_AFTER_S",
     "SESSION_TIMEOUT",
     "ClientLoop",

@@ -1,11 +1,13 @@
 """The network as a transport: each request on the client loop's aiohttp session, its failures sorted in two.
 
 A failure to connect (refused, DNS, TLS, a connect timeout) is :class:`Unreachable`: nothing left, a retry cannot
-duplicate it. Anything after the connection opened (a reset, a timeout waiting for the answer, a cut or garbled
-answer) is :class:`NoAnswer`: the server may have acted on it. Requests go out as a blocking client sends them: the
-URL as given (not re-quoted), no redirects followed unless asked, no proxy, no cookies, no ``User-Agent`` or
-``Accept`` of aiohttp's own, ``Accept-Encoding: identity`` unless the caller names one. Error texts never carry
-the URL's query.
+duplicate it. Anything after a connection was open for the request, new or kept alive (a reset, a close, a timeout
+waiting for the answer, a cut or garbled answer) is :class:`NoAnswer`: the server may have acted on it. A
+kept-alive connection the server closed while it idled is not taken once its close has arrived; one that closes as
+the request goes out is NoAnswer too, since that cannot be told from a server that read the request and went away.
+Requests go out as a blocking client sends them: the URL as given (not re-quoted), no redirects followed unless
+asked, no proxy, no cookies, no ``User-Agent`` or ``Accept`` of aiohttp's own, ``Accept-Encoding: identity``
+unless the caller names one. Error texts never carry the URL's query.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from yarl import URL
 from platforms.support.http_client._errors import NoAnswer, TooLarge, Unreachable
 from platforms.support.http_client._exchange import HttpRequest, HttpResult, shown
 from platforms.support.http_client._loop import ClientLoop
-from platforms.support.http_client._sessions import client_session
+from platforms.support.http_client._sessions import KEEPALIVE_IDLE_S, MAX_IDLE_PER_HOST, client_session
 
 __all__ = ["NetworkTransport"]
 
@@ -25,10 +27,14 @@ _SKIPPED = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"}
 
 class NetworkTransport:
     """Sends each request over the network from ``loop``'s session (made on first use, closed with the loop);
-    :meth:`handle` runs on that loop."""
+    :meth:`handle` runs on that loop. ``max_idle`` and ``keepalive_s`` bound the kept-alive connections (per host,
+    and how long one idles before it is not reused)."""
 
-    def __init__(self, loop: ClientLoop) -> None:
+    def __init__(
+        self, loop: ClientLoop, *, max_idle: int = MAX_IDLE_PER_HOST, keepalive_s: float = KEEPALIVE_IDLE_S
+    ) -> None:
         self._loop = loop
+        self._pool = (max_idle, keepalive_s)
         self._session: aiohttp.ClientSession | None = None
         self._generation = 0
 
@@ -71,7 +77,7 @@ class NetworkTransport:
         if self._session is None or self._generation != self._loop.generation:
             if self._session is not None:
                 self._session.detach()  # its loop is gone; nothing of it can be closed from here
-            self._session = client_session()
+            self._session = client_session(max_idle=self._pool[0], keepalive_s=self._pool[1])
             self._generation = self._loop.generation
             self._loop.at_close(self.aclose)
         return self._session
