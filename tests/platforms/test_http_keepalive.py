@@ -14,6 +14,8 @@ import aiohttp
 import pytest
 
 from platforms.support.http_client import (
+    KEEPALIVE_IDLE_S,
+    MAX_IDLE_PER_HOST,
     ClientLoop,
     HttpClient,
     HttpResult,
@@ -117,8 +119,10 @@ def client_loop() -> Iterator[ClientLoop]:
         loop.close()
 
 
-def _client(loop: ClientLoop, **pool: int) -> HttpClient:
-    return HttpClient(NetworkTransport(loop, **pool), loop=loop)
+def _client(
+    loop: ClientLoop, *, max_idle: int = MAX_IDLE_PER_HOST, keepalive_s: float = KEEPALIVE_IDLE_S
+) -> HttpClient:
+    return HttpClient(NetworkTransport(loop, max_idle=max_idle, keepalive_s=keepalive_s), loop=loop)
 
 
 def _post(client: HttpClient, server: CountingServer, ident: str, method: str = "POST") -> HttpResult:
@@ -132,6 +136,17 @@ def test_requests_one_after_another_reuse_one_connection(client_loop: ClientLoop
         assert [_post(client, server, str(i)).status for i in range(5)] == [200] * 5
         assert server.connections == 1
         assert server.received == Counter({str(i): 1 for i in range(5)})
+    finally:
+        client.close()
+        server.close()
+
+
+def test_a_connection_idle_longer_than_the_keepalive_time_is_not_reused(client_loop: ClientLoop) -> None:
+    server = CountingServer(lambda ident, seen: ANSWER)
+    client = _client(client_loop, keepalive_s=0.0)  # any idle time is too long
+    try:
+        assert [_post(client, server, str(i)).status for i in range(3)] == [200] * 3
+        assert server.connections == 3
     finally:
         client.close()
         server.close()
@@ -206,7 +221,7 @@ def test_whenever_the_server_closes_a_kept_alive_connection_unreachable_means_it
         assert server.connections == 40
 
 
-def test_the_client_session_never_retries_and_closes_only_idle_connections_past_the_bound() -> None:
+def test_the_client_session_never_sends_twice_by_itself_and_caps_no_connections_in_use() -> None:
     async def check() -> None:
         session = client_session(max_idle=2, keepalive_s=1.0)
         try:
