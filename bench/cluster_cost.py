@@ -93,10 +93,10 @@ async def _drive(
             await asyncio.sleep(args.idle)
             after = Snapshot()
             idle = sum(_cpu(before, after, side.groups(after)).values()) / (time.perf_counter() - idle_from)
-            cluster = isinstance(side, ClusterSide)
-            if cluster and args.profile:
+            counters: dict[str, float] = {}
+            if isinstance(side, ClusterSide) and args.profile:
                 side.sql("SELECT pg_stat_statements_reset()")
-            counters = pg_counters(side.sql) if cluster and args.profile else {}
+                counters = pg_counters(side.sql)
             since = time.time()
             driver = os.times()
             before = Snapshot()
