@@ -112,6 +112,23 @@ def test_only_the_holder_of_send_fake_sends_and_the_other_takes_over_once_it_is_
     other.stop()
 
 
+def test_a_dispatcher_whose_role_was_taken_in_the_database_counts_no_attempt_and_sends_nothing(
+    pg: PostgresStore,
+) -> None:
+    platform = FakePlatform("fake")
+    dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="a", retry_base_s=0.0)
+    assert dispatcher.dispatch_once() == 0  # takes send:fake (nothing to send yet)
+    assert dispatcher.held() == {"send:fake"}  # and keeps it by its local deadline below
+    pg.database.execute("UPDATE role_leases SET holder = 'b', epoch = epoch + 1 WHERE role = 'send:fake'")
+    row = _queue(pg, "c", "taken")
+    dispatcher.dispatch_once()
+    assert platform.sent == []
+    (found,) = pg.outbox.unsent("fake")
+    assert (found.id, found.attempts) == (row, 0)
+    assert pg.outbox_claims.claim("b") != []  # the refused claim was given back at once
+    dispatcher.stop()
+
+
 def test_a_chat_whose_sender_sleeps_in_its_rate_limit_holds_up_no_other_chat(pg: PostgresStore) -> None:
     _queue(pg, "slow", "s1")
     _queue(pg, "slow", "s2")

@@ -239,10 +239,11 @@ class OutboxDispatcher:
 
     def _send(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
         claims = self._store.outbox_claims
-        try:
-            with self._store.transaction():
-                term.check()
-                attempt = self._store.outbox.begin_attempt(row.id)
+        try:  # the attempt counted under the role's term, in one statement
+            counted = claims.attempt(row.id, term.held_query())
+            if counted is None:
+                raise RoleLostError(f"{term.holder} no longer holds the role {term.role} (its term ended or was taken)")
+            attempt = counted
         except (RoleLostError, StoreError) as exc:  # nothing was sent: the row waits for the role's holder
             _log.info("dispatcher %s: reply %d not sent: %s", self._name, row.id, exc)
             claims.unclaim(self._name, [row.id])

@@ -9,6 +9,7 @@ once without waiting on each other's rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hermes_actors.store.outbox_queue import OUTBOX_COLUMNS, outbox_row
 from hermes_actors.store.records import OutboxRow
@@ -60,6 +61,22 @@ class OutboxClaims(SqlTable):
             },
         )
         return sorted((outbox_row(row) for row in rows), key=lambda row: row.id)
+
+    def attempt(self, outbox_id: int, held: tuple[str, dict[str, Any]]) -> int | None:
+        """Count a send attempt of a row before it is made, under a role term (``held``:
+        :meth:`~hermes_actors.store.pg.roles.PgRoles.held_query`), in one statement: the attempt's number (0 for a
+        row that is gone), or ``None`` when the term is not held (nothing was counted)."""
+        term, params = held
+        rows = self._db.execute(
+            f"WITH {term}, counted AS (UPDATE outbox SET attempts = attempts + 1 WHERE id = :outbox_id "
+            "AND EXISTS (SELECT 1 FROM term) RETURNING attempts) "
+            "SELECT EXISTS (SELECT 1 FROM term), (SELECT attempts FROM counted)",
+            {**params, "outbox_id": outbox_id},
+        )
+        taken, attempts = rows[0]
+        if not taken:
+            return None
+        return 0 if attempts is None else int(attempts)
 
     def sent(self, dispatcher: str | None, sent: Sequence[tuple[int, str | None]]) -> None:
         """Record the delivery of rows (row id, platform message id) as

@@ -13,6 +13,7 @@ locks can be starved by a stream of overlapping writes, each taking the lock bef
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -38,10 +39,11 @@ class RoleLease(msgspec.Struct, frozen=True, kw_only=True):
 class PgRoles:
     """Acquire, renew, release and check role terms on the database clock (``skew`` seconds added, for tests)."""
 
-    __slots__ = ("_terms",)
+    __slots__ = ("_skew", "_terms")
 
     def __init__(self, db: SqlDb, skew: Callable[[], float]) -> None:
         self._terms = TermTable(db, _SPEC, skew=skew)
+        self._skew = skew
 
     def acquire(self, role: str, holder: str, ttl_s: float) -> int | None:
         """Take ``role`` if it is free, released or expired, under a new epoch; the epoch, or ``None`` (held)."""
@@ -67,6 +69,16 @@ class PgRoles:
                 f"{holder} no longer holds the role {role} at epoch {epoch} (its term ended or another replica "
                 "took it); the write was rolled back"
             )
+
+    def held_query(self, role: str, holder: str, epoch: int) -> tuple[str, dict[str, Any]]:
+        """:meth:`check` as a ``WITH`` query named ``term`` for a statement that writes only under the role: it holds
+        the role's row ``FOR KEY SHARE`` and yields a row when ``holder`` has the role at ``epoch``, unexpired
+        (none otherwise); with its parameters (named ``term_*`` and ``skew``)."""
+        return (
+            "term AS (SELECT 1 FROM role_leases WHERE role = :term_role AND holder = :term_holder "
+            f"AND epoch = :term_epoch AND expires_at >= {DATABASE_CLOCK.now} FOR KEY SHARE)",
+            {"term_role": role, "term_holder": holder, "term_epoch": epoch, "skew": self._skew()},
+        )
 
     def leases(self) -> list[RoleLease]:
         """Every role's row, by role."""
