@@ -47,10 +47,11 @@ def _in_namespace() -> None:
         return
     prefix = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
     command = " ".join(f"'{part}'" for part in [sys.executable, *sys.argv])
-    done = subprocess.run(
-        [*prefix, "sh", "-c", f"ip link set lo up && exec {command}"], env={**os.environ, _NETNS: "1"}, check=False
+    child = subprocess.Popen(
+        [*prefix, "sh", "-c", f"ip link set lo up && exec {command}"], env={**os.environ, _NETNS: "1"}
     )
-    sys.exit(done.returncode)
+    signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))  # it stops what it started
+    sys.exit(child.wait())
 
 
 def _messages(n: int, chats: int) -> list[Any]:

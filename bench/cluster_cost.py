@@ -24,7 +24,9 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -242,6 +244,7 @@ def run(args: argparse.Namespace) -> None:
     """Measure both sides ``args.repeat`` times, alternating; print the medians and the cluster's ratio."""
     if not 0 < args.seconds <= 120:
         raise SystemExit("--seconds must be more than 0 and at most 120")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # the sides stop in their finally
     code = Path(os.environ.get("HERMES_BENCH_CODE") or Path(__file__).resolve().parent.parent)
     kinds = ["sqlite", "cluster"] if args.sides == "both" else [args.sides]
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
