@@ -65,3 +65,24 @@ def test_requests_go_with_their_session(store: StoreInterface, clock: FakeClock)
     approval_id = approvals.add(session_id, message_id="m1", source=SOURCE, calls=CALLS, expires_at=clock() + 60)
     store.delete_session(session_id)
     assert approvals.get(approval_id) is None
+
+
+def test_overdue_requests_are_the_pending_ones_past_their_deadline_whose_timer_is_set(
+    store: StoreInterface, clock: FakeClock
+) -> None:
+    session_id = _session(store)
+    approvals = _approvals(store)
+    ids = [
+        approvals.add(session_id, message_id=f"m{n}", source=SOURCE, calls=CALLS, expires_at=clock() + 60)
+        for n in range(4)
+    ]
+    for approval_id in ids:
+        store.timers.set(f"approval:{approval_id}", clock() + 60)
+    assert approvals.overdue(clock(), timer_prefix="approval:") == []  # not yet
+    clock.advance(60)
+    assert approvals.decide(ids[1], approved=True, by="telegram:7")  # answered in time
+    assert store.timers.cancel(f"approval:{ids[2]}")  # its denial was queued
+    overdue = approvals.overdue(clock(), timer_prefix="approval:")
+    assert [row.id for row in overdue] == [ids[0], ids[3]]
+    assert [row.id for row in approvals.overdue(clock(), timer_prefix="approval:", limit=1)] == [ids[0]]
+    assert approvals.overdue(clock(), timer_prefix="other:") == []
