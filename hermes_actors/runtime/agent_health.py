@@ -101,6 +101,8 @@ class AgentHealth:
 
     def called(self, error: str | None) -> None:
         """An agent call ended: ``error`` says how it failed, ``None`` that it answered."""
+        if error is None and self._condition.state is AgentState.OK:
+            return  # ok and answering: nothing changes (every turn ends here)
         self._settle(error, probed=False)
 
     def check(self) -> AgentCondition:

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -104,24 +103,28 @@ class OutboxRouter:
         if not self._tell(item) and not self._sent_elsewhere:
             _log.warning("no adapter for platform %r; reply %d stays queued in the store", message.platform, outbox_id)
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self) -> _Held:
         """Hold this thread's deliveries until the block ends, then deliver them in order.
 
         A session actor runs each turn inside it and tells the supervisor the turn finished before the block
         ends: whoever reads the reply and answers (a ``/handoff``, say) finds the supervisor knowing the turn is
         over, however late the actor's thread ran. The rows are committed already, so nothing is lost meanwhile.
         """
+        return _Held(self)
+
+    def _hold(self) -> bool:
+        """Start holding this thread's deliveries; ``False`` when it holds them already (the outer block
+        delivers)."""
         thread = threading.get_ident()
-        if thread in self._held:  # nested: the outer block delivers
-            yield
-            return
+        if thread in self._held:
+            return False
         self._held[thread] = []
-        try:
-            yield
-        finally:
-            for item in self._held.pop(thread):
-                self.deliver(item.outbox_id, item.message, counted=item.counted)
+        return True
+
+    def _release(self) -> None:
+        """Deliver, in order, what this thread held."""
+        for item in self._held.pop(threading.get_ident()):
+            self.deliver(item.outbox_id, item.message, counted=item.counted)
 
     def redeliver(self, rows: list[OutboxRow]) -> int:
         """Queue unsent rows found at start (in id order); return how many went to an actor."""
@@ -240,3 +243,20 @@ class OutboxRouter:
         _log.error("outbox %s: the old actor handed nothing over; its replies go at the next start", platform)
         actor.stop(block=False)
         return []
+
+
+class _Held:
+    """The block of :meth:`OutboxRouter.held` (a class, not a generator: every turn enters one)."""
+
+    __slots__ = ("_outer", "_router")
+
+    def __init__(self, router: OutboxRouter) -> None:
+        self._router = router
+        self._outer = False
+
+    def __enter__(self) -> None:
+        self._outer = self._router._hold()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer:
+            self._router._release()
