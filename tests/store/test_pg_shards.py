@@ -295,6 +295,40 @@ def test_the_shard_queue_notifies_the_listener_and_pulls_pending_rows_by_shard(
         listener.close()
 
 
+def test_a_message_added_by_its_key_goes_to_the_shard_of_the_key_s_route_else_of_the_key_in_one_statement(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    shard_store.create_session("t", session_id="s-routed-1")
+    shard_store.set_route("routed-key", "s-routed-1")
+    listener = InboxListener(postgres_dsn)
+    try:
+        queue = shard_store.shard_queue
+        keys = ["routed-key", *(f"key-{n}" for n in range(40))]
+        added = {
+            key: queue.add_routed(
+                64, platform="t", account_id="", platform_message_id=f"m-{key}", routing_key=key, payload=b"x"
+            )
+            for key in keys
+        }
+        assert added["routed-key"] is not None
+        assert added["routed-key"][1] == shard_of("s-routed-1", 64)
+        for key in keys[1:]:
+            found = added[key]
+            assert found is not None
+            assert found[1] == shard_of(key, 64)
+        redelivered = queue.add_routed(
+            64, platform="t", account_id="", platform_message_id="m-key-0", routing_key="key-0", payload=b"x"
+        )
+        assert redelivered is None
+        shards = {found[1] for found in added.values() if found is not None}
+        assert _gathered(listener, shards) == shards
+        assert [row.id for _, row in queue.pending(sorted(shards), limit=100)] == sorted(
+            found[0] for found in added.values() if found is not None
+        )
+    finally:
+        listener.close()
+
+
 def test_a_pull_learns_the_pending_ids_then_reads_the_new_rows_with_their_key_s_route(
     shard_store: PostgresStore,
 ) -> None:
@@ -313,3 +347,10 @@ def test_a_pull_learns_the_pending_ids_then_reads_the_new_rows_with_their_key_s_
     assert [(shard, row.id, route) for shard, row, route in routed] == [(1, ids[0], "s1"), (2, ids[1], None)]
     assert routed[0][1].routing_key == "k1"
     assert queue.routed([]) == []
+    # The same in one statement: every pending id, only the rows not known yet whole.
+    pending, whole = queue.pull([1, 2, 3], known=[ids[0]])
+    assert pending == [ids[0], ids[1], ids[3]]
+    assert [(shard, row.id, route) for shard, row, route in whole] == [(2, ids[1], None), (3, ids[3], None)]
+    pending, whole = queue.pull([1], known=[])
+    assert (pending, [(shard, row.id, route) for shard, row, route in whole]) == ([ids[0]], [(1, ids[0], "s1")])
+    assert queue.pull([], known=[]) == ([], [])

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from hermes_actors.messages import InboundMessage, encode
 from hermes_actors.ports import PollCursor
 from hermes_actors.routing import KeyPolicy, build_session_key
-from hermes_actors.store.pg.shards import shard_for_key
 from hermes_actors.store.pg.store import PostgresStore
 
 __all__ = ["ClusterIngress"]
@@ -85,14 +84,15 @@ class ClusterIngress:
         return [inbox_id for _, inbox_id in added]
 
     def _add(self, message: InboundMessage) -> tuple[int, int | None]:
+        """The row in the shard of the session its key leads to (the route read by the same statement, one round
+        trip); (shard, row id), the row id ``None`` for a redelivery (its shard then unknown, -1: nobody is poked)."""
         key = build_session_key(message.source, self._policy)
-        shard = shard_for_key(self._store.get_route(key), key, self._shards)
-        inbox_id = self._store.shard_queue.add(
-            shard,
+        added = self._store.shard_queue.add_routed(
+            self._shards,
             platform=message.source.platform,
             account_id=message.source.account_id or "",
             platform_message_id=message.message_id,
             routing_key=key,
             payload=encode(message),
         )
-        return shard, inbox_id
+        return (-1, None) if added is None else (added[1], added[0])

@@ -17,6 +17,7 @@ import psycopg
 
 from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
 from hermes_actors.store.pg.db import store_error
+from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 from hermes_actors.store.sql import SqlTable
 
@@ -82,6 +83,40 @@ class ShardQueue(SqlTable):
             ),
         )
         return None if found is None else int(found)
+
+    def add_routed(
+        self,
+        shards: int,
+        *,
+        platform: str,
+        account_id: str,
+        platform_message_id: str,
+        routing_key: str,
+        payload: bytes,
+    ) -> tuple[int, int] | None:
+        """Commit an inbound message to the shard its routing key leads to now
+        (:func:`~hermes_actors.store.pg.shards.shard_for_key` over ``shards``, computed by the statement from the
+        key's route) and notify its holder, in one statement: the row id and shard, or ``None`` for a redelivery
+        (nothing added, nobody notified)."""
+        shard = SHARD_SQL.format(id="t.id")
+        rows = self._db.execute(
+            "WITH t AS (SELECT coalesce(nullif((SELECT session_id FROM routes WHERE routing_key = :key), ''), :key) "
+            "AS id), added AS (INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, "
+            f"received_at, kind, shard) SELECT :platform, :account, :message, :key, :payload, :at, :kind, {shard} "
+            "FROM t ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING RETURNING id, shard) "
+            f"SELECT id, shard, pg_notify('{CHANNEL}', shard::text) FROM added",
+            {
+                "key": routing_key,
+                "platform": platform,
+                "account": account_id,
+                "message": platform_message_id,
+                "payload": payload,
+                "at": self._clock(),
+                "kind": InboxKind.MESSAGE.value,
+                "shards": shards,
+            },
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def pending(self, shards: Sequence[int], *, limit: int = 500) -> list[tuple[int, InboxRow]]:
         """The oldest pending rows of ``shards`` (up to ``limit``), in id order, each with its shard."""
