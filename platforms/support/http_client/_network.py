@@ -12,6 +12,8 @@ unless the caller names one. Error texts never carry the URL's query.
 
 from __future__ import annotations
 
+import functools
+
 import aiohttp
 from yarl import URL
 
@@ -39,9 +41,7 @@ class NetworkTransport:
         self._generation = 0
 
     async def handle(self, request: HttpRequest) -> HttpResult:
-        where = f"{request.method} {shown(request.url)}"
         headers = {"accept-encoding": "identity", **request.headers}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=request.timeout, sock_read=request.timeout)
         try:
             url = URL(request.url, encoded=True)  # sent as the caller quoted it
             async with self._current().request(
@@ -49,20 +49,21 @@ class NetworkTransport:
                 url,
                 data=request.body,
                 headers=headers,
-                timeout=timeout,
+                timeout=_timeout(request.timeout),
                 allow_redirects=request.follow_redirects,
                 skip_auto_headers=_SKIPPED,
             ) as response:
-                return await _read(response, request.max_bytes, where)
+                return await _read(response, request)
         except aiohttp.ConnectionTimeoutError as exc:
+            where = _where(request)
             raise Unreachable(f"{where}: cannot be reached (timed out)", reason="timed out", timed_out=True) from exc
         except (aiohttp.ClientConnectorError, aiohttp.InvalidURL, ValueError) as exc:
             cause = _cause(exc, request.url)
-            raise Unreachable(f"{where}: cannot be reached ({cause})", reason=cause) from exc
+            raise Unreachable(f"{_where(request)}: cannot be reached ({cause})", reason=cause) from exc
         except (aiohttp.ClientError, OSError) as exc:  # TimeoutError is an OSError
             cause = _cause(exc, request.url)
             raise NoAnswer(
-                f"{where}: did not answer after the request was sent ({cause})",
+                f"{_where(request)}: did not answer after the request was sent ({cause})",
                 reason=cause,
                 timed_out=isinstance(exc, TimeoutError),
             ) from exc
@@ -83,20 +84,42 @@ class NetworkTransport:
         return self._session
 
 
-async def _read(response: aiohttp.ClientResponse, limit: int, where: str) -> HttpResult:
-    """The whole answer, or :class:`TooLarge` once it passes ``limit`` (by its ``Content-Length``, or while read)."""
-    reason = f"the answer is larger than {limit} bytes"
+@functools.lru_cache(maxsize=32)
+def _timeout(seconds: float) -> aiohttp.ClientTimeout:
+    """Connecting and each wait for bytes bounded by ``seconds``, the whole exchange not (a long poll's own
+    timeout is its wait); one object per value, as requests repeat a few values."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+
+
+def _where(request: HttpRequest) -> str:
+    """The request for a message: its method and URL without credentials or query (made only for a failure)."""
+    return f"{request.method} {shown(request.url)}"
+
+
+async def _read(response: aiohttp.ClientResponse, request: HttpRequest) -> HttpResult:
+    """The whole answer, or :class:`TooLarge` once it passes the request's ``max_bytes`` (by its
+    ``Content-Length``, or while read)."""
+    limit = request.max_bytes
     encoded = response.headers.get("Content-Encoding", "identity").lower() != "identity"
     declared = None if encoded else response.content_length
     if declared is not None and declared > limit:
-        raise TooLarge(f"{where}: {reason}", reason=reason, status=response.status, size=declared)
-    data = bytearray()
-    async for chunk in response.content.iter_any():
-        data += chunk
-        if len(data) > limit:
-            raise TooLarge(f"{where}: {reason}", reason=reason, status=response.status, size=None)
+        raise _too_large(request, response.status, declared)
+    if declared is not None:  # the parser stops at the stated length: at most the limit
+        body = await response.read()
+    else:
+        data = bytearray()
+        async for chunk in response.content.iter_any():
+            data += chunk
+            if len(data) > limit:
+                raise _too_large(request, response.status, None)
+        body = bytes(data)
     headers = {name.lower(): value for name, value in response.headers.items()}
-    return HttpResult(status=response.status, headers=headers, body=bytes(data))
+    return HttpResult(status=response.status, headers=headers, body=body)
+
+
+def _too_large(request: HttpRequest, status: int, size: int | None) -> TooLarge:
+    reason = f"the answer is larger than {request.max_bytes} bytes"
+    return TooLarge(f"{_where(request)}: {reason}", reason=reason, status=status, size=size)
 
 
 def _cause(exc: BaseException, url: str) -> str:
