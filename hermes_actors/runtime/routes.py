@@ -167,13 +167,15 @@ class Routes:
         """Return whether ``session_id``'s end is queued but not committed yet."""
         return session_id in self._ending
 
-    def predecessor(self, routing_key: str) -> str | None:
-        """Return the session ``routing_key`` led to before: an ending one, or the stored route."""
+    def ending_predecessor(self, routing_key: str) -> str | None:
+        """Return the session ``routing_key`` led to before if its end is queued but not committed yet (a new
+        session of the key waits for it), else ``None``. The stored route is read only while some session ends."""
         ending = self._successor_of.get(routing_key)
-        if ending is not None:
+        if ending is not None or not self._ending:
             return ending
         with self._readers.reader() as store:
-            return store.get_route(routing_key)
+            stored = store.get_route(routing_key)
+        return stored if stored in self._ending else None
 
     def existing(self, routing_key: str) -> str | None:
         """Return the live session ``routing_key`` leads to, without creating one."""

@@ -186,13 +186,13 @@ class SupervisorActor(RuntimeActor):
         )
         if session_id is not None:
             return session_id
-        previous = routes.predecessor(routing_key)
+        previous = routes.ending_predecessor(routing_key)
         kind = SessionKind.CLI if source.platform == "cli" else SessionKind.GATEWAY
         session_id = routes.fresh_id(self._services.new_id, kind, routing_key)
         state = self._live[session_id] = LiveSession(
             create_with=NewSession.of(routing_key, message), title=self._lifecycle.take_pending_title(routing_key)
         )
-        if routes.is_ending(previous):
+        if previous is not None:
             state.hold_until = previous
         routes.cache(routing_key, session_id)
         return session_id
