@@ -26,6 +26,7 @@ import itertools
 import logging
 import queue
 import threading
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from pykka._actor import ActorInbox
     from pykka._envelope import Envelope
 
-__all__ = ["IDLE_TIMEOUT_S", "ActorPool", "Mailbox", "PooledActor", "RuntimeActor"]
+__all__ = ["IDLE_TIMEOUT_S", "ActorPool", "Mailbox", "PooledActor", "RuntimeActor", "StopFlag"]
 
 IDLE_TIMEOUT_S = 30.0  # a pool worker that had nothing to run for this long ends
 
@@ -180,6 +181,47 @@ class Mailbox:
                 )
 
 
+class StopFlag(threading.Event):
+    """A pooled actor's ``actor_stopped``: a flag that becomes a ``threading.Event`` only once someone waits on it.
+
+    pykka and the runtime only set it and read it, and the ``Condition`` of an ``Event`` (its lock, its bound
+    methods and its waiters' deque) is ~1.2 KiB per live actor.
+    """
+
+    _guard = threading.Lock()  # orders set() against a first wait() (one for every flag: both are rare)
+
+    def __init__(self) -> None:  # no Condition: see the class docstring
+        self._flag = False
+        self._waited: threading.Event | None = None
+
+    def set(self) -> None:
+        with StopFlag._guard:
+            self._flag = True
+            waited = self._waited
+        if waited is not None:
+            waited.set()
+
+    def clear(self) -> None:
+        with StopFlag._guard:
+            self._flag = False
+            if self._waited is not None:
+                self._waited.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with StopFlag._guard:
+            if self._flag:
+                return True
+            if self._waited is None:
+                self._waited = threading.Event()
+            waited = self._waited
+        return waited.wait(timeout)
+
+
+# Actor URNs in UUID form: a random prefix drawn once and a counter (no random draw, a system call, per actor).
+_URN_PREFIX = uuid.uuid4().urn[:-12]
+_urn_numbers = itertools.count(1)
+
+
 class PooledActor(pykka.ThreadingActor):
     """A pykka actor that holds a thread of ``pool`` only while it has messages (see the module docstring).
 
@@ -190,7 +232,12 @@ class PooledActor(pykka.ThreadingActor):
     pool: ClassVar[ActorPool]
 
     def __init__(self) -> None:
-        super().__init__()
+        # What pykka's Actor.__init__ sets (pyproject.toml keeps pykka below 5), with a StopFlag for its Event and
+        # a URN without a random draw.
+        self.actor_urn = f"{_URN_PREFIX}{next(_urn_numbers) % 2**48:012x}"
+        self.actor_inbox = Mailbox(self.pool)
+        self.actor_stopped = StopFlag()
+        self._actor_ref = pykka.ActorRef(self)
         self._context = contextvars.Context()
         self._begun = False
         self._mailbox.attach(self._run_queued)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -197,3 +198,21 @@ def test_a_pool_starts_a_worker_for_each_job_that_finds_none_idle() -> None:
         assert sorted(names) == [f"test-pool-grows-{i}" for i in range(3)]
     finally:
         release.set()
+
+
+def test_a_pooled_actor_s_stop_flag_wakes_whoever_waits_on_it() -> None:
+    ref = _Recorder.start("waited on")
+    assert ref.actor_stopped.wait(0.01) is False  # a timed wait on a live actor times out
+    with ThreadPoolExecutor(1) as waiter:
+        waited = waiter.submit(ref.actor_stopped.wait, WAIT_S)
+        assert ref.stop(block=True, timeout=WAIT_S) is True
+        assert waited.result(WAIT_S) is True
+    assert ref.actor_stopped.is_set()
+    assert ref.actor_stopped.wait(0) is True
+
+
+def test_pooled_actors_have_distinct_urns_in_uuid_form(refs: list[pykka.ActorRef[Any]]) -> None:
+    refs.extend(_Recorder.start(f"urn {i}") for i in range(3))
+    urns = [ref.actor_urn for ref in refs]
+    assert len(set(urns)) == 3
+    assert all(uuid.UUID(urn).urn == urn for urn in urns)
