@@ -181,7 +181,7 @@ class ResponseDraft:
         ``response.completed``, or ``response.failed`` with the error."""
         if finished.reply is not None:
             calls = calls_of(finished.tool_calls)
-            events = self._complete_text(finished.reply) if finished.reply or not calls else []
+            events = self._complete_text(finished.reply) if finished.reply or not (calls or finished.approval) else []
             events += self._close_message("completed")
             items: list[OutputItem] = [
                 FunctionCallItem(

@@ -47,6 +47,7 @@ from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
 from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
+from platforms.api_server.responses_settled import decided_elsewhere, settled_response
 from platforms.api_server.responses_turns import place_turn, response_not_found, visible_response
 from platforms.api_server.responses_wire import (
     ResponsesRequest,
@@ -225,6 +226,8 @@ class ResponsesApi:
             background=body.background,
         )
         draft.input_items = input_items(body.input)
+        if place.previous is not None and (done := await decided_elsewhere(service, place.previous, given.text)):
+            return await settled_response(service, request, draft, done, stream=body.stream, keep=self._keep)
         if body.background:
             return await self._background.start(request, inbound, draft, continues=place.continues, stream=body.stream)
         with service.admitted():

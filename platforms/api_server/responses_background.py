@@ -40,7 +40,7 @@ from platforms.api_server.wire import PLATFORM, ApiError, json_response
 if TYPE_CHECKING:
     from platforms.api_server.service import ApiService
 
-__all__ = ["KEEP_S", "BackgroundResponse", "BackgroundResponses", "turn_id"]
+__all__ = ["KEEP_S", "BackgroundResponse", "BackgroundResponses", "Keep", "stored_outcome", "turn_id"]
 
 KEEP_S = 600.0  # how long an ended background response stays in memory
 _TICK_S = 0.25  # how often a watcher looks at a cancel and the server's stop; a stream at its client
@@ -171,7 +171,7 @@ class BackgroundResponses:
         entry.publish([*draft.queue(), *draft.begin()])  # its stream starts over from 0: created, queued, in_progress
         entry.began = True
         if stored.state != "pending":
-            entry.publish(draft.finish(_finished(stored)))
+            entry.publish(draft.finish(stored_outcome(stored)))
             await self._keep(draft, stored.session_id)
             entry.ended_at = time.monotonic()
             self._watched[response_id] = entry
@@ -236,7 +236,7 @@ class BackgroundResponses:
                     next_look = loop.time() + _STORE_CHECK_S
                     stored = await self._stored(call.message_id)
                     if stored is not None and stored.state != "pending":
-                        event = _finished(stored)
+                        event = stored_outcome(stored)
                 if entry.cancelling and entry.began and not call.stopped:
                     await self._service.stop_call(call)  # cancelled while queued: it has begun now
                 if isinstance(event, Finished):
@@ -282,11 +282,16 @@ def turn_id(response_id: str) -> str:
     return f"api-bg-{response_id}"
 
 
-def _finished(stored: StoredAnswer) -> Finished:
-    """The outcome of a turn that ended while no server watched it, as the store has it."""
-    if stored.state == "done" and stored.reply is not None:
+def stored_outcome(stored: StoredAnswer) -> Finished:
+    """The outcome of a turn that ended while no server watched it, as the store has it (a turn that paused for
+    approval ends with its request, whatever text came before it)."""
+    if stored.state == "done" and (stored.reply is not None or stored.approval is not None):
         return Finished(
-            session_id=stored.session_id, reply=stored.reply, usage=stored.usage, tool_calls=stored.tool_calls
+            session_id=stored.session_id,
+            reply=stored.reply or "",
+            usage=stored.usage,
+            tool_calls=stored.tool_calls,
+            approval=stored.approval,
         )
     if stored.state == "done":
         failure = "the turn ended without an answer: the agent failed or the turn was stopped"
