@@ -210,6 +210,8 @@ runtime:
   # auto_titles: true                # title a session after its first exchange
   # model_message_cap_chars: 16000   # per message of history sent to the model; 0: no cap
   # queue_retention_days: 8          # answered inbox rows (the redelivery dedupe) and sent replies are kept this long
+  # outbox_retry_base_s: 1.0         # a reply or event delivery that failed is tried again after this, doubling
+  # outbox_retry_max_s: 300.0        # up to this (or after the receiver's Retry-After)
 
 sessions:
   # auto_prune: false                # delete ended sessions older than retention_days at start
@@ -265,8 +267,9 @@ daemon:
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
 
 # Signed event webhooks (README "Event webhooks"): what happens, POSTed as Standard Webhooks through the outbox, each
-# event once by its id (the webhook-id header), retried with backoff and Retry-After, given up after give_up_after_s
-# as a dead letter ('hermesctl events deliveries' lists them, 'hermesctl events replay ID' sends one again).
+# event once by its id (the webhook-id header), retried with backoff (runtime.outbox_retry_base_s doubling up to
+# runtime.outbox_retry_max_s) and Retry-After, given up after give_up_after_s as a dead letter ('hermesctl events
+# deliveries' lists them, 'hermesctl events replay ID' sends one again).
 # events:
 #   webhooks:
 #     ops:                             # the webhook's name

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
+from hermes_actors.agents.approvals import ApprovalSettings
+from hermes_actors.config import BusyConfig, EventKind, EventWebhook, RuntimeConfig
 from hermes_actors.daemon.config_file import Settings, decode_settings, load_settings
 from hermes_actors.daemon.config_template import default_config_text, write_default_config
 from hermes_actors.errors import ConfigError
 from hermes_actors.lifecycle.policy import ResetMode
+from hermes_actors.lifecycle.schedule import JobsConfig
 from platforms import registry
 
 SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
@@ -36,9 +41,8 @@ def test_the_first_start_template_parses_to_the_defaults_plus_one_webhook_route(
     assert settings.platforms["webhook"].routes["default"].secret.startswith("whsec_")
 
 
-def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
-    # Uncommenting every "# key: value" line (nested blocks too) must give a valid file: the template documents
-    # real fields of real sections.
+def _uncommented_template() -> dict[str, Any]:
+    """The template with every "# key: value" line (nested blocks too) uncommented, as YAML data."""
     lines = []
     for line in default_config_text(SECRET).splitlines():
         stripped = line.lstrip()
@@ -49,13 +53,49 @@ def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
             lines.append(indent + candidate)
         else:
             lines.append(line)
-    data = yaml.safe_load("\n".join(lines))
+    data: dict[str, Any] = yaml.safe_load("\n".join(lines))
+    return data
+
+
+def test_every_commented_default_in_the_template_is_a_valid_setting() -> None:
+    # Uncommenting every "# key: value" line must give a valid file: the template documents real fields of real
+    # sections.
+    data = _uncommented_template()
     data["agent"]["base_url"] = "http://127.0.0.1:8000/v1"  # the example endpoint, with its model
     settings = decode_settings(data)
     assert settings.agent.model == "my-model"
     assert settings.session_reset.mode == ResetMode.NONE
     assert settings.platforms["webhook"].routes["default"].callback_url == "http://127.0.0.1:9000/replies"
     assert set(settings.platforms) == set(registry.PLATFORMS)  # every platform has its commented section
+
+
+def _fields(struct: type[msgspec.Struct]) -> set[str]:
+    return set(struct.__struct_fields__)
+
+
+def test_the_template_names_every_setting_of_busy_jobs_approvals_and_event_webhooks() -> None:
+    # Issue 36: the first-start config.yaml documents every setting of these features, each at its default.
+    data = _uncommented_template()
+    settings = decode_settings({**data, "agent": {**data["agent"], "base_url": "http://127.0.0.1:8000/v1"}})
+    assert set(data["busy"]) == _fields(BusyConfig)
+    assert set(data["jobs"]) == _fields(JobsConfig)
+    assert set(data["agent"]["approvals"]) == _fields(ApprovalSettings)
+    hook = data["events"]["webhooks"]["ops"]
+    assert set(hook) | {"secret"} == _fields(EventWebhook)  # secret_env, or secret (named in its comment)
+    assert "secret: whsec_" in default_config_text(SECRET)
+    assert set(hook["events"]) == {kind.value for kind in EventKind}
+    retries = {"outbox_retry_base_s", "outbox_retry_max_s"}  # an event delivery's backoff
+    assert retries <= set(data["runtime"])
+    assert "require_approval" in default_config_text(SECRET)  # an MCP server's calls held for approval
+    assert settings.busy == BusyConfig()  # each at its default
+    assert settings.jobs == JobsConfig()
+    assert settings.agent.approvals == ApprovalSettings()
+    assert (settings.runtime.outbox_retry_base_s, settings.runtime.outbox_retry_max_s) == (
+        RuntimeConfig().outbox_retry_base_s,
+        RuntimeConfig().outbox_retry_max_s,
+    )
+    webhook = settings.events.webhooks["ops"]
+    assert (webhook.give_up_after_s, webhook.timeout_s) == (86400.0, 10.0)
 
 
 @pytest.mark.parametrize(
