@@ -39,6 +39,24 @@ def test_only_the_head_of_each_chat_is_claimed_and_a_claim_keeps_others_off(pg: 
     assert [row.id for row in pg.outbox_claims.claim("d2")] == [second]
 
 
+def test_rows_recorded_sent_keep_each_its_platform_id_and_end_only_the_named_dispatcher_s_claims(
+    pg: PostgresStore,
+) -> None:
+    ids = [_queue(pg, f"c{n}", str(n)) for n in range(4)]
+    assert len(pg.outbox_claims.claim("d1")) == 4
+    pg.outbox_claims.sent("d1", [(ids[0], "p0")])
+    pg.outbox_claims.sent(None, [(ids[2], "p2"), (ids[1], None)])  # the API's replies: no dispatcher's claim
+    rows = pg.database.execute(
+        "SELECT id, sent_at IS NOT NULL, platform_message_id, claimed_by FROM outbox ORDER BY id"
+    )
+    assert rows == [
+        (ids[0], True, "p0", None),
+        (ids[1], True, None, "d1"),
+        (ids[2], True, "p2", "d1"),
+        (ids[3], False, None, "d1"),
+    ]
+
+
 def test_two_dispatchers_send_every_reply_once_and_each_chat_in_order(pg: PostgresStore) -> None:
     for n in range(60):
         _queue(pg, f"c{n % 5}", str(n))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hermes_actors.store.outbox_queue import OUTBOX_COLUMNS, outbox_row
+from hermes_actors.store.pg.group_commit import execute_generic
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.sql import SqlTable
 
@@ -67,7 +68,8 @@ class OutboxClaims(SqlTable):
         :meth:`~hermes_actors.store.pg.roles.PgRoles.held_query`), in one statement: the attempt's number (0 for a
         row that is gone), or ``None`` when the term is not held (nothing was counted)."""
         term, params = held
-        rows = self._db.execute(
+        rows = execute_generic(
+            self._db,
             f"WITH {term}, counted AS (UPDATE outbox SET attempts = attempts + 1 WHERE id = :outbox_id "
             "AND EXISTS (SELECT 1 FROM term) RETURNING attempts) "
             "SELECT EXISTS (SELECT 1 FROM term), (SELECT attempts FROM counted)",
@@ -84,12 +86,14 @@ class OutboxClaims(SqlTable):
         them (``None``: rows no dispatcher claimed), in one statement."""
         if not sent:
             return
-        self._db.execute(
-            "UPDATE outbox AS o SET sent_at = ?, platform_message_id = v.platform_message_id, last_error = NULL, "
-            "claimed_by = CASE WHEN o.claimed_by = ? THEN NULL ELSE o.claimed_by END, "
-            "claimed_until = CASE WHEN o.claimed_by = ? THEN NULL ELSE o.claimed_until END "
-            "FROM unnest(?::bigint[], ?::text[]) AS v(id, platform_message_id) WHERE o.id = v.id",
-            (self._clock(), dispatcher, dispatcher, [i for i, _ in sent], [p for _, p in sent]),
+        execute_generic(  # rows found by id = ANY (the key's index, whatever plan), each's id taken from the list
+            self._db,
+            "UPDATE outbox SET sent_at = :at, last_error = NULL, "
+            "platform_message_id = (:found::text[])[array_position(:ids::bigint[], id)], "
+            "claimed_by = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_by END, "
+            "claimed_until = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_until END "
+            "WHERE id = ANY(:ids::bigint[])",
+            {"at": self._clock(), "who": dispatcher, "ids": [i for i, _ in sent], "found": [p for _, p in sent]},
         )
 
     def failed(self, dispatcher: str, outbox_id: int, error: str, retry_at: float) -> None:
