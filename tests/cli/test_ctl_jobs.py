@@ -90,3 +90,35 @@ def test_a_job_the_store_refuses_is_an_error_line_naming_the_field(home: Path, s
         "Error: no job 'job_nope'; 'hermesctl jobs list' (or GET /api/jobs) shows the jobs\n",
     )
     assert _ctl(home, "jobs", "delete", "job_nope")[0] == 1
+
+
+def test_each_schedule_and_target_flag_of_the_issues_names_makes_its_job(home: Path, store: Store) -> None:
+    # Issue 36 "Names": --in DURATION, --at TIME, --every DURATION, --cron EXPR [--tz ZONE]; --session ID or --chat
+    # PLATFORM:CHAT; the prompt as the argument.
+    session = store.create_session(SessionSource(platform="telegram", account_id="main", chat_id="42", user_id="42"))
+
+    def added(*args: str) -> dict[str, object]:
+        code, out, err = _ctl(home, "jobs", "add", *args, "--json")
+        assert code == 0, err
+        shown: dict[str, object] = json.loads(out)
+        return shown
+
+    once = added("--in", "3s", "--chat", "telegram:42", "in three seconds")
+    assert (once["schedule"], once["target"], once["chat"], once["prompt"]) == (
+        "at",
+        "chat",
+        "telegram:42",
+        "in three seconds",
+    )
+    at = added("--at", "2099-12-01T09:00", "--tz", "UTC", "--session", session.id, "at nine")
+    assert (at["schedule"], at["target"], at["session_id"]) == ("at", "session", session.id)
+    assert float(str(at["spec"])) == 4099798800  # 2099-12-01T09:00 UTC
+    every = added("--every", "10m", "--chat", "telegram:42", "every ten")
+    assert (every["schedule"], float(str(every["spec"]))) == ("every", 600)
+    cron = added("--cron", "30 8 * * 1-5", "--tz", "Europe/Berlin", "--chat", "telegram:42", "weekday", "mornings")
+    assert (cron["schedule"], cron["spec"], cron["tz"], cron["prompt"]) == (
+        "cron",
+        "30 8 * * 1-5",
+        "Europe/Berlin",
+        "weekday mornings",
+    )
