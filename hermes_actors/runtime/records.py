@@ -139,6 +139,7 @@ def create_session_row(
             system_prompt=prefix.system_prompt,
             title=title,
             agent=agent,
+            tools=prefix.tools,
         )
 
     try:
@@ -148,8 +149,6 @@ def create_session_row(
             raise
         _log.info("session %s: title %r not applied: %s", session_id, title, exc)
         record = create()
-    store.freeze_prefix(session_id, system_prompt=prefix.system_prompt, tools=prefix.tools)
-    record = msgspec.structs.replace(record, tools=prefix.tools)
     store.set_route(routing_key, session_id)
     granted = store.leases.grant(session_id, lease_owner, lease_ttl_s)
     return CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)

@@ -49,8 +49,10 @@ class Directory:
         parent_session_id: str | None = None,
         started_at: float | None = None,
         agent: str | None = None,
+        tools: str | None = None,
     ) -> SessionRecord:
-        """Insert a live session and return it. ``source`` is a :class:`SessionSource` or a platform name.
+        """Insert a live session and return it. ``source`` is a :class:`SessionSource` or a platform name;
+        ``system_prompt`` and ``tools`` are its frozen prefix (as :meth:`freeze_prefix` stores it).
 
         Raises :class:`TitleInUseError` when another session holds ``title`` (after sanitising).
         """
@@ -75,6 +77,7 @@ class Directory:
             system_prompt=system_prompt,
             parent_session_id=parent_session_id,
             agent=agent,
+            tools=tools,
         )
         return self.sessions.create(record)
 

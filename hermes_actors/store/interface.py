@@ -84,9 +84,11 @@ class SessionDirectory(Protocol):
         parent_session_id: str | None = None,
         started_at: float | None = None,
         agent: str | None = None,
+        tools: str | None = None,
     ) -> SessionRecord:
         """Insert a live session and return it (:class:`TitleInUseError` when its title is taken); ``agent`` names
-        the configured agent that answers it for its life (``None``: the default agent)."""
+        the configured agent that answers it for its life (``None``: the default agent); ``system_prompt`` and
+        ``tools`` are its frozen prefix, as ``freeze_prefix`` stores it."""
         ...
 
     def insert_session(self, record: SessionRecord) -> None:
