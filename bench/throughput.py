@@ -291,6 +291,23 @@ def size_futex_hash_as_hermesd(slots: int | None) -> None:
         print(f"# futex hash: the kernel refused {slots} slots (older than 6.16?); its default", flush=True)
 
 
+def tune_collector_as_hermesd(young: int | None) -> None:
+    """For the rest of the run, tune the garbage collector as the measured tree's hermesd does
+    (``hermes_actors.runtime.collector``: a tree from before it leaves Python's defaults), or collect the youngest
+    generation every ``young`` allocations with what exists now frozen (-1: Python's defaults)."""
+    try:
+        from hermes_actors.runtime.collector import YOUNG_THRESHOLD
+    except ImportError:  # this tree's hermesd leaves the collector alone
+        YOUNG_THRESHOLD = -1
+    young = YOUNG_THRESHOLD if young is None else young
+    if young < 0:
+        print(f"# gc: Python's defaults {gc.get_threshold()}", flush=True)
+        return
+    gc.freeze()  # what hermes_actors.runtime.collector.tune_collector does, written here for trees without it
+    gc.set_threshold(young, *gc.get_threshold()[1:])
+    print(f"# gc: thresholds {gc.get_threshold()}, {gc.get_freeze_count()} objects frozen at start", flush=True)
+
+
 # -- the platform and the agents -------------------------------------------------------------------------------
 
 
@@ -844,12 +861,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "default: sized as hermesd sizes it",
     )
     parser.add_argument(
+        "--gc-young",
+        type=int,
+        metavar="N",
+        help="collect the youngest generation every N allocations, what exists at start frozen (-1: Python's "
+        "defaults); default: as the measured tree's hermesd (hermes_actors.runtime.collector)",
+    )
+    parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile every thread; write pstats files per thread group to DIR"
     )
     args = parser.parse_args(argv)
     if args.trace:
         TRACE.install()
     size_futex_hash_as_hermesd(args.futex_hash_slots)
+    tune_collector_as_hermesd(args.gc_young)
     profiler = ThreadProfiler() if args.profile else None
     if profiler is not None:
         profiler.start()

@@ -30,6 +30,7 @@ from hermes_actors.daemon.pid_lock import PidLock
 from hermes_actors.daemon.process import Daemon
 from hermes_actors.daemon.startup import check_configuration
 from hermes_actors.errors import ConfigError, HermesError
+from hermes_actors.runtime.collector import tune_collector
 
 __all__ = ["main"]
 
@@ -100,7 +101,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
         return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
-        code = daemon.run()
+        with tune_collector():  # fewer, cheaper collections for a process of many live sessions
+            code = daemon.run()
     except HomeUnusableError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
