@@ -150,5 +150,5 @@ def create_session_row(
         _log.info("session %s: title %r not applied: %s", session_id, title, exc)
         record = create()
     store.set_route(routing_key, session_id)
-    granted = store.leases.grant(session_id, lease_owner, lease_ttl_s)
+    granted = store.leases.grant(session_id, lease_owner, lease_ttl_s, new=True)
     return CreatedRow(record=record, epoch=granted if isinstance(granted, int) else None)

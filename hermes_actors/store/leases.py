@@ -54,12 +54,19 @@ class Leases:
         self._terms = TermTable(db, _spec(kept), skew=skew or (lambda: 0.0), clock=clock)
         self.shard_check: Callable[[str], bool] | None = None
 
-    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
-        """Take or renew the lease: its epoch, or the current holder's owner string when another holds it."""
+    def grant(self, session_id: str, owner: str, ttl_s: float, *, new: bool = False) -> int | str:
+        """Take or renew the lease: its epoch, or the current holder's owner string when another holds it. ``new``:
+        the session was created in this transaction, so no lease of it can be held yet (taken without looking for
+        one first; were one held, it is found as usual)."""
         terms = self._terms
         with self._db.transaction(savepoint=False):
             if self.shard_check is not None:
                 self.shard_check(session_id)
+            if new:
+                terms.create([session_id])
+                taken = terms.take(owner, [session_id], ttl_s)
+                if session_id in taken:
+                    return taken[session_id]
             renewed = terms.renew(owner, ttl_s, keys=[session_id])
             if renewed:
                 return renewed[session_id]

@@ -166,8 +166,9 @@ class OutboxQueue(Protocol):
 class LeaseTable(Protocol):
     """Cross-process session ownership with fencing epochs (``store.leases``)."""
 
-    def grant(self, session_id: str, owner: str, ttl_s: float) -> int | str:
-        """Take or renew the lease: its epoch, or the current holder."""
+    def grant(self, session_id: str, owner: str, ttl_s: float, *, new: bool = False) -> int | str:
+        """Take or renew the lease: its epoch, or the current holder (``new``: a session created in this
+        transaction, whose lease is taken without looking for a holder first)."""
         ...
 
     def acquire(self, session_id: str, owner: str, ttl_s: float) -> str | None:

@@ -99,6 +99,23 @@ def test_a_lease_fences_a_turn_after_another_owner_took_it(store: StoreInterface
     assert store.leases.owners() == []
 
 
+def test_a_new_session_s_lease_is_taken_at_once_and_a_held_one_still_found(
+    store: StoreInterface, clock: FakeClock
+) -> None:
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", 10, new=True)
+    assert isinstance(epoch, int)
+    store.leases.fence("s1", "a", epoch, 10)
+    assert store.leases.grant("s1", "b", 10, new=True) == "a"  # held: found, not taken
+    assert store.leases.grant("s1", "a", 10, new=True) == epoch  # its own: renewed under the same epoch
+    clock.advance(11)
+    taken = store.leases.grant("s1", "b", 10, new=True)
+    assert isinstance(taken, int)
+    assert taken > epoch
+    with pytest.raises(LeaseLostError):
+        store.leases.fence("s1", "a", epoch, 10)
+
+
 def test_timers_and_cursors_are_replaced_by_name(store: StoreInterface) -> None:
     store.timers.set("idle", 5.0)
     store.timers.apply({"idle": (7.0, b"x"), "daily": (6.0, None)})
