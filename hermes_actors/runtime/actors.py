@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
+import os
 import queue
 import threading
 import uuid
@@ -68,6 +69,13 @@ class ActorPool:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = 0  # workers waiting for a job, less the jobs queued for them
         self._numbers = itertools.count()
+        os.register_at_fork(after_in_child=self._forget_workers)
+
+    def _forget_workers(self) -> None:
+        """In a forked child: the parent's workers are not there; start afresh."""
+        self._lock = threading.Lock()
+        self._jobs = queue.SimpleQueue()
+        self._idle = 0
 
     def run(self, job: Callable[[], None]) -> None:
         """Run ``job`` on an idle worker, or on a new one when none is idle; ``job`` must not raise."""
