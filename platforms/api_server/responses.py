@@ -47,7 +47,7 @@ from platforms.api_server.models import requested_agent
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import BackgroundResponse, BackgroundResponses, turn_id
 from platforms.api_server.responses_items import input_items, page_of, read_stored, stored_body
-from platforms.api_server.responses_settled import decided_elsewhere, settled_response
+from platforms.api_server.responses_settled import decided_elsewhere, settle_refused, settled_response
 from platforms.api_server.responses_turns import place_turn, response_not_found, visible_response
 from platforms.api_server.responses_wire import (
     ResponsesRequest,
@@ -262,7 +262,7 @@ class ResponsesApi:
                     return json_response(draft.response(), headers={**headers, COMPLETED_HEADER: "false"})
                 if event.reply is None and not draft.produced:
                     raise failure_error(event, headers)
-                draft.finish(event)
+                draft.finish(await settle_refused(self._service, draft, call.inbound, event))
                 await self._keep(draft, event.session_id)
                 if event.reply is None:
                     headers[COMPLETED_HEADER] = "false"
@@ -304,7 +304,7 @@ class ResponsesApi:
                 elif isinstance(event, Finished) and event.stopped:
                     await _send(response, await self._abandon(draft, turn, call, _STOPPED))
                 elif isinstance(event, Finished):
-                    events = draft.finish(event)
+                    events = draft.finish(await settle_refused(service, draft, call.inbound, event))
                     await self._keep(draft, event.session_id)
                     await _send(response, events)
             await response.write_eof()

@@ -5,7 +5,9 @@ A response that paused ends with ``mcp_approval_request`` items; its client answ
 console, another replica, its deadline) and the turn has continued from the decision, the new response is that
 continued turn's answer as the store has it (:func:`decided_elsewhere`; its reply, or the next request it paused on),
 and no message is sent: the session would only say the request was answered already. An answer that arrives while
-the request is still open goes to the session as a message, as before.
+the request is still open goes to the session as a message, as before; when the session refuses it because another
+decision came first (:func:`settle_refused`: that decision's turn was under way), the response is that turn's
+answer too.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hermes_actors.messages import ResponseRecord
+from hermes_actors.messages import InboundMessage, ResponseRecord
 from hermes_actors.ports import StoredAnswer
 from platforms.api_server.response_draft import ResponseDraft
 from platforms.api_server.responses_background import Keep, stored_outcome, turn_id
+from platforms.api_server.responses_turns import visible_response
 from platforms.api_server.sessions import SESSION_HEADER
+from platforms.api_server.turn_call import Finished
 from platforms.api_server.wire import PLATFORM, json_response
 
 if TYPE_CHECKING:
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
 
     from platforms.api_server.service import ApiService
 
-__all__ = ["decided_elsewhere", "response_turn_id", "settled_response"]
+__all__ = ["decided_elsewhere", "response_turn_id", "settle_refused", "settled_response"]
 
 _DECISION = re.compile(r"^/(?:approve|deny)\s+#?(\d{1,18})\b")
 
@@ -90,3 +94,20 @@ async def settled_response(
     await response.write(b"".join(event.sse() for event in (*created, *events)))
     await response.write_eof()
     return response
+
+
+async def settle_refused(
+    service: ApiService, draft: ResponseDraft, sent: InboundMessage, finished: Finished
+) -> Finished:
+    """``finished``, the outcome of the answer ``sent`` for ``draft``; or, when the session refused that answer
+    because the request had been answered elsewhere first, the outcome of the turn that continued from it."""
+    previous_id = draft.base.previous_response_id
+    if previous_id is None or finished.reply is None or _DECISION.match(sent.text) is None:
+        return finished
+    inbox, host = service.parts()
+    own = await host.blocking(partial(inbox.stored_answer, PLATFORM, sent.message_id))
+    if own is None or own.state != "rejected":
+        return finished
+    previous = await visible_response(service, previous_id)
+    done = None if previous is None else await decided_elsewhere(service, previous, sent.text)
+    return finished if done is None else stored_outcome(done)

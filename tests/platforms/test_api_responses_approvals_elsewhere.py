@@ -6,6 +6,8 @@ gateway, real HTTP on 127.0.0.1, the openai client."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -170,4 +172,39 @@ def test_a_background_response_decided_elsewhere_while_unwatched_is_read_back_wi
     assert found.status == "completed"
     assert found.output_text == _DEPLOYED
     assert _requests(found.output) == []
+    assert deploys.runs == [{"env": "prod"}]
+
+
+class _SlowDeploys(Deploys):
+    """A deploy that waits for ``release`` once it runs (the continued turn is under way, not yet committed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, arguments: dict[str, Any]) -> str:
+        self.running.set()
+        self.release.wait(10)
+        return super().run(arguments)
+
+
+def test_an_approval_response_that_meets_a_decision_elsewhere_under_way_answers_with_the_continued_reply(
+    start: Start,
+) -> None:
+    deploys = _SlowDeploys()
+    agent = EchoAgent()
+    offer_tools(agent, deploys)
+    running = start(agent=agent)
+    client = running.client()
+    paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
+    (asked,) = _requests(paused.output)
+    GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
+    assert deploys.running.wait(10)  # decided by the operator; its turn runs the call, not yet committed
+    with ThreadPoolExecutor(1) as pool:
+        answering = pool.submit(_answer, client, paused.id, asked.id, approve=False)
+        poll_until(lambda: running.gateway.statistics().queued_messages == 1, 10, what="the client's answer queued")
+        deploys.release.set()
+        answered = answering.result(timeout=15)
+    assert answered.output_text == _DEPLOYED  # what happened, not "answered already"
     assert deploys.runs == [{"env": "prod"}]
