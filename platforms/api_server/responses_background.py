@@ -127,6 +127,7 @@ class BackgroundResponses:
         call = service.turn_call(inbound)
         entry = BackgroundResponse(draft, call, service.scope)
         entry.publish(draft.queue())  # before the turn can begin
+        queued = draft.response()  # the answer: the turn may begin before the submit returns
         try:
             call.open(on_started=entry.begin)
             await service.submit(inbound, continues=continues, idempotency=None, call=call)
@@ -138,7 +139,7 @@ class BackgroundResponses:
         self._watch(entry)
         if stream:
             return await self.stream(request, entry, after=-1)
-        return json_response(draft.response())
+        return json_response(queued)
 
     def find(self, response_id: str) -> BackgroundResponse | None:
         """The background response ``response_id`` this process watches (or watched lately), within the key."""
