@@ -81,7 +81,7 @@ class ResponsesApi:
 
     def __init__(self, service: ApiService) -> None:
         self._service = service
-        self._background = BackgroundResponses(service, self._keep)
+        self._background = BackgroundResponses(service, self._keep, settle=partial(settle_refused, service))
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)

@@ -40,7 +40,7 @@ from platforms.api_server.wire import PLATFORM, ApiError, json_response
 if TYPE_CHECKING:
     from platforms.api_server.service import ApiService
 
-__all__ = ["KEEP_S", "BackgroundResponse", "BackgroundResponses", "Keep", "stored_outcome", "turn_id"]
+__all__ = ["KEEP_S", "BackgroundResponse", "BackgroundResponses", "Keep", "Settle", "stored_outcome", "turn_id"]
 
 KEEP_S = 600.0  # how long an ended background response stays in memory
 _TICK_S = 0.25  # how often a watcher looks at a cancel and the server's stop; a stream at its client
@@ -49,6 +49,7 @@ _STORE_CHECK_S = 2.0  # how often the watcher of a response read back from the s
 _log = logging.getLogger(__name__)
 
 Keep = Callable[[ResponseDraft, "str | None"], Awaitable[None]]
+Settle = Callable[[ResponseDraft, InboundMessage, Finished], Awaitable[Finished]]
 
 
 class BackgroundResponse:
@@ -99,10 +100,13 @@ class BackgroundResponse:
 class BackgroundResponses:
     """The background responses of one API server; ``keep`` stores a response with the session it ran in."""
 
-    def __init__(self, service: ApiService, keep: Keep, *, keep_s: float = KEEP_S) -> None:
+    def __init__(
+        self, service: ApiService, keep: Keep, *, keep_s: float = KEEP_S, settle: Settle | None = None
+    ) -> None:
         self._service = service
         self._keep = keep
         self._keep_s = keep_s
+        self._settle = settle  # a turn's outcome as the response ends with it (an approval answered elsewhere first)
         self._watched: dict[str, BackgroundResponse] = {}
 
     async def close(self, app: web.Application | None = None) -> None:
@@ -241,6 +245,8 @@ class BackgroundResponses:
                 if entry.cancelling and entry.began and not call.stopped:
                     await self._service.stop_call(call)  # cancelled while queued: it has begun now
                 if isinstance(event, Finished):
+                    if not entry.cancelling and not event.stopped and self._settle is not None:
+                        event = await self._settle(draft, call.inbound, event)
                     if not entry.cancelling:
                         entry.publish(draft.abandon("stopped") if event.stopped else draft.finish(event))
                     await self._keep(draft, event.session_id)

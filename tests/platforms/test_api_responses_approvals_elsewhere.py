@@ -208,3 +208,34 @@ def test_an_approval_response_that_meets_a_decision_elsewhere_under_way_answers_
         answered = answering.result(timeout=15)
     assert answered.output_text == _DEPLOYED  # what happened, not "answered already"
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_a_background_approval_response_that_meets_a_decision_elsewhere_under_way_ends_with_the_continued_reply(
+    start: Start,
+) -> None:
+    deploys = _SlowDeploys()
+    agent = EchoAgent()
+    offer_tools(agent, deploys)
+    running = start(agent=agent)
+    client = running.client()
+    paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
+    (asked,) = _requests(paused.output)
+    GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
+    assert deploys.running.wait(10)
+    answering = client.responses.create(
+        model="hermes-agent",
+        previous_response_id=paused.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": False}],
+        background=True,
+    )
+    assert answering.status == "queued"
+    deploys.release.set()
+
+    def ended() -> Any:
+        found = client.responses.retrieve(answering.id)
+        return found if found.status not in ("queued", "in_progress") else None
+
+    answered = poll_until(ended, 15, what="the background answer's end")
+    assert answered.status == "completed"
+    assert answered.output_text == _DEPLOYED
+    assert deploys.runs == [{"env": "prod"}]
