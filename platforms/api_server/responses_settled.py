@@ -52,12 +52,16 @@ def response_turn_id(record: ResponseRecord) -> str:
     return turn_id(record.id) if _asked_decoder.decode(record.body).background else f"api-{record.id}"
 
 
-async def decided_elsewhere(service: ApiService, previous: ResponseRecord, text: str) -> StoredAnswer | None:
+async def decided_elsewhere(service: ApiService, draft: ResponseDraft, text: str) -> StoredAnswer | None:
     """The stored answer of the turn that continued from the request ``text`` answers (``/approve N``, ``/deny N``),
-    when ``previous`` asked request ``N`` and it was answered elsewhere and continued; ``None`` otherwise (the text
-    is no answer, ``previous`` did not ask it, or it is still open: the answer goes to the session)."""
+    when the response ``draft`` follows (its ``previous_response_id``, else the newest of its conversation) asked
+    request ``N`` and it was answered elsewhere and continued; ``None`` otherwise (the text is no answer, that
+    response did not ask it, or it is still open: the answer goes to the session)."""
     decision = _DECISION.match(text)
     if decision is None:
+        return None
+    previous = await _asking(service, draft)
+    if previous is None:
         return None
     approval_id = int(decision[1])
     prefix = f"mcpr_{approval_id}_"
@@ -71,6 +75,17 @@ async def decided_elsewhere(service: ApiService, previous: ResponseRecord, text:
     if stored.approval is not None and stored.approval.id == approval_id:
         return None  # no turn has continued from it yet: the session takes the answer (or says who was first)
     return stored
+
+
+async def _asking(service: ApiService, draft: ResponseDraft) -> ResponseRecord | None:
+    """The stored response ``draft`` follows: its ``previous_response_id``'s, else its conversation's newest."""
+    base = draft.base
+    if base.previous_response_id is not None:
+        return await visible_response(service, base.previous_response_id)
+    if base.conversation is None:
+        return None
+    inbox, host = service.parts()
+    return await host.blocking(partial(inbox.latest_response_in, service.scope, base.conversation.id))
 
 
 async def settled_response(
@@ -101,13 +116,12 @@ async def settle_refused(
 ) -> Finished:
     """``finished``, the outcome of the answer ``sent`` for ``draft``; or, when the session refused that answer
     because the request had been answered elsewhere first, the outcome of the turn that continued from it."""
-    previous_id = draft.base.previous_response_id
-    if previous_id is None or finished.reply is None or _DECISION.match(sent.text) is None:
+    follows = draft.base.previous_response_id is not None or draft.base.conversation is not None
+    if not follows or finished.reply is None or _DECISION.match(sent.text) is None:
         return finished
     inbox, host = service.parts()
     own = await host.blocking(partial(inbox.stored_answer, PLATFORM, sent.message_id))
     if own is None or own.state != "rejected":
         return finished
-    previous = await visible_response(service, previous_id)
-    done = None if previous is None else await decided_elsewhere(service, previous, sent.text)
+    done = await decided_elsewhere(service, draft, sent.text)
     return finished if done is None else stored_outcome(done)

@@ -239,3 +239,22 @@ def test_a_background_approval_response_that_meets_a_decision_elsewhere_under_wa
     assert answered.status == "completed"
     assert answered.output_text == _DEPLOYED
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_an_approval_response_in_a_conversation_after_the_console_approved_answers_with_the_reply(
+    start: Start,
+) -> None:
+    running, deploys = _running(start)
+    client = running.client()
+    conversation = client.conversations.create()
+    paused = client.responses.create(model="hermes-agent", input=_DEPLOY, conversation=conversation.id)
+    (asked,) = _requests(paused.output)
+    GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
+    _continued(running, f"api-{paused.id}", 10)
+    answered = client.responses.create(
+        model="hermes-agent",
+        conversation=conversation.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}],
+    )
+    assert answered.output_text == _DEPLOYED
+    assert deploys.runs == [{"env": "prod"}]
