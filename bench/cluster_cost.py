@@ -113,6 +113,7 @@ async def _drive(
     figures = _figures(result, cpu, idle, driver_cpu)
     figures["callbacks_twice"] = float(receiver.twice)
     figures["pending_after"], figures["unsent_after"] = _drained(side)
+    figures |= _split(result, side.turn_times())
     profile: Profile | None = None
     if args.profile:
         assert trace_dir is not None
@@ -140,6 +141,22 @@ def _figures(result: LoadResult, cpu: dict[str, float], idle: float, driver_cpu:
         "window_s": result.done_for,
         "driver_cpu_ms_per_message": driver_cpu * 1000 / n,
     }
+    return figures
+
+
+def _split(result: LoadResult, turns: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Medians of where each kind of message spent its time: request -> its inbox row committed, -> its turn
+    committed, -> the answer (the response, or the callback) received."""
+    parts: dict[str, list[tuple[float, float, float]]] = {"api": [], "webhook": []}
+    for text, received, committed in turns:
+        found = result.answered.get(text)
+        if found is not None:
+            kind, sent, took = found
+            parts[kind].append((received - sent, committed - received, sent + took - committed))
+    figures = {}
+    for kind, rows in parts.items():
+        for index, stage in enumerate(("to_inbox", "inbox_to_turn", "turn_to_answer")):
+            figures[f"{kind}_{stage}_p50_ms"] = _pct([row[index] for row in rows], 0.5)
     return figures
 
 
@@ -192,6 +209,10 @@ _NOTES = {
     "pending_after": "inbox rows still pending at the end (must be 0)",
     "unsent_after": "replies not marked sent at the end",
     "driver_cpu_ms_per_message": "the bench's own load and receiver, not counted above",
+    "api_to_inbox_p50_ms": "request sent -> its inbox row committed",
+    "api_inbox_to_turn_p50_ms": "inbox row -> the turn's commit (it dates its messages)",
+    "api_turn_to_answer_p50_ms": "turn's commit -> the whole response received",
+    "webhook_turn_to_answer_p50_ms": "turn's commit -> the callback received",
 }
 
 

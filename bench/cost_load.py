@@ -104,6 +104,7 @@ class LoadResult:
     webhook_accept: list[float] = field(default_factory=list)  # request -> 202
     webhook_lag: list[float] = field(default_factory=list)  # request sent -> callback received
     late: list[float] = field(default_factory=list)  # how late each message left against its schedule
+    answered: dict[str, tuple[str, float, float]] = field(default_factory=dict)  # text: kind, sent (wall), answer
     sent_for: float = 0.0  # first send -> last send
     done_for: float = 0.0  # first send -> last answer
 
@@ -119,7 +120,7 @@ class Load:
         self.tag = tag  # makes every id of this run new
         self.session_ids: dict[int, str] = {}
         self._locks: dict[int, asyncio.Lock] = {}
-        self._posted: dict[str, float] = {}
+        self._posted: dict[str, tuple[float, float, str]] = {}  # webhook id: perf counter, wall clock, text
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Load:
@@ -145,7 +146,7 @@ class Load:
             "webhook-signature": sign(self.secret, webhook_id, stamp, body),
         }
         started = time.perf_counter()
-        self._posted[webhook_id] = started
+        self._posted[webhook_id] = (started, time.time(), text)
         async with self._http.post(f"{target.webhook}/webhooks/default", data=body, headers=headers) as response:
             if response.status != 202:
                 raise RuntimeError(f"webhook {webhook_id}: {response.status} {(await response.text())[:300]}")
@@ -163,13 +164,14 @@ class Load:
             if known is not None:
                 headers[SESSION_HEADER] = known
             body: dict[str, Any] = {"model": "hermes-agent", "messages": [{"role": "user", "content": text}]}
-            started = time.perf_counter()
+            wall, started = time.time(), time.perf_counter()
             async with self._http.post(f"{target.api}/v1/chat/completions", json=body, headers=headers) as response:
                 answer = await response.text()
                 if response.status != 200:
                     raise RuntimeError(f"completion {n}: {response.status} {answer[:300]}")
                 session = response.headers.get(SESSION_HEADER)
             result.api_latency.append(time.perf_counter() - started)
+            result.answered[text] = ("api", wall, result.api_latency[-1])
             content = json.loads(answer)["choices"][0]["message"]["content"]
             if text not in content:
                 raise RuntimeError(f"completion {n} answered {content[:200]!r}, not an echo of {text!r}")
@@ -205,7 +207,9 @@ class Load:
         webhooks = {i for i in ids if i is not None}
         await self.receiver.wait_for(webhooks, timeout)
         for key in webhooks:
-            result.webhook_lag.append(self.receiver.arrived[key] - self._posted[key])
+            started, wall, text = self._posted[key]
+            result.webhook_lag.append(self.receiver.arrived[key] - started)
+            result.answered[text] = ("webhook", wall, result.webhook_lag[-1])
             if not self.receiver.texts[key].startswith("echo:"):
                 raise RuntimeError(f"webhook {key} was answered {self.receiver.texts[key][:200]!r}")
         result.done_for = time.perf_counter() - began

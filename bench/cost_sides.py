@@ -35,6 +35,10 @@ __all__ = ["SECRET", "ClusterSide", "SingleSide"]
 SECRET = "whsec_" + "YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY="
 _ADMIN_KEY = "hk-admin-bench-0123456789abcdef0123456789"
 _RAY_PORT = 6379
+_TURN_TIMES = (  # a turn dates its messages as it commits
+    "SELECT m.content, i.received_at, m.created_at FROM inbox i "
+    "JOIN messages m ON m.platform_message_id = i.platform_message_id AND m.role = 'user'"
+)
 
 
 def _env(code: Path, trace_dir: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -127,12 +131,22 @@ class SingleSide:
         assert self.process is not None
         return {"hermesd": Group(frozenset(tree(snapshot, self.process.pid)), frozenset({self.process.pid}))}
 
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        db = sqlite3.connect(f"file:{self.home / 'state.db'}?mode=ro", uri=True)
+        try:
+            return list(db.execute(sql).fetchall())
+        finally:
+            db.close()
+
     def pending(self) -> tuple[int, int]:
         """(inbox rows still pending, replies not sent yet)."""
-        with sqlite3.connect(f"file:{self.home / 'state.db'}?mode=ro", uri=True) as db:
-            inbox = db.execute("SELECT count(*) FROM inbox WHERE state = 'pending'").fetchone()[0]
-            outbox = db.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL")
-            return int(inbox), int(outbox.fetchone()[0])
+        (inbox,) = self._rows("SELECT count(*) FROM inbox WHERE state = 'pending'")
+        (outbox,) = self._rows("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL")
+        return int(inbox[0]), int(outbox[0])
+
+    def turn_times(self) -> list[tuple[str, float, float]]:
+        """Each user message's text, when its inbox row committed and when its turn committed (wall clock)."""
+        return [(str(text), float(received), float(created)) for text, received, created in self._rows(_TURN_TIMES)]
 
     def stop(self) -> None:
         if self.process is not None:
@@ -304,6 +318,13 @@ class ClusterSide:
         inbox = self.sql("SELECT count(*) FROM inbox WHERE state = 'pending'")[0][0]
         outbox = self.sql("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND abandoned_at IS NULL")[0][0]
         return int(inbox), int(outbox)
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return self.sql(sql)
+
+    def turn_times(self) -> list[tuple[str, float, float]]:
+        """Each user message's text, when its inbox row committed and when its turn committed (wall clock)."""
+        return [(str(text), float(received), float(created)) for text, received, created in self._rows(_TURN_TIMES)]
 
     def stop(self) -> None:
         """Replicas, then the Ray head (and the hosts with it), then PostgreSQL; each even when one before failed."""
