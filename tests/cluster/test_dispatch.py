@@ -221,3 +221,19 @@ def test_api_server_rows_are_left_to_the_api_server(pg: PostgresStore) -> None:
     assert dispatcher.dispatch_once() == 0
     assert platform.sent == []
     assert pg.outbox.backlog() == 1
+
+
+def test_a_started_dispatcher_sends_a_reply_as_soon_as_it_is_queued_not_at_its_next_poll(pg: PostgresStore) -> None:
+    platform = FakePlatform("fake")
+    dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="a")
+    dispatcher.start(interval_s=60.0)  # a poll would come only after the test's deadline
+    try:
+        poll_until(lambda: dispatcher.held() == {"send:fake"}, timeout=5, interval=0.05, what="send:fake taken")
+        time.sleep(0.3)  # the first round has claimed nothing and polls again only in 60 s
+        queued = time.monotonic()
+        _queue(pg, "c", "now")
+        poll_until(lambda: platform.sent, timeout=5, interval=0.01, what="the reply sent")
+        assert time.monotonic() - queued < 5
+        assert [m.text for m in platform.sent] == ["now"]
+    finally:
+        dispatcher.stop()

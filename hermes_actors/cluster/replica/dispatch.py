@@ -28,6 +28,7 @@ outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -44,6 +45,7 @@ from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.runtime.outbox import GiveUp, abandon
 from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.pg.turn_relay import ReplyListener
 from hermes_actors.store.records import OutboxRow
 
 __all__ = ["NOT_DISPATCHED", "OutboxDispatcher"]
@@ -120,6 +122,8 @@ class OutboxDispatcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
+        self._replies: ReplyListener | None = None  # the listener thread's connection, closed by stop()
         for platform, sender in senders.items():
             self.offer(platform, sender)
 
@@ -293,10 +297,42 @@ class OutboxDispatcher:
             return self._lock.wait_for(lambda: not self._busy, timeout)
 
     def start(self, interval_s: float = 0.2) -> None:
-        """Dispatch on a thread of its own until :meth:`stop`."""
+        """Dispatch on a thread of its own until :meth:`stop`: at once when a reply of a platform it serves is
+        queued (``NOTIFY hermes_outbox``, on a connection of its own), and every ``interval_s`` anyway (a retry
+        coming due, a notification lost while the listener reconnected)."""
         self._thread = threading.Thread(target=self._run, args=(interval_s,), name=f"dispatch-{self._name}")
         self._thread.daemon = True
         self._thread.start()
+        self._listener = threading.Thread(target=self._listen, name=f"dispatch-{self._name}-listen", daemon=True)
+        self._listener.start()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                listener = self._replies
+                if listener is None:
+                    listener = self._replies = ReplyListener(self._store.database.dsn)
+                    if self._stop.is_set():  # stop() came while it connected, and closed nothing
+                        break
+                platforms = listener.wait(1.0)
+            except Exception as exc:
+                if self._stop.is_set():
+                    break
+                _log.info("dispatcher %s: listening for replies failed (%s); polling meanwhile", self._name, exc)
+                self._close_listener()
+                self._stop.wait(1.0)
+                continue
+            with self._lock:
+                served = {platform for _, platform in self._units}
+            if platforms & served:
+                self._wake.set()
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        listener, self._replies = self._replies, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                listener.close()
 
     def _run(self, interval_s: float) -> None:
         while not self._stop.is_set():
@@ -314,6 +350,9 @@ class OutboxDispatcher:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+        if self._listener is not None:
+            self._close_listener()  # a waiting listener returns at once
+            self._listener.join(timeout=timeout)
         self.wait_idle(timeout)
         self._workers.close()
         with self._lock:

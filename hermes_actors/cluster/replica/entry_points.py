@@ -68,7 +68,7 @@ class ClusterReplica:
         build: Build,
         name: str,
         role_ttl_s: float = 10.0,
-        dispatch_interval_s: float = 0.2,
+        dispatch_interval_s: float = 1.0,  # a backstop: the dispatcher wakes on each reply queued
         enabled: Callable[[msgspec.Struct], bool] = lambda config: bool(getattr(config, "enabled", True)),
         board: PlatformBoard | None = None,
         parts: Callable[[str, msgspec.Struct], SectionParts | None] = registry.cluster_parts,
