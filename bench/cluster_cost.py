@@ -293,3 +293,6 @@ def run(args: argparse.Namespace) -> None:
             _print_profile(kind, found, count, args.top)
     print(figure_line("load_average_end", os.getloadavg()[0]))
     print(figure_line("cost_runtime_s", time.monotonic() - started, "s"))
+    left = {kind: [run["pending_after"] for run in runs[kind]] for kind in kinds}
+    if any(any(counts) for counts in left.values()):
+        raise SystemExit(f"messages were left pending at the end of a run (by side, per run): {left}")
