@@ -243,7 +243,7 @@ class PooledActor(pykka.ThreadingActor):
         # What pykka's Actor.__init__ sets (pyproject.toml keeps pykka below 5), with a StopFlag for its Event and
         # a URN without a random draw.
         self.actor_urn = f"{_URN_PREFIX}{next(_urn_numbers) % 2**48:012x}"
-        self.actor_inbox = Mailbox(self.pool)
+        self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = StopFlag()
         self._actor_ref = pykka.ActorRef(self)
         self._context = contextvars.Context()
