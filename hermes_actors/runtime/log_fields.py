@@ -1,8 +1,9 @@
 """The session a log line is about, as structured fields (``session_id``, ``platform``) every formatter can add.
 
-A session actor's thread works for one session only, so :func:`bind_session` at the actor's start puts the session
-into that thread's context: every line logged on it from then on (the turn logic, the lifecycle steps, the agent
-calls, whose pool threads run in a copy of that context) is about that session. A line about a session logged
+A session actor runs in a ``contextvars.Context`` of its own (on whichever pool thread runs it:
+:class:`~hermes_actors.runtime.actors.PooledActor`), so :func:`bind_session` at the actor's start puts the session
+into that context: every line logged in it from then on (the turn logic, the lifecycle steps, the agent calls, whose
+pool threads run in a copy of that context) is about that session. A line about a session logged
 elsewhere (the supervisor's thread) passes ``extra=session_extra(session_id, platform)`` instead, which wins.
 """
 
