@@ -185,14 +185,22 @@ def poke_host(name: str, namespace: str = NAMESPACE) -> None:
 
 class HolderPoker:
     """``poke(shard)`` for :class:`~hermes_actors.cluster.replica.ingress.ClusterIngress`: a fire-and-forget
-    :meth:`ShardHost.poke` of the shard's holder, read from the shard map at most every ``refresh_s``."""
+    :meth:`ShardHost.poke` of the shard's holder, read from the shard map at most every ``refresh_s``.
 
-    def __init__(self, store: PostgresStore, *, namespace: str = NAMESPACE, refresh_s: float = 1.0) -> None:
+    The poke is the second wake-up, behind the row's ``NOTIFY`` (which wakes the holder at once while its listener
+    is connected), so each holder is poked at most once every ``gap_s``: a Ray call per message cost both processes
+    CPU and the holder a second pull for each message its notification had already brought."""
+
+    def __init__(
+        self, store: PostgresStore, *, namespace: str = NAMESPACE, refresh_s: float = 1.0, gap_s: float = 0.25
+    ) -> None:
         self._store = store
         self._namespace = namespace
         self._refresh_s = refresh_s
+        self._gap_s = gap_s
         self._holders: dict[int, str] = {}
         self._handles: dict[str, Any] = {}
+        self._poked: dict[str, float] = {}  # holder -> when it was last poked (monotonic)
         self._next = 0.0
 
     def __call__(self, shard: int) -> None:
@@ -204,6 +212,9 @@ class HolderPoker:
         name = self._holders.get(shard)
         if name is None:
             return  # no holder now: whoever takes the shard pulls it first
+        if now - self._poked.get(name, float("-inf")) < self._gap_s:
+            return  # poked a moment ago: the row's NOTIFY wakes it, and that poke's pull may find the row too
+        self._poked[name] = now
         handle = self._handles.get(name) or host_handle(name, self._namespace)
         if handle is not None:
             self._handles[name] = handle
