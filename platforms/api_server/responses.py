@@ -226,7 +226,7 @@ class ResponsesApi:
             background=body.background,
         )
         draft.input_items = input_items(body.input)
-        if (done := await decided_elsewhere(service, draft, given.text)) is not None:
+        if (done := await decided_elsewhere(service, draft, inbound)) is not None:
             return await settled_response(service, request, draft, done, stream=body.stream, keep=self._keep)
         if body.background:
             return await self._background.start(request, inbound, draft, continues=place.continues, stream=body.stream)

@@ -52,12 +52,12 @@ def response_turn_id(record: ResponseRecord) -> str:
     return turn_id(record.id) if _asked_decoder.decode(record.body).background else f"api-{record.id}"
 
 
-async def decided_elsewhere(service: ApiService, draft: ResponseDraft, text: str) -> StoredAnswer | None:
-    """The stored answer of the turn that continued from the request ``text`` answers (``/approve N``, ``/deny N``),
+async def decided_elsewhere(service: ApiService, draft: ResponseDraft, sent: InboundMessage) -> StoredAnswer | None:
+    """The stored answer of the turn that continued from the request ``sent`` answers (``/approve N``, ``/deny N``),
     when the response ``draft`` follows (its ``previous_response_id``, else the newest of its conversation) asked
-    request ``N`` and it was answered elsewhere and continued; ``None`` otherwise (the text is no answer, that
-    response did not ask it, or it is still open: the answer goes to the session)."""
-    decision = _DECISION.match(text)
+    request ``N``, it was answered elsewhere and continued, and ``sent`` comes from the session's own user; ``None``
+    otherwise (no answer, another request, one still open, or another user: the session answers the message)."""
+    decision = _DECISION.match(sent.text)
     if decision is None:
         return None
     previous = await _asking(service, draft)
@@ -74,6 +74,9 @@ async def decided_elsewhere(service: ApiService, draft: ResponseDraft, text: str
         return None
     if stored.approval is not None and stored.approval.id == approval_id:
         return None  # no turn has continued from it yet: the session takes the answer (or says who was first)
+    owner = await host.blocking(partial(inbox.session_owner, stored.session_id)) if stored.session_id else None
+    if owner is None or (owner.scope_id, owner.user_id) != (sent.source.scope_id, sent.source.user_id):
+        return None  # only the session's user may answer: the session tells anyone else so
     return stored
 
 
@@ -123,5 +126,5 @@ async def settle_refused(
     own = await host.blocking(partial(inbox.stored_answer, PLATFORM, sent.message_id))
     if own is None or own.state != "rejected":
         return finished
-    done = await decided_elsewhere(service, draft, sent.text)
+    done = await decided_elsewhere(service, draft, sent)
     return finished if done is None else stored_outcome(done)

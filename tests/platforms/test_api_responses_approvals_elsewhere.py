@@ -258,3 +258,21 @@ def test_an_approval_response_in_a_conversation_after_the_console_approved_answe
     )
     assert answered.output_text == _DEPLOYED
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_another_user_of_the_key_is_not_answered_from_the_store(start: Start) -> None:
+    running, deploys = _running(start)
+    client = running.client()
+    paused = client.responses.create(model="hermes-agent", input=_DEPLOY, user="alice")
+    (asked,) = _requests(paused.output)
+    GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
+    _continued(running, f"api-{paused.id}", 10)
+    answered = client.responses.create(
+        model="hermes-agent",
+        previous_response_id=paused.id,
+        user="mallory",
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}],
+    )
+    assert _DEPLOYED not in answered.output_text  # refused by the session, as a chat's /approve from mallory is
+    assert "can answer approval" in answered.output_text
+    assert deploys.runs == [{"env": "prod"}]
