@@ -127,7 +127,7 @@ class Transcript(SqlTable):
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
-            ids = self._rows.insert(
+            return self._rows.insert(
                 int(found[0][0]),
                 [
                     (
@@ -143,7 +143,6 @@ class Transcript(SqlTable):
                     for m in messages
                 ],
             )
-        return ids
 
     def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
         """Store what goes before the session's conversation: the exact system message (``None``: none is sent)
