@@ -35,7 +35,15 @@ from pathlib import Path
 
 from cost_load import Load, LoadResult, Receiver
 from cost_procs import Group, Snapshot, cpu_between
-from cost_profile import Statements, pg_counters, pg_statements, read_pg_log, read_traces
+from cost_profile import (
+    Statements,
+    backend_waits,
+    pg_counters,
+    pg_statements,
+    read_pg_log,
+    read_traces,
+    waits_between,
+)
 from cost_sides import SECRET, ClusterSide, SingleSide
 from report import figure_line
 
@@ -75,7 +83,8 @@ class Profile:
     logged from each, and PostgreSQL's own statement counts (the cluster only)."""
 
     traced: dict[str, Statements]
-    round_trips: dict[str, Statements] = field(default_factory=dict)
+    logged: dict[str, Statements] = field(default_factory=dict)
+    waits: dict[str, int] = field(default_factory=dict)
     postgres: Statements | None = None
 
 
@@ -96,16 +105,21 @@ async def _drive(
             after = Snapshot()
             idle = sum(_cpu(before, after, side.groups(after)).values()) / (time.perf_counter() - idle_from)
             counters: dict[str, float] = {}
+            backends: dict[int, tuple[str, int]] = {}
+            waits: dict[str, int] = {}
             if isinstance(side, ClusterSide) and args.profile:
                 side.sql("SELECT pg_stat_statements_reset()")
                 counters = pg_counters(side.sql)
+                backends = backend_waits(side.sql)
             since = time.time()
             driver = os.times()
             before = Snapshot()
             result = await load.run(args.rate, args.sessions, count, timeout=120)
             after = Snapshot()
-            driver_cpu = sum(os.times()[:2]) - sum(driver[:2])
             until = time.time()
+            driver_cpu = sum(os.times()[:2]) - sum(driver[:2])
+            if isinstance(side, ClusterSide) and args.profile:
+                waits = waits_between(backends, backend_waits(side.sql), side.applications())
     finally:
         await receiver.stop()
     groups = side.groups(after)
@@ -121,7 +135,8 @@ async def _drive(
         if isinstance(side, ClusterSide):
             profile.postgres = pg_statements(side.sql)
             profile.postgres.kinds = {k: v - counters[k] for k, v in pg_counters(side.sql).items()}
-            profile.round_trips = read_pg_log(side.server_log, side.applications(), since, until)
+            profile.logged = read_pg_log(side.server_log, side.applications(), since, until)
+            profile.waits = waits
     return figures, profile
 
 
@@ -247,12 +262,15 @@ def _print_profile(kind: str, profile: Profile, messages: int, top: int) -> None
         for what, value in sorted(statements.kinds.items()):
             print(figure_line(f"{prefix}_traced_{what}_per_message", value / messages))
         _print_tops(f"{prefix}_statement", statements, messages, top)
-    for name, statements in sorted(profile.round_trips.items()):
-        note = "statements PostgreSQL logged from these processes (log_statement = all), each one round trip"
-        print(figure_line(f"{side}_{name}_round_trips_per_message", statements.count / messages, "", note))
+    for name, waits in sorted(profile.waits.items()):
+        note = "its PostgreSQL backends' voluntary context switches: one per request waited for, or NOTIFY delivered"
+        print(figure_line(f"{side}_{name}_round_trips_per_message", waits / messages, "", note))
+    for name, statements in sorted(profile.logged.items()):
+        note = "statements PostgreSQL logged from these processes (log_statement = all); a pipeline's each apart"
+        print(figure_line(f"{side}_{name}_pg_statements_per_message", statements.count / messages, "", note))
         opened = statements.kinds.get("transactions", 0) / messages
-        print(figure_line(f"{side}_{name}_transactions_per_message", opened, "", "round trips that BEGIN"))
-        _print_tops(f"{side}_{name}_round_trip", statements, messages, top, timed=False)
+        print(figure_line(f"{side}_{name}_transactions_per_message", opened, "", "statements that BEGIN"))
+        _print_tops(f"{side}_{name}_pg_statement", statements, messages, top, timed=False)
     if profile.postgres is not None:
         note = "pg_stat_statements calls, BEGIN and COMMIT included"
         print(figure_line(f"{side}_postgres_statements_per_message", profile.postgres.count / messages, "", note))

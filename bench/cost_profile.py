@@ -13,7 +13,16 @@ from typing import Any
 
 from cost_procs import Group
 
-__all__ = ["LOG_LINE_PREFIX", "Statements", "pg_counters", "pg_statements", "read_pg_log", "read_traces"]
+__all__ = [
+    "LOG_LINE_PREFIX",
+    "Statements",
+    "backend_waits",
+    "pg_counters",
+    "pg_statements",
+    "read_pg_log",
+    "read_traces",
+    "waits_between",
+]
 
 _TRANSACTIONS = {"BEGIN": "transactions", "SAVEPOINT": "savepoints"}
 LOG_LINE_PREFIX = "%n|%a|"  # epoch seconds with milliseconds, the client's application_name
@@ -99,18 +108,52 @@ def pg_statements(sql: Any) -> Statements:
 
 
 def read_pg_log(path: Path, groups: dict[str, str], since: float, until: float) -> dict[str, Statements]:
-    """The round trips PostgreSQL logged between ``since`` and ``until`` (one ``statement:`` or ``execute`` line
-    each, a simple-protocol list of statements being one), by group: ``groups`` maps an ``application_name`` to
-    its group. A round trip that opens a transaction (``BEGIN...``) also counts as one of its ``transactions``."""
+    """The statements PostgreSQL logged between ``since`` and ``until`` (one ``statement:`` or ``execute`` line
+    each: a simple-protocol list of statements is one, each statement of a pipeline one of its own), by group:
+    ``groups`` maps an ``application_name`` to its group (others are left out). One that opens a transaction
+    (``BEGIN...``) also counts as one of its ``transactions``."""
     found: dict[str, Statements] = {}
     with path.open(errors="replace") as log:
         for line in log:
             sent = _SENT.match(line.rstrip("\n"))
             if sent is None or not since <= float(sent[1]) <= until:
                 continue
-            statements = found.setdefault(groups.get(sent[2], sent[2] or "other"), Statements())
+            if sent[2] not in groups:
+                continue  # the bench's own statements
+            statements = found.setdefault(groups[sent[2]], Statements())
             text = _NUMBER.sub("N", _LITERAL.sub("'?'", " ".join(sent[3].split())))
             statements.runs[text] = (statements.runs.get(text, (0, 0.0))[0] + 1, 0.0)
             if text.upper().startswith("BEGIN"):
                 statements.kinds["transactions"] = statements.kinds.get("transactions", 0) + 1
+    return found
+
+
+def backend_waits(sql: Any) -> dict[int, tuple[str, int]]:
+    """Each backend of the ``hermes`` database: its client's ``application_name`` and how often it has waited so
+    far (its voluntary context switches: a backend blocks once per round trip its client makes, waiting for the
+    next request, a pipeline's statements arriving together; a LISTEN connection's backend also wakes for each
+    notification it delivers)."""
+    found = {}
+    for pid, application in sql("SELECT pid, application_name FROM pg_stat_activity WHERE datname = 'hermes'"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        switches = next(line for line in status.splitlines() if line.startswith("voluntary_ctxt_switches"))
+        found[int(pid)] = (str(application), int(switches.split()[1]))
+    return found
+
+
+def waits_between(
+    before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], groups: dict[str, str]
+) -> dict[str, int]:
+    """The waits of each group's backends from ``before`` to ``after`` (a backend connected in between counts
+    from zero; one that ended in between is not counted; backends of no group are left out)."""
+    found: dict[str, int] = {}
+    for pid, (application, switches) in after.items():
+        if application not in groups:
+            continue
+        then = before.get(pid)
+        name = groups[application]
+        found[name] = found.get(name, 0) + switches - (then[1] if then and then[0] == application else 0)
     return found
