@@ -56,26 +56,27 @@ class RuntimeActor(pykka.ThreadingActor):
 class ActorPool:
     """Daemon threads named ``<name>-N`` that run what :meth:`run` is given, one job each at a time.
 
-    A job never waits for a worker: when none is idle, a new one starts (an actor blocked in a long turn holds up no
-    other). A worker idle for ``idle_timeout_s`` ends, unless it is needed for a job queued meanwhile.
+    A job never waits for a busy worker: when none is idle, a new one is started for it (an actor blocked in a long
+    turn holds up no other). The pool's own thread ``<name>-starter`` starts them, so :meth:`run` never waits for a
+    thread to start (the supervisor calls it). A worker idle for ``idle_timeout_s`` ends, unless it is needed for a
+    job queued meanwhile.
     """
 
-    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_timeout")
+    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_starts", "_timeout")
 
     def __init__(self, name: str, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self._name = name
         self._timeout = idle_timeout_s
-        self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0  # workers waiting for a job, less the jobs queued for them
         self._numbers = itertools.count()
+        self._forget_workers()
         os.register_at_fork(after_in_child=self._forget_workers)
 
     def _forget_workers(self) -> None:
-        """In a forked child: the parent's workers are not there; start afresh."""
+        """Start without workers (at first, and in a forked child: the parent's threads are not there)."""
         self._lock = threading.Lock()
-        self._jobs = queue.SimpleQueue()
-        self._idle = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0  # workers waiting for a job, less the jobs queued for them (and for workers starting)
+        self._starts: queue.SimpleQueue[None] | None = None  # the starter's requests, once it runs
 
     def run(self, job: Callable[[], None]) -> None:
         """Run ``job`` on an idle worker, or on a new one when none is idle; ``job`` must not raise."""
@@ -83,10 +84,29 @@ class ActorPool:
             start = self._idle <= 0
             if not start:
                 self._idle -= 1
+            starts, first = self._starts, start and self._starts is None
+            if first:
+                starts = self._starts = queue.SimpleQueue()
         self._jobs.put(job)
-        if start:
+        if not start:
+            return
+        assert starts is not None
+        if first:  # the starter itself, once: this call waits for it
+            name = f"{self._name}-starter"
+            threading.Thread(target=self._start_workers, args=(starts,), name=name, daemon=True).start()
+        starts.put(None)
+
+    def _start_workers(self, starts: queue.SimpleQueue[None]) -> None:
+        """The starter: a worker for each request (a thread's start waits until it runs: not on the caller)."""
+        while True:
+            starts.get()
             name = f"{self._name}-{next(self._numbers)}"
-            threading.Thread(target=self._work, name=name, daemon=True).start()
+            try:
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+            except RuntimeError:  # no thread to be had now: the job waits for a worker to come free
+                _log.exception("the %s pool could not start a worker", self._name)
+                with self._lock:
+                    self._idle -= 1  # the job waits, as a queued one: below zero, jobs wait for a worker
 
     def _work(self) -> None:
         get, timeout = self._jobs.get, self._timeout

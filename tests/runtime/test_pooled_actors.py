@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,8 @@ def _ask(ref: pykka.ActorRef[Any], message: Any) -> Any:
 
 
 def _pool_threads(name: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(f"{name}-")]
+    """The workers of the pool ``name`` (not its starter, which stays)."""
+    return [t for t in threading.enumerate() if t.name.startswith(f"{name}-") and not t.name.endswith("-starter")]
 
 
 class _Recorder(PooledActor):
@@ -100,9 +102,12 @@ def test_an_idle_pooled_actor_holds_no_thread_and_answers_when_asked_again(
 
 
 def _wait_until_no_pool_threads(done: threading.Event) -> None:
-    """Idle workers end after the pool's idle timeout (0.2 s); watch their threads go by joining them."""
-    for thread in _pool_threads("test-pooled-recorder"):
-        thread.join(WAIT_S)
+    """Idle workers end after the pool's idle timeout (0.2 s); watch their threads go by joining them (a worker
+    still being started joins the watch when it appears)."""
+    deadline = time.monotonic() + WAIT_S
+    while (workers := _pool_threads("test-pooled-recorder")) and time.monotonic() < deadline:
+        for thread in workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
     if not _pool_threads("test-pooled-recorder"):
         done.set()
 
