@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,27 +11,15 @@ from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock
 from tests.postgres import REQUIRE_ENV, Cluster, find_bin_dir, missing_reason
 
-RAY_GROUP = "ray"
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: the tests that start Ray run one at a time on one worker (``tests/xdist_ray.py``)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.xdist_ray import RayGroupScheduling
 
-def _runs_ray(path: Path, seen: dict[Path, bool]) -> bool:
-    """Whether the test module at ``path`` starts Ray: it imports ``tests.cluster.raylab`` (the drivers' runner)."""
-    if path not in seen:
-        seen[path] = path.suffix == ".py" and "tests.cluster.raylab" in path.read_text(encoding="utf-8")
-    return seen[path]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every test of a module that starts Ray in one xdist group: with ``-n 2 --dist loadgroup`` they run one at
-    a time on one worker (their loads and faults are timed) while the other worker takes the remaining tests; the
-    group, the largest unit of work, is handed out first."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    group = pytest.mark.xdist_group(RAY_GROUP)
-    seen: dict[Path, bool] = {}
-    for item in items:
-        if _runs_ray(item.path, seen):
-            item.add_marker(group)
+    return RayGroupScheduling(config, log)
 
 
 @pytest.fixture
