@@ -58,11 +58,12 @@ class ActorPool:
 
     A job never waits for a busy worker: when none is idle, a new one is started for it (an actor blocked in a long
     turn holds up no other). The pool's own thread ``<name>-starter`` starts them, so :meth:`run` never waits for a
-    thread to start (the supervisor calls it). A worker idle for ``idle_timeout_s`` ends, unless it is needed for a
-    job queued meanwhile.
+    thread to start (the supervisor calls it), and it keeps one spare worker started ahead while all are busy, so a
+    job seldom waits for one to start. A worker idle for ``idle_timeout_s`` ends, unless it is needed for a job
+    queued meanwhile.
     """
 
-    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_starts", "_timeout")
+    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_spare_asked", "_starts", "_timeout")
 
     def __init__(self, name: str, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self._name = name
@@ -76,7 +77,8 @@ class ActorPool:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = 0  # workers waiting for a job, less the jobs queued for them (and for workers starting)
-        self._starts: queue.SimpleQueue[None] | None = None  # the starter's requests, once it runs
+        self._starts: queue.SimpleQueue[bool] | None = None  # the starter's requests (True: a spare), once it runs
+        self._spare_asked = False
 
     def run(self, job: Callable[[], None]) -> None:
         """Run ``job`` on an idle worker, or on a new one when none is idle; ``job`` must not raise."""
@@ -94,22 +96,29 @@ class ActorPool:
         if first:  # the starter itself, once: this call waits for it
             name = f"{self._name}-starter"
             threading.Thread(target=self._start_workers, args=(starts,), name=name, daemon=True).start()
-        starts.put(None)
+        starts.put(False)
 
-    def _start_workers(self, starts: queue.SimpleQueue[None]) -> None:
+    def _start_workers(self, starts: queue.SimpleQueue[bool]) -> None:
         """The starter: a worker for each request (a thread's start waits until it runs: not on the caller)."""
         while True:
-            starts.get()
+            spare = starts.get()
             name = f"{self._name}-{next(self._numbers)}"
             try:
-                threading.Thread(target=self._work, name=name, daemon=True).start()
-            except RuntimeError:  # no thread to be had now: the job waits for a worker to come free
+                threading.Thread(target=self._work, args=(spare,), name=name, daemon=True).start()
+            except RuntimeError:  # no thread to be had now: a job waits for a worker to come free
                 _log.exception("the %s pool could not start a worker", self._name)
                 with self._lock:
-                    self._idle -= 1  # the job waits, as a queued one: below zero, jobs wait for a worker
+                    if spare:
+                        self._spare_asked = False
+                    else:
+                        self._idle -= 1  # its job waits, as a queued one: below zero, jobs wait for a worker
 
-    def _work(self) -> None:
+    def _work(self, spare: bool) -> None:
         get, timeout = self._jobs.get, self._timeout
+        if spare:  # started ahead of any job: an idle worker from now on
+            with self._lock:
+                self._spare_asked = False
+                self._idle += 1
         while True:
             try:
                 job: Callable[[], None] | None = get(timeout=timeout)
@@ -119,6 +128,13 @@ class ActorPool:
                         self._idle -= 1
                         return
                 continue  # a job was queued for this worker as it timed out
+            with self._lock:  # the last idle worker is busy now: start a spare before a job needs one
+                ask = self._idle <= 0 and not self._spare_asked and self._starts is not None
+                if ask:
+                    self._spare_asked = True
+                starts = self._starts
+            if ask and starts is not None:
+                starts.put(True)
             try:
                 assert job is not None
                 job()

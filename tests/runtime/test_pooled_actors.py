@@ -200,7 +200,8 @@ def test_a_pool_starts_a_worker_for_each_job_that_finds_none_idle() -> None:
         pool.run(lambda i=i: job(i))  # type: ignore[misc]
     try:
         assert all(e.wait(WAIT_S) for e in entered)  # three jobs blocked at once: three workers
-        assert sorted(names) == [f"test-pool-grows-{i}" for i in range(3)]
+        assert len(set(names)) == 3
+        assert all(name.startswith("test-pool-grows-") for name in names)
     finally:
         release.set()
 
