@@ -37,9 +37,10 @@ if TYPE_CHECKING:
     from pykka._actor import ActorInbox
     from pykka._envelope import Envelope
 
-__all__ = ["IDLE_TIMEOUT_S", "ActorPool", "Mailbox", "PooledActor", "RuntimeActor", "StopFlag"]
+__all__ = ["IDLE_TIMEOUT_S", "SPARE_PER", "ActorPool", "Mailbox", "PooledActor", "RuntimeActor", "StopFlag"]
 
 IDLE_TIMEOUT_S = 30.0  # a pool worker that had nothing to run for this long ends
+SPARE_PER = 8  # a pool that grows keeps a spare worker started ahead for every SPARE_PER it has
 
 _log = logging.getLogger(__name__)
 
@@ -58,12 +59,12 @@ class ActorPool:
 
     A job never waits for a busy worker: when none is idle, a new one is started for it (an actor blocked in a long
     turn holds up no other). The pool's own thread ``<name>-starter`` starts them, so :meth:`run` never waits for a
-    thread to start (the supervisor calls it), and it keeps one spare worker started ahead while all are busy, so a
-    job seldom waits for one to start. A worker idle for ``idle_timeout_s`` ends, unless it is needed for a job
-    queued meanwhile.
+    thread to start (the supervisor calls it), and it keeps spare workers started ahead while it grows (one for
+    every :data:`SPARE_PER` workers, at least one), so a job seldom waits for one to start. A worker idle for
+    ``idle_timeout_s`` ends, unless it is needed for a job queued meanwhile.
     """
 
-    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_spare_asked", "_starts", "_timeout")
+    __slots__ = ("_idle", "_jobs", "_lock", "_name", "_numbers", "_spares_asked", "_starts", "_timeout", "_workers")
 
     def __init__(self, name: str, *, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         self._name = name
@@ -78,7 +79,8 @@ class ActorPool:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = 0  # workers waiting for a job, less the jobs queued for them (and for workers starting)
         self._starts: queue.SimpleQueue[bool] | None = None  # the starter's requests (True: a spare), once it runs
-        self._spare_asked = False
+        self._spares_asked = 0  # spares asked of the starter and not running yet
+        self._workers = 0  # workers running
 
     def run(self, job: Callable[[], None]) -> None:
         """Run ``job`` on an idle worker, or on a new one when none is idle; ``job`` must not raise."""
@@ -109,15 +111,16 @@ class ActorPool:
                 _log.exception("the %s pool could not start a worker", self._name)
                 with self._lock:
                     if spare:
-                        self._spare_asked = False
+                        self._spares_asked -= 1
                     else:
                         self._idle -= 1  # its job waits, as a queued one: below zero, jobs wait for a worker
 
     def _work(self, spare: bool) -> None:
         get, timeout = self._jobs.get, self._timeout
-        if spare:  # started ahead of any job: an idle worker from now on
-            with self._lock:
-                self._spare_asked = False
+        with self._lock:
+            self._workers += 1
+            if spare:  # started ahead of any job: an idle worker from now on
+                self._spares_asked -= 1
                 self._idle += 1
         while True:
             try:
@@ -126,15 +129,17 @@ class ActorPool:
                 with self._lock:
                     if self._idle > 0:  # another worker waits for each job queued: this one may go
                         self._idle -= 1
+                        self._workers -= 1
                         return
                 continue  # a job was queued for this worker as it timed out
-            with self._lock:  # the last idle worker is busy now: start a spare before a job needs one
-                ask = self._idle <= 0 and not self._spare_asked and self._starts is not None
-                if ask:
-                    self._spare_asked = True
+            with self._lock:  # fewer idle workers than spares wanted: start some before a job needs them
+                ask = max(1, self._workers // SPARE_PER) - max(0, self._idle) - self._spares_asked
+                if ask > 0:
+                    self._spares_asked += ask
                 starts = self._starts
-            if ask and starts is not None:
-                starts.put(True)
+            if starts is not None:
+                for _ in range(ask):
+                    starts.put(True)
             try:
                 assert job is not None
                 job()
