@@ -97,7 +97,8 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     listeners = 1 + len(settings.platforms)  # at most: the one port, or each HTTP entry point's own
     raise_descriptor_limit(settings.daemon.http_limits.max_connections * listeners + 256)
     if cluster:
-        _serve_cluster(settings, root, level)
+        with tune_collector():  # a replica relays many chats' messages and replies: the same tuning
+            _serve_cluster(settings, root, level)
         return
     daemon = Daemon(root, config_path, settings, out=sys.stdout)
     try:
