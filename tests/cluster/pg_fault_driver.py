@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lease_ttl_s=6.0,
             grace_s=2.0,
             pull_interval_s=1.0,
-            pending_soft_limit=8,
+            pending_soft_limit=64,  # above a chat's 25 messages: no rapid-fire merge, one turn a message (checks)
             pending_hard_limit=256,
         )
         for name in HOSTS
