@@ -1,9 +1,9 @@
 """With ``-n 2 --dist loadgroup``, the tests that start Ray run one at a time on one worker.
 
 A test module starts Ray when it imports ``tests.cluster.raylab`` (the drivers' runner). Its tests' loads, kills and
-pauses are timed, and two Ray heads at once on CI's two cores made a killed host's restart outlast its test's wait:
-so they form one work unit, the group ``ray``, which the scheduler hands out first (units go largest first) while
-the other worker takes the remaining tests one by one. Other ``xdist_group`` marks keep their meaning.
+pauses are timed, and with two Ray heads at once on two busy cores a killed host's restart outlasted the jobs test's
+60 s wait: so they form one work unit, the group ``ray``, which the scheduler hands out first (units go largest first)
+while the other worker takes the remaining tests one by one. Other ``xdist_group`` marks keep their meaning.
 
 The group is chosen by the scheduler from the test's file, not by adding an ``xdist_group`` mark at collection:
 pytest-xdist 3.8 names a marked test after its group by rewriting its node id, which pytest 9.2 no longer reads
