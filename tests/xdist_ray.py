@@ -18,7 +18,7 @@ import pytest
 from xdist.remote import Producer  # type: ignore[import-untyped]  # pytest-xdist ships no type information
 from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
 
-__all__ = ["RAY_GROUP", "RayGroupScheduling", "runs_ray"]
+__all__ = ["RAY_GROUP", "RayGroupScheduling", "ray_group_of", "runs_ray"]
 
 RAY_GROUP = "ray"
 
@@ -26,6 +26,15 @@ RAY_GROUP = "ray"
 def runs_ray(path: Path) -> bool:
     """Whether the test module at ``path`` starts Ray: it imports ``tests.cluster.raylab``."""
     return path.suffix == ".py" and path.is_file() and "tests.cluster.raylab" in path.read_text(encoding="utf-8")
+
+
+def ray_group_of(root: Path, nodeid: str, seen: dict[str, bool]) -> str | None:
+    """``RAY_GROUP`` for the test ``nodeid`` (relative to ``root``) of a module that starts Ray, else ``None``;
+    ``seen`` keeps each file's answer."""
+    file = nodeid.split("::", 1)[0]
+    if file not in seen:
+        seen[file] = runs_ray(root / file)
+    return RAY_GROUP if seen[file] else None
 
 
 class RayGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # an untyped base
@@ -37,7 +46,5 @@ class RayGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # an untyp
         self._ray_files: dict[str, bool] = {}
 
     def _split_scope(self, nodeid: str) -> str:
-        file = nodeid.split("::", 1)[0]
-        if file not in self._ray_files:
-            self._ray_files[file] = runs_ray(self._root / file)
-        return RAY_GROUP if self._ray_files[file] else super()._split_scope(nodeid)
+        group = ray_group_of(self._root, nodeid, self._ray_files)
+        return group if group is not None else str(super()._split_scope(nodeid))
