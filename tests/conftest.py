@@ -14,7 +14,8 @@ from tests.postgres import REQUIRE_ENV, Cluster, find_bin_dir, missing_reason
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup``: the tests that start Ray run one at a time on one worker (``tests/xdist_ray.py``)."""
+    """``--dist loadgroup``: the tests that start Ray, and those that start ``hermesd``, each run one at a time on
+    one worker (``tests/xdist_ray.py``)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from tests.xdist_ray import RayGroupScheduling
