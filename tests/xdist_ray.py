@@ -23,18 +23,14 @@ import pytest
 from xdist.remote import Producer  # type: ignore[import-untyped]  # pytest-xdist ships no type information
 from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
 
-__all__ = ["HERMESD_GROUP", "RAY_GROUP", "RayGroupScheduling", "group_of", "runs_ray"]
+__all__ = ["HERMESD_GROUP", "RAY_GROUP", "RayGroupScheduling", "group_of"]
 
 RAY_GROUP = "ray"
 HERMESD_GROUP = "hermesd"
 
 
-def runs_ray(path: Path) -> bool:
-    """Whether the test module at ``path`` starts Ray: it imports ``tests.cluster.raylab``."""
-    return path.suffix == ".py" and path.is_file() and "tests.cluster.raylab" in path.read_text(encoding="utf-8")
-
-
 def _group_of_file(path: Path) -> str | None:
+    """``RAY_GROUP`` when the module imports ``tests.cluster.raylab``, ``HERMESD_GROUP`` when it names ``hermesd``."""
     if not (path.suffix == ".py" and path.is_file()):
         return None
     text = path.read_text(encoding="utf-8")
