@@ -66,7 +66,7 @@ def _run_view(daemon: Daemon, run_id: str, status: str) -> dict[str, Any]:
         _, view = _call(f"{daemon.api}/v1/runs/{run_id}")
         return view if view["status"] == status else None
 
-    found: dict[str, Any] = poll_until(seen, 20, what=f"run {run_id} {status}")
+    found: dict[str, Any] = poll_until(seen, 60, what=f"run {run_id} {status}")
     return found
 
 
