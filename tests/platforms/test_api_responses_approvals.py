@@ -5,11 +5,7 @@ real HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import openai
-import pytest
 
 from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.agents.tools import offer_tools
@@ -17,24 +13,6 @@ from tests.platforms import test_api_server
 from tests.platforms.test_api_runs import AUTH
 from tests.platforms.test_api_server import Running, Start
 from tests.runtime.test_approvals import Deploys
-
-_opened: list[openai.OpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """Close each test's openai clients (their kept-alive sockets) when it ends, passed or failed."""
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
-def _client(running: Running) -> openai.OpenAI:
-    """``running.client()``, closed when the test ends."""
-    client = running.client()
-    _opened.append(client)
-    return client
-
 
 start = test_api_server.start
 
@@ -52,7 +30,7 @@ def _requests(output: list[Any]) -> list[Any]:
 
 def test_an_mcp_approval_response_approves_and_the_next_response_answers(start: Start) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input='tool deploy {"env": "prod"}')
     (asked,) = _requests(paused.output)
     assert (asked.name, asked.arguments, asked.server_label) == ("deploy", '{"env": "prod"}', "hermes")
@@ -70,7 +48,7 @@ def test_an_mcp_approval_response_approves_and_the_next_response_answers(start: 
 
 def test_the_approval_route_denies_and_continues_the_session(start: Start) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input='tool deploy {"env": "prod"}')
     (asked,) = _requests(paused.output)
     approval_id = int(asked.id.removeprefix("mcpr_").split("_")[0])

@@ -7,12 +7,10 @@ gateway, real HTTP on 127.0.0.1, the openai client."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
-import pytest
 
 from hermes_actors.agents.approvals import ApprovalSettings, require_approvals
 from hermes_actors.agents.echo import EchoAgent
@@ -25,24 +23,6 @@ from tests.platforms import test_api_server
 from tests.platforms.test_api_runs import AUTH
 from tests.platforms.test_api_server import KEY, Running, Start
 from tests.runtime.test_approvals import Deploys
-
-_opened: list[openai.OpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """Close each test's openai clients (their kept-alive sockets) when it ends, passed or failed."""
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
-def _client(running: Running) -> openai.OpenAI:
-    """``running.client()``, closed when the test ends."""
-    client = running.client()
-    _opened.append(client)
-    return client
-
 
 start = test_api_server.start
 
@@ -89,7 +69,7 @@ def _answer(client: openai.OpenAI, previous_id: str, request_id: str, *, approve
 
 def test_an_approval_response_after_the_console_approved_answers_with_the_continued_reply(start: Start) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
     (asked,) = _requests(paused.output)
     GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
@@ -105,7 +85,7 @@ def test_an_approval_response_after_the_console_approved_answers_with_the_contin
 
 def test_the_approval_route_after_the_deadline_answers_with_the_denial(start: Start) -> None:
     running, deploys = _running(start, timeout_s=1)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
     (asked,) = _requests(paused.output)
     _continued(running, f"api-{paused.id}", 15)
@@ -120,7 +100,7 @@ def test_the_approval_route_after_the_deadline_answers_with_the_denial(start: St
 
 def test_a_streamed_approval_response_after_a_decision_elsewhere_streams_the_continued_reply(start: Start) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
     (asked,) = _requests(paused.output)
     GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=False, reason="not today")
@@ -216,7 +196,7 @@ def test_an_approval_response_that_meets_a_decision_elsewhere_under_way_answers_
     agent = EchoAgent()
     offer_tools(agent, deploys)
     running = start(agent=agent)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
     (asked,) = _requests(paused.output)
     GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
@@ -237,7 +217,7 @@ def test_a_background_approval_response_that_meets_a_decision_elsewhere_under_wa
     agent = EchoAgent()
     offer_tools(agent, deploys)
     running = start(agent=agent)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY)
     (asked,) = _requests(paused.output)
     GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)
@@ -265,7 +245,7 @@ def test_an_approval_response_in_a_conversation_after_the_console_approved_answe
     start: Start,
 ) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     conversation = client.conversations.create()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY, conversation=conversation.id)
     (asked,) = _requests(paused.output)
@@ -282,7 +262,7 @@ def test_an_approval_response_in_a_conversation_after_the_console_approved_answe
 
 def test_another_user_of_the_key_is_not_answered_from_the_store(start: Start) -> None:
     running, deploys = _running(start)
-    client = _client(running)
+    client = running.client()
     paused = client.responses.create(model="hermes-agent", input=_DEPLOY, user="alice")
     (asked,) = _requests(paused.output)
     GatewayInbox(running.gateway).approvals.decide(_approval_id(asked), approved=True)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ KEY = "sk-hermes-test"
 class Running:
     server: ApiServer
     gateway: Gateway
+    clients: list[openai.OpenAI] = field(default_factory=list)  # closed when the test ends (their sockets)
 
     @property
     def waiters(self) -> ReplyWaiters:
@@ -43,7 +44,15 @@ class Running:
         return waiters
 
     def client(self, key: str = KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.server.url + "/v1", api_key=key, max_retries=0, timeout=10)
+        """An openai client of the server, closed when the test ends if the test does not close it first."""
+        client = openai.OpenAI(base_url=self.server.url + "/v1", api_key=key, max_retries=0, timeout=10)
+        self.clients.append(client)
+        return client
+
+    def close_clients(self) -> None:
+        """Close every client :meth:`client` made (closing one twice is harmless)."""
+        while self.clients:
+            self.clients.pop().close()
 
     def transcript(self, session_id: str) -> list[tuple[str, str | None]]:
         with self.gateway.read() as store:
@@ -97,7 +106,9 @@ def start(tmp_path: Path) -> Iterator[Start]:
                 stack.callback(agent.release.set)  # runs first: no turn holds up the gateway's stop
             server.start(GatewayInbox(gateway))
             stack.callback(server.stop, 10)
-            return Running(server=server, gateway=gateway)
+            running = Running(server=server, gateway=gateway)
+            stack.callback(running.close_clients)  # runs before the server stops
+            return running
 
         yield run
 
