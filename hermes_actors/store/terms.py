@@ -250,13 +250,17 @@ class TermTable:
     def check(self, key: K, holder: str, epoch: int) -> bool:
         """Inside the caller's transaction: whether ``holder`` holds ``key`` at ``epoch``, unexpired; its row is then
         held ``FOR KEY SHARE`` until the transaction ends (a takeover waits for it, the holder's renewal does not)."""
+        return bool(self._db.execute(*self.check_query(key, holder, epoch)))
+
+    def check_query(self, key: K, holder: str, epoch: int) -> tuple[str, dict[str, Any]]:
+        """:meth:`check`'s query and its parameters (named ``key``, ``holder``, ``epoch`` and the clock's), for a
+        statement that embeds it (a ``WITH`` query that writes only while the term is held)."""
         spec = self.spec
-        rows = self._db.execute(
+        return (
             f"SELECT 1 FROM {spec.table} WHERE {spec.key} = :key AND {spec.holder} = :holder AND epoch = :epoch "
             f"AND expires_at >= {spec.clock.now}{self._db.dialect.for_key_share}",
             self._time(key=key, holder=holder, epoch=epoch),
         )
-        return bool(rows)
 
     def holding(self, key: K) -> tuple[str, int, bool] | None:
         """Inside the caller's transaction: the row of ``key`` locked ``FOR UPDATE`` as (holder, epoch, whether its

@@ -39,11 +39,10 @@ class RoleLease(msgspec.Struct, frozen=True, kw_only=True):
 class PgRoles:
     """Acquire, renew, release and check role terms on the database clock (``skew`` seconds added, for tests)."""
 
-    __slots__ = ("_skew", "_terms")
+    __slots__ = ("_terms",)
 
     def __init__(self, db: SqlDb, skew: Callable[[], float]) -> None:
         self._terms = TermTable(db, _SPEC, skew=skew)
-        self._skew = skew
 
     def acquire(self, role: str, holder: str, ttl_s: float) -> int | None:
         """Take ``role`` if it is free, released or expired, under a new epoch; the epoch, or ``None`` (held)."""
@@ -73,12 +72,9 @@ class PgRoles:
     def held_query(self, role: str, holder: str, epoch: int) -> tuple[str, dict[str, Any]]:
         """:meth:`check` as a ``WITH`` query named ``term`` for a statement that writes only under the role: it holds
         the role's row ``FOR KEY SHARE`` and yields a row when ``holder`` has the role at ``epoch``, unexpired
-        (none otherwise); with its parameters (named ``term_*`` and ``skew``)."""
-        return (
-            "term AS (SELECT 1 FROM role_leases WHERE role = :term_role AND holder = :term_holder "
-            f"AND epoch = :term_epoch AND expires_at >= {DATABASE_CLOCK.now} FOR KEY SHARE)",
-            {"term_role": role, "term_holder": holder, "term_epoch": epoch, "skew": self._skew()},
-        )
+        (none otherwise); with its parameters (named ``key``, ``holder``, ``epoch`` and ``skew``)."""
+        query, params = self._terms.check_query(role, holder, epoch)
+        return f"term AS ({query})", params
 
     def leases(self) -> list[RoleLease]:
         """Every role's row, by role."""
