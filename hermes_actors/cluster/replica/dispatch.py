@@ -45,7 +45,7 @@ from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.runtime.outbox import GiveUp, abandon
 from hermes_actors.store.pg.store import PostgresStore
-from hermes_actors.store.pg.turn_relay import ReplyListener
+from hermes_actors.store.pg.turn_relay import OUTBOX_CHANNEL, RelayListener
 from hermes_actors.store.records import OutboxRow
 
 __all__ = ["NOT_DISPATCHED", "OutboxDispatcher"]
@@ -123,7 +123,7 @@ class OutboxDispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: threading.Thread | None = None
-        self._replies: ReplyListener | None = None  # the listener thread's connection, closed by stop()
+        self._replies: RelayListener | None = None  # the listener thread's connection, closed by stop()
         for platform, sender in senders.items():
             self.offer(platform, sender)
 
@@ -311,10 +311,10 @@ class OutboxDispatcher:
             try:
                 listener = self._replies
                 if listener is None:
-                    listener = self._replies = ReplyListener(self._store.database.dsn)
+                    listener = self._replies = RelayListener(self._store.database.dsn, channels=(OUTBOX_CHANNEL,))
                     if self._stop.is_set():  # stop() came while it connected, and closed nothing
                         break
-                platforms = listener.wait(1.0)
+                platforms = {platform for _, platform in listener.wait(1.0)}
             except Exception as exc:
                 if self._stop.is_set():
                     break

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["EVENTS_CHANNEL", "MAX_PAYLOAD", "OUTBOX_CHANNEL", "EventPublisher", "RelayListener", "ReplyListener"]
+__all__ = ["EVENTS_CHANNEL", "MAX_PAYLOAD", "OUTBOX_CHANNEL", "EventPublisher", "RelayListener"]
 
 EVENTS_CHANNEL = "hermes_turn"
 OUTBOX_CHANNEL = "hermes_outbox"
@@ -63,13 +63,14 @@ class EventPublisher:
 
 
 class RelayListener:
-    """A connection of its own listening on both channels; :meth:`wait` returns (channel, payload) pairs in the
-    order PostgreSQL delivered them."""
+    """A connection of its own listening on ``channels`` (by default both: the relayed turn events and the queued
+    replies); :meth:`wait` returns (channel, payload) pairs in the order PostgreSQL delivered them. A connection that
+    broke raises from :meth:`wait`: its owner opens another."""
 
-    def __init__(self, dsn: str) -> None:
-        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
-        self._connection.execute(f"LISTEN {EVENTS_CHANNEL}".encode())
-        self._connection.execute(f"LISTEN {OUTBOX_CHANNEL}".encode())
+    def __init__(self, dsn: str, channels: Sequence[str] = (EVENTS_CHANNEL, OUTBOX_CHANNEL)) -> None:
+        self._connection: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        for channel in channels:
+            self._connection.execute(f"LISTEN {channel}".encode())
 
     def wait(self, timeout_s: float) -> list[tuple[str, str]]:
         """What was notified within ``timeout_s`` (empty when nothing was), with what else is already queued."""
@@ -79,33 +80,4 @@ class RelayListener:
 
     def close(self) -> None:
         """Close the connection (a waiting :meth:`wait` returns or raises)."""
-        self._connection.close()
-
-
-class ReplyListener:
-    """A connection of its own listening on :data:`OUTBOX_CHANNEL` alone (a dispatcher's wake-up); a connection that
-    broke is replaced at the next :meth:`wait`."""
-
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
-        self._closed = False
-        self._connection = self._connect()
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        connection: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
-        connection.execute(f"LISTEN {OUTBOX_CHANNEL}".encode())
-        return connection
-
-    def wait(self, timeout_s: float) -> set[str]:
-        """The platforms whose replies were queued within ``timeout_s`` (empty when none was), with what else is
-        already queued. A lost connection raises (psycopg's error); the next call connects again."""
-        if self._connection.closed and not self._closed:
-            self._connection = self._connect()
-        found = {n.payload for n in self._connection.notifies(timeout=timeout_s, stop_after=1)}
-        found.update(n.payload for n in self._connection.notifies(timeout=0.0))
-        return found
-
-    def close(self) -> None:
-        """Close the connection (a waiting :meth:`wait` returns or raises)."""
-        self._closed = True
         self._connection.close()
