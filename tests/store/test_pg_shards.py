@@ -343,14 +343,11 @@ def test_a_pull_learns_the_pending_ids_then_reads_the_new_rows_with_their_key_s_
     assert queue.pending_ids([1, 2]) == [ids[0], ids[1], ids[2]]
     assert queue.pending_ids([]) == []
     shard_store.inbox.complete(ids[2], session_id="s1")
-    routed = queue.routed([ids[2], ids[1], ids[0]])
-    assert [(shard, row.id, route) for shard, row, route in routed] == [(1, ids[0], "s1"), (2, ids[1], None)]
-    assert routed[0][1].routing_key == "k1"
-    assert queue.routed([]) == []
-    # The same in one statement: every pending id, only the rows not known yet whole.
+    # One statement: every pending id, only the rows not known yet whole, each with its key's route.
     pending, whole = queue.pull([1, 2, 3], known=[ids[0]])
     assert pending == [ids[0], ids[1], ids[3]]
     assert [(shard, row.id, route) for shard, row, route in whole] == [(2, ids[1], None), (3, ids[3], None)]
     pending, whole = queue.pull([1], known=[])
     assert (pending, [(shard, row.id, route) for shard, row, route in whole]) == ([ids[0]], [(1, ids[0], "s1")])
+    assert whole[0][1].routing_key == "k1"
     assert queue.pull([], known=[]) == ([], [])

@@ -141,24 +141,12 @@ class ShardQueue(SqlTable):
         )
         return [int(inbox_id) for (inbox_id,) in rows]
 
-    def routed(self, inbox_ids: Sequence[int]) -> list[tuple[int, InboxRow, str | None]]:
-        """Those of ``inbox_ids`` still pending, in id order, each with its shard and the session its routing key
-        leads to now (``None``: no route), in one statement."""
-        if not inbox_ids:
-            return []
-        rows = self._db.execute(
-            f"SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
-            "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = ANY(?) AND i.state = ? ORDER BY i.id",
-            (list(inbox_ids), _PENDING),
-        )
-        return [(int(row[0]), inbox_row(row[2:]), None if row[1] is None else str(row[1])) for row in rows]
-
     def pull(
         self, shards: Sequence[int], *, known: Collection[int] = (), limit: int = 500
     ) -> tuple[list[int], list[tuple[int, InboxRow, str | None]]]:
         """The ids of the oldest pending rows of ``shards`` (up to ``limit``), in order, and those of them not in
         ``known`` read whole, each with its shard and the session its routing key leads to now (``None``: no
-        route): :meth:`pending_ids` and :meth:`routed` in one statement (one round trip)."""
+        route), in one statement (one round trip)."""
         if not shards:
             return [], []
         rows = execute_generic(  # 'pending' a literal: a generic plan sees the partial index's predicate
