@@ -184,10 +184,7 @@ class Mailbox:
         """Queue ``envelope``; run the actor if it is idle. After the actor stopped, an ask fails at once."""
         with self._lock:
             if self._closed:
-                if envelope.reply_to is not None:
-                    envelope.reply_to.set_exception(
-                        exc_info=(pykka.ActorDeadError, pykka.ActorDeadError("the actor stopped before it"), None)
-                    )
+                _refuse(envelope)
                 return
             self._messages.put(envelope)
             if self._scheduled:
@@ -223,11 +220,15 @@ class Mailbox:
             self._closed = True
             self._run = None
         while not self._messages.empty():  # put between the actor's teardown and this close
-            envelope = self._messages.get_nowait()
-            if envelope.reply_to is not None:
-                envelope.reply_to.set_exception(
-                    exc_info=(pykka.ActorDeadError, pykka.ActorDeadError("the actor stopped before it"), None)
-                )
+            _refuse(self._messages.get_nowait())
+
+
+def _refuse(envelope: Envelope[Any]) -> None:
+    """Answer a message that came to a stopped actor: an ask fails with ``ActorDeadError``, a tell is dropped."""
+    if envelope.reply_to is not None:
+        envelope.reply_to.set_exception(
+            exc_info=(pykka.ActorDeadError, pykka.ActorDeadError("the actor stopped before it"), None)
+        )
 
 
 class StopFlag(threading.Event):

@@ -85,9 +85,8 @@ class Compression:
             outcome = self.compress((), token, reply=False)
             if outcome.continued_by is not None:
                 return msgspec.structs.replace(outcome, requeue=tuple(deliveries))
-            if not over:
-                return None
-            tokens = self.prompt_tokens(deliveries)  # after a compression that changed nothing here
+            if over:
+                tokens = self.prompt_tokens(deliveries)  # after a compression that changed nothing here
         if not over:
             return None
         _log.info(

@@ -114,10 +114,9 @@ class _Job:
 
 
 class _Call(_Job):
-    """A write whose caller waits for it (:meth:`StoreWriter.call`): a lock released once the outcome is set, and
-    no :class:`Future` (its ``future`` is never set; only ``call`` makes one, and waits on it itself).
-
-    A future costs a condition and its lock on both sides, and every turn waits for its commit.
+    """A write whose caller waits for it (:meth:`StoreWriter.call`): a lock released once the outcome is set, in
+    place of a :class:`Future` (``future`` is never set: the writer settles a job through :meth:`succeed` and
+    :meth:`fail` only). A future costs a condition and its lock on both sides, and every turn waits for its commit.
     """
 
     __slots__ = ("_done", "_error", "_result")

@@ -83,7 +83,7 @@ class PgWriter(StoreWriter):
                     committed = False
                     for job in batch:
                         if not job.future.done():
-                            job.future.set_exception(exc)
+                            job.fail(exc)
                 if self._observer is not None:
                     self._observe(len(batch), time.perf_counter() - started, committed)
 
@@ -119,13 +119,13 @@ class PgWriter(StoreWriter):
             if error is None:
                 job.succeed(result)
             else:
-                job.future.set_exception(error)
+                job.fail(error)
         return True
 
     def _fail(self, batch: list[_Job], error: StoreError) -> bool:
         _log.error("store commit of %d writes failed: %s", len(batch), error)
         for job in batch:
-            job.future.set_exception(error)
+            job.fail(error)
         return False
 
     def _resolve(self, exc: CommitUnknownError, writes: int) -> bool:
