@@ -54,12 +54,14 @@ class AgentCalls:
         return result
 
     def _in_pool(self, call: Callable[[], T], token: CancelToken, timeout: float) -> T | AgentFailure | None:
+        # The deadline is taken before the call can start: an agent that reads its own deadline in the call (the
+        # OpenAI agent) then has one no earlier than this, so its own timeout can only end past this deadline.
+        deadline = time.monotonic() + timeout
         try:
             future: Future[T] = self._pool.submit(contextvars.copy_context().run, call)
         except RuntimeError as exc:  # the only reason an executor refuses a call: it has shut down
             raise ShutdownError("the runtime is stopping: the turn runs again at the next start") from exc
-        deadline = time.monotonic() + timeout
-        token.wait_for(future, timeout)
+        token.wait_for(future, max(0.0, deadline - time.monotonic()))
         if token.cancelled:
             return None
         if future.cancelled():  # only the pool's shutdown cancels a call before this method does
