@@ -380,6 +380,10 @@ def test_a_caller_that_leaves_during_session_send_stops_its_turn(start: Any) -> 
 
     asyncio.run(leave())
     poll_until(lambda: api.waiters_waiting() == 0, what="the end of the abandoned wait")
+    # The wait ends once the stop is submitted; the turn is stopped when its session takes the stop, which needs
+    # no answer from the agent: released only then, the agent's late answer is dropped. (Released earlier, it
+    # could answer before the session took the stop, as a turn that ends before a /stop does.)
+    assert api.gateway.wait_idle(10)
     agent.release.set()
     assert api.gateway.wait_idle(10)
     with api.gateway.read() as store:
