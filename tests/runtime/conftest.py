@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 
 from hermes_actors.agents.base import Agent
 from hermes_actors.runtime.gateway import Gateway
-from hermes_actors.store import MessageRecord
+from hermes_actors.store import MessageRecord, StoreInterface
 from hermes_actors.testing import FakePlatform, open_fake_gateway
 
 MakeGateway = Callable[..., tuple[Gateway, FakePlatform]]
@@ -40,3 +41,21 @@ def assert_turns_are_contiguous(transcript: Sequence[MessageRecord]) -> list[str
             pending = []
     assert not pending, f"user messages without a reply: {pending}"
     return users
+
+
+class HeldWriter:
+    """Holds the store writer inside a job until released, so nothing commits meanwhile."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._entered = threading.Event()
+        self._release = threading.Event()
+        self.done = gateway._writer.submit(self._hold)
+        assert self._entered.wait(10), "the writer did not start the holding job"
+
+    def _hold(self, store: StoreInterface) -> None:
+        self._entered.set()
+        self._release.wait(30)
+
+    def release(self) -> None:
+        self._release.set()
+        self.done.result(timeout=10)

@@ -13,7 +13,7 @@ from hermes_actors.runtime.gateway import Gateway
 from hermes_actors.runtime.protocol import AdminChange, EndSession, SetTitle
 from hermes_actors.store import EndReason, Store
 from hermes_actors.testing import FakePlatform, GatedAgent, poll_until
-from tests.runtime.conftest import MakeGateway
+from tests.runtime.conftest import HeldWriter, MakeGateway
 
 KEY = "agent:main:fake:dm:chat-1"
 
@@ -98,9 +98,13 @@ def test_an_end_cancels_the_running_turn_and_a_second_end_is_refused(make_gatewa
     assert agent.started.wait(10)
     session = gateway.session_for(KEY)
     assert session is not None
-    done = _end(gateway, session)
-    with pytest.raises(SessionClosedError, match="is ending already"):
-        _rename(gateway, session, "too late")
+    held = HeldWriter(gateway)  # the end cannot commit, so it is still under way when the rename comes
+    try:
+        done = _end(gateway, session)
+        with pytest.raises(SessionClosedError, match="is ending already"):
+            _rename(gateway, session, "too late")
+    finally:
+        held.release()
     agent.release.set()
     done.result(timeout=10)
     assert gateway.wait_idle()

@@ -19,7 +19,7 @@ from hermes_actors.runtime.session import SessionActor
 from hermes_actors.runtime.turns import SessionTurns
 from hermes_actors.store import StoreInterface
 from hermes_actors.testing import FakePlatform
-from tests.runtime.conftest import MakeGateway
+from tests.runtime.conftest import HeldWriter, MakeGateway
 
 
 def _commit_without_dispatch(gateway: Gateway, inbound: InboundMessage) -> Deliver:
@@ -41,31 +41,13 @@ def _commit_without_dispatch(gateway: Gateway, inbound: InboundMessage) -> Deliv
     return Deliver(routing_key=key, delivery=Delivery(inbox_id=inbox_id, message=inbound))
 
 
-class _HeldWriter:
-    """Holds the store writer inside a job until released, so nothing commits meanwhile."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self._entered = threading.Event()
-        self._release = threading.Event()
-        self.done = gateway._writer.submit(self._hold)
-        assert self._entered.wait(10), "the writer did not start the holding job"
-
-    def _hold(self, store: StoreInterface) -> None:
-        self._entered.set()
-        self._release.wait(30)
-
-    def release(self) -> None:
-        self._release.set()
-        self.done.result(timeout=10)
-
-
 def test_the_supervisor_answers_asks_while_the_writer_is_held_and_its_replies_follow_the_commit(
     make_gateway: MakeGateway,
 ) -> None:
     gateway, fake = make_gateway(ask_timeout_s=3.0)
     title = _commit_without_dispatch(gateway, fake.message("/title", message_id="m-title"))
     plain = _commit_without_dispatch(gateway, fake.message("/sethome", message_id="m-home"))
-    held = _HeldWriter(gateway)
+    held = HeldWriter(gateway)
     try:
         gateway._supervisor.tell(title)  # answered by the supervisor itself: a reply of its own
         gateway._supervisor.tell(plain)  # writes the home channel and replies
@@ -89,7 +71,7 @@ def test_a_refusal_over_the_hard_limit_is_answered_while_the_writer_is_held(make
     first, second, third = (
         _commit_without_dispatch(gateway, fake.message(text, message_id=f"m-{text}")) for text in ("a", "b", "c")
     )
-    held = _HeldWriter(gateway)
+    held = HeldWriter(gateway)
     try:
         for deliver in (first, second, third):  # "a" runs (its commit waits), "b" queues, "c" is one too many
             gateway._supervisor.tell(deliver)
