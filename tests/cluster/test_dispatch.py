@@ -226,14 +226,35 @@ def test_api_server_rows_are_left_to_the_api_server(pg: PostgresStore) -> None:
 def test_a_started_dispatcher_sends_a_reply_as_soon_as_it_is_queued_not_at_its_next_poll(pg: PostgresStore) -> None:
     platform = FakePlatform("fake")
     dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="a")
+    rounds: list[int] = []  # what each of the thread's rounds claimed
+    dispatch_once = dispatcher.dispatch_once
+
+    def counted(limit: int = 100, *, wait: bool = True) -> int:
+        claimed = dispatch_once(limit, wait=wait)
+        rounds.append(claimed)
+        return claimed
+
+    dispatcher.dispatch_once = counted  # type: ignore[method-assign]
     dispatcher.start(interval_s=60.0)  # a poll would come only after the test's deadline
     try:
         poll_until(lambda: dispatcher.held() == {"send:fake"}, timeout=5, interval=0.05, what="send:fake taken")
-        time.sleep(0.3)  # the first round has claimed nothing and polls again only in 60 s
+        # The first round has claimed nothing (the thread now waits 60 s), and the listener is listening.
+        poll_until(lambda: rounds == [0], timeout=5, interval=0.01, what="the first round")
+        poll_until(lambda: _listening(pg), timeout=5, interval=0.01, what="LISTEN hermes_outbox")
         queued = time.monotonic()
         _queue(pg, "c", "now")
         poll_until(lambda: platform.sent, timeout=5, interval=0.01, what="the reply sent")
         assert time.monotonic() - queued < 5
         assert [m.text for m in platform.sent] == ["now"]
+        poll_until(lambda: len(rounds) >= 2, timeout=5, interval=0.01, what="the woken round's end")
+        assert rounds[:2] == [0, 1]  # sent by the round its notification woke, not by a poll
     finally:
         dispatcher.stop()
+
+
+def _listening(pg: PostgresStore) -> bool:
+    """Whether a connection's last statement was the dispatcher's LISTEN (it runs none after it)."""
+    found = pg.database.value(
+        "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN hermes_outbox' AND pid <> pg_backend_pid()"
+    )
+    return bool(found)
