@@ -13,6 +13,7 @@ from hermes_actors.cluster.replica.dispatch import OutboxDispatcher
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.ports import SendError
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.turn_relay import OUTBOX_CHANNEL
 from hermes_actors.testing import FakePlatform, poll_until
 from platforms.support.ratelimit import Rate, RateLimiter
 
@@ -255,6 +256,7 @@ def test_a_started_dispatcher_sends_a_reply_as_soon_as_it_is_queued_not_at_its_n
 def _listening(pg: PostgresStore) -> bool:
     """Whether a connection's last statement was the dispatcher's LISTEN (it runs none after it)."""
     found = pg.database.value(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN hermes_outbox' AND pid <> pg_backend_pid()"
+        "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+        (f"LISTEN {OUTBOX_CHANNEL}",),
     )
     return bool(found)

@@ -115,7 +115,7 @@ def test_a_host_whose_renewals_stall_cannot_commit_and_the_next_holder_sees_the_
         next_holder.start()
         assert taker_agent.started.wait(20)  # the next holder runs "first" too
         stale_agent.release.set()
-        poll_until(lambda: sum(stale.status().outcomes.values()) == 1, timeout=10, what="the stale turn ending")
+        poll_until(lambda: _turns_ended(stale) == 1, timeout=10, what="the stale turn ending")
         taker_agent.release.set()
         poll_until(lambda: _pending(pg) == 0, timeout=10, what="the next holder finishing")
         # Only once its supervisor has heard that its "first" ended (committed or refused) may "second" come

@@ -26,6 +26,17 @@ class _LateSubmitter(ThreadPoolExecutor):
         return future
 
 
+def _calls(pool: ThreadPoolExecutor, timeout_s: float, recorded: list[tuple[str, object]]) -> AgentCalls:
+    """A session's agent calls on ``pool`` with the turn timeout ``timeout_s``, each call's outcome and result
+    appended to ``recorded`` (the metrics' view)."""
+    services = SimpleNamespace(
+        agent_pool=pool,
+        config=SimpleNamespace(agent_timeout_s=timeout_s),
+        metrics=SimpleNamespace(agent_called=lambda outcome, _s, result=None: recorded.append((outcome, result))),
+    )
+    return AgentCalls(services, "s1")  # type: ignore[arg-type]
+
+
 def _held_to_its_own_deadline() -> str:
     deadline = time.monotonic() + TIMEOUT_S  # read when the call starts, as the OpenAI agent does
     time.sleep(max(0.0, deadline - time.monotonic()))
@@ -35,13 +46,7 @@ def _held_to_its_own_deadline() -> str:
 def test_an_agent_failing_at_the_turns_deadline_is_the_turns_timeout_though_the_submitter_ran_late() -> None:
     recorded: list[tuple[str, object]] = []
     with _LateSubmitter(max_workers=1) as pool:
-        services = SimpleNamespace(
-            agent_pool=pool,
-            config=SimpleNamespace(agent_timeout_s=TIMEOUT_S),
-            metrics=SimpleNamespace(agent_called=lambda outcome, _s, result=None: recorded.append((outcome, result))),
-        )
-        calls = AgentCalls(services, "s1")  # type: ignore[arg-type]
-        result = calls.in_pool(_held_to_its_own_deadline, CancelToken())
+        result = _calls(pool, TIMEOUT_S, recorded).in_pool(_held_to_its_own_deadline, CancelToken())
     assert isinstance(result, AgentFailure)
     assert result.kind is FailureKind.TIMEOUT
     assert result.text.startswith("Sorry, the agent did not answer within")
@@ -53,12 +58,7 @@ def test_an_agent_error_before_the_deadline_is_told_as_the_agents_error() -> Non
         raise AgentError("agent endpoint refused the key")
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        services = SimpleNamespace(
-            agent_pool=pool,
-            config=SimpleNamespace(agent_timeout_s=5.0),
-            metrics=SimpleNamespace(agent_called=lambda *_a, **_k: None),
-        )
-        result = AgentCalls(services, "s1").in_pool(refuses, CancelToken())  # type: ignore[arg-type]
+        result = _calls(pool, 5.0, []).in_pool(refuses, CancelToken())
     assert isinstance(result, AgentFailure)
     assert result.kind is FailureKind.ERROR
     assert "refused the key" in result.text
