@@ -291,6 +291,29 @@ def size_futex_hash_as_hermesd(slots: int | None) -> None:
         print(f"# futex hash: the kernel refused {slots} slots (older than 6.16?); its default", flush=True)
 
 
+def place_as_hermesd(setting: str | None) -> None:
+    """For the rest of the run, put the process on CPUs as the measured tree's hermesd does (``daemon.cpu_affinity``
+    of ``hermes_actors.cpu_affinity``: one CPU, the one it starts on; a tree from before it uses every CPU), or as
+    ``setting`` says: ``one``, ``all`` or CPU numbers (``0,1``). Written here for trees without the module."""
+    allowed = frozenset(os.sched_getaffinity(0))
+    if setting is None:
+        try:
+            import hermes_actors.cpu_affinity  # noqa: F401
+        except ImportError:  # this tree's hermesd runs on every CPU
+            setting = "all"
+        else:
+            setting = "one"
+    if setting == "all":
+        cpus = allowed
+    elif setting == "one":
+        fields = Path("/proc/thread-self/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        cpus = frozenset({int(fields[36])})
+    else:
+        cpus = frozenset(int(cpu) for cpu in setting.split(","))
+    os.sched_setaffinity(0, cpus)  # before any thread: they inherit it
+    print(f"# cpu affinity: {setting}: CPUs {sorted(cpus)} of {sorted(allowed)}", flush=True)
+
+
 def tune_collector_as_hermesd(young: int | None) -> None:
     """For the rest of the run, tune the garbage collector as the measured tree's hermesd does
     (``hermes_actors.runtime.collector``: a tree from before it leaves Python's defaults), or collect the youngest
@@ -868,11 +891,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "defaults); default: as the measured tree's hermesd (hermes_actors.runtime.collector)",
     )
     parser.add_argument(
+        "--cpu-affinity",
+        metavar="WHICH",
+        help="one (the CPU the bench starts on), all, or CPU numbers such as 0,1; default: as the measured tree's "
+        "hermesd (daemon.cpu_affinity: one CPU; a tree from before it, every CPU)",
+    )
+    parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile every thread; write pstats files per thread group to DIR"
     )
     args = parser.parse_args(argv)
     if args.trace:
         TRACE.install()
+    place_as_hermesd(args.cpu_affinity)
     size_futex_hash_as_hermesd(args.futex_hash_slots)
     tune_collector_as_hermesd(args.gc_young)
     profiler = ThreadProfiler() if args.profile else None

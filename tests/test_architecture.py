@@ -20,6 +20,7 @@ CORE = frozenset(
         "hermes_actors.clock",
         "hermes_actors.config",
         "hermes_actors.constraints",
+        "hermes_actors.cpu_affinity",
         "hermes_actors.conversation_port",
         "hermes_actors.errors",
         "hermes_actors.health",

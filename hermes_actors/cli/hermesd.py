@@ -8,6 +8,7 @@ group and other bits off, so whatever it creates (including SQLite's ``-wal``/``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -20,6 +21,7 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.cluster.settings import require_cluster
+from hermes_actors.cpu_affinity import CpuAffinityError, cpu_affinity
 from hermes_actors.daemon.banner import version
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
@@ -96,6 +98,16 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     configure_logging(level, log_format=settings.daemon.log_format)
     listeners = 1 + len(settings.platforms)  # at most: the one port, or each HTTP entry point's own
     raise_descriptor_limit(settings.daemon.http_limits.max_connections * listeners + 256)
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(cpu_affinity(settings.daemon.cpu_affinity))  # before any thread: threads inherit it
+        except CpuAffinityError as exc:
+            click.echo(f"Error: {exc} (in {config_path})", err=True)
+            sys.exit(2)
+        _run(settings, root, config_path, level, cluster=cluster)
+
+
+def _run(settings: Settings, root: Path, config_path: Path, level: int, *, cluster: bool) -> None:
     if cluster:
         with tune_collector():  # a replica relays many chats' messages and replies: the same tuning
             _serve_cluster(settings, root, level)

@@ -20,6 +20,7 @@ from msgspec import Meta
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits, RuntimeConfig, SessionsConfig
 from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section, decode_section
+from hermes_actors.cpu_affinity import cpu_affinity_problem
 from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
@@ -76,7 +77,9 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ``http_port``: one port for every HTTP entry point on ``http_host`` (behind a reverse proxy; 0: each on its own
     port), ``http_header_timeout_s``, ``http_idle_timeout_s`` and ``http_max_connections``: what every HTTP listener
     holds clients to (:class:`~hermes_actors.config.HttpLimits`), and ``admin_key``: the key of the API server's
-    operator routes (unset: ``$HERMES_ADMIN_KEY``, else one generated into ``$HERMES_HOME/admin_key``)."""
+    operator routes (unset: ``$HERMES_ADMIN_KEY``, else one generated into ``$HERMES_HOME/admin_key``), and
+    ``cpu_affinity``: the CPUs the process runs on (:mod:`hermes_actors.cpu_affinity`: ``one``, the default, keeps
+    the one it starts on; ``all``; or a list of CPU numbers)."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: NonNegativeSeconds = 30.0
@@ -89,6 +92,7 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     http_idle_timeout_s: _IdleTimeout = 75.0
     http_max_connections: _Connections = 512
     admin_key: str | None = None
+    cpu_affinity: str | tuple[int, ...] = "one"
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -101,6 +105,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     def __post_init__(self) -> None:
         check_section(self, "daemon")
+        if (problem := cpu_affinity_problem(self.cpu_affinity)) is not None:
+            raise ConfigError("daemon.cpu_affinity", problem)
         if self.admin_key is not None and len(self.admin_key.strip()) < _MIN_ADMIN_KEY:
             raise ConfigError(
                 "daemon.admin_key",

@@ -265,6 +265,8 @@ daemon:
   # http_max_connections: 512        # open connections per listener; past it the longest idle one is closed
   # admin_key: null                  # opens the API's /api/sessions (every session): null uses $HERMES_ADMIN_KEY,
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
+  # cpu_affinity: one                # one: every thread on the CPU hermesd starts on (its threads share one Python
+  #                                  # lock: cheaper there); all: every CPU; or a list such as [2, 3]
 
 # Signed event webhooks (README "Event webhooks"): what happens, POSTed as Standard Webhooks through the outbox, each
 # event once by its id (the webhook-id header), retried with backoff (runtime.outbox_retry_base_s doubling up to

@@ -29,6 +29,7 @@ from mcp.shared.message import SessionMessage
 from hermes_actors.agents.mcp.results import call_problem, result_text
 from hermes_actors.agents.mcp.settings import NAME_SEPARATOR, McpServerSettings
 from hermes_actors.agents.tools import error_json
+from hermes_actors.cpu_affinity import unconfined_command
 from hermes_actors.messages import ToolServerState
 
 __all__ = ["ServerLink"]
@@ -190,7 +191,7 @@ class ServerLink:
     async def _transport(self) -> AsyncIterator[Streams]:
         settings = self.settings
         if settings.command is not None:
-            program, *args = settings.command
+            program, args = unconfined_command(settings.command[0], settings.command[1:])  # its own CPUs
             parameters = StdioServerParameters(command=program, args=args, env=dict(settings.env), cwd=settings.cwd)
             async with stdio_client(parameters, errlog=_errlog()) as streams:
                 yield streams

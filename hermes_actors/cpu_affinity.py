@@ -1,0 +1,167 @@
+"""Run the gateway's threads on one CPU (``daemon.cpu_affinity``; hermesd runs inside
+:func:`cpu_affinity`).
+
+The runtime is a few hundred Python threads (sessions, the writer, the outbox, the HTTP loops) that take turns at
+one interpreter lock; only SQLite's and the network's C code runs beside them. On two CPUs every hand-over of that
+lock to a thread parked on the other CPU is a cross-CPU wake-up (an inter-processor interrupt, in a virtual machine
+a trip through the hypervisor), and the data the threads share moves between the CPUs' caches. Measured on a 2-CPU
+machine, the same process confined to one CPU (``bench/throughput.py``, alternating, bench/README.md):
+aggregate CPU per turn 455-483 -> 328-359 µs and turns/s 2,133-2,257 -> 2,703-2,965; one session 849-865 ->
+1,374-1,415 turns/s; activation 1,456-1,519 -> 863-866 µs; ``hermesd`` under 80 messages/s of HTTP
+(``bench/cluster.py --only cost --sides sqlite``) 3.69-3.77 -> 2.94-3.16 ms of CPU per message.
+
+``one`` (the default) keeps the CPU the process is running on when it starts (so several daemons on a machine
+spread as the scheduler placed them), ``all`` changes nothing, and a list of CPU numbers confines the process to
+those. Every thread that exists is moved, and threads started later inherit it. A process started from a confined
+thread would inherit the confinement too: :func:`unconfined_command` gives the command that first takes back the
+CPUs the gateway started with (the MCP servers the gateway starts run through it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from hermes_actors.errors import HermesError
+
+__all__ = [
+    "CpuAffinity",
+    "CpuAffinityError",
+    "cpu_affinity",
+    "cpu_affinity_problem",
+    "current_cpu",
+    "describe_cpus",
+    "unconfined_command",
+]
+
+_log = logging.getLogger(__name__)
+
+CpuAffinity = str | Sequence[int]
+"""``daemon.cpu_affinity``: ``one``, ``all``, or the CPU numbers to run on."""
+
+_started_on: frozenset[int] | None = None  # the CPUs the process had before cpu_affinity confined it
+
+
+class CpuAffinityError(HermesError):
+    """The configured CPUs are not ones this process may run on."""
+
+
+def cpu_affinity_problem(setting: CpuAffinity) -> str | None:
+    """What is wrong with a ``daemon.cpu_affinity`` value, or ``None``."""
+    if isinstance(setting, str):
+        if setting in ("one", "all"):
+            return None
+        return (
+            f"{setting!r} is not a choice; use 'one' (the default: the CPU hermesd starts on), 'all', or a list of "
+            "CPU numbers such as [0, 1]"
+        )
+    if not setting:
+        return "an empty list runs on no CPU; list CPU numbers such as [0, 1], or use 'one' or 'all'"
+    if any(isinstance(cpu, bool) or cpu < 0 for cpu in setting):
+        return f"CPU numbers start at 0, got {list(setting)}; list CPU numbers such as [0, 1]"
+    return None
+
+
+def _supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "sched_setaffinity")
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread is running on (Linux; ``None`` elsewhere or when unreadable)."""
+    try:
+        with open("/proc/thread-self/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[36])  # field 39 of proc(5): processor; fields[0] is field 3 (state)
+
+
+def describe_cpus(cpus: frozenset[int] | set[int]) -> str:
+    """``0-3,6``: the CPU numbers as ranges."""
+    parts: list[str] = []
+    ordered = sorted(cpus)
+    start = previous = ordered[0] if ordered else 0
+    for cpu in ordered[1:]:
+        if cpu != previous + 1:
+            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+            start = cpu
+        previous = cpu
+    if ordered:
+        parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+    return ",".join(parts)
+
+
+def _wanted(setting: CpuAffinity, allowed: frozenset[int]) -> frozenset[int] | None:
+    """The CPUs to confine the process to, or ``None`` to leave it as it is."""
+    if isinstance(setting, str):
+        if (problem := cpu_affinity_problem(setting)) is not None:
+            raise CpuAffinityError(f"daemon.cpu_affinity: {problem}")
+        if setting == "all" or len(allowed) <= 1:
+            return None
+        cpu = current_cpu()
+        return frozenset({cpu if cpu is not None and cpu in allowed else min(allowed)})
+    cpus = frozenset(int(cpu) for cpu in setting)
+    outside = cpus - allowed
+    if outside or not cpus:
+        raise CpuAffinityError(
+            f"daemon.cpu_affinity names CPU {describe_cpus(outside) or '(none)'}, but this process may run only on "
+            f"CPUs {describe_cpus(allowed)}; list some of those, or use 'one' (the default) or 'all'"
+        )
+    return None if cpus == allowed else cpus
+
+
+def _move_threads(cpus: frozenset[int] | set[int]) -> None:
+    """Confine every thread of the process to ``cpus`` (a thread that ended meanwhile is skipped)."""
+    os.sched_setaffinity(0, cpus)
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in threads:
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def cpu_affinity(setting: CpuAffinity) -> Iterator[frozenset[int] | None]:
+    """Within the block, run the process on the CPUs ``setting`` asks for; yields them (``None``: unchanged). On exit
+    (hermesd run in-process by a test) every thread gets back the CPUs it had. :class:`CpuAffinityError` when a
+    listed CPU is not one the process may use."""
+    global _started_on
+    if not _supported():
+        yield None
+        return
+    allowed = frozenset(os.sched_getaffinity(0))
+    cpus = _wanted(setting, allowed)
+    if cpus is None:
+        yield None
+        return
+    _move_threads(cpus)
+    previous, _started_on = _started_on, allowed
+    _log.info(
+        "running on CPU %s of %s (daemon.cpu_affinity: %s; 'all' to use every CPU)",
+        describe_cpus(cpus),
+        describe_cpus(allowed),
+        setting if isinstance(setting, str) else list(setting),
+    )
+    try:
+        yield cpus
+    finally:
+        _started_on = previous
+        _move_threads(allowed)
+
+
+_RESTORE = "import os, sys; os.sched_setaffinity(0, {cpus}); os.execvp(sys.argv[1], sys.argv[1:])"
+
+
+def unconfined_command(command: str, args: Sequence[str]) -> tuple[str, list[str]]:
+    """``(command, args)`` to start a program that should not share the gateway's confinement: unchanged unless
+    :func:`cpu_affinity` confined the process, else run through a Python that first takes back the CPUs the
+    gateway started with and then becomes the program (``exec``: same process, same pipes)."""
+    if _started_on is None:
+        return command, list(args)
+    restore = _RESTORE.format(cpus=sorted(_started_on))
+    return sys.executable, ["-c", restore, command, *args]
