@@ -165,6 +165,7 @@ def _serve_cluster(settings: Settings, root: Path, level: int) -> None:
             events=settings.events,
             busy=settings.busy,
             jobs=settings.jobs,
+            host_cpu_affinity=settings.daemon.cpu_affinity,
         )
     except KeyboardInterrupt:
         stop.set()

@@ -273,6 +273,9 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         )
         listeners = _listeners()
         host_logs = _host_lines(sorted(Path(ray_dir).glob("session_*/logs/worker-*.err")))
+        replica_cpus = [
+            line for line in Path(f"/proc/{daemon.pid}/status").read_text().splitlines() if "Cpus_allowed_list" in line
+        ]
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -295,6 +298,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         "stderr": err.decode()[-2000:],
         "stderr_not_logfmt": [line for line in err.decode().splitlines() if not line.startswith("time=")][:50],
         "host_logs": host_logs,
+        "replica_cpus": replica_cpus[0].split(":", 1)[1].strip(),
         "listeners": listeners,
     }
 

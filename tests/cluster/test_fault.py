@@ -6,6 +6,7 @@ with fencing switched off must break what fencing guarantees (turns computed fro
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -88,3 +89,7 @@ def test_hermesd_cluster_takes_a_webhook_and_a_polled_telegram_update_to_the_sha
     assert all(line.startswith("time=") and line.endswith((" host=a", " host=b")) for line in seen["host_logs"]), seen[
         "host_logs"
     ]
+    if len(os.sched_getaffinity(0)) > 1:  # daemon.cpu_affinity's default: the replica and each host on one CPU
+        assert re.fullmatch(r"\d+", seen["replica_cpus"]), seen["replica_cpus"]
+        for host in ("a", "b"):
+            assert any("running on CPU" in line and line.endswith(f" host={host}") for line in seen["host_logs"])

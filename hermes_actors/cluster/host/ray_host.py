@@ -14,6 +14,7 @@ name, but each takes a shard only under a new epoch, so at most one of them can 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings, HostStatus
 from hermes_actors.cluster.settings import Placement
+from hermes_actors.cpu_affinity import cpu_affinity
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -68,6 +70,10 @@ class ShardHost:
             logging.basicConfig(level=logging.WARNING, format=f"{settings.name} %(levelname)s %(name)s: %(message)s")
         for handler in logging.getLogger().handlers:
             handler.addFilter(_HostField(settings.name))
+        # The worker's threads (the host's and Ray's own) on the CPUs hermesd's daemon.cpu_affinity says, for the
+        # life of the process: its turns share one interpreter lock, as hermesd's do.
+        self._placement = contextlib.ExitStack()
+        self._placement.enter_context(cpu_affinity(settings.cpu_affinity))
         built = agent_factory() if agent_factory is not None else None
         if isinstance(built, AgentRoster):
             self._runtime = HostRuntime(settings, agents=built)

@@ -33,6 +33,9 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     busy: BusyConfig = msgspec.field(default_factory=BusyConfig)  # what a message to a busy session does (busy:)
     jobs: JobsConfig = msgspec.field(default_factory=JobsConfig)  # scheduled turns (jobs:)
     job_scan_s: float = 5.0  # how often the held shards' due jobs and passed approval deadlines are looked for
+    # The CPUs the host's worker process runs on (daemon.cpu_affinity: hermes_actors.cpu_affinity); "all" leaves
+    # the process as Ray started it.
+    cpu_affinity: str | tuple[int, ...] = "all"
 
 
 class HostStatus(msgspec.Struct, frozen=True, kw_only=True):

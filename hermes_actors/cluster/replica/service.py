@@ -52,9 +52,11 @@ def host_settings(
     events: EventsConfig | None = None,
     busy: BusyConfig | None = None,
     jobs: JobsConfig | None = None,
+    cpu_affinity: str | tuple[int, ...] = "all",
 ) -> list[HostSettings]:
     """The settings of every shard host of ``cluster`` (emitting events for ``events``' webhooks, treating a
-    message to a busy session by ``busy``, firing the scheduled turns as ``jobs`` says)."""
+    message to a busy session by ``busy``, firing the scheduled turns as ``jobs`` says, on the CPUs
+    ``cpu_affinity`` says: ``daemon.cpu_affinity``)."""
     dsn = require_cluster(cluster)
     return [
         HostSettings(
@@ -68,6 +70,7 @@ def host_settings(
             events=events or EventsConfig(),
             busy=busy or BusyConfig(),
             jobs=jobs or JobsConfig(),
+            cpu_affinity=cpu_affinity,
         )
         for name in cluster.hosts
     ]
@@ -157,6 +160,7 @@ def serve_cluster(
     events: EventsConfig | None = None,
     busy: BusyConfig | None = None,
     jobs: JobsConfig | None = None,
+    host_cpu_affinity: str | tuple[int, ...] = "all",
 ) -> None:
     """Until ``stop`` is set: keep every shard host created on Ray at ``cluster.ray_address`` and run this replica's
     entry points for ``platforms`` (:class:`ClusterReplica`), the shard hosts running ``agent_factory``'s agent or
@@ -167,14 +171,15 @@ def serve_cluster(
     level and format) into their Ray workers' stderr, which Ray keeps in its session directory and does not forward
     here (it would add its prefixes and colours to this replica's log). ``events`` are the webhooks the hosts emit
     events for; the replica holding ``send:events`` delivers them; ``busy`` is what they do with a message that
-    reaches a busy session; ``jobs`` is the scheduled turns' section."""
+    reaches a busy session; ``jobs`` is the scheduled turns' section; ``host_cpu_affinity`` the CPUs each host's
+    worker process keeps (``daemon.cpu_affinity``)."""
     import ray
 
     from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
-    hosts = host_settings(cluster, events, busy, jobs)
+    hosts = host_settings(cluster, events, busy, jobs, cpu_affinity=host_cpu_affinity)
     reach_ray(cluster.ray_address)
     store = PostgresStore.open(hosts[0].postgres_dsn)  # migrates once, before any host opens it
     try:
