@@ -20,7 +20,6 @@ CPUs the gateway started with (the MCP servers the gateway starts run through it
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -34,15 +33,15 @@ __all__ = [
     "cpu_affinity_problem",
     "current_cpu",
     "describe_cpus",
+    "placement",
     "unconfined_command",
 ]
-
-_log = logging.getLogger(__name__)
 
 CpuAffinity = str | Sequence[int]
 """``daemon.cpu_affinity``: ``one``, ``all``, or the CPU numbers to run on."""
 
 _started_on: frozenset[int] | None = None  # the CPUs the process had before cpu_affinity confined it
+_placed: str | None = None  # what cpu_affinity did, for placement()
 
 
 class CpuAffinityError(HermesError):
@@ -141,17 +140,26 @@ def cpu_affinity(setting: CpuAffinity) -> Iterator[frozenset[int] | None]:
         return
     _move_threads(cpus)
     previous, _started_on = _started_on, allowed
-    _log.info(
-        "running on CPU %s of %s (daemon.cpu_affinity: %s; 'all' to use every CPU)",
-        describe_cpus(cpus),
-        describe_cpus(allowed),
-        setting if isinstance(setting, str) else list(setting),
+    global _placed
+    earlier, _placed = (
+        _placed,
+        (
+            f"running on CPU {describe_cpus(cpus)} of {describe_cpus(allowed)} (daemon.cpu_affinity: "
+            f"{setting if isinstance(setting, str) else list(setting)}; 'all' to use every CPU)"
+        ),
     )
     try:
         yield cpus
     finally:
-        _started_on = previous
+        _started_on, _placed = previous, earlier
         _move_threads(allowed)
+
+
+def placement() -> str | None:
+    """What :func:`cpu_affinity` did, for the log once the process has started (``running on CPU 1 of 0-1 ...``), or
+    ``None`` when it confined nothing. It does not log itself: a start refused right after keeps its one error line.
+    """
+    return _placed
 
 
 _RESTORE = "import os, sys; os.sched_setaffinity(0, {cpus}); os.execvp(sys.argv[1], sys.argv[1:])"

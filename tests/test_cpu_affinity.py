@@ -17,6 +17,7 @@ from hermes_actors.cpu_affinity import (
     cpu_affinity_problem,
     current_cpu,
     describe_cpus,
+    placement,
     unconfined_command,
 )
 
@@ -72,6 +73,12 @@ def test_one_moves_every_thread_to_the_cpu_it_started_on_and_gives_them_back(par
         assert set(_threads().values()) == {cpus}  # the parked thread too
         assert started == [cpus]  # a thread started meanwhile inherits it
         assert current_cpu() in cpus
+        (cpu,) = cpus
+        assert (
+            placement()
+            == f"running on CPU {cpu} of {describe_cpus(mine)} (daemon.cpu_affinity: one; 'all' to use every CPU)"
+        )
+    assert placement() is None  # for the log; nothing confined now
     after = _threads()
     assert {tid: after[tid] for tid in before if tid in after} == {tid: before[tid] for tid in before if tid in after}
 
@@ -86,6 +93,7 @@ def test_a_list_confines_the_process_to_those_cpus_and_all_leaves_it_alone() -> 
     assert frozenset(os.sched_getaffinity(0)) == mine
     with cpu_affinity("all") as cpus:
         assert cpus is None
+        assert placement() is None
         assert frozenset(os.sched_getaffinity(0)) == mine
     with cpu_affinity(tuple(sorted(mine))) as cpus:
         assert cpus is None  # every CPU it has already: nothing to change

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import msgspec
 
+from hermes_actors.cpu_affinity import placement
 from hermes_actors.daemon.admin import SessionAdministration
 from hermes_actors.daemon.admin_key import AdminKey, admin_key
 from hermes_actors.daemon.agent_bindings import roster_text
@@ -133,6 +134,8 @@ class Daemon:
         slots = futex_slots_for(runtime.max_live_actors + runtime.max_concurrent_agent_calls + 64)
         if size_futex_hash(slots):
             _log.info("futex hash: %d private slots for up to %d live sessions", slots, runtime.max_live_actors)
+        if (placed := placement()) is not None:
+            _log.info("%s", placed)
         plan = prepare_start(settings, home=self.home, environ=self._environ)
         self.admin_key = admin_key(self.home, settings, self._environ)
         _log.info("operator API key: %s", self.admin_key.describe())

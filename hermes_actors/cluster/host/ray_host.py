@@ -27,7 +27,7 @@ from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings, HostStatus
 from hermes_actors.cluster.settings import Placement
-from hermes_actors.cpu_affinity import cpu_affinity
+from hermes_actors.cpu_affinity import cpu_affinity, placement
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.store.pg.store import PostgresStore
 
@@ -74,6 +74,8 @@ class ShardHost:
         # life of the process: its turns share one interpreter lock, as hermesd's do.
         self._placement = contextlib.ExitStack()
         self._placement.enter_context(cpu_affinity(settings.cpu_affinity))
+        if (placed := placement()) is not None:
+            _log.info("%s", placed)
         built = agent_factory() if agent_factory is not None else None
         if isinstance(built, AgentRoster):
             self._runtime = HostRuntime(settings, agents=built)

@@ -33,6 +33,7 @@ from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.cluster.settings import ClusterSettings, require_cluster
 from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits
+from hermes_actors.cpu_affinity import placement
 from hermes_actors.errors import HermesError
 from hermes_actors.lifecycle.schedule import JobsConfig
 from hermes_actors.media import MediaStore
@@ -188,6 +189,8 @@ def serve_cluster(
         store.close()
         raise
     connected()
+    if (placed := placement()) is not None:
+        _log.info("%s", placed)
     try:
         ingress = ClusterIngress(
             store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace)
