@@ -9,6 +9,7 @@ import fcntl
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import termios
@@ -28,7 +29,11 @@ from tests.daemon.test_daemon import Daemon, start_daemon
 
 
 def _own_terminal() -> None:
-    """In the child: make the pty on stdin its controlling terminal, so Ctrl-C there sends it SIGINT."""
+    """In the child: make the pty on stdin its controlling terminal, so Ctrl-C there sends it SIGINT, and take SIGINT
+    as a terminal's shell would start the chat: not ignored. A suite started in the background (``cmd &`` in a
+    script) ignores SIGINT, and a child inherits that: Python then never raises KeyboardInterrupt, and Ctrl-C does
+    nothing, as it should for a program started that way."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
