@@ -4,10 +4,12 @@ naming the key."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,11 +96,24 @@ def _mcp_server(daemon: Daemon) -> int | None:
     return None
 
 
-def test_by_default_every_thread_runs_on_one_cpu_and_an_mcp_server_it_starts_gets_every_cpu(tmp_path: Path) -> None:
-    mine = frozenset(os.sched_getaffinity(0))
-    daemon = _start(tmp_path, "")
+@contextlib.contextmanager
+def _answering(tmp_path: Path, affinity: str) -> Iterator[tuple[Daemon, list[str]]]:
+    """A ``hermesd`` with ``affinity`` under ``daemon:`` that has answered one turn; on exit it is stopped with
+    SIGTERM, must exit 0, and its stderr is appended to the yielded list."""
+    daemon = _start(tmp_path, affinity)
+    stderr: list[str] = []
     try:
         _chat(daemon)
+        yield daemon, stderr
+    finally:
+        code, _, err = daemon.stop()
+    assert code == 0, err
+    stderr.append(err)
+
+
+def test_by_default_every_thread_runs_on_one_cpu_and_an_mcp_server_it_starts_gets_every_cpu(tmp_path: Path) -> None:
+    mine = frozenset(os.sched_getaffinity(0))
+    with _answering(tmp_path, "") as (daemon, stderr):
         pid = daemon.process.pid
         placed = {tid: _cpus(pid, tid) for tid in _threads(pid)}
         assert len(placed) > 10  # the writer, the HTTP loops, the outbox, the session that answered ...
@@ -109,23 +124,15 @@ def test_by_default_every_thread_runs_on_one_cpu_and_an_mcp_server_it_starts_get
         server = poll_until(lambda: _mcp_server(daemon), timeout=20, what="hermesd started no MCP server")
         assert _cpus(server) == mine  # through the command that gives the CPUs back, then the server itself (exec)
         assert Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")[1] == str(SERVER).encode()
-    finally:
-        code, _, err = daemon.stop()
-    assert code == 0, err
-    assert f"running on CPU {cpu} of" in err
+    assert f"running on CPU {cpu} of" in stderr[0]
 
 
 def test_all_leaves_every_cpu_to_the_process(tmp_path: Path) -> None:
     mine = frozenset(os.sched_getaffinity(0))
-    daemon = _start(tmp_path, "cpu_affinity: all")
-    try:
-        _chat(daemon)
+    with _answering(tmp_path, "cpu_affinity: all") as (daemon, stderr):
         pid = daemon.process.pid
         assert {_cpus(pid, tid) for tid in _threads(pid)} == {mine}
-    finally:
-        code, _, err = daemon.stop()
-    assert code == 0, err
-    assert "running on CPU" not in err
+    assert "running on CPU" not in stderr[0]
 
 
 def test_a_cpu_the_process_may_not_use_is_refused_at_start_naming_the_key(tmp_path: Path) -> None:
