@@ -217,6 +217,11 @@ class AutoTitle:
             else:
                 self._services.background.track(self._future)
 
+    @property
+    def in_flight(self) -> bool:
+        """Whether a job in the agent pool has started and not finished: its title may be stored already."""
+        return self._future is not None and not self._future.done()
+
     def applied(self, record: SessionRecord | None) -> SessionRecord | None:
         """Return ``record`` with the automatic title once the job has stored one (a title set since wins)."""
         if record is None or record.title is not None:

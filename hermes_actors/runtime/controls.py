@@ -120,7 +120,7 @@ class SessionControls:
         if control.done is not None:
             return self._rename(control.text, control.done)
         if control.text is None or not control.text.strip():
-            current = self._state.record.title if self._state.record else self._state.pending_title
+            current = self._state.shown_title()
             text = f"Title: {current}" if current else "This session has no title yet; set one with /title <text>."
             return self._exchange.answer(deliveries, text)
         if self._state.is_new:

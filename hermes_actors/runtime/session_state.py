@@ -222,6 +222,16 @@ class SessionState:
 
     # -- titles ------------------------------------------------------------------------------------------------
 
+    def shown_title(self) -> str | None:
+        """The title ``/title`` shows: the record's, or the one its first commit gives it; while an automatic title
+        job runs, the store's (the job's write commits before its future reports it)."""
+        if self._record is None:
+            return self._pending_title
+        if self._record.title is None and self._auto_title.in_flight:
+            with self.services.readers.reader() as store:
+                return store.get_session(self.session_id).title
+        return self._record.title
+
     def apply_background_title(self) -> None:
         """Take the title an automatic title job stored since the last turn into the record."""
         self._record = self._auto_title.applied(self._record)

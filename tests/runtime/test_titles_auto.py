@@ -121,6 +121,43 @@ def test_a_title_appears_after_the_first_exchange_without_delaying_the_reply(mak
     assert fake.pop().text == "Title: Plan the payments refactor for next week"  # the session's cached record knows
 
 
+class _HeldAfterStore(logging.Handler):
+    """Holds the title job's thread at its "titled ... automatically" line: the title is committed, the job's future
+    not yet done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "automatically" in record.getMessage():
+            self.reached.set()
+            self.release.wait(10)
+
+
+def test_slash_title_shows_an_automatic_title_committed_before_its_job_reports_it(make_gateway: MakeGateway) -> None:
+    held = _HeldAfterStore()
+    logger = logging.getLogger("hermes_actors.lifecycle.auto_titles")
+    logger.addHandler(held)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        agent = BlockingTitleAgent()
+        gateway, fake = make_gateway(agent=agent)
+        fake.push("plan the payments refactor for next week")
+        fake.pop()
+        agent.release.set()
+        assert held.reached.wait(5)
+        assert title_of(gateway) == "Plan the payments refactor for next week"  # stored; the job not done
+        fake.push("/title")
+        assert fake.pop().text == "Title: Plan the payments refactor for next week"
+    finally:
+        held.release.set()
+        logger.removeHandler(held)
+        logger.setLevel(level)
+
+
 def test_a_title_queued_before_the_first_message_wins(make_gateway: MakeGateway) -> None:
     agent = TitleAgent()
     gateway, fake = make_gateway(agent=agent)
