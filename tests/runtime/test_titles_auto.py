@@ -41,7 +41,7 @@ class BlockingTitleAgent(TitleAgent):
     def __init__(self) -> None:
         super().__init__()
         self.title_started = threading.Event()
-        self.release = threading.Event()
+        self.go = threading.Event()
 
     def title(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str:
         self.title_started.set()
@@ -133,7 +133,7 @@ class _HeldAfterStore(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "automatically" in record.getMessage():
             self.reached.set()
-            self.release.wait(10)
+            self.go.wait(10)
 
 
 def test_slash_title_shows_an_automatic_title_committed_before_its_job_reports_it(make_gateway: MakeGateway) -> None:
@@ -153,7 +153,7 @@ def test_slash_title_shows_an_automatic_title_committed_before_its_job_reports_i
         fake.push("/title")
         assert fake.pop().text == "Title: Plan the payments refactor for next week"
     finally:
-        held.release.set()
+        held.go.set()
         logger.removeHandler(held)
         logger.setLevel(level)
 
