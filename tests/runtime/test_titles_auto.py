@@ -41,7 +41,7 @@ class BlockingTitleAgent(TitleAgent):
     def __init__(self) -> None:
         super().__init__()
         self.title_started = threading.Event()
-        self.go = threading.Event()
+        self.release = threading.Event()
 
     def title(self, first_user_text: str, first_reply: str, *, timeout_s: float) -> str:
         self.title_started.set()
@@ -128,7 +128,7 @@ class _HeldAfterStore(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
         self.reached = threading.Event()
-        self.release = threading.Event()
+        self.go = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
         if "automatically" in record.getMessage():
