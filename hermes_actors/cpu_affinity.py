@@ -40,8 +40,7 @@ __all__ = [
 CpuAffinity = str | Sequence[int]
 """``daemon.cpu_affinity``: ``one``, ``all``, or the CPU numbers to run on."""
 
-_started_on: frozenset[int] | None = None  # the CPUs the process had before cpu_affinity confined it
-_placed: str | None = None  # what cpu_affinity did, for placement()
+_placed: tuple[frozenset[int], str] | None = None  # while confined: the CPUs the process had, and what was done
 
 
 class CpuAffinityError(HermesError):
@@ -95,19 +94,18 @@ def describe_cpus(cpus: frozenset[int] | set[int]) -> str:
 
 def _wanted(setting: CpuAffinity, allowed: frozenset[int]) -> frozenset[int] | None:
     """The CPUs to confine the process to, or ``None`` to leave it as it is."""
-    if isinstance(setting, str):
-        if (problem := cpu_affinity_problem(setting)) is not None:
-            raise CpuAffinityError(f"daemon.cpu_affinity: {problem}")
-        if setting == "all" or len(allowed) <= 1:
-            return None
+    if (problem := cpu_affinity_problem(setting)) is not None:
+        raise CpuAffinityError(f"daemon.cpu_affinity: {problem}")
+    if setting == "all":
+        return None
+    if setting == "one":
         cpu = current_cpu()
-        return frozenset({cpu if cpu is not None and cpu in allowed else min(allowed)})
+        return None if len(allowed) <= 1 else frozenset({cpu if cpu in allowed else min(allowed)})
     cpus = frozenset(int(cpu) for cpu in setting)
-    outside = cpus - allowed
-    if outside or not cpus:
+    if outside := cpus - allowed:
         raise CpuAffinityError(
-            f"daemon.cpu_affinity names CPU {describe_cpus(outside) or '(none)'}, but this process may run only on "
-            f"CPUs {describe_cpus(allowed)}; list some of those, or use 'one' (the default) or 'all'"
+            f"daemon.cpu_affinity names CPU {describe_cpus(outside)}, but this process may run only on CPUs "
+            f"{describe_cpus(allowed)}; list some of those, or use 'one' (the default) or 'all'"
         )
     return None if cpus == allowed else cpus
 
@@ -129,7 +127,7 @@ def cpu_affinity(setting: CpuAffinity) -> Iterator[frozenset[int] | None]:
     """Within the block, run the process on the CPUs ``setting`` asks for; yields them (``None``: unchanged). On exit
     (hermesd run in-process by a test) every thread gets back the CPUs it had. :class:`CpuAffinityError` when a
     listed CPU is not one the process may use."""
-    global _started_on
+    global _placed
     if not _supported():
         yield None
         return
@@ -139,19 +137,19 @@ def cpu_affinity(setting: CpuAffinity) -> Iterator[frozenset[int] | None]:
         yield None
         return
     _move_threads(cpus)
-    previous, _started_on = _started_on, allowed
-    global _placed
+    shown = setting if isinstance(setting, str) else list(setting)
     earlier, _placed = (
         _placed,
         (
-            f"running on CPU {describe_cpus(cpus)} of {describe_cpus(allowed)} (daemon.cpu_affinity: "
-            f"{setting if isinstance(setting, str) else list(setting)}; 'all' to use every CPU)"
+            allowed,
+            f"running on CPU {describe_cpus(cpus)} of {describe_cpus(allowed)} (daemon.cpu_affinity: {shown}; 'all' "
+            "to use every CPU)",
         ),
     )
     try:
         yield cpus
     finally:
-        _started_on, _placed = previous, earlier
+        _placed = earlier
         _move_threads(allowed)
 
 
@@ -159,7 +157,7 @@ def placement() -> str | None:
     """What :func:`cpu_affinity` did, for the log once the process has started (``running on CPU 1 of 0-1 ...``), or
     ``None`` when it confined nothing. It does not log itself: a start refused right after keeps its one error line.
     """
-    return _placed
+    return None if _placed is None else _placed[1]
 
 
 _RESTORE = "import os, sys; os.sched_setaffinity(0, {cpus}); os.execvp(sys.argv[1], sys.argv[1:])"
@@ -169,7 +167,7 @@ def unconfined_command(command: str, args: Sequence[str]) -> tuple[str, list[str
     """``(command, args)`` to start a program that should not share the gateway's confinement: unchanged unless
     :func:`cpu_affinity` confined the process, else run through a Python that first takes back the CPUs the
     gateway started with and then becomes the program (``exec``: same process, same pipes)."""
-    if _started_on is None:
+    if _placed is None:
         return command, list(args)
-    restore = _RESTORE.format(cpus=sorted(_started_on))
+    restore = _RESTORE.format(cpus=sorted(_placed[0]))
     return sys.executable, ["-c", restore, command, *args]

@@ -104,8 +104,8 @@ def test_a_cpu_the_process_may_not_use_is_refused_and_nothing_changes() -> None:
     mine = frozenset(os.sched_getaffinity(0))
     outside = max(mine) + 1
     refused = rf"names CPU {outside}, but this process may run only on CPUs"
-    with pytest.raises(CpuAffinityError, match=refused), cpu_affinity((0, outside)):
-        pass
+    with pytest.raises(CpuAffinityError, match=refused):
+        cpu_affinity((0, outside)).__enter__()
     assert frozenset(os.sched_getaffinity(0)) == mine
 
 
