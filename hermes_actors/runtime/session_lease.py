@@ -22,6 +22,14 @@ class SessionLease:
         self._services = services
         self.held = False
         self._epoch = 0  # the tenure of this process's lease: every commit checks it
+        # The database version at which a committed check saw the hold (Leases.fence), and the one the last
+        # check returned, which becomes it once that check's commit is durable (confirm). A check relies on it for
+        # half the lease's time, so a session that keeps turning keeps its lease extended by its turns as well as
+        # by the supervisor's heartbeat.
+        self._seen: int | None = None
+        self._seen_until = 0.0
+        self._checked: int | None = None
+        self._checked_until = 0.0
 
     def acquire(self) -> str | None:
         """Take the lease, waiting up to ``lease_wait_s``; return the other holder when it stays busy."""
@@ -46,6 +54,7 @@ class SessionLease:
             owner_alive=services.owner_alive,
         )
         self.held = holder is None
+        self._seen = self._checked = None
         if self.held:
             self._epoch = granted[-1]
         return holder
@@ -54,18 +63,34 @@ class SessionLease:
         """The session's first commit granted the lease at ``epoch`` (``None``: another process holds it)."""
         self.held = epoch is not None
         self._epoch = epoch or 0
+        self._seen = self._checked = None
 
     def fence(self, store: StoreInterface) -> None:
         """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands."""
-        config = self._services.config
-        store.leases.fence(self.session_id, self._services.lease_owner, self._epoch, config.lease_ttl_s)
+        self._checked = None
+        services = self._services
+        ttl = services.config.lease_ttl_s
+        now = services.clock()
+        seen = self._seen if now < self._seen_until else None
+        self._checked = store.leases.fence(self.session_id, services.lease_owner, self._epoch, ttl, seen=seen)
+        if self._checked != seen:
+            self._checked_until = now + ttl / 2
+        else:
+            self._checked_until = self._seen_until
+
+    def confirm(self) -> None:
+        """The commit whose :meth:`fence` ran last is durable: later checks may rely on what it saw."""
+        if self._checked is not None:
+            self._seen, self._seen_until = self._checked, self._checked_until
 
     def forget(self) -> None:
         """The lease ended with a commit (released in it) or was taken over: the next turn takes it anew."""
         self.held = False
+        self._seen = self._checked = None
 
     def release(self) -> None:
         """Give the lease up without waiting for the commit (the actor is stopping)."""
+        self._seen = self._checked = None
         if self.held:
             self.held = False
             owner = self._services.lease_owner

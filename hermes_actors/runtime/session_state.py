@@ -193,6 +193,7 @@ class SessionState:
         """A turn's commit is durable: it stored ``new`` under ``ids`` at ``now`` (and, being the first, ``created``
         the session's row and, unless another process holds it, its lease)."""
         self._prefix_unsaved = False
+        self._lease.confirm()
         if created is not None:
             self._lease.adopt(created.epoch)
             self._record = created.record

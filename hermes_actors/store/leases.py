@@ -81,20 +81,39 @@ class Leases:
         granted = self.grant(session_id, owner, ttl_s)
         return granted if isinstance(granted, str) else None
 
-    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
-        """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it.
+    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float, *, seen: int | None = None) -> int | None:
+        """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it;
+        return the database's version (SQLite's ``PRAGMA data_version``; ``None`` on PostgreSQL) it was seen at.
 
         Raises :class:`LeaseLostError` otherwise (another process took the lease over, even if it has given it up
         since): the caller's transaction must roll back, its work was computed from a stale history.
+
+        ``seen`` is a version this check returned inside a transaction that has committed since. While the version
+        is still that one, no other connection has committed anything in between, so no other process can have
+        taken the lease, and the check is answered without a statement (the heartbeat extends the lease). The
+        writer holds the write lock from its ``BEGIN IMMEDIATE`` to its commit, so nothing can commit between this
+        answer and the caller's commit either. Any other process's commit, of whatever table, sends the next check
+        to the table again.
         """
         if self.shard_check is not None and not self.shard_check(session_id):
-            return
+            return None
+        version = self._version()
+        if seen is not None and version == seen:
+            return version
         with self._db.transaction(savepoint=False):
             if not self._terms.renew(owner, ttl_s, terms={session_id: epoch}):
                 raise LeaseLostError(
                     f"this process no longer holds the lease of session {session_id} (epoch {epoch}): another "
                     "process took it over; the turn is rolled back and runs again under a new lease"
                 )
+        return version
+
+    def _version(self) -> int | None:
+        """SQLite's ``PRAGMA data_version``: changes whenever another connection commits (``None`` on PostgreSQL,
+        which has no such counter)."""
+        if self._db.dialect is not Dialect.SQLITE:
+            return None
+        return int(self._db.value("PRAGMA data_version"))
 
     def epoch_of(self, session_id: str, owner: str) -> int | None:
         """The epoch of ``owner``'s lease on ``session_id``, or ``None`` when it does not hold it."""

@@ -175,8 +175,10 @@ class LeaseTable(Protocol):
         """Take or renew the lease: ``None``, or the current holder."""
         ...
 
-    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float) -> None:
-        """Check inside the caller's transaction that the lease is still held at ``epoch`` (:class:`LeaseLostError`)."""
+    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float, *, seen: int | None = None) -> int | None:
+        """Check inside the caller's transaction that the lease is still held at ``epoch`` (:class:`LeaseLostError`);
+        the database version the hold was seen at (``seen``: one a committed check returned before; ``None``: the
+        database has no versions)."""
         ...
 
     def epoch_of(self, session_id: str, owner: str) -> int | None:

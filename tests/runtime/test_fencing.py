@@ -9,6 +9,7 @@ import pytest
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock, FakePlatform
 from tests.runtime.test_leases import AskedAgent
 
@@ -124,3 +125,43 @@ def test_a_fresh_delivery_batched_with_replayed_ones_is_kept(db_path: Path) -> N
         assert still_pending(readers, deliveries) == deliveries[1:]
     finally:
         readers.close()
+
+
+def test_a_lease_taken_before_it_expired_still_fails_the_commit_of_a_session_that_checked_it_before(
+    db_path: Path,
+) -> None:
+    """A session's later turns answer the lease check from the database version (no statement) until another
+    process commits; a holder taken for dead by another process (no expiry to wait for) is still refused."""
+    clock = FakeClock()
+    config = RuntimeConfig(lease_ttl_s=30, lease_wait_s=0.2)
+    agent = AskedAgent()
+    agent.release.set()
+    fake = FakePlatform()
+    gateway = Gateway(db_path, config=config, agent=agent, senders=[fake], clock=clock, tick_interval_s=3600)
+    try:
+        fake.attach(gateway)
+        for text in ("one", "two"):  # the first creates the session, the second checks the lease in the table
+            fake.push(text)
+            assert fake.pop().text == f"echo: {text}"
+        session_id = gateway.session_for(KEY)
+        assert session_id is not None
+        with gateway.read() as store:
+            ends = store.sql.value("SELECT expires_at FROM leases WHERE session_id = ?", (session_id,))
+        clock.advance(1)
+        fake.push("three")
+        assert fake.pop().text == "echo: three"
+        with gateway.read() as store:  # checked without a statement: not extended by the turn
+            assert store.sql.value("SELECT expires_at FROM leases WHERE session_id = ?", (session_id,)) == ends
+        with Store.open(db_path, clock=clock) as other, other.transaction():  # another process takes it, unexpired
+            assert other.leases.release(session_id, gateway.lease_owner)
+            assert isinstance(other.leases.grant(session_id, "elsewhere:1:other", 30), int)
+        fake.push("four")
+        assert fake.pop().text.startswith("This conversation is busy in process")
+        assert gateway.wait_idle()
+        with gateway.read() as store:
+            users = [m.content for m in store.load_transcript(session_id) if m.role == "user"]
+        assert users == ["one", "two", "three"]
+        assert agent.asked.count("four") == 1
+    finally:
+        agent.release.set()
+        gateway.stop(timeout=10)

@@ -5,10 +5,12 @@ holder keeps."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from hermes_actors.store import StoreInterface
+from hermes_actors.errors import LeaseLostError
+from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.terms import HeldTerms
 from hermes_actors.testing import FakeClock
@@ -77,3 +79,44 @@ def test_held_terms_end_at_their_local_deadline_and_a_drop_returns_what_was_held
     stalled = HeldTerms[str]("a", monotonic=lambda: now[0], enabled=False)
     stalled.grant({"r": 1}, TTL, asked_at=0.0)
     assert stalled.epoch("r") == 1  # fencing off (the fault test's switch): no deadline
+
+
+def test_a_session_lease_check_seen_at_the_current_database_version_runs_no_statement(
+    sqlite_store: Store, db_path: Path, clock: FakeClock
+) -> None:
+    store = sqlite_store
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", TTL)
+    assert isinstance(epoch, int)
+    with store.transaction():
+        seen = store.leases.fence("s1", "a", epoch, TTL)
+    assert isinstance(seen, int)
+    ends = store.sql.value("SELECT expires_at FROM leases WHERE session_id = 's1'")
+    clock.advance(1)
+    with store.transaction():
+        assert store.leases.fence("s1", "a", epoch, TTL, seen=seen) == seen
+    # Answered without a statement: the lease was not extended (the heartbeat does that).
+    assert store.sql.value("SELECT expires_at FROM leases WHERE session_id = 's1'") == ends
+    with Store.open(db_path, clock=clock) as other:  # another process commits something, of any table
+        other.create_session("telegram", session_id="s2")
+    with store.transaction():
+        again = store.leases.fence("s1", "a", epoch, TTL, seen=seen)
+    assert isinstance(again, int)
+    assert again != seen
+    assert store.sql.value("SELECT expires_at FROM leases WHERE session_id = 's1'") == ends + 1  # checked and extended
+
+
+def test_a_lease_taken_by_another_process_before_it_expired_fails_a_check_seen_before(
+    sqlite_store: Store, db_path: Path, clock: FakeClock
+) -> None:
+    store = sqlite_store
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", TTL)
+    assert isinstance(epoch, int)
+    with store.transaction():
+        seen = store.leases.fence("s1", "a", epoch, TTL)
+    with Store.open(db_path, clock=clock) as other, other.transaction():  # it took "a" for dead
+        assert other.leases.release("s1", "a")  # a holder of its host that is gone
+        assert isinstance(other.leases.grant("s1", "b", TTL), int)
+    with pytest.raises(LeaseLostError), store.transaction():
+        store.leases.fence("s1", "a", epoch, TTL, seen=seen)
