@@ -33,18 +33,20 @@ def _queue(pg: PostgresStore, chat: str, text: str) -> int:
 
 def test_only_the_head_of_each_chat_is_claimed_and_a_claim_keeps_others_off(pg: PostgresStore) -> None:
     first, second, other = _queue(pg, "a", "1"), _queue(pg, "a", "2"), _queue(pg, "b", "x")
-    assert [row.id for row in pg.outbox_claims.claim("d1")] == [first, other]
-    assert pg.outbox_claims.claim("d2") == []  # heads claimed; "2" waits behind "1"
+    claimed = pg.outbox_claims.claim("d1")
+    assert [row.id for row in claimed.rows] == [first, other]
+    assert claimed.followed == {first}  # "2" waits behind "1"; "x" is alone in its chat
+    assert pg.outbox_claims.claim("d2").rows == []  # heads claimed; "2" waits behind "1"
     pg.outbox.mark_sent(first, None)
     assert pg.outbox_claims.unclaim("d1", [first]) == 1
-    assert [row.id for row in pg.outbox_claims.claim("d2")] == [second]
+    assert [row.id for row in pg.outbox_claims.claim("d2").rows] == [second]
 
 
 def test_rows_recorded_sent_keep_each_its_platform_id_and_end_only_the_named_dispatcher_s_claims(
     pg: PostgresStore,
 ) -> None:
     ids = [_queue(pg, f"c{n}", str(n)) for n in range(4)]
-    assert len(pg.outbox_claims.claim("d1")) == 4
+    assert len(pg.outbox_claims.claim("d1").rows) == 4
     pg.outbox_claims.sent("d1", [(ids[0], "p0")])
     pg.outbox_claims.sent(None, [(ids[2], "p2"), (ids[1], None)])  # the API's replies: no dispatcher's claim
     rows = pg.database.execute(
@@ -144,7 +146,7 @@ def test_a_dispatcher_whose_role_was_taken_in_the_database_counts_no_attempt_and
     assert platform.sent == []
     (found,) = pg.outbox.unsent("fake")
     assert (found.id, found.attempts) == (row, 0)
-    assert pg.outbox_claims.claim("b") != []  # the refused claim was given back at once
+    assert pg.outbox_claims.claim("b").rows != []  # the refused claim was given back at once
     dispatcher.stop()
 
 
@@ -249,7 +251,52 @@ def test_a_started_dispatcher_sends_a_reply_as_soon_as_it_is_queued_not_at_its_n
         assert [m.text for m in platform.sent] == ["now"]
         poll_until(lambda: len(rounds) >= 2, timeout=5, interval=0.01, what="the woken round's end")
         assert rounds[:2] == [0, 1]  # sent by the round its notification woke, not by a poll
+        assert dispatcher.wait_idle()
+        time.sleep(0.3)
+        assert rounds == [0, 1]  # one claim for the reply: none after it (nothing else could be due)
     finally:
+        dispatcher.stop()
+
+
+class GatedSender(FakePlatform):
+    """A fake platform whose sends wait for ``gate`` (set: they go through) and record when they began."""
+
+    def __init__(self) -> None:
+        super().__init__("fake")
+        self.gate = threading.Event()
+        self.sending = threading.Event()
+
+    def send(self, message: OutboundMessage) -> str | None:
+        self.sending.set()
+        assert self.gate.wait(10)
+        return super().send(message)
+
+
+def test_a_chat_s_next_reply_is_sent_once_its_head_is_without_waiting_for_a_poll(pg: PostgresStore) -> None:
+    """The reply behind a head (queued before the claim, or while the head was being sent) is claimed as soon as
+    the head's send ends, although no claim runs after a send with nothing behind it."""
+    platform = GatedSender()
+    dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="a")
+    platform.gate.set()
+    dispatcher.start(interval_s=60.0)  # a poll would come only after the test's deadline
+    try:
+        poll_until(lambda: dispatcher.held() == {"send:fake"}, timeout=5, interval=0.05, what="send:fake taken")
+        poll_until(lambda: _listening(pg), timeout=5, interval=0.01, what="LISTEN hermes_outbox")
+        with pg.transaction():  # two replies of one chat in one commit: one notification, the head claimed
+            _queue(pg, "c", "1")
+            _queue(pg, "c", "2")
+        poll_until(lambda: len(platform.sent) == 2, timeout=5, interval=0.01, what="both replies sent")
+        platform.gate.clear()
+        platform.sending.clear()
+        _queue(pg, "c", "3")
+        assert platform.sending.wait(5)  # "3" is being sent: the next reply of its chat is queued meanwhile
+        _queue(pg, "c", "4")
+        time.sleep(0.2)  # its notification arrives while the chat is busy: the claim it wakes finds no head
+        platform.gate.set()
+        poll_until(lambda: len(platform.sent) == 4, timeout=5, interval=0.01, what="the reply queued meanwhile")
+        assert [m.text for m in platform.sent] == ["1", "2", "3", "4"]
+    finally:
+        platform.gate.set()
         dispatcher.stop()
 
 

@@ -120,6 +120,12 @@ class OutboxDispatcher:
         self._busy: dict[_ChatKey, tuple[int, str]] = {}  # chat -> the row being sent to it, and its role
         self._suspect: dict[int, bool] = {}  # rows failed here -> whether an attempt of theirs may have left
         self._wake = threading.Event()
+        # A claim runs when a reply of a platform served here is queued (the listener counts those in _news), and
+        # after a send only when it may find something: the sent row had a reply of its chat behind it, a reply
+        # was queued since its claim, or the last claim left rows (_again: it took all it could, or dropped some).
+        self._news = 0
+        self._again = False
+        self._capped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: threading.Thread | None = None
@@ -203,10 +209,14 @@ class OutboxDispatcher:
         with self._lock:
             units = list(self._units.values())
             free = min(limit, self._workers.size - len(self._busy))
+            news = self._news  # read before the claim: a reply queued after it counts as news for its sends
         targets = sorted({target for unit in units if unit.term.epoch() is not None for target in unit.targets()})
         if not targets or free <= 0:
+            with self._lock:
+                self._again = bool(targets)  # every lane busy: claim again when a send ends
             return 0
-        rows = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, targets=targets)
+        claimed = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, targets=targets)
+        rows = claimed.rows
         started: list[int] = []
         dropped: list[int] = []
         for row in rows:
@@ -222,7 +232,11 @@ class OutboxDispatcher:
                     continue
                 self._busy[key] = (row.id, unit.term.role)
             started.append(row.id)
-            self._workers.run(functools.partial(self._attempt, row, unit.sender, unit.term))
+            followed = row.id in claimed.followed
+            self._workers.run(functools.partial(self._attempt, row, unit.sender, unit.term, followed, news))
+        with self._lock:
+            self._capped = len(rows) >= free
+            self._again = self._capped or bool(dropped)
         if dropped:
             self._store.outbox_claims.unclaim(self._name, dropped)
         if wait:
@@ -230,7 +244,9 @@ class OutboxDispatcher:
                 self._lock.wait_for(lambda: not set(started) & {r for r, _ in self._busy.values()}, self._claim_s)
         return len(started)
 
-    def _attempt(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
+    def _attempt(self, row: OutboxRow, sender: ReplySender, term: RoleTerm, followed: bool, news: int) -> None:
+        """Send ``row`` on a lane; then wake the claims if the chat's next reply (``followed``), a reply queued
+        since the claim (the listener's count moved past ``news``) or rows the claim left may be waiting."""
         try:
             self._send(row, sender, term)
         except Exception:
@@ -239,7 +255,9 @@ class OutboxDispatcher:
             with self._lock:
                 self._busy.pop(_chat_of(row), None)
                 self._lock.notify_all()
-            self._wake.set()
+                wake = followed or self._again or self._news != news
+            if wake:
+                self._wake.set()
 
     def _send(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
         claims = self._store.outbox_claims
@@ -324,6 +342,8 @@ class OutboxDispatcher:
                 continue
             with self._lock:
                 served = {platform for _, platform in self._units}
+                if platforms & served:
+                    self._news += 1
             if platforms & served:
                 self._wake.set()
         self._close_listener()
@@ -338,7 +358,8 @@ class OutboxDispatcher:
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                if self.dispatch_once(wait=False) == 0:
+                # At once again only when the claim took as many rows as it could: more may be due.
+                if self.dispatch_once(wait=False) == 0 or not self._capped:
                     self._wake.wait(interval_s)
             except Exception:
                 _log.exception("outbox dispatcher %s failed; trying again", self._name)

@@ -11,16 +11,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from hermes_actors.store.outbox_queue import OUTBOX_COLUMNS, outbox_row
 from hermes_actors.store.pg.group_commit import execute_generic
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.sql import SqlTable
 
-__all__ = ["OutboxClaims"]
+__all__ = ["Claimed", "OutboxClaims"]
 
 _COLUMNS = ", ".join(f"o.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
 _RETURNED = ", ".join(f"heads.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
 _UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
+
+
+class Claimed(msgspec.Struct, frozen=True, kw_only=True):
+    """What one :meth:`OutboxClaims.claim` took: the rows in id order, and the ids of those with another unsent
+    reply of their chat behind them."""
+
+    rows: list[OutboxRow]
+    followed: frozenset[int]
 
 
 class OutboxClaims(SqlTable):
@@ -33,12 +43,13 @@ class OutboxClaims(SqlTable):
         limit: int = 100,
         lease_s: float = 30.0,
         targets: Sequence[tuple[str, str | None]] | None = None,
-    ) -> list[OutboxRow]:
+    ) -> Claimed:
         """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat;
         with ``targets``, only rows of those (platform, account) pairs, an account of ``None`` standing for every
-        account of its platform."""
+        account of its platform. Says which of them have another unsent reply of their chat behind them (the next
+        claim's, once they are settled)."""
         if targets is not None and not targets:
-            return []
+            return Claimed(rows=[], followed=frozenset())
         rows = self._db.execute(
             f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
             "AND o.next_attempt_at <= :now AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
@@ -51,7 +62,10 @@ class OutboxClaims(SqlTable):
             "ORDER BY o.id LIMIT :limit FOR UPDATE OF o SKIP LOCKED) "
             "UPDATE outbox AS u SET claimed_by = :who, "
             "claimed_until = clock_timestamp() + make_interval(secs => :lease) "
-            f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}",
+            f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}, EXISTS (SELECT 1 FROM outbox n "
+            f"WHERE {_UNSENT.format(t='n')} AND n.id > heads.id AND n.platform = heads.platform "
+            "AND n.account_id = heads.account_id AND n.chat_id IS NOT DISTINCT FROM heads.chat_id "
+            "AND n.thread_id IS NOT DISTINCT FROM heads.thread_id)",
             {
                 "now": self._clock(),
                 "limit": limit,
@@ -61,7 +75,10 @@ class OutboxClaims(SqlTable):
                 "accounts": None if targets is None else [account for _, account in targets],
             },
         )
-        return sorted((outbox_row(row) for row in rows), key=lambda row: row.id)
+        claimed = sorted(((outbox_row(row[:-1]), bool(row[-1])) for row in rows), key=lambda pair: pair[0].id)
+        return Claimed(
+            rows=[row for row, _ in claimed], followed=frozenset(row.id for row, behind in claimed if behind)
+        )
 
     def attempt(self, outbox_id: int, held: tuple[str, dict[str, Any]]) -> int | None:
         """Count a send attempt of a row before it is made, under a role term (``held``:
