@@ -85,12 +85,7 @@ def test_a_session_lease_check_seen_at_the_current_database_version_runs_no_stat
     sqlite_store: Store, db_path: Path, clock: FakeClock
 ) -> None:
     store = sqlite_store
-    store.create_session("telegram", session_id="s1")
-    epoch = store.leases.grant("s1", "a", TTL)
-    assert isinstance(epoch, int)
-    with store.transaction():
-        seen = store.leases.fence("s1", "a", epoch, TTL)
-    assert isinstance(seen, int)
+    epoch, seen = _checked_lease(store)
     ends = store.sql.value("SELECT expires_at FROM leases WHERE session_id = 's1'")
     clock.advance(1)
     with store.transaction():
@@ -110,13 +105,20 @@ def test_a_lease_taken_by_another_process_before_it_expired_fails_a_check_seen_b
     sqlite_store: Store, db_path: Path, clock: FakeClock
 ) -> None:
     store = sqlite_store
-    store.create_session("telegram", session_id="s1")
-    epoch = store.leases.grant("s1", "a", TTL)
-    assert isinstance(epoch, int)
-    with store.transaction():
-        seen = store.leases.fence("s1", "a", epoch, TTL)
+    epoch, seen = _checked_lease(store)
     with Store.open(db_path, clock=clock) as other, other.transaction():  # it took "a" for dead
         assert other.leases.release("s1", "a")  # a holder of its host that is gone
         assert isinstance(other.leases.grant("s1", "b", TTL), int)
     with pytest.raises(LeaseLostError), store.transaction():
         store.leases.fence("s1", "a", epoch, TTL, seen=seen)
+
+
+def _checked_lease(store: Store) -> tuple[int, int]:
+    """Session "s1" leased to "a" and checked once in a committed transaction: its epoch and the version seen."""
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", TTL)
+    assert isinstance(epoch, int)
+    with store.transaction():
+        seen = store.leases.fence("s1", "a", epoch, TTL)
+    assert isinstance(seen, int)
+    return epoch, seen
