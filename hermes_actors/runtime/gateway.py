@@ -106,7 +106,8 @@ class Gateway:
         future resolves. Messages submitted in order are committed, and their turns queued, in that order.
         """
         commit, dispatch = self._inbox_commit([inbound], None)
-        return self._writer.submit(lambda store: commit(store)[0], then=lambda result: dispatch([result]))
+        # One message, no cursor: one inbox statement, so the write needs no savepoint of its own (atomic).
+        return self._writer.submit(lambda store: commit(store)[0], then=lambda result: dispatch([result]), atomic=True)
 
     def submit_many(
         self, batch: Sequence[InboundMessage], *, cursor: PollCursor | None = None

@@ -29,6 +29,7 @@ import msgspec
 from hermes_actors.errors import StoreError, StoreFault
 from hermes_actors.store.connection import fault_of
 from hermes_actors.store.interface import StoreInterface
+from hermes_actors.store.sqlite_db import SqliteDb
 
 __all__ = ["CommitObserver", "StoreWriter", "WriterClosedError", "WriterStatistics"]
 
@@ -82,6 +83,14 @@ def _write_refused(exc: BaseException, fault: StoreFault | None) -> StoreError:
     return error
 
 
+def _no_count() -> int:
+    raise NotImplementedError("only the SQLite store's writer runs atomic writes without a savepoint")
+
+
+class _HalfWritten(Exception):
+    """An ``atomic`` write raised after changing rows: the batch's transaction cannot keep the others alone."""
+
+
 class CommitObserver(Protocol):
     """Hears of each transaction of the writer, on its thread, after the commit (or the failed one): keep it cheap."""
 
@@ -89,13 +98,16 @@ class CommitObserver(Protocol):
 
 
 class _Job:
-    """A submitted write whose :class:`Future` resolves after its commit."""
+    """A submitted write whose :class:`Future` resolves after its commit; ``atomic``: see :meth:`StoreWriter.submit`."""
 
-    __slots__ = ("future", "then", "work")
+    __slots__ = ("atomic", "future", "then", "work")
 
-    def __init__(self, work: Callable[[StoreInterface], Any], then: Callable[[Any], object] | None) -> None:
+    def __init__(
+        self, work: Callable[[StoreInterface], Any], then: Callable[[Any], object] | None, *, atomic: bool = False
+    ) -> None:
         self.work = work
         self.then = then
+        self.atomic = atomic
         self.future: Future[Any] = Future()
 
     def succeed(self, result: Any) -> None:
@@ -124,6 +136,7 @@ class _Call(_Job):
     def __init__(self, work: Callable[[StoreInterface], Any]) -> None:
         self.work = work
         self.then = None
+        self.atomic = False
         self._result: Any = None
         self._error: BaseException | None = None
         self._done = threading.Lock()
@@ -169,16 +182,26 @@ class StoreWriter:
         self._writes = 0
         self._commits = 0
         self._largest = 0
+        sql = store.sql
+        # Rows changed by the connection's statements so far (SQLite's total_changes), to check an atomic write.
+        self._changes: Callable[[], int] = sql.connection.total_changes if isinstance(sql, SqliteDb) else _no_count
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, work: Callable[[StoreInterface], T], *, then: Callable[[T], object] | None = None) -> Future[T]:
+    def submit(
+        self, work: Callable[[StoreInterface], T], *, then: Callable[[T], object] | None = None, atomic: bool = False
+    ) -> Future[T]:
         """Queue ``work(store)`` for the next commit; the future resolves after that commit.
 
         ``then(result)`` runs on the writer thread once the commit is durable and before the future resolves
         (jobs' ``then`` calls run in commit order); if it raises, the future carries its exception instead.
+
+        ``atomic`` says that ``work`` runs a single statement, so when it fails nothing of it is left to undo (SQLite
+        undoes a failed statement): it runs without a savepoint of its own, which costs a statement pair and a copy
+        of every page it changes. Should it raise after changing a row after all, the writer cannot undo that row
+        alone, and fails the whole batch rather than commit half of it.
         """
-        job = _Job(work, then)
+        job = _Job(work, then, atomic=atomic)
         self._put(job)
         return job.future
 
@@ -269,6 +292,18 @@ class StoreWriter:
         job.succeed(result)
         return True
 
+    def _run_atomic(self, job: _Job) -> tuple[_Job, Any, BaseException | None]:
+        """Run an ``atomic`` job of a batch without a savepoint: its outcome; :class:`_HalfWritten` (the batch
+        fails) when it raised after changing rows, which only its own savepoint could have undone."""
+        changes = self._changes
+        before = changes()
+        try:
+            return job, job.work(self._store), None
+        except Exception as exc:
+            if changes() != before:
+                raise _HalfWritten(f"a write submitted as atomic changed rows and then failed: {exc!r}") from exc
+            return job, None, _refused(exc)
+
     def _commit(self, batch: list[_Job]) -> bool:
         """Run ``batch`` in one transaction; return whether it committed."""
         if len(batch) == 1:
@@ -278,12 +313,15 @@ class StoreWriter:
         try:
             with self._store.transaction():
                 for job in batch:
+                    if job.atomic:
+                        outcomes.append(self._run_atomic(job))
+                        continue
                     try:
                         with self._store.transaction():
                             outcomes.append((job, job.work(self._store), None))
                     except Exception as exc:
                         outcomes.append((job, None, _refused(exc)))
-        except apsw.Error as exc:
+        except (apsw.Error, _HalfWritten) as exc:
             _log.error("store commit of %d writes failed: %s", len(batch), exc)
             refused = _refused(exc)
             failure = refused if isinstance(refused, StoreError) else _write_refused(exc, fault_of(exc))

@@ -144,3 +144,47 @@ def test_then_runs_after_the_commit_in_commit_order_and_its_failure_fails_only_i
     with pytest.raises(Exception, match=r"UNIQUE|exists"):
         failed.result(10)
     assert writer.call(lambda store: store.find_session("refused")) is not None  # committed; only then failed
+
+
+def _held_batch(writer: StoreWriter) -> threading.Event:
+    """Hold the writer inside a lone write until the returned event is set: what is submitted meanwhile commits as
+    one batch."""
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold(store: StoreInterface) -> None:
+        entered.set()
+        assert release.wait(10)
+
+    writer.submit(hold)
+    assert entered.wait(10)
+    return release
+
+
+def test_an_atomic_write_whose_statement_fails_leaves_the_batch_s_other_writes(writer: StoreWriter) -> None:
+    writer.call(lambda store: store.create_session("cli", session_id="taken"))
+    release = _held_batch(writer)
+    before = writer.submit(lambda store: store.create_session("cli", session_id="before"), atomic=True)
+    refused = writer.submit(lambda store: store.create_session("cli", session_id="taken"), atomic=True)
+    after = writer.submit(lambda store: store.create_session("cli", session_id="after"))
+    release.set()
+    assert before.result(10).id == "before"
+    assert after.result(10).id == "after"
+    with pytest.raises(StoreError, match="already exists"):  # SQLite undid the one statement that failed
+        refused.result(10)
+    assert writer.statistics().largest_batch == 3
+
+
+def test_an_atomic_write_that_fails_after_changing_rows_fails_its_whole_batch(writer: StoreWriter) -> None:
+    def half(store: StoreInterface) -> None:
+        store.create_session("cli", session_id="half")
+        raise ValueError("raised after a write")
+
+    release = _held_batch(writer)
+    before = writer.submit(lambda store: store.create_session("cli", session_id="before"))
+    broken = writer.submit(half, atomic=True)
+    release.set()
+    for future in (before, broken):
+        with pytest.raises(StoreError, match="submitted as atomic changed rows and then failed"):
+            future.result(10)
+    assert writer.call(lambda store: (store.find_session("before"), store.find_session("half"))) == (None, None)
