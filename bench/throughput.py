@@ -314,6 +314,22 @@ def place_as_hermesd(setting: str | None) -> None:
     print(f"# cpu affinity: {setting}: CPUs {sorted(cpus)} of {sorted(allowed)}", flush=True)
 
 
+def schedule_as_hermesd(setting: str | None) -> None:
+    """For the rest of the run, schedule the process's threads as the measured tree's hermesd does
+    (``daemon.cpu_scheduling`` of ``hermes_actors.cpu_affinity``: ``SCHED_BATCH``; a tree from before it, the normal
+    policy), or as ``setting`` says: ``batch`` or ``normal``. Written here for trees without the setting."""
+    if setting is None:
+        try:
+            from hermes_actors.cpu_affinity import cpu_scheduling  # noqa: F401
+        except ImportError:  # this tree's hermesd leaves the normal policy
+            setting = "normal"
+        else:
+            setting = "batch"
+    if setting == "batch" and hasattr(os, "SCHED_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # before any thread: they inherit it
+    print(f"# cpu scheduling: {setting}", flush=True)
+
+
 def tune_collector_as_hermesd(young: int | None) -> None:
     """For the rest of the run, tune the garbage collector as the measured tree's hermesd does
     (``hermes_actors.runtime.collector``: a tree from before it leaves Python's defaults), or collect the youngest
@@ -897,12 +913,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "hermesd (daemon.cpu_affinity: one CPU; a tree from before it, every CPU)",
     )
     parser.add_argument(
+        "--cpu-scheduling",
+        choices=("batch", "normal"),
+        help="the threads' scheduling policy (batch: SCHED_BATCH); default: as the measured tree's hermesd "
+        "(daemon.cpu_scheduling: batch; a tree from before it, normal)",
+    )
+    parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile every thread; write pstats files per thread group to DIR"
     )
     args = parser.parse_args(argv)
     if args.trace:
         TRACE.install()
     place_as_hermesd(args.cpu_affinity)
+    schedule_as_hermesd(args.cpu_scheduling)
     size_futex_hash_as_hermesd(args.futex_hash_slots)
     tune_collector_as_hermesd(args.gc_young)
     profiler = ThreadProfiler() if args.profile else None

@@ -15,6 +15,8 @@ from hermes_actors.cpu_affinity import (
     CpuAffinityError,
     cpu_affinity,
     cpu_affinity_problem,
+    cpu_scheduling,
+    cpu_scheduling_problem,
     current_cpu,
     describe_cpus,
     placement,
@@ -121,3 +123,40 @@ def test_a_program_started_through_the_unconfined_command_gets_every_cpu_back() 
         freed = subprocess.run([program, *args], capture_output=True, text=True, check=True, timeout=30)
     assert plain.stdout.strip() == f"{sorted(cpus)} ['a b', 'c']"  # a child inherits the confinement ...
     assert freed.stdout.strip() == f"{mine} ['a b', 'c']"  # ... unless started through the command
+
+
+linux = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="needs Linux's scheduling policies")
+
+
+def _policies() -> dict[int, int]:
+    return {int(tid): os.sched_getscheduler(int(tid)) for tid in os.listdir("/proc/self/task")}
+
+
+def test_a_bad_scheduling_setting_names_the_choices() -> None:
+    assert cpu_scheduling_problem("batch") is None
+    assert cpu_scheduling_problem("normal") is None
+    assert cpu_scheduling_problem("fifo") == "'fifo' is not a choice; use 'batch' (the default) or 'normal'"
+    with pytest.raises(CpuAffinityError, match=r"daemon\.cpu_scheduling: 'fifo' is not a choice"):
+        cpu_scheduling("fifo").__enter__()
+
+
+@linux
+def test_batch_puts_every_thread_under_sched_batch_and_gives_the_normal_policy_back(parked: threading.Thread) -> None:
+    assert set(_policies().values()) == {os.SCHED_OTHER}
+    started: list[int] = []
+    with cpu_scheduling("batch") as changed:
+        assert changed
+        assert set(_policies().values()) == {os.SCHED_BATCH}  # the parked thread and this one
+        later = threading.Thread(target=lambda: started.append(os.sched_getscheduler(0)))
+        later.start()
+        later.join(5)
+        assert started == [os.SCHED_BATCH]  # a thread started inside inherits it
+        assert "threads scheduled as a batch (daemon.cpu_scheduling: batch" in (placement() or "")
+        program, args = unconfined_command(sys.executable, ["-c", "import os; print(os.sched_getscheduler(0))"])
+        freed = subprocess.run([program, *args], capture_output=True, text=True, check=True, timeout=30)
+        assert int(freed.stdout) == os.SCHED_OTHER  # a program started through the command: the normal policy
+    assert set(_policies().values()) == {os.SCHED_OTHER}
+    assert placement() is None
+    with cpu_scheduling("normal") as changed:
+        assert not changed
+        assert set(_policies().values()) == {os.SCHED_OTHER}

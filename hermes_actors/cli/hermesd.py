@@ -21,7 +21,7 @@ import click
 
 from hermes_actors.cli.options import home_option, resolve_home
 from hermes_actors.cluster.settings import require_cluster
-from hermes_actors.cpu_affinity import CpuAffinityError, cpu_affinity
+from hermes_actors.cpu_affinity import CpuAffinityError, cpu_affinity, cpu_scheduling
 from hermes_actors.daemon.banner import version
 from hermes_actors.daemon.config_file import CONFIG_NAME, Settings, config_error_text
 from hermes_actors.daemon.config_template import write_default_config
@@ -101,6 +101,7 @@ def _serve(home: str | None, config_file: str | None, verbose: int, quiet: int, 
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(cpu_affinity(settings.daemon.cpu_affinity))  # before any thread: threads inherit it
+            stack.enter_context(cpu_scheduling(settings.daemon.cpu_scheduling))
         except CpuAffinityError as exc:
             click.echo(f"Error: {exc} (in {config_path})", err=True)
             sys.exit(2)

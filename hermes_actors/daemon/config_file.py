@@ -20,7 +20,7 @@ from msgspec import Meta
 from hermes_actors.cluster.settings import ClusterSettings
 from hermes_actors.config import BusyConfig, EventsConfig, HttpLimits, RuntimeConfig, SessionsConfig
 from hermes_actors.constraints import ListenHost, NonNegativeSeconds, Rule, check_section, decode_section
-from hermes_actors.cpu_affinity import cpu_affinity_problem
+from hermes_actors.cpu_affinity import cpu_affinity_problem, cpu_scheduling_problem
 from hermes_actors.daemon.agent_bindings import decode_agents, decode_bindings, with_prompt_file
 from hermes_actors.daemon.agent_settings import AgentSettings
 from hermes_actors.errors import ConfigError
@@ -79,7 +79,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     holds clients to (:class:`~hermes_actors.config.HttpLimits`), and ``admin_key``: the key of the API server's
     operator routes (unset: ``$HERMES_ADMIN_KEY``, else one generated into ``$HERMES_HOME/admin_key``), and
     ``cpu_affinity``: the CPUs the process runs on (:mod:`hermes_actors.cpu_affinity`: ``one``, the default, keeps
-    the one it starts on; ``all``; or a list of CPU numbers)."""
+    the one it starts on; ``all``; or a list of CPU numbers), and ``cpu_scheduling``: ``batch`` (the default: its
+    threads under ``SCHED_BATCH``) or ``normal``."""
 
     socket: str = "hermesd.sock"  # relative to $HERMES_HOME
     drain_timeout_s: NonNegativeSeconds = 30.0
@@ -93,6 +94,7 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     http_max_connections: _Connections = 512
     admin_key: str | None = None
     cpu_affinity: str | tuple[int, ...] = "one"
+    cpu_scheduling: str = "batch"
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -107,6 +109,8 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         check_section(self, "daemon")
         if (problem := cpu_affinity_problem(self.cpu_affinity)) is not None:
             raise ConfigError("daemon.cpu_affinity", problem)
+        if (problem := cpu_scheduling_problem(self.cpu_scheduling)) is not None:
+            raise ConfigError("daemon.cpu_scheduling", problem)
         if self.admin_key is not None and len(self.admin_key.strip()) < _MIN_ADMIN_KEY:
             raise ConfigError(
                 "daemon.admin_key",

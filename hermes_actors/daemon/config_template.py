@@ -267,6 +267,8 @@ daemon:
   #                                  # else a key generated into $HERMES_HOME/admin_key ('hermesctl admin-key')
   # cpu_affinity: one                # one: every thread on the CPU hermesd starts on (its threads share one Python
   #                                  # lock: cheaper there); all: every CPU; or a list such as [2, 3]
+  # cpu_scheduling: batch            # batch: its threads under SCHED_BATCH (a woken thread does not preempt the
+  #                                  # running one: fewer switches per message); normal: the usual policy
 
 # Signed event webhooks (README "Event webhooks"): what happens, POSTed as Standard Webhooks through the outbox, each
 # event once by its id (the webhook-id header), retried with backoff (runtime.outbox_retry_base_s doubling up to

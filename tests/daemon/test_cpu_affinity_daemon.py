@@ -1,6 +1,6 @@
-"""``daemon.cpu_affinity`` on a real ``hermesd``: by default every thread of it runs on one CPU, the MCP servers it
-starts get every CPU back, ``all`` leaves the process alone, and a CPU the process may not use is refused at start
-naming the key."""
+"""``daemon.cpu_affinity`` and ``daemon.cpu_scheduling`` on a real ``hermesd``: by default every thread of it runs on
+one CPU under ``SCHED_BATCH``, the MCP servers it starts get every CPU and the normal policy back, ``all`` and
+``normal`` leave the process alone, and a CPU the process may not use is refused at start naming the key."""
 
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ def _cpus(pid: int, tid: int | None = None) -> frozenset[int]:
         first, _, last = part.partition("-")
         cpus.update(range(int(first), int(last or first) + 1))
     return frozenset(cpus)
+
+
+def _policy(tid: int) -> int | None:
+    """A thread's scheduling policy (``None``: it ended meanwhile)."""
+    try:
+        return os.sched_getscheduler(tid)
+    except ProcessLookupError:
+        return None
 
 
 def _threads(pid: int) -> list[int]:
@@ -120,19 +128,24 @@ def test_by_default_every_thread_runs_on_one_cpu_and_an_mcp_server_it_starts_get
         (cpu,) = _cpus(pid)
         assert cpu in mine
         assert set(placed.values()) == {frozenset({cpu})}, placed
+        assert {_policy(tid) for tid in placed} <= {os.SCHED_BATCH, None}  # daemon.cpu_scheduling: batch
 
         server = poll_until(lambda: _mcp_server(daemon), timeout=20, what="hermesd started no MCP server")
         assert _cpus(server) == mine  # through the command that gives the CPUs back, then the server itself (exec)
+        assert _policy(server) == os.SCHED_OTHER  # and the normal policy
         assert Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")[1] == str(SERVER).encode()
     assert f"running on CPU {cpu} of" in stderr[0]
+    assert "threads scheduled as a batch (daemon.cpu_scheduling: batch" in stderr[0]
 
 
-def test_all_leaves_every_cpu_to_the_process(tmp_path: Path) -> None:
+def test_all_leaves_every_cpu_to_the_process_and_normal_its_scheduling(tmp_path: Path) -> None:
     mine = frozenset(os.sched_getaffinity(0))
-    with _answering(tmp_path, "cpu_affinity: all") as (daemon, stderr):
+    with _answering(tmp_path, "cpu_affinity: all\n  cpu_scheduling: normal") as (daemon, stderr):
         pid = daemon.process.pid
         assert {_cpus(pid, tid) for tid in _threads(pid)} == {mine}
+        assert {_policy(tid) for tid in _threads(pid)} <= {os.SCHED_OTHER, None}
     assert "running on CPU" not in stderr[0]
+    assert "scheduled as a batch" not in stderr[0]
 
 
 def test_a_cpu_the_process_may_not_use_is_refused_at_start_naming_the_key(tmp_path: Path) -> None:
