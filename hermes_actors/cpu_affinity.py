@@ -20,10 +20,10 @@ CPUs the gateway started with (the MCP servers the gateway starts run through it
 ``SCHED_BATCH`` policy, ``normal`` leaves them ``SCHED_OTHER``. A batch thread woken up does not preempt the thread
 running on its CPU: the gateway's threads hand work to each other all the time (a message to the writer, a commit
 back to a session, a reply to the outbox), and with preemption each hand-over could switch threads twice while the
-running one still held the interpreter lock. Measured with ``bench/throughput.py`` (bench/README.md): aggregate CPU
-per turn 304-318 -> 266-287 µs, context switches per turn 5.7 -> 4.0, one session 1,561-1,625 -> 1,785-1,794
-turns/s. A process already under another policy (``chrt``) is left as it is, and :func:`unconfined_command` gives a
-started program the normal policy back.
+running one still held the interpreter lock. Measured with ``bench/throughput.py --cpu-scheduling`` (bench/README.md,
+five alternating pairs): context switches per turn 5.7 -> 4.2, aggregate CPU per turn 316 -> 304 µs (median). A
+process already under another policy (``chrt``) is left as it is, and :func:`unconfined_command` gives a started
+program the normal policy back.
 """
 
 from __future__ import annotations
