@@ -199,7 +199,11 @@ def cpu_scheduling(setting: str) -> Iterator[bool]:
     if setting == "normal" or not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER:
         yield False
         return
-    _set_policy(os.SCHED_BATCH)
+    try:
+        _set_policy(os.SCHED_BATCH)
+    except OSError:  # a sandbox that refuses the call: the threads keep the normal policy
+        yield False
+        return
     earlier, _batched = _batched, "threads scheduled as a batch (daemon.cpu_scheduling: batch; 'normal' to undo)"
     try:
         yield True

@@ -160,3 +160,15 @@ def test_batch_puts_every_thread_under_sched_batch_and_gives_the_normal_policy_b
     with cpu_scheduling("normal") as changed:
         assert not changed
         assert set(_policies().values()) == {os.SCHED_OTHER}
+
+
+@linux
+def test_a_sandbox_that_refuses_the_policy_leaves_the_threads_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(pid: int, policy: int, param: os.sched_param) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with cpu_scheduling("batch") as changed:
+        assert not changed
+        assert set(_policies().values()) == {os.SCHED_OTHER}
+        assert placement() is None
