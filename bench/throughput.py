@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import importlib
 import os
 import pstats
 import resource
@@ -291,18 +292,22 @@ def size_futex_hash_as_hermesd(slots: int | None) -> None:
         print(f"# futex hash: the kernel refused {slots} slots (older than 6.16?); its default", flush=True)
 
 
+def _tree_has(module: str, name: str | None = None) -> bool:
+    """Whether the measured tree's package has ``module`` (and ``name`` in it)."""
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        return False
+    return name is None or hasattr(found, name)
+
+
 def place_as_hermesd(setting: str | None) -> None:
     """For the rest of the run, put the process on CPUs as the measured tree's hermesd does (``daemon.cpu_affinity``
     of ``hermes_actors.cpu_affinity``: one CPU, the one it starts on; a tree from before it uses every CPU), or as
     ``setting`` says: ``one``, ``all`` or CPU numbers (``0,1``). Written here for trees without the module."""
     allowed = frozenset(os.sched_getaffinity(0))
-    if setting is None:
-        try:
-            import hermes_actors.cpu_affinity  # noqa: F401
-        except ImportError:  # this tree's hermesd runs on every CPU
-            setting = "all"
-        else:
-            setting = "one"
+    if setting is None:  # a tree without the module: its hermesd runs on every CPU
+        setting = "one" if _tree_has("hermes_actors.cpu_affinity") else "all"
     if setting == "all":
         cpus = allowed
     elif setting == "one":
@@ -318,13 +323,8 @@ def schedule_as_hermesd(setting: str | None) -> None:
     """For the rest of the run, schedule the process's threads as the measured tree's hermesd does
     (``daemon.cpu_scheduling`` of ``hermes_actors.cpu_affinity``: ``SCHED_BATCH``; a tree from before it, the normal
     policy), or as ``setting`` says: ``batch`` or ``normal``. Written here for trees without the setting."""
-    if setting is None:
-        try:
-            from hermes_actors.cpu_affinity import cpu_scheduling  # noqa: F401
-        except ImportError:  # this tree's hermesd leaves the normal policy
-            setting = "normal"
-        else:
-            setting = "batch"
+    if setting is None:  # a tree without the setting: its hermesd leaves the normal policy
+        setting = "batch" if _tree_has("hermes_actors.cpu_affinity", "cpu_scheduling") else "normal"
     if setting == "batch" and hasattr(os, "SCHED_BATCH"):
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # before any thread: they inherit it
     print(f"# cpu scheduling: {setting}", flush=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from hermes_actors.errors import HermesError
 
@@ -126,16 +126,22 @@ def _wanted(setting: CpuAffinity, allowed: frozenset[int]) -> frozenset[int] | N
     return None if cpus == allowed else cpus
 
 
-def _move_threads(cpus: frozenset[int] | set[int]) -> None:
-    """Confine every thread of the process to ``cpus`` (a thread that ended meanwhile is skipped)."""
-    os.sched_setaffinity(0, cpus)
+def _every_thread(apply: Callable[[int], object]) -> None:
+    """``apply(tid)`` to the calling thread (0; its error is raised), then to every thread of the process (one that
+    ended meanwhile, or refuses, is skipped)."""
+    apply(0)
     try:
         threads = os.listdir("/proc/self/task")
     except OSError:
         return
     for tid in threads:
         with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-            os.sched_setaffinity(int(tid), cpus)
+            apply(int(tid))
+
+
+def _move_threads(cpus: frozenset[int] | set[int]) -> None:
+    """Confine every thread of the process to ``cpus``."""
+    _every_thread(lambda tid: os.sched_setaffinity(tid, cpus))
 
 
 @contextlib.contextmanager
@@ -177,15 +183,8 @@ def cpu_scheduling_problem(setting: str) -> str | None:
 
 
 def _set_policy(policy: int) -> None:
-    """Put every thread of the process under ``policy`` (a thread that ended meanwhile is skipped)."""
-    os.sched_setscheduler(0, policy, os.sched_param(0))
-    try:
-        threads = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for tid in threads:
-        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-            os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+    """Put every thread of the process under ``policy``."""
+    _every_thread(lambda tid: os.sched_setscheduler(tid, policy, os.sched_param(0)))
 
 
 @contextlib.contextmanager
