@@ -83,10 +83,6 @@ def _write_refused(exc: BaseException, fault: StoreFault | None) -> StoreError:
     return error
 
 
-def _no_count() -> int:
-    raise NotImplementedError("only the SQLite store's writer runs atomic writes without a savepoint")
-
-
 class _HalfWritten(Exception):
     """An ``atomic`` write raised after changing rows: the batch's transaction cannot keep the others alone."""
 
@@ -183,8 +179,9 @@ class StoreWriter:
         self._commits = 0
         self._largest = 0
         sql = store.sql
-        # Rows changed by the connection's statements so far (SQLite's total_changes), to check an atomic write.
-        self._changes: Callable[[], int] = sql.connection.total_changes if isinstance(sql, SqliteDb) else _no_count
+        # Rows changed by the connection's statements so far (SQLite's total_changes), to check an atomic write;
+        # without it (another database) an atomic write gets its savepoint like any other.
+        self._changes: Callable[[], int] | None = sql.connection.total_changes if isinstance(sql, SqliteDb) else None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -292,10 +289,10 @@ class StoreWriter:
         job.succeed(result)
         return True
 
-    def _run_atomic(self, job: _Job) -> tuple[_Job, Any, BaseException | None]:
+    def _run_atomic(self, job: _Job, changes: Callable[[], int]) -> tuple[_Job, Any, BaseException | None]:
         """Run an ``atomic`` job of a batch without a savepoint: its outcome; :class:`_HalfWritten` (the batch
-        fails) when it raised after changing rows, which only its own savepoint could have undone."""
-        changes = self._changes
+        fails) when it raised after changing rows (``changes`` counts them), which only its own savepoint could
+        have undone."""
         before = changes()
         try:
             return job, job.work(self._store), None
@@ -313,8 +310,8 @@ class StoreWriter:
         try:
             with self._store.transaction():
                 for job in batch:
-                    if job.atomic:
-                        outcomes.append(self._run_atomic(job))
+                    if job.atomic and self._changes is not None:
+                        outcomes.append(self._run_atomic(job, self._changes))
                         continue
                     try:
                         with self._store.transaction():
