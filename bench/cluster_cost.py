@@ -250,6 +250,9 @@ def _print_side(kind: str, runs: list[dict[str, float]], note: str) -> dict[str,
 def _print_tops(prefix: str, statements: Statements, messages: int, top: int, *, timed: bool = True) -> None:
     for rank, (sql, count, seconds) in enumerate(statements.top(top), 1):
         mean = f"{seconds * 1000 / max(count, 1):.3f} ms each" if timed else ""
+        if sql in statements.plans:
+            plans, planning = statements.plans[sql]
+            mean += f", planned {plans / max(count, 1):.2f} times a run ({planning * 1000 / max(plans, 1):.3f} ms each)"
         print(f"{figure_line(f'{prefix}_{rank}', count / messages, 'per message', mean)}: {sql[:180]}")
 
 

@@ -38,6 +38,7 @@ class Statements:
 
     runs: dict[str, tuple[int, float]] = field(default_factory=dict)
     kinds: dict[str, float] = field(default_factory=dict)
+    plans: dict[str, tuple[int, float]] = field(default_factory=dict)  # pg_stat_statements: plans made, seconds
 
     def add(self, sql: str, seconds: float, calls: int = 1) -> None:
         kind = _TRANSACTIONS.get(sql)
@@ -93,17 +94,19 @@ def pg_counters(sql: Any) -> dict[str, float]:
 
 def pg_statements(sql: Any) -> Statements:
     """Every statement ``pg_stat_statements`` counted in the ``hermes`` database since its last reset (normalized:
-    parameters as ``$1``), ``BEGIN``, ``COMMIT`` and the other utility statements included."""
+    parameters as ``$1``), ``BEGIN``, ``COMMIT`` and the other utility statements included, and how often each was
+    planned (``track_planning``: a prepared statement on a generic plan is not)."""
     rows = sql(
-        "SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s "
+        "SELECT s.query, s.calls, s.total_exec_time, s.plans, s.total_plan_time FROM pg_stat_statements s "
         "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = 'hermes'"
     )
     found = Statements()
-    for query, calls, milliseconds in rows:
+    for query, calls, milliseconds, plans, plan_ms in rows:
         text = " ".join(str(query).split())
         if "pg_stat_statements" in text:
             continue
         found.runs[text] = (int(calls), float(milliseconds) / 1000)
+        found.plans[text] = (int(plans), float(plan_ms) / 1000)
     return found
 
 

@@ -222,7 +222,7 @@ class ClusterSide:
 
     def _load_statements(self, bin_dir: Path) -> None:
         """Restart PostgreSQL with ``pg_stat_statements`` loaded (it must be preloaded at server start) and every
-        statement logged with its time and client (:data:`cost_profile.LOG_LINE_PREFIX`)."""
+        statement logged with its time and client (:data:`cost_profile.LOG_LINE_PREFIX`), its plans counted."""
         self.postgres.admin("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
         self.postgres.admin("ALTER SYSTEM SET log_statement = 'all'")
         self.postgres.admin(f"ALTER SYSTEM SET log_line_prefix = '{LOG_LINE_PREFIX}'")
@@ -233,6 +233,8 @@ class ClusterSide:
         done = subprocess.run([*command, "-l", str(log)], capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip() or done.stdout.strip()}")
+        self.postgres.admin("ALTER SYSTEM SET pg_stat_statements.track_planning = on")  # known once it is loaded
+        self.postgres.admin("SELECT pg_reload_conf()")
 
     def _start_ray(self) -> None:
         log = self.workdir / "ray-head.log"

@@ -107,8 +107,10 @@ class Inbox(SqlTable):
         if not inbox_ids:
             return set()
         dialect = self._db.dialect
-        rows = self._db.execute(
-            f"SELECT id FROM inbox WHERE state = ? AND {dialect.member('id')}", (_PENDING, dialect.members(inbox_ids))
+        rows = self._db.execute(  # 'pending' a literal: a plan made without the values still sees the partial index
+            f"SELECT id FROM inbox WHERE state = '{_PENDING}' AND {dialect.member('id')}",
+            (dialect.members(inbox_ids),),
+            keyed=True,
         )
         return {int(inbox_id) for (inbox_id,) in rows}
 

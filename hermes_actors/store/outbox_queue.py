@@ -78,7 +78,9 @@ class Outbox(SqlTable):
         """Return undelivered rows in id order (per chat, that is the order to send them in)."""
         where = _UNSENT + (" AND platform = ?" if platform is not None else "")
         params: tuple[Any, ...] = (platform, limit) if platform is not None else (limit,)
-        rows = self._db.execute(f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params)
+        rows = self._db.execute(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {where} ORDER BY id LIMIT ?", params, keyed=True
+        )
         return [outbox_row(r) for r in rows]
 
     def begin_attempt(self, outbox_id: int) -> int:

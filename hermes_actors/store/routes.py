@@ -26,7 +26,8 @@ class Routes(SqlTable):
 
     def get(self, routing_key: str) -> str | None:
         """The session id ``routing_key`` points at, or ``None``."""
-        found = self._db.value("SELECT session_id FROM routes WHERE routing_key = ?", (routing_key,))
+        rows = self._db.execute("SELECT session_id FROM routes WHERE routing_key = ?", (routing_key,), keyed=True)
+        found = rows[0][0] if rows else None
         return None if found is None else str(found)
 
     def set(self, routing_key: str, session_id: str, *, at: float | None = None) -> None:

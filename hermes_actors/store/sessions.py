@@ -66,7 +66,7 @@ class Sessions(SqlTable):
 
     def find(self, session_id: str) -> SessionRecord | None:
         """The session with exactly this id, or ``None``."""
-        rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+        rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,), keyed=True)
         return session_record(rows[0]) if rows else None
 
     def get(self, session_id: str) -> SessionRecord:

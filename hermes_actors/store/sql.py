@@ -101,8 +101,10 @@ class SqlDb(Protocol):
         """Whether the current thread has a transaction open."""
         ...
 
-    def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows (none for a statement that returns nothing)."""
+    def execute(self, sql: str, params: Params = (), *, keyed: bool = False) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (none for a statement that returns nothing). ``keyed``: the statement finds
+        its rows by keys, and by literal predicates where an index is partial, so a plan made without its values
+        serves every value (PostgreSQL keeps one; SQLite prepares every statement once in any case)."""
         ...
 
     def executemany(self, sql: str, rows: Sequence[Params]) -> None:

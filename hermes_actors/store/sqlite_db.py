@@ -38,8 +38,9 @@ class SqliteDb:
         """Whether a transaction is open on the connection."""
         return bool(self.connection.in_transaction)
 
-    def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows."""
+    def execute(self, sql: str, params: Params = (), *, keyed: bool = False) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (``keyed`` changes nothing here: SQLite plans a statement once, when its
+        connection first prepares it)."""
         hook = self.trace
         if hook is None:
             return self.connection.execute(sql, params).fetchall()

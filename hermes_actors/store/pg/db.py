@@ -17,8 +17,7 @@ the transaction's id, which :meth:`Database.outcome` resolves against the server
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -27,9 +26,8 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
-from hermes_actors.store.sql import Dialect, TraceHook, pg_sql, timed, trace_from_env
 
-__all__ = ["CommitUnknownError", "Database", "Params", "PgSqlDb", "fault_of", "store_error"]
+__all__ = ["CommitUnknownError", "Database", "Params", "fault_of", "store_error"]
 
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
@@ -82,10 +80,11 @@ class Database:
     """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
 
     A statement a connection has run five times is prepared (psycopg's ``prepare_threshold``): PostgreSQL then
-    skips parsing and rewriting it, and psycopg sends only its parameters. Every connection sets
+    skips parsing and rewriting it, and psycopg sends only its parameters. The pool's connections set
     ``plan_cache_mode = force_custom_plan``, so a prepared statement is still planned for its values each time:
     a generic plan cannot see a search query's values (a rare bigram and a common one would get the same plan) and
-    would lose the GIN index.
+    would lose the GIN index. A statement whose plan does not depend on its values runs through
+    :meth:`execute_keyed` on a second pool, whose connections keep one generic plan per prepared statement instead.
     """
 
     def __init__(self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
@@ -95,25 +94,44 @@ class Database:
             psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_S).close()
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {str(exc).strip()}") from exc
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "prepare_threshold": _PREPARE_AFTER, "connect_timeout": _CONNECT_TIMEOUT_S},
-            configure=_custom_plans,
-            open=False,
-            timeout=_POOL_TIMEOUT_S,
-            name="hermes-store",
-        )
+        self._pool_size = max(1, pool_size)
+        self._pool = self._new_pool(_custom_plans, "hermes-store")
+        self._keyed: ConnectionPool[psycopg.Connection[Any]] | None = None  # opened by the first keyed statement
+        self._keyed_lock = threading.Lock()
         try:
             self._pool.open(wait=True, timeout=_POOL_TIMEOUT_S)
         except Exception as exc:
             self._pool.close()
             raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {exc}") from exc
 
+    def _new_pool(
+        self, configure: Callable[[psycopg.Connection[Any]], None], name: str
+    ) -> ConnectionPool[psycopg.Connection[Any]]:
+        return ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": _PREPARE_AFTER, "connect_timeout": _CONNECT_TIMEOUT_S},
+            configure=configure,
+            open=False,
+            timeout=_POOL_TIMEOUT_S,
+            name=name,
+        )
+
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()
+        with self._keyed_lock:
+            keyed, self._keyed = self._keyed, None
+        if keyed is not None:
+            keyed.close()
+
+    def _keyed_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        with self._keyed_lock:
+            if self._keyed is None:
+                self._keyed = self._new_pool(_generic_plans, "hermes-store-keyed")
+                self._keyed.open(wait=False)  # a borrower waits for its first connection as for any other
+            return self._keyed
 
     @property
     def in_transaction(self) -> bool:
@@ -201,12 +219,14 @@ class Database:
         return None
 
     @contextmanager
-    def _lend(self, timeout_s: float | None) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; a pool with none to lend within ``timeout_s`` (the pool's own timeout when
-        ``None``) is a :class:`StoreError` naming the server, not the pool's own exception."""
+    def _lend(self, timeout_s: float | None, *, keyed: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (``keyed``: of the pool for :meth:`execute_keyed`); a pool with none to lend within
+        ``timeout_s`` (the pool's own timeout when ``None``) is a :class:`StoreError` naming the server, not the
+        pool's own exception."""
         lent = False
+        pool = self._keyed_pool() if keyed else self._pool
         try:
-            with self._pool.connection(timeout=timeout_s) as connection:
+            with pool.connection(timeout=timeout_s) as connection:
                 lent = True
                 yield connection
         except psycopg.Error as exc:
@@ -275,6 +295,17 @@ class Database:
             cursor.execute(sql.encode(), params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
+    def execute_keyed(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement whose plan does not depend on its values (rows found by keys, partial indexes'
+        predicates written as literals): outside a transaction on a connection that keeps one generic plan per
+        prepared statement (``plan_cache_mode = force_generic_plan``), so a hot statement is not planned again on
+        every run; inside the thread's open transaction, as one of its statements."""
+        if self._open.connection is not None:
+            return self.execute(sql, params)
+        with self._errors("a statement"), self._lend(None, keyed=True) as connection, connection.cursor() as cursor:
+            cursor.execute(sql.encode(), params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
+
     def count(self, sql: str, params: Params | None = None) -> int:
         """Run one statement; how many rows it changed."""
         with self._errors("a statement"), self.cursor() as cursor:
@@ -299,6 +330,11 @@ def _custom_plans(connection: psycopg.Connection[Any]) -> None:
     connection.execute(b"SET plan_cache_mode = force_custom_plan")
 
 
+def _generic_plans(connection: psycopg.Connection[Any]) -> None:
+    """Keep one plan per prepared statement, made without its values: see :meth:`Database.execute_keyed`."""
+    connection.execute(b"SET plan_cache_mode = force_generic_plan")
+
+
 def redact(dsn: str) -> str:
     """``dsn`` without its password, for messages."""
     try:
@@ -307,77 +343,3 @@ def redact(dsn: str) -> str:
         return "<unparsable DSN>"
     parts.pop("password", None)
     return " ".join(f"{k}={v}" for k, v in parts.items())
-
-
-class PgSqlDb:
-    """A :class:`Database` as the store's tables use it (:class:`~hermes_actors.store.sql.SqlDb`): statements in
-    SQLite's placeholders, translated once per text (:func:`~hermes_actors.store.sql.pg_sql`)."""
-
-    __slots__ = ("database", "trace")
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
-        self.trace: TraceHook | None = trace_from_env()
-
-    @property
-    def dialect(self) -> Dialect:
-        """Always :attr:`Dialect.POSTGRES`."""
-        return Dialect.POSTGRES
-
-    @property
-    def in_transaction(self) -> bool:
-        """Whether the current thread has a transaction open."""
-        return self.database.in_transaction
-
-    def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows."""
-        hook = self.trace
-        started = time.perf_counter() if hook is not None else 0.0
-        rows = self.database.execute(pg_sql(sql), params or None)
-        if hook is not None:
-            timed(hook, sql, started)
-        return rows
-
-    def executemany(self, sql: str, rows: Sequence[Params]) -> None:
-        """Run one statement once per row of parameters."""
-        hook = self.trace
-        started = time.perf_counter() if hook is not None else 0.0
-        self.database.executemany(pg_sql(sql), rows)
-        if hook is not None:
-            timed(hook, sql, started)
-
-    def value(self, sql: str, params: Params = ()) -> Any:
-        """The first column of the first row, or ``None``."""
-        rows = self.execute(sql, params)
-        return rows[0][0] if rows else None
-
-    def count(self, sql: str, params: Params = ()) -> int:
-        """Run one statement; how many rows it changed."""
-        hook = self.trace
-        started = time.perf_counter() if hook is not None else 0.0
-        changed = self.database.count(pg_sql(sql), params or None)
-        if hook is not None:
-            timed(hook, sql, started)
-        return changed
-
-    def transaction(self, *, savepoint: bool = True) -> AbstractContextManager[None]:
-        """A transaction on this thread's connection (nested: a savepoint, unless ``savepoint=False``). With a trace
-        hook set, the hook sees an outermost one as ``BEGIN`` and a savepoint as ``SAVEPOINT``, each with its
-        seconds from its start to its end (the round trips a statement count leaves out)."""
-        if self.trace is None:
-            return self.database.transaction(savepoint=savepoint)
-        return self._traced_transaction(self.trace, savepoint)
-
-    @contextmanager
-    def _traced_transaction(self, hook: TraceHook, savepoint: bool) -> Iterator[None]:
-        kind = "SAVEPOINT" if self.database.in_transaction else "BEGIN"
-        if kind == "SAVEPOINT" and not savepoint:
-            with self.database.transaction(savepoint=False):
-                yield
-            return
-        started = time.perf_counter()
-        try:
-            with self.database.transaction(savepoint=savepoint):
-                yield
-        finally:
-            timed(hook, kind, started)

@@ -12,14 +12,13 @@ between two writes, ``COMMIT`` (which commits an open savepoint's work too) at t
 The transaction also sets ``plan_cache_mode = auto`` for itself (``SET LOCAL``): a turn's writes are found by their
 keys, so PostgreSQL may keep one generic plan per prepared statement instead of planning each for its values (the
 connections' default, ``force_custom_plan``, is for the searches: :class:`~hermes_actors.store.pg.db.Database`).
-Planning was half of PostgreSQL's time for a turn's statements. :func:`execute_generic` does the same for one hot
-statement outside a transaction (a host's pull, an ingress row, a reply's attempt and its record), pipelined into
-one round trip.
+Planning was half of PostgreSQL's time for a turn's statements. A hot statement outside a transaction (a host's
+pull, an ingress row, a reply's attempt and its record) gets a generic plan from
+:meth:`~hermes_actors.store.pg.db.Database.execute_keyed` instead.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -27,10 +26,9 @@ from typing import Any
 import psycopg
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.pg.db import CommitUnknownError, Database, Params, PgSqlDb, store_error
-from hermes_actors.store.sql import SqlDb, pg_sql, timed
+from hermes_actors.store.pg.db import CommitUnknownError, Database, store_error
 
-__all__ = ["GroupTransaction", "execute_generic", "group_transaction"]
+__all__ = ["GroupTransaction", "group_transaction"]
 
 _BEGIN = b"BEGIN; SET LOCAL plan_cache_mode = auto; SELECT pg_current_xact_id()::text; SAVEPOINT hermes_write"
 _NEXT = b"RELEASE SAVEPOINT hermes_write; SAVEPOINT hermes_write"
@@ -106,30 +104,3 @@ def group_transaction(database: Database) -> Iterator[GroupTransaction]:
                     xid=xid,
                 ) from exc
             raise store_error(exc, "a transaction's commit") from exc
-
-
-def execute_generic(db: SqlDb, sql: str, params: Params) -> list[tuple[Any, ...]]:
-    """Run one statement, outside a transaction in one of its own whose plan may be generic (``SET LOCAL
-    plan_cache_mode = auto``): ``BEGIN``, ``SET LOCAL``, the statement and ``COMMIT`` pipelined, one round trip. For a
-    hot statement whose every index choice is known without its values (keys, and partial indexes' predicates written
-    as literals). Inside the thread's open transaction (or on SQLite) it is an ordinary statement of it."""
-    if not isinstance(db, PgSqlDb) or db.in_transaction:
-        return db.execute(sql, params)
-    hook = db.trace
-    started = time.perf_counter() if hook is not None else 0.0
-    with db.database.lend() as connection:
-        try:
-            with connection.pipeline():
-                connection.execute(b"BEGIN", prepare=False)
-                connection.execute(b"SET LOCAL plan_cache_mode = auto", prepare=False)
-                cursor = connection.execute(pg_sql(sql).encode(), params)
-                connection.execute(b"COMMIT", prepare=False)
-            rows = list(cursor.fetchall()) if cursor.description is not None else []
-        except psycopg.Error as exc:
-            if not connection.broken:
-                with suppress(psycopg.Error):  # leave the connection out of the failed transaction
-                    connection.execute(b"ROLLBACK", prepare=False)
-            raise store_error(exc, "a statement") from exc
-    if hook is not None:
-        timed(hook, sql, started)
-    return rows

@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 
 from hermes_actors.store.outbox_queue import OUTBOX_COLUMNS, outbox_row
-from hermes_actors.store.pg.group_commit import execute_generic
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.store.sql import SqlTable
 
@@ -74,6 +73,7 @@ class OutboxClaims(SqlTable):
                 "platforms": None if targets is None else [platform for platform, _ in targets],
                 "accounts": None if targets is None else [account for _, account in targets],
             },
+            keyed=True,  # the unsent rows' partial index whatever the values
         )
         claimed = sorted(((outbox_row(row[:-1]), bool(row[-1])) for row in rows), key=lambda pair: pair[0].id)
         return Claimed(
@@ -85,12 +85,12 @@ class OutboxClaims(SqlTable):
         :meth:`~hermes_actors.store.pg.roles.PgRoles.held_query`), in one statement: the attempt's number (0 for a
         row that is gone), or ``None`` when the term is not held (nothing was counted)."""
         term, params = held
-        rows = execute_generic(
-            self._db,
+        rows = self._db.execute(
             f"WITH {term}, counted AS (UPDATE outbox SET attempts = attempts + 1 WHERE id = :outbox_id "
             "AND EXISTS (SELECT 1 FROM term) RETURNING attempts) "
             "SELECT EXISTS (SELECT 1 FROM term), (SELECT attempts FROM counted)",
             {**params, "outbox_id": outbox_id},
+            keyed=True,
         )
         taken, attempts = rows[0]
         if not taken:
@@ -103,14 +103,14 @@ class OutboxClaims(SqlTable):
         them (``None``: rows no dispatcher claimed), in one statement."""
         if not sent:
             return
-        execute_generic(  # rows found by id = ANY (the key's index, whatever plan), each's id taken from the list
-            self._db,
+        self._db.execute(  # rows found by id = ANY (the key's index, whatever plan), each's id taken from the list
             "UPDATE outbox SET sent_at = :at, last_error = NULL, "
             "platform_message_id = (:found::text[])[array_position(:ids::bigint[], id)], "
             "claimed_by = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_by END, "
             "claimed_until = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_until END "
             "WHERE id = ANY(:ids::bigint[])",
             {"at": self._clock(), "who": dispatcher, "ids": [i for i, _ in sent], "found": [p for _, p in sent]},
+            keyed=True,
         )
 
     def failed(self, dispatcher: str, outbox_id: int, error: str, retry_at: float) -> None:

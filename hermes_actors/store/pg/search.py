@@ -18,8 +18,8 @@ import apsw
 
 from hermes_actors.errors import HermesError
 from hermes_actors.store.lineage import root_on
-from hermes_actors.store.pg.db import PgSqlDb
 from hermes_actors.store.pg.match import condition, phrase_locations, phrases
+from hermes_actors.store.pg.sql_db import PgSqlDb
 from hermes_actors.store.pg.text import from_db, tokenize
 from hermes_actors.store.records import EndReason, FtsResult, SessionFilter
 from hermes_actors.store.resolution import SessionResolution

@@ -17,7 +17,6 @@ import psycopg
 
 from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
 from hermes_actors.store.pg.db import store_error
-from hermes_actors.store.pg.group_commit import execute_generic
 from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 from hermes_actors.store.sql import SqlTable
@@ -100,8 +99,7 @@ class ShardQueue(SqlTable):
         key's route) and notify its holder, in one statement: the row id and shard, or ``None`` for a redelivery
         (nothing added, nobody notified)."""
         shard = SHARD_SQL.format(id="t.id")
-        rows = execute_generic(
-            self._db,
+        rows = self._db.execute(
             "WITH t AS (SELECT coalesce(nullif((SELECT session_id FROM routes WHERE routing_key = :key), ''), :key) "
             "AS id), added AS (INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, "
             f"received_at, kind, shard) SELECT :platform, :account, :message, :key, :payload, :at, :kind, {shard} "
@@ -117,6 +115,7 @@ class ShardQueue(SqlTable):
                 "kind": InboxKind.MESSAGE.value,
                 "shards": shards,
             },
+            keyed=True,
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
@@ -149,13 +148,13 @@ class ShardQueue(SqlTable):
         route), in one statement (one round trip)."""
         if not shards:
             return [], []
-        rows = execute_generic(  # 'pending' a literal: a generic plan sees the partial index's predicate
-            self._db,
+        rows = self._db.execute(  # 'pending' a literal: a generic plan sees the partial index's predicate
             f"SELECT p.id, w.* FROM (SELECT id FROM inbox WHERE state = '{_PENDING}' AND shard = ANY(?) "
             f"ORDER BY id LIMIT ?) p LEFT JOIN LATERAL (SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
             "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = p.id AND NOT p.id = ANY(?)) w ON true "
             "ORDER BY p.id",
             (sorted(shards), limit, sorted(known)),
+            keyed=True,
         )
         ids = [int(row[0]) for row in rows]
         whole = [

@@ -23,7 +23,7 @@ from hermes_actors.store.connection import StoreUnwritableError
 from hermes_actors.store.fts import Order
 from hermes_actors.store.leases import Leases
 from hermes_actors.store.pg import fts, maintenance
-from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, PgSqlDb, redact
+from hermes_actors.store.pg.db import DEFAULT_POOL_SIZE, Database, redact
 from hermes_actors.store.pg.migrations import migrate, schema_version
 from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.replicas import PgReplicas
@@ -32,6 +32,7 @@ from hermes_actors.store.pg.roles import PgRoles
 from hermes_actors.store.pg.search import PgSearchReads
 from hermes_actors.store.pg.shard_queue import ShardQueue
 from hermes_actors.store.pg.shards import PgShards, ShardFence
+from hermes_actors.store.pg.sql_db import PgSqlDb
 from hermes_actors.store.pg.transcript import PgMessageRows
 from hermes_actors.store.records import FtsResult, OptimizeResult
 from hermes_actors.store.search_reads import SearchReads
