@@ -379,5 +379,19 @@ class HeldTerms(Generic[K]):
         return held
 
     def epoch(self, key: K) -> int | None:
-        """The epoch of ``key``'s term, or ``None`` when not held (or past its local deadline)."""
-        return self.held().get(key)
+        """The epoch of ``key``'s term, or ``None`` when not held (or past its local deadline): one key looked up,
+        not every term copied (a turn's fence asks once per commit)."""
+        now = self._monotonic() if self.enabled else float("-inf")
+        with self._lock:
+            found = self._held.get(key)
+            if found is None:
+                return None
+            epoch, deadline = found
+            if deadline > now:
+                return epoch
+        self.held()  # forgets it (and any other term past its deadline), telling ``on_expired``
+        return None
+
+    def holds_any(self, keys: Iterable[K]) -> bool:
+        """Whether any of ``keys`` is held (within its local deadline)."""
+        return any(self.epoch(key) is not None for key in keys)

@@ -81,6 +81,24 @@ def test_held_terms_end_at_their_local_deadline_and_a_drop_returns_what_was_held
     assert stalled.epoch("r") == 1  # fencing off (the fault test's switch): no deadline
 
 
+def test_one_held_term_looked_up_past_its_deadline_is_forgotten_as_held_would() -> None:
+    now = [100.0]
+    ran_out: list[list[int]] = []
+    terms = HeldTerms[int]("a", monotonic=lambda: now[0], on_expired=ran_out.append)
+    terms.grant({1: 3}, TTL, asked_at=95.0)
+    terms.grant({2: 4}, TTL, asked_at=99.0)
+    assert terms.epoch(1) == 3
+    assert terms.holds_any([9, 1])
+    now[0] = 106.0  # 1's deadline (95 + TTL) has passed, 2's (99 + TTL) has not
+    assert terms.epoch(2) == 4
+    assert ran_out == []  # a term within its deadline looked up alone expires nothing
+    assert terms.epoch(1) is None
+    assert ran_out == [[1]]
+    assert terms.expired == 1
+    assert not terms.holds_any([1, 9])
+    assert terms.held() == {2: 4}
+
+
 def test_a_session_lease_check_seen_at_the_current_database_version_runs_no_statement(
     sqlite_store: Store, db_path: Path, clock: FakeClock
 ) -> None:

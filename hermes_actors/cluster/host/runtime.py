@@ -204,7 +204,7 @@ class HostRuntime:
                 self._stopped.wait(1.0)
                 continue
             self.outages.worked("listening for new rows (the periodic pull goes on)")
-            if notified & set(self.fence.held()):
+            if self.fence.holds_any(notified):
                 self._wake.set()
 
     def _pull_loop(self) -> None:

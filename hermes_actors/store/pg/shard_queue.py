@@ -9,7 +9,7 @@ notification: ``NOTIFY`` is not delivered to a listener that was not connected w
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -19,7 +19,7 @@ from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
 from hermes_actors.store.pg.db import store_error
 from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
-from hermes_actors.store.sql import SqlTable
+from hermes_actors.store.sql import SqlDb, SqlTable
 
 __all__ = ["CHANNEL", "InboxListener", "PendingRow", "ShardLag", "ShardQueue"]
 
@@ -54,6 +54,22 @@ class PendingRow(msgspec.Struct, frozen=True, kw_only=True):
 
 class ShardQueue(SqlTable):
     """The inbox's rows by shard (``inbox.shard``, schema version 3)."""
+
+    __slots__ = ("_shards_text",)
+
+    def __init__(self, db: SqlDb, clock: Callable[[], float]) -> None:
+        super().__init__(db, clock)
+        self._shards_text: tuple[tuple[int, ...], str] = ((), "{}")  # the last shards pulled, as an array literal
+
+    def _array(self, shards: Sequence[int]) -> str:
+        """``shards`` sorted as a PostgreSQL array literal, kept for the next pull (a host pulls the same shards
+        over and over: dumping 128 numbers one by one each time cost more than the statement's own work)."""
+        key = tuple(sorted(shards))
+        last, text = self._shards_text
+        if key != last:
+            text = "{" + ",".join(map(str, key)) + "}"
+            self._shards_text = (key, text)
+        return text
 
     def add(
         self,
@@ -149,11 +165,11 @@ class ShardQueue(SqlTable):
         if not shards:
             return [], []
         rows = self._db.execute(  # 'pending' a literal: a generic plan sees the partial index's predicate
-            f"SELECT p.id, w.* FROM (SELECT id FROM inbox WHERE state = '{_PENDING}' AND shard = ANY(?) "
+            f"SELECT p.id, w.* FROM (SELECT id FROM inbox WHERE state = '{_PENDING}' AND shard = ANY(?::int[]) "
             f"ORDER BY id LIMIT ?) p LEFT JOIN LATERAL (SELECT i.shard, r.session_id, {_JOINED_COLUMNS} FROM inbox i "
             "LEFT JOIN routes r ON r.routing_key = i.routing_key WHERE i.id = p.id AND NOT p.id = ANY(?)) w ON true "
             "ORDER BY p.id",
-            (sorted(shards), limit, sorted(known)),
+            (self._array(shards), limit, sorted(known)),
             keyed=True,
         )
         ids = [int(row[0]) for row in rows]

@@ -224,7 +224,7 @@ class ShardFence(HeldTerms[int]):
 
     def owns(self, session_id: str) -> bool:
         """Whether the session's shard is held (and within its local deadline)."""
-        return shard_of(session_id, self.shards) in self.held()
+        return self.epoch(shard_of(session_id, self.shards)) is not None
 
     def check(self, shards: PgShards, target: str | int) -> bool:
         """Inside a turn's transaction: :class:`ShardLostError` unless this host still holds ``target`` (a session
@@ -233,7 +233,7 @@ class ShardFence(HeldTerms[int]):
         if not self.enabled:
             return False
         shard = target if isinstance(target, int) else shard_of(target, self.shards)
-        epoch = self.held().get(shard)
+        epoch = self.epoch(shard)
         if epoch is None:
             self.refusals += 1
             of = f"shard {shard}" if isinstance(target, int) else f"shard {shard} of session {target}"
