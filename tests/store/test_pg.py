@@ -169,9 +169,9 @@ def test_the_title_query_reads_the_titled_sessions_index_not_every_session(
     seen: list[tuple[str, object]] = []
     run = Database.execute
 
-    def capture(db: Database, sql: str, params: object = None) -> list[tuple[object, ...]]:
+    def capture(db: Database, sql: str, params: object = None, *, keyed: bool = False) -> list[tuple[object, ...]]:
         seen.append((sql, params))
-        return run(db, sql, params)  # type: ignore[arg-type]
+        return run(db, sql, params, keyed=keyed)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Database, "execute", capture)
     rows = list(reads.titled_sessions(query, oldest_first=False, scope=SessionFilter()))

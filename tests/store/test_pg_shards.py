@@ -237,10 +237,10 @@ def test_a_transaction_checks_a_shard_in_the_database_once_until_a_savepoint_rol
     asked: list[str] = []
     execute = shard_store.database.execute
 
-    def counting(sql: str, params: object = None) -> list[tuple[object, ...]]:
+    def counting(sql: str, params: object = None, *, keyed: bool = False) -> list[tuple[object, ...]]:
         if "FROM shard_leases" in sql:
             asked.append(sql)
-        return execute(sql, params)  # type: ignore[arg-type]
+        return execute(sql, params, keyed=keyed)  # type: ignore[arg-type]
 
     shard_store.database.execute = counting  # type: ignore[method-assign]
     with shard_store.transaction():

@@ -83,8 +83,8 @@ class Database:
     skips parsing and rewriting it, and psycopg sends only its parameters. The pool's connections set
     ``plan_cache_mode = force_custom_plan``, so a prepared statement is still planned for its values each time:
     a generic plan cannot see a search query's values (a rare bigram and a common one would get the same plan) and
-    would lose the GIN index. A statement whose plan does not depend on its values runs through
-    :meth:`execute_keyed` on a second pool, whose connections keep one generic plan per prepared statement instead.
+    would lose the GIN index. A statement whose plan does not depend on its values (:meth:`execute` with ``keyed``)
+    runs on a second pool instead, whose connections keep one generic plan per prepared statement.
     """
 
     def __init__(self, dsn: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
@@ -127,6 +127,9 @@ class Database:
             keyed.close()
 
     def _keyed_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        pool = self._keyed
+        if pool is not None:
+            return pool
         with self._keyed_lock:
             if self._keyed is None:
                 self._keyed = self._new_pool(_generic_plans, "hermes-store-keyed")
@@ -220,9 +223,9 @@ class Database:
 
     @contextmanager
     def _lend(self, timeout_s: float | None, *, keyed: bool = False) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection (``keyed``: of the pool for :meth:`execute_keyed`); a pool with none to lend within
-        ``timeout_s`` (the pool's own timeout when ``None``) is a :class:`StoreError` naming the server, not the
-        pool's own exception."""
+        """A pooled connection (``keyed``: of the pool for keyed statements, :meth:`execute`); a pool with none to
+        lend within ``timeout_s`` (the pool's own timeout when ``None``) is a :class:`StoreError` naming the server,
+        not the pool's own exception."""
         lent = False
         pool = self._keyed_pool() if keyed else self._pool
         try:
@@ -279,30 +282,25 @@ class Database:
             raise store_error(exc, doing) from exc
 
     @contextmanager
-    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor on the current transaction's connection, or on a pooled one in autocommit for one use."""
+    def cursor(self, *, keyed: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor on the current transaction's connection, or on a pooled one in autocommit for one use (``keyed``:
+        of the pool whose connections keep generic plans, see :meth:`execute`)."""
         held = self._open.connection
         if held is not None:
             with held.cursor() as cursor:
                 yield cursor
             return
-        with self._lend(None) as connection, connection.cursor() as cursor:
+        with self._lend(None, keyed=keyed) as connection, connection.cursor() as cursor:
             yield cursor
 
-    def execute(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows (none for a statement that returns nothing)."""
-        with self._errors("a statement"), self.cursor() as cursor:
-            cursor.execute(sql.encode(), params)
-            return list(cursor.fetchall()) if cursor.description is not None else []
+    def execute(self, sql: str, params: Params | None = None, *, keyed: bool = False) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (none for a statement that returns nothing).
 
-    def execute_keyed(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
-        """Run one statement whose plan does not depend on its values (rows found by keys, partial indexes'
-        predicates written as literals): outside a transaction on a connection that keeps one generic plan per
-        prepared statement (``plan_cache_mode = force_generic_plan``), so a hot statement is not planned again on
-        every run; inside the thread's open transaction, as one of its statements."""
-        if self._open.connection is not None:
-            return self.execute(sql, params)
-        with self._errors("a statement"), self._lend(None, keyed=True) as connection, connection.cursor() as cursor:
+        ``keyed``: the statement's plan does not depend on its values (rows found by keys, partial indexes'
+        predicates written as literals). Outside a transaction it runs on a connection that keeps one generic plan
+        per prepared statement (``plan_cache_mode = force_generic_plan``), so a hot statement is not planned again on
+        every run; inside the thread's open transaction it is one of its statements like any other."""
+        with self._errors("a statement"), self.cursor(keyed=keyed) as cursor:
             cursor.execute(sql.encode(), params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
@@ -331,7 +329,7 @@ def _custom_plans(connection: psycopg.Connection[Any]) -> None:
 
 
 def _generic_plans(connection: psycopg.Connection[Any]) -> None:
-    """Keep one plan per prepared statement, made without its values: see :meth:`Database.execute_keyed`."""
+    """Keep one plan per prepared statement, made without its values: see :meth:`Database.execute`."""
     connection.execute(b"SET plan_cache_mode = force_generic_plan")
 
 

@@ -14,7 +14,7 @@ keys, so PostgreSQL may keep one generic plan per prepared statement instead of 
 connections' default, ``force_custom_plan``, is for the searches: :class:`~hermes_actors.store.pg.db.Database`).
 Planning was half of PostgreSQL's time for a turn's statements. A hot statement outside a transaction (a host's
 pull, an ingress row, a reply's attempt and its record) gets a generic plan from
-:meth:`~hermes_actors.store.pg.db.Database.execute_keyed` instead.
+:meth:`~hermes_actors.store.pg.db.Database.execute` (``keyed``) instead.
 """
 
 from __future__ import annotations

@@ -36,11 +36,10 @@ class PgSqlDb:
 
     def execute(self, sql: str, params: Params = (), *, keyed: bool = False) -> list[tuple[Any, ...]]:
         """Run one statement; its rows. ``keyed``: its plan does not depend on its values
-        (:meth:`Database.execute_keyed`)."""
+        (:meth:`Database.execute`)."""
         hook = self.trace
         started = time.perf_counter() if hook is not None else 0.0
-        run = self.database.execute_keyed if keyed else self.database.execute
-        rows = run(pg_sql(sql), params or None)
+        rows = self.database.execute(pg_sql(sql), params or None, keyed=keyed)
         if hook is not None:
             timed(hook, sql, started)
         return rows
