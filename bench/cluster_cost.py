@@ -103,7 +103,10 @@ async def _drive(
             idle_from = time.perf_counter()
             await asyncio.sleep(args.idle)
             after = Snapshot()
-            idle = sum(_cpu(before, after, side.groups(after)).values()) / (time.perf_counter() - idle_from)
+            idle = {
+                name: seconds / (time.perf_counter() - idle_from)
+                for name, seconds in _cpu(before, after, side.groups(after)).items()
+            }
             counters: dict[str, float] = {}
             backends: dict[int, tuple[str, int]] = {}
             waits: dict[str, int] = {}
@@ -140,7 +143,7 @@ async def _drive(
     return figures, profile
 
 
-def _figures(result: LoadResult, cpu: dict[str, float], idle: float, driver_cpu: float) -> dict[str, float]:
+def _figures(result: LoadResult, cpu: dict[str, float], idle: dict[str, float], driver_cpu: float) -> dict[str, float]:
     n = result.messages
     figures = {f"{name}_cpu_ms_per_message": seconds * 1000 / n for name, seconds in cpu.items()}
     figures["cpu_ms_per_message"] = sum(cpu.values()) * 1000 / n
@@ -150,12 +153,14 @@ def _figures(result: LoadResult, cpu: dict[str, float], idle: float, driver_cpu:
         "webhook_lag_p50_ms": _pct(result.webhook_lag, 0.5),
         "webhook_lag_p99_ms": _pct(result.webhook_lag, 0.99),
         "webhook_accept_p50_ms": _pct(result.webhook_accept, 0.5),
-        "idle_cpu_s_per_s": idle,
+        "idle_cpu_s_per_s": sum(idle.values()),
         "messages_per_s": n / result.done_for,
         "late_p99_ms": _pct(result.late, 0.99),
         "window_s": result.done_for,
         "driver_cpu_ms_per_message": driver_cpu * 1000 / n,
     }
+    if len(idle) > 1:
+        figures |= {f"idle_{name}_cpu_s_per_s": seconds for name, seconds in idle.items()}
     return figures
 
 

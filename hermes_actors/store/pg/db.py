@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
@@ -76,6 +77,24 @@ class _Open(threading.local):
     xid: str | None = None  # the open transaction's id, once asked for (Database.xid)
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A pooled connection that keeps one cursor for :class:`Database`'s single statements: making a cursor (its
+    adapters' map, its state) cost a hot statement about as much as sending it."""
+
+    _statements: psycopg.Cursor[Any] | None = None
+
+    def statements(self) -> psycopg.Cursor[Any]:
+        """The connection's cursor for single statements (each ``execute`` replaces the last one's result)."""
+        cursor = self._statements
+        if cursor is None or cursor.closed:
+            cursor = self._statements = self.cursor()
+        return cursor
+
+
+def _statements(connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    return connection.statements() if isinstance(connection, _Connection) else connection.cursor()
+
+
 class Database:
     """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
 
@@ -109,6 +128,7 @@ class Database:
     ) -> ConnectionPool[psycopg.Connection[Any]]:
         return ConnectionPool(
             self.dsn,
+            connection_class=_Connection,
             min_size=1,
             max_size=self._pool_size,
             kwargs={"autocommit": True, "prepare_threshold": _PREPARE_AFTER, "connect_timeout": _CONNECT_TIMEOUT_S},
@@ -293,6 +313,17 @@ class Database:
         with self._lend(None, keyed=keyed) as connection, connection.cursor() as cursor:
             yield cursor
 
+    @contextmanager
+    def _statement(self, *, keyed: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """The kept cursor (:class:`_Connection`) of the current transaction's connection, or of a pooled one in
+        autocommit for one statement."""
+        held = self._open.connection
+        if held is not None:
+            yield _statements(held)
+            return
+        with self._lend(None, keyed=keyed) as connection:
+            yield _statements(connection)
+
     def execute(self, sql: str, params: Params | None = None, *, keyed: bool = False) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns nothing).
 
@@ -300,13 +331,14 @@ class Database:
         predicates written as literals). Outside a transaction it runs on a connection that keeps one generic plan
         per prepared statement (``plan_cache_mode = force_generic_plan``), so a hot statement is not planned again on
         every run; inside the thread's open transaction it is one of its statements like any other."""
-        with self._errors("a statement"), self.cursor(keyed=keyed) as cursor:
+        with self._errors("a statement"), self._statement(keyed=keyed) as cursor:
             cursor.execute(sql.encode(), params)
-            return list(cursor.fetchall()) if cursor.description is not None else []
+            result = cursor.pgresult  # its status, not `description`: that builds a column object per column
+            return cursor.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else []
 
     def count(self, sql: str, params: Params | None = None) -> int:
         """Run one statement; how many rows it changed."""
-        with self._errors("a statement"), self.cursor() as cursor:
+        with self._errors("a statement"), self._statement() as cursor:
             cursor.execute(sql.encode(), params)
             return max(cursor.rowcount, 0)
 
@@ -314,7 +346,7 @@ class Database:
         """Run one statement once per row of parameters."""
         if not rows:
             return
-        with self._errors("a statement"), self.cursor() as cursor:
+        with self._errors("a statement"), self._statement() as cursor:
             cursor.executemany(sql.encode(), rows)
 
     def value(self, sql: str, params: Params | None = None) -> Any:
