@@ -225,3 +225,17 @@ def test_a_long_message_is_cut_to_sixteen_tokens_around_its_match(store: StoreIn
         "…w13 w14 w15 w16 w17 w18 w19 >>>target<<< w21 w22 w23 w24 w25 w26 w27 w28…"
     ]
     assert [h.snippet for h in store.fts_query("人在").hits] == ["…饭再看一会儿书>>>人在<<<这里等你很久了…"]
+
+
+def test_a_message_with_a_word_too_long_for_a_lexeme_is_stored_and_found_by_its_other_words(
+    store: StoreInterface,
+) -> None:
+    """PostgreSQL refuses a tsvector lexeme over 2046 bytes: such a word is left out of the index (the message once
+    failed to commit, and its turn was tried again forever). Its place still counts, so the words around it are not
+    adjacent."""
+    session = store.create_session("cli")
+    blob = "q" * 3000
+    (message_id,) = store.append_messages(session.id, [NewMessage(role=Role.USER, content=f"before {blob} after")])
+    assert ids(store.fts_query("before")) == {message_id}
+    assert ids(store.fts_query("after")) == {message_id}
+    assert ids(store.fts_query('"before after"')) == set()

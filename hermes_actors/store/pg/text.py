@@ -5,7 +5,9 @@ character a token of its own) run on a private in-memory SQLite connection per t
 on both stores and :func:`~hermes_actors.store.search_query.parse_search_query` cuts phrases the same way.
 
 * ``words``: a ``tsvector`` (``simple`` lexemes, no stemming) of the non-CJK tokens with their positions in the
-  whole token stream, so a phrase is ``a <-> b`` and words on either side of a CJK run are never adjacent.
+  whole token stream, so a phrase is ``a <-> b`` and words on either side of a CJK run are never adjacent. A token
+  over 2,046 bytes (a pasted blob) is left out, its place kept: PostgreSQL refuses such a lexeme (SQLite's index
+  has no such limit).
 * ``cjk``: a ``tsvector`` of every CJK character and every pair of adjacent CJK characters (bigrams), no
   positions. A CJK phrase of two or more characters is the AND of its bigrams plus a substring recheck; one
   character is its unigram lexeme (same GIN index) plus the recheck.
@@ -25,6 +27,7 @@ __all__ = ["IndexedText", "cjk_lexemes", "from_db", "index_text", "is_cjk", "quo
 
 MAX_POSITION = 16_383  # tsvector positions stop here (PostgreSQL clamps larger ones)
 MAX_POSITIONS = 256  # positions kept per lexeme (PostgreSQL keeps no more)
+MAX_LEXEME_BYTES = 2046  # a longer word is not indexed: PostgreSQL refuses it in a tsvector (and the message with it)
 # A tsvector holds under 1 MB. Each column gets a budget of this many bytes (a lexeme costs its UTF-8 bytes and
 # 4 more, a position 2): a pathological message (a huge log of distinct tokens) keeps its first lexemes whole.
 _BUDGET = 900_000
@@ -114,10 +117,11 @@ def index_text(content: str | None) -> IndexedText:
         previous = None
         held = positions.get(token)
         if held is None:
-            if words_bytes >= _BUDGET:
+            size = len(token.encode())
+            if words_bytes >= _BUDGET or size > MAX_LEXEME_BYTES:
                 continue
             held = positions[token] = []
-            words_bytes += len(token.encode()) + 4
+            words_bytes += size + 4
         if len(held) < MAX_POSITIONS and (not held or held[-1] != min(index + 1, MAX_POSITION)):
             held.append(min(index + 1, MAX_POSITION))
             words_bytes += 2
