@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from hermes_actors.store.sql import Dialect, SqlDb
+from hermes_actors.store.term_guard import TermGuard
 
 __all__ = [
     "DATABASE_CLOCK",
@@ -213,20 +214,22 @@ class TermTable:
         *,
         terms: Mapping[K, int] | None = None,
         keys: Collection[K] | None = None,
+        guard: TermGuard | None = None,
     ) -> dict[Any, int]:
         """Move the end of ``holder``'s terms forward by ``ttl_s`` from now (never back): those of ``terms`` (key
         -> epoch), of ``keys``, or (both ``None``) all of them; key -> epoch of those renewed. An expired term is
-        renewed only where the spec allows it (``renew_expired``)."""
+        renewed only where the spec allows it (``renew_expired``); none is while ``guard`` yields no row."""
         if (terms is not None and not terms) or (keys is not None and not keys):
             return {}
-        spec = self.spec
-        clock = spec.clock
-        which, params = self._which(keys, terms)
-        unexpired = "" if spec.renew_expired else f" AND expires_at >= {clock.now}"
+        spec, (which, params) = self.spec, self._which(keys, terms)
+        unexpired = "" if spec.renew_expired else f" AND expires_at >= {spec.clock.now}"
+        under = "" if guard is None else f"WITH guard AS ({guard.query}) "
+        only = "" if guard is None else " AND EXISTS (SELECT FROM guard)"
+        later = self._db.dialect.greatest("expires_at", spec.clock.deadline)
         rows = self._db.execute(
-            f"UPDATE {spec.table} SET expires_at = {self._db.dialect.greatest('expires_at', clock.deadline)} "
-            f"WHERE {which} AND {spec.holder} = :holder{unexpired} RETURNING {spec.key}, epoch",
-            self._time(holder=holder, ttl=ttl_s, **params),
+            f"{under}UPDATE {spec.table} SET expires_at = {later} "
+            f"WHERE {which} AND {spec.holder} = :holder{unexpired}{only} RETURNING {spec.key}, epoch",
+            self._time(holder=holder, ttl=ttl_s, **params, **(guard.params if guard else {})),
         )
         return self._rows(rows)
 

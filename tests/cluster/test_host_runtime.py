@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -85,6 +86,37 @@ def test_two_hosts_split_the_shards_and_answer_every_message_once_in_order(
     finally:
         for runtime in runtimes:
             runtime.stop()
+
+
+def test_a_message_its_notification_brings_whole_is_answered_without_a_pull_and_a_larger_one_is_pulled(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    host = HostRuntime(_settings(postgres_dsn, "h0", ("h0",), pull_interval_s=600.0))
+    host.start()
+    try:
+        # Its start and its new terms each ask for a pull: wait until a second without one.
+        poll_until(lambda: host.fence.held() and host.status().pulls >= 1, what="the host holding and pulled")
+        pulls = -1
+        while pulls != host.status().pulls:
+            pulls = host.status().pulls
+            time.sleep(1.0)
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        platform = FakePlatform("fake")
+        for n in range(6):
+            assert ingress.accept(platform.message(f"small-{n}", chat_id=f"c{n % 3}", user_id=f"u{n % 3}"))
+        poll_until(lambda: _pending(pg) == 0 and _turns_ended(host) == 6, timeout=20, what="six answers")
+        status = host.status()
+        assert (status.pulls, status.rows_notified) == (pulls, 6)  # none read back: each came with its NOTIFY
+        large = "L" * 9000  # too large for a notification: it carries the shard, and the host pulls
+        assert ingress.accept(platform.message(large, chat_id="c0", user_id="u0"))
+        poll_until(lambda: _pending(pg) == 0 and _turns_ended(host) == 7, timeout=20, what="the large one answered")
+        status = host.status()
+        assert status.pulls > pulls
+        assert status.rows_notified == 6
+        replies = sorted(text for _, text in _replies(pg))
+        assert replies == sorted([f"echo: small-{n}" for n in range(6)] + [f"echo: {large}"])
+    finally:
+        host.stop()
 
 
 @pytest.mark.parametrize("fencing", [True, False])

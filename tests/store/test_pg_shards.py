@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hermes_actors.errors import ShardLostError
+from hermes_actors.errors import LeaseLostError, ShardLostError
 from hermes_actors.store import InboxState
 from hermes_actors.store.pg import PostgresStore
-from hermes_actors.store.pg.shard_queue import InboxListener
+from hermes_actors.store.pg.shard_queue import InboxListener, Notices
 from hermes_actors.store.pg.shards import ShardFence, home_shards, shard_of
 
 TTL = 10.0
@@ -259,13 +259,68 @@ def test_a_transaction_checks_a_shard_in_the_database_once_until_a_savepoint_rol
     assert len(asked) == 3
 
 
+def test_a_turn_s_fence_checks_its_shard_inside_its_lease_renewal_and_names_the_term_lost(
+    shard_store: PostgresStore, skew: Skew
+) -> None:
+    session = shard_store.create_session("telegram", session_id="s-guarded")
+    shard = shard_of(session.id, 8)
+    inbox_id = shard_store.inbox.add(
+        platform="telegram", account_id="", platform_message_id="m-guarded", routing_key="k", payload=b"{}"
+    )
+    assert inbox_id is not None
+    fence = ShardFence("a", 8)
+    fence.grant(shard_store.shards.acquire("a", [shard], TTL), TTL, asked_at=float("inf"))
+    shard_store.fence_shards(fence)
+    asked: list[str] = []
+    execute = shard_store.database.execute
+
+    def recording(sql: str, params: object = None, *, keyed: bool = False) -> list[tuple[object, ...]]:
+        if "shard_leases" in sql:
+            asked.append(sql)
+        return execute(sql, params, keyed=keyed)  # type: ignore[arg-type]
+
+    try:
+        epoch = shard_store.leases.grant(session.id, "owner", TTL)
+        assert isinstance(epoch, int)
+        shard_store.database.execute = recording  # type: ignore[method-assign]
+        with shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch, TTL)
+            assert shard_store.inbox.complete(inbox_id, session_id=session.id)  # the shard's row is held: not asked
+        assert len(asked) == 1
+        assert "UPDATE leases" in asked[0]  # one statement: the renewal carries the shard's check
+        with pytest.raises(LeaseLostError), shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch + 1, TTL)
+        skew.seconds = TTL + 1
+        assert shard_store.shards.acquire("b", [shard], TTL) == {shard: 2}
+        refusals = fence.refusals
+        with pytest.raises(ShardLostError), shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch, TTL)  # both terms have run out: the shard's told
+        assert fence.refusals == refusals + 1
+    finally:
+        shard_store.database.execute = execute  # type: ignore[method-assign]
+        shard_store.fence_shards(None)
+
+
 def _gathered(listener: InboxListener, expected: set[int], timeout_s: float = 5.0) -> set[int]:
-    """The shards ``listener`` is notified of until ``expected`` have all come or ``timeout_s`` has passed."""
+    """The shards ``listener`` is notified of (with a row or without) until ``expected`` have all come or
+    ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
     seen: set[int] = set()
     while not expected <= seen and (left := deadline - time.monotonic()) > 0:
-        seen |= listener.wait(left)
+        notices = listener.wait(left)
+        seen |= notices.shards | {shard for shard, _, _ in notices.rows}
     return seen
+
+
+def _rows_notified(listener: InboxListener, count: int, timeout_s: float = 5.0) -> Notices:
+    """What ``listener`` is notified of until ``count`` notifications came or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    gathered = Notices()
+    while len(gathered.rows) + len(gathered.shards) < count and (left := deadline - time.monotonic()) > 0:
+        notices = listener.wait(left)
+        gathered.rows.extend(notices.rows)
+        gathered.shards.update(notices.shards)
+    return gathered
 
 
 def test_the_shard_queue_notifies_the_listener_and_pulls_pending_rows_by_shard(
@@ -281,13 +336,13 @@ def test_the_shard_queue_notifies_the_listener_and_pulls_pending_rows_by_shard(
         second = queue.add(5, platform="t", account_id="", platform_message_id="m2", routing_key="j", payload=b"y")
         # Each add commits its own NOTIFY: the second may reach the listener after a wait already returned the first.
         assert _gathered(listener, {3, 5}) == {3, 5}
-        assert listener.wait(0.05) == set()
+        assert listener.wait(0.05) == Notices()
         assert [(s, row.id) for s, row in queue.pending([3])] == [(3, first)]
         assert [row.id for _, row in queue.pending([3, 5, 7])] == [first, second]
         assert [(lag.shard, lag.pending) for lag in queue.lag()] == [(3, 1), (5, 1)]
         assert second is not None
         assert queue.reshard(second, 3)
-        assert listener.wait(5.0) == {3}
+        assert listener.wait(5.0) == Notices(shards={3})
         assert shard_store.inbox.complete(second, session_id=None, state=InboxState.DONE)
         assert not queue.reshard(second, 4)
         assert [(lag.shard, lag.pending) for lag in queue.lag()] == [(3, 1)]
@@ -325,6 +380,38 @@ def test_a_message_added_by_its_key_goes_to_the_shard_of_the_key_s_route_else_of
         assert [row.id for _, row in queue.pending(sorted(shards), limit=100)] == sorted(
             found[0] for found in added.values() if found is not None
         )
+    finally:
+        listener.close()
+
+
+def test_a_message_s_notification_carries_its_row_as_a_pull_reads_it_unless_the_row_is_too_large(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    shard_store.create_session("t", session_id="s-told-1")
+    shard_store.set_route("told-key", "s-told-1")
+    listener = InboxListener(postgres_dsn)
+    try:
+        queue = shard_store.shard_queue
+        payloads = {"told-key": bytes(range(256)) * 3, "new-key": b"\x00\n'\"[", "big-key": b"z" * 6000}
+        added = {
+            key: queue.add_routed(
+                64, platform="t", account_id="acc", platform_message_id=f"m-{key}", routing_key=key, payload=payload
+            )
+            for key, payload in payloads.items()
+        }
+        notices = _rows_notified(listener, 3)
+        whole = {row.routing_key: (shard, row, route) for shard, row, route in notices.rows}
+        assert set(whole) == {"told-key", "new-key"}
+        big = added["big-key"]
+        assert big is not None
+        assert notices.shards == {big[1]}  # too large to ride along: the holder pulls it
+        _, read = queue.pull(sorted({found[1] for found in added.values() if found is not None}))
+        pulled = {row.routing_key: (shard, row, route) for shard, row, route in read}
+        for key in ("told-key", "new-key"):
+            assert whole[key] == pulled[key]
+            assert whole[key][1].payload == payloads[key]
+        assert whole["told-key"][2] == "s-told-1"
+        assert whole["new-key"][2] is None
     finally:
         listener.close()
 

@@ -4,11 +4,13 @@ the shards the host holds.
 :class:`HostRuntime` opens a :class:`~hermes_actors.store.pg.PostgresStore` whose every turn transaction is fenced
 by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordinary runtime on it
 (:func:`~hermes_actors.runtime.assembly.wire` with :class:`~hermes_actors.store.pg.writer.PgWriter`), keeps its
-shards with a :class:`~hermes_actors.cluster.host.keeper.ShardKeeper`, and pulls the pending inbox rows of its shards
-into the supervisor: when ``NOTIFY`` says a shard it holds has a new row, when poked, and every
-``pull_interval_s`` whatever happened (a notification sent while the listener reconnected is lost). Control rows
-(their ``kind``) go elsewhere: resets to :class:`~hermes_actors.cluster.host.timers.ShardTimers`, an operator's
-changes to :class:`~hermes_actors.cluster.host.admin.ShardAdmin`.
+shards with a :class:`~hermes_actors.cluster.host.keeper.ShardKeeper`, and hands the pending inbox rows of its
+shards to the supervisor (:class:`~hermes_actors.cluster.host.handover.Handover`): a message whose ``NOTIFY``
+brought it whole at once, without reading it back; and by a pull when a notification of a shard it holds came
+without a row, when poked, and every ``pull_interval_s`` whatever happened (a notification sent while the listener
+reconnected is lost). Control rows (their ``kind``) go elsewhere: resets to
+:class:`~hermes_actors.cluster.host.timers.ShardTimers`, an operator's changes to
+:class:`~hermes_actors.cluster.host.admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
 any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a
@@ -23,7 +25,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from hermes_actors.agents.base import Agent
 from hermes_actors.cluster.host.admin import ShardAdmin
 from hermes_actors.cluster.host.approvals import ShardApprovals
 from hermes_actors.cluster.host.background import BackgroundWatch
+from hermes_actors.cluster.host.handover import Handover
 from hermes_actors.cluster.host.jobs import ShardJobs
 from hermes_actors.cluster.host.keeper import ShardKeeper
 from hermes_actors.cluster.host.outage import Outages
@@ -41,22 +43,18 @@ from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import decode_inbound
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
 from hermes_actors.runtime.metrics import Metrics
-from hermes_actors.runtime.protocol import Deliver, Delivery, TurnOutcome
-from hermes_actors.store.pg.shard_queue import InboxListener
-from hermes_actors.store.pg.shards import ShardFence, shard_for_key, shard_of
+from hermes_actors.runtime.protocol import TurnOutcome
+from hermes_actors.store.pg.shard_queue import InboxListener, ShardRow
+from hermes_actors.store.pg.shards import ShardFence, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.pg.writer import PgReaders, PgWriter
-from hermes_actors.store.records import InboxKind, InboxRow
 
 __all__ = ["HostRuntime"]
 
 _log = logging.getLogger(__name__)
-_PULL_LIMIT = 2000  # pending rows a pull reads
-_SETTLE_S = 5.0  # a row handed over this long ago, in a supervisor holding nothing, was lost on the way
 
 
 class HostRuntime:
@@ -76,7 +74,6 @@ class HostRuntime:
         self.store.fence_shards(self.fence)
         owner = f"{settings.name}:{os.getpid()}:{int(time.time() * 1000)}"
         self._turns = 0
-        self._pulls = self._rows_read = 0
         self._on_turn = on_turn
         options: GatewayOptions = {
             "config": RuntimeConfig(
@@ -132,16 +129,24 @@ class HostRuntime:
         self.approvals = ShardApprovals(self.store, self.fence, policy=services.config.key_policy)
         self._scanned_at = self._jobs_scanned_at = 0.0
         self._recheck = False  # the next pull looks at every pending row again (a background process ended)
-        self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
-        self._lock = threading.Lock()
-        # inbox id -> (shard, monotonic time), handed to the supervisor and still pending
-        self._dispatched: dict[int, tuple[int, float]] = {}
         self._wake = threading.Event()
+        self._asked = threading.Lock()  # over the two below, which wake-ups add to and the puller takes
+        self._pull_wanted = True  # the next wake-up pulls (else it hands over only the rows notified whole)
+        self._notified: list[ShardRow] = []  # rows of held shards their notifications brought, not handed yet
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn)
         self._relay = EventRelay(settings.postgres_dsn)
-        self._relayed: dict[int, str] = {}  # inbox id -> message id, watched by the relay while pending
-        self._handed: deque[tuple[int, float]] = deque(maxlen=20_000)  # (inbox id, when handed over), the latest
+        self.handover = Handover(
+            settings,
+            self.store,
+            self.fence,
+            self.keeper,
+            self.runtime,
+            timers=self.timers,
+            admin=self.admin,
+            relay=self._relay,
+            settle=lambda: self._writer.call(lambda store: None),
+        )
         self._threads = [
             threading.Thread(target=self._listen, name=f"{settings.name}-listen", daemon=True),
             threading.Thread(target=self._pull_loop, name=f"{settings.name}-pull", daemon=True),
@@ -172,13 +177,16 @@ class HostRuntime:
         """A background process of this host's agent ended: scan and look at the held-off resets again now."""
         self._scanned_at = 0.0
         self._recheck = True
-        self._wake.set()
+        self._pull_soon()
 
     def _gained(self, shards: set[int]) -> None:
         """New terms: rows handed over under an earlier term of these shards are handed over again."""
-        with self._lock:
-            for inbox_id in [i for i, (s, _) in self._dispatched.items() if s in shards]:
-                del self._dispatched[inbox_id]
+        self.handover.forget(shards)
+        self._pull_soon()
+
+    def _pull_soon(self) -> None:
+        with self._asked:
+            self._pull_wanted = True
         self._wake.set()
 
     def start(self) -> None:
@@ -187,13 +195,14 @@ class HostRuntime:
         self.keeper.start()
         for thread in self._threads:
             thread.start()
-        self._wake.set()
+        self._pull_soon()
 
     def poke(self) -> None:
         """Pull now (an ingress committed a row of one of this host's shards)."""
-        self._wake.set()
+        self._pull_soon()
 
     def _listen(self) -> None:
+        connections = self._listener.connections
         while not self._stopped.is_set():
             try:
                 notified = self._listener.wait(1.0)
@@ -204,7 +213,16 @@ class HostRuntime:
                 self._stopped.wait(1.0)
                 continue
             self.outages.worked("listening for new rows (the periodic pull goes on)")
-            if self.fence.holds_any(notified):
+            rows = [row for row in notified.rows if self.fence.epoch(row[0]) is not None]
+            # A new connection missed what was notified before it: a pull reads such rows before any newer one is
+            # handed over whole (a conversation's messages go in order). A row of a shard not held is another
+            # host's, or one this host pulls when it takes the shard (_gained).
+            missed, connections = self._listener.connections != connections, self._listener.connections
+            pull = missed or self.fence.holds_any(notified.shards)
+            if rows or pull:
+                with self._asked:
+                    self._notified.extend(rows)
+                    self._pull_wanted = self._pull_wanted or pull
                 self._wake.set()
 
     def _pull_loop(self) -> None:
@@ -213,6 +231,10 @@ class HostRuntime:
             self._wake.clear()
             if self._stopped.is_set():
                 return
+            # Taken before a pull reads: a row notified before then is pending when it reads, and read by it.
+            with self._asked:
+                notified, self._notified = self._notified, []
+                wanted, self._pull_wanted = self._pull_wanted, False
             try:
                 recheck, self._recheck = self._recheck, False
                 if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
@@ -222,120 +244,23 @@ class HostRuntime:
                     self._jobs_scanned_at = time.monotonic()
                     self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
                     self.approvals.scan()  # so does a timeout's denial
-                self.pull(recheck=recheck or not woken)
-                if not woken:
-                    self._hand_lost_again()
+                if woken and notified and not (wanted or recheck or self.handover.backlog):
+                    self.handover.hand(notified)
+                else:
+                    self.handover.pull(recheck=recheck or not woken)
+                if not woken and self.handover.lost_again():
+                    self._pull_soon()
             except Exception as exc:
+                with self._asked:  # what it took may be unread: no row is handed whole before a pull reads it
+                    self._pull_wanted = True
                 self.outages.failed("pulling the inbox", exc)
             else:
                 self.outages.worked("pulling the inbox")
 
-    def _hand_lost_again(self) -> None:
-        """Hand over again the rows the supervisor lost on the way (an actor that died holding a turn, a delivery
-        it failed to route while the store was away): handed over, still pending, and no longer held by the
-        supervisor. That is known only while the supervisor holds nothing (no turn running or queued): every row
-        handed to it before it answered has then finished, and once what it submitted has committed (the writer's
-        next commit), a row still pending was not answered."""
-        asked = time.monotonic()
-        with self._lock:
-            if not any(at < asked - _SETTLE_S for _, at in self._dispatched.values()):
-                return
-        held = self.runtime.supervisor.statistics()
-        if held.running or held.queued_messages:
-            return
-        self._writer.call(lambda store: None)
-        pending = set(self.store.shard_queue.pending_ids(sorted(self.fence.held()), limit=_PULL_LIMIT))
-        with self._lock:
-            lost = sorted(i for i, (_, at) in self._dispatched.items() if at < asked and i in pending)
-            for inbox_id in lost:
-                del self._dispatched[inbox_id]
-        if lost:
-            _log.warning(
-                "%s: rows %s were lost on the way to their sessions; handing them over again",
-                self.settings.name,
-                lost[:20],
-            )
-            self._wake.set()
-
-    def pull(self, *, recheck: bool = True) -> int:
-        """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
-
-        Rows handed over already are looked at again only with ``recheck`` (the periodic pull, not a wake-up per
-        message): a reset row settled since, or a row whose key now leads to a session of another shard (a
-        ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
-        terms = self.fence.held()
-        shards = set(terms) - self.keeper.leaving()
-        with self._lock:
-            handed_over = set() if recheck else set(self._dispatched) | self._waiting
-        # One statement: every pending id, and only the rows not handed over yet whole (with their key's route),
-        # unless rechecking. A row handed over after ``handed_over`` was taken is read whole and skipped below.
-        ids, rows = self.store.shard_queue.pull(sorted(shards), known=handed_over, limit=_PULL_LIMIT)
-        handed = 0
-        with self._lock:
-            pending = set(ids)
-            for inbox_id in [i for i in self._dispatched if i not in pending]:
-                del self._dispatched[inbox_id]
-            for inbox_id in [i for i in self._relayed if i not in pending]:
-                self.runtime.services.watch.unwatch(self._relayed.pop(inbox_id))
-            self._waiting &= pending
-        self._pulls += 1
-        self._rows_read += len(rows)
-        for shard, row, route in rows:
-            if row.kind is InboxKind.TIMER:
-                handed += self._reset(row)
-                continue
-            if row.kind is InboxKind.ADMIN:  # an operator's rename, end or delete (hermesctl sessions --dsn)
-                handed += self.admin.submit(row)
-                continue
-            target = shard_for_key(route, row.routing_key, self.settings.shards)
-            if target != shard:  # its key leads to a session of another shard now (a /resume, say)
-                self.store.shard_queue.reshard(row.id, target)
-                continue
-            with self._lock:
-                if row.id in self._dispatched:
-                    continue
-                self._dispatched[row.id] = (shard, time.monotonic())
-            message = decode_inbound(row.payload)
-            delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
-            if row.platform in self.settings.relay_platforms:
-                self._watch_for_relay(row.id, delivery.message.message_id)
-            # The supervisor checks its cached route against the stored one: another host may have moved the key
-            # (a /resume, /new or reset while it held the shard).
-            deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
-            self.runtime.supervisor.tell(deliver)
-            self._handed.append((row.id, time.time()))
-            handed += 1
-        return handed
-
-    def _watch_for_relay(self, inbox_id: int, message_id: str) -> None:
-        """Relay the turn of ``message_id`` to the replica whose client waits on it (an API request)."""
-        with self._lock:
-            self._relayed[inbox_id] = message_id
-        self.runtime.services.watch.watch(message_id, self._relay.events(message_id))
-
-    def _reset(self, row: InboxRow) -> int:
-        """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
-        end = self.timers.take(row)
-        with self._lock:
-            if end is None:
-                self._waiting.add(row.id)  # only the periodic pull looks at it again
-                return 0
-            self._waiting.discard(row.id)
-            if row.id in self._dispatched:
-                return 0
-            self._dispatched[row.id] = (shard_of(end.session_id, self.settings.shards), time.monotonic())
-        self.runtime.supervisor.tell(end)
-        return 1
-
-    def handovers(self) -> list[tuple[int, float]]:
-        """The latest messages handed to the supervisor (at most 20,000): inbox id and the wall-clock time, for
-        telling a message's wait for its pull from its wait in the runtime (``bench/cluster.py --profile``)."""
-        return list(self._handed)
-
     def status(self) -> HostStatus:
         """A snapshot of this host."""
-        with self._lock:
-            dispatched = len(self._dispatched)
+        with self.handover.lock:
+            dispatched = len(self.handover.dispatched)
         sums: dict[str, float] = {}
         metrics = self.runtime.metrics
         for histogram in (metrics.turn_seconds, metrics.agent_seconds, metrics.commit_seconds, metrics.commit_batch):
@@ -350,15 +275,16 @@ class HostRuntime:
             dispatched=dispatched,
             turns=self._turns,
             outcomes=turn_outcomes(metrics),
-            pulls=self._pulls,
-            rows_read=self._rows_read,
+            pulls=self.handover.pulls,
+            rows_read=self.handover.rows_read,
+            rows_notified=self.handover.rows_notified,
             sums=sums,
         )
 
     def stats(self) -> HostStats:
         """What this host publishes with its heartbeat (:class:`~hermes_actors.cluster.host_stats.HostStats`)."""
-        with self._lock:
-            handed = dict(self._dispatched)
+        with self.handover.lock:
+            handed = dict(self.handover.dispatched)
         return HostStats(
             pid=os.getpid(),
             shards=len(self.fence.held()),
@@ -371,6 +297,10 @@ class HostRuntime:
             oldest_handed=oldest_handed(handed, time.monotonic()),
             store_errors=self.outages.errors,
         )
+
+    def handovers(self) -> list[tuple[int, float]]:
+        """:meth:`Handover.handovers`."""
+        return self.handover.handovers()
 
     def stop(self, *, release: bool = True) -> None:
         """Stop pulling, stop the runtime (its actors finish or are stopped), give the shards up, close the store

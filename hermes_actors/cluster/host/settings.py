@@ -51,4 +51,5 @@ class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
     outcomes: dict[str, int]
     pulls: int = 0
     rows_read: int = 0
+    rows_notified: int = 0  # rows handed over as their notification brought them, without a pull
     sums: dict[str, float] = {}  # the runtime's histograms' _count and _sum (turns, agent calls, commits)

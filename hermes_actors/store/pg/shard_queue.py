@@ -1,14 +1,17 @@
 """The inbox as the cluster reads it: rows tagged with their shard, pulled per shard, announced by ``NOTIFY``.
 
 The ingress commits an inbound message with the shard of the session its routing key leads to
-(:meth:`ShardQueue.add`), and in the same transaction sends ``NOTIFY hermes_inbox`` with the shard: the holder's
-:class:`InboxListener` wakes at once. A host pulls the pending rows of the shards it holds
-(:meth:`ShardQueue.pending`) on a notification, a poke, or its periodic pull (the backstop for a lost
-notification: ``NOTIFY`` is not delivered to a listener that was not connected when it was sent).
+(:meth:`ShardQueue.add_routed`), and in the same statement sends ``NOTIFY hermes_inbox``: the holder's
+:class:`InboxListener` wakes at once. A message's notification carries its whole row (with the route it was added
+under) when that fits in a notification, so the holder hands it over without reading it back; any other
+notification (a larger row, a moved row, a control row) carries only the shard, and the holder pulls the pending
+rows of the shards it holds (:meth:`ShardQueue.pull`). A host also pulls when poked and periodically (the backstop
+for a lost notification: ``NOTIFY`` is not delivered to a listener that was not connected when it was sent).
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -21,7 +24,7 @@ from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 from hermes_actors.store.sql import SqlDb, SqlTable
 
-__all__ = ["CHANNEL", "InboxListener", "PendingRow", "ShardLag", "ShardQueue"]
+__all__ = ["CHANNEL", "InboxListener", "Notices", "PendingRow", "ShardLag", "ShardQueue", "ShardRow"]
 
 CHANNEL = "hermes_inbox"
 _PENDING = InboxState.PENDING.value
@@ -31,6 +34,50 @@ _NOTIFY = f"SELECT pg_notify('{CHANNEL}', ?)"
 # The row and its notification in one statement (one round trip; alone, its own transaction): a redelivery adds no
 # row, and the select list, evaluated per row added, notifies nobody.
 _ADD_NOTIFIED = f"WITH added AS ({_ADD}) SELECT id, pg_notify('{CHANNEL}', ?) FROM added"
+_WHOLE_BELOW = 7900  # bytes: a notification's payload must be shorter than 8000; a larger row's carries its shard
+_ADD_ROUTED = (
+    "WITH t AS (SELECT (SELECT session_id FROM routes WHERE routing_key = :key) AS route), "
+    "added AS (INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, kind, "
+    "shard) SELECT :platform, :account, :message, :key, :payload, :at, :kind, {shard} FROM t "
+    "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING "
+    "RETURNING id, shard, platform, account_id, platform_message_id, routing_key, payload, received_at, kind), "
+    "told AS (SELECT a.id, a.shard, json_build_array(a.shard, a.id, t.route, a.platform, a.account_id, "
+    "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole "
+    "FROM added a, t) "
+    f"SELECT id, shard, pg_notify('{CHANNEL}', CASE WHEN octet_length(whole) < {_WHOLE_BELOW} THEN whole "
+    "ELSE shard::text END) FROM told"
+).format(shard=SHARD_SQL.format(id="coalesce(nullif(t.route, ''), :key)"))
+
+ShardRow = tuple[int, InboxRow, str | None]
+"""A pending row as a host hands it over: its shard, the row, and the session its routing key led to when it was
+read (``None``: no route)."""
+
+
+class Notices(msgspec.Struct, frozen=True):
+    """What :meth:`InboxListener.wait` gathered: rows that came whole with their notification, and the shards
+    notified without a row (their holder pulls them)."""
+
+    rows: list[ShardRow] = msgspec.field(default_factory=list)
+    shards: set[int] = msgspec.field(default_factory=set)
+
+
+def _notified_row(payload: str) -> ShardRow:
+    """The row a message's notification carries (:data:`_ADD_ROUTED`'s ``json_build_array``)."""
+    shard, inbox_id, route, platform, account, message, key, data, received_at, kind = msgspec.json.decode(payload)
+    row = InboxRow(
+        id=int(inbox_id),
+        platform=platform,
+        account_id=account,
+        platform_message_id=message,
+        routing_key=key,
+        payload=base64.b64decode(data),
+        received_at=float(received_at),
+        state=InboxState.PENDING,
+        session_id=None,
+        owner=None,
+        kind=InboxKind(kind),
+    )
+    return int(shard), row, route
 
 
 class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,14 +160,10 @@ class ShardQueue(SqlTable):
         """Commit an inbound message to the shard its routing key leads to now
         (:func:`~hermes_actors.store.pg.shards.shard_for_key` over ``shards``, computed by the statement from the
         key's route) and notify its holder, in one statement: the row id and shard, or ``None`` for a redelivery
-        (nothing added, nobody notified)."""
-        shard = SHARD_SQL.format(id="t.id")
+        (nothing added, nobody notified). The notification carries the whole row and its route when it fits
+        (:class:`Notices`)."""
         rows = self._db.execute(
-            "WITH t AS (SELECT coalesce(nullif((SELECT session_id FROM routes WHERE routing_key = :key), ''), :key) "
-            "AS id), added AS (INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, "
-            f"received_at, kind, shard) SELECT :platform, :account, :message, :key, :payload, :at, :kind, {shard} "
-            "FROM t ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING RETURNING id, shard) "
-            f"SELECT id, shard, pg_notify('{CHANNEL}', shard::text) FROM added",
+            _ADD_ROUTED,
             {
                 "key": routing_key,
                 "platform": platform,
@@ -158,7 +201,7 @@ class ShardQueue(SqlTable):
 
     def pull(
         self, shards: Sequence[int], *, known: Collection[int] = (), limit: int = 500
-    ) -> tuple[list[int], list[tuple[int, InboxRow, str | None]]]:
+    ) -> tuple[list[int], list[ShardRow]]:
         """The ids of the oldest pending rows of ``shards`` (up to ``limit``), in order, and those of them not in
         ``known`` read whole, each with its shard and the session its routing key leads to now (``None``: no
         route), in one statement (one round trip)."""
@@ -245,36 +288,45 @@ class ShardQueue(SqlTable):
 
 
 class InboxListener:
-    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns the shards notified. A
+    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns what was notified. A
     connection that broke (a server restart) is replaced at the next :meth:`wait`; what was notified meanwhile is
     lost, which the periodic pull covers."""
 
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
         self._closed = False
+        self.connections = 0  # how many times it has connected: a new one may have missed notifications
         self._connection: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
         connection.execute(f"LISTEN {CHANNEL}".encode())
+        self.connections += 1
         return connection
 
-    def wait(self, timeout_s: float) -> set[int]:
-        """The shards notified within ``timeout_s`` (empty when none was); gathers what else is already queued.
+    def wait(self, timeout_s: float) -> Notices:
+        """What was notified within ``timeout_s`` (nothing when nothing was); gathers what else is already queued.
         A lost connection is a :class:`StoreError` (the next call connects again)."""
-        shards: set[int] = set()
+        notices = Notices()
         try:
             if self._connection.closed and not self._closed:
                 self._connection = self._connect()
             for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
-                shards.add(int(notify.payload))
+                _gather(notices, notify.payload)
             for notify in self._connection.notifies(timeout=0.0):
-                shards.add(int(notify.payload))
+                _gather(notices, notify.payload)
         except psycopg.Error as exc:
             raise store_error(exc, f"LISTEN {CHANNEL}") from exc
-        return shards
+        return notices
 
     def close(self) -> None:
         """Close the connection (a waiting :meth:`wait` returns)."""
         self._closed = True
         self._connection.close()
+
+
+def _gather(notices: Notices, payload: str) -> None:
+    if payload.startswith("["):
+        notices.rows.append(_notified_row(payload))
+    else:
+        notices.shards.add(int(payload))

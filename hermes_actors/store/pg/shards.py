@@ -20,12 +20,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from hermes_actors.errors import ShardLostError
 from hermes_actors.store.sql import SqlDb
+from hermes_actors.store.term_guard import TermGuard, prefixed
 from hermes_actors.store.terms import DATABASE_CLOCK, HeldTerms, TermSpec, TermTable
 
 __all__ = [
@@ -151,6 +152,18 @@ class PgShards:
         if self._locks is not None:
             self._locks.took(lock)
 
+    def guard_query(self, shard: int, holder: str, epoch: int) -> tuple[str, dict[str, Any]] | None:
+        """:meth:`check` as a query for a statement to carry (:class:`TermGuard`), its parameters prefixed
+        ``shard_``; ``None`` when this transaction holds the shard's row already (nothing left to check)."""
+        if self._locks is not None and self._locks.holds(("shard_leases", shard, holder, epoch)):
+            return None
+        return prefixed(*self._terms.check_query(shard, holder, epoch), "shard_")
+
+    def guarded(self, shard: int, holder: str, epoch: int) -> None:
+        """A statement carrying :meth:`guard_query` found the term held: the transaction holds the row now."""
+        if self._locks is not None:
+            self._locks.took(("shard_leases", shard, holder, epoch))
+
     def beat(self, holder: str, *, incarnation: str = "", stats: bytes | None = None) -> None:
         """Record that ``holder`` is alive now (by the database clock), as ``incarnation`` (a new one is counted
         and its start recorded), with its numbers ``stats``."""
@@ -247,3 +260,25 @@ class ShardFence(HeldTerms[int]):
             self.refusals += 1
             raise
         return True
+
+    def guard(self, shards: PgShards, session_id: str) -> TermGuard | None:
+        """:meth:`check` of the session's shard for a statement to carry (a session lease's renewal), or ``None``
+        when fencing is off or the transaction checked the shard already. A term run out locally is refused at
+        once, as :meth:`check` does."""
+        if not self.enabled:
+            return None
+        shard = shard_of(session_id, self.shards)
+        epoch = self.epoch(shard)
+        if epoch is None:
+            return None  # the caller's check refuses it
+        held_at: int = epoch
+        found = shards.guard_query(shard, self.holder, held_at)
+        if found is None:
+            return None  # checked in this transaction: the caller's check finds it held, with no statement
+        query, params = found
+        return TermGuard(
+            query,
+            params,
+            held=lambda: shards.guarded(shard, self.holder, held_at),
+            check=lambda: self.check(shards, session_id),
+        )

@@ -121,6 +121,7 @@ class PostgresStore(SqlStore):
         check = None if fence is None else (lambda session_id: fence.check(self.shards, session_id))
         self.inbox.shard_check = check
         self.leases.shard_check = check
+        self.leases.shard_guard = None if fence is None else (lambda session_id: fence.guard(self.shards, session_id))
 
     # -- maintenance -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,199 @@
+"""Which pending inbox rows a shard host hands to its supervisor: each once per term, in id order per pull.
+
+A row reaches the host's puller two ways (:class:`~hermes_actors.store.pg.shard_queue.Notices`):
+
+- whole, with its ``NOTIFY``: :meth:`Handover.hand` passes it on without reading it back;
+- by a pull (:meth:`Handover.pull`): on a notification without a row (a row too large to ride with it, a moved row,
+  a control row), a poke, a new term, and every ``pull_interval_s`` whatever happened.
+
+Both record what they handed over (:attr:`Handover.dispatched`), so the supervisor gets a row once. A pull forgets
+the rows no longer pending, and the puller drops the rows notified before a pull began: that pull read them. A row
+notified whole is handed at once only while no older one can be waiting unread: not after the listener connected
+again (it missed what was notified meanwhile: the host pulls first), nor while a pull finds more pending rows than
+it reads (:attr:`Handover.backlog`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from hermes_actors.cluster.host.admin import ShardAdmin
+from hermes_actors.cluster.host.keeper import ShardKeeper
+from hermes_actors.cluster.host.settings import HostSettings
+from hermes_actors.cluster.host.timers import ShardTimers
+from hermes_actors.cluster.turn_relay import EventRelay
+from hermes_actors.messages import decode_inbound
+from hermes_actors.runtime.assembly import Runtime
+from hermes_actors.runtime.protocol import Deliver, Delivery
+from hermes_actors.store.pg.shard_queue import ShardRow
+from hermes_actors.store.pg.shards import ShardFence, shard_for_key, shard_of
+from hermes_actors.store.pg.store import PostgresStore
+from hermes_actors.store.records import InboxKind, InboxRow
+
+__all__ = ["PULL_LIMIT", "Handover"]
+
+_log = logging.getLogger(__name__)
+PULL_LIMIT = 2000  # pending rows a pull reads
+_SETTLE_S = 5.0  # a row handed over this long ago, in a supervisor holding nothing, was lost on the way
+
+
+class Handover:
+    """The rows one host handed to its supervisor and still pending, and the hand-over itself."""
+
+    def __init__(
+        self,
+        settings: HostSettings,
+        store: PostgresStore,
+        fence: ShardFence,
+        keeper: ShardKeeper,
+        runtime: Runtime,
+        *,
+        timers: ShardTimers,
+        admin: ShardAdmin,
+        relay: EventRelay,
+        settle: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._fence = fence
+        self._keeper = keeper
+        self._runtime = runtime
+        self._timers = timers
+        self._admin = admin
+        self._relay = relay
+        self._settle = settle  # returns once what the supervisor submitted so far has committed
+        self.lock = threading.Lock()
+        self.dispatched: dict[int, tuple[int, float]] = {}  # inbox id -> (shard, monotonic time handed over)
+        self._waiting: set[int] = set()  # reset rows left pending: held off by a background process, or settled
+        self._relayed: dict[int, str] = {}  # inbox id -> message id, watched by the relay while pending
+        self._handed: deque[tuple[int, float]] = deque(maxlen=20_000)  # (inbox id, when handed over), the latest
+        self.pulls = self.rows_read = 0
+        self.rows_notified = 0  # rows handed over as their notification brought them (no pull)
+        self.backlog = False  # the last pull read as many rows as it may: older rows wait, so every row is pulled
+
+    def forget(self, shards: set[int]) -> None:
+        """New terms of ``shards``: the rows handed over under an earlier term are handed over again."""
+        with self.lock:
+            for inbox_id in [i for i, (s, _) in self.dispatched.items() if s in shards]:
+                del self.dispatched[inbox_id]
+
+    def pull(self, *, recheck: bool = True) -> int:
+        """Hand the pending rows of the shards held (and not leaving) to the supervisor, each once; how many.
+
+        Rows handed over already are looked at again only with ``recheck`` (the periodic pull, not a wake-up per
+        message): a reset row settled since, or a row whose key now leads to a session of another shard (a
+        ``/resume`` after it was handed over: its turn is refused here, and the row moves to that shard)."""
+        terms = self._fence.held()
+        shards = set(terms) - self._keeper.leaving()
+        with self.lock:
+            handed_over = set() if recheck else set(self.dispatched) | self._waiting
+        # One statement: every pending id, and only the rows not handed over yet whole (with their key's route),
+        # unless rechecking. A row handed over after ``handed_over`` was taken is read whole and skipped below.
+        ids, rows = self._store.shard_queue.pull(sorted(shards), known=handed_over, limit=PULL_LIMIT)
+        self.backlog = len(ids) >= PULL_LIMIT
+        with self.lock:
+            pending = set(ids)
+            for inbox_id in [i for i in self.dispatched if i not in pending]:
+                del self.dispatched[inbox_id]
+            for inbox_id in [i for i in self._relayed if i not in pending]:
+                self._runtime.services.watch.unwatch(self._relayed.pop(inbox_id))
+            self._waiting &= pending
+        self.pulls += 1
+        self.rows_read += len(rows)
+        return self._hand(rows, terms)
+
+    def hand(self, rows: list[ShardRow]) -> int:
+        """Hand over rows their notifications brought whole, of the shards held (and not leaving), each once; how
+        many. The puller calls it only for rows notified since its last pull began (older ones that pull read)."""
+        terms = self._fence.held()
+        leaving = self._keeper.leaving()
+        held = [row for row in rows if row[0] in terms and row[0] not in leaving]
+        self.rows_notified += len(held)
+        return self._hand(held, terms)
+
+    def _hand(self, rows: list[ShardRow], terms: dict[int, int]) -> int:
+        handed = 0
+        for shard, row, route in rows:
+            if row.kind is InboxKind.TIMER:
+                handed += self._reset(row)
+                continue
+            if row.kind is InboxKind.ADMIN:  # an operator's rename, end or delete (hermesctl sessions --dsn)
+                handed += self._admin.submit(row)
+                continue
+            target = shard_for_key(route, row.routing_key, self._settings.shards)
+            if target != shard:  # its key leads to a session of another shard now (a /resume, say)
+                self._store.shard_queue.reshard(row.id, target)
+                continue
+            with self.lock:
+                if row.id in self.dispatched:
+                    continue
+                self.dispatched[row.id] = (shard, time.monotonic())
+            message = decode_inbound(row.payload)
+            delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
+            if row.platform in self._settings.relay_platforms:
+                self._watch_for_relay(row.id, delivery.message.message_id)
+            # The supervisor checks its cached route against the stored one: another host may have moved the key
+            # (a /resume, /new or reset while it held the shard).
+            deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
+            self._runtime.supervisor.tell(deliver)
+            self._handed.append((row.id, time.time()))
+            handed += 1
+        return handed
+
+    def lost_again(self) -> bool:
+        """Forget the rows the supervisor lost on the way (an actor that died holding a turn, a delivery it failed
+        to route while the store was away), so the next pull hands them over again; whether there were any.
+
+        Lost means handed over, still pending, and no longer held by the supervisor. That is known only while the
+        supervisor holds nothing (no turn running or queued): every row handed to it before it answered has then
+        finished, and once what it submitted has committed (the writer's next commit), a row still pending was not
+        answered."""
+        asked = time.monotonic()
+        with self.lock:
+            if not any(at < asked - _SETTLE_S for _, at in self.dispatched.values()):
+                return False
+        held = self._runtime.supervisor.statistics()
+        if held.running or held.queued_messages:
+            return False
+        self._settle()
+        pending = set(self._store.shard_queue.pending_ids(sorted(self._fence.held()), limit=PULL_LIMIT))
+        with self.lock:
+            lost = sorted(i for i, (_, at) in self.dispatched.items() if at < asked and i in pending)
+            for inbox_id in lost:
+                del self.dispatched[inbox_id]
+        if lost:
+            _log.warning(
+                "%s: rows %s were lost on the way to their sessions; handing them over again",
+                self._settings.name,
+                lost[:20],
+            )
+        return bool(lost)
+
+    def _watch_for_relay(self, inbox_id: int, message_id: str) -> None:
+        """Relay the turn of ``message_id`` to the replica whose client waits on it (an API request)."""
+        with self.lock:
+            self._relayed[inbox_id] = message_id
+        self._runtime.services.watch.watch(message_id, self._relay.events(message_id))
+
+    def _reset(self, row: InboxRow) -> int:
+        """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
+        end = self._timers.take(row)
+        with self.lock:
+            if end is None:
+                self._waiting.add(row.id)  # only the periodic pull looks at it again
+                return 0
+            self._waiting.discard(row.id)
+            if row.id in self.dispatched:
+                return 0
+            self.dispatched[row.id] = (shard_of(end.session_id, self._settings.shards), time.monotonic())
+        self._runtime.supervisor.tell(end)
+        return 1
+
+    def handovers(self) -> list[tuple[int, float]]:
+        """The latest messages handed to the supervisor (at most 20,000): inbox id and the wall-clock time, for
+        telling a message's wait for its pull from its wait in the runtime (``bench/cluster.py --profile``)."""
+        return list(self._handed)

@@ -1,0 +1,35 @@
+"""Another term's check carried inside a statement: a ``WITH guard`` query that the statement writes only under.
+
+A shard host's turn renews its session's lease under its shard's term (:meth:`Leases.fence
+<hermes_actors.store.leases.Leases.fence>`). Checked apart, that is two statements, each a round trip to PostgreSQL;
+as a guard the shard's check rides in the renewal: the renewal changes a row only when the guard yields one, and a
+renewal that changed nothing runs the check alone to say which term was lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["TermGuard", "prefixed"]
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+class TermGuard(NamedTuple):
+    """A term's check to embed: its query and parameters (:func:`prefixed`, so they cannot clash with the
+    statement's), what to record once a statement found the term held, and the check alone (raising when the term
+    is lost), for a statement that changed nothing."""
+
+    query: str
+    params: dict[str, Any]
+    held: Callable[[], None]
+    check: Callable[[], object]
+
+
+def prefixed(query: str, params: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
+    """``query`` with each of its named parameters ``:name`` that ``params`` has renamed ``:{prefix}name``, and the
+    parameters renamed alike (a ``::type`` cast is not a parameter)."""
+    renamed = _NAMED.sub(lambda m: f":{prefix}{m.group(1)}" if m.group(1) in params else m.group(0), query)
+    return renamed, {f"{prefix}{name}": value for name, value in params.items()}
