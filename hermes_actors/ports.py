@@ -169,6 +169,7 @@ class SessionOwner(msgspec.Struct, frozen=True, kw_only=True):
     scope_id: str | None  # the scope it was opened in (the API server's key fingerprint)
     live: bool  # not ended: a new turn may still join it
     user_id: str | None = None  # the participant who opened it
+    route: str | None = None  # the session the routing key asked about leads to now (None: none, or not asked)
 
 
 class Intake(Protocol):
@@ -237,8 +238,9 @@ class ApiInbox(Intake, Protocol):
         (:attr:`~hermes_actors.messages.InboundMessage.agent`, the API's ``model``) for the session it starts."""
         ...
 
-    def session_owner(self, session_id: str) -> SessionOwner | None:
-        """Who owns the stored session ``session_id``, or ``None`` if there is none."""
+    def session_owner(self, session_id: str, routing_key: str | None = None) -> SessionOwner | None:
+        """Who owns the stored session ``session_id``, or ``None`` if there is none; with ``routing_key``, also
+        the session that key reaches now (:attr:`SessionOwner.route`, as :meth:`session_for` answers)."""
         ...
 
     def session_for(self, routing_key: str) -> str | None:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import msgspec
 
@@ -42,10 +42,28 @@ class StoreInbox:
         """Run ``work`` on the store in a write; the future resolves once it is committed."""
         raise NotImplementedError
 
-    def session_owner(self, session_id: str) -> SessionOwner | None:
-        """The owner of the stored session ``session_id``."""
+    routes_stored: ClassVar[bool] = False  # whether session_for reads the store (a replica), not the supervisor
+
+    def session_owner(self, session_id: str, routing_key: str | None = None) -> SessionOwner | None:
+        """The owner of the stored session ``session_id`` and (``routing_key``) the session that key reaches now:
+        one statement where the store keeps the routes (:attr:`routes_stored`), else the supervisor is asked."""
         with self._reader() as store:
-            return _session_owner_in(store, session_id)
+            row = store.session_owner(session_id, routing_key if self.routes_stored else None)
+        if row is None:
+            return None
+        route = row.route if self.routes_stored or routing_key is None else self.session_for(routing_key)
+        return SessionOwner(
+            session_id=session_id,
+            platform=row.source,
+            scope_id=row.scope_id,
+            live=row.live,
+            user_id=row.user_id,
+            route=route,
+        )
+
+    def session_for(self, routing_key: str) -> str | None:
+        """The session ``routing_key`` reaches now."""
+        raise NotImplementedError
 
     def recent_inbound(self, platform: str, since: float) -> list[InboundMessage]:
         """``platform``'s inbox rows received at or after ``since``, decoded, oldest first."""
@@ -74,20 +92,6 @@ class StoreInbox:
         """``store.responses.latest_in``."""
         with self._reader() as store:
             return store.responses.latest_in(scope, conversation)
-
-
-def _session_owner_in(store: StoreInterface, session_id: str) -> SessionOwner | None:
-    """The owner of the stored session ``session_id`` in ``store`` (``None``: no such session)."""
-    record = store.find_session(session_id)
-    if record is None:
-        return None
-    return SessionOwner(
-        session_id=record.id,
-        platform=record.source,
-        scope_id=record.scope_id,
-        live=record.is_live,
-        user_id=record.user_id,
-    )
 
 
 def _recent_inbound_in(store: StoreInterface, platform: str, since: float) -> list[InboundMessage]:

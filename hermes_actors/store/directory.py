@@ -83,6 +83,7 @@ class Directory:
 
     insert_session = delegate("sessions", Sessions.insert)
     find_session = delegate("sessions", Sessions.find)
+    session_owner = delegate("sessions", Sessions.owner)
     get_session = delegate("sessions", Sessions.get)
     find_sessions = delegate("sessions", Sessions.find_many)
     end_session = delegate("sessions", Sessions.end)

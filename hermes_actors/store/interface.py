@@ -29,6 +29,7 @@ from hermes_actors.store.records import (
     MessageRow,
     NewMessage,
     SessionFilter,
+    SessionOwnerRow,
     SessionRecord,
     StoreStats,
     TipFilter,
@@ -97,6 +98,11 @@ class SessionDirectory(Protocol):
 
     def find_session(self, session_id: str) -> SessionRecord | None:
         """The session with exactly this id, or ``None``."""
+        ...
+
+    def session_owner(self, session_id: str, routing_key: str | None = None) -> SessionOwnerRow | None:
+        """Whose session ``session_id`` is, and (``routing_key``) the session that key leads to now; ``None`` when
+        there is no such session."""
         ...
 
     def get_session(self, session_id: str) -> SessionRecord:

@@ -59,6 +59,18 @@ class EndReason(enum.StrEnum):
     BRANCHED = "branched"  # forked by the operator API: a child carries a copy of its messages on
 
 
+class SessionOwnerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """Whose a session is (:meth:`~hermes_actors.store.sessions.Sessions.owner`): where it was opened, in which
+    scope and by whom, whether it is live, and the session a routing key asked about leads to now (``None``: no
+    route, or no key asked)."""
+
+    source: str
+    scope_id: str | None
+    live: bool
+    user_id: str | None
+    route: str | None = None
+
+
 class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One row of ``sessions``."""
 

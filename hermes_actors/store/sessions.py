@@ -15,7 +15,7 @@ import msgspec
 
 from hermes_actors.errors import SessionNotFoundError, StoreError, TitleInUseError
 from hermes_actors.store.attachments import Attachments
-from hermes_actors.store.records import EndReason, SessionFilter, SessionRecord
+from hermes_actors.store.records import EndReason, SessionFilter, SessionOwnerRow, SessionRecord
 from hermes_actors.store.sql import SqlDb, SqlTable
 from hermes_actors.titles import check_chosen_title, lineage_number, next_lineage_title, sanitize_title
 
@@ -68,6 +68,20 @@ class Sessions(SqlTable):
         """The session with exactly this id, or ``None``."""
         rows = self._db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,), keyed=True)
         return session_record(rows[0]) if rows else None
+
+    def owner(self, session_id: str, routing_key: str | None = None) -> SessionOwnerRow | None:
+        """Whose session ``session_id`` is, and (``routing_key``) the session that key leads to now, in one
+        statement of a few columns; ``None`` when there is no such session."""
+        route = "NULL" if routing_key is None else "(SELECT session_id FROM routes WHERE routing_key = ?)"
+        rows = self._db.execute(
+            f"SELECT source, scope_id, ended_at IS NULL, user_id, {route} FROM sessions WHERE id = ?",
+            (session_id,) if routing_key is None else (routing_key, session_id),
+            keyed=True,
+        )
+        if not rows:
+            return None
+        source, scope_id, live, user_id, found = rows[0]
+        return SessionOwnerRow(source=source, scope_id=scope_id, live=bool(live), user_id=user_id, route=found)
 
     def get(self, session_id: str) -> SessionRecord:
         """The session with exactly this id; :class:`SessionNotFoundError` if there is none."""

@@ -72,7 +72,8 @@ def continue_session(inbox: ApiInbox, inbound: InboundMessage, continues: str) -
     fingerprint), are continued; another platform's or another key's session gets the 404 an unknown id gets. A
     header that is not shaped like a session id names a conversation of the client's own choosing.
     """
-    owner = inbox.session_owner(continues)
+    routing_key = build_session_key(inbound.source, inbox.key_policy)
+    owner = inbox.session_owner(continues, routing_key)
     ours = owner is not None and owner.platform == PLATFORM and owner.scope_id == inbound.source.scope_id
     if owner is None or not ours:
         if owner is None and not is_session_id(continues):
@@ -85,8 +86,7 @@ def continue_session(inbox: ApiInbox, inbound: InboundMessage, continues: str) -
             param=SESSION_HEADER,
         )
     assert owner is not None
-    routing_key = build_session_key(inbound.source, inbox.key_policy)
-    if owner.live and inbox.session_for(routing_key) is None:
+    if owner.live and owner.route is None:
         inbox.rebind(routing_key, owner.session_id)
 
 

@@ -258,6 +258,28 @@ def test_routes_bind_rebind_list_and_unbind(store: StoreInterface, clock: FakeCl
         store.set_route("agent:main:x:dm", "missing")
 
 
+def test_a_session_s_owner_comes_with_the_route_of_the_key_asked_about_in_one_read(store: StoreInterface) -> None:
+    opened = store.create_session("api_server")
+    other = store.create_session("api_server")
+    store.set_route("key-a", other.id)
+    owner = store.session_owner(opened.id)
+    assert owner is not None
+    record = store.get_session(opened.id)
+    assert (owner.source, owner.scope_id, owner.user_id) == (record.source, record.scope_id, record.user_id)
+    assert (owner.live, owner.route) == (True, None)
+    with_route = store.session_owner(opened.id, "key-a")
+    assert with_route is not None
+    assert with_route.route == other.id
+    unrouted = store.session_owner(opened.id, "key-b")
+    assert unrouted is not None
+    assert unrouted.route is None
+    assert store.session_owner("no-such-session", "key-a") is None
+    store.end_session(opened.id, "new_session")
+    ended = store.session_owner(opened.id)
+    assert ended is not None
+    assert not ended.live
+
+
 def test_stats_count_sessions_messages_and_bytes(store: StoreInterface) -> None:
     a = store.create_session("telegram")
     store.create_session("cli")

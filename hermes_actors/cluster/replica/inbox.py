@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from hermes_actors.cluster.job_runs import ShardRuns
 from hermes_actors.cluster.replica.ingress import ClusterIngress
@@ -82,6 +82,8 @@ def _no_actors() -> SupervisorStatistics:
 class ClusterInbox(StoreInbox):
     """:class:`~hermes_actors.ports.Inbox` over a :class:`ClusterIngress`, for the adapters of a replica (the
     store's part on the PostgreSQL store, its writes on the ingress pool)."""
+
+    routes_stored: ClassVar[bool] = True  # session_for reads the routes table: the owner comes with the route
 
     def __init__(
         self,
