@@ -2,7 +2,7 @@
 
 A row is unsent until ``sent_at`` or ``abandoned_at`` is set; ``attempts`` counts sends begun, so a row with
 ``attempts > 0`` may already have reached the platform. On PostgreSQL the commit that queues a reply also sends
-``NOTIFY hermes_outbox`` with its platform (:mod:`hermes_actors.store.pg.turn_relay`).
+``NOTIFY hermes_outbox`` with its platform and, when it fits, the row (:mod:`hermes_actors.store.pg.turn_relay`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ _ADD = (
     "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
-_ADD_NOTIFIED = f"WITH added AS ({_ADD}) SELECT id FROM added, pg_notify('hermes_outbox', ?)"
+_ADD_NOTIFIED = (  # the platform, and the row when the notice stays under 7,900 bytes (turn_relay.reply_notice)
+    f"WITH added AS ({_ADD.removesuffix('RETURNING id')}RETURNING id, payload, created_at), "
+    "told AS (SELECT id, json_build_array(?::text, id, encode(payload, 'base64'), created_at)::text AS whole "
+    "FROM added) "
+    "SELECT id, pg_notify('hermes_outbox', CASE WHEN octet_length(whole) < 7900 THEN whole ELSE ? END) FROM told"
+)
 
 
 def outbox_row(row: tuple[Any, ...]) -> OutboxRow:
@@ -62,7 +67,7 @@ class Outbox(SqlTable):
             attempts,
         )
         if self._db.dialect is Dialect.POSTGRES:
-            return int(self._db.execute(_ADD_NOTIFIED, (*params, platform))[0][0])
+            return int(self._db.execute(_ADD_NOTIFIED, (*params, platform, platform))[0][0])
         return int(self._db.execute(_ADD, params)[0][0])
 
     def backlog(self) -> int:

@@ -30,9 +30,11 @@ from hermes_actors.cluster.replica.inbox import ClusterInbox
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.cluster.replica.operator_access import ClusterSessionAdmin, cluster_operator
 from hermes_actors.media import MediaStore
-from hermes_actors.messages import OutboundMessage, encode
+from hermes_actors.messages import OutboundMessage, decode_outbound, encode
 from hermes_actors.store import Role
+from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.records import OutboxRow
 from hermes_actors.testing import poll_until
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
@@ -242,6 +244,40 @@ def test_a_reply_whose_notification_came_before_its_waiter_is_found_by_the_perio
         future = replica.waiters.expect("missed-1")
         assert future.result(timeout=5).text == "found"  # the look every poll_s found it in the outbox
         poll_until(lambda: not cluster.pg.outbox.unsent("api_server"), what="the reply marked sent")
+    finally:
+        replica.stop()
+
+
+def test_a_reply_its_notification_brings_whole_is_handed_without_reading_the_outbox_and_a_large_one_is_read(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str | None] = []
+    unsent = Outbox.unsent
+
+    def counted(outbox: Outbox, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        read.append(platform)
+        return unsent(outbox, platform, limit=limit)
+
+    monkeypatch.setattr(Outbox, "unsent", counted)
+    replica = cluster.replica(poll_s=600.0)  # it looks in the outbox on its first wake-up, then not for 600 s
+    try:
+        _commit_reply(cluster.pg, "c0", "nobody waits", "prime-1")
+        poll_until(lambda: read, what="the replica's first look in the outbox")
+        looks = len(read)
+        small = replica.waiters.expect("told-1")
+        _commit_reply(cluster.pg, "c1", "small", "told-1")
+        assert small.result(timeout=5).text == "small"
+        assert len(read) == looks  # it came with its notification
+        large_text = "L" * 9000  # too large to ride along: the notice names the platform, and the outbox is read
+        large = replica.waiters.expect("told-2")
+        _commit_reply(cluster.pg, "c2", large_text, "told-2")
+        assert large.result(timeout=5).text == large_text
+        assert len(read) == looks + 1
+
+        def answered() -> set[str]:
+            return {a for row in cluster.pg.outbox.unsent("api_server") for a in decode_outbound(row.payload).answers}
+
+        poll_until(lambda: answered() == {"prime-1"}, what="both replies marked sent")
     finally:
         replica.stop()
 

@@ -6,9 +6,11 @@ notifies ``hermes_outbox``. :class:`ApiReplies`, in every replica serving the AP
 (:class:`~hermes_actors.store.pg.turn_relay.RelayListener`):
 
 - a relayed event goes to the watcher registered for its message in this replica (``watch``), if any;
-- on a reply notification, and every ``poll_s`` anyway (a notification sent while the listener reconnected is
-  lost), it reads the unsent replies of the platform, hands those answering a request waiting here to its
-  :class:`~hermes_actors.waiters.ReplyWaiters` and marks them sent. A reply nobody waits for in any replica (the
+- a reply notification that carries its row (:func:`~hermes_actors.store.pg.turn_relay.reply_notice`) is handed
+  to the request waiting here for it, if any, and marked sent, without reading the outbox;
+- on a reply notification without its row, and every ``poll_s`` anyway (a notification sent while the listener
+  reconnected is lost), it reads the unsent replies of the platform, hands those answering a request waiting here
+  to its :class:`~hermes_actors.waiters.ReplyWaiters` and marks them sent. A reply nobody waits for in any replica (the
   client left, or its replica died) is marked sent once it is ``orphan_after_s`` old: it stays in the transcript,
   where an idempotent retry finds it (:meth:`Inbox.stored_answer <hermes_actors.ports.Inbox.stored_answer>`), as on
   a single machine.
@@ -25,7 +27,7 @@ from hermes_actors.cluster.turn_relay import decode_event
 from hermes_actors.messages import decode_outbound
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store.pg.store import PostgresStore
-from hermes_actors.store.pg.turn_relay import EVENTS_CHANNEL, RelayListener
+from hermes_actors.store.pg.turn_relay import EVENTS_CHANNEL, NotifiedReply, RelayListener, reply_notice
 from hermes_actors.waiters import ReplyWaiters
 
 __all__ = ["ApiReplies"]
@@ -74,10 +76,23 @@ class ApiReplies:
                 self._reconnect()
                 continue
             replied = False
+            brought: list[NotifiedReply] = []
             for channel, payload in notes:
                 if channel == EVENTS_CHANNEL:
                     self._relay(payload)
-                elif payload == self._waiters.platform:
+                    continue
+                platform, reply = reply_notice(payload)
+                if platform != self._waiters.platform:
+                    continue
+                if reply is None:
+                    replied = True
+                else:
+                    brought.append(reply)
+            if brought and not replied:
+                try:
+                    self._hand(brought)
+                except Exception:
+                    _log.exception("delivering %s replies failed; the outbox is read next", self._waiters.platform)
                     replied = True
             if replied or time.monotonic() - looked_at >= self._poll_s:
                 looked_at = time.monotonic()
@@ -108,6 +123,20 @@ class ApiReplies:
             events.stopped()
         else:
             events.tool(event.n, event.c, event.st, event.d)
+
+    def _hand(self, replies: list[NotifiedReply]) -> None:
+        """Hand the replies their notices brought to the requests waiting here for them, marking those sent (a
+        reply another replica's request waits for is left to that replica)."""
+        settled: list[tuple[int, str | None]] = []
+        try:
+            for reply in replies:
+                message = decode_outbound(reply.payload)
+                if self._waiters.waits_for(message.answers):
+                    self._waiters.send(message)
+                    settled.append((reply.id, message.answers[0] if message.answers else None))
+        finally:
+            if settled:
+                self._store.outbox_claims.sent(None, settled)
 
     def deliver(self) -> int:
         """Hand the unsent replies answering requests waiting here to them, marking them sent; settle the orphans.

@@ -45,7 +45,7 @@ from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.lanes import LaneWorkers
 from hermes_actors.runtime.outbox import GiveUp, abandon
 from hermes_actors.store.pg.store import PostgresStore
-from hermes_actors.store.pg.turn_relay import OUTBOX_CHANNEL, RelayListener
+from hermes_actors.store.pg.turn_relay import OUTBOX_CHANNEL, RelayListener, reply_notice
 from hermes_actors.store.records import OutboxRow
 
 __all__ = ["NOT_DISPATCHED", "OutboxDispatcher"]
@@ -332,7 +332,7 @@ class OutboxDispatcher:
                     listener = self._replies = RelayListener(self._store.database.dsn, channels=(OUTBOX_CHANNEL,))
                     if self._stop.is_set():  # stop() came while it connected, and closed nothing
                         break
-                platforms = {platform for _, platform in listener.wait(1.0)}
+                platforms = {reply_notice(payload)[0] for _, payload in listener.wait(1.0)}
             except Exception as exc:
                 if self._stop.is_set():
                     break

@@ -8,27 +8,58 @@ request waits in a ``hermesd --cluster`` replica. Two channels carry what the re
   transaction, so they arrive while the turn runs). A payload is at most :data:`MAX_PAYLOAD` bytes (PostgreSQL's
   limit is 8,000): the caller splits longer text.
 - :data:`OUTBOX_CHANNEL` (``hermes_outbox``): sent in the transaction that queues a reply
-  (:meth:`~hermes_actors.store.outbox_queue.Outbox.add`), with the platform: a replica looks for the replies its
-  requests wait for once the turn has committed.
+  (:meth:`~hermes_actors.store.outbox_queue.Outbox.add`), with the platform and, when it fits, the reply's row
+  (:func:`reply_notice`): a replica hands the reply to the request waiting on it without reading it back, and
+  looks in the outbox for the replies its requests wait for when a notice came without its row.
 
-``NOTIFY`` reaches only listeners connected when it is sent and is not stored, so both are wake-ups: the reply
-itself is always read from the outbox, and a listener also looks there periodically.
+``NOTIFY`` reaches only listeners connected when it is sent and is not stored, so a listener also looks in the
+outbox periodically.
 """
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import psycopg
 
-__all__ = ["EVENTS_CHANNEL", "MAX_PAYLOAD", "OUTBOX_CHANNEL", "EventPublisher", "RelayListener"]
+__all__ = [
+    "EVENTS_CHANNEL",
+    "MAX_PAYLOAD",
+    "OUTBOX_CHANNEL",
+    "WHOLE_BELOW",
+    "EventPublisher",
+    "NotifiedReply",
+    "RelayListener",
+    "reply_notice",
+]
 
 EVENTS_CHANNEL = "hermes_turn"
 OUTBOX_CHANNEL = "hermes_outbox"
 MAX_PAYLOAD = 7000
 """The largest payload :class:`EventPublisher` sends, in bytes (PostgreSQL refuses 8,000 and more)."""
+WHOLE_BELOW = 7900
+"""Bytes: a notice that would carry its row and be this long or longer carries only its key (a reply's platform)."""
+
+
+class NotifiedReply(msgspec.Struct, frozen=True):
+    """A queued reply as its notice carries it: the outbox row's id, payload and time queued."""
+
+    id: int
+    payload: bytes
+    created_at: float
+
+
+def reply_notice(payload: str) -> tuple[str, NotifiedReply | None]:
+    """The platform of a :data:`OUTBOX_CHANNEL` notice and the reply it carries (``None``: only the platform came,
+    the row was too large)."""
+    if not payload.startswith("["):
+        return payload, None
+    platform, outbox_id, data, created_at = msgspec.json.decode(payload)
+    return platform, NotifiedReply(int(outbox_id), base64.b64decode(data), float(created_at))
 
 
 class EventPublisher:
