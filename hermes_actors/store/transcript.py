@@ -38,10 +38,23 @@ class MessageRows(Protocol):
         """Insert ``rows`` into the session whose ``ref`` is given; their ids, in order."""
         ...
 
+    def append(self, counts: str, params: Sequence[Any], rows: Sequence[MessageRow]) -> list[int] | None:
+        """Run ``counts`` (an ``UPDATE sessions ... RETURNING ref``) and insert ``rows`` into the session it
+        returned; their ids in order, or ``None`` when it returned none (nothing inserted)."""
+        ...
+
     @property
     def read_content(self) -> Callable[[Any], str | None] | None:
         """What turns a stored ``content`` back into the message's (``None``: it is stored as it is)."""
         ...
+
+
+def counted_then_inserted(
+    db: SqlDb, rows: MessageRows, counts: str, params: Sequence[Any], messages: Sequence[MessageRow]
+) -> list[int] | None:
+    """:meth:`MessageRows.append` as two statements: the counters, then the rows."""
+    found = db.execute(counts, tuple(params))
+    return None if not found else rows.insert(int(found[0][0]), messages)
 
 
 class SqliteMessageRows:
@@ -53,6 +66,10 @@ class SqliteMessageRows:
 
     def __init__(self, db: SqliteDb) -> None:
         self._db = db
+
+    def append(self, counts: str, params: Sequence[Any], rows: Sequence[MessageRow]) -> list[int] | None:
+        """:func:`counted_then_inserted` (two statements: SQLite pays no round trip)."""
+        return counted_then_inserted(self._db, self, counts, params, rows)
 
     @property
     def read_content(self) -> None:
@@ -107,42 +124,38 @@ class Transcript(SqlTable):
         """
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
-        with self._db.transaction(savepoint=False):
-            found = self._db.execute(
-                self._append_counts,
-                (
-                    len(messages),
-                    tool_calls,
-                    sum(m.input_tokens for m in messages),
-                    sum(m.output_tokens for m in messages),
-                    int(any(m.tokens_estimated for m in messages)),
-                    now,
-                    session_id,
-                ),
+        counts = (
+            len(messages),
+            tool_calls,
+            sum(m.input_tokens for m in messages),
+            sum(m.output_tokens for m in messages),
+            int(any(m.tokens_estimated for m in messages)),
+            now,
+            session_id,
+        )
+        rows = [
+            (
+                m.role.value,
+                m.content,
+                m.tool_calls,
+                m.tool_name,
+                m.tool_call_id,
+                m.token_count,
+                now if m.created_at is None else m.created_at,
+                m.platform_message_id,
             )
-            if not found:
+            for m in messages
+        ]
+        with self._db.transaction(savepoint=False):
+            ids = self._rows.append(self._append_counts, counts, rows)
+            if ids is None:
                 ended = self._db.value(self._append_find, (session_id,))
                 if ended is None:
                     raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
                 raise SessionClosedError(
                     f"session {session_id} has ended; reopen it or start a new one before appending"
                 )
-            return self._rows.insert(
-                int(found[0][0]),
-                [
-                    (
-                        m.role.value,
-                        m.content,
-                        m.tool_calls,
-                        m.tool_name,
-                        m.tool_call_id,
-                        m.token_count,
-                        now if m.created_at is None else m.created_at,
-                        m.platform_message_id,
-                    )
-                    for m in messages
-                ],
-            )
+            return ids
 
     def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
         """Store what goes before the session's conversation: the exact system message (``None``: none is sent)

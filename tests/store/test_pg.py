@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_actors.errors import SchemaVersionError, StoreError
+from hermes_actors.errors import SchemaVersionError, SessionClosedError, SessionNotFoundError, StoreError
 from hermes_actors.store import EndReason, NewMessage, Role, SessionFilter, Store, StoreInterface
 from hermes_actors.store.search_reads import SearchReads
 from hermes_actors.store.table_interface import (
@@ -184,6 +184,37 @@ def test_the_title_query_reads_the_titled_sessions_index_not_every_session(
     assert "sessions_titled" in plan, plan
     assert "Seq Scan" not in plan, plan
     assert "sessions_last_active" not in plan, plan
+
+
+def test_a_turn_s_messages_go_in_with_their_session_s_counters_in_one_statement_in_order(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = pg.create_session("cli")
+    seen: list[str] = []
+    run = Database.execute
+
+    def capture(db: Database, sql: str, params: object = None, *, keyed: bool = False) -> list[tuple[object, ...]]:
+        seen.append(sql)
+        return run(db, sql, params, keyed=keyed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Database, "execute", capture)
+    texts = [f"message {n}" for n in range(12)]
+    ids = pg.append_messages(session.id, [NewMessage(role=Role.USER, content=t, input_tokens=2) for t in texts])
+    monkeypatch.undo()
+    assert len(seen) == 1
+    assert "UPDATE sessions" in seen[0]
+    assert "INSERT INTO messages" in seen[0]
+    assert ids == sorted(ids)
+    assert [(m.id, m.content) for m in pg.load_transcript(session.id)] == list(zip(ids, texts, strict=True))
+    record = pg.get_session(session.id)
+    assert (record.message_count, record.input_tokens) == (12, 24)
+    assert pg.fts_query("message").ok
+    pg.end_session(session.id, EndReason.NEW_SESSION)
+    with pytest.raises(SessionClosedError):
+        pg.append_messages(session.id, [NewMessage(role=Role.USER, content="late")])
+    with pytest.raises(SessionNotFoundError):
+        pg.append_messages("no-such-session", [NewMessage(role=Role.USER, content="lost")])
+    assert len(pg.load_transcript(session.id)) == 12
 
 
 def test_rare_cjk_and_word_queries_are_answered_from_the_gin_indexes(pg: PostgresStore) -> None:
