@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_actors.store.records import OutboxRow, QueueSummary
-from hermes_actors.store.sql import Dialect, SqlTable
+from hermes_actors.store.sql import Dialect, SqlTable, notice_payload
 
 __all__ = ["OUTBOX_COLUMNS", "Outbox", "outbox_row"]
 
@@ -24,11 +24,11 @@ _ADD = (
     "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
-_ADD_NOTIFIED = (  # the platform, and the row when the notice stays under 7,900 bytes (turn_relay.reply_notice)
+_ADD_NOTIFIED = (  # the row, or the platform when the row is too large for a notice (turn_relay.reply_notice)
     f"WITH added AS ({_ADD.removesuffix('RETURNING id')}RETURNING id, payload, created_at), "
     "told AS (SELECT id, json_build_array(?::text, id, encode(payload, 'base64'), created_at)::text AS whole "
     "FROM added) "
-    "SELECT id, pg_notify('hermes_outbox', CASE WHEN octet_length(whole) < 7900 THEN whole ELSE ? END) FROM told"
+    f"SELECT id, pg_notify('hermes_outbox', {notice_payload('whole', '?')}) FROM told"
 )
 
 

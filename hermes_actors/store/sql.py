@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 __all__ = [
+    "NOTICE_WHOLE_BELOW",
     "TRACE_ENV",
     "Dialect",
     "Params",
@@ -33,6 +34,7 @@ __all__ = [
     "StatementTrace",
     "TraceFile",
     "TraceHook",
+    "notice_payload",
     "pg_sql",
     "timed",
     "trace_from_env",
@@ -160,6 +162,16 @@ def _translate(sql: str) -> str:
             out.append(ch)
             i += 1
     return "".join(out)
+
+
+NOTICE_WHOLE_BELOW = 7900  # bytes: PostgreSQL refuses a NOTIFY payload of 8000 and more
+
+
+def notice_payload(whole: str, key: str) -> str:
+    """A ``NOTIFY`` payload in PostgreSQL's SQL: the expression ``whole`` (a row as JSON text, which a listener
+    hands over without reading the row back) while it is under :data:`NOTICE_WHOLE_BELOW` bytes, else ``key`` (what
+    tells a listener where to read the row)."""
+    return f"CASE WHEN octet_length({whole}) < {NOTICE_WHOLE_BELOW} THEN {whole} ELSE {key} END"
 
 
 def pg_sql(sql: str) -> str:

@@ -302,15 +302,15 @@ class Database:
             raise store_error(exc, doing) from exc
 
     @contextmanager
-    def cursor(self, *, keyed: bool = False) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor on the current transaction's connection, or on a pooled one in autocommit for one use (``keyed``:
-        of the pool whose connections keep generic plans, see :meth:`execute`)."""
+    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor of its own on the current transaction's connection, or on a pooled one in autocommit for one use
+        (a ``COPY``)."""
         held = self._open.connection
         if held is not None:
             with held.cursor() as cursor:
                 yield cursor
             return
-        with self._lend(None, keyed=keyed) as connection, connection.cursor() as cursor:
+        with self._lend(None) as connection, connection.cursor() as cursor:
             yield cursor
 
     @contextmanager

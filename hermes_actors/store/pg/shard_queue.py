@@ -22,7 +22,7 @@ from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
 from hermes_actors.store.pg.db import store_error
 from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
-from hermes_actors.store.sql import SqlDb, SqlTable
+from hermes_actors.store.sql import SqlDb, SqlTable, notice_payload
 
 __all__ = ["CHANNEL", "InboxListener", "Notices", "PendingRow", "ShardLag", "ShardQueue", "ShardRow"]
 
@@ -34,7 +34,6 @@ _NOTIFY = f"SELECT pg_notify('{CHANNEL}', ?)"
 # The row and its notification in one statement (one round trip; alone, its own transaction): a redelivery adds no
 # row, and the select list, evaluated per row added, notifies nobody.
 _ADD_NOTIFIED = f"WITH added AS ({_ADD}) SELECT id, pg_notify('{CHANNEL}', ?) FROM added"
-_WHOLE_BELOW = 7900  # bytes: a notification's payload must be shorter than 8000; a larger row's carries its shard
 _ADD_ROUTED = (
     "WITH t AS (SELECT (SELECT session_id FROM routes WHERE routing_key = :key) AS route), "
     "added AS (INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, kind, "
@@ -44,8 +43,7 @@ _ADD_ROUTED = (
     "told AS (SELECT a.id, a.shard, json_build_array(a.shard, a.id, t.route, a.platform, a.account_id, "
     "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole "
     "FROM added a, t) "
-    f"SELECT id, shard, pg_notify('{CHANNEL}', CASE WHEN octet_length(whole) < {_WHOLE_BELOW} THEN whole "
-    "ELSE shard::text END) FROM told"
+    f"SELECT id, shard, pg_notify('{CHANNEL}', {notice_payload('whole', 'shard::text')}) FROM told"
 ).format(shard=SHARD_SQL.format(id="coalesce(nullif(t.route, ''), :key)"))
 
 ShardRow = tuple[int, InboxRow, str | None]

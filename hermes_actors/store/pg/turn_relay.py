@@ -30,7 +30,6 @@ __all__ = [
     "EVENTS_CHANNEL",
     "MAX_PAYLOAD",
     "OUTBOX_CHANNEL",
-    "WHOLE_BELOW",
     "EventPublisher",
     "NotifiedReply",
     "RelayListener",
@@ -41,8 +40,6 @@ EVENTS_CHANNEL = "hermes_turn"
 OUTBOX_CHANNEL = "hermes_outbox"
 MAX_PAYLOAD = 7000
 """The largest payload :class:`EventPublisher` sends, in bytes (PostgreSQL refuses 8,000 and more)."""
-WHOLE_BELOW = 7900
-"""Bytes: a notice that would carry its row and be this long or longer carries only its key (a reply's platform)."""
 
 
 class NotifiedReply(msgspec.Struct, frozen=True):
