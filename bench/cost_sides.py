@@ -245,6 +245,7 @@ class ClusterSide:
             "--block",
             f"--port={_RAY_PORT}",
             "--include-dashboard=false",
+            "--include-log-monitor=false",
             "--node-ip-address=127.0.0.1",
             "--disable-usage-stats",
             f"--temp-dir={self.workdir / 'ray'}",

@@ -75,6 +75,7 @@ def _node_flags(address: str) -> list[str]:
         f"--min-worker-port={_WORKER_PORTS[0]}",
         f"--max-worker-port={_WORKER_PORTS[1]}",
         "--disable-usage-stats",
+        "--include-log-monitor=false",  # the hosts' logs stay in their worker files: nothing polls them for drivers
     ]
 
 

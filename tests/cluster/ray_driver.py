@@ -214,6 +214,7 @@ def daemon(args: argparse.Namespace) -> dict[str, Any]:
         f"--port={ray_port}",
         "--node-ip-address=127.0.0.1",
         "--include-dashboard=false",
+        "--include-log-monitor=false",
         "--disable-usage-stats",
         "--num-cpus=2",
         f"--temp-dir={ray_dir}",

@@ -9,12 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from hermes_actors.cluster.replica.api_replies import ApiReplies
 from hermes_actors.cluster.replica.dispatch import OutboxDispatcher
 from hermes_actors.messages import OutboundMessage, encode
 from hermes_actors.ports import SendError
+from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.turn_relay import OUTBOX_CHANNEL
 from hermes_actors.testing import FakePlatform, poll_until
+from hermes_actors.waiters import ReplyWaiters
 from platforms.support.ratelimit import Rate, RateLimiter
 
 
@@ -256,6 +259,48 @@ def test_a_started_dispatcher_sends_a_reply_as_soon_as_it_is_queued_not_at_its_n
         assert rounds == [0, 1]  # one claim for the reply: none after it (nothing else could be due)
     finally:
         dispatcher.stop()
+
+
+def test_a_dispatcher_hears_of_replies_through_the_replicas_api_listener_and_of_its_reconnects(
+    pg: PostgresStore,
+) -> None:
+    """Where the API server runs, the replica listens once: the dispatcher is told of queued replies by
+    ``ApiReplies`` (PostgreSQL wakes one listening backend of the replica per notice), and after that listener
+    connected again, of replies whose notices nobody heard."""
+    platform = FakePlatform("fake")
+    dispatcher = OutboxDispatcher(pg, {"fake": platform}, name="a")
+    replies = ApiReplies(
+        pg.database.dsn, pg, ReplyWaiters("api_server"), TurnWatch(), poll_s=0.2, on_outbox=dispatcher.notified
+    )
+    dispatcher.start(interval_s=60.0, listen=False)  # a poll would come only after the test's deadline
+    replies.start()
+    try:
+        poll_until(lambda: dispatcher.held() == {"send:fake"}, timeout=5, interval=0.05, what="send:fake taken")
+        poll_until(lambda: _listeners(pg) == 1, timeout=5, interval=0.01, what="the replica's one listener")
+        _queue(pg, "c", "told")
+        poll_until(lambda: platform.sent, timeout=5, interval=0.01, what="the reply sent")
+        assert [m.text for m in platform.sent] == ["told"]
+        assert _listeners(pg) == 1  # the dispatcher opened no connection of its own
+
+        (listener,) = pg.database.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+        )
+        pg.database.execute("SELECT pg_terminate_backend(%s)", (listener[0],))
+        _queue(pg, "c", "unheard")  # notified while nobody of this replica listens
+        poll_until(lambda: len(platform.sent) == 2, timeout=10, interval=0.01, what="the unheard reply sent")
+        assert [m.text for m in platform.sent] == ["told", "unheard"]
+        assert _listeners(pg) == 1
+    finally:
+        replies.close()
+        dispatcher.stop()
+
+
+def _listeners(pg: PostgresStore) -> int:
+    return int(
+        pg.database.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+        )
+    )
 
 
 class GatedSender(FakePlatform):

@@ -416,6 +416,47 @@ def test_a_message_s_notification_carries_its_row_as_a_pull_reads_it_unless_the_
         listener.close()
 
 
+def test_a_listener_leaves_out_the_rows_of_shards_it_does_not_want_and_still_hears_of_bare_shards(
+    shard_store: PostgresStore, postgres_dsn: str
+) -> None:
+    """A host decodes only the rows of the shards it holds (``wanted``); a bare shard notice is always passed on."""
+    listener = InboxListener(postgres_dsn)
+    try:
+        queue = shard_store.shard_queue
+        shards = {
+            key: found[1]
+            for key in ("w-1", "w-2", "w-3", "w-4")
+            if (
+                found := queue.add_routed(
+                    64, platform="t", account_id="", platform_message_id=f"m-{key}", routing_key=key, payload=b"p"
+                )
+            )
+            is not None
+        }
+        kept = shards["w-1"]
+        big = queue.add_routed(
+            64, platform="t", account_id="", platform_message_id="m-big", routing_key="w-big", payload=b"z" * 6000
+        )
+        assert big is not None
+        asked: list[int] = []
+
+        def wanted(shard: int) -> bool:
+            asked.append(shard)
+            return shard == kept
+
+        deadline = time.monotonic() + 5
+        gathered = Notices()
+        while big[1] not in gathered.shards and (left := deadline - time.monotonic()) > 0:
+            notices = listener.wait(left, wanted=wanted)
+            gathered.rows.extend(notices.rows)
+            gathered.shards.update(notices.shards)
+        assert sorted(asked) == sorted(shards.values())  # asked once per row notice, never of the bare one
+        assert {row.routing_key for _, row, _ in gathered.rows} == {k for k, s in shards.items() if s == kept}
+        assert gathered.shards == {big[1]}
+    finally:
+        listener.close()
+
+
 def test_a_pull_learns_the_pending_ids_then_reads_the_new_rows_with_their_key_s_route(
     shard_store: PostgresStore,
 ) -> None:

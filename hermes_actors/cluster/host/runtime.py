@@ -205,7 +205,7 @@ class HostRuntime:
         connections = self._listener.connections
         while not self._stopped.is_set():
             try:
-                notified = self._listener.wait(1.0)
+                notified = self._listener.wait(1.0, wanted=self._held)
             except Exception as exc:
                 if self._stopped.is_set():
                     return
@@ -213,7 +213,7 @@ class HostRuntime:
                 self._stopped.wait(1.0)
                 continue
             self.outages.worked("listening for new rows (the periodic pull goes on)")
-            rows = [row for row in notified.rows if self.fence.epoch(row[0]) is not None]
+            rows = [row for row in notified.rows if self._held(row[0])]
             # A new connection missed what was notified before it: a pull reads such rows before any newer one is
             # handed over whole (a conversation's messages go in order). A row of a shard not held is another
             # host's, or one this host pulls when it takes the shard (_gained).
@@ -224,6 +224,9 @@ class HostRuntime:
                     self._notified.extend(rows)
                     self._pull_wanted = self._pull_wanted or pull
                 self._wake.set()
+
+    def _held(self, shard: int) -> bool:
+        return self.fence.epoch(shard) is not None
 
     def _pull_loop(self) -> None:
         while not self._stopped.is_set():

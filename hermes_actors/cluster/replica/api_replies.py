@@ -14,6 +14,10 @@ notifies ``hermes_outbox``. :class:`ApiReplies`, in every replica serving the AP
   client left, or its replica died) is marked sent once it is ``orphan_after_s`` old: it stays in the transcript,
   where an idempotent retry finds it (:meth:`Inbox.stored_answer <hermes_actors.ports.Inbox.stored_answer>`), as on
   a single machine.
+
+The replica's :class:`~hermes_actors.cluster.replica.dispatch.OutboxDispatcher` listens through it (``on_outbox``:
+the platforms of the replies each wake brought, or ``None`` after a reconnect): one listening connection per replica,
+so each ``NOTIFY`` wakes one backend less in PostgreSQL and each reply's notice is read once here.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from hermes_actors.cluster.turn_relay import decode_event
 from hermes_actors.messages import decode_outbound
@@ -48,8 +52,10 @@ class ApiReplies:
         poll_s: float = 1.0,
         orphan_after_s: float = 120.0,
         clock: Callable[[], float] = time.time,
+        on_outbox: Callable[[Collection[str] | None], None] | None = None,
     ) -> None:
         self._dsn = dsn
+        self._on_outbox = on_outbox
         self._store = store
         self._waiters = waiters
         self._watch = watch
@@ -74,20 +80,25 @@ class ApiReplies:
                 _log.exception("listening for turn events and replies failed; connecting again")
                 self._stop.wait(1.0)
                 self._reconnect()
+                self._tell(None)  # what was queued meanwhile was notified to no one
                 continue
             replied = False
             brought: list[NotifiedReply] = []
+            queued: set[str] = set()
             for channel, payload in notes:
                 if channel == EVENTS_CHANNEL:
                     self._relay(payload)
                     continue
                 platform, reply = reply_notice(payload)
+                queued.add(platform)
                 if platform != self._waiters.platform:
                     continue
                 if reply is None:
                     replied = True
                 else:
                     brought.append(reply)
+            if queued:
+                self._tell(queued)
             if brought and not replied:
                 try:
                     self._hand(brought)
@@ -100,6 +111,14 @@ class ApiReplies:
                     self.deliver()
                 except Exception:
                     _log.exception("delivering %s replies failed; trying again", self._waiters.platform)
+
+    def _tell(self, platforms: Collection[str] | None) -> None:
+        """Pass the platforms of the replies queued on to ``on_outbox`` (the replica's dispatcher)."""
+        if self._on_outbox is not None:
+            try:
+                self._on_outbox(platforms)
+            except Exception:
+                _log.exception("telling the dispatcher of queued replies failed; it finds them at its next look")
 
     def _reconnect(self) -> None:
         try:

@@ -33,7 +33,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -314,15 +314,29 @@ class OutboxDispatcher:
         with self._lock:
             return self._lock.wait_for(lambda: not self._busy, timeout)
 
-    def start(self, interval_s: float = 0.2) -> None:
+    def start(self, interval_s: float = 0.2, *, listen: bool = True) -> None:
         """Dispatch on a thread of its own until :meth:`stop`: at once when a reply of a platform it serves is
-        queued (``NOTIFY hermes_outbox``, on a connection of its own), and every ``interval_s`` anyway (a retry
-        coming due, a notification lost while the listener reconnected)."""
+        queued (``NOTIFY hermes_outbox``), and every ``interval_s`` anyway (a retry coming due, a notification lost
+        while a listener reconnected). With ``listen`` it listens on a connection of its own; without, whoever
+        listens in this process already (the replica's :class:`~hermes_actors.cluster.replica.api_replies.ApiReplies`)
+        tells it with :meth:`notified`, and PostgreSQL wakes one listener of the replica per notice instead of two."""
         self._thread = threading.Thread(target=self._run, args=(interval_s,), name=f"dispatch-{self._name}")
         self._thread.daemon = True
         self._thread.start()
-        self._listener = threading.Thread(target=self._listen, name=f"dispatch-{self._name}-listen", daemon=True)
-        self._listener.start()
+        if listen:
+            self._listener = threading.Thread(target=self._listen, name=f"dispatch-{self._name}-listen", daemon=True)
+            self._listener.start()
+
+    def notified(self, platforms: Collection[str] | None) -> None:
+        """Replies of ``platforms`` were queued (``None``: notices may have been missed, a listener reconnected):
+        claim at once if it serves any of them."""
+        with self._lock:
+            served = {platform for _, platform in self._units}
+            news = platforms is None or not served.isdisjoint(platforms)
+            if news:
+                self._news += 1
+        if news:
+            self._wake.set()
 
     def _listen(self) -> None:
         while not self._stop.is_set():
@@ -340,12 +354,8 @@ class OutboxDispatcher:
                 self._close_listener()
                 self._stop.wait(1.0)
                 continue
-            with self._lock:
-                served = {platform for _, platform in self._units}
-                if platforms & served:
-                    self._news += 1
-            if platforms & served:
-                self._wake.set()
+            if platforms:
+                self.notified(platforms)
         self._close_listener()
 
     def _close_listener(self) -> None:

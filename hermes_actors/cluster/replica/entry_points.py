@@ -23,6 +23,8 @@ Each enabled platform section runs where the platform registry places it (``plac
 The replica's :class:`~hermes_actors.cluster.replica.dispatch.OutboxDispatcher` is offered the push adapters' senders
 at start, which send under ``send:<platform>``, and a leased adapter's senders while it runs here (a sender may need
 its adapter started: WeChat's reads the context tokens its adapter stores), which send under the adapter's term.
+It hears of queued replies from the replica's first ``ApiReplies`` where the API server runs (one listening
+connection for both), else on a connection of its own.
 """
 
 from __future__ import annotations
@@ -147,13 +149,14 @@ class ClusterReplica:
             for waiters in adapter.senders():
                 if not isinstance(waiters, ReplyWaiters):
                     raise TypeError(f"{platform}'s sender {waiters!r} is not a ReplyWaiters: it answers no request")
-                replies = ApiReplies(self._store.database.dsn, self._store, waiters, self._inbox.watch)
+                tell = None if self.replies else self.dispatcher.notified  # the first one listens for it
+                replies = ApiReplies(self._store.database.dsn, self._store, waiters, self._inbox.watch, on_outbox=tell)
                 replies.start()
                 self.replies.append(replies)
             adapter.start(self._inbox)
             self._board.started(platform, adapter)
             self.push.append(adapter)
-        self.dispatcher.start(self._interval)
+        self.dispatcher.start(self._interval, listen=not self.replies)
         if heartbeats:
             for leased in self.leased.values():
                 leased.start()

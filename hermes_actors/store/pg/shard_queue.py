@@ -302,17 +302,18 @@ class InboxListener:
         self.connections += 1
         return connection
 
-    def wait(self, timeout_s: float) -> Notices:
+    def wait(self, timeout_s: float, *, wanted: Callable[[int], bool] | None = None) -> Notices:
         """What was notified within ``timeout_s`` (nothing when nothing was); gathers what else is already queued.
-        A lost connection is a :class:`StoreError` (the next call connects again)."""
+        A row of a shard ``wanted`` refuses (another host's) is left out undecoded. A lost connection is a
+        :class:`StoreError` (the next call connects again)."""
         notices = Notices()
         try:
             if self._connection.closed and not self._closed:
                 self._connection = self._connect()
             for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
-                _gather(notices, notify.payload)
+                _gather(notices, notify.payload, wanted)
             for notify in self._connection.notifies(timeout=0.0):
-                _gather(notices, notify.payload)
+                _gather(notices, notify.payload, wanted)
         except psycopg.Error as exc:
             raise store_error(exc, f"LISTEN {CHANNEL}") from exc
         return notices
@@ -323,8 +324,9 @@ class InboxListener:
         self._connection.close()
 
 
-def _gather(notices: Notices, payload: str) -> None:
+def _gather(notices: Notices, payload: str, wanted: Callable[[int], bool] | None) -> None:
     if payload.startswith("["):
-        notices.rows.append(_notified_row(payload))
+        if wanted is None or wanted(int(payload[1 : payload.index(",")])):  # the shard leads the row
+            notices.rows.append(_notified_row(payload))
     else:
         notices.shards.add(int(payload))
