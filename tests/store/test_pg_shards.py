@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -314,10 +314,21 @@ def _gathered(listener: InboxListener, expected: set[int], timeout_s: float = 5.
 
 def _rows_notified(listener: InboxListener, count: int, timeout_s: float = 5.0) -> Notices:
     """What ``listener`` is notified of until ``count`` notifications came or ``timeout_s`` has passed."""
+    return _notified_until(listener, lambda got: len(got.rows) + len(got.shards) >= count, timeout_s)
+
+
+def _notified_until(
+    listener: InboxListener,
+    done: Callable[[Notices], bool],
+    timeout_s: float = 5.0,
+    wanted: Callable[[int], bool] | None = None,
+) -> Notices:
+    """What ``listener`` is notified of (rows of the shards ``wanted``) until ``done`` says so or ``timeout_s``
+    has passed."""
     deadline = time.monotonic() + timeout_s
     gathered = Notices()
-    while len(gathered.rows) + len(gathered.shards) < count and (left := deadline - time.monotonic()) > 0:
-        notices = listener.wait(left)
+    while not done(gathered) and (left := deadline - time.monotonic()) > 0:
+        notices = listener.wait(left, wanted=wanted)
         gathered.rows.extend(notices.rows)
         gathered.shards.update(notices.shards)
     return gathered
@@ -444,12 +455,7 @@ def test_a_listener_leaves_out_the_rows_of_shards_it_does_not_want_and_still_hea
             asked.append(shard)
             return shard == kept
 
-        deadline = time.monotonic() + 5
-        gathered = Notices()
-        while big[1] not in gathered.shards and (left := deadline - time.monotonic()) > 0:
-            notices = listener.wait(left, wanted=wanted)
-            gathered.rows.extend(notices.rows)
-            gathered.shards.update(notices.shards)
+        gathered = _notified_until(listener, lambda got: big[1] in got.shards, wanted=wanted)
         assert sorted(asked) == sorted(shards.values())  # asked once per row notice, never of the bare one
         assert {row.routing_key for _, row, _ in gathered.rows} == {k for k, s in shards.items() if s == kept}
         assert gathered.shards == {big[1]}
