@@ -151,7 +151,9 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     ``client_tools`` are an API client's own tools, offered to the model for this turn beside the session's;
     ``tool_results`` make the message the results of the client tool calls the previous turn ended with (its
     ``text`` is then empty): they are stored as tool messages and the model continues from them. ``busy`` is the
-    sender's own :class:`BusyPolicy` for this message (an API request's), over the configured one.
+    sender's own :class:`BusyPolicy` for this message (an API request's), over the configured one. ``streams`` is
+    ``False`` when the sender reads only the turn's outcome (a chat completion without ``stream``): a cluster's shard
+    host then relays nothing of the turn as it runs, only its stop (the reply carries what a failed agent wrote).
     They are left out of the encoding when unset, so rows stay as they were.
     """
 
@@ -166,6 +168,7 @@ class InboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     client_tools: tuple[ClientTool, ...] | msgspec.UnsetType = msgspec.UNSET
     tool_results: tuple[ToolResult, ...] | msgspec.UnsetType = msgspec.UNSET
     busy: BusyPolicy | msgspec.UnsetType = msgspec.UNSET
+    streams: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class OutboundDocument(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,6 +214,8 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     left out when unset). ``retry_after_s`` is when a refused message may be sent again (a busy session's notice;
     left out when unset). ``approval`` is the question of a turn paused on tool calls (:class:`ApprovalRequest`;
     its ``text`` asks it in words): a platform with buttons adds approve and deny buttons (left out when unset).
+    ``partial`` is the text a watched turn's agent had streamed before it failed (an ``AGENT_FAILED`` notice; left
+    out when unset), so a request that did not read the turn as it ran can still answer with it.
     """
 
     platform: str
@@ -231,6 +236,7 @@ class OutboundMessage(msgspec.Struct, frozen=True, kw_only=True):
     document: OutboundDocument | msgspec.UnsetType = msgspec.UNSET
     retry_after_s: int | msgspec.UnsetType = msgspec.UNSET
     approval: ApprovalRequest | msgspec.UnsetType = msgspec.UNSET
+    partial: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,11 @@ goes into a queue. A thread of the relay's own sends the queue as ``NOTIFY``s
 (:class:`~hermes_actors.store.pg.turn_relay.EventPublisher`): the agent's thread never waits for the database,
 adjacent text deltas of one message are sent as one, and text longer than a notification holds is split.
 
+A message whose sender reads only the outcome (``InboundMessage.streams`` false: a chat completion without a stream)
+is watched by ``relay.stops(message_id)`` instead: nothing is sent while its turn runs (no notification, no wake-up
+of every listener of the database), only a stop (``/stop``, ``/new``, a reset), with the session, which the replica
+answers at once. Its reply comes as ever from the outbox, carrying what a failed agent had written.
+
 The replica side is :class:`~hermes_actors.cluster.replica.api_replies.ApiReplies`, which decodes them with
 :func:`decode_event` and replays them on the watchers its requests registered.
 """
@@ -63,6 +68,30 @@ def decode_event(payload: str) -> RelayedEvent | None:
         return None
 
 
+class _Stops:
+    """The :class:`TurnEvents` of a turn whose client reads only its outcome: a stop is relayed (with the session,
+    which the client's answer names), nothing else."""
+
+    def __init__(self, relay: EventRelay, message_id: str) -> None:
+        self._relay = relay
+        self._message_id = message_id
+        self._session_id = ""
+
+    def started(self, session_id: str) -> None:
+        self._session_id = session_id
+
+    def stopped(self) -> None:
+        if self._session_id:
+            self._relay.put(self._message_id, "s", s=self._session_id)
+        self._relay.put(self._message_id, "p")
+
+    def text(self, delta: str) -> None:
+        """Not relayed: a failed agent's text comes with its reply."""
+
+    def tool(self, name: str, call_id: str, status: ToolStatus, detail: str = "") -> None:
+        """Not relayed: the client reads only the outcome."""
+
+
 class _Events:
     """The :class:`TurnEvents` the host's turn reports to: each event into the relay's queue."""
 
@@ -101,8 +130,12 @@ class EventRelay:
         self._thread.start()
 
     def events(self, message_id: str) -> TurnEvents:
-        """What the turn answering ``message_id`` reports to."""
+        """What the turn answering ``message_id`` reports to: every event relayed as it comes."""
         return _Events(self, message_id)
+
+    def stops(self, message_id: str) -> TurnEvents:
+        """What the turn answering ``message_id`` reports to when its client reads only the outcome: its stop."""
+        return _Stops(self, message_id)
 
     def put(self, message_id: str, kind: str, **fields: str) -> None:
         """Queue one event (called on the agent's thread; returns at once)."""

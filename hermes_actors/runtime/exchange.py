@@ -130,7 +130,7 @@ class Exchange:
         # Attachments reach the agent as records for this turn only; the transcript keeps their text stand-ins.
         contents = [user_content(d.message) for d in deliveries]
         keeps = self._services.busy.interrupted_output is InterruptedOutput.PARTIAL
-        partial = PartialText() if keeps else None
+        partial = PartialText(keep=keeps)  # records only when watched or kept
         reply = self._call_agent(
             "\n".join(contents),
             token,
@@ -163,7 +163,7 @@ class Exchange:
             reply_text = reply.text
         elif isinstance(reply, AgentFailure):
             reply_text = reply.text
-        elif token.interrupted and partial is not None and (kept := partial_message(partial.written(), now)):
+        elif token.interrupted and partial.keep and (kept := partial_message(partial.written(), now)):
             new.append(kept)
         answering = (*deliveries, *steered)
         unread = unread_note(d.message for d in deliveries)
@@ -175,7 +175,8 @@ class Exchange:
             if reply_text is not None
             else None
         )
-        outbound = outbound and marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply)
+        streamed = partial.written() if isinstance(reply, AgentFailure) else ""
+        outbound = outbound and marked_reply(msgspec.structs.replace(outbound, no_retry=no_retry), reply, streamed)
         ahead = outbound is not None and self._services.outbox.counts_ahead(outbound.platform)
         waiting = reply.approval_calls if isinstance(reply, AgentReply) and not cancelled else None
         asking = Asking(state, deliveries[0], waiting) if waiting else None  # the turn pauses on these calls

@@ -5,6 +5,8 @@ With ``busy.interrupted_output: partial`` every ordinary turn records the text i
 watches, as the OpenAI agent does, then streams every turn). A turn interrupted before its answer was complete
 stores that text as an assistant message marked partial (:func:`partial_message`), so the model's next call sees
 how far it had come; with ``discard`` (the default) the transcript keeps only the user's message, as after ``/stop``.
+A turn someone watches records it either way: a failed agent's reply carries what it had written
+(:attr:`~hermes_actors.messages.OutboundMessage.partial`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ PARTIAL_MARK = "[partial answer: interrupted by a newer message]"
 
 class PartialText:
     """A turn's events, recording the text its agent streams; every event goes on to ``watchers`` too (the turn's
-    :class:`~hermes_actors.runtime.turn_watch.TurnWatch` view, or ``None``). Thread-safe."""
+    :class:`~hermes_actors.runtime.turn_watch.TurnWatch` view, or ``None``). ``keep``: the text is wanted even when
+    nobody watches (an interrupted turn keeps it), so the agent is given these events then too. Thread-safe."""
 
-    __slots__ = ("_lock", "_parts", "watchers")
+    __slots__ = ("_lock", "_parts", "keep", "watchers")
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = False) -> None:
         self._lock = threading.Lock()
         self._parts: list[str] = []
+        self.keep = keep
         self.watchers: TurnEvents | None = None
 
     def written(self) -> str:

@@ -131,11 +131,12 @@ def turn_input(
     """The agent's input for a turn answering ``deliveries`` (and ``also_answers``, the messages of interrupted
     turns) with the user ``text``; built just before the agent is called, so the turn's watchers are told here that
     it has begun (and, through ``token``, when it is stopped). ``steering`` takes messages sent while it runs;
-    ``partial`` records the text the agent streams, passing it on to the watchers; ``approvals`` says which calls
-    wait for a person and the decisions the turn continues from."""
+    ``partial`` records the text the agent streams, passing it on to the watchers (when there are watchers, or it
+    keeps the text anyway); ``approvals`` says which calls wait for a person and the decisions the turn continues
+    from."""
     ids = [*also_answers, *(d.message.message_id for d in deliveries)]
     events = watch.begin(ids, session_id, token)
-    if partial is not None:
+    if partial is not None and (partial.keep or events is not None):
         partial.watchers = events
         events = partial
     conversation = conversation_of(deliveries)
@@ -178,12 +179,15 @@ def turn_input(
     )
 
 
-def marked_reply(outbound: OutboundMessage, reply: AgentReply | AgentFailure | None) -> OutboundMessage:
+def marked_reply(
+    outbound: OutboundMessage, reply: AgentReply | AgentFailure | None, streamed: str = ""
+) -> OutboundMessage:
     """``outbound`` with what a request/response entry point needs to answer honestly: the model's usage for a
     reply (and the calls of the client's tools it ended with), :attr:`OutboundError.AGENT_FAILED` when the agent gave
-    none (the text tells a chat user so)."""
+    none (the text tells a chat user so), with the text it had ``streamed`` before it failed, if any."""
     if isinstance(reply, AgentFailure):
-        return msgspec.structs.replace(outbound, error=OutboundError.AGENT_FAILED)
+        written = streamed or msgspec.UNSET
+        return msgspec.structs.replace(outbound, error=OutboundError.AGENT_FAILED, partial=written)
     if isinstance(reply, AgentReply):
         usage = TokenUsage(
             input_tokens=reply.input_tokens, output_tokens=reply.output_tokens, estimated=reply.tokens_estimated

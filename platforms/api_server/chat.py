@@ -149,6 +149,7 @@ class ChatCompletions:
                 client_tools=turn_of.tools or msgspec.UNSET,
                 tool_results=turn_of.tool_results or msgspec.UNSET,
                 busy=requested_busy(request.headers, chat.hermes_busy, chat.metadata),
+                streams=msgspec.UNSET if chat.stream else False,  # without a stream, only the outcome is read
             )
             call = service.turn_call(inbound)
             try:

@@ -111,12 +111,15 @@ def finished_from(message: OutboundMessage, streamed: str) -> Finished:
     """The outcome an outbound reply stands for."""
     usage = message.usage if isinstance(message.usage, TokenUsage) else None
     if message.error == OutboundError.AGENT_FAILED:
+        # What the agent had written comes with the reply when this request did not watch it being written (a
+        # chat completion without ``stream`` in a cluster: its shard host relays nothing of the turn as it runs).
+        written = message.partial if isinstance(message.partial, str) else ""
         return Finished(
             session_id=message.session_id,
             reply=None,
             failure=message.text,
             failure_code="agent_incomplete",
-            streamed=streamed,
+            streamed=streamed or written,
         )
     if message.error is not None:
         return Finished(

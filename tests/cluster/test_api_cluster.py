@@ -13,16 +13,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
+import psycopg
 import pytest
 
 from hermes_actors.agents.base import EchoAgent
-from hermes_actors.agents.turn import AgentMessage, AgentReply, TurnInput
+from hermes_actors.agents.turn import AgentError, AgentMessage, AgentReply, TurnInput
 from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.replica.api_replies import ApiReplies
@@ -34,10 +35,12 @@ from hermes_actors.messages import OutboundMessage, decode_outbound, encode
 from hermes_actors.store import Role
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.turn_relay import EVENTS_CHANNEL
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.testing import poll_until
 from hermes_actors.waiters import ReplyWaiters
 from platforms.api_server import SESSION_HEADER, ApiServer, ApiServerConfig
+from platforms.api_server.sessions import COMPLETED_HEADER
 
 pytestmark = pytest.mark.slow  # a shard host, PostgreSQL listeners and an HTTP server for a few seconds
 
@@ -56,6 +59,7 @@ class StreamingAgent(EchoAgent):
         self.release = threading.Event()
         self.release.set()
         self.calls = 0
+        self.fails = False  # fail after the first six characters, as a model whose stream broke
 
     def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
         self.calls += 1
@@ -66,6 +70,8 @@ class StreamingAgent(EchoAgent):
             turn.events.text(reply[:3])
             self.release.wait(10)
             turn.events.text(reply[3:6])
+            if self.fails:
+                raise AgentError("the model's stream broke off")
             turn.events.text(reply[6:])
         return AgentReply(messages=(AgentMessage(role=Role.ASSISTANT, content=reply),), text=reply)
 
@@ -187,6 +193,91 @@ def test_a_stream_delivers_the_hosts_deltas_while_the_turn_runs(cluster: Cluster
                     cluster.agent.release.set()
         assert "".join(pieces) == "echo: streaming"
         assert len(pieces) >= 2  # the rest may come as one: the relay joins the deltas queued together
+    finally:
+        cluster.agent.release.set()
+        replica.stop()
+
+
+def _relayed_events(dsn: str, during: Callable[[], object]) -> list[str]:
+    """The turn events the hosts relayed while ``during`` ran (and half a second after it returned)."""
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+        during()
+        return [notice.payload for notice in listener.notifies(timeout=0.5)]
+
+
+def test_a_completion_without_a_stream_is_relayed_nothing_while_its_turn_runs(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    try:
+        client = replica.client()
+        answers: list[str | None] = []
+
+        def complete() -> None:
+            completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "quiet"}])
+            answers.append(completion.choices[0].message.content)
+
+        assert _relayed_events(cluster.dsn, complete) == []  # the agent streamed (it was watched): nothing was sent
+        assert answers == ["echo: quiet"]
+        assert cluster.agent.calls == 1
+
+        def stream() -> None:
+            chunks = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "loud"}], stream=True
+            )
+            answers.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+
+        streamed = _relayed_events(cluster.dsn, stream)  # the same listener hears a streaming request's events
+        assert answers[1] == "echo: loud"
+        assert {json.loads(payload)["k"] for payload in streamed} == {"s", "x", "t"}
+    finally:
+        replica.stop()
+
+
+def test_a_completion_without_a_stream_whose_agent_fails_answers_with_what_it_had_written(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    cluster.agent.fails = True
+    try:
+        raw = replica.client().chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "broken"}]
+        )
+        assert raw.headers[COMPLETED_HEADER] == "false"
+        (choice,) = raw.parse().choices
+        assert (choice.message.content, choice.finish_reason) == ("echo: ", "error")  # from the reply, not a relay
+        session_id = raw.headers[SESSION_HEADER]
+        assert [(m.role, m.content) for m in cluster.pg.load_transcript(session_id)] == [("user", "broken")]
+    finally:
+        cluster.agent.fails = False
+        replica.stop()
+
+
+def test_a_completion_without_a_stream_whose_turn_another_request_stops_is_told_at_once(cluster: Cluster) -> None:
+    replica = cluster.replica()
+    cluster.agent.release.clear()
+    try:
+        client = replica.client()
+        named = {SESSION_HEADER: "quietly-stopped"}
+        failed: list[openai.APIStatusError] = []
+
+        def wait_for_answer() -> None:
+            with pytest.raises(openai.APIStatusError) as raised:
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "stop me"}], extra_headers=named
+                )
+            failed.append(raised.value)
+
+        waiting = threading.Thread(target=wait_for_answer)
+        waiting.start()
+        poll_until(lambda: cluster.agent.calls == 1, what="the turn running in the host, held by the agent")
+        stop = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "/stop"}], extra_headers=named
+        )
+        assert stop.choices[0].message.content == "Stopped."
+        waiting.join(5)  # relayed from the host: told at once, not after the request's timeout
+        assert not waiting.is_alive()
+        (error,) = failed
+        assert error.code == "turn_stopped"
+        session_id = error.response.headers[SESSION_HEADER]
+        assert f"session {session_id}" in error.message  # the stop came with the session the turn ran in
     finally:
         cluster.agent.release.set()
         replica.stop()

@@ -1,11 +1,20 @@
 """A watched turn's stop: the moment its token is cancelled nothing the agent reports reaches its watchers any more,
 and they hear ``stopped`` once the runtime says the stopped turn is stored; a cancel after the turn settled (its
-result is kept) changes nothing."""
+result is kept) changes nothing. A watched turn whose agent fails sends what the agent had streamed with its reply.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
+
+from hermes_actors.agents.base import EchoAgent
+from hermes_actors.agents.turn import AgentError, AgentReply, TurnInput
+from hermes_actors.messages import OutboundError
 from hermes_actors.runtime.services import CancelToken
 from hermes_actors.runtime.turn_watch import TurnWatch
+from hermes_actors.testing import open_fake_gateway
 from hermes_actors.turn_events import ToolStatus
 
 
@@ -87,3 +96,40 @@ def test_a_watcher_that_fails_on_the_stop_does_not_fail_the_turn() -> None:
     watch.watch("m1", Broken())
     watch.stopped(["m1"])  # the session's thread, after its commit: must not raise
     watch.stopped(["nobody watches this"])
+
+
+class HalfWayAgent(EchoAgent):
+    """Streams the start of an answer when watched, then fails as a model whose stream broke off; records whether
+    it was given events to stream to."""
+
+    runs_inline = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watched: list[bool] = []
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        self.watched.append(turn.events is not None)
+        if turn.events is not None:
+            turn.events.text("half ")
+            turn.events.text("way")
+        raise AgentError("the stream broke off")
+
+
+def test_a_failed_agents_reply_carries_what_it_streamed_to_a_watcher_and_an_unwatched_turn_streams_nothing(
+    tmp_path: Path,
+) -> None:
+    agent = HalfWayAgent()
+    with open_fake_gateway(tmp_path / "state.db", agent=agent) as (gateway, fake):
+        watcher = Recorder()
+        gateway.watch.watch("watched", watcher)
+        fake.push("go", message_id="watched")
+        failed = fake.pop()
+        assert failed.error is OutboundError.AGENT_FAILED
+        assert failed.partial == "half way"  # a request that read only the outcome can answer with it
+        assert watcher.seen[1:] == ["text half ", "text way"]
+        fake.push("again", message_id="unwatched")
+        unseen = fake.pop()
+        assert unseen.error is OutboundError.AGENT_FAILED
+        assert unseen.partial is msgspec.UNSET
+    assert agent.watched == [True, False]  # nobody watched the second turn: its agent was given nothing to stream to

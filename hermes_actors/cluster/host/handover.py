@@ -135,7 +135,7 @@ class Handover:
             message = decode_inbound(row.payload)
             delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
             if row.platform in self._settings.relay_platforms:
-                self._watch_for_relay(row.id, delivery.message.message_id)
+                self._watch_for_relay(row.id, delivery.message.message_id, live=message.streams is not False)
             # The supervisor checks its cached route against the stored one: another host may have moved the key
             # (a /resume, /new or reset while it held the shard).
             deliver = Deliver(routing_key=row.routing_key, delivery=delivery, check_route=True, stored_route=route)
@@ -173,11 +173,13 @@ class Handover:
             )
         return bool(lost)
 
-    def _watch_for_relay(self, inbox_id: int, message_id: str) -> None:
-        """Relay the turn of ``message_id`` to the replica whose client waits on it (an API request)."""
+    def _watch_for_relay(self, inbox_id: int, message_id: str, *, live: bool) -> None:
+        """Relay the turn of ``message_id`` to the replica whose client waits on it (an API request): as it runs
+        when the client reads it so (``live``), else only its stop."""
         with self.lock:
             self._relayed[inbox_id] = message_id
-        self._runtime.services.watch.watch(message_id, self._relay.events(message_id))
+        events = self._relay.events(message_id) if live else self._relay.stops(message_id)
+        self._runtime.services.watch.watch(message_id, events)
 
     def _reset(self, row: InboxRow) -> int:
         """A reset row: settle it, or hand its end to the supervisor once; how many were handed."""
