@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from hermes_actors.messages import OutboundMessage, decode_outbound, encode
 from hermes_actors.store import Role
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.outbox_claims import OutboxClaims
 from hermes_actors.store.pg.turn_relay import EVENTS_CHANNEL
 from hermes_actors.store.records import OutboxRow
 from hermes_actors.testing import poll_until
@@ -132,14 +133,22 @@ class Cluster:
     agent: StreamingAgent
     tmp: Path
 
-    def replica(self, *, poll_s: float = 1.0, orphan_after_s: float = 120.0) -> Replica:
+    def replica(self, *, poll_s: float = 1.0, mark_every_s: float = 0.5, orphan_after_s: float = 120.0) -> Replica:
         ingress = ClusterIngress(self.pg, shards=SHARDS, poke=lambda shard: self.host.poke())
         operator = cluster_operator(self.pg, ADMIN, ClusterSessionAdmin(self.pg, timeout_s=10))
         inbox = ClusterInbox(ingress, MediaStore(self.tmp / "media"), operator=operator)
         server = ApiServer(ApiServerConfig(port=0))
         (waiters,) = server.senders()
         assert isinstance(waiters, ReplyWaiters)
-        answering = ApiReplies(self.dsn, self.pg, waiters, inbox.watch, poll_s=poll_s, orphan_after_s=orphan_after_s)
+        answering = ApiReplies(
+            self.dsn,
+            self.pg,
+            waiters,
+            inbox.watch,
+            poll_s=poll_s,
+            mark_every_s=mark_every_s,
+            orphan_after_s=orphan_after_s,
+        )
         answering.start()
         server.start(inbox)
         return Replica(server, inbox, answering)
@@ -371,6 +380,44 @@ def test_a_reply_its_notification_brings_whole_is_handed_without_reading_the_out
         poll_until(lambda: answered() == {"prime-1"}, what="both replies marked sent")
     finally:
         replica.stop()
+
+
+def test_replies_handed_by_their_notices_are_marked_sent_together_and_a_stop_writes_the_marks_held(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[list[int]] = []
+    sent = OutboxClaims.sent
+
+    def counted(claims: OutboxClaims, dispatcher: str | None, marks: Sequence[tuple[int, str | None]]) -> None:
+        if marks:
+            writes.append([outbox_id for outbox_id, _ in marks])
+        sent(claims, dispatcher, marks)
+
+    monkeypatch.setattr(OutboxClaims, "sent", counted)
+    looks: list[str | None] = []
+    unsent = Outbox.unsent
+
+    def looked(outbox: Outbox, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        looks.append(platform)
+        return unsent(outbox, platform, limit=limit)
+
+    monkeypatch.setattr(Outbox, "unsent", looked)
+    replica = cluster.replica(poll_s=600.0, mark_every_s=3.0)  # one look in the outbox at the start, then none
+    try:
+        client = replica.client()
+        poll_until(lambda: looks, what="the replica's first look in the outbox")
+        for n in range(4):
+            answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"n{n}"}])
+            assert answer.choices[0].message.content == f"echo: n{n}"  # handed at once: only the mark waits
+        assert cluster.pg.outbox.backlog() == 4
+        poll_until(lambda: cluster.pg.outbox.backlog() == 0, timeout=10, what="the four replies marked sent")
+        assert [len(ids) for ids in writes] == [4]  # one statement for the four
+        assert len(looks) == 1  # and no look in the outbox: the notices brought the replies
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "last"}])
+    finally:
+        replica.stop()
+    assert cluster.pg.outbox.backlog() == 0  # the stop wrote the last reply's mark, due seconds later
+    assert [len(ids) for ids in writes] == [4, 1]
 
 
 def test_stored_responses_chain_across_replicas(cluster: Cluster) -> None:

@@ -7,7 +7,9 @@ notifies ``hermes_outbox``. :class:`ApiReplies`, in every replica serving the AP
 
 - a relayed event goes to the watcher registered for its message in this replica (``watch``), if any;
 - a reply notification that carries its row (:func:`~hermes_actors.store.pg.turn_relay.reply_notice`) is handed
-  to the request waiting here for it, if any, and marked sent, without reading the outbox;
+  to the request waiting here for it, if any, without reading the outbox, and marked sent with the other replies
+  handed within ``mark_every_s`` (one statement for them all, written before the outbox is read and when the
+  replies stop; a replica killed before it wrote them leaves them to the orphans' rule below);
 - on a reply notification without its row, and every ``poll_s`` anyway (a notification sent while the listener
   reconnected is lost), it reads the unsent replies of the platform, hands those answering a request waiting here
   to its :class:`~hermes_actors.waiters.ReplyWaiters` and marks them sent. A reply nobody waits for in any replica (the
@@ -50,6 +52,7 @@ class ApiReplies:
         watch: TurnWatch,
         *,
         poll_s: float = 1.0,
+        mark_every_s: float = 0.5,
         orphan_after_s: float = 120.0,
         clock: Callable[[], float] = time.time,
         on_outbox: Callable[[Collection[str] | None], None] | None = None,
@@ -60,6 +63,10 @@ class ApiReplies:
         self._waiters = waiters
         self._watch = watch
         self._poll_s = poll_s
+        self._mark_every_s = mark_every_s
+        self._marks: list[tuple[int, str | None]] = []  # replies handed to their requests, not marked sent yet
+        self._marks_since = 0.0  # when the oldest of them was handed (monotonic)
+        self._marks_lock = threading.Lock()
         self._orphan_after_s = orphan_after_s
         self._clock = clock
         self._stop = threading.Event()
@@ -73,7 +80,7 @@ class ApiReplies:
         looked_at = 0.0
         while not self._stop.is_set():
             try:
-                notes = self._listener.wait(self._poll_s)
+                notes = self._listener.wait(self._wait_s(looked_at))
             except Exception:
                 if self._stop.is_set():
                     return
@@ -111,6 +118,42 @@ class ApiReplies:
                     self.deliver()
                 except Exception:
                     _log.exception("delivering %s replies failed; trying again", self._waiters.platform)
+            elif self._marks_due() <= 0.0:
+                self._write_marks()
+
+    def _wait_s(self, looked_at: float) -> float:
+        """How long the listener may wait: until the next look in the outbox, or the next write of sent marks."""
+        return max(0.0, min(looked_at + self._poll_s - time.monotonic(), self._marks_due()))
+
+    def _marks_due(self) -> float:
+        """Seconds until the sent marks held here are due (``inf`` with none)."""
+        with self._marks_lock:
+            if not self._marks:
+                return float("inf")
+            return self._marks_since + self._mark_every_s - time.monotonic()
+
+    def _hold_marks(self, settled: list[tuple[int, str | None]]) -> None:
+        """Keep the sent marks of replies handed by their notices for the next write of them all."""
+        if not settled:
+            return
+        with self._marks_lock:
+            if not self._marks:
+                self._marks_since = time.monotonic()
+            self._marks.extend(settled)
+
+    def _write_marks(self) -> None:
+        """Mark the replies handed since the last write sent, in one statement; kept for the next try if it fails."""
+        with self._marks_lock:
+            marks, self._marks = self._marks, []
+        if not marks:
+            return
+        try:
+            self._store.outbox_claims.sent(None, marks)
+        except Exception:
+            _log.exception("marking %d %s replies sent failed; trying again", len(marks), self._waiters.platform)
+            with self._marks_lock:
+                self._marks[:0] = marks
+                self._marks_since = time.monotonic()
 
     def _tell(self, platforms: Collection[str] | None) -> None:
         """Pass the platforms of the replies queued on to ``on_outbox`` (the replica's dispatcher)."""
@@ -154,12 +197,13 @@ class ApiReplies:
                     self._waiters.send(message)
                     settled.append((reply.id, message.answers[0] if message.answers else None))
         finally:
-            if settled:
-                self._store.outbox_claims.sent(None, settled)
+            self._hold_marks(settled)
 
     def deliver(self) -> int:
         """Hand the unsent replies answering requests waiting here to them, marking them sent; settle the orphans.
-        How many were handed."""
+        How many were handed. The marks of replies handed by their notices are written first, so the look does not
+        find them."""
+        self._write_marks()
         handed = 0
         now = self._clock()
         settled: list[tuple[int, str | None]] = []
@@ -182,7 +226,8 @@ class ApiReplies:
         return handed
 
     def close(self) -> None:
-        """Stop listening."""
+        """Stop listening, and write the sent marks held here."""
         self._stop.set()
         self._listener.close()
         self._thread.join(timeout=5)
+        self._write_marks()
