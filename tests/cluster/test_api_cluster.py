@@ -348,17 +348,23 @@ def test_a_reply_whose_notification_came_before_its_waiter_is_found_by_the_perio
         replica.stop()
 
 
+def _looks_in_the_outbox(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The platforms of every read of unsent replies from now on (a replica's look in the outbox), as they happen."""
+    looks: list[str | None] = []
+    unsent = Outbox.unsent
+
+    def looked(outbox: Outbox, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
+        looks.append(platform)
+        return unsent(outbox, platform, limit=limit)
+
+    monkeypatch.setattr(Outbox, "unsent", looked)
+    return looks
+
+
 def test_a_reply_its_notification_brings_whole_is_handed_without_reading_the_outbox_and_a_large_one_is_read(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read: list[str | None] = []
-    unsent = Outbox.unsent
-
-    def counted(outbox: Outbox, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
-        read.append(platform)
-        return unsent(outbox, platform, limit=limit)
-
-    monkeypatch.setattr(Outbox, "unsent", counted)
+    read = _looks_in_the_outbox(monkeypatch)
     replica = cluster.replica(poll_s=600.0)  # it looks in the outbox on its first wake-up, then not for 600 s
     try:
         _commit_reply(cluster.pg, "c0", "nobody waits", "prime-1")
@@ -394,14 +400,7 @@ def test_replies_handed_by_their_notices_are_marked_sent_together_and_a_stop_wri
         sent(claims, dispatcher, marks)
 
     monkeypatch.setattr(OutboxClaims, "sent", counted)
-    looks: list[str | None] = []
-    unsent = Outbox.unsent
-
-    def looked(outbox: Outbox, platform: str | None = None, *, limit: int = 1000) -> list[OutboxRow]:
-        looks.append(platform)
-        return unsent(outbox, platform, limit=limit)
-
-    monkeypatch.setattr(Outbox, "unsent", looked)
+    looks = _looks_in_the_outbox(monkeypatch)
     replica = cluster.replica(poll_s=600.0, mark_every_s=3.0)  # one look in the outbox at the start, then none
     try:
         client = replica.client()
