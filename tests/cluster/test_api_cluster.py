@@ -401,7 +401,7 @@ def test_replies_handed_by_their_notices_are_marked_sent_together_and_a_stop_wri
 
     monkeypatch.setattr(OutboxClaims, "sent", counted)
     looks = _looks_in_the_outbox(monkeypatch)
-    replica = cluster.replica(poll_s=600.0, mark_every_s=3.0)  # one look in the outbox at the start, then none
+    replica = cluster.replica(poll_s=600.0, mark_every_s=5.0)  # one look in the outbox at the start, then none
     try:
         client = replica.client()
         poll_until(lambda: looks, what="the replica's first look in the outbox")
@@ -409,7 +409,7 @@ def test_replies_handed_by_their_notices_are_marked_sent_together_and_a_stop_wri
             answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"n{n}"}])
             assert answer.choices[0].message.content == f"echo: n{n}"  # handed at once: only the mark waits
         assert cluster.pg.outbox.backlog() == 4
-        poll_until(lambda: cluster.pg.outbox.backlog() == 0, timeout=10, what="the four replies marked sent")
+        poll_until(lambda: cluster.pg.outbox.backlog() == 0, timeout=20, what="the four replies marked sent")
         assert [len(ids) for ids in writes] == [4]  # one statement for the four
         assert len(looks) == 1  # and no look in the outbox: the notices brought the replies
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "last"}])
