@@ -18,12 +18,13 @@ LOCKED``): a chat's next reply is claimed only after its head was sent or given 
 commit order. Sends run on :class:`~hermes_actors.runtime.lanes.LaneWorkers`, one at a time per chat and several
 chats at once, so a sender sleeping in its rate limiter for one chat holds up only that chat.
 
-Each send mirrors the single-machine outbox (:mod:`hermes_actors.runtime.outbox`): its attempt is counted first, in a
-transaction that also checks the role lease (a replica whose term ended sends nothing); a row with attempts but no
-``sent_at`` whose outcome this process does not know is sent again with ``possible_duplicate`` unless the sender's
-sends are idempotent; a failure is retried with exponential backoff or after the platform's ``retry_after``, a
-permanent one gives the reply up (``give_up``: recording the dead letters of what it answered, as the single-machine
-outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
+Each send mirrors the single-machine outbox (:mod:`hermes_actors.runtime.outbox`): its attempt is counted first, by
+the statement that claims the row, which claims only rows of targets whose role term the database says is held (a
+replica whose term ended claims and sends nothing; a claimed row not sent after all has its attempt taken back); a
+row with attempts but no ``sent_at`` whose outcome this process does not know is sent again with
+``possible_duplicate`` unless the sender's sends are idempotent; a failure is retried with exponential backoff or
+after the platform's ``retry_after``, a permanent one gives the reply up (``give_up``: recording the dead letters of
+what it answered, as the single-machine outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 import msgspec
 
 from hermes_actors.cluster.replica.roles import RoleTerm, send_role
-from hermes_actors.errors import RoleLostError, StoreError
+from hermes_actors.errors import RoleLostError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.ports import ReplySender, SendError
 from hermes_actors.runtime.lanes import LaneWorkers
@@ -195,11 +196,6 @@ class OutboxDispatcher:
             else:
                 term.keep()
 
-    def _unit_for(self, row: OutboxRow) -> _Unit | None:
-        """The sender offered for ``row`` now, if any (one for its account before one for every account)."""
-        found = [unit for unit in self._units.values() if unit.serves(row)]
-        return min(found, key=lambda unit: unit.accounts is None, default=None)
-
     # -- claiming and sending ------------------------------------------------------------------------------------
 
     def dispatch_once(self, limit: int = 100, *, wait: bool = True) -> int:
@@ -210,24 +206,36 @@ class OutboxDispatcher:
             units = list(self._units.values())
             free = min(limit, self._workers.size - len(self._busy))
             news = self._news  # read before the claim: a reply queued after it counts as news for its sends
-        targets = sorted({target for unit in units if unit.term.epoch() is not None for target in unit.targets()})
+        # Each target with the term it is sent under: the claim counts each row's attempt under that term.
+        serving = {target: unit for unit in units if unit.term.epoch() is not None for target in unit.targets()}
+        targets = sorted(serving)
         if not targets or free <= 0:
             with self._lock:
                 self._again = bool(targets)  # every lane busy: claim again when a send ends
             return 0
-        claimed = self._store.outbox_claims.claim(self._name, limit=free, lease_s=self._claim_s, targets=targets)
+        terms = [serving[target].term for target in targets]
+        try:
+            under = self._store.roles.held_among_query([term.held() for term in terms])
+        except RoleLostError:  # a term's local deadline passed since: the next round leaves it out
+            return 0
+        claimed = self._store.outbox_claims.claim(
+            self._name, limit=free, lease_s=self._claim_s, targets=targets, under=under
+        )
         rows = claimed.rows
         started: list[int] = []
         dropped: list[int] = []
+        kept: list[int] = []
         for row in rows:
             key = _chat_of(row)
+            unit = serving[targets[claimed.via[row.id]]]
             with self._lock:
-                unit = self._unit_for(row)
                 if key in self._busy:
                     if self._busy[key][0] != row.id:  # the chat's next reply, its head's send just ending: next round
                         dropped.append(row.id)
-                    continue  # else our own claim ran out while the row is still being sent: it stays ours
-                if unit is None:  # withdrawn meanwhile
+                    else:  # our own claim ran out while the row is still being sent: it stays ours, sent once
+                        kept.append(row.id)
+                    continue
+                if self._units.get((unit.term.role, unit.platform)) is not unit:  # withdrawn meanwhile
                     dropped.append(row.id)
                     continue
                 self._busy[key] = (row.id, unit.term.role)
@@ -238,7 +246,9 @@ class OutboxDispatcher:
             self._capped = len(rows) >= free
             self._again = self._capped or bool(dropped)
         if dropped:
-            self._store.outbox_claims.unclaim(self._name, dropped)
+            self._store.outbox_claims.uncount(self._name, dropped, unclaim=True)
+        if kept:
+            self._store.outbox_claims.uncount(self._name, kept, unclaim=False)
         if wait:
             with self._lock:
                 self._lock.wait_for(lambda: not set(started) & {r for r, _ in self._busy.values()}, self._claim_s)
@@ -261,15 +271,11 @@ class OutboxDispatcher:
 
     def _send(self, row: OutboxRow, sender: ReplySender, term: RoleTerm) -> None:
         claims = self._store.outbox_claims
-        try:  # the attempt counted under the role's term, in one statement
-            counted = claims.attempt(row.id, term.held_query())
-            if counted is None:
-                raise RoleLostError(f"{term.holder} no longer holds the role {term.role} (its term ended or was taken)")
-            attempt = counted
-        except (RoleLostError, StoreError) as exc:  # nothing was sent: the row waits for the role's holder
-            _log.info("dispatcher %s: reply %d not sent: %s", self._name, row.id, exc)
-            claims.unclaim(self._name, [row.id])
+        if term.epoch() is None:  # the term ran out locally since the claim counted the attempt: nothing is sent
+            _log.info("dispatcher %s: reply %d not sent: %s's term ended", self._name, row.id, term.role)
+            claims.uncount(self._name, [row.id], unclaim=True)
             return
+        attempt = row.attempts + 1  # counted by the claim, under the term
         message = msgspec.structs.replace(decode_outbound(row.payload), outbox_id=row.id)
         with self._lock:  # an attempt before this process knew the row, or one of unknown outcome, may have left
             suspect = self._suspect.get(row.id, row.attempts > 0)

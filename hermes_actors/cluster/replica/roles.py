@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from hermes_actors.errors import RoleLostError, StoreError
 from hermes_actors.store.pg.roles import PgRoles
@@ -97,14 +96,14 @@ class RoleTerm:
         except StoreError as exc:
             _log.warning("%s: could not release %s (it runs out by itself): %s", self.holder, self.role, exc)
 
-    def held_query(self) -> tuple[str, dict[str, Any]]:
-        """:meth:`check` for one statement that writes only under the term
-        (:meth:`~hermes_actors.store.pg.roles.PgRoles.held_query`); :class:`RoleLostError` at once when the local
-        deadline has passed."""
+    def held(self) -> tuple[str, str, int]:
+        """The term as (role, holder, epoch), for a statement that writes only under it
+        (:meth:`~hermes_actors.store.pg.roles.PgRoles.held_among_query`); :class:`RoleLostError` at once when the
+        local deadline has passed."""
         epoch = self.epoch()
         if epoch is None:
             raise RoleLostError(f"{self.holder} does not hold {self.role} (or its term ran out locally)")
-        return self._roles.held_query(self.role, self.holder, epoch)
+        return self.role, self.holder, epoch
 
     def check(self) -> None:
         """Inside a transaction: :class:`RoleLostError` unless the term is held by the local deadline and by the

@@ -25,11 +25,13 @@ _UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
 
 
 class Claimed(msgspec.Struct, frozen=True, kw_only=True):
-    """What one :meth:`OutboxClaims.claim` took: the rows in id order, and the ids of those with another unsent
-    reply of their chat behind them."""
+    """What one :meth:`OutboxClaims.claim` took: the rows in id order, the ids of those with another unsent reply of
+    their chat behind them, and for a claim ``under`` role terms, the target each row was claimed through (row id ->
+    position in ``targets``); each of those rows had its send attempt counted (``attempts`` is the count before)."""
 
     rows: list[OutboxRow]
     followed: frozenset[int]
+    via: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 class OutboxClaims(SqlTable):
@@ -42,60 +44,70 @@ class OutboxClaims(SqlTable):
         limit: int = 100,
         lease_s: float = 30.0,
         targets: Sequence[tuple[str, str | None]] | None = None,
+        under: tuple[str, dict[str, Any]] | None = None,
     ) -> Claimed:
         """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat;
         with ``targets``, only rows of those (platform, account) pairs, an account of ``None`` standing for every
         account of its platform. Says which of them have another unsent reply of their chat behind them (the next
-        claim's, once they are settled)."""
+        claim's, once they are settled).
+
+        ``under``: the role term each target is sent under, as a query of the positions (from 1) of the targets
+        whose term is held (:meth:`~hermes_actors.store.pg.roles.PgRoles.held_among_query`) and its parameters.
+        Then only rows of a target whose term is held are claimed, through the first such target that names their
+        account (else the first for their platform), and each claimed row's send attempt is counted in the same
+        statement: a dispatcher sends only what was claimed and counted under a term it held."""
         if targets is not None and not targets:
             return Claimed(rows=[], followed=frozenset())
+        if under is not None and targets is None:
+            raise ValueError("a claim under role terms names its targets")
+        held, held_params = under if under is not None else ("SELECT NULL::bigint AS n WHERE FALSE", {})
+        through = (  # the target a row is claimed through: held (or no terms asked), its account's before any
+            "SELECT t.n - 1 FROM unnest(:platforms::text[], :accounts::text[]) "
+            "WITH ORDINALITY AS t(platform, account, n) WHERE t.platform = {o}.platform "
+            "AND (t.account IS NULL OR t.account = {o}.account_id) "
+            "AND (NOT :under OR t.n IN (SELECT n FROM held)) ORDER BY t.account IS NULL, t.n LIMIT 1"
+        )
         rows = self._db.execute(
-            f"WITH heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
+            f"WITH held AS ({held}), heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
             "AND o.next_attempt_at <= :now AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
-            "AND (:platforms::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest(:platforms::text[], "
-            ":accounts::text[]) AS t(platform, account) WHERE t.platform = o.platform "
-            "AND (t.account IS NULL OR t.account = o.account_id))) "
+            f"AND (:platforms::text[] IS NULL OR EXISTS ({through.format(o='o')})) "
             f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
             "AND p.platform = o.platform AND p.account_id = o.account_id "
             "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
             "ORDER BY o.id LIMIT :limit FOR UPDATE OF o SKIP LOCKED) "
-            "UPDATE outbox AS u SET claimed_by = :who, "
+            "UPDATE outbox AS u SET claimed_by = :who, attempts = u.attempts + CASE WHEN :under THEN 1 ELSE 0 END, "
             "claimed_until = clock_timestamp() + make_interval(secs => :lease) "
             f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}, EXISTS (SELECT 1 FROM outbox n "
             f"WHERE {_UNSENT.format(t='n')} AND n.id > heads.id AND n.platform = heads.platform "
             "AND n.account_id = heads.account_id AND n.chat_id IS NOT DISTINCT FROM heads.chat_id "
-            "AND n.thread_id IS NOT DISTINCT FROM heads.thread_id)",
+            f"AND n.thread_id IS NOT DISTINCT FROM heads.thread_id), ({through.format(o='heads')})",
             {
+                **held_params,
                 "now": self._clock(),
                 "limit": limit,
                 "who": dispatcher,
                 "lease": lease_s,
+                "under": under is not None,
                 "platforms": None if targets is None else [platform for platform, _ in targets],
                 "accounts": None if targets is None else [account for _, account in targets],
             },
             keyed=True,  # the unsent rows' partial index whatever the values
         )
-        claimed = sorted(((outbox_row(row[:-1]), bool(row[-1])) for row in rows), key=lambda pair: pair[0].id)
+        claimed = sorted(((outbox_row(row[:-2]), bool(row[-2]), row[-1]) for row in rows), key=lambda r: r[0].id)
         return Claimed(
-            rows=[row for row, _ in claimed], followed=frozenset(row.id for row, behind in claimed if behind)
+            rows=[row for row, _, _ in claimed],
+            followed=frozenset(row.id for row, behind, _ in claimed if behind),
+            via={row.id: int(at) for row, _, at in claimed if under is not None and at is not None},
         )
 
-    def attempt(self, outbox_id: int, held: tuple[str, dict[str, Any]]) -> int | None:
-        """Count a send attempt of a row before it is made, under a role term (``held``:
-        :meth:`~hermes_actors.store.pg.roles.PgRoles.held_query`), in one statement: the attempt's number (0 for a
-        row that is gone), or ``None`` when the term is not held (nothing was counted)."""
-        term, params = held
-        rows = self._db.execute(
-            f"WITH {term}, counted AS (UPDATE outbox SET attempts = attempts + 1 WHERE id = :outbox_id "
-            "AND EXISTS (SELECT 1 FROM term) RETURNING attempts) "
-            "SELECT EXISTS (SELECT 1 FROM term), (SELECT attempts FROM counted)",
-            {**params, "outbox_id": outbox_id},
-            keyed=True,
+    def uncount(self, dispatcher: str, outbox_ids: Sequence[int], *, unclaim: bool) -> int:
+        """Take back the attempts a claim ``under`` role terms counted for ``outbox_ids`` that ``dispatcher`` did not
+        send after all (with ``unclaim``, ending its claims of them too); how many it held."""
+        ended = ", claimed_by = NULL, claimed_until = NULL" if unclaim else ""
+        return self._db.count(
+            f"UPDATE outbox SET attempts = greatest(attempts - 1, 0){ended} WHERE id = ANY(?) AND claimed_by = ?",
+            (list(outbox_ids), dispatcher),
         )
-        taken, attempts = rows[0]
-        if not taken:
-            return None
-        return 0 if attempts is None else int(attempts)
 
     def sent(self, dispatcher: str | None, sent: Sequence[tuple[int, str | None]]) -> None:
         """Record the delivery of rows (row id, platform message id) as

@@ -12,7 +12,7 @@ locks can be starved by a stream of overlapping writes, each taking the lock bef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -39,10 +39,11 @@ class RoleLease(msgspec.Struct, frozen=True, kw_only=True):
 class PgRoles:
     """Acquire, renew, release and check role terms on the database clock (``skew`` seconds added, for tests)."""
 
-    __slots__ = ("_terms",)
+    __slots__ = ("_skew", "_terms")
 
     def __init__(self, db: SqlDb, skew: Callable[[], float]) -> None:
         self._terms = TermTable(db, _SPEC, skew=skew)
+        self._skew = skew
 
     def acquire(self, role: str, holder: str, ttl_s: float) -> int | None:
         """Take ``role`` if it is free, released or expired, under a new epoch; the epoch, or ``None`` (held)."""
@@ -69,12 +70,23 @@ class PgRoles:
                 "took it); the write was rolled back"
             )
 
-    def held_query(self, role: str, holder: str, epoch: int) -> tuple[str, dict[str, Any]]:
-        """:meth:`check` as a ``WITH`` query named ``term`` for a statement that writes only under the role: it holds
-        the role's row ``FOR KEY SHARE`` and yields a row when ``holder`` has the role at ``epoch``, unexpired
-        (none otherwise); with its parameters (named ``key``, ``holder``, ``epoch`` and ``skew``)."""
-        query, params = self._terms.check_query(role, holder, epoch)
-        return f"term AS ({query})", params
+    def held_among_query(self, terms: Sequence[tuple[str, str, int]]) -> tuple[str, dict[str, Any]]:
+        """:meth:`check` as a query for a statement that writes only under roles, for several terms (role, holder,
+        epoch) at once: the positions ``n`` (from 1) of those held, each held role's row ``FOR KEY SHARE``; with its
+        parameters (named ``term_roles``, ``term_holders``, ``term_epochs`` and ``skew``)."""
+        spec = self._terms.spec
+        query = (
+            "SELECT t.n FROM unnest(:term_roles::text[], :term_holders::text[], :term_epochs::bigint[]) "
+            f"WITH ORDINALITY AS t(role, holder, epoch, n) JOIN {spec.table} r ON r.{spec.key} = t.role "
+            f"AND r.{spec.holder} = t.holder AND r.epoch = t.epoch WHERE r.expires_at >= {spec.clock.now} "
+            "FOR KEY SHARE OF r"
+        )
+        return query, {
+            "term_roles": [role for role, _, _ in terms],
+            "term_holders": [holder for _, holder, _ in terms],
+            "term_epochs": [epoch for _, _, epoch in terms],
+            "skew": self._skew(),
+        }
 
     def leases(self) -> list[RoleLease]:
         """Every role's row, by role."""
