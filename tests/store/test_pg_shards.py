@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hermes_actors.errors import LeaseLostError, ShardLostError
+from hermes_actors.ids import SessionKind, is_session_id
 from hermes_actors.store import InboxState
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shard_queue import InboxListener, Notices
-from hermes_actors.store.pg.shards import ShardFence, home_shards, shard_of
+from hermes_actors.store.pg.shards import ShardFence, home_shards, new_session_id_in, shard_of
 
 TTL = 10.0
 
@@ -47,6 +48,17 @@ def test_a_session_s_shard_is_the_first_8_bytes_of_its_sha256_modulo_the_shard_c
     assert shard_of("a", 2**64) == 0xCA978112CA1BBDCA
     assert shard_of("a", 256) == 0xCA
     assert {shard_of(f"s{i}", 4) for i in range(100)} == {0, 1, 2, 3}
+
+
+def test_a_new_session_id_drawn_for_a_shard_lands_in_it_and_keeps_the_id_s_shape() -> None:
+    drawn = [new_session_id_in(shard, 256) for shard in range(256)]
+    assert [shard_of(session_id, 256) for session_id in drawn] == list(range(256))
+    assert all(is_session_id(session_id) and len(session_id.rsplit("_", 1)[1]) == 8 for session_id in drawn)
+    assert len(set(drawn)) == 256
+    terminal = new_session_id_in(5, 16, SessionKind.CLI)
+    assert is_session_id(terminal)
+    assert len(terminal.rsplit("_", 1)[1]) == 6
+    assert shard_of(terminal, 16) == 5
 
 
 def test_home_shards_split_every_shard_once_and_a_removed_host_moves_only_its_own() -> None:

@@ -41,14 +41,14 @@ from hermes_actors.cluster.host.timers import ShardTimers
 from hermes_actors.cluster.host_stats import HostStats, encode_stats, oldest_handed, turn_outcomes
 from hermes_actors.cluster.turn_relay import EventRelay
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.ids import SessionKind
 from hermes_actors.media import MediaStore
 from hermes_actors.runtime.agent_roster import AgentRoster
 from hermes_actors.runtime.assembly import GatewayOptions, Runtime, wire
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.protocol import TurnOutcome
 from hermes_actors.store.pg.shard_queue import InboxListener, ShardRow
-from hermes_actors.store.pg.shards import ShardFence, shard_of
+from hermes_actors.store.pg.shards import ShardFence, new_session_id_in, shard_of
 from hermes_actors.store.pg.store import PostgresStore
 from hermes_actors.store.pg.writer import PgReaders, PgWriter
 
@@ -155,11 +155,7 @@ class HostRuntime:
     def _new_id(self, kind: SessionKind, near: str) -> str:
         """A new session id in the shard of ``near`` (a routing key or a parent session): the key's next message
         and the parent's pending rows are in that shard, so the same host runs them in order."""
-        target = shard_of(near, self.settings.shards)
-        while True:
-            session_id = new_session_id(kind)
-            if shard_of(session_id, self.settings.shards) == target:
-                return session_id
+        return new_session_id_in(shard_of(near, self.settings.shards), self.settings.shards, kind)
 
     def _turn_done(self, outcome: TurnOutcome) -> None:
         self._turns += 1

@@ -18,6 +18,7 @@ shards it renews could deadlock with a group commit holding one of them and aski
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 import msgspec
 
 from hermes_actors.errors import ShardLostError
+from hermes_actors.ids import SessionKind, new_session_id
 from hermes_actors.store.sql import SqlDb
 from hermes_actors.store.term_guard import TermGuard, prefixed
 from hermes_actors.store.terms import DATABASE_CLOCK, HeldTerms, TermSpec, TermTable
@@ -37,6 +39,7 @@ __all__ = [
     "ShardFence",
     "ShardLease",
     "home_shards",
+    "new_session_id_in",
     "shard_for_key",
     "shard_of",
 ]
@@ -50,6 +53,23 @@ def shard_of(session_id: str, shards: int) -> int:
     """The shard of ``session_id`` among ``shards`` (stable across hosts, processes and Python versions)."""
     digest = hashlib.sha256(session_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % shards
+
+
+def new_session_id_in(shard: int, shards: int, kind: SessionKind = SessionKind.GATEWAY) -> str:
+    """A new session id (:func:`~hermes_actors.ids.new_session_id`) whose :func:`shard_of` is ``shard``: its time
+    drawn once, then random suffixes until one hashes there (``shards`` tries on average, each hashing only the
+    suffix after the time's digest state)."""
+    drawn = new_session_id(kind)
+    stem, digits = drawn[: drawn.rindex("_") + 1], len(drawn) - drawn.rindex("_") - 1
+    head = hashlib.sha256(stem.encode("utf-8"))
+    while True:
+        block = secrets.token_hex(4 * 64)
+        for start in range(0, len(block), 8):
+            suffix = block[start : start + digits]
+            tried = head.copy()
+            tried.update(suffix.encode("ascii"))
+            if int.from_bytes(tried.digest()[:8], "big") % shards == shard:
+                return stem + suffix
 
 
 def shard_for_key(route: str | None, routing_key: str, shards: int) -> int:
