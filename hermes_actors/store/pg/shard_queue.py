@@ -20,6 +20,7 @@ import psycopg
 
 from hermes_actors.store.inbox import INBOX_COLUMNS, inbox_insert, inbox_row
 from hermes_actors.store.pg.db import store_error
+from hermes_actors.store.pg.notices import wait_notices
 from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 from hermes_actors.store.sql import SqlDb, SqlTable, notice_payload
@@ -310,10 +311,8 @@ class InboxListener:
         try:
             if self._connection.closed and not self._closed:
                 self._connection = self._connect()
-            for notify in self._connection.notifies(timeout=timeout_s, stop_after=1):
-                _gather(notices, notify.payload, wanted)
-            for notify in self._connection.notifies(timeout=0.0):
-                _gather(notices, notify.payload, wanted)
+            for _, payload in wait_notices(self._connection, timeout_s):
+                _gather(notices, payload, wanted)
         except psycopg.Error as exc:
             raise store_error(exc, f"LISTEN {CHANNEL}") from exc
         return notices

@@ -26,6 +26,8 @@ from typing import Any
 import msgspec
 import psycopg
 
+from hermes_actors.store.pg.notices import wait_notices
+
 __all__ = [
     "EVENTS_CHANNEL",
     "MAX_PAYLOAD",
@@ -102,9 +104,7 @@ class RelayListener:
 
     def wait(self, timeout_s: float) -> list[tuple[str, str]]:
         """What was notified within ``timeout_s`` (empty when nothing was), with what else is already queued."""
-        found = [(n.channel, n.payload) for n in self._connection.notifies(timeout=timeout_s, stop_after=1)]
-        found.extend((n.channel, n.payload) for n in self._connection.notifies(timeout=0.0))
-        return found
+        return wait_notices(self._connection, timeout_s)
 
     def close(self) -> None:
         """Close the connection (a waiting :meth:`wait` returns or raises)."""
