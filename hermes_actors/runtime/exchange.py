@@ -184,9 +184,10 @@ class Exchange:
         def commit(
             store: StoreInterface,
         ) -> tuple[int | None, list[int], CreatedRow | None, OutboundMessage | None]:
-            state.fence(store)
+            completion = store.inbox.completion([d.inbox_id for d in answering], session_id=self.session_id)
+            state.fence(store, completion.fenced() if answering else None)  # the rows completed under the fence
             for delivery in answering:
-                if not store.inbox.complete(delivery.inbox_id, session_id=self.session_id) and delivery.inbox_id > 0:
+                if delivery.inbox_id not in completion.done and delivery.inbox_id > 0:
                     raise StaleTurnError(
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
                     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from hermes_actors.runtime.leases import wait_for_lease
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.store import StoreInterface
+from hermes_actors.store.term_guard import FencedWrite
 
 __all__ = ["SessionLease"]
 
@@ -65,14 +66,17 @@ class SessionLease:
         self._epoch = epoch or 0
         self._seen = self._checked = None
 
-    def fence(self, store: StoreInterface) -> None:
-        """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands."""
+    def fence(self, store: StoreInterface, then: FencedWrite | None = None) -> None:
+        """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands;
+        ``then``: the commit's first write under it (:meth:`~hermes_actors.store.leases.Leases.fence`)."""
         self._checked = None
         services = self._services
         ttl = services.config.lease_ttl_s
         now = services.clock()
         seen = self._seen if now < self._seen_until else None
-        self._checked = store.leases.fence(self.session_id, services.lease_owner, self._epoch, ttl, seen=seen)
+        self._checked = store.leases.fence(
+            self.session_id, services.lease_owner, self._epoch, ttl, seen=seen, then=then
+        )
         if self._checked != seen:
             self._checked_until = now + ttl / 2
         else:

@@ -32,6 +32,7 @@ from hermes_actors.runtime.services import SessionServices
 from hermes_actors.runtime.session_lease import SessionLease
 from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, StoreInterface
 from hermes_actors.store.approvals import ApprovalRow
+from hermes_actors.store.term_guard import FencedWrite
 
 __all__ = ["SessionState"]
 
@@ -143,10 +144,13 @@ class SessionState:
             self.reload()
         return holder
 
-    def fence(self, store: StoreInterface) -> None:
-        """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took."""
+    def fence(self, store: StoreInterface, then: FencedWrite | None = None) -> None:
+        """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took; then
+        ``then``, the commit's first write under it (in the check's own statement where the store can)."""
         if self._create_with is None:
-            self._lease.fence(store)
+            self._lease.fence(store, then)
+        elif then is not None:  # a new session: no lease to check yet
+            then.alone()
 
     def lease_ended(self) -> None:
         """The lease was released in the commit that just ended or continued the session, or was taken over: the

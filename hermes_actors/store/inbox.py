@@ -12,8 +12,9 @@ from typing import Any
 
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState, QueueSummary
 from hermes_actors.store.sql import SqlDb, SqlTable
+from hermes_actors.store.term_guard import FencedWrite
 
-__all__ = ["INBOX_COLUMNS", "Inbox", "inbox_insert", "inbox_row"]
+__all__ = ["INBOX_COLUMNS", "Completion", "Inbox", "inbox_insert", "inbox_row"]
 
 _PENDING = InboxState.PENDING.value
 
@@ -98,6 +99,14 @@ class Inbox(SqlTable):
             check(session_id if shard is None else int(shard))
         return bool(changed)
 
+    def completion(
+        self, inbox_ids: Sequence[int], *, session_id: str, state: InboxState = InboxState.DONE
+    ) -> Completion:
+        """The completion of the rows a turn of ``session_id`` answers, for its session lease's fence to carry
+        (:meth:`~hermes_actors.store.leases.Leases.fence` with ``then``): :attr:`Completion.done` says afterwards
+        which were pending, as :meth:`complete` does one by one."""
+        return Completion(self, inbox_ids, session_id, state, now=self._clock())
+
     def claim(self, inbox_id: int, owner: str) -> None:
         """Make ``owner`` the process that runs the pending row's turn (recovery after its owner died)."""
         self._db.execute("UPDATE inbox SET owner = ? WHERE id = ? AND state = ?", (owner, inbox_id, _PENDING))
@@ -168,3 +177,49 @@ class Inbox(SqlTable):
             "SELECT payload FROM inbox WHERE platform = ? AND received_at >= ? ORDER BY id", (platform, since)
         )
         return [bytes(payload) for (payload,) in rows if isinstance(payload, bytes | memoryview)]
+
+
+class Completion:
+    """Pending rows completed under a session lease's fence (:meth:`Inbox.completion`): in the fence's own statement
+    where the store carries it as one (:meth:`fenced`; PostgreSQL, a shard host), else one by one after the check
+    (:meth:`Inbox.complete`); the row's shard is checked either way. :attr:`done`: the ids that were pending."""
+
+    __slots__ = ("_ids", "_inbox", "_now", "_session_id", "_state", "done")
+
+    def __init__(
+        self, inbox: Inbox, inbox_ids: Sequence[int], session_id: str, state: InboxState, *, now: float
+    ) -> None:
+        self._inbox = inbox
+        self._now = now
+        self._ids = list(inbox_ids)
+        self._session_id = session_id
+        self._state = InboxState(state)
+        self.done: set[int] = set()
+
+    def fenced(self) -> FencedWrite:
+        """The write for :meth:`~hermes_actors.store.leases.Leases.fence`'s ``then``."""
+        query = (
+            "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
+            f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
+            "RETURNING id, shard"
+        )
+        params = {
+            "inbox_state": self._state.value,
+            "inbox_session": self._session_id,
+            "inbox_at": self._now,
+            "inbox_ids": self._ids,
+        }
+        return FencedWrite(query, params, self._took, self._alone)
+
+    def _took(self, rows: list[dict[str, Any]]) -> None:
+        check = self._inbox.shard_check
+        for row in rows:
+            if check is not None:  # before the commit, so it can refuse it
+                shard = row["shard"]
+                check(self._session_id if shard is None else int(shard))
+            self.done.add(int(row["id"]))
+
+    def _alone(self) -> None:
+        for inbox_id in self._ids:
+            if self._inbox.complete(inbox_id, session_id=self._session_id, state=self._state):
+                self.done.add(inbox_id)

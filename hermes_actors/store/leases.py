@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from hermes_actors.errors import LeaseLostError
 from hermes_actors.store.sql import Dialect, SqlDb
-from hermes_actors.store.term_guard import TermGuard
+from hermes_actors.store.term_guard import FencedWrite, TermGuard
 from hermes_actors.store.terms import DATABASE_SECONDS_CLOCK, STORE_CLOCK, TermClock, TermSpec, TermTable
 
 __all__ = ["Leases"]
@@ -86,7 +87,16 @@ class Leases:
         granted = self.grant(session_id, owner, ttl_s)
         return granted if isinstance(granted, str) else None
 
-    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float, *, seen: int | None = None) -> int | None:
+    def fence(
+        self,
+        session_id: str,
+        owner: str,
+        epoch: int,
+        ttl_s: float,
+        *,
+        seen: int | None = None,
+        then: FencedWrite | None = None,
+    ) -> int | None:
         """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it;
         return the database's version (SQLite's ``PRAGMA data_version``; ``None`` on PostgreSQL) it was seen at.
 
@@ -99,24 +109,47 @@ class Leases:
         writer holds the write lock from its ``BEGIN IMMEDIATE`` to its commit, so nothing can commit between this
         answer and the caller's commit either. Any other process's commit, of whatever table, sends the next check
         to the table again.
+
+        ``then``: the caller's first write under the lease. Where the check carries a shard's guard (a shard host)
+        the write rides in the renewal's statement, one round trip where two were; elsewhere it runs after the check.
         """
         guard = self.shard_guard(session_id) if self.shard_guard is not None else None
         if guard is not None:
             with self._db.transaction(savepoint=False):
-                if self._terms.renew(owner, ttl_s, terms={session_id: epoch}, guard=guard):
+                renewed, rows = self._renewed(owner, ttl_s, {session_id: epoch}, guard, then)
+                if renewed:
                     guard.held()
+                    if then is not None:
+                        then.took(rows)  # its shard checks know the guard's shard is held now
                     return self._version()
                 guard.check()  # raises when the shard's term is what was lost
                 raise self._lost(session_id, epoch)
         if self.shard_check is not None and not self.shard_check(session_id):
-            return None
-        version = self._version()
-        if seen is not None and version == seen:
-            return version
-        with self._db.transaction(savepoint=False):
-            if not self._terms.renew(owner, ttl_s, terms={session_id: epoch}):
-                raise self._lost(session_id, epoch)
+            version = None
+        else:
+            version = self._version()
+            if seen is None or version != seen:
+                with self._db.transaction(savepoint=False):
+                    if not self._terms.renew(owner, ttl_s, terms={session_id: epoch}):
+                        raise self._lost(session_id, epoch)
+        if then is not None:
+            then.alone()
         return version
+
+    def _renewed(
+        self, owner: str, ttl_s: float, terms: dict[str, int], guard: TermGuard, then: FencedWrite | None
+    ) -> tuple[bool, list[dict[str, Any]]]:
+        """Renew ``terms`` under ``guard``, with ``then`` in the same statement: whether they were renewed, and the
+        rows ``then`` returned."""
+        if then is None:
+            return bool(self._terms.renew(owner, ttl_s, terms=terms, guard=guard)), []
+        under, renewal, params = self._terms.renewal(owner, ttl_s, self._terms.which(terms=terms), guard)
+        ((renewed, rows),) = self._db.execute(
+            f"WITH {under}, renewed AS ({renewal}), fenced AS ({then.query}) "
+            "SELECT EXISTS (SELECT FROM renewed), (SELECT json_agg(fenced) FROM fenced)",
+            {**params, **then.params},
+        )
+        return bool(renewed), rows or []
 
     @staticmethod
     def _lost(session_id: str, epoch: int) -> LeaseLostError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from hermes_actors.messages import Attachment, ResponseRecord
 from hermes_actors.store.records import (
@@ -21,6 +21,10 @@ from hermes_actors.store.records import (
     QueueSummary,
     TimerRow,
 )
+
+if TYPE_CHECKING:
+    from hermes_actors.store.inbox import Completion
+    from hermes_actors.store.term_guard import FencedWrite
 
 __all__ = [
     "AttachmentIndex",
@@ -55,6 +59,12 @@ class InboxQueue(Protocol):
 
     def complete(self, inbox_id: int, *, session_id: str | None, state: InboxState = InboxState.DONE) -> bool:
         """Mark a pending row answered or refused; whether it was pending."""
+        ...
+
+    def completion(
+        self, inbox_ids: Sequence[int], *, session_id: str, state: InboxState = InboxState.DONE
+    ) -> Completion:
+        """The completion of the rows a turn answers, for its lease's fence to carry (``fence(then=...)``)."""
         ...
 
     def claim(self, inbox_id: int, owner: str) -> None:
@@ -175,10 +185,20 @@ class LeaseTable(Protocol):
         """Take or renew the lease: ``None``, or the current holder."""
         ...
 
-    def fence(self, session_id: str, owner: str, epoch: int, ttl_s: float, *, seen: int | None = None) -> int | None:
+    def fence(
+        self,
+        session_id: str,
+        owner: str,
+        epoch: int,
+        ttl_s: float,
+        *,
+        seen: int | None = None,
+        then: FencedWrite | None = None,
+    ) -> int | None:
         """Check inside the caller's transaction that the lease is still held at ``epoch`` (:class:`LeaseLostError`);
         the database version the hold was seen at (``seen``: one a committed check returned before; ``None``: the
-        database has no versions)."""
+        database has no versions). ``then``: the caller's first write under the lease, in the check's statement where
+        the store can carry it there, else after it."""
         ...
 
     def epoch_of(self, session_id: str, owner: str) -> int | None:

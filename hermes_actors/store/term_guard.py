@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["TermGuard", "prefixed"]
+__all__ = ["FencedWrite", "TermGuard", "prefixed"]
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -26,6 +26,19 @@ class TermGuard(NamedTuple):
     params: dict[str, Any]
     held: Callable[[], None]
     check: Callable[[], object]
+
+
+class FencedWrite(NamedTuple):
+    """A write that rides in a fence's own statement where a store carries the fence as one (a shard host's session
+    lease, renewed under its shard's term): a data-modifying query with ``RETURNING`` that says ``EXISTS (SELECT
+    FROM renewed)`` to write only when the term was renewed, its named parameters (prefixed, as a guard's), what to
+    do with the rows it returned (as dictionaries of its returned columns), and the write alone, for a fence
+    checked apart (SQLite, or a session with no lease yet), which runs it after the check."""
+
+    query: str
+    params: dict[str, Any]
+    took: Callable[[list[dict[str, Any]]], None]
+    alone: Callable[[], None]
 
 
 def prefixed(query: str, params: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""Leases, written once: a term table in the database (:class:`TermTable`) and the terms one holder keeps in memory
-with their local deadlines (:class:`HeldTerms`). Session leases (:mod:`hermes_actors.store.leases`), shard leases
-(:mod:`hermes_actors.store.pg.shards`) and role leases (:mod:`hermes_actors.store.pg.roles`) are its instances.
+"""Leases, written once: a term table in the database (:class:`TermTable`); the terms one holder keeps in memory
+with their local deadlines are :class:`~hermes_actors.store.held_terms.HeldTerms`. Session leases
+(:mod:`hermes_actors.store.leases`), shard leases (:mod:`hermes_actors.store.pg.shards`) and role leases
+(:mod:`hermes_actors.store.pg.roles`) are its instances.
 
 A row is one key's lease: ``holder``, the ``epoch`` of the holder's term, and ``expires_at``, its end. A term is
 taken under a new epoch once the last one ended (:meth:`TermTable.take`, after locking the row ``FOR UPDATE``),
@@ -15,10 +16,9 @@ shard's or a role's may not, since the cluster moves them by expiry alone).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,7 +29,6 @@ __all__ = [
     "DATABASE_CLOCK",
     "DATABASE_SECONDS_CLOCK",
     "STORE_CLOCK",
-    "HeldTerms",
     "TermClock",
     "TermRow",
     "TermSpec",
@@ -138,7 +137,7 @@ class TermTable:
             return {**params, "skew": self._skew()}
         return {**params, "now": self._clock()}
 
-    def _which(
+    def which(
         self, keys: Collection[K] | None = None, terms: Mapping[K, int] | None = None
     ) -> tuple[str, dict[str, Any]]:
         """The condition naming ``terms`` (key and epoch), or ``keys``, or every key (both ``None``)."""
@@ -192,7 +191,7 @@ class TermTable:
             return {}
         spec = self.spec
         clock = spec.clock
-        which, params = self._which(sorted(keys))
+        which, params = self.which(sorted(keys))
         epoch = "epoch + 1" if spec.rows_outlive_terms else ":epoch"
         if not spec.rows_outlive_terms:
             params["epoch"] = self._next_epoch()
@@ -221,17 +220,23 @@ class TermTable:
         renewed only where the spec allows it (``renew_expired``); none is while ``guard`` yields no row."""
         if (terms is not None and not terms) or (keys is not None and not keys):
             return {}
-        spec, (which, params) = self.spec, self._which(keys, terms)
+        under, statement, params = self.renewal(holder, ttl_s, self.which(keys, terms), guard)
+        return self._rows(self._db.execute(f"WITH {under} {statement}" if under else statement, params))
+
+    def renewal(
+        self, holder: str, ttl_s: float, which: tuple[str, dict[str, Any]], guard: TermGuard | None
+    ) -> tuple[str, str, dict[str, Any]]:
+        """:meth:`renew`'s statement unsent, for a statement that embeds it: its ``WITH`` query (the guard's, or
+        empty), the ``UPDATE`` (returning key and epoch) of the terms ``which`` names, and the parameters."""
+        spec, (condition, params) = self.spec, which
         unexpired = "" if spec.renew_expired else f" AND expires_at >= {spec.clock.now}"
-        under = "" if guard is None else f"WITH guard AS ({guard.query}) "
         only = "" if guard is None else " AND EXISTS (SELECT FROM guard)"
-        later = self._db.dialect.greatest("expires_at", spec.clock.deadline)
-        rows = self._db.execute(
-            f"{under}UPDATE {spec.table} SET expires_at = {later} "
-            f"WHERE {which} AND {spec.holder} = :holder{unexpired}{only} RETURNING {spec.key}, epoch",
+        return (
+            "" if guard is None else f"guard AS ({guard.query})",
+            f"UPDATE {spec.table} SET expires_at = {self._db.dialect.greatest('expires_at', spec.clock.deadline)} "
+            f"WHERE {condition} AND {spec.holder} = :holder{unexpired}{only} RETURNING {spec.key}, epoch",
             self._time(holder=holder, ttl=ttl_s, **params, **(guard.params if guard else {})),
         )
-        return self._rows(rows)
 
     def release(self, holder: str, *, terms: Mapping[K, int] | None = None, keys: Collection[K] | None = None) -> int:
         """End ``holder``'s terms now: those of ``terms`` (key -> epoch), of ``keys``, or (both ``None``) all of
@@ -240,7 +245,7 @@ class TermTable:
         if (terms is not None and not terms) or (keys is not None and not keys):
             return 0
         spec = self.spec
-        which, params = self._which(keys, terms)
+        which, params = self.which(keys, terms)
         if spec.rows_outlive_terms:
             statement = (
                 f"UPDATE {spec.table} SET {spec.holder} = NULL, expires_at = {spec.clock.now} "
@@ -330,71 +335,3 @@ class TermTable:
             self._time(),
         )
         return [key for (key,) in rows]
-
-
-class HeldTerms(Generic[K]):
-    """The terms ``holder`` holds (key -> epoch), each with its local deadline, shared by the holder's threads.
-
-    A term granted or renewed by a statement sent at ``asked_at`` (``monotonic``) ends locally ``ttl_s`` later:
-    no later than in the database. :meth:`held` forgets the terms past their deadline (counted in ``expired``, and
-    told to ``on_expired``); ``enabled=False`` (a test's switch) keeps every term whatever the deadline."""
-
-    def __init__(
-        self,
-        holder: str,
-        *,
-        monotonic: Callable[[], float] = time.monotonic,
-        on_expired: Callable[[list[K]], None] | None = None,
-        enabled: bool = True,
-    ) -> None:
-        self.holder = holder
-        self.enabled = enabled
-        self.expired = 0  # terms whose local deadline passed before a renewal
-        self._monotonic = monotonic
-        self._on_expired: Callable[[list[K]], None] | None = on_expired
-        self._lock = threading.Lock()
-        self._held: dict[K, tuple[int, float]] = {}  # key -> (epoch, local deadline)
-
-    def grant(self, terms: Mapping[K, int], ttl_s: float, *, asked_at: float) -> None:
-        """``terms`` (key -> epoch) were granted or renewed by a statement sent at ``asked_at`` (monotonic)."""
-        with self._lock:
-            for key, epoch in terms.items():
-                self._held[key] = (epoch, asked_at + ttl_s)
-
-    def drop(self, keys: Iterable[K]) -> dict[K, int]:
-        """Forget ``keys`` (released, or found lost at renewal); the terms forgotten, key -> epoch, whatever their
-        local deadline."""
-        with self._lock:
-            dropped = {key: self._held.pop(key) for key in keys if key in self._held}
-        return {key: epoch for key, (epoch, _) in dropped.items()}
-
-    def held(self) -> dict[K, int]:
-        """key -> epoch of every term whose local deadline has not passed (self-fencing forgets the rest)."""
-        now = self._monotonic() if self.enabled else float("-inf")
-        with self._lock:
-            expired = [key for key, (_, deadline) in self._held.items() if deadline <= now]
-            for key in expired:
-                del self._held[key]
-            self.expired += len(expired)
-            held = {key: epoch for key, (epoch, _) in self._held.items()}
-        if expired and self._on_expired is not None:
-            self._on_expired(expired)
-        return held
-
-    def epoch(self, key: K) -> int | None:
-        """The epoch of ``key``'s term, or ``None`` when not held (or past its local deadline): one key looked up,
-        not every term copied (a turn's fence asks once per commit)."""
-        now = self._monotonic() if self.enabled else float("-inf")
-        with self._lock:
-            found = self._held.get(key)
-            if found is None:
-                return None
-            epoch, deadline = found
-            if deadline > now:
-                return epoch
-        self.held()  # forgets it (and any other term past its deadline), telling ``on_expired``
-        return None
-
-    def holds_any(self, keys: Iterable[K]) -> bool:
-        """Whether any of ``keys`` is held (within its local deadline)."""
-        return any(self.epoch(key) is not None for key in keys)

@@ -15,6 +15,7 @@ from hermes_actors.store import InboxState
 from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shard_queue import InboxListener, Notices
 from hermes_actors.store.pg.shards import ShardFence, home_shards, new_session_id_in, shard_of
+from hermes_actors.store.sql import tracing
 
 TTL = 10.0
 
@@ -310,6 +311,58 @@ def test_a_turn_s_fence_checks_its_shard_inside_its_lease_renewal_and_names_the_
         assert fence.refusals == refusals + 1
     finally:
         shard_store.database.execute = execute  # type: ignore[method-assign]
+        shard_store.fence_shards(None)
+
+
+def _guarded(shard_store: PostgresStore, session_id: str, *messages: str) -> tuple[ShardFence, int, list[int]]:
+    """Hold ``session_id``'s shard as host "a" (no local deadline), its lease as "owner", and add ``messages``."""
+    fence = ShardFence("a", 8)
+    fence.grant(shard_store.shards.acquire("a", [shard_of(session_id, 8)], TTL), TTL, asked_at=float("inf"))
+    shard_store.fence_shards(fence)
+    epoch = shard_store.leases.grant(session_id, "owner", TTL)
+    assert isinstance(epoch, int)
+    added = [
+        shard_store.inbox.add(platform="t", account_id="", platform_message_id=m, routing_key="k", payload=b"")
+        for m in messages
+    ]
+    return fence, epoch, [i for i in added if i is not None]
+
+
+def test_a_turn_s_rows_are_completed_in_its_fence_s_own_statement(shard_store: PostgresStore) -> None:
+    session = shard_store.create_session("telegram", session_id="s-fenced")
+    _, epoch, (first, second, answered) = _guarded(shard_store, session.id, "m1", "m2", "m3")
+    shard_store.inbox.complete(answered, session_id=session.id)  # another turn's already
+    completion = shard_store.inbox.completion([first, second, answered], session_id=session.id)
+    try:
+        with tracing(shard_store.sql) as trace, shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=completion.fenced())
+        sent = [sql for sql, _ in trace.statements if sql not in ("BEGIN", "SAVEPOINT")]
+        (statement,) = sent  # one statement: the shard's check, the lease's renewal and the rows' completion
+        assert "UPDATE leases" in statement
+        assert "UPDATE inbox" in statement
+        assert completion.done == {first, second}
+        assert shard_store.inbox.pending_among([first, second, answered]) == set()
+        rows = shard_store.database.execute("SELECT session_id FROM inbox WHERE id = ANY(%s)", ([first, second],))
+        assert rows == [(session.id,), (session.id,)]
+    finally:
+        shard_store.fence_shards(None)
+
+
+def test_a_fence_whose_lease_or_shard_was_lost_completes_nothing(shard_store: PostgresStore, skew: Skew) -> None:
+    session = shard_store.create_session("telegram", session_id="s-lost")
+    _, epoch, (row,) = _guarded(shard_store, session.id, "m1")
+    try:
+        completion = shard_store.inbox.completion([row], session_id=session.id)
+        with pytest.raises(LeaseLostError), shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch + 1, TTL, then=completion.fenced())
+        assert completion.done == set()
+        skew.seconds = TTL + 1
+        assert shard_store.shards.acquire("b", [shard_of(session.id, 8)], TTL) == {shard_of(session.id, 8): 2}
+        with pytest.raises(ShardLostError), shard_store.transaction():
+            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=completion.fenced())
+        assert completion.done == set()
+        assert shard_store.inbox.pending_among([row]) == {row}
+    finally:
         shard_store.fence_shards(None)
 
 

@@ -99,6 +99,33 @@ def test_a_lease_fences_a_turn_after_another_owner_took_it(store: StoreInterface
     assert store.leases.owners() == []
 
 
+def test_a_fence_completes_the_turn_s_rows_after_its_check_and_none_when_it_fails(
+    store: StoreInterface, clock: FakeClock
+) -> None:
+    store.create_session("telegram", session_id="s1")
+    epoch = store.leases.grant("s1", "a", 10)
+    assert isinstance(epoch, int)
+    first, second = (
+        store.inbox.add(platform="t", account_id="", platform_message_id=m, routing_key="k", payload=b"")
+        for m in ("m1", "m2")
+    )
+    assert first is not None
+    assert second is not None
+    store.inbox.complete(second, session_id="s1")  # answered by another turn already
+    completion = store.inbox.completion([first, second], session_id="s1")
+    with store.transaction():
+        store.leases.fence("s1", "a", epoch, 10, then=completion.fenced())
+    assert completion.done == {first}
+    assert store.inbox.pending_among([first, second]) == set()
+    third = store.inbox.add(platform="t", account_id="", platform_message_id="m3", routing_key="k", payload=b"")
+    assert third is not None
+    lost = store.inbox.completion([third], session_id="s1")
+    with pytest.raises(LeaseLostError), store.transaction():
+        store.leases.fence("s1", "a", epoch + 1, 10, then=lost.fenced())
+    assert lost.done == set()
+    assert store.inbox.pending_among([third]) == {third}
+
+
 def test_a_new_session_s_lease_is_taken_at_once_and_a_held_one_still_found(
     store: StoreInterface, clock: FakeClock
 ) -> None:

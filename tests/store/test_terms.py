@@ -11,8 +11,8 @@ import pytest
 
 from hermes_actors.errors import LeaseLostError
 from hermes_actors.store import Store, StoreInterface
+from hermes_actors.store.held_terms import HeldTerms
 from hermes_actors.store.pg import PostgresStore
-from hermes_actors.store.terms import HeldTerms
 from hermes_actors.testing import FakeClock
 
 TTL = 10.0

@@ -1,5 +1,5 @@
 """One role term as a ``hermesd --cluster`` replica holds it in memory: the epoch and the local deadline
-(:class:`~hermes_actors.store.terms.HeldTerms`, as a shard host holds its shards).
+(:class:`~hermes_actors.store.held_terms.HeldTerms`, as a shard host holds its shards).
 
 :class:`RoleTerm` wraps a role of :class:`~hermes_actors.store.pg.roles.PgRoles` (``adapter:<platform>:<account>``,
 ``send:<platform>``). :meth:`RoleTerm.keep` takes the role when it is free and renews it while held; the local
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from hermes_actors.errors import RoleLostError, StoreError
+from hermes_actors.store.held_terms import HeldTerms
 from hermes_actors.store.pg.roles import PgRoles
-from hermes_actors.store.terms import HeldTerms
 
 __all__ = ["RoleTerm", "adapter_role", "send_role"]
 

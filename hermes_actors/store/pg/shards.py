@@ -11,7 +11,7 @@ holder's own renewal and release change no key, so they wait for nothing (a rene
 shards it renews could deadlock with a group commit holding one of them and asking for another).
 
 :class:`ShardFence` is what a host holds in memory: the terms of its shards, each with its local deadline
-(:class:`~hermes_actors.store.terms.HeldTerms`). Past the deadline the host stops committing on its own
+(:class:`~hermes_actors.store.held_terms.HeldTerms`). Past the deadline the host stops committing on its own
 (self-fencing), before it has even heard that another host took over.
 """
 
@@ -27,9 +27,10 @@ import msgspec
 
 from hermes_actors.errors import ShardLostError
 from hermes_actors.ids import SessionKind, new_session_id
+from hermes_actors.store.held_terms import HeldTerms
 from hermes_actors.store.sql import SqlDb
 from hermes_actors.store.term_guard import TermGuard, prefixed
-from hermes_actors.store.terms import DATABASE_CLOCK, HeldTerms, TermSpec, TermTable
+from hermes_actors.store.terms import DATABASE_CLOCK, TermSpec, TermTable
 
 __all__ = [
     "DEFAULT_SHARDS",
