@@ -36,6 +36,11 @@ def inbox_insert(holder: str) -> str:
 
 
 _ADD = inbox_insert("owner")
+_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.fenced)
+    "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
+    f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
+    "RETURNING id, shard"
+)
 
 
 def inbox_row(row: tuple[Any, ...]) -> InboxRow:
@@ -198,18 +203,13 @@ class Completion:
 
     def fenced(self) -> FencedWrite:
         """The write for :meth:`~hermes_actors.store.leases.Leases.fence`'s ``then``."""
-        query = (
-            "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
-            f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
-            "RETURNING id, shard"
-        )
         params = {
             "inbox_state": self._state.value,
             "inbox_session": self._session_id,
             "inbox_at": self._now,
             "inbox_ids": self._ids,
         }
-        return FencedWrite(query, params, self._took, self._alone)
+        return FencedWrite(_COMPLETE_FENCED, params, self._took, self._alone)
 
     def _took(self, rows: list[dict[str, Any]]) -> None:
         check = self._inbox.shard_check

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
+from hermes_actors.cluster.replica.held_marks import HeldMarks, Mark
 from hermes_actors.cluster.turn_relay import decode_event
 from hermes_actors.messages import decode_outbound
 from hermes_actors.runtime.turn_watch import TurnWatch
@@ -64,9 +65,7 @@ class ApiReplies:
         self._watch = watch
         self._poll_s = poll_s
         self._mark_every_s = mark_every_s
-        self._marks: list[tuple[int, str | None]] = []  # replies handed to their requests, not marked sent yet
-        self._marks_since = 0.0  # when the oldest of them was handed (monotonic)
-        self._marks_lock = threading.Lock()
+        self._marks = HeldMarks()  # replies handed to their requests, not marked sent yet
         self._orphan_after_s = orphan_after_s
         self._clock = clock
         self._stop = threading.Event()
@@ -127,33 +126,23 @@ class ApiReplies:
 
     def _marks_due(self) -> float:
         """Seconds until the sent marks held here are due (``inf`` with none)."""
-        with self._marks_lock:
-            if not self._marks:
-                return float("inf")
-            return self._marks_since + self._mark_every_s - time.monotonic()
+        return self._marks.due_in(self._mark_every_s)
 
-    def _hold_marks(self, settled: list[tuple[int, str | None]]) -> None:
+    def _hold_marks(self, settled: list[Mark]) -> None:
         """Keep the sent marks of replies handed by their notices for the next write of them all."""
-        if not settled:
-            return
-        with self._marks_lock:
-            if not self._marks:
-                self._marks_since = time.monotonic()
-            self._marks.extend(settled)
+        if settled:
+            self._marks.hold(settled)
 
     def _write_marks(self) -> None:
         """Mark the replies handed since the last write sent, in one statement; kept for the next try if it fails."""
-        with self._marks_lock:
-            marks, self._marks = self._marks, []
+        marks = self._marks.take()
         if not marks:
             return
         try:
             self._store.outbox_claims.sent(None, marks)
         except Exception:
             _log.exception("marking %d %s replies sent failed; trying again", len(marks), self._waiters.platform)
-            with self._marks_lock:
-                self._marks[:0] = marks
-                self._marks_since = time.monotonic()
+            self._marks.put_back(marks)
 
     def _tell(self, platforms: Collection[str] | None) -> None:
         """Pass the platforms of the replies queued on to ``on_outbox`` (the replica's dispatcher)."""
@@ -189,7 +178,7 @@ class ApiReplies:
     def _hand(self, replies: list[NotifiedReply]) -> None:
         """Hand the replies their notices brought to the requests waiting here for them, marking those sent (a
         reply another replica's request waits for is left to that replica)."""
-        settled: list[tuple[int, str | None]] = []
+        settled: list[Mark] = []
         try:
             for reply in replies:
                 message = decode_outbound(reply.payload)
@@ -206,7 +195,7 @@ class ApiReplies:
         self._write_marks()
         handed = 0
         now = self._clock()
-        settled: list[tuple[int, str | None]] = []
+        settled: list[Mark] = []
         try:
             for row in self._store.outbox.unsent(self._waiters.platform):
                 message = decode_outbound(row.payload)

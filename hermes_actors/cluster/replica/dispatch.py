@@ -20,11 +20,14 @@ chats at once, so a sender sleeping in its rate limiter for one chat holds up on
 
 Each send mirrors the single-machine outbox (:mod:`hermes_actors.runtime.outbox`): its attempt is counted first, by
 the statement that claims the row, which claims only rows of targets whose role term the database says is held (a
-replica whose term ended claims and sends nothing; a claimed row not sent after all has its attempt taken back); a
-row with attempts but no ``sent_at`` whose outcome this process does not know is sent again with
-``possible_duplicate`` unless the sender's sends are idempotent; a failure is retried with exponential backoff or
-after the platform's ``retry_after``, a permanent one gives the reply up (``give_up``: recording the dead letters of
-what it answered, as the single-machine outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
+replica whose term ended claims and sends nothing; a claimed row not sent after all has its attempt taken back). A
+row sent is recorded sent by the next claim's own statement (:mod:`~hermes_actors.cluster.replica.held_marks`),
+which then claims its chat's next reply, or apart when no claim comes (nothing to claim for, every lane busy,
+:meth:`OutboxDispatcher.wait_idle`, the stop); a replica that dies first has it sent again, flagged. A row with
+attempts but no ``sent_at`` whose outcome this process does not know is sent again with ``possible_duplicate``
+unless the sender's sends are idempotent; a failure is retried with exponential backoff or after the platform's
+``retry_after``, a permanent one gives the reply up (``give_up``: recording the dead letters of what it answered, as
+the single-machine outbox does). A dispatcher that dies mid-send leaves a claim that runs out.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
+from hermes_actors.cluster.replica.held_marks import HeldMarks
 from hermes_actors.cluster.replica.roles import RoleTerm, send_role
+from hermes_actors.cluster.replica.send_units import ChatKey, SendUnit, chat_of
 from hermes_actors.errors import RoleLostError
 from hermes_actors.messages import decode_outbound
 from hermes_actors.ports import ReplySender, SendError
@@ -55,30 +59,6 @@ _log = logging.getLogger(__name__)
 
 NOT_DISPATCHED = frozenset({"api_server"})
 """Platforms whose rows no dispatcher sends (the API server answers its replies to the waiting request)."""
-
-_ChatKey = tuple[str, str, str | None, str | None]  # platform, account, chat, thread
-
-
-def _chat_of(row: OutboxRow) -> _ChatKey:
-    return (row.platform, row.account_id, row.chat_id, row.thread_id)
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """A sender offered for ``platform``'s rows of ``accounts`` (``None``: every account), sent under ``term``."""
-
-    platform: str
-    accounts: frozenset[str] | None
-    sender: ReplySender
-    term: RoleTerm
-
-    def serves(self, row: OutboxRow) -> bool:
-        return row.platform == self.platform and (self.accounts is None or row.account_id in self.accounts)
-
-    def targets(self) -> list[tuple[str, str | None]]:
-        if self.accounts is None:
-            return [(self.platform, None)]
-        return [(self.platform, account) for account in sorted(self.accounts)]
 
 
 class OutboxDispatcher:
@@ -115,10 +95,11 @@ class OutboxDispatcher:
         self._retry = (retry_base_s, retry_max_s)
         self._workers = LaneWorkers(f"dispatch-{name}", lanes)
         self._lock = threading.Condition()
-        self._units: dict[tuple[str, str], _Unit] = {}  # (role, platform) -> the sender offered
+        self._units: dict[tuple[str, str], SendUnit] = {}  # (role, platform) -> the sender offered
         self._owned: dict[str, RoleTerm] = {}  # send: roles kept here: offered, or withdrawn with sends under way
         self._kept_at: float | None = None
-        self._busy: dict[_ChatKey, tuple[int, str]] = {}  # chat -> the row being sent to it, and its role
+        self._busy: dict[ChatKey, tuple[int, str]] = {}  # chat -> the row being sent to it, and its role
+        self._marks = HeldMarks()  # rows sent, recorded by the next claim's statement
         self._suspect: dict[int, bool] = {}  # rows failed here -> whether an attempt of theirs may have left
         self._wake = threading.Event()
         # A claim runs when a reply of a platform served here is queued (the listener counts those in _news), and
@@ -157,7 +138,7 @@ class OutboxDispatcher:
                 )
                 self._owned[role] = term
             chosen = None if accounts is None else frozenset(accounts)
-            self._units[(term.role, platform)] = _Unit(platform, chosen, sender, term)
+            self._units[(term.role, platform)] = SendUnit(platform, chosen, sender, term)
             self._kept_at = None  # compete at once
         self._wake.set()
 
@@ -212,21 +193,27 @@ class OutboxDispatcher:
         if not targets or free <= 0:
             with self._lock:
                 self._again = bool(targets)  # every lane busy: claim again when a send ends
+            self._write_marks()  # no claim to carry them
             return 0
-        terms = [serving[target].term for target in targets]
         try:
-            under = self._store.roles.held_among_query([term.held() for term in terms])
+            under = self._store.roles.held_among_query([serving[target].term.held() for target in targets])
         except RoleLostError:  # a term's local deadline passed since: the next round leaves it out
+            self._write_marks()
             return 0
-        claimed = self._store.outbox_claims.claim(
-            self._name, limit=free, lease_s=self._claim_s, targets=targets, under=under
-        )
+        marks = self._marks.take()
+        try:
+            claimed = self._store.outbox_claims.claim(
+                self._name, limit=free, lease_s=self._claim_s, targets=targets, under=under, sent=marks
+            )
+        except BaseException:
+            self._marks.put_back(marks)
+            raise
         rows = claimed.rows
         started: list[int] = []
         dropped: list[int] = []
         kept: list[int] = []
         for row in rows:
-            key = _chat_of(row)
+            key = chat_of(row)
             unit = serving[targets[claimed.via[row.id]]]
             with self._lock:
                 if key in self._busy:
@@ -252,6 +239,7 @@ class OutboxDispatcher:
         if wait:
             with self._lock:
                 self._lock.wait_for(lambda: not set(started) & {r for r, _ in self._busy.values()}, self._claim_s)
+            self._write_marks()
         return len(started)
 
     def _attempt(self, row: OutboxRow, sender: ReplySender, term: RoleTerm, followed: bool, news: int) -> None:
@@ -263,7 +251,7 @@ class OutboxDispatcher:
             _log.exception("dispatcher %s: reply %d could not be handled; its claim runs out", self._name, row.id)
         finally:
             with self._lock:
-                self._busy.pop(_chat_of(row), None)
+                self._busy.pop(chat_of(row), None)
                 self._lock.notify_all()
                 wake = followed or self._again or self._news != news
             if wake:
@@ -301,8 +289,8 @@ class OutboxDispatcher:
             _log.exception("dispatcher %s: the sender failed on reply %d", self._name, row.id)
             self._remember(row.id, True)
             claims.failed(self._name, row.id, f"the sender failed: {exc!r}", self._clock() + base)
-        else:
-            claims.sent(self._name, [(row.id, platform_id)])
+        else:  # recorded by the next claim (at once when the chat has another reply waiting: _attempt wakes it)
+            self._marks.hold([(row.id, platform_id)])
             self._remember(row.id, None)
 
     def _remember(self, outbox_id: int, suspect: bool | None) -> None:
@@ -316,9 +304,20 @@ class OutboxDispatcher:
     # -- the thread ----------------------------------------------------------------------------------------------
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until no send is under way; whether none is."""
+        """Wait until no send is under way, and record the sends held; whether none is under way."""
         with self._lock:
-            return self._lock.wait_for(lambda: not self._busy, timeout)
+            idle = self._lock.wait_for(lambda: not self._busy, timeout)
+        self._write_marks()
+        return idle
+
+    def _write_marks(self) -> None:
+        """Record the sends held, in one statement; held again for the next claim if that fails."""
+        marks = self._marks.take()
+        try:
+            self._store.outbox_claims.sent(self._name, marks)
+        except Exception:
+            _log.exception("dispatcher %s: recording %d replies sent failed; trying again", self._name, len(marks))
+            self._marks.put_back(marks)
 
     def start(self, interval_s: float = 0.2, *, listen: bool = True) -> None:
         """Dispatch on a thread of its own until :meth:`stop`: at once when a reply of a platform it serves is

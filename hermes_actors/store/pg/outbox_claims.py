@@ -22,6 +22,13 @@ __all__ = ["Claimed", "OutboxClaims"]
 _COLUMNS = ", ".join(f"o.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
 _RETURNED = ", ".join(f"heads.{column.strip()}" for column in OUTBOX_COLUMNS.split(","))
 _UNSENT = "{t}.sent_at IS NULL AND {t}.abandoned_at IS NULL"
+_MARK = (  # rows found by id = ANY (the key's index, whatever plan), each's platform id taken from the list
+    "UPDATE outbox SET sent_at = :at, last_error = NULL, "
+    "platform_message_id = (:found::text[])[array_position(:ids::bigint[], id)], "
+    "claimed_by = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_by END, "
+    "claimed_until = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_until END "
+    "WHERE id = ANY(:ids::bigint[])"
+)
 
 
 class Claimed(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +52,7 @@ class OutboxClaims(SqlTable):
         lease_s: float = 30.0,
         targets: Sequence[tuple[str, str | None]] | None = None,
         under: tuple[str, dict[str, Any]] | None = None,
+        sent: Sequence[tuple[int, str | None]] = (),
     ) -> Claimed:
         """Claim up to ``limit`` rows that are due, unclaimed (or whose claim ran out) and the head of their chat;
         with ``targets``, only rows of those (platform, account) pairs, an account of ``None`` standing for every
@@ -55,8 +63,12 @@ class OutboxClaims(SqlTable):
         whose term is held (:meth:`~hermes_actors.store.pg.roles.PgRoles.held_among_query`) and its parameters.
         Then only rows of a target whose term is held are claimed, through the first such target that names their
         account (else the first for their platform), and each claimed row's send attempt is counted in the same
-        statement: a dispatcher sends only what was claimed and counted under a term it held."""
+        statement: a dispatcher sends only what was claimed and counted under a term it held.
+
+        ``sent``: rows ``dispatcher`` has delivered since, recorded in the same statement as :meth:`sent` does (and
+        no longer unsent to the claim: a chat's next reply is claimed in it)."""
         if targets is not None and not targets:
+            self.sent(dispatcher, sent)
             return Claimed(rows=[], followed=frozenset())
         if under is not None and targets is None:
             raise ValueError("a claim under role terms names its targets")
@@ -68,21 +80,25 @@ class OutboxClaims(SqlTable):
             "AND (NOT :under OR t.n IN (SELECT n FROM held)) ORDER BY t.account IS NULL, t.n LIMIT 1"
         )
         rows = self._db.execute(
-            f"WITH held AS ({held}), heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} "
+            f"WITH held AS ({held}), marked AS ({_MARK}), "
+            f"heads AS (SELECT {_COLUMNS} FROM outbox o WHERE {_UNSENT.format(t='o')} AND o.id <> ALL(:ids::bigint[]) "
             "AND o.next_attempt_at <= :now AND (o.claimed_until IS NULL OR o.claimed_until < clock_timestamp()) "
             f"AND (:platforms::text[] IS NULL OR EXISTS ({through.format(o='o')})) "
             f"AND NOT EXISTS (SELECT 1 FROM outbox p WHERE {_UNSENT.format(t='p')} AND p.id < o.id "
+            "AND p.id <> ALL(:ids::bigint[]) "
             "AND p.platform = o.platform AND p.account_id = o.account_id "
             "AND p.chat_id IS NOT DISTINCT FROM o.chat_id AND p.thread_id IS NOT DISTINCT FROM o.thread_id) "
             "ORDER BY o.id LIMIT :limit FOR UPDATE OF o SKIP LOCKED) "
             "UPDATE outbox AS u SET claimed_by = :who, attempts = u.attempts + CASE WHEN :under THEN 1 ELSE 0 END, "
             "claimed_until = clock_timestamp() + make_interval(secs => :lease) "
             f"FROM heads WHERE u.id = heads.id RETURNING {_RETURNED}, EXISTS (SELECT 1 FROM outbox n "
-            f"WHERE {_UNSENT.format(t='n')} AND n.id > heads.id AND n.platform = heads.platform "
+            f"WHERE {_UNSENT.format(t='n')} AND n.id > heads.id AND n.id <> ALL(:ids::bigint[]) "
+            "AND n.platform = heads.platform "
             "AND n.account_id = heads.account_id AND n.chat_id IS NOT DISTINCT FROM heads.chat_id "
             f"AND n.thread_id IS NOT DISTINCT FROM heads.thread_id), ({through.format(o='heads')})",
             {
                 **held_params,
+                **self._marks(dispatcher, sent),
                 "now": self._clock(),
                 "limit": limit,
                 "who": dispatcher,
@@ -115,15 +131,10 @@ class OutboxClaims(SqlTable):
         them (``None``: rows no dispatcher claimed), in one statement."""
         if not sent:
             return
-        self._db.execute(  # rows found by id = ANY (the key's index, whatever plan), each's id taken from the list
-            "UPDATE outbox SET sent_at = :at, last_error = NULL, "
-            "platform_message_id = (:found::text[])[array_position(:ids::bigint[], id)], "
-            "claimed_by = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_by END, "
-            "claimed_until = CASE WHEN claimed_by = :who THEN NULL ELSE claimed_until END "
-            "WHERE id = ANY(:ids::bigint[])",
-            {"at": self._clock(), "who": dispatcher, "ids": [i for i, _ in sent], "found": [p for _, p in sent]},
-            keyed=True,
-        )
+        self._db.execute(_MARK, self._marks(dispatcher, sent), keyed=True)
+
+    def _marks(self, dispatcher: str | None, sent: Sequence[tuple[int, str | None]]) -> dict[str, Any]:
+        return {"at": self._clock(), "who": dispatcher, "ids": [i for i, _ in sent], "found": [p for _, p in sent]}
 
     def failed(self, dispatcher: str, outbox_id: int, error: str, retry_at: float) -> None:
         """Record a failed attempt and when to try again, as
