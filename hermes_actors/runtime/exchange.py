@@ -185,7 +185,7 @@ class Exchange:
             store: StoreInterface,
         ) -> tuple[int | None, list[int], CreatedRow | None, OutboundMessage | None]:
             completion = store.inbox.completion([d.inbox_id for d in answering], session_id=self.session_id)
-            state.fence(store, completion.fenced() if answering else None)  # the rows completed under the fence
+            state.fence(store, completion if answering else None)  # the rows completed under the fence
             for delivery in answering:
                 if delivery.inbox_id not in completion.done and delivery.inbox_id > 0:
                     raise StaleTurnError(

@@ -12,7 +12,6 @@ from typing import Any
 
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState, QueueSummary
 from hermes_actors.store.sql import SqlDb, SqlTable
-from hermes_actors.store.term_guard import FencedWrite
 
 __all__ = ["INBOX_COLUMNS", "Completion", "Inbox", "inbox_insert", "inbox_row"]
 
@@ -108,8 +107,8 @@ class Inbox(SqlTable):
         self, inbox_ids: Sequence[int], *, session_id: str, state: InboxState = InboxState.DONE
     ) -> Completion:
         """The completion of the rows a turn of ``session_id`` answers, for its session lease's fence to carry
-        (:meth:`~hermes_actors.store.leases.Leases.fence` with ``then``): :attr:`Completion.done` says afterwards
-        which were pending, as :meth:`complete` does one by one."""
+        (:meth:`~hermes_actors.store.leases.Leases.fence` with ``then``: the completion itself): :attr:`Completion.done`
+        says afterwards which were pending, as :meth:`complete` does one by one."""
         return Completion(self, inbox_ids, session_id, state, now=self._clock())
 
     def claim(self, inbox_id: int, owner: str) -> None:
@@ -185,33 +184,37 @@ class Inbox(SqlTable):
 
 
 class Completion:
-    """Pending rows completed under a session lease's fence (:meth:`Inbox.completion`): in the fence's own statement
-    where the store carries it as one (:meth:`fenced`; PostgreSQL, a shard host), else one by one after the check
-    (:meth:`Inbox.complete`); the row's shard is checked either way. :attr:`done`: the ids that were pending."""
+    """Pending rows completed under a session lease's fence (:meth:`Inbox.completion`), a
+    :class:`~hermes_actors.store.term_guard.FencedWrite`: in the fence's own statement where the store carries it as
+    one (PostgreSQL, a shard host), else one by one after the check (:meth:`Inbox.complete`); the row's shard is
+    checked either way. :attr:`done`: the ids that were pending."""
 
     __slots__ = ("_ids", "_inbox", "_now", "_session_id", "_state", "done")
+
+    query = _COMPLETE_FENCED
 
     def __init__(
         self, inbox: Inbox, inbox_ids: Sequence[int], session_id: str, state: InboxState, *, now: float
     ) -> None:
         self._inbox = inbox
-        self._now = now
-        self._ids = list(inbox_ids)
+        self._ids = inbox_ids
         self._session_id = session_id
-        self._state = InboxState(state)
+        self._state = state
+        self._now = now
         self.done: set[int] = set()
 
-    def fenced(self) -> FencedWrite:
-        """The write for :meth:`~hermes_actors.store.leases.Leases.fence`'s ``then``."""
-        params = {
-            "inbox_state": self._state.value,
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters of :attr:`query`."""
+        return {
+            "inbox_state": InboxState(self._state).value,
             "inbox_session": self._session_id,
             "inbox_at": self._now,
-            "inbox_ids": self._ids,
+            "inbox_ids": list(self._ids),
         }
-        return FencedWrite(_COMPLETE_FENCED, params, self._took, self._alone)
 
-    def _took(self, rows: list[dict[str, Any]]) -> None:
+    def took(self, rows: list[dict[str, Any]]) -> None:
+        """The rows the fence's statement completed (their id and shard)."""
         check = self._inbox.shard_check
         for row in rows:
             if check is not None:  # before the commit, so it can refuse it
@@ -219,7 +222,8 @@ class Completion:
                 check(self._session_id if shard is None else int(shard))
             self.done.add(int(row["id"]))
 
-    def _alone(self) -> None:
+    def alone(self) -> None:
+        """Complete the rows one by one (:meth:`Inbox.complete`)."""
         for inbox_id in self._ids:
             if self._inbox.complete(inbox_id, session_id=self._session_id, state=self._state):
                 self.done.add(inbox_id)

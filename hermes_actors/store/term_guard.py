@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 __all__ = ["FencedWrite", "TermGuard", "prefixed"]
 
@@ -28,7 +28,7 @@ class TermGuard(NamedTuple):
     check: Callable[[], object]
 
 
-class FencedWrite(NamedTuple):
+class FencedWrite(Protocol):
     """A write that rides in a fence's own statement where a store carries the fence as one (a shard host's session
     lease, renewed under its shard's term): a data-modifying query with ``RETURNING`` that says ``EXISTS (SELECT
     FROM renewed)`` to write only when the term was renewed, its named parameters (prefixed, as a guard's), what to
@@ -36,9 +36,19 @@ class FencedWrite(NamedTuple):
     checked apart (SQLite, or a session with no lease yet), which runs it after the check."""
 
     query: str
-    params: dict[str, Any]
-    took: Callable[[list[dict[str, Any]]], None]
-    alone: Callable[[], None]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The query's parameters."""
+        ...
+
+    def took(self, rows: list[dict[str, Any]]) -> None:
+        """What the query returned, once the term was found renewed."""
+        ...
+
+    def alone(self) -> None:
+        """Run the write as statements of its own, after a check made apart."""
+        ...
 
 
 def prefixed(query: str, params: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
