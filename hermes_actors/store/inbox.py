@@ -35,7 +35,7 @@ def inbox_insert(holder: str) -> str:
 
 
 _ADD = inbox_insert("owner")
-_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.fenced)
+_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.query)
     "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
     f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
     "RETURNING id, shard"
@@ -94,14 +94,19 @@ class Inbox(SqlTable):
         """
         params = (InboxState(state).value, session_id, self._clock(), inbox_id, _PENDING)
         sql = "UPDATE inbox SET state = ?, session_id = ?, completed_at = ? WHERE id = ? AND state = ?"
-        check = self.shard_check
-        if check is None or session_id is None:
+        if self.shard_check is None or session_id is None:
             return self._db.count(sql, params) > 0
         with self._db.transaction(savepoint=False):  # the caller's (a turn's), or one of its own
             changed = self._db.execute(sql + " RETURNING shard", params)
-            shard = changed[0][0] if changed else None  # checked before the commit, so it can refuse it
-            check(session_id if shard is None else int(shard))
+            self.check_shard(session_id, changed[0][0] if changed else None)
         return bool(changed)
+
+    def check_shard(self, session_id: str, shard: int | None) -> None:
+        """In cluster mode (``shard_check``), refuse a completion for ``session_id`` of a row of ``shard`` (``None``:
+        a row without one, checked by its session's) whose shard this host lost: before the commit, so it can refuse
+        it."""
+        if self.shard_check is not None:
+            self.shard_check(session_id if shard is None else int(shard))
 
     def completion(
         self, inbox_ids: Sequence[int], *, session_id: str, state: InboxState = InboxState.DONE
@@ -215,11 +220,8 @@ class Completion:
 
     def took(self, rows: list[dict[str, Any]]) -> None:
         """The rows the fence's statement completed (their id and shard)."""
-        check = self._inbox.shard_check
         for row in rows:
-            if check is not None:  # before the commit, so it can refuse it
-                shard = row["shard"]
-                check(self._session_id if shard is None else int(shard))
+            self._inbox.check_shard(self._session_id, row["shard"])
             self.done.add(int(row["id"]))
 
     def alone(self) -> None:

@@ -135,14 +135,9 @@ class ApiReplies:
 
     def _write_marks(self) -> None:
         """Mark the replies handed since the last write sent, in one statement; kept for the next try if it fails."""
-        marks = self._marks.take()
-        if not marks:
-            return
-        try:
-            self._store.outbox_claims.sent(None, marks)
-        except Exception:
-            _log.exception("marking %d %s replies sent failed; trying again", len(marks), self._waiters.platform)
-            self._marks.put_back(marks)
+        self._marks.flush(
+            lambda marks: self._store.outbox_claims.sent(None, marks), f"{self._waiters.platform} replies"
+        )
 
     def _tell(self, platforms: Collection[str] | None) -> None:
         """Pass the platforms of the replies queued on to ``on_outbox`` (the replica's dispatcher)."""

@@ -312,12 +312,7 @@ class OutboxDispatcher:
 
     def _write_marks(self) -> None:
         """Record the sends held, in one statement; held again for the next claim if that fails."""
-        marks = self._marks.take()
-        try:
-            self._store.outbox_claims.sent(self._name, marks)
-        except Exception:
-            _log.exception("dispatcher %s: recording %d replies sent failed; trying again", self._name, len(marks))
-            self._marks.put_back(marks)
+        self._marks.flush(lambda marks: self._store.outbox_claims.sent(self._name, marks), f"{self._name}'s replies")
 
     def start(self, interval_s: float = 0.2, *, listen: bool = True) -> None:
         """Dispatch on a thread of its own until :meth:`stop`: at once when a reply of a platform it serves is

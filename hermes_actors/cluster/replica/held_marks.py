@@ -11,11 +11,14 @@ dispatched reply is sent again once its claim runs out, flagged as a possible du
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 __all__ = ["HeldMarks", "Mark"]
+
+_log = logging.getLogger(__name__)
 
 Mark = tuple[int, str | None]
 """A delivered reply: its outbox row id and the platform's id for the message sent (if any)."""
@@ -42,6 +45,18 @@ class HeldMarks:
         with self._lock:
             marks, self._marks = self._marks, []
         return marks
+
+    def flush(self, write: Callable[[list[Mark]], None], what: str) -> None:
+        """Write every mark held with ``write`` (one statement for them all); held again, first, if it fails (logged
+        with ``what``, the replies they are)."""
+        marks = self.take()
+        if not marks:
+            return
+        try:
+            write(marks)
+        except Exception:
+            _log.exception("recording %d %s sent failed; trying again", len(marks), what)
+            self.put_back(marks)
 
     def put_back(self, marks: list[Mark]) -> None:
         """Hold again, first, the marks a failed write took."""
