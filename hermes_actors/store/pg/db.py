@@ -23,13 +23,13 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
+from hermes_actors.store.pg.direct import DirectStatements
 from hermes_actors.store.pg.spares import Spares
 
-__all__ = ["CommitUnknownError", "Database", "Params", "fault_of", "store_error"]
+__all__ = ["CommitUnknownError", "Database", "Params", "direct", "fault_of", "store_error"]
 
 Params = Sequence[Any] | dict[str, Any]
 DEFAULT_POOL_SIZE = 4
@@ -79,21 +79,22 @@ class _Open(threading.local):
 
 
 class _Connection(psycopg.Connection[Any]):
-    """A pooled connection that keeps one cursor for :class:`Database`'s single statements: making a cursor (its
-    adapters' map, its state) cost a hot statement about as much as sending it."""
+    """A pooled connection that keeps its :class:`~hermes_actors.store.pg.direct.DirectStatements` for
+    :class:`Database`'s single statements (their prepared names and placeholders are per connection)."""
 
-    _statements: psycopg.Cursor[Any] | None = None
+    _direct: DirectStatements | None = None
 
-    def statements(self) -> psycopg.Cursor[Any]:
-        """The connection's cursor for single statements (each ``execute`` replaces the last one's result)."""
-        cursor = self._statements
-        if cursor is None or cursor.closed:
-            cursor = self._statements = self.cursor()
-        return cursor
+    def direct(self) -> DirectStatements:
+        """The connection's statements sent through libpq."""
+        direct = self._direct
+        if direct is None:
+            direct = self._direct = DirectStatements(self)
+        return direct
 
 
-def _statements(connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    return connection.statements() if isinstance(connection, _Connection) else connection.cursor()
+def direct(connection: psycopg.Connection[Any]) -> DirectStatements:
+    """``connection``'s :class:`~hermes_actors.store.pg.direct.DirectStatements` (kept by a pooled one)."""
+    return connection.direct() if isinstance(connection, _Connection) else DirectStatements(connection)
 
 
 class Database:
@@ -322,15 +323,14 @@ class Database:
             yield cursor
 
     @contextmanager
-    def _statement(self, *, keyed: bool = False) -> Iterator[psycopg.Cursor[Any]]:
-        """The kept cursor (:class:`_Connection`) of the current transaction's connection, or of a spare one in
-        autocommit for one statement."""
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """The current transaction's connection, or a spare one in autocommit for one statement."""
         held = self._open.connection
         if held is not None:
-            yield _statements(held)
+            yield held
             return
-        with self._lend(None, keyed=keyed) as connection:
-            yield _statements(connection)
+        with self._lend(None) as connection:
+            yield connection
 
     def execute(self, sql: str, params: Params | None = None, *, keyed: bool = False) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns nothing).
@@ -340,16 +340,16 @@ class Database:
         per prepared statement (``plan_cache_mode = force_generic_plan``), so a hot statement is not planned again on
         every run; inside the thread's open transaction it is one of its statements like any other.
 
-        Written without context managers (:meth:`_statement`): it runs for every statement, and theirs were a
-        tenth of its client CPU."""
+        Sent through libpq (:mod:`~hermes_actors.store.pg.direct`), and written without context managers: it runs
+        for every statement, and a psycopg cursor's steps were half of its client CPU, the context managers a tenth."""
         held = self._open.connection
         try:
             if held is not None:
-                return _rows(_statements(held), sql.encode(), params)
+                return direct(held).rows(sql.encode(), params)
             spares = self._keyed_spares() if keyed else self._spares
             connection = self._take(spares, None)
             try:
-                return _rows(_statements(connection), sql.encode(), params)
+                return direct(connection).rows(sql.encode(), params)
             finally:
                 spares.give(connection)
         except psycopg.Error as exc:
@@ -357,27 +357,20 @@ class Database:
 
     def count(self, sql: str, params: Params | None = None) -> int:
         """Run one statement; how many rows it changed."""
-        with self._errors("a statement"), self._statement() as cursor:
-            cursor.execute(sql.encode(), params)
-            return max(cursor.rowcount, 0)
+        with self._errors("a statement"), self._connection() as connection:
+            return direct(connection).changed(sql.encode(), params)
 
     def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         """Run one statement once per row of parameters."""
         if not rows:
             return
-        with self._errors("a statement"), self._statement() as cursor:
+        with self._errors("a statement"), self._connection() as connection, connection.cursor() as cursor:
             cursor.executemany(sql.encode(), rows)
 
     def value(self, sql: str, params: Params | None = None) -> Any:
         """The first column of the first row, or ``None``."""
         rows = self.execute(sql, params)
         return rows[0][0] if rows else None
-
-
-def _rows(cursor: psycopg.Cursor[Any], sql: bytes, params: Params | None) -> list[tuple[Any, ...]]:
-    cursor.execute(sql, params)
-    result = cursor.pgresult  # its status, not `description`: that builds a column object per column
-    return cursor.fetchall() if result is not None and result.status == pq.ExecStatus.TUPLES_OK else []
 
 
 def _custom_plans(connection: psycopg.Connection[Any]) -> None:

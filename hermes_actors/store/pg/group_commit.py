@@ -5,9 +5,10 @@ savepoint of its own (a failed write is rolled back alone), and asks for the tra
 by a lost connection is resolved against the server by it). Through :meth:`Database.transaction
 <hermes_actors.store.pg.db.Database.transaction>` that is ``BEGIN``, ``SELECT pg_current_xact_id()``, then
 ``SAVEPOINT`` and ``RELEASE`` around every write, then ``COMMIT``: each a round trip. Here they ride together, as
-simple-protocol statement lists: ``BEGIN; SELECT pg_current_xact_id(); SAVEPOINT`` once, ``RELEASE; SAVEPOINT``
-between two writes, ``COMMIT`` (which commits an open savepoint's work too) at the end: ``2 + n`` round trips for
-``n`` writes instead of ``3 + 2n``, the same transaction.
+simple-protocol statement lists sent through libpq (:mod:`~hermes_actors.store.pg.direct`): ``BEGIN; SAVEPOINT;
+SELECT pg_current_xact_id()`` once, ``RELEASE; SAVEPOINT`` between two writes, ``COMMIT`` (which commits an open
+savepoint's work too) at the end: ``2 + n`` round trips for ``n`` writes instead of ``3 + 2n``, the same
+transaction.
 
 The transaction also sets ``plan_cache_mode = auto`` for itself (``SET LOCAL``): a turn's writes are found by their
 keys, so PostgreSQL may keep one generic plan per prepared statement instead of planning each for its values (the
@@ -26,11 +27,11 @@ from typing import Any
 import psycopg
 
 from hermes_actors.errors import StoreError
-from hermes_actors.store.pg.db import CommitUnknownError, Database, store_error
+from hermes_actors.store.pg.db import CommitUnknownError, Database, direct, store_error
 
 __all__ = ["GroupTransaction", "group_transaction"]
 
-_BEGIN = b"BEGIN; SET LOCAL plan_cache_mode = auto; SELECT pg_current_xact_id()::text; SAVEPOINT hermes_write"
+_BEGIN = b"BEGIN; SET LOCAL plan_cache_mode = auto; SAVEPOINT hermes_write; SELECT pg_current_xact_id()::text"
 _NEXT = b"RELEASE SAVEPOINT hermes_write; SAVEPOINT hermes_write"
 _UNDO = b"ROLLBACK TO SAVEPOINT hermes_write"
 
@@ -45,7 +46,7 @@ class GroupTransaction:
 
     def _send(self, statements: bytes, doing: str) -> None:
         try:
-            self._connection.execute(statements, prepare=False)
+            direct(self._connection).simple(statements)
         except psycopg.Error as exc:
             raise store_error(exc, doing) from exc
 
@@ -75,14 +76,13 @@ def group_transaction(database: Database) -> Iterator[GroupTransaction]:
     when the block ends, rolled back when it raises. A connection lost while ``COMMIT`` was on its way is a
     :class:`CommitUnknownError` carrying the transaction's id; one lost before is a :class:`StoreError`."""
     with database.lend() as connection:
+        statements = direct(connection)
         try:
-            cursor = connection.execute(_BEGIN, prepare=False)
-            cursor.nextset()  # past BEGIN
-            cursor.nextset()  # past SET LOCAL, at the transaction's id
-            row = cursor.fetchone()
+            started = statements.simple(_BEGIN)  # the last statement's result: the transaction's id
         except psycopg.Error as exc:
             raise store_error(exc, "a transaction's start") from exc
-        xid = str(row[0]) if row else ""
+        found = started.get_value(0, 0) if started.ntuples else None
+        xid = found.decode() if found else ""
         with database.holding(connection, xid):
             transaction = GroupTransaction(database, connection)
             try:
@@ -90,12 +90,12 @@ def group_transaction(database: Database) -> Iterator[GroupTransaction]:
             except BaseException:
                 if not connection.broken:
                     with suppress(psycopg.Error):  # the pool discards a connection left in a transaction
-                        connection.execute(b"ROLLBACK", prepare=False)
+                        statements.simple(b"ROLLBACK")
                 raise
         if connection.broken:
             raise StoreError(f"the connection to PostgreSQL was lost inside transaction {xid}; nothing was committed")
         try:
-            connection.execute(b"COMMIT", prepare=False)
+            statements.simple(b"COMMIT")
         except psycopg.Error as exc:
             if connection.broken:
                 raise CommitUnknownError(
