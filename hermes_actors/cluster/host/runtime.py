@@ -134,7 +134,7 @@ class HostRuntime:
         self._pull_wanted = True  # the next wake-up pulls (else it hands over only the rows notified whole)
         self._notified: list[ShardRow] = []  # rows of held shards their notifications brought, not handed yet
         self._stopped = threading.Event()
-        self._listener = InboxListener(settings.postgres_dsn)
+        self._listener = InboxListener(settings.postgres_dsn, holder=settings.name)
         self._relay = EventRelay(settings.postgres_dsn)
         self.handover = Handover(
             settings,

@@ -1,17 +1,22 @@
 """The inbox as the cluster reads it: rows tagged with their shard, pulled per shard, announced by ``NOTIFY``.
 
 The ingress commits an inbound message with the shard of the session its routing key leads to
-(:meth:`ShardQueue.add_routed`), and in the same statement sends ``NOTIFY hermes_inbox``: the holder's
-:class:`InboxListener` wakes at once. A message's notification carries its whole row (with the route it was added
-under) when that fits in a notification, so the holder hands it over without reading it back; any other
-notification (a larger row, a moved row, a control row) carries only the shard, and the holder pulls the pending
-rows of the shards it holds (:meth:`ShardQueue.pull`). A host also pulls when poked and periodically (the backstop
-for a lost notification: ``NOTIFY`` is not delivered to a listener that was not connected when it was sent).
+(:meth:`ShardQueue.add_routed`), and in the same statement notifies the shard's holder on a channel of the holder's
+own (:func:`holder_channel`; ``hermes_inbox`` itself while the shard has had no holder): that host's
+:class:`InboxListener` wakes at once, and no other host's (each woke for every message while they shared one channel,
+and threw away the rows of shards it did not hold). A row added while its shard changes hands may notify the host
+giving it up; the host taking it pulls the shard's pending rows once its term begins. A message's notification
+carries its whole row (with the route it was added under) when that fits in a notification, so the holder hands it
+over without reading it back; any other notification (a larger row, a moved row, a control row, on ``hermes_inbox``
+to every host) carries only the shard, and the holder pulls the pending rows of the shards it holds
+(:meth:`ShardQueue.pull`). A host also pulls when poked and periodically (the backstop for a lost notification:
+``NOTIFY`` is not delivered to a listener that was not connected when it was sent).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -25,7 +30,16 @@ from hermes_actors.store.pg.reset_scan import SHARD_SQL
 from hermes_actors.store.records import InboxKind, InboxRow, InboxState
 from hermes_actors.store.sql import SqlDb, SqlTable, notice_payload
 
-__all__ = ["CHANNEL", "InboxListener", "Notices", "PendingRow", "ShardLag", "ShardQueue", "ShardRow"]
+__all__ = [
+    "CHANNEL",
+    "InboxListener",
+    "Notices",
+    "PendingRow",
+    "ShardLag",
+    "ShardQueue",
+    "ShardRow",
+    "holder_channel",
+]
 
 CHANNEL = "hermes_inbox"
 _PENDING = InboxState.PENDING.value
@@ -42,9 +56,10 @@ _ADD_ROUTED = (
     "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING "
     "RETURNING id, shard, platform, account_id, platform_message_id, routing_key, payload, received_at, kind), "
     "told AS (SELECT a.id, a.shard, json_build_array(a.shard, a.id, t.route, a.platform, a.account_id, "
-    "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole "
-    "FROM added a, t) "
-    f"SELECT id, shard, pg_notify('{CHANNEL}', {notice_payload('whole', 'shard::text')}) FROM told"
+    "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole, "
+    f"coalesce((SELECT '{CHANNEL}_' || left(md5(l.holder), 16) FROM shard_leases l WHERE l.shard = a.shard), "
+    f"'{CHANNEL}') AS channel FROM added a, t) "
+    f"SELECT id, shard, pg_notify(channel, {notice_payload('whole', 'shard::text')}) FROM told"
 ).format(shard=SHARD_SQL.format(id="coalesce(nullif(t.route, ''), :key)"))
 
 ShardRow = tuple[int, InboxRow, str | None]
@@ -58,6 +73,12 @@ class Notices(msgspec.Struct, frozen=True):
 
     rows: list[ShardRow] = msgspec.field(default_factory=list)
     shards: set[int] = msgspec.field(default_factory=set)
+
+
+def holder_channel(holder: str) -> str:
+    """The channel a message's notification goes to while ``holder`` holds its shard (:data:`_ADD_ROUTED`): a name
+    of the holder's own, so no other host wakes for it."""
+    return f"{CHANNEL}_{hashlib.md5(holder.encode()).hexdigest()[:16]}"
 
 
 def _notified_row(payload: str) -> ShardRow:
@@ -287,19 +308,21 @@ class ShardQueue(SqlTable):
 
 
 class InboxListener:
-    """A connection of its own that ``LISTEN``s on :data:`CHANNEL`; :meth:`wait` returns what was notified. A
-    connection that broke (a server restart) is replaced at the next :meth:`wait`; what was notified meanwhile is
-    lost, which the periodic pull covers."""
+    """A connection of its own that ``LISTEN``s on :data:`CHANNEL` and, for a host, on ``holder``'s own channel
+    (:func:`holder_channel`); :meth:`wait` returns what was notified. A connection that broke (a server restart) is
+    replaced at the next :meth:`wait`; what was notified meanwhile is lost, which the periodic pull covers."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, holder: str | None = None) -> None:
         self._dsn = dsn
         self._closed = False
+        self._channels = [CHANNEL] if holder is None else [CHANNEL, holder_channel(holder)]
         self.connections = 0  # how many times it has connected: a new one may have missed notifications
         self._connection: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         connection: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
-        connection.execute(f"LISTEN {CHANNEL}".encode())
+        for channel in self._channels:  # the names are identifiers as they are (letters, digits, underscores)
+            connection.execute(f"LISTEN {channel}".encode())
         self.connections += 1
         return connection
 
