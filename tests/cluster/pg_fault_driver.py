@@ -30,7 +30,7 @@ os.environ["RAY_AUTH_MODE"] = "disabled"  # nothing outside this network namespa
 import psycopg
 import ray
 
-from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
+from hermes_actors.cluster.host.ray_host import ensure_hosts
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.store.pg import PostgresStore
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     events: list[str] = []
     with PostgresStore.open(args.dsn, migrate_schema=False) as pg:
         _wait(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), 30, "every host holding shards")
-        ingress = ClusterIngress(pg, shards=SHARDS, poke=HolderPoker(pg))
+        ingress = ClusterIngress(pg, shards=SHARDS)
         load = RetriedLoad(ingress, rate=args.rate, seconds=args.seconds, chats=args.chats)
         started = time.monotonic()
         load.start()

@@ -30,7 +30,7 @@ os.environ["RAY_AUTH_MODE"] = "disabled"  # nothing outside this network namespa
 
 import ray
 
-from hermes_actors.cluster.host.ray_host import NAMESPACE, HolderPoker, ensure_hosts
+from hermes_actors.cluster.host.ray_host import NAMESPACE, ensure_hosts
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.store.pg import PostgresStore
@@ -123,7 +123,7 @@ def fault(args: argparse.Namespace) -> dict[str, Any]:
     with PostgresStore.open(args.dsn, migrate_schema=False) as pg:
         _wait(lambda: all(ray.get(h.status.remote()).shards for h in handles.values()), 30, "every host holding shards")
         listeners = _listeners()
-        ingress = ClusterIngress(pg, shards=64, poke=HolderPoker(pg))
+        ingress = ClusterIngress(pg, shards=64)
         load = Load(ingress, rate=args.rate, seconds=args.seconds, chats=args.chats)
         started = time.monotonic()
         load.start()

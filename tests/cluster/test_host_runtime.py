@@ -11,10 +11,11 @@ from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.replica.ingress import ClusterIngress
 from hermes_actors.lifecycle.policy import ResetConfig, ResetMode
-from hermes_actors.messages import decode_outbound
+from hermes_actors.messages import decode_outbound, encode
+from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.store import EndReason
 from hermes_actors.store.pg import PostgresStore
-from hermes_actors.store.pg.shards import home_shards, shard_of
+from hermes_actors.store.pg.shards import home_shards, shard_for_key, shard_of
 from hermes_actors.testing import FakePlatform, SeeingAgent, poll_until
 from tests.cluster.checks import stale_context_commits
 
@@ -205,5 +206,31 @@ def test_a_due_idle_reset_becomes_an_inbox_row_of_the_session_s_shard_and_ends_i
         assert pg.get_session(session_id).end_reason == EndReason.IDLE
         notice = decode_outbound(bytes(pg.database.value("SELECT payload FROM outbox ORDER BY id DESC LIMIT 1")))
         assert notice.text.startswith("This conversation was reset after 1 minutes without messages.")
+    finally:
+        host.stop()
+
+
+def test_a_row_committed_just_after_new_terms_without_reaching_the_holder_is_pulled_by_its_second_look(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    """A row added while its shard changed hands notifies the host giving it up (``holder_channel``), and may commit
+    after the new holder's first pull read: the second look ``look_again_s`` after the new terms pulls it, long
+    before the periodic pull."""
+    host = HostRuntime(_settings(postgres_dsn, "h0", ("h0",), pull_interval_s=600.0, look_again_s=4.0))
+    host.start()
+    try:
+        poll_until(lambda: len(host.fence.held()) == SHARDS, timeout=20, what="the host holding every shard")
+        taken = time.monotonic()
+        message = FakePlatform("fake").message("after the first pull", chat_id="c1", user_id="u1")
+        key = build_session_key(message.source, KeyPolicy())
+        pg.database.execute(  # the row, notifying nobody (its notification went to the host giving the shard up)
+            "INSERT INTO inbox (platform, account_id, platform_message_id, routing_key, payload, received_at, shard) "
+            "VALUES (%s, '', %s, %s, %s, 0, %s)",
+            (message.source.platform, message.message_id, key, encode(message), shard_for_key(None, key, SHARDS)),
+        )
+        assert _pending(pg) == 1
+        poll_until(lambda: _pending(pg) == 0, timeout=20, what="the row answered")
+        assert time.monotonic() - taken < 60  # the second look, not the periodic pull (600 s)
+        assert [text for _, text in _replies(pg)] == ["echo: after the first pull"]
     finally:
         host.stop()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,9 +28,8 @@ from hermes_actors.cluster.host.settings import HostSettings, HostStatus
 from hermes_actors.cluster.settings import Placement
 from hermes_actors.cpu_affinity import cpu_affinity, placement
 from hermes_actors.runtime.agent_roster import AgentRoster
-from hermes_actors.store.pg.store import PostgresStore
 
-__all__ = ["NAMESPACE", "HolderPoker", "ShardHost", "ensure_hosts", "host_handle", "poke_host", "stop_hosts"]
+__all__ = ["NAMESPACE", "ShardHost", "ensure_hosts", "host_handle", "poke_host", "stop_hosts"]
 
 NAMESPACE = "hermes"
 """The Ray namespace of the shard hosts (named actors are unique within a namespace)."""
@@ -189,41 +187,3 @@ def poke_host(name: str, namespace: str = NAMESPACE) -> None:
     handle = host_handle(name, namespace)
     if handle is not None:
         handle.poke.remote()
-
-
-class HolderPoker:
-    """``poke(shard)`` for :class:`~hermes_actors.cluster.replica.ingress.ClusterIngress`: a fire-and-forget
-    :meth:`ShardHost.poke` of the shard's holder, read from the shard map at most every ``refresh_s``.
-
-    The poke is the second wake-up, behind the row's ``NOTIFY`` (which wakes the holder at once while its listener
-    is connected), so each holder is poked at most once every ``gap_s``: a Ray call per message cost both processes
-    CPU and the holder a second pull for each message its notification had already brought."""
-
-    def __init__(
-        self, store: PostgresStore, *, namespace: str = NAMESPACE, refresh_s: float = 1.0, gap_s: float = 0.25
-    ) -> None:
-        self._store = store
-        self._namespace = namespace
-        self._refresh_s = refresh_s
-        self._gap_s = gap_s
-        self._holders: dict[int, str] = {}
-        self._handles: dict[str, Any] = {}
-        self._poked: dict[str, float] = {}  # holder -> when it was last poked (monotonic)
-        self._next = 0.0
-
-    def __call__(self, shard: int) -> None:
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + self._refresh_s
-            leases = self._store.shards.leases()
-            self._holders = {lease.shard: lease.holder for lease in leases if lease.holder and lease.remaining_s > 0}
-        name = self._holders.get(shard)
-        if name is None:
-            return  # no holder now: whoever takes the shard pulls it first
-        if now - self._poked.get(name, float("-inf")) < self._gap_s:
-            return  # poked a moment ago: the row's NOTIFY wakes it, and that poke's pull may find the row too
-        self._poked[name] = now
-        handle = self._handles.get(name) or host_handle(name, self._namespace)
-        if handle is not None:
-            self._handles[name] = handle
-            handle.poke.remote()

@@ -7,10 +7,11 @@ by the host's :class:`~hermes_actors.store.pg.shards.ShardFence`, wires the ordi
 shards with a :class:`~hermes_actors.cluster.host.keeper.ShardKeeper`, and hands the pending inbox rows of its
 shards to the supervisor (:class:`~hermes_actors.cluster.host.handover.Handover`): a message whose ``NOTIFY``
 brought it whole at once, without reading it back; and by a pull when a notification of a shard it holds came
-without a row, when poked, and every ``pull_interval_s`` whatever happened (a notification sent while the listener
-reconnected is lost). Control rows (their ``kind``) go elsewhere: resets to
-:class:`~hermes_actors.cluster.host.timers.ShardTimers`, an operator's changes to
-:class:`~hermes_actors.cluster.host.admin.ShardAdmin`.
+without a row, when poked, when its listener connected again (a notification sent while it reconnected is lost),
+when new terms begin and ``look_again_s`` after (a row added while its shard changed hands notified the host giving
+it up, and may commit just after the first of those pulls read), and every ``pull_interval_s`` whatever happened.
+Control rows (their ``kind``) go elsewhere: resets to :class:`~hermes_actors.cluster.host.timers.ShardTimers`, an
+operator's changes to :class:`~hermes_actors.cluster.host.admin.ShardAdmin`.
 
 A session's lease is bookkeeping here: the shard lease decides, so the host takes over a session lease held by
 any other owner at once (``owner_alive`` says no other owner is alive) and the lease's epoch still refuses a
@@ -132,6 +133,7 @@ class HostRuntime:
         self._wake = threading.Event()
         self._asked = threading.Lock()  # over the two below, which wake-ups add to and the puller takes
         self._pull_wanted = True  # the next wake-up pulls (else it hands over only the rows notified whole)
+        self._look_again_at: float | None = None  # when to pull again after new terms (monotonic)
         self._notified: list[ShardRow] = []  # rows of held shards their notifications brought, not handed yet
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn, holder=settings.name)
@@ -176,8 +178,10 @@ class HostRuntime:
         self._pull_soon()
 
     def _gained(self, shards: set[int]) -> None:
-        """New terms: rows handed over under an earlier term of these shards are handed over again."""
+        """New terms: rows handed over under an earlier term of these shards are handed over again; a pull now and
+        another ``look_again_s`` later."""
         self.handover.forget(shards)
+        self._look_again_at = time.monotonic() + self.settings.look_again_s
         self._pull_soon()
 
     def _pull_soon(self) -> None:
@@ -224,10 +228,21 @@ class HostRuntime:
     def _held(self, shard: int) -> bool:
         return self.fence.epoch(shard) is not None
 
+    def _pull_wait_s(self) -> float:
+        """How long the puller sleeps unless woken: the periodic pull's interval, or less until a second look."""
+        again = self._look_again_at
+        if again is None:
+            return self.settings.pull_interval_s
+        return min(self.settings.pull_interval_s, max(0.0, again - time.monotonic()))
+
     def _pull_loop(self) -> None:
         while not self._stopped.is_set():
-            woken = self._wake.wait(self.settings.pull_interval_s)
+            woken = self._wake.wait(self._pull_wait_s())
             self._wake.clear()
+            again = self._look_again_at
+            look = again is not None and time.monotonic() >= again  # the second look after new terms: a pull
+            if look:
+                self._look_again_at = None
             if self._stopped.is_set():
                 return
             # Taken before a pull reads: a row notified before then is pending when it reads, and read by it.
@@ -243,7 +258,7 @@ class HostRuntime:
                     self._jobs_scanned_at = time.monotonic()
                     self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
                     self.approvals.scan()  # so does a timeout's denial
-                if woken and notified and not (wanted or recheck or self.handover.backlog):
+                if woken and notified and not (wanted or recheck or look or self.handover.backlog):
                     self.handover.hand(notified)
                 else:
                     self.handover.pull(recheck=recheck or not woken)

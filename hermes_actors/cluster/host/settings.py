@@ -22,6 +22,7 @@ class HostSettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: float = 10.0
     grace_s: float = 5.0
     pull_interval_s: float = 2.0
+    look_again_s: float = 0.5  # a second pull this long after new terms begin (HostRuntime._gained)
     max_concurrent_agent_calls: int = 64
     pending_soft_limit: int = 4  # queued messages of a session from which its next turn merges them
     pending_hard_limit: int = 64

@@ -1,9 +1,12 @@
 """The ingress of cluster mode: an inbound message committed to the PostgreSQL inbox, in its session's shard.
 
 Any number of ``hermesd --cluster`` replicas run it: the row's uniqueness on (platform, account, platform message
-id) makes a redelivery to another replica add nothing. The commit sends ``NOTIFY`` with the shard (the holder's
-listener wakes); ``poke`` (a Ray call that waits for nothing) is the second, independent wake-up. The turn runs
-later, in whichever host holds the shard: the ingress never waits for it.
+id) makes a redelivery to another replica add nothing. The commit notifies the shard's holder (its listener wakes;
+:mod:`~hermes_actors.store.pg.shard_queue`), which also pulls its shards' pending rows periodically. The turn runs
+later, in whichever host holds the shard: the ingress never waits for it. ``poke`` is a second wake-up a caller may
+add (the tests wake a host of their own process with it); ``hermesd --cluster`` adds none: a Ray call per message
+(at most four a second per host, as it was) cost the replica, the host and Ray more CPU than the rest of the
+message's way through the cluster but the turn, and woke a host that its notification had woken already.
 
 A long-poll adapter's batch and its poll cursor commit together (:meth:`ClusterIngress.accept_batch`): every row in
 its session's shard and the cursor in one transaction, which first runs the adapter's check (its account's role
@@ -23,7 +26,7 @@ __all__ = ["ClusterIngress"]
 
 
 def _no_poke(shard: int) -> None:
-    """Rely on ``NOTIFY`` alone."""
+    """Rely on the holder's notification (and its periodic pull) alone."""
 
 
 class ClusterIngress:

@@ -176,7 +176,7 @@ def serve_cluster(
     worker process keeps (``daemon.cpu_affinity``)."""
     import ray
 
-    from hermes_actors.cluster.host.ray_host import HolderPoker, ensure_hosts
+    from hermes_actors.cluster.host.ray_host import ensure_hosts
     from hermes_actors.store.pg import PostgresStore
     from platforms import registry
 
@@ -192,9 +192,7 @@ def serve_cluster(
     if (placed := placement()) is not None:
         _log.info("%s", placed)
     try:
-        ingress = ClusterIngress(
-            store, shards=cluster.shards, key_policy=key_policy, poke=HolderPoker(store, namespace=cluster.namespace)
-        )
+        ingress = ClusterIngress(store, shards=cluster.shards, key_policy=key_policy)
         board = PlatformBoard()
         operator = None
         if admin_key is not None:
