@@ -58,6 +58,7 @@ def test_named_placeholders_repeat_and_a_doubled_percent_is_one(direct: DirectSt
     assert direct.rows(sql, {"a": 2, "b": 3, "unused": 9}) == [(5, 20, True)]
     assert direct.rows(b"SELECT '100%' AS sign", None) == [("100%",)]  # without parameters, the text as it is
     assert direct.rows(b"SELECT %t::text, %b::int", ("t", 4)) == [("t", 4)]
+    assert direct.rows(b"SELECT 'no placeholders'", {}) == [("no placeholders",)]
 
 
 @pytest.mark.parametrize(

@@ -88,8 +88,8 @@ class _Query:
                 return [params[name] for name in self.names]
             except KeyError as exc:
                 raise psycopg.ProgrammingError(f"query parameter missing: {exc.args[0]}") from None
-        if params is None:
-            params = ()
+        if params is None or (isinstance(params, Mapping) and not self.formats):
+            return ()  # no placeholders: an empty mapping is as good as no parameters, as psycopg takes it
         if isinstance(params, Mapping):
             raise psycopg.ProgrammingError("positional placeholders require a sequence of parameters")
         if len(params) != len(self.formats):
