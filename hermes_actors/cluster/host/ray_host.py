@@ -3,8 +3,8 @@
 :class:`ShardHost` is a named, detached Ray actor (``max_restarts=-1``: Ray starts it again after its worker dies,
 rerunning the constructor, which takes the host's shards again once their terms have run out;
 ``max_task_retries=0``: no call is ever run twice). It hosts a
-:class:`~hermes_actors.cluster.host.runtime.HostRuntime`. No call waits for a turn: :meth:`ShardHost.poke` only
-wakes the puller. :func:`ensure_hosts` creates the hosts that do not exist yet (``get_if_exists``), which is what
+:class:`~hermes_actors.cluster.host.runtime.HostRuntime`. No call waits for a turn: its calls only start, stop and
+report on the host. :func:`ensure_hosts` creates the hosts that do not exist yet (``get_if_exists``), which is what
 ``hermesd --cluster`` does at start; a second creation under a name already taken returns the running actor.
 :func:`stop_hosts` (``hermesctl cluster stop-hosts``) ends them for good, to be created again from a replica's
 configuration. A race
@@ -29,7 +29,7 @@ from hermes_actors.cluster.settings import Placement
 from hermes_actors.cpu_affinity import cpu_affinity, placement
 from hermes_actors.runtime.agent_roster import AgentRoster
 
-__all__ = ["NAMESPACE", "ShardHost", "ensure_hosts", "host_handle", "poke_host", "stop_hosts"]
+__all__ = ["NAMESPACE", "ShardHost", "ensure_hosts", "host_handle", "stop_hosts"]
 
 NAMESPACE = "hermes"
 """The Ray namespace of the shard hosts (named actors are unique within a namespace)."""
@@ -81,10 +81,6 @@ class ShardHost:
             self._runtime = HostRuntime(settings, agent=built)
         self._runtime.start()
 
-    def poke(self) -> None:
-        """Pull the inbox now (returns at once)."""
-        self._runtime.poke()
-
     def status(self) -> HostStatus:
         """A snapshot of this host."""
         return self._runtime.status()
@@ -113,7 +109,7 @@ def _options(name: str, namespace: str, strategy: object) -> dict[str, Any]:
         "lifetime": "detached",
         "max_restarts": -1,
         "max_task_retries": 0,
-        "max_concurrency": 4,  # status and poke are answered while another call runs
+        "max_concurrency": 4,  # status is answered while another call runs
         "num_cpus": 0,  # the agent pool, not Ray's scheduler, bounds a host's work
         "scheduling_strategy": strategy,  # also where Ray restarts it
         "get_if_exists": True,
@@ -180,10 +176,3 @@ def host_handle(name: str, namespace: str = NAMESPACE) -> Any | None:
         return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
-
-
-def poke_host(name: str, namespace: str = NAMESPACE) -> None:
-    """Wake host ``name`` without waiting for anything (a missing host is woken by its restart's first pull)."""
-    handle = host_handle(name, namespace)
-    if handle is not None:
-        handle.poke.remote()

@@ -42,11 +42,12 @@ class GroupTransaction:
     def __init__(self, database: Database, connection: psycopg.Connection[Any]) -> None:
         self._database = database
         self._connection = connection
+        self._statements = direct(connection)
         self._fresh = True  # the savepoint opened last has seen no write yet
 
     def _send(self, statements: bytes, doing: str) -> None:
         try:
-            direct(self._connection).simple(statements)
+            self._statements.simple(statements)
         except psycopg.Error as exc:
             raise store_error(exc, doing) from exc
 

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 CHANNEL = "hermes_inbox"
+_HOLDER_HEX = 16  # hex digits of md5(holder) in a holder's channel: the SQL of _ADD_ROUTED and holder_channel
 _PENDING = InboxState.PENDING.value
 _JOINED_COLUMNS = ", ".join(f"i.{column.strip()}" for column in INBOX_COLUMNS.split(","))
 _ADD = inbox_insert("shard")
@@ -57,7 +58,8 @@ _ADD_ROUTED = (
     "RETURNING id, shard, platform, account_id, platform_message_id, routing_key, payload, received_at, kind), "
     "told AS (SELECT a.id, a.shard, json_build_array(a.shard, a.id, t.route, a.platform, a.account_id, "
     "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole, "
-    f"coalesce((SELECT '{CHANNEL}_' || left(md5(l.holder), 16) FROM shard_leases l WHERE l.shard = a.shard), "
+    f"coalesce((SELECT '{CHANNEL}_' || left(md5(l.holder), {_HOLDER_HEX}) FROM shard_leases l "
+    "WHERE l.shard = a.shard), "
     f"'{CHANNEL}') AS channel FROM added a, t) "
     f"SELECT id, shard, pg_notify(channel, {notice_payload('whole', 'shard::text')}) FROM told"
 ).format(shard=SHARD_SQL.format(id="coalesce(nullif(t.route, ''), :key)"))
@@ -78,7 +80,7 @@ class Notices(msgspec.Struct, frozen=True):
 def holder_channel(holder: str) -> str:
     """The channel a message's notification goes to while ``holder`` holds its shard (:data:`_ADD_ROUTED`): a name
     of the holder's own, so no other host wakes for it."""
-    return f"{CHANNEL}_{hashlib.md5(holder.encode()).hexdigest()[:16]}"
+    return f"{CHANNEL}_{hashlib.md5(holder.encode()).hexdigest()[:_HOLDER_HEX]}"
 
 
 def _notified_row(payload: str) -> ShardRow:
