@@ -22,7 +22,7 @@ from hermes_actors.runtime.interruption import PartialText, partial_message
 from hermes_actors.runtime.protocol import AgentFailure, Delivery, TurnOutcome
 from hermes_actors.runtime.records import CreatedRow, answered, record_attachments, source_of
 from hermes_actors.runtime.rewind import rewind_of
-from hermes_actors.runtime.services import CancelToken, queue_reply, reply_for
+from hermes_actors.runtime.services import CancelToken, queue_reply, queuing_reply, reply_for
 from hermes_actors.runtime.session_state import SessionState
 from hermes_actors.runtime.steering import SteerChannel, steered_messages
 from hermes_actors.runtime.turn_input import conversation_of, marked_reply, posted_messages, turn_input
@@ -181,25 +181,35 @@ class Exchange:
         waiting = reply.approval_calls if isinstance(reply, AgentReply) and not cancelled else None
         asking = Asking(state, deliveries[0], waiting) if waiting else None  # the turn pauses on these calls
 
+        # A turn that only completes its rows, appends and queues its reply (no session row to create, nothing to
+        # cut, no approval to record) writes all of it under the fence: one statement on a shard host.
+        fused = bool(new) and not state.starts_rows and (rewind is None or rewind.cut_id is None)
+        fused = fused and resumed is None and asking is None
+
         def commit(
             store: StoreInterface,
         ) -> tuple[int | None, list[int], CreatedRow | None, OutboundMessage | None]:
             completion = store.inbox.completion([d.inbox_id for d in answering], session_id=self.session_id)
-            state.fence(store, completion if answering else None)  # the rows completed under the fence
+            appended = store.appending_messages(self.session_id, new) if fused else None
+            queued = queuing_reply(store, outbound, counted=ahead) if fused and outbound is not None else None
+            # the rows completed (and, fused, the turn's writes) under the fence
+            state.fence(store, [w for w in (completion if answering else None, appended, queued) if w is not None])
             for delivery in answering:
                 if delivery.inbox_id not in completion.done and delivery.inbox_id > 0:
                     raise StaleTurnError(
                         f"inbox row {delivery.inbox_id} was answered by another turn; this one is rolled back"
                     )
-            created = state.start_rows(store)
+            created = None if fused else state.start_rows(store)
             if rewind is not None and rewind.cut_id is not None:
                 TranscriptCuts(store.sql, self._services.clock).cut_from(self.session_id, rewind.cut_id)
-            ids = store.append_messages(self.session_id, new)
+            ids = appended.ids if appended is not None else store.append_messages(self.session_id, new)
             record_attachments(store, deliveries, [ids[i] for i in firsts], now)
             if resumed is not None:
                 resumed.in_commit(store)
             sent = asking.in_commit(store, outbound) if asking is not None and outbound is not None else outbound
             self._services.events.turn_completed(store, self.session_id, answering, sent, cancelled)
+            if queued is not None:
+                return queued.id, ids, created, sent
             return queue_reply(store, sent, session_exists=True, counted=ahead) if sent else None, ids, created, sent
 
         outbox_id, ids, created, outbound = self._services.writer.call(commit)

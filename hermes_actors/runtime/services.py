@@ -21,6 +21,7 @@ from hermes_actors.runtime.events import Events
 from hermes_actors.runtime.metrics import Metrics
 from hermes_actors.runtime.turn_watch import TurnWatch
 from hermes_actors.store import StoreInterface
+from hermes_actors.store.outbox_queue import QueuedReply
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 
@@ -328,12 +329,23 @@ def queue_reply(
     session_id = outbound.session_id
     if session_id is not None and not session_exists and store.find_session(session_id) is None:
         session_id = None  # its first turn has not committed yet: no row to refer to
-    return store.outbox.add(
-        session_id=session_id,
-        platform=outbound.platform,
-        account_id=outbound.account_id,
-        chat_id=outbound.chat_id,
-        thread_id=outbound.thread_id,
-        payload=encode(outbound),
-        attempts=1 if counted else 0,
-    )
+    return store.outbox.add(**_reply_row(outbound, session_id, counted))
+
+
+def queuing_reply(store: StoreInterface, outbound: OutboundMessage, *, counted: bool = False) -> QueuedReply:
+    """:func:`queue_reply` as a write a session lease's fence carries, for a turn that writes to its session (which
+    therefore exists); its row id afterwards (:attr:`QueuedReply.id`)."""
+    return store.outbox.adding(**_reply_row(outbound, outbound.session_id, counted))
+
+
+def _reply_row(outbound: OutboundMessage, session_id: str | None, counted: bool) -> dict[str, Any]:
+    """The outbox row of ``outbound`` (``session_id``: the session it refers to)."""
+    return {
+        "session_id": session_id,
+        "platform": outbound.platform,
+        "account_id": outbound.account_id,
+        "chat_id": outbound.chat_id,
+        "thread_id": outbound.thread_id,
+        "payload": encode(outbound),
+        "attempts": 1 if counted else 0,
+    }

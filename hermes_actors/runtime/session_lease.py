@@ -7,6 +7,8 @@ process's hold, so a commit made after another process took the session over is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hermes_actors.runtime.leases import wait_for_lease
 from hermes_actors.runtime.services import SessionServices
 from hermes_actors.store import StoreInterface
@@ -66,9 +68,9 @@ class SessionLease:
         self._epoch = epoch or 0
         self._seen = self._checked = None
 
-    def fence(self, store: StoreInterface, then: FencedWrite | None = None) -> None:
+    def fence(self, store: StoreInterface, then: Sequence[FencedWrite] = ()) -> None:
         """Inside a commit: raise :class:`~hermes_actors.errors.LeaseLostError` unless the hold still stands;
-        ``then``: the commit's first write under it (:meth:`~hermes_actors.store.leases.Leases.fence`)."""
+        ``then``: the commit's first writes under it (:meth:`~hermes_actors.store.leases.Leases.fence`)."""
         self._checked = None
         services = self._services
         ttl = services.config.lease_ttl_s

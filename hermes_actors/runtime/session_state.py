@@ -144,13 +144,14 @@ class SessionState:
             self.reload()
         return holder
 
-    def fence(self, store: StoreInterface, then: FencedWrite | None = None) -> None:
+    def fence(self, store: StoreInterface, then: Sequence[FencedWrite] = ()) -> None:
         """Inside a commit: raise :class:`LeaseLostError` unless this process still holds the lease it took; then
-        ``then``, the commit's first write under it (in the check's own statement where the store can)."""
+        ``then``, the commit's first writes under it (in the check's own statement where the store can)."""
         if self._create_with is None:
             self._lease.fence(store, then)
-        elif then is not None:  # a new session: no lease to check yet
-            then.alone()
+        else:  # a new session: no lease to check yet
+            for write in then:
+                write.alone()
 
     def lease_ended(self) -> None:
         """The lease was released in the commit that just ended or continued the session, or was taken over: the
@@ -172,6 +173,11 @@ class SessionState:
         stored = stored_prefix(self._record)
         if stored is not None and stored != self._prefix:  # another process froze it (a session from before 6)
             self._prefix, self._prefix_unsaved, self.offered = stored, False, stored.offered(self._tools)
+
+    @property
+    def starts_rows(self) -> bool:
+        """Whether the next commit's :meth:`start_rows` writes anything (the session's row, or its prefix)."""
+        return self._create_with is not None or self._prefix_unsaved
 
     def start_rows(self, store: StoreInterface) -> CreatedRow | None:
         """Inside a turn's commit: create the session's row, route and lease (its first commit; the result is

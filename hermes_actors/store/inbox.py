@@ -35,7 +35,7 @@ def inbox_insert(holder: str) -> str:
 
 
 _ADD = inbox_insert("owner")
-_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.query)
+_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.queries)
     "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
     f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
     "RETURNING id, shard"
@@ -196,8 +196,6 @@ class Completion:
 
     __slots__ = ("_ids", "_inbox", "_now", "_session_id", "_state", "done")
 
-    query = _COMPLETE_FENCED
-
     def __init__(
         self, inbox: Inbox, inbox_ids: Sequence[int], session_id: str, state: InboxState, *, now: float
     ) -> None:
@@ -208,9 +206,13 @@ class Completion:
         self._now = now
         self.done: set[int] = set()
 
+    def queries(self, name: str) -> str:
+        """The completion as a fence's ``WITH`` query: the rows it completed (their id and shard)."""
+        return f"{name} AS ({_COMPLETE_FENCED})"
+
     @property
     def params(self) -> dict[str, Any]:
-        """The parameters of :attr:`query`."""
+        """The parameters of :meth:`queries`."""
         return {
             "inbox_state": InboxState(self._state).value,
             "inbox_session": self._session_id,

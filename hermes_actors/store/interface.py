@@ -50,6 +50,7 @@ from hermes_actors.store.table_interface import (
 if TYPE_CHECKING:
     from hermes_actors.store.fts import Order
     from hermes_actors.store.search_reads import SearchReads
+    from hermes_actors.store.transcript import AppendWrite
 
 __all__ = [
     "AttachmentIndex",
@@ -235,6 +236,13 @@ class Transcripts(Protocol):
 
     def append_messages(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append to a live session in one transaction, updating its counters; the new message ids."""
+        ...
+
+    def appending_messages(
+        self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None
+    ) -> AppendWrite:
+        """:meth:`append_messages` as a write for a session lease's fence to carry (``fence(then=...)``); its ids
+        afterwards (:attr:`AppendWrite.ids`)."""
         ...
 
     def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:

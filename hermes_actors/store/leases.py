@@ -13,7 +13,7 @@ still agree on who holds a session.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_actors.errors import LeaseLostError
@@ -95,7 +95,7 @@ class Leases:
         ttl_s: float,
         *,
         seen: int | None = None,
-        then: FencedWrite | None = None,
+        then: Sequence[FencedWrite] = (),
     ) -> int | None:
         """Check, inside the caller's transaction, that ``owner`` still holds the lease at ``epoch``, and extend it;
         return the database's version (SQLite's ``PRAGMA data_version``; ``None`` on PostgreSQL) it was seen at.
@@ -110,8 +110,9 @@ class Leases:
         answer and the caller's commit either. Any other process's commit, of whatever table, sends the next check
         to the table again.
 
-        ``then``: the caller's first write under the lease. Where the check carries a shard's guard (a shard host)
-        the write rides in the renewal's statement, one round trip where two were; elsewhere it runs after the check.
+        ``then``: the caller's first writes under the lease, in order. Where the check carries a shard's guard (a
+        shard host) they ride in the renewal's statement, one round trip where several were; elsewhere they run after
+        the check, one after another.
         """
         guard = self.shard_guard(session_id) if self.shard_guard is not None else None
         if guard is not None:
@@ -119,8 +120,8 @@ class Leases:
                 renewed, rows = self._renewed(owner, ttl_s, {session_id: epoch}, guard, then)
                 if renewed:
                     guard.held()
-                    if then is not None:
-                        then.took(rows)  # its shard checks know the guard's shard is held now
+                    for write, took in zip(then, rows, strict=True):
+                        write.took(took)  # a completion's shard checks know the guard's shard is held now
                     return self._version()
                 guard.check()  # raises when the shard's term is what was lost
                 raise self._lost(session_id, epoch)
@@ -132,24 +133,27 @@ class Leases:
                 with self._db.transaction(savepoint=False):
                     if not self._terms.renew(owner, ttl_s, terms={session_id: epoch}):
                         raise self._lost(session_id, epoch)
-        if then is not None:
-            then.alone()
+        for write in then:
+            write.alone()
         return version
 
     def _renewed(
-        self, owner: str, ttl_s: float, terms: dict[str, int], guard: TermGuard, then: FencedWrite | None
-    ) -> tuple[bool, list[dict[str, Any]]]:
-        """Renew ``terms`` under ``guard``, with ``then`` in the same statement: whether they were renewed, and the
-        rows ``then`` returned."""
-        if then is None:
+        self, owner: str, ttl_s: float, terms: dict[str, int], guard: TermGuard, then: Sequence[FencedWrite]
+    ) -> tuple[bool, list[list[dict[str, Any]]]]:
+        """Renew ``terms`` under ``guard``, with the writes ``then`` in the same statement: whether they were
+        renewed, and the rows each write returned."""
+        if not then:
             return bool(self._terms.renew(owner, ttl_s, terms=terms, guard=guard)), []
         under, renewal, params = self._terms.renewal(owner, ttl_s, self._terms.which(terms=terms), guard)
-        ((renewed, rows),) = self._db.execute(
-            f"WITH {under}, renewed AS ({renewal}), fenced AS ({then.query}) "
-            "SELECT EXISTS (SELECT FROM renewed), (SELECT json_agg(fenced) FROM fenced)",
-            {**params, **then.params},
+        names = [f"fenced{n}" for n in range(len(then))]
+        queries = ", ".join(write.queries(name) for write, name in zip(then, names, strict=True))
+        returned = ", ".join(f"(SELECT json_agg({name}) FROM {name})" for name in names)
+        for write in then:
+            params.update(write.params)
+        ((renewed, *rows),) = self._db.execute(
+            f"WITH {under}, renewed AS ({renewal}), {queries} SELECT EXISTS (SELECT FROM renewed), {returned}", params
         )
-        return bool(renewed), rows or []
+        return bool(renewed), [found or [] for found in rows]
 
     @staticmethod
     def _lost(session_id: str, epoch: int) -> LeaseLostError:

@@ -7,12 +7,13 @@ A row is unsent until ``sent_at`` or ``abandoned_at`` is set; ``attempts`` count
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from hermes_actors.store.records import OutboxRow, QueueSummary
 from hermes_actors.store.sql import Dialect, SqlTable, notice_payload
 
-__all__ = ["OUTBOX_COLUMNS", "Outbox", "outbox_row"]
+__all__ = ["OUTBOX_COLUMNS", "Outbox", "QueuedReply", "outbox_row"]
 
 OUTBOX_COLUMNS = (
     "id, session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts, next_attempt_at"
@@ -24,12 +25,78 @@ _ADD = (
     "INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, created_at, attempts) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
-_ADD_NOTIFIED = (  # the row, or the platform when the row is too large for a notice (turn_relay.reply_notice)
-    f"WITH added AS ({_ADD.removesuffix('RETURNING id')}RETURNING id, payload, created_at), "
-    "told AS (SELECT id, json_build_array(?::text, id, encode(payload, 'base64'), created_at)::text AS whole "
-    "FROM added) "
-    f"SELECT id, pg_notify('hermes_outbox', {notice_payload('whole', '?')}) FROM told"
+
+
+def _notified(added: str, told: str, platform: str) -> tuple[str, str]:
+    """The query building the notice of each row of ``added`` (a ``WITH`` query), and the ``SELECT`` sending them
+    on ``hermes_outbox`` from that query once it is named ``told``: the row, or the platform (``platform``, a
+    parameter) when the row is too large for a notice (:func:`~hermes_actors.store.pg.turn_relay.reply_notice`)."""
+    return (
+        f"SELECT id, json_build_array({platform}::text, id, encode(payload, 'base64'), created_at)::text AS whole "
+        f"FROM {added}",
+        f"SELECT id, pg_notify('hermes_outbox', {notice_payload('whole', platform)}) FROM {told}",
+    )
+
+
+_TOLD, _NOTIFY = _notified("added", "told", "?")
+_ADD_NOTIFIED = (
+    f"WITH added AS ({_ADD.removesuffix('RETURNING id')}RETURNING id, payload, created_at), told AS ({_TOLD}) {_NOTIFY}"
 )
+
+
+@functools.cache
+def _add_fenced(name: str) -> str:
+    """The insert and its notice as a fence's ``WITH`` queries (:meth:`QueuedReply.queries`), the last one
+    ``name``: written only when the lease was renewed."""
+    told, notify = _notified(f"{name}_added", f"{name}_told", ":out_platform")
+    return (
+        f"{name}_added AS (INSERT INTO outbox (session_id, platform, account_id, chat_id, thread_id, payload, "
+        "created_at, attempts) SELECT :out_session::text, :out_platform::text, :out_account::text, :out_chat::text, "
+        ":out_thread::text, :out_payload::bytea, :out_at::float8, :out_attempts::int "
+        f"WHERE EXISTS (SELECT FROM renewed) RETURNING id, payload, created_at), {name}_told AS ({told}), "
+        f"{name} AS ({notify})"
+    )
+
+
+class QueuedReply:
+    """A reply queued under a session lease's fence (:meth:`Outbox.adding`), a
+    :class:`~hermes_actors.store.term_guard.FencedWrite`: in the fence's own statement where the store carries it as
+    one (PostgreSQL, a shard host), else by :meth:`Outbox.add` after the check. :attr:`id`: its row id."""
+
+    __slots__ = ("_fields", "_outbox", "id")
+
+    def __init__(self, outbox: Outbox, fields: dict[str, Any]) -> None:
+        self._outbox = outbox
+        self._fields = fields
+        self.id = 0
+
+    def queries(self, name: str) -> str:
+        """The insert and its notice as a fence's ``WITH`` queries; the last returns the row's id."""
+        return _add_fenced(name)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters of :meth:`queries`."""
+        fields = self._fields
+        return {
+            "out_session": fields["session_id"],
+            "out_platform": fields["platform"],
+            "out_account": fields["account_id"],
+            "out_chat": fields["chat_id"],
+            "out_thread": fields["thread_id"],
+            "out_payload": fields["payload"],
+            "out_at": self._outbox.now(),
+            "out_attempts": fields["attempts"],
+        }
+
+    def took(self, rows: list[dict[str, Any]]) -> None:
+        """The row the fence's statement inserted."""
+        (row,) = rows
+        self.id = int(row["id"])
+
+    def alone(self) -> None:
+        """:meth:`Outbox.add`."""
+        self.id = self._outbox.add(**self._fields)
 
 
 def outbox_row(row: tuple[Any, ...]) -> OutboxRow:
@@ -69,6 +136,34 @@ class Outbox(SqlTable):
         if self._db.dialect is Dialect.POSTGRES:
             return int(self._db.execute(_ADD_NOTIFIED, (*params, platform, platform))[0][0])
         return int(self._db.execute(_ADD, params)[0][0])
+
+    def adding(
+        self,
+        *,
+        session_id: str | None,
+        platform: str,
+        account_id: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        payload: bytes,
+        attempts: int = 0,
+    ) -> QueuedReply:
+        """:meth:`add` as a write a session lease's fence carries (:class:`QueuedReply`): in the fence's statement on
+        a shard host, after the check elsewhere."""
+        fields = {
+            "session_id": session_id,
+            "platform": platform,
+            "account_id": account_id,
+            "chat_id": chat_id,
+            "thread_id": thread_id,
+            "payload": payload,
+            "attempts": attempts,
+        }
+        return QueuedReply(self, fields)
+
+    def now(self) -> float:
+        """The store's clock, as :meth:`add` dates a row."""
+        return self._clock()
 
     def backlog(self) -> int:
         """Count the replies neither sent nor given up."""

@@ -95,6 +95,7 @@ class SqlStore(Directory, abc.ABC):
     # -- transcripts (see Transcript) ------------------------------------------------------------------------------
 
     append_messages = delegate("transcript", Transcript.append)
+    appending_messages = delegate("transcript", Transcript.appending)
     freeze_prefix = delegate("transcript", Transcript.freeze_prefix)
     insert_messages = delegate("transcript", Transcript.insert)
     add_counts = delegate("transcript", Transcript.add_counts)

@@ -24,6 +24,7 @@ from hermes_actors.store.records import (
 
 if TYPE_CHECKING:
     from hermes_actors.store.inbox import Completion
+    from hermes_actors.store.outbox_queue import QueuedReply
     from hermes_actors.store.term_guard import FencedWrite
 
 __all__ = [
@@ -126,6 +127,20 @@ class OutboxQueue(Protocol):
         """Queue a reply; its row id. ``attempts=1`` counts its first send ahead, in the caller's transaction."""
         ...
 
+    def adding(
+        self,
+        *,
+        session_id: str | None,
+        platform: str,
+        account_id: str,
+        chat_id: str | None,
+        thread_id: str | None,
+        payload: bytes,
+        attempts: int = 0,
+    ) -> QueuedReply:
+        """:meth:`add` as a write for a lease's fence to carry (``fence(then=...)``); its row id afterwards."""
+        ...
+
     def backlog(self) -> int:
         """How many replies are neither sent nor given up."""
         ...
@@ -193,12 +208,12 @@ class LeaseTable(Protocol):
         ttl_s: float,
         *,
         seen: int | None = None,
-        then: FencedWrite | None = None,
+        then: Sequence[FencedWrite] = (),
     ) -> int | None:
         """Check inside the caller's transaction that the lease is still held at ``epoch`` (:class:`LeaseLostError`);
         the database version the hold was seen at (``seen``: one a committed check returned before; ``None``: the
-        database has no versions). ``then``: the caller's first write under the lease, in the check's statement where
-        the store can carry it there, else after it."""
+        database has no versions). ``then``: the caller's first writes under the lease, in the check's statement
+        where the store can carry them there, else after it, in order."""
         ...
 
     def epoch_of(self, session_id: str, owner: str) -> int | None:

@@ -30,20 +30,24 @@ class TermGuard(NamedTuple):
 
 class FencedWrite(Protocol):
     """A write that rides in a fence's own statement where a store carries the fence as one (a shard host's session
-    lease, renewed under its shard's term): a data-modifying query with ``RETURNING`` that says ``EXISTS (SELECT
-    FROM renewed)`` to write only when the term was renewed, its named parameters (prefixed, as a guard's), what to
-    do with the rows it returned (as dictionaries of its returned columns), and the write alone, for a fence
-    checked apart (SQLite, or a session with no lease yet), which runs it after the check."""
+    lease, renewed under its shard's term): ``WITH`` queries that write only when the term was renewed (each says
+    ``EXISTS (SELECT FROM renewed)``, or reads one that does), the last of them returning rows; their named
+    parameters (prefixed, as a guard's, so several writes share a statement); what to do with the rows returned (as
+    dictionaries of their columns); and the write alone, for a fence checked apart (SQLite, or a session with no
+    lease yet), which runs it after the check."""
 
-    query: str
+    def queries(self, name: str) -> str:
+        """The write's ``WITH`` queries, comma-separated, the last named ``name`` (its rows go to :meth:`took`);
+        any other is named ``name`` and a suffix."""
+        ...
 
     @property
     def params(self) -> dict[str, Any]:
-        """The query's parameters."""
+        """The queries' parameters."""
         ...
 
     def took(self, rows: list[dict[str, Any]]) -> None:
-        """What the query returned, once the term was found renewed."""
+        """What the last query returned, once the term was found renewed."""
         ...
 
     def alone(self) -> None:

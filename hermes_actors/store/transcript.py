@@ -8,7 +8,7 @@ Python at insert and its text cannot hold NUL (:class:`~hermes_actors.store.pg.t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 
@@ -17,7 +17,7 @@ from hermes_actors.store.records import MessageRecord, MessageRow, NewMessage, S
 from hermes_actors.store.sql import SqlDb, SqlTable
 from hermes_actors.store.sqlite_db import SqliteDb
 
-__all__ = ["MESSAGE_INSERT", "MessageRows", "SqliteMessageRows", "Transcript"]
+__all__ = ["MESSAGE_INSERT", "AppendWrite", "MessageRows", "SqliteMessageRows", "Transcript"]
 
 MESSAGE_INSERT = (
     "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, token_count, created_at, "
@@ -41,6 +41,12 @@ class MessageRows(Protocol):
     def append(self, counts: str, params: Sequence[Any], rows: Sequence[MessageRow]) -> list[int] | None:
         """Run ``counts`` (an ``UPDATE sessions ... RETURNING ref``) and insert ``rows`` into the session it
         returned; their ids in order, or ``None`` when it returned none (nothing inserted)."""
+        ...
+
+    def fenced_append(self, name: str, counts: str, rows: Sequence[MessageRow]) -> tuple[str, dict[str, Any]]:
+        """:meth:`append` as ``WITH`` queries for a fence's statement (:class:`AppendWrite`): ``{name}_counted``
+        (``counts``, whose named parameters the caller gives) and ``name`` (the insert, returning the ids); with the
+        rows' parameters. Only a store whose fences carry writes (PostgreSQL's) is asked."""
         ...
 
     @property
@@ -71,6 +77,11 @@ class SqliteMessageRows:
         """:func:`counted_then_inserted` (two statements: SQLite pays no round trip)."""
         return counted_then_inserted(self._db, self, counts, params, rows)
 
+    def fenced_append(self, name: str, counts: str, rows: Sequence[MessageRow]) -> tuple[str, dict[str, Any]]:
+        """Never asked: SQLite checks a lease with a statement of its own, then runs the writes
+        (:meth:`AppendWrite.alone`); it has no data-modifying ``WITH`` queries to carry them in."""
+        raise StoreError("SQLite cannot write inside a fence's statement; the append runs after the check")
+
     @property
     def read_content(self) -> None:
         """Content is stored as it is."""
@@ -98,7 +109,7 @@ def _count_tool_calls(message: NewMessage) -> int:
 class Transcript(SqlTable):
     """The ``messages`` table (``store.transcript``), and the counters it keeps on ``sessions``."""
 
-    __slots__ = ("_append_counts", "_append_find", "_rows")
+    __slots__ = ("_append_counts", "_append_find", "_fenced_counts", "_rows")
 
     def __init__(self, db: SqlDb, clock: Callable[[], float], rows: MessageRows) -> None:
         super().__init__(db, clock)
@@ -114,6 +125,15 @@ class Transcript(SqlTable):
             f"tokens_estimated = {greatest('tokens_estimated', '?')}, "
             f"last_active_at = {greatest('last_active_at', '?')} WHERE id = ? AND ended_at IS NULL RETURNING ref"
         )
+        # The same update in a fence's statement (AppendWrite): named parameters, written only under the lease.
+        self._fenced_counts = (
+            "UPDATE sessions SET message_count = message_count + :msg_n, "
+            "tool_call_count = tool_call_count + :msg_calls, input_tokens = input_tokens + :msg_in, "
+            "output_tokens = output_tokens + :msg_out, "
+            f"tokens_estimated = {greatest('tokens_estimated', ':msg_estimated')}, "
+            f"last_active_at = {greatest('last_active_at', ':msg_at')} WHERE id = :msg_session AND ended_at IS NULL "
+            "AND EXISTS (SELECT FROM renewed) RETURNING ref"
+        )
 
     def append(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> list[int]:
         """Append ``messages`` to a live session in one transaction; their ids in order.
@@ -122,6 +142,40 @@ class Transcript(SqlTable):
         session's counts as estimates, for good) and its last activity. Raises :class:`SessionNotFoundError` or
         :class:`SessionClosedError`, appending nothing.
         """
+        counts, rows = self._counted(session_id, messages, at)
+        with self._db.transaction(savepoint=False):
+            ids = self._rows.append(self._append_counts, counts, rows)
+            if ids is None:
+                self.refuse(session_id)
+            return ids
+
+    def appending(self, session_id: str, messages: Sequence[NewMessage], *, at: float | None = None) -> AppendWrite:
+        """:meth:`append` as a write a session lease's fence carries (:class:`AppendWrite`): in the fence's
+        statement on a shard host, after the check elsewhere."""
+        return AppendWrite(self, session_id, messages, at)
+
+    def fenced_append(
+        self, name: str, session_id: str, messages: Sequence[NewMessage], at: float | None
+    ) -> tuple[str, dict[str, Any]]:
+        """:meth:`append` as a fence's ``WITH`` queries (:meth:`MessageRows.fenced_append`, the last named ``name``)
+        and their parameters."""
+        counts, rows = self._counted(session_id, messages, at)
+        query, params = self._rows.fenced_append(name, self._fenced_counts, rows)
+        names = ("msg_n", "msg_calls", "msg_in", "msg_out", "msg_estimated", "msg_at", "msg_session")
+        return query, {**dict(zip(names, counts, strict=True)), **params}
+
+    def refuse(self, session_id: str) -> NoReturn:
+        """An append found no live session ``session_id``: raise the error that says which way."""
+        ended = self._db.value(self._append_find, (session_id,))
+        if ended is None:
+            raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
+        raise SessionClosedError(f"session {session_id} has ended; reopen it or start a new one before appending")
+
+    def _counted(
+        self, session_id: str, messages: Sequence[NewMessage], at: float | None
+    ) -> tuple[tuple[Any, ...], list[MessageRow]]:
+        """The parameters of the counters' update (:attr:`_append_counts`, the session id last) and the rows of an
+        append."""
         now = self._clock() if at is None else at
         tool_calls = sum(_count_tool_calls(m) for m in messages)
         counts = (
@@ -146,16 +200,7 @@ class Transcript(SqlTable):
             )
             for m in messages
         ]
-        with self._db.transaction(savepoint=False):
-            ids = self._rows.append(self._append_counts, counts, rows)
-            if ids is None:
-                ended = self._db.value(self._append_find, (session_id,))
-                if ended is None:
-                    raise SessionNotFoundError(f"cannot append to {session_id!r}: no such session")
-                raise SessionClosedError(
-                    f"session {session_id} has ended; reopen it or start a new one before appending"
-                )
-            return ids
+        return counts, rows
 
     def freeze_prefix(self, session_id: str, *, system_prompt: str | None, tools: str) -> None:
         """Store what goes before the session's conversation: the exact system message (``None``: none is sent)
@@ -245,3 +290,44 @@ class Transcript(SqlTable):
             database_bytes=database_bytes,
             schema_version=schema_version,
         )
+
+
+class AppendWrite:
+    """Messages appended under a session lease's fence (:meth:`Transcript.appending`), a
+    :class:`~hermes_actors.store.term_guard.FencedWrite`: the counters' update and the rows' insert in the fence's
+    own statement where the store carries it as one (PostgreSQL, a shard host), else :meth:`Transcript.append` after
+    the check. :attr:`ids`: the new message ids, in order."""
+
+    __slots__ = ("_at", "_messages", "_query", "_session_id", "_transcript", "ids")
+
+    def __init__(
+        self, transcript: Transcript, session_id: str, messages: Sequence[NewMessage], at: float | None
+    ) -> None:
+        self._transcript = transcript
+        self._session_id = session_id
+        self._messages = messages
+        self._at = at
+        self.ids: list[int] = []
+        self._query: tuple[str, dict[str, Any]] | None = None
+
+    def queries(self, name: str) -> str:
+        """The counters' update and the rows' insert as a fence's ``WITH`` queries; the last returns the ids."""
+        self._query = self._transcript.fenced_append(name, self._session_id, self._messages, self._at)
+        return self._query[0]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters of :meth:`queries` (asked after it)."""
+        if self._query is None:
+            raise StoreError("AppendWrite.params is asked after AppendWrite.queries")
+        return self._query[1]
+
+    def took(self, rows: list[dict[str, Any]]) -> None:
+        """The ids the fence's statement inserted; none: the session is gone or ended (raises, as :meth:`append`)."""
+        if not rows:
+            self._transcript.refuse(self._session_id)
+        self.ids = sorted(int(row["id"]) for row in rows)
+
+    def alone(self) -> None:
+        """:meth:`Transcript.append`."""
+        self.ids = self._transcript.append(self._session_id, self._messages, at=self._at)

@@ -335,7 +335,7 @@ def test_a_turn_s_rows_are_completed_in_its_fence_s_own_statement(shard_store: P
     completion = shard_store.inbox.completion([first, second, answered], session_id=session.id)
     try:
         with tracing(shard_store.sql) as trace, shard_store.transaction():
-            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=completion)
+            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=[completion])
         sent = [sql for sql, _ in trace.statements if sql not in ("BEGIN", "SAVEPOINT")]
         (statement,) = sent  # one statement: the shard's check, the lease's renewal and the rows' completion
         assert "UPDATE leases" in statement
@@ -354,12 +354,12 @@ def test_a_fence_whose_lease_or_shard_was_lost_completes_nothing(shard_store: Po
     try:
         completion = shard_store.inbox.completion([row], session_id=session.id)
         with pytest.raises(LeaseLostError), shard_store.transaction():
-            shard_store.leases.fence(session.id, "owner", epoch + 1, TTL, then=completion)
+            shard_store.leases.fence(session.id, "owner", epoch + 1, TTL, then=[completion])
         assert completion.done == set()
         skew.seconds = TTL + 1
         assert shard_store.shards.acquire("b", [shard_of(session.id, 8)], TTL) == {shard_of(session.id, 8): 2}
         with pytest.raises(ShardLostError), shard_store.transaction():
-            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=completion)
+            shard_store.leases.fence(session.id, "owner", epoch, TTL, then=[completion])
         assert completion.done == set()
         assert shard_store.inbox.pending_among([row]) == {row}
     finally:

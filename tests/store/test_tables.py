@@ -114,14 +114,14 @@ def test_a_fence_completes_the_turn_s_rows_after_its_check_and_none_when_it_fail
     store.inbox.complete(second, session_id="s1")  # answered by another turn already
     completion = store.inbox.completion([first, second], session_id="s1")
     with store.transaction():
-        store.leases.fence("s1", "a", epoch, 10, then=completion)
+        store.leases.fence("s1", "a", epoch, 10, then=[completion])
     assert completion.done == {first}
     assert store.inbox.pending_among([first, second]) == set()
     third = store.inbox.add(platform="t", account_id="", platform_message_id="m3", routing_key="k", payload=b"")
     assert third is not None
     lost = store.inbox.completion([third], session_id="s1")
     with pytest.raises(LeaseLostError), store.transaction():
-        store.leases.fence("s1", "a", epoch + 1, 10, then=lost)
+        store.leases.fence("s1", "a", epoch + 1, 10, then=[lost])
     assert lost.done == set()
     assert store.inbox.pending_among([third]) == {third}
 

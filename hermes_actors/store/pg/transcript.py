@@ -20,16 +20,23 @@ __all__ = ["PgMessageRows"]
 
 _INSERT = f"{MESSAGE_INSERT}, words, cjk, n_tokens) VALUES "
 _ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?::tsvector, ?::tsvector, ?)"
-# A row of the VALUES list a counted append selects from: its place, then its columns typed (a VALUES list in a
-# SELECT is not typed by the table it fills).
-_TYPED_ROW = (
-    "({n}, ?::text, ?::text, ?::text, ?::text, ?::text, ?::bigint, ?::float8, ?::text, "
-    "?::tsvector, ?::tsvector, ?::int)"
-)
-_TYPED_NAMES = (
-    "n, role, content, tool_calls, tool_name, tool_call_id, token_count, created_at, message, words, cjk, tokens"
-)
 _BATCH = 1000  # rows per INSERT: 12 parameters each, well under PostgreSQL's 65,535
+# A counted append's columns, each sent as one array (the statement's text is the same for any number of rows):
+# name and element type, in the order of MESSAGE_INSERT's columns after session_ref.
+_ARRAYS = (
+    ("role", "text"),
+    ("content", "text"),
+    ("tool_calls", "text"),
+    ("tool_name", "text"),
+    ("tool_call_id", "text"),
+    ("token_count", "bigint"),
+    ("created_at", "float8"),
+    ("message", "text"),
+    ("words", "tsvector"),
+    ("cjk", "tsvector"),
+    ("tokens", "int"),
+)
+_FENCED_ARRAYS = tuple(f":msg_{name}" for name, _ in _ARRAYS)
 
 
 def _values(ref: int, row: MessageRow) -> tuple[Any, ...]:
@@ -37,6 +44,26 @@ def _values(ref: int, row: MessageRow) -> tuple[Any, ...]:
     role, content, *rest = row
     indexed = index_text(content)
     return (ref, role, to_db(content), *rest, indexed.words, indexed.cjk, indexed.n_tokens)
+
+
+def _columns(rows: Sequence[MessageRow]) -> list[list[Any]]:
+    """The values of ``rows`` as one list per column of :data:`_ARRAYS`."""
+    return [list(column) for column in zip(*(_values(0, row)[1:] for row in rows), strict=True)]
+
+
+def _counted_insert(counted: str, arrays: Sequence[str]) -> str:
+    """An ``INSERT`` of message rows into the session that the ``WITH`` query ``counted`` returned (its ``ref``; no
+    row, no insert), the rows given as one array per column (``arrays``: their placeholders, in the order of
+    :data:`_ARRAYS`), in their order (ids are drawn in it); returning their ids."""
+    unnested = ", ".join(f"{placeholder}::{kind}[]" for placeholder, (_, kind) in zip(arrays, _ARRAYS, strict=True))
+    names = ", ".join(name for name, _ in _ARRAYS)
+    return (
+        f"{MESSAGE_INSERT}, words, cjk, n_tokens) SELECT c.ref, {', '.join(f'v.{name}' for name, _ in _ARRAYS)} "
+        f"FROM {counted} c, unnest({unnested}) WITH ORDINALITY AS v({names}, n) ORDER BY v.n RETURNING id"
+    )
+
+
+_APPEND = _counted_insert("counted", ["?"] * len(_ARRAYS))
 
 
 class PgMessageRows:
@@ -54,22 +81,19 @@ class PgMessageRows:
 
     def append(self, counts: str, params: Sequence[Any], rows: Sequence[MessageRow]) -> list[int] | None:
         """The counters' update (``counts``) and the rows' insert in one statement: the update as a ``WITH``
-        query whose ``ref`` the insert selects (no row, no insert: ``None``), the rows in their order (ids are drawn
-        in it)."""
-        if not rows or len(rows) > _BATCH:
+        query whose ``ref`` the insert selects (no row, no insert: ``None``), each column of the rows one array."""
+        if not rows:
             return counted_then_inserted(self._db, self, counts, params, rows)
-        values = [value for row in rows for value in _values(0, row)[1:]]
-        listed = ", ".join(_TYPED_ROW.format(n=n) for n in range(len(rows)))
-        found = self._db.execute(
-            f"WITH counted AS ({counts}) {MESSAGE_INSERT}, words, cjk, n_tokens) "
-            f"SELECT counted.ref, v.role, v.content, v.tool_calls, v.tool_name, v.tool_call_id, v.token_count, "
-            f"v.created_at, v.message, v.words, v.cjk, v.tokens FROM counted, (VALUES {listed}) AS v({_TYPED_NAMES}) "
-            "ORDER BY v.n RETURNING id",
-            (*params, *values),
-        )
+        found = self._db.execute(f"WITH counted AS ({counts}) {_APPEND}", (*params, *_columns(rows)))
         if not found:
             return None
         return sorted(int(i) for (i,) in found)
+
+    def fenced_append(self, name: str, counts: str, rows: Sequence[MessageRow]) -> tuple[str, dict[str, Any]]:
+        """:meth:`append` as a fence's ``WITH`` queries (``{name}_counted``, the counters' update ``counts``, whose
+        named parameters the caller gives, and ``name``, the insert) and the rows' parameters, named ``msg_*``."""
+        query = f"{name}_counted AS ({counts}), {name} AS ({_counted_insert(f'{name}_counted', _FENCED_ARRAYS)})"
+        return query, {f"msg_{column}": values for (column, _), values in zip(_ARRAYS, _columns(rows), strict=True)}
 
     def insert(self, ref: int, rows: Sequence[MessageRow]) -> list[int]:
         """Insert ``rows``, :data:`_BATCH` per statement; their ids, in order (identity values are drawn in the
