@@ -164,6 +164,18 @@ def test_an_ended_session_refuses_the_fused_append_and_the_turn_rolls_back(shard
     assert shard_store.outbox.unsent() == []
 
 
+def test_a_session_deleted_under_the_turn_takes_its_lease_along_and_nothing_is_written(
+    shard_store: PostgresStore,
+) -> None:
+    session = shard_store.create_session("telegram", session_id="s-gone")
+    epoch, rows = _held(shard_store, session.id, "m1")
+    shard_store.database.execute("DELETE FROM sessions WHERE id = %s", (session.id,))
+    with pytest.raises(LeaseLostError), shard_store.transaction():  # not the outbox's foreign key
+        shard_store.leases.fence(session.id, "owner", epoch, TTL, then=list(_writes(shard_store, session.id, rows)))
+    assert shard_store.inbox.pending_among(rows) == set(rows)
+    assert shard_store.outbox.unsent() == []
+
+
 def test_without_a_shard_guard_the_writes_run_one_after_another_after_the_check(store: StoreInterface) -> None:
     session = store.create_session("telegram", session_id="s-apart")
     epoch = store.leases.grant(session.id, "owner", TTL)
