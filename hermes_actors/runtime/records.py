@@ -12,7 +12,7 @@ from hermes_actors.errors import HermesError
 from hermes_actors.messages import InboundMessage
 from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.prefix import FrozenPrefix
-from hermes_actors.runtime.protocol import Delivery
+from hermes_actors.runtime.protocol import Delivery, RunTurn
 from hermes_actors.store import MessageRecord, NewMessage, SessionRecord, StoreInterface
 from hermes_actors.store.readers import ReaderPool
 
@@ -24,6 +24,7 @@ __all__ = [
     "answered",
     "appended",
     "create_session_row",
+    "looked_up_again",
     "record_attachments",
     "source_of",
     "still_pending",
@@ -74,6 +75,13 @@ def record_attachments(store: StoreInterface, deliveries: Sequence[Delivery], id
     for delivery, message_id in zip(deliveries, ids, strict=False):
         for attachment in delivery.message.attachments:
             store.attachments.add(message_id, attachment, at=now)
+
+
+def looked_up_again(turn: RunTurn) -> RunTurn:
+    """``turn`` to run again after a refused or failed commit, each delivery looked up first (:func:`still_pending`):
+    while it waited, another process may have taken the session and answered some."""
+    deliveries = tuple(d if d.replayed else msgspec.structs.replace(d, replayed=True) for d in turn.deliveries)
+    return msgspec.structs.replace(turn, deliveries=deliveries)
 
 
 def still_pending(readers: ReaderPool, deliveries: Sequence[Delivery]) -> list[Delivery]:

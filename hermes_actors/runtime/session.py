@@ -25,7 +25,7 @@ from hermes_actors.runtime.admin import settle_unanswered
 from hermes_actors.runtime.dead_letters import fail_turn
 from hermes_actors.runtime.log_fields import bind_session
 from hermes_actors.runtime.protocol import RunTurn, SessionMessage, SessionStopped, TurnFinished, TurnOutcome
-from hermes_actors.runtime.records import answered
+from hermes_actors.runtime.records import answered, looked_up_again
 from hermes_actors.runtime.services import OutboxSink, reply_for
 from hermes_actors.runtime.turns import SessionTurns
 
@@ -162,7 +162,11 @@ class SessionActor(PooledActor):
             if outcome is not None:
                 metrics.messages_ended(message_outcome(outcome), sum(1 for i in outcome.inbox_ids if i > 0))
             finished = TurnFinished(
-                session_id=self._session_id, outcome=outcome, retry=retry, error=error, abandon_term=abandon
+                session_id=self._session_id,
+                outcome=outcome,
+                retry=looked_up_again(retry) if retry is not None else None,
+                error=error,
+                abandon_term=abandon,
             )
             self._tell_supervisor(finished)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
+from hermes_actors.agents.base import AgentReply, TurnInput
+from hermes_actors.agents.echo import EchoAgent
 from hermes_actors.cluster.host.runtime import HostRuntime
 from hermes_actors.cluster.host.settings import HostSettings
 from hermes_actors.cluster.replica.ingress import ClusterIngress
@@ -15,7 +19,9 @@ from hermes_actors.messages import decode_outbound, encode
 from hermes_actors.routing import KeyPolicy, build_session_key
 from hermes_actors.store import EndReason
 from hermes_actors.store.pg import PostgresStore
+from hermes_actors.store.pg.shard_queue import ShardRow
 from hermes_actors.store.pg.shards import home_shards, shard_for_key, shard_of
+from hermes_actors.store.sql import tracing
 from hermes_actors.testing import FakePlatform, SeeingAgent, poll_until
 from tests.cluster.checks import stale_context_commits
 
@@ -87,6 +93,74 @@ def test_two_hosts_split_the_shards_and_answer_every_message_once_in_order(
     finally:
         for runtime in runtimes:
             runtime.stop()
+
+
+class _CountingAgent(EchoAgent):
+    """The echo agent, counting its calls per user text."""
+
+    runs_inline = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def run_turn(self, turn: TurnInput, *, timeout_s: float) -> AgentReply:
+        with self._lock:
+            self.calls[turn.user_text] += 1
+        return super().run_turn(turn, timeout_s=timeout_s)
+
+
+def _quiet(host: HostRuntime) -> None:
+    """Wait until ``host`` holds its shards and a second passes without a pull (its start and its new terms each
+    ask for one)."""
+    poll_until(lambda: host.fence.held() and host.status().pulls >= 1, what="the host holding and pulled")
+    pulls = -1
+    while pulls != host.status().pulls:
+        pulls = host.status().pulls
+        time.sleep(1.0)
+
+
+_LOOKUP = "SELECT id FROM inbox WHERE state = 'pending' AND id = ANY"
+
+
+def test_a_row_handed_over_the_first_time_is_not_looked_up_and_one_handed_again_is_looked_up_and_not_run(
+    postgres_dsn: str, pg: PostgresStore
+) -> None:
+    agent = _CountingAgent()
+    host = HostRuntime(_settings(postgres_dsn, "h0", ("h0",), pull_interval_s=600.0), agent=agent)
+    host.start()
+    try:
+        _quiet(host)
+        ingress = ClusterIngress(pg, shards=SHARDS)
+        platform = FakePlatform("fake")
+        texts = [f"m-{n}" for n in range(4)]
+        with tracing(host.store.sql) as trace:
+            for n, text in enumerate(texts):
+                assert ingress.accept(platform.message(text, chat_id=f"c{n % 2}", user_id=f"u{n % 2}"))
+            poll_until(lambda: _pending(pg) == 0 and host.status().turns == 4, timeout=20, what="four answers")
+        # Each came whole with its notification, added under the term the host still holds: pending, not looked up.
+        assert [sql for sql, _ in trace.statements if sql.startswith(_LOOKUP)] == []
+        assert agent.calls == dict.fromkeys(texts, 1)
+
+        # The same rows notified again after a pull saw them answered (a notification read late): handed over
+        # again, each is looked up first, and no turn runs.
+        host.handover.pull()
+        found = pg.database.execute("SELECT id, shard FROM inbox ORDER BY id")
+        rows: list[ShardRow] = []
+        for inbox_id, shard in found:
+            row = pg.inbox.get(int(inbox_id))
+            assert row is not None
+            rows.append((int(shard), row, pg.get_route(row.routing_key)))
+        terms = host.fence.held()
+        with tracing(host.store.sql) as trace:
+            assert host.handover.hand(rows, {row.id: terms[shard] for shard, row, _ in rows}) == 4
+            poll_until(lambda: host.status().turns == 8, timeout=20, what="the four handed again")
+        assert len([sql for sql, _ in trace.statements if sql.startswith(_LOOKUP)]) >= 1
+        assert agent.calls == dict.fromkeys(texts, 1)
+        assert len(_replies(pg)) == 4
+    finally:
+        host.stop()
 
 
 def test_a_message_its_notification_brings_whole_is_answered_without_a_pull_and_a_larger_one_is_pulled(

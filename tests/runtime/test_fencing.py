@@ -9,6 +9,9 @@ import pytest
 
 from hermes_actors.config import RuntimeConfig
 from hermes_actors.runtime.gateway import Gateway
+from hermes_actors.runtime.protocol import Delivery, RunTurn
+from hermes_actors.runtime.records import looked_up_again
+from hermes_actors.runtime.services import CancelToken
 from hermes_actors.store import Store
 from hermes_actors.testing import FakeClock, FakePlatform
 from tests.runtime.test_leases import AskedAgent
@@ -165,3 +168,17 @@ def test_a_lease_taken_before_it_expired_still_fails_the_commit_of_a_session_tha
     finally:
         agent.release.set()
         gateway.stop(timeout=10)
+
+
+def test_a_turn_run_again_after_a_refused_commit_looks_each_of_its_messages_up_first() -> None:
+    # A fresh delivery skips the look-up before its agent runs; once its commit was refused (a lease lost, a store
+    # error), another process may have answered it meanwhile, so the turn that runs it again looks it up.
+    message = FakePlatform().message("hi")
+    turn = RunTurn(
+        deliveries=(Delivery(inbox_id=3, message=message), Delivery(inbox_id=4, message=message, replayed=True)),
+        token=CancelToken(),
+        also_answers=("m0",),
+    )
+    again = looked_up_again(turn)
+    assert [(d.inbox_id, d.replayed) for d in again.deliveries] == [(3, True), (4, True)]
+    assert (again.token, again.also_answers) == (turn.token, turn.also_answers)

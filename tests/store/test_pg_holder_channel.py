@@ -44,9 +44,11 @@ def _heard(listener: InboxListener, *, expected: int, quiet_s: float = 0.3) -> N
         got = listener.wait(deadline - time.monotonic())
         gathered.rows.extend(got.rows)
         gathered.shards.update(got.shards)
+        gathered.epochs.update(got.epochs)
     got = listener.wait(quiet_s)
     gathered.rows.extend(got.rows)
     gathered.shards.update(got.shards)
+    gathered.epochs.update(got.epochs)
     return gathered
 
 
@@ -75,6 +77,10 @@ def test_a_message_wakes_its_shard_s_holder_and_no_other_host(
     assert sorted(row.id for _, row, _ in b.rows) == sorted(by_shard[2] + by_shard[3])
     every = _heard(listeners["every"], expected=unheld)
     assert sorted(row.id for _, row, _ in every.rows) == by_shard[3]  # only the shard nobody holds
+    # Each held shard's row says under which epoch its holder held the shard when it was added; no holder, none.
+    assert a.epochs == {i: 1 for i in by_shard[0] + by_shard[1]}
+    assert b.epochs == {i: 1 for i in by_shard[2]}
+    assert every.epochs == {}
 
 
 def test_a_shard_that_changed_hands_notifies_its_new_holder_and_control_rows_reach_everyone(
@@ -89,7 +95,9 @@ def test_a_shard_that_changed_hands_notifies_its_new_holder_and_control_rows_rea
     store.shards.release("host-a", held)
     assert store.shards.acquire("host-b", {1}, 30.0)
     second, _ = _add(store, other)
-    assert [row.id for _, row, _ in _heard(listeners["host-b"], expected=1).rows] == [second]
+    heard = _heard(listeners["host-b"], expected=1)
+    assert [row.id for _, row, _ in heard.rows] == [second]
+    assert heard.epochs == {second: 2}  # the new holder's term
     assert _heard(listeners["host-a"], expected=0, quiet_s=0.2) == Notices()
 
     store.shard_queue.add(1, platform="t", account_id="", platform_message_id="ctl", routing_key=key, payload=b"c")

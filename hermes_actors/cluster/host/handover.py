@@ -6,7 +6,14 @@ A row reaches the host's puller two ways (:class:`~hermes_actors.store.pg.shard_
 - by a pull (:meth:`Handover.pull`): on a notification without a row (a row too large to ride with it, a moved row,
   a control row), a poke, a new term, and every ``pull_interval_s`` whatever happened.
 
-Both record what they handed over (:attr:`Handover.dispatched`), so the supervisor gets a row once. A pull forgets
+Both record what they handed over (:attr:`Handover.dispatched`), so the supervisor gets a row once.
+
+A session's turn looks a replayed delivery up before its agent runs (another turn may have answered it since), one
+statement a message. A row this host hands over for the first time needs no look: it is pending, since only the
+shard's holder answers a row and it was pending under the term this host holds now (a pull read it so, or it was
+added while this host held that term: its notification says under which epoch), and no turn of this host has had
+it. Any other row goes as replayed and is looked up: handed over before (a new term, a row lost on the way, one
+notified again after it was answered), or older than what this host remembers (:data:`_REMEMBERED`). A pull forgets
 the rows no longer pending, and the puller drops the rows notified before a pull began: that pull read them. A row
 notified whole is handed at once only while no older one can be waiting unread: not after the listener connected
 again (it missed what was notified meanwhile: the host pulls first), nor while a pull finds more pending rows than
@@ -39,6 +46,7 @@ __all__ = ["PULL_LIMIT", "Handover"]
 _log = logging.getLogger(__name__)
 PULL_LIMIT = 2000  # pending rows a pull reads
 _SETTLE_S = 5.0  # a row handed over this long ago, in a supervisor holding nothing, was lost on the way
+_REMEMBERED = 50_000  # ids of rows handed over kept in memory; an id at or below the oldest forgotten counts as handed
 
 
 class Handover:
@@ -74,6 +82,9 @@ class Handover:
         self.pulls = self.rows_read = 0
         self.rows_notified = 0  # rows handed over as their notification brought them (no pull)
         self.backlog = False  # the last pull read as many rows as it may: older rows wait, so every row is pulled
+        self._ever: set[int] = set()  # every row handed over by this host (the latest _REMEMBERED of them)
+        self._ever_order: deque[int] = deque()
+        self._floor = 0  # the highest id forgotten from _ever: an id up to it may have been handed over
 
     def forget(self, shards: set[int]) -> None:
         """New terms of ``shards``: the rows handed over under an earlier term are handed over again."""
@@ -104,18 +115,35 @@ class Handover:
             self._waiting &= pending
         self.pulls += 1
         self.rows_read += len(rows)
-        return self._hand(rows, terms)
+        after = self._fence.held()  # a shard whose term changed during the read: its rows are looked up again
+        return self._hand(rows, terms, lambda shard, _: after.get(shard) == terms[shard])
 
-    def hand(self, rows: list[ShardRow]) -> int:
+    def hand(self, rows: list[ShardRow], epochs: dict[int, int]) -> int:
         """Hand over rows their notifications brought whole, of the shards held (and not leaving), each once; how
-        many. The puller calls it only for rows notified since its last pull began (older ones that pull read)."""
+        many. The puller calls it only for rows notified since its last pull began (older ones that pull read).
+        ``epochs``: the epoch of each row's shard's holder when the row was added (:attr:`Notices.epochs`)."""
         terms = self._fence.held()
         leaving = self._keeper.leaving()
         held = [row for row in rows if row[0] in terms and row[0] not in leaving]
         self.rows_notified += len(held)
-        return self._hand(held, terms)
+        return self._hand(held, terms, lambda shard, inbox_id: epochs.get(inbox_id) == terms[shard])
 
-    def _hand(self, rows: list[ShardRow], terms: dict[int, int]) -> int:
+    def _first_time(self, inbox_id: int) -> bool:
+        """Whether this host never handed ``inbox_id`` over before (as far as it remembers); it has now. Under
+        :attr:`lock`."""
+        if inbox_id <= self._floor or inbox_id in self._ever:
+            return False
+        self._ever.add(inbox_id)
+        self._ever_order.append(inbox_id)
+        if len(self._ever_order) > _REMEMBERED:
+            forgotten = self._ever_order.popleft()
+            self._ever.discard(forgotten)
+            self._floor = max(self._floor, forgotten)
+        return True
+
+    def _hand(self, rows: list[ShardRow], terms: dict[int, int], pending: Callable[[int, int], bool]) -> int:
+        """Hand ``rows`` to the supervisor under ``terms``; ``pending(shard, inbox_id)``: whether the row is known
+        to have been pending under its shard's term in ``terms`` (a fresh delivery if handed for the first time)."""
         handed = 0
         for shard, row, route in rows:
             if row.kind is InboxKind.TIMER:
@@ -128,12 +156,15 @@ class Handover:
             if target != shard:  # its key leads to a session of another shard now (a /resume, say)
                 self._store.shard_queue.reshard(row.id, target)
                 continue
+            term = terms.get(shard, 0)
             with self.lock:
                 if row.id in self.dispatched:
                     continue
                 self.dispatched[row.id] = (shard, time.monotonic())
+                fresh = self._first_time(row.id) and pending(shard, row.id)
             message = decode_inbound(row.payload)
-            delivery = Delivery(inbox_id=row.id, message=message, replayed=True, term=terms.get(shard, 0))
+            # A row known to be pending goes as a fresh delivery: its turn does not look it up again (see above).
+            delivery = Delivery(inbox_id=row.id, message=message, replayed=not fresh, term=term)
             if row.platform in self._settings.relay_platforms:
                 self._watch_for_relay(row.id, delivery.message.message_id, live=message.streams is not False)
             # The supervisor checks its cached route against the stored one: another host may have moved the key

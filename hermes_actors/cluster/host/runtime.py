@@ -135,6 +135,7 @@ class HostRuntime:
         self._pull_wanted = True  # the next wake-up pulls (else it hands over only the rows notified whole)
         self._look_again_at: float | None = None  # when to pull again after new terms (monotonic)
         self._notified: list[ShardRow] = []  # rows of held shards their notifications brought, not handed yet
+        self._epochs: dict[int, int] = {}  # their shards' holders' epochs when they were added (Notices.epochs)
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn, holder=settings.name)
         self._relay = EventRelay(settings.postgres_dsn)
@@ -222,6 +223,7 @@ class HostRuntime:
             if rows or pull:
                 with self._asked:
                     self._notified.extend(rows)
+                    self._epochs.update(notified.epochs)
                     self._pull_wanted = self._pull_wanted or pull
                 self._wake.set()
 
@@ -248,6 +250,7 @@ class HostRuntime:
             # Taken before a pull reads: a row notified before then is pending when it reads, and read by it.
             with self._asked:
                 notified, self._notified = self._notified, []
+                epochs, self._epochs = self._epochs, {}
                 wanted, self._pull_wanted = self._pull_wanted, False
             try:
                 recheck, self._recheck = self._recheck, False
@@ -259,7 +262,7 @@ class HostRuntime:
                     self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
                     self.approvals.scan()  # so does a timeout's denial
                 if woken and notified and not (wanted or recheck or look or self.handover.backlog):
-                    self.handover.hand(notified)
+                    self.handover.hand(notified, epochs)
                 else:
                     self.handover.pull(recheck=recheck or not woken)
                 if not woken and self.handover.lost_again():

@@ -57,10 +57,10 @@ _ADD_ROUTED = (
     "ON CONFLICT (platform, account_id, platform_message_id) DO NOTHING "
     "RETURNING id, shard, platform, account_id, platform_message_id, routing_key, payload, received_at, kind), "
     "told AS (SELECT a.id, a.shard, json_build_array(a.shard, a.id, t.route, a.platform, a.account_id, "
-    "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind)::text AS whole, "
-    f"coalesce((SELECT '{CHANNEL}_' || left(md5(l.holder), {_HOLDER_HEX}) FROM shard_leases l "
-    "WHERE l.shard = a.shard), "
-    f"'{CHANNEL}') AS channel FROM added a, t) "
+    "a.platform_message_id, a.routing_key, encode(a.payload, 'base64'), a.received_at, a.kind, "
+    "CASE WHEN l.holder IS NOT NULL THEN l.epoch END)::text AS whole, "
+    f"coalesce('{CHANNEL}_' || left(md5(l.holder), {_HOLDER_HEX}), '{CHANNEL}') AS channel "
+    "FROM added a CROSS JOIN t LEFT JOIN shard_leases l ON l.shard = a.shard) "
     f"SELECT id, shard, pg_notify(channel, {notice_payload('whole', 'shard::text')}) FROM told"
 ).format(shard=SHARD_SQL.format(id="coalesce(nullif(t.route, ''), :key)"))
 
@@ -75,6 +75,7 @@ class Notices(msgspec.Struct, frozen=True):
 
     rows: list[ShardRow] = msgspec.field(default_factory=list)
     shards: set[int] = msgspec.field(default_factory=set)
+    epochs: dict[int, int] = msgspec.field(default_factory=dict)  # inbox id -> its shard's holder's epoch when added
 
 
 def holder_channel(holder: str) -> str:
@@ -83,9 +84,12 @@ def holder_channel(holder: str) -> str:
     return f"{CHANNEL}_{hashlib.md5(holder.encode()).hexdigest()[:_HOLDER_HEX]}"
 
 
-def _notified_row(payload: str) -> ShardRow:
-    """The row a message's notification carries (:data:`_ADD_ROUTED`'s ``json_build_array``)."""
-    shard, inbox_id, route, platform, account, message, key, data, received_at, kind = msgspec.json.decode(payload)
+def _notified_row(payload: str) -> tuple[ShardRow, int | None]:
+    """The row a message's notification carries (:data:`_ADD_ROUTED`'s ``json_build_array``), and the epoch of the
+    term its shard's holder held when it was added (``None``: no one held it)."""
+    shard, inbox_id, route, platform, account, message, key, data, received_at, kind, epoch = msgspec.json.decode(
+        payload
+    )
     row = InboxRow(
         id=int(inbox_id),
         platform=platform,
@@ -99,7 +103,7 @@ def _notified_row(payload: str) -> ShardRow:
         owner=None,
         kind=InboxKind(kind),
     )
-    return int(shard), row, route
+    return (int(shard), row, route), None if epoch is None else int(epoch)
 
 
 class ShardLag(msgspec.Struct, frozen=True, kw_only=True):
@@ -351,6 +355,9 @@ class InboxListener:
 def _gather(notices: Notices, payload: str, wanted: Callable[[int], bool] | None) -> None:
     if payload.startswith("["):
         if wanted is None or wanted(int(payload[1 : payload.index(",")])):  # the shard leads the row
-            notices.rows.append(_notified_row(payload))
+            row, epoch = _notified_row(payload)
+            notices.rows.append(row)
+            if epoch is not None:
+                notices.epochs[row[1].id] = epoch
     else:
         notices.shards.add(int(payload))
