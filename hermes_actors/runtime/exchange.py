@@ -27,6 +27,7 @@ from hermes_actors.runtime.session_state import SessionState
 from hermes_actors.runtime.steering import SteerChannel, steered_messages
 from hermes_actors.runtime.turn_input import conversation_of, marked_reply, posted_messages, turn_input
 from hermes_actors.store import InboxState, StoreInterface
+from hermes_actors.store.transcript import FENCED_APPEND_MAX
 from hermes_actors.store.transcript_cuts import TranscriptCuts
 
 __all__ = ["Exchange"]
@@ -183,8 +184,8 @@ class Exchange:
 
         # A turn that only completes its rows, appends and queues its reply (no session row to create, nothing to
         # cut, no approval to record) writes all of it under the fence: one statement on a shard host.
-        fused = bool(new) and not state.starts_rows and (rewind is None or rewind.cut_id is None)
-        fused = fused and resumed is None and asking is None
+        fused = 0 < len(new) <= FENCED_APPEND_MAX and not state.starts_rows and resumed is None and asking is None
+        fused = fused and (rewind is None or rewind.cut_id is None)
 
         def commit(
             store: StoreInterface,

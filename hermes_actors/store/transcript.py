@@ -17,7 +17,7 @@ from hermes_actors.store.records import MessageRecord, MessageRow, NewMessage, S
 from hermes_actors.store.sql import SqlDb, SqlTable
 from hermes_actors.store.sqlite_db import SqliteDb
 
-__all__ = ["MESSAGE_INSERT", "AppendWrite", "MessageRows", "SqliteMessageRows", "Transcript"]
+__all__ = ["FENCED_APPEND_MAX", "MESSAGE_INSERT", "AppendWrite", "MessageRows", "SqliteMessageRows", "Transcript"]
 
 MESSAGE_INSERT = (
     "INSERT INTO messages (session_ref, role, content, tool_calls, tool_name, tool_call_id, token_count, created_at, "
@@ -25,6 +25,9 @@ MESSAGE_INSERT = (
 )
 """The start of a statement inserting message rows: the columns both stores have, without the closing parenthesis
 (PostgreSQL adds its search columns)."""
+
+FENCED_APPEND_MAX = 1000
+"""The most messages a fence's statement appends (:class:`AppendWrite`); a turn with more appends after the fence."""
 
 # A transcript query puts the session id back as :sid (messages refer to their session by sessions.ref).
 _MESSAGE_COLUMNS = ", ".join(":sid" if f == "session_id" else f for f in MessageRecord.__struct_fields__)
