@@ -23,18 +23,9 @@ from hermes_actors.store.pg.turn_relay import reply_notice
 from hermes_actors.store.records import EndReason, NewMessage, Role
 from hermes_actors.store.sql import tracing
 from hermes_actors.store.transcript import AppendWrite
+from tests.store.test_pg_shards import Skew
 
 TTL = 10.0
-
-
-class Skew:
-    """Seconds added to the database clock."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def __call__(self) -> float:
-        return self.seconds
 
 
 @pytest.fixture

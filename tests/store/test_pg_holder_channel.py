@@ -78,8 +78,8 @@ def test_a_message_wakes_its_shard_s_holder_and_no_other_host(
     every = _heard(listeners["every"], expected=unheld)
     assert sorted(row.id for _, row, _ in every.rows) == by_shard[3]  # only the shard nobody holds
     # Each held shard's row says under which epoch its holder held the shard when it was added; no holder, none.
-    assert a.epochs == {i: 1 for i in by_shard[0] + by_shard[1]}
-    assert b.epochs == {i: 1 for i in by_shard[2]}
+    assert a.epochs == dict.fromkeys(by_shard[0] + by_shard[1], 1)
+    assert b.epochs == dict.fromkeys(by_shard[2], 1)
     assert every.epochs == {}
 
 
