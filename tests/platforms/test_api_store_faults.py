@@ -22,6 +22,7 @@ from hermes_actors.store import Store, StoreInterface
 from hermes_actors.store.inbox import Inbox
 from hermes_actors.store.outbox_queue import Outbox
 from hermes_actors.store.records import NewMessage
+from hermes_actors.store.transcript import Transcript
 from hermes_actors.testing import poll_until
 from platforms.api_server import SESSION_HEADER
 from tests.platforms import test_api_server
@@ -66,13 +67,14 @@ def refuse_inbox(monkeypatch: pytest.MonkeyPatch, refusal: Refusal) -> None:
 
 
 def refuse_turn(monkeypatch: pytest.MonkeyPatch, refusal: Refusal) -> None:
-    append = Store.append_messages
+    # Transcript.append: where every turn's messages are appended (store.append_messages, or the fenced write)
+    append = Transcript.append
 
-    def failing(self: Store, session_id: str, messages: Sequence[NewMessage], **options: Any) -> list[int]:
+    def failing(self: Transcript, session_id: str, messages: Sequence[NewMessage], **options: Any) -> list[int]:
         refusal.check(any(MARK in (m.content or "") for m in messages))
         return append(self, session_id, messages, **options)
 
-    monkeypatch.setattr(Store, "append_messages", failing)
+    monkeypatch.setattr(Transcript, "append", failing)
 
 
 def refuse_attempts(monkeypatch: pytest.MonkeyPatch, refusal: Refusal) -> None:
@@ -203,15 +205,15 @@ def test_a_turn_whose_commit_sqlite_refuses_gets_a_503_at_once(running: Running)
         gate.set()
 
     # The inbox commit goes through; the turn's COMMIT is the one refused.
-    original = Store.append_messages
+    original = Transcript.append
 
-    def arm_then_append(self: Store, session_id: str, messages: Sequence[NewMessage], **options: Any) -> list[int]:
+    def arm_then_append(self: Transcript, session_id: str, messages: Sequence[NewMessage], **options: Any) -> list[int]:
         if any(MARK in (m.content or "") for m in messages):
             refusal.armed.set()
         return original(self, session_id, messages, **options)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Store, "append_messages", arm_then_append)
+        patch.setattr(Transcript, "append", arm_then_append)
         sender = threading.Thread(target=send)
         sender.start()
         assert gate.wait(PROMPT_S)

@@ -48,7 +48,7 @@ def _values(ref: int, row: MessageRow) -> tuple[Any, ...]:
     return (ref, role, to_db(content), *rest, indexed.words, indexed.cjk, indexed.n_tokens)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)  # a turn has a few messages: a few texts, each built once
 def _counted_insert(counted: str, rows: int, named: bool) -> str:
     """An ``INSERT`` of ``rows`` message rows into the session the ``WITH`` query ``counted`` returned (its ``ref``;
     no row, no insert), from a typed ``VALUES`` list, in their order (ids are drawn in it); returning their ids. Its
