@@ -35,7 +35,7 @@ def inbox_insert(holder: str) -> str:
 
 
 _ADD = inbox_insert("owner")
-_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.queries)
+_COMPLETE_FENCED = (  # PostgreSQL's: a shard host's fence carries it (Completion.fenced)
     "UPDATE inbox SET state = :inbox_state, session_id = :inbox_session, completed_at = :inbox_at "
     f"WHERE id = ANY(:inbox_ids::bigint[]) AND state = '{_PENDING}' AND EXISTS (SELECT FROM renewed) "
     "RETURNING id, shard"
@@ -206,19 +206,16 @@ class Completion:
         self._now = now
         self.done: set[int] = set()
 
-    def queries(self, name: str) -> str:
-        """The completion as a fence's ``WITH`` query: the rows it completed (their id and shard)."""
-        return f"{name} AS ({_COMPLETE_FENCED})"
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The parameters of :meth:`queries`."""
-        return {
+    def fenced(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The completion as a fence's ``WITH`` query (the rows it completed: their id and shard), and its
+        parameters."""
+        params = {
             "inbox_state": InboxState(self._state).value,
             "inbox_session": self._session_id,
             "inbox_at": self._now,
             "inbox_ids": list(self._ids),
         }
+        return f"{name} AS ({_COMPLETE_FENCED})", params
 
     def took(self, rows: list[dict[str, Any]]) -> None:
         """The rows the fence's statement completed (their id and shard)."""

@@ -146,10 +146,11 @@ class Leases:
             return bool(self._terms.renew(owner, ttl_s, terms=terms, guard=guard)), []
         under, renewal, params = self._terms.renewal(owner, ttl_s, self._terms.which(terms=terms), guard)
         names = [f"fenced{n}" for n in range(len(then))]
-        queries = ", ".join(write.queries(name) for write, name in zip(then, names, strict=True))
+        parts = [write.fenced(name) for write, name in zip(then, names, strict=True)]
+        queries = ", ".join(query for query, _ in parts)
         returned = ", ".join(f"(SELECT json_agg({name}) FROM {name})" for name in names)
-        for write in then:
-            params.update(write.params)
+        for _, written in parts:
+            params.update(written)
         ((renewed, *rows),) = self._db.execute(
             f"WITH {under}, renewed AS ({renewal}), {queries} SELECT EXISTS (SELECT FROM renewed), {returned}", params
         )

@@ -63,29 +63,26 @@ class QueuedReply:
     :class:`~hermes_actors.store.term_guard.FencedWrite`: in the fence's own statement where the store carries it as
     one (PostgreSQL, a shard host), else by :meth:`Outbox.add` after the check. :attr:`id`: its row id."""
 
-    __slots__ = ("_fields", "_outbox", "id")
+    __slots__ = ("_at", "_fields", "_outbox", "id")
 
-    def __init__(self, outbox: Outbox, fields: dict[str, Any]) -> None:
+    def __init__(self, outbox: Outbox, fields: dict[str, Any], at: float) -> None:
         self._outbox = outbox
         self._fields = fields
+        self._at = at
         self.id = 0
 
-    def queries(self, name: str) -> str:
-        """The insert and its notice as a fence's ``WITH`` queries; the last returns the row's id."""
-        return _add_fenced(name)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The parameters of :meth:`queries`."""
+    def fenced(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The insert and its notice as a fence's ``WITH`` queries (the last returns the row's id), and their
+        parameters."""
         fields = self._fields
-        return {
+        return _add_fenced(name), {
             "out_session": fields["session_id"],
             "out_platform": fields["platform"],
             "out_account": fields["account_id"],
             "out_chat": fields["chat_id"],
             "out_thread": fields["thread_id"],
             "out_payload": fields["payload"],
-            "out_at": self._outbox.now(),
+            "out_at": self._at,
             "out_attempts": fields["attempts"],
         }
 
@@ -159,11 +156,7 @@ class Outbox(SqlTable):
             "payload": payload,
             "attempts": attempts,
         }
-        return QueuedReply(self, fields)
-
-    def now(self) -> float:
-        """The store's clock, as :meth:`add` dates a row."""
-        return self._clock()
+        return QueuedReply(self, fields, self._clock())
 
     def backlog(self) -> int:
         """Count the replies neither sent nor given up."""

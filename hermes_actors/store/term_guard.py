@@ -36,14 +36,9 @@ class FencedWrite(Protocol):
     dictionaries of their columns); and the write alone, for a fence checked apart (SQLite, or a session with no
     lease yet), which runs it after the check."""
 
-    def queries(self, name: str) -> str:
-        """The write's ``WITH`` queries, comma-separated, the last named ``name`` (its rows go to :meth:`took`);
-        any other is named ``name`` and a suffix."""
-        ...
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The queries' parameters."""
+    def fenced(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The write's ``WITH`` queries, comma-separated, the last named ``name`` (its rows go to :meth:`took`; any
+        other is named ``name`` and a suffix), and their parameters."""
         ...
 
     def took(self, rows: list[dict[str, Any]]) -> None:

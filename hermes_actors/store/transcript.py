@@ -301,7 +301,7 @@ class AppendWrite:
     own statement where the store carries it as one (PostgreSQL, a shard host), else :meth:`Transcript.append` after
     the check. :attr:`ids`: the new message ids, in order."""
 
-    __slots__ = ("_at", "_messages", "_query", "_session_id", "_transcript", "ids")
+    __slots__ = ("_at", "_messages", "_session_id", "_transcript", "ids")
 
     def __init__(
         self, transcript: Transcript, session_id: str, messages: Sequence[NewMessage], at: float | None
@@ -311,19 +311,11 @@ class AppendWrite:
         self._messages = messages
         self._at = at
         self.ids: list[int] = []
-        self._query: tuple[str, dict[str, Any]] | None = None
 
-    def queries(self, name: str) -> str:
-        """The counters' update and the rows' insert as a fence's ``WITH`` queries; the last returns the ids."""
-        self._query = self._transcript.fenced_append(name, self._session_id, self._messages, self._at)
-        return self._query[0]
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The parameters of :meth:`queries` (asked after it)."""
-        if self._query is None:
-            raise StoreError("AppendWrite.params is asked after AppendWrite.queries")
-        return self._query[1]
+    def fenced(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The counters' update and the rows' insert as a fence's ``WITH`` queries (the last returns the ids), and
+        their parameters."""
+        return self._transcript.fenced_append(name, self._session_id, self._messages, self._at)
 
     def took(self, rows: list[dict[str, Any]]) -> None:
         """The ids the fence's statement inserted; none: the session is gone or ended (raises, as :meth:`append`)."""
