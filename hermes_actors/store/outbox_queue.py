@@ -46,7 +46,7 @@ _ADD_NOTIFIED = (
 
 @functools.cache
 def _add_fenced(name: str) -> str:
-    """The insert and its notice as a fence's ``WITH`` queries (:meth:`QueuedReply.queries`), the last one
+    """The insert and its notice as a fence's ``WITH`` queries (:meth:`QueuedReply.fenced`), the last one
     ``name``: written only when the lease was renewed."""
     told, notify = _notified(f"{name}_added", f"{name}_told", ":out_platform")
     return (
