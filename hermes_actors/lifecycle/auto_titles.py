@@ -28,7 +28,7 @@ import msgspec
 
 from hermes_actors.agents.base import Agent, AgentError, TitleCall, runs_inline, title_call
 from hermes_actors.config import RuntimeConfig
-from hermes_actors.errors import HermesError
+from hermes_actors.errors import HermesError, TitleInUseError
 from hermes_actors.store import MessageRecord, Role, SessionRecord, StoreInterface
 from hermes_actors.store.writer import StoreWriter
 from hermes_actors.titles import distinct_title, sanitize_title, unnumbered_title
@@ -83,15 +83,34 @@ def store_auto_title(store: StoreInterface, session_id: str, title: str) -> str 
 
     A title ending in ``" #N"`` is written ``" (#N)"`` (:func:`~hermes_actors.titles.unnumbered_title`); one held
     by another session is made unique as ``"title (2)"`` (:func:`free_distinct_title`).
+
+    A free title is one statement (:meth:`~hermes_actors.store.StoreInterface.claim_title`); a taken one whose
+    number this process gave last is three (the bare title, the last number still held, the next one claimed).
     """
+    title = unnumbered_title(title)  # "Fix issue #42" would read as the 42nd segment of a lineage
+    stored = store.claim_title(session_id, title)
+    if stored is not None:
+        return stored
+    last = _last_numbers.get(title)
+    if last is not None and _taken(store, title, last):
+        stored = store.claim_title(session_id, distinct_title(title, last + 1))  # free: it checks
+        if stored is not None:
+            _last_numbers.put(title, last + 1)
+            return stored
     record = store.find_session(session_id)
     if record is None or record.title is not None:
         return None
-    title = unnumbered_title(title)  # "Fix issue #42" would read as the 42nd segment of a lineage
-    holder = store.title_holder(title)
-    if holder is not None and holder != session_id:
-        title = free_distinct_title(store, title)
-    return store.set_title(session_id, title)
+    candidate = free_distinct_title(store, title)
+    stored = store.claim_title(session_id, candidate)
+    if stored is None:  # another writer (a shard host) took it between the look-up and the claim
+        holder = store.title_holder(candidate)
+        raise TitleInUseError(candidate, holder or "another session")
+    return stored
+
+
+def _taken(store: StoreInterface, title: str, number: int) -> bool:
+    """Whether ``"<title> (number)"`` is held (number 1 and below: the bare title, taken when asked)."""
+    return number <= 1 or store.title_holder(distinct_title(title, number)) is not None
 
 
 class _LastNumbers:
@@ -132,7 +151,7 @@ def free_distinct_title(store: StoreInterface, title: str) -> str:
     """
 
     def taken(number: int) -> bool:
-        return number <= 1 or store.title_holder(distinct_title(title, number)) is not None
+        return _taken(store, title, number)
 
     last = _last_numbers.get(title)
     if last is not None and not taken(last + 1) and taken(last):

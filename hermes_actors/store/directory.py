@@ -93,6 +93,7 @@ class Directory:
     list_sessions = delegate("sessions", Sessions.recent)
     title_holder = delegate("sessions", Sessions.title_holder)
     set_title = delegate("sessions", Sessions.set_title)
+    claim_title = delegate("sessions", Sessions.claim_title)
     lineage_titles = delegate("sessions", Sessions.lineage_titles)
 
     # -- resolution and lineages (see SessionResolution, lineage and lineage_list) -------------------------------

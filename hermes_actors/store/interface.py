@@ -170,6 +170,11 @@ class SessionDirectory(Protocol):
         """Sanitise and set (or clear) the title; the title stored."""
         ...
 
+    def claim_title(self, session_id: str, title: str) -> str | None:
+        """Title an untitled session with a title no session holds, in one statement; the title stored, or ``None``
+        (the session is gone or titled, or the title is taken)."""
+        ...
+
     def lineage_titles(self, base: str) -> list[str]:
         """``base`` and every ``"<base> #N"`` title a session holds."""
         ...

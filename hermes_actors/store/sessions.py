@@ -191,6 +191,21 @@ class Sessions(SqlTable):
                 self.get(session_id)
         return clean
 
+    def claim_title(self, session_id: str, title: str) -> str | None:
+        """Give ``session_id`` the title ``title`` (sanitised and checked as :meth:`set_title` does) if the session is
+        untitled and no session holds the title, in one statement; the title stored, or ``None`` when the session is
+        gone, has a title, or the title is taken (an automatic title's first try: it never replaces a title)."""
+        clean = sanitize_title(title)
+        if clean is None:
+            return None
+        self._check_chosen_title(clean, session_id)
+        claimed = self._db.count(
+            "UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL "
+            "AND NOT EXISTS (SELECT 1 FROM sessions held WHERE held.title = ?)",
+            (clean, session_id, clean),
+        )
+        return clean if claimed else None
+
     def lineage_titles(self, base: str) -> list[str]:
         """``base`` and every title starting with ``"<base> #"`` that a session holds."""
         # A range scan on the title index.

@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import cast
 
+import pytest
+
+from hermes_actors.errors import TitleInUseError
 from hermes_actors.lifecycle.auto_titles import free_distinct_title, store_auto_title
 from hermes_actors.store import EndReason, Store, StoreInterface
+from hermes_actors.store.sql import tracing
 from hermes_actors.titles import distinct_title, lineage_base
 
 
@@ -65,3 +69,50 @@ def test_a_number_remembered_from_another_store_is_checked_and_not_trusted(store
         for _ in range(30):  # the number remembered is now 30, which this store does not hold
             store_auto_title(other, other.create_session("telegram").id, base)
     assert store_auto_title(store, store.create_session("telegram").id, base) == f"{base} (4)"
+
+
+def test_a_free_title_is_one_statement_and_the_next_number_after_the_last_given_three(store: Store) -> None:
+    base = "Hello there, in few statements"
+    first = store.create_session("telegram")
+    with tracing(store.sql) as trace:
+        assert store_auto_title(store, first.id, base) == base
+    assert len(trace.statements) == 1  # the claim: untitled, and the title free
+    for n in range(2, 6):
+        session = store.create_session("telegram")
+        assert store_auto_title(store, session.id, base) == distinct_title(base, n)
+    session = store.create_session("telegram")
+    with tracing(store.sql) as trace:
+        assert store_auto_title(store, session.id, base) == distinct_title(base, 6)
+    # the bare title (taken), the last number this process gave (still held), the next one (claimed)
+    assert len(trace.statements) == 3
+    titled = store.create_session("telegram", title="by hand")
+    assert store_auto_title(store, titled.id, base) is None
+    assert store.get_session(titled.id).title == "by hand"
+
+
+def test_a_number_taken_between_the_look_up_and_the_claim_is_refused_not_stored_elsewhere(store: Store) -> None:
+    base = "Hello there, raced"
+    store.create_session("telegram", title=base)
+    session = store.create_session("telegram")
+
+    class _Racing:
+        """The store, with another session taking each number right after it is looked up free."""
+
+        def __init__(self) -> None:
+            self.taken: list[str] = []
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        def title_holder(self, title: str) -> str | None:
+            holder = store.title_holder(title)
+            if holder is None and title != base:
+                store.create_session("telegram", title=title)
+                self.taken.append(title)
+            return holder
+
+    racing = _Racing()
+    with pytest.raises(TitleInUseError):
+        store_auto_title(cast(StoreInterface, racing), session.id, base)
+    assert racing.taken
+    assert store.get_session(session.id).title is None

@@ -198,6 +198,22 @@ def test_titles_are_sanitised_unique_and_clearable(store: StoreInterface) -> Non
         store.create_session("cli", title="refactoring  auth")
 
 
+def test_a_title_is_claimed_only_by_an_untitled_session_and_only_while_no_session_holds_it(
+    store: StoreInterface,
+) -> None:
+    a = store.create_session("cli")
+    b = store.create_session("cli")
+    assert store.claim_title(a.id, "  weekly\u200b  report\n") == "weekly report"  # sanitised as set_title does
+    assert store.claim_title(b.id, "weekly report") is None  # held by a
+    assert store.claim_title(a.id, "another") is None  # a has a title: a claim never replaces one
+    assert store.claim_title("no-such-session", "free one") is None
+    assert store.claim_title(b.id, " \u200e ") is None  # nothing left of it
+    assert (store.get_session(a.id).title, store.get_session(b.id).title) == ("weekly report", None)
+    with pytest.raises(TitleError, match="limit is 100"):
+        store.claim_title(b.id, "x" * 101)
+    assert store.claim_title(b.id, "weekly report (2)") == "weekly report (2)"
+
+
 def test_lineage_titles_number_compression_children(store: StoreInterface) -> None:
     root = store.create_session("cli", title="my project")
     assert store.next_lineage_title("my project") == "my project #2"
