@@ -175,6 +175,14 @@ def test_a_message_its_notification_brings_whole_is_answered_without_a_pull_and_
         while pulls != host.status().pulls:
             pulls = host.status().pulls
             time.sleep(1.0)
+        handed_on: list[str] = []
+        hand = host.handover.hand
+
+        def recorded(rows: list[ShardRow], epochs: dict[int, int]) -> int:
+            handed_on.append(threading.current_thread().name)
+            return hand(rows, epochs)
+
+        host.handover.hand = recorded  # type: ignore[method-assign]
         ingress = ClusterIngress(pg, shards=SHARDS)
         platform = FakePlatform("fake")
         for n in range(6):
@@ -182,6 +190,7 @@ def test_a_message_its_notification_brings_whole_is_answered_without_a_pull_and_
         poll_until(lambda: _pending(pg) == 0 and _turns_ended(host) == 6, timeout=20, what="six answers")
         status = host.status()
         assert (status.pulls, status.rows_notified) == (pulls, 6)  # none read back: each came with its NOTIFY
+        assert set(handed_on) == {"h0-listen"}  # handed over where they were heard: no hop to the puller
         large = "L" * 9000  # too large for a notification: it carries the shard, and the host pulls
         assert ingress.accept(platform.message(large, chat_id="c0", user_id="u0"))
         poll_until(lambda: _pending(pg) == 0 and _turns_ended(host) == 7, timeout=20, what="the large one answered")

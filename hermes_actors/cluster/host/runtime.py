@@ -136,6 +136,7 @@ class HostRuntime:
         self._look_again_at: float | None = None  # when to pull again after new terms (monotonic)
         self._notified: list[ShardRow] = []  # rows of held shards their notifications brought, not handed yet
         self._epochs: dict[int, int] = {}  # their shards' holders' epochs when they were added (Notices.epochs)
+        self._handing = threading.Lock()  # held while rows are pulled or handed over: one thread at a time, in order
         self._stopped = threading.Event()
         self._listener = InboxListener(settings.postgres_dsn, holder=settings.name)
         self._relay = EventRelay(settings.postgres_dsn)
@@ -225,7 +226,34 @@ class HostRuntime:
                     self._notified.extend(rows)
                     self._epochs.update(notified.epochs)
                     self._pull_wanted = self._pull_wanted or pull
-                self._wake.set()
+                if not self._handed_here():
+                    self._wake.set()
+
+    def _handed_here(self) -> bool:
+        """Hand the rows notified whole over on the listener's thread (a thread hop fewer a message); ``False`` when
+        the puller has to, which takes them, in order, at its next wake-up: it is pulling or handing over now, a
+        pull is wanted, a second look is due, a backlog waits, or a recheck."""
+        if not self._handing.acquire(blocking=False):
+            return False
+        try:
+            again = self._look_again_at
+            with self._asked:
+                due = again is not None and time.monotonic() >= again
+                if self._pull_wanted or self._recheck or self.handover.backlog or due:
+                    return False
+                notified, self._notified = self._notified, []
+                epochs, self._epochs = self._epochs, {}
+            try:
+                self.handover.hand(notified, epochs)
+            except Exception as exc:
+                with self._asked:  # what it took may be unhanded: no row is handed whole before a pull reads it
+                    self._pull_wanted = True
+                self.outages.failed("pulling the inbox", exc)
+                return False
+            self.outages.worked("pulling the inbox")
+            return True
+        finally:
+            self._handing.release()
 
     def _held(self, shard: int) -> bool:
         return self.fence.epoch(shard) is not None
@@ -241,38 +269,44 @@ class HostRuntime:
         while not self._stopped.is_set():
             woken = self._wake.wait(self._pull_wait_s())
             self._wake.clear()
-            again = self._look_again_at
-            look = again is not None and time.monotonic() >= again  # the second look after new terms: a pull
-            if look:
-                self._look_again_at = None
             if self._stopped.is_set():
                 return
-            # Taken before a pull reads: a row notified before then is pending when it reads, and read by it.
-            with self._asked:
-                notified, self._notified = self._notified, []
-                epochs, self._epochs = self._epochs, {}
-                wanted, self._pull_wanted = self._pull_wanted, False
-            try:
-                recheck, self._recheck = self._recheck, False
-                if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
-                    self._scanned_at = time.monotonic()
-                    self.timers.scan()
-                if time.monotonic() - self._jobs_scanned_at >= self.settings.job_scan_s:
-                    self._jobs_scanned_at = time.monotonic()
-                    self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
-                    self.approvals.scan()  # so does a timeout's denial
-                if woken and notified and not (wanted or recheck or look or self.handover.backlog):
-                    self.handover.hand(notified, epochs)
-                else:
-                    self.handover.pull(recheck=recheck or not woken)
-                if not woken and self.handover.lost_again():
-                    self._pull_soon()
-            except Exception as exc:
-                with self._asked:  # what it took may be unread: no row is handed whole before a pull reads it
-                    self._pull_wanted = True
-                self.outages.failed("pulling the inbox", exc)
+            with self._handing:
+                again = self._look_again_at
+                look = again is not None and time.monotonic() >= again  # the second look after new terms: a pull
+                if look:
+                    self._look_again_at = None
+                self._pull_once(woken, look)
+
+    def _pull_once(self, woken: bool, look: bool) -> None:
+        """One round of the puller (under ``_handing``): the scans that are due, then the rows notified whole
+        handed over, or a pull."""
+        # Taken before a pull reads: a row notified before then is pending when it reads, and read by it.
+        with self._asked:
+            notified, self._notified = self._notified, []
+            epochs, self._epochs = self._epochs, {}
+            wanted, self._pull_wanted = self._pull_wanted, False
+        try:
+            recheck, self._recheck = self._recheck, False
+            if recheck or time.monotonic() - self._scanned_at >= self.settings.timer_scan_s:
+                self._scanned_at = time.monotonic()
+                self.timers.scan()
+            if time.monotonic() - self._jobs_scanned_at >= self.settings.job_scan_s:
+                self._jobs_scanned_at = time.monotonic()
+                self.jobs.scan()  # a run's row notifies its shard's holder (this host, too)
+                self.approvals.scan()  # so does a timeout's denial
+            if woken and notified and not (wanted or recheck or look or self.handover.backlog):
+                self.handover.hand(notified, epochs)
             else:
-                self.outages.worked("pulling the inbox")
+                self.handover.pull(recheck=recheck or not woken)
+            if not woken and self.handover.lost_again():
+                self._pull_soon()
+        except Exception as exc:
+            with self._asked:  # what it took may be unread: no row is handed whole before a pull reads it
+                self._pull_wanted = True
+            self.outages.failed("pulling the inbox", exc)
+        else:
+            self.outages.worked("pulling the inbox")
 
     def status(self) -> HostStatus:
         """A snapshot of this host."""
