@@ -120,10 +120,13 @@ class Handover:
 
     def hand(self, rows: list[ShardRow], epochs: dict[int, int]) -> int:
         """Hand over rows their notifications brought whole, of the shards held (and not leaving), each once; how
-        many. The puller calls it only for rows notified since its last pull began (older ones that pull read).
+        many. The listener (or the puller, when the listener leaves them to it) calls it only for rows notified since
+        the last pull began (older ones that pull read).
         ``epochs``: the epoch of each row's shard's holder when the row was added (:attr:`Notices.epochs`)."""
-        terms = self._fence.held()
         leaving = self._keeper.leaving()
+        # The terms of these rows' shards only (a message's row is one shard): every held term is not copied.
+        found = {shard: self._fence.epoch(shard) for shard in {row[0] for row in rows}}
+        terms = {shard: epoch for shard, epoch in found.items() if epoch is not None}
         held = [row for row in rows if row[0] in terms and row[0] not in leaving]
         self.rows_notified += len(held)
         return self._hand(held, terms, lambda shard, inbox_id: epochs.get(inbox_id) == terms[shard])
