@@ -91,11 +91,11 @@ def store_auto_title(store: StoreInterface, session_id: str, title: str) -> str 
     stored = store.claim_title(session_id, title)
     if stored is not None:
         return stored
-    last = _last_numbers.get(title)
-    if last is not None and _taken(store, title, last):
-        stored = store.claim_title(session_id, distinct_title(title, last + 1))  # free: it checks
+    after = _after_last_given(store, title)
+    if after is not None:
+        stored = store.claim_title(session_id, distinct_title(title, after))  # the claim checks it is free
         if stored is not None:
-            _last_numbers.put(title, last + 1)
+            _last_numbers.put(title, after)
             return stored
     record = store.find_session(session_id)
     if record is None or record.title is not None:
@@ -111,6 +111,13 @@ def store_auto_title(store: StoreInterface, session_id: str, title: str) -> str 
 def _taken(store: StoreInterface, title: str, number: int) -> bool:
     """Whether ``"<title> (number)"`` is held (number 1 and below: the bare title, taken when asked)."""
     return number <= 1 or store.title_holder(distinct_title(title, number)) is not None
+
+
+def _after_last_given(store: StoreInterface, title: str) -> int | None:
+    """The number after the one this process gave ``title`` last, when that one is still held (one look-up);
+    ``None`` when none was given or it is free now (a hint from another store, a deleted session)."""
+    last = _last_numbers.get(title)
+    return last + 1 if last is not None and _taken(store, title, last) else None
 
 
 class _LastNumbers:
@@ -153,9 +160,9 @@ def free_distinct_title(store: StoreInterface, title: str) -> str:
     def taken(number: int) -> bool:
         return _taken(store, title, number)
 
-    last = _last_numbers.get(title)
-    if last is not None and not taken(last + 1) and taken(last):
-        number = last + 1
+    after = _after_last_given(store, title)
+    if after is not None and not taken(after):
+        number = after
     else:
         low, high = 1, 2  # "(1)" is the bare title, which is taken
         while taken(high):

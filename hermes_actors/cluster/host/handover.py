@@ -125,8 +125,7 @@ class Handover:
         ``epochs``: the epoch of each row's shard's holder when the row was added (:attr:`Notices.epochs`)."""
         leaving = self._keeper.leaving()
         # The terms of these rows' shards only (a message's row is one shard): every held term is not copied.
-        found = {shard: self._fence.epoch(shard) for shard in {row[0] for row in rows}}
-        terms = {shard: epoch for shard, epoch in found.items() if epoch is not None}
+        terms = {shard: epoch for shard in {row[0] for row in rows} if (epoch := self._fence.epoch(shard)) is not None}
         held = [row for row in rows if row[0] in terms and row[0] not in leaving]
         self.rows_notified += len(held)
         return self._hand(held, terms, lambda shard, inbox_id: epochs.get(inbox_id) == terms[shard])

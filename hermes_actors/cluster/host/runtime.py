@@ -236,19 +236,15 @@ class HostRuntime:
         if not self._handing.acquire(blocking=False):
             return False
         try:
-            again = self._look_again_at
             with self._asked:
-                due = again is not None and time.monotonic() >= again
-                if self._pull_wanted or self._recheck or self.handover.backlog or due:
+                if self._pull_wanted or self._recheck or self.handover.backlog or self._look_due():
                     return False
                 notified, self._notified = self._notified, []
                 epochs, self._epochs = self._epochs, {}
             try:
                 self.handover.hand(notified, epochs)
             except Exception as exc:
-                with self._asked:  # what it took may be unhanded: no row is handed whole before a pull reads it
-                    self._pull_wanted = True
-                self.outages.failed("pulling the inbox", exc)
+                self._pull_failed(exc)
                 return False
             self.outages.worked("pulling the inbox")
             return True
@@ -272,11 +268,22 @@ class HostRuntime:
             if self._stopped.is_set():
                 return
             with self._handing:
-                again = self._look_again_at
-                look = again is not None and time.monotonic() >= again  # the second look after new terms: a pull
+                look = self._look_due()  # the second look after new terms: a pull
                 if look:
                     self._look_again_at = None
                 self._pull_once(woken, look)
+
+    def _look_due(self) -> bool:
+        """Whether the second look after new terms is due (a pull, not a hand-over, must come next)."""
+        again = self._look_again_at
+        return again is not None and time.monotonic() >= again
+
+    def _pull_failed(self, exc: Exception) -> None:
+        """A pull or a hand-over failed: what it took may be unread, and no row is handed whole before a pull
+        reads it."""
+        with self._asked:
+            self._pull_wanted = True
+        self.outages.failed("pulling the inbox", exc)
 
     def _pull_once(self, woken: bool, look: bool) -> None:
         """One round of the puller (under ``_handing``): the scans that are due, then the rows notified whole
@@ -302,9 +309,7 @@ class HostRuntime:
             if not woken and self.handover.lost_again():
                 self._pull_soon()
         except Exception as exc:
-            with self._asked:  # what it took may be unread: no row is handed whole before a pull reads it
-                self._pull_wanted = True
-            self.outages.failed("pulling the inbox", exc)
+            self._pull_failed(exc)
         else:
             self.outages.worked("pulling the inbox")
 
