@@ -97,6 +97,14 @@ def direct(connection: psycopg.Connection[Any]) -> DirectStatements:
     return connection.direct() if isinstance(connection, _Connection) else DirectStatements(connection)
 
 
+def _sent(connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """``connection`` with the statements deferred on it sent (:meth:`DirectStatements.defer`): it is about to be
+    used through psycopg itself, which would not send them first."""
+    if isinstance(connection, _Connection) and connection._direct is not None:
+        connection._direct.flush()
+    return connection
+
+
 class Database:
     """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
 
@@ -177,7 +185,7 @@ class Database:
                 yield
                 return
             try:
-                with self._errors("a savepoint"), held.transaction():
+                with self._errors("a savepoint"), _sent(held).transaction():
                     yield
             except BaseException:
                 self._open.locks = None  # a rolled-back savepoint released the row locks taken inside it
@@ -276,9 +284,10 @@ class Database:
         return self._lend(timeout_s)
 
     @contextmanager
-    def holding(self, connection: psycopg.Connection[Any], xid: str) -> Iterator[None]:
-        """Make ``connection``, on which the caller began transaction ``xid``, this thread's open transaction for the
-        block: every statement of the thread runs there, and a nested :meth:`transaction` is a savepoint of it."""
+    def holding(self, connection: psycopg.Connection[Any], xid: str | None) -> Iterator[None]:
+        """Make ``connection``, on which the caller began transaction ``xid`` (``None``: not known yet, or its
+        ``BEGIN`` deferred to its first statement), this thread's open transaction for the block: every statement of
+        the thread runs there, and a nested :meth:`transaction` is a savepoint of it."""
         self._open.connection, self._open.locks, self._open.xid = connection, None, xid
         try:
             yield
@@ -316,6 +325,8 @@ class Database:
         (a ``COPY``)."""
         held = self._open.connection
         if held is not None:
+            with self._errors("a statement"):
+                _sent(held)
             with held.cursor() as cursor:
                 yield cursor
             return
@@ -327,7 +338,7 @@ class Database:
         """The current transaction's connection, or a spare one in autocommit for one statement."""
         held = self._open.connection
         if held is not None:
-            yield held
+            yield _sent(held)
             return
         with self._lend(None) as connection:
             yield connection
@@ -357,8 +368,12 @@ class Database:
 
     def count(self, sql: str, params: Params | None = None) -> int:
         """Run one statement; how many rows it changed."""
-        with self._errors("a statement"), self._connection() as connection:
-            return direct(connection).changed(sql.encode(), params)
+        with self._errors("a statement"):
+            held = self._open.connection  # its deferred statements ride with this one (not _connection's flush)
+            if held is not None:
+                return direct(held).changed(sql.encode(), params)
+            with self._lend(None) as connection:
+                return direct(connection).changed(sql.encode(), params)
 
     def executemany(self, sql: str, rows: Sequence[Params]) -> None:
         """Run one statement once per row of parameters."""

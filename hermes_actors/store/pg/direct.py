@@ -13,6 +13,10 @@ through libpq alone. Every message a shard host or a replica handles runs a hand
   ``connection.broken`` and turn them into :class:`~hermes_actors.errors.StoreError`;
 - libpq's blocking calls, which let go of the interpreter lock while they wait for the server.
 
+Statements without parameters can wait (:meth:`DirectStatements.defer`) to ride with the next statement in one
+pipeline (a transaction's ``BEGIN`` with its first write: one round trip fewer); any other way of reaching the
+server sends them alone first (:meth:`DirectStatements.flush`).
+
 One instance serves one connection, and only while one thread holds that connection (a pooled connection is lent to
 one borrower at a time).
 """
@@ -20,6 +24,7 @@ one borrower at a time).
 from __future__ import annotations
 
 import re
+import select
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,6 +42,7 @@ _PLACEHOLDER = re.compile(rb"%(?:\(([^)]*)\))?(.)?", re.DOTALL)
 _FORMATS = {b"s": PyFormat.AUTO, b"b": PyFormat.BINARY, b"t": PyFormat.TEXT}
 _TUPLES = pq.ExecStatus.TUPLES_OK
 _DONE = frozenset((pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK, pq.ExecStatus.EMPTY_QUERY))
+_SYNC = pq.ExecStatus.PIPELINE_SYNC
 
 
 class _Query:
@@ -102,7 +108,7 @@ class _Query:
 class DirectStatements:
     """The statements of one psycopg connection, sent through its libpq connection (see the module)."""
 
-    __slots__ = ("_connection", "_counts", "_names", "_pgconn", "_queries", "_transformer")
+    __slots__ = ("_ahead", "_connection", "_counts", "_names", "_pgconn", "_queries", "_transformer", "started")
 
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self._connection = connection
@@ -111,6 +117,31 @@ class DirectStatements:
         self._queries: dict[bytes, _Query] = {}
         self._names: dict[tuple[bytes, tuple[int, ...]], bytes] = {}  # prepared: (text, types) -> name
         self._counts: dict[tuple[bytes, tuple[int, ...]], int] = {}  # runs of statements not prepared yet
+        self._ahead: tuple[bytes, ...] = ()  # deferred statements, sent with the next one (defer)
+        self.started: pq.abc.PGresult | None = None  # the last deferred statement's result, once sent
+
+    def defer(self, statements: tuple[bytes, ...]) -> None:
+        """Send ``statements`` (each one statement without parameters) with the next statement :meth:`run` sends,
+        in one pipeline: one round trip for all of them. The last one's result is then :attr:`started`; the first
+        error among them is raised as the next statement's would be. Any other statement (:meth:`simple`, or one
+        sent another way after :meth:`flush`) sends them alone first."""
+        self._ahead = statements
+        self.started = None
+
+    @property
+    def deferring(self) -> bool:
+        """Whether deferred statements wait to be sent (nothing reached the server since :meth:`defer`)."""
+        return bool(self._ahead)
+
+    def cancel(self) -> None:
+        """Forget the deferred statements unsent (what they began is not needed: nothing followed them)."""
+        self._ahead = ()
+
+    def flush(self) -> None:
+        """Send the deferred statements now, alone, one round trip (a statement is about to go another way)."""
+        ahead, self._ahead = self._ahead, ()
+        if ahead:
+            self.started = self._checked(self._pgconn.exec_(b"; ".join(ahead)))
 
     def rows(self, sql: bytes, params: Sequence[Any] | Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
         """Run one statement; its rows as tuples (none for a statement that returns none)."""
@@ -154,6 +185,8 @@ class DirectStatements:
         pgconn = self._pgconn
         if name is None:
             name = self._prepare(key, text)
+        if self._ahead:
+            return self._pipelined(name, text, dumped, types, formats)
         if name is None:
             result = pgconn.exec_params(text, dumped, types or None, formats)
         else:
@@ -162,7 +195,62 @@ class DirectStatements:
 
     def simple(self, sql: bytes) -> pq.abc.PGresult:
         """Run ``sql``, one or more statements without parameters; the last one's result, or the first error."""
+        self.flush()
         return self._checked(self._pgconn.exec_(sql))
+
+    def _pipelined(
+        self, name: bytes | None, text: bytes, dumped: Any, types: tuple[int, ...], formats: Any
+    ) -> pq.abc.PGresult:
+        """The deferred statements and this one in one pipeline (one ``Sync``): this one's result."""
+        ahead, self._ahead = self._ahead, ()
+        pgconn = self._pgconn
+        pgconn.enter_pipeline_mode()
+        try:
+            for statement in ahead:
+                pgconn.send_query_params(statement, None)
+            if name is None:
+                pgconn.send_query_params(text, dumped, types or None, formats)
+            else:
+                pgconn.send_query_prepared(name, dumped, formats)
+            pgconn.pipeline_sync()  # sends everything
+            results = self._until_sync()
+        finally:
+            self._leave_pipeline()
+        for result in results[: len(ahead)]:  # a deferred statement's error aborted the rest of the pipeline
+            self._checked(result)
+        self.started = results[len(ahead) - 1]
+        return self._checked(results[len(ahead)])
+
+    def _leave_pipeline(self) -> None:
+        """Back to one statement at a time; a connection left with results unread is closed (the pool drops it)."""
+        if self._connection.broken:
+            return
+        try:
+            self._pgconn.exit_pipeline_mode()
+        except psycopg.Error:
+            self._connection.close()
+
+    def _until_sync(self) -> list[pq.abc.PGresult]:
+        """The results of a pipeline up to its ``Sync``, waiting for the server with the interpreter lock let go."""
+        pgconn = self._pgconn
+        results: list[pq.abc.PGresult] = []
+        poller: select.poll | None = None
+        while True:
+            if pgconn.is_busy():
+                if poller is None:
+                    poller = select.poll()
+                    poller.register(pgconn.socket, select.POLLIN)
+                poller.poll()
+                pgconn.consume_input()  # reads what arrived; a lost connection raises here
+                continue
+            result = pgconn.get_result()
+            if result is None:  # between two statements' results
+                if pgconn.status == pq.ConnStatus.BAD:
+                    raise psycopg.OperationalError("the connection to the server was lost inside a pipeline")
+                continue
+            if result.status == _SYNC:
+                return results
+            results.append(result)
 
     def _prepare(self, key: tuple[bytes, tuple[int, ...]], text: bytes) -> bytes | None:
         """The name of ``key``'s prepared statement once it has run often enough, prepared now; else ``None``."""

@@ -5,10 +5,10 @@ savepoint of its own (a failed write is rolled back alone), and asks for the tra
 by a lost connection is resolved against the server by it). Through :meth:`Database.transaction
 <hermes_actors.store.pg.db.Database.transaction>` that is ``BEGIN``, ``SELECT pg_current_xact_id()``, then
 ``SAVEPOINT`` and ``RELEASE`` around every write, then ``COMMIT``: each a round trip. Here they ride together, as
-simple-protocol statement lists sent through libpq (:mod:`~hermes_actors.store.pg.direct`): ``BEGIN; SAVEPOINT;
-SELECT pg_current_xact_id()`` once, ``RELEASE; SAVEPOINT`` between two writes, ``COMMIT`` (which commits an open
-savepoint's work too) at the end: ``2 + n`` round trips for ``n`` writes instead of ``3 + 2n``, the same
-transaction.
+statements sent through libpq (:mod:`~hermes_actors.store.pg.direct`): ``BEGIN; SAVEPOINT; SELECT
+pg_current_xact_id()`` once, in one pipeline with the batch's first statement, ``RELEASE; SAVEPOINT`` between two
+writes, ``COMMIT`` (which commits an open savepoint's work too) at the end: ``1 + n`` round trips for ``n`` writes
+instead of ``3 + 2n``, the same transaction. A batch whose writes sent no statement begins no transaction at all.
 
 The transaction also sets ``plan_cache_mode = auto`` for itself (``SET LOCAL``): a turn's writes are found by their
 keys, so PostgreSQL may keep one generic plan per prepared statement instead of planning each for its values (the
@@ -31,7 +31,13 @@ from hermes_actors.store.pg.db import CommitUnknownError, Database, direct, stor
 
 __all__ = ["GroupTransaction", "group_transaction"]
 
-_BEGIN = b"BEGIN; SET LOCAL plan_cache_mode = auto; SAVEPOINT hermes_write; SELECT pg_current_xact_id()::text"
+# Sent with the transaction's first statement (DirectStatements.defer); the last one's result is its id.
+_BEGIN = (
+    b"BEGIN",
+    b"SET LOCAL plan_cache_mode = auto",
+    b"SAVEPOINT hermes_write",
+    b"SELECT pg_current_xact_id()::text",
+)
 _NEXT = b"RELEASE SAVEPOINT hermes_write; SAVEPOINT hermes_write"
 _UNDO = b"ROLLBACK TO SAVEPOINT hermes_write"
 
@@ -54,13 +60,13 @@ class GroupTransaction:
     @contextmanager
     def write(self) -> Iterator[None]:
         """One write in its savepoint: rolled back alone when the block raises (the exception goes on)."""
-        if not self._fresh:
+        if not self._fresh and not self._statements.deferring:  # else the savepoint begun ahead has seen nothing
             self._send(_NEXT, "a savepoint")
         self._fresh = False
         try:
             yield
         except BaseException:
-            if not self._connection.broken:
+            if not self._connection.broken and not self._statements.deferring:
                 self._send(_UNDO, "a savepoint's rollback")
                 self._database.forget_locks()
             raise
@@ -78,21 +84,24 @@ def group_transaction(database: Database) -> Iterator[GroupTransaction]:
     :class:`CommitUnknownError` carrying the transaction's id; one lost before is a :class:`StoreError`."""
     with database.lend() as connection:
         statements = direct(connection)
-        try:
-            started = statements.simple(_BEGIN)  # the last statement's result: the transaction's id
-        except psycopg.Error as exc:
-            raise store_error(exc, "a transaction's start") from exc
-        found = started.get_value(0, 0) if started.ntuples else None
-        xid = found.decode() if found else ""
-        with database.holding(connection, xid):
+        statements.defer(_BEGIN)  # sent with the first statement of the batch, or never when it has none
+        with database.holding(connection, None):
             transaction = GroupTransaction(database, connection)
             try:
                 yield transaction
             except BaseException:
-                if not connection.broken:
+                if statements.deferring:
+                    statements.cancel()
+                elif not connection.broken:
                     with suppress(psycopg.Error):  # the pool discards a connection left in a transaction
                         statements.simple(b"ROLLBACK")
                 raise
+        if statements.deferring:  # no write sent a statement: no transaction was begun, nothing to commit
+            statements.cancel()
+            return
+        started = statements.started  # the last statement sent ahead: the transaction's id
+        found = started.get_value(0, 0) if started is not None and started.ntuples else None
+        xid = found.decode() if found else ""
         if connection.broken:
             raise StoreError(f"the connection to PostgreSQL was lost inside transaction {xid}; nothing was committed")
         try:
