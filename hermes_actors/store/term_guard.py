@@ -8,6 +8,7 @@ renewal that changed nothing runs the check alone to say which term was lost.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
@@ -53,5 +54,15 @@ class FencedWrite(Protocol):
 def prefixed(query: str, params: dict[str, Any], prefix: str) -> tuple[str, dict[str, Any]]:
     """``query`` with each of its named parameters ``:name`` that ``params`` has renamed ``:{prefix}name``, and the
     parameters renamed alike (a ``::type`` cast is not a parameter)."""
-    renamed = _NAMED.sub(lambda m: f":{prefix}{m.group(1)}" if m.group(1) in params else m.group(0), query)
-    return renamed, {f"{prefix}{name}": value for name, value in params.items()}
+    names = tuple(params)
+    return _renamed(query, names, prefix), dict(zip(_prefixed_names(names, prefix), params.values(), strict=True))
+
+
+@functools.lru_cache(maxsize=256)  # a guard's query is one of a few texts: renamed once each, not per turn
+def _renamed(query: str, names: tuple[str, ...], prefix: str) -> str:
+    return _NAMED.sub(lambda m: f":{prefix}{m.group(1)}" if m.group(1) in names else m.group(0), query)
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixed_names(names: tuple[str, ...], prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}{name}" for name in names)

@@ -14,9 +14,10 @@ from typing import cast
 
 import apsw
 
-__all__ = ["CJK_CHARACTER", "TOKENIZER_NAME", "contains_cjk", "register_tokenizer"]
+__all__ = ["CJK_CHARACTER", "TOKENIZER_NAME", "UNICODE61_ARGS", "contains_cjk", "register_tokenizer"]
 
 TOKENIZER_NAME = "hermes_words"
+UNICODE61_ARGS = ("remove_diacritics", "2")  # the unicode61 tokenizer hermes_words runs (and splits CJK runs of)
 
 # Hangul Jamo, kana, Hangul compatibility Jamo, CJK extension A, unified ideographs, Hangul syllables,
 # compatibility ideographs, half-width katakana, supplementary ideographs (extensions B-G).
@@ -53,7 +54,7 @@ def _split_token(base: apsw.FTS5Tokenizer, utf8: bytes, start: int, end: int, fl
 
 
 def _hermes_words(connection: apsw.Connection, args: list[str]) -> _Tokenizer:
-    base = connection.fts5_tokenizer("unicode61", ["remove_diacritics", "2", *args])
+    base = connection.fts5_tokenizer("unicode61", [*UNICODE61_ARGS, *args])
 
     def tokenize(utf8: bytes, flags: int, locale: str | None) -> list[_Token]:
         tokens = cast(list[_Token], base(utf8, flags, locale))

@@ -21,8 +21,10 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
@@ -390,12 +392,20 @@ class Database:
 
 def _custom_plans(connection: psycopg.Connection[Any]) -> None:
     """Plan every prepared statement for its parameters' values (never a generic plan): see :class:`Database`."""
+    _json_by_msgspec(connection)
     connection.execute(b"SET plan_cache_mode = force_custom_plan")
 
 
 def _generic_plans(connection: psycopg.Connection[Any]) -> None:
     """Keep one plan per prepared statement, made without its values: see :meth:`Database.execute`."""
+    _json_by_msgspec(connection)
     connection.execute(b"SET plan_cache_mode = force_generic_plan")
+
+
+def _json_by_msgspec(connection: psycopg.Connection[Any]) -> None:
+    """Load ``json`` and ``jsonb`` results with msgspec's decoder (the same values as the standard library's, in a
+    fraction of its time: a fenced turn reads back three ``json_agg`` results)."""
+    set_json_loads(msgspec.json.decode, connection)
 
 
 def redact(dsn: str) -> str:

@@ -48,6 +48,12 @@ def _values(ref: int, row: MessageRow) -> tuple[Any, ...]:
     return (ref, role, to_db(content), *rest, indexed.words, indexed.cjk, indexed.n_tokens)
 
 
+@functools.lru_cache(maxsize=_BATCH)
+def _row_names(n: int) -> tuple[str, ...]:
+    """The parameter names of the ``n``-th row of a fenced append (``msg{n}_{column}``), built once."""
+    return tuple(f"msg{n}_{column}" for column, _ in _COLUMNS)
+
+
 @functools.lru_cache(maxsize=32)  # a turn has a few messages: a few texts, each built once
 def _counted_insert(counted: str, rows: int, named: bool) -> str:
     """An ``INSERT`` of ``rows`` message rows into the session the ``WITH`` query ``counted`` returned (its ``ref``;
@@ -93,11 +99,9 @@ class PgMessageRows:
         named parameters the caller gives, and ``name``, the insert) and the rows' parameters, named
         ``msg{n}_{column}``."""
         insert = _counted_insert(f"{name}_counted", len(rows), named=True)
-        params = {
-            f"msg{n}_{column}": value
-            for n, row in enumerate(rows)
-            for (column, _), value in zip(_COLUMNS, _values(0, row)[1:], strict=True)
-        }
+        params: dict[str, Any] = {}
+        for n, row in enumerate(rows):
+            params.update(zip(_row_names(n), _values(0, row)[1:], strict=True))
         return f"{name}_counted AS ({counts}), {name} AS ({insert})", params
 
     def insert(self, ref: int, rows: Sequence[MessageRow]) -> list[int]:
