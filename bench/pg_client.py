@@ -33,7 +33,7 @@ import psycopg
 from report import figure_line
 
 from hermes_actors.store.pg.db import Database
-from tests.postgres import Cluster, find_bin_dir
+from tests.postgres import bench_cluster
 
 
 def _backend_cpu_s(pid: int) -> float:
@@ -175,10 +175,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000, help="operations per round (default 3000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the medians are printed (default 5)")
     args = parser.parse_args()
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        sys.exit("PostgreSQL server binaries are not installed: apt-get install postgresql")
-    cluster = Cluster(bin_dir)
+    cluster = bench_cluster()
     try:
         dsn = cluster.dsn()
         for line in [*_statements(dsn, args.n, args.rounds), *_notices(dsn, min(args.n, 2000), args.rounds)]:

@@ -36,7 +36,7 @@ from hermes_actors.store.pg import PostgresStore
 from hermes_actors.store.pg.shards import ShardFence
 from hermes_actors.store.pg.writer import PgWriter
 from hermes_actors.store.records import NewMessage, Role
-from tests.postgres import Cluster, find_bin_dir
+from tests.postgres import bench_cluster
 
 _SHARDS = 8
 _OWNER = "bench-host"
@@ -133,10 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the medians are printed (default 5)")
     parser.add_argument("--sessions", type=int, default=200, help="sessions the turns go round (default 200)")
     args = parser.parse_args()
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        sys.exit("PostgreSQL server binaries are not installed: apt-get install postgresql")
-    cluster = Cluster(bin_dir)
+    cluster = bench_cluster()
     try:
         cluster.prepare_template()
         dsn = cluster.dsn(cluster.create_database())

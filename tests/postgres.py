@@ -16,10 +16,11 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["REQUIRE_ENV", "Cluster", "find_bin_dir", "missing_reason"]
+__all__ = ["REQUIRE_ENV", "Cluster", "bench_cluster", "find_bin_dir", "missing_reason"]
 
 REQUIRE_ENV = "HERMES_REQUIRE_POSTGRES"
 _TEMPLATE = "hermes_template"
@@ -40,6 +41,15 @@ def find_bin_dir() -> Path | None:
         return Path(versions[-1]).parent
     found = shutil.which("initdb")
     return Path(found).parent if found else None
+
+
+def bench_cluster() -> Cluster:
+    """A throw-away cluster for a bench script (the caller stops it); the script exits naming the package to install
+    when the server's binaries are missing."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL server binaries are not installed: apt-get install postgresql")
+    return Cluster(bin_dir)
 
 
 def missing_reason() -> str:
