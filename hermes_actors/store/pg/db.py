@@ -21,14 +21,12 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-import msgspec
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
 from hermes_actors.errors import StoreError, StoreFault
-from hermes_actors.store.pg.direct import DirectStatements
+from hermes_actors.store.pg.pooled import PooledConnection, custom_plans, direct, generic_plans, sent
 from hermes_actors.store.pg.spares import Spares
 
 __all__ = ["CommitUnknownError", "Database", "Params", "direct", "fault_of", "store_error"]
@@ -80,33 +78,6 @@ class _Open(threading.local):
     xid: str | None = None  # the open transaction's id, once asked for (Database.xid)
 
 
-class _Connection(psycopg.Connection[Any]):
-    """A pooled connection that keeps its :class:`~hermes_actors.store.pg.direct.DirectStatements` for
-    :class:`Database`'s single statements (their prepared names and placeholders are per connection)."""
-
-    _direct: DirectStatements | None = None
-
-    def direct(self) -> DirectStatements:
-        """The connection's statements sent through libpq."""
-        direct = self._direct
-        if direct is None:
-            direct = self._direct = DirectStatements(self)
-        return direct
-
-
-def direct(connection: psycopg.Connection[Any]) -> DirectStatements:
-    """``connection``'s :class:`~hermes_actors.store.pg.direct.DirectStatements` (kept by a pooled one)."""
-    return connection.direct() if isinstance(connection, _Connection) else DirectStatements(connection)
-
-
-def _sent(connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """``connection`` with the statements deferred on it sent (:meth:`DirectStatements.defer`): it is about to be
-    used through psycopg itself, which would not send them first."""
-    if isinstance(connection, _Connection) and connection._direct is not None:
-        connection._direct.flush()
-    return connection
-
-
 class Database:
     """A pool of connections to one PostgreSQL database and the transactions threads hold on them.
 
@@ -126,7 +97,7 @@ class Database:
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {redact(dsn)}: {str(exc).strip()}") from exc
         self._pool_size = max(1, pool_size)
-        self._pool = self._new_pool(_custom_plans, "hermes-store")
+        self._pool = self._new_pool(custom_plans, "hermes-store")
         self._spares = Spares(self._pool)
         self._keyed: Spares | None = None  # the keyed pool's, opened by the first keyed statement
         self._keyed_lock = threading.Lock()
@@ -141,7 +112,7 @@ class Database:
     ) -> ConnectionPool[psycopg.Connection[Any]]:
         return ConnectionPool(
             self.dsn,
-            connection_class=_Connection,
+            connection_class=PooledConnection,
             min_size=1,
             max_size=self._pool_size,
             kwargs={"autocommit": True, "prepare_threshold": _PREPARE_AFTER, "connect_timeout": _CONNECT_TIMEOUT_S},
@@ -167,7 +138,7 @@ class Database:
             return spares
         with self._keyed_lock:
             if self._keyed is None:
-                pool = self._new_pool(_generic_plans, "hermes-store-keyed")
+                pool = self._new_pool(generic_plans, "hermes-store-keyed")
                 pool.open(wait=False)  # a borrower waits for its first connection as for any other
                 self._keyed = Spares(pool)
             return self._keyed
@@ -187,7 +158,7 @@ class Database:
                 yield
                 return
             try:
-                with self._errors("a savepoint"), _sent(held).transaction():
+                with self._errors("a savepoint"), sent(held).transaction():
                     yield
             except BaseException:
                 self._open.locks = None  # a rolled-back savepoint released the row locks taken inside it
@@ -328,7 +299,7 @@ class Database:
         held = self._open.connection
         if held is not None:
             with self._errors("a statement"):
-                _sent(held)
+                sent(held)
             with held.cursor() as cursor:
                 yield cursor
             return
@@ -340,7 +311,7 @@ class Database:
         """The current transaction's connection, or a spare one in autocommit for one statement."""
         held = self._open.connection
         if held is not None:
-            yield _sent(held)
+            yield sent(held)
             return
         with self._lend(None) as connection:
             yield connection
@@ -388,24 +359,6 @@ class Database:
         """The first column of the first row, or ``None``."""
         rows = self.execute(sql, params)
         return rows[0][0] if rows else None
-
-
-def _custom_plans(connection: psycopg.Connection[Any]) -> None:
-    """Plan every prepared statement for its parameters' values (never a generic plan): see :class:`Database`."""
-    _json_by_msgspec(connection)
-    connection.execute(b"SET plan_cache_mode = force_custom_plan")
-
-
-def _generic_plans(connection: psycopg.Connection[Any]) -> None:
-    """Keep one plan per prepared statement, made without its values: see :meth:`Database.execute`."""
-    _json_by_msgspec(connection)
-    connection.execute(b"SET plan_cache_mode = force_generic_plan")
-
-
-def _json_by_msgspec(connection: psycopg.Connection[Any]) -> None:
-    """Load ``json`` and ``jsonb`` results with msgspec's decoder (the same values as the standard library's, in a
-    fraction of its time: a fenced turn reads back three ``json_agg`` results)."""
-    set_json_loads(msgspec.json.decode, connection)
 
 
 def redact(dsn: str) -> str:
