@@ -66,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cost.add_argument("--top", type=int, default=12, help="--profile: statements listed per side (default 12)")
     cost.add_argument("--sides", choices=("both", "sqlite", "cluster"), default="both", help="which sides")
     cost.add_argument("--keep", action="store_true", help="keep the work directory (logs, traces) and print it")
+    cost.add_argument(
+        "--together",
+        action="store_true",
+        help="start both sides once and alternate their load windows (sqlite, cluster, cluster, sqlite, ...) "
+        "while both run: each pair's ratio from windows seconds apart, not minutes",
+    )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -190,35 +196,80 @@ def _drained(side: _Side) -> tuple[float, float]:
         time.sleep(0.2)
 
 
-def _measure(kind: str, args: argparse.Namespace, code: Path) -> tuple[dict[str, float], Profile | None]:
-    workdir = Path(tempfile.mkdtemp(prefix=f"hermes-cost-{kind}-"))
-    trace_dir = workdir / "traces" if args.profile else None
-    if trace_dir is not None:
-        trace_dir.mkdir()
-    callback = f"http://127.0.0.1:{_RECEIVER_PORT}/replies"
-    side: _Side
-    if kind == "sqlite":
-        side = SingleSide(workdir, code, trace_dir, callback)
-    else:
-        side = ClusterSide(
-            workdir,
-            code,
-            trace_dir,
-            callback,
-            replicas=args.replicas,
-            hosts=args.shard_hosts,
-            shards=args.shards,
-            statements=args.profile,
-        )
-    try:
-        side.start()
-        return asyncio.run(_drive(side, args, trace_dir))
-    finally:
-        side.stop()
-        if args.keep:
-            print(f"# {kind}: logs and traces kept in {workdir}", flush=True)
+class _Started:
+    """One side started in a work directory of its own (its logs and traces), stopped and removed by :meth:`stop`."""
+
+    def __init__(self, kind: str, args: argparse.Namespace, code: Path) -> None:
+        self.kind = kind
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"hermes-cost-{kind}-"))
+        self.trace_dir = self.workdir / "traces" if args.profile else None
+        if self.trace_dir is not None:
+            self.trace_dir.mkdir()
+        callback = f"http://127.0.0.1:{_RECEIVER_PORT}/replies"
+        self.side: _Side
+        if kind == "sqlite":
+            self.side = SingleSide(self.workdir, code, self.trace_dir, callback)
         else:
-            shutil.rmtree(workdir, ignore_errors=True)
+            self.side = ClusterSide(
+                self.workdir,
+                code,
+                self.trace_dir,
+                callback,
+                replicas=args.replicas,
+                hosts=args.shard_hosts,
+                shards=args.shards,
+                statements=args.profile,
+            )
+        self._keep = args.keep
+
+    def drive(self, args: argparse.Namespace) -> tuple[dict[str, float], Profile | None]:
+        return asyncio.run(_drive(self.side, args, self.trace_dir))
+
+    def stop(self) -> None:
+        try:
+            self.side.stop()
+        finally:
+            if self._keep:
+                print(f"# {self.kind}: logs and traces kept in {self.workdir}", flush=True)
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _measure(kind: str, args: argparse.Namespace, code: Path) -> tuple[dict[str, float], Profile | None]:
+    started = _Started(kind, args, code)
+    try:
+        started.side.start()
+        return started.drive(args)
+    finally:
+        started.stop()
+
+
+def _together(
+    kinds: list[str], args: argparse.Namespace, code: Path, runs: dict[str, list[dict[str, float]]]
+) -> dict[str, Profile | None]:
+    """``--together``: every side started once; ``args.repeat`` load windows of each, alternating, while all run
+    (a side's CPU counts its own processes only; the other's idle CPU, about 0.03 CPU-s/s for the cluster, runs
+    beside it)."""
+    profiles: dict[str, Profile | None] = {}
+    sides: list[_Started] = []
+    try:
+        for kind in kinds:
+            sides.append(_Started(kind, args, code))
+            sides[-1].side.start()
+        for number in range(args.repeat):
+            for started in sides if number % 2 == 0 else sides[::-1]:
+                figures, profiles[started.kind] = started.drive(args)
+                runs[started.kind].append(figures)
+                _said(started.kind, number, figures)
+    finally:
+        for started in sides:
+            started.stop()
+    return profiles
+
+
+def _said(kind: str, number: int, figures: dict[str, float]) -> None:
+    cpu, api = figures["cpu_ms_per_message"], figures["api_p50_ms"]
+    print(f"# {kind} run {number + 1}: {cpu:.2f} ms CPU per message, API p50 {api:.1f} ms", flush=True)
 
 
 _UNITS = {"_ms": "ms", "_per_message": "", "_s_per_s": "CPU-s/s", "_per_s": "messages/s", "_s": "s"}
@@ -298,12 +349,13 @@ def run(args: argparse.Namespace) -> None:
     profiles: dict[str, Profile | None] = {}
     started = time.monotonic()
     print(figure_line("load_average_start", os.getloadavg()[0]), flush=True)
-    for number in range(args.repeat):
+    if args.together:
+        profiles = _together(kinds, args, code, runs)
+    for number in range(0 if args.together else args.repeat):
         for kind in kinds if number % 2 == 0 else kinds[::-1]:
             figures, profile = _measure(kind, args, code)
             runs[kind].append(figures)
-            cpu, api = figures["cpu_ms_per_message"], figures["api_p50_ms"]
-            print(f"# {kind} run {number + 1}: {cpu:.2f} ms CPU per message, API p50 {api:.1f} ms", flush=True)
+            _said(kind, number, figures)
             profiles[kind] = profile
     count = int(args.rate * args.seconds)
     note = f"median of {args.repeat}, {count} messages at {args.rate:g}/s over {args.sessions} conversations" + (
@@ -313,6 +365,12 @@ def run(args: argparse.Namespace) -> None:
     if len(kinds) == 2:
         ratio = medians["cluster"]["cpu_ms_per_message"] / medians["sqlite"]["cpu_ms_per_message"]
         print(figure_line("cost_cluster_vs_sqlite", ratio, "x", "CPU per message, cluster / one machine"))
+        pairs = [
+            cluster["cpu_ms_per_message"] / sqlite["cpu_ms_per_message"]
+            for sqlite, cluster in zip(runs["sqlite"], runs["cluster"], strict=True)
+        ]
+        shown = ", ".join(f"{pair:.2f}" for pair in pairs)
+        print(figure_line("cost_cluster_vs_sqlite_pairs_median", statistics.median(pairs), "x", f"each pair: {shown}"))
     for kind in kinds:
         found = profiles.get(kind)
         if found is not None:

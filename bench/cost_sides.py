@@ -117,9 +117,10 @@ class SingleSide:
     def __init__(self, workdir: Path, code: Path, trace_dir: Path | None, callback: str) -> None:
         self.home = workdir / "home-single"
         self.home.mkdir(mode=0o700)
-        (self.home / "config.yaml").write_text(_config(8642, 8644, callback, None))
+        # ports of its own: with --together it runs beside the cluster, whose first replica has 8642 and 8644
+        (self.home / "config.yaml").write_text(_config(8742, 8744, callback, None))
         self.log = workdir / "hermesd-single.log"
-        self.targets = [Target(api="http://127.0.0.1:8642", webhook="http://127.0.0.1:8644")]
+        self.targets = [Target(api="http://127.0.0.1:8742", webhook="http://127.0.0.1:8744")]
         self._env = _env(code, trace_dir)
         self.process: subprocess.Popen[bytes] | None = None
 
