@@ -77,9 +77,9 @@ def test_a_batch_that_sends_no_statement_begins_and_commits_nothing(pg: Postgres
     database = pg.database
     with _Requests(database) as requests, group_transaction(database) as transaction:
         with transaction.write():
-            pass
+            pass  # a write that sends no statement (a settle: the writer's empty job)
         with transaction.write():
-            pass
+            pass  # and another
     assert requests.sent() == []
     with database.lend() as connection:  # the connection went back to the pool idle, not inside a transaction
         assert connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
@@ -113,7 +113,7 @@ def test_a_first_write_through_a_nested_transaction_or_many_rows_is_inside_the_b
     database = pg.database
 
     class Undone(Exception):
-        pass
+        """Raised inside the batch to roll it back."""
 
     def undone() -> None:
         with group_transaction(database) as transaction, transaction.write():

@@ -21,7 +21,13 @@ from typing import Any, cast
 import apsw
 
 from hermes_actors.store.search_query import Token
-from hermes_actors.store.tokenizer import CJK_CHARACTER, TOKENIZER_NAME, UNICODE61_ARGS, register_tokenizer
+from hermes_actors.store.tokenizer import (
+    CJK_CHARACTER,
+    TOKENIZER_NAME,
+    UNICODE61_ARGS,
+    contains_cjk,
+    register_tokenizer,
+)
 
 __all__ = ["IndexedText", "cjk_lexemes", "from_db", "index_text", "is_cjk", "quote_lexeme", "to_db", "tokenize"]
 
@@ -56,13 +62,21 @@ class _Tokenizers(threading.local):
 _local = _Tokenizers()
 
 
-def tokenize(text: str) -> list[Token]:
-    """The tokens of ``text`` as the SQLite messages index sees a document: (start byte, end byte, token)."""
-    tokenizer = _local.tokenizer
-    if tokenizer is None:
+def _tokenizers() -> _Tokenizers:
+    """This thread's ``hermes_words`` and plain unicode61 tokenizers, on one private in-memory connection."""
+    local = _local
+    if local.tokenizer is None:
         connection = apsw.Connection(":memory:")
         register_tokenizer(connection)
-        tokenizer = _local.tokenizer = connection.fts5_tokenizer(TOKENIZER_NAME, [])
+        local.plain = connection.fts5_tokenizer("unicode61", list(UNICODE61_ARGS))
+        local.tokenizer = connection.fts5_tokenizer(TOKENIZER_NAME, [])
+    return local
+
+
+def tokenize(text: str) -> list[Token]:
+    """The tokens of ``text`` as the SQLite messages index sees a document: (start byte, end byte, token)."""
+    tokenizer = _tokenizers().tokenizer
+    assert tokenizer is not None
     found = cast(list[tuple[Any, ...]], tokenizer(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None))
     return [(int(token[0]), int(token[1]), str(token[2])) for token in found]
 
@@ -102,7 +116,7 @@ def index_text(content: str | None) -> IndexedText:
     """The index columns of a message with ``content`` (``None``: a tool call, indexed as an empty document)."""
     if not content:
         return _EMPTY
-    if CJK_CHARACTER.search(content) is None:
+    if not contains_cjk(content):
         return _words_only(_plain_tokens(content))
     return _indexed([token for _, _, token in tokenize(content)])
 
@@ -139,9 +153,8 @@ def _indexed(tokens: list[str]) -> IndexedText:
 def _plain_tokens(text: str) -> list[str]:
     """The tokens of a text without CJK characters: ``hermes_words`` gives unicode61's own there, so unicode61 (in C)
     runs alone, without the wrapper that splits CJK runs."""
-    plain = _local.plain
-    if plain is None:
-        plain = _local.plain = apsw.Connection(":memory:").fts5_tokenizer("unicode61", list(UNICODE61_ARGS))
+    plain = _tokenizers().plain
+    assert plain is not None
     found = cast(
         list[tuple[str, ...]], plain(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
     )
