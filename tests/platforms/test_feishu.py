@@ -981,6 +981,7 @@ def test_a_body_sealed_with_another_key_whose_padding_happens_to_check_is_still_
 
     from platforms.feishu import events
     from platforms.feishu.config import AppKeys
+    from platforms.support.http_body import Refused
 
     key = _hashlib.sha256(b"main-key").digest()
     app = AppKeys(
@@ -999,7 +1000,7 @@ def test_a_body_sealed_with_another_key_whose_padding_happens_to_check_is_still_
             break
     else:
         pytest.fail("no wrong-key body passed the padding check in 5,000 tries")
-    with pytest.raises(events.Refused) as refused:
+    with pytest.raises(Refused) as refused:
         events._unseal(app, sealed, signed=False)
     assert str(refused.value.args[-1] if refused.value.args else refused.value) == (
         "the body cannot be decrypted with the encrypt key of app 'main'"
