@@ -220,7 +220,7 @@ def _unseal(app: AppKeys, sealed: str, *, signed: bool) -> tuple[bytes, _Outer]:
         raise Refused(status, f"the body cannot be decrypted with the encrypt key of app {app.name!r}")
     try:
         outer = json_guard.decode(_outer, plain)
-    except msgspec.ValidationError as exc:
+    except (msgspec.ValidationError, json_guard.NestingError) as exc:  # JSON, so the key fitted
         raise Refused(status, f"the decrypted body is not in Feishu's event format ({exc})") from None
     except msgspec.DecodeError:
         # A wrong key passes the padding check about once in 256 tries and yields bytes that are not JSON at all.
