@@ -12,6 +12,7 @@ uses it, so both sides of a comparison are measured the same way).
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import gc
 import importlib
@@ -417,6 +418,56 @@ class FinishedTurn(Protocol):
         """The inbox rows the turn answered."""
         ...
 
+    @property
+    def outbox_id(self) -> int | None:
+        """The outbox row of the turn's reply."""
+        ...
+
+
+class CommitClock:
+    """When the transaction that wrote each outbox row committed, as SQLite saw it.
+
+    The writer connection's commit hook stamps every commit; the writer's observer, which runs right after each of
+    its commits on the same thread, pairs the stamp with the highest outbox id assigned so far (one read of
+    ``sqlite_sequence`` per commit, a few microseconds at about 0.03 commits a turn). A reply's commit is the first
+    whose highest id reaches the reply's. Taken on the writer thread at the commit itself, not when the supervisor
+    hears of the turn: the reply may leave before the supervisor's thread gets to its message, so that time made
+    the lag read negative under load.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        writer = gateway._writer  # the benchmark looks at the gateway's private writer
+        connection = writer._store.sql.connection
+        self._ids: list[int] = []
+        self._at: list[float] = []
+        stamp = [0.0]
+
+        def hook() -> bool:
+            stamp[0] = time.perf_counter()
+            return False  # False lets the commit go ahead
+
+        inner = writer._observer
+
+        def observe(writes: int, seconds: float, *, committed: bool) -> None:
+            at = stamp[0]  # before the read below, whose own transaction could stamp again
+            if committed:
+                row = connection.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone()
+                if row is not None and (not self._ids or row[0] > self._ids[-1]):
+                    self._ids.append(row[0])
+                    self._at.append(at)
+            if inner is not None:
+                inner(writes, seconds, committed=committed)
+
+        connection.set_commit_hook(hook)
+        writer._observer = observe
+
+    def committed_at(self, outbox_id: int) -> float:
+        """When the transaction that wrote outbox row ``outbox_id`` committed (``perf_counter`` time)."""
+        index = bisect.bisect_left(self._ids, outbox_id)
+        if index == len(self._at):
+            raise RuntimeError(f"no commit of outbox row {outbox_id} was seen")
+        return self._at[index]
+
 
 @dataclass
 class Runtime:
@@ -425,6 +476,8 @@ class Runtime:
     gateway: Gateway
     platform: TimedPlatform
     turn_done_at: dict[int, float]  # inbox id → when the supervisor heard its turn had committed
+    reply_of: dict[int, int]  # inbox id → the outbox row of its turn's reply
+    commits: CommitClock
 
     def writer_statistics(self) -> WriterStatistics:
         """The store writer's counts (the gateway keeps its writer private; a benchmark may look)."""
@@ -448,10 +501,14 @@ def runtime(
         platform = TimedPlatform()
         turn_done_at: dict[int, float] = {}
 
+        reply_of: dict[int, int] = {}
+
         def turn_done(outcome: FinishedTurn) -> None:
             now = time.perf_counter()
             for inbox_id in outcome.inbox_ids:
                 turn_done_at[inbox_id] = now
+                if outcome.outbox_id is not None:
+                    reply_of[inbox_id] = outcome.outbox_id
 
         gateway = Gateway(
             Path(directory) / "state.db",
@@ -465,7 +522,7 @@ def runtime(
         )
         platform.attach(gateway)
         try:
-            yield Runtime(gateway, platform, turn_done_at)
+            yield Runtime(gateway, platform, turn_done_at, reply_of, CommitClock(gateway))
         finally:
             gateway.stop(timeout=60)
 
@@ -627,6 +684,7 @@ def run_aggregate(
             raise RuntimeError(f"expected {sessions + total} turns and no refusals, got {stats}")
     latencies = [platform.replied_at[m] - at for m, at in accepted_at.items()]
     done_at = {m: rt.turn_done_at[i] for m, i in inbox_ids.items()}
+    committed_at = {m: rt.commits.committed_at(rt.reply_of[i]) for m, i in inbox_ids.items()}
     writer = WriterStatistics(
         writes=after.writes - before.writes - 1,  # less the settling call
         commits=after.commits - before.commits - 1,
@@ -639,7 +697,7 @@ def run_aggregate(
         accept_s=max(accept_done) - started,
         accept_calls_s=accept_calls,
         committed_s=max(done_at.values()) - started,
-        outbox_lag_s=[platform.replied_at[m] - at for m, at in done_at.items()],
+        outbox_lag_s=[platform.replied_at[m] - at for m, at in committed_at.items()],
         writer=writer,
         turns=total,
         cpu=cpu,
