@@ -35,6 +35,10 @@ class Scripted:
     pieces: tuple[str, ...] | None = None
     gap_s: float = 0.0
     cut_after: int | None = None
+    # Held until the test sets ``hold``: the answer (after ``delay_s``), or with ``hold_before`` the streamed piece
+    # of that number, so the test decides when the model goes on, not a guess of how long the other side takes.
+    hold: threading.Event | None = None
+    hold_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,16 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def _held(scripted: Scripted, chat: ChatServer) -> bool:
+    """Wait for ``scripted.hold`` (if any); False when the server closes first (drop the connection)."""
+    if scripted.hold is None:
+        return True
+    while not scripted.hold.wait(0.02):
+        if chat.released.is_set():
+            return False
+    return True
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
@@ -129,6 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = chat.next_response(body)
         if scripted.delay_s > 0 and chat.released.wait(scripted.delay_s):
             return  # the server is closing: drop the connection instead of answering late
+        if scripted.hold_before is None and not _held(scripted, chat):
+            return
         if isinstance(body, dict) and body.get("stream") and scripted.status == 200:
             self._stream(scripted)
             return
@@ -157,6 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if scripted.cut_after is not None and number >= scripted.cut_after:
                     return  # the handler closes the connection mid-answer
                 if scripted.gap_s > 0 and chat.released.wait(scripted.gap_s):
+                    return
+                if number == scripted.hold_before and not _held(scripted, chat):
                     return
                 self.wfile.write(chunk({"content": piece}))
                 self.wfile.flush()

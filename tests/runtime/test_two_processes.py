@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.runtime.test_leases import start_holder
 pytestmark = pytest.mark.slow
 
 SLOW_TURN_S = 3.0  # how long the model takes over the in-flight message: long enough to start another process
+# (where the test cannot see the other process at work; elsewhere the model holds the answer until it has been)
 
 
 def _config(model: ChatServer) -> str:
@@ -100,10 +102,12 @@ def _session_with_history(home: Path, model: ChatServer) -> str:
     return found[1]
 
 
-def _script_slow_answer(model: ChatServer) -> None:
-    """The next model call answers after SLOW_TURN_S; any later (duplicate) call gets a quick spare answer."""
+def _script_slow_answer(model: ChatServer, hold: threading.Event | None = None) -> None:
+    """The next model call answers once ``hold`` is set (without one: after SLOW_TURN_S); any later (duplicate)
+    call gets a quick spare answer."""
     answer = completion("the slow answer")
-    model.script(Scripted(status=answer.status, body=answer.body, delay_s=SLOW_TURN_S))
+    delay_s = SLOW_TURN_S if hold is None else 0.0
+    model.script(Scripted(status=answer.status, body=answer.body, delay_s=delay_s, hold=hold))
     model.script(*(completion(f"spare {n}") for n in range(4)))
 
 
@@ -114,11 +118,13 @@ def _users(home: Path, session_id: str) -> list[str | None]:
 
 def test_a_second_standalone_chat_does_not_replay_the_first_ones_turn(home: Path, model: ChatServer) -> None:
     session = _session_with_history(home, model)
-    _script_slow_answer(model)
+    hold = threading.Event()
+    _script_slow_answer(model, hold)
     first = _chat(home, "--resume", session, stdin="question one\n")
     _wait_for_request(model, "question one")
     second = _chat(home, "--resume", session, stdin="")  # starts, recovers, leaves
     code, _, err = _finish(second)
+    hold.set()  # the first chat's turn ran through the second one's whole life
     assert code == 0, err
     code, out, err = _finish(first)
     assert code == 0, err
@@ -190,10 +196,15 @@ def test_a_line_waiting_while_another_chat_finishes_and_closes_the_session_asks_
     home: Path, model: ChatServer
 ) -> None:
     session = _session_with_history(home, model)
-    _script_slow_answer(model)
+    hold = threading.Event()
+    _script_slow_answer(model, hold)
     first = _chat(home, "--resume", session, stdin="question one\n")  # closes the session once answered
     _wait_for_request(model, "question one")
     second = _chat(home, "--resume", session, stdin="from B\n")
+    try:  # the first chat's turn ends only once the second one's line waits in the inbox beside its own
+        poll_until(lambda: _pending(home) == 2, 30, what="the second chat's line in the inbox")
+    finally:
+        hold.set()
     code, out, err = _finish(first)
     assert code == 0, err
     assert "the slow answer" in out
