@@ -52,8 +52,8 @@ def _postgres_bin_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster]:
-    """A throw-away PostgreSQL cluster for the session (see tests/postgres.py)."""
-    cluster = Cluster(_postgres_bin_dir())
+    """A throw-away PostgreSQL cluster for the session (see tests/postgres.py), copying each test's database ahead."""
+    cluster = Cluster(_postgres_bin_dir(), spare=True)
     try:
         cluster.prepare_template()
         yield cluster
