@@ -49,6 +49,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.futex import futex_slots_for, size_futex_hash
 from hermes_actors.runtime.gateway import AcceptResult, Gateway
 from hermes_actors.store import MessageRecord, Synchronous, migrate, open_connection
+from hermes_actors.store.sqlite_db import SqliteDb
 from hermes_actors.store.writer import WriterStatistics
 from hermes_actors.testing import FakePlatform
 
@@ -437,7 +438,10 @@ class CommitClock:
 
     def __init__(self, gateway: Gateway) -> None:
         writer = gateway._writer  # the benchmark looks at the gateway's private writer
-        connection = writer._store.sql.connection
+        sql = writer._store.sql
+        if not isinstance(sql, SqliteDb):
+            raise TypeError(f"the bench's gateway writes SQLite, not {type(sql).__name__}")
+        connection = sql.connection
         self._ids: list[int] = []
         self._at: list[float] = []
         stamp = [0.0]
