@@ -184,7 +184,9 @@ class Routes:
             with self._readers.reader() as store:
                 session_id = store.get_route(routing_key)
                 state = None if session_id is None else self._live.get(session_id)
-                if session_id is not None and (state is None or state.ref is None):
+                # An actor running here vouches for its session; one that is stopping does not (it may be retiring
+                # a session another process ended, whose stored route still leads to it).
+                if session_id is not None and (state is None or state.ref is None or state.stopping):
                     record = store.find_session(session_id)
                     if record is None or not record.is_live:
                         session_id = None

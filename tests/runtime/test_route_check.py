@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -13,7 +14,7 @@ from hermes_actors.routing import SessionSource
 from hermes_actors.runtime.live import LiveSession
 from hermes_actors.runtime.protocol import Deliver, Delivery
 from hermes_actors.runtime.routes import Routes
-from hermes_actors.store import Store, StoreInterface
+from hermes_actors.store import EndReason, Store, StoreInterface
 from hermes_actors.store.readers import ReaderPool
 from hermes_actors.store.writer import StoreWriter
 
@@ -79,3 +80,21 @@ def test_a_route_write_of_its_own_in_flight_or_a_session_at_work_here_keeps_the_
     live["new"].busy = False
     routes.check(_deliver(None))  # unbound elsewhere
     assert routes.cached(KEY) is None
+
+
+def test_a_stored_route_to_a_session_ended_elsewhere_is_not_trusted_while_its_actor_here_stops(
+    parts: tuple[Routes, dict[str, LiveSession], StoreWriter],
+) -> None:
+    """Another process ended the session; this supervisor retired it (its cached keys dropped) and its actor is still
+    stopping when the chat's next line comes. The stored route still leads to it: the line must start a new session,
+    not reach the ended one again (seen as a flaky test_chat_ended: 'your next line starts a new conversation')."""
+    routes, live, writer = parts
+    routes.store(KEY, "old").result(10)
+    writer.call(lambda store: store.end_session("old", EndReason.USER_EXIT))
+    routes.forget("old")
+    state = live["old"] = LiveSession(create_with=None)
+    state.ref = cast(Any, object())  # an actor: only whether there is one is read
+    state.stopping = True
+    assert routes.existing(KEY) is None
+    state.stopping = False  # an actor at work here vouches for its session without a read
+    assert routes.existing(KEY) == "old"
