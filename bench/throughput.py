@@ -504,7 +504,6 @@ def runtime(
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory:
         platform = TimedPlatform()
         turn_done_at: dict[int, float] = {}
-
         reply_of: dict[int, int] = {}
 
         def turn_done(outcome: FinishedTurn) -> None:

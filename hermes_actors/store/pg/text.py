@@ -55,28 +55,26 @@ def from_db(content: str | None) -> str | None:
 
 
 class _Tokenizers(threading.local):
-    tokenizer: apsw.FTS5Tokenizer | None = None
-    plain: apsw.FTS5Tokenizer | None = None
+    pair: tuple[apsw.FTS5Tokenizer, apsw.FTS5Tokenizer] | None = None
 
 
 _local = _Tokenizers()
 
 
-def _tokenizers() -> _Tokenizers:
+def _tokenizers() -> tuple[apsw.FTS5Tokenizer, apsw.FTS5Tokenizer]:
     """This thread's ``hermes_words`` and plain unicode61 tokenizers, on one private in-memory connection."""
-    local = _local
-    if local.tokenizer is None:
+    pair = _local.pair
+    if pair is None:
         connection = apsw.Connection(":memory:")
         register_tokenizer(connection)
-        local.plain = connection.fts5_tokenizer("unicode61", list(UNICODE61_ARGS))
-        local.tokenizer = connection.fts5_tokenizer(TOKENIZER_NAME, [])
-    return local
+        words = connection.fts5_tokenizer(TOKENIZER_NAME, [])
+        pair = _local.pair = (words, connection.fts5_tokenizer("unicode61", list(UNICODE61_ARGS)))
+    return pair
 
 
 def tokenize(text: str) -> list[Token]:
     """The tokens of ``text`` as the SQLite messages index sees a document: (start byte, end byte, token)."""
-    tokenizer = _tokenizers().tokenizer
-    assert tokenizer is not None
+    tokenizer = _tokenizers()[0]
     found = cast(list[tuple[Any, ...]], tokenizer(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None))
     return [(int(token[0]), int(token[1]), str(token[2])) for token in found]
 
@@ -153,8 +151,7 @@ def _indexed(tokens: list[str]) -> IndexedText:
 def _plain_tokens(text: str) -> list[str]:
     """The tokens of a text without CJK characters: ``hermes_words`` gives unicode61's own there, so unicode61 (in C)
     runs alone, without the wrapper that splits CJK runs."""
-    plain = _tokenizers().plain
-    assert plain is not None
+    plain = _tokenizers()[1]
     found = cast(
         list[tuple[str, ...]], plain(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=False)
     )
